@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Shared set-up for launch/demo.sh and launch/test.sh: idempotently brings a fresh machine to a working
+# .venv at the repo root. Sourced, not executed. Re-running is cheap: a stamp of pyproject.toml skips pip
+# when nothing changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-python3}"
+
+_log() { printf '[setup] %s\n' "$*" >&2; }
+
+_need_apt() {
+    # open3d needs libusb-1.0; Pillow/JPEG and the rest come as wheels.
+    local missing=()
+    for pkg in libusb-1.0-0; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        _log "installing Debian packages: ${missing[*]}"
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+_need_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        _log "creating $VENV"
+        "$PY" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+    fi
+    local stamp="$VENV/.perception-installed"
+    local want
+    want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c "import perception" 2>/dev/null; then
+        _log "installing the project and its dependencies into .venv (first run takes a minute)"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[dev]"
+        echo "$want" > "$stamp"
+    fi
+}
+
+_need_apt
+_need_venv
+export PATH="$VENV/bin:$PATH"
+cd "$ROOT"

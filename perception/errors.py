@@ -1,0 +1,152 @@
+"""The one exception hierarchy of the runtime.
+
+Every error the package raises on purpose derives from :class:`PerceptionError`. Errors carry the
+context a user needs to act on them (file, key path, sensor, model, frame) as attributes, and their
+``str()`` is a single line that names that context, so the CLI can print it as it is.
+
+Tree::
+
+    PerceptionError
+    ├── ConfigError                  bad launch profile / rig YAML (file + key path)
+    ├── DriveError                   bad or truncated drive (file + topic)
+    ├── ServerError                  embedded server could not start / stopped
+    ├── ModelContractError           a model's tensor contract does not match the config
+    ├── InputError                   a tensor handed to the runtime is malformed (sensor + tensor)
+    ├── TransportError               anything that went wrong talking to Triton
+    │   ├── ConnectError             server unreachable (UNAVAILABLE, refused)
+    │   ├── DeadlineError            request exceeded its deadline (DEADLINE_EXCEEDED)
+    │   ├── InferenceError           server answered with an error (INVALID_ARG, INTERNAL...)
+    │   │   └── ModelNotReadyError   model missing / unloaded / not ready
+    │   └── SharedMemoryError        a shared-memory region could not be created or used
+    ├── CircuitOpenError             a model's circuit breaker is open
+    └── RuntimeClosedError           the runtime is shut down or not started
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = [
+    "CircuitOpenError",
+    "ConfigError",
+    "ConnectError",
+    "DeadlineError",
+    "DriveError",
+    "InferenceError",
+    "InputError",
+    "ModelContractError",
+    "ModelNotReadyError",
+    "PerceptionError",
+    "RuntimeClosedError",
+    "ServerError",
+    "SharedMemoryError",
+    "TransportError",
+]
+
+
+class PerceptionError(Exception):
+    """Base of every error raised by the runtime.
+
+    ``message`` says what is wrong; the keyword context (``file``, ``key``, ``sensor``, ``model``,
+    ``frame``, ``topic``, ``tensor``...) says where. ``str(err)`` joins both in one line.
+    """
+
+    #: Order in which context keys are rendered in front of the message.
+    _PREFIX_KEYS: tuple[str, ...] = ()
+
+    def __init__(self, message: str, **context: object) -> None:
+        self.message = message
+        self.context: Mapping[str, object] = {k: v for k, v in context.items() if v is not None}
+        super().__init__(self.__str__())
+
+    def __getattr__(self, name: str) -> object:
+        # Context is also reachable as attributes: err.sensor, err.file ... (None when absent).
+        if name.startswith("_") or name in ("message", "context"):
+            raise AttributeError(name)
+        return self.__dict__.get("context", {}).get(name)
+
+    def __str__(self) -> str:
+        ctx = dict(self.context)
+        head = [str(ctx.pop(k)) for k in self._PREFIX_KEYS if k in ctx]
+        tail = ", ".join(f"{k}={v}" for k, v in ctx.items())
+        text = ": ".join([*head, self.message])
+        return f"{text} ({tail})" if tail else text
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.message, dict(self.context)))
+
+
+def _rebuild(cls: type[PerceptionError], message: str, context: dict[str, object]) -> PerceptionError:
+    return cls(message, **context)
+
+
+class ConfigError(PerceptionError):
+    """Invalid configuration: ``file: key.path: message``."""
+
+    _PREFIX_KEYS = ("file", "key")
+
+
+class DriveError(PerceptionError):
+    """A drive cannot be read or written: ``file: topic: message``."""
+
+    _PREFIX_KEYS = ("file", "topic")
+
+
+class ServerError(PerceptionError):
+    """The embedded Triton server failed to start, died, or could not be stopped."""
+
+
+class ModelContractError(PerceptionError):
+    """A model's inputs/outputs (from its config) do not match what the runtime needs."""
+
+    _PREFIX_KEYS = ("model",)
+
+
+class InputError(PerceptionError):
+    """A sensor sample or tensor handed to the runtime is malformed."""
+
+    _PREFIX_KEYS = ("sensor", "tensor")
+
+
+class TransportError(PerceptionError):
+    """Base of errors raised while talking to Triton (translated from gRPC/tritonclient errors)."""
+
+    _PREFIX_KEYS = ("model",)
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class ConnectError(TransportError):
+    """The server could not be reached (connection refused, UNAVAILABLE)."""
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+class DeadlineError(TransportError):
+    """The request did not complete within its deadline."""
+
+
+class InferenceError(TransportError):
+    """The server answered the request with an error status."""
+
+
+class ModelNotReadyError(InferenceError):
+    """The model is not loaded or not ready on the server."""
+
+
+class SharedMemoryError(TransportError):
+    """A shared-memory region could not be created, registered or used."""
+
+
+class CircuitOpenError(PerceptionError):
+    """Requests to this model are short-circuited after repeated failures."""
+
+    _PREFIX_KEYS = ("model",)
+
+
+class RuntimeClosedError(PerceptionError):
+    """The runtime is closed (or was never opened)."""

@@ -1,0 +1,348 @@
+"""Stage data: the small frozen types passed between the runtime's stages.
+
+Conventions used everywhere in the package:
+
+* Time is integer nanoseconds (``*_ns``). A sample's ``t_ns`` is its sensor's own capture time.
+* Ego frame ``base_link``: x forward, y left, z up (metres, radians, yaw about +z).
+* World frame ``map``; ego pose is ``map <- base_link``.
+* Camera frames are optical: z forward, x right, y down.
+* Arrays held by these types are made read-only on construction; treat them as values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "LABELS",
+    "CameraCalibration",
+    "Detection3D",
+    "EgoPose",
+    "Frame",
+    "FrameResult",
+    "FrameStatus",
+    "GroundTruth",
+    "GroundTruthObject",
+    "ImageSample",
+    "LatencyTree",
+    "PointCloudSample",
+    "Sample",
+    "SensorKind",
+    "SensorResult",
+    "SensorSpec",
+    "SensorStatus",
+    "Transform",
+    "label_id",
+]
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+#: Object classes, index = label id used in every tensor contract.
+LABELS: tuple[str, ...] = ("car", "truck", "pedestrian", "cyclist")
+
+
+def label_id(name: str) -> int:
+    """Label id of a class name (raises ``ValueError`` naming the label)."""
+    try:
+        return LABELS.index(name)
+    except ValueError:
+        raise ValueError(f"unknown label {name!r}; expected one of {', '.join(LABELS)}") from None
+
+
+def _frozen_array(a: npt.ArrayLike, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
+    arr = np.array(a, dtype=dtype, copy=True)
+    arr.setflags(write=False)
+    return arr
+
+
+class SensorKind(str, enum.Enum):
+    CAMERA = "camera"
+    LIDAR = "lidar"
+    RADAR = "radar"
+
+
+@dataclass(frozen=True, slots=True)
+class Transform:
+    """Rigid transform ``parent <- child``: ``p_parent = R(rotation) @ p_child + translation``.
+
+    ``rotation`` is a unit quaternion ``(x, y, z, w)``.
+    """
+
+    translation: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    rotation: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 1.0)
+
+    @staticmethod
+    def identity() -> Transform:
+        return Transform()
+
+    @staticmethod
+    def from_matrix(m: npt.ArrayLike) -> Transform:
+        mat = np.asarray(m, dtype=np.float64)
+        r = mat[:3, :3]
+        # Shepperd's method, numerically stable for all rotations.
+        tr = float(np.trace(r))
+        if tr > 0:
+            s = np.sqrt(tr + 1.0) * 2
+            w, x, y, z = 0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s
+        elif r[0, 0] > r[1, 1] and r[0, 0] > r[2, 2]:
+            s = np.sqrt(1.0 + r[0, 0] - r[1, 1] - r[2, 2]) * 2
+            w, x, y, z = (r[2, 1] - r[1, 2]) / s, 0.25 * s, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s
+        elif r[1, 1] > r[2, 2]:
+            s = np.sqrt(1.0 + r[1, 1] - r[0, 0] - r[2, 2]) * 2
+            w, x, y, z = (r[0, 2] - r[2, 0]) / s, (r[0, 1] + r[1, 0]) / s, 0.25 * s, (r[1, 2] + r[2, 1]) / s
+        else:
+            s = np.sqrt(1.0 + r[2, 2] - r[0, 0] - r[1, 1]) * 2
+            w, x, y, z = (r[1, 0] - r[0, 1]) / s, (r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, 0.25 * s
+        t = mat[:3, 3]
+        return Transform((float(t[0]), float(t[1]), float(t[2])), (float(x), float(y), float(z), float(w)))
+
+    @staticmethod
+    def from_xyz_rpy(xyz: tuple[float, float, float], rpy: tuple[float, float, float]) -> Transform:
+        """From translation and roll/pitch/yaw (extrinsic x-y-z, radians)."""
+        cr, sr = np.cos(rpy[0] / 2), np.sin(rpy[0] / 2)
+        cp, sp = np.cos(rpy[1] / 2), np.sin(rpy[1] / 2)
+        cy, sy = np.cos(rpy[2] / 2), np.sin(rpy[2] / 2)
+        q = (
+            float(sr * cp * cy - cr * sp * sy),
+            float(cr * sp * cy + sr * cp * sy),
+            float(cr * cp * sy - sr * sp * cy),
+            float(cr * cp * cy + sr * sp * sy),
+        )
+        return Transform((float(xyz[0]), float(xyz[1]), float(xyz[2])), q)
+
+    def rotation_matrix(self) -> F64:
+        x, y, z, w = self.rotation
+        n = x * x + y * y + z * z + w * w
+        if n == 0.0:
+            raise ValueError("transform rotation is a zero quaternion")
+        s = 2.0 / n
+        return np.array(
+            [
+                [1 - s * (y * y + z * z), s * (x * y - z * w), s * (x * z + y * w)],
+                [s * (x * y + z * w), 1 - s * (x * x + z * z), s * (y * z - x * w)],
+                [s * (x * z - y * w), s * (y * z + x * w), 1 - s * (x * x + y * y)],
+            ],
+            dtype=np.float64,
+        )
+
+    def matrix(self) -> F64:
+        m = np.eye(4, dtype=np.float64)
+        m[:3, :3] = self.rotation_matrix()
+        m[:3, 3] = self.translation
+        return m
+
+    def inverse(self) -> Transform:
+        return Transform.from_matrix(np.linalg.inv(self.matrix()))
+
+    def compose(self, other: Transform) -> Transform:
+        """``self @ other`` (apply ``other`` first)."""
+        return Transform.from_matrix(self.matrix() @ other.matrix())
+
+    def apply(self, points: npt.ArrayLike) -> F64:
+        """Transform ``[N,3]`` points from child to parent frame."""
+        p = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+        return p @ self.rotation_matrix().T + np.asarray(self.translation)
+
+    def yaw(self) -> float:
+        x, y, z, w = self.rotation
+        return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+@dataclass(frozen=True, slots=True)
+class CameraCalibration:
+    """Pinhole intrinsics; ``k`` is the row-major 3x3 matrix, ``d`` plumb-bob distortion."""
+
+    width: int
+    height: int
+    k: tuple[float, ...]
+    d: tuple[float, ...] = ()
+    distortion_model: str = "plumb_bob"
+
+    def __post_init__(self) -> None:
+        if self.width <= 0 or self.height <= 0:
+            raise ValueError(f"camera calibration size must be positive, got {self.width}x{self.height}")
+        if len(self.k) != 9:
+            raise ValueError(f"camera calibration K must have 9 values, got {len(self.k)}")
+
+    def matrix(self) -> F64:
+        return np.asarray(self.k, dtype=np.float64).reshape(3, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class SensorSpec:
+    """A sensor of the rig: how it is named, where it is mounted, and where its data lives in a drive."""
+
+    name: str
+    kind: SensorKind
+    frame_id: str
+    extrinsic: Transform  # base_link <- sensor frame
+    topic: str
+    calibration: CameraCalibration | None = None  # cameras only
+    rate_hz: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PointCloudSample:
+    """A lidar sweep or radar scan in its sensor frame.
+
+    Lidar ``points`` are ``[N,4]`` float32 ``x, y, z, intensity``; radar are ``[N,5]`` float32
+    ``x, y, z, radial_velocity, rcs`` (``fields`` names the columns).
+    """
+
+    sensor: str
+    t_ns: int
+    frame_id: str
+    points: F32
+    fields: tuple[str, ...]
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        pts = _frozen_array(self.points, np.float32)
+        if pts.ndim != 2 or pts.shape[1] != len(self.fields):
+            raise ValueError(
+                f"sensor {self.sensor!r}: points must be [N,{len(self.fields)}] for fields "
+                f"{self.fields}, got shape {pts.shape}"
+            )
+        object.__setattr__(self, "points", pts)
+
+    @property
+    def kind_hint(self) -> str:
+        return "radar" if "radial_velocity" in self.fields else "lidar"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSample:
+    """A camera image: ``data`` is encoded bytes (``format`` 'jpeg' / 'png')."""
+
+    sensor: str
+    t_ns: int
+    frame_id: str
+    data: bytes
+    format: str = "jpeg"
+    seq: int = 0
+
+    def decode(self) -> npt.NDArray[np.uint8]:
+        """Decode to ``[H,W,3]`` uint8 RGB (matplotlib's Pillow-backed reader)."""
+        from perception._imageio import decode_image
+
+        return decode_image(self.data, sensor=self.sensor)
+
+
+@dataclass(frozen=True, slots=True)
+class EgoPose:
+    """Ego pose ``map <- base_link`` at ``t_ns``, with ego velocity in ``base_link`` (m/s, rad/s)."""
+
+    t_ns: int
+    pose: Transform
+    linear_velocity: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    yaw_rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GroundTruthObject:
+    """A true object in ``base_link`` at the ground-truth sample time."""
+
+    track_id: int
+    label: str
+    center: tuple[float, float, float]
+    size: tuple[float, float, float]  # length, width, height
+    yaw: float
+    velocity: tuple[float, float]  # over ground, expressed in base_link (vx, vy)
+
+
+@dataclass(frozen=True, slots=True)
+class GroundTruth:
+    t_ns: int
+    objects: tuple[GroundTruthObject, ...]
+
+
+Sample = Union[PointCloudSample, ImageSample]
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler / fusion stage data
+# ---------------------------------------------------------------------------------------------
+
+
+class SensorStatus(str, enum.Enum):
+    OK = "ok"
+    LATE = "late"  # still outstanding at the join deadline; cancelled
+    ERROR = "error"  # the request failed (translated Triton/gRPC error)
+    MISSING = "missing"  # no usable sample inside the sync window / staleness limit
+    SKIPPED = "skipped"  # circuit open for the sensor's model
+
+
+class FrameStatus(str, enum.Enum):
+    OK = "ok"  # every configured sensor answered in time
+    DEGRADED = "degraded"  # emitted with at least one sensor not ok
+    DROPPED = "dropped"  # never processed (queue overflow, shutdown); ``reason`` says why
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One unit of work: the samples chosen for ``t_ns`` (``None`` = sensor missing)."""
+
+    frame_id: int
+    t_ns: int
+    samples: Mapping[str, Sample | None]
+    ego: EgoPose | None = None
+    ground_truth: GroundTruth | None = None
+    created_ns: int = 0  # monotonic ns at which the frame was assembled (scheduling-wait origin)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyTree:
+    """Where the milliseconds went, all in ns. ``sensors`` maps sensor -> stage -> ns."""
+
+    total_ns: int = 0
+    stages: Mapping[str, int] = field(default_factory=dict)
+    sensors: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SensorResult:
+    """What one sensor's model returned for a frame."""
+
+    sensor: str
+    status: SensorStatus
+    latency_ns: int = 0
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    error: str | None = None
+    sample_t_ns: int | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Detection3D:
+    """A fused 3D detection in ``base_link`` at the frame time."""
+
+    id: int
+    label: str
+    score: float
+    center: tuple[float, float, float]
+    size: tuple[float, float, float]
+    yaw: float
+    velocity: tuple[float, float]
+    uncertainty: tuple[float, float]  # 1-sigma position std-dev in x, y (m)
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameResult:
+    """Exactly one per frame, whatever happened to it."""
+
+    frame_id: int
+    t_ns: int
+    status: FrameStatus
+    sensors: Mapping[str, SensorResult]
+    detections: tuple[Detection3D, ...] = ()
+    latency: LatencyTree = field(default_factory=LatencyTree)
+    reason: str | None = None
+    deadline_missed: bool = False
