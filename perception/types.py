@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -148,7 +148,8 @@ class Transform:
     def apply(self, points: npt.ArrayLike) -> F64:
         """Transform ``[N,3]`` points from child to parent frame."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, 3)
-        return p @ self.rotation_matrix().T + np.asarray(self.translation)
+        out: F64 = p @ self.rotation_matrix().T + np.asarray(self.translation)
+        return out
 
     def yaw(self) -> float:
         x, y, z, w = self.rotation
@@ -263,7 +264,7 @@ class GroundTruth:
     objects: tuple[GroundTruthObject, ...]
 
 
-Sample = Union[PointCloudSample, ImageSample]
+Sample = PointCloudSample | ImageSample
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ class SensorResult:
     sensor: str
     status: SensorStatus
     latency_ns: int = 0
-    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    outputs: Mapping[str, npt.NDArray[Any]] = field(default_factory=dict)
     error: str | None = None
     sample_t_ns: int | None = None
     model: str | None = None

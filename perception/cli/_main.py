@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     if verbose < 2:
         for noisy in ("matplotlib", "PIL", "asyncio"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
