@@ -24,6 +24,7 @@ log = logging.getLogger("perception")
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "perception.cli._server",
+    "perception.cli._config",
     "perception.cli._sim",
     "perception.cli._info",
     "perception.cli._import",

@@ -1,0 +1,165 @@
+"""Build typed, frozen config objects from plain YAML data, with errors that name the key path.
+
+Driven by the dataclasses' own annotations: a config class is a frozen dataclass whose fields are
+``bool``/``int``/``float``/``str``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]``,
+``Mapping[str, X]`` or another config dataclass. Range checks live in the dataclasses'
+``__post_init__`` and raise ``ValueError``; the converter re-raises them as :class:`ConfigError` with
+the file and key path (``sensors[2].model``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+from perception.errors import ConfigError
+
+__all__ = ["from_data"]
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp is type(None):
+        return "null"
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is tuple:
+        return f"a list of {_type_name(get_args(tp)[0])}"
+    if origin in (Mapping, dict):
+        return f"a mapping of {_type_name(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if tp is float:
+        return "a number"
+    if tp is Path:
+        return "a path string"
+    return f"a {getattr(tp, '__name__', str(tp))}".replace("a int", "an integer").replace("a str", "a string")
+
+
+class _Ctx:
+    def __init__(self, file: str | None) -> None:
+        self.file = file
+
+    def error(self, path: str, message: str) -> ConfigError:
+        return ConfigError(message, file=self.file, key=path or "<root>")
+
+
+def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors: list[ConfigError] = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, path, ctx)
+            except ConfigError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ctx.error(path, f"expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            raise ctx.error(path, f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        return value
+    if origin is tuple:
+        (item_tp, *_rest) = get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ctx.error(path, f"expected a list, got {_describe(value)}")
+        return tuple(_convert(v, item_tp, f"{path}[{i}]", ctx) for i, v in enumerate(value))
+    if origin in (Mapping, dict):
+        _key_tp, val_tp = get_args(tp)
+        if not isinstance(value, Mapping):
+            raise ctx.error(path, f"expected a mapping, got {_describe(value)}")
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ctx.error(path, f"keys must be strings, got {k!r}")
+            out[k] = _convert(v, val_tp, _join(path, k), ctx)
+        return types.MappingProxyType(out)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, path, ctx)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ctx.error(path, f"expected true or false, got {_describe(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ctx.error(path, f"expected an integer, got {_describe(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ctx.error(path, f"expected a number, got {_describe(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ctx.error(path, f"expected a string, got {_describe(value)}")
+        return value
+    if tp is Path:
+        if not isinstance(value, str):
+            raise ctx.error(path, f"expected a path string, got {_describe(value)}")
+        return Path(value)
+    raise TypeError(f"config converter cannot handle type {tp!r} at {path}")  # programming error
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ctx.error(path, f"expected a mapping, got {_describe(data)}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    aliases = {name.replace("_", "-"): name for name in fields}
+    kwargs: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key)
+        name = key if key in fields else aliases.get(key)
+        if name is None:
+            known = ", ".join(sorted(fields))
+            raise ctx.error(_join(path, key), f"unknown key (expected one of: {known})")
+        kwargs[name] = _convert(value, hints[name], _join(path, key), ctx)
+    for name, f in fields.items():
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ctx.error(_join(path, name), "required key is missing")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        # __post_init__ messages may start with "field: ..." to point below this level.
+        msg = str(exc)
+        sub, sep, rest = msg.partition(": ")
+        if sep and sub in fields:
+            raise ctx.error(_join(path, sub), rest) from None
+        raise ctx.error(path, msg) from None
+
+
+def from_data(cls: type[T], data: Any, *, file: str | Path | None = None, path: str = "") -> T:
+    """Convert plain data (from YAML) into the frozen config dataclass ``cls``."""
+    return _build(cls, data, path, _Ctx(str(file) if file is not None else None))

@@ -1,0 +1,91 @@
+"""Load launch profiles: YAML (safe loader only) -> :class:`RuntimeConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perception.config._convert import from_data
+from perception.config._model import RuntimeConfig
+from perception.errors import ConfigError
+
+__all__ = ["load_config", "load_yaml", "with_overrides"]
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file with ``yaml.safe_load``; every failure is a one-line :class:`ConfigError`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(p)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected a YAML file", file=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(p)) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{where}invalid YAML: {exc.problem}", file=str(p)) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file=str(p)) from exc
+
+
+def load_config(path: str | Path) -> RuntimeConfig:
+    """Load and validate a launch profile.
+
+    Relative paths inside the file (model repositories, TLS files, output dir) are resolved against
+    the file's directory's parent when the file lives in ``launch/`` — i.e. the repository root — and
+    against the file's own directory otherwise.
+    """
+    p = Path(path)
+    data = load_yaml(p)
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping at the top level", file=str(p), key="<root>")
+    cfg = from_data(RuntimeConfig, {k: v for k, v in data.items() if k != "source"}, file=p)
+    base = p.resolve().parent
+    if base.name == "launch":
+        base = base.parent
+    return _resolve_paths(dataclasses.replace(cfg, source=p), base)
+
+
+def _resolve_paths(cfg: RuntimeConfig, base: Path) -> RuntimeConfig:
+    def rel(x: Path | None) -> Path | None:
+        if x is None or x.is_absolute():
+            return x
+        return base / x
+
+    server = dataclasses.replace(
+        cfg.server,
+        models=tuple(rel(m) or m for m in cfg.server.models),
+        tls=dataclasses.replace(
+            cfg.server.tls,
+            root_certificates=rel(cfg.server.tls.root_certificates),
+            private_key=rel(cfg.server.tls.private_key),
+            certificate_chain=rel(cfg.server.tls.certificate_chain),
+        ),
+    )
+    return dataclasses.replace(cfg, server=server)
+
+
+def with_overrides(
+    cfg: RuntimeConfig, *, url: str | None = None, sensors: Sequence[str] | None = None
+) -> RuntimeConfig:
+    """Common CLI overrides: an external server URL, a subset of enabled sensors."""
+    if url is not None:
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url))
+    if sensors is not None:
+        wanted = set(sensors)
+        unknown = wanted - {s.name for s in cfg.sensors}
+        if unknown:
+            raise ConfigError(f"unknown sensor(s): {', '.join(sorted(unknown))}", file=str(cfg.source), key="sensors")
+        cfg = dataclasses.replace(
+            cfg, sensors=tuple(dataclasses.replace(s, enabled=s.name in wanted) for s in cfg.sensors)
+        )
+    return cfg

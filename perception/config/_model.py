@@ -1,0 +1,264 @@
+"""Typed, immutable runtime configuration (the launch profile).
+
+Every class here is a frozen dataclass; ``from_data`` builds them from YAML. Durations in YAML are
+milliseconds (``*_ms``) for readability and exposed as integer nanoseconds (``*_ns``) to the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = [
+    "BudgetConfig",
+    "CircuitConfig",
+    "FaultConfig",
+    "FusionConfig",
+    "OutputConfig",
+    "PipelineConfig",
+    "RuntimeConfig",
+    "SensorConfig",
+    "ServerConfig",
+    "TLSConfig",
+    "TriggerConfig",
+]
+
+Kind = Literal["camera", "lidar", "radar"]
+Transport = Literal["grpc", "shm", "auto"]
+Overflow = Literal["drop-oldest", "drop-newest", "block"]
+
+_MS = 1_000_000
+
+
+def _ns(ms: float) -> int:
+    return round(ms * _MS)
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{name}: must be > 0, got {value}")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    enabled: bool = False
+    root_certificates: Path | None = None
+    private_key: Path | None = None
+    certificate_chain: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Where Triton is: ``url: embedded`` starts the bundled server; otherwise ``host:port`` (gRPC)."""
+
+    url: str = "embedded"
+    replicas: tuple[str, ...] = ()  # extra gRPC URLs serving the same models (round-robin)
+    models: tuple[Path, ...] = (Path("models"),)  # repositories for the embedded server
+    channels: int = 2
+    startup_timeout_s: float = 90.0
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not self.url:
+            raise ValueError("url: must be 'embedded' or host:port")
+        if self.channels < 1 or self.channels > 64:
+            raise ValueError(f"channels: must be within 1..64, got {self.channels}")
+        _positive("startup_timeout_s", self.startup_timeout_s)
+
+    @property
+    def embedded(self) -> bool:
+        return self.url == "embedded"
+
+
+@dataclass(frozen=True, slots=True)
+class SensorConfig:
+    name: str
+    kind: Kind
+    model: str
+    topic: str | None = None  # default: the drive's conventional topic for this sensor
+    transport: Transport = "auto"
+    sync_window_ms: float = 50.0  # max |sample time - frame time| to be used
+    max_staleness_ms: float = 250.0  # a sample older than this (vs. frame time) is never used
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"name: must be a non-empty identifier, got {self.name!r}")
+        if not self.model:
+            raise ValueError("model: must be a non-empty model name")
+        _non_negative("sync_window_ms", self.sync_window_ms)
+        _positive("max_staleness_ms", self.max_staleness_ms)
+
+    @property
+    def sync_window_ns(self) -> int:
+        return _ns(self.sync_window_ms)
+
+    @property
+    def max_staleness_ns(self) -> int:
+        return _ns(self.max_staleness_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerConfig:
+    """A frame is triggered by each sample of ``sensor``, or at a fixed ``rate_hz``."""
+
+    sensor: str | None = None
+    rate_hz: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.sensor is None) == (self.rate_hz is None):
+            raise ValueError("set exactly one of 'sensor' or 'rate_hz'")
+        if self.rate_hz is not None and not 0 < self.rate_hz <= 1000:
+            raise ValueError(f"rate_hz: must be within (0, 1000], got {self.rate_hz}")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """Per-frame latency budget. The join deadline is ``total - fusion_reserve`` after frame start."""
+
+    total_ms: float = 100.0
+    fusion_reserve_ms: float = 10.0
+    stages: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # stage -> ms
+
+    def __post_init__(self) -> None:
+        _positive("total_ms", self.total_ms)
+        _non_negative("fusion_reserve_ms", self.fusion_reserve_ms)
+        if self.fusion_reserve_ms >= self.total_ms:
+            raise ValueError(
+                f"fusion_reserve_ms: must be below total_ms ({self.total_ms}), got {self.fusion_reserve_ms}"
+            )
+        for stage, ms in self.stages.items():
+            if ms <= 0:
+                raise ValueError(f"stages: budget of stage {stage!r} must be > 0, got {ms}")
+
+    @property
+    def total_ns(self) -> int:
+        return _ns(self.total_ms)
+
+    @property
+    def join_ns(self) -> int:
+        return _ns(self.total_ms - self.fusion_reserve_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitConfig:
+    failure_threshold: int = 3  # consecutive failures (error or late) that open the circuit
+    reset_after_ms: float = 2000.0  # open -> half-open after this long
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
+            raise ValueError(f"failure_threshold: must be >= 1, got {self.failure_threshold}")
+        _positive("reset_after_ms", self.reset_after_ms)
+
+    @property
+    def reset_after_ns(self) -> int:
+        return _ns(self.reset_after_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    max_in_flight: int = 2  # K frames processed concurrently
+    queue_size: int = 4  # frames waiting for a pipeline slot
+    overflow: Overflow = "drop-oldest"
+    camera_requests: Literal["batched", "per_camera"] = "batched"
+    retry_unavailable: bool = True  # one retry on UNAVAILABLE when the remaining budget allows
+    min_retry_budget_ms: float = 20.0
+    circuit: CircuitConfig = field(default_factory=CircuitConfig)
+    drain_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_in_flight <= 64:
+            raise ValueError(f"max_in_flight: must be within 1..64, got {self.max_in_flight}")
+        if not 0 <= self.queue_size <= 4096:
+            raise ValueError(f"queue_size: must be within 0..4096, got {self.queue_size}")
+        _non_negative("min_retry_budget_ms", self.min_retry_budget_ms)
+        _positive("drain_timeout_s", self.drain_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class FusionConfig:
+    enabled: bool = True
+    score_threshold: float = 0.3
+    nms_iou: float = 0.3
+    radar_only: bool = True  # emit radar-only objects at lower confidence
+    camera_only: bool = True  # emit camera-only objects (ground-plane depth) at lower confidence
+    tracking: bool = True
+    track_max_misses: int = 3
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.score_threshold <= 1:
+            raise ValueError(f"score_threshold: must be within 0..1, got {self.score_threshold}")
+        if not 0 < self.nms_iou <= 1:
+            raise ValueError(f"nms_iou: must be within (0, 1], got {self.nms_iou}")
+        if self.track_max_misses < 0:
+            raise ValueError(f"track_max_misses: must be >= 0, got {self.track_max_misses}")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """Client-side fault injection on one model (works against any Triton)."""
+
+    model: str
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    error_probability: float = 0.0
+    probability: float = 1.0  # probability the delay applies to a request
+
+    def __post_init__(self) -> None:
+        _non_negative("delay_ms", self.delay_ms)
+        _non_negative("jitter_ms", self.jitter_ms)
+        for name in ("error_probability", "probability"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name}: must be within 0..1, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputConfig:
+    dir: Path | None = None
+    write_fused_mcap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    sensors: tuple[SensorConfig, ...]
+    trigger: TriggerConfig
+    server: ServerConfig = field(default_factory=ServerConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    faults: tuple[FaultConfig, ...] = ()
+    output: OutputConfig = field(default_factory=OutputConfig)
+    source: Path | None = None  # the YAML file this came from (for messages)
+
+    def __post_init__(self) -> None:
+        if not self.sensors:
+            raise ValueError("sensors: at least one sensor is required")
+        seen: set[str] = set()
+        for i, s in enumerate(self.sensors):
+            if s.name in seen:
+                raise ValueError(f"sensors: duplicate sensor name {s.name!r} at sensors[{i}]")
+            seen.add(s.name)
+        if self.trigger.sensor is not None and self.trigger.sensor not in seen:
+            raise ValueError(
+                f"trigger: sensor {self.trigger.sensor!r} is not one of the sensors ({', '.join(sorted(seen))})"
+            )
+
+    def sensor(self, name: str) -> SensorConfig:
+        for s in self.sensors:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def active_sensors(self) -> tuple[SensorConfig, ...]:
+        return tuple(s for s in self.sensors if s.enabled)

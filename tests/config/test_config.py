@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+sensors:
+  - {name: lidar, kind: lidar, model: lidar_detector}
+  - {name: cam, kind: camera, model: camera_detector, transport: shm}
+trigger: {sensor: lidar}
+budget: {total_ms: 100, fusion_reserve_ms: 10}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "profile.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_bundled_profile_loads() -> None:
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    assert isinstance(cfg, RuntimeConfig)
+    assert cfg.server.embedded
+    assert cfg.server.models[0] == ROOT / "models"
+    assert cfg.trigger.sensor in {s.name for s in cfg.sensors}
+
+
+def test_good_profile_types_and_units(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.sensors[1].transport == "shm"
+    assert cfg.budget.join_ns == 90_000_000
+    assert isinstance(cfg.budget.join_ns, int)
+    assert cfg.sensors[0].sync_window_ns == 50_000_000
+    with pytest.raises(AttributeError):
+        cfg.budget.total_ms = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragment"),
+    [
+        (GOOD.replace("model: camera_detector", "modle: camera_detector"), "sensors[1].modle", "unknown key"),
+        (GOOD.replace("model: camera_detector", "model: 3"), "sensors[1].model", "expected a string"),
+        (GOOD.replace("kind: lidar", "kind: sonar"), "sensors[0].kind", "expected one of"),
+        (GOOD.replace("total_ms: 100", "total_ms: -1"), "budget.total_ms", "must be > 0"),
+        (GOOD.replace("fusion_reserve_ms: 10", "fusion_reserve_ms: 200"), "budget.fusion_reserve_ms", "below"),
+        (GOOD.replace("{sensor: lidar}", "{sensor: radar}"), "trigger", "not one of the sensors"),
+        (GOOD.replace("{sensor: lidar}", "{sensor: lidar, rate_hz: 10}"), "trigger", "exactly one"),
+        (GOOD + "pipeline: {overflow: sometimes}\n", "pipeline.overflow", "drop-oldest"),
+        (GOOD + "pipeline: {max_in_flight: true}\n", "pipeline.max_in_flight", "expected an integer"),
+        (GOOD.replace("- {name: lidar, kind: lidar, model: lidar_detector}\n", ""), "trigger", "not one of"),
+        ("trigger: {sensor: a}\n", "sensors", "required key is missing"),
+        ("sensors: 5\ntrigger: {rate_hz: 10}\n", "sensors", "expected a list"),
+        ("- 1\n- 2\n", "<root>", "mapping at the top level"),
+    ],
+)
+def test_bad_profile_names_file_and_key(tmp_path: Path, text: str, key: str, fragment: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: {key}: "), msg
+    assert fragment in msg
+    assert "\n" not in msg
+
+
+def test_duplicate_sensor_names(tmp_path: Path) -> None:
+    text = GOOD.replace("name: cam,", "name: lidar,")
+    with pytest.raises(ConfigError, match="duplicate sensor name 'lidar'"):
+        load_config(write(tmp_path, text))
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+: invalid YAML"):
+        load_config(write(tmp_path, "sensors:\n  - {name: [\n"))
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
+    text = GOOD + "output: !!python/object/apply:os.system ['echo pwned']\n"
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(write(tmp_path, text))
+
+
+def test_overrides(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, GOOD))
+    cfg2 = with_overrides(cfg, url="10.0.0.1:8001", sensors=["cam"])
+    assert cfg2.server.url == "10.0.0.1:8001"
+    assert not cfg2.server.embedded
+    assert [s.name for s in cfg2.active_sensors] == ["cam"]
+    with pytest.raises(ConfigError, match="unknown sensor"):
+        with_overrides(cfg, sensors=["sonar"])
+
+
+def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("model: lidar_detector", "modle: lidar_detector"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "perception", "config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "sensors[0].modle: unknown key" in lines[0]
+    assert "Traceback" not in proc.stderr
