@@ -318,6 +318,7 @@ class SensorResult:
     error: str | None = None
     sample_t_ns: int | None = None
     model: str | None = None
+    stages: Mapping[str, int] = field(default_factory=dict)  # e.g. preprocess, request (ns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,26 @@
+"""Frame scheduler: time alignment, concurrent dispatch with a deadline join, pipelining, embedding APIs."""
+
+from __future__ import annotations
+
+from perception.scheduler._align import AlignStats, FrameAssembler
+from perception.scheduler._circuit import CircuitBreaker, CircuitState
+from perception.scheduler._dispatch import Dispatcher, InferClient
+from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._runtime import FusionStage, Runtime
+from perception.scheduler._tensors import OUTPUTS, prepare_inputs
+from perception.scheduler._thread import ThreadedRuntime
+
+__all__ = [
+    "OUTPUTS",
+    "AlignStats",
+    "CircuitBreaker",
+    "CircuitState",
+    "Dispatcher",
+    "FrameAssembler",
+    "FusionStage",
+    "InferClient",
+    "OrderedPipeline",
+    "Runtime",
+    "ThreadedRuntime",
+    "prepare_inputs",
+]

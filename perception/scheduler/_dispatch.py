@@ -1,0 +1,273 @@
+"""One frame: concurrent per-sensor requests, joined under the frame's deadline.
+
+Each request runs as its own task in a task group inside a ``move_on_after`` scope set to the join
+deadline. When the scope expires the still-running tasks are cancelled — which cancels their gRPC
+calls — and their sensors are marked ``late``. A request that fails is ``error`` with the translated
+message; a sensor without a usable sample is ``missing``; a sensor whose model's circuit is open is
+``skipped``. Nothing here ever waits past the deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from perception.config import PipelineConfig, SensorConfig
+from perception.errors import ConnectError, InputError, PerceptionError
+from perception.scheduler._circuit import CircuitBreaker
+from perception.scheduler._tensors import OUTPUTS, camera_batch, prepare_inputs, split_batch
+from perception.types import Frame, SensorResult, SensorStatus
+
+__all__ = ["Dispatcher", "InferClient", "SensorOutcome"]
+
+log = logging.getLogger(__name__)
+
+Arrays = Mapping[str, npt.NDArray[Any]]
+
+
+class _InferResultLike(Protocol):
+    @property
+    def outputs(self) -> Arrays: ...
+
+
+class InferClient(Protocol):
+    """What the dispatcher needs from :class:`perception.triton.TritonClient`."""
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Arrays,
+        *,
+        outputs: Sequence[str],
+        timeout_ns: int | None = None,
+        request_id: str | None = None,
+        sensor: str | None = None,
+        frame: int | None = None,
+        use_shm: bool | None = None,
+    ) -> _InferResultLike: ...
+
+
+@dataclass
+class SensorOutcome:
+    """Mutable per-sensor bookkeeping while a frame is in flight."""
+
+    sensor: str
+    model: str
+    status: SensorStatus | None = None
+    outputs: Arrays = field(default_factory=dict)
+    error: str | None = None
+    sample_t_ns: int | None = None
+    start_ns: int = 0
+    end_ns: int = 0
+    stages: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+
+
+def _transport_flag(cfg: SensorConfig) -> bool | None:
+    return {"grpc": False, "shm": True, "auto": None}[cfg.transport]
+
+
+class Dispatcher:
+    """Sends a frame's sensor requests concurrently and joins them under a deadline."""
+
+    def __init__(
+        self,
+        client: InferClient,
+        sensors: Sequence[SensorConfig],
+        pipeline: PipelineConfig,
+        *,
+        clock: Any = time.monotonic_ns,
+    ) -> None:
+        self._client = client
+        self._sensors = [s for s in sensors if s.enabled]
+        self._pipeline = pipeline
+        self._clock = clock
+        self.breakers: dict[str, CircuitBreaker] = {}
+        for s in self._sensors:
+            self.breakers.setdefault(s.model, CircuitBreaker(s.model, pipeline.circuit))
+
+    @property
+    def sensors(self) -> Sequence[SensorConfig]:
+        return self._sensors
+
+    async def dispatch(self, frame: Frame, deadline_ns: int) -> dict[str, SensorResult]:
+        """Run every sensor request of ``frame``; return by the absolute monotonic ``deadline_ns``."""
+        outcomes = {s.name: SensorOutcome(s.name, s.model) for s in self._sensors}
+        now = self._clock()
+        groups: list[tuple[str, list[SensorConfig]]] = []  # (model, sensors) per request
+        cams: dict[str, list[SensorConfig]] = {}
+        for s in self._sensors:
+            sample = frame.samples.get(s.name)
+            oc = outcomes[s.name]
+            if sample is None:
+                oc.status = SensorStatus.MISSING
+                continue
+            oc.sample_t_ns = sample.t_ns
+            if s.kind == "camera" and self._pipeline.camera_requests == "batched":
+                cams.setdefault(s.model, []).append(s)
+            else:
+                groups.append((s.model, [s]))
+        groups.extend(cams.items())
+
+        runnable: list[tuple[str, list[SensorConfig]]] = []
+        for model, members in groups:
+            if self.breakers[model].allow(now):
+                runnable.append((model, members))
+            else:
+                for s in members:
+                    outcomes[s.name].status = SensorStatus.SKIPPED
+                    outcomes[s.name].error = f"circuit open for model {model}"
+
+        remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
+        with anyio.move_on_after(remaining_s):
+            async with anyio.create_task_group() as tg:
+                for model, members in runnable:
+                    tg.start_soon(self._request, frame, model, members, outcomes, deadline_ns)
+        end = self._clock()
+        for model, members in runnable:
+            late = [s for s in members if outcomes[s.name].status is None]
+            for s in late:
+                oc = outcomes[s.name]
+                oc.status = SensorStatus.LATE
+                oc.end_ns = end
+                oc.error = "no answer by the join deadline; request cancelled"
+            breaker = self.breakers[model]
+            if late or any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
+                breaker.record_failure(end)
+            else:
+                breaker.record_success()
+        return {name: self._result(oc) for name, oc in outcomes.items()}
+
+    # ------------------------------------------------------------------------------------------
+    async def _request(
+        self,
+        frame: Frame,
+        model: str,
+        members: list[SensorConfig],
+        outcomes: dict[str, SensorOutcome],
+        deadline_ns: int,
+    ) -> None:
+        start = self._clock()
+        for s in members:
+            outcomes[s.name].start_ns = start
+        kind = members[0].kind
+        try:
+            inputs, index = await self._prepare(frame, members, outcomes)
+        except PerceptionError as exc:
+            self._fail(members, outcomes, str(exc))
+            return
+        prepared = self._clock()
+        use_shm = _transport_flag(members[0])
+        names = ",".join(s.name for s in members)
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = deadline_ns - self._clock()
+            try:
+                result = await self._client.infer(
+                    model,
+                    inputs,
+                    outputs=OUTPUTS[kind],
+                    timeout_ns=max(timeout, 1_000_000),
+                    request_id=f"{frame.frame_id}:{names}",
+                    sensor=names,
+                    frame=frame.frame_id,
+                    use_shm=use_shm,
+                )
+                break
+            except ConnectError as exc:
+                left = deadline_ns - self._clock()
+                if (
+                    attempt == 1
+                    and self._pipeline.retry_unavailable
+                    and left >= round(self._pipeline.min_retry_budget_ms * 1e6)
+                ):
+                    log.info(
+                        "frame %d: %s unavailable, retrying once (%.1f ms left)", frame.frame_id, model, left / 1e6
+                    )
+                    continue
+                self._fail(members, outcomes, str(exc), attempt)
+                return
+            except PerceptionError as exc:
+                self._fail(members, outcomes, str(exc), attempt)
+                return
+        end = self._clock()
+        for s in members:
+            oc = outcomes[s.name]
+            oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
+            oc.status = SensorStatus.OK
+            oc.end_ns = end
+            oc.attempts = attempt
+            oc.stages = {"preprocess": prepared - start, "request": end - prepared}
+
+    async def _prepare(
+        self, frame: Frame, members: list[SensorConfig], outcomes: dict[str, SensorOutcome]
+    ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int]]:
+        """Build the request tensors; cameras of one model are stacked into one batch."""
+        kind = members[0].kind
+        if kind != "camera":
+            (s,) = members
+            sample = frame.samples[s.name]
+            assert sample is not None
+            return prepare_inputs(kind, sample), {}
+        images: list[npt.NDArray[np.uint8]] = []
+        ok: list[SensorConfig] = []
+        for s in members:
+            sample = frame.samples[s.name]
+            assert sample is not None
+            try:
+                # JPEG decoding is CPU work: keep it off the event loop.
+                img = await anyio.to_thread.run_sync(prepare_inputs, kind, sample)
+            except PerceptionError as exc:
+                self._fail([s], outcomes, str(exc))
+                continue
+            images.append(img["IMAGE"][0])
+            ok.append(s)
+        if not ok:
+            raise InputError("every camera in the batch failed preprocessing", sensor=",".join(s.name for s in members))
+        if len(ok) == 1:
+            return {"IMAGE": images[0][None]}, {ok[0].name: 0}
+        groups = camera_batch(images)
+        # Cameras of different resolutions cannot share a batch: keep the largest group in this
+        # request and mark the rest as errors with a clear reason (configure per_camera for them).
+        main = max(groups, key=len)
+        for g in groups:
+            if g is not main:
+                for i in g:
+                    self._fail([ok[i]], outcomes, "image size differs from the other cameras in the batch")
+        batch = np.stack([images[i] for i in main])
+        return {"IMAGE": batch}, {ok[i].name: j for j, i in enumerate(main)}
+
+    def _fail(
+        self, members: Sequence[SensorConfig], outcomes: dict[str, SensorOutcome], msg: str, attempts: int = 1
+    ) -> None:
+        end = self._clock()
+        for s in members:
+            oc = outcomes[s.name]
+            if oc.status is None:
+                oc.status = SensorStatus.ERROR
+                oc.error = msg
+                oc.end_ns = end
+                oc.attempts = attempts
+
+    @staticmethod
+    def _result(oc: SensorOutcome) -> SensorResult:
+        status = oc.status or SensorStatus.MISSING
+        latency = max(0, oc.end_ns - oc.start_ns) if oc.start_ns else 0
+        return SensorResult(
+            sensor=oc.sensor,
+            status=status,
+            latency_ns=latency,
+            outputs=oc.outputs if status is SensorStatus.OK else {},
+            error=oc.error,
+            sample_t_ns=oc.sample_t_ns,
+            model=oc.model,
+            stages=oc.stages,
+        )

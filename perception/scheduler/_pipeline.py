@@ -1,0 +1,152 @@
+"""Pipelining: up to K frames in flight, results emitted in frame order, bounded queue with a policy.
+
+Frames enter in source order and get a sequence number. At most ``max_in_flight`` are processed at
+once; the rest wait in a bounded queue of ``queue_size``. When the queue overflows:
+
+* ``drop-oldest`` drops the oldest waiting frame (a live host wants the freshest data),
+* ``drop-newest`` refuses the incoming frame,
+* ``block`` makes the source wait (offline replay; never drops).
+
+A dropped frame is not lost: it is emitted, in order, as a record with status ``dropped`` and the
+reason. Every frame that enters yields exactly one result.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import replace
+
+import anyio
+from anyio.abc import ObjectSendStream, TaskGroup
+
+from perception.config import PipelineConfig
+from perception.types import Frame, FrameResult
+
+__all__ = ["OrderedPipeline"]
+
+log = logging.getLogger(__name__)
+
+Process = Callable[[Frame], Awaitable[FrameResult]]
+Drop = Callable[[Frame, str], FrameResult]
+
+
+class OrderedPipeline:
+    """Runs frames through ``process`` with bounded concurrency and ordered, lossless output."""
+
+    def __init__(self, process: Process, dropped: Drop, config: PipelineConfig) -> None:
+        self._process = process
+        self._dropped = dropped
+        self._k = config.max_in_flight
+        self._queue_size = config.queue_size
+        self._overflow = config.overflow
+        self._drain_s = config.drain_timeout_s
+        self._cond = anyio.Condition()
+        self._out_lock = anyio.Lock()
+        self._pending: deque[tuple[int, Frame]] = deque()
+        self._in_flight: dict[int, Frame] = {}
+        self._done: dict[int, FrameResult] = {}
+        self._next_seq = 0
+        self._next_emit = 0
+        self._intake = anyio.CancelScope()
+        self._out: ObjectSendStream[FrameResult] | None = None
+        self.dropped_count = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def stop(self) -> None:
+        """Stop taking frames; in-flight frames drain (up to the drain timeout), the rest are recorded."""
+        self._intake.cancel()
+
+    async def run(self, source: AsyncIterable[Frame], out: ObjectSendStream[FrameResult]) -> None:
+        """Consume ``source``, sending exactly one result per frame to ``out`` in order; then close it."""
+        self._out = out
+        async with out:
+            try:
+                async with anyio.create_task_group() as tg:
+                    with self._intake:
+                        async for frame in source:
+                            await self._admit(frame, tg)
+                    # Source finished or stop(): let in-flight frames finish, bounded when stopping.
+                    with anyio.move_on_after(self._drain_s if self._intake.cancel_called else None) as drain:
+                        async with self._cond:
+                            while self._in_flight or (self._pending and not self._intake.cancel_called):
+                                await self._cond.wait()
+                    if drain.cancelled_caught:
+                        log.warning("drain timeout: cancelling %d in-flight frame(s)", len(self._in_flight))
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    self._abandon()
+                    await self._flush()
+
+    async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
+        if not frame.created_ns:
+            frame = replace(frame, created_ns=time.monotonic_ns())
+        async with self._cond:
+            if self._overflow == "block":
+                while len(self._in_flight) >= self._k and len(self._pending) >= self._queue_size:
+                    await self._cond.wait()
+            seq = self._next_seq
+            self._next_seq += 1
+            self._pending.append((seq, frame))
+            self._start_ready(tg)
+            while len(self._pending) > self._queue_size:
+                victim_seq, victim = self._pending.popleft() if self._overflow == "drop-oldest" else self._pending.pop()
+                reason = f"queue overflow ({self._overflow}; {self._k} in flight, queue of {self._queue_size})"
+                self._done[victim_seq] = self._dropped(victim, reason)
+                self.dropped_count += 1
+        await self._flush()
+
+    def _start_ready(self, tg: TaskGroup) -> None:
+        while self._pending and len(self._in_flight) < self._k:
+            seq, frame = self._pending.popleft()
+            self._in_flight[seq] = frame
+            tg.start_soon(self._work, seq, frame, tg, name=f"frame-{frame.frame_id}")
+
+    async def _work(self, seq: int, frame: Frame, tg: TaskGroup) -> None:
+        try:
+            result = await self._process(frame)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                async with self._cond:
+                    self._finish(seq, self._dropped(frame, "shutdown: cancelled while in flight"))
+            raise
+        except Exception as exc:  # a bug must not lose the frame: record it and keep running
+            log.exception("frame %d: processing failed", frame.frame_id)
+            result = self._dropped(frame, f"internal error: {type(exc).__name__}: {exc}")
+        async with self._cond:
+            self._finish(seq, result)
+            if not self._intake.cancel_called:
+                self._start_ready(tg)
+        await self._flush()
+
+    def _finish(self, seq: int, result: FrameResult) -> None:
+        self._in_flight.pop(seq, None)
+        self._done[seq] = result
+        self._cond.notify_all()
+
+    async def _flush(self) -> None:
+        assert self._out is not None
+        async with self._out_lock:
+            while self._next_emit in self._done:
+                result = self._done.pop(self._next_emit)
+                self._next_emit += 1
+                try:
+                    await self._out.send(result)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    log.warning("result consumer went away; frame %d not delivered", result.frame_id)
+
+    def _abandon(self) -> None:
+        """Record frames that will never be processed (shutdown)."""
+        for seq, frame in self._pending:
+            self._done[seq] = self._dropped(frame, "shutdown: never started")
+            self.dropped_count += 1
+        self._pending.clear()
+        for seq, frame in list(self._in_flight.items()):
+            self._done.setdefault(seq, self._dropped(frame, "shutdown: in flight"))
+        self._in_flight.clear()

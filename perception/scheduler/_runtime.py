@@ -1,0 +1,260 @@
+"""The runtime: ``async with Runtime(config) as rt`` — process frames against Triton, with fusion.
+
+Opening a runtime, in order (each step rolled back if a later one fails):
+
+1. the embedded Triton server, when ``server.url`` is ``embedded`` (otherwise the given URL is used);
+2. the Triton client (channels, replicas, TLS, headers);
+3. a readiness check of every configured model and a check of its tensor contract against its
+   sensor kind — a model that is not READY or does not match is a clear error naming it.
+
+Then ``await rt.process(frame)`` runs one frame, and ``async for r in rt.run(frames)`` runs a stream
+with pipelining (K in flight, ordered output, overflow policy). Closing stops intake, drains the
+in-flight frames up to the drain timeout, emits every record, and releases the client and server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+import anyio
+
+from perception.config import RuntimeConfig
+from perception.errors import RuntimeClosedError
+from perception.scheduler._dispatch import Dispatcher, InferClient
+from perception.scheduler._pipeline import OrderedPipeline
+from perception.types import (
+    Detection3D,
+    Frame,
+    FrameResult,
+    FrameStatus,
+    LatencyTree,
+    SensorResult,
+    SensorSpec,
+    SensorStatus,
+)
+
+__all__ = ["FusionStage", "Runtime"]
+
+log = logging.getLogger(__name__)
+
+
+class FusionStage(Protocol):
+    """Turns a joined frame into fused detections; returns ``(detections, stage_ns)``.
+
+    ``stage_ns`` maps stage names (e.g. ``fusion``, ``tracking``) to the nanoseconds they took.
+    Must never raise because a sensor is missing: missing sensors simply have no outputs.
+    """
+
+    def __call__(
+        self, frame: Frame, results: Mapping[str, SensorResult]
+    ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
+
+
+FusionFactory = Any  # Callable[[RuntimeConfig, Mapping[str, SensorSpec]], FusionStage]
+
+
+class Runtime:
+    """Frame scheduler + fusion, as an async context manager.
+
+    ``rig`` gives each sensor's extrinsic and calibration (from the drive, or from the vehicle).
+    ``client`` may be passed to share an already open Triton client (the runtime then neither opens
+    nor closes it); otherwise the runtime opens its own from ``config.server``.
+    """
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        rig: Mapping[str, SensorSpec] | None = None,
+        fusion: FusionStage | None = None,
+        client: InferClient | None = None,
+        check_models: bool = True,
+    ) -> None:
+        self.config = config
+        self.rig = dict(rig or {})
+        self._fusion = fusion
+        self._external_client = client
+        self._check_models = check_models
+        self._client: InferClient | None = client
+        self._dispatcher: Dispatcher | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._closed = False
+        self.server: Any = None  # EmbeddedTriton when embedded
+        self.url: str | None = None
+        self._pipelines: set[OrderedPipeline] = set()
+
+    # -- lifetime -------------------------------------------------------------------------------
+    async def __aenter__(self) -> Runtime:
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            if self._client is None:
+                self._client = await self._open_client(stack)
+            if self._check_models:
+                await self._verify_models()
+            self._dispatcher = Dispatcher(self._client, self.config.sensors, self.config.pipeline)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for p in list(self._pipelines):
+            p.stop()
+        if self._stack is not None:
+            with anyio.CancelScope(shield=True):
+                await self._stack.aclose()
+
+    async def _open_client(self, stack: contextlib.AsyncExitStack) -> InferClient:
+        from perception.triton import ClientOptions, TritonClient
+
+        server = self.config.server
+        if server.embedded:
+            from perception.server import EmbeddedTriton
+
+            emb = EmbeddedTriton(list(server.models), startup_timeout_s=server.startup_timeout_s)
+            await stack.enter_async_context(emb)
+            self.server = emb
+            urls: tuple[str, ...] = (emb.grpc_url, *server.replicas)
+        else:
+            urls = (server.url, *server.replicas)
+        self.url = urls[0]
+        tls = server.tls
+        opts = ClientOptions(
+            urls=urls,
+            channels=server.channels,
+            ssl=tls.enabled,
+            root_certificates=str(tls.root_certificates) if tls.root_certificates else None,
+            private_key=str(tls.private_key) if tls.private_key else None,
+            certificate_chain=str(tls.certificate_chain) if tls.certificate_chain else None,
+            headers=dict(server.headers),
+        )
+        client: InferClient = await stack.enter_async_context(TritonClient(opts))
+        return client
+
+    async def _verify_models(self) -> None:
+        from perception.triton import TritonClient, check_contract
+
+        client = self._client
+        if not isinstance(client, TritonClient):
+            return
+        models: dict[str, str] = {}
+        for s in self.config.active_sensors:
+            models.setdefault(s.model, s.kind)
+        await client.wait_ready(sorted(models), timeout_s=self.config.server.startup_timeout_s)
+        for model, kind in models.items():
+            check_contract(kind, await client.model_contract(model))
+
+    # -- processing -----------------------------------------------------------------------------
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None or self._closed:
+            raise RuntimeClosedError("the runtime is not open")
+        return self._dispatcher
+
+    async def process(self, frame: Frame) -> FrameResult:
+        """Process one frame now (no queueing): dispatch, join by the deadline, fuse."""
+        dispatcher = self.dispatcher
+        budget = self.config.budget
+        start = time.monotonic_ns()
+        origin = frame.created_ns or start
+        results = await dispatcher.dispatch(frame, origin + budget.join_ns)
+        joined = time.monotonic_ns()
+        detections: tuple[Detection3D, ...] = ()
+        fusion_stages: Mapping[str, int] = {}
+        if self._fusion is not None:
+            fusion = self._fusion
+            detections, fusion_stages = await anyio.to_thread.run_sync(fusion, frame, results)
+        end = time.monotonic_ns()
+        return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
+
+    def _record(
+        self,
+        frame: Frame,
+        results: Mapping[str, SensorResult],
+        origin: int,
+        start: int,
+        joined: int,
+        end: int,
+        detections: tuple[Detection3D, ...],
+        fusion_stages: Mapping[str, int],
+    ) -> FrameResult:
+        answered = [r for r in results.values() if r.status is SensorStatus.OK]
+        last_answer = max((start + r.latency_ns for r in answered), default=start)
+        stages = {
+            "schedule_wait": start - origin,
+            "dispatch": joined - start,
+            "join_wait": max(0, joined - last_answer),
+            **fusion_stages,
+        }
+        if not fusion_stages:
+            stages["fusion"] = end - joined
+        sensors = {name: {"total": r.latency_ns, **r.stages} for name, r in results.items() if r.latency_ns or r.stages}
+        total = end - origin
+        status = (
+            FrameStatus.OK
+            if results and all(r.status is SensorStatus.OK for r in results.values())
+            else FrameStatus.DEGRADED
+        )
+        return FrameResult(
+            frame_id=frame.frame_id,
+            t_ns=frame.t_ns,
+            status=status,
+            sensors=dict(results),
+            detections=detections,
+            latency=LatencyTree(total_ns=total, stages=stages, sensors=sensors),
+            deadline_missed=total > self.config.budget.total_ns,
+        )
+
+    def dropped(self, frame: Frame, reason: str) -> FrameResult:
+        """The record of a frame that was never processed."""
+        return FrameResult(
+            frame_id=frame.frame_id,
+            t_ns=frame.t_ns,
+            status=FrameStatus.DROPPED,
+            sensors={},
+            reason=reason,
+        )
+
+    async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
+        """Process a stream of frames with pipelining; yields exactly one result per frame, in order."""
+        self.dispatcher  # noqa: B018 - raises when closed
+        source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
+        pipeline = OrderedPipeline(self.process, self.dropped, self.config.pipeline)
+        buffer = self.config.pipeline.max_in_flight + self.config.pipeline.queue_size + 1
+        send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
+        self._pipelines.add(pipeline)
+        try:
+            async with anyio.create_task_group() as tg, recv:
+                tg.start_soon(pipeline.run, source, send)
+                async for result in recv:
+                    yield result
+        finally:
+            pipeline.stop()
+            self._pipelines.discard(pipeline)
+
+    def stop(self) -> None:
+        """Stop taking frames in every running stream (they drain and end)."""
+        for p in list(self._pipelines):
+            p.stop()
+
+
+async def _aiter(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
+    for f in frames:
+        yield f
+        await anyio.lowlevel.checkpoint()
