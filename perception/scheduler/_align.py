@@ -57,8 +57,8 @@ class FrameAssembler:
             raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
         self._trigger = trigger
         self._horizon_ns = max((s.sync_window_ns for s in sensors if s.enabled), default=0)
-        keep = max((max(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
-        self._keep_ns = 2 * keep + 1
+        # No future frame (t >= oldest pending) can use a sample older than this before it.
+        self._keep_ns = max((min(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
         self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
         self._last_t: dict[str, int] = {}
         self._pending: deque[int] = deque()  # frame times waiting for the horizon

@@ -78,7 +78,7 @@ class OrderedPipeline:
                                 await self._cond.wait()
                     if drain.cancelled_caught:
                         log.warning("drain timeout: cancelling %d in-flight frame(s)", len(self._in_flight))
-                    tg.cancel_scope.cancel()
+                        tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
                     self._abandon()
@@ -134,12 +134,13 @@ class OrderedPipeline:
         assert self._out is not None
         async with self._out_lock:
             while self._next_emit in self._done:
-                result = self._done.pop(self._next_emit)
-                self._next_emit += 1
+                result = self._done[self._next_emit]
                 try:
-                    await self._out.send(result)
+                    await self._out.send(result)  # removed only once delivered (send may be cancelled)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     log.warning("result consumer went away; frame %d not delivered", result.frame_id)
+                del self._done[self._next_emit]
+                self._next_emit += 1
 
     def _abandon(self) -> None:
         """Record frames that will never be processed (shutdown)."""

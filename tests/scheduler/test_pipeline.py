@@ -1,0 +1,123 @@
+"""Ordering, K-in-flight and overflow policies of the pipeline (pure scheduling logic, no server)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from perception.config import PipelineConfig
+from perception.scheduler import OrderedPipeline
+from perception.types import Frame, FrameResult, FrameStatus
+
+pytestmark = pytest.mark.anyio
+
+
+def frame(i: int) -> Frame:
+    return Frame(frame_id=i, t_ns=i * 100_000_000, samples={})
+
+
+def make(delays: dict[int, float], in_flight: list[int]):  # type: ignore[no-untyped-def]
+    active = 0
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal active
+        active += 1
+        in_flight.append(active)
+        await anyio.sleep(delays.get(f.frame_id, 0.01))
+        active -= 1
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    return process, dropped
+
+
+async def collect(pipeline: OrderedPipeline, source) -> list[FrameResult]:  # type: ignore[no-untyped-def]
+    send, recv = anyio.create_memory_object_stream[FrameResult](100)
+    out: list[FrameResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pipeline.run, source, send)
+        async with recv:
+            async for r in recv:
+                out.append(r)
+    return out
+
+
+async def paced(n: int, period: float) -> AsyncIterator[Frame]:
+    for i in range(n):
+        yield frame(i)
+        await anyio.sleep(period)
+
+
+async def test_in_order_with_k_in_flight() -> None:
+    in_flight: list[int] = []
+    process, dropped = make({0: 0.05, 1: 0.01, 2: 0.03}, in_flight)
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=3, queue_size=10, overflow="block"))
+    with anyio.fail_after(5):
+        out = await collect(p, paced(6, 0))
+    assert [r.frame_id for r in out] == list(range(6))
+    assert all(r.status is FrameStatus.OK for r in out)
+    assert max(in_flight) == 3
+
+
+async def test_block_never_drops() -> None:
+    in_flight: list[int] = []
+    process, dropped = make({}, in_flight)
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=1, queue_size=0, overflow="block"))
+    with anyio.fail_after(5):
+        out = await collect(p, paced(20, 0))
+    assert [r.status for r in out] == [FrameStatus.OK] * 20
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
+async def test_overflow_emits_dropped_records_in_order(policy: str) -> None:
+    in_flight: list[int] = []
+    process, dropped = make({i: 0.05 for i in range(20)}, in_flight)
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=1, queue_size=1, overflow=policy))  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        out = await collect(p, paced(10, 0.005))
+    assert [r.frame_id for r in out] == list(range(10))  # exactly one record per frame, in order
+    drops = [r for r in out if r.status is FrameStatus.DROPPED]
+    assert drops and all(policy in (r.reason or "") for r in drops)
+    assert out[0].status is FrameStatus.OK
+    if policy == "drop-oldest":
+        assert out[-1].status is FrameStatus.OK  # the freshest frame survives
+    assert p.dropped_count == len(drops)
+
+
+async def test_stop_drains_and_records_every_frame() -> None:
+    in_flight: list[int] = []
+    process, dropped = make({i: 0.02 for i in range(100)}, in_flight)
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=2, queue_size=4, overflow="block"))
+
+    async def stopper() -> None:
+        await anyio.sleep(0.1)
+        p.stop()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stopper)
+            out = await collect(p, paced(100, 0.001))
+    ids = [r.frame_id for r in out]
+    assert ids == list(range(len(ids)))
+    assert any(r.status is FrameStatus.OK for r in out)
+    assert all(r.status is FrameStatus.OK or (r.reason or "").startswith("shutdown") for r in out)
+
+
+async def test_processing_bug_is_recorded_not_lost() -> None:
+    async def process(f: Frame) -> FrameResult:
+        if f.frame_id == 1:
+            raise ValueError("boom")
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=2))
+    with anyio.fail_after(5):
+        out = await collect(p, paced(3, 0))
+    assert [r.status for r in out] == [FrameStatus.OK, FrameStatus.DROPPED, FrameStatus.OK]
+    assert "ValueError: boom" in (out[1].reason or "")
