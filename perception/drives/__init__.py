@@ -1,0 +1,15 @@
+"""Recorded drives: one MCAP file per drive, Foxglove protobuf schemas, openable in Foxglove as is.
+
+:class:`DriveWriter` records sensor samples, ego poses and ground truth; :class:`DriveReader`
+validates a drive up front and serves time-ordered samples, interpolated ego poses and ground truth.
+The format (topics, frames, schemas, units) is described in ``replay_data/README.md``.
+"""
+
+from __future__ import annotations
+
+from perception.drives._codec import POINT_FIELDS, topic_for
+from perception.drives._reader import DriveReader
+from perception.drives._stats import DriveStats, TopicStats
+from perception.drives._writer import DriveWriter
+
+__all__ = ["POINT_FIELDS", "DriveReader", "DriveStats", "DriveWriter", "TopicStats", "topic_for"]

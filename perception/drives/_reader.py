@@ -1,0 +1,424 @@
+"""DriveReader: opens a drive, validates it up front, and serves samples, ego poses and ground truth.
+
+An intact file is read through its MCAP summary and indexes (seek by time, topic filtering, no full
+scan). A file without a usable summary (truncated recording, crashed writer) is scanned linearly up to
+the first unreadable record; the readable prefix is then served the same way, and the damage is
+reported as :attr:`DriveReader.truncated` (and raised at the end of :meth:`DriveReader.samples` in
+strict mode).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+
+import numpy as np
+from mcap.reader import SeekingReader
+from mcap.records import Channel, Message
+from mcap.summary import Summary
+from mcap.well_known import MessageEncoding
+
+from perception.drives import _codec as codec
+from perception.drives._scan import MAGIC, ChannelTimes, scan_prefix, times_from_index
+from perception.drives._stats import DriveStats, TopicStats
+from perception.errors import DriveError
+from perception.types import (
+    CameraCalibration,
+    EgoPose,
+    GroundTruth,
+    ImageSample,
+    PointCloudSample,
+    SensorKind,
+    SensorSpec,
+    Transform,
+)
+
+__all__ = ["DriveReader"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_CALIBRATION = "foxglove.CameraCalibration"
+_TF_STATIC = "foxglove.FrameTransforms"
+_ODOMETRY = "foxglove.Odometry"
+_SCENE_UPDATE = "foxglove.SceneUpdate"
+_IMAGE = "foxglove.CompressedImage"
+_POINT_CLOUD = "foxglove.PointCloud"
+
+
+class _PrefixReader(SeekingReader):
+    """The library's seeking reader over a summary rebuilt by :func:`scan_prefix`."""
+
+    def __init__(self, stream: IO[bytes], summary: Summary) -> None:
+        stream.seek(0)
+        super().__init__(stream, validate_crcs=True)
+        self._prefix_summary = summary
+
+    def get_summary(self) -> Summary:
+        return self._prefix_summary
+
+
+class DriveReader:
+    """Read a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
+
+    ``sensors`` restricts the reader (validation, :attr:`rig`, :meth:`samples`) to those sensor names.
+    With ``strict`` (default) a truncated drive raises :class:`DriveError` once :meth:`samples` has
+    yielded the readable prefix; otherwise a warning is logged. :attr:`truncated` is set either way.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, sensors: Iterable[str] | None = None, strict: bool = True
+    ) -> None:
+        self.path = Path(path)
+        self.truncated: DriveError | None = None
+        self._strict = strict
+        self._ego: list[EgoPose] | None = None
+        self._gt: list[GroundTruth] | None = None
+        try:
+            self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise DriveError(f"cannot open drive: {exc.strerror or exc}", file=str(self.path)) from exc
+        try:
+            self._open(None if sensors is None else list(sensors))
+        except BaseException:
+            self._file.close()
+            raise
+
+    # -- opening and validation --------------------------------------------------------------------
+
+    def _err(self, message: str, **context: object) -> DriveError:
+        return DriveError(message, file=str(self.path), **context)
+
+    def _open(self, sensors: list[str] | None) -> None:
+        if self._file.read(len(MAGIC)) != MAGIC:
+            raise self._err("not an MCAP file (bad magic)")
+        try:
+            self._file.seek(0)
+            summary: Summary | None = SeekingReader(self._file).get_summary()
+        except Exception as exc:  # a damaged tail can fail anywhere in the library's footer parsing
+            log.debug("%s: no usable summary (%s); scanning linearly", self.path, exc)
+            summary = None
+        if summary is not None:
+            self._file.seek(0)
+            self._mcap: SeekingReader = SeekingReader(self._file, validate_crcs=True)
+            try:
+                metadata = {m.name: m.metadata for m in self._mcap.iter_metadata()}
+                times = times_from_index(self._file, summary)
+            except Exception as exc:
+                raise self._err(f"damaged index: {exc}") from exc
+        else:
+            prefix = scan_prefix(self._file)
+            summary = prefix.summary
+            self._mcap = _PrefixReader(self._file, summary)
+            metadata = {m.name: m.metadata for m in prefix.metadata}
+            times = prefix.times
+            if not prefix.data_complete:
+                at = f"truncated at byte {prefix.stop_offset}"
+                if prefix.last_message is None:
+                    self.truncated = self._err(f"{at} before any message")
+                else:
+                    t, cid = prefix.last_message
+                    self.truncated = self._err(
+                        f"{at}; last readable message t={t} ns", topic=summary.channels[cid].topic
+                    )
+        self._summary = summary
+        self._channels: dict[str, Channel] = {}
+        for ch in sorted(summary.channels.values(), key=lambda c: c.id):
+            if self._channels.setdefault(ch.topic, ch) is not ch:
+                raise self._err("several channels on one topic", topic=ch.topic)
+        if times is None:  # chunks without message indexes: count by reading everything once
+            times = {}
+            for ch, msg in self._raw(None):
+                times.setdefault(ch.id, ChannelTimes()).add(msg.log_time, msg.log_time)
+        self._times = times
+
+        if codec.RIG_METADATA not in metadata:
+            raise self._err(f"no {codec.RIG_METADATA} metadata record (not a perception drive?)")
+        try:
+            self._entries = codec.decode_rig(metadata[codec.RIG_METADATA])
+        except codec.DecodeError as exc:
+            raise self._err(str(exc)) from exc
+        self.metadata: Mapping[str, str] = dict(metadata.get(codec.DRIVE_METADATA, {}))
+        self.rig: Mapping[str, SensorSpec] = self._load_rig(self._select_entries(sensors))
+        if self.truncated is not None and not self._strict:
+            log.warning("%s", self.truncated)
+
+    def _select_entries(self, sensors: list[str] | None) -> list[codec.RigEntry]:
+        if sensors is None:
+            return list(self._entries)
+        names = {e.name for e in self._entries}
+        unknown = [s for s in sensors if s not in names]
+        if unknown:
+            raise self._err(f"no sensor {', '.join(map(repr, unknown))} in drive (has {', '.join(sorted(names))})")
+        return [e for e in self._entries if e.name in sensors]
+
+    def _schema_of(self, topic: str, expected: str) -> Channel | None:
+        """The topic's channel (None if absent) after checking it carries ``expected`` protobuf."""
+        ch = self._channels.get(topic)
+        if ch is None:
+            return None
+        schema = self._summary.schemas.get(ch.schema_id)
+        name = schema.name if schema is not None else "<none>"
+        if ch.message_encoding != MessageEncoding.Protobuf or name != expected:
+            raise self._err(
+                f"unknown schema {name!r} ({ch.message_encoding or 'no'} encoding); expected protobuf {expected}",
+                topic=topic,
+            )
+        return ch
+
+    def _load_rig(self, entries: list[codec.RigEntry]) -> dict[str, SensorSpec]:
+        for e in entries:
+            if self._schema_of(e.topic, codec.sensor_schema(e.kind)) is None:
+                raise self._err(f"no channel for {e.kind.value} sensor {e.name!r}", topic=e.topic)
+        cal_topics = {e.calibration_topic: e for e in entries if e.calibration_topic is not None}
+        for topic, e in cal_topics.items():
+            if self._schema_of(topic, _CALIBRATION) is None:
+                raise self._err(f"no calibration for camera {e.name!r}", topic=topic)
+        if entries and self._schema_of(codec.TF_STATIC_TOPIC, _TF_STATIC) is None:
+            raise self._err("no sensor extrinsics: topic missing", topic=codec.TF_STATIC_TOPIC)
+
+        # Static data is repeated every second: stop at the first complete set.
+        frames = {e.frame_id for e in entries}
+        extrinsics: dict[str, Transform] = {}
+        calibrations: dict[str, CameraCalibration] = {}
+        topics = [codec.TF_STATIC_TOPIC, *cal_topics] if entries else []
+        for ch, msg in self._raw(topics):
+            if ch.topic == codec.TF_STATIC_TOPIC:
+                for frame, tf in self._decode(ch, msg, _TF_STATIC, _tf_static).items():
+                    extrinsics.setdefault(frame, tf)
+            elif ch.topic not in calibrations:
+                frame_id = cal_topics[ch.topic].frame_id
+                calibrations[ch.topic] = self._decode(ch, msg, _CALIBRATION, partial(_calibration, frame_id=frame_id))
+            if frames <= extrinsics.keys() and cal_topics.keys() <= calibrations.keys():
+                break
+
+        rig: dict[str, SensorSpec] = {}
+        for e in entries:
+            if e.frame_id not in extrinsics:
+                raise self._err(
+                    f"no extrinsic for sensor {e.name!r}: frame {e.frame_id!r} has no {codec.BASE_FRAME} transform",
+                    topic=codec.TF_STATIC_TOPIC,
+                )
+            cal = None
+            if e.calibration_topic is not None:
+                cal = calibrations.get(e.calibration_topic)
+                if cal is None:
+                    raise self._err(f"no calibration message for camera {e.name!r}", topic=e.calibration_topic)
+            rig[e.name] = SensorSpec(e.name, e.kind, e.frame_id, extrinsics[e.frame_id], e.topic, cal, e.rate_hz)
+        return rig
+
+    # -- low-level iteration -----------------------------------------------------------------------
+
+    def _raw(
+        self, topics: Sequence[str] | None, start_ns: int | None = None, end_ns: int | None = None
+    ) -> Iterator[tuple[Channel, Message]]:
+        """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order."""
+        it = self._mcap.iter_messages(topics=topics, starting_at=start_ns, ending_before=end_ns, log_time_order=True)
+        while True:
+            try:
+                _, channel, message = next(it)
+            except StopIteration:
+                return
+            except Exception as exc:  # damaged chunk: bad compression, CRC, record layout...
+                raise self._err(f"unreadable data: {exc}") from exc
+            yield channel, message
+
+    def _decode(self, ch: Channel, msg: Message, schema: str, fn: Callable[[Any, Message], T]) -> T:
+        """Parse ``msg`` as ``schema`` and convert it with ``fn(pb, msg)``; errors name topic and time."""
+        try:
+            return fn(codec.decode(codec.SCHEMAS[schema], msg.data), msg)
+        except (codec.DecodeError, ValueError) as exc:
+            raise self._err(f"cannot decode {schema}: {exc}", topic=ch.topic, t_ns=msg.log_time) from exc
+
+    def _topic_list(self, topic: str, schema: str, fn: Callable[[Any, int], T]) -> list[T]:
+        if self._schema_of(topic, schema) is None:
+            return []
+
+        def convert(pb: Any, msg: Message) -> T:
+            return fn(pb, msg.log_time)
+
+        return [self._decode(ch, msg, schema, convert) for ch, msg in self._raw([topic])]
+
+    # -- public API --------------------------------------------------------------------------------
+
+    @property
+    def start_ns(self) -> int:
+        """Log time of the earliest message (0 for an empty drive)."""
+        return min((t.first for t in self._times.values() if t.count), default=0)
+
+    @property
+    def end_ns(self) -> int:
+        """Log time of the latest message (0 for an empty drive)."""
+        return max((t.last for t in self._times.values() if t.count), default=0)
+
+    @property
+    def has_ground_truth(self) -> bool:
+        ch = self._channels.get(codec.GROUND_TRUTH_TOPIC)
+        return ch is not None and self._times.get(ch.id, ChannelTimes()).count > 0
+
+    def samples(
+        self, start_ns: int | None = None, end_ns: int | None = None, sensors: Iterable[str] | None = None
+    ) -> Iterator[PointCloudSample | ImageSample]:
+        """Samples with ``start_ns <= t_ns < end_ns`` in ``t_ns`` order (ties: file order).
+
+        Raises :class:`DriveError` for a message that does not decode (naming topic and time) and,
+        in strict mode, after the readable prefix of a truncated drive.
+        """
+        names = list(self.rig) if sensors is None else list(sensors)
+        unknown = [n for n in names if n not in self.rig]
+        if unknown:
+            raise self._err(f"no sensor {', '.join(map(repr, unknown))} in this reader (has {', '.join(self.rig)})")
+        if start_ns is not None and end_ns is not None and start_ns > end_ns:
+            raise self._err(f"start_ns {start_ns} is after end_ns {end_ns}")
+        return self._samples({self.rig[n].topic: self.rig[n] for n in names}, start_ns, end_ns)
+
+    def _samples(
+        self, by_topic: dict[str, SensorSpec], start_ns: int | None, end_ns: int | None
+    ) -> Iterator[PointCloudSample | ImageSample]:
+        for ch, msg in self._raw(list(by_topic), start_ns, end_ns):
+            spec = by_topic[ch.topic]
+            if spec.kind is SensorKind.CAMERA:
+                yield self._decode(ch, msg, _IMAGE, partial(_image, spec=spec))
+            else:
+                yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+        if self.truncated is not None and self._strict:
+            raise DriveError(self.truncated.message, **self.truncated.context)
+
+    def ego_poses(self) -> list[EgoPose]:
+        """Every ego pose (``/ego/odometry``) in time order."""
+        if self._ego is None:
+            self._ego = self._topic_list(codec.EGO_TOPIC, _ODOMETRY, codec.decode_odometry)
+        return list(self._ego)
+
+    def ego_pose_at(self, t_ns: int) -> EgoPose:
+        """Ego pose at ``t_ns``: exact at a recorded time, else translation/velocity lerp and rotation
+        slerp between the neighbours; held constant outside the recorded range."""
+        poses = self.ego_poses()
+        if not poses:
+            raise self._err("drive has no ego poses", topic=codec.EGO_TOPIC)
+        times = [p.t_ns for p in poses]
+        i = bisect.bisect_left(times, t_ns)
+        if i < len(poses) and times[i] == t_ns:
+            return poses[i]
+        if i == 0 or i == len(poses):
+            return replace(poses[0 if i == 0 else -1], t_ns=t_ns)
+        return _interpolate(poses[i - 1], poses[i], t_ns)
+
+    def ground_truth(self) -> list[GroundTruth]:
+        """Every ground-truth snapshot in time order (empty if the drive has none)."""
+        if self._gt is None:
+            self._gt = self._topic_list(codec.GROUND_TRUTH_TOPIC, _SCENE_UPDATE, codec.decode_ground_truth)
+        return list(self._gt)
+
+    def ground_truth_at(self, t_ns: int, tolerance_ns: int) -> GroundTruth | None:
+        """The ground truth nearest ``t_ns`` (earlier wins a tie) if within ``tolerance_ns``."""
+        gts = self.ground_truth()
+        times = [g.t_ns for g in gts]
+        i = bisect.bisect_left(times, t_ns)
+        best = min((j for j in (i - 1, i) if 0 <= j < len(gts)), key=lambda j: abs(times[j] - t_ns), default=None)
+        if best is None or abs(times[best] - t_ns) > tolerance_ns:
+            return None
+        return gts[best]
+
+    def stats(self) -> DriveStats:
+        """Duration and per-topic message counts, times, rates and schemas (from the index)."""
+        topics = {}
+        for topic, ch in self._channels.items():
+            schema = self._summary.schemas.get(ch.schema_id)
+            t = self._times.get(ch.id, ChannelTimes())
+            topics[topic] = TopicStats(
+                topic=topic,
+                schema=schema.name if schema is not None else "",
+                message_count=t.count,
+                first_t_ns=t.first if t.count else None,
+                last_t_ns=t.last if t.count else None,
+            )
+        return DriveStats(
+            path=str(self.path),
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            topics=topics,
+            sensors={e.name: e.kind for e in self._entries},
+            has_ground_truth=self.has_ground_truth,
+            truncated=None if self.truncated is None else self.truncated.message,
+        )
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> DriveReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# -- decoding helpers ------------------------------------------------------------------------------
+
+
+def _check_frame(frame_id: str, expected: str) -> None:
+    if frame_id != expected:
+        raise codec.DecodeError(f"frame_id {frame_id!r} differs from the rig's {expected!r}")
+
+
+def _tf_static(msg: Any, _raw: Message) -> dict[str, Transform]:
+    return codec.decode_tf_static(msg)
+
+
+def _calibration(msg: Any, _raw: Message, *, frame_id: str) -> CameraCalibration:
+    _check_frame(msg.frame_id, frame_id)
+    return codec.decode_calibration(msg)
+
+
+def _image(msg: Any, raw: Message, *, spec: SensorSpec) -> ImageSample:
+    _check_frame(msg.frame_id, spec.frame_id)
+    return ImageSample(spec.name, raw.log_time, spec.frame_id, bytes(msg.data), msg.format, raw.sequence)
+
+
+def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
+    _check_frame(msg.frame_id, spec.frame_id)
+    fields = codec.POINT_FIELDS[spec.kind]
+    points = codec.decode_point_cloud(msg, fields)
+    return PointCloudSample(spec.name, raw.log_time, spec.frame_id, points, fields, raw.sequence)
+
+
+def _slerp(q0: Sequence[float], q1: Sequence[float], w: float) -> tuple[float, float, float, float]:
+    a = np.asarray(q0, dtype=np.float64)
+    b = np.asarray(q1, dtype=np.float64)
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    dot = float(a @ b)
+    if dot < 0.0:  # take the short way round
+        b, dot = -b, -dot
+    if dot > 0.9995:  # nearly parallel: normalised lerp is exact enough and stable
+        q = a + w * (b - a)
+    else:
+        theta = np.arccos(dot)
+        q = (np.sin((1.0 - w) * theta) * a + np.sin(w * theta) * b) / np.sin(theta)
+    q = q / np.linalg.norm(q)
+    return (float(q[0]), float(q[1]), float(q[2]), float(q[3]))
+
+
+def _lerp(a: Sequence[float], b: Sequence[float], w: float) -> tuple[float, ...]:
+    return tuple(float(x + w * (y - x)) for x, y in zip(a, b, strict=True))
+
+
+def _interpolate(a: EgoPose, b: EgoPose, t_ns: int) -> EgoPose:
+    w = (t_ns - a.t_ns) / (b.t_ns - a.t_ns)
+    tx, ty, tz = _lerp(a.pose.translation, b.pose.translation, w)
+    vx, vy, vz = _lerp(a.linear_velocity, b.linear_velocity, w)
+    return EgoPose(
+        t_ns=t_ns,
+        pose=Transform((tx, ty, tz), _slerp(a.pose.rotation, b.pose.rotation, w)),
+        linear_velocity=(vx, vy, vz),
+        yaw_rate=a.yaw_rate + w * (b.yaw_rate - a.yaw_rate),
+    )

@@ -1,0 +1,273 @@
+"""DriveWriter: records samples, ego poses and ground truth into one MCAP file.
+
+The output is byte-deterministic: nothing but the caller's data (and constant library/format
+identifiers) reaches the file, channels are registered in rig order, metadata keys are sorted, and
+compression is a pure function of the bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import numpy as np
+from google.protobuf.message import Message as PbMessage
+from mcap.exceptions import UnsupportedCompressionError
+from mcap.well_known import MessageEncoding, SchemaEncoding
+from mcap.writer import CompressionType
+from mcap.writer import Writer as McapWriter
+from mcap_protobuf.schema import build_file_descriptor_set
+
+from perception import __version__
+from perception.drives import _codec as codec
+from perception.errors import DriveError
+from perception.types import (
+    EgoPose,
+    GroundTruth,
+    ImageSample,
+    PointCloudSample,
+    SensorKind,
+    SensorSpec,
+)
+
+__all__ = ["DriveWriter"]
+
+log = logging.getLogger(__name__)
+
+#: Written into the MCAP header; constant for a given package version (no clock, no host).
+LIBRARY = f"perception-fusion/{__version__}"
+
+#: Static topics (/tf_static, camera calibrations) are repeated this often so a seek in Foxglove finds them.
+STATIC_PERIOD_NS = 1_000_000_000
+
+_COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
+_RESERVED_TOPICS = (codec.TF_STATIC_TOPIC, codec.TF_TOPIC, codec.EGO_TOPIC, codec.GROUND_TRUTH_TOPIC)
+_MAX_U64 = 2**64 - 1
+_MAX_U32 = 2**32 - 1
+
+
+def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
+    by_name: dict[str, SensorSpec] = {}
+    topics: set[str] = set(_RESERVED_TOPICS)
+    frames: dict[str, SensorSpec] = {}
+    for spec in rig:
+        if not isinstance(spec, SensorSpec):
+            raise DriveError(f"rig entries must be SensorSpec, got {type(spec).__name__}", file=file)
+        kind = SensorKind(spec.kind)
+        if spec.name in by_name:
+            raise DriveError("duplicate sensor name in rig", file=file, sensor=spec.name)
+        own = [spec.topic] + ([codec.calibration_topic(spec.name)] if kind is SensorKind.CAMERA else [])
+        for topic in own:
+            if topic in topics:
+                raise DriveError("topic used twice in rig (or reserved)", file=file, topic=topic, sensor=spec.name)
+            topics.add(topic)
+        if spec.frame_id in (codec.BASE_FRAME, codec.MAP_FRAME, ""):
+            raise DriveError(
+                f"sensor frame_id must be its own frame, not {spec.frame_id!r}", file=file, sensor=spec.name
+            )
+        other = frames.setdefault(spec.frame_id, spec)
+        if other.extrinsic != spec.extrinsic:
+            raise DriveError(
+                f"sensors {other.name!r} and {spec.name!r} share frame {spec.frame_id!r} with different extrinsics",
+                file=file,
+            )
+        if kind is SensorKind.CAMERA and spec.calibration is None:
+            raise DriveError("camera has no calibration", file=file, sensor=spec.name)
+        by_name[spec.name] = spec
+    return by_name
+
+
+def _check_time(t_ns: int, what: str, file: str, topic: str) -> int:
+    if isinstance(t_ns, bool) or not isinstance(t_ns, int | np.integer) or not 0 <= int(t_ns) <= _MAX_U64:
+        raise DriveError(f"{what} t_ns must be an integer in [0, 2^64), got {t_ns!r}", file=file, topic=topic)
+    return int(t_ns)
+
+
+class DriveWriter:
+    """Write a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
+
+    ``rig`` is the sensors (cameras need a calibration); ``metadata`` free-form str -> str pairs.
+    ``compression`` is ``"zstd"`` (falls back to lz4, then none, if the codec is missing), ``"lz4"``
+    or ``"none"``. If the ``with`` body raises, the file is still finished (what was written stays
+    readable) and the exception propagates.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        rig: Sequence[SensorSpec],
+        *,
+        metadata: Mapping[str, str] | None = None,
+        compression: str = "zstd",
+        chunk_size: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.path = Path(path)
+        file = str(self.path)
+        self._rig = _check_rig(rig, file)
+        meta = dict(metadata or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+            raise DriveError("metadata keys and values must be strings", file=file)
+        if compression not in _COMPRESSION:
+            raise DriveError(f"unknown compression {compression!r}; expected zstd, lz4 or none", file=file)
+        if chunk_size <= 0:
+            raise DriveError(f"chunk_size must be positive, got {chunk_size}", file=file)
+        try:
+            self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
+        self._closed = False
+        self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
+        self._counters: dict[str, int] = {}
+        self._next_static_ns: int | None = None
+        try:
+            self._mcap = self._open_mcap(compression, chunk_size)
+            self._mcap.start(profile="", library=LIBRARY)
+            self._mcap.add_metadata(codec.RIG_METADATA, codec.encode_rig(list(self._rig.values())))
+            self._mcap.add_metadata(codec.DRIVE_METADATA, dict(sorted(meta.items())))
+            self._register_channels()
+        except BaseException:
+            self._file.close()
+            self.path.unlink(missing_ok=True)
+            raise
+
+    # -- public API --------------------------------------------------------------------------------
+
+    @property
+    def rig(self) -> Mapping[str, SensorSpec]:
+        return dict(self._rig)
+
+    def write(self, sample: PointCloudSample | ImageSample) -> None:
+        """Write a sensor sample on its sensor's topic at ``log_time = publish_time = sample.t_ns``."""
+        spec = self._rig.get(sample.sensor)
+        if spec is None:
+            raise DriveError("sample from a sensor not in the rig", file=str(self.path), sensor=sample.sensor)
+        t = _check_time(sample.t_ns, "sample", str(self.path), spec.topic)
+        if sample.frame_id != spec.frame_id:
+            raise DriveError(
+                f"sample frame_id {sample.frame_id!r} differs from the rig's {spec.frame_id!r}",
+                file=str(self.path),
+                topic=spec.topic,
+            )
+        if not 0 <= sample.seq <= _MAX_U32:
+            raise DriveError(f"seq must be in [0, 2^32), got {sample.seq}", file=str(self.path), topic=spec.topic)
+        msg: PbMessage
+        if spec.kind is SensorKind.CAMERA:
+            if not isinstance(sample, ImageSample):
+                raise DriveError("camera sensors take ImageSample", file=str(self.path), topic=spec.topic)
+            msg = codec.encode_image(t, spec.frame_id, sample.data, sample.format)
+        else:
+            if not isinstance(sample, PointCloudSample):
+                raise DriveError(
+                    f"{spec.kind.value} sensors take PointCloudSample", file=str(self.path), topic=spec.topic
+                )
+            fields = codec.POINT_FIELDS[spec.kind]
+            if tuple(sample.fields) != fields:
+                raise DriveError(
+                    f"{spec.kind.value} points must have fields {fields}, got {tuple(sample.fields)}",
+                    file=str(self.path),
+                    topic=spec.topic,
+                )
+            msg = codec.encode_point_cloud(t, spec.frame_id, sample.points, fields)
+        self._maybe_write_static(t)
+        self._add(spec.topic, t, msg, sample.seq)
+
+    def write_ego_pose(self, pose: EgoPose) -> None:
+        """Write the ego pose on ``/ego/odometry`` (pose, velocity, yaw rate) and mirror it on ``/tf``."""
+        t = _check_time(pose.t_ns, "ego pose", str(self.path), codec.EGO_TOPIC)
+        self._maybe_write_static(t)
+        self._add(codec.EGO_TOPIC, t, codec.encode_odometry(pose))
+        self._add(codec.TF_TOPIC, t, codec.encode_ego_transform(pose))
+
+    def write_ground_truth(self, gt: GroundTruth) -> None:
+        """Write the true objects (``base_link``) as a ``foxglove.SceneUpdate``."""
+        t = _check_time(gt.t_ns, "ground truth", str(self.path), codec.GROUND_TRUTH_TOPIC)
+        ids = [o.track_id for o in gt.objects]
+        if len(set(ids)) != len(ids):
+            raise DriveError(f"duplicate track ids at t={t}", file=str(self.path), topic=codec.GROUND_TRUTH_TOPIC)
+        self._maybe_write_static(t)
+        self._add(codec.GROUND_TRUTH_TOPIC, t, codec.encode_ground_truth(gt))
+
+    def close(self) -> None:
+        """Write the index and summary and close the file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._mcap.finish()  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
+        finally:
+            self._file.close()
+
+    def __enter__(self) -> DriveWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _open_mcap(self, compression: str, chunk_size: int) -> McapWriter:
+        order = {"zstd": ["zstd", "lz4", "none"], "lz4": ["lz4", "none"], "none": ["none"]}[compression]
+        for name in order:
+            try:
+                writer = McapWriter(self._file, chunk_size=chunk_size, compression=_COMPRESSION[name])
+            except UnsupportedCompressionError:
+                log.warning("%s: %s compression unavailable, trying the next codec", self.path, name)
+                continue
+            return writer
+        raise AssertionError("'none' compression is always available")  # pragma: no cover
+
+    def _register_channels(self) -> None:
+        schema_ids: dict[str, int] = {}
+
+        def channel(topic: str, cls: type[PbMessage]) -> None:
+            name = cls.DESCRIPTOR.full_name
+            if name not in schema_ids:
+                data = build_file_descriptor_set(cls).SerializeToString(deterministic=True)
+                schema_ids[name] = self._mcap.register_schema(name, SchemaEncoding.Protobuf, data)
+            cid = self._mcap.register_channel(topic, MessageEncoding.Protobuf, schema_ids[name])
+            self._channels[topic] = (cid, name)
+
+        for spec in self._rig.values():
+            channel(spec.topic, codec.SCHEMAS[codec.sensor_schema(spec.kind)])
+            if spec.kind is SensorKind.CAMERA:
+                channel(codec.calibration_topic(spec.name), codec.SCHEMAS["foxglove.CameraCalibration"])
+        channel(codec.TF_STATIC_TOPIC, codec.SCHEMAS["foxglove.FrameTransforms"])
+        channel(codec.TF_TOPIC, codec.SCHEMAS["foxglove.FrameTransform"])
+        channel(codec.EGO_TOPIC, codec.SCHEMAS["foxglove.Odometry"])
+        channel(codec.GROUND_TRUTH_TOPIC, codec.SCHEMAS["foxglove.SceneUpdate"])
+
+    def _maybe_write_static(self, t_ns: int) -> None:
+        if self._next_static_ns is not None and t_ns < self._next_static_ns:
+            return
+        self._next_static_ns = t_ns + STATIC_PERIOD_NS
+        self._add(codec.TF_STATIC_TOPIC, t_ns, codec.encode_tf_static(t_ns, list(self._rig.values())))
+        for spec in self._rig.values():
+            if spec.calibration is not None and spec.kind is SensorKind.CAMERA:
+                msg = codec.encode_calibration(t_ns, spec.frame_id, spec.calibration)
+                self._add(codec.calibration_topic(spec.name), t_ns, msg)
+
+    def _add(self, topic: str, t_ns: int, msg: PbMessage, seq: int | None = None) -> None:
+        if self._closed:
+            raise DriveError("write after close", file=str(self.path), topic=topic)
+        channel_id, _ = self._channels[topic]
+        if seq is None:  # non-sensor topics: a per-topic counter
+            seq = self._counters.get(topic, 0) & _MAX_U32
+            self._counters[topic] = seq + 1
+        try:
+            self._mcap.add_message(
+                channel_id=channel_id,
+                log_time=t_ns,
+                data=msg.SerializeToString(deterministic=True),
+                publish_time=t_ns,
+                sequence=seq,
+            )
+        except OSError as exc:
+            raise DriveError(f"cannot write: {exc.strerror or exc}", file=str(self.path), topic=topic) from exc
