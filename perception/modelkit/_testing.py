@@ -1,0 +1,94 @@
+"""Tiny python-backend models for tests and benchmarks (``tests/triton_models/``).
+
+Each model directory's ``model.py`` just re-exports one of these classes as ``TritonPythonModel``.
+Contracts (``max_batch_size: 0``):
+
+* ``SleeperModel``: ``INPUT`` FP32 ``[-1]`` -> ``OUTPUT`` FP32 ``[1]`` (the sum of ``INPUT``) after
+  sleeping ``delay_ms`` (model parameter, overridable per request by a ``delay_ms`` request parameter).
+  One instance, so concurrent requests queue like on a single-instance GPU model; a request cancelled
+  by its client (e.g. gRPC deadline) stops sleeping within a few ms and answers CANCELLED.
+* ``FailerModel``: same contract, every request answers INTERNAL "failer: deliberate failure".
+* ``EchoModel``: ``INPUT`` FP32 ``[-1,-1]`` -> ``OUTPUT`` FP32 ``[-1,-1]`` = ``2 * INPUT``.
+
+Only importable inside the Triton python backend stub (needs ``triton_python_backend_utils``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+__all__ = ["EchoModel", "FailerModel", "SleeperModel"]
+
+_CANCEL_CHECK_S = 0.002
+
+
+def _parameter(args: dict[str, str], key: str, default: str) -> str:
+    config = json.loads(args["model_config"])
+    entry = config.get("parameters", {}).get(key)
+    return str(entry["string_value"]) if entry else default
+
+
+def _request_delay_ms(request: Any, default: float) -> float:
+    raw = request.parameters()
+    params = json.loads(raw) if raw else {}
+    return float(params.get("delay_ms", default))
+
+
+class SleeperModel:
+    """Sleeps ``delay_ms`` then returns the sum of its input (simulates a model of known latency)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.name = args["model_name"]
+        self.delay_ms = float(_parameter(args, "delay_ms", "0"))
+
+    def _one(self, request: Any) -> Any:
+        try:
+            delay_s = _request_delay_ms(request, self.delay_ms) / 1000.0
+        except (TypeError, ValueError) as exc:
+            message = f"{self.name}: bad delay_ms parameter: {exc}"
+            error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+            return pb_utils.InferenceResponse(error=error)
+        data = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+        deadline = time.monotonic() + delay_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if request.is_cancelled():
+                error = pb_utils.TritonError(f"{self.name}: cancelled", pb_utils.TritonError.CANCELLED)
+                return pb_utils.InferenceResponse(error=error)
+            time.sleep(min(remaining, _CANCEL_CHECK_S))
+        total = np.asarray([data.sum(dtype=np.float64)], dtype=np.float32)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", total)])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        return [self._one(r) for r in requests]
+
+
+class FailerModel:
+    """Answers every request with an INTERNAL error."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.name = args["model_name"]
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        error = pb_utils.TritonError(f"{self.name}: deliberate failure", pb_utils.TritonError.INTERNAL)
+        return [pb_utils.InferenceResponse(error=error) for _ in requests]
+
+
+class EchoModel:
+    """Returns twice its input."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.name = args["model_name"]
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", (data * 2).astype(np.float32))])
+            )
+        return responses

@@ -1,0 +1,29 @@
+"""The embedded Triton server and helpers to reach any Triton server by URL.
+
+:class:`EmbeddedTriton` runs the real ``tritonserver`` shipped in the nvidia-pytriton wheel as a child
+process for the duration of an ``async with`` block; it is the runtime's default server. The runtime
+itself only needs a gRPC URL, so an external Triton works the same: use :func:`wait_for_server` to wait
+for it and :func:`describe_models` to list its models and tensor contracts.
+"""
+
+from __future__ import annotations
+
+from perception.server._embedded import EmbeddedTriton, check_model_repository, free_port
+from perception.server._health import ModelStatus, TensorSpec, describe_models, wait_for_server
+from perception.server._locate import TritonInstall, locate_triton, prepare_backend_dir
+from perception.server._procs import cleanup_stale_shm, make_shm_prefix
+
+__all__ = [
+    "EmbeddedTriton",
+    "ModelStatus",
+    "TensorSpec",
+    "TritonInstall",
+    "check_model_repository",
+    "cleanup_stale_shm",
+    "describe_models",
+    "free_port",
+    "locate_triton",
+    "make_shm_prefix",
+    "prepare_backend_dir",
+    "wait_for_server",
+]

@@ -1,0 +1,387 @@
+"""The embedded Triton server: the real ``tritonserver`` of the nvidia-pytriton wheel as a child process.
+
+Lifecycle guarantees:
+
+* the server runs in its own session/process group, so stopping signals the server *and* its python
+  backend stubs, and terminal Ctrl-C reaches only the owner, which then stops the server in order;
+* ``PR_SET_PDEATHSIG`` makes the server receive SIGTERM if the owner dies (even by SIGKILL). The kernel
+  ties this to the *spawning thread*, so the server is spawned from the event-loop thread that owns the
+  context manager, never from a worker thread;
+* the python backend's ``/dev/shm`` regions carry the prefix ``perception_<owner-pid>_<random>_``:
+  they are removed at stop, and regions of owners that died are removed at the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+
+from perception.errors import ConfigError, ServerError
+from perception.server._health import http_ready
+from perception.server._locate import (
+    TritonInstall,
+    locate_triton,
+    package_root,
+    prepare_backend_dir,
+    server_env,
+)
+from perception.server._procs import (
+    cleanup_stale_shm,
+    make_shm_prefix,
+    pdeathsig_preexec,
+    process_group_members,
+    remove_shm_prefix,
+    signal_group,
+)
+
+__all__ = ["EmbeddedTriton", "check_model_repository", "free_port"]
+
+log = logging.getLogger(__name__)
+
+_HOST = "127.0.0.1"
+_LOG_TAIL_LINES = 20
+_ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.IGNORECASE)
+_START_ATTEMPTS = 3
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (another process may still take it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_model_repository(path: Path) -> Path:
+    """Validate a model repository before handing it to Triton; return its absolute path.
+
+    Triton treats every subdirectory as a model, so hidden directories and ``__pycache__`` (which would
+    fail to load and, with ``--exit-on-error``, stop the server) are rejected here with a clear message.
+    """
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.exists():
+        raise ConfigError("model repository does not exist", file=path)
+    if not resolved.is_dir():
+        raise ConfigError("model repository is not a directory", file=path)
+    strays = sorted(
+        p.name for p in resolved.iterdir() if p.is_dir() and (p.name.startswith(".") or p.name == "__pycache__")
+    )
+    if strays:
+        raise ConfigError(
+            f"model repository holds non-model directories {strays}; Triton loads every subdirectory "
+            "as a model, remove them",
+            file=path,
+        )
+    return resolved
+
+
+def _read_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    text = data.decode(errors="replace").rstrip("\n")
+    return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
+
+
+class _StartFailed(ServerError):
+    """Internal: one start attempt failed; ``address_in_use`` says whether a retry with new ports may help."""
+
+    def __init__(self, message: str, *, address_in_use: bool) -> None:
+        super().__init__(message)
+        self.address_in_use = address_in_use
+
+
+class EmbeddedTriton:
+    """Run the nvidia-pytriton ``tritonserver`` for the duration of an ``async with`` block.
+
+    ``__aenter__`` starts the server on the given model repositories and returns once it is ready (all
+    models loaded); a failure raises :class:`ServerError` quoting the end of the server log. Models are
+    served in explicit control mode (all loaded at start), so they can be (un)loaded at runtime through
+    the repository API. Ports left ``None`` are picked free (with a retry if another process grabs one
+    first). ``__aexit__`` stops the server (SIGTERM, then SIGKILL after ``stop_timeout_s``), waits until
+    every process of its group (the python backend stubs) is gone and removes its shared memory.
+
+    The server listens on 127.0.0.1 only. ``grpc_url`` / ``http_url`` are ``host:port`` strings as
+    tritonclient expects them; ``metrics_url`` is the full Prometheus URL.
+    """
+
+    def __init__(
+        self,
+        model_repositories: Sequence[Path],
+        *,
+        grpc_port: int | None = None,
+        http_port: int | None = None,
+        metrics_port: int | None = None,
+        log_path: Path | None = None,
+        startup_timeout_s: float = 60.0,
+        extra_args: Sequence[str] = (),
+        stop_timeout_s: float = 15.0,
+    ) -> None:
+        if isinstance(model_repositories, (str, Path)):
+            model_repositories = [Path(model_repositories)]
+        self._repositories = tuple(Path(p) for p in model_repositories)
+        self._requested_ports = (grpc_port, http_port, metrics_port)
+        self._ports: tuple[int, int, int] | None = None
+        self._user_log_path = Path(log_path) if log_path is not None else None
+        self._log_path: Path | None = self._user_log_path
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._extra_args = tuple(extra_args)
+        self._shm_prefix = make_shm_prefix()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    def _require_ports(self) -> tuple[int, int, int]:
+        if self._ports is None:
+            raise ServerError("the embedded Triton server is not running")
+        return self._ports
+
+    @property
+    def grpc_url(self) -> str:
+        """``127.0.0.1:PORT`` of the gRPC endpoint."""
+        return f"{_HOST}:{self._require_ports()[0]}"
+
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:PORT`` of the HTTP/REST endpoint (no scheme, as tritonclient.http expects)."""
+        return f"{_HOST}:{self._require_ports()[1]}"
+
+    @property
+    def metrics_url(self) -> str:
+        """``http://127.0.0.1:PORT/metrics``: the Prometheus endpoint."""
+        return f"http://{_HOST}:{self._require_ports()[2]}/metrics"
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server log (stdout + stderr of ``tritonserver``)."""
+        return self._log_path
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running ``tritonserver`` (also its process-group id), ``None`` when stopped."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    @property
+    def shm_prefix(self) -> str:
+        """Name prefix of every ``/dev/shm`` region the server's python backend creates."""
+        return self._shm_prefix
+
+    @property
+    def model_repositories(self) -> tuple[Path, ...]:
+        return self._repositories
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> EmbeddedTriton:
+        if self._proc is not None:
+            raise ServerError("the embedded Triton server is already running")
+        if not self._repositories:
+            raise ConfigError("no model repository given")
+        repositories = [check_model_repository(p) for p in self._repositories]
+        install = locate_triton()
+        backend_dir = await anyio.to_thread.run_sync(prepare_backend_dir, install)
+        await anyio.to_thread.run_sync(cleanup_stale_shm)
+        env = server_env(install)
+        attempts = _START_ATTEMPTS if None in self._requested_ports else 1
+        for attempt in range(1, attempts + 1):
+            self._shm_prefix = make_shm_prefix()
+            self._ports = self._pick_ports()
+            try:
+                await self._start(install, backend_dir, repositories, env)
+            except _StartFailed as exc:
+                if not exc.address_in_use or attempt == attempts:
+                    raise ServerError(exc.message) from None
+                log.warning("tritonserver port taken by another process, retrying with new ports")
+            else:
+                return self
+        raise AssertionError("unreachable")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _pick_ports(self) -> tuple[int, int, int]:
+        picked: list[int] = []
+        for requested in self._requested_ports:
+            port = requested
+            while port is None or port in picked:
+                port = free_port()
+            picked.append(port)
+        return picked[0], picked[1], picked[2]
+
+    def _args(self, install: TritonInstall, backend_dir: Path, repositories: Sequence[Path]) -> list[str]:
+        grpc_port, http_port, metrics_port = self._require_ports()
+        args = [str(install.binary)]
+        args += [f"--model-repository={repo}" for repo in repositories]
+        args += [
+            f"--backend-directory={backend_dir}",
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            f"--grpc-address={_HOST}",
+            f"--grpc-port={grpc_port}",
+            f"--http-address={_HOST}",
+            f"--http-port={http_port}",
+            f"--metrics-address={_HOST}",
+            f"--metrics-port={metrics_port}",
+            "--allow-gpu-metrics=false",
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
+            "--exit-on-error=true",
+            f"--exit-timeout-secs={max(1, int(self._stop_timeout_s) - 2)}",
+            "--log-verbose=0",
+        ]
+        return [*args, *self._extra_args]
+
+    def _open_log(self) -> int:
+        if self._user_log_path is not None:
+            self._user_log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_path = self._user_log_path
+            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd, name = tempfile.mkstemp(prefix="perception-tritonserver-", suffix=".log")
+        self._log_path = Path(name)
+        return fd
+
+    def _spawn(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        # Deliberately synchronous and called on the event-loop thread: PDEATHSIG follows this thread.
+        log_fd = self._open_log()
+        try:
+            return subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # The stub's sys.path starts with its cwd: make that the root of the running `perception`
+                # so model.py imports the same perception.modelkit as this process.
+                cwd=package_root(),
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(signal.SIGTERM),  # noqa: PLW1509  # prctl only, no locks
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise ServerError(f"cannot start tritonserver: {exc}", file=args[0]) from exc
+        finally:
+            os.close(log_fd)
+
+    async def _start(
+        self,
+        install: TritonInstall,
+        backend_dir: Path,
+        repositories: Sequence[Path],
+        env: dict[str, str],
+    ) -> None:
+        args = self._args(install, backend_dir, repositories)
+        log.debug("starting %s", " ".join(args))
+        self._proc = proc = self._spawn(args, env)
+        log.info("tritonserver pid %d starting (log: %s)", proc.pid, self._log_path)
+        try:
+            failure = await self._wait_ready(proc)
+        except BaseException:
+            await self.stop()
+            raise
+        if failure is not None:
+            await self.stop(keep_log=True)
+            tail = _read_tail(self._log_path) if self._log_path else ""
+            raise _StartFailed(
+                f"{failure}; last lines of {self._log_path}:\n{tail}",
+                address_in_use=bool(_ADDRESS_IN_USE.search(tail)),
+            )
+        log.info("tritonserver ready: grpc %s, http %s, metrics %s", self.grpc_url, self.http_url, self.metrics_url)
+
+    async def _wait_ready(self, proc: subprocess.Popen[bytes]) -> str | None:
+        """None when ready; otherwise why the server is not."""
+        with anyio.move_on_after(self._startup_timeout_s):
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    return f"tritonserver exited during start-up with {_describe_exit(code)}"
+                if await http_ready(self.http_url, timeout_s=1.0):
+                    return None
+                await anyio.sleep(0.1)
+        return f"tritonserver not ready after {self._startup_timeout_s:g} s"
+
+    async def stop(self, *, keep_log: bool = False) -> None:
+        """Stop the server and clean up after it; idempotent. Shielded from cancellation."""
+        proc = self._proc
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._terminate(proc)
+            finally:
+                self._proc = None
+                removed = remove_shm_prefix(self._shm_prefix)
+                if removed:
+                    log.debug("removed shared memory left by the python backend: %s", removed)
+                if self._user_log_path is None and not keep_log and self._log_path is not None:
+                    with contextlib.suppress(OSError):
+                        self._log_path.unlink()
+
+    async def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
+        pgid = proc.pid  # start_new_session: the server leads its own process group
+        if proc.poll() is None:
+            signal_group(pgid, signal.SIGTERM)
+            if not await _wait_exit(proc, self._stop_timeout_s):
+                log.warning("tritonserver pid %d ignored SIGTERM for %g s, killing it", pgid, self._stop_timeout_s)
+                signal_group(pgid, signal.SIGKILL)
+                await _wait_exit(proc, 5.0)
+        # Stubs exit after the server unloads their models; kill any that linger.
+        if not await _wait_group_gone(pgid, 5.0):
+            log.warning("python backend stubs of tritonserver pid %d still alive, killing them", pgid)
+            signal_group(pgid, signal.SIGKILL)
+            if not await _wait_group_gone(pgid, 5.0):
+                raise ServerError(f"processes of tritonserver group {pgid} survive SIGKILL")
+        code = proc.returncode
+        if code not in (0, -signal.SIGTERM):
+            log.warning("tritonserver pid %d stopped with %s", pgid, _describe_exit(code))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait (in a worker thread) for the process to exit; False on timeout."""
+
+    def wait() -> bool:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    return await anyio.to_thread.run_sync(wait)
+
+
+async def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    """Poll ``/proc`` until no process of group ``pgid`` is left; False on timeout."""
+    deadline = anyio.current_time() + timeout_s
+    while True:
+        if not await anyio.to_thread.run_sync(process_group_members, pgid):
+            return True
+        if anyio.current_time() >= deadline:
+            return False
+        await anyio.sleep(0.05)

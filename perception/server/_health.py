@@ -1,0 +1,188 @@
+"""Readiness probes and model inspection over Triton's HTTP/REST and gRPC endpoints.
+
+HTTP calls use :mod:`urllib` (run in a worker thread, never blocking the event loop) with proxies
+disabled: a ``http_proxy`` in the environment must not reroute requests meant for a local server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from perception.errors import ConnectError, ServerError
+
+__all__ = [
+    "ModelStatus",
+    "TensorSpec",
+    "describe_models",
+    "http_get_json",
+    "http_ready",
+    "wait_for_server",
+]
+
+log = logging.getLogger(__name__)
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _base(url: str) -> str:
+    return url if url.startswith(("http://", "https://")) else f"http://{url}"
+
+
+def _request_json(url: str, *, body: bytes | None, timeout_s: float) -> Any:
+    request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    with _OPENER.open(request, timeout=timeout_s) as response:
+        payload = response.read()
+    return json.loads(payload) if payload else None
+
+
+async def http_get_json(http_url: str, path: str, *, body: Any = None, timeout_s: float = 5.0) -> Any:
+    """GET (or POST ``body`` as JSON) ``path`` on a Triton HTTP endpoint; decode the JSON answer.
+
+    Raises :class:`ConnectError` when the server cannot be reached or answers with an error status.
+    """
+    url = _base(http_url).rstrip("/") + path
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        return await anyio.to_thread.run_sync(
+            lambda: _request_json(url, body=data, timeout_s=timeout_s), abandon_on_cancel=True
+        )
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip()
+        raise ConnectError(f"HTTP {exc.code} from {url}: {detail}") from exc
+    except (OSError, ValueError) as exc:
+        raise ConnectError(f"cannot reach {url}: {exc}") from exc
+
+
+def _probe(url: str, timeout_s: float) -> bool:
+    try:
+        with _OPENER.open(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):  # refused, reset, timeout, HTTP 400 "not ready"
+        return False
+
+
+async def http_ready(http_url: str, *, timeout_s: float = 1.0) -> bool:
+    """One ``/v2/health/ready`` probe: True when the server answers 200."""
+    url = _base(http_url).rstrip("/") + "/v2/health/ready"
+    return await anyio.to_thread.run_sync(_probe, url, timeout_s, abandon_on_cancel=True)
+
+
+async def _grpc_ready(url: str, timeout_s: float) -> bool:
+    import tritonclient.grpc.aio as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return bool(await client.is_server_ready(client_timeout=timeout_s))
+    except InferenceServerException:
+        return False
+    finally:
+        await client.close()
+
+
+async def wait_for_server(
+    url: str, *, timeout_s: float = 30.0, protocol: str = "grpc", interval_s: float = 0.1
+) -> None:
+    """Wait until the Triton server at ``url`` reports ready (gRPC ``ServerReady`` or HTTP
+    ``/v2/health/ready``); raise :class:`ServerError` after ``timeout_s``.
+
+    Meant for external servers given by URL; :class:`EmbeddedTriton` already waits on its own.
+    """
+    if protocol not in ("grpc", "http"):
+        raise ValueError(f"protocol must be 'grpc' or 'http', not {protocol!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        probe_timeout = max(0.05, min(1.0, remaining))
+        if protocol == "grpc":
+            ready = await _grpc_ready(url, probe_timeout)
+        else:
+            ready = await http_ready(url, timeout_s=probe_timeout)
+        if ready:
+            return
+        if time.monotonic() >= deadline:
+            raise ServerError(f"Triton server at {url} ({protocol}) not ready after {timeout_s:g} s")
+        await anyio.sleep(interval_s)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model: name, Triton datatype (``FP32``...) and dims (``-1`` = variable)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.datatype}[{','.join(str(d) for d in self.dims)}]"
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """A model of the repository: its state (``READY``, ``UNAVAILABLE``...), why, and its tensor contract.
+
+    ``max_batch_size > 0`` means the server prepends a batch dimension to ``dims``.
+    """
+
+    name: str
+    version: str
+    state: str
+    reason: str
+    max_batch_size: int = 0
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "READY"
+
+
+def _tensors(entries: Any) -> tuple[TensorSpec, ...]:
+    specs = []
+    for entry in entries or ():
+        datatype = str(entry.get("data_type", "")).removeprefix("TYPE_")
+        dims = tuple(int(d) for d in entry.get("dims", ()))
+        specs.append(TensorSpec(str(entry.get("name", "?")), datatype, dims))
+    return tuple(specs)
+
+
+async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[ModelStatus]:
+    """Every model of the server's repositories with its state and (for loaded models) its contract,
+    read from the HTTP repository index and model configuration endpoints."""
+    index = await http_get_json(http_url, "/v2/repository/index", body={}, timeout_s=timeout_s)
+    statuses = []
+    for entry in sorted(index or (), key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
+        name = str(entry.get("name"))
+        state = str(entry.get("state") or "UNAVAILABLE")
+        status = ModelStatus(name, str(entry.get("version", "")), state, str(entry.get("reason", "")))
+        if state == "READY":
+            try:
+                config = await http_get_json(
+                    http_url, f"/v2/models/{urllib.parse.quote(name)}/config", timeout_s=timeout_s
+                )
+            except ConnectError as exc:
+                log.warning("cannot read the configuration of model %s: %s", name, exc)
+            else:
+                status = ModelStatus(
+                    status.name,
+                    status.version,
+                    status.state,
+                    status.reason,
+                    max_batch_size=int(config.get("max_batch_size", 0)),
+                    inputs=_tensors(config.get("input")),
+                    outputs=_tensors(config.get("output")),
+                )
+        statuses.append(status)
+    return statuses

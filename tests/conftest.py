@@ -1,0 +1,51 @@
+"""Shared fixtures: one real embedded Triton server for the whole session.
+
+``triton`` serves the repository's ``models/`` (when it holds any model) and ``tests/triton_models/``
+(sleeper_20/30/40, failer, echo; see :mod:`perception.modelkit._testing`). It is started lazily by the
+first test that asks for it and stopped at session end. Tests using it are marked ``triton``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from anyio.from_thread import start_blocking_portal
+
+from perception.server import EmbeddedTriton
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TEST_MODELS = Path(__file__).resolve().parent / "triton_models"
+PRODUCTION_MODELS = REPO_ROOT / "models"
+
+
+def _has_models(repository: Path) -> bool:
+    return repository.is_dir() and any(p.is_dir() for p in repository.iterdir())
+
+
+def model_repositories() -> list[Path]:
+    """The repositories the session server serves: production models (if any) and the test models."""
+    return [*([PRODUCTION_MODELS] if _has_models(PRODUCTION_MODELS) else []), TEST_MODELS]
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:
+    """The session's embedded Triton server (use ``triton.grpc_url``)."""
+    log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
+    server = EmbeddedTriton(model_repositories(), log_path=log_path, startup_timeout_s=120.0)
+    # The portal's event-loop thread spawns the server and lives until the session ends, so the
+    # server's PDEATHSIG (tied to the spawning thread) only fires if this process dies.
+    with start_blocking_portal(backend="asyncio") as portal, portal.wrap_async_context_manager(server):
+        yield server
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "triton" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.triton)
