@@ -10,6 +10,7 @@ strict mode).
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -52,6 +53,14 @@ _ODOMETRY = "foxglove.Odometry"
 _SCENE_UPDATE = "foxglove.SceneUpdate"
 _IMAGE = "foxglove.CompressedImage"
 _POINT_CLOUD = "foxglove.PointCloud"
+
+# mcap >= 1.6 names the half-open time bounds starting_at/ending_before (start_time/end_time, same
+# meaning, are deprecated there); older releases only know start_time/end_time.
+_START, _END = (
+    ("starting_at", "ending_before")
+    if "starting_at" in inspect.signature(SeekingReader.iter_messages).parameters
+    else ("start_time", "end_time")
+)
 
 
 class _PrefixReader(SeekingReader):
@@ -221,7 +230,8 @@ class DriveReader:
         self, topics: Sequence[str] | None, start_ns: int | None = None, end_ns: int | None = None
     ) -> Iterator[tuple[Channel, Message]]:
         """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order."""
-        it = self._mcap.iter_messages(topics=topics, starting_at=start_ns, ending_before=end_ns, log_time_order=True)
+        bounds = {_START: start_ns, _END: end_ns}
+        it = self._mcap.iter_messages(topics=topics, log_time_order=True, **bounds)
         while True:
             try:
                 _, channel, message = next(it)

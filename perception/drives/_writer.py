@@ -195,12 +195,14 @@ class DriveWriter:
         """Write the index and summary and close the file (idempotent)."""
         if self._closed:
             return
-        self._closed = True
         try:
+            if self._next_static_ns is None:  # nothing written: still record the rig's static data
+                self._maybe_write_static(0)
             self._mcap.finish()  # type: ignore[no-untyped-call]
         except OSError as exc:
             raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
         finally:
+            self._closed = True
             self._file.close()
 
     def __enter__(self) -> DriveWriter:
