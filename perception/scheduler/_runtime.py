@@ -74,8 +74,11 @@ class Runtime:
         fusion: FusionStage | None = None,
         client: InferClient | None = None,
         check_models: bool = True,
+        join_timeout_ns: int | None = None,
     ) -> None:
         self.config = config
+        # Lockstep replays wait for every sensor: a join timeout longer than the budget.
+        self._join_ns = join_timeout_ns if join_timeout_ns is not None else config.budget.join_ns
         self.rig = dict(rig or {})
         self._fusion = fusion
         self._external_client = client
@@ -144,8 +147,7 @@ class Runtime:
             certificate_chain=str(tls.certificate_chain) if tls.certificate_chain else None,
             headers=dict(server.headers),
         )
-        client: InferClient = await stack.enter_async_context(TritonClient(opts))
-        return client
+        return await stack.enter_async_context(TritonClient(opts))
 
     async def _verify_models(self) -> None:
         from perception.triton import TritonClient, check_contract
@@ -170,10 +172,9 @@ class Runtime:
     async def process(self, frame: Frame) -> FrameResult:
         """Process one frame now (no queueing): dispatch, join by the deadline, fuse."""
         dispatcher = self.dispatcher
-        budget = self.config.budget
         start = time.monotonic_ns()
         origin = frame.created_ns or start
-        results = await dispatcher.dispatch(frame, origin + budget.join_ns)
+        results = await dispatcher.dispatch(frame, origin + self._join_ns)
         joined = time.monotonic_ns()
         detections: tuple[Detection3D, ...] = ()
         fusion_stages: Mapping[str, int] = {}

@@ -1,0 +1,84 @@
+"""Options and plumbing shared by the commands that run the runtime (replay, eval, budget)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+
+from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.errors import ConfigError
+
+__all__ = ["DEFAULT_CONFIG", "add_runtime_options", "repo_root", "run_with_signals", "runtime_config"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+DEFAULT_CONFIG = repo_root() / "launch" / "replay.yaml"
+
+
+def add_runtime_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("drive", type=Path, help="recorded drive (.mcap)")
+    p.add_argument(
+        "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
+    )
+    p.add_argument("--url", default=None, help="external Triton gRPC URL host:port (default: embedded server)")
+    p.add_argument("--sensors", default=None, help="comma-separated subset of sensors to enable")
+
+
+def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
+    path = args.config or DEFAULT_CONFIG
+    cfg = load_config(path)
+    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
+    cfg = with_overrides(cfg, url=args.url, sensors=sensors)
+    if not Path(args.drive).exists():
+        raise ConfigError("drive not found", file=str(args.drive))
+    return cfg
+
+
+def run_with_signals(main: Callable[[anyio.Event], Awaitable[T]]) -> T:
+    """Run ``main(stop_event)`` under anyio.
+
+    The first SIGINT/SIGTERM sets ``stop_event`` (graceful: stop intake, drain, write every record);
+    a second one cancels everything (the embedded server is still stopped on the way out).
+    """
+
+    async def runner() -> T:
+        result: list[T] = []
+        stop_event = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        if not stop_event.is_set():
+                            log.warning("%s: stopping after in-flight frames (send again to force)", name)
+                            stop_event.set()
+                        else:
+                            log.warning("%s again: forcing exit", name)
+                            tg.cancel_scope.cancel()
+                            return
+
+            async def body() -> None:
+                result.append(await main(stop_event))
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(body)
+        if not result:
+            raise KeyboardInterrupt
+        return result[0]
+
+    return anyio.run(runner, backend="asyncio")

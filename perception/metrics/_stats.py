@@ -1,0 +1,85 @@
+"""Latency aggregation: per-frame latency trees -> percentiles per stage and per sensor."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perception.types import FrameResult, FrameStatus
+
+__all__ = ["LatencyAccumulator", "percentiles"]
+
+PCTS = (50, 95, 99)
+
+
+def percentiles(values_ns: Iterable[int]) -> dict[str, float]:
+    """p50/p95/p99/max/mean of nanosecond values, in milliseconds (empty -> zeros, ``n`` = 0)."""
+    arr = np.fromiter(values_ns, dtype=np.float64)
+    if arr.size == 0:
+        return {"n": 0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
+    ms = arr / 1e6
+    out: dict[str, float] = {"n": int(arr.size)}
+    for p, v in zip(PCTS, np.percentile(ms, PCTS), strict=True):
+        out[f"p{p}"] = round(float(v), 3)
+    out["max"] = round(float(ms.max()), 3)
+    out["mean"] = round(float(ms.mean()), 3)
+    return out
+
+
+@dataclass
+class LatencyAccumulator:
+    """Collects every frame's result; :meth:`summary` gives the report's counters and percentiles."""
+
+    budget_ns: int
+    frames: int = 0
+    status: Counter[str] = field(default_factory=Counter)
+    deadline_misses: int = 0
+    total_ns: list[int] = field(default_factory=list)
+    stage_ns: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    sensor_ns: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    sensor_status: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    drop_reasons: Counter[str] = field(default_factory=Counter)
+    series: list[tuple[int, int, dict[str, int]]] = field(default_factory=list)  # frame, total, stages
+
+    def add(self, r: FrameResult) -> None:
+        self.frames += 1
+        self.status[r.status.value] += 1
+        if r.status is FrameStatus.DROPPED:
+            self.drop_reasons[(r.reason or "unknown").split(" (")[0]] += 1
+            return
+        if r.deadline_missed:
+            self.deadline_misses += 1
+        self.total_ns.append(r.latency.total_ns)
+        for stage, ns in r.latency.stages.items():
+            self.stage_ns[stage].append(ns)
+        for sensor, res in r.sensors.items():
+            self.sensor_status[sensor][res.status.value] += 1
+        for sensor, stages in r.latency.sensors.items():
+            for stage, ns in stages.items():
+                self.sensor_ns[sensor][stage].append(ns)
+        self.series.append((r.frame_id, r.latency.total_ns, dict(r.latency.stages)))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "ok": self.status.get("ok", 0),
+            "degraded": self.status.get("degraded", 0),
+            "dropped": self.status.get("dropped", 0),
+            "deadline_ms": self.budget_ns / 1e6,
+            "deadline_misses": self.deadline_misses,
+            "latency_ms": {
+                "total": percentiles(self.total_ns),
+                "stages": {k: percentiles(v) for k, v in sorted(self.stage_ns.items())},
+                "sensors": {
+                    s: {stage: percentiles(v) for stage, v in sorted(st.items())}
+                    for s, st in sorted(self.sensor_ns.items())
+                },
+            },
+            "sensor_status": {s: dict(c) for s, c in sorted(self.sensor_status.items())},
+            "drop_reasons": dict(self.drop_reasons),
+        }
+
