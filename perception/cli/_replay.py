@@ -11,15 +11,17 @@ import anyio
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
 from perception.errors import ConfigError
-from perception.replay import ReplayOptions, ReplayOutcome, replay_drive
+from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive
 from perception.scheduler import Runtime
 
 __all__ = ["parse_rate", "register", "replay_with_stop"]
 
 
-def parse_rate(text: str) -> float | str:
-    if text in ("max", "lockstep"):
-        return text
+def parse_rate(text: str) -> Rate:
+    if text == "max":
+        return "max"
+    if text == "lockstep":
+        return "lockstep"
     try:
         rate = float(text)
     except ValueError:
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     rate = parse_rate(args.rate)
     cfg = runtime_config(args)
     options = ReplayOptions(
-        rate=rate,  # type: ignore[arg-type]
+        rate=rate,
         out_dir=args.out,
         progress=False if args.no_progress else None,
         include_outputs=args.raw_outputs,

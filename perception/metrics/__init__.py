@@ -1,8 +1,19 @@
-"""Latency accounting: per-frame records, percentile aggregation, reports."""
+"""Latency accounting: per-frame records, percentile aggregation, budget verdicts and reports."""
 
 from __future__ import annotations
 
+from perception.metrics._budget import BudgetRow, budget_rows, render_table, write_markdown, write_plots
 from perception.metrics._records import detection_json, frame_record
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
-__all__ = ["LatencyAccumulator", "detection_json", "frame_record", "percentiles"]
+__all__ = [
+    "BudgetRow",
+    "LatencyAccumulator",
+    "budget_rows",
+    "detection_json",
+    "frame_record",
+    "percentiles",
+    "render_table",
+    "write_markdown",
+    "write_plots",
+]

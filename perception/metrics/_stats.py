@@ -82,4 +82,3 @@ class LatencyAccumulator:
             "sensor_status": {s: dict(c) for s, c in sorted(self.sensor_status.items())},
             "drop_reasons": dict(self.drop_reasons),
         }
-

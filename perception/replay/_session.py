@@ -48,6 +48,7 @@ class ReplayOptions:
 @dataclass
 class ReplayOutcome:
     report: dict[str, Any]
+    latency: LatencyAccumulator
     results: list[FrameResult] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
     interrupted: bool = False
@@ -98,7 +99,7 @@ async def replay_drive(
     rate = opts.rate if isinstance(opts.rate, float | int) else None
     acc = LatencyAccumulator(budget_ns=cfg.budget.total_ns)
     evaluator = None
-    outcome = ReplayOutcome(report={})
+    outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
         fusion = _make_fusion(cfg, source.rig, reader) if opts.fusion else None
@@ -149,4 +150,3 @@ async def replay_drive(
         if out_dir is not None:
             safe_output_path(out_dir, "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return outcome
-

@@ -102,4 +102,3 @@ class DriveSource:
                     await anyio.sleep(delay)
             self.frames_emitted += 1
             yield frame
-

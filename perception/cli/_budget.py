@@ -1,0 +1,72 @@
+"""``perception budget``: replay a drive and check the per-frame latency budget, stage by stage."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._replay import parse_rate, replay_with_stop
+from perception.config import BudgetConfig
+from perception.errors import ConfigError
+from perception.metrics import budget_rows, render_table, write_markdown, write_plots
+from perception.replay import ReplayOptions, safe_output_path
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "budget",
+        help="latency-budget test: replay a drive, attribute every millisecond, gate on the budget",
+        description="Replay DRIVE and check the total per-frame budget (and per-stage budgets from the "
+        "config's budget.stages) at a percentile. Prints a table, writes report.json, report.md and plots. "
+        "Exits 1 on any violation.",
+    )
+    add_runtime_options(p)
+    p.add_argument("--budget-ms", type=float, required=True, help="total per-frame budget in ms")
+    p.add_argument("--percentile", type=float, default=99.0, help="percentile checked against budgets (default 99)")
+    p.add_argument("--rate", default="max", help="replay rate: multiplier of recorded speed, 'max' or 'lockstep'")
+    p.add_argument("--out", type=Path, default=Path("out/budget"), help="output directory (default: out/budget)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.percentile <= 100:
+        raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
+    if args.budget_ms <= 0:
+        raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
+    cfg = runtime_config(args)
+    # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
+    reserve = min(cfg.budget.fusion_reserve_ms, args.budget_ms / 2)
+    cfg = dataclasses.replace(
+        cfg,
+        budget=BudgetConfig(total_ms=args.budget_ms, fusion_reserve_ms=reserve, stages=cfg.budget.stages),
+    )
+    out: Path = args.out
+    progress = False if args.no_progress else None
+    options = ReplayOptions(rate=parse_rate(args.rate), out_dir=out, progress=progress)
+    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options))
+    rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
+    table = render_table(rows)
+    sys.stdout.write(table)
+    plots = write_plots(out, outcome.latency, args.budget_ms)
+    summary = outcome.report
+    write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile)
+    violations = [r.stage for r in rows if r.verdict == "FAIL"]
+    summary["budget"] = {
+        "budget_ms": args.budget_ms,
+        "percentile": args.percentile,
+        "rows": [r.as_dict() for r in rows],
+        "violations": violations,
+        "passed": not violations,
+    }
+    safe_output_path(out, "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
+    sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
+    return 0 if not violations else 1

@@ -1,0 +1,180 @@
+"""Budget verdicts and the latency report (table, markdown, plots) for ``perception budget``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perception.metrics._stats import LatencyAccumulator, percentiles
+
+__all__ = ["BudgetRow", "budget_rows", "render_table", "write_markdown", "write_plots"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRow:
+    stage: str
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    budget_ms: float | None
+    verdict: str  # "ok", "FAIL" or "-" (no budget)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "p50": self.p50,
+            "p95": self.p95,
+            "p99": self.p99,
+            "max": self.max,
+            "budget_ms": self.budget_ms,
+            "verdict": self.verdict,
+        }
+
+
+def _row(stage: str, values_ns: Sequence[int], budget_ms: float | None, percentile: float) -> BudgetRow:
+    p = percentiles(values_ns)
+    verdict = "-"
+    if budget_ms is not None:
+        observed = float(np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, percentile)) if values_ns else 0.0
+        verdict = "ok" if observed <= budget_ms else "FAIL"
+    return BudgetRow(stage, p["p50"], p["p95"], p["p99"], p["max"], budget_ms, verdict)
+
+
+def budget_rows(
+    acc: LatencyAccumulator, total_budget_ms: float, stage_budgets: Mapping[str, float], percentile: float
+) -> list[BudgetRow]:
+    """One row for the total, one per stage, one per sensor request; a budget on a stage or a sensor
+    (``sensor:<name>``) is checked at ``percentile``."""
+    rows = [_row("total", acc.total_ns, total_budget_ms, percentile)]
+    for stage, values in sorted(acc.stage_ns.items()):
+        rows.append(_row(stage, values, stage_budgets.get(stage), percentile))
+    for sensor, stages in sorted(acc.sensor_ns.items()):
+        for stage, values in sorted(stages.items()):
+            key = f"{sensor}.{stage}"
+            budget = stage_budgets.get(key, stage_budgets.get(sensor) if stage == "total" else None)
+            rows.append(_row(key, values, budget, percentile))
+    return rows
+
+
+def render_table(rows: Sequence[BudgetRow]) -> str:
+    head = ("stage", "p50", "p95", "p99", "max", "budget", "verdict")
+    body = [
+        (
+            r.stage,
+            f"{r.p50:.2f}",
+            f"{r.p95:.2f}",
+            f"{r.p99:.2f}",
+            f"{r.max:.2f}",
+            "-" if r.budget_ms is None else f"{r.budget_ms:g}",
+            r.verdict,
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(padded)
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]) + "\n"
+
+
+def write_markdown(
+    path: Path, rows: Sequence[BudgetRow], summary: Mapping[str, Any], plots: Sequence[str], percentile: float
+) -> None:
+    lines = [
+        "# Latency budget report",
+        "",
+        f"Drive: `{summary.get('drive')}` — frames {summary['frames']}: ok {summary['ok']}, "
+        f"degraded {summary['degraded']}, dropped {summary['dropped']}; deadline misses "
+        f"{summary['deadline_misses']} (budget {summary['deadline_ms']:g} ms, checked at p{percentile:g}).",
+        "",
+        "All times in milliseconds.",
+        "",
+        "| stage | p50 | p95 | p99 | max | budget | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        budget = "-" if r.budget_ms is None else f"{r.budget_ms:g}"
+        lines.append(f"| {r.stage} | {r.p50:.2f} | {r.p95:.2f} | {r.p99:.2f} | {r.max:.2f} | {budget} | {r.verdict} |")
+    status = summary.get("sensor_status", {})
+    if status:
+        lines += ["", "## Sensor status counts", "", "| sensor | " + " | ".join(_STATUSES) + " |"]
+        lines.append("|---|" + "---:|" * len(_STATUSES))
+        for sensor, counts in status.items():
+            lines.append(f"| {sensor} | " + " | ".join(str(counts.get(s, 0)) for s in _STATUSES) + " |")
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+_STATUSES = ("ok", "late", "error", "missing", "skipped")
+
+
+def write_plots(out_dir: Path, acc: LatencyAccumulator, budget_ms: float) -> list[str]:
+    """latency_over_time.png, breakdown.png, histogram.png (matplotlib, headless Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    if not acc.series:
+        return written
+    frames = np.array([s[0] for s in acc.series])
+    totals = np.array([s[1] for s in acc.series]) / 1e6
+    stages = sorted({k for s in acc.series for k in s[2]})
+    per_stage = {k: np.array([s[2].get(k, 0) for s in acc.series]) / 1e6 for k in stages}
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.plot(frames, totals, label="total", color="black", linewidth=1.2)
+    for k in stages:
+        ax.plot(frames, per_stage[k], label=k, linewidth=0.8)
+    ax.axhline(budget_ms, color="red", linestyle="--", label=f"budget {budget_ms:g} ms")
+    ax.set_xlabel("frame")
+    ax.set_ylabel("ms")
+    ax.set_title("Latency per stage over the drive")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "latency_over_time.png"))
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    bottom = np.zeros_like(totals)
+    for k in stages:
+        ax.bar(frames, per_stage[k], bottom=bottom, label=k, width=1.0)
+        bottom = bottom + per_stage[k]
+    ax.axhline(budget_ms, color="red", linestyle="--", label=f"budget {budget_ms:g} ms")
+    ax.set_xlabel("frame")
+    ax.set_ylabel("ms")
+    ax.set_title("Stacked latency breakdown")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "breakdown.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.hist(totals, bins=min(50, max(5, len(totals) // 3)), color="steelblue")
+    ax.axvline(budget_ms, color="red", linestyle="--", label=f"budget {budget_ms:g} ms")
+    ax.set_xlabel("frame latency (ms)")
+    ax.set_ylabel("frames")
+    ax.set_title("Frame latency histogram")
+    ax.legend()
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "histogram.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
