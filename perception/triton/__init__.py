@@ -1,0 +1,52 @@
+"""The Triton transport layer: one typed async client over ``tritonclient.grpc.aio``.
+
+* :class:`TritonClient` / :class:`ClientOptions`: channels per URL, round-robin over healthy replicas,
+  TLS and auth headers, deadlines, cancellation that reaches the server, errors translated into
+  :mod:`perception.errors` (with model, sensor, frame and URL), shared memory for large inputs.
+* :class:`SharedMemoryPool`: reusable, registered-once system shared-memory regions.
+* :class:`ModelContract` / :class:`TensorSpec` / :data:`CONTRACTS` / :func:`check_contract`: what a
+  served model declares versus what each sensor kind needs.
+
+Example::
+
+    async with TritonClient(ClientOptions(urls=("127.0.0.1:8001",))) as client:
+        await client.wait_ready(["lidar_pp"], timeout_s=30)
+        check_contract("lidar", await client.model_contract("lidar_pp"))
+        res = await client.infer("lidar_pp", {"POINTS": points}, timeout_ns=50_000_000, sensor="lidar_top")
+        boxes = res.outputs["BOXES"]
+"""
+
+from __future__ import annotations
+
+from perception.triton._client import (
+    ClientOptions,
+    InferRequest,
+    InferResult,
+    ParameterValue,
+    ShmMode,
+    TritonClient,
+    is_loopback,
+)
+from perception.triton._contract import CONTRACTS, ModelContract, TensorSpec, check_contract, parse_model_config
+from perception.triton._errors import translate
+from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
+
+__all__ = [
+    "CONTRACTS",
+    "ClientOptions",
+    "InferRequest",
+    "InferResult",
+    "ModelContract",
+    "ParameterValue",
+    "SharedMemoryPool",
+    "ShmMode",
+    "ShmRegionInfo",
+    "ShmRegistrar",
+    "ShmSlot",
+    "TensorSpec",
+    "TritonClient",
+    "check_contract",
+    "is_loopback",
+    "parse_model_config",
+    "translate",
+]

@@ -1,0 +1,706 @@
+"""The typed async Triton client: the runtime's only way to talk to a server.
+
+A thin adapter over ``tritonclient.grpc.aio`` (untyped; nothing of it leaks out of this package):
+
+* ``channels`` gRPC channels per URL, each on its own TCP connection, picked round-robin; several URLs
+  (replicas) picked round-robin, skipping for a back-off period a URL that just failed to connect
+  (:meth:`TritonClient.healthy_urls`). No retries here: the scheduler decides (``ConnectError.retryable``).
+* Every Triton/gRPC error is translated once, by :func:`perception.triton._errors.translate`, into
+  :mod:`perception.errors` with the model, sensor, frame and URL.
+* ``timeout_ns`` becomes both the gRPC deadline and Triton's per-request ``timeout`` parameter (µs).
+  Triton honours the latter only for models that queue in a scheduler that supports it (dynamic or
+  sequence batching, with ``default_queue_policy``/``allow_timeout_override``): it then drops queued
+  requests nobody waits for any more. The gRPC deadline is always enforced, client side.
+* Cancelling the calling task (anyio cancel scope, ``fail_after``...) cancels the in-flight RPC; Triton
+  forwards the cancellation to the model (``request.is_cancelled()``).
+* Inputs of at least ``shm_threshold_bytes`` go through a :class:`SharedMemoryPool` when the server
+  shares ``/dev/shm`` (``shm="auto"``: loopback URLs). Any shared-memory trouble (cannot register,
+  region vanished, server restarted and forgot it) falls back to plain gRPC for that request: shared
+  memory is an optimisation and never fails a request. Outputs always come back over gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import grpc  # type: ignore[import-untyped]
+import numpy as np
+import numpy.typing as npt
+import tritonclient.grpc as tgrpc
+import tritonclient.grpc.aio as tgrpc_aio
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from perception.errors import (
+    ConfigError,
+    ConnectError,
+    DeadlineError,
+    InferenceError,
+    InputError,
+    ModelNotReadyError,
+    RuntimeClosedError,
+    SharedMemoryError,
+    TransportError,
+)
+
+from ._contract import ModelContract, parse_model_config
+from ._errors import is_shm_registration_lost, translate
+from ._shm import SharedMemoryPool, ShmSlot, packed_size
+
+__all__ = ["ClientOptions", "InferRequest", "InferResult", "ParameterValue", "ShmMode", "TritonClient"]
+
+log = logging.getLogger(__name__)
+
+ShmMode = Literal["auto", "on", "off"]
+ParameterValue = str | int | float | bool
+Array = npt.NDArray[Any]
+
+_FOREIGN = (InferenceServerException, grpc.RpcError, OSError)
+_MAX_MESSAGE = 2**31 - 1
+_STAT_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+#: After a failed registration, shared memory is not tried again on that URL for this long.
+_SHM_RETRY_NS = 30 * 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How to reach the server(s). Validated on construction (:class:`ConfigError`)."""
+
+    urls: tuple[str, ...] = ("127.0.0.1:8001",)
+    #: gRPC channels (TCP connections) per URL; more helps when large tensors share one connection.
+    channels: int = 2
+    ssl: bool = False
+    #: PEM file paths (TLS); read when the client opens.
+    root_certificates: str | None = None
+    private_key: str | None = None
+    certificate_chain: str | None = None
+    #: Extra metadata sent with every call (e.g. ``{"authorization": "Bearer ..."}``).
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: ``auto``: shared memory for loopback URLs; ``on``: for every URL (the server shares /dev/shm);
+    #: ``off``: never. Only inputs totalling at least ``shm_threshold_bytes`` use it.
+    shm: ShmMode = "auto"
+    shm_threshold_bytes: int = 256 * 1024
+    #: Cap on the shared-memory pool (all regions together).
+    shm_pool_bytes: int = 256 * 1024 * 1024
+    #: Timeout of non-inference calls (readiness, config, statistics, shm registration).
+    control_timeout_s: float = 10.0
+    #: Timeout of load_model / unload_model.
+    load_timeout_s: float = 300.0
+    #: A URL that failed to connect is skipped for backoff_s, doubling per consecutive failure.
+    backoff_s: float = 0.5
+    backoff_max_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        def bad(key: str, message: str) -> ConfigError:
+            return ConfigError(message, key=f"triton.{key}")
+
+        if isinstance(self.urls, str):
+            raise bad("urls", "must be a list of host:port strings, not a single string")
+        if not self.urls or not all(isinstance(u, str) and u.strip() for u in self.urls):
+            raise bad("urls", f"need at least one non-empty host:port, got {list(self.urls)!r}")
+        if len(set(self.urls)) != len(self.urls):
+            raise bad("urls", f"duplicate URLs in {list(self.urls)!r}")
+        if any(u.startswith(("http://", "https://")) for u in self.urls):
+            raise bad("urls", "gRPC URLs are host:port (no http:// scheme)")
+        if self.channels < 1:
+            raise bad("channels", f"must be >= 1, got {self.channels}")
+        if self.shm not in ("auto", "on", "off"):
+            raise bad("shm", f"must be auto, on or off, got {self.shm!r}")
+        if self.shm_threshold_bytes < 0:
+            raise bad("shm_threshold_bytes", f"must be >= 0, got {self.shm_threshold_bytes}")
+        if self.shm_pool_bytes < 64 * 1024:
+            raise bad("shm_pool_bytes", f"must be >= 65536, got {self.shm_pool_bytes}")
+        for key in ("control_timeout_s", "load_timeout_s", "backoff_s", "backoff_max_s"):
+            if not getattr(self, key) > 0:
+                raise bad(key, f"must be > 0, got {getattr(self, key)}")
+        if not self.ssl and any((self.root_certificates, self.private_key, self.certificate_chain)):
+            raise bad("ssl", "certificate options given but ssl is false")
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """One inference: ``inputs`` by tensor name; ``outputs=None`` = every output of the model."""
+
+    model: str
+    inputs: Mapping[str, Array]
+    outputs: tuple[str, ...] | None = None
+    #: Budget of the whole call (gRPC deadline + Triton queue timeout); ``None`` = no deadline.
+    timeout_ns: int | None = None
+    request_id: str = ""
+    sensor: str | None = None
+    frame: int | None = None
+    parameters: Mapping[str, ParameterValue] | None = None
+    #: ``None`` = the client's policy; ``True``/``False`` force shared memory on/off for this request.
+    use_shm: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InferResult:
+    """The outputs of one inference (read-only arrays backed by the response) and its timings."""
+
+    model: str
+    outputs: Mapping[str, Array]
+    url: str
+    #: Wall time of the whole call, from entering ``infer`` to the decoded outputs.
+    client_ns: int
+    #: Part of ``client_ns`` spent preparing the request: serialisation or shared-memory copy (and, the
+    #: first time a region is used with a server, its registration).
+    prepare_ns: int
+    #: Server-side time if the model reports it (response parameter ``server_ns``), else ``None``; see
+    #: :meth:`TritonClient.model_statistics` for Triton's own cumulative timings.
+    server_ns: int | None
+    used_shm: bool
+    request_id: str = ""
+
+
+async def _rpc(call: Awaitable[Any]) -> Any:
+    """Await a ``tritonclient.grpc.aio`` call; cancelling the caller cancels the RPC.
+
+    grpc.aio cancels the RPC when the awaiting task is cancelled, but then raises a *new*, bare
+    ``CancelledError`` that anyio's cancel scopes do not recognise as theirs (the scope would let it
+    escape). anyio cancellation is level-triggered: ``checkpoint_if_cancelled`` re-delivers the scope's
+    own cancellation. A native ``Task.cancel()`` (no cancelled anyio scope) propagates unchanged.
+    """
+    try:
+        return await call
+    except asyncio.CancelledError:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        raise
+
+
+def is_loopback(url: str) -> bool:
+    """True for URLs on this host: 127.0.0.0/8, ``localhost``, ``::1``, ``unix:`` sockets."""
+    if url.startswith("unix:"):
+        return True
+    host = url.rsplit(":", 1)[0] if url.count(":") == 1 or url.startswith("[") else url
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Endpoint:
+    """One URL: its channels and its health."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.loopback = is_loopback(url)
+        self.clients: list[Any] = []  # tritonclient.grpc.aio.InferenceServerClient
+        self._next = 0
+        self.failures = 0
+        self.unhealthy_until_ns = 0
+        self.shm_blocked_until_ns = 0
+
+    def client(self) -> Any:
+        client = self.clients[self._next % len(self.clients)]
+        self._next += 1
+        return client
+
+    def healthy(self, now_ns: int) -> bool:
+        return self.unhealthy_until_ns <= now_ns
+
+    def failed(self, options: ClientOptions) -> None:
+        self.failures += 1
+        backoff_s = min(options.backoff_s * 2 ** (self.failures - 1), options.backoff_max_s)
+        self.unhealthy_until_ns = time.monotonic_ns() + int(backoff_s * 1e9)
+        level = logging.WARNING if self.failures == 1 else logging.DEBUG
+        log.log(
+            level, "triton %s unreachable (%d in a row); skipping it for %.1f s", self.url, self.failures, backoff_s
+        )
+
+    def succeeded(self) -> None:
+        if self.failures:
+            log.info("triton %s reachable again", self.url)
+        self.failures = 0
+        self.unhealthy_until_ns = 0
+
+
+class _Registrar:
+    """Registers shared-memory regions with one endpoint (implements ``ShmRegistrar``)."""
+
+    def __init__(self, owner: TritonClient, endpoint: _Endpoint) -> None:
+        self._owner = owner
+        self._endpoint = endpoint
+
+    @property
+    def url(self) -> str:
+        return self._endpoint.url
+
+    async def register(self, name: str, key: str, byte_size: int) -> None:
+        await self._owner._call(self._endpoint, "register_system_shared_memory", name, key, byte_size)
+
+    async def unregister(self, name: str) -> None:
+        await self._owner._call(self._endpoint, "unregister_system_shared_memory", name)
+
+
+class TritonClient:
+    """Async Triton client over gRPC (use ``async with TritonClient(options) as client``)."""
+
+    def __init__(self, options: ClientOptions | None = None) -> None:
+        self._options = options or ClientOptions()
+        self._endpoints = [_Endpoint(url) for url in self._options.urls]
+        self._headers: dict[str, str] | None = dict(self._options.headers) or None
+        self._rr = 0
+        self._pool: SharedMemoryPool | None = None
+        self._registrars = {ep.url: _Registrar(self, ep) for ep in self._endpoints}
+        self._open = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TritonClient:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Create the channels (connections are made lazily, on first use). Rolls back on failure."""
+        if self._open or self._closed:
+            raise RuntimeClosedError("a TritonClient can be opened once")
+        try:
+            for ep in self._endpoints:
+                for _ in range(self._options.channels):
+                    ep.clients.append(self._new_channel(ep.url))
+        except BaseException:
+            await self._close_channels()
+            raise
+        self._open = True
+        log.debug("triton client open: %s x %d channels", list(self._options.urls), self._options.channels)
+
+    def _new_channel(self, url: str) -> Any:
+        opts = self._options
+        keepalive = tgrpc.KeepAliveOptions()
+        channel_args = [
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+            ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+            # Channels with equal arguments share one TCP connection through grpc's global subchannel
+            # pool; a local pool gives each channel its own connection.
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        try:
+            return tgrpc_aio.InferenceServerClient(
+                url,
+                ssl=opts.ssl,
+                root_certificates=opts.root_certificates,
+                private_key=opts.private_key,
+                certificate_chain=opts.certificate_chain,
+                channel_args=channel_args,
+            )
+        except OSError as exc:  # certificate files are read here
+            raise ConfigError(f"cannot read TLS file: {exc.strerror or exc}", file=exc.filename) from exc
+
+    async def close(self) -> None:
+        """Unregister and unlink shared memory, close every channel. Idempotent, safe under cancellation."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            if self._pool is not None:
+                await self._pool.close()
+            await self._close_channels()
+        self._open = False
+
+    async def _close_channels(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+            for ep in self._endpoints:
+                while ep.clients:
+                    client = ep.clients.pop()
+                    try:
+                        await client.close()
+                    except Exception as exc:  # pragma: no cover - closing must not fail the caller
+                        log.debug("closing channel to %s: %s", ep.url, exc)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeClosedError("TritonClient is closed" if self._closed else "TritonClient is not open")
+
+    # -- endpoints ----------------------------------------------------------------------------------
+
+    @property
+    def options(self) -> ClientOptions:
+        return self._options
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self._options.urls
+
+    @property
+    def shm_pool(self) -> SharedMemoryPool | None:
+        """The shared-memory pool, once a request used shared memory."""
+        return self._pool
+
+    def healthy_urls(self) -> tuple[str, ...]:
+        """URLs not in a connect-failure back-off period (in configured order)."""
+        now = time.monotonic_ns()
+        return tuple(ep.url for ep in self._endpoints if ep.healthy(now))
+
+    def _pick(self) -> _Endpoint:
+        now = time.monotonic_ns()
+        count = len(self._endpoints)
+        for i in range(count):
+            ep = self._endpoints[(self._rr + i) % count]
+            if ep.healthy(now):
+                self._rr = (self._rr + i + 1) % count
+                return ep
+        # Every URL is backing off: try the one whose back-off ends first rather than failing blind.
+        return min(self._endpoints, key=lambda e: e.unhealthy_until_ns)
+
+    def _endpoint(self, url: str | None) -> _Endpoint:
+        if url is None:
+            return self._pick()
+        for ep in self._endpoints:
+            if ep.url == url:
+                return ep
+        raise ConfigError(f"unknown URL {url!r}; the client has {list(self.urls)}", key="triton.urls")
+
+    async def _call(
+        self,
+        ep: _Endpoint,
+        method: str,
+        *args: Any,
+        model: str | None = None,
+        timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
+        self._check_open()
+        try:
+            result = await _rpc(
+                getattr(ep.client(), method)(
+                    *args,
+                    headers=self._headers,
+                    client_timeout=timeout_s or self._options.control_timeout_s,
+                    **kwargs,
+                )
+            )
+        except _FOREIGN as exc:
+            err = translate(exc, model=model, url=ep.url)
+            if isinstance(err, ConnectError):
+                ep.failed(self._options)
+            raise err from exc
+        ep.succeeded()
+        return result
+
+    # -- control plane ------------------------------------------------------------------------------
+
+    async def server_ready(self, url: str | None = None) -> bool:
+        """True when the server answers and is ready; False when it is unreachable or not ready."""
+        try:
+            return bool(await self._call(self._endpoint(url), "is_server_ready"))
+        except (ConnectError, DeadlineError):
+            return False
+
+    async def wait_ready(self, models: Sequence[str], timeout_s: float, *, poll_s: float = 0.1) -> None:
+        """Wait until every URL is ready and serves every model in ``models``.
+
+        Raises :class:`ConnectError` (server unreachable / not ready) or :class:`ModelNotReadyError`
+        naming the model and URL when ``timeout_s`` passes first.
+        """
+        self._check_open()
+        problem: TransportError | None = None
+        with anyio.move_on_after(timeout_s):
+            while True:
+                problem = await self._readiness_problem(models)
+                if problem is None:
+                    return
+                await anyio.sleep(poll_s)
+        if problem is None:
+            problem = ConnectError("no answer from the server")
+        raise type(problem)(f"not ready after {timeout_s:g} s: {problem.message}", **dict(problem.context)) from problem
+
+    async def _readiness_problem(self, models: Sequence[str]) -> TransportError | None:
+        for ep in self._endpoints:
+            try:
+                server_ok = bool(await self._call(ep, "is_server_ready"))
+                for model in models:
+                    if not await self._call(ep, "is_model_ready", model, model=model):
+                        return ModelNotReadyError("model is not ready", model=model, url=ep.url)
+            except TransportError as exc:
+                return exc
+            if not server_ok:
+                return ConnectError("server is not ready", url=ep.url)
+        return None
+
+    async def model_contract(self, model: str, url: str | None = None) -> ModelContract:
+        """The model's tensor contract, from its configuration on the server."""
+        ep = self._endpoint(url)
+        config = await self._call(ep, "get_model_config", model, model=model, as_json=True)
+        return parse_model_config(config)
+
+    async def model_statistics(self, model: str, url: str | None = None) -> dict[str, int]:
+        """Triton's cumulative statistics of ``model``, summed over versions (and over all URLs if
+        ``url`` is None).
+
+        Keys: ``inference_count``, ``execution_count``, ``last_inference_ms`` and, for each of
+        ``success``, ``fail``, ``queue``, ``compute_input``, ``compute_infer``, ``compute_output``,
+        ``<stage>_count`` and ``<stage>_ns`` (cumulative nanoseconds).
+        """
+        endpoints = [self._endpoint(url)] if url is not None else self._endpoints
+        totals = dict.fromkeys(
+            ["inference_count", "execution_count", "last_inference_ms"]
+            + [f"{k}_{u}" for k in _STAT_KEYS for u in ("count", "ns")],
+            0,
+        )
+        for ep in endpoints:
+            stats = await self._call(ep, "get_inference_statistics", model, model=model, as_json=True)
+            for entry in stats.get("model_stats", ()):
+                totals["inference_count"] += int(entry.get("inference_count", 0))
+                totals["execution_count"] += int(entry.get("execution_count", 0))
+                last = int(entry.get("last_inference", 0))
+                totals["last_inference_ms"] = max(totals["last_inference_ms"], last)
+                inference = entry.get("inference_stats", {})
+                for key in _STAT_KEYS:
+                    stage = inference.get(key, {})
+                    totals[f"{key}_count"] += int(stage.get("count", 0))
+                    totals[f"{key}_ns"] += int(stage.get("ns", 0))
+        return totals
+
+    async def load_model(self, name: str) -> None:
+        """Load (or reload) ``name`` on every URL (server in explicit model-control mode)."""
+        for ep in self._endpoints:
+            await self._call(ep, "load_model", name, model=name, timeout_s=self._options.load_timeout_s)
+
+    async def unload_model(self, name: str) -> None:
+        """Unload ``name`` on every URL."""
+        for ep in self._endpoints:
+            await self._call(ep, "unload_model", name, model=name, timeout_s=self._options.load_timeout_s)
+
+    async def server_shm_regions(self, url: str | None = None) -> dict[str, str]:
+        """System shared-memory regions registered on the server: ``{name: key}`` (all clients')."""
+        status = await self._call(self._endpoint(url), "get_system_shared_memory_status", as_json=True)
+        regions = status.get("regions", {})
+        return {str(name): str(info.get("key", "")) for name, info in regions.items()}
+
+    # -- inference ----------------------------------------------------------------------------------
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Array],
+        *,
+        outputs: Sequence[str] | None = None,
+        timeout_ns: int | None = None,
+        request_id: str = "",
+        sensor: str | None = None,
+        frame: int | None = None,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        use_shm: bool | None = None,
+    ) -> InferResult:
+        """Run one inference; see :class:`InferRequest` for the arguments."""
+        return await self.infer_request(
+            InferRequest(
+                model=model,
+                inputs=inputs,
+                outputs=tuple(outputs) if outputs is not None else None,
+                timeout_ns=timeout_ns,
+                request_id=request_id,
+                sensor=sensor,
+                frame=frame,
+                parameters=parameters,
+                use_shm=use_shm,
+            )
+        )
+
+    async def infer_request(self, req: InferRequest) -> InferResult:
+        """Run one inference.
+
+        Raises :class:`InputError` (malformed input array), :class:`ConnectError`,
+        :class:`DeadlineError`, :class:`InferenceError` / :class:`ModelNotReadyError` with the request's
+        model, sensor, frame and the URL. Cancellation of the caller cancels the RPC.
+        """
+        t0 = time.perf_counter_ns()
+        self._check_open()
+        deadline_ns = t0 + req.timeout_ns if req.timeout_ns is not None else None
+        tensors = self._check_inputs(req)
+        ep = self._pick()
+        slot: ShmSlot | None = None
+        try:
+            slot = await self._acquire_shm(ep, req, tensors)
+            infer_inputs, slot = self._build_inputs(tensors, slot)
+            requested = [tgrpc.InferRequestedOutput(n) for n in req.outputs] if req.outputs else None
+            prepare_ns = time.perf_counter_ns() - t0
+            try:
+                response = await self._send(ep, req, infer_inputs, requested, deadline_ns)
+            except InferenceServerException as exc:
+                if slot is None or not is_shm_registration_lost(exc):
+                    raise
+                # The server forgot our regions (it restarted, or someone unregistered them): register
+                # again on next use, and send this request's tensors over gRPC.
+                log.warning("triton %s lost our shared-memory registrations (%s); re-registering", ep.url, exc)
+                self._release(slot, forget_url=ep.url)
+                slot = None
+                infer_inputs, _ = self._build_inputs(tensors, None)
+                response = await self._send(ep, req, infer_inputs, requested, deadline_ns)
+            used_shm = slot is not None
+        except _FOREIGN as exc:
+            err = translate(exc, model=req.model, sensor=req.sensor, frame=req.frame, url=ep.url)
+            if isinstance(err, ConnectError):
+                ep.failed(self._options)
+            raise err from exc
+        finally:
+            if slot is not None:
+                self._release(slot)
+        ep.succeeded()
+        result_outputs, server_ns = self._read_outputs(req, response, ep.url)
+        return InferResult(
+            model=req.model,
+            outputs=result_outputs,
+            url=ep.url,
+            client_ns=time.perf_counter_ns() - t0,
+            prepare_ns=prepare_ns,
+            server_ns=server_ns,
+            used_shm=used_shm,
+            request_id=req.request_id,
+        )
+
+    def _check_inputs(self, req: InferRequest) -> list[tuple[str, Array, str]]:
+        if not req.inputs:
+            raise InputError("request has no input tensors", sensor=req.sensor, model=req.model)
+        tensors = []
+        for name, array in req.inputs.items():
+            if not isinstance(array, np.ndarray):
+                raise InputError(
+                    f"input must be a numpy array, got {type(array).__name__}", sensor=req.sensor, tensor=name
+                )
+            dtype = np_to_triton_dtype(array.dtype)
+            if dtype is None:
+                raise InputError(f"numpy dtype {array.dtype} has no Triton equivalent", sensor=req.sensor, tensor=name)
+            tensors.append((name, array, str(dtype)))
+        return tensors
+
+    def _wants_shm(self, ep: _Endpoint, req: InferRequest, nbytes: int) -> bool:
+        if nbytes == 0 or ep.shm_blocked_until_ns > time.monotonic_ns():
+            return False
+        if req.use_shm is not None:
+            return req.use_shm
+        mode = self._options.shm
+        if mode == "off" or (mode == "auto" and not ep.loopback):
+            return False
+        return nbytes >= self._options.shm_threshold_bytes
+
+    async def _acquire_shm(
+        self, ep: _Endpoint, req: InferRequest, tensors: list[tuple[str, Array, str]]
+    ) -> ShmSlot | None:
+        arrays = [array for _, array, dtype in tensors if dtype != "BYTES"]
+        nbytes = packed_size(arrays)
+        if not self._wants_shm(ep, req, nbytes):
+            return None
+        if self._pool is None:
+            self._pool = SharedMemoryPool(max_total_bytes=self._options.shm_pool_bytes)
+        try:
+            return await self._pool.acquire(nbytes, self._registrars[ep.url])
+        except SharedMemoryError as exc:
+            ep.shm_blocked_until_ns = time.monotonic_ns() + _SHM_RETRY_NS
+            log.warning(
+                "shared memory unusable with %s, sending tensors over gRPC for %d s: %s",
+                ep.url,
+                _SHM_RETRY_NS // 1_000_000_000,
+                exc,
+            )
+        except TransportError as exc:
+            log.debug("shared-memory registration with %s failed (%s); sending over gRPC", ep.url, exc)
+        return None
+
+    def _release(self, slot: ShmSlot, *, forget_url: str | None = None) -> None:
+        if self._pool is not None:
+            if forget_url is not None:
+                self._pool.forget_registrations(forget_url)
+            self._pool.release(slot)
+
+    def _build_inputs(
+        self, tensors: list[tuple[str, Array, str]], slot: ShmSlot | None
+    ) -> tuple[list[Any], ShmSlot | None]:
+        """tritonclient ``InferInput``s: in ``slot`` (copied there) or inline; returns the slot used."""
+        offsets: list[int] = []
+        if slot is not None:
+            try:
+                offsets = slot.write([array for _, array, dtype in tensors if dtype != "BYTES"])
+            except SharedMemoryError as exc:
+                log.warning("cannot write to shared memory (%s); sending over gRPC", exc)
+                self._release(slot)
+                slot = None
+        next_offset = iter(offsets)
+        infer_inputs = []
+        for name, array, dtype in tensors:
+            infer_input = tgrpc.InferInput(name, list(array.shape), dtype)
+            if slot is not None and dtype != "BYTES":
+                infer_input.set_shared_memory(slot.name, array.nbytes, offset=next(next_offset))
+            else:
+                infer_input.set_data_from_numpy(array)
+            infer_inputs.append(infer_input)
+        return infer_inputs, slot
+
+    async def _send(
+        self,
+        ep: _Endpoint,
+        req: InferRequest,
+        infer_inputs: list[Any],
+        requested: list[Any] | None,
+        deadline_ns: int | None,
+    ) -> Any:
+        client_timeout: float | None = None
+        server_timeout_us: int | None = None
+        if deadline_ns is not None:
+            remaining = deadline_ns - time.perf_counter_ns()
+            if remaining <= 0:
+                raise DeadlineError(
+                    "deadline passed before the request was sent",
+                    model=req.model,
+                    sensor=req.sensor,
+                    frame=req.frame,
+                    url=ep.url,
+                )
+            client_timeout = remaining / 1e9
+            server_timeout_us = max(1, remaining // 1000)
+        return await _rpc(
+            ep.client().infer(
+                model_name=req.model,
+                inputs=infer_inputs,
+                outputs=requested,
+                request_id=req.request_id,
+                timeout=server_timeout_us,
+                client_timeout=client_timeout,
+                headers=self._headers,
+                parameters=dict(req.parameters) if req.parameters else None,
+            )
+        )
+
+    def _read_outputs(self, req: InferRequest, response: Any, url: str) -> tuple[dict[str, Array], int | None]:
+        proto = response.get_response()
+        names = req.outputs if req.outputs is not None else tuple(o.name for o in proto.outputs)
+        outputs: dict[str, Array] = {}
+        for name in names:
+            array = response.as_numpy(name)
+            if array is None:
+                raise InferenceError(
+                    "server response lacks this output",
+                    model=req.model,
+                    sensor=req.sensor,
+                    frame=req.frame,
+                    tensor=name,
+                    url=url,
+                )
+            outputs[name] = array
+        server_ns: int | None = None
+        if "server_ns" in proto.parameters:
+            server_ns = int(proto.parameters["server_ns"].int64_param)
+        return outputs, server_ns

@@ -1,0 +1,182 @@
+"""Tensor contracts: what a model declares (from its Triton config) and what each sensor kind needs.
+
+Dims follow Triton's ``config.pbtxt`` convention: ``-1`` is a variable dimension and, when
+``max_batch_size > 0``, the batch dimension is implicit (not part of ``dims``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from perception.errors import ModelContractError
+
+__all__ = ["CONTRACTS", "ModelContract", "TensorSpec", "check_contract", "parse_model_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor: ``name``, Triton dtype without the ``TYPE_`` prefix (``"FP32"``), ``dims``.
+
+    ``optional`` mirrors the config's ``optional: true`` (an input a request may omit).
+    """
+
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.dtype} {list(self.dims)}"
+
+    def accepts(self, other: TensorSpec) -> str | None:
+        """Why ``other`` (a model's tensor) does not match this expected spec, or ``None``.
+
+        Same dtype, same rank, and every dim equal unless either side is ``-1``.
+        """
+        if other.dtype != self.dtype:
+            return f"dtype is {other.dtype}, expected {self.dtype}"
+        if len(other.dims) != len(self.dims):
+            return (
+                f"rank is {len(other.dims)} (dims {list(other.dims)}), "
+                f"expected {len(self.dims)} (dims {list(self.dims)})"
+            )
+        for axis, (have, want) in enumerate(zip(other.dims, self.dims, strict=True)):
+            if have != want and -1 not in (have, want):
+                return f"dim {axis} is {have}, expected {want} (dims {list(other.dims)} vs {list(self.dims)})"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContract:
+    """A model's name, ``max_batch_size`` (0 = no implicit batch dim) and tensors."""
+
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.outputs if t.name == name), None)
+
+
+def _t(name: str, dtype: str, *dims: int) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(dims))
+
+
+#: What the runtime sends to / expects from the model of each sensor kind. In these expected
+#: contracts ``max_batch_size`` only says whether the model must batch: ``0`` = it must not (no batch
+#: dim), ``> 0`` = it must (any limit; the scheduler batches up to the model's own ``max_batch_size``).
+CONTRACTS: Mapping[str, ModelContract] = MappingProxyType(
+    {
+        "lidar": ModelContract(
+            "lidar",
+            0,
+            inputs=(_t("POINTS", "FP32", -1, 4),),
+            outputs=(_t("BOXES", "FP32", -1, 7), _t("LABELS", "INT32", -1), _t("SCORES", "FP32", -1)),
+        ),
+        "radar": ModelContract(
+            "radar",
+            0,
+            inputs=(_t("POINTS", "FP32", -1, -1),),
+            outputs=(
+                _t("POSITIONS", "FP32", -1, 3),
+                _t("RADIAL_VELOCITY", "FP32", -1),
+                _t("VELOCITY", "FP32", -1, 2),
+                _t("RCS", "FP32", -1),
+                _t("SCORES", "FP32", -1),
+            ),
+        ),
+        "camera": ModelContract(
+            "camera",
+            1,
+            inputs=(_t("IMAGE", "UINT8", -1, -1, 3),),
+            outputs=(
+                _t("BOXES", "FP32", 100, 4),
+                _t("SCORES", "FP32", 100),
+                _t("LABELS", "INT32", 100),
+                _t("COUNT", "INT32", 1),
+            ),
+        ),
+    }
+)
+
+
+def check_contract(kind: str, contract: ModelContract) -> None:
+    """Raise :class:`ModelContractError` unless ``contract`` (a served model) fits sensor ``kind``.
+
+    Every expected input and output must exist with a compatible dtype and dims (``-1`` on either side
+    matches anything); extra outputs are allowed (a user's model may return more); extra inputs are
+    not unless ``optional`` (the runtime would not send them).
+    """
+    expected = CONTRACTS.get(kind)
+    if expected is None:
+        raise ModelContractError(
+            f"unknown sensor kind {kind!r} (known: {', '.join(sorted(CONTRACTS))})", model=contract.name
+        )
+    if (expected.max_batch_size > 0) != (contract.max_batch_size > 0):
+        need = "> 0 (batched" if expected.max_batch_size > 0 else "0 (unbatched"
+        raise ModelContractError(
+            f"{kind} model must have max_batch_size {need}), it has {contract.max_batch_size}",
+            model=contract.name,
+        )
+    for role, want_specs, have_specs in (
+        ("input", expected.inputs, contract.inputs),
+        ("output", expected.outputs, contract.outputs),
+    ):
+        have = {t.name: t for t in have_specs}
+        for want in want_specs:
+            spec = have.get(want.name)
+            if spec is None:
+                raise ModelContractError(
+                    f"{kind} model lacks {role} {want.name} (expected {want}; it has "
+                    f"{', '.join(map(str, have_specs)) or 'none'})",
+                    model=contract.name,
+                    tensor=want.name,
+                )
+            why = want.accepts(spec)
+            if why is not None:
+                raise ModelContractError(f"{role} {want.name}: {why}", model=contract.name, tensor=want.name)
+    extra = sorted({t.name for t in contract.inputs if not t.optional} - {t.name for t in expected.inputs})
+    if extra:
+        raise ModelContractError(
+            f"{kind} model has input(s) the runtime does not send: {', '.join(extra)}",
+            model=contract.name,
+            tensor=extra[0],
+        )
+
+
+def _tensor(entry: Mapping[str, Any], model: str) -> TensorSpec:
+    try:
+        name = str(entry["name"])
+        dtype = str(entry.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
+        dims = tuple(int(d) for d in entry.get("dims", ()))
+        optional = bool(entry.get("optional", False))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelContractError(f"malformed tensor entry in model config: {entry!r}", model=model) from exc
+    return TensorSpec(name, "BYTES" if dtype == "STRING" else dtype, dims, optional)
+
+
+def parse_model_config(config: Mapping[str, Any]) -> ModelContract:
+    """The contract of a model from ``get_model_config(as_json=True)`` (with or without ``"config"``).
+
+    Protobuf's JSON form omits zero/default fields (``max_batch_size: 0`` is absent) and renders
+    int64 dims as strings; both are handled.
+    """
+    body: Mapping[str, Any] = config.get("config", config)
+    name = str(body.get("name", ""))
+    try:
+        max_batch_size = int(body.get("max_batch_size", 0))
+    except (TypeError, ValueError) as exc:
+        raise ModelContractError(f"malformed max_batch_size {body.get('max_batch_size')!r}", model=name) from exc
+    return ModelContract(
+        name=name,
+        max_batch_size=max_batch_size,
+        inputs=tuple(_tensor(e, name) for e in body.get("input", ())),
+        outputs=tuple(_tensor(e, name) for e in body.get("output", ())),
+    )
