@@ -45,7 +45,7 @@ from perception.server._procs import (
     signal_group,
 )
 
-__all__ = ["EmbeddedTriton", "check_model_repository", "free_port"]
+__all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,18 @@ def check_model_repository(path: Path) -> Path:
     return resolved
 
 
-def _read_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+#: Log lines that say nothing about why a start failed: CPU-only CUDA notices, table art, table headers.
+_NOISE = re.compile(
+    r"^\s*$|^[|+]|\] $|CudaDriverHelper|pinned memory pool|CUDA memory pool|CUDA driver|NVML|DCGM"
+    r"|Collecting CPU metrics"
+)
+#: glog error lines (``E1202 10:30:40.038511 ...``), library errors and the final ``error: ...``.
+_ERROR = re.compile(r"^E\d{4} |ERROR|^error:")
+
+
+def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 256 * 1024) -> str:
+    """Why a server failed, from its log: its error lines, then its last meaningful lines (Triton's
+    option/backend tables and CPU-only CUDA notices skipped), ``lines`` lines at most."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -94,8 +105,12 @@ def _read_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 64 * 1
             data = fh.read()
     except OSError as exc:
         return f"<cannot read {path}: {exc}>"
-    text = data.decode(errors="replace").rstrip("\n")
-    return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
+    kept = [line for line in data.decode(errors="replace").splitlines() if not _NOISE.search(line)]
+    if not kept:
+        return "<empty log>"
+    errors = [line for line in kept if _ERROR.search(line)][-(lines // 2) :]
+    tail = [line for line in kept[-lines:] if line not in errors][-(lines - len(errors)) :]
+    return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])
 
 
 class _StartFailed(ServerError):
@@ -110,7 +125,9 @@ class EmbeddedTriton:
     """Run the nvidia-pytriton ``tritonserver`` for the duration of an ``async with`` block.
 
     ``__aenter__`` starts the server on the given model repositories and returns once it is ready (all
-    models loaded); a failure raises :class:`ServerError` quoting the end of the server log. Models are
+    models loaded); a failure raises :class:`ServerError` quoting the end of the server log. With
+    ``require_all_models=False`` a model that fails to load does not fail the start (the server is ready
+    once every model was tried; see :func:`describe_models` for the failures). Models are
     served in explicit control mode (all loaded at start), so they can be (un)loaded at runtime through
     the repository API. Ports left ``None`` are picked free (with a retry if another process grabs one
     first). ``__aexit__`` stops the server (SIGTERM, then SIGKILL after ``stop_timeout_s``), waits until
@@ -131,6 +148,7 @@ class EmbeddedTriton:
         startup_timeout_s: float = 60.0,
         extra_args: Sequence[str] = (),
         stop_timeout_s: float = 15.0,
+        require_all_models: bool = True,
     ) -> None:
         if isinstance(model_repositories, (str, Path)):
             model_repositories = [Path(model_repositories)]
@@ -142,6 +160,7 @@ class EmbeddedTriton:
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._extra_args = tuple(extra_args)
+        self._require_all_models = require_all_models
         self._shm_prefix = make_shm_prefix()
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -245,7 +264,11 @@ class EmbeddedTriton:
             f"--metrics-port={metrics_port}",
             "--allow-gpu-metrics=false",
             f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
-            "--exit-on-error=true",
+            *(
+                ("--exit-on-error=true",)
+                if self._require_all_models
+                else ("--exit-on-error=false", "--strict-readiness=false")
+            ),
             f"--exit-timeout-secs={max(1, int(self._stop_timeout_s) - 2)}",
             "--log-verbose=0",
         ]
@@ -300,9 +323,9 @@ class EmbeddedTriton:
             raise
         if failure is not None:
             await self.stop(keep_log=True)
-            tail = _read_tail(self._log_path) if self._log_path else ""
+            tail = read_log_tail(self._log_path) if self._log_path else ""
             raise _StartFailed(
-                f"{failure}; last lines of {self._log_path}:\n{tail}",
+                f"{failure}; from {self._log_path}:\n{tail}",
                 address_in_use=bool(_ADDRESS_IN_USE.search(tail)),
             )
         log.info("tritonserver ready: grpc %s, http %s, metrics %s", self.grpc_url, self.http_url, self.metrics_url)
