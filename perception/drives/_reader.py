@@ -149,14 +149,20 @@ class DriveReader:
                 times.setdefault(ch.id, ChannelTimes()).add(msg.log_time, msg.log_time)
         self._times = times
 
-        if codec.RIG_METADATA not in metadata:
-            raise self._err(f"no {codec.RIG_METADATA} metadata record (not a perception drive?)")
         try:
-            self._entries = codec.decode_rig(metadata[codec.RIG_METADATA])
-        except codec.DecodeError as exc:
-            raise self._err(str(exc)) from exc
-        self.metadata: Mapping[str, str] = dict(metadata.get(codec.DRIVE_METADATA, {}))
-        self.rig: Mapping[str, SensorSpec] = self._load_rig(self._select_entries(sensors))
+            if codec.RIG_METADATA not in metadata:
+                raise self._err(f"no {codec.RIG_METADATA} metadata record (not a perception drive?)")
+            try:
+                self._entries = codec.decode_rig(metadata[codec.RIG_METADATA])
+            except codec.DecodeError as exc:
+                raise self._err(str(exc)) from exc
+            self.metadata: Mapping[str, str] = dict(metadata.get(codec.DRIVE_METADATA, {}))
+            self.rig: Mapping[str, SensorSpec] = self._load_rig(self._select_entries(sensors))
+        except DriveError as exc:
+            if self.truncated is None:
+                raise
+            # the cause is most likely the damage: say so
+            raise DriveError(f"{exc.message} ({self.truncated.message})", **exc.context) from exc
         if self.truncated is not None and not self._strict:
             log.warning("%s", self.truncated)
 
@@ -230,7 +236,9 @@ class DriveReader:
         self, topics: Sequence[str] | None, start_ns: int | None = None, end_ns: int | None = None
     ) -> Iterator[tuple[Channel, Message]]:
         """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order."""
-        bounds = {_START: start_ns, _END: end_ns}
+        if self._file.closed:
+            raise self._err("reader is closed")
+        bounds: dict[str, Any] = {_START: start_ns, _END: end_ns}
         it = self._mcap.iter_messages(topics=topics, log_time_order=True, **bounds)
         while True:
             try:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from google.protobuf.message import Message as PbMessage
+from mcap.writer import CompressionType
+from mcap.writer import Writer as McapWriter
+from mcap_protobuf.schema import register_schema
 
 from perception._imageio import encode_jpeg
 from perception.drives import DriveWriter, topic_for
+from perception.drives import _codec as codec
 from perception.types import (
     CameraCalibration,
     EgoPose,
@@ -124,3 +130,51 @@ def write_drive(
                 w.write_ground_truth(gt)
                 out.gt.append(gt)
     return out
+
+
+def static_messages(rig: Sequence[SensorSpec], t_ns: int) -> list[tuple[str, int, PbMessage | bytes]]:
+    """The /tf_static and calibration messages the writer would write at ``t_ns``."""
+    out: list[tuple[str, int, PbMessage | bytes]] = [(codec.TF_STATIC_TOPIC, t_ns, codec.encode_tf_static(t_ns, rig))]
+    for spec in rig:
+        if spec.calibration is not None:
+            out.append(
+                (
+                    codec.calibration_topic(spec.name),
+                    t_ns,
+                    codec.encode_calibration(t_ns, spec.frame_id, spec.calibration),
+                )
+            )
+    return out
+
+
+def write_raw(
+    path: Path,
+    rig: Sequence[SensorSpec] | None,
+    messages: Sequence[tuple[str, int, PbMessage | bytes]],
+    *,
+    schemas: Mapping[str, tuple[str, str, str]] | None = None,
+) -> None:
+    """Write an MCAP by hand (for broken drives): the rig record (unless None), one channel per topic.
+
+    A channel's schema is its first message's protobuf type, unless ``schemas`` maps the topic to
+    ``(schema name, schema encoding, message encoding)``.
+    """
+    schemas = schemas or {}
+    with path.open("wb") as f:
+        w = McapWriter(f, compression=CompressionType.NONE)
+        w.start()
+        if rig is not None:
+            w.add_metadata(codec.RIG_METADATA, codec.encode_rig(rig))
+        channels: dict[str, int] = {}
+        for topic, t, msg in messages:
+            if topic not in channels:
+                if topic in schemas:
+                    name, schema_encoding, message_encoding = schemas[topic]
+                    sid = w.register_schema(name, schema_encoding, b"{}")
+                else:
+                    assert isinstance(msg, PbMessage)
+                    sid, message_encoding = register_schema(w, type(msg)), "protobuf"
+                channels[topic] = w.register_channel(topic, message_encoding, sid)
+            data = msg if isinstance(msg, bytes) else msg.SerializeToString()
+            w.add_message(channels[topic], t, data, t)
+        w.finish()

@@ -192,3 +192,16 @@ def test_gt_objects_with_odd_values_round_trip(tmp_path: Path) -> None:
         (gt,) = d.ground_truth()
     assert gt == GroundTruth(5, (obj,))
     assert math.copysign(1.0, gt.objects[0].center[1]) == -1.0
+
+
+def test_special_float_bit_patterns_survive_the_file(tmp_path: Path) -> None:
+    bits = np.array(
+        [[0x7FC00001, 0x7F800001, 0xFF800000, 0x80000000], [0x00000001, 0x7F800000, 0xFFFFFFFF, 0]], np.uint32
+    )
+    rig = [s for s in make_rig() if s.kind is SensorKind.LIDAR]
+    with DriveWriter(tmp_path / "nan.mcap", rig) as w:
+        w.write(PointCloudSample("top", 1, "lidar_top", bits.view(np.float32), ("x", "y", "z", "intensity")))
+    with DriveReader(tmp_path / "nan.mcap") as d:
+        (s,) = list(d.samples())
+    assert isinstance(s, PointCloudSample)
+    assert s.points.view(np.uint32).tolist() == bits.tolist()
