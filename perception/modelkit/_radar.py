@@ -6,9 +6,9 @@ ignored); ``radial_velocity`` is ego-motion compensated (m/s, positive = moving 
 Pipeline::
 
     sanitize          drop non-finite rows, crop range, drop returns weaker than ``min_rcs``
-    cluster_radar     DBSCAN on (x, y, radial_velocity * eps_position / eps_velocity): returns of one
-                      object are close in space *and* Doppler, so two objects side by side with different
-                      speeds separate. Noise points (no dense neighbourhood) are clutter, except single
+    cluster_radar     DBSCAN in position with a Doppler-compatibility test: returns of one object are
+                      close in space *and* their radial velocities agree up to what one rigid object's
+                      motion explains, so two objects side by side with different speeds separate. Noise points (no dense neighbourhood) are clutter, except single
                       returns strong enough (``single_min_rcs``) to be an object on their own.
     per cluster       position = RCS-weighted (linear power) mean; radial velocity = mean;
                       RCS = total power (dB of the sum of linear powers); score from count and power;
@@ -51,7 +51,8 @@ class RadarParams:
     max_range: float = 120.0
     min_rcs: float = -20.0  # dBsm; weaker returns are clutter
     eps_position: float = 2.5  # m: DBSCAN radius in position...
-    eps_velocity: float = 1.0  # ...and the Doppler difference that counts as the same distance (m/s)
+    eps_velocity: float = 1.0  # ...and Doppler difference (m/s) of returns on the same line of sight
+    max_speed: float = 15.0  # m/s: fastest object assumed when comparing returns' Doppler (see cluster_radar)
     min_samples: int = 2  # DBSCAN core: at least this many returns within the radius (self included)
     single_min_rcs: float = 10.0  # dBsm; an isolated return this strong is still an object
     velocity_sigma: float = 0.15  # m/s, Doppler noise floor used for the velocity error prediction
@@ -104,13 +105,21 @@ def sanitize_radar(points: npt.NDArray[np.floating[Any]], params: RadarParams | 
 
 
 def cluster_radar(rows: F64, params: RadarParams | None = None) -> tuple[I64, int]:
-    """DBSCAN of ``[N,>=5]`` rows in (x, y, scaled Doppler). Returns ``(labels, count)``, -1 = noise."""
+    """DBSCAN of ``[N,>=5]`` rows in position and Doppler. Returns ``(labels, count)``, -1 = noise.
+
+    Two returns are neighbours when they are within ``eps_position`` (x, y) and their Doppler difference
+    can come from one rigid object: ``|vr_i - vr_j| <= eps_velocity + max_speed * |u_i - u_j|`` (the
+    lines of sight ``u`` of a wide, close object differ, and so do its returns' radial velocities).
+    """
     p = params or RadarParams()
     n = rows.shape[0]
     if n == 0:
         return np.zeros((0,), np.int64), 0
-    feats = np.column_stack([rows[:, 0], rows[:, 1], rows[:, 3] * (p.eps_position / p.eps_velocity)])
-    pairs = cKDTree(feats).query_pairs(p.eps_position, output_type="ndarray")
+    pairs = cKDTree(rows[:, :2]).query_pairs(p.eps_position, output_type="ndarray").reshape(-1, 2)
+    u = rows[:, :3] / np.maximum(np.linalg.norm(rows[:, :3], axis=1, keepdims=True), 1e-9)
+    du = np.linalg.norm(u[pairs[:, 0], :2] - u[pairs[:, 1], :2], axis=1)
+    dv = np.abs(rows[pairs[:, 0], 3] - rows[pairs[:, 1], 3])
+    pairs = pairs[dv <= p.eps_velocity + p.max_speed * du]
     degree = np.bincount(pairs.ravel(), minlength=n) + 1  # self included
     core = degree >= p.min_samples
     labels = np.full(n, -1, np.int64)

@@ -1,0 +1,194 @@
+"""Reference lidar detector on synthetic ray-cast sweeps (ground plane + boxes + range noise)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from modelkit_synth import Box, raycast_lidar
+
+from perception.modelkit import (
+    LidarDetections,
+    LidarParams,
+    cluster_bev,
+    detect_lidar,
+    estimate_ground,
+    fit_box_bev,
+    sanitize_points,
+    voxel_downsample,
+)
+from perception.types import LABELS
+
+CAR, TRUCK, PED, CYCLIST = (LABELS.index(n) for n in ("car", "truck", "pedestrian", "cyclist"))
+
+
+def _yaw_err(a: float, b: float) -> float:
+    """Distance of two box yaws modulo pi (a box has no front in one sweep)."""
+    d = (a - b) % math.pi
+    return min(d, math.pi - d)
+
+
+def _match(det: LidarDetections, x: float, y: float, radius: float = 1.5) -> int:
+    if len(det) == 0:
+        return -1
+    d = np.hypot(det.boxes[:, 0] - x, det.boxes[:, 1] - y)
+    i = int(np.argmin(d))
+    return i if d[i] <= radius else -1
+
+
+def test_car_box_recovered_from_l_shape() -> None:
+    car = Box(12.0, 5.0, 4.6, 1.9, 1.55, 0.6)
+    det = detect_lidar(raycast_lidar([car]))
+    assert len(det) == 1
+    x, y, z, length, width, height, yaw = det.boxes[0].tolist()
+    assert det.labels[0] == CAR
+    assert math.hypot(x - car.x, y - car.y) < 0.3
+    assert abs(length - car.l) < 0.4
+    assert abs(width - car.w) < 0.3
+    assert abs(height - car.h) < 0.25
+    assert abs(z - (-1.8 + car.h / 2)) < 0.15  # box centre in the sensor frame (sensor 1.8 m up)
+    assert _yaw_err(yaw, car.yaw) < math.radians(4)
+    assert -math.pi / 2 < yaw <= math.pi / 2
+    assert 0.5 < det.scores[0] <= 1.0
+
+
+def test_car_seen_end_on_is_completed_away_from_the_sensor() -> None:
+    """Only the rear is visible: the centre must still be about half a car length behind it."""
+    car = Box(20.0, 0.0, 4.5, 1.8, 1.5, 0.0)
+    det = detect_lidar(raycast_lidar([car]))
+    i = _match(det, car.x, car.y)
+    assert i >= 0
+    assert det.labels[i] == CAR
+    assert math.hypot(det.boxes[i, 0] - car.x, det.boxes[i, 1] - car.y) < 1.0
+    assert _yaw_err(float(det.boxes[i, 6]), car.yaw) < math.radians(10)
+
+
+def test_pedestrian_car_truck_told_apart() -> None:
+    objects = {
+        CAR: Box(-14.0, -6.0, 4.6, 1.9, 1.6, 1.2),
+        PED: Box(8.0, -4.0, 0.5, 0.5, 1.75, 0.0),
+        TRUCK: Box(25.0, 10.0, 9.0, 2.5, 3.3, -0.4),
+    }
+    det = detect_lidar(raycast_lidar(list(objects.values())))
+    for label, box in objects.items():
+        i = _match(det, box.x, box.y, radius=2.0)
+        assert i >= 0, f"{LABELS[label]} not detected"
+        assert det.labels[i] == label, f"{LABELS[label]} detected as {LABELS[det.labels[i]]}"
+    assert len(det) == 3
+
+
+def test_pedestrian_legs_survive_ground_removal() -> None:
+    ped = Box(6.0, 2.0, 0.5, 0.5, 1.75, 0.0)
+    det = detect_lidar(raycast_lidar([ped]))
+    i = _match(det, ped.x, ped.y)
+    assert i >= 0
+    assert det.labels[i] == PED
+    assert det.boxes[i, 5] > 1.5  # height measured from the estimated ground, not the lowest kept point
+
+
+def test_walls_poles_and_low_clutter_are_rejected() -> None:
+    wall = Box(0.0, 12.0, 30.0, 0.3, 3.0, 0.0)
+    pole = Box(10.0, -6.0, 0.25, 0.25, 5.0, 0.0)
+    kerb = Box(15.0, 4.0, 3.0, 0.5, 0.25, 0.0)
+    det = detect_lidar(raycast_lidar([wall, pole, kerb]))
+    assert len(det) == 0
+
+
+@pytest.mark.parametrize("slope", [(0.06, 0.0), (0.03, -0.05)])
+def test_sloped_ground(slope: tuple[float, float]) -> None:
+    car = Box(15.0, -4.0, 4.5, 1.8, 1.5, 0.2)
+    ped = Box(9.0, 5.0, 0.5, 0.5, 1.75, 0.0)
+    pts = raycast_lidar([car, ped], slope=slope)
+    ground = estimate_ground(pts)
+    true_ground = slope[0] * pts[:, 0] + slope[1] * pts[:, 1] - 1.8
+    on_ground = np.abs(pts[:, 2] - true_ground) < 0.06
+    assert np.percentile(np.abs(ground[on_ground] - true_ground[on_ground]), 95) < 0.15
+    det = detect_lidar(pts)
+    for box, label in ((car, CAR), (ped, PED)):
+        i = _match(det, box.x, box.y)
+        assert i >= 0 and det.labels[i] == label
+        assert abs(det.boxes[i, 5] - box.h) < 0.3
+    assert len(det) == 2
+
+
+def test_empty_and_invalid_points() -> None:
+    assert len(detect_lidar(np.zeros((0, 4), np.float32))) == 0
+    assert len(detect_lidar(np.full((1000, 4), np.nan, np.float32))) == 0
+    assert len(detect_lidar(np.full((10, 4), np.inf, np.float32))) == 0
+    empty = detect_lidar(np.zeros((0, 4), np.float32))
+    assert empty.boxes.shape == (0, 7) and empty.labels.dtype == np.int32 and empty.scores.dtype == np.float32
+
+
+def test_nan_and_inf_rows_are_ignored() -> None:
+    pts = raycast_lidar([Box(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)])
+    bad = np.array([[np.nan, 1, 1, 0], [1, np.inf, 1, 0], [1, 1, -np.inf, 0], [1e30, 1e30, 0, 0]], np.float32)
+    clean = detect_lidar(pts)
+    dirty = detect_lidar(np.concatenate([bad, pts, bad]))
+    np.testing.assert_allclose(dirty.boxes, clean.boxes, atol=1e-5)
+    assert len(clean) == 1
+
+
+def test_dense_sweep_of_250k_points() -> None:
+    cars = [Box(8.0 + 7 * k, -4.0 + 8 * (k % 2), 4.5, 1.8, 1.5, 0.1 * k) for k in range(5)]
+    pts = raycast_lidar(cars, beams=128, azimuth_steps=2400)
+    assert pts.shape[0] > 200_000
+    det = detect_lidar(pts)
+    for car in cars:
+        i = _match(det, car.x, car.y)
+        assert i >= 0 and det.labels[i] == CAR
+
+
+def test_checkpoint_sees_every_stage_and_can_abort() -> None:
+    stages: list[str] = []
+    detect_lidar(raycast_lidar([Box(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)]), checkpoint=stages.append)
+    assert stages == ["sanitize", "ground", "cluster", "boxes"]
+
+    class Stop(Exception):
+        pass
+
+    def abort(stage: str) -> None:
+        if stage == "ground":
+            raise Stop
+
+    with pytest.raises(Stop):
+        detect_lidar(raycast_lidar([]), checkpoint=abort)
+
+
+def test_sanitize_crops_range() -> None:
+    pts = np.array([[0.5, 0, 0, 0], [5, 0, 0, 0], [0, 79, 0, 0], [90, 0, 0, 0]], np.float32)
+    out = sanitize_points(pts, LidarParams(min_range=1.0, max_range=80.0))
+    assert out[:, 1].tolist() == [0.0, 79.0]
+    with pytest.raises(ValueError, match="points must be"):
+        sanitize_points(np.zeros((3, 2), np.float32))
+
+
+def test_voxel_downsample_keeps_one_point_per_voxel() -> None:
+    rng = np.random.default_rng(1)
+    pts = rng.uniform(0, 1, (5000, 4)).astype(np.float32)
+    out = voxel_downsample(pts, 0.25)
+    assert out.shape[0] == 64
+    assert out.shape[1] == 4
+    assert voxel_downsample(pts[:0], 0.25).shape == (0, 4)
+
+
+def test_cluster_bev_separates_groups() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.normal((0.0, 0.0), 0.2, (50, 2))
+    b = rng.normal((5.0, 0.0), 0.2, (50, 2))
+    labels, count = cluster_bev(np.concatenate([a, b]), 0.3)
+    assert count == 2
+    assert len(set(labels[:50])) == 1 and len(set(labels[50:])) == 1 and labels[0] != labels[50]
+    assert cluster_bev(np.zeros((0, 2)), 0.3)[1] == 0
+
+
+def test_fit_box_bev_recovers_rectangle() -> None:
+    # Two visible sides of a 4 x 2 rectangle rotated by 30 degrees.
+    t = math.radians(30)
+    e1, e2 = np.array([math.cos(t), math.sin(t)]), np.array([-math.sin(t), math.cos(t)])
+    s = np.linspace(0, 1, 40)[:, None]
+    pts = np.concatenate([s * 4 * e1, s * 2 * e2]) + np.array([10.0, 3.0])
+    lo, hi, theta = fit_box_bev(pts)
+    ext = sorted((hi - lo).tolist())
+    assert ext == pytest.approx([2.0, 4.0], abs=0.05)
+    assert _yaw_err(theta, t) < math.radians(2) or _yaw_err(theta + math.pi / 2, t) < math.radians(2)

@@ -1,0 +1,113 @@
+"""Reference radar detector: clustering in position + Doppler, least-squares velocity, clutter."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from modelkit_synth import radar_returns
+
+from perception.modelkit import RadarParams, cluster_radar, detect_radar, fit_velocity
+
+
+def test_least_squares_velocity_of_an_overtaking_car() -> None:
+    # A car in the next lane, 4 m ahead, 3.5 m to the left, overtaking at 8 m/s: its returns span ~40 deg.
+    rows = radar_returns([(4.0, 3.5, 4.5, 1.8, 8.0, 0.5)], per_object=12, noise_vr=0.05, seed=3)
+    det = detect_radar(rows)
+    assert len(det) == 1
+    np.testing.assert_allclose(det.velocity[0], [8.0, 0.5], atol=0.3)
+    np.testing.assert_allclose(det.positions[0, :2], [4.0, 3.5], atol=1.5)
+
+
+def test_fit_velocity_exact_and_degenerate() -> None:
+    v_true = np.array([3.0, -2.0])
+    pts = np.array([[10.0, -3.0, 0.0], [10.0, 0.0, 0.5], [9.0, 3.0, 0.0], [12.0, 1.0, -0.3]])
+    u = pts / np.linalg.norm(pts, axis=1, keepdims=True)
+    rows = np.column_stack([pts, u[:, :2] @ v_true, np.zeros(4)])
+    v, std = fit_velocity(rows)
+    np.testing.assert_allclose(v, v_true, atol=1e-9)
+    assert std < 0.35
+    # All returns on one line of sight: the tangential component is unobservable.
+    same = np.array([[10.0, 0.0, 0.0, 2.0, 5.0], [20.0, 0.0, 0.0, 2.0, 5.0]])
+    v, std = fit_velocity(same)
+    assert np.isnan(v).all() and math.isinf(std)
+    assert np.isnan(fit_velocity(same[:1])[0]).all()
+
+
+def test_far_object_with_small_azimuth_spread_has_nan_velocity() -> None:
+    rows = radar_returns([(70.0, 5.0, 4.5, 1.8, 10.0, 0.0)], per_object=6, noise_vr=0.1, seed=4)
+    det = detect_radar(rows)
+    assert len(det) == 1
+    assert np.isnan(det.velocity[0]).all()
+    # The radial velocity is still measured: ~ v . u.
+    u = np.array([70.0, 5.0]) / math.hypot(70.0, 5.0)
+    assert det.radial_velocity[0] == pytest.approx(10.0 * u[0], abs=0.2)
+
+
+def test_side_by_side_objects_with_different_speeds_separate() -> None:
+    # Two cars 1.5 m apart laterally (closer than the position radius), one parked, one moving away.
+    rows = radar_returns(
+        [(25.0, -1.0, 4.0, 1.2, 0.0, 0.0), (25.0, 1.0, 4.0, 1.2, 12.0, 0.0)], per_object=8, seed=5
+    )
+    labels, count = cluster_radar(rows.astype(np.float64))
+    assert count == 2
+    assert len(set(labels[:8])) == 1 and len(set(labels[8:])) == 1 and labels[0] != labels[8]
+    det = detect_radar(rows)
+    assert len(det) == 2
+    order = np.argsort(det.radial_velocity)
+    assert det.radial_velocity[order[0]] == pytest.approx(0.0, abs=0.2)
+    assert det.radial_velocity[order[1]] == pytest.approx(12.0, abs=0.5)
+
+
+def test_clutter_is_rejected() -> None:
+    obj = radar_returns([(20.0, 3.0, 4.5, 1.8, 5.0, 0.0)], per_object=8, seed=6)
+    rng = np.random.default_rng(7)
+    # Isolated weak false alarms spread over the field of view...
+    far = np.column_stack(
+        [rng.uniform(5, 80, 10), rng.uniform(-40, 40, 10), np.zeros(10), rng.normal(0, 3, 10), rng.uniform(-5, 5, 10)]
+    )
+    far = far[np.min(np.hypot(far[:, 0] - 20.0, far[:, 1] - 3.0)[:, None], axis=1) > 8.0]
+    # ...and returns below the RCS floor right on the object.
+    weak = obj.copy()
+    weak[:, 4] = -30.0
+    det = detect_radar(np.concatenate([obj, far, weak]).astype(np.float32))
+    assert len(det) == 1
+    np.testing.assert_allclose(det.positions[0, :2], [20.0, 3.0], atol=1.5)
+
+
+def test_strong_single_return_is_kept() -> None:
+    rows = np.array([[30.0, 2.0, 0.0, -3.0, 20.0]], np.float32)
+    det = detect_radar(rows)
+    assert len(det) == 1
+    assert np.isnan(det.velocity[0]).all()
+    assert det.rcs[0] == pytest.approx(20.0)
+
+
+def test_position_is_rcs_weighted_and_rcs_is_total_power() -> None:
+    rows = np.array([[10.0, 0.0, 0.0, 1.0, 20.0], [11.0, 0.0, 0.0, 1.0, 0.0]], np.float32)
+    det = detect_radar(rows)
+    assert len(det) == 1
+    assert det.positions[0, 0] == pytest.approx((10.0 * 100 + 11.0 * 1) / 101, abs=1e-4)
+    assert det.rcs[0] == pytest.approx(10 * math.log10(101), abs=1e-4)
+
+
+def test_empty_invalid_and_extra_columns() -> None:
+    assert len(detect_radar(np.zeros((0, 5), np.float32))) == 0
+    assert len(detect_radar(np.full((20, 5), np.nan, np.float32))) == 0
+    rows = radar_returns([(15.0, -2.0, 4.5, 1.8, 0.0, 6.0)], per_object=8, seed=8)
+    extra = np.column_stack([rows, np.full((rows.shape[0], 2), 7.0, np.float32)])
+    with_nan = np.concatenate([extra, np.full((3, 7), np.nan, np.float32)])
+    a, b = detect_radar(rows), detect_radar(with_nan)
+    np.testing.assert_allclose(a.positions, b.positions)
+    np.testing.assert_allclose(a.velocity, b.velocity)
+    with pytest.raises(ValueError, match=">=5"):
+        detect_radar(np.zeros((3, 4), np.float32))
+
+
+def test_velocity_threshold_is_a_parameter() -> None:
+    rows = radar_returns([(40.0, 0.0, 4.5, 1.8, 0.0, 5.0)], per_object=8, seed=9)
+    strict = detect_radar(rows, RadarParams(max_velocity_std=0.01))
+    lenient = detect_radar(rows, RadarParams(max_velocity_std=100.0))
+    assert np.isnan(strict.velocity).all()
+    assert np.isfinite(lenient.velocity).all()
