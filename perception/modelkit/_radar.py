@@ -8,8 +8,9 @@ Pipeline::
     sanitize          drop non-finite rows, crop range, drop returns weaker than ``min_rcs``
     cluster_radar     DBSCAN in position with a Doppler-compatibility test: returns of one object are
                       close in space *and* their radial velocities agree up to what one rigid object's
-                      motion explains, so two objects side by side with different speeds separate. Noise points (no dense neighbourhood) are clutter, except single
-                      returns strong enough (``single_min_rcs``) to be an object on their own.
+                      motion explains, so two objects side by side with different speeds separate.
+                      Noise points (no dense neighbourhood) are clutter, except single returns strong
+                      enough (``single_min_rcs``) to be an object on their own.
     per cluster       position = RCS-weighted (linear power) mean; radial velocity = mean;
                       RCS = total power (dB of the sum of linear powers); score from count and power;
                       over-ground velocity = least squares of ``v . u_i = vr_i`` (u_i the unit line of
