@@ -24,6 +24,7 @@ from ._lidar import (
 )
 from ._models import LidarDetectorModel, RadarDetectorModel
 from ._radar import RadarDetections, RadarParams, cluster_radar, detect_radar, fit_velocity, sanitize_radar
+from ._synthetic import SyntheticBox, synthetic_lidar_sweep, synthetic_radar_returns
 from ._tensors import TRITON_DTYPES, TensorSpec, triton_dtype_name
 from ._triton import (
     Checkpoint,
@@ -52,6 +53,7 @@ __all__: list[str] = [
     "RadarParams",
     "RequestCancelled",
     "SizePrior",
+    "SyntheticBox",
     "TensorSpec",
     "TritonModel",
     "check_model_config",
@@ -66,6 +68,8 @@ __all__: list[str] = [
     "params_from_config",
     "sanitize_points",
     "sanitize_radar",
+    "synthetic_lidar_sweep",
+    "synthetic_radar_returns",
     "triton_dtype_name",
     "voxel_downsample",
 ]

@@ -6,16 +6,17 @@ import math
 
 import numpy as np
 import pytest
-from modelkit_synth import Box, raycast_lidar
 
 from perception.modelkit import (
     LidarDetections,
     LidarParams,
+    SyntheticBox,
     cluster_bev,
     detect_lidar,
     estimate_ground,
     fit_box_bev,
     sanitize_points,
+    synthetic_lidar_sweep,
     voxel_downsample,
 )
 from perception.types import LABELS
@@ -38,8 +39,8 @@ def _match(det: LidarDetections, x: float, y: float, radius: float = 1.5) -> int
 
 
 def test_car_box_recovered_from_l_shape() -> None:
-    car = Box(12.0, 5.0, 4.6, 1.9, 1.55, 0.6)
-    det = detect_lidar(raycast_lidar([car]))
+    car = SyntheticBox(12.0, 5.0, 4.6, 1.9, 1.55, 0.6)
+    det = detect_lidar(synthetic_lidar_sweep([car]))
     assert len(det) == 1
     x, y, z, length, width, height, yaw = det.boxes[0].tolist()
     assert det.labels[0] == CAR
@@ -55,8 +56,8 @@ def test_car_box_recovered_from_l_shape() -> None:
 
 def test_car_seen_end_on_is_completed_away_from_the_sensor() -> None:
     """Only the rear is visible: the centre must still be about half a car length behind it."""
-    car = Box(20.0, 0.0, 4.5, 1.8, 1.5, 0.0)
-    det = detect_lidar(raycast_lidar([car]))
+    car = SyntheticBox(20.0, 0.0, 4.5, 1.8, 1.5, 0.0)
+    det = detect_lidar(synthetic_lidar_sweep([car]))
     i = _match(det, car.x, car.y)
     assert i >= 0
     assert det.labels[i] == CAR
@@ -66,11 +67,11 @@ def test_car_seen_end_on_is_completed_away_from_the_sensor() -> None:
 
 def test_pedestrian_car_truck_told_apart() -> None:
     objects = {
-        CAR: Box(-14.0, -6.0, 4.6, 1.9, 1.6, 1.2),
-        PED: Box(8.0, -4.0, 0.5, 0.5, 1.75, 0.0),
-        TRUCK: Box(25.0, 10.0, 9.0, 2.5, 3.3, -0.4),
+        CAR: SyntheticBox(-14.0, -6.0, 4.6, 1.9, 1.6, 1.2),
+        PED: SyntheticBox(8.0, -4.0, 0.5, 0.5, 1.75, 0.0),
+        TRUCK: SyntheticBox(25.0, 10.0, 9.0, 2.5, 3.3, -0.4),
     }
-    det = detect_lidar(raycast_lidar(list(objects.values())))
+    det = detect_lidar(synthetic_lidar_sweep(list(objects.values())))
     for label, box in objects.items():
         i = _match(det, box.x, box.y, radius=2.0)
         assert i >= 0, f"{LABELS[label]} not detected"
@@ -79,8 +80,8 @@ def test_pedestrian_car_truck_told_apart() -> None:
 
 
 def test_pedestrian_legs_survive_ground_removal() -> None:
-    ped = Box(6.0, 2.0, 0.5, 0.5, 1.75, 0.0)
-    det = detect_lidar(raycast_lidar([ped]))
+    ped = SyntheticBox(6.0, 2.0, 0.5, 0.5, 1.75, 0.0)
+    det = detect_lidar(synthetic_lidar_sweep([ped]))
     i = _match(det, ped.x, ped.y)
     assert i >= 0
     assert det.labels[i] == PED
@@ -88,18 +89,18 @@ def test_pedestrian_legs_survive_ground_removal() -> None:
 
 
 def test_walls_poles_and_low_clutter_are_rejected() -> None:
-    wall = Box(0.0, 12.0, 30.0, 0.3, 3.0, 0.0)
-    pole = Box(10.0, -6.0, 0.25, 0.25, 5.0, 0.0)
-    kerb = Box(15.0, 4.0, 3.0, 0.5, 0.25, 0.0)
-    det = detect_lidar(raycast_lidar([wall, pole, kerb]))
+    wall = SyntheticBox(0.0, 12.0, 30.0, 0.3, 3.0, 0.0)
+    pole = SyntheticBox(10.0, -6.0, 0.25, 0.25, 5.0, 0.0)
+    kerb = SyntheticBox(15.0, 4.0, 3.0, 0.5, 0.25, 0.0)
+    det = detect_lidar(synthetic_lidar_sweep([wall, pole, kerb]))
     assert len(det) == 0
 
 
 @pytest.mark.parametrize("slope", [(0.06, 0.0), (0.03, -0.05)])
 def test_sloped_ground(slope: tuple[float, float]) -> None:
-    car = Box(15.0, -4.0, 4.5, 1.8, 1.5, 0.2)
-    ped = Box(9.0, 5.0, 0.5, 0.5, 1.75, 0.0)
-    pts = raycast_lidar([car, ped], slope=slope)
+    car = SyntheticBox(15.0, -4.0, 4.5, 1.8, 1.5, 0.2)
+    ped = SyntheticBox(9.0, 5.0, 0.5, 0.5, 1.75, 0.0)
+    pts = synthetic_lidar_sweep([car, ped], slope=slope)
     ground = estimate_ground(pts)
     true_ground = slope[0] * pts[:, 0] + slope[1] * pts[:, 1] - 1.8
     on_ground = np.abs(pts[:, 2] - true_ground) < 0.06
@@ -121,7 +122,7 @@ def test_empty_and_invalid_points() -> None:
 
 
 def test_nan_and_inf_rows_are_ignored() -> None:
-    pts = raycast_lidar([Box(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)])
+    pts = synthetic_lidar_sweep([SyntheticBox(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)])
     bad = np.array([[np.nan, 1, 1, 0], [1, np.inf, 1, 0], [1, 1, -np.inf, 0], [1e30, 1e30, 0, 0]], np.float32)
     clean = detect_lidar(pts)
     dirty = detect_lidar(np.concatenate([bad, pts, bad]))
@@ -130,8 +131,8 @@ def test_nan_and_inf_rows_are_ignored() -> None:
 
 
 def test_dense_sweep_of_250k_points() -> None:
-    cars = [Box(8.0 + 7 * k, -4.0 + 8 * (k % 2), 4.5, 1.8, 1.5, 0.1 * k) for k in range(5)]
-    pts = raycast_lidar(cars, beams=128, azimuth_steps=2400)
+    cars = [SyntheticBox(8.0 + 7 * k, -4.0 + 8 * (k % 2), 4.5, 1.8, 1.5, 0.1 * k) for k in range(5)]
+    pts = synthetic_lidar_sweep(cars, beams=128, azimuth_steps=2400)
     assert pts.shape[0] > 200_000
     det = detect_lidar(pts)
     for car in cars:
@@ -141,7 +142,7 @@ def test_dense_sweep_of_250k_points() -> None:
 
 def test_checkpoint_sees_every_stage_and_can_abort() -> None:
     stages: list[str] = []
-    detect_lidar(raycast_lidar([Box(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)]), checkpoint=stages.append)
+    detect_lidar(synthetic_lidar_sweep([SyntheticBox(10.0, 3.0, 4.5, 1.8, 1.5, 0.3)]), checkpoint=stages.append)
     assert stages == ["sanitize", "ground", "cluster", "boxes"]
 
     class Stop(Exception):
@@ -152,7 +153,7 @@ def test_checkpoint_sees_every_stage_and_can_abort() -> None:
             raise Stop
 
     with pytest.raises(Stop):
-        detect_lidar(raycast_lidar([]), checkpoint=abort)
+        detect_lidar(synthetic_lidar_sweep([]), checkpoint=abort)
 
 
 def test_sanitize_crops_range() -> None:

@@ -6,14 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from modelkit_synth import radar_returns
 
-from perception.modelkit import RadarParams, cluster_radar, detect_radar, fit_velocity
+from perception.modelkit import RadarParams, cluster_radar, detect_radar, fit_velocity, synthetic_radar_returns
 
 
 def test_least_squares_velocity_of_an_overtaking_car() -> None:
     # A car in the next lane, 4 m ahead, 3.5 m to the left, overtaking at 8 m/s: its returns span ~40 deg.
-    rows = radar_returns([(4.0, 3.5, 4.5, 1.8, 8.0, 0.5)], per_object=12, noise_vr=0.05, seed=3)
+    rows = synthetic_radar_returns([(4.0, 3.5, 4.5, 1.8, 8.0, 0.5)], per_object=12, noise_vr=0.05, seed=3)
     det = detect_radar(rows)
     assert len(det) == 1
     np.testing.assert_allclose(det.velocity[0], [8.0, 0.5], atol=0.3)
@@ -36,7 +35,7 @@ def test_fit_velocity_exact_and_degenerate() -> None:
 
 
 def test_far_object_with_small_azimuth_spread_has_nan_velocity() -> None:
-    rows = radar_returns([(70.0, 5.0, 4.5, 1.8, 10.0, 0.0)], per_object=6, noise_vr=0.1, seed=4)
+    rows = synthetic_radar_returns([(70.0, 5.0, 4.5, 1.8, 10.0, 0.0)], per_object=6, noise_vr=0.1, seed=4)
     det = detect_radar(rows)
     assert len(det) == 1
     assert np.isnan(det.velocity[0]).all()
@@ -47,7 +46,7 @@ def test_far_object_with_small_azimuth_spread_has_nan_velocity() -> None:
 
 def test_side_by_side_objects_with_different_speeds_separate() -> None:
     # Two cars 1.5 m apart laterally (closer than the position radius), one parked, one moving away.
-    rows = radar_returns(
+    rows = synthetic_radar_returns(
         [(25.0, -1.0, 4.0, 1.2, 0.0, 0.0), (25.0, 1.0, 4.0, 1.2, 12.0, 0.0)], per_object=8, seed=5
     )
     labels, count = cluster_radar(rows.astype(np.float64))
@@ -61,7 +60,7 @@ def test_side_by_side_objects_with_different_speeds_separate() -> None:
 
 
 def test_clutter_is_rejected() -> None:
-    obj = radar_returns([(20.0, 3.0, 4.5, 1.8, 5.0, 0.0)], per_object=8, seed=6)
+    obj = synthetic_radar_returns([(20.0, 3.0, 4.5, 1.8, 5.0, 0.0)], per_object=8, seed=6)
     rng = np.random.default_rng(7)
     # Isolated weak false alarms spread over the field of view...
     far = np.column_stack(
@@ -95,7 +94,7 @@ def test_position_is_rcs_weighted_and_rcs_is_total_power() -> None:
 def test_empty_invalid_and_extra_columns() -> None:
     assert len(detect_radar(np.zeros((0, 5), np.float32))) == 0
     assert len(detect_radar(np.full((20, 5), np.nan, np.float32))) == 0
-    rows = radar_returns([(15.0, -2.0, 4.5, 1.8, 0.0, 6.0)], per_object=8, seed=8)
+    rows = synthetic_radar_returns([(15.0, -2.0, 4.5, 1.8, 0.0, 6.0)], per_object=8, seed=8)
     extra = np.column_stack([rows, np.full((rows.shape[0], 2), 7.0, np.float32)])
     with_nan = np.concatenate([extra, np.full((3, 7), np.nan, np.float32)])
     a, b = detect_radar(rows), detect_radar(with_nan)
@@ -106,7 +105,7 @@ def test_empty_invalid_and_extra_columns() -> None:
 
 
 def test_velocity_threshold_is_a_parameter() -> None:
-    rows = radar_returns([(40.0, 0.0, 4.5, 1.8, 0.0, 5.0)], per_object=8, seed=9)
+    rows = synthetic_radar_returns([(40.0, 0.0, 4.5, 1.8, 0.0, 5.0)], per_object=8, seed=9)
     strict = detect_radar(rows, RadarParams(max_velocity_std=0.01))
     lenient = detect_radar(rows, RadarParams(max_velocity_std=100.0))
     assert np.isnan(strict.velocity).all()

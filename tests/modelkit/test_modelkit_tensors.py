@@ -77,9 +77,7 @@ def test_model_config_must_match_contract() -> None:
     with pytest.raises(ModelContractError, match=r"input POINTS is TYPE_FP32 \[-1, 5\]"):
         check_model_config(_config(wrong, LIDAR_OUTPUTS), LIDAR_INPUTS, LIDAR_OUTPUTS)
     with pytest.raises(ModelContractError, match="max_batch_size must be 0"):
-        check_model_config(
-            _config(RADAR_INPUTS, RADAR_OUTPUTS, max_batch_size=8), RADAR_INPUTS, RADAR_OUTPUTS
-        )
+        check_model_config(_config(RADAR_INPUTS, RADAR_OUTPUTS, max_batch_size=8), RADAR_INPUTS, RADAR_OUTPUTS)
 
 
 def test_parameters_override_numeric_fields() -> None:
