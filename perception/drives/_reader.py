@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import IO, Any, TypeVar
 
 import numpy as np
@@ -84,7 +84,7 @@ class DriveReader:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, sensors: Iterable[str] | None = None, strict: bool = True
+        self, path: str | os.PathLike[str], *, sensors: Iterable[str] | str | None = None, strict: bool = True
     ) -> None:
         self.path = Path(path)
         self.truncated: DriveError | None = None
@@ -96,7 +96,7 @@ class DriveReader:
         except OSError as exc:
             raise DriveError(f"cannot open drive: {exc.strerror or exc}", file=str(self.path)) from exc
         try:
-            self._open(None if sensors is None else list(sensors))
+            self._open(_names(sensors))
         except BaseException:
             self._file.close()
             raise
@@ -156,8 +156,8 @@ class DriveReader:
                 self._entries = codec.decode_rig(metadata[codec.RIG_METADATA])
             except codec.DecodeError as exc:
                 raise self._err(str(exc)) from exc
-            self.metadata: Mapping[str, str] = dict(metadata.get(codec.DRIVE_METADATA, {}))
-            self.rig: Mapping[str, SensorSpec] = self._load_rig(self._select_entries(sensors))
+            self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata.get(codec.DRIVE_METADATA, {})))
+            self.rig: Mapping[str, SensorSpec] = MappingProxyType(self._load_rig(self._select_entries(sensors)))
         except DriveError as exc:
             if self.truncated is None:
                 raise
@@ -283,14 +283,15 @@ class DriveReader:
         return ch is not None and self._times.get(ch.id, ChannelTimes()).count > 0
 
     def samples(
-        self, start_ns: int | None = None, end_ns: int | None = None, sensors: Iterable[str] | None = None
+        self, start_ns: int | None = None, end_ns: int | None = None, sensors: Iterable[str] | str | None = None
     ) -> Iterator[PointCloudSample | ImageSample]:
         """Samples with ``start_ns <= t_ns < end_ns`` in ``t_ns`` order (ties: file order).
 
         Raises :class:`DriveError` for a message that does not decode (naming topic and time) and,
         in strict mode, after the readable prefix of a truncated drive.
         """
-        names = list(self.rig) if sensors is None else list(sensors)
+        selected = _names(sensors)
+        names = list(self.rig) if selected is None else selected
         unknown = [n for n in names if n not in self.rig]
         if unknown:
             raise self._err(f"no sensor {', '.join(map(repr, unknown))} in this reader (has {', '.join(self.rig)})")
@@ -379,6 +380,13 @@ class DriveReader:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _names(sensors: Iterable[str] | str | None) -> list[str] | None:
+    """Sensor selection as a list (a lone string is one name, not its characters)."""
+    if sensors is None:
+        return None
+    return [sensors] if isinstance(sensors, str) else list(sensors)
 
 
 # -- decoding helpers ------------------------------------------------------------------------------

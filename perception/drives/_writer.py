@@ -8,8 +8,10 @@ compression is a pure function of the bytes.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -26,6 +28,7 @@ from perception import __version__
 from perception.drives import _codec as codec
 from perception.errors import DriveError
 from perception.types import (
+    LABELS,
     EgoPose,
     GroundTruth,
     ImageSample,
@@ -54,10 +57,20 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
     by_name: dict[str, SensorSpec] = {}
     topics: set[str] = set(_RESERVED_TOPICS)
     frames: dict[str, SensorSpec] = {}
-    for spec in rig:
-        if not isinstance(spec, SensorSpec):
-            raise DriveError(f"rig entries must be SensorSpec, got {type(spec).__name__}", file=file)
-        kind = SensorKind(spec.kind)
+    for given in rig:
+        if not isinstance(given, SensorSpec):
+            raise DriveError(f"rig entries must be SensorSpec, got {type(given).__name__}", file=file)
+        try:
+            spec = replace(given, kind=SensorKind(given.kind))  # a plain "camera" string becomes the enum
+        except ValueError:
+            raise DriveError(f"unknown sensor kind {given.kind!r}", file=file, sensor=given.name) from None
+        kind = spec.kind
+        if not spec.name or not spec.topic.startswith("/"):
+            raise DriveError(
+                f"sensor needs a name and an absolute topic, got {spec.topic!r}", file=file, sensor=spec.name
+            )
+        if not math.isfinite(spec.rate_hz) or spec.rate_hz < 0:
+            raise DriveError(f"rate_hz must be finite and >= 0, got {spec.rate_hz}", file=file, sensor=spec.name)
         if spec.name in by_name:
             raise DriveError("duplicate sensor name in rig", file=file, sensor=spec.name)
         own = [spec.topic] + ([codec.calibration_topic(spec.name)] if kind is SensorKind.CAMERA else [])
@@ -188,6 +201,13 @@ class DriveWriter:
         ids = [o.track_id for o in gt.objects]
         if len(set(ids)) != len(ids):
             raise DriveError(f"duplicate track ids at t={t}", file=str(self.path), topic=codec.GROUND_TRUTH_TOPIC)
+        unknown = sorted({o.label for o in gt.objects} - set(LABELS))
+        if unknown:
+            raise DriveError(
+                f"unknown labels {unknown} at t={t}; expected one of {', '.join(LABELS)}",
+                file=str(self.path),
+                topic=codec.GROUND_TRUTH_TOPIC,
+            )
         self._maybe_write_static(t)
         self._add(codec.GROUND_TRUTH_TOPIC, t, codec.encode_ground_truth(gt))
 

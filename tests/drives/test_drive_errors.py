@@ -332,3 +332,24 @@ def test_numpy_integer_times_are_accepted(tmp_path: Path) -> None:
     with DriveReader(tmp_path / "np.mcap") as d:
         assert d.ego_poses()[0].t_ns == T0
     assert written.path.exists()
+
+
+def test_writer_rejects_unknown_labels_and_duplicate_tracks(tmp_path: Path) -> None:
+    car = GroundTruthObject(1, "car", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), 0.0, (0.0, 0.0))
+    with DriveWriter(tmp_path / "w.mcap", []) as w:
+        with pytest.raises(DriveError, match="unknown labels \\['bus'\\]") as info:
+            w.write_ground_truth(GroundTruth(T0, (GroundTruthObject(2, "bus", (0, 0, 0), (1, 1, 1), 0.0, (0, 0)),)))
+        assert info.value.topic == "/ground_truth/objects"
+        with pytest.raises(DriveError, match="duplicate track ids"):
+            w.write_ground_truth(GroundTruth(T0, (car, car)))
+
+
+def test_plain_string_kind_and_single_sensor_name(tmp_path: Path) -> None:
+    spec = SensorSpec("top", "lidar", "lidar_top", Transform(), "/sensors/top/points")  # type: ignore[arg-type]
+    with DriveWriter(tmp_path / "w.mcap", [spec]) as w:
+        w.write(_cloud())
+    with DriveReader(tmp_path / "w.mcap", sensors="top") as d:
+        assert d.rig["top"].kind is SensorKind.LIDAR
+        assert [s.sensor for s in d.samples(sensors="top")] == ["top"]
+    with pytest.raises(DriveError, match="unknown sensor kind 'sonar'"):
+        DriveWriter(tmp_path / "x.mcap", [SensorSpec("s", "sonar", "s", Transform(), "/s")])  # type: ignore[arg-type]
