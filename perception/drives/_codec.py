@@ -456,7 +456,7 @@ def decode_rig(record: Mapping[str, str]) -> list[RigEntry]:
     """Parse and check the ``perception.rig`` record (raises :class:`DecodeError`)."""
     if record.get("format") != FORMAT:
         raise DecodeError(f"unsupported drive format {record.get('format')!r}, expected {FORMAT!r}")
-    entries = []
+    entries: list[RigEntry] = []
     try:
         for e in json.loads(record["sensors"]):
             kind = SensorKind(e["kind"])
@@ -464,6 +464,8 @@ def decode_rig(record: Mapping[str, str]) -> list[RigEntry]:
             strings = (e["name"], e["topic"], e["frame_id"], *((cal,) if kind is SensorKind.CAMERA else ()))
             if not all(isinstance(v, str) and v for v in strings):
                 raise DecodeError(f"sensor entry {e!r} has a missing or empty name/topic/frame_id/calibration_topic")
+            if any(x.name == e["name"] or x.topic == e["topic"] for x in entries):
+                raise DecodeError(f"sensor {e['name']!r} or its topic {e['topic']!r} appears twice in the rig")
             entries.append(RigEntry(e["name"], kind, e["topic"], e["frame_id"], float(e.get("rate_hz", 0.0)), cal))
     except DecodeError:
         raise

@@ -53,6 +53,12 @@ _ODOMETRY = "foxglove.Odometry"
 _SCENE_UPDATE = "foxglove.SceneUpdate"
 _IMAGE = "foxglove.CompressedImage"
 _POINT_CLOUD = "foxglove.PointCloud"
+_FIXED_TOPICS = {
+    codec.TF_STATIC_TOPIC: _TF_STATIC,
+    codec.TF_TOPIC: "foxglove.FrameTransform",
+    codec.EGO_TOPIC: _ODOMETRY,
+    codec.GROUND_TRUTH_TOPIC: _SCENE_UPDATE,
+}
 
 # mcap >= 1.6 names the half-open time bounds starting_at/ending_before (start_time/end_time, same
 # meaning, are deprecated there); older releases only know start_time/end_time.
@@ -190,6 +196,8 @@ class DriveReader:
         return ch
 
     def _load_rig(self, entries: list[codec.RigEntry]) -> dict[str, SensorSpec]:
+        for topic, schema in _FIXED_TOPICS.items():  # other topics (an importer's extras) are ignored
+            self._schema_of(topic, schema)
         for e in entries:
             if self._schema_of(e.topic, codec.sensor_schema(e.kind)) is None:
                 raise self._err(f"no channel for {e.kind.value} sensor {e.name!r}", topic=e.topic)

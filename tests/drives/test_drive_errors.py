@@ -353,3 +353,23 @@ def test_plain_string_kind_and_single_sensor_name(tmp_path: Path) -> None:
         assert [s.sensor for s in d.samples(sensors="top")] == ["top"]
     with pytest.raises(DriveError, match="unknown sensor kind 'sonar'"):
         DriveWriter(tmp_path / "x.mcap", [SensorSpec("s", "sonar", "s", Transform(), "/s")])  # type: ignore[arg-type]
+
+
+def test_wrong_schema_on_a_fixed_topic(tmp_path: Path) -> None:
+    path = tmp_path / "ego.mcap"
+    write_raw(
+        path,
+        [],
+        [(codec.EGO_TOPIC, T0, b"{}")],
+        schemas={codec.EGO_TOPIC: ("perception.EgoMotion", "jsonschema", "json")},
+    )
+    with pytest.raises(DriveError, match=r"unknown schema 'perception\.EgoMotion'") as info:
+        DriveReader(path)
+    assert info.value.topic == "/ego/odometry"
+
+
+def test_rig_record_with_duplicate_sensor(tmp_path: Path) -> None:
+    path = tmp_path / "dup.mcap"
+    write_raw(path, [*LIDAR_ONLY, *LIDAR_ONLY], [*static_messages(LIDAR_ONLY, T0)])
+    with pytest.raises(DriveError, match="appears twice in the rig"):
+        DriveReader(path)
