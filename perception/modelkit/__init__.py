@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+from ._camera import (
+    CameraDetections,
+    CameraDetector,
+    CameraDetectorModel,
+    CameraDetectorParams,
+    Letterbox,
+    camera_ground_truth,
+    decode_centernet,
+    preprocess_images,
+    validate_image_batch,
+)
 from ._contracts import (
     CAMERA_INPUTS,
     CAMERA_OUTPUTS,
@@ -22,6 +33,7 @@ from ._lidar import (
     sanitize_points,
     voxel_downsample,
 )
+from ._metrics import APAccumulator, APResult, average_precision, box_iou
 from ._models import LidarDetectorModel, RadarDetectorModel
 from ._radar import RadarDetections, RadarParams, cluster_radar, detect_radar, fit_velocity, sanitize_radar
 from ._synthetic import SyntheticBox, synthetic_lidar_sweep, synthetic_radar_returns
@@ -44,7 +56,14 @@ __all__: list[str] = [
     "RADAR_MIN_COLUMNS",
     "RADAR_OUTPUTS",
     "TRITON_DTYPES",
+    "APAccumulator",
+    "APResult",
+    "CameraDetections",
+    "CameraDetector",
+    "CameraDetectorModel",
+    "CameraDetectorParams",
     "Checkpoint",
+    "Letterbox",
     "LidarDetections",
     "LidarDetectorModel",
     "LidarParams",
@@ -56,20 +75,26 @@ __all__: list[str] = [
     "SyntheticBox",
     "TensorSpec",
     "TritonModel",
+    "average_precision",
+    "box_iou",
+    "camera_ground_truth",
     "check_model_config",
     "cluster_bev",
     "cluster_radar",
     "config_parameter",
+    "decode_centernet",
     "detect_lidar",
     "detect_radar",
     "estimate_ground",
     "fit_box_bev",
     "fit_velocity",
     "params_from_config",
+    "preprocess_images",
     "sanitize_points",
     "sanitize_radar",
     "synthetic_lidar_sweep",
     "synthetic_radar_returns",
     "triton_dtype_name",
+    "validate_image_batch",
     "voxel_downsample",
 ]
