@@ -102,6 +102,8 @@ class LidarParams:
     voxel_above: int = 60_000  # downsample object points only beyond this count
     cluster_cell: float = 0.3
     min_points: int = 5
+    min_object_height: float = 0.4  # clusters lower than this above the ground are not objects
+    max_object_diagonal: float = 16.0  # clusters with a longer BEV bounding-box diagonal are structures
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
     max_fit_points: int = 400
     min_score: float = 0.1
@@ -142,10 +144,10 @@ def sanitize_points(points: npt.NDArray[np.floating[Any]], params: LidarParams |
         raise ValueError(f"points must be [N,>=3], got shape {list(pts.shape)}")
     if pts.shape[0] == 0:
         return pts
-    finite = np.isfinite(pts[:, :3]).all(axis=1)
-    r2 = pts[:, 0].astype(np.float64) ** 2 + pts[:, 1].astype(np.float64) ** 2
-    with np.errstate(invalid="ignore"):
-        keep = finite & (r2 >= p.min_range**2) & (r2 <= p.max_range**2)
+    x, y = pts[:, 0], pts[:, 1]
+    with np.errstate(all="ignore"):
+        r2 = x * x + y * y  # NaN/inf (or overflow) fail the range test below
+        keep = (r2 >= p.min_range**2) & (r2 <= p.max_range**2) & np.isfinite(pts[:, 2])
     out: F32 = pts[keep]
     return out
 
@@ -337,7 +339,7 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
     """``(label, score, length_axis)``; label -1 = not an object of interest."""
     ext = c.hi - c.lo
     height = c.top - c.ground
-    if c.n < params.min_points or height < 0.4 or ext.max() > 14.0:
+    if c.n < params.min_points or height < params.min_object_height or ext.max() > 14.0:
         return -1, 0.0, 0
     if ext.max() < 0.45 and height > 2.3:  # pole, trunk, post
         return -1, 0.0, 0
@@ -383,15 +385,24 @@ def detect_lidar(
     labels, count = cluster_bev(obj[:, :2], p.cluster_cell)
     checkpoint("cluster")
 
+    # Cheap per-cluster bounds first: most clusters (facades, vegetation, kerbs) never need a box fit.
     order = np.argsort(labels, kind="stable")
     bounds = np.searchsorted(labels[order], np.arange(count + 1))
+    starts = bounds[:-1]
+    counts = np.diff(bounds)
+    worth = counts >= p.min_points
+    if worth.any():
+        s = obj[order]
+        ext = [
+            np.maximum.reduceat(s[:, k], starts[worth]) - np.minimum.reduceat(s[:, k], starts[worth]) for k in (0, 1)
+        ]
+        height = np.maximum.reduceat(s[:, 2], starts[worth]) - np.minimum.reduceat(s[:, 3], starts[worth])
+        worth[worth] = (np.hypot(*ext) <= p.max_object_diagonal) & (height >= p.min_object_height)
     boxes: list[list[float]] = []
     out_labels: list[int] = []
     scores: list[float] = []
-    for k in range(count):
+    for k in np.flatnonzero(worth):
         idx = order[bounds[k] : bounds[k + 1]]
-        if idx.shape[0] < p.min_points:
-            continue
         members = obj[idx]
         fit_xy = members[:: max(1, idx.shape[0] // p.max_fit_points), :2]
         lo, hi, theta = fit_box_bev(fit_xy, p.yaw_steps)

@@ -1,0 +1,192 @@
+"""Latency of the reference lidar and radar models through the embedded Triton server on this machine.
+
+For each case it measures the client round trip (sync gRPC client, one request in flight, after
+warm-up) and, for comparison, the same pipeline called in-process (no Triton). Writes p50/p90/p99/mean
+per case to ``bench/results/models.json``.
+
+Cases (default rig: 32-beam lidar, one front radar):
+
+* ``lidar_32beam``: a 32-beam sweep at 0.2 deg azimuth steps (~50k points) of an urban-ish scene;
+* ``lidar_250k``: a 128-beam sweep with ~250k points, the largest input the contract is sized for;
+* ``radar_100``: ~100 radar rows (10 objects and isolated clutter).
+
+Usage: ``.venv/bin/python bench/bench_models.py [--repeats 60] [--output bench/results/models.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from perception.modelkit import (
+    SyntheticBox,
+    detect_lidar,
+    detect_radar,
+    synthetic_lidar_sweep,
+    synthetic_radar_returns,
+)
+from perception.server import EmbeddedTriton
+
+log = logging.getLogger("bench_models")
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ("lidar_detector", "radar_detector")
+
+
+def _scene() -> list[SyntheticBox]:
+    rng = np.random.default_rng(0)
+    boxes = []
+    for k in range(14):  # parked and moving cars along both sides, a few trucks
+        x = -40.0 + 6.5 * k + rng.uniform(-1, 1)
+        y = (-5.5 if k % 2 else 5.5) + rng.uniform(-0.3, 0.3)
+        length, width, height = (9.0, 2.5, 3.2) if k % 5 == 0 else (4.5, 1.8, 1.5)
+        boxes.append(SyntheticBox(x, y, length, width, height, rng.uniform(-0.1, 0.1)))
+    for k in range(8):  # pedestrians on the sidewalks
+        boxes.append(SyntheticBox(-30.0 + 8 * k, 9.0 if k % 2 else -9.0, 0.5, 0.5, 1.75, 0.0))
+    boxes.append(SyntheticBox(0.0, 14.0, 80.0, 0.5, 8.0, 0.0))  # building fronts
+    boxes.append(SyntheticBox(0.0, -14.0, 80.0, 0.5, 8.0, 0.0))
+    return boxes
+
+
+def make_inputs() -> dict[str, tuple[str, np.ndarray]]:
+    scene = _scene()
+    lidar = synthetic_lidar_sweep(scene, beams=32, fov=(-30.0, 10.0), azimuth_steps=1800)
+    dense = synthetic_lidar_sweep(scene, beams=128, fov=(-30.0, 10.0), azimuth_steps=2200)
+    objects = [(8.0 + 7 * k, (-1) ** k * 3.5, 4.5, 1.8, 8.0 * (k % 3 - 1), 0.0) for k in range(10)]
+    radar = synthetic_radar_returns(objects, per_object=8, seed=1)
+    rng = np.random.default_rng(2)
+    clutter = np.column_stack(
+        [rng.uniform(5, 80, 20), rng.uniform(-30, 30, 20), np.zeros(20), rng.normal(0, 2, 20), rng.uniform(-10, 5, 20)]
+    ).astype(np.float32)
+    return {
+        "lidar_32beam": ("lidar_detector", lidar),
+        "lidar_250k": ("lidar_detector", dense),
+        "radar_100": ("radar_detector", np.concatenate([radar, clutter])),
+    }
+
+
+def _stats(samples_ms: list[float]) -> dict[str, float]:
+    a = np.asarray(samples_ms)
+    return {
+        "n": len(samples_ms),
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p90_ms": round(float(np.percentile(a, 90)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+        "mean_ms": round(float(a.mean()), 3),
+        "max_ms": round(float(a.max()), 3),
+    }
+
+
+def _time(fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def bench(url: str, repeats: int, warmup: int) -> dict[str, Any]:
+    client = grpcclient.InferenceServerClient(url)
+    results: dict[str, Any] = {}
+    try:
+        for case, (model, points) in make_inputs().items():
+            reps = max(10, repeats // 3) if points.shape[0] > 100_000 else repeats
+            inp = grpcclient.InferInput("POINTS", list(points.shape), "FP32")
+            inp.set_data_from_numpy(points)
+
+            def remote(model: str = model, inp: grpcclient.InferInput = inp) -> Any:
+                return client.infer(model, [inp], client_timeout=30.0)
+
+            local_fn = detect_lidar if model == "lidar_detector" else detect_radar
+            answer = remote()
+            n_out = int(answer.as_numpy("SCORES").shape[0])
+            triton_ms = _time(remote, reps, warmup)
+            local_ms = _time(lambda fn=local_fn, p=points: fn(p), reps, warmup)
+            results[case] = {
+                "model": model,
+                "input_shape": list(points.shape),
+                "detections": n_out,
+                "triton": _stats(triton_ms),
+                "in_process": _stats(local_ms),
+            }
+            log.info(
+                "%-13s %-15s %7d rows -> %3d det | triton p50 %7.2f p99 %7.2f ms | in-process p50 %7.2f ms",
+                case,
+                model,
+                points.shape[0],
+                n_out,
+                results[case]["triton"]["p50_ms"],
+                results[case]["triton"]["p99_ms"],
+                results[case]["in_process"]["p50_ms"],
+            )
+    finally:
+        client.close()
+    return results
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Serve only the reference models: a repository of links to them (the real repository may hold more).
+    with tempfile.TemporaryDirectory(prefix="bench_models_") as tmp:
+        repo = Path(tmp) / "models"
+        repo.mkdir()
+        for name in MODELS:
+            (repo / name).symlink_to(REPO / "models" / name, target_is_directory=True)
+        async with EmbeddedTriton([repo], startup_timeout_s=180.0) as server:
+            return await anyio.to_thread.run_sync(bench, server.grpc_url, args.repeats, args.warmup)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "models.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cases = anyio.run(run, args)
+    report = {
+        "benchmark": "bench/bench_models.py",
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpu": _cpu_name(),
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "note": "shared CPU: other processes may run concurrently; latencies are upper bounds",
+        },
+        "client": "tritonclient.grpc (sync), one request in flight, after warm-up",
+        "cases": cases,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    log.info("wrote %s", args.output)
+    return 0 if all(math.isfinite(c["triton"]["p50_ms"]) for c in cases.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
