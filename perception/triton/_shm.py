@@ -204,6 +204,8 @@ class SharedMemoryPool:
         if size > self._max_total:
             return None
         self._registrars.setdefault(registrar.url, registrar)
+        if self._orphans:
+            await self._retry_orphans()
         region = await self._take(size)
         if region is None:
             return None
@@ -313,6 +315,11 @@ class SharedMemoryPool:
                 log.warning("could not unregister shared-memory region %s from %s: %s", name, url, exc)
                 return True
             await anyio.sleep(_IN_USE_RETRY_S)
+
+    async def _retry_orphans(self) -> None:
+        for url, name in list(self._orphans):
+            self._orphans.discard((url, name))
+            await self._unregister(url, name, patient=False)
 
     async def _drop(self, region: _Region, *, patient: bool = False) -> None:
         """Forget ``region``: unregister it everywhere, unmap and unlink it.

@@ -1,0 +1,288 @@
+"""TritonClient against the real embedded server: round trips, errors, deadlines, cancellation, URLs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from perception.errors import (
+    ConfigError,
+    ConnectError,
+    DeadlineError,
+    InferenceError,
+    InputError,
+    ModelNotReadyError,
+    RuntimeClosedError,
+)
+from perception.server import EmbeddedTriton, free_port
+from perception.triton import ClientOptions, InferRequest, TritonClient, is_loopback
+
+pytestmark = pytest.mark.anyio
+
+SMALL = np.arange(12, dtype=np.float32).reshape(3, 4)
+LARGE = np.random.default_rng(0).random((100_000, 4), dtype=np.float32)  # 1.6 MB: over the shm threshold
+
+
+@pytest.fixture
+async def client(triton: EmbeddedTriton) -> AsyncIterator[TritonClient]:
+    async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as c:
+        yield c
+
+
+async def test_round_trip_over_grpc_and_shared_memory_agree(client: TritonClient) -> None:
+    with anyio.fail_after(20):
+        small = await client.infer("echo", {"INPUT": SMALL}, sensor="lidar_top", frame=1)
+        over_grpc = await client.infer("echo", {"INPUT": LARGE}, use_shm=False)
+        over_shm = await client.infer("echo", {"INPUT": LARGE}, outputs=("OUTPUT",))
+    assert not small.used_shm and not over_grpc.used_shm and over_shm.used_shm
+    np.testing.assert_array_equal(small.outputs["OUTPUT"], 2 * SMALL)
+    np.testing.assert_array_equal(over_grpc.outputs["OUTPUT"], 2 * LARGE)
+    np.testing.assert_array_equal(over_shm.outputs["OUTPUT"], over_grpc.outputs["OUTPUT"])
+    assert over_shm.url == client.urls[0] and over_shm.model == "echo"
+    assert 0 < over_shm.prepare_ns < over_shm.client_ns
+    assert over_shm.server_ns is None
+
+
+async def test_infer_request_object_and_non_contiguous_input(client: TritonClient) -> None:
+    strided = LARGE[::2, 1:3]  # a view: not contiguous
+    with anyio.fail_after(20):
+        res = await client.infer_request(InferRequest("echo", {"INPUT": strided}, request_id="r-7"))
+        res_grpc = await client.infer_request(InferRequest("echo", {"INPUT": strided}, use_shm=False))
+    assert res.used_shm and res.request_id == "r-7"
+    np.testing.assert_array_equal(res.outputs["OUTPUT"], 2 * strided)
+    np.testing.assert_array_equal(res_grpc.outputs["OUTPUT"], 2 * strided)
+
+
+async def test_unknown_model_is_model_not_ready(client: TritonClient) -> None:
+    with anyio.fail_after(10), pytest.raises(ModelNotReadyError) as info:
+        await client.infer("no_such_model", {"INPUT": SMALL}, sensor="lidar_top", frame=7)
+    err = info.value
+    assert (err.model, err.sensor, err.frame, err.url) == ("no_such_model", "lidar_top", 7, client.urls[0])
+    assert isinstance(err.__cause__, Exception)
+    assert "no_such_model" in str(err)
+
+
+async def test_bad_dtype_and_bad_tensor_name_are_inference_errors(client: TritonClient) -> None:
+    with anyio.fail_after(10):
+        with pytest.raises(InferenceError) as info:
+            await client.infer("echo", {"INPUT": SMALL.astype(np.int32)}, sensor="radar_front")
+        assert info.value.tensor == "INPUT" and "INT32" in str(info.value)
+        assert not isinstance(info.value, ModelNotReadyError)
+        with pytest.raises(InferenceError) as info:
+            await client.infer("echo", {"POINTS": SMALL})
+        assert info.value.tensor == "POINTS"
+        with pytest.raises(InferenceError, match="deliberate failure"):
+            await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
+
+
+async def test_malformed_inputs_are_rejected_before_sending(client: TritonClient) -> None:
+    with pytest.raises(InputError) as info:
+        await client.infer("echo", {"INPUT": [[1.0, 2.0]]}, sensor="cam_front")  # type: ignore[dict-item]
+    assert info.value.tensor == "INPUT" and info.value.sensor == "cam_front"
+    with pytest.raises(InputError, match="no input tensors"):
+        await client.infer("echo", {})
+
+
+async def test_refused_connection_fails_fast_and_marks_url_unhealthy() -> None:
+    url = f"127.0.0.1:{free_port()}"
+    with anyio.fail_after(10):
+        async with TritonClient(ClientOptions(urls=(url,))) as client:
+            assert not await client.server_ready()
+            start = time.perf_counter()
+            with pytest.raises(ConnectError) as info:
+                await client.infer("echo", {"INPUT": SMALL}, sensor="lidar_top", frame=3)
+            assert time.perf_counter() - start < 1.0
+            assert info.value.retryable and info.value.url == url and info.value.frame == 3
+            assert client.healthy_urls() == ()
+            with pytest.raises(ConnectError, match=r"not ready after 0\.2 s"):
+                await client.wait_ready(["echo"], timeout_s=0.2)
+
+
+async def test_deadline_becomes_deadline_error(client: TritonClient) -> None:
+    with anyio.fail_after(10):
+        start = time.perf_counter()
+        with pytest.raises(DeadlineError) as info:
+            await client.infer("sleeper_40", {"INPUT": np.ones(4, np.float32)}, timeout_ns=5_000_000, frame=9)
+        assert time.perf_counter() - start < 0.5
+        assert info.value.model == "sleeper_40" and info.value.frame == 9
+        assert not info.value.retryable
+        res = await client.infer("sleeper_20", {"INPUT": np.ones(4, np.float32)}, timeout_ns=2_000_000_000)
+    assert res.outputs["OUTPUT"].tolist() == [4.0]
+
+
+async def _wait_for_new_inference(client: TritonClient, model: str, before: dict[str, int]) -> dict[str, int]:
+    while True:
+        after = await client.model_statistics(model)
+        if after["inference_count"] > before["inference_count"]:
+            return {k: after[k] - before[k] for k in after}
+        await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("use_shm", [False, True])
+async def test_cancelling_the_caller_cancels_the_server_side_work(client: TritonClient, use_shm: bool) -> None:
+    data = np.ones(100_000, np.float32)  # 400 kB: goes through shared memory when use_shm
+    with anyio.fail_after(20):
+        await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 1})
+        before = await client.model_statistics("sleeper_40")
+        start = time.perf_counter()
+        with anyio.move_on_after(0.005) as scope:
+            await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 3000})
+        assert scope.cancelled_caught  # the scope recognised its own cancellation through grpc
+        assert time.perf_counter() - start < 0.5
+        if use_shm:
+            pool = client.shm_pool
+            assert pool is not None and pool.regions() and not any(r.in_use for r in pool.regions())
+        # The sleeper checks request.is_cancelled(): it ends long before its 3 s.
+        delta = await _wait_for_new_inference(client, "sleeper_40", before)
+    assert time.perf_counter() - start < 2.0
+    assert delta["compute_infer_ns"] < 1_000_000_000
+
+
+async def test_fail_after_around_infer_raises_timeout(client: TritonClient) -> None:
+    with anyio.fail_after(10), pytest.raises(TimeoutError):
+        with anyio.fail_after(0.01):
+            await client.infer("sleeper_40", {"INPUT": np.ones(4, np.float32)})
+
+
+async def test_wait_ready_and_readiness(client: TritonClient) -> None:
+    with anyio.fail_after(10):
+        assert await client.server_ready()
+        await client.wait_ready(["echo", "sleeper_20"], timeout_s=5)
+        with pytest.raises(ModelNotReadyError) as info:
+            await client.wait_ready(["echo", "no_such_model"], timeout_s=0.2)
+    assert info.value.model == "no_such_model" and info.value.url == client.urls[0]
+
+
+async def test_model_statistics_count_inferences(client: TritonClient) -> None:
+    with anyio.fail_after(10):
+        before = await client.model_statistics("echo")
+        for _ in range(3):
+            await client.infer("echo", {"INPUT": SMALL})
+        after = await client.model_statistics("echo")
+    assert after["success_count"] - before["success_count"] == 3
+    assert after["inference_count"] - before["inference_count"] == 3
+    assert after["compute_infer_ns"] > before["compute_infer_ns"]
+    assert {"queue_ns", "compute_input_ns", "compute_output_ns", "fail_count"} <= after.keys()
+
+
+async def test_unload_then_load_model(client: TritonClient) -> None:
+    with anyio.fail_after(60):
+        await client.unload_model("failer")
+        try:
+            with pytest.raises(ModelNotReadyError):
+                await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
+        finally:
+            await client.load_model("failer")
+        with pytest.raises(InferenceError, match="deliberate failure"):
+            await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
+
+
+def _established_connections(port: int) -> int:
+    """TCP connections from this process to ``port`` (grpc uses v4-mapped IPv6 sockets: read both tables)."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            ours.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01" and fields[9] in ours:
+                count += 1
+    return count
+
+
+async def test_channels_are_separate_connections_used_round_robin(triton: EmbeddedTriton) -> None:
+    port = int(triton.grpc_url.rsplit(":", 1)[1])
+    baseline = _established_connections(port)
+    with anyio.fail_after(20):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,), channels=3)) as client:
+            for _ in range(3):
+                await client.infer("echo", {"INPUT": SMALL})
+            assert _established_connections(port) - baseline == 3
+            async with anyio.create_task_group() as tg:
+                for _ in range(6):
+                    tg.start_soon(client.infer, "sleeper_20", {"INPUT": np.ones(2, np.float32)})
+            assert _established_connections(port) - baseline == 3
+
+
+async def test_two_urls_round_robin(triton: EmbeddedTriton) -> None:
+    port = triton.grpc_url.rsplit(":", 1)[1]
+    urls = (f"127.0.0.1:{port}", f"localhost:{port}")  # two names for the same server
+    with anyio.fail_after(20):
+        async with TritonClient(ClientOptions(urls=urls, channels=1)) as client:
+            used = [(await client.infer("echo", {"INPUT": SMALL})).url for _ in range(4)]
+            await client.wait_ready(["echo"], timeout_s=5)
+    assert used == [urls[0], urls[1], urls[0], urls[1]]
+
+
+async def test_dead_url_is_skipped_then_retried_after_backoff(triton: EmbeddedTriton) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    options = ClientOptions(urls=(dead, triton.grpc_url), channels=1, backoff_s=0.3)
+    with anyio.fail_after(20):
+        async with TritonClient(options) as client:
+            with pytest.raises(ConnectError) as info:
+                await client.infer("echo", {"INPUT": SMALL})
+            assert info.value.url == dead
+            assert client.healthy_urls() == (triton.grpc_url,)
+            used = [(await client.infer("echo", {"INPUT": SMALL})).url for _ in range(4)]
+            assert used == [triton.grpc_url] * 4
+            await anyio.sleep(0.35)
+            assert client.healthy_urls() == (dead, triton.grpc_url)
+            with pytest.raises(ConnectError):  # retried once the back-off is over
+                await client.infer("echo", {"INPUT": SMALL})
+            assert client.healthy_urls() == (triton.grpc_url,)
+
+
+async def test_headers_are_sent_and_closed_client_refuses(triton: EmbeddedTriton) -> None:
+    options = ClientOptions(urls=(triton.grpc_url,), headers={"authorization": "Bearer test-token"})
+    with anyio.fail_after(10):
+        async with TritonClient(options) as client:
+            res = await client.infer("echo", {"INPUT": SMALL})
+            assert res.outputs["OUTPUT"].shape == (3, 4)
+    with pytest.raises(RuntimeClosedError):
+        await client.infer("echo", {"INPUT": SMALL})
+    await client.close()  # idempotent
+
+
+async def test_tls_with_missing_certificate_is_a_config_error(tmp_path: Path) -> None:
+    missing = tmp_path / "ca.pem"
+    client = TritonClient(ClientOptions(urls=("127.0.0.1:1",), ssl=True, root_certificates=str(missing)))
+    with pytest.raises(ConfigError) as info:
+        await client.open()
+    assert info.value.file == str(missing)
+
+
+def test_options_are_validated() -> None:
+    for kwargs, key in [
+        ({"urls": ()}, "triton.urls"),
+        ({"urls": "127.0.0.1:8001"}, "triton.urls"),
+        ({"urls": ("a:1", "a:1")}, "triton.urls"),
+        ({"urls": ("http://a:1",)}, "triton.urls"),
+        ({"channels": 0}, "triton.channels"),
+        ({"shm": "always"}, "triton.shm"),
+        ({"shm_threshold_bytes": -1}, "triton.shm_threshold_bytes"),
+        ({"control_timeout_s": 0}, "triton.control_timeout_s"),
+        ({"root_certificates": "ca.pem"}, "triton.ssl"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            ClientOptions(**kwargs)  # type: ignore[arg-type]
+        assert info.value.key == key
+
+
+def test_is_loopback() -> None:
+    for url in ("127.0.0.1:8001", "127.3.2.1:1", "localhost:8001", "[::1]:8001", "unix:/tmp/triton.sock"):
+        assert is_loopback(url), url
+    for url in ("10.0.0.5:8001", "triton.internal:8001", "[2001:db8::1]:8001"):
+        assert not is_loopback(url), url
