@@ -114,11 +114,12 @@ def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 256
 
 
 class _StartFailed(ServerError):
-    """Internal: one start attempt failed; ``address_in_use`` says whether a retry with new ports may help."""
+    """Internal: one start attempt failed; ``ports_in_use`` are the ports another process held."""
 
-    def __init__(self, message: str, *, address_in_use: bool) -> None:
+    def __init__(self, message: str, *, address_in_use: bool, ports_in_use: Sequence[int]) -> None:
         super().__init__(message)
         self.address_in_use = address_in_use
+        self.ports_in_use = tuple(ports_in_use)
 
 
 class EmbeddedTriton:
@@ -217,16 +218,23 @@ class EmbeddedTriton:
         backend_dir = await anyio.to_thread.run_sync(prepare_backend_dir, install)
         await anyio.to_thread.run_sync(cleanup_stale_shm)
         env = server_env(install)
-        attempts = _START_ATTEMPTS if None in self._requested_ports else 1
-        for attempt in range(1, attempts + 1):
+        for attempt in range(1, _START_ATTEMPTS + 1):
             self._shm_prefix = make_shm_prefix()
             self._ports = self._pick_ports()
             try:
                 await self._start(install, backend_dir, repositories, env)
             except _StartFailed as exc:
-                if not exc.address_in_use or attempt == attempts:
-                    raise ServerError(exc.message) from None
-                log.warning("tritonserver port taken by another process, retrying with new ports")
+                # A free port picked here can be taken by another process before the server binds it:
+                # retry with new ones. A port the caller chose is the caller's to fix.
+                chosen = [p for p in exc.ports_in_use if p in self._requested_ports]
+                unknown = not exc.ports_in_use and None not in self._requested_ports
+                if not exc.address_in_use or chosen or unknown or attempt == _START_ATTEMPTS:
+                    busy = ", ".join(str(p) for p in exc.ports_in_use)
+                    prefix = f"port {busy} already in use; " if exc.ports_in_use else ""
+                    raise ServerError(prefix + exc.message) from None
+                log.warning("port %s was taken before tritonserver bound it, retrying", exc.ports_in_use)
+                if self._user_log_path is None and self._log_path is not None:
+                    self._log_path.unlink(missing_ok=True)
             else:
                 return self
         raise AssertionError("unreachable")
@@ -322,11 +330,14 @@ class EmbeddedTriton:
             await self.stop()
             raise
         if failure is not None:
-            await self.stop(keep_log=True)
+            ports = self._require_ports()
+            await self._shutdown(failed_start=True)
             tail = read_log_tail(self._log_path) if self._log_path else ""
+            in_use_lines = [line for line in tail.splitlines() if _ADDRESS_IN_USE.search(line)]
             raise _StartFailed(
                 f"{failure}; from {self._log_path}:\n{tail}",
-                address_in_use=bool(_ADDRESS_IN_USE.search(tail)),
+                address_in_use=bool(in_use_lines),
+                ports_in_use=[p for p in ports if any(re.search(rf":{p}\b", line) for line in in_use_lines)],
             )
         log.info("tritonserver ready: grpc %s, http %s, metrics %s", self.grpc_url, self.http_url, self.metrics_url)
 
@@ -342,16 +353,23 @@ class EmbeddedTriton:
                 await anyio.sleep(0.1)
         return f"tritonserver not ready after {self._startup_timeout_s:g} s"
 
-    async def stop(self, *, keep_log: bool = False) -> None:
-        """Stop the server and clean up after it; idempotent. Shielded from cancellation."""
+    async def stop(self) -> None:
+        """Stop the server and clean up after it (processes, shared memory, temporary log); idempotent.
+        Shielded from cancellation: the server never outlives a cancelled owner."""
+        await self._shutdown(failed_start=False)
+
+    async def _shutdown(self, *, failed_start: bool) -> None:
+        # After a failed start the log is kept (the error points to it) and the exit status is expected.
+        keep_log = failed_start
         proc = self._proc
         if proc is None:
             return
         with anyio.CancelScope(shield=True):
             try:
-                await self._terminate(proc)
+                await self._terminate(proc, quiet=failed_start)
             finally:
                 self._proc = None
+                self._ports = None
                 removed = remove_shm_prefix(self._shm_prefix)
                 if removed:
                     log.debug("removed shared memory left by the python backend: %s", removed)
@@ -359,7 +377,7 @@ class EmbeddedTriton:
                     with contextlib.suppress(OSError):
                         self._log_path.unlink()
 
-    async def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
+    async def _terminate(self, proc: subprocess.Popen[bytes], *, quiet: bool) -> None:
         pgid = proc.pid  # start_new_session: the server leads its own process group
         if proc.poll() is None:
             signal_group(pgid, signal.SIGTERM)
@@ -374,7 +392,7 @@ class EmbeddedTriton:
             if not await _wait_group_gone(pgid, 5.0):
                 raise ServerError(f"processes of tritonserver group {pgid} survive SIGKILL")
         code = proc.returncode
-        if code not in (0, -signal.SIGTERM):
+        if code not in (0, -signal.SIGTERM) and not quiet:
             log.warning("tritonserver pid %d stopped with %s", pgid, _describe_exit(code))
 
 

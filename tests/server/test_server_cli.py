@@ -1,0 +1,92 @@
+"""``perception server``: the model table, --once exit codes, bad repositories, clean stop on SIGINT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from server_helpers import TEST_MODELS, shm_entries, stubs_with_prefix
+
+from perception.cli import main
+from perception.cli._server import format_model_table
+from perception.server import ModelStatus, TensorSpec
+from perception.server._procs import pid_alive
+
+pytestmark = pytest.mark.triton
+
+
+def test_once_prints_endpoints_and_every_model_contract(broken_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["-q", "server", "--models", str(TEST_MODELS), "--models", str(broken_repo), "--once"])
+    out = capsys.readouterr().out
+    assert code == 1  # `broken` is not READY
+    assert "gRPC     127.0.0.1:" in out and "/metrics" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:1].isalpha()}
+    for name in ("failer", "sleeper_20", "sleeper_30", "sleeper_40"):
+        assert rows[name][1:] == ["1", "READY", "INPUT", "FP32[-1]", "OUTPUT", "FP32[1]"], rows[name]
+    assert rows["echo"][1:] == ["1", "READY", "INPUT", "FP32[-1,-1]", "OUTPUT", "FP32[-1,-1]"]
+    assert rows["broken"][2] == "UNAVAILABLE"
+    assert "broken: UNAVAILABLE: Poll failed for model directory 'broken'" in out
+
+
+def test_model_table_layout() -> None:
+    spec = TensorSpec("POINTS", "FP32", (-1, 4))
+    models = [
+        ModelStatus("lidar", "1", "READY", "", max_batch_size=8, inputs=(spec,), outputs=(spec, spec)),
+        ModelStatus("camera", "", "UNAVAILABLE", "load failed: no such file"),
+    ]
+    lines = format_model_table(models).splitlines()
+    assert lines[0].split() == ["MODEL", "VERSION", "STATE", "INPUTS", "OUTPUTS"]
+    assert lines[1].split() == [
+        *("lidar", "1", "READY", "POINTS", "FP32[B,-1,4]"),  # B: the batch dim of a batching model
+        *("POINTS", "FP32[B,-1,4],", "POINTS", "FP32[B,-1,4]"),
+    ]
+    assert lines[2].split() == ["camera", "-", "UNAVAILABLE", "-", "-"]
+    assert lines[-2:] == ["not ready:", "  camera: UNAVAILABLE: load failed: no such file"]
+
+
+def test_missing_repository_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    assert main(["server", "--models", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"perception server: error: {missing}: model repository does not exist\n"
+
+
+def test_sigint_stops_the_server_cleanly(echo_repo: Path, tmp_path: Path) -> None:
+    log_path = tmp_path / "server.log"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "perception", "server", "--models", str(echo_repo), "--log", str(log_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cli.stdout is not None
+        lines = []
+        for line in cli.stdout:
+            lines.append(line)
+            if line.startswith("serving"):
+                break
+        out = "".join(lines)
+        assert "echo" in out and "READY" in out, out + (cli.stderr.read() if cli.stderr else "")
+        server_pid = int(out.split("(pid ")[1].split(")")[0])
+        prefix = f"perception_{cli.pid}_"
+        assert stubs_with_prefix(prefix)
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(30) == 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    deadline = time.monotonic() + 5
+    while pid_alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(server_pid)
+    assert stubs_with_prefix(prefix) == []
+    assert shm_entries(prefix) == []
+    assert "successfully unloaded 'echo'" in log_path.read_text()
+    assert os.path.exists(log_path)  # a log the user asked for is kept

@@ -1,0 +1,175 @@
+"""EmbeddedTriton against the real tritonserver: lifecycle, clean-up, start-up errors, orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from server_helpers import shm_entries, stubs_with_prefix
+
+from perception.errors import ConfigError, ServerError
+from perception.server import EmbeddedTriton, _embedded, wait_for_server
+from perception.server._procs import pid_alive, process_group_members
+
+pytestmark = pytest.mark.triton
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.anyio
+async def test_start_stop_leaves_no_process_and_no_shared_memory(echo_repo: Path, tmp_path: Path) -> None:
+    # A leftover of a crashed earlier run (owner pid dead) must be removed by the next start.
+    stale = Path("/dev/shm") / f"perception_{_dead_pid()}_deadbeef_leftover"
+    stale.write_bytes(b"x")
+    log_path = tmp_path / "out" / "tritonserver.log"
+    with anyio.fail_after(90):
+        async with EmbeddedTriton([echo_repo], log_path=log_path) as server:
+            assert not stale.exists()
+            pid = server.pid
+            assert pid is not None and pid_alive(pid)
+            assert server.grpc_url.startswith("127.0.0.1:")
+            assert server.metrics_url.endswith("/metrics")
+            prefix = server.shm_prefix
+            assert prefix.startswith(f"perception_{os.getpid()}_")
+            assert stubs_with_prefix(prefix), "the echo model should run in a python backend stub"
+            assert shm_entries(prefix), "the python backend should name its regions with the prefix"
+            await wait_for_server(server.grpc_url, timeout_s=5)
+            await wait_for_server(server.http_url, timeout_s=5, protocol="http")
+        assert server.pid is None
+        assert not pid_alive(pid)
+        assert process_group_members(pid) == []
+        assert stubs_with_prefix(prefix) == []
+        assert shm_entries(prefix) == []
+        assert "successfully loaded 'echo'" in log_path.read_text()
+        with pytest.raises(ServerError, match="not running"):
+            _ = server.grpc_url
+
+
+@pytest.mark.anyio
+async def test_broken_model_fails_start_with_the_log_excerpt(broken_repo: Path) -> None:
+    with anyio.fail_after(90):
+        server = EmbeddedTriton([broken_repo])
+        with pytest.raises(ServerError) as info:
+            await server.__aenter__()
+    message = str(info.value)
+    assert "exited during start-up" in message
+    assert "TYPE_BOGUS" in message  # the parse error, not Triton's option tables
+    assert "'broken'" in message
+    assert server.pid is None
+    assert stubs_with_prefix(server.shm_prefix) == []
+    assert server.log_path is not None and server.log_path.exists()  # kept for the post-mortem
+    server.log_path.unlink()
+
+
+@pytest.mark.anyio
+async def test_a_port_in_use_is_named_or_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty_repo = tmp_path / "empty"
+    empty_repo.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # A port the caller chose: reported, not retried.
+        with anyio.fail_after(60), pytest.raises(ServerError, match=f"port {port} already in use"):
+            async with EmbeddedTriton([empty_repo], http_port=port):
+                pass
+        # A free port picked by the server manager but grabbed by someone else first: retried.
+        picks = iter([port])
+        real_free_port = _embedded.free_port
+        monkeypatch.setattr(_embedded, "free_port", lambda: next(picks, None) or real_free_port())
+        with anyio.fail_after(60):
+            async with EmbeddedTriton([empty_repo]) as server:
+                assert str(port) not in server.grpc_url
+
+
+@pytest.mark.anyio
+async def test_wait_for_server_times_out_on_a_closed_port() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with anyio.fail_after(10):
+        for protocol in ("grpc", "http"):
+            with pytest.raises(ServerError, match="not ready after"):
+                await wait_for_server(f"127.0.0.1:{port}", timeout_s=0.3, protocol=protocol)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("problem", ["missing", "file", "hidden"])
+async def test_bad_repository_is_rejected_before_starting(tmp_path: Path, problem: str) -> None:
+    repo = tmp_path / "repo"
+    if problem == "file":
+        repo.write_text("not a directory")
+    elif problem == "hidden":
+        (repo / ".ipynb_checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        async with EmbeddedTriton([repo]):
+            pytest.fail("must not start")
+    message = str(info.value)
+    assert str(repo) in message
+    assert "\n" not in message
+    if problem == "hidden":
+        assert ".ipynb_checkpoints" in message
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import anyio
+
+    from perception.server import EmbeddedTriton
+
+    async def main() -> None:
+        async with EmbeddedTriton([Path(sys.argv[1])]) as server:
+            print(server.pid, server.shm_prefix, flush=True)
+            await anyio.sleep_forever()
+
+    anyio.run(main)
+    """
+)
+
+
+def test_server_dies_with_its_sigkilled_owner_and_next_start_cleans_up(echo_repo: Path) -> None:
+    owner = subprocess.Popen([sys.executable, "-c", _CHILD, str(echo_repo)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = owner.stdout.readline() if owner.stdout else ""
+        assert line, "the owner process failed to start its server"
+        server_pid, prefix = int(line.split()[0]), line.split()[1]
+        assert pid_alive(server_pid) and stubs_with_prefix(prefix)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.monotonic() + 30
+        while (pid_alive(server_pid) or stubs_with_prefix(prefix)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(server_pid), "PDEATHSIG should have stopped the orphaned server"
+        assert stubs_with_prefix(prefix) == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+    # Whatever the orphan left (its own regions, or a client's) is removed by the next start.
+    leftover = Path("/dev/shm") / f"perception_{owner.pid}_client_region"
+    leftover.write_bytes(b"x")
+
+    empty_repo = echo_repo.parent / "empty"
+    empty_repo.mkdir()
+
+    async def next_start() -> None:
+        with anyio.fail_after(90):
+            async with EmbeddedTriton([empty_repo]):
+                assert shm_entries(f"perception_{owner.pid}_") == []
+
+    anyio.run(next_start)
