@@ -155,6 +155,9 @@ class EmbeddedTriton:
             model_repositories = [Path(model_repositories)]
         self._repositories = tuple(Path(p) for p in model_repositories)
         self._requested_ports = (grpc_port, http_port, metrics_port)
+        chosen = [p for p in self._requested_ports if p is not None]
+        if len(set(chosen)) != len(chosen):
+            raise ConfigError(f"the gRPC, HTTP and metrics ports must differ, got {chosen}", key="ports")
         self._ports: tuple[int, int, int] | None = None
         self._user_log_path = Path(log_path) if log_path is not None else None
         self._log_path: Path | None = self._user_log_path
@@ -196,6 +199,11 @@ class EmbeddedTriton:
     def pid(self) -> int | None:
         """Pid of the running ``tritonserver`` (also its process-group id), ``None`` when stopped."""
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive (False before start, after stop, or if it died)."""
+        return self.pid is not None
 
     @property
     def shm_prefix(self) -> str:
@@ -251,7 +259,7 @@ class EmbeddedTriton:
         picked: list[int] = []
         for requested in self._requested_ports:
             port = requested
-            while port is None or port in picked:
+            while port is None or (requested is None and (port in picked or port in self._requested_ports)):
                 port = free_port()
             picked.append(port)
         return picked[0], picked[1], picked[2]

@@ -17,9 +17,8 @@ from perception.cli._server import format_model_table
 from perception.server import ModelStatus, TensorSpec
 from perception.server._procs import pid_alive
 
-pytestmark = pytest.mark.triton
 
-
+@pytest.mark.triton
 def test_once_prints_endpoints_and_every_model_contract(broken_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["-q", "server", "--models", str(TEST_MODELS), "--models", str(broken_repo), "--once"])
     out = capsys.readouterr().out
@@ -56,6 +55,7 @@ def test_missing_repository_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     assert err == f"perception server: error: {missing}: model repository does not exist\n"
 
 
+@pytest.mark.triton
 def test_sigint_stops_the_server_cleanly(echo_repo: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     cli = subprocess.Popen(

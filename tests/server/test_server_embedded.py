@@ -19,8 +19,6 @@ from perception.errors import ConfigError, ServerError
 from perception.server import EmbeddedTriton, _embedded, wait_for_server
 from perception.server._procs import pid_alive, process_group_members
 
-pytestmark = pytest.mark.triton
-
 
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -28,6 +26,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.triton
 @pytest.mark.anyio
 async def test_start_stop_leaves_no_process_and_no_shared_memory(echo_repo: Path, tmp_path: Path) -> None:
     # A leftover of a crashed earlier run (owner pid dead) must be removed by the next start.
@@ -57,6 +56,7 @@ async def test_start_stop_leaves_no_process_and_no_shared_memory(echo_repo: Path
             _ = server.grpc_url
 
 
+@pytest.mark.triton
 @pytest.mark.anyio
 async def test_broken_model_fails_start_with_the_log_excerpt(broken_repo: Path) -> None:
     with anyio.fail_after(90):
@@ -73,6 +73,7 @@ async def test_broken_model_fails_start_with_the_log_excerpt(broken_repo: Path) 
     server.log_path.unlink()
 
 
+@pytest.mark.triton
 @pytest.mark.anyio
 async def test_a_port_in_use_is_named_or_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty_repo = tmp_path / "empty"
@@ -142,6 +143,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.triton
 def test_server_dies_with_its_sigkilled_owner_and_next_start_cleans_up(echo_repo: Path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", _CHILD, str(echo_repo)], stdout=subprocess.PIPE, text=True)
     try:
@@ -173,3 +175,12 @@ def test_server_dies_with_its_sigkilled_owner_and_next_start_cleans_up(echo_repo
                 assert shm_entries(f"perception_{owner.pid}_") == []
 
     anyio.run(next_start)
+
+
+def test_ports_must_differ(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must differ"):
+        EmbeddedTriton([tmp_path], grpc_port=8001, http_port=8001)
+    server = EmbeddedTriton([tmp_path], grpc_port=8001)
+    with pytest.raises(ServerError, match="not running"):
+        _ = server.grpc_url
+    assert not server.running and server.pid is None
