@@ -11,6 +11,7 @@ import anyio
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
 from perception.errors import ConfigError
+from perception.metrics import PrometheusExporter
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive
 from perception.scheduler import Runtime
 
@@ -43,6 +44,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: out)")
     p.add_argument("--raw-outputs", action="store_true", help="also write each sensor's raw model outputs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port (0 = pick a free one)"
+    )
     p.set_defaults(func=run)
 
 
@@ -74,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
         progress=False if args.no_progress else None,
         include_outputs=args.raw_outputs,
     )
-    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options))
+    with PrometheusExporter(port=args.metrics_port) as metrics:
+        if args.metrics_port is not None:
+            sys.stdout.write(f"prometheus metrics on http://127.0.0.1:{metrics.port}/metrics\n")
+            sys.stdout.flush()
+        outcome = run_with_signals(
+            lambda stop: replay_with_stop(stop, args.drive, cfg, options, on_result=metrics.observe)
+        )
     r = outcome.report
     total = r["latency_ms"]["total"]
     sys.stdout.write(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from perception.metrics._budget import BudgetRow, budget_rows, render_table, write_markdown, write_plots
+from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import detection_json, frame_record
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
 __all__ = [
     "BudgetRow",
     "LatencyAccumulator",
+    "PrometheusExporter",
     "budget_rows",
     "detection_json",
     "frame_record",
