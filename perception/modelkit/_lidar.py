@@ -27,6 +27,7 @@ contains true ground next to them.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "detect_lidar",
     "estimate_ground",
     "fit_box_bev",
+    "merge_fragments",
     "sanitize_points",
     "voxel_downsample",
 ]
@@ -101,12 +103,20 @@ class LidarParams:
     voxel_size: float = 0.1
     voxel_above: int = 60_000  # downsample object points only beyond this count
     cluster_cell: float = 0.3
+    pole_height: float = 2.6  # thin structures taller than this are removed before clustering
+    merge_gap: float = 2.0  # occlusion fragments (see merge_fragments): radial gap behind one another,
+    merge_side_gap: float = 1.2  # gap side by side,
+    merge_max_height: float = 2.3  # height of side-by-side pieces,
+    merge_length: float = 6.2  # size of the merged box,
+    merge_width: float = 2.5
+    merge_size: float = 7.0  # and BEV diagonal of a candidate pair
     min_points: int = 5
     min_object_height: float = 0.4  # clusters lower than this above the ground are not objects
     max_object_diagonal: float = 16.0  # clusters with a longer BEV bounding-box diagonal are structures
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
     max_fit_points: int = 400
     min_score: float = 0.1
+    row_max_length: float = 11.0  # car-high clusters up to this long are split into a row of cars
     beam_spacing: float = 0.0225  # tan of the vertical angle between beams (1.3 deg: 32 beams over 40)
     priors: dict[int, SizePrior] = field(default_factory=_default_priors)
 
@@ -226,20 +236,149 @@ def voxel_downsample(points: F32, voxel: float) -> F32:
     return out
 
 
-def cluster_bev(xy: npt.NDArray[np.floating[Any]], cell: float) -> tuple[I64, int]:
+def cluster_bev(
+    xy: npt.NDArray[np.floating[Any]],
+    cell: float,
+    height: npt.NDArray[np.floating[Any]] | None = None,
+    pole_height: float = 2.6,
+    pole_cells: int = 4,
+) -> tuple[I64, int]:
     """Euclidean-ish clustering: 8-connected components of the occupied ``cell`` grid in bird's-eye view.
 
     Returns ``(labels [N], count)``; points closer than ``cell`` always share a cluster, points farther
     apart than ``2*sqrt(2)*cell`` never do unless chained. O(N) and a few ms for 100k points.
+
+    With ``height`` (above ground) given, thin tall structures are removed first (label -1): groups of at
+    most ``pole_cells`` cells reaching above ``pole_height`` (poles, posts, trunks), so that a car parked
+    next to a street light is not merged with it. Vehicles and people are not thin *and* tall.
     """
     if xy.shape[0] == 0:
         return np.zeros((0,), np.int64), 0
     ci, cj, shape = _cells(xy, cell)
     occ = np.zeros(shape, dtype=bool)
     occ[ci, cj] = True
+    if height is not None:
+        top = np.zeros(shape)
+        np.maximum.at(top, (ci, cj), np.asarray(height, dtype=np.float64))
+        tall = top > pole_height
+        tall_lab, n_tall = ndimage.label(tall, structure=np.ones((3, 3), dtype=bool))
+        if n_tall:
+            sizes = np.bincount(tall_lab.ravel(), minlength=n_tall + 1)
+            pole = (sizes <= pole_cells)[tall_lab] & tall
+            occ &= ~ndimage.binary_dilation(pole, structure=np.ones((3, 3), dtype=bool))
     lab, count = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
     labels: I64 = lab[ci, cj].astype(np.int64) - 1
     return labels, int(count)
+
+
+def merge_fragments(
+    xy: npt.NDArray[np.floating[Any]],
+    height: npt.NDArray[np.floating[Any]],
+    labels: I64,
+    count: int,
+    params: LidarParams | None = None,
+) -> tuple[I64, int]:
+    """Merge clusters that are one vehicle split by occlusion.
+
+    A vehicle breaks into pieces when it hides part of itself (bumper and cabin, one behind the other
+    along the line of sight) or when something in front of it casts a shadow across its side (two
+    pieces side by side). Candidate pairs are
+
+    * *behind*: azimuth intervals overlapping by at least half the narrower one, radial gap at most
+      ``merge_gap``;
+    * *beside*: bounding boxes at most ``merge_side_gap`` apart, similar heights, both vehicle-high;
+
+    and a pair is merged only if an L-shape box around both is still vehicle-sized (at most
+    ``merge_length`` x ``merge_width``; at least 2.5 m long for *beside* pairs, so two pedestrians never
+    become a car). Pairs are merged greedily, closest first, and every union must still fit.
+    """
+    p = params or LidarParams()
+    valid = labels >= 0
+    if count < 2 or not valid.any():
+        return labels, count
+    idx_valid = np.flatnonzero(valid)
+    lab = labels[valid]
+    x, y = xy[valid, 0].astype(np.float64), xy[valid, 1].astype(np.float64)
+    hgt = np.asarray(height, dtype=np.float64)[valid]
+    present = np.bincount(lab, minlength=count) > 0
+    mx, my = np.bincount(lab, x, count), np.bincount(lab, y, count)
+    az_c = np.arctan2(my, mx)
+    daz = np.angle(np.exp(1j * (np.arctan2(y, x) - az_c[lab])))  # relative to the cluster's direction
+    r = np.hypot(x, y)
+    names = ("az_lo", "az_hi", "r_lo", "r_hi", "x_lo", "x_hi", "y_lo", "y_hi", "top")
+    values = (daz, daz, r, r, x, x, y, y, hgt)
+    st: dict[str, F64] = {}
+    for name, v in zip(names, values, strict=True):
+        low = name.endswith("_lo")
+        arr = np.full(count, np.inf if low else -np.inf)
+        (np.minimum if low else np.maximum).at(arr, lab, v)
+        st[name] = arr
+    pad = 0.004  # ~ a quarter degree: a one-column cluster still has some width
+    lo, hi = st["az_lo"] - pad, st["az_hi"] + pad
+    d_ba = np.angle(np.exp(1j * (az_c[None, :] - az_c[:, None])))  # b's direction seen from a's
+    overlap = np.minimum(hi[:, None], hi[None, :] + d_ba) - np.maximum(lo[:, None], lo[None, :] + d_ba)
+    narrow = np.minimum((hi - lo)[:, None], (hi - lo)[None, :])
+    r_gap = np.maximum(st["r_lo"][None, :] - st["r_hi"][:, None], st["r_lo"][:, None] - st["r_hi"][None, :])
+    behind = (overlap >= 0.5 * narrow) & (r_gap <= p.merge_gap)
+    # Self-occlusion hides the middle of a vehicle behind its *low* front (bumper, bonnet): the nearer
+    # piece must be lower than the farther one. A person in front of a car is not.
+    top = st["top"]
+    a_nearer = st["r_lo"][:, None] < st["r_lo"][None, :]
+    behind &= np.where(a_nearer, top[:, None] < top[None, :] - 0.2, top[None, :] < top[:, None] - 0.2)
+    gx = np.maximum(st["x_lo"][None, :] - st["x_hi"][:, None], st["x_lo"][:, None] - st["x_hi"][None, :])
+    gy = np.maximum(st["y_lo"][None, :] - st["y_hi"][:, None], st["y_lo"][:, None] - st["y_hi"][None, :])
+    beside = (np.hypot(np.maximum(gx, 0), np.maximum(gy, 0)) <= p.merge_side_gap) & (
+        np.abs(top[:, None] - top[None, :]) <= 0.5
+    )
+    beside &= (top[:, None] <= p.merge_max_height) & (top[None, :] <= p.merge_max_height)
+    ext_x = np.maximum(st["x_hi"][:, None], st["x_hi"][None, :]) - np.minimum(st["x_lo"][:, None], st["x_lo"][None, :])
+    ext_y = np.maximum(st["y_hi"][:, None], st["y_hi"][None, :]) - np.minimum(st["y_lo"][:, None], st["y_lo"][None, :])
+    cand = (behind | beside) & (np.hypot(ext_x, ext_y) <= p.merge_size) & present[:, None] & present[None, :]
+    cand = np.triu(cand, k=1)
+    if not cand.any():
+        return labels, count
+    order = np.argsort(lab, kind="stable")
+    bounds = np.searchsorted(lab[order], np.arange(count + 1))
+    pts2 = np.column_stack([x, y])
+
+    def sample(k: int) -> F64:
+        m = order[bounds[k] : bounds[k + 1]]
+        out: F64 = pts2[m[:: max(1, m.shape[0] // 150)]]
+        return out
+
+    # Greedy agglomeration, closest pairs first; every union must still be vehicle-sized.
+    ia, ib = np.nonzero(cand)
+    closeness = np.where(behind[ia, ib], r_gap[ia, ib], np.hypot(np.maximum(gx, 0), np.maximum(gy, 0))[ia, ib])
+    root = np.arange(count)
+    groups: dict[int, list[int]] = {}
+
+    def find(k: int) -> int:
+        while root[k] != k:
+            root[k] = root[root[k]]
+            k = int(root[k])
+        return k
+
+    for j in np.argsort(closeness, kind="stable").tolist():
+        ra, rb = find(int(ia[j])), find(int(ib[j]))
+        if ra == rb:
+            continue
+        union = groups.get(ra, [ra]) + groups.get(rb, [rb])
+        lo_u, hi_u, _ = fit_box_bev(np.concatenate([sample(k) for k in union]), steps=30)
+        length, width = sorted((hi_u - lo_u).tolist(), reverse=True)
+        if length > p.merge_length or width > p.merge_width:
+            continue
+        if not behind[ia[j], ib[j]] and length < 2.5:
+            continue
+        root[rb] = ra
+        groups[ra] = union
+        groups.pop(rb, None)
+    if not groups:
+        return labels, count
+    final = np.array([find(k) for k in range(count)])
+    _, mapping = np.unique(final, return_inverse=True)
+    out = labels.copy()
+    out[idx_valid] = mapping[lab]
+    return out, int(mapping.max()) + 1
 
 
 def _closeness(proj: F64, d0: float) -> F64:
@@ -300,6 +439,7 @@ class _Cluster:
     top: float
     ground: float
     n: int
+    upper_ratio: float = 1.0  # extent of the top 30 % of the object along its long side / full extent
 
     @property
     def range(self) -> float:
@@ -343,9 +483,16 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
         return -1, 0.0, 0
     if ext.max() < 0.45 and height > 2.3:  # pole, trunk, post
         return -1, 0.0, 0
+    scores = {label: _class_score(c, prior, params) for label, prior in params.priors.items()}
+    if ext.max() <= 2.4 and CAR in scores and CYCLIST in scores:
+        # A car seen end-on and a cyclist seen side-on have the same footprint; a car's cabin spans
+        # most of its rear, a rider only a third of the bicycle.
+        if c.upper_ratio < 0.6:
+            scores[CAR] = (scores[CAR][0] * 0.3, scores[CAR][1])
+        elif c.upper_ratio > 0.75:
+            scores[CYCLIST] = (scores[CYCLIST][0] * 0.3, scores[CYCLIST][1])
     best = (-1, 0.0, 0)
-    for label, prior in params.priors.items():
-        s, axis = _class_score(c, prior, params)
+    for label, (s, axis) in scores.items():
         if s > best[1]:
             best = (label, s, axis)
     label, s, axis = best
@@ -355,6 +502,63 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
     n_eff = c.n * max(1.0, c.range / 15.0) ** 2
     density = 1.0 - math.exp(-n_eff / 15.0)
     return label, float(s * density), axis
+
+
+def _box(lo: F64, hi: F64, theta: float, axis: int, bottom: float, top: float, grow: SizePrior | None) -> list[float]:
+    """``x, y, z, l, w, h, yaw`` of the rectangle ``[lo, hi]`` in the (e1, e2) frame of ``theta``.
+
+    ``axis`` says which of e1/e2 is the length; ``grow`` completes hidden sides to that prior's size.
+    """
+    lo_l, hi_l = float(lo[axis]), float(hi[axis])
+    lo_w, hi_w = float(lo[1 - axis]), float(hi[1 - axis])
+    if grow is not None:
+        lo_l, hi_l = _grow(lo_l, hi_l, grow.length * 0.95)
+        lo_w, hi_w = _grow(lo_w, hi_w, grow.width * 0.95)
+    yaw = theta + (math.pi / 2 if axis == 1 else 0.0)
+    e_l = np.array([math.cos(yaw), math.sin(yaw)])
+    e_w = np.array([-math.sin(yaw), math.cos(yaw)])
+    if axis == 1:  # e2 = (-sin t, cos t) is e_l; e1 = (cos t, sin t) = -e_w
+        lo_w, hi_w = -hi_w, -lo_w
+    centre = e_l * (lo_l + hi_l) / 2 + e_w * (lo_w + hi_w) / 2
+    height = top - bottom
+    return [float(centre[0]), float(centre[1]), bottom + height / 2, hi_l - lo_l, hi_w - lo_w, height, _wrap_half(yaw)]
+
+
+def _cluster_boxes(members: F64 | F32, p: LidarParams) -> list[tuple[list[float], int, float]]:
+    """Boxes for one cluster of ``[m, 4]`` (x, y, z, ground) object points: none, one, or a row of cars."""
+    fit_xy = members[:: max(1, members.shape[0] // p.max_fit_points), :2]
+    lo, hi, theta = fit_box_bev(fit_xy, p.yaw_steps)
+    ext = hi - lo
+    long_axis = int(ext[1] > ext[0])
+    e_long = np.array([math.cos(theta), math.sin(theta)] if long_axis == 0 else [-math.sin(theta), math.cos(theta)])
+    proj = members[:, :2].astype(np.float64) @ e_long
+    hag = members[:, 2] - members[:, 3]
+    top_hag = float(hag.max())
+    upper = proj[hag > 0.7 * top_hag]
+    upper_ratio = float(upper.max() - upper.min()) / max(float(ext[long_axis]), 1e-3) if upper.size else 0.0
+    ground = float(np.median(members[:, 3]))
+    top = float(members[:, 2].max())
+    cluster = _Cluster(lo, hi, theta, top, ground, members.shape[0], upper_ratio)
+    car = p.priors.get(CAR)
+    length, width = float(ext[long_axis]), float(ext[1 - long_axis])
+    if car is not None and car.max_length < length <= p.row_max_length and width <= car.max_width:
+        height = top - ground
+        if car.min_height - p.beam_spacing * cluster.range <= height <= car.max_height:
+            # Car-high but too long for one car: a row of cars parked (nearly) bumper to bumper.
+            n_cars = max(2, round(length / car.length))
+            edges = np.linspace(float(lo[long_axis]), float(hi[long_axis]), n_cars + 1)
+            out = []
+            for a, b in itertools.pairwise(edges):
+                seg_lo, seg_hi = lo.copy(), hi.copy()
+                seg_lo[long_axis], seg_hi[long_axis] = a, b
+                score = car.weight * 0.6 * (1.0 - math.exp(-members.shape[0] / n_cars / 15.0))
+                out.append((_box(seg_lo, seg_hi, theta, long_axis, ground, top, car), CAR, score))
+            return out
+    label, score, axis = _classify(cluster, p)
+    if label < 0 or score < p.min_score:
+        return []
+    grow = p.priors[label] if label in (CAR, TRUCK) else None
+    return [(_box(lo, hi, theta, axis, ground, top, grow), label, score)]
 
 
 def detect_lidar(
@@ -382,7 +586,8 @@ def detect_lidar(
         checkpoint("downsample")
     if obj.shape[0] < p.min_points:
         return LidarDetections.empty()
-    labels, count = cluster_bev(obj[:, :2], p.cluster_cell)
+    labels, count = cluster_bev(obj[:, :2], p.cluster_cell, obj[:, 2] - obj[:, 3], p.pole_height)
+    labels, count = merge_fragments(obj[:, :2], obj[:, 2] - obj[:, 3], labels, count, p)
     checkpoint("cluster")
 
     # Cheap per-cluster bounds first: most clusters (facades, vegetation, kerbs) never need a box fit.
@@ -402,41 +607,11 @@ def detect_lidar(
     out_labels: list[int] = []
     scores: list[float] = []
     for k in np.flatnonzero(worth):
-        idx = order[bounds[k] : bounds[k + 1]]
-        members = obj[idx]
-        fit_xy = members[:: max(1, idx.shape[0] // p.max_fit_points), :2]
-        lo, hi, theta = fit_box_bev(fit_xy, p.yaw_steps)
-        cluster = _Cluster(lo, hi, theta, float(members[:, 2].max()), float(np.median(members[:, 3])), idx.shape[0])
-        label, score, axis = _classify(cluster, p)
-        if label < 0 or score < p.min_score:
-            continue
-        prior = p.priors[label]
-        lo_l, hi_l = float(lo[axis]), float(hi[axis])
-        lo_w, hi_w = float(lo[1 - axis]), float(hi[1 - axis])
-        if label in (CAR, TRUCK):
-            lo_l, hi_l = _grow(lo_l, hi_l, prior.length * 0.95)
-            lo_w, hi_w = _grow(lo_w, hi_w, prior.width * 0.95)
-        yaw = theta + (math.pi / 2 if axis == 1 else 0.0)
-        e_l = np.array([math.cos(yaw), math.sin(yaw)])
-        e_w = np.array([-math.sin(yaw), math.cos(yaw)])
-        if axis == 1:  # e2 = (-sin t, cos t) is e_l; e1 = (cos t, sin t) = -e_w
-            lo_w, hi_w = -hi_w, -lo_w
-        centre = e_l * (lo_l + hi_l) / 2 + e_w * (lo_w + hi_w) / 2
-        bottom = cluster.ground
-        height = cluster.top - bottom
-        boxes.append(
-            [
-                float(centre[0]),
-                float(centre[1]),
-                bottom + height / 2,
-                hi_l - lo_l,
-                hi_w - lo_w,
-                height,
-                _wrap_half(yaw),
-            ]
-        )
-        out_labels.append(label)
-        scores.append(score)
+        members = obj[order[bounds[k] : bounds[k + 1]]]
+        for box, label, score in _cluster_boxes(members, p):
+            boxes.append(box)
+            out_labels.append(label)
+            scores.append(score)
     checkpoint("boxes")
     if not boxes:
         return LidarDetections.empty()
