@@ -242,31 +242,52 @@ def cluster_bev(
     height: npt.NDArray[np.floating[Any]] | None = None,
     pole_height: float = 2.6,
     pole_cells: int = 4,
+    low_height: float = 1.0,
+    structure_length: float = 8.0,
 ) -> tuple[I64, int]:
     """Euclidean-ish clustering: 8-connected components of the occupied ``cell`` grid in bird's-eye view.
 
     Returns ``(labels [N], count)``; points closer than ``cell`` always share a cluster, points farther
     apart than ``2*sqrt(2)*cell`` never do unless chained. O(N) and a few ms for 100k points.
 
-    With ``height`` (above ground) given, thin tall structures are removed first (label -1): groups of at
-    most ``pole_cells`` cells reaching above ``pole_height`` (poles, posts, trunks), so that a car parked
-    next to a street light is not merged with it. Vehicles and people are not thin *and* tall.
+    With ``height`` (above ground) given, two kinds of structure are removed first (label -1), so that
+    they do not glue the objects next to them into one cluster:
+
+    * thin tall ones: groups of at most ``pole_cells`` cells reaching above ``pole_height`` (poles,
+      posts, trunks);
+    * long low ones: connected cells never higher than ``low_height`` spanning more than
+      ``structure_length`` (guardrails, concrete barriers, kerbs, hedges).
+
+    Vehicles and people are neither thin and tall nor long and low.
     """
     if xy.shape[0] == 0:
         return np.zeros((0,), np.int64), 0
     ci, cj, shape = _cells(xy, cell)
     occ = np.zeros(shape, dtype=bool)
     occ[ci, cj] = True
+    eight = np.ones((3, 3), dtype=bool)
     if height is not None:
         top = np.zeros(shape)
         np.maximum.at(top, (ci, cj), np.asarray(height, dtype=np.float64))
         tall = top > pole_height
-        tall_lab, n_tall = ndimage.label(tall, structure=np.ones((3, 3), dtype=bool))
+        tall_lab, n_tall = ndimage.label(tall, structure=eight)
         if n_tall:
             sizes = np.bincount(tall_lab.ravel(), minlength=n_tall + 1)
             pole = (sizes <= pole_cells)[tall_lab] & tall
-            occ &= ~ndimage.binary_dilation(pole, structure=np.ones((3, 3), dtype=bool))
-    lab, count = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
+            occ &= ~ndimage.binary_dilation(pole, structure=eight)
+        low = occ & (top <= low_height)
+        low_lab, n_low = ndimage.label(low, structure=eight)
+        if n_low:
+            spans = ndimage.find_objects(low_lab)
+            long_ids = [
+                k + 1
+                for k, sl in enumerate(spans)
+                if sl is not None
+                and math.hypot(sl[0].stop - sl[0].start, sl[1].stop - sl[1].start) * cell > structure_length
+            ]
+            if long_ids:
+                occ &= ~np.isin(low_lab, long_ids)
+    lab, count = ndimage.label(occ, structure=eight)
     labels: I64 = lab[ci, cj].astype(np.int64) - 1
     return labels, int(count)
 
@@ -596,13 +617,12 @@ def detect_lidar(
     starts = bounds[:-1]
     counts = np.diff(bounds)
     worth = counts >= p.min_points
-    if worth.any():
-        s = obj[order]
-        ext = [
-            np.maximum.reduceat(s[:, k], starts[worth]) - np.minimum.reduceat(s[:, k], starts[worth]) for k in (0, 1)
-        ]
-        height = np.maximum.reduceat(s[:, 2], starts[worth]) - np.minimum.reduceat(s[:, 3], starts[worth])
-        worth[worth] = (np.hypot(*ext) <= p.max_object_diagonal) & (height >= p.min_object_height)
+    if worth.any() and (counts > 0).all():
+        s = obj[order[bounds[0] :]]  # label -1 (removed structures) sorts first
+        seg = starts - bounds[0]
+        ext = [np.maximum.reduceat(s[:, k], seg) - np.minimum.reduceat(s[:, k], seg) for k in (0, 1)]
+        height = np.maximum.reduceat(s[:, 2], seg) - np.minimum.reduceat(s[:, 3], seg)
+        worth &= (np.hypot(*ext) <= p.max_object_diagonal) & (height >= p.min_object_height)
     boxes: list[list[float]] = []
     out_labels: list[int] = []
     scores: list[float] = []

@@ -193,3 +193,21 @@ def test_fit_box_bev_recovers_rectangle() -> None:
     ext = sorted((hi - lo).tolist())
     assert ext == pytest.approx([2.0, 4.0], abs=0.05)
     assert _yaw_err(theta, t) < math.radians(2) or _yaw_err(theta + math.pi / 2, t) < math.radians(2)
+
+
+def test_car_detected_among_structures() -> None:
+    """Facades, barriers and poles next to cars are rejected without swallowing the cars."""
+    car_a = SyntheticBox(10.0, 3.0, 4.5, 1.8, 1.5, 0.0)
+    car_b = SyntheticBox(-12.0, -4.0, 4.5, 1.8, 1.5, 0.0)
+    scene = [
+        car_a,
+        car_b,
+        SyntheticBox(35.0, 9.0, 30.0, 6.0, 12.0, 0.0),  # a building right after car_a in grid order
+        SyntheticBox(0.0, -5.5, 40.0, 0.3, 0.8, 0.0),  # a concrete barrier 0.6 m beside car_b
+        SyntheticBox(10.0, 4.6, 0.22, 0.22, 6.0, 0.0),  # a street light touching car_a
+    ]
+    det = detect_lidar(synthetic_lidar_sweep(scene))
+    for car in (car_a, car_b):
+        i = _match(det, car.x, car.y, radius=1.0)
+        assert i >= 0 and det.labels[i] == CAR
+    assert len(det) == 2
