@@ -9,6 +9,10 @@ Contracts (``max_batch_size: 0``):
   by its client (e.g. gRPC deadline) stops sleeping within a few ms and answers CANCELLED.
 * ``FailerModel``: same contract, every request answers INTERNAL "failer: deliberate failure".
 * ``EchoModel``: ``INPUT`` FP32 ``[-1,-1]`` -> ``OUTPUT`` FP32 ``[-1,-1]`` = ``2 * INPUT``.
+* ``KindSleeperModel``: meets the tensor contract of a sensor kind (model parameter ``kind``: lidar,
+  radar or camera; see ``models/README.md``), sleeps ``delay_ms`` like ``SleeperModel`` and answers
+  with no detections. Lets scheduler tests and benchmarks run the real runtime against models of
+  known latency (or hanging ones).
 
 Only importable inside the Triton python backend stub (needs ``triton_python_backend_utils``).
 """
@@ -22,7 +26,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-__all__ = ["EchoModel", "FailerModel", "SleeperModel"]
+__all__ = ["EchoModel", "FailerModel", "KindSleeperModel", "SleeperModel"]
 
 _CANCEL_CHECK_S = 0.002
 
@@ -37,6 +41,17 @@ def _request_delay_ms(request: Any, default: float) -> float:
     raw = request.parameters()
     params = json.loads(raw) if raw else {}
     return float(params.get("delay_ms", default))
+
+
+def _sleep(request: Any, delay_s: float, name: str) -> Any:
+    """Sleep ``delay_s`` in small steps; a CANCELLED response if the client gave up, else ``None``."""
+    deadline = time.monotonic() + delay_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        if request.is_cancelled():
+            error = pb_utils.TritonError(f"{name}: cancelled", pb_utils.TritonError.CANCELLED)
+            return pb_utils.InferenceResponse(error=error)
+        time.sleep(min(remaining, _CANCEL_CHECK_S))
+    return None
 
 
 class SleeperModel:
@@ -54,12 +69,9 @@ class SleeperModel:
             error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
             return pb_utils.InferenceResponse(error=error)
         data = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
-        deadline = time.monotonic() + delay_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            if request.is_cancelled():
-                error = pb_utils.TritonError(f"{self.name}: cancelled", pb_utils.TritonError.CANCELLED)
-                return pb_utils.InferenceResponse(error=error)
-            time.sleep(min(remaining, _CANCEL_CHECK_S))
+        cancelled = _sleep(request, delay_s, self.name)
+        if cancelled is not None:
+            return cancelled
         total = np.asarray([data.sum(dtype=np.float64)], dtype=np.float32)
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", total)])
 
@@ -92,3 +104,45 @@ class EchoModel:
                 pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", (data * 2).astype(np.float32))])
             )
         return responses
+
+
+#: Empty outputs per sensor kind (per batch element for the camera), as the contracts define them.
+_EMPTY: dict[str, dict[str, tuple[tuple[int, ...], Any]]] = {
+    "lidar": {"BOXES": ((0, 7), np.float32), "LABELS": ((0,), np.int32), "SCORES": ((0,), np.float32)},
+    "radar": {
+        "POSITIONS": ((0, 3), np.float32),
+        "RADIAL_VELOCITY": ((0,), np.float32),
+        "VELOCITY": ((0, 2), np.float32),
+        "RCS": ((0,), np.float32),
+        "SCORES": ((0,), np.float32),
+    },
+    "camera": {
+        "BOXES": ((100, 4), np.float32),
+        "SCORES": ((100,), np.float32),
+        "LABELS": ((100,), np.int32),
+        "COUNT": ((1,), np.int32),
+    },
+}
+
+
+class KindSleeperModel:
+    """A sensor-kind contract with a known latency and no detections."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.name = args["model_name"]
+        self.kind = _parameter(args, "kind", "lidar")
+        self.delay_ms = float(_parameter(args, "delay_ms", "0"))
+        self.input = "IMAGE" if self.kind == "camera" else "POINTS"
+
+    def _one(self, request: Any) -> Any:
+        data = pb_utils.get_input_tensor_by_name(request, self.input).as_numpy()
+        cancelled = _sleep(request, _request_delay_ms(request, self.delay_ms) / 1000.0, self.name)
+        if cancelled is not None:
+            return cancelled
+        batch = (data.shape[0],) if self.kind == "camera" else ()
+        empty = _EMPTY[self.kind].items()
+        tensors = [pb_utils.Tensor(name, np.zeros(batch + shape, dtype=dtype)) for name, (shape, dtype) in empty]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        return [self._one(r) for r in requests]

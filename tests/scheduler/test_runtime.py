@@ -1,0 +1,165 @@
+"""The runtime against the real embedded Triton: concurrency, deadlines, circuit, contracts, facades."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from perception._imageio import encode_jpeg
+from perception.config import RuntimeConfig, from_data
+from perception.errors import ModelContractError, ModelNotReadyError
+from perception.scheduler import Runtime, ThreadedRuntime
+from perception.server import EmbeddedTriton
+from perception.types import Frame, FrameStatus, ImageSample, PointCloudSample, SensorStatus
+
+pytestmark = pytest.mark.anyio
+
+MS = 1_000_000
+LIDAR = ("x", "y", "z", "intensity")
+RADAR = ("x", "y", "z", "radial_velocity", "rcs")
+
+
+def config(url: str, models: dict[str, str], **extra: Any) -> RuntimeConfig:
+    kinds = {"lidar": "lidar", "radar": "radar", "cam_a": "camera", "cam_b": "camera"}
+    data: dict[str, Any] = {
+        "server": {"url": url, "channels": 2},
+        "sensors": [{"name": n, "kind": kinds[n], "model": m, "transport": "grpc"} for n, m in models.items()],
+        "trigger": {"rate_hz": 10},
+        "fusion": {"enabled": False},
+        # Generous by default: the CI machine is shared; tests that are about deadlines set their own.
+        "budget": {"total_ms": 3000, "fusion_reserve_ms": 10},
+    }
+    for key, value in extra.items():
+        data[key] = value
+    return from_data(RuntimeConfig, data)
+
+
+def frame(i: int, names: list[str]) -> Frame:
+    t = i * 100 * MS
+    rng = np.random.default_rng(i)
+    samples: dict[str, Any] = {}
+    for n in names:
+        if n == "lidar":
+            samples[n] = PointCloudSample(n, t, n, rng.normal(size=(1000, 4)).astype(np.float32), LIDAR)
+        elif n == "radar":
+            samples[n] = PointCloudSample(n, t, n, rng.normal(size=(20, 5)).astype(np.float32), RADAR)
+        else:
+            img = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+            samples[n] = ImageSample(n, t, n, encode_jpeg(img))
+    return Frame(frame_id=i, t_ns=t, samples=samples)
+
+
+async def test_requests_run_concurrently_and_join(triton: EmbeddedTriton) -> None:
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar", "cam_a": "sleepy_camera"})
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            await rt.process(frame(0, ["lidar", "radar", "cam_a"]))  # warm-up
+            r = await rt.process(frame(1, ["lidar", "radar", "cam_a"]))
+    assert r.status is FrameStatus.OK
+    assert {s.status for s in r.sensors.values()} == {SensorStatus.OK}
+    latencies = [s.latency_ns for s in r.sensors.values()]
+    # Structural, not a speed threshold: the three requests (>= 20, 30, 40 ms of sleep) can only fit in
+    # a dispatch shorter than their sum if they overlapped in time.
+    assert min(latencies) >= 20 * MS
+    assert r.latency.stages["dispatch"] < sum(latencies)
+    assert r.latency.stages["dispatch"] >= max(latencies)
+
+
+async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: EmbeddedTriton) -> None:
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 150, "fusion_reserve_ms": 10},
+        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60000}},
+    )
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            results = [await rt.process(frame(i, ["lidar", "radar"])) for i in range(4)]
+    for r in results:
+        assert r.status is FrameStatus.DEGRADED
+        assert r.sensors["radar"].status is SensorStatus.OK
+        # nothing waits past the join deadline (140 ms) by more than scheduling noise
+        assert r.latency.stages["dispatch"] < 140 * MS + 250 * MS
+    assert [r.sensors["lidar"].status for r in results] == [
+        SensorStatus.LATE,
+        SensorStatus.LATE,
+        SensorStatus.SKIPPED,
+        SensorStatus.SKIPPED,
+    ]
+    assert "circuit open" in (results[2].sensors["lidar"].error or "")
+
+
+async def test_missing_sample_is_missing_not_waited_for(triton: EmbeddedTriton) -> None:
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"})
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            r = await rt.process(frame(0, ["lidar"]))
+    assert r.sensors["radar"].status is SensorStatus.MISSING
+    assert r.sensors["lidar"].status is SensorStatus.OK
+    assert r.status is FrameStatus.DEGRADED
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_camera"])
+async def test_cameras_batched_or_per_camera(triton: EmbeddedTriton, mode: str) -> None:
+    cfg = config(
+        triton.grpc_url, {"cam_a": "sleepy_camera", "cam_b": "sleepy_camera"}, pipeline={"camera_requests": mode}
+    )
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            r = await rt.process(frame(0, ["cam_a", "cam_b"]))
+    assert r.status is FrameStatus.OK
+    for name in ("cam_a", "cam_b"):
+        out = r.sensors[name].outputs
+        assert out["BOXES"].shape == (100, 4)
+        assert int(out["COUNT"][0]) == 0
+
+
+async def test_pipeline_emits_in_order_with_k_in_flight(triton: EmbeddedTriton) -> None:
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"max_in_flight": 3, "queue_size": 2, "overflow": "block"},
+    )
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            out = [r async for r in rt.run(frame(i, ["lidar", "radar"]) for i in range(12))]
+    assert [r.frame_id for r in out] == list(range(12))
+    assert all(r.status is FrameStatus.OK for r in out)
+
+
+async def test_unknown_model_and_wrong_contract_are_clear_errors(triton: EmbeddedTriton) -> None:
+    with anyio.fail_after(60):
+        cfg = config(
+            triton.grpc_url, {"lidar": "no_such_model"}, server={"url": triton.grpc_url, "startup_timeout_s": 2}
+        )
+        with pytest.raises(ModelNotReadyError, match="no_such_model"):
+            async with Runtime(cfg):
+                pass
+        cfg = config(triton.grpc_url, {"lidar": "sleepy_radar"})
+        with pytest.raises(ModelContractError, match="sleepy_radar"):
+            async with Runtime(cfg):
+                pass
+
+
+def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"})
+    got: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    def callback(result: Any) -> None:
+        got.append((result.frame_id, threading.current_thread().name))
+        if len(got) == 3:
+            done.set()
+
+    with ThreadedRuntime(cfg) as rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"]), callback) for i in range(3)]
+        results = [f.result(timeout=30) for f in concurrent.futures.as_completed(futures)]
+        assert done.wait(10)
+    assert sorted(r.frame_id for r in results) == [0, 1, 2]
+    assert all(r.status is FrameStatus.OK for r in results)
+    assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
