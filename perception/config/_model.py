@@ -192,7 +192,8 @@ class FusionConfig:
     radar_only: bool = True  # emit radar-only objects at lower confidence
     camera_only: bool = True  # emit camera-only objects (ground-plane depth) at lower confidence
     tracking: bool = True
-    track_max_misses: int = 3
+    track_max_misses: int = 3  # a confirmed track coasts through this many frames without a detection
+    track_min_hits: int = 2  # detections before a track is confirmed (tentative tracks show at lower score)
 
     def __post_init__(self) -> None:
         if not 0 <= self.score_threshold <= 1:
@@ -201,6 +202,8 @@ class FusionConfig:
             raise ValueError(f"nms_iou: must be within (0, 1], got {self.nms_iou}")
         if self.track_max_misses < 0:
             raise ValueError(f"track_max_misses: must be >= 0, got {self.track_max_misses}")
+        if not 1 <= self.track_min_hits <= 100:
+            raise ValueError(f"track_min_hits: must be within 1..100, got {self.track_min_hits}")
 
 
 @dataclass(frozen=True, slots=True)

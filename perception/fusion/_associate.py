@@ -1,0 +1,107 @@
+"""Association primitives: Mahalanobis gating, Hungarian assignment, occlusion in an image."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
+
+__all__ = [
+    "assign",
+    "covariance_along",
+    "inv2",
+    "mahalanobis2",
+    "nearest_on_box",
+    "occlusion_coverage",
+]
+
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+IP = npt.NDArray[np.intp]
+
+_BIG = 1e9
+
+
+def inv2(s: F64) -> F64:
+    """Inverse of symmetric 2x2 matrices ``[..., 2, 2]`` (closed form; singular ones get a tiny ridge)."""
+    a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
+    det = a * d - b * b
+    det = np.where(np.abs(det) < 1e-12, 1e-12, det)
+    out = np.empty_like(s)
+    out[..., 0, 0] = d / det
+    out[..., 1, 1] = a / det
+    out[..., 0, 1] = out[..., 1, 0] = -b / det
+    return out
+
+
+def mahalanobis2(diff: F64, s: F64) -> F64:
+    """Squared Mahalanobis distance of ``diff [..., 2]`` under covariance ``s [..., 2, 2]``."""
+    a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
+    det = np.maximum(a * d - b * b, 1e-12)
+    x, y = diff[..., 0], diff[..., 1]
+    out: F64 = (d * x * x - 2 * b * x * y + a * y * y) / det
+    return out
+
+
+def covariance_along(direction: F64, sigma_along: F64, sigma_across: F64) -> F64:
+    """``[K,2,2]`` covariances with std-devs ``sigma_along`` along unit ``direction [K,2]`` and across it."""
+    ux, uy = direction[:, 0], direction[:, 1]
+    va, vc = sigma_along**2, sigma_across**2
+    out = np.empty((direction.shape[0], 2, 2))
+    out[:, 0, 0] = va * ux * ux + vc * uy * uy
+    out[:, 1, 1] = va * uy * uy + vc * ux * ux
+    out[:, 0, 1] = out[:, 1, 0] = (va - vc) * ux * uy
+    return out
+
+
+def nearest_on_box(points: F64, center: F64, lw: F64, yaw: F64) -> F64:
+    """``[N,K,2]``: the point of BEV box ``n`` nearest to point ``k`` (the point itself when inside)."""
+    c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+    dx = points[None, :, 0] - center[:, None, 0]
+    dy = points[None, :, 1] - center[:, None, 1]
+    hl, hw = 0.5 * lw[:, None, 0], 0.5 * lw[:, None, 1]
+    lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
+    ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
+    out = np.empty((center.shape[0], points.shape[0], 2))
+    out[..., 0] = center[:, None, 0] + c * lx - s * ly
+    out[..., 1] = center[:, None, 1] + s * lx + c * ly
+    return out
+
+
+def assign(cost: F64, allowed: B) -> tuple[IP, IP]:
+    """Minimum-cost one-to-one assignment restricted to ``allowed`` pairs (Hungarian).
+
+    Rows and columns without any allowed pair are left out of the problem, so the matrix solved is only
+    as large as the candidates; the result never contains a pair that is not allowed.
+    """
+    per_row = allowed.sum(axis=1)
+    per_col = allowed.sum(axis=0)
+    rows = np.flatnonzero(per_row)
+    if rows.size == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    if per_row.max() == 1 and per_col.max() == 1:  # no conflicts: every candidate pair is the answer
+        r_idx, c_idx = np.nonzero(allowed)
+        return r_idx, c_idx
+    cols = np.flatnonzero(per_col)
+    sub = np.where(allowed[np.ix_(rows, cols)], cost[np.ix_(rows, cols)], _BIG)
+    r, c = linear_sum_assignment(sub)
+    ok = sub[r, c] < _BIG
+    return rows[r[ok]], cols[c[ok]]
+
+
+def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None) -> F64:
+    """Per image box ``[..., N, 4]``, the largest share of its area covered by a single nearer box.
+
+    ``depth [..., N]`` orders the boxes; boxes where ``valid`` is false never occlude.
+    """
+    lo = np.maximum(boxes[..., :, None, :2], boxes[..., None, :, :2])
+    hi = np.minimum(boxes[..., :, None, 2:], boxes[..., None, :, 2:])
+    wh = np.maximum(hi - lo, 0.0)
+    inter = wh[..., 0] * wh[..., 1]
+    occluder = depth[..., None, :] < depth[..., :, None]
+    if valid is not None:
+        occluder &= valid[..., None, :]
+    cover = np.where(occluder, inter, 0.0).max(axis=-1, initial=0.0)
+    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    out: F64 = np.divide(cover, area, out=np.zeros_like(cover), where=area > 0)
+    return out

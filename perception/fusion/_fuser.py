@@ -1,0 +1,667 @@
+"""The fusion stage: per-sensor model outputs of one frame -> fused, tracked 3D detections.
+
+Per frame (all in ``base_link`` at the frame time ``t_f``). Each step handles every sensor of a kind
+in one vectorised pass (all cameras together, all radars together), so the cost grows with the number
+of objects, not with Python loops over pairs:
+
+1. **Common frame.** Each sensor's output is moved from its sensor frame at its capture time ``t_s``
+   (``SensorResult.sample_t_ns``) to ``base_link(t_f)``: extrinsic, then ego motion
+   ``base_link(t_f) <- base_link(t_s)`` (:mod:`._motion`). Radar objects are also propagated over
+   ``t_f - t_s`` with their velocity; lidar boxes are propagated once a velocity is known (radar), else
+   their age is handed to the tracker, which propagates them with the track velocity.
+2. **Lidar** boxes are the anchor objects (accurate position, size, heading).
+3. **Radar -> lidar objects.** Mahalanobis gate in BEV between each radar object and the nearest
+   point of each box (radar returns come from the surface) under the radar's anisotropic covariance
+   (small along the line of sight, ``azimuth_sigma * range`` across it) plus the object's. A radar
+   object joins the object it is nearest to within the gate (several radar objects may support one
+   object, e.g. two radars or a split cluster). It contributes its velocity (full 2D when finite,
+   averaged by inverse variance; otherwise its radial speed, turned into a velocity along the box
+   heading when the box is elongated and its heading is not across the line of sight) and its score.
+4. **Camera -> lidar objects.** Boxes (moved to each camera's capture time) are projected into every
+   camera at once; boxes out of view, mostly truncated, or mostly covered by a nearer projected box
+   (depth order) are not matchable. Hungarian assignment on 2D IoU per camera, with a minimum IoU. A
+   match adds the camera's class vote (score-weighted; outweighs the lidar's size-based vote) and
+   score. A lidar object that a camera should clearly see but that none of its detections matches
+   loses confidence (only cameras that answered give this negative evidence).
+5. **Camera-only candidates** from unmatched camera detections that overlap no projected lidar box:
+   position where the box bottom meets the ground plane (``z = 0`` in ``base_link``), combined by
+   inverse variance with the depth implied by the class's typical height; covariance long along the
+   ray. Radar objects not used in 3 are associated to them as in 3 and refine their position (Kalman
+   fusion of the two covariances), giving camera+radar objects.
+6. **Radar-only objects** from radar objects still unused (merged across radars); class from RCS.
+7. **Emission:** lidar-anchored and camera+radar objects always; camera-only and radar-only objects
+   when ``FusionConfig.camera_only`` / ``radar_only``, at lower confidence. Class-agnostic BEV NMS
+   (rotated IoU above ``nms_iou`` or centre distance below the smaller per-class radius).
+8. **Tracking** (``FusionConfig.tracking``): :class:`~perception.fusion._tracker.Tracker`.
+
+``Detection3D.sources`` names the sensors whose detections contributed this frame, so degraded modes
+are explicit. Missing, late, failed or malformed sensor outputs only remove that sensor's evidence.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from perception.config import FusionConfig
+from perception.errors import InputError
+from perception.fusion._associate import (
+    assign,
+    covariance_along,
+    inv2,
+    mahalanobis2,
+    nearest_on_box,
+    occlusion_coverage,
+)
+from perception.fusion._geometry import (
+    bev_iou_pairs,
+    box_corners,
+    box_iou_2d,
+    invert_transform,
+    project_corners,
+    ray_ground_intersection,
+    transform_points,
+    wrap_angle,
+)
+from perception.fusion._inputs import CameraBoxes, LidarBoxes, RadarObjects, parse_camera, parse_lidar, parse_radar
+from perception.fusion._motion import EgoAt, EgoMotion
+from perception.fusion._objects import Objects, Origin, SourceNames
+from perception.fusion._params import CLASS_SIZES, FusionParams
+from perception.fusion._tracker import Tracker, detections_from_objects
+from perception.types import LABELS, Detection3D, Frame, SensorKind, SensorResult, SensorSpec, SensorStatus
+
+__all__ = ["Fuser"]
+
+log = logging.getLogger(__name__)
+
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+IP = npt.NDArray[np.intp]
+
+_SIZES = np.asarray(CLASS_SIZES, dtype=np.float64)
+_CAR, _TRUCK, _PEDESTRIAN, _CYCLIST = (LABELS.index(n) for n in ("car", "truck", "pedestrian", "cyclist"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Sensor:
+    name: str
+    kind: SensorKind
+    index: int
+    extrinsic: F64  # base_link <- sensor
+    k: F64  # camera matrix (identity for other kinds)
+    k_inv: F64
+    width: int = 0
+    height: int = 0
+
+
+@dataclass(slots=True)
+class _Radar:
+    """Every radar's objects of the frame, in ``base_link`` at the frame time."""
+
+    sensor: IP  # [K] sensor index
+    pos: F64  # [K,2]
+    vel: F64  # [K,2] full velocity, or radial speed along the line of sight
+    full: B  # [K]
+    vr: F64  # [K]
+    los: F64  # [K,2] unit line of sight from the radar
+    cov: F64  # [K,2,2]
+    score: F64  # [K]
+    rcs: F64  # [K]
+    free: B  # [K] not yet used by an object
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+
+def _support(size: F64, yaw: F64, direction: F64) -> F64:
+    """Half-extent of BEV boxes along unit ``direction [N,2]`` (distance from centre to the near face)."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    along = np.abs(direction[:, 0] * c + direction[:, 1] * s)
+    across = np.abs(direction[:, 1] * c - direction[:, 0] * s)
+    out: F64 = 0.5 * size[:, 0] * along + 0.5 * size[:, 1] * across
+    return out
+
+
+class Fuser:
+    """The fusion stage (a :class:`perception.scheduler.FusionStage`); see the module docstring.
+
+    ``rig`` maps sensor names to their specs (kind, extrinsic, camera calibration); sensors of a frame
+    that are not in the rig are ignored with a warning. ``ego_at(t_ns)`` returns the ego pose
+    ``map <- base_link`` at any time (or ``None``). Calls are serialised by a lock (the runtime may
+    fuse two in-flight frames from two worker threads).
+    """
+
+    def __init__(
+        self,
+        config: FusionConfig,
+        rig: Mapping[str, SensorSpec],
+        *,
+        ego_at: EgoAt | None = None,
+        params: FusionParams | None = None,
+    ) -> None:
+        self.config = config
+        self.params = params or FusionParams()
+        self._ego_at = ego_at
+        sensors = []
+        for i, (name, spec) in enumerate(rig.items()):
+            cal = spec.calibration
+            if spec.kind is SensorKind.CAMERA and cal is None:
+                raise InputError("camera has no calibration in the rig", sensor=name)
+            k = cal.matrix() if cal is not None else np.eye(3)
+            sensors.append(
+                _Sensor(
+                    name=name,
+                    kind=spec.kind,
+                    index=i,
+                    extrinsic=spec.extrinsic.matrix(),
+                    k=k,
+                    k_inv=np.linalg.inv(k),
+                    width=cal.width if cal is not None else 0,
+                    height=cal.height if cal is not None else 0,
+                )
+            )
+        self._sensors = tuple(sensors)
+        self._names = SourceNames([s.name for s in sensors])
+        self._radar_index = np.array([s.index for s in sensors if s.kind is SensorKind.RADAR], dtype=np.intp)
+        self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    # -- public -------------------------------------------------------------------------------------
+    def __call__(
+        self, frame: Frame, results: Mapping[str, SensorResult]
+    ) -> tuple[tuple[Detection3D, ...], dict[str, int]]:
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            if not self.config.enabled:
+                return (), {"fusion": time.perf_counter_ns() - t0}
+            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once)
+            objs = self.fuse(frame, results, motion)
+            t1 = time.perf_counter_ns()
+            if self._tracker is None:
+                dets = detections_from_objects(objs, self._names, self.config.score_threshold, self.params.flip_speed)
+                return dets, {"fusion": time.perf_counter_ns() - t0}
+            dets = self._tracker.step(frame.t_ns, objs, motion.world_from_ego)
+            t2 = time.perf_counter_ns()
+        return dets, {"fusion": t1 - t0, "tracking": t2 - t1}
+
+    def reset(self) -> None:
+        """Forget all tracks (a new drive); ids restart at 1."""
+        with self._lock:
+            if self._tracker is not None:
+                self._tracker.reset()
+
+    @property
+    def sensor_names(self) -> tuple[str, ...]:
+        return self._names.names
+
+    def fuse(self, frame: Frame, results: Mapping[str, SensorResult], motion: EgoMotion | None = None) -> Objects:
+        """One frame's fused objects (before tracking, score threshold and output conversion)."""
+        motion = motion or EgoMotion(frame, self._ego_at, warn=self._warn_once)
+        prm = self.params
+        lidars: list[tuple[_Sensor, LidarBoxes, int]] = []
+        radars: list[tuple[_Sensor, RadarObjects, int]] = []
+        cameras: list[tuple[_Sensor, CameraBoxes, int]] = []
+        for name in results:
+            if name not in self._names.names:
+                self._warn_once(f"sensor {name!r} is not in the rig; its outputs are ignored")
+        for sensor in self._sensors:
+            res = results.get(sensor.name)
+            if res is None or res.status is not SensorStatus.OK:
+                continue
+            t_s = self._sample_time(frame, res)
+            try:
+                if sensor.kind is SensorKind.LIDAR:
+                    lidars.append((sensor, parse_lidar(res.outputs, sensor.name, prm.lidar_min_score), t_s))
+                elif sensor.kind is SensorKind.RADAR:
+                    radars.append((sensor, parse_radar(res.outputs, sensor.name, prm.radar_min_score), t_s))
+                else:
+                    cameras.append((sensor, parse_camera(res.outputs, sensor.name, prm.camera_min_score), t_s))
+            except InputError as exc:
+                self._warn_once(f"ignoring malformed outputs: {exc}")
+
+        n_s = len(self._sensors)
+        objs = Objects.concat([self._lidar(s, boxes, motion, t_s) for s, boxes, t_s in lidars], n_s)
+        radar = self._radar(radars, motion)
+        self._attach_radar(objs, radar, refine=False)
+        self._finish_velocity(objs, heading_known=True)
+        cands = self._cameras(cameras, objs, motion)
+        self._attach_radar(cands, radar, refine=True)
+        self._finish_velocity(cands, heading_known=False)
+
+        parts = [objs]
+        if len(cands):
+            parts.append(cands if self.config.camera_only else cands.take(cands.sources[:, self._radar_index].any(1)))
+        if self.config.radar_only and len(radar):
+            parts.append(self._radar_only(radar))
+        return self._nms(Objects.concat(parts, n_s))
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("fusion: %s", message)
+
+    @staticmethod
+    def _sample_time(frame: Frame, res: SensorResult) -> int:
+        if res.sample_t_ns is not None:
+            return res.sample_t_ns
+        sample = frame.samples.get(res.sensor)
+        return sample.t_ns if sample is not None else frame.t_ns
+
+    # -- lidar ------------------------------------------------------------------------------------------
+    def _lidar(self, sensor: _Sensor, lidar: LidarBoxes, motion: EgoMotion, t_s: int) -> Objects:
+        n = lidar.scores.shape[0]
+        objs = Objects.empty(len(self._sensors), n)
+        if n == 0:
+            return objs
+        m = motion.relative(t_s) @ sensor.extrinsic
+        objs.center[:] = transform_points(m, lidar.boxes[:, :3])
+        objs.size[:] = lidar.boxes[:, 3:6]
+        objs.yaw[:] = wrap_angle(lidar.boxes[:, 6] + math.atan2(m[1, 0], m[0, 0]))
+        objs.cov[:, 0, 0] = objs.cov[:, 1, 1] = self.params.lidar_sigma**2
+        objs.score[:] = lidar.scores
+        objs.votes[np.arange(n), lidar.labels] = self.params.lidar_class_weight * lidar.scores
+        objs.sources[:, sensor.index] = True
+        objs.age[:] = (motion.t_ns - t_s) * 1e-9
+        objs.origin[:] = Origin.LIDAR
+        return objs
+
+    # -- radar ------------------------------------------------------------------------------------------
+    def _radar(self, radars: Sequence[tuple[_Sensor, RadarObjects, int]], motion: EgoMotion) -> _Radar:
+        """Every radar's objects in ``base_link`` at the frame time, propagated over their time offset."""
+        prm = self.params
+        counts = [r.scores.shape[0] for _, r, _ in radars]
+        k = sum(counts)
+        if k == 0:
+            z = np.zeros(0)
+            return _Radar(
+                np.zeros(0, np.intp),
+                np.zeros((0, 2)),
+                np.zeros((0, 2)),
+                np.zeros(0, bool),
+                z,
+                np.zeros((0, 2)),
+                np.zeros((0, 2, 2)),
+                z,
+                z,
+                np.zeros(0, bool),
+            )
+        mats = np.stack([motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars])
+        rows = np.repeat(np.arange(len(radars)), counts)
+        m = mats[rows]  # [K,4,4] base_link(t_f) <- radar(t_s)
+        dt = np.repeat([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars], counts)
+        positions = np.concatenate([r.positions for _, r, _ in radars])
+        velocity = np.concatenate([r.velocity for _, r, _ in radars])
+        vr = np.concatenate([r.radial for _, r, _ in radars])
+        pos = (m[:, :2, :3] @ positions[:, :, None])[:, :, 0] + m[:, :2, 3]
+        rel = pos - m[:, :2, 3]
+        rng = np.hypot(rel[:, 0], rel[:, 1])
+        los = rel / np.maximum(rng, 1e-6)[:, None]
+        full = np.isfinite(velocity).all(axis=1)
+        v = (m[:, :2, :2] @ np.where(full[:, None], velocity, 0.0)[:, :, None])[:, :, 0]
+        vel = np.where(full[:, None], v, vr[:, None] * los)
+        pos += vel * dt[:, None]
+        across = np.hypot(prm.radar_azimuth_sigma * rng, prm.radar_lateral_floor)
+        cov = covariance_along(los, np.full(k, prm.radar_range_sigma), across)
+        return _Radar(
+            sensor=np.repeat(np.array([s.index for s, _, _ in radars], dtype=np.intp), counts),
+            pos=pos,
+            vel=vel,
+            full=full,
+            vr=vr,
+            los=los,
+            cov=cov,
+            score=np.concatenate([r.scores for _, r, _ in radars]),
+            rcs=np.concatenate([r.rcs for _, r, _ in radars]),
+            free=np.ones(k, bool),
+        )
+
+    def _attach_radar(self, objs: Objects, radar: _Radar, *, refine: bool) -> None:
+        """Gate free radar objects to ``objs``; each joins its nearest (Mahalanobis) gated object."""
+        prm = self.params
+        n = len(objs)
+        if n == 0 or not radar.free.any():
+            return
+        k_idx = np.flatnonzero(radar.free)
+        pts = radar.pos[k_idx]
+        near = nearest_on_box(pts, objs.center[:, :2], objs.size[:, :2], objs.yaw)
+        d2 = mahalanobis2(pts[None, :, :] - near, objs.cov[:, None] + radar.cov[k_idx][None, :])
+        d2[d2 > prm.radar_gate] = np.inf
+        best = np.argmin(d2, axis=0)
+        used = np.isfinite(d2[best, np.arange(k_idx.size)])
+        if not used.any():
+            return
+        cols = np.flatnonzero(used)
+        rows, kk = best[cols], k_idx[cols]
+        radar.free[kk] = False
+        objs.sources[rows, radar.sensor[kk]] = True
+        miss = np.ones(n)
+        np.multiply.at(miss, rows, 1.0 - prm.radar_weight * radar.score[kk])
+        objs.score[:] = 1.0 - (1.0 - objs.score) * miss
+        full = radar.full[kk]
+        if full.any():  # inverse-variance mean with what the object already has
+            r, k = rows[full], kk[full]
+            w = np.where(np.isfinite(objs.vel_var) & objs.vel_full, 1.0 / objs.vel_var, 0.0)
+            vsum = w[:, None] * objs.velocity
+            w_new = 1.0 / prm.radar_velocity_sigma**2
+            np.add.at(w, r, w_new)
+            np.add.at(vsum, r, w_new * radar.vel[k])
+            got = np.zeros(n, bool)
+            got[r] = True
+            objs.velocity[got] = vsum[got] / w[got, None]
+            objs.vel_var[got] = 1.0 / w[got]
+            objs.vel_full[got] = True
+        # radial speed of the strongest radar object, where the object has none yet
+        order = np.argsort(radar.score[kk], kind="stable")  # fancy assignment: the last write wins
+        r, k = rows[order], kk[order]
+        fresh = ~np.isfinite(objs.radial[r, 0])
+        objs.radial[r[fresh]] = np.column_stack([radar.vr[k[fresh]], radar.los[k[fresh]]])
+        if refine:
+            # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
+            order = np.argsort(-d2[rows, cols], kind="stable")
+            r, k = rows[order], kk[order]
+            pick = np.full(n, -1, np.intp)
+            pick[r] = k
+            r = np.flatnonzero(pick >= 0)
+            k = pick[r]
+            los = radar.los[k]
+            extent = prm.radar_surface_factor * _support(objs.size[r], objs.yaw[r], los)
+            centre = radar.pos[k] + extent[:, None] * los
+            p = objs.cov[r]
+            gain = p @ inv2(p + radar.cov[k])
+            objs.center[r, :2] += (gain @ (centre - objs.center[r, :2])[:, :, None])[:, :, 0]
+            objs.cov[r] = p - gain @ p
+
+    def _finish_velocity(self, objs: Objects, *, heading_known: bool) -> None:
+        """Velocity from a radial speed where no full velocity arrived; propagate positions by age."""
+        if len(objs) == 0:
+            return
+        prm = self.params
+        rad = ~objs.vel_full & np.isfinite(objs.radial[:, 0])
+        if rad.any():
+            i = np.flatnonzero(rad)
+            vr, u = objs.radial[i, 0], objs.radial[i, 1:3]
+            yaw = objs.yaw[i]
+            h = np.column_stack([np.cos(yaw), np.sin(yaw)])
+            c = u[:, 0] * h[:, 0] + u[:, 1] * h[:, 1]
+            # the heading of a near-square box (pedestrian) says nothing about where it moves
+            along = (np.abs(c) >= prm.min_heading_cos) & (objs.size[i, 0] >= 1.3 * objs.size[i, 1])
+            speed = np.minimum(np.maximum(vr / np.where(along, c, 1.0), -prm.max_speed), prm.max_speed)
+            objs.velocity[i] = np.where(along[:, None], speed[:, None] * h, vr[:, None] * u)
+            base = (prm.radar_radial_sigma / np.maximum(np.abs(c), prm.min_heading_cos)) ** 2
+            heading_var = (0.1 if heading_known else 0.5) ** 2 * speed**2
+            objs.vel_var[i] = np.where(along, base + heading_var, np.maximum(vr**2, 1.0) + 9.0)
+        known = np.isfinite(objs.vel_var) & (objs.age != 0)
+        if known.any():
+            objs.center[known, :2] += objs.velocity[known] * objs.age[known, None]
+            objs.age[known] = 0.0
+
+    # -- cameras ----------------------------------------------------------------------------------------
+    def _cameras(
+        self, cameras: Sequence[tuple[_Sensor, CameraBoxes, int]], objs: Objects, motion: EgoMotion
+    ) -> Objects:
+        """Match objects with every camera's detections; return camera-only candidates."""
+        prm = self.params
+        n_s = len(self._sensors)
+        c_n = len(cameras)
+        if c_n == 0:
+            return Objects.empty(n_s)
+        # detections of all cameras, padded to [C, K]
+        counts = np.array([cam.scores.shape[0] for _, cam, _ in cameras])
+        k_max = int(counts.max())
+        if k_max == 0 and len(objs) == 0:
+            return Objects.empty(n_s)
+        det_ok = np.arange(k_max)[None, :] < counts[:, None]
+        det_boxes = np.zeros((c_n, k_max, 4))
+        det_scores = np.zeros((c_n, k_max))
+        det_labels = np.zeros((c_n, k_max), np.intp)
+        det_boxes[det_ok] = np.concatenate([cam.boxes for _, cam, _ in cameras])
+        det_scores[det_ok] = np.concatenate([cam.scores for _, cam, _ in cameras])
+        det_labels[det_ok] = np.concatenate([cam.labels for _, cam, _ in cameras])
+        rels = np.stack([motion.relative(t_s) for _, _, t_s in cameras])  # base_link(t_f) <- base_link(t_s)
+        unmatched = det_ok.copy()
+        n = len(objs)
+        if n:
+            cam_from_base = np.stack([invert_transform(rels[i] @ s.extrinsic) for i, (s, _, _) in enumerate(cameras)])
+            dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
+            vel = np.zeros((n, 3))
+            known = np.isfinite(objs.vel_var)
+            vel[known, :2] = objs.velocity[known]
+            corners = box_corners(objs.boxes())  # [N,8,3], moved to each camera's time below
+            pts = corners[None] + dts[:, None, None, None] * vel[None, :, None, :]
+            pts = pts @ np.swapaxes(cam_from_base[:, None, :3, :3], -1, -2) + cam_from_base[:, None, None, :3, 3]
+            ks = np.stack([s.k for s, _, _ in cameras])[:, None]
+            size = np.array([[s.width, s.height] for s, _, _ in cameras], dtype=np.float64)[:, None]
+            proj = project_corners(pts, ks, size)  # [C,N]
+            cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image)
+            matchable = (
+                proj.in_image
+                & (proj.visible_fraction >= prm.min_visible_fraction)
+                & (cover < prm.occlusion_coverage)
+                & (proj.depth > 0)
+            )
+            heights = proj.boxes[..., 3] - proj.boxes[..., 1]
+            expected = (
+                matchable
+                & (proj.depth <= prm.camera_miss_max_depth)
+                & (heights >= prm.camera_miss_min_height)
+                & (objs.origin == Origin.LIDAR)[None, :]
+            ).any(axis=0)
+            # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
+            pad = np.array([-1.0, -1.0, 1.0, 1.0]) * prm.camera_match_pad
+            iou = box_iou_2d(proj.boxes + pad, det_boxes + pad)  # [C,N,K]
+            iou[~proj.in_image] = 0.0
+            allowed = (iou >= prm.camera_iou) & matchable[:, :, None] & det_ok[:, None, :]
+            ci_l, oi_l, di_l = [], [], []
+            for c in np.flatnonzero(allowed.any(axis=(1, 2))).tolist():
+                rows, cols = assign(-iou[c], allowed[c])
+                ci_l.append(np.full(rows.size, c, np.intp))
+                oi_l.append(rows)
+                di_l.append(cols)
+            seen = np.zeros(n, bool)
+            if ci_l:
+                ci, oi, di = np.concatenate(ci_l), np.concatenate(oi_l), np.concatenate(di_l)
+                seen[oi] = True
+                cam_index = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
+                objs.sources[oi, cam_index[ci]] = True
+                np.add.at(objs.votes, (oi, det_labels[ci, di]), det_scores[ci, di])
+                miss = np.ones(n)
+                np.multiply.at(miss, oi, 1.0 - prm.camera_weight * det_scores[ci, di])
+                objs.score[:] = 1.0 - (1.0 - objs.score) * miss
+                unmatched[ci, di] = False
+            objs.score[expected & ~seen] *= prm.camera_miss_factor
+            # an unmatched detection that overlaps a projected box is that object again, not a new one
+            unmatched &= iou.max(axis=1, initial=0.0) < prm.camera_absorb_iou
+        widths = np.array([s.width for s, _, _ in cameras], dtype=np.float64)[:, None]
+        keep = (
+            unmatched
+            & (det_scores >= prm.camera_only_min_score)
+            & (det_boxes[..., 3] - det_boxes[..., 1] >= prm.camera_only_min_height)
+            & (det_boxes[..., 0] > 1.0)  # cut at the side of the image: centre and size unknown
+            & (det_boxes[..., 2] < widths - 1.0)
+        )
+        if not keep.any():
+            return Objects.empty(n_s)
+        ci, di = np.nonzero(keep)
+        cands = self._camera_only(
+            [cameras[c][0] for c in range(c_n)],
+            rels,
+            ci,
+            det_boxes[ci, di],
+            det_labels[ci, di],
+            det_scores[ci, di],
+            np.array([motion.t_ns - t_s for _, _, t_s in cameras])[ci] * 1e-9,
+        )
+        if len(cands) and n:
+            # a candidate whose (long, along-the-ray) uncertainty covers a lidar object is that object
+            near = nearest_on_box(cands.center[:, :2], objs.center[:, :2], objs.size[:, :2], objs.yaw)
+            d2 = mahalanobis2(cands.center[None, :, :2] - near, objs.cov[:, None] + cands.cov[None, :])
+            cands = cands.take(~(d2 <= prm.camera_absorb_gate).any(axis=0))
+        return cands
+
+    def _camera_only(
+        self, sensors: Sequence[_Sensor], rels: F64, ci: IP, boxes: F64, labels: IP, scores: F64, age: F64
+    ) -> Objects:
+        """Camera detections -> 3D candidates: ground-plane depth fused with class-height depth."""
+        prm = self.params
+        ext = np.stack([s.extrinsic for s in sensors])[ci]
+        k_inv = np.stack([s.k_inv for s in sensors])[ci]
+        k = np.stack([s.k for s in sensors])[ci]
+        height = np.array([s.height for s in sensors], dtype=np.float64)[ci]
+        fx, fy = k[:, 0, 0], k[:, 1, 1]
+        x1, y1, x2, y2 = boxes.T
+        rot, origin = ext[:, :3, :3], ext[:, :3, 3]
+        pix = np.column_stack([0.5 * (x1 + x2), y2, np.ones(ci.size)])
+        d = (rot @ (k_inv @ pix[:, :, None]))[:, :, 0]  # base_link(t_s) ray through the bottom centre
+        dz = d[:, 2]
+        bottom_ok = y2 < height - 1.0
+        top_ok = y1 > 1.0
+        lam_g = np.where(bottom_ok, ray_ground_intersection(origin, d), np.nan)
+        # d(lam)/d(v): the ground-plane range error of one pixel of box-bottom error, plus 0.1 m of road
+        dz_dv = rot[:, 2, 1] / fy
+        sig_g = np.hypot(lam_g / dz * dz_dv * prm.camera_pixel_sigma, 0.1 / dz)
+        size = _SIZES[labels]
+        h_px = y2 - y1
+        lam_h = np.where(bottom_ok & top_ok, fy * size[:, 2] / h_px, np.nan)
+        sig_h = lam_h * np.hypot(prm.camera_height_sigma, math.sqrt(2) * prm.camera_pixel_sigma / h_px)
+        w_g = np.where(np.isfinite(lam_g) & np.isfinite(sig_g), 1.0 / np.where(np.isfinite(sig_g), sig_g, 1.0) ** 2, 0)
+        w_h = np.where(np.isfinite(lam_h), 1.0 / np.where(np.isfinite(sig_h), sig_h, 1.0) ** 2, 0.0)
+        w = w_g + w_h
+        ok = w > 0
+        w = np.where(ok, w, 1.0)
+        lam = (w_g * np.nan_to_num(lam_g) + w_h * np.nan_to_num(lam_h)) / w
+        sig_lam = 1.0 / np.sqrt(w)
+        nxy = np.maximum(np.hypot(d[:, 0], d[:, 1]), 1e-9)
+        ground_range = lam * nxy
+        ok &= (ground_range > 0.5) & (ground_range <= prm.camera_max_depth)
+        if not ok.any():
+            return Objects.empty(len(self._sensors))
+        sel = np.flatnonzero(ok)
+        hdir = d[sel, :2] / nxy[sel, None]
+        size, lam, ground_range = size[sel], lam[sel], ground_range[sel]
+        bottom = origin[sel, :2] + lam[:, None] * d[sel, :2]
+        extent = _support(size, np.zeros(sel.size), hdir)
+        center = np.column_stack([bottom + extent[:, None] * hdir, 0.5 * size[:, 2], np.ones(sel.size)])
+        sig_along = np.hypot(sig_lam[sel] * nxy[sel], 0.3 * extent)
+        sig_across = ground_range * prm.camera_pixel_sigma / fx[sel] + 0.2
+        cov = covariance_along(hdir, sig_along, sig_across)
+        rel = rels[ci[sel]]  # base_link(t_f) <- base_link(t_s)
+        r2 = rel[:, :2, :2]
+        m = sel.size
+        objs = Objects.empty(len(self._sensors), m)
+        objs.center[:] = (rel[:, :3, :] @ center[:, :, None])[:, :, 0]
+        objs.size[:] = size
+        objs.yaw[:] = np.arctan2(rel[:, 1, 0], rel[:, 0, 0])
+        objs.cov[:] = r2 @ cov @ np.swapaxes(r2, 1, 2)
+        objs.score[:] = prm.camera_only_factor * scores[sel]
+        objs.votes[np.arange(m), labels[sel]] = scores[sel]
+        cam_index = np.array([s.index for s in sensors], dtype=np.intp)
+        objs.sources[np.arange(m), cam_index[ci[sel]]] = True
+        objs.age[:] = age[sel]
+        objs.origin[:] = Origin.CAMERA
+        return objs
+
+    # -- radar-only ---------------------------------------------------------------------------------------
+    def _radar_only(self, radar: _Radar) -> Objects:
+        prm = self.params
+        idx = np.flatnonzero(radar.free & (radar.score >= prm.radar_only_min_score))
+        m = idx.size
+        if m == 0:
+            return Objects.empty(len(self._sensors))
+        pos, vel, full, score = radar.pos[idx], radar.vel[idx], radar.full[idx], radar.score[idx]
+        cov, sensor, los = radar.cov[idx], radar.sensor[idx], radar.los[idx]
+        # the same object seen by two radars: merge greedily by score within the Mahalanobis gate
+        group = np.arange(m)
+        if m > 1 and np.unique(sensor).size > 1:
+            d2 = mahalanobis2(pos[:, None] - pos[None, :], cov[:, None] + cov[None, :])
+            close = (d2 <= prm.radar_gate) & (sensor[:, None] != sensor[None, :])
+            if close.any():
+                for a in np.argsort(-score, kind="stable").tolist():
+                    if group[a] == a:
+                        take = close[a] & (group == np.arange(m)) & (score <= score[a])
+                        take[a] = False
+                        group[take] = a
+        heads, slot = np.unique(group, return_inverse=True)
+        n = heads.size
+        objs = Objects.empty(len(self._sensors), n)
+        objs.sources[slot, sensor] = True
+        w = full.astype(np.float64)
+        wsum = np.bincount(slot, weights=w, minlength=n)
+        vsum = np.stack(
+            [
+                np.bincount(slot, weights=w * vel[:, 0], minlength=n),
+                np.bincount(slot, weights=w * vel[:, 1], minlength=n),
+            ],
+            axis=1,
+        )
+        has_full = wsum > 0
+        objs.velocity[:] = np.where(has_full[:, None], vsum / np.maximum(wsum, 1.0)[:, None], 0.0)
+        objs.vel_var[:] = np.where(has_full, prm.radar_velocity_sigma**2 / np.maximum(wsum, 1.0), np.inf)
+        objs.vel_full[:] = has_full
+        objs.radial[:] = np.column_stack([radar.vr[idx[heads]], los[heads]])
+        speed = np.hypot(objs.velocity[:, 0], objs.velocity[:, 1])
+        strength = np.full(n, -np.inf)
+        np.maximum.at(strength, slot, radar.rcs[idx])
+        labels = np.where(
+            strength >= prm.radar_truck_rcs,
+            _TRUCK,
+            np.where(strength >= prm.radar_car_rcs, _CAR, np.where(has_full & (speed > 3.0), _CYCLIST, _PEDESTRIAN)),
+        )
+        size = _SIZES[labels]
+        yaw = np.where(has_full & (speed > prm.flip_speed), np.arctan2(objs.velocity[:, 1], objs.velocity[:, 0]), 0.0)
+        hl = los[heads]
+        extent = prm.radar_surface_factor * _support(size, yaw, hl)
+        objs.center[:, :2] = pos[heads] + extent[:, None] * hl
+        objs.center[:, 2] = 0.5 * size[:, 2]
+        objs.size[:] = size
+        objs.yaw[:] = yaw
+        objs.cov[:] = cov[heads] + covariance_along(hl, 0.3 * extent + 0.1, np.full(n, 0.1))
+        objs.score[:] = prm.radar_only_factor * score[heads]
+        objs.votes[np.arange(n), labels] = 0.3 * score[heads]
+        objs.origin[:] = Origin.RADAR
+        self._finish_velocity(objs, heading_known=False)
+        return objs
+
+    # -- NMS ----------------------------------------------------------------------------------------------
+    def _nms(self, objs: Objects) -> Objects:
+        """Class-agnostic BEV NMS: rotated IoU above ``nms_iou`` or centres closer than the class radius."""
+        n = len(objs)
+        if n < 2:
+            return objs
+        xy = objs.center[:, :2]
+        c, s = np.abs(np.cos(objs.yaw)), np.abs(np.sin(objs.yaw))
+        half = 0.5 * np.stack([objs.size[:, 0] * c + objs.size[:, 1] * s, objs.size[:, 0] * s + objs.size[:, 1] * c], 1)
+        gap = np.abs(xy[:, None, :] - xy[None, :, :])  # [N,N,2]
+        near = np.asarray(self.params.nms_radius)[objs.labels]
+        close = (gap * gap).sum(axis=2) < np.minimum(near[:, None], near[None, :]) ** 2
+        overlap = (gap < half[:, None, :] + half[None, :, :]).all(axis=2)  # axis-aligned bounds overlap
+        i, j = np.nonzero(np.triu(close | overlap, k=1))
+        if i.size == 0:
+            return objs
+        same = close[i, j]
+        check = np.flatnonzero(~same)
+        if check.size:
+            rect = np.column_stack([xy, objs.size[:, :2], objs.yaw])
+            same[check] = bev_iou_pairs(rect[i[check]], rect[j[check]]) > self.config.nms_iou
+        i, j = i[same], j[same]
+        if i.size == 0:
+            return objs
+        rank = np.empty(n, np.intp)
+        rank[np.argsort(-objs.score, kind="stable")] = np.arange(n)
+        # orient each pair (better, worse) and suppress greedily in score order
+        better = np.where(rank[i] < rank[j], i, j)
+        worse = np.where(rank[i] < rank[j], j, i)
+        order = np.argsort(rank[better], kind="stable")
+        alive = np.ones(n, bool)
+        for b, w in zip(better[order].tolist(), worse[order].tolist(), strict=True):
+            if alive[b]:
+                alive[w] = False
+        return objs.take(alive)

@@ -1,0 +1,337 @@
+"""Vectorised geometry of fusion: rigid transforms, 3D boxes, camera projection, BEV overlap.
+
+Conventions (see :mod:`perception.types`): boxes are ``[N,7]`` ``x, y, z, l, w, h, yaw`` with ``z`` the
+box centre, ``l`` along ``yaw`` (about +z); homogeneous transforms are ``[4,4]`` ``parent <- child``.
+Camera frames are optical (z forward, x right, y down) and pixels are ``(u, v)`` of the original image.
+
+Every function works on whole arrays (no per-object Python loops): fusion runs once per frame on
+tens of objects and must stay well under a millisecond.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ProjectedBoxes",
+    "bev_corners",
+    "bev_iou",
+    "bev_iou_pairs",
+    "box_corners",
+    "box_iou_2d",
+    "invert_transform",
+    "pixel_rays",
+    "project_boxes",
+    "project_corners",
+    "project_points",
+    "ray_ground_intersection",
+    "transform_points",
+    "transform_vectors",
+    "wrap_angle",
+]
+
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+#: Corner signs ``(x, y, z)`` of a unit box: bottom face counter-clockwise, then the top face.
+_CORNER_SIGNS = (
+    np.array(
+        [[1, 1, -1], [-1, 1, -1], [-1, -1, -1], [1, -1, -1], [1, 1, 1], [-1, 1, 1], [-1, -1, 1], [1, -1, 1]],
+        dtype=np.float64,
+    )
+    * 0.5
+)
+#: The 12 edges of a box as corner index pairs.
+_EDGES = np.array(
+    [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]], dtype=np.intp
+)
+#: Counter-clockwise BEV corner signs (front-left, rear-left, rear-right, front-right).
+_BEV_SIGNS = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], dtype=np.float64) * 0.5
+
+
+def wrap_angle(a: npt.ArrayLike) -> F64:
+    """Angles wrapped to ``[-pi, pi)``."""
+    out: F64 = (np.asarray(a, dtype=np.float64) + np.pi) % (2 * np.pi) - np.pi
+    return out
+
+
+def invert_transform(m: npt.ArrayLike) -> F64:
+    """Inverse of a rigid ``[4,4]`` transform (exact: ``R^T, -R^T t``)."""
+    mat = np.asarray(m, dtype=np.float64)
+    out = np.eye(4, dtype=np.float64)
+    rt = mat[:3, :3].T
+    out[:3, :3] = rt
+    out[:3, 3] = -rt @ mat[:3, 3]
+    return out
+
+
+def transform_points(m: npt.ArrayLike, points: npt.ArrayLike) -> F64:
+    """Apply a ``[4,4]`` transform to points ``[..., 3]``."""
+    mat = np.asarray(m, dtype=np.float64)
+    p = np.asarray(points, dtype=np.float64)
+    out: F64 = p @ mat[:3, :3].T + mat[:3, 3]
+    return out
+
+
+def transform_vectors(m: npt.ArrayLike, vectors: npt.ArrayLike) -> F64:
+    """Rotate free vectors ``[..., 3]`` (velocities, directions) by a transform's rotation."""
+    mat = np.asarray(m, dtype=np.float64)
+    out: F64 = np.asarray(vectors, dtype=np.float64) @ mat[:3, :3].T
+    return out
+
+
+def box_corners(boxes: npt.ArrayLike) -> F64:
+    """Corners ``[N,8,3]`` of boxes ``[N,7]`` (bottom face counter-clockwise seen from above, then top)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
+    local = _CORNER_SIGNS[None, :, :] * b[:, None, 3:6]
+    c, s = np.cos(b[:, 6])[:, None], np.sin(b[:, 6])[:, None]
+    out = np.empty_like(local)
+    out[..., 0] = c * local[..., 0] - s * local[..., 1] + b[:, None, 0]
+    out[..., 1] = s * local[..., 0] + c * local[..., 1] + b[:, None, 1]
+    out[..., 2] = local[..., 2] + b[:, None, 2]
+    return out
+
+
+def bev_corners(center: npt.ArrayLike, size: npt.ArrayLike, yaw: npt.ArrayLike) -> F64:
+    """Counter-clockwise BEV rectangle corners ``[N,4,2]`` from centres ``[N,2]``, ``(l, w)`` ``[N,2]`` and yaw."""
+    c = np.asarray(center, dtype=np.float64).reshape(-1, 2)
+    lw = np.asarray(size, dtype=np.float64).reshape(-1, 2)
+    y = np.asarray(yaw, dtype=np.float64).reshape(-1)
+    local = _BEV_SIGNS[None] * lw[:, None, :]
+    cs, sn = np.cos(y)[:, None], np.sin(y)[:, None]
+    out = np.empty_like(local)
+    out[..., 0] = cs * local[..., 0] - sn * local[..., 1] + c[:, None, 0]
+    out[..., 1] = sn * local[..., 0] + cs * local[..., 1] + c[:, None, 1]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotated-rectangle IoU
+# ---------------------------------------------------------------------------------------------
+
+
+def _inside(points: F64, rect: F64, eps: float = 1e-9) -> B:
+    """``[K,P]``: whether points ``[K,P,2]`` lie in rectangles ``[K,5]`` (boundary included)."""
+    c, s = np.cos(rect[:, 4])[:, None], np.sin(rect[:, 4])[:, None]
+    dx = points[..., 0] - rect[:, None, 0]
+    dy = points[..., 1] - rect[:, None, 1]
+    lx = c * dx + s * dy
+    ly = c * dy - s * dx
+    out: B = (np.abs(lx) <= 0.5 * rect[:, None, 2] + eps) & (np.abs(ly) <= 0.5 * rect[:, None, 3] + eps)
+    return out
+
+
+def bev_iou_pairs(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
+    """Element-wise BEV IoU of rotated rectangles ``a[i]`` and ``b[i]``, each ``[K,5]`` ``x, y, l, w, yaw``.
+
+    The intersection of two convex polygons is the convex hull of the corners of each inside the other
+    and of their edge crossings: those (up to 24) candidate points are ordered by angle around their
+    mean and the area follows from the shoelace formula, for all pairs at once.
+    """
+    ra = np.asarray(a, dtype=np.float64).reshape(-1, 5)
+    rb = np.asarray(b, dtype=np.float64).reshape(-1, 5)
+    k = ra.shape[0]
+    if k == 0:
+        return np.zeros(0)
+    pa = bev_corners(ra[:, :2], ra[:, 2:4], ra[:, 4])
+    pb = bev_corners(rb[:, :2], rb[:, 2:4], rb[:, 4])
+    # edge crossings: A edge i (p + t r) with B edge j (q + u s)
+    p = pa[:, :, None, :]
+    r = (np.roll(pa, -1, axis=1) - pa)[:, :, None, :]
+    q = pb[:, None, :, :]
+    sv = (np.roll(pb, -1, axis=1) - pb)[:, None, :, :]
+    rxs = r[..., 0] * sv[..., 1] - r[..., 1] * sv[..., 0]
+    qp = q - p
+    ok = np.abs(rxs) > 1e-12
+    den = np.where(ok, rxs, 1.0)
+    t = (qp[..., 0] * sv[..., 1] - qp[..., 1] * sv[..., 0]) / den
+    u = (qp[..., 0] * r[..., 1] - qp[..., 1] * r[..., 0]) / den
+    ok &= (t >= 0.0) & (t <= 1.0) & (u >= 0.0) & (u <= 1.0)
+    cross_pts = (p + t[..., None] * r).reshape(k, 16, 2)
+    pts = np.concatenate([pa, pb, cross_pts], axis=1)  # [K,24,2]
+    valid = np.concatenate([_inside(pa, rb), _inside(pb, ra), ok.reshape(k, 16)], axis=1)
+    count = valid.sum(axis=1)
+    mean = np.einsum("kp,kpi->ki", valid.astype(np.float64), pts) / np.maximum(count, 1)[:, None]
+    rel = pts - mean[:, None, :]
+    ang = np.where(valid, np.arctan2(rel[..., 1], rel[..., 0]), np.inf)
+    order = np.argsort(ang, axis=1)
+    rel = np.take_along_axis(rel, order[..., None], axis=1)
+    idx = np.arange(pts.shape[1])
+    nxt = np.where(idx[None, :] + 1 < count[:, None], idx[None, :] + 1, 0)
+    q2 = np.take_along_axis(rel, nxt[..., None], axis=1)
+    cross = rel[..., 0] * q2[..., 1] - rel[..., 1] * q2[..., 0]
+    inter = np.where(count >= 3, 0.5 * np.abs(np.where(idx[None, :] < count[:, None], cross, 0.0).sum(axis=1)), 0.0)
+    area_a = np.abs(ra[:, 2] * ra[:, 3])
+    area_b = np.abs(rb[:, 2] * rb[:, 3])
+    union = area_a + area_b - inter
+    iou = np.divide(inter, union, out=np.zeros(k), where=union > 1e-12)
+    out: F64 = np.minimum(np.maximum(iou, 0.0), 1.0)
+    return out
+
+
+def bev_iou(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
+    """Pairwise BEV IoU ``[N,M]`` of rotated rectangles ``[N,5]`` and ``[M,5]`` (``x, y, l, w, yaw``).
+
+    Only pairs whose circumscribed circles intersect are clipped; the others are 0 without work.
+    """
+    ra = np.asarray(a, dtype=np.float64).reshape(-1, 5)
+    rb = np.asarray(b, dtype=np.float64).reshape(-1, 5)
+    out = np.zeros((ra.shape[0], rb.shape[0]))
+    if out.size == 0:
+        return out
+    radius_a = 0.5 * np.hypot(ra[:, 2], ra[:, 3])
+    radius_b = 0.5 * np.hypot(rb[:, 2], rb[:, 3])
+    d = np.hypot(ra[:, None, 0] - rb[None, :, 0], ra[:, None, 1] - rb[None, :, 1])
+    i, j = np.nonzero(d < radius_a[:, None] + radius_b[None, :])
+    if i.size:
+        out[i, j] = bev_iou_pairs(ra[i], rb[j])
+    return out
+
+
+def box_iou_2d(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
+    """Pairwise IoU ``[..., N, M]`` of image boxes ``[..., N, 4]`` and ``[..., M, 4]`` (``x1, y1, x2, y2``)."""
+    aa = np.asarray(a, dtype=np.float64)
+    bb = np.asarray(b, dtype=np.float64)
+    aa = aa.reshape(-1, 4) if aa.ndim < 2 else aa
+    bb = bb.reshape(-1, 4) if bb.ndim < 2 else bb
+    lo = np.maximum(aa[..., :, None, :2], bb[..., None, :, :2])
+    hi = np.minimum(aa[..., :, None, 2:], bb[..., None, :, 2:])
+    wh = np.maximum(hi - lo, 0.0)
+    inter = wh[..., 0] * wh[..., 1]
+    sa = np.maximum(aa[..., 2:] - aa[..., :2], 0.0)
+    sb = np.maximum(bb[..., 2:] - bb[..., :2], 0.0)
+    union = (sa[..., 0] * sa[..., 1])[..., :, None] + (sb[..., 0] * sb[..., 1])[..., None, :] - inter
+    out: F64 = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Cameras
+# ---------------------------------------------------------------------------------------------
+
+
+def project_points(k: npt.ArrayLike, points_cam: npt.ArrayLike) -> F64:
+    """Pinhole projection of optical-frame points ``[..., 3]`` to pixels ``[..., 2]`` (no z check)."""
+    kk = np.asarray(k, dtype=np.float64)
+    p = np.asarray(points_cam, dtype=np.float64)
+    h = p @ kk.T
+    out: F64 = h[..., :2] / h[..., 2:3]
+    return out
+
+
+def _k_inverse(k: F64) -> F64:
+    """Inverse of a camera matrix; closed form for the usual upper-triangular pinhole ``K``."""
+    if k[1, 0] != 0.0 or k[2, 0] != 0.0 or k[2, 1] != 0.0 or k[2, 2] != 1.0:
+        out: F64 = np.linalg.inv(k)
+        return out
+    fx, s, cx, fy, cy = k[0, 0], k[0, 1], k[0, 2], k[1, 1], k[1, 2]
+    return np.array(
+        [[1.0 / fx, -s / (fx * fy), (s * cy - cx * fy) / (fx * fy)], [0.0, 1.0 / fy, -cy / fy], [0.0, 0.0, 1.0]]
+    )
+
+
+def pixel_rays(k: npt.ArrayLike, uv: npt.ArrayLike) -> F64:
+    """Optical-frame ray directions ``[N,3]`` (``z = 1``) through pixels ``uv [N,2]``."""
+    kinv = _k_inverse(np.asarray(k, dtype=np.float64))
+    pix = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
+    h = np.column_stack([pix, np.ones(pix.shape[0])])
+    out: F64 = h @ kinv.T
+    return out
+
+
+def ray_ground_intersection(origin: npt.ArrayLike, dirs: npt.ArrayLike, ground_z: float = 0.0) -> F64:
+    """Ray parameter ``lam`` where ``origin + lam * dirs`` meets the plane ``z = ground_z``.
+
+    ``origin`` is one ``[3]`` point or one per ray ``[N,3]``. ``nan`` for rays that do not descend
+    towards the plane (at or above the horizon).
+    """
+    o = np.asarray(origin, dtype=np.float64).reshape(-1, 3)
+    d = np.asarray(dirs, dtype=np.float64).reshape(-1, 3)
+    dz = d[:, 2]
+    lam = np.divide(ground_z - o[:, 2], dz, out=np.full(dz.shape, np.nan), where=dz < -1e-9)
+    out: F64 = np.where(lam > 0, lam, np.nan)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedBoxes:
+    """3D boxes seen by a camera.
+
+    ``boxes`` ``[N,4]`` are the image-clipped 2D bounding boxes of the projected 3D boxes (the part in
+    front of the near plane); ``in_image`` says whether any of the box is visible; ``depth`` is the
+    optical-axis depth of the box centre; ``visible_fraction`` is the clipped over the unclipped 2D area
+    (truncation at the image border).
+    """
+
+    boxes: F64
+    in_image: B
+    depth: F64
+    visible_fraction: F64
+
+
+def project_corners(
+    corners: npt.ArrayLike, k: npt.ArrayLike, size: npt.ArrayLike, *, near: float = 0.1
+) -> ProjectedBoxes:
+    """Project optical-frame box corners ``[..., 8, 3]`` with camera matrices ``k`` (``[..., 3, 3]``,
+    broadcast against the leading dims) into images of ``size`` (``[..., 2]`` width, height).
+
+    Parts of a box behind the near plane are cut off exactly (edges are clipped at ``z = near``), so a
+    box that straddles the camera still gets the right 2D extent. Leading dims are kept, so all boxes in
+    all cameras of a rig are projected in one pass.
+    """
+    c = np.asarray(corners, dtype=np.float64)
+    kt = np.swapaxes(np.asarray(k, dtype=np.float64), -1, -2)
+    wh = np.asarray(size, dtype=np.float64)
+    lead = c.shape[:-2]
+    front = c[..., 2] >= near
+    if front.all():  # nothing to cut at the near plane
+        h = c @ kt
+        uv = h[..., :2] / h[..., 2:3]
+        lo, hi = uv.min(axis=-2), uv.max(axis=-2)
+        any_ok = np.ones(lead, bool)
+    else:
+        p0 = c[..., _EDGES[:, 0], :]
+        p1 = c[..., _EDGES[:, 1], :]
+        z0, z1 = p0[..., 2], p1[..., 2]
+        crosses = (z0 - near) * (z1 - near) < 0
+        t = np.divide(near - z0, z1 - z0, out=np.zeros_like(z0), where=crosses)
+        pts = np.concatenate([c, p0 + t[..., None] * (p1 - p0)], axis=-2)  # [..., 20, 3]
+        ok = np.concatenate([front, crosses], axis=-1)
+        pts[..., 2] = np.where(ok, np.maximum(pts[..., 2], near), 1.0)
+        h = pts @ kt
+        uv = h[..., :2] / h[..., 2:3]
+        okx = ok[..., None]
+        lo = np.where(okx, uv, np.inf).min(axis=-2)
+        hi = np.where(okx, uv, -np.inf).max(axis=-2)
+        any_ok = ok.any(axis=-1)
+        lo[~any_ok] = 0.0
+        hi[~any_ok] = 0.0
+    full = hi - lo
+    full_area = full[..., 0] * full[..., 1]
+    lo_c = np.minimum(np.maximum(lo, 0.0), wh)
+    hi_c = np.minimum(np.maximum(hi, 0.0), wh)
+    vis = hi_c - lo_c
+    area = vis[..., 0] * vis[..., 1]
+    in_image = any_ok & (area > 0.0)
+    frac = np.divide(area, full_area, out=np.zeros(lead), where=full_area > 0)
+    boxes = np.concatenate([lo_c, hi_c], axis=-1)
+    boxes[~in_image] = 0.0
+    return ProjectedBoxes(boxes, in_image, c[..., 2].mean(axis=-1), frac)
+
+
+def project_boxes(
+    boxes: npt.ArrayLike,
+    cam_from_frame: npt.ArrayLike,
+    k: npt.ArrayLike,
+    width: int,
+    height: int,
+    *,
+    near: float = 0.1,
+) -> ProjectedBoxes:
+    """Project 3D boxes ``[N,7]`` (in the frame ``cam_from_frame`` maps from) into a pinhole camera."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
+    corners = transform_points(cam_from_frame, box_corners(b))
+    return project_corners(corners, k, (float(width), float(height)), near=near)

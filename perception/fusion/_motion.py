@@ -1,0 +1,115 @@
+"""Ego motion between a sensor's capture time and the frame time.
+
+Every sensor output is brought to ``base_link`` *at the frame time* ``t_f``. A sample captured at
+``t_s`` is in ``base_link(t_s)``; the transform ``base_link(t_f) <- base_link(t_s)`` comes from, in order
+of preference:
+
+1. ego poses (``map <- base_link``) from ``ego_at(t)`` at both times: ``pose(t_f)^-1 @ pose(t_s)``;
+2. otherwise the ego twist (``linear_velocity``, ``yaw_rate`` in ``base_link``) of the frame's ego pose
+   (or of ``ego_at(t_f)``), integrated as a constant-twist planar arc over ``t_s - t_f``;
+3. otherwise identity: the ego is assumed static.
+
+The world pose ``map <- base_link(t_f)`` used by the tracker follows the same order (a frame pose at
+another time is extrapolated with its twist); without any pose it is ``None``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from perception.errors import PerceptionError
+from perception.fusion._geometry import invert_transform
+from perception.types import EgoPose, Frame
+
+__all__ = ["EgoAt", "EgoMotion", "twist_transform"]
+
+log = logging.getLogger(__name__)
+
+F64 = npt.NDArray[np.float64]
+EgoAt = Callable[[int], EgoPose | None]
+_IDENTITY = np.eye(4)
+_IDENTITY.setflags(write=False)
+
+
+def twist_transform(vx: float, vy: float, yaw_rate: float, dt: float) -> F64:
+    """``base_link(t) <- base_link(t + dt)`` for a constant planar twist (body velocity, yaw rate)."""
+    a = yaw_rate * dt
+    if abs(a) < 1e-6:
+        dx, dy = vx * dt, vy * dt
+    else:
+        s, c = math.sin(a), math.cos(a)
+        dx = (vx * s - vy * (1.0 - c)) / yaw_rate
+        dy = (vx * (1.0 - c) + vy * s) / yaw_rate
+    m = np.eye(4)
+    c, s = math.cos(a), math.sin(a)
+    m[0, 0], m[0, 1], m[1, 0], m[1, 1] = c, -s, s, c
+    m[0, 3], m[1, 3] = dx, dy
+    return m
+
+
+class EgoMotion:
+    """Ego motion around one frame time (see the module docstring); cheap to build once per frame."""
+
+    def __init__(self, frame: Frame, ego_at: EgoAt | None, *, warn: Callable[[str], None] | None = None) -> None:
+        self.t_ns = frame.t_ns
+        self._ego_at = ego_at
+        self._warn = warn or log.warning
+        self._cache: dict[int, F64 | None] = {}
+        ego_f = self._ego(frame.t_ns)
+        twist_src = ego_f if ego_f is not None else frame.ego
+        self._inv_f: F64 | None = None
+        self.world_from_ego: F64 | None = None
+        if ego_f is not None:
+            pose_f = ego_f.pose.matrix()
+            self._cache[frame.t_ns] = pose_f
+            self.world_from_ego = pose_f
+            self._inv_f = invert_transform(pose_f)
+        elif frame.ego is not None:
+            dt = (frame.t_ns - frame.ego.t_ns) * 1e-9
+            vx, vy = frame.ego.linear_velocity[0], frame.ego.linear_velocity[1]
+            self.world_from_ego = frame.ego.pose.matrix() @ twist_transform(vx, vy, frame.ego.yaw_rate, dt)
+        self._twist: tuple[float, float, float] | None = None
+        if twist_src is not None:
+            v = twist_src.linear_velocity
+            self._twist = (float(v[0]), float(v[1]), float(twist_src.yaw_rate))
+
+    def _ego(self, t_ns: int) -> EgoPose | None:
+        if self._ego_at is None:
+            return None
+        try:
+            return self._ego_at(t_ns)
+        except PerceptionError as exc:
+            self._warn(f"ego pose unavailable at t={t_ns}: {exc}")
+            return None
+
+    def _pose(self, t_ns: int) -> F64 | None:
+        if t_ns not in self._cache:
+            ego = self._ego(t_ns)
+            self._cache[t_ns] = ego.pose.matrix() if ego is not None else None
+        return self._cache[t_ns]
+
+    @property
+    def source(self) -> str:
+        """``poses``, ``twist`` or ``static``: how :meth:`relative` compensates ego motion."""
+        if self._inv_f is not None:
+            return "poses"
+        return "twist" if self._twist is not None else "static"
+
+    def relative(self, t_ns: int) -> F64:
+        """``base_link(t_frame) <- base_link(t_ns)`` (read-only; identity when ``t_ns`` is the frame time)."""
+        if t_ns == self.t_ns:
+            return _IDENTITY
+        if self._inv_f is not None and self._ego_at is not None:
+            pose_s = self._pose(t_ns)
+            if pose_s is not None:
+                out: F64 = self._inv_f @ pose_s
+                return out
+        if self._twist is not None:
+            vx, vy, w = self._twist
+            return twist_transform(vx, vy, w, (t_ns - self.t_ns) * 1e-9)
+        return _IDENTITY
