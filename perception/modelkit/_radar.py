@@ -13,12 +13,11 @@ Pipeline::
                       enough (``single_min_rcs``) to be an object on their own.
     per cluster       position = RCS-weighted (linear power) mean; radial velocity = mean;
                       RCS = total power (dB of the sum of linear powers); score from count and power;
-                      over-ground velocity = least squares of ``v . u_i = vr_i`` (u_i the unit line of
-                      sight of return i, v = (vx, vy, 0)).
+                      over-ground velocity = least squares of ``v . u_i = vr_i`` (u_i the horizontal
+                      unit line of sight of return i, v = (vx, vy)).
 
 Velocity policy: the least-squares velocity is reported only when its predicted 1-sigma error
-(``sigma * sqrt(max eig((A^T A)^-1))``, ``sigma`` the larger of the Doppler noise and the fit's residual)
-is at most ``max_velocity_std``; otherwise ``VELOCITY`` is NaN, as the contract requires where the
+(``sigma * sqrt(max eig((A^T A)^-1))``, see :func:`fit_velocity`) is at most ``max_velocity_std``; otherwise ``VELOCITY`` is NaN, as the contract requires where the
 azimuth spread among the returns is too small. We deliberately do *not* substitute the radial-only guess
 ``vr * u``: it is wrong for every object not moving along the line of sight, and ``RADIAL_VELOCITY``
 already carries that information for consumers that want it.
@@ -57,7 +56,8 @@ class RadarParams:
     min_samples: int = 2  # DBSCAN core: at least this many returns within the radius (self included)
     single_min_rcs: float = 10.0  # dBsm; an isolated return this strong is still an object
     velocity_sigma: float = 0.15  # m/s, Doppler noise floor used for the velocity error prediction
-    max_velocity_std: float = 0.35  # m/s; predicted velocity error above this -> NaN
+    azimuth_sigma: float = 0.03  # rad, azimuth noise (incl. scatter over the object) for the same
+    max_velocity_std: float = 0.4  # m/s; predicted velocity error above this -> NaN
     min_score: float = 0.05
 
 
@@ -142,15 +142,21 @@ def cluster_radar(rows: F64, params: RadarParams | None = None) -> tuple[I64, in
 def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, float]:
     """Least-squares over-ground ``(vx, vy)`` of one object's returns and its predicted 1-sigma error.
 
-    Solves ``[ux_i, uy_i] v = vr_i`` with ``u_i`` the unit line of sight of each return. Returns NaNs and
-    ``inf`` when fewer than two returns or the directions are (nearly) parallel.
+    Solves ``[cos az_i, sin az_i] v = vr_i`` over the returns' azimuths ``az_i``. Only azimuth is used:
+    automotive radar elevation is too coarse to help, and for returns near the sensor's height the
+    horizontal line of sight is exact to a fraction of a percent.
+
+    The predicted error is ``sigma / sqrt(smallest eigenvalue of A^T A)`` (the worst direction), with
+    ``sigma`` the largest of the Doppler noise floor, the fit's residual, and the error an azimuth error
+    of ``azimuth_sigma`` causes on the projection of the estimated speed. NaNs and ``inf`` when there
+    are fewer than two returns or their directions are (nearly) parallel.
     """
     p = params or RadarParams()
     nan = np.full(2, np.nan)
     if rows.shape[0] < 2:
         return nan, math.inf
-    u = rows[:, :3] / np.linalg.norm(rows[:, :3], axis=1, keepdims=True)
-    a = u[:, :2]
+    az = np.arctan2(rows[:, 1], rows[:, 0])
+    a = np.column_stack([np.cos(az), np.sin(az)])
     vr = rows[:, 3]
     ata = a.T @ a
     eig = np.linalg.eigvalsh(ata)
@@ -159,7 +165,7 @@ def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, flo
     v = np.linalg.solve(ata, a.T @ vr)
     dof = rows.shape[0] - 2
     resid = float(np.sqrt(np.sum((a @ v - vr) ** 2) / dof)) if dof > 0 else 0.0
-    sigma = max(p.velocity_sigma, resid)
+    sigma = max(math.hypot(p.velocity_sigma, p.azimuth_sigma * float(np.hypot(*v))), resid)
     std = sigma / math.sqrt(float(eig[0]))
     return v, std
 

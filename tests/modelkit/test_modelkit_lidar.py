@@ -211,3 +211,15 @@ def test_car_detected_among_structures() -> None:
         i = _match(det, car.x, car.y, radius=1.0)
         assert i >= 0 and det.labels[i] == CAR
     assert len(det) == 2
+
+
+def test_side_on_cyclist_is_not_an_end_on_car() -> None:
+    """Same footprint (~1.8 m face across the ray); a rider covers a third of the bicycle, a cabin the rear."""
+    bike = SyntheticBox(0.0, 7.0, 1.75, 0.16, 1.0, 0.0)  # frame and wheels: 0 - 1.0 m
+    rider = SyntheticBox(-0.2, 7.0, 0.6, 0.5, 1.72, 0.0, bottom=0.85)  # torso and head: 0.85 - 1.72 m
+    car = SyntheticBox(14.0, 0.0, 4.5, 1.85, 1.5, 0.0)  # seen from behind
+    det = detect_lidar(synthetic_lidar_sweep([bike, rider, car]))
+    i = _match(det, 0.0, 7.0)
+    assert i >= 0 and det.labels[i] == CYCLIST
+    j = _match(det, car.x, car.y, radius=1.0)
+    assert j >= 0 and det.labels[j] == CAR
