@@ -17,8 +17,9 @@ Pipeline::
                       unit line of sight of return i, v = (vx, vy)).
 
 Velocity policy: the least-squares velocity is reported only when its predicted 1-sigma error
-(``sigma * sqrt(max eig((A^T A)^-1))``, see :func:`fit_velocity`) is at most ``max_velocity_std``; otherwise ``VELOCITY`` is NaN, as the contract requires where the
-azimuth spread among the returns is too small. We deliberately do *not* substitute the radial-only guess
+(``sigma * sqrt(max eig((A^T A)^-1))``, see :func:`fit_velocity`) is at most ``max_velocity_std``;
+otherwise ``VELOCITY`` is NaN, as the contract requires where the azimuth spread among the returns is
+too small. We deliberately do *not* substitute the radial-only guess
 ``vr * u``: it is wrong for every object not moving along the line of sight, and ``RADIAL_VELOCITY``
 already carries that information for consumers that want it.
 """
