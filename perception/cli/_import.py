@@ -1,0 +1,104 @@
+"""``perception import {ros2,nuscenes} ...``: convert real recordings into drives.
+
+::
+
+    perception import ros2 BAG --map topics.yaml -o drive.mcap
+    perception import nuscenes DATAROOT --scene scene-0061 [--version v1.0-mini] -o drive.mcap
+
+Prints a summary (messages per topic, what was skipped and why). Errors are one line on stderr:
+exit 2 for a topic map that does not fit (file + key path), 1 for data that cannot be imported.
+The output file only appears when the import succeeded; an existing one is kept unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception._progress import Progress
+from perception.importers import ImportSummary, import_nuscenes, import_ros2
+
+__all__ = ["register", "run"]
+
+
+def _jpeg_quality(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be within 1..100, got {value}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "import",
+        help="import a ROS 2 bag or a nuScenes scene as a drive",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sources = p.add_subparsers(dest="source", metavar="SOURCE", required=True)
+
+    ros2 = sources.add_parser(
+        "ros2",
+        help="a rosbag2 directory or .mcap file",
+        description="Import the topics a topics.yaml maps from a ROS 2 bag (see perception/importers/_topic_map.py).",
+    )
+    ros2.add_argument("bag", type=Path, help="rosbag2 directory (metadata.yaml + storage) or a .mcap file")
+    ros2.add_argument("--map", dest="topic_map", type=Path, required=True, help="topics.yaml: ROS topics -> sensors")
+    ros2.add_argument("--jpeg-quality", type=_jpeg_quality, default=90, help="for raw images (default: 90)")
+    _common(ros2)
+
+    nus = sources.add_parser(
+        "nuscenes",
+        help="one scene of a nuScenes-format dataset",
+        description="Import one scene of a nuScenes-format dataset (v1.0 JSON tables + sensor files).",
+    )
+    nus.add_argument("dataroot", type=Path, help="dataset root (holds the version directory, samples/, sweeps/)")
+    nus.add_argument("--scene", required=True, help="scene name, e.g. scene-0061")
+    nus.add_argument("--version", default="v1.0-mini", help="table directory (default: v1.0-mini)")
+    nus.add_argument("--channels", default=None, help="comma-separated channels to import (default: all)")
+    nus.add_argument(
+        "--no-radar-filter", action="store_true", help="keep every radar point (default: the devkit's default filters)"
+    )
+    _common(nus)
+    p.set_defaults(func=run)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", type=Path, required=True, help="drive to write (.mcap)")
+    p.add_argument("--force", action="store_true", help="replace the output if it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    with Progress(1.0, f"import {args.source}") as bar:
+        if args.source == "ros2":
+            summary = import_ros2(
+                args.bag,
+                args.topic_map,
+                args.output,
+                overwrite=args.force,
+                jpeg_quality=args.jpeg_quality,
+                on_progress=bar.update,
+            )
+        else:
+            channels = [c for c in args.channels.split(",") if c] if args.channels else None
+            summary = import_nuscenes(
+                args.dataroot,
+                args.scene,
+                args.output,
+                version=args.version,
+                channels=channels,
+                radar_filters=not args.no_radar_filter,
+                overwrite=args.force,
+                on_progress=bar.update,
+            )
+    _print(summary)
+    return 0
+
+
+def _print(summary: ImportSummary) -> None:
+    sys.stdout.write("\n".join(summary.lines()) + "\n")

@@ -1,0 +1,37 @@
+"""Importers: real recordings -> drives (``replay_data/README.md``), one module per source format.
+
+* :func:`import_ros2` — a ROS 2 bag (rosbag2 directory or ``.mcap`` file) with a ``topics.yaml``
+  (:class:`TopicMap`) mapping its PointCloud2 / Image / CompressedImage topics onto sensors;
+  extrinsics and ego motion from ``/tf_static`` and ``/tf``, intrinsics from CameraInfo.
+* :func:`import_nuscenes` — one scene of a nuScenes-format dataset (v1.0 JSON tables), keyframes and
+  sweeps, with the annotations as ground truth.
+
+Both write through :class:`perception.drives.DriveWriter` into a file that only appears when the
+import succeeded, and return an :class:`ImportSummary` (messages per topic, what was skipped and why).
+The format parsers are public too: :func:`decode_point_cloud2` (vectorised ``sensor_msgs/PointCloud2``)
+and :func:`parse_pcd` (PCD v0.7).
+"""
+
+from __future__ import annotations
+
+from perception.importers._nuscenes import NUSCENES_LABELS, import_nuscenes, nuscenes_label
+from perception.importers._output import ImportSummary
+from perception.importers._pcd import PcdHeader, parse_pcd
+from perception.importers._pointcloud2 import decode_point_cloud2
+from perception.importers._ros2 import image_to_rgb, import_ros2
+from perception.importers._topic_map import Ros2Sensor, TopicMap, load_topic_map
+
+__all__ = [
+    "NUSCENES_LABELS",
+    "ImportSummary",
+    "PcdHeader",
+    "Ros2Sensor",
+    "TopicMap",
+    "decode_point_cloud2",
+    "image_to_rgb",
+    "import_nuscenes",
+    "import_ros2",
+    "load_topic_map",
+    "nuscenes_label",
+    "parse_pcd",
+]

@@ -1,0 +1,75 @@
+"""``perception import``: summaries on stdout, one-line errors with the right exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from import_fixtures import TOPIC_MAP, Bag, NuScenes
+
+from perception.cli import main
+from perception.drives import DriveReader
+
+
+def test_import_ros2_cli(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "drive.mcap"
+    assert main(["import", "ros2", str(bag.path), "--map", str(bag.topic_map), "-o", str(out)]) == 0
+    stdout, stderr = capsys.readouterr()
+    assert f"imported rosbag2 {bag.path} -> {out}" in stdout
+    assert "/sensors/lidar_top/points            5" in stdout
+    assert "lidar_top: points with non-finite x/y/z (dropped): 10" in stdout
+    assert "Traceback" not in stderr
+    with DriveReader(out) as d:
+        assert len(d.rig) == 5
+
+
+def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "drive.mcap"
+    argv = ["import", "nuscenes", str(nuscenes.root), "--scene", nuscenes.scene, "-o", str(out)]
+    assert main([*argv, "--channels", "LIDAR_TOP,CAM_FRONT"]) == 0
+    stdout, _ = capsys.readouterr()
+    assert "/ground_truth/objects                3" in stdout
+    assert "lidar_top: sweep files missing: 1" in stdout
+    assert main(argv) == 1  # exists: kept
+    _, stderr = capsys.readouterr()
+    assert stderr.strip().endswith("output exists (pass --force / overwrite=True to replace it)")
+    assert main([*argv, "--force"]) == 0
+
+
+def test_config_error_is_one_line_exit_2(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text(TOPIC_MAP.replace("/velodyne_points", "/nope"))
+    out = tmp_path / "drive.mcap"
+    assert main(["import", "ros2", str(bag.path), "--map", str(tmap), "-o", str(out)]) == 2
+    stdout, stderr = capsys.readouterr()
+    assert stdout == ""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"perception import: error: {tmap}: sensors[0].topic: topic /nope is not in the bag")
+    assert not out.exists()
+
+
+def test_data_error_is_one_line_exit_1(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["import", "nuscenes", str(nuscenes.root), "--scene", "nope", "-o", str(tmp_path / "d.mcap")]
+    assert main(argv) == 1
+    _, stderr = capsys.readouterr()
+    assert stderr.count("\n") == 1
+    assert "unknown scene 'nope'; available: scene-0061, scene-0103" in stderr
+
+
+def test_missing_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text(TOPIC_MAP)
+    assert main(["import", "ros2", str(tmp_path / "nobag"), "--map", str(tmap), "-o", str(tmp_path / "d.mcap")]) == 1
+    _, stderr = capsys.readouterr()
+    assert stderr == f"perception import: error: {tmp_path / 'nobag'}: bag not found\n"
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "ros2", "bag", "-o", "x.mcap"])  # --map is required
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["import", "ros2", "bag", "--map", "m", "-o", "x.mcap", "--jpeg-quality", "0"])
+    _, stderr = capsys.readouterr()
+    assert "must be within 1..100" in stderr

@@ -1,0 +1,269 @@
+"""``import_ros2`` on a bag written with the real ROS 2 serializer (rosbags, MCAP storage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from import_fixtures import (
+    CAM_FRONT,
+    CAM_REAR,
+    D_FRONT,
+    IMAGE_H,
+    IMAGE_W,
+    K_FRONT,
+    K_REAR,
+    LIDAR_MOUNT,
+    MAP_ODOM,
+    RADAR_FRONT,
+    RADAR_REAR,
+    SPEED,
+    TOPIC_MAP,
+    VELODYNE,
+    YAW_RATE,
+    Bag,
+    ego_pose,
+    gradient_image,
+    write_bag,
+)
+
+from perception.drives import DriveReader
+from perception.errors import ConfigError, DriveError
+from perception.importers import ImportSummary, import_ros2, load_topic_map
+from perception.types import ImageSample, PointCloudSample, SensorKind, Transform
+
+
+def _same_transform(a: Transform, b: Transform) -> bool:
+    return bool(np.allclose(a.matrix(), b.matrix(), atol=1e-9))
+
+
+def _samples(drive: Path, sensor: str) -> list[PointCloudSample | ImageSample]:
+    with DriveReader(drive) as d:
+        return list(d.samples(sensors=sensor))
+
+
+def test_rig_extrinsics_and_calibration(ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, _ = ros2_drive
+    with DriveReader(path) as d:
+        rig = d.rig
+        meta = d.metadata
+    assert list(rig) == ["lidar_top", "radar_front", "radar_rear", "cam_front", "cam_rear"]
+    assert [rig[n].kind for n in rig] == [SensorKind.LIDAR, SensorKind.RADAR, SensorKind.RADAR] + [
+        SensorKind.CAMERA
+    ] * 2
+    # The lidar hangs off a two-level static chain: base_link <- lidar_mount <- velodyne.
+    assert _same_transform(rig["lidar_top"].extrinsic, LIDAR_MOUNT.compose(VELODYNE))
+    assert _same_transform(rig["radar_front"].extrinsic, RADAR_FRONT)
+    assert _same_transform(rig["radar_rear"].extrinsic, RADAR_REAR)
+    assert _same_transform(rig["cam_front"].extrinsic, CAM_FRONT)
+    assert _same_transform(rig["cam_rear"].extrinsic, CAM_REAR)  # frame override, header says otherwise
+    front, rear = rig["cam_front"].calibration, rig["cam_rear"].calibration
+    assert front is not None and rear is not None
+    assert (front.width, front.height, front.k, front.d) == (IMAGE_W, IMAGE_H, K_FRONT, D_FRONT)
+    assert (rear.k, rear.d, rear.distortion_model) == (K_REAR, (), "plumb_bob")
+    assert rig["lidar_top"].rate_hz == 10.0  # from the map
+    assert rig["radar_front"].rate_hz == pytest.approx(10.0)  # measured in the bag
+    assert rig["lidar_top"].frame_id == "lidar_top"
+    assert meta["ros2.frame.lidar_top"] == "velodyne"
+    assert meta["ros2.frame.cam_rear"] == "cam_rear_optical"
+    assert meta["rosbag2.world_frame"] == "map"
+
+
+def test_lidar_points_and_header_stamps(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, summary = ros2_drive
+    got = _samples(path, "lidar_top")
+    assert [s.t_ns for s in got] == [t for t, _ in bag.lidar]  # capture time, not bag receive time
+    for sample, (_, expected) in zip(got, bag.lidar, strict=True):
+        assert isinstance(sample, PointCloudSample)
+        assert sample.points.shape == expected.shape  # NaN points dropped, padding skipped
+        np.testing.assert_array_equal(sample.points, expected)
+    assert [s.seq for s in got] == list(range(len(bag.lidar)))
+    assert summary.skipped == {"lidar_top: points with non-finite x/y/z (dropped)": bag.lidar_nan}
+
+
+def test_radar_doppler_is_ego_compensated(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, _ = ros2_drive
+    got = _samples(path, "radar_front")
+    assert [s.t_ns for s in got] == [t for t, _ in bag.radar_front]
+    for sample, (_, raw) in zip(got, bag.radar_front, strict=True):
+        assert isinstance(sample, PointCloudSample)
+        assert sample.fields == ("x", "y", "z", "radial_velocity", "rcs")
+        np.testing.assert_array_equal(sample.points[:, :3], raw[:, :3])
+        assert np.abs(raw[:, 3]).max() > 1.0  # the raw Doppler of static targets is not zero...
+        # ...compensated it is (up to the finite-difference ego velocity: one-sided at the start of
+        # the trajectory, so off in direction by ~yaw_rate * baseline / 2 -> ~1 cm/s at 5 m/s).
+        np.testing.assert_allclose(sample.points[:, 3], 0.0, atol=0.015)
+        np.testing.assert_array_equal(sample.points[:, 4], raw[:, 4])
+
+
+def test_radar_cartesian_velocity_big_endian(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, _ = ros2_drive
+    got = _samples(path, "radar_rear")
+    for sample, (_, src) in zip(got, bag.radar_rear, strict=True):
+        assert isinstance(sample, PointCloudSample)
+        xyz, v = src[:, :3], src[:, 3:5]
+        expected = (xyz[:, 0] * v[:, 0] + xyz[:, 1] * v[:, 1]) / np.linalg.norm(xyz, axis=1)
+        np.testing.assert_array_equal(sample.points[:, :3], xyz)
+        np.testing.assert_allclose(sample.points[:, 3], expected, rtol=1e-5)
+        np.testing.assert_array_equal(sample.points[:, 4], src[:, 5])
+
+
+def test_images_raw_to_jpeg_and_compressed_passthrough(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, _ = ros2_drive
+    front = _samples(path, "cam_front")
+    assert [s.t_ns for s in front] == [t for t, _ in bag.cam_front]
+    for i, (sample, (_, rgb)) in enumerate(zip(front, bag.cam_front, strict=True)):
+        assert isinstance(sample, ImageSample) and sample.format == "jpeg"
+        decoded = sample.decode()
+        assert decoded.shape == (IMAGE_H, IMAGE_W, 3)
+        assert np.abs(decoded.astype(int) - rgb.astype(int)).mean() < 6, f"frame {i} differs beyond JPEG loss"
+        assert np.array_equal(rgb, gradient_image(i))
+    rear = _samples(path, "cam_rear")
+    assert [(s.t_ns, s.data) for s in rear if isinstance(s, ImageSample)] == bag.cam_rear  # bytes untouched
+
+
+def test_ego_poses_from_tf_chain(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, _ = ros2_drive
+    with DriveReader(path) as d:
+        poses = d.ego_poses()
+    assert [p.t_ns for p in poses] == bag.ego_stamps  # the odom <- base_link stamps
+    for i, p in enumerate(poses):
+        t_s = (p.t_ns - bag.ego_stamps[0]) / 1e9
+        expected = MAP_ODOM.compose(ego_pose(t_s))  # map <- odom <- base_link
+        assert _same_transform(p.pose, expected)
+        # Central differences inside; one-sided over ~50 ms at the two ends (heading off by ~w*dt/2).
+        inside = 3 <= i < len(poses) - 3
+        np.testing.assert_allclose(p.linear_velocity, (SPEED, 0.0, 0.0), atol=1e-3 if inside else 0.02)
+        assert p.yaw_rate == pytest.approx(YAW_RATE, abs=1e-6)
+
+
+def test_summary_counts_every_topic(bag: Bag, ros2_drive: tuple[Path, ImportSummary]) -> None:
+    path, summary = ros2_drive
+    assert summary.output == path and summary.source.startswith("rosbag2")
+    for topic in ("lidar_top/points", "radar_front/points", "radar_rear/points"):
+        assert summary.messages[f"/sensors/{topic}"] == 5
+    assert summary.messages["/sensors/cam_front/image/compressed"] == 5
+    assert summary.messages["/ego/odometry"] == len(bag.ego_stamps)
+    text = "\n".join(summary.lines())
+    assert "lidar_top: points with non-finite x/y/z (dropped): 10" in text
+    assert "cam_rear: rate_hz not in the map; measured 10 Hz in the bag" in text
+    assert not list(path.parent.glob(".*.partial"))
+
+
+def test_single_mcap_file_input(bag: Bag, tmp_path: Path) -> None:
+    (mcap,) = bag.path.glob("*.mcap")
+    summary = import_ros2(mcap, bag.topic_map, tmp_path / "d.mcap")
+    assert summary.messages["/sensors/lidar_top/points"] == 5
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
+    b = write_bag(tmp_path, omit_topics=("/cam_front/camera_info",))
+    with pytest.raises(DriveError, match="CameraInfo") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/cam_front/camera_info"
+    assert exc.value.file == str(b.path)
+    assert not list(tmp_path.glob("*out.mcap*"))
+
+
+def test_missing_tf_names_the_frame(tmp_path: Path) -> None:
+    b = write_bag(tmp_path, omit_static=("velodyne",))
+    with pytest.raises(DriveError, match=r"no transform base_link <- velodyne for sensor 'lidar_top'") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/tf_static"
+    assert exc.value.frame == "velodyne"
+
+
+def test_missing_ego_motion(tmp_path: Path) -> None:
+    b = write_bag(tmp_path, omit_topics=("/tf",))
+    with pytest.raises(DriveError, match="no ego pose") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/tf"
+
+
+def test_unknown_topic_is_a_config_error_naming_file_and_key(bag: Bag, tmp_path: Path) -> None:
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text(TOPIC_MAP.replace("/radar_rear/points", "/radar_rear/typo"))
+    with pytest.raises(ConfigError, match="topic /radar_rear/typo is not in the bag") as exc:
+        import_ros2(bag.path, tmap, tmp_path / "out.mcap")
+    assert exc.value.file == str(tmap)
+    assert exc.value.key == "sensors[2].topic"
+    assert str(exc.value).startswith(f"{tmap}: sensors[2].topic: ")
+
+
+def test_topic_of_the_wrong_type(bag: Bag, tmp_path: Path) -> None:
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text("sensors:\n  - {name: cam, kind: camera, topic: /velodyne_points}\n")
+    with pytest.raises(ConfigError, match="has type sensor_msgs/msg/PointCloud2") as exc:
+        import_ros2(bag.path, tmap, tmp_path / "out.mcap")
+    assert exc.value.key == "sensors[0].topic"
+
+
+def test_configured_field_missing_in_cloud(tmp_path: Path) -> None:
+    b = write_bag(tmp_path, topic_map=TOPIC_MAP.replace("radial_velocity: doppler", "radial_velocity: range_rate"))
+    with pytest.raises(DriveError, match="point field 'range_rate' missing") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/radar_front/points"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ("sensors:\n  - {name: r, kind: radar, topic: /r}\n", "sensors[0].radial_velocity", "exactly one of"),
+        ("sensors:\n  - {name: c, kind: camera, topic: /c, intensity: i}\n", "sensors[0].intensity", "only applies"),
+        ("sensors:\n  - {name: l, kind: lidar, topic: /l, bogus: 1}\n", "sensors[0].bogus", "unknown key"),
+        ("sensors:\n  - {name: l, kind: sonar, topic: /l}\n", "sensors[0].kind", "expected one of"),
+        ("sensors:\n  - {name: l, kind: lidar, topic: l}\n", "sensors[0].topic", "absolute ROS topic"),
+        (
+            "sensors:\n  - {name: a, kind: lidar, topic: /a}\n  - {name: a, kind: lidar, topic: /b}\n",
+            "sensors[1].name",
+            "duplicate sensor name",
+        ),
+        ("sensors: []\n", "sensors", "at least one"),
+        (
+            "sensors:\n  - {name: r, kind: radar, topic: /r, velocity: [vx]}\n",
+            "sensors[0].velocity",
+            "two different field names",
+        ),
+    ],
+)
+def test_topic_map_validation(tmp_path: Path, text: str, key: str, message: str) -> None:
+    path = tmp_path / "topics.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_topic_map(path)
+    assert exc.value.file == str(path)
+    assert exc.value.key == key
+
+
+def test_existing_output_is_kept_unless_overwrite(bag: Bag, tmp_path: Path) -> None:
+    out = tmp_path / "d.mcap"
+    out.write_bytes(b"precious")
+    with pytest.raises(DriveError, match="output exists"):
+        import_ros2(bag.path, bag.topic_map, out)
+    assert out.read_bytes() == b"precious"
+    import_ros2(bag.path, bag.topic_map, out, overwrite=True)
+    with DriveReader(out) as d:
+        assert d.stats().topics["/sensors/lidar_top/points"].message_count == 5
+
+
+def test_failed_import_leaves_no_file(bag: Bag, tmp_path: Path) -> None:
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text(TOPIC_MAP.replace("intensity: intensity\n", "").replace("rate_hz: 10\n", "intensity: nope\n", 1))
+    out = tmp_path / "d.mcap"
+    with pytest.raises(DriveError, match="point field 'nope' missing"):
+        import_ros2(bag.path, tmap, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["topics.yaml"]
+
+
+def test_not_a_bag(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.mcap"
+    junk.write_bytes(b"not an mcap file at all")
+    tmap = tmp_path / "topics.yaml"
+    tmap.write_text(TOPIC_MAP)
+    with pytest.raises(DriveError, match="cannot open ROS 2 bag") as exc:
+        import_ros2(junk, tmap, tmp_path / "out.mcap")
+    assert exc.value.file == str(junk)
