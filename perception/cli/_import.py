@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perception._progress import Progress
-from perception.importers import ImportSummary, import_nuscenes, import_ros2
+from perception.importers import TOPIC_MAP_HELP, ImportSummary, import_nuscenes, import_ros2
 
 __all__ = ["register", "run"]
 
@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
     ros2 = sources.add_parser(
         "ros2",
         help="a rosbag2 directory or .mcap file",
-        description="Import the topics a topics.yaml maps from a ROS 2 bag (see perception/importers/_topic_map.py).",
+        description="Import the topics that a topics.yaml maps from a ROS 2 bag.\n\n" + TOPIC_MAP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ros2.add_argument("bag", type=Path, help="rosbag2 directory (metadata.yaml + storage) or a .mcap file")
     ros2.add_argument("--map", dest="topic_map", type=Path, required=True, help="topics.yaml: ROS topics -> sensors")
@@ -60,7 +61,9 @@ def register(sub: Any) -> None:
     nus.add_argument("dataroot", type=Path, help="dataset root (holds the version directory, samples/, sweeps/)")
     nus.add_argument("--scene", required=True, help="scene name, e.g. scene-0061")
     nus.add_argument("--version", default="v1.0-mini", help="table directory (default: v1.0-mini)")
-    nus.add_argument("--channels", default=None, help="comma-separated channels to import (default: all)")
+    nus.add_argument(
+        "--channels", default=None, help="comma-separated channels, e.g. LIDAR_TOP,CAM_FRONT (default: all)"
+    )
     nus.add_argument(
         "--no-radar-filter", action="store_true", help="keep every radar point (default: the devkit's default filters)"
     )

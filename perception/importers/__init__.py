@@ -19,10 +19,11 @@ from perception.importers._output import ImportSummary
 from perception.importers._pcd import PcdHeader, parse_pcd
 from perception.importers._pointcloud2 import decode_point_cloud2
 from perception.importers._ros2 import image_to_rgb, import_ros2
-from perception.importers._topic_map import Ros2Sensor, TopicMap, load_topic_map
+from perception.importers._topic_map import TOPIC_MAP_HELP, Ros2Sensor, TopicMap, load_topic_map
 
 __all__ = [
     "NUSCENES_LABELS",
+    "TOPIC_MAP_HELP",
     "ImportSummary",
     "PcdHeader",
     "Ros2Sensor",

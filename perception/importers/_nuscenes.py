@@ -171,6 +171,10 @@ class _Tables:
             missing = [k for k in _KEYS[table] if k not in rec]
             if missing:
                 raise DriveError(f"record {i} has no {', '.join(map(repr, missing))}", file=str(path))
+            if "timestamp" in rec and (isinstance(rec["timestamp"], bool) or not isinstance(rec["timestamp"], int)):
+                raise DriveError(
+                    f"record {i}: timestamp must be integer microseconds, got {rec['timestamp']!r}", file=str(path)
+                )
         return rows
 
     def get(self, table: str, token: str, referrer: str) -> dict[str, Any]:
@@ -421,9 +425,9 @@ def _radar(d: _Data, seq: int, out: DriveOutput, filtered: bool) -> PointCloudSa
     except ValueError as exc:
         raise DriveError(str(exc), file=str(d.path)) from exc
     names = set(rec.dtype.names or ())
-    missing = [n for n in ("x", "y", "z", "vx_comp", "vy_comp", "rcs") if n not in names]
+    missing = [n for n in ("x", "y", "z", "vx_comp", "vy_comp", "rcs") if n not in names or rec.dtype[n].shape]
     if missing:
-        raise DriveError(f"radar PCD lacks field(s) {', '.join(missing)}", file=str(d.path))
+        raise DriveError(f"radar PCD lacks scalar field(s) {', '.join(missing)}", file=str(d.path))
     if filtered:
         keep = np.ones(len(rec), dtype=bool)
         for key, allowed in _RADAR_FILTERS.items():

@@ -3,12 +3,13 @@
 Two passes over the bag with ``rosbags.highlevel.AnyReader`` (CDR deserialisation with the bag's
 embedded message definitions, the latest ROS 2 LTS typestore as a fallback):
 
-1. the small topics: ``/tf_static`` and ``/tf`` (``tf2_msgs/msg/TFMessage``) into a
+1. a scan: ``/tf_static`` and ``/tf`` (``tf2_msgs/msg/TFMessage``) into a
    :class:`~perception.importers._tf.TfTree`, the first ``sensor_msgs/msg/CameraInfo`` of every
-   camera, and the first message of each sensor topic (its ``header.frame_id``). From these: the rig
+   camera, and per sensor topic its time span (for the measured rate) and the ``header.frame_id`` of
+   its first message (sensor messages are not deserialised beyond that). From these: the rig
    (extrinsics ``base_link <- sensor`` by composing the TF tree, intrinsics from CameraInfo) and the
-   ego poses (``world <- base_link`` at the stamps of the dynamic edge above ``base_link``, velocity
-   by finite differences);
+   ego poses (``world <- base_link`` at the stamps of the dynamic edge closest to ``base_link``,
+   velocity by finite differences);
 2. the sensor topics, converted message by message and written in bag order, with the ego poses
    interleaved by time.
 

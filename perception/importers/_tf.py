@@ -53,8 +53,9 @@ class _Edge:
         self._t = t[keep]
         self._p = np.asarray(self.translations, dtype=np.float64)[idx]
         quats = np.asarray(self.rotations, dtype=np.float64)[idx]
-        bad = np.linalg.norm(quats, axis=1) < 1e-9
-        if bad.any():
+        if not (np.isfinite(self._p).all() and np.isfinite(quats).all()):
+            raise TfError(f"non-finite values in transform {self.parent} -> {self.child}")
+        if (np.linalg.norm(quats, axis=1) < 1e-9).any():
             raise TfError(f"zero quaternion in transform {self.parent} -> {self.child}")
         self._r = Rotation.from_quat(quats)
         self._slerp = Slerp(self._t.astype(np.float64), self._r) if len(self._t) > 1 else None

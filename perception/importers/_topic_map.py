@@ -11,7 +11,7 @@
         kind: lidar                # lidar | radar | camera
         topic: /velodyne_points    # sensor_msgs/msg/PointCloud2
         intensity: intensity       # optional; default 'intensity' if the cloud has it, else 0
-        rate_hz: 10                # optional; default: estimated from the message count
+        rate_hz: 10                # optional; default: measured from the bag
       - name: radar_front
         kind: radar
         topic: /radar_front/points # sensor_msgs/msg/PointCloud2
@@ -41,7 +41,10 @@ from typing import Literal
 from perception.config import from_data, load_yaml
 from perception.errors import ConfigError
 
-__all__ = ["Ros2Sensor", "TopicMap", "check_unique", "load_topic_map"]
+__all__ = ["TOPIC_MAP_HELP", "Ros2Sensor", "TopicMap", "check_unique", "load_topic_map"]
+
+#: The format description above, for ``--help``.
+TOPIC_MAP_HELP: str = __doc__ or ""
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
