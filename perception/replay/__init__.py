@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from perception.replay._eval import MODES, evaluate_modes, score_modes
 from perception.replay._session import Rate, ReplayOptions, ReplayOutcome, replay_drive, safe_output_path
 from perception.replay._source import DriveSource, match_rig
 
-__all__ = ["DriveSource", "Rate", "ReplayOptions", "ReplayOutcome", "match_rig", "replay_drive", "safe_output_path"]
+__all__ = [
+    "MODES",
+    "DriveSource",
+    "Rate",
+    "ReplayOptions",
+    "ReplayOutcome",
+    "evaluate_modes",
+    "match_rig",
+    "replay_drive",
+    "safe_output_path",
+    "score_modes",
+]

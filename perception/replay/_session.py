@@ -106,7 +106,8 @@ async def replay_drive(
         if opts.evaluate and reader.has_ground_truth and fusion is not None:
             from perception.evaluation import DetectionEvaluator
 
-            evaluator = DetectionEvaluator()
+            ego_at = reader.ego_pose_at if reader.ego_poses() else None
+            evaluator = DetectionEvaluator(rig=source.rig, ego_at=ego_at)
         out_dir = opts.out_dir
         jsonl = None
         if out_dir is not None:
