@@ -1,0 +1,60 @@
+"""Deterministic synthetic drives with exact ground truth.
+
+An ego vehicle drives a road (straights and gentle curves, lanes, sidewalks) through traffic (cars,
+trucks, pedestrians, cyclists); a configurable rig of lidars, radars and cameras samples the world
+on its own unaligned clocks. Everything is a pure function of the scenario, the seed and the rig, so
+identical arguments give byte-identical drives.
+
+* :func:`generate_drive` writes a drive (MCAP, see :mod:`perception.drives`); the CLI is
+  ``perception sim``.
+* :class:`Simulator` gives random access to scenes, samples, ego poses and ground truth; its
+  :meth:`Simulator.render` returns an image with per-pixel object ids (:class:`CameraFrame`).
+* :func:`project_ground_truth` turns ground truth into 2D camera boxes (training labels).
+* Sensor weaknesses are deliberate: the lidar is sparse at range and has no velocity; the radar has
+  velocity but poor lateral accuracy and clutter; the camera has the class but no depth.
+"""
+
+from __future__ import annotations
+
+from perception.sim._camera import BoxLabel, CameraFrame, CameraModel, project_ground_truth
+from perception.sim._generate import SimSummary, Simulator, generate_drive
+from perception.sim._lidar import LidarModel
+from perception.sim._radar import RadarModel
+from perception.sim._rig import (
+    CameraParams,
+    LidarParams,
+    RadarParams,
+    RigConfig,
+    SensorConfig,
+    builtin_rig_path,
+    load_rig,
+    parse_rig,
+)
+from perception.sim._scenarios import SCENARIOS, Scenario, get_scenario
+from perception.sim._world import Lighting, Scene, World
+
+__all__ = [
+    "SCENARIOS",
+    "BoxLabel",
+    "CameraFrame",
+    "CameraModel",
+    "CameraParams",
+    "LidarModel",
+    "LidarParams",
+    "Lighting",
+    "RadarModel",
+    "RadarParams",
+    "RigConfig",
+    "Scenario",
+    "Scene",
+    "SensorConfig",
+    "SimSummary",
+    "Simulator",
+    "World",
+    "builtin_rig_path",
+    "generate_drive",
+    "get_scenario",
+    "load_rig",
+    "parse_rig",
+    "project_ground_truth",
+]
