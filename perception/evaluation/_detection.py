@@ -16,9 +16,12 @@ Protocol (per frame, then accumulated over a drive):
 * **Matching.** Per class and per distance threshold (0.5, 1, 2, 4 m), detections are taken in
   descending score order and each is matched to the nearest unmatched ground-truth object of the same
   class in the same frame within the threshold (BEV centre distance), else it is a false positive.
-* **AP** per class and threshold as in nuScenes: precision interpolated at 101 recall points, the
-  points at recall <= ``min_recall`` (0.1) dropped, precision reduced by ``min_precision`` (0.1) and
-  clipped at 0, mean normalised by ``1 - min_precision``. A class's AP is the mean over thresholds.
+* **AP** per class and threshold as in nuScenes: precision sampled at 101 recall points, the points at
+  recall <= ``min_recall`` (0.1) dropped, precision reduced by ``min_precision`` (0.1) and clipped at 0,
+  mean normalised by ``1 - min_precision``. One deliberate difference: precision is sampled from its
+  envelope (best precision at that recall or more, as COCO/VOC do) instead of nuScenes' linear
+  interpolation, so false positives ranked after the last true positive do not lower AP. A class's AP
+  is the mean over thresholds.
 * **mAP** is the mean over classes *that have ground truth* in the evaluated frames; a class without
   ground truth has AP ``None`` (undefined) and is left out of the mean (its detections are false
   positives of nothing: they are not penalised). ``mAP`` is ``None`` when no class has ground truth.
@@ -69,13 +72,14 @@ def nuscenes_ap(
     order = np.argsort(-s, kind="stable")
     ctp = np.cumsum(tp[order]).astype(np.float64)
     cfp = np.cumsum(~tp[order]).astype(np.float64)
-    precision = ctp / (ctp + cfp)
+    precision = np.maximum.accumulate((ctp / (ctp + cfp))[::-1])[::-1]  # envelope: best precision at >= recall
     recall = ctp / float(num_gt)
     rec_interp = np.linspace(0.0, 1.0, 101)
-    prec = np.interp(rec_interp, recall, precision, right=0.0)
+    at = np.searchsorted(recall, rec_interp, side="left")  # first detection reaching each recall level
+    prec = np.where(at < recall.size, precision[np.minimum(at, recall.size - 1)], 0.0)
     prec = prec[round(100 * min_recall) + 1 :] - min_precision
     prec[prec < 0] = 0.0
-    return float(np.mean(prec)) / (1.0 - min_precision)
+    return min(1.0, float(np.mean(prec)) / (1.0 - min_precision))
 
 
 @dataclass

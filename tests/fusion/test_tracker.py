@@ -1,0 +1,176 @@
+"""Tracking through the fuser: stable ids, coasting, deaths, velocity, birth, ego motion, order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from perception.config import FusionConfig
+from perception.fusion import Fuser
+from perception.fusion._testing import (
+    SimObject,
+    lidar_result,
+    make_rig,
+    missing,
+    move,
+    radar_result,
+    scene_results,
+    traffic_scene,
+)
+from perception.types import Detection3D, Frame, SensorResult
+
+RIG = make_rig(cameras=0, radars=1)
+DT_NS = 100_000_000
+OBJECTS = [
+    SimObject("car", (20.0, 3.5, 0.8), velocity=(8.0, 0.0)),
+    SimObject("car", (-10.0, -3.5, 0.8), yaw=math.pi, velocity=(-6.0, 0.0)),
+    SimObject("pedestrian", (12.0, 8.0, 0.9), (0.6, 0.6, 1.75), velocity=(0.0, -1.0)),
+]
+
+
+def lidar_frame(k: int, objects: Sequence[SimObject] = OBJECTS, noise: float = 0.05) -> dict[str, SensorResult]:
+    return {"lidar_top": lidar_result(RIG, "lidar_top", move(objects, k * 0.1), t_ns=k * DT_NS, noise=noise, seed=k)}
+
+
+def step(fuser: Fuser, k: int, results: dict[str, SensorResult]) -> tuple[Detection3D, ...]:
+    dets, _ = fuser(Frame(k, k * DT_NS, {}), results)
+    return dets
+
+
+def by_position(dets: Sequence[Detection3D], objects: Sequence[SimObject], k: int) -> list[Detection3D]:
+    """The detection nearest each object at frame ``k``."""
+    out = []
+    for o in move(objects, k * 0.1):
+        out.append(min(dets, key=lambda d: math.hypot(d.center[0] - o.center[0], d.center[1] - o.center[1])))
+    return out
+
+
+def test_ids_stay_stable_and_velocity_converges_without_radar() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    ids = None
+    for k in range(20):
+        dets = step(fuser, k, lidar_frame(k))
+        assert len(dets) == 3
+        matched = by_position(dets, OBJECTS, k)
+        if ids is None:
+            ids = [d.id for d in matched]
+            assert len(set(ids)) == 3
+        assert [d.id for d in matched] == ids
+    for d, o in zip(by_position(dets, OBJECTS, 19), OBJECTS, strict=True):
+        assert math.hypot(d.velocity[0] - o.velocity[0], d.velocity[1] - o.velocity[1]) < 0.4
+        assert d.label == o.label and d.sources == ("lidar_top",)
+    # yaw follows the velocity (a lidar box alone cannot tell front from back)
+    assert by_position(dets, OBJECTS, 19)[1].yaw == pytest.approx(math.pi, abs=0.05) or by_position(dets, OBJECTS, 19)[
+        1
+    ].yaw == pytest.approx(-math.pi, abs=0.05)
+
+
+def test_tracks_coast_through_missing_frames_and_die_after_max_misses() -> None:
+    config = FusionConfig(score_threshold=0.0, track_max_misses=2)
+    fuser = Fuser(config, RIG)
+    for k in range(5):
+        before = step(fuser, k, lidar_frame(k))
+    ids = sorted(d.id for d in before)
+    # lidar late for one frame: confirmed tracks are predicted forward, no sensor contributed
+    coast = step(fuser, 5, {"lidar_top": missing("lidar_top")})
+    assert sorted(d.id for d in coast) == ids
+    assert all(d.sources == () for d in coast)
+    for d, o in zip(by_position(coast, OBJECTS, 5), OBJECTS, strict=True):
+        assert d.center[0] == pytest.approx(move([o], 0.5)[0].center[0], abs=0.3)
+        assert d.score < next(b.score for b in before if b.id == d.id)
+    back = step(fuser, 6, lidar_frame(6))
+    assert sorted(d.id for d in back) == ids
+    # now gone for good: coast max_misses frames, then the tracks are deleted
+    assert len(step(fuser, 7, {})) == 3
+    assert len(step(fuser, 8, {})) == 3
+    assert step(fuser, 9, {}) == ()
+    reborn = step(fuser, 10, lidar_frame(10))
+    assert not set(d.id for d in reborn) & set(ids)
+
+
+def test_birth_needs_confirmation_and_tentative_tracks_die_on_a_miss() -> None:
+    obj = [OBJECTS[0]]
+    fuser = Fuser(FusionConfig(score_threshold=0.0, track_min_hits=2), RIG)
+    first = step(fuser, 0, lidar_frame(0, obj))
+    second = step(fuser, 1, lidar_frame(1, obj))
+    assert first[0].id == second[0].id
+    assert first[0].score < second[0].score  # tentative until the second hit
+    once = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    step(once, 0, lidar_frame(0, obj))
+    assert step(once, 1, {}) == ()  # a one-off detection does not coast
+    immediate = Fuser(FusionConfig(score_threshold=0.0, track_min_hits=1), RIG)
+    assert step(immediate, 0, lidar_frame(0, obj))[0].score == pytest.approx(0.8, abs=1e-6)
+
+
+def test_score_threshold_applies_to_the_track_output() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.6), RIG)
+    assert step(fuser, 0, lidar_frame(0)) == ()  # tentative: 0.8 * 0.6 < 0.6
+    assert len(step(fuser, 1, lidar_frame(1))) == 3
+
+
+def test_radial_radar_speeds_up_velocity_convergence() -> None:
+    car = [SimObject("car", (25.0, 2.0, 0.8), velocity=(12.0, 0.0))]
+    errors = {}
+    for use_radar in (False, True):
+        fuser = Fuser(FusionConfig(score_threshold=0.0, radar_only=False), RIG)
+        for k in range(2):
+            results = lidar_frame(k, car, noise=0.1)
+            if use_radar:
+                results["radar_front"] = radar_result(
+                    RIG, "radar_front", move(car, k * 0.1), t_ns=k * DT_NS, full_velocity=False
+                )
+            dets = step(fuser, k, results)
+        errors[use_radar] = math.hypot(dets[0].velocity[0] - 12.0, dets[0].velocity[1])
+    assert errors[True] < 0.2 and errors[True] < errors[False] / 3
+
+
+def test_tracking_in_the_map_frame_compensates_ego_motion() -> None:
+    scene = traffic_scene(12, seed=3, ego_speed=15.0)
+    rig = make_rig(cameras=2, radars=2)
+    fuser = Fuser(FusionConfig(score_threshold=0.0), rig, ego_at=scene.ego_at)
+    for k in range(12):
+        dets, _ = fuser(Frame(k, k * DT_NS, {}), scene_results(scene, rig, k * DT_NS, seed=k))
+    truth = scene.objects_at(11 * DT_NS)
+    errs = []
+    for o in truth:
+        if math.hypot(*o.center[:2]) > 60:
+            continue
+        d = min(dets, key=lambda d: math.hypot(d.center[0] - o.center[0], d.center[1] - o.center[1]))
+        errs.append(math.hypot(d.velocity[0] - o.velocity[0], d.velocity[1] - o.velocity[1]))
+    assert errs and float(np.median(errs)) < 0.3  # over-ground velocity, not relative to the moving ego
+
+
+def test_out_of_order_frames_are_answered_without_changing_tracks() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(4):
+        latest = step(fuser, k, lidar_frame(k))
+    late = step(fuser, 2, lidar_frame(2))
+    assert sorted(d.id for d in late) == sorted(d.id for d in latest)
+    after = step(fuser, 4, lidar_frame(4))
+    assert sorted(d.id for d in after) == sorted(d.id for d in latest)
+
+
+def test_reset_starts_a_new_drive() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(3):
+        step(fuser, k, lidar_frame(k))
+    fuser.reset()
+    assert step(fuser, 0, {}) == ()
+    assert sorted(d.id for d in step(fuser, 0, lidar_frame(0))) == [1, 2, 3]
+
+
+def test_a_long_gap_drops_all_tracks() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(3):
+        ids = {d.id for d in step(fuser, k, lidar_frame(k))}
+    later = step(fuser, 100, lidar_frame(100, [SimObject("car", (30.0, 0.0, 0.8))]))
+    assert not {d.id for d in later} & ids
+
+
+def test_untracked_output_numbers_detections_per_frame() -> None:
+    fuser = Fuser(FusionConfig(tracking=False, score_threshold=0.0), RIG)
+    dets = step(fuser, 0, lidar_frame(0))
+    assert sorted(d.id for d in dets) == [0, 1, 2]
