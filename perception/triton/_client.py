@@ -68,6 +68,8 @@ _MAX_MESSAGE = 2**31 - 1
 _STAT_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 #: After a failed registration, shared memory is not tried again on that URL for this long.
 _SHM_RETRY_NS = 30 * 1_000_000_000
+#: How long close() lets grpc finish cancelled calls before the channels' loop may end.
+_CANCEL_SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -161,21 +163,6 @@ class InferResult:
     request_id: str = ""
 
 
-async def _rpc(call: Awaitable[Any]) -> Any:
-    """Await a ``tritonclient.grpc.aio`` call; cancelling the caller cancels the RPC.
-
-    grpc.aio cancels the RPC when the awaiting task is cancelled, but then raises a *new*, bare
-    ``CancelledError`` that anyio's cancel scopes do not recognise as theirs (the scope would let it
-    escape). anyio cancellation is level-triggered: ``checkpoint_if_cancelled`` re-delivers the scope's
-    own cancellation. A native ``Task.cancel()`` (no cancelled anyio scope) propagates unchanged.
-    """
-    try:
-        return await call
-    except asyncio.CancelledError:
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        raise
-
-
 def is_loopback(url: str) -> bool:
     """True for URLs on this host: 127.0.0.0/8, ``localhost``, ``::1``, ``unix:`` sockets."""
     if url.startswith("unix:"):
@@ -256,6 +243,8 @@ class TritonClient:
         self._registrars = {ep.url: _Registrar(self, ep) for ep in self._endpoints}
         self._open = False
         self._closed = False
+        self._inflight = 0
+        self._cancelled_rpcs = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -316,7 +305,14 @@ class TritonClient:
         with anyio.CancelScope(shield=True):
             if self._pool is not None:
                 await self._pool.close()
+            cancelled_calls = self._inflight + self._cancelled_rpcs
             await self._close_channels()
+            if cancelled_calls:
+                # grpc completes cancelled calls asynchronously, from its poller thread, by scheduling a
+                # callback on the loop that started them. Give it time to do so while the loop still
+                # runs: if the loop were closed first, grpc would raise "Event loop is closed" into
+                # whatever loop runs next in this process (e.g. the next test's).
+                await anyio.sleep(_CANCEL_SETTLE_S)
         self._open = False
 
     async def _close_channels(self) -> None:
@@ -328,6 +324,24 @@ class TritonClient:
                         await client.close()
                     except Exception as exc:  # pragma: no cover - closing must not fail the caller
                         log.debug("closing channel to %s: %s", ep.url, exc)
+
+    async def _rpc(self, call: Awaitable[Any]) -> Any:
+        """Await a ``tritonclient.grpc.aio`` call; cancelling the caller cancels the RPC.
+
+        grpc.aio cancels the RPC when the awaiting task is cancelled, but then raises a *new*, bare
+        ``CancelledError`` that anyio's cancel scopes do not recognise as theirs (the scope would let it
+        escape). anyio cancellation is level-triggered: ``checkpoint_if_cancelled`` re-delivers the
+        scope's own cancellation. A native ``Task.cancel()`` (no cancelled anyio scope) propagates as is.
+        """
+        self._inflight += 1
+        try:
+            return await call
+        except asyncio.CancelledError:
+            self._cancelled_rpcs += 1
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise
+        finally:
+            self._inflight -= 1
 
     def _check_open(self) -> None:
         if not self._open:
@@ -384,7 +398,7 @@ class TritonClient:
         """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
         self._check_open()
         try:
-            result = await _rpc(
+            result = await self._rpc(
                 getattr(ep.client(), method)(
                     *args,
                     headers=self._headers,
@@ -424,7 +438,7 @@ class TritonClient:
                     return
                 await anyio.sleep(poll_s)
         if problem is None:
-            problem = ConnectError("no answer from the server")
+            problem = ConnectError(f"no answer from {', '.join(self.urls)}")
         raise type(problem)(f"not ready after {timeout_s:g} s: {problem.message}", **dict(problem.context)) from problem
 
     async def _readiness_problem(self, models: Sequence[str]) -> TransportError | None:
@@ -671,7 +685,7 @@ class TritonClient:
                 )
             client_timeout = remaining / 1e9
             server_timeout_us = max(1, remaining // 1000)
-        return await _rpc(
+        return await self._rpc(
             ep.client().infer(
                 model_name=req.model,
                 inputs=infer_inputs,

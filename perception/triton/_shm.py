@@ -23,6 +23,7 @@ The pool is used from one event loop (no locks); creation and registration are t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
@@ -49,6 +50,7 @@ SHM_DIR = Path("/dev/shm")
 ALIGNMENT = 64
 _CLOSE_TIMEOUT_S = 5.0
 _IN_USE_RETRY_S = 0.01
+_ORPHAN_RETRY_S = 0.1
 
 
 class ShmRegistrar(Protocol):
@@ -162,6 +164,7 @@ class SharedMemoryPool:
         self._registrars: dict[str, ShmRegistrar] = {}
         # (url, name) of dropped regions the server still used when we tried to unregister them.
         self._orphans: set[tuple[str, str]] = set()
+        self._orphans_retry_at = 0.0
         self._closed = False
 
     @property
@@ -204,7 +207,8 @@ class SharedMemoryPool:
         if size > self._max_total:
             return None
         self._registrars.setdefault(registrar.url, registrar)
-        if self._orphans:
+        if self._orphans and time.monotonic() >= self._orphans_retry_at:
+            self._orphans_retry_at = time.monotonic() + _ORPHAN_RETRY_S
             await self._retry_orphans()
         region = await self._take(size)
         if region is None:
