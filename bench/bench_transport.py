@@ -68,8 +68,9 @@ async def _measure(client: TritonClient, points: int, repeats: int, warmup: int)
     result: dict[str, Any] = {"points": points, "bytes": int(cloud.nbytes)}
     for mode in MODES:
         result[mode] = {"round_trip": _stats(total[mode]), "prepare": _stats(prepare[mode])}
-    result["grpc_over_shm_p50"] = round(result["grpc"]["round_trip"]["p50_ms"] / result["shm"]["round_trip"]["p50_ms"], 2)
-    result["grpc_over_shm_p99"] = round(result["grpc"]["round_trip"]["p99_ms"] / result["shm"]["round_trip"]["p99_ms"], 2)
+    for q in ("p50", "p99"):
+        grpc_ms, shm_ms = (result[m]["round_trip"][f"{q}_ms"] for m in MODES)
+        result[f"grpc_over_shm_{q}"] = round(grpc_ms / shm_ms, 2)
     log.info(
         "%7d points (%5.1f MB): grpc p50 %.2f ms p99 %.2f ms | shm p50 %.2f ms p99 %.2f ms | x%.1f",
         points,
