@@ -66,11 +66,13 @@ def safe_output_path(out_dir: Path, name: str) -> Path:
 def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:
     if rate == "lockstep":
         # One frame at a time, never dropped, every sensor awaited: deterministic regression output.
-        pipe = dataclasses.replace(config.pipeline, max_in_flight=1, queue_size=1, overflow="block")
+        pipe = dataclasses.replace(config.pipeline, max_in_flight=1, queue_size=0, overflow="block")
         return dataclasses.replace(config, pipeline=pipe)
     if rate == "max":
-        # Offline replay as fast as possible must not drop frames because the reader is faster.
-        return dataclasses.replace(config, pipeline=dataclasses.replace(config.pipeline, overflow="block"))
+        # As fast as the pipeline allows: the reader waits for a free slot (no queue), so no frame is
+        # dropped and a frame's budget clock starts when it can actually be dispatched.
+        pipe = dataclasses.replace(config.pipeline, queue_size=0, overflow="block")
+        return dataclasses.replace(config, pipeline=pipe)
     return config
 
 

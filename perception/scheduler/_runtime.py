@@ -24,9 +24,10 @@ from typing import Any, Protocol
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.errors import RuntimeClosedError
+from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._tensors import OUTPUTS, warmup_inputs
 from perception.types import (
     Detection3D,
     Frame,
@@ -100,6 +101,7 @@ class Runtime:
                 self._client = await self._open_client(stack)
             if self._check_models:
                 await self._verify_models()
+                await self._warm_up()
             self._dispatcher = Dispatcher(self._client, self.config.sensors, self.config.pipeline)
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -161,6 +163,31 @@ class Runtime:
         await client.wait_ready(sorted(models), timeout_s=self.config.server.startup_timeout_s)
         for model, kind in models.items():
             check_contract(kind, await client.model_contract(model))
+
+    async def _warm_up(self) -> None:
+        """One representative request per model before the first frame.
+
+        First requests pay one-off costs (lazy allocation, JIT/graph set-up, python imports inside the
+        backend); without a warm-up they would be late and trip the circuit breakers on frame 0.
+        """
+        client = self._client
+        assert client is not None
+        seen: dict[str, tuple[str, str]] = {}
+        for s in self.config.active_sensors:
+            seen.setdefault(s.model, (s.kind, s.name))
+
+        async def one(model: str, kind: str, sensor: str) -> None:
+            spec = self.rig.get(sensor)
+            inputs = warmup_inputs(kind, spec)
+            try:
+                with anyio.fail_after(self.config.server.startup_timeout_s):
+                    await client.infer(model, inputs, outputs=OUTPUTS[kind], request_id="warmup", sensor=sensor)
+            except (PerceptionError, TimeoutError) as exc:
+                log.warning("warm-up of model %s failed: %s", model, exc)
+
+        async with anyio.create_task_group() as tg:
+            for model, (kind, sensor) in seen.items():
+                tg.start_soon(one, model, kind, sensor)
 
     # -- processing -----------------------------------------------------------------------------
     @property

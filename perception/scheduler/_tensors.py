@@ -13,9 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.errors import InputError
-from perception.types import ImageSample, PointCloudSample, Sample
+from perception.types import ImageSample, PointCloudSample, Sample, SensorSpec
 
-__all__ = ["OUTPUTS", "camera_batch", "prepare_inputs", "split_batch"]
+__all__ = ["OUTPUTS", "camera_batch", "prepare_inputs", "split_batch", "warmup_inputs"]
 
 #: Output tensors requested from each kind of model.
 OUTPUTS: Mapping[str, tuple[str, ...]] = {
@@ -58,3 +58,16 @@ def camera_batch(images: Sequence[npt.NDArray[np.uint8]]) -> list[list[int]]:
 def split_batch(outputs: Mapping[str, npt.NDArray[Any]], index: int) -> dict[str, npt.NDArray[Any]]:
     """Outputs of batch element ``index`` (batch dimension removed)."""
     return {name: np.asarray(arr[index]) for name, arr in outputs.items()}
+
+
+def warmup_inputs(kind: str, spec: SensorSpec | None) -> dict[str, npt.NDArray[Any]]:
+    """Representative, deterministic inputs for a warm-up request of a ``kind`` model."""
+    rng = np.random.default_rng(0)
+    if kind == "camera":
+        cal = spec.calibration if spec is not None else None
+        h, w = (cal.height, cal.width) if cal is not None else (360, 640)
+        return {"IMAGE": rng.integers(0, 256, (1, h, w, 3), dtype=np.uint8)}
+    cols = _POINT_COLUMNS.get(kind, 4)
+    pts = rng.uniform(-40.0, 40.0, (2000 if kind == "lidar" else 50, cols)).astype(np.float32)
+    pts[:, 2] = rng.uniform(-1.5, 1.0, len(pts))
+    return {"POINTS": pts}
