@@ -47,6 +47,7 @@ async def test_round_trip_over_grpc_and_shared_memory_agree(client: TritonClient
     assert over_shm.url == client.urls[0] and over_shm.model == "echo"
     assert 0 < over_shm.prepare_ns < over_shm.client_ns
     assert over_shm.server_ns is None
+    assert not over_shm.outputs["OUTPUT"].flags.writeable  # zero-copy views of the response
 
 
 async def test_infer_request_object_and_non_contiguous_input(client: TritonClient) -> None:
@@ -183,8 +184,8 @@ async def test_unload_then_load_model(client: TritonClient) -> None:
             await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
 
 
-def _established_connections(port: int) -> int:
-    """TCP connections from this process to ``port`` (grpc uses v4-mapped IPv6 sockets: read both tables)."""
+def _established_connections(port: int) -> set[str]:
+    """Socket inodes of this process's TCP connections to ``port`` (grpc uses v4-mapped IPv6: read both)."""
     ours = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -193,14 +194,14 @@ def _established_connections(port: int) -> int:
             continue
         if target.startswith("socket:["):
             ours.add(target[8:-1])
-    count = 0
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             if remote_port == port and fields[3] == "01" and fields[9] in ours:
-                count += 1
-    return count
+                found.add(fields[9])
+    return found
 
 
 async def test_channels_are_separate_connections_used_round_robin(triton: EmbeddedTriton) -> None:
@@ -210,11 +211,12 @@ async def test_channels_are_separate_connections_used_round_robin(triton: Embedd
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,), channels=3)) as client:
             for _ in range(3):
                 await client.infer("echo", {"INPUT": SMALL})
-            assert _established_connections(port) - baseline == 3
+            connections = _established_connections(port) - baseline
+            assert len(connections) == 3
             async with anyio.create_task_group() as tg:
                 for _ in range(6):
                     tg.start_soon(client.infer, "sleeper_20", {"INPUT": np.ones(2, np.float32)})
-            assert _established_connections(port) - baseline == 3
+            assert _established_connections(port) - baseline == connections
 
 
 async def test_two_urls_round_robin(triton: EmbeddedTriton) -> None:
@@ -262,6 +264,30 @@ async def test_tls_with_missing_certificate_is_a_config_error(tmp_path: Path) ->
     with pytest.raises(ConfigError) as info:
         await client.open()
     assert info.value.file == str(missing)
+
+
+async def test_failed_open_closes_the_channels_already_made(
+    triton: EmbeddedTriton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+    real = TritonClient._new_channel
+
+    def flaky(self: TritonClient, url: str) -> object:
+        if len(made) == 3:
+            raise ConfigError("cannot read TLS file: boom", file="/nope.pem")
+        made.append(real(self, url))
+        return made[-1]
+
+    monkeypatch.setattr(TritonClient, "_new_channel", flaky)
+    client = TritonClient(ClientOptions(urls=(triton.grpc_url, f"localhost:{free_port()}"), channels=2))
+    with anyio.fail_after(10), pytest.raises(ConfigError):
+        await client.open()
+    assert len(made) == 3
+    for channel in made:  # closed: using it fails instead of connecting
+        with pytest.raises(Exception, match=r"(?i)closed"):
+            await channel.is_server_live()  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeClosedError):
+        await client.infer("echo", {"INPUT": SMALL})
 
 
 def test_options_are_validated() -> None:

@@ -227,3 +227,19 @@ async def test_close_unregisters_and_unlinks_everything(triton: EmbeddedTriton) 
         assert _files(prefix) == []
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as probe:
             assert not [n for n in await probe.server_shm_regions() if n.startswith(prefix)]
+
+
+async def test_cancelled_owner_still_cleans_up(triton: EmbeddedTriton) -> None:
+    with anyio.fail_after(20):
+        with anyio.CancelScope() as scope:
+            async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+                await client.infer("echo", {"INPUT": POINTS})
+                pool = client.shm_pool
+                assert pool is not None
+                prefix = pool.prefix
+                scope.cancel()
+                await anyio.sleep(1)  # cancelled here; close() runs shielded
+        assert scope.cancelled_caught
+        assert _files(prefix) == []
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as probe:
+            assert not [n for n in await probe.server_shm_regions() if n.startswith(prefix)]
