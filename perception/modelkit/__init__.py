@@ -30,12 +30,21 @@ from ._lidar import (
     detect_lidar,
     estimate_ground,
     fit_box_bev,
+    merge_fragments,
     sanitize_points,
     voxel_downsample,
 )
 from ._metrics import APAccumulator, APResult, average_precision, box_iou
 from ._models import LidarDetectorModel, RadarDetectorModel
-from ._radar import RadarDetections, RadarParams, cluster_radar, detect_radar, fit_velocity, sanitize_radar
+from ._radar import (
+    RadarDetections,
+    RadarParams,
+    cluster_radar,
+    detect_radar,
+    fit_velocity,
+    sanitize_radar,
+    split_by_motion,
+)
 from ._synthetic import SyntheticBox, synthetic_lidar_sweep, synthetic_radar_returns
 from ._tensors import TRITON_DTYPES, TensorSpec, triton_dtype_name
 from ._triton import (
@@ -88,10 +97,12 @@ __all__: list[str] = [
     "estimate_ground",
     "fit_box_bev",
     "fit_velocity",
+    "merge_fragments",
     "params_from_config",
     "preprocess_images",
     "sanitize_points",
     "sanitize_radar",
+    "split_by_motion",
     "synthetic_lidar_sweep",
     "synthetic_radar_returns",
     "triton_dtype_name",

@@ -37,7 +37,15 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-__all__ = ["RadarDetections", "RadarParams", "cluster_radar", "detect_radar", "fit_velocity", "sanitize_radar"]
+__all__ = [
+    "RadarDetections",
+    "RadarParams",
+    "cluster_radar",
+    "detect_radar",
+    "fit_velocity",
+    "sanitize_radar",
+    "split_by_motion",
+]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -58,7 +66,7 @@ class RadarParams:
     single_min_rcs: float = 10.0  # dBsm; an isolated return this strong is still an object
     velocity_sigma: float = 0.15  # m/s, Doppler noise floor used for the velocity error prediction
     azimuth_sigma: float = 0.03  # rad, azimuth noise (incl. scatter over the object) for the same
-    max_velocity_std: float = 0.4  # m/s; predicted velocity error above this -> NaN
+    max_velocity_std: float = 0.3  # m/s; predicted velocity error above this -> NaN
     min_score: float = 0.05
 
 
@@ -149,26 +157,77 @@ def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, flo
 
     The predicted error is ``sigma / sqrt(smallest eigenvalue of A^T A)`` (the worst direction), with
     ``sigma`` the largest of the Doppler noise floor, the fit's residual, and the error an azimuth error
-    of ``azimuth_sigma`` causes on the projection of the estimated speed. NaNs and ``inf`` when there
-    are fewer than two returns or their directions are (nearly) parallel.
+    of ``azimuth_sigma`` causes on the projection of the estimated speed (doubled for two returns, whose
+    fit cannot be checked). Returns that disagree with the fit by more than four times the noise are
+    dropped and the fit repeated while at least three remain. NaNs and ``inf`` when there are fewer
+    than two returns or their directions are (nearly) parallel.
     """
     p = params or RadarParams()
     nan = np.full(2, np.nan)
     if rows.shape[0] < 2:
         return nan, math.inf
     az = np.arctan2(rows[:, 1], rows[:, 0])
-    a = np.column_stack([np.cos(az), np.sin(az)])
-    vr = rows[:, 3]
-    ata = a.T @ a
-    eig = np.linalg.eigvalsh(ata)
-    if eig[0] <= 1e-9 * max(eig[1], 1e-12):
-        return nan, math.inf
-    v = np.linalg.solve(ata, a.T @ vr)
-    dof = rows.shape[0] - 2
+    a_all = np.column_stack([np.cos(az), np.sin(az)])
+    vr_all = rows[:, 3]
+    inlier = np.ones(rows.shape[0], dtype=bool)
+    for _ in range(3):
+        a, vr = a_all[inlier], vr_all[inlier]
+        ata = a.T @ a
+        eig = np.linalg.eigvalsh(ata)
+        if eig[0] <= 1e-9 * max(eig[1], 1e-12):
+            return nan, math.inf
+        v = np.linalg.solve(ata, a.T @ vr)
+        model_sigma = math.hypot(p.velocity_sigma, p.azimuth_sigma * float(np.hypot(*v)))
+        # Returns that disagree with the fit far beyond the noise (multipath ghosts, a neighbour's
+        # return) are dropped and the fit repeated, as long as it stays over-determined.
+        keep = np.abs(a_all @ v - vr_all) <= max(4.0 * model_sigma, 0.5)
+        if keep.sum() < 3 or np.array_equal(keep, inlier):
+            break
+        inlier = keep
+    dof = int(inlier.sum()) - 2
     resid = float(np.sqrt(np.sum((a @ v - vr) ** 2) / dof)) if dof > 0 else 0.0
-    sigma = max(math.hypot(p.velocity_sigma, p.azimuth_sigma * float(np.hypot(*v))), resid)
+    sigma = max(model_sigma, resid)
     std = sigma / math.sqrt(float(eig[0]))
+    if dof <= 0:  # exactly determined: no check of the fit at all
+        std *= 2.0
     return v, std
+
+
+def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> list[I64]:
+    """Split one cluster's returns (``rows[idx]``) into groups that each move as one rigid object.
+
+    Two objects close together (a pedestrian passing a parked car) can end up in one spatial cluster;
+    one least-squares velocity for both is wrong for both. Every pair of returns gives a velocity
+    hypothesis; the one explaining the most returns keeps its inliers; the rest, if at least two
+    returns, is split again. Doppler alone cannot always tell: a static car and a pedestrian beside
+    it can also be fitted, by accident, by one fast motion at an angle to both (the velocity error
+    prediction of :func:`fit_velocity` then usually, not always, says NaN). Returns groups of indices
+    into ``rows``; lone leftovers are dropped.
+    """
+    p = params or RadarParams()
+    if idx.shape[0] < 4:
+        return [idx]
+    az = np.arctan2(rows[idx, 1], rows[idx, 0])
+    a = np.column_stack([np.cos(az), np.sin(az)])
+    vr = rows[idx, 3]
+    i, j = np.triu_indices(idx.shape[0], k=1)
+    det = a[i, 0] * a[j, 1] - a[i, 1] * a[j, 0]
+    ok = np.abs(det) > 0.02  # lines of sight at least ~1 degree apart
+    if not ok.any():
+        return [idx]
+    i, j, det = i[ok], j[ok], det[ok]
+    # Cramer's rule for every pair: v = A_ij^-1 [vr_i, vr_j].
+    vx = (vr[i] * a[j, 1] - vr[j] * a[i, 1]) / det
+    vy = (a[i, 0] * vr[j] - a[j, 0] * vr[i]) / det
+    resid = np.abs(a @ np.stack([vx, vy]) - vr[:, None])  # [n, pairs]
+    tol = max(3.0 * p.velocity_sigma, 0.3)  # fixed: a speed-scaled tolerance would favour fast hypotheses
+    inliers = resid <= tol
+    count = inliers.sum(axis=0)
+    best = int(np.argmax(count - 1e-3 * np.minimum(resid, tol).sum(axis=0)))
+    keep = inliers[:, best]
+    if (~keep).sum() < 2:
+        return [idx]
+    return [idx[keep], *split_by_motion(rows, idx[~keep], p)]
 
 
 def detect_radar(
@@ -184,7 +243,9 @@ def detect_radar(
         return RadarDetections.empty()
     labels, count = cluster_radar(rows, p)
     checkpoint("cluster")
-    groups = [np.flatnonzero(labels == k) for k in range(count)]
+    groups: list[I64] = []
+    for k in range(count):
+        groups.extend(split_by_motion(rows, np.flatnonzero(labels == k), p))
     strong = np.flatnonzero((labels < 0) & (rows[:, 4] >= p.single_min_rcs))
     groups.extend(strong[:, None])
     out_pos, out_vr, out_v, out_rcs, out_score = [], [], [], [], []

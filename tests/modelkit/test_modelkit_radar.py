@@ -7,12 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from perception.modelkit import RadarParams, cluster_radar, detect_radar, fit_velocity, synthetic_radar_returns
+from perception.modelkit import (
+    RadarParams,
+    cluster_radar,
+    detect_radar,
+    fit_velocity,
+    split_by_motion,
+    synthetic_radar_returns,
+)
 
 
 def test_least_squares_velocity_of_an_overtaking_car() -> None:
     # A car in the next lane, 3 m ahead, 3 m to the left, overtaking at 8 m/s: its returns span ~50 deg.
-    rows = synthetic_radar_returns([(3.0, 3.0, 4.5, 1.8, 8.0, 0.5)], per_object=16, noise_vr=0.05, seed=3)
+    rows = synthetic_radar_returns([(3.0, 3.0, 4.5, 1.8, 8.0, 0.5)], per_object=24, noise_vr=0.05, seed=3)
     det = detect_radar(rows)
     assert len(det) == 1
     np.testing.assert_allclose(det.velocity[0], [8.0, 0.5], atol=0.3)
@@ -110,3 +117,20 @@ def test_velocity_threshold_is_a_parameter() -> None:
     lenient = detect_radar(rows, RadarParams(max_velocity_std=100.0))
     assert np.isnan(strict.velocity).all()
     assert np.isfinite(lenient.velocity).all()
+
+
+def test_cluster_of_two_motions_is_split() -> None:
+    """A parked car and a mover on overlapping lines of sight: no single rigid velocity explains both."""
+    az_static = np.radians(np.linspace(-20.0, -10.0, 6))
+    az_moving = np.radians(np.array([-12.5, -10.5, -8.5]))
+    def rows_at(az: np.ndarray, r: float, vr: float) -> np.ndarray:
+        n = az.shape[0]
+        return np.column_stack([r * np.cos(az), r * np.sin(az), np.zeros(n), np.full(n, vr), np.full(n, 5.0)])
+
+    rows = np.concatenate([rows_at(az_static, 10.0, 0.0), rows_at(az_moving, 11.0, 3.0)])
+    labels, count = cluster_radar(rows)
+    assert count == 1  # close in space and Doppler-compatible pairwise: one spatial cluster...
+    groups = split_by_motion(rows, np.flatnonzero(labels == 0))
+    assert sorted(map(len, groups)) == [3, 6]  # ...but two motions
+    det = detect_radar(rows.astype(np.float32))
+    assert sorted(np.round(det.radial_velocity, 1).tolist()) == [0.0, 3.0]

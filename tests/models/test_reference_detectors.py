@@ -51,11 +51,11 @@ def car_sweep(x: float = 12.0, y: float = 4.0, n_ground: int = 20_000, seed: int
 
 
 def radar_rows() -> np.ndarray:
-    """Two objects: a car overtaking close on the left (16 returns) and a parked car ahead (5 returns)."""
+    """Two objects: a car overtaking close on the left (24 returns) and a parked car ahead (5 returns)."""
     rng = np.random.default_rng(1)
     rows = []
-    for (x, y, vx, vy), n in (((3.0, 3.0, 8.0, 0.0), 16), ((30.0, -3.0, 0.0, 0.0), 5)):
-        p = np.column_stack([x + rng.uniform(-2.25, 2.25, n), y + rng.uniform(-0.9, 0.9, n), np.zeros(n)])
+    for (x, y, vx, vy, half), n in (((3.0, 3.0, 8.0, 0.0, 2.25), 24), ((30.0, -3.0, 0.0, 0.0, 1.0), 5)):
+        p = np.column_stack([x + rng.uniform(-half, half, n), y + rng.uniform(-0.9, 0.9, n), np.zeros(n)])
         u = p / np.linalg.norm(p, axis=1, keepdims=True)
         rows.append(np.column_stack([p, u[:, 0] * vx + u[:, 1] * vy, np.full(n, 5.0)]))
     return np.concatenate(rows).astype(np.float32)
