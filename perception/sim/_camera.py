@@ -215,8 +215,10 @@ class CameraModel:
         self.cfg = cfg
         self.p = p = cfg.params
         self.cal = p.calibration()
-        self.k = self.cal.matrix()
-        self.w, self.h = p.width, p.height
+        self.out_w, self.out_h = p.width, p.height
+        self.w, self.h = max(round(p.width * p.render_scale), 1), max(round(p.height * p.render_scale), 1)
+        sx, sy = self.w / p.width, self.h / p.height
+        self.k = np.diag([sx, sy, 1.0]) @ self.cal.matrix()  # intrinsics at the rendering resolution
         ext = cfg.extrinsic
         self.rot = ext.rotation_matrix()  # base_link <- optical
         self.origin = np.asarray(ext.translation, dtype=np.float64)
@@ -384,16 +386,25 @@ class CameraModel:
         if hit.size:
             own = scene.part_owner[best_part[hit]]
             owner[hit] = np.where(own < scene.n_objects, own, -1)
-        return CameraFrame(image=image, instances=owner.reshape(self.h, self.w), scene=scene)
+        instances = owner.reshape(self.h, self.w)
+        if (self.w, self.h) != (self.out_w, self.out_h):
+            from PIL import Image
+
+            image = np.asarray(Image.fromarray(image).resize((self.out_w, self.out_h), Image.Resampling.BILINEAR))
+            rows = ((np.arange(self.out_h) + 0.5) * self.h / self.out_h).astype(np.int64)
+            cols = ((np.arange(self.out_w) + 0.5) * self.w / self.out_w).astype(np.int64)
+            instances = instances[rows][:, cols]
+        return CameraFrame(image=image, instances=instances, scene=scene)
 
     def capture(self, scene: Scene, rng: np.random.Generator) -> bytes:
         """One JPEG image of ``scene``."""
         return encode_jpeg(self.render(scene, rng).image, quality=self.p.jpeg_quality)
 
-    def _ground_texture(self, s: F64, d: F32, mat: npt.NDArray[np.int8], free: npt.NDArray[np.bool_]) -> F32:
+    def _ground_texture(self, s: F32, d: F32, mat: npt.NDArray[np.int8], free: npt.NDArray[np.bool_]) -> F32:
         """Grain of the road surface: a hash of 0.25 m ground cells (moves with the world, not the image)."""
-        cell = np.floor(np.mod(s, 4096.0) * 8.0) * 0.1031 + np.floor(d * 8.0) * 0.7713
-        h = np.sin(cell.astype(np.float32)) * np.float32(43758.5453)
+        cell = np.floor(np.mod(s, np.float32(4096.0)) * np.float32(8.0)) * np.float32(0.1031)
+        cell += np.floor(d * np.float32(8.0)) * np.float32(0.7713)
+        h = np.sin(cell) * np.float32(43758.5453)
         noise = (h - np.floor(h)) * np.float32(0.1) + np.float32(0.95)
         out = np.where(self.ground_near[free], noise, np.float32(1.0))
         paint = (mat == Ground.WHITE) | (mat == Ground.YELLOW)
@@ -460,12 +471,13 @@ class CameraModel:
         reflection = haze_col * np.float32(0.25)
         palette = np.stack([np.zeros(3, np.float32), _HEADLIGHT, _TAILLIGHT, _GLASS + reflection,
                             _GLASS * np.float32(1.3) + reflection, np.full(3, 0.05, np.float32)])
-        own = code == 0
-        colour = scene.part_colour.astype(np.float32)
+        # one colour table: the parts' own colours, then the palette
+        table_c = np.concatenate([scene.part_colour.astype(np.float32), palette])
+        index = np.where(code == 0, part, scene.part_colour.shape[0] + code)
         out: F32 = np.empty((3, hit.size), dtype=np.float32)
         for ch in range(3):
-            col = np.where(own, colour[:, ch][part], palette[:, ch][code])
-            out[ch] = col * shade + haze_col[ch] * haze
+            np.multiply(table_c[:, ch][index], shade, out=out[ch])
+            out[ch] += haze_col[ch] * haze
         return out
 
 

@@ -102,12 +102,13 @@ class LidarModel:
         n_beam = np.maximum(b_hi - b_lo, 0)
         use = ~(r_min > self.p.max_range_m + 1.0) & (n_beam > 0)
         env = np.nonzero(use)[0]
-        counts = n_col[env] * n_beam[env]
-        group, offset = expand_ranges(env, counts)
-        e = env[group]
-        col = (j0[e] + offset // n_beam[e]) % self.n_cols
-        beam = b_lo[e] + offset % n_beam[e]
-        return col * self.p.beams + beam, e
+        # two-level expansion without divisions: envelope -> its columns -> each column's beam band
+        g1, off1 = expand_ranges(env, n_col[env])
+        e1 = env[g1]
+        col = (j0[e1] + off1) % self.n_cols
+        g2, off2 = expand_ranges(e1, n_beam[e1])
+        e2 = e1[g2]
+        return (col * self.p.beams + b_lo[e1])[g2] + off2, e2
 
     def capture(self, scene: Scene, rng: np.random.Generator) -> F32:
         """One sweep at ``scene.t_ns``: ``[N,4]`` float32 ``x, y, z, intensity`` in the sensor frame."""
@@ -125,18 +126,27 @@ class LidarModel:
             cos[hit] = c
             refl[hit] = scene.part_refl[part]
         # weak returns (dark, grazing, far) are lost more often; misses (t = inf) always
-        with np.errstate(over="ignore"):
-            signal = refl * cos * (np.float32(30.0) / np.maximum(best_t, np.float32(1.0))) ** 2
-        p_drop = np.float32(p.dropout) + np.float32(1.0 - p.dropout) * np.exp(signal * np.float32(-250.0))
-        keep = (rng.random(self.n_rays, dtype=np.float32) >= p_drop) & (best_t >= p.min_range_m)
-        keep &= best_t <= p.max_range_m
+        with np.errstate(over="ignore", divide="ignore"):
+            inv = np.float32(30.0) / np.maximum(best_t, np.float32(1.0))
+        signal = refl * cos
+        signal *= inv * inv
+        signal *= np.float32(-250.0)
+        p_drop = np.exp(signal, out=signal)
+        p_drop *= np.float32(1.0 - p.dropout)
+        p_drop += np.float32(p.dropout)
+        keep = rng.random(self.n_rays, dtype=np.float32) >= p_drop
+        keep &= (best_t >= p.min_range_m) & (best_t <= p.max_range_m)
         k = np.nonzero(keep)[0]
         r = best_t[k] + rng.standard_normal(k.size, dtype=np.float32) * np.float32(p.range_noise_m)
-        cols = []
+        out = np.empty((k.size, 4), dtype=np.float32)
         q = np.float32(p.quantization_m)
         for axis in range(3):
             v = self.sensor_dirs[axis][k] * r
-            cols.append(np.round(v / q) * q if p.quantization_m > 0 else v)
-        inten = np.minimum(refl[k] * (np.float32(0.35) + np.float32(0.65) * cos[k]), np.float32(1.0))
-        cols.append(np.round(inten * np.float32(255)) / np.float32(255))
-        return np.stack(cols, axis=1)
+            if p.quantization_m > 0:  # exact for power-of-two steps such as the default 1/256 m
+                v = np.rint(v * (np.float32(1.0) / q), out=v)
+                v *= q
+            out[:, axis] = v
+        inten = refl[k] * (np.float32(0.35) + np.float32(0.65) * cos[k])
+        np.minimum(inten, np.float32(1.0), out=inten)
+        out[:, 3] = np.rint(inten * np.float32(255)) / np.float32(255)
+        return out

@@ -92,7 +92,11 @@ class RadarParams:
 
 @dataclass(frozen=True, slots=True)
 class CameraParams:
-    """Pinhole camera: intrinsics from ``hfov_deg`` unless ``fx`` (and optionally fy, cx, cy) given."""
+    """Pinhole camera: intrinsics from ``hfov_deg`` unless ``fx`` (and optionally fy, cx, cy) given.
+
+    ``render_scale`` < 1 renders at that fraction of the resolution and upsamples (bilinear) to
+    ``width x height``: much cheaper, slightly soft images (the published calibration is unchanged).
+    """
 
     width: int = 640
     height: int = 360
@@ -103,6 +107,7 @@ class CameraParams:
     cy: float | None = None
     jpeg_quality: int = 80
     noise_sigma: float = 2.0
+    render_scale: float = 1.0
 
     def calibration(self) -> CameraCalibration:
         fx = self.fx if self.fx is not None else (self.width / 2) / math.tan(math.radians(self.hfov_deg) / 2)
@@ -277,6 +282,7 @@ _BOUNDS: Mapping[str, tuple[float, float]] = {
     "cy": (-1e5, 1e5),
     "jpeg_quality": (1, 100),
     "noise_sigma": (0, 100),
+    "render_scale": (0.1, 1.0),
 }
 
 

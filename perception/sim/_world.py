@@ -20,6 +20,7 @@ seed contains the same world.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 TILE = 100.0  # m of road per spawn tile
-VIEW_RANGE = 160.0  # objects farther than this (along the road) from the ego are not in a Scene
+VIEW_RANGE = 130.0  # objects farther than this (along the road) from the ego are not in a Scene or ground truth
 
 CAR, TRUCK, PEDESTRIAN, CYCLIST = (LABELS.index(n) for n in ("car", "truck", "pedestrian", "cyclist"))
 
@@ -71,6 +72,8 @@ class Ground:
     VERGE = 5  # grass / gravel beyond the road
     CONCRETE = 6  # median
 
+
+_DASH = 7  # internal: a dashed lane line, resolved per point
 
 # ---------------------------------------------------------------------------------------------
 # Road
@@ -135,6 +138,8 @@ class Road:
         self.edge = self.parking_outer + sc.shoulder  # curb / guardrail line
         self.sidewalk_outer = self.edge + sc.sidewalk
         self.crosswalks: F64 = np.zeros(0)
+        self._band_edges: F64 | None = None
+        self._band_kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
 
     def lane_center(self, lane: int, side: int) -> float:
         """``d`` of lane ``lane`` (0 = innermost) on ``side`` (-1 right/ego side, +1 left)."""
@@ -156,31 +161,51 @@ class Road:
         dd = np.asarray(d, dtype=np.float64)
         return x - dd * np.sin(th), y + dd * np.cos(th), th, k
 
-    def ground_material(self, s: F64, d: F64 | F32) -> npt.NDArray[np.int8]:
-        """Ground kind at Frenet points (lane paint, bike lanes, sidewalks, crosswalk zebras)."""
+    def _bands(self) -> tuple[F64, npt.NDArray[np.int8]]:
+        """Ground kind as a piecewise-constant function of ``|d|``: interval edges and kinds.
+
+        Kind ``_DASH`` marks a dashed lane line (white or asphalt depending on ``s``)."""
         sc = self.scenario
-        a = np.abs(d)
-        m = np.full(a.shape, Ground.VERGE, dtype=np.int8)
-        m[a < self.edge] = Ground.ASPHALT
+        base: list[tuple[float, float, int]] = [(0.0, self.edge, Ground.ASPHALT)]
         if sc.sidewalk > 0:
-            m[(a >= self.edge) & (a < self.sidewalk_outer)] = Ground.SIDEWALK
+            base.append((self.edge, self.sidewalk_outer, Ground.SIDEWALK))
         if sc.bike_lane > 0:
-            m[(a >= self.lanes_outer + 0.15) & (a < self.bike_outer)] = Ground.BIKE
+            base.append((self.lanes_outer + 0.15, self.bike_outer, Ground.BIKE))
         if self.median_half > 0:
-            m[a < self.median_half] = Ground.CONCRETE
-            m[np.abs(a - self.median_half - 0.25) < 0.08] = Ground.YELLOW
+            base.append((0.0, self.median_half, Ground.CONCRETE))
+            base.append((self.median_half + 0.17, self.median_half + 0.33, Ground.YELLOW))
         else:
-            m[np.abs(a - 0.12) < 0.06] = Ground.YELLOW  # double yellow centre line
-        half_w = 0.075
-        dashed = np.mod(s, 12.0) < 4.0
+            base.append((0.06, 0.18, Ground.YELLOW))  # double yellow centre line
         for k in range(1, sc.lanes_per_dir):
-            m[(np.abs(a - self.median_half - k * sc.lane_width) < half_w) & dashed] = Ground.WHITE
-        m[np.abs(a - self.lanes_outer) < half_w] = Ground.WHITE  # edge line
+            x = self.median_half + k * sc.lane_width
+            base.append((x - 0.075, x + 0.075, _DASH))
+        base.append((self.lanes_outer - 0.075, self.lanes_outer + 0.075, Ground.WHITE))  # edge line
+        edges = sorted({0.0, *(lo for lo, _, _ in base), *(hi for _, hi, _ in base)})
+        kinds = []
+        for lo, hi in itertools.pairwise(edges):
+            mid = (lo + hi) / 2
+            kind = Ground.VERGE
+            for a, b, k in base:  # later entries paint over earlier ones
+                if a <= mid < b:
+                    kind = k
+            kinds.append(kind)
+        return np.array(edges[1:], dtype=np.float64), np.array([*kinds, Ground.VERGE], dtype=np.int8)
+
+    def ground_material(self, s: F64 | F32, d: F64 | F32) -> npt.NDArray[np.int8]:
+        """Ground kind at Frenet points (lane paint, bike lanes, sidewalks, crosswalk zebras)."""
+        if self._band_edges is None:
+            self._band_edges, self._band_kinds = self._bands()
+        a = np.abs(d)
+        m = self._band_kinds[np.searchsorted(self._band_edges.astype(a.dtype), a, side="right")]
+        dash = np.nonzero(m == _DASH)[0]
+        if dash.size:
+            m[dash] = np.where(np.mod(s[dash], 12.0) < 4.0, Ground.WHITE, Ground.ASPHALT)
         if self.crosswalks.size:
-            i = np.clip(np.searchsorted(self.crosswalks, s), 1, self.crosswalks.size - 1)
-            near = np.minimum(np.abs(s - self.crosswalks[i - 1]), np.abs(s - self.crosswalks[i]))
-            zebra = (near < 2.0) & (a < self.lanes_outer) & (np.mod(d, 1.2) < 0.6)
-            m[zebra] = Ground.WHITE
+            lo, hi = float(s.min()), float(s.max())
+            for cw in self.crosswalks[(self.crosswalks > lo - 2.0) & (self.crosswalks < hi + 2.0)]:
+                zebra = np.nonzero(np.abs(s - cw) < 2.0)[0]
+                zebra = zebra[(a[zebra] < self.lanes_outer) & (np.mod(d[zebra], 1.2) < 0.6)]
+                m[zebra] = Ground.WHITE
         return m
 
 
@@ -462,16 +487,15 @@ class GroundSampler:
     def material(self, scene: Scene) -> npt.NDArray[np.int8]:
         return scene.road.ground_material(*self.frenet(scene))
 
-    def frenet(self, scene: Scene) -> tuple[F64, F32]:
-        """``(s, d)`` of the points in ``scene``."""
+    def frenet(self, scene: Scene) -> tuple[F32, F32]:
+        """``(s, d)`` of the points in ``scene`` (float32: millimetres at 100 km are plenty for paint)."""
         yc = np.interp(self.grid, scene.ground_x, scene.ground_y).astype(np.float32)
-        th = np.interp(self.grid, scene.ground_x, scene.ground_th).astype(np.float32)
-        sc = np.interp(self.grid, scene.ground_x, scene.ground_s)
+        th = np.interp(self.grid, scene.ground_x, scene.ground_th)
+        sin_t, cos_t = np.sin(th).astype(np.float32), np.cos(th).astype(np.float32)
+        sc = np.interp(self.grid, scene.ground_x, scene.ground_s).astype(np.float32)
         i, w = self.i, self.w
         dy = self.y - (yc[i] * (1 - w) + yc[i + 1] * w)
-        s = sc[i] + dy * np.sin(th[i])
-        d = dy * np.cos(th[i])
-        return s, d
+        return sc[i] + dy * sin_t[i], dy * cos_t[i]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""Benchmark of the drive generator: a ``dense`` drive (128-beam lidar, ~250k points per sweep).
+
+Writes ``bench/results/sim.json``: wall and CPU time, real-time factor (wall / simulated seconds;
+< 1 means faster than real time), lidar points per sweep, sizes, and the machine's load at the
+start (the machine is shared, so the load says how much of it the run had).
+
+    .venv/bin/python bench/bench_sim.py            # 60 s dense drive, workers = cores (max 2)
+    .venv/bin/python bench/bench_sim.py --duration 10 --workers 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from perception.sim import generate_drive
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", default="dense")
+    p.add_argument("--duration", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None, help="capture processes (default: cores, at most 2)")
+    p.add_argument("--compression", default="lz4", choices=("zstd", "lz4", "none"),
+                   help="drive chunk compression (default lz4: the dense drive is ~40 MB/s of points)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench_sim_") as tmp:
+        path = Path(tmp) / f"{args.scenario}.mcap"
+        t0 = time.monotonic()
+        summary = generate_drive(path, scenario=args.scenario, seed=args.seed, duration_s=args.duration,
+                                 workers=args.workers, compression=args.compression, progress=sys.stderr.isatty())
+        wall = time.monotonic() - t0
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = {
+        "benchmark": "sim",
+        "scenario": args.scenario,
+        "seed": args.seed,
+        "duration_s": args.duration,
+        "workers": summary.workers,
+        "compression": args.compression,
+        "wall_s": round(wall, 2),
+        "realtime_factor": round(wall / args.duration, 3),
+        "faster_than_realtime": wall < args.duration,
+        "cpu_s_main": round(summary.cpu_s, 2),
+        "cpu_s_workers": round(children.ru_utime + children.ru_stime, 2),
+        "lidar_points_per_sweep_mean": round(summary.lidar_points_mean),
+        "lidar_points_per_sweep_max": summary.lidar_points_max,
+        "ground_truth_objects_within_100m_mean": round(summary.objects_mean, 1),
+        "messages": dict(summary.messages),
+        "drive_bytes": summary.bytes,
+        "loadavg_1m_before": round(load_before[0], 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
