@@ -114,7 +114,7 @@ class LidarParams:
     min_object_height: float = 0.4  # clusters lower than this above the ground are not objects
     max_object_diagonal: float = 16.0  # clusters with a longer BEV bounding-box diagonal are structures
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
-    max_fit_points: int = 400
+    max_fit_points: int = 250
     min_score: float = 0.1
     row_max_length: float = 11.0  # car-high clusters up to this long are split into a row of cars
     beam_spacing: float = 0.0225  # tan of the vertical angle between beams (1.3 deg: 32 beams over 40)
@@ -418,15 +418,26 @@ def fit_box_bev(xy: npt.NDArray[np.floating[Any]], steps: int = 90, d0: float = 
     """Oriented rectangle around BEV points by L-shape fitting.
 
     Returns ``(lo [2], hi [2], theta)``: the extents of the points along ``e1 = (cos t, sin t)`` and
-    ``e2 = (-sin t, cos t)`` for the best ``theta`` in ``[0, pi/2)``.
+    ``e2 = (-sin t, cos t)`` for the best ``theta`` in ``[0, pi/2)``, searched at ``90 / steps`` degree
+    resolution (coarse-to-fine: every 6th angle first, then the neighbourhood of the best one).
     """
     pts = np.asarray(xy, dtype=np.float64)
-    centred = pts - pts.mean(axis=0)
-    theta = np.arange(steps) * (math.pi / 2 / steps)
-    cos, sin = np.cos(theta), np.sin(theta)
-    proj = np.stack([centred[:, :1] * cos + centred[:, 1:2] * sin, -centred[:, :1] * sin + centred[:, 1:2] * cos])
-    best = int(np.argmax(_closeness(proj, d0))) if pts.shape[0] >= 3 else 0
-    t = float(theta[best])
+    step = math.pi / 2 / steps
+    t = 0.0
+    if pts.shape[0] >= 3:
+        centred = pts - pts.mean(axis=0)
+
+        def best_of(theta: F64) -> float:
+            cos, sin = np.cos(theta), np.sin(theta)
+            proj = np.stack(
+                [centred[:, :1] * cos + centred[:, 1:2] * sin, -centred[:, :1] * sin + centred[:, 1:2] * cos]
+            )
+            return float(theta[int(np.argmax(_closeness(proj, d0)))])
+
+        stride = 6 if steps >= 24 else 1
+        coarse = best_of(np.arange(0, steps, stride) * step)
+        t = best_of(coarse + np.arange(-stride + 1, stride) * step) if stride > 1 else coarse
+        t %= math.pi / 2
     e = np.array([[math.cos(t), math.sin(t)], [-math.sin(t), math.cos(t)]])
     c = pts @ e.T
     return c.min(axis=0), c.max(axis=0), t
