@@ -156,18 +156,21 @@ def package_root() -> Path:
 
 
 def server_env(install: TritonInstall, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for ``tritonserver``: its bundled libs + libpython on the library path, and the venv
-    plus the repo root holding :mod:`perception` on ``PYTHONPATH`` (so ``model.py`` can import
-    :mod:`perception.modelkit` inside the stub)."""
+    """Environment for ``tritonserver``: its bundled libs + libpython on the library path, and this
+    interpreter's environment (venv site-packages, and the root holding :mod:`perception`, also made the
+    server's cwd by :class:`EmbeddedTriton`) for the python backend stub, so ``model.py`` imports the same
+    numpy and :mod:`perception.modelkit` as this process."""
     env = dict(os.environ if base is None else base)
     lib_parts = [str(install.libs_dir)]
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir:
         lib_parts.append(str(libdir))
     py_parts = [sysconfig.get_paths()["purelib"], str(package_root())]
-    # The stub embeds Python with an isolated configuration that ignores PYTHONPATH; like a plain
-    # `python3`, it finds its prefix by searching PATH, so the running interpreter's bin dir goes first:
-    # inside a venv this selects the venv (its pyvenv.cfg) and thus its site-packages.
+    # PYTHONPATH is set for completeness, but the 2.51 stub's embedded interpreter was observed to ignore
+    # it. Like a plain `python3`, that interpreter finds its prefix by searching PATH, so this
+    # interpreter's bin dir goes first: inside a venv that selects the venv (its pyvenv.cfg) and thus its
+    # site-packages. Without it the stub imported the base interpreter's numpy 2, and every output
+    # tensor reached the client empty.
     path_parts = [str(Path(sys.executable).parent)]
     for key, parts in (("LD_LIBRARY_PATH", lib_parts), ("PYTHONPATH", py_parts), ("PATH", path_parts)):
         existing = env.get(key)
