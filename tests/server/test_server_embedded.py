@@ -84,7 +84,7 @@ async def test_a_port_in_use_is_named_or_retried(tmp_path: Path, monkeypatch: py
         port = taken.getsockname()[1]
         # A port the caller chose: reported, not retried.
         with anyio.fail_after(60), pytest.raises(ServerError, match=f"port {port} already in use"):
-            async with EmbeddedTriton([empty_repo], http_port=port):
+            async with EmbeddedTriton([empty_repo], http_port=port, log_path=tmp_path / "failed.log"):
                 pass
         # A free port picked by the server manager but grabbed by someone else first: retried.
         picks = iter([port])
