@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
@@ -21,23 +22,35 @@ __all__ = ["build_parser", "main"]
 
 log = logging.getLogger("perception")
 
-#: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = (
-    "perception.cli._server",
-    "perception.cli._config",
-    "perception.cli._sim",
-    "perception.cli._info",
-    "perception.cli._import",
-    "perception.cli._replay",
-    "perception.cli._eval",
-    "perception.cli._budget",
-    "perception.cli._bench",
-    "perception.cli._model_quality",
-    "perception.cli._render",
-)
+#: Subcommands in ``--help`` order: name -> (module, one-line help). Only the chosen command's module
+#: is imported, so ``perception --help`` and light commands start fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "server": ("perception.cli._server", "start the embedded Triton server on a model repository"),
+    "config": ("perception.cli._config", "validate a launch profile (YAML) and print it resolved"),
+    "sim": ("perception.cli._sim", "generate a deterministic synthetic drive with ground truth"),
+    "info": ("perception.cli._info", "summarize a recorded drive (MCAP)"),
+    "import": ("perception.cli._import", "import a ROS 2 bag or a nuScenes scene into a drive"),
+    "replay": ("perception.cli._replay", "replay a drive through Triton: one record per frame"),
+    "eval": ("perception.cli._eval", "score detections vs ground truth in every sensor mode"),
+    "budget": ("perception.cli._budget", "latency-budget test with per-stage attribution and a verdict"),
+    "bench": ("perception.cli._bench", "side-by-side benchmarks of dispatch patterns and transports"),
+    "model-quality": ("perception.cli._model_quality", "score each reference model on an unseen drive"),
+    "render": ("perception.cli._render", "render frames of a replay output to PNG"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _available() -> dict[str, tuple[str, str]]:
+    return {name: entry for name, entry in COMMANDS.items() if importlib.util.find_spec(entry[0]) is not None}
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perception",
         description="Multi-sensor perception fusion runtime on NVIDIA Triton.",
@@ -46,14 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # command not built yet
-                continue
-            raise
-        module.register(sub)
+    chosen = _chosen(argv)
+    for name, (module_name, help_text) in _available().items():
+        if name == chosen:
+            importlib.import_module(module_name).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
@@ -68,8 +79,13 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("perception: interrupted\n")
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
