@@ -110,7 +110,7 @@ class LidarParams:
     merge_length: float = 6.2  # size of the merged box,
     merge_width: float = 2.5
     merge_size: float = 7.0  # and BEV diagonal of a candidate pair
-    min_points: int = 5
+    min_points: int = 3  # far cars may show only a few returns; their scores stay low
     min_object_height: float = 0.4  # clusters lower than this above the ground are not objects
     max_object_diagonal: float = 16.0  # clusters with a longer BEV bounding-box diagonal are structures
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
