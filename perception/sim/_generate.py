@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
@@ -178,7 +178,8 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(scenario: Scenario, seed: int, duration_s: float, rig: RigConfig) -> None:
-    _WORKER["sim"] = Simulator(scenario, seed=seed, duration_s=duration_s, rig=rig)
+    if "sim" not in _WORKER:  # forked workers inherit the parent's simulator
+        _WORKER["sim"] = Simulator(scenario, seed=seed, duration_s=duration_s, rig=rig)
 
 
 def _worker_batch(jobs: list[tuple[str, int]]) -> list[PointCloudSample | ImageSample]:
@@ -197,7 +198,7 @@ class _Producer:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
 
-    def __iter__(self) -> Iterator[PointCloudSample | ImageSample]:
+    def __iter__(self) -> Generator[PointCloudSample | ImageSample, None, None]:
         if self.workers <= 1:
             for name, k in self.jobs:
                 yield self.sim.sample(name, k)
@@ -214,6 +215,8 @@ class _Producer:
         sim = self.sim
         # fork (where available) inherits the built world; spawn rebuilds it in each worker
         method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        if method == "fork":
+            _WORKER["sim"] = sim
         self.pool = ProcessPoolExecutor(
             max_workers=self.workers, mp_context=get_context(method), initializer=_worker_init,
             initargs=(sim.scenario, sim.seed, sim.duration_s, sim.rig),
@@ -233,6 +236,7 @@ class _Producer:
                 yield from done
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            _WORKER.pop("sim", None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,29 +356,32 @@ def generate_drive(
     n_objects: list[int] = []
     producer = _Producer(sim, events, n_workers)
     samples = iter(producer)
-    with DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
-        for t, kind, _, name, k in events:
-            if kind == _EGO:
-                writer.write_ego_pose(sim.ego_pose(t))
-                counts["ego_pose"] += 1
-            elif kind == _GT:
-                gt = sim.ground_truth(t)
-                writer.write_ground_truth(gt)
-                counts["ground_truth"] += 1
-                n_objects.append(sum(1 for o in gt.objects if np.hypot(o.center[0], o.center[1]) <= 100.0))
-            else:
-                sample = next(samples)
-                assert sample.sensor == name and sample.seq == k
-                writer.write(sample)
-                counts[name] += 1
-                if isinstance(sample, PointCloudSample) and sample.kind_hint == "lidar":
-                    lidar_sizes.append(int(sample.points.shape[0]))
+    try:
+        with DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
+            for t, kind, _, name, k in events:
+                if kind == _EGO:
+                    writer.write_ego_pose(sim.ego_pose(t))
+                    counts["ego_pose"] += 1
+                elif kind == _GT:
+                    gt = sim.ground_truth(t)
+                    writer.write_ground_truth(gt)
+                    counts["ground_truth"] += 1
+                    n_objects.append(sum(1 for o in gt.objects if np.hypot(o.center[0], o.center[1]) <= 100.0))
+                else:
+                    sample = next(samples)
+                    assert sample.sensor == name and sample.seq == k
+                    writer.write(sample)
+                    counts[name] += 1
+                    if isinstance(sample, PointCloudSample) and sample.kind_hint == "lidar":
+                        lidar_sizes.append(int(sample.points.shape[0]))
+                if bar is not None:
+                    bar(t / NS)
             if bar is not None:
-                bar(t / NS)
-        if bar is not None:
-            bar(sim.duration_s)
-    if closer is not None:
-        closer.close()
+                bar(sim.duration_s)
+    finally:
+        samples.close()  # stops the worker pool early on errors
+        if closer is not None:
+            closer.close()
     return SimSummary(
         path=str(path),
         scenario=sim.scenario.name,

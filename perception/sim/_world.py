@@ -710,6 +710,21 @@ class World:
         prog = v * tt + v * a / w * (np.cos(p) - np.cos(w * tt + p))
         return prog, v * (1 + a * np.sin(w * tt + p))
 
+    def _lane_s(self, t: F64, g: _Group) -> F64:
+        """Arc length ``[T, members]`` of one following group's members (car-following applied)."""
+        m = g.members
+        tt = t[:, None]
+        v, a, w, p = self.speed[m], self.amp[m], self.omega[m], self.phase[m]
+        prog = v * tt + v * a / w * (np.cos(p) - np.cos(w * tt + p))
+        s: F64 = self.s0[m] + self.dir[m] * prog
+        if m.size > 1:
+            half = self.size[m, 0] / 2
+            spacing = np.zeros(m.size)
+            spacing[1:] = half[1:] + half[:-1] + 2.0 + 0.4 * v[1:]
+            c = np.cumsum(spacing)
+            s = g.direction * (np.minimum.accumulate(g.direction * s + c, axis=1) - c)
+        return s
+
     def _states(self, t: F64) -> tuple[F64, F64, F64, F64]:
         """``s, ds/dt, d, dd/dt`` of every actor at times ``t`` (arrays ``[T, A]``)."""
         prog, vel = self._free(t)
@@ -746,7 +761,12 @@ class World:
         plans: list[tuple[float, float, float, float, float, float, int]] = []
         blocking = [g for g in self.groups if g.follow]
         road_half = r.edge
+        # crossers walk ~1.5 m/s: beyond this reach of the ego's path they can never be in view
+        reach = VIEW_RANGE + 1.5 * (self.duration_s + 15.0)
+        s_end = float(self.ego_s(self.duration_s)[0])
         for cw_id, s_cw in zip(self.crosswalk_ids, r.crosswalks, strict=True):
+            if not -reach <= s_cw <= s_end + reach:
+                continue
             rng = stream(self.seed, Stream.CROSSWALK, 1, int(cw_id))
             event = 0
             t_start = rng.exponential(60.0 / sc.crossings_per_minute) - 10.0
@@ -785,12 +805,12 @@ class World:
 
     def _find_gap(self, s_cw: float, side: int, v: float, t0: float, groups: list[_Group],
                   road_half: float) -> float | None:
-        """First start time >= ``t0`` (within 12 s) at which crossing meets no vehicle, else None."""
+        """First start time >= ``t0`` (within 25 s) at which crossing meets no vehicle, else None."""
         span = 2 * road_half / v
-        times = np.arange(t0 - 1.0, t0 + 12.0 + span + 1.0, 0.1)
-        s_t = self._states_no_cross(times)[0]
+        times = np.arange(t0 - 1.0, t0 + 25.0 + span + 1.0, 0.1)
+        lanes = {g.index: self._lane_s(times, g) for g in groups}
         d_from = side * road_half
-        for shift in np.arange(0.0, 12.0, 1.0):
+        for shift in np.arange(0.0, 25.0, 0.5):
             ts = t0 + shift
             ok = True
             for g in groups:
@@ -798,7 +818,7 @@ class World:
                 ta = ts + (abs(d_from - g.d) - 2.2) / v - 0.8
                 tb = ts + (abs(d_from - g.d) + 2.2) / v + 0.8
                 rows = (times >= ta) & (times <= tb)
-                near = np.abs(s_t[np.ix_(rows, g.members)] - s_cw) < self.size[g.members, 0] / 2 + 1.5
+                near = np.abs(lanes[g.index][rows] - s_cw) < self.size[g.members, 0] / 2 + 1.5
                 if near.any():
                     ok = False
                     break
