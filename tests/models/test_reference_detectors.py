@@ -107,9 +107,7 @@ def test_lidar_rejects_malformed_points(
     ],
     ids=["empty", "all-nan", "inf"],
 )
-def test_lidar_answers_empty_for_no_usable_points(
-    client: grpcclient.InferenceServerClient, points: np.ndarray
-) -> None:
+def test_lidar_answers_empty_for_no_usable_points(client: grpcclient.InferenceServerClient, points: np.ndarray) -> None:
     out = infer(client, "lidar_detector", points, LIDAR_OUT)
     assert out["BOXES"].shape == (0, 7)
     assert out["LABELS"].shape == (0,) and out["SCORES"].shape == (0,)
@@ -171,9 +169,18 @@ def test_radar_rejects_malformed_points(
     [np.zeros((0, 5), np.float32), np.full((30, 5), np.nan, np.float32)],
     ids=["empty", "all-nan"],
 )
-def test_radar_answers_empty_for_no_usable_rows(
-    client: grpcclient.InferenceServerClient, points: np.ndarray
-) -> None:
+def test_radar_answers_empty_for_no_usable_rows(client: grpcclient.InferenceServerClient, points: np.ndarray) -> None:
     out = infer(client, "radar_detector", points, RADAR_OUT)
     assert out["POSITIONS"].shape == (0, 3) and out["VELOCITY"].shape == (0, 2)
     assert out["SCORES"].shape == (0,)
+
+
+def test_lidar_keeps_serving_after_a_client_gives_up(client: grpcclient.InferenceServerClient) -> None:
+    """A request abandoned by its client (deadline) is cancelled between stages; the model serves on."""
+    big = car_sweep(n_ground=250_000)
+    inp = grpcclient.InferInput("POINTS", list(big.shape), "FP32")
+    inp.set_data_from_numpy(big)
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("lidar_detector", [inp], client_timeout=0.005)
+    assert "DEADLINE_EXCEEDED" in str(info.value.status())
+    assert infer(client, "lidar_detector", car_sweep(n_ground=2000), LIDAR_OUT)["LABELS"].tolist() == [0]
