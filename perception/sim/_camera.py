@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from perception._imageio import encode_jpeg
 from perception.sim._random import Stream, name_key, stream
-from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, take
+from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, matmul, take
 from perception.sim._rig import CameraParams, SensorConfig
 from perception.sim._world import Ground, GroundSampler, Material, Scene
 from perception.types import LABELS, GroundTruth, SensorSpec
@@ -225,7 +225,7 @@ class CameraModel:
         u, v = np.meshgrid(np.arange(self.w) + 0.5, np.arange(self.h) + 0.5)
         d = np.stack([(u - self.k[0, 2]) / self.k[0, 0], (v - self.k[1, 2]) / self.k[1, 1], np.ones_like(u)], -1)
         d = d.reshape(-1, 3) / np.linalg.norm(d.reshape(-1, 3), axis=1, keepdims=True)
-        base = d @ self.rot.T
+        base = matmul(d, self.rot.T)
         self.dirs: Rays = tuple(np.ascontiguousarray(base[:, i], dtype=np.float32) for i in range(3))  # type: ignore[assignment]
         with np.errstate(divide="ignore"):
             tg = np.where(base[:, 2] < -1e-6, -self.origin[2] / base[:, 2], np.inf)
@@ -246,7 +246,7 @@ class CameraModel:
     # -- geometry ------------------------------------------------------------------------------------
 
     def to_optical(self, points_base: F64) -> F64:
-        out: F64 = (points_base - self.origin) @ self.rot
+        out: F64 = matmul(points_base - self.origin, self.rot)
         return out
 
     def _candidates(self, scene: Scene, corners: F64, stop: int) -> tuple[I64, I64]:
@@ -501,13 +501,13 @@ def project_ground_truth(gt: GroundTruth, camera: SensorSpec, *, min_visible: fl
     rot = camera.extrinsic.rotation_matrix()
     origin = np.asarray(camera.extrinsic.translation, dtype=np.float64)
     k = cal.matrix()
-    corners = (box_corners(center, half, yaw) - origin) @ rot
+    corners = matmul(box_corners(center, half, yaw) - origin, rot)
     rect = project_boxes(corners, k)
     area = projected_area(corners, k)
     # occlusion among GT boxes: ray-cast the envelopes at image resolution
     u, v = np.meshgrid(np.arange(cal.width) + 0.5, np.arange(cal.height) + 0.5)
     d = np.stack([(u - k[0, 2]) / k[0, 0], (v - k[1, 2]) / k[1, 1], np.ones_like(u)], -1).reshape(-1, 3)
-    d = (d / np.linalg.norm(d, axis=1, keepdims=True)) @ rot.T
+    d = matmul(d / np.linalg.norm(d, axis=1, keepdims=True), rot.T)
     rays: Rays = (d[:, 0].astype(np.float32), d[:, 1].astype(np.float32), d[:, 2].astype(np.float32))
     best_t = np.full(d.shape[0], np.inf, dtype=np.float32)
     owner = np.full(d.shape[0], -1, dtype=np.int64)

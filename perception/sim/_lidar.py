@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, take
+from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, matmul, take
 from perception.sim._rig import LidarParams, SensorConfig
 from perception.sim._world import GroundSampler, Scene
 
@@ -47,7 +47,7 @@ class LidarModel:
              np.broadcast_to(np.sin(self.elev)[None, :], (self.n_cols, p.beams))], axis=-1
         ).reshape(-1, 3)
         self.sensor_dirs = tuple(np.ascontiguousarray(d[:, i], dtype=np.float32) for i in range(3))
-        self.dirs_base = (d @ self.rot.T).astype(np.float32)  # base_link
+        self.dirs_base = matmul(d, self.rot.T).astype(np.float32)  # base_link
         self.dirs: Rays = tuple(np.ascontiguousarray(self.dirs_base[:, i]) for i in range(3))  # type: ignore[assignment]
         with np.errstate(divide="ignore"):
             tg = np.where(self.dirs[2] < -1e-6, -self.origin[2] / self.dirs[2], np.inf)
@@ -76,8 +76,8 @@ class LidarModel:
         corners = np.stack(
             [c[:, None, 0] + cy * lx - sy * ly, c[:, None, 1] + sy * lx + cy * ly, c[:, None, 2] + lz], -1
         )
-        rel = (corners - self.origin) @ self.rot  # sensor frame [E,8,3]
-        crel = (c - self.origin) @ self.rot
+        rel = matmul(corners - self.origin, self.rot)  # sensor frame [E,8,3]
+        crel = matmul(c - self.origin, self.rot)
         az_c = np.arctan2(crel[:, 1], crel[:, 0])
         az = np.arctan2(rel[..., 1], rel[..., 0])
         daz = (az - az_c[:, None] + np.pi) % (2 * np.pi) - np.pi

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from perception.sim._raycast import matmul
 from perception.sim._rig import RadarParams, SensorConfig
 from perception.sim._world import CAR, CYCLIST, PEDESTRIAN, TRUCK, Scene
 
@@ -45,7 +46,7 @@ class RadarModel:
         self.half_fov = np.radians(self.p.fov_deg) / 2
 
     def _to_sensor(self, pts: F64) -> F64:
-        out: F64 = (pts - self.origin) @ self.rot
+        out: F64 = matmul(pts - self.origin, self.rot)
         return out
 
     def capture(self, scene: Scene, rng: np.random.Generator) -> F32:

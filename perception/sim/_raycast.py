@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from perception.sim._world import Scene
 
-__all__ = ["Rays", "cast", "cast_pairs", "expand_ranges", "hit_geometry", "slab", "take"]
+__all__ = ["Rays", "cast", "cast_pairs", "expand_ranges", "hit_geometry", "matmul", "slab", "take"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -25,6 +25,12 @@ BIG = 4096  # pairs of one envelope above which cast_pairs tests it on its own
 
 
 Rays = tuple[F32, F32, F32]  # direction components, struct-of-arrays (cheap gathers)
+
+
+def matmul(a: npt.NDArray[np.float64] | F32, b: F64) -> F64:
+    """``a @ b`` over the last axis without BLAS, so results never depend on BLAS threading."""
+    out: F64 = np.einsum("...j,jk->...k", a, b)
+    return out
 
 
 def take(rays: Rays, idx: I64 | npt.NDArray[np.bool_]) -> Rays:
