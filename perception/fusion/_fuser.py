@@ -344,16 +344,26 @@ class Fuser:
         radar.free[kk] = False
         objs.sources[rows, radar.sensor[kk]] = True
         miss = np.ones(n)
-        np.multiply.at(miss, rows, 1.0 - prm.radar_weight * radar.score[kk])
+        # radar sees vehicles well; for pedestrians and cyclists a nearby return is weak evidence (clutter)
+        weight = np.where(objs.labels[rows] <= _TRUCK, prm.radar_weight, prm.radar_vru_weight)
+        np.multiply.at(miss, rows, 1.0 - weight * radar.score[kk])
         objs.score[:] = 1.0 - (1.0 - objs.score) * miss
+        # velocity: not from a speed the object's class cannot have (the radar object is not, or not
+        # only, this object), nor for classes whose radar speed is not trusted (infinite sigma)
+        speed = np.where(radar.full[kk], np.hypot(radar.vel[kk, 0], radar.vel[kk, 1]), np.abs(radar.vr[kk]))
+        labels = objs.labels[rows]
+        usable = (speed <= np.asarray(prm.class_max_speed)[labels]) & np.isfinite(
+            np.asarray(prm.radar_radial_sigma)[labels]
+        )
+        rows, kk, cols = rows[usable], kk[usable], cols[usable]
         full = radar.full[kk]
         if full.any():  # inverse-variance mean with what the object already has
             r, k = rows[full], kk[full]
             w = np.where(np.isfinite(objs.vel_var) & objs.vel_full, 1.0 / objs.vel_var, 0.0)
             vsum = w[:, None] * objs.velocity
-            w_new = 1.0 / prm.radar_velocity_sigma**2
+            w_new = 1.0 / np.asarray(prm.radar_velocity_sigma)[objs.labels[r]] ** 2
             np.add.at(w, r, w_new)
-            np.add.at(vsum, r, w_new * radar.vel[k])
+            np.add.at(vsum, r, w_new[:, None] * radar.vel[k])
             got = np.zeros(n, bool)
             got[r] = True
             objs.velocity[got] = vsum[got] / w[got, None]
@@ -396,7 +406,8 @@ class Fuser:
             along = (np.abs(c) >= prm.min_heading_cos) & (objs.size[i, 0] >= 1.3 * objs.size[i, 1])
             speed = np.minimum(np.maximum(vr / np.where(along, c, 1.0), -prm.max_speed), prm.max_speed)
             objs.velocity[i] = np.where(along[:, None], speed[:, None] * h, vr[:, None] * u)
-            base = (prm.radar_radial_sigma / np.maximum(np.abs(c), prm.min_heading_cos)) ** 2
+            sigma = np.asarray(prm.radar_radial_sigma)[objs.labels[i]]
+            base = (sigma / np.maximum(np.abs(c), prm.min_heading_cos)) ** 2
             heading_var = (0.1 if heading_known else 0.5) ** 2 * speed**2
             objs.vel_var[i] = np.where(along, base + heading_var, np.maximum(vr**2, 1.0) + 9.0)
         known = np.isfinite(objs.vel_var) & (objs.age != 0)
@@ -604,7 +615,6 @@ class Fuser:
         )
         has_full = wsum > 0
         objs.velocity[:] = np.where(has_full[:, None], vsum / np.maximum(wsum, 1.0)[:, None], 0.0)
-        objs.vel_var[:] = np.where(has_full, prm.radar_velocity_sigma**2 / np.maximum(wsum, 1.0), np.inf)
         objs.vel_full[:] = has_full
         objs.radial[:] = np.column_stack([radar.vr[idx[heads]], los[heads]])
         speed = np.hypot(objs.velocity[:, 0], objs.velocity[:, 1])
@@ -615,6 +625,8 @@ class Fuser:
             _TRUCK,
             np.where(strength >= prm.radar_car_rcs, _CAR, np.where(has_full & (speed > 3.0), _CYCLIST, _PEDESTRIAN)),
         )
+        sigma = np.asarray(prm.radar_velocity_sigma)[labels]
+        objs.vel_var[:] = np.where(has_full, sigma**2 / np.maximum(wsum, 1.0), np.inf)
         size = _SIZES[labels]
         yaw = np.where(has_full & (speed > prm.flip_speed), np.arctan2(objs.velocity[:, 1], objs.velocity[:, 0]), 0.0)
         hl = los[heads]

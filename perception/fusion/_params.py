@@ -53,19 +53,23 @@ class FusionParams:
     # -- radar ----------------------------------------------------------------------------------
     radar_min_score: float = 0.05
     radar_weight: float = 0.5
+    radar_vru_weight: float = 0.15  # for objects currently classed pedestrian or cyclist
     radar_range_sigma: float = 0.6  # m, along the line of sight (includes spread over the object)
     radar_azimuth_sigma: float = math.radians(2.0)  # rad, scaled by range across the line of sight
     radar_lateral_floor: float = 0.5  # m, added in quadrature across the line of sight
     radar_gate: float = 9.21  # chi-square 2 dof, 99 %
     radar_surface_factor: float = 0.75  # radar centroid sits this share of the half-extent before centre
-    radar_velocity_sigma: float = 0.35  # m/s, full 2D radar velocity
-    radar_radial_sigma: float = 0.25  # m/s, radial velocity
+    # m/s per class, full 2D and radial radar velocity: limbs and pedals of pedestrians and cyclists
+    # spread their Doppler (micro-Doppler), so their radar speed is much less certain than a vehicle's
+    radar_velocity_sigma: tuple[float, float, float, float] = (0.35, 0.35, 1.2, 0.9)
+    radar_radial_sigma: tuple[float, float, float, float] = (0.25, 0.25, 1.0, 0.7)
     radar_only_factor: float = 0.5
     radar_only_min_score: float = 0.2
     radar_car_rcs: float = 5.0  # dBsm; radar-only objects at least this strong are cars, else pedestrians
     radar_truck_rcs: float = 22.0  # dBsm
     min_heading_cos: float = 0.3  # radial -> full velocity along the heading only if |cos| above this
     max_speed: float = 60.0  # m/s, clamp of derived velocities
+    class_max_speed: tuple[float, float, float, float] = (60.0, 45.0, 3.5, 15.0)  # m/s; faster radar: ignored
     # -- output ---------------------------------------------------------------------------------
     nms_radius: tuple[float, float, float, float] = (1.0, 1.5, 0.4, 0.7)  # m, same-object centre distance
     flip_speed: float = 1.0  # m/s; above it a box's yaw is turned to face its velocity

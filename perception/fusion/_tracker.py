@@ -272,6 +272,7 @@ class Tracker:
         x = x + (k @ (z - x[:, :2])[:, :, None])[:, :, 0]
         p = p - k @ p[:, :2, :]
         # full 2D velocity
+        # full 2D velocity
         full = objs.vel_full[di]
         if full.any():
             f = np.flatnonzero(full)
@@ -282,14 +283,14 @@ class Tracker:
             k = p[f][:, :, 2:] @ inv2(s)
             x[f] = x[f] + (k @ (vw[di[f]] - x[f, 2:])[:, :, None])[:, :, 0]
             p[f] = p[f] - k @ p[f][:, 2:, :]
-        # radial velocity: scalar measurement vr = u . v
+        # radial velocity: scalar measurement vr = u . v (the track's own direction resolves the rest)
         rad = ~full & np.isfinite(objs.radial[di, 0])
         if rad.any():
             g = np.flatnonzero(rad)
             h = np.zeros((g.size, 4))
             h[:, 2:] = radial_u[di[g]]
             ph = (p[g] @ h[:, :, None])[:, :, 0]
-            s1 = (h * ph).sum(axis=1) + prm.radar_radial_sigma**2
+            s1 = (h * ph).sum(axis=1) + np.asarray(prm.radar_radial_sigma)[objs.labels[di[g]]] ** 2
             k1 = ph / s1[:, None]
             innov = objs.radial[di[g], 0] - (h * x[g]).sum(axis=1)
             x[g] = x[g] + k1 * innov[:, None]
