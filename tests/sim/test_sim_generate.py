@@ -88,3 +88,24 @@ def test_cli_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         main(["sim", "--duration", "-1", "-o", str(tmp_path / "x.mcap")])
     code = main(["sim", "--duration", "1", "-o", str(tmp_path / "missing-dir" / "x.mcap")])
     assert code == 1 and "x.mcap" in capsys.readouterr().err
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
+
+
+@pytest.mark.skipif(not BUNDLED.is_file(), reason="bundled drive not present")
+def test_bundled_drive_is_what_the_generator_makes() -> None:
+    """replay_data/GENERATE.md's command must still produce the committed file (spot checks)."""
+    sim = Simulator("urban", seed=7, duration_s=10.0)
+    with DriveReader(BUNDLED) as reader:
+        want = {(s.sensor, s.t_ns): s for s in reader.samples(4_000_000_000, 4_200_000_000)}
+        gt = reader.ground_truth_at(sim.capture_times("lidar_top")[40], tolerance_ns=0)
+    for sensor in ("lidar_top", "cam_front", "radar_rear"):
+        k = next(i for i, t in enumerate(sim.capture_times(sensor)) if t >= 4_000_000_000)
+        mine = sim.sample(sensor, k)
+        theirs = want[(sensor, mine.t_ns)]
+        if isinstance(mine, ImageSample):
+            assert isinstance(theirs, ImageSample) and theirs.data == mine.data
+        else:
+            assert isinstance(theirs, PointCloudSample) and theirs.points.tobytes() == mine.points.tobytes()
+    assert gt is not None and gt == sim.ground_truth(gt.t_ns)
