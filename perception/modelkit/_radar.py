@@ -66,7 +66,7 @@ class RadarParams:
     single_min_rcs: float = 10.0  # dBsm; an isolated return this strong is still an object
     velocity_sigma: float = 0.15  # m/s, Doppler noise floor used for the velocity error prediction
     azimuth_sigma: float = 0.03  # rad, azimuth noise (incl. scatter over the object) for the same
-    max_velocity_std: float = 0.3  # m/s; predicted velocity error above this -> NaN
+    max_velocity_std: float = 0.5  # m/s; predicted velocity error above this -> NaN
     min_score: float = 0.05
 
 
@@ -197,8 +197,9 @@ def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> l
     """Split one cluster's returns (``rows[idx]``) into groups that each move as one rigid object.
 
     Two objects close together (a pedestrian passing a parked car) can end up in one spatial cluster;
-    one least-squares velocity for both is wrong for both. Every pair of returns gives a velocity
-    hypothesis; the one explaining the most returns keeps its inliers; the rest, if at least two
+    one least-squares velocity for both is wrong for both. If at least half of the returns read ~0 m/s
+    (within two Doppler sigmas), they are one static group and the rest is split on its own. Otherwise
+    every pair of returns gives a velocity hypothesis; the one explaining the most returns keeps its inliers; the rest, if at least two
     returns, is split again. Doppler alone cannot always tell: a static car and a pedestrian beside
     it can also be fitted, by accident, by one fast motion at an angle to both (the velocity error
     prediction of :func:`fit_velocity` then usually, not always, says NaN). Returns groups of indices
@@ -207,6 +208,11 @@ def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> l
     p = params or RadarParams()
     if idx.shape[0] < 4:
         return [idx]
+    # Most returns in a street are static (parked cars, scenery): if most of the cluster reads
+    # ~0 m/s, the static returns are one group and the others another, whatever else might fit both.
+    static = np.abs(rows[idx, 3]) <= 2.0 * p.velocity_sigma
+    if static.sum() >= max(2, idx.shape[0] // 2) and (~static).sum() >= 2:
+        return [idx[static], *split_by_motion(rows, idx[~static], p)]
     az = np.arctan2(rows[idx, 1], rows[idx, 0])
     a = np.column_stack([np.cos(az), np.sin(az)])
     vr = rows[idx, 3]
