@@ -198,11 +198,11 @@ def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> l
 
     Two objects close together (a pedestrian passing a parked car) can end up in one spatial cluster;
     one least-squares velocity for both is wrong for both. If at least half of the returns read ~0 m/s
-    (within two Doppler sigmas), they are one static group and the rest is split on its own. Otherwise
-    every pair of returns gives a velocity hypothesis; the one explaining the most returns keeps its inliers; the rest, if at least two
-    returns, is split again. Doppler alone cannot always tell: a static car and a pedestrian beside
-    it can also be fitted, by accident, by one fast motion at an angle to both (the velocity error
-    prediction of :func:`fit_velocity` then usually, not always, says NaN). Returns groups of indices
+    (within two Doppler sigmas), they are one static group and the rest is split on its own.
+    Otherwise every pair of returns gives a velocity hypothesis; the one explaining the most returns
+    keeps its inliers; the rest, if at least two returns, is split again. Doppler alone cannot always
+    tell two motions from one: a static car and a pedestrian beside it can also be fitted, by accident,
+    by one fast motion at an angle to both (hence the static test first). Returns groups of indices
     into ``rows``; lone leftovers are dropped.
     """
     p = params or RadarParams()
