@@ -85,12 +85,15 @@ class OrderedPipeline:
                     await self._flush()
 
     async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
-        if not frame.created_ns:
-            frame = replace(frame, created_ns=time.monotonic_ns())
         async with self._cond:
             if self._overflow == "block":
                 while len(self._in_flight) >= self._k and len(self._pending) >= self._queue_size:
                     await self._cond.wait()
+            if not frame.created_ns:
+                # The frame's budget clock starts when it is taken in. Under ``block`` the source is
+                # held back until there is room, so that is after the wait above: stamping before it
+                # would charge the previous frames' service time to this frame's deadline.
+                frame = replace(frame, created_ns=time.monotonic_ns())
             seq = self._next_seq
             self._next_seq += 1
             self._pending.append((seq, frame))
