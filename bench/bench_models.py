@@ -1,8 +1,9 @@
 """Latency of the reference lidar and radar models through the embedded Triton server on this machine.
 
 For each case it measures the client round trip (sync gRPC client, one request in flight, after
-warm-up) and, for comparison, the same pipeline called in-process (no Triton). Writes p50/p90/p99/mean
-per case to ``bench/results/models.json``.
+warm-up) and, for comparison, the same pipeline called in-process (no Triton), as wall and as CPU
+time (the CPU time is what the pipeline costs when the shared machine is busy). Writes p50/p90/p99/mean
+per case, and the load average, to ``bench/results/models.json``.
 
 Cases (default rig: 32-beam lidar, one front radar):
 
@@ -91,14 +92,16 @@ def _stats(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def _time(fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
+def _time(
+    fn: Callable[[], Any], repeats: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> list[float]:
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        out.append((time.perf_counter() - t0) * 1e3)
+        out.append((clock() - t0) * 1e3)
     return out
 
 
@@ -119,15 +122,19 @@ def bench(url: str, repeats: int, warmup: int) -> dict[str, Any]:
             n_out = int(answer.as_numpy("SCORES").shape[0])
             triton_ms = _time(remote, reps, warmup)
             local_ms = _time(lambda fn=local_fn, p=points: fn(p), reps, warmup)
+            # CPU time of the same call: what the pipeline costs without other processes' contention.
+            cpu_ms = _time(lambda fn=local_fn, p=points: fn(p), reps, 0, time.process_time)
             results[case] = {
                 "model": model,
                 "input_shape": list(points.shape),
                 "detections": n_out,
                 "triton": _stats(triton_ms),
                 "in_process": _stats(local_ms),
+                "in_process_cpu": _stats(cpu_ms),
             }
             log.info(
-                "%-13s %-15s %7d rows -> %3d det | triton p50 %7.2f p99 %7.2f ms | in-process p50 %7.2f ms",
+                "%-13s %-15s %7d rows -> %3d det | triton p50 %7.2f p99 %7.2f ms | in-process p50 %7.2f ms"
+                " (cpu %6.2f ms)",
                 case,
                 model,
                 points.shape[0],
@@ -135,6 +142,7 @@ def bench(url: str, repeats: int, warmup: int) -> dict[str, Any]:
                 results[case]["triton"]["p50_ms"],
                 results[case]["triton"]["p99_ms"],
                 results[case]["in_process"]["p50_ms"],
+                results[case]["in_process_cpu"]["p50_ms"],
             )
     finally:
         client.close()
@@ -169,6 +177,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "models.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    load_before = os.getloadavg()
     cases = anyio.run(run, args)
     report = {
         "benchmark": "bench/bench_models.py",
@@ -177,6 +186,7 @@ def main() -> int:
             "cpu": _cpu_name(),
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
+            "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
             "note": "shared CPU: other processes may run concurrently; latencies are upper bounds",
         },
         "client": "tritonclient.grpc (sync), one request in flight, after warm-up",
