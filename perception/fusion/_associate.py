@@ -54,17 +54,27 @@ def covariance_along(direction: F64, sigma_along: F64, sigma_across: F64) -> F64
     return out
 
 
-def nearest_on_box(points: F64, center: F64, lw: F64, yaw: F64) -> F64:
-    """``[N,K,2]``: the point of BEV box ``n`` nearest to point ``k`` (the point itself when inside)."""
-    c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
-    dx = points[None, :, 0] - center[:, None, 0]
-    dy = points[None, :, 1] - center[:, None, 1]
-    hl, hw = 0.5 * lw[:, None, 0], 0.5 * lw[:, None, 1]
+def nearest_on_box(points: F64, center: F64, lw: F64, yaw: F64, *, pairwise: bool = True) -> F64:
+    """The point of a BEV box nearest to a point (the point itself when inside).
+
+    ``pairwise``: every point ``[K,2]`` against every box ``[N]`` -> ``[N,K,2]``; otherwise point ``i``
+    against box ``i`` -> ``[N,2]``.
+    """
+    if pairwise:
+        c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        hl, hw = 0.5 * lw[:, None, 0], 0.5 * lw[:, None, 1]
+        dx = points[None, :, 0] - center[:, None, 0]
+        dy = points[None, :, 1] - center[:, None, 1]
+        cx, cy = center[:, None, 0], center[:, None, 1]
+    else:
+        c, s = np.cos(yaw), np.sin(yaw)
+        hl, hw = 0.5 * lw[:, 0], 0.5 * lw[:, 1]
+        dx = points[:, 0] - center[:, 0]
+        dy = points[:, 1] - center[:, 1]
+        cx, cy = center[:, 0], center[:, 1]
     lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
     ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
-    out = np.empty((center.shape[0], points.shape[0], 2))
-    out[..., 0] = center[:, None, 0] + c * lx - s * ly
-    out[..., 1] = center[:, None, 1] + s * lx + c * ly
+    out: F64 = np.stack([cx + c * lx - s * ly, cy + s * lx + c * ly], axis=-1)
     return out
 
 
@@ -89,10 +99,13 @@ def assign(cost: F64, allowed: B) -> tuple[IP, IP]:
     return rows[r[ok]], cols[c[ok]]
 
 
-def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None) -> F64:
+def occlusion_coverage(
+    boxes: F64, depth: F64, valid: B | None = None, *, group: npt.NDArray[np.integer[npt.NBitBase]] | None = None
+) -> F64:
     """Per image box ``[..., N, 4]``, the largest share of its area covered by a single nearer box.
 
-    ``depth [..., N]`` orders the boxes; boxes where ``valid`` is false never occlude.
+    ``depth [..., N]`` orders the boxes; boxes where ``valid`` is false never occlude; with ``group``
+    (e.g. the camera of each box), only boxes of the same group occlude each other.
     """
     lo = np.maximum(boxes[..., :, None, :2], boxes[..., None, :, :2])
     hi = np.minimum(boxes[..., :, None, 2:], boxes[..., None, :, 2:])
@@ -101,6 +114,8 @@ def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None) -> F64:
     occluder = depth[..., None, :] < depth[..., :, None]
     if valid is not None:
         occluder &= valid[..., None, :]
+    if group is not None:
+        occluder &= group[..., None, :] == group[..., :, None]
     cover = np.where(occluder, inter, 0.0).max(axis=-1, initial=0.0)
     area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
     out: F64 = np.divide(cover, area, out=np.zeros_like(cover), where=area > 0)

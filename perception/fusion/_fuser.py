@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.spatial import cKDTree
 
 from perception.config import FusionConfig
 from perception.errors import InputError
@@ -99,6 +100,11 @@ class _Sensor:
     k_inv: F64
     width: int = 0
     height: int = 0
+    # half-angle tangents of a camera's view frustum and their secants (culling)
+    tan_x: float = 0.0
+    tan_y: float = 0.0
+    sec_x: float = 1.0
+    sec_y: float = 1.0
 
 
 @dataclass(slots=True)
@@ -155,6 +161,11 @@ class Fuser:
             if spec.kind is SensorKind.CAMERA and cal is None:
                 raise InputError("camera has no calibration in the rig", sensor=name)
             k = cal.matrix() if cal is not None else np.eye(3)
+            frustum: dict[str, float] = {}
+            if cal is not None:
+                tx = max(k[0, 2], cal.width - k[0, 2]) / k[0, 0]
+                ty = max(k[1, 2], cal.height - k[1, 2]) / k[1, 1]
+                frustum = {"tan_x": tx, "tan_y": ty, "sec_x": math.hypot(1.0, tx), "sec_y": math.hypot(1.0, ty)}
             sensors.append(
                 _Sensor(
                     name=name,
@@ -165,6 +176,7 @@ class Fuser:
                     k_inv=np.linalg.inv(k),
                     width=cal.width if cal is not None else 0,
                     height=cal.height if cal is not None else 0,
+                    **frustum,
                 )
             )
         self._sensors = tuple(sensors)
@@ -332,15 +344,28 @@ class Fuser:
             return
         k_idx = np.flatnonzero(radar.free)
         pts = radar.pos[k_idx]
-        near = nearest_on_box(pts, objs.center[:, :2], objs.size[:, :2], objs.yaw)
-        d2 = mahalanobis2(pts[None, :, :] - near, objs.cov[:, None] + radar.cov[k_idx][None, :])
-        d2[d2 > prm.radar_gate] = np.inf
-        best = np.argmin(d2, axis=0)
-        used = np.isfinite(d2[best, np.arange(k_idx.size)])
-        if not used.any():
+        # candidate pairs by centre distance (box half-diagonal plus the gate at both spreads), then
+        # the Mahalanobis distance to the nearest box point for those pairs only
+        obj_spread = objs.cov[:, 0, 0] + objs.cov[:, 1, 1]
+        rad_spread = radar.cov[k_idx, 0, 0] + radar.cov[k_idx, 1, 1]
+        spread = prm.radar_gate * (obj_spread[:, None] + rad_spread[None, :])
+        reach = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])[:, None] + np.sqrt(spread)
+        gap = pts[None, :, :] - objs.center[:, None, :2]
+        oi, ki = np.nonzero((gap * gap).sum(axis=2) <= reach * reach)
+        if oi.size == 0:
             return
-        cols = np.flatnonzero(used)
-        rows, kk = best[cols], k_idx[cols]
+        near = nearest_on_box(pts[ki], objs.center[oi, :2], objs.size[oi, :2], objs.yaw[oi], pairwise=False)
+        d2 = mahalanobis2(pts[ki] - near, objs.cov[oi] + radar.cov[k_idx[ki]])
+        ok = d2 <= prm.radar_gate
+        oi, ki, d2 = oi[ok], ki[ok], d2[ok]
+        if oi.size == 0:
+            return
+        # each radar object joins its nearest gated object: sort pairs by distance, last write wins
+        order = np.argsort(-d2, kind="stable")
+        best = np.full(k_idx.size, -1, np.intp)
+        best[ki[order]] = order
+        pair = best[best >= 0]
+        rows, kk, pair_d2 = oi[pair], k_idx[ki[pair]], d2[pair]
         radar.free[kk] = False
         objs.sources[rows, radar.sensor[kk]] = True
         miss = np.ones(n)
@@ -355,7 +380,7 @@ class Fuser:
         usable = (speed <= np.asarray(prm.class_max_speed)[labels]) & np.isfinite(
             np.asarray(prm.radar_radial_sigma)[labels]
         )
-        rows, kk, cols = rows[usable], kk[usable], cols[usable]
+        rows, kk, pair_d2 = rows[usable], kk[usable], pair_d2[usable]
         full = radar.full[kk]
         if full.any():  # inverse-variance mean with what the object already has
             r, k = rows[full], kk[full]
@@ -376,7 +401,7 @@ class Fuser:
         objs.radial[r[fresh]] = np.column_stack([radar.vr[k[fresh]], radar.los[k[fresh]]])
         if refine:
             # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
-            order = np.argsort(-d2[rows, cols], kind="stable")
+            order = np.argsort(-pair_d2, kind="stable")
             r, k = rows[order], kk[order]
             pick = np.full(n, -1, np.intp)
             pick[r] = k
@@ -419,102 +444,107 @@ class Fuser:
     def _cameras(
         self, cameras: Sequence[tuple[_Sensor, CameraBoxes, int]], objs: Objects, motion: EgoMotion
     ) -> Objects:
-        """Match objects with every camera's detections; return camera-only candidates."""
+        """Match objects with every camera's detections; return camera-only candidates.
+
+        Works on flat lists: detections of all cameras, and (camera, object) pairs that survive a
+        bounding-sphere/frustum cull; one assignment problem covers every camera (a pair may only take a
+        detection of its own camera, so each camera is still one-to-one).
+        """
         prm = self.params
         n_s = len(self._sensors)
         c_n = len(cameras)
         if c_n == 0:
             return Objects.empty(n_s)
-        # detections of all cameras, padded to [C, K]
-        counts = np.array([cam.scores.shape[0] for _, cam, _ in cameras])
-        k_max = int(counts.max())
-        if k_max == 0 and len(objs) == 0:
-            return Objects.empty(n_s)
-        det_ok = np.arange(k_max)[None, :] < counts[:, None]
-        det_boxes = np.zeros((c_n, k_max, 4))
-        det_scores = np.zeros((c_n, k_max))
-        det_labels = np.zeros((c_n, k_max), np.intp)
-        det_boxes[det_ok] = np.concatenate([cam.boxes for _, cam, _ in cameras])
-        det_scores[det_ok] = np.concatenate([cam.scores for _, cam, _ in cameras])
-        det_labels[det_ok] = np.concatenate([cam.labels for _, cam, _ in cameras])
+        det_cam = np.repeat(np.arange(c_n), [cam.scores.shape[0] for _, cam, _ in cameras])
+        det_boxes = np.concatenate([cam.boxes for _, cam, _ in cameras])
+        det_scores = np.concatenate([cam.scores for _, cam, _ in cameras])
+        det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
         rels = np.stack([motion.relative(t_s) for _, _, t_s in cameras])  # base_link(t_f) <- base_link(t_s)
-        unmatched = det_ok.copy()
+        unmatched = np.ones(det_cam.size, bool)
         n = len(objs)
         if n:
             cam_from_base = np.stack([invert_transform(rels[i] @ s.extrinsic) for i, (s, _, _) in enumerate(cameras)])
+            # cull: (camera, object) pairs whose bounding sphere touches the camera's view frustum
+            radius = 0.5 * np.sqrt((objs.size * objs.size).sum(axis=1))
+            c = objs.center @ np.swapaxes(cam_from_base[:, :3, :3], 1, 2) + cam_from_base[:, None, :3, 3]  # [C,N,3]
+            tan = np.array([[s.tan_x, s.tan_y, s.sec_x, s.sec_y] for s, _, _ in cameras])[:, None, :]
+            near = (
+                (c[..., 2] + radius > 0.1)
+                & (np.abs(c[..., 0]) - c[..., 2] * tan[..., 0] <= radius * tan[..., 2])
+                & (np.abs(c[..., 1]) - c[..., 2] * tan[..., 1] <= radius * tan[..., 3])
+            )
+            pc, po = np.nonzero(near)
+        if n and pc.size:
+            # boxes moved to each camera's capture time (with the velocity known so far), into the camera
             dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
-            vel = np.zeros((n, 3))
-            known = np.isfinite(objs.vel_var)
-            vel[known, :2] = objs.velocity[known]
-            corners = box_corners(objs.boxes())  # [N,8,3], moved to each camera's time below
-            pts = corners[None] + dts[:, None, None, None] * vel[None, :, None, :]
-            pts = pts @ np.swapaxes(cam_from_base[:, None, :3, :3], -1, -2) + cam_from_base[:, None, None, :3, 3]
-            ks = np.stack([s.k for s, _, _ in cameras])[:, None]
-            size = np.array([[s.width, s.height] for s, _, _ in cameras], dtype=np.float64)[:, None]
-            proj = project_corners(pts, ks, size)  # [C,N]
-            cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image)
+            corners = box_corners(objs.boxes())[po]  # [M,8,3]
+            known = np.isfinite(objs.vel_var[po])
+            corners[known, :, :2] += (dts[pc[known]][:, None] * objs.velocity[po[known]])[:, None, :]
+            m = cam_from_base[pc]
+            corners = corners @ np.swapaxes(m[:, :3, :3], 1, 2) + m[:, None, :3, 3]
+            ks = np.stack([s.k for s, _, _ in cameras])[pc]
+            size = np.array([[s.width, s.height] for s, _, _ in cameras], dtype=np.float64)[pc]
+            proj = project_corners(corners, ks, size)  # [M]
+            cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
             matchable = (
                 proj.in_image
                 & (proj.visible_fraction >= prm.min_visible_fraction)
                 & (cover < prm.occlusion_coverage)
                 & (proj.depth > 0)
             )
-            heights = proj.boxes[..., 3] - proj.boxes[..., 1]
-            expected = (
-                matchable
-                & (proj.depth <= prm.camera_miss_max_depth)
-                & (heights >= prm.camera_miss_min_height)
-                & (objs.origin == Origin.LIDAR)[None, :]
-            ).any(axis=0)
+            height = proj.boxes[:, 3] - proj.boxes[:, 1]
+            expected = np.zeros(n, bool)
+            expected[
+                po[
+                    matchable
+                    & (proj.depth <= prm.camera_miss_max_depth)
+                    & (height >= prm.camera_miss_min_height)
+                    & (objs.origin[po] == Origin.LIDAR)
+                ]
+            ] = True
             # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
             pad = np.array([-1.0, -1.0, 1.0, 1.0]) * prm.camera_match_pad
-            iou = box_iou_2d(proj.boxes + pad, det_boxes + pad)  # [C,N,K]
-            iou[~proj.in_image] = 0.0
-            allowed = (iou >= prm.camera_iou) & matchable[:, :, None] & det_ok[:, None, :]
-            ci_l, oi_l, di_l = [], [], []
-            for c in np.flatnonzero(allowed.any(axis=(1, 2))).tolist():
-                rows, cols = assign(-iou[c], allowed[c])
-                ci_l.append(np.full(rows.size, c, np.intp))
-                oi_l.append(rows)
-                di_l.append(cols)
+            iou = box_iou_2d(proj.boxes + pad, det_boxes + pad)  # [M,D]
+            iou[~(proj.in_image[:, None] & (pc[:, None] == det_cam[None, :]))] = 0.0
+            rows, di = assign(-iou, (iou >= prm.camera_iou) & matchable[:, None])
+            oi = po[rows]
             seen = np.zeros(n, bool)
-            if ci_l:
-                ci, oi, di = np.concatenate(ci_l), np.concatenate(oi_l), np.concatenate(di_l)
-                seen[oi] = True
-                cam_index = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
-                objs.sources[oi, cam_index[ci]] = True
-                np.add.at(objs.votes, (oi, det_labels[ci, di]), det_scores[ci, di])
-                miss = np.ones(n)
-                np.multiply.at(miss, oi, 1.0 - prm.camera_weight * det_scores[ci, di])
-                objs.score[:] = 1.0 - (1.0 - objs.score) * miss
-                unmatched[ci, di] = False
+            seen[oi] = True
+            cam_index = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
+            objs.sources[oi, cam_index[pc[rows]]] = True
+            np.add.at(objs.votes, (oi, det_labels[di]), det_scores[di])
+            miss = np.ones(n)
+            np.multiply.at(miss, oi, 1.0 - prm.camera_weight * det_scores[di])
+            objs.score[:] = 1.0 - (1.0 - objs.score) * miss
             objs.score[expected & ~seen] *= prm.camera_miss_factor
+            unmatched[di] = False
             # an unmatched detection that overlaps a projected box is that object again, not a new one
-            unmatched &= iou.max(axis=1, initial=0.0) < prm.camera_absorb_iou
-        widths = np.array([s.width for s, _, _ in cameras], dtype=np.float64)[:, None]
+            unmatched &= iou.max(axis=0, initial=0.0) < prm.camera_absorb_iou
+        widths = np.array([s.width for s, _, _ in cameras], dtype=np.float64)[det_cam]
         keep = (
             unmatched
             & (det_scores >= prm.camera_only_min_score)
-            & (det_boxes[..., 3] - det_boxes[..., 1] >= prm.camera_only_min_height)
-            & (det_boxes[..., 0] > 1.0)  # cut at the side of the image: centre and size unknown
-            & (det_boxes[..., 2] < widths - 1.0)
+            & (det_boxes[:, 3] - det_boxes[:, 1] >= prm.camera_only_min_height)
+            & (det_boxes[:, 0] > 1.0)  # cut at the side of the image: centre and size unknown
+            & (det_boxes[:, 2] < widths - 1.0)
         )
         if not keep.any():
             return Objects.empty(n_s)
-        ci, di = np.nonzero(keep)
+        di = np.flatnonzero(keep)
+        ci = det_cam[di]
         cands = self._camera_only(
-            [cameras[c][0] for c in range(c_n)],
+            [cam[0] for cam in cameras],
             rels,
             ci,
-            det_boxes[ci, di],
-            det_labels[ci, di],
-            det_scores[ci, di],
+            det_boxes[di],
+            det_labels[di],
+            det_scores[di],
             np.array([motion.t_ns - t_s for _, _, t_s in cameras])[ci] * 1e-9,
         )
         if len(cands) and n:
             # a candidate whose (long, along-the-ray) uncertainty covers a lidar object is that object
-            near = nearest_on_box(cands.center[:, :2], objs.center[:, :2], objs.size[:, :2], objs.yaw)
-            d2 = mahalanobis2(cands.center[None, :, :2] - near, objs.cov[:, None] + cands.cov[None, :])
+            near_pt = nearest_on_box(cands.center[:, :2], objs.center[:, :2], objs.size[:, :2], objs.yaw)
+            d2 = mahalanobis2(cands.center[None, :, :2] - near_pt, objs.cov[:, None] + cands.cov[None, :])
             cands = cands.take(~(d2 <= prm.camera_absorb_gate).any(axis=0))
         return cands
 
@@ -649,17 +679,22 @@ class Fuser:
         if n < 2:
             return objs
         xy = objs.center[:, :2]
-        c, s = np.abs(np.cos(objs.yaw)), np.abs(np.sin(objs.yaw))
-        half = 0.5 * np.stack([objs.size[:, 0] * c + objs.size[:, 1] * s, objs.size[:, 0] * s + objs.size[:, 1] * c], 1)
-        gap = np.abs(xy[:, None, :] - xy[None, :, :])  # [N,N,2]
-        near = np.asarray(self.params.nms_radius)[objs.labels]
-        close = (gap * gap).sum(axis=2) < np.minimum(near[:, None], near[None, :]) ** 2
-        overlap = (gap < half[:, None, :] + half[None, :, :]).all(axis=2)  # axis-aligned bounds overlap
-        i, j = np.nonzero(np.triu(close | overlap, k=1))
-        if i.size == 0:
+        radius = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])
+        reach = max(2.0 * float(radius.max()), *self.params.nms_radius)
+        pairs = cKDTree(xy).query_pairs(reach, output_type="ndarray")  # candidates, i < j
+        if pairs.shape[0] == 0:
             return objs
-        same = close[i, j]
-        check = np.flatnonzero(~same)
+        i, j = pairs[:, 0], pairs[:, 1]
+        d = xy[i] - xy[j]
+        dist2 = (d * d).sum(axis=1)
+        near = np.asarray(self.params.nms_radius)[objs.labels]
+        same = dist2 < np.minimum(near[i], near[j]) ** 2
+        # rotated IoU only where the axis-aligned bounds overlap (side-by-side lanes do not)
+        c, s = np.abs(np.cos(objs.yaw)), np.abs(np.sin(objs.yaw))
+        hx = 0.5 * (objs.size[:, 0] * c + objs.size[:, 1] * s)
+        hy = 0.5 * (objs.size[:, 0] * s + objs.size[:, 1] * c)
+        overlap = (np.abs(d[:, 0]) < hx[i] + hx[j]) & (np.abs(d[:, 1]) < hy[i] + hy[j])
+        check = np.flatnonzero(~same & overlap)
         if check.size:
             rect = np.column_stack([xy, objs.size[:, :2], objs.yaw])
             same[check] = bev_iou_pairs(rect[i[check]], rect[j[check]]) > self.config.nms_iou

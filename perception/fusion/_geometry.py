@@ -283,30 +283,32 @@ def project_corners(
     all cameras of a rig are projected in one pass.
     """
     c = np.asarray(corners, dtype=np.float64)
-    kt = np.swapaxes(np.asarray(k, dtype=np.float64), -1, -2)
-    wh = np.asarray(size, dtype=np.float64)
     lead = c.shape[:-2]
+    c = c.reshape(-1, 8, 3)
+    kt = np.swapaxes(np.broadcast_to(np.asarray(k, dtype=np.float64), (*lead, 3, 3)).reshape(-1, 3, 3), -1, -2)
+    wh = np.broadcast_to(np.asarray(size, dtype=np.float64), (*lead, 2)).reshape(-1, 2)
     front = c[..., 2] >= near
-    if front.all():  # nothing to cut at the near plane
-        h = c @ kt
-        uv = h[..., :2] / h[..., 2:3]
-        lo, hi = uv.min(axis=-2), uv.max(axis=-2)
-        any_ok = np.ones(lead, bool)
-    else:
-        p0 = c[..., _EDGES[:, 0], :]
-        p1 = c[..., _EDGES[:, 1], :]
+    h = c @ kt
+    uv = h[..., :2] / np.where(front, h[..., 2], 1.0)[..., None]
+    lo, hi = uv.min(axis=1), uv.max(axis=1)
+    any_ok = np.ones(c.shape[0], bool)
+    cut = np.flatnonzero(~front.all(axis=1))
+    if cut.size:  # boxes reaching behind the near plane: clip their edges there (the few that need it)
+        cc, fc = c[cut], front[cut]
+        p0 = cc[:, _EDGES[:, 0], :]
+        p1 = cc[:, _EDGES[:, 1], :]
         z0, z1 = p0[..., 2], p1[..., 2]
         crosses = (z0 - near) * (z1 - near) < 0
         t = np.divide(near - z0, z1 - z0, out=np.zeros_like(z0), where=crosses)
-        pts = np.concatenate([c, p0 + t[..., None] * (p1 - p0)], axis=-2)  # [..., 20, 3]
-        ok = np.concatenate([front, crosses], axis=-1)
+        pts = np.concatenate([cc, p0 + t[..., None] * (p1 - p0)], axis=1)  # [K,20,3]
+        ok = np.concatenate([fc, crosses], axis=1)
         pts[..., 2] = np.where(ok, np.maximum(pts[..., 2], near), 1.0)
-        h = pts @ kt
-        uv = h[..., :2] / h[..., 2:3]
+        hc = pts @ kt[cut]
+        uvc = hc[..., :2] / hc[..., 2:3]
         okx = ok[..., None]
-        lo = np.where(okx, uv, np.inf).min(axis=-2)
-        hi = np.where(okx, uv, -np.inf).max(axis=-2)
-        any_ok = ok.any(axis=-1)
+        lo[cut] = np.where(okx, uvc, np.inf).min(axis=1)
+        hi[cut] = np.where(okx, uvc, -np.inf).max(axis=1)
+        any_ok[cut] = ok.any(axis=1)
         lo[~any_ok] = 0.0
         hi[~any_ok] = 0.0
     full = hi - lo
@@ -316,10 +318,12 @@ def project_corners(
     vis = hi_c - lo_c
     area = vis[..., 0] * vis[..., 1]
     in_image = any_ok & (area > 0.0)
-    frac = np.divide(area, full_area, out=np.zeros(lead), where=full_area > 0)
+    frac = np.divide(area, full_area, out=np.zeros(area.shape), where=full_area > 0)
     boxes = np.concatenate([lo_c, hi_c], axis=-1)
     boxes[~in_image] = 0.0
-    return ProjectedBoxes(boxes, in_image, c[..., 2].mean(axis=-1), frac)
+    return ProjectedBoxes(
+        boxes.reshape(*lead, 4), in_image.reshape(lead), c[..., 2].mean(axis=-1).reshape(lead), frac.reshape(lead)
+    )
 
 
 def project_boxes(

@@ -25,17 +25,18 @@ I64 = npt.NDArray[np.int64]
 _NUM_LABELS = len(LABELS)
 
 
-def _tensor(outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, shape: tuple[int | None, ...]) -> F64:
+def _tensor(outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, columns: int | None) -> F64:
+    """``outputs[name]`` as float64 ``[N]`` (``columns`` None) or ``[N, columns]``."""
     arr = outputs.get(name)
     if arr is None:
         raise InputError("output tensor missing", sensor=sensor, tensor=name)
     a = np.asarray(arr)
-    if a.ndim != len(shape) or any(want is not None and want != got for want, got in zip(shape, a.shape, strict=True)):
-        dims = ", ".join("N" if d is None else str(d) for d in shape)
-        raise InputError(f"expected shape [{dims}], got {list(a.shape)}", sensor=sensor, tensor=name)
+    if (a.ndim != 1) if columns is None else (a.ndim != 2 or a.shape[1] != columns):
+        want = "[N]" if columns is None else f"[N, {columns}]"
+        raise InputError(f"expected shape {want}, got {list(a.shape)}", sensor=sensor, tensor=name)
     if a.dtype.kind not in "fiub":
         raise InputError(f"expected a numeric tensor, got dtype {a.dtype}", sensor=sensor, tensor=name)
-    out: F64 = a.astype(np.float64, copy=False)
+    out: F64 = a.astype(np.float64)
     return out
 
 
@@ -76,9 +77,9 @@ class CameraBoxes:
 
 
 def parse_lidar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> LidarBoxes:
-    boxes = _tensor(outputs, "BOXES", sensor, (None, 7))
-    labels_raw = _tensor(outputs, "LABELS", sensor, (None,))
-    scores = _tensor(outputs, "SCORES", sensor, (None,))
+    boxes = _tensor(outputs, "BOXES", sensor, 7)
+    labels_raw = _tensor(outputs, "LABELS", sensor, None)
+    scores = _tensor(outputs, "SCORES", sensor, None)
     _same_rows(sensor, BOXES=boxes, LABELS=labels_raw, SCORES=scores)
     labels, ok = _labels(labels_raw)
     ok &= np.isfinite(boxes).all(axis=1) & (boxes[:, 3:6] > 0).all(axis=1) & (scores >= min_score)
@@ -86,11 +87,11 @@ def parse_lidar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
 
 
 def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> RadarObjects:
-    pos = _tensor(outputs, "POSITIONS", sensor, (None, 3))
-    vr = _tensor(outputs, "RADIAL_VELOCITY", sensor, (None,))
-    vel = _tensor(outputs, "VELOCITY", sensor, (None, 2))
-    rcs = _tensor(outputs, "RCS", sensor, (None,))
-    scores = _tensor(outputs, "SCORES", sensor, (None,))
+    pos = _tensor(outputs, "POSITIONS", sensor, 3)
+    vr = _tensor(outputs, "RADIAL_VELOCITY", sensor, None)
+    vel = _tensor(outputs, "VELOCITY", sensor, 2)
+    rcs = _tensor(outputs, "RCS", sensor, None)
+    scores = _tensor(outputs, "SCORES", sensor, None)
     _same_rows(sensor, POSITIONS=pos, RADIAL_VELOCITY=vr, VELOCITY=vel, RCS=rcs, SCORES=scores)
     ok = np.isfinite(pos).all(axis=1) & np.isfinite(vr) & (scores >= min_score)
     rcs_ok = np.where(np.isfinite(rcs), rcs, 0.0)
@@ -98,10 +99,10 @@ def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
 
 
 def parse_camera(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> CameraBoxes:
-    boxes = _tensor(outputs, "BOXES", sensor, (None, 4))
-    scores = _tensor(outputs, "SCORES", sensor, (None,))
-    labels_raw = _tensor(outputs, "LABELS", sensor, (None,))
-    count_arr = _tensor(outputs, "COUNT", sensor, (None,))
+    boxes = _tensor(outputs, "BOXES", sensor, 4)
+    scores = _tensor(outputs, "SCORES", sensor, None)
+    labels_raw = _tensor(outputs, "LABELS", sensor, None)
+    count_arr = _tensor(outputs, "COUNT", sensor, None)
     rows = _same_rows(sensor, BOXES=boxes, SCORES=scores, LABELS=labels_raw)
     count = int(count_arr[0]) if count_arr.size and np.isfinite(count_arr[0]) else 0
     count = min(max(count, 0), rows)

@@ -120,8 +120,28 @@ def _build(
     )
 
 
+# Columns of the track table (one row per track; float64, ids and counts are exact integers).
+_X = slice(0, 4)  # x, y, vx, vy (world)
+_POS, _VEL = slice(0, 2), slice(2, 4)
+_Z = 4
+_SIZE = slice(5, 8)
+_YAW = 8
+_SCORE = 9
+_HITS = 10
+_MISSES = 11
+_HAS_BOX = 12  # 1.0 once a lidar box gave the track its size and heading
+_ID = 13
+_VOTES = slice(14, 14 + _NUM_LABELS)
+_NCOL = 14 + _NUM_LABELS
+
+
 class Tracker:
-    """Tracks fused objects across frames (see the module docstring). Not thread-safe: one caller."""
+    """Tracks fused objects across frames (see the module docstring). Not thread-safe: one caller.
+
+    State is one table row per track (:data:`_NCOL` columns: kinematic state, height, size, yaw,
+    score, hits, misses, id, class votes), a ``[T,4,4]`` covariance stack and a ``[T,S]`` sources
+    mask, so that births, deaths and updates are a handful of array operations whatever the count.
+    """
 
     def __init__(self, config: FusionConfig, params: FusionParams, names: SourceNames) -> None:
         self.config = config
@@ -129,57 +149,61 @@ class Tracker:
         self.names = names
         self._accel_var = np.asarray(params.track_accel_sigma, np.float64) ** 2
         self._init_speed_var = np.asarray(params.track_init_speed_sigma, np.float64) ** 2
+        self._radial_var = np.asarray(params.radar_radial_sigma, np.float64) ** 2
         self.reset()
 
     def reset(self) -> None:
         """Forget every track and restart ids at 1 (a new drive)."""
-        s = len(self.names.names)
         self._next_id = 1
         self._t_ns: int | None = None
-        self.ids: I64 = np.zeros(0, np.int64)
-        self.x: F64 = np.zeros((0, 4))
+        self.table: F64 = np.zeros((0, _NCOL))
         self.p: F64 = np.zeros((0, 4, 4))
-        self.z: F64 = np.zeros(0)
-        self.size: F64 = np.zeros((0, 3))
-        self.yaw: F64 = np.zeros(0)
-        self.has_box: B = np.zeros(0, bool)
-        self.votes: F64 = np.zeros((0, _NUM_LABELS))
-        self.score: F64 = np.zeros(0)
-        self.hits: I64 = np.zeros(0, np.int64)
-        self.misses: I64 = np.zeros(0, np.int64)
-        self.sources: B = np.zeros((0, s), bool)
+        self.sources: B = np.zeros((0, len(self.names.names)), bool)
 
     def __len__(self) -> int:
-        return int(self.ids.shape[0])
+        return int(self.table.shape[0])
+
+    @property
+    def ids(self) -> I64:
+        out: I64 = self.table[:, _ID].astype(np.int64)
+        return out
 
     # -- helpers ----------------------------------------------------------------------------------
     def _keep(self, mask: B) -> None:
-        for name in ("ids", "x", "p", "z", "size", "yaw", "has_box", "votes", "score", "hits", "misses", "sources"):
-            setattr(self, name, getattr(self, name)[mask])
+        self.table, self.p, self.sources = self.table[mask], self.p[mask], self.sources[mask]
+
+    def _labels(self) -> npt.NDArray[np.intp]:
+        out: npt.NDArray[np.intp] = np.argmax(self.table[:, _VOTES], axis=1)
+        return out
 
     def _predict(self, dt: float) -> None:
+        """Constant-velocity prediction: ``x += dt v``; ``P = F P F^T + Q`` written out blockwise."""
         if dt <= 0 or not len(self):
             return
-        f = np.eye(4)
-        f[0, 2] = f[1, 3] = dt
-        self.x = self.x @ f.T
-        q_unit = np.zeros((4, 4))
-        q_unit[0, 0] = q_unit[1, 1] = dt**4 / 4
-        q_unit[2, 2] = q_unit[3, 3] = dt**2
-        q_unit[0, 2] = q_unit[2, 0] = q_unit[1, 3] = q_unit[3, 1] = dt**3 / 2
-        q = self._accel_var[np.argmax(self.votes, axis=1)][:, None, None] * q_unit
-        self.p = f @ self.p @ f.T + q
+        self.table[:, _POS] += dt * self.table[:, _VEL]
+        p = self.p
+        pvv = p[:, 2:, 2:].copy()
+        ppv = p[:, :2, 2:].copy()
+        p[:, :2, :2] += dt * (ppv + np.swapaxes(ppv, 1, 2)) + (dt * dt) * pvv
+        p[:, :2, 2:] += dt * pvv
+        p[:, 2:, :2] += dt * pvv
+        q = np.zeros((4, 4))  # white-noise acceleration, per unit variance
+        q[0, 0] = q[1, 1] = dt**4 / 4
+        q[2, 2] = q[3, 3] = dt**2
+        q[0, 2] = q[2, 0] = q[1, 3] = q[3, 1] = dt**3 / 2
+        p += self._accel_var[self._labels()][:, None, None] * q
 
     def _gated(self, zxy: F64, r: F64, age: F64) -> B:
         """``[T,D]``: detection within the association gate of each (predicted) track."""
-        diff = zxy[None, :, :] + age[None, :, None] * self.x[:, None, 2:] - self.x[:, None, :2]
-        d2 = mahalanobis2(diff, self.p[:, None, :2, :2] + r[None])
-        out: B = d2 <= self.params.track_gate
+        x = self.table
+        diff = zxy[None, :, :] + age[None, :, None] * x[:, None, _VEL] - x[:, None, _POS]
+        out: B = mahalanobis2(diff, self.p[:, None, :2, :2] + r[None]) <= self.params.track_gate
         return out
 
     def _associate(
-        self, zxy: F64, r: F64, age: F64, labels: npt.NDArray[np.intp], x: F64, p: F64
+        self, zxy: F64, r: F64, age: F64, labels: npt.NDArray[np.intp], x: F64
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """Hungarian assignment of detections to tracks whose (predicted) kinematic state is ``x``."""
         prm = self.params
         n_t, n_d = x.shape[0], zxy.shape[0]
         if n_t == 0 or n_d == 0:
@@ -190,14 +214,12 @@ class Tracker:
         ti, di = np.nonzero(dx * dx + dy * dy <= prm.track_max_distance**2)
         if ti.size == 0:
             return ti, di
-        diff = np.column_stack([dx[ti, di], dy[ti, di]])
-        d2 = mahalanobis2(diff, p[ti, :2, :2] + r[di])
+        d2 = mahalanobis2(np.stack([dx[ti, di], dy[ti, di]], axis=1), self.p[ti, :2, :2] + r[di])
         ok = d2 <= prm.track_gate
         ti, di = ti[ok], di[ok]
         cost = np.zeros((n_t, n_d))
         allowed = np.zeros((n_t, n_d), bool)
-        track_labels = np.argmax(self.votes, axis=1)
-        cost[ti, di] = d2[ok] + prm.track_label_penalty * (track_labels[ti] != labels[di])
+        cost[ti, di] = d2[ok] + prm.track_label_penalty * (self._labels()[ti] != labels[di])
         allowed[ti, di] = True
         return assign(cost, allowed)
 
@@ -213,13 +235,10 @@ class Tracker:
         # detections -> world
         zw = objs.center @ w[:3, :3].T + w[:3, 3]
         rw = r2 @ objs.cov @ r2.T
-        vw = objs.velocity @ r2.T
-        radial_u = objs.radial[:, 1:3] @ r2.T
-        yaw_w = wrap_angle(objs.yaw + ego_yaw)
         labels = objs.labels
 
         if self._t_ns is not None and t_ns < self._t_ns:
-            return self._read_only(t_ns, objs, zw, rw, labels, w_inv, ego_yaw)
+            return self._read_only(t_ns, objs, zw, rw, labels, w_inv)
         dt = 0.0 if self._t_ns is None else (t_ns - self._t_ns) * 1e-9
         if dt > prm.track_max_gap_s and len(self):
             log.info("tracker: %.2f s gap between frames, dropping %d tracks", dt, len(self))
@@ -227,29 +246,31 @@ class Tracker:
         self._t_ns = t_ns
         self._predict(dt)
 
-        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, self.x, self.p)
+        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, self.table[:, _X])
         if ti.size:
-            self._update(ti, di, objs, zw, rw, vw, radial_u, yaw_w)
+            self._update(ti, di, objs, zw, rw, r2, ego_yaw)
         # coasting and deaths
-        matched = np.zeros(len(self), bool)
-        matched[ti] = True
-        self.misses[~matched] += 1
-        self.votes[~matched] *= prm.track_vote_decay
-        self.sources[~matched] = False
-        confirmed = self.hits >= self.config.track_min_hits
-        dead = (~confirmed & (self.misses > 0)) | (self.misses > self.config.track_max_misses)
-        if dead.any():
-            self._keep(~dead)
+        missed = np.ones(len(self), bool)
+        missed[ti] = False
+        if missed.any():
+            self.table[missed, _MISSES] += 1
+            self.table[missed, _VOTES] *= prm.track_vote_decay
+            self.sources[missed] = False
+            tab = self.table
+            dead = ((tab[:, _HITS] < self.config.track_min_hits) & (tab[:, _MISSES] > 0)) | (
+                tab[:, _MISSES] > self.config.track_max_misses
+            )
+            if dead.any():
+                self._keep(~dead)
         # births; a camera- or radar-only detection within the gate of a live track is a duplicate of it
         new = np.ones(n, bool)
         new[di] = False
         weak = new & (objs.origin != Origin.LIDAR)
         if weak.any() and len(self):
             w_idx = np.flatnonzero(weak)
-            dup = self._gated(zw[w_idx, :2], rw[w_idx], objs.age[w_idx]).any(axis=0)
-            new[w_idx[dup]] = False
+            new[w_idx[self._gated(zw[w_idx, :2], rw[w_idx], objs.age[w_idx]).any(axis=0)]] = False
         if new.any():
-            self._birth(np.flatnonzero(new), objs, zw, rw, vw, yaw_w)
+            self._birth(np.flatnonzero(new), objs, zw, rw, r2, ego_yaw)
         return self._output(w_inv, ego_yaw)
 
     def _update(
@@ -259,118 +280,109 @@ class Tracker:
         objs: Objects,
         zw: F64,
         rw: F64,
-        vw: F64,
-        radial_u: F64,
-        yaw_w: F64,
+        r2: F64,
+        ego_yaw: float,
     ) -> None:
         prm = self.params
-        x, p = self.x[ti], self.p[ti]
+        row = self.table[ti]
+        x, p = row[:, _X], self.p[ti]
         # position (moved by the track velocity over the detection's age)
-        z = zw[di, :2] + objs.age[di, None] * x[:, 2:4]
-        s = p[:, :2, :2] + rw[di]
-        k = p[:, :, :2] @ inv2(s)
-        x = x + (k @ (z - x[:, :2])[:, :, None])[:, :, 0]
+        z = zw[di, :2] + objs.age[di, None] * x[:, _VEL]
+        k = p[:, :, :2] @ inv2(p[:, :2, :2] + rw[di])
+        x = x + (k @ (z - x[:, _POS])[:, :, None])[:, :, 0]
         p = p - k @ p[:, :2, :]
-        # full 2D velocity
         # full 2D velocity
         full = objs.vel_full[di]
         if full.any():
             f = np.flatnonzero(full)
-            var = objs.vel_var[di[f]]
             s = p[f, 2:, 2:].copy()
+            var = objs.vel_var[di[f]]
             s[:, 0, 0] += var
             s[:, 1, 1] += var
             k = p[f][:, :, 2:] @ inv2(s)
-            x[f] = x[f] + (k @ (vw[di[f]] - x[f, 2:])[:, :, None])[:, :, 0]
+            innov = objs.velocity[di[f]] @ r2.T - x[f, _VEL]
+            x[f] = x[f] + (k @ innov[:, :, None])[:, :, 0]
             p[f] = p[f] - k @ p[f][:, 2:, :]
         # radial velocity: scalar measurement vr = u . v (the track's own direction resolves the rest)
         rad = ~full & np.isfinite(objs.radial[di, 0])
         if rad.any():
             g = np.flatnonzero(rad)
-            h = np.zeros((g.size, 4))
-            h[:, 2:] = radial_u[di[g]]
-            ph = (p[g] @ h[:, :, None])[:, :, 0]
-            s1 = (h * ph).sum(axis=1) + np.asarray(prm.radar_radial_sigma)[objs.labels[di[g]]] ** 2
+            u = objs.radial[di[g], 1:3] @ r2.T
+            ph = (p[g][:, :, 2:] @ u[:, :, None])[:, :, 0]  # P h with h = [0, 0, ux, uy]
+            s1 = (u * ph[:, 2:]).sum(axis=1) + self._radial_var[objs.labels[di[g]]]
+            innov1 = objs.radial[di[g], 0] - (u * x[g, _VEL]).sum(axis=1)
             k1 = ph / s1[:, None]
-            innov = objs.radial[di[g], 0] - (h * x[g]).sum(axis=1)
-            x[g] = x[g] + k1 * innov[:, None]
+            x[g] = x[g] + k1 * innov1[:, None]
             p[g] = p[g] - k1[:, :, None] * ph[:, None, :]
-        self.x[ti] = x
+        row[:, _X] = x
         self.p[ti] = 0.5 * (p + np.swapaxes(p, 1, 2))
-        # attributes
-        a = prm.track_score_alpha
-        self.score[ti] = (1 - a) * self.score[ti] + a * objs.score[di]
-        self.votes[ti] = self.votes[ti] * prm.track_vote_decay + objs.votes[di]
-        self.hits[ti] += 1
-        self.misses[ti] = 0
-        self.sources[ti] = objs.sources[di]
-        self.z[ti] += prm.track_size_alpha * (zw[di, 2] - self.z[ti])
+        # attributes: score and class evidence; height, size and heading smoothed from lidar boxes
+        # (weight 1 the first time, then track_*_alpha; boxless tracks follow their detection's prior)
+        row[:, _SCORE] += prm.track_score_alpha * (objs.score[di] - row[:, _SCORE])
+        row[:, _VOTES] = row[:, _VOTES] * prm.track_vote_decay + objs.votes[di]
+        row[:, _HITS] += 1
+        row[:, _MISSES] = 0
         lidar = objs.origin[di] == Origin.LIDAR
-        first = lidar & ~self.has_box[ti]
-        smooth = lidar & self.has_box[ti]
-        tf, df = ti[first], di[first]
-        self.size[tf] = objs.size[df]
-        self.yaw[tf] = yaw_w[df]
-        self.z[tf] = zw[df, 2]
-        self.has_box[tf] = True
-        ts, ds = ti[smooth], di[smooth]
-        self.size[ts] += prm.track_size_alpha * (objs.size[ds] - self.size[ts])
-        self.yaw[ts] = wrap_angle(self.yaw[ts] + prm.track_yaw_alpha * _fold_pi(yaw_w[ds] - self.yaw[ts]))
-        # boxless tracks follow the class prior size of their (possibly changed) detection
-        nobox = ~self.has_box[ti]
-        self.size[ti[nobox]] = objs.size[di[nobox]]
-        self.yaw[ti[nobox]] = yaw_w[di[nobox]]
+        first = row[:, _HAS_BOX] == 0.0
+        a_size = np.where(first, 1.0, np.where(lidar, prm.track_size_alpha, 0.0))[:, None]
+        a_yaw = np.where(first, 1.0, np.where(lidar, prm.track_yaw_alpha, 0.0))
+        row[:, _Z] += np.where(first & lidar, 1.0, prm.track_size_alpha) * (zw[di, 2] - row[:, _Z])
+        row[:, _SIZE] += a_size * (objs.size[di] - row[:, _SIZE])
+        yaw_det = objs.yaw[di] + ego_yaw
+        row[:, _YAW] = wrap_angle(row[:, _YAW] + a_yaw * _fold_pi(yaw_det - row[:, _YAW]))
+        row[:, _HAS_BOX] = np.maximum(row[:, _HAS_BOX], lidar)
+        self.table[ti] = row
+        self.sources[ti] = objs.sources[di]
 
-    def _birth(self, idx: npt.NDArray[np.intp], objs: Objects, zw: F64, rw: F64, vw: F64, yaw_w: F64) -> None:
+    def _birth(self, idx: npt.NDArray[np.intp], objs: Objects, zw: F64, rw: F64, r2: F64, ego_yaw: float) -> None:
         m = idx.size
         labels = objs.labels[idx]
         known = np.isfinite(objs.vel_var[idx])
-        x = np.zeros((m, 4))
-        x[:, :2] = zw[idx, :2]
-        x[known, 2:] = vw[idx[known]]
-        v_var = np.where(known, objs.vel_var[idx], self._init_speed_var[labels])
+        rows = np.zeros((m, _NCOL))
+        rows[known, 2:4] = objs.velocity[idx[known]] @ r2.T
+        # a measurement made ``age`` ago: move it along the velocity we have
+        rows[:, _POS] = zw[idx, :2] + objs.age[idx, None] * rows[:, _VEL]
+        rows[:, _Z] = zw[idx, 2]
+        rows[:, _SIZE] = objs.size[idx]
+        rows[:, _YAW] = wrap_angle(objs.yaw[idx] + ego_yaw)
+        rows[:, _SCORE] = objs.score[idx]
+        rows[:, _HITS] = 1.0
+        rows[:, _HAS_BOX] = objs.origin[idx] == Origin.LIDAR
+        rows[:, _ID] = np.arange(self._next_id, self._next_id + m)
+        rows[:, _VOTES] = objs.votes[idx]
+        self._next_id += m
         p = np.zeros((m, 4, 4))
         p[:, :2, :2] = rw[idx]
-        p[:, 2, 2] = p[:, 3, 3] = v_var
-        # a measurement made ``age`` ago: move it along the velocity we have
-        x[:, :2] += objs.age[idx, None] * x[:, 2:]
-        ids = np.arange(self._next_id, self._next_id + m, dtype=np.int64)
-        self._next_id += m
-        self.ids = np.concatenate([self.ids, ids])
-        self.x = np.concatenate([self.x, x])
+        p[:, 2, 2] = p[:, 3, 3] = np.where(known, objs.vel_var[idx], self._init_speed_var[labels])
+        self.table = np.concatenate([self.table, rows])
         self.p = np.concatenate([self.p, p])
-        self.z = np.concatenate([self.z, zw[idx, 2]])
-        self.size = np.concatenate([self.size, objs.size[idx]])
-        self.yaw = np.concatenate([self.yaw, yaw_w[idx]])
-        self.has_box = np.concatenate([self.has_box, objs.origin[idx] == Origin.LIDAR])
-        self.votes = np.concatenate([self.votes, objs.votes[idx]])
-        self.score = np.concatenate([self.score, objs.score[idx]])
-        self.hits = np.concatenate([self.hits, np.ones(m, np.int64)])
-        self.misses = np.concatenate([self.misses, np.zeros(m, np.int64)])
         self.sources = np.concatenate([self.sources, objs.sources[idx]])
 
     def _output(self, w_inv: F64, ego_yaw: float) -> tuple[Detection3D, ...]:
         prm = self.params
-        confirmed = self.hits >= self.config.track_min_hits
-        show = (self.misses == 0) & (confirmed | prm.emit_tentative) | confirmed
-        score = self.score * np.where(confirmed, 1.0, prm.tentative_factor) * prm.track_coast_decay**self.misses
+        tab = self.table
+        confirmed = tab[:, _HITS] >= self.config.track_min_hits
+        show = ((tab[:, _MISSES] == 0) & (confirmed | prm.emit_tentative)) | confirmed
+        score = (
+            tab[:, _SCORE] * np.where(confirmed, 1.0, prm.tentative_factor) * prm.track_coast_decay ** tab[:, _MISSES]
+        )
         show &= score >= self.config.score_threshold
         if not show.any():
             return ()
         idx = np.flatnonzero(show)
         r2 = w_inv[:2, :2]
-        pos_w = np.column_stack([self.x[idx, :2], self.z[idx]])
-        center = pos_w @ w_inv[:3, :3].T + w_inv[:3, 3]
-        vel = self.x[idx, 2:] @ r2.T
+        sel = tab[idx]
+        center = sel[:, [0, 1, _Z]] @ w_inv[:3, :3].T + w_inv[:3, 3]
+        vel = sel[:, _VEL] @ r2.T
         cov = r2 @ self.p[idx, :2, :2] @ r2.T
         sigma = np.sqrt(np.maximum(np.stack([cov[:, 0, 0], cov[:, 1, 1]], axis=1), 0.0))
-        yaw = _face_velocity(wrap_angle(self.yaw[idx] - ego_yaw), vel, prm.flip_speed)
+        yaw = _face_velocity(wrap_angle(sel[:, _YAW] - ego_yaw), vel, prm.flip_speed)
         return _build(
-            self.ids[idx],
-            np.argmax(self.votes[idx], axis=1),
+            sel[:, _ID].astype(np.int64),
+            np.argmax(sel[:, _VOTES], axis=1),
             score[idx],
             center,
-            self.size[idx],
+            sel[:, _SIZE],
             yaw,
             vel,
             sigma,
@@ -378,22 +390,22 @@ class Tracker:
         )
 
     def _read_only(
-        self, t_ns: int, objs: Objects, zw: F64, rw: F64, labels: npt.NDArray[np.intp], w_inv: F64, ego_yaw: float
+        self, t_ns: int, objs: Objects, zw: F64, rw: F64, labels: npt.NDArray[np.intp], w_inv: F64
     ) -> tuple[Detection3D, ...]:
         assert self._t_ns is not None
         log.debug("tracker: frame at %d is older than the last (%d); answering read-only", t_ns, self._t_ns)
         dt = (t_ns - self._t_ns) * 1e-9
-        x = self.x.copy()
-        x[:, :2] += dt * x[:, 2:]
-        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, x, self.p)
+        x = self.table[:, _X].copy()
+        x[:, _POS] += dt * x[:, _VEL]
+        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, x)
         keep = objs.score >= self.config.score_threshold
         ids = np.full(len(objs), -1, np.int64)
-        ids[di] = self.ids[ti]
+        ids[di] = self.table[ti, _ID].astype(np.int64)
         fresh = ids < 0
         ids[fresh] = np.arange(self._next_id, self._next_id + int(fresh.sum()))
         self._next_id += int(fresh.sum())
         vel = np.where(np.isfinite(objs.vel_var)[:, None], objs.velocity, 0.0)
-        vel[di] = x[ti, 2:] @ w_inv[:2, :2].T
+        vel[di] = x[ti, _VEL] @ w_inv[:2, :2].T
         sigma = np.sqrt(np.maximum(np.stack([objs.cov[:, 0, 0], objs.cov[:, 1, 1]], axis=1), 0.0))
         yaw = _face_velocity(objs.yaw, vel, self.params.flip_speed)
         k = np.flatnonzero(keep)
