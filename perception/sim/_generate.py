@@ -295,7 +295,7 @@ class ProgressBar:
         width = 30
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
         rtf = (now - self.start) / sim_s if sim_s > 0 else 0.0
-        self.out.write(f"\r[{bar}] {frac * 100:5.1f}%  {sim_s:6.1f}/{self.total:g} s  {rtf:4.2f}x RT")
+        self.out.write(f"\r[{bar}] {frac * 100:5.1f}%  {sim_s:6.1f}/{self.total:g} s  {rtf:5.2f}x RT\x1b[K")
         self.out.flush()
 
     def close(self) -> None:

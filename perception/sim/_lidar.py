@@ -23,6 +23,8 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 #: Lidar reflectivity of the ground kinds (asphalt, white, yellow, bike lane, sidewalk, verge, concrete).
+_DROP_K = 250.0  # return-strength scale of the dropout model
+
 GROUND_REFLECTIVITY = np.array([0.08, 0.65, 0.5, 0.12, 0.22, 0.3, 0.2], dtype=np.float32)
 
 
@@ -56,6 +58,10 @@ class LidarModel:
         gp = self.origin + self.dirs_base[self.ground_idx] * tg[self.ground_idx, None]
         self.ground = GroundSampler(gp[:, 0], gp[:, 1])
         self.ground_cos = np.abs(self.dirs[2])
+        # the ground never moves in base_link: its share of the return-strength exponent is fixed
+        with np.errstate(divide="ignore"):
+            inv = np.float32(30.0) / np.maximum(self.ground_t, np.float32(1.0))
+        self.ground_expo = (self.ground_cos * inv * inv * np.float32(-_DROP_K)).astype(np.float32)
         # angular culling margin for a tilted mount (the elevation band assumes a level sensor)
         tilt = float(np.degrees(np.arccos(np.clip(self.rot[2, 2], -1, 1))))
         self.el_margin = np.radians(tilt + (p.fov_up_deg - p.fov_down_deg) / max(p.beams - 1, 1) + 0.5)
@@ -119,19 +125,20 @@ class LidarModel:
         refl = np.zeros(self.n_rays, dtype=np.float32)
         refl[self.ground_idx] = GROUND_REFLECTIVITY[self.ground.material(scene)]
         cos = self.ground_cos.copy()
+        # weak returns (dark, grazing, far) are lost more often; misses (t = inf) always:
+        # p_drop = dropout + (1 - dropout) * exp(-K * reflectivity * cos(incidence) * (30 m / range)^2)
+        expo = refl * self.ground_expo
         hit = np.nonzero(best_part >= 0)[0]
         if hit.size:
             part = best_part[hit]
-            *_, c = hit_geometry(self.origin, take(self.dirs, hit), best_t[hit], part, scene)
+            t_hit = best_t[hit]
+            *_, c = hit_geometry(self.origin, take(self.dirs, hit), t_hit, part, scene)
             cos[hit] = c
-            refl[hit] = scene.part_refl[part]
-        # weak returns (dark, grazing, far) are lost more often; misses (t = inf) always
-        with np.errstate(over="ignore", divide="ignore"):
-            inv = np.float32(30.0) / np.maximum(best_t, np.float32(1.0))
-        signal = refl * cos
-        signal *= inv * inv
-        signal *= np.float32(-250.0)
-        p_drop = np.exp(signal, out=signal)
+            r_hit = scene.part_refl[part].astype(np.float32)
+            refl[hit] = r_hit
+            inv = np.float32(30.0) / np.maximum(t_hit, np.float32(1.0))
+            expo[hit] = r_hit * c * inv * inv * np.float32(-_DROP_K)
+        p_drop = np.exp(expo, out=expo)
         p_drop *= np.float32(1.0 - p.dropout)
         p_drop += np.float32(p.dropout)
         keep = rng.random(self.n_rays, dtype=np.float32) >= p_drop

@@ -15,7 +15,8 @@ Traffic moves analytically, so a :class:`Scene` can be evaluated at any time wit
   against every lane's vehicles (including the ego), and walk on along the other sidewalk.
 
 Content is spawned in 100 m tiles, each from its own random stream, so a longer drive with the same
-seed contains the same world.
+seed contains the same road, traffic and scenery; only road-crossing pedestrians may differ (their
+gaps in the traffic are checked against every spawned vehicle, and more are spawned for longer drives).
 """
 
 from __future__ import annotations
@@ -543,7 +544,7 @@ class World:
         # spawn range: everything that can come within VIEW_RANGE of the ego during the drive
         self.s_lo = -VIEW_RANGE - 20.0 - v_max * duration_s
         self.s_hi = travel + VIEW_RANGE + 20.0 + v_max * duration_s
-        self.road = Road(sc, seed, self.s_lo - 50.0, self.s_hi + 50.0)
+        self.road = Road(sc, seed, self.s_lo - 300.0, self.s_hi + 300.0)  # covers the ground paint lookups too
         r = self.road
         self.ego_d = r.lane_center(sc.ego_lane, -1)
         self._light_rng = stream(seed, Stream.LIGHT)
@@ -718,12 +719,27 @@ class World:
         prog = v * tt + v * a / w * (np.cos(p) - np.cos(w * tt + p))
         s: F64 = self.s0[m] + self.dir[m] * prog
         if m.size > 1:
-            half = self.size[m, 0] / 2
-            spacing = np.zeros(m.size)
-            spacing[1:] = half[1:] + half[:-1] + 2.0 + 0.4 * v[1:]
-            c = np.cumsum(spacing)
-            s = g.direction * (np.minimum.accumulate(g.direction * s + c, axis=1) - c)
+            s = self._follow(g, s)[0]
         return s
+
+    def _follow(self, g: _Group, s: F64) -> tuple[F64, I64]:
+        """Car-following in one lane: ``s [T, members]`` (leader first) -> constrained ``s`` and the
+        index of the member whose free motion each one ends up following.
+
+        ``s_i = min_j<=i (p_j - D_ji)`` with ``D_ji`` the minimum spacing from ``j`` back to ``i``.
+        Spacings are multiples of 2^-10 m so their sums are exact: a vehicle's position never depends
+        on how many vehicles were spawned ahead of it (i.e. on the drive's duration)."""
+        m = g.members
+        half = self.size[m, 0] / 2
+        spacing = np.zeros(m.size)
+        spacing[1:] = np.round((half[1:] + half[:-1] + 2.0 + 0.4 * self.speed[m[1:]]) * 1024.0) / 1024.0
+        c = np.cumsum(spacing)
+        p = g.direction * s
+        key = p + c
+        run = np.minimum.accumulate(key, axis=1)
+        arg = np.maximum.accumulate(np.where(key <= run, np.arange(m.size), 0), axis=1)
+        out: F64 = g.direction * (np.take_along_axis(p, arg, axis=1) - (c - c[arg]))
+        return out, arg
 
     def _states(self, t: F64) -> tuple[F64, F64, F64, F64]:
         """``s, ds/dt, d, dd/dt`` of every actor at times ``t`` (arrays ``[T, A]``)."""
@@ -734,14 +750,7 @@ class World:
             if not g.follow or g.members.size < 2:
                 continue
             m = g.members
-            half = self.size[m, 0] / 2
-            spacing = np.zeros(m.size)
-            spacing[1:] = half[1:] + half[:-1] + 2.0 + 0.4 * self.speed[m[1:]]
-            c = np.cumsum(spacing)
-            key = g.direction * s[:, m] + c
-            run = np.minimum.accumulate(key, axis=1)
-            arg = np.maximum.accumulate(np.where(key <= run, np.arange(m.size), 0), axis=1)
-            s[:, m] = g.direction * (run - c)
+            s[:, m], arg = self._follow(g, s[:, m])
             sdot[:, m] = np.take_along_axis(sdot[:, m], arg, axis=1)
         w = 2 * np.pi / 17.0
         tt = np.asarray(t, dtype=np.float64)[:, None]
