@@ -47,6 +47,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.mcap", help="drive file to write")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="capture processes (default: one per core, at most 2); output is identical for any N")
+    p.add_argument("--compression", choices=("zstd", "lz4", "none"), default="zstd",
+                   help="chunk compression (default zstd; lz4 is faster for big 128-beam drives)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is only drawn on a terminal)")
     p.set_defaults(func=run)
 
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         rig=args.rig,
         progress=show,
         workers=args.workers,
+        compression=args.compression,
     )
     sys.stdout.write(summary.format() + "\n")
     return 0
