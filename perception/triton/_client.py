@@ -68,6 +68,8 @@ _MAX_MESSAGE = 2**31 - 1
 _STAT_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 #: After a failed registration, shared memory is not tried again on that URL for this long.
 _SHM_RETRY_NS = 30 * 1_000_000_000
+#: gRPC reconnect back-off of a channel whose server went away (initial/min, max), in ms.
+_RECONNECT_BACKOFF_MS = (100, 1000)
 #: How long close() lets grpc finish cancelled calls before the channels' loop may end.
 _CANCEL_SETTLE_S = 0.05
 
@@ -281,6 +283,12 @@ class TritonClient:
             ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
             ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+            # A server that restarts must be usable again within about a second: grpc's default
+            # reconnect back-off grows to 120 s, so a channel that failed for a while would keep
+            # failing fast long after the server is back.
+            ("grpc.initial_reconnect_backoff_ms", _RECONNECT_BACKOFF_MS[0]),
+            ("grpc.min_reconnect_backoff_ms", _RECONNECT_BACKOFF_MS[0]),
+            ("grpc.max_reconnect_backoff_ms", _RECONNECT_BACKOFF_MS[1]),
             # Channels with equal arguments share one TCP connection through grpc's global subchannel
             # pool; a local pool gives each channel its own connection.
             ("grpc.use_local_subchannel_pool", 1),
