@@ -43,6 +43,9 @@ __all__ = ["FusionStage", "Runtime"]
 
 log = logging.getLogger(__name__)
 
+#: Upper bound of one model's warm-up request at start (see :meth:`Runtime._warm_up`).
+WARMUP_TIMEOUT_S = 10.0
+
 
 class FusionStage(Protocol):
     """Turns a joined frame into fused detections; returns ``(detections, stage_ns)``.
@@ -169,20 +172,25 @@ class Runtime:
 
         First requests pay one-off costs (lazy allocation, JIT/graph set-up, python imports inside the
         backend); without a warm-up they would be late and trip the circuit breakers on frame 0.
+        Each warm-up is bounded by :data:`WARMUP_TIMEOUT_S`: a hanging model must not hold the start
+        for minutes. It then starts cold (a warning); its circuit breaker handles it like any fault.
         """
         client = self._client
         assert client is not None
         seen: dict[str, tuple[str, str]] = {}
         for s in self.config.active_sensors:
             seen.setdefault(s.model, (s.kind, s.name))
+        timeout_s = min(WARMUP_TIMEOUT_S, self.config.server.startup_timeout_s)
 
         async def one(model: str, kind: str, sensor: str) -> None:
             spec = self.rig.get(sensor)
             inputs = warmup_inputs(kind, spec)
             try:
-                with anyio.fail_after(self.config.server.startup_timeout_s):
+                with anyio.fail_after(timeout_s):
                     await client.infer(model, inputs, outputs=OUTPUTS[kind], request_id="warmup", sensor=sensor)
-            except (PerceptionError, TimeoutError) as exc:
+            except TimeoutError:
+                log.warning("warm-up of model %s: no answer within %g s; starting cold", model, timeout_s)
+            except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
         async with anyio.create_task_group() as tg:
