@@ -223,8 +223,10 @@ class Dispatcher:
             sample = frame.samples[s.name]
             assert sample is not None
             try:
-                # JPEG decoding is CPU work: keep it off the event loop.
-                img = await anyio.to_thread.run_sync(prepare_inputs, kind, sample)
+                # JPEG decoding is CPU work: keep it off the event loop. A big image can take longer
+                # than the frame's budget: at the deadline the join abandons the decode (the thread
+                # finishes on its own) instead of waiting for it.
+                img = await anyio.to_thread.run_sync(prepare_inputs, kind, sample, abandon_on_cancel=True)
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
                 continue
