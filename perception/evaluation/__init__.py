@@ -6,10 +6,38 @@
 
 The protocol (matching, AP definition, which ground truth counts, undefined values) is documented in
 :mod:`perception.evaluation._detection`.
+
+Each sensor's model on its own (camera 2D AP, lidar BEV AP, radar detection rate and velocity error),
+from raw model outputs: :class:`ModelQualityEvaluator`, run over a drive by :func:`evaluate_models`
+(``perception model-quality``); protocol in :mod:`perception.evaluation._models`.
 """
 
 from __future__ import annotations
 
 from perception.evaluation._detection import DEFAULT_THRESHOLDS, DetectionEvaluator, nuscenes_ap
+from perception.evaluation._models import (
+    DEFAULT_MODELS,
+    DEFINITIONS,
+    TARGETS,
+    ModelQualityEvaluator,
+    QualitySettings,
+    RadarCoverage,
+    Target,
+    check_targets,
+    evaluate_models,
+)
 
-__all__ = ["DEFAULT_THRESHOLDS", "DetectionEvaluator", "nuscenes_ap"]
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_THRESHOLDS",
+    "DEFINITIONS",
+    "TARGETS",
+    "DetectionEvaluator",
+    "ModelQualityEvaluator",
+    "QualitySettings",
+    "RadarCoverage",
+    "Target",
+    "check_targets",
+    "evaluate_models",
+    "nuscenes_ap",
+]

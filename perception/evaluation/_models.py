@@ -1,0 +1,586 @@
+"""Per-model quality: each reference model's raw outputs scored against exact ground truth.
+
+Unlike :class:`~perception.evaluation.DetectionEvaluator` (fused 3D detections), this scores every
+sensor's model on its own, on every sample, with the ground truth *at the sample's capture time*
+(``ground_truth(t_ns)``; the simulator gives it exactly, so no interpolation error enters the scores).
+
+Protocol (also in :data:`DEFINITIONS`, which reports carry):
+
+* **camera** -- per class, 2D AP at IoU >= 0.5 (:class:`perception.modelkit.APAccumulator`: greedy by
+  score, all-points precision envelope). Ground truth: the 3D boxes projected into the image
+  (:func:`perception.sim.project_ground_truth`); an object less than 50 % visible or under 10 px tall is
+  "don't care" (:func:`perception.modelkit.camera_ground_truth`, the rule the model is trained and
+  evaluated with). ``null`` for a class without a counted object.
+* **lidar** -- car BEV AP (:func:`perception.modelkit.average_precision`): boxes moved to ``base_link``
+  by the lidar extrinsic; car detections by descending score, each matched to the nearest unmatched
+  ground-truth car within 2 m (BEV centre distance); only ground-truth cars within 50 m of
+  ``base_link`` count; an unmatched car detection is a false positive when it is within 50 m and
+  ignored beyond.
+* **radar** -- detections (position and velocity moved to ``base_link``) by descending score, each
+  matched to the nearest unmatched ground-truth object (any class, moving or not) within 2.5 m BEV.
+  *Detection rate*: matched / all moving objects (over-ground speed > 1 m/s) whose centre is inside the
+  radar's horizontal field of view and range. *Velocity RMSE*: ``sqrt(mean |v_det - v_gt|^2)`` (2D
+  over-ground vectors, m/s) over those matched moving objects whose detection reports a finite
+  ``VELOCITY``; the model abstains (NaN) when one scan does not determine it, and *velocity coverage*
+  says how often it does not abstain. Occlusion is not modelled in the detection rate: a moving object
+  hidden behind another counts as missed. When the scan's points are given too, the *observed*
+  detection rate counts only the moving objects with at least one return within 1 m of their box
+  (what the radar actually saw), which separates the model's recall from the sensor's visibility.
+
+Samples may be added from several threads and in any order: :meth:`ModelQualityEvaluator.summary`
+combines them in ``(t_ns, sensor)`` order, so the result does not depend on completion order.
+:func:`evaluate_models` runs a drive's samples through a Triton server and fills an evaluator.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from perception.errors import ConfigError, ModelContractError, PerceptionError
+from perception.evaluation._detection import _greedy_match
+from perception.modelkit import APAccumulator, CameraDetections, average_precision, camera_ground_truth
+from perception.types import LABELS, GroundTruth, PointCloudSample, Sample, SensorKind, SensorSpec, label_id
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
+    from perception.triton import TritonClient
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFINITIONS",
+    "TARGETS",
+    "ModelQualityEvaluator",
+    "QualitySettings",
+    "RadarCoverage",
+    "Target",
+    "check_targets",
+    "evaluate_models",
+]
+
+log = logging.getLogger(__name__)
+
+F64 = npt.NDArray[np.float64]
+Array = npt.NDArray[Any]
+
+#: The model serving each sensor kind (``models/``, ``launch/replay.yaml``).
+DEFAULT_MODELS: Mapping[SensorKind, str] = {
+    SensorKind.CAMERA: "camera_detector",
+    SensorKind.LIDAR: "lidar_detector",
+    SensorKind.RADAR: "radar_detector",
+}
+
+_CAR = label_id("car")
+
+
+@dataclass(frozen=True, slots=True)
+class QualitySettings:
+    """The protocol's parameters (defaults: the documented protocol)."""
+
+    camera_iou: float = 0.5
+    camera_min_visible: float = 0.5
+    camera_min_height_px: float = 10.0
+    lidar_max_range_m: float = 50.0
+    lidar_match_m: float = 2.0
+    radar_gate_m: float = 2.5
+    radar_min_speed_mps: float = 1.0
+    radar_observed_margin_m: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RadarCoverage:
+    """Where a radar can see: horizontal field of view about its x axis and range, in its own frame."""
+
+    fov_deg: float
+    max_range_m: float
+    min_range_m: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.fov_deg <= 360.0:
+            raise ConfigError(f"radar fov must be in (0, 360] deg, got {self.fov_deg}", key="fov_deg")
+        if not 0.0 <= self.min_range_m < self.max_range_m:
+            raise ConfigError(
+                f"radar range must satisfy 0 <= min < max, got [{self.min_range_m}, {self.max_range_m}] m",
+                key="max_range_m",
+            )
+
+    def contains(self, xy_sensor: F64) -> npt.NDArray[np.bool_]:
+        """Which points ``[N,2]`` (sensor frame) lie inside the field of view and range."""
+        rng = np.hypot(xy_sensor[:, 0], xy_sensor[:, 1])
+        bearing = np.abs(np.arctan2(xy_sensor[:, 1], xy_sensor[:, 0]))
+        out: npt.NDArray[np.bool_] = (
+            (rng >= self.min_range_m) & (rng <= self.max_range_m) & (bearing <= math.radians(self.fov_deg) / 2)
+        )
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A pass/fail bar on one metric (``None``/NaN never passes)."""
+
+    metric: str
+    op: Literal[">=", "<="]
+    threshold: float
+
+    def passes(self, value: float | None) -> bool:
+        if value is None or math.isnan(value):
+            return False
+        return bool((operator.ge if self.op == ">=" else operator.le)(value, self.threshold))
+
+    def report(self, value: float | None) -> dict[str, Any]:
+        return {"value": value, "op": self.op, "threshold": self.threshold, "pass": self.passes(value)}
+
+
+#: The quality bars of the reference models.
+TARGETS: tuple[Target, ...] = (
+    Target("camera_ap50_car", ">=", 0.7),
+    Target("lidar_bev_ap_car", ">=", 0.7),
+    Target("radar_velocity_rmse", "<=", 0.5),
+)
+
+_CAMERA_KEYS = tuple(f"camera_ap50_{name}" for name in LABELS)
+_COMMON = "ground truth is exact at each sample's capture time"
+
+#: What every metric of a report means (copied into reports as ``definitions``).
+DEFINITIONS: Mapping[str, str] = {
+    **{
+        key: f"camera 2D AP (all-points, precision envelope) at IoU >= 0.5 for {name}s over every image of "
+        "every camera; ground truth = 3D boxes projected into the image; objects < 50% visible or < 10 px "
+        "tall are don't-care (a detection on them counts neither way); null if no counted object; "
+        + _COMMON
+        for key, name in zip(_CAMERA_KEYS, LABELS, strict=True)
+    },
+    "lidar_bev_ap_car": "lidar BEV AP (all-points) for cars: boxes moved to base_link by the lidar extrinsic; "
+    "car detections by descending score each take the nearest unmatched ground-truth car within 2 m BEV "
+    "centre distance; only ground-truth cars within 50 m of base_link count; unmatched car detections "
+    "within 50 m are false positives, farther ones are ignored; " + _COMMON,
+    "radar_detection_rate": "over all radar scans: matched / total moving ground-truth objects (over-ground "
+    "speed > 1 m/s, any class) whose centre is inside the radar's horizontal field of view and range; "
+    "detections by descending score each take the nearest unmatched ground-truth object (any) within "
+    "2.5 m BEV in base_link; occlusion is not modelled (a hidden object counts as missed); " + _COMMON,
+    "radar_detection_rate_observed": "as radar_detection_rate, counting only the moving objects with at "
+    "least one radar return of the scan within 1 m of their BEV box (the objects the radar actually saw: "
+    "occluded ones are left out); null when no such object",
+    "radar_velocity_rmse": "sqrt(mean |v_det - v_gt|^2), m/s, of 2D over-ground velocity vectors in "
+    "base_link, over the matched moving objects (see radar_detection_rate) whose detection reports a "
+    "finite VELOCITY; detections whose VELOCITY is NaN (the model abstains: one scan does not determine "
+    "it) are excluded, so read it together with radar_velocity_coverage; null if none",
+    "radar_velocity_coverage": "fraction of the matched moving objects (see radar_detection_rate) whose "
+    "detection reports a finite VELOCITY",
+}
+
+
+# -- per-sample records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CameraRecord:
+    det: CameraDetections
+    gt_boxes: npt.NDArray[np.float32]
+    gt_labels: npt.NDArray[np.int32]
+    gt_ignore: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class _LidarRecord:
+    scores: F64
+    is_tp: npt.NDArray[np.bool_]
+    num_gt: int
+
+
+@dataclass(frozen=True, slots=True)
+class _RadarRecord:
+    moving: int
+    matched: int
+    squared_errors: F64  # one per matched moving object with a finite velocity
+    observed: int  # moving objects with a return near their box (0 when the points were not given)
+    matched_observed: int
+
+
+_Record = _CameraRecord | _LidarRecord | _RadarRecord
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _output(outputs: Mapping[str, Array], name: str, spec: SensorSpec, model: str) -> Array:
+    if name not in outputs:
+        raise ModelContractError(f"output {name} missing from the response", sensor=spec.name, model=model)
+    return np.asarray(outputs[name])
+
+
+def _rows(outputs: Mapping[str, Array], name: str, cols: int, spec: SensorSpec, model: str) -> F64:
+    arr = _output(outputs, name, spec, model)
+    if arr.size % cols:
+        raise ModelContractError(
+            f"output {name} of shape {list(arr.shape)} is not rows of {cols}", sensor=spec.name, model=model
+        )
+    out: F64 = arr.astype(np.float64).reshape(-1, cols)
+    return out
+
+
+class ModelQualityEvaluator:
+    """Scores each sensor model's raw outputs (see the module docstring for the protocol).
+
+    >>> ev = ModelQualityEvaluator(rig, radar_coverage={"radar_front": RadarCoverage(120, 90)})
+    >>> ev.add("lidar_top", sample.t_ns, outputs, ground_truth)   # once per sample, any thread
+    >>> ev.summary()["lidar_bev_ap_car"]
+
+    ``rig`` gives each sensor's kind and extrinsic (and a camera's calibration); ``radar_coverage``
+    each radar's field of view (a radar without one raises on its first sample); ``models`` the model
+    name per sensor kind (only for reporting and error messages).
+    """
+
+    def __init__(
+        self,
+        rig: Mapping[str, SensorSpec],
+        *,
+        radar_coverage: Mapping[str, RadarCoverage] | None = None,
+        models: Mapping[SensorKind, str] = DEFAULT_MODELS,
+        settings: QualitySettings = QualitySettings(),
+    ) -> None:
+        self.rig = dict(rig)
+        self.radar_coverage = dict(radar_coverage or {})
+        self.models = dict(models)
+        self.settings = settings
+        self._records: dict[tuple[int, str], _Record] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        sensor: str,
+        t_ns: int,
+        outputs: Mapping[str, Array],
+        ground_truth: GroundTruth,
+        *,
+        points: npt.ArrayLike | None = None,
+    ) -> None:
+        """Score one sample's model ``outputs`` against ``ground_truth`` at the sample's capture time
+        (objects in ``base_link``). ``points`` (a radar scan's rows, sensor frame) enable the observed
+        detection rate. Thread-safe; a second sample of a sensor at the same time replaces the first."""
+        spec = self.rig.get(sensor)
+        if spec is None:
+            raise ConfigError(f"sensor {sensor!r} is not in the rig ({', '.join(self.rig)})", key="sensor")
+        model = self.models.get(spec.kind, spec.kind.value)
+        record: _Record
+        if spec.kind is SensorKind.CAMERA:
+            record = self._camera(spec, model, outputs, ground_truth)
+        elif spec.kind is SensorKind.LIDAR:
+            record = self._lidar(spec, model, outputs, ground_truth)
+        else:
+            record = self._radar(spec, model, outputs, ground_truth, points)
+        with self._lock:
+            self._records[(t_ns, sensor)] = record
+
+    # -- per kind ----------------------------------------------------------------------------------
+
+    def _camera(
+        self, spec: SensorSpec, model: str, outputs: Mapping[str, Array], gt: GroundTruth
+    ) -> _CameraRecord:
+        from perception.sim import project_ground_truth  # the simulator is heavy; only cameras need it
+
+        if spec.calibration is None:
+            raise ConfigError(f"camera {spec.name!r} has no calibration", key="sensor")
+        names = ("BOXES", "SCORES", "LABELS", "COUNT")
+        boxes, scores, labels, count = (_output(outputs, n, spec, model) for n in names)
+        det = CameraDetections.from_padded(boxes, scores, labels, count)
+        if not (det.boxes.shape[0] == det.scores.shape[0] == det.labels.shape[0]):
+            raise ModelContractError(
+                f"COUNT {int(np.asarray(count).reshape(-1)[0])} exceeds the rows of BOXES/SCORES/LABELS",
+                sensor=spec.name,
+                model=model,
+            )
+        if det.labels.size and (int(det.labels.min()) < 0 or int(det.labels.max()) >= len(LABELS)):
+            raise ModelContractError(
+                f"LABELS outside [0, {len(LABELS)}): {sorted(set(det.labels.tolist()))}", sensor=spec.name, model=model
+            )
+        s = self.settings
+        projected = project_ground_truth(gt, spec)
+        gt_boxes, gt_labels, gt_ignore = camera_ground_truth(
+            [(b.label, b.x1, b.y1, b.x2, b.y2, b.visible_fraction) for b in projected],
+            min_visible=s.camera_min_visible,
+            min_height=s.camera_min_height_px,
+        )
+        return _CameraRecord(det, gt_boxes, gt_labels, gt_ignore)
+
+    def _lidar(self, spec: SensorSpec, model: str, outputs: Mapping[str, Array], gt: GroundTruth) -> _LidarRecord:
+        s = self.settings
+        boxes = _rows(outputs, "BOXES", 7, spec, model)
+        labels = _output(outputs, "LABELS", spec, model).reshape(-1)
+        scores = _output(outputs, "SCORES", spec, model).astype(np.float64).reshape(-1)
+        if not (boxes.shape[0] == labels.shape[0] == scores.shape[0]):
+            raise ModelContractError(
+                f"BOXES/LABELS/SCORES disagree in length ({boxes.shape[0]}/{labels.shape[0]}/{scores.shape[0]})",
+                sensor=spec.name,
+                model=model,
+            )
+        cars = labels == _CAR
+        xy = spec.extrinsic.apply(boxes[cars, :3])[:, :2]
+        car_scores = scores[cars]
+        order = np.argsort(-car_scores, kind="stable")
+        xy, car_scores = xy[order], car_scores[order]
+        gt_xy = np.array([o.center[:2] for o in gt.objects if o.label == "car"], dtype=np.float64).reshape(-1, 2)
+        gt_xy = gt_xy[np.hypot(gt_xy[:, 0], gt_xy[:, 1]) <= s.lidar_max_range_m]
+        dist = np.hypot(xy[:, None, 0] - gt_xy[None, :, 0], xy[:, None, 1] - gt_xy[None, :, 1])
+        tp = _greedy_match(dist, s.lidar_match_m) >= 0
+        keep = tp | (np.hypot(xy[:, 0], xy[:, 1]) <= s.lidar_max_range_m)
+        return _LidarRecord(car_scores[keep], tp[keep], int(gt_xy.shape[0]))
+
+    def _radar(
+        self,
+        spec: SensorSpec,
+        model: str,
+        outputs: Mapping[str, Array],
+        gt: GroundTruth,
+        points: npt.ArrayLike | None,
+    ) -> _RadarRecord:
+        coverage = self.radar_coverage.get(spec.name)
+        if coverage is None:
+            raise ConfigError(f"no field of view given for radar {spec.name!r}", key="radar_coverage")
+        s = self.settings
+        positions = _rows(outputs, "POSITIONS", 3, spec, model)
+        velocity = _rows(outputs, "VELOCITY", 2, spec, model)
+        scores = _output(outputs, "SCORES", spec, model).astype(np.float64).reshape(-1)
+        if not (positions.shape[0] == velocity.shape[0] == scores.shape[0]):
+            raise ModelContractError(
+                f"POSITIONS/VELOCITY/SCORES disagree in length "
+                f"({positions.shape[0]}/{velocity.shape[0]}/{scores.shape[0]})",
+                sensor=spec.name,
+                model=model,
+            )
+        rot = spec.extrinsic.rotation_matrix()
+        order = np.argsort(-scores, kind="stable")
+        det_xy = spec.extrinsic.apply(positions[order])[:, :2]
+        det_v = (np.column_stack([velocity[order], np.zeros(len(order))]) @ rot.T)[:, :2]
+
+        gt_xyz = np.array([o.center for o in gt.objects], dtype=np.float64).reshape(-1, 3)
+        gt_v = np.array([o.velocity for o in gt.objects], dtype=np.float64).reshape(-1, 2)
+        in_sensor = (gt_xyz - np.asarray(spec.extrinsic.translation)) @ rot  # base_link -> sensor frame
+        counted = (np.hypot(gt_v[:, 0], gt_v[:, 1]) > s.radar_min_speed_mps) & coverage.contains(in_sensor[:, :2])
+
+        dist = np.hypot(det_xy[:, None, 0] - gt_xyz[None, :, 0], det_xy[:, None, 1] - gt_xyz[None, :, 1])
+        match = _greedy_match(dist, s.radar_gate_m)
+        hit = np.flatnonzero(match >= 0)
+        hit = hit[counted[match[hit]]]
+        finite = hit[np.isfinite(det_v[hit]).all(axis=1)]
+        err = det_v[finite] - gt_v[match[finite]]
+        observed = matched_observed = 0
+        if points is not None:
+            seen = np.zeros(len(gt.objects), dtype=bool)
+            seen[counted] = self._observed(spec, points, gt, np.flatnonzero(counted))
+            observed = int(seen.sum())
+            matched_observed = int(seen[match[hit]].sum())
+        return _RadarRecord(
+            int(counted.sum()), int(hit.size), np.einsum("ij,ij->i", err, err), observed, matched_observed
+        )
+
+    def _observed(
+        self, spec: SensorSpec, points: npt.ArrayLike, gt: GroundTruth, index: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.bool_]:
+        """Which objects ``gt.objects[index]`` have a return of the scan within the margin of their BEV box."""
+        pts = np.asarray(points, dtype=np.float64)
+        if pts.ndim != 2 or pts.shape[1] < 3:
+            raise ConfigError(f"radar points must be [N, >=3], got shape {list(pts.shape)}", key="points")
+        pts = pts[np.isfinite(pts[:, :3]).all(axis=1)]
+        if index.size == 0 or pts.shape[0] == 0:
+            return np.zeros(index.size, dtype=bool)
+        xy = spec.extrinsic.apply(pts[:, :3])[:, :2]
+        objs = [gt.objects[i] for i in index]
+        center = np.array([o.center[:2] for o in objs], dtype=np.float64)
+        half = np.array([o.size[:2] for o in objs], dtype=np.float64) / 2
+        yaw = np.array([o.yaw for o in objs], dtype=np.float64)
+        c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        dx, dy = xy[None, :, 0] - center[:, 0:1], xy[None, :, 1] - center[:, 1:2]
+        along = np.clip(np.abs(c * dx + s * dy) - half[:, 0:1], 0.0, None)
+        across = np.clip(np.abs(-s * dx + c * dy) - half[:, 1:2], 0.0, None)
+        near: npt.NDArray[np.bool_] = (np.hypot(along, across) <= self.settings.radar_observed_margin_m).any(axis=1)
+        return near
+
+    # -- report ------------------------------------------------------------------------------------
+
+    def _ordered(self) -> Iterator[tuple[str, _Record]]:
+        with self._lock:
+            items = sorted(self._records.items())
+        for (_, sensor), record in items:
+            yield sensor, record
+
+    def frames(self) -> dict[str, int]:
+        """Samples scored per model."""
+        counts = dict.fromkeys(sorted({self.models.get(s.kind, s.kind.value) for s in self.rig.values()}), 0)
+        for sensor, _ in self._ordered():
+            counts[self.models.get(self.rig[sensor].kind, self.rig[sensor].kind.value)] += 1
+        return counts
+
+    def summary(self) -> dict[str, Any]:
+        """The metrics (``null`` where undefined), ``frames`` per model, ``counts`` behind each metric
+        and ``definitions``. Keys: ``camera_ap50_<class>``, ``lidar_bev_ap_car``,
+        ``radar_detection_rate``, ``radar_detection_rate_observed``, ``radar_velocity_rmse``,
+        ``radar_velocity_coverage``."""
+        camera = APAccumulator(num_classes=len(LABELS), iou_threshold=self.settings.camera_iou)
+        lidar_scores: list[F64] = []
+        lidar_tp: list[npt.NDArray[np.bool_]] = []
+        lidar_gt = moving = matched = observed = matched_observed = 0
+        sq_errors: list[F64] = []
+        for _, rec in self._ordered():
+            if isinstance(rec, _CameraRecord):
+                d = rec.det
+                camera.add(d.boxes, d.scores, d.labels, rec.gt_boxes, rec.gt_labels, rec.gt_ignore)
+            elif isinstance(rec, _LidarRecord):
+                lidar_scores.append(rec.scores)
+                lidar_tp.append(rec.is_tp)
+                lidar_gt += rec.num_gt
+            else:
+                moving += rec.moving
+                matched += rec.matched
+                observed += rec.observed
+                matched_observed += rec.matched_observed
+                sq_errors.append(rec.squared_errors)
+        cam = camera.results()
+        scores = np.concatenate(lidar_scores) if lidar_scores else np.zeros(0)
+        tp = np.concatenate(lidar_tp) if lidar_tp else np.zeros(0, dtype=bool)
+        sq = np.concatenate(sq_errors) if sq_errors else np.zeros(0)
+        metrics: dict[str, Any] = {key: _nan_to_none(r.ap) for key, r in zip(_CAMERA_KEYS, cam, strict=True)}
+        metrics["lidar_bev_ap_car"] = _nan_to_none(average_precision(scores, tp, lidar_gt))
+        metrics["radar_detection_rate"] = matched / moving if moving else None
+        metrics["radar_detection_rate_observed"] = matched_observed / observed if observed else None
+        metrics["radar_velocity_rmse"] = math.sqrt(float(sq.mean())) if sq.size else None
+        metrics["radar_velocity_coverage"] = sq.size / matched if matched else None
+        counts: dict[str, int] = {}
+        for name, r in zip(LABELS, cam, strict=True):
+            counts[f"camera_gt_{name}"] = r.num_gt
+            counts[f"camera_tp_{name}"] = r.true_positives
+            counts[f"camera_fp_{name}"] = r.false_positives
+        counts.update(
+            lidar_gt_car=lidar_gt,
+            lidar_tp_car=int(tp.sum()),
+            lidar_fp_car=int((~tp).sum()),
+            radar_moving_objects=moving,
+            radar_matched_moving=matched,
+            radar_observed_moving=observed,
+            radar_matched_observed=matched_observed,
+            radar_finite_velocity=int(sq.size),
+        )
+        return {**metrics, "frames": self.frames(), "counts": counts, "definitions": dict(DEFINITIONS)}
+
+
+def check_targets(summary: Mapping[str, Any], targets: Iterable[Target] = TARGETS) -> dict[str, dict[str, Any]]:
+    """``{metric: {value, op, threshold, pass}}`` of each target against a :meth:`summary`."""
+    return {t.metric: t.report(summary.get(t.metric)) for t in targets}
+
+
+# -- running the models ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Failure:
+    error: PerceptionError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    sample: Sample
+    kind: SensorKind
+    inputs: dict[str, Array] = field(repr=False)
+
+
+async def evaluate_models(
+    client: TritonClient,
+    samples: Iterable[Sample],
+    evaluator: ModelQualityEvaluator,
+    ground_truth: Callable[[int], GroundTruth | None],
+    *,
+    concurrency: int = 4,
+    timeout_s: float = 60.0,
+    ready_timeout_s: float = 30.0,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Send every sample once to its kind's model and score the outputs; returns the samples sent.
+
+    Waits until the evaluator's models are ready and checks their contracts first. ``samples`` is
+    iterated in a worker thread (it may read a file); ``concurrency`` requests are in flight at a time,
+    each with ``timeout_s``. ``ground_truth(t_ns)`` gives the ground truth at a capture time (``None``:
+    the sample is not scored). A failed request raises its :class:`PerceptionError` (a quality score
+    with holes in it would be misleading). ``progress(n)`` is called with the samples done so far.
+    """
+    from perception.scheduler import OUTPUTS, prepare_inputs
+    from perception.triton import check_contract
+
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {concurrency}", key="concurrency")
+    kinds = sorted({spec.kind for spec in evaluator.rig.values()}, key=lambda k: k.value)
+    models = {kind: evaluator.models[kind] for kind in kinds}
+    await client.wait_ready(sorted(set(models.values())), timeout_s=ready_timeout_s)
+    for kind, model in models.items():
+        check_contract(kind.value, await client.model_contract(model))
+
+    it = iter(samples)
+
+    def next_job() -> _Job | None:
+        for sample in it:
+            spec = evaluator.rig.get(sample.sensor)
+            if spec is None:
+                continue  # not a sensor of the rig given to the evaluator
+            return _Job(sample, spec.kind, prepare_inputs(spec.kind.value, sample))
+        return None
+
+    failure = _Failure()
+    done = 0
+    send, receive = anyio.create_memory_object_stream[_Job](max_buffer_size=concurrency)
+
+    async def produce() -> None:
+        async with send:
+            while (job := await anyio.to_thread.run_sync(next_job)) is not None:
+                await send.send(job)
+
+    async def consume(jobs: MemoryObjectReceiveStream[_Job]) -> None:
+        nonlocal done
+        async with jobs:
+            async for job in jobs:
+                s = job.sample
+                result = await client.infer(
+                    models[job.kind],
+                    job.inputs,
+                    outputs=OUTPUTS[job.kind.value],
+                    timeout_ns=round(timeout_s * 1e9),
+                    sensor=s.sensor,
+                    frame=s.seq,
+                )
+                gt = ground_truth(s.t_ns)
+                if gt is None:
+                    log.debug("%s at %d ns: no ground truth, not scored", s.sensor, s.t_ns)
+                else:
+                    points = s.points if job.kind is SensorKind.RADAR and isinstance(s, PointCloudSample) else None
+                    score = partial(evaluator.add, s.sensor, s.t_ns, result.outputs, gt, points=points)
+                    await anyio.to_thread.run_sync(score)
+                done += 1
+                if progress is not None:
+                    progress(done)
+
+    async def guarded(fn: Callable[..., Awaitable[None]], *args: Any, scope: anyio.CancelScope) -> None:
+        try:
+            await fn(*args)
+        except PerceptionError as exc:  # re-raised below as itself, not inside an exception group
+            if failure.error is None:
+                failure.error = exc
+            scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(guarded, produce, scope=tg.cancel_scope))
+        with receive:
+            for _ in range(concurrency):
+                tg.start_soon(partial(guarded, consume, receive.clone(), scope=tg.cancel_scope))
+    if failure.error is not None:
+        raise failure.error
+    return done
