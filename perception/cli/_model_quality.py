@@ -1,0 +1,238 @@
+"""``perception model-quality``: score each reference model on a drive generated from an unseen seed.
+
+Generates a drive (``perception sim``), sends every sample once to its sensor kind's model on Triton
+(embedded by default, ``--url`` for a running server) and scores the raw outputs against the
+generator's exact ground truth at each capture time. Prints one JSON object (``--json``) or a table.
+The protocol is :mod:`perception.evaluation._models`; every metric's definition is in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from perception.cli._sim import _positive, _seed
+from perception.errors import ConfigError, ConnectError
+
+__all__ = ["RESERVED_SEEDS_NOTE", "register", "run"]
+
+log = logging.getLogger(__name__)
+
+#: Seeds the camera model's training refuses (``perception/camera_training``): safe to evaluate on.
+EVAL_SEED = 1234
+RESERVED_SEEDS_NOTE = f"seeds below 100 and {EVAL_SEED} are reserved for evaluation: training never sees them"
+
+_DESCRIPTION = f"""\
+Generates a drive from SEED (default rig), sends every sample once to its sensor kind's model on Triton
+(lidar_detector, radar_detector, camera_detector; embedded server on --models unless --url) and scores
+the raw model outputs against the generator's exact ground truth at each sample's capture time.
+{RESERVED_SEEDS_NOTE}.
+
+metrics (the JSON report repeats these under "definitions"):
+  camera_ap50_<class>      2D AP at IoU >= 0.5 (car, truck, pedestrian, cyclist) over every image;
+                           objects < 50% visible or < 10 px tall are don't-care; null: no such object
+  lidar_bev_ap_car         BEV AP for cars within 50 m of base_link, true positive = nearest unmatched
+                           car within 2 m centre distance (greedy by score), boxes in base_link
+  radar_detection_rate     matched / all moving objects (> 1 m/s) inside a radar's FOV and range;
+                           a detection matches the nearest unmatched object within 2.5 m
+  radar_detection_rate_observed  the same over the moving objects with a radar return within 1 m of
+                           their box (leaves out objects the radar could not see: occlusion)
+  radar_velocity_rmse      RMS of |v_det - v_gt| (m/s) over the matched moving objects whose
+                           detection reports a FINITE velocity; the model reports NaN when one scan
+                           does not determine it, and those are left out, so read it with:
+  radar_velocity_coverage  fraction of matched moving objects with a finite reported velocity
+
+targets: camera_ap50_car >= 0.7, lidar_bev_ap_car >= 0.7, radar_velocity_rmse <= 0.5
+exit status: 0 (whatever the targets) unless --check: then 1 if a target fails; 2 for usage errors.
+"""
+
+
+def register(sub: Any) -> None:
+    from perception.sim import SCENARIOS
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "model-quality",
+        help="score each reference model on a drive generated from an unseen seed",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--seed", type=_seed, required=True, help="drive seed (use one training never saw)")
+    p.add_argument("--duration", type=_positive, default=20.0, metavar="S", help="seconds to drive (default: 20)")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="urban", help="traffic preset (default: urban)")
+    p.add_argument("--url", default=None, metavar="HOST:PORT", help="Triton gRPC URL (default: embedded server)")
+    p.add_argument(
+        "--models",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="model repository of the embedded server; repeat for several (default: ./models, else the repo's)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    p.add_argument("--concurrency", type=int, default=4, metavar="N", help="requests in flight (default: 4)")
+    p.add_argument("--timeout", type=_positive, default=60.0, metavar="S", help="per-request timeout (default: 60)")
+    p.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="drive generation processes (default: up to 2)"
+    )
+    p.add_argument("--keep-drive", type=Path, default=None, metavar="FILE", help="write the generated drive here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (only drawn on a terminal)")
+    p.set_defaults(func=run)
+
+
+def _probe(url: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (before generating a drive) when nothing listens at ``host:port``."""
+    if url.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return  # gRPC name syntaxes: leave them to the client
+    host, sep, port_text = url.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"Triton URL must be host:port, got {url!r}", key="--url")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ConnectError(f"cannot reach the Triton server: {reason}", url=url) from exc
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from perception.triton import ClientOptions
+
+    for key, value in (("--concurrency", args.concurrency), ("--workers", args.workers)):
+        if value is not None and value < 1:
+            raise ConfigError(f"must be >= 1, got {value}", key=key)
+    if args.url is not None:
+        ClientOptions(urls=(args.url,))  # validates the URL's form
+    else:
+        from perception.cli._server import default_model_repository
+        from perception.server import check_model_repository
+
+        args.models = [check_model_repository(p) for p in (args.models or [default_model_repository()])]
+    if not (args.seed < 100 or args.seed == EVAL_SEED):
+        log.warning("seed %d is not reserved for evaluation (%s): the camera model may have seen it", args.seed,
+                    RESERVED_SEEDS_NOTE)
+
+
+async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total: int) -> tuple[dict[str, Any], str]:
+    from perception._progress import Progress
+    from perception.drives import DriveReader
+    from perception.evaluation import ModelQualityEvaluator, RadarCoverage, evaluate_models
+    from perception.sim import RadarParams
+    from perception.triton import ClientOptions, TritonClient
+
+    coverage = {
+        s.name: RadarCoverage(s.params.fov_deg, s.params.max_range_m, s.params.min_range_m)
+        for s in sim.rig.sensors
+        if isinstance(s.params, RadarParams)
+    }
+
+    async def score(url: str) -> dict[str, Any]:
+        with DriveReader(drive_path) as drive:
+            evaluator = ModelQualityEvaluator(drive.rig, radar_coverage=coverage)
+            enabled = False if args.no_progress or args.json else None
+            with Progress(total, "inference", enabled=enabled) as bar:
+                async with TritonClient(ClientOptions(urls=(url,))) as client:
+                    await evaluate_models(
+                        client,
+                        drive.samples(),
+                        evaluator,
+                        sim.ground_truth,
+                        concurrency=args.concurrency,
+                        timeout_s=args.timeout,
+                        progress=lambda n: bar.update(n, f"{n}/{total} samples"),
+                    )
+            return evaluator.summary()
+
+    if args.url is not None:
+        return await score(args.url), args.url
+    from perception.server import EmbeddedTriton
+
+    async with EmbeddedTriton(args.models, startup_timeout_s=120.0) as server:
+        log.info("embedded Triton ready at %s", server.grpc_url)
+        return await score(server.grpc_url), "embedded"
+
+
+def _report(args: argparse.Namespace, summary: dict[str, Any], server: str, wall_s: float) -> dict[str, Any]:
+    from perception.evaluation import check_targets
+
+    metrics = {k: v for k, v in summary.items() if k not in ("frames", "counts", "definitions")}
+    return {
+        "seed": args.seed,
+        "scenario": args.scenario,
+        "duration_s": args.duration,
+        **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()},
+        "frames": summary["frames"],
+        "targets": check_targets(summary),
+        "counts": summary["counts"],
+        "server": server,
+        "wall_s": round(wall_s, 1),
+        "definitions": summary["definitions"],
+    }
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def _table(report: dict[str, Any]) -> str:
+    frames = ", ".join(f"{model} {n}" for model, n in report["frames"].items())
+    lines = [
+        f"{report['scenario']}, seed {report['seed']}, {report['duration_s']:g} s; samples: {frames}",
+        f"{'metric':<29} {'value':>7}  target",
+    ]
+    for key in report["definitions"]:
+        target = report["targets"].get(key)
+        bar = f"{target['op']} {target['threshold']:g}  {'pass' if target['pass'] else 'FAIL'}" if target else ""
+        lines.append(f"{key:<29} {_fmt(report.get(key)):>7}  {bar}".rstrip())
+    c = report["counts"]
+    lines.append(
+        f"lidar cars {c['lidar_gt_car']} (TP {c['lidar_tp_car']}, FP {c['lidar_fp_car']}); radar moving objects "
+        f"{c['radar_moving_objects']} (observed {c['radar_observed_moving']}), matched {c['radar_matched_moving']}, "
+        f"finite velocity {c['radar_finite_velocity']}"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perception.sim import Simulator, generate_drive
+
+    _check_args(args)
+    if args.url is not None:
+        _probe(args.url)
+    t0 = time.monotonic()
+    sim = Simulator(args.scenario, seed=args.seed, duration_s=args.duration)
+    with tempfile.TemporaryDirectory(prefix="perception-model-quality-") as tmp:
+        drive_path = args.keep_drive if args.keep_drive is not None else Path(tmp) / "drive.mcap"
+        log.info("generating %s drive, seed %d, %g s -> %s", args.scenario, args.seed, args.duration, drive_path)
+        made = generate_drive(
+            drive_path,
+            scenario=args.scenario,
+            seed=args.seed,
+            duration_s=args.duration,
+            rig=sim.rig,
+            progress=not (args.no_progress or args.json) and sys.stderr.isatty(),
+            workers=args.workers,
+        )
+        total = sum(n for name, n in made.messages.items() if name not in ("ego_pose", "ground_truth"))
+        summary, server = anyio.run(_evaluate, args, drive_path, sim, total)
+    report = _report(args, summary, server, time.monotonic() - t0)
+    text = json.dumps(report, indent=2)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+    sys.stdout.write((json.dumps(report) if args.json else _table(report)) + "\n")
+    failed = [metric for metric, t in report["targets"].items() if not t["pass"]]
+    if failed:
+        log.warning("targets not met: %s", ", ".join(failed))
+    return 1 if args.check and failed else 0

@@ -1,0 +1,294 @@
+"""Per-model quality: the scoring protocol on hand-made cases, and ``perception model-quality`` end to end
+through the session's real Triton server on a short generated drive."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perception.cli._main import main
+from perception.errors import ConfigError, ModelContractError
+from perception.evaluation import (
+    DEFINITIONS,
+    TARGETS,
+    ModelQualityEvaluator,
+    RadarCoverage,
+    Target,
+    check_targets,
+)
+from perception.server import EmbeddedTriton, free_port
+from perception.sim import Simulator, builtin_rig_path, load_rig, project_ground_truth
+from perception.types import GroundTruth, GroundTruthObject, SensorSpec
+
+RIG: Mapping[str, SensorSpec] = {s.name: s.spec for s in load_rig(builtin_rig_path("default")).sensors}
+COVERAGE = {"radar_front": RadarCoverage(120.0, 90.0), "radar_rear": RadarCoverage(120.0, 70.0)}
+CAR = (4.5, 1.85, 1.55)
+PED = (0.6, 0.6, 1.75)
+METRICS = (
+    "camera_ap50_car",
+    "camera_ap50_truck",
+    "camera_ap50_pedestrian",
+    "camera_ap50_cyclist",
+    "lidar_bev_ap_car",
+    "radar_detection_rate",
+    "radar_detection_rate_observed",
+    "radar_velocity_rmse",
+    "radar_velocity_coverage",
+)
+
+
+def obj(
+    track: int, label: str, x: float, y: float, v: tuple[float, float] = (0.0, 0.0), yaw: float = 0.0
+) -> GroundTruthObject:
+    size = CAR if label in ("car", "truck") else PED
+    return GroundTruthObject(track, label, (x, y, size[2] / 2), size, yaw, v)
+
+
+def evaluator() -> ModelQualityEvaluator:
+    return ModelQualityEvaluator(RIG, radar_coverage=COVERAGE)
+
+
+def to_sensor(spec: SensorSpec, xyz: Any) -> Any:
+    """base_link points -> the sensor's frame."""
+    pts = np.asarray(xyz, dtype=np.float64).reshape(-1, 3)
+    return (pts - spec.extrinsic.translation) @ spec.extrinsic.rotation_matrix()
+
+
+def camera_outputs(boxes: Any, scores: Any, labels: Any) -> dict[str, Any]:
+    """The camera model's padded, batched outputs for one image."""
+    n = len(scores)
+    out_boxes = np.zeros((1, 100, 4), np.float32)
+    out_scores = np.zeros((1, 100), np.float32)
+    out_labels = np.zeros((1, 100), np.int32)
+    out_boxes[0, :n], out_scores[0, :n], out_labels[0, :n] = boxes, scores, labels
+    return {"BOXES": out_boxes, "SCORES": out_scores, "LABELS": out_labels, "COUNT": np.array([[n]], np.int32)}
+
+
+def lidar_outputs(spec: SensorSpec, cars: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """Car boxes given as (x, y, score) in base_link, returned in the lidar frame."""
+    xyz = to_sensor(spec, [(x, y, 0.8) for x, y, _ in cars]).reshape(-1, 3)
+    boxes = np.column_stack([xyz, np.tile(CAR, (len(cars), 1)), np.zeros(len(cars))]).astype(np.float32)
+    return {
+        "BOXES": boxes,
+        "LABELS": np.zeros(len(cars), np.int32),
+        "SCORES": np.array([s for _, _, s in cars], np.float32),
+    }
+
+
+def radar_outputs(spec: SensorSpec, dets: list[tuple[float, float, float, float]]) -> dict[str, Any]:
+    """Detections (x, y, vx, vy) in base_link (over ground), returned in the radar frame."""
+    rot = spec.extrinsic.rotation_matrix()
+    pos = to_sensor(spec, [(x, y, 0.5) for x, y, _, _ in dets]).reshape(-1, 3)
+    vel = (np.array([(vx, vy, 0.0) for _, _, vx, vy in dets]).reshape(-1, 3) @ rot)[:, :2]
+    return {
+        "POSITIONS": pos.astype(np.float32),
+        "VELOCITY": vel.astype(np.float32),
+        "SCORES": np.linspace(0.9, 0.5, len(dets)).astype(np.float32),
+    }
+
+
+# -- camera ----------------------------------------------------------------------------------------
+
+
+def test_camera_perfect_boxes_score_one_and_absent_classes_are_null() -> None:
+    gt = GroundTruth(0, (obj(1, "car", 15.0, 0.0), obj(2, "pedestrian", 12.0, -3.0), obj(3, "car", -20.0, 2.0)))
+    ev = evaluator()
+    for cam in ("cam_front", "cam_back"):
+        labels = project_ground_truth(gt, RIG[cam])
+        boxes = [(b.x1, b.y1, b.x2, b.y2) for b in labels]
+        ids = [("car", "truck", "pedestrian", "cyclist").index(b.label) for b in labels]
+        ev.add(cam, 0, camera_outputs(boxes, [0.9] * len(boxes), ids), gt)
+    s = ev.summary()
+    assert s["camera_ap50_car"] == pytest.approx(1.0)
+    assert s["camera_ap50_pedestrian"] == pytest.approx(1.0)
+    assert s["camera_ap50_truck"] is None and s["camera_ap50_cyclist"] is None
+    assert s["counts"]["camera_gt_car"] == 2 and s["frames"]["camera_detector"] == 2
+
+
+def test_camera_misplaced_box_is_a_false_positive_and_counts_over_the_padding() -> None:
+    gt = GroundTruth(0, (obj(1, "car", 15.0, 0.0),))
+    (label,) = project_ground_truth(gt, RIG["cam_front"])
+    good = (label.x1, label.y1, label.x2, label.y2)
+    wrong = (0.0, 0.0, 20.0, 20.0)
+    ev = evaluator()
+    ev.add("cam_front", 0, camera_outputs([wrong, good], [0.9, 0.5], [0, 0]), gt)
+    s = ev.summary()
+    assert s["camera_ap50_car"] == pytest.approx(0.5)  # the best-scored detection is wrong
+    assert s["counts"]["camera_fp_car"] == 1 and s["counts"]["camera_tp_car"] == 1
+
+
+def test_camera_labels_out_of_range_are_a_contract_error() -> None:
+    with pytest.raises(ModelContractError, match="LABELS"):
+        evaluator().add("cam_front", 0, camera_outputs([(0, 0, 10, 10)], [0.9], [7]), GroundTruth(0, ()))
+
+
+# -- lidar -----------------------------------------------------------------------------------------
+
+
+def test_lidar_ap_in_base_link_with_range_and_distance_rules() -> None:
+    spec = RIG["lidar_top"]
+    gt = GroundTruth(0, (obj(1, "car", 20.0, 3.0), obj(2, "car", -10.0, -4.0), obj(3, "car", 70.0, 0.0),
+                         obj(4, "pedestrian", 5.0, 5.0)))
+    ev = evaluator()
+    # both counted cars found (one 1.5 m off), the 70 m car (not counted) found too: ignored, not a FP
+    ev.add("lidar_top", 0, lidar_outputs(spec, [(20.0, 3.0, 0.9), (-11.5, -4.0, 0.8), (70.0, 0.0, 0.7)]), gt)
+    s = ev.summary()
+    assert s["lidar_bev_ap_car"] == pytest.approx(1.0)
+    assert s["counts"]["lidar_gt_car"] == 2 and s["counts"]["lidar_fp_car"] == 0
+
+    ev = evaluator()  # 2.5 m off is a miss and a false positive; a second box on one car is a false positive
+    ev.add("lidar_top", 0, lidar_outputs(spec, [(20.0, 3.0, 0.9), (20.2, 3.0, 0.8), (-12.5, -4.0, 0.7)]), gt)
+    s = ev.summary()
+    assert s["counts"]["lidar_tp_car"] == 1 and s["counts"]["lidar_fp_car"] == 2
+    assert s["lidar_bev_ap_car"] == pytest.approx(0.5)
+
+
+def test_lidar_without_detections_scores_zero_and_without_cars_is_null() -> None:
+    spec = RIG["lidar_top"]
+    ev = evaluator()
+    ev.add("lidar_top", 0, lidar_outputs(spec, []), GroundTruth(0, (obj(1, "car", 10.0, 0.0),)))
+    assert ev.summary()["lidar_bev_ap_car"] == 0.0
+    ev = evaluator()
+    ev.add("lidar_top", 0, lidar_outputs(spec, [(10.0, 0.0, 0.9)]), GroundTruth(0, ()))
+    assert ev.summary()["lidar_bev_ap_car"] is None
+
+
+def test_lidar_malformed_boxes_are_a_contract_error() -> None:
+    bad = {"BOXES": np.zeros((2, 6), np.float32), "LABELS": np.zeros(2, np.int32), "SCORES": np.ones(2, np.float32)}
+    with pytest.raises(ModelContractError, match="BOXES"):
+        evaluator().add("lidar_top", 0, bad, GroundTruth(0, ()))
+
+
+# -- radar -----------------------------------------------------------------------------------------
+
+
+def test_radar_rate_and_velocity_over_moving_objects_in_view_front_and_rear() -> None:
+    gt = GroundTruth(
+        0,
+        (
+            obj(1, "car", 30.0, 2.0, (8.0, 0.0)),  # front, moving: detected, velocity 0.3 m/s off
+            obj(2, "car", 40.0, -3.0, (-6.0, 0.5)),  # front, moving: detected, velocity NaN
+            obj(3, "car", 20.0, 6.0),  # front, parked: not counted (but a detection on it is no miss)
+            obj(4, "cyclist", 25.0, -8.0, (4.0, 0.0)),  # front, moving: missed
+            obj(5, "car", 5.0, 30.0, (0.0, 5.0)),  # moving, outside both fields of view: not counted
+            obj(6, "car", -25.0, 1.0, (-5.0, 0.0)),  # rear radar (yawed 180 deg): detected exactly
+        ),
+    )
+    ev = evaluator()
+    ev.add("radar_front", 0, radar_outputs(RIG["radar_front"], [
+        (30.5, 2.0, 8.3, 0.0), (38.5, -3.0, math.nan, math.nan), (20.0, 6.0, 0.0, 0.0)]), gt)
+    ev.add("radar_rear", 0, radar_outputs(RIG["radar_rear"], [(-25.0, 1.5, -5.0, 0.0)]), gt)
+    s = ev.summary()
+    # front: objects 1, 2, 4 count (2 matched); rear: objects 6 (matched) - and 1, 2, 4 are behind it
+    assert s["counts"]["radar_moving_objects"] == 4
+    assert s["radar_detection_rate"] == pytest.approx(3 / 4)
+    assert s["radar_velocity_coverage"] == pytest.approx(2 / 3)
+    assert s["radar_velocity_rmse"] == pytest.approx(math.sqrt((0.3**2 + 0.0) / 2), abs=1e-5)
+    assert s["radar_detection_rate_observed"] is None  # no points given
+
+
+def test_radar_observed_rate_counts_only_objects_with_returns() -> None:
+    spec = RIG["radar_front"]
+    gt = GroundTruth(0, (obj(1, "car", 30.0, 2.0, (8.0, 0.0)), obj(2, "car", 60.0, 2.0, (8.0, 0.0))))
+    returns = to_sensor(spec, [(27.8, 2.0, 0.5), (27.9, 2.5, 0.5)])  # on car 1's rear; car 2 hidden behind it
+    points = np.column_stack([returns, np.zeros((2, 2))]).astype(np.float32)
+    ev = evaluator()
+    ev.add("radar_front", 0, radar_outputs(spec, [(29.0, 2.0, math.nan, math.nan)]), gt, points=points)
+    s = ev.summary()
+    assert s["radar_detection_rate"] == pytest.approx(0.5)
+    assert s["radar_detection_rate_observed"] == pytest.approx(1.0)
+    assert s["radar_velocity_rmse"] is None and s["radar_velocity_coverage"] == 0.0
+
+
+def test_radar_without_a_field_of_view_is_a_config_error() -> None:
+    ev = ModelQualityEvaluator(RIG)
+    with pytest.raises(ConfigError, match="radar_front"):
+        ev.add("radar_front", 0, radar_outputs(RIG["radar_front"], []), GroundTruth(0, ()))
+    with pytest.raises(ConfigError):
+        RadarCoverage(0.0, 50.0)
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def test_summary_does_not_depend_on_the_order_or_thread_samples_arrive_in() -> None:
+    rng = np.random.default_rng(3)
+    spec = RIG["lidar_top"]
+    samples = []
+    for t in range(40):
+        cars = [(float(rng.uniform(-45, 45)), float(rng.uniform(-10, 10))) for _ in range(4)]
+        gt = GroundTruth(t, tuple(obj(k, "car", x, y) for k, (x, y) in enumerate(cars)))
+        dets = [(x + float(rng.normal(0, 1.2)), y, 0.5) for x, y in cars]  # equal scores: order matters
+        samples.append((t, lidar_outputs(spec, dets), gt))
+    ordered = evaluator()
+    for t, out, gt in samples:
+        ordered.add("lidar_top", t, out, gt)
+    shuffled = evaluator()
+    random.Random(1).shuffle(samples)
+
+    def add_all(part: list[tuple[int, dict[str, Any], GroundTruth]]) -> None:
+        for t, out, gt in part:
+            shuffled.add("lidar_top", t, out, gt)
+
+    threads = [threading.Thread(target=add_all, args=(part,)) for part in (samples[::2], samples[1::2])]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert shuffled.summary() == ordered.summary()
+
+
+def test_targets_never_pass_on_undefined_values() -> None:
+    assert Target("x", ">=", 0.7).passes(0.7) and not Target("x", ">=", 0.7).passes(0.69)
+    assert Target("x", "<=", 0.5).passes(0.1) and not Target("x", "<=", 0.5).passes(None)
+    assert not Target("x", "<=", 0.5).passes(math.nan)
+    report = check_targets({"camera_ap50_car": 0.8, "lidar_bev_ap_car": None})
+    assert [t.metric for t in TARGETS] == list(report)
+    assert report["camera_ap50_car"]["pass"] and not report["lidar_bev_ap_car"]["pass"]
+    assert set(DEFINITIONS) == set(METRICS)
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["-q", "model-quality", "--seed", "5", "--duration", "2", "--url", triton.grpc_url, "--json",
+                 "--workers", "1", "--concurrency", "3"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(out.strip().splitlines()) == 1
+    report = json.loads(out)
+    assert report["seed"] == 5 and report["duration_s"] == 2.0 and report["scenario"] == "urban"
+    for key in METRICS:
+        value = report[key]
+        assert value is None or 0.0 <= value <= (1e3 if key == "radar_velocity_rmse" else 1.0), (key, value)
+    for key in ("camera_ap50_car", "lidar_bev_ap_car", "radar_detection_rate", "radar_velocity_coverage"):
+        assert report[key] is not None, key  # a 2 s urban drive has cars and moving objects in view
+    sim = Simulator("urban", seed=5, duration_s=2.0)
+    expected = dict.fromkeys(("camera_detector", "lidar_detector", "radar_detector"), 0)
+    for sensor in sim.rig.sensors:
+        expected[f"{sensor.kind.value}_detector"] += len(sim.capture_times(sensor.name))
+    assert report["frames"] == expected  # every sample sent once and scored
+    assert set(report["targets"]) == {t.metric for t in TARGETS}
+    assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
+    assert set(report["definitions"]) == set(METRICS)
+
+
+def test_model_quality_bad_url_is_one_line_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
+    assert main(["model-quality", "--seed", "1", "--duration", "1", "--url", url]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the Triton server" in lines[0] and url in lines[0], err
+
+    assert main(["model-quality", "--seed", "1", "--url", "http://gpu-host:8001"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "host:port" in lines[0]
