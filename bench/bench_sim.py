@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         "faster_than_realtime": wall < args.duration,
         "cpu_s_main": round(summary.cpu_s, 2),
         "cpu_s_workers": round(children.ru_utime + children.ru_stime, 2),
+        # what the wall time would be if the run had the machine's cores to itself (CPU-bound estimate)
+        "cpu_bound_realtime_factor_estimate": round(
+            (summary.cpu_s + children.ru_utime + children.ru_stime) / (min(os.cpu_count() or 1, summary.workers + 1)
+                                                                       * args.duration), 3),
         "lidar_points_per_sweep_mean": round(summary.lidar_points_mean),
         "lidar_points_per_sweep_max": summary.lidar_points_max,
         "ground_truth_objects_within_100m_mean": round(summary.objects_mean, 1),
