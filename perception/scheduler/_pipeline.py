@@ -85,6 +85,19 @@ class OrderedPipeline:
                     await self._flush()
 
     async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
+        try:
+            await self._enqueue(frame, tg)
+        except anyio.get_cancelled_exc_class():
+            # stop() while the frame waited for room (``block``): it was taken from the source, so it
+            # gets its record like the queued frames do (emitted by run's final flush). Cancellation
+            # can only land before the frame is queued: nothing in _enqueue awaits after that.
+            self._done[self._next_seq] = self._dropped(frame, "shutdown: never started")
+            self._next_seq += 1
+            self.dropped_count += 1
+            raise
+        await self._flush()
+
+    async def _enqueue(self, frame: Frame, tg: TaskGroup) -> None:
         async with self._cond:
             if self._overflow == "block":
                 while len(self._in_flight) >= self._k and len(self._pending) >= self._queue_size:
@@ -103,7 +116,6 @@ class OrderedPipeline:
                 reason = f"queue overflow ({self._overflow}; {self._k} in flight, queue of {self._queue_size})"
                 self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
-        await self._flush()
 
     def _start_ready(self, tg: TaskGroup) -> None:
         while self._pending and len(self._in_flight) < self._k:
