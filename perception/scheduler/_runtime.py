@@ -94,6 +94,7 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        self._stopping = False
 
     # -- lifetime -------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -199,6 +200,13 @@ class Runtime:
 
     # -- processing -----------------------------------------------------------------------------
     @property
+    def client(self) -> InferClient:
+        """The Triton client in use (a :class:`perception.triton.TritonClient` unless one was passed)."""
+        if self._client is None or self._closed:
+            raise RuntimeClosedError("the runtime is not open")
+        return self._client
+
+    @property
     def dispatcher(self) -> Dispatcher:
         if self._dispatcher is None or self._closed:
             raise RuntimeClosedError("the runtime is not open")
@@ -272,6 +280,8 @@ class Runtime:
         self.dispatcher  # noqa: B018 - raises when closed
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
         pipeline = OrderedPipeline(self.process, self.dropped, self.config.pipeline)
+        if self._stopping:
+            pipeline.stop()  # stopped before this stream started: it takes no frame
         buffer = self.config.pipeline.max_in_flight + self.config.pipeline.queue_size + 1
         send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
         self._pipelines.add(pipeline)
@@ -285,9 +295,17 @@ class Runtime:
             self._pipelines.discard(pipeline)
 
     def stop(self) -> None:
-        """Stop taking frames in every running stream (they drain and end)."""
+        """Stop taking frames in every running stream (they drain and end); streams started later
+        take none. A stop that lands between opening the runtime and starting :meth:`run` (a signal
+        handler's usual timing) is therefore never lost."""
+        self._stopping = True
         for p in list(self._pipelines):
             p.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stopping
 
 
 async def _aiter(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
