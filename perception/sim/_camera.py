@@ -265,7 +265,7 @@ class CameraModel:
         wid = np.where(ok, np.maximum(x1 - x0, 0), 0)
         hei = np.where(ok, np.maximum(y1 - y0, 0), 0)
         env = np.nonzero(wid * hei)[0]
-        group, offset = expand_ranges(env, wid[env] * hei[env])
+        group, offset = expand_ranges(wid[env] * hei[env])
         e = env[group]
         pix = (y0[e] + offset // wid[e]) * self.w + x0[e] + offset % wid[e]
         return pix, e

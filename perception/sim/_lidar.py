@@ -109,10 +109,10 @@ class LidarModel:
         use = ~(r_min > self.p.max_range_m + 1.0) & (n_beam > 0)
         env = np.nonzero(use)[0]
         # two-level expansion without divisions: envelope -> its columns -> each column's beam band
-        g1, off1 = expand_ranges(env, n_col[env])
+        g1, off1 = expand_ranges(n_col[env])
         e1 = env[g1]
         col = (j0[e1] + off1) % self.n_cols
-        g2, off2 = expand_ranges(e1, n_beam[e1])
+        g2, off2 = expand_ranges(n_beam[e1])
         e2 = e1[g2]
         return (col * self.p.beams + b_lo[e1])[g2] + off2, e2
 

@@ -135,13 +135,12 @@ def hit_geometry(origin: F64, dirs: Rays, t: F32, part: I64, scene: Scene) -> tu
     return u, v, w, axis, cos.astype(np.float32)
 
 
-def expand_ranges(starts: I64, counts: I64) -> tuple[I64, I64]:
+def expand_ranges(counts: I64) -> tuple[I64, I64]:
     """``(group, offset)`` for ``counts[g]`` consecutive items per group ``g`` (vectorised ranges)."""
     total = int(counts.sum())
     group = np.repeat(np.arange(counts.size), counts)
     first = np.cumsum(counts) - counts
     offset = np.arange(total, dtype=np.int64) - first[group]
-    del starts
     return group, offset
 
 
@@ -215,7 +214,7 @@ def cast_pairs(origin: F64, dirs: Rays, scene: Scene, ray_idx: I64, env_idx: I64
     multi = np.nonzero(~single)[0]
     rays_all, t_all, part_all = [ray_idx[single]], [t[single]], [p0[single]]
     if multi.size:
-        group, offset = expand_ranges(p0[multi], count[multi])
+        group, offset = expand_ranges(count[multi])
         pr = ray_idx[multi][group]
         part = p0[multi][group] + offset
         part_box = _boxes(scene.part_center, scene.part_half, scene.part_yaw)

@@ -1058,7 +1058,7 @@ class World:
         """Part boxes of the selected actors, posed, ordered by owner (object index in the scene)."""
         from perception.sim._raycast import expand_ranges
 
-        group, offset = expand_ranges(idx, self.pt_count[idx])
+        group, offset = expand_ranges(self.pt_count[idx])
         p = self.pt_start[idx][group] + offset
         local = self.pt_local[p]
         c, s = np.cos(yaw)[group], np.sin(yaw)[group]
