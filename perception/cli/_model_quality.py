@@ -193,7 +193,10 @@ def _table(report: dict[str, Any]) -> str:
     ]
     for key in report["definitions"]:
         target = report["targets"].get(key)
-        bar = f"{target['op']} {target['threshold']:g}  {'pass' if target['pass'] else 'FAIL'}" if target else ""
+        bar = ""
+        if target:
+            n = f" (n={target['n']})" if "n" in target else ""
+            bar = f"{target['op']} {target['threshold']:g}  {'pass' if target['pass'] else 'FAIL'}{n}"
         lines.append(f"{key:<29} {_fmt(report.get(key)):>7}  {bar}".rstrip())
     c = report["counts"]
     lines.append(

@@ -127,26 +127,29 @@ class RadarCoverage:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A pass/fail bar on one metric (``None``/NaN never passes)."""
+    """A pass/fail bar on one metric (``None``/NaN never passes). ``count`` names the entry of a
+    summary's ``counts`` that says how many samples the metric rests on (reported as ``n``)."""
 
     metric: str
     op: Literal[">=", "<="]
     threshold: float
+    count: str | None = None
 
     def passes(self, value: float | None) -> bool:
         if value is None or math.isnan(value):
             return False
         return bool((operator.ge if self.op == ">=" else operator.le)(value, self.threshold))
 
-    def report(self, value: float | None) -> dict[str, Any]:
-        return {"value": value, "op": self.op, "threshold": self.threshold, "pass": self.passes(value)}
+    def report(self, value: float | None, n: int | None = None) -> dict[str, Any]:
+        out = {"value": value, "op": self.op, "threshold": self.threshold, "pass": self.passes(value)}
+        return out if n is None else {**out, "n": n}
 
 
 #: The quality bars of the reference models.
 TARGETS: tuple[Target, ...] = (
-    Target("camera_ap50_car", ">=", 0.7),
-    Target("lidar_bev_ap_car", ">=", 0.7),
-    Target("radar_velocity_rmse", "<=", 0.5),
+    Target("camera_ap50_car", ">=", 0.7, count="camera_gt_car"),
+    Target("lidar_bev_ap_car", ">=", 0.7, count="lidar_gt_car"),
+    Target("radar_velocity_rmse", "<=", 0.5, count="radar_finite_velocity"),
 )
 
 _CAMERA_KEYS = tuple(f"camera_ap50_{name}" for name in LABELS)
@@ -476,8 +479,10 @@ class ModelQualityEvaluator:
 
 
 def check_targets(summary: Mapping[str, Any], targets: Iterable[Target] = TARGETS) -> dict[str, dict[str, Any]]:
-    """``{metric: {value, op, threshold, pass}}`` of each target against a :meth:`summary`."""
-    return {t.metric: t.report(summary.get(t.metric)) for t in targets}
+    """``{metric: {value, op, threshold, pass, n}}`` of each target against a :meth:`summary`
+    (``n``: the samples behind the value, when the summary's ``counts`` has them)."""
+    counts = summary.get("counts", {})
+    return {t.metric: t.report(summary.get(t.metric), counts.get(t.count) if t.count else None) for t in targets}
 
 
 # -- running the models ----------------------------------------------------------------------------

@@ -249,9 +249,10 @@ def test_targets_never_pass_on_undefined_values() -> None:
     assert Target("x", ">=", 0.7).passes(0.7) and not Target("x", ">=", 0.7).passes(0.69)
     assert Target("x", "<=", 0.5).passes(0.1) and not Target("x", "<=", 0.5).passes(None)
     assert not Target("x", "<=", 0.5).passes(math.nan)
-    report = check_targets({"camera_ap50_car": 0.8, "lidar_bev_ap_car": None})
+    report = check_targets({"camera_ap50_car": 0.8, "lidar_bev_ap_car": None, "counts": {"camera_gt_car": 12}})
     assert [t.metric for t in TARGETS] == list(report)
-    assert report["camera_ap50_car"]["pass"] and not report["lidar_bev_ap_car"]["pass"]
+    assert report["camera_ap50_car"] == {"value": 0.8, "op": ">=", "threshold": 0.7, "pass": True, "n": 12}
+    assert not report["lidar_bev_ap_car"]["pass"] and "n" not in report["lidar_bev_ap_car"]
     assert set(DEFINITIONS) == set(METRICS)
 
 
@@ -277,7 +278,7 @@ def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: 
         expected[f"{sensor.kind.value}_detector"] += len(sim.capture_times(sensor.name))
     assert report["frames"] == expected  # every sample sent once and scored
     assert set(report["targets"]) == {t.metric for t in TARGETS}
-    assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
+    assert all(isinstance(t["pass"], bool) and t["n"] >= 0 for t in report["targets"].values())
     assert set(report["definitions"]) == set(METRICS)
 
 
