@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +14,9 @@ import anyio
 
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup  # anyio's dependency on 3.10
 
 __all__ = ["DEFAULT_CONFIG", "add_runtime_options", "repo_root", "run_with_signals", "runtime_config"]
 
@@ -81,4 +85,26 @@ def run_with_signals(main: Callable[[anyio.Event], Awaitable[T]]) -> T:
             raise KeyboardInterrupt
         return result[0]
 
-    return anyio.run(runner, backend="asyncio")
+    try:
+        return anyio.run(runner, backend="asyncio")
+    except BaseExceptionGroup as group:
+        # Task groups wrap what fails inside them (here up to three levels deep): unwrap a lone error
+        # so that a user's mistake (a model that is not ready, a refused connection, a bad drive...)
+        # reaches the CLI's one-line handler instead of printing an exception-group traceback.
+        error = _sole_error(group)
+        if error is None:
+            raise
+        raise error from error.__cause__
+
+
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The only leaf exception of a (nested) exception group, or None if there are several."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else None
