@@ -201,7 +201,8 @@ class _Endpoint:
 
     def failed(self, options: ClientOptions) -> None:
         self.failures += 1
-        backoff_s = min(options.backoff_s * 2 ** (self.failures - 1), options.backoff_max_s)
+        # The exponent is capped: 2.0 ** 1024 overflows a float after a long outage (~1000 failures).
+        backoff_s = min(options.backoff_s * 2.0 ** min(self.failures - 1, 30), options.backoff_max_s)
         self.unhealthy_until_ns = time.monotonic_ns() + int(backoff_s * 1e9)
         level = logging.WARNING if self.failures == 1 else logging.DEBUG
         log.log(
