@@ -17,17 +17,21 @@ of objects, not with Python loops over pairs:
    object, e.g. two radars or a split cluster). It contributes its velocity (full 2D when finite,
    averaged by inverse variance; otherwise its radial speed, turned into a velocity along the box
    heading when the box is elongated and its heading is not across the line of sight) and its score.
-4. **Camera -> lidar objects.** Boxes (moved to each camera's capture time) are projected into every
-   camera at once; boxes out of view, mostly truncated, or mostly covered by a nearer projected box
-   (depth order) are not matchable. Hungarian assignment on 2D IoU per camera, with a minimum IoU. A
-   match adds the camera's class vote (score-weighted; outweighs the lidar's size-based vote) and
-   score. A lidar object that a camera should clearly see but that none of its detections matches
-   loses confidence (only cameras that answered give this negative evidence).
-5. **Camera-only candidates** from unmatched camera detections that overlap no projected lidar box:
-   position where the box bottom meets the ground plane (``z = 0`` in ``base_link``), combined by
-   inverse variance with the depth implied by the class's typical height; covariance long along the
-   ray. Radar objects not used in 3 are associated to them as in 3 and refine their position (Kalman
-   fusion of the two covariances), giving camera+radar objects.
+4. **Camera -> lidar objects.** Boxes (moved to each camera's capture time) are projected into the
+   cameras whose view frustum their bounding sphere touches (pinhole model; lens distortion is not
+   applied); boxes out of view, mostly truncated, or mostly covered by a nearer projected box of the
+   same camera (depth order) are not matchable. Hungarian assignment on 2D IoU (boxes grown by a few
+   pixels, so small far objects still match) with a minimum IoU, one problem for all cameras in which
+   a box may only take a detection of its own camera. A match adds the camera's class vote
+   (score-weighted; outweighs the lidar's size-based vote) and score. A lidar object that a camera
+   should clearly see but that none of its detections matches loses confidence (only cameras that
+   answered give this negative evidence).
+5. **Camera-only candidates** from unmatched camera detections that overlap no projected lidar box
+   and whose 3D position is not within the gate of a lidar object: position where the box bottom
+   meets the ground plane (``z = 0`` in ``base_link``), combined by inverse variance with the depth
+   implied by the class's typical height; covariance long along the ray. Radar objects not used in 3
+   are associated to them as in 3 and refine their position (Kalman fusion of the two covariances),
+   giving camera+radar objects.
 6. **Radar-only objects** from radar objects still unused (merged across radars); class from RCS.
 7. **Emission:** lidar-anchored and camera+radar objects always; camera-only and radar-only objects
    when ``FusionConfig.camera_only`` / ``radar_only``, at lower confidence. Class-agnostic BEV NMS

@@ -24,9 +24,9 @@ import numpy.typing as npt
 
 from perception.errors import PerceptionError
 from perception.fusion._geometry import invert_transform
-from perception.types import EgoPose, Frame
+from perception.types import EgoPose, Frame, Transform
 
-__all__ = ["EgoAt", "EgoMotion", "twist_transform"]
+__all__ = ["EgoAt", "EgoMotion", "pose_matrix", "twist_transform"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,22 @@ F64 = npt.NDArray[np.float64]
 EgoAt = Callable[[int], EgoPose | None]
 _IDENTITY = np.eye(4)
 _IDENTITY.setflags(write=False)
+
+
+def pose_matrix(pose: Transform) -> F64:
+    """``pose.matrix()`` in one array construction (it is computed for several times every frame)."""
+    x, y, z, w = pose.rotation
+    n = x * x + y * y + z * z + w * w
+    q = 2.0 / n if n > 0.0 else 0.0
+    tx, ty, tz = pose.translation
+    return np.array(
+        [
+            [1 - q * (y * y + z * z), q * (x * y - z * w), q * (x * z + y * w), tx],
+            [q * (x * y + z * w), 1 - q * (x * x + z * z), q * (y * z - x * w), ty],
+            [q * (x * z - y * w), q * (y * z + x * w), 1 - q * (x * x + y * y), tz],
+            [0.0, 0.0, 0.0, 1.0],
+        ]
+    )
 
 
 def twist_transform(vx: float, vy: float, yaw_rate: float, dt: float) -> F64:
@@ -65,14 +81,14 @@ class EgoMotion:
         self._inv_f: F64 | None = None
         self.world_from_ego: F64 | None = None
         if ego_f is not None:
-            pose_f = ego_f.pose.matrix()
+            pose_f = pose_matrix(ego_f.pose)
             self._cache[frame.t_ns] = pose_f
             self.world_from_ego = pose_f
             self._inv_f = invert_transform(pose_f)
         elif frame.ego is not None:
             dt = (frame.t_ns - frame.ego.t_ns) * 1e-9
             vx, vy = frame.ego.linear_velocity[0], frame.ego.linear_velocity[1]
-            self.world_from_ego = frame.ego.pose.matrix() @ twist_transform(vx, vy, frame.ego.yaw_rate, dt)
+            self.world_from_ego = pose_matrix(frame.ego.pose) @ twist_transform(vx, vy, frame.ego.yaw_rate, dt)
         self._twist: tuple[float, float, float] | None = None
         if twist_src is not None:
             v = twist_src.linear_velocity
@@ -90,7 +106,7 @@ class EgoMotion:
     def _pose(self, t_ns: int) -> F64 | None:
         if t_ns not in self._cache:
             ego = self._ego(t_ns)
-            self._cache[t_ns] = ego.pose.matrix() if ego is not None else None
+            self._cache[t_ns] = pose_matrix(ego.pose) if ego is not None else None
         return self._cache[t_ns]
 
     @property

@@ -159,3 +159,12 @@ def test_twist_transform_matches_integration(vx: float, vy: float, yaw_rate: flo
     m = twist_transform(vx, vy, yaw_rate, dt)
     np.testing.assert_allclose(m[:2, 3], [x, y], atol=1e-6)
     assert math.atan2(m[1, 0], m[0, 0]) == pytest.approx(float(wrap_angle(th)), abs=1e-9)
+
+
+@FAST
+@given(st.tuples(finite, finite, finite), st.tuples(angle, angle, angle))
+def test_pose_matrix_matches_transform_matrix(xyz: tuple[float, float, float], rpy: tuple[float, float, float]) -> None:
+    from perception.fusion._motion import pose_matrix
+
+    t = Transform.from_xyz_rpy(xyz, rpy)
+    np.testing.assert_allclose(pose_matrix(t), t.matrix(), atol=1e-12)
