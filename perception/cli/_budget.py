@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(table)
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
-    write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile)
+    # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
+    write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
     violations = [r.stage for r in rows if r.verdict == "FAIL"]
     summary["budget"] = {
         "budget_ms": args.budget_ms,

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from perception.metrics._budget import BudgetRow, budget_rows, render_table, write_markdown, write_plots
+from perception.metrics._budget import (
+    BudgetRow,
+    budget_rows,
+    markdown_table,
+    render_table,
+    status_table,
+    write_markdown,
+    write_plots,
+)
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import detection_json, frame_record
 from perception.metrics._stats import LatencyAccumulator, percentiles
@@ -14,8 +22,10 @@ __all__ = [
     "budget_rows",
     "detection_json",
     "frame_record",
+    "markdown_table",
     "percentiles",
     "render_table",
+    "status_table",
     "write_markdown",
     "write_plots",
 ]

@@ -12,7 +12,15 @@ import numpy as np
 
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
-__all__ = ["BudgetRow", "budget_rows", "render_table", "write_markdown", "write_plots"]
+__all__ = [
+    "BudgetRow",
+    "budget_rows",
+    "markdown_table",
+    "render_table",
+    "status_table",
+    "write_markdown",
+    "write_plots",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +95,37 @@ def render_table(rows: Sequence[BudgetRow]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]) + "\n"
 
 
+def markdown_table(rows: Sequence[BudgetRow]) -> list[str]:
+    """The rows as a markdown table (milliseconds), one line per list item."""
+    lines = ["| stage | p50 | p95 | p99 | max | budget | verdict |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        budget = "-" if r.budget_ms is None else f"{r.budget_ms:g}"
+        lines.append(f"| {r.stage} | {r.p50:.2f} | {r.p95:.2f} | {r.p99:.2f} | {r.max:.2f} | {budget} | {r.verdict} |")
+    return lines
+
+
+def status_table(sensor_status: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """Per-sensor status counts (a report's ``sensor_status``) as a markdown table."""
+    lines = ["| sensor | " + " | ".join(_STATUSES) + " |", "|---|" + "---:|" * len(_STATUSES)]
+    for sensor, counts in sensor_status.items():
+        lines.append(f"| {sensor} | " + " | ".join(str(counts.get(s, 0)) for s in _STATUSES) + " |")
+    return lines
+
+
 def write_markdown(
-    path: Path, rows: Sequence[BudgetRow], summary: Mapping[str, Any], plots: Sequence[str], percentile: float
+    path: Path,
+    rows: Sequence[BudgetRow],
+    summary: Mapping[str, Any],
+    plots: Sequence[str],
+    percentile: float,
+    *,
+    append: bool = False,
 ) -> None:
+    """The budget report; with ``append`` and an existing report (the replay's ``report.md``, which has
+    the sensor status counts and the same plots already) it is added to it as a section instead."""
+    section = append and path.exists()
     lines = [
-        "# Latency budget report",
+        "## Latency budget" if section else "# Latency budget report",
         "",
         f"Drive: `{summary.get('drive')}` — frames {summary['frames']}: ok {summary['ok']}, "
         f"degraded {summary['degraded']}, dropped {summary['dropped']}; deadline misses "
@@ -99,22 +133,20 @@ def write_markdown(
         "",
         "All times in milliseconds.",
         "",
-        "| stage | p50 | p95 | p99 | max | budget | verdict |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        *markdown_table(rows),
     ]
-    for r in rows:
-        budget = "-" if r.budget_ms is None else f"{r.budget_ms:g}"
-        lines.append(f"| {r.stage} | {r.p50:.2f} | {r.p95:.2f} | {r.p99:.2f} | {r.max:.2f} | {budget} | {r.verdict} |")
     status = summary.get("sensor_status", {})
-    if status:
-        lines += ["", "## Sensor status counts", "", "| sensor | " + " | ".join(_STATUSES) + " |"]
-        lines.append("|---|" + "---:|" * len(_STATUSES))
-        for sensor, counts in status.items():
-            lines.append(f"| {sensor} | " + " | ".join(str(counts.get(s, 0)) for s in _STATUSES) + " |")
-    if plots:
+    if status and not section:
+        lines += ["", "## Sensor status counts", "", *status_table(status)]
+    if plots and not section:
         lines += ["", "## Plots", ""]
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    if section:
+        with path.open("a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    else:
+        path.write_text(text, encoding="utf-8")
 
 
 _STATUSES = ("ok", "late", "error", "missing", "skipped")

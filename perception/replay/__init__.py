@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from perception.replay._eval import MODES, evaluate_modes, score_modes
-from perception.replay._session import Rate, ReplayOptions, ReplayOutcome, replay_drive, safe_output_path
+from perception.replay._session import (
+    Rate,
+    ReplayOptions,
+    ReplayOutcome,
+    ReplaySink,
+    replay_drive,
+    safe_output_path,
+)
 from perception.replay._source import DriveSource, match_rig
 
 __all__ = [
@@ -12,6 +19,7 @@ __all__ = [
     "Rate",
     "ReplayOptions",
     "ReplayOutcome",
+    "ReplaySink",
     "evaluate_modes",
     "match_rig",
     "replay_drive",

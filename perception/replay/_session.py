@@ -3,19 +3,24 @@
 ``DIR/detections.jsonl`` gets exactly one record per frame, written and flushed as each frame
 completes (so an interrupted replay leaves complete records up to the last finished frame);
 ``DIR/report.json`` gets the counters and latency percentiles (and detection quality when the drive
-has ground truth).
+has ground truth); ``DIR/report.md`` presents them with a few rendered frames (:mod:`perception.viz`).
+Extra outputs (a fused MCAP recording, a live Foxglove view) plug in as ``sinks``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import anyio
 
 from perception._progress import Progress
 from perception.config import RuntimeConfig
@@ -26,11 +31,17 @@ from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime
 from perception.types import FrameResult, SensorSpec
 
-__all__ = ["ReplayOptions", "ReplayOutcome", "replay_drive", "safe_output_path"]
+__all__ = ["ReplayOptions", "ReplayOutcome", "ReplaySink", "replay_drive", "safe_output_path"]
 
 log = logging.getLogger(__name__)
 
 Rate = float | Literal["max", "lockstep"]
+
+#: An extra output of a replay (fused MCAP recording, live view...): called with the open drive and the
+#: replay's rig (runtime sensor name -> drive sensor) before the first frame, it returns a context
+#: manager whose value is called with every frame result in order; it is exited when the replay ends,
+#: however it ends.
+ReplaySink = Callable[[DriveReader, Mapping[str, SensorSpec]], AbstractContextManager[Callable[[FrameResult], None]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,7 @@ class ReplayOptions:
     include_outputs: bool = False  # raw per-sensor model outputs in each record
     start_ns: int | None = None
     end_ns: int | None = None
+    report_md: bool = True  # DIR/report.md (latency tables, quality, rendered frames) when out_dir is set
 
 
 @dataclass
@@ -94,6 +106,7 @@ async def replay_drive(
     on_result: Callable[[FrameResult], None] | None = None,
     runtime_hook: Callable[[Runtime], None] | None = None,
     keep_results: bool = False,
+    sinks: Sequence[ReplaySink] = (),
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs."""
     opts = options or ReplayOptions()
@@ -118,25 +131,30 @@ async def replay_drive(
         duration = max(1, reader.end_ns - reader.start_ns)
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
         try:
-            async with Runtime(cfg, rig=source.rig, fusion=fusion, join_timeout_ns=join_override) as rt:
-                if runtime_hook is not None:
-                    runtime_hook(rt)
-                with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
-                    async for result in rt.run(source.frames()):
-                        acc.add(result)
-                        if jsonl is not None:
-                            jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
-                            jsonl.write("\n")
-                            jsonl.flush()
-                        if evaluator is not None and result.status.value != "dropped":
-                            frame_gt = reader.ground_truth_at(result.t_ns, 60_000_000)
-                            if frame_gt is not None:
-                                evaluator.add(result.t_ns, result.detections, frame_gt)
-                        if keep_results:
-                            outcome.results.append(result)
-                        if on_result is not None:
-                            on_result(result)
-                        bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
+            with ExitStack() as stack:
+                writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
+                async with Runtime(cfg, rig=source.rig, fusion=fusion, join_timeout_ns=join_override) as rt:
+                    if runtime_hook is not None:
+                        runtime_hook(rt)
+                    with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
+                        async for result in rt.run(source.frames()):
+                            acc.add(result)
+                            if jsonl is not None:
+                                jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
+                                jsonl.write("\n")
+                                jsonl.flush()
+                            if evaluator is not None and result.status.value != "dropped":
+                                frame_gt = reader.ground_truth_at(result.t_ns, 60_000_000)
+                                if frame_gt is not None:
+                                    evaluator.add(result.t_ns, result.detections, frame_gt)
+                            if keep_results:
+                                outcome.results.append(result)
+                            if on_result is not None:
+                                on_result(result)
+                            for write in writers:
+                                write(result)
+                            bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
+                    stopped = rt.stopping
         finally:
             if jsonl is not None:
                 jsonl.close()
@@ -152,4 +170,12 @@ async def replay_drive(
         outcome.report = report
         if out_dir is not None:
             safe_output_path(out_dir, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            if opts.report_md:
+                from perception.viz import write_replay_report
+
+                # Rendering takes seconds: off the event loop (a second Ctrl-C still forces the exit), and
+                # no frames after a stop (perception render DIR --frame N draws any frame later).
+                n_frames = 0 if stopped else 3
+                render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
+                await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
     return outcome

@@ -1,0 +1,48 @@
+"""``perception render DIR --frame N``: PNGs of a replayed frame (bird's-eye view and every camera).
+
+Reads ``DIR/fused.mcap`` (written by ``perception replay``), or ``DIR/detections.jsonl`` plus the drive
+(``--drive``, default: the drive named in ``DIR/report.json``). Writes ``frame_<N>_bev.png`` and
+``frame_<N>_<camera>.png`` into ``--out`` (default ``DIR/frames``) and prints their paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception.errors import ConfigError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "render",
+        help="render frames of a replay output to PNG",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dir", type=Path, help="replay output directory (perception replay --out)")
+    p.add_argument("--frame", type=int, action="append", required=True, help="frame id to render (repeat for several)")
+    p.add_argument("--drive", type=Path, default=None, help="drive to read sensor data from when DIR has no fused.mcap")
+    p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default: DIR/frames)")
+    p.add_argument(
+        "--range", type=float, default=60.0, dest="range_m", help="bird's-eye view half-width in m (default 60)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perception.viz import load_frames, render_frame
+
+    if not 0 < args.range_m <= 500:
+        raise ConfigError(f"--range must be within (0, 500] m, got {args.range_m:g}", key="--range")
+    if args.drive is not None and not args.drive.is_file():
+        raise ConfigError("drive not found", file=str(args.drive))
+    out = args.out if args.out is not None else args.dir / "frames"
+    for view in load_frames(args.dir, args.frame, drive=args.drive):
+        for rendered in render_frame(view, out, range_m=args.range_m):
+            sys.stdout.write(f"{rendered.path}\n")
+    return 0

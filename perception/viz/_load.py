@@ -1,0 +1,270 @@
+"""What one frame of a replay looked like, read back from the replay's output directory.
+
+``DIR/fused.mcap`` (written by :class:`~perception.viz.VizRecorder`) holds everything: the drive's
+messages and rig, the fused detections, the frame stats and the cameras' own 2D detections. Without
+it, ``DIR/detections.jsonl`` gives the detections (and the cameras' 2D boxes when the replay kept raw
+outputs) and the drive gives the sensor data; runtime sensor names are then taken to be the drive's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
+from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
+
+from perception.drives import DriveReader
+from perception.drives import _codec as codec
+from perception.errors import ConfigError, DriveError
+from perception.types import Detection3D, GroundTruth, Sample, SensorKind, SensorSpec
+from perception.viz._copy import DriveCopy
+from perception.viz._encode import (
+    DETECTIONS_TOPIC,
+    FRAME_STATS_TOPIC,
+    CameraDetections,
+    camera_detections,
+    camera_detections_topic,
+    decode_camera_detections,
+    decode_detections,
+)
+from perception.viz._record import REPLAY_METADATA
+
+__all__ = ["FUSED_MCAP", "FrameView", "frame_ids", "load_frames"]
+
+log = logging.getLogger(__name__)
+
+FUSED_MCAP = "fused.mcap"
+DETECTIONS_JSONL = "detections.jsonl"
+GT_TOLERANCE_NS = 60_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FrameView:
+    """One replayed frame with the data the runtime used for it.
+
+    Sensor mappings are keyed by the runtime's sensor names; ``specs`` are the drive's sensors
+    (extrinsics, calibrations) and ``samples`` the samples the frame used (absent when the sensor had
+    none). ``camera_detections`` are the cameras' own 2D boxes, when recorded.
+    """
+
+    frame_id: int
+    t_ns: int
+    status: str
+    detections: tuple[Detection3D, ...]
+    specs: Mapping[str, SensorSpec]
+    samples: Mapping[str, Sample]
+    camera_detections: Mapping[str, CameraDetections]
+    ground_truth: GroundTruth | None
+    source: str  # the file the detections came from
+
+    @property
+    def kinds(self) -> dict[str, SensorKind]:
+        return {name: spec.kind for name, spec in self.specs.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """What the outputs say about a frame before the drive is consulted."""
+
+    frame_id: int
+    t_ns: int
+    status: str
+    sample_t_ns: Mapping[str, int]
+    detections: tuple[Detection3D, ...]
+    camera_detections: Mapping[str, CameraDetections]
+
+
+def _check_dir(out_dir: Path) -> None:
+    if not out_dir.is_dir():
+        raise ConfigError("replay output directory not found", file=str(out_dir))
+
+
+def frame_ids(out_dir: str | Path) -> list[int]:
+    """Ids of the frames a replay output holds, in order (from ``fused.mcap``, else ``detections.jsonl``)."""
+    out = Path(out_dir)
+    _check_dir(out)
+    fused = out / FUSED_MCAP
+    if fused.is_file():
+        with DriveCopy(fused, topics=[FRAME_STATS_TOPIC]) as copy:
+            return [json.loads(msg.data)["frame_id"] for _, msg in copy.until(2**64)]
+    return [rec["frame_id"] for rec in _jsonl(out / DETECTIONS_JSONL)]
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        raise ConfigError(f"no {FUSED_MCAP} or {DETECTIONS_JSONL} here (not a replay output?)", file=str(path.parent))
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:  # an interrupted write leaves at most a partial last line
+                log.warning("%s:%d: unreadable record skipped", path, n)
+
+
+def _missing(wanted: Iterable[int], found: Mapping[int, Any], where: Path, known: list[int]) -> None:
+    missing = [f for f in wanted if f not in found]
+    if missing:
+        span = f"frames {known[0]}..{known[-1]}" if known else "no frames"
+        raise ConfigError(f"no frame {', '.join(map(str, missing))} in {where} ({span})", key="--frame")
+
+
+def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record], dict[str, str]]:
+    """Records of the wanted frames and the runtime -> drive sensor names (one pass over the file)."""
+    with DriveCopy(path, topics=[FRAME_STATS_TOPIC, DETECTIONS_TOPIC]) as copy:
+        names: dict[str, str] = {}
+        for name, data in copy.metadata:
+            if name == REPLAY_METADATA:
+                names = {k: v["drive_sensor"] for k, v in json.loads(data.get("sensors", "{}")).items()}
+        stats: dict[int, dict[str, Any]] = {}
+        scenes: dict[int, bytes] = {}
+        known: list[int] = []
+        for ch, msg in copy.until(2**64):
+            if ch.topic == DETECTIONS_TOPIC:
+                scenes[msg.log_time] = msg.data  # kept raw; only the wanted frames are decoded
+            else:
+                rec = json.loads(msg.data)
+                known.append(rec["frame_id"])
+                if rec["frame_id"] in wanted:
+                    stats[rec["frame_id"]] = rec
+        scenes = {rec["t_ns"]: scenes[rec["t_ns"]] for rec in stats.values() if rec["t_ns"] in scenes}
+    _missing(wanted, stats, path, known)
+    # a camera's 2D detections are stamped with the time of the image the frame used
+    cam_topics: dict[str, str] = {}  # topic -> runtime sensor name
+    wanted_images: set[tuple[str, int]] = set()
+    for rec in stats.values():
+        for sensor, entry in rec["sensors"].items():
+            if entry.get("sample_t_ns") is not None:
+                cam_topics[camera_detections_topic(names.get(sensor, sensor))] = sensor
+                wanted_images.add((sensor, entry["sample_t_ns"]))
+    cams: dict[tuple[str, int], CameraDetections] = {}
+    if wanted_images:
+        lo, hi = min(t for _, t in wanted_images), max(t for _, t in wanted_images)
+        with DriveCopy(path, topics=list(cam_topics), start_ns=lo) as copy:
+            for ch, msg in copy.until(hi):
+                key = (cam_topics[ch.topic], msg.log_time)
+                if key in wanted_images:
+                    cams[key] = _decode(ImageAnnotations, msg.data, decode_camera_detections, path, ch.topic)
+    out = {}
+    for fid, rec in stats.items():
+        sample_t = {s: e["sample_t_ns"] for s, e in rec["sensors"].items() if e.get("sample_t_ns") is not None}
+        raw = scenes.get(rec["t_ns"])
+        dets = () if raw is None else _decode(SceneUpdate, raw, decode_detections, path, DETECTIONS_TOPIC)
+        cam = {s: cams[(s, t)] for s, t in sample_t.items() if (s, t) in cams}
+        out[fid] = _Record(fid, rec["t_ns"], rec["status"], sample_t, dets, cam)
+    return out, names
+
+
+def _decode(cls: Any, data: bytes, fn: Any, path: Path, topic: str) -> Any:
+    try:
+        return fn(codec.decode(cls, data))
+    except codec.DecodeError as exc:
+        raise DriveError(f"cannot decode {cls.DESCRIPTOR.full_name}: {exc}", file=str(path), topic=topic) from exc
+
+
+def _records_from_jsonl(path: Path, wanted: list[int]) -> dict[int, _Record]:
+    out: dict[int, _Record] = {}
+    known: list[int] = []
+    for rec in _jsonl(path):
+        known.append(rec["frame_id"])
+        if rec["frame_id"] not in wanted:
+            continue
+        try:
+            dets = tuple(
+                Detection3D(
+                    id=int(d["id"]),
+                    label=d["label"],
+                    score=float(d["score"]),
+                    center=tuple(float(v) for v in d["center"]),  # type: ignore[arg-type]
+                    size=tuple(float(v) for v in d["size"]),  # type: ignore[arg-type]
+                    yaw=float(d["yaw"]),
+                    velocity=tuple(float("nan") if v is None else float(v) for v in d["velocity"]),  # type: ignore[arg-type]
+                    uncertainty=tuple(float("nan") if v is None else float(v) for v in d["uncertainty"]),  # type: ignore[arg-type]
+                    sources=tuple(d["sources"]),
+                )
+                for d in rec["detections"]
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            where = f"frame {rec['frame_id']}"
+            raise ConfigError(f"malformed detection record: {exc!r}", file=str(path), key=where) from exc
+        sensors = rec.get("sensors", {})
+        sample_t = {s: e["sample_t_ns"] for s, e in sensors.items() if e.get("sample_t_ns") is not None}
+        cams = {}
+        for s, e in sensors.items():
+            if e.get("status") == "ok" and "outputs" in e:
+                cd = camera_detections(e["outputs"], s)
+                if cd is not None and {"BOXES", "COUNT"} <= e["outputs"].keys():
+                    cams[s] = cd
+        out[rec["frame_id"]] = _Record(rec["frame_id"], rec["t_ns"], rec["status"], sample_t, dets, cams)
+    _missing(wanted, out, path, known)
+    return out
+
+
+def _drive_of(out_dir: Path) -> Path:
+    report = out_dir / "report.json"
+    try:
+        drive = json.loads(report.read_text(encoding="utf-8")).get("drive")
+    except (OSError, ValueError):
+        drive = None
+    if not drive:
+        raise ConfigError(f"no {FUSED_MCAP} and no drive named in report.json: pass --drive", file=str(out_dir))
+    return Path(drive)
+
+
+def load_frames(out_dir: str | Path, frames: Iterable[int], *, drive: str | Path | None = None) -> list[FrameView]:
+    """The frames ``frames`` (frame ids) of the replay output ``out_dir``, in the order asked.
+
+    Reads ``fused.mcap`` when present (then ``drive`` is not needed), else ``detections.jsonl`` and
+    ``drive`` (default: the drive named in ``report.json``). A missing directory or frame is a
+    :class:`ConfigError`; unreadable files are :class:`DriveError`.
+    """
+    out = Path(out_dir)
+    _check_dir(out)
+    wanted = list(dict.fromkeys(frames))
+    fused = out / FUSED_MCAP
+    names: dict[str, str] = {}
+    if fused.is_file():
+        records, names = _records_from_mcap(fused, wanted)
+        data_path, source = fused, fused
+    else:
+        records = _records_from_jsonl(out / DETECTIONS_JSONL, wanted)
+        data_path, source = Path(drive) if drive is not None else _drive_of(out), out / DETECTIONS_JSONL
+    if not data_path.is_file():
+        raise ConfigError("drive not found", file=str(data_path))
+    views = []
+    with DriveReader(data_path, strict=False) as reader:
+        runtime_names = names or {n: n for rec in records.values() for n in rec.sample_t_ns}
+        specs = {n: reader.rig[d] for n, d in runtime_names.items() if d in reader.rig}
+        for name in sorted(set(runtime_names) - set(specs)):
+            log.warning("sensor %s is not in %s; not shown", name, data_path)
+        for fid in wanted:
+            rec = records[fid]
+            samples: dict[str, Sample] = {}
+            for name, t in rec.sample_t_ns.items():
+                spec = specs.get(name)
+                if spec is None:
+                    continue
+                found = next(reader.samples(start_ns=t, end_ns=t + 1, sensors=[spec.name]), None)
+                if found is not None:
+                    samples[name] = found
+            gt = reader.ground_truth_at(rec.t_ns, GT_TOLERANCE_NS) if reader.has_ground_truth else None
+            views.append(
+                FrameView(
+                    rec.frame_id,
+                    rec.t_ns,
+                    rec.status,
+                    rec.detections,
+                    specs,
+                    samples,
+                    dict(rec.camera_detections),
+                    gt,
+                    str(source),
+                )
+            )
+    return views

@@ -1,0 +1,138 @@
+"""Where a recording goes: an MCAP file (:class:`McapOutput`) or a live Foxglove server (``_live``).
+
+Both take the same calls (channels with their schema, then raw message bytes), so one
+:class:`~perception.viz.VizRecorder` feeds any number of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Protocol
+
+from mcap.exceptions import UnsupportedCompressionError
+from mcap.writer import CompressionType
+from mcap.writer import Writer as McapWriter
+
+from perception import __version__
+from perception.errors import DriveError
+from perception.viz._encode import ChannelDef, SchemaDef
+
+__all__ = ["LIBRARY", "McapOutput", "Output"]
+
+log = logging.getLogger(__name__)
+
+#: Written into the MCAP header; constant for a given package version (no clock, no host).
+LIBRARY = f"perception-fusion/{__version__}"
+
+
+class Output(Protocol):
+    """A destination of recorded messages."""
+
+    def add_channel(self, channel: ChannelDef) -> None:
+        """Declare a topic (once, before its first message)."""
+
+    def write(self, topic: str, log_ns: int, data: bytes, *, publish_ns: int | None = None, sequence: int = 0) -> None:
+        """One message of a declared topic, ``data`` already encoded."""
+
+    def add_metadata(self, name: str, data: Mapping[str, str]) -> None:
+        """A key/value record describing the recording (ignored by live outputs)."""
+
+    def set_time(self, t_ns: int) -> None:
+        """The recording has reached ``t_ns`` (live outputs move their clients' clock)."""
+
+    def close(self) -> None:
+        """Finish the output (idempotent)."""
+
+
+class McapOutput:
+    """A chunked, indexed, compressed MCAP file written incrementally.
+
+    Complete chunks reach the file as they fill up, so a process killed mid-recording still leaves a
+    readable prefix; :meth:`close` writes the last chunk and the summary. Nothing but the messages
+    (and constant identifiers) reaches the file: equal inputs give equal bytes. ``compression`` is
+    ``zstd`` (falling back to ``lz4``, then none, if the codec is missing), ``lz4`` or ``none``.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, compression: str = "zstd", chunk_size: int = 4 * 1024 * 1024
+    ) -> None:
+        self.path = Path(path)
+        order = {"zstd": ["zstd", "lz4", "none"], "lz4": ["lz4", "none"], "none": ["none"]}.get(compression)
+        if order is None:
+            raise DriveError(f"unknown compression {compression!r}; expected zstd, lz4 or none", file=str(self.path))
+        try:
+            self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise DriveError(f"cannot create recording: {exc.strerror or exc}", file=str(self.path)) from exc
+        self._closed = False
+        self._schemas: dict[SchemaDef, int] = {}
+        self._channels: dict[str, int] = {}
+        try:
+            self._mcap = self._writer(order, chunk_size)
+            self._mcap.start(profile="", library=LIBRARY)
+        except BaseException:
+            self._file.close()
+            self.path.unlink(missing_ok=True)
+            raise
+
+    def _writer(self, order: list[str], chunk_size: int) -> McapWriter:
+        codecs = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
+        for name in order:
+            try:
+                return McapWriter(self._file, chunk_size=chunk_size, compression=codecs[name])
+            except UnsupportedCompressionError:
+                log.warning("%s: %s compression unavailable, trying the next codec", self.path, name)
+        raise AssertionError("'none' compression is always available")  # pragma: no cover
+
+    def _err(self, what: str, exc: OSError, topic: str | None = None) -> DriveError:
+        return DriveError(f"cannot {what}: {exc.strerror or exc}", file=str(self.path), topic=topic)
+
+    def add_channel(self, channel: ChannelDef) -> None:
+        if channel.topic in self._channels:
+            raise DriveError("topic declared twice", file=str(self.path), topic=channel.topic)
+        schema_id = 0
+        if channel.schema is not None:
+            schema_id = self._schemas.get(channel.schema, 0)
+            if not schema_id:
+                s = channel.schema
+                schema_id = self._schemas[s] = self._mcap.register_schema(s.name, s.encoding, s.data)
+        self._channels[channel.topic] = self._mcap.register_channel(
+            channel.topic, channel.message_encoding, schema_id, dict(channel.metadata)
+        )
+
+    def write(self, topic: str, log_ns: int, data: bytes, *, publish_ns: int | None = None, sequence: int = 0) -> None:
+        if self._closed:
+            raise DriveError("write after close", file=str(self.path), topic=topic)
+        try:
+            self._mcap.add_message(
+                channel_id=self._channels[topic],
+                log_time=log_ns,
+                data=data,
+                publish_time=log_ns if publish_ns is None else publish_ns,
+                sequence=sequence,
+            )
+        except OSError as exc:
+            raise self._err("write", exc, topic) from exc
+
+    def add_metadata(self, name: str, data: Mapping[str, str]) -> None:
+        try:
+            self._mcap.add_metadata(name, dict(sorted(data.items())))
+        except OSError as exc:
+            raise self._err("write", exc) from exc
+
+    def set_time(self, t_ns: int) -> None:
+        return None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._mcap.finish()  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise self._err("finish recording", exc) from exc
+        finally:
+            self._file.close()

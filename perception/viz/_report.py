@@ -1,0 +1,139 @@
+"""``DIR/report.md``: a replay's latency tables, detection quality and a few rendered frames on one page."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perception.errors import PerceptionError
+from perception.metrics import BudgetRow, LatencyAccumulator, budget_rows, markdown_table, status_table, write_plots
+from perception.viz._load import frame_ids, load_frames
+from perception.viz._render import render_frame
+
+__all__ = ["write_replay_report"]
+
+log = logging.getLogger(__name__)
+
+FRAMES_DIR = "frames"
+
+
+def _rows_from_report(report: Mapping[str, Any]) -> list[BudgetRow]:
+    """Latency rows from the report's percentiles (no verdicts: the per-frame values are gone)."""
+    lat = report.get("latency_ms", {})
+
+    def row(stage: str, p: Mapping[str, float]) -> BudgetRow:
+        return BudgetRow(stage, p.get("p50", 0.0), p.get("p95", 0.0), p.get("p99", 0.0), p.get("max", 0.0), None, "-")
+
+    rows = [row("total", lat.get("total", {}))]
+    rows += [row(stage, p) for stage, p in lat.get("stages", {}).items()]
+    rows += [row(f"{s}.{stage}", p) for s, st in lat.get("sensors", {}).items() for stage, p in st.items()]
+    return rows
+
+
+def _f(v: Any, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _quality(q: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "## Detection quality",
+        "",
+        f"Against ground truth within {_f(q.get('max_range_m'), 'g')} m, matched by centre distance "
+        f"({', '.join(f'{t:g}' for t in q.get('thresholds_m', []))} m): mAP **{_f(q.get('mAP'))}**, "
+        f"mean translation error {_f(q.get('ate'))} m, mean velocity error {_f(q.get('ave'))} m/s, "
+        f"{q.get('id_switches', 0)} id switches over {q.get('frames', 0)} frames.",
+        "",
+        "| class | AP | ATE (m) | AVE (m/s) | ground truth | detections |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, ap in q.get("per_class_ap", {}).items():
+        lines.append(
+            f"| {label} | {_f(ap)} | {_f(q.get('per_class_ate', {}).get(label))} | "
+            f"{_f(q.get('per_class_ave', {}).get(label))} | {q.get('num_ground_truth', {}).get(label, 0)} | "
+            f"{q.get('num_detections', {}).get(label, 0)} |"
+        )
+    return lines
+
+
+def _pick(ids: Sequence[int], n: int) -> list[int]:
+    """``n`` frames spread over the replay (skipping the first, often still warming up)."""
+    if not ids or n <= 0:
+        return []
+    if len(ids) <= n:
+        return list(ids)
+    return sorted({ids[round((i + 1) * (len(ids) - 1) / (n + 1))] for i in range(n)})
+
+
+def _frames_section(out_dir: Path, frames: Sequence[int] | None, n_frames: int, range_m: float) -> list[str]:
+    try:
+        chosen = list(frames) if frames is not None else _pick(frame_ids(out_dir), n_frames)
+        if not chosen:
+            return ["## Frames", "", f"None rendered here: `perception render {out_dir} --frame N` draws any frame."]
+        views = load_frames(out_dir, chosen)
+    except PerceptionError as exc:
+        log.warning("report.md: frames not rendered: %s", exc)
+        return ["## Frames", "", f"Not rendered: {exc}"]
+    lines = [
+        "## Frames",
+        "",
+        "Bird's-eye view: lidar (grey), radar returns with their radial velocity (pink, 1 s of travel), "
+        "ground truth (white, dashed), fused boxes coloured by the sensors that saw them. Cameras: fused "
+        "boxes projected into the image, the camera model's own 2D detections dashed white.",
+        "",
+    ]
+    for view in views:
+        rendered = render_frame(view, out_dir / FRAMES_DIR, range_m=range_m)
+        lines += [f"### Frame {view.frame_id} (t = {view.t_ns / 1e9:.3f} s, {view.status})", ""]
+        lines += [f"![{r.name}]({FRAMES_DIR}/{r.path.name})" for r in rendered]
+        lines.append("")
+    return lines
+
+
+def write_replay_report(
+    out_dir: str | Path,
+    report: Mapping[str, Any],
+    *,
+    latency: LatencyAccumulator | None = None,
+    frames: Sequence[int] | None = None,
+    n_frames: int = 3,
+    range_m: float = 60.0,
+) -> Path:
+    """Write ``out_dir/report.md`` for a replay whose outputs are in ``out_dir``; returns its path.
+
+    ``report`` is the replay's ``report.json`` content. With ``latency`` (the replay's accumulator)
+    the total is checked against the frame deadline at p99 and the latency plots are added. ``frames``
+    (ids) are rendered under ``out_dir/frames/`` (default: ``n_frames`` spread over the replay); a frame
+    that cannot be rendered is noted in the report, not raised.
+    """
+    out = Path(out_dir)
+    deadline = float(report.get("deadline_ms", 0.0))
+    rows = budget_rows(latency, deadline, {}, 99.0) if latency is not None else _rows_from_report(report)
+    lines = [
+        "# Replay report",
+        "",
+        f"Drive `{report.get('drive')}` at rate `{report.get('rate')}`: {report.get('frames', 0)} frames — "
+        f"ok {report.get('ok', 0)}, degraded {report.get('degraded', 0)}, dropped {report.get('dropped', 0)}; "
+        f"{report.get('deadline_misses', 0)} deadline misses (frame budget {deadline:g} ms).",
+        "",
+    ]
+    if report.get("drive_truncated"):
+        lines += [f"**The drive is truncated**: {report['drive_truncated']}", ""]
+    if report.get("drop_reasons"):
+        reasons = ", ".join(f"{k} ({v})" for k, v in report["drop_reasons"].items())
+        lines += [f"Dropped frames: {reasons}.", ""]
+    lines += ["## Latency", "", "Milliseconds per frame; the total is checked at p99 against the frame budget.", ""]
+    lines += [*markdown_table(rows), ""]
+    if report.get("sensor_status"):
+        lines += ["## Sensor status counts", "", *status_table(report["sensor_status"]), ""]
+    if report.get("quality"):
+        lines += [*_quality(report["quality"]), ""]
+    if latency is not None:
+        plots = write_plots(out, latency, deadline)
+        if plots:
+            lines += ["## Latency plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots), ""]
+    lines += _frames_section(out, frames, n_frames, range_m)
+    path = out / "report.md"
+    path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,214 @@
+"""The PNGs show the boxes on the right objects: drawn colours checked against projected ground truth."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from PIL import Image
+from viz_fixtures import ALL_KINDS
+
+from perception.cli import main
+from perception.drives import DriveReader
+from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
+from perception.metrics import frame_record
+from perception.types import FrameResult, GroundTruthObject
+from perception.viz import COMBINATIONS, FrameView, RenderedView, load_frames, render_bev, render_camera, render_frame
+
+FUSED = COMBINATIONS[ALL_KINDS]
+FRAME = 2
+
+
+@pytest.fixture(scope="module")
+def replay_dir(recorded: tuple[Path, list[FrameResult]]) -> Path:
+    return recorded[0]
+
+
+@pytest.fixture(scope="module")
+def frame(replay_dir: Path) -> FrameView:
+    (view,) = load_frames(replay_dir, [FRAME])
+    return view
+
+
+def _pixels(path: Path) -> npt.NDArray[np.float64]:
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB"), dtype=np.float64) / 255.0
+
+
+def _hits(img: npt.NDArray[np.float64], pts: npt.NDArray[np.float64], rgb: tuple[float, ...], radius: int = 2) -> float:
+    """Share of the pixel positions ``pts`` (column, row) with a pixel of colour ``rgb`` within ``radius``."""
+    close = np.abs(img - np.asarray(rgb)).max(axis=2) < 0.12
+    hits = [
+        close[max(r - radius, 0) : r + radius + 1, max(c - radius, 0) : c + radius + 1].any()
+        for c, r in np.rint(pts).astype(int)
+    ]
+    return float(np.mean(hits)) if hits else float("nan")
+
+
+def _edge_samples(
+    a: npt.NDArray[np.float64], b: npt.NDArray[np.float64], step_px: float = 3.0
+) -> npt.NDArray[np.float64]:
+    n = max(int(np.linalg.norm(b - a) / step_px), 1)
+    t = np.linspace(0.1, 0.9, n)[:, None]  # away from the corners
+    return a + t * (b - a)
+
+
+_EDGES = [(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def _camera_edge_pixels(
+    view: RenderedView, frame: FrameView, obj: GroundTruthObject, sensor: str
+) -> npt.NDArray[np.float64]:
+    """Pixels along the projected edges of a ground-truth box (edges well in front of the camera only)."""
+    spec = frame.specs[sensor]
+    assert spec.calibration is not None
+    cam = transform_points(invert_transform(spec.extrinsic.matrix()), box_corners([[*obj.center, *obj.size, obj.yaw]]))[
+        0
+    ]
+    if (cam[:, 2] < 1.0).any():
+        return np.zeros((0, 2))
+    uv = project_points(spec.calibration.matrix(), cam)
+    pts = np.concatenate([_edge_samples(uv[i], uv[j]) for i, j in _EDGES])
+    w, h = spec.calibration.width, spec.calibration.height
+    inside = (pts[:, 0] > 3) & (pts[:, 0] < w - 3) & (pts[:, 1] > 20) & (pts[:, 1] < h - 3)  # not the title
+    return view.to_pixel(pts[inside])
+
+
+def _visible(frame: FrameView, sensor: str, min_px: float = 20.0) -> list[GroundTruthObject]:
+    """Ground-truth objects whose projected box in ``sensor`` is big enough to check edge by edge."""
+    assert frame.ground_truth is not None
+    spec = frame.specs[sensor]
+    assert spec.calibration is not None
+    out = []
+    for obj in frame.ground_truth.objects:
+        cam = transform_points(
+            invert_transform(spec.extrinsic.matrix()), box_corners([[*obj.center, *obj.size, obj.yaw]])
+        )[0]
+        if (cam[:, 2] < 1.0).any():
+            continue
+        uv = project_points(spec.calibration.matrix(), cam)
+        lo, hi = uv.min(axis=0), uv.max(axis=0)
+        if hi[1] - lo[1] >= min_px and hi[0] > 0 and lo[0] < spec.calibration.width:
+            out.append(obj)
+    return out
+
+
+def test_camera_png_draws_fused_boxes_on_the_projected_ground_truth(frame: FrameView, tmp_path: Path) -> None:
+    sensor = "cam_front"
+    objects = _visible(frame, sensor)
+    assert objects, "the test frame must show some objects in the front camera"
+    view = render_camera(frame, sensor, tmp_path / "cam.png")
+    img = _pixels(view.path)
+    spec = frame.specs[sensor]
+    assert spec.calibration is not None
+    assert img.shape[:2] == (spec.calibration.height, spec.calibration.width)  # pixel-exact image
+    np.testing.assert_allclose(view.affine, [[1, 0, 0], [0, 1, 0]], atol=1e-6)
+    for obj in objects:
+        pts = _camera_edge_pixels(view, frame, obj, sensor)
+        assert _hits(img, pts, FUSED) > 0.9, f"object {obj.track_id} ({obj.label}) not outlined"
+    assert (np.abs(img - FUSED).max(axis=2) < 0.12).mean() < 0.1  # the colour is on the boxes, not everywhere
+
+    # the same frame without the nearest object: its outline is gone
+    target = min(objects, key=lambda o: float(np.hypot(o.center[0], o.center[1])))
+    kept = tuple(d for d in frame.detections if d.id != target.track_id)
+    assert len(kept) == len(frame.detections) - 1
+    without = render_camera(dataclasses.replace(frame, detections=kept), sensor, tmp_path / "without.png")
+    assert _hits(_pixels(without.path), _camera_edge_pixels(without, frame, target, sensor), FUSED) < 0.5
+
+
+def test_bev_png_draws_fused_boxes_at_the_ground_truth(frame: FrameView, tmp_path: Path) -> None:
+    range_m = 40.0
+    view = render_bev(frame, tmp_path / "bev.png", range_m=range_m)
+    img = _pixels(view.path)
+    assert frame.ground_truth is not None
+    near = [o for o in frame.ground_truth.objects if max(abs(o.center[0]), abs(o.center[1])) < range_m - 5]
+    assert len(near) >= 3
+    for obj in near:
+        c = bev_corners(obj.center[:2], obj.size[:2], obj.yaw)[0]
+        pts = view.to_pixel(np.concatenate([_edge_samples(c[i], c[(i + 1) % 4], 2.0) for i in range(4)]))
+        assert _hits(img, pts, FUSED) > 0.9, f"object {obj.track_id} ({obj.label}) not outlined in the BEV"
+    # forward is up and left is left: an object ahead is above the ego, one on the left left of it
+    ego = view.to_pixel([[0.0, 0.0]])[0]
+    ahead, left = view.to_pixel([[10.0, 0.0]])[0], view.to_pixel([[0.0, 10.0]])[0]
+    assert ahead[1] < ego[1] and abs(ahead[0] - ego[0]) < 1e-6
+    assert left[0] < ego[0] and abs(left[1] - ego[1]) < 1e-6
+
+    # without detections the outlines are the ground truth's (white), not the fused colour
+    bare = render_bev(dataclasses.replace(frame, detections=()), tmp_path / "bare.png", range_m=range_m)
+    bare_img = _pixels(bare.path)
+    obj = near[0]
+    c = bev_corners(obj.center[:2], obj.size[:2], obj.yaw)[0]
+    pts = bare.to_pixel(np.concatenate([_edge_samples(c[i], c[(i + 1) % 4], 2.0) for i in range(4)]))
+    assert _hits(bare_img, pts, FUSED) < 0.2
+    assert _hits(bare_img, pts, (1.0, 1.0, 1.0)) > 0.5  # dashed
+
+
+def test_frame_has_the_samples_the_runtime_used(frame: FrameView, small_drive: Path) -> None:
+    assert set(frame.samples) == {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"}
+    assert frame.frame_id == FRAME and frame.status == "ok"
+    assert {"cam_front", "cam_back"} <= set(frame.camera_detections)
+    with DriveReader(small_drive) as reader:
+        gt = reader.ground_truth()[FRAME]
+    assert frame.t_ns == gt.t_ns and frame.ground_truth == gt
+    assert [d.center for d in frame.detections] == [o.center for o in gt.objects]
+    for name, sample in frame.samples.items():
+        assert sample.t_ns <= frame.t_ns + 30_000_000, name
+
+
+def test_render_from_jsonl_and_drive(frame: FrameView, small_drive: Path, replay_dir: Path, tmp_path: Path) -> None:
+    """Without fused.mcap: detections.jsonl (raw outputs give the camera boxes) + the drive from report.json."""
+    from viz_fixtures import gt_results
+
+    with DriveReader(small_drive) as reader:
+        results = gt_results(reader)
+    with (tmp_path / "detections.jsonl").open("w") as f:
+        for r in results:
+            f.write(json.dumps(frame_record(r, include_outputs=True)) + "\n")
+        f.write('{"frame_id": 99, "t_n')  # an interrupted last line is skipped
+    (tmp_path / "report.json").write_text(json.dumps({"drive": str(small_drive)}))
+    (view,) = load_frames(tmp_path, [FRAME])
+    assert view.t_ns == frame.t_ns and view.source.endswith("detections.jsonl")
+    assert [(d.id, d.label) for d in view.detections] == [(d.id, d.label) for d in frame.detections]
+    np.testing.assert_allclose([d.center for d in view.detections], [d.center for d in frame.detections], atol=1e-3)
+    assert set(view.samples) == set(frame.samples)
+    np.testing.assert_allclose(
+        view.camera_detections["cam_front"].boxes, frame.camera_detections["cam_front"].boxes, atol=1e-3
+    )
+    paths = [v.path.name for v in render_frame(view, tmp_path / "png")]
+    assert sorted(paths) == ["frame_000002_bev.png", "frame_000002_cam_back.png", "frame_000002_cam_front.png"]
+
+
+def test_render_cli(replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["render", str(replay_dir), "--frame", "1", "--out", str(tmp_path), "--range", "30"])
+    assert code == 0
+    printed = capsys.readouterr().out.split()
+    assert sorted(Path(p).name for p in printed) == [
+        "frame_000001_bev.png",
+        "frame_000001_cam_back.png",
+        "frame_000001_cam_front.png",
+    ]
+    assert all(Path(p).stat().st_size > 10_000 for p in printed)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["{missing}", "--frame", "1"], "replay output directory not found"),
+        (["{dir}", "--frame", "99"], "no frame 99 in"),
+        (["{empty}", "--frame", "0"], "no fused.mcap or detections.jsonl here"),
+        (["{dir}", "--frame", "0", "--range", "-3"], "--range must be within"),
+    ],
+)
+def test_render_cli_user_errors(
+    argv: list[str], message: str, replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    paths = {"missing": str(tmp_path / "nope"), "dir": str(replay_dir), "empty": str(tmp_path / "empty")}
+    code = main(["render", *(a.format(**paths) for a in argv)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
