@@ -55,8 +55,9 @@ def pose_matrix(pose: Transform) -> F64:
 def twist_transform(vx: float, vy: float, yaw_rate: float, dt: float) -> F64:
     """``base_link(t) <- base_link(t + dt)`` for a constant planar twist (body velocity, yaw rate)."""
     a = yaw_rate * dt
-    if abs(a) < 1e-6:
-        dx, dy = vx * dt, vy * dt
+    if abs(a) < 1e-4:  # second-order expansion of the arc (the exact form cancels badly near 0)
+        along, turn = dt * (1.0 - a * a / 6.0), 0.5 * dt * a
+        dx, dy = vx * along - vy * turn, vy * along + vx * turn
     else:
         s, c = math.sin(a), math.cos(a)
         dx = (vx * s - vy * (1.0 - c)) / yaw_rate
