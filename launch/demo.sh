@@ -10,4 +10,4 @@ if [ -z "$DRIVE" ]; then
     echo "no bundled drive in replay_data/; showing the embedded server's models instead" >&2
     exec perception server --once
 fi
-exec perception replay "$DRIVE" --config launch/replay.yaml --rate max --out out "$@"
+exec perception replay "$DRIVE" --config launch/replay.yaml --rate max --out out --compare-modes --no-progress "$@"

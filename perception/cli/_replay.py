@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -11,9 +12,18 @@ from typing import Any
 import anyio
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.drives import DriveReader
 from perception.errors import ConfigError
 from perception.metrics import PrometheusExporter
-from perception.replay import Rate, ReplayOptions, ReplayOutcome, ReplaySink, replay_drive
+from perception.replay import (
+    Rate,
+    ReplayOptions,
+    ReplayOutcome,
+    ReplaySink,
+    replay_drive,
+    safe_output_path,
+    score_modes,
+)
 from perception.scheduler import Runtime
 
 __all__ = ["parse_rate", "register", "replay_with_stop"]
@@ -50,6 +60,12 @@ def register(sub: Any) -> None:
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port (0 = pick a free one)"
     )
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write DIR/fused.mcap")
+    p.add_argument(
+        "--compare-modes",
+        action="store_true",
+        help="after the replay, re-fuse its model outputs per sensor mode (lidar_only, no_radar, ...) and "
+        "compare each mode's mAP with the fused one (needs ground truth; no extra inference)",
+    )
     p.add_argument("--live", action="store_true", help="serve a live Foxglove WebSocket view while replaying")
     p.add_argument(
         "--live-port", type=int, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
@@ -90,6 +106,31 @@ def _viz_sinks(args: argparse.Namespace, stack: ExitStack) -> list[ReplaySink]:
     return [recorder_sink(mcap_path=mcap, live=live)]
 
 
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -> None:
+    """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
+    with DriveReader(args.drive, strict=False) as reader:
+        if not reader.has_ground_truth:
+            sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
+            return
+        modes = score_modes(outcome.results, cfg, reader)
+    args.out.mkdir(parents=True, exist_ok=True)
+    safe_output_path(args.out, "modes.json").write_text(json.dumps(modes, indent=2) + "\n")
+    fused = modes["fused"].get("mAP")
+    singles: dict[str, float | None] = {m: modes[m].get("mAP") for m in ("lidar_only", "radar_only", "camera_only")}
+    best = max(singles, key=lambda m: -1.0 if singles[m] is None else float(singles[m] or 0.0))
+    verdict = "above" if fused is not None and all(v is None or fused > v for v in singles.values()) else "NOT above"
+    sys.stdout.write(
+        f"fused mAP {_fmt(fused)} vs best single sensor {_fmt(singles[best])} ({best}): {verdict} every single sensor\n"
+    )
+    sys.stdout.write(
+        "  modes: " + ", ".join(f"{m} {_fmt(v.get('mAP'))}" for m, v in modes.items() if m != "fused") + "\n"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     rate = parse_rate(args.rate)
     cfg = runtime_config(args)
@@ -105,7 +146,15 @@ def run(args: argparse.Namespace) -> int:
         sinks = _viz_sinks(args, stack)
         sys.stdout.flush()
         outcome = run_with_signals(
-            lambda stop: replay_with_stop(stop, args.drive, cfg, options, on_result=metrics.observe, sinks=sinks)
+            lambda stop: replay_with_stop(
+                stop,
+                args.drive,
+                cfg,
+                options,
+                on_result=metrics.observe,
+                sinks=sinks,
+                keep_results=args.compare_modes,
+            )
         )
     r = outcome.report
     total = r["latency_ms"]["total"]
@@ -114,8 +163,10 @@ def run(args: argparse.Namespace) -> int:
         f"latency p50 {total['p50']:.1f} ms, p99 {total['p99']:.1f} ms (budget {r['deadline_ms']:.0f} ms, "
         f"{r['deadline_misses']} misses)\n"
     )
-    if outcome.evaluation:
-        sys.stdout.write(f"fused mAP {outcome.evaluation.get('mAP', 0):.3f}\n")
+    if outcome.evaluation and not args.compare_modes:
+        sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
+    if args.compare_modes:
+        _compare_modes(args, cfg, outcome)
     written = ["detections.jsonl", "report.json", "report.md", *([] if args.no_fused_mcap else ["fused.mcap"])]
     sys.stdout.write(f"wrote {', '.join(str(args.out / name) for name in written)}\n")
     if outcome.interrupted:
