@@ -152,7 +152,7 @@ class BudgetConfig:
 @dataclass(frozen=True, slots=True)
 class CircuitConfig:
     failure_threshold: int = 3  # consecutive failures (error or late) that open the circuit
-    reset_after_ms: float = 2000.0  # open -> half-open after this long
+    reset_after_ms: float = 2000.0  # open -> half-open after this much sensor (frame) time
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:

@@ -100,7 +100,9 @@ class Dispatcher:
     async def dispatch(self, frame: Frame, deadline_ns: int) -> dict[str, SensorResult]:
         """Run every sensor request of ``frame``; return by the absolute monotonic ``deadline_ns``."""
         outcomes = {s.name: SensorOutcome(s.name, s.model) for s in self._sensors}
-        now = self._clock()
+        # Circuit breakers run on sensor time (the frame's capture time), not wall time: a replay at
+        # any rate then opens and re-probes circuits at the same frames as the live run would.
+        now = frame.t_ns
         groups: list[tuple[str, list[SensorConfig]]] = []  # (model, sensors) per request
         cams: dict[str, list[SensorConfig]] = {}
         for s in self._sensors:
@@ -140,7 +142,7 @@ class Dispatcher:
                 oc.error = "no answer by the join deadline; request cancelled"
             breaker = self.breakers[model]
             if late or any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
-                breaker.record_failure(end)
+                breaker.record_failure(frame.t_ns)
             else:
                 breaker.record_success()
         return {name: self._result(oc) for name, oc in outcomes.items()}
