@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import anyio
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError
+from perception.errors import ConfigError, DriveError
 from perception.scheduler import FrameAssembler
-from perception.types import Frame, Sample, SensorSpec
+from perception.types import CameraCalibration, Frame, ImageSample, Sample, SensorSpec
 
 __all__ = ["DriveSource", "match_rig"]
 
@@ -46,8 +49,34 @@ def match_rig(config: RuntimeConfig, reader: DriveReader) -> dict[str, SensorSpe
                 file=str(config.source) if config.source else None,
                 key=f"sensors[{i}].kind",
             )
+        if spec.calibration is not None:
+            problem = _calibration_problem(spec.calibration)
+            if problem is not None:
+                raise DriveError(f"camera {spec.name!r}: {problem}", file=str(reader.path), topic=spec.topic)
         out[s.name] = spec
     return out
+
+
+def _calibration_problem(cal: CameraCalibration) -> str | None:
+    """Why ``cal`` is not a usable pinhole calibration (fusion projects through K and inverts it)."""
+    k = cal.k
+    if not all(math.isfinite(v) for v in (*k, *cal.d)):
+        return f"calibration has non-finite values (K={list(k)}, D={list(cal.d)})"
+    if not (k[0] > 0 and k[4] > 0 and (k[3], k[6], k[7], k[8]) == (0, 0, 0, 1)):
+        return f"calibration K={list(k)} is not a pinhole matrix [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0"
+    return None
+
+
+def _image_size(sample: ImageSample) -> tuple[int, int] | None:
+    """Width and height from the image header (no decoding); None when unreadable (the dispatcher
+    reports undecodable images as that camera's error)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(sample.data), formats=("JPEG", "PNG")) as img:
+            return img.size
+    except Exception:  # any header trouble: not this check's to report
+        return None
 
 
 def _renamed(sample: Sample, name: str) -> Sample:
@@ -63,6 +92,11 @@ class DriveSource:
     rate: float | None = None
     start_ns: int | None = None
     end_ns: int | None = None
+    #: Camera samples whose image size differs from the camera's calibration, per sensor (counted,
+    #: warned once: fusion projects with the calibration, so its camera boxes are misplaced).
+    image_size_mismatch: Counter[str] = field(default_factory=Counter)
+    #: The drive became unreadable mid-stream: frames stop there (see :meth:`frames`).
+    error: DriveError | None = None
 
     def __post_init__(self) -> None:
         self.rig = match_rig(self.config, self.reader)
@@ -81,16 +115,45 @@ class DriveSource:
         """Synchronous frame iterator (no pacing)."""
         sensors = list(self._drive_to_cfg)
         for sample in self.reader.samples(self.start_ns, self.end_ns, sensors=sensors):
-            yield from self.assembler.push(_renamed(sample, self._drive_to_cfg[sample.sensor]))
+            name = self._drive_to_cfg[sample.sensor]
+            if isinstance(sample, ImageSample):
+                self._check_image_size(name, sample)
+            yield from self.assembler.push(_renamed(sample, name))
         yield from self.assembler.flush()
 
+    def _check_image_size(self, name: str, sample: ImageSample) -> None:
+        cal = self.rig[name].calibration
+        size = _image_size(sample)
+        if cal is None or size is None or size == (cal.width, cal.height):
+            return
+        if not self.image_size_mismatch[name]:
+            log.warning(
+                "camera %s: image is %dx%d but its calibration is %dx%d (t=%d); counting such images",
+                name,
+                *size,
+                cal.width,
+                cal.height,
+                sample.t_ns,
+            )
+        self.image_size_mismatch[name] += 1
+
     async def frames(self) -> AsyncIterator[Frame]:
-        """Frames, read in a worker thread (decoding is CPU work) and paced by recorded time."""
+        """Frames, read in a worker thread (decoding is CPU work) and paced by recorded time.
+
+        A drive that turns out unreadable mid-stream (a damaged chunk) ends the frames there, like the
+        end of the drive: the frames already taken are processed and recorded, and :attr:`error` says
+        what happened (the replay raises it once its outputs are written).
+        """
         it = self.iter_frames()
         wall0: float | None = None
         t0 = 0
         while True:
-            frame = await anyio.to_thread.run_sync(next, it, None)
+            try:
+                frame = await anyio.to_thread.run_sync(next, it, None)
+            except DriveError as exc:
+                log.error("%s; the replay stops at the last readable frame", exc)
+                self.error = exc
+                return
             if frame is None:
                 return
             if self.rate is not None:
