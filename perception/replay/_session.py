@@ -5,6 +5,11 @@ completes (so an interrupted replay leaves complete records up to the last finis
 ``DIR/report.json`` gets the counters and latency percentiles (and detection quality when the drive
 has ground truth); ``DIR/report.md`` presents them with a few rendered frames (:mod:`perception.viz`).
 Extra outputs (a fused MCAP recording, a live Foxglove view) plug in as ``sinks``.
+
+A damaged drive never costs the frames before the damage: a truncated file is replayed up to its
+readable prefix (``drive_truncated`` in the report, :attr:`ReplayOutcome.drive_error`), a chunk that
+cannot be read mid-file ends the replay there with every output written (``drive_error`` in the
+report), then its :class:`DriveError` is raised.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import anyio
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError
+from perception.errors import ConfigError, DriveError
 from perception.metrics import LatencyAccumulator, frame_record
 from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime
@@ -64,6 +69,8 @@ class ReplayOutcome:
     results: list[FrameResult] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
     interrupted: bool = False
+    #: The drive is truncated: only its readable prefix was replayed (also ``drive_truncated`` in the report).
+    drive_error: DriveError | None = None
 
 
 def safe_output_path(out_dir: Path, name: str) -> Path:
@@ -162,8 +169,14 @@ async def replay_drive(
         report["drive"] = str(drive)
         report["rate"] = opts.rate
         report["alignment"] = dataclasses.asdict(source.assembler.stats)
+        report["interrupted"] = stopped
+        if source.image_size_mismatch:
+            report["image_size_mismatch"] = dict(source.image_size_mismatch)
         if reader.truncated is not None:
             report["drive_truncated"] = str(reader.truncated)
+            outcome.drive_error = reader.truncated
+        if source.error is not None:
+            report["drive_error"] = str(source.error)
         if evaluator is not None:
             outcome.evaluation = evaluator.summary()
             report["quality"] = outcome.evaluation
@@ -178,4 +191,6 @@ async def replay_drive(
                 n_frames = 0 if stopped else 3
                 render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
                 await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
+    if source.error is not None:
+        raise source.error
     return outcome
