@@ -36,7 +36,12 @@ _need_venv() {
     want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c "import perception" 2>/dev/null; then
         _log "installing the project and its dependencies into .venv (first run takes a minute)"
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[dev]"
+        local log="$VENV/pip-install.log"
+        if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$ROOT[dev]" >"$log" 2>&1; then
+            tail -n 40 "$log" >&2
+            _log "pip install failed; full log: $log"
+            return 1
+        fi
         echo "$want" > "$stamp"
     fi
 }
