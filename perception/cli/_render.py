@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("drive not found", file=str(args.drive))
     out = args.out if args.out is not None else args.dir / "frames"
     for view in load_frames(args.dir, args.frame, drive=args.drive):
-        for rendered in render_frame(view, out, range_m=args.range_m):
-            sys.stdout.write(f"{rendered.path}\n")
+        try:
+            rendered = render_frame(view, out, range_m=args.range_m)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the PNGs: {exc.strerror or exc}", file=str(out)) from exc
+        sys.stdout.write("".join(f"{r.path}\n" for r in rendered))
     return 0

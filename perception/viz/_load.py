@@ -118,10 +118,6 @@ def _missing(wanted: Iterable[int], found: Mapping[int, Any], where: Path, known
 def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record], dict[str, str]]:
     """Records of the wanted frames and the runtime -> drive sensor names (one pass over the file)."""
     with DriveCopy(path, topics=[FRAME_STATS_TOPIC, DETECTIONS_TOPIC]) as copy:
-        names: dict[str, str] = {}
-        for name, data in copy.metadata:
-            if name == REPLAY_METADATA:
-                names = {k: v["drive_sensor"] for k, v in json.loads(data.get("sensors", "{}")).items()}
         stats: dict[int, dict[str, Any]] = {}
         scenes: dict[int, bytes] = {}
         known: list[int] = []
@@ -134,6 +130,10 @@ def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record
                 if rec["frame_id"] in wanted:
                     stats[rec["frame_id"]] = rec
         scenes = {rec["t_ns"]: scenes[rec["t_ns"]] for rec in stats.values() if rec["t_ns"] in scenes}
+        names: dict[str, str] = {}  # metadata after the messages: a streamed (truncated) file meets it on the way
+        for name, data in copy.metadata:
+            if name == REPLAY_METADATA:
+                names = {k: v["drive_sensor"] for k, v in json.loads(data.get("sensors", "{}")).items()}
     _missing(wanted, stats, path, known)
     # a camera's 2D detections are stamped with the time of the image the frame used
     cam_topics: dict[str, str] = {}  # topic -> runtime sensor name

@@ -81,6 +81,15 @@ class VizRecorder:
         self._last_t: int | None = None
         self._metadata_written = 0
         self._closed = False
+        self._ours = [
+            protobuf_channel(DETECTIONS_TOPIC, SceneUpdate),
+            frame_stats_channel(),
+            *(protobuf_channel(topic, ImageAnnotations) for topic in self._cameras.values()),
+        ]
+        self._own_topics = frozenset(c.topic for c in self._ours)
+        self._copied_topics: set[str] = set()
+        self._replaced: set[str] = set()
+        self._declared = False
         self._copy: DriveCopy | None = None
         try:
             if copy_drive:
@@ -91,29 +100,16 @@ class VizRecorder:
             raise
 
     def _open(self, rig: Mapping[str, SensorSpec]) -> None:
-        ours = [
-            protobuf_channel(DETECTIONS_TOPIC, SceneUpdate),
-            frame_stats_channel(),
-            *(protobuf_channel(topic, ImageAnnotations) for topic in self._cameras.values()),
-        ]
-        taken = {c.topic for c in ours}
-        copied: list[ChannelDef] = []
-        if self._copy is not None:
-            for ch in self._copy.channels.values():
-                if ch.topic in taken:
-                    log.warning("drive topic %s is replaced by the runtime's own output", ch.topic)
-                    continue
-                copied.append(ch)
-                taken.add(ch.topic)
-        self._copied_topics = {c.topic for c in copied}
+        copied = [ch for ch in (self._copy.channels.values() if self._copy else ()) if self._copies(ch)]
         for out in self._outputs:
-            for ch in (*copied, *ours):
+            for ch in (*copied, *self._ours):
                 out.add_channel(ch)
+        self._declared = True
         sensors = {
             name: {"drive_sensor": spec.name, "kind": spec.kind.value, "topic": spec.topic}
             for name, spec in rig.items()
         }
-        record = {"format": FORMAT, "sensors": json.dumps(sensors, sort_keys=True, separators=(",", ":"))}
+        record = {"format": FORMAT, "sensors": json.dumps(sensors, separators=(",", ":"))}  # rig order
         for out in self._outputs:
             out.add_metadata(REPLAY_METADATA, record)
         self._copy_metadata()
@@ -126,13 +122,21 @@ class VizRecorder:
                 out.add_metadata(name, data)
         self._metadata_written = len(self._copy.metadata)
 
-    def _new_channel(self, ch: ChannelDef) -> None:
-        """A channel a streamed (truncated) drive declares only after the recording started."""
+    def _copies(self, ch: ChannelDef) -> bool:
+        """Whether the drive's channel is copied (declaring it on first sight); a drive topic that is one
+        of the recorder's own is left out (once, with a warning)."""
         if ch.topic in self._copied_topics:
-            return
+            return True
+        if ch.topic in self._own_topics:
+            if ch.topic not in self._replaced:
+                self._replaced.add(ch.topic)
+                log.warning("drive topic %s is replaced by the runtime's own output", ch.topic)
+            return False
         self._copied_topics.add(ch.topic)
-        for out in self._outputs:
-            out.add_channel(ch)
+        if self._declared:  # a channel a streamed (truncated) drive declares after the recording started
+            for out in self._outputs:
+                out.add_channel(ch)
+        return True
 
     def _emit(self, topic: str, t_ns: int, data: bytes) -> None:
         seq = self._sequence.get(topic, 0)
@@ -144,7 +148,8 @@ class VizRecorder:
         if self._copy is None:
             return
         for ch, msg in self._copy.until(horizon_ns):
-            self._new_channel(ch)
+            if not self._copies(ch):
+                continue
             for out in self._outputs:
                 out.write(ch.topic, msg.log_time, msg.data, publish_ns=msg.publish_time, sequence=msg.sequence)
         self._copy_metadata()

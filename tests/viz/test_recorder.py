@@ -21,6 +21,7 @@ from perception.viz import (
     DETECTIONS_TOPIC,
     FRAME_STATS_TOPIC,
     REPLAY_METADATA,
+    BackgroundRecorder,
     McapOutput,
     VizRecorder,
     camera_detections,
@@ -28,6 +29,7 @@ from perception.viz import (
     decode_detections,
     frame_ids,
     load_frames,
+    recorder_sink,
 )
 
 FUSED_TOPICS = {DETECTIONS_TOPIC, FRAME_STATS_TOPIC, "/sensors/cam_front/detections", "/sensors/cam_back/detections"}
@@ -196,3 +198,20 @@ def test_unwritable_recording_is_a_drive_error(tmp_path: Path) -> None:
         McapOutput(tmp_path / "missing-dir" / "fused.mcap")
     with pytest.raises(DriveError, match="unknown compression"):
         McapOutput(tmp_path / "x.mcap", compression="brotli")
+
+
+def test_replay_sink_records_on_a_background_thread(small_drive: Path, tmp_path: Path) -> None:
+    with DriveReader(small_drive) as reader:
+        results, rig = gt_results(reader), dict(reader.rig)
+        with recorder_sink(mcap_path=tmp_path / "fused.mcap")(reader, rig) as write:
+            for r in results:
+                write(r)
+    assert frame_ids(tmp_path) == [r.frame_id for r in results]
+
+    # a failing writer surfaces in the caller's thread (here: at close), the recording still finished
+    out = McapOutput(tmp_path / "failing.mcap")
+    background = BackgroundRecorder(VizRecorder(small_drive, rig, [out]))
+    out.close()  # every further write fails
+    background.write(results[0])
+    with pytest.raises(DriveError, match="write after close"):
+        background.close()
