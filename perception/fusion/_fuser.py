@@ -497,15 +497,12 @@ class Fuser:
                 & (proj.depth > 0)
             )
             height = proj.boxes[:, 3] - proj.boxes[:, 1]
-            expected = np.zeros(n, bool)
-            expected[
-                po[
-                    matchable
-                    & (proj.depth <= prm.camera_miss_max_depth)
-                    & (height >= prm.camera_miss_min_height)
-                    & (objs.origin[po] == Origin.LIDAR)
-                ]
-            ] = True
+            expected = (
+                matchable
+                & (proj.depth <= prm.camera_miss_max_depth)
+                & (height >= prm.camera_miss_min_height)
+                & (objs.origin[po] == Origin.LIDAR)
+            )
             # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
             pad = np.array([-1.0, -1.0, 1.0, 1.0]) * prm.camera_match_pad
             iou = box_iou_2d(proj.boxes + pad, det_boxes + pad)  # [M,D]
@@ -516,11 +513,22 @@ class Fuser:
             seen[oi] = True
             cam_index = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
             objs.sources[oi, cam_index[pc[rows]]] = True
-            np.add.at(objs.votes, (oi, det_labels[di]), det_scores[di])
+            # class evidence only from confident detections (a detector's low-score class is a guess)
+            floor = prm.camera_class_min_score
+            confident = np.maximum(det_scores[di] - floor, 0.0) / (1.0 - floor)
+            np.add.at(objs.votes, (oi, det_labels[di]), confident)
             miss = np.ones(n)
-            np.multiply.at(miss, oi, 1.0 - prm.camera_weight * det_scores[di])
+            np.multiply.at(miss, oi, 1.0 - prm.camera_weight * confident)
             objs.score[:] = 1.0 - (1.0 - objs.score) * miss
-            objs.score[expected & ~seen] *= prm.camera_miss_factor
+            # negative evidence from a camera that this frame found most of what it should have seen
+            # (a camera that detects little says little by missing one more object)
+            found = np.zeros(pc.size, bool)
+            found[rows] = True
+            n_expected = np.bincount(pc[expected], minlength=c_n)
+            n_found = np.bincount(pc[expected & found], minlength=c_n)
+            reliable = (n_expected >= 3) & (n_found >= prm.camera_miss_min_recall * n_expected)
+            missed = po[expected & ~found & reliable[pc]]
+            objs.score[missed[~seen[missed]]] *= prm.camera_miss_factor
             unmatched[di] = False
             # an unmatched detection that overlaps a projected box is that object again, not a new one
             unmatched &= iou.max(axis=0, initial=0.0) < prm.camera_absorb_iou

@@ -35,10 +35,13 @@ class FusionParams:
     # -- camera ---------------------------------------------------------------------------------
     camera_min_score: float = 0.1  # camera detections below this are ignored
     camera_weight: float = 0.8  # evidence weight of a matched camera detection
+    camera_class_min_score: float = 0.3  # class vote (s - min) / (1 - min): no class from unsure detections
     camera_iou: float = 0.3  # min IoU between a projected lidar box and a camera box to match
     occlusion_coverage: float = 0.7  # projected box covered this much by nearer boxes -> occluded
     min_visible_fraction: float = 0.3  # less of the 2D box inside the image -> not matchable
     camera_miss_factor: float = 0.75
+    camera_miss_min_recall: float = 0.5  # ...applied only when the camera matched this share of what it
+    # should clearly see in the frame (at least 3 such objects): a failing camera gives no negative evidence
     camera_miss_max_depth: float = 40.0  # m; farther objects are not expected to be detected
     camera_miss_min_height: float = 24.0  # px; smaller projected boxes are not expected to be detected
     camera_only_min_score: float = 0.3

@@ -69,17 +69,30 @@ def test_occluded_boxes_are_not_matched_and_visible_misses_lose_confidence() -> 
     front = SimObject("car", (15.0, 0.0, 0.8))
     hidden = SimObject("car", (30.0, 0.0, 0.8))  # right behind it in the camera's view
     unseen = SimObject("car", (20.0, -6.0, 0.8))  # plainly visible, but the camera reports nothing
+    others = [SimObject("car", (12.0, 5.0, 0.8)), SimObject("car", (25.0, 6.0, 0.8))]
     dets = fuse(
         {
-            "lidar_top": lidar_result(RIG, "lidar_top", [front, hidden, unseen], scores=0.6),
-            "cam_front": camera_result(RIG, "cam_front", [front], scores=0.9),
+            "lidar_top": lidar_result(RIG, "lidar_top", [front, hidden, unseen, *others], scores=0.6),
+            "cam_front": camera_result(RIG, "cam_front", [front, *others], scores=0.9),
         }
     )
     assert only(dets, 15.0, 0.0).sources == ("lidar_top", "cam_front")
     hid = only(dets, 30.0, 0.0)
     assert hid.sources == ("lidar_top",) and hid.score == pytest.approx(0.6, abs=1e-6)  # no negative evidence
+    # the camera found 3 of the 4 objects it should clearly see: missing the 4th is evidence against it
     miss = only(dets, 20.0, -6.0)
     assert miss.score == pytest.approx(0.6 * FusionParams().camera_miss_factor, abs=1e-6)
+
+
+def test_a_camera_that_finds_little_gives_no_negative_evidence() -> None:
+    objs = [SimObject("car", (15.0, 0.0, 0.8)), SimObject("car", (20.0, -6.0, 0.8)), SimObject("car", (25.0, 6.0, 0.8))]
+    dets = fuse(
+        {
+            "lidar_top": lidar_result(RIG, "lidar_top", objs, scores=0.6),
+            "cam_front": camera_result(RIG, "cam_front", objs[:1], scores=0.9),  # 1 of 3: not trusted to miss
+        }
+    )
+    assert sorted(round(d.score, 6) for d in dets if d.sources == ("lidar_top",)) == [0.6, 0.6]
 
 
 def test_a_camera_that_did_not_answer_gives_no_negative_evidence() -> None:
