@@ -6,6 +6,11 @@ start (the machine is shared, so the load says how much of it the run had).
 
     .venv/bin/python bench/bench_sim.py            # 60 s dense drive, workers = cores (max 2)
     .venv/bin/python bench/bench_sim.py --duration 10 --workers 1
+
+On a machine shared with other heavy jobs the wall time mostly measures their load (the kernel's
+autogroup scheduler gives each login session a fair share, whatever its ``nice``), so the result also
+records the CPU time, the cores the run actually obtained, and the real-time factor the measured CPU
+time implies on free cores (``cpu_bound_realtime_factor_estimate``).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "messages": dict(summary.messages),
         "drive_bytes": summary.bytes,
         "loadavg_1m_before": round(load_before[0], 2),
+        "cores_obtained": round((summary.cpu_s + children.ru_utime + children.ru_stime) / wall, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
