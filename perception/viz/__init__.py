@@ -4,7 +4,8 @@
   and/or a :class:`LiveServer` (Foxglove WebSocket): the drive's messages copied through untouched,
   plus ``/perception/detections`` (SceneUpdate), ``/perception/frame_stats`` (JSON) and
   ``/sensors/<camera>/detections`` (ImageAnnotations). :func:`recorder_sink` plugs it into
-  :func:`perception.replay.replay_drive`.
+  :func:`perception.replay.replay_drive` on a background thread (:class:`BackgroundRecorder`), so the
+  recording never delays the runtime.
 * :func:`load_frames` reads frames back from a replay's output directory; :func:`render_frame` draws a
   bird's-eye view and every camera with the fused boxes (``perception render``).
 * :func:`write_replay_report` writes ``DIR/report.md``: latency tables, quality, rendered frames.

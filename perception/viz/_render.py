@@ -189,7 +189,8 @@ def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: 
             origin = np.asarray(spec.extrinsic.translation, dtype=np.float64)
             ray = pts - origin
             unit = ray / np.maximum(np.linalg.norm(ray, axis=1, keepdims=True), 1e-9)
-            vel = unit * sample.points[:, 3:4].astype(np.float64)  # radial velocity over ground, 1 s of travel
+            radial = sample.points[:, sample.fields.index("radial_velocity")].astype(np.float64)
+            vel = unit * radial[:, None]  # the radial velocity over ground as 1 s of travel
             ax.scatter(pts[keep, 1], pts[keep, 0], s=9, color=RADAR_COLOR, linewidths=0, zorder=3)
             ax.quiver(
                 pts[keep, 1],
