@@ -481,7 +481,7 @@ class Fuser:
         if n and pc.size:
             # boxes moved to each camera's capture time (with the velocity known so far), into the camera
             dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
-            corners = box_corners(objs.boxes())[po]  # [M,8,3]
+            corners = box_corners(objs.boxes()[po])  # [M,8,3]
             known = np.isfinite(objs.vel_var[po])
             corners[known, :, :2] += (dts[pc[known]][:, None] * objs.velocity[po[known]])[:, None, :]
             m = cam_from_base[pc]
