@@ -22,6 +22,7 @@ I64 = npt.NDArray[np.int64]
 
 _EPS = 1e-3
 BIG = 4096  # pairs of one envelope above which cast_pairs tests it on its own
+CHUNK = 1 << 19  # (ray, envelope) pairs per vectorised pass
 
 
 Rays = tuple[F32, F32, F32]  # direction components, struct-of-arrays (cheap gathers)
@@ -202,6 +203,14 @@ def cast_pairs(origin: F64, dirs: Rays, scene: Scene, ray_idx: I64, env_idx: I64
         if not ray_idx.size:
             return
     env_box = _boxes(scene.env_center, scene.env_half, scene.env_yaw)
+    part_box = _boxes(scene.part_center, scene.part_half, scene.part_yaw)
+    for a in range(0, ray_idx.size, CHUNK):  # bounded temporaries; the running minimum is exact
+        _cast_chunk(origin, dirs, scene, ray_idx[a : a + CHUNK], env_idx[a : a + CHUNK], env_box, part_box,
+                    best_t, best_part)
+
+
+def _cast_chunk(origin: F64, dirs: Rays, scene: Scene, ray_idx: I64, env_idx: I64, env_box: tuple[F32, ...],
+                part_box: tuple[F32, ...], best_t: F32, best_part: I64) -> None:
     d = take(dirs, ray_idx)
     t = _slab_pairs(origin, d, env_box, env_idx)
     keep = np.nonzero(t < best_t[ray_idx])[0]
@@ -217,7 +226,6 @@ def cast_pairs(origin: F64, dirs: Rays, scene: Scene, ray_idx: I64, env_idx: I64
         group, offset = expand_ranges(count[multi])
         pr = ray_idx[multi][group]
         part = p0[multi][group] + offset
-        part_box = _boxes(scene.part_center, scene.part_half, scene.part_yaw)
         tp = _slab_pairs(origin, take(dirs, pr), part_box, part)
         rays_all.append(pr)
         t_all.append(tp)
