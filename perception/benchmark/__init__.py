@@ -1,0 +1,52 @@
+"""Side-by-side benchmarks of the runtime: the measurements behind ``perception bench`` and ``bench/``.
+
+* :func:`run_bench` / :func:`run_suite`: one drive, one server, the variants interleaved (sequential
+  sync client vs concurrent runtime, gRPC vs shared memory, channels, batched cameras, frames in
+  flight); :func:`render_markdown` / :func:`write_report` turn the report into ``bench.json`` and
+  ``bench.md``.
+* :class:`SequentialClient`: the classic blocking baseline (sync ``tritonclient.grpc``, one request at
+  a time).
+* :func:`measure_transport`: gRPC vs system shared memory round trips through the ``sink`` test model.
+* :func:`latency_stats`, :func:`ratio`, :func:`throughput`, :func:`environment`: the shared numbers.
+
+The machine these run on is usually shared: variants are always interleaved in one run and the
+reports lead with ratios. See ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+from perception.benchmark._env import environment, load_average
+from perception.benchmark._frames import find_drive, generate_drive_for_bench, load_frames
+from perception.benchmark._report import render_markdown, write_report
+from perception.benchmark._run import BenchServer, bench_server, run_bench, triton_test_models
+from perception.benchmark._sequential import SequentialClient, SequentialResult
+from perception.benchmark._stats import latency_stats, ratio, throughput
+from perception.benchmark._suite import AWAIT_ALL_NS, SECTIONS, BenchSettings, run_suite, variant_config
+from perception.benchmark._transport import SINK_MODEL, TRANSPORTS, measure_transport
+
+__all__ = [
+    "AWAIT_ALL_NS",
+    "SECTIONS",
+    "SINK_MODEL",
+    "TRANSPORTS",
+    "BenchServer",
+    "BenchSettings",
+    "SequentialClient",
+    "SequentialResult",
+    "bench_server",
+    "environment",
+    "find_drive",
+    "generate_drive_for_bench",
+    "latency_stats",
+    "load_average",
+    "load_frames",
+    "measure_transport",
+    "ratio",
+    "render_markdown",
+    "run_bench",
+    "run_suite",
+    "throughput",
+    "triton_test_models",
+    "variant_config",
+    "write_report",
+]

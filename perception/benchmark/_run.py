@@ -1,0 +1,106 @@
+"""One benchmark run: the server (embedded, plus the ``sink`` test model when available), the suite, the
+environment — everything that goes into ``bench.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from perception.benchmark._env import environment, load_average
+from perception.benchmark._sequential import SequentialClient
+from perception.benchmark._suite import BenchSettings, run_suite
+from perception.benchmark._transport import SINK_MODEL
+from perception.config import RuntimeConfig
+from perception.types import Frame, SensorSpec
+
+__all__ = ["BenchServer", "bench_server", "run_bench", "triton_test_models"]
+
+log = logging.getLogger(__name__)
+
+
+def triton_test_models() -> Path | None:
+    """``tests/triton_models`` of the source checkout running this code (``None`` when installed)."""
+    import perception
+
+    path = Path(perception.__file__).resolve().parents[1] / "tests" / "triton_models"
+    return path if path.is_dir() else None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchServer:
+    url: str
+    embedded: bool
+    repositories: tuple[str, ...] = ()
+
+
+@contextlib.asynccontextmanager
+async def bench_server(
+    config: RuntimeConfig, *, extra_models: Sequence[str] = (SINK_MODEL,)
+) -> AsyncIterator[BenchServer]:
+    """The server to measure against: ``config.server.url`` when external; otherwise an embedded server
+    on the profile's repositories plus, from ``tests/triton_models``, the ``extra_models`` those lack
+    (linked into a temporary repository, so only they are loaded)."""
+    if not config.server.embedded:
+        yield BenchServer(url=config.server.url, embedded=False)
+        return
+    from perception.server import EmbeddedTriton
+
+    repositories = [Path(p) for p in config.server.models]
+    with tempfile.TemporaryDirectory(prefix="perception-bench-") as tmp:
+        source = triton_test_models()
+        wanted = [
+            m
+            for m in extra_models
+            if source is not None and (source / m).is_dir() and not any((repo / m).exists() for repo in repositories)
+        ]
+        if wanted and source is not None:
+            extra = Path(tmp) / "models"
+            extra.mkdir()
+            for m in wanted:
+                (extra / m).symlink_to(source / m, target_is_directory=True)
+            repositories.append(extra)
+        async with EmbeddedTriton(repositories, startup_timeout_s=config.server.startup_timeout_s) as server:
+            yield BenchServer(
+                url=server.grpc_url,
+                embedded=True,
+                repositories=tuple(str(p) for p in config.server.models)
+                + tuple(f"tests/triton_models/{m}" for m in wanted),
+            )
+
+
+async def run_bench(
+    config: RuntimeConfig,
+    frames: Sequence[Frame],
+    rig: Mapping[str, SensorSpec],
+    settings: BenchSettings,
+    *,
+    input_info: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Start (or reach) the server, run the suite, return the whole report (see ``bench/README.md``)."""
+    started = time.monotonic()
+    env = environment()
+    async with bench_server(config) as server:
+        with SequentialClient(server.url, config.sensors) as probe:
+            version = await anyio.to_thread.run_sync(probe.server_version)
+        sections = await run_suite(server.url, config, frames, rig, settings)
+    env["load_average_end"] = load_average()
+    return {
+        "benchmark": "perception bench: the runtime's variants side by side (same drive, models, server, run)",
+        "quick": settings.quick,
+        "environment": env,
+        "server": {**dataclasses.asdict(server), "triton_version": version},
+        "config": str(config.source) if config.source else None,
+        "input": dict(input_info or {}),
+        "settings": dataclasses.asdict(settings),
+        "sections": sections,
+        "wall_s": round(time.monotonic() - started, 1),
+    }

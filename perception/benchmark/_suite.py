@@ -1,0 +1,345 @@
+"""The side-by-side suite behind ``perception bench``: one server, one set of frames, variants interleaved.
+
+Sections (each a dict in the results; a section that cannot run says why under ``skipped``):
+
+``dispatch``
+    The classic pattern — the synchronous ``tritonclient.grpc`` client, one request at a time, each
+    awaited (:class:`SequentialClient`) — against the runtime's concurrent dispatch
+    (:meth:`Runtime.process`, fusion off), frame by frame, the order of the variants rotating every
+    frame. ``concurrent_grpc`` is the runtime with every sensor forced to plain gRPC: it separates what
+    concurrency buys from what shared memory buys. Latency is the wall time of one frame; throughput
+    is frames over the summed wall time (one frame at a time).
+``transport``
+    gRPC versus system shared memory per tensor size through the ``sink`` test model
+    (:func:`measure_transport`), requests alternating. Skipped when the server has no ``sink`` or is
+    not on this host (shared memory needs the server's ``/dev/shm``).
+``cameras``
+    One request per camera versus one batched request (``pipeline.camera_requests``), frame by frame.
+``pipelining``
+    ``Runtime.run`` (``overflow: block``, no queue) for every combination of ``server.channels`` and
+    ``pipeline.max_in_flight``, over chunks of frames, the order of the variants rotating every chunk.
+    Latency is the runtime's own frame latency (admission to result), throughput frames over the wall
+    time of the variant's chunks. Summarised two ways: channels (most / fewest) at each K, and K
+    frames in flight versus one, per channel count.
+
+Every runtime here awaits every sensor (a join deadline of a minute): variants must do the same work
+for their times to compare, so the profile's budget does not cut slow sensors short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import anyio
+
+from perception.benchmark._env import load_average
+from perception.benchmark._sequential import SequentialClient
+from perception.benchmark._stats import latency_stats, ratio, throughput
+from perception.benchmark._transport import SINK_MODEL, measure_transport
+from perception.config import RuntimeConfig
+from perception.errors import ConnectError, ModelNotReadyError
+from perception.scheduler import Runtime
+from perception.triton import ClientOptions, TritonClient, is_loopback
+from perception.types import Frame, SensorSpec
+
+__all__ = ["AWAIT_ALL_NS", "SECTIONS", "BenchSettings", "run_suite", "variant_config"]
+
+log = logging.getLogger(__name__)
+
+SECTIONS = ("dispatch", "transport", "cameras", "pipelining")
+#: Join deadline of every benchmarked runtime: long enough that every sensor is awaited.
+AWAIT_ALL_NS = 60_000_000_000
+_WARMUP_FRAMES = 2
+_DEFAULT_FRAMES = 40
+
+T = TypeVar("T")
+Section = Literal["dispatch", "transport", "cameras", "pipelining"]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSettings:
+    """How much to measure. :meth:`quick` is the ~1-minute preset."""
+
+    frames: int = _DEFAULT_FRAMES
+    transport_points: tuple[int, ...] = (10_000, 100_000, 300_000)
+    transport_repeats: int = 30
+    transport_warmup: int = 3
+    channels: tuple[int, ...] = (1, 4)
+    in_flight: tuple[int, ...] = (1, 2, 4)
+    chunk: int = 10  # frames per pipelining chunk
+    sections: tuple[str, ...] = SECTIONS
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sections) - set(SECTIONS)
+        if unknown:
+            raise ValueError(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+        if self.frames < 1 or self.chunk < 1 or self.transport_repeats < 1:
+            raise ValueError("frames, chunk and transport_repeats must be >= 1")
+
+    @classmethod
+    def preset(cls, *, quick: bool, frames: int | None = None) -> BenchSettings:
+        if not quick:
+            return cls(frames=frames or _DEFAULT_FRAMES)
+        return cls(
+            frames=frames or 12,
+            transport_repeats=10,
+            transport_warmup=2,
+            in_flight=(1, 2, 4),
+            chunk=6,
+            quick=True,
+        )
+
+
+def variant_config(
+    config: RuntimeConfig,
+    *,
+    channels: int | None = None,
+    in_flight: int | None = None,
+    camera_requests: Literal["batched", "per_camera"] | None = None,
+    transport: Literal["grpc", "shm", "auto"] | None = None,
+) -> RuntimeConfig:
+    """``config`` with one knob changed; pipelining variants block (no queue, never drop)."""
+    server, pipeline, sensors = config.server, config.pipeline, config.sensors
+    if channels is not None:
+        server = dataclasses.replace(server, channels=channels)
+    if in_flight is not None:
+        pipeline = dataclasses.replace(pipeline, max_in_flight=in_flight, queue_size=0, overflow="block")
+    if camera_requests is not None:
+        pipeline = dataclasses.replace(pipeline, camera_requests=camera_requests)
+    if transport is not None:
+        sensors = tuple(dataclasses.replace(s, transport=transport) for s in sensors)
+    return dataclasses.replace(config, server=server, pipeline=pipeline, sensors=sensors)
+
+
+@contextlib.asynccontextmanager
+async def _runtimes(
+    configs: Mapping[str, RuntimeConfig], rig: Mapping[str, SensorSpec]
+) -> AsyncIterator[dict[str, Runtime]]:
+    async with contextlib.AsyncExitStack() as stack:
+        out: dict[str, Runtime] = {}
+        for name, cfg in configs.items():
+            out[name] = await stack.enter_async_context(Runtime(cfg, rig=rig, join_timeout_ns=AWAIT_ALL_NS))
+        yield out
+
+
+def _rotated(items: Sequence[T], shift: int) -> list[T]:
+    k = shift % len(items)
+    return [*items[k:], *items[:k]]
+
+
+class _Recorder:
+    """Latency samples, wall time and sensor statuses per variant."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.latency: dict[str, list[int]] = {n: [] for n in names}
+        self.extra: dict[str, list[int]] = {n: [] for n in names}
+        self.wall: Counter[str] = Counter()
+        self.frames: Counter[str] = Counter()
+        self.status: dict[str, Counter[str]] = {n: Counter() for n in names}
+
+    def summary(self, name: str, *, extra_key: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "latency": latency_stats(self.latency[name]),
+            "frames_per_s": throughput(self.frames[name], self.wall[name]),
+            "sensor_status": dict(sorted(self.status[name].items())),
+        }
+        if extra_key is not None:
+            out[extra_key] = latency_stats(self.extra[name])
+        return out
+
+
+def _compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float | None]:
+    """Ratios of variant ``a`` over variant ``b``: latency (< 1: a is faster), throughput (> 1: a is)."""
+    return {
+        "latency_p50": ratio(a["latency"].get("p50_ms"), b["latency"].get("p50_ms")),
+        "latency_p99": ratio(a["latency"].get("p99_ms"), b["latency"].get("p99_ms")),
+        "throughput": ratio(a["frames_per_s"], b["frames_per_s"]),
+    }
+
+
+@dataclass
+class _Context:
+    url: str
+    config: RuntimeConfig
+    rig: Mapping[str, SensorSpec]
+    frames: Sequence[Frame]
+    settings: BenchSettings
+
+
+# -- sections ------------------------------------------------------------------------------------------
+
+
+async def _dispatch(ctx: _Context) -> dict[str, Any]:
+    cfg = ctx.config
+    configs = {"concurrent": cfg}
+    if any(s.transport != "grpc" for s in cfg.active_sensors):
+        configs["concurrent_grpc"] = variant_config(cfg, transport="grpc")
+    names = ["sequential", *configs]
+    rec = _Recorder(names)
+    with SequentialClient(ctx.url, cfg.sensors) as seq:
+        async with _runtimes(configs, ctx.rig) as rts:
+
+            async def one(name: str, frame: Frame, record: bool) -> None:
+                if name == "sequential":
+                    res = await anyio.to_thread.run_sync(seq.process, frame)
+                    latency, statuses = res.latency_ns, [s.value for s in res.status.values()]
+                else:
+                    t0 = time.perf_counter_ns()
+                    result = await rts[name].process(frame)
+                    latency = time.perf_counter_ns() - t0
+                    statuses = [r.status.value for r in result.sensors.values()]
+                if record:
+                    rec.latency[name].append(latency)
+                    rec.wall[name] += latency
+                    rec.frames[name] += 1
+                    rec.status[name].update(statuses)
+
+            for frame in ctx.frames[:_WARMUP_FRAMES]:
+                for name in names:
+                    await one(name, frame, record=False)
+            for i, frame in enumerate(ctx.frames):
+                for name in _rotated(names, i):
+                    await one(name, frame, record=True)
+    variants = {n: rec.summary(n) for n in names}
+    ratios = {f"{n}_over_sequential": _compare(variants[n], variants["sequential"]) for n in configs}
+    return {"variants": variants, "ratios": ratios}
+
+
+async def _transport(ctx: _Context) -> dict[str, Any]:
+    s = ctx.settings
+    if not is_loopback(ctx.url):
+        return {"skipped": f"server {ctx.url} is not on this host: system shared memory needs its /dev/shm"}
+    options = ClientOptions(urls=(ctx.url,), channels=ctx.config.server.channels)
+    async with TritonClient(options) as client:
+        try:
+            await client.wait_ready([SINK_MODEL], timeout_s=5.0)
+        except (ModelNotReadyError, ConnectError) as exc:
+            return {"skipped": f"the server has no ready {SINK_MODEL!r} model (tests/triton_models/sink): {exc}"}
+        cases = [
+            await measure_transport(client, n, repeats=s.transport_repeats, warmup=s.transport_warmup)
+            for n in s.transport_points
+        ]
+    return {"model": SINK_MODEL, "channels": ctx.config.server.channels, "cases": cases}
+
+
+async def _cameras(ctx: _Context) -> dict[str, Any]:
+    cams = Counter(s.model for s in ctx.config.active_sensors if s.kind == "camera")
+    if not cams or max(cams.values()) < 2:
+        return {"skipped": "needs at least two enabled cameras served by the same model"}
+    configs: dict[str, RuntimeConfig] = {
+        "per_camera": variant_config(ctx.config, camera_requests="per_camera"),
+        "batched": variant_config(ctx.config, camera_requests="batched"),
+    }
+    cam_names = {s.name for s in ctx.config.active_sensors if s.kind == "camera"}
+    names = list(configs)
+    rec = _Recorder(names)
+    async with _runtimes(configs, ctx.rig) as rts:
+        for frame in ctx.frames[:_WARMUP_FRAMES]:
+            for name in names:
+                await rts[name].process(frame)
+        for i, frame in enumerate(ctx.frames):
+            for name in _rotated(names, i):
+                t0 = time.perf_counter_ns()
+                result = await rts[name].process(frame)
+                latency = time.perf_counter_ns() - t0
+                rec.latency[name].append(latency)
+                rec.wall[name] += latency
+                rec.frames[name] += 1
+                rec.status[name].update(r.status.value for r in result.sensors.values())
+                cam_ns = [r.latency_ns for n, r in result.sensors.items() if n in cam_names and r.latency_ns]
+                if cam_ns:
+                    rec.extra[name].append(max(cam_ns))
+    variants = {n: rec.summary(n, extra_key="cameras_done") for n in names}
+    ratios = _compare(variants["batched"], variants["per_camera"])
+    ratios["cameras_done_p50"] = ratio(
+        variants["batched"]["cameras_done"].get("p50_ms"), variants["per_camera"]["cameras_done"].get("p50_ms")
+    )
+    return {"cameras": dict(cams), "variants": variants, "ratios": {"batched_over_per_camera": ratios}}
+
+
+async def _pipelining(ctx: _Context) -> dict[str, Any]:
+    s = ctx.settings
+    grid = [(c, k) for c in s.channels for k in s.in_flight]
+    key = {(c, k): f"channels={c},in_flight={k}" for c, k in grid}
+    configs = {key[v]: variant_config(ctx.config, channels=v[0], in_flight=v[1]) for v in grid}
+    names = list(configs)
+    rec = _Recorder(names)
+    chunks = [ctx.frames[i : i + s.chunk] for i in range(0, len(ctx.frames), s.chunk)]
+    async with _runtimes(configs, ctx.rig) as rts:
+        for name in names:  # untimed: first frames through each runtime's pipeline
+            async for _ in rts[name].run(ctx.frames[:_WARMUP_FRAMES]):
+                pass
+        for i, chunk in enumerate(chunks):
+            for name in _rotated(names, i):
+                t0 = time.perf_counter_ns()
+                async for result in rts[name].run(chunk):
+                    rec.latency[name].append(result.latency.total_ns)
+                    rec.status[name].update(r.status.value for r in result.sensors.values())
+                    rec.frames[name] += 1
+                rec.wall[name] += time.perf_counter_ns() - t0
+    variants = {key[v]: {"channels": v[0], "in_flight": v[1], **rec.summary(key[v])} for v in grid}
+    lo, hi = min(s.channels), max(s.channels)
+    channels_ratios = (
+        {f"in_flight={k}": _compare(variants[key[(hi, k)]], variants[key[(lo, k)]]) for k in s.in_flight}
+        if hi != lo
+        else {}
+    )
+    k1 = min(s.in_flight)
+    in_flight_ratios = {
+        f"channels={c}": {
+            f"in_flight={k}": _compare(variants[key[(c, k)]], variants[key[(c, k1)]]) for k in s.in_flight
+        }
+        for c in s.channels
+    }
+    return {
+        "chunk": s.chunk,
+        "variants": variants,
+        "ratios": {
+            f"channels_{hi}_over_{lo}": channels_ratios,
+            f"in_flight_over_{k1}": in_flight_ratios,
+        },
+    }
+
+
+_SECTIONS: dict[str, Callable[[_Context], Any]] = {
+    "dispatch": _dispatch,
+    "transport": _transport,
+    "cameras": _cameras,
+    "pipelining": _pipelining,
+}
+
+
+async def run_suite(
+    url: str,
+    config: RuntimeConfig,
+    frames: Sequence[Frame],
+    rig: Mapping[str, SensorSpec],
+    settings: BenchSettings,
+) -> dict[str, Any]:
+    """Run the selected sections against the server at ``url``; returns ``{section: results}``.
+
+    ``config`` gives the sensors, models and knobs (its ``server.url`` is replaced by ``url``); each
+    section reports its wall time and the machine's load average before and after it.
+    """
+    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, url=url, replicas=()))
+    ctx = _Context(url=url, config=cfg, rig=rig, frames=list(frames[: settings.frames]), settings=settings)
+    out: dict[str, Any] = {}
+    for name in settings.sections:
+        load_before = load_average()
+        t0 = time.monotonic()
+        log.info("bench: %s ...", name)
+        section: dict[str, Any] = await _SECTIONS[name](ctx)
+        section["wall_s"] = round(time.monotonic() - t0, 1)
+        section["load_average_1m"] = [load_before, load_average()]
+        out[name] = section
+        if "skipped" in section:
+            log.warning("bench: %s skipped: %s", name, section["skipped"])
+    return out
