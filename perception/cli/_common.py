@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -18,7 +19,14 @@ from perception.errors import ConfigError
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup  # anyio's dependency on 3.10
 
-__all__ = ["DEFAULT_CONFIG", "add_runtime_options", "repo_root", "run_with_signals", "runtime_config"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Interrupted",
+    "add_runtime_options",
+    "repo_root",
+    "run_with_signals",
+    "runtime_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +59,20 @@ def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     return cfg
 
 
+class Interrupted(Exception):
+    """Raised by a ``main`` of :func:`run_with_signals` that was stopped before it had anything to
+    return (e.g. while its server was starting); the command then exits as interrupted."""
+
+
 def run_with_signals(main: Callable[[anyio.Event], Awaitable[T]]) -> T:
     """Run ``main(stop_event)`` under anyio.
 
     The first SIGINT/SIGTERM sets ``stop_event`` (graceful: stop intake, drain, write every record);
-    a second one cancels everything (the embedded server is still stopped on the way out).
+    a second one cancels everything (the embedded server is still stopped on the way out). Either way
+    :class:`KeyboardInterrupt` is raised -- outside the event loop -- when ``main`` returned nothing.
     """
 
-    async def runner() -> T:
+    async def runner() -> list[T]:
         result: list[T] = []
         stop_event = anyio.Event()
         async with anyio.create_task_group() as tg:
@@ -76,17 +90,16 @@ def run_with_signals(main: Callable[[anyio.Event], Awaitable[T]]) -> T:
                             return
 
             async def body() -> None:
-                result.append(await main(stop_event))
+                with contextlib.suppress(Interrupted):
+                    result.append(await main(stop_event))
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
             tg.start_soon(body)
-        if not result:
-            raise KeyboardInterrupt
-        return result[0]
+        return result
 
     try:
-        return anyio.run(runner, backend="asyncio")
+        result = anyio.run(runner, backend="asyncio")
     except BaseExceptionGroup as group:
         # Task groups wrap what fails inside them (here up to three levels deep): unwrap a lone error
         # so that a user's mistake (a model that is not ready, a refused connection, a bad drive...)
@@ -95,6 +108,9 @@ def run_with_signals(main: Callable[[anyio.Event], Awaitable[T]]) -> T:
         if error is None:
             raise
         raise error from error.__cause__
+    if not result:
+        raise KeyboardInterrupt
+    return result[0]
 
 
 def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
