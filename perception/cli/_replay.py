@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.drives import DriveReader
 from perception.errors import ConfigError
 from perception.metrics import PrometheusExporter
@@ -76,12 +76,20 @@ def register(sub: Any) -> None:
 async def replay_with_stop(
     stop: anyio.Event, drive: Path, cfg: Any, options: ReplayOptions, **kwargs: Any
 ) -> ReplayOutcome:
-    """:func:`replay_drive` that stops gracefully when ``stop`` is set."""
+    """:func:`replay_drive` that stops gracefully when ``stop`` is set.
+
+    Once the runtime is up, a stop ends intake and drains (every record written). Before that -- the
+    embedded server can take a while to start -- it abandons the start (the server is stopped) and
+    raises :class:`Interrupted`: nothing was replayed.
+    """
     holder: list[Runtime] = []
+    outcome: ReplayOutcome | None = None
     async with anyio.create_task_group() as tg:
 
         async def watcher() -> None:
             await stop.wait()
+            if not holder:
+                tg.cancel_scope.cancel()
             for rt in holder:
                 rt.stop()
 
@@ -89,6 +97,8 @@ async def replay_with_stop(
         outcome = await replay_drive(drive, cfg, options, runtime_hook=holder.append, **kwargs)
         outcome.interrupted = stop.is_set()
         tg.cancel_scope.cancel()
+    if outcome is None:
+        raise Interrupted
     return outcome
 
 
