@@ -182,4 +182,6 @@ def run(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         sys.stdout.write("interrupted: records are complete up to the last finished frame\n")
         return 130
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # truncated drive: the outputs cover its readable prefix
     return 0
