@@ -305,19 +305,24 @@ class CameraModel:
         is_building = scene.part_material[scene.env_parts[n0:, 0]] == Material.BUILDING
         order = np.lexsort((-near_pt, ~is_building))  # buildings first, then far to near
         fx, fy, cx0, cy0 = self.k[0, 0], self.k[1, 1], self.k[0, 2] - 0.5, self.k[1, 2] - 0.5
+        # project every face's corners at once; only faces crossing the near plane are clipped one by one
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.maximum(poly[..., 2], NEAR)
+            uv = np.stack([fx * poly[..., 0] / z + cx0, fy * poly[..., 1] / z + cy0], axis=-1).clip(-1e4, 1e4)
+        crosses = (poly[..., 2] < NEAR).any(axis=-1)
+        lo, hi = uv.min(axis=2), uv.max(axis=2)
+        off_image = (hi[..., 0] < -1) | (lo[..., 0] > self.w) | (hi[..., 1] < -1) | (lo[..., 1] > self.h)
+        drawn = facing & (crosses | ~off_image)
         for e in order:
-            for f in np.nonzero(facing[e])[0]:
-                q = poly[e, f]
-                if (q[:, 2] < NEAR).any():
-                    q = _clip_near(q)
+            for f in np.nonzero(drawn[e])[0]:
+                if crosses[e, f]:
+                    q = _clip_near(poly[e, f])
                     if q.shape[0] < 3:
                         continue
-                u = fx * q[:, 0] / q[:, 2] + cx0
-                v = fy * q[:, 1] / q[:, 2] + cy0
-                if u.max() < -1 or u.min() > self.w or v.max() < -1 or v.min() > self.h:
-                    continue
-                draw.polygon(list(zip(np.clip(u, -1e4, 1e4).tolist(), np.clip(v, -1e4, 1e4).tolist(),
-                                      strict=True)), fill=int(e * 6 + f + 1))
+                    pts = np.stack([fx * q[:, 0] / q[:, 2] + cx0, fy * q[:, 1] / q[:, 2] + cy0], 1).clip(-1e4, 1e4)
+                else:
+                    pts = uv[e, f]
+                draw.polygon([(float(a), float(b)) for a, b in pts], fill=int(e * 6 + f + 1))
         buf = np.asarray(ids, dtype=np.int32).ravel()
         pix = np.nonzero(buf)[0]
         if not pix.size:
