@@ -26,7 +26,7 @@ from perception.sim._camera import CameraFrame, CameraModel
 from perception.sim._lidar import LidarModel
 from perception.sim._radar import RadarModel
 from perception.sim._random import Stream, name_key, stream
-from perception.sim._rig import RigConfig, builtin_rig_path, load_rig
+from perception.sim._rig import RigConfig, SensorConfig, builtin_rig_path, load_rig
 from perception.sim._scenarios import Scenario, get_scenario
 from perception.sim._world import Scene, World
 from perception.types import EgoPose, GroundTruth, ImageSample, PointCloudSample, SensorKind
@@ -78,10 +78,17 @@ class Simulator:
 
     # -- clocks --------------------------------------------------------------------------------------
 
+    def _sensor(self, name: str) -> SensorConfig:
+        try:
+            return self.rig.sensor(name)
+        except KeyError:
+            names = ", ".join(s.name for s in self.rig.sensors)
+            raise ConfigError(f"no sensor {name!r} in rig {self.rig.name!r} (has {names})", key="sensor") from None
+
     def capture_times(self, sensor: str) -> list[int]:
         """Capture times (ns) of ``sensor``: ``offset + k / rate`` plus clipped Gaussian jitter."""
         if sensor not in self._times:
-            cfg = self.rig.sensor(sensor)
+            cfg = self._sensor(sensor)
             period = NS / cfg.rate_hz
             n = int(np.ceil((self.duration_ns - cfg.offset_ms * 1e6) / period)) + 1
             rng = stream(self.seed, Stream.CLOCK, name_key(sensor))
@@ -136,7 +143,7 @@ class Simulator:
     def model(self, sensor: str) -> Model:
         m = self._models.get(sensor)
         if m is None:
-            cfg = self.rig.sensor(sensor)
+            cfg = self._sensor(sensor)
             if cfg.kind is SensorKind.LIDAR:
                 m = LidarModel(cfg)
             elif cfg.kind is SensorKind.RADAR:
@@ -151,8 +158,11 @@ class Simulator:
 
     def sample(self, sensor: str, k: int) -> PointCloudSample | ImageSample:
         """Frame ``k`` of ``sensor`` at its own capture time."""
-        t = self.capture_times(sensor)[k]
-        cfg = self.rig.sensor(sensor)
+        times = self.capture_times(sensor)
+        if not 0 <= k < len(times):
+            raise ConfigError(f"sensor {sensor!r} has frames 0..{len(times) - 1}, not {k}", key="frame")
+        t = times[k]
+        cfg = self._sensor(sensor)
         m = self.model(sensor)
         rng = self.frame_rng(sensor, k)
         scene = self.scene(t)
@@ -165,7 +175,7 @@ class Simulator:
         """Render ``camera`` at any time (image + per-pixel object ids), e.g. for training data."""
         m = self.model(camera)
         if not isinstance(m, CameraModel):
-            raise ConfigError(f"sensor {camera!r} is not a camera", key="sensor")
+            raise ConfigError(f"{camera!r} is a {m.cfg.kind.value}, not a camera", key="sensor")
         rng = stream(self.seed, Stream.SENSOR, name_key(camera), t_ns) if noise else None
         return m.render(self.scene(t_ns), rng)
 

@@ -128,3 +128,17 @@ def test_longer_drive_holds_the_same_world() -> None:
         assert o.track_id in by_id
         assert o.center == pytest.approx(by_id[o.track_id].center, abs=1e-9) and o.size == by_id[o.track_id].size
     assert short.ego_pose(900_000_000) == long.ego_pose(900_000_000)
+
+
+def test_simulator_errors_name_the_sensor() -> None:
+    sim = Simulator("urban", seed=1, duration_s=1.0)
+    with pytest.raises(ConfigError, match="no sensor 'nope'"):
+        sim.sample("nope", 0)
+    with pytest.raises(ConfigError, match=r"frames 0\.\.9, not 10"):
+        sim.sample("lidar_top", 10)
+    with pytest.raises(ConfigError, match="not a camera"):
+        sim.render("radar_front", 0)
+    with pytest.raises(ConfigError, match="seed"):
+        Simulator("urban", seed=-1)
+    with pytest.raises(ConfigError, match="duration"):
+        Simulator("urban", duration_s=0)
