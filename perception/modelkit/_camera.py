@@ -473,7 +473,7 @@ class CameraDetectorModel(TritonModel):
         tensor = self._pb.get_input_tensor_by_name(request, CAMERA_INPUT)
         images = validate_image_batch(None if tensor is None else tensor.as_numpy(), model=self.model_name)
         batch, letterboxes = preprocess_images(list(images))
-        return _Staged(request, batch, letterboxes, time.perf_counter())
+        return _Staged(request, batch, letterboxes)
 
     def _run_staged(self, staged: list[tuple[int, _Staged]], responses: list[Any]) -> None:
         t0 = time.perf_counter()
@@ -518,7 +518,6 @@ class _Staged:
     request: Any
     batch: F32
     letterboxes: list[Letterbox]
-    t_staged: float
 
 
 _OUTPUT_NAMES = tuple(spec.name for spec in CAMERA_OUTPUTS)
