@@ -166,14 +166,18 @@ async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total:
 def _report(args: argparse.Namespace, summary: dict[str, Any], server: str, wall_s: float) -> dict[str, Any]:
     from perception.evaluation import check_targets
 
-    metrics = {k: v for k, v in summary.items() if k not in ("frames", "counts", "definitions")}
+    def rounded(value: Any) -> Any:
+        return round(value, 4) if isinstance(value, float) else value
+
+    metrics = {k: rounded(v) for k, v in summary.items() if k not in ("frames", "counts", "definitions")}
+    targets = {k: {**t, "value": rounded(t["value"])} for k, t in check_targets(summary).items()}
     return {
         "seed": args.seed,
         "scenario": args.scenario,
         "duration_s": args.duration,
-        **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()},
+        **metrics,
         "frames": summary["frames"],
-        "targets": check_targets(summary),
+        "targets": targets,
         "counts": summary["counts"],
         "server": server,
         "wall_s": round(wall_s, 1),
