@@ -50,8 +50,11 @@ def frame() -> Frame:
     for k in range(0, len(sim.capture_times("cam_front")), 8):
         sample = sim.sample("cam_front", k)
         assert isinstance(sample, ImageSample)
-        labels = project_ground_truth(sim.ground_truth(sample.t_ns), spec)
-        boxes, label_ids, ignore = camera_ground_truth([tuple(b) for b in labels])  # type: ignore[misc]
+        labels = [
+            (b.label, b.x1, b.y1, b.x2, b.y2, b.visible_fraction)
+            for b in project_ground_truth(sim.ground_truth(sample.t_ns), spec)
+        ]
+        boxes, label_ids, ignore = camera_ground_truth(labels)
         frames.append(Frame(sample.decode(), boxes, label_ids, ignore))
     return max(frames, key=lambda f: int((~f.gt_ignore & (f.gt_labels == CAR)).sum()))
 
