@@ -221,7 +221,9 @@ async def test_model_unloaded_then_loaded_opens_then_closes_the_circuit(triton: 
     cfg = runtime_config(
         triton.grpc_url,
         {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar"},
-        budget={"total_ms": 500, "fusion_reserve_ms": 10},
+        # A generous budget: loading the model starts backend stubs that can starve the 2 cores for
+        # seconds, and this test is about the radar's circuit, not the lidar's timing.
+        budget={"total_ms": 3000, "fusion_reserve_ms": 10},
         pipeline={"queue_size": 0, "overflow": "block", "circuit": {"failure_threshold": 3, "reset_after_ms": 300}},
     )
     stream = Stream(LIDAR_RADAR)
@@ -256,7 +258,8 @@ async def test_model_unloaded_then_loaded_opens_then_closes_the_circuit(triton: 
         r.sensors["radar_front"].error or "" for r in results if r.sensors["radar_front"].status is SensorStatus.ERROR
     ]
     assert any("sleepy_radar" in e and "not ready" in e for e in errors), errors
-    assert all(r.sensors["lidar_top"].status is SensorStatus.OK for r in results)
+    lidar = [(r.frame_id, r.sensors["lidar_top"].status.value, r.sensors["lidar_top"].error) for r in results]
+    assert all(s == "ok" for _, s, _ in lidar), [x for x in lidar if x[1] != "ok"]
 
 
 async def test_connection_refused_at_start_is_a_clear_error_naming_the_url() -> None:
