@@ -45,11 +45,23 @@ def _variant_rows(variants: Mapping[str, Any]) -> list[list[Any]]:
 _VARIANT_HEADER = ("variant", "p50 ms", "p99 ms", "mean ms", "frames/s", "sensor statuses")
 
 
+def _with_interval(r: Mapping[str, Any], key: str) -> str:
+    """``0.86 (0.80–0.93)``: the ratio and its 95 % interval, bold when the interval excludes 1."""
+    value, interval = r.get(key), r.get(f"{key}_ci95")
+    if value is None:
+        return "–"
+    if not interval:
+        return f"{value:.2f}"
+    lo, hi = interval
+    text = f"{value:.2f} ({lo:.2f}–{hi:.2f})"
+    return f"**{text}**" if lo > 1 or hi < 1 else text
+
+
 def _headline(sections: Mapping[str, Any]) -> list[list[Any]]:
     rows: list[list[Any]] = []
 
     def add(label: str, r: Mapping[str, Any]) -> None:
-        rows.append([label, r.get("latency_p50"), r.get("latency_p99"), r.get("throughput")])
+        rows.append([label, *(_with_interval(r, key) for key in ("latency_p50", "latency_p99", "throughput"))])
 
     dispatch = sections.get("dispatch", {})
     for key, r in dispatch.get("ratios", {}).items():
@@ -103,12 +115,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ]
     lines += [
         "Variants ran in one process against one server, interleaved (rotating order, frame by frame or chunk by "
-        "chunk), so load from other processes hits them alike: read the ratios; absolute times depend on the "
-        "machine's load. Every runtime awaited every sensor (no budget cut), fusion off.",
+        "chunk, with a settle pause after each), so load from other processes hits them alike: read the ratios; "
+        "absolute times depend on the machine's load. Every runtime awaited every sensor (no budget cut), "
+        "fusion off.",
         "",
         "## Ratios",
         "",
-        "Latency ratio < 1 and throughput ratio > 1 mean the first variant is better.",
+        "Latency ratio < 1 and throughput ratio > 1 mean the first variant is better. In brackets: 95 % "
+        "paired-bootstrap interval over the measured frames (chunks for throughput with `Runtime.run`); **bold** "
+        "when it excludes 1, i.e. the difference is larger than this run's noise.",
         "",
         *_table(("comparison", "latency p50", "latency p99", "throughput"), _headline(sections)),
     ]
@@ -126,8 +141,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 round(c["bytes"] / 1e6, 2),
                 c["grpc"]["round_trip"].get("p50_ms"),
                 c["shm"]["round_trip"].get("p50_ms"),
-                c.get("shm_over_grpc_p50"),
-                c.get("shm_over_grpc_p99"),
+                _with_interval(c, "shm_over_grpc_p50"),
+                _with_interval(c, "shm_over_grpc_p99"),
                 c.get("grpc_over_shm_p50"),
             ]
             for c in transport["cases"]
@@ -138,6 +153,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if "variants" in dispatch:
         lines += ["## Sequential vs concurrent dispatch (one frame at a time)", ""]
         lines += _table(_VARIANT_HEADER, _variant_rows(dispatch["variants"]))
+        names = list(dispatch["variants"])
+        sensor_names = sorted({s for v in dispatch["variants"].values() for s in v.get("sensors", {})})
+        if sensor_names:
+            lines += [
+                "Each sensor's time, p50 ms: its request alone (sequential) or from the frame's start to its "
+                "answer (concurrent; includes preprocessing and waiting for CPU the other requests use). "
+                "Concurrency can bring a frame down to its slowest sensor only while the models have idle CPUs "
+                "(or GPUs) to run on; CPU-bound models on a busy machine mostly compete for the same cores.",
+                "",
+            ]
+            rows = [
+                [s, *(dispatch["variants"][n].get("sensors", {}).get(s, {}).get("p50_ms") for n in names)]
+                for s in sensor_names
+            ]
+            lines += _table(("sensor", *names), rows)
     cameras = sections.get("cameras", {})
     if "variants" in cameras:
         lines += ["## Camera requests", "", "`cameras done`: until the last camera answered.", ""]

@@ -23,7 +23,10 @@ Sections (each a dict in the results; a section that cannot run says why under `
     frames in flight versus one, per channel count.
 
 Every runtime here awaits every sensor (a join deadline of a minute): variants must do the same work
-for their times to compare, so the profile's budget does not cut slow sensors short.
+for their times to compare, so the profile's budget does not cut slow sensors short. After each measured
+frame (chunk) the suite idles ``settle_s``: CPU-bound models keep working for a while after they answer
+(measured: back-to-back frames took 101 ms at p50 where frames 100 ms apart took 83 ms), and without the
+pause each variant would inherit the tail of the one before it -- favouring whichever follows a light one.
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ import anyio
 
 from perception.benchmark._env import load_average
 from perception.benchmark._sequential import SequentialClient
-from perception.benchmark._stats import latency_stats, ratio, throughput
+from perception.benchmark._stats import latency_stats, ratio, ratio_interval, throughput
 from perception.benchmark._transport import SINK_MODEL, measure_transport
 from perception.config import RuntimeConfig
-from perception.errors import ConnectError, ModelNotReadyError
+from perception.errors import ConfigError, ConnectError, ModelNotReadyError
 from perception.scheduler import Runtime
 from perception.triton import ClientOptions, TritonClient, is_loopback
 from perception.types import Frame, SensorSpec
@@ -57,15 +60,14 @@ SECTIONS = ("dispatch", "transport", "cameras", "pipelining")
 #: Join deadline of every benchmarked runtime: long enough that every sensor is awaited.
 AWAIT_ALL_NS = 60_000_000_000
 _WARMUP_FRAMES = 2
-_DEFAULT_FRAMES = 40
+_DEFAULT_FRAMES = 60
 
 T = TypeVar("T")
-Section = Literal["dispatch", "transport", "cameras", "pipelining"]
 
 
 @dataclass(frozen=True, slots=True)
 class BenchSettings:
-    """How much to measure. :meth:`quick` is the ~1-minute preset."""
+    """How much to measure. ``preset(quick=True)`` is the ~1-minute preset."""
 
     frames: int = _DEFAULT_FRAMES
     transport_points: tuple[int, ...] = (10_000, 100_000, 300_000)
@@ -74,15 +76,24 @@ class BenchSettings:
     channels: tuple[int, ...] = (1, 4)
     in_flight: tuple[int, ...] = (1, 2, 4)
     chunk: int = 10  # frames per pipelining chunk
+    #: Idle time after each measured frame (each chunk for pipelining), not counted: the models' CPU
+    #: work outlives their answers (thread pools spinning down, memory released), so without it a variant
+    #: would pay for whichever variant ran just before it.
+    settle_s: float = 0.1
     sections: tuple[str, ...] = SECTIONS
     quick: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.sections) - set(SECTIONS)
         if unknown:
-            raise ValueError(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
-        if self.frames < 1 or self.chunk < 1 or self.transport_repeats < 1:
-            raise ValueError("frames, chunk and transport_repeats must be >= 1")
+            raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}", key="sections")
+        for key in ("frames", "chunk", "transport_repeats"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, key)}", key=key)
+        if not self.transport_points or min(self.transport_points) < 1 or self.settle_s < 0:
+            raise ConfigError("transport points must be >= 1 and settle_s >= 0", key="transport_points")
+        if not self.channels or not self.in_flight or min(*self.channels, *self.in_flight) < 1:
+            raise ConfigError("channels and in_flight need values >= 1", key="channels")
 
     @classmethod
     def preset(cls, *, quick: bool, frames: int | None = None) -> BenchSettings:
@@ -92,7 +103,6 @@ class BenchSettings:
             frames=frames or 12,
             transport_repeats=10,
             transport_warmup=2,
-            in_flight=(1, 2, 4),
             chunk=6,
             quick=True,
         )
@@ -136,33 +146,42 @@ def _rotated(items: Sequence[T], shift: int) -> list[T]:
 
 
 class _Recorder:
-    """Latency samples, wall time and sensor statuses per variant."""
+    """Per variant: latency samples (per frame), wall times (per unit of work: a frame, or a chunk of
+    frames), frame counts and sensor statuses. Units are measured in the same order for every variant,
+    so sample ``i`` of two variants is a pair (same frame or chunk, similar load)."""
 
     def __init__(self, names: Sequence[str]) -> None:
         self.latency: dict[str, list[int]] = {n: [] for n in names}
         self.extra: dict[str, list[int]] = {n: [] for n in names}
-        self.wall: Counter[str] = Counter()
+        self.walls: dict[str, list[int]] = {n: [] for n in names}
         self.frames: Counter[str] = Counter()
         self.status: dict[str, Counter[str]] = {n: Counter() for n in names}
 
     def summary(self, name: str, *, extra_key: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "latency": latency_stats(self.latency[name]),
-            "frames_per_s": throughput(self.frames[name], self.wall[name]),
+            "frames_per_s": throughput(self.frames[name], sum(self.walls[name])),
             "sensor_status": dict(sorted(self.status[name].items())),
         }
         if extra_key is not None:
             out[extra_key] = latency_stats(self.extra[name])
         return out
 
-
-def _compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float | None]:
-    """Ratios of variant ``a`` over variant ``b``: latency (< 1: a is faster), throughput (> 1: a is)."""
-    return {
-        "latency_p50": ratio(a["latency"].get("p50_ms"), b["latency"].get("p50_ms")),
-        "latency_p99": ratio(a["latency"].get("p99_ms"), b["latency"].get("p99_ms")),
-        "throughput": ratio(a["frames_per_s"], b["frames_per_s"]),
-    }
+    def compare(self, a: str, b: str) -> dict[str, Any]:
+        """Ratios of variant ``a`` over ``b`` -- latency (< 1: ``a`` is faster), throughput (> 1: ``a``
+        is) -- each with a 95 % paired-bootstrap interval (``*_ci95``)."""
+        la, lb = self.latency[a], self.latency[b]
+        sa, sb = latency_stats(la), latency_stats(lb)
+        ta = throughput(self.frames[a], sum(self.walls[a]))
+        tb = throughput(self.frames[b], sum(self.walls[b]))
+        return {
+            "latency_p50": ratio(sa.get("p50_ms"), sb.get("p50_ms")),
+            "latency_p50_ci95": ratio_interval(la, lb, "p50"),
+            "latency_p99": ratio(sa.get("p99_ms"), sb.get("p99_ms")),
+            "latency_p99_ci95": ratio_interval(la, lb, "p99"),
+            "throughput": ratio(ta, tb),
+            "throughput_ci95": ratio_interval(self.walls[b], self.walls[a], "sum"),
+        }
 
 
 @dataclass
@@ -184,6 +203,7 @@ async def _dispatch(ctx: _Context) -> dict[str, Any]:
         configs["concurrent_grpc"] = variant_config(cfg, transport="grpc")
     names = ["sequential", *configs]
     rec = _Recorder(names)
+    sensor_ns: dict[str, dict[str, list[int]]] = {n: {} for n in names}
     with SequentialClient(ctx.url, cfg.sensors) as seq:
         async with _runtimes(configs, ctx.rig) as rts:
 
@@ -191,14 +211,19 @@ async def _dispatch(ctx: _Context) -> dict[str, Any]:
                 if name == "sequential":
                     res = await anyio.to_thread.run_sync(seq.process, frame)
                     latency, statuses = res.latency_ns, [s.value for s in res.status.values()]
+                    per_sensor = res.sensor_ns
                 else:
                     t0 = time.perf_counter_ns()
                     result = await rts[name].process(frame)
                     latency = time.perf_counter_ns() - t0
                     statuses = [r.status.value for r in result.sensors.values()]
+                    per_sensor = {n: r.latency_ns for n, r in result.sensors.items() if r.latency_ns}
+                await anyio.sleep(ctx.settings.settle_s)
                 if record:
+                    for sensor, ns in per_sensor.items():
+                        sensor_ns[name].setdefault(sensor, []).append(ns)
                     rec.latency[name].append(latency)
-                    rec.wall[name] += latency
+                    rec.walls[name].append(latency)
                     rec.frames[name] += 1
                     rec.status[name].update(statuses)
 
@@ -209,7 +234,9 @@ async def _dispatch(ctx: _Context) -> dict[str, Any]:
                 for name in _rotated(names, i):
                     await one(name, frame, record=True)
     variants = {n: rec.summary(n) for n in names}
-    ratios = {f"{n}_over_sequential": _compare(variants[n], variants["sequential"]) for n in configs}
+    for n in names:  # each sensor's own time: its request alone (sequential) or within the frame
+        variants[n]["sensors"] = {sensor: latency_stats(v) for sensor, v in sensor_ns[n].items()}
+    ratios = {f"{n}_over_sequential": rec.compare(n, "sequential") for n in configs}
     return {"variants": variants, "ratios": ratios}
 
 
@@ -245,23 +272,26 @@ async def _cameras(ctx: _Context) -> dict[str, Any]:
         for frame in ctx.frames[:_WARMUP_FRAMES]:
             for name in names:
                 await rts[name].process(frame)
+                await anyio.sleep(ctx.settings.settle_s)
         for i, frame in enumerate(ctx.frames):
             for name in _rotated(names, i):
                 t0 = time.perf_counter_ns()
                 result = await rts[name].process(frame)
                 latency = time.perf_counter_ns() - t0
+                await anyio.sleep(ctx.settings.settle_s)
                 rec.latency[name].append(latency)
-                rec.wall[name] += latency
+                rec.walls[name].append(latency)
                 rec.frames[name] += 1
                 rec.status[name].update(r.status.value for r in result.sensors.values())
                 cam_ns = [r.latency_ns for n, r in result.sensors.items() if n in cam_names and r.latency_ns]
                 if cam_ns:
                     rec.extra[name].append(max(cam_ns))
     variants = {n: rec.summary(n, extra_key="cameras_done") for n in names}
-    ratios = _compare(variants["batched"], variants["per_camera"])
+    ratios = rec.compare("batched", "per_camera")
     ratios["cameras_done_p50"] = ratio(
         variants["batched"]["cameras_done"].get("p50_ms"), variants["per_camera"]["cameras_done"].get("p50_ms")
     )
+    ratios["cameras_done_p50_ci95"] = ratio_interval(rec.extra["batched"], rec.extra["per_camera"], "p50")
     return {"cameras": dict(cams), "variants": variants, "ratios": {"batched_over_per_camera": ratios}}
 
 
@@ -284,19 +314,16 @@ async def _pipelining(ctx: _Context) -> dict[str, Any]:
                     rec.latency[name].append(result.latency.total_ns)
                     rec.status[name].update(r.status.value for r in result.sensors.values())
                     rec.frames[name] += 1
-                rec.wall[name] += time.perf_counter_ns() - t0
+                rec.walls[name].append(time.perf_counter_ns() - t0)
+                await anyio.sleep(ctx.settings.settle_s)
     variants = {key[v]: {"channels": v[0], "in_flight": v[1], **rec.summary(key[v])} for v in grid}
     lo, hi = min(s.channels), max(s.channels)
     channels_ratios = (
-        {f"in_flight={k}": _compare(variants[key[(hi, k)]], variants[key[(lo, k)]]) for k in s.in_flight}
-        if hi != lo
-        else {}
+        {f"in_flight={k}": rec.compare(key[(hi, k)], key[(lo, k)]) for k in s.in_flight} if hi != lo else {}
     )
     k1 = min(s.in_flight)
     in_flight_ratios = {
-        f"channels={c}": {
-            f"in_flight={k}": _compare(variants[key[(c, k)]], variants[key[(c, k1)]]) for k in s.in_flight
-        }
+        f"channels={c}": {f"in_flight={k}": rec.compare(key[(c, k)], key[(c, k1)]) for k in s.in_flight}
         for c in s.channels
     }
     return {

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from perception.benchmark._stats import latency_stats, ratio
+from perception.benchmark._stats import latency_stats, ratio, ratio_interval
 from perception.errors import InferenceError
 from perception.triton import TritonClient
 
@@ -66,6 +66,7 @@ async def measure_transport(
         for q in ("p50", "p99"):
             grpc_ms, shm_ms = (result[m]["round_trip"][f"{q}_ms"] for m in TRANSPORTS)
             result[f"shm_over_grpc_{q}"] = ratio(shm_ms, grpc_ms)
+            result[f"shm_over_grpc_{q}_ci95"] = ratio_interval(total["shm"], total["grpc"], q)
             result[f"grpc_over_shm_{q}"] = ratio(grpc_ms, shm_ms)
         log.info(
             "%7d points (%5.1f MB): grpc p50 %.2f ms p99 %.2f ms | shm p50 %.2f ms p99 %.2f ms | shm x%.1f faster",

@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
         "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
     )
     p.add_argument("--url", default=None, help="external Triton gRPC URL host:port (default: embedded server)")
-    p.add_argument("--frames", type=_count, default=None, help="frames per variant (default: 40; --quick: 12)")
+    p.add_argument("--frames", type=_count, default=None, help="frames per variant (default: 60; --quick: 12)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="output directory (default: bench/results)")
     p.add_argument("--quick", action="store_true", help="fewer frames and repeats (about a minute)")
     p.add_argument(
