@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.config import PipelineConfig, SensorConfig
-from perception.errors import ConnectError, InputError, PerceptionError
+from perception.errors import ConnectError, DeadlineError, InputError, PerceptionError
 from perception.scheduler._circuit import CircuitBreaker
 from perception.scheduler._tensors import OUTPUTS, camera_batch, prepare_inputs, split_batch
 from perception.types import Frame, SensorResult, SensorStatus
@@ -196,6 +196,10 @@ class Dispatcher:
                     )
                     continue
                 self._fail(members, outcomes, str(exc), attempt)
+                return
+            except DeadlineError:
+                # The gRPC deadline is the join deadline: whichever fires first, the model did not
+                # answer in time. Left undecided, the join marks it late like the cancelled ones.
                 return
             except PerceptionError as exc:
                 self._fail(members, outcomes, str(exc), attempt)
