@@ -26,6 +26,7 @@ import anyio
 from perception.config import RuntimeConfig
 from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
+from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._tensors import OUTPUTS, prepare_inputs, warmup_inputs
 from perception.types import (
@@ -107,7 +108,11 @@ class Runtime:
             if self._check_models:
                 await self._verify_models()
                 await self._warm_up()
-            self._dispatcher = Dispatcher(self._client, self.config.sensors, self.config.pipeline)
+            dispatch_client: InferClient = self._client
+            if self.config.faults:
+                dispatch_client = FaultInjectingClient(self._client, self.config.faults)
+                log.warning("fault injection on: %s", ", ".join(f.model for f in self.config.faults))
+            self._dispatcher = Dispatcher(dispatch_client, self.config.sensors, self.config.pipeline)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()

@@ -163,3 +163,24 @@ def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
     assert sorted(r.frame_id for r in results) == [0, 1, 2]
     assert all(r.status is FrameStatus.OK for r in results)
     assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
+
+
+async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton: EmbeddedTriton) -> None:
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 400, "fusion_reserve_ms": 10},
+        faults=[
+            {"model": "sleepy_lidar", "delay_ms": 1000},  # always past the 390 ms join
+            {"model": "sleepy_radar", "error_probability": 1.0},
+        ],
+        pipeline={"circuit": {"failure_threshold": 100}},
+    )
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            results = [await rt.process(frame(i, ["lidar", "radar"])) for i in range(2)]
+    for r in results:
+        assert r.sensors["lidar"].status is SensorStatus.LATE
+        assert r.sensors["radar"].status is SensorStatus.ERROR
+        assert "injected fault" in (r.sensors["radar"].error or "")
+        assert r.latency.stages["dispatch"] < 1000 * MS  # the injected delay was cut by the join
