@@ -165,6 +165,9 @@ class Fuser:
             if spec.kind is SensorKind.CAMERA and cal is None:
                 raise InputError("camera has no calibration in the rig", sensor=name)
             k = cal.matrix() if cal is not None else np.eye(3)
+            if not (np.isfinite(k).all() and k[0, 0] > 0 and k[1, 1] > 0 and np.array_equal(k[2], [0.0, 0.0, 1.0])):
+                raise InputError(f"camera matrix K must be [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0, got "
+                                 f"{k.ravel().tolist()}", sensor=name)  # fmt: skip
             frustum: dict[str, float] = {}
             if cal is not None:
                 tx = max(k[0, 2], cal.width - k[0, 2]) / k[0, 0]

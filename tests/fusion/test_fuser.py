@@ -307,3 +307,15 @@ def test_stage_timings_and_disabled_fusion() -> None:
     off = Fuser(FusionConfig(enabled=False), RIG)
     dets, stages = off(Frame(0, 0, {}), {"lidar_top": lidar_result(RIG, "lidar_top", [obj])})
     assert dets == () and set(stages) == {"fusion"}
+
+
+def test_a_rig_camera_without_usable_calibration_is_a_clear_error() -> None:
+    from dataclasses import replace
+
+    from perception.errors import InputError
+    from perception.types import CameraCalibration
+
+    cam = RIG["cam_front"]
+    for cal in (None, CameraCalibration(640, 360, (0.0,) * 9)):
+        with pytest.raises(InputError, match="cam_front"):
+            Fuser(UNTRACKED, {**RIG, "cam_front": replace(cam, calibration=cal)})
