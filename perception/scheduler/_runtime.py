@@ -249,12 +249,14 @@ class Runtime:
         detections: tuple[Detection3D, ...],
         fusion_stages: Mapping[str, int],
     ) -> FrameResult:
-        answered = [r for r in results.values() if r.status is SensorStatus.OK]
-        last_answer = max((start + r.latency_ns for r in answered), default=start)
+        # Disjoint stages that add up to the total: waiting for a slot, requests until the last answer
+        # (ok or error), the join's wait after it (late requests being cut off), then fusion/tracking.
+        answered = [r for r in results.values() if r.status in (SensorStatus.OK, SensorStatus.ERROR)]
+        last_answer = min(joined, max((start + r.latency_ns for r in answered), default=start))
         stages = {
             "schedule_wait": start - origin,
-            "dispatch": joined - start,
-            "join_wait": max(0, joined - last_answer),
+            "dispatch": last_answer - start,
+            "join_wait": joined - last_answer,
             **fusion_stages,
         }
         if not fusion_stages:
