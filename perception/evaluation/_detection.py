@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.fusion import invert_transform, project_boxes
+from perception.modelkit import precision_recall
 from perception.types import LABELS, Detection3D, EgoPose, GroundTruth, SensorKind, SensorSpec
 
 __all__ = ["DEFAULT_THRESHOLDS", "DetectionEvaluator", "nuscenes_ap"]
@@ -69,11 +70,8 @@ def nuscenes_ap(
     tp = np.asarray(is_tp, dtype=bool).reshape(-1)
     if s.size == 0:
         return 0.0
-    order = np.argsort(-s, kind="stable")
-    ctp = np.cumsum(tp[order]).astype(np.float64)
-    cfp = np.cumsum(~tp[order]).astype(np.float64)
-    precision = np.maximum.accumulate((ctp / (ctp + cfp))[::-1])[::-1]  # envelope: best precision at >= recall
-    recall = ctp / float(num_gt)
+    recall, precision = precision_recall(s, tp, num_gt)
+    precision = np.maximum.accumulate(precision[::-1])[::-1]  # envelope: best precision at >= recall
     rec_interp = np.linspace(0.0, 1.0, 101)
     at = np.searchsorted(recall, rec_interp, side="left")  # first detection reaching each recall level
     prec = np.where(at < recall.size, precision[np.minimum(at, recall.size - 1)], 0.0)

@@ -34,7 +34,7 @@ from ._lidar import (
     sanitize_points,
     voxel_downsample,
 )
-from ._metrics import APAccumulator, APResult, average_precision, box_iou
+from ._metrics import APAccumulator, APResult, average_precision, box_iou, precision_recall
 from ._models import LidarDetectorModel, RadarDetectorModel
 from ._radar import (
     RadarDetections,
@@ -99,6 +99,7 @@ __all__: list[str] = [
     "fit_velocity",
     "merge_fragments",
     "params_from_config",
+    "precision_recall",
     "preprocess_images",
     "sanitize_points",
     "sanitize_radar",

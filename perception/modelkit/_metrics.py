@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["APAccumulator", "APResult", "average_precision", "box_iou"]
+__all__ = ["APAccumulator", "APResult", "average_precision", "box_iou", "precision_recall"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -44,6 +44,18 @@ def box_iou(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
     return out
 
 
+def precision_recall(scores: npt.ArrayLike, is_tp: npt.ArrayLike, num_gt: int) -> tuple[F64, F64]:
+    """Cumulative recall and precision of detections taken in descending score order (ties: input
+    order), one value per detection. Shared by the 2D AP here and the nuScenes AP of
+    :mod:`perception.evaluation`."""
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    tp = np.asarray(is_tp, dtype=bool).reshape(-1)
+    order = np.argsort(-s, kind="stable")
+    tp_cum = np.cumsum(tp[order]).astype(np.float64)
+    fp_cum = np.cumsum(~tp[order]).astype(np.float64)
+    return tp_cum / float(num_gt), tp_cum / np.maximum(tp_cum + fp_cum, 1.0)
+
+
 def average_precision(scores: npt.ArrayLike, is_tp: npt.ArrayLike, num_gt: int) -> float:
     """All-points interpolated AP of detections (``scores``, ``is_tp`` flags) against ``num_gt`` objects.
 
@@ -55,11 +67,7 @@ def average_precision(scores: npt.ArrayLike, is_tp: npt.ArrayLike, num_gt: int) 
     tp = np.asarray(is_tp, dtype=bool).reshape(-1)
     if s.size == 0:
         return 0.0
-    order = np.argsort(-s, kind="stable")
-    tp_cum = np.cumsum(tp[order])
-    fp_cum = np.cumsum(~tp[order])
-    recall = tp_cum / float(num_gt)
-    precision = tp_cum / np.maximum(tp_cum + fp_cum, 1)
+    recall, precision = precision_recall(s, tp, num_gt)
     # Precision envelope (monotonically non-increasing from the right), integrated over recall steps.
     mrec = np.concatenate(([0.0], recall, [recall[-1]]))
     mpre = np.concatenate(([1.0], precision, [0.0]))
