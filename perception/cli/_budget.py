@@ -13,7 +13,7 @@ from perception.cli._common import add_runtime_options, run_with_signals, runtim
 from perception.cli._replay import parse_rate, replay_with_stop
 from perception.config import BudgetConfig
 from perception.errors import ConfigError
-from perception.metrics import budget_rows, render_table, write_markdown, write_plots
+from perception.metrics import budget_rows, render_table, server_table, write_markdown, write_plots
 from perception.replay import ReplayOptions, safe_output_path
 
 __all__ = ["register"]
@@ -55,10 +55,17 @@ def run(args: argparse.Namespace) -> int:
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)
+    server = server_table(outcome.report.get("server_ms", {}))
+    if server:
+        sys.stdout.write("\nTriton server side, mean ms per request (client minus server = network + serialisation):\n")
+        sys.stdout.write("\n".join(server) + "\n")
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
     write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
+    if server:
+        with safe_output_path(out, "report.md").open("a", encoding="utf-8") as md:
+            md.write("\n## Triton server side (mean ms per request)\n\n" + "\n".join(server) + "\n")
     violations = [r.stage for r in rows if r.verdict == "FAIL"]
     summary["budget"] = {
         "budget_ms": args.budget_ms,

@@ -17,6 +17,7 @@ __all__ = [
     "budget_rows",
     "markdown_table",
     "render_table",
+    "server_table",
     "status_table",
     "write_markdown",
     "write_plots",
@@ -93,6 +94,22 @@ def render_table(rows: Sequence[BudgetRow]) -> str:
         return "  ".join(padded)
 
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]) + "\n"
+
+
+def server_table(server_ms: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Markdown table of Triton's server-side time per model (mean ms per request), from the replay
+    report's ``server_ms``; client time minus this is network, serialisation and client overhead."""
+    if not server_ms:
+        return []
+    lines = [
+        "| model | requests | queue | compute input | compute infer | compute output | server total |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model, r in sorted(server_ms.items()):
+        cells = [f"{r.get(k, 0.0):.2f}" for k in ("queue_ms", "compute_input_ms", "compute_infer_ms")]
+        cells += [f"{r.get(k, 0.0):.2f}" for k in ("compute_output_ms", "total_ms")]
+        lines.append(f"| {model} | {int(r.get('requests', 0))} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def markdown_table(rows: Sequence[BudgetRow]) -> list[str]:

@@ -33,7 +33,7 @@ from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
 from perception.metrics import LatencyAccumulator, frame_record
 from perception.replay._source import DriveSource
-from perception.scheduler import FusionStage, Runtime
+from perception.scheduler import FusionStage, Runtime, server_time_breakdown
 from perception.types import FrameResult, SensorSpec
 
 __all__ = ["ReplayOptions", "ReplayOutcome", "ReplaySink", "replay_drive", "safe_output_path"]
@@ -143,6 +143,7 @@ async def replay_drive(
                 async with Runtime(cfg, rig=source.rig, fusion=fusion, join_timeout_ns=join_override) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
+                    stats_before = await rt.server_statistics()
                     with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
                         async for result in rt.run(source.frames()):
                             acc.add(result)
@@ -162,6 +163,8 @@ async def replay_drive(
                                 write(result)
                             bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
                     stopped = rt.stopping
+                    with anyio.CancelScope(shield=True):
+                        server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
         finally:
             if jsonl is not None:
                 jsonl.close()
@@ -169,6 +172,9 @@ async def replay_drive(
         report["drive"] = str(drive)
         report["rate"] = opts.rate
         report["alignment"] = dataclasses.asdict(source.assembler.stats)
+        if server_ms:
+            # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
+            report["server_ms"] = server_ms
         report["interrupted"] = stopped
         if source.image_size_mismatch:
             report["image_size_mismatch"] = dict(source.image_size_mismatch)

@@ -6,7 +6,7 @@ from perception.scheduler._align import AlignStats, FrameAssembler
 from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._pipeline import OrderedPipeline
-from perception.scheduler._runtime import FusionStage, Runtime
+from perception.scheduler._runtime import FusionStage, Runtime, server_time_breakdown
 from perception.scheduler._tensors import OUTPUTS, prepare_inputs
 from perception.scheduler._thread import ThreadedRuntime
 
@@ -23,4 +23,5 @@ __all__ = [
     "Runtime",
     "ThreadedRuntime",
     "prepare_inputs",
+    "server_time_breakdown",
 ]

@@ -217,6 +217,23 @@ class Runtime:
             raise RuntimeClosedError("the runtime is not open")
         return self._client
 
+    async def server_statistics(self) -> dict[str, dict[str, int]]:
+        """Triton's cumulative statistics of every configured model (empty for a non-Triton client or
+        when the server does not answer). Diff two snapshots with :func:`server_time_breakdown`."""
+        from perception.triton import TritonClient
+
+        client = self._client
+        if not isinstance(client, TritonClient):
+            return {}
+        out: dict[str, dict[str, int]] = {}
+        for model in sorted({s.model for s in self.config.active_sensors}):
+            try:
+                with anyio.fail_after(5):
+                    out[model] = await client.model_statistics(model)
+            except (PerceptionError, TimeoutError) as exc:
+                log.warning("statistics of model %s unavailable: %s", model, exc)
+        return out
+
     @property
     def dispatcher(self) -> Dispatcher:
         if self._dispatcher is None or self._closed:
@@ -327,6 +344,34 @@ def _through_decoder(inputs: Mapping[str, Any], sensor: str) -> dict[str, Any]:
 
     sample = ImageSample(sensor, 0, sensor, encode_jpeg(inputs["IMAGE"][0]))
     return prepare_inputs("camera", sample)
+
+
+SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def server_time_breakdown(
+    before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, float]]:
+    """Server-side mean ms per request of each stage between two statistics snapshots, per model.
+
+    Triton's own accounting: ``queue`` (waiting for an instance), ``compute_input`` (copying inputs
+    in), ``compute_infer`` (the model), ``compute_output`` (copying outputs out). Client time minus
+    their sum is network, serialisation and client overhead.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for model, b in before.items():
+        a = after.get(model)
+        if a is None:
+            continue
+        n = a.get("success_count", 0) - b.get("success_count", 0)
+        row: dict[str, float] = {"requests": float(n)}
+        for stage in SERVER_STAGES:
+            count = a.get(f"{stage}_count", 0) - b.get(f"{stage}_count", 0)
+            ns = a.get(f"{stage}_ns", 0) - b.get(f"{stage}_ns", 0)
+            row[f"{stage}_ms"] = round(ns / count / 1e6, 3) if count > 0 else 0.0
+        row["total_ms"] = round(sum(row[f"{s}_ms"] for s in SERVER_STAGES), 3)
+        out[model] = row
+    return out
 
 
 async def _aiter(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
