@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from perception._paths import safe_output_path
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
 __all__ = [
@@ -194,7 +195,7 @@ def write_plots(out_dir: Path, acc: LatencyAccumulator, budget_ms: float) -> lis
     ax.set_title("Latency per stage over the drive")
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    written.append(_save(fig, out_dir / "latency_over_time.png"))
+    written.append(_save(fig, safe_output_path(out_dir, "latency_over_time.png")))
 
     fig, ax = plt.subplots(figsize=(10, 4))
     bottom = np.zeros_like(totals)
@@ -207,7 +208,7 @@ def write_plots(out_dir: Path, acc: LatencyAccumulator, budget_ms: float) -> lis
     ax.set_title("Stacked latency breakdown")
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    written.append(_save(fig, out_dir / "breakdown.png"))
+    written.append(_save(fig, safe_output_path(out_dir, "breakdown.png")))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.hist(totals, bins=min(50, max(5, len(totals) // 3)), color="steelblue")
@@ -217,7 +218,7 @@ def write_plots(out_dir: Path, acc: LatencyAccumulator, budget_ms: float) -> lis
     ax.set_title("Frame latency histogram")
     ax.legend()
     fig.tight_layout()
-    written.append(_save(fig, out_dir / "histogram.png"))
+    written.append(_save(fig, safe_output_path(out_dir, "histogram.png")))
     return written
 
 

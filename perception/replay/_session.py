@@ -27,10 +27,11 @@ from typing import Any, Literal
 
 import anyio
 
+from perception._paths import safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError, DriveError
+from perception.errors import DriveError
 from perception.metrics import LatencyAccumulator, frame_record
 from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime, server_time_breakdown
@@ -71,15 +72,6 @@ class ReplayOutcome:
     interrupted: bool = False
     #: The drive is truncated: only its readable prefix was replayed (also ``drive_truncated`` in the report).
     drive_error: DriveError | None = None
-
-
-def safe_output_path(out_dir: Path, name: str) -> Path:
-    """``out_dir/name``, refusing names that would escape the output directory."""
-    root = out_dir.resolve()
-    path = (root / name).resolve()
-    if root != path and root not in path.parents:
-        raise ConfigError(f"output {name!r} escapes the output directory {out_dir}", key="output")
-    return path
 
 
 def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perception._paths import safe_output_path
 from perception.errors import PerceptionError
 from perception.metrics import BudgetRow, LatencyAccumulator, budget_rows, markdown_table, status_table, write_plots
 from perception.viz._load import frame_ids, load_frames
@@ -134,6 +135,6 @@ def write_replay_report(
         if plots:
             lines += ["## Latency plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots), ""]
     lines += _frames_section(out, frames, n_frames, range_m)
-    path = out / "report.md"
+    path = safe_output_path(out, "report.md")
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
     return path
