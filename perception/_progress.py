@@ -21,6 +21,7 @@ class Progress:
         self._last_draw = 0.0
         self._start = time.monotonic()
         self._done = 0.0
+        self._note = ""
 
     def __enter__(self) -> Progress:
         return self
@@ -29,12 +30,16 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._enabled:
-            self._draw("", force=True)
+            self._draw(self._note, force=True)
             self._stream.write("\n")
             self._stream.flush()
 
+    def close(self) -> None:
+        self.__exit__(None, None, None)
+
     def update(self, done: float, note: str = "") -> None:
         self._done = min(max(done, 0.0), self._total)
+        self._note = note
         if self._enabled:
             self._draw(note)
 

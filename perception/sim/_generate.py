@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
@@ -17,10 +16,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
+from perception._progress import Progress
 from perception.errors import ConfigError
 from perception.sim._camera import CameraFrame, CameraModel
 from perception.sim._lidar import LidarModel
@@ -287,32 +287,6 @@ class SimSummary:
         return "\n".join(lines)
 
 
-class ProgressBar:
-    """A one-line progress bar on a terminal stream (redrawn at most 10 times a second)."""
-
-    def __init__(self, total_s: float, stream_: TextIO | None = None) -> None:
-        self.total = total_s
-        self.out = stream_ or sys.stderr
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def __call__(self, sim_s: float) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.1 and sim_s < self.total:
-            return
-        self.last = now
-        frac = min(sim_s / self.total, 1.0) if self.total else 1.0
-        width = 30
-        bar = "#" * int(frac * width) + "." * (width - int(frac * width))
-        rtf = (now - self.start) / sim_s if sim_s > 0 else 0.0
-        self.out.write(f"\r[{bar}] {frac * 100:5.1f}%  {sim_s:6.1f}/{self.total:g} s  {rtf:5.2f}x RT\x1b[K")
-        self.out.flush()
-
-    def close(self) -> None:
-        self.out.write("\n")
-        self.out.flush()
-
-
 # ---------------------------------------------------------------------------------------------
 # generate_drive
 # ---------------------------------------------------------------------------------------------
@@ -347,9 +321,16 @@ def generate_drive(
     n_workers = default_workers() if workers is None else max(1, int(workers))
     events = sim.timeline()
     bar: Callable[[float], None] | None
-    closer: ProgressBar | None = None
+    closer: Progress | None = None
     if progress is True:
-        bar = closer = ProgressBar(sim.duration_s)
+        closer = Progress(sim.duration_s, "sim", enabled=True)
+        started = time.monotonic()
+
+        def draw(sim_s: float, shown: Progress = closer) -> None:
+            rtf = (time.monotonic() - started) / sim_s if sim_s > 0 else 0.0
+            shown.update(sim_s, f"{sim_s:6.1f}/{sim.duration_s:g} s  {rtf:5.2f}x RT")
+
+        bar = draw
     else:
         bar = progress or None
     meta = {
