@@ -205,13 +205,15 @@ class Dispatcher:
                 self._fail(members, outcomes, str(exc), attempt)
                 return
         end = self._clock()
+        # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
+        serialize = int(getattr(result, "prepare_ns", 0) or 0)
         for s in members:
             oc = outcomes[s.name]
             oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
             oc.status = SensorStatus.OK
             oc.end_ns = end
             oc.attempts = attempt
-            oc.stages = {"preprocess": prepared - start, "request": end - prepared}
+            oc.stages = {"preprocess": prepared - start, "serialize": serialize, "request": end - prepared}
 
     async def _prepare(
         self, frame: Frame, members: list[SensorConfig], outcomes: dict[str, SensorOutcome]
