@@ -300,11 +300,24 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class LatencyTree:
-    """Where the milliseconds went, all in ns. ``sensors`` maps sensor -> stage -> ns."""
+    """Where the milliseconds went, all in ns. ``sensors`` maps sensor -> stage -> ns.
+
+    A sensor's stages: ``preprocess`` (tensors from the sample), ``request`` (the client call, of which
+    ``serialize`` is the client's serialisation or shared-memory copy) and, when Triton's time for the
+    request is known (:class:`perception.metrics.ServerSplitter`), ``in_flight`` (= request - serialize),
+    ``server_queue``, ``server_compute_input``, ``server_compute_infer``, ``server_compute_output``,
+    ``server_total`` and ``overhead`` (= in_flight - server_total: network, gRPC and client scheduling).
+    """
 
     total_ns: int = 0
     stages: Mapping[str, int] = field(default_factory=dict)
     sensors: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Triton's own time for this frame's requests per model: ``requests`` (count) and the ns of
+    #: ``queue``, ``compute_input``, ``compute_infer``, ``compute_output`` and ``total`` (summed over
+    #: the model's requests of this frame).
+    server: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Why Triton's time is unknown for this frame, per model (e.g. other clients' requests interleaved).
+    server_unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

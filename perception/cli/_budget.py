@@ -13,7 +13,16 @@ from perception.cli._common import add_runtime_options, run_with_signals, runtim
 from perception.cli._replay import parse_rate, replay_with_stop
 from perception.config import BudgetConfig
 from perception.errors import ConfigError
-from perception.metrics import budget_rows, render_table, server_table, write_markdown, write_plots
+from perception.metrics import (
+    NO_DATA,
+    budget_rows,
+    render_table,
+    server_rows,
+    server_split_lines,
+    server_table,
+    write_markdown,
+    write_plots,
+)
 from perception.replay import ReplayOptions, safe_output_path
 
 __all__ = ["register"]
@@ -25,7 +34,9 @@ def register(sub: Any) -> None:
         help="latency-budget test: replay a drive, attribute every millisecond, gate on the budget",
         description="Replay DRIVE and check the total per-frame budget (and per-stage budgets from the "
         "config's budget.stages) at a percentile. Prints a table, writes report.json, report.md and plots. "
-        "Exits 1 on any violation.",
+        "Exits 1 on any violation. Each sensor's request is split into client time (preprocess, serialize) "
+        "and time in flight; with one frame in flight (--rate lockstep) the time in flight is split further "
+        "into Triton's queue/compute time per frame and the remaining network/client overhead.",
     )
     add_runtime_options(p)
     p.add_argument("--budget-ms", type=float, required=True, help="total per-frame budget in ms")
@@ -55,18 +66,27 @@ def run(args: argparse.Namespace) -> int:
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)
-    server = server_table(outcome.report.get("server_ms", {}))
-    if server:
-        sys.stdout.write("\nTriton server side, mean ms per request (client minus server = network + serialisation):\n")
-        sys.stdout.write("\n".join(server) + "\n")
+    split = outcome.report.get("server_split", {})
+    per_frame = server_rows(outcome.latency)
+    if per_frame:
+        sys.stdout.write("\nTriton server side per frame, ms (a sensor's in_flight - server_total = its overhead):\n")
+        sys.stdout.write(render_table(per_frame))
+        sys.stdout.write("\n".join(server_split_lines(split.get("models", {}))) + "\n")
+    else:
+        server = server_table(outcome.report.get("server_ms", {}))
+        if server:
+            why = split.get("why_not")
+            sys.stdout.write(
+                "\nTriton server side, mean ms per request (client minus server = network + serialisation)"
+                + (f"; no per-frame split: {why}" if why else "")
+                + ":\n"
+            )
+            sys.stdout.write("\n".join(server) + "\n")
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
     write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
-    if server:
-        with safe_output_path(out, "report.md").open("a", encoding="utf-8") as md:
-            md.write("\n## Triton server side (mean ms per request)\n\n" + "\n".join(server) + "\n")
-    violations = [r.stage for r in rows if r.verdict == "FAIL"]
+    violations = [r.stage for r in rows if r.verdict in ("FAIL", NO_DATA)]
     summary["budget"] = {
         "budget_ms": args.budget_ms,
         "percentile": args.percentile,

@@ -1,12 +1,18 @@
-"""Latency accounting: per-frame records, percentile aggregation, budget verdicts and reports."""
+"""Latency accounting: per-frame records and latency trees (client/server split per request), percentile
+aggregation, budget verdicts and reports."""
 
 from __future__ import annotations
 
 from perception.metrics._budget import (
+    NO_DATA,
+    SENSOR_ROWS,
     BudgetRow,
     budget_rows,
     markdown_table,
     render_table,
+    server_rows,
+    server_section,
+    server_split_lines,
     server_table,
     status_table,
     write_markdown,
@@ -14,20 +20,31 @@ from perception.metrics._budget import (
 )
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import detection_json, frame_record
+from perception.metrics._server import SERVER_STAGES, FrameRequest, ServerSplitter, frame_requests, with_in_flight
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
 __all__ = [
+    "NO_DATA",
+    "SENSOR_ROWS",
+    "SERVER_STAGES",
     "BudgetRow",
+    "FrameRequest",
     "LatencyAccumulator",
     "PrometheusExporter",
+    "ServerSplitter",
     "budget_rows",
     "detection_json",
     "frame_record",
+    "frame_requests",
     "markdown_table",
     "percentiles",
     "render_table",
+    "server_rows",
+    "server_section",
+    "server_split_lines",
     "server_table",
     "status_table",
+    "with_in_flight",
     "write_markdown",
     "write_plots",
 ]

@@ -14,10 +14,15 @@ from perception._paths import safe_output_path
 from perception.metrics._stats import LatencyAccumulator, percentiles
 
 __all__ = [
+    "NO_DATA",
+    "SENSOR_ROWS",
     "BudgetRow",
     "budget_rows",
     "markdown_table",
     "render_table",
+    "server_rows",
+    "server_section",
+    "server_split_lines",
     "server_table",
     "status_table",
     "write_markdown",
@@ -35,7 +40,7 @@ class BudgetRow:
     p99: float
     max: float
     budget_ms: float | None
-    verdict: str  # "ok", "FAIL" or "-" (no budget)
+    verdict: str  # "ok", "FAIL", "no data" (a budget on something not measured) or "-" (no budget)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,29 +54,77 @@ class BudgetRow:
         }
 
 
+#: A sensor's rows in the budget table (when measured); any other stage of its tree gets a row when it
+#: has a budget.
+SENSOR_ROWS = ("total", "preprocess", "serialize", "in_flight", "server_total", "overhead")
+NO_DATA = "no data"
+
+
 def _row(stage: str, values_ns: Sequence[int], budget_ms: float | None, percentile: float) -> BudgetRow:
     p = percentiles(values_ns)
     verdict = "-"
     if budget_ms is not None:
-        observed = float(np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, percentile)) if values_ns else 0.0
-        verdict = "ok" if observed <= budget_ms else "FAIL"
+        if not values_ns:
+            verdict = NO_DATA  # a budget on something never measured is not a pass
+        else:
+            observed = float(np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, percentile))
+            verdict = "ok" if observed <= budget_ms else "FAIL"
     return BudgetRow(stage, p["p50"], p["p95"], p["p99"], p["max"], budget_ms, verdict)
 
 
 def budget_rows(
     acc: LatencyAccumulator, total_budget_ms: float, stage_budgets: Mapping[str, float], percentile: float
 ) -> list[BudgetRow]:
-    """One row for the total, one per stage, one per sensor request; a budget on a stage or a sensor
-    (``sensor:<name>``) is checked at ``percentile``."""
+    """One row for the total, one per stage, a few per sensor (:data:`SENSOR_ROWS`); a budget on a stage,
+    on any stage of a sensor's tree (``<sensor>.<stage>``), on a sensor's total (``<sensor>``) or on
+    Triton's time for a model (``server.<model>.<stage>``) is checked at ``percentile``. A budget on
+    something this run never measured gets the verdict ``no data``."""
     rows = [_row("total", acc.total_ns, total_budget_ms, percentile)]
+    used: set[str] = set()
     for stage, values in sorted(acc.stage_ns.items()):
+        used.add(stage)
         rows.append(_row(stage, values, stage_budgets.get(stage), percentile))
     for sensor, stages in sorted(acc.sensor_ns.items()):
-        for stage, values in sorted(stages.items()):
+        shown = [k for k in SENSOR_ROWS if k in stages]
+        if "in_flight" not in stages and "request" in stages:
+            shown.append("request")  # a tree without the client's serialisation time
+        shown += sorted(k for k in stages if k not in shown and f"{sensor}.{k}" in stage_budgets)
+        for stage in shown:
             key = f"{sensor}.{stage}"
-            budget = stage_budgets.get(key, stage_budgets.get(sensor) if stage == "total" else None)
-            rows.append(_row(key, values, budget, percentile))
+            budget = stage_budgets.get(key)
+            if budget is None and stage == "total" and sensor in stage_budgets:
+                budget = stage_budgets[sensor]
+                used.add(sensor)
+            used.add(key)
+            rows.append(_row(key, stages[stage], budget, percentile))
+    for model, stages in sorted(acc.server_ns.items()):
+        for stage, values in stages.items():
+            key = f"server.{model}.{stage}"
+            if key in stage_budgets:
+                used.add(key)
+                rows.append(_row(key, values, stage_budgets[key], percentile))
+    rows += [_row(key, [], budget, percentile) for key, budget in sorted(stage_budgets.items()) if key not in used]
     return rows
+
+
+def server_rows(acc: LatencyAccumulator) -> list[BudgetRow]:
+    """Triton's time per frame for each model and stage (queue, compute input/infer/output, total),
+    over the frames it could be attributed to (see :class:`perception.metrics.ServerSplitter`)."""
+    return [
+        _row(f"{model}.{stage}", values, None, 99.0)
+        for model, stages in sorted(acc.server_ns.items())
+        for stage, values in stages.items()
+    ]
+
+
+def server_split_lines(split: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per model: in how many frames Triton's time was attributed, and why not elsewhere."""
+    lines = []
+    for model, info in sorted(split.items()):
+        why = ", ".join(f"{reason}: {n}" for reason, n in sorted(info.get("unavailable", {}).items()))
+        done = f"- {model}: server time attributed in {info.get('frames', 0)} frame(s)"
+        lines.append(done + (f"; not in {why}" if why else ""))
+    return lines
 
 
 def render_table(rows: Sequence[BudgetRow]) -> str:
@@ -111,6 +164,37 @@ def server_table(server_ms: Mapping[str, Mapping[str, float]]) -> list[str]:
         cells += [f"{r.get(k, 0.0):.2f}" for k in ("compute_output_ms", "total_ms")]
         lines.append(f"| {model} | {int(r.get('requests', 0))} | " + " | ".join(cells) + " |")
     return lines
+
+
+def server_section(report: Mapping[str, Any], acc: LatencyAccumulator | None) -> list[str]:
+    """Markdown: Triton's own time -- per frame (percentiles) when it was split per frame, else the
+    run's mean per request -- with how many frames it covers and why not the others."""
+    split = report.get("server_split", {})
+    per_frame = server_rows(acc) if acc is not None else []
+    means = server_table(report.get("server_ms", {}))
+    if not per_frame and not means:
+        return []
+    lines = ["## Triton server side", ""]
+    if per_frame:
+        lines += [
+            "Per frame, from Triton's statistics read between frames (ms; a model's requests of the frame "
+            "summed). Each sensor's `in_flight` minus its `server_total` is its `overhead`: network, gRPC "
+            "(de)serialisation and client scheduling.",
+            "",
+            *markdown_table(per_frame),
+            "",
+            *server_split_lines(split.get("models", {})),
+        ]
+    else:
+        why = split.get("why_not")
+        lines += [
+            "Mean ms per request over the run"
+            + (f" (no per-frame split: {why})" if why else "")
+            + "; client time minus server total is network, serialisation and client overhead.",
+            "",
+            *means,
+        ]
+    return [*lines, ""]
 
 
 def markdown_table(rows: Sequence[BudgetRow]) -> list[str]:

@@ -44,6 +44,26 @@ def _array_json(arr: Any) -> Any:
     return out.tolist()
 
 
+def _server_json(r: FrameResult, latency: dict[str, Any]) -> None:
+    """Triton's time per model, the reasons where it is unknown, and for each sensor whose split is
+    missing, why (its model's reason, or a request shared with others of the frame)."""
+    latency["server"] = {
+        m: {k: (v if k == "requests" else _ms(v)) for k, v in e.items()} for m, e in r.latency.server.items()
+    }
+    if r.latency.server_unavailable:
+        latency["server_unavailable"] = dict(r.latency.server_unavailable)
+    sensors = latency.setdefault("sensors", {})
+    for name, s in r.sensors.items():
+        if s.model is None or "server_total" in r.latency.sensors.get(name, {}):
+            continue
+        why = r.latency.server_unavailable.get(s.model)
+        entry = r.latency.server.get(s.model)
+        if why is None and entry is not None and entry.get("requests", 0) > 1:
+            why = f"{entry['requests']} requests to {s.model} in this frame: only their sum is known (server.{s.model})"
+        if why is not None:
+            sensors.setdefault(name, {})["server_unavailable"] = why
+
+
 def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, Any]:
     """The JSON record of one frame: status, per-sensor status/latency/error, detections, latency tree."""
     sensors: dict[str, Any] = {}
@@ -60,6 +80,8 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
     latency.update({k: _ms(v) for k, v in r.latency.stages.items()})
     if r.latency.sensors:
         latency["sensors"] = {s: {k: _ms(v) for k, v in st.items()} for s, st in r.latency.sensors.items()}
+    if r.latency.server or r.latency.server_unavailable:
+        _server_json(r, latency)
     rec: dict[str, Any] = {
         "frame_id": r.frame_id,
         "t_ns": r.t_ns,

@@ -43,6 +43,10 @@ class LatencyAccumulator:
     sensor_ns: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     sensor_status: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     drop_reasons: Counter[str] = field(default_factory=Counter)
+    #: Triton's time per model and stage, one value per frame it could be attributed to (ServerSplitter).
+    server_ns: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    #: Per model: why its server time was unknown, frames per reason (the text before any " (").
+    server_unavailable: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     series: list[tuple[int, int, dict[str, int]]] = field(default_factory=list)  # frame, total, stages
 
     def add(self, r: FrameResult) -> None:
@@ -61,7 +65,24 @@ class LatencyAccumulator:
         for sensor, stages in r.latency.sensors.items():
             for stage, ns in stages.items():
                 self.sensor_ns[sensor][stage].append(ns)
+        for model, entry in r.latency.server.items():
+            for stage, ns in entry.items():
+                if stage != "requests":
+                    self.server_ns[model][stage].append(ns)
+        for model, reason in r.latency.server_unavailable.items():
+            self.server_unavailable[model][reason.split(" (")[0]] += 1
         self.series.append((r.frame_id, r.latency.total_ns, dict(r.latency.stages)))
+
+    def server_split(self) -> dict[str, dict[str, Any]]:
+        """Per model: frames with Triton's time attributed, and frames without it by reason."""
+        models = sorted(set(self.server_ns) | set(self.server_unavailable))
+        return {
+            m: {
+                "frames": len(next(iter(self.server_ns[m].values()), [])) if m in self.server_ns else 0,
+                "unavailable": dict(self.server_unavailable.get(m, {})),
+            }
+            for m in models
+        }
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -77,6 +98,9 @@ class LatencyAccumulator:
                 "sensors": {
                     s: {stage: percentiles(v) for stage, v in sorted(st.items())}
                     for s, st in sorted(self.sensor_ns.items())
+                },
+                "server": {
+                    m: {stage: percentiles(v) for stage, v in st.items()} for m, st in sorted(self.server_ns.items())
                 },
             },
             "sensor_status": {s: dict(c) for s, c in sorted(self.sensor_status.items())},

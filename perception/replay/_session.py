@@ -6,6 +6,14 @@ completes (so an interrupted replay leaves complete records up to the last finis
 has ground truth); ``DIR/report.md`` presents them with a few rendered frames (:mod:`perception.viz`).
 Extra outputs (a fused MCAP recording, a live Foxglove view) plug in as ``sinks``.
 
+Every record's latency tree splits each request into the client's share (preprocessing, serialisation)
+and the time in flight. With one frame in flight (``--rate lockstep`` or ``pipeline.max_in_flight: 1``)
+the time in flight is split further into Triton's own queue / compute input / compute infer / compute
+output time and the remaining overhead (network, gRPC, client scheduling), from Triton's statistics
+between frames (:class:`perception.metrics.ServerSplitter`): the next frame is held back until they are
+read, outside any frame's timed path. With more frames in flight the statistics cannot tell frames
+apart; the report then has Triton's mean time per request over the run only (``server_ms``).
+
 A damaged drive never costs the frames before the damage: a truncated file is replayed up to its
 readable prefix (``drive_truncated`` in the report, :attr:`ReplayOutcome.drive_error`), a chunk that
 cannot be read mid-file ends the replay there with every output written (``drive_error`` in the
@@ -19,7 +27,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +39,11 @@ from perception._paths import safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import DriveError
-from perception.metrics import LatencyAccumulator, frame_record
+from perception.errors import ConfigError, DriveError
+from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
 from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime, server_time_breakdown
-from perception.types import FrameResult, SensorSpec
+from perception.types import Frame, FrameResult, SensorSpec
 
 __all__ = ["ReplayOptions", "ReplayOutcome", "ReplaySink", "replay_drive", "safe_output_path"]
 
@@ -61,6 +69,9 @@ class ReplayOptions:
     start_ns: int | None = None
     end_ns: int | None = None
     report_md: bool = True  # DIR/report.md (latency tables, quality, rendered frames) when out_dir is set
+    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: when one
+    #: frame is in flight; ``True`` with more is a :class:`ConfigError`.
+    server_split: bool | None = None
 
 
 @dataclass
@@ -85,6 +96,36 @@ def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:
         pipe = dataclasses.replace(config.pipeline, queue_size=0, overflow="block")
         return dataclasses.replace(config, pipeline=pipe)
     return config
+
+
+def _server_splitter(rt: Runtime, cfg: RuntimeConfig, wanted: bool | None) -> tuple[ServerSplitter | None, str | None]:
+    """The splitter for this replay, or why there is none."""
+    from perception.triton import TritonClient
+
+    k = cfg.pipeline.max_in_flight
+    if wanted is False:
+        return None, "turned off"
+    if k > 1:
+        if wanted:
+            raise ConfigError(
+                f"the per-frame server split needs one frame in flight, the pipeline has {k} "
+                "(use --rate lockstep or pipeline.max_in_flight: 1)",
+                key="pipeline.max_in_flight",
+            )
+        return None, f"{k} frames in flight: Triton's statistics cannot tell them apart (use --rate lockstep)"
+    client = rt.client
+    if not isinstance(client, TritonClient):
+        return None, "not a Triton client"
+    sensors = [(s.name, s.kind, s.model) for s in cfg.active_sensors]
+    batched = cfg.pipeline.camera_requests == "batched"
+    return ServerSplitter(client.model_statistics, sensors, batched_cameras=batched), None
+
+
+async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIterator[Frame]:
+    """``frames``, each released only once the previous frame's result was handled (``gate`` released)."""
+    async for frame in frames:
+        await gate.acquire()
+        yield frame
 
 
 def _make_fusion(config: RuntimeConfig, rig: dict[str, SensorSpec], reader: DriveReader) -> FusionStage | None:
@@ -136,8 +177,18 @@ async def replay_drive(
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()
+                    splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
+                    frames = source.frames()
+                    gate = anyio.Semaphore(1)
+                    if splitter is not None:
+                        await splitter.start()
+                        frames = _gated(frames, gate)
                     with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
-                        async for result in rt.run(source.frames()):
+                        async for raw in rt.run(frames):
+                            if splitter is not None:
+                                result = await splitter.attribute(raw)
+                            else:
+                                result = with_in_flight(raw)
                             acc.add(result)
                             if jsonl is not None:
                                 jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
@@ -154,6 +205,8 @@ async def replay_drive(
                             for write in writers:
                                 write(result)
                             bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
+                            if splitter is not None:
+                                gate.release()  # the next frame starts once this one is fully handled
                     stopped = rt.stopping
                     with anyio.CancelScope(shield=True):
                         server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
@@ -167,6 +220,7 @@ async def replay_drive(
         if server_ms:
             # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
             report["server_ms"] = server_ms
+        report["server_split"] = {"per_frame": split_off is None, "why_not": split_off, "models": acc.server_split()}
         report["interrupted"] = stopped
         if source.image_size_mismatch:
             report["image_size_mismatch"] = dict(source.image_size_mismatch)

@@ -9,7 +9,15 @@ from typing import Any
 
 from perception._paths import safe_output_path
 from perception.errors import PerceptionError
-from perception.metrics import BudgetRow, LatencyAccumulator, budget_rows, markdown_table, status_table, write_plots
+from perception.metrics import (
+    BudgetRow,
+    LatencyAccumulator,
+    budget_rows,
+    markdown_table,
+    server_section,
+    status_table,
+    write_plots,
+)
 from perception.viz._load import frame_ids, load_frames
 from perception.viz._render import render_frame
 
@@ -126,6 +134,7 @@ def write_replay_report(
         lines += [f"Dropped frames: {reasons}.", ""]
     lines += ["## Latency", "", "Milliseconds per frame; the total is checked at p99 against the frame budget.", ""]
     lines += [*markdown_table(rows), ""]
+    lines += server_section(report, latency)
     if report.get("sensor_status"):
         lines += ["## Sensor status counts", "", *status_table(report["sensor_status"]), ""]
     if report.get("quality"):
