@@ -2,9 +2,11 @@
 
 Rays are laid out column-major (azimuth column, then beam), which is also the output order. The
 ground (``z = 0`` in ``base_link``) is analytic and its ranges are fixed for a mount, so they are
-computed once. Boxes are culled per envelope by azimuth sector (columns) and elevation band (beams)
-before the slab test, which keeps a 128-beam sweep cheap. The sweep is treated as instantaneous at
-its capture time (no rolling-shutter motion distortion).
+computed once. A level lidar (the usual roof mount) casts column by column
+(:mod:`perception.sim._columncast`: a 2D slab test per column and box, then one band of beams per
+pair), which keeps a 128-beam sweep cheap; a tilted one falls back to the general ray caster, with
+boxes culled per envelope by azimuth sector and elevation band. The sweep is treated as
+instantaneous at its capture time (no rolling-shutter motion distortion).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from perception.sim._columncast import ColumnCaster
 from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, matmul, take
 from perception.sim._rig import LidarParams, SensorConfig
 from perception.sim._world import GroundSampler, Scene
@@ -48,7 +51,8 @@ class LidarModel:
             [np.cos(az)[:, None] * ce[None, :], np.sin(az)[:, None] * ce[None, :],
              np.broadcast_to(np.sin(self.elev)[None, :], (self.n_cols, p.beams))], axis=-1
         ).reshape(-1, 3)
-        self.sensor_dirs = tuple(np.ascontiguousarray(d[:, i], dtype=np.float32) for i in range(3))
+        # sensor-frame directions with a zero 4th column: a point row is one gather
+        self.sensor_dirs4 = np.concatenate([d, np.zeros((d.shape[0], 1))], axis=1).astype(np.float32)
         self.dirs_base = matmul(d, self.rot.T).astype(np.float32)  # base_link
         self.dirs: Rays = tuple(np.ascontiguousarray(self.dirs_base[:, i]) for i in range(3))  # type: ignore[assignment]
         with np.errstate(divide="ignore"):
@@ -65,6 +69,12 @@ class LidarModel:
         # angular culling margin for a tilted mount (the elevation band assumes a level sensor)
         tilt = float(np.degrees(np.arccos(np.clip(self.rot[2, 2], -1, 1))))
         self.el_margin = np.radians(tilt + (p.fov_up_deg - p.fov_down_deg) / max(p.beams - 1, 1) + 0.5)
+        # a level mount (yaw only) casts column by column
+        self.columns: ColumnCaster | None = None
+        if abs(self.rot[2, 2] - 1.0) < 1e-12:
+            mount_yaw = float(np.arctan2(self.rot[1, 0], self.rot[0, 0]))
+            self.columns = ColumnCaster(self.origin, self.az0 + mount_yaw, self.az_step, self.n_cols, self.elev,
+                                        p.max_range_m)
 
     @property
     def n_rays(self) -> int:
@@ -116,27 +126,41 @@ class LidarModel:
         e2 = e1[g2]
         return (col * self.p.beams + b_lo[e1])[g2] + off2, e2
 
-    def capture(self, scene: Scene, rng: np.random.Generator) -> F32:
-        """One sweep at ``scene.t_ns``: ``[N,4]`` float32 ``x, y, z, intensity`` in the sensor frame."""
-        p = self.p
+    def cast(self, scene: Scene, *, general: bool = False) -> tuple[F32, I64, I64, F32]:
+        """Nearest hits of every ray: distance (ground or box, ``inf`` for none), the rays that hit a
+        box, their part and ``|cos|`` of their incidence. ``general`` forces the general ray caster
+        (the column caster's reference)."""
+        if self.columns is not None and not general:
+            h = self.columns.cast(scene, self.ground_t)
+            return h.t, h.hit, h.part, h.cos
         best_t = self.ground_t.copy()
         best_part = np.full(self.n_rays, -1, dtype=np.int64)
         cast_pairs(self.origin, self.dirs, scene, *self._candidates(scene), best_t, best_part)
-        refl = np.zeros(self.n_rays, dtype=np.float32)
-        refl[self.ground_idx] = GROUND_REFLECTIVITY[self.ground.material(scene)]
-        cos = self.ground_cos.copy()
+        hit = np.nonzero(best_part >= 0)[0]
+        part = best_part[hit]
+        *_, cos = hit_geometry(self.origin, take(self.dirs, hit), best_t[hit], part, scene)
+        return best_t, hit, part, cos
+
+    def capture(self, scene: Scene, rng: np.random.Generator, *, general: bool = False) -> F32:
+        """One sweep at ``scene.t_ns``: ``[N,4]`` float32 ``x, y, z, intensity`` in the sensor frame."""
+        p = self.p
+        best_t, hit, part, c = self.cast(scene, general=general)
         # weak returns (dark, grazing, far) are lost more often; misses (t = inf) always:
         # p_drop = dropout + (1 - dropout) * exp(-K * reflectivity * cos(incidence) * (30 m / range)^2)
-        expo = refl * self.ground_expo
-        hit = np.nonzero(best_part >= 0)[0]
+        refl = np.zeros(self.n_rays, dtype=np.float32)
+        cos = self.ground_cos.copy()
+        expo = np.zeros(self.n_rays, dtype=np.float32)
+        on_box = np.zeros(self.n_rays, dtype=bool)
+        on_box[hit] = True
+        free = np.nonzero(~on_box[self.ground_idx])[0]  # ground points not hidden by a box
+        g = self.ground_idx[free]
+        refl[g] = GROUND_REFLECTIVITY[self.ground.material(scene, free)]
+        expo[g] = refl[g] * self.ground_expo[g]
         if hit.size:
-            part = best_part[hit]
-            t_hit = best_t[hit]
-            *_, c = hit_geometry(self.origin, take(self.dirs, hit), t_hit, part, scene)
             cos[hit] = c
             r_hit = scene.part_refl[part].astype(np.float32)
             refl[hit] = r_hit
-            inv = np.float32(30.0) / np.maximum(t_hit, np.float32(1.0))
+            inv = np.float32(30.0) / np.maximum(best_t[hit], np.float32(1.0))
             expo[hit] = r_hit * c * inv * inv * np.float32(-_DROP_K)
         p_drop = np.exp(expo, out=expo)
         p_drop *= np.float32(1.0 - p.dropout)
@@ -145,14 +169,13 @@ class LidarModel:
         keep &= (best_t >= p.min_range_m) & (best_t <= p.max_range_m)
         k = np.nonzero(keep)[0]
         r = best_t[k] + rng.standard_normal(k.size, dtype=np.float32) * np.float32(p.range_noise_m)
-        out = np.empty((k.size, 4), dtype=np.float32)
-        q = np.float32(p.quantization_m)
-        for axis in range(3):
-            v = self.sensor_dirs[axis][k] * r
-            if p.quantization_m > 0:  # exact for power-of-two steps such as the default 1/256 m
-                v = np.rint(v * (np.float32(1.0) / q), out=v)
-                v *= q
-            out[:, axis] = v
+        out: F32 = self.sensor_dirs4[k]  # x, y, z, 0
+        out *= r[:, None]
+        if p.quantization_m > 0:  # exact for power-of-two steps such as the default 1/256 m
+            q = np.float32(p.quantization_m)
+            out *= np.float32(1.0) / q
+            np.rint(out, out=out)
+            out *= q
         inten = refl[k] * (np.float32(0.35) + np.float32(0.65) * cos[k])
         np.minimum(inten, np.float32(1.0), out=inten)
         out[:, 3] = np.rint(inten * np.float32(255)) / np.float32(255)

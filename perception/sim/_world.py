@@ -485,17 +485,19 @@ class GroundSampler:
         self.w = (f - self.i).astype(np.float32)
         self.y = np.asarray(y, dtype=np.float32)
 
-    def material(self, scene: Scene) -> npt.NDArray[np.int8]:
-        return scene.road.ground_material(*self.frenet(scene))
+    def material(self, scene: Scene, sel: I64 | None = None) -> npt.NDArray[np.int8]:
+        """Ground kinds of the points (of the points ``sel`` only, if given: same values, less work)."""
+        return scene.road.ground_material(*self.frenet(scene, sel))
 
-    def frenet(self, scene: Scene) -> tuple[F32, F32]:
-        """``(s, d)`` of the points in ``scene`` (float32: millimetres at 100 km are plenty for paint)."""
+    def frenet(self, scene: Scene, sel: I64 | None = None) -> tuple[F32, F32]:
+        """``(s, d)`` of the points (or of the points ``sel``) in ``scene`` (float32: millimetres at
+        100 km are plenty for paint). Every point's value is independent of the others."""
         yc = np.interp(self.grid, scene.ground_x, scene.ground_y).astype(np.float32)
         th = np.interp(self.grid, scene.ground_x, scene.ground_th)
         sin_t, cos_t = np.sin(th).astype(np.float32), np.cos(th).astype(np.float32)
         sc = np.interp(self.grid, scene.ground_x, scene.ground_s).astype(np.float32)
-        i, w = self.i, self.w
-        dy = self.y - (yc[i] * (1 - w) + yc[i + 1] * w)
+        i, w, y = (self.i, self.w, self.y) if sel is None else (self.i[sel], self.w[sel], self.y[sel])
+        dy = y - (yc[i] * (1 - w) + yc[i + 1] * w)
         return sc[i] + dy * sin_t[i], dy * cos_t[i]
 
 
