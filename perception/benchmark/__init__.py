@@ -7,6 +7,7 @@
 * :class:`SequentialClient`: the classic blocking baseline (sync ``tritonclient.grpc``, one request at
   a time).
 * :func:`measure_transport`: gRPC vs system shared memory round trips through the ``sink`` test model.
+* :func:`compare_runs`: the headline ratios of repeated runs side by side (``--repeat``).
 * :func:`latency_stats`, :func:`ratio`, :func:`throughput`, :func:`environment`: the shared numbers.
 
 The machine these run on is usually shared: variants are always interleaved in one run and the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from perception.benchmark._env import environment, load_average
 from perception.benchmark._frames import find_drive, generate_drive_for_bench, load_frames
+from perception.benchmark._repeat import compare_runs, headline_ratios
 from perception.benchmark._report import render_markdown, write_report
 from perception.benchmark._run import BenchServer, bench_server, run_bench, triton_test_models
 from perception.benchmark._sequential import SequentialClient, SequentialResult
@@ -34,9 +36,11 @@ __all__ = [
     "SequentialClient",
     "SequentialResult",
     "bench_server",
+    "compare_runs",
     "environment",
     "find_drive",
     "generate_drive_for_bench",
+    "headline_ratios",
     "latency_stats",
     "load_average",
     "load_frames",

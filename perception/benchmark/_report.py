@@ -86,6 +86,40 @@ def _headline(sections: Mapping[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _interval(value: float | None, ci: Sequence[float] | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else "")
+
+
+def _reproducibility(report: Mapping[str, Any]) -> list[str]:
+    rows = report.get("reproducibility")
+    if not rows:
+        return []
+    runs = len(rows[0]["values"])
+    agreeing = sum(1 for r in rows if r["agree_within_noise"])
+    judged = sum(1 for r in rows if r["agree_within_noise"] is not None)
+    lines = [
+        "## Reproducibility: the whole comparison run " + str(runs) + " times",
+        "",
+        "The same suite, same server and frames, run again after the first. Runs agree within noise on a "
+        "ratio when their 95 % intervals overlap (the difference between runs is no larger than each run's "
+        "own frame-to-frame variation); spread = (max - min) / mean of the runs' values. "
+        f"**{agreeing} of {judged} ratios agree within noise.**",
+        "",
+    ]
+    table = [
+        [
+            r["ratio"],
+            *(_interval(v, ci) for v, ci in zip(r["values"], r["ci95"], strict=True)),
+            "–" if r["relative_spread"] is None else f"{100 * r['relative_spread']:.0f} %",
+            {True: "yes", False: "**no**", None: "–"}[r["agree_within_noise"]],
+        ]
+        for r in rows
+    ]
+    return [*lines, *_table(("ratio", *(f"run {i + 1}" for i in range(runs)), "spread", "agree"), table)]
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The human summary: context, headline ratios, transport per size, per-variant details."""
     env = report.get("environment", {})
@@ -189,6 +223,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             for row, v in zip(_variant_rows(pipelining["variants"]), pipelining["variants"].values(), strict=True)
         ]
         lines += _table(("channels", "in flight", *_VARIANT_HEADER[1:]), rows)
+    lines += _reproducibility(report)
     skipped = [(name, s["skipped"]) for name, s in sections.items() if "skipped" in s]
     if skipped:
         lines += ["## Skipped", ""] + [f"- **{name}**: {why}" for name, why in skipped] + [""]

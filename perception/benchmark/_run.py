@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from perception.benchmark._env import environment, load_average
+from perception.benchmark._repeat import compare_runs
 from perception.benchmark._sequential import SequentialClient
 from perception.benchmark._suite import BenchSettings, run_suite
 from perception.benchmark._transport import SINK_MODEL
@@ -84,15 +85,26 @@ async def run_bench(
     settings: BenchSettings,
     *,
     input_info: Mapping[str, Any] | None = None,
+    repeat: int = 1,
 ) -> dict[str, Any]:
-    """Start (or reach) the server, run the suite, return the whole report (see ``bench/README.md``)."""
+    """Start (or reach) the server, run the suite ``repeat`` times, return the whole report (see
+    ``bench/README.md``): ``sections`` is the first run; with ``repeat`` > 1, ``repeats`` holds the other
+    runs' sections and ``reproducibility`` the headline ratios of every run side by side."""
     started = time.monotonic()
     env = environment()
     async with bench_server(config) as server:
         with SequentialClient(server.url, config.sensors) as probe:
             version = await anyio.to_thread.run_sync(probe.server_version)
-        sections = await run_suite(server.url, config, frames, rig, settings)
+        runs = []
+        for i in range(repeat):
+            if repeat > 1:
+                log.info("bench run %d of %d", i + 1, repeat)
+            runs.append(await run_suite(server.url, config, frames, rig, settings))
     env["load_average_end"] = load_average()
+    sections = runs[0]
+    extra: dict[str, Any] = {}
+    if repeat > 1:
+        extra = {"repeats": runs[1:], "reproducibility": compare_runs(runs)}
     return {
         "benchmark": "perception bench: the runtime's variants side by side (same drive, models, server, run)",
         "quick": settings.quick,
@@ -102,5 +114,6 @@ async def run_bench(
         "input": dict(input_info or {}),
         "settings": dataclasses.asdict(settings),
         "sections": sections,
+        **extra,
         "wall_s": round(time.monotonic() - started, 1),
     }

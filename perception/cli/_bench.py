@@ -67,6 +67,13 @@ def register(sub: Any) -> None:
         default=None,
         help="transport section: comma-separated point counts (default: 10000,100000,300000)",
     )
+    p.add_argument(
+        "--repeat",
+        type=_count,
+        default=1,
+        help="run the whole comparison this many times on the same server and frames and report whether "
+        "the headline ratios agree within noise (default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -117,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
         frames, rig, info = load_frames(drive, config, settings.frames)
         if generated is not None:
             info["drive"] = generated
-    report = anyio.run(lambda: run_bench(config, frames, rig, settings, input_info=info), backend="asyncio")
+    report = anyio.run(
+        lambda: run_bench(config, frames, rig, settings, input_info=info, repeat=args.repeat), backend="asyncio"
+    )
     json_path, md_path = write_report(report, args.out)
     sys.stdout.write(render_markdown(report))
     sys.stdout.write(f"\nwrote {json_path} and {md_path}\n")
