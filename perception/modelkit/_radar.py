@@ -2,26 +2,39 @@
 
 Input rows are ``x, y, z, radial_velocity, rcs`` in the radar's sensor frame (extra columns are
 ignored); ``radial_velocity`` is ego-motion compensated (m/s, positive = moving away), ``rcs`` in dBsm.
+The compensation is the sender's job (the radar or its driver knows the ego motion at the scan; the
+model does not): a static return reads ~0 m/s, and everything below relies on that.
 
 Pipeline::
 
     sanitize          drop non-finite rows, crop range, drop returns weaker than ``min_rcs``
-    cluster_radar     DBSCAN in position with a Doppler-compatibility test: returns of one object are
-                      close in space *and* their radial velocities agree up to what one rigid object's
-                      motion explains, so two objects side by side with different speeds separate.
-                      Noise points (no dense neighbourhood) are clutter, except single returns strong
-                      enough (``single_min_rcs``) to be an object on their own.
-    per cluster       position = RCS-weighted (linear power) mean; radial velocity = mean;
-                      RCS = total power (dB of the sum of linear powers); score from count and power;
-                      over-ground velocity = least squares of ``v . u_i = vr_i`` (u_i the horizontal
-                      unit line of sight of return i, v = (vx, vy)).
+    cluster_radar     DBSCAN with a neighbourhood shaped like the radar's errors: ``eps_position``
+                      along the line of sight, growing with range across it (``eps_azimuth``: azimuth
+                      noise scatters a far object's returns sideways by metres), plus a Doppler-
+                      compatibility test (returns of one object agree up to what one rigid motion
+                      explains), so two objects side by side with different speeds separate.
+    split_by_motion   a cluster whose returns need two rigid motions (a walker beside a parked car)
+                      is split into one group per motion.
+    isolated returns  a return without a dense neighbourhood is clutter unless it is an object on its
+                      own: strong (``single_min_rcs``), or moving (``|vr| >= single_min_speed``; static
+                      clutter reads ~0 m/s after ego-motion compensation). Far or small movers (a
+                      pedestrian at 30 m) often give exactly one return, so dropping those would lose
+                      most of them. Their score is low; multipath ghosts with a spurious Doppler can
+                      pass this test, which one scan cannot tell from a real mover (tracking can).
+    per group         position = RCS-weighted (linear power) mean; RCS = total power (dB of the sum of
+                      linear powers); score from count and power; velocity: :func:`fit_velocity`.
 
-Velocity policy: the least-squares velocity is reported only when its predicted 1-sigma error
-(``sigma * sqrt(max eig((A^T A)^-1))``, see :func:`fit_velocity`) is at most ``max_velocity_std``;
-otherwise ``VELOCITY`` is NaN, as the contract requires where the azimuth spread among the returns is
-too small. We deliberately do *not* substitute the radial-only guess
-``vr * u``: it is wrong for every object not moving along the line of sight, and ``RADIAL_VELOCITY``
-already carries that information for consumers that want it.
+Velocity policy. Each return measures ``vr_i = v . u_i`` (``u_i`` its horizontal line of sight, ``v``
+the object's over-ground velocity). :func:`fit_velocity` solves for ``v`` by weighted least squares
+with a weak prior on the component across the object's line of sight (``max_speed``), so
+
+* ``RADIAL_VELOCITY`` is always the estimated ``v . u`` along the line of sight of the reported
+  position (for one return: its Doppler; for several: consistent with where the position is, which a
+  plain mean of the Doppler values is not when the returns span some azimuth);
+* ``VELOCITY`` is the full ``(vx, vy)`` only where the returns' azimuth spread determines it: its
+  predicted 1-sigma error (worst direction) must be at most ``max_velocity_std``; otherwise NaN, as
+  the contract requires. We deliberately do *not* substitute the radial-only guess ``vr * u``: it is
+  wrong for every object not moving along the line of sight.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ __all__ = [
     "cluster_radar",
     "detect_radar",
     "fit_velocity",
+    "radial_velocity",
     "sanitize_radar",
     "split_by_motion",
 ]
@@ -59,14 +73,17 @@ class RadarParams:
     min_range: float = 0.5
     max_range: float = 120.0
     min_rcs: float = -20.0  # dBsm; weaker returns are clutter
-    eps_position: float = 2.5  # m: DBSCAN radius in position...
-    eps_velocity: float = 1.0  # ...and Doppler difference (m/s) of returns on the same line of sight
+    eps_position: float = 2.5  # m: DBSCAN radius along the line of sight (and its floor across it)...
+    eps_azimuth: float = 0.08  # rad: ...across it the radius is hypot(eps_position, range * eps_azimuth)
+    eps_velocity: float = 1.0  # m/s: Doppler difference of returns of one object on the same line of sight
     max_speed: float = 15.0  # m/s: fastest object assumed when comparing returns' Doppler (see cluster_radar)
     min_samples: int = 2  # DBSCAN core: at least this many returns within the radius (self included)
     single_min_rcs: float = 10.0  # dBsm; an isolated return this strong is still an object
-    velocity_sigma: float = 0.15  # m/s, Doppler noise floor used for the velocity error prediction
-    azimuth_sigma: float = 0.03  # rad, azimuth noise (incl. scatter over the object) for the same
-    max_velocity_std: float = 0.5  # m/s; predicted velocity error above this -> NaN
+    single_min_speed: float = 0.75  # m/s; an isolated return moving this fast is an object (clutter reads ~0)
+    velocity_sigma: float = 0.15  # m/s, Doppler noise floor (incl. micro-Doppler) of one return
+    azimuth_sigma: float = 0.03  # rad, azimuth noise of one return...
+    lateral_sigma: float = 0.5  # m ...plus this scatter across the line of sight over the object
+    max_velocity_std: float = 0.5  # m/s; predicted over-ground velocity error above this -> NaN
     min_score: float = 0.05
 
 
@@ -94,6 +111,9 @@ class RadarDetections:
         return int(self.scores.shape[0])
 
 
+_NOISE_PRIOR_DOF = 4.0  # weight of the assumed noise model against a fit's residual (fit_velocity)
+
+
 def _noop(_stage: str) -> None:
     return None
 
@@ -117,19 +137,35 @@ def sanitize_radar(points: npt.NDArray[np.floating[Any]], params: RadarParams | 
 def cluster_radar(rows: F64, params: RadarParams | None = None) -> tuple[I64, int]:
     """DBSCAN of ``[N,>=5]`` rows in position and Doppler. Returns ``(labels, count)``, -1 = noise.
 
-    Two returns are neighbours when they are within ``eps_position`` (x, y) and their Doppler difference
-    can come from one rigid object: ``|vr_i - vr_j| <= eps_velocity + max_speed * |u_i - u_j|`` (the
-    lines of sight ``u`` of a wide, close object differ, and so do its returns' radial velocities).
+    Two returns are neighbours when
+
+    * their horizontal offset lies in an ellipse about the line of sight of their midpoint: semi-axis
+      ``eps_position`` along it, ``hypot(eps_position, range * eps_azimuth)`` across it (range is
+      measured well, azimuth badly: a far object's returns scatter sideways by metres); and
+    * their Doppler difference can come from one rigid object:
+      ``|vr_i - vr_j| <= eps_velocity + max_speed * |u_i - u_j|`` (the lines of sight ``u`` of a wide,
+      close object differ, and so do its returns' radial velocities).
     """
     p = params or RadarParams()
     n = rows.shape[0]
     if n == 0:
         return np.zeros((0,), np.int64), 0
-    pairs = cKDTree(rows[:, :2]).query_pairs(p.eps_position, output_type="ndarray").reshape(-1, 2)
+    xy = rows[:, :2]
+    reach = math.hypot(p.eps_position, float(np.hypot(xy[:, 0], xy[:, 1]).max()) * p.eps_azimuth)
+    pairs = cKDTree(xy).query_pairs(reach, output_type="ndarray").reshape(-1, 2)
+    a, b = pairs[:, 0], pairs[:, 1]
+    mid = 0.5 * (xy[a] + xy[b])
+    mid_range = np.maximum(np.hypot(mid[:, 0], mid[:, 1]), 1e-9)
+    los = mid / mid_range[:, None]
+    d = xy[a] - xy[b]
+    along = d[:, 0] * los[:, 0] + d[:, 1] * los[:, 1]
+    across = d[:, 1] * los[:, 0] - d[:, 0] * los[:, 1]
+    across_eps = np.hypot(p.eps_position, mid_range * p.eps_azimuth)
+    near = (along / p.eps_position) ** 2 + (across / across_eps) ** 2 <= 1.0
     u = rows[:, :3] / np.maximum(np.linalg.norm(rows[:, :3], axis=1, keepdims=True), 1e-9)
-    du = np.linalg.norm(u[pairs[:, 0], :2] - u[pairs[:, 1], :2], axis=1)
-    dv = np.abs(rows[pairs[:, 0], 3] - rows[pairs[:, 1], 3])
-    pairs = pairs[dv <= p.eps_velocity + p.max_speed * du]
+    du = np.linalg.norm(u[a, :2] - u[b, :2], axis=1)
+    dv = np.abs(rows[a, 3] - rows[b, 3])
+    pairs = pairs[near & (dv <= p.eps_velocity + p.max_speed * du)]
     degree = np.bincount(pairs.ravel(), minlength=n) + 1  # self included
     core = degree >= p.min_samples
     labels = np.full(n, -1, np.int64)
@@ -148,19 +184,27 @@ def cluster_radar(rows: F64, params: RadarParams | None = None) -> tuple[I64, in
     return labels, int(dense.max()) + 1
 
 
+def _azimuth_sigma(rows: F64, p: RadarParams) -> F64:
+    """Per-return azimuth uncertainty (rad): sensor noise and the scatter over the object's extent."""
+    rng = np.maximum(np.hypot(rows[:, 0], rows[:, 1]), 1.0)
+    out: F64 = np.hypot(p.azimuth_sigma, p.lateral_sigma / rng)
+    return out
+
+
 def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, float]:
     """Least-squares over-ground ``(vx, vy)`` of one object's returns and its predicted 1-sigma error.
 
-    Solves ``[cos az_i, sin az_i] v = vr_i`` over the returns' azimuths ``az_i``. Only azimuth is used:
+    Solves ``[cos az_i, sin az_i] v = vr_i`` over the returns' azimuths ``az_i``, weighted by each
+    return's expected error ``sigma_i = hypot(velocity_sigma, |v| * azimuth_sigma_i)``: the azimuth is
+    noisy, and an azimuth error ``d`` changes ``v . u_i`` by up to ``|v| d``. Only azimuth is used:
     automotive radar elevation is too coarse to help, and for returns near the sensor's height the
     horizontal line of sight is exact to a fraction of a percent.
 
-    The predicted error is ``sigma / sqrt(smallest eigenvalue of A^T A)`` (the worst direction), with
-    ``sigma`` the largest of the Doppler noise floor, the fit's residual, and the error an azimuth error
-    of ``azimuth_sigma`` causes on the projection of the estimated speed (doubled for two returns, whose
-    fit cannot be checked). Returns that disagree with the fit by more than four times the noise are
-    dropped and the fit repeated while at least three remain. NaNs and ``inf`` when there are fewer
-    than two returns or their directions are (nearly) parallel.
+    The predicted error is ``sqrt(largest eigenvalue of (A^T W A)^-1)`` (the worst direction),
+    inflated by the fit's residual when that is larger than the noise model (reduced chi-square > 1)
+    and doubled for exactly two returns, whose fit cannot be checked. Returns that disagree with the
+    fit by more than four sigmas are dropped and the fit repeated while at least three remain. NaNs
+    and ``inf`` when there are fewer than two returns or their directions are (nearly) parallel.
     """
     p = params or RadarParams()
     nan = np.full(2, np.nan)
@@ -169,28 +213,57 @@ def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, flo
     az = np.arctan2(rows[:, 1], rows[:, 0])
     a_all = np.column_stack([np.cos(az), np.sin(az)])
     vr_all = rows[:, 3]
+    az_sigma = _azimuth_sigma(rows, p)
     inlier = np.ones(rows.shape[0], dtype=bool)
-    for _ in range(3):
-        a, vr = a_all[inlier], vr_all[inlier]
-        ata = a.T @ a
+    speed = 0.0  # first pass unweighted by the (unknown) speed
+    for _ in range(4):
+        used = inlier
+        a, vr = a_all[used], vr_all[used]
+        w = 1.0 / (p.velocity_sigma**2 + (speed * az_sigma[used]) ** 2)
+        ata = (a * w[:, None]).T @ a
         eig = np.linalg.eigvalsh(ata)
         if eig[0] <= 1e-9 * max(eig[1], 1e-12):
             return nan, math.inf
-        v = np.linalg.solve(ata, a.T @ vr)
-        model_sigma = math.hypot(p.velocity_sigma, p.azimuth_sigma * float(np.hypot(*v)))
+        v = np.linalg.solve(ata, (a * w[:, None]).T @ vr)
+        new_speed = float(np.hypot(*v))
+        sigma_all = np.hypot(p.velocity_sigma, new_speed * az_sigma)
         # Returns that disagree with the fit far beyond the noise (multipath ghosts, a neighbour's
         # return) are dropped and the fit repeated, as long as it stays over-determined.
-        keep = np.abs(a_all @ v - vr_all) <= max(4.0 * model_sigma, 0.5)
-        if keep.sum() < 3 or np.array_equal(keep, inlier):
+        keep = np.abs(a_all @ v - vr_all) <= np.maximum(4.0 * sigma_all, 0.5)
+        if keep.sum() < 3:
+            keep = used
+        if np.array_equal(keep, used) and abs(new_speed - speed) <= 0.05 * max(new_speed, 1.0):
             break
-        inlier = keep
-    dof = int(inlier.sum()) - 2
-    resid = float(np.sqrt(np.sum((a @ v - vr) ** 2) / dof)) if dof > 0 else 0.0
-    sigma = max(model_sigma, resid)
-    std = sigma / math.sqrt(float(eig[0]))
-    if dof <= 0:  # exactly determined: no check of the fit at all
-        std *= 2.0
+        inlier, speed = keep, new_speed
+    dof = int(used.sum()) - 2
+    chi2 = float(np.sum(w * (a @ v - vr) ** 2))
+    # Noise scale: the assumed noise model pooled with what the residual says (the model counts as
+    # NOISE_PRIOR_DOF returns' worth), so many well-fitting returns may show the sensor does better
+    # than assumed, and a bad fit widens the error; exactly determined fits cannot be checked at all.
+    scale = (_NOISE_PRIOR_DOF + chi2) / (_NOISE_PRIOR_DOF + dof) if dof > 0 else 4.0
+    std = math.sqrt(scale / float(eig[0]))
     return v, std
+
+
+def radial_velocity(rows: F64, azimuth: float, params: RadarParams | None = None) -> float:
+    """One object's radial velocity along the line of sight at ``azimuth`` (rad) from its returns.
+
+    Each return reads ``vr_i = a cos(d_i) + b sin(d_i)`` with ``d_i = az_i - azimuth``, ``a`` the radial
+    and ``b`` the cross-line-of-sight component of the object's velocity. Least squares for ``(a, b)``
+    with a weak zero-mean prior on ``b`` (standard deviation ``max_speed``) gives ``a`` even when the
+    returns' azimuth spread cannot determine ``b``: then ``a`` is the Doppler averaged over the returns
+    and corrected by the little that their spread says about ``b``. One return: its Doppler.
+    """
+    p = params or RadarParams()
+    d = np.arctan2(rows[:, 1], rows[:, 0]) - azimuth
+    c, s = np.cos(d), np.sin(d)
+    w = 1.0 / (p.velocity_sigma**2 + (p.max_speed * _azimuth_sigma(rows, p)) ** 2)
+    vr = rows[:, 3]
+    h = np.array(
+        [[np.sum(w * c * c), np.sum(w * c * s)], [np.sum(w * c * s), np.sum(w * s * s) + 1.0 / p.max_speed**2]]
+    )
+    rhs = np.array([np.sum(w * c * vr), np.sum(w * s * vr)])
+    return float(np.linalg.solve(h, rhs)[0])
 
 
 def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> list[I64]:
@@ -252,23 +325,28 @@ def detect_radar(
     groups: list[I64] = []
     for k in range(count):
         groups.extend(split_by_motion(rows, np.flatnonzero(labels == k), p))
-    strong = np.flatnonzero((labels < 0) & (rows[:, 4] >= p.single_min_rcs))
-    groups.extend(strong[:, None])
+    # Isolated returns: clutter, unless strong, or moving (static clutter reads ~0 m/s).
+    alone = (labels < 0) & ((rows[:, 4] >= p.single_min_rcs) | (np.abs(rows[:, 3]) >= p.single_min_speed))
+    groups.extend(np.flatnonzero(alone)[:, None])
     out_pos, out_vr, out_v, out_rcs, out_score = [], [], [], [], []
     for idx in groups:
         members = rows[idx]
         power = np.power(10.0, members[:, 4] / 10.0)
-        pos = (members[:, :3] * power[:, None]).sum(axis=0) / power.sum()
         total_db = 10.0 * math.log10(float(power.sum()))
-        v, std = fit_velocity(members, p)
-        if not std <= p.max_velocity_std:
-            v = np.full(2, np.nan)
         n = members.shape[0]
         score = (1.0 - math.exp(-n / 2.5)) / (1.0 + math.exp(-(total_db - 0.0) / 4.0))
         if score < p.min_score:
             continue
+        pos = (members[:, :3] * power[:, None]).sum(axis=0) / power.sum()
+        azimuth = math.atan2(float(pos[1]), float(pos[0]))
+        v, std = fit_velocity(members, p)
+        if std <= p.max_velocity_std:
+            vr = float(v[0] * math.cos(azimuth) + v[1] * math.sin(azimuth))
+        else:
+            v = np.full(2, np.nan)
+            vr = radial_velocity(members, azimuth, p)
         out_pos.append(pos)
-        out_vr.append(float(members[:, 3].mean()))
+        out_vr.append(vr)
         out_v.append(v)
         out_rcs.append(total_db)
         out_score.append(score)

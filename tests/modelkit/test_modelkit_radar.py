@@ -69,10 +69,10 @@ def test_side_by_side_objects_with_different_speeds_separate() -> None:
 def test_clutter_is_rejected() -> None:
     obj = synthetic_radar_returns([(20.0, 3.0, 4.5, 1.8, 5.0, 0.0)], per_object=8, seed=6)
     rng = np.random.default_rng(7)
-    # Isolated weak false alarms spread over the field of view...
-    far = np.column_stack(
-        [rng.uniform(5, 80, 10), rng.uniform(-40, 40, 10), np.zeros(10), rng.normal(0, 3, 10), rng.uniform(-5, 5, 10)]
-    )
+    # Isolated weak static false alarms spread over the field of view (ego-compensated: ~0 m/s)...
+    far = np.column_stack([
+        rng.uniform(5, 80, 10), rng.uniform(-40, 40, 10), np.zeros(10), rng.normal(0, 0.15, 10), rng.uniform(-5, 5, 10)
+    ])
     far = far[np.min(np.hypot(far[:, 0] - 20.0, far[:, 1] - 3.0)[:, None], axis=1) > 8.0]
     # ...and returns below the RCS floor right on the object.
     weak = obj.copy()
@@ -80,6 +80,32 @@ def test_clutter_is_rejected() -> None:
     det = detect_radar(np.concatenate([obj, far, weak]).astype(np.float32))
     assert len(det) == 1
     np.testing.assert_allclose(det.positions[0, :2], [20.0, 3.0], atol=1.5)
+
+
+def test_isolated_moving_return_is_an_object_with_a_low_score() -> None:
+    # A far pedestrian often gives one return; its Doppler (static clutter reads ~0) makes it an object.
+    walker = np.array([[40.0, -6.0, 0.0, -1.2, -4.0]], np.float32)
+    car = synthetic_radar_returns([(20.0, 3.0, 4.5, 1.8, 5.0, 0.0)], per_object=8, seed=6)
+    det = detect_radar(np.concatenate([car, walker]))
+    assert len(det) == 2
+    lone = int(np.argmin(det.scores))
+    np.testing.assert_allclose(det.positions[lone], walker[0, :3])
+    assert det.radial_velocity[lone] == pytest.approx(-1.2)
+    assert np.isnan(det.velocity[lone]).all()
+    assert det.scores[lone] < 0.5 * det.scores[1 - lone]
+    # The same return reading ~0 m/s is clutter; and the rule can be switched off.
+    assert len(detect_radar(np.concatenate([car, walker * [1, 1, 1, 0.1, 1]]))) == 1
+    assert len(detect_radar(np.concatenate([car, walker]), RadarParams(single_min_speed=math.inf))) == 1
+
+
+def test_radial_velocity_is_along_the_reported_line_of_sight() -> None:
+    # A wide, close object crossing at 6 m/s with a small forward component: the returns' Doppler values
+    # differ across its azimuth spread; the reported radial velocity is v . u at the reported position.
+    v = np.array([1.0, 6.0])
+    det = detect_radar(synthetic_radar_returns([(12.0, 4.0, 4.5, 1.8, *v)], per_object=5, noise_vr=0.02, seed=11))
+    assert len(det) == 1
+    u = det.positions[0, :2] / np.linalg.norm(det.positions[0, :2])
+    assert det.radial_velocity[0] == pytest.approx(float(v @ u), abs=0.03)  # the plain mean is 0.08 off
 
 
 def test_strong_single_return_is_kept() -> None:
