@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from perception.types import Detection3D, FrameResult
+from perception.types import Detection3D, FrameResult, SensorStatus
 
 __all__ = ["detection_json", "frame_record"]
 
@@ -54,7 +54,7 @@ def _server_json(r: FrameResult, latency: dict[str, Any]) -> None:
         latency["server_unavailable"] = dict(r.latency.server_unavailable)
     sensors = latency.setdefault("sensors", {})
     for name, s in r.sensors.items():
-        if s.model is None or "server_total" in r.latency.sensors.get(name, {}):
+        if s.status is not SensorStatus.OK or s.model is None or "server_total" in r.latency.sensors.get(name, {}):
             continue
         why = r.latency.server_unavailable.get(s.model)
         entry = r.latency.server.get(s.model)
