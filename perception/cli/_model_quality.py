@@ -43,14 +43,21 @@ metrics (the JSON report repeats these under "definitions"):
                            objects < 50% visible or < 10 px tall are don't-care; null: no such object
   lidar_bev_ap_car         BEV AP for cars within 50 m of base_link, true positive = nearest unmatched
                            car within 2 m centre distance (greedy by score), boxes in base_link
-  radar_detection_rate     matched / all moving objects (> 1 m/s) inside a radar's FOV and range;
-                           a detection matches the nearest unmatched object within 2.5 m
-  radar_detection_rate_observed  the same over the moving objects with a radar return within 1 m of
-                           their box (leaves out objects the radar could not see: occlusion)
-  radar_velocity_rmse      RMS of |v_det - v_gt| (m/s) over the matched moving objects whose
-                           detection reports a FINITE velocity; the model reports NaN when one scan
-                           does not determine it, and those are left out, so read it with:
-  radar_velocity_coverage  fraction of matched moving objects with a finite reported velocity
+  radar_*                  per radar scan, moving = ground-truth speed > 1 m/s, centre in the radar's
+                           FOV and range. A detection matches an object (one-to-one, Hungarian) when
+                           it is within the position gate of the object's BEV box (anisotropic: 0.6 m
+                           along the line of sight, hypot(0.5 m, range * 2 deg) across, chi2 9.21)
+                           and its RADIAL_VELOCITY is within 3 m/s of v_gt . u (u: its line of sight)
+  radar_detection_rate     matched / observed moving objects (>= 1 return in the gate whose Doppler
+                           agrees within 1 m/s: the objects the radar saw)
+  radar_detection_rate_fov matched / all moving objects in FOV and range (occluded ones count as missed)
+  radar_precision_moving   share of detections with |RADIAL_VELOCITY| > 1 m/s matched to a moving object
+  radar_velocity_rmse      RMS of RADIAL_VELOCITY - v_gt . u (m/s) over ALL matched moving objects:
+                           the ego-compensated Doppler velocity a radar measures for every object
+  radar_velocity_rmse_over_ground  RMS of |VELOCITY - v_gt| (2D) over the matched moving objects whose
+                           detection reports a finite VELOCITY (only where the returns' azimuth spread
+                           determines it; NaN otherwise), so read it with:
+  radar_velocity_coverage_over_ground  fraction of matched moving objects with a finite VELOCITY
 
 targets: camera_ap50_car >= 0.7, lidar_bev_ap_car >= 0.7, radar_velocity_rmse <= 0.5
 exit status: 0 (whatever the targets) unless --check: then 1 if a target fails; 2 for usage errors.
@@ -193,7 +200,7 @@ def _table(report: dict[str, Any]) -> str:
     frames = ", ".join(f"{model} {n}" for model, n in report["frames"].items())
     lines = [
         f"{report['scenario']}, seed {report['seed']}, {report['duration_s']:g} s; samples: {frames}",
-        f"{'metric':<29} {'value':>7}  target",
+        f"{'metric':<36} {'value':>7}  target",
     ]
     for key in report["definitions"]:
         target = report["targets"].get(key)
@@ -201,12 +208,13 @@ def _table(report: dict[str, Any]) -> str:
         if target:
             n = f" (n={target['n']})" if "n" in target else ""
             bar = f"{target['op']} {target['threshold']:g}  {'pass' if target['pass'] else 'FAIL'}{n}"
-        lines.append(f"{key:<29} {_fmt(report.get(key)):>7}  {bar}".rstrip())
+        lines.append(f"{key:<36} {_fmt(report.get(key)):>7}  {bar}".rstrip())
     c = report["counts"]
     lines.append(
         f"lidar cars {c['lidar_gt_car']} (TP {c['lidar_tp_car']}, FP {c['lidar_fp_car']}); radar moving objects "
-        f"{c['radar_moving_objects']} (observed {c['radar_observed_moving']}), matched {c['radar_matched_moving']}, "
-        f"finite velocity {c['radar_finite_velocity']}"
+        f"{c['radar_moving_objects']} (observed {c['radar_observed_moving']}), matched {c['radar_matched_moving']} "
+        f"(of the observed {c['radar_matched_observed']}; {c['radar_doppler_rejected']} more by position alone), "
+        f"finite over-ground velocity {c['radar_velocity_over_ground']}"
     )
     return "\n".join(lines)
 

@@ -16,16 +16,32 @@ Protocol (also in :data:`DEFINITIONS`, which reports carry):
   ground-truth car within 2 m (BEV centre distance); only ground-truth cars within 50 m of
   ``base_link`` count; an unmatched car detection is a false positive when it is within 50 m and
   ignored beyond.
-* **radar** -- detections (position and velocity moved to ``base_link``) by descending score, each
-  matched to the nearest unmatched ground-truth object (any class, moving or not) within 2.5 m BEV.
-  *Detection rate*: matched / all moving objects (over-ground speed > 1 m/s) whose centre is inside the
-  radar's horizontal field of view and range. *Velocity RMSE*: ``sqrt(mean |v_det - v_gt|^2)`` (2D
-  over-ground vectors, m/s) over those matched moving objects whose detection reports a finite
-  ``VELOCITY``; the model abstains (NaN) when one scan does not determine it, and *velocity coverage*
-  says how often it does not abstain. Occlusion is not modelled in the detection rate: a moving object
-  hidden behind another counts as missed. When the scan's points are given too, the *observed*
-  detection rate counts only the moving objects with at least one return within 1 m of their box
-  (what the radar actually saw), which separates the model's recall from the sensor's visibility.
+* **radar** -- per scan, in ``base_link`` (detections and returns moved by the radar's extrinsic).
+  *Moving objects*: ground-truth objects (any class) with over-ground speed > 1 m/s whose centre is
+  inside the radar's horizontal field of view and range. *Association* accounts for what a radar
+  measures well (range, Doppler) and badly (azimuth): the offset from a detection to the nearest point
+  of an object's BEV box (radar returns come from the surface, not the centre) is split along and
+  across the detection's line of sight, ``d2 = (along / 0.6 m)^2 + (across / hypot(0.5 m, range *
+  2 deg))^2`` (the fusion stage's radar model), and the Doppler residual is ``dvr = RADIAL_VELOCITY -
+  v_gt . u`` (``u`` the detection's horizontal line of sight). A pair is allowed when ``d2 <= 9.21``
+  (chi-square 2 dof, 99 %) and ``|dvr| <= 3 m/s`` (a detection reading a Doppler more than 3 m/s off
+  an object is not a detection of it: at long range a static post's return lands inside a passing
+  car's gate); allowed pairs are assigned one-to-one minimising ``d2 + (dvr / 1 m/s)^2`` (Hungarian).
+  Moving objects that had a detection inside the position gate but none within the Doppler gate are
+  counted (``radar_doppler_rejected``) so the Doppler gate hides nothing.
+  *Observed*: a moving object with at least one return of the scan inside its position gate whose
+  Doppler agrees with the object's (``|vr_i - v_gt . u_i| <= 1 m/s``): the radar saw it (occluded,
+  too small or too far objects give no return).
+  *Detection rate*: matched observed moving objects / observed moving objects; ``_fov``: matched / all
+  moving objects (sensor visibility included).
+  *Precision (moving)*: of the detections whose ``|RADIAL_VELOCITY|`` > 1 m/s (the model says
+  "something moves here"), the share matched to a moving object.
+  *Radial velocity RMSE* (the target): over matched moving objects, ``RADIAL_VELOCITY`` against the
+  true over-ground velocity projected on the detection's line of sight, ``v_gt . u``. A radar measures
+  exactly this for every object (the Doppler of its returns, ego-motion compensated).
+  *Over-ground velocity RMSE*: ``|VELOCITY - v_gt|`` (2D) over the matched moving objects whose
+  ``VELOCITY`` is finite (the model reports it only when the returns' azimuth spread determines it);
+  its *coverage* is that count over all matched moving objects.
 
 Samples may be added from several threads and in any order: :meth:`ModelQualityEvaluator.summary`
 combines them in ``(t_ns, sensor)`` order, so the result does not depend on completion order.
@@ -46,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
 
 from perception.errors import ConfigError, ModelContractError, PerceptionError
 from perception.evaluation._detection import _greedy_match
@@ -93,9 +110,14 @@ class QualitySettings:
     camera_min_height_px: float = 10.0
     lidar_max_range_m: float = 50.0
     lidar_match_m: float = 2.0
-    radar_gate_m: float = 2.5
     radar_min_speed_mps: float = 1.0
-    radar_observed_margin_m: float = 1.0
+    radar_range_sigma_m: float = 0.6  # along the line of sight (includes the spread over the surface)
+    radar_azimuth_sigma_deg: float = 2.0  # across it, times the range...
+    radar_lateral_floor_m: float = 0.5  # ...and this in quadrature
+    radar_gate_chi2: float = 9.21  # 2 dof, 99 %
+    radar_doppler_sigma_mps: float = 1.0  # scale of the Doppler residual in the assignment cost
+    radar_doppler_gate_mps: float = 3.0  # larger Doppler residual: not a detection of that object
+    radar_return_doppler_mps: float = 1.0  # a return agrees with an object (observed) within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +171,7 @@ class Target:
 TARGETS: tuple[Target, ...] = (
     Target("camera_ap50_car", ">=", 0.7, count="camera_gt_car"),
     Target("lidar_bev_ap_car", ">=", 0.7, count="lidar_gt_car"),
-    Target("radar_velocity_rmse", "<=", 0.5, count="radar_finite_velocity"),
+    Target("radar_velocity_rmse", "<=", 0.5, count="radar_matched_moving"),
 )
 
 _CAMERA_KEYS = tuple(f"camera_ap50_{name}" for name in LABELS)
@@ -168,19 +190,30 @@ DEFINITIONS: Mapping[str, str] = {
     "car detections by descending score each take the nearest unmatched ground-truth car within 2 m BEV "
     "centre distance; only ground-truth cars within 50 m of base_link count; unmatched car detections "
     "within 50 m are false positives, farther ones are ignored; " + _COMMON,
-    "radar_detection_rate": "over all radar scans: matched / total moving ground-truth objects (over-ground "
-    "speed > 1 m/s, any class) whose centre is inside the radar's horizontal field of view and range; "
-    "detections by descending score each take the nearest unmatched ground-truth object (any) within "
-    "2.5 m BEV in base_link; occlusion is not modelled (a hidden object counts as missed); " + _COMMON,
-    "radar_detection_rate_observed": "as radar_detection_rate, counting only the moving objects with at "
-    "least one radar return of the scan within 1 m of their BEV box (the objects the radar actually saw: "
-    "occluded ones are left out); null when no such object",
-    "radar_velocity_rmse": "sqrt(mean |v_det - v_gt|^2), m/s, of 2D over-ground velocity vectors in "
-    "base_link, over the matched moving objects (see radar_detection_rate) whose detection reports a "
-    "finite VELOCITY; detections whose VELOCITY is NaN (the model abstains: one scan does not determine "
-    "it) are excluded, so read it together with radar_velocity_coverage; null if none",
-    "radar_velocity_coverage": "fraction of the matched moving objects (see radar_detection_rate) whose "
-    "detection reports a finite VELOCITY",
+    "radar_detection_rate": "over all radar scans: matched / observed moving objects. Moving: ground-truth "
+    "objects (any class) with over-ground speed > 1 m/s whose centre is inside the radar's horizontal field of "
+    "view and range. Observed: at least one return of the scan inside the object's position gate with a "
+    "Doppler within 1 m/s of the object's radial velocity. Position gate: the offset from a detection (or "
+    "return) to the nearest point of the object's BEV box, split along/across the line of sight, "
+    "(along/0.6 m)^2 + (across/hypot(0.5 m, range*2 deg))^2 <= 9.21. Matched: one-to-one assignment "
+    "(Hungarian, cost = that distance + (Doppler residual / 1 m/s)^2) among pairs inside the position gate "
+    "whose detection's RADIAL_VELOCITY is within 3 m/s of v_gt . u (u: the detection's line of sight); "
+    + _COMMON,
+    "radar_detection_rate_fov": "as radar_detection_rate but over all moving objects in the field of view and "
+    "range, observed or not (occluded, too small or too far objects count as missed): the sensor's "
+    "visibility times the model's recall",
+    "radar_precision_moving": "of the detections whose |RADIAL_VELOCITY| > 1 m/s (the model reports something "
+    "moving), the share matched to a moving ground-truth object (in view or not); the rest are clutter, "
+    "multipath ghosts, a moving object's extra fragment, or a wrong Doppler on a static object",
+    "radar_velocity_rmse": "sqrt(mean (RADIAL_VELOCITY - v_gt . u)^2), m/s, over every matched moving object "
+    "(see radar_detection_rate): the model's ego-motion-compensated radial velocity against the true "
+    "over-ground velocity projected on the detection's horizontal line of sight u (in base_link). This is "
+    "what a radar measures for every object; null if none",
+    "radar_velocity_rmse_over_ground": "sqrt(mean |VELOCITY - v_gt|^2), m/s, of 2D over-ground velocity "
+    "vectors in base_link, over the matched moving objects whose detection reports a finite VELOCITY (the "
+    "model reports it only where the returns' azimuth spread determines it, else NaN); null if none",
+    "radar_velocity_coverage_over_ground": "fraction of the matched moving objects (see radar_detection_rate) "
+    "whose detection reports a finite VELOCITY",
 }
 
 
@@ -204,11 +237,16 @@ class _LidarRecord:
 
 @dataclass(frozen=True, slots=True)
 class _RadarRecord:
-    moving: int
-    matched: int
-    squared_errors: F64  # one per matched moving object with a finite velocity
-    observed: int  # moving objects with a return near their box (0 when the points were not given)
+    moving: int  # moving objects in the field of view and range
+    matched: int  # of those, matched
+    observed: int  # of those, with an agreeing return (0 when the points were not given)
     matched_observed: int
+    radial_sq_errors: F64  # one per matched moving object
+    over_ground_sq_errors: F64  # one per matched moving object with a finite VELOCITY
+    doppler_rejected: int  # moving, matched by a position-only assignment but not by the full one
+    moving_claims: int  # detections with |RADIAL_VELOCITY| > min speed...
+    moving_claims_matched: int  # ...matched to a moving object
+    has_points: bool
 
 
 _Record = _CameraRecord | _LidarRecord | _RadarRecord
@@ -232,6 +270,56 @@ def _rows(outputs: Mapping[str, Array], name: str, cols: int, spec: SensorSpec, 
         )
     out: F64 = arr.astype(np.float64).reshape(-1, cols)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _BevBoxes:
+    """Ground-truth objects as arrays (base_link): centres, BEV length/width, yaw, velocity."""
+
+    center3: F64  # [G,3]
+    lw: F64  # [G,2]
+    yaw: F64  # [G]
+    velocity: F64  # [G,2]
+
+    @staticmethod
+    def of(gt: GroundTruth) -> _BevBoxes:
+        n = len(gt.objects)
+        return _BevBoxes(
+            np.array([o.center for o in gt.objects], dtype=np.float64).reshape(n, 3),
+            np.array([o.size[:2] for o in gt.objects], dtype=np.float64).reshape(n, 2),
+            np.array([o.yaw for o in gt.objects], dtype=np.float64).reshape(n),
+            np.array([o.velocity for o in gt.objects], dtype=np.float64).reshape(n, 2),
+        )
+
+    def __len__(self) -> int:
+        return int(self.yaw.shape[0])
+
+    def offsets(self, xy: F64) -> F64:
+        """``[G, K, 2]``: each point ``xy [K,2]`` minus its nearest point on each box (0 inside)."""
+        c: F64 = np.cos(self.yaw)[:, None]
+        s: F64 = np.sin(self.yaw)[:, None]
+        dx: F64 = xy[None, :, 0] - self.center3[:, None, 0]
+        dy: F64 = xy[None, :, 1] - self.center3[:, None, 1]
+        lx: F64 = c * dx + s * dy  # box frame
+        ly: F64 = c * dy - s * dx
+        hl, hw = self.lw[:, 0:1] / 2, self.lw[:, 1:2] / 2
+        ex: F64 = lx - np.clip(lx, -hl, hl)
+        ey: F64 = ly - np.clip(ly, -hw, hw)
+        out: F64 = np.stack([c * ex - s * ey, s * ex + c * ey], axis=-1)
+        return out
+
+
+def _assign(cost: F64, allowed: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Minimum-cost one-to-one assignment among ``allowed`` pairs: ``(rows, cols)``."""
+    rows = np.flatnonzero(allowed.any(axis=1))
+    cols = np.flatnonzero(allowed.any(axis=0))
+    if rows.size == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    sub_allowed = allowed[np.ix_(rows, cols)]
+    big = 1.0 + float(cost[allowed].max()) * (min(rows.size, cols.size) + 1)
+    r, c = linear_sum_assignment(np.where(sub_allowed, cost[np.ix_(rows, cols)], big))
+    ok = sub_allowed[r, c]
+    return rows[r[ok]].astype(np.intp), cols[c[ok]].astype(np.intp)
 
 
 class ModelQualityEvaluator:
@@ -354,62 +442,95 @@ class ModelQualityEvaluator:
             raise ConfigError(f"no field of view given for radar {spec.name!r}", key="radar_coverage")
         s = self.settings
         positions = _rows(outputs, "POSITIONS", 3, spec, model)
+        radial = _output(outputs, "RADIAL_VELOCITY", spec, model).astype(np.float64).reshape(-1)
         velocity = _rows(outputs, "VELOCITY", 2, spec, model)
-        scores = _output(outputs, "SCORES", spec, model).astype(np.float64).reshape(-1)
-        if not (positions.shape[0] == velocity.shape[0] == scores.shape[0]):
+        scores = _output(outputs, "SCORES", spec, model).reshape(-1)
+        if not (positions.shape[0] == radial.shape[0] == velocity.shape[0] == scores.shape[0]):
             raise ModelContractError(
-                f"POSITIONS/VELOCITY/SCORES disagree in length "
-                f"({positions.shape[0]}/{velocity.shape[0]}/{scores.shape[0]})",
+                f"POSITIONS/RADIAL_VELOCITY/VELOCITY/SCORES disagree in length ({positions.shape[0]}/"
+                f"{radial.shape[0]}/{velocity.shape[0]}/{scores.shape[0]})",
                 sensor=spec.name,
                 model=model,
             )
         rot = spec.extrinsic.rotation_matrix()
-        order = np.argsort(-scores, kind="stable")
-        det_xy = spec.extrinsic.apply(positions[order])[:, :2]
-        det_v = (np.column_stack([velocity[order], np.zeros(len(order))]) @ rot.T)[:, :2]
+        origin = np.asarray(spec.extrinsic.translation, dtype=np.float64)[:2]
+        det_xy = spec.extrinsic.apply(positions)[:, :2]
+        det_v = (np.column_stack([velocity, np.zeros(len(velocity))]) @ rot.T)[:, :2]
+        boxes = _BevBoxes.of(gt)
+        in_sensor = (boxes.center3 - np.asarray(spec.extrinsic.translation)) @ rot  # base_link -> sensor frame
+        speed = np.hypot(boxes.velocity[:, 0], boxes.velocity[:, 1])
+        moving = speed > s.radar_min_speed_mps
+        counted = moving & coverage.contains(in_sensor[:, :2])
 
-        gt_xyz = np.array([o.center for o in gt.objects], dtype=np.float64).reshape(-1, 3)
-        gt_v = np.array([o.velocity for o in gt.objects], dtype=np.float64).reshape(-1, 2)
-        in_sensor = (gt_xyz - np.asarray(spec.extrinsic.translation)) @ rot  # base_link -> sensor frame
-        counted = (np.hypot(gt_v[:, 0], gt_v[:, 1]) > s.radar_min_speed_mps) & coverage.contains(in_sensor[:, :2])
+        d2, u = self._gate(det_xy, origin, boxes)  # [G, D], [D, 2]
+        dvr = radial[None, :] - boxes.velocity @ u.T  # Doppler residual, [G, D]
+        in_gate = d2 <= s.radar_gate_chi2
+        allowed = in_gate & (np.abs(dvr) <= s.radar_doppler_gate_mps)
+        gt_idx, det_idx = _assign(d2 + (dvr / s.radar_doppler_sigma_mps) ** 2, allowed)
+        matched = np.zeros(len(boxes), dtype=bool)
+        matched[gt_idx] = True
+        det_match = np.full(det_xy.shape[0], -1, np.intp)
+        det_match[det_idx] = gt_idx
 
-        dist = np.hypot(det_xy[:, None, 0] - gt_xyz[None, :, 0], det_xy[:, None, 1] - gt_xyz[None, :, 1])
-        match = _greedy_match(dist, s.radar_gate_m)
-        hit = np.flatnonzero(match >= 0)
-        hit = hit[counted[match[hit]]]
-        finite = hit[np.isfinite(det_v[hit]).all(axis=1)]
-        err = det_v[finite] - gt_v[match[finite]]
+        hit = counted[gt_idx]
+        g, d = gt_idx[hit], det_idx[hit]
+        radial_err = dvr[g, d]
+        finite = np.isfinite(det_v[d]).all(axis=1)
+        og_err = det_v[d[finite]] - boxes.velocity[g[finite]]
+        claims = np.abs(radial) > s.radar_min_speed_mps
+        claims_matched = claims & (det_match >= 0) & moving[np.maximum(det_match, 0)]
+        # what the Doppler gate changed: moving objects a position-only assignment would have matched
+        by_position = np.zeros(len(boxes), dtype=bool)
+        by_position[_assign(d2, in_gate)[0]] = True
+        rejected = counted & by_position & ~matched
         observed = matched_observed = 0
         if points is not None:
-            seen = np.zeros(len(gt.objects), dtype=bool)
-            seen[counted] = self._observed(spec, points, gt, np.flatnonzero(counted))
+            seen = self._observed(spec, points, boxes, origin) & counted
             observed = int(seen.sum())
-            matched_observed = int(seen[match[hit]].sum())
+            matched_observed = int((seen & matched).sum())
         return _RadarRecord(
-            int(counted.sum()), int(hit.size), np.einsum("ij,ij->i", err, err), observed, matched_observed
+            moving=int(counted.sum()),
+            matched=int(g.size),
+            observed=observed,
+            matched_observed=matched_observed,
+            radial_sq_errors=radial_err**2,
+            over_ground_sq_errors=np.einsum("ij,ij->i", og_err, og_err),
+            doppler_rejected=int(rejected.sum()),
+            moving_claims=int(claims.sum()),
+            moving_claims_matched=int(claims_matched.sum()),
+            has_points=points is not None,
         )
 
+    def _gate(self, xy: F64, origin: F64, boxes: _BevBoxes) -> tuple[F64, F64]:
+        """Squared normalised distance ``[G, K]`` of points ``xy [K,2]`` (base_link) to each box's nearest
+        point, split along/across each point's line of sight from ``origin``; and those lines ``[K,2]``."""
+        s = self.settings
+        rel = xy - origin
+        rng = np.maximum(np.hypot(rel[:, 0], rel[:, 1]), 1e-9)
+        u = rel / rng[:, None]
+        off = boxes.offsets(xy)  # [G, K, 2], from the nearest box point to the point
+        along = off[..., 0] * u[None, :, 0] + off[..., 1] * u[None, :, 1]
+        across = off[..., 1] * u[None, :, 0] - off[..., 0] * u[None, :, 1]
+        sigma_across = np.hypot(s.radar_lateral_floor_m, rng * math.radians(s.radar_azimuth_sigma_deg))
+        d2: F64 = (along / s.radar_range_sigma_m) ** 2 + (across / sigma_across[None, :]) ** 2
+        return d2, u
+
     def _observed(
-        self, spec: SensorSpec, points: npt.ArrayLike, gt: GroundTruth, index: npt.NDArray[np.intp]
+        self, spec: SensorSpec, points: npt.ArrayLike, boxes: _BevBoxes, origin: F64
     ) -> npt.NDArray[np.bool_]:
-        """Which objects ``gt.objects[index]`` have a return of the scan within the margin of their BEV box."""
+        """Which objects have a return of the scan inside their position gate with an agreeing Doppler."""
         pts = np.asarray(points, dtype=np.float64)
-        if pts.ndim != 2 or pts.shape[1] < 3:
-            raise ConfigError(f"radar points must be [N, >=3], got shape {list(pts.shape)}", key="points")
-        pts = pts[np.isfinite(pts[:, :3]).all(axis=1)]
-        if index.size == 0 or pts.shape[0] == 0:
-            return np.zeros(index.size, dtype=bool)
+        if pts.ndim != 2 or pts.shape[1] < 4:
+            raise ConfigError(f"radar points must be [N, >=4] (x, y, z, vr, ...), got shape {list(pts.shape)}",
+                              key="points")
+        pts = pts[np.isfinite(pts[:, :4]).all(axis=1)]
+        if len(boxes) == 0 or pts.shape[0] == 0:
+            return np.zeros(len(boxes), dtype=bool)
         xy = spec.extrinsic.apply(pts[:, :3])[:, :2]
-        objs = [gt.objects[i] for i in index]
-        center = np.array([o.center[:2] for o in objs], dtype=np.float64)
-        half = np.array([o.size[:2] for o in objs], dtype=np.float64) / 2
-        yaw = np.array([o.yaw for o in objs], dtype=np.float64)
-        c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
-        dx, dy = xy[None, :, 0] - center[:, 0:1], xy[None, :, 1] - center[:, 1:2]
-        along = np.clip(np.abs(c * dx + s * dy) - half[:, 0:1], 0.0, None)
-        across = np.clip(np.abs(-s * dx + c * dy) - half[:, 1:2], 0.0, None)
-        near: npt.NDArray[np.bool_] = (np.hypot(along, across) <= self.settings.radar_observed_margin_m).any(axis=1)
-        return near
+        d2, u = self._gate(xy, origin, boxes)
+        agree = np.abs(pts[None, :, 3] - boxes.velocity @ u.T) <= self.settings.radar_return_doppler_mps
+        seen: npt.NDArray[np.bool_] = ((d2 <= self.settings.radar_gate_chi2) & agree).any(axis=1)
+        return seen
 
     # -- report ------------------------------------------------------------------------------------
 
@@ -428,14 +549,13 @@ class ModelQualityEvaluator:
 
     def summary(self) -> dict[str, Any]:
         """The metrics (``null`` where undefined), ``frames`` per model, ``counts`` behind each metric
-        and ``definitions``. Keys: ``camera_ap50_<class>``, ``lidar_bev_ap_car``,
-        ``radar_detection_rate``, ``radar_detection_rate_observed``, ``radar_velocity_rmse``,
-        ``radar_velocity_coverage``."""
+        and ``definitions``. Keys: ``camera_ap50_<class>``, ``lidar_bev_ap_car`` and the ``radar_*``
+        keys of :data:`DEFINITIONS`. ``radar_detection_rate`` needs the scans' points (``add(points=)``)."""
         camera = APAccumulator(num_classes=len(LABELS), iou_threshold=self.settings.camera_iou)
         lidar_scores: list[F64] = []
         lidar_tp: list[npt.NDArray[np.bool_]] = []
-        lidar_gt = moving = matched = observed = matched_observed = 0
-        sq_errors: list[F64] = []
+        lidar_gt = 0
+        radar: list[_RadarRecord] = []
         for _, rec in self._ordered():
             if isinstance(rec, _CameraRecord):
                 d = rec.det
@@ -445,21 +565,30 @@ class ModelQualityEvaluator:
                 lidar_tp.append(rec.is_tp)
                 lidar_gt += rec.num_gt
             else:
-                moving += rec.moving
-                matched += rec.matched
-                observed += rec.observed
-                matched_observed += rec.matched_observed
-                sq_errors.append(rec.squared_errors)
+                radar.append(rec)
         cam = camera.results()
         scores = np.concatenate(lidar_scores) if lidar_scores else np.zeros(0)
         tp = np.concatenate(lidar_tp) if lidar_tp else np.zeros(0, dtype=bool)
-        sq = np.concatenate(sq_errors) if sq_errors else np.zeros(0)
+
+        def total(name: str) -> int:
+            return sum(int(getattr(r, name)) for r in radar)
+
+        def rms(name: str) -> tuple[float | None, int]:
+            sq = np.concatenate([getattr(r, name) for r in radar]) if radar else np.zeros(0)
+            return (math.sqrt(float(sq.mean())) if sq.size else None), int(sq.size)
+
+        moving, matched, observed = total("moving"), total("matched"), total("observed")
+        claims = total("moving_claims")
+        radial_rmse, n_radial = rms("radial_sq_errors")
+        og_rmse, n_og = rms("over_ground_sq_errors")
         metrics: dict[str, Any] = {key: _nan_to_none(r.ap) for key, r in zip(_CAMERA_KEYS, cam, strict=True)}
         metrics["lidar_bev_ap_car"] = _nan_to_none(average_precision(scores, tp, lidar_gt))
-        metrics["radar_detection_rate"] = matched / moving if moving else None
-        metrics["radar_detection_rate_observed"] = matched_observed / observed if observed else None
-        metrics["radar_velocity_rmse"] = math.sqrt(float(sq.mean())) if sq.size else None
-        metrics["radar_velocity_coverage"] = sq.size / matched if matched else None
+        metrics["radar_detection_rate"] = total("matched_observed") / observed if observed else None
+        metrics["radar_detection_rate_fov"] = matched / moving if moving else None
+        metrics["radar_precision_moving"] = total("moving_claims_matched") / claims if claims else None
+        metrics["radar_velocity_rmse"] = radial_rmse
+        metrics["radar_velocity_rmse_over_ground"] = og_rmse
+        metrics["radar_velocity_coverage_over_ground"] = n_og / matched if matched else None
         counts: dict[str, int] = {}
         for name, r in zip(LABELS, cam, strict=True):
             counts[f"camera_gt_{name}"] = r.num_gt
@@ -469,11 +598,17 @@ class ModelQualityEvaluator:
             lidar_gt_car=lidar_gt,
             lidar_tp_car=int(tp.sum()),
             lidar_fp_car=int((~tp).sum()),
+            radar_scans=len(radar),
+            radar_scans_with_points=sum(r.has_points for r in radar),
             radar_moving_objects=moving,
-            radar_matched_moving=matched,
             radar_observed_moving=observed,
-            radar_matched_observed=matched_observed,
-            radar_finite_velocity=int(sq.size),
+            radar_matched_observed=total("matched_observed"),
+            radar_matched_moving=matched,
+            radar_doppler_rejected=total("doppler_rejected"),
+            radar_moving_claims=claims,
+            radar_moving_claims_matched=total("moving_claims_matched"),
+            radar_velocity_radial=n_radial,
+            radar_velocity_over_ground=n_og,
         )
         return {**metrics, "frames": self.frames(), "counts": counts, "definitions": dict(DEFINITIONS)}
 

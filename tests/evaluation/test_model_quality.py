@@ -38,9 +38,11 @@ METRICS = (
     "camera_ap50_cyclist",
     "lidar_bev_ap_car",
     "radar_detection_rate",
-    "radar_detection_rate_observed",
+    "radar_detection_rate_fov",
+    "radar_precision_moving",
     "radar_velocity_rmse",
-    "radar_velocity_coverage",
+    "radar_velocity_rmse_over_ground",
+    "radar_velocity_coverage_over_ground",
 )
 
 
@@ -82,16 +84,29 @@ def lidar_outputs(spec: SensorSpec, cars: list[tuple[float, float, float]]) -> d
     }
 
 
-def radar_outputs(spec: SensorSpec, dets: list[tuple[float, float, float, float]]) -> dict[str, Any]:
-    """Detections (x, y, vx, vy) in base_link (over ground), returned in the radar frame."""
+def radar_outputs(spec: SensorSpec, dets: list[tuple[float, float, float, float, float]]) -> dict[str, Any]:
+    """Detections (x, y, radial velocity, vx, vy) in base_link (over ground), returned in the radar frame."""
     rot = spec.extrinsic.rotation_matrix()
-    pos = to_sensor(spec, [(x, y, 0.5) for x, y, _, _ in dets]).reshape(-1, 3)
-    vel = (np.array([(vx, vy, 0.0) for _, _, vx, vy in dets]).reshape(-1, 3) @ rot)[:, :2]
+    pos = to_sensor(spec, [(x, y, 0.5) for x, y, *_ in dets]).reshape(-1, 3)
+    vel = (np.array([(vx, vy, 0.0) for *_, vx, vy in dets]).reshape(-1, 3) @ rot)[:, :2]
     return {
         "POSITIONS": pos.astype(np.float32),
+        "RADIAL_VELOCITY": np.array([vr for _, _, vr, _, _ in dets], np.float32),
         "VELOCITY": vel.astype(np.float32),
         "SCORES": np.linspace(0.9, 0.5, len(dets)).astype(np.float32),
     }
+
+
+def radial(spec: SensorSpec, x: float, y: float, v: tuple[float, float]) -> float:
+    """``v . u`` along the horizontal line of sight from the radar to (x, y) in base_link."""
+    los = np.array([x, y]) - np.asarray(spec.extrinsic.translation[:2])
+    return float(np.dot(v, los / np.linalg.norm(los)))
+
+
+def scan(spec: SensorSpec, returns: list[tuple[float, float, float]]) -> Any:
+    """Radar rows (x, y, z, vr, rcs) in the sensor frame of returns (x, y, vr) given in base_link."""
+    xyz = to_sensor(spec, [(x, y, 0.5) for x, y, _ in returns]).reshape(-1, 3)
+    return np.column_stack([xyz, [vr for *_, vr in returns], np.zeros(len(returns))]).astype(np.float32)
 
 
 # -- camera ----------------------------------------------------------------------------------------
@@ -170,41 +185,101 @@ def test_lidar_malformed_boxes_are_a_contract_error() -> None:
 
 
 def test_radar_rate_and_velocity_over_moving_objects_in_view_front_and_rear() -> None:
+    front, rear = RIG["radar_front"], RIG["radar_rear"]
+    v1, v2, v6 = (8.0, 0.0), (-6.0, 0.5), (-5.0, 0.0)
     gt = GroundTruth(
         0,
         (
-            obj(1, "car", 30.0, 2.0, (8.0, 0.0)),  # front, moving: detected, velocity 0.3 m/s off
-            obj(2, "car", 40.0, -3.0, (-6.0, 0.5)),  # front, moving: detected, velocity NaN
-            obj(3, "car", 20.0, 6.0),  # front, parked: not counted (but a detection on it is no miss)
+            obj(1, "car", 30.0, 2.0, v1),  # front, moving: detected, radial 0.3 m/s off, full velocity 0.3 off
+            obj(2, "car", 40.0, -3.0, v2),  # front, moving: detected on its near face, full velocity NaN
+            obj(3, "car", 20.0, 6.0),  # front, parked: not counted (but a detection on it is no false one)
             obj(4, "cyclist", 25.0, -8.0, (4.0, 0.0)),  # front, moving: missed
             obj(5, "car", 5.0, 30.0, (0.0, 5.0)),  # moving, outside both fields of view: not counted
-            obj(6, "car", -25.0, 1.0, (-5.0, 0.0)),  # rear radar (yawed 180 deg): detected exactly
+            obj(6, "car", -25.0, 1.0, v6),  # rear radar (yawed 180 deg): detected exactly
         ),
     )
     ev = evaluator()
-    ev.add("radar_front", 0, radar_outputs(RIG["radar_front"], [
-        (30.5, 2.0, 8.3, 0.0), (38.5, -3.0, math.nan, math.nan), (20.0, 6.0, 0.0, 0.0)]), gt)
-    ev.add("radar_rear", 0, radar_outputs(RIG["radar_rear"], [(-25.0, 1.5, -5.0, 0.0)]), gt)
+    ev.add("radar_front", 0, radar_outputs(front, [
+        (30.5, 2.0, radial(front, 30.5, 2.0, v1) + 0.3, 8.3, 0.0),
+        (37.6, -3.0, radial(front, 37.6, -3.0, v2), math.nan, math.nan),  # 2.25 m before the centre
+        (20.0, 6.0, 0.0, 0.0, 0.0),
+    ]), gt)
+    ev.add("radar_rear", 0, radar_outputs(rear, [(-25.0, 1.5, radial(rear, -25.0, 1.5, v6), -5.0, 0.0)]), gt)
     s = ev.summary()
-    # front: objects 1, 2, 4 count (2 matched); rear: objects 6 (matched) - and 1, 2, 4 are behind it
+    # front: objects 1, 2, 4 count (2 matched); rear: object 6 (matched) - and 1, 2, 4 are behind it
     assert s["counts"]["radar_moving_objects"] == 4
-    assert s["radar_detection_rate"] == pytest.approx(3 / 4)
-    assert s["radar_velocity_coverage"] == pytest.approx(2 / 3)
-    assert s["radar_velocity_rmse"] == pytest.approx(math.sqrt((0.3**2 + 0.0) / 2), abs=1e-5)
-    assert s["radar_detection_rate_observed"] is None  # no points given
+    assert s["radar_detection_rate_fov"] == pytest.approx(3 / 4)
+    assert s["radar_detection_rate"] is None  # no points given: what the radar saw is unknown
+    assert s["radar_velocity_rmse"] == pytest.approx(math.sqrt(0.3**2 / 3), abs=1e-5)
+    assert s["counts"]["radar_velocity_radial"] == 3
+    assert s["radar_velocity_coverage_over_ground"] == pytest.approx(2 / 3)
+    assert s["radar_velocity_rmse_over_ground"] == pytest.approx(math.sqrt((0.3**2 + 0.0) / 2), abs=1e-5)
+    assert s["radar_precision_moving"] == pytest.approx(1.0)  # all three moving claims are right
 
 
-def test_radar_observed_rate_counts_only_objects_with_returns() -> None:
+def test_radar_gate_is_wide_across_the_line_of_sight_and_narrow_along_it() -> None:
     spec = RIG["radar_front"]
-    gt = GroundTruth(0, (obj(1, "car", 30.0, 2.0, (8.0, 0.0)), obj(2, "car", 60.0, 2.0, (8.0, 0.0))))
-    returns = to_sensor(spec, [(27.8, 2.0, 0.5), (27.9, 2.5, 0.5)])  # on car 1's rear; car 2 hidden behind it
-    points = np.column_stack([returns, np.zeros((2, 2))]).astype(np.float32)
+    v = (10.0, 0.0)
+    gt = GroundTruth(0, (obj(1, "car", 60.0, 0.0, v), obj(2, "car", 20.0, 10.0, v)))
     ev = evaluator()
-    ev.add("radar_front", 0, radar_outputs(spec, [(29.0, 2.0, math.nan, math.nan)]), gt, points=points)
+    # 3 m to the side of car 1 at 60 m (azimuth error ~3 deg): matched; 3 m beyond car 2's far end: not
+    ev.add("radar_front", 0, radar_outputs(spec, [
+        (57.8, 3.0 + CAR[1] / 2, radial(spec, 57.8, 3.9, v), math.nan, math.nan),
+        (20.0 + CAR[0] / 2 + 3.0, 10.0, radial(spec, 25.25, 10.0, v), math.nan, math.nan),
+    ]), gt)
     s = ev.summary()
-    assert s["radar_detection_rate"] == pytest.approx(0.5)
-    assert s["radar_detection_rate_observed"] == pytest.approx(1.0)
-    assert s["radar_velocity_rmse"] is None and s["radar_velocity_coverage"] == 0.0
+    assert s["counts"]["radar_matched_moving"] == 1
+    assert s["radar_precision_moving"] == pytest.approx(0.5)
+
+
+def test_radar_doppler_decides_which_detection_is_whose_and_the_gate_is_counted() -> None:
+    spec = RIG["radar_front"]
+    v = (-11.0, 0.0)
+    # A car driving towards the radar at 80 m, a parked car and a static post's return right beside it.
+    gt = GroundTruth(0, (obj(1, "car", 80.0, 3.5, v), obj(2, "car", 80.0, 6.0)))
+    ev = evaluator()
+    ev.add("radar_front", 0, radar_outputs(spec, [(78.0, 4.5, 0.0, math.nan, math.nan)]), gt)  # the post
+    s = ev.summary()
+    assert s["counts"]["radar_matched_moving"] == 0  # a 0 m/s detection is no detection of an 11 m/s car...
+    assert s["counts"]["radar_doppler_rejected"] == 1  # ...though position alone would have matched them
+    assert s["radar_velocity_rmse"] is None
+    ev = evaluator()
+    vr = radial(spec, 78.0, 3.0, v)
+    ev.add("radar_front", 0, radar_outputs(spec, [
+        (78.0, 4.5, 0.0, math.nan, math.nan), (78.0, 3.0, vr - 0.2, math.nan, math.nan)]), gt)
+    s = ev.summary()
+    assert s["counts"]["radar_matched_moving"] == 1 and s["counts"]["radar_doppler_rejected"] == 0
+    assert s["radar_velocity_rmse"] == pytest.approx(0.2, abs=1e-5)
+
+
+def test_radar_observed_rate_counts_only_objects_with_agreeing_returns() -> None:
+    spec = RIG["radar_front"]
+    v = (8.0, 0.0)
+    gt = GroundTruth(0, (
+        obj(1, "car", 30.0, 2.0, v),  # two returns on its rear
+        obj(2, "car", 60.0, 2.0, v),  # hidden behind car 1: no return
+        obj(3, "pedestrian", 20.0, -6.0, (1.5, 0.0)),  # only a static return beside it: not observed
+    ))
+    points = scan(spec, [
+        (27.8, 2.0, radial(spec, 27.8, 2.0, v)), (27.9, 2.5, radial(spec, 27.9, 2.5, v)), (20.0, -6.6, 0.0)])
+    ev = evaluator()
+    ev.add("radar_front", 0, radar_outputs(spec, [(28.0, 2.2, radial(spec, 28.0, 2.2, v), math.nan, math.nan)]),
+           gt, points=points)
+    s = ev.summary()
+    assert s["counts"]["radar_observed_moving"] == 1
+    assert s["radar_detection_rate"] == pytest.approx(1.0)
+    assert s["radar_detection_rate_fov"] == pytest.approx(1 / 3)
+    assert s["radar_velocity_rmse_over_ground"] is None and s["radar_velocity_coverage_over_ground"] == 0.0
+
+
+def test_radar_outputs_of_different_lengths_are_a_contract_error() -> None:
+    out = radar_outputs(RIG["radar_front"], [(10.0, 0.0, 1.0, math.nan, math.nan)])
+    out["RADIAL_VELOCITY"] = np.zeros(2, np.float32)
+    with pytest.raises(ModelContractError, match="RADIAL_VELOCITY"):
+        evaluator().add("radar_front", 0, out, GroundTruth(0, ()))
+    del out["RADIAL_VELOCITY"]
+    with pytest.raises(ModelContractError, match="RADIAL_VELOCITY"):
+        evaluator().add("radar_front", 0, out, GroundTruth(0, ()))
 
 
 def test_radar_without_a_field_of_view_is_a_config_error() -> None:
@@ -269,8 +344,8 @@ def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: 
     assert report["seed"] == 5 and report["duration_s"] == 2.0 and report["scenario"] == "urban"
     for key in METRICS:
         value = report[key]
-        assert value is None or 0.0 <= value <= (1e3 if key == "radar_velocity_rmse" else 1.0), (key, value)
-    for key in ("camera_ap50_car", "lidar_bev_ap_car", "radar_detection_rate", "radar_velocity_coverage"):
+        assert value is None or 0.0 <= value <= (1e3 if key.startswith("radar_velocity_rmse") else 1.0), (key, value)
+    for key in ("camera_ap50_car", "lidar_bev_ap_car", "radar_detection_rate", "radar_velocity_rmse"):
         assert report[key] is not None, key  # a 2 s urban drive has cars and moving objects in view
     sim = Simulator("urban", seed=5, duration_s=2.0)
     expected = dict.fromkeys(("camera_detector", "lidar_detector", "radar_detector"), 0)
