@@ -12,7 +12,12 @@ A thin adapter over ``tritonclient.grpc.aio`` (untyped; nothing of it leaks out 
   sequence batching, with ``default_queue_policy``/``allow_timeout_override``): it then drops queued
   requests nobody waits for any more. The gRPC deadline is always enforced, client side.
 * Cancelling the calling task (anyio cancel scope, ``fail_after``...) cancels the in-flight RPC; Triton
-  forwards the cancellation to the model (``request.is_cancelled()``).
+  forwards the cancellation to the model (``request.is_cancelled()``). The caller does not wait for
+  grpc to wind the call down (that costs ~1 ms of event-loop time, 3+ ms on a busy host, which a
+  scheduler joining at a deadline would add to every late frame): the call is *abandoned* — it keeps
+  its shared-memory slot until it has really ended, is counted (:attr:`TritonClient.abandoned_calls`),
+  and ended either by its own gRPC deadline when that is due (grpc's timer thread does the work, off
+  the event loop) or by an explicit cancel. ``close()`` cancels and waits for every abandoned call.
 * Inputs of at least ``shm_threshold_bytes`` go through a :class:`SharedMemoryPool` when the server
   shares ``/dev/shm`` (``shm="auto"``: loopback URLs). Any shared-memory trouble (cannot register,
   region vanished, server restarted and forgot it) falls back to plain gRPC for that request: shared
@@ -72,6 +77,13 @@ _SHM_RETRY_NS = 30 * 1_000_000_000
 _RECONNECT_BACKOFF_MS = (100, 1000)
 #: How long close() lets grpc finish cancelled calls before the channels' loop may end.
 _CANCEL_SETTLE_S = 0.05
+#: An abandoned call whose gRPC deadline is at most this far away is left to that deadline (grpc ends
+#: it on its own timer thread); one further away is cancelled at once.
+_EXPIRE_WITHIN_NS = 5_000_000
+#: ... and cancelled explicitly anyway if it is still running this long after its deadline.
+_EXPIRE_GRACE_S = 0.05
+#: How long close() waits for abandoned calls to end after cancelling them.
+_ABANDONED_CLOSE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -248,6 +260,9 @@ class TritonClient:
         self._closed = False
         self._inflight = 0
         self._cancelled_rpcs = 0
+        #: Inference calls whose caller was cancelled, still winding down: call -> backstop timer.
+        self._abandoned: dict[asyncio.Task[InferResult], asyncio.TimerHandle | None] = {}
+        self._abandoned_total = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -312,6 +327,7 @@ class TritonClient:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
+            await self._end_abandoned()
             if self._pool is not None:
                 await self._pool.close()
             cancelled_calls = self._inflight + self._cancelled_rpcs
@@ -323,6 +339,19 @@ class TritonClient:
                 # whatever loop runs next in this process (e.g. the next test's).
                 await anyio.sleep(_CANCEL_SETTLE_S)
         self._open = False
+
+    async def _end_abandoned(self) -> None:
+        """Cancel every abandoned call now and wait (bounded) until they have ended and released
+        their shared-memory slots."""
+        if not self._abandoned:
+            return
+        calls = list(self._abandoned)
+        for call in calls:
+            call.cancel()
+        with anyio.move_on_after(_ABANDONED_CLOSE_S):
+            await asyncio.wait(calls)
+        if self._abandoned:  # pragma: no cover - grpc did not end a cancelled call within seconds
+            log.warning("%d abandoned inference call(s) still running at close", len(self._abandoned))
 
     async def _close_channels(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
@@ -548,11 +577,60 @@ class TritonClient:
 
         Raises :class:`InputError` (malformed input array), :class:`ConnectError`,
         :class:`DeadlineError`, :class:`InferenceError` / :class:`ModelNotReadyError` with the request's
-        model, sensor, frame and the URL. Cancellation of the caller cancels the RPC.
+        model, sensor, frame and the URL. Cancellation of the caller cancels the RPC without waiting
+        for it to wind down (see the module docstring: abandoned calls).
         """
         t0 = time.perf_counter_ns()
         self._check_open()
         deadline_ns = t0 + req.timeout_ns if req.timeout_ns is not None else None
+        call = asyncio.ensure_future(self._infer(req, t0, deadline_ns))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if not call.done():
+                self._abandon(call, deadline_ns)
+            await anyio.lowlevel.checkpoint_if_cancelled()  # anyio's own cancellation, if it was one
+            raise
+
+    @property
+    def abandoned_calls(self) -> int:
+        """Inference calls cancelled by their caller so far (ended, or ending: :attr:`abandoned_pending`)."""
+        return self._abandoned_total
+
+    @property
+    def abandoned_pending(self) -> int:
+        """Abandoned inference calls that have not ended yet."""
+        return len(self._abandoned)
+
+    async def wait_abandoned(self) -> None:
+        """Wait until every abandoned call so far has ended (and given back its shared memory)."""
+        if self._abandoned:
+            await asyncio.wait(list(self._abandoned))
+
+    def _abandon(self, call: asyncio.Task[InferResult], deadline_ns: int | None) -> None:
+        """The caller stopped waiting for ``call``: end it without making the caller wait."""
+        self._abandoned_total += 1
+        left_ns = deadline_ns - time.perf_counter_ns() if deadline_ns is not None else None
+        backstop: asyncio.TimerHandle | None = None
+        if left_ns is not None and left_ns <= _EXPIRE_WITHIN_NS:
+            # Its gRPC deadline is (about) now: grpc's timer ends the call and resets the stream (the
+            # server sees the cancellation) without any event-loop work; cancel it if that fails.
+            delay_s = max(0, left_ns) / 1e9 + _EXPIRE_GRACE_S
+            backstop = asyncio.get_running_loop().call_later(delay_s, call.cancel)
+        else:
+            call.cancel()
+        self._abandoned[call] = backstop
+        call.add_done_callback(self._abandoned_done)
+
+    def _abandoned_done(self, call: asyncio.Task[InferResult]) -> None:
+        backstop = self._abandoned.pop(call, None)
+        if backstop is not None:
+            backstop.cancel()
+        if not call.cancelled() and (exc := call.exception()) is not None:
+            log.debug("abandoned call ended: %s", exc)
+
+    async def _infer(self, req: InferRequest, t0: int, deadline_ns: int | None) -> InferResult:
+        """The inference call itself (a task of its own, so a cancelled caller need not wait for it)."""
         tensors = self._check_inputs(req)
         ep = self._pick()
         slot: ShmSlot | None = None

@@ -21,7 +21,7 @@ from perception.errors import (
     RuntimeClosedError,
 )
 from perception.server import EmbeddedTriton, free_port
-from perception.triton import ClientOptions, InferRequest, TritonClient, is_loopback
+from perception.triton import ClientOptions, InferRequest, TritonClient, _client, is_loopback
 
 pytestmark = pytest.mark.anyio
 
@@ -136,12 +136,45 @@ async def test_cancelling_the_caller_cancels_the_server_side_work(client: Triton
             await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 3000})
         assert scope.cancelled_caught  # the scope recognised its own cancellation through grpc
         assert time.perf_counter() - start < 0.5
+        # The caller did not wait for grpc to wind the call down: it ends in the background (no
+        # deadline: cancelled at once), and only then gives its shared-memory slot back.
+        await client.wait_abandoned()
         if use_shm:
             pool = client.shm_pool
             assert pool is not None and pool.regions() and not any(r.in_use for r in pool.regions())
         # The sleeper checks request.is_cancelled(): it ends long before its 3 s.
         delta = await _wait_for_new_inference(client, "sleeper_40", before)
     assert time.perf_counter() - start < 2.0
+    assert delta["compute_infer_ns"] < 1_000_000_000
+
+
+async def test_a_caller_cut_off_at_the_deadline_leaves_the_call_to_its_grpc_deadline(
+    client: TritonClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A join that gives up at its deadline: the request's gRPC deadline is that same instant, so grpc
+    # ends the call on its own timer (and resets the stream: the server cancels the work) with no
+    # event-loop work for the caller. Widened here so the path is taken however late the timer fires.
+    monkeypatch.setattr(_client, "_EXPIRE_WITHIN_NS", 10_000_000_000)
+    data = np.ones(100_000, np.float32)  # 400 kB: through shared memory, which stays taken meanwhile
+    with anyio.fail_after(20):
+        await client.infer("sleeper_40", {"INPUT": data}, use_shm=True, parameters={"delay_ms": 1})
+        before = await client.model_statistics("sleeper_40")
+        abandoned = client.abandoned_calls
+        start = time.perf_counter()
+        with anyio.move_on_after(0.01) as scope:
+            await client.infer(
+                "sleeper_40", {"INPUT": data}, use_shm=True, timeout_ns=300_000_000, parameters={"delay_ms": 3000}
+            )
+        assert scope.cancelled_caught
+        assert client.abandoned_calls == abandoned + 1 and client.abandoned_pending == 1
+        pool = client.shm_pool
+        assert pool is not None and any(r.in_use for r in pool.regions())  # the call may still read it
+        await client.wait_abandoned()
+        ended = time.perf_counter() - start
+        assert client.abandoned_pending == 0
+        assert not any(r.in_use for r in pool.regions())
+        delta = await _wait_for_new_inference(client, "sleeper_40", before)
+    assert 0.25 < ended < 2.0  # by its gRPC deadline (0.3 s), not by the backstop or the model's 3 s
     assert delta["compute_infer_ns"] < 1_000_000_000
 
 
