@@ -97,6 +97,8 @@ class Runtime:
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
         self._stopping = False
+        #: Execution instances of each model, from its served configuration (warm-up).
+        self._instances: dict[str, int] = {}
 
     # -- lifetime -------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -172,13 +174,19 @@ class Runtime:
             models.setdefault(s.model, s.kind)
         await client.wait_ready(sorted(models), timeout_s=self.config.server.startup_timeout_s)
         for model, kind in models.items():
-            check_contract(kind, await client.model_contract(model))
+            contract = await client.model_contract(model)
+            check_contract(kind, contract)
+            self._instances[model] = contract.instances
 
     async def _warm_up(self) -> None:
-        """One representative request per model before the first frame.
+        """Representative requests to every execution instance of every model before the first frame.
 
         First requests pay one-off costs (lazy allocation, JIT/graph set-up, python imports inside the
-        backend); without a warm-up they would be late and trip the circuit breakers on frame 0.
+        backend) in *each* instance: ~140 ms for a python-backend instance here. Without a warm-up they
+        would be late and trip the circuit breakers on the first frames — a model with two instances
+        answers frame 0 from one and frame 1 from the other. So each model gets as many concurrent
+        requests as it has instances; Triton hands each to an idle instance. (A dynamic batcher may
+        merge them into one execution: such a model's other instances then start cold.)
         Each warm-up is bounded by :data:`WARMUP_TIMEOUT_S`: a hanging model must not hold the start
         for minutes. It then starts cold (a warning); its circuit breaker handles it like any fault.
         """
@@ -189,20 +197,28 @@ class Runtime:
             seen.setdefault(s.model, (s.kind, s.name))
         timeout_s = min(WARMUP_TIMEOUT_S, self.config.server.startup_timeout_s)
 
+        async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
+            try:
+                await client.infer(model, inputs, outputs=OUTPUTS[kind], request_id=f"warmup-{i}", sensor=sensor)
+            except PerceptionError as exc:
+                log.warning("warm-up of model %s failed: %s", model, exc)
+
         async def one(model: str, kind: str, sensor: str) -> None:
             spec = self.rig.get(sensor)
             inputs = warmup_inputs(kind, spec)
             try:
                 with anyio.fail_after(timeout_s):
                     if kind == "camera":
-                        # Frames decode their images in a worker thread: take the same path, so the
-                        # decoder and the thread are warm too (without it, frame 0's camera request
+                        # Frames decode full-size images in a worker thread: take the same path, so
+                        # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
                         inputs = await anyio.to_thread.run_sync(_through_decoder, inputs, sensor)
-                    await client.infer(model, inputs, outputs=OUTPUTS[kind], request_id="warmup", sensor=sensor)
+                    async with anyio.create_task_group() as tg:
+                        for i in range(self._instances.get(model, 1)):
+                            tg.start_soon(request, model, inputs, kind, sensor, i)
             except TimeoutError:
                 log.warning("warm-up of model %s: no answer within %g s; starting cold", model, timeout_s)
-            except PerceptionError as exc:
+            except PerceptionError as exc:  # the decoder's
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
         async with anyio.create_task_group() as tg:

@@ -51,12 +51,18 @@ class TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelContract:
-    """A model's name, ``max_batch_size`` (0 = no implicit batch dim) and tensors."""
+    """A model's name, ``max_batch_size`` (0 = no implicit batch dim) and tensors.
+
+    ``instances`` is the number of execution instances the server runs (the sum of the config's
+    ``instance_group`` counts, times the GPUs each group lists; 1 when unknown). It is not part of the
+    contract a sensor kind needs; the runtime warms every instance up.
+    """
 
     name: str
     max_batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    instances: int = 1
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
@@ -179,4 +185,17 @@ def parse_model_config(config: Mapping[str, Any]) -> ModelContract:
         max_batch_size=max_batch_size,
         inputs=tuple(_tensor(e, name) for e in body.get("input", ())),
         outputs=tuple(_tensor(e, name) for e in body.get("output", ())),
+        instances=_instances(body.get("instance_group", ())),
     )
+
+
+def _instances(groups: Any) -> int:
+    """Execution instances of an ``instance_group`` list (JSON form: counts may be strings or absent)."""
+    total = 0
+    try:
+        for group in groups:
+            count = int(group.get("count", 1))
+            total += count * max(1, len(group.get("gpus", ())))
+    except (AttributeError, TypeError, ValueError):
+        return 1  # not a contract matter: an odd entry only means a partial warm-up
+    return max(1, total)

@@ -153,6 +153,17 @@ def test_parse_model_config_json_form() -> None:
     assert parse_model_config({"name": "cam", "max_batch_size": 8}).max_batch_size == 8
 
 
+def test_parse_model_config_counts_execution_instances() -> None:
+    def instances(groups: object) -> int:
+        return parse_model_config({"name": "m", "instance_group": groups}).instances
+
+    assert parse_model_config({"name": "m"}).instances == 1
+    assert instances([{"count": 2, "kind": "KIND_CPU"}]) == 2
+    # JSON form: counts as strings or absent (1); a GPU group runs ``count`` instances on each listed GPU.
+    assert instances([{"count": "2", "kind": "KIND_GPU", "gpus": [0, 1]}, {"kind": "KIND_CPU"}]) == 5
+    assert instances([{"count": "many"}]) == 1  # odd, but not a contract matter: one warm-up request
+
+
 def test_parse_model_config_rejects_malformed_entries() -> None:
     with pytest.raises(ModelContractError, match="malformed tensor entry"):
         parse_model_config({"name": "m", "input": [{"data_type": "TYPE_FP32"}]})
