@@ -2,9 +2,16 @@
 
 Each request runs as its own task in a task group inside a ``move_on_after`` scope set to the join
 deadline. When the scope expires the still-running tasks are cancelled — which cancels their gRPC
-calls — and their sensors are marked ``late``. A request that fails is ``error`` with the translated
+calls, without waiting for grpc to wind them down (:class:`perception.triton.TritonClient` abandons
+them) — and their sensors are marked ``late``. A request that fails is ``error`` with the translated
 message; a sensor without a usable sample is ``missing``; a sensor whose model's circuit is open is
 ``skipped``. Nothing here ever waits past the deadline.
+
+The frame's latency is that of its slowest request, so that request is issued first: requests start
+in decreasing order of their model's recent latency (a running average), the others — which have
+slack — after it. Camera images are decoded on the event loop when small (cheaper than a worker
+thread's round trip) and otherwise in worker threads, all cameras of a batch at once, while the loop
+goes on issuing the other sensors' requests.
 """
 
 from __future__ import annotations
@@ -22,14 +29,17 @@ import numpy.typing as npt
 from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError, InputError, PerceptionError
 from perception.scheduler._circuit import CircuitBreaker
-from perception.scheduler._tensors import OUTPUTS, camera_batch, prepare_inputs, split_batch
-from perception.types import Frame, SensorResult, SensorStatus
+from perception.scheduler._tensors import OUTPUTS, camera_batch, decode_inline, prepare_inputs, split_batch
+from perception.types import Frame, ImageSample, Sample, SensorResult, SensorStatus
 
 __all__ = ["Dispatcher", "InferClient", "SensorOutcome"]
 
 log = logging.getLogger(__name__)
 
 Arrays = Mapping[str, npt.NDArray[Any]]
+
+#: Weight of the newest request in a model's running-average latency (issue order only).
+_LATENCY_EWMA = 0.2
 
 
 class _InferResultLike(Protocol):
@@ -92,6 +102,8 @@ class Dispatcher:
         self.breakers: dict[str, CircuitBreaker] = {}
         for s in self._sensors:
             self.breakers.setdefault(s.model, CircuitBreaker(s.model, pipeline.circuit))
+        #: Running average of each model's request latency (ns): requests are issued slowest first.
+        self.expected_ns: dict[str, float] = {}
 
     @property
     def sensors(self) -> Sequence[SensorConfig]:
@@ -127,14 +139,20 @@ class Dispatcher:
                     outcomes[s.name].status = SensorStatus.SKIPPED
                     outcomes[s.name].error = f"circuit open for model {model}"
 
+        # Slowest first (a stable sort: configuration order among equals and before any history).
+        runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
         remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
         with anyio.move_on_after(remaining_s):
             async with anyio.create_task_group() as tg:
-                for model, members in runnable:
+                for model, members in runnable[1:]:
                     tg.start_soon(self._request, frame, model, members, outcomes, deadline_ns)
+                if runnable:  # the slowest runs right here: no wait for a task to be scheduled
+                    await self._request(frame, *runnable[0], outcomes, deadline_ns)
         end = self._clock()
         for model, members in runnable:
             late = [s for s in members if outcomes[s.name].status is None]
+            if late:  # it took at least this long
+                self._observe(model, end - min(outcomes[s.name].start_ns or end for s in members))
             for s in late:
                 oc = outcomes[s.name]
                 oc.status = SensorStatus.LATE
@@ -205,6 +223,7 @@ class Dispatcher:
                 self._fail(members, outcomes, str(exc), attempt)
                 return
         end = self._clock()
+        self._observe(model, end - start)
         # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
         serialize = int(getattr(result, "prepare_ns", 0) or 0)
         for s in members:
@@ -225,21 +244,45 @@ class Dispatcher:
             sample = frame.samples[s.name]
             assert sample is not None
             return prepare_inputs(kind, sample), {}
-        images: list[npt.NDArray[np.uint8]] = []
-        ok: list[SensorConfig] = []
+        decoded: dict[str, npt.NDArray[np.uint8]] = {}
+
+        def decode(s: SensorConfig, sample: Sample) -> None:
+            try:
+                decoded[s.name] = prepare_inputs(kind, sample)["IMAGE"][0]
+            except PerceptionError as exc:
+                self._fail([s], outcomes, str(exc))
+
+        async def decode_in_thread(s: SensorConfig, sample: Sample) -> None:
+            try:
+                # A big image can take longer than the frame's budget: at the deadline the join
+                # abandons the decode (the thread finishes on its own) instead of waiting for it.
+                inputs = await anyio.to_thread.run_sync(prepare_inputs, kind, sample, abandon_on_cancel=True)
+            except PerceptionError as exc:
+                self._fail([s], outcomes, str(exc))
+                return
+            decoded[s.name] = inputs["IMAGE"][0]
+
+        inline: list[tuple[SensorConfig, Sample]] = []
+        threaded: list[tuple[SensorConfig, Sample]] = []
         for s in members:
             sample = frame.samples[s.name]
             assert sample is not None
-            try:
-                # JPEG decoding is CPU work: keep it off the event loop. A big image can take longer
-                # than the frame's budget: at the deadline the join abandons the decode (the thread
-                # finishes on its own) instead of waiting for it.
-                img = await anyio.to_thread.run_sync(prepare_inputs, kind, sample, abandon_on_cancel=True)
-            except PerceptionError as exc:
-                self._fail([s], outcomes, str(exc))
-                continue
-            images.append(img["IMAGE"][0])
-            ok.append(s)
+            small = isinstance(sample, ImageSample) and decode_inline(sample)
+            (inline if small else threaded).append((s, sample))
+        if len(threaded) == 1 and not inline:
+            await decode_in_thread(*threaded[0])
+        elif threaded:
+            async with anyio.create_task_group() as tg:
+                for s, sample in threaded:  # the threads start first, the small ones decode meanwhile
+                    tg.start_soon(decode_in_thread, s, sample)
+                await anyio.lowlevel.checkpoint()
+                for s, sample in inline:
+                    decode(s, sample)
+        else:
+            for s, sample in inline:
+                decode(s, sample)
+        ok = [s for s in members if s.name in decoded]
+        images = [decoded[s.name] for s in ok]
         if not ok:
             raise InputError("every camera in the batch failed preprocessing", sensor=",".join(s.name for s in members))
         if len(ok) == 1:
@@ -254,6 +297,10 @@ class Dispatcher:
                     self._fail([ok[i]], outcomes, "image size differs from the other cameras in the batch")
         batch = np.stack([images[i] for i in main])
         return {"IMAGE": batch}, {ok[i].name: j for j, i in enumerate(main)}
+
+    def _observe(self, model: str, ns: int) -> None:
+        old = self.expected_ns.get(model)
+        self.expected_ns[model] = float(ns) if old is None else old + _LATENCY_EWMA * (ns - old)
 
     def _fail(
         self, members: Sequence[SensorConfig], outcomes: dict[str, SensorOutcome], msg: str, attempts: int = 1

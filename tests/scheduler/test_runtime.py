@@ -14,7 +14,9 @@ from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ModelContractError, ModelNotReadyError
 from perception.scheduler import Runtime, ThreadedRuntime
+from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
+from perception.triton import ClientOptions, TritonClient
 from perception.types import Frame, FrameStatus, ImageSample, PointCloudSample, SensorStatus
 
 pytestmark = pytest.mark.anyio
@@ -117,6 +119,72 @@ async def test_cameras_batched_or_per_camera(triton: EmbeddedTriton, mode: str) 
         out = r.sensors[name].outputs
         assert out["BOXES"].shape == (100, 4)
         assert int(out["COUNT"][0]) == 0
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_camera"])
+async def test_large_images_decode_in_worker_threads(triton: EmbeddedTriton, mode: str) -> None:
+    # Over INLINE_DECODE_PIXELS an image is decoded in a worker thread (several at once when batched);
+    # the small one beside it (per_camera) on the event loop.
+    big = np.random.default_rng(0).integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    assert big.shape[0] * big.shape[1] > INLINE_DECODE_PIXELS
+    base = frame(0, ["cam_a", "cam_b"])
+    samples = dict(base.samples)
+    samples["cam_a"] = ImageSample("cam_a", 0, "cam_a", encode_jpeg(big))
+    if mode == "batched":
+        samples["cam_b"] = ImageSample("cam_b", 0, "cam_b", encode_jpeg(big[::-1]))
+    cfg = config(
+        triton.grpc_url, {"cam_a": "sleepy_camera", "cam_b": "sleepy_camera"}, pipeline={"camera_requests": mode}
+    )
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            r = await rt.process(Frame(frame_id=0, t_ns=0, samples=samples))
+    assert r.status is FrameStatus.OK, {n: s.error for n, s in r.sensors.items()}
+    assert all(int(s.outputs["COUNT"][0]) == 0 for s in r.sensors.values())
+
+
+class _IssueOrder:
+    """The real client, noting the order in which requests are issued."""
+
+    def __init__(self, client: TritonClient) -> None:
+        self.client = client
+        self.models: list[str] = []
+
+    async def infer(self, model: str, inputs: Any, **kwargs: Any) -> Any:
+        self.models.append(model)
+        return await self.client.infer(model, inputs, **kwargs)
+
+
+async def test_the_slowest_model_is_requested_first(triton: EmbeddedTriton) -> None:
+    names = {"lidar": "sleepy_lidar", "radar": "sleepy_radar", "cam_a": "sleepy_camera"}
+    cfg = config(triton.grpc_url, names)
+    with anyio.fail_after(60):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            issued = _IssueOrder(client)
+            async with Runtime(cfg, client=issued) as rt:
+                orders, expected = [], []
+                for i in range(3):
+                    issued.models.clear()
+                    expected.append(dict(rt.dispatcher.expected_ns))
+                    r = await rt.process(frame(i, list(names)))
+                    assert r.status is FrameStatus.OK
+                    orders.append(list(issued.models))
+    assert orders[0] == list(names.values())  # no history yet: configuration order
+    for order, known in zip(orders[1:], expected[1:], strict=True):
+        assert order == sorted(known, key=lambda m: -known[m])  # by running-average latency
+    # Each model's average is at least its sleep (20, 30, 40 ms).
+    assert expected[-1]["sleepy_camera"] > 40 * MS and expected[-1]["sleepy_lidar"] > 20 * MS
+
+
+async def test_warm_up_reaches_every_model_instance(triton: EmbeddedTriton) -> None:
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar"})  # instance_group count 2
+    with anyio.fail_after(60):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            assert (await client.model_contract("sleepy_lidar")).instances == 2
+            before = await client.model_statistics("sleepy_lidar")
+            async with Runtime(cfg):
+                pass
+            after = await client.model_statistics("sleepy_lidar")
+    assert after["inference_count"] - before["inference_count"] == 2
 
 
 async def test_pipeline_emits_in_order_with_k_in_flight(triton: EmbeddedTriton) -> None:
