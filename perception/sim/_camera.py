@@ -342,7 +342,23 @@ class CameraModel:
     # -- rendering -----------------------------------------------------------------------------------
 
     def render(self, scene: Scene, rng: np.random.Generator | None = None) -> CameraFrame:
-        """Render ``scene``; ``rng`` adds sensor noise (none if ``None``).
+        """Render ``scene``; ``rng`` adds sensor noise (none if ``None``)."""
+        image, hit, best_part = self._render(scene, rng)
+        n = self.w * self.h
+        owner = np.full(n, -1, dtype=np.int32)
+        if hit.size:
+            own = scene.part_owner[best_part[hit]]
+            owner[hit] = np.where(own < scene.n_objects, own, -1)
+        instances = owner.reshape(self.h, self.w)
+        if (self.w, self.h) != (self.out_w, self.out_h):
+            rows = ((np.arange(self.out_h) + 0.5) * self.h / self.out_h).astype(np.int64)
+            cols = ((np.arange(self.out_w) + 0.5) * self.w / self.out_w).astype(np.int64)
+            instances = instances[rows][:, cols]
+        return CameraFrame(image=image, instances=instances, scene=scene)
+
+    def _render(self, scene: Scene, rng: np.random.Generator | None) -> tuple[npt.NDArray[np.uint8], I64, I64]:
+        """The image (at the output resolution), the pixels (rendering resolution) that see a part,
+        and every pixel's part (``-1``: none).
 
         Colour work is done on channel planes (``[3, H*W]``): numpy is much faster on long
         contiguous rows than on ``[N,3]`` arrays.
@@ -365,8 +381,7 @@ class CameraModel:
         g = self.ground_idx
         free = best_part[g] < 0
         gi = g[free]
-        gs, gd = self.ground.frenet(scene)
-        gs, gd = gs[free], gd[free]
+        gs, gd = self.ground.frenet(scene, np.nonzero(free)[0])
         mat = scene.road.ground_material(gs, gd)
         haze = self.ground_haze[free]
         lit = self._ground_texture(gs, gd, mat, free)
@@ -376,7 +391,9 @@ class CameraModel:
         # objects
         hit = np.nonzero(best_part >= 0)[0]
         if hit.size:
-            img[:, hit] = self._shade_parts(scene, hit, best_t[hit], best_part[hit], best_face[hit], hor)
+            shaded = self._shade_parts(scene, hit, best_t[hit], best_part[hit], best_face[hit], hor)
+            for c in range(3):  # plane by plane: faster than img[:, hit]
+                img[c, hit] = shaded[c]
         planes = []
         for c in range(3):
             plane = img[c]
@@ -387,23 +404,15 @@ class CameraModel:
             np.clip(plane, 0, 255, out=plane)
             planes.append(plane.astype(np.uint8))
         image = np.stack(planes, axis=-1).reshape(self.h, self.w, 3)
-        owner = np.full(n, -1, dtype=np.int32)
-        if hit.size:
-            own = scene.part_owner[best_part[hit]]
-            owner[hit] = np.where(own < scene.n_objects, own, -1)
-        instances = owner.reshape(self.h, self.w)
         if (self.w, self.h) != (self.out_w, self.out_h):
             from PIL import Image
 
             image = np.asarray(Image.fromarray(image).resize((self.out_w, self.out_h), Image.Resampling.BILINEAR))
-            rows = ((np.arange(self.out_h) + 0.5) * self.h / self.out_h).astype(np.int64)
-            cols = ((np.arange(self.out_w) + 0.5) * self.w / self.out_w).astype(np.int64)
-            instances = instances[rows][:, cols]
-        return CameraFrame(image=image, instances=instances, scene=scene)
+        return image, hit, best_part
 
     def capture(self, scene: Scene, rng: np.random.Generator) -> bytes:
-        """One JPEG image of ``scene``."""
-        return encode_jpeg(self.render(scene, rng).image, quality=self.p.jpeg_quality)
+        """One JPEG image of ``scene`` (the image of :meth:`render`, without its instance map)."""
+        return encode_jpeg(self._render(scene, rng)[0], quality=self.p.jpeg_quality)
 
     def _ground_texture(self, s: F32, d: F32, mat: npt.NDArray[np.int8], free: npt.NDArray[np.bool_]) -> F32:
         """Grain of the road surface: a hash of 0.25 m ground cells (moves with the world, not the image)."""

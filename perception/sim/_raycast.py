@@ -42,7 +42,8 @@ def slab(origin: F64, rays: Rays, center: F64, half: F64, yaw: F64 | float) -> F
     """Entry distance of rays ``origin + t * d`` into boxes (``inf`` where they miss or start inside).
 
     One box (``center [3]``, ``half [3]``, scalar ``yaw``) gives ``[K]``; ``P`` boxes (``[P,3]``,
-    ``[P,3]``, ``[P]``) give ``[K,P]``.
+    ``[P,3]``, ``[P]``) give ``[P,K]`` (boxes first: numpy's inner loops then run along the rays,
+    several times faster than ``[K,P]`` with a handful of boxes).
     """
     yaw_a = np.asarray(yaw, dtype=np.float64)
     c, s = np.cos(yaw_a).astype(np.float32), np.sin(yaw_a).astype(np.float32)
@@ -53,7 +54,7 @@ def slab(origin: F64, rays: Rays, center: F64, half: F64, yaw: F64 | float) -> F
     h = np.asarray(half, dtype=np.float32).T
     rx, ry, rz = rays
     if yaw_a.ndim:
-        rx, ry, rz = rx[:, None], ry[:, None], rz[:, None]
+        c, s, lx, ly, lz, h = c[:, None], s[:, None], lx[:, None], ly[:, None], lz[:, None], h[:, :, None]
     dx = rx * c + ry * s
     dy = ry * c - rx * s
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -104,12 +105,22 @@ def cast(
             continue
         sel, d = idx[closer], take(d, closer)
         tp = slab(origin, d, scene.part_center[p0:p1], scene.part_half[p0:p1], scene.part_yaw[p0:p1])
-        k = np.argmin(tp, axis=1)
-        tk = np.take_along_axis(tp, k[:, None], axis=1)[:, 0]
+        tk, k = _first_min(tp)
         better = tk < best_t[sel]
         hit = sel[better]
         best_t[hit] = tk[better]
         best_part[hit] = p0 + k[better]
+
+
+def _first_min(t: F32) -> tuple[F32, I64]:
+    """Per column of ``t [P,K]``: the minimum and the first row that holds it (``argmin`` semantics)."""
+    best = t[0].copy()
+    arg = np.zeros(t.shape[1], dtype=np.int64)
+    for j in range(1, t.shape[0]):
+        closer = t[j] < best
+        best[closer] = t[j][closer]
+        arg[closer] = j
+    return best, arg
 
 
 def hit_geometry(origin: F64, dirs: Rays, t: F32, part: I64, scene: Scene) -> tuple[F32, F32, F32, I64, F32]:

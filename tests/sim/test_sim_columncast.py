@@ -40,9 +40,9 @@ def _scene() -> Scene:
 
 def _reference(model: LidarModel, scene: Scene) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """Every ray against every part box (slab method), nearest wins, over the ground."""
-    t = slab(model.origin, model.dirs, scene.part_center, scene.part_half, scene.part_yaw)  # [R, P]
-    part = np.argmin(t, axis=1)
-    best = t[np.arange(t.shape[0]), part]
+    t = slab(model.origin, model.dirs, scene.part_center, scene.part_half, scene.part_yaw)  # [P, R]
+    part = np.argmin(t, axis=0)
+    best = t[part, np.arange(t.shape[1])]
     on_box = best < model.ground_t
     return np.where(on_box, best, model.ground_t).astype(np.float32), np.where(on_box, part, -1)
 
