@@ -35,13 +35,22 @@ def register(sub: Any) -> None:
         description="Replay DRIVE and check the total per-frame budget (and per-stage budgets from the "
         "config's budget.stages) at a percentile. Prints a table, writes report.json, report.md and plots. "
         "Exits 1 on any violation. Each sensor's request is split into client time (preprocess, serialize) "
-        "and time in flight; with one frame in flight (--rate lockstep) the time in flight is split further "
-        "into Triton's queue/compute time per frame and the remaining network/client overhead.",
+        "and time in flight; with one frame in flight (the default, --in-flight 1) the time in flight is split "
+        "further into Triton's queue/compute time per frame and the remaining network/client overhead.",
     )
     add_runtime_options(p)
     p.add_argument("--budget-ms", type=float, required=True, help="total per-frame budget in ms")
     p.add_argument("--percentile", type=float, default=99.0, help="percentile checked against budgets (default 99)")
     p.add_argument("--rate", default="max", help="replay rate: multiplier of recorded speed, 'max' or 'lockstep'")
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        metavar="K",
+        help="frames in flight (default 1: every frame is measured on its own, so Triton's statistics split "
+        "each request into server queue/compute time and client/network overhead per frame; K > 1 measures "
+        "under pipelining, with the server side as per-run means only)",
+    )
     p.add_argument("--out", type=Path, default=Path("out/budget"), help="output directory (default: out/budget)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
@@ -52,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
     if args.budget_ms <= 0:
         raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
+    if not 1 <= args.in_flight <= 64:
+        raise ConfigError(f"--in-flight must be within 1..64, got {args.in_flight}", key="--in-flight")
     cfg = runtime_config(args)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
     # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
     reserve = min(cfg.budget.fusion_reserve_ms, args.budget_ms / 2)
     cfg = dataclasses.replace(

@@ -134,7 +134,8 @@ def test_budget_command_shows_the_split_and_gates(triton: EmbeddedTriton, drive:
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump(data))
     out = tmp_path / "ok"
-    args = [str(drive), "--config", str(profile), "--rate", "lockstep", "--no-progress"]
+    # the default: one frame in flight at full speed, under the real deadline, split per frame
+    args = [str(drive), "--config", str(profile), "--no-progress"]
     assert main(["budget", *args, "--budget-ms", "1000", "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "## Triton server side" in md and "sleepy_lidar.compute_infer" in md
@@ -150,3 +151,12 @@ def test_budget_command_shows_the_split_and_gates(triton: EmbeddedTriton, drive:
     assert main(["budget", *args, "--budget-ms", "1000", "--out", str(out2)]) == 1
     report = json.loads((out2 / "report.json").read_text())
     assert report["budget"]["violations"] == ["no_such_sensor.server_total"]
+
+    # Under pipelining the per-frame split is off, and the report says why.
+    data["budget"]["stages"] = {}
+    profile.write_text(yaml.safe_dump(data))
+    out3 = tmp_path / "pipelined"
+    assert main(["budget", *args, "--in-flight", "2", "--budget-ms", "1000", "--out", str(out3)]) == 0
+    split = json.loads((out3 / "report.json").read_text())["server_split"]
+    assert split["per_frame"] is False and "2 frames in flight" in split["why_not"]
+    assert main(["budget", *args, "--in-flight", "0", "--budget-ms", "1000", "--out", str(out3)]) == 2
