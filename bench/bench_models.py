@@ -1,15 +1,21 @@
-"""Latency of the reference lidar and radar models through the embedded Triton server on this machine.
+"""Latency of the reference lidar, radar and camera models through the embedded Triton server on this machine.
 
 For each case it measures the client round trip (sync gRPC client, one request in flight, after
 warm-up) and, for comparison, the same pipeline called in-process (no Triton), as wall and as CPU
 time (the CPU time is what the pipeline costs when the shared machine is busy). Writes p50/p90/p99/mean
 per case, and the load average, to ``bench/results/models.json``.
 
-Cases (default rig: 32-beam lidar, one front radar):
+Cases (default rig: 32-beam lidar, front radar, two 640x360 cameras):
 
 * ``lidar_32beam``: a 32-beam sweep at 0.2 deg azimuth steps (~50k points) of an urban-ish scene;
 * ``lidar_250k``: a 128-beam sweep with ~250k points, the largest input the contract is sized for;
-* ``radar_100``: ~100 radar rows (10 objects and isolated clutter).
+* ``radar_100``: ~100 radar rows (10 objects and isolated clutter);
+* ``camera_2x640x360``: both cameras' images in one ``[2, 360, 640, 3]`` request, as the runtime sends
+  them (``camera_requests: batched``): the default rig's decoded JPEGs of an urban drive (seed 7);
+* ``camera_1x640x360``: the front image alone (``camera_requests: per_camera``, or one camera late).
+
+The camera's in-process reference is :class:`perception.modelkit.CameraDetector` on the same ONNX file
+with the model's default settings (one onnxruntime thread).
 
 Usage: ``.venv/bin/python bench/bench_models.py [--repeats 60] [--output bench/results/models.json]``
 """
@@ -26,14 +32,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
 
 from perception.modelkit import (
+    CameraDetector,
     SyntheticBox,
     detect_lidar,
     detect_radar,
@@ -45,7 +55,9 @@ from perception.server import EmbeddedTriton
 log = logging.getLogger("bench_models")
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS = ("lidar_detector", "radar_detector")
+MODELS = ("lidar_detector", "radar_detector", "camera_detector")
+CAMERA_ONNX = REPO / "models" / "camera_detector" / "1" / "camera_detector.onnx"
+CAMERA_SEED, CAMERA_TIME_S = 7, 6.0  # an evaluation seed (< 100): training never saw it
 
 
 def _scene() -> list[SyntheticBox]:
@@ -63,7 +75,23 @@ def _scene() -> list[SyntheticBox]:
     return boxes
 
 
-def make_inputs() -> dict[str, tuple[str, np.ndarray]]:
+def _camera_images() -> npt.NDArray[np.uint8]:
+    """``[2, H, W, 3]`` uint8: the default rig's two cameras near ``CAMERA_TIME_S``, decoded as the runtime does."""
+    from perception.sim import Simulator  # heavy: only for this one batch
+    from perception.types import ImageSample
+
+    sim = Simulator("urban", seed=CAMERA_SEED, duration_s=CAMERA_TIME_S + 1.0)
+    images = []
+    for name in ("cam_front", "cam_back"):
+        times = np.asarray(sim.capture_times(name))
+        sample = sim.sample(name, int(np.argmin(np.abs(times - CAMERA_TIME_S * 1e9))))
+        assert isinstance(sample, ImageSample)
+        images.append(sample.decode())
+    return np.stack(images)
+
+
+def make_inputs() -> dict[str, tuple[str, str, npt.NDArray[Any]]]:
+    """``case -> (model, input name, tensor)``."""
     scene = _scene()
     lidar = synthetic_lidar_sweep(scene, beams=32, fov=(-30.0, 10.0), azimuth_steps=1800)
     dense = synthetic_lidar_sweep(scene, beams=128, fov=(-30.0, 10.0), azimuth_steps=2200)
@@ -73,11 +101,21 @@ def make_inputs() -> dict[str, tuple[str, np.ndarray]]:
     clutter = np.column_stack(
         [rng.uniform(5, 80, 20), rng.uniform(-30, 30, 20), np.zeros(20), rng.normal(0, 2, 20), rng.uniform(-10, 5, 20)]
     ).astype(np.float32)
+    images = _camera_images()
+    _, height, width, _ = images.shape
     return {
-        "lidar_32beam": ("lidar_detector", lidar),
-        "lidar_250k": ("lidar_detector", dense),
-        "radar_100": ("radar_detector", np.concatenate([radar, clutter])),
+        "lidar_32beam": ("lidar_detector", "POINTS", lidar),
+        "lidar_250k": ("lidar_detector", "POINTS", dense),
+        "radar_100": ("radar_detector", "POINTS", np.concatenate([radar, clutter])),
+        f"camera_2x{width}x{height}": ("camera_detector", "IMAGE", images),
+        f"camera_1x{width}x{height}": ("camera_detector", "IMAGE", images[:1]),
     }
+
+
+def _detections(model: str, answer: Any) -> int:
+    if model == "camera_detector":
+        return int(answer.as_numpy("COUNT").sum())
+    return int(answer.as_numpy("SCORES").shape[0])
 
 
 def _stats(samples_ms: list[float]) -> dict[str, float]:
@@ -107,37 +145,43 @@ def _time(
 
 def bench(url: str, repeats: int, warmup: int) -> dict[str, Any]:
     client = grpcclient.InferenceServerClient(url)
+    camera = CameraDetector(CAMERA_ONNX)  # the model's defaults: one onnxruntime thread
+    local: dict[str, Callable[[npt.NDArray[Any]], Any]] = {
+        "lidar_detector": detect_lidar,
+        "radar_detector": detect_radar,
+        "camera_detector": lambda images: camera(list(images)),
+    }
     results: dict[str, Any] = {}
     try:
-        for case, (model, points) in make_inputs().items():
-            reps = max(10, repeats // 3) if points.shape[0] > 100_000 else repeats
-            inp = grpcclient.InferInput("POINTS", list(points.shape), "FP32")
-            inp.set_data_from_numpy(points)
+        for case, (model, name, tensor) in make_inputs().items():
+            reps = max(10, repeats // 3) if tensor.shape[0] > 100_000 else repeats
+            inp = grpcclient.InferInput(name, list(tensor.shape), np_to_triton_dtype(tensor.dtype))
+            inp.set_data_from_numpy(tensor)
 
             def remote(model: str = model, inp: grpcclient.InferInput = inp) -> Any:
                 return client.infer(model, [inp], client_timeout=30.0)
 
-            local_fn = detect_lidar if model == "lidar_detector" else detect_radar
-            answer = remote()
-            n_out = int(answer.as_numpy("SCORES").shape[0])
+            local_fn = local[model]
+            n_out = _detections(model, remote())
             triton_ms = _time(remote, reps, warmup)
-            local_ms = _time(lambda fn=local_fn, p=points: fn(p), reps, warmup)
+            in_process = partial(local_fn, tensor)
+            local_ms = _time(in_process, reps, warmup)
             # CPU time of the same call: what the pipeline costs without other processes' contention.
-            cpu_ms = _time(lambda fn=local_fn, p=points: fn(p), reps, 0, time.process_time)
+            cpu_ms = _time(in_process, reps, 0, time.process_time)
             results[case] = {
                 "model": model,
-                "input_shape": list(points.shape),
+                "input_shape": list(tensor.shape),
                 "detections": n_out,
                 "triton": _stats(triton_ms),
                 "in_process": _stats(local_ms),
                 "in_process_cpu": _stats(cpu_ms),
             }
             log.info(
-                "%-13s %-15s %7d rows -> %3d det | triton p50 %7.2f p99 %7.2f ms | in-process p50 %7.2f ms"
+                "%-16s %-15s %-18s -> %3d det | triton p50 %7.2f p99 %7.2f ms | in-process p50 %7.2f ms"
                 " (cpu %6.2f ms)",
                 case,
                 model,
-                points.shape[0],
+                "x".join(map(str, tensor.shape)),
                 n_out,
                 results[case]["triton"]["p50_ms"],
                 results[case]["triton"]["p99_ms"],

@@ -220,12 +220,17 @@ def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, flo
         used = inlier
         a, vr = a_all[used], vr_all[used]
         w = 1.0 / (p.velocity_sigma**2 + (speed * az_sigma[used]) ** 2)
-        ata = (a * w[:, None]).T @ a
-        eig = np.linalg.eigvalsh(ata)
-        if eig[0] <= 1e-9 * max(eig[1], 1e-12):
+        # the 2x2 normal equations A^T W A v = A^T W vr, in closed form
+        wc, ws = w * a[:, 0], w * a[:, 1]
+        sxx, sxy, syy = float(wc @ a[:, 0]), float(wc @ a[:, 1]), float(ws @ a[:, 1])
+        bx, by = float(wc @ vr), float(ws @ vr)
+        half_gap = math.hypot(0.5 * (sxx - syy), sxy)
+        eig_min, eig_max = 0.5 * (sxx + syy) - half_gap, 0.5 * (sxx + syy) + half_gap
+        if eig_min <= 1e-9 * max(eig_max, 1e-12):
             return nan, math.inf
-        v = np.linalg.solve(ata, (a * w[:, None]).T @ vr)
-        new_speed = float(np.hypot(*v))
+        det = sxx * syy - sxy * sxy
+        v = np.array([(syy * bx - sxy * by) / det, (sxx * by - sxy * bx) / det])
+        new_speed = math.hypot(float(v[0]), float(v[1]))
         sigma_all = np.hypot(p.velocity_sigma, new_speed * az_sigma)
         # Returns that disagree with the fit far beyond the noise (multipath ghosts, a neighbour's
         # return) are dropped and the fit repeated, as long as it stays over-determined.
@@ -241,7 +246,7 @@ def fit_velocity(rows: F64, params: RadarParams | None = None) -> tuple[F64, flo
     # NOISE_PRIOR_DOF returns' worth), so many well-fitting returns may show the sensor does better
     # than assumed, and a bad fit widens the error; exactly determined fits cannot be checked at all.
     scale = (_NOISE_PRIOR_DOF + chi2) / (_NOISE_PRIOR_DOF + dof) if dof > 0 else 4.0
-    std = math.sqrt(scale / float(eig[0]))
+    std = math.sqrt(scale / eig_min)
     return v, std
 
 
@@ -309,6 +314,13 @@ def split_by_motion(rows: F64, idx: I64, params: RadarParams | None = None) -> l
     return [idx[keep], *split_by_motion(rows, idx[~keep], p)]
 
 
+def _score(count: F64, rcs_db: F64) -> F64:
+    """Confidence in [0, 1] of objects of ``count`` returns and total ``rcs_db``: more and stronger
+    returns, more confidence (one return of a 0 dBsm target: ~0.16)."""
+    out: F64 = (1.0 - np.exp(-count / 2.5)) / (1.0 + np.exp(-rcs_db / 4.0))
+    return out
+
+
 def detect_radar(
     points: npt.NDArray[np.floating[Any]],
     params: RadarParams | None = None,
@@ -325,16 +337,24 @@ def detect_radar(
     groups: list[I64] = []
     for k in range(count):
         groups.extend(split_by_motion(rows, np.flatnonzero(labels == k), p))
-    # Isolated returns: clutter, unless strong, or moving (static clutter reads ~0 m/s).
+    # Isolated returns: clutter, unless strong, or moving (static clutter reads ~0 m/s). Lone returns
+    # (also those a split left alone) are objects of one return each: handled in one vectorised pass.
     alone = (labels < 0) & ((rows[:, 4] >= p.single_min_rcs) | (np.abs(rows[:, 3]) >= p.single_min_speed))
-    groups.extend(np.flatnonzero(alone)[:, None])
-    out_pos, out_vr, out_v, out_rcs, out_score = [], [], [], [], []
+    singles = [np.flatnonzero(alone), *(g for g in groups if g.shape[0] == 1)]
+    single = rows[np.concatenate(singles)]
+    single_score = _score(np.ones(single.shape[0]), single[:, 4])
+    single = single[single_score >= p.min_score]
+    out_pos, out_vr, out_v, out_rcs, out_score = (
+        [single[:, :3]], [single[:, 3]], [np.full((single.shape[0], 2), np.nan)], [single[:, 4]],
+        [single_score[single_score >= p.min_score]],
+    )
     for idx in groups:
+        if idx.shape[0] == 1:
+            continue
         members = rows[idx]
         power = np.power(10.0, members[:, 4] / 10.0)
         total_db = 10.0 * math.log10(float(power.sum()))
-        n = members.shape[0]
-        score = (1.0 - math.exp(-n / 2.5)) / (1.0 + math.exp(-(total_db - 0.0) / 4.0))
+        score = float(_score(np.array([members.shape[0]]), np.array([total_db]))[0])
         if score < p.min_score:
             continue
         pos = (members[:, :3] * power[:, None]).sum(axis=0) / power.sum()
@@ -345,18 +365,16 @@ def detect_radar(
         else:
             v = np.full(2, np.nan)
             vr = radial_velocity(members, azimuth, p)
-        out_pos.append(pos)
-        out_vr.append(vr)
-        out_v.append(v)
-        out_rcs.append(total_db)
-        out_score.append(score)
+        out_pos.append(pos[None])
+        out_vr.append(np.array([vr]))
+        out_v.append(v[None])
+        out_rcs.append(np.array([total_db]))
+        out_score.append(np.array([score]))
     checkpoint("objects")
-    if not out_pos:
-        return RadarDetections.empty()
     return RadarDetections(
-        np.asarray(out_pos, np.float32).reshape(-1, 3),
-        np.asarray(out_vr, np.float32),
-        np.asarray(out_v, np.float32).reshape(-1, 2),
-        np.asarray(out_rcs, np.float32),
-        np.asarray(out_score, np.float32),
+        np.concatenate(out_pos).astype(np.float32).reshape(-1, 3),
+        np.concatenate(out_vr).astype(np.float32),
+        np.concatenate(out_v).astype(np.float32).reshape(-1, 2),
+        np.concatenate(out_rcs).astype(np.float32),
+        np.concatenate(out_score).astype(np.float32),
     )
