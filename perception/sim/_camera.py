@@ -67,18 +67,17 @@ def _face_corners(axis: int, sign: int) -> list[int]:
 _FACE_CORNERS = np.array([_face_corners(a, s) for a, s in _FACES])
 
 
-def _clip_near(q: F64) -> F64:
-    """Sutherland-Hodgman clip of a polygon (optical frame) to ``z >= NEAR``."""
-    out = []
-    n = q.shape[0]
-    for i in range(n):
-        a, b = q[i], q[(i + 1) % n]
-        ina, inb = a[2] >= NEAR, b[2] >= NEAR
-        if ina:
-            out.append(a)
-        if ina != inb:
-            out.append(a + (NEAR - a[2]) / (b[2] - a[2]) * (b - a))
-    return np.array(out).reshape(-1, 3)
+def _clip_near_all(quads: F64) -> tuple[F64, npt.NDArray[np.bool_]]:
+    """Sutherland-Hodgman clip of quads ``[M,4,3]`` (optical frame) to ``z >= NEAR``, all at once:
+    candidate vertices ``[M,8,3]`` (each corner, then its edge's crossing of the plane) and which of
+    them the clipped polygon keeps, in order."""
+    a, b = quads, np.roll(quads, -1, axis=1)
+    ina, inb = a[..., 2] >= NEAR, b[..., 2] >= NEAR
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = a + ((NEAR - a[..., 2]) / (b[..., 2] - a[..., 2]))[..., None] * (b - a)
+    vertices = np.stack([a, cross], axis=2).reshape(-1, 8, 3)
+    keep = np.stack([ina, ina != inb], axis=2).reshape(-1, 8)
+    return vertices, keep
 
 
 def box_corners(center: F64, half: F64, yaw: F64) -> F64:
@@ -313,13 +312,21 @@ class CameraModel:
         lo, hi = uv.min(axis=2), uv.max(axis=2)
         off_image = (hi[..., 0] < -1) | (lo[..., 0] > self.w) | (hi[..., 1] < -1) | (lo[..., 1] > self.h)
         drawn = facing & (crosses | ~off_image)
+        # faces crossing the near plane, clipped all at once (as _clip_near does one by one)
+        clip = drawn & crosses
+        row = np.full(clip.shape, -1)
+        row[clip] = np.arange(int(clip.sum()))
+        clipped, keep = _clip_near_all(poly[clip])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            clipped_uv = np.stack([fx * clipped[..., 0] / clipped[..., 2] + cx0,
+                                   fy * clipped[..., 1] / clipped[..., 2] + cy0], -1).clip(-1e4, 1e4)
         for e in order:
             for f in np.nonzero(drawn[e])[0]:
-                if crosses[e, f]:
-                    q = _clip_near(poly[e, f])
-                    if q.shape[0] < 3:
+                m = row[e, f]
+                if m >= 0:
+                    pts = clipped_uv[m][keep[m]]
+                    if pts.shape[0] < 3:
                         continue
-                    pts = np.stack([fx * q[:, 0] / q[:, 2] + cx0, fy * q[:, 1] / q[:, 2] + cy0], 1).clip(-1e4, 1e4)
                 else:
                     pts = uv[e, f]
                 draw.polygon([(float(a), float(b)) for a, b in pts], fill=int(e * 6 + f + 1))

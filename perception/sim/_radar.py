@@ -106,13 +106,17 @@ class RadarModel:
         half_w = np.arctan2(ext, np.maximum(rng_c, 0.1))
         cand = np.abs(az_c) - half_w <= self.half_fov
         cand &= (rng_c - ext <= p.max_range_m) & (rng_c + ext >= p.min_range_m)
-        # occlusion: share of the object's angular extent hidden by nearer, tall-enough objects
-        samples = az_c[:, None] + half_w[:, None] * np.linspace(-0.8, 0.8, 7)[None, :]
-        nearer = (rng_c[None, :] < rng_c[:, None] - 0.5) & cand[None, :]
-        nearer &= scene.size[None, :, 2] > np.minimum(scene.size[:, None, 2] * 0.6, 1.2)
-        d_az = (samples[:, :, None] - az_c[None, None, :] + np.pi) % (2 * np.pi) - np.pi
-        covered = (np.abs(d_az) < half_w[None, None, :] * 0.9) & nearer[:, None, :]
-        occ = covered.any(axis=2).mean(axis=1)
+        # occlusion: share of the object's angular extent hidden by nearer, tall-enough objects (only
+        # candidates can be detected or hide others: the rest is left out of the [C,7,C] test)
+        occ = np.zeros(n)
+        ci = np.nonzero(cand)[0]
+        rc, az_ci, hw, height = rng_c[ci], az_c[ci], half_w[ci], scene.size[ci, 2]
+        samples = az_ci[:, None] + hw[:, None] * np.linspace(-0.8, 0.8, 7)[None, :]
+        nearer = rc[None, :] < rc[:, None] - 0.5
+        nearer &= height[None, :] > np.minimum(height[:, None] * 0.6, 1.2)
+        d_az = (samples[:, :, None] - az_ci[None, None, :] + np.pi) % (2 * np.pi) - np.pi
+        covered = (np.abs(d_az) < hw[None, None, :] * 0.9) & nearer[:, None, :]
+        occ[ci] = covered.any(axis=2).mean(axis=1)
         labels = scene.label
         p_det = p.detection_probability * np.clip(1.4 - rng_c / _REACH[labels], 0.0, 1.0) * (1 - 0.9 * occ)
         detected = cand & (rng.random(n) < p_det)
