@@ -8,6 +8,7 @@ from scipy.optimize import linear_sum_assignment
 
 __all__ = [
     "assign",
+    "assign_pairs",
     "covariance_along",
     "inv2",
     "mahalanobis2",
@@ -22,23 +23,28 @@ IP = npt.NDArray[np.intp]
 _BIG = 1e9
 
 
+_ADJUGATE_SIGNS = np.array([[1.0, -1.0], [-1.0, 1.0]])
+
+
 def inv2(s: F64) -> F64:
     """Inverse of symmetric 2x2 matrices ``[..., 2, 2]`` (closed form; singular ones get a tiny ridge)."""
     a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
     det = a * d - b * b
     det = np.where(np.abs(det) < 1e-12, 1e-12, det)
-    out = np.empty_like(s)
-    out[..., 0, 0] = d / det
-    out[..., 1, 1] = a / det
-    out[..., 0, 1] = out[..., 1, 0] = -b / det
+    # adjugate [[d, -b], [-b, a]]: both axes reversed is [[d, b], [b, a]] for a symmetric matrix
+    out: F64 = s[..., ::-1, ::-1] * _ADJUGATE_SIGNS / det[..., None, None]
     return out
 
 
 def mahalanobis2(diff: F64, s: F64) -> F64:
     """Squared Mahalanobis distance of ``diff [..., 2]`` under covariance ``s [..., 2, 2]``."""
+    return mahalanobis2_xy(diff[..., 0], diff[..., 1], s)
+
+
+def mahalanobis2_xy(x: F64, y: F64, s: F64) -> F64:
+    """:func:`mahalanobis2` of a difference given as its components ``x``, ``y``."""
     a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
     det = np.maximum(a * d - b * b, 1e-12)
-    x, y = diff[..., 0], diff[..., 1]
     out: F64 = (d * x * x - 2 * b * x * y + a * y * y) / det
     return out
 
@@ -84,19 +90,38 @@ def assign(cost: F64, allowed: B) -> tuple[IP, IP]:
     Rows and columns without any allowed pair are left out of the problem, so the matrix solved is only
     as large as the candidates; the result never contains a pair that is not allowed.
     """
-    per_row = allowed.sum(axis=1)
-    per_col = allowed.sum(axis=0)
+    per_row = np.add.reduce(allowed, axis=1, dtype=np.intp)
     rows = np.flatnonzero(per_row)
     if rows.size == 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    per_col = np.add.reduce(allowed, axis=0, dtype=np.intp)
     if per_row.max() == 1 and per_col.max() == 1:  # no conflicts: every candidate pair is the answer
         r_idx, c_idx = np.nonzero(allowed)
         return r_idx, c_idx
     cols = np.flatnonzero(per_col)
-    sub = np.where(allowed[np.ix_(rows, cols)], cost[np.ix_(rows, cols)], _BIG)
+    sub = np.where(allowed[rows][:, cols], cost[rows][:, cols], _BIG)
     r, c = linear_sum_assignment(sub)
     ok = sub[r, c] < _BIG
     return rows[r[ok]], cols[c[ok]]
+
+
+def assign_pairs(rows: IP, cols: IP, cost: F64, shape: tuple[int, int]) -> tuple[IP, IP]:
+    """:func:`assign` for a sparse problem: the allowed pairs ``(rows[i], cols[i])`` (distinct, in
+    row-major order, as :func:`numpy.nonzero` gives them) with their ``cost``; the same answer."""
+    if rows.size == 0:
+        return rows, cols
+    per_row = np.bincount(rows, minlength=shape[0])
+    per_col = np.bincount(cols, minlength=shape[1])
+    if per_row.max() == 1 and per_col.max() == 1:  # no conflicts: every candidate pair is the answer
+        return rows, cols
+    # the sub-problem of the rows and columns that have a candidate, numbered in order
+    row_of = np.cumsum(per_row > 0) - 1
+    col_of = np.cumsum(per_col > 0) - 1
+    sub = np.full((int(row_of[-1]) + 1, int(col_of[-1]) + 1), _BIG)
+    sub[row_of[rows], col_of[cols]] = cost
+    r, c = linear_sum_assignment(sub)
+    ok = sub[r, c] < _BIG
+    return np.flatnonzero(per_row)[r[ok]], np.flatnonzero(per_col)[c[ok]]
 
 
 def occlusion_coverage(
@@ -116,7 +141,7 @@ def occlusion_coverage(
         occluder &= valid[..., None, :]
     if group is not None:
         occluder &= group[..., None, :] == group[..., :, None]
-    cover = np.where(occluder, inter, 0.0).max(axis=-1, initial=0.0)
+    cover = np.maximum.reduce(np.where(occluder, inter, 0.0), axis=-1, initial=0.0)
     area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
     out: F64 = np.divide(cover, area, out=np.zeros_like(cover), where=area > 0)
     return out

@@ -49,7 +49,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +92,8 @@ IP = npt.NDArray[np.intp]
 
 _SIZES = np.asarray(CLASS_SIZES, dtype=np.float64)
 _CAR, _TRUCK, _PEDESTRIAN, _CYCLIST = (LABELS.index(n) for n in ("car", "truck", "pedestrian", "cyclist"))
+_LIDAR, _CAMERA, _RADAR = int(Origin.LIDAR), int(Origin.CAMERA), int(Origin.RADAR)  # plain ints: cheap to compare
+_NMS_BRUTE_FORCE = 256  # up to this many objects, NMS candidate pairs come from the full distance matrix
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class _Radar:
     score: F64  # [K]
     rcs: F64  # [K]
     free: B  # [K] not yet used by an object
+    radial: F64  # [K,3] (vr, los x, los y), as Objects.radial
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
@@ -188,6 +191,19 @@ class Fuser:
             )
         self._sensors = tuple(sensors)
         self._names = SourceNames([s.name for s in sensors])
+        # the rig is static: per-sensor tables indexed by sensor index, and the parameters as arrays
+        self._sensor_from_base = np.array([invert_transform(s.extrinsic) for s in sensors]).reshape(-1, 4, 4)
+        self._k = np.array([s.k for s in sensors]).reshape(-1, 3, 3)
+        self._image_size = np.array([[s.width, s.height] for s in sensors], dtype=np.float64).reshape(-1, 2)
+        self._frustum = np.array([[s.tan_x, s.tan_y, s.sec_x, s.sec_y] for s in sensors]).reshape(-1, 4)
+        self._class_max_speed = np.asarray(self.params.class_max_speed, dtype=np.float64)
+        self._radial_sigma = np.asarray(self.params.radar_radial_sigma, dtype=np.float64)
+        self._velocity_sigma = np.asarray(self.params.radar_velocity_sigma, dtype=np.float64)
+        self._nms_radius = np.asarray(self.params.nms_radius, dtype=np.float64)
+        self._match_pad = np.array([-1.0, -1.0, 1.0, 1.0]) * self.params.camera_match_pad
+        self._empty = Objects.empty(len(sensors))  # shared: read-only, returned wherever nothing is found
+        for f in fields(self._empty):
+            getattr(self._empty, f.name).setflags(write=False)
         self._radar_index = np.array([s.index for s in sensors if s.kind is SensorKind.RADAR], dtype=np.intp)
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
@@ -248,6 +264,8 @@ class Fuser:
 
         n_s = len(self._sensors)
         objs = Objects.concat([self._lidar(s, boxes, motion, t_s) for s, boxes, t_s in lidars], n_s)
+        if not len(objs):
+            objs = self._empty
         radar = self._radar(radars, motion)
         self._attach_radar(objs, radar, refine=False)
         self._finish_velocity(objs, heading_known=True)
@@ -278,20 +296,30 @@ class Fuser:
     # -- lidar ------------------------------------------------------------------------------------------
     def _lidar(self, sensor: _Sensor, lidar: LidarBoxes, motion: EgoMotion, t_s: int) -> Objects:
         n = lidar.scores.shape[0]
-        objs = Objects.empty(len(self._sensors), n)
         if n == 0:
-            return objs
+            return self._empty
         m = motion.relative(t_s) @ sensor.extrinsic
-        objs.center[:] = transform_points(m, lidar.boxes[:, :3])
-        objs.size[:] = lidar.boxes[:, 3:6]
-        objs.yaw[:] = wrap_angle(lidar.boxes[:, 6] + math.atan2(m[1, 0], m[0, 0]))
-        objs.cov[:, 0, 0] = objs.cov[:, 1, 1] = self.params.lidar_sigma**2
-        objs.score[:] = lidar.scores
-        objs.votes[np.arange(n), lidar.labels] = self.params.lidar_class_weight * lidar.scores
-        objs.sources[:, sensor.index] = True
-        objs.age[:] = (motion.t_ns - t_s) * 1e-9
-        objs.origin[:] = Origin.LIDAR
-        return objs
+        cov = np.zeros((n, 2, 2))
+        cov[:, 0, 0] = cov[:, 1, 1] = self.params.lidar_sigma**2
+        votes = np.zeros((n, len(LABELS)))
+        votes[np.arange(n), lidar.labels] = self.params.lidar_class_weight * lidar.scores
+        sources = np.zeros((n, len(self._sensors)), bool)
+        sources[:, sensor.index] = True
+        return Objects(
+            center=transform_points(m, lidar.boxes[:, :3]),
+            size=lidar.boxes[:, 3:6].copy(),
+            yaw=wrap_angle(lidar.boxes[:, 6] + math.atan2(m[1, 0], m[0, 0])),
+            velocity=np.zeros((n, 2)),
+            vel_var=np.full(n, np.inf),
+            vel_full=np.zeros(n, bool),
+            radial=np.full((n, 3), np.nan),
+            cov=cov,
+            score=lidar.scores.copy(),
+            votes=votes,
+            sources=sources,
+            age=np.full(n, (motion.t_ns - t_s) * 1e-9),
+            origin=np.full(n, _LIDAR, np.int8),
+        )
 
     # -- radar ------------------------------------------------------------------------------------------
     def _radar(self, radars: Sequence[tuple[_Sensor, RadarObjects, int]], motion: EgoMotion) -> _Radar:
@@ -312,35 +340,49 @@ class Fuser:
                 z,
                 z,
                 np.zeros(0, bool),
+                np.zeros((0, 3)),
             )
-        mats = np.stack([motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars])
-        rows = np.repeat(np.arange(len(radars)), counts)
-        m = mats[rows]  # [K,4,4] base_link(t_f) <- radar(t_s)
-        dt = np.repeat([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars], counts)
-        positions = np.concatenate([r.positions for _, r, _ in radars])
-        velocity = np.concatenate([r.velocity for _, r, _ in radars])
-        vr = np.concatenate([r.radial for _, r, _ in radars])
-        pos = (m[:, :2, :3] @ positions[:, :, None])[:, :, 0] + m[:, :2, 3]
-        rel = pos - m[:, :2, 3]
+        # per radar: rotation and origin of base_link(t_f) <- radar(t_s), and the time to propagate over
+        mats = [motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars]
+        dt: float | F64
+        if len(radars) == 1:
+            m, r0 = mats[0], radars[0][1]
+            rot, origin, dt = m[:2, :3], m[:2, 3], (motion.t_ns - radars[0][2]) * 1e-9
+            positions, velocity, vr, scores, rcs = r0.positions, r0.velocity, r0.radial, r0.scores, r0.rcs
+            sensor = np.full(k, radars[0][0].index, np.intp)
+        else:
+            rows = np.repeat(np.arange(len(radars)), counts)
+            m = np.stack(mats)[rows]  # [K,4,4]
+            rot, origin = m[:, :2, :3], m[:, :2, 3]
+            dt = np.repeat([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars], counts)[:, None]
+            positions = np.concatenate([r.positions for _, r, _ in radars])
+            velocity = np.concatenate([r.velocity for _, r, _ in radars])
+            vr = np.concatenate([r.radial for _, r, _ in radars])
+            scores = np.concatenate([r.scores for _, r, _ in radars])
+            rcs = np.concatenate([r.rcs for _, r, _ in radars])
+            sensor = np.repeat(np.array([s.index for s, _, _ in radars], dtype=np.intp), counts)
+        rel = (rot @ positions[:, :, None])[:, :, 0]  # [K,2] offset from the radar in base_link(t_f)
+        pos = rel + origin
         rng = np.hypot(rel[:, 0], rel[:, 1])
         los = rel / np.maximum(rng, 1e-6)[:, None]
-        full = np.isfinite(velocity).all(axis=1)
-        v = (m[:, :2, :2] @ np.where(full[:, None], velocity, 0.0)[:, :, None])[:, :, 0]
+        full = np.isfinite(velocity[:, 0]) & np.isfinite(velocity[:, 1])
+        v = (rot[..., :2] @ np.where(full[:, None], velocity, 0.0)[:, :, None])[:, :, 0]
         vel = np.where(full[:, None], v, vr[:, None] * los)
-        pos += vel * dt[:, None]
+        pos += vel * dt
         across = np.hypot(prm.radar_azimuth_sigma * rng, prm.radar_lateral_floor)
         cov = covariance_along(los, np.full(k, prm.radar_range_sigma), across)
         return _Radar(
-            sensor=np.repeat(np.array([s.index for s, _, _ in radars], dtype=np.intp), counts),
+            sensor=sensor,
             pos=pos,
             vel=vel,
             full=full,
             vr=vr,
             los=los,
             cov=cov,
-            score=np.concatenate([r.scores for _, r, _ in radars]),
-            rcs=np.concatenate([r.rcs for _, r, _ in radars]),
+            score=scores,
+            rcs=rcs,
             free=np.ones(k, bool),
+            radial=np.column_stack([vr, los]),
         )
 
     def _attach_radar(self, objs: Objects, radar: _Radar, *, refine: bool) -> None:
@@ -355,18 +397,21 @@ class Fuser:
         # the Mahalanobis distance to the nearest box point for those pairs only
         obj_spread = objs.cov[:, 0, 0] + objs.cov[:, 1, 1]
         rad_spread = radar.cov[k_idx, 0, 0] + radar.cov[k_idx, 1, 1]
-        spread = prm.radar_gate * (obj_spread[:, None] + rad_spread[None, :])
-        reach = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])[:, None] + np.sqrt(spread)
-        gap = pts[None, :, :] - objs.center[:, None, :2]
-        oi, ki = np.nonzero((gap * gap).sum(axis=2) <= reach * reach)
+        reach = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])[:, None] + np.sqrt(
+            prm.radar_gate * (obj_spread[:, None] + rad_spread)
+        )
+        gx = pts[:, 0] - objs.center[:, 0, None]
+        gy = pts[:, 1] - objs.center[:, 1, None]
+        oi, ki = np.nonzero(gx * gx + gy * gy <= reach * reach)
         if oi.size == 0:
             return
         near = nearest_on_box(pts[ki], objs.center[oi, :2], objs.size[oi, :2], objs.yaw[oi], pairwise=False)
         d2 = mahalanobis2(pts[ki] - near, objs.cov[oi] + radar.cov[k_idx[ki]])
         ok = d2 <= prm.radar_gate
-        oi, ki, d2 = oi[ok], ki[ok], d2[ok]
-        if oi.size == 0:
-            return
+        if not ok.all():
+            oi, ki, d2 = oi[ok], ki[ok], d2[ok]
+            if oi.size == 0:
+                return
         # each radar object joins its nearest gated object: sort pairs by distance, last write wins
         order = np.argsort(-d2, kind="stable")
         best = np.full(k_idx.size, -1, np.intp)
@@ -377,23 +422,22 @@ class Fuser:
         objs.sources[rows, radar.sensor[kk]] = True
         miss = np.ones(n)
         # radar sees vehicles well; for pedestrians and cyclists a nearby return is weak evidence (clutter)
-        weight = np.where(objs.labels[rows] <= _TRUCK, prm.radar_weight, prm.radar_vru_weight)
+        labels = objs.labels[rows]
+        weight = np.where(labels <= _TRUCK, prm.radar_weight, prm.radar_vru_weight)
         np.multiply.at(miss, rows, 1.0 - weight * radar.score[kk])
         objs.score[:] = 1.0 - (1.0 - objs.score) * miss
         # velocity: not from a speed the object's class cannot have (the radar object is not, or not
         # only, this object), nor for classes whose radar speed is not trusted (infinite sigma)
-        speed = np.where(radar.full[kk], np.hypot(radar.vel[kk, 0], radar.vel[kk, 1]), np.abs(radar.vr[kk]))
-        labels = objs.labels[rows]
-        usable = (speed <= np.asarray(prm.class_max_speed)[labels]) & np.isfinite(
-            np.asarray(prm.radar_radial_sigma)[labels]
-        )
-        rows, kk, pair_d2 = rows[usable], kk[usable], pair_d2[usable]
         full = radar.full[kk]
+        speed = np.where(full, np.hypot(radar.vel[kk, 0], radar.vel[kk, 1]), np.abs(radar.vr[kk]))
+        usable = (speed <= self._class_max_speed[labels]) & np.isfinite(self._radial_sigma[labels])
+        if not usable.all():
+            rows, kk, pair_d2, labels, full = rows[usable], kk[usable], pair_d2[usable], labels[usable], full[usable]
         if full.any():  # inverse-variance mean with what the object already has
             r, k = rows[full], kk[full]
             w = np.where(np.isfinite(objs.vel_var) & objs.vel_full, 1.0 / objs.vel_var, 0.0)
             vsum = w[:, None] * objs.velocity
-            w_new = 1.0 / np.asarray(prm.radar_velocity_sigma)[objs.labels[r]] ** 2
+            w_new = 1.0 / self._velocity_sigma[labels[full]] ** 2
             np.add.at(w, r, w_new)
             np.add.at(vsum, r, w_new[:, None] * radar.vel[k])
             got = np.zeros(n, bool)
@@ -404,8 +448,8 @@ class Fuser:
         # radial speed of the strongest radar object, where the object has none yet
         order = np.argsort(radar.score[kk], kind="stable")  # fancy assignment: the last write wins
         r, k = rows[order], kk[order]
-        fresh = ~np.isfinite(objs.radial[r, 0])
-        objs.radial[r[fresh]] = np.column_stack([radar.vr[k[fresh]], radar.los[k[fresh]]])
+        fresh = np.isnan(objs.radial[r, 0])
+        objs.radial[r[fresh]] = radar.radial[k[fresh]]
         if refine:
             # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
             order = np.argsort(-pair_d2, kind="stable")
@@ -438,11 +482,11 @@ class Fuser:
             along = (np.abs(c) >= prm.min_heading_cos) & (objs.size[i, 0] >= 1.3 * objs.size[i, 1])
             speed = np.minimum(np.maximum(vr / np.where(along, c, 1.0), -prm.max_speed), prm.max_speed)
             objs.velocity[i] = np.where(along[:, None], speed[:, None] * h, vr[:, None] * u)
-            sigma = np.asarray(prm.radar_radial_sigma)[objs.labels[i]]
+            sigma = self._radial_sigma[objs.labels[i]]
             base = (sigma / np.maximum(np.abs(c), prm.min_heading_cos)) ** 2
             heading_var = (0.1 if heading_known else 0.5) ** 2 * speed**2
             objs.vel_var[i] = np.where(along, base + heading_var, np.maximum(vr**2, 1.0) + 9.0)
-        known = np.isfinite(objs.vel_var) & (objs.age != 0)
+        known = (objs.age != 0) & np.isfinite(objs.vel_var)
         if known.any():
             objs.center[known, :2] += objs.velocity[known] * objs.age[known, None]
             objs.age[known] = 0.0
@@ -458,23 +502,32 @@ class Fuser:
         detection of its own camera, so each camera is still one-to-one).
         """
         prm = self.params
-        n_s = len(self._sensors)
         c_n = len(cameras)
         if c_n == 0:
-            return Objects.empty(n_s)
-        det_cam = np.repeat(np.arange(c_n), [cam.scores.shape[0] for _, cam, _ in cameras])
-        det_boxes = np.concatenate([cam.boxes for _, cam, _ in cameras])
-        det_scores = np.concatenate([cam.scores for _, cam, _ in cameras])
-        det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
-        rels = np.stack([motion.relative(t_s) for _, _, t_s in cameras])  # base_link(t_f) <- base_link(t_s)
+            return self._empty
+        cam_sensor = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
+        if c_n == 1:
+            det_boxes, det_scores, det_labels = cameras[0][1].boxes, cameras[0][1].scores, cameras[0][1].labels
+            det_cam = np.zeros(det_scores.shape[0], np.intp)
+        else:
+            det_cam = np.repeat(np.arange(c_n), [cam.scores.shape[0] for _, cam, _ in cameras])
+            det_boxes = np.concatenate([cam.boxes for _, cam, _ in cameras])
+            det_scores = np.concatenate([cam.scores for _, cam, _ in cameras])
+            det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
+        rels = [motion.relative(t_s) for _, _, t_s in cameras]  # base_link(t_f) <- base_link(t_s)
         unmatched = np.ones(det_cam.size, bool)
         n = len(objs)
         if n:
-            cam_from_base = np.stack([invert_transform(rels[i] @ s.extrinsic) for i, (s, _, _) in enumerate(cameras)])
+            # camera(t_s) <- base_link(t_f); cameras of a frame usually share their capture time
+            back: dict[int, F64] = {}
+            for (_, _, t_s), rel in zip(cameras, rels, strict=True):
+                if t_s not in back:
+                    back[t_s] = invert_transform(rel)
+            cam_from_base = self._sensor_from_base[cam_sensor] @ np.array([back[t_s] for _, _, t_s in cameras])
             # cull: (camera, object) pairs whose bounding sphere touches the camera's view frustum
-            radius = 0.5 * np.sqrt((objs.size * objs.size).sum(axis=1))
+            radius = 0.5 * np.sqrt(np.add.reduce(objs.size * objs.size, axis=1))
             c = objs.center @ np.swapaxes(cam_from_base[:, :3, :3], 1, 2) + cam_from_base[:, None, :3, 3]  # [C,N,3]
-            tan = np.array([[s.tan_x, s.tan_y, s.sec_x, s.sec_y] for s, _, _ in cameras])[:, None, :]
+            tan = self._frustum[cam_sensor][:, None, :]
             near = (
                 (c[..., 2] + radius > 0.1)
                 & (np.abs(c[..., 0]) - c[..., 2] * tan[..., 0] <= radius * tan[..., 2])
@@ -484,14 +537,14 @@ class Fuser:
         if n and pc.size:
             # boxes moved to each camera's capture time (with the velocity known so far), into the camera
             dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
-            corners = box_corners(objs.boxes()[po])  # [M,8,3]
-            known = np.isfinite(objs.vel_var[po])
-            corners[known, :, :2] += (dts[pc[known]][:, None] * objs.velocity[po[known]])[:, None, :]
+            boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1)[po]
+            known = np.isfinite(objs.vel_var[po])[:, None]
+            boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity[po], 0.0)
+            corners = box_corners(boxes)  # [M,8,3]
             m = cam_from_base[pc]
             corners = corners @ np.swapaxes(m[:, :3, :3], 1, 2) + m[:, None, :3, 3]
-            ks = np.stack([s.k for s, _, _ in cameras])[pc]
-            size = np.array([[s.width, s.height] for s, _, _ in cameras], dtype=np.float64)[pc]
-            proj = project_corners(corners, ks, size)  # [M]
+            pair_sensor = cam_sensor[pc]
+            proj = project_corners(corners, self._k[pair_sensor], self._image_size[pair_sensor])  # [M]
             cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
             matchable = (
                 proj.in_image
@@ -504,18 +557,16 @@ class Fuser:
                 matchable
                 & (proj.depth <= prm.camera_miss_max_depth)
                 & (height >= prm.camera_miss_min_height)
-                & (objs.origin[po] == Origin.LIDAR)
+                & (objs.origin[po] == _LIDAR)
             )
             # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
-            pad = np.array([-1.0, -1.0, 1.0, 1.0]) * prm.camera_match_pad
-            iou = box_iou_2d(proj.boxes + pad, det_boxes + pad)  # [M,D]
-            iou[~(proj.in_image[:, None] & (pc[:, None] == det_cam[None, :]))] = 0.0
+            iou = box_iou_2d(proj.boxes + self._match_pad, det_boxes + self._match_pad)  # [M,D]
+            iou[~(proj.in_image[:, None] & (pc[:, None] == det_cam))] = 0.0
             rows, di = assign(-iou, (iou >= prm.camera_iou) & matchable[:, None])
             oi = po[rows]
             seen = np.zeros(n, bool)
             seen[oi] = True
-            cam_index = np.array([s.index for s, _, _ in cameras], dtype=np.intp)
-            objs.sources[oi, cam_index[pc[rows]]] = True
+            objs.sources[oi, pair_sensor[rows]] = True
             # class evidence only from confident detections (a detector's low-score class is a guess)
             floor = prm.camera_class_min_score
             confident = np.maximum(det_scores[di] - floor, 0.0) / (1.0 - floor)
@@ -534,8 +585,8 @@ class Fuser:
             objs.score[missed[~seen[missed]]] *= prm.camera_miss_factor
             unmatched[di] = False
             # an unmatched detection that overlaps a projected box is that object again, not a new one
-            unmatched &= iou.max(axis=0, initial=0.0) < prm.camera_absorb_iou
-        widths = np.array([s.width for s, _, _ in cameras], dtype=np.float64)[det_cam]
+            unmatched &= np.maximum.reduce(iou, axis=0, initial=0.0) < prm.camera_absorb_iou
+        widths = self._image_size[cam_sensor, 0][det_cam]
         keep = (
             unmatched
             & (det_scores >= prm.camera_only_min_score)
@@ -544,12 +595,12 @@ class Fuser:
             & (det_boxes[:, 2] < widths - 1.0)
         )
         if not keep.any():
-            return Objects.empty(n_s)
+            return self._empty
         di = np.flatnonzero(keep)
         ci = det_cam[di]
         cands = self._camera_only(
             [cam[0] for cam in cameras],
-            rels,
+            np.stack(rels),
             ci,
             det_boxes[di],
             det_labels[di],
@@ -599,7 +650,7 @@ class Fuser:
         ground_range = lam * nxy
         ok &= (ground_range > 0.5) & (ground_range <= prm.camera_max_depth)
         if not ok.any():
-            return Objects.empty(len(self._sensors))
+            return self._empty
         sel = np.flatnonzero(ok)
         hdir = d[sel, :2] / nxy[sel, None]
         size, lam, ground_range = size[sel], lam[sel], ground_range[sel]
@@ -622,7 +673,7 @@ class Fuser:
         cam_index = np.array([s.index for s in sensors], dtype=np.intp)
         objs.sources[np.arange(m), cam_index[ci[sel]]] = True
         objs.age[:] = age[sel]
-        objs.origin[:] = Origin.CAMERA
+        objs.origin[:] = _CAMERA
         return objs
 
     # -- radar-only ---------------------------------------------------------------------------------------
@@ -631,7 +682,7 @@ class Fuser:
         idx = np.flatnonzero(radar.free & (radar.score >= prm.radar_only_min_score))
         m = idx.size
         if m == 0:
-            return Objects.empty(len(self._sensors))
+            return self._empty
         pos, vel, full, score = radar.pos[idx], radar.vel[idx], radar.full[idx], radar.score[idx]
         cov, sensor, los = radar.cov[idx], radar.sensor[idx], radar.los[idx]
         # the same object seen by two radars: merge greedily by score within the Mahalanobis gate
@@ -661,7 +712,7 @@ class Fuser:
         has_full = wsum > 0
         objs.velocity[:] = np.where(has_full[:, None], vsum / np.maximum(wsum, 1.0)[:, None], 0.0)
         objs.vel_full[:] = has_full
-        objs.radial[:] = np.column_stack([radar.vr[idx[heads]], los[heads]])
+        objs.radial[:] = radar.radial[idx[heads]]
         speed = np.hypot(objs.velocity[:, 0], objs.velocity[:, 1])
         strength = np.full(n, -np.inf)
         np.maximum.at(strength, slot, radar.rcs[idx])
@@ -670,7 +721,7 @@ class Fuser:
             _TRUCK,
             np.where(strength >= prm.radar_car_rcs, _CAR, np.where(has_full & (speed > 3.0), _CYCLIST, _PEDESTRIAN)),
         )
-        sigma = np.asarray(prm.radar_velocity_sigma)[labels]
+        sigma = self._velocity_sigma[labels]
         objs.vel_var[:] = np.where(has_full, sigma**2 / np.maximum(wsum, 1.0), np.inf)
         size = _SIZES[labels]
         yaw = np.where(has_full & (speed > prm.flip_speed), np.arctan2(objs.velocity[:, 1], objs.velocity[:, 0]), 0.0)
@@ -683,7 +734,7 @@ class Fuser:
         objs.cov[:] = cov[heads] + covariance_along(hl, 0.3 * extent + 0.1, np.full(n, 0.1))
         objs.score[:] = prm.radar_only_factor * score[heads]
         objs.votes[np.arange(n), labels] = 0.3 * score[heads]
-        objs.origin[:] = Origin.RADAR
+        objs.origin[:] = _RADAR
         self._finish_velocity(objs, heading_known=False)
         return objs
 
@@ -696,13 +747,20 @@ class Fuser:
         xy = objs.center[:, :2]
         radius = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])
         reach = max(2.0 * float(radius.max()), *self.params.nms_radius)
-        pairs = cKDTree(xy).query_pairs(reach, output_type="ndarray")  # candidates, i < j
-        if pairs.shape[0] == 0:
+        # candidates, i < j: brute force for the usual few tens of objects, a k-d tree for crowds
+        if n <= _NMS_BRUTE_FORCE:
+            dx, dy = xy[:, 0, None] - xy[:, 0], xy[:, 1, None] - xy[:, 1]
+            i, j = np.nonzero(dx * dx + dy * dy <= reach * reach)
+            upper = i < j
+            i, j = i[upper], j[upper]
+        else:
+            pairs = cKDTree(xy).query_pairs(reach, output_type="ndarray")
+            i, j = pairs[:, 0], pairs[:, 1]
+        if i.size == 0:
             return objs
-        i, j = pairs[:, 0], pairs[:, 1]
         d = xy[i] - xy[j]
-        dist2 = (d * d).sum(axis=1)
-        near = np.asarray(self.params.nms_radius)[objs.labels]
+        dist2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]
+        near = self._nms_radius[objs.labels]
         same = dist2 < np.minimum(near[i], near[j]) ** 2
         # rotated IoU only where the axis-aligned bounds overlap (side-by-side lanes do not)
         c, s = np.abs(np.cos(objs.yaw)), np.abs(np.sin(objs.yaw))

@@ -285,14 +285,21 @@ def project_corners(
     c = np.asarray(corners, dtype=np.float64)
     lead = c.shape[:-2]
     c = c.reshape(-1, 8, 3)
-    kt = np.swapaxes(np.broadcast_to(np.asarray(k, dtype=np.float64), (*lead, 3, 3)).reshape(-1, 3, 3), -1, -2)
-    wh = np.broadcast_to(np.asarray(size, dtype=np.float64), (*lead, 2)).reshape(-1, 2)
-    front = c[..., 2] >= near
+    kk = np.asarray(k, dtype=np.float64)
+    if kk.shape != (*lead, 3, 3):
+        kk = np.broadcast_to(kk, (*lead, 3, 3))
+    kt = np.swapaxes(kk.reshape(-1, 3, 3), -1, -2)
+    wh = np.asarray(size, dtype=np.float64)
+    if wh.shape != (*lead, 2):
+        wh = np.broadcast_to(wh, (*lead, 2))
+    wh = wh.reshape(-1, 2)
+    z = c[..., 2]
+    front = z >= near
     h = c @ kt
     uv = h[..., :2] / np.where(front, h[..., 2], 1.0)[..., None]
-    lo, hi = uv.min(axis=1), uv.max(axis=1)
-    any_ok = np.ones(c.shape[0], bool)
-    cut = np.flatnonzero(~front.all(axis=1))
+    lo, hi = np.minimum.reduce(uv, axis=1), np.maximum.reduce(uv, axis=1)
+    cut = np.flatnonzero(~np.logical_and.reduce(front, axis=1))
+    any_ok = None
     if cut.size:  # boxes reaching behind the near plane: clip their edges there (the few that need it)
         cc, fc = c[cut], front[cut]
         p0 = cc[:, _EDGES[:, 0], :]
@@ -306,9 +313,10 @@ def project_corners(
         hc = pts @ kt[cut]
         uvc = hc[..., :2] / hc[..., 2:3]
         okx = ok[..., None]
-        lo[cut] = np.where(okx, uvc, np.inf).min(axis=1)
-        hi[cut] = np.where(okx, uvc, -np.inf).max(axis=1)
-        any_ok[cut] = ok.any(axis=1)
+        lo[cut] = np.minimum.reduce(np.where(okx, uvc, np.inf), axis=1)
+        hi[cut] = np.maximum.reduce(np.where(okx, uvc, -np.inf), axis=1)
+        any_ok = np.ones(c.shape[0], bool)
+        any_ok[cut] = np.logical_or.reduce(ok, axis=1)
         lo[~any_ok] = 0.0
         hi[~any_ok] = 0.0
     full = hi - lo
@@ -317,13 +325,14 @@ def project_corners(
     hi_c = np.minimum(np.maximum(hi, 0.0), wh)
     vis = hi_c - lo_c
     area = vis[..., 0] * vis[..., 1]
-    in_image = any_ok & (area > 0.0)
+    in_image = area > 0.0
+    if any_ok is not None:
+        in_image &= any_ok
     frac = np.divide(area, full_area, out=np.zeros(area.shape), where=full_area > 0)
     boxes = np.concatenate([lo_c, hi_c], axis=-1)
     boxes[~in_image] = 0.0
-    return ProjectedBoxes(
-        boxes.reshape(*lead, 4), in_image.reshape(lead), c[..., 2].mean(axis=-1).reshape(lead), frac.reshape(lead)
-    )
+    depth = np.add.reduce(z, axis=-1) / 8.0  # the mean corner depth, i.e. the centre's
+    return ProjectedBoxes(boxes.reshape(*lead, 4), in_image.reshape(lead), depth.reshape(lead), frac.reshape(lead))
 
 
 def project_boxes(

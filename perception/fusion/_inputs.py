@@ -30,27 +30,41 @@ def _tensor(outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, col
     arr = outputs.get(name)
     if arr is None:
         raise InputError("output tensor missing", sensor=sensor, tensor=name)
-    a = np.asarray(arr)
-    if (a.ndim != 1) if columns is None else (a.ndim != 2 or a.shape[1] != columns):
+    a = arr if type(arr) is np.ndarray else np.asarray(arr)
+    shape = a.shape
+    if (len(shape) != 1) if columns is None else (len(shape) != 2 or shape[1] != columns):
         want = "[N]" if columns is None else f"[N, {columns}]"
-        raise InputError(f"expected shape {want}, got {list(a.shape)}", sensor=sensor, tensor=name)
+        raise InputError(f"expected shape {want}, got {list(shape)}", sensor=sensor, tensor=name)
     if a.dtype.kind not in "fiub":
         raise InputError(f"expected a numeric tensor, got dtype {a.dtype}", sensor=sensor, tensor=name)
     out: F64 = a.astype(np.float64)
     return out
 
 
-def _same_rows(sensor: str, **arrays: npt.NDArray[Any]) -> int:
-    rows = {name: a.shape[0] for name, a in arrays.items()}
-    if len(set(rows.values())) > 1:
+def _same_rows(sensor: str, names: tuple[str, ...], *arrays: npt.NDArray[Any]) -> int:
+    n = arrays[0].shape[0]
+    if any(a.shape[0] != n for a in arrays):
+        rows = {name: a.shape[0] for name, a in zip(names, arrays, strict=True)}
         raise InputError(f"outputs disagree in length: {rows}", sensor=sensor)
-    return next(iter(rows.values()))
+    return n
 
 
 def _labels(raw: F64) -> tuple[I64, npt.NDArray[np.bool_]]:
-    ok = np.isfinite(raw) & (raw >= 0) & (raw < _NUM_LABELS)
+    ok = (raw >= 0) & (raw < _NUM_LABELS)  # false for NaN and +-inf too
     labels = np.where(ok, raw, 0).astype(np.int64)
     return labels, ok
+
+
+def _finite_rows(a: F64) -> npt.NDArray[np.bool_]:
+    out: npt.NDArray[np.bool_] = np.logical_and.reduce(np.isfinite(a), axis=1)
+    return out
+
+
+def _rows(ok: npt.NDArray[np.bool_], *arrays: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], ...]:
+    """``arrays`` restricted to the ``ok`` rows (the arrays themselves when every row is kept)."""
+    if ok.all():
+        return arrays
+    return tuple(a[ok] for a in arrays)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +94,11 @@ def parse_lidar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
     boxes = _tensor(outputs, "BOXES", sensor, 7)
     labels_raw = _tensor(outputs, "LABELS", sensor, None)
     scores = _tensor(outputs, "SCORES", sensor, None)
-    _same_rows(sensor, BOXES=boxes, LABELS=labels_raw, SCORES=scores)
+    _same_rows(sensor, ("BOXES", "LABELS", "SCORES"), boxes, labels_raw, scores)
     labels, ok = _labels(labels_raw)
-    ok &= np.isfinite(boxes).all(axis=1) & (boxes[:, 3:6] > 0).all(axis=1) & (scores >= min_score)
-    return LidarBoxes(boxes[ok], labels[ok], np.minimum(scores[ok], 1.0))
+    ok &= _finite_rows(boxes) & np.logical_and.reduce(boxes[:, 3:6] > 0, axis=1) & (scores >= min_score)
+    boxes, labels, scores = _rows(ok, boxes, labels, scores)
+    return LidarBoxes(boxes, labels, np.minimum(scores, 1.0))
 
 
 def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> RadarObjects:
@@ -92,10 +107,10 @@ def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
     vel = _tensor(outputs, "VELOCITY", sensor, 2)
     rcs = _tensor(outputs, "RCS", sensor, None)
     scores = _tensor(outputs, "SCORES", sensor, None)
-    _same_rows(sensor, POSITIONS=pos, RADIAL_VELOCITY=vr, VELOCITY=vel, RCS=rcs, SCORES=scores)
-    ok = np.isfinite(pos).all(axis=1) & np.isfinite(vr) & (scores >= min_score)
-    rcs_ok = np.where(np.isfinite(rcs), rcs, 0.0)
-    return RadarObjects(pos[ok], vr[ok], vel[ok], rcs_ok[ok], np.minimum(scores[ok], 1.0))
+    _same_rows(sensor, ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES"), pos, vr, vel, rcs, scores)
+    ok = _finite_rows(pos) & np.isfinite(vr) & (scores >= min_score)
+    pos, vr, vel, rcs, scores = _rows(ok, pos, vr, vel, rcs, scores)
+    return RadarObjects(pos, vr, vel, np.where(np.isfinite(rcs), rcs, 0.0), np.minimum(scores, 1.0))
 
 
 def parse_camera(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> CameraBoxes:
@@ -103,11 +118,13 @@ def parse_camera(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score
     scores = _tensor(outputs, "SCORES", sensor, None)
     labels_raw = _tensor(outputs, "LABELS", sensor, None)
     count_arr = _tensor(outputs, "COUNT", sensor, None)
-    rows = _same_rows(sensor, BOXES=boxes, SCORES=scores, LABELS=labels_raw)
+    rows = _same_rows(sensor, ("BOXES", "SCORES", "LABELS"), boxes, scores, labels_raw)
     count = int(count_arr[0]) if count_arr.size and np.isfinite(count_arr[0]) else 0
     count = min(max(count, 0), rows)
     boxes, scores, labels_raw = boxes[:count], scores[:count], labels_raw[:count]
     labels, ok = _labels(labels_raw)
-    ok &= np.isfinite(boxes).all(axis=1) & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-    ok &= scores >= min_score
-    return CameraBoxes(boxes[ok], labels[ok], np.minimum(scores[ok], 1.0))
+    # x2 > x1 and y2 > y1 (false for NaN, and an infinite corner makes the box non-finite below)
+    ok &= np.logical_and.reduce(boxes[:, 2:] > boxes[:, :2], axis=1) & (scores >= min_score)
+    ok &= _finite_rows(boxes)
+    boxes, labels, scores = _rows(ok, boxes, labels, scores)
+    return CameraBoxes(boxes, labels, np.minimum(scores, 1.0))

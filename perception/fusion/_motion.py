@@ -77,6 +77,7 @@ class EgoMotion:
         self._ego_at = ego_at
         self._warn = warn or log.warning
         self._cache: dict[int, F64 | None] = {}
+        self._relative: dict[int, F64] = {}  # several sensors of a frame share a capture time
         ego_f = self._ego(frame.t_ns)
         twist_src = ego_f if ego_f is not None else frame.ego
         self._inv_f: F64 | None = None
@@ -119,6 +120,13 @@ class EgoMotion:
 
     def relative(self, t_ns: int) -> F64:
         """``base_link(t_frame) <- base_link(t_ns)`` (read-only; identity when ``t_ns`` is the frame time)."""
+        out = self._relative.get(t_ns)
+        if out is None:
+            out = self._relative[t_ns] = self._compute_relative(t_ns)
+            out.setflags(write=False)
+        return out
+
+    def _compute_relative(self, t_ns: int) -> F64:
         if t_ns == self.t_ns:
             return _IDENTITY
         if self._inv_f is not None and self._ego_at is not None:

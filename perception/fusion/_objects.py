@@ -106,11 +106,9 @@ class SourceNames:
         if mask.shape[0] == 0:
             return []
         codes = (mask.astype(np.int64) @ self._bits).tolist()
-        out = []
-        for code in codes:
-            names = self._cache.get(code)
-            if names is None:
-                names = tuple(n for i, n in enumerate(self.names) if code >> i & 1)
-                self._cache[code] = names
-            out.append(names)
-        return out
+        try:
+            return list(map(self._cache.__getitem__, codes))
+        except KeyError:  # a combination not seen yet
+            for code in set(codes) - self._cache.keys():
+                self._cache[code] = tuple(n for i, n in enumerate(self.names) if code >> i & 1)
+            return list(map(self._cache.__getitem__, codes))

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.config import FusionConfig
-from perception.fusion._associate import assign, inv2, mahalanobis2
+from perception.fusion._associate import assign_pairs, inv2, mahalanobis2, mahalanobis2_xy
 from perception.fusion._geometry import invert_transform, wrap_angle
 from perception.fusion._objects import Objects, Origin, SourceNames
 from perception.fusion._params import FusionParams
@@ -49,6 +49,9 @@ I64 = npt.NDArray[np.int64]
 _NUM_LABELS = len(LABELS)
 _EYE4 = np.eye(4)
 _EYE4.setflags(write=False)
+_LIDAR = int(Origin.LIDAR)  # a plain int: cheap to compare with an int8 array
+_EYE2 = np.eye(2)
+_EYE2.setflags(write=False)
 
 
 def _fold_pi(a: F64) -> F64:
@@ -64,6 +67,12 @@ def _face_velocity(yaw: F64, velocity: F64, min_speed: float) -> F64:
     return wrap_angle(np.where((speed > min_speed) & against, yaw + np.pi, yaw))
 
 
+def _sigma(cov: F64) -> F64:
+    """``[N,2]`` x, y standard deviations of ``[N,2,2]`` covariances."""
+    out: F64 = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
+    return out
+
+
 def detections_from_objects(
     objs: Objects, names: SourceNames, threshold: float, min_speed: float
 ) -> tuple[Detection3D, ...]:
@@ -77,7 +86,7 @@ def detections_from_objects(
     known = np.isfinite(objs.vel_var)
     vel = np.where(known[:, None], objs.velocity, 0.0)
     yaw = _face_velocity(objs.yaw, vel, min_speed)
-    sigma = np.sqrt(np.maximum(np.stack([objs.cov[:, 0, 0], objs.cov[:, 1, 1]], axis=1), 0.0))
+    sigma = _sigma(objs.cov)
     return _build(np.arange(n), objs.labels, objs.score, objs.center, objs.size, yaw, vel, sigma, names(objs.sources))
 
 
@@ -92,31 +101,20 @@ def _build(
     sigma: F64,
     sources: list[tuple[str, ...]],
 ) -> tuple[Detection3D, ...]:
-    rows = zip(
-        ids.tolist(),
-        labels.tolist(),
-        score.tolist(),
-        center.tolist(),
-        size.tolist(),
-        yaw.tolist(),
-        vel.tolist(),
-        sigma.tolist(),
-        sources,
-        strict=True,
-    )
+    # positional map over lists: the per-detection cost is the dataclass construction alone
     return tuple(
-        Detection3D(
-            id=i,
-            label=LABELS[lab],
-            score=s,
-            center=(c[0], c[1], c[2]),
-            size=(z[0], z[1], z[2]),
-            yaw=y,
-            velocity=(v[0], v[1]),
-            uncertainty=(u[0], u[1]),
-            sources=src,
+        map(
+            Detection3D,
+            ids.tolist(),
+            map(LABELS.__getitem__, labels.tolist()),
+            score.tolist(),
+            map(tuple, center.tolist()),
+            map(tuple, size.tolist()),
+            yaw.tolist(),
+            map(tuple, vel.tolist()),
+            map(tuple, sigma.tolist()),
+            sources,
         )
-        for i, lab, s, c, z, y, v, u, src in rows
     )
 
 
@@ -150,6 +148,8 @@ class Tracker:
         self._accel_var = np.asarray(params.track_accel_sigma, np.float64) ** 2
         self._init_speed_var = np.asarray(params.track_init_speed_sigma, np.float64) ** 2
         self._radial_var = np.asarray(params.radar_radial_sigma, np.float64) ** 2
+        self._q_dt = math.nan  # dt of the cached process-noise matrix self._q
+        self._q: F64 = np.zeros((4, 4))
         self.reset()
 
     def reset(self) -> None:
@@ -176,7 +176,7 @@ class Tracker:
         out: npt.NDArray[np.intp] = np.argmax(self.table[:, _VOTES], axis=1)
         return out
 
-    def _predict(self, dt: float) -> None:
+    def _predict(self, dt: float, labels: npt.NDArray[np.intp]) -> None:
         """Constant-velocity prediction: ``x += dt v``; ``P = F P F^T + Q`` written out blockwise."""
         if dt <= 0 or not len(self):
             return
@@ -187,11 +187,13 @@ class Tracker:
         p[:, :2, :2] += dt * (ppv + np.swapaxes(ppv, 1, 2)) + (dt * dt) * pvv
         p[:, :2, 2:] += dt * pvv
         p[:, 2:, :2] += dt * pvv
-        q = np.zeros((4, 4))  # white-noise acceleration, per unit variance
-        q[0, 0] = q[1, 1] = dt**4 / 4
-        q[2, 2] = q[3, 3] = dt**2
-        q[0, 2] = q[2, 0] = q[1, 3] = q[3, 1] = dt**3 / 2
-        p += self._accel_var[self._labels()][:, None, None] * q
+        if dt != self._q_dt:  # frames come at a steady rate: build Q once per distinct dt
+            q = np.zeros((4, 4))  # white-noise acceleration, per unit variance
+            q[0, 0] = q[1, 1] = dt**4 / 4
+            q[2, 2] = q[3, 3] = dt**2
+            q[0, 2] = q[2, 0] = q[1, 3] = q[3, 1] = dt**3 / 2
+            self._q, self._q_dt = q, dt
+        p += self._accel_var[labels][:, None, None] * self._q
 
     def _gated(self, zxy: F64, r: F64, age: F64) -> B:
         """``[T,D]``: detection within the association gate of each (predicted) track."""
@@ -201,7 +203,7 @@ class Tracker:
         return out
 
     def _associate(
-        self, zxy: F64, r: F64, age: F64, labels: npt.NDArray[np.intp], x: F64
+        self, zxy: F64, r: F64, age: F64, labels: npt.NDArray[np.intp], x: F64, track_labels: npt.NDArray[np.intp]
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         """Hungarian assignment of detections to tracks whose (predicted) kinematic state is ``x``."""
         prm = self.params
@@ -214,14 +216,12 @@ class Tracker:
         ti, di = np.nonzero(dx * dx + dy * dy <= prm.track_max_distance**2)
         if ti.size == 0:
             return ti, di
-        d2 = mahalanobis2(np.stack([dx[ti, di], dy[ti, di]], axis=1), self.p[ti, :2, :2] + r[di])
+        d2 = mahalanobis2_xy(dx[ti, di], dy[ti, di], self.p[ti, :2, :2] + r[di])
         ok = d2 <= prm.track_gate
-        ti, di = ti[ok], di[ok]
-        cost = np.zeros((n_t, n_d))
-        allowed = np.zeros((n_t, n_d), bool)
-        cost[ti, di] = d2[ok] + prm.track_label_penalty * (self._labels()[ti] != labels[di])
-        allowed[ti, di] = True
-        return assign(cost, allowed)
+        if not ok.all():
+            ti, di, d2 = ti[ok], di[ok], d2[ok]
+        cost = d2 + prm.track_label_penalty * (track_labels[ti] != labels[di])
+        return assign_pairs(ti, di, cost, (n_t, n_d))
 
     # -- the frame step ---------------------------------------------------------------------------
     def step(self, t_ns: int, objs: Objects, world_from_ego: F64 | None) -> tuple[Detection3D, ...]:
@@ -244,11 +244,12 @@ class Tracker:
             log.info("tracker: %.2f s gap between frames, dropping %d tracks", dt, len(self))
             self._keep(np.zeros(len(self), bool))
         self._t_ns = t_ns
-        self._predict(dt)
+        track_labels = self._labels()  # votes change only in the update below
+        self._predict(dt, track_labels)
 
-        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, self.table[:, _X])
+        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, self.table[:, _X], track_labels)
         if ti.size:
-            self._update(ti, di, objs, zw, rw, r2, ego_yaw)
+            self._update(ti, di, objs, zw, rw, r2, ego_yaw, labels)
         # coasting and deaths
         missed = np.ones(len(self), bool)
         missed[ti] = False
@@ -265,7 +266,7 @@ class Tracker:
         # births; a camera- or radar-only detection within the gate of a live track is a duplicate of it
         new = np.ones(n, bool)
         new[di] = False
-        weak = new & (objs.origin != Origin.LIDAR)
+        weak = new & (objs.origin != _LIDAR)
         if weak.any() and len(self):
             w_idx = np.flatnonzero(weak)
             new[w_idx[self._gated(zw[w_idx, :2], rw[w_idx], objs.age[w_idx]).any(axis=0)]] = False
@@ -282,6 +283,7 @@ class Tracker:
         rw: F64,
         r2: F64,
         ego_yaw: float,
+        labels: npt.NDArray[np.intp],
     ) -> None:
         prm = self.params
         row = self.table[ti]
@@ -295,25 +297,24 @@ class Tracker:
         full = objs.vel_full[di]
         if full.any():
             f = np.flatnonzero(full)
-            s = p[f, 2:, 2:].copy()
-            var = objs.vel_var[di[f]]
-            s[:, 0, 0] += var
-            s[:, 1, 1] += var
-            k = p[f][:, :, 2:] @ inv2(s)
-            innov = objs.velocity[di[f]] @ r2.T - x[f, _VEL]
+            pf, df = p[f], di[f]
+            k = pf[:, :, 2:] @ inv2(pf[:, 2:, 2:] + objs.vel_var[df, None, None] * _EYE2)
+            innov = objs.velocity[df] @ r2.T - x[f, _VEL]
             x[f] = x[f] + (k @ innov[:, :, None])[:, :, 0]
-            p[f] = p[f] - k @ p[f][:, 2:, :]
+            p[f] = pf - k @ pf[:, 2:, :]
         # radial velocity: scalar measurement vr = u . v (the track's own direction resolves the rest)
         rad = ~full & np.isfinite(objs.radial[di, 0])
         if rad.any():
             g = np.flatnonzero(rad)
-            u = objs.radial[di[g], 1:3] @ r2.T
-            ph = (p[g][:, :, 2:] @ u[:, :, None])[:, :, 0]  # P h with h = [0, 0, ux, uy]
-            s1 = (u * ph[:, 2:]).sum(axis=1) + self._radial_var[objs.labels[di[g]]]
-            innov1 = objs.radial[di[g], 0] - (u * x[g, _VEL]).sum(axis=1)
+            pg, dg = p[g], di[g]
+            radial = objs.radial[dg]
+            u = radial[:, 1:3] @ r2.T
+            ph = (pg[:, :, 2:] @ u[:, :, None])[:, :, 0]  # P h with h = [0, 0, ux, uy]
+            s1 = np.add.reduce(u * ph[:, 2:], axis=1) + self._radial_var[labels[dg]]
+            innov1 = radial[:, 0] - np.add.reduce(u * x[g, _VEL], axis=1)
             k1 = ph / s1[:, None]
             x[g] = x[g] + k1 * innov1[:, None]
-            p[g] = p[g] - k1[:, :, None] * ph[:, None, :]
+            p[g] = pg - k1[:, :, None] * ph[:, None, :]
         row[:, _X] = x
         self.p[ti] = 0.5 * (p + np.swapaxes(p, 1, 2))
         # attributes: score and class evidence; height, size and heading smoothed from lidar boxes
@@ -322,7 +323,7 @@ class Tracker:
         row[:, _VOTES] = row[:, _VOTES] * prm.track_vote_decay + objs.votes[di]
         row[:, _HITS] += 1
         row[:, _MISSES] = 0
-        lidar = objs.origin[di] == Origin.LIDAR
+        lidar = objs.origin[di] == _LIDAR
         first = row[:, _HAS_BOX] == 0.0
         a_size = np.where(first, 1.0, np.where(lidar, prm.track_size_alpha, 0.0))[:, None]
         a_yaw = np.where(first, 1.0, np.where(lidar, prm.track_yaw_alpha, 0.0))
@@ -347,7 +348,7 @@ class Tracker:
         rows[:, _YAW] = wrap_angle(objs.yaw[idx] + ego_yaw)
         rows[:, _SCORE] = objs.score[idx]
         rows[:, _HITS] = 1.0
-        rows[:, _HAS_BOX] = objs.origin[idx] == Origin.LIDAR
+        rows[:, _HAS_BOX] = objs.origin[idx] == _LIDAR
         rows[:, _ID] = np.arange(self._next_id, self._next_id + m)
         rows[:, _VOTES] = objs.votes[idx]
         self._next_id += m
@@ -375,7 +376,7 @@ class Tracker:
         center = sel[:, [0, 1, _Z]] @ w_inv[:3, :3].T + w_inv[:3, 3]
         vel = sel[:, _VEL] @ r2.T
         cov = r2 @ self.p[idx, :2, :2] @ r2.T
-        sigma = np.sqrt(np.maximum(np.stack([cov[:, 0, 0], cov[:, 1, 1]], axis=1), 0.0))
+        sigma = _sigma(cov)
         yaw = _face_velocity(wrap_angle(sel[:, _YAW] - ego_yaw), vel, prm.flip_speed)
         return _build(
             sel[:, _ID].astype(np.int64),
@@ -397,7 +398,7 @@ class Tracker:
         dt = (t_ns - self._t_ns) * 1e-9
         x = self.table[:, _X].copy()
         x[:, _POS] += dt * x[:, _VEL]
-        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, x)
+        ti, di = self._associate(zw[:, :2], rw, objs.age, labels, x, self._labels())
         keep = objs.score >= self.config.score_threshold
         ids = np.full(len(objs), -1, np.int64)
         ids[di] = self.table[ti, _ID].astype(np.int64)
@@ -406,7 +407,7 @@ class Tracker:
         self._next_id += int(fresh.sum())
         vel = np.where(np.isfinite(objs.vel_var)[:, None], objs.velocity, 0.0)
         vel[di] = x[ti, _VEL] @ w_inv[:2, :2].T
-        sigma = np.sqrt(np.maximum(np.stack([objs.cov[:, 0, 0], objs.cov[:, 1, 1]], axis=1), 0.0))
+        sigma = _sigma(objs.cov)
         yaw = _face_velocity(objs.yaw, vel, self.params.flip_speed)
         k = np.flatnonzero(keep)
         return _build(
