@@ -383,12 +383,52 @@ def _gt_entity(t_ns: int, obj: GroundTruthObject) -> SceneEntity:
     )
 
 
+_GT_TEMPLATES: dict[tuple[str, bool], SceneEntity] = {}
+
+
+def _gt_template(label: str, moving: bool) -> SceneEntity:
+    """An entity of ``label`` (with or without its velocity arrow) holding every constant field."""
+    entity = _GT_TEMPLATES.get((label, moving))
+    if entity is None:
+        probe = GroundTruthObject(0, label, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), 0.0, (1.0, 0.0) if moving else (0.0, 0.0))
+        entity = _GT_TEMPLATES[(label, moving)] = _gt_entity(0, probe)
+    return entity
+
+
+def _fill_gt_entity(entity: SceneEntity, t_ns: int, obj: GroundTruthObject) -> None:
+    """Make ``entity`` equal to ``_gt_entity(t_ns, obj)`` (the same serialized bytes) by copying its
+    label's template and setting what varies: 3x faster than building ~15 messages per object."""
+    vx, vy = obj.velocity
+    speed = math.hypot(vx, vy)
+    entity.CopyFrom(_gt_template(obj.label, speed > 0.0))
+    entity.timestamp.seconds, entity.timestamp.nanos = t_ns // _NS, t_ns % _NS
+    entity.id = str(obj.track_id)
+    meta = entity.metadata  # label, track_id, yaw, vx, vy
+    meta[1].value = str(obj.track_id)
+    meta[2].value = repr(float(obj.yaw))
+    meta[3].value = repr(float(vx))
+    meta[4].value = repr(float(vy))
+    cx, cy, cz = obj.center
+    cube = entity.cubes[0]
+    cube.pose.position.x, cube.pose.position.y, cube.pose.position.z = cx, cy, cz
+    _, _, cube.pose.orientation.z, cube.pose.orientation.w = _yaw_quat(obj.yaw)
+    cube.size.x, cube.size.y, cube.size.z = obj.size
+    if speed > 0.0:
+        arrow = entity.arrows[0]
+        arrow.pose.position.x, arrow.pose.position.y, arrow.pose.position.z = cx, cy, cz
+        _, _, arrow.pose.orientation.z, arrow.pose.orientation.w = _yaw_quat(math.atan2(vy, vx))
+        arrow.shaft_length = speed
+    text = entity.texts[0]
+    text.pose.position.x, text.pose.position.y, text.pose.position.z = cx, cy, cz + obj.size[2] / 2.0 + 0.5
+    text.text = f"{obj.label} {obj.track_id}"
+
+
 def encode_ground_truth(gt: GroundTruth) -> SceneUpdate:
     """Delete everything shown so far, then one entity per object (id = track id)."""
-    return SceneUpdate(
-        deletions=[SceneEntityDeletion(timestamp=_stamp(gt.t_ns), type=SceneEntityDeletion.ALL)],
-        entities=[_gt_entity(gt.t_ns, obj) for obj in gt.objects],
-    )
+    msg = SceneUpdate(deletions=[SceneEntityDeletion(timestamp=_stamp(gt.t_ns), type=SceneEntityDeletion.ALL)])
+    for obj in gt.objects:
+        _fill_gt_entity(msg.entities.add(), gt.t_ns, obj)
+    return msg
 
 
 def decode_ground_truth(msg: SceneUpdate, t_ns: int) -> GroundTruth:

@@ -109,3 +109,26 @@ def test_bundled_drive_is_what_the_generator_makes() -> None:
         else:
             assert isinstance(theirs, PointCloudSample) and theirs.points.tobytes() == mine.points.tobytes()
     assert gt is not None and gt == sim.ground_truth(gt.t_ns)
+
+
+def test_ground_truth_encoding_is_the_per_object_construction() -> None:
+    """The drive writer encodes ground truth from per-label templates: the same bytes as building
+    every entity message by message (moving and standing objects of every class, -0.0 included)."""
+    from foxglove_schemas_protobuf.SceneEntityDeletion_pb2 import SceneEntityDeletion
+    from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
+
+    from perception.drives import _codec as codec
+    from perception.types import GroundTruth, GroundTruthObject
+
+    sim = Simulator("dense", seed=2, duration_s=20.0)
+    gts = [sim.ground_truth(t) for t in sim.ground_truth_times()[::40]]
+    gts.append(GroundTruth(5, (GroundTruthObject(7, "cyclist", (0.0, -0.0, 0.8), (1.8, 0.6, 1.6), -0.0, (-0.0, 0.0)),)))
+    assert {o.label for g in gts for o in g.objects} == {"car", "truck", "pedestrian", "cyclist"}
+    for gt in gts:
+        plain = SceneUpdate(
+            deletions=[SceneEntityDeletion(timestamp=codec._stamp(gt.t_ns), type=SceneEntityDeletion.ALL)],
+            entities=[codec._gt_entity(gt.t_ns, obj) for obj in gt.objects],
+        )
+        assert codec.encode_ground_truth(gt).SerializeToString(deterministic=True) == plain.SerializeToString(
+            deterministic=True
+        )
