@@ -188,7 +188,7 @@ async def criterion_a(url: str, frames: int) -> dict[str, Any]:
     variants = [(p, v) for p in profiles for v in ("sequential", "concurrent", "slowest_alone")]
     lat: dict[tuple[str, str], list[int]] = {v: [] for v in variants}
     stages: dict[str, dict[str, list[int]]] = {
-        p: {"dispatch": [], "camera_start": [], "camera_preprocess": [], "camera_request": []} for p in profiles
+        p: {"dispatch": [], "camera_preprocess": [], "camera_request": []} for p in profiles
     }
     statuses: Counter[str] = Counter()
     with SequentialClient(url, cfg.sensors) as seq:
@@ -212,10 +212,6 @@ async def criterion_a(url: str, frames: int) -> dict[str, Any]:
                     if record:
                         camera = result.sensors["camera"]
                         stages[profile]["dispatch"].append(result.latency.stages["dispatch"])
-                        # When the camera's request (the slowest) began after the frame's dispatch did:
-                        # dispatch ends at the last answer, which is the camera's.
-                        camera_total = result.latency.sensors.get("camera", {}).get("total", 0)
-                        stages[profile]["camera_start"].append(result.latency.stages["dispatch"] - camera_total)
                         stages[profile]["camera_preprocess"].append(camera.stages.get("preprocess", 0))
                         stages[profile]["camera_request"].append(camera.stages.get("request", 0))
                 if record:
