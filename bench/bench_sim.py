@@ -33,26 +33,26 @@ RESULTS = Path(__file__).resolve().parent / "results" / "sim.json"
 
 
 def component_breakdown(scenario: str, seed: int, duration: float, compression: str) -> dict[str, float]:
-    """CPU seconds per simulated second of each stage, measured in this process (with the capture
-    workers' allocator setting, so the sensor numbers are what a worker spends)."""
+    """CPU seconds per simulated second of each stage, measured in this process (with the allocator
+    setting that generate_drive and its capture workers use)."""
     from perception.drives import DriveWriter
     from perception.sim import Simulator
-    from perception.sim._generate import _keep_freed_memory
+    from perception.sim._generate import _freed_memory_kept
 
-    _keep_freed_memory()
     sim = Simulator(scenario, seed=seed, duration_s=duration)
     cpu: dict[str, float] = {"scene": 0.0}
     samples = []
-    for t, name, k in sorted((t, s.name, k) for s in sim.rig.sensors for k, t in enumerate(sim.capture_times(s.name))):
-        kind = sim.rig.sensor(name).kind.value
-        t0 = time.process_time()
-        sim.scene(t)
-        t1 = time.process_time()
-        samples.append(sim.sample(name, k))
-        cpu["scene"] += t1 - t0
-        cpu[kind] = cpu.get(kind, 0.0) + time.process_time() - t1
-    gts = [sim.ground_truth(t) for t in sim.ground_truth_times()]
-    with tempfile.TemporaryDirectory(prefix="bench_sim_") as tmp:
+    with _freed_memory_kept(), tempfile.TemporaryDirectory(prefix="bench_sim_") as tmp:
+        for t, name, k in sorted((t, s.name, k) for s in sim.rig.sensors
+                                 for k, t in enumerate(sim.capture_times(s.name))):
+            kind = sim.rig.sensor(name).kind.value
+            t0 = time.process_time()
+            sim.scene(t)
+            t1 = time.process_time()
+            samples.append(sim.sample(name, k))
+            cpu["scene"] += t1 - t0
+            cpu[kind] = cpu.get(kind, 0.0) + time.process_time() - t1
+        gts = [sim.ground_truth(t) for t in sim.ground_truth_times()]
         t0 = time.process_time()
         with DriveWriter(Path(tmp) / "parts.mcap", sim.rig.specs, compression=compression) as writer:
             for gt in gts:

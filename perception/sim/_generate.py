@@ -14,8 +14,9 @@ import platform
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
@@ -193,19 +194,43 @@ _WORKER: dict[str, Any] = {}
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
-def _keep_freed_memory() -> None:
-    """Let glibc's malloc reuse freed memory instead of returning it to the kernel (worker processes
-    only: every sample allocates and frees ~MB-sized arrays, and by default each one is a fresh
-    ``mmap`` whose pages fault in one by one -- a third of a lidar sweep's CPU time). The pool
-    stays at the workers' peak use (a few hundred MB at most); no effect on other C libraries."""
+def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return
+        return None
     try:
         libc = ctypes.CDLL(None)
+    except OSError:  # pragma: no cover - no C library handle
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def _keep_freed_memory(keep: bool = True) -> None:
+    """Let glibc's malloc reuse freed memory instead of returning it to the kernel: every sample
+    allocates and frees ~MB-sized arrays, and by default each one is a fresh ``mmap`` whose pages
+    fault in one by one (a third of a lidar sweep's CPU time). The pool stays at the process's peak
+    use (a few hundred MB at most). ``keep=False`` restores glibc's initial thresholds and gives the
+    pool back. No-op off glibc."""
+    libc = _glibc()
+    if libc is None:
+        return
+    if keep:
         libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's maximum for the mmap threshold
         libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
-    except (OSError, AttributeError):  # pragma: no cover - not glibc after all
-        log.debug("mallopt unavailable; worker memory is returned to the kernel as usual")
+    else:
+        libc.mallopt(_M_MMAP_THRESHOLD, 128 << 10)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 << 10)
+        libc.malloc_trim(0)
+
+
+@contextmanager
+def _freed_memory_kept() -> Iterator[None]:
+    """:func:`_keep_freed_memory` in the calling process while a drive is written (the writer, and
+    the sensors when they run in-process), then glibc's initial settings again."""
+    _keep_freed_memory(True)
+    try:
+        yield
+    finally:
+        _keep_freed_memory(False)
 
 
 def _worker_init(scenario: Scenario, seed: int, duration_s: float, rig: RigConfig) -> None:
@@ -370,7 +395,7 @@ def generate_drive(
     producer = _Producer(sim, events, n_workers)
     samples = iter(producer)
     try:
-        with DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
+        with _freed_memory_kept(), DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
             for t, kind, _, name, k in events:
                 if kind == _EGO:
                     writer.write_ego_pose(sim.ego_pose(t))

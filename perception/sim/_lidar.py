@@ -149,13 +149,11 @@ class LidarModel:
         # p_drop = dropout + (1 - dropout) * exp(-K * reflectivity * cos(incidence) * (30 m / range)^2)
         refl = np.zeros(self.n_rays, dtype=np.float32)
         cos = self.ground_cos.copy()
-        expo = np.zeros(self.n_rays, dtype=np.float32)
         on_box = np.zeros(self.n_rays, dtype=bool)
         on_box[hit] = True
         free = np.nonzero(~on_box[self.ground_idx])[0]  # ground points not hidden by a box
-        g = self.ground_idx[free]
-        refl[g] = GROUND_REFLECTIVITY[self.ground.material(scene, free)]
-        expo[g] = refl[g] * self.ground_expo[g]
+        refl[self.ground_idx[free]] = GROUND_REFLECTIVITY[self.ground.material(scene, free)]
+        expo = refl * self.ground_expo  # the ground's (0 off the ground); box hits are set next
         if hit.size:
             cos[hit] = c
             r_hit = scene.part_refl[part].astype(np.float32)
