@@ -132,10 +132,14 @@ def occlusion_coverage(
     ``depth [..., N]`` orders the boxes; boxes where ``valid`` is false never occlude; with ``group``
     (e.g. the camera of each box), only boxes of the same group occlude each other.
     """
-    lo = np.maximum(boxes[..., :, None, :2], boxes[..., None, :, :2])
-    hi = np.minimum(boxes[..., :, None, 2:], boxes[..., None, :, 2:])
-    wh = np.maximum(hi - lo, 0.0)
-    inter = wh[..., 0] * wh[..., 1]
+    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
+    # one coordinate at a time: [N,N] planes (broadcasting [N,N,2] blocks iterates 2 elements at a time)
+    inter = np.maximum(
+        np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(x1[..., :, None], x1[..., None, :]), 0.0
+    )
+    inter *= np.maximum(
+        np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(y1[..., :, None], y1[..., None, :]), 0.0
+    )
     occluder = depth[..., None, :] < depth[..., :, None]
     if valid is not None:
         occluder &= valid[..., None, :]

@@ -561,7 +561,7 @@ class Fuser:
             )
             # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
             iou = box_iou_2d(proj.boxes + self._match_pad, det_boxes + self._match_pad)  # [M,D]
-            iou[~(proj.in_image[:, None] & (pc[:, None] == det_cam))] = 0.0
+            iou *= proj.in_image[:, None] & (pc[:, None] == det_cam)  # only boxes in the detection's image
             rows, di = assign(-iou, (iou >= prm.camera_iou) & matchable[:, None])
             oi = po[rows]
             seen = np.zeros(n, bool)

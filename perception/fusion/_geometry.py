@@ -86,12 +86,14 @@ def transform_vectors(m: npt.ArrayLike, vectors: npt.ArrayLike) -> F64:
 def box_corners(boxes: npt.ArrayLike) -> F64:
     """Corners ``[N,8,3]`` of boxes ``[N,7]`` (bottom face counter-clockwise seen from above, then top)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
-    local = _CORNER_SIGNS[None, :, :] * b[:, None, 3:6]
-    c, s = np.cos(b[:, 6])[:, None], np.sin(b[:, 6])[:, None]
-    out = np.empty_like(local)
-    out[..., 0] = c * local[..., 0] - s * local[..., 1] + b[:, None, 0]
-    out[..., 1] = s * local[..., 0] + c * local[..., 1] + b[:, None, 1]
-    out[..., 2] = local[..., 2] + b[:, None, 2]
+    # one coordinate at a time ([N,8] planes): broadcasting [N,8,3] blocks iterates 3 elements at a time
+    lx = _CORNER_SIGNS[:, 0] * b[:, 3:4]
+    ly = _CORNER_SIGNS[:, 1] * b[:, 4:5]
+    c, s = np.cos(b[:, 6:7]), np.sin(b[:, 6:7])
+    out = np.empty((b.shape[0], 8, 3))
+    out[..., 0] = c * lx - s * ly + b[:, 0:1]
+    out[..., 1] = s * lx + c * ly + b[:, 1:2]
+    out[..., 2] = _CORNER_SIGNS[:, 2] * b[:, 5:6] + b[:, 2:3]
     return out
 
 
@@ -197,13 +199,14 @@ def box_iou_2d(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
     bb = np.asarray(b, dtype=np.float64)
     aa = aa.reshape(-1, 4) if aa.ndim < 2 else aa
     bb = bb.reshape(-1, 4) if bb.ndim < 2 else bb
-    lo = np.maximum(aa[..., :, None, :2], bb[..., None, :, :2])
-    hi = np.minimum(aa[..., :, None, 2:], bb[..., None, :, 2:])
-    wh = np.maximum(hi - lo, 0.0)
-    inter = wh[..., 0] * wh[..., 1]
-    sa = np.maximum(aa[..., 2:] - aa[..., :2], 0.0)
-    sb = np.maximum(bb[..., 2:] - bb[..., :2], 0.0)
-    union = (sa[..., 0] * sa[..., 1])[..., :, None] + (sb[..., 0] * sb[..., 1])[..., None, :] - inter
+    # one coordinate at a time: [N,M] planes (broadcasting [N,M,2] blocks iterates 2 elements at a time)
+    ax1, ay1, ax2, ay2 = aa[..., :, None, 0], aa[..., :, None, 1], aa[..., :, None, 2], aa[..., :, None, 3]
+    bx1, by1, bx2, by2 = bb[..., None, :, 0], bb[..., None, :, 1], bb[..., None, :, 2], bb[..., None, :, 3]
+    inter = np.maximum(np.minimum(ax2, bx2) - np.maximum(ax1, bx1), 0.0)
+    inter *= np.maximum(np.minimum(ay2, by2) - np.maximum(ay1, by1), 0.0)
+    area_a = np.maximum(aa[..., 2] - aa[..., 0], 0.0) * np.maximum(aa[..., 3] - aa[..., 1], 0.0)
+    area_b = np.maximum(bb[..., 2] - bb[..., 0], 0.0) * np.maximum(bb[..., 3] - bb[..., 1], 0.0)
+    union = area_a[..., :, None] + area_b[..., None, :] - inter
     out: F64 = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     return out
 
