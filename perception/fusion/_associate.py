@@ -91,14 +91,14 @@ def assign(cost: F64, allowed: B) -> tuple[IP, IP]:
     as large as the candidates; the result never contains a pair that is not allowed.
     """
     per_row = np.add.reduce(allowed, axis=1, dtype=np.intp)
-    rows = np.flatnonzero(per_row)
+    rows = per_row.nonzero()[0]
     if rows.size == 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
     per_col = np.add.reduce(allowed, axis=0, dtype=np.intp)
     if per_row.max() == 1 and per_col.max() == 1:  # no conflicts: every candidate pair is the answer
-        r_idx, c_idx = np.nonzero(allowed)
+        r_idx, c_idx = allowed.nonzero()
         return r_idx, c_idx
-    cols = np.flatnonzero(per_col)
+    cols = per_col.nonzero()[0]
     sub = np.where(allowed[rows][:, cols], cost[rows][:, cols], _BIG)
     r, c = linear_sum_assignment(sub)
     ok = sub[r, c] < _BIG
@@ -121,7 +121,7 @@ def assign_pairs(rows: IP, cols: IP, cost: F64, shape: tuple[int, int]) -> tuple
     sub[row_of[rows], col_of[cols]] = cost
     r, c = linear_sum_assignment(sub)
     ok = sub[r, c] < _BIG
-    return np.flatnonzero(per_row)[r[ok]], np.flatnonzero(per_col)[c[ok]]
+    return per_row.nonzero()[0][r[ok]], per_col.nonzero()[0][c[ok]]
 
 
 def occlusion_coverage(

@@ -391,7 +391,7 @@ class Fuser:
         n = len(objs)
         if n == 0 or not radar.free.any():
             return
-        k_idx = np.flatnonzero(radar.free)
+        k_idx = radar.free.nonzero()[0]
         pts = radar.pos[k_idx]
         # candidate pairs by centre distance (box half-diagonal plus the gate at both spreads), then
         # the Mahalanobis distance to the nearest box point for those pairs only
@@ -402,7 +402,7 @@ class Fuser:
         )
         gx = pts[:, 0] - objs.center[:, 0, None]
         gy = pts[:, 1] - objs.center[:, 1, None]
-        oi, ki = np.nonzero(gx * gx + gy * gy <= reach * reach)
+        oi, ki = (gx * gx + gy * gy <= reach * reach).nonzero()
         if oi.size == 0:
             return
         near = nearest_on_box(pts[ki], objs.center[oi, :2], objs.size[oi, :2], objs.yaw[oi], pairwise=False)
@@ -413,7 +413,7 @@ class Fuser:
             if oi.size == 0:
                 return
         # each radar object joins its nearest gated object: sort pairs by distance, last write wins
-        order = np.argsort(-d2, kind="stable")
+        order = (-d2).argsort(kind="stable")
         best = np.full(k_idx.size, -1, np.intp)
         best[ki[order]] = order
         pair = best[best >= 0]
@@ -446,17 +446,17 @@ class Fuser:
             objs.vel_var[got] = 1.0 / w[got]
             objs.vel_full[got] = True
         # radial speed of the strongest radar object, where the object has none yet
-        order = np.argsort(radar.score[kk], kind="stable")  # fancy assignment: the last write wins
+        order = radar.score[kk].argsort(kind="stable")  # fancy assignment: the last write wins
         r, k = rows[order], kk[order]
         fresh = np.isnan(objs.radial[r, 0])
         objs.radial[r[fresh]] = radar.radial[k[fresh]]
         if refine:
             # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
-            order = np.argsort(-pair_d2, kind="stable")
+            order = (-pair_d2).argsort(kind="stable")
             r, k = rows[order], kk[order]
             pick = np.full(n, -1, np.intp)
             pick[r] = k
-            r = np.flatnonzero(pick >= 0)
+            r = (pick >= 0).nonzero()[0]
             k = pick[r]
             los = radar.los[k]
             extent = prm.radar_surface_factor * _support(objs.size[r], objs.yaw[r], los)
@@ -473,7 +473,7 @@ class Fuser:
         prm = self.params
         rad = ~objs.vel_full & np.isfinite(objs.radial[:, 0])
         if rad.any():
-            i = np.flatnonzero(rad)
+            i = rad.nonzero()[0]
             vr, u = objs.radial[i, 0], objs.radial[i, 1:3]
             yaw = objs.yaw[i]
             h = np.column_stack([np.cos(yaw), np.sin(yaw)])
@@ -526,14 +526,14 @@ class Fuser:
             cam_from_base = self._sensor_from_base[cam_sensor] @ np.array([back[t_s] for _, _, t_s in cameras])
             # cull: (camera, object) pairs whose bounding sphere touches the camera's view frustum
             radius = 0.5 * np.sqrt(np.add.reduce(objs.size * objs.size, axis=1))
-            c = objs.center @ np.swapaxes(cam_from_base[:, :3, :3], 1, 2) + cam_from_base[:, None, :3, 3]  # [C,N,3]
+            c = objs.center @ cam_from_base[:, :3, :3].swapaxes(1, 2) + cam_from_base[:, None, :3, 3]  # [C,N,3]
             tan = self._frustum[cam_sensor][:, None, :]
             near = (
                 (c[..., 2] + radius > 0.1)
                 & (np.abs(c[..., 0]) - c[..., 2] * tan[..., 0] <= radius * tan[..., 2])
                 & (np.abs(c[..., 1]) - c[..., 2] * tan[..., 1] <= radius * tan[..., 3])
             )
-            pc, po = np.nonzero(near)
+            pc, po = near.nonzero()
         if n and pc.size:
             # boxes moved to each camera's capture time (with the velocity known so far), into the camera
             dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
@@ -542,7 +542,7 @@ class Fuser:
             boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity[po], 0.0)
             corners = box_corners(boxes)  # [M,8,3]
             m = cam_from_base[pc]
-            corners = corners @ np.swapaxes(m[:, :3, :3], 1, 2) + m[:, None, :3, 3]
+            corners = corners @ m[:, :3, :3].swapaxes(1, 2) + m[:, None, :3, 3]
             pair_sensor = cam_sensor[pc]
             proj = project_corners(corners, self._k[pair_sensor], self._image_size[pair_sensor])  # [M]
             cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
@@ -596,7 +596,7 @@ class Fuser:
         )
         if not keep.any():
             return self._empty
-        di = np.flatnonzero(keep)
+        di = keep.nonzero()[0]
         ci = det_cam[di]
         cands = self._camera_only(
             [cam[0] for cam in cameras],
@@ -651,7 +651,7 @@ class Fuser:
         ok &= (ground_range > 0.5) & (ground_range <= prm.camera_max_depth)
         if not ok.any():
             return self._empty
-        sel = np.flatnonzero(ok)
+        sel = ok.nonzero()[0]
         hdir = d[sel, :2] / nxy[sel, None]
         size, lam, ground_range = size[sel], lam[sel], ground_range[sel]
         bottom = origin[sel, :2] + lam[:, None] * d[sel, :2]
@@ -667,7 +667,7 @@ class Fuser:
         objs.center[:] = (rel[:, :3, :] @ center[:, :, None])[:, :, 0]
         objs.size[:] = size
         objs.yaw[:] = np.arctan2(rel[:, 1, 0], rel[:, 0, 0])
-        objs.cov[:] = r2 @ cov @ np.swapaxes(r2, 1, 2)
+        objs.cov[:] = r2 @ cov @ r2.swapaxes(1, 2)
         objs.score[:] = prm.camera_only_factor * scores[sel]
         objs.votes[np.arange(m), labels[sel]] = scores[sel]
         cam_index = np.array([s.index for s in sensors], dtype=np.intp)
@@ -679,7 +679,7 @@ class Fuser:
     # -- radar-only ---------------------------------------------------------------------------------------
     def _radar_only(self, radar: _Radar) -> Objects:
         prm = self.params
-        idx = np.flatnonzero(radar.free & (radar.score >= prm.radar_only_min_score))
+        idx = (radar.free & (radar.score >= prm.radar_only_min_score)).nonzero()[0]
         m = idx.size
         if m == 0:
             return self._empty
@@ -691,7 +691,7 @@ class Fuser:
             d2 = mahalanobis2(pos[:, None] - pos[None, :], cov[:, None] + cov[None, :])
             close = (d2 <= prm.radar_gate) & (sensor[:, None] != sensor[None, :])
             if close.any():
-                for a in np.argsort(-score, kind="stable").tolist():
+                for a in (-score).argsort(kind="stable").tolist():
                     if group[a] == a:
                         take = close[a] & (group == np.arange(m)) & (score <= score[a])
                         take[a] = False
@@ -750,7 +750,7 @@ class Fuser:
         # candidates, i < j: brute force for the usual few tens of objects, a k-d tree for crowds
         if n <= _NMS_BRUTE_FORCE:
             dx, dy = xy[:, 0, None] - xy[:, 0], xy[:, 1, None] - xy[:, 1]
-            i, j = np.nonzero(dx * dx + dy * dy <= reach * reach)
+            i, j = (dx * dx + dy * dy <= reach * reach).nonzero()
             upper = i < j
             i, j = i[upper], j[upper]
         else:
@@ -767,7 +767,7 @@ class Fuser:
         hx = 0.5 * (objs.size[:, 0] * c + objs.size[:, 1] * s)
         hy = 0.5 * (objs.size[:, 0] * s + objs.size[:, 1] * c)
         overlap = (np.abs(d[:, 0]) < hx[i] + hx[j]) & (np.abs(d[:, 1]) < hy[i] + hy[j])
-        check = np.flatnonzero(~same & overlap)
+        check = (~same & overlap).nonzero()[0]
         if check.size:
             rect = np.column_stack([xy, objs.size[:, :2], objs.yaw])
             same[check] = bev_iou_pairs(rect[i[check]], rect[j[check]]) > self.config.nms_iou
@@ -775,11 +775,11 @@ class Fuser:
         if i.size == 0:
             return objs
         rank = np.empty(n, np.intp)
-        rank[np.argsort(-objs.score, kind="stable")] = np.arange(n)
+        rank[(-objs.score).argsort(kind="stable")] = np.arange(n)
         # orient each pair (better, worse) and suppress greedily in score order
         better = np.where(rank[i] < rank[j], i, j)
         worse = np.where(rank[i] < rank[j], j, i)
-        order = np.argsort(rank[better], kind="stable")
+        order = rank[better].argsort(kind="stable")
         alive = np.ones(n, bool)
         for b, w in zip(better[order].tolist(), worse[order].tolist(), strict=True):
             if alive[b]:

@@ -61,10 +61,12 @@ def wrap_angle(a: npt.ArrayLike) -> F64:
 def invert_transform(m: npt.ArrayLike) -> F64:
     """Inverse of a rigid ``[4,4]`` transform (exact: ``R^T, -R^T t``)."""
     mat = np.asarray(m, dtype=np.float64)
-    out = np.eye(4, dtype=np.float64)
+    out = np.empty((4, 4))
     rt = mat[:3, :3].T
     out[:3, :3] = rt
     out[:3, 3] = -rt @ mat[:3, 3]
+    out[3, :3] = 0.0
+    out[3, 3] = 1.0
     return out
 
 
@@ -159,7 +161,7 @@ def bev_iou_pairs(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
     mean = np.einsum("kp,kpi->ki", valid.astype(np.float64), pts) / np.maximum(count, 1)[:, None]
     rel = pts - mean[:, None, :]
     ang = np.where(valid, np.arctan2(rel[..., 1], rel[..., 0]), np.inf)
-    order = np.argsort(ang, axis=1)
+    order = ang.argsort(axis=1)
     rel = np.take_along_axis(rel, order[..., None], axis=1)
     idx = np.arange(pts.shape[1])
     nxt = np.where(idx[None, :] + 1 < count[:, None], idx[None, :] + 1, 0)
@@ -187,7 +189,7 @@ def bev_iou(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
     radius_a = 0.5 * np.hypot(ra[:, 2], ra[:, 3])
     radius_b = 0.5 * np.hypot(rb[:, 2], rb[:, 3])
     d = np.hypot(ra[:, None, 0] - rb[None, :, 0], ra[:, None, 1] - rb[None, :, 1])
-    i, j = np.nonzero(d < radius_a[:, None] + radius_b[None, :])
+    i, j = (d < radius_a[:, None] + radius_b[None, :]).nonzero()
     if i.size:
         out[i, j] = bev_iou_pairs(ra[i], rb[j])
     return out
@@ -291,7 +293,7 @@ def project_corners(
     kk = np.asarray(k, dtype=np.float64)
     if kk.shape != (*lead, 3, 3):
         kk = np.broadcast_to(kk, (*lead, 3, 3))
-    kt = np.swapaxes(kk.reshape(-1, 3, 3), -1, -2)
+    kt = kk.reshape(-1, 3, 3).swapaxes(-1, -2)
     wh = np.asarray(size, dtype=np.float64)
     if wh.shape != (*lead, 2):
         wh = np.broadcast_to(wh, (*lead, 2))
@@ -301,7 +303,7 @@ def project_corners(
     h = c @ kt
     uv = h[..., :2] / np.where(front, h[..., 2], 1.0)[..., None]
     lo, hi = np.minimum.reduce(uv, axis=1), np.maximum.reduce(uv, axis=1)
-    cut = np.flatnonzero(~np.logical_and.reduce(front, axis=1))
+    cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0]
     any_ok = None
     if cut.size:  # boxes reaching behind the near plane: clip their edges there (the few that need it)
         cc, fc = c[cut], front[cut]

@@ -86,7 +86,7 @@ class Objects:
 
     @property
     def labels(self) -> npt.NDArray[np.intp]:
-        out: npt.NDArray[np.intp] = np.argmax(self.votes, axis=1)
+        out: npt.NDArray[np.intp] = self.votes.argmax(axis=1)
         return out
 
     def boxes(self) -> F64:

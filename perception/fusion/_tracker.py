@@ -173,7 +173,7 @@ class Tracker:
         self.table, self.p, self.sources = self.table[mask], self.p[mask], self.sources[mask]
 
     def _labels(self) -> npt.NDArray[np.intp]:
-        out: npt.NDArray[np.intp] = np.argmax(self.table[:, _VOTES], axis=1)
+        out: npt.NDArray[np.intp] = self.table[:, _VOTES].argmax(axis=1)
         return out
 
     def _predict(self, dt: float, labels: npt.NDArray[np.intp]) -> None:
@@ -184,7 +184,7 @@ class Tracker:
         p = self.p
         pvv = p[:, 2:, 2:].copy()
         ppv = p[:, :2, 2:].copy()
-        p[:, :2, :2] += dt * (ppv + np.swapaxes(ppv, 1, 2)) + (dt * dt) * pvv
+        p[:, :2, :2] += dt * (ppv + ppv.swapaxes(1, 2)) + (dt * dt) * pvv
         p[:, :2, 2:] += dt * pvv
         p[:, 2:, :2] += dt * pvv
         if dt != self._q_dt:  # frames come at a steady rate: build Q once per distinct dt
@@ -213,7 +213,7 @@ class Tracker:
         # candidates by plain distance first, Mahalanobis only for those
         dx = zxy[None, :, 0] + age[None, :] * x[:, None, 2] - x[:, None, 0]
         dy = zxy[None, :, 1] + age[None, :] * x[:, None, 3] - x[:, None, 1]
-        ti, di = np.nonzero(dx * dx + dy * dy <= prm.track_max_distance**2)
+        ti, di = (dx * dx + dy * dy <= prm.track_max_distance**2).nonzero()
         if ti.size == 0:
             return ti, di
         d2 = mahalanobis2_xy(dx[ti, di], dy[ti, di], self.p[ti, :2, :2] + r[di])
@@ -268,10 +268,10 @@ class Tracker:
         new[di] = False
         weak = new & (objs.origin != _LIDAR)
         if weak.any() and len(self):
-            w_idx = np.flatnonzero(weak)
+            w_idx = weak.nonzero()[0]
             new[w_idx[self._gated(zw[w_idx, :2], rw[w_idx], objs.age[w_idx]).any(axis=0)]] = False
         if new.any():
-            self._birth(np.flatnonzero(new), objs, zw, rw, r2, ego_yaw)
+            self._birth(new.nonzero()[0], objs, zw, rw, r2, ego_yaw)
         return self._output(w_inv, ego_yaw)
 
     def _update(
@@ -296,7 +296,7 @@ class Tracker:
         # full 2D velocity
         full = objs.vel_full[di]
         if full.any():
-            f = np.flatnonzero(full)
+            f = full.nonzero()[0]
             pf, df = p[f], di[f]
             k = pf[:, :, 2:] @ inv2(pf[:, 2:, 2:] + objs.vel_var[df, None, None] * _EYE2)
             innov = objs.velocity[df] @ r2.T - x[f, _VEL]
@@ -305,7 +305,7 @@ class Tracker:
         # radial velocity: scalar measurement vr = u . v (the track's own direction resolves the rest)
         rad = ~full & np.isfinite(objs.radial[di, 0])
         if rad.any():
-            g = np.flatnonzero(rad)
+            g = rad.nonzero()[0]
             pg, dg = p[g], di[g]
             radial = objs.radial[dg]
             u = radial[:, 1:3] @ r2.T
@@ -316,7 +316,7 @@ class Tracker:
             x[g] = x[g] + k1 * innov1[:, None]
             p[g] = pg - k1[:, :, None] * ph[:, None, :]
         row[:, _X] = x
-        self.p[ti] = 0.5 * (p + np.swapaxes(p, 1, 2))
+        self.p[ti] = 0.5 * (p + p.swapaxes(1, 2))
         # attributes: score and class evidence; height, size and heading smoothed from lidar boxes
         # (weight 1 the first time, then track_*_alpha; boxless tracks follow their detection's prior)
         row[:, _SCORE] += prm.track_score_alpha * (objs.score[di] - row[:, _SCORE])
@@ -370,7 +370,7 @@ class Tracker:
         show &= score >= self.config.score_threshold
         if not show.any():
             return ()
-        idx = np.flatnonzero(show)
+        idx = show.nonzero()[0]
         r2 = w_inv[:2, :2]
         sel = tab[idx]
         center = sel[:, [0, 1, _Z]] @ w_inv[:3, :3].T + w_inv[:3, 3]
@@ -380,7 +380,7 @@ class Tracker:
         yaw = _face_velocity(wrap_angle(sel[:, _YAW] - ego_yaw), vel, prm.flip_speed)
         return _build(
             sel[:, _ID].astype(np.int64),
-            np.argmax(sel[:, _VOTES], axis=1),
+            sel[:, _VOTES].argmax(axis=1),
             score[idx],
             center,
             sel[:, _SIZE],
@@ -409,7 +409,7 @@ class Tracker:
         vel[di] = x[ti, _VEL] @ w_inv[:2, :2].T
         sigma = _sigma(objs.cov)
         yaw = _face_velocity(objs.yaw, vel, self.params.flip_speed)
-        k = np.flatnonzero(keep)
+        k = keep.nonzero()[0]
         return _build(
             ids[k],
             labels[k],
