@@ -62,6 +62,7 @@ from perception.fusion._associate import (
     covariance_along,
     inv2,
     mahalanobis2,
+    mahalanobis2_xy,
     nearest_on_box,
     occlusion_coverage,
 )
@@ -405,8 +406,13 @@ class Fuser:
         oi, ki = (gx * gx + gy * gy <= reach * reach).nonzero()
         if oi.size == 0:
             return
-        near = nearest_on_box(pts[ki], objs.center[oi, :2], objs.size[oi, :2], objs.yaw[oi], pairwise=False)
-        d2 = mahalanobis2(pts[ki] - near, objs.cov[oi] + radar.cov[k_idx[ki]])
+        # offset of the radar point from the nearest point of the box (zero inside), in base_link
+        c, s = np.cos(objs.yaw)[oi], np.sin(objs.yaw)[oi]
+        dx, dy = gx[oi, ki], gy[oi, ki]
+        hl, hw = 0.5 * objs.size[oi, 0], 0.5 * objs.size[oi, 1]
+        lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
+        ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
+        d2 = mahalanobis2_xy(dx - (c * lx - s * ly), dy - (s * lx + c * ly), objs.cov[oi] + radar.cov[k_idx[ki]])
         ok = d2 <= prm.radar_gate
         if not ok.all():
             oi, ki, d2 = oi[ok], ki[ok], d2[ok]

@@ -67,6 +67,14 @@ def _face_velocity(yaw: F64, velocity: F64, min_speed: float) -> F64:
     return wrap_angle(np.where((speed > min_speed) & against, yaw + np.pi, yaw))
 
 
+def _rotate_covariances(r: F64, cov: F64) -> F64:
+    """``r @ cov @ r.T`` for ``[N,2,2]`` covariances as two plain ``[2N,2] @ [2,2]`` products (a stacked
+    matmul of tiny matrices costs a BLAS call per matrix)."""
+    rc = (cov.swapaxes(1, 2).reshape(-1, 2) @ r.T).reshape(-1, 2, 2).swapaxes(1, 2)  # (C^T R^T)^T = R C
+    out: F64 = (rc.reshape(-1, 2) @ r.T).reshape(-1, 2, 2)
+    return out
+
+
 def _sigma(cov: F64) -> F64:
     """``[N,2]`` x, y standard deviations of ``[N,2,2]`` covariances."""
     out: F64 = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
@@ -234,7 +242,7 @@ class Tracker:
         n = len(objs)
         # detections -> world
         zw = objs.center @ w[:3, :3].T + w[:3, 3]
-        rw = r2 @ objs.cov @ r2.T
+        rw = _rotate_covariances(r2, objs.cov)
         labels = objs.labels
 
         if self._t_ns is not None and t_ns < self._t_ns:
@@ -375,7 +383,7 @@ class Tracker:
         sel = tab[idx]
         center = sel[:, [0, 1, _Z]] @ w_inv[:3, :3].T + w_inv[:3, 3]
         vel = sel[:, _VEL] @ r2.T
-        cov = r2 @ self.p[idx, :2, :2] @ r2.T
+        cov = _rotate_covariances(r2, self.p[idx, :2, :2])
         sigma = _sigma(cov)
         yaw = _face_velocity(wrap_angle(sel[:, _YAW] - ego_yaw), vel, prm.flip_speed)
         return _build(
