@@ -10,6 +10,7 @@ Seeds below 100 and 1234 are reserved for evaluation and refused here.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -93,13 +94,32 @@ def _drive_dataset(job: tuple[str, int]) -> Dataset:
     return Dataset.build((image, labels) for _, _, image, labels in camera_samples(scenario, seed))
 
 
+def _generator_fingerprint() -> str:
+    """A digest of the code that makes training images: the simulator, JPEG coding and letterboxing.
+
+    Part of the cache key, so a cache built by an older generator is rebuilt instead of silently
+    training on images the current code would not make.
+    """
+    import perception
+    import perception.sim
+
+    root = Path(perception.__file__).parent
+    files = sorted(Path(perception.sim.__file__).parent.glob("*.py"))
+    files += [root / "_imageio.py", root / "modelkit" / "_camera.py", Path(__file__).with_name("_data.py")]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def training_dataset(
     seeds: Sequence[int], scenarios: Sequence[str], cache: Path, *, workers: int | None = None
 ) -> Dataset:
     """The letterboxed training set of every ``(scenario, seed)`` drive, cached per drive under ``cache``."""
     check_training_seeds(seeds)
     jobs = [(sc, seed) for sc in scenarios for seed in seeds]
-    key = {"drive_s": DRIVE_S, "frame_step_s": FRAME_STEP_S, "version": 1}
+    key = {"drive_s": DRIVE_S, "frame_step_s": FRAME_STEP_S, "version": 1, "generator": _generator_fingerprint()}
     files = {job: cache / f"{job[0]}-{job[1]}.npz" for job in jobs}
     parts: dict[tuple[str, int], Dataset] = {}
     todo = []
