@@ -63,7 +63,8 @@ class ServerConfig:
     replicas: tuple[str, ...] = ()  # extra gRPC URLs serving the same models (round-robin)
     models: tuple[Path, ...] = (Path("models"),)  # repositories for the embedded server
     channels: int = 2
-    startup_timeout_s: float = 90.0
+    startup_timeout_s: float = 90.0  # server start-up and model loading, until every model is READY
+    connect_timeout_s: float = 10.0  # an external URL that does not answer at all for this long fails at once
     tls: TLSConfig = field(default_factory=TLSConfig)
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -73,6 +74,7 @@ class ServerConfig:
         if self.channels < 1 or self.channels > 64:
             raise ValueError(f"channels: must be within 1..64, got {self.channels}")
         _positive("startup_timeout_s", self.startup_timeout_s)
+        _positive("connect_timeout_s", self.connect_timeout_s)
 
     @property
     def embedded(self) -> bool:

@@ -172,7 +172,13 @@ class Runtime:
         models: dict[str, str] = {}
         for s in self.config.active_sensors:
             models.setdefault(s.model, s.kind)
-        await client.wait_ready(sorted(models), timeout_s=self.config.server.startup_timeout_s)
+        server = self.config.server
+        await client.wait_ready(
+            sorted(models),
+            timeout_s=server.startup_timeout_s,
+            # the embedded server is already up; an external one that never answers is a wrong URL
+            connect_timeout_s=None if server.embedded else server.connect_timeout_s,
+        )
         for model, kind in models.items():
             contract = await client.model_contract(model)
             check_contract(kind, contract)

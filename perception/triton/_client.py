@@ -461,36 +461,61 @@ class TritonClient:
         except (ConnectError, DeadlineError):
             return False
 
-    async def wait_ready(self, models: Sequence[str], timeout_s: float, *, poll_s: float = 0.1) -> None:
+    async def wait_ready(
+        self,
+        models: Sequence[str],
+        timeout_s: float,
+        *,
+        poll_s: float = 0.1,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         """Wait until every URL is ready and serves every model in ``models``.
 
         Raises :class:`ConnectError` (server unreachable / not ready) or :class:`ModelNotReadyError`
-        naming the model and URL when ``timeout_s`` passes first.
+        naming the model and URL when ``timeout_s`` passes first. With ``connect_timeout_s``, a URL
+        that has not answered at all (refused, unreachable) for that long fails at once: a server
+        that answers may take ``timeout_s`` to load its models, a dead address should not.
         """
         self._check_open()
         problem: TransportError | None = None
+        silent_since: float | None = None
+        logged = False
         with anyio.move_on_after(timeout_s):
             while True:
-                problem = await self._readiness_problem(models)
+                problem, answered = await self._readiness_problem(models)
                 if problem is None:
                     return
+                now = anyio.current_time()
+                silent_since = None if answered else (now if silent_since is None else silent_since)
+                silent_for = None if silent_since is None else now - silent_since
+                if silent_for is not None and connect_timeout_s is not None and silent_for >= connect_timeout_s:
+                    raise type(problem)(
+                        f"no answer for {connect_timeout_s:g} s: {problem.message}", **dict(problem.context)
+                    ) from problem
+                if not logged:
+                    log.info("waiting for Triton at %s: %s", ", ".join(self.urls), problem.message)
+                    logged = True
                 await anyio.sleep(poll_s)
         if problem is None:
             problem = ConnectError(f"no answer from {', '.join(self.urls)}")
         raise type(problem)(f"not ready after {timeout_s:g} s: {problem.message}", **dict(problem.context)) from problem
 
-    async def _readiness_problem(self, models: Sequence[str]) -> TransportError | None:
+    async def _readiness_problem(self, models: Sequence[str]) -> tuple[TransportError | None, bool]:
+        """What keeps the URLs from being ready (None: nothing), and whether every URL answered."""
         for ep in self._endpoints:
             try:
                 server_ok = bool(await self._call(ep, "is_server_ready"))
+            except TransportError as exc:
+                return exc, False
+            try:
                 for model in models:
                     if not await self._call(ep, "is_model_ready", model, model=model):
-                        return ModelNotReadyError("model is not ready", model=model, url=ep.url)
+                        return ModelNotReadyError("model is not ready", model=model, url=ep.url), True
             except TransportError as exc:
-                return exc
+                return exc, True
             if not server_ok:
-                return ConnectError("server is not ready", url=ep.url)
-        return None
+                return ConnectError("server is not ready", url=ep.url), True
+        return None, True
 
     async def model_contract(self, model: str, url: str | None = None) -> ModelContract:
         """The model's tensor contract, from its configuration on the server."""

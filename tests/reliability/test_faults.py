@@ -275,6 +275,19 @@ async def test_connection_refused_at_start_is_a_clear_error_naming_the_url() -> 
     assert time.monotonic() - t0 < 1 + 10  # the start-up timeout, plus slack
 
 
+async def test_an_external_url_that_never_answers_fails_after_the_connect_timeout() -> None:
+    """A wrong address must not cost the whole start-up timeout (meant for loading models)."""
+    url = f"127.0.0.1:{free_port()}"
+    server = {"url": url, "startup_timeout_s": 120, "connect_timeout_s": 0.5}
+    cfg = runtime_config(url, {"lidar_top": "sleepy_lidar"}, server=server)
+    t0 = time.monotonic()
+    with anyio.fail_after(30), pytest.raises(ConnectError) as info:
+        async with Runtime(cfg):
+            pass
+    assert url in str(info.value) and "no answer for 0.5 s" in str(info.value)
+    assert time.monotonic() - t0 < 0.5 + 10  # the connect timeout, plus slack; not 120 s
+
+
 def test_replay_cli_refused_connection_is_one_line_and_exit_1(
     small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
