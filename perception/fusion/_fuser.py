@@ -71,7 +71,7 @@ from perception.fusion._geometry import (
     box_corners,
     box_iou_2d,
     invert_transform,
-    project_corners,
+    project_homogeneous,
     ray_ground_intersection,
     transform_points,
     wrap_angle,
@@ -546,11 +546,20 @@ class Fuser:
             boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1)[po]
             known = np.isfinite(objs.vel_var[po])[:, None]
             boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity[po], 0.0)
-            corners = box_corners(boxes)  # [M,8,3]
-            m = cam_from_base[pc]
-            corners = corners @ m[:, :3, :3].swapaxes(1, 2) + m[:, None, :3, 3]
+            corners = box_corners(boxes)  # [M,8,3] in base_link
+            # homogeneous pixels h = K [R|t] p, one matrix product per camera (pairs come grouped by
+            # camera); K's last row is [0, 0, 1] (checked at construction), so h[..., 2] is the depth
+            kp = self._k[cam_sensor] @ cam_from_base[:, :3, :]  # [C,3,4]
+            h = np.empty_like(corners)
+            stop = np.cumsum(np.bincount(pc, minlength=c_n)).tolist()
+            start = 0
+            for ci, end in enumerate(stop):
+                if end > start:
+                    a = kp[ci]
+                    h[start:end] = (corners[start:end].reshape(-1, 3) @ a[:, :3].T + a[:, 3]).reshape(-1, 8, 3)
+                start = end
             pair_sensor = cam_sensor[pc]
-            proj = project_corners(corners, self._k[pair_sensor], self._image_size[pair_sensor])  # [M]
+            proj = project_homogeneous(h, self._image_size[pair_sensor])  # [M]
             cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
             matchable = (
                 proj.in_image

@@ -26,6 +26,7 @@ __all__ = [
     "pixel_rays",
     "project_boxes",
     "project_corners",
+    "project_homogeneous",
     "project_points",
     "ray_ground_intersection",
     "transform_points",
@@ -45,6 +46,8 @@ _CORNER_SIGNS = (
     * 0.5
 )
 #: The 12 edges of a box as corner index pairs.
+_NO_ROWS = np.zeros(0, np.intp)
+_NO_ROWS.setflags(write=False)
 _EDGES = np.array(
     [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]], dtype=np.intp
 )
@@ -298,29 +301,40 @@ def project_corners(
     if wh.shape != (*lead, 2):
         wh = np.broadcast_to(wh, (*lead, 2))
     wh = wh.reshape(-1, 2)
-    z = c[..., 2]
+    p = project_homogeneous(c @ kt, wh, near=near, depth=c[..., 2])
+    return ProjectedBoxes(
+        p.boxes.reshape(*lead, 4), p.in_image.reshape(lead), p.depth.reshape(lead), p.visible_fraction.reshape(lead)
+    )
+
+
+def project_homogeneous(h: F64, size: F64, *, near: float = 0.1, depth: F64 | None = None) -> ProjectedBoxes:
+    """:func:`project_corners` from the corners' homogeneous pixel coordinates ``h = K p`` ``[M,8,3]``
+    (``p`` in the optical frame) with their optical depth ``depth [M,8]`` (``h[..., 2]``, the default,
+    when the last row of ``K`` is ``[0, 0, 1]``), into images of ``size [M,2]``. Projection is linear in
+    homogeneous coordinates, so the near-plane clipping interpolates ``h`` directly; a caller can thus
+    fold ``K`` into the camera transform and project with one matrix product per camera.
+    """
+    z = h[..., 2] if depth is None else depth
+    wh = size
     front = z >= near
-    h = c @ kt
     uv = h[..., :2] / np.where(front, h[..., 2], 1.0)[..., None]
     lo, hi = np.minimum.reduce(uv, axis=1), np.maximum.reduce(uv, axis=1)
-    cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0]
+    # boxes reaching behind the near plane (few; a cheap test first): clip their edges there
+    cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0] if np.minimum.reduce(z, axis=None) < near else _NO_ROWS
     any_ok = None
-    if cut.size:  # boxes reaching behind the near plane: clip their edges there (the few that need it)
-        cc, fc = c[cut], front[cut]
-        p0 = cc[:, _EDGES[:, 0], :]
-        p1 = cc[:, _EDGES[:, 1], :]
-        z0, z1 = p0[..., 2], p1[..., 2]
+    if cut.size:
+        hh, zc, fc = h[cut], z[cut], front[cut]
+        z0, z1 = zc[:, _EDGES[:, 0]], zc[:, _EDGES[:, 1]]
         crosses = (z0 - near) * (z1 - near) < 0
         t = np.divide(near - z0, z1 - z0, out=np.zeros_like(z0), where=crosses)
-        pts = np.concatenate([cc, p0 + t[..., None] * (p1 - p0)], axis=1)  # [K,20,3]
+        p0 = hh[:, _EDGES[:, 0], :]
+        hc = np.concatenate([hh, p0 + t[..., None] * (hh[:, _EDGES[:, 1], :] - p0)], axis=1)  # [K,20,3]
         ok = np.concatenate([fc, crosses], axis=1)
-        pts[..., 2] = np.where(ok, np.maximum(pts[..., 2], near), 1.0)
-        hc = pts @ kt[cut]
-        uvc = hc[..., :2] / hc[..., 2:3]
+        uvc = hc[..., :2] / np.where(ok, hc[..., 2], 1.0)[..., None]
         okx = ok[..., None]
         lo[cut] = np.minimum.reduce(np.where(okx, uvc, np.inf), axis=1)
         hi[cut] = np.maximum.reduce(np.where(okx, uvc, -np.inf), axis=1)
-        any_ok = np.ones(c.shape[0], bool)
+        any_ok = np.ones(h.shape[0], bool)
         any_ok[cut] = np.logical_or.reduce(ok, axis=1)
         lo[~any_ok] = 0.0
         hi[~any_ok] = 0.0
@@ -337,7 +351,7 @@ def project_corners(
     boxes = np.concatenate([lo_c, hi_c], axis=-1)
     boxes[~in_image] = 0.0
     depth = np.add.reduce(z, axis=-1) / 8.0  # the mean corner depth, i.e. the centre's
-    return ProjectedBoxes(boxes.reshape(*lead, 4), in_image.reshape(lead), depth.reshape(lead), frac.reshape(lead))
+    return ProjectedBoxes(boxes, in_image, depth, frac)
 
 
 def project_boxes(
