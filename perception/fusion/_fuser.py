@@ -345,16 +345,13 @@ class Fuser:
             )
         # per radar: rotation and origin of base_link(t_f) <- radar(t_s), and the time to propagate over
         mats = [motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars]
-        dt: float | F64
+        bounds = np.cumsum([0, *counts]).tolist()
         if len(radars) == 1:
-            m, r0 = mats[0], radars[0][1]
-            rot, origin, dt = m[:2, :3], m[:2, 3], (motion.t_ns - radars[0][2]) * 1e-9
+            r0 = radars[0][1]
+            dt: float | F64 = (motion.t_ns - radars[0][2]) * 1e-9
             positions, velocity, vr, scores, rcs = r0.positions, r0.velocity, r0.radial, r0.scores, r0.rcs
             sensor = np.full(k, radars[0][0].index, np.intp)
         else:
-            rows = np.repeat(np.arange(len(radars)), counts)
-            m = np.stack(mats)[rows]  # [K,4,4]
-            rot, origin = m[:, :2, :3], m[:, :2, 3]
             dt = np.repeat([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars], counts)[:, None]
             positions = np.concatenate([r.positions for _, r, _ in radars])
             velocity = np.concatenate([r.velocity for _, r, _ in radars])
@@ -362,12 +359,20 @@ class Fuser:
             scores = np.concatenate([r.scores for _, r, _ in radars])
             rcs = np.concatenate([r.rcs for _, r, _ in radars])
             sensor = np.repeat(np.array([s.index for s, _, _ in radars], dtype=np.intp), counts)
-        rel = (rot @ positions[:, :, None])[:, :, 0]  # [K,2] offset from the radar in base_link(t_f)
-        pos = rel + origin
+        full = np.isfinite(velocity[:, 0]) & np.isfinite(velocity[:, 1])
+        v0 = np.where(full[:, None], velocity, 0.0)
+        # one plain product per radar (a stacked [K,2,3] product costs a call per object)
+        rel = np.empty((k, 2))  # [K,2] offset from the radar in base_link(t_f)
+        pos = np.empty((k, 2))
+        v = np.empty((k, 2))
+        for m, start, stop in zip(mats, bounds[:-1], bounds[1:], strict=True):
+            if stop > start:
+                rot = m[:2, :3].T
+                np.matmul(positions[start:stop], rot, out=rel[start:stop])
+                np.add(rel[start:stop], m[:2, 3], out=pos[start:stop])
+                np.matmul(v0[start:stop], rot[:2], out=v[start:stop])
         rng = np.hypot(rel[:, 0], rel[:, 1])
         los = rel / np.maximum(rng, 1e-6)[:, None]
-        full = np.isfinite(velocity[:, 0]) & np.isfinite(velocity[:, 1])
-        v = (rot[..., :2] @ np.where(full[:, None], velocity, 0.0)[:, :, None])[:, :, 0]
         vel = np.where(full[:, None], v, vr[:, None] * los)
         pos += vel * dt
         across = np.hypot(prm.radar_azimuth_sigma * rng, prm.radar_lateral_floor)
@@ -546,17 +551,16 @@ class Fuser:
             boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1)[po]
             known = np.isfinite(objs.vel_var[po])[:, None]
             boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity[po], 0.0)
-            corners = box_corners(boxes)  # [M,8,3] in base_link
+            corners = box_corners(boxes, homogeneous=True).reshape(-1, 4)  # [8M,4] in base_link
             # homogeneous pixels h = K [R|t] p, one matrix product per camera (pairs come grouped by
             # camera); K's last row is [0, 0, 1] (checked at construction), so h[..., 2] is the depth
-            kp = self._k[cam_sensor] @ cam_from_base[:, :3, :]  # [C,3,4]
-            h = np.empty_like(corners)
-            stop = np.cumsum(np.bincount(pc, minlength=c_n)).tolist()
+            kpt = (self._k[cam_sensor] @ cam_from_base[:, :3, :]).transpose(0, 2, 1).copy()  # [C,4,3]
+            h = np.empty((pc.size, 8, 3))
+            hf = h.reshape(-1, 3)
             start = 0
-            for ci, end in enumerate(stop):
+            for ci, end in enumerate((8 * np.cumsum(np.bincount(pc, minlength=c_n))).tolist()):
                 if end > start:
-                    a = kp[ci]
-                    h[start:end] = (corners[start:end].reshape(-1, 3) @ a[:, :3].T + a[:, 3]).reshape(-1, 8, 3)
+                    np.matmul(corners[start:end], kpt[ci], out=hf[start:end])
                 start = end
             pair_sensor = cam_sensor[pc]
             proj = project_homogeneous(h, self._image_size[pair_sensor])  # [M]

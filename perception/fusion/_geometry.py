@@ -46,8 +46,6 @@ _CORNER_SIGNS = (
     * 0.5
 )
 #: The 12 edges of a box as corner index pairs.
-_NO_ROWS = np.zeros(0, np.intp)
-_NO_ROWS.setflags(write=False)
 _EDGES = np.array(
     [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]], dtype=np.intp
 )
@@ -88,14 +86,18 @@ def transform_vectors(m: npt.ArrayLike, vectors: npt.ArrayLike) -> F64:
     return out
 
 
-def box_corners(boxes: npt.ArrayLike) -> F64:
-    """Corners ``[N,8,3]`` of boxes ``[N,7]`` (bottom face counter-clockwise seen from above, then top)."""
+def box_corners(boxes: npt.ArrayLike, *, homogeneous: bool = False) -> F64:
+    """Corners ``[N,8,3]`` of boxes ``[N,7]`` (bottom face counter-clockwise seen from above, then top);
+    ``homogeneous``: ``[N,8,4]`` with a last coordinate of 1 (ready for one product with a ``[4,k]``
+    transform)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
     # one coordinate at a time ([N,8] planes): broadcasting [N,8,3] blocks iterates 3 elements at a time
     lx = _CORNER_SIGNS[:, 0] * b[:, 3:4]
     ly = _CORNER_SIGNS[:, 1] * b[:, 4:5]
     c, s = np.cos(b[:, 6:7]), np.sin(b[:, 6:7])
-    out = np.empty((b.shape[0], 8, 3))
+    out = np.empty((b.shape[0], 8, 4 if homogeneous else 3))
+    if homogeneous:
+        out[..., 3] = 1.0
     out[..., 0] = c * lx - s * ly + b[:, 0:1]
     out[..., 1] = s * lx + c * ly + b[:, 1:2]
     out[..., 2] = _CORNER_SIGNS[:, 2] * b[:, 5:6] + b[:, 2:3]
@@ -314,44 +316,50 @@ def project_homogeneous(h: F64, size: F64, *, near: float = 0.1, depth: F64 | No
     homogeneous coordinates, so the near-plane clipping interpolates ``h`` directly; a caller can thus
     fold ``K`` into the camera transform and project with one matrix product per camera.
     """
-    z = h[..., 2] if depth is None else depth
-    wh = size
+    # one coordinate plane at a time ([M,8] views): broadcasting [M,8,2] blocks iterates 2 elements at a time
+    hx, hy, hz = h[..., 0], h[..., 1], h[..., 2]
+    z = hz if depth is None else depth
     front = z >= near
-    uv = h[..., :2] / np.where(front, h[..., 2], 1.0)[..., None]
-    lo, hi = np.minimum.reduce(uv, axis=1), np.maximum.reduce(uv, axis=1)
-    # boxes reaching behind the near plane (few; a cheap test first): clip their edges there
-    cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0] if np.minimum.reduce(z, axis=None) < near else _NO_ROWS
+    w = np.where(front, hz, 1.0)
+    u, v = hx / w, hy / w
+    lowest, highest = np.minimum.reduce, np.maximum.reduce
+    lo_u, hi_u, lo_v, hi_v = lowest(u, axis=1), highest(u, axis=1), lowest(v, axis=1), highest(v, axis=1)
     any_ok = None
-    if cut.size:
-        hh, zc, fc = h[cut], z[cut], front[cut]
+    if lowest(z, axis=None) < near:  # boxes reaching behind the near plane (few): clip their edges there
+        cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0]
+        zc = z[cut]
         z0, z1 = zc[:, _EDGES[:, 0]], zc[:, _EDGES[:, 1]]
         crosses = (z0 - near) * (z1 - near) < 0
         t = np.divide(near - z0, z1 - z0, out=np.zeros_like(z0), where=crosses)
+        ok = np.concatenate([front[cut], crosses], axis=1)
+        hh = h[cut]
         p0 = hh[:, _EDGES[:, 0], :]
         hc = np.concatenate([hh, p0 + t[..., None] * (hh[:, _EDGES[:, 1], :] - p0)], axis=1)  # [K,20,3]
-        ok = np.concatenate([fc, crosses], axis=1)
-        uvc = hc[..., :2] / np.where(ok, hc[..., 2], 1.0)[..., None]
-        okx = ok[..., None]
-        lo[cut] = np.minimum.reduce(np.where(okx, uvc, np.inf), axis=1)
-        hi[cut] = np.maximum.reduce(np.where(okx, uvc, -np.inf), axis=1)
+        wc = np.where(ok, hc[..., 2], 1.0)
+        uc, vc = hc[..., 0] / wc, hc[..., 1] / wc
+        lo_u[cut] = lowest(np.where(ok, uc, np.inf), axis=1)
+        hi_u[cut] = highest(np.where(ok, uc, -np.inf), axis=1)
+        lo_v[cut] = lowest(np.where(ok, vc, np.inf), axis=1)
+        hi_v[cut] = highest(np.where(ok, vc, -np.inf), axis=1)
         any_ok = np.ones(h.shape[0], bool)
         any_ok[cut] = np.logical_or.reduce(ok, axis=1)
-        lo[~any_ok] = 0.0
-        hi[~any_ok] = 0.0
-    full = hi - lo
-    full_area = full[..., 0] * full[..., 1]
-    lo_c = np.minimum(np.maximum(lo, 0.0), wh)
-    hi_c = np.minimum(np.maximum(hi, 0.0), wh)
-    vis = hi_c - lo_c
-    area = vis[..., 0] * vis[..., 1]
+        none = ~any_ok
+        lo_u[none] = hi_u[none] = lo_v[none] = hi_v[none] = 0.0
+    width, height = size[:, 0], size[:, 1]
+    full_area = (hi_u - lo_u) * (hi_v - lo_v)
+    boxes = np.empty((h.shape[0], 4))
+    x1 = np.minimum(np.maximum(lo_u, 0.0, out=boxes[:, 0]), width, out=boxes[:, 0])
+    y1 = np.minimum(np.maximum(lo_v, 0.0, out=boxes[:, 1]), height, out=boxes[:, 1])
+    x2 = np.minimum(np.maximum(hi_u, 0.0, out=boxes[:, 2]), width, out=boxes[:, 2])
+    y2 = np.minimum(np.maximum(hi_v, 0.0, out=boxes[:, 3]), height, out=boxes[:, 3])
+    area = (x2 - x1) * (y2 - y1)
     in_image = area > 0.0
     if any_ok is not None:
         in_image &= any_ok
     frac = np.divide(area, full_area, out=np.zeros(area.shape), where=full_area > 0)
-    boxes = np.concatenate([lo_c, hi_c], axis=-1)
     boxes[~in_image] = 0.0
-    depth = np.add.reduce(z, axis=-1) / 8.0  # the mean corner depth, i.e. the centre's
-    return ProjectedBoxes(boxes, in_image, depth, frac)
+    centre_depth = np.add.reduce(z, axis=-1) / 8.0  # the mean corner depth, i.e. the centre's
+    return ProjectedBoxes(boxes, in_image, centre_depth, frac)
 
 
 def project_boxes(
