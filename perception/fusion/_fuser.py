@@ -803,4 +803,4 @@ class Fuser:
         for b, w in zip(better[order].tolist(), worse[order].tolist(), strict=True):
             if alive[b]:
                 alive[w] = False
-        return objs.take(alive)
+        return objs.take(alive.nonzero()[0])

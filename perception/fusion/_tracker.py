@@ -182,6 +182,7 @@ _HAS_BOX = 12  # 1.0 once a lidar box gave the track its size and heading
 _ID = 13
 _VOTES = slice(14, 14 + _NUM_LABELS)
 _NCOL = 14 + _NUM_LABELS
+_XYZ = np.array([0, 1, _Z])  # the position columns
 
 
 class Tracker:
@@ -424,7 +425,7 @@ class Tracker:
         idx = show.nonzero()[0]
         r2 = w_inv[:2, :2]
         sel = tab[idx]
-        center = sel[:, [0, 1, _Z]] @ w_inv[:3, :3].T + w_inv[:3, 3]
+        center = sel[:, _XYZ] @ w_inv[:3, :3].T + w_inv[:3, 3]
         vel = sel[:, _VEL] @ r2.T
         cov = _rotate_covariances(r2, self.p[idx, :2, :2])
         sigma = _sigma(cov)
