@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -345,32 +346,32 @@ class Fuser:
             )
         # per radar: rotation and origin of base_link(t_f) <- radar(t_s), and the time to propagate over
         mats = [motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars]
-        bounds = np.cumsum([0, *counts]).tolist()
+        bounds = [0, *accumulate(counts)]
         if len(radars) == 1:
             r0 = radars[0][1]
-            dt: float | F64 = (motion.t_ns - radars[0][2]) * 1e-9
             positions, velocity, vr, scores, rcs = r0.positions, r0.velocity, r0.radial, r0.scores, r0.rcs
-            sensor = np.full(k, radars[0][0].index, np.intp)
         else:
-            dt = np.repeat([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars], counts)[:, None]
             positions = np.concatenate([r.positions for _, r, _ in radars])
             velocity = np.concatenate([r.velocity for _, r, _ in radars])
             vr = np.concatenate([r.radial for _, r, _ in radars])
             scores = np.concatenate([r.scores for _, r, _ in radars])
             rcs = np.concatenate([r.rcs for _, r, _ in radars])
-            sensor = np.repeat(np.array([s.index for s, _, _ in radars], dtype=np.intp), counts)
         full = np.isfinite(velocity[:, 0]) & np.isfinite(velocity[:, 1])
         v0 = np.where(full[:, None], velocity, 0.0)
         # one plain product per radar (a stacked [K,2,3] product costs a call per object)
         rel = np.empty((k, 2))  # [K,2] offset from the radar in base_link(t_f)
         pos = np.empty((k, 2))
         v = np.empty((k, 2))
-        for m, start, stop in zip(mats, bounds[:-1], bounds[1:], strict=True):
+        dt = np.empty((k, 1))  # time to propagate over
+        sensor = np.empty(k, np.intp)
+        for (s, _, t_s), m, start, stop in zip(radars, mats, bounds[:-1], bounds[1:], strict=True):
             if stop > start:
                 rot = m[:2, :3].T
                 np.matmul(positions[start:stop], rot, out=rel[start:stop])
                 np.add(rel[start:stop], m[:2, 3], out=pos[start:stop])
                 np.matmul(v0[start:stop], rot[:2], out=v[start:stop])
+                dt[start:stop] = (motion.t_ns - t_s) * 1e-9
+                sensor[start:stop] = s.index
         rng = np.hypot(rel[:, 0], rel[:, 1])
         los = rel / np.maximum(rng, 1e-6)[:, None]
         vel = np.where(full[:, None], v, vr[:, None] * los)
@@ -558,9 +559,9 @@ class Fuser:
             h = np.empty((pc.size, 8, 3))
             hf = h.reshape(-1, 3)
             start = 0
-            for ci, end in enumerate((8 * np.cumsum(np.bincount(pc, minlength=c_n))).tolist()):
+            for ci, end in enumerate(accumulate(np.bincount(pc, minlength=c_n).tolist())):
                 if end > start:
-                    np.matmul(corners[start:end], kpt[ci], out=hf[start:end])
+                    np.matmul(corners[8 * start : 8 * end], kpt[ci], out=hf[8 * start : 8 * end])
                 start = end
             pair_sensor = cam_sensor[pc]
             proj = project_homogeneous(h, self._image_size[pair_sensor])  # [M]
