@@ -2,7 +2,8 @@
 
 Generates a drive (``perception sim``), sends every sample once to its sensor kind's model on Triton
 (embedded by default, ``--url`` for a running server) and scores the raw outputs against the
-generator's exact ground truth at each capture time. Prints one JSON object (``--json``) or a table.
+generator's exact ground truth at each capture time. Prints one JSON object on stdout (``--table``: a
+human-readable table instead); progress and logs go to stderr.
 The protocol is :mod:`perception.evaluation._models`; every metric's definition is in the report.
 """
 
@@ -84,7 +85,9 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="model repository of the embedded server; repeat for several (default: ./models, else the repo's)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object (the default)")
+    out.add_argument("--table", action="store_true", help="print a human-readable table instead of the JSON object")
     p.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="requests in flight (default: 4)")
@@ -147,7 +150,7 @@ async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total:
     async def score(url: str) -> dict[str, Any]:
         with DriveReader(drive_path) as drive:
             evaluator = ModelQualityEvaluator(drive.rig, radar_coverage=coverage)
-            enabled = False if args.no_progress or args.json else None
+            enabled = False if args.no_progress else None
             with Progress(total, "inference", enabled=enabled) as bar:
                 async with TritonClient(ClientOptions(urls=(url,))) as client:
                     await evaluate_models(
@@ -236,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             duration_s=args.duration,
             rig=sim.rig,
-            progress=not (args.no_progress or args.json) and sys.stderr.isatty(),
+            progress=not args.no_progress and sys.stderr.isatty(),
             workers=args.workers,
         )
         total = sum(n for name, n in made.messages.items() if name not in ("ego_pose", "ground_truth"))
@@ -246,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text + "\n")
-    sys.stdout.write((json.dumps(report) if args.json else _table(report)) + "\n")
+    sys.stdout.write((_table(report) if args.table else json.dumps(report)) + "\n")
     failed = [metric for metric, t in report["targets"].items() if not t["pass"]]
     if failed:
         log.warning("targets not met: %s", ", ".join(failed))

@@ -335,7 +335,8 @@ def test_targets_never_pass_on_undefined_values() -> None:
 
 
 def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["-q", "model-quality", "--seed", "5", "--duration", "2", "--url", triton.grpc_url, "--json",
+    # the default output is one JSON object on stdout (issue #4); --table is the human-readable form
+    code = main(["-q", "model-quality", "--seed", "5", "--duration", "2", "--url", triton.grpc_url,
                  "--workers", "1", "--concurrency", "3"])
     out, err = capsys.readouterr()
     assert code == 0, err
