@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from perception.modelkit import CameraDetections, box_iou, camera_ground_truth
 from perception.server import EmbeddedTriton
@@ -20,16 +19,6 @@ from perception.types import LABELS, ImageSample
 MODEL = "camera_detector"
 CAR = LABELS.index("car")
 OUTPUTS = ("BOXES", "SCORES", "LABELS", "COUNT")
-TRITON_DTYPE = {np.dtype(np.uint8): "UINT8", np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
-
-
-@pytest.fixture(scope="module")
-def client(triton: EmbeddedTriton) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(triton.grpc_url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @dataclass(frozen=True)
@@ -65,7 +54,7 @@ def road_image(frame: Frame) -> np.ndarray:
 
 
 def image_input(images: np.ndarray) -> grpcclient.InferInput:
-    inp = grpcclient.InferInput("IMAGE", list(images.shape), TRITON_DTYPE[images.dtype])
+    inp = grpcclient.InferInput("IMAGE", list(images.shape), np_to_triton_dtype(images.dtype))
     inp.set_data_from_numpy(images)
     return inp
 

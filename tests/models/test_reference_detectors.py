@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
-
-from perception.server import EmbeddedTriton
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 LIDAR_OUT = ("BOXES", "LABELS", "SCORES")
 RADAR_OUT = ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES")
-DTYPES = {np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int32): "INT32"}
-
-
-@pytest.fixture(scope="module")
-def client(triton: EmbeddedTriton) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(triton.grpc_url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def infer(
     client: grpcclient.InferenceServerClient, model: str, points: np.ndarray, outputs: tuple[str, ...]
 ) -> dict[str, np.ndarray]:
-    inp = grpcclient.InferInput("POINTS", list(points.shape), DTYPES[points.dtype])
+    inp = grpcclient.InferInput("POINTS", list(points.shape), np_to_triton_dtype(points.dtype))
     inp.set_data_from_numpy(points)
     result = client.infer(
         model, [inp], outputs=[grpcclient.InferRequestedOutput(o) for o in outputs], client_timeout=60.0
