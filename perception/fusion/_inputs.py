@@ -23,10 +23,15 @@ __all__ = ["CameraBoxes", "LidarBoxes", "RadarObjects", "parse_camera", "parse_l
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 _NUM_LABELS = len(LABELS)
+_ONES = np.ones(8)  # row sums by one matrix-vector product (up to 8 columns)
+_ONES.setflags(write=False)
 
 
-def _tensor(outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, columns: int | None) -> F64:
-    """``outputs[name]`` as float64 ``[N]`` (``columns`` None) or ``[N, columns]``."""
+def _tensor(
+    outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, columns: int | None, *, cast: bool = True
+) -> F64:
+    """``outputs[name]`` as float64 ``[N]`` (``columns`` None) or ``[N, columns]`` (``cast`` false: as it
+    came, any numeric dtype)."""
     arr = outputs.get(name)
     if arr is None:
         raise InputError("output tensor missing", sensor=sensor, tensor=name)
@@ -37,7 +42,7 @@ def _tensor(outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, col
         raise InputError(f"expected shape {want}, got {list(shape)}", sensor=sensor, tensor=name)
     if a.dtype.kind not in "fiub":
         raise InputError(f"expected a numeric tensor, got dtype {a.dtype}", sensor=sensor, tensor=name)
-    out: F64 = a.astype(np.float64)
+    out: F64 = a.astype(np.float64) if cast else a
     return out
 
 
@@ -49,14 +54,21 @@ def _same_rows(sensor: str, names: tuple[str, ...], *arrays: npt.NDArray[Any]) -
     return n
 
 
-def _labels(raw: F64) -> tuple[I64, npt.NDArray[np.bool_]]:
+def _labels(raw: npt.NDArray[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Class indices and which rows hold a valid one (in ``[0, len(LABELS))``)."""
     ok = (raw >= 0) & (raw < _NUM_LABELS)  # false for NaN and +-inf too
+    if raw.dtype.kind in "iub":  # integer labels (the models' INT32): no NaN to mask before the cast
+        return raw.astype(np.int64), ok
     labels = np.where(ok, raw, 0).astype(np.int64)
     return labels, ok
 
 
 def _finite_rows(a: F64) -> npt.NDArray[np.bool_]:
-    out: npt.NDArray[np.bool_] = np.logical_and.reduce(np.isfinite(a), axis=1)
+    """Rows of ``a [N, C]`` whose elements are all finite: a row sum is finite exactly when they are
+    (NaN and inf propagate, inf - inf is NaN), and one matrix-vector product is far cheaper than a
+    reduction along the short axis. (Only float64 rows of magnitude ~1e308 could overflow to inf, and
+    those are not geometry either.)"""
+    out: npt.NDArray[np.bool_] = np.isfinite(a @ _ONES[: a.shape[1]])
     return out
 
 
@@ -92,11 +104,12 @@ class CameraBoxes:
 
 def parse_lidar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> LidarBoxes:
     boxes = _tensor(outputs, "BOXES", sensor, 7)
-    labels_raw = _tensor(outputs, "LABELS", sensor, None)
+    labels_raw = _tensor(outputs, "LABELS", sensor, None, cast=False)
     scores = _tensor(outputs, "SCORES", sensor, None)
     _same_rows(sensor, ("BOXES", "LABELS", "SCORES"), boxes, labels_raw, scores)
     labels, ok = _labels(labels_raw)
-    ok &= _finite_rows(boxes) & np.logical_and.reduce(boxes[:, 3:6] > 0, axis=1) & (scores >= min_score)
+    positive = np.minimum(np.minimum(boxes[:, 3], boxes[:, 4]), boxes[:, 5]) > 0  # false for NaN too
+    ok &= _finite_rows(boxes) & positive & (scores >= min_score)
     boxes, labels, scores = _rows(ok, boxes, labels, scores)
     return LidarBoxes(boxes, labels, np.minimum(scores, 1.0))
 
@@ -116,7 +129,7 @@ def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
 def parse_camera(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> CameraBoxes:
     boxes = _tensor(outputs, "BOXES", sensor, 4)
     scores = _tensor(outputs, "SCORES", sensor, None)
-    labels_raw = _tensor(outputs, "LABELS", sensor, None)
+    labels_raw = _tensor(outputs, "LABELS", sensor, None, cast=False)
     count_arr = _tensor(outputs, "COUNT", sensor, None)
     rows = _same_rows(sensor, ("BOXES", "SCORES", "LABELS"), boxes, scores, labels_raw)
     count = int(count_arr[0]) if count_arr.size and np.isfinite(count_arr[0]) else 0
