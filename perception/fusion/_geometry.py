@@ -49,6 +49,7 @@ _CORNER_SIGNS = (
 _EDGES = np.array(
     [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]], dtype=np.intp
 )
+_EDGE_FROM, _EDGE_TO = _EDGES[:, 0].copy(), _EDGES[:, 1].copy()
 #: Counter-clockwise BEV corner signs (front-left, rear-left, rear-right, front-right).
 _BEV_SIGNS = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], dtype=np.float64) * 0.5
 
@@ -327,24 +328,23 @@ def project_homogeneous(h: F64, size: F64, *, near: float = 0.1, depth: F64 | No
     any_ok = None
     if lowest(z, axis=None) < near:  # boxes reaching behind the near plane (few): clip their edges there
         cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0]
-        zc = z[cut]
-        z0, z1 = zc[:, _EDGES[:, 0]], zc[:, _EDGES[:, 1]]
-        crosses = (z0 - near) * (z1 - near) < 0
-        t = np.divide(near - z0, z1 - z0, out=np.zeros_like(z0), where=crosses)
-        ok = np.concatenate([front[cut], crosses], axis=1)
         hh = h[cut]
-        p0 = hh[:, _EDGES[:, 0], :]
-        hc = np.concatenate([hh, p0 + t[..., None] * (hh[:, _EDGES[:, 1], :] - p0)], axis=1)  # [K,20,3]
-        wc = np.where(ok, hc[..., 2], 1.0)
-        uc, vc = hc[..., 0] / wc, hc[..., 1] / wc
-        lo_u[cut] = lowest(np.where(ok, uc, np.inf), axis=1)
-        hi_u[cut] = highest(np.where(ok, uc, -np.inf), axis=1)
-        lo_v[cut] = lowest(np.where(ok, vc, np.inf), axis=1)
-        hi_v[cut] = highest(np.where(ok, vc, -np.inf), axis=1)
+        zc = z[cut]
+        d0, d1 = zc[:, _EDGE_FROM] - near, zc[:, _EDGE_TO] - near  # [K,12]
+        crosses = d0 * d1 < 0
+        # where an edge crosses, the point at depth ``near`` along it (t = d0 / (d0 - d1), d0 != d1 there)
+        t = d0 / np.where(crosses, d0 - d1, 1.0)
+        p0 = hh[:, _EDGE_FROM]
+        points = np.concatenate([hh, p0 + t[..., None] * (hh[:, _EDGE_TO] - p0)], axis=1)  # [K,20,3]
+        ok = np.concatenate([front[cut], crosses], axis=1)[..., None]  # [K,20,1]
+        uv = points[..., :2] / np.where(ok, points[..., 2:], 1.0)
+        lo = lowest(np.where(ok, uv, np.inf), axis=1)  # [K,2]; inf where nothing is in front
+        hi = highest(np.where(ok, uv, -np.inf), axis=1)
+        none = np.isinf(lo[:, 0])
+        lo[none] = hi[none] = 0.0
+        lo_u[cut], lo_v[cut], hi_u[cut], hi_v[cut] = lo[:, 0], lo[:, 1], hi[:, 0], hi[:, 1]
         any_ok = np.ones(h.shape[0], bool)
-        any_ok[cut] = np.logical_or.reduce(ok, axis=1)
-        none = ~any_ok
-        lo_u[none] = hi_u[none] = lo_v[none] = hi_v[none] = 0.0
+        any_ok[cut[none]] = False
     width, height = size[:, 0], size[:, 1]
     full_area = (hi_u - lo_u) * (hi_v - lo_v)
     boxes = np.empty((h.shape[0], 4))
