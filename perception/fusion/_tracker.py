@@ -11,8 +11,9 @@ Per frame:
 2. associate detections to tracks: squared Mahalanobis distance of the detection position (moved by
    the track velocity over the detection's ``age``) under ``P_pos + R``, plus a penalty when labels
    differ; pairs beyond the chi-square gate or ``track_max_distance`` are not allowed; Hungarian;
-3. update matched tracks with the position, then with a full radar velocity (2D measurement) or a
-   radial radar velocity (scalar ``u . v`` measurement: the track's own direction resolves the rest);
+3. update matched tracks with the position, then with a full radar velocity (2D measurement, applied
+   as two scalar ones: its noise is isotropic) or a radial radar velocity (scalar ``u . v``
+   measurement: the track's own direction resolves the rest);
 4. unmatched tracks coast (predicted state, decaying score); a tentative track (fewer than
    ``track_min_hits`` hits) dies on its first miss, a confirmed one after ``track_max_misses``;
 5. unmatched detections start tentative tracks.
@@ -34,7 +35,7 @@ import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.fusion._associate import assign_pairs, inv2, mahalanobis2, mahalanobis2_xy
-from perception.fusion._geometry import invert_transform, wrap_angle
+from perception.fusion._geometry import wrap_angle
 from perception.fusion._objects import Objects, Origin, SourceNames
 from perception.fusion._params import FusionParams
 from perception.types import LABELS, Detection3D
@@ -50,8 +51,6 @@ _NUM_LABELS = len(LABELS)
 _EYE4 = np.eye(4)
 _EYE4.setflags(write=False)
 _LIDAR = int(Origin.LIDAR)  # a plain int: cheap to compare with an int8 array
-_EYE2 = np.eye(2)
-_EYE2.setflags(write=False)
 
 
 def _fold_pi(a: F64) -> F64:
@@ -61,18 +60,35 @@ def _fold_pi(a: F64) -> F64:
 
 
 def _face_velocity(yaw: F64, velocity: F64, min_speed: float) -> F64:
-    """Turn yaws by pi where they point against a velocity faster than ``min_speed``."""
-    speed = np.hypot(velocity[:, 0], velocity[:, 1])
-    against = (np.cos(yaw) * velocity[:, 0] + np.sin(yaw) * velocity[:, 1]) < 0
-    return wrap_angle(np.where((speed > min_speed) & against, yaw + np.pi, yaw))
+    """Yaws (any angle) wrapped, and turned by pi where they point against a velocity faster than
+    ``min_speed``."""
+    vx, vy = velocity[:, 0], velocity[:, 1]
+    flip = (np.cos(yaw) * vx + np.sin(yaw) * vy < 0) & (np.hypot(vx, vy) > min_speed)
+    return wrap_angle(yaw + np.pi * flip)  # adding pi * bool: one call, where np.where takes two
 
 
 def _rotate_covariances(r: F64, cov: F64) -> F64:
-    """``r @ cov @ r.T`` for ``[N,2,2]`` covariances as two plain ``[2N,2] @ [2,2]`` products (a stacked
-    matmul of tiny matrices costs a BLAS call per matrix)."""
-    rc = (cov.swapaxes(1, 2).reshape(-1, 2) @ r.T).reshape(-1, 2, 2).swapaxes(1, 2)  # (C^T R^T)^T = R C
-    out: F64 = (rc.reshape(-1, 2) @ r.T).reshape(-1, 2, 2)
+    """``r @ cov @ r.T`` for ``[N,2,2]`` covariances as one plain ``[N,4] @ [4,4]`` product: row-major
+    ``vec(r C r^T) = (r kron r) vec(C)`` (a stacked matmul of tiny matrices costs a BLAS call per matrix)."""
+    rr = (r[:, None, :, None] * r[None, :, None, :]).reshape(4, 4)  # np.kron(r, r) without its Python overhead
+    out: F64 = (cov.reshape(-1, 4) @ rr.T).reshape(-1, 2, 2)
     return out
+
+
+def _rotated_variances(r: F64, cov: F64) -> F64:
+    """``[N,2]`` diagonal of ``r.T @ cov @ r`` for ``[N,2,2]`` covariances: ``sum_kl r_ki r_li C_kl``, one
+    ``[N,4] @ [4,2]`` product (only the variances are needed, not the rotated matrices)."""
+    out: F64 = cov.reshape(-1, 4) @ (r[:, None, :] * r[None, :, :]).reshape(4, 2)
+    return out
+
+
+def _scalar_update(x: F64, p: F64, ph: F64, hph: F64, hx: F64, z: F64, r: F64) -> None:
+    """In-place Kalman update of states ``x [K,4]`` and covariances ``p [K,4,4]`` with scalar measurements
+    ``z = h . x`` of variance ``r``, given ``ph = P h [K,4]``, ``hph = h . P h`` and ``hx = h . x`` (each
+    right-hand side is evaluated before the in-place write, so views of ``x`` and ``p`` may be passed)."""
+    k = ph / (hph + r)[:, None]
+    x += k * (z - hx)[:, None]
+    p -= k[:, :, None] * ph[:, None, :]
 
 
 def _sigma(cov: F64) -> F64:
@@ -158,8 +174,14 @@ class Tracker:
         self._accel_var = np.asarray(params.track_accel_sigma, np.float64) ** 2
         self._init_speed_var = np.asarray(params.track_init_speed_sigma, np.float64) ** 2
         self._radial_var = np.asarray(params.radar_radial_sigma, np.float64) ** 2
-        self._q_dt = math.nan  # dt of the cached process-noise matrix self._q
-        self._q: F64 = np.zeros((4, 4))
+        self._q_dt = math.nan  # dt of the cached transition self._ff and process noise self._q
+        self._ff: F64 = np.eye(16)
+        self._q: F64 = np.zeros(16)
+        # update weights of (z, size, yaw) indexed by 2 * (track has no box yet) + (detection is a lidar box):
+        # the first box sets size and heading, later boxes are smoothed, other detections leave them
+        # (height follows every detection, except that the first box sets it)
+        za, sa, ya = params.track_size_alpha, params.track_size_alpha, params.track_yaw_alpha
+        self._alpha = np.array([[za, 0.0, 0.0], [za, sa, ya], [za, 1.0, 1.0], [1.0, 1.0, 1.0]])
         self.reset()
 
     def reset(self) -> None:
@@ -187,23 +209,22 @@ class Tracker:
         return out
 
     def _predict(self, dt: float, labels: npt.NDArray[np.intp]) -> None:
-        """Constant-velocity prediction: ``x += dt v``; ``P = F P F^T + Q`` written out blockwise."""
+        """Constant-velocity prediction: ``x += dt v``; ``P = F P F^T + Q`` as one ``[T,16] @ [16,16]``
+        product with ``kron(F, F)`` (row-major ``vec(F P F^T) = (F kron F) vec(P)``)."""
         if dt <= 0 or not len(self):
             return
         self.table[:, _POS] += dt * self.table[:, _VEL]
-        p = self.p
-        pvv = p[:, 2:, 2:].copy()
-        ppv = p[:, :2, 2:].copy()
-        p[:, :2, :2] += dt * (ppv + ppv.swapaxes(1, 2)) + (dt * dt) * pvv
-        p[:, :2, 2:] += dt * pvv
-        p[:, 2:, :2] += dt * pvv
-        if dt != self._q_dt:  # frames come at a steady rate: build Q once per distinct dt
+        if dt != self._q_dt:  # frames come at a steady rate: build F kron F and Q once per distinct dt
+            f = np.eye(4)
+            f[0, 2] = f[1, 3] = dt
             q = np.zeros((4, 4))  # white-noise acceleration, per unit variance
             q[0, 0] = q[1, 1] = dt**4 / 4
             q[2, 2] = q[3, 3] = dt**2
             q[0, 2] = q[2, 0] = q[1, 3] = q[3, 1] = dt**3 / 2
-            self._q, self._q_dt = q, dt
-        p += self._accel_var[labels][:, None, None] * self._q
+            self._ff, self._q, self._q_dt = np.kron(f, f).T, q.reshape(16), dt
+        p = self.p.reshape(-1, 16) @ self._ff
+        p += self._accel_var[labels][:, None] * self._q
+        self.p = p.reshape(-1, 4, 4)
 
     def _gated(self, zxy: F64, r: F64, age: F64) -> B:
         """``[T,D]``: detection within the association gate of each (predicted) track."""
@@ -238,7 +259,6 @@ class Tracker:
         """Advance to ``t_ns`` with this frame's fused objects (``base_link``); returns the tracks' output."""
         prm = self.params
         w = world_from_ego if world_from_ego is not None else _EYE4
-        w_inv = invert_transform(w)
         r2 = w[:2, :2]
         ego_yaw = math.atan2(w[1, 0], w[0, 0])
         n = len(objs)
@@ -248,7 +268,7 @@ class Tracker:
         labels = objs.labels
 
         if self._t_ns is not None and t_ns < self._t_ns:
-            return self._read_only(t_ns, objs, zw, rw, labels, w_inv)
+            return self._read_only(t_ns, objs, zw, rw, labels, r2)
         dt = 0.0 if self._t_ns is None else (t_ns - self._t_ns) * 1e-9
         if dt > prm.track_max_gap_s and len(self):
             log.info("tracker: %.2f s gap between frames, dropping %d tracks", dt, len(self))
@@ -258,19 +278,17 @@ class Tracker:
         self._predict(dt, track_labels)
 
         ti, di = self._associate(zw[:, :2], rw, objs.age, labels, self.table[:, _X], track_labels)
+        # every track coasts (one more miss, decayed class evidence, no sources) unless updated below:
+        # whole-column operations, cheaper than selecting the unmatched rows
+        tab = self.table
+        tab[:, _MISSES] += 1
+        tab[:, _VOTES] *= prm.track_vote_decay
+        self.sources[:] = False
         if ti.size:
             self._update(ti, di, objs, zw, rw, r2, ego_yaw, labels)
-        # coasting and deaths
-        missed = np.ones(len(self), bool)
-        missed[ti] = False
-        if missed.any():
-            self.table[missed, _MISSES] += 1
-            self.table[missed, _VOTES] *= prm.track_vote_decay
-            self.sources[missed] = False
-            tab = self.table
-            dead = ((tab[:, _HITS] < self.config.track_min_hits) & (tab[:, _MISSES] > 0)) | (
-                tab[:, _MISSES] > self.config.track_max_misses
-            )
+        if ti.size < len(self):  # deaths: a tentative track on its first miss, a confirmed one after max_misses
+            allowed = self.config.track_max_misses * (tab[:, _HITS] >= self.config.track_min_hits)
+            dead = tab[:, _MISSES] > allowed
             if dead.any():
                 self._keep(~dead)
         # births; a camera- or radar-only detection within the gate of a live track is a duplicate of it
@@ -282,7 +300,7 @@ class Tracker:
             new[w_idx[self._gated(zw[w_idx, :2], rw[w_idx], objs.age[w_idx]).any(axis=0)]] = False
         if new.any():
             self._birth(new.nonzero()[0], objs, zw, rw, r2, ego_yaw)
-        return self._output(w_inv, ego_yaw)
+        return self._output(w, ego_yaw)
 
     def _update(
         self,
@@ -303,44 +321,40 @@ class Tracker:
         k = p[:, :, :2] @ inv2(p[:, :2, :2] + rw[di])
         x = x + (k @ (z - x[:, _POS])[:, :, None])[:, :, 0]
         p = p - k @ p[:, :2, :]
-        # full 2D velocity
+        # velocity: a full 2D radar velocity is two scalar measurements, vx then vy (its noise is isotropic
+        # and uncorrelated, so this equals the 2D update and needs no inverse); a radial one is vr = u . v
         full = objs.vel_full[di]
-        if full.any():
-            f = full.nonzero()[0]
-            pf, df = p[f], di[f]
-            k = pf[:, :, 2:] @ inv2(pf[:, 2:, 2:] + objs.vel_var[df, None, None] * _EYE2)
-            innov = objs.velocity[df] @ r2.T - x[f, _VEL]
-            x[f] = x[f] + (k @ innov[:, :, None])[:, :, 0]
-            p[f] = pf - k @ pf[:, 2:, :]
-        # radial velocity: scalar measurement vr = u . v (the track's own direction resolves the rest)
-        rad = ~full & np.isfinite(objs.radial[di, 0])
-        if rad.any():
-            g = rad.nonzero()[0]
-            pg, dg = p[g], di[g]
+        f = full.nonzero()[0]
+        if f.size:
+            xf, pf, df = x[f], p[f], di[f]
+            vw, var = objs.velocity[df] @ r2.T, objs.vel_var[df]
+            for j in (2, 3):  # h = e_j: P h is a column of P, h . x a component of x
+                _scalar_update(xf, pf, pf[:, :, j], pf[:, j, j], xf[:, j], vw[:, j - 2], var)
+            x[f], p[f] = xf, pf
+        g = (~full & np.isfinite(objs.radial[di, 0])).nonzero()[0]
+        if g.size:  # the track's own direction resolves the rest of the velocity
+            xg, pg, dg = x[g], p[g], di[g]
             radial = objs.radial[dg]
             u = radial[:, 1:3] @ r2.T
-            ph = (pg[:, :, 2:] @ u[:, :, None])[:, :, 0]  # P h with h = [0, 0, ux, uy]
-            s1 = np.add.reduce(u * ph[:, 2:], axis=1) + self._radial_var[labels[dg]]
-            innov1 = radial[:, 0] - np.add.reduce(u * x[g, _VEL], axis=1)
-            k1 = ph / s1[:, None]
-            x[g] = x[g] + k1 * innov1[:, None]
-            p[g] = pg - k1[:, :, None] * ph[:, None, :]
+            ux, uy = u[:, 0:1], u[:, 1:2]
+            ph = pg[:, :, 2] * ux + pg[:, :, 3] * uy  # P h with h = [0, 0, ux, uy]
+            hph, hx = ph[:, 2:3] * ux + ph[:, 3:4] * uy, xg[:, 2:3] * ux + xg[:, 3:4] * uy
+            _scalar_update(xg, pg, ph, hph[:, 0], hx[:, 0], radial[:, 0], self._radial_var[labels[dg]])
+            x[g], p[g] = xg, pg
         row[:, _X] = x
         self.p[ti] = 0.5 * (p + p.swapaxes(1, 2))
         # attributes: score and class evidence; height, size and heading smoothed from lidar boxes
         # (weight 1 the first time, then track_*_alpha; boxless tracks follow their detection's prior)
         row[:, _SCORE] += prm.track_score_alpha * (objs.score[di] - row[:, _SCORE])
-        row[:, _VOTES] = row[:, _VOTES] * prm.track_vote_decay + objs.votes[di]
+        row[:, _VOTES] += objs.votes[di]  # already decayed with every track in step()
         row[:, _HITS] += 1
         row[:, _MISSES] = 0
         lidar = objs.origin[di] == _LIDAR
-        first = row[:, _HAS_BOX] == 0.0
-        a_size = np.where(first, 1.0, np.where(lidar, prm.track_size_alpha, 0.0))[:, None]
-        a_yaw = np.where(first, 1.0, np.where(lidar, prm.track_yaw_alpha, 0.0))
-        row[:, _Z] += np.where(first & lidar, 1.0, prm.track_size_alpha) * (zw[di, 2] - row[:, _Z])
-        row[:, _SIZE] += a_size * (objs.size[di] - row[:, _SIZE])
+        a = self._alpha[2 * (row[:, _HAS_BOX] == 0.0) + lidar]  # one table lookup instead of nested np.where
+        row[:, _Z] += a[:, 0] * (zw[di, 2] - row[:, _Z])
+        row[:, _SIZE] += a[:, 1:2] * (objs.size[di] - row[:, _SIZE])
         yaw_det = objs.yaw[di] + ego_yaw
-        row[:, _YAW] = wrap_angle(row[:, _YAW] + a_yaw * _fold_pi(yaw_det - row[:, _YAW]))
+        row[:, _YAW] = wrap_angle(row[:, _YAW] + a[:, 2] * _fold_pi(yaw_det - row[:, _YAW]))
         row[:, _HAS_BOX] = np.maximum(row[:, _HAS_BOX], lidar)
         self.table[ti] = row
         self.sources[ti] = objs.sources[di]
@@ -369,25 +383,24 @@ class Tracker:
         self.p = np.concatenate([self.p, p])
         self.sources = np.concatenate([self.sources, objs.sources[idx]])
 
-    def _output(self, w_inv: F64, ego_yaw: float) -> tuple[Detection3D, ...]:
+    def _output(self, w: F64, ego_yaw: float) -> tuple[Detection3D, ...]:
         prm = self.params
         tab = self.table
         confirmed = tab[:, _HITS] >= self.config.track_min_hits
-        show = ((tab[:, _MISSES] == 0) & (confirmed | prm.emit_tentative)) | confirmed
         score = (
             tab[:, _SCORE] * np.where(confirmed, 1.0, prm.tentative_factor) * prm.track_coast_decay ** tab[:, _MISSES]
         )
-        show &= score >= self.config.score_threshold
-        if not show.any():
+        show = (confirmed | (tab[:, _MISSES] == 0)) if prm.emit_tentative else confirmed
+        idx = (show & (score >= self.config.score_threshold)).nonzero()[0]
+        if not idx.size:
             return ()
-        idx = show.nonzero()[0]
-        r2 = w_inv[:2, :2]
+        # world -> base_link: R^T (p - t), i.e. (p - t) @ R for row vectors (no inverse transform needed)
+        r3 = w[:3, :3]
         sel = tab[idx]
-        center = sel[:, _XYZ] @ w_inv[:3, :3].T + w_inv[:3, 3]
-        vel = sel[:, _VEL] @ r2.T
-        cov = _rotate_covariances(r2, self.p[idx, :2, :2])
-        sigma = _sigma(cov)
-        yaw = _face_velocity(wrap_angle(sel[:, _YAW] - ego_yaw), vel, prm.flip_speed)
+        center = (sel[:, _XYZ] - w[:3, 3]) @ r3
+        vel = sel[:, _VEL] @ r3[:2, :2]
+        sigma = np.sqrt(np.maximum(_rotated_variances(r3[:2, :2], self.p[idx, :2, :2]), 0.0))
+        yaw = _face_velocity(sel[:, _YAW] - ego_yaw, vel, prm.flip_speed)
         return _build(
             sel[:, _ID].astype(np.int64),
             sel[:, _VOTES].argmax(axis=1),
@@ -401,7 +414,7 @@ class Tracker:
         )
 
     def _read_only(
-        self, t_ns: int, objs: Objects, zw: F64, rw: F64, labels: npt.NDArray[np.intp], w_inv: F64
+        self, t_ns: int, objs: Objects, zw: F64, rw: F64, labels: npt.NDArray[np.intp], r2: F64
     ) -> tuple[Detection3D, ...]:
         assert self._t_ns is not None
         log.debug("tracker: frame at %d is older than the last (%d); answering read-only", t_ns, self._t_ns)
@@ -416,7 +429,7 @@ class Tracker:
         ids[fresh] = np.arange(self._next_id, self._next_id + int(fresh.sum()))
         self._next_id += int(fresh.sum())
         vel = np.where(np.isfinite(objs.vel_var)[:, None], objs.velocity, 0.0)
-        vel[di] = x[ti, _VEL] @ w_inv[:2, :2].T
+        vel[di] = x[ti, _VEL] @ r2  # world -> base_link: R^T v, i.e. v @ R for row vectors
         sigma = _sigma(objs.cov)
         yaw = _face_velocity(objs.yaw, vel, self.params.flip_speed)
         k = keep.nonzero()[0]
