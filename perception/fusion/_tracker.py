@@ -180,10 +180,11 @@ class Tracker:
         self._ff: F64 = np.eye(16)
         self._q: F64 = np.zeros(16)
         # update weights of (z, size, yaw) indexed by 2 * (track has no box yet) + (detection is a lidar box):
-        # the first box sets size and heading, later boxes are smoothed, other detections leave them
-        # (height follows every detection, except that the first box sets it)
-        za, sa, ya = params.track_size_alpha, params.track_size_alpha, params.track_yaw_alpha
-        self._alpha = np.array([[za, 0.0, 0.0], [za, sa, ya], [za, 1.0, 1.0], [1.0, 1.0, 1.0]])
+        # until a track has a box its size and heading are its detection's; the first box sets them, later
+        # boxes are smoothed in, other detections leave them; height is smoothed in from every detection,
+        # except that the first box sets it
+        sa, ya = params.track_size_alpha, params.track_yaw_alpha
+        self._alpha = np.array([[sa, 0.0, 0.0], [sa, sa, ya], [sa, 1.0, 1.0], [1.0, 1.0, 1.0]])
         self.reset()
 
     def reset(self) -> None:
