@@ -49,8 +49,9 @@ def mahalanobis2_xy(x: F64, y: F64, s: F64) -> F64:
     return out
 
 
-def covariance_along(direction: F64, sigma_along: F64, sigma_across: F64) -> F64:
-    """``[K,2,2]`` covariances with std-devs ``sigma_along`` along unit ``direction [K,2]`` and across it."""
+def covariance_along(direction: F64, sigma_along: F64 | float, sigma_across: F64 | float) -> F64:
+    """``[K,2,2]`` covariances with std-devs ``sigma_along`` along unit ``direction [K,2]`` and across it
+    (each ``[K]`` or one for all)."""
     ux, uy = direction[:, 0], direction[:, 1]
     va, vc = sigma_along**2, sigma_across**2
     out = np.empty((direction.shape[0], 2, 2))

@@ -79,7 +79,7 @@ from perception.fusion._geometry import (
 )
 from perception.fusion._inputs import CameraBoxes, LidarBoxes, RadarObjects, parse_camera, parse_lidar, parse_radar
 from perception.fusion._motion import EgoAt, EgoMotion
-from perception.fusion._objects import Objects, Origin, SourceNames
+from perception.fusion._objects import Objects, Origin, SourceNames, filled
 from perception.fusion._params import CLASS_SIZES, FusionParams
 from perception.fusion._tracker import Tracker, detections_from_objects
 from perception.types import LABELS, Detection3D, Frame, SensorKind, SensorResult, SensorSpec, SensorStatus
@@ -312,15 +312,15 @@ class Fuser:
             size=lidar.boxes[:, 3:6].copy(),
             yaw=wrap_angle(lidar.boxes[:, 6] + math.atan2(m[1, 0], m[0, 0])),
             velocity=np.zeros((n, 2)),
-            vel_var=np.full(n, np.inf),
+            vel_var=filled(n, np.inf),
             vel_full=np.zeros(n, bool),
-            radial=np.full((n, 3), np.nan),
+            radial=filled((n, 3), np.nan),
             cov=cov,
             score=lidar.scores.copy(),
             votes=votes,
             sources=sources,
-            age=np.full(n, (motion.t_ns - t_s) * 1e-9),
-            origin=np.full(n, _LIDAR, np.int8),
+            age=filled(n, (motion.t_ns - t_s) * 1e-9),
+            origin=np.zeros(n, np.int8),  # Origin.LIDAR
         )
 
     # -- radar ------------------------------------------------------------------------------------------
@@ -377,7 +377,7 @@ class Fuser:
         vel = np.where(full[:, None], v, vr[:, None] * los)
         pos += vel * dt
         across = np.hypot(prm.radar_azimuth_sigma * rng, prm.radar_lateral_floor)
-        cov = covariance_along(los, np.full(k, prm.radar_range_sigma), across)
+        cov = covariance_along(los, prm.radar_range_sigma, across)
         return _Radar(
             sensor=sensor,
             pos=pos,
@@ -388,8 +388,8 @@ class Fuser:
             cov=cov,
             score=scores,
             rcs=rcs,
-            free=np.ones(k, bool),
-            radial=np.column_stack([vr, los]),
+            free=filled(k, True, bool),
+            radial=np.concatenate([vr[:, None], los], axis=1),
         )
 
     def _attach_radar(self, objs: Objects, radar: _Radar, *, refine: bool) -> None:
@@ -399,11 +399,12 @@ class Fuser:
         if n == 0 or not radar.free.any():
             return
         k_idx = radar.free.nonzero()[0]
-        pts = radar.pos[k_idx]
+        pts = radar.pos.take(k_idx, axis=0)  # take: a third of the cost of a[idx] on 2-D/3-D arrays
         # candidate pairs by centre distance (box half-diagonal plus the gate at both spreads), then
         # the Mahalanobis distance to the nearest box point for those pairs only
         obj_spread = objs.cov[:, 0, 0] + objs.cov[:, 1, 1]
-        rad_spread = radar.cov[k_idx, 0, 0] + radar.cov[k_idx, 1, 1]
+        rad_cov = radar.cov.take(k_idx, axis=0)
+        rad_spread = rad_cov[:, 0, 0] + rad_cov[:, 1, 1]
         reach = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])[:, None] + np.sqrt(
             prm.radar_gate * (obj_spread[:, None] + rad_spread)
         )
@@ -415,10 +416,13 @@ class Fuser:
         # offset of the radar point from the nearest point of the box (zero inside), in base_link
         c, s = np.cos(objs.yaw)[oi], np.sin(objs.yaw)[oi]
         dx, dy = gx[oi, ki], gy[oi, ki]
-        hl, hw = 0.5 * objs.size[oi, 0], 0.5 * objs.size[oi, 1]
+        half = 0.5 * objs.size.take(oi, axis=0)
+        hl, hw = half[:, 0], half[:, 1]
         lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
         ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
-        d2 = mahalanobis2_xy(dx - (c * lx - s * ly), dy - (s * lx + c * ly), objs.cov[oi] + radar.cov[k_idx[ki]])
+        d2 = mahalanobis2_xy(
+            dx - (c * lx - s * ly), dy - (s * lx + c * ly), objs.cov.take(oi, axis=0) + rad_cov.take(ki, axis=0)
+        )
         ok = d2 <= prm.radar_gate
         if not ok.all():
             oi, ki, d2 = oi[ok], ki[ok], d2[ok]
@@ -426,13 +430,13 @@ class Fuser:
                 return
         # each radar object joins its nearest gated object: sort pairs by distance, last write wins
         order = (-d2).argsort(kind="stable")
-        best = np.full(k_idx.size, -1, np.intp)
+        best = filled(k_idx.size, -1, np.intp)
         best[ki[order]] = order
         pair = best[best >= 0]
         rows, kk, pair_d2 = oi[pair], k_idx[ki[pair]], d2[pair]
         radar.free[kk] = False
         objs.sources[rows, radar.sensor[kk]] = True
-        miss = np.ones(n)
+        miss = filled(n, 1.0)
         # radar sees vehicles well; for pedestrians and cyclists a nearby return is weak evidence (clutter)
         labels = objs.labels[rows]
         weight = np.where(labels <= _TRUCK, prm.radar_weight, prm.radar_vru_weight)
@@ -441,17 +445,19 @@ class Fuser:
         # velocity: not from a speed the object's class cannot have (the radar object is not, or not
         # only, this object), nor for classes whose radar speed is not trusted (infinite sigma)
         full = radar.full[kk]
-        speed = np.where(full, np.hypot(radar.vel[kk, 0], radar.vel[kk, 1]), np.abs(radar.vr[kk]))
+        vel_k = radar.vel.take(kk, axis=0)
+        speed = np.where(full, np.hypot(vel_k[:, 0], vel_k[:, 1]), np.abs(radar.vr[kk]))
         usable = (speed <= self._class_max_speed[labels]) & np.isfinite(self._radial_sigma[labels])
         if not usable.all():
             rows, kk, pair_d2, labels, full = rows[usable], kk[usable], pair_d2[usable], labels[usable], full[usable]
+            vel_k = vel_k.compress(usable, axis=0)
         if full.any():  # inverse-variance mean with what the object already has
-            r, k = rows[full], kk[full]
+            r = rows[full]
             w = np.where(np.isfinite(objs.vel_var) & objs.vel_full, 1.0 / objs.vel_var, 0.0)
             vsum = w[:, None] * objs.velocity
             w_new = 1.0 / self._velocity_sigma[labels[full]] ** 2
             np.add.at(w, r, w_new)
-            np.add.at(vsum, r, w_new[:, None] * radar.vel[k])
+            np.add.at(vsum, r, w_new[:, None] * vel_k.compress(full, axis=0))
             got = np.zeros(n, bool)
             got[r] = True
             objs.velocity[got] = vsum[got] / w[got, None]
@@ -460,22 +466,22 @@ class Fuser:
         # radial speed of the strongest radar object, where the object has none yet
         order = radar.score[kk].argsort(kind="stable")  # fancy assignment: the last write wins
         r, k = rows[order], kk[order]
-        fresh = np.isnan(objs.radial[r, 0])
-        objs.radial[r[fresh]] = radar.radial[k[fresh]]
+        fresh = np.isnan(objs.radial[:, 0].take(r))
+        objs.radial[r[fresh]] = radar.radial.take(k[fresh], axis=0)
         if refine:
             # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
             order = (-pair_d2).argsort(kind="stable")
             r, k = rows[order], kk[order]
-            pick = np.full(n, -1, np.intp)
+            pick = filled(n, -1, np.intp)
             pick[r] = k
             r = (pick >= 0).nonzero()[0]
             k = pick[r]
-            los = radar.los[k]
-            extent = prm.radar_surface_factor * _support(objs.size[r], objs.yaw[r], los)
-            centre = radar.pos[k] + extent[:, None] * los
-            p = objs.cov[r]
-            gain = p @ inv2(p + radar.cov[k])
-            objs.center[r, :2] += (gain @ (centre - objs.center[r, :2])[:, :, None])[:, :, 0]
+            los = radar.los.take(k, axis=0)
+            extent = prm.radar_surface_factor * _support(objs.size.take(r, axis=0), objs.yaw[r], los)
+            centre = radar.pos.take(k, axis=0) + extent[:, None] * los
+            p = objs.cov.take(r, axis=0)
+            gain = p @ inv2(p + radar.cov.take(k, axis=0))
+            objs.center[r, :2] += (gain @ (centre - objs.center[:, :2].take(r, axis=0))[:, :, None])[:, :, 0]
             objs.cov[r] = p - gain @ p
 
     def _finish_velocity(self, objs: Objects, *, heading_known: bool) -> None:
@@ -486,12 +492,14 @@ class Fuser:
         rad = ~objs.vel_full & np.isfinite(objs.radial[:, 0])
         if rad.any():
             i = rad.nonzero()[0]
-            vr, u = objs.radial[i, 0], objs.radial[i, 1:3]
+            radial = objs.radial.take(i, axis=0)
+            vr, u = radial[:, 0], radial[:, 1:3]
             yaw = objs.yaw[i]
-            h = np.column_stack([np.cos(yaw), np.sin(yaw)])
+            h = np.stack([np.cos(yaw), np.sin(yaw)], axis=1)
             c = u[:, 0] * h[:, 0] + u[:, 1] * h[:, 1]
             # the heading of a near-square box (pedestrian) says nothing about where it moves
-            along = (np.abs(c) >= prm.min_heading_cos) & (objs.size[i, 0] >= 1.3 * objs.size[i, 1])
+            size = objs.size.take(i, axis=0)
+            along = (np.abs(c) >= prm.min_heading_cos) & (size[:, 0] >= 1.3 * size[:, 1])
             speed = np.minimum(np.maximum(vr / np.where(along, c, 1.0), -prm.max_speed), prm.max_speed)
             objs.velocity[i] = np.where(along[:, None], speed[:, None] * h, vr[:, None] * u)
             sigma = self._radial_sigma[objs.labels[i]]
@@ -527,7 +535,7 @@ class Fuser:
             det_scores = np.concatenate([cam.scores for _, cam, _ in cameras])
             det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
         rels = [motion.relative(t_s) for _, _, t_s in cameras]  # base_link(t_f) <- base_link(t_s)
-        unmatched = np.ones(det_cam.size, bool)
+        unmatched = filled(det_cam.size, True, bool)
         n = len(objs)
         if n:
             # camera(t_s) <- base_link(t_f); cameras of a frame usually share their capture time
@@ -549,9 +557,9 @@ class Fuser:
         if n and pc.size:
             # boxes moved to each camera's capture time (with the velocity known so far), into the camera
             dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
-            boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1)[po]
+            boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1).take(po, axis=0)
             known = np.isfinite(objs.vel_var[po])[:, None]
-            boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity[po], 0.0)
+            boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity.take(po, axis=0), 0.0)
             corners = box_corners(boxes, homogeneous=True).reshape(-1, 4)  # [8M,4] in base_link
             # homogeneous pixels h = K [R|t] p, one matrix product per camera (pairs come grouped by
             # camera); K's last row is [0, 0, 1] (checked at construction), so h[..., 2] is the depth
@@ -564,7 +572,7 @@ class Fuser:
                     np.matmul(corners[8 * start : 8 * end], kpt[ci], out=hf[8 * start : 8 * end])
                 start = end
             pair_sensor = cam_sensor[pc]
-            proj = project_homogeneous(h, self._image_size[pair_sensor])  # [M]
+            proj = project_homogeneous(h, self._image_size.take(pair_sensor, axis=0))  # [M]
             cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
             matchable = (
                 proj.in_image
@@ -591,7 +599,7 @@ class Fuser:
             floor = prm.camera_class_min_score
             confident = np.maximum(det_scores[di] - floor, 0.0) / (1.0 - floor)
             np.add.at(objs.votes, (oi, det_labels[di]), confident)
-            miss = np.ones(n)
+            miss = filled(n, 1.0)
             np.multiply.at(miss, oi, 1.0 - prm.camera_weight * confident)
             objs.score[:] = 1.0 - (1.0 - objs.score) * miss
             # negative evidence from a camera that this frame found most of what it should have seen
@@ -622,7 +630,7 @@ class Fuser:
             [cam[0] for cam in cameras],
             np.stack(rels),
             ci,
-            det_boxes[di],
+            det_boxes.take(di, axis=0),
             det_labels[di],
             det_scores[di],
             np.array([motion.t_ns - t_s for _, _, t_s in cameras])[ci] * 1e-9,
@@ -703,8 +711,13 @@ class Fuser:
         m = idx.size
         if m == 0:
             return self._empty
-        pos, vel, full, score = radar.pos[idx], radar.vel[idx], radar.full[idx], radar.score[idx]
-        cov, sensor, los = radar.cov[idx], radar.sensor[idx], radar.los[idx]
+        pos, vel, full, score = (
+            radar.pos.take(idx, axis=0),
+            radar.vel.take(idx, axis=0),
+            radar.full[idx],
+            radar.score[idx],
+        )
+        cov, sensor, los = radar.cov.take(idx, axis=0), radar.sensor[idx], radar.los.take(idx, axis=0)
         # the same object seen by two radars: merge greedily by score within the Mahalanobis gate
         group = np.arange(m)
         if m > 1 and np.unique(sensor).size > 1:
@@ -716,6 +729,7 @@ class Fuser:
                         take = close[a] & (group == np.arange(m)) & (score <= score[a])
                         take[a] = False
                         group[take] = a
+        heads: IP
         heads, slot = np.unique(group, return_inverse=True)
         n = heads.size
         objs = Objects.empty(len(self._sensors), n)
@@ -734,7 +748,7 @@ class Fuser:
         objs.vel_full[:] = has_full
         objs.radial[:] = radar.radial[idx[heads]]
         speed = np.hypot(objs.velocity[:, 0], objs.velocity[:, 1])
-        strength = np.full(n, -np.inf)
+        strength = filled(n, -np.inf)
         np.maximum.at(strength, slot, radar.rcs[idx])
         labels = np.where(
             strength >= prm.radar_truck_rcs,
@@ -745,13 +759,13 @@ class Fuser:
         objs.vel_var[:] = np.where(has_full, sigma**2 / np.maximum(wsum, 1.0), np.inf)
         size = _SIZES[labels]
         yaw = np.where(has_full & (speed > prm.flip_speed), np.arctan2(objs.velocity[:, 1], objs.velocity[:, 0]), 0.0)
-        hl = los[heads]
+        hl = los.take(heads, axis=0)
         extent = prm.radar_surface_factor * _support(size, yaw, hl)
-        objs.center[:, :2] = pos[heads] + extent[:, None] * hl
+        objs.center[:, :2] = pos.take(heads, axis=0) + extent[:, None] * hl
         objs.center[:, 2] = 0.5 * size[:, 2]
         objs.size[:] = size
         objs.yaw[:] = yaw
-        objs.cov[:] = cov[heads] + covariance_along(hl, 0.3 * extent + 0.1, np.full(n, 0.1))
+        objs.cov[:] = cov.take(heads, axis=0) + covariance_along(hl, 0.3 * extent + 0.1, 0.1)
         objs.score[:] = prm.radar_only_factor * score[heads]
         objs.votes[np.arange(n), labels] = 0.3 * score[heads]
         objs.origin[:] = _RADAR
@@ -778,7 +792,7 @@ class Fuser:
             i, j = pairs[:, 0], pairs[:, 1]
         if i.size == 0:
             return objs
-        d = xy[i] - xy[j]
+        d = xy.take(i, axis=0) - xy.take(j, axis=0)
         dist2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]
         near = self._nms_radius[objs.labels]
         same = dist2 < np.minimum(near[i], near[j]) ** 2
@@ -790,7 +804,7 @@ class Fuser:
         check = (~same & overlap).nonzero()[0]
         if check.size:
             rect = np.column_stack([xy, objs.size[:, :2], objs.yaw])
-            same[check] = bev_iou_pairs(rect[i[check]], rect[j[check]]) > self.config.nms_iou
+            same[check] = bev_iou_pairs(rect.take(i[check], axis=0), rect.take(j[check], axis=0)) > self.config.nms_iou
         i, j = i[same], j[same]
         if i.size == 0:
             return objs
@@ -800,7 +814,7 @@ class Fuser:
         better = np.where(rank[i] < rank[j], i, j)
         worse = np.where(rank[i] < rank[j], j, i)
         order = rank[better].argsort(kind="stable")
-        alive = np.ones(n, bool)
+        alive = filled(n, True, bool)
         for b, w in zip(better[order].tolist(), worse[order].tolist(), strict=True):
             if alive[b]:
                 alive[w] = False

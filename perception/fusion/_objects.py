@@ -5,18 +5,28 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from perception.types import LABELS
 
-__all__ = ["Objects", "Origin", "SourceNames"]
+__all__ = ["Objects", "Origin", "SourceNames", "filled"]
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 I8 = npt.NDArray[np.int8]
 _NUM_LABELS = len(LABELS)
+
+
+def filled(shape: int | tuple[int, ...], value: float, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[Any]:
+    """``np.full(shape, value, dtype)`` for the small arrays of one frame: ``np.full`` and ``np.ones`` are
+    Python-level wrappers that cost ~4x an ``empty`` + ``fill`` (~2 us per call on our hosts, a dozen
+    calls a frame)."""
+    out = np.empty(shape, dtype)
+    out.fill(value)
+    return out
 
 
 def _identity_covariances(n: int) -> F64:
@@ -58,12 +68,12 @@ class Objects:
     def empty(num_sensors: int, n: int = 0) -> Objects:
         return Objects(
             center=np.zeros((n, 3)),
-            size=np.ones((n, 3)),
+            size=filled((n, 3), 1.0),
             yaw=np.zeros(n),
             velocity=np.zeros((n, 2)),
-            vel_var=np.full(n, np.inf),
+            vel_var=filled(n, np.inf),
             vel_full=np.zeros(n, bool),
-            radial=np.full((n, 3), np.nan),
+            radial=filled((n, 3), np.nan),
             cov=_identity_covariances(n),
             score=np.zeros(n),
             votes=np.zeros((n, _NUM_LABELS)),
@@ -73,7 +83,10 @@ class Objects:
         )
 
     def take(self, index: npt.NDArray[np.intp] | B) -> Objects:
-        return Objects(*(getattr(self, f.name)[index] for f in fields(self)))
+        # take / compress: a third of the cost of a[index] on the 2-D and 3-D fields
+        if index.dtype == np.bool_:
+            return Objects(*(getattr(self, f.name).compress(index, axis=0) for f in fields(self)))
+        return Objects(*(getattr(self, f.name).take(index, axis=0) for f in fields(self)))
 
     @staticmethod
     def concat(parts: Sequence[Objects], num_sensors: int) -> Objects:
