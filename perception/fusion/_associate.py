@@ -6,6 +6,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import linear_sum_assignment
 
+from perception.fusion import _kernels
+
 __all__ = [
     "assign",
     "assign_pairs",
@@ -125,28 +127,20 @@ def assign_pairs(rows: IP, cols: IP, cost: F64, shape: tuple[int, int]) -> tuple
     return per_row.nonzero()[0][r[ok]], per_col.nonzero()[0][c[ok]]
 
 
-def occlusion_coverage(
-    boxes: F64, depth: F64, valid: B | None = None, *, group: npt.NDArray[np.integer[npt.NBitBase]] | None = None
-) -> F64:
-    """Per image box ``[..., N, 4]``, the largest share of its area covered by a single nearer box.
+def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None, *, group: IP | None = None) -> F64:
+    """Per image box ``[N, 4]``, the largest share of its area covered by a single nearer box.
 
-    ``depth [..., N]`` orders the boxes; boxes where ``valid`` is false never occlude; with ``group``
-    (e.g. the camera of each box), only boxes of the same group occlude each other.
+    ``depth [N]`` orders the boxes; boxes where ``valid`` is false never occlude; with ``group`` (e.g.
+    the camera of each box), only boxes of the same group occlude each other. (A compiled loop,
+    :func:`._kernels.occlusion`.)
     """
-    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
-    # one coordinate at a time: [N,N] planes (broadcasting [N,N,2] blocks iterates 2 elements at a time)
-    inter = np.maximum(
-        np.minimum(x2[..., :, None], x2[..., None, :]) - np.maximum(x1[..., :, None], x1[..., None, :]), 0.0
+    n = boxes.shape[0]
+    cover = np.empty(n)
+    _kernels.occlusion(
+        np.ascontiguousarray(boxes, dtype=np.float64),
+        np.ascontiguousarray(depth, dtype=np.float64),
+        np.ones(n, bool) if valid is None else np.ascontiguousarray(valid, dtype=np.bool_),
+        np.zeros(n, np.intp) if group is None else np.ascontiguousarray(group, dtype=np.intp),
+        cover,
     )
-    inter *= np.maximum(
-        np.minimum(y2[..., :, None], y2[..., None, :]) - np.maximum(y1[..., :, None], y1[..., None, :]), 0.0
-    )
-    occluder = depth[..., None, :] < depth[..., :, None]
-    if valid is not None:
-        occluder &= valid[..., None, :]
-    if group is not None:
-        occluder &= group[..., None, :] == group[..., :, None]
-    cover = np.maximum.reduce(np.where(occluder, inter, 0.0), axis=-1, initial=0.0)
-    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
-    out: F64 = np.divide(cover, area, out=np.zeros_like(cover), where=area > 0)
-    return out
+    return cover

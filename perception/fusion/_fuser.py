@@ -58,6 +58,7 @@ from scipy.spatial import cKDTree
 
 from perception.config import FusionConfig
 from perception.errors import InputError
+from perception.fusion import _kernels
 from perception.fusion._associate import (
     assign,
     covariance_along,
@@ -210,6 +211,7 @@ class Fuser:
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        _kernels.warm_up()  # compile (or load) the compiled loops now, not on the first frame
 
     # -- public -------------------------------------------------------------------------------------
     def __call__(

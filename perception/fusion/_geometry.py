@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from perception.fusion import _kernels
+
 __all__ = [
     "ProjectedBoxes",
     "bev_corners",
@@ -45,11 +47,6 @@ _CORNER_SIGNS = (
     )
     * 0.5
 )
-#: The 12 edges of a box as corner index pairs.
-_EDGES = np.array(
-    [[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]], dtype=np.intp
-)
-_EDGE_FROM, _EDGE_TO = _EDGES[:, 0].copy(), _EDGES[:, 1].copy()
 #: Counter-clockwise BEV corner signs (front-left, rear-left, rear-right, front-right).
 _BEV_SIGNS = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], dtype=np.float64) * 0.5
 
@@ -202,20 +199,12 @@ def bev_iou(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
 
 
 def box_iou_2d(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
-    """Pairwise IoU ``[..., N, M]`` of image boxes ``[..., N, 4]`` and ``[..., M, 4]`` (``x1, y1, x2, y2``)."""
-    aa = np.asarray(a, dtype=np.float64)
-    bb = np.asarray(b, dtype=np.float64)
-    aa = aa.reshape(-1, 4) if aa.ndim < 2 else aa
-    bb = bb.reshape(-1, 4) if bb.ndim < 2 else bb
-    # one coordinate at a time: [N,M] planes (broadcasting [N,M,2] blocks iterates 2 elements at a time)
-    ax1, ay1, ax2, ay2 = aa[..., :, None, 0], aa[..., :, None, 1], aa[..., :, None, 2], aa[..., :, None, 3]
-    bx1, by1, bx2, by2 = bb[..., None, :, 0], bb[..., None, :, 1], bb[..., None, :, 2], bb[..., None, :, 3]
-    inter = np.maximum(np.minimum(ax2, bx2) - np.maximum(ax1, bx1), 0.0)
-    inter *= np.maximum(np.minimum(ay2, by2) - np.maximum(ay1, by1), 0.0)
-    area_a = np.maximum(aa[..., 2] - aa[..., 0], 0.0) * np.maximum(aa[..., 3] - aa[..., 1], 0.0)
-    area_b = np.maximum(bb[..., 2] - bb[..., 0], 0.0) * np.maximum(bb[..., 3] - bb[..., 1], 0.0)
-    union = area_a[..., :, None] + area_b[..., None, :] - inter
-    out: F64 = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    """Pairwise IoU ``[N, M]`` of image boxes ``[N, 4]`` and ``[M, 4]`` (``x1, y1, x2, y2``; a compiled
+    loop, :func:`._kernels.box_iou`)."""
+    aa = np.ascontiguousarray(a, dtype=np.float64).reshape(-1, 4)
+    bb = np.ascontiguousarray(b, dtype=np.float64).reshape(-1, 4)
+    out = np.empty((aa.shape[0], bb.shape[0]))
+    _kernels.box_iou(aa, bb, out)
     return out
 
 
@@ -315,51 +304,15 @@ def project_homogeneous(h: F64, size: F64, *, near: float = 0.1, depth: F64 | No
     (``p`` in the optical frame) with their optical depth ``depth [M,8]`` (``h[..., 2]``, the default,
     when the last row of ``K`` is ``[0, 0, 1]``), into images of ``size [M,2]``. Projection is linear in
     homogeneous coordinates, so the near-plane clipping interpolates ``h`` directly; a caller can thus
-    fold ``K`` into the camera transform and project with one matrix product per camera.
+    fold ``K`` into the camera transform and project with one matrix product per camera. (A compiled
+    loop, :func:`._kernels.project`.)
     """
-    # one coordinate plane at a time ([M,8] views): broadcasting [M,8,2] blocks iterates 2 elements at a time
-    hx, hy, hz = h[..., 0], h[..., 1], h[..., 2]
-    z = hz if depth is None else depth
-    front = z >= near
-    w = np.where(front, hz, 1.0)
-    u, v = hx / w, hy / w
-    lowest, highest = np.minimum.reduce, np.maximum.reduce
-    lo_u, hi_u, lo_v, hi_v = lowest(u, axis=1), highest(u, axis=1), lowest(v, axis=1), highest(v, axis=1)
-    any_ok = None
-    if lowest(z, axis=None) < near:  # boxes reaching behind the near plane (few): clip their edges there
-        cut = (~np.logical_and.reduce(front, axis=1)).nonzero()[0]
-        hh = h[cut]
-        zc = z[cut]
-        d0, d1 = zc[:, _EDGE_FROM] - near, zc[:, _EDGE_TO] - near  # [K,12]
-        crosses = d0 * d1 < 0
-        # where an edge crosses, the point at depth ``near`` along it (t = d0 / (d0 - d1), d0 != d1 there)
-        t = d0 / np.where(crosses, d0 - d1, 1.0)
-        p0 = hh[:, _EDGE_FROM]
-        points = np.concatenate([hh, p0 + t[..., None] * (hh[:, _EDGE_TO] - p0)], axis=1)  # [K,20,3]
-        ok = np.concatenate([front[cut], crosses], axis=1)[..., None]  # [K,20,1]
-        uv = points[..., :2] / np.where(ok, points[..., 2:], 1.0)
-        lo = lowest(np.where(ok, uv, np.inf), axis=1)  # [K,2]; inf where nothing is in front
-        hi = highest(np.where(ok, uv, -np.inf), axis=1)
-        none = np.isinf(lo[:, 0])
-        lo[none] = hi[none] = 0.0
-        lo_u[cut], lo_v[cut], hi_u[cut], hi_v[cut] = lo[:, 0], lo[:, 1], hi[:, 0], hi[:, 1]
-        any_ok = np.ones(h.shape[0], bool)
-        any_ok[cut[none]] = False
-    width, height = size[:, 0], size[:, 1]
-    full_area = (hi_u - lo_u) * (hi_v - lo_v)
-    boxes = np.empty((h.shape[0], 4))
-    x1 = np.minimum(np.maximum(lo_u, 0.0, out=boxes[:, 0]), width, out=boxes[:, 0])
-    y1 = np.minimum(np.maximum(lo_v, 0.0, out=boxes[:, 1]), height, out=boxes[:, 1])
-    x2 = np.minimum(np.maximum(hi_u, 0.0, out=boxes[:, 2]), width, out=boxes[:, 2])
-    y2 = np.minimum(np.maximum(hi_v, 0.0, out=boxes[:, 3]), height, out=boxes[:, 3])
-    area = (x2 - x1) * (y2 - y1)
-    in_image = area > 0.0
-    if any_ok is not None:
-        in_image &= any_ok
-    frac = np.divide(area, full_area, out=np.zeros(area.shape), where=full_area > 0)
-    boxes[~in_image] = 0.0
-    centre_depth = np.add.reduce(z, axis=-1) / 8.0  # the mean corner depth, i.e. the centre's
-    return ProjectedBoxes(boxes, in_image, centre_depth, frac)
+    hh = np.ascontiguousarray(h, dtype=np.float64)
+    z = np.ascontiguousarray(hh[..., 2] if depth is None else depth, dtype=np.float64)
+    m = hh.shape[0]
+    boxes, in_image, centre, frac = np.empty((m, 4)), np.empty(m, bool), np.empty(m), np.empty(m)
+    _kernels.project(hh, z, np.ascontiguousarray(size, dtype=np.float64), float(near), boxes, in_image, centre, frac)
+    return ProjectedBoxes(boxes, in_image, centre, frac)
 
 
 def project_boxes(

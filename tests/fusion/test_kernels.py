@@ -1,0 +1,104 @@
+"""The compiled loops (perception.fusion._kernels, behind project_homogeneous, occlusion_coverage and
+box_iou_2d) against plain whole-array references, on random boxes: cameras seeing them from every side,
+boxes reaching behind the near plane, empty inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from perception.fusion import box_iou_2d
+from perception.fusion._associate import occlusion_coverage
+from perception.fusion._geometry import box_corners, project_homogeneous
+
+F64 = npt.NDArray[np.float64]
+_EDGES = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]])
+_K = np.array([[500.0, 0.0, 320.0], [0.0, 500.0, 180.0], [0.0, 0.0, 1.0]])
+
+
+def _reference_projection(h: F64, size: F64, near: float) -> tuple[F64, npt.NDArray[np.bool_], F64, F64]:
+    """Front corners plus the near-plane crossings of every edge, bounded and clipped to the image."""
+    m = h.shape[0]
+    boxes, in_image, frac = np.zeros((m, 4)), np.zeros(m, bool), np.zeros(m)
+    for i in range(m):
+        z = h[i, :, 2]
+        pts = [h[i, k] for k in range(8) if z[k] >= near]
+        for a, b in _EDGES:
+            if (z[a] - near) * (z[b] - near) < 0:
+                t = (near - z[a]) / (z[b] - z[a])
+                pts.append(h[i, a] + t * (h[i, b] - h[i, a]))
+        if not pts:
+            continue
+        p = np.array(pts)
+        uv = p[:, :2] / p[:, 2:]
+        lo, hi = uv.min(0), uv.max(0)
+        clipped = np.concatenate([np.clip(lo, 0, size[i]), np.clip(hi, 0, size[i])])
+        area = (clipped[2] - clipped[0]) * (clipped[3] - clipped[1])
+        full = (hi[0] - lo[0]) * (hi[1] - lo[1])
+        frac[i] = area / full if full > 0 else 0.0
+        if area > 0:
+            boxes[i], in_image[i] = clipped, True
+    return boxes, in_image, h[..., 2].mean(axis=1), frac
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_projection_matches_the_reference_including_boxes_behind_the_camera(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 40
+    boxes = np.column_stack(
+        [
+            rng.uniform(-3, 30, n),  # depth (optical z): some boxes straddle or sit behind the camera
+            rng.uniform(-15, 15, n),
+            rng.uniform(-1, 3, n),
+            rng.uniform(0.5, 12, (n, 3)),
+            rng.uniform(-np.pi, np.pi, n),
+        ]
+    )
+    corners = box_corners(boxes)[..., [1, 2, 0]]  # (x, y, z) -> optical (right, down, forward)
+    h = corners @ _K.T
+    size = np.tile([640.0, 360.0], (n, 1))
+    got = project_homogeneous(h, size)
+    want = _reference_projection(h, size, 0.1)
+    assert (h[..., 2] < 0.1).any(axis=1).sum() > 3  # the clipping path is exercised
+    np.testing.assert_allclose(got.boxes, want[0], atol=1e-6)
+    np.testing.assert_array_equal(got.in_image, want[1])
+    np.testing.assert_allclose(got.depth, want[2], atol=1e-9)
+    np.testing.assert_allclose(got.visible_fraction, want[3], atol=1e-9)
+
+
+def _random_boxes(rng: np.random.Generator, n: int) -> F64:
+    xy = rng.uniform(0, 300, (n, 2))
+    return np.concatenate([xy, xy + rng.uniform(0, 80, (n, 2))], axis=1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_occlusion_and_iou_match_whole_array_references(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = _random_boxes(rng, 30), _random_boxes(rng, 25)
+    a[:3] = 0.0  # zero-area boxes (out of view)
+    depth, valid, group = rng.uniform(1, 50, 30), rng.random(30) > 0.2, rng.integers(0, 2, 30)
+
+    def inter(p: F64, q: F64) -> F64:
+        w = np.minimum(p[:, None, 2], q[None, :, 2]) - np.maximum(p[:, None, 0], q[None, :, 0])
+        h = np.minimum(p[:, None, 3], q[None, :, 3]) - np.maximum(p[:, None, 1], q[None, :, 1])
+        out: F64 = np.maximum(w, 0) * np.maximum(h, 0)
+        return out
+
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter(a, b)
+    want_iou = np.divide(inter(a, b), union, out=np.zeros_like(union), where=union > 0)
+    np.testing.assert_allclose(box_iou_2d(a, b), want_iou, atol=1e-12)
+
+    occluder = (depth[None, :] < depth[:, None]) & valid[None, :] & (group[None, :] == group[:, None])
+    cover = np.where(occluder, inter(a, a), 0.0).max(axis=1)
+    want_cover = np.divide(cover, area_a, out=np.zeros_like(cover), where=area_a > 0)
+    np.testing.assert_allclose(occlusion_coverage(a, depth, valid, group=group), want_cover, atol=1e-12)
+
+
+def test_empty_inputs() -> None:
+    assert box_iou_2d(np.zeros((0, 4)), np.zeros((3, 4))).shape == (0, 3)
+    assert occlusion_coverage(np.zeros((0, 4)), np.zeros(0)).shape == (0,)
+    p = project_homogeneous(np.zeros((0, 8, 3)), np.zeros((0, 2)))
+    assert p.boxes.shape == (0, 4) and p.in_image.shape == (0,)
