@@ -62,9 +62,7 @@ from perception.fusion import _kernels
 from perception.fusion._associate import (
     assign,
     covariance_along,
-    inv2,
     mahalanobis2,
-    mahalanobis2_xy,
     nearest_on_box,
     occlusion_coverage,
 )
@@ -395,96 +393,45 @@ class Fuser:
         )
 
     def _attach_radar(self, objs: Objects, radar: _Radar, *, refine: bool) -> None:
-        """Gate free radar objects to ``objs``; each joins its nearest (Mahalanobis) gated object."""
+        """Gate free radar objects to ``objs``; each joins its nearest (Mahalanobis) gated object.
+
+        The rules are step 3 of the module docstring; the loop is :func:`._kernels.attach_radar`.
+        """
+        if len(objs) == 0 or not radar.free.any():
+            return
         prm = self.params
-        n = len(objs)
-        if n == 0 or not radar.free.any():
-            return
-        k_idx = radar.free.nonzero()[0]
-        pts = radar.pos.take(k_idx, axis=0)  # take: a third of the cost of a[idx] on 2-D/3-D arrays
-        # candidate pairs by centre distance (box half-diagonal plus the gate at both spreads), then
-        # the Mahalanobis distance to the nearest box point for those pairs only
-        obj_spread = objs.cov[:, 0, 0] + objs.cov[:, 1, 1]
-        rad_cov = radar.cov.take(k_idx, axis=0)
-        rad_spread = rad_cov[:, 0, 0] + rad_cov[:, 1, 1]
-        reach = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])[:, None] + np.sqrt(
-            prm.radar_gate * (obj_spread[:, None] + rad_spread)
+        _kernels.attach_radar(
+            objs.center,
+            objs.size,
+            objs.yaw,
+            objs.cov,
+            objs.labels,
+            objs.score,
+            objs.sources,
+            objs.velocity,
+            objs.vel_var,
+            objs.vel_full,
+            objs.radial,
+            radar.pos,
+            radar.cov,
+            radar.vel,
+            radar.full,
+            radar.vr,
+            radar.score,
+            radar.radial,
+            radar.los,
+            radar.sensor,
+            radar.free,
+            prm.radar_gate,
+            prm.radar_weight,
+            prm.radar_vru_weight,
+            _TRUCK,
+            self._class_max_speed,
+            self._radial_sigma,
+            self._velocity_sigma,
+            prm.radar_surface_factor,
+            refine,
         )
-        gx = pts[:, 0] - objs.center[:, 0, None]
-        gy = pts[:, 1] - objs.center[:, 1, None]
-        oi, ki = (gx * gx + gy * gy <= reach * reach).nonzero()
-        if oi.size == 0:
-            return
-        # offset of the radar point from the nearest point of the box (zero inside), in base_link
-        c, s = np.cos(objs.yaw)[oi], np.sin(objs.yaw)[oi]
-        dx, dy = gx[oi, ki], gy[oi, ki]
-        half = 0.5 * objs.size.take(oi, axis=0)
-        hl, hw = half[:, 0], half[:, 1]
-        lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
-        ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
-        d2 = mahalanobis2_xy(
-            dx - (c * lx - s * ly), dy - (s * lx + c * ly), objs.cov.take(oi, axis=0) + rad_cov.take(ki, axis=0)
-        )
-        ok = d2 <= prm.radar_gate
-        if not ok.all():
-            oi, ki, d2 = oi[ok], ki[ok], d2[ok]
-            if oi.size == 0:
-                return
-        # each radar object joins its nearest gated object: sort pairs by distance, last write wins
-        order = (-d2).argsort(kind="stable")
-        best = filled(k_idx.size, -1, np.intp)
-        best[ki[order]] = order
-        pair = best[best >= 0]
-        rows, kk, pair_d2 = oi[pair], k_idx[ki[pair]], d2[pair]
-        radar.free[kk] = False
-        objs.sources[rows, radar.sensor[kk]] = True
-        miss = filled(n, 1.0)
-        # radar sees vehicles well; for pedestrians and cyclists a nearby return is weak evidence (clutter)
-        labels = objs.labels[rows]
-        weight = np.where(labels <= _TRUCK, prm.radar_weight, prm.radar_vru_weight)
-        np.multiply.at(miss, rows, 1.0 - weight * radar.score[kk])
-        objs.score[:] = 1.0 - (1.0 - objs.score) * miss
-        # velocity: not from a speed the object's class cannot have (the radar object is not, or not
-        # only, this object), nor for classes whose radar speed is not trusted (infinite sigma)
-        full = radar.full[kk]
-        vel_k = radar.vel.take(kk, axis=0)
-        speed = np.where(full, np.hypot(vel_k[:, 0], vel_k[:, 1]), np.abs(radar.vr[kk]))
-        usable = (speed <= self._class_max_speed[labels]) & np.isfinite(self._radial_sigma[labels])
-        if not usable.all():
-            rows, kk, pair_d2, labels, full = rows[usable], kk[usable], pair_d2[usable], labels[usable], full[usable]
-            vel_k = vel_k.compress(usable, axis=0)
-        if full.any():  # inverse-variance mean with what the object already has
-            r = rows[full]
-            w = np.where(np.isfinite(objs.vel_var) & objs.vel_full, 1.0 / objs.vel_var, 0.0)
-            vsum = w[:, None] * objs.velocity
-            w_new = 1.0 / self._velocity_sigma[labels[full]] ** 2
-            np.add.at(w, r, w_new)
-            np.add.at(vsum, r, w_new[:, None] * vel_k.compress(full, axis=0))
-            got = np.zeros(n, bool)
-            got[r] = True
-            objs.velocity[got] = vsum[got] / w[got, None]
-            objs.vel_var[got] = 1.0 / w[got]
-            objs.vel_full[got] = True
-        # radial speed of the strongest radar object, where the object has none yet
-        order = radar.score[kk].argsort(kind="stable")  # fancy assignment: the last write wins
-        r, k = rows[order], kk[order]
-        fresh = np.isnan(objs.radial[:, 0].take(r))
-        objs.radial[r[fresh]] = radar.radial.take(k[fresh], axis=0)
-        if refine:
-            # Kalman fusion of a candidate's centre with the radar's estimate of the centre (best pair)
-            order = (-pair_d2).argsort(kind="stable")
-            r, k = rows[order], kk[order]
-            pick = filled(n, -1, np.intp)
-            pick[r] = k
-            r = (pick >= 0).nonzero()[0]
-            k = pick[r]
-            los = radar.los.take(k, axis=0)
-            extent = prm.radar_surface_factor * _support(objs.size.take(r, axis=0), objs.yaw[r], los)
-            centre = radar.pos.take(k, axis=0) + extent[:, None] * los
-            p = objs.cov.take(r, axis=0)
-            gain = p @ inv2(p + radar.cov.take(k, axis=0))
-            objs.center[r, :2] += (gain @ (centre - objs.center[:, :2].take(r, axis=0))[:, :, None])[:, :, 0]
-            objs.cov[r] = p - gain @ p
 
     def _finish_velocity(self, objs: Objects, *, heading_known: bool) -> None:
         """Velocity from a radial speed where no full velocity arrived; propagate positions by age."""

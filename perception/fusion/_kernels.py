@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["box_iou", "occlusion", "project", "warm_up"]
+__all__ = ["attach_radar", "box_iou", "occlusion", "project", "warm_up"]
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
@@ -125,3 +125,144 @@ def warm_up() -> None:
     project(h, np.ones((1, 8)), np.ones((1, 2)), 0.1, boxes, np.zeros(1, bool), np.zeros(1), np.zeros(1))
     occlusion(boxes, np.zeros(1), np.ones(1, bool), np.zeros(1, np.intp), np.zeros(1))
     box_iou(boxes, boxes, np.zeros((1, 1)))
+    one, yes, idx = np.ones(1), np.ones(1, np.bool_), np.zeros(1, np.intp)
+    xy, cov = np.zeros((1, 2)), np.ones((1, 2, 2))
+    attach_radar(
+        *(np.zeros((1, 3)), np.ones((1, 3)), one, cov.copy(), idx, one.copy(), np.zeros((1, 1), np.bool_), xy.copy()),
+        *(one.copy(), yes.copy(), np.zeros((1, 3)), xy, cov, xy, yes, one, one, np.zeros((1, 3)), xy, idx, yes.copy()),
+        *(9.0, 0.5, 0.1, 1, one, one, one, 0.5, True),
+    )
+
+
+@_jit
+def attach_radar(
+    center: F64,
+    size: F64,
+    yaw: F64,
+    cov: F64,
+    labels: IP,
+    score: F64,
+    sources: B,
+    velocity: F64,
+    vel_var: F64,
+    vel_full: B,
+    radial: F64,
+    r_pos: F64,
+    r_cov: F64,
+    r_vel: F64,
+    r_full: B,
+    r_vr: F64,
+    r_score: F64,
+    r_radial: F64,
+    r_los: F64,
+    r_sensor: IP,
+    r_free: B,
+    gate: float,
+    weight_vehicle: float,
+    weight_vru: float,
+    last_vehicle_label: int,
+    class_max_speed: F64,
+    radial_sigma: F64,
+    velocity_sigma: F64,
+    surface_factor: float,
+    refine: bool,
+) -> None:
+    """Radar objects -> fused objects, in place (``Fuser._attach_radar`` documents the rules).
+
+    Every free radar object joins the object whose box it is nearest to in Mahalanobis distance (box
+    point nearest to the radar point, covariances of both) within ``gate``, and is no longer free. A
+    joined object gains the radar as a source and its score (weighted less for pedestrians and
+    cyclists). Where the radar speed is possible for the object's class: full velocities are averaged
+    by inverse variance with what the object has; an object without a radial speed takes the one of its
+    strongest radar object; with ``refine`` (camera candidates), the centre is Kalman-fused with the
+    radar's estimate of the centre from its nearest radar object. Ties go to the later index (as a
+    stable sort with last-write-wins would).
+    """
+    n, kn = center.shape[0], r_pos.shape[0]
+    best_o = np.full(kn, -1, np.intp)
+    best_d2 = np.full(kn, np.inf)
+    for o in range(n):
+        c, s = np.cos(yaw[o]), np.sin(yaw[o])
+        hl, hw = 0.5 * size[o, 0], 0.5 * size[o, 1]
+        for k in range(kn):
+            if not r_free[k]:
+                continue
+            dx, dy = r_pos[k, 0] - center[o, 0], r_pos[k, 1] - center[o, 1]
+            lx = min(max(c * dx + s * dy, -hl), hl)
+            ly = min(max(c * dy - s * dx, -hw), hw)
+            ex, ey = dx - (c * lx - s * ly), dy - (s * lx + c * ly)
+            a, b, d = cov[o, 0, 0] + r_cov[k, 0, 0], cov[o, 0, 1] + r_cov[k, 0, 1], cov[o, 1, 1] + r_cov[k, 1, 1]
+            d2 = (d * ex * ex - 2 * b * ex * ey + a * ey * ey) / max(a * d - b * b, 1e-12)
+            if d2 <= gate and d2 <= best_d2[k]:
+                best_o[k], best_d2[k] = o, d2
+    miss = np.ones(n)
+    usable = np.zeros(kn, np.bool_)
+    for k in range(kn):
+        o = best_o[k]
+        if o < 0:
+            continue
+        r_free[k] = False
+        sources[o, r_sensor[k]] = True
+        lab = labels[o]
+        miss[o] *= 1.0 - (weight_vehicle if lab <= last_vehicle_label else weight_vru) * r_score[k]
+        # velocity only from a speed the object's class can have, and from classes whose radar speed is trusted
+        speed = np.hypot(r_vel[k, 0], r_vel[k, 1]) if r_full[k] else abs(r_vr[k])
+        usable[k] = speed <= class_max_speed[lab] and np.isfinite(radial_sigma[lab])
+    for o in range(n):
+        score[o] = 1.0 - (1.0 - score[o]) * miss[o]
+    # full velocities: inverse-variance mean with what the object already has
+    w = np.zeros(n)
+    vx, vy = np.zeros(n), np.zeros(n)
+    got = np.zeros(n, np.bool_)
+    for k in range(kn):
+        o = best_o[k]
+        if o < 0 or not usable[k] or not r_full[k]:
+            continue
+        if not got[o]:
+            got[o] = True
+            w[o] = 1.0 / vel_var[o] if np.isfinite(vel_var[o]) and vel_full[o] else 0.0
+            vx[o], vy[o] = w[o] * velocity[o, 0], w[o] * velocity[o, 1]
+        w_new = 1.0 / velocity_sigma[labels[o]] ** 2
+        w[o] += w_new
+        vx[o] += w_new * r_vel[k, 0]
+        vy[o] += w_new * r_vel[k, 1]
+    for o in range(n):
+        if got[o]:
+            velocity[o, 0], velocity[o, 1] = vx[o] / w[o], vy[o] / w[o]
+            vel_var[o] = 1.0 / w[o]
+            vel_full[o] = True
+    # per object: the strongest usable radar object (radial speed) and the nearest one (refine)
+    strongest = np.full(n, -1, np.intp)
+    nearest = np.full(n, -1, np.intp)
+    for k in range(kn):
+        o = best_o[k]
+        if o < 0 or not usable[k]:
+            continue
+        if strongest[o] < 0 or r_score[k] >= r_score[strongest[o]]:
+            strongest[o] = k
+        if nearest[o] < 0 or best_d2[k] <= best_d2[nearest[o]]:
+            nearest[o] = k
+    for o in range(n):
+        k = strongest[o]
+        if k >= 0 and np.isnan(radial[o, 0]):
+            radial[o, 0], radial[o, 1], radial[o, 2] = r_radial[k, 0], r_radial[k, 1], r_radial[k, 2]
+        k = nearest[o]
+        if not refine or k < 0:
+            continue
+        # the radar's estimate of the centre: its point moved into the box along the line of sight
+        ux, uy = r_los[k, 0], r_los[k, 1]
+        c, s = np.cos(yaw[o]), np.sin(yaw[o])
+        extent = surface_factor * (0.5 * size[o, 0] * abs(ux * c + uy * s) + 0.5 * size[o, 1] * abs(uy * c - ux * s))
+        zx, zy = r_pos[k, 0] + extent * ux - center[o, 0], r_pos[k, 1] + extent * uy - center[o, 1]
+        p00, p01, p10, p11 = cov[o, 0, 0], cov[o, 0, 1], cov[o, 1, 0], cov[o, 1, 1]
+        a, b, d = p00 + r_cov[k, 0, 0], p01 + r_cov[k, 0, 1], p11 + r_cov[k, 1, 1]
+        det = a * d - b * b
+        if abs(det) < 1e-12:
+            det = 1e-12
+        i00, i01, i11 = d / det, -b / det, a / det  # inverse of the (symmetric) innovation covariance
+        g00, g01 = p00 * i00 + p01 * i01, p00 * i01 + p01 * i11
+        g10, g11 = p10 * i00 + p11 * i01, p10 * i01 + p11 * i11
+        center[o, 0] += g00 * zx + g01 * zy
+        center[o, 1] += g10 * zx + g11 * zy
+        cov[o, 0, 0], cov[o, 0, 1] = p00 - (g00 * p00 + g01 * p10), p01 - (g00 * p01 + g01 * p11)
+        cov[o, 1, 0], cov[o, 1, 1] = p10 - (g10 * p00 + g11 * p10), p11 - (g10 * p01 + g11 * p11)

@@ -102,3 +102,22 @@ def test_empty_inputs() -> None:
     assert occlusion_coverage(np.zeros((0, 4)), np.zeros(0)).shape == (0,)
     p = project_homogeneous(np.zeros((0, 8, 3)), np.zeros((0, 2)))
     assert p.boxes.shape == (0, 4) and p.in_image.shape == (0,)
+
+
+def test_fusion_compiles_each_kernel_once() -> None:
+    """Every kernel sees one argument layout (C-contiguous, fixed dtypes) from the fuser: a second
+    specialization would mean a multi-second compile in the middle of a drive."""
+    from perception.config import FusionConfig
+    from perception.fusion import Fuser, _kernels
+    from perception.fusion._testing import make_rig, scene_results, traffic_scene
+    from perception.types import Frame
+
+    rig = make_rig(cameras=2, radars=2)
+    scene = traffic_scene(30, seed=3, ego_speed=8.0)
+    for config in (FusionConfig(), FusionConfig(camera_only=False, radar_only=False, tracking=False)):
+        fuser = Fuser(config, rig, ego_at=scene.ego_at)
+        for k in range(8):
+            results = scene_results(scene, rig, k * 100_000_000, offsets_ns={"cam_front": -15_000_000}, seed=k)
+            fuser(Frame(k, k * 100_000_000, {}), results)
+    for kernel in (_kernels.project, _kernels.occlusion, _kernels.box_iou, _kernels.attach_radar):
+        assert len(kernel.signatures) == 1, kernel  # type: ignore[attr-defined]
