@@ -137,10 +137,10 @@ def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None, *, group:
     n = boxes.shape[0]
     cover = np.empty(n)
     _kernels.occlusion(
-        np.ascontiguousarray(boxes, dtype=np.float64),
-        np.ascontiguousarray(depth, dtype=np.float64),
-        np.ones(n, bool) if valid is None else np.ascontiguousarray(valid, dtype=np.bool_),
-        np.zeros(n, np.intp) if group is None else np.ascontiguousarray(group, dtype=np.intp),
+        _kernels.c_array(boxes),
+        _kernels.c_array(depth),
+        np.ones(n, bool) if valid is None else _kernels.c_array(valid, np.bool_),
+        np.zeros(n, np.intp) if group is None else _kernels.c_array(group, np.intp),
         cover,
     )
     return cover

@@ -201,8 +201,8 @@ def bev_iou(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
 def box_iou_2d(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
     """Pairwise IoU ``[N, M]`` of image boxes ``[N, 4]`` and ``[M, 4]`` (``x1, y1, x2, y2``; a compiled
     loop, :func:`._kernels.box_iou`)."""
-    aa = np.ascontiguousarray(a, dtype=np.float64).reshape(-1, 4)
-    bb = np.ascontiguousarray(b, dtype=np.float64).reshape(-1, 4)
+    aa = _kernels.c_array(a).reshape(-1, 4)
+    bb = _kernels.c_array(b).reshape(-1, 4)
     out = np.empty((aa.shape[0], bb.shape[0]))
     _kernels.box_iou(aa, bb, out)
     return out
@@ -307,11 +307,11 @@ def project_homogeneous(h: F64, size: F64, *, near: float = 0.1, depth: F64 | No
     fold ``K`` into the camera transform and project with one matrix product per camera. (A compiled
     loop, :func:`._kernels.project`.)
     """
-    hh = np.ascontiguousarray(h, dtype=np.float64)
-    z = np.ascontiguousarray(hh[..., 2] if depth is None else depth, dtype=np.float64)
+    hh = _kernels.c_array(h)
+    z = _kernels.c_array(hh[..., 2] if depth is None else depth)
     m = hh.shape[0]
     boxes, in_image, centre, frac = np.empty((m, 4)), np.empty(m, bool), np.empty(m), np.empty(m)
-    _kernels.project(hh, z, np.ascontiguousarray(size, dtype=np.float64), float(near), boxes, in_image, centre, frac)
+    _kernels.project(hh, z, _kernels.c_array(size), float(near), boxes, in_image, centre, frac)
     return ProjectedBoxes(boxes, in_image, centre, frac)
 
 

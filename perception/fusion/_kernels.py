@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["attach_radar", "box_iou", "occlusion", "project", "warm_up"]
+__all__ = ["attach_radar", "box_iou", "c_array", "occlusion", "project", "warm_up"]
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
@@ -31,6 +31,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: The 12 edges of a box as corner index pairs (corner order of :func:`._geometry.box_corners`).
 _EDGE_FROM = np.array([0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3], dtype=np.intp)
 _EDGE_TO = np.array([1, 2, 3, 0, 5, 6, 7, 4, 4, 5, 6, 7], dtype=np.intp)
+
+
+def c_array(a: npt.ArrayLike, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[Any]:
+    """``a`` as a C-contiguous, writable array of ``dtype`` (a copy only when it is not one already).
+
+    Kernels are compiled for exactly these arrays: numba types differ by layout and by writability, and a
+    second type means a second compile (seconds) in the middle of a drive.
+    """
+    out = np.ascontiguousarray(a, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
 
 
 def _jit(func: _F) -> _F:
@@ -116,22 +126,6 @@ def box_iou(a: F64, b: F64, out: F64) -> None:
             inter = max(w, 0.0) * max(hgt, 0.0)
             union = area_a + max(b[j, 2] - b[j, 0], 0.0) * max(b[j, 3] - b[j, 1], 0.0) - inter
             out[i, j] = inter / union if union > 0.0 else 0.0
-
-
-def warm_up() -> None:
-    """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
-    h = np.ones((1, 8, 3))
-    boxes = np.zeros((1, 4))
-    project(h, np.ones((1, 8)), np.ones((1, 2)), 0.1, boxes, np.zeros(1, bool), np.zeros(1), np.zeros(1))
-    occlusion(boxes, np.zeros(1), np.ones(1, bool), np.zeros(1, np.intp), np.zeros(1))
-    box_iou(boxes, boxes, np.zeros((1, 1)))
-    one, yes, idx = np.ones(1), np.ones(1, np.bool_), np.zeros(1, np.intp)
-    xy, cov = np.zeros((1, 2)), np.ones((1, 2, 2))
-    attach_radar(
-        *(np.zeros((1, 3)), np.ones((1, 3)), one, cov.copy(), idx, one.copy(), np.zeros((1, 1), np.bool_), xy.copy()),
-        *(one.copy(), yes.copy(), np.zeros((1, 3)), xy, cov, xy, yes, one, one, np.zeros((1, 3)), xy, idx, yes.copy()),
-        *(9.0, 0.5, 0.1, 1, one, one, one, 0.5, True),
-    )
 
 
 @_jit
@@ -266,3 +260,25 @@ def attach_radar(
         center[o, 1] += g10 * zx + g11 * zy
         cov[o, 0, 0], cov[o, 0, 1] = p00 - (g00 * p00 + g01 * p10), p01 - (g00 * p01 + g01 * p11)
         cov[o, 1, 0], cov[o, 1, 1] = p10 - (g10 * p00 + g11 * p10), p11 - (g10 * p01 + g11 * p11)
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
+    h = np.ones((1, 8, 3))
+    boxes = np.zeros((1, 4))
+    project(h, np.ones((1, 8)), np.ones((1, 2)), 0.1, boxes, np.zeros(1, bool), np.zeros(1), np.zeros(1))
+    occlusion(boxes, np.zeros(1), np.ones(1, bool), np.zeros(1, np.intp), np.zeros(1))
+    box_iou(boxes, boxes, np.zeros((1, 1)))
+    f1, b1, i1, f2, f3, c1 = (
+        np.ones(1),
+        np.ones(1, np.bool_),
+        np.zeros(1, np.intp),
+        np.zeros((1, 2)),
+        np.ones((1, 3)),
+        np.ones((1, 2, 2)),
+    )
+    attach_radar(
+        f3, f3.copy(), f1, c1.copy(), i1, f1.copy(), np.zeros((1, 1), np.bool_), f2, f1.copy(), b1, f3.copy(),
+        f2.copy(), c1, f2.copy(), b1.copy(), f1.copy(), f1.copy(), f3.copy(), f2.copy(), i1.copy(), b1.copy(),
+        9.0, 0.5, 0.1, 1, f1.copy(), f1.copy(), f1.copy(), 0.5, True,
+    )  # fmt: skip
