@@ -1,4 +1,5 @@
-"""The tracker's array shortcuts equal the textbook formulas they replace (Kalman update, rotations)."""
+"""The tracker's compiled loops (perception.fusion._track_kernels) equal the textbook formulas: Kalman
+updates, the constant-velocity prediction, rotations into and out of the world frame."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perception.fusion._tracker import _rotate_covariances, _rotated_variances, _scalar_update
+from perception.fusion import _track_kernels as tk
 
 FAST = settings(max_examples=40, deadline=None)
 SEEDS = st.integers(0, 2**32 - 1)
@@ -40,8 +41,10 @@ def test_two_scalar_velocity_updates_equal_the_2d_update(seed: int) -> None:
     want_x = x + (gain @ (z - x[:, 2:])[:, :, None])[:, :, 0]
     want_p = p - gain @ p[:, 2:, :]
     got_x, got_p = x.copy(), p.copy()
-    for j in (2, 3):
-        _scalar_update(got_x, got_p, got_p[:, :, j], got_p[:, j, j], got_x[:, j], z[:, j - 2], var)
+    for i in range(k):
+        for j in (2, 3):
+            ph = got_p[i, :, j].copy()
+            tk._scalar_update(got_x[i], got_p[i], ph, ph[j], got_x[i, j], z[i, j - 2], var[i])
     np.testing.assert_allclose(got_x, want_x, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got_p, want_p, rtol=1e-9, atol=1e-9)
 
@@ -62,17 +65,96 @@ def test_scalar_update_along_a_direction(seed: int) -> None:
     want_x = x + gain * (z - (h @ x[:, :, None])[:, 0, 0])[:, None]
     want_p = p - gain[:, :, None] * (h @ p)[:, 0, None, :]
     ph = (p @ h.swapaxes(1, 2))[:, :, 0]
+    hph, hx = (h @ ph[:, :, None])[:, 0, 0], (h @ x[:, :, None])[:, 0, 0]
     got_x, got_p = x.copy(), p.copy()
-    _scalar_update(got_x, got_p, ph, (h @ ph[:, :, None])[:, 0, 0], (h @ x[:, :, None])[:, 0, 0], z, r)
+    for i in range(k):
+        tk._scalar_update(got_x[i], got_p[i], ph[i], hph[i], hx[i], z[i], r[i])
     np.testing.assert_allclose(got_x, want_x, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got_p, want_p, rtol=1e-9, atol=1e-9)
 
 
+def _pose(rng: np.random.Generator, theta: float) -> F64:
+    w = np.eye(4)
+    w[:2, :2] = _rotation(theta)
+    w[:3, 3] = rng.normal(size=3) * 10
+    return w
+
+
 @FAST
 @given(seed=SEEDS, theta=st.floats(-np.pi, np.pi))
-def test_rotated_covariances_and_variances(seed: int, theta: float) -> None:
+def test_detections_into_the_world_and_tracks_out_of_it(seed: int, theta: float) -> None:
     rng = np.random.default_rng(seed)
-    cov, r = _spd(rng, 6, 2), _rotation(theta)
-    np.testing.assert_allclose(_rotate_covariances(r, cov), r @ cov @ r.T, rtol=1e-12, atol=1e-12)
-    back = r.T @ cov @ r
-    np.testing.assert_allclose(_rotated_variances(r, cov), np.diagonal(back, axis1=1, axis2=2), rtol=1e-12, atol=1e-12)
+    n = 6
+    w, r = _pose(rng, theta), _rotation(theta)
+    center, cov = rng.normal(size=(n, 3)) * 10, _spd(rng, n, 2)
+    z, rw = np.empty((n, 3)), np.empty((n, 2, 2))
+    tk.to_world(center, cov, w, z, rw)
+    np.testing.assert_allclose(z, center @ w[:3, :3].T + w[:3, 3], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rw, r @ cov @ r.T, rtol=1e-12, atol=1e-12)
+    # tracks (confirmed, all shown) back into base_link: centre, velocity and the rotated variances
+    table, p = np.zeros((n, tk.NCOL)), np.zeros((n, 4, 4))
+    table[:, :4], table[:, tk.Z] = rng.normal(size=(n, 4)), rng.normal(size=n)
+    table[:, tk.SCORE], table[:, tk.HITS], table[:, tk.ID] = 1.0, 5.0, np.arange(n)
+    p[:] = _spd(rng, n, 4)
+    idx, ints, out = np.empty(n, np.intp), np.empty((n, 2), np.int64), np.empty((n, tk.OUT_COLS))
+    assert tk.track_rows(table, p, w, theta, 2, True, 0.6, 0.8, 0.0, 100.0, idx, ints, out) == n
+    xyz = table[:, [0, 1, tk.Z]]
+    np.testing.assert_allclose(out[:, 1:4], (xyz - w[:3, 3]) @ w[:3, :3], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out[:, 8:10], table[:, 2:4] @ r, rtol=1e-12, atol=1e-12)
+    back = r.T @ p[:, :2, :2] @ r
+    np.testing.assert_allclose(out[:, 10:12] ** 2, np.diagonal(back, axis1=1, axis2=2), rtol=1e-12, atol=1e-12)
+
+
+@FAST
+@given(seed=SEEDS, dt=st.floats(0.01, 1.0))
+def test_prediction_is_f_p_ft_plus_q(seed: int, dt: float) -> None:
+    rng = np.random.default_rng(seed)
+    n = 5
+    table, p = np.zeros((n, tk.NCOL)), _spd(rng, n, 4)
+    table[:, :4] = rng.normal(size=(n, 4))
+    table[np.arange(n), tk.VOTES + rng.integers(0, tk.NCOL - tk.VOTES, n)] = 1.0  # a label each
+    accel_var = rng.uniform(0.5, 9.0, tk.NCOL - tk.VOTES)
+    f = np.eye(4)
+    f[0, 2] = f[1, 3] = dt
+    g = np.array([[dt**2 / 2, 0], [0, dt**2 / 2], [dt, 0], [0, dt]])  # white-noise acceleration
+    q = accel_var[table[:, tk.VOTES :].argmax(axis=1)][:, None, None] * (g @ g.T)
+    want_x, want_p = table[:, :4] @ f.T, f @ p @ f.T + q
+    tk.predict(table, p, dt, accel_var)
+    np.testing.assert_allclose(table[:, :4], want_x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(p, want_p, rtol=1e-10, atol=1e-10)
+
+
+@FAST
+@given(seed=SEEDS)
+def test_position_update_is_the_textbook_kalman_update(seed: int) -> None:
+    """A detection without velocity: ``K = P H^T (H P H^T + R)^-1``, ``x + K (z - H x)``, ``(I - K H) P``;
+    the detection is moved by the track velocity over its age; attributes as documented."""
+    rng = np.random.default_rng(seed)
+    n = 4
+    table, p = np.zeros((n, tk.NCOL)), _spd(rng, n, 4)
+    table[:, :4], table[:, tk.HITS], table[:, tk.SCORE] = rng.normal(size=(n, 4)), 1.0, 0.5
+    x0, p0 = table[:, :4].copy(), p.copy()
+    z, r, age = rng.normal(size=(n, 3)), _spd(rng, n, 2), rng.uniform(0, 0.05, n)
+    ti = di = np.arange(n, dtype=np.intp)
+    labels = np.zeros(n, np.intp)
+    nan3 = np.full((n, 3), np.nan)
+    votes, sources = np.eye(n, tk.NCOL - tk.VOTES), np.ones((n, 2), bool)
+    alive = np.empty(n, bool)
+    dead = tk.update(
+        table, p, np.zeros((n, 2), bool), ti, di, z, r, age, labels, np.zeros((n, 2)), np.full(n, np.inf),
+        np.zeros(n, bool), nan3, np.ones((n, 3)), np.zeros(n), np.ones(n), votes, sources,
+        np.ones(n, np.int8), np.eye(2), 0.0, np.ones(4), np.zeros((4, 3)), 0.5, 0.8, 2, 3, alive,
+    )  # fmt: skip
+    h = np.zeros((2, 4))
+    h[0, 0] = h[1, 1] = 1.0
+    gain = p0 @ h.T @ np.linalg.inv(h @ p0 @ h.T + r)
+    zt = z[:, :2] + age[:, None] * x0[:, 2:]
+    want_x = x0 + (gain @ (zt - x0[:, :2])[:, :, None])[:, :, 0]
+    want_p = (np.eye(4) - gain @ h) @ p0
+    np.testing.assert_allclose(table[:, :4], want_x, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(p, 0.5 * (want_p + want_p.swapaxes(1, 2)), rtol=1e-9, atol=1e-9)
+    assert dead == 0 and alive.all()
+    np.testing.assert_array_equal(table[:, tk.HITS], 2.0)
+    np.testing.assert_array_equal(table[:, tk.MISSES], 0.0)
+    np.testing.assert_allclose(table[:, tk.SCORE], 0.75)
+    np.testing.assert_allclose(table[:, tk.VOTES :], votes)
