@@ -6,8 +6,6 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import linear_sum_assignment
 
-from perception.fusion import _kernels
-
 __all__ = [
     "assign",
     "assign_pairs",
@@ -15,7 +13,6 @@ __all__ = [
     "inv2",
     "mahalanobis2",
     "nearest_on_box",
-    "occlusion_coverage",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -125,22 +122,3 @@ def assign_pairs(rows: IP, cols: IP, cost: F64, shape: tuple[int, int]) -> tuple
     r, c = linear_sum_assignment(sub)
     ok = sub[r, c] < _BIG
     return per_row.nonzero()[0][r[ok]], per_col.nonzero()[0][c[ok]]
-
-
-def occlusion_coverage(boxes: F64, depth: F64, valid: B | None = None, *, group: IP | None = None) -> F64:
-    """Per image box ``[N, 4]``, the largest share of its area covered by a single nearer box.
-
-    ``depth [N]`` orders the boxes; boxes where ``valid`` is false never occlude; with ``group`` (e.g.
-    the camera of each box), only boxes of the same group occlude each other. (A compiled loop,
-    :func:`._kernels.occlusion`.)
-    """
-    n = boxes.shape[0]
-    cover = np.empty(n)
-    _kernels.occlusion(
-        _kernels.c_array(boxes),
-        _kernels.c_array(depth),
-        np.ones(n, bool) if valid is None else _kernels.c_array(valid, np.bool_),
-        np.zeros(n, np.intp) if group is None else _kernels.c_array(group, np.intp),
-        cover,
-    )
-    return cover

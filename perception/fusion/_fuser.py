@@ -64,14 +64,10 @@ from perception.fusion._associate import (
     covariance_along,
     mahalanobis2,
     nearest_on_box,
-    occlusion_coverage,
 )
 from perception.fusion._geometry import (
     bev_iou_pairs,
-    box_corners,
-    box_iou_2d,
     invert_transform,
-    project_homogeneous,
     ray_ground_intersection,
     transform_points,
     wrap_angle,
@@ -493,76 +489,31 @@ class Fuser:
                 if t_s not in back:
                     back[t_s] = invert_transform(rel)
             cam_from_base = self._sensor_from_base[cam_sensor] @ np.array([back[t_s] for _, _, t_s in cameras])
-            # cull: (camera, object) pairs whose bounding sphere touches the camera's view frustum
-            radius = 0.5 * np.sqrt(np.add.reduce(objs.size * objs.size, axis=1))
-            c = objs.center @ cam_from_base[:, :3, :3].swapaxes(1, 2) + cam_from_base[:, None, :3, 3]  # [C,N,3]
-            tan = self._frustum[cam_sensor][:, None, :]
-            near = (
-                (c[..., 2] + radius > 0.1)
-                & (np.abs(c[..., 0]) - c[..., 2] * tan[..., 0] <= radius * tan[..., 2])
-                & (np.abs(c[..., 1]) - c[..., 2] * tan[..., 1] <= radius * tan[..., 3])
-            )
-            pc, po = near.nonzero()
-        if n and pc.size:
-            # boxes moved to each camera's capture time (with the velocity known so far), into the camera
-            dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
-            boxes = np.concatenate([objs.center, objs.size, objs.yaw[:, None]], axis=1).take(po, axis=0)
-            known = np.isfinite(objs.vel_var[po])[:, None]
-            boxes[:, :2] += np.where(known, dts[pc, None] * objs.velocity.take(po, axis=0), 0.0)
-            corners = box_corners(boxes, homogeneous=True).reshape(-1, 4)  # [8M,4] in base_link
-            # homogeneous pixels h = K [R|t] p, one matrix product per camera (pairs come grouped by
-            # camera); K's last row is [0, 0, 1] (checked at construction), so h[..., 2] is the depth
+            # homogeneous pixels h = K [R|t] p; K's last row is [0, 0, 1] (checked at construction), so
+            # h[..., 2] is the depth
             kpt = (self._k[cam_sensor] @ cam_from_base[:, :3, :]).transpose(0, 2, 1).copy()  # [C,4,3]
-            h = np.empty((pc.size, 8, 3))
-            hf = h.reshape(-1, 3)
-            start = 0
-            for ci, end in enumerate(accumulate(np.bincount(pc, minlength=c_n).tolist())):
-                if end > start:
-                    np.matmul(corners[8 * start : 8 * end], kpt[ci], out=hf[8 * start : 8 * end])
-                start = end
-            pair_sensor = cam_sensor[pc]
-            proj = project_homogeneous(h, self._image_size.take(pair_sensor, axis=0))  # [M]
-            cover = occlusion_coverage(proj.boxes, proj.depth, proj.in_image, group=pc)
-            matchable = (
-                proj.in_image
-                & (proj.visible_fraction >= prm.min_visible_fraction)
-                & (cover < prm.occlusion_coverage)
-                & (proj.depth > 0)
-            )
-            height = proj.boxes[:, 3] - proj.boxes[:, 1]
-            expected = (
-                matchable
-                & (proj.depth <= prm.camera_miss_max_depth)
-                & (height >= prm.camera_miss_min_height)
-                & (objs.origin[po] == _LIDAR)
-            )
-            # IoU of boxes grown by a few pixels: tolerant of box noise on small (far) objects
-            iou = box_iou_2d(proj.boxes + self._match_pad, det_boxes + self._match_pad)  # [M,D]
-            iou *= proj.in_image[:, None] & (pc[:, None] == det_cam)  # only boxes in the detection's image
-            rows, di = assign(-iou, (iou >= prm.camera_iou) & matchable[:, None])
-            oi = po[rows]
-            seen = np.zeros(n, bool)
-            seen[oi] = True
-            objs.sources[oi, pair_sensor[rows]] = True
-            # class evidence only from confident detections (a detector's low-score class is a guess)
-            floor = prm.camera_class_min_score
-            confident = np.maximum(det_scores[di] - floor, 0.0) / (1.0 - floor)
-            np.add.at(objs.votes, (oi, det_labels[di]), confident)
-            miss = filled(n, 1.0)
-            np.multiply.at(miss, oi, 1.0 - prm.camera_weight * confident)
-            objs.score[:] = 1.0 - (1.0 - objs.score) * miss
-            # negative evidence from a camera that this frame found most of what it should have seen
-            # (a camera that detects little says little by missing one more object)
-            found = np.zeros(pc.size, bool)
-            found[rows] = True
-            n_expected = np.bincount(pc[expected], minlength=c_n)
-            n_found = np.bincount(pc[expected & found], minlength=c_n)
-            reliable = (n_expected >= 3) & (n_found >= prm.camera_miss_min_recall * n_expected)
-            missed = po[expected & ~found & reliable[pc]]
-            objs.score[missed[~seen[missed]]] *= prm.camera_miss_factor
-            unmatched[di] = False
-            # an unmatched detection that overlaps a projected box is that object again, not a new one
-            unmatched &= np.maximum.reduce(iou, axis=0, initial=0.0) < prm.camera_absorb_iou
+            dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
+            most = c_n * n
+            pc, po = np.empty(most, np.intp), np.empty(most, np.intp)
+            boxes, matchable, expected = np.empty((most, 4)), np.empty(most, bool), np.empty(most, bool)
+            iou, allowed = np.empty((most, det_cam.size)), np.empty((most, det_cam.size), bool)
+            frustum, image_size = self._frustum.take(cam_sensor, axis=0), self._image_size.take(cam_sensor, axis=0)
+            m = _kernels.camera_pairs(
+                objs.center, objs.size, objs.yaw, objs.velocity, objs.vel_var, objs.origin == _LIDAR,
+                cam_from_base, kpt, frustum, image_size, dts, _kernels.c_array(det_boxes), det_cam,
+                prm.camera_match_pad, prm.min_visible_fraction, prm.occlusion_coverage, prm.camera_miss_max_depth,
+                prm.camera_miss_min_height, prm.camera_iou,
+                pc, po, boxes, matchable, expected, iou, allowed,
+            )  # fmt: skip
+            if m:
+                pc, po, iou = pc[:m], po[:m], iou[:m]
+                rows, di = assign(-iou, allowed[:m])
+                rows, di = _kernels.c_array(rows, np.intp), _kernels.c_array(di, np.intp)  # nonzero gives views
+                _kernels.camera_evidence(
+                    rows, di, pc, po, expected[:m], iou, cam_sensor, det_scores, det_labels, c_n,
+                    prm.camera_class_min_score, prm.camera_weight, prm.camera_miss_min_recall, prm.camera_miss_factor,
+                    prm.camera_absorb_iou, objs.score, objs.votes, objs.sources, unmatched,
+                )  # fmt: skip
         widths = self._image_size[cam_sensor, 0][det_cam]
         keep = (
             unmatched

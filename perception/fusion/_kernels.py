@@ -28,6 +28,10 @@ B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+#: Corner signs (times half the size) of a unit box, as :func:`._geometry.box_corners` orders them.
+_CORNER_SIGNS = 0.5 * np.array(
+    [[1, 1, -1], [-1, 1, -1], [-1, -1, -1], [1, -1, -1], [1, 1, 1], [-1, 1, 1], [-1, -1, 1], [1, -1, 1]], np.float64
+)
 #: The 12 edges of a box as corner index pairs (corner order of :func:`._geometry.box_corners`).
 _EDGE_FROM = np.array([0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3], dtype=np.intp)
 _EDGE_TO = np.array([1, 2, 3, 0, 5, 6, 7, 4, 4, 5, 6, 7], dtype=np.intp)
@@ -262,6 +266,173 @@ def attach_radar(
         cov[o, 1, 0], cov[o, 1, 1] = p10 - (g10 * p00 + g11 * p10), p11 - (g10 * p01 + g11 * p11)
 
 
+@_jit
+def camera_pairs(
+    center: F64,
+    size: F64,
+    yaw: F64,
+    velocity: F64,
+    vel_var: F64,
+    lidar: B,
+    cam_from_base: F64,
+    kpt: F64,
+    frustum: F64,
+    image_size: F64,
+    dts: F64,
+    det_boxes: F64,
+    det_cam: IP,
+    pad: float,
+    min_visible: float,
+    max_cover: float,
+    miss_max_depth: float,
+    miss_min_height: float,
+    min_iou: float,
+    pc: IP,
+    po: IP,
+    boxes: F64,
+    matchable: B,
+    expected: B,
+    iou: F64,
+    allowed: B,
+) -> int:
+    """(camera, object) pairs of a frame's cameras and objects, and how they compare with the detections.
+
+    A pair exists where the object's bounding sphere touches the camera's view frustum (``frustum``:
+    half-angle tangents and their secants; ``cam_from_base [C,4,4]`` is camera(t_s) <- base_link(t_f)).
+    Its box is moved by the known velocity over ``dts`` (capture time - frame time) and projected with
+    ``kpt = (K [R|t])^T`` (near-plane clipping as :func:`project`); it is ``matchable`` when in the image,
+    mostly visible (``min_visible``), not mostly covered by one nearer box of the same camera
+    (``max_cover``) and in front; ``expected`` (to be detected: negative evidence when it is not) when
+    matchable, near, tall enough and lidar-established. ``iou [M,D]`` is the IoU of the ``pad``-grown
+    boxes with the detections of the same camera (0 for other cameras and boxes out of view);
+    ``allowed`` where it reaches ``min_iou`` on a matchable pair. Writes the first M rows of the outputs
+    (allocated for every pair) and returns M. Pairs come grouped by camera, objects in order.
+    """
+    n_cam, n = cam_from_base.shape[0], center.shape[0]
+    m = 0
+    for c in range(n_cam):
+        r = cam_from_base[c]
+        tan_x, tan_y, sec_x, sec_y = frustum[c, 0], frustum[c, 1], frustum[c, 2], frustum[c, 3]
+        for o in range(n):
+            radius = 0.5 * np.sqrt(size[o, 0] * size[o, 0] + size[o, 1] * size[o, 1] + size[o, 2] * size[o, 2])
+            x, y, z = center[o, 0], center[o, 1], center[o, 2]
+            cx = r[0, 0] * x + r[0, 1] * y + r[0, 2] * z + r[0, 3]
+            cy = r[1, 0] * x + r[1, 1] * y + r[1, 2] * z + r[1, 3]
+            cz = r[2, 0] * x + r[2, 1] * y + r[2, 2] * z + r[2, 3]
+            if cz + radius > 0.1 and abs(cx) - cz * tan_x <= radius * sec_x and abs(cy) - cz * tan_y <= radius * sec_y:
+                pc[m], po[m] = c, o
+                m += 1
+    h = np.empty((m, 8, 3))
+    size_m = np.empty((m, 2))
+    for i in range(m):
+        c, o = pc[i], po[i]
+        bx, by = center[o, 0], center[o, 1]
+        if np.isfinite(vel_var[o]):
+            bx += dts[c] * velocity[o, 0]
+            by += dts[c] * velocity[o, 1]
+        co, so = np.cos(yaw[o]), np.sin(yaw[o])
+        for k in range(8):
+            lx = _CORNER_SIGNS[k, 0] * size[o, 0]
+            ly = _CORNER_SIGNS[k, 1] * size[o, 1]
+            px, py = co * lx - so * ly + bx, so * lx + co * ly + by
+            pz = _CORNER_SIGNS[k, 2] * size[o, 2] + center[o, 2]
+            for j in range(3):
+                h[i, k, j] = px * kpt[c, 0, j] + py * kpt[c, 1, j] + pz * kpt[c, 2, j] + kpt[c, 3, j]
+        size_m[i, 0], size_m[i, 1] = image_size[c, 0], image_size[c, 1]
+    in_image = np.empty(m, np.bool_)
+    depth, frac, cover = np.empty(m), np.empty(m), np.empty(m)
+    project(h, h[:, :, 2].copy(), size_m, 0.1, boxes[:m], in_image, depth, frac)
+    occlusion(boxes[:m], depth, in_image, pc[:m], cover)
+    for i in range(m):
+        matchable[i] = in_image[i] and frac[i] >= min_visible and cover[i] < max_cover and depth[i] > 0
+        expected[i] = (
+            matchable[i]
+            and depth[i] <= miss_max_depth
+            and boxes[i, 3] - boxes[i, 1] >= miss_min_height
+            and lidar[po[i]]
+        )
+        ax1, ay1, ax2, ay2 = boxes[i, 0] - pad, boxes[i, 1] - pad, boxes[i, 2] + pad, boxes[i, 3] + pad
+        area_a = max(ax2 - ax1, 0.0) * max(ay2 - ay1, 0.0)
+        for d in range(det_boxes.shape[0]):
+            value = 0.0
+            if in_image[i] and det_cam[d] == pc[i]:
+                bx1, by1 = det_boxes[d, 0] - pad, det_boxes[d, 1] - pad
+                bx2, by2 = det_boxes[d, 2] + pad, det_boxes[d, 3] + pad
+                inter = max(min(ax2, bx2) - max(ax1, bx1), 0.0) * max(min(ay2, by2) - max(ay1, by1), 0.0)
+                union = area_a + max(bx2 - bx1, 0.0) * max(by2 - by1, 0.0) - inter
+                value = inter / union if union > 0.0 else 0.0
+            iou[i, d] = value
+            allowed[i, d] = value >= min_iou and matchable[i]
+    return m
+
+
+@_jit
+def camera_evidence(
+    rows: IP,
+    det: IP,
+    pc: IP,
+    po: IP,
+    expected: B,
+    iou: F64,
+    cam_sensor: IP,
+    det_scores: F64,
+    det_labels: IP,
+    n_cams: int,
+    class_floor: float,
+    weight: float,
+    min_recall: float,
+    miss_factor: float,
+    absorb_iou: float,
+    score: F64,
+    votes: F64,
+    sources: B,
+    unmatched: B,
+) -> None:
+    """Apply the matches ``(pair rows[i], detection det[i])`` of a frame's cameras to the objects, in place.
+
+    A match adds the camera as a source, a class vote from confident detections (score above
+    ``class_floor``, rescaled) and score evidence (``weight``). A camera that found at least
+    ``min_recall`` of the (at least 3) pairs it was expected to see gives negative evidence: an
+    expected, unmatched object that no camera matched has its score scaled by ``miss_factor`` (once,
+    whatever the number of cameras). A detection matched, or overlapping a projected box by
+    ``absorb_iou``, is not ``unmatched`` (it is not a new object).
+    """
+    n, m = score.shape[0], pc.shape[0]
+    seen = np.zeros(n, np.bool_)
+    found = np.zeros(m, np.bool_)
+    miss = np.ones(n)
+    for i in range(rows.shape[0]):
+        r, d = rows[i], det[i]
+        o = po[r]
+        seen[o] = True
+        found[r] = True
+        sources[o, cam_sensor[pc[r]]] = True
+        confident = max(det_scores[d] - class_floor, 0.0) / (1.0 - class_floor)
+        votes[o, det_labels[d]] += confident
+        miss[o] *= 1.0 - weight * confident
+        unmatched[d] = False
+    for o in range(n):
+        score[o] = 1.0 - (1.0 - score[o]) * miss[o]
+    n_expected, n_found = np.zeros(n_cams, np.intp), np.zeros(n_cams, np.intp)
+    for r in range(m):
+        if expected[r]:
+            n_expected[pc[r]] += 1
+            n_found[pc[r]] += found[r]
+    missed = np.zeros(n, np.bool_)
+    for r in range(m):
+        c = pc[r]
+        if expected[r] and not found[r] and n_expected[c] >= 3 and n_found[c] >= min_recall * n_expected[c]:
+            missed[po[r]] = True
+    for o in range(n):
+        if missed[o] and not seen[o]:
+            score[o] *= miss_factor
+    for d in range(unmatched.shape[0]):
+        for r in range(m):
+            if iou[r, d] >= absorb_iou:
+                unmatched[d] = False
+                break
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
     h = np.ones((1, 8, 3))
@@ -281,4 +452,14 @@ def warm_up() -> None:
         f3, f3.copy(), f1, c1.copy(), i1, f1.copy(), np.zeros((1, 1), np.bool_), f2, f1.copy(), b1, f3.copy(),
         f2.copy(), c1, f2.copy(), b1.copy(), f1.copy(), f1.copy(), f3.copy(), f2.copy(), i1.copy(), b1.copy(),
         9.0, 0.5, 0.1, 1, f1.copy(), f1.copy(), f1.copy(), 0.5, True,
+    )  # fmt: skip
+    i2, f4, d2 = np.zeros(2, np.intp), np.ones((1, 4)), np.zeros((2, 1))
+    camera_pairs(
+        f3.copy(), f3.copy(), f1.copy(), f2.copy(), f1.copy(), b1.copy(), np.eye(4)[None], np.ones((1, 4, 3)),
+        np.ones((1, 4)), np.ones((1, 2)), f1.copy(), f4, i1.copy(), 1.0, 0.5, 0.5, 1.0, 1.0, 0.5,
+        i2, i2.copy(), np.zeros((2, 4)), np.zeros(2, np.bool_), np.zeros(2, np.bool_), d2, d2 > 0,
+    )  # fmt: skip
+    camera_evidence(
+        i1.copy(), i1.copy(), i1.copy(), i1.copy(), b1.copy(), np.zeros((1, 1)), i1.copy(), f1.copy(), i1.copy(),
+        1, 0.3, 0.8, 0.5, 0.75, 0.2, f1.copy(), np.zeros((1, 4)), np.zeros((1, 1), np.bool_), b1.copy(),
     )  # fmt: skip

@@ -8,8 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.fusion import box_iou_2d
-from perception.fusion._associate import occlusion_coverage
+from perception.fusion import _kernels, box_iou_2d
 from perception.fusion._geometry import box_corners, project_homogeneous
 
 F64 = npt.NDArray[np.float64]
@@ -67,6 +66,12 @@ def test_projection_matches_the_reference_including_boxes_behind_the_camera(seed
     np.testing.assert_allclose(got.visible_fraction, want[3], atol=1e-9)
 
 
+def occlusion_coverage(boxes: F64, depth: F64, valid: npt.NDArray[np.bool_], group: npt.NDArray[np.intp]) -> F64:
+    cover = np.empty(boxes.shape[0])
+    _kernels.occlusion(_kernels.c_array(boxes), _kernels.c_array(depth), valid, _kernels.c_array(group, np.intp), cover)
+    return cover
+
+
 def _random_boxes(rng: np.random.Generator, n: int) -> F64:
     xy = rng.uniform(0, 300, (n, 2))
     return np.concatenate([xy, xy + rng.uniform(0, 80, (n, 2))], axis=1)
@@ -94,12 +99,12 @@ def test_occlusion_and_iou_match_whole_array_references(seed: int) -> None:
     occluder = (depth[None, :] < depth[:, None]) & valid[None, :] & (group[None, :] == group[:, None])
     cover = np.where(occluder, inter(a, a), 0.0).max(axis=1)
     want_cover = np.divide(cover, area_a, out=np.zeros_like(cover), where=area_a > 0)
-    np.testing.assert_allclose(occlusion_coverage(a, depth, valid, group=group), want_cover, atol=1e-12)
+    np.testing.assert_allclose(occlusion_coverage(a, depth, valid, group), want_cover, atol=1e-12)
 
 
 def test_empty_inputs() -> None:
     assert box_iou_2d(np.zeros((0, 4)), np.zeros((3, 4))).shape == (0, 3)
-    assert occlusion_coverage(np.zeros((0, 4)), np.zeros(0)).shape == (0,)
+    assert occlusion_coverage(np.zeros((0, 4)), np.zeros(0), np.zeros(0, bool), np.zeros(0, np.intp)).shape == (0,)
     p = project_homogeneous(np.zeros((0, 8, 3)), np.zeros((0, 2)))
     assert p.boxes.shape == (0, 4) and p.in_image.shape == (0,)
 
@@ -108,7 +113,7 @@ def test_fusion_compiles_each_kernel_once() -> None:
     """Every kernel sees one argument layout (C-contiguous, fixed dtypes) from the fuser: a second
     specialization would mean a multi-second compile in the middle of a drive."""
     from perception.config import FusionConfig
-    from perception.fusion import Fuser, _kernels
+    from perception.fusion import Fuser
     from perception.fusion._testing import make_rig, scene_results, traffic_scene
     from perception.types import Frame
 
@@ -119,5 +124,12 @@ def test_fusion_compiles_each_kernel_once() -> None:
         for k in range(8):
             results = scene_results(scene, rig, k * 100_000_000, offsets_ns={"cam_front": -15_000_000}, seed=k)
             fuser(Frame(k, k * 100_000_000, {}), results)
-    for kernel in (_kernels.project, _kernels.occlusion, _kernels.box_iou, _kernels.attach_radar):
+    kernels = (
+        _kernels.project,
+        _kernels.box_iou,
+        _kernels.attach_radar,
+        _kernels.camera_pairs,
+        _kernels.camera_evidence,
+    )
+    for kernel in kernels:
         assert len(getattr(kernel, "signatures")) == 1, getattr(kernel, "signatures")  # noqa: B009
