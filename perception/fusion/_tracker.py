@@ -38,6 +38,7 @@ import numpy.typing as npt
 from perception.config import FusionConfig
 from perception.fusion import _track_kernels as _tk
 from perception.fusion._associate import assign_pairs
+from perception.fusion._kernels import c_array
 from perception.fusion._objects import Objects, SourceNames
 from perception.fusion._params import FusionParams
 from perception.types import LABELS, Detection3D
@@ -50,8 +51,6 @@ F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
 IP = npt.NDArray[np.intp]
-_EYE4 = np.eye(4)
-_EYE4.setflags(write=False)
 _POS, _VEL = slice(0, 2), slice(2, 4)  # columns of the track table (all in _track_kernels)
 
 
@@ -59,7 +58,7 @@ def _face_velocity(yaw: F64, velocity: F64, min_speed: float) -> F64:
     """Yaws (any angle) wrapped, and turned by pi where they point against a velocity faster than
     ``min_speed`` (:func:`._track_kernels.face_velocity`)."""
     out = np.empty(yaw.shape[0])
-    _tk.face_velocity(np.ascontiguousarray(yaw), np.ascontiguousarray(velocity), min_speed, out)
+    _tk.face_velocity(c_array(yaw), c_array(velocity), float(min_speed), out)
     return out
 
 
@@ -113,9 +112,13 @@ def _build(ids: I64 | IP, labels: I64 | IP, rows: F64, sources: list[tuple[str, 
     )
 
 
+_FIELDS = tuple(f.name for f in fields(Objects))
+
+
 def _contiguous(objs: Objects) -> Objects:
-    """``objs`` with every field C-contiguous, as the kernels take them (one specialization each)."""
-    return Objects(*(np.ascontiguousarray(getattr(objs, f.name)) for f in fields(Objects)))
+    """``objs`` with every field C-contiguous and writable, as the kernels take them (one specialization
+    each)."""
+    return Objects(*[c_array(a, a.dtype) for a in map(objs.__getattribute__, _FIELDS)])
 
 
 class Tracker:
@@ -182,8 +185,8 @@ class Tracker:
     def step(self, t_ns: int, objs: Objects, world_from_ego: F64 | None) -> tuple[Detection3D, ...]:
         """Advance to ``t_ns`` with this frame's fused objects (``base_link``); returns the tracks' output."""
         prm, cfg = self.params, self.config
-        w = _EYE4 if world_from_ego is None else np.ascontiguousarray(world_from_ego, dtype=np.float64)
-        w2 = np.ascontiguousarray(w[:2, :2])
+        w = np.eye(4) if world_from_ego is None else c_array(world_from_ego)
+        w2 = c_array(w[:2, :2])
         ego_yaw = math.atan2(w[1, 0], w[0, 0])
         objs = _contiguous(objs)
         n = len(objs)

@@ -158,3 +158,27 @@ def test_position_update_is_the_textbook_kalman_update(seed: int) -> None:
     np.testing.assert_array_equal(table[:, tk.MISSES], 0.0)
     np.testing.assert_allclose(table[:, tk.SCORE], 0.75)
     np.testing.assert_allclose(table[:, tk.VOTES :], votes)
+
+
+def test_the_tracker_compiles_each_kernel_once() -> None:
+    """Every tracker kernel sees one argument layout (C-contiguous, fixed dtypes), also on the read-only
+    path of an out-of-order frame and the untracked output: a second specialization would mean a
+    multi-second compile in the middle of a drive."""
+    from perception.config import FusionConfig
+    from perception.fusion import Fuser
+    from perception.fusion._testing import make_rig, missing, scene_results, traffic_scene
+    from perception.types import Frame
+
+    rig = make_rig(cameras=2, radars=2)
+    scene = traffic_scene(30, seed=3, ego_speed=8.0)
+    for config in (FusionConfig(), FusionConfig(tracking=False)):
+        fuser = Fuser(config, rig, ego_at=scene.ego_at)
+        for k in (0, 1, 2, 3, 2, 4, 5):
+            results = scene_results(scene, rig, k * 100_000_000, offsets_ns={"cam_front": -15_000_000}, seed=k)
+            if k == 4:
+                results["lidar_top"] = missing("lidar_top")
+            fuser(Frame(k, k * 100_000_000, {}), results)
+    kernels = [getattr(tk, name) for name in tk.__all__ if hasattr(getattr(tk, name), "signatures")]
+    assert len(kernels) == 8
+    for kernel in kernels:
+        assert len(getattr(kernel, "signatures")) == 1, getattr(kernel, "signatures")  # noqa: B009
