@@ -1,4 +1,4 @@
-"""Association primitives: Mahalanobis gating, Hungarian assignment, occlusion in an image."""
+"""Association primitives: Mahalanobis gating, Hungarian assignment, covariances along a direction."""
 
 from __future__ import annotations
 

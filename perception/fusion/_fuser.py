@@ -1,8 +1,9 @@
 """The fusion stage: per-sensor model outputs of one frame -> fused, tracked 3D detections.
 
 Per frame (all in ``base_link`` at the frame time ``t_f``). Each step handles every sensor of a kind
-in one vectorised pass (all cameras together, all radars together), so the cost grows with the number
-of objects, not with Python loops over pairs:
+in one pass (all cameras together, all radars together): whole-array numpy where a step is a handful of
+calls, and loops compiled by numba (:mod:`._kernels`) for the pairwise work (radar gating, camera
+projection, occlusion and matching), where numpy's per-call cost would dominate on tens of objects:
 
 1. **Common frame.** Each sensor's output is moved from its sensor frame at its capture time ``t_s``
    (``SensorResult.sample_t_ns``) to ``base_link(t_f)``: extrinsic, then ego motion
