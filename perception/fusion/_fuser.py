@@ -55,7 +55,6 @@ from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
-from scipy.spatial import cKDTree
 
 from perception.config import FusionConfig
 from perception.errors import InputError
@@ -91,7 +90,6 @@ IP = npt.NDArray[np.intp]
 _SIZES = np.asarray(CLASS_SIZES, dtype=np.float64)
 _CAR, _TRUCK, _PEDESTRIAN, _CYCLIST = (LABELS.index(n) for n in ("car", "truck", "pedestrian", "cyclist"))
 _LIDAR, _CAMERA, _RADAR = int(Origin.LIDAR), int(Origin.CAMERA), int(Origin.RADAR)  # plain ints: cheap to compare
-_NMS_BRUTE_FORCE = 256  # up to this many objects, NMS candidate pairs come from the full distance matrix
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,44 +677,19 @@ class Fuser:
         n = len(objs)
         if n < 2:
             return objs
-        xy = objs.center[:, :2]
-        radius = 0.5 * np.hypot(objs.size[:, 0], objs.size[:, 1])
-        reach = max(2.0 * float(radius.max()), *self.params.nms_radius)
-        # candidates, i < j: brute force for the usual few tens of objects, a k-d tree for crowds
-        if n <= _NMS_BRUTE_FORCE:
-            dx, dy = xy[:, 0, None] - xy[:, 0], xy[:, 1, None] - xy[:, 1]
-            i, j = (dx * dx + dy * dy <= reach * reach).nonzero()
-            upper = i < j
-            i, j = i[upper], j[upper]
-        else:
-            pairs = cKDTree(xy).query_pairs(reach, output_type="ndarray")
-            i, j = pairs[:, 0], pairs[:, 1]
-        if i.size == 0:
+        most = n * (n - 1) // 2
+        first, second = np.empty(most, np.intp), np.empty(most, np.intp)
+        same, check = np.empty(most, bool), np.empty(most, bool)
+        k = _kernels.nms_pairs(
+            objs.center, objs.size, objs.yaw, self._nms_radius.take(objs.labels), first, second, same, check
+        )
+        if k == 0:
             return objs
-        d = xy.take(i, axis=0) - xy.take(j, axis=0)
-        dist2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]
-        near = self._nms_radius[objs.labels]
-        same = dist2 < np.minimum(near[i], near[j]) ** 2
-        # rotated IoU only where the axis-aligned bounds overlap (side-by-side lanes do not)
-        c, s = np.abs(np.cos(objs.yaw)), np.abs(np.sin(objs.yaw))
-        hx = 0.5 * (objs.size[:, 0] * c + objs.size[:, 1] * s)
-        hy = 0.5 * (objs.size[:, 0] * s + objs.size[:, 1] * c)
-        overlap = (np.abs(d[:, 0]) < hx[i] + hx[j]) & (np.abs(d[:, 1]) < hy[i] + hy[j])
-        check = (~same & overlap).nonzero()[0]
-        if check.size:
-            rect = np.column_stack([xy, objs.size[:, :2], objs.yaw])
-            same[check] = bev_iou_pairs(rect.take(i[check], axis=0), rect.take(j[check], axis=0)) > self.config.nms_iou
-        i, j = i[same], j[same]
-        if i.size == 0:
-            return objs
-        rank = np.empty(n, np.intp)
-        rank[(-objs.score).argsort(kind="stable")] = np.arange(n)
-        # orient each pair (better, worse) and suppress greedily in score order
-        better = np.where(rank[i] < rank[j], i, j)
-        worse = np.where(rank[i] < rank[j], j, i)
-        order = rank[better].argsort(kind="stable")
-        alive = filled(n, True, bool)
-        for b, w in zip(better[order].tolist(), worse[order].tolist(), strict=True):
-            if alive[b]:
-                alive[w] = False
+        first, second, same, check = first[:k], second[:k], same[:k], check[:k]
+        if check.any():  # rotated IoU only where the axis-aligned bounds overlap (side-by-side lanes do not)
+            c = check.nonzero()[0]
+            rect = np.column_stack([objs.center[:, :2], objs.size[:, :2], objs.yaw])
+            same[c] = bev_iou_pairs(rect.take(first[c], axis=0), rect.take(second[c], axis=0)) > self.config.nms_iou
+        alive = np.empty(n, bool)
+        _kernels.nms_suppress(first, second, same, objs.score, alive)
         return objs.take(alive.nonzero()[0])

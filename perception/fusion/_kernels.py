@@ -21,7 +21,18 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["attach_radar", "box_iou", "c_array", "occlusion", "project", "warm_up"]
+__all__ = [
+    "attach_radar",
+    "box_iou",
+    "c_array",
+    "camera_evidence",
+    "camera_pairs",
+    "nms_pairs",
+    "nms_suppress",
+    "occlusion",
+    "project",
+    "warm_up",
+]
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
@@ -433,6 +444,53 @@ def camera_evidence(
                 break
 
 
+@_jit
+def nms_pairs(center: F64, size: F64, yaw: F64, radius: F64, first: IP, second: IP, same: B, check: B) -> int:
+    """Candidate duplicate pairs ``i < j`` (in that order) of BEV boxes for NMS: ``same`` where the centres
+    are closer than the smaller of the two objects' ``radius``, else ``check`` where the axis-aligned
+    bounds overlap (the rotated IoU decides). Writes the first K entries of the outputs (allocated for
+    every pair) and returns K."""
+    n = center.shape[0]
+    hx, hy = np.empty(n), np.empty(n)
+    for o in range(n):
+        c, s = abs(np.cos(yaw[o])), abs(np.sin(yaw[o]))
+        hx[o] = 0.5 * (size[o, 0] * c + size[o, 1] * s)
+        hy[o] = 0.5 * (size[o, 0] * s + size[o, 1] * c)
+    k = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = center[i, 0] - center[j, 0], center[i, 1] - center[j, 1]
+            near = min(radius[i], radius[j])
+            close = dx * dx + dy * dy < near * near
+            if close or (abs(dx) < hx[i] + hx[j] and abs(dy) < hy[i] + hy[j]):
+                first[k], second[k], same[k], check[k] = i, j, close, not close
+                k += 1
+    return k
+
+
+@_jit
+def nms_suppress(first: IP, second: IP, same: B, score: F64, alive: B) -> None:
+    """Greedy suppression: over the duplicate pairs (``same``), in the order of the better object's score
+    rank (ties keep the pair order), the better object, while alive, suppresses the worse one."""
+    n = score.shape[0]
+    rank = np.empty(n, np.intp)
+    rank[np.argsort(-score, kind="mergesort")] = np.arange(n)
+    better, worse = np.empty(first.shape[0], np.intp), np.empty(first.shape[0], np.intp)
+    m = 0
+    for p in range(first.shape[0]):
+        if same[p]:
+            i, j = first[p], second[p]
+            better[m], worse[m] = (i, j) if rank[i] < rank[j] else (j, i)
+            m += 1
+    alive[:] = True
+    key = np.empty(m, np.intp)
+    for p in range(m):
+        key[p] = rank[better[p]]
+    for p in np.argsort(key, kind="mergesort"):
+        if alive[better[p]]:
+            alive[worse[p]] = False
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
     h = np.ones((1, 8, 3))
@@ -459,6 +517,8 @@ def warm_up() -> None:
         np.ones((1, 4)), np.ones((1, 2)), f1.copy(), f4, i1.copy(), 1.0, 0.5, 0.5, 1.0, 1.0, 0.5,
         i2, i2.copy(), np.zeros((2, 4)), np.zeros(2, np.bool_), np.zeros(2, np.bool_), d2, d2 > 0,
     )  # fmt: skip
+    nms_pairs(f3.copy(), f3.copy(), f1.copy(), f1.copy(), i1.copy(), i1.copy(), b1.copy(), b1.copy())
+    nms_suppress(i1.copy(), i1.copy(), b1.copy(), f1.copy(), b1.copy())
     camera_evidence(
         i1.copy(), i1.copy(), i1.copy(), i1.copy(), b1.copy(), np.zeros((1, 1)), i1.copy(), f1.copy(), i1.copy(),
         1, 0.3, 0.8, 0.5, 0.75, 0.2, f1.copy(), np.zeros((1, 4)), np.zeros((1, 1), np.bool_), b1.copy(),
