@@ -677,12 +677,15 @@ class Fuser:
         n = len(objs)
         if n < 2:
             return objs
-        most = n * (n - 1) // 2
-        first, second = np.empty(most, np.intp), np.empty(most, np.intp)
-        same, check = np.empty(most, bool), np.empty(most, bool)
-        k = _kernels.nms_pairs(
-            objs.center, objs.size, objs.yaw, self._nms_radius.take(objs.labels), first, second, same, check
-        )
+        radius = self._nms_radius.take(objs.labels)
+        capacity = 4 * n  # candidate pairs are few: room for 4 per object, a second pass when there are more
+        while True:
+            first, second = np.empty(capacity, np.intp), np.empty(capacity, np.intp)
+            same, check = np.empty(capacity, bool), np.empty(capacity, bool)
+            k = _kernels.nms_pairs(objs.center, objs.size, objs.yaw, radius, first, second, same, check)
+            if k <= capacity:
+                break
+            capacity = k
         if k == 0:
             return objs
         first, second, same, check = first[:k], second[:k], same[:k], check[:k]

@@ -448,8 +448,8 @@ def camera_evidence(
 def nms_pairs(center: F64, size: F64, yaw: F64, radius: F64, first: IP, second: IP, same: B, check: B) -> int:
     """Candidate duplicate pairs ``i < j`` (in that order) of BEV boxes for NMS: ``same`` where the centres
     are closer than the smaller of the two objects' ``radius``, else ``check`` where the axis-aligned
-    bounds overlap (the rotated IoU decides). Writes the first K entries of the outputs (allocated for
-    every pair) and returns K."""
+    bounds overlap (the rotated IoU decides). Returns the number K of pairs and writes the first
+    ``min(K, len(first))`` of them (a caller with too small outputs calls again with K)."""
     n = center.shape[0]
     hx, hy = np.empty(n), np.empty(n)
     for o in range(n):
@@ -463,7 +463,8 @@ def nms_pairs(center: F64, size: F64, yaw: F64, radius: F64, first: IP, second: 
             near = min(radius[i], radius[j])
             close = dx * dx + dy * dy < near * near
             if close or (abs(dx) < hx[i] + hx[j] and abs(dy) < hy[i] + hy[j]):
-                first[k], second[k], same[k], check[k] = i, j, close, not close
+                if k < first.shape[0]:
+                    first[k], second[k], same[k], check[k] = i, j, close, not close
                 k += 1
     return k
 

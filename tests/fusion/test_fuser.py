@@ -270,6 +270,15 @@ def test_nms_removes_duplicates_but_keeps_neighbours() -> None:
     assert len(near(dets, 10.0, 6.5)) == 2
 
 
+def test_nms_of_a_crowd_of_duplicates_keeps_the_best() -> None:
+    # 30 boxes of one car: 435 candidate pairs, more than the first pass has room for
+    crowd = [SimObject("car", (20.0 + 0.01 * i, 0.0, 0.8)) for i in range(30)]
+    scores = [0.3 + 0.02 * i for i in range(30)]
+    dets = fuse({"lidar_top": lidar_result(RIG, "lidar_top", crowd, scores=scores)})
+    assert len(dets) == 1
+    assert dets[0].score == pytest.approx(max(scores), abs=1e-6)
+
+
 # -- time and ego motion ------------------------------------------------------------------------------------
 
 
