@@ -4,13 +4,16 @@
 >>> detections, stage_ns = fuser(frame, results)   # once per frame; stage_ns: fusion, tracking
 >>> fuser.reset()                                   # before a new drive
 
+The pairwise steps are loops compiled by numba and cached on disk; :func:`warm_up` compiles them ahead
+of time (a Fuser does it when built; the first run after an install takes ~45 s on two cores).
+
 See :mod:`perception.fusion._fuser` for the algorithm and :class:`FusionParams` for its constants. The
 geometry helpers (box corners, camera projection, rotated BEV IoU) are public for reports and tools.
 """
 
 from __future__ import annotations
 
-from perception.fusion._fuser import Fuser
+from perception.fusion._fuser import Fuser, warm_up
 from perception.fusion._geometry import (
     ProjectedBoxes,
     bev_corners,
@@ -49,5 +52,6 @@ __all__ = [
     "ray_ground_intersection",
     "transform_points",
     "twist_transform",
+    "warm_up",
     "wrap_angle",
 ]

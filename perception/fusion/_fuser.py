@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.errors import InputError
-from perception.fusion import _kernels
+from perception.fusion import _kernels, _track_kernels
 from perception.fusion._associate import (
     assign,
     covariance_along,
@@ -79,7 +79,7 @@ from perception.fusion._params import CLASS_SIZES, FusionParams
 from perception.fusion._tracker import Tracker, detections_from_objects
 from perception.types import LABELS, Detection3D, Frame, SensorKind, SensorResult, SensorSpec, SensorStatus
 
-__all__ = ["Fuser"]
+__all__ = ["Fuser", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,20 @@ def _support(size: F64, yaw: F64, direction: F64) -> F64:
     across = np.abs(direction[:, 1] * c - direction[:, 0] * s)
     out: F64 = 0.5 * size[:, 0] * along + 0.5 * size[:, 1] * across
     return out
+
+
+def warm_up() -> None:
+    """Compile the fusion and tracking kernels now, or load them from numba's on-disk cache (~1 s).
+
+    The first run after an install compiles them: ~45 s on two cores. A :class:`Fuser` does this when it
+    is built; call it earlier (at process start, or once after installing) to keep that out of the way.
+    """
+    t0 = time.perf_counter()
+    _kernels.warm_up()
+    _track_kernels.warm_up()
+    spent = time.perf_counter() - t0
+    if spent > 2.0:
+        log.info("fusion: compiled the fusion and tracking kernels in %.0f s (cached on disk from now on)", spent)
 
 
 class Fuser:
@@ -204,7 +218,7 @@ class Fuser:
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        _kernels.warm_up()  # compile (or load) the compiled loops now, not on the first frame
+        warm_up()  # compile (or load) the compiled loops now, not on the first frame
 
     # -- public -------------------------------------------------------------------------------------
     def __call__(
