@@ -27,6 +27,7 @@ __all__ = [
     "c_array",
     "camera_evidence",
     "camera_pairs",
+    "jit",
     "nms_pairs",
     "nms_suppress",
     "occlusion",
@@ -58,12 +59,13 @@ def c_array(a: npt.ArrayLike, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[
     return out if out.flags.writeable else out.copy()
 
 
-def _jit(func: _F) -> _F:
+def jit(func: _F) -> _F:
+    """``numba.njit`` for fusion kernels: cached on disk, releasing the GIL, typed for mypy."""
     # nogil: the runtime may fuse two in-flight frames from two worker threads
     return cast(_F, numba.njit(cache=True, nogil=True)(func))
 
 
-@_jit
+@jit
 def project(h: F64, depth: F64, size: F64, near: float, boxes: F64, in_image: B, centre: F64, frac: F64) -> None:
     """Image boxes of boxes given by their corners' homogeneous pixels ``h [M,8,3]`` and optical depth
     ``depth [M,8]``, in images of ``size [M,2]``; writes ``boxes [M,4]``, ``in_image``, ``centre`` (mean
@@ -111,7 +113,7 @@ def project(h: F64, depth: F64, size: F64, near: float, boxes: F64, in_image: B,
             boxes[i, :] = 0.0
 
 
-@_jit
+@jit
 def occlusion(boxes: F64, depth: F64, valid: B, group: IP, cover: F64) -> None:
     """``cover [N]``: the largest share of each box's area covered by one nearer ``valid`` box of the
     same ``group``."""
@@ -129,7 +131,7 @@ def occlusion(boxes: F64, depth: F64, valid: B, group: IP, cover: F64) -> None:
         cover[i] = best / area if area > 0.0 else 0.0
 
 
-@_jit
+@jit
 def box_iou(a: F64, b: F64, out: F64) -> None:
     """``out [N,M]``: IoU of image boxes ``a [N,4]`` and ``b [M,4]`` (``x1, y1, x2, y2``)."""
     for i in range(a.shape[0]):
@@ -143,7 +145,7 @@ def box_iou(a: F64, b: F64, out: F64) -> None:
             out[i, j] = inter / union if union > 0.0 else 0.0
 
 
-@_jit
+@jit
 def attach_radar(
     center: F64,
     size: F64,
@@ -277,7 +279,7 @@ def attach_radar(
         cov[o, 1, 0], cov[o, 1, 1] = p10 - (g10 * p00 + g11 * p10), p11 - (g10 * p01 + g11 * p11)
 
 
-@_jit
+@jit
 def camera_pairs(
     center: F64,
     size: F64,
@@ -377,7 +379,7 @@ def camera_pairs(
     return m
 
 
-@_jit
+@jit
 def camera_evidence(
     rows: IP,
     det: IP,
@@ -444,7 +446,7 @@ def camera_evidence(
                 break
 
 
-@_jit
+@jit
 def nms_pairs(center: F64, size: F64, yaw: F64, radius: F64, first: IP, second: IP, same: B, check: B) -> int:
     """Candidate duplicate pairs ``i < j`` (in that order) of BEV boxes for NMS: ``same`` where the centres
     are closer than the smaller of the two objects' ``radius``, else ``check`` where the axis-aligned
@@ -469,7 +471,7 @@ def nms_pairs(center: F64, size: F64, yaw: F64, radius: F64, first: IP, second: 
     return k
 
 
-@_jit
+@jit
 def nms_suppress(first: IP, second: IP, same: B, score: F64, alive: B) -> None:
     """Greedy suppression: over the duplicate pairs (``same``), in the order of the better object's score
     rank (ties keep the pair order), the better object, while alive, suppresses the worse one."""

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from perception.fusion._kernels import _jit
+from perception.fusion._kernels import jit
 from perception.types import LABELS
 
 __all__ = [
@@ -70,26 +70,26 @@ _LIDAR = 0  # Origin.LIDAR
 OUT_COLS = 12
 
 
-@_jit
+@jit
 def _wrap(a: float) -> float:
     """``a`` wrapped to ``[-pi, pi)`` (the scalar :func:`._geometry.wrap_angle`)."""
     return (a + np.pi) % (2 * np.pi) - np.pi
 
 
-@_jit
+@jit
 def _fold_pi(a: float) -> float:
     """``a`` folded to ``[-pi/2, pi/2)`` (orientation of an axis)."""
     return (a + np.pi / 2) % np.pi - np.pi / 2
 
 
-@_jit
+@jit
 def _faced(yaw: float, vx: float, vy: float, min_speed: float) -> float:
     """``yaw`` wrapped, and turned by pi when it points against a velocity faster than ``min_speed``."""
     flip = math.cos(yaw) * vx + math.sin(yaw) * vy < 0 and math.hypot(vx, vy) > min_speed
     return _wrap(yaw + (np.pi if flip else 0.0))
 
 
-@_jit
+@jit
 def _label(table: F64, t: int) -> int:
     """Label of track ``t``: its strongest class evidence (the first on a tie, as ``argmax``)."""
     best = 0
@@ -99,7 +99,7 @@ def _label(table: F64, t: int) -> int:
     return best
 
 
-@_jit
+@jit
 def _mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
     """Squared Mahalanobis distance of ``(dx, dy)`` under ``[[a, b], [b, d]]`` (as
     :func:`._associate.mahalanobis2_xy`)."""
@@ -107,7 +107,7 @@ def _mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
     return (d * dx * dx - 2 * b * dx * dy + a * dy * dy) / det
 
 
-@_jit
+@jit
 def _offset(table: F64, t: int, z: F64, age: F64, d: int) -> tuple[float, float]:
     """Detection ``d`` minus track ``t``'s position, the detection moved by the track velocity over its age."""
     dx = z[d, 0] + age[d] * table[t, 2] - table[t, 0]
@@ -115,7 +115,7 @@ def _offset(table: F64, t: int, z: F64, age: F64, d: int) -> tuple[float, float]
     return dx, dy
 
 
-@_jit
+@jit
 def to_world(center: F64, cov: F64, w: F64, z: F64, r: F64) -> None:
     """Detections into the world frame by the rigid transform ``w [4,4]``: ``z = R c + t`` and the BEV
     covariance ``r = R2 C R2^T``."""
@@ -131,7 +131,7 @@ def to_world(center: F64, cov: F64, w: F64, z: F64, r: F64) -> None:
                 r[i, k, m] = acc
 
 
-@_jit
+@jit
 def predict(table: F64, p: F64, dt: float, accel_var: F64) -> None:
     """Constant-velocity prediction of every track over ``dt``: ``x += dt v``, ``P = F P F^T + q Q`` with
     white-noise acceleration of variance ``q = accel_var[label]``."""
@@ -155,7 +155,7 @@ def predict(table: F64, p: F64, dt: float, accel_var: F64) -> None:
                 p[t, i, j] = fpf + var * q[i, j]
 
 
-@_jit
+@jit
 def candidates(
     table: F64,
     p: F64,
@@ -189,7 +189,7 @@ def candidates(
     return n
 
 
-@_jit
+@jit
 def _scalar_update(x: F64, p: F64, ph: F64, hph: float, hx: float, z: float, var: float) -> None:
     """Kalman update of state ``x [4]`` and covariance ``p [4,4]`` with the scalar measurement
     ``z = h . x`` of variance ``var``, given ``ph = P h``, ``hph = h . P h`` and ``hx = h . x``."""
@@ -201,7 +201,7 @@ def _scalar_update(x: F64, p: F64, ph: F64, hph: float, hx: float, z: float, var
             p[i, j] -= k * ph[j]
 
 
-@_jit
+@jit
 def update(
     table: F64,
     p: F64,
@@ -316,7 +316,7 @@ def update(
     return dead
 
 
-@_jit
+@jit
 def new_detections(table: F64, p: F64, z: F64, r: F64, age: F64, origin: I8, matched: IP, gate: float, new: B) -> int:
     """``new [D]``: the detections that start tracks, i.e. those not ``matched`` except a camera- or
     radar-only one within the ``gate`` (squared Mahalanobis distance, as in :func:`candidates`) of some
@@ -339,7 +339,7 @@ def new_detections(table: F64, p: F64, z: F64, r: F64, age: F64, origin: I8, mat
     return count
 
 
-@_jit
+@jit
 def birth_rows(
     idx: IP,
     z: F64,
@@ -389,7 +389,7 @@ def birth_rows(
         p[m, :2, :2] = r[d]
 
 
-@_jit
+@jit
 def track_rows(
     table: F64,
     p: F64,
@@ -442,7 +442,7 @@ def track_rows(
     return m
 
 
-@_jit
+@jit
 def face_velocity(yaw: F64, velocity: F64, min_speed: float, out: F64) -> None:
     """``out [N]``: yaws wrapped, and turned by pi where they point against a velocity ``[N,2]`` faster
     than ``min_speed``."""
