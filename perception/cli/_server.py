@@ -20,8 +20,9 @@ from typing import Any
 import anyio
 
 from perception.errors import ConfigError, PerceptionError
-from perception.server import EmbeddedTriton, ModelStatus, TensorSpec, describe_models
+from perception.server import EmbeddedTriton, ModelStatus, describe_models
 from perception.server._locate import package_root
+from perception.triton import TensorSpec
 
 __all__ = ["default_model_repository", "format_model_table", "register", "run"]
 
@@ -73,7 +74,7 @@ def default_model_repository() -> Path:
 
 def _dims(spec: TensorSpec, batched: bool) -> str:
     dims = [*(["B"] if batched else []), *(str(d) for d in spec.dims)]
-    return f"{spec.name} {spec.datatype}[{','.join(dims)}]"
+    return f"{spec.name} {spec.dtype}[{','.join(dims)}]"
 
 
 def format_model_table(models: Sequence[ModelStatus]) -> str:

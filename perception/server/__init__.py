@@ -9,14 +9,13 @@ for it and :func:`describe_models` to list its models and tensor contracts.
 from __future__ import annotations
 
 from perception.server._embedded import EmbeddedTriton, check_model_repository, free_port
-from perception.server._health import ModelStatus, TensorSpec, describe_models, wait_for_server
+from perception.server._health import ModelStatus, describe_models, wait_for_server
 from perception.server._locate import TritonInstall, locate_triton, prepare_backend_dir
 from perception.server._procs import cleanup_stale_shm, make_shm_prefix
 
 __all__ = [
     "EmbeddedTriton",
     "ModelStatus",
-    "TensorSpec",
     "TritonInstall",
     "check_model_repository",
     "cleanup_stale_shm",

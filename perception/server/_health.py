@@ -13,16 +13,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
-from perception.errors import ConnectError, ServerError
+from perception.errors import ConnectError, ModelContractError, ServerError
+
+if TYPE_CHECKING:
+    from perception.triton import TensorSpec
 
 __all__ = [
     "ModelStatus",
-    "TensorSpec",
     "describe_models",
     "http_get_json",
     "http_ready",
@@ -118,18 +120,6 @@ async def wait_for_server(
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """One input or output of a model: name, Triton datatype (``FP32``...) and dims (``-1`` = variable)."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-
-    def __str__(self) -> str:
-        return f"{self.name}:{self.datatype}[{','.join(str(d) for d in self.dims)}]"
-
-
-@dataclass(frozen=True)
 class ModelStatus:
     """A model of the repository: its state (``READY``, ``UNAVAILABLE``...), why, and its tensor contract.
 
@@ -149,18 +139,12 @@ class ModelStatus:
         return self.state == "READY"
 
 
-def _tensors(entries: Any) -> tuple[TensorSpec, ...]:
-    specs = []
-    for entry in entries or ():
-        datatype = str(entry.get("data_type", "")).removeprefix("TYPE_")
-        dims = tuple(int(d) for d in entry.get("dims", ()))
-        specs.append(TensorSpec(str(entry.get("name", "?")), datatype, dims))
-    return tuple(specs)
-
-
 async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[ModelStatus]:
     """Every model of the server's repositories with its state and (for loaded models) its contract,
-    read from the HTTP repository index and model configuration endpoints."""
+    read from the HTTP repository index and model configuration endpoints (parsed as the transport's
+    contract check parses them)."""
+    from perception.triton import parse_model_config  # not at the top: perception.triton imports this package
+
     index = await http_get_json(http_url, "/v2/repository/index", body={}, timeout_s=timeout_s)
     statuses = []
     for entry in sorted(index or (), key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
@@ -172,7 +156,8 @@ async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[Mode
                 config = await http_get_json(
                     http_url, f"/v2/models/{urllib.parse.quote(name)}/config", timeout_s=timeout_s
                 )
-            except ConnectError as exc:
+                contract = parse_model_config(config)
+            except (ConnectError, ModelContractError) as exc:
                 log.warning("cannot read the configuration of model %s: %s", name, exc)
             else:
                 status = ModelStatus(
@@ -180,9 +165,9 @@ async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[Mode
                     status.version,
                     status.state,
                     status.reason,
-                    max_batch_size=int(config.get("max_batch_size", 0)),
-                    inputs=_tensors(config.get("input")),
-                    outputs=_tensors(config.get("output")),
+                    max_batch_size=contract.max_batch_size,
+                    inputs=contract.inputs,
+                    outputs=contract.outputs,
                 )
         statuses.append(status)
     return statuses
