@@ -28,6 +28,7 @@ __all__ = [
     "camera_evidence",
     "camera_pairs",
     "jit",
+    "mahalanobis2",
     "nms_pairs",
     "nms_suppress",
     "occlusion",
@@ -63,6 +64,13 @@ def jit(func: _F) -> _F:
     """``numba.njit`` for fusion kernels: cached on disk, releasing the GIL, typed for mypy."""
     # nogil: the runtime may fuse two in-flight frames from two worker threads
     return cast(_F, numba.njit(cache=True, nogil=True)(func))
+
+
+@jit
+def mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
+    """Squared Mahalanobis distance of ``(dx, dy)`` under the covariance ``[[a, b], [b, d]]`` (a determinant
+    below 1e-12 is taken as 1e-12, as :func:`._associate.mahalanobis2_xy`)."""
+    return (d * dx * dx - 2 * b * dx * dy + a * dy * dy) / max(a * d - b * b, 1e-12)
 
 
 @jit
@@ -202,8 +210,9 @@ def attach_radar(
             lx = min(max(c * dx + s * dy, -hl), hl)
             ly = min(max(c * dy - s * dx, -hw), hw)
             ex, ey = dx - (c * lx - s * ly), dy - (s * lx + c * ly)
-            a, b, d = cov[o, 0, 0] + r_cov[k, 0, 0], cov[o, 0, 1] + r_cov[k, 0, 1], cov[o, 1, 1] + r_cov[k, 1, 1]
-            d2 = (d * ex * ex - 2 * b * ex * ey + a * ey * ey) / max(a * d - b * b, 1e-12)
+            d2 = mahalanobis2(
+                ex, ey, cov[o, 0, 0] + r_cov[k, 0, 0], cov[o, 0, 1] + r_cov[k, 0, 1], cov[o, 1, 1] + r_cov[k, 1, 1]
+            )
             if d2 <= gate and d2 <= best_d2[k]:
                 best_o[k], best_d2[k] = o, d2
     miss = np.ones(n)
