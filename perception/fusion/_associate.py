@@ -10,7 +10,6 @@ __all__ = [
     "assign",
     "assign_pairs",
     "covariance_along",
-    "inv2",
     "mahalanobis2",
     "nearest_on_box",
 ]
@@ -22,26 +21,10 @@ IP = npt.NDArray[np.intp]
 _BIG = 1e9
 
 
-_ADJUGATE_SIGNS = np.array([[1.0, -1.0], [-1.0, 1.0]])
-
-
-def inv2(s: F64) -> F64:
-    """Inverse of symmetric 2x2 matrices ``[..., 2, 2]`` (closed form; singular ones get a tiny ridge)."""
-    a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
-    det = a * d - b * b
-    det = np.where(np.abs(det) < 1e-12, 1e-12, det)
-    # adjugate [[d, -b], [-b, a]]: both axes reversed is [[d, b], [b, a]] for a symmetric matrix
-    out: F64 = s[..., ::-1, ::-1] * _ADJUGATE_SIGNS / det[..., None, None]
-    return out
-
-
 def mahalanobis2(diff: F64, s: F64) -> F64:
-    """Squared Mahalanobis distance of ``diff [..., 2]`` under covariance ``s [..., 2, 2]``."""
-    return mahalanobis2_xy(diff[..., 0], diff[..., 1], s)
-
-
-def mahalanobis2_xy(x: F64, y: F64, s: F64) -> F64:
-    """:func:`mahalanobis2` of a difference given as its components ``x``, ``y``."""
+    """Squared Mahalanobis distance of ``diff [..., 2]`` under covariance ``s [..., 2, 2]`` (a determinant
+    below 1e-12 is taken as 1e-12)."""
+    x, y = diff[..., 0], diff[..., 1]
     a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
     det = np.maximum(a * d - b * b, 1e-12)
     out: F64 = (d * x * x - 2 * b * x * y + a * y * y) / det

@@ -32,7 +32,6 @@ __all__ = [
     "project_points",
     "ray_ground_intersection",
     "transform_points",
-    "transform_vectors",
     "wrap_angle",
 ]
 
@@ -74,13 +73,6 @@ def transform_points(m: npt.ArrayLike, points: npt.ArrayLike) -> F64:
     mat = np.asarray(m, dtype=np.float64)
     p = np.asarray(points, dtype=np.float64)
     out: F64 = p @ mat[:3, :3].T + mat[:3, 3]
-    return out
-
-
-def transform_vectors(m: npt.ArrayLike, vectors: npt.ArrayLike) -> F64:
-    """Rotate free vectors ``[..., 3]`` (velocities, directions) by a transform's rotation."""
-    mat = np.asarray(m, dtype=np.float64)
-    out: F64 = np.asarray(vectors, dtype=np.float64) @ mat[:3, :3].T
     return out
 
 

@@ -69,7 +69,7 @@ def jit(func: _F) -> _F:
 @jit
 def mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
     """Squared Mahalanobis distance of ``(dx, dy)`` under the covariance ``[[a, b], [b, d]]`` (a determinant
-    below 1e-12 is taken as 1e-12, as :func:`._associate.mahalanobis2_xy`)."""
+    below 1e-12 is taken as 1e-12, as :func:`._associate.mahalanobis2`)."""
     return (d * dx * dx - 2 * b * dx * dy + a * dy * dy) / max(a * d - b * b, 1e-12)
 
 
