@@ -8,8 +8,10 @@ they take ~15 us. The functions here are the implementations behind :mod:`._geom
 :mod:`._associate`; callers use those (typed, validated) entry points.
 
 Kernels are compiled on first use and cached on disk next to this module (``cache=True``), so only the
-first process after an install pays the compile (a few seconds); :func:`warm_up` does it ahead of the
-first frame (the :class:`~perception.fusion.Fuser` calls it when it is built).
+first process after an install pays the compile (~45 s for all fusion and tracking kernels on two
+cores); :func:`warm_up` does it ahead of the first frame (the :class:`~perception.fusion.Fuser` calls it
+when it is built). The cache is invalidated by changes to a kernel's own module only: kernels call
+jitted helpers of their own module, never another module's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ __all__ = [
     "camera_evidence",
     "camera_pairs",
     "jit",
-    "mahalanobis2",
     "nms_pairs",
     "nms_suppress",
     "occlusion",

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from perception.fusion._kernels import jit, mahalanobis2
+from perception.fusion._kernels import jit
 from perception.types import LABELS
 
 __all__ = [
@@ -100,6 +100,13 @@ def _label(table: F64, t: int) -> int:
 
 
 @jit
+def _mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
+    """:func:`._kernels.mahalanobis2`, repeated on purpose: numba's disk cache notices changes to a
+    kernel's own module only, so a jitted helper imported from another module could go stale in it."""
+    return (d * dx * dx - 2 * b * dx * dy + a * dy * dy) / max(a * d - b * b, 1e-12)
+
+
+@jit
 def _offset(table: F64, t: int, z: F64, age: F64, d: int) -> tuple[float, float]:
     """Detection ``d`` minus track ``t``'s position, the detection moved by the track velocity over its age."""
     dx = z[d, 0] + age[d] * table[t, 2] - table[t, 0]
@@ -173,7 +180,7 @@ def candidates(
             dx, dy = _offset(table, t, z, age, d)
             if dx * dx + dy * dy > max_distance2:
                 continue
-            d2 = mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
+            d2 = _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
             if d2 <= gate:
                 ti[n], di[n] = t, d
                 cost[n] = d2 + (label_penalty if label != labels[d] else 0.0)
@@ -322,7 +329,7 @@ def new_detections(table: F64, p: F64, z: F64, r: F64, age: F64, origin: I8, mat
             for t in range(table.shape[0]):
                 dx, dy = _offset(table, t, z, age, d)
                 if (
-                    mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
+                    _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
                     <= gate
                 ):
                     new[d] = False
