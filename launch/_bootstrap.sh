@@ -48,12 +48,16 @@ _need_venv() {
 
 _need_kernels() {
     # Fusion's compiled loops (numba) are cached on disk; compile them here, once per change of their
-    # sources, rather than inside the first replay or test that builds a Fuser.
+    # sources, rather than inside the first replay or test that builds a Fuser. numba invalidates a
+    # cached kernel only when its own file changes, not the constants it reads from perception.types:
+    # on any change, the cache is cleared and rebuilt.
     local stamp="$VENV/.perception-kernels"
     local want
-    want="$(cat "$ROOT"/perception/fusion/_kernels.py "$ROOT"/perception/fusion/_track_kernels.py | sha256sum | cut -d' ' -f1)"
+    want="$(cat "$ROOT"/perception/fusion/_kernels.py "$ROOT"/perception/fusion/_track_kernels.py \
+        "$ROOT"/perception/types.py | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         _log "compiling the fusion kernels (once after an install or a change to them; ~45 s on 2 cores)"
+        rm -f "$ROOT"/perception/fusion/__pycache__/_kernels.*.nb[ic] "$ROOT"/perception/fusion/__pycache__/_track_kernels.*.nb[ic]
         "$VENV/bin/python" -c "from perception.fusion import warm_up; warm_up()"
         echo "$want" > "$stamp"
     fi
