@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import inspect
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -20,7 +21,6 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import IO, Any, TypeVar
 
-import numpy as np
 from mcap.reader import SeekingReader
 from mcap.records import Channel, Message
 from mcap.summary import Summary
@@ -96,6 +96,7 @@ class DriveReader:
         self.truncated: DriveError | None = None
         self._strict = strict
         self._ego: list[EgoPose] | None = None
+        self._ego_times: list[int] = []  # of self._ego, for bisection (ego_pose_at runs several times a frame)
         self._gt: list[GroundTruth] | None = None
         try:
             self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
@@ -321,17 +322,21 @@ class DriveReader:
 
     def ego_poses(self) -> list[EgoPose]:
         """Every ego pose (``/ego/odometry``) in time order."""
+        return list(self._ego_list())
+
+    def _ego_list(self) -> list[EgoPose]:
         if self._ego is None:
             self._ego = self._topic_list(codec.EGO_TOPIC, _ODOMETRY, codec.decode_odometry)
-        return list(self._ego)
+            self._ego_times = [p.t_ns for p in self._ego]
+        return self._ego
 
     def ego_pose_at(self, t_ns: int) -> EgoPose:
         """Ego pose at ``t_ns``: exact at a recorded time, else translation/velocity lerp and rotation
         slerp between the neighbours; held constant outside the recorded range."""
-        poses = self.ego_poses()
+        poses = self._ego_list()
         if not poses:
             raise self._err("drive has no ego poses", topic=codec.EGO_TOPIC)
-        times = [p.t_ns for p in poses]
+        times = self._ego_times
         i = bisect.bisect_left(times, t_ns)
         if i < len(poses) and times[i] == t_ns:
             return poses[i]
@@ -427,19 +432,20 @@ def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
 
 
 def _slerp(q0: Sequence[float], q1: Sequence[float], w: float) -> tuple[float, float, float, float]:
-    a = np.asarray(q0, dtype=np.float64)
-    b = np.asarray(q1, dtype=np.float64)
-    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
-    dot = float(a @ b)
+    # plain floats: four components, several times a frame (numpy's per-call cost would dominate)
+    n0, n1 = math.sqrt(sum(x * x for x in q0)), math.sqrt(sum(x * x for x in q1))
+    a, b = [x / n0 for x in q0], [x / n1 for x in q1]
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
     if dot < 0.0:  # take the short way round
-        b, dot = -b, -dot
+        b, dot = [-x for x in b], -dot
     if dot > 0.9995:  # nearly parallel: normalised lerp is exact enough and stable
-        q = a + w * (b - a)
+        q = [x + w * (y - x) for x, y in zip(a, b, strict=True)]
     else:
-        theta = np.arccos(dot)
-        q = (np.sin((1.0 - w) * theta) * a + np.sin(w * theta) * b) / np.sin(theta)
-    q = q / np.linalg.norm(q)
-    return (float(q[0]), float(q[1]), float(q[2]), float(q[3]))
+        theta = math.acos(dot)
+        s0, s1, s = math.sin((1.0 - w) * theta), math.sin(w * theta), math.sin(theta)
+        q = [(s0 * x + s1 * y) / s for x, y in zip(a, b, strict=True)]
+    n = math.sqrt(sum(x * x for x in q))
+    return (q[0] / n, q[1] / n, q[2] / n, q[3] / n)
 
 
 def _lerp(a: Sequence[float], b: Sequence[float], w: float) -> tuple[float, ...]:
