@@ -1,4 +1,4 @@
-"""Association primitives: Mahalanobis gating, Hungarian assignment, covariances along a direction."""
+"""Association primitives: Hungarian assignment (whole or sparse problems), covariances along a direction."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ __all__ = [
     "assign",
     "assign_pairs",
     "covariance_along",
-    "mahalanobis2",
-    "nearest_on_box",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -19,16 +17,6 @@ B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 
 _BIG = 1e9
-
-
-def mahalanobis2(diff: F64, s: F64) -> F64:
-    """Squared Mahalanobis distance of ``diff [..., 2]`` under covariance ``s [..., 2, 2]`` (a determinant
-    below 1e-12 is taken as 1e-12)."""
-    x, y = diff[..., 0], diff[..., 1]
-    a, b, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 1]
-    det = np.maximum(a * d - b * b, 1e-12)
-    out: F64 = (d * x * x - 2 * b * x * y + a * y * y) / det
-    return out
 
 
 def covariance_along(direction: F64, sigma_along: F64 | float, sigma_across: F64 | float) -> F64:
@@ -40,30 +28,6 @@ def covariance_along(direction: F64, sigma_along: F64 | float, sigma_across: F64
     out[:, 0, 0] = va * ux * ux + vc * uy * uy
     out[:, 1, 1] = va * uy * uy + vc * ux * ux
     out[:, 0, 1] = out[:, 1, 0] = (va - vc) * ux * uy
-    return out
-
-
-def nearest_on_box(points: F64, center: F64, lw: F64, yaw: F64, *, pairwise: bool = True) -> F64:
-    """The point of a BEV box nearest to a point (the point itself when inside).
-
-    ``pairwise``: every point ``[K,2]`` against every box ``[N]`` -> ``[N,K,2]``; otherwise point ``i``
-    against box ``i`` -> ``[N,2]``.
-    """
-    if pairwise:
-        c, s = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
-        hl, hw = 0.5 * lw[:, None, 0], 0.5 * lw[:, None, 1]
-        dx = points[None, :, 0] - center[:, None, 0]
-        dy = points[None, :, 1] - center[:, None, 1]
-        cx, cy = center[:, None, 0], center[:, None, 1]
-    else:
-        c, s = np.cos(yaw), np.sin(yaw)
-        hl, hw = 0.5 * lw[:, 0], 0.5 * lw[:, 1]
-        dx = points[:, 0] - center[:, 0]
-        dy = points[:, 1] - center[:, 1]
-        cx, cy = center[:, 0], center[:, 1]
-    lx = np.minimum(np.maximum(c * dx + s * dy, -hl), hl)
-    ly = np.minimum(np.maximum(c * dy - s * dx, -hw), hw)
-    out: F64 = np.stack([cx + c * lx - s * ly, cy + s * lx + c * ly], axis=-1)
     return out
 
 

@@ -62,13 +62,10 @@ from perception.fusion import _kernels, _track_kernels
 from perception.fusion._associate import (
     assign,
     covariance_along,
-    mahalanobis2,
-    nearest_on_box,
 )
 from perception.fusion._geometry import (
     bev_iou_pairs,
     invert_transform,
-    ray_ground_intersection,
     transform_points,
     wrap_angle,
 )
@@ -447,27 +444,10 @@ class Fuser:
         if len(objs) == 0:
             return
         prm = self.params
-        rad = ~objs.vel_full & np.isfinite(objs.radial[:, 0])
-        if rad.any():
-            i = rad.nonzero()[0]
-            radial = objs.radial.take(i, axis=0)
-            vr, u = radial[:, 0], radial[:, 1:3]
-            yaw = objs.yaw[i]
-            h = np.stack([np.cos(yaw), np.sin(yaw)], axis=1)
-            c = u[:, 0] * h[:, 0] + u[:, 1] * h[:, 1]
-            # the heading of a near-square box (pedestrian) says nothing about where it moves
-            size = objs.size.take(i, axis=0)
-            along = (np.abs(c) >= prm.min_heading_cos) & (size[:, 0] >= 1.3 * size[:, 1])
-            speed = np.minimum(np.maximum(vr / np.where(along, c, 1.0), -prm.max_speed), prm.max_speed)
-            objs.velocity[i] = np.where(along[:, None], speed[:, None] * h, vr[:, None] * u)
-            sigma = self._radial_sigma[objs.labels[i]]
-            base = (sigma / np.maximum(np.abs(c), prm.min_heading_cos)) ** 2
-            heading_var = (0.1 if heading_known else 0.5) ** 2 * speed**2
-            objs.vel_var[i] = np.where(along, base + heading_var, np.maximum(vr**2, 1.0) + 9.0)
-        known = (objs.age != 0) & np.isfinite(objs.vel_var)
-        if known.any():
-            objs.center[known, :2] += objs.velocity[known] * objs.age[known, None]
-            objs.age[known] = 0.0
+        _kernels.finish_velocity(
+            objs.center, objs.size, objs.yaw, objs.labels, objs.velocity, objs.vel_var, objs.vel_full, objs.radial,
+            objs.age, self._radial_sigma, prm.min_heading_cos, prm.max_speed, 0.1 if heading_known else 0.5,
+        )  # fmt: skip
 
     # -- cameras ----------------------------------------------------------------------------------------
     def _cameras(
@@ -539,83 +519,32 @@ class Fuser:
             return self._empty
         di = keep.nonzero()[0]
         ci = det_cam[di]
-        cands = self._camera_only(
-            [cam[0] for cam in cameras],
-            np.stack(rels),
-            ci,
-            det_boxes.take(di, axis=0),
-            det_labels[di],
-            det_scores[di],
-            np.array([motion.t_ns - t_s for _, _, t_s in cameras])[ci] * 1e-9,
-        )
-        if len(cands) and n:
-            # a candidate whose (long, along-the-ray) uncertainty covers a lidar object is that object
-            near_pt = nearest_on_box(cands.center[:, :2], objs.center[:, :2], objs.size[:, :2], objs.yaw)
-            d2 = mahalanobis2(cands.center[None, :, :2] - near_pt, objs.cov[:, None] + cands.cov[None, :])
-            cands = cands.take(~(d2 <= prm.camera_absorb_gate).any(axis=0))
-        return cands
-
-    def _camera_only(
-        self, sensors: Sequence[_Sensor], rels: F64, ci: IP, boxes: F64, labels: IP, scores: F64, age: F64
-    ) -> Objects:
-        """Camera detections -> 3D candidates: ground-plane depth fused with class-height depth."""
-        prm = self.params
-        ext = np.stack([s.extrinsic for s in sensors])[ci]
-        k_inv = np.stack([s.k_inv for s in sensors])[ci]
-        k = np.stack([s.k for s in sensors])[ci]
-        height = np.array([s.height for s in sensors], dtype=np.float64)[ci]
-        fx, fy = k[:, 0, 0], k[:, 1, 1]
-        x1, y1, x2, y2 = boxes.T
-        rot, origin = ext[:, :3, :3], ext[:, :3, 3]
-        pix = np.column_stack([0.5 * (x1 + x2), y2, np.ones(ci.size)])
-        d = (rot @ (k_inv @ pix[:, :, None]))[:, :, 0]  # base_link(t_s) ray through the bottom centre
-        dz = d[:, 2]
-        bottom_ok = y2 < height - 1.0
-        top_ok = y1 > 1.0
-        lam_g = np.where(bottom_ok, ray_ground_intersection(origin, d), np.nan)
-        # d(lam)/d(v): the ground-plane range error of one pixel of box-bottom error, plus 0.1 m of road
-        dz_dv = rot[:, 2, 1] / fy
-        sig_g = np.hypot(lam_g / dz * dz_dv * prm.camera_pixel_sigma, 0.1 / dz)
-        size = _SIZES[labels]
-        h_px = y2 - y1
-        lam_h = np.where(bottom_ok & top_ok, fy * size[:, 2] / h_px, np.nan)
-        sig_h = lam_h * np.hypot(prm.camera_height_sigma, math.sqrt(2) * prm.camera_pixel_sigma / h_px)
-        w_g = np.where(np.isfinite(lam_g) & np.isfinite(sig_g), 1.0 / np.where(np.isfinite(sig_g), sig_g, 1.0) ** 2, 0)
-        w_h = np.where(np.isfinite(lam_h), 1.0 / np.where(np.isfinite(sig_h), sig_h, 1.0) ** 2, 0.0)
-        w = w_g + w_h
-        ok = w > 0
-        w = np.where(ok, w, 1.0)
-        lam = (w_g * np.nan_to_num(lam_g) + w_h * np.nan_to_num(lam_h)) / w
-        sig_lam = 1.0 / np.sqrt(w)
-        nxy = np.maximum(np.hypot(d[:, 0], d[:, 1]), 1e-9)
-        ground_range = lam * nxy
-        ok &= (ground_range > 0.5) & (ground_range <= prm.camera_max_depth)
-        if not ok.any():
-            return self._empty
+        sensors = [cam[0] for cam in cameras]
+        k = di.size
+        ok, yaw = np.empty(k, bool), np.empty(k)
+        center, size, cov = np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 2, 2))
+        _kernels.camera_candidates(
+            ci, det_boxes.take(di, axis=0), det_labels[di], np.stack([s.extrinsic for s in sensors]),
+            np.stack([s.k for s in sensors]), np.stack([s.k_inv for s in sensors]),
+            np.array([s.height for s in sensors], dtype=np.float64), np.stack(rels), _SIZES,
+            prm.camera_pixel_sigma, prm.camera_height_sigma, prm.camera_max_depth,
+            objs.center, objs.size, objs.yaw, objs.cov, prm.camera_absorb_gate,
+            ok, center, size, yaw, cov,
+        )  # fmt: skip
         sel = ok.nonzero()[0]
-        hdir = d[sel, :2] / nxy[sel, None]
-        size, lam, ground_range = size[sel], lam[sel], ground_range[sel]
-        bottom = origin[sel, :2] + lam[:, None] * d[sel, :2]
-        extent = _support(size, np.zeros(sel.size), hdir)
-        center = np.column_stack([bottom + extent[:, None] * hdir, 0.5 * size[:, 2], np.ones(sel.size)])
-        sig_along = np.hypot(sig_lam[sel] * nxy[sel], 0.3 * extent)
-        sig_across = ground_range * prm.camera_pixel_sigma / fx[sel] + 0.2
-        cov = covariance_along(hdir, sig_along, sig_across)
-        rel = rels[ci[sel]]  # base_link(t_f) <- base_link(t_s)
-        r2 = rel[:, :2, :2]
         m = sel.size
-        objs = Objects.empty(len(self._sensors), m)
-        objs.center[:] = (rel[:, :3, :] @ center[:, :, None])[:, :, 0]
-        objs.size[:] = size
-        objs.yaw[:] = np.arctan2(rel[:, 1, 0], rel[:, 0, 0])
-        objs.cov[:] = r2 @ cov @ r2.swapaxes(1, 2)
-        objs.score[:] = prm.camera_only_factor * scores[sel]
-        objs.votes[np.arange(m), labels[sel]] = scores[sel]
-        cam_index = np.array([s.index for s in sensors], dtype=np.intp)
-        objs.sources[np.arange(m), cam_index[ci[sel]]] = True
-        objs.age[:] = age[sel]
-        objs.origin[:] = _CAMERA
-        return objs
+        if m == 0:
+            return self._empty
+        cands = Objects.empty(len(self._sensors), m)
+        cands.center[:], cands.size[:], cands.yaw[:] = center.take(sel, axis=0), size.take(sel, axis=0), yaw[sel]
+        cands.cov[:] = cov.take(sel, axis=0)
+        scores, labels = det_scores[di[sel]], det_labels[di[sel]]
+        cands.score[:] = prm.camera_only_factor * scores
+        cands.votes[np.arange(m), labels] = scores
+        cands.sources[np.arange(m), cam_sensor[ci[sel]]] = True
+        cands.age[:] = np.array([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in cameras])[ci[sel]]
+        cands.origin[:] = _CAMERA
+        return cands
 
     # -- radar-only ---------------------------------------------------------------------------------------
     def _radar_only(self, radar: _Radar) -> Objects:
@@ -632,16 +561,8 @@ class Fuser:
         )
         cov, sensor, los = radar.cov.take(idx, axis=0), radar.sensor[idx], radar.los.take(idx, axis=0)
         # the same object seen by two radars: merge greedily by score within the Mahalanobis gate
-        group = np.arange(m)
-        if m > 1 and np.unique(sensor).size > 1:
-            d2 = mahalanobis2(pos[:, None] - pos[None, :], cov[:, None] + cov[None, :])
-            close = (d2 <= prm.radar_gate) & (sensor[:, None] != sensor[None, :])
-            if close.any():
-                for a in (-score).argsort(kind="stable").tolist():
-                    if group[a] == a:
-                        take = close[a] & (group == np.arange(m)) & (score <= score[a])
-                        take[a] = False
-                        group[take] = a
+        group = np.empty(m, np.intp)
+        _kernels.radar_groups(pos, cov, sensor, score, prm.radar_gate, group)
         heads: IP
         heads, slot = np.unique(group, return_inverse=True)
         n = heads.size

@@ -112,62 +112,13 @@ def bev_corners(center: npt.ArrayLike, size: npt.ArrayLike, yaw: npt.ArrayLike) 
 # ---------------------------------------------------------------------------------------------
 
 
-def _inside(points: F64, rect: F64, eps: float = 1e-9) -> B:
-    """``[K,P]``: whether points ``[K,P,2]`` lie in rectangles ``[K,5]`` (boundary included)."""
-    c, s = np.cos(rect[:, 4])[:, None], np.sin(rect[:, 4])[:, None]
-    dx = points[..., 0] - rect[:, None, 0]
-    dy = points[..., 1] - rect[:, None, 1]
-    lx = c * dx + s * dy
-    ly = c * dy - s * dx
-    out: B = (np.abs(lx) <= 0.5 * rect[:, None, 2] + eps) & (np.abs(ly) <= 0.5 * rect[:, None, 3] + eps)
-    return out
-
-
 def bev_iou_pairs(a: npt.ArrayLike, b: npt.ArrayLike) -> F64:
-    """Element-wise BEV IoU of rotated rectangles ``a[i]`` and ``b[i]``, each ``[K,5]`` ``x, y, l, w, yaw``.
-
-    The intersection of two convex polygons is the convex hull of the corners of each inside the other
-    and of their edge crossings: those (up to 24) candidate points are ordered by angle around their
-    mean and the area follows from the shoelace formula, for all pairs at once.
-    """
-    ra = np.asarray(a, dtype=np.float64).reshape(-1, 5)
-    rb = np.asarray(b, dtype=np.float64).reshape(-1, 5)
-    k = ra.shape[0]
-    if k == 0:
-        return np.zeros(0)
-    pa = bev_corners(ra[:, :2], ra[:, 2:4], ra[:, 4])
-    pb = bev_corners(rb[:, :2], rb[:, 2:4], rb[:, 4])
-    # edge crossings: A edge i (p + t r) with B edge j (q + u s)
-    p = pa[:, :, None, :]
-    r = (np.roll(pa, -1, axis=1) - pa)[:, :, None, :]
-    q = pb[:, None, :, :]
-    sv = (np.roll(pb, -1, axis=1) - pb)[:, None, :, :]
-    rxs = r[..., 0] * sv[..., 1] - r[..., 1] * sv[..., 0]
-    qp = q - p
-    ok = np.abs(rxs) > 1e-12
-    den = np.where(ok, rxs, 1.0)
-    t = (qp[..., 0] * sv[..., 1] - qp[..., 1] * sv[..., 0]) / den
-    u = (qp[..., 0] * r[..., 1] - qp[..., 1] * r[..., 0]) / den
-    ok &= (t >= 0.0) & (t <= 1.0) & (u >= 0.0) & (u <= 1.0)
-    cross_pts = (p + t[..., None] * r).reshape(k, 16, 2)
-    pts = np.concatenate([pa, pb, cross_pts], axis=1)  # [K,24,2]
-    valid = np.concatenate([_inside(pa, rb), _inside(pb, ra), ok.reshape(k, 16)], axis=1)
-    count = valid.sum(axis=1)
-    mean = np.einsum("kp,kpi->ki", valid.astype(np.float64), pts) / np.maximum(count, 1)[:, None]
-    rel = pts - mean[:, None, :]
-    ang = np.where(valid, np.arctan2(rel[..., 1], rel[..., 0]), np.inf)
-    order = ang.argsort(axis=1)
-    rel = np.take_along_axis(rel, order[..., None], axis=1)
-    idx = np.arange(pts.shape[1])
-    nxt = np.where(idx[None, :] + 1 < count[:, None], idx[None, :] + 1, 0)
-    q2 = np.take_along_axis(rel, nxt[..., None], axis=1)
-    cross = rel[..., 0] * q2[..., 1] - rel[..., 1] * q2[..., 0]
-    inter = np.where(count >= 3, 0.5 * np.abs(np.where(idx[None, :] < count[:, None], cross, 0.0).sum(axis=1)), 0.0)
-    area_a = np.abs(ra[:, 2] * ra[:, 3])
-    area_b = np.abs(rb[:, 2] * rb[:, 3])
-    union = area_a + area_b - inter
-    iou = np.divide(inter, union, out=np.zeros(k), where=union > 1e-12)
-    out: F64 = np.minimum(np.maximum(iou, 0.0), 1.0)
+    """Element-wise BEV IoU of rotated rectangles ``a[i]`` and ``b[i]``, each ``[K,5]`` ``x, y, l, w, yaw``
+    (one rectangle clipped by the other's edges; a compiled loop, :func:`._kernels.rect_iou`)."""
+    ra = _kernels.c_array(a).reshape(-1, 5)
+    rb = _kernels.c_array(b).reshape(-1, 5)
+    out = np.empty(ra.shape[0])
+    _kernels.rect_iou(ra, rb, out)
     return out
 
 

@@ -16,6 +16,7 @@ jitted helpers of their own module, never another module's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -27,13 +28,17 @@ __all__ = [
     "attach_radar",
     "box_iou",
     "c_array",
+    "camera_candidates",
     "camera_evidence",
     "camera_pairs",
+    "finish_velocity",
     "jit",
     "nms_pairs",
     "nms_suppress",
     "occlusion",
     "project",
+    "radar_groups",
+    "rect_iou",
     "warm_up",
 ]
 
@@ -64,13 +69,14 @@ def c_array(a: npt.ArrayLike, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[
 def jit(func: _F) -> _F:
     """``numba.njit`` for fusion kernels: cached on disk, releasing the GIL, typed for mypy."""
     # nogil: the runtime may fuse two in-flight frames from two worker threads
-    return cast(_F, numba.njit(cache=True, nogil=True)(func))
+    # error_model="numpy": a division by zero gives inf or nan, as in the whole-array code, not an exception
+    return cast(_F, numba.njit(cache=True, nogil=True, error_model="numpy")(func))
 
 
 @jit
 def mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
     """Squared Mahalanobis distance of ``(dx, dy)`` under the covariance ``[[a, b], [b, d]]`` (a determinant
-    below 1e-12 is taken as 1e-12, as :func:`._associate.mahalanobis2`)."""
+    below 1e-12 is taken as 1e-12)."""
     return (d * dx * dx - 2 * b * dx * dy + a * dy * dy) / max(a * d - b * b, 1e-12)
 
 
@@ -504,6 +510,224 @@ def nms_suppress(first: IP, second: IP, same: B, score: F64, alive: B) -> None:
             alive[worse[p]] = False
 
 
+@jit
+def rect_iou(ra: F64, rb: F64, out: F64) -> None:
+    """``out[k]``: BEV IoU of the rotated rectangles ``ra[k]`` and ``rb[k]`` (``x, y, l, w, yaw``): ``ra``
+    clipped by each edge of ``rb`` (Sutherland-Hodgman; both convex, corners counter-clockwise), its
+    area by the shoelace formula."""
+    poly, clipped, cb = np.empty((16, 2)), np.empty((16, 2)), np.empty((4, 2))
+    for k in range(ra.shape[0]):
+        _rect_corners(ra[k], poly)
+        _rect_corners(rb[k], cb)
+        n = 4
+        for e in range(4):
+            px, py = cb[e, 0], cb[e, 1]
+            ex, ey = cb[(e + 1) % 4, 0] - px, cb[(e + 1) % 4, 1] - py
+            m = 0
+            for v in range(n):
+                ax, ay = poly[v, 0], poly[v, 1]
+                bx, by = poly[(v + 1) % n, 0], poly[(v + 1) % n, 1]
+                sa, sb = ex * (ay - py) - ey * (ax - px), ex * (by - py) - ey * (bx - px)  # >= 0: inside
+                if sa >= 0.0:
+                    clipped[m, 0], clipped[m, 1] = ax, ay
+                    m += 1
+                if (sa >= 0.0) != (sb >= 0.0):
+                    t = sa / (sa - sb)
+                    clipped[m, 0], clipped[m, 1] = ax + t * (bx - ax), ay + t * (by - ay)
+                    m += 1
+            n = m
+            poly[:n] = clipped[:n]
+            if n == 0:
+                break
+        twice = 0.0
+        for v in range(n):
+            w = (v + 1) % n
+            twice += poly[v, 0] * poly[w, 1] - poly[w, 0] * poly[v, 1]
+        inter = 0.5 * abs(twice) if n >= 3 else 0.0
+        union = abs(ra[k, 2] * ra[k, 3]) + abs(rb[k, 2] * rb[k, 3]) - inter
+        out[k] = min(max(inter / union, 0.0), 1.0) if union > 1e-12 else 0.0
+
+
+@jit
+def _rect_corners(rect: F64, out: F64) -> None:
+    """Counter-clockwise corners ``out [4,2]`` of a BEV rectangle ``x, y, l, w, yaw`` (as ``bev_corners``)."""
+    c, s = np.cos(rect[4]), np.sin(rect[4])
+    for i in range(4):
+        lx = (0.5 if i in (0, 3) else -0.5) * rect[2]
+        ly = (0.5 if i < 2 else -0.5) * rect[3]
+        out[i, 0] = c * lx - s * ly + rect[0]
+        out[i, 1] = s * lx + c * ly + rect[1]
+
+
+@jit
+def finish_velocity(
+    center: F64,
+    size: F64,
+    yaw: F64,
+    labels: IP,
+    velocity: F64,
+    vel_var: F64,
+    vel_full: B,
+    radial: F64,
+    age: F64,
+    radial_sigma: F64,
+    min_heading_cos: float,
+    max_speed: float,
+    heading_sigma: float,
+) -> None:
+    """In place: a velocity from the radial speed where no full velocity arrived, then positions moved
+    over their ``age`` where a velocity is known (see ``Fuser._finish_velocity``)."""
+    for o in range(center.shape[0]):
+        if not vel_full[o] and np.isfinite(radial[o, 0]):
+            vr, ux, uy = radial[o, 0], radial[o, 1], radial[o, 2]
+            hx, hy = np.cos(yaw[o]), np.sin(yaw[o])
+            c = ux * hx + uy * hy
+            # the heading of a near-square box (pedestrian) says nothing about where it moves
+            along = abs(c) >= min_heading_cos and size[o, 0] >= 1.3 * size[o, 1]
+            speed = min(max(vr / (c if along else 1.0), -max_speed), max_speed)
+            if along:
+                velocity[o, 0], velocity[o, 1] = speed * hx, speed * hy
+                base = (radial_sigma[labels[o]] / max(abs(c), min_heading_cos)) ** 2
+                vel_var[o] = base + heading_sigma**2 * speed**2
+            else:
+                velocity[o, 0], velocity[o, 1] = vr * ux, vr * uy
+                vel_var[o] = max(vr**2, 1.0) + 9.0
+        if age[o] != 0.0 and np.isfinite(vel_var[o]):
+            center[o, 0] += velocity[o, 0] * age[o]
+            center[o, 1] += velocity[o, 1] * age[o]
+            age[o] = 0.0
+
+
+@jit
+def radar_groups(pos: F64, cov: F64, sensor: IP, score: F64, gate: float, group: IP) -> None:
+    """The same object seen by several radars: in score order, each radar object still heading its own
+    group takes into it every weaker (or equal) object of another radar within the Mahalanobis ``gate``
+    (covariances of both) that heads its own group. ``group[i]`` is the index of ``i``'s head."""
+    m = pos.shape[0]
+    for i in range(m):
+        group[i] = i
+    for a in np.argsort(-score, kind="mergesort"):
+        if group[a] != a:
+            continue
+        for b in range(m):
+            if b == a or group[b] != b or score[b] > score[a] or sensor[b] == sensor[a]:
+                continue
+            d2 = mahalanobis2(
+                pos[a, 0] - pos[b, 0],
+                pos[a, 1] - pos[b, 1],
+                cov[a, 0, 0] + cov[b, 0, 0],
+                cov[a, 0, 1] + cov[b, 0, 1],
+                cov[a, 1, 1] + cov[b, 1, 1],
+            )
+            if d2 <= gate:
+                group[b] = a
+
+
+@jit
+def camera_candidates(
+    ci: IP,
+    boxes: F64,
+    labels: IP,
+    ext: F64,
+    k: F64,
+    k_inv: F64,
+    image_height: F64,
+    rel: F64,
+    class_sizes: F64,
+    pixel_sigma: float,
+    height_sigma: float,
+    max_depth: float,
+    obj_center: F64,
+    obj_size: F64,
+    obj_yaw: F64,
+    obj_cov: F64,
+    absorb_gate: float,
+    keep: B,
+    center: F64,
+    size: F64,
+    yaw: F64,
+    cov: F64,
+) -> None:
+    """3D candidates from unmatched camera detections (``Fuser._camera_only`` documents the model).
+
+    Per detection of camera ``ci``: the ray through the box's bottom centre (``K^-1``, extrinsic
+    ``ext [C,4,4]``) meets the ground at a depth whose error grows with the pixel noise; the class's
+    typical height over the box height gives a second depth; the two are fused by inverse variance.
+    The candidate's centre is set back from the ground point by the class size along the ray, its
+    covariance is long along the ray, and it is moved to the frame time by ``rel [C,4,4]``.
+    ``keep`` is false where neither depth exists, the range is out of ``(0.5, max_depth]``, or the
+    candidate lies within ``absorb_gate`` (Mahalanobis, to the nearest point of the box) of an object.
+    """
+    for i in range(ci.shape[0]):
+        keep[i] = False
+        c = ci[i]
+        x1, y1, x2, y2 = boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3]
+        u, v = 0.5 * (x1 + x2), y2
+        r = np.empty(3)
+        for j in range(3):
+            r[j] = k_inv[c, j, 0] * u + k_inv[c, j, 1] * v + k_inv[c, j, 2]
+        d = np.empty(3)  # base_link(t_s) ray through the bottom centre
+        for j in range(3):
+            d[j] = ext[c, j, 0] * r[0] + ext[c, j, 1] * r[1] + ext[c, j, 2] * r[2]
+        fx, fy = k[c, 0, 0], k[c, 1, 1]
+        bottom_ok, top_ok = y2 < image_height[c] - 1.0, y1 > 1.0
+        lam_g = np.nan
+        if bottom_ok and d[2] < -1e-9:
+            lam = (0.0 - ext[c, 2, 3]) / d[2]
+            lam_g = lam if lam > 0 else np.nan
+        # d(lam)/d(v): the ground-plane range error of one pixel of box-bottom error, plus 0.1 m of road
+        sig_g = math.hypot(lam_g / d[2] * (ext[c, 2, 1] / fy) * pixel_sigma, 0.1 / d[2])
+        lab = labels[i]
+        h_px = y2 - y1
+        lam_h = fy * class_sizes[lab, 2] / h_px if bottom_ok and top_ok else np.nan
+        sig_h = lam_h * math.hypot(height_sigma, math.sqrt(2) * pixel_sigma / h_px)
+        w_g = 1.0 / sig_g**2 if np.isfinite(lam_g) and np.isfinite(sig_g) else 0.0
+        w_h = 1.0 / (sig_h if np.isfinite(sig_h) else 1.0) ** 2 if np.isfinite(lam_h) else 0.0
+        w = w_g + w_h
+        if not w > 0:
+            continue
+        lam = (w_g * (lam_g if np.isfinite(lam_g) else 0.0) + w_h * (lam_h if np.isfinite(lam_h) else 0.0)) / w
+        nxy = max(math.hypot(d[0], d[1]), 1e-9)
+        ground_range = lam * nxy
+        if not (ground_range > 0.5 and ground_range <= max_depth):
+            continue
+        hx, hy = d[0] / nxy, d[1] / nxy
+        length, width, height = class_sizes[lab, 0], class_sizes[lab, 1], class_sizes[lab, 2]
+        extent = 0.5 * length * abs(hx) + 0.5 * width * abs(hy)
+        p = (ext[c, 0, 3] + lam * d[0] + extent * hx, ext[c, 1, 3] + lam * d[1] + extent * hy, 0.5 * height)
+        va = math.hypot(1.0 / math.sqrt(w) * nxy, 0.3 * extent) ** 2
+        vc = (ground_range * pixel_sigma / fx + 0.2) ** 2
+        c00, c11, c01 = va * hx * hx + vc * hy * hy, va * hy * hy + vc * hx * hx, (va - vc) * hx * hy
+        for j in range(3):  # base_link(t_f) <- base_link(t_s)
+            center[i, j] = rel[c, j, 0] * p[0] + rel[c, j, 1] * p[1] + rel[c, j, 2] * p[2] + rel[c, j, 3]
+        size[i, 0], size[i, 1], size[i, 2] = length, width, height
+        yaw[i] = math.atan2(rel[c, 1, 0], rel[c, 0, 0])
+        r00, r01, r10, r11 = rel[c, 0, 0], rel[c, 0, 1], rel[c, 1, 0], rel[c, 1, 1]
+        a00, a01 = r00 * c00 + r01 * c01, r00 * c01 + r01 * c11  # (R C)
+        a10, a11 = r10 * c00 + r11 * c01, r10 * c01 + r11 * c11
+        cov[i, 0, 0], cov[i, 0, 1] = a00 * r00 + a01 * r01, a00 * r10 + a01 * r11  # (R C) R^T
+        cov[i, 1, 0], cov[i, 1, 1] = a10 * r00 + a11 * r01, a10 * r10 + a11 * r11
+        # a candidate whose (long, along-the-ray) uncertainty covers an object is that object
+        absorbed = False
+        for o in range(obj_center.shape[0]):
+            co, so = math.cos(obj_yaw[o]), math.sin(obj_yaw[o])
+            dx, dy = center[i, 0] - obj_center[o, 0], center[i, 1] - obj_center[o, 1]
+            hl, hw = 0.5 * obj_size[o, 0], 0.5 * obj_size[o, 1]
+            lx = min(max(co * dx + so * dy, -hl), hl)
+            ly = min(max(co * dy - so * dx, -hw), hw)
+            d2 = mahalanobis2(
+                dx - (co * lx - so * ly),
+                dy - (so * lx + co * ly),
+                obj_cov[o, 0, 0] + cov[i, 0, 0],
+                obj_cov[o, 0, 1] + cov[i, 0, 1],
+                obj_cov[o, 1, 1] + cov[i, 1, 1],
+            )
+            if d2 <= absorb_gate:
+                absorbed = True
+                break
+        keep[i] = not absorbed
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
     h = np.ones((1, 8, 3))
@@ -530,6 +754,18 @@ def warm_up() -> None:
         np.ones((1, 4)), np.ones((1, 2)), f1.copy(), f4, i1.copy(), 1.0, 0.5, 0.5, 1.0, 1.0, 0.5,
         i2, i2.copy(), np.zeros((2, 4)), np.zeros(2, np.bool_), np.zeros(2, np.bool_), d2, d2 > 0,
     )  # fmt: skip
+    rect_iou(np.ones((1, 5)), np.ones((1, 5)), f1.copy())
+    eye = np.eye(4)[None]
+    camera_candidates(
+        i1.copy(), f4.copy(), i1.copy(), eye, np.eye(3)[None], np.eye(3)[None], f1.copy(), eye.copy(), f3.copy(),
+        3.0, 0.15, 80.0, f3.copy(), f3.copy(), f1.copy(), c1.copy(), 5.99,
+        b1.copy(), f3.copy(), f3.copy(), f1.copy(), c1.copy(),
+    )  # fmt: skip
+    finish_velocity(
+        f3.copy(), f3.copy(), f1.copy(), i1.copy(), f2.copy(), f1.copy(), b1.copy(), f3.copy(), f1.copy(),
+        f1.copy(), 0.5, 40.0, 0.1,
+    )  # fmt: skip
+    radar_groups(f2.copy(), c1.copy(), i1.copy(), f1.copy(), 9.0, i1.copy())
     nms_pairs(f3.copy(), f3.copy(), f1.copy(), f1.copy(), i1.copy(), i1.copy(), b1.copy(), b1.copy())
     nms_suppress(i1.copy(), i1.copy(), b1.copy(), f1.copy(), b1.copy())
     camera_evidence(
