@@ -126,15 +126,6 @@ class _Radar:
         return int(self.score.shape[0])
 
 
-def _support(size: F64, yaw: F64, direction: F64) -> F64:
-    """Half-extent of BEV boxes along unit ``direction [N,2]`` (distance from centre to the near face)."""
-    c, s = np.cos(yaw), np.sin(yaw)
-    along = np.abs(direction[:, 0] * c + direction[:, 1] * s)
-    across = np.abs(direction[:, 1] * c - direction[:, 0] * s)
-    out: F64 = 0.5 * size[:, 0] * along + 0.5 * size[:, 1] * across
-    return out
-
-
 def warm_up() -> None:
     """Compile the fusion and tracking kernels now, or load them from numba's on-disk cache (~1 s).
 
@@ -211,6 +202,7 @@ class Fuser:
         self._empty = Objects.empty(len(sensors))  # shared: read-only, returned wherever nothing is found
         for f in fields(self._empty):
             getattr(self._empty, f.name).setflags(write=False)
+        self._radar_only_labels = np.array([_TRUCK, _CAR, _CYCLIST, _PEDESTRIAN], dtype=np.intp)  # by strength
         self._radar_index = np.array([s.index for s in sensors if s.kind is SensorKind.RADAR], dtype=np.intp)
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
@@ -563,45 +555,25 @@ class Fuser:
         # the same object seen by two radars: merge greedily by score within the Mahalanobis gate
         group = np.empty(m, np.intp)
         _kernels.radar_groups(pos, cov, sensor, score, prm.radar_gate, group)
-        heads: IP
-        heads, slot = np.unique(group, return_inverse=True)
-        n = heads.size
-        objs = Objects.empty(len(self._sensors), n)
+        slot = np.empty(m, np.intp)
+        center, size, yaw, vel_out = np.empty((m, 3)), np.empty((m, 3)), np.empty(m), np.empty((m, 2))
+        vel_var, vel_full, radial, cov_out = np.empty(m), np.empty(m, bool), np.empty((m, 3)), np.empty((m, 2, 2))
+        score_out, labels = np.empty(m), np.empty(m, np.intp)
+        n = _kernels.radar_only(
+            pos, vel, full, score, cov, los, radar.rcs[idx], radar.radial.take(idx, axis=0), group, _SIZES,
+            self._velocity_sigma, self._radar_only_labels, prm.radar_truck_rcs, prm.radar_car_rcs, prm.flip_speed,
+            prm.radar_surface_factor, prm.radar_only_factor,
+            slot, center, size, yaw, vel_out, vel_var, vel_full, radial, cov_out, score_out, labels,
+        )  # fmt: skip
+        objs = Objects(
+            center=center[:n], size=size[:n], yaw=yaw[:n], velocity=vel_out[:n], vel_var=vel_var[:n],
+            vel_full=vel_full[:n], radial=radial[:n], cov=cov_out[:n], score=score_out[:n],
+            votes=np.zeros((n, len(LABELS))), sources=np.zeros((n, len(self._sensors)), bool), age=np.zeros(n),
+            origin=np.empty(n, np.int8),
+        )  # fmt: skip
         objs.sources[slot, sensor] = True
-        w = full.astype(np.float64)
-        wsum = np.bincount(slot, weights=w, minlength=n)
-        vsum = np.stack(
-            [
-                np.bincount(slot, weights=w * vel[:, 0], minlength=n),
-                np.bincount(slot, weights=w * vel[:, 1], minlength=n),
-            ],
-            axis=1,
-        )
-        has_full = wsum > 0
-        objs.velocity[:] = np.where(has_full[:, None], vsum / np.maximum(wsum, 1.0)[:, None], 0.0)
-        objs.vel_full[:] = has_full
-        objs.radial[:] = radar.radial[idx[heads]]
-        speed = np.hypot(objs.velocity[:, 0], objs.velocity[:, 1])
-        strength = filled(n, -np.inf)
-        np.maximum.at(strength, slot, radar.rcs[idx])
-        labels = np.where(
-            strength >= prm.radar_truck_rcs,
-            _TRUCK,
-            np.where(strength >= prm.radar_car_rcs, _CAR, np.where(has_full & (speed > 3.0), _CYCLIST, _PEDESTRIAN)),
-        )
-        sigma = self._velocity_sigma[labels]
-        objs.vel_var[:] = np.where(has_full, sigma**2 / np.maximum(wsum, 1.0), np.inf)
-        size = _SIZES[labels]
-        yaw = np.where(has_full & (speed > prm.flip_speed), np.arctan2(objs.velocity[:, 1], objs.velocity[:, 0]), 0.0)
-        hl = los.take(heads, axis=0)
-        extent = prm.radar_surface_factor * _support(size, yaw, hl)
-        objs.center[:, :2] = pos.take(heads, axis=0) + extent[:, None] * hl
-        objs.center[:, 2] = 0.5 * size[:, 2]
-        objs.size[:] = size
-        objs.yaw[:] = yaw
-        objs.cov[:] = cov.take(heads, axis=0) + covariance_along(hl, 0.3 * extent + 0.1, 0.1)
-        objs.score[:] = prm.radar_only_factor * score[heads]
-        objs.votes[np.arange(n), labels] = 0.3 * score[heads]
+        heads = (group == np.arange(m)).nonzero()[0]  # in object order
+        objs.votes[np.arange(n), labels[:n]] = 0.3 * score[heads]
         objs.origin[:] = _RADAR
         self._finish_velocity(objs, heading_known=False)
         return objs

@@ -38,6 +38,7 @@ __all__ = [
     "occlusion",
     "project",
     "radar_groups",
+    "radar_only",
     "rect_iou",
     "warm_up",
 ]
@@ -728,6 +729,101 @@ def camera_candidates(
         keep[i] = not absorbed
 
 
+@jit
+def radar_only(
+    pos: F64,
+    vel: F64,
+    full: B,
+    score: F64,
+    cov: F64,
+    los: F64,
+    rcs: F64,
+    radial: F64,
+    group: IP,
+    class_sizes: F64,
+    velocity_sigma: F64,
+    labels: IP,
+    truck_rcs: float,
+    car_rcs: float,
+    flip_speed: float,
+    surface_factor: float,
+    score_factor: float,
+    slot: IP,
+    o_center: F64,
+    o_size: F64,
+    o_yaw: F64,
+    o_velocity: F64,
+    o_vel_var: F64,
+    o_vel_full: B,
+    o_radial: F64,
+    o_cov: F64,
+    o_score: F64,
+    o_label: IP,
+) -> int:
+    """Radar-only objects, one per group of radar objects (``group[i]``: the head of ``i``, see
+    :func:`radar_groups`), in the order of their heads; returns their number and writes ``slot[i]`` (the
+    object of radar object ``i``) and the objects' fields.
+
+    Velocity: mean of the group's full velocities (none: unknown). Class from the strongest RCS
+    (``truck_rcs``, ``car_rcs``: ``labels`` = truck, car, cyclist, pedestrian indices), else cyclist if
+    moving faster than 3 m/s, else pedestrian; size from the class; heading along the velocity when it
+    is faster than ``flip_speed``. The centre is set back from the head's point along its line of sight
+    by ``surface_factor`` of the half-extent, with the head's covariance widened along it.
+    """
+    m, n = group.shape[0], 0
+    for i in range(m):
+        if group[i] == i:
+            slot[i] = n
+            n += 1
+    for i in range(m):
+        slot[i] = slot[group[i]]
+    wsum, vx, vy = np.zeros(n), np.zeros(n), np.zeros(n)
+    strength = np.full(n, -np.inf)
+    for i in range(m):
+        k = slot[i]
+        if full[i]:
+            wsum[k] += 1.0
+            vx[k] += vel[i, 0]
+            vy[k] += vel[i, 1]
+        strength[k] = max(strength[k], rcs[i])
+    for i in range(m):
+        if group[i] != i:
+            continue
+        k = slot[i]
+        has_full = wsum[k] > 0
+        w = max(wsum[k], 1.0)
+        ux, uy = (vx[k] / w, vy[k] / w) if has_full else (0.0, 0.0)
+        speed = math.hypot(ux, uy)
+        if strength[k] >= truck_rcs:
+            lab = labels[0]
+        elif strength[k] >= car_rcs:
+            lab = labels[1]
+        elif has_full and speed > 3.0:
+            lab = labels[2]
+        else:
+            lab = labels[3]
+        yaw = math.atan2(uy, ux) if has_full and speed > flip_speed else 0.0
+        length, width, height = class_sizes[lab, 0], class_sizes[lab, 1], class_sizes[lab, 2]
+        lx, ly = los[i, 0], los[i, 1]
+        c, s = math.cos(yaw), math.sin(yaw)
+        extent = surface_factor * (0.5 * length * abs(lx * c + ly * s) + 0.5 * width * abs(ly * c - lx * s))
+        o_center[k, 0], o_center[k, 1], o_center[k, 2] = pos[i, 0] + extent * lx, pos[i, 1] + extent * ly, 0.5 * height
+        o_size[k, 0], o_size[k, 1], o_size[k, 2] = length, width, height
+        o_yaw[k] = yaw
+        o_velocity[k, 0], o_velocity[k, 1] = ux, uy
+        o_vel_var[k] = velocity_sigma[lab] ** 2 / w if has_full else np.inf
+        o_vel_full[k] = has_full
+        o_radial[k, 0], o_radial[k, 1], o_radial[k, 2] = radial[i, 0], radial[i, 1], radial[i, 2]
+        va, vc = (0.3 * extent + 0.1) ** 2, 0.1**2
+        o_cov[k, 0, 0] = cov[i, 0, 0] + (va * lx * lx + vc * ly * ly)
+        o_cov[k, 1, 1] = cov[i, 1, 1] + (va * ly * ly + vc * lx * lx)
+        o_cov[k, 0, 1] = cov[i, 0, 1] + (va - vc) * lx * ly
+        o_cov[k, 1, 0] = cov[i, 1, 0] + (va - vc) * lx * ly
+        o_score[k] = score_factor * score[i]
+        o_label[k] = lab
+    return n
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
     h = np.ones((1, 8, 3))
@@ -766,6 +862,12 @@ def warm_up() -> None:
         f1.copy(), 0.5, 40.0, 0.1,
     )  # fmt: skip
     radar_groups(f2.copy(), c1.copy(), i1.copy(), f1.copy(), 9.0, i1.copy())
+    radar_only(
+        f2.copy(), f2.copy(), b1.copy(), f1.copy(), c1.copy(), f2.copy(), f1.copy(), f3.copy(), i1.copy(),
+        f3.copy(), f1.copy(), np.zeros(4, np.intp), 10.0, 0.0, 0.5, 0.75, 0.5,
+        i1.copy(), f3.copy(), f3.copy(), f1.copy(), f2.copy(), f1.copy(), b1.copy(), f3.copy(), c1.copy(),
+        f1.copy(), i1.copy(),
+    )  # fmt: skip
     nms_pairs(f3.copy(), f3.copy(), f1.copy(), f1.copy(), i1.copy(), i1.copy(), b1.copy(), b1.copy())
     nms_suppress(i1.copy(), i1.copy(), b1.copy(), f1.copy(), b1.copy())
     camera_evidence(
