@@ -51,7 +51,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -61,7 +60,6 @@ from perception.errors import InputError
 from perception.fusion import _kernels, _track_kernels
 from perception.fusion._associate import (
     assign,
-    covariance_along,
 )
 from perception.fusion._geometry import (
     bev_iou_pairs,
@@ -344,7 +342,6 @@ class Fuser:
             )
         # per radar: rotation and origin of base_link(t_f) <- radar(t_s), and the time to propagate over
         mats = [motion.relative(t_s) @ s.extrinsic for s, _, t_s in radars]
-        bounds = [0, *accumulate(counts)]
         if len(radars) == 1:
             r0 = radars[0][1]
             positions, velocity, vr, scores, rcs = r0.positions, r0.velocity, r0.radial, r0.scores, r0.rcs
@@ -354,28 +351,17 @@ class Fuser:
             vr = np.concatenate([r.radial for _, r, _ in radars])
             scores = np.concatenate([r.scores for _, r, _ in radars])
             rcs = np.concatenate([r.rcs for _, r, _ in radars])
-        full = np.isfinite(velocity[:, 0]) & np.isfinite(velocity[:, 1])
-        v0 = np.where(full[:, None], velocity, 0.0)
-        # one plain product per radar (a stacked [K,2,3] product costs a call per object)
-        rel = np.empty((k, 2))  # [K,2] offset from the radar in base_link(t_f)
-        pos = np.empty((k, 2))
-        v = np.empty((k, 2))
-        dt = np.empty((k, 1))  # time to propagate over
-        sensor = np.empty(k, np.intp)
-        for (s, _, t_s), m, start, stop in zip(radars, mats, bounds[:-1], bounds[1:], strict=True):
-            if stop > start:
-                rot = m[:2, :3].T
-                np.matmul(positions[start:stop], rot, out=rel[start:stop])
-                np.add(rel[start:stop], m[:2, 3], out=pos[start:stop])
-                np.matmul(v0[start:stop], rot[:2], out=v[start:stop])
-                dt[start:stop] = (motion.t_ns - t_s) * 1e-9
-                sensor[start:stop] = s.index
-        rng = np.hypot(rel[:, 0], rel[:, 1])
-        los = rel / np.maximum(rng, 1e-6)[:, None]
-        vel = np.where(full[:, None], v, vr[:, None] * los)
-        pos += vel * dt
-        across = np.hypot(prm.radar_azimuth_sigma * rng, prm.radar_lateral_floor)
-        cov = covariance_along(los, prm.radar_range_sigma, across)
+        sensor, full = np.empty(k, np.intp), np.empty(k, bool)
+        pos, vel, los = np.empty((k, 2)), np.empty((k, 2)), np.empty((k, 2))
+        cov, radial = np.empty((k, 2, 2)), np.empty((k, 3))
+        _kernels.radar_to_frame(
+            _kernels.c_array(positions), _kernels.c_array(velocity), _kernels.c_array(vr),
+            np.repeat(np.arange(len(radars)), counts), np.stack(mats),
+            np.array([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in radars]),
+            np.array([s.index for s, _, _ in radars], dtype=np.intp),
+            prm.radar_range_sigma, prm.radar_azimuth_sigma, prm.radar_lateral_floor,
+            sensor, pos, vel, full, los, cov, radial,
+        )  # fmt: skip
         return _Radar(
             sensor=sensor,
             pos=pos,
@@ -387,7 +373,7 @@ class Fuser:
             score=scores,
             rcs=rcs,
             free=filled(k, True, bool),
-            radial=np.concatenate([vr[:, None], los], axis=1),
+            radial=radial,
         )
 
     def _attach_radar(self, objs: Objects, radar: _Radar, *, refine: bool) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "project",
     "radar_groups",
     "radar_only",
+    "radar_to_frame",
     "rect_iou",
     "warm_up",
 ]
@@ -824,6 +825,56 @@ def radar_only(
     return n
 
 
+@jit
+def radar_to_frame(
+    positions: F64,
+    velocity: F64,
+    vr: F64,
+    radar: IP,
+    mats: F64,
+    dts: F64,
+    sensors: IP,
+    range_sigma: float,
+    azimuth_sigma: float,
+    lateral_floor: float,
+    sensor: IP,
+    pos: F64,
+    vel: F64,
+    full: B,
+    los: F64,
+    cov: F64,
+    radial: F64,
+) -> None:
+    """Radar objects (radar ``radar[i]``: ``mats [R,4,4]`` is base_link(t_f) <- radar(t_s), ``dts`` the
+    time to propagate over) into base_link at the frame time: position, velocity (full where both
+    components are finite, else the radial speed along the line of sight), propagated over ``dts``;
+    unit line of sight ``los``, covariance tight along it (``range_sigma``) and ``azimuth_sigma * range``
+    (at least ``lateral_floor``) across; ``radial = (vr, los)``."""
+    for i in range(positions.shape[0]):
+        r = radar[i]
+        m = mats[r]
+        sensor[i] = sensors[r]
+        px, py, pz = positions[i, 0], positions[i, 1], positions[i, 2]
+        rx = px * m[0, 0] + py * m[0, 1] + pz * m[0, 2]
+        ry = px * m[1, 0] + py * m[1, 1] + pz * m[1, 2]
+        full[i] = np.isfinite(velocity[i, 0]) and np.isfinite(velocity[i, 1])
+        rng = math.hypot(rx, ry)
+        ux, uy = rx / max(rng, 1e-6), ry / max(rng, 1e-6)
+        if full[i]:
+            vx = velocity[i, 0] * m[0, 0] + velocity[i, 1] * m[0, 1]
+            vy = velocity[i, 0] * m[1, 0] + velocity[i, 1] * m[1, 1]
+        else:
+            vx, vy = vr[i] * ux, vr[i] * uy
+        pos[i, 0], pos[i, 1] = rx + m[0, 3] + vx * dts[r], ry + m[1, 3] + vy * dts[r]
+        vel[i, 0], vel[i, 1] = vx, vy
+        los[i, 0], los[i, 1] = ux, uy
+        va, vc = range_sigma**2, math.hypot(azimuth_sigma * rng, lateral_floor) ** 2
+        cov[i, 0, 0] = va * ux * ux + vc * uy * uy
+        cov[i, 1, 1] = va * uy * uy + vc * ux * ux
+        cov[i, 0, 1] = cov[i, 1, 0] = (va - vc) * ux * uy
+        radial[i, 0], radial[i, 1], radial[i, 2] = vr[i], ux, uy
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types fusion calls it with."""
     h = np.ones((1, 8, 3))
@@ -862,6 +913,10 @@ def warm_up() -> None:
         f1.copy(), 0.5, 40.0, 0.1,
     )  # fmt: skip
     radar_groups(f2.copy(), c1.copy(), i1.copy(), f1.copy(), 9.0, i1.copy())
+    radar_to_frame(
+        f3.copy(), f2.copy(), f1.copy(), i1.copy(), np.eye(4)[None], f1.copy(), i1.copy(), 0.5, 0.03, 0.2,
+        i1.copy(), f2.copy(), f2.copy(), b1.copy(), f2.copy(), c1.copy(), f3.copy(),
+    )  # fmt: skip
     radar_only(
         f2.copy(), f2.copy(), b1.copy(), f1.copy(), c1.copy(), f2.copy(), f1.copy(), f3.copy(), i1.copy(),
         f3.copy(), f1.copy(), np.zeros(4, np.intp), 10.0, 0.0, 0.5, 0.75, 0.5,
