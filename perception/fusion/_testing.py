@@ -31,6 +31,7 @@ __all__ = [
     "SimObject",
     "TrafficScene",
     "camera_result",
+    "imperfect",
     "lidar_result",
     "make_rig",
     "missing",
@@ -407,4 +408,45 @@ def scene_results(
         else:
             full = rng.random(len(objs)) < radar_full_fraction
             out[name] = radar_result(rig, name, objs, t_ns=t_s, full_velocity=full.tolist())
+    return out
+
+
+def imperfect(
+    results: Mapping[str, SensorResult], rig: Mapping[str, SensorSpec], rng: np.random.Generator
+) -> dict[str, SensorResult]:
+    """``results`` with a real detector's imperfections: missed detections (15 % camera, 10 % lidar and
+    radar), scores drawn at random, 10 % of camera classes wrong, 0-3 radar clutter objects nowhere near
+    an object."""
+    out = {}
+    for name, res in results.items():
+        o = {k: np.array(v) for k, v in res.outputs.items()}
+        kind = rig[name].kind
+        if kind is SensorKind.CAMERA:
+            n = int(o["COUNT"][0])
+            keep = np.flatnonzero(rng.random(n) > 0.15)
+            for key in ("BOXES", "SCORES", "LABELS"):
+                o[key][: keep.size] = o[key][keep]
+                o[key][keep.size :] = 0
+            o["COUNT"][0] = keep.size
+            o["SCORES"][: keep.size] = rng.uniform(0.05, 1.0, keep.size)
+            wrong = rng.random(keep.size) < 0.1
+            o["LABELS"][: keep.size][wrong] = rng.integers(0, len(LABELS), int(wrong.sum()))
+        else:
+            n = o["SCORES"].shape[0]
+            keep = np.flatnonzero(rng.random(n) > 0.1)
+            o = {k: v[keep] for k, v in o.items()}
+            o["SCORES"] = rng.uniform(0.02, 1.0, keep.size).astype(np.float32)
+            if kind is SensorKind.RADAR:  # clutter: a few returns nowhere near an object
+                c = int(rng.integers(0, 4))
+                pos = np.column_stack([rng.uniform(5, 80, c), rng.uniform(-30, 30, c), np.zeros(c)])
+                vel = np.where(rng.random((c, 1)) < 0.5, rng.normal(0, 3, (c, 2)), np.nan)
+                extra = {
+                    "POSITIONS": pos,
+                    "RADIAL_VELOCITY": rng.normal(0, 2, c),
+                    "VELOCITY": vel,
+                    "RCS": rng.uniform(-5, 25, c),
+                    "SCORES": rng.uniform(0.05, 0.9, c),
+                }
+                o = {k: np.concatenate([o[k], extra[k].astype(np.float32)]) for k in o}
+        out[name] = SensorResult(name, res.status, outputs=o, sample_t_ns=res.sample_t_ns)
     return out

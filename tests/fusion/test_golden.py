@@ -20,8 +20,8 @@ import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.fusion import Fuser
-from perception.fusion._testing import make_rig, missing, scene_results, traffic_scene
-from perception.types import LABELS, Detection3D, Frame, SensorKind, SensorResult
+from perception.fusion._testing import imperfect, make_rig, missing, scene_results, traffic_scene
+from perception.types import LABELS, Detection3D, Frame
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden.npz"
 RIG = make_rig(cameras=2, radars=2)
@@ -29,43 +29,6 @@ NAMES = tuple(RIG)
 OFFSETS_NS = {"cam_front": -15_000_000, "cam_back": -15_000_000, "radar_front": -30_000_000, "radar_rear": -30_000_000}
 FRAME_NS = 100_000_000
 FLOATS = ("score", "center", "size", "yaw", "velocity", "uncertainty")
-
-
-def _perturb(results: dict[str, SensorResult], rng: np.random.Generator) -> dict[str, SensorResult]:
-    """Realistic imperfections: missed detections, varied scores, camera class errors, radar clutter."""
-    out = {}
-    for name, res in results.items():
-        o = {k: np.array(v) for k, v in res.outputs.items()}
-        kind = RIG[name].kind
-        if kind is SensorKind.CAMERA:
-            n = int(o["COUNT"][0])
-            keep = np.flatnonzero(rng.random(n) > 0.15)
-            for key in ("BOXES", "SCORES", "LABELS"):
-                o[key][: keep.size] = o[key][keep]
-                o[key][keep.size :] = 0
-            o["COUNT"][0] = keep.size
-            o["SCORES"][: keep.size] = rng.uniform(0.05, 1.0, keep.size)
-            wrong = rng.random(keep.size) < 0.1
-            o["LABELS"][: keep.size][wrong] = rng.integers(0, len(LABELS), int(wrong.sum()))
-        else:
-            n = o["SCORES"].shape[0]
-            keep = np.flatnonzero(rng.random(n) > 0.1)
-            o = {k: v[keep] for k, v in o.items()}
-            o["SCORES"] = rng.uniform(0.02, 1.0, keep.size).astype(np.float32)
-            if kind is SensorKind.RADAR:  # clutter: a few returns nowhere near an object
-                c = int(rng.integers(0, 4))
-                pos = np.column_stack([rng.uniform(5, 80, c), rng.uniform(-30, 30, c), np.zeros(c)])
-                vel = np.where(rng.random((c, 1)) < 0.5, rng.normal(0, 3, (c, 2)), np.nan)
-                extra = {
-                    "POSITIONS": pos,
-                    "RADIAL_VELOCITY": rng.normal(0, 2, c),
-                    "VELOCITY": vel,
-                    "RCS": rng.uniform(-5, 25, c),
-                    "SCORES": rng.uniform(0.05, 0.9, c),
-                }
-                o = {k: np.concatenate([o[k], extra[k].astype(np.float32)]) for k in o}
-        out[name] = SensorResult(name, res.status, outputs=o, sample_t_ns=res.sample_t_ns)
-    return out
 
 
 def _scenarios() -> Iterator[tuple[str, list[tuple[Detection3D, ...]]]]:
@@ -87,7 +50,7 @@ def _scenarios() -> Iterator[tuple[str, list[tuple[Detection3D, ...]]]]:
     stream = []
     for k in [*range(12), 9, *range(12, 40)]:
         t = k * FRAME_NS
-        res = _perturb(scene_results(scene, RIG, t, offsets_ns=OFFSETS_NS, seed=100 + k), rng)
+        res = imperfect(scene_results(scene, RIG, t, offsets_ns=OFFSETS_NS, seed=100 + k), RIG, rng)
         for name in NAMES:
             if rng.random() < (0.3 if name == "lidar_top" else 0.2):
                 res[name] = missing(name)
@@ -101,7 +64,7 @@ def _scenarios() -> Iterator[tuple[str, list[tuple[Detection3D, ...]]]]:
     stream = []
     for k in range(20):
         t = k * FRAME_NS
-        res = _perturb(scene_results(scene, RIG, t, offsets_ns=OFFSETS_NS, seed=200 + k), rng)
+        res = imperfect(scene_results(scene, RIG, t, offsets_ns=OFFSETS_NS, seed=200 + k), RIG, rng)
         if k % 3 == 2:
             res["lidar_top"] = missing("lidar_top")
         stream.append((untracked if k % 2 == 0 else strict)(Frame(k, t, {}), res)[0])
