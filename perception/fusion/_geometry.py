@@ -4,8 +4,8 @@ Conventions (see :mod:`perception.types`): boxes are ``[N,7]`` ``x, y, z, l, w, 
 box centre, ``l`` along ``yaw`` (about +z); homogeneous transforms are ``[4,4]`` ``parent <- child``.
 Camera frames are optical (z forward, x right, y down) and pixels are ``(u, v)`` of the original image.
 
-Every function works on whole arrays (no per-object Python loops); the projection of many boxes and
-the pairwise 2D IoU run as compiled loops (:mod:`._kernels`).
+Every function works on whole arrays (no per-object Python loops); the projection of many boxes, the
+pairwise 2D IoU and the rotated-rectangle IoU run as compiled loops (:mod:`._kernels`).
 """
 
 from __future__ import annotations
