@@ -38,14 +38,6 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
-#: Corner signs ``(x, y, z)`` of a unit box: bottom face counter-clockwise, then the top face.
-_CORNER_SIGNS = (
-    np.array(
-        [[1, 1, -1], [-1, 1, -1], [-1, -1, -1], [1, -1, -1], [1, 1, 1], [-1, 1, 1], [-1, -1, 1], [1, -1, 1]],
-        dtype=np.float64,
-    )
-    * 0.5
-)
 #: Counter-clockwise BEV corner signs (front-left, rear-left, rear-right, front-right).
 _BEV_SIGNS = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], dtype=np.float64) * 0.5
 
@@ -82,15 +74,15 @@ def box_corners(boxes: npt.ArrayLike, *, homogeneous: bool = False) -> F64:
     transform)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
     # one coordinate at a time ([N,8] planes): broadcasting [N,8,3] blocks iterates 3 elements at a time
-    lx = _CORNER_SIGNS[:, 0] * b[:, 3:4]
-    ly = _CORNER_SIGNS[:, 1] * b[:, 4:5]
+    lx = _kernels.CORNER_SIGNS[:, 0] * b[:, 3:4]
+    ly = _kernels.CORNER_SIGNS[:, 1] * b[:, 4:5]
     c, s = np.cos(b[:, 6:7]), np.sin(b[:, 6:7])
     out = np.empty((b.shape[0], 8, 4 if homogeneous else 3))
     if homogeneous:
         out[..., 3] = 1.0
     out[..., 0] = c * lx - s * ly + b[:, 0:1]
     out[..., 1] = s * lx + c * ly + b[:, 1:2]
-    out[..., 2] = _CORNER_SIGNS[:, 2] * b[:, 5:6] + b[:, 2:3]
+    out[..., 2] = _kernels.CORNER_SIGNS[:, 2] * b[:, 5:6] + b[:, 2:3]
     return out
 
 

@@ -1,17 +1,22 @@
-"""Compiled loops for fusion's pairwise geometry (numba).
+"""Compiled loops of the fusion stage (numba).
 
 Fusion runs once per frame on tens of objects. At that size a numpy call costs 1-5 us whatever the
-array size, so pairwise steps written as whole-array operations pay for their number of calls, not for
-their arithmetic: projecting boxes into the cameras with near-plane clipping, their occlusion and the
-IoU against the detections took ~50 calls and ~250 us a frame. Written as loops and compiled by numba
-they take ~15 us. The functions here are the implementations behind :mod:`._geometry` and
-:mod:`._associate`; callers use those (typed, validated) entry points.
+array size, so a step written as whole-array operations pays for its number of calls, not for its
+arithmetic: the numpy implementation took 1.9 ms a frame even for 2 objects. The pairwise and
+per-object steps are therefore loops compiled by numba: camera association (:func:`camera_pairs`,
+:func:`camera_evidence`, :func:`camera_candidates`), radar (:func:`radar_to_frame`,
+:func:`attach_radar`, :func:`radar_groups`, :func:`radar_only`), :func:`finish_velocity`, NMS
+(:func:`nms_pairs`, :func:`nms_suppress`) and the geometry behind :mod:`._geometry`
+(:func:`project`, :func:`box_iou`, :func:`rect_iou`). The tracker's loops are in
+:mod:`._track_kernels`. The module docstring of :mod:`._fuser` states the rules; each kernel's
+docstring says what it computes.
 
-Kernels are compiled on first use and cached on disk next to this module (``cache=True``), so only the
-first process after an install pays the compile (~45 s for all fusion and tracking kernels on two
-cores); :func:`warm_up` does it ahead of the first frame (the :class:`~perception.fusion.Fuser` calls it
-when it is built). The cache is invalidated by changes to a kernel's own module only: kernels call
-jitted helpers of their own module, never another module's.
+Callers pass C-contiguous, writable arrays of fixed dtypes (:func:`c_array`), so each kernel has one
+specialization, and preallocate the outputs. Kernels are compiled on first use and cached on disk next
+to this module (``cache=True``): only the first process after an install pays the compile (~45 s for
+all fusion and tracking kernels on two cores); :func:`warm_up` does it ahead of the first frame (a
+``Fuser`` calls it when it is built). The cache is invalidated by changes to a kernel's own module
+only: kernels call jitted helpers of their own module, never another module's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "CORNER_SIGNS",
     "attach_radar",
     "box_iou",
     "c_array",
@@ -49,8 +55,9 @@ B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: Corner signs (times half the size) of a unit box, as :func:`._geometry.box_corners` orders them.
-_CORNER_SIGNS = 0.5 * np.array(
+#: Corner signs (times half the size) of a unit box: bottom face counter-clockwise, then the top face
+#: (the corner order of :func:`._geometry.box_corners`, which uses this table too).
+CORNER_SIGNS = 0.5 * np.array(
     [[1, 1, -1], [-1, 1, -1], [-1, -1, -1], [1, -1, -1], [1, 1, 1], [-1, 1, 1], [-1, -1, 1], [1, -1, 1]], np.float64
 )
 #: The 12 edges of a box as corner index pairs (corner order of :func:`._geometry.box_corners`).
@@ -195,7 +202,7 @@ def attach_radar(
     surface_factor: float,
     refine: bool,
 ) -> None:
-    """Radar objects -> fused objects, in place (``Fuser._attach_radar`` documents the rules).
+    """Radar objects -> fused objects, in place (step 3 of :mod:`._fuser`).
 
     Every free radar object joins the object whose box it is nearest to in Mahalanobis distance (box
     point nearest to the radar point, covariances of both) within ``gate``, and is no longer free. A
@@ -363,10 +370,10 @@ def camera_pairs(
             by += dts[c] * velocity[o, 1]
         co, so = np.cos(yaw[o]), np.sin(yaw[o])
         for k in range(8):
-            lx = _CORNER_SIGNS[k, 0] * size[o, 0]
-            ly = _CORNER_SIGNS[k, 1] * size[o, 1]
+            lx = CORNER_SIGNS[k, 0] * size[o, 0]
+            ly = CORNER_SIGNS[k, 1] * size[o, 1]
             px, py = co * lx - so * ly + bx, so * lx + co * ly + by
-            pz = _CORNER_SIGNS[k, 2] * size[o, 2] + center[o, 2]
+            pz = CORNER_SIGNS[k, 2] * size[o, 2] + center[o, 2]
             for j in range(3):
                 h[i, k, j] = px * kpt[c, 0, j] + py * kpt[c, 1, j] + pz * kpt[c, 2, j] + kpt[c, 3, j]
         size_m[i, 0], size_m[i, 1] = image_size[c, 0], image_size[c, 1]
@@ -578,7 +585,7 @@ def finish_velocity(
     heading_sigma: float,
 ) -> None:
     """In place: a velocity from the radial speed where no full velocity arrived, then positions moved
-    over their ``age`` where a velocity is known (see ``Fuser._finish_velocity``)."""
+    over their ``age`` where a velocity is known (steps 1 and 3 of :mod:`._fuser`)."""
     for o in range(center.shape[0]):
         if not vel_full[o] and np.isfinite(radial[o, 0]):
             vr, ux, uy = radial[o, 0], radial[o, 1], radial[o, 2]
@@ -650,7 +657,7 @@ def camera_candidates(
     yaw: F64,
     cov: F64,
 ) -> None:
-    """3D candidates from unmatched camera detections (``Fuser._camera_only`` documents the model).
+    """3D candidates from unmatched camera detections (step 5 of :mod:`._fuser`).
 
     Per detection of camera ``ci``: the ray through the box's bottom centre (``K^-1``, extrinsic
     ``ext [C,4,4]``) meets the ground at a depth whose error grows with the pixel noise; the class's
