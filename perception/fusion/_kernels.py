@@ -90,6 +90,37 @@ def mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
 
 
 @jit
+def _iou(ax1: float, ay1: float, ax2: float, ay2: float, bx1: float, by1: float, bx2: float, by2: float) -> float:
+    """IoU of two image boxes ``x1, y1, x2, y2`` (0 when their union is empty)."""
+    inter = max(min(ax2, bx2) - max(ax1, bx1), 0.0) * max(min(ay2, by2) - max(ay1, by1), 0.0)
+    union = max(ax2 - ax1, 0.0) * max(ay2 - ay1, 0.0) + max(bx2 - bx1, 0.0) * max(by2 - by1, 0.0) - inter
+    return inter / union if union > 0.0 else 0.0
+
+
+@jit
+def _off_box(dx: float, dy: float, c: float, s: float, length: float, width: float) -> tuple[float, float]:
+    """Offset of a point from the nearest point of a BEV box (zero inside): ``(dx, dy)`` is the point
+    minus the box centre, ``c, s`` the cosine and sine of the box's heading."""
+    lx = min(max(c * dx + s * dy, -0.5 * length), 0.5 * length)
+    ly = min(max(c * dy - s * dx, -0.5 * width), 0.5 * width)
+    return dx - (c * lx - s * ly), dy - (s * lx + c * ly)
+
+
+@jit
+def _support(length: float, width: float, c: float, s: float, ux: float, uy: float) -> float:
+    """Half-extent of a BEV box (heading cosine ``c``, sine ``s``) along the unit direction ``(ux, uy)``:
+    the distance from its centre to its near face seen along it."""
+    return 0.5 * length * abs(ux * c + uy * s) + 0.5 * width * abs(uy * c - ux * s)
+
+
+@jit
+def _along(ux: float, uy: float, va: float, vc: float) -> tuple[float, float, float]:
+    """``(c00, c11, c01)`` of the BEV covariance with variance ``va`` along the unit ``(ux, uy)`` and ``vc``
+    across it."""
+    return va * ux * ux + vc * uy * uy, va * uy * uy + vc * ux * ux, (va - vc) * ux * uy
+
+
+@jit
 def project(h: F64, depth: F64, size: F64, near: float, boxes: F64, in_image: B, centre: F64, frac: F64) -> None:
     """Image boxes of boxes given by their corners' homogeneous pixels ``h [M,8,3]`` and optical depth
     ``depth [M,8]``, in images of ``size [M,2]``; writes ``boxes [M,4]``, ``in_image``, ``centre`` (mean
@@ -159,14 +190,8 @@ def occlusion(boxes: F64, depth: F64, valid: B, group: IP, cover: F64) -> None:
 def box_iou(a: F64, b: F64, out: F64) -> None:
     """``out [N,M]``: IoU of image boxes ``a [N,4]`` and ``b [M,4]`` (``x1, y1, x2, y2``)."""
     for i in range(a.shape[0]):
-        ax1, ay1, ax2, ay2 = a[i, 0], a[i, 1], a[i, 2], a[i, 3]
-        area_a = max(ax2 - ax1, 0.0) * max(ay2 - ay1, 0.0)
         for j in range(b.shape[0]):
-            w = min(ax2, b[j, 2]) - max(ax1, b[j, 0])
-            hgt = min(ay2, b[j, 3]) - max(ay1, b[j, 1])
-            inter = max(w, 0.0) * max(hgt, 0.0)
-            union = area_a + max(b[j, 2] - b[j, 0], 0.0) * max(b[j, 3] - b[j, 1], 0.0) - inter
-            out[i, j] = inter / union if union > 0.0 else 0.0
+            out[i, j] = _iou(a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[j, 0], b[j, 1], b[j, 2], b[j, 3])
 
 
 @jit
@@ -218,14 +243,10 @@ def attach_radar(
     best_d2 = np.full(kn, np.inf)
     for o in range(n):
         c, s = np.cos(yaw[o]), np.sin(yaw[o])
-        hl, hw = 0.5 * size[o, 0], 0.5 * size[o, 1]
         for k in range(kn):
             if not r_free[k]:
                 continue
-            dx, dy = r_pos[k, 0] - center[o, 0], r_pos[k, 1] - center[o, 1]
-            lx = min(max(c * dx + s * dy, -hl), hl)
-            ly = min(max(c * dy - s * dx, -hw), hw)
-            ex, ey = dx - (c * lx - s * ly), dy - (s * lx + c * ly)
+            ex, ey = _off_box(r_pos[k, 0] - center[o, 0], r_pos[k, 1] - center[o, 1], c, s, size[o, 0], size[o, 1])
             d2 = mahalanobis2(
                 ex, ey, cov[o, 0, 0] + r_cov[k, 0, 0], cov[o, 0, 1] + r_cov[k, 0, 1], cov[o, 1, 1] + r_cov[k, 1, 1]
             )
@@ -288,7 +309,7 @@ def attach_radar(
         # the radar's estimate of the centre: its point moved into the box along the line of sight
         ux, uy = r_los[k, 0], r_los[k, 1]
         c, s = np.cos(yaw[o]), np.sin(yaw[o])
-        extent = surface_factor * (0.5 * size[o, 0] * abs(ux * c + uy * s) + 0.5 * size[o, 1] * abs(uy * c - ux * s))
+        extent = surface_factor * _support(size[o, 0], size[o, 1], c, s, ux, uy)
         zx, zy = r_pos[k, 0] + extent * ux - center[o, 0], r_pos[k, 1] + extent * uy - center[o, 1]
         p00, p01, p10, p11 = cov[o, 0, 0], cov[o, 0, 1], cov[o, 1, 0], cov[o, 1, 1]
         a, b, d = p00 + r_cov[k, 0, 0], p01 + r_cov[k, 0, 1], p11 + r_cov[k, 1, 1]
@@ -390,15 +411,11 @@ def camera_pairs(
             and lidar[po[i]]
         )
         ax1, ay1, ax2, ay2 = boxes[i, 0] - pad, boxes[i, 1] - pad, boxes[i, 2] + pad, boxes[i, 3] + pad
-        area_a = max(ax2 - ax1, 0.0) * max(ay2 - ay1, 0.0)
         for d in range(det_boxes.shape[0]):
             value = 0.0
             if in_image[i] and det_cam[d] == pc[i]:
                 bx1, by1 = det_boxes[d, 0] - pad, det_boxes[d, 1] - pad
-                bx2, by2 = det_boxes[d, 2] + pad, det_boxes[d, 3] + pad
-                inter = max(min(ax2, bx2) - max(ax1, bx1), 0.0) * max(min(ay2, by2) - max(ay1, by1), 0.0)
-                union = area_a + max(bx2 - bx1, 0.0) * max(by2 - by1, 0.0) - inter
-                value = inter / union if union > 0.0 else 0.0
+                value = _iou(ax1, ay1, ax2, ay2, bx1, by1, det_boxes[d, 2] + pad, det_boxes[d, 3] + pad)
             iou[i, d] = value
             allowed[i, d] = value >= min_iou and matchable[i]
     return m
@@ -702,11 +719,11 @@ def camera_candidates(
             continue
         hx, hy = d[0] / nxy, d[1] / nxy
         length, width, height = class_sizes[lab, 0], class_sizes[lab, 1], class_sizes[lab, 2]
-        extent = 0.5 * length * abs(hx) + 0.5 * width * abs(hy)
+        extent = _support(length, width, 1.0, 0.0, hx, hy)  # the box faces along x
         p = (ext[c, 0, 3] + lam * d[0] + extent * hx, ext[c, 1, 3] + lam * d[1] + extent * hy, 0.5 * height)
         va = math.hypot(1.0 / math.sqrt(w) * nxy, 0.3 * extent) ** 2
         vc = (ground_range * pixel_sigma / fx + 0.2) ** 2
-        c00, c11, c01 = va * hx * hx + vc * hy * hy, va * hy * hy + vc * hx * hx, (va - vc) * hx * hy
+        c00, c11, c01 = _along(hx, hy, va, vc)
         for j in range(3):  # base_link(t_f) <- base_link(t_s)
             center[i, j] = rel[c, j, 0] * p[0] + rel[c, j, 1] * p[1] + rel[c, j, 2] * p[2] + rel[c, j, 3]
         size[i, 0], size[i, 1], size[i, 2] = length, width, height
@@ -719,14 +736,17 @@ def camera_candidates(
         # a candidate whose (long, along-the-ray) uncertainty covers an object is that object
         absorbed = False
         for o in range(obj_center.shape[0]):
-            co, so = math.cos(obj_yaw[o]), math.sin(obj_yaw[o])
-            dx, dy = center[i, 0] - obj_center[o, 0], center[i, 1] - obj_center[o, 1]
-            hl, hw = 0.5 * obj_size[o, 0], 0.5 * obj_size[o, 1]
-            lx = min(max(co * dx + so * dy, -hl), hl)
-            ly = min(max(co * dy - so * dx, -hw), hw)
+            ex, ey = _off_box(
+                center[i, 0] - obj_center[o, 0],
+                center[i, 1] - obj_center[o, 1],
+                math.cos(obj_yaw[o]),
+                math.sin(obj_yaw[o]),
+                obj_size[o, 0],
+                obj_size[o, 1],
+            )
             d2 = mahalanobis2(
-                dx - (co * lx - so * ly),
-                dy - (so * lx + co * ly),
+                ex,
+                ey,
                 obj_cov[o, 0, 0] + cov[i, 0, 0],
                 obj_cov[o, 0, 1] + cov[i, 0, 1],
                 obj_cov[o, 1, 1] + cov[i, 1, 1],
@@ -814,7 +834,7 @@ def radar_only(
         length, width, height = class_sizes[lab, 0], class_sizes[lab, 1], class_sizes[lab, 2]
         lx, ly = los[i, 0], los[i, 1]
         c, s = math.cos(yaw), math.sin(yaw)
-        extent = surface_factor * (0.5 * length * abs(lx * c + ly * s) + 0.5 * width * abs(ly * c - lx * s))
+        extent = surface_factor * _support(length, width, c, s, lx, ly)
         o_center[k, 0], o_center[k, 1], o_center[k, 2] = pos[i, 0] + extent * lx, pos[i, 1] + extent * ly, 0.5 * height
         o_size[k, 0], o_size[k, 1], o_size[k, 2] = length, width, height
         o_yaw[k] = yaw
@@ -822,11 +842,9 @@ def radar_only(
         o_vel_var[k] = velocity_sigma[lab] ** 2 / w if has_full else np.inf
         o_vel_full[k] = has_full
         o_radial[k, 0], o_radial[k, 1], o_radial[k, 2] = radial[i, 0], radial[i, 1], radial[i, 2]
-        va, vc = (0.3 * extent + 0.1) ** 2, 0.1**2
-        o_cov[k, 0, 0] = cov[i, 0, 0] + (va * lx * lx + vc * ly * ly)
-        o_cov[k, 1, 1] = cov[i, 1, 1] + (va * ly * ly + vc * lx * lx)
-        o_cov[k, 0, 1] = cov[i, 0, 1] + (va - vc) * lx * ly
-        o_cov[k, 1, 0] = cov[i, 1, 0] + (va - vc) * lx * ly
+        c00, c11, c01 = _along(lx, ly, (0.3 * extent + 0.1) ** 2, 0.1**2)
+        o_cov[k, 0, 0], o_cov[k, 1, 1] = cov[i, 0, 0] + c00, cov[i, 1, 1] + c11
+        o_cov[k, 0, 1], o_cov[k, 1, 0] = cov[i, 0, 1] + c01, cov[i, 1, 0] + c01
         o_score[k] = score_factor * score[i]
         o_label[k] = lab
     return n
@@ -875,10 +893,8 @@ def radar_to_frame(
         pos[i, 0], pos[i, 1] = rx + m[0, 3] + vx * dts[r], ry + m[1, 3] + vy * dts[r]
         vel[i, 0], vel[i, 1] = vx, vy
         los[i, 0], los[i, 1] = ux, uy
-        va, vc = range_sigma**2, math.hypot(azimuth_sigma * rng, lateral_floor) ** 2
-        cov[i, 0, 0] = va * ux * ux + vc * uy * uy
-        cov[i, 1, 1] = va * uy * uy + vc * ux * ux
-        cov[i, 0, 1] = cov[i, 1, 0] = (va - vc) * ux * uy
+        c00, c11, c01 = _along(ux, uy, range_sigma**2, math.hypot(azimuth_sigma * rng, lateral_floor) ** 2)
+        cov[i, 0, 0], cov[i, 1, 1], cov[i, 0, 1], cov[i, 1, 0] = c00, c11, c01, c01
         radial[i, 0], radial[i, 1], radial[i, 2] = vr[i], ux, uy
 
 
