@@ -1,4 +1,4 @@
-"""Association primitives: Hungarian assignment (whole or sparse problems), covariances along a direction."""
+"""Association primitives: Hungarian assignment of whole or sparse problems."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from scipy.optimize import linear_sum_assignment
 __all__ = [
     "assign",
     "assign_pairs",
-    "covariance_along",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -17,18 +16,6 @@ B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 
 _BIG = 1e9
-
-
-def covariance_along(direction: F64, sigma_along: F64 | float, sigma_across: F64 | float) -> F64:
-    """``[K,2,2]`` covariances with std-devs ``sigma_along`` along unit ``direction [K,2]`` and across it
-    (each ``[K]`` or one for all)."""
-    ux, uy = direction[:, 0], direction[:, 1]
-    va, vc = sigma_along**2, sigma_across**2
-    out = np.empty((direction.shape[0], 2, 2))
-    out[:, 0, 0] = va * ux * ux + vc * uy * uy
-    out[:, 1, 1] = va * uy * uy + vc * ux * ux
-    out[:, 0, 1] = out[:, 1, 0] = (va - vc) * ux * uy
-    return out
 
 
 def assign(cost: F64, allowed: B) -> tuple[IP, IP]:

@@ -94,7 +94,6 @@ class _Sensor:
     index: int
     extrinsic: F64  # base_link <- sensor
     k: F64  # camera matrix (identity for other kinds)
-    k_inv: F64
     width: int = 0
     height: int = 0
     # half-angle tangents of a camera's view frustum and their secants (culling)
@@ -179,7 +178,6 @@ class Fuser:
                     index=i,
                     extrinsic=spec.extrinsic.matrix(),
                     k=k,
-                    k_inv=np.linalg.inv(k),
                     width=cal.width if cal is not None else 0,
                     height=cal.height if cal is not None else 0,
                     **frustum,
@@ -189,14 +187,15 @@ class Fuser:
         self._names = SourceNames([s.name for s in sensors])
         # the rig is static: per-sensor tables indexed by sensor index, and the parameters as arrays
         self._sensor_from_base = np.array([invert_transform(s.extrinsic) for s in sensors]).reshape(-1, 4, 4)
+        self._extrinsic = np.array([s.extrinsic for s in sensors]).reshape(-1, 4, 4)
         self._k = np.array([s.k for s in sensors]).reshape(-1, 3, 3)
+        self._k_inv = np.linalg.inv(self._k)
         self._image_size = np.array([[s.width, s.height] for s in sensors], dtype=np.float64).reshape(-1, 2)
         self._frustum = np.array([[s.tan_x, s.tan_y, s.sec_x, s.sec_y] for s in sensors]).reshape(-1, 4)
         self._class_max_speed = np.asarray(self.params.class_max_speed, dtype=np.float64)
         self._radial_sigma = np.asarray(self.params.radar_radial_sigma, dtype=np.float64)
         self._velocity_sigma = np.asarray(self.params.radar_velocity_sigma, dtype=np.float64)
         self._nms_radius = np.asarray(self.params.nms_radius, dtype=np.float64)
-        self._match_pad = np.array([-1.0, -1.0, 1.0, 1.0]) * self.params.camera_match_pad
         self._empty = Objects.empty(len(sensors))  # shared: read-only, returned wherever nothing is found
         for f in fields(self._empty):
             getattr(self._empty, f.name).setflags(write=False)
@@ -452,6 +451,7 @@ class Fuser:
             det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
         rels = [motion.relative(t_s) for _, _, t_s in cameras]  # base_link(t_f) <- base_link(t_s)
         unmatched = filled(det_cam.size, True, bool)
+        dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])  # capture time - frame time
         n = len(objs)
         if n:
             # camera(t_s) <- base_link(t_f); cameras of a frame usually share their capture time
@@ -463,7 +463,6 @@ class Fuser:
             # homogeneous pixels h = K [R|t] p; K's last row is [0, 0, 1] (checked at construction), so
             # h[..., 2] is the depth
             kpt = (self._k[cam_sensor] @ cam_from_base[:, :3, :]).transpose(0, 2, 1).copy()  # [C,4,3]
-            dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])
             most = c_n * n
             pc, po = np.empty(most, np.intp), np.empty(most, np.intp)
             boxes, matchable, expected = np.empty((most, 4)), np.empty(most, bool), np.empty(most, bool)
@@ -497,14 +496,13 @@ class Fuser:
             return self._empty
         di = keep.nonzero()[0]
         ci = det_cam[di]
-        sensors = [cam[0] for cam in cameras]
         k = di.size
         ok, yaw = np.empty(k, bool), np.empty(k)
         center, size, cov = np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 2, 2))
         _kernels.camera_candidates(
-            ci, det_boxes.take(di, axis=0), det_labels[di], np.stack([s.extrinsic for s in sensors]),
-            np.stack([s.k for s in sensors]), np.stack([s.k_inv for s in sensors]),
-            np.array([s.height for s in sensors], dtype=np.float64), np.stack(rels), _SIZES,
+            ci, det_boxes.take(di, axis=0), det_labels[di], self._extrinsic.take(cam_sensor, axis=0),
+            self._k.take(cam_sensor, axis=0), self._k_inv.take(cam_sensor, axis=0),
+            self._image_size[:, 1].take(cam_sensor), np.stack(rels), _SIZES,
             prm.camera_pixel_sigma, prm.camera_height_sigma, prm.camera_max_depth,
             objs.center, objs.size, objs.yaw, objs.cov, prm.camera_absorb_gate,
             ok, center, size, yaw, cov,
@@ -520,7 +518,7 @@ class Fuser:
         cands.score[:] = prm.camera_only_factor * scores
         cands.votes[np.arange(m), labels] = scores
         cands.sources[np.arange(m), cam_sensor[ci[sel]]] = True
-        cands.age[:] = np.array([(motion.t_ns - t_s) * 1e-9 for _, _, t_s in cameras])[ci[sel]]
+        cands.age[:] = -dts[ci[sel]]
         cands.origin[:] = _CAMERA
         return cands
 
