@@ -29,7 +29,7 @@ _ONES.setflags(write=False)
 
 def _tensor(
     outputs: Mapping[str, npt.NDArray[Any]], name: str, sensor: str, columns: int | None, *, cast: bool = True
-) -> F64:
+) -> npt.NDArray[Any]:
     """``outputs[name]`` as float64 ``[N]`` (``columns`` None) or ``[N, columns]`` (``cast`` false: as it
     came, any numeric dtype)."""
     arr = outputs.get(name)
@@ -42,8 +42,7 @@ def _tensor(
         raise InputError(f"expected shape {want}, got {list(shape)}", sensor=sensor, tensor=name)
     if a.dtype.kind not in "fiub":
         raise InputError(f"expected a numeric tensor, got dtype {a.dtype}", sensor=sensor, tensor=name)
-    out: F64 = a.astype(np.float64) if cast else a
-    return out
+    return a.astype(np.float64) if cast else a
 
 
 def _same_rows(sensor: str, names: tuple[str, ...], *arrays: npt.NDArray[Any]) -> int:

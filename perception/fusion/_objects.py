@@ -22,8 +22,7 @@ _NUM_LABELS = len(LABELS)
 
 def filled(shape: int | tuple[int, ...], value: float, dtype: npt.DTypeLike = np.float64) -> npt.NDArray[Any]:
     """``np.full(shape, value, dtype)`` for the small arrays of one frame: ``np.full`` and ``np.ones`` are
-    Python-level wrappers that cost ~4x an ``empty`` + ``fill`` (~2 us per call on our hosts, a dozen
-    calls a frame)."""
+    Python-level wrappers that cost ~4x an ``empty`` + ``fill`` (~2 us per call on our hosts)."""
     out = np.empty(shape, dtype)
     out.fill(value)
     return out
