@@ -34,6 +34,7 @@ import platform
 import sys
 import time
 import timeit
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,8 @@ import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.fusion import Fuser
-from perception.fusion._testing import imperfect, make_rig, scene_results, traffic_scene
-from perception.types import Frame
+from perception.fusion._testing import TrafficScene, imperfect, make_rig, scene_results, traffic_scene
+from perception.types import Frame, SensorResult, SensorSpec
 
 log = logging.getLogger("bench_fusion")
 
@@ -71,7 +72,10 @@ def _reference_op_us() -> float:
 
 
 def _measure(
-    frames: list[tuple[Frame, dict[str, Any]]], rig: Any, scene: Any, args: argparse.Namespace
+    frames: list[tuple[Frame, dict[str, SensorResult]]],
+    rig: Mapping[str, SensorSpec],
+    scene: TrafficScene,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """Replay ``frames`` ``args.repeats`` times with a fresh fuser; per frame the fastest replay."""
     fusion = np.zeros((args.repeats, args.frames), np.int64)
