@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import anyio
 
-from perception.config import RuntimeConfig
-from perception.errors import PerceptionError, RuntimeClosedError
+from perception.config import RuntimeConfig, resolve_sensors
+from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
@@ -61,13 +61,12 @@ class FusionStage(Protocol):
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
 
 
-FusionFactory = Any  # Callable[[RuntimeConfig, Mapping[str, SensorSpec]], FusionStage]
-
-
 class Runtime:
     """Frame scheduler + fusion, as an async context manager.
 
     ``rig`` gives each sensor's extrinsic and calibration (from the drive, or from the vehicle).
+    A profile that leaves its sensors to the drive (no ``sensors:``) gets one per sensor of ``rig``,
+    served by the default model of its kind (:func:`perception.config.resolve_sensors`).
     ``client`` may be passed to share an already open Triton client (the runtime then neither opens
     nor closes it); otherwise the runtime opens its own from ``config.server``.
     """
@@ -82,6 +81,14 @@ class Runtime:
         check_models: bool = True,
         join_timeout_ns: int | None = None,
     ) -> None:
+        if not config.resolved:
+            if not rig:
+                raise ConfigError(
+                    "the profile lists no sensors (they come from the drive): pass the rig, or list them",
+                    file=str(config.source) if config.source else None,
+                    key="sensors",
+                )
+            config = resolve_sensors(config, rig)
         self.config = config
         # Lockstep replays wait for every sensor: a join timeout longer than the budget.
         self._join_ns = join_timeout_ns if join_timeout_ns is not None else config.budget.join_ns
