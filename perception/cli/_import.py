@@ -13,6 +13,7 @@ The output file only appears when the import succeeded; an existing one is kept 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,14 @@ def run(args: argparse.Namespace) -> int:
                 overwrite=args.force,
                 on_progress=bar.update,
             )
-    _print(summary)
+    _print(summary, args.output)
     return 0
 
 
-def _print(summary: ImportSummary) -> None:
+def _print(summary: ImportSummary, output: Path) -> None:
     sys.stdout.write("\n".join(summary.lines()) + "\n")
+    # The default profile takes its sensors from the drive: no profile to write first.
+    drive = shlex.quote(str(output))
+    out_dir = shlex.quote(f"{output.with_suffix('')}-replay")
+    sys.stdout.write(f"\nreplay it with:  perception replay {drive} --out {out_dir}\n")
+    sys.stdout.write(f"score it with:   perception eval {drive}\n")

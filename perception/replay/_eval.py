@@ -19,7 +19,7 @@ from perception.errors import DriveError
 from perception.evaluation import DetectionEvaluator
 from perception.fusion import Fuser
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
-from perception.replay._source import GT_TOLERANCE_NS, match_rig
+from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
 from perception.types import Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 __all__ = ["MODES", "evaluate_modes", "score_modes"]
@@ -51,6 +51,7 @@ def score_modes(
     results: list[FrameResult], config: RuntimeConfig, reader: DriveReader, modes: Mapping[str, frozenset[str]] = MODES
 ) -> dict[str, dict[str, Any]]:
     """Fusion + evaluation of kept replay results for each mode."""
+    config = drive_config(config, reader)
     rig = match_rig(config, reader)
     kinds = {s.name: s.kind for s in config.sensors}
     ego_at = reader.ego_pose_at if reader.ego_poses() else None

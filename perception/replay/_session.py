@@ -157,6 +157,7 @@ async def replay_drive(
     outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
+        cfg = source.config  # with the drive's sensors when the profile leaves them open
         fusion = _make_fusion(cfg, source.rig, reader) if opts.fusion else None
         if opts.evaluate and reader.has_ground_truth and fusion is not None:
             from perception.evaluation import DetectionEvaluator
