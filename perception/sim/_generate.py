@@ -63,7 +63,8 @@ class Simulator:
     """Random access to a simulated drive: scenes, samples, ego poses and ground truth at any time.
 
     ``Simulator("urban", seed=7, duration_s=12).sample("cam_front", 5)`` is the 6th front image;
-    the same arguments always give the same bytes.
+    the same arguments always give the same bytes on the same machine (across CPU models: see
+    :mod:`perception.sim._precision`).
     """
 
     def __init__(self, scenario: str | Scenario = "urban", *, seed: int = 0, duration_s: float = 10.0,
@@ -363,7 +364,7 @@ def generate_drive(
 
     ``progress=True`` draws a bar on stderr; a callable receives the simulated seconds done.
     ``workers`` > 1 captures samples in that many processes (``None``: up to 2, one per core); the
-    file is byte-identical whatever the number of workers. ``compression`` is the drive's chunk
+    file is byte-identical whatever the number of workers (on one machine). ``compression`` is the drive's chunk
     compression (``zstd``, ``lz4`` -- faster for big lidar drives -- or ``none``).
     """
     from perception.drives import DriveWriter

@@ -79,7 +79,8 @@ def _messages(path: Path) -> tuple[dict[str, Any], list[_Message]]:
             "header": (header.profile, header.library),
             "schemas": sorted((s.name, s.encoding, bytes(s.data)) for s in summary.schemas.values()),
             "channels": sorted(
-                (c.id, c.topic, c.message_encoding, summary.schemas[c.schema_id].name, tuple(sorted(c.metadata.items())))
+                (c.id, c.topic, c.message_encoding, summary.schemas[c.schema_id].name,
+                 tuple(sorted(c.metadata.items())))
                 for c in summary.channels.values()
             ),
             "metadata": [(m.name, tuple(sorted(m.metadata.items()))) for m in reader.iter_metadata()],

@@ -92,9 +92,8 @@ def _rewrite(src: Path, dst: Path, edit: Edit) -> Path:
         header = reader.get_header()
         w = Writer(g, compression=CompressionType.ZSTD)
         w.start(profile=header.profile, library=header.library)
-        schema_ids = {
-            s.id: w.register_schema(s.name, s.encoding, s.data) for s in sorted(summary.schemas.values(), key=lambda s: s.id)
-        }
+        schemas = sorted(summary.schemas.values(), key=lambda s: s.id)
+        schema_ids = {s.id: w.register_schema(s.name, s.encoding, s.data) for s in schemas}
         channel_ids = {
             c.id: w.register_channel(c.topic, c.message_encoding, schema_ids[c.schema_id], dict(c.metadata))
             for c in sorted(summary.channels.values(), key=lambda c: c.id)
