@@ -6,27 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_runtime_options, runtime_config
-from perception.drives import DriveReader
-from perception.errors import PerceptionError
-from perception.live import LiveRuntime
-from perception.live._publisher import parse_faults, receive
+from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
-from perception.types import EgoPose, FrameResult
 
 __all__ = ["register"]
-
-log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
@@ -79,73 +67,24 @@ def run(args: argparse.Namespace) -> int:
     cfg = runtime_config(args)
     time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
     cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
-    with DriveReader(args.drive) as reader:
-        rig = dict(reader.rig)
-        duration_s = (reader.end_ns - reader.start_ns) / 1e9
-    unknown = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)} - set(rig)
-    if unknown:
-        from perception.errors import ConfigError
-
-        raise ConfigError(f"no such sensor in the drive: {', '.join(sorted(unknown))} (it has: {', '.join(rig)})")
-    records: list[FrameResult] = []
-    with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
-        path = Path(tmp) / "samples.sock"
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(path))
-        server.listen(1)
-        with LiveRuntime(cfg, rig, on_result=records.append) as live:
-            fault_json = json.dumps(dataclasses.asdict(faults))
-            env = {**os.environ}
-            publisher = subprocess.Popen(
-                [sys.executable, "-m", "perception.live._publisher", str(args.drive), str(path), fault_json], env=env
-            )
-            try:
-                server.settimeout(60)
-                conn, _ = server.accept()
-                server.close()
-                t0 = time.monotonic()
-                with conn:
-                    for item in receive(conn):
-                        if isinstance(item, EgoPose):
-                            live.push_ego(item)
-                        else:
-                            live.push(item)
-                wall_s = time.monotonic() - t0
-            except TimeoutError:
-                raise PerceptionError("the publisher process did not connect within 60 s") from None
-            finally:
-                code = publisher.wait(timeout=30)
-        summary = live.status()
-    trigger = cfg.trigger.sensor
-    rate = rig[trigger].rate_hz if trigger and trigger in rig else (cfg.trigger.rate_hz or 0.0)
-    summary["expected_frames"] = round(duration_s * rate) if rate else None
-    summary["wall_s"] = round(wall_s, 2)
-    summary["publisher_exit_code"] = code
-    summary["time_base"] = time_base
-    summary["faults"] = dataclasses.asdict(faults)
+    outcome = live_session(args.drive, cfg, faults)
+    summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
         with safe_output_path(args.out, "frames.jsonl").open("w") as f:
-            for r in records:
-                f.write(
-                    json.dumps(
-                        {
-                            "frame_id": r.frame_id,
-                            "t_ns": r.t_ns,
-                            "status": r.status.value,
-                            "latency_ms": r.latency.total_ns / 1e6,
-                            "detections": len(r.detections),
-                            "sensors": {n: s.status.value for n, s in r.sensors.items()},
-                        }
-                    )
-                    + "\n"
-                )
-    if args.json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        sys.stdout.write(_render(summary))
-    return 0 if code == 0 else 1
+            for r in outcome.records:
+                record = {
+                    "frame_id": r.frame_id,
+                    "t_ns": r.t_ns,
+                    "status": r.status.value,
+                    "latency_ms": r.latency.total_ns / 1e6,
+                    "detections": len(r.detections),
+                    "sensors": {n: s.status.value for n, s in r.sensors.items()},
+                }
+                f.write(json.dumps(record) + "\n")
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
+    return 0 if summary["publisher_exit_code"] == 0 else 1
 
 
 def _render(s: dict[str, Any]) -> str:

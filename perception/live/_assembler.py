@@ -8,8 +8,9 @@ converted to the host clock (:class:`TimeBase`), then:
 * **timer fallback** — when the trigger sensor has been silent for longer than its period plus
   ``live.trigger_tolerance_ms``, frames keep opening at its nominal period with it ``missing``; its
   next sample hands the clock back;
-* **completion** — a frame is complete once every active sensor has a sample at or after the frame
-  time (no later sample can be nearer), or when the host clock passes the frame time plus the widest
+* **completion** — a frame is complete once no sample still to come can be nearer its time for any
+  active sensor (one at or after the frame time has arrived, or by the sensor's nominal rate its next
+  sample will be farther than its last), or when the host clock passes the frame time plus the widest
   sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
   and not older than its staleness limit, measured on capture times.
@@ -136,6 +137,7 @@ class LiveAssembler(Generic[T]):
         self._ego: deque[EgoPose] = deque(maxlen=64)
         self._next_id = 0
         self._last_frame_t: int | None = None
+        self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
         rate = trigger.rate_hz or (rates or {}).get(trigger.sensor or "", 0.0)
         self._period_ns = round(1e9 / rate) if rate else 0
         self._fixed_rate = trigger.rate_hz is not None
@@ -148,30 +150,30 @@ class LiveAssembler(Generic[T]):
         self.stats = LiveStats()
 
     # -- intake ---------------------------------------------------------------------------------
-    def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> bool:
-        """Take one sample that arrived at ``arrival_ns``; False when it was dropped (and counted).
-        Frames come from :meth:`due`, a trigger sample's frame with its ``token``."""
+    def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
+        """Take one sample that arrived at ``arrival_ns``: None when taken, else why it was dropped
+        (counted in :attr:`stats`). Frames come from :meth:`due`, a trigger sample's with its ``token``."""
         name = sample.sensor
         if name not in self._sensors:
             self.stats.unknown_sensor += 1
-            return False
+            return "unknown sensor"
         last = self._last_stamp.get(name)
         if last is not None and sample.t_ns <= last:
             if sample.t_ns == last:
                 self.stats.duplicate += 1
-            else:
-                self.stats.out_of_order += 1
-            return False
+                return "duplicate"
+            self.stats.out_of_order += 1
+            return "out of order"
         host_t, jump = self._time.to_host(name, sample.t_ns, arrival_ns)
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
-            return False
+            return "clock jump"
         self._last_stamp[name] = sample.t_ns
         if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
             self.stats.late += 1
-            return False
+            return "late"
         self.stats.samples += 1
         if host_t != sample.t_ns:
             sample = dataclasses.replace(sample, t_ns=host_t)
@@ -181,7 +183,7 @@ class LiveAssembler(Generic[T]):
         elif self._fixed_rate and self._next_rate_t is None:
             self._next_rate_t = host_t
         self._settle(arrival_ns)
-        return True
+        return None
 
     def add_ego(self, pose: EgoPose, arrival_ns: int) -> None:
         """An ego pose (odometry) from the host; frames carry the one nearest their time."""
@@ -244,12 +246,27 @@ class LiveAssembler(Generic[T]):
         return self._trigger_last_arrival + (self._timer_k + 1) * period + self._live.trigger_tolerance_ns
 
     def _settle(self, now: int) -> None:
-        """Mark pending frames whose every active sensor has a sample at or after their time."""
+        """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
         for p in self._pending:
-            if p.due_ns <= now:
-                continue
-            if all(self._buffers[n] and self._buffers[n][-1].t_ns >= p.t_ns for n in self._active):
+            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._active):
                 p.due_ns = now
+
+    def _settled(self, name: str, t: int) -> bool:
+        """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
+        ``t``, or, by its nominal period, its next sample is expected farther from ``t`` than its last
+        one is (or outside the sync window, when the last one is too old to be used)."""
+        buf = self._buffers[name]
+        if not buf:
+            return False
+        last = buf[-1].t_ns
+        if last >= t:
+            return True
+        period = self._periods.get(name, 0)
+        if not period:
+            return False
+        window = self._sensors[name].sync_window_ns
+        expected = last + period
+        return expected - t >= t - last or (t - last > window and expected - t > window)
 
     def next_deadline(self) -> int | None:
         """The host time at which :meth:`due` next has work (a frame to complete or to open)."""

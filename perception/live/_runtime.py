@@ -90,6 +90,7 @@ class LiveRuntime:
         self._results_recv: MemoryObjectReceiveStream[FrameResult] | None = None
         self._results_buffer = results_buffer
         self._results_overflow = 0
+        self._assembly_cpu_ns = 0  # CPU time of the event-loop thread in intake and assembly
         self._frames_send: MemoryObjectSendStream[Frame] | None = None
         self._latency = LatencyAccumulator(budget_ns=config.budget.total_ns)
         self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
@@ -158,6 +159,7 @@ class LiveRuntime:
             "latency_ms": summary["latency_ms"]["total"],
             "sensor_status": summary["sensor_status"],
             "results_overflow": self._results_overflow,
+            "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
 
     # -- lifetime (async) -----------------------------------------------------------------------
@@ -281,18 +283,18 @@ class LiveRuntime:
         async with frames:
             while True:
                 assert self._wake is not None
+                cpu0 = time.thread_time_ns()
                 for item in self._take_intake():
                     if isinstance(item.sample, EgoPose):
                         asm.add_ego(item.sample, item.arrival_ns)
                         continue
-                    before = dataclasses.astuple(asm.stats)
-                    accepted = asm.add(item.sample, item.arrival_ns, token=item.future)
-                    if not accepted and item.future is not None:
-                        reason = _why(before, asm.stats)
-                        item.future.set_exception(SampleDroppedError(reason, sensor=item.sample.sensor))
+                    dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
+                    if dropped is not None and item.future is not None:
+                        item.future.set_exception(SampleDroppedError(dropped, sensor=item.sample.sensor))
                 now = time.monotonic_ns()
                 closing = self._closing
                 ready = asm.close() if closing else asm.due(now)
+                self._assembly_cpu_ns += time.thread_time_ns() - cpu0
                 for frame, token in ready:
                     if token is not None:
                         self._futures[frame.frame_id] = token
@@ -346,13 +348,3 @@ def _run_callback(callback: Callback, result: FrameResult) -> None:
 
 def _sensor(sample: Sample | EgoPose) -> str:
     return sample.sensor if not isinstance(sample, EgoPose) else "ego"
-
-
-_REASONS = [f.name for f in dataclasses.fields(LiveStats)]
-
-
-def _why(before: tuple[Any, ...], after: LiveStats) -> str:
-    for name, old, new in zip(_REASONS, before, dataclasses.astuple(after), strict=True):
-        if new != old and name not in ("samples",):
-            return name.replace("_", " ")
-    return "not used"

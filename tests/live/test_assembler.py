@@ -27,9 +27,9 @@ def make(live: LiveConfig | None = None, trigger: TriggerConfig = TRIGGER) -> Li
 
 def test_a_frame_completes_as_soon_as_every_sensor_has_moved_past_it() -> None:
     asm = make()
-    assert asm.add(pc("lidar", 1000 * MS), 1005 * MS, token="f0")
+    assert asm.add(pc("lidar", 1000 * MS), 1005 * MS, token="f0") is None
     assert asm.due(1006 * MS) == []  # radar not yet past the frame time: wait (bounded)
-    assert asm.add(pc("radar", 1010 * MS), 1012 * MS)
+    assert asm.add(pc("radar", 1010 * MS), 1012 * MS) is None
     [(frame, token)] = asm.due(1012 * MS)
     assert token == "f0" and frame.t_ns == 1000 * MS and frame.created_ns == 1005 * MS
     assert frame.samples["radar"] is not None and frame.samples["radar"].t_ns == 1010 * MS
@@ -80,9 +80,9 @@ def test_out_of_order_duplicate_late_and_unknown_are_counted() -> None:
     asm.add(pc("lidar", 1000 * MS), 1001 * MS)
     asm.add(pc("radar", 1010 * MS), 1011 * MS)
     assert len(asm.due(1011 * MS)) == 1
-    assert not asm.add(pc("radar", 1010 * MS), 1012 * MS)  # duplicate
-    assert not asm.add(pc("radar", 1005 * MS), 1012 * MS)  # older than one seen
-    assert not asm.add(pc("sonar", 1005 * MS), 1012 * MS)
+    assert asm.add(pc("radar", 1010 * MS), 1012 * MS) == "duplicate"
+    assert asm.add(pc("radar", 1005 * MS), 1012 * MS) == "out of order"
+    assert asm.add(pc("sonar", 1005 * MS), 1012 * MS) == "unknown sensor"
     asm.add(pc("lidar", 1100 * MS), 1101 * MS)
     asm.add(pc("radar", 1110 * MS), 1111 * MS)
     assert len(asm.due(1111 * MS)) == 1
@@ -95,7 +95,7 @@ def test_late_sample_of_a_sensor_is_counted() -> None:
     asm.add(pc("lidar", 1000 * MS), 1001 * MS)
     asm.add(pc("lidar", 1100 * MS), 1101 * MS)
     asm.due(1200 * MS)
-    assert not asm.add(pc("radar", 990 * MS), 1200 * MS)  # 110 ms before the last emitted frame
+    assert asm.add(pc("radar", 990 * MS), 1200 * MS) == "late"  # 110 ms before the last emitted frame
     assert asm.stats.late == 1
 
 
@@ -128,8 +128,8 @@ def test_estimated_offset_converts_another_time_base_and_survives_a_jump() -> No
 
 def test_fixed_offset_drops_a_jumped_stamp() -> None:
     asm = make(LiveConfig(time_base="offset", offset_ms=-5000, max_stamp_skew_ms=500))
-    assert asm.add(pc("lidar", 6000 * MS), 1002 * MS)  # 6000 - 5000 = 1000 ms on the host
-    assert not asm.add(pc("lidar", 9000 * MS), 1102 * MS)  # 4000 ms: 2.9 s off its arrival
+    assert asm.add(pc("lidar", 6000 * MS), 1002 * MS) is None  # 6000 - 5000 = 1000 ms on the host
+    assert asm.add(pc("lidar", 9000 * MS), 1102 * MS) == "clock jump"  # 4000 ms: 2.9 s off its arrival
     assert asm.stats.clock_jump == 1
 
 
