@@ -19,7 +19,8 @@ Tree::
     │   │   └── ModelNotReadyError   model missing / unloaded / not ready
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
-    └── RuntimeClosedError           the runtime is shut down or not started
+    ├── RuntimeClosedError           the runtime is shut down or not started
+    └── SampleDroppedError           a live sample could not be used (late, out of order, ...)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "ModelNotReadyError",
     "PerceptionError",
     "RuntimeClosedError",
+    "SampleDroppedError",
     "ServerError",
     "SharedMemoryError",
     "TransportError",
@@ -150,3 +152,10 @@ class CircuitOpenError(PerceptionError):
 
 class RuntimeClosedError(PerceptionError):
     """The runtime is closed (or was never opened)."""
+
+
+class SampleDroppedError(PerceptionError):
+    """A live sample was not used (late, out of order, duplicate, clock jump, intake overflow): the
+    future :meth:`perception.live.LiveRuntime.push` returned for a trigger sample ends with it."""
+
+    _PREFIX_KEYS = ("sensor",)

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("perception.cli._replay", "replay a drive through Triton: one record per frame"),
     "eval": ("perception.cli._eval", "score detections vs ground truth in every sensor mode"),
     "budget": ("perception.cli._budget", "latency-budget test with per-stage attribution and a verdict"),
+    "live": ("perception.cli._live", "run the live API as a vehicle host would, with a publisher process"),
     "bench": ("perception.cli._bench", "side-by-side benchmarks of dispatch patterns and transports"),
     "model-quality": ("perception.cli._model_quality", "score each reference model on an unseen drive"),
     "render": ("perception.cli._render", "render frames of a replay output to PNG"),

@@ -18,6 +18,7 @@ __all__ = [
     "FaultConfig",
     "FusionConfig",
     "KindDefaults",
+    "LiveConfig",
     "OutputConfig",
     "PipelineConfig",
     "RuntimeConfig",
@@ -266,6 +267,53 @@ class FaultConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """Live ingestion (:mod:`perception.live`): frames assembled on the host's monotonic clock.
+
+    ``time_base``: what the samples' stamps are. ``monotonic``: the host's monotonic clock already;
+    ``offset``: that clock plus ``offset_ms`` (a fixed, known offset such as PTP to monotonic);
+    ``estimate``: another clock whose offset is estimated per sensor from arrival times (the smallest
+    arrival - stamp over the last samples, so it absorbs the fastest transport delay) and re-anchored when
+    it jumps by more than ``max_stamp_skew_ms``.
+    """
+
+    time_base: Literal["monotonic", "offset", "estimate"] = "monotonic"
+    offset_ms: float = 0.0
+    #: A stamp further than this from its arrival time (after the offset) is a clock jump: counted;
+    #: re-anchored when estimating, dropped otherwise.
+    max_stamp_skew_ms: float = 1000.0
+    #: A frame waits for samples still in transit this long past its sync windows, at most.
+    transit_ms: float = 20.0
+    #: The trigger is silent after its period plus this: frames come from the timer until it is back.
+    trigger_tolerance_ms: float = 50.0
+    #: Samples pushed but not yet taken by the assembler; beyond it the oldest is dropped (counted).
+    intake_queue: int = 1024
+
+    def __post_init__(self) -> None:
+        _positive("max_stamp_skew_ms", self.max_stamp_skew_ms)
+        _non_negative("transit_ms", self.transit_ms)
+        _positive("trigger_tolerance_ms", self.trigger_tolerance_ms)
+        if not 1 <= self.intake_queue <= 1_000_000:
+            raise ValueError(f"intake_queue: must be within 1..1000000, got {self.intake_queue}")
+
+    @property
+    def offset_ns(self) -> int:
+        return _ns(self.offset_ms)
+
+    @property
+    def max_stamp_skew_ns(self) -> int:
+        return _ns(self.max_stamp_skew_ms)
+
+    @property
+    def transit_ns(self) -> int:
+        return _ns(self.transit_ms)
+
+    @property
+    def trigger_tolerance_ns(self) -> int:
+        return _ns(self.trigger_tolerance_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConfig:
     dir: Path | None = None
     write_fused_mcap: bool = False
@@ -288,6 +336,7 @@ class RuntimeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     faults: tuple[FaultConfig, ...] = ()
+    live: LiveConfig = field(default_factory=LiveConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     source: Path | None = None  # the YAML file this came from (for messages)
 
