@@ -26,6 +26,7 @@ from kitti_fixtures import (
     write_vod,
 )
 
+from perception.cli import main
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.importers import KITTI_LABELS, ImportSummary, import_kitti, kitti_label, parse_frames
@@ -407,3 +408,43 @@ def test_not_a_kitti_tree(tmp_path: Path) -> None:
     (tmp_path / "velodyne" / "abc.bin").write_bytes(b"")
     with pytest.raises(DriveError, match=r"abc.bin: frame files must be named by their number"):
         import_kitti(tmp_path, tmp_path / "o.mcap")
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cli_import_prints_summary_and_replay_command(
+    object_tree: ObjectTree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "k.mcap"
+    assert main(["import", "kitti", str(object_tree.root), "-o", str(out), "--frames", "0-1"]) == 0
+    stdout, stderr = capsys.readouterr()
+    lines = stdout.splitlines()
+    assert lines[0] == f"imported kitti object {object_tree.root / 'training'} -> {out}"
+    assert "  /sensors/lidar_top/points            2" in lines
+    assert lines[-1] == f"replay:   perception replay {out}"
+    assert "Traceback" not in stderr
+    assert main(["import", "kitti", str(object_tree.root), "-o", str(out)]) == 1  # exists: kept
+    _, stderr = capsys.readouterr()
+    assert stderr.strip().endswith("output exists (pass --force / overwrite=True to replace it)")
+
+
+def test_cli_bad_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = _broken(tmp_path)
+    (tree / "label_2" / "000001.txt").write_text("Car 0 0\n")
+    assert main(["import", "kitti", str(tree), "-o", str(tmp_path / "k.mcap")]) == 1
+    stdout, stderr = capsys.readouterr()
+    assert stdout == ""
+    assert stderr == (
+        f"perception import: error: {tree / 'label_2' / '000001.txt'}: line 1: expected 15 or 16 values "
+        "(with a score), got 3\n"
+    )
+
+
+def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "kitti", "root", "-o", "x.mcap", "--frames", "5-2"])
+    assert exc.value.code == 2
+    assert "ends before it starts" in capsys.readouterr().err
