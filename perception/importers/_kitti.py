@@ -504,6 +504,9 @@ def _objects(
     seen: dict[int, int] = {}
     for lab in labels:
         label = kitti_label(lab.type)
+        if lab.type == "DontCare":
+            out.skip("annotations of type DontCare (unlabelled regions, not objects)")
+            continue
         if label is None:
             out.skip(f"annotations of type {lab.type} (not one of our labels)")
             continue

@@ -125,7 +125,7 @@ def test_object_rig_times_and_skips(object_tree: ObjectTree, object_drive: tuple
     assert [g.t_ns for g in gts] == [0, 1 * S, 3 * S]
     differs = "cam_front: samples whose calibration differs from the drive's (frame 0's)"
     assert summary.skipped[f"{differs}; import those frames separately (--frames)"] == 1
-    assert summary.skipped["annotations of type DontCare (not one of our labels)"] == 1
+    assert summary.skipped["annotations of type DontCare (unlabelled regions, not objects)"] == 1
     assert summary.skipped["annotations of type Misc (not one of our labels)"] == 1
     assert meta["source"] == "kitti" and meta["kitti.layout"] == "object" and meta["kitti.base_link"] == "imu"
     assert meta["kitti.frames"] == "000000,000001,000003"
@@ -243,7 +243,7 @@ def test_tracking_ground_truth(tracking_tree: TrackingTree, tracking_drive: tupl
     path, summary = tracking_drive
     with DriveReader(path) as d:
         gts = d.ground_truth()
-    assert summary.skipped["annotations of type DontCare (not one of our labels)"] == 5
+    assert summary.skipped["annotations of type DontCare (unlabelled regions, not objects)"] == 5
     for i, (gt, boxes) in enumerate(zip(gts, tracking_tree.boxes, strict=True)):
         assert [o.track_id for o in gt.objects] == sorted(b.track for b in boxes)  # KITTI track ids kept
         car = next(o for o in gt.objects if o.track_id == 0)

@@ -73,7 +73,7 @@ def test_real_boxes_land_on_lidar_points(real_drive: tuple[Path, ImportSummary])
             assert n >= 30, (label, dist, n)
     elongated = [(n, t) for label, _, n, t in counts if label in ("car", "truck", "cyclist")]
     assert sum(n for n, _ in elongated) > 1.3 * sum(t for _, t in elongated), counts
-    assert summary.skipped["annotations of type DontCare (not one of our labels)"] >= 1
+    assert summary.skipped["annotations of type DontCare (unlabelled regions, not objects)"] >= 1
 
 
 def test_real_drive_info(real_drive: tuple[Path, ImportSummary], capsys: pytest.CaptureFixture[str]) -> None:
