@@ -120,3 +120,43 @@ def test_real_drive_replays(
         assert r["sensors"]["lidar_top"]["status"] == "ok", r["sensors"]
     # frame 0's camera calibration differs from the rig's (frames 1-2): its image was not imported
     assert [r["sensors"]["cam_front"]["status"] for r in records] == ["missing", "ok", "ok"]
+
+
+def _calib(path: Path) -> dict[str, npt.NDArray[np.float64]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if ":" in line and line.split(":", 1)[1].split():
+            key, values = line.split(":", 1)
+            out[key] = np.array([float(v) for v in values.split()])
+    return out
+
+
+def test_real_boxes_agree_with_the_lidar_frame_formula(real_drive: tuple[Path, ImportSummary]) -> None:
+    """The common shortcut (centre = inv(R0_rect Tr_velo_to_cam) location + h/2 up in the lidar frame,
+    yaw_lidar = -(rotation_y + pi/2)) lands within centimetres and milliradians of the importer's
+    camera-frame conversion on real calibrations."""
+    path, _ = real_drive
+    with DriveReader(path) as d:
+        base_velo = d.rig["lidar_top"].extrinsic
+        gts = {g.t_ns // 1_000_000_000: g for g in d.ground_truth()}
+    for n, gt in gts.items():
+        cal = _calib(KITTI / "training" / "calib" / f"{n:06d}.txt")
+        rect_velo = np.eye(4)
+        rect_velo[:3, :3] = cal["R0_rect"].reshape(3, 3)
+        tr = np.vstack([cal["Tr_velo_to_cam"].reshape(3, 4), [0, 0, 0, 1]])
+        velo_rect = np.linalg.inv(rect_velo @ tr)
+        ours = sorted(gt.objects, key=lambda o: o.center[0])
+        theirs = []
+        for line in (KITTI / "training" / "label_2" / f"{n:06d}.txt").read_text().splitlines():
+            v = line.split()
+            if v[0] in ("DontCare", "Misc"):
+                continue
+            h, x, y, z, ry = float(v[8]), float(v[11]), float(v[12]), float(v[13]), float(v[14])
+            c = velo_rect[:3, :3] @ np.array([x, y, z]) + velo_rect[:3, 3] + np.array([0.0, 0.0, h / 2])
+            theirs.append((base_velo.apply(c)[0], -(ry + math.pi / 2) + base_velo.yaw()))
+        theirs.sort(key=lambda t: float(t[0][0]))
+        assert len(theirs) == len(ours)
+        for o, (c, yaw) in zip(ours, theirs, strict=True):
+            # the two differ by where "up" is (camera -y vs lidar z): h/2 x the tilt between them (< 0.02 rad)
+            assert np.linalg.norm(np.asarray(o.center) - c) < o.size[2] / 2 * 0.02, (o, c)
+            assert abs(math.remainder(o.yaw - yaw, 2 * math.pi)) < 0.01, (o.yaw, yaw)
