@@ -88,6 +88,7 @@ __all__ = [
     "KITTI_LABELS",
     "OBJECT_FRAME_GAP_NS",
     "TRACKING_PERIOD_NS",
+    "format_frames",
     "import_kitti",
     "kitti_label",
     "parse_frames",
@@ -148,6 +149,20 @@ def parse_frames(spec: str) -> frozenset[int]:
             raise ValueError(f"range {part!r} ends before it starts")
         out.update(range(lo, hi + 1))
     return frozenset(out)
+
+
+def format_frames(numbers: Iterable[int]) -> str:
+    """The inverse of :func:`parse_frames`: ``[0, 1, 2, 7]`` -> ``"0-2,7"``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(n)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -400,20 +415,28 @@ def _geometry(
     return _Geometry(base_velo, base_velo @ velo_rect, velo_rect, specs)
 
 
-def _rig(frames: Sequence[_Frame], geos: Sequence[_Geometry]) -> tuple[list[SensorSpec], dict[str, int]]:
-    """Per sensor the most common spec (ties: the earliest frame's), and the frame number it came from."""
+def _rig(frames: Sequence[_Frame], geos: Sequence[_Geometry]) -> tuple[list[SensorSpec], dict[str, int], list[str]]:
+    """Per sensor the most common spec (ties: the earliest frame's), the frame number it came from,
+    and for sensors with several calibrations a note listing the frames of each (for ``--frames``)."""
     rig: list[SensorSpec] = []
     source: dict[str, int] = {}
+    notes: list[str] = []
     for name in (_LIDAR, _RADAR, _CAMERA):
         specs = [(g.specs[name], f.number) for f, g in zip(frames, geos, strict=True) if name in g.specs]
         if not specs:
             continue
-        counts = Counter(s for s, _ in specs)
-        best = max(counts.values())
-        spec, number = next((s, n) for s, n in specs if counts[s] == best)
+        groups: dict[SensorSpec, list[int]] = {}
+        for s, n in specs:
+            groups.setdefault(s, []).append(n)
+        best = max(len(v) for v in groups.values())
+        spec = next(s for s, v in groups.items() if len(v) == best)  # dicts keep first-seen order
         rig.append(spec)
-        source[name] = number
-    return rig, source
+        source[name] = groups[spec][0]
+        if len(groups) > 1 and name != _LIDAR:
+            shown = "; ".join(f"frames {format_frames(v)}" for v in list(groups.values())[:10])
+            more = f"; ... ({len(groups) - 10} more)" if len(groups) > 10 else ""
+            notes.append(f"{name}: {len(groups)} different calibrations among the frames: {shown}{more}")
+    return rig, source, notes
 
 
 def _box(label: KittiLabel, geo: _Geometry, convention: Convention) -> tuple[tuple[float, float, float], float]:
@@ -628,7 +651,8 @@ def import_kitti(
     imu_base = all(_calib(f.calib, calibs).has("Tr_imu_to_velo") for f in plan.frames)
     rate = 1e9 / (TRACKING_PERIOD_NS if layout.tracking else OBJECT_FRAME_GAP_NS)
     geos = [_geometry(f, calibs, imu_base, sizes, rate) for f in plan.frames]
-    rig, rig_source = _rig(plan.frames, geos)
+    rig, rig_source, rig_notes = _rig(plan.frames, geos)
+    plan.notes.extend(rig_notes)
     convention: Convention = "lidar" if layout.vod else "camera"
 
     oxts_pose: list[F64] | None = None
@@ -659,7 +683,7 @@ def import_kitti(
         "kitti.split": split,
         "kitti.base_link": "imu" if imu_base else "lidar",
         "kitti.box_convention": convention,
-        "kitti.frames": ",".join(f.stem for f in plan.frames),
+        "kitti.frames": format_frames(f.number for f in plan.frames),
         "kitti.annotated_region": f"inside the image of {_CAMERA} (image_2)",
         **({"kitti.sequence": plan.sequence} if plan.sequence is not None else {}),
         **{f"kitti.rig.{name}": f"calibration of frame {n}" for name, n in rig_source.items()},

@@ -30,6 +30,7 @@ from perception.cli import main
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.importers import KITTI_LABELS, ImportSummary, import_kitti, kitti_label, parse_frames
+from perception.importers._kitti import format_frames
 from perception.types import GroundTruthObject, ImageSample, PointCloudSample, SensorKind
 
 S = 1_000_000_000
@@ -101,6 +102,8 @@ def test_label_table() -> None:
 
 def test_parse_frames() -> None:
     assert parse_frames("0-2,7") == {0, 1, 2, 7}
+    assert format_frames([7, 0, 2, 1, 9, 10]) == "0-2,7,9-10"
+    assert parse_frames(format_frames([3, 4, 5, 11])) == {3, 4, 5, 11}
     for bad in ("", "a", "3-1", "1,,2"):
         with pytest.raises(ValueError):
             parse_frames(bad)
@@ -128,7 +131,8 @@ def test_object_rig_times_and_skips(object_tree: ObjectTree, object_drive: tuple
     assert summary.skipped["annotations of type DontCare (unlabelled regions, not objects)"] == 1
     assert summary.skipped["annotations of type Misc (not one of our labels)"] == 1
     assert meta["source"] == "kitti" and meta["kitti.layout"] == "object" and meta["kitti.base_link"] == "imu"
-    assert meta["kitti.frames"] == "000000,000001,000003"
+    assert meta["kitti.frames"] == "0-1,3"
+    assert "cam_front: 2 different calibrations among the frames: frames 0-1; frames 3" in summary.notes
     assert all(isinstance(s, ImageSample) and s.format == "png" for s in images)
 
 
@@ -211,7 +215,7 @@ def test_frames_subset(object_tree: ObjectTree, tmp_path: Path) -> None:
         assert [s.t_ns for s in d.samples()] == [3 * S, 3 * S]
         cal = d.rig["cam_front"].calibration
         assert cal is not None and cal.k == tuple(TILTED.k.ravel())
-        assert d.metadata["kitti.frames"] == "000003"
+        assert d.metadata["kitti.frames"] == "3"
     assert not any("calibration differs" in k for k in summary.skipped)
     with pytest.raises(DriveError, match=r"no frame 2 \(frames here: 0..3, 3 of them\)"):
         import_kitti(object_tree.root, tmp_path / "x.mcap", frames=[2])
