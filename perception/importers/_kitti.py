@@ -10,13 +10,14 @@ Layouts (``ROOT`` may be the split directory itself or the dataset root holding 
   ``.jpg``, labels) and ``ROOT/radar/<split>/velodyne/<frame>.bin`` with its own ``calib`` (whose
   ``Tr_velo_to_cam`` is radar -> camera).
 
-``velodyne`` defines the frames; ``image_2``/``label_2`` (``image_02``/``label_02``) are optional
+``velodyne`` defines the frames; ``image_2``/``image_3``/``label_2`` (``image_02``...) are optional
 folders, but when a folder is there every frame needs its file (a missing one is an error naming
 it). File formats: :mod:`perception.importers._kitti_format`.
 
 Sensors (drive name <- KITTI): ``lidar_top`` <- ``velodyne`` (x, y, z, reflectance as intensity),
 ``cam_front`` <- ``image_2`` (the left colour camera, rectified: K = ``P2[:, :3]``, no distortion;
 its frame is camera 2's rectified optical frame, i.e. ``R0_rect`` and P2's baseline applied),
+``cam_front_right`` <- ``image_3`` (the right colour camera, likewise with ``P3``),
 ``radar_front`` <- View-of-Delft ``radar`` (x, y, z, ``v_r_compensated`` as the over-ground radial
 velocity, RCS; points of earlier scans, ``time != 0``, are dropped and counted).
 
@@ -121,12 +122,17 @@ KITTI_LABELS: Mapping[str, str | None] = {
 OBJECT_FRAME_GAP_NS = 1_000_000_000
 TRACKING_PERIOD_NS = 100_000_000
 _EARTH_RADIUS_M = 6378137.0  # the raw-data devkit's latlonToMercator
-_IMAGE_DIRS = {False: "image_2", True: "image_02"}
+#: Cameras: drive name -> (object-layout folder, tracking-layout folder, projection matrix).
+_CAMERAS: Mapping[str, tuple[str, str, str]] = {
+    "cam_front": ("image_2", "image_02", "P2"),  # left colour camera
+    "cam_front_right": ("image_3", "image_03", "P3"),  # right colour camera
+}
 _LABEL_DIRS = {False: "label_2", True: "label_02"}
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _PNG = b"\x89PNG\r\n\x1a\n"
 _JPEG = b"\xff\xd8\xff"
 _LIDAR, _CAMERA, _RADAR = "lidar_top", "cam_front", "radar_front"
+_SENSORS = (_LIDAR, _RADAR, *_CAMERAS)  # rig order
 
 Convention = Literal["camera", "lidar"]
 
@@ -244,7 +250,7 @@ class _Frame:
     t_ns: int
     lidar: Path
     calib: Path
-    image: Path | None = None
+    images: dict[str, Path] = field(default_factory=dict)  # camera -> image file
     labels: Path | None = None  # object layout; tracking labels are one file per sequence
     radar: Path | None = None
     radar_calib: Path | None = None
@@ -257,7 +263,7 @@ class _Plan:
     sequence: str | None = None
     labels: Path | None = None  # tracking: label_02/<seq>.txt
     oxts: Path | None = None
-    has_images: bool = False
+    cameras: tuple[str, ...] = ()  # the cameras whose folder exists
     has_labels: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -278,9 +284,10 @@ def _select(frames: list[_Frame], wanted: frozenset[int] | None, where: Path) ->
 def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] | None) -> _Plan:
     layout = _layout(root, split)
     tree = layout.lidar
-    image_dir = tree / _IMAGE_DIRS[layout.tracking]
+    image_dirs = {cam: tree / dirs[int(layout.tracking)] for cam, dirs in _CAMERAS.items()}
+    image_dirs = {cam: d for cam, d in image_dirs.items() if d.is_dir()}
     label_dir = tree / _LABEL_DIRS[layout.tracking]
-    plan = _Plan(layout, [], has_images=image_dir.is_dir(), has_labels=label_dir.is_dir())
+    plan = _Plan(layout, [], cameras=tuple(image_dirs), has_labels=label_dir.is_dir())
     if layout.tracking:
         seqs = sorted(p.name for p in (tree / "velodyne").iterdir() if p.is_dir())
         if sequence is None:
@@ -296,8 +303,7 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
         calib = _required(tree / "calib" / f"{sequence}.txt", "calibration of the sequence")
         for n, path in _bins(tree / "velodyne" / sequence):
             frame = _Frame(n, path.stem, n * TRACKING_PERIOD_NS, path, calib)
-            if plan.has_images:
-                frame.image = _image_file(image_dir / sequence, path.stem)
+            frame.images = {cam: _image_file(d / sequence, path.stem) for cam, d in image_dirs.items()}
             plan.frames.append(frame)
         if plan.has_labels:
             plan.labels = _required(label_dir / f"{sequence}.txt", "labels of the sequence")
@@ -314,8 +320,7 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
     plan.frames = _select(plan.frames, wanted, tree / "velodyne")
     for frame in plan.frames:
         _required(frame.calib, f"calibration of frame {frame.stem}")
-        if plan.has_images:
-            frame.image = _image_file(image_dir, frame.stem)
+        frame.images = {cam: _image_file(d, frame.stem) for cam, d in image_dirs.items()}
         if plan.has_labels:
             frame.labels = _required(label_dir / f"{frame.stem}.txt", f"labels of frame {frame.stem}")
         if layout.radar is not None:
@@ -374,32 +379,8 @@ def _geometry(
             _LIDAR, SensorKind.LIDAR, _LIDAR, _transform(base_velo), topic_for(SensorKind.LIDAR, _LIDAR), None, rate
         )
     }
-    if frame.image is not None:
-        p2 = cal.projection("P2")
-        k = p2[:, :3]
-        if (
-            abs(k[2, 2] - 1.0) > 1e-9
-            or abs(k[1, 0]) + abs(k[2, 0]) + abs(k[2, 1]) > 1e-9
-            or k[0, 0] <= 0
-            or k[1, 1] <= 0
-        ):
-            raise DriveError(
-                f"P2 is not a rectified pinhole projection K [I | t]: {p2[:, :3].tolist()}", file=str(cal.path)
-            )
-        cam_rect = np.eye(4)
-        cam_rect[:3, 3] = np.linalg.solve(k, p2[:, 3])  # camera 2's offset from camera 0 (rectified)
-        size = sizes.get(frame.image)
-        if size is None:
-            size = sizes[frame.image] = _image_size(frame.image)
-        specs[_CAMERA] = SensorSpec(
-            _CAMERA,
-            SensorKind.CAMERA,
-            _CAMERA,
-            _transform(base_velo @ velo_rect @ np.linalg.inv(cam_rect)),
-            topic_for(SensorKind.CAMERA, _CAMERA),
-            CameraCalibration(size[0], size[1], tuple(float(v) for v in k.ravel()), (0.0, 0.0, 0.0, 0.0, 0.0)),
-            rate,
-        )
+    for cam, image in frame.images.items():
+        specs[cam] = _camera_spec(cam, cal, image, base_velo @ velo_rect, sizes, rate)
     if frame.radar_calib is not None:
         rcal = _calib(frame.radar_calib, calibs)
         rect_radar = rcal.rigid("R0_rect") @ rcal.rigid("Tr_velo_to_cam")
@@ -415,13 +396,37 @@ def _geometry(
     return _Geometry(base_velo, base_velo @ velo_rect, velo_rect, specs)
 
 
+def _camera_spec(
+    name: str, cal: Calib, image: Path, base_rect: F64, sizes: dict[Path, tuple[int, int]], rate: float
+) -> SensorSpec:
+    key = _CAMERAS[name][2]
+    p = cal.projection(key)
+    k = p[:, :3]
+    if abs(k[2, 2] - 1.0) > 1e-9 or abs(k[1, 0]) + abs(k[2, 0]) + abs(k[2, 1]) > 1e-9 or min(k[0, 0], k[1, 1]) <= 0:
+        raise DriveError(f"{key} is not a rectified pinhole projection K [I | t]: {k.tolist()}", file=str(cal.path))
+    cam_rect = np.eye(4)
+    cam_rect[:3, 3] = np.linalg.solve(k, p[:, 3])  # this camera's offset from camera 0 (rectified)
+    size = sizes.get(image)
+    if size is None:
+        size = sizes[image] = _image_size(image)
+    return SensorSpec(
+        name,
+        SensorKind.CAMERA,
+        name,
+        _transform(base_rect @ np.linalg.inv(cam_rect)),
+        topic_for(SensorKind.CAMERA, name),
+        CameraCalibration(size[0], size[1], tuple(float(v) for v in k.ravel()), (0.0, 0.0, 0.0, 0.0, 0.0)),
+        rate,
+    )
+
+
 def _rig(frames: Sequence[_Frame], geos: Sequence[_Geometry]) -> tuple[list[SensorSpec], dict[str, int], list[str]]:
     """Per sensor the most common spec (ties: the earliest frame's), the frame number it came from,
     and for sensors with several calibrations a note listing the frames of each (for ``--frames``)."""
     rig: list[SensorSpec] = []
     source: dict[str, int] = {}
     notes: list[str] = []
-    for name in (_LIDAR, _RADAR, _CAMERA):
+    for name in _SENSORS:
         specs = [(g.specs[name], f.number) for f, g in zip(frames, geos, strict=True) if name in g.specs]
         if not specs:
             continue
@@ -606,7 +611,7 @@ def _radar(path: Path, t_ns: int, seq: int, out: DriveOutput) -> PointCloudSampl
     return PointCloudSample(_RADAR, t_ns, _RADAR, points, ("x", "y", "z", "radial_velocity", "rcs"), seq)
 
 
-def _camera(path: Path, t_ns: int, seq: int) -> ImageSample:
+def _camera(name: str, path: Path, t_ns: int, seq: int) -> ImageSample:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -617,7 +622,7 @@ def _camera(path: Path, t_ns: int, seq: int) -> ImageSample:
         fmt = "jpeg"
     else:
         raise DriveError("not a PNG or JPEG file", file=str(path))
-    return ImageSample(_CAMERA, t_ns, _CAMERA, data, fmt, seq)
+    return ImageSample(name, t_ns, name, data, fmt, seq)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -772,7 +777,7 @@ def _write(
             out.write_ego_pose(ego[i])
         if gts is not None:
             out.write_ground_truth(gts[i])
-        for name in (_LIDAR, _RADAR, _CAMERA):
+        for name in _SENSORS:
             spec = geo.specs.get(name)
             if spec is None:
                 continue
@@ -795,8 +800,7 @@ def _write(
                 assert frame.radar is not None
                 out.write(_radar(frame.radar, frame.t_ns, seq[name], out))
             else:
-                assert frame.image is not None
-                out.write(_camera(frame.image, frame.t_ns, seq[name]))
+                out.write(_camera(name, frame.images[name], frame.t_ns, seq[name]))
             seq[name] += 1
         if on_progress is not None:
             on_progress((i + 1) / len(plan.frames))

@@ -32,6 +32,7 @@ F64 = npt.NDArray[np.float64]
 K = np.array([[700.0, 0.0, 32.0], [0.0, 700.0, 12.0], [0.0, 0.0, 1.0]])
 K_OTHER = np.array([[720.0, 0.0, 31.0], [0.0, 720.0, 12.5], [0.0, 0.0, 1.0]])
 CAM2_OFFSET = np.array([0.06, -0.001, 0.002])  # camera 2 in rectified camera 0 coordinates
+CAM3_OFFSET = np.array([-0.47, 0.002, -0.003])  # camera 3
 IMAGE_SIZE = (64, 24)
 EARTH = 6378137.0
 
@@ -76,6 +77,10 @@ class Calibration:
         return np.hstack([self.k, (self.k @ CAM2_OFFSET)[:, None]])
 
     @property
+    def p3(self) -> F64:
+        return np.hstack([self.k, (self.k @ CAM3_OFFSET)[:, None]])
+
+    @property
     def rect_velo(self) -> F64:
         return rigid(self.r0, (0, 0, 0)) @ self.cam_velo
 
@@ -97,7 +102,7 @@ class Calibration:
         names = (
             ("R_rect", "Tr_velo_cam", "Tr_imu_velo") if tracking else ("R0_rect:", "Tr_velo_to_cam:", "Tr_imu_to_velo:")
         )
-        lines = [f"P{i}: {row(p0 if i != 2 else self.p2)}" for i in range(4)]
+        lines = [f"P{i}: {row({2: self.p2, 3: self.p3}.get(i, p0))}" for i in range(4)]
         lines.append(f"{names[0]} {row(self.r0)}")
         lines.append(f"{names[1]} {row(self.cam_velo[:3])}")
         lines.append(f"{names[2]} {row(self.velo_imu[:3])}" if imu else names[2])
@@ -198,7 +203,7 @@ class ObjectTree:
     lidar: dict[int, F64]  # frame -> points (base_link) written
 
 
-def write_object(root: Path, *, calibs: dict[int, Calibration] | None = None) -> ObjectTree:
+def write_object(root: Path, *, calibs: dict[int, Calibration] | None = None, right: bool = False) -> ObjectTree:
     tree = root / "training"
     calibs = calibs or {0: UPRIGHT, 1: UPRIGHT, 3: TILTED}
     frames = {
@@ -222,6 +227,8 @@ def write_object(root: Path, *, calibs: dict[int, Calibration] | None = None) ->
         _write(tree / "velodyne" / f"{stem}.bin", lidar_bin(pts, cal))
         _write(tree / "calib" / f"{stem}.txt", cal.text())
         _write(tree / "image_2" / f"{stem}.png", png())
+        if right:
+            _write(tree / "image_3" / f"{stem}.png", png(value=200))
         lines = [kitti_label_line(b, cal) for b in boxes]
         if n == 0:
             lines += [DONTCARE, kitti_label_line(Box("Misc", (15.0, -4.0, 0.0), (1.0, 1.0, 1.0), 0.0), cal)]

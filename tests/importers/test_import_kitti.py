@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pytest
 from kitti_fixtures import (
     CAM2_OFFSET,
+    CAM3_OFFSET,
     IMAGE_SIZE,
     TILTED,
     UPRIGHT,
@@ -206,6 +207,25 @@ def test_object_camera_projection_matches_devkit(
     # camera 2's frame is offset from rectified camera 0 by P2's baseline
     rect0 = UPRIGHT.rect_velo[:3, :3] @ p_velo.T + UPRIGHT.rect_velo[:3, 3:4]
     np.testing.assert_allclose(p_cam, (rect0.T + CAM2_OFFSET), atol=1e-9)
+
+
+def test_right_camera(tmp_path: Path) -> None:
+    tree = write_object(tmp_path / "data", calibs={0: UPRIGHT, 1: UPRIGHT, 3: UPRIGHT}, right=True)
+    out = tmp_path / "right.mcap"
+    import_kitti(tree.root, out)
+    with DriveReader(out) as d:
+        rig = d.rig
+        right = list(d.samples(sensors="cam_front_right"))
+    assert list(rig) == ["lidar_top", "cam_front", "cam_front_right"]
+    assert [s.t_ns for s in right] == [0, 1 * S, 3 * S]
+    cam = rig["cam_front_right"]
+    p_velo = np.array([[10.0, 1.0, 0.5], [25.0, -4.0, -1.0]])
+    uvw = (UPRIGHT.p3 @ UPRIGHT.rect_velo @ np.hstack([p_velo, np.ones((2, 1))]).T).T
+    p_cam = cam.extrinsic.inverse().apply(rig["lidar_top"].extrinsic.apply(p_velo))
+    np.testing.assert_allclose((p_cam @ K.T)[:, :2] / p_cam[:, 2:], uvw[:, :2] / uvw[:, 2:], atol=1e-6)
+    np.testing.assert_allclose(
+        p_cam[:, 0] - (UPRIGHT.rect_velo[:3, :3] @ p_velo.T + UPRIGHT.rect_velo[:3, 3:4])[0], CAM3_OFFSET[0], atol=1e-9
+    )
 
 
 def test_frames_subset(object_tree: ObjectTree, tmp_path: Path) -> None:
