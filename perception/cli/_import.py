@@ -90,7 +90,8 @@ def register(sub: Any) -> None:
         "kitti",
         help="a KITTI-format tree: object frames, a tracking sequence, or View-of-Delft (with radar)",
         description="Import a KITTI-format tree: the object layout (velodyne/, image_2/, calib/, label_2/; "
-        "unrelated frames at frame number x 1 s), a tracking sequence (velodyne/<seq>/, image_02/, label_02/, oxts/; 10 Hz) "
+        "unrelated frames at frame number x 1 s), a tracking sequence (velodyne/<seq>/, image_02/, label_02/, "
+        "oxts/; 10 Hz) "
         "or View-of-Delft's lidar/ and radar/ trees. Boxes go from the rectified camera frame into base_link "
         "(the IMU frame, or the lidar's when the calib has no Tr_imu_to_velo); Car and Van -> car, Truck and "
         "Tram -> truck, Pedestrian and Person_sitting -> pedestrian, Cyclist -> cyclist; other types skipped.",
