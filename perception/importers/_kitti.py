@@ -198,6 +198,11 @@ def _tree(path: Path, split: str) -> Path | None:
 def _layout(root: Path, split: str) -> _Layout:
     if not root.is_dir():
         raise DriveError("KITTI root not found (or not a directory)", file=str(root))
+    # ROOT pointing inside a View-of-Delft tree (ROOT/lidar or ROOT/lidar/<split>) is that dataset too
+    for up in (root, root.parent):
+        if up.name == "lidar" and (up.parent / "radar").is_dir() and _tree(up, split) is not None:
+            root = up.parent
+            break
     vod_lidar = _tree(root / "lidar", split) if (root / "lidar").is_dir() else None
     lidar = vod_lidar or _tree(root, split)
     if lidar is None:

@@ -324,6 +324,14 @@ def test_vod_rig_and_radar(vod_tree: VodTree, vod_drive: tuple[Path, ImportSumma
     assert any("base_link is the lidar frame" in n for n in summary.notes)
 
 
+def test_vod_root_inside_the_lidar_tree(vod_tree: VodTree, tmp_path: Path) -> None:
+    for root in (vod_tree.root / "lidar", vod_tree.root / "lidar" / "training"):
+        out = tmp_path / f"{root.name}.mcap"
+        import_kitti(root, out)
+        with DriveReader(out) as d:
+            assert d.metadata["kitti.layout"] == "view-of-delft" and "radar_front" in d.rig
+
+
 def test_vod_boxes(vod_tree: VodTree, vod_drive: tuple[Path, ImportSummary]) -> None:
     path, summary = vod_drive
     with DriveReader(path) as d:
