@@ -306,17 +306,19 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
             raise DriveError(f"no sequence {sequence!r} (has: {', '.join(seqs)})", file=str(tree / "velodyne"))
         plan.sequence = sequence
         calib = _required(tree / "calib" / f"{sequence}.txt", "calibration of the sequence")
-        for n, path in _bins(tree / "velodyne" / sequence):
-            frame = _Frame(n, path.stem, n * TRACKING_PERIOD_NS, path, calib)
-            frame.images = {cam: _image_file(d / sequence, path.stem) for cam, d in image_dirs.items()}
-            plan.frames.append(frame)
+        plan.frames = _select(
+            [_Frame(n, p.stem, n * TRACKING_PERIOD_NS, p, calib) for n, p in _bins(tree / "velodyne" / sequence)],
+            wanted,
+            tree / "velodyne" / sequence,
+        )
+        for frame in plan.frames:
+            frame.images = {cam: _image_file(d / sequence, frame.stem) for cam, d in image_dirs.items()}
         if plan.has_labels:
             plan.labels = _required(label_dir / f"{sequence}.txt", "labels of the sequence")
         oxts = tree / "oxts" / f"{sequence}.txt"
         plan.oxts = oxts if oxts.is_file() else None
         if plan.oxts is None:
             plan.notes.append(f"no oxts/{sequence}.txt: no ego poses, ground-truth velocity unknown (NaN)")
-        plan.frames = _select(plan.frames, wanted, tree / "velodyne" / sequence)
         return plan
     for n, path in _bins(tree / "velodyne"):
         stem = path.stem

@@ -4,6 +4,7 @@ radar, broken files)."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -294,6 +295,23 @@ def test_tracking_needs_a_sequence(tracking_tree: TrackingTree, tmp_path: Path) 
         assert d.ego_poses() == []
 
 
+def test_tracking_frames_subset(tracking_tree: TrackingTree, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(tracking_tree.root, root)
+    (root / "training" / "image_02" / "0000" / "000004.png").unlink()  # not selected: does not matter
+    out = tmp_path / "sub.mcap"
+    import_kitti(root, out, sequence="0000", frames=parse_frames("1-3"))
+    with DriveReader(out) as d:
+        gts = d.ground_truth()
+        ego = d.ego_poses()
+    assert [g.t_ns for g in gts] == [p.t_ns for p in ego] == [100_000_000, 200_000_000, 300_000_000]
+    np.testing.assert_allclose(ego[0].pose.matrix(), tracking_tree.poses[1], atol=1e-5)
+    for i, gt in zip((1, 2, 3), gts, strict=True):  # one-sided differences at the subset's ends: still exact
+        car = next(o for o in gt.objects if o.track_id == 0)
+        v = tracking_tree.poses[i][:3, :3].T @ tracking_tree.car_velocity_map
+        assert car.velocity == pytest.approx((v[0], v[1]), abs=1e-4)
+
+
 # --------------------------------------------------------------------------------------------------
 # View-of-Delft
 # --------------------------------------------------------------------------------------------------
@@ -409,8 +427,6 @@ def test_missing_file(tmp_path: Path, missing: str, message: str) -> None:
 
 
 def test_bad_tracking_files(tracking_tree: TrackingTree, tmp_path: Path) -> None:
-    import shutil
-
     root = tmp_path / "t"
     shutil.copytree(tracking_tree.root, root)
     oxts = root / "training" / "oxts" / "0000.txt"
