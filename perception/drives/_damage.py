@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perception.errors import DriveDamagedError
+
 __all__ = ["DamagedChunk", "DriveDamage", "LostMessages", "TopicLoss"]
 
 
@@ -143,3 +145,10 @@ class DriveDamage:
             "chunks": [c.to_dict() for c in self.chunks],
             "topics": {t: loss.to_dict() for t, loss in self.by_topic().items()},
         }
+
+    def error(self, path: str) -> DriveDamagedError:
+        """The one-line error for this damage: the file, the first problem (and how many more), its offset."""
+        offset = self.chunks[0].offset if self.chunks else self.truncated_at
+        more = len(self.lines()) - 1
+        tail = f" (+{more} more)" if more > 0 else ""
+        return DriveDamagedError(f"drive damaged: {self.first_problem()}{tail}", file=path, offset=offset)

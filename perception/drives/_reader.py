@@ -83,13 +83,20 @@ class DriveReader:
     :class:`DriveDamagedError` (file and byte offset) when a read meets it -- at open when a scan found
     it; a truncated drive raises it once :meth:`samples` has yielded the readable prefix. Without
     ``strict`` each damaged chunk is skipped with a warning and counted, the reading goes on with the
-    next chunk, and a truncation is a warning. :attr:`truncated` is set either way.
+    next chunk, and a truncation is a warning (``quiet``: no warnings, the caller reports
+    :attr:`damage` itself). :attr:`truncated` is set either way.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, sensors: Iterable[str] | str | None = None, strict: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sensors: Iterable[str] | str | None = None,
+        strict: bool = True,
+        quiet: bool = False,
     ) -> None:
         self.path = Path(path)
+        self._quiet = quiet
         self.truncated: DriveDamagedError | None = None
         self._strict = strict
         self._bad: dict[int, DamagedChunk] = {}  # damaged chunks by byte offset
@@ -181,10 +188,11 @@ class DriveReader:
         if self._strict and self._bad:  # found by the scan: an error before anything is read
             first = min(self._bad.values(), key=lambda c: c.offset)
             raise self._damaged(first.describe(), offset=first.offset)
-        for chunk in sorted(self._bad.values(), key=lambda c: c.offset):
-            log.warning("%s: %s; skipped", self.path, chunk.describe())
-        if self.truncated is not None and not self._strict:
-            log.warning("%s", self.truncated)
+        if not self._quiet:
+            for chunk in sorted(self._bad.values(), key=lambda c: c.offset):
+                log.warning("%s: %s; skipped", self.path, chunk.describe())
+            if self.truncated is not None and not self._strict:
+                log.warning("%s", self.truncated)
 
     def _damaged(self, message: str, **context: object) -> DriveDamagedError:
         return DriveDamagedError(message, file=str(self.path), **context)
@@ -198,7 +206,8 @@ class DriveReader:
             log.debug("%s: no usable summary (%s); scanning linearly", self.path, exc)
             if read_footer(self._file) is not None:  # a footer is there: the summary itself is damaged
                 self._summary_problem = f"unreadable: {exc}"
-                log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
+                if not self._quiet:
+                    log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
             return None
         if summary is not None and summary_crc_ok(self._file) is False:
             self._summary_problem = "CRC mismatch"
@@ -208,7 +217,7 @@ class DriveReader:
             if problem is not None:
                 self._summary_problem = problem
                 summary = None
-        if self._summary_problem is not None:
+        if self._summary_problem is not None and not self._quiet:
             log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
         return summary
 
@@ -331,7 +340,7 @@ class DriveReader:
         chunk = self._record(ci, reason)
         if self._strict:
             raise self._damaged(chunk.describe(), offset=chunk.offset)
-        if new:
+        if new and not self._quiet:
             log.warning("%s: %s; skipped", self.path, chunk.describe())
 
     def _decode(self, ch: Channel, msg: Message, schema: str, fn: Callable[[Any, Message], T]) -> T:
@@ -385,8 +394,7 @@ class DriveReader:
             try:
                 read_chunk(self._file, ci, self._summary.channels)
             except ChunkUnreadable as exc:
-                chunk = self._record(ci, exc.reason)
-                log.warning("%s: %s", self.path, chunk.describe())
+                self._record(ci, exc.reason)
                 continue
             except OSError as exc:
                 raise self._err(f"unreadable data: {exc}") from exc

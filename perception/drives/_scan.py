@@ -99,6 +99,8 @@ def scan_file(stream: IO[bytes]) -> Scan:
             try:
                 done = _take(out, opcode, body, pos, length, damage)
             except Exception as exc:  # corrupt bytes can fail in any decoder (struct, zstd, lz4, utf-8, crc)
+                if out.data_complete:
+                    break  # in the summary section: every message was read already
                 if _record_starts(stream, end, size):  # framing intact: skip just this record
                     damage = _record_damage(out, opcode, body, pos, end, exc)
                     out.damaged.append(damage)
@@ -112,6 +114,8 @@ def scan_file(stream: IO[bytes]) -> Scan:
                 if done:
                     break
                 continue
+        if out.data_complete:
+            break  # past the data end: what is left (summary, footer) holds no message
         nxt = _resync(stream, pos + 1, size)
         if nxt is None:
             break  # nothing readable follows: truncated at pos (unless the data end was read)
