@@ -135,6 +135,24 @@ def test_zeroed_64k_block_in_the_bundled_drive_replays_every_undamaged_frame(
     assert "## Drive damage" in md and str(chunk.chunk_start_offset) in md
 
 
+@pytest.mark.slow  # the bundled 10 s drive, in lockstep (still in the default run)
+def test_eval_on_a_damaged_drive_scores_the_readable_data_and_exits_3(
+    triton: EmbeddedTriton, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    at = BUNDLED.stat().st_size // 2
+    damaged = damaged_copy(BUNDLED, tmp_path / "urban_zeroed.mcap", at, bytes(BLOCK))
+    ((chunk, _),) = chunks_hit(BUNDLED, at, BLOCK)
+    profile = write_profile(tmp_path / "p.yaml", profile_data(triton.grpc_url, SLEEPY))
+    out = tmp_path / "out"
+    code = cli_main(["eval", str(damaged), "--config", str(profile), "--no-progress", "--out", str(out)])
+    captured = capsys.readouterr()
+    line = one_error_line(captured.err)
+    assert code == 3 and f"offset={chunk.chunk_start_offset}" in line, line
+    modes = json.loads((out / "eval.json").read_text())  # scored on every readable frame
+    assert {"fused", "lidar_only", "no_camera"} <= modes.keys()
+    assert "fused" in captured.out
+
+
 @pytest.mark.anyio
 async def test_flipped_bytes_in_a_chunk_through_the_api(triton: EmbeddedTriton, tmp_path: Path) -> None:
     drive = write_drive(tmp_path / "full.mcap", 40)
