@@ -84,7 +84,10 @@ def _count(n: int | None) -> str:
 def _damage_text(damage: DriveDamage) -> list[str]:
     if not damage:
         return []
-    lines = [f"damage        DAMAGED: {_count(damage.messages_lost)} messages lost in {len(damage.chunks)} chunk(s)"]
+    what = [f"{_count(damage.messages_lost)} messages lost in {len(damage.chunks)} chunk(s)"] if damage.chunks else []
+    what += ["truncated"] if damage.truncated is not None else []
+    what += ["summary unreadable"] if damage.summary is not None else []
+    lines = [f"damage        DAMAGED: {', '.join(what)}"]
     if damage.summary is not None:
         lines.append(f"  summary unreadable ({damage.summary}): the file was scanned instead, no message lost by it")
     for c in damage.chunks:
