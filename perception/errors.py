@@ -9,6 +9,7 @@ Tree::
     PerceptionError
     ├── ConfigError                  bad launch profile / rig YAML (file + key path)
     ├── DriveError                   bad or truncated drive (file + topic)
+    │   └── DriveDamagedError        data of a drive is damaged: a chunk, a truncation, the summary (file + offset)
     ├── ServerError                  embedded server could not start / stopped
     ├── ModelContractError           a model's tensor contract does not match the config
     ├── InputError                   a tensor handed to the runtime is malformed (sensor + tensor)
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "DeadlineError",
+    "DriveDamagedError",
     "DriveError",
     "InferenceError",
     "InputError",
@@ -92,6 +94,11 @@ class DriveError(PerceptionError):
     """A drive cannot be read or written: ``file: topic: message``."""
 
     _PREFIX_KEYS = ("file", "topic")
+
+
+class DriveDamagedError(DriveError):
+    """Part of a drive cannot be read (damaged chunk, truncation, damaged summary): ``file: message``
+    with the byte ``offset`` of the damage in the context. Readers that skip damage report it instead."""
 
 
 class ServerError(PerceptionError):

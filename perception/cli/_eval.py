@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.replay import MODES, evaluate_modes, safe_output_path
 
 __all__ = ["register"]
@@ -20,7 +21,9 @@ def register(sub: Any) -> None:
         help="replay in lockstep and score detections vs ground truth: fused, single-sensor and degraded modes",
         description="Replays DRIVE once in lockstep with every sensor, then scores fusion in each mode "
         f"({', '.join(MODES)}) with nuScenes-style metrics: per-class AP at 0.5/1/2/4 m centre distance, "
-        "mAP, translation (ATE) and velocity (AVE) errors, ID switches.",
+        "mAP, translation (ATE) and velocity (AVE) errors, ID switches. A damaged drive is scored on all its "
+        "readable data and the exit code is 3.",
+        epilog=EXIT_CODES_HELP,
     )
     add_runtime_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object keyed by mode")
@@ -40,17 +43,23 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: Any) -> Any:
         return await evaluate_modes(args.drive, cfg, progress=progress)
 
-    modes, _outcome = run_with_signals(main)
+    modes, outcome = run_with_signals(main)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         safe_output_path(args.out, "eval.json").write_text(json.dumps(modes, indent=2) + "\n")
     if args.json:
         sys.stdout.write(json.dumps(modes) + "\n")
-        return 0
+    else:
+        _table(modes)
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # damaged drive (exit 3): scored on all its readable data
+    return 0
+
+
+def _table(modes: dict[str, Any]) -> None:
     sys.stdout.write(f"{'mode':<12} {'mAP':>6} {'ATE m':>7} {'AVE m/s':>8} {'IDsw':>5}  sensors\n")
     for mode, m in modes.items():
         sys.stdout.write(
             f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('ate')):>7} {_fmt(m.get('ave')):>8} "
             f"{m.get('id_switches', 0):>5}  {','.join(m.get('sensors', []))}\n"
         )
-    return 0

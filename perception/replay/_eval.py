@@ -80,7 +80,7 @@ async def evaluate_modes(
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
     outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
-    with DriveReader(drive, strict=False) as reader:
+    with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
         if not reader.has_ground_truth:
             raise DriveError(
                 "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
