@@ -174,6 +174,14 @@ class LiveAssembler(Generic[T]):
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
             self.stats.late += 1
             return "late"
+        if name == self._trigger and not self._fixed_rate and self._covered(host_t):
+            # The timer already emitted this sweep's frame (the sample came after the silence timeout):
+            # a second frame at the same time would break time order and double the sweep.
+            self._last_stamp[name] = sample.t_ns
+            self._trigger_last_t, self._trigger_last_arrival, self._timer_k = host_t, arrival_ns, 0
+            self._silent = False
+            self.stats.late += 1
+            return "late"
         self.stats.samples += 1
         if host_t != sample.t_ns:
             sample = dataclasses.replace(sample, t_ns=host_t)
@@ -207,6 +215,12 @@ class LiveAssembler(Generic[T]):
             while self._pending and self._pending[-1].by == "timer" and self._pending[-1].t_ns >= t - half:
                 self._pending.pop()
         self._open(t, arrival, "trigger", token)
+
+    def _covered(self, t: int) -> bool:
+        """A frame at (about) capture time ``t`` was already emitted."""
+        if self._last_frame_t is None:
+            return False
+        return t <= self._last_frame_t + self.trigger_period_ns() // 2
 
     def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
         self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))

@@ -140,3 +140,23 @@ def test_frames_carry_the_nearest_ego_pose() -> None:
     asm.add(pc("lidar", 1000 * MS), 1001 * MS)
     [(frame, _)] = asm.close()
     assert frame.ego is not None and frame.ego.t_ns == 990 * MS
+
+
+def test_a_trigger_sample_after_its_timer_frame_is_late_not_a_second_frame() -> None:
+    asm = make()
+    t = 1000 * MS
+    asm.add(pc("lidar", t), t + 5 * MS)
+    asm.add(pc("radar", t + 10 * MS), t + 12 * MS)
+    asm.due(t + 20 * MS)
+    # The next sweep (t + 100 ms) arrives 90 ms late: the timer (100 + 50 ms after the last arrival)
+    # opened a frame for it, emitted at its horizon (60 ms window + 20 ms transit).
+    assert asm.due(t + 160 * MS) == []
+    timer = [f.t_ns for f, _ in asm.due(t + 185 * MS)]
+    assert timer == [t + 100 * MS]
+    assert asm.add(pc("lidar", t + 100 * MS), t + 190 * MS) == "late"
+    asm.add(pc("radar", t + 210 * MS), t + 212 * MS)
+    # The sweep after that is on time: a normal trigger frame, and no timer frame in between.
+    asm.add(pc("lidar", t + 200 * MS), t + 205 * MS)
+    frames = [f.t_ns for f, _ in asm.due(t + 215 * MS)]
+    assert frames == [t + 200 * MS]
+    assert asm.stats.frames_by_timer == 1 and asm.stats.late == 1
