@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from perception.errors import ModelContractError
@@ -27,7 +28,7 @@ ANCHORS = sum((YOLOX_INPUT // s) ** 2 for s in YOLOX_STRIDES)
 COLS = 5 + len(COCO_CLASSES)
 
 
-def raw_output() -> np.ndarray:
+def raw_output() -> npt.NDArray[np.float32]:
     """A network output where nothing is detected (objectness 0, log size 0)."""
     return np.zeros((ANCHORS, COLS), np.float32)
 
@@ -42,7 +43,9 @@ def anchor_index(stride: int, cell_x: int, cell_y: int) -> int:
     raise ValueError(stride)
 
 
-def put(out: np.ndarray, stride: int, cx: float, cy: float, w: float, h: float, coco: str, p: float) -> int:
+def put(
+    out: npt.NDArray[np.float32], stride: int, cx: float, cy: float, w: float, h: float, coco: str, p: float
+) -> int:
     """Write an anchor predicting a ``w x h`` box centred at ``(cx, cy)`` (network pixels) of ``coco``."""
     gx, gy = int(cx // stride), int(cy // stride)
     i = anchor_index(stride, gx, gy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from perception._imageio import decode_image, decode_image_scaled, encode_jpeg, letterbox_size
@@ -12,9 +13,10 @@ from perception.triton import parse_model_config
 from perception.types import ImageSample
 
 
-def gradient(h: int, w: int) -> np.ndarray:
+def gradient(h: int, w: int) -> npt.NDArray[np.uint8]:
     y, x = np.mgrid[0:h, 0:w]
-    return np.stack([x * 255 // w, y * 255 // h, (x + y) % 256], axis=-1).astype(np.uint8)
+    out: npt.NDArray[np.uint8] = np.stack([x * 255 // w, y * 255 // h, (x + y) % 256], axis=-1).astype(np.uint8)
+    return out
 
 
 @pytest.fixture(scope="module")
