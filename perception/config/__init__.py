@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from perception.config._camera_model import CAMERA_MODEL_RECORDED, CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._convert import from_data
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
@@ -19,6 +20,8 @@ from perception.config._model import (
 )
 
 __all__ = [
+    "CAMERA_MODEL_RECORDED",
+    "CAMERA_MODEL_SIMULATED",
     "BudgetConfig",
     "CircuitConfig",
     "FaultConfig",
@@ -30,6 +33,7 @@ __all__ = [
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
+    "default_camera_model",
     "from_data",
     "load_config",
     "load_yaml",

@@ -102,3 +102,51 @@ def test_model_config_states_its_input_size() -> None:
         parse_model_config(config(input_width="416", input_height="big"))
     with pytest.raises(ModelContractError, match="input_width"):
         parse_model_config(config(input_width="0", input_height="10"))
+
+
+class _RecordingCamera:
+    """A camera model answering one box per image at (10, 20, 30, 40) in the pixels it received."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+
+    async def infer(self, model: str, inputs: dict[str, npt.NDArray[np.uint8]], **kwargs: object) -> object:
+        images = inputs["IMAGE"]
+        self.shapes.append(tuple(images.shape))
+        b = len(images)
+        boxes = np.zeros((b, 100, 4), np.float32)
+        boxes[:, 0] = (10, 20, 30, 40)
+        outputs = {
+            "BOXES": boxes,
+            "SCORES": np.zeros((b, 100), np.float32),
+            "LABELS": np.zeros((b, 100), np.int32),
+            "COUNT": np.ones((b, 1), np.int32),
+        }
+        return type("Result", (), {"outputs": outputs, "prepare_ns": 0})()
+
+
+@pytest.mark.anyio
+async def test_dispatcher_sends_images_at_the_models_scale_and_answers_in_original_pixels(big_jpeg: bytes) -> None:
+    import time
+
+    import anyio
+
+    from perception.config import PipelineConfig, SensorConfig
+    from perception.scheduler import Dispatcher
+    from perception.types import Frame, SensorStatus
+
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    samples = {name: ImageSample(name, 0, name, big_jpeg) for name in ("cam_a", "cam_b")}
+    for sizes, shape, a_box in (
+        ({"cam": (416, 416)}, (2, 450, 800, 3), (20, 40, 60, 80)),
+        ({}, (2, 900, 1600, 3), (10, 20, 30, 40)),
+    ):
+        client = _RecordingCamera()
+        dispatcher = Dispatcher(client, sensors, PipelineConfig(), input_sizes=sizes)  # type: ignore[arg-type]
+        with anyio.fail_after(30):
+            results = await dispatcher.dispatch(Frame(0, 0, samples), time.monotonic_ns() + 20_000_000_000)
+        assert client.shapes == [shape]  # both cameras in one batched request
+        for name in samples:
+            assert results[name].status is SensorStatus.OK, results[name].error
+            np.testing.assert_allclose(results[name].outputs["BOXES"][0], a_box)
+            assert not results[name].outputs["BOXES"][1:].any()
