@@ -50,10 +50,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.drives import DriveReader
-from perception.evaluation import ModelQualityEvaluator
-from perception.modelkit import CameraDetections, CameraDetector, YoloxDetector
+from perception.modelkit import APAccumulator, CameraDetections, CameraDetector, YoloxDetector, camera_ground_truth
 from perception.scheduler import OUTPUTS, camera_input, scale_camera_boxes
-from perception.types import LABELS, GroundTruth, ImageSample, SensorKind, SensorSpec
+from perception.types import LABELS, ImageSample, SensorKind, SensorSpec
 
 log = logging.getLogger("bench_camera")
 
@@ -110,37 +109,50 @@ def camera_samples(reader: DriveReader) -> Iterator[tuple[SensorSpec, ImageSampl
 
 
 def quality(drive: Path, dets: dict[str, tuple[Detector, tuple[int, int]]]) -> dict[str, Any]:
-    """2D AP50 per class (with n) of each model on every camera image of ``drive``."""
-    out: dict[str, Any] = {}
+    """2D AP50 per class (with n) of each model on every camera image of ``drive`` (the protocol of
+    :class:`~perception.evaluation.ModelQualityEvaluator`; the ground truth is projected once per image)."""
+    from perception.evaluation import QualitySettings
+    from perception.sim import project_ground_truth
+
+    protocol = QualitySettings()
+    acc = {m: APAccumulator(num_classes=len(LABELS), iou_threshold=protocol.camera_iou) for m in dets}
+    infer_ms: dict[str, list[float]] = {m: [] for m in dets}
     with DriveReader(drive) as reader:
-        cams = {n: s for n, s in reader.rig.items() if s.kind is SensorKind.CAMERA}
-        samples = list(camera_samples(reader))
-        truths: list[GroundTruth | None] = [reader.ground_truth_at(s.t_ns, GT_TOLERANCE_NS) for _, s in samples]
-    for name, (detector, size) in dets.items():
-        ev = ModelQualityEvaluator(cams, models={SensorKind.CAMERA: name})
-        infer_ms: list[float] = []
-        for (_, sample), gt in zip(samples, truths, strict=True):
+        for spec, sample in camera_samples(reader):
+            gt = reader.ground_truth_at(sample.t_ns, GT_TOLERANCE_NS)
             if gt is None:
                 continue
-            image, scale = camera_input(sample, size)
-            t0 = time.perf_counter()
-            (d,) = detector([image])
-            infer_ms.append((time.perf_counter() - t0) * 1e3)
-            boxes, scores, labels, count = d.padded()
-            outputs = scale_camera_boxes({"BOXES": boxes, "SCORES": scores, "LABELS": labels, "COUNT": count}, scale)
-            ev.add(sample.sensor, sample.t_ns, outputs, gt)
-        summary = ev.summary()
-        counts = summary["counts"]
+            gt_boxes, gt_labels, gt_ignore = camera_ground_truth(
+                [(b.label, b.x1, b.y1, b.x2, b.y2, b.visible_fraction) for b in project_ground_truth(gt, spec)],
+                min_visible=protocol.camera_min_visible,
+                min_height=protocol.camera_min_height_px,
+            )
+            for name, (detector, size) in dets.items():
+                image, scale = camera_input(sample, size)
+                t0 = time.perf_counter()
+                (d,) = detector([image])
+                infer_ms[name].append((time.perf_counter() - t0) * 1e3)
+                boxes = scale_camera_boxes({"BOXES": d.boxes}, scale)["BOXES"]
+                acc[name].add(boxes, d.scores, d.labels, gt_boxes, gt_labels, gt_ignore)
+    out: dict[str, Any] = {}
+    for name, a in acc.items():
+        results = a.results()
         out[name] = {
-            "images": len(infer_ms),
-            "ap50": {c: summary[f"camera_ap50_{c}"] for c in LABELS},
-            "n_gt": {c: counts[f"camera_gt_{c}"] for c in LABELS},
-            "tp": {c: counts[f"camera_tp_{c}"] for c in LABELS},
-            "fp": {c: counts[f"camera_fp_{c}"] for c in LABELS},
-            "in_process_ms": stats(infer_ms),
+            "images": len(infer_ms[name]),
+            "ap50": {
+                c: None if np.isnan(r.ap) else round(float(r.ap), 4) for c, r in zip(LABELS, results, strict=True)
+            },
+            "n_gt": {c: r.num_gt for c, r in zip(LABELS, results, strict=True)},
+            "tp": {c: r.true_positives for c, r in zip(LABELS, results, strict=True)},
+            "fp": {c: r.false_positives for c, r in zip(LABELS, results, strict=True)},
+            "in_process_ms": stats(infer_ms[name]),
         }
-        log.info("%s on %s: %s", name, drive.name, out[name]["ap50"])
+        log.info("%s on %s: %s (n %s)", name, drive.name, out[name]["ap50"], out[name]["n_gt"])
     return out
+
+
+def _ap(ap: float) -> float | None:
+    return None if np.isnan(ap) else round(float(ap), 4)
 
 
 # -------------------------------------------------------------------------------- decode
@@ -347,7 +359,7 @@ def main() -> None:
     result["host"]["load_after"] = list(os.getloadavg())
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))  # noqa: T201 - a bench script's report
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
