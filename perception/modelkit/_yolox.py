@@ -176,8 +176,10 @@ def decode_yolox(
     wh = np.exp(np.clip(cand[:, 2:4], -_MAX_LOG_SIZE, _MAX_LOG_SIZE)) * stride
     boxes = letterbox.to_original(np.concatenate([xy - wh / 2, xy + wh / 2], axis=1))
     scores, labels = scores[keep], labels[keep]
-    kept = [keep_label[nms(boxes[keep_label], scores[keep_label], nms_iou)]
-            for keep_label in (np.flatnonzero(labels == k) for k in range(len(LABELS)))]  # fmt: skip
+    kept = []
+    for k in range(len(LABELS)):  # NMS per label: a car and a truck box on one vehicle both stay
+        of_label = np.flatnonzero(labels == k)
+        kept.append(of_label[nms(boxes[of_label], scores[of_label], nms_iou)])
     chosen = np.concatenate(kept)
     chosen = chosen[np.lexsort((chosen, -scores[chosen]))][:max_detections]
     return CameraDetections(
