@@ -1,4 +1,4 @@
-"""Triton python-backend entry of the YOLOX-Nano camera detector (logic: perception.modelkit, network: yolox_nano.onnx)."""
+"""Triton python-backend entry of the YOLOX-Nano camera detector (logic: perception.modelkit; yolox_nano.onnx)."""
 
 from __future__ import annotations
 
