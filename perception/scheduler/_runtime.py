@@ -125,6 +125,8 @@ class Runtime:
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
+        #: Camera models' network input (width, height), from their served configuration (decode scale).
+        self._input_sizes: dict[str, tuple[int, int]] = {}
 
     # -- lifetime -------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -140,7 +142,9 @@ class Runtime:
             if self.config.faults:
                 dispatch_client = FaultInjectingClient(self._client, self.config.faults)
                 log.warning("fault injection on: %s", ", ".join(f.model for f in self.config.faults))
-            self._dispatcher = Dispatcher(dispatch_client, self.config.sensors, self.config.pipeline)
+            self._dispatcher = Dispatcher(
+                dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
+            )
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
@@ -209,6 +213,8 @@ class Runtime:
             contract = await client.model_contract(model)
             check_contract(kind, contract)
             self._instances[model] = contract.instances
+            if kind == "camera" and contract.input_size is not None:
+                self._input_sizes[model] = contract.input_size
 
     async def _warm_up(self) -> None:
         """Representative requests to every execution instance of every model before the first frame.
@@ -244,7 +250,9 @@ class Runtime:
                         # Frames decode full-size images in a worker thread: take the same path, so
                         # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
-                        inputs = await anyio.to_thread.run_sync(_through_decoder, inputs, sensor)
+                        inputs = await anyio.to_thread.run_sync(
+                            _through_decoder, inputs, sensor, self._input_sizes.get(model)
+                        )
                     async with anyio.create_task_group() as tg:
                         for i in range(self._instances.get(model, 1)):
                             tg.start_soon(request, model, inputs, kind, sensor, i)
@@ -386,12 +394,15 @@ class Runtime:
         return self._stopping
 
 
-def _through_decoder(inputs: Mapping[str, Any], sensor: str) -> dict[str, Any]:
-    """Camera warm-up inputs encoded as a JPEG sample and prepared like a frame's (decode included)."""
+def _through_decoder(
+    inputs: Mapping[str, Any], sensor: str, input_size: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Camera warm-up inputs encoded as a JPEG sample and prepared like a frame's (decode included,
+    at the model's scale)."""
     from perception._imageio import encode_jpeg
 
     sample = ImageSample(sensor, 0, sensor, encode_jpeg(inputs["IMAGE"][0]))
-    return prepare_inputs("camera", sample)
+    return prepare_inputs("camera", sample, input_size=input_size)
 
 
 SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
