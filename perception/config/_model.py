@@ -114,7 +114,10 @@ class SensorConfig:
 
 @dataclass(frozen=True, slots=True)
 class KindDefaults:
-    """How a sensor of one kind is served when the profile does not list it (sensors from the drive)."""
+    """How a sensor of one kind is served when the profile does not list it (sensors from the drive).
+
+    ``model: auto`` picks the reference model by the drive's source where that matters (cameras:
+    :func:`perception.config.default_camera_model`)."""
 
     model: str
     transport: Transport = "auto"
@@ -132,7 +135,8 @@ class KindDefaults:
 class SensorDefaults:
     """The default model and timing of each sensor kind, for the sensors a profile leaves to the drive."""
 
-    camera: KindDefaults = field(default_factory=lambda: KindDefaults("camera_detector"))
+    #: ``auto``: by the drive's source (:func:`perception.config.default_camera_model`).
+    camera: KindDefaults = field(default_factory=lambda: KindDefaults("auto"))
     lidar: KindDefaults = field(default_factory=lambda: KindDefaults("lidar_detector", sync_window_ms=60.0))
     radar: KindDefaults = field(default_factory=lambda: KindDefaults("radar_detector", transport="grpc"))
 

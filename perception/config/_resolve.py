@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from perception.config._model import Kind, RuntimeConfig, SensorConfig, TriggerConfig
+from perception.config._camera_model import default_camera_model
+from perception.config._model import Kind, RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
 
@@ -13,16 +14,27 @@ __all__ = ["resolve_sensors"]
 
 # Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
 # else a camera, else a radar.
+#: ``model: auto`` in ``sensor_defaults``: the reference model for the drive's source.
+AUTO = "auto"
+_BUILTIN = SensorDefaults()
+
 _TRIGGER_ORDER = (SensorKind.LIDAR, SensorKind.CAMERA, SensorKind.RADAR)
 
 
-def resolve_sensors(config: RuntimeConfig, rig: Mapping[str, SensorSpec], *, where: str = "the rig") -> RuntimeConfig:
+def resolve_sensors(
+    config: RuntimeConfig,
+    rig: Mapping[str, SensorSpec],
+    *,
+    where: str = "the rig",
+    metadata: Mapping[str, str] | None = None,
+) -> RuntimeConfig:
     """``config`` with its sensors and trigger known.
 
     A profile that lists no sensors gets one per sensor of ``rig`` (in the rig's order), served by
     ``config.sensor_defaults`` for its kind. An auto trigger (neither ``sensor`` nor ``rate_hz``)
     becomes the first lidar by name, else the first camera, else the first radar. A config that is
-    already resolved is returned as it is. ``where`` names the rig in messages (e.g. the drive's path).
+    already resolved is returned as it is. ``where`` names the rig in messages (e.g. the drive's path);
+    ``metadata`` is the drive's (its source picks ``model: auto``; none means a recording of real sensors).
     """
     if config.resolved:
         return config
@@ -31,7 +43,7 @@ def resolve_sensors(config: RuntimeConfig, rig: Mapping[str, SensorSpec], *, whe
     if not sensors:
         if not rig:
             raise ConfigError(f"the profile lists no sensors and {where} has none", file=file, key="sensors")
-        sensors = tuple(_from_spec(config, spec) for spec in rig.values())
+        sensors = tuple(_from_spec(config, spec, metadata or {}) for spec in rig.values())
     trigger = config.trigger
     if trigger.sensor is None and trigger.rate_hz is None:
         kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
@@ -46,14 +58,17 @@ def resolve_sensors(config: RuntimeConfig, rig: Mapping[str, SensorSpec], *, whe
         raise ConfigError(f"cannot take the sensors from {where}: {exc}", file=file, key="sensors") from None
 
 
-def _from_spec(config: RuntimeConfig, spec: SensorSpec) -> SensorConfig:
+def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, str]) -> SensorConfig:
     kind: Kind = spec.kind.value
     d = config.sensor_defaults.of(kind)
+    model = d.model
+    if model == AUTO:
+        model = default_camera_model(metadata) if kind == "camera" else _BUILTIN.of(kind).model
     try:
         return SensorConfig(
             name=spec.name,
             kind=kind,
-            model=d.model,
+            model=model,
             transport=d.transport,
             sync_window_ms=d.sync_window_ms,
             max_staleness_ms=d.max_staleness_ms,

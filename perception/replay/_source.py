@@ -28,7 +28,7 @@ GT_TOLERANCE_NS = 60_000_000
 def drive_config(config: RuntimeConfig, reader: DriveReader) -> RuntimeConfig:
     """``config`` with the drive's sensors when the profile leaves them open (see
     :func:`perception.config.resolve_sensors`); a profile that lists its sensors is returned as it is."""
-    return resolve_sensors(config, reader.rig, where=f"drive {reader.path}")
+    return resolve_sensors(config, reader.rig, where=f"drive {reader.path}", metadata=reader.metadata)
 
 
 def match_rig(config: RuntimeConfig, reader: DriveReader) -> dict[str, SensorSpec]:

@@ -32,10 +32,10 @@ RIG = {
 def test_default_profile_takes_every_sensor_of_the_rig() -> None:
     cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), RIG)
     assert [(s.name, s.kind, s.model) for s in cfg.sensors] == [
-        ("cam_front", "camera", "camera_detector"),
+        ("cam_front", "camera", "yolox_nano"),  # no drive metadata: a recording of real cameras
         ("radar_front", "radar", "radar_detector"),
         ("lidar_top", "lidar", "lidar_detector"),
-        ("cam_back", "camera", "camera_detector"),
+        ("cam_back", "camera", "yolox_nano"),
     ]
     assert cfg.trigger.sensor == "lidar_top"
     assert cfg.sensor("radar_front").transport == "grpc"
@@ -86,3 +86,12 @@ def test_runtime_without_sensors_or_rig_is_an_error() -> None:
         Runtime(cfg)
     runtime = Runtime(cfg, rig=RIG, fusion=None)  # not opened: no server (no fusion: no camera calibration here)
     assert [s.name for s in runtime.config.sensors] == list(RIG)
+
+
+def test_auto_camera_model_follows_the_drive_s_source() -> None:
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    sim = resolve_sensors(cfg, RIG, metadata={"generator": "perception sim"})
+    real = resolve_sensors(cfg, RIG, metadata={"source": "nuscenes"})
+    assert sim.sensor("cam_front").model == "camera_detector"
+    assert real.sensor("cam_front").model == "yolox_nano"
+    assert sim.sensor("lidar_top").model == real.sensor("lidar_top").model == "lidar_detector"
