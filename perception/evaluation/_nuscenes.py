@@ -70,9 +70,16 @@ Samples and frames
     detections of the replayed frame nearest in time (the keyframe's lidar sweep on a nuScenes drive:
     the same timestamp). When the two times differ the ground truth is moved to the frame time as in
     the native protocol (ego motion, and each object's velocity where known); a sample with no frame
-    has no predictions. Boxes are compared in ``base_link`` with yaw only: the devkit compares them
-    in the global frame, which differs by the ego's roll and pitch (a few 1e-4 relative on BEV
-    distances); bike-rack containment uses the rack's yaw only for the same reason.
+    has no predictions.
+
+Frame of comparison
+    The devkit compares boxes in the global frame; ground truth and detections are in ``base_link``
+    here, so with the ego pose of the sample (``ego_at``) both are turned onto the global frame's axes
+    (origin at the ego: BEV distances, ranges and rack containment are then the devkit's; yaw is the
+    heading projected on the ground, velocity the horizontal part). The ego's roll and pitch matter: a
+    few degrees on a ramp change BEV distances by centimetres. The drive keeps each box's yaw only,
+    so ground-truth yaw and velocity come back from ``base_link`` with an error of second order in the
+    ego's tilt. Without an ego pose boxes are compared in ``base_link`` (said in ``notes``).
 """
 
 from __future__ import annotations
@@ -457,6 +464,23 @@ def _label_of(category: str | None, label: str) -> str | None:
     return None if detection is None else DETECTION_TO_LABEL[detection]
 
 
+def _tuple3(v: F64) -> tuple[float, float, float]:
+    return (float(v[0]), float(v[1]), float(v[2]))
+
+
+def _level(rot: F64 | None, xyz: F64, yaw: F64, vel: F64) -> tuple[F64, F64, F64]:
+    """Boxes in ``base_link`` -> the frame the devkit compares them in: the global frame's axes (``rot``,
+    the ego's rotation ``map <- base_link``), origin at the ego; yaw is the heading's projection on the
+    ground plane (the devkit's ``quaternion_yaw``), velocity the horizontal part of the rotated vector."""
+    if rot is None:
+        return xyz, yaw, vel
+    zeros = np.zeros(len(yaw))
+    heading = np.column_stack([np.cos(yaw), np.sin(yaw), zeros]) @ rot.T
+    v3 = np.column_stack([vel, zeros]) @ rot.T
+    out_yaw: F64 = np.arctan2(heading[:, 1], heading[:, 0])
+    return xyz @ rot.T, out_yaw, v3[:, :2]
+
+
 def _opt(x: float) -> float | None:
     return None if math.isnan(x) else x
 
@@ -467,6 +491,7 @@ class _Notes:
     no_points: int = 0
     no_attribute: int = 0
     over_limit: int = 0
+    no_ego_pose: int = 0
     samples_without_frame: int = 0
     max_offset_ns: int = 0
 
@@ -503,19 +528,27 @@ class NuScenesEvaluator:
         objs = [(o, lab) for o in ground_truth.objects if (lab := _label_of(o.category, o.label)) in self.max_dist]
         xyz = np.array([o.center for o, _ in objs], dtype=np.float64).reshape(-1, 3)
         vel = np.array([o.velocity for o, _ in objs], dtype=np.float64).reshape(-1, 2)
-        regions = list(ground_truth.regions)
-        dyaw = 0.0
+        yaw = np.array([o.yaw for o, _ in objs], dtype=np.float64)
+        regions = ground_truth.regions
+        r_xyz = np.array([r.center for r in regions], dtype=np.float64).reshape(-1, 3)
+        r_yaw = np.array([r.yaw for r in regions], dtype=np.float64)
+        t_eval = ground_truth.t_ns
         if frame_t_ns is not None and frame_t_ns != ground_truth.t_ns:
             notes.max_offset_ns = max(notes.max_offset_ns, abs(frame_t_ns - ground_truth.t_ns))
-            t0, t1, ego = ground_truth.t_ns, frame_t_ns, self._ego_at
+            t0, t1, ego, t_eval = ground_truth.t_ns, frame_t_ns, self._ego_at, frame_t_ns
             xyz, vel, dyaw = move_ground_truth(xyz, vel, t0, t1, ego, known_only=True)
-            if regions:
-                r_xyz = np.array([r.center for r in regions], dtype=np.float64)
-                r_xyz, _, _ = move_ground_truth(r_xyz, np.zeros((len(regions), 2)), t0, t1, ego)
-                regions = [
-                    GroundTruthRegion(r.kind, (float(c[0]), float(c[1]), float(c[2])), r.size, r.yaw + dyaw)
-                    for r, c in zip(regions, r_xyz, strict=True)
-                ]
+            r_xyz, _, _ = move_ground_truth(r_xyz, np.zeros((len(regions), 2)), t0, t1, ego)
+            yaw, r_yaw = yaw + dyaw, r_yaw + dyaw
+        pose = self._ego_at(t_eval) if self._ego_at is not None else None
+        rot = None if pose is None else pose.pose.rotation_matrix()
+        if rot is None:
+            notes.no_ego_pose += 1
+        xyz, yaw, vel = _level(rot, xyz, yaw, vel)
+        r_xyz, r_yaw, _ = _level(rot, r_xyz, r_yaw, np.zeros((len(regions), 2)))
+        racks = [
+            GroundTruthRegion(r.kind, _tuple3(c), r.size, float(y))
+            for r, c, y in zip(regions, r_xyz, r_yaw, strict=True)
+        ]
         gt_boxes = []
         for k, (o, label) in enumerate(objs):
             if o.category is None:
@@ -527,18 +560,9 @@ class NuScenesEvaluator:
                 num_pts = o.num_lidar_pts + o.num_radar_pts
             if o.attribute is None:
                 notes.no_attribute += 1
-            gt_boxes.append(
-                EvalBox(
-                    sample,
-                    label,
-                    (float(xyz[k, 0]), float(xyz[k, 1]), float(xyz[k, 2])),
-                    o.size,
-                    o.yaw + dyaw,
-                    (float(vel[k, 0]), float(vel[k, 1])),
-                    attribute=o.attribute or "",
-                    num_pts=num_pts,
-                )
-            )
+            v = (float(vel[k, 0]), float(vel[k, 1]))
+            attribute = o.attribute or ""
+            gt_boxes.append(EvalBox(sample, label, _tuple3(xyz[k]), o.size, float(yaw[k]), v, -1.0, attribute, num_pts))
         preds = []
         if detections is None:
             notes.samples_without_frame += 1
@@ -547,10 +571,27 @@ class NuScenesEvaluator:
             if len(dets) > self.config.max_boxes_per_sample:
                 notes.over_limit += len(dets) - self.config.max_boxes_per_sample
                 dets = sorted(dets, key=lambda d: -d.score)[: self.config.max_boxes_per_sample]
-            preds = [EvalBox(sample, d.label, d.center, d.size, d.yaw, d.velocity, float(d.score)) for d in dets]
+            d_xyz, d_yaw, d_vel = _level(
+                rot,
+                np.array([d.center for d in dets], dtype=np.float64).reshape(-1, 3),
+                np.array([d.yaw for d in dets], dtype=np.float64),
+                np.array([d.velocity for d in dets], dtype=np.float64).reshape(-1, 2),
+            )
+            preds = [
+                EvalBox(
+                    sample,
+                    d.label,
+                    _tuple3(d_xyz[k]),
+                    d.size,
+                    float(d_yaw[k]),
+                    (float(d_vel[k, 0]), float(d_vel[k, 1])),
+                    float(d.score),
+                )
+                for k, d in enumerate(dets)
+            ]
         cycles = frozenset({"cyclist"})
-        self._gt.append(filter_boxes(gt_boxes, self.max_dist, regions, self._gt_counts, cycles=cycles))
-        self._pred.append(filter_boxes(preds, self.max_dist, regions, self._pred_counts, cycles=cycles))
+        self._gt.append(filter_boxes(gt_boxes, self.max_dist, racks, self._gt_counts, cycles=cycles))
+        self._pred.append(filter_boxes(preds, self.max_dist, racks, self._pred_counts, cycles=cycles))
 
     def summary(self) -> dict[str, Any]:
         """Metrics so far; undefined values are ``None``."""
@@ -628,6 +669,11 @@ class NuScenesEvaluator:
             out.append(f"{n.no_attribute} ground-truth objects have an unknown attribute: left out of AAE")
         if n.over_limit:
             out.append(f"{n.over_limit} detections beyond {self.config.max_boxes_per_sample} per sample dropped")
+        if n.no_ego_pose:
+            out.append(
+                f"{n.no_ego_pose} samples have no ego pose: their boxes are compared in base_link, not on the "
+                "global frame's axes (BEV distances then differ by the ego's roll and pitch)"
+            )
         if n.samples_without_frame:
             out.append(f"{n.samples_without_frame} samples had no replayed frame: scored with no detections")
         return out

@@ -547,4 +547,4 @@ def test_drives_without_protocol_fields_are_scored_and_say_so() -> None:
     ev.add(GroundTruth(0, (old,)), [_det("car", 10.0, 0.0, 0.9)], 0)
     s = ev.summary()
     assert s["per_class_ap"]["car"] == pytest.approx(1.0)
-    assert len(s["notes"]) == 3  # no category, no point counts, no attribute
+    assert len(s["notes"]) == 4  # no category, no point counts, no attribute, no ego pose
