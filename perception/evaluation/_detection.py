@@ -1,4 +1,8 @@
-"""nuScenes-style 3D detection metrics (centre-distance matching in BEV) and tracking ID switches.
+"""The ``native`` protocol: nuScenes-style 3D detection metrics (centre-distance matching in BEV) and
+tracking ID switches, on any drive, every frame with ground truth. Its departures from nuScenes (the
+precision envelope, ``<=`` thresholds, which ground truth counts, mAP over classes with ground truth,
+per-frame scoring) are deliberate and documented below; the nuScenes protocol itself, as the devkit
+computes it, is :mod:`perception.evaluation._nuscenes` (the default for drives imported from nuScenes).
 
 Protocol (per frame, then accumulated over a drive):
 
@@ -15,7 +19,8 @@ Protocol (per frame, then accumulated over a drive):
   as false positives).
 * **Matching.** Per class and per distance threshold (0.5, 1, 2, 4 m), detections are taken in
   descending score order and each is matched to the nearest unmatched ground-truth object of the same
-  class in the same frame within the threshold (BEV centre distance), else it is a false positive.
+  class in the same frame within the threshold (BEV centre distance ``<=`` the threshold; nuScenes: ``<``),
+  else it is a false positive.
 * **AP** per class and threshold as in nuScenes: precision sampled at 101 recall points, the points at
   recall <= ``min_recall`` (0.1) dropped, precision reduced by ``min_precision`` (0.1) and clipped at 0,
   mean normalised by ``1 - min_precision``. One deliberate difference: precision is sampled from its
