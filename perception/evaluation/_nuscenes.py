@@ -94,6 +94,7 @@ import numpy.typing as npt
 
 from perception.evaluation._detection import move_ground_truth
 from perception.fusion import invert_transform, transform_points
+from perception.importers import BIKE_RACK
 from perception.types import LABELS, Detection3D, EgoPose, GroundTruth, GroundTruthRegion, Transform
 
 __all__ = [
@@ -157,7 +158,6 @@ TP_METRICS: Mapping[str, str] = {
 
 #: Devkit classes whose bicycles/motorcycles inside a bike rack are not evaluated.
 _CYCLES = frozenset({"bicycle", "motorcycle"})
-_BIKE_RACK = "static_object.bicycle_rack"
 _NELEM = 101  # DetectionMetricData.nelem
 
 
@@ -440,7 +440,7 @@ def filter_boxes(
     counts.after_range += len(kept)
     kept = [b for b in kept if b.num_pts != 0]
     counts.after_points += len(kept)
-    racks = [r for r in racks if r.kind == _BIKE_RACK]
+    racks = [r for r in racks if r.kind == BIKE_RACK]
     if racks:
         centres = np.array([b.center for b in kept], dtype=np.float64).reshape(-1, 3)
         in_rack = np.zeros(len(kept), dtype=bool)
