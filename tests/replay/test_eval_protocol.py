@@ -82,3 +82,21 @@ def test_other_drives_default_to_native_and_the_protocol_can_be_chosen(tmp_path:
     assert native["fused"]["protocol"] == "native" and "id_switches" in native["fused"]
     assert native["fused"]["frames"] == 8  # every frame with ground truth within 60 ms: 2 + 3 + 3
     assert chosen["fused"]["protocol"] == "nuscenes" and chosen["fused"]["samples"] == 4
+
+
+def test_the_eval_report_names_its_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perception.cli import main
+    from perception.cli._eval import _markdown, _table
+
+    with DriveReader(_drive(tmp_path / "n.mcap", "nuscenes")) as reader:
+        modes = score_modes(_results(), CONFIG, reader, MODES)
+    md = _markdown(tmp_path / "n.mcap", modes)
+    assert "Protocol: **nuscenes (the nuScenes detection protocol as nuscenes-devkit computes it" in md
+    assert "| mode | mAP | NDS | ATE | ASE | AOE | AVE | AAE |" in md and "- car: " in md
+    assert _table(modes)[1].split()[0] == "fused" and len(_table(modes)) == 3
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "--protocol {native,nuscenes}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", str(tmp_path / "n.mcap"), "--protocol", "coco"])
+    assert exit_.value.code == 2 and "invalid choice: 'coco'" in capsys.readouterr().err
