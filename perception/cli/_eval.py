@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
 
@@ -30,7 +31,9 @@ def register(sub: Any) -> None:
         "nuScenes detection protocol exactly as the official devkit computes it: mAP over 0.5/1/2/4 m, the TP "
         "errors ATE/ASE/AOE/AVE/AAE and NDS, with its class ranges and ground-truth filters, one sample per "
         "keyframe; 'native' (the default otherwise) is nuScenes-style per-frame AP at 0.5/1/2/4 m centre "
-        "distance, mAP, ATE, AVE and ID switches, with documented departures. The report names the protocol.",
+        "distance, mAP, ATE, AVE and ID switches, with documented departures. The report names the protocol. "
+        "A damaged drive is scored on all its readable data and the exit code is 3.",
+        epilog=EXIT_CODES_HELP,
     )
     add_runtime_options(p)
     p.add_argument(
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: Any) -> Any:
         return await evaluate_modes(args.drive, cfg, args.protocol, progress=progress)
 
-    modes, _outcome = run_with_signals(main)
+    modes, outcome = run_with_signals(main)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         # keyed by mode, as --json prints it; every mode's summary names its "protocol"
@@ -107,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
         safe_output_path(args.out, "eval.md").write_text(_markdown(Path(args.drive), modes))
     if args.json:
         sys.stdout.write(json.dumps(modes) + "\n")
-        return 0
-    sys.stdout.write(f"protocol: {_PROTOCOL_TITLE.get(_protocol(modes), _protocol(modes))}\n")
-    sys.stdout.write("\n".join(_table(modes)) + "\n")
+    else:
+        sys.stdout.write(f"protocol: {_PROTOCOL_TITLE.get(_protocol(modes), _protocol(modes))}\n")
+        sys.stdout.write("\n".join(_table(modes)) + "\n")
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # damaged drive (exit 3): scored on all its readable data
     return 0

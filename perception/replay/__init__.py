@@ -11,7 +11,7 @@ from perception.replay._session import (
     replay_drive,
     safe_output_path,
 )
-from perception.replay._source import DriveSource, match_rig
+from perception.replay._source import DriveSource, drive_config, match_rig
 
 __all__ = [
     "MODES",
@@ -21,6 +21,7 @@ __all__ = [
     "ReplayOutcome",
     "ReplaySink",
     "default_protocol",
+    "drive_config",
     "evaluate_modes",
     "match_rig",
     "replay_drive",

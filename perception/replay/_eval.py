@@ -25,7 +25,7 @@ from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
 from perception.fusion import Fuser
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
-from perception.replay._source import GT_TOLERANCE_NS, match_rig
+from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 __all__ = ["MODES", "default_protocol", "evaluate_modes", "score_modes"]
@@ -77,6 +77,7 @@ def score_modes(
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    config = drive_config(config, reader)
     rig = match_rig(config, reader)
     kinds = {s.name: s.kind for s in config.sensors}
     ego_at = reader.ego_pose_at if reader.ego_poses() else None
@@ -121,7 +122,7 @@ async def evaluate_modes(
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
     outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
-    with DriveReader(drive, strict=False) as reader:
+    with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
         if not reader.has_ground_truth:
             raise DriveError(
                 "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
