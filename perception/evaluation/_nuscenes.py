@@ -49,13 +49,16 @@ TP errors (``calc_tp``, at the 2 m threshold)
     accuracy). Each is the NaN-aware cumulative mean over matches, interpolated at the recall
     points, averaged between ``min_recall`` and the highest recall reached; 1.0 when no match
     reaches ``min_recall``. Ground truth with an unknown velocity (NaN) or no attribute is left out of
-    AVE/AAE as the devkit does (all NaN -> 1). AVE/AAE are undefined for barrier and traffic cone, AOE
-    too for traffic cone (rules kept in :func:`tp_error`, though our labels have neither class).
+    AVE/AAE as the devkit does (all NaN -> 1; and, as its ``cummean`` does, the recall points before the
+    first known value count 0, which is why AAE can come out a little below 1 without attributes).
+    AVE/AAE are undefined for barrier and traffic cone, AOE too for traffic cone (rules kept in
+    :func:`tp_error`, though our labels have neither class).
 
     **Attributes.** Our detections carry no attribute (``attribute_name == ""`` in devkit terms), so
-    every match with an attributed ground-truth box has an attribute error of 1 and AAE is 1.0 for
-    every class with matches: what the devkit scores for a submission without attributes. NDS counts
-    it like that (its AAE term is 0); the report says ``attributes_predicted: false``.
+    every match with an attributed ground-truth box has an attribute error of 1 and AAE is 1.0 (or just
+    below, see above) for every class with matches: what the devkit scores for a submission without
+    attributes. NDS counts it like that (its AAE term is about 0); the report says
+    ``attributes_predicted: false``.
 
 Summary (``DetectionMetrics``)
     mAP = mean AP over the evaluated classes; TP error per metric = ``nanmean`` over those classes;
