@@ -18,7 +18,13 @@ and :func:`parse_pcd` (PCD v0.7).
 from __future__ import annotations
 
 from perception.importers._kitti import KITTI_LABELS, import_kitti, kitti_label, parse_frames
-from perception.importers._nuscenes import NUSCENES_LABELS, import_nuscenes, nuscenes_label
+from perception.importers._nuscenes import (
+    BIKE_RACK,
+    NUSCENES_ATTRIBUTES,
+    NUSCENES_LABELS,
+    import_nuscenes,
+    nuscenes_label,
+)
 from perception.importers._output import ImportSummary
 from perception.importers._pcd import PcdHeader, parse_pcd
 from perception.importers._pointcloud2 import decode_point_cloud2
@@ -26,7 +32,9 @@ from perception.importers._ros2 import image_to_rgb, import_ros2
 from perception.importers._topic_map import TOPIC_MAP_HELP, Ros2Sensor, TopicMap, load_topic_map
 
 __all__ = [
+    "BIKE_RACK",
     "KITTI_LABELS",
+    "NUSCENES_ATTRIBUTES",
     "NUSCENES_LABELS",
     "TOPIC_MAP_HELP",
     "ImportSummary",

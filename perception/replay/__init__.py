@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perception.replay._eval import MODES, evaluate_modes, score_modes
+from perception.replay._eval import MODES, default_protocol, evaluate_modes, score_modes
 from perception.replay._session import (
     Rate,
     ReplayOptions,
@@ -20,6 +20,7 @@ __all__ = [
     "ReplayOptions",
     "ReplayOutcome",
     "ReplaySink",
+    "default_protocol",
     "drive_config",
     "evaluate_modes",
     "match_rig",
