@@ -1,9 +1,9 @@
 """Transport cost of lidar-sized inputs: plain gRPC versus system shared memory, interleaved.
 
-Sends ``N x 4`` float32 point clouds, flattened, to the ``sink`` test model
-(``tests/triton_models/sink``: it sums its input and answers 4 bytes, so the input transfer dominates)
-through :class:`perception.triton.TritonClient`, one request in flight, alternating the transports
-request by request (and which goes first) so both see the same machine load. Used by
+Sends ``N x 4`` float32 point clouds, flattened, to the ``sink`` model (``perception/benchmark/models/sink``,
+shipped with the package: it sums its input and answers 4 bytes, so the input transfer dominates) through
+:class:`perception.triton.TritonClient`, one request in flight, alternating the transports request by
+request (and which goes first) so both see the same machine load. Used by
 ``perception bench``, ``bench/bench_transport.py`` and ``bench/bench_scheduler.py``.
 """
 
