@@ -25,10 +25,11 @@ from perception.benchmark._run import BenchServer, bench_server, run_bench
 from perception.benchmark._sequential import SequentialClient, SequentialResult
 from perception.benchmark._stats import latency_stats, ratio, throughput
 from perception.benchmark._suite import AWAIT_ALL_NS, SECTIONS, BenchSettings, run_suite, variant_config
-from perception.benchmark._transport import SINK_MODEL, TRANSPORTS, measure_transport
+from perception.benchmark._transport import BASELINES, SINK_MODEL, TRANSPORTS, measure_transport
 
 __all__ = [
     "AWAIT_ALL_NS",
+    "BASELINES",
     "SECTIONS",
     "SINK_MODEL",
     "TRANSPORTS",

@@ -64,8 +64,7 @@ async def bench_server(
             yield BenchServer(
                 url=server.grpc_url,
                 embedded=True,
-                repositories=tuple(str(p) for p in config.server.models)
-                + tuple(str(source / m) for m in wanted),
+                repositories=tuple(str(p) for p in config.server.models) + tuple(str(source / m) for m in wanted),
             )
 
 
