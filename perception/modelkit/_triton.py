@@ -10,14 +10,7 @@ and implements :meth:`TritonModel.run` on plain numpy arrays. This base class do
   requests of the batch nor crashes the stub;
 * checks ``request.is_cancelled()`` before the work and between pipeline stages (the ``checkpoint``
   callback handed to :meth:`run`) and answers a cancelled request with ``CANCELLED``;
-* logs per-request stage timings at DEBUG. Records reach the server log through the python backend's
-  stub-to-server channel, one blocking round trip each, so only INFO and above are forwarded unless
-  ``PERCEPTION_MODEL_LOG_LEVEL=DEBUG`` is set in the server's environment (then also run
-  ``tritonserver --log-verbose=1``, which prints them). Every DEBUG record used to make that trip
-  (three per frame) to be dropped by the server at ``--log-verbose=0``; a record still in flight when
-  the server unloaded the model could leave the stub unable to finalize (python backend 2.51): the
-  server then waited out ``--exit-timeout-secs`` and exited 1 (``perception/server`` docs). For the
-  same reason :meth:`TritonModel.finalize` logs nothing: Triton itself logs each unload.
+* logs per-request stage timings (DEBUG, shown by ``tritonserver --log-verbose=1``).
 
 ``triton_python_backend_utils`` exists only inside the stub, so it is imported in
 :meth:`TritonModel.initialize`; importing this module elsewhere is harmless.
@@ -29,7 +22,6 @@ import abc
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -156,23 +148,12 @@ class _TritonLogHandler(logging.Handler):
             self.handleError(record)
 
 
-#: Environment variable: the lowest level of model-side records forwarded to the server log.
-LOG_LEVEL_ENV = "PERCEPTION_MODEL_LOG_LEVEL"
-
-
-def _forwarded_level() -> int:
-    name = os.environ.get(LOG_LEVEL_ENV, "INFO").strip().upper()
-    level = logging.getLevelName(name)
-    return level if isinstance(level, int) else logging.INFO
-
-
 def _install_log_handler(pb_utils: Any) -> None:
     pkg_log = logging.getLogger("perception")
     if getattr(pb_utils, "Logger", None) is None or any(isinstance(h, _TritonLogHandler) for h in pkg_log.handlers):
         return
     pkg_log.addHandler(_TritonLogHandler(pb_utils.Logger))
-    # Records below this level are dropped here, before the stub-to-server round trip (module docstring).
-    pkg_log.setLevel(_forwarded_level())
+    pkg_log.setLevel(logging.DEBUG)  # the server's --log-verbose decides what is shown
     pkg_log.propagate = False
 
 
@@ -230,9 +211,8 @@ class TritonModel(abc.ABC):
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         return [self._execute_one(request) for request in requests]
 
-    def finalize(self) -> None:  # noqa: B027 - optional hook
-        """Nothing to release; deliberately silent (a log record here goes through the stub-to-server
-        channel while the server tears it down: see the module docstring)."""
+    def finalize(self) -> None:
+        log.info("%s: unloaded", self.model_name)
 
     # -- to implement ------------------------------------------------------------------------------
 

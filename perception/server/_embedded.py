@@ -9,19 +9,21 @@ Lifecycle guarantees:
   context manager, never from a worker thread;
 * the python backend's ``/dev/shm`` regions carry the prefix ``perception_<owner-pid>_<random>_``:
   they are removed at stop, and regions of owners that died are removed at the next start;
-* a normal stop exits 0. Any other exit status (the exit timeout expired, a crash, SIGKILL after
-  ``stop_timeout_s``) is a warning quoting the end of the server log, which is then kept.
+* a stop whose server exits 0 is silent. Any other exit status (the exit timeout expired, a crash,
+  SIGKILL after ``stop_timeout_s``) is a warning quoting the end of the server log, which is then kept.
 
-Why a SIGTERM'd server used to exit 1 now and then (about one replay in four at ``--rate max``): on
-SIGTERM Triton waits for in-flight requests, then unloads every model, each python-backend stub
-finalizing in turn, and gives up after ``--exit-timeout-secs`` with exit status 1 ("failed to stop
-server: Exit timeout expired"); the stubs, their server gone, then log "Non-graceful termination
-detected". The model that never unloaded was the one with the most requests (radar); its stub's
-log thread was blocked sending a record to the server (seen with gdb). The reference models
-forwarded every DEBUG record (stage timings, three a frame) to the server log, each a blocking
-stub-to-server round trip, only for the server to drop them at ``--log-verbose=0``; a record still in
-flight when the model was unloaded kept the stub from finalizing. ``perception.modelkit`` now forwards
-INFO and above only and logs nothing in ``finalize`` (see its ``_triton`` module).
+Why a SIGTERM'd server sometimes exits 1 (Triton 2.51, the newest any nvidia-pytriton wheel ships): on
+SIGTERM Triton waits for in-flight requests, unloads every model and gives up after
+``--exit-timeout-secs`` with status 1 ("failed to stop server: Exit timeout expired"); the python stubs,
+their server gone, then log "Non-graceful termination detected". Caught with gdb in that state (a
+stress of start, requests with 20-300 ms deadlines, stop): the model left "live" had an idle, healthy
+stub (waiting for its next command) and no server thread was unloading it -- something still held the
+model. This matches the gRPC frontend's cancellation races fixed upstream after 2.51 (server PRs 7840,
+8078, 8220): a client cancellation (or deadline) arriving while the response is being completed leaks the
+response, which holds its model, so the model can never be unloaded. The runtime cancels late requests
+by design, so at ``--rate max`` it meets that race now and then. What this class guarantees around it:
+the stop is bounded (``stop_timeout_s``), nothing is left behind (processes, ``/dev/shm``), and the
+warning quotes the log ("Exit timeout expired") so the failure is not silent.
 """
 
 from __future__ import annotations
