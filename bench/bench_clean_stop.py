@@ -35,6 +35,8 @@ log = logging.getLogger("bench_clean_stop")
 REPO = Path(__file__).resolve().parents[1]
 SHM = Path("/dev/shm")
 DEFAULT_PREFIX = "triton_python_backend_shm_region_"
+#: ``perception`` (the console script) run by this interpreter, from this checkout.
+_CLI = "import sys; from perception.cli import main; sys.exit(main())"
 _STOP_WARNING = re.compile(r"tritonserver pid \d+ (stopped with|ignored SIGTERM)|python backend stubs .* still alive")
 
 
@@ -67,9 +69,11 @@ def _shm(prefix: str) -> set[str]:
 def _one(drive: Path, out: Path, timeout_s: float) -> dict[str, Any]:
     default_before = _shm(DEFAULT_PREFIX)
     started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perception.cli", "replay", str(drive), "--rate", "max", "--out", str(out)],
+        [sys.executable, "-c", _CLI, "replay", str(drive), "--rate", "max", "--out", str(out)],
         cwd=REPO,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -89,6 +93,7 @@ def _one(drive: Path, out: Path, timeout_s: float) -> dict[str, Any]:
         "leftover_processes": _leftover_processes(prefix),
         "leftover_shm": sorted(_shm(prefix) | (_shm(DEFAULT_PREFIX) - default_before)),
         "summary": next((line for line in output.splitlines() if line.startswith("frames ")), None),
+        **({"output_tail": output.splitlines()[-15:]} if proc.returncode != 0 else {}),
     }
 
 
