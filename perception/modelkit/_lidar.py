@@ -36,6 +36,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from scipy import ndimage
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
 
 from perception.types import LABELS
 
@@ -43,6 +46,7 @@ __all__ = [
     "LidarDetections",
     "LidarParams",
     "SizePrior",
+    "cluster_adaptive",
     "cluster_bev",
     "detect_lidar",
     "estimate_ground",
@@ -98,11 +102,19 @@ class LidarParams:
     ground_flat_spread: float = 0.3  # a bin with less height spread than this is "flat"
     ground_max_slope: float = 0.15  # road grade bound (rise/run)
     ground_drop: float = 0.5  # a bin this far below the predicted road is an outlier, not road
+    ground_refine_cell: float = 0.5  # Cartesian second pass (see _refine_ground); 0 = polar scan only
+    ground_refine_sigma: float = 1.5  # its smoothing (cells)
+    ground_window: float = 2.0  # road cells are within ground_tol of the lowest returns this close (detrended)
     ground_clearance: float = 0.2  # returns lower than this above the ground are ground
     max_height: float = 4.5  # returns higher than this above the ground are ignored (canopy, signs)
     voxel_size: float = 0.1
     voxel_above: int = 60_000  # downsample object points only beyond this count
-    cluster_cell: float = 0.3
+    cluster_cell: float = 0.3  # structure removal grid (poles, long low structures), see cluster_bev
+    cluster_eps: float = 0.45  # clustering: BEV points closer than this always join (cluster_adaptive)...
+    cluster_eps_gain: float = 0.03  # ...and closer than this times the range (sparse far rings)...
+    cluster_eps_max: float = 1.0  # ...up to this
+    structure_height: float = 4.3  # a cluster with returns this high above the ground in its footprint is
+    structure_share: float = 0.15  # a building or tree (in this share of its cells) and not a road user
     pole_height: float = 2.6  # thin structures taller than this are removed before clustering
     merge_gap: float = 2.0  # occlusion fragments (see merge_fragments): radial gap behind one another,
     merge_side_gap: float = 1.2  # gap side by side,
@@ -116,6 +128,7 @@ class LidarParams:
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
     max_fit_points: int = 250
     min_score: float = 0.1
+    density_share: float = 0.25  # share of the expected returns that gives evidence 0.63 (see _density)
     row_max_length: float = 11.0  # car-high clusters up to this long are split into a row of cars
     beam_spacing: float = 0.0225  # tan of the vertical angle between beams (1.3 deg: 32 beams over 40)
     priors: dict[int, SizePrior] = field(default_factory=_default_priors)
@@ -220,9 +233,62 @@ def estimate_ground(xyz: npt.NDArray[np.floating[Any]], params: LidarParams | No
         r_prev = np.where(is_ground, rc, r_prev)
         seen |= is_ground
     ground2 = ndimage.median_filter(ground2, size=(3, 1), mode="wrap")
-    out: F32 = ground2.reshape(-1)[flat].astype(np.float32)
-    return out
+    polar = ground2.reshape(-1)[flat]
+    if p.ground_refine_cell <= 0:
+        return polar.astype(np.float32)
+    return _refine_ground(x, y, z, polar, p)
 
+
+def _refine_ground(x: F64, y: F64, z: F64, polar: F64, p: LidarParams) -> F32:
+    """Second pass: the lower envelope on a Cartesian grid, checked from every side, then interpolated.
+
+    The polar scan follows each ray outwards; behind and under cars (a parking lot: row after row) its
+    running estimate can climb onto a bumper or a bonnet, or sink after a gap. Here the lowest return
+    of every ``ground_refine_cell`` square is compared with the lowest returns within
+    ``ground_window`` of it in *every* direction, after removing the large-scale trend of the polar
+    estimate (so a sloped road is not mistaken for an object): a cell is road if it is no more than
+    ``ground_tol`` above that local envelope. A bumper or a car body never is, because the road beside
+    the car is lower; a kerb is a step of a cell or two. The road cells' heights are then averaged with
+    a normalised Gaussian (every side contributes, so holes under and behind cars are filled from the
+    road around them). Cells with no road nearby keep the polar estimate.
+    """
+    cell = p.ground_refine_cell
+    ox, oy = float(x.min()), float(y.min())
+    ix = ((x - ox) / cell).astype(np.int64)
+    iy = ((y - oy) / cell).astype(np.int64)
+    shape = (int(ix.max()) + 1, int(iy.max()) + 1)
+    flat = ix * shape[1] + iy
+    size = shape[0] * shape[1]
+    zmin = np.full(size, np.inf)
+    np.minimum.at(zmin, flat, z)
+    occupied = np.isfinite(zmin)
+    pol = np.zeros(size)
+    np.minimum.at(pol, flat, 0.0)
+    pol_sum = np.bincount(flat, polar, minlength=size)
+    cnt = np.bincount(flat, minlength=size).astype(np.float64)
+    pol = np.where(occupied, pol_sum / np.maximum(cnt, 1.0), 0.0)
+    # Large-scale trend of the polar estimate (slopes, road camber), insensitive to one car.
+    sigma_trend = 4.0 / cell
+    w = ndimage.gaussian_filter(occupied.reshape(shape).astype(np.float64), sigma_trend, truncate=2.0)
+    trend = ndimage.gaussian_filter(pol.reshape(shape), sigma_trend, truncate=2.0) / np.maximum(w, 1e-9)
+    resid = np.where(occupied, zmin - trend.reshape(-1), 1e6).reshape(shape)  # empty cells: never lowest
+    k = 2 * max(1, round(p.ground_window / cell)) + 1
+    envelope = ndimage.minimum_filter(resid, size=k, mode="constant", cval=1e6)
+    road = (occupied.reshape(shape) & (resid - envelope <= p.ground_tol)).reshape(-1)
+    road &= np.abs(zmin - pol) <= p.ground_drop  # and near what the polar scan said (no deep outliers)
+    if road.sum() < 10:
+        return polar.astype(np.float32)
+    weight = road.astype(np.float64).reshape(shape)
+    total = np.where(road, zmin, 0.0).reshape(shape)
+    out = polar.copy()
+    for sigma in (p.ground_refine_sigma * 4, p.ground_refine_sigma):  # coarse first, fine overrides
+        ws = ndimage.gaussian_filter(weight, sigma, mode="constant", truncate=2.5)
+        ts = ndimage.gaussian_filter(total, sigma, mode="constant", truncate=2.5)
+        ok = (ws > 0.05).reshape(-1)
+        surface = (ts / np.maximum(ws, 1e-12)).reshape(-1)
+        take = ok[flat]
+        out[take] = surface[flat[take]]
+    return out.astype(np.float32)
 
 def voxel_downsample(points: F32, voxel: float) -> F32:
     """One point (the first) per ``voxel``-sized cube; keeps all columns, order by voxel."""
@@ -289,6 +355,48 @@ def cluster_bev(
                 occ &= ~np.isin(low_lab, long_ids)
     lab, count = ndimage.label(occ, structure=eight)
     labels: I64 = lab[ci, cj].astype(np.int64) - 1
+    return labels, int(count)
+
+
+def cluster_adaptive(
+    xy: npt.NDArray[np.floating[Any]],
+    eps: float = 0.45,
+    eps_gain: float = 0.03,
+    eps_max: float = 1.0,
+    cell: float = 0.15,
+) -> tuple[I64, int]:
+    """Connected components of BEV points linked closer than ``clip(eps_gain * range, eps, eps_max)``.
+
+    A fixed linking distance either glues near objects together or breaks far ones apart: a real
+    32-beam lidar's rings are ~0.5 m apart on a car at 20 m and a car's faces often show gaps (dark
+    paint, glass), so the distance grows with the range (of the nearer point). Points are first
+    reduced to one per ``cell`` square (their mean), so dense walls cost no more than their area.
+    Returns ``(labels [N], count)``.
+    """
+    n = xy.shape[0]
+    if n == 0:
+        return np.zeros((0,), np.int64), 0
+    pts = np.asarray(xy, dtype=np.float64)
+    q = np.floor((pts - pts.min(axis=0)) / cell).astype(np.int64)
+    key = q[:, 0] * (int(q[:, 1].max()) + 1) + q[:, 1]
+    _, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+    m = int(inv.max()) + 1
+    counts = np.bincount(inv, minlength=m)
+    centres = np.column_stack([np.bincount(inv, pts[:, k], m) / counts for k in (0, 1)])
+    rng = np.hypot(centres[:, 0], centres[:, 1])
+    pairs = [cKDTree(centres).query_pairs(eps, output_type="ndarray").reshape(-1, 2)]
+    far = np.flatnonzero(rng * eps_gain > eps)  # only far cells may link farther than eps
+    if far.size > 1 and eps_max > eps:
+        fp = cKDTree(centres[far]).query_pairs(eps_max, output_type="ndarray").reshape(-1, 2)
+        fp = far[fp]
+        d = np.hypot(*(centres[fp[:, 0]] - centres[fp[:, 1]]).T)
+        limit = np.clip(eps_gain * np.minimum(rng[fp[:, 0]], rng[fp[:, 1]]), eps, eps_max)
+        pairs.append(fp[d <= limit])
+    links = np.concatenate(pairs)
+    graph = coo_matrix((np.ones(links.shape[0]), (links[:, 0], links[:, 1])), shape=(m, m))
+    count, comp = connected_components(graph, directed=False)
+    labels: I64 = comp.astype(np.int64)[inv]
     return labels, int(count)
 
 
@@ -472,6 +580,7 @@ class _Cluster:
     ground: float
     n: int
     upper_ratio: float = 1.0  # extent of the top 30 % of the object along its long side / full extent
+    omega: float = 0.0  # solid angle per return of the sweep (sr), see _return_solid_angle; 0 = unknown
 
     @property
     def range(self) -> float:
@@ -530,10 +639,22 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
     label, s, axis = best
     if label < 0:
         return best
-    # Evidence grows with the number of returns (relative to what the range allows).
-    n_eff = c.n * max(1.0, c.range / 15.0) ** 2
-    density = 1.0 - math.exp(-n_eff / 15.0)
-    return label, float(s * density), axis
+    return label, float(s * _density(c.n, c.range, params.priors[label], c.omega, params)), axis
+
+
+def _density(n: int, rng: float, prior: SizePrior, omega: float, params: LidarParams) -> float:
+    """Evidence in [0, 1) from the number of returns, relative to what this lidar gives at this range.
+
+    A surface of area ``A`` at range ``r`` facing the sensor gets about ``A / (omega r^2)`` returns
+    (``omega``: solid angle per return, measured on the sweep itself, so a 32-beam and a 64-beam lidar
+    are judged alike); an object of the prior's size shows about half of its side and end. A cluster
+    with ``density_share`` of that has evidence 0.63; sparse vegetation and facade fragments far less.
+    """
+    if omega <= 0:  # unknown lidar: the simulator's 32-beam rule of thumb
+        return 1.0 - math.exp(-n * max(1.0, rng / 15.0) ** 2 / 15.0)
+    area = 0.5 * prior.height * (prior.length + prior.width)
+    expected = area / (omega * max(rng, 1.0) ** 2)
+    return 1.0 - math.exp(-n / max(params.density_share * expected, float(params.min_points)))
 
 
 def _box(lo: F64, hi: F64, theta: float, axis: int, bottom: float, top: float, grow: SizePrior | None) -> list[float]:
@@ -556,7 +677,7 @@ def _box(lo: F64, hi: F64, theta: float, axis: int, bottom: float, top: float, g
     return [float(centre[0]), float(centre[1]), bottom + height / 2, hi_l - lo_l, hi_w - lo_w, height, _wrap_half(yaw)]
 
 
-def _cluster_boxes(members: F64 | F32, p: LidarParams) -> list[tuple[list[float], int, float]]:
+def _cluster_boxes(members: F64 | F32, p: LidarParams, omega: float = 0.0) -> list[tuple[list[float], int, float]]:
     """Boxes for one cluster of ``[m, 4]`` (x, y, z, ground) object points: none, one, or a row of cars."""
     fit_xy = members[:: max(1, members.shape[0] // p.max_fit_points), :2]
     lo, hi, theta = fit_box_bev(fit_xy, p.yaw_steps)
@@ -570,7 +691,7 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams) -> list[tuple[list[float]
     upper_ratio = float(upper.max() - upper.min()) / max(float(ext[long_axis]), 1e-3) if upper.size else 0.0
     ground = float(np.median(members[:, 3]))
     top = float(members[:, 2].max())
-    cluster = _Cluster(lo, hi, theta, top, ground, members.shape[0], upper_ratio)
+    cluster = _Cluster(lo, hi, theta, top, ground, members.shape[0], upper_ratio, omega)
     car = p.priors.get(CAR)
     length, width = float(ext[long_axis]), float(ext[1 - long_axis])
     if car is not None and car.max_length < length <= p.row_max_length and width <= car.max_width:
@@ -583,7 +704,7 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams) -> list[tuple[list[float]
             for a, b in itertools.pairwise(edges):
                 seg_lo, seg_hi = lo.copy(), hi.copy()
                 seg_lo[long_axis], seg_hi[long_axis] = a, b
-                score = car.weight * 0.6 * (1.0 - math.exp(-members.shape[0] / n_cars / 15.0))
+                score = car.weight * 0.6 * _density(members.shape[0] // n_cars, cluster.range, car, omega, p)
                 out.append((_box(seg_lo, seg_hi, theta, long_axis, ground, top, car), CAR, score))
             return out
     label, score, axis = _classify(cluster, p)
@@ -591,6 +712,32 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams) -> list[tuple[list[float]
         return []
     grow = p.priors[label] if label in (CAR, TRUCK) else None
     return [(_box(lo, hi, theta, axis, ground, top, grow), label, score)]
+
+
+def _under_structure(xy_all: F32, hag_all: F32, xy: F32, p: LidarParams) -> npt.NDArray[np.bool_]:
+    """Which of ``xy`` lie in a 0.5 m BEV cell where some return is ``structure_height`` above ground."""
+    high = hag_all >= p.structure_height
+    if not high.any() or xy.shape[0] == 0:
+        return np.zeros(xy.shape[0], dtype=bool)
+    cell = 0.5
+    origin = np.minimum(xy_all.min(axis=0), xy.min(axis=0))
+    hij = np.floor((xy_all[high] - origin) / cell).astype(np.int64)
+    ij = np.floor((xy - origin) / cell).astype(np.int64)
+    shape = (int(max(hij[:, 0].max(), ij[:, 0].max())) + 1, int(max(hij[:, 1].max(), ij[:, 1].max())) + 1)
+    grid = np.zeros(shape, dtype=bool)
+    grid[hij[:, 0], hij[:, 1]] = True
+    out: npt.NDArray[np.bool_] = grid[ij[:, 0], ij[:, 1]]
+    return out
+
+
+def _return_solid_angle(pts: F32) -> float:
+    """Solid angle per return (sr) of a spinning lidar's sweep: its elevation span times 2 pi over its
+    return count. 32 beams over 40 deg at 0.33 deg steps: 1.3e-4; 64 beams over 27 deg: 2.5e-5."""
+    if pts.shape[0] < 100:
+        return 0.0
+    elev = np.arctan2(pts[:, 2], np.hypot(pts[:, 0], pts[:, 1]))
+    lo, hi = np.percentile(elev, [0.5, 99.5])
+    return float(max(hi - lo, 1e-3) * 2 * math.pi / pts.shape[0])
 
 
 def detect_lidar(
@@ -608,6 +755,7 @@ def detect_lidar(
     checkpoint("sanitize")
     if pts.shape[0] == 0:
         return LidarDetections.empty()
+    omega = _return_solid_angle(pts)
     ground = estimate_ground(pts, p)
     hag = pts[:, 2] - ground
     keep = (hag > p.ground_clearance) & (hag < p.max_height)
@@ -618,9 +766,13 @@ def detect_lidar(
         checkpoint("downsample")
     if obj.shape[0] < p.min_points:
         return LidarDetections.empty()
-    labels, count = cluster_bev(obj[:, :2], p.cluster_cell, obj[:, 2] - obj[:, 3], p.pole_height)
+    structure, _ = cluster_bev(obj[:, :2], p.cluster_cell, obj[:, 2] - obj[:, 3], p.pole_height)
+    labels = np.full(obj.shape[0], -1, np.int64)
+    kept = np.flatnonzero(structure >= 0)  # poles and long low structures are gone
+    labels[kept], count = cluster_adaptive(obj[kept, :2], p.cluster_eps, p.cluster_eps_gain, p.cluster_eps_max)
     labels, count = merge_fragments(obj[:, :2], obj[:, 2] - obj[:, 3], labels, count, p)
     checkpoint("cluster")
+    tall = _under_structure(pts[:, :2], hag, obj[:, :2], p)
 
     # Cheap per-cluster bounds first: most clusters (facades, vegetation, kerbs) never need a box fit.
     order = np.argsort(labels, kind="stable")
@@ -634,12 +786,15 @@ def detect_lidar(
         ext = [np.maximum.reduceat(s[:, k], seg) - np.minimum.reduceat(s[:, k], seg) for k in (0, 1)]
         height = np.maximum.reduceat(s[:, 2], seg) - np.minimum.reduceat(s[:, 3], seg)
         worth &= (np.hypot(*ext) <= p.max_object_diagonal) & (height >= p.min_object_height)
+        # Buildings and trees: returns far above any road user over a good part of the footprint.
+        tall_share = np.add.reduceat(tall[order[bounds[0] :]].astype(np.float64), seg) / np.maximum(counts, 1)
+        worth &= tall_share <= p.structure_share
     boxes: list[list[float]] = []
     out_labels: list[int] = []
     scores: list[float] = []
     for k in np.flatnonzero(worth):
         members = obj[order[bounds[k] : bounds[k + 1]]]
-        for box, label, score in _cluster_boxes(members, p):
+        for box, label, score in _cluster_boxes(members, p, omega):
             boxes.append(box)
             out_labels.append(label)
             scores.append(score)
