@@ -235,7 +235,8 @@ def estimate_ground(xyz: npt.NDArray[np.floating[Any]], params: LidarParams | No
     ground2 = ndimage.median_filter(ground2, size=(3, 1), mode="wrap")
     polar = ground2.reshape(-1)[flat]
     if p.ground_refine_cell <= 0:
-        return polar.astype(np.float32)
+        out: F32 = polar.astype(np.float32)
+        return out
     return _refine_ground(x, y, z, polar, p)
 
 
