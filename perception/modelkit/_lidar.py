@@ -102,8 +102,9 @@ class LidarParams:
     ground_flat_spread: float = 0.3  # a bin with less height spread than this is "flat"
     ground_max_slope: float = 0.15  # road grade bound (rise/run)
     ground_drop: float = 0.5  # a bin this far below the predicted road is an outlier, not road
-    ground_refine_cell: float = 0.5  # Cartesian second pass (see _refine_ground); 0 = polar scan only
+    ground_refine_cell: float = 0.0  # Cartesian second pass, e.g. 0.5 (see _refine_ground); 0 = polar scan only
     ground_refine_sigma: float = 1.5  # its smoothing (cells)
+    ground_refine_min_change: float = 0.1  # the second pass overrides the scan only where they differ more
     ground_window: float = 2.0  # road cells are within ground_tol of the lowest returns this close (detrended)
     ground_clearance: float = 0.2  # returns lower than this above the ground are ground
     max_height: float = 4.5  # returns higher than this above the ground are ignored (canopy, signs)
@@ -129,6 +130,9 @@ class LidarParams:
     max_fit_points: int = 250
     min_score: float = 0.1
     density_share: float = 0.25  # share of the expected returns that gives evidence 0.63 (see _density)
+    crowd_min_points: int = 20  # clusters with no object in them and this many returns are searched for people
+    crowd_radius: float = 0.35  # a person's returns lie this close to the column's axis (BEV)
+    crowd_score: float = 0.8  # people found in a group score lower than a person standing alone
     row_max_length: float = 11.0  # car-high clusters up to this long are split into a row of cars
     beam_spacing: float = 0.0225  # tan of the vertical angle between beams (1.3 deg: 32 beams over 40)
     priors: dict[int, SizePrior] = field(default_factory=_default_priors)
@@ -289,6 +293,10 @@ def _refine_ground(x: F64, y: F64, z: F64, polar: F64, p: LidarParams) -> F32:
         surface = (ts / np.maximum(ws, 1e-12)).reshape(-1)
         take = ok[flat]
         out[take] = surface[flat[take]]
+    # Where both agree the polar scan is kept (it is exact on a clean road); the envelope wins where the
+    # scan climbed onto an object or sank after a gap.
+    keep_polar = np.abs(out - polar) <= p.ground_refine_min_change
+    out[keep_polar] = polar[keep_polar]
     return out.astype(np.float32)
 
 def voxel_downsample(points: F32, voxel: float) -> F32:
@@ -731,6 +739,62 @@ def _under_structure(xy_all: F32, hag_all: F32, xy: F32, p: LidarParams) -> npt.
     return out
 
 
+def _people(members: F64 | F32, p: LidarParams, omega: float) -> list[tuple[list[float], int, float]]:
+    """Pedestrians inside one cluster that is no object as a whole (a group standing together, people
+    beside a shelter or a parked car): person-sized columns found at torso height.
+
+    Returns at torso height (0.9-2.0 m above the ground) are counted on a 0.1 m grid, smoothed over a
+    person's width, and every local maximum at least 0.5 m from a stronger one is a candidate. A
+    candidate is a pedestrian when the returns within ``crowd_radius`` of it reach a person's height
+    (a shelter's roof or a canopy above a person is allowed, as long as most of the column's returns are
+    below head height), and its torso returns are not a line (a hedge, a fence, a wall seen edge-on).
+    """
+    ped = p.priors[PEDESTRIAN]
+    xy = members[:, :2].astype(np.float64)
+    hag = (members[:, 2] - members[:, 3]).astype(np.float64)
+    torso = (hag >= 0.9) & (hag <= 2.0)
+    if torso.sum() < p.min_points:
+        return []
+    cell = 0.1
+    origin = xy.min(axis=0) - 1.0
+    ij = np.floor((xy[torso] - origin) / cell).astype(np.int64)
+    shape = (int(ij[:, 0].max()) + 11, int(ij[:, 1].max()) + 11)
+    grid = np.zeros(shape)
+    np.add.at(grid, (ij[:, 0], ij[:, 1]), 1.0)
+    smooth = ndimage.gaussian_filter(grid, 1.5)
+    peaks = (smooth == ndimage.maximum_filter(smooth, size=5)) & (smooth > 0.05)
+    out: list[tuple[list[float], int, float]] = []
+    for i, j in zip(*np.nonzero(peaks), strict=True):
+        centre = origin + (np.array([i, j]) + 0.5) * cell
+        d = np.hypot(xy[:, 0] - centre[0], xy[:, 1] - centre[1])
+        near = d <= p.crowd_radius
+        n = int(near.sum())
+        if n < p.min_points:
+            continue
+        high = hag > ped.max_height + 0.1
+        if int((near & high).sum()) * 2 > n:  # mostly something above head height: a wall, a trunk
+            continue
+        top = float(hag[near & ~high].max())
+        rng = float(np.hypot(*centre))
+        gap = p.beam_spacing * rng
+        if top < ped.min_height - gap:
+            continue
+        around = torso & (d <= 0.8)
+        if around.sum() >= 6:
+            ev = np.linalg.eigvalsh(np.cov(xy[around].T))
+            if ev[0] < 0.05 * ev[1]:
+                continue
+        c = xy[near].mean(axis=0)
+        ground = float(np.median(members[near, 3]))
+        sigma = math.hypot(ped.height_sigma, gap / 2)
+        h_fit = math.exp(-0.5 * ((top - (ped.height - gap / 2)) / sigma) ** 2)
+        score = p.crowd_score * ped.weight * h_fit * _density(n, rng, ped, omega, p)
+        if score >= p.min_score:
+            box = [float(c[0]), float(c[1]), ground + top / 2, ped.length, ped.width, top, 0.0]
+            out.append((box, PEDESTRIAN, score))
+    return out
+
+
 def _return_solid_angle(pts: F32) -> float:
     """Solid angle per return (sr) of a spinning lidar's sweep: its elevation span times 2 pi over its
     return count. 32 beams over 40 deg at 0.33 deg steps: 1.3e-4; 64 beams over 27 deg: 2.5e-5."""
@@ -781,6 +845,7 @@ def detect_lidar(
     starts = bounds[:-1]
     counts = np.diff(bounds)
     worth = counts >= p.min_points
+    tall_share = np.zeros(count)
     if worth.any() and (counts > 0).all():
         s = obj[order[bounds[0] :]]  # label -1 (removed structures) sorts first
         seg = starts - bounds[0]
@@ -793,9 +858,15 @@ def detect_lidar(
     boxes: list[list[float]] = []
     out_labels: list[int] = []
     scores: list[float] = []
-    for k in np.flatnonzero(worth):
+    crowd = np.zeros(count, dtype=bool)  # clusters in which to look for people standing together
+    if count and (counts > 0).all():
+        crowd = (counts >= p.crowd_min_points) & (tall_share <= p.structure_share)
+    for k in np.flatnonzero(worth | crowd):
         members = obj[order[bounds[k] : bounds[k + 1]]]
-        for box, label, score in _cluster_boxes(members, p, omega):
+        found = _cluster_boxes(members, p, omega) if worth[k] else []
+        if not found and crowd[k] and PEDESTRIAN in p.priors:
+            found = _people(members, p, omega)
+        for box, label, score in found:
             boxes.append(box)
             out_labels.append(label)
             scores.append(score)
