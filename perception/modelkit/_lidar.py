@@ -132,7 +132,9 @@ class LidarParams:
     density_share: float = 0.25  # share of the expected returns that gives evidence 0.63 (see _density)
     crowd_min_points: int = 20  # clusters with no object in them and this many returns are searched for people
     crowd_radius: float = 0.35  # a person's returns lie this close to the column's axis (BEV)
+    crowd_depth: float = 0.12  # a person's returns spread at most this much in range (1 sigma); foliage more
     crowd_score: float = 0.8  # people found in a group score lower than a person standing alone
+    min_surface_share: float = 0.3  # vehicles: at least this share of returns on their sides (_surface_share)
     row_max_length: float = 11.0  # car-high clusters up to this long are split into a row of cars
     beam_spacing: float = 0.0225  # tan of the vertical angle between beams (1.3 deg: 32 beams over 40)
     priors: dict[int, SizePrior] = field(default_factory=_default_priors)
@@ -298,6 +300,7 @@ def _refine_ground(x: F64, y: F64, z: F64, polar: F64, p: LidarParams) -> F32:
     keep_polar = np.abs(out - polar) <= p.ground_refine_min_change
     out[keep_polar] = polar[keep_polar]
     return out.astype(np.float32)
+
 
 def voxel_downsample(points: F32, voxel: float) -> F32:
     """One point (the first) per ``voxel``-sized cube; keeps all columns, order by voxel."""
@@ -590,6 +593,7 @@ class _Cluster:
     n: int
     upper_ratio: float = 1.0  # extent of the top 30 % of the object along its long side / full extent
     omega: float = 0.0  # solid angle per return of the sweep (sr), see _return_solid_angle; 0 = unknown
+    surface: float = 1.0  # share of the body's returns on the sides of the fitted rectangle (_surface_share)
 
     @property
     def range(self) -> float:
@@ -633,7 +637,11 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
         return -1, 0.0, 0
     if ext.max() < 0.45 and height > 2.3:  # pole, trunk, post
         return -1, 0.0, 0
-    scores = {label: _class_score(c, prior, params) for label, prior in params.priors.items()}
+    scores = {
+        label: _class_score(c, prior, params)
+        for label, prior in params.priors.items()
+        if label not in (CAR, TRUCK) or c.surface >= params.min_surface_share
+    }
     if ext.max() <= 2.4 and CAR in scores and CYCLIST in scores:
         # A car seen end-on and a cyclist seen side-on have the same footprint; a car's cabin spans
         # most of its rear, a rider only a third of the bicycle.
@@ -700,10 +708,12 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams, omega: float = 0.0) -> li
     upper_ratio = float(upper.max() - upper.min()) / max(float(ext[long_axis]), 1e-3) if upper.size else 0.0
     ground = float(np.median(members[:, 3]))
     top = float(members[:, 2].max())
-    cluster = _Cluster(lo, hi, theta, top, ground, members.shape[0], upper_ratio, omega)
+    surface = _surface_share(members, hag, lo, hi, theta, top_hag)
+    cluster = _Cluster(lo, hi, theta, top, ground, members.shape[0], upper_ratio, omega, surface)
     car = p.priors.get(CAR)
     length, width = float(ext[long_axis]), float(ext[1 - long_axis])
-    if car is not None and car.max_length < length <= p.row_max_length and width <= car.max_width:
+    row = car is not None and car.max_length < length <= p.row_max_length and width <= car.max_width
+    if car is not None and row and surface >= p.min_surface_share:
         height = top - ground
         if car.min_height - p.beam_spacing * cluster.range <= height <= car.max_height:
             # Car-high but too long for one car: a row of cars parked (nearly) bumper to bumper.
@@ -721,6 +731,28 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams, omega: float = 0.0) -> li
         return []
     grow = p.priors[label] if label in (CAR, TRUCK) else None
     return [(_box(lo, hi, theta, axis, ground, top, grow), label, score)]
+
+
+def _surface_share(members: F64 | F32, hag: F64 | F32, lo: F64, hi: F64, theta: float, top: float) -> float:
+    """Share of a cluster's body returns (below 80 % of its top) on the sides of its fitted BEV rectangle
+    that face the sensor: a vehicle is a shell and the lidar sees its near sides, foliage is a volume of
+    returns (beams go between leaves and hit deep inside a hedge or a bush). Within ``max(0.15 m,
+    1.5 % of the range)`` of a facing side; 1.0 for fewer than 10 body returns (too few to tell)."""
+    body = hag < 0.8 * top
+    if body.sum() < 10:
+        return 1.0
+    e = np.array([[math.cos(theta), math.sin(theta)], [-math.sin(theta), math.cos(theta)]])
+    c = members[body, :2].astype(np.float64) @ e.T  # the sensor projects to (0, 0)
+    dist = np.full(c.shape[0], np.inf)
+    for k in (0, 1):
+        if lo[k] > 0:  # the side at lo[k] faces the sensor
+            dist = np.minimum(dist, c[:, k] - lo[k])
+        elif hi[k] < 0:
+            dist = np.minimum(dist, hi[k] - c[:, k])
+    if not np.isfinite(dist).any():  # the sensor is inside the rectangle's extent on both axes
+        return 1.0
+    tol = max(0.15, 0.015 * float(np.hypot(*(0.5 * (lo + hi)))))
+    return float(np.mean(dist <= tol))
 
 
 def _under_structure(xy_all: F32, hag_all: F32, xy: F32, p: LidarParams) -> npt.NDArray[np.bool_]:
@@ -746,8 +778,9 @@ def _people(members: F64 | F32, p: LidarParams, omega: float) -> list[tuple[list
     Returns at torso height (0.9-2.0 m above the ground) are counted on a 0.1 m grid, smoothed over a
     person's width, and every local maximum at least 0.5 m from a stronger one is a candidate. A
     candidate is a pedestrian when the returns within ``crowd_radius`` of it reach a person's height
-    (a shelter's roof or a canopy above a person is allowed, as long as most of the column's returns are
-    below head height), and its torso returns are not a line (a hedge, a fence, a wall seen edge-on).
+    and stop there (a wall or a trunk goes on; a shelter's roof or a canopy half a metre higher may be
+    there), and its returns lie at nearly one range (a person is a shell facing the sensor; foliage
+    is a volume of returns). A low fence or a hedge-top gives candidates too short to score.
     """
     ped = p.priors[PEDESTRIAN]
     xy = members[:, :2].astype(np.float64)
@@ -771,19 +804,19 @@ def _people(members: F64 | F32, p: LidarParams, omega: float) -> list[tuple[list
         n = int(near.sum())
         if n < p.min_points:
             continue
-        high = hag > ped.max_height + 0.1
-        if int((near & high).sum()) * 2 > n:  # mostly something above head height: a wall, a trunk
+        high = hag > ped.max_height
+        # Something right above head height that goes on from it (a wall, a trunk) is no person; a
+        # shelter's roof or a canopy a little higher is allowed.
+        if int((near & high & (hag < ped.max_height + 0.5)).sum()) > max(1, n // 20):
             continue
         top = float(hag[near & ~high].max())
         rng = float(np.hypot(*centre))
         gap = p.beam_spacing * rng
         if top < ped.min_height - gap:
             continue
-        around = torso & (d <= 0.8)
-        if around.sum() >= 6:
-            ev = np.linalg.eigvalsh(np.cov(xy[around].T))
-            if ev[0] < 0.05 * ev[1]:
-                continue
+        # A person is a shell facing the sensor (its returns at nearly one range), foliage a volume.
+        if float(np.std(np.hypot(xy[near, 0], xy[near, 1]))) > p.crowd_depth:
+            continue
         c = xy[near].mean(axis=0)
         ground = float(np.median(members[near, 3]))
         sigma = math.hypot(ped.height_sigma, gap / 2)
