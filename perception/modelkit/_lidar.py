@@ -129,7 +129,7 @@ class LidarParams:
     yaw_steps: int = 90  # L-shape search resolution over 90 degrees
     max_fit_points: int = 250
     min_score: float = 0.1
-    density_share: float = 0.25  # share of the expected returns that gives evidence 0.63 (see _density)
+    density_share: float = 0.1  # share of the expected returns that gives evidence 0.63 (see _density)
     crowd_min_points: int = 20  # clusters with no object in them and this many returns are searched for people
     crowd_radius: float = 0.35  # a person's returns lie this close to the column's axis (BEV)
     crowd_depth: float = 0.12  # a person's returns spread at most this much in range (1 sigma); foliage more
@@ -637,6 +637,8 @@ def _classify(c: _Cluster, params: LidarParams) -> tuple[int, float, int]:
         return -1, 0.0, 0
     if ext.max() < 0.45 and height > 2.3:  # pole, trunk, post
         return -1, 0.0, 0
+    if c.omega > 0 and ext.max() < min(0.2, math.sqrt(c.omega) * c.range):
+        return -1, 0.0, 0  # one column of returns (a fragment, an edge): even a far person spans two
     scores = {
         label: _class_score(c, prior, params)
         for label, prior in params.priors.items()
