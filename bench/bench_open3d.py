@@ -12,7 +12,7 @@ and the bench records wall time (median per frame) and a quality measure against
   range-adaptive link) vs ``PointCloud.cluster_dbscan`` (3D, eps 0.5 m, min 2 points). Quality per
   annotated car with >= 10 object points: *complete* if one cluster holds >= 80 % of its points and
   that cluster is *pure* (>= 70 % of its points inside the box grown by 0.3 m).
-* ``ground``: ``estimate_ground`` (polar scan + Cartesian lower envelope) vs one RANSAC plane
+* ``ground``: ``estimate_ground`` (the model's defaults: the polar scan) vs one RANSAC plane
   (``segment_plane``, 0.15 m, 200 iterations). Quality: share of annotated cars (>= 10 returns) whose
   estimated ground under them is within 0.25 m of the box bottom (sensor frame).
 * ``oriented_box``: BEV yaw of annotated cars' own returns (>= 30, above the ground): our L-shape fit
