@@ -136,7 +136,8 @@ async def _runtimes(
     async with contextlib.AsyncExitStack() as stack:
         out: dict[str, Runtime] = {}
         for name, cfg in configs.items():
-            out[name] = await stack.enter_async_context(Runtime(cfg, rig=rig, join_timeout_ns=AWAIT_ALL_NS))
+            runtime = Runtime(cfg, rig=rig, fusion=None, join_timeout_ns=AWAIT_ALL_NS)  # the scheduler alone
+            out[name] = await stack.enter_async_context(runtime)
         yield out
 
 
