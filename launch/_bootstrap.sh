@@ -10,21 +10,6 @@ PY="${PYTHON:-python3}"
 
 _log() { printf '[setup] %s\n' "$*" >&2; }
 
-_need_apt() {
-    # open3d needs libusb-1.0; Pillow/JPEG and the rest come as wheels.
-    local missing=()
-    for pkg in libusb-1.0-0; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-        _log "installing Debian packages: ${missing[*]}"
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
-}
-
 _need_venv() {
     if [ ! -x "$VENV/bin/python" ]; then
         _log "creating $VENV"
@@ -63,7 +48,6 @@ _need_kernels() {
     fi
 }
 
-_need_apt
 _need_venv
 _need_kernels
 export PATH="$VENV/bin:$PATH"

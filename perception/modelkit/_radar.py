@@ -85,6 +85,12 @@ class RadarParams:
     lateral_sigma: float = 0.5  # m ...plus this scatter across the line of sight over the object
     max_velocity_std: float = 0.5  # m/s; predicted over-ground velocity error above this -> NaN
     min_score: float = 0.05
+    single_static_range: float = 0.0  # m; isolated static returns nearer than this are objects too (0 = never)
+    static_prior: float = 0.75  # share of static returns on objects near the sensor (see _prior)...
+    static_prior_range: float = 25.0  # ...halved at this range...
+    static_prior_width: float = 6.0  # ...falling off over this many metres
+    moving_prior: float = 0.65  # share of moving returns on objects
+    use_priors: float = 0.0  # 1 = score by the measured priors (real radars), 0 = by count and power
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +327,19 @@ def _score(count: F64, rcs_db: F64) -> F64:
     return out
 
 
+def _prior_score(rows: F64, p: RadarParams) -> F64:
+    """Per return, the share of such returns that lie on a road user, as measured on real scans.
+
+    Ego-compensated moving returns (``|vr| >= single_min_speed``) are on objects about
+    ``moving_prior`` of the time; static ones near the sensor mostly are (parked cars give one or two
+    returns each), far ones rarely (buildings, poles, guard rails): a logistic fall-off with range.
+    """
+    rng = np.hypot(rows[:, 0], rows[:, 1])
+    static = p.static_prior / (1.0 + np.exp((rng - p.static_prior_range) / p.static_prior_width))
+    out: F64 = np.where(np.abs(rows[:, 3]) >= p.single_min_speed, p.moving_prior, static)
+    return out
+
+
 def detect_radar(
     points: npt.NDArray[np.floating[Any]],
     params: RadarParams | None = None,
@@ -339,10 +358,13 @@ def detect_radar(
         groups.extend(split_by_motion(rows, np.flatnonzero(labels == k), p))
     # Isolated returns: clutter, unless strong, or moving (static clutter reads ~0 m/s). Lone returns
     # (also those a split left alone) are objects of one return each: handled in one vectorised pass.
-    alone = (labels < 0) & ((rows[:, 4] >= p.single_min_rcs) | (np.abs(rows[:, 3]) >= p.single_min_speed))
+    rng = np.hypot(rows[:, 0], rows[:, 1])
+    alone = (labels < 0) & (
+        (rows[:, 4] >= p.single_min_rcs) | (np.abs(rows[:, 3]) >= p.single_min_speed) | (rng < p.single_static_range)
+    )
     singles = [np.flatnonzero(alone), *(g for g in groups if g.shape[0] == 1)]
     single = rows[np.concatenate(singles)]
-    single_score = _score(np.ones(single.shape[0]), single[:, 4])
+    single_score = _prior_score(single, p) if p.use_priors else _score(np.ones(single.shape[0]), single[:, 4])
     single = single[single_score >= p.min_score]
     out_pos, out_vr, out_v, out_rcs, out_score = (
         [single[:, :3]], [single[:, 3]], [np.full((single.shape[0], 2), np.nan)], [single[:, 4]],
@@ -354,7 +376,10 @@ def detect_radar(
         members = rows[idx]
         power = np.power(10.0, members[:, 4] / 10.0)
         total_db = 10.0 * math.log10(float(power.sum()))
-        score = float(_score(np.array([members.shape[0]]), np.array([total_db]))[0])
+        if p.use_priors:
+            score = float(1.0 - np.prod(1.0 - _prior_score(members, p)) ** 0.5)  # returns are not independent
+        else:
+            score = float(_score(np.array([members.shape[0]]), np.array([total_db]))[0])
         if score < p.min_score:
             continue
         pos = (members[:, :3] * power[:, None]).sum(axis=0) / power.sum()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from perception.modelkit import (
@@ -223,3 +224,87 @@ def test_side_on_cyclist_is_not_an_end_on_car() -> None:
     assert i >= 0 and det.labels[i] == CYCLIST
     j = _match(det, car.x, car.y, radius=1.0)
     assert j >= 0 and det.labels[j] == CAR
+
+
+def test_ground_on_a_slope_with_a_kerb() -> None:
+    """A 4 % grade with a kerb and a raised pavement: the ground follows both, the kerb is no object,
+    and a person on the pavement is measured from the pavement."""
+    slope = (0.0, 0.04)  # the road rises to the left; the (level) pavement's kerb is 23 cm at y = 5
+    pavement = SyntheticBox(5.0, 7.0, 50.0, 4.0, 0.15, 0.0)
+    walker = SyntheticBox(8.0, 7.0, 0.5, 0.5, 1.75, 0.0, bottom=0.15)
+    car = SyntheticBox(14.0, 2.0, 4.5, 1.8, 1.5, 0.0)
+    pts = synthetic_lidar_sweep([pavement, walker, car], slope=slope)
+    ground = estimate_ground(pts)
+    road = slope[0] * pts[:, 0] + slope[1] * pts[:, 1] - 1.8
+    on_pavement = (np.abs(pts[:, 1] - 7.0) < 1.8) & (np.abs(pts[:, 0] - 5.0) < 24.0)
+    true_ground = np.where(on_pavement, slope[1] * 7.0 + 0.15 - 1.8, road)  # synthetic boxes are level
+    surface = np.abs(pts[:, 2] - true_ground) < 0.06
+    assert surface.sum() > 1000 and on_pavement[surface].sum() > 100
+    assert np.percentile(np.abs(ground[surface] - true_ground[surface]), 95) < 0.12
+    det = detect_lidar(pts)
+    for box, label in ((walker, PED), (car, CAR)):
+        i = _match(det, box.x, box.y)
+        assert i >= 0 and det.labels[i] == label, f"{LABELS[label]} not found"
+        assert abs(det.boxes[i, 5] - box.h) < 0.3
+    assert len(det) == 2  # nothing on the kerb or the pavement
+
+
+def _hedge(x: float, y: float, length: float, depth: float, height: float, n: int) -> npt.NDArray[np.float32]:
+    """Foliage: returns scattered through the volume (beams go between leaves), sensor 1.8 m up."""
+    rng = np.random.default_rng(3)
+    pts = np.column_stack([
+        rng.uniform(x - length / 2, x + length / 2, n),
+        rng.uniform(y - depth / 2, y + depth / 2, n),
+        rng.uniform(-1.8, -1.8 + height, n),
+        np.full(n, 0.1),
+    ])
+    return pts.astype(np.float32)
+
+
+def test_car_next_to_a_hedge_and_a_wall_is_found_and_they_are_not() -> None:
+    car = SyntheticBox(12.0, 3.0, 4.5, 1.8, 1.5, 0.0)
+    scene = [
+        car,
+        SyntheticBox(12.0, 9.5, 30.0, 0.3, 3.0, 0.0),  # a garden wall behind the hedge
+        SyntheticBox(-14.0, -8.0, 20.0, 12.0, 9.0, 0.0),  # a building
+    ]
+    hedge = _hedge(12.0, 5.4, 9.0, 1.0, 1.6, 1500)  # 0.5 m beside the car, as tall as a person
+    det = detect_lidar(np.concatenate([synthetic_lidar_sweep(scene), hedge]))
+    i = _match(det, car.x, car.y, radius=1.0)
+    assert i >= 0 and det.labels[i] == CAR
+    assert abs(det.boxes[i, 3] - car.l) < 0.5 and abs(det.boxes[i, 4] - car.w) < 0.4
+    assert len(det) == 1, f"structures detected: {det.boxes[np.arange(len(det)) != i].tolist()}"
+
+
+def test_cluster_adaptive_links_far_sparse_points_but_not_near_neighbours() -> None:
+    from perception.modelkit import cluster_adaptive
+
+    near = np.array([[5.0, 0.0], [5.0, 0.3], [5.0, 1.0], [5.0, 1.3]])  # two groups 0.7 m apart at 5 m
+    far = np.array([[30.0, 0.0], [30.0, 0.8], [30.0, 1.6]])  # one object, rings 0.8 m apart at 30 m
+    labels, count = cluster_adaptive(np.concatenate([near, far]), eps=0.45, eps_gain=0.03, eps_max=1.0)
+    assert count == 3
+    assert labels[0] == labels[1] != labels[2] == labels[3]
+    assert labels[4] == labels[5] == labels[6] not in labels[:4]
+
+
+def test_people_in_front_of_a_hedge_are_found_and_the_hedge_is_not() -> None:
+    """Three people standing at a hedge: one cluster that is no object as a whole (foliage is no
+    vehicle), in which each person is found; the hedge's columns give nobody."""
+    group = [SyntheticBox(12.0 + 0.9 * k, 4.6, 0.5, 0.5, 1.75, 0.0) for k in range(3)]
+    hedge = _hedge(13.0, 5.4, 9.0, 1.0, 1.6, 1500)
+    det = detect_lidar(np.concatenate([synthetic_lidar_sweep(group), hedge]))
+    found = [_match(det, g.x, g.y, radius=0.45) for g in group]
+    assert sum(i >= 0 and det.labels[i] == PED for i in found) >= 2
+    assert len(det) <= 3
+
+
+def test_evidence_is_relative_to_the_lidar_resolution() -> None:
+    """The same car at the same range scores alike on a 32-beam and a 64-beam sweep."""
+    car = SyntheticBox(25.0, 4.0, 4.5, 1.8, 1.5, 0.3)
+    scores = []
+    for beams, steps in ((32, 1800), (64, 4000)):
+        det = detect_lidar(synthetic_lidar_sweep([car], beams=beams, azimuth_steps=steps))
+        i = _match(det, car.x, car.y)
+        assert i >= 0 and det.labels[i] == CAR
+        scores.append(float(det.scores[i]))
+    assert abs(scores[0] - scores[1]) < 0.15
