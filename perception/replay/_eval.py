@@ -23,7 +23,7 @@ from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
-from perception.fusion import Fuser
+from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
 from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
@@ -71,9 +71,11 @@ def score_modes(
     reader: DriveReader,
     modes: Mapping[str, frozenset[str]] = MODES,
     protocol: str | None = None,
+    fusion_params: FusionParams | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fusion + evaluation of kept replay results for each mode, under ``protocol`` (``None``: the
-    drive's :func:`default_protocol`). Each mode's summary names its ``protocol``."""
+    drive's :func:`default_protocol`). Each mode's summary names its ``protocol``. ``fusion_params``
+    replaces fusion's built-in constants (to compare settings on the same model outputs)."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
@@ -83,7 +85,7 @@ def score_modes(
     ego_at = reader.ego_pose_at if reader.ego_poses() else None
     out: dict[str, dict[str, Any]] = {}
     for mode, keep in modes.items():
-        fuser = Fuser(config.fusion, rig, ego_at=ego_at)
+        fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
         native = DetectionEvaluator(rig=rig, ego_at=ego_at) if protocol == "native" else None
         fused: list[tuple[int, tuple[Detection3D, ...]]] = []
         for r in results:
