@@ -138,13 +138,13 @@ async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total:
     from perception._progress import Progress
     from perception.drives import DriveReader
     from perception.evaluation import ModelQualityEvaluator, RadarCoverage, evaluate_models
-    from perception.sim import RadarParams
+    from perception.sim import SimRadarParams
     from perception.triton import ClientOptions, TritonClient
 
     coverage = {
         s.name: RadarCoverage(s.params.fov_deg, s.params.max_range_m, s.params.min_range_m)
         for s in sim.rig.sensors
-        if isinstance(s.params, RadarParams)
+        if isinstance(s.params, SimRadarParams)
     }
 
     async def score(url: str) -> dict[str, Any]:

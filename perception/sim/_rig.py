@@ -36,11 +36,11 @@ from perception.errors import ConfigError
 from perception.types import CameraCalibration, SensorKind, SensorSpec, Transform
 
 __all__ = [
-    "CameraParams",
-    "LidarParams",
-    "RadarParams",
     "RigConfig",
-    "SensorConfig",
+    "SimCameraParams",
+    "SimLidarParams",
+    "SimRadarParams",
+    "SimSensor",
     "builtin_rig_path",
     "load_rig",
     "parse_rig",
@@ -59,7 +59,7 @@ def builtin_rig_path(name: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
-class LidarParams:
+class SimLidarParams:
     """Spinning multi-beam lidar. Beams are evenly spaced in elevation over ``[fov_down, fov_up]``."""
 
     beams: int = 32
@@ -74,7 +74,7 @@ class LidarParams:
 
 
 @dataclass(frozen=True, slots=True)
-class RadarParams:
+class SimRadarParams:
     """Automotive radar: few returns per object, Doppler, poor angular accuracy, clutter."""
 
     fov_deg: float = 120.0
@@ -91,7 +91,7 @@ class RadarParams:
 
 
 @dataclass(frozen=True, slots=True)
-class CameraParams:
+class SimCameraParams:
     """Pinhole camera: intrinsics from ``hfov_deg`` unless ``fx`` (and optionally fy, cx, cy) given.
 
     ``render_scale`` < 1 renders at that fraction of the resolution and upsamples (bilinear) to
@@ -122,16 +122,16 @@ class CameraParams:
         )
 
 
-Params = LidarParams | RadarParams | CameraParams
-_PARAMS: Mapping[SensorKind, type[LidarParams] | type[RadarParams] | type[CameraParams]] = {
-    SensorKind.LIDAR: LidarParams,
-    SensorKind.RADAR: RadarParams,
-    SensorKind.CAMERA: CameraParams,
+SimParams = SimLidarParams | SimRadarParams | SimCameraParams
+_PARAMS: Mapping[SensorKind, type[SimLidarParams] | type[SimRadarParams] | type[SimCameraParams]] = {
+    SensorKind.LIDAR: SimLidarParams,
+    SensorKind.RADAR: SimRadarParams,
+    SensorKind.CAMERA: SimCameraParams,
 }
 
 
 @dataclass(frozen=True, slots=True)
-class SensorConfig:
+class SimSensor:
     """One simulated sensor: its published :class:`SensorSpec` plus clock and model parameters."""
 
     name: str
@@ -141,7 +141,7 @@ class SensorConfig:
     rate_hz: float
     offset_ms: float
     jitter_ms: float
-    params: Params
+    params: SimParams
 
     @property
     def body(self) -> Transform:
@@ -164,7 +164,7 @@ class SensorConfig:
 
     @property
     def spec(self) -> SensorSpec:
-        cal = self.params.calibration() if isinstance(self.params, CameraParams) else None
+        cal = self.params.calibration() if isinstance(self.params, SimCameraParams) else None
         return SensorSpec(
             name=self.name,
             kind=self.kind,
@@ -179,7 +179,7 @@ class SensorConfig:
 @dataclass(frozen=True, slots=True)
 class RigConfig:
     name: str
-    sensors: tuple[SensorConfig, ...]
+    sensors: tuple[SimSensor, ...]
     ego_pose_rate_hz: float = 50.0
     ground_truth_rate_hz: float | None = None  # None: at the first lidar's capture times (10 Hz if none)
     source: str = "<builtin>"
@@ -188,7 +188,7 @@ class RigConfig:
     def specs(self) -> tuple[SensorSpec, ...]:
         return tuple(s.spec for s in self.sensors)
 
-    def sensor(self, name: str) -> SensorConfig:
+    def sensor(self, name: str) -> SimSensor:
         for s in self.sensors:
             if s.name == name:
                 return s
@@ -286,7 +286,7 @@ _BOUNDS: Mapping[str, tuple[float, float]] = {
 }
 
 
-def _params(ctx: _Ctx, kind: SensorKind, raw: object, key: str) -> Params:
+def _params(ctx: _Ctx, kind: SensorKind, raw: object, key: str) -> SimParams:
     cls = _PARAMS[kind]
     names = [f.name for f in fields(cls)]
     data = ctx.mapping({} if raw is None else raw, key, names)
@@ -301,12 +301,12 @@ def _params(ctx: _Ctx, kind: SensorKind, raw: object, key: str) -> Params:
         else:
             values[f.name] = ctx.number(data[f.name], sub, lo=lo, hi=hi)
     params = cls(**values)
-    if isinstance(params, LidarParams):
+    if isinstance(params, SimLidarParams):
         if params.fov_down_deg >= params.fov_up_deg:
             raise ctx.fail(_join(key, "fov_down_deg"), "must be below fov_up_deg")
         if params.min_range_m >= params.max_range_m:
             raise ctx.fail(_join(key, "min_range_m"), "must be below max_range_m")
-    if isinstance(params, RadarParams) and params.min_range_m >= params.max_range_m:
+    if isinstance(params, SimRadarParams) and params.min_range_m >= params.max_range_m:
         raise ctx.fail(_join(key, "min_range_m"), "must be below max_range_m")
     return params
 
@@ -314,7 +314,7 @@ def _params(ctx: _Ctx, kind: SensorKind, raw: object, key: str) -> Params:
 _SENSOR_KEYS = ("name", "kind", "mount", "rate_hz", "offset_ms", "jitter_ms", "lidar", "radar", "camera")
 
 
-def _sensor(ctx: _Ctx, raw: object, key: str) -> SensorConfig:
+def _sensor(ctx: _Ctx, raw: object, key: str) -> SimSensor:
     data = ctx.mapping(raw, key, _SENSOR_KEYS, required=("name", "kind", "mount", "rate_hz"))
     name = ctx.string(data["name"], _join(key, "name"))
     if not name.replace("_", "").isalnum():
@@ -334,7 +334,7 @@ def _sensor(ctx: _Ctx, raw: object, key: str) -> SensorConfig:
     offset = ctx.number(data.get("offset_ms", 0.0), _join(key, "offset_ms"), lo=0, hi=1000.0 / rate)
     jitter = ctx.number(data.get("jitter_ms", 0.0), _join(key, "jitter_ms"), lo=0, hi=100.0 / rate)
     params = _params(ctx, kind, data.get(kind.value), _join(key, kind.value))
-    return SensorConfig(name, kind, xyz, rpy, rate, offset, jitter, params)
+    return SimSensor(name, kind, xyz, rpy, rate, offset, jitter, params)
 
 
 def parse_rig(raw: object, *, file: str = "<rig>") -> RigConfig:

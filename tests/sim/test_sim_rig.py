@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perception.errors import ConfigError
-from perception.sim import CameraParams, LidarParams, builtin_rig_path, load_rig
+from perception.sim import SimCameraParams, SimLidarParams, builtin_rig_path, load_rig
 from perception.types import SensorKind
 
 
@@ -19,7 +19,7 @@ def test_bundled_rigs_load() -> None:
     assert kinds.count(SensorKind.CAMERA) >= 2 and kinds.count(SensorKind.RADAR) == 2
     assert {s.name for s in default.sensors} == {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"}
     lidar = dense.sensor("lidar_top").params
-    assert isinstance(lidar, LidarParams) and lidar.beams == 128
+    assert isinstance(lidar, SimLidarParams) and lidar.beams == 128
     # every sensor has its own clock
     assert len({(s.rate_hz, s.offset_ms) for s in default.sensors}) == len(default.sensors)
 
@@ -39,7 +39,7 @@ def test_camera_spec_is_optical_frame() -> None:
 
 
 def test_camera_intrinsics_from_fov() -> None:
-    cal = CameraParams(width=640, height=360, hfov_deg=90.0).calibration()
+    cal = SimCameraParams(width=640, height=360, hfov_deg=90.0).calibration()
     assert cal.k[0] == pytest.approx(320.0) and cal.k[2] == 320.0 and cal.k[5] == 180.0
 
 
