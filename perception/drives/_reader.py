@@ -54,9 +54,13 @@ from perception.types import (
     Transform,
 )
 
-__all__ = ["DriveReader"]
+__all__ = ["GT_TOLERANCE_NS", "DriveReader"]
 
 log = logging.getLogger(__name__)
+
+#: How far from a frame's time the nearest ground truth may be and still count as that frame's
+#: (:meth:`DriveReader.ground_truth_at` when replaying, evaluating and rendering a drive).
+GT_TOLERANCE_NS = 60_000_000
 
 T = TypeVar("T")
 

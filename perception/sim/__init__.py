@@ -33,9 +33,12 @@ from perception.sim._rig import (
     parse_rig,
 )
 from perception.sim._scenarios import SCENARIOS, Scenario, get_scenario
+from perception.sim._seeds import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 from perception.sim._world import Lighting, Scene, World
 
 __all__ = [
+    "EVAL_SEED",
+    "FIRST_TRAINING_SEED",
     "SCENARIOS",
     "BoxLabel",
     "CameraFrame",
@@ -56,6 +59,7 @@ __all__ = [
     "builtin_rig_path",
     "generate_drive",
     "get_scenario",
+    "is_evaluation_seed",
     "load_rig",
     "parse_rig",
     "project_ground_truth",

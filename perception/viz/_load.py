@@ -18,7 +18,7 @@ from typing import Any
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
-from perception.drives import DriveReader
+from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
 from perception.types import Detection3D, GroundTruth, Sample, SensorKind, SensorSpec
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 FUSED_MCAP = "fused.mcap"
 DETECTIONS_JSONL = "detections.jsonl"
-GT_TOLERANCE_NS = 60_000_000
 
 
 @dataclass(frozen=True, slots=True)
