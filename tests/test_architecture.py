@@ -181,3 +181,21 @@ def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
     edges = {("a", "b"): ["x"], ("b", "c"): ["y"], ("c", "a"): ["z"], ("c", "d"): ["w"]}
     assert _cycles(edges) == [["a", "b", "c"]]
     assert ("perception.triton", 146) in set(_imports(PACKAGE / "server" / "_health.py"))
+
+
+def _layout_rows() -> list[str]:
+    """The first cells of the README's layout table (``perception/viz/`` etc.)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| `")]
+
+
+def test_readme_layout_table_matches_the_tree() -> None:
+    rows = _layout_rows()
+    listed = {cell.strip("`") for row in rows for cell in row.split(", ")}
+    subpackages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    missing = [f"perception/{name}/" for name in subpackages if f"perception/{name}/" not in listed]
+    assert not missing, f"README.md's layout table has no row for: {missing}"
+    first = [row.strip("`").split("`")[0] for row in rows]
+    gone = [path for path in first if not (ROOT / path).exists()]
+    assert not gone, f"README.md's layout table lists paths that do not exist: {gone}"
