@@ -15,13 +15,13 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from perception.errors import ConfigError
 
-__all__ = ["from_data"]
+__all__ = ["from_data", "reject_duplicates"]
 
 T = TypeVar("T")
 
@@ -185,6 +185,16 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
         if sep and re.split(r"[.\[]", sub, maxsplit=1)[0] in fields:
             raise ctx.error(_join(path, sub), rest) from None
         raise ctx.error(path, msg) from None
+
+
+def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
+    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
+    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+    first: dict[str, int] = {}
+    for i, value in enumerate(values):
+        if value in first:
+            raise ValueError(f"{key}[{i}].{field}: duplicate {what} {value!r} (also {key}[{first[value]}])")
+        first[value] = i
 
 
 def from_data(cls: type[T], data: Any, *, file: str | Path | None = None, path: str = "") -> T:

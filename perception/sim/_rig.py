@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perception.config import from_data, load_yaml
+from perception.config import from_data, load_yaml, reject_duplicates
 from perception.drives import topic_for
 from perception.errors import ConfigError
 from perception.types import CameraCalibration, SensorKind, SensorSpec, Transform
@@ -306,11 +306,7 @@ class RigConfig:
             raise ValueError("name: expected a non-empty string")
         if not self.sensors:
             raise ValueError("sensors: expected a non-empty list of sensors")
-        seen: set[str] = set()
-        for i, s in enumerate(self.sensors):
-            if s.name in seen:
-                raise ValueError(f"sensors[{i}].name: duplicate sensor name {s.name!r}")
-            seen.add(s.name)
+        reject_duplicates([s.name for s in self.sensors], "sensors", "name", "sensor name")
         _check_range("ego_pose_rate_hz", self.ego_pose_rate_hz, 1, 1000)
         _check_range("ground_truth_rate_hz", self.ground_truth_rate_hz, 0.1, 1000)
 
