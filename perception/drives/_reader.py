@@ -41,7 +41,7 @@ from perception.drives._chunks import (
 )
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
 from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
-from perception.drives._stats import DriveStats, TopicStats
+from perception.drives._drive_stats import DriveStats, TopicStats
 from perception.errors import DriveDamagedError, DriveError
 from perception.types import (
     CameraCalibration,
