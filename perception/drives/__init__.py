@@ -10,8 +10,8 @@ from __future__ import annotations
 from perception.drives._chunks import UNKNOWN_TOPICS
 from perception.drives._codec import POINT_FIELDS, topic_for
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages, TopicLoss
-from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
 from perception.drives._drive_stats import DriveStats, TopicStats
+from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
 from perception.drives._writer import LIBRARY, DriveWriter
 
 __all__ = [

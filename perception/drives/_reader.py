@@ -40,8 +40,8 @@ from perception.drives._chunks import (
     summary_crc_ok,
 )
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
-from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
 from perception.drives._drive_stats import DriveStats, TopicStats
+from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
 from perception.errors import DriveDamagedError, DriveError
 from perception.types import (
     CameraCalibration,
