@@ -49,7 +49,7 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 
-from perception.drives import DriveReader
+from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.modelkit import APAccumulator, CameraDetections, CameraDetector, YoloxDetector, camera_ground_truth
 from perception.scheduler import OUTPUTS, camera_input, scale_camera_boxes
 from perception.types import LABELS, ImageSample, SensorKind, SensorSpec
@@ -63,7 +63,6 @@ ONNX = {
     "yolox_nano": REPO / "models" / "yolox_nano" / "1" / "yolox_nano.onnx",
 }
 SCENE = "scene-0916"
-GT_TOLERANCE_NS = 60_000_000  # nuScenes cameras fire tens of ms from the keyframe's lidar time
 
 Detector = Callable[[Sequence[npt.NDArray[np.uint8]]], list[CameraDetections]]
 
@@ -119,7 +118,7 @@ def quality(drive: Path, dets: dict[str, tuple[Detector, tuple[int, int]]]) -> d
     infer_ms: dict[str, list[float]] = {m: [] for m in dets}
     with DriveReader(drive) as reader:
         for spec, sample in camera_samples(reader):
-            gt = reader.ground_truth_at(sample.t_ns, GT_TOLERANCE_NS)
+            gt = reader.ground_truth_at(sample.t_ns, GT_TOLERANCE_NS)  # nuScenes cameras: tens of ms off the lidar
             if gt is None:
                 continue
             gt_boxes, gt_labels, gt_ignore = camera_ground_truth(

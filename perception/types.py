@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 __all__ = [
     "LABELS",
+    "SERVER_STAGES",
     "CameraCalibration",
     "Detection3D",
     "EgoPose",
@@ -317,6 +318,11 @@ class Frame:
     ego: EgoPose | None = None
     ground_truth: GroundTruth | None = None
     created_ns: int = 0  # monotonic ns at which the frame was assembled (scheduling-wait origin)
+
+
+#: Triton's per-request stages, in order, as its statistics name them (``<stage>_ns``, ``<stage>_count``):
+#: the keys of :attr:`LatencyTree.server` and, prefixed ``server_``, of a sensor's stages.
+SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
+
 from ._data import Dataset, Projected
 
 __all__ = [
@@ -35,11 +37,9 @@ __all__ = [
 
 log = logging.getLogger("perception.camera_training")
 
-#: The evaluation drive of ``perception model-quality`` (urban).
-EVAL_SEED = 1234
-#: Never trained on: everything below 100, and the evaluation seed.
-RESERVED_SEEDS = (range(0, 100), EVAL_SEED)
-TRAIN_SEEDS = range(100, 124)
+#: Never trained on: everything below 100, and the evaluation seed (:func:`perception.sim.is_evaluation_seed`).
+RESERVED_SEEDS = (range(0, FIRST_TRAINING_SEED), EVAL_SEED)
+TRAIN_SEEDS = range(FIRST_TRAINING_SEED, FIRST_TRAINING_SEED + 24)
 TRAIN_SCENARIOS = ("urban", "highway", "dense")
 #: Length of each training drive and spacing of the frames taken from it (per camera).
 DRIVE_S = 20.0
@@ -50,9 +50,11 @@ U8 = npt.NDArray[np.uint8]
 
 def check_training_seeds(seeds: Iterable[int]) -> None:
     """Raise ``ValueError`` if any seed is reserved for evaluation."""
-    bad = sorted(s for s in seeds if s < 100 or s == EVAL_SEED)
+    bad = sorted(s for s in seeds if is_evaluation_seed(s))
     if bad:
-        raise ValueError(f"seeds {bad} are reserved for evaluation (< 100 and {EVAL_SEED}); train on others")
+        raise ValueError(
+            f"seeds {bad} are reserved for evaluation (< {FIRST_TRAINING_SEED} and {EVAL_SEED}); train on others"
+        )
 
 
 def camera_samples(

@@ -24,14 +24,15 @@ import anyio
 
 from perception.cli._sim import _positive, _seed
 from perception.errors import ConfigError, ConnectError
+from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
 __all__ = ["RESERVED_SEEDS_NOTE", "register", "run"]
 
 log = logging.getLogger(__name__)
 
-#: Seeds the camera model's training refuses (``perception/camera_training``): safe to evaluate on.
-EVAL_SEED = 1234
-RESERVED_SEEDS_NOTE = f"seeds below 100 and {EVAL_SEED} are reserved for evaluation: training never sees them"
+RESERVED_SEEDS_NOTE = (
+    f"seeds below {FIRST_TRAINING_SEED} and {EVAL_SEED} are reserved for evaluation: training never sees them"
+)
 
 _DESCRIPTION = f"""\
 Generates a drive from SEED (default rig), sends every sample once to its sensor kind's model on Triton
@@ -129,7 +130,7 @@ def _check_args(args: argparse.Namespace) -> None:
         from perception.server import check_model_repository
 
         args.models = [check_model_repository(p) for p in (args.models or [default_model_repository()])]
-    if not (args.seed < 100 or args.seed == EVAL_SEED):
+    if not is_evaluation_seed(args.seed):
         log.warning("seed %d is not reserved for evaluation (%s): the camera model may have seen it", args.seed,
                     RESERVED_SEEDS_NOTE)
 
@@ -138,13 +139,13 @@ async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total:
     from perception._progress import Progress
     from perception.drives import DriveReader
     from perception.evaluation import ModelQualityEvaluator, RadarCoverage, evaluate_models
-    from perception.sim import RadarParams
+    from perception.sim import SimRadarParams
     from perception.triton import ClientOptions, TritonClient
 
     coverage = {
         s.name: RadarCoverage(s.params.fov_deg, s.params.max_range_m, s.params.min_range_m)
         for s in sim.rig.sensors
-        if isinstance(s.params, RadarParams)
+        if isinstance(s.params, SimRadarParams)
     }
 
     async def score(url: str) -> dict[str, Any]:

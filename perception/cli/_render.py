@@ -35,14 +35,14 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perception.viz import load_frames, render_frame
+    from perception.viz import load_frame_views, render_frame
 
     if not 0 < args.range_m <= 500:
         raise ConfigError(f"--range must be within (0, 500] m, got {args.range_m:g}", key="--range")
     if args.drive is not None and not args.drive.is_file():
         raise ConfigError("drive not found", file=str(args.drive))
     out = args.out if args.out is not None else args.dir / "frames"
-    for view in load_frames(args.dir, args.frame, drive=args.drive):
+    for view in load_frame_views(args.dir, args.frame, drive=args.drive):
         try:
             rendered = render_frame(view, out, range_m=args.range_m)
         except OSError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perception.config._camera_model import CAMERA_MODEL_RECORDED, CAMERA_MODEL_SIMULATED, default_camera_model
-from perception.config._convert import from_data
+from perception.config._convert import from_data, reject_duplicates
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
     BudgetConfig,
@@ -44,6 +44,7 @@ __all__ = [
     "from_data",
     "load_config",
     "load_yaml",
+    "reject_duplicates",
     "resolve_sensors",
     "with_overrides",
 ]

@@ -1,24 +1,27 @@
 """Build typed, frozen config objects from plain YAML data, with errors that name the key path.
 
 Driven by the dataclasses' own annotations: a config class is a frozen dataclass whose fields are
-``bool``/``int``/``float``/``str``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]``,
-``Mapping[str, X]`` or another config dataclass. Range checks live in the dataclasses'
-``__post_init__`` and raise ``ValueError``; the converter re-raises them as :class:`ConfigError` with
-the file and key path (``sensors[2].model``).
+``bool``/``int``/``float``/``str``, ``Literal[...]``, an :class:`enum.Enum` (by value), ``X | None``,
+``tuple[X, ...]``, a fixed-length ``tuple[X, Y, Z]``, ``Mapping[str, X]`` or another config dataclass.
+Range checks live in the dataclasses' ``__post_init__`` and raise ``ValueError``; the converter
+re-raises them as :class:`ConfigError` with the file and key path (``sensors[2].model``). A message
+``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from perception.errors import ConfigError
 
-__all__ = ["from_data"]
+__all__ = ["from_data", "reject_duplicates"]
 
 T = TypeVar("T")
 
@@ -32,7 +35,12 @@ def _type_name(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in get_args(tp))
     if origin is tuple:
-        return f"a list of {_type_name(get_args(tp)[0])}"
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_type_name(args[0])}"
+        return f"a list of {len(args)} {_plural(args)}"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return " | ".join(repr(m.value) for m in tp)
     if origin in (Mapping, dict):
         return f"a mapping of {_type_name(get_args(tp)[1])}"
     if dataclasses.is_dataclass(tp):
@@ -42,6 +50,16 @@ def _type_name(tp: Any) -> str:
     if tp is Path:
         return "a path string"
     return f"a {getattr(tp, '__name__', str(tp))}".replace("a int", "an integer").replace("a str", "a string")
+
+
+def _plural(args: tuple[Any, ...]) -> str:
+    if all(a is float for a in args):
+        return "numbers"
+    if all(a is int for a in args):
+        return "integers"
+    if all(a is str for a in args):
+        return "strings"
+    return "items"
 
 
 class _Ctx:
@@ -77,10 +95,19 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:
             raise ctx.error(path, f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
         return value
     if origin is tuple:
-        (item_tp, *_rest) = get_args(tp)
-        if not isinstance(value, list | tuple):
-            raise ctx.error(path, f"expected a list, got {_describe(value)}")
-        return tuple(_convert(v, item_tp, f"{path}[{i}]", ctx) for i, v in enumerate(value))
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            if not isinstance(value, list | tuple):
+                raise ctx.error(path, f"expected a list, got {_describe(value)}")
+            return tuple(_convert(v, args[0], f"{path}[{i}]", ctx) for i, v in enumerate(value))
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise ctx.error(path, f"expected {_type_name(tp)}, got {_describe(value)}")
+        return tuple(_convert(v, a, f"{path}[{i}]", ctx) for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        for member in tp:
+            if value == member.value and type(value) is type(member.value):
+                return member
+        raise ctx.error(path, f"expected one of {_type_name(tp).replace(' | ', ', ')}, got {_describe(value)}")
     if origin in (Mapping, dict):
         _key_tp, val_tp = get_args(tp)
         if not isinstance(value, Mapping):
@@ -122,7 +149,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list | tuple):
-        return "a list"
+        return f"a list of {len(value)}" if value else "an empty list"
     return f"{type(value).__name__} {value!r}"
 
 
@@ -152,12 +179,22 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
     try:
         return cls(**kwargs)
     except ValueError as exc:
-        # __post_init__ messages may start with "field: ..." to point below this level.
+        # __post_init__ messages may start with "field: ..." (or "field[1].sub: ...") to point below this level.
         msg = str(exc)
         sub, sep, rest = msg.partition(": ")
-        if sep and sub in fields:
+        if sep and re.split(r"[.\[]", sub, maxsplit=1)[0] in fields:
             raise ctx.error(_join(path, sub), rest) from None
         raise ctx.error(path, msg) from None
+
+
+def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
+    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
+    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+    first: dict[str, int] = {}
+    for i, value in enumerate(values):
+        if value in first:
+            raise ValueError(f"{key}[{i}].{field}: duplicate {what} {value!r} (also {key}[{first[value]}])")
+        first[value] = i
 
 
 def from_data(cls: type[T], data: Any, *, file: str | Path | None = None, path: str = "") -> T:

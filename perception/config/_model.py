@@ -12,6 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from perception.config._convert import reject_duplicates
+
 __all__ = [
     "BudgetConfig",
     "CircuitConfig",
@@ -345,11 +347,8 @@ class RuntimeConfig:
     source: Path | None = None  # the YAML file this came from (for messages)
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
-        for i, s in enumerate(self.sensors):
-            if s.name in seen:
-                raise ValueError(f"sensors: duplicate sensor name {s.name!r} at sensors[{i}]")
-            seen.add(s.name)
+        reject_duplicates([s.name for s in self.sensors], "sensors", "name", "sensor name")
+        seen = {s.name for s in self.sensors}
         if self.sensors and self.trigger.sensor is not None and self.trigger.sensor not in seen:
             raise ValueError(
                 f"trigger: sensor {self.trigger.sensor!r} is not one of the sensors ({', '.join(sorted(seen))})"

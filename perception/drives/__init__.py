@@ -10,11 +10,13 @@ from __future__ import annotations
 from perception.drives._chunks import UNKNOWN_TOPICS
 from perception.drives._codec import POINT_FIELDS, topic_for
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages, TopicLoss
-from perception.drives._reader import DriveReader
-from perception.drives._stats import DriveStats, TopicStats
-from perception.drives._writer import DriveWriter
+from perception.drives._drive_stats import DriveStats, TopicStats
+from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
+from perception.drives._writer import LIBRARY, DriveWriter
 
 __all__ = [
+    "GT_TOLERANCE_NS",
+    "LIBRARY",
     "POINT_FIELDS",
     "UNKNOWN_TOPICS",
     "DamagedChunk",

@@ -40,8 +40,8 @@ from perception.drives._chunks import (
     summary_crc_ok,
 )
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
+from perception.drives._drive_stats import DriveStats, TopicStats
 from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
-from perception.drives._stats import DriveStats, TopicStats
 from perception.errors import DriveDamagedError, DriveError
 from perception.types import (
     CameraCalibration,
@@ -54,9 +54,13 @@ from perception.types import (
     Transform,
 )
 
-__all__ = ["DriveReader"]
+__all__ = ["GT_TOLERANCE_NS", "DriveReader"]
 
 log = logging.getLogger(__name__)
+
+#: How far from a frame's time the nearest ground truth may be and still count as that frame's
+#: (:meth:`DriveReader.ground_truth_at` when replaying, evaluating and rendering a drive).
+GT_TOLERANCE_NS = 60_000_000
 
 T = TypeVar("T")
 

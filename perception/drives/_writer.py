@@ -37,7 +37,7 @@ from perception.types import (
     SensorSpec,
 )
 
-__all__ = ["DriveWriter"]
+__all__ = ["LIBRARY", "DriveWriter"]
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,14 @@ from perception.metrics._budget import (
     write_markdown,
     write_plots,
 )
+from perception.metrics._latency import LatencyAccumulator, percentiles
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import detection_json, frame_record
-from perception.metrics._server import SERVER_STAGES, FrameRequest, ServerSplitter, frame_requests, with_in_flight
-from perception.metrics._stats import LatencyAccumulator, percentiles
+from perception.metrics._server_split import FrameRequest, ServerSplitter, frame_requests, with_in_flight
 
 __all__ = [
     "NO_DATA",
     "SENSOR_ROWS",
-    "SERVER_STAGES",
     "BudgetRow",
     "FrameRequest",
     "LatencyAccumulator",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from perception._paths import safe_output_path
-from perception.metrics._stats import LatencyAccumulator, percentiles
+from perception.metrics._latency import LatencyAccumulator, percentiles
 
 __all__ = [
     "NO_DATA",

@@ -13,16 +13,15 @@ from dataclasses import dataclass, field, replace
 import anyio
 
 from perception.config import RuntimeConfig, resolve_sensors
-from perception.drives import DriveReader
+from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.errors import ConfigError, DriveError
 from perception.scheduler import FrameAssembler
 from perception.types import CameraCalibration, Frame, ImageSample, Sample, SensorSpec
 
-__all__ = ["DriveSource", "drive_config", "match_rig"]
+# GT_TOLERANCE_NS is perception.drives's, re-exported for _eval.py.
+__all__ = ["GT_TOLERANCE_NS", "DriveSource", "drive_config", "match_rig"]
 
 log = logging.getLogger(__name__)
-
-GT_TOLERANCE_NS = 60_000_000
 
 
 def drive_config(config: RuntimeConfig, reader: DriveReader) -> RuntimeConfig:

@@ -30,6 +30,7 @@ from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._tensors import OUTPUTS, prepare_inputs, warmup_inputs
 from perception.types import (
+    SERVER_STAGES,
     Detection3D,
     Frame,
     FrameResult,
@@ -403,9 +404,6 @@ def _through_decoder(
 
     sample = ImageSample(sensor, 0, sensor, encode_jpeg(inputs["IMAGE"][0]))
     return prepare_inputs("camera", sample, input_size=input_size)
-
-
-SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 def server_time_breakdown(

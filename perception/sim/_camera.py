@@ -17,7 +17,7 @@ import numpy.typing as npt
 from perception._imageio import encode_jpeg
 from perception.sim._random import Stream, name_key, stream
 from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, matmul, take
-from perception.sim._rig import CameraParams, SensorConfig
+from perception.sim._rig import SimCameraParams, SimSensor
 from perception.sim._world import Ground, GroundSampler, Material, Scene
 from perception.types import LABELS, GroundTruth, SensorSpec
 
@@ -209,8 +209,8 @@ class CameraFrame:
 
 
 class CameraModel:
-    def __init__(self, cfg: SensorConfig, seed: int = 0) -> None:
-        assert isinstance(cfg.params, CameraParams)
+    def __init__(self, cfg: SimSensor, seed: int = 0) -> None:
+        assert isinstance(cfg.params, SimCameraParams)
         self.cfg = cfg
         self.p = p = cfg.params
         self.cal = p.calibration()

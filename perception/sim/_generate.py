@@ -32,7 +32,7 @@ from perception.sim._lidar import LidarModel
 from perception.sim._precision import round_ego_pose, round_ground_truth
 from perception.sim._radar import RadarModel
 from perception.sim._random import Stream, name_key, stream
-from perception.sim._rig import RigConfig, SensorConfig, builtin_rig_path, load_rig
+from perception.sim._rig import RigConfig, SimSensor, builtin_rig_path, load_rig
 from perception.sim._scenarios import Scenario, get_scenario
 from perception.sim._world import Scene, World
 from perception.types import EgoPose, GroundTruth, ImageSample, PointCloudSample, SensorKind
@@ -85,7 +85,7 @@ class Simulator:
 
     # -- clocks --------------------------------------------------------------------------------------
 
-    def _sensor(self, name: str) -> SensorConfig:
+    def _sensor(self, name: str) -> SimSensor:
         try:
             return self.rig.sensor(name)
         except KeyError:

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from perception.sim._columncast import ColumnCaster
 from perception.sim._raycast import Rays, cast_pairs, expand_ranges, hit_geometry, matmul, take
-from perception.sim._rig import LidarParams, SensorConfig
+from perception.sim._rig import SimLidarParams, SimSensor
 from perception.sim._world import GroundSampler, Scene
 
 __all__ = ["GROUND_REFLECTIVITY", "LidarModel"]
@@ -34,8 +34,8 @@ GROUND_REFLECTIVITY = np.array([0.08, 0.65, 0.5, 0.12, 0.22, 0.3, 0.2], dtype=np
 class LidarModel:
     FIELDS = ("x", "y", "z", "intensity")
 
-    def __init__(self, cfg: SensorConfig) -> None:
-        assert isinstance(cfg.params, LidarParams)
+    def __init__(self, cfg: SimSensor) -> None:
+        assert isinstance(cfg.params, SimLidarParams)
         self.cfg = cfg
         self.p = p = cfg.params
         ext = cfg.extrinsic

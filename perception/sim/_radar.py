@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.sim._raycast import matmul
-from perception.sim._rig import RadarParams, SensorConfig
+from perception.sim._rig import SimRadarParams, SimSensor
 from perception.sim._world import CAR, CYCLIST, PEDESTRIAN, TRUCK, Scene
 
 __all__ = ["RadarModel"]
@@ -36,8 +36,8 @@ assert (CAR, TRUCK, PEDESTRIAN, CYCLIST) == (0, 1, 2, 3)
 class RadarModel:
     FIELDS = ("x", "y", "z", "radial_velocity", "rcs")
 
-    def __init__(self, cfg: SensorConfig) -> None:
-        assert isinstance(cfg.params, RadarParams)
+    def __init__(self, cfg: SimSensor) -> None:
+        assert isinstance(cfg.params, SimRadarParams)
         self.cfg = cfg
         self.p = cfg.params
         ext = cfg.extrinsic

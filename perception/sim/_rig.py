@@ -16,31 +16,36 @@ A rig file looks like::
 
 A camera's ``mount.rpy_deg`` orients its *body* (x forward, y left, z up, like ``base_link``); the
 optical frame (z forward, x right, y down) is derived from it, so ``[0, 0, 180]`` looks backwards.
-Unknown keys and wrong types raise :class:`ConfigError` naming the file and the key path.
+Read with :func:`perception.config.load_yaml` and built by :func:`perception.config.from_data` (the
+profiles' converter) into the frozen dataclasses below, whose ``__post_init__`` holds the range checks:
+unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming the file and the
+key path (``sensors[2].lidar.beams``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
-import yaml
 
+from perception.config import from_data, load_yaml, reject_duplicates
 from perception.drives import topic_for
 from perception.errors import ConfigError
 from perception.types import CameraCalibration, SensorKind, SensorSpec, Transform
 
 __all__ = [
-    "CameraParams",
-    "LidarParams",
-    "RadarParams",
     "RigConfig",
-    "SensorConfig",
+    "SimCameraParams",
+    "SimLidarParams",
+    "SimMount",
+    "SimParams",
+    "SimRadarParams",
+    "SimSensor",
     "builtin_rig_path",
     "load_rig",
     "parse_rig",
@@ -58,8 +63,25 @@ def builtin_rig_path(name: str) -> Path:
     return RIGS_DIR / f"{name}.yaml"
 
 
+def _check_range(name: str, value: float | None, lo: float, hi: float, *, below: float | None = None) -> None:
+    """``ValueError("name: ...")`` unless ``lo <= value <= hi`` (``None``: not set, fine)."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    if value < lo:
+        raise ValueError(f"{name}: must be >= {lo:g}, got {value:g}")
+    if value > hi:
+        raise ValueError(f"{name}: must be <= {hi:g}, got {value:g}")
+
+
+def _check_fields(params: object, bounds: Mapping[str, tuple[float, float]]) -> None:
+    for f in fields(params):  # type: ignore[arg-type]
+        _check_range(f.name, getattr(params, f.name), *bounds[f.name])
+
+
 @dataclass(frozen=True, slots=True)
-class LidarParams:
+class SimLidarParams:
     """Spinning multi-beam lidar. Beams are evenly spaced in elevation over ``[fov_down, fov_up]``."""
 
     beams: int = 32
@@ -72,9 +94,29 @@ class LidarParams:
     dropout: float = 0.01  # base probability of a lost return (weak returns drop more)
     quantization_m: float = 1.0 / 256  # output xyz resolution (keeps drives compressible), 0 = off
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _LIDAR_BOUNDS)
+        if self.fov_down_deg >= self.fov_up_deg:
+            raise ValueError("fov_down_deg: must be below fov_up_deg")
+        if self.min_range_m >= self.max_range_m:
+            raise ValueError("min_range_m: must be below max_range_m")
+
+
+_LIDAR_BOUNDS: Mapping[str, tuple[float, float]] = {
+    "beams": (1, 512),
+    "fov_up_deg": (-90, 90),
+    "fov_down_deg": (-90, 90),
+    "azimuth_step_deg": (0.01, 10),
+    "min_range_m": (0, 1000),
+    "max_range_m": (0.1, 1000),
+    "range_noise_m": (0, 10),
+    "dropout": (0, 1),
+    "quantization_m": (0, 1),
+}
+
 
 @dataclass(frozen=True, slots=True)
-class RadarParams:
+class SimRadarParams:
     """Automotive radar: few returns per object, Doppler, poor angular accuracy, clutter."""
 
     fov_deg: float = 120.0
@@ -89,9 +131,29 @@ class RadarParams:
     false_alarms_per_scan: float = 4.0
     detection_probability: float = 0.92
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _RADAR_BOUNDS)
+        if self.min_range_m >= self.max_range_m:
+            raise ValueError("min_range_m: must be below max_range_m")
+
+
+_RADAR_BOUNDS: Mapping[str, tuple[float, float]] = {
+    "fov_deg": (1, 360),
+    "min_range_m": (0, 1000),
+    "max_range_m": (0.1, 1000),
+    "range_noise_m": (0, 10),
+    "azimuth_noise_deg": (0, 45),
+    "elevation_noise_deg": (0, 90),
+    "lateral_spread_m": (0, 20),
+    "velocity_noise_mps": (0, 20),
+    "rcs_noise_db": (0, 30),
+    "false_alarms_per_scan": (0, 1000),
+    "detection_probability": (0, 1),
+}
+
 
 @dataclass(frozen=True, slots=True)
-class CameraParams:
+class SimCameraParams:
     """Pinhole camera: intrinsics from ``hfov_deg`` unless ``fx`` (and optionally fy, cx, cy) given.
 
     ``render_scale`` < 1 renders at that fraction of the resolution and upsamples (bilinear) to
@@ -109,6 +171,9 @@ class CameraParams:
     noise_sigma: float = 2.0
     render_scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _CAMERA_BOUNDS)
+
     def calibration(self) -> CameraCalibration:
         fx = self.fx if self.fx is not None else (self.width / 2) / math.tan(math.radians(self.hfov_deg) / 2)
         fy = self.fy if self.fy is not None else fx
@@ -122,31 +187,83 @@ class CameraParams:
         )
 
 
-Params = LidarParams | RadarParams | CameraParams
-_PARAMS: Mapping[SensorKind, type[LidarParams] | type[RadarParams] | type[CameraParams]] = {
-    SensorKind.LIDAR: LidarParams,
-    SensorKind.RADAR: RadarParams,
-    SensorKind.CAMERA: CameraParams,
+_CAMERA_BOUNDS: Mapping[str, tuple[float, float]] = {
+    "width": (16, 8192),
+    "height": (16, 8192),
+    "hfov_deg": (1, 170),
+    "fx": (1, 1e6),
+    "fy": (1, 1e6),
+    "cx": (-1e5, 1e5),
+    "cy": (-1e5, 1e5),
+    "jpeg_quality": (1, 100),
+    "noise_sigma": (0, 100),
+    "render_scale": (0.1, 1.0),
+}
+
+SimParams = SimLidarParams | SimRadarParams | SimCameraParams
+#: Each kind's parameter class and the sensor key that holds it (``lidar:``, ``radar:``, ``camera:``).
+_PARAMS: Mapping[SensorKind, tuple[str, type[SimLidarParams] | type[SimRadarParams] | type[SimCameraParams]]] = {
+    SensorKind.LIDAR: ("lidar", SimLidarParams),
+    SensorKind.RADAR: ("radar", SimRadarParams),
+    SensorKind.CAMERA: ("camera", SimCameraParams),
 }
 
 
 @dataclass(frozen=True, slots=True)
-class SensorConfig:
-    """One simulated sensor: its published :class:`SensorSpec` plus clock and model parameters."""
+class SimMount:
+    """Where a sensor sits: ``base_link <- sensor body``, position (m) and roll, pitch, yaw (degrees)."""
+
+    xyz: tuple[float, float, float]
+    rpy_deg: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        for name, values in (("xyz", self.xyz), ("rpy_deg", self.rpy_deg)):
+            for i, v in enumerate(values):
+                _check_range(f"{name}[{i}]", v, -math.inf, math.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class SimSensor:
+    """One simulated sensor: its published :class:`SensorSpec` plus clock and model parameters.
+
+    Exactly one of ``lidar``, ``radar``, ``camera`` is set, the one of its ``kind`` (defaults when
+    not given); :attr:`params` returns it.
+    """
 
     name: str
     kind: SensorKind
-    xyz: tuple[float, float, float]
-    rpy_deg: tuple[float, float, float]
+    mount: SimMount
     rate_hz: float
-    offset_ms: float
-    jitter_ms: float
-    params: Params
+    offset_ms: float = 0.0  # time of the first capture after t=0
+    jitter_ms: float = 0.0  # 1-sigma capture-time jitter (clipped at 3 sigma)
+    lidar: SimLidarParams | None = None
+    radar: SimRadarParams | None = None
+    camera: SimCameraParams | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.replace("_", "").isalnum():
+            raise ValueError(f"name: sensor names are letters, digits and '_', got {self.name!r}")
+        _check_range("rate_hz", self.rate_hz, 0.1, 1000)
+        _check_range("offset_ms", self.offset_ms, 0, 1000.0 / self.rate_hz)
+        _check_range("jitter_ms", self.jitter_ms, 0, 100.0 / self.rate_hz)
+        own, cls = _PARAMS[self.kind]
+        for key, _ in _PARAMS.values():
+            if key != own and getattr(self, key) is not None:
+                raise ValueError(f"{key}: {key} parameters on a {self.kind.value} sensor")
+        if getattr(self, own) is None:
+            object.__setattr__(self, own, cls())  # frozen: the one place the defaults are filled in
+
+    @property
+    def params(self) -> SimParams:
+        """The parameters of this sensor's kind."""
+        params: SimParams = getattr(self, _PARAMS[self.kind][0])
+        return params
 
     @property
     def body(self) -> Transform:
         """``base_link <- sensor body`` (x forward for every kind)."""
-        return Transform.from_xyz_rpy(self.xyz, tuple(math.radians(a) for a in self.rpy_deg))  # type: ignore[arg-type]
+        rpy = tuple(math.radians(a) for a in self.mount.rpy_deg)
+        return Transform.from_xyz_rpy(self.mount.xyz, rpy)  # type: ignore[arg-type]
 
     @property
     def extrinsic(self) -> Transform:
@@ -164,7 +281,7 @@ class SensorConfig:
 
     @property
     def spec(self) -> SensorSpec:
-        cal = self.params.calibration() if isinstance(self.params, CameraParams) else None
+        cal = self.params.calibration() if isinstance(self.params, SimCameraParams) else None
         return SensorSpec(
             name=self.name,
             kind=self.kind,
@@ -179,16 +296,25 @@ class SensorConfig:
 @dataclass(frozen=True, slots=True)
 class RigConfig:
     name: str
-    sensors: tuple[SensorConfig, ...]
+    sensors: tuple[SimSensor, ...]
     ego_pose_rate_hz: float = 50.0
     ground_truth_rate_hz: float | None = None  # None: at the first lidar's capture times (10 Hz if none)
-    source: str = "<builtin>"
+    source: str = "<builtin>"  # the file it came from (set by :func:`parse_rig`, never a key of the file)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("name: expected a non-empty string")
+        if not self.sensors:
+            raise ValueError("sensors: expected a non-empty list of sensors")
+        reject_duplicates([s.name for s in self.sensors], "sensors", "name", "sensor name")
+        _check_range("ego_pose_rate_hz", self.ego_pose_rate_hz, 1, 1000)
+        _check_range("ground_truth_rate_hz", self.ground_truth_rate_hz, 0.1, 1000)
 
     @property
     def specs(self) -> tuple[SensorSpec, ...]:
         return tuple(s.spec for s in self.sensors)
 
-    def sensor(self, name: str) -> SensorConfig:
+    def sensor(self, name: str) -> SimSensor:
         for s in self.sensors:
             if s.name == name:
                 return s
@@ -196,177 +322,20 @@ class RigConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# validation
+# loading: perception.config's YAML reader and converter, the checks above in __post_init__
 # ---------------------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class _Ctx:
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(message, file=self.file, key=key or "<root>")
-
-    def mapping(self, value: object, key: str, allowed: Sequence[str], required: Sequence[str] = ()) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
-        for k in value:
-            if not isinstance(k, str) or k not in allowed:
-                raise self.fail(_join(key, str(k)), f"unknown key (allowed: {', '.join(allowed)})")
-        for k in required:
-            if k not in value:
-                raise self.fail(_join(key, k), "missing required key")
-        return value
-
-    def number(self, value: object, key: str, *, lo: float | None = None, hi: float | None = None,
-               lo_open: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise self.fail(key, f"expected a number, got {value!r}")
-        v = float(value)
-        if lo is not None and (v < lo or (lo_open and v == lo)):
-            raise self.fail(key, f"must be {'>' if lo_open else '>='} {lo:g}, got {v:g}")
-        if hi is not None and v > hi:
-            raise self.fail(key, f"must be <= {hi:g}, got {v:g}")
-        return v
-
-    def integer(self, value: object, key: str, *, lo: int, hi: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected an integer, got {value!r}")
-        if not lo <= value <= hi:
-            raise self.fail(key, f"must be in [{lo}, {hi}], got {value}")
-        return value
-
-    def string(self, value: object, key: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(key, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def triple(self, value: object, key: str) -> tuple[float, float, float]:
-        if not isinstance(value, list | tuple) or len(value) != 3:
-            raise self.fail(key, f"expected a list of 3 numbers, got {value!r}")
-        a, b, c = (self.number(v, f"{key}[{i}]") for i, v in enumerate(value))
-        return (a, b, c)
-
-
-def _join(key: str, sub: str) -> str:
-    return f"{key}.{sub}" if key else sub
-
-
-#: Numeric bounds per parameter field (lo, hi); integers are recognised by the dataclass default.
-_BOUNDS: Mapping[str, tuple[float, float]] = {
-    "beams": (1, 512),
-    "fov_up_deg": (-90, 90),
-    "fov_down_deg": (-90, 90),
-    "azimuth_step_deg": (0.01, 10),
-    "min_range_m": (0, 1000),
-    "max_range_m": (0.1, 1000),
-    "range_noise_m": (0, 10),
-    "dropout": (0, 1),
-    "quantization_m": (0, 1),
-    "fov_deg": (1, 360),
-    "azimuth_noise_deg": (0, 45),
-    "elevation_noise_deg": (0, 90),
-    "lateral_spread_m": (0, 20),
-    "velocity_noise_mps": (0, 20),
-    "rcs_noise_db": (0, 30),
-    "false_alarms_per_scan": (0, 1000),
-    "detection_probability": (0, 1),
-    "width": (16, 8192),
-    "height": (16, 8192),
-    "hfov_deg": (1, 170),
-    "fx": (1, 1e6),
-    "fy": (1, 1e6),
-    "cx": (-1e5, 1e5),
-    "cy": (-1e5, 1e5),
-    "jpeg_quality": (1, 100),
-    "noise_sigma": (0, 100),
-    "render_scale": (0.1, 1.0),
-}
-
-
-def _params(ctx: _Ctx, kind: SensorKind, raw: object, key: str) -> Params:
-    cls = _PARAMS[kind]
-    names = [f.name for f in fields(cls)]
-    data = ctx.mapping({} if raw is None else raw, key, names)
-    values: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in data:
-            continue
-        lo, hi = _BOUNDS[f.name]
-        sub = _join(key, f.name)
-        if isinstance(f.default, int) and not isinstance(f.default, bool):
-            values[f.name] = ctx.integer(data[f.name], sub, lo=int(lo), hi=int(hi))
-        else:
-            values[f.name] = ctx.number(data[f.name], sub, lo=lo, hi=hi)
-    params = cls(**values)
-    if isinstance(params, LidarParams):
-        if params.fov_down_deg >= params.fov_up_deg:
-            raise ctx.fail(_join(key, "fov_down_deg"), "must be below fov_up_deg")
-        if params.min_range_m >= params.max_range_m:
-            raise ctx.fail(_join(key, "min_range_m"), "must be below max_range_m")
-    if isinstance(params, RadarParams) and params.min_range_m >= params.max_range_m:
-        raise ctx.fail(_join(key, "min_range_m"), "must be below max_range_m")
-    return params
-
-
-_SENSOR_KEYS = ("name", "kind", "mount", "rate_hz", "offset_ms", "jitter_ms", "lidar", "radar", "camera")
-
-
-def _sensor(ctx: _Ctx, raw: object, key: str) -> SensorConfig:
-    data = ctx.mapping(raw, key, _SENSOR_KEYS, required=("name", "kind", "mount", "rate_hz"))
-    name = ctx.string(data["name"], _join(key, "name"))
-    if not name.replace("_", "").isalnum():
-        raise ctx.fail(_join(key, "name"), f"sensor names are letters, digits and '_', got {name!r}")
-    kind_raw = ctx.string(data["kind"], _join(key, "kind"))
-    try:
-        kind = SensorKind(kind_raw)
-    except ValueError:
-        raise ctx.fail(_join(key, "kind"), f"unknown sensor kind {kind_raw!r} (lidar, radar, camera)") from None
-    for other in SensorKind:
-        if other is not kind and other.value in data:
-            raise ctx.fail(_join(key, other.value), f"{other.value} parameters on a {kind.value} sensor")
-    mount = ctx.mapping(data["mount"], _join(key, "mount"), ("xyz", "rpy_deg"), required=("xyz",))
-    xyz = ctx.triple(mount["xyz"], _join(key, "mount.xyz"))
-    rpy = ctx.triple(mount.get("rpy_deg", [0, 0, 0]), _join(key, "mount.rpy_deg"))
-    rate = ctx.number(data["rate_hz"], _join(key, "rate_hz"), lo=0.1, hi=1000)
-    offset = ctx.number(data.get("offset_ms", 0.0), _join(key, "offset_ms"), lo=0, hi=1000.0 / rate)
-    jitter = ctx.number(data.get("jitter_ms", 0.0), _join(key, "jitter_ms"), lo=0, hi=100.0 / rate)
-    params = _params(ctx, kind, data.get(kind.value), _join(key, kind.value))
-    return SensorConfig(name, kind, xyz, rpy, rate, offset, jitter, params)
 
 
 def parse_rig(raw: object, *, file: str = "<rig>") -> RigConfig:
-    """Validate a rig document already loaded from YAML."""
-    ctx = _Ctx(file)
-    data = ctx.mapping(raw, "", ("name", "sensors", "ego_pose_rate_hz", "ground_truth_rate_hz"), required=("sensors",))
-    name = ctx.string(data.get("name", Path(file).stem), "name")
-    sensors_raw = data["sensors"]
-    if not isinstance(sensors_raw, list) or not sensors_raw:
-        raise ctx.fail("sensors", "expected a non-empty list of sensors")
-    sensors = tuple(_sensor(ctx, s, f"sensors[{i}]") for i, s in enumerate(sensors_raw))
-    seen: set[str] = set()
-    for i, s in enumerate(sensors):
-        if s.name in seen:
-            raise ctx.fail(f"sensors[{i}].name", f"duplicate sensor name {s.name!r}")
-        seen.add(s.name)
-    ego_rate = ctx.number(data.get("ego_pose_rate_hz", 50.0), "ego_pose_rate_hz", lo=1, hi=1000)
-    gt_raw = data.get("ground_truth_rate_hz")
-    gt_rate = None if gt_raw is None else ctx.number(gt_raw, "ground_truth_rate_hz", lo=0.1, hi=1000)
-    return RigConfig(name, sensors, ego_rate, gt_rate, source=file)
+    """Validate a rig document already loaded from YAML (``name`` defaults to the file's stem)."""
+    data = {} if raw is None else raw
+    if isinstance(data, Mapping):
+        if "source" in data:
+            raise ConfigError("unknown key", file=file, key="source")
+        data = {"name": Path(file).stem, **data}
+    return dataclasses.replace(from_data(RigConfig, data, file=file), source=file)
 
 
 def load_rig(path: str | os.PathLike[str]) -> RigConfig:
     """Load and validate a rig YAML file (``yaml.safe_load``)."""
-    file = str(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read rig: {exc.strerror or exc}", file=file) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"invalid YAML{where}: {getattr(exc, 'problem', None) or exc}", file=file) from exc
-    return parse_rig(raw, file=file)
+    return parse_rig(load_yaml(Path(path)), file=str(path))

@@ -6,7 +6,7 @@
   ``/sensors/<camera>/detections`` (ImageAnnotations). :func:`recorder_sink` plugs it into
   :func:`perception.replay.replay_drive` on a background thread (:class:`BackgroundRecorder`), so the
   recording never delays the runtime.
-* :func:`load_frames` reads frames back from a replay's output directory; :func:`render_frame` draws a
+* :func:`load_frame_views` reads frames back from a replay's output directory; :func:`render_frame` draws a
   bird's-eye view and every camera with the fused boxes (``perception render``).
 * :func:`write_replay_report` writes ``DIR/report.md``: latency tables, quality, rendered frames.
 """
@@ -17,8 +17,8 @@ from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
     DETECTIONS_TOPIC,
     FRAME_STATS_TOPIC,
-    CameraDetections,
     ChannelDef,
+    LabelledBoxes,
     SchemaDef,
     camera_detections,
     camera_detections_topic,
@@ -29,7 +29,7 @@ from perception.viz._encode import (
     frame_stats,
 )
 from perception.viz._live import LiveOutput, LiveServer
-from perception.viz._load import FUSED_MCAP, FrameView, frame_ids, load_frames
+from perception.viz._load import FUSED_MCAP, FrameView, frame_ids, load_frame_views
 from perception.viz._outputs import McapOutput, Output
 from perception.viz._palette import COMBINATIONS, GROUND_TRUTH_COLOR, combination, combination_color, source_kinds
 from perception.viz._record import REPLAY_METADATA, BackgroundRecorder, VizRecorder, recorder_sink
@@ -44,10 +44,10 @@ __all__ = [
     "GROUND_TRUTH_COLOR",
     "REPLAY_METADATA",
     "BackgroundRecorder",
-    "CameraDetections",
     "ChannelDef",
     "DriveCopy",
     "FrameView",
+    "LabelledBoxes",
     "LiveOutput",
     "LiveServer",
     "McapOutput",
@@ -65,7 +65,7 @@ __all__ = [
     "encode_detections",
     "frame_ids",
     "frame_stats",
-    "load_frames",
+    "load_frame_views",
     "recorder_sink",
     "render_bev",
     "render_camera",

@@ -53,8 +53,8 @@ __all__ = [
     "DETECTIONS_TOPIC",
     "FRAME_STATS_SCHEMA",
     "FRAME_STATS_TOPIC",
-    "CameraDetections",
     "ChannelDef",
+    "LabelledBoxes",
     "SchemaDef",
     "camera_detections",
     "camera_detections_topic",
@@ -292,15 +292,17 @@ def decode_detections(msg: SceneUpdate) -> tuple[Detection3D, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class CameraDetections:
-    """A camera model's 2D detections: ``boxes`` ``[K,4]`` ``x1, y1, x2, y2`` in image pixels."""
+class LabelledBoxes:
+    """A camera model's 2D detections as drawn and recorded: ``boxes`` ``[K,4]`` ``x1, y1, x2, y2`` in image
+    pixels, class names as ``labels`` (not :class:`perception.modelkit.CameraDetections`, the model-side
+    float32 boxes with integer class ids)."""
 
     boxes: F64
     labels: tuple[str, ...]
     scores: F64
 
 
-def camera_detections(outputs: Mapping[str, npt.ArrayLike], sensor: str) -> CameraDetections | None:
+def camera_detections(outputs: Mapping[str, npt.ArrayLike], sensor: str) -> LabelledBoxes | None:
     """A camera model's valid detections from its output tensors (fusion's own validation of the
     outputs; ``None`` when they are missing or malformed)."""
     from perception.fusion._inputs import parse_camera  # the one validated reading of camera outputs
@@ -312,10 +314,10 @@ def camera_detections(outputs: Mapping[str, npt.ArrayLike], sensor: str) -> Came
     except (InputError, TypeError, ValueError):
         return None
     labels = tuple(LABELS[int(i)] for i in parsed.labels)
-    return CameraDetections(np.asarray(parsed.boxes, np.float64), labels, np.asarray(parsed.scores, np.float64))
+    return LabelledBoxes(np.asarray(parsed.boxes, np.float64), labels, np.asarray(parsed.scores, np.float64))
 
 
-def encode_camera_detections(t_ns: int, dets: CameraDetections) -> ImageAnnotations:
+def encode_camera_detections(t_ns: int, dets: LabelledBoxes) -> ImageAnnotations:
     """One outline (``LINE_LOOP``) and one ``"<label> <score>"`` text per 2D box, coloured by label."""
     points, texts = [], []
     for (x1, y1, x2, y2), label, score in zip(dets.boxes.tolist(), dets.labels, dets.scores.tolist(), strict=True):
@@ -343,7 +345,7 @@ def encode_camera_detections(t_ns: int, dets: CameraDetections) -> ImageAnnotati
     return ImageAnnotations(points=points, texts=texts)
 
 
-def decode_camera_detections(msg: ImageAnnotations) -> CameraDetections:
+def decode_camera_detections(msg: ImageAnnotations) -> LabelledBoxes:
     """2D boxes back from :func:`encode_camera_detections` (raises :class:`codec.DecodeError`)."""
     boxes, labels, scores = [], [], []
     for p in msg.points:
@@ -358,4 +360,4 @@ def decode_camera_detections(msg: ImageAnnotations) -> CameraDetections:
             scores.append(float(meta.get("score", "nan")))
         except ValueError as exc:
             raise codec.DecodeError(f"malformed score: {exc}") from exc
-    return CameraDetections(np.asarray(boxes, np.float64).reshape(-1, 4), tuple(labels), np.asarray(scores))
+    return LabelledBoxes(np.asarray(boxes, np.float64).reshape(-1, 4), tuple(labels), np.asarray(scores))

@@ -18,7 +18,7 @@ from typing import Any
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
-from perception.drives import DriveReader
+from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
 from perception.types import Detection3D, GroundTruth, Sample, SensorKind, SensorSpec
@@ -26,7 +26,7 @@ from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
     DETECTIONS_TOPIC,
     FRAME_STATS_TOPIC,
-    CameraDetections,
+    LabelledBoxes,
     camera_detections,
     camera_detections_topic,
     decode_camera_detections,
@@ -34,13 +34,12 @@ from perception.viz._encode import (
 )
 from perception.viz._record import REPLAY_METADATA
 
-__all__ = ["FUSED_MCAP", "FrameView", "frame_ids", "load_frames"]
+__all__ = ["FUSED_MCAP", "FrameView", "frame_ids", "load_frame_views"]
 
 log = logging.getLogger(__name__)
 
 FUSED_MCAP = "fused.mcap"
 DETECTIONS_JSONL = "detections.jsonl"
-GT_TOLERANCE_NS = 60_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +57,7 @@ class FrameView:
     detections: tuple[Detection3D, ...]
     specs: Mapping[str, SensorSpec]
     samples: Mapping[str, Sample]
-    camera_detections: Mapping[str, CameraDetections]
+    camera_detections: Mapping[str, LabelledBoxes]
     ground_truth: GroundTruth | None
     source: str  # the file the detections came from
 
@@ -76,7 +75,7 @@ class _Record:
     status: str
     sample_t_ns: Mapping[str, int]
     detections: tuple[Detection3D, ...]
-    camera_detections: Mapping[str, CameraDetections]
+    camera_detections: Mapping[str, LabelledBoxes]
 
 
 def _check_dir(out_dir: Path) -> None:
@@ -143,7 +142,7 @@ def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record
             if entry.get("sample_t_ns") is not None:
                 cam_topics[camera_detections_topic(names.get(sensor, sensor))] = sensor
                 wanted_images.add((sensor, entry["sample_t_ns"]))
-    cams: dict[tuple[str, int], CameraDetections] = {}
+    cams: dict[tuple[str, int], LabelledBoxes] = {}
     if wanted_images:
         lo, hi = min(t for _, t in wanted_images), max(t for _, t in wanted_images)
         with DriveCopy(path, topics=list(cam_topics), start_ns=lo) as copy:
@@ -217,7 +216,7 @@ def _drive_of(out_dir: Path) -> Path:
     return Path(drive)
 
 
-def load_frames(out_dir: str | Path, frames: Iterable[int], *, drive: str | Path | None = None) -> list[FrameView]:
+def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str | Path | None = None) -> list[FrameView]:
     """The frames ``frames`` (frame ids) of the replay output ``out_dir``, in the order asked.
 
     Reads ``fused.mcap`` when present (then ``drive`` is not needed), else ``detections.jsonl`` and

@@ -16,16 +16,13 @@ from mcap.exceptions import UnsupportedCompressionError
 from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
 
-from perception import __version__
+from perception.drives import LIBRARY
 from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
 
-__all__ = ["LIBRARY", "McapOutput", "Output"]
+__all__ = ["McapOutput", "Output"]
 
 log = logging.getLogger(__name__)
-
-#: Written into the MCAP header; constant for a given package version (no clock, no host).
-LIBRARY = f"perception-fusion/{__version__}"
 
 
 class Output(Protocol):

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
 from perception.types import Detection3D, ImageSample, PointCloudSample, SensorKind, SensorSpec
-from perception.viz._encode import CameraDetections
+from perception.viz._encode import LabelledBoxes
 from perception.viz._load import FrameView
 from perception.viz._palette import (
     CAMERA_DETECTION_COLOR,
@@ -328,7 +328,7 @@ def render_camera(frame: FrameView, sensor: str, path: Path) -> RenderedView:
     cam_from_base = invert_transform(spec.extrinsic.matrix())
 
     legend: list[tuple[str, Any]] = []
-    own: CameraDetections | None = frame.camera_detections.get(sensor)
+    own: LabelledBoxes | None = frame.camera_detections.get(sensor)
     if own is not None and len(own.labels):
         x1, y1, x2, y2 = own.boxes.T
         outlines = np.stack([np.column_stack(c) for c in ((x1, y1), (x2, y1), (x2, y2), (x1, y2))], axis=1)

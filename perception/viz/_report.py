@@ -18,7 +18,7 @@ from perception.metrics import (
     status_table,
     write_plots,
 )
-from perception.viz._load import frame_ids, load_frames
+from perception.viz._load import frame_ids, load_frame_views
 from perception.viz._render import render_frame
 
 __all__ = ["write_replay_report"]
@@ -80,7 +80,7 @@ def _frames_section(out_dir: Path, frames: Sequence[int] | None, n_frames: int, 
         chosen = list(frames) if frames is not None else _pick(frame_ids(out_dir), n_frames)
         if not chosen:
             return ["## Frames", "", f"None rendered here: `perception render {out_dir} --frame N` draws any frame."]
-        views = load_frames(out_dir, chosen)
+        views = load_frame_views(out_dir, chosen)
     except PerceptionError as exc:
         log.warning("report.md: frames not rendered: %s", exc)
         return ["## Frames", "", f"Not rendered: {exc}"]

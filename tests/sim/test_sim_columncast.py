@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.sim import LidarModel, LidarParams, Scene, SensorConfig
+from perception.sim import LidarModel, Scene, SimLidarParams, SimMount, SimSensor
 from perception.sim._raycast import slab
 from perception.types import GroundTruthObject, SensorKind
 
@@ -14,8 +14,8 @@ from perception.types import GroundTruthObject, SensorKind
 def _lidar(yaw_deg: float = 0.0, pitch_deg: float = 0.0, **params: float) -> LidarModel:
     p = {"beams": 24, "fov_up_deg": 20.0, "fov_down_deg": -30.0, "azimuth_step_deg": 1.5, "range_noise_m": 0.0,
          "quantization_m": 0.0, "dropout": 0.0, "max_range_m": 60.0, **params}
-    cfg = SensorConfig("lidar_top", SensorKind.LIDAR, (1.0, 0.3, 1.9), (0.0, pitch_deg, yaw_deg), 10.0, 0.0, 0.0,
-                       LidarParams(**p))  # type: ignore[arg-type]
+    cfg = SimSensor("lidar_top", SensorKind.LIDAR, SimMount((1.0, 0.3, 1.9), (0.0, pitch_deg, yaw_deg)), 10.0,
+                    lidar=SimLidarParams(**p))  # type: ignore[arg-type]
     return LidarModel(cfg)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perception.errors import ConfigError
-from perception.sim import CameraParams, LidarParams, builtin_rig_path, load_rig
+from perception.sim import SimCameraParams, SimLidarParams, SimRadarParams, builtin_rig_path, load_rig, parse_rig
 from perception.types import SensorKind
 
 
@@ -19,7 +19,7 @@ def test_bundled_rigs_load() -> None:
     assert kinds.count(SensorKind.CAMERA) >= 2 and kinds.count(SensorKind.RADAR) == 2
     assert {s.name for s in default.sensors} == {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"}
     lidar = dense.sensor("lidar_top").params
-    assert isinstance(lidar, LidarParams) and lidar.beams == 128
+    assert isinstance(lidar, SimLidarParams) and lidar.beams == 128
     # every sensor has its own clock
     assert len({(s.rate_hz, s.offset_ms) for s in default.sensors}) == len(default.sensors)
 
@@ -39,7 +39,7 @@ def test_camera_spec_is_optical_frame() -> None:
 
 
 def test_camera_intrinsics_from_fov() -> None:
-    cal = CameraParams(width=640, height=360, hfov_deg=90.0).calibration()
+    cal = SimCameraParams(width=640, height=360, hfov_deg=90.0).calibration()
     assert cal.k[0] == pytest.approx(320.0) and cal.k[2] == 320.0 and cal.k[5] == 180.0
 
 
@@ -75,6 +75,20 @@ sensors:
         (_GOOD + _GOOD.split("sensors:\n")[1], "sensors[1].name", "duplicate"),
         ("sensors: []\n", "sensors", "non-empty"),
         ("- just\n- a list\n", "<root>", "mapping"),
+        ("", "sensors", "missing"),
+        (_GOOD + "source: x.yaml\n", "source", "unknown key"),
+        (_GOOD.replace("name: lidar", "name: lidar top"), "sensors[0].name", "letters, digits"),
+        (_GOOD.replace("rate_hz: 10", "rate_hz: 10\n    offset_ms: 150"), "sensors[0].offset_ms", "<= 100"),
+        (_GOOD.replace("[0, 0, 2]", "[0, .nan, 2]"), "sensors[0].mount.xyz[1]", "finite"),
+        (_GOOD.replace("[0, 0, 2]", "[0, 0, 2], roll: 1"), "sensors[0].mount.roll", "unknown key"),
+        (_GOOD + "    radar: {fov_deg: 90}\n", "sensors[0].radar", "radar parameters on a lidar sensor"),
+        (_GOOD.replace("kind: lidar", "kind: radar") + "    radar: {min_range_m: 5, max_range_m: 2}\n",
+         "sensors[0].radar.min_range_m", "below"),
+        (_GOOD + "    lidar: {dropout: 2}\n", "sensors[0].lidar.dropout", "<= 1"),
+        (_GOOD.replace("kind: lidar", "kind: camera") + "    camera: {jpeg_quality: 0}\n",
+         "sensors[0].camera.jpeg_quality", ">= 1"),
+        (_GOOD + "ground_truth_rate_hz: 0\n", "ground_truth_rate_hz", ">= 0.1"),
+        ("sensors: {lidar: 1}\n", "sensors", "list"),
     ],
 )
 def test_rig_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words: str) -> None:
@@ -88,7 +102,21 @@ def test_rig_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words
 
 
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="invalid YAML at line"):
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+: invalid YAML") as info:
         load_rig(_write(tmp_path, "sensors: [\n"))
-    with pytest.raises(ConfigError, match="cannot read rig"):
+    assert info.value.file == str(tmp_path / "rig.yaml")
+    with pytest.raises(ConfigError, match="file not found") as info:
         load_rig(tmp_path / "nope.yaml")
+    assert info.value.file == str(tmp_path / "nope.yaml")
+
+
+def test_defaults_and_file_name() -> None:
+    rig = parse_rig({"sensors": [{"name": "r", "kind": "radar", "mount": {"xyz": [1, 0, 0.5]}, "rate_hz": 13}]},
+                    file="launch/rigs/tiny.yaml")
+    assert rig.name == "tiny" and rig.source == "launch/rigs/tiny.yaml" and rig.ego_pose_rate_hz == 50.0
+    (radar,) = rig.sensors
+    assert radar.kind is SensorKind.RADAR and radar.params == SimRadarParams() and radar.lidar is None
+    assert radar.mount.rpy_deg == (0.0, 0.0, 0.0) and radar.offset_ms == 0.0
+    assert rig.sensor("r").spec.topic == "/sensors/r/points"
+    with pytest.raises(KeyError):
+        rig.sensor("nope")

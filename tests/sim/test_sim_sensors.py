@@ -10,13 +10,14 @@ import pytest
 
 from perception.sim import (
     CameraModel,
-    CameraParams,
     LidarModel,
-    LidarParams,
     RadarModel,
-    RadarParams,
     Scene,
-    SensorConfig,
+    SimCameraParams,
+    SimLidarParams,
+    SimMount,
+    SimRadarParams,
+    SimSensor,
     project_ground_truth,
 )
 from perception.types import GroundTruth, GroundTruthObject, SensorKind
@@ -29,8 +30,8 @@ def _obj(track_id: int, x: float, y: float, size: tuple[float, float, float] = (
 
 def _lidar(**params: float) -> LidarModel:
     exact = {"range_noise_m": 0.0, "quantization_m": 0.0, "dropout": 0.0, **params}
-    cfg = SensorConfig("lidar_top", SensorKind.LIDAR, (1.0, 0.0, 1.9), (0.0, 0.0, 0.0), 10.0, 0.0, 0.0,
-                       LidarParams(**exact))  # type: ignore[arg-type]
+    cfg = SimSensor("lidar_top", SensorKind.LIDAR, SimMount((1.0, 0.0, 1.9)), 10.0,
+                    lidar=SimLidarParams(**exact))  # type: ignore[arg-type]
     return LidarModel(cfg)
 
 
@@ -101,8 +102,7 @@ def test_lidar_noise_dropout_and_determinism() -> None:
 
 def _radar(**params: float) -> RadarModel:
     quiet = {"false_alarms_per_scan": 0.0, "detection_probability": 1.0, **params}
-    cfg = SensorConfig("radar_front", SensorKind.RADAR, (3.7, 0.0, 0.5), (0.0, 0.0, 0.0), 13.0, 0.0, 0.0,
-                       RadarParams(**quiet))
+    cfg = SimSensor("radar_front", SensorKind.RADAR, SimMount((3.7, 0.0, 0.5)), 13.0, radar=SimRadarParams(**quiet))
     return RadarModel(cfg)
 
 
@@ -151,8 +151,7 @@ def test_radar_fov_clutter_and_rcs() -> None:
 
 
 def _camera() -> CameraModel:
-    cfg = SensorConfig("cam_front", SensorKind.CAMERA, (1.6, 0.0, 1.55), (0.0, 0.0, 0.0), 12.0, 0.0, 0.0,
-                       CameraParams())
+    cfg = SimSensor("cam_front", SensorKind.CAMERA, SimMount((1.6, 0.0, 1.55)), 12.0, camera=SimCameraParams())
     return CameraModel(cfg)
 
 

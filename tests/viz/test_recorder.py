@@ -28,7 +28,7 @@ from perception.viz import (
     decode_camera_detections,
     decode_detections,
     frame_ids,
-    load_frames,
+    load_frame_views,
     recorder_sink,
 )
 
@@ -165,7 +165,7 @@ def test_interrupted_recording_stays_readable(small_drive: Path, tmp_path: Path)
     assert prefix and prefix == [r.frame_id for r in results[: len(prefix)]]
     with DriveReader(killed, strict=False) as reader:
         assert reader.truncated is not None and reader.rig.keys() == rig.keys()
-    (view,) = load_frames(killed.parent, [prefix[-1]])
+    (view,) = load_frame_views(killed.parent, [prefix[-1]])
     assert view.detections == results[prefix[-1]].detections
     assert frame_ids(tmp_path) == [0, 1, 2, 3]  # closed properly: every frame written
 

@@ -17,7 +17,15 @@ from perception.drives import DriveReader
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
 from perception.metrics import frame_record
 from perception.types import FrameResult, GroundTruthObject
-from perception.viz import COMBINATIONS, FrameView, RenderedView, load_frames, render_bev, render_camera, render_frame
+from perception.viz import (
+    COMBINATIONS,
+    FrameView,
+    RenderedView,
+    load_frame_views,
+    render_bev,
+    render_camera,
+    render_frame,
+)
 
 FUSED = COMBINATIONS[ALL_KINDS]
 FRAME = 2
@@ -30,7 +38,7 @@ def replay_dir(recorded: tuple[Path, list[FrameResult]]) -> Path:
 
 @pytest.fixture(scope="module")
 def frame(replay_dir: Path) -> FrameView:
-    (view,) = load_frames(replay_dir, [FRAME])
+    (view,) = load_frame_views(replay_dir, [FRAME])
     return view
 
 
@@ -170,7 +178,7 @@ def test_render_from_jsonl_and_drive(frame: FrameView, small_drive: Path, replay
             f.write(json.dumps(frame_record(r, include_outputs=True)) + "\n")
         f.write('{"frame_id": 99, "t_n')  # an interrupted last line is skipped
     (tmp_path / "report.json").write_text(json.dumps({"drive": str(small_drive)}))
-    (view,) = load_frames(tmp_path, [FRAME])
+    (view,) = load_frame_views(tmp_path, [FRAME])
     assert view.t_ns == frame.t_ns and view.source.endswith("detections.jsonl")
     assert [(d.id, d.label) for d in view.detections] == [(d.id, d.label) for d in frame.detections]
     np.testing.assert_allclose([d.center for d in view.detections], [d.center for d in frame.detections], atol=1e-3)

@@ -35,14 +35,11 @@ from dataclasses import dataclass
 import anyio
 
 from perception.errors import PerceptionError
-from perception.types import FrameResult, FrameStatus, SensorStatus
+from perception.types import SERVER_STAGES, FrameResult, FrameStatus, SensorStatus
 
-__all__ = ["SERVER_STAGES", "FrameRequest", "ServerSplitter", "frame_requests", "with_in_flight"]
+__all__ = ["FrameRequest", "ServerSplitter", "frame_requests", "with_in_flight"]
 
 log = logging.getLogger(__name__)
-
-#: Triton's per-request stages, in order.
-SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 #: ``model -> cumulative statistics`` (:meth:`perception.triton.TritonClient.model_statistics`).
 Statistics = Callable[[str], Awaitable[Mapping[str, int]]]
