@@ -130,9 +130,13 @@ def test_silent_lidar_frames_keep_coming_from_the_timer(triton: EmbeddedTriton) 
     with LiveRuntime(cfg, rig, on_result=got.append) as live:
         _play(live, samples, mute_lidar)
     stats = live.status()["intake"]
-    assert stats["trigger_silences"] == 1
+    # The 2 s silence (a loaded host may add a short one when a sweep arrives later than the tolerance).
+    assert stats["trigger_silences"] >= 1
+    t0 = min(r.t_ns for r in got)
+    in_window = [r for r in got if silence[0] * S < r.t_ns - t0 < silence[1] * S + 0.05 * S]
+    assert all(r.sensors["lidar_top"].status.value == "missing" for r in in_window)
     # ~20 sweeps missed in 2 s at 10 Hz; the timer opens one frame per missed sweep.
-    assert 17 <= stats["frames_by_timer"] <= 21, stats
+    assert 17 <= len(in_window) <= 21, len(in_window)
     timer_frames = [
         r for r in got if r.sensors.get("lidar_top") is None or r.sensors["lidar_top"].status.value == "missing"
     ]
