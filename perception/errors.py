@@ -19,6 +19,7 @@ Tree::
     │   │   └── ModelNotReadyError   model missing / unloaded / not ready
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
+    ├── ReplayError                  a replay ran but produced no usable frame (file)
     └── RuntimeClosedError           the runtime is shut down or not started
 """
 
@@ -37,6 +38,7 @@ __all__ = [
     "ModelContractError",
     "ModelNotReadyError",
     "PerceptionError",
+    "ReplayError",
     "RuntimeClosedError",
     "ServerError",
     "SharedMemoryError",
@@ -146,6 +148,12 @@ class CircuitOpenError(PerceptionError):
     """Requests to this model are short-circuited after repeated failures."""
 
     _PREFIX_KEYS = ("model",)
+
+
+class ReplayError(PerceptionError):
+    """A replay ran to its end but no frame had a single sensor answer ok: its outputs hold nothing usable."""
+
+    _PREFIX_KEYS = ("file",)
 
 
 class RuntimeClosedError(PerceptionError):

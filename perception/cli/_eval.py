@@ -40,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: Any) -> Any:
         return await evaluate_modes(args.drive, cfg, progress=progress)
 
-    modes, _outcome = run_with_signals(main)
+    modes, outcome = run_with_signals(main)
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # no model answered: every mode would score an empty run
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         safe_output_path(args.out, "eval.json").write_text(json.dumps(modes, indent=2) + "\n")

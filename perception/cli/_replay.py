@@ -184,4 +184,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if outcome.drive_error is not None:
         raise outcome.drive_error  # truncated drive: the outputs cover its readable prefix
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # every record is written, but none of them holds a model's answer
     return 0

@@ -77,11 +77,14 @@ async def evaluate_modes(
 ) -> tuple[dict[str, dict[str, Any]], ReplayOutcome]:
     """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth."""
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
+    with DriveReader(drive, strict=False) as reader:
+        _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
     outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
     with DriveReader(drive, strict=False) as reader:
-        if not reader.has_ground_truth:
-            raise DriveError(
-                "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
-            )
         return score_modes(outcome.results, cfg, reader), outcome
+
+
+def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:
+    if not reader.has_ground_truth:
+        raise DriveError("drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects")

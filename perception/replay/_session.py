@@ -39,7 +39,7 @@ from perception._paths import safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError, DriveError
+from perception.errors import ConfigError, DriveError, ReplayError
 from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
 from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime, server_time_breakdown
@@ -83,6 +83,34 @@ class ReplayOutcome:
     interrupted: bool = False
     #: The drive is truncated: only its readable prefix was replayed (also ``drive_truncated`` in the report).
     drive_error: DriveError | None = None
+
+    def unusable(self) -> ReplayError | None:
+        """The error to report when no frame had a sensor answer ok (``usable`` in the report is 0), else None.
+
+        Frames that failed in every sensor are still one record each; but a run made only of them
+        (every model erroring, a server refusing every request, every request late) is a failure, not
+        a result. An interrupted run is judged by its own exit status instead.
+        """
+        r = self.report
+        if self.interrupted or r.get("usable", 0) > 0:
+            return None
+        statuses = "; ".join(
+            f"{sensor} " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+            for sensor, counts in r.get("sensor_status", {}).items()
+        )
+        errors = "; ".join(
+            f"{sensor}: {' '.join(text.split())[:200]}" for sensor, text in r.get("first_errors", {}).items()
+        )
+        frames = r.get("frames", 0)
+        message = (
+            f"no usable frame: no sensor answered ok in any of the {frames} frames"
+            if frames
+            else "no usable frame: the drive gave no frame to replay"
+        )
+        return ReplayError(
+            message + (f" ({statuses})" if statuses else "") + (f"; first errors: {errors}" if errors else ""),
+            file=r.get("drive"),
+        )
 
 
 def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:
