@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 
-from perception.sim import generate_drive  # noqa: E402
+from perception.sim import generate_drive
 
 
 @pytest.fixture(scope="session")
