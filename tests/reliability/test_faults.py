@@ -91,6 +91,7 @@ class Stream:
             await self._changed.wait()
 
 
+@pytest.mark.triton
 @pytest.mark.slow  # starts two servers of its own (still part of the default run)
 async def test_server_killed_and_restarted_mid_run(tmp_path: Path) -> None:
     repo = sleepy_repository(tmp_path / "models", {"sleepy_lidar": ("lidar", 20), "sleepy_radar": ("radar", 30)})

@@ -145,6 +145,7 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.anyio
+@pytest.mark.triton  # starts a server of its own
 async def test_leftovers_of_a_crashed_run_are_removed_at_the_next_start(tmp_path: Path) -> None:
     dead = _dead_pid()
     leftovers = [Path("/dev/shm") / f"perception_{dead}_0badc0de_{i}" for i in range(3)]

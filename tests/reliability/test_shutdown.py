@@ -167,6 +167,7 @@ def long_drive(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
+@pytest.mark.triton
 def test_sigterm_stops_gracefully_with_every_record_and_nothing_left(
     tmp_path: Path, sleepy_repo: Path, long_drive: Path
 ) -> None:
@@ -194,6 +195,7 @@ def test_sigterm_stops_gracefully_with_every_record_and_nothing_left(
 
 
 @pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
+@pytest.mark.triton
 def test_second_sigint_forces_the_exit_and_still_cleans_up(tmp_path: Path, sleepy_repo: Path, long_drive: Path) -> None:
     replay = Replay(tmp_path, sleepy_repo, long_drive, rate="max")
     try:
@@ -213,6 +215,7 @@ def test_second_sigint_forces_the_exit_and_still_cleans_up(tmp_path: Path, sleep
 
 
 @pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
+@pytest.mark.triton
 def test_sigterm_during_start_up_stops_the_starting_server(tmp_path: Path, sleepy_repo: Path, long_drive: Path) -> None:
     replay = Replay(tmp_path, sleepy_repo, long_drive)
     try:
