@@ -87,4 +87,6 @@ async def evaluate_modes(
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:
     if not reader.has_ground_truth:
-        raise DriveError("drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects")
+        raise DriveError(
+            "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
+        )
