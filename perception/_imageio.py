@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import numpy.typing as npt
 
 from perception.errors import InputError
 
-__all__ = ["decode_image", "encode_jpeg"]
+__all__ = ["decode_image", "decode_image_scaled", "encode_jpeg", "letterbox_size"]
 
 #: Images larger than this many pixels are refused rather than decoded (decompression bombs).
 MAX_PIXELS = 64_000_000
@@ -18,6 +19,28 @@ _FORMATS = ("JPEG", "PNG")
 
 def decode_image(data: bytes, *, sensor: str | None = None) -> npt.NDArray[np.uint8]:
     """Decode JPEG/PNG bytes to ``[H,W,3]`` uint8 RGB."""
+    return decode_image_scaled(data, sensor=sensor)[0]
+
+
+def letterbox_size(width: int, height: int, fit: tuple[int, int]) -> tuple[int, int] | None:
+    """Size of a ``width x height`` image scaled (aspect kept) to fit in ``fit = (w, h)``, rounded up;
+    ``None`` when it fits already (no downscaling needed)."""
+    scale = min(fit[0] / width, fit[1] / height)
+    if scale >= 1.0:
+        return None
+    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+
+
+def decode_image_scaled(
+    data: bytes, *, sensor: str | None = None, fit: tuple[int, int] | None = None
+) -> tuple[npt.NDArray[np.uint8], tuple[int, int]]:
+    """Decode JPEG/PNG bytes to ``[H,W,3]`` uint8 RGB, and the encoded image's ``(width, height)``.
+
+    With ``fit = (w, h)`` (a model's input size) a JPEG is decoded at the smallest DCT scale (1/1, 1/2,
+    1/4 or 1/8: libjpeg's scaled IDCT, Pillow's ``draft``) whose image still covers the image's
+    letterbox into ``fit``: never smaller than what the model looks at, and several times cheaper
+    than a full decode followed by a resize. PNGs (and JPEGs already that small) decode at full size.
+    """
     from PIL import Image, UnidentifiedImageError
 
     if not data:
@@ -32,7 +55,10 @@ def decode_image(data: bytes, *, sensor: str | None = None) -> npt.NDArray[np.ui
                 raise InputError(
                     f"image of {w}x{h} exceeds the {MAX_PIXELS} pixel limit", sensor=sensor, tensor="image"
                 )
-            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+            target = letterbox_size(w, h, fit) if fit is not None else None
+            if target is not None and img.format == "JPEG":
+                img.draft("RGB", target)
+            return np.asarray(img.convert("RGB"), dtype=np.uint8), (w, h)
     except Image.DecompressionBombError as exc:  # a header claiming > 2x Pillow's pixel limit
         raise InputError(f"image exceeds the {MAX_PIXELS} pixel limit: {exc}", sensor=sensor, tensor="image") from exc
     except (UnidentifiedImageError, OSError, ValueError) as exc:

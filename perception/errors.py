@@ -9,6 +9,7 @@ Tree::
     PerceptionError
     ├── ConfigError                  bad launch profile / rig YAML (file + key path)
     ├── DriveError                   bad or truncated drive (file + topic)
+    │   └── DriveDamagedError        data of a drive is damaged: a chunk, a truncation, the summary (file + offset)
     ├── ServerError                  embedded server could not start / stopped
     ├── ModelContractError           a model's tensor contract does not match the config
     ├── InputError                   a tensor handed to the runtime is malformed (sensor + tensor)
@@ -20,7 +21,8 @@ Tree::
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
     ├── ReplayError                  a replay ran but produced no usable frame (file)
-    └── RuntimeClosedError           the runtime is shut down or not started
+    ├── RuntimeClosedError           the runtime is shut down or not started
+    └── SampleDroppedError           a live sample could not be used (late, out of order, ...)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "DeadlineError",
+    "DriveDamagedError",
     "DriveError",
     "InferenceError",
     "InputError",
@@ -40,6 +43,7 @@ __all__ = [
     "PerceptionError",
     "ReplayError",
     "RuntimeClosedError",
+    "SampleDroppedError",
     "ServerError",
     "SharedMemoryError",
     "TransportError",
@@ -92,6 +96,11 @@ class DriveError(PerceptionError):
     """A drive cannot be read or written: ``file: topic: message``."""
 
     _PREFIX_KEYS = ("file", "topic")
+
+
+class DriveDamagedError(DriveError):
+    """Part of a drive cannot be read (damaged chunk, truncation, damaged summary): ``file: message``
+    with the byte ``offset`` of the damage in the context. Readers that skip damage report it instead."""
 
 
 class ServerError(PerceptionError):
@@ -158,3 +167,10 @@ class ReplayError(PerceptionError):
 
 class RuntimeClosedError(PerceptionError):
     """The runtime is closed (or was never opened)."""
+
+
+class SampleDroppedError(PerceptionError):
+    """A live sample was not used (late, out of order, duplicate, clock jump, intake overflow): the
+    future :meth:`perception.live.LiveRuntime.push` returned for a trigger sample ends with it."""
+
+    _PREFIX_KEYS = ("sensor",)

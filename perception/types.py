@@ -29,6 +29,7 @@ __all__ = [
     "FrameStatus",
     "GroundTruth",
     "GroundTruthObject",
+    "GroundTruthRegion",
     "ImageSample",
     "LatencyTree",
     "PointCloudSample",
@@ -256,12 +257,32 @@ class GroundTruthObject:
     size: tuple[float, float, float]  # length, width, height
     yaw: float
     velocity: tuple[float, float]  # over ground, expressed in base_link (vx, vy)
+    # What a dataset's own evaluation protocol needs; ``None`` = not known (simulated drives, older drives).
+    #: The dataset's own category (nuScenes: ``vehicle.bus.rigid``, ``human.pedestrian.adult``...).
+    category: str | None = None
+    #: The dataset's attribute name (nuScenes: ``vehicle.parked``...); ``""`` = the annotation has none.
+    attribute: str | None = None
+    #: Lidar / radar points inside the box, as annotated (nuScenes ``num_lidar_pts``/``num_radar_pts``).
+    num_lidar_pts: int | None = None
+    num_radar_pts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroundTruthRegion:
+    """An annotated region that is not an object of ours but that an evaluation protocol needs
+    (nuScenes: a ``static_object.bicycle_rack``), in ``base_link`` at the ground-truth sample time."""
+
+    kind: str  # the dataset's category of the region
+    center: tuple[float, float, float]
+    size: tuple[float, float, float]  # length, width, height
+    yaw: float
 
 
 @dataclass(frozen=True, slots=True)
 class GroundTruth:
     t_ns: int
     objects: tuple[GroundTruthObject, ...]
+    regions: tuple[GroundTruthRegion, ...] = ()
 
 
 Sample = PointCloudSample | ImageSample

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 from perception.benchmark._env import environment, load_average
 from perception.benchmark._frames import find_drive, generate_drive_for_bench, load_frames
+from perception.benchmark._models import bench_model_repository
 from perception.benchmark._repeat import compare_runs, headline_ratios
 from perception.benchmark._report import render_markdown, write_report
-from perception.benchmark._run import BenchServer, bench_server, run_bench, triton_test_models
+from perception.benchmark._run import BenchServer, bench_server, run_bench
 from perception.benchmark._sequential import SequentialClient, SequentialResult
 from perception.benchmark._stats import latency_stats, ratio, throughput
 from perception.benchmark._suite import AWAIT_ALL_NS, SECTIONS, BenchSettings, run_suite, variant_config
-from perception.benchmark._transport import SINK_MODEL, TRANSPORTS, measure_transport
+from perception.benchmark._transport import BASELINES, SINK_MODEL, TRANSPORTS, measure_transport
 
 __all__ = [
     "AWAIT_ALL_NS",
+    "BASELINES",
     "SECTIONS",
     "SINK_MODEL",
     "TRANSPORTS",
@@ -35,6 +37,7 @@ __all__ = [
     "BenchSettings",
     "SequentialClient",
     "SequentialResult",
+    "bench_model_repository",
     "bench_server",
     "compare_runs",
     "environment",
@@ -50,7 +53,6 @@ __all__ = [
     "run_bench",
     "run_suite",
     "throughput",
-    "triton_test_models",
     "variant_config",
     "write_report",
 ]

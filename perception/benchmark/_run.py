@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from perception.benchmark._env import environment, load_average
+from perception.benchmark._models import bench_model_repository
 from perception.benchmark._repeat import compare_runs
 from perception.benchmark._sequential import SequentialClient
 from perception.benchmark._suite import BenchSettings, run_suite
@@ -23,17 +24,9 @@ from perception.benchmark._transport import SINK_MODEL
 from perception.config import RuntimeConfig
 from perception.types import Frame, SensorSpec
 
-__all__ = ["BenchServer", "bench_server", "run_bench", "triton_test_models"]
+__all__ = ["BenchServer", "bench_server", "run_bench"]
 
 log = logging.getLogger(__name__)
-
-
-def triton_test_models() -> Path | None:
-    """``tests/triton_models`` of the source checkout running this code (``None`` when installed)."""
-    import perception
-
-    path = Path(perception.__file__).resolve().parents[1] / "tests" / "triton_models"
-    return path if path.is_dir() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +41,8 @@ async def bench_server(
     config: RuntimeConfig, *, extra_models: Sequence[str] = (SINK_MODEL,)
 ) -> AsyncIterator[BenchServer]:
     """The server to measure against: ``config.server.url`` when external; otherwise an embedded server
-    on the profile's repositories plus, from ``tests/triton_models``, the ``extra_models`` those lack
-    (linked into a temporary repository, so only they are loaded)."""
+    on the profile's repositories plus, from :func:`bench_model_repository`, the ``extra_models`` those
+    lack (linked into a temporary repository, so only they are loaded)."""
     if not config.server.embedded:
         yield BenchServer(url=config.server.url, embedded=False)
         return
@@ -57,13 +50,11 @@ async def bench_server(
 
     repositories = [Path(p) for p in config.server.models]
     with tempfile.TemporaryDirectory(prefix="perception-bench-") as tmp:
-        source = triton_test_models()
+        source = bench_model_repository()
         wanted = [
-            m
-            for m in extra_models
-            if source is not None and (source / m).is_dir() and not any((repo / m).exists() for repo in repositories)
+            m for m in extra_models if (source / m).is_dir() and not any((repo / m).exists() for repo in repositories)
         ]
-        if wanted and source is not None:
+        if wanted:
             extra = Path(tmp) / "models"
             extra.mkdir()
             for m in wanted:
@@ -73,8 +64,7 @@ async def bench_server(
             yield BenchServer(
                 url=server.grpc_url,
                 embedded=True,
-                repositories=tuple(str(p) for p in config.server.models)
-                + tuple(f"tests/triton_models/{m}" for m in wanted),
+                repositories=tuple(str(p) for p in config.server.models) + tuple(str(source / m) for m in wanted),
             )
 
 

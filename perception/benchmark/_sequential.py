@@ -1,8 +1,9 @@
 """The baseline: classic blocking dispatch with the synchronous ``tritonclient.grpc`` client.
 
 One request at a time, in sensor order, each awaited before the next is sent — what a straightforward
-integration does. Same tensors as the runtime (:func:`perception.scheduler.prepare_inputs`), one request
-per camera, plain gRPC, no deadline: every sensor is awaited.
+integration does. Same tensors as the runtime (:func:`perception.scheduler.prepare_inputs`, cameras
+decoded at the model's scale when its config states its input size), one request per camera, plain
+gRPC, no deadline: every sensor is awaited.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class SequentialClient:
         self._sensors = [s for s in sensors if s.enabled]
         self._timeout_s = timeout_s
         self._client: Any = None
+        self._input_sizes: dict[str, tuple[int, int] | None] = {}
 
     def __enter__(self) -> SequentialClient:
         try:
@@ -94,7 +96,7 @@ class SequentialClient:
                 continue
             t0 = time.perf_counter_ns()
             try:
-                self._infer(s, prepare_inputs(s.kind, sample))
+                self._infer(s, prepare_inputs(s.kind, sample, input_size=self._input_size(s)))
                 status[s.name] = SensorStatus.OK
             except (InferenceServerException, PerceptionError) as exc:
                 status[s.name] = SensorStatus.ERROR
@@ -102,6 +104,20 @@ class SequentialClient:
                 log.debug("frame %d: %s failed: %s", frame.frame_id, s.name, exc)
             sensor_ns[s.name] = time.perf_counter_ns() - t0
         return SequentialResult(frame.frame_id, time.perf_counter_ns() - start, status, sensor_ns, errors)
+
+    def _input_size(self, sensor: SensorConfig) -> tuple[int, int] | None:
+        """A camera model's network input from its served config (as the runtime reads it at start)."""
+        if sensor.kind != "camera":
+            return None
+        if sensor.model not in self._input_sizes:
+            from perception.triton import parse_model_config
+
+            try:
+                config = self._client.get_model_config(sensor.model, as_json=True)
+            except InferenceServerException as exc:
+                raise ConnectError(f"cannot read the config of model {sensor.model}: {exc}", url=self._url) from exc
+            self._input_sizes[sensor.model] = parse_model_config(config).input_size
+        return self._input_sizes[sensor.model]
 
     def _infer(self, sensor: SensorConfig, inputs: dict[str, Any]) -> None:
         infer_inputs = []

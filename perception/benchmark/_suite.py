@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from perception.benchmark._env import load_average
+from perception.benchmark._models import bench_model_repository
 from perception.benchmark._sequential import SequentialClient
 from perception.benchmark._stats import latency_stats, ratio, ratio_interval, throughput
 from perception.benchmark._transport import SINK_MODEL, measure_transport
@@ -136,7 +137,8 @@ async def _runtimes(
     async with contextlib.AsyncExitStack() as stack:
         out: dict[str, Runtime] = {}
         for name, cfg in configs.items():
-            out[name] = await stack.enter_async_context(Runtime(cfg, rig=rig, join_timeout_ns=AWAIT_ALL_NS))
+            runtime = Runtime(cfg, rig=rig, fusion=None, join_timeout_ns=AWAIT_ALL_NS)  # the scheduler alone
+            out[name] = await stack.enter_async_context(runtime)
         yield out
 
 
@@ -249,7 +251,8 @@ async def _transport(ctx: _Context) -> dict[str, Any]:
         try:
             await client.wait_ready([SINK_MODEL], timeout_s=5.0)
         except (ModelNotReadyError, ConnectError) as exc:
-            return {"skipped": f"the server has no ready {SINK_MODEL!r} model (tests/triton_models/sink): {exc}"}
+            where = bench_model_repository() / SINK_MODEL
+            return {"skipped": f"the server has no ready {SINK_MODEL!r} model (served from {where}): {exc}"}
         cases = [
             await measure_transport(client, n, repeats=s.transport_repeats, warmup=s.transport_warmup)
             for n in s.transport_points

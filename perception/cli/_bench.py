@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
             generated = f"generated: perception sim --scenario urban --seed 0 --duration {seconds:g}"
         elif not drive.exists():
             raise ConfigError("drive not found", file=str(drive))
+        if not config.resolved:  # the profile leaves the sensors to the drive
+            from perception.drives import DriveReader
+            from perception.replay import drive_config
+
+            with DriveReader(drive, strict=False) as reader:
+                config = drive_config(config, reader)
         frames, rig, info = load_frames(drive, config, settings.frames)
         if generated is not None:
             info["drive"] = generated

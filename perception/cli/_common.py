@@ -50,13 +50,20 @@ def add_runtime_options(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
+    """The profile (``--config`` or the default), with the drive's sensors where it leaves them open,
+    then ``--url`` and ``--sensors`` applied."""
+    from perception.drives import DriveReader
+    from perception.replay import drive_config
+
     path = args.config or DEFAULT_CONFIG
     cfg = load_config(path)
-    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
-    cfg = with_overrides(cfg, url=args.url, sensors=sensors)
     if not Path(args.drive).exists():
         raise ConfigError("drive not found", file=str(args.drive))
-    return cfg
+    if not cfg.resolved:
+        with DriveReader(args.drive, strict=False) as reader:
+            cfg = drive_config(cfg, reader)
+    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
+    return with_overrides(cfg, url=args.url, sensors=sensors)
 
 
 class Interrupted(Exception):

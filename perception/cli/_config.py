@@ -37,5 +37,6 @@ def _plain(obj: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.file)
     sys.stdout.write(json.dumps(_plain(cfg), indent=2) + "\n")
-    sys.stdout.write(f"{args.file}: ok ({len(cfg.sensors)} sensors)\n")
+    sensors = f"{len(cfg.sensors)} sensors" if cfg.sensors else "sensors from the drive"
+    sys.stdout.write(f"{args.file}: ok ({sensors})\n")
     return 0

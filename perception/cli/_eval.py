@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._exitcodes import EXIT_CODES_HELP
+from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
 
 __all__ = ["register"]
+
+_PROTOCOL_TITLE = {
+    "native": "native (nuScenes-style, with the departures documented in perception/evaluation/_detection.py)",
+    "nuscenes": "nuscenes (the nuScenes detection protocol as nuscenes-devkit computes it, detection_cvpr_2019)",
+}
 
 
 def register(sub: Any) -> None:
@@ -19,12 +27,23 @@ def register(sub: Any) -> None:
         "eval",
         help="replay in lockstep and score detections vs ground truth: fused, single-sensor and degraded modes",
         description="Replays DRIVE once in lockstep with every sensor, then scores fusion in each mode "
-        f"({', '.join(MODES)}) with nuScenes-style metrics: per-class AP at 0.5/1/2/4 m centre distance, "
-        "mAP, translation (ATE) and velocity (AVE) errors, ID switches.",
+        f"({', '.join(MODES)}). Protocols: 'nuscenes' (the default for drives imported from nuScenes) is the "
+        "nuScenes detection protocol exactly as the official devkit computes it: mAP over 0.5/1/2/4 m, the TP "
+        "errors ATE/ASE/AOE/AVE/AAE and NDS, with its class ranges and ground-truth filters, one sample per "
+        "keyframe; 'native' (the default otherwise) is nuScenes-style per-frame AP at 0.5/1/2/4 m centre "
+        "distance, mAP, ATE, AVE and ID switches, with documented departures. The report names the protocol. "
+        "A damaged drive is scored on all its readable data and the exit code is 3.",
+        epilog=EXIT_CODES_HELP,
     )
     add_runtime_options(p)
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=None,
+        help="evaluation protocol (default: nuscenes for a drive imported from nuScenes, else native)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object keyed by mode")
-    p.add_argument("--out", type=Path, default=None, help="also write DIR/eval.json")
+    p.add_argument("--out", type=Path, default=None, help="also write DIR/eval.json and DIR/eval.md")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -33,27 +52,70 @@ def _fmt(x: Any, nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def _protocol(modes: Mapping[str, Mapping[str, Any]]) -> str:
+    return str(next(iter(modes.values()), {}).get("protocol", "native"))
+
+
+def _table(modes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per mode (header first), plain text."""
+    if _protocol(modes) == "nuscenes":
+        lines = [f"{'mode':<12} {'mAP':>6} {'NDS':>6} {'ATE m':>6} {'ASE':>6} {'AOE rad':>7} {'AVE m/s':>7} {'AAE':>6}"]
+        for mode, m in modes.items():
+            e = m.get("tp_errors", {})
+            lines.append(
+                f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('NDS')):>6} {_fmt(e.get('ATE')):>6} "
+                f"{_fmt(e.get('ASE')):>6} {_fmt(e.get('AOE')):>7} {_fmt(e.get('AVE')):>7} {_fmt(e.get('AAE')):>6}"
+            )
+        return lines
+    lines = [f"{'mode':<12} {'mAP':>6} {'ATE m':>7} {'AVE m/s':>8} {'IDsw':>5}  sensors"]
+    for mode, m in modes.items():
+        lines.append(
+            f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('ate')):>7} {_fmt(m.get('ave')):>8} "
+            f"{m.get('id_switches', 0):>5}  {','.join(m.get('sensors', []))}"
+        )
+    return lines
+
+
+def _markdown(drive: Path, modes: Mapping[str, Mapping[str, Any]]) -> str:
+    protocol = _protocol(modes)
+    out = [f"# Evaluation of `{drive.name}`", "", f"Protocol: **{_PROTOCOL_TITLE.get(protocol, protocol)}**", ""]
+    rows = _table(modes)
+    head = rows[0].split()
+    head = [h for h in head if h not in ("m", "rad", "m/s")]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r.split()) + " |" for r in rows[1:]]
+    fused = modes.get("fused")
+    if fused:
+        n_gt = fused.get("num_ground_truth", {})
+        out += ["", "Fused, per class (AP; ground truth n):", ""]
+        out += [f"- {c}: {_fmt(ap)} (n={n_gt.get(c, 0)})" for c, ap in fused.get("per_class_ap", {}).items()]
+        notes = fused.get("notes") or []
+        if notes:
+            out += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    return "\n".join(out) + "\n"
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = runtime_config(args)
     progress = False if (args.no_progress or args.json) else None
 
     async def main(stop: Any) -> Any:
-        return await evaluate_modes(args.drive, cfg, progress=progress)
+        return await evaluate_modes(args.drive, cfg, args.protocol, progress=progress)
 
     modes, outcome = run_with_signals(main)
-    unusable = outcome.unusable()
-    if unusable is not None:
-        raise unusable  # no model answered: every mode would score an empty run
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+        # keyed by mode, as --json prints it; every mode's summary names its "protocol"
         safe_output_path(args.out, "eval.json").write_text(json.dumps(modes, indent=2) + "\n")
+        safe_output_path(args.out, "eval.md").write_text(_markdown(Path(args.drive), modes))
     if args.json:
         sys.stdout.write(json.dumps(modes) + "\n")
-        return 0
-    sys.stdout.write(f"{'mode':<12} {'mAP':>6} {'ATE m':>7} {'AVE m/s':>8} {'IDsw':>5}  sensors\n")
-    for mode, m in modes.items():
-        sys.stdout.write(
-            f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('ate')):>7} {_fmt(m.get('ave')):>8} "
-            f"{m.get('id_switches', 0):>5}  {','.join(m.get('sensors', []))}\n"
-        )
+    else:
+        sys.stdout.write(f"protocol: {_PROTOCOL_TITLE.get(_protocol(modes), _protocol(modes))}\n")
+        sys.stdout.write("\n".join(_table(modes)) + "\n")
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # damaged drive (exit 3): scored on all its readable data
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # no model answered: every mode scored an empty run
     return 0

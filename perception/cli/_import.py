@@ -1,11 +1,13 @@
-"""``perception import {ros2,nuscenes} ...``: convert real recordings into drives.
+"""``perception import {ros2,nuscenes,kitti} ...``: convert real recordings into drives.
 
 ::
 
     perception import ros2 BAG --map topics.yaml -o drive.mcap
     perception import nuscenes DATAROOT --scene scene-0061 [--version v1.0-mini] -o drive.mcap
+    perception import kitti ROOT [--sequence 0000] [--frames 0-99] -o drive.mcap
 
-Prints a summary (messages per topic, what was skipped and why). Errors are one line on stderr:
+Prints a summary (messages per topic, what was skipped and why) and the command that replays the
+drive. Errors are one line on stderr:
 exit 2 for a topic map that does not fit (file + key path), 1 for data that cannot be imported.
 The output file only appears when the import succeeded; an existing one is kept unless ``--force``.
 """
@@ -13,12 +15,20 @@ The output file only appears when the import succeeded; an existing one is kept 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from perception._progress import Progress
-from perception.importers import TOPIC_MAP_HELP, ImportSummary, import_nuscenes, import_ros2
+from perception.importers import (
+    TOPIC_MAP_HELP,
+    ImportSummary,
+    import_kitti,
+    import_nuscenes,
+    import_ros2,
+    parse_frames,
+)
 
 __all__ = ["register", "run"]
 
@@ -33,10 +43,17 @@ def _jpeg_quality(text: str) -> int:
     return value
 
 
+def _frames(text: str) -> frozenset[int]:
+    try:
+        return parse_frames(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "import",
-        help="import a ROS 2 bag or a nuScenes scene as a drive",
+        help="import a ROS 2 bag, a nuScenes scene or a KITTI-format tree as a drive",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -68,6 +85,26 @@ def register(sub: Any) -> None:
         "--no-radar-filter", action="store_true", help="keep every radar point (default: the devkit's default filters)"
     )
     _common(nus)
+
+    kitti = sources.add_parser(
+        "kitti",
+        help="a KITTI-format tree: object frames, a tracking sequence, or View-of-Delft (with radar)",
+        description="Import a KITTI-format tree: the object layout (velodyne/, image_2/, calib/, label_2/; "
+        "unrelated frames at frame number x 1 s), a tracking sequence (velodyne/<seq>/, image_02/, label_02/, "
+        "oxts/; 10 Hz) "
+        "or View-of-Delft's lidar/ and radar/ trees. Boxes go from the rectified camera frame into base_link "
+        "(the IMU frame, or the lidar's when the calib has no Tr_imu_to_velo); Car and Van -> car, Truck and "
+        "Tram -> truck, Pedestrian and Person_sitting -> pedestrian, Cyclist -> cyclist; other types skipped.",
+    )
+    kitti.add_argument(
+        "root", type=Path, help="the split directory, the dataset root holding it, or a View-of-Delft root"
+    )
+    kitti.add_argument("--split", default="training", help="subdirectory to look in under ROOT (default: training)")
+    kitti.add_argument("--sequence", default=None, help="tracking sequence, e.g. 0000 (required if there are several)")
+    kitti.add_argument(
+        "--frames", type=_frames, default=None, help="frame numbers to import, e.g. 0-99,120 (default: all)"
+    )
+    _common(kitti)
     p.set_defaults(func=run)
 
 
@@ -87,6 +124,16 @@ def run(args: argparse.Namespace) -> int:
                 jpeg_quality=args.jpeg_quality,
                 on_progress=bar.update,
             )
+        elif args.source == "kitti":
+            summary = import_kitti(
+                args.root,
+                args.output,
+                split=args.split,
+                sequence=args.sequence,
+                frames=args.frames,
+                overwrite=args.force,
+                on_progress=bar.update,
+            )
         else:
             channels = [c for c in args.channels.split(",") if c] if args.channels else None
             summary = import_nuscenes(
@@ -99,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
                 overwrite=args.force,
                 on_progress=bar.update,
             )
-    _print(summary)
+    _print(summary, args.output)
     return 0
 
 
-def _print(summary: ImportSummary) -> None:
+def _print(summary: ImportSummary, output: Path) -> None:
     sys.stdout.write("\n".join(summary.lines()) + "\n")
+    # The default profile takes its sensors from the drive: no profile to write first.
+    drive = shlex.quote(str(output))
+    out_dir = shlex.quote(f"{output.with_suffix('')}-replay")
+    sys.stdout.write(f"\nreplay it with:  perception replay {drive} --out {out_dir}\n")
+    sys.stdout.write(f"score it with:   perception eval {drive}\n")

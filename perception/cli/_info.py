@@ -1,9 +1,14 @@
-"""``perception info DRIVE [--json]``: what a recorded drive contains.
+"""``perception info DRIVE [--json] [--strict]``: what a recorded drive contains, and what is damaged.
 
 Prints the duration, the sensors (kind, topic, frame, nominal and measured rate), whether ground
-truth is present, and per topic the schema, message count and mean rate. A file that cannot be
-opened is one error line naming it (exit 1); a truncated drive prints what is readable, then the
-error line, and exits 1.
+truth is present, and per topic the schema, readable and lost message counts and mean rate. Every
+chunk is checked (decompressed, CRC and records), so damage is found: each damaged chunk with its
+byte offset, size, reason and time range, and per topic the messages lost and the time ranges; a
+truncation; a damaged summary.
+
+Exit codes: 0 the drive is intact; 3 it is damaged (what is readable is printed, then one error
+line naming the file and the first damage; with ``--strict`` only the error line); 1 the file
+cannot be opened as a drive (one error line naming it); 2 usage error.
 """
 
 from __future__ import annotations
@@ -14,16 +19,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perception.drives import DriveReader, DriveStats
+from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_OK
+from perception.drives import DriveDamage, DriveReader, DriveStats
 from perception.types import SensorSpec
 
 __all__ = ["register", "run"]
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("info", help="summarize a recorded drive (MCAP)", description=__doc__)
+    p: argparse.ArgumentParser = sub.add_parser(
+        "info",
+        help="summarize a recorded drive (MCAP)",
+        description=__doc__,
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("drive", type=Path, help="drive file, e.g. replay_data/town.mcap")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--strict", action="store_true", help="any damage is an error (exit 3, one line naming file and offset)"
+    )
     p.set_defaults(func=run)
 
 
@@ -48,19 +63,56 @@ def _text(stats: DriveStats, rig: dict[str, SensorSpec], metadata: dict[str, str
         rows.append([spec.name, spec.kind.value, spec.topic, spec.frame_id, f"{spec.rate_hz:g}", f"{measured:.2f}"])
     lines += _table(rows)
     lines.append("topics:")
-    rows = [["topic", "schema", "messages", "rate_hz"]]
+    damaged = bool(stats.damage.chunks)
+    rows = [["topic", "schema", "messages", *(["lost"] if damaged else []), "rate_hz"]]
     for t in stats.topics.values():
-        rows.append([t.topic, t.schema, str(t.message_count), f"{t.rate_hz:.2f}"])
+        lost = [_lost(t.lost_count)] if damaged else []
+        rows.append([t.topic, t.schema, str(t.message_count), *lost, f"{t.rate_hz:.2f}"])
     lines += _table(rows)
+    lines += _damage_text(stats.damage)
     return "\n".join(lines) + "\n"
 
 
+def _lost(n: int | None) -> str:
+    return "?" if n is None else str(n)
+
+
+def _count(n: int | None) -> str:
+    return "an unknown number of" if n is None else str(n)
+
+
+def _damage_text(damage: DriveDamage) -> list[str]:
+    if not damage:
+        return []
+    what = [f"{_count(damage.messages_lost)} messages lost in {len(damage.chunks)} chunk(s)"] if damage.chunks else []
+    what += ["truncated"] if damage.truncated is not None else []
+    what += ["summary unreadable"] if damage.summary is not None else []
+    lines = [f"damage        DAMAGED: {', '.join(what)}"]
+    if damage.summary is not None:
+        lines.append(f"  summary unreadable ({damage.summary}): the file was scanned instead, no message lost by it")
+    for c in damage.chunks:
+        lines.append(
+            f"  chunk at byte {c.offset} ({c.length} bytes): {c.reason}; "
+            f"{_count(c.message_count)} messages, t = {c.start_ns} .. {c.end_ns} ns"
+        )
+        rows = [["topic", "lost", "first_t_ns", "last_t_ns"]]
+        rows += [
+            [m.topic, "?" if m.count is None else str(m.count), str(m.first_t_ns), str(m.last_t_ns)] for m in c.lost
+        ]
+        lines += _table(rows, indent="    ")
+    if damage.truncated is not None:
+        lines.append(f"  {damage.truncated} (what followed is unknown)")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
-    with DriveReader(args.drive) as drive:
+    with DriveReader(args.drive, strict=False, quiet=True) as drive:
+        damage = drive.verify()
+        if args.strict and damage:
+            raise damage.error(str(args.drive))
         stats = drive.stats()
         rig = dict(drive.rig)
         metadata = dict(drive.metadata)
-        truncated = drive.truncated
     if args.json:
         doc = stats.to_dict()
         doc["metadata"] = metadata
@@ -71,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(_text(stats, rig, metadata))
-    if truncated is not None:
-        sys.stderr.write(f"perception info: error: {truncated}\n")
-        return 1
-    return 0
+    sys.stdout.flush()
+    if damage:
+        raise damage.error(str(args.drive))
+    return EXIT_OK

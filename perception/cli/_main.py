@@ -3,7 +3,8 @@
 Each subcommand lives in its own ``perception/cli/_<name>.py`` module exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func=run`` where
 ``run(args) -> int``. Errors derived from :class:`perception.errors.PerceptionError` are printed as
-one line on stderr (no traceback): exit code 2 for configuration/usage errors, 1 otherwise.
+one line on stderr (no traceback): exit code 2 for configuration/usage errors, 3 for a damaged
+drive (:class:`perception.errors.DriveDamagedError`), 1 otherwise (codes in ``_exitcodes``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from perception import __version__
-from perception.errors import ConfigError, PerceptionError
+from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_DAMAGED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
+from perception.errors import ConfigError, DriveDamagedError, PerceptionError
 
 __all__ = ["build_parser", "main"]
 
@@ -33,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("perception.cli._replay", "replay a drive through Triton: one record per frame"),
     "eval": ("perception.cli._eval", "score detections vs ground truth in every sensor mode"),
     "budget": ("perception.cli._budget", "latency-budget test with per-stage attribution and a verdict"),
+    "live": ("perception.cli._live", "run the live API as a vehicle host would, with a publisher process"),
     "bench": ("perception.cli._bench", "side-by-side benchmarks of dispatch patterns and transports"),
     "model-quality": ("perception.cli._model_quality", "score each reference model on an unseen drive"),
     "render": ("perception.cli._render", "render frames of a replay output to PNG"),
@@ -54,6 +57,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perception",
         description="Multi-sensor perception fusion runtime on NVIDIA Triton.",
+        epilog=EXIT_CODES_HELP,
     )
     parser.add_argument("--version", action="version", version=f"perception {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -70,9 +74,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if verbose < 2:
         for noisy in ("matplotlib", "PIL", "asyncio"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -94,10 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         sys.stderr.write(f"perception {args.command}: error: {exc}\n")
-        return 2
+        return EXIT_USAGE
+    except DriveDamagedError as exc:
+        sys.stderr.write(f"perception {args.command}: error: {exc}\n")
+        return EXIT_DAMAGED
     except PerceptionError as exc:
         sys.stderr.write(f"perception {args.command}: error: {exc}\n")
-        return 1
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write(f"perception {args.command}: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED

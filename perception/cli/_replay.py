@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
+from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
 from perception.errors import ConfigError
 from perception.metrics import PrometheusExporter
@@ -26,7 +27,7 @@ from perception.replay import (
 )
 from perception.scheduler import Runtime
 
-__all__ = ["parse_rate", "register", "replay_with_stop"]
+__all__ = ["check_drive", "parse_rate", "register", "replay_with_stop"]
 
 
 def parse_rate(text: str) -> Rate:
@@ -49,7 +50,10 @@ def register(sub: Any) -> None:
         help="replay a recorded drive through Triton (embedded by default)",
         description="Replay DRIVE: concurrent per-sensor inference under the frame deadline, fusion, "
         "one JSON record per frame in DIR/detections.jsonl, a summary in DIR/report.json and DIR/report.md, "
-        "and a Foxglove recording (drive + fused detections + frame stats) in DIR/fused.mcap.",
+        "and a Foxglove recording (drive + fused detections + frame stats) in DIR/fused.mcap. "
+        "A damaged drive (unreadable chunk, truncation) is replayed for all its readable data, the damage "
+        "is in DIR/report.json (drive_damage) and DIR/report.md, and the exit code is 3.",
+        epilog=EXIT_CODES_HELP,
     )
     add_runtime_options(p)
     p.add_argument("--rate", default="1.0", help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep'")
@@ -60,6 +64,12 @@ def register(sub: Any) -> None:
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port (0 = pick a free one)"
     )
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write DIR/fused.mcap")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="check every chunk of the drive first: any damage is an error (exit 3, naming file and byte "
+        "offset) before any frame runs",
+    )
     p.add_argument(
         "--compare-modes",
         action="store_true",
@@ -102,6 +112,14 @@ async def replay_with_stop(
     return outcome
 
 
+def check_drive(drive: Path) -> None:
+    """``--strict``: read every chunk of ``drive`` now; any damage raises :class:`DriveDamagedError`."""
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        damage = reader.verify()
+    if damage:
+        raise damage.error(str(drive))
+
+
 def _viz_sinks(args: argparse.Namespace, stack: ExitStack) -> list[ReplaySink]:
     """The fused MCAP recording and/or the live Foxglove view (the server lives as long as ``stack``)."""
     if args.no_fused_mcap and not args.live:
@@ -122,7 +140,7 @@ def _fmt(x: Any) -> str:
 
 def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -> None:
     """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
-    with DriveReader(args.drive, strict=False) as reader:
+    with DriveReader(args.drive, strict=False, quiet=True) as reader:  # the replay reported the damage
         if not reader.has_ground_truth:
             sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
             return
@@ -144,6 +162,8 @@ def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -
 def run(args: argparse.Namespace) -> int:
     rate = parse_rate(args.rate)
     cfg = runtime_config(args)
+    if args.strict:
+        check_drive(args.drive)
     options = ReplayOptions(
         rate=rate,
         out_dir=args.out,
@@ -183,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("interrupted: records are complete up to the last finished frame\n")
         return 130
     if outcome.drive_error is not None:
-        raise outcome.drive_error  # truncated drive: the outputs cover its readable prefix
+        raise outcome.drive_error  # damaged drive (exit 3): the outputs cover all its readable data
     unusable = outcome.unusable()
     if unusable is not None:
         raise unusable  # every record is written, but none of them holds a model's answer

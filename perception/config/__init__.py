@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from perception.config._camera_model import CAMERA_MODEL_RECORDED, CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._convert import from_data
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
@@ -9,29 +10,40 @@ from perception.config._model import (
     CircuitConfig,
     FaultConfig,
     FusionConfig,
+    KindDefaults,
+    LiveConfig,
     OutputConfig,
     PipelineConfig,
     RuntimeConfig,
     SensorConfig,
+    SensorDefaults,
     ServerConfig,
     TLSConfig,
     TriggerConfig,
 )
+from perception.config._resolve import resolve_sensors
 
 __all__ = [
+    "CAMERA_MODEL_RECORDED",
+    "CAMERA_MODEL_SIMULATED",
     "BudgetConfig",
     "CircuitConfig",
     "FaultConfig",
     "FusionConfig",
+    "KindDefaults",
+    "LiveConfig",
     "OutputConfig",
     "PipelineConfig",
     "RuntimeConfig",
     "SensorConfig",
+    "SensorDefaults",
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
+    "default_camera_model",
     "from_data",
     "load_config",
     "load_yaml",
+    "resolve_sensors",
     "with_overrides",
 ]

@@ -17,10 +17,13 @@ __all__ = [
     "CircuitConfig",
     "FaultConfig",
     "FusionConfig",
+    "KindDefaults",
+    "LiveConfig",
     "OutputConfig",
     "PipelineConfig",
     "RuntimeConfig",
     "SensorConfig",
+    "SensorDefaults",
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
@@ -110,15 +113,55 @@ class SensorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class KindDefaults:
+    """How a sensor of one kind is served when the profile does not list it (sensors from the drive).
+
+    ``model: auto`` picks the reference model by the drive's source where that matters (cameras:
+    :func:`perception.config.default_camera_model`)."""
+
+    model: str
+    transport: Transport = "auto"
+    sync_window_ms: float = 50.0
+    max_staleness_ms: float = 150.0
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model: must be a non-empty model name")
+        _non_negative("sync_window_ms", self.sync_window_ms)
+        _positive("max_staleness_ms", self.max_staleness_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class SensorDefaults:
+    """The default model and timing of each sensor kind, for the sensors a profile leaves to the drive."""
+
+    #: ``auto``: by the drive's source (:func:`perception.config.default_camera_model`).
+    camera: KindDefaults = field(default_factory=lambda: KindDefaults("auto"))
+    lidar: KindDefaults = field(default_factory=lambda: KindDefaults("lidar_detector", sync_window_ms=60.0))
+    radar: KindDefaults = field(default_factory=lambda: KindDefaults("radar_detector", transport="grpc"))
+
+    def of(self, kind: str) -> KindDefaults:
+        """The defaults of ``kind`` (a :class:`~perception.types.SensorKind` value); KeyError if unknown."""
+        if kind not in ("camera", "lidar", "radar"):
+            raise KeyError(kind)
+        defaults: KindDefaults = getattr(self, kind)
+        return defaults
+
+
+@dataclass(frozen=True, slots=True)
 class TriggerConfig:
-    """A frame is triggered by each sample of ``sensor``, or at a fixed ``rate_hz``."""
+    """A frame is triggered by each sample of ``sensor``, or at a fixed ``rate_hz``.
+
+    Neither set means *auto*: the first lidar of the sensors (by name), else the first camera, else the
+    first radar. :func:`perception.config.resolve_sensors` makes that choice against a rig.
+    """
 
     sensor: str | None = None
     rate_hz: float | None = None
 
     def __post_init__(self) -> None:
-        if (self.sensor is None) == (self.rate_hz is None):
-            raise ValueError("set exactly one of 'sensor' or 'rate_hz'")
+        if self.sensor is not None and self.rate_hz is not None:
+            raise ValueError("set at most one of 'sensor' or 'rate_hz'")
         if self.rate_hz is not None and not 0 < self.rate_hz <= 1000:
             raise ValueError(f"rate_hz: must be within (0, 1000], got {self.rate_hz}")
 
@@ -228,6 +271,53 @@ class FaultConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """Live ingestion (:mod:`perception.live`): frames assembled on the host's monotonic clock.
+
+    ``time_base``: what the samples' stamps are. ``monotonic``: the host's monotonic clock already;
+    ``offset``: that clock plus ``offset_ms`` (a fixed, known offset such as PTP to monotonic);
+    ``estimate``: another clock whose offset is estimated per sensor from arrival times (the smallest
+    arrival - stamp over the last samples, so it absorbs the fastest transport delay) and re-anchored when
+    it jumps by more than ``max_stamp_skew_ms``.
+    """
+
+    time_base: Literal["monotonic", "offset", "estimate"] = "monotonic"
+    offset_ms: float = 0.0
+    #: A stamp further than this from its arrival time (after the offset) is a clock jump: counted;
+    #: re-anchored when estimating, dropped otherwise.
+    max_stamp_skew_ms: float = 1000.0
+    #: A frame waits for samples still in transit this long past its sync windows, at most.
+    transit_ms: float = 20.0
+    #: The trigger is silent after its period plus this: frames come from the timer until it is back.
+    trigger_tolerance_ms: float = 50.0
+    #: Samples pushed but not yet taken by the assembler; beyond it the oldest is dropped (counted).
+    intake_queue: int = 1024
+
+    def __post_init__(self) -> None:
+        _positive("max_stamp_skew_ms", self.max_stamp_skew_ms)
+        _non_negative("transit_ms", self.transit_ms)
+        _positive("trigger_tolerance_ms", self.trigger_tolerance_ms)
+        if not 1 <= self.intake_queue <= 1_000_000:
+            raise ValueError(f"intake_queue: must be within 1..1000000, got {self.intake_queue}")
+
+    @property
+    def offset_ns(self) -> int:
+        return _ns(self.offset_ms)
+
+    @property
+    def max_stamp_skew_ns(self) -> int:
+        return _ns(self.max_stamp_skew_ms)
+
+    @property
+    def transit_ns(self) -> int:
+        return _ns(self.transit_ms)
+
+    @property
+    def trigger_tolerance_ns(self) -> int:
+        return _ns(self.trigger_tolerance_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConfig:
     dir: Path | None = None
     write_fused_mcap: bool = False
@@ -235,28 +325,40 @@ class OutputConfig:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
-    sensors: tuple[SensorConfig, ...]
-    trigger: TriggerConfig
+    """The launch profile.
+
+    ``sensors`` empty means *the drive's sensors*: every sensor of the rig it runs on, served by
+    ``sensor_defaults`` for its kind (:func:`perception.config.resolve_sensors`). A listed sensor is
+    used as listed, and then only the listed sensors run.
+    """
+
+    sensors: tuple[SensorConfig, ...] = ()
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    sensor_defaults: SensorDefaults = field(default_factory=SensorDefaults)
     server: ServerConfig = field(default_factory=ServerConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     faults: tuple[FaultConfig, ...] = ()
+    live: LiveConfig = field(default_factory=LiveConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     source: Path | None = None  # the YAML file this came from (for messages)
 
     def __post_init__(self) -> None:
-        if not self.sensors:
-            raise ValueError("sensors: at least one sensor is required")
         seen: set[str] = set()
         for i, s in enumerate(self.sensors):
             if s.name in seen:
                 raise ValueError(f"sensors: duplicate sensor name {s.name!r} at sensors[{i}]")
             seen.add(s.name)
-        if self.trigger.sensor is not None and self.trigger.sensor not in seen:
+        if self.sensors and self.trigger.sensor is not None and self.trigger.sensor not in seen:
             raise ValueError(
                 f"trigger: sensor {self.trigger.sensor!r} is not one of the sensors ({', '.join(sorted(seen))})"
             )
+
+    @property
+    def resolved(self) -> bool:
+        """True when the sensors and the trigger are known (not left to the drive)."""
+        return bool(self.sensors) and (self.trigger.sensor is not None or self.trigger.rate_hz is not None)
 
     def sensor(self, name: str) -> SensorConfig:
         for s in self.sensors:

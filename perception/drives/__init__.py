@@ -7,9 +7,23 @@ The format (topics, frames, schemas, units) is described in ``replay_data/README
 
 from __future__ import annotations
 
+from perception.drives._chunks import UNKNOWN_TOPICS
 from perception.drives._codec import POINT_FIELDS, topic_for
+from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages, TopicLoss
 from perception.drives._reader import DriveReader
 from perception.drives._stats import DriveStats, TopicStats
 from perception.drives._writer import DriveWriter
 
-__all__ = ["POINT_FIELDS", "DriveReader", "DriveStats", "DriveWriter", "TopicStats", "topic_for"]
+__all__ = [
+    "POINT_FIELDS",
+    "UNKNOWN_TOPICS",
+    "DamagedChunk",
+    "DriveDamage",
+    "DriveReader",
+    "DriveStats",
+    "DriveWriter",
+    "LostMessages",
+    "TopicLoss",
+    "TopicStats",
+    "topic_for",
+]

@@ -43,6 +43,7 @@ from perception.types import (
     EgoPose,
     GroundTruth,
     GroundTruthObject,
+    GroundTruthRegion,
     SensorKind,
     SensorSpec,
     Transform,
@@ -361,6 +362,7 @@ def _gt_entity(t_ns: int, obj: GroundTruthObject) -> SceneEntity:
             KeyValuePair(key="yaw", value=repr(float(obj.yaw))),
             KeyValuePair(key="vx", value=repr(float(vx))),
             KeyValuePair(key="vy", value=repr(float(vy))),
+            *_gt_extras(obj),
         ],
         cubes=[
             CubePrimitive(
@@ -378,6 +380,38 @@ def _gt_entity(t_ns: int, obj: GroundTruthObject) -> SceneEntity:
                 scale_invariant=True,
                 color=Color(r=1.0, g=1.0, b=1.0, a=1.0),
                 text=f"{obj.label} {obj.track_id}",
+            )
+        ],
+    )
+
+
+#: Optional metadata of a ground-truth object (written only when known, in this order, after the five
+#: keys every object has). Drives written before these existed simply lack them: decoded as ``None``.
+_GT_OPTIONAL = ("category", "attribute", "num_lidar_pts", "num_radar_pts")
+_GT_OPTIONAL_INT = frozenset({"num_lidar_pts", "num_radar_pts"})
+_REGION_KEY = "region"
+
+
+def _gt_extras(obj: GroundTruthObject) -> list[KeyValuePair]:
+    values = (obj.category, obj.attribute, obj.num_lidar_pts, obj.num_radar_pts)
+    return [KeyValuePair(key=k, value=str(v)) for k, v in zip(_GT_OPTIONAL, values, strict=True) if v is not None]
+
+
+def _region_entity(t_ns: int, index: int, region: GroundTruthRegion) -> SceneEntity:
+    """A region (e.g. a nuScenes bicycle rack): a grey cube with metadata ``region`` = its kind."""
+    return SceneEntity(
+        timestamp=_stamp(t_ns),
+        frame_id=BASE_FRAME,
+        id=f"{_REGION_KEY}:{index}",
+        metadata=[
+            KeyValuePair(key=_REGION_KEY, value=region.kind),
+            KeyValuePair(key="yaw", value=repr(float(region.yaw))),
+        ],
+        cubes=[
+            CubePrimitive(
+                pose=_pose(region.center, _yaw_quat(region.yaw)),
+                size=Vector3(x=region.size[0], y=region.size[1], z=region.size[2]),
+                color=Color(r=0.6, g=0.6, b=0.6, a=0.25),
             )
         ],
     )
@@ -421,6 +455,9 @@ def _fill_gt_entity(entity: SceneEntity, t_ns: int, obj: GroundTruthObject) -> N
     text = entity.texts[0]
     text.pose.position.x, text.pose.position.y, text.pose.position.z = cx, cy, cz + obj.size[2] / 2.0 + 0.5
     text.text = f"{obj.label} {obj.track_id}"
+    extras = _gt_extras(obj)
+    if extras:
+        meta.extend(extras)
 
 
 def encode_ground_truth(gt: GroundTruth) -> SceneUpdate:
@@ -428,11 +465,21 @@ def encode_ground_truth(gt: GroundTruth) -> SceneUpdate:
     msg = SceneUpdate(deletions=[SceneEntityDeletion(timestamp=_stamp(gt.t_ns), type=SceneEntityDeletion.ALL)])
     for obj in gt.objects:
         _fill_gt_entity(msg.entities.add(), gt.t_ns, obj)
+    for i, region in enumerate(gt.regions):
+        msg.entities.append(_region_entity(gt.t_ns, i, region))
     return msg
+
+
+def _optional(meta: Mapping[str, str], key: str) -> Any:
+    value = meta.get(key)
+    if value is None:
+        return None
+    return int(value) if key in _GT_OPTIONAL_INT else value
 
 
 def decode_ground_truth(msg: SceneUpdate, t_ns: int) -> GroundTruth:
     objects = []
+    regions = []
     for entity in msg.entities:
         meta = {kv.key: kv.value for kv in entity.metadata}
         if entity.frame_id != BASE_FRAME:
@@ -441,6 +488,11 @@ def decode_ground_truth(msg: SceneUpdate, t_ns: int) -> GroundTruth:
             raise DecodeError(f"entity {entity.id!r} has no cube")
         try:
             cube = entity.cubes[0]
+            if _REGION_KEY in meta:
+                regions.append(
+                    GroundTruthRegion(meta[_REGION_KEY], _vec(cube.pose.position), _vec(cube.size), float(meta["yaw"]))
+                )
+                continue
             objects.append(
                 GroundTruthObject(
                     track_id=int(meta["track_id"]),
@@ -449,13 +501,17 @@ def decode_ground_truth(msg: SceneUpdate, t_ns: int) -> GroundTruth:
                     size=_vec(cube.size),
                     yaw=float(meta["yaw"]),
                     velocity=(float(meta["vx"]), float(meta["vy"])),
+                    category=_optional(meta, "category"),
+                    attribute=_optional(meta, "attribute"),
+                    num_lidar_pts=_optional(meta, "num_lidar_pts"),
+                    num_radar_pts=_optional(meta, "num_radar_pts"),
                 )
             )
         except KeyError as exc:
             raise DecodeError(f"entity {entity.id!r} lacks metadata key {exc.args[0]!r}") from exc
         except ValueError as exc:
             raise DecodeError(f"entity {entity.id!r} has a malformed metadata value: {exc}") from exc
-    return GroundTruth(t_ns=t_ns, objects=tuple(objects))
+    return GroundTruth(t_ns=t_ns, objects=tuple(objects), regions=tuple(regions))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """DriveReader: opens a drive, validates it up front, and serves samples, ego poses and ground truth.
 
 An intact file is read through its MCAP summary and indexes (seek by time, topic filtering, no full
-scan). A file without a usable summary (truncated recording, crashed writer) is scanned linearly up to
-the first unreadable record; the readable prefix is then served the same way, and the damage is
-reported as :attr:`DriveReader.truncated` (and raised at the end of :meth:`DriveReader.samples` in
-strict mode).
+scan). A file without a usable summary (truncated recording, crashed writer, summary failing its CRC)
+is scanned linearly, skipping damaged records; what is readable is then served the same way.
+
+Chunks are read one by one (:mod:`perception.drives._chunks`): a chunk that does not decompress, fails
+its CRC or holds bad records is a :class:`~perception.drives.DamagedChunk` -- in strict mode a
+:class:`~perception.errors.DriveDamagedError` naming the file and byte offset, otherwise a logged,
+counted skip, and the reading goes on with the next chunk. :attr:`DriveReader.damage` says what was
+lost (per topic: messages and time ranges); :meth:`DriveReader.verify` checks every chunk at once.
 """
 
 from __future__ import annotations
 
 import bisect
-import inspect
 import logging
 import math
 import os
@@ -22,14 +25,24 @@ from types import MappingProxyType, TracebackType
 from typing import IO, Any, TypeVar
 
 from mcap.reader import SeekingReader
-from mcap.records import Channel, Message
+from mcap.records import Channel, ChunkIndex, Message
 from mcap.summary import Summary
 from mcap.well_known import MessageEncoding
 
 from perception.drives import _codec as codec
-from perception.drives._scan import MAGIC, ChannelTimes, scan_prefix, times_from_index
+from perception.drives._chunks import (
+    UNKNOWN_TOPICS,
+    ChunkUnreadable,
+    iter_chunk_messages,
+    lost_messages,
+    read_chunk,
+    read_footer,
+    summary_crc_ok,
+)
+from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
+from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
 from perception.drives._stats import DriveStats, TopicStats
-from perception.errors import DriveError
+from perception.errors import DriveDamagedError, DriveError
 from perception.types import (
     CameraCalibration,
     EgoPose,
@@ -60,41 +73,36 @@ _FIXED_TOPICS = {
     codec.GROUND_TRUTH_TOPIC: _SCENE_UPDATE,
 }
 
-# mcap >= 1.6 names the half-open time bounds starting_at/ending_before (start_time/end_time, same
-# meaning, are deprecated there); older releases only know start_time/end_time.
-_START, _END = (
-    ("starting_at", "ending_before")
-    if "starting_at" in inspect.signature(SeekingReader.iter_messages).parameters
-    else ("start_time", "end_time")
-)
-
-
-class _PrefixReader(SeekingReader):
-    """The library's seeking reader over a summary rebuilt by :func:`scan_prefix`."""
-
-    def __init__(self, stream: IO[bytes], summary: Summary) -> None:
-        stream.seek(0)
-        super().__init__(stream, validate_crcs=True)
-        self._prefix_summary = summary
-
-    def get_summary(self) -> Summary:
-        return self._prefix_summary
-
 
 class DriveReader:
     """Read a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
 
     ``sensors`` restricts the reader (validation, :attr:`rig`, :meth:`samples`) to those sensor names.
-    With ``strict`` (default) a truncated drive raises :class:`DriveError` once :meth:`samples` has
-    yielded the readable prefix; otherwise a warning is logged. :attr:`truncated` is set either way.
+
+    Damage (see :attr:`damage`) with ``strict`` (default): a damaged chunk raises
+    :class:`DriveDamagedError` (file and byte offset) when a read meets it -- at open when a scan found
+    it; a truncated drive raises it once :meth:`samples` has yielded the readable prefix. Without
+    ``strict`` each damaged chunk is skipped with a warning and counted, the reading goes on with the
+    next chunk, and a truncation is a warning (``quiet``: no warnings, the caller reports
+    :attr:`damage` itself). :attr:`truncated` is set either way.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, sensors: Iterable[str] | str | None = None, strict: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sensors: Iterable[str] | str | None = None,
+        strict: bool = True,
+        quiet: bool = False,
     ) -> None:
         self.path = Path(path)
-        self.truncated: DriveError | None = None
+        self._quiet = quiet
+        self.truncated: DriveDamagedError | None = None
         self._strict = strict
+        self._bad: dict[int, DamagedChunk] = {}  # damaged chunks by byte offset
+        self._checked: set[int] = set()  # offsets of chunks read successfully
+        self._summary_problem: str | None = None
+        self._truncated_at: int | None = None
         self._ego: list[EgoPose] | None = None
         self._ego_times: list[int] = []  # of self._ego, for bisection (ego_pose_at runs several times a frame)
         self._gt: list[GroundTruth] | None = None
@@ -116,44 +124,50 @@ class DriveReader:
     def _open(self, sensors: list[str] | None) -> None:
         if self._file.read(len(MAGIC)) != MAGIC:
             raise self._err("not an MCAP file (bad magic)")
-        try:
-            self._file.seek(0)
-            summary: Summary | None = SeekingReader(self._file).get_summary()
-        except Exception as exc:  # a damaged tail can fail anywhere in the library's footer parsing
-            log.debug("%s: no usable summary (%s); scanning linearly", self.path, exc)
-            summary = None
+        summary = self._read_summary()
+        unindexed: list[ChunkIndex] = []
         if summary is not None:
             self._file.seek(0)
-            self._mcap: SeekingReader = SeekingReader(self._file, validate_crcs=True)
             try:
-                metadata = {m.name: m.metadata for m in self._mcap.iter_metadata()}
-                times = times_from_index(self._file, summary)
+                metadata = {m.name: m.metadata for m in SeekingReader(self._file).iter_metadata()}
+                times, unindexed = times_from_index(self._file, summary)
             except Exception as exc:
                 raise self._err(f"damaged index: {exc}") from exc
         else:
-            prefix = scan_prefix(self._file)
-            summary = prefix.summary
-            self._mcap = _PrefixReader(self._file, summary)
-            metadata = {m.name: m.metadata for m in prefix.metadata}
-            times = prefix.times
-            if not prefix.data_complete:
-                at = f"truncated at byte {prefix.stop_offset}"
-                if prefix.last_message is None:
-                    self.truncated = self._err(f"{at} before any message")
+            scan = scan_file(self._file)
+            summary = scan.summary
+            metadata = {m.name: m.metadata for m in scan.metadata}
+            times = scan.times
+            for raw in scan.damaged:
+                self._bad[raw.offset] = _from_raw(raw, summary.channels)
+            if not scan.data_complete:
+                self._truncated_at = scan.stop_offset
+                at = f"truncated at byte {scan.stop_offset}"
+                if scan.last_message is None:
+                    self.truncated = self._damaged(f"{at} before any message", offset=scan.stop_offset)
                 else:
-                    t, cid = prefix.last_message
-                    self.truncated = self._err(
-                        f"{at}; last readable message t={t} ns", topic=summary.channels[cid].topic
+                    t, cid = scan.last_message
+                    self.truncated = self._damaged(
+                        f"{at}; last readable message t={t} ns",
+                        topic=summary.channels[cid].topic,
+                        offset=scan.stop_offset,
                     )
         self._summary = summary
         self._channels: dict[str, Channel] = {}
         for ch in sorted(summary.channels.values(), key=lambda c: c.id):
             if self._channels.setdefault(ch.topic, ch) is not ch:
                 raise self._err("several channels on one topic", topic=ch.topic)
-        if times is None:  # chunks without message indexes: count by reading everything once
-            times = {}
-            for ch, msg in self._raw(None):
-                times.setdefault(ch.id, ChannelTimes()).add(msg.log_time, msg.log_time)
+        self._chunk_indexes = sorted(summary.chunk_indexes, key=lambda c: c.chunk_start_offset)
+        self._counted = {c.chunk_start_offset for c in self._chunk_indexes} - {c.chunk_start_offset for c in unindexed}
+        for ci in unindexed:  # chunks without (readable) message indexes: count by reading them once
+            try:
+                messages = read_chunk(self._file, ci, self._summary.channels)
+            except ChunkUnreadable as exc:
+                self._record(ci, exc.reason)
+                continue
+            self._checked.add(ci.chunk_start_offset)
+            for msg in messages:
+                times.setdefault(msg.channel_id, ChannelTimes()).add(msg.log_time, msg.log_time)
         self._times = times
 
         try:
@@ -166,12 +180,46 @@ class DriveReader:
             self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata.get(codec.DRIVE_METADATA, {})))
             self.rig: Mapping[str, SensorSpec] = MappingProxyType(self._load_rig(self._select_entries(sensors)))
         except DriveError as exc:
-            if self.truncated is None:
+            damage = self.damage
+            if not damage.data_lost or isinstance(exc, DriveDamagedError):
                 raise
             # the cause is most likely the damage: say so
-            raise DriveError(f"{exc.message} ({self.truncated.message})", **exc.context) from exc
-        if self.truncated is not None and not self._strict:
-            log.warning("%s", self.truncated)
+            raise DriveError(f"{exc.message} ({damage.first_problem()})", **exc.context) from exc
+        if self._strict and self._bad:  # found by the scan: an error before anything is read
+            first = min(self._bad.values(), key=lambda c: c.offset)
+            raise self._damaged(first.describe(), offset=first.offset)
+        if not self._quiet:
+            for chunk in sorted(self._bad.values(), key=lambda c: c.offset):
+                log.warning("%s: %s; skipped", self.path, chunk.describe())
+            if self.truncated is not None and not self._strict:
+                log.warning("%s", self.truncated)
+
+    def _damaged(self, message: str, **context: object) -> DriveDamagedError:
+        return DriveDamagedError(message, file=str(self.path), **context)
+
+    def _read_summary(self) -> Summary | None:
+        """The summary, or None (no summary, or a damaged one: :attr:`damage` then says so)."""
+        try:
+            self._file.seek(0)
+            summary: Summary | None = SeekingReader(self._file).get_summary()
+        except Exception as exc:  # a damaged tail can fail anywhere in the library's footer parsing
+            log.debug("%s: no usable summary (%s); scanning linearly", self.path, exc)
+            if read_footer(self._file) is not None:  # a footer is there: the summary itself is damaged
+                self._summary_problem = f"unreadable: {exc}"
+                if not self._quiet:
+                    log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
+            return None
+        if summary is not None and summary_crc_ok(self._file) is False:
+            self._summary_problem = "CRC mismatch"
+            summary = None
+        if summary is not None:
+            problem = _summary_problem(summary, self._file.seek(0, os.SEEK_END))
+            if problem is not None:
+                self._summary_problem = problem
+                summary = None
+        if self._summary_problem is not None and not self._quiet:
+            log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
+        return summary
 
     def _select_entries(self, sensors: list[str] | None) -> list[codec.RigEntry]:
         if sensors is None:
@@ -244,19 +292,56 @@ class DriveReader:
     def _raw(
         self, topics: Sequence[str] | None, start_ns: int | None = None, end_ns: int | None = None
     ) -> Iterator[tuple[Channel, Message]]:
-        """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order."""
+        """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order.
+
+        A damaged chunk raises :class:`DriveDamagedError` (strict) or is skipped (see class docs)."""
         if self._file.closed:
             raise self._err("reader is closed")
-        bounds: dict[str, Any] = {_START: start_ns, _END: end_ns}
-        it = self._mcap.iter_messages(topics=topics, log_time_order=True, **bounds)
+        it = iter_chunk_messages(
+            self._file,
+            self._chunk_indexes,
+            self._summary.channels,
+            topics,
+            start_ns,
+            end_ns,
+            self._on_damage,
+            skip=() if self._strict else self._bad.keys(),
+            checked=self._checked,
+        )
         while True:
             try:
-                _, channel, message = next(it)
+                channel, message = next(it)
             except StopIteration:
                 return
-            except Exception as exc:  # damaged chunk: bad compression, CRC, record layout...
+            except DriveError:
+                raise
+            except Exception as exc:  # the file itself failed (I/O): not a chunk that can be skipped
                 raise self._err(f"unreadable data: {exc}") from exc
             yield channel, message
+
+    def _record(self, ci: ChunkIndex, reason: str) -> DamagedChunk:
+        """Remember the damaged chunk ``ci`` (once) with what it held."""
+        known = self._bad.get(ci.chunk_start_offset)
+        if known is not None:
+            return known
+        chunk = DamagedChunk(
+            offset=ci.chunk_start_offset,
+            length=ci.chunk_length,
+            reason=reason,
+            start_ns=ci.message_start_time,
+            end_ns=ci.message_end_time,
+            lost=lost_messages(self._file, ci, self._summary.channels),
+        )
+        self._bad[chunk.offset] = chunk
+        return chunk
+
+    def _on_damage(self, ci: ChunkIndex, reason: str) -> None:
+        new = ci.chunk_start_offset not in self._bad
+        chunk = self._record(ci, reason)
+        if self._strict:
+            raise self._damaged(chunk.describe(), offset=chunk.offset)
+        if new and not self._quiet:
+            log.warning("%s: %s; skipped", self.path, chunk.describe())
 
     def _decode(self, ch: Channel, msg: Message, schema: str, fn: Callable[[Any, Message], T]) -> T:
         """Parse ``msg`` as ``schema`` and convert it with ``fn(pb, msg)``; errors name topic and time."""
@@ -285,6 +370,36 @@ class DriveReader:
     def end_ns(self) -> int:
         """Log time of the latest message (0 for an empty drive)."""
         return max((t.last for t in self._times.values() if t.count), default=0)
+
+    @property
+    def damage(self) -> DriveDamage:
+        """The damage met so far (all of it after :meth:`verify`); empty for an intact drive."""
+        return DriveDamage(
+            chunks=tuple(sorted(self._bad.values(), key=lambda c: c.offset)),
+            truncated=None if self.truncated is None else self.truncated.message,
+            truncated_at=self._truncated_at,
+            summary=self._summary_problem,
+        )
+
+    def verify(self) -> DriveDamage:
+        """Read every chunk not read yet (decompress, check CRC and records) and return :attr:`damage`.
+
+        Never raises for damage, strict or not: the caller decides (``--strict`` makes it an error).
+        """
+        if self._file.closed:
+            raise self._err("reader is closed")
+        for ci in self._chunk_indexes:
+            if ci.chunk_start_offset in self._checked or ci.chunk_start_offset in self._bad:
+                continue
+            try:
+                read_chunk(self._file, ci, self._summary.channels)
+            except ChunkUnreadable as exc:
+                self._record(ci, exc.reason)
+                continue
+            except OSError as exc:
+                raise self._err(f"unreadable data: {exc}") from exc
+            self._checked.add(ci.chunk_start_offset)
+        return self.damage
 
     @property
     def has_ground_truth(self) -> bool:
@@ -318,7 +433,7 @@ class DriveReader:
             else:
                 yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
         if self.truncated is not None and self._strict:
-            raise DriveError(self.truncated.message, **self.truncated.context)
+            raise DriveDamagedError(self.truncated.message, **self.truncated.context)
 
     def ego_poses(self) -> list[EgoPose]:
         """Every ego pose (``/ego/odometry``) in time order."""
@@ -362,16 +477,25 @@ class DriveReader:
 
     def stats(self) -> DriveStats:
         """Duration and per-topic message counts, times, rates and schemas (from the index)."""
+        damage = self.damage
+        lost = damage.by_topic()
+        counted_lost: dict[str, int] = {}  # lost messages that the index counts (to subtract)
+        for chunk in damage.chunks:
+            if chunk.offset in self._counted:
+                for m in chunk.lost:
+                    counted_lost[m.topic] = counted_lost.get(m.topic, 0) + (m.count or 0)
         topics = {}
         for topic, ch in self._channels.items():
             schema = self._summary.schemas.get(ch.schema_id)
             t = self._times.get(ch.id, ChannelTimes())
+            loss = lost.get(topic)
             topics[topic] = TopicStats(
                 topic=topic,
                 schema=schema.name if schema is not None else "",
-                message_count=t.count,
+                message_count=t.count - counted_lost.get(topic, 0),
                 first_t_ns=t.first if t.count else None,
                 last_t_ns=t.last if t.count else None,
+                lost_count=0 if loss is None else loss.count,
             )
         return DriveStats(
             path=str(self.path),
@@ -381,6 +505,7 @@ class DriveReader:
             sensors={e.name: e.kind for e in self._entries},
             has_ground_truth=self.has_ground_truth,
             truncated=None if self.truncated is None else self.truncated.message,
+            damage=damage,
         )
 
     def close(self) -> None:
@@ -400,6 +525,39 @@ def _names(sensors: Iterable[str] | str | None) -> list[str] | None:
     if sensors is None:
         return None
     return [sensors] if isinstance(sensors, str) else list(sensors)
+
+
+def _from_raw(raw: RawDamage, channels: Mapping[int, Channel]) -> DamagedChunk:
+    """A damaged region found by the scan, with what its surviving message index says it held."""
+    start = raw.start_ns or 0
+    end = raw.end_ns if raw.end_ns is not None else start
+    if raw.index:
+        lost = tuple(
+            sorted(
+                (LostMessages(_topic(channels, cid), len(ts), min(ts), max(ts)) for cid, ts in raw.index.items() if ts),
+                key=lambda m: m.topic,
+            )
+        )
+    else:
+        lost = (LostMessages(UNKNOWN_TOPICS, None, start, end),)
+    return DamagedChunk(raw.offset, raw.length, raw.reason, start, end, lost)
+
+
+def _topic(channels: Mapping[int, Channel], cid: int) -> str:
+    return channels[cid].topic if cid in channels else f"<channel {cid}>"
+
+
+def _summary_problem(summary: Summary, size: int) -> str | None:
+    """Why a summary that parsed cannot be trusted (chunk indexes pointing outside the file), or None."""
+    for ci in summary.chunk_indexes:
+        if ci.chunk_start_offset < len(MAGIC) or ci.chunk_start_offset + ci.chunk_length > size:
+            return f"chunk index points outside the file (offset {ci.chunk_start_offset})"
+        if ci.message_start_time > ci.message_end_time:
+            return f"chunk index at offset {ci.chunk_start_offset} has its times reversed"
+    for cid in {cid for ci in summary.chunk_indexes for cid in ci.message_index_offsets}:
+        if cid not in summary.channels:
+            return f"chunk index names unknown channel {cid}"
+    return None
 
 
 # -- decoding helpers ------------------------------------------------------------------------------

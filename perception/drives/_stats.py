@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from perception.drives._damage import DriveDamage
 from perception.types import SensorKind
 
 __all__ = ["DriveStats", "TopicStats"]
@@ -13,13 +14,18 @@ __all__ = ["DriveStats", "TopicStats"]
 
 @dataclass(frozen=True, slots=True)
 class TopicStats:
-    """One topic: its schema, how many messages, over which times, at what mean rate."""
+    """One topic: its schema, how many messages, over which times, at what mean rate.
+
+    ``message_count`` counts the readable messages; ``lost_count`` those in damaged chunks (``None``:
+    some damaged chunk's count is unknown).
+    """
 
     topic: str
     schema: str
     message_count: int
     first_t_ns: int | None
     last_t_ns: int | None
+    lost_count: int | None = 0
 
     @property
     def rate_hz(self) -> float:
@@ -37,12 +43,14 @@ class TopicStats:
             "first_t_ns": self.first_t_ns,
             "last_t_ns": self.last_t_ns,
             "rate_hz": self.rate_hz,
+            "lost_count": self.lost_count,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class DriveStats:
-    """Whole-drive summary. ``truncated`` is the reason text when the drive is damaged."""
+    """Whole-drive summary. ``truncated`` is the reason text when the drive is truncated; ``damage``
+    everything found damaged so far (complete after :meth:`perception.drives.DriveReader.verify`)."""
 
     path: str
     start_ns: int
@@ -51,6 +59,7 @@ class DriveStats:
     sensors: Mapping[str, SensorKind]
     has_ground_truth: bool
     truncated: str | None = None
+    damage: DriveDamage = field(default_factory=DriveDamage)
 
     @property
     def duration_ns(self) -> int:
@@ -74,5 +83,6 @@ class DriveStats:
             "sensors": {name: kind.value for name, kind in self.sensors.items()},
             "has_ground_truth": self.has_ground_truth,
             "truncated": self.truncated,
+            "damage": self.damage.to_dict(),
             "topics": {name: t.to_dict() for name, t in self.topics.items()},
         }

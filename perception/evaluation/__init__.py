@@ -1,4 +1,10 @@
-"""Evaluation of fused detections against ground truth: nuScenes-style AP/mAP, ATE, AVE, ID switches.
+"""Evaluation of fused detections against ground truth, under one of two protocols.
+
+* ``native``: nuScenes-style AP/mAP, ATE, AVE and ID switches on any drive, with its documented
+  departures from nuScenes (:class:`DetectionEvaluator`, :mod:`perception.evaluation._detection`).
+* ``nuscenes``: the nuScenes detection protocol exactly as the official devkit computes it (mAP, the
+  TP errors ATE/ASE/AOE/AVE/AAE, NDS; class mapping, ranges and ground-truth filters), for drives
+  imported from nuScenes (:class:`NuScenesEvaluator`, :mod:`perception.evaluation._nuscenes`).
 
 >>> ev = DetectionEvaluator(max_range_m=50)
 >>> ev.add(result.t_ns, result.detections, frame.ground_truth)   # once per frame
@@ -26,14 +32,23 @@ from perception.evaluation._models import (
     check_targets,
     evaluate_models,
 )
+from perception.evaluation._nuscenes import DETECTION_CVPR_2019, DETECTION_TO_LABEL, NuScenesConfig, NuScenesEvaluator
+
+#: Evaluation protocols by name (``perception eval --protocol``).
+PROTOCOLS = ("native", "nuscenes")
 
 __all__ = [
     "DEFAULT_MODELS",
     "DEFAULT_THRESHOLDS",
     "DEFINITIONS",
+    "DETECTION_CVPR_2019",
+    "DETECTION_TO_LABEL",
+    "PROTOCOLS",
     "TARGETS",
     "DetectionEvaluator",
     "ModelQualityEvaluator",
+    "NuScenesConfig",
+    "NuScenesEvaluator",
     "QualitySettings",
     "RadarCoverage",
     "Target",

@@ -64,6 +64,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import linear_sum_assignment
 
+from perception.config import CAMERA_MODEL_SIMULATED, SensorDefaults
 from perception.errors import ConfigError, ModelContractError, PerceptionError
 from perception.evaluation._detection import _greedy_match
 from perception.modelkit import APAccumulator, CameraDetections, average_precision, camera_ground_truth
@@ -91,11 +92,11 @@ log = logging.getLogger(__name__)
 F64 = npt.NDArray[np.float64]
 Array = npt.NDArray[Any]
 
-#: The model serving each sensor kind (``models/``, ``launch/replay.yaml``).
+#: The model serving each sensor kind by default (``models/``; the profile's ``sensor_defaults``).
+#: These scores are taken on simulated drives: the camera model is the simulator's.
 DEFAULT_MODELS: Mapping[SensorKind, str] = {
-    SensorKind.CAMERA: "camera_detector",
-    SensorKind.LIDAR: "lidar_detector",
-    SensorKind.RADAR: "radar_detector",
+    kind: CAMERA_MODEL_SIMULATED if kind is SensorKind.CAMERA else SensorDefaults().of(kind.value).model
+    for kind in SensorKind
 }
 
 _CAR = label_id("car")

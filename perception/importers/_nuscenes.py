@@ -2,8 +2,9 @@
 
 Reads the tables of ``DATAROOT/<version>/`` — required: ``scene``, ``sample``, ``sample_data``,
 ``ego_pose``, ``calibrated_sensor``, ``sensor``, ``sample_annotation``, ``instance``, ``category``;
-``log`` is used for metadata when present (``map``, ``attribute``, ``visibility`` are not needed) —
-and the scene's sensor files:
+``log`` is used for metadata when present, ``attribute`` for attribute names when present (else
+nuScenes' own eight attribute tokens are recognised); ``map`` and ``visibility`` are not needed — and
+the scene's sensor files:
 
 * every ``sample_data`` of the scene, keyframes and sweeps, whose file exists (missing files are
   skipped and counted per sensor): lidar ``.pcd.bin`` (float32 x, y, z, intensity, ring -> x, y, z,
@@ -13,7 +14,11 @@ and the scene's sensor files:
   intrinsics (size from ``sample_data``; the images are undistorted);
 * ``ego_pose`` -> ego poses at every sensor timestamp, velocity by finite differences;
 * ``sample_annotation`` -> ground truth in ``base_link`` at every keyframe (the LIDAR_TOP keyframe's
-  ego pose), classes mapped onto :data:`perception.types.LABELS`, others skipped and counted.
+  ego pose), classes mapped onto :data:`perception.types.LABELS`, others skipped and counted. Each
+  object keeps what the nuScenes detection protocol (:mod:`perception.evaluation._nuscenes`) needs:
+  its original ``category``, its ``attribute`` name (``""`` if it has none) and ``num_lidar_pts`` /
+  ``num_radar_pts``; ``static_object.bicycle_rack`` annotations are kept as ground-truth *regions*
+  (the protocol does not evaluate bicycles and motorcycles inside them).
 
 Timestamps are microseconds in nuScenes and nanoseconds in the drive. Sensor names (and frames) are
 the lowercase channel names: ``lidar_top``, ``cam_front``, ``radar_front``...
@@ -43,6 +48,7 @@ from perception.types import (
     EgoPose,
     GroundTruth,
     GroundTruthObject,
+    GroundTruthRegion,
     ImageSample,
     PointCloudSample,
     SensorKind,
@@ -50,7 +56,7 @@ from perception.types import (
     Transform,
 )
 
-__all__ = ["NUSCENES_LABELS", "import_nuscenes", "nuscenes_label"]
+__all__ = ["BIKE_RACK", "NUSCENES_ATTRIBUTES", "NUSCENES_LABELS", "import_nuscenes", "nuscenes_label"]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +92,24 @@ _KEYS: Mapping[str, tuple[str, ...]] = {
     "instance": ("token", "category_token"),
     "category": ("token", "name"),
     "log": ("token",),
+    "attribute": ("token", "name"),
 }
+
+#: nuScenes' attribute table (the same eight tokens in every release), used when a dataroot has no
+#: ``attribute.json``.
+NUSCENES_ATTRIBUTES: Mapping[str, str] = {
+    "cb5118da1ab342aa947717dc53544259": "vehicle.moving",
+    "c3246a1e22a14fcb878aa61e69ae3329": "vehicle.stopped",
+    "58aa28b1c2a54dc88e169808c07331e3": "vehicle.parked",
+    "a14936d865eb4216b396adae8cb3939c": "cycle.with_rider",
+    "5a655f9751944309a277276b8f473452": "cycle.without_rider",
+    "03aa62109bf043afafdea7d875dd4f43": "pedestrian.sitting_lying_down",
+    "4d8821270b4a47e3a8a300cbec48188e": "pedestrian.standing",
+    "ab83627ff28b465b85c427162dec722f": "pedestrian.moving",
+}
+
+#: Annotations of this category become ground-truth regions (see the module docs).
+BIKE_RACK = "static_object.bicycle_rack"
 
 #: nuScenes category prefixes -> our label (first match wins); anything else is skipped.
 NUSCENES_LABELS: tuple[tuple[str, str], ...] = (
@@ -148,6 +171,7 @@ class _Tables:
         for name in REQUIRED_TABLES:
             self.rows[name] = self._load(name, required=True)
         self.rows["log"] = self._load("log", required=False)
+        self.rows["attribute"] = self._load("attribute", required=False)
         self.by_token = {name: {r["token"]: r for r in rows} for name, rows in self.rows.items()}
 
     def file(self, table: str) -> str:
@@ -351,10 +375,49 @@ def _global_velocity(tables: _Tables, ann: Mapping[str, Any]) -> tuple[float, fl
     return ((p1[0] - p0[0]) / dt, (p1[1] - p0[1]) / dt)
 
 
+def _attribute(tables: _Tables, ann: Mapping[str, Any], unresolved: Counter[str]) -> str | None:
+    """The annotation's attribute name as the devkit's ``load_gt`` takes it: ``""`` without one, the
+    name of its one attribute; ``None`` (unknown) for several attributes, which the devkit rejects."""
+    tokens = ann.get("attribute_tokens")
+    if tokens is None:
+        unresolved["no attribute_tokens field"] += 1
+        return None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise DriveError(
+            f"record {ann['token']!r}: attribute_tokens must be a list of tokens, got {tokens!r}",
+            file=tables.file("sample_annotation"),
+        )
+    if not tokens:
+        return ""
+    if len(tokens) > 1:
+        unresolved["several attributes"] += 1
+        return None
+    rec = tables.by_token["attribute"].get(tokens[0])
+    if rec is not None:
+        return str(rec["name"])
+    name = NUSCENES_ATTRIBUTES.get(tokens[0])
+    if name is None:
+        unresolved["unknown attribute token"] += 1
+    return name
+
+
+def _num_points(tables: _Tables, ann: Mapping[str, Any], key: str) -> int | None:
+    value = ann.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DriveError(
+            f"record {ann['token']!r}: {key} must be a non-negative integer, got {value!r}",
+            file=tables.file("sample_annotation"),
+        )
+    return value
+
+
 def _ground_truth(
     tables: _Tables, samples: Sequence[Mapping[str, Any]], data: Sequence[_Data], out: DriveOutput
 ) -> list[GroundTruth]:
     file = tables.file("sample_annotation")
+    unresolved: Counter[str] = Counter()
     by_sample: dict[str, list[dict[str, Any]]] = {}
     for ann in tables.rows["sample_annotation"]:
         by_sample.setdefault(str(ann["sample_token"]), []).append(ann)
@@ -366,18 +429,22 @@ def _ground_truth(
         to_ego = ego.inverse()
         r_ego = ego.rotation_matrix()
         objects = []
+        regions = []
         for ann in sorted(by_sample.get(str(sample["token"]), []), key=lambda a: str(a["instance_token"])):
             instance = tables.get("instance", str(ann["instance_token"]), f"sample_annotation {ann['token']!r}")
             category = str(
                 tables.get("category", str(instance["category_token"]), f"instance {instance['token']!r}")["name"]
             )
             label = nuscenes_label(category)
-            if label is None:
+            if label is None and category != BIKE_RACK:
                 out.skip(f"annotations of category {category} (not one of our labels)")
                 continue
             box = _transform(tables, "sample_annotation", ann)
             width, length, height = _vector(ann, "size", 3, file)  # nuScenes order: w, l, h
             local = to_ego.compose(box)
+            if label is None:
+                regions.append(GroundTruthRegion(category, local.translation, (length, width, height), local.yaw()))
+                continue
             v_global = _global_velocity(tables, ann)
             if v_global is None:
                 unknown_velocity += 1
@@ -387,10 +454,23 @@ def _ground_truth(
                 velocity = (float(v[0]), float(v[1]))
             track = track_ids.setdefault(str(ann["instance_token"]), len(track_ids))
             objects.append(
-                GroundTruthObject(track, label, local.translation, (length, width, height), local.yaw(), velocity)
+                GroundTruthObject(
+                    track,
+                    label,
+                    local.translation,
+                    (length, width, height),
+                    local.yaw(),
+                    velocity,
+                    category=category,
+                    attribute=_attribute(tables, ann, unresolved),
+                    num_lidar_pts=_num_points(tables, ann, "num_lidar_pts"),
+                    num_radar_pts=_num_points(tables, ann, "num_radar_pts"),
+                )
             )
         objects.sort(key=lambda o: o.track_id)
-        gts.append(GroundTruth(int(sample["timestamp"]) * _US, tuple(objects)))
+        gts.append(GroundTruth(int(sample["timestamp"]) * _US, tuple(objects), tuple(regions)))
+    for why, n in sorted(unresolved.items()):
+        out.note(f"{n} ground-truth objects have an unknown attribute ({why})")
     if unknown_velocity:
         out.note(
             f"{unknown_velocity} ground-truth objects have an unknown velocity (NaN): "

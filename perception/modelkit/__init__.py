@@ -7,6 +7,7 @@ from ._camera import (
     CameraDetector,
     CameraDetectorModel,
     CameraDetectorParams,
+    ImageDetector,
     Letterbox,
     camera_ground_truth,
     decode_centernet,
@@ -14,6 +15,7 @@ from ._camera import (
     validate_image_batch,
 )
 from ._contracts import (
+    CAMERA_INPUT_SIZE_KEYS,
     CAMERA_INPUTS,
     CAMERA_OUTPUTS,
     LIDAR_INPUTS,
@@ -55,10 +57,23 @@ from ._triton import (
     config_parameter,
     params_from_config,
 )
+from ._yolox import (
+    COCO_CLASSES,
+    COCO_TO_LABEL,
+    YoloxDetector,
+    YoloxDetectorModel,
+    YoloxParams,
+    decode_yolox,
+    nms,
+    yolox_preprocess,
+)
 
 __all__: list[str] = [
     "CAMERA_INPUTS",
+    "CAMERA_INPUT_SIZE_KEYS",
     "CAMERA_OUTPUTS",
+    "COCO_CLASSES",
+    "COCO_TO_LABEL",
     "LIDAR_INPUTS",
     "LIDAR_OUTPUTS",
     "RADAR_INPUTS",
@@ -72,6 +87,7 @@ __all__: list[str] = [
     "CameraDetectorModel",
     "CameraDetectorParams",
     "Checkpoint",
+    "ImageDetector",
     "Letterbox",
     "LidarDetections",
     "LidarDetectorModel",
@@ -84,6 +100,9 @@ __all__: list[str] = [
     "SyntheticBox",
     "TensorSpec",
     "TritonModel",
+    "YoloxDetector",
+    "YoloxDetectorModel",
+    "YoloxParams",
     "average_precision",
     "box_iou",
     "camera_ground_truth",
@@ -92,12 +111,14 @@ __all__: list[str] = [
     "cluster_radar",
     "config_parameter",
     "decode_centernet",
+    "decode_yolox",
     "detect_lidar",
     "detect_radar",
     "estimate_ground",
     "fit_box_bev",
     "fit_velocity",
     "merge_fragments",
+    "nms",
     "params_from_config",
     "precision_recall",
     "preprocess_images",
@@ -109,4 +130,5 @@ __all__: list[str] = [
     "triton_dtype_name",
     "validate_image_batch",
     "voxel_downsample",
+    "yolox_preprocess",
 ]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +31,9 @@ import numpy.typing as npt
 from perception.errors import InputError, ModelContractError
 from perception.types import LABELS
 
-from ._contracts import CAMERA_INPUTS, CAMERA_OUTPUTS
+from ._contracts import CAMERA_INPUT_SIZE_KEYS, CAMERA_INPUTS, CAMERA_OUTPUTS
 from ._tensors import TensorSpec
-from ._triton import Arrays, Checkpoint, RequestCancelled, TritonModel, params_from_config
+from ._triton import Arrays, Checkpoint, RequestCancelled, TritonModel, config_parameter, params_from_config
 
 __all__ = [
     "CAMERA_INPUT",
@@ -49,6 +49,7 @@ __all__ = [
     "CameraDetector",
     "CameraDetectorModel",
     "CameraDetectorParams",
+    "ImageDetector",
     "Letterbox",
     "camera_ground_truth",
     "decode_centernet",
@@ -128,12 +129,17 @@ class Letterbox:
     pad_y: float
 
     @staticmethod
-    def fit(width: int, height: int, net_width: int = NET_WIDTH, net_height: int = NET_HEIGHT) -> Letterbox:
-        """The letterbox of a ``width x height`` image in a ``net_width x net_height`` input."""
+    def fit(
+        width: int, height: int, net_width: int = NET_WIDTH, net_height: int = NET_HEIGHT, *, centre: bool = True
+    ) -> Letterbox:
+        """The letterbox of a ``width x height`` image in a ``net_width x net_height`` input: centred on
+        the canvas, or at its top-left corner (padding bottom/right, as YOLOX does) with ``centre=False``."""
         if width <= 0 or height <= 0:
             raise ValueError(f"image size must be positive, got {width}x{height}")
         scale = min(net_width / width, net_height / height)
         new_w, new_h = Letterbox(width, height, scale, 0.0, 0.0).resized
+        if not centre:
+            return Letterbox(width, height, scale, 0.0, 0.0)
         return Letterbox(width, height, scale, float((net_width - new_w) // 2), float((net_height - new_h) // 2))
 
     @property
@@ -159,13 +165,14 @@ class Letterbox:
 
 
 def letterbox_image(
-    image: U8, net_width: int = NET_WIDTH, net_height: int = NET_HEIGHT
+    image: U8, net_width: int = NET_WIDTH, net_height: int = NET_HEIGHT, *, centre: bool = True
 ) -> tuple[U8, Letterbox]:
-    """Resize ``[H, W, 3]`` uint8 (antialiased bilinear, aspect kept) onto a grey ``net`` canvas."""
+    """Resize ``[H, W, 3]`` uint8 (antialiased bilinear, aspect kept) onto a grey ``net`` canvas
+    (centred, or at the top-left corner with ``centre=False``)."""
     from PIL import Image
 
     height, width = int(image.shape[0]), int(image.shape[1])
-    box = Letterbox.fit(width, height, net_width, net_height)
+    box = Letterbox.fit(width, height, net_width, net_height, centre=centre)
     new_w, new_h = box.resized
     canvas = np.full((net_height, net_width, 3), PAD_VALUE, dtype=np.uint8)
     src = np.ascontiguousarray(image, dtype=np.uint8)
@@ -268,9 +275,7 @@ def decode_centernet(
     sz = np.asarray(size, dtype=np.float32)
     off = np.asarray(offset, dtype=np.float32)
     if heat.ndim != 3 or sz.shape != (2, *heat.shape[1:]) or off.shape != (2, *heat.shape[1:]):
-        raise ValueError(
-            f"CenterNet maps disagree: heatmap {heat.shape}, size {sz.shape}, offset {off.shape}"
-        )
+        raise ValueError(f"CenterNet maps disagree: heatmap {heat.shape}, size {sz.shape}, offset {off.shape}")
     _, h, w = heat.shape
     peaks = np.where(heat >= _max_pool3x3(heat), heat, 0.0).reshape(-1)
     candidates = np.flatnonzero(peaks >= score_threshold)
@@ -310,6 +315,22 @@ def camera_ground_truth(
         boxes[i] = (x1, y1, x2, y2)
         ignore[i] = visible < min_visible or (y2 - y1) < min_height
     return boxes, labels, ignore
+
+
+class ImageDetector(Protocol):
+    """What :class:`CameraDetectorModel` runs: preprocessing (per request), the network (one run for
+    every image the dynamic batcher handed over) and decoding (per request)."""
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """The network input ``(width, height)``."""
+        ...
+
+    def preprocess(self, images: Sequence[U8] | U8) -> tuple[F32, list[Letterbox]]: ...
+
+    def infer(self, batch: F32) -> Sequence[F32]: ...
+
+    def decode(self, maps: Sequence[F32], letterboxes: Sequence[Letterbox]) -> list[CameraDetections]: ...
 
 
 class CameraDetector:
@@ -360,12 +381,21 @@ class CameraDetector:
         self.score_threshold = score_threshold
         self.max_detections = max_detections
 
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return NET_WIDTH, NET_HEIGHT
+
+    @staticmethod
+    def preprocess(images: Sequence[U8] | U8) -> tuple[F32, list[Letterbox]]:
+        """The network input of ``images`` and their letterboxes (:func:`preprocess_images`)."""
+        return preprocess_images(images)
+
     def infer(self, batch: F32) -> tuple[F32, F32, F32]:
         """Run the network on a preprocessed batch ``[B, 3, NET_HEIGHT, NET_WIDTH]`` -> its raw maps."""
         heatmap, size, offset = self._session.run(list(ONNX_OUTPUTS), {self._input: batch})
         return heatmap, size, offset
 
-    def decode(self, maps: tuple[F32, F32, F32], letterboxes: Sequence[Letterbox]) -> list[CameraDetections]:
+    def decode(self, maps: Sequence[F32], letterboxes: Sequence[Letterbox]) -> list[CameraDetections]:
         heatmap, size, offset = maps
         return [
             decode_centernet(
@@ -408,9 +438,9 @@ class CameraDetectorModel(TritonModel):
     MAX_BATCH_SIZE: ClassVar[int | None] = 8
     ONNX_FILE: ClassVar[str] = "camera_detector.onnx"
 
-    params = CameraDetectorParams()
+    params: Any = CameraDetectorParams()
     _model_dir: Path | None = None
-    _detector: CameraDetector | None = None
+    _detector: ImageDetector | None = None
 
     def initialize(self, args: Mapping[str, str]) -> None:
         repository = args.get("model_repository")
@@ -420,17 +450,28 @@ class CameraDetectorModel(TritonModel):
         super().initialize(args)
 
     def setup(self, config: Mapping[str, Any]) -> None:
-        self.params = params_from_config(CameraDetectorParams(), config)
         if self._model_dir is None:
             raise ModelContractError("the python backend gave no model repository/version", model=self.model_name)
-        self._detector = CameraDetector(
-            self._model_dir / self.ONNX_FILE,
+        self._detector = detector = self.make_detector(self._model_dir / self.ONNX_FILE, config)
+        declared = tuple(int(config_parameter(config, key, 0)) for key in CAMERA_INPUT_SIZE_KEYS)
+        if any(declared) and declared != detector.input_size:
+            raise ModelContractError(
+                f"config parameters {'/'.join(CAMERA_INPUT_SIZE_KEYS)} say {declared[0]}x{declared[1]}, the "
+                f"network's input is {detector.input_size[0]}x{detector.input_size[1]}",
+                model=self.model_name,
+            )
+
+    def make_detector(self, onnx_path: Path, config: Mapping[str, Any]) -> ImageDetector:
+        """The detector (network + pre/post-processing) of this model; ``config`` is its Triton config."""
+        self.params = params_from_config(CameraDetectorParams(), config, ignore=CAMERA_INPUT_SIZE_KEYS)
+        return CameraDetector(
+            onnx_path,
             intra_op_threads=max(1, self.params.intra_op_threads),
             score_threshold=self.params.score_threshold,
         )
 
     @property
-    def detector(self) -> CameraDetector:
+    def detector(self) -> ImageDetector:
         if self._detector is None:
             raise ModelContractError("the camera detector is not loaded", model=self.model_name)
         return self._detector
@@ -438,7 +479,7 @@ class CameraDetectorModel(TritonModel):
     def run(self, inputs: Arrays, checkpoint: Checkpoint) -> Arrays:
         """One request on its own (the batched path is :meth:`execute`)."""
         images = validate_image_batch(inputs[CAMERA_INPUT], model=self.model_name)
-        batch, letterboxes = preprocess_images(list(images))
+        batch, letterboxes = self.detector.preprocess(list(images))
         checkpoint("preprocess")
         maps = self.detector.infer(batch)
         checkpoint("network")
@@ -472,7 +513,7 @@ class CameraDetectorModel(TritonModel):
             raise RequestCancelled("queued")
         tensor = self._pb.get_input_tensor_by_name(request, CAMERA_INPUT)
         images = validate_image_batch(None if tensor is None else tensor.as_numpy(), model=self.model_name)
-        batch, letterboxes = preprocess_images(list(images))
+        batch, letterboxes = self.detector.preprocess(list(images))
         return _Staged(request, batch, letterboxes)
 
     def _run_staged(self, staged: list[tuple[int, _Staged]], responses: list[Any]) -> None:
@@ -488,7 +529,7 @@ class CameraDetectorModel(TritonModel):
         row = 0
         for i, job in staged:
             n = len(job.letterboxes)
-            part = (maps[0][row : row + n], maps[1][row : row + n], maps[2][row : row + n])
+            part = tuple(m[row : row + n] for m in maps)
             row += n
             if _cancelled(job.request):
                 responses[i] = self._error(f"{self.model_name}: request cancelled after stage network", "CANCELLED")

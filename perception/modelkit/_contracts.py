@@ -10,6 +10,7 @@ from ._tensors import TensorSpec
 
 __all__ = [
     "CAMERA_INPUTS",
+    "CAMERA_INPUT_SIZE_KEYS",
     "CAMERA_OUTPUTS",
     "LIDAR_INPUTS",
     "LIDAR_OUTPUTS",
@@ -52,3 +53,9 @@ CAMERA_OUTPUTS = (
     TensorSpec("LABELS", "TYPE_INT32", (100,)),
     TensorSpec("COUNT", "TYPE_INT32", (1,), description="number of valid rows"),
 )
+
+#: ``parameters`` of a camera model's ``config.pbtxt`` stating its network input ``width, height``: the
+#: runtime then decodes JPEGs at the smallest DCT scale covering the letterboxed image (decoding at the
+#: model's scale); the model checks them against its network at load. Optional: without them the
+#: runtime sends full-resolution images.
+CAMERA_INPUT_SIZE_KEYS = ("input_width", "input_height")

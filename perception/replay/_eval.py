@@ -4,10 +4,16 @@ The drive is replayed once in lockstep with every sensor (deterministic, nothing
 the per-sensor model outputs are kept. Each mode (``fused``, ``lidar_only``, ``no_radar``, ...) then
 re-runs fusion and tracking offline on the same outputs with the other sensors marked ``missing`` —
 exactly what fusion would see in a replay with those sensors disabled, without re-running the models.
+
+Each mode is scored under one protocol (:mod:`perception.evaluation`): ``nuscenes`` — the nuScenes
+detection protocol, one sample per ground-truth keyframe scored on the frame nearest it — by default for
+drives imported from nuScenes (drive metadata ``source: nuscenes``), ``native`` otherwise (every frame
+with ground truth within :data:`GT_TOLERANCE_NS`).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -16,13 +22,13 @@ from typing import Any
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
-from perception.evaluation import DetectionEvaluator
+from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
 from perception.fusion import Fuser
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
-from perception.replay._source import GT_TOLERANCE_NS, match_rig
-from perception.types import Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
+from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
+from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
-__all__ = ["MODES", "evaluate_modes", "score_modes"]
+__all__ = ["MODES", "default_protocol", "evaluate_modes", "score_modes"]
 
 KINDS = ("lidar", "radar", "camera")
 
@@ -47,42 +53,79 @@ def _masked(
     }
 
 
+def default_protocol(reader: DriveReader) -> str:
+    """The protocol a drive is scored with unless one is asked for: by the drive's source."""
+    return "nuscenes" if reader.metadata.get("source") == "nuscenes" else "native"
+
+
+def _nearest(times: list[int], t_ns: int) -> int | None:
+    """Index of the time nearest ``t_ns`` within :data:`GT_TOLERANCE_NS` (earlier wins a tie)."""
+    i = bisect.bisect_left(times, t_ns)
+    best = min((j for j in (i - 1, i) if 0 <= j < len(times)), key=lambda j: abs(times[j] - t_ns), default=None)
+    return None if best is None or abs(times[best] - t_ns) > GT_TOLERANCE_NS else best
+
+
 def score_modes(
-    results: list[FrameResult], config: RuntimeConfig, reader: DriveReader, modes: Mapping[str, frozenset[str]] = MODES
+    results: list[FrameResult],
+    config: RuntimeConfig,
+    reader: DriveReader,
+    modes: Mapping[str, frozenset[str]] = MODES,
+    protocol: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Fusion + evaluation of kept replay results for each mode."""
+    """Fusion + evaluation of kept replay results for each mode, under ``protocol`` (``None``: the
+    drive's :func:`default_protocol`). Each mode's summary names its ``protocol``."""
+    protocol = default_protocol(reader) if protocol is None else protocol
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    config = drive_config(config, reader)
     rig = match_rig(config, reader)
     kinds = {s.name: s.kind for s in config.sensors}
     ego_at = reader.ego_pose_at if reader.ego_poses() else None
     out: dict[str, dict[str, Any]] = {}
     for mode, keep in modes.items():
         fuser = Fuser(config.fusion, rig, ego_at=ego_at)
-        ev = DetectionEvaluator(rig=rig, ego_at=ego_at)
+        native = DetectionEvaluator(rig=rig, ego_at=ego_at) if protocol == "native" else None
+        fused: list[tuple[int, tuple[Detection3D, ...]]] = []
         for r in results:
             if r.status is FrameStatus.DROPPED:
                 continue
-            gt = reader.ground_truth_at(r.t_ns, GT_TOLERANCE_NS)
             frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples={}, ego=ego_at(r.t_ns) if ego_at else None)
             detections, _ = fuser(frame, _masked(r.sensors, kinds, keep))
-            if gt is not None:
-                ev.add(r.t_ns, detections, gt)
-        summary = ev.summary()
+            if native is not None:
+                gt = reader.ground_truth_at(r.t_ns, GT_TOLERANCE_NS)
+                if gt is not None:
+                    native.add(r.t_ns, detections, gt)
+            else:
+                fused.append((r.t_ns, tuple(detections)))
+        if native is not None:
+            summary = native.summary()
+        else:
+            ev = NuScenesEvaluator(ego_at=ego_at)
+            fused.sort(key=lambda td: td[0])
+            times = [t for t, _ in fused]
+            for gt in reader.ground_truth():
+                k = _nearest(times, gt.t_ns)
+                ev.add(gt, None if k is None else fused[k][1], None if k is None else times[k])
+            summary = ev.summary()
         summary["sensors"] = sorted(n for n, k in kinds.items() if k in keep)
         out[mode] = summary
     return out
 
 
 async def evaluate_modes(
-    drive: str | os.PathLike[str], config: RuntimeConfig, **replay_kwargs: Any
+    drive: str | os.PathLike[str], config: RuntimeConfig, protocol: str | None = None, **replay_kwargs: Any
 ) -> tuple[dict[str, dict[str, Any]], ReplayOutcome]:
-    """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth."""
+    """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth under
+    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`)."""
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
-    with DriveReader(drive, strict=False) as reader:
+    with DriveReader(drive, strict=False, quiet=True) as reader:
         _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
     outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
-    with DriveReader(drive, strict=False) as reader:
-        return score_modes(outcome.results, cfg, reader), outcome
+    with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
+        return score_modes(outcome.results, cfg, reader, protocol=protocol), outcome
 
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:

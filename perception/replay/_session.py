@@ -14,10 +14,14 @@ between frames (:class:`perception.metrics.ServerSplitter`): the next frame is h
 read, outside any frame's timed path. With more frames in flight the statistics cannot tell frames
 apart; the report then has Triton's mean time per request over the run only (``server_ms``).
 
-A damaged drive never costs the frames before the damage: a truncated file is replayed up to its
-readable prefix (``drive_truncated`` in the report, :attr:`ReplayOutcome.drive_error`), a chunk that
-cannot be read mid-file ends the replay there with every output written (``drive_error`` in the
-report), then its :class:`DriveError` is raised.
+A damaged drive costs only what is damaged: a chunk that cannot be read (bad CRC, decompression
+error, bad record) is skipped and the replay goes on with the next chunk; a truncated file is
+replayed up to the cut. ``drive_damage`` in the report (and a section of report.md) says what was
+lost -- chunks with byte offsets, per topic and per sensor the messages and time ranges, the frames
+in the damaged time with their statuses and missing sensors (:mod:`perception.replay._damage`) --
+and :attr:`ReplayOutcome.damage` / :attr:`ReplayOutcome.drive_error` carry it to the caller (the
+CLI exits 3). A message that does not decode still ends the replay there with every output written
+(``drive_error`` in the report), then its :class:`DriveError` is raised.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ import anyio
 from perception._paths import safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
-from perception.drives import DriveReader
-from perception.errors import ConfigError, DriveError, ReplayError
+from perception.drives import DriveDamage, DriveReader
+from perception.errors import ConfigError, DriveDamagedError, ReplayError
 from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
+from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
@@ -81,8 +86,10 @@ class ReplayOutcome:
     results: list[FrameResult] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
     interrupted: bool = False
-    #: The drive is truncated: only its readable prefix was replayed (also ``drive_truncated`` in the report).
-    drive_error: DriveError | None = None
+    #: The drive is damaged (skipped chunks, truncation...): everything readable was replayed; the
+    #: error names the file and the first damage (``drive_damage`` in the report says it all).
+    drive_error: DriveDamagedError | None = None
+    damage: DriveDamage = field(default_factory=DriveDamage)
 
     def unusable(self) -> ReplayError | None:
         """The error to report when no frame had a sensor answer ok (``usable`` in the report is 0), else None.
@@ -185,6 +192,7 @@ async def replay_drive(
     outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
+        cfg = source.config  # with the drive's sensors when the profile leaves them open
         fusion = _make_fusion(cfg, source.rig, reader) if opts.fusion else None
         if opts.evaluate and reader.has_ground_truth and fusion is not None:
             from perception.evaluation import DetectionEvaluator
@@ -197,6 +205,7 @@ async def replay_drive(
             out_dir.mkdir(parents=True, exist_ok=True)
             jsonl = safe_output_path(out_dir, "detections.jsonl").open("w", encoding="utf-8")
         duration = max(1, reader.end_ns - reader.start_ns)
+        seen: list[FrameSeen] = []
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
         try:
             with ExitStack() as stack:
@@ -218,6 +227,7 @@ async def replay_drive(
                             else:
                                 result = with_in_flight(raw)
                             acc.add(result)
+                            seen.append(FrameSeen.of(result))
                             if jsonl is not None:
                                 jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
                                 jsonl.write("\n")
@@ -252,9 +262,13 @@ async def replay_drive(
         report["interrupted"] = stopped
         if source.image_size_mismatch:
             report["image_size_mismatch"] = dict(source.image_size_mismatch)
+        damage = reader.damage
         if reader.truncated is not None:
             report["drive_truncated"] = str(reader.truncated)
-            outcome.drive_error = reader.truncated
+        if damage:
+            report["drive_damage"] = damage_section(damage, cfg, source.rig, seen)
+            outcome.damage = damage
+            outcome.drive_error = damage.error(str(drive))
         if source.error is not None:
             report["drive_error"] = str(source.error)
         if evaluator is not None:
@@ -271,6 +285,10 @@ async def replay_drive(
                 n_frames = 0 if stopped else 3
                 render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
                 await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
+                if "drive_damage" in report:
+                    md = safe_output_path(out_dir, "report.md")
+                    with md.open("a", encoding="utf-8") as f:
+                        f.write("\n" + "\n".join(damage_markdown(report["drive_damage"])) + "\n")
     if source.error is not None:
         raise source.error
     return outcome

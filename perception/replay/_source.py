@@ -12,24 +12,30 @@ from dataclasses import dataclass, field, replace
 
 import anyio
 
-from perception.config import RuntimeConfig
+from perception.config import RuntimeConfig, resolve_sensors
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
 from perception.scheduler import FrameAssembler
 from perception.types import CameraCalibration, Frame, ImageSample, Sample, SensorSpec
 
-__all__ = ["DriveSource", "match_rig"]
+__all__ = ["DriveSource", "drive_config", "match_rig"]
 
 log = logging.getLogger(__name__)
 
 GT_TOLERANCE_NS = 60_000_000
 
 
+def drive_config(config: RuntimeConfig, reader: DriveReader) -> RuntimeConfig:
+    """``config`` with the drive's sensors when the profile leaves them open (see
+    :func:`perception.config.resolve_sensors`); a profile that lists its sensors is returned as it is."""
+    return resolve_sensors(config, reader.rig, where=f"drive {reader.path}", metadata=reader.metadata)
+
+
 def match_rig(config: RuntimeConfig, reader: DriveReader) -> dict[str, SensorSpec]:
     """Map each configured sensor to the drive's sensor (by ``topic`` when set, else by name).
 
-    A configured sensor the drive does not have is a :class:`ConfigError` naming the sensor, the
-    drive and what it has; a kind mismatch too.
+    ``config`` must be resolved (:func:`drive_config`). A configured sensor the drive does not have is
+    a :class:`ConfigError` naming the sensor, the drive and what it has; a kind mismatch too.
     """
     by_topic = {spec.topic: spec for spec in reader.rig.values()}
     out: dict[str, SensorSpec] = {}
@@ -99,6 +105,7 @@ class DriveSource:
     error: DriveError | None = None
 
     def __post_init__(self) -> None:
+        self.config = drive_config(self.config, self.reader)
         self.rig = match_rig(self.config, self.reader)
         self._drive_to_cfg: Mapping[str, str] = {spec.name: name for name, spec in self.rig.items()}
         gt = self.reader.has_ground_truth

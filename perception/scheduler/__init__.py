@@ -7,7 +7,7 @@ from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import FusionStage, Runtime, server_time_breakdown
-from perception.scheduler._tensors import OUTPUTS, prepare_inputs
+from perception.scheduler._tensors import OUTPUTS, camera_input, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
@@ -22,6 +22,8 @@ __all__ = [
     "OrderedPipeline",
     "Runtime",
     "ThreadedRuntime",
+    "camera_input",
     "prepare_inputs",
+    "scale_camera_boxes",
     "server_time_breakdown",
 ]

@@ -29,7 +29,15 @@ import numpy.typing as npt
 from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError, InputError, PerceptionError
 from perception.scheduler._circuit import CircuitBreaker
-from perception.scheduler._tensors import OUTPUTS, camera_batch, decode_inline, prepare_inputs, split_batch
+from perception.scheduler._tensors import (
+    OUTPUTS,
+    camera_batch,
+    camera_input,
+    decode_inline,
+    prepare_inputs,
+    scale_camera_boxes,
+    split_batch,
+)
 from perception.types import Frame, ImageSample, Sample, SensorResult, SensorStatus
 
 __all__ = ["Dispatcher", "InferClient", "SensorOutcome"]
@@ -78,6 +86,8 @@ class SensorOutcome:
     end_ns: int = 0
     stages: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
+    #: Camera: factors from the pixels of the image sent to the original's (decoded at the model's scale).
+    box_scale: tuple[float, float] = (1.0, 1.0)
 
 
 def _transport_flag(cfg: SensorConfig) -> bool | None:
@@ -94,8 +104,12 @@ class Dispatcher:
         pipeline: PipelineConfig,
         *,
         clock: Any = time.monotonic_ns,
+        input_sizes: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
+        """``input_sizes``: camera models' network input ``(width, height)`` (from their served configs),
+        so their JPEGs are decoded at the model's scale (:func:`~perception.scheduler.camera_input`)."""
         self._client = client
+        self._input_sizes = dict(input_sizes or {})
         self._sensors = [s for s in sensors if s.enabled]
         self._pipeline = pipeline
         self._clock = clock
@@ -229,6 +243,8 @@ class Dispatcher:
         for s in members:
             oc = outcomes[s.name]
             oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
+            if kind == "camera":
+                oc.outputs = scale_camera_boxes(oc.outputs, oc.box_scale)
             oc.status = SensorStatus.OK
             oc.end_ns = end
             oc.attempts = attempt
@@ -245,10 +261,11 @@ class Dispatcher:
             assert sample is not None
             return prepare_inputs(kind, sample), {}
         decoded: dict[str, npt.NDArray[np.uint8]] = {}
+        input_size = self._input_sizes.get(members[0].model)
 
         def decode(s: SensorConfig, sample: Sample) -> None:
             try:
-                decoded[s.name] = prepare_inputs(kind, sample)["IMAGE"][0]
+                decoded[s.name], outcomes[s.name].box_scale = camera_input(sample, input_size)
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
 
@@ -256,11 +273,11 @@ class Dispatcher:
             try:
                 # A big image can take longer than the frame's budget: at the deadline the join
                 # abandons the decode (the thread finishes on its own) instead of waiting for it.
-                inputs = await anyio.to_thread.run_sync(prepare_inputs, kind, sample, abandon_on_cancel=True)
+                image, scale = await anyio.to_thread.run_sync(camera_input, sample, input_size, abandon_on_cancel=True)
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
                 return
-            decoded[s.name] = inputs["IMAGE"][0]
+            decoded[s.name], outcomes[s.name].box_scale = image, scale
 
         inline: list[tuple[SensorConfig, Sample]] = []
         threaded: list[tuple[SensorConfig, Sample]] = []

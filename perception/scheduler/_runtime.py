@@ -19,12 +19,12 @@ import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 
-from perception.config import RuntimeConfig
-from perception.errors import PerceptionError, RuntimeClosedError
+from perception.config import RuntimeConfig, resolve_sensors
+from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
@@ -61,13 +61,29 @@ class FusionStage(Protocol):
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
 
 
-FusionFactory = Any  # Callable[[RuntimeConfig, Mapping[str, SensorSpec]], FusionStage]
+def _profile_fusion(config: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> FusionStage | None:
+    """The fusion stage the profile asks for: a :class:`perception.fusion.Fuser` over ``rig``."""
+    if not config.fusion.enabled:
+        return None
+    if not rig:
+        log.warning("fusion is enabled but no rig was given: results carry no fused detections (pass rig=)")
+        return None
+    from perception.fusion import Fuser  # the fusion stage sits beside the scheduler, not below it
+
+    fuser: FusionStage = Fuser(config.fusion, rig)
+    return fuser
 
 
 class Runtime:
     """Frame scheduler + fusion, as an async context manager.
 
     ``rig`` gives each sensor's extrinsic and calibration (from the drive, or from the vehicle).
+    ``fusion``: by default (``"profile"``) the runtime builds its own fusion stage from the profile's
+    ``fusion`` section and ``rig`` when fusion is enabled, so results carry fused, tracked detections;
+    ego motion comes with each frame (``Frame.ego``). Pass a stage of your own, or ``None`` for the
+    models' raw outputs only.
+    A profile that leaves its sensors to the drive (no ``sensors:``) gets one per sensor of ``rig``,
+    served by the default model of its kind (:func:`perception.config.resolve_sensors`).
     ``client`` may be passed to share an already open Triton client (the runtime then neither opens
     nor closes it); otherwise the runtime opens its own from ``config.server``.
     """
@@ -77,15 +93,25 @@ class Runtime:
         config: RuntimeConfig,
         *,
         rig: Mapping[str, SensorSpec] | None = None,
-        fusion: FusionStage | None = None,
+        fusion: FusionStage | Literal["profile"] | None = "profile",
         client: InferClient | None = None,
         check_models: bool = True,
         join_timeout_ns: int | None = None,
     ) -> None:
+        if not config.resolved:
+            if not rig:
+                raise ConfigError(
+                    "the profile lists no sensors (they come from the drive): pass the rig, or list them",
+                    file=str(config.source) if config.source else None,
+                    key="sensors",
+                )
+            config = resolve_sensors(config, rig)
         self.config = config
         # Lockstep replays wait for every sensor: a join timeout longer than the budget.
         self._join_ns = join_timeout_ns if join_timeout_ns is not None else config.budget.join_ns
         self.rig = dict(rig or {})
+        if fusion == "profile":
+            fusion = _profile_fusion(config, self.rig)
         self._fusion = fusion
         self._external_client = client
         self._check_models = check_models
@@ -99,6 +125,8 @@ class Runtime:
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
+        #: Camera models' network input (width, height), from their served configuration (decode scale).
+        self._input_sizes: dict[str, tuple[int, int]] = {}
 
     # -- lifetime -------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -114,7 +142,9 @@ class Runtime:
             if self.config.faults:
                 dispatch_client = FaultInjectingClient(self._client, self.config.faults)
                 log.warning("fault injection on: %s", ", ".join(f.model for f in self.config.faults))
-            self._dispatcher = Dispatcher(dispatch_client, self.config.sensors, self.config.pipeline)
+            self._dispatcher = Dispatcher(
+                dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
+            )
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
@@ -183,6 +213,8 @@ class Runtime:
             contract = await client.model_contract(model)
             check_contract(kind, contract)
             self._instances[model] = contract.instances
+            if kind == "camera" and contract.input_size is not None:
+                self._input_sizes[model] = contract.input_size
 
     async def _warm_up(self) -> None:
         """Representative requests to every execution instance of every model before the first frame.
@@ -218,7 +250,9 @@ class Runtime:
                         # Frames decode full-size images in a worker thread: take the same path, so
                         # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
-                        inputs = await anyio.to_thread.run_sync(_through_decoder, inputs, sensor)
+                        inputs = await anyio.to_thread.run_sync(
+                            _through_decoder, inputs, sensor, self._input_sizes.get(model)
+                        )
                     async with anyio.create_task_group() as tg:
                         for i in range(self._instances.get(model, 1)):
                             tg.start_soon(request, model, inputs, kind, sensor, i)
@@ -360,12 +394,15 @@ class Runtime:
         return self._stopping
 
 
-def _through_decoder(inputs: Mapping[str, Any], sensor: str) -> dict[str, Any]:
-    """Camera warm-up inputs encoded as a JPEG sample and prepared like a frame's (decode included)."""
+def _through_decoder(
+    inputs: Mapping[str, Any], sensor: str, input_size: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Camera warm-up inputs encoded as a JPEG sample and prepared like a frame's (decode included,
+    at the model's scale)."""
     from perception._imageio import encode_jpeg
 
     sample = ImageSample(sensor, 0, sensor, encode_jpeg(inputs["IMAGE"][0]))
-    return prepare_inputs("camera", sample)
+    return prepare_inputs("camera", sample, input_size=input_size)
 
 
 SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Literal
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -38,7 +39,7 @@ class ThreadedRuntime:
         config: RuntimeConfig,
         *,
         rig: Mapping[str, SensorSpec] | None = None,
-        fusion: FusionStage | None = None,
+        fusion: FusionStage | Literal["profile"] | None = "profile",
     ) -> None:
         self._runtime = Runtime(config, rig=rig, fusion=fusion)
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None

@@ -8,7 +8,22 @@ Lifecycle guarantees:
   ties this to the *spawning thread*, so the server is spawned from the event-loop thread that owns the
   context manager, never from a worker thread;
 * the python backend's ``/dev/shm`` regions carry the prefix ``perception_<owner-pid>_<random>_``:
-  they are removed at stop, and regions of owners that died are removed at the next start.
+  they are removed at stop, and regions of owners that died are removed at the next start;
+* a stop whose server exits 0 is silent. Any other exit status (the exit timeout expired, a crash,
+  SIGKILL after ``stop_timeout_s``) is a warning quoting the end of the server log, which is then kept.
+
+Why a SIGTERM'd server sometimes exits 1 (Triton 2.51, the newest any nvidia-pytriton wheel ships): on
+SIGTERM Triton waits for in-flight requests, unloads every model and gives up after
+``--exit-timeout-secs`` with status 1 ("failed to stop server: Exit timeout expired"); the python stubs,
+their server gone, then log "Non-graceful termination detected". Caught with gdb in that state (a
+stress of start, requests with 20-300 ms deadlines, stop): the model left "live" had an idle, healthy
+stub (waiting for its next command) and no server thread was unloading it -- something still held the
+model. This matches the gRPC frontend's cancellation races fixed upstream after 2.51 (server PRs 7840,
+8078, 8220): a client cancellation (or deadline) arriving while the response is being completed leaks the
+response, which holds its model, so the model can never be unloaded. The runtime cancels late requests
+by design, so at ``--rate max`` it meets that race now and then. What this class guarantees around it:
+the stop is bounded (``stop_timeout_s``), nothing is left behind (processes, ``/dev/shm``), and the
+warning quotes the log ("Exit timeout expired") so the failure is not silent.
 """
 
 from __future__ import annotations
@@ -53,6 +68,8 @@ _HOST = "127.0.0.1"
 _LOG_TAIL_LINES = 20
 _ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.IGNORECASE)
 _START_ATTEMPTS = 3
+#: Exit statuses of a normal stop (SIGTERM handled: 0; SIGTERM before Triton installed its handler).
+_NORMAL_EXIT = (0, -signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -374,7 +391,13 @@ class EmbeddedTriton:
             return
         with anyio.CancelScope(shield=True):
             try:
-                await self._terminate(proc, quiet=failed_start)
+                code = await self._terminate(proc)
+                if code not in _NORMAL_EXIT and not failed_start:
+                    # A real failure: say why, from the log, and keep the log for the post-mortem.
+                    keep_log = True
+                    where = f"; from {self._log_path}" if self._log_path is not None else ""
+                    tail = f":\n{read_log_tail(self._log_path)}" if self._log_path is not None else ""
+                    log.warning("tritonserver pid %d stopped with %s%s%s", proc.pid, _describe_exit(code), where, tail)
             finally:
                 self._proc = None
                 self._ports = None
@@ -385,7 +408,8 @@ class EmbeddedTriton:
                     with contextlib.suppress(OSError):
                         self._log_path.unlink()
 
-    async def _terminate(self, proc: subprocess.Popen[bytes], *, quiet: bool) -> None:
+    async def _terminate(self, proc: subprocess.Popen[bytes]) -> int | None:
+        """Stop the server and every process of its group; its exit status."""
         pgid = proc.pid  # start_new_session: the server leads its own process group
         if proc.poll() is None:
             signal_group(pgid, signal.SIGTERM)
@@ -399,9 +423,7 @@ class EmbeddedTriton:
             signal_group(pgid, signal.SIGKILL)
             if not await _wait_group_gone(pgid, 5.0):
                 raise ServerError(f"processes of tritonserver group {pgid} survive SIGKILL")
-        code = proc.returncode
-        if code not in (0, -signal.SIGTERM) and not quiet:
-            log.warning("tritonserver pid %d stopped with %s", pgid, _describe_exit(code))
+        return proc.returncode
 
 
 def _describe_exit(code: int | None) -> str:

@@ -3,7 +3,9 @@
 An ego vehicle drives a road (straights and gentle curves, lanes, sidewalks) through traffic (cars,
 trucks, pedestrians, cyclists); a configurable rig of lidars, radars and cameras samples the world
 on its own unaligned clocks. Everything is a pure function of the scenario, the seed and the rig, so
-identical arguments give byte-identical drives.
+identical arguments give byte-identical drives on the same machine; across CPU models, whose
+transcendentals may differ by an ulp, the written ground truth and ego poses are rounded to a fixed
+grid (1 µm, 1e-8 rad: :mod:`perception.sim._precision`) and drives agree within it.
 
 * :func:`generate_drive` writes a drive (MCAP, see :mod:`perception.drives`); the CLI is
   ``perception sim``.

@@ -2,7 +2,8 @@
 
 Every sample is a pure function of ``(scenario, seed, duration, rig, sensor, frame index)``: the
 scene is analytic in time and each frame draws from its own random stream. Worker processes can
-therefore produce samples in any order and the file is byte-identical for any ``workers``.
+therefore produce samples in any order and the file is byte-identical for any ``workers`` (on one
+machine; across CPU models see :mod:`perception.sim._precision`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from perception._progress import Progress
 from perception.errors import ConfigError
 from perception.sim._camera import CameraFrame, CameraModel
 from perception.sim._lidar import LidarModel
+from perception.sim._precision import round_ego_pose, round_ground_truth
 from perception.sim._radar import RadarModel
 from perception.sim._random import Stream, name_key, stream
 from perception.sim._rig import RigConfig, SensorConfig, builtin_rig_path, load_rig
@@ -61,7 +63,8 @@ class Simulator:
     """Random access to a simulated drive: scenes, samples, ego poses and ground truth at any time.
 
     ``Simulator("urban", seed=7, duration_s=12).sample("cam_front", 5)`` is the 6th front image;
-    the same arguments always give the same bytes.
+    the same arguments always give the same bytes on the same machine (across CPU models: see
+    :mod:`perception.sim._precision`).
     """
 
     def __init__(self, scenario: str | Scenario = "urban", *, seed: int = 0, duration_s: float = 10.0,
@@ -136,11 +139,14 @@ class Simulator:
         return scene
 
     def ego_pose(self, t_ns: int) -> EgoPose:
-        return self.world.ego_pose(t_ns)
+        """The ego pose as the drive holds it: rounded to the grid of :mod:`perception.sim._precision`."""
+        return round_ego_pose(self.world.ego_pose(t_ns))
 
     def ground_truth(self, t_ns: int) -> GroundTruth:
+        """Ground truth as the drive holds it: the scene's boxes rounded to the grid of
+        :mod:`perception.sim._precision` (1 µm, 1e-8 rad), so that it is the same on any CPU."""
         scene = self._scenes.get(t_ns)
-        return scene.ground_truth() if scene is not None else self.world.ground_truth(t_ns)
+        return round_ground_truth(scene.ground_truth() if scene is not None else self.world.ground_truth(t_ns))
 
     # -- sensors -------------------------------------------------------------------------------------
 
@@ -358,7 +364,7 @@ def generate_drive(
 
     ``progress=True`` draws a bar on stderr; a callable receives the simulated seconds done.
     ``workers`` > 1 captures samples in that many processes (``None``: up to 2, one per core); the
-    file is byte-identical whatever the number of workers. ``compression`` is the drive's chunk
+    file is byte-identical whatever the number of workers (on one machine). ``compression`` is the drive's chunk
     compression (``zstd``, ``lz4`` -- faster for big lidar drives -- or ``none``).
     """
     from perception.drives import DriveWriter

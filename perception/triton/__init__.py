@@ -27,11 +27,19 @@ from perception.triton._client import (
     TritonClient,
     is_loopback,
 )
-from perception.triton._contract import CONTRACTS, ModelContract, TensorSpec, check_contract, parse_model_config
+from perception.triton._contract import (
+    CAMERA_INPUT_SIZE_KEYS,
+    CONTRACTS,
+    ModelContract,
+    TensorSpec,
+    check_contract,
+    parse_model_config,
+)
 from perception.triton._errors import translate
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
 
 __all__ = [
+    "CAMERA_INPUT_SIZE_KEYS",
     "CONTRACTS",
     "ClientOptions",
     "InferRequest",

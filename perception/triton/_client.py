@@ -2,6 +2,9 @@
 
 A thin adapter over ``tritonclient.grpc.aio`` (untyped; nothing of it leaks out of this package):
 
+* Inference requests are encoded by :mod:`perception.triton._wire` (the tensors copied once, not four
+  times as ``tritonclient``'s ``InferInput`` + protobuf do) and sent as bytes on the same gRPC channels;
+  every other call goes through ``tritonclient``.
 * ``channels`` gRPC channels per URL, each on its own TCP connection, picked round-robin; several URLs
   (replicas) picked round-robin, skipping for a back-off period a URL that just failed to connect
   (:meth:`TritonClient.healthy_urls`). No retries here: the scheduler decides (``ConnectError.retryable``).
@@ -59,6 +62,7 @@ from perception.errors import (
 from ._contract import ModelContract, parse_model_config
 from ._errors import is_shm_registration_lost, translate
 from ._shm import SharedMemoryPool, ShmSlot, packed_size
+from ._wire import WireInput, encode_infer_request, model_infer_call
 
 __all__ = ["ClientOptions", "InferRequest", "InferResult", "ParameterValue", "ShmMode", "TritonClient"]
 
@@ -198,6 +202,8 @@ class _Endpoint:
         self.url = url
         self.loopback = is_loopback(url)
         self.clients: list[Any] = []  # tritonclient.grpc.aio.InferenceServerClient
+        #: ``ModelInfer`` on each client's channel, taking the request as bytes (see ``_wire``).
+        self.infer_calls: list[Any] = []
         self._next = 0
         self.failures = 0
         self.unhealthy_until_ns = 0
@@ -207,6 +213,12 @@ class _Endpoint:
         client = self.clients[self._next % len(self.clients)]
         self._next += 1
         return client
+
+    def infer_call(self) -> Any:
+        """The next channel's raw ``ModelInfer`` (round-robin with :meth:`client`)."""
+        call = self.infer_calls[self._next % len(self.infer_calls)]
+        self._next += 1
+        return call
 
     def healthy(self, now_ns: int) -> bool:
         return self.unhealthy_until_ns <= now_ns
@@ -253,6 +265,8 @@ class TritonClient:
         self._options = options or ClientOptions()
         self._endpoints = [_Endpoint(url) for url in self._options.urls]
         self._headers: dict[str, str] | None = dict(self._options.headers) or None
+        #: The same headers as gRPC metadata, for the raw inference calls.
+        self._metadata: tuple[tuple[str, str], ...] | None = tuple(self._options.headers.items()) or None
         self._rr = 0
         self._pool: SharedMemoryPool | None = None
         self._registrars = {ep.url: _Registrar(self, ep) for ep in self._endpoints}
@@ -282,7 +296,11 @@ class TritonClient:
         try:
             for ep in self._endpoints:
                 for _ in range(self._options.channels):
-                    ep.clients.append(self._new_channel(ep.url))
+                    client = self._new_channel(ep.url)
+                    ep.clients.append(client)
+                    # tritonclient keeps its grpc.aio channel in ``_channel``; inference goes over it
+                    # as encoded bytes (``_wire``), everything else through tritonclient.
+                    ep.infer_calls.append(model_infer_call(client._channel))
         except BaseException:
             await self._close_channels()
             raise
@@ -356,6 +374,7 @@ class TritonClient:
     async def _close_channels(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
             for ep in self._endpoints:
+                ep.infer_calls.clear()
                 while ep.clients:
                     client = ep.clients.pop()
                     try:
@@ -661,12 +680,12 @@ class TritonClient:
         slot: ShmSlot | None = None
         try:
             slot = await self._acquire_shm(ep, req, tensors)
-            infer_inputs, slot = self._build_inputs(tensors, slot)
-            requested = [tgrpc.InferRequestedOutput(n) for n in req.outputs] if req.outputs else None
+            wire_inputs, slot = self._build_inputs(tensors, slot)
+            payload = self._encode(req, wire_inputs, deadline_ns)
             prepare_ns = time.perf_counter_ns() - t0
             try:
-                response = await self._send(ep, req, infer_inputs, requested, deadline_ns)
-            except InferenceServerException as exc:
+                response = await self._send(ep, req, payload, deadline_ns)
+            except (InferenceServerException, grpc.RpcError) as exc:
                 if slot is None or not is_shm_registration_lost(exc):
                     raise
                 # The server forgot our regions (it restarted, or someone unregistered them): register
@@ -674,8 +693,8 @@ class TritonClient:
                 log.warning("triton %s lost our shared-memory registrations (%s); re-registering", ep.url, exc)
                 self._release(slot, forget_url=ep.url)
                 slot = None
-                infer_inputs, _ = self._build_inputs(tensors, None)
-                response = await self._send(ep, req, infer_inputs, requested, deadline_ns)
+                wire_inputs, _ = self._build_inputs(tensors, None)
+                response = await self._send(ep, req, self._encode(req, wire_inputs, deadline_ns), deadline_ns)
             used_shm = slot is not None
         except _FOREIGN as exc:
             err = translate(exc, model=req.model, sensor=req.sensor, frame=req.frame, url=ep.url)
@@ -754,8 +773,8 @@ class TritonClient:
 
     def _build_inputs(
         self, tensors: list[tuple[str, Array, str]], slot: ShmSlot | None
-    ) -> tuple[list[Any], ShmSlot | None]:
-        """tritonclient ``InferInput``s: in ``slot`` (copied there) or inline; returns the slot used."""
+    ) -> tuple[list[WireInput], ShmSlot | None]:
+        """The request's inputs: in ``slot`` (copied there) or inline; returns the slot used."""
         offsets: list[int] = []
         if slot is not None:
             try:
@@ -765,26 +784,38 @@ class TritonClient:
                 self._release(slot)
                 slot = None
         next_offset = iter(offsets)
-        infer_inputs = []
+        wire_inputs = []
         for name, array, dtype in tensors:
-            infer_input = tgrpc.InferInput(name, list(array.shape), dtype)
+            shape = tuple(int(d) for d in array.shape)
             if slot is not None and dtype != "BYTES":
-                infer_input.set_shared_memory(slot.name, array.nbytes, offset=next(next_offset))
+                offset = next(next_offset)
+                wire_inputs.append(
+                    WireInput(name, dtype, shape, shm_region=slot.name, shm_byte_size=array.nbytes, shm_offset=offset)
+                )
             else:
-                infer_input.set_data_from_numpy(array)
-            infer_inputs.append(infer_input)
-        return infer_inputs, slot
+                wire_inputs.append(WireInput(name, dtype, shape, array=array))
+        return wire_inputs, slot
 
-    async def _send(
-        self,
-        ep: _Endpoint,
-        req: InferRequest,
-        infer_inputs: list[Any],
-        requested: list[Any] | None,
-        deadline_ns: int | None,
-    ) -> Any:
-        client_timeout: float | None = None
+    def _encode(self, req: InferRequest, wire_inputs: list[WireInput], deadline_ns: int | None) -> bytes:
+        """The serialised request; its ``timeout`` parameter is what is left of the deadline (µs)."""
         server_timeout_us: int | None = None
+        if deadline_ns is not None:
+            server_timeout_us = max(1, (deadline_ns - time.perf_counter_ns()) // 1000)
+        try:
+            return encode_infer_request(
+                req.model,
+                wire_inputs,
+                outputs=req.outputs,
+                request_id=req.request_id,
+                timeout_us=server_timeout_us,
+                parameters=req.parameters,
+            )
+        except (ValueError, TypeError) as exc:
+            raise InputError(str(exc), model=req.model, sensor=req.sensor, frame=req.frame) from exc
+
+    async def _send(self, ep: _Endpoint, req: InferRequest, payload: bytes, deadline_ns: int | None) -> Any:
+        """One ``ModelInfer`` RPC of an encoded request (``grpc.RpcError`` on failure)."""
+        client_timeout: float | None = None
         if deadline_ns is not None:
             remaining = deadline_ns - time.perf_counter_ns()
             if remaining <= 0:
@@ -796,19 +827,7 @@ class TritonClient:
                     url=ep.url,
                 )
             client_timeout = remaining / 1e9
-            server_timeout_us = max(1, remaining // 1000)
-        return await self._rpc(
-            ep.client().infer(
-                model_name=req.model,
-                inputs=infer_inputs,
-                outputs=requested,
-                request_id=req.request_id,
-                timeout=server_timeout_us,
-                client_timeout=client_timeout,
-                headers=self._headers,
-                parameters=dict(req.parameters) if req.parameters else None,
-            )
-        )
+        return await self._rpc(ep.infer_call()(payload, timeout=client_timeout, metadata=self._metadata))
 
     def _read_outputs(self, req: InferRequest, response: Any, url: str) -> tuple[dict[str, Array], int | None]:
         proto = response.get_response()

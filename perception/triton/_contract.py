@@ -13,7 +13,19 @@ from typing import Any
 
 from perception.errors import ModelContractError
 
-__all__ = ["CONTRACTS", "ModelContract", "TensorSpec", "check_contract", "parse_model_config"]
+__all__ = [
+    "CAMERA_INPUT_SIZE_KEYS",
+    "CONTRACTS",
+    "ModelContract",
+    "TensorSpec",
+    "check_contract",
+    "parse_model_config",
+]
+
+#: ``parameters`` of a camera model's config stating its network input ``width, height`` (optional;
+#: the runtime then decodes JPEGs at the model's scale). Same keys as
+#: ``perception.modelkit.CAMERA_INPUT_SIZE_KEYS`` (the model side, checked by a test).
+CAMERA_INPUT_SIZE_KEYS = ("input_width", "input_height")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,9 @@ class ModelContract:
     ``instances`` is the number of execution instances the server runs (the sum of the config's
     ``instance_group`` counts, times the GPUs each group lists; 1 when unknown). It is not part of the
     contract a sensor kind needs; the runtime warms every instance up.
+
+    ``input_size`` is a camera model's network input ``(width, height)`` when its config states it
+    (:data:`CAMERA_INPUT_SIZE_KEYS`); ``None`` otherwise (the runtime then sends full-size images).
     """
 
     name: str
@@ -63,6 +78,7 @@ class ModelContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     instances: int = 1
+    input_size: tuple[int, int] | None = None
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
@@ -186,7 +202,30 @@ def parse_model_config(config: Mapping[str, Any]) -> ModelContract:
         inputs=tuple(_tensor(e, name) for e in body.get("input", ())),
         outputs=tuple(_tensor(e, name) for e in body.get("output", ())),
         instances=_instances(body.get("instance_group", ())),
+        input_size=_input_size(body.get("parameters", {}), name),
     )
+
+
+def _input_size(parameters: Any, model: str) -> tuple[int, int] | None:
+    """``(width, height)`` from the config's :data:`CAMERA_INPUT_SIZE_KEYS` parameters, if both are set."""
+    if not isinstance(parameters, Mapping):
+        return None
+    raw = [parameters.get(key) for key in CAMERA_INPUT_SIZE_KEYS]
+    if any(r is None for r in raw):
+        return None
+    values = []
+    for key, entry in zip(CAMERA_INPUT_SIZE_KEYS, raw, strict=True):
+        text = entry.get("string_value", "") if isinstance(entry, Mapping) else entry
+        try:
+            value = int(str(text))
+        except ValueError:
+            raise ModelContractError(
+                f"parameter {key!r} must be a positive integer, got {text!r}", model=model
+            ) from None
+        if value <= 0:
+            raise ModelContractError(f"parameter {key!r} must be a positive integer, got {value}", model=model)
+        values.append(value)
+    return values[0], values[1]
 
 
 def _instances(groups: Any) -> int:

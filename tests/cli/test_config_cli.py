@@ -27,8 +27,11 @@ def test_bundled_profile_is_valid_and_printed_resolved(capsys: pytest.CaptureFix
     assert err == ""
     doc, verdict = _resolved(out)
     cfg = load_config(path)
-    assert verdict == f"{path}: ok ({len(cfg.sensors)} sensors)"
-    assert [s["name"] for s in doc["sensors"]] == [s.name for s in cfg.sensors]  # type: ignore[union-attr]
+    # the bundled profile leaves its sensors to the drive, with a model and transport per kind
+    assert verdict == f"{path}: ok (sensors from the drive)" and doc["sensors"] == [] and not cfg.sensors
+    defaults = doc["sensor_defaults"]
+    assert isinstance(defaults, dict) and set(defaults) == {"lidar", "camera", "radar"}
+    assert defaults["lidar"]["model"] == "lidar_detector"
     assert doc["budget"]["total_ms"] == cfg.budget.total_ms  # type: ignore[index]
     assert doc["pipeline"]["max_in_flight"] == cfg.pipeline.max_in_flight  # type: ignore[index]
 
@@ -73,4 +76,4 @@ def test_the_installed_entry_point_runs_it() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.rstrip().endswith(f"{path}: ok ({len(load_config(path).sensors)} sensors)")
+    assert done.stdout.rstrip().endswith(f"{path}: ok (sensors from the drive)")

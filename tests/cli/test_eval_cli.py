@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from reliability_helpers import REPO_ROOT, profile_data, write_drive, write_profile
+from reliability_helpers import profile_data, write_drive, write_profile
 
 from perception.cli import main
 from perception.config import load_config
+from perception.drives import DriveReader
 from perception.replay import MODES
 from perception.server import EmbeddedTriton
 
@@ -28,7 +29,8 @@ def test_eval_scores_every_mode_and_fusion_beats_each_single_sensor(
     assert json.loads((out / "eval.json").read_text()) == modes
     assert list(modes) == list(MODES)
 
-    kinds = {s.name: s.kind for s in load_config(REPO_ROOT / "launch" / "replay.yaml").sensors}
+    with DriveReader(urban_drive) as reader:  # the default profile takes its sensors from the drive
+        kinds = {name: spec.kind.value for name, spec in reader.rig.items()}
     for mode, keep in MODES.items():
         m = modes[mode]
         assert m["sensors"] == sorted(n for n, k in kinds.items() if k in keep), mode

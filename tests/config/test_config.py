@@ -31,7 +31,9 @@ def test_bundled_profile_loads() -> None:
     assert isinstance(cfg, RuntimeConfig)
     assert cfg.server.embedded
     assert cfg.server.models[0] == ROOT / "models"
-    assert cfg.trigger.sensor in {s.name for s in cfg.sensors}
+    # The default profile names no sensor: they come from the drive it runs on.
+    assert cfg.sensors == () and not cfg.resolved
+    assert cfg.sensor_defaults.of("lidar").model == "lidar_detector"
 
 
 def test_good_profile_types_and_units(tmp_path: Path) -> None:
@@ -53,11 +55,13 @@ def test_good_profile_types_and_units(tmp_path: Path) -> None:
         (GOOD.replace("total_ms: 100", "total_ms: -1"), "budget.total_ms", "must be > 0"),
         (GOOD.replace("fusion_reserve_ms: 10", "fusion_reserve_ms: 200"), "budget.fusion_reserve_ms", "below"),
         (GOOD.replace("{sensor: lidar}", "{sensor: radar}"), "trigger", "not one of the sensors"),
-        (GOOD.replace("{sensor: lidar}", "{sensor: lidar, rate_hz: 10}"), "trigger", "exactly one"),
+        (GOOD.replace("{sensor: lidar}", "{sensor: lidar, rate_hz: 10}"), "trigger", "at most one"),
         (GOOD + "pipeline: {overflow: sometimes}\n", "pipeline.overflow", "drop-oldest"),
         (GOOD + "pipeline: {max_in_flight: true}\n", "pipeline.max_in_flight", "expected an integer"),
         (GOOD.replace("- {name: lidar, kind: lidar, model: lidar_detector}\n", ""), "trigger", "not one of"),
-        ("trigger: {sensor: a}\n", "sensors", "required key is missing"),
+        ("sensors: [{name: a, model: m}]\n", "sensors[0].kind", "required key is missing"),
+        ("sensor_defaults: {lidar: {model: ''}}\n", "sensor_defaults.lidar.model", "non-empty"),
+        ("sensor_defaults: {sonar: {model: m}}\n", "sensor_defaults.sonar", "unknown key"),
         ("sensors: 5\ntrigger: {rate_hz: 10}\n", "sensors", "expected a list"),
         ("- 1\n- 2\n", "<root>", "mapping at the top level"),
     ],

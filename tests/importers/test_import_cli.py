@@ -30,6 +30,9 @@ def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.
     stdout, _ = capsys.readouterr()
     assert "/ground_truth/objects                3" in stdout
     assert "lidar_top: sweep files missing: 1" in stdout
+    # What to run next, with no profile to write first (the default one takes the drive's sensors).
+    assert f"replay it with:  perception replay {out} --out {tmp_path / 'drive-replay'}\n" in stdout
+    assert f"score it with:   perception eval {out}\n" in stdout
     assert main(argv) == 1  # exists: kept
     _, stderr = capsys.readouterr()
     assert stderr.strip().endswith("output exists (pass --force / overwrite=True to replace it)")

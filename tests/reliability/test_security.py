@@ -144,8 +144,8 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-@pytest.mark.anyio
 @pytest.mark.triton  # starts a server of its own
+@pytest.mark.anyio
 async def test_leftovers_of_a_crashed_run_are_removed_at_the_next_start(tmp_path: Path) -> None:
     dead = _dead_pid()
     leftovers = [Path("/dev/shm") / f"perception_{dead}_0badc0de_{i}" for i in range(3)]

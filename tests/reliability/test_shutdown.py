@@ -166,8 +166,8 @@ def long_drive(tmp_path: Path) -> Path:
     return write_drive(tmp_path / "long.mcap", 600, lidar_points=2000)
 
 
-@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 @pytest.mark.triton
+@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 def test_sigterm_stops_gracefully_with_every_record_and_nothing_left(
     tmp_path: Path, sleepy_repo: Path, long_drive: Path
 ) -> None:
@@ -194,8 +194,8 @@ def test_sigterm_stops_gracefully_with_every_record_and_nothing_left(
         replay.close()
 
 
-@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 @pytest.mark.triton
+@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 def test_second_sigint_forces_the_exit_and_still_cleans_up(tmp_path: Path, sleepy_repo: Path, long_drive: Path) -> None:
     replay = Replay(tmp_path, sleepy_repo, long_drive, rate="max")
     try:
@@ -214,8 +214,8 @@ def test_second_sigint_forces_the_exit_and_still_cleans_up(tmp_path: Path, sleep
         replay.close()
 
 
-@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 @pytest.mark.triton
+@pytest.mark.slow  # a perception replay subprocess with its own server (still in the default run)
 def test_sigterm_during_start_up_stops_the_starting_server(tmp_path: Path, sleepy_repo: Path, long_drive: Path) -> None:
     replay = Replay(tmp_path, sleepy_repo, long_drive)
     try:

@@ -32,3 +32,29 @@ def broken_repo(tmp_path: Path) -> Path:
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
     return repo
+
+
+HUNG_FINALIZE_MODEL = """\
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.zeros(1, np.float32))]) for _ in requests]
+
+    def finalize(self):
+        time.sleep(120)  # never finishes unloading: the server's exit timeout expires
+"""
+
+
+@pytest.fixture
+def hung_finalize_repo(tmp_path: Path) -> Path:
+    """A repository whose only model never finishes ``finalize``: a stop that cannot be clean."""
+    repo = tmp_path / "hung_finalize_repo"
+    (repo / "hung" / "1").mkdir(parents=True)
+    (repo / "hung" / "config.pbtxt").write_text(BROKEN_CONFIG.replace("TYPE_BOGUS", "TYPE_FP32"))
+    (repo / "hung" / "1" / "model.py").write_text(HUNG_FINALIZE_MODEL)
+    return repo

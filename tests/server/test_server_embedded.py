@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -54,6 +55,48 @@ async def test_start_stop_leaves_no_process_and_no_shared_memory(echo_repo: Path
         assert "successfully loaded 'echo'" in log_path.read_text()
         with pytest.raises(ServerError, match="not running"):
             _ = server.grpc_url
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_normal_stop_exits_0_without_a_warning(
+    echo_repo: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="perception.server")
+    with anyio.fail_after(90):
+        server = EmbeddedTriton([echo_repo])
+        async with server:
+            proc = server._proc
+            log_path = server.log_path
+            await wait_for_server(server.grpc_url, timeout_s=5)
+    assert proc is not None and proc.returncode == 0
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert log_path is not None and not log_path.exists()  # a temporary log goes with a clean stop
+
+
+@pytest.mark.triton
+@pytest.mark.slow  # waits out the (short) exit timeout
+@pytest.mark.anyio
+async def test_a_stop_that_times_out_warns_with_the_log_tail_and_keeps_the_log(
+    hung_finalize_repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="perception.server")
+    with anyio.fail_after(120):
+        server = EmbeddedTriton([hung_finalize_repo], stop_timeout_s=3.0)  # --exit-timeout-secs=1
+        async with server:
+            prefix = server.shm_prefix
+            pid = server.pid
+            log_path = server.log_path
+    assert pid is not None and not pid_alive(pid)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    stopped = [w for w in warnings if f"tritonserver pid {pid} stopped with exit code 1" in w]
+    assert stopped, warnings
+    assert "Exit timeout expired" in stopped[0]  # the log tail says why
+    assert log_path is not None and log_path.exists()  # kept for the post-mortem
+    assert str(log_path) in stopped[0]
+    assert process_group_members(pid) == [] and stubs_with_prefix(prefix) == []
+    assert shm_entries(prefix) == []
+    log_path.unlink()
 
 
 @pytest.mark.triton

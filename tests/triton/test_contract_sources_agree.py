@@ -25,3 +25,9 @@ def test_client_and_model_contracts_agree(kind: str) -> None:
     assert as_client(inputs) == [(t.name, t.dtype, tuple(t.dims)) for t in client.inputs]
     assert as_client(outputs) == [(t.name, t.dtype, tuple(t.dims)) for t in client.outputs]
     assert sorted(OUTPUTS[kind]) == sorted(t.name for t in client.outputs)
+
+
+def test_camera_input_size_keys_agree() -> None:
+    from perception.triton import CAMERA_INPUT_SIZE_KEYS
+
+    assert CAMERA_INPUT_SIZE_KEYS == kit.CAMERA_INPUT_SIZE_KEYS

@@ -1,0 +1,366 @@
+"""Camera path, side by side in one run: which detector, and where and at what scale to decode the JPEGs.
+
+Three parts, written to ``bench/results/camera.json``:
+
+* ``quality``: 2D AP at IoU >= 0.5 per class, with its n (counted ground-truth boxes), of the
+  simulator-trained CNN (``camera_detector``) and the COCO YOLOX-Nano (``yolox_nano``), on the bundled
+  simulated drive (``replay_data/urban_seed7_10s.mcap``, both cameras, every image) and on the real
+  nuScenes scene (``$PERCEPTION_REAL_DATA/nuscenes-scene-0916``, imported into a temporary drive; all
+  six cameras of every keyframe). The protocol is ``perception model-quality``'s
+  (:class:`perception.evaluation.ModelQualityEvaluator`: 3D ground truth projected into the image,
+  objects < 50 % visible behind other ground-truth boxes or < 10 px tall are don't-care). Scenery does
+  not occlude in that projection, so on nuScenes an object hidden behind a wall or a bus shelter still
+  counts: the real-data APs are lower bounds. Each model runs in-process (the same
+  :class:`~perception.modelkit.CameraDetector` / :class:`~perception.modelkit.YoloxDetector` code the
+  Triton models run) on images decoded like the runtime decodes them (at the model's scale,
+  :func:`perception.scheduler.camera_input`), boxes scaled back to original pixels.
+* ``decode``: client-side cost of one 1600x900 nuScenes JPEG: full decode vs Pillow ``draft``
+  (libjpeg's DCT-domain downscale) at the scale of each model; and of a six-camera frame decoded in
+  worker threads as the dispatcher does.
+* ``frame``: the six cameras of a nuScenes keyframe through the embedded Triton server, one frame in
+  flight, variants interleaved frame by frame so the host's load hits them alike:
+  ``full_batched`` (full decode, one ``[6, 900, 1600, 3]`` request: the runtime before),
+  ``draft_batched`` (decode at the model's scale, one ``[6, 450, 800, 3]`` request: the runtime now),
+  ``draft_per_camera`` (six concurrent one-image requests) and ``jpeg_server_batched`` (the six
+  compressed JPEGs in one BYTES request to a bench-only model, ``yolox_nano_jpeg``, that decodes them
+  server-side with the same draft and runs the same detector: where a GPU host would decode).
+  Per variant: the client's ``preprocess`` (decode), the request, and their sum, p50/p99 (ms).
+
+Usage: ``.venv/bin/python bench/bench_camera.py [--frames 41] [--output bench/results/camera.json]``
+(needs ``$PERCEPTION_REAL_DATA`` or ``../shared/real_data`` for the nuScenes parts; without it only
+the simulated quality is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from perception.drives import DriveReader
+from perception.modelkit import APAccumulator, CameraDetections, CameraDetector, YoloxDetector, camera_ground_truth
+from perception.scheduler import OUTPUTS, camera_input, scale_camera_boxes
+from perception.types import LABELS, ImageSample, SensorKind, SensorSpec
+
+log = logging.getLogger("bench_camera")
+
+REPO = Path(__file__).resolve().parents[1]
+SIM_DRIVE = REPO / "replay_data" / "urban_seed7_10s.mcap"
+ONNX = {
+    "camera_detector": REPO / "models" / "camera_detector" / "1" / "camera_detector.onnx",
+    "yolox_nano": REPO / "models" / "yolox_nano" / "1" / "yolox_nano.onnx",
+}
+SCENE = "scene-0916"
+GT_TOLERANCE_NS = 60_000_000  # nuScenes cameras fire tens of ms from the keyframe's lidar time
+
+Detector = Callable[[Sequence[npt.NDArray[np.uint8]]], list[CameraDetections]]
+
+
+def real_data() -> Path | None:
+    root = Path(os.environ.get("PERCEPTION_REAL_DATA", REPO.parent / "shared" / "real_data"))
+    scene = root / "nuscenes-scene-0916"
+    return scene if scene.is_dir() else None
+
+
+def stats(ms: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(ms, dtype=np.float64)
+    return {
+        "n": int(a.size),
+        "p50": round(float(np.percentile(a, 50)), 2),
+        "p99": round(float(np.percentile(a, 99)), 2),
+        "mean": round(float(a.mean()), 2),
+    }
+
+
+def detectors() -> dict[str, tuple[Detector, tuple[int, int]]]:
+    cnn = CameraDetector(ONNX["camera_detector"])
+    yolox = YoloxDetector(ONNX["yolox_nano"])
+    return {"camera_detector": (cnn, cnn.input_size), "yolox_nano": (yolox, yolox.input_size)}
+
+
+def import_nuscenes(scene_root: Path, out: Path) -> Path:
+    from perception.importers import import_nuscenes as run
+
+    drive = out / "nuscenes.mcap"
+    run(scene_root, scene=SCENE, output=drive)
+    return drive
+
+
+def camera_samples(reader: DriveReader) -> Iterator[tuple[SensorSpec, ImageSample]]:
+    cams = [name for name, spec in reader.rig.items() if spec.kind is SensorKind.CAMERA]
+    for sample in reader.samples(sensors=cams):
+        assert isinstance(sample, ImageSample)
+        yield reader.rig[sample.sensor], sample
+
+
+# -------------------------------------------------------------------------------- quality
+
+
+def quality(drive: Path, dets: dict[str, tuple[Detector, tuple[int, int]]]) -> dict[str, Any]:
+    """2D AP50 per class (with n) of each model on every camera image of ``drive`` (the protocol of
+    :class:`~perception.evaluation.ModelQualityEvaluator`; the ground truth is projected once per image)."""
+    from perception.evaluation import QualitySettings
+    from perception.sim import project_ground_truth
+
+    protocol = QualitySettings()
+    acc = {m: APAccumulator(num_classes=len(LABELS), iou_threshold=protocol.camera_iou) for m in dets}
+    infer_ms: dict[str, list[float]] = {m: [] for m in dets}
+    with DriveReader(drive) as reader:
+        for spec, sample in camera_samples(reader):
+            gt = reader.ground_truth_at(sample.t_ns, GT_TOLERANCE_NS)
+            if gt is None:
+                continue
+            gt_boxes, gt_labels, gt_ignore = camera_ground_truth(
+                [(b.label, b.x1, b.y1, b.x2, b.y2, b.visible_fraction) for b in project_ground_truth(gt, spec)],
+                min_visible=protocol.camera_min_visible,
+                min_height=protocol.camera_min_height_px,
+            )
+            for name, (detector, size) in dets.items():
+                image, scale = camera_input(sample, size)
+                t0 = time.perf_counter()
+                (d,) = detector([image])
+                infer_ms[name].append((time.perf_counter() - t0) * 1e3)
+                boxes = scale_camera_boxes({"BOXES": d.boxes}, scale)["BOXES"]
+                acc[name].add(boxes, d.scores, d.labels, gt_boxes, gt_labels, gt_ignore)
+    out: dict[str, Any] = {}
+    for name, a in acc.items():
+        results = a.results()
+        out[name] = {
+            "images": len(infer_ms[name]),
+            "ap50": {
+                c: None if np.isnan(r.ap) else round(float(r.ap), 4) for c, r in zip(LABELS, results, strict=True)
+            },
+            "n_gt": {c: r.num_gt for c, r in zip(LABELS, results, strict=True)},
+            "tp": {c: r.true_positives for c, r in zip(LABELS, results, strict=True)},
+            "fp": {c: r.false_positives for c, r in zip(LABELS, results, strict=True)},
+            "in_process_ms": stats(infer_ms[name]),
+        }
+        log.info("%s on %s: %s (n %s)", name, drive.name, out[name]["ap50"], out[name]["n_gt"])
+    return out
+
+
+def _ap(ap: float) -> float | None:
+    return None if np.isnan(ap) else round(float(ap), 4)
+
+
+# -------------------------------------------------------------------------------- decode
+
+
+def decode_costs(jpegs: list[ImageSample], sizes: dict[str, tuple[int, int]], frames: int) -> dict[str, Any]:
+    variants: dict[str, tuple[int, int] | None] = {"full": None, **{f"draft_{m}": s for m, s in sizes.items()}}
+    per_image: dict[str, list[float]] = {v: [] for v in variants}
+    shapes: dict[str, list[int]] = {}
+    for sample in jpegs:
+        for v, size in variants.items():
+            t0 = time.perf_counter()
+            image, _ = camera_input(sample, size)
+            per_image[v].append((time.perf_counter() - t0) * 1e3)
+            shapes[v] = list(image.shape)
+    # Six cameras of a frame in worker threads, as the dispatcher decodes them.
+    per_frame: dict[str, list[float]] = {v: [] for v in variants}
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        for k in range(min(frames, len(jpegs) // 6)):
+            frame = jpegs[6 * k : 6 * k + 6]
+            for v, size in variants.items():
+                t0 = time.perf_counter()
+                list(pool.map(lambda s, z=size: camera_input(s, z), frame))
+                per_frame[v].append((time.perf_counter() - t0) * 1e3)
+    return {
+        "image": "nuScenes 1600x900 JPEG",
+        "decoded_shape": shapes,
+        "per_image_ms": {v: stats(x) for v, x in per_image.items()},
+        "six_cameras_threads_ms": {v: stats(x) for v, x in per_frame.items()},
+    }
+
+
+# -------------------------------------------------------------------------------- frame (Triton)
+
+_JPEG_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from perception._imageio import decode_image_scaled
+from perception.modelkit import YoloxDetector
+
+
+class TritonPythonModel:
+    """Bench only: six compressed JPEGs in, decoded server-side at the model's scale, YOLOX, contract out."""
+
+    def initialize(self, args):
+        self.detector = YoloxDetector({onnx!r})
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rows = pb_utils.get_input_tensor_by_name(request, "JPEG").as_numpy().reshape(-1)
+            images, scales = [], []
+            for row in rows:
+                image, (w, h) = decode_image_scaled(bytes(row), fit=self.detector.input_size)
+                images.append(image)
+                scales.append((w / image.shape[1], h / image.shape[0]))
+            padded = [d.padded() for d in self.detector(images)]
+            boxes = np.stack([p[0] * np.array([sx, sy, sx, sy], np.float32) for p, (sx, sy) in zip(padded, scales)])
+            out = [boxes, np.stack([p[1] for p in padded]), np.stack([p[2] for p in padded]),
+                   np.stack([p[3] for p in padded])]
+            names = ("BOXES", "SCORES", "LABELS", "COUNT")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in zip(names, out)]))
+        return responses
+'''
+
+_JPEG_CONFIG = """
+name: "yolox_nano_jpeg"
+backend: "python"
+max_batch_size: 8
+input [ { name: "JPEG", data_type: TYPE_STRING, dims: [ 1 ] } ]
+output [
+  { name: "BOXES", data_type: TYPE_FP32, dims: [ 100, 4 ] },
+  { name: "SCORES", data_type: TYPE_FP32, dims: [ 100 ] },
+  { name: "LABELS", data_type: TYPE_INT32, dims: [ 100 ] },
+  { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+
+def write_jpeg_model(repo: Path) -> None:
+    model = repo / "yolox_nano_jpeg"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(_JPEG_CONFIG)
+    (model / "1" / "model.py").write_text(_JPEG_MODEL.format(onnx=str(ONNX["yolox_nano"])))
+
+
+async def frame_latency(frames: list[list[ImageSample]], repo: Path, size: tuple[int, int]) -> dict[str, Any]:
+    from perception.server import EmbeddedTriton
+    from perception.triton import ClientOptions, TritonClient
+
+    variants = ("full_batched", "draft_batched", "draft_per_camera", "jpeg_server_batched")
+    pre: dict[str, list[float]] = {v: [] for v in variants}
+    req: dict[str, list[float]] = {v: [] for v in variants}
+    total: dict[str, list[float]] = {v: [] for v in variants}
+    counts: dict[str, int] = dict.fromkeys(variants, 0)
+    outputs = OUTPUTS["camera"]
+    server = EmbeddedTriton([REPO / "models", repo], log_path=repo.parent / "tritonserver.log", startup_timeout_s=180)
+    async with server, TritonClient(ClientOptions(urls=(server.grpc_url,))) as client:
+
+        async def decode(frame: list[ImageSample], fit: tuple[int, int] | None) -> list[Any]:
+            images: list[Any] = [None] * len(frame)
+
+            async def one(i: int) -> None:
+                images[i] = (await anyio.to_thread.run_sync(camera_input, frame[i], fit))[0]
+
+            async with anyio.create_task_group() as tg:
+                for i in range(len(frame)):
+                    tg.start_soon(one, i)
+            return images
+
+        async def run(variant: str, frame: list[ImageSample]) -> None:
+            t0 = time.perf_counter()
+            if variant == "jpeg_server_batched":
+                blobs = np.array([[s.data] for s in frame], dtype=np.object_)
+                t1 = time.perf_counter()
+                res = await client.infer("yolox_nano_jpeg", {"JPEG": blobs}, outputs=outputs, use_shm=False)
+                found = int(np.asarray(res.outputs["COUNT"]).sum())
+            else:
+                images = await decode(frame, None if variant == "full_batched" else size)
+                t1 = time.perf_counter()
+                if variant == "draft_per_camera":
+                    found = 0
+
+                    async def single(image: Any) -> None:
+                        nonlocal found
+                        r = await client.infer("yolox_nano", {"IMAGE": image[None]}, outputs=outputs)
+                        found += int(np.asarray(r.outputs["COUNT"]).sum())
+
+                    async with anyio.create_task_group() as tg:
+                        for image in images:
+                            tg.start_soon(single, image)
+                else:
+                    res = await client.infer("yolox_nano", {"IMAGE": np.stack(images)}, outputs=outputs)
+                    found = int(np.asarray(res.outputs["COUNT"]).sum())
+            t2 = time.perf_counter()
+            pre[variant].append((t1 - t0) * 1e3)
+            req[variant].append((t2 - t1) * 1e3)
+            total[variant].append((t2 - t0) * 1e3)
+            counts[variant] += found
+
+        for v in variants:  # warm-up: every variant once (first requests pay one-off costs)
+            await run(v, frames[0])
+        for v in variants:
+            pre[v].clear()
+            req[v].clear()
+            total[v].clear()
+            counts[v] = 0
+        for k, frame in enumerate(frames):
+            order = variants[k % len(variants) :] + variants[: k % len(variants)]  # rotate who goes first
+            for v in order:
+                await run(v, frame)
+    return {
+        v: {
+            "preprocess_ms": stats(pre[v]),
+            "request_ms": stats(req[v]),
+            "total_ms": stats(total[v]),
+            "detections": counts[v],
+        }
+        for v in variants
+    }
+
+
+def nuscenes_frames(drive: Path, limit: int) -> list[list[ImageSample]]:
+    by_time: dict[int, list[ImageSample]] = {}
+    with DriveReader(drive) as reader:
+        cams = sorted(n for n, s in reader.rig.items() if s.kind is SensorKind.CAMERA)
+        frame: list[ImageSample] = []
+        for _, sample in camera_samples(reader):
+            frame.append(sample)
+            if len(frame) == len(cams):
+                by_time[len(by_time)] = frame
+                frame = []
+    return list(by_time.values())[:limit]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=41, help="nuScenes keyframes for decode/frame timing")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "camera.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    dets = detectors()
+    sizes = {m: s for m, (_, s) in dets.items()}
+    result: dict[str, Any] = {
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": list(os.getloadavg())},
+        "quality": {"sim_urban_seed7": quality(SIM_DRIVE, dets)},
+    }
+    scene = real_data()
+    if scene is None:
+        log.warning("no real data ($PERCEPTION_REAL_DATA or ../shared/real_data): nuScenes parts skipped")
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench_camera_") as tmp:
+            drive = import_nuscenes(scene, Path(tmp))
+            result["quality"]["nuscenes_scene_0916"] = quality(drive, dets)
+            frames = nuscenes_frames(drive, args.frames)
+            jpegs = [s for f in frames for s in f]
+            result["decode"] = decode_costs(jpegs, sizes, args.frames)
+            repo = Path(tmp) / "bench_models"
+            write_jpeg_model(repo)
+            result["frame"] = anyio.run(frame_latency, frames, repo, sizes["yolox_nano"])
+            result["frame_info"] = {"frames": len(frames), "cameras": 6, "model": "yolox_nano", "in_flight": 1}
+    result["host"]["load_after"] = list(os.getloadavg())
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

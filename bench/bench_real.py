@@ -1,0 +1,240 @@
+"""Quality and latency on real recorded drives, per dataset and per sensor mode, in one run.
+
+Reads the real data from ``$PERCEPTION_REAL_DATA`` (default: ``../shared/real_data`` beside the
+repository; see that folder's README; it is never committed). Each dataset is imported with
+``perception import`` into a temporary directory, then replayed once in lockstep with every sensor
+(``perception eval``'s path, :func:`perception.replay.evaluate_modes`) and scored in every mode:
+fused, lidar_only, radar_only, camera_only and the three "one kind missing" modes. The bundled
+simulated drive is scored in the same run, so a change tuned on real data is seen on the simulator too.
+
+Recorded per dataset and mode: mAP (and NDS where the protocol defines it), AP per class with the
+number of ground-truth boxes behind it, ATE and AVE; per dataset the frame latency p50/p99 of the
+lockstep replay (one frame in flight, every sensor awaited) and its largest stages.
+
+Targets (issue #16, on the nuScenes scene): fused car AP >= 0.40; fused mAP >= 1.10 x the best
+single-sensor mode; camera-only and radar-only AP > 0 for every class with ground truth that the
+sensor can see; AVE with radar (fused) < AVE without (no_radar). Each is reported as met or not, with
+the measured value; the script exits 0 either way (a benchmark reports, it does not gate).
+
+    .venv/bin/python bench/bench_real.py [--datasets nuscenes,kitti,sim] [--out bench/results/real.json]
+
+Writes ``bench/results/real.json`` and the table between the ``real:`` markers in ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from perception.benchmark import environment
+from perception.config import load_config
+from perception.replay import evaluate_modes
+
+log = logging.getLogger("bench_real")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "real.json"
+README = ROOT / "bench" / "README.md"
+BUNDLED = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+SINGLE = ("lidar_only", "radar_only", "camera_only")
+# Classes each kind of sensor can be asked to see (radar sees what moves or reflects; the reference
+# camera model knows the COCO road users).
+VISIBLE = {
+    "camera_only": ("car", "truck", "pedestrian", "cyclist"),
+    "radar_only": ("car", "truck"),
+}
+
+
+def real_data_root() -> Path:
+    env = os.environ.get("PERCEPTION_REAL_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "real_data"
+
+
+def _import_nuscenes(root: Path, out: Path) -> Path:
+    from perception.importers import import_nuscenes
+
+    scene_dir = root / "nuscenes-scene-0916"
+    drive = out / "nuscenes-scene-0916.mcap"
+    import_nuscenes(scene_dir, "scene-0916", drive, version="v1.0-mini")
+    return drive
+
+
+def _import_kitti(root: Path, out: Path) -> Path:
+    from perception import importers
+
+    kitti = getattr(importers, "import_kitti", None)
+    if kitti is None:
+        raise RuntimeError("no KITTI importer in this version")
+    drive = out / "kitti-object.mcap"
+    kitti(root / "kitti-object", drive)
+    return drive
+
+
+IMPORTERS: Mapping[str, tuple[str, Callable[[Path, Path], Path]]] = {
+    "nuscenes": ("nuscenes-scene-0916", _import_nuscenes),
+    "kitti": ("kitti-object", _import_kitti),
+}
+
+
+def _mode_row(summary: Mapping[str, Any]) -> dict[str, Any]:
+    n = summary.get("num_ground_truth", {})
+    return {
+        "protocol": summary.get("protocol", "native"),
+        "mAP": summary.get("mAP"),
+        "NDS": summary.get("NDS", summary.get("nds")),
+        "ATE": summary.get("ate"),
+        "AVE": summary.get("ave"),
+        "per_class": {
+            c: {"AP": ap, "n": n.get(c, 0), "detections": summary.get("num_detections", {}).get(c, 0)}
+            for c, ap in summary.get("per_class_ap", {}).items()
+        },
+        "frames": summary.get("frames"),
+    }
+
+
+def _latency(report: Mapping[str, Any]) -> dict[str, Any]:
+    lat = report.get("latency_ms", {})
+    total = lat.get("total", {})
+    stages = {k: v.get("p50") for k, v in lat.get("stages", {}).items()}
+    sensors: dict[str, Any] = {}
+    for sensor, st in lat.get("sensors", {}).items():
+        sensors[sensor] = {k: v.get("p50") for k, v in st.items()}
+    return {"p50_ms": total.get("p50"), "p99_ms": total.get("p99"), "stages_p50_ms": stages, "sensors_p50_ms": sensors}
+
+
+def score(drive: Path) -> dict[str, Any]:
+    config = load_config(ROOT / "launch" / "replay.yaml")
+    t0 = time.perf_counter()
+    modes, outcome = anyio.run(lambda: evaluate_modes(drive, config, progress=False), backend="asyncio")
+    return {
+        "modes": {m: _mode_row(s) for m, s in modes.items()},
+        "latency_lockstep": _latency(outcome.report),
+        "sensors": modes["fused"].get("sensors", []),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def targets(result: Mapping[str, Any]) -> dict[str, Any]:
+    modes = result["modes"]
+    fused = modes["fused"]
+    out: dict[str, Any] = {}
+    car = fused["per_class"].get("car", {}).get("AP") or 0.0
+    out["fused_car_ap_ge_0.40"] = {"value": car, "met": car >= 0.40}
+    best = max((modes[m]["mAP"] or 0.0) for m in SINGLE)
+    ratio = (fused["mAP"] or 0.0) / best if best > 0 else None
+    out["fused_map_ge_1.10x_best_single"] = {
+        "value": ratio,
+        "best_single": best,
+        "met": ratio is not None and ratio >= 1.10,
+    }
+    for mode, classes in VISIBLE.items():
+        per = modes[mode]["per_class"]
+        zero = [c for c in classes if per.get(c, {}).get("n", 0) > 0 and not (per[c]["AP"] or 0.0) > 0]
+        out[f"{mode}_ap_gt_0_per_visible_class"] = {"zero_classes": zero, "met": not zero}
+    with_radar, without = fused["AVE"], modes["no_radar"]["AVE"]
+    out["ave_with_radar_lt_without"] = {
+        "with_radar": with_radar,
+        "without_radar": without,
+        "met": with_radar is not None and without is not None and with_radar < without,
+    }
+    return out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    lines = [
+        f"Measured {results['environment'].get('date', '')} on {results['environment'].get('cpu', '?')} "
+        f"(load {results['environment'].get('load_average', '?')}).",
+        "",
+        "| dataset | mode | protocol | mAP | NDS | car AP (n) | pedestrian AP (n) | ATE m | AVE m/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, res in results["datasets"].items():
+        if "error" in res:
+            lines.append(f"| {name} | - | - | skipped: {res['error']} | | | | | |")
+            continue
+        for mode, row in res["modes"].items():
+            pc = row["per_class"]
+            car, ped = pc.get("car", {}), pc.get("pedestrian", {})
+            lines.append(
+                f"| {name} | {mode} | {row['protocol']} | {_fmt(row['mAP'])} | {_fmt(row['NDS'])} "
+                f"| {_fmt(car.get('AP'))} ({car.get('n', 0)}) | {_fmt(ped.get('AP'))} ({ped.get('n', 0)}) "
+                f"| {_fmt(row['ATE'], 2)} | {_fmt(row['AVE'], 2)} |"
+            )
+    lines += ["", "| dataset | sensors | lockstep frame p50 ms | p99 ms |", "|---|---:|---:|---:|"]
+    for name, res in results["datasets"].items():
+        if "error" not in res:
+            lat = res["latency_lockstep"]
+            lines.append(f"| {name} | {len(res['sensors'])} | {_fmt(lat['p50_ms'], 1)} | {_fmt(lat['p99_ms'], 1)} |")
+    if "targets" in results:
+        lines += ["", "| target (nuScenes scene) | value | met |", "|---|---|---|"]
+        for name, t in results["targets"].items():
+            value = {k: v for k, v in t.items() if k != "met"}
+            lines.append(f"| {name} | {json.dumps(value)} | {'yes' if t['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write_readme(table: str) -> None:
+    begin, end = "<!-- real:begin -->", "<!-- real:end -->"
+    text = README.read_text(encoding="utf-8")
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n## `bench/bench_real.py` — real drives\n\n" + block + "\n"
+    README.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="nuscenes,kitti,sim")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the table in bench/README.md")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = real_data_root()
+    wanted = [d for d in args.datasets.split(",") if d]
+    results: dict[str, Any] = {"environment": environment(), "real_data": str(root), "datasets": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+        for name in wanted:
+            log.info("dataset %s", name)
+            try:
+                if name == "sim":
+                    drive = BUNDLED
+                else:
+                    folder, importer = IMPORTERS[name]
+                    if not (root / folder).is_dir():
+                        raise RuntimeError(f"{root / folder} is absent (set PERCEPTION_REAL_DATA)")
+                    drive = importer(root, Path(tmp))
+                results["datasets"][name] = score(drive)
+            except Exception as exc:  # a missing dataset or importer is reported, the others go on
+                log.warning("dataset %s: %s", name, exc)
+                results["datasets"][name] = {"error": str(exc)}
+    nus = results["datasets"].get("nuscenes", {})
+    if "modes" in nus:
+        results["targets"] = targets(nus)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    table = markdown(results)
+    if not args.no_readme:
+        _write_readme(table)
+    sys.stdout.write(table)
+    log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""``perception live``: a realistic host — a publisher process plays a drive over a Unix socket, this
+process pushes what arrives into a :class:`perception.live.LiveRuntime` and reports."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception.cli._common import add_runtime_options, runtime_config
+from perception.live import live_session, parse_faults
+from perception.replay import safe_output_path
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "live",
+        help="run the live API as a vehicle host would: a publisher process plays DRIVE over a Unix socket",
+        description="A separate publisher process plays DRIVE at its recorded timing over a Unix socket, each "
+        "sensor on its own thread, stamping samples on the host's monotonic clock; this process uses only "
+        "the live API (LiveRuntime.push) and prints latency from the trigger sample's arrival to its result "
+        "(p50/p99), frames produced vs expected, drops by reason and deadline misses. Fault options make the "
+        "publisher misbehave as middleware does.",
+    )
+    add_runtime_options(p)
+    p.add_argument(
+        "--silence",
+        action="append",
+        default=[],
+        metavar="SENSOR:FROM:TO",
+        help="do not send SENSOR's samples between FROM and TO seconds (repeatable)",
+    )
+    p.add_argument(
+        "--burst",
+        action="append",
+        default=[],
+        metavar="SENSOR:FROM:TO",
+        help="hold SENSOR's samples back between FROM and TO s, then send them at once (repeatable)",
+    )
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="random extra delay per sample, up to this")
+    p.add_argument(
+        "--clock-jump",
+        action="append",
+        default=[],
+        metavar="SENSOR:AT:OFFSET_S",
+        help="from AT seconds on, SENSOR's stamps are OFFSET_S seconds off (repeatable)",
+    )
+    p.add_argument(
+        "--time-base",
+        choices=("monotonic", "offset", "estimate"),
+        default=None,
+        help="how stamps map to the host clock (default: the profile's live.time_base; "
+        "'estimate' when a clock jump is injected)",
+    )
+    p.add_argument("--out", type=Path, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
+    cfg = runtime_config(args)
+    time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
+    cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
+    outcome = live_session(args.drive, cfg, faults)
+    summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with safe_output_path(args.out, "frames.jsonl").open("w") as f:
+            for r in outcome.records:
+                record = {
+                    "frame_id": r.frame_id,
+                    "t_ns": r.t_ns,
+                    "status": r.status.value,
+                    "latency_ms": r.latency.total_ns / 1e6,
+                    "detections": len(r.detections),
+                    "sensors": {n: s.status.value for n, s in r.sensors.items()},
+                }
+                f.write(json.dumps(record) + "\n")
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
+    return 0 if summary["publisher_exit_code"] == 0 else 1
+
+
+def _render(s: dict[str, Any]) -> str:
+    lat = s["latency_ms"]
+    intake = s["intake"]
+    drops = {k: intake[k] for k in ("late", "out_of_order", "duplicate", "clock_jump", "intake_overflow") if intake[k]}
+    lines = [
+        f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
+        f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),
+        f"  by trigger {intake['frames_by_trigger']}, by timer {intake['frames_by_timer']} "
+        f"(trigger silent {intake['trigger_silences']}x), by rate {intake['frames_by_rate']}",
+        f"latency trigger arrival -> result: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; "
+        f"deadline misses {s['deadline_misses']}",
+        f"samples {intake['samples']} used; not used: {drops or 'none'}",
+        f"time base {s['time_base']}: offsets {json.dumps({k: round(v, 3) for k, v in s['offsets_ms'].items()})} ms",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+"""Fill a profile's sensors and trigger from a rig: the drive's sensors, when the profile leaves them open."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from perception.config._camera_model import default_camera_model
+from perception.config._model import Kind, RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
+from perception.errors import ConfigError
+from perception.types import SensorKind, SensorSpec
+
+__all__ = ["resolve_sensors"]
+
+# Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
+# else a camera, else a radar.
+#: ``model: auto`` in ``sensor_defaults``: the reference model for the drive's source.
+AUTO = "auto"
+_BUILTIN = SensorDefaults()
+
+_TRIGGER_ORDER = (SensorKind.LIDAR, SensorKind.CAMERA, SensorKind.RADAR)
+
+
+def resolve_sensors(
+    config: RuntimeConfig,
+    rig: Mapping[str, SensorSpec],
+    *,
+    where: str = "the rig",
+    metadata: Mapping[str, str] | None = None,
+) -> RuntimeConfig:
+    """``config`` with its sensors and trigger known.
+
+    A profile that lists no sensors gets one per sensor of ``rig`` (in the rig's order), served by
+    ``config.sensor_defaults`` for its kind. An auto trigger (neither ``sensor`` nor ``rate_hz``)
+    becomes the first lidar by name, else the first camera, else the first radar. A config that is
+    already resolved is returned as it is. ``where`` names the rig in messages (e.g. the drive's path);
+    ``metadata`` is the drive's (its source picks ``model: auto``; none means a recording of real sensors).
+    """
+    if config.resolved:
+        return config
+    file = str(config.source) if config.source else None
+    sensors = config.sensors
+    if not sensors:
+        if not rig:
+            raise ConfigError(f"the profile lists no sensors and {where} has none", file=file, key="sensors")
+        sensors = tuple(_from_spec(config, spec, metadata or {}) for spec in rig.values())
+    trigger = config.trigger
+    if trigger.sensor is None and trigger.rate_hz is None:
+        kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
+        for kind in _TRIGGER_ORDER:
+            names = sorted(n for n, k in kinds.items() if k == kind.value)
+            if names:
+                trigger = TriggerConfig(sensor=names[0])
+                break
+    try:
+        return dataclasses.replace(config, sensors=sensors, trigger=trigger)
+    except ValueError as exc:  # e.g. two drive sensors that are not valid sensor names
+        raise ConfigError(f"cannot take the sensors from {where}: {exc}", file=file, key="sensors") from None
+
+
+def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, str]) -> SensorConfig:
+    kind: Kind = spec.kind.value
+    d = config.sensor_defaults.of(kind)
+    model = d.model
+    if model == AUTO:
+        model = default_camera_model(metadata) if kind == "camera" else _BUILTIN.of(kind).model
+    try:
+        return SensorConfig(
+            name=spec.name,
+            kind=kind,
+            model=model,
+            transport=d.transport,
+            sync_window_ms=d.sync_window_ms,
+            max_staleness_ms=d.max_staleness_ms,
+        )
+    except ValueError as exc:
+        raise ConfigError(
+            f"sensor {spec.name!r} ({kind}): {exc}",
+            file=str(config.source) if config.source else None,
+            key=f"sensor_defaults.{kind}",
+        ) from None

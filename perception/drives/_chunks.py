@@ -1,0 +1,226 @@
+"""Chunk-by-chunk message reading that survives a damaged chunk.
+
+The ``mcap`` library's seeking reader stops for good at the first chunk that does not decompress or
+fails its CRC (its generator dies with the exception). Here every chunk is read on its own, through
+the chunk indexes (from the summary, or rebuilt by a scan): a chunk that cannot be read is handed to
+``on_damage`` with the reason -- which raises (strict) or records it (skip) -- and the merge goes on
+with the next chunk. Messages come out in log-time order, ties in file order, exactly as the
+library's ``iter_messages(log_time_order=True)`` yields them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import struct
+import zlib
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import IO
+
+from mcap.data_stream import ReadDataStream
+from mcap.opcode import Opcode
+from mcap.records import Channel, Chunk, ChunkIndex, McapRecord, Message, MessageIndex
+from mcap.stream_reader import CRCValidationError, breakup_chunk
+
+from perception.drives._damage import LostMessages
+
+__all__ = [
+    "RECORD_HEAD",
+    "UNKNOWN_TOPICS",
+    "ChunkUnreadable",
+    "decode_chunk",
+    "iter_chunk_messages",
+    "lost_messages",
+    "message_index_times",
+    "read_chunk",
+    "read_footer",
+    "summary_crc_ok",
+]
+
+RECORD_HEAD = struct.Struct("<BQ")  # opcode, body length
+#: The topic named in a loss whose topics are unknown (no readable message index for the chunk).
+UNKNOWN_TOPICS = "*"
+_FOOTER = struct.Struct("<BQQQI")  # opcode, length, summary_start, summary_offset_start, summary_crc
+_MAGIC_SIZE = 8
+
+
+class ChunkUnreadable(Exception):
+    """A chunk record cannot be read; ``reason`` says why in a few words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, CRCValidationError):
+        return f"CRC mismatch (expected {exc.expected:#010x}, got {exc.actual:#010x})"
+    text = str(exc) or type(exc).__name__
+    if "decompress" in text.lower() or type(exc).__module__.split(".")[0] in ("zstandard", "lz4"):
+        return text if text.startswith("decompression error") else f"decompression error: {text}"
+    return f"bad record: {text}"
+
+
+def decode_chunk(body: bytes, channels: Collection[int] | None) -> tuple[Chunk, list[McapRecord]]:
+    """Parse a chunk record body, decompress it, check its CRC and its records; its records in order.
+
+    A message must be on one of ``channels`` or on a channel defined earlier in the chunk (``None``:
+    any channel). Raises :class:`ChunkUnreadable`.
+    """
+    try:
+        chunk = Chunk.read(ReadDataStream(io.BytesIO(body), calculate_crc=False))
+        if len(chunk.data) + 40 + len(chunk.compression.encode()) != len(body):
+            raise ValueError("chunk header does not match the record length")
+        records = breakup_chunk(chunk, validate_crc=True)
+    except Exception as exc:  # corrupt bytes fail in any decoder (struct, zstd, lz4, utf-8, crc)
+        raise ChunkUnreadable(_reason(exc)) from exc
+    local: set[int] = set()
+    for record in records:
+        if isinstance(record, Channel):
+            local.add(record.id)
+        elif isinstance(record, Message):
+            if channels is not None and record.channel_id not in channels and record.channel_id not in local:
+                raise ChunkUnreadable(f"bad record: message on unknown channel {record.channel_id}")
+            if not chunk.message_start_time <= record.log_time <= chunk.message_end_time:
+                raise ChunkUnreadable(f"bad record: message time {record.log_time} outside the chunk's range")
+    return chunk, records
+
+
+def read_chunk(stream: IO[bytes], ci: ChunkIndex, channels: Collection[int] | None) -> list[Message]:
+    """The messages of the chunk ``ci`` points at, in file order; :class:`ChunkUnreadable` if damaged."""
+    stream.seek(ci.chunk_start_offset)
+    head = stream.read(RECORD_HEAD.size)
+    if len(head) < RECORD_HEAD.size:
+        raise ChunkUnreadable("chunk record cut short")
+    opcode, length = RECORD_HEAD.unpack(head)
+    if opcode != Opcode.CHUNK:
+        raise ChunkUnreadable(f"bad record: opcode {opcode:#04x} where the index has a chunk")
+    if ci.chunk_length and RECORD_HEAD.size + length != ci.chunk_length:
+        raise ChunkUnreadable(f"bad record: chunk length {RECORD_HEAD.size + length} differs from its index's")
+    body = stream.read(length)
+    if len(body) < length:
+        raise ChunkUnreadable("chunk record cut short")
+    return [r for r in decode_chunk(body, channels)[1] if isinstance(r, Message)]
+
+
+def lost_messages(stream: IO[bytes], ci: ChunkIndex, channels: Mapping[int, Channel]) -> tuple[LostMessages, ...]:
+    """What the (damaged) chunk ``ci`` held, per topic, from its message index records.
+
+    A topic whose index record is unreadable or implausible gets ``count=None`` and the chunk's time
+    range; a chunk without message indexes one :data:`UNKNOWN_TOPICS` entry.
+    """
+    start, end = ci.message_start_time, ci.message_end_time
+    if not ci.message_index_offsets:
+        return (LostMessages(UNKNOWN_TOPICS, None, start, end),)
+    out = []
+    for cid, offset in sorted(ci.message_index_offsets.items()):
+        topic = channels[cid].topic if cid in channels else f"<channel {cid}>"
+        stamps = message_index_times(stream, offset, cid, start, end)
+        if stamps is None:
+            out.append(LostMessages(topic, None, start, end))
+        elif stamps:
+            out.append(LostMessages(topic, len(stamps), min(stamps), max(stamps)))
+    return tuple(sorted(out, key=lambda m: m.topic))
+
+
+def message_index_times(stream: IO[bytes], offset: int, cid: int, start: int, end: int) -> list[int] | None:
+    """Log times of one message index record (None when it is unreadable or does not fit the chunk)."""
+    stream.seek(offset)
+    head = stream.read(RECORD_HEAD.size)
+    if len(head) < RECORD_HEAD.size:
+        return None
+    opcode, length = RECORD_HEAD.unpack(head)
+    if opcode != Opcode.MESSAGE_INDEX or length < 6 or (length - 6) % 16 or length > 1 << 30:
+        return None
+    body = stream.read(length)
+    try:
+        index = MessageIndex.read(ReadDataStream(io.BytesIO(body), calculate_crc=False))
+    except Exception:  # a damaged index record: the counts are unknown, not an error
+        return None
+    stamps = [t for t, _ in index.records]
+    if index.channel_id != cid or any(not start <= t <= end for t in stamps):
+        return None
+    return stamps
+
+
+def iter_chunk_messages(
+    stream: IO[bytes],
+    chunk_indexes: list[ChunkIndex],
+    channels: Mapping[int, Channel],
+    topics: Collection[str] | None,
+    start_ns: int | None,
+    end_ns: int | None,
+    on_damage: Callable[[ChunkIndex, str], None],
+    skip: Collection[int] = (),
+    checked: set[int] | None = None,
+) -> Iterator[tuple[Channel, Message]]:
+    """Messages of ``topics`` with ``start_ns <= log_time < end_ns``, in log-time order (ties: file order).
+
+    A chunk that cannot be read goes to ``on_damage(chunk_index, reason)`` (which may raise) and is
+    skipped; chunks whose offset is in ``skip`` are not read at all; the offsets of chunks read
+    successfully are added to ``checked``.
+    """
+    wanted = None if topics is None else {cid for cid, ch in channels.items() if ch.topic in topics}
+    # Heap entries (log_time, chunk offset, index in chunk or -1 for the chunk itself, payload): the
+    # first three are unique, so payloads are never compared.
+    heap: list[tuple[int, int, int, ChunkIndex | Message]] = []
+    for ci in chunk_indexes:
+        if ci.chunk_start_offset in skip:
+            continue
+        if start_ns is not None and ci.message_end_time < start_ns:
+            continue
+        if end_ns is not None and ci.message_start_time >= end_ns:
+            continue
+        if wanted is not None and ci.message_index_offsets and not wanted & ci.message_index_offsets.keys():
+            continue
+        heap.append((ci.message_start_time, ci.chunk_start_offset, -1, ci))
+    heapq.heapify(heap)
+    while heap:
+        _, offset, _, item = heapq.heappop(heap)
+        if isinstance(item, Message):
+            yield channels[item.channel_id], item
+            continue
+        try:
+            messages = read_chunk(stream, item, channels)
+        except ChunkUnreadable as exc:
+            on_damage(item, exc.reason)
+            continue
+        if checked is not None:
+            checked.add(offset)
+        for i, msg in enumerate(messages):
+            if wanted is not None and msg.channel_id not in wanted:
+                continue
+            if (start_ns is not None and msg.log_time < start_ns) or (end_ns is not None and msg.log_time >= end_ns):
+                continue
+            heapq.heappush(heap, (msg.log_time, offset, i, msg))
+
+
+def read_footer(stream: IO[bytes]) -> tuple[int, int] | None:
+    """``(summary_start, summary_crc)`` of the footer at the end of the file, None if there is none."""
+    size = stream.seek(0, io.SEEK_END)
+    if size < _FOOTER.size + _MAGIC_SIZE * 2:
+        return None
+    stream.seek(size - _MAGIC_SIZE - _FOOTER.size)
+    opcode, length, summary_start, _, crc = _FOOTER.unpack(stream.read(_FOOTER.size))
+    if opcode != Opcode.FOOTER or length != 20:
+        return None
+    return summary_start, crc
+
+
+def summary_crc_ok(stream: IO[bytes]) -> bool | None:
+    """Whether the summary section matches the footer's CRC (None: no footer, no summary or no CRC)."""
+    footer = read_footer(stream)
+    if footer is None or footer[0] == 0 or footer[1] == 0:
+        return None
+    summary_start, crc = footer
+    end = stream.seek(0, io.SEEK_END) - _MAGIC_SIZE - 4  # the CRC covers the summary and the footer up to itself
+    if not _MAGIC_SIZE <= summary_start <= end:
+        return False
+    stream.seek(summary_start)
+    value, left = 0, end - summary_start
+    while left > 0:
+        block = stream.read(min(left, 1 << 20))
+        if not block:
+            return False
+        value, left = zlib.crc32(block, value), left - len(block)
+    return value == crc

@@ -1,0 +1,354 @@
+"""Live frame assembly on the host's monotonic clock (pure logic: the clock is passed in).
+
+Samples arrive as the host's middleware delivers them, each with its arrival time. Their stamps are
+converted to the host clock (:class:`TimeBase`), then:
+
+* **trigger** — a sample of the trigger sensor opens a frame at its capture time; with ``rate_hz``
+  frames open on a fixed grid instead;
+* **timer fallback** — when the trigger sensor has been silent for longer than its period plus
+  ``live.trigger_tolerance_ms``, frames keep opening at its nominal period with it ``missing``; its
+  next sample hands the clock back;
+* **completion** — a frame is complete once no sample still to come can be nearer its time for any
+  active sensor (one at or after the frame time has arrived, or by the sensor's nominal rate its next
+  sample will be farther than its last), or when the host clock passes the frame time plus the widest
+  sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
+* **selection** — each sensor contributes the sample nearest the frame time within its sync window
+  and not older than its staleness limit, measured on capture times.
+
+Samples that can no longer be used are counted, never raised: out of order (older than one already
+seen), duplicates, late (after every frame that could have used them was emitted), clock jumps
+(stamp too far from arrival) and unknown sensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from perception.config import LiveConfig, SensorConfig, TriggerConfig
+from perception.errors import ConfigError
+from perception.types import EgoPose, Frame, Sample
+
+__all__ = ["LiveAssembler", "LiveStats", "TimeBase"]
+
+T = TypeVar("T")
+
+_WINDOW = 32  # samples over which a sensor's stamp offset is estimated
+
+
+@dataclass
+class LiveStats:
+    """Counters of the live intake; every sample pushed is in exactly one of the sample counters."""
+
+    samples: int = 0  # taken into assembly
+    out_of_order: int = 0
+    duplicate: int = 0
+    late: int = 0
+    clock_jump: int = 0  # stamps that jumped against arrival (re-anchored, or dropped with a fixed offset)
+    unknown_sensor: int = 0
+    intake_overflow: int = 0  # dropped before assembly: the intake queue was full
+    frames: int = 0
+    frames_by_trigger: int = 0
+    frames_by_timer: int = 0  # fallback frames while the trigger sensor was silent
+    frames_by_rate: int = 0
+    trigger_silences: int = 0  # times the trigger fell silent and the timer took over
+    ego_poses: int = 0
+
+
+@dataclass
+class _Offset:
+    window: deque[int] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    value: int | None = None
+
+
+class TimeBase:
+    """Stamps -> host monotonic ns, per sensor: none, a fixed offset, or an estimated one."""
+
+    def __init__(self, live: LiveConfig) -> None:
+        self._mode = live.time_base
+        self._fixed = live.offset_ns if live.time_base == "offset" else 0
+        self._skew = live.max_stamp_skew_ns
+        self._est: dict[str, _Offset] = {}
+
+    def to_host(self, sensor: str, stamp_ns: int, arrival_ns: int) -> tuple[int | None, bool]:
+        """The stamp on the host clock (None: unusable) and whether it was a clock jump."""
+        if self._mode != "estimate":
+            t = stamp_ns + self._fixed
+            if abs(arrival_ns - t) > self._skew:
+                return None, True
+            return t, False
+        est = self._est.setdefault(sensor, _Offset())
+        d = arrival_ns - stamp_ns
+        jump = est.value is not None and abs(d - est.value) > self._skew
+        if jump:
+            est.window.clear()  # re-anchor on the new clock
+        est.window.append(d)
+        est.value = min(est.window)
+        return stamp_ns + est.value, jump
+
+    def offsets_ns(self) -> dict[str, int]:
+        """Current offset per sensor (host = stamp + offset); one shared value unless estimating."""
+        if self._mode != "estimate":
+            return {"*": self._fixed}
+        return {s: e.value for s, e in sorted(self._est.items()) if e.value is not None}
+
+
+@dataclass
+class _Pending(Generic[T]):
+    t_ns: int
+    arrival_ns: int  # when the frame opened on the host clock (its latency origin)
+    due_ns: int
+    by: str  # trigger | timer | rate
+    token: T | None = None  # what the caller attached to the trigger sample
+
+
+class LiveAssembler(Generic[T]):
+    """Assemble frames from live samples; :meth:`add` them, take :meth:`due` frames at host time ``now``.
+
+    ``rates`` gives each sensor's nominal rate (Hz, from the rig) for the trigger's silence timer; a
+    trigger without one has its period measured from its arrivals.
+    """
+
+    def __init__(
+        self,
+        sensors: Sequence[SensorConfig],
+        trigger: TriggerConfig,
+        live: LiveConfig,
+        *,
+        rates: Mapping[str, float] | None = None,
+    ) -> None:
+        self._sensors = {s.name: s for s in sensors}
+        self._active = [s.name for s in sensors if s.enabled]
+        if trigger.sensor is not None and trigger.sensor not in self._sensors:
+            raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
+        if trigger.sensor is None and trigger.rate_hz is None:
+            raise ConfigError("live assembly needs a trigger sensor or rate_hz", key="trigger")
+        self._trigger = trigger.sensor
+        self._live = live
+        self._time = TimeBase(live)
+        self._horizon_ns = max((s.sync_window_ns for s in sensors if s.enabled), default=0) + live.transit_ns
+        self._keep_ns = max((max(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
+        self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
+        self._last_stamp: dict[str, int] = {}
+        self._pending: deque[_Pending[T]] = deque()
+        self._ego: deque[EgoPose] = deque(maxlen=64)
+        self._next_id = 0
+        self._last_frame_t: int | None = None
+        self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
+        rate = trigger.rate_hz or (rates or {}).get(trigger.sensor or "", 0.0)
+        self._period_ns = round(1e9 / rate) if rate else 0
+        self._fixed_rate = trigger.rate_hz is not None
+        self._next_rate_t: int | None = None
+        self._trigger_last_t: int | None = None  # capture time of the trigger's last sample (host clock)
+        self._trigger_last_arrival: int | None = None
+        self._trigger_gaps: deque[int] = deque(maxlen=16)
+        self._silent = False
+        self._timer_k = 0  # timer frames opened since the trigger's last sample
+        self.stats = LiveStats()
+
+    # -- intake ---------------------------------------------------------------------------------
+    def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
+        """Take one sample that arrived at ``arrival_ns``: None when taken, else why it was dropped
+        (counted in :attr:`stats`). Frames come from :meth:`due`, a trigger sample's with its ``token``."""
+        name = sample.sensor
+        if name not in self._sensors:
+            self.stats.unknown_sensor += 1
+            return "unknown sensor"
+        last = self._last_stamp.get(name)
+        if last is not None and sample.t_ns <= last:
+            if sample.t_ns == last:
+                self.stats.duplicate += 1
+                return "duplicate"
+            self.stats.out_of_order += 1
+            return "out of order"
+        host_t, jump = self._time.to_host(name, sample.t_ns, arrival_ns)
+        if jump:
+            self.stats.clock_jump += 1
+        if host_t is None:
+            return "clock jump"
+        self._last_stamp[name] = sample.t_ns
+        if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
+            # Every frame that could have used it is gone; a trigger this late opens no frame either.
+            self.stats.late += 1
+            return "late"
+        if name == self._trigger and not self._fixed_rate and self._covered(host_t):
+            # The timer already emitted this sweep's frame (the sample came after the silence timeout):
+            # a second frame at the same time would break time order and double the sweep.
+            self._last_stamp[name] = sample.t_ns
+            self._trigger_last_t, self._trigger_last_arrival, self._timer_k = host_t, arrival_ns, 0
+            self._silent = False
+            self.stats.late += 1
+            return "late"
+        self.stats.samples += 1
+        if host_t != sample.t_ns:
+            sample = dataclasses.replace(sample, t_ns=host_t)
+        self._buffers[name].append(sample)
+        if name == self._trigger and not self._fixed_rate:
+            self._on_trigger(host_t, arrival_ns, token)
+        elif self._fixed_rate and self._next_rate_t is None:
+            self._next_rate_t = host_t
+        self._settle(arrival_ns)
+        return None
+
+    def add_ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        """An ego pose (odometry) from the host; frames carry the one nearest their time."""
+        host_t, jump = self._time.to_host("ego", pose.t_ns, arrival_ns)
+        if jump:
+            self.stats.clock_jump += 1
+        if host_t is None:
+            return
+        self.stats.ego_poses += 1
+        self._ego.append(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
+
+    def _on_trigger(self, t: int, arrival: int, token: T | None) -> None:
+        if self._trigger_last_arrival is not None:
+            self._trigger_gaps.append(arrival - self._trigger_last_arrival)
+        self._trigger_last_t, self._trigger_last_arrival = t, arrival
+        self._timer_k = 0
+        if self._silent:
+            self._silent = False
+            # Timer frames not yet emitted at (about) this capture time give way to the real one.
+            half = self.trigger_period_ns() // 2
+            while self._pending and self._pending[-1].by == "timer" and self._pending[-1].t_ns >= t - half:
+                self._pending.pop()
+        self._open(t, arrival, "trigger", token)
+
+    def _covered(self, t: int) -> bool:
+        """A frame at (about) capture time ``t`` was already emitted."""
+        if self._last_frame_t is None:
+            return False
+        return t <= self._last_frame_t + self.trigger_period_ns() // 2
+
+    def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
+        self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))
+
+    # -- time -----------------------------------------------------------------------------------
+    def trigger_period_ns(self) -> int:
+        """The trigger's nominal period: from the rig's rate, else the median of its arrival gaps."""
+        if self._period_ns:
+            return self._period_ns
+        if len(self._trigger_gaps) >= 2:
+            return sorted(self._trigger_gaps)[len(self._trigger_gaps) // 2]
+        return 0
+
+    def _tick(self, now: int) -> None:
+        """Open the frames the host clock calls for: the fixed-rate grid, or the silence timer."""
+        period = self.trigger_period_ns()
+        if self._fixed_rate:
+            if self._next_rate_t is None:
+                return
+            while self._next_rate_t <= now:
+                self._open(self._next_rate_t, now, "rate")
+                self._next_rate_t += period
+            return
+        while (at := self._timer_at(period)) is not None and now >= at:
+            # The trigger's next sample would have arrived by now: it is silent, the timer ticks on.
+            if not self._silent:
+                self._silent = True
+                self.stats.trigger_silences += 1
+            self._timer_k += 1
+            assert self._trigger_last_t is not None
+            self._open(self._trigger_last_t + self._timer_k * period, now, "timer")
+
+    def _timer_at(self, period: int) -> int | None:
+        """Host time at which the next timer frame opens if the trigger stays silent."""
+        if not period or self._trigger_last_arrival is None:
+            return None
+        return self._trigger_last_arrival + (self._timer_k + 1) * period + self._live.trigger_tolerance_ns
+
+    def _settle(self, now: int) -> None:
+        """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
+        for p in self._pending:
+            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._active):
+                p.due_ns = now
+
+    def _settled(self, name: str, t: int) -> bool:
+        """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
+        ``t``, or, by its nominal period, its next sample is expected farther from ``t`` than its last
+        one is (or outside the sync window, when the last one is too old to be used)."""
+        buf = self._buffers[name]
+        if not buf:
+            return False
+        last = buf[-1].t_ns
+        if last >= t:
+            return True
+        period = self._periods.get(name, 0)
+        if not period:
+            return False
+        window = self._sensors[name].sync_window_ns
+        expected = last + period
+        return expected - t >= t - last or (t - last > window and expected - t > window)
+
+    def next_deadline(self) -> int | None:
+        """The host time at which :meth:`due` next has work (a frame to complete or to open)."""
+        times = [p.due_ns for p in self._pending]
+        if self._fixed_rate:
+            if self._next_rate_t is not None:
+                times.append(self._next_rate_t)
+        elif (at := self._timer_at(self.trigger_period_ns())) is not None:
+            times.append(at)
+        return min(times) if times else None
+
+    def due(self, now: int) -> list[tuple[Frame, T | None]]:
+        """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
+        A frame's ``created_ns`` is the host time it opened (its trigger's arrival)."""
+        self._tick(now)
+        out: list[tuple[Frame, T | None]] = []
+        while self._pending and self._pending[0].due_ns <= now:
+            p = self._pending.popleft()
+            out.append((self._make_frame(p), p.token))
+        self._evict()
+        return out
+
+    def close(self) -> list[tuple[Frame, T | None]]:
+        """Complete every pending frame with what has arrived (the host is closing)."""
+        out: list[tuple[Frame, T | None]] = []
+        while self._pending:
+            p = self._pending.popleft()
+            out.append((self._make_frame(p), p.token))
+        return out
+
+    def offsets_ns(self) -> dict[str, int]:
+        return self._time.offsets_ns()
+
+    # -- frames ---------------------------------------------------------------------------------
+    def _make_frame(self, p: _Pending[T]) -> Frame:
+        chosen: dict[str, Sample | None] = {}
+        for name in self._active:
+            cfg = self._sensors[name]
+            best: Sample | None = None
+            best_dt = 0
+            for s in self._buffers[name]:
+                dt = abs(s.t_ns - p.t_ns)
+                if dt > cfg.sync_window_ns or p.t_ns - s.t_ns > cfg.max_staleness_ns:
+                    continue
+                if best is None or dt < best_dt:
+                    best, best_dt = s, dt
+            chosen[name] = best
+        frame_id = self._next_id
+        self._next_id += 1
+        self.stats.frames += 1
+        if p.by == "trigger":
+            self.stats.frames_by_trigger += 1
+        elif p.by == "timer":
+            self.stats.frames_by_timer += 1
+        else:
+            self.stats.frames_by_rate += 1
+        self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
+        ego = self._ego_near(p.t_ns)
+        return Frame(frame_id=frame_id, t_ns=p.t_ns, samples=chosen, ego=ego, created_ns=p.arrival_ns)
+
+    def _ego_near(self, t: int) -> EgoPose | None:
+        return min(self._ego, key=lambda e: abs(e.t_ns - t), default=None)
+
+    def _evict(self) -> None:
+        oldest = self._pending[0].t_ns if self._pending else self._last_frame_t
+        if oldest is None:
+            return
+        cutoff = oldest - self._keep_ns
+        for buf in self._buffers.values():
+            while len(buf) > 1 and buf[0].t_ns < cutoff:
+                buf.popleft()

@@ -1,0 +1,260 @@
+"""A stand-in for a vehicle's middleware: a separate process plays a drive over a Unix socket.
+
+The publisher plays each sensor on its own thread at the drive's recorded timing, stamping samples on
+the host's monotonic clock (``CLOCK_MONOTONIC`` is shared by the processes of one machine), and can
+inject the faults a real host sees. The subscriber side (:func:`receive`) turns the stream back into
+samples for :meth:`perception.live.LiveRuntime.push`.
+
+Wire format, one message after another on a ``SOCK_STREAM`` Unix socket: a 4-byte big-endian header
+length, a JSON header (``type`` sample|ego|end, ``sensor``, ``kind``, ``t_ns``, ``frame_id``,
+``seq``, and for point clouds ``fields``/``shape``, for images ``format``), then ``size`` payload
+bytes (float32 points, or the encoded image). No pickle: the socket may be shared with other code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perception.drives import DriveReader
+from perception.errors import ConfigError, DriveError
+from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, Transform
+
+__all__ = ["Faults", "parse_faults", "publish", "receive"]
+
+log = logging.getLogger(__name__)
+
+_LEN = struct.Struct(">I")
+_MAX_HEADER = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Faults the publisher injects, all in seconds from the start of the play."""
+
+    silence: tuple[tuple[str, float, float], ...] = ()  # sensor, from, to: samples not sent
+    bursts: tuple[tuple[str, float, float], ...] = ()  # sensor, from, to: held back, then sent at once
+    jitter_ms: float = 0.0  # random extra delay per sample, uniform in [0, jitter]
+    clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
+    seed: int = 0
+
+
+def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
+    """``SENSOR:FROM:TO`` for silences and bursts, ``SENSOR:AT:OFFSET_S`` for clock jumps."""
+
+    def triples(values: list[str], option: str) -> tuple[tuple[str, float, float], ...]:
+        out = []
+        for v in values:
+            parts = v.split(":")
+            try:
+                if len(parts) != 3:
+                    raise ValueError
+                out.append((parts[0], float(parts[1]), float(parts[2])))
+            except ValueError:
+                raise ConfigError(f"expected SENSOR:A:B with numbers A and B, got {v!r}", key=option) from None
+        return tuple(out)
+
+    if jitter_ms < 0:
+        raise ConfigError(f"must be >= 0, got {jitter_ms}", key="--jitter-ms")
+    return Faults(
+        silence=triples(silence, "--silence"),
+        bursts=triples(bursts, "--burst"),
+        jitter_ms=jitter_ms,
+        clock_jumps=triples(clock_jumps, "--clock-jump"),
+    )
+
+
+# -- wire -----------------------------------------------------------------------------------------
+def _encode(sample: Sample | EgoPose, kind: str) -> bytes:
+    if isinstance(sample, EgoPose):
+        header: dict[str, Any] = {
+            "type": "ego",
+            "t_ns": sample.t_ns,
+            "translation": list(sample.pose.translation),
+            "rotation": list(sample.pose.rotation),
+            "linear_velocity": list(sample.linear_velocity),
+            "yaw_rate": sample.yaw_rate,
+            "size": 0,
+        }
+        payload = b""
+    elif isinstance(sample, PointCloudSample):
+        payload = np.ascontiguousarray(sample.points, dtype=np.float32).tobytes()
+        header = {
+            "type": "sample",
+            "kind": kind,
+            "sensor": sample.sensor,
+            "t_ns": sample.t_ns,
+            "frame_id": sample.frame_id,
+            "seq": sample.seq,
+            "fields": list(sample.fields),
+            "shape": list(sample.points.shape),
+            "size": len(payload),
+        }
+    else:
+        payload = sample.data
+        header = {
+            "type": "sample",
+            "kind": kind,
+            "sensor": sample.sensor,
+            "t_ns": sample.t_ns,
+            "frame_id": sample.frame_id,
+            "seq": sample.seq,
+            "format": sample.format,
+            "size": len(payload),
+        }
+    head = json.dumps(header).encode()
+    return _LEN.pack(len(head)) + head + payload
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
+    """Samples and ego poses from a publisher's socket until it ends; a malformed message is a
+    :class:`DriveError` naming what was wrong."""
+    while True:
+        raw = _read_exact(sock, _LEN.size)
+        if raw is None:
+            return
+        (n,) = _LEN.unpack(raw)
+        if n > _MAX_HEADER:
+            raise DriveError(f"live stream: header of {n} bytes is too large", topic="live")
+        head = _read_exact(sock, n)
+        if head is None:
+            raise DriveError("live stream: ended inside a message header", topic="live")
+        header = json.loads(head)
+        payload = _read_exact(sock, int(header.get("size", 0))) if header.get("size") else b""
+        if payload is None:
+            raise DriveError("live stream: ended inside a message payload", topic="live", sensor=header.get("sensor"))
+        kind = header.get("type")
+        if kind == "end":
+            return
+        if kind == "ego":
+            yield EgoPose(
+                t_ns=int(header["t_ns"]),
+                pose=Transform(tuple(header["translation"]), tuple(header["rotation"])),
+                linear_velocity=tuple(header["linear_velocity"]),
+                yaw_rate=float(header["yaw_rate"]),
+            )
+        elif "shape" in header:
+            points = np.frombuffer(payload, dtype=np.float32).reshape(header["shape"])
+            yield PointCloudSample(
+                header["sensor"],
+                int(header["t_ns"]),
+                header["frame_id"],
+                points,
+                tuple(header["fields"]),
+                header["seq"],
+            )
+        else:
+            yield ImageSample(
+                header["sensor"], int(header["t_ns"]), header["frame_id"], payload, header["format"], header["seq"]
+            )
+
+
+# -- publisher ------------------------------------------------------------------------------------
+def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
+    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
+    with DriveReader(drive) as reader:
+        kinds = {name: spec.kind.value for name, spec in reader.rig.items()}
+        samples = list(reader.samples())
+        egos = reader.ego_poses()
+    if not samples:
+        raise DriveError("drive has no samples", file=str(drive))
+    t0_drive = samples[0].t_ns
+    by_sensor: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_sensor.setdefault(s.sensor, []).append(s)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(socket_path))
+    lock = threading.Lock()
+    t0 = time.monotonic_ns() + round(start_delay_s * 1e9)
+
+    def send(msg: bytes) -> None:
+        with lock:
+            sock.sendall(msg)
+
+    def play(sensor: str, items: list[Sample | EgoPose], kind: str) -> None:
+        rng = random.Random(f"{faults.seed}:{sensor}")
+        held: list[bytes] = []
+        for item in items:
+            offset = (item.t_ns - t0_drive) / rate
+            at_s = offset / 1e9
+            due = t0 + round(offset) + round(rng.uniform(0, faults.jitter_ms) * 1e6)
+            delay = (due - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                time.sleep(delay)
+            if any(s == sensor and a <= at_s < b for s, a, b in faults.silence):
+                continue
+            stamp = t0 + round(offset)
+            for s, at, jump_s in faults.clock_jumps:
+                if s == sensor and at_s >= at:
+                    stamp += round(jump_s * 1e9)
+            msg = _encode(dataclasses.replace(item, t_ns=stamp), kind)
+            if any(s == sensor and a <= at_s < b for s, a, b in faults.bursts):
+                held.append(msg)
+                continue
+            for h in held:
+                send(h)
+            held.clear()
+            send(msg)
+        for h in held:
+            send(h)
+
+    threads = [
+        threading.Thread(target=play, args=(name, items, kinds.get(name, "")), name=f"publish-{name}", daemon=True)
+        for name, items in by_sensor.items()
+    ]
+    if egos:
+        threads.append(threading.Thread(target=play, args=("ego", list(egos), "ego"), name="publish-ego", daemon=True))
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        head = json.dumps({"type": "end", "size": 0}).encode()
+        send(_LEN.pack(len(head)) + head)
+    finally:
+        sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m perception.live._publisher DRIVE SOCKET FAULTS_JSON`` (started by ``perception live``)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    drive, path, faults_json = args
+    data = json.loads(faults_json)
+    faults = Faults(
+        silence=tuple(tuple(x) for x in data.get("silence", ())),
+        bursts=tuple(tuple(x) for x in data.get("bursts", ())),
+        jitter_ms=float(data.get("jitter_ms", 0.0)),
+        clock_jumps=tuple(tuple(x) for x in data.get("clock_jumps", ())),
+        seed=int(data.get("seed", 0)),
+    )
+    logging.basicConfig(level=logging.WARNING)
+    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

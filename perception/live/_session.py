@@ -1,0 +1,92 @@
+"""A whole live session: a publisher process plays a drive over a Unix socket into a LiveRuntime."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perception.config import RuntimeConfig
+from perception.drives import DriveReader
+from perception.errors import ConfigError, PerceptionError
+from perception.live._publisher import Faults, receive
+from perception.live._runtime import LiveRuntime
+from perception.types import EgoPose, FrameResult
+
+__all__ = ["LiveOutcome", "live_session"]
+
+_CONNECT_TIMEOUT_S = 60.0
+
+
+@dataclass
+class LiveOutcome:
+    summary: dict[str, Any]
+    records: list[FrameResult] = field(default_factory=list)
+    #: CPU time of the host thread that received and pushed the samples, per frame produced.
+    push_cpu_us_per_frame: float = 0.0
+
+
+def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = None) -> LiveOutcome:
+    """Play ``drive`` from a separate publisher process at its recorded timing and push every
+    sample that arrives into a :class:`LiveRuntime` (the only API this side uses)."""
+    faults = faults or Faults()
+    with DriveReader(drive) as reader:
+        rig = dict(reader.rig)
+        duration_s = (reader.end_ns - reader.start_ns) / 1e9
+    named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
+    if named - set(rig):
+        raise ConfigError(
+            f"no such sensor in drive {drive}: {', '.join(sorted(named - set(rig)))} (it has: {', '.join(rig)})"
+        )
+    records: list[FrameResult] = []
+    push_cpu = 0
+    with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
+        path = Path(tmp) / "samples.sock"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(1)
+        with server, LiveRuntime(config, rig, on_result=records.append) as live:
+            cmd = [sys.executable, "-m", "perception.live._publisher", str(drive), str(path)]
+            publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
+            try:
+                server.settimeout(_CONNECT_TIMEOUT_S)
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    raise PerceptionError(f"the publisher did not connect within {_CONNECT_TIMEOUT_S:g} s") from None
+                t0 = time.monotonic()
+                with conn:
+                    for item in receive(conn):
+                        c0 = time.thread_time_ns()
+                        if isinstance(item, EgoPose):
+                            live.push_ego(item)
+                        else:
+                            live.push(item)
+                        push_cpu += time.thread_time_ns() - c0
+                wall_s = time.monotonic() - t0
+            finally:
+                try:
+                    code = publisher.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    publisher.kill()
+                    code = publisher.wait()
+        summary = live.status()
+    trigger = config.trigger.sensor
+    rate = rig[trigger].rate_hz if trigger and trigger in rig else (config.trigger.rate_hz or 0.0)
+    summary.update(
+        expected_frames=round(duration_s * rate) if rate else None,
+        wall_s=round(wall_s, 2),
+        publisher_exit_code=code,
+        time_base=config.live.time_base,
+        faults=dataclasses.asdict(faults),
+    )
+    frames = max(1, summary["frames"])
+    return LiveOutcome(summary, records, round(push_cpu / 1e3 / frames, 1))

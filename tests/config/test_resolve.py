@@ -1,0 +1,97 @@
+"""A profile that leaves its sensors to the drive: one sensor per rig sensor, default model per kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perception.config import load_config, resolve_sensors
+from perception.errors import ConfigError
+from perception.scheduler import Runtime
+from perception.types import SensorKind, SensorSpec, Transform
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(name: str, kind: SensorKind) -> SensorSpec:
+    return SensorSpec(name=name, kind=kind, frame_id=name, extrinsic=Transform.identity(), topic=f"/sensors/{name}")
+
+
+RIG = {
+    s.name: s
+    for s in (
+        _spec("cam_front", SensorKind.CAMERA),
+        _spec("radar_front", SensorKind.RADAR),
+        _spec("lidar_top", SensorKind.LIDAR),
+        _spec("cam_back", SensorKind.CAMERA),
+    )
+}
+
+
+def test_default_profile_takes_every_sensor_of_the_rig() -> None:
+    cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), RIG)
+    assert [(s.name, s.kind, s.model) for s in cfg.sensors] == [
+        ("cam_front", "camera", "yolox_nano"),  # no drive metadata: a recording of real cameras
+        ("radar_front", "radar", "radar_detector"),
+        ("lidar_top", "lidar", "lidar_detector"),
+        ("cam_back", "camera", "yolox_nano"),
+    ]
+    assert cfg.trigger.sensor == "lidar_top"
+    assert cfg.sensor("radar_front").transport == "grpc"
+    assert cfg.sensor("lidar_top").sync_window_ms == 60
+    assert cfg.resolved
+    assert resolve_sensors(cfg, {}) is cfg  # resolved: nothing more to do
+
+
+def test_sensor_defaults_and_trigger_from_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "sensor_defaults:\n"
+        "  camera: {model: my_camera, transport: shm, sync_window_ms: 30, max_staleness_ms: 90}\n"
+        "trigger: {rate_hz: 10}\n"
+    )
+    cfg = resolve_sensors(load_config(profile), RIG)
+    cam = cfg.sensor("cam_back")
+    assert (cam.model, cam.transport, cam.sync_window_ms, cam.max_staleness_ms) == ("my_camera", "shm", 30, 90)
+    assert cfg.sensor("lidar_top").model == "lidar_detector"  # kinds not named keep the built-in default
+    assert cfg.trigger.rate_hz == 10 and cfg.trigger.sensor is None
+
+
+def test_auto_trigger_without_a_lidar_is_the_first_camera() -> None:
+    rig = {n: s for n, s in RIG.items() if s.kind is not SensorKind.LIDAR}
+    cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
+    assert cfg.trigger.sensor == "cam_back"  # first by name
+
+
+def test_listed_sensors_are_kept_as_listed(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("sensors:\n  - {name: cam_front, kind: camera, model: other}\n")
+    cfg = resolve_sensors(load_config(profile), RIG)
+    assert [s.name for s in cfg.sensors] == ["cam_front"]
+    assert cfg.trigger.sensor == "cam_front"
+
+
+def test_a_rig_without_sensors_is_an_error_naming_the_profile(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("budget: {total_ms: 100}\n")
+    with pytest.raises(ConfigError) as info:
+        resolve_sensors(load_config(profile), {}, where="drive x.mcap")
+    assert str(info.value) == f"{profile}: sensors: the profile lists no sensors and drive x.mcap has none"
+
+
+def test_runtime_without_sensors_or_rig_is_an_error() -> None:
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    with pytest.raises(ConfigError, match=r"lists no sensors .* pass the rig"):
+        Runtime(cfg)
+    runtime = Runtime(cfg, rig=RIG, fusion=None)  # not opened: no server (no fusion: no camera calibration here)
+    assert [s.name for s in runtime.config.sensors] == list(RIG)
+
+
+def test_auto_camera_model_follows_the_drive_s_source() -> None:
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    sim = resolve_sensors(cfg, RIG, metadata={"generator": "perception sim"})
+    real = resolve_sensors(cfg, RIG, metadata={"source": "nuscenes"})
+    assert sim.sensor("cam_front").model == "camera_detector"
+    assert real.sensor("cam_front").model == "yolox_nano"
+    assert sim.sensor("lidar_top").model == real.sensor("lidar_top").model == "lidar_detector"

@@ -1,0 +1,162 @@
+"""Live assembly on a host clock that the test drives (no threads, no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perception.config import LiveConfig, SensorConfig, TriggerConfig
+from perception.live import LiveAssembler
+from perception.types import EgoPose, PointCloudSample, Transform
+
+MS = 1_000_000
+SENSORS = (
+    SensorConfig("lidar", "lidar", "m", sync_window_ms=60, max_staleness_ms=150),
+    SensorConfig("radar", "radar", "m", sync_window_ms=50, max_staleness_ms=150),
+)
+TRIGGER = TriggerConfig(sensor="lidar")
+RATES = {"lidar": 10.0, "radar": 13.0}
+
+
+def pc(sensor: str, t_ns: int) -> PointCloudSample:
+    return PointCloudSample(sensor, t_ns, sensor, np.zeros((1, 4), np.float32), ("x", "y", "z", "i"))
+
+
+def make(live: LiveConfig | None = None, trigger: TriggerConfig = TRIGGER) -> LiveAssembler[str]:
+    return LiveAssembler(SENSORS, trigger, live or LiveConfig(transit_ms=20, trigger_tolerance_ms=50), rates=RATES)
+
+
+def test_a_frame_completes_as_soon_as_every_sensor_has_moved_past_it() -> None:
+    asm = make()
+    assert asm.add(pc("lidar", 1000 * MS), 1005 * MS, token="f0") is None
+    assert asm.due(1006 * MS) == []  # radar not yet past the frame time: wait (bounded)
+    assert asm.add(pc("radar", 1010 * MS), 1012 * MS) is None
+    [(frame, token)] = asm.due(1012 * MS)
+    assert token == "f0" and frame.t_ns == 1000 * MS and frame.created_ns == 1005 * MS
+    assert frame.samples["radar"] is not None and frame.samples["radar"].t_ns == 1010 * MS
+
+
+def test_a_silent_sensor_holds_a_frame_back_only_until_the_horizon() -> None:
+    asm = make()
+    asm.add(pc("lidar", 1000 * MS), 1005 * MS)
+    horizon = 1000 * MS + 60 * MS + 20 * MS  # widest sync window + transit
+    assert asm.next_deadline() == horizon
+    assert asm.due(horizon - 1) == []
+    [(frame, _)] = asm.due(horizon)
+    assert frame.samples["radar"] is None
+
+
+def test_timer_fallback_while_the_trigger_is_silent_then_the_trigger_resumes() -> None:
+    asm = make()
+    t = 1000 * MS
+    for k in range(3):  # lidar at 10 Hz, arriving 5 ms after capture; radar keeps going
+        asm.add(pc("lidar", t + k * 100 * MS), t + k * 100 * MS + 5 * MS)
+        asm.add(pc("radar", t + k * 100 * MS + 10 * MS), t + k * 100 * MS + 12 * MS)
+    frames = [f for f, _ in asm.due(t + 300 * MS)]
+    assert [f.t_ns for f in frames] == [t, t + 100 * MS, t + 200 * MS]
+    # Lidar falls silent for 1 s; the radar goes on at 13 Hz.
+    now = t + 212 * MS
+    timer: list[int] = []
+    while now < t + 1200 * MS:
+        now += 10 * MS
+        if (now // MS) % 77 == 0:
+            asm.add(pc("radar", now - 2 * MS), now)
+        timer += [f.t_ns for f, _ in asm.due(now) if f.samples["lidar"] is None]
+    # One timer frame per missed sweep (period 100 ms), opened after period + tolerance.
+    assert timer[:3] == [t + 300 * MS, t + 400 * MS, t + 500 * MS]
+    assert len(timer) in (8, 9)
+    assert asm.stats.trigger_silences == 1
+    # The lidar is back: frames follow it again, no timer frame at the same time.
+    back = t + 1250 * MS
+    asm.add(pc("lidar", back), back + 5 * MS)
+    asm.add(pc("radar", back + 10 * MS), back + 15 * MS)
+    resumed = [f for f, _ in asm.due(back + 15 * MS)]
+    assert [f.t_ns for f in resumed][-1] == back
+    assert resumed[-1].samples["lidar"] is not None
+    assert asm.stats.frames_by_timer == len(timer) + sum(f.samples["lidar"] is None for f in resumed)
+
+
+def test_out_of_order_duplicate_late_and_unknown_are_counted() -> None:
+    asm = make()
+    asm.add(pc("lidar", 1000 * MS), 1001 * MS)
+    asm.add(pc("radar", 1010 * MS), 1011 * MS)
+    assert len(asm.due(1011 * MS)) == 1
+    assert asm.add(pc("radar", 1010 * MS), 1012 * MS) == "duplicate"
+    assert asm.add(pc("radar", 1005 * MS), 1012 * MS) == "out of order"
+    assert asm.add(pc("sonar", 1005 * MS), 1012 * MS) == "unknown sensor"
+    asm.add(pc("lidar", 1100 * MS), 1101 * MS)
+    asm.add(pc("radar", 1110 * MS), 1111 * MS)
+    assert len(asm.due(1111 * MS)) == 1
+    s = asm.stats
+    assert (s.duplicate, s.out_of_order, s.unknown_sensor) == (1, 1, 1)
+
+
+def test_late_sample_of_a_sensor_is_counted() -> None:
+    asm = make()
+    asm.add(pc("lidar", 1000 * MS), 1001 * MS)
+    asm.add(pc("lidar", 1100 * MS), 1101 * MS)
+    asm.due(1200 * MS)
+    assert asm.add(pc("radar", 990 * MS), 1200 * MS) == "late"  # 110 ms before the last emitted frame
+    assert asm.stats.late == 1
+
+
+def test_fixed_rate_frames_on_the_host_clock() -> None:
+    asm = make(trigger=TriggerConfig(rate_hz=20))
+    asm.add(pc("radar", 1000 * MS), 1001 * MS)
+    frames: list[int] = []
+    for now in range(1001, 1400, 5):
+        frames += [f.t_ns for f, _ in asm.due(now * MS)]
+    assert frames[:4] == [1000 * MS, 1050 * MS, 1100 * MS, 1150 * MS]
+    assert asm.stats.frames_by_rate == len(frames)
+
+
+def test_estimated_offset_converts_another_time_base_and_survives_a_jump() -> None:
+    live = LiveConfig(time_base="estimate", max_stamp_skew_ms=500)
+    asm = make(live)
+    ptp = 1_700_000_000_000 * MS  # stamps in system time; the host's monotonic clock is near 1 s
+    for k in range(5):
+        asm.add(pc("lidar", ptp + k * 100 * MS), 1000 * MS + k * 100 * MS + 3 * MS + (k % 2) * MS)
+    offsets = asm.offsets_ns()
+    assert offsets["lidar"] == 1000 * MS + 3 * MS - ptp  # the fastest arrival sets it
+    frames = [f for f, _ in asm.due(1500 * MS)]
+    assert [f.t_ns for f in frames] == [1003 * MS + k * 100 * MS for k in range(5)]  # on the host clock
+    # The lidar's clock jumps by +10 s: counted, re-anchored, frames keep their host times.
+    asm.add(pc("lidar", ptp + 10_500 * MS), 1503 * MS)
+    assert asm.stats.clock_jump == 1
+    [(frame, _)] = asm.due(1600 * MS)
+    assert frame.t_ns == 1503 * MS and frame.samples["lidar"] is not None
+
+
+def test_fixed_offset_drops_a_jumped_stamp() -> None:
+    asm = make(LiveConfig(time_base="offset", offset_ms=-5000, max_stamp_skew_ms=500))
+    assert asm.add(pc("lidar", 6000 * MS), 1002 * MS) is None  # 6000 - 5000 = 1000 ms on the host
+    assert asm.add(pc("lidar", 9000 * MS), 1102 * MS) == "clock jump"  # 4000 ms: 2.9 s off its arrival
+    assert asm.stats.clock_jump == 1
+
+
+def test_frames_carry_the_nearest_ego_pose() -> None:
+    asm = make()
+    for k in range(5):
+        asm.add_ego(EgoPose(990 * MS + k * 20 * MS, Transform.identity(), (float(k), 0.0, 0.0)), 1000 * MS)
+    asm.add(pc("lidar", 1000 * MS), 1001 * MS)
+    [(frame, _)] = asm.close()
+    assert frame.ego is not None and frame.ego.t_ns == 990 * MS
+
+
+def test_a_trigger_sample_after_its_timer_frame_is_late_not_a_second_frame() -> None:
+    asm = make()
+    t = 1000 * MS
+    asm.add(pc("lidar", t), t + 5 * MS)
+    asm.add(pc("radar", t + 10 * MS), t + 12 * MS)
+    asm.due(t + 20 * MS)
+    # The next sweep (t + 100 ms) arrives 90 ms late: the timer (100 + 50 ms after the last arrival)
+    # opened a frame for it, emitted at its horizon (60 ms window + 20 ms transit).
+    assert asm.due(t + 160 * MS) == []
+    timer = [f.t_ns for f, _ in asm.due(t + 185 * MS)]
+    assert timer == [t + 100 * MS]
+    assert asm.add(pc("lidar", t + 100 * MS), t + 190 * MS) == "late"
+    asm.add(pc("radar", t + 210 * MS), t + 212 * MS)
+    # The sweep after that is on time: a normal trigger frame, and no timer frame in between.
+    asm.add(pc("lidar", t + 200 * MS), t + 205 * MS)
+    frames = [f.t_ns for f, _ in asm.due(t + 215 * MS)]
+    assert frames == [t + 200 * MS]
+    assert asm.stats.frames_by_timer == 1 and asm.stats.late == 1

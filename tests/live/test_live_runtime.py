@@ -1,0 +1,214 @@
+"""LiveRuntime against the real Triton: samples pushed by host threads at the drive's recorded timing."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from perception.config import LiveConfig, RuntimeConfig, load_config, resolve_sensors
+from perception.drives import DriveReader
+from perception.errors import RuntimeClosedError, SampleDroppedError
+from perception.live import LiveRuntime
+from perception.server import EmbeddedTriton
+from perception.types import FrameResult, Sample, SensorKind, SensorSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+S = 1_000_000_000
+
+Mutate = Callable[[Sample, float], Sample | None]  # (sample, seconds into the drive) -> pushed sample or None
+
+
+def _config(url: str, **live: object) -> tuple[RuntimeConfig, dict[str, SensorSpec], list[Sample]]:
+    with DriveReader(DRIVE) as reader:
+        rig = dict(reader.rig)
+        samples = list(reader.samples(reader.start_ns, reader.start_ns + 4 * S))
+        ego = reader.ego_poses()
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    cfg = dataclasses.replace(
+        resolve_sensors(cfg, rig),
+        server=dataclasses.replace(cfg.server, url=url),
+        live=LiveConfig(**live),  # type: ignore[arg-type]
+    )
+    del ego
+    return cfg, rig, samples
+
+
+def _play(
+    live: LiveRuntime, samples: list[Sample], mutate: Mutate | None = None, *, stop_after_s: float = 1e9
+) -> dict[str, int]:
+    """Push ``samples`` at their recorded timing (1x), one thread per sensor kind, stamped on the
+    host's monotonic clock (plus what ``mutate`` does). Returns trigger futures by outcome."""
+    t0_drive = samples[0].t_ns
+    t0 = time.monotonic_ns() + 50_000_000
+    futures: list[object] = []
+    closed = threading.Event()
+    lock = threading.Lock()
+
+    def worker(kind: SensorKind) -> None:
+        for s in samples:
+            if live.config.sensor(s.sensor).kind != kind.value:
+                continue
+            offset = s.t_ns - t0_drive
+            if offset / S > stop_after_s:
+                return
+            delay = (t0 + offset - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                time.sleep(delay)
+            sample = dataclasses.replace(s, t_ns=t0 + offset)
+            if mutate is not None:
+                sample = mutate(sample, offset / S)  # type: ignore[assignment]
+                if sample is None:
+                    continue
+            try:
+                fut = live.push(sample)
+            except RuntimeClosedError:
+                closed.set()
+                return
+            if fut is not None:
+                with lock:
+                    futures.append(fut)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in SensorKind]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outcome = {"futures": len(futures), "closed": int(closed.is_set())}
+    return outcome
+
+
+def _threads() -> set[str]:
+    """Live threads, without gRPC's process-wide completion-queue poller (started once, kept)."""
+    return {f"{t.name}:{t.ident}" for t in threading.enumerate() if "_poll_wrapper" not in t.name}
+
+
+def test_three_threads_push_and_fused_results_come_back(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    with LiveRuntime(cfg, rig, on_result=got.append) as live:
+        futures: list[object] = []
+        original_push = live.push
+
+        def push(sample: Sample) -> object:
+            fut = original_push(sample)
+            if fut is not None:
+                futures.append(fut)
+            return fut
+
+        live.push = push  # type: ignore[method-assign]
+        _play(live, samples)
+        status_open = live.status()
+    status = live.status()
+    lidar_sweeps = sum(s.sensor == "lidar_top" for s in samples)
+    assert status["frames"] == lidar_sweeps  # one frame per sweep, nothing lost
+    assert status["intake"]["frames_by_trigger"] == lidar_sweeps
+    assert status["dropped"] == 0 and status["intake"]["intake_overflow"] == 0
+    assert len(got) == lidar_sweeps  # the callback saw every frame
+    results = [f.result(timeout=5) for f in futures]  # type: ignore[attr-defined]
+    assert [r.frame_id for r in results] == list(range(lidar_sweeps))
+    assert sum(len(r.detections) > 0 for r in results) >= 0.9 * lidar_sweeps  # fused objects
+    assert status["latency_ms"]["n"] == lidar_sweeps and status["latency_ms"]["p50"] > 0
+    assert status_open["frames"] <= status["frames"]
+
+
+def test_silent_lidar_frames_keep_coming_from_the_timer(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    silence = (1.0, 3.0)
+
+    def mute_lidar(s: Sample, at: float) -> Sample | None:
+        return None if s.sensor == "lidar_top" and silence[0] <= at < silence[1] else s
+
+    got: list[FrameResult] = []
+    with LiveRuntime(cfg, rig, on_result=got.append) as live:
+        _play(live, samples, mute_lidar)
+    stats = live.status()["intake"]
+    assert stats["trigger_silences"] == 1
+    # ~20 sweeps missed in 2 s at 10 Hz; the timer opens one frame per missed sweep.
+    assert 17 <= stats["frames_by_timer"] <= 21, stats
+    timer_frames = [
+        r for r in got if r.sensors.get("lidar_top") is None or r.sensors["lidar_top"].status.value == "missing"
+    ]
+    assert len(timer_frames) == stats["frames_by_timer"]
+    gaps = [b.t_ns - a.t_ns for a, b in itertools.pairwise(got)]
+    assert max(gaps) < 0.2 * S  # never a hole in the frame stream
+    assert got[-1].sensors["lidar_top"].status.value == "ok"  # the trigger came back
+
+
+def test_clock_jump_in_one_sensor_is_counted_and_survived(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url, time_base="estimate", max_stamp_skew_ms=500)
+
+    def jump(s: Sample, at: float) -> Sample | None:
+        return dataclasses.replace(s, t_ns=s.t_ns + 5 * S) if s.sensor == "radar_front" and at >= 1.5 else s
+
+    got: list[FrameResult] = []
+    with LiveRuntime(cfg, rig, on_result=got.append) as live:
+        _play(live, samples, jump)
+    status = live.status()
+    assert status["intake"]["clock_jump"] == 1
+    late = [r for r in got if r.t_ns > got[0].t_ns + 2 * S]
+    assert late and sum(r.sensors["radar_front"].status.value == "ok" for r in late) >= 0.8 * len(late)
+    assert "radar_front" in status["offsets_ms"]
+
+
+def test_close_mid_stream_drains_within_its_bound_and_releases(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    threads_before = _threads()
+    live = LiveRuntime(cfg, rig)
+    live.__enter__()
+    pusher = threading.Thread(target=_play, args=(live, samples))
+    pusher.start()
+    time.sleep(1.5)
+    t = time.monotonic()
+    live.close()
+    closing_s = time.monotonic() - t
+    pusher.join(timeout=10)
+    assert not pusher.is_alive()  # push raised RuntimeClosedError, the host thread went on
+    assert closing_s < cfg.pipeline.drain_timeout_s + 2
+    with pytest.raises(RuntimeClosedError):
+        live.push(samples[0])
+    status = live.status()
+    assert status["frames"] >= 10
+    deadline = time.monotonic() + 15  # anyio's idle worker threads exit within 10 s
+    while _threads() - threads_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _threads() - threads_before
+
+
+def test_async_host_iterates_results(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    first = [s for s in samples if s.t_ns < samples[0].t_ns + S]
+
+    async def main() -> list[FrameResult]:
+        out: list[FrameResult] = []
+        with anyio.fail_after(120):
+            async with LiveRuntime(cfg, rig) as live:
+                await anyio.to_thread.run_sync(_play, live, first)
+                async for r in live.results():
+                    out.append(r)
+                    if len(out) == live.status()["intake"]["frames"] and len(out) >= 9:
+                        break
+        return out
+
+    out = anyio.run(main)
+    assert [r.frame_id for r in out] == list(range(len(out)))
+
+
+def test_dropped_trigger_sample_future_says_why(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    lidar = [s for s in samples if s.sensor == "lidar_top"][:2]
+    with LiveRuntime(cfg, rig) as live:
+        now = time.monotonic_ns()
+        ok = live.push(dataclasses.replace(lidar[1], t_ns=now))
+        stale = live.push(dataclasses.replace(lidar[0], t_ns=now - 1))  # older than one already seen
+        assert ok is not None and stale is not None
+        with pytest.raises(SampleDroppedError, match="lidar_top: out of order"):
+            stale.result(timeout=10)
+        assert ok.result(timeout=30).frame_id == 0

@@ -1,0 +1,102 @@
+"""``score_modes`` picks the evaluation protocol by the drive's source (``--protocol`` overrides it), scores
+one nuScenes sample per ground-truth keyframe on the nearest frame, and every mode names its protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from reliability_helpers import MS, T0, rig, runtime_config
+
+from perception.drives import DriveReader, DriveWriter
+from perception.fusion._testing import SimObject, lidar_result, missing
+from perception.replay import default_protocol, score_modes
+from perception.types import EgoPose, FrameResult, FrameStatus, GroundTruth, GroundTruthObject, Transform
+
+CARS = [SimObject("car", (12.0, 3.0, 0.8)), SimObject("car", (25.0, -4.0, 0.8)), SimObject("car", (-15.0, 1.0, 0.8))]
+KEYFRAMES = [T0 + k * 500 * MS for k in range(3)] + [T0 + 5000 * MS]  # the last one has no frame near it
+FRAMES = [T0 + i * 50 * MS for i in range(25)]  # 20 Hz over 1.2 s
+
+
+def _drive(path: Path, source: str) -> Path:
+    with DriveWriter(path, rig(), metadata={"source": source}) as w:
+        for t in FRAMES:
+            w.write_ego_pose(EgoPose(t, Transform()))
+        for t in KEYFRAMES:
+            objs = tuple(
+                GroundTruthObject(
+                    i, "car", c.center, c.size, 0.0, (0.0, 0.0), "vehicle.car", "vehicle.parked", 20, 1
+                )
+                for i, c in enumerate(CARS)
+            )
+            w.write_ground_truth(GroundTruth(t, objs))
+    return path
+
+
+def _results() -> list[FrameResult]:
+    specs = {s.name: s for s in rig()}
+    return [
+        FrameResult(
+            i,
+            t,
+            FrameStatus.DEGRADED,
+            {
+                "lidar_top": lidar_result(specs, "lidar_top", CARS, t_ns=t, scores=0.8),
+                "radar_front": missing("radar_front"),
+                "cam_front": missing("cam_front"),
+            },
+        )
+        for i, t in enumerate(FRAMES)
+    ]
+
+
+CONFIG = runtime_config(
+    "127.0.0.1:1",
+    {"lidar_top": "lidar_detector", "radar_front": "radar_detector", "cam_front": "camera_detector"},
+    fusion={"enabled": True},
+)
+MODES = {"fused": frozenset({"lidar", "radar", "camera"}), "camera_only": frozenset({"camera"})}
+
+
+def test_a_nuscenes_drive_is_scored_with_the_nuscenes_protocol(tmp_path: Path) -> None:
+    with DriveReader(_drive(tmp_path / "n.mcap", "nuscenes")) as reader:
+        assert default_protocol(reader) == "nuscenes"
+        modes = score_modes(_results(), CONFIG, reader, MODES)
+    fused = modes["fused"]
+    assert fused["protocol"] == "nuscenes" and modes["camera_only"]["protocol"] == "nuscenes"
+    assert fused["samples"] == 4 and fused["samples_without_frame"] == 1  # one sample per keyframe
+    assert fused["max_frame_offset_ms"] == 0.0  # each keyframe scored on the frame at its time
+    assert fused["num_ground_truth"]["car"] == 12 and fused["classes"] == ["car"]
+    assert fused["per_class_ap"]["car"] > 0.5 and fused["NDS"] is not None
+    assert modes["camera_only"]["per_class_ap"]["car"] == 0.0 and modes["camera_only"]["num_detections"]["car"] == 0
+    assert fused["sensors"] == ["cam_front", "lidar_top", "radar_front"]
+
+
+def test_other_drives_default_to_native_and_the_protocol_can_be_chosen(tmp_path: Path) -> None:
+    with DriveReader(_drive(tmp_path / "s.mcap", "sim")) as reader:
+        assert default_protocol(reader) == "native"
+        native = score_modes(_results(), CONFIG, reader, MODES)
+        chosen = score_modes(_results(), CONFIG, reader, MODES, protocol="nuscenes")
+        with pytest.raises(ValueError, match="unknown evaluation protocol 'coco'; expected one of native, nuscenes"):
+            score_modes(_results(), CONFIG, reader, MODES, protocol="coco")
+    assert native["fused"]["protocol"] == "native" and "id_switches" in native["fused"]
+    assert native["fused"]["frames"] == 8  # every frame with ground truth within 60 ms: 2 + 3 + 3
+    assert chosen["fused"]["protocol"] == "nuscenes" and chosen["fused"]["samples"] == 4
+
+
+def test_the_eval_report_names_its_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perception.cli import main
+    from perception.cli._eval import _markdown, _table
+
+    with DriveReader(_drive(tmp_path / "n.mcap", "nuscenes")) as reader:
+        modes = score_modes(_results(), CONFIG, reader, MODES)
+    md = _markdown(tmp_path / "n.mcap", modes)
+    assert "Protocol: **nuscenes (the nuScenes detection protocol as nuscenes-devkit computes it" in md
+    assert "| mode | mAP | NDS | ATE | ASE | AOE | AVE | AAE |" in md and "- car: " in md
+    assert _table(modes)[1].split()[0] == "fused" and len(_table(modes)) == 3
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "--protocol {native,nuscenes}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", str(tmp_path / "n.mcap"), "--protocol", "coco"])
+    assert exit_.value.code == 2 and "invalid choice: 'coco'" in capsys.readouterr().err

@@ -1,0 +1,152 @@
+"""Camera JPEGs decoded at the model's scale (DCT draft) and the boxes scaled back to original pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from perception._imageio import decode_image, decode_image_scaled, encode_jpeg, letterbox_size
+from perception.errors import InputError, ModelContractError
+from perception.scheduler import camera_input, prepare_inputs, scale_camera_boxes
+from perception.triton import parse_model_config
+from perception.types import ImageSample
+
+
+def gradient(h: int, w: int) -> npt.NDArray[np.uint8]:
+    y, x = np.mgrid[0:h, 0:w]
+    out: npt.NDArray[np.uint8] = np.stack([x * 255 // w, y * 255 // h, (x + y) % 256], axis=-1).astype(np.uint8)
+    return out
+
+
+@pytest.fixture(scope="module")
+def big_jpeg() -> bytes:
+    return encode_jpeg(gradient(900, 1600))
+
+
+def test_letterbox_size() -> None:
+    assert letterbox_size(1600, 900, (416, 416)) == (416, 234)
+    assert letterbox_size(1600, 900, (384, 224)) == (384, 216)
+    assert letterbox_size(640, 360, (1000, 1000)) is None  # already small enough
+
+
+@pytest.mark.parametrize(
+    ("fit", "shape"),
+    [(None, (900, 1600, 3)), ((416, 416), (450, 800, 3)), ((384, 224), (225, 400, 3)), ((100, 100), (113, 200, 3))],
+)
+def test_draft_decode_is_the_smallest_dct_scale_covering_the_letterbox(
+    big_jpeg: bytes, fit: tuple[int, int] | None, shape: tuple[int, ...]
+) -> None:
+    image, size = decode_image_scaled(big_jpeg, fit=fit)
+    assert image.shape == shape and image.dtype == np.uint8 and size == (1600, 900)
+    if fit is not None:
+        need = letterbox_size(1600, 900, fit)
+        assert need is not None and image.shape[1] >= need[0] and image.shape[0] >= need[1]
+
+
+def test_draft_decode_is_the_downscaled_picture(big_jpeg: bytes) -> None:
+    full = decode_image(big_jpeg).astype(np.float32)
+    half, _ = decode_image_scaled(big_jpeg, fit=(416, 416))
+    pooled = full.reshape(450, 2, 800, 2, 3).mean(axis=(1, 3))
+    assert np.abs(pooled - half).mean() < 3.0
+
+
+def test_png_decodes_at_full_size() -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    buf = BytesIO()
+    Image.fromarray(gradient(90, 160)).save(buf, format="PNG")
+    image, size = decode_image_scaled(buf.getvalue(), fit=(16, 16))
+    assert image.shape == (90, 160, 3) and size == (160, 90)
+
+
+def test_camera_input_gives_the_factors_back(big_jpeg: bytes) -> None:
+    sample = ImageSample("cam_front", 0, "cam_front", big_jpeg)
+    image, scale = camera_input(sample, (416, 416))
+    assert image.shape == (450, 800, 3) and scale == (2.0, 2.0)
+    image, scale = camera_input(sample)
+    assert image.shape == (900, 1600, 3) and scale == (1.0, 1.0)
+    assert prepare_inputs("camera", sample, input_size=(384, 224))["IMAGE"].shape == (1, 225, 400, 3)
+
+
+def test_camera_input_names_the_sensor() -> None:
+    with pytest.raises(InputError, match="cam_x"):
+        camera_input(ImageSample("cam_x", 0, "cam_x", b"not a jpeg"), (416, 416))
+
+
+def test_scale_camera_boxes_keeps_padding_and_other_outputs() -> None:
+    boxes = np.zeros((100, 4), np.float32)
+    boxes[0] = (10, 20, 30, 40)
+    outputs = {"BOXES": boxes, "SCORES": np.ones(100, np.float32), "COUNT": np.array([1], np.int32)}
+    out = scale_camera_boxes(outputs, (2.0, 4.0))
+    np.testing.assert_allclose(out["BOXES"][0], (20, 80, 60, 160))
+    assert not out["BOXES"][1:].any() and out["SCORES"] is outputs["SCORES"] and out["COUNT"] is outputs["COUNT"]
+    assert scale_camera_boxes(outputs, (1.0, 1.0))["BOXES"] is boxes
+
+
+def config(**parameters: str) -> dict[str, object]:
+    return {
+        "name": "cam",
+        "max_batch_size": 8,
+        "parameters": {k: {"string_value": v} for k, v in parameters.items()},
+    }
+
+
+def test_model_config_states_its_input_size() -> None:
+    assert parse_model_config(config(input_width="416", input_height="416")).input_size == (416, 416)
+    assert parse_model_config(config(input_width="416")).input_size is None  # both or nothing
+    assert parse_model_config({"name": "cam"}).input_size is None
+    with pytest.raises(ModelContractError, match="input_height"):
+        parse_model_config(config(input_width="416", input_height="big"))
+    with pytest.raises(ModelContractError, match="input_width"):
+        parse_model_config(config(input_width="0", input_height="10"))
+
+
+class _RecordingCamera:
+    """A camera model answering one box per image at (10, 20, 30, 40) in the pixels it received."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+
+    async def infer(self, model: str, inputs: dict[str, npt.NDArray[np.uint8]], **kwargs: object) -> object:
+        images = inputs["IMAGE"]
+        self.shapes.append(tuple(images.shape))
+        b = len(images)
+        boxes = np.zeros((b, 100, 4), np.float32)
+        boxes[:, 0] = (10, 20, 30, 40)
+        outputs = {
+            "BOXES": boxes,
+            "SCORES": np.zeros((b, 100), np.float32),
+            "LABELS": np.zeros((b, 100), np.int32),
+            "COUNT": np.ones((b, 1), np.int32),
+        }
+        return type("Result", (), {"outputs": outputs, "prepare_ns": 0})()
+
+
+@pytest.mark.anyio
+async def test_dispatcher_sends_images_at_the_models_scale_and_answers_in_original_pixels(big_jpeg: bytes) -> None:
+    import time
+
+    import anyio
+
+    from perception.config import PipelineConfig, SensorConfig
+    from perception.scheduler import Dispatcher
+    from perception.types import Frame, SensorStatus
+
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    samples = {name: ImageSample(name, 0, name, big_jpeg) for name in ("cam_a", "cam_b")}
+    for sizes, shape, a_box in (
+        ({"cam": (416, 416)}, (2, 450, 800, 3), (20, 40, 60, 80)),
+        ({}, (2, 900, 1600, 3), (10, 20, 30, 40)),
+    ):
+        client = _RecordingCamera()
+        dispatcher = Dispatcher(client, sensors, PipelineConfig(), input_sizes=sizes)  # type: ignore[arg-type]
+        with anyio.fail_after(30):
+            results = await dispatcher.dispatch(Frame(0, 0, samples), time.monotonic_ns() + 20_000_000_000)
+        assert client.shapes == [shape]  # both cameras in one batched request
+        for name in samples:
+            assert results[name].status is SensorStatus.OK, results[name].error
+            np.testing.assert_allclose(results[name].outputs["BOXES"][0], a_box)
+            assert not results[name].outputs["BOXES"][1:].any()
