@@ -20,6 +20,7 @@ Tree::
     │   │   └── ModelNotReadyError   model missing / unloaded / not ready
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
+    ├── ReplayError                  a replay ran but produced no usable frame (file)
     ├── RuntimeClosedError           the runtime is shut down or not started
     └── SampleDroppedError           a live sample could not be used (late, out of order, ...)
 """
@@ -40,6 +41,7 @@ __all__ = [
     "ModelContractError",
     "ModelNotReadyError",
     "PerceptionError",
+    "ReplayError",
     "RuntimeClosedError",
     "SampleDroppedError",
     "ServerError",
@@ -155,6 +157,12 @@ class CircuitOpenError(PerceptionError):
     """Requests to this model are short-circuited after repeated failures."""
 
     _PREFIX_KEYS = ("model",)
+
+
+class ReplayError(PerceptionError):
+    """A replay ran to its end but no frame had a single sensor answer ok: its outputs hold nothing usable."""
+
+    _PREFIX_KEYS = ("file",)
 
 
 class RuntimeClosedError(PerceptionError):

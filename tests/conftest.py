@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from anyio.from_thread import start_blocking_portal
@@ -43,6 +44,20 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]
     # server's PDEATHSIG (tied to the spawning thread) only fires if this process dies.
     with start_blocking_portal(backend="asyncio") as portal, portal.wrap_async_context_manager(server):
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _servers_only_in_triton_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts an embedded server in this process must be marked ``triton`` (so that
+    ``-m "not triton"`` really starts none); tests that start one in a subprocess are marked by hand."""
+    if request.node.get_closest_marker("triton") is not None:
+        return
+
+    def refuse(self: EmbeddedTriton, *args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError(f"{request.node.nodeid} starts an embedded Triton but is not marked 'triton'")
+
+    # the spawn itself: checks that fail before starting a process (bad repository, ports) still run
+    monkeypatch.setattr(EmbeddedTriton, "_spawn", refuse)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

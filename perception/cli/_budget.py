@@ -109,4 +109,7 @@ def run(args: argparse.Namespace) -> int:
     safe_output_path(out, "report.json").write_text(json.dumps(summary, indent=2) + "\n")
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # fast failures meet any budget: a run without one answer passes none
     return 0 if not violations else 1

@@ -115,4 +115,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n".join(_table(modes)) + "\n")
     if outcome.drive_error is not None:
         raise outcome.drive_error  # damaged drive (exit 3): scored on all its readable data
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # no model answered: every mode scored an empty run
     return 0

@@ -204,4 +204,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if outcome.drive_error is not None:
         raise outcome.drive_error  # damaged drive (exit 3): the outputs cover all its readable data
+    unusable = outcome.unusable()
+    if unusable is not None:
+        raise unusable  # every record is written, but none of them holds a model's answer
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from perception.types import FrameResult, FrameStatus
+from perception.types import FrameResult, FrameStatus, SensorStatus
 
 __all__ = ["LatencyAccumulator", "percentiles"]
 
@@ -36,6 +36,8 @@ class LatencyAccumulator:
 
     budget_ns: int
     frames: int = 0
+    #: Frames in which at least one sensor answered ok: a run without any produced nothing to use.
+    usable: int = 0
     status: Counter[str] = field(default_factory=Counter)
     deadline_misses: int = 0
     total_ns: list[int] = field(default_factory=list)
@@ -43,6 +45,8 @@ class LatencyAccumulator:
     sensor_ns: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     sensor_status: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     drop_reasons: Counter[str] = field(default_factory=Counter)
+    #: Per sensor: the first error it reported (what a run in which nothing worked has to say).
+    first_errors: dict[str, str] = field(default_factory=dict)
     #: Triton's time per model and stage, one value per frame it could be attributed to (ServerSplitter).
     server_ns: dict[str, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     #: Per model: why its server time was unknown, frames per reason (the text before any " (").
@@ -60,8 +64,12 @@ class LatencyAccumulator:
         self.total_ns.append(r.latency.total_ns)
         for stage, ns in r.latency.stages.items():
             self.stage_ns[stage].append(ns)
+        if any(res.status is SensorStatus.OK for res in r.sensors.values()):
+            self.usable += 1
         for sensor, res in r.sensors.items():
             self.sensor_status[sensor][res.status.value] += 1
+            if res.status is SensorStatus.ERROR and sensor not in self.first_errors:
+                self.first_errors[sensor] = res.error or "error"
         for sensor, stages in r.latency.sensors.items():
             for stage, ns in stages.items():
                 self.sensor_ns[sensor][stage].append(ns)
@@ -87,6 +95,7 @@ class LatencyAccumulator:
     def summary(self) -> dict[str, Any]:
         return {
             "frames": self.frames,
+            "usable": self.usable,
             "ok": self.status.get("ok", 0),
             "degraded": self.status.get("degraded", 0),
             "dropped": self.status.get("dropped", 0),
@@ -105,4 +114,5 @@ class LatencyAccumulator:
             },
             "sensor_status": {s: dict(c) for s, c in sorted(self.sensor_status.items())},
             "drop_reasons": dict(self.drop_reasons),
+            "first_errors": dict(sorted(self.first_errors.items())),
         }

@@ -122,11 +122,16 @@ async def evaluate_modes(
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
     outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
     with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
-        if not reader.has_ground_truth:
-            raise DriveError(
-                "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
-            )
         return score_modes(outcome.results, cfg, reader, protocol=protocol), outcome
+
+
+def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:
+    if not reader.has_ground_truth:
+        raise DriveError(
+            "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
+        )

@@ -43,7 +43,7 @@ from perception._paths import safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
-from perception.errors import ConfigError, DriveDamagedError
+from perception.errors import ConfigError, DriveDamagedError, ReplayError
 from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
@@ -90,6 +90,34 @@ class ReplayOutcome:
     #: error names the file and the first damage (``drive_damage`` in the report says it all).
     drive_error: DriveDamagedError | None = None
     damage: DriveDamage = field(default_factory=DriveDamage)
+
+    def unusable(self) -> ReplayError | None:
+        """The error to report when no frame had a sensor answer ok (``usable`` in the report is 0), else None.
+
+        Frames that failed in every sensor are still one record each; but a run made only of them
+        (every model erroring, a server refusing every request, every request late) is a failure, not
+        a result. An interrupted run is judged by its own exit status instead.
+        """
+        r = self.report
+        if self.interrupted or r.get("usable", 0) > 0:
+            return None
+        statuses = "; ".join(
+            f"{sensor} " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+            for sensor, counts in r.get("sensor_status", {}).items()
+        )
+        errors = "; ".join(
+            f"{sensor}: {' '.join(text.split())[:200]}" for sensor, text in r.get("first_errors", {}).items()
+        )
+        frames = r.get("frames", 0)
+        message = (
+            f"no usable frame: no sensor answered ok in any of the {frames} frames"
+            if frames
+            else "no usable frame: the drive gave no frame to replay"
+        )
+        return ReplayError(
+            message + (f" ({statuses})" if statuses else "") + (f"; first errors: {errors}" if errors else ""),
+            file=r.get("drive"),
+        )
 
 
 def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:

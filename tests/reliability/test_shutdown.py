@@ -48,6 +48,7 @@ async def test_stop_while_the_source_waits_for_room_records_the_waiting_frame() 
     """Under ``block`` the source is held with a frame in hand while the pipeline is full; a stop at
     that moment must still give that frame its record (it was taken from the source)."""
     started = anyio.Event()
+    taken = anyio.Event()
 
     async def process(f: Frame) -> FrameResult:
         started.set()
@@ -56,6 +57,10 @@ async def test_stop_while_the_source_waits_for_room_records_the_waiting_frame() 
 
     async def source() -> AsyncIterator[Frame]:
         for i in range(5):
+            if i == 1:
+                # The pipeline asked for frame 1: it has it in hand as soon as this yields (no await in
+                # between), then waits for room (frame 0 holds the only slot).
+                taken.set()
             yield Frame(frame_id=i, t_ns=i, samples={})
 
     config = PipelineConfig(max_in_flight=1, queue_size=0, overflow="block", drain_timeout_s=0.2)
@@ -65,7 +70,8 @@ async def test_stop_while_the_source_waits_for_room_records_the_waiting_frame() 
         async with anyio.create_task_group() as tg:
             tg.start_soon(pipeline.run, source(), send)
             await started.wait()
-            await anyio.sleep(0.05)  # frame 1 is now waiting for room
+            await taken.wait()  # frame 1 was taken from the source and is waiting for room
+            assert pipeline.in_flight == 1
             pipeline.stop()
             results = [r async for r in recv]
     assert [r.frame_id for r in results] == [0, 1]
@@ -91,7 +97,8 @@ class Replay:
         profile = write_profile(tmp_path / "profile.yaml", data)
         self.out = tmp_path / "out"
         self.stdout = (tmp_path / "stdout.txt").open("w+")
-        self.stderr = (tmp_path / "stderr.txt").open("w+")
+        self.stderr_path = tmp_path / "stderr.txt"
+        self.stderr = self.stderr_path.open("w+")
         argv = [sys.executable, "-m", "perception", "replay", str(drive), "--config", str(profile)]
         argv += ["--out", str(self.out), "--rate", rate, "--no-progress"]
         self.proc = subprocess.Popen(argv, stdout=self.stdout, stderr=self.stderr, cwd=REPO_ROOT)
@@ -107,6 +114,16 @@ class Replay:
             assert self.proc.poll() is None, f"replay ended early:\n{self.log()}"
             assert time.monotonic() < deadline, f"no {count} records after {timeout_s} s:\n{self.log()}"
             time.sleep(0.1)
+
+    def wait_for_log(self, text: str, timeout_s: float = 30.0) -> None:
+        """Until the run's output says ``text`` (a signal was handled, a phase reached)."""
+        deadline = time.monotonic() + timeout_s
+        # Read through a new file description: seeking the one the child writes through would move
+        # the child's write offset too.
+        while text not in self.stderr_path.read_text(errors="replace"):
+            assert self.proc.poll() is None, f"replay ended before saying {text!r}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"no {text!r} after {timeout_s} s:\n{self.log()}"
+            time.sleep(0.02)
 
     def signal(self, sig: int) -> None:
         os.kill(self.proc.pid, sig)
@@ -184,7 +201,7 @@ def test_second_sigint_forces_the_exit_and_still_cleans_up(tmp_path: Path, sleep
     try:
         replay.wait_for_records(3)
         replay.signal(signal.SIGINT)
-        time.sleep(0.05)
+        replay.wait_for_log("stopping after in-flight frames")  # the first one was handled: a graceful stop
         replay.signal(signal.SIGINT)
         code, _ = replay.wait(STOP_BOUND_S)
         assert code == 130, replay.log()

@@ -72,7 +72,9 @@ async def test_lockstep_replay_splits_each_request_into_client_and_server_time(
     server = report["latency_ms"]["server"]
     for name, delay in DELAY_MS.items():
         p50 = server[SLEEPY[name]]["compute_infer"]["p50"]
-        assert delay <= p50 < delay + 40
+        # at least the model's sleep, and part of the time the request was in flight (how close to the
+        # sleep it stays is a speed, measured in bench/)
+        assert delay <= p50 <= report["latency_ms"]["sensors"][name]["in_flight"]["max"]
         assert report["latency_ms"]["sensors"][name]["overhead"]["n"] >= FRAMES - 1
     assert outcome.latency.server_ns["sleepy_camera"]["compute_infer"]
 

@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import grpc  # type: ignore[import-untyped]
 import numpy as np
 import pytest
+from tritonclient.grpc import service_pb2_grpc
 
 from perception.errors import (
     ConfigError,
@@ -95,10 +97,8 @@ async def test_refused_connection_fails_fast_and_marks_url_unhealthy() -> None:
     with anyio.fail_after(10):
         async with TritonClient(ClientOptions(urls=(url,))) as client:
             assert not await client.server_ready()
-            start = time.perf_counter()
-            with pytest.raises(ConnectError) as info:
+            with pytest.raises(ConnectError) as info:  # how fast it fails is timed in bench/
                 await client.infer("echo", {"INPUT": SMALL}, sensor="lidar_top", frame=3)
-            assert time.perf_counter() - start < 1.0
             assert info.value.retryable and info.value.url == url and info.value.frame == 3
             assert client.healthy_urls() == ()
             with pytest.raises(ConnectError, match=r"not ready after 0\.2 s"):
@@ -107,10 +107,11 @@ async def test_refused_connection_fails_fast_and_marks_url_unhealthy() -> None:
 
 async def test_deadline_becomes_deadline_error(client: TritonClient) -> None:
     with anyio.fail_after(10):
-        start = time.perf_counter()
-        with pytest.raises(DeadlineError) as info:
+        before = await client.model_statistics("sleeper_40")
+        with pytest.raises(DeadlineError) as info:  # how soon after the 5 ms it raises is timed in bench/
             await client.infer("sleeper_40", {"INPUT": np.ones(4, np.float32)}, timeout_ns=5_000_000, frame=9)
-        assert time.perf_counter() - start < 0.5
+        # raised by the deadline, not after an answer: the 40 ms sleep had not ended successfully then
+        assert (await client.model_statistics("sleeper_40"))["success_count"] == before["success_count"]
         assert info.value.model == "sleeper_40" and info.value.frame == 9
         assert not info.value.retryable
         res = await client.infer("sleeper_20", {"INPUT": np.ones(4, np.float32)}, timeout_ns=2_000_000_000)
@@ -131,11 +132,9 @@ async def test_cancelling_the_caller_cancels_the_server_side_work(client: Triton
     with anyio.fail_after(20):
         await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 1})
         before = await client.model_statistics("sleeper_40")
-        start = time.perf_counter()
         with anyio.move_on_after(0.005) as scope:
             await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 3000})
         assert scope.cancelled_caught  # the scope recognised its own cancellation through grpc
-        assert time.perf_counter() - start < 0.5
         # The caller did not wait for grpc to wind the call down: it ends in the background (no
         # deadline: cancelled at once), and only then gives its shared-memory slot back.
         await client.wait_abandoned()
@@ -144,7 +143,7 @@ async def test_cancelling_the_caller_cancels_the_server_side_work(client: Triton
             assert pool is not None and pool.regions() and not any(r.in_use for r in pool.regions())
         # The sleeper checks request.is_cancelled(): it ends long before its 3 s.
         delta = await _wait_for_new_inference(client, "sleeper_40", before)
-    assert time.perf_counter() - start < 2.0
+    # the server's own account: the request was cut short, far from its 3 s (wall-clock bounds: bench/)
     assert delta["compute_infer_ns"] < 1_000_000_000
 
 
@@ -174,7 +173,9 @@ async def test_a_caller_cut_off_at_the_deadline_leaves_the_call_to_its_grpc_dead
         assert client.abandoned_pending == 0
         assert not any(r.in_use for r in pool.regions())
         delta = await _wait_for_new_inference(client, "sleeper_40", before)
-    assert 0.25 < ended < 2.0  # by its gRPC deadline (0.3 s), not by the backstop or the model's 3 s
+    # Ended by its gRPC deadline (0.3 s): not before it (a lower bound, safe on a loaded host), and the
+    # server's work was cut short, far from the model's 3 s. How soon after 0.3 s it ends: bench/.
+    assert ended >= 0.25
     assert delta["compute_infer_ns"] < 1_000_000_000
 
 
@@ -262,7 +263,26 @@ async def test_two_urls_round_robin(triton: EmbeddedTriton) -> None:
     assert used == [urls[0], urls[1], urls[0], urls[1]]
 
 
-async def test_dead_url_is_skipped_then_retried_after_backoff(triton: EmbeddedTriton) -> None:
+class _ManualClock:
+    """The client's ``time`` module with a monotonic clock that only the test moves."""
+
+    def __init__(self) -> None:
+        self.now_ns = time.monotonic_ns()
+
+    def monotonic_ns(self) -> int:
+        return self.now_ns
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+async def test_dead_url_is_skipped_then_retried_after_backoff(
+    triton: EmbeddedTriton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The back-off is kept on the client's monotonic clock: the test moves that clock past it instead
+    # of sleeping and hoping the sleep was long enough.
+    clock = _ManualClock()
+    monkeypatch.setattr(_client, "time", clock)
     dead = f"127.0.0.1:{free_port()}"
     options = ClientOptions(urls=(dead, triton.grpc_url), channels=1, backoff_s=0.3)
     with anyio.fail_after(20):
@@ -273,19 +293,57 @@ async def test_dead_url_is_skipped_then_retried_after_backoff(triton: EmbeddedTr
             assert client.healthy_urls() == (triton.grpc_url,)
             used = [(await client.infer("echo", {"INPUT": SMALL})).url for _ in range(4)]
             assert used == [triton.grpc_url] * 4
-            await anyio.sleep(0.35)
-            assert client.healthy_urls() == (dead, triton.grpc_url)
+            clock.now_ns += 299_000_000
+            assert client.healthy_urls() == (triton.grpc_url,)  # not before the 0.3 s are over...
+            clock.now_ns += 1_000_000
+            assert client.healthy_urls() == (dead, triton.grpc_url)  # ...and again right after
             with pytest.raises(ConnectError):  # retried once the back-off is over
                 await client.infer("echo", {"INPUT": SMALL})
             assert client.healthy_urls() == (triton.grpc_url,)
 
 
+class _RecordingProxy(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """A gRPC server in front of the real Triton: forwards readiness and inference calls unchanged and
+    records the metadata (headers) each call arrived with."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.seen: list[tuple[str, dict[str, str]]] = []
+
+    def _record(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.seen.append((method, {m.key: m.value for m in context.invocation_metadata() or ()}))
+
+    async def ServerReady(self, request: object, context: grpc.aio.ServicerContext) -> object:
+        self._record("ServerReady", context)
+        async with grpc.aio.insecure_channel(self.upstream) as channel:
+            return await service_pb2_grpc.GRPCInferenceServiceStub(channel).ServerReady(request)
+
+    async def ModelInfer(self, request: object, context: grpc.aio.ServicerContext) -> object:
+        self._record("ModelInfer", context)
+        async with grpc.aio.insecure_channel(self.upstream) as channel:
+            return await service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+
+
 async def test_headers_are_sent_and_closed_client_refuses(triton: EmbeddedTriton) -> None:
-    options = ClientOptions(urls=(triton.grpc_url,), headers={"authorization": "Bearer test-token"})
-    with anyio.fail_after(10):
-        async with TritonClient(options) as client:
-            res = await client.infer("echo", {"INPUT": SMALL})
-            assert res.outputs["OUTPUT"].shape == (3, 4)
+    proxy = _RecordingProxy(triton.grpc_url)
+    server = grpc.aio.server()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(proxy, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    headers = {"authorization": "Bearer test-token", "x-fleet-vehicle": "v-042"}
+    try:
+        options = ClientOptions(urls=(f"127.0.0.1:{port}",), headers=headers)
+        with anyio.fail_after(10):
+            async with TritonClient(options) as client:
+                assert await client.server_ready()
+                res = await client.infer("echo", {"INPUT": SMALL})
+                np.testing.assert_array_equal(res.outputs["OUTPUT"], 2 * SMALL)  # through to the real server
+    finally:
+        await server.stop(None)
+    # Every call, control plane and inference, arrived with every configured header and its value.
+    assert [method for method, _ in proxy.seen] == ["ServerReady", "ModelInfer"]
+    for method, metadata in proxy.seen:
+        assert {k: metadata.get(k) for k in headers} == headers, (method, metadata)
     with pytest.raises(RuntimeClosedError):
         await client.infer("echo", {"INPUT": SMALL})
     await client.close()  # idempotent

@@ -1,0 +1,69 @@
+"""``perception budget``: the verdict is the exit code -- 1 when a measured stage is over its budget, 0
+when every budget holds -- with the verdict in the table, report.json and report.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from reliability_helpers import profile_data, write_drive, write_profile
+
+from perception.cli import main
+from perception.server import EmbeddedTriton
+
+SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
+FRAMES = 4
+
+
+@pytest.fixture(scope="module")
+def drive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_drive(tmp_path_factory.mktemp("budget") / "drive.mcap", FRAMES)
+
+
+def _budget(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, stages: dict[str, float], total_ms: float
+) -> tuple[int, str, dict[str, object]]:
+    data = profile_data(triton.grpc_url, SLEEPY, budget={"total_ms": 3000, "fusion_reserve_ms": 20, "stages": stages})
+    profile = write_profile(tmp_path / "profile.yaml", data)
+    out = tmp_path / "out"
+    argv = ["budget", str(drive), "--config", str(profile), "--budget-ms", f"{total_ms:g}", "--out", str(out)]
+    code = main([*argv, "--no-progress"])
+    report = json.loads((out / "report.json").read_text())
+    return code, (out / "report.md").read_text(), report
+
+
+def test_a_stage_over_its_budget_exits_1(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The camera model sleeps 40 ms per request: its time in flight cannot meet 5 ms, however fast the
+    # host; the total budget (20 s) holds.
+    code, report_md, report = _budget(triton, drive, tmp_path, {"cam_front.in_flight": 5}, 20000)
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert "budget 20000 ms at p99: FAIL (cam_front.in_flight)" in printed
+    budget = report["budget"]
+    assert isinstance(budget, dict)
+    assert budget["passed"] is False and budget["violations"] == ["cam_front.in_flight"]
+    row = next(r for r in budget["rows"] if r["stage"] == "cam_front.in_flight")
+    assert row["verdict"] == "FAIL" and row["budget_ms"] == 5 and row["p50"] >= 40  # the model sleeps 40 ms
+    assert report["frames"] == FRAMES and report["usable"] == FRAMES
+    assert "FAIL" in report_md
+
+
+def test_budgets_that_hold_exit_0(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, report = _budget(triton, drive, tmp_path, {"cam_front.in_flight": 15000}, 20000)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "budget 20000 ms at p99: PASS" in printed
+    assert report["budget"] == {**report["budget"], "passed": True, "violations": []}  # type: ignore[dict-item]
+
+
+def test_a_budget_on_something_not_measured_fails_as_no_data(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, report = _budget(triton, drive, tmp_path, {"cam_rear.in_flight": 100}, 20000)
+    assert code == 1, capsys.readouterr().out
+    assert report["budget"]["violations"] == ["cam_rear.in_flight"]  # type: ignore[index]

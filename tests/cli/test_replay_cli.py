@@ -1,0 +1,120 @@
+"""``perception replay`` at the CLI level: the exit code tells a run that produced nothing usable from one
+that did, and ``--metrics-port`` serves Prometheus metrics that a scraper reads while the replay runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from reliability_helpers import REPO_ROOT, profile_data, read_records, write_drive, write_profile
+
+from perception.cli import main
+from perception.server import EmbeddedTriton
+
+SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
+FRAMES = 5
+
+
+def _replay(drive: Path, profile: Path, out: Path) -> int:
+    argv = ["replay", str(drive), "--config", str(profile), "--out", str(out), "--rate", "lockstep"]
+    return main([*argv, "--no-progress", "--no-fused-mcap"])
+
+
+def _failing(url: str, models: dict[str, str], failing: list[str]) -> dict[str, object]:
+    faults = [{"model": m, "error_probability": 1.0} for m in failing]
+    return profile_data(url, models, faults=faults)
+
+
+def test_every_sensor_failing_in_every_frame_exits_1_and_says_so(
+    triton: EmbeddedTriton, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    drive = write_drive(tmp_path / "drive.mcap", FRAMES)
+    profile = write_profile(tmp_path / "p.yaml", _failing(triton.grpc_url, SLEEPY, list(SLEEPY.values())))
+    out = tmp_path / "out"
+    assert _replay(drive, profile, out) == 1
+    printed, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"perception replay: error: {drive}: no usable frame: no sensor answered ok in any")
+    assert "injected fault" in lines[0] and "lidar_top" in lines[0]
+    # ...after writing every record: the failure is reported, the frames are not lost
+    assert f"frames {FRAMES}: ok 0, degraded {FRAMES}" in printed
+    records = read_records(out / "detections.jsonl")
+    assert [r["frame_id"] for r in records] == list(range(FRAMES))
+    for r in records:
+        assert {s["status"] for s in r["sensors"].values()} <= {"error", "skipped"}, r["sensors"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["usable"] == 0 and report["frames"] == FRAMES
+    assert set(report["first_errors"]) == set(SLEEPY) and "injected fault" in report["first_errors"]["lidar_top"]
+
+
+def test_one_sensor_failing_everywhere_is_still_a_usable_run(
+    triton: EmbeddedTriton, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    drive = write_drive(tmp_path / "drive.mcap", FRAMES)
+    profile = write_profile(tmp_path / "p.yaml", _failing(triton.grpc_url, SLEEPY, ["sleepy_lidar"]))
+    out = tmp_path / "out"
+    assert _replay(drive, profile, out) == 0, capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    assert report["usable"] == FRAMES and report["ok"] == 0
+    assert list(report["first_errors"]) == ["lidar_top"]
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+@pytest.mark.slow  # a perception replay subprocess at recorded speed (3 s of drive)
+def test_metrics_port_is_scraped_over_http_while_the_replay_runs(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    frames = 30
+    drive = write_drive(tmp_path / "drive.mcap", frames)
+    profile = write_profile(tmp_path / "p.yaml", profile_data(triton.grpc_url, SLEEPY))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "perception", "replay", str(drive), "--config", str(profile), "--out", str(out)]
+    argv += ["--rate", "1.0", "--metrics-port", "0", "--no-progress", "--no-fused-mcap"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT) as proc:
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # printed (and flushed) before the replay starts
+            found = re.fullmatch(r"prometheus metrics on (http://127\.0\.0\.1:\d+/metrics)\n", first)
+            assert found, first
+            url = found.group(1)
+            deadline = time.monotonic() + 120
+            seen: list[float] = []
+            while len(seen) < 2:  # two scrapes that both saw frames, the second more than the first
+                assert proc.poll() is None, "the replay ended before it was scraped twice"
+                assert time.monotonic() < deadline, f"no frames in the metrics: {seen}"
+                ok = _scrape(url).get(("perception_frames_total", (("status", "ok"),)), 0.0)
+                if ok and (not seen or ok > seen[-1]):
+                    seen.append(ok)
+                time.sleep(0.2)
+            metrics = _scrape(url)
+            assert metrics[("perception_sensor_status_total", (("sensor", "cam_front"), ("status", "ok")))] >= 1
+            assert metrics[("perception_frame_latency_seconds_count", ())] >= seen[-1]
+            # the sleepy camera takes >= 40 ms per request: no observation in the buckets below that
+            assert metrics[("perception_sensor_latency_seconds_bucket", (("le", "0.03"), ("sensor", "cam_front")))] == 0
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, stderr
+    assert f"frames {frames}: ok {frames}" in stdout
+    assert seen[-1] <= frames
+    with pytest.raises(urllib.error.URLError):  # the endpoint closes with the run
+        urllib.request.urlopen(url, timeout=5)
