@@ -333,6 +333,24 @@ class ImageDetector(Protocol):
     def decode(self, maps: Sequence[F32], letterboxes: Sequence[Letterbox]) -> list[CameraDetections]: ...
 
 
+def onnx_session(onnx_path: str | os.PathLike[str], what: str, *, intra_op_threads: int = 1) -> Any:
+    """An onnxruntime CPU session for a camera network: sequential, ``intra_op_threads`` threads, errors
+    only in its log; a file that does not load is a :class:`ModelContractError` naming ``what`` and the file."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    path = os.fspath(onnx_path)
+    try:
+        return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped errors (missing file, bad graph)
+        raise ModelContractError(f"cannot load the {what} network: {exc}", file=path) from exc
+
+
 class CameraDetector:
     """The exported network in an onnxruntime CPU session, with pre/post-processing around it.
 
@@ -349,20 +367,7 @@ class CameraDetector:
         score_threshold: float = 0.05,
         max_detections: int = MAX_DETECTIONS,
     ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3  # errors only
-        try:
-            self._session = ort.InferenceSession(
-                os.fspath(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped errors (missing file, bad graph)
-            raise ModelContractError(f"cannot load the detector network: {exc}", file=os.fspath(onnx_path)) from exc
+        self._session = onnx_session(onnx_path, "detector", intra_op_threads=intra_op_threads)
         inputs = self._session.get_inputs()
         outputs = [o.name for o in self._session.get_outputs()]
         if len(inputs) != 1 or outputs != list(ONNX_OUTPUTS):

@@ -37,6 +37,7 @@ from ._camera import (
     ImageDetector,
     Letterbox,
     letterbox_image,
+    onnx_session,
 )
 from ._contracts import CAMERA_INPUT_SIZE_KEYS
 from ._triton import params_from_config
@@ -205,19 +206,8 @@ class YoloxDetector:
         nms_iou: float = 0.45,
         max_detections: int = MAX_DETECTIONS,
     ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
         path = os.fspath(onnx_path)
-        try:
-            self._session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own untyped errors (missing file, bad graph)
-            raise ModelContractError(f"cannot load the YOLOX network: {exc}", file=path) from exc
+        self._session = onnx_session(path, "YOLOX", intra_op_threads=intra_op_threads)
         inputs = self._session.get_inputs()
         outputs = self._session.get_outputs()
         if len(inputs) != 1 or len(outputs) != 1:
