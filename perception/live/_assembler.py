@@ -5,9 +5,12 @@ converted to the host clock (:class:`TimeBase`), then:
 
 * **trigger** — a sample of the trigger sensor opens a frame at its capture time; with ``rate_hz``
   frames open on a fixed grid instead;
-* **timer fallback** — when the trigger sensor has been silent for longer than its period plus
-  ``live.trigger_tolerance_ms``, frames keep opening at its nominal period with it ``missing``; its
-  next sample hands the clock back;
+* **timer fallback** — frames sit on the trigger's slots, one per period. When the trigger's sample
+  for the next slot has not arrived by its expected arrival (its capture time plus the trigger's
+  usual delivery delay) plus ``live.trigger_tolerance_ms``, the timer opens that slot's frame with the
+  trigger ``missing``. A trigger sample for a slot the timer opened takes the frame over while it is
+  pending, and is counted late once it was emitted: every slot has exactly one frame, in time order,
+  however the trigger's delivery jitters;
 * **completion** — a frame is complete once no sample still to come can be nearer its time for any
   active sensor (one at or after the frame time has arrived, or by the sensor's nominal rate its next
   sample will be farther than its last), or when the host clock passes the frame time plus the widest
@@ -142,11 +145,11 @@ class LiveAssembler(Generic[T]):
         self._period_ns = round(1e9 / rate) if rate else 0
         self._fixed_rate = trigger.rate_hz is not None
         self._next_rate_t: int | None = None
-        self._trigger_last_t: int | None = None  # capture time of the trigger's last sample (host clock)
+        self._slot_t: int | None = None  # time of the latest trigger slot a frame was opened for
         self._trigger_last_arrival: int | None = None
         self._trigger_gaps: deque[int] = deque(maxlen=16)
+        self._trigger_lags: deque[int] = deque(maxlen=16)  # arrival - capture of recent trigger samples
         self._silent = False
-        self._timer_k = 0  # timer frames opened since the trigger's last sample
         self.stats = LiveStats()
 
     # -- intake ---------------------------------------------------------------------------------
@@ -175,11 +178,10 @@ class LiveAssembler(Generic[T]):
             self.stats.late += 1
             return "late"
         if name == self._trigger and not self._fixed_rate and self._covered(host_t):
-            # The timer already emitted this sweep's frame (the sample came after the silence timeout):
-            # a second frame at the same time would break time order and double the sweep.
-            self._last_stamp[name] = sample.t_ns
-            self._trigger_last_t, self._trigger_last_arrival, self._timer_k = host_t, arrival_ns, 0
-            self._silent = False
+            # The timer already emitted this slot's frame (the sample came after the silence timeout):
+            # a second frame at the same time would break time order and double the sweep. Its delay
+            # still teaches the timer to wait longer.
+            self._trigger_seen(host_t, arrival_ns)
             self.stats.late += 1
             return "late"
         self.stats.samples += 1
@@ -203,24 +205,39 @@ class LiveAssembler(Generic[T]):
         self.stats.ego_poses += 1
         self._ego.append(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
 
-    def _on_trigger(self, t: int, arrival: int, token: T | None) -> None:
+    def _trigger_seen(self, t: int, arrival: int) -> None:
         if self._trigger_last_arrival is not None:
             self._trigger_gaps.append(arrival - self._trigger_last_arrival)
-        self._trigger_last_t, self._trigger_last_arrival = t, arrival
-        self._timer_k = 0
-        if self._silent:
-            self._silent = False
-            # Timer frames not yet emitted at (about) this capture time give way to the real one.
-            half = self.trigger_period_ns() // 2
-            while self._pending and self._pending[-1].by == "timer" and self._pending[-1].t_ns >= t - half:
-                self._pending.pop()
+        self._trigger_last_arrival = arrival
+        self._trigger_lags.append(max(0, arrival - t))
+        self._silent = False
+
+    def _on_trigger(self, t: int, arrival: int, token: T | None) -> None:
+        self._trigger_seen(t, arrival)
+        half = self.trigger_period_ns() // 2
+        if self._slot_t is not None and t <= self._slot_t + half:
+            # The timer opened this slot's frame and it is still pending: the real sample takes it over.
+            for i, p in enumerate(self._pending):
+                if p.by == "timer" and abs(p.t_ns - t) <= half:
+                    self._pending[i] = _Pending(t, arrival, t + self._horizon_ns, "trigger", token)
+                    return
+        period = self.trigger_period_ns()
+        while period and self._slot_t is not None and self._slot_t + period < t - half:
+            # Slots the trigger skipped before its timer ran out: their samples can no longer come
+            # (they would be out of order), so their frames open now, as the timer would have.
+            self._slot_t += period
+            self._open(self._slot_t, arrival, "timer")
         self._open(t, arrival, "trigger", token)
+        self._slot_t = t
 
     def _covered(self, t: int) -> bool:
-        """A frame at (about) capture time ``t`` was already emitted."""
-        if self._last_frame_t is None:
+        """The timer opened a frame for the slot of capture time ``t`` and that frame was emitted."""
+        if self._last_frame_t is None or self._slot_t is None:
             return False
-        return t <= self._last_frame_t + self.trigger_period_ns() // 2
+        half = self.trigger_period_ns() // 2
+        if t > self._slot_t + half or t > self._last_frame_t + half:
+            return False  # a new slot, or its frame is still pending
+        return not any(p.by == "timer" and abs(p.t_ns - t) <= half for p in self._pending)
 
     def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
         self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))
@@ -245,19 +262,23 @@ class LiveAssembler(Generic[T]):
                 self._next_rate_t += period
             return
         while (at := self._timer_at(period)) is not None and now >= at:
-            # The trigger's next sample would have arrived by now: it is silent, the timer ticks on.
+            # The trigger's sample for the next slot would have arrived by now: it is silent, the
+            # timer opens the slot.
             if not self._silent:
                 self._silent = True
                 self.stats.trigger_silences += 1
-            self._timer_k += 1
-            assert self._trigger_last_t is not None
-            self._open(self._trigger_last_t + self._timer_k * period, now, "timer")
+            assert self._slot_t is not None
+            self._slot_t += period
+            self._open(self._slot_t, now, "timer")
 
     def _timer_at(self, period: int) -> int | None:
-        """Host time at which the next timer frame opens if the trigger stays silent."""
-        if not period or self._trigger_last_arrival is None:
+        """Host time at which the timer opens the next slot if the trigger's sample for it is missing:
+        the slot's time plus the trigger's usual delivery delay (median of recent ones) plus the tolerance."""
+        if not period or self._slot_t is None:
             return None
-        return self._trigger_last_arrival + (self._timer_k + 1) * period + self._live.trigger_tolerance_ns
+        lags = sorted(self._trigger_lags)
+        lag = lags[len(lags) // 2] if lags else 0
+        return self._slot_t + period + lag + self._live.trigger_tolerance_ns
 
     def _settle(self, now: int) -> None:
         """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""

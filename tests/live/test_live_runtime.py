@@ -143,11 +143,14 @@ def test_silent_lidar_frames_keep_coming_from_the_timer(triton: EmbeddedTriton) 
     assert len(timer_frames) == stats["frames_by_timer"]
     gaps = [b.t_ns - a.t_ns for a, b in itertools.pairwise(got)]
     assert max(gaps) < 0.2 * S  # never a hole in the frame stream
-    # The lidar is used again within one period of its return (its first sweep after the silence).
+    # The lidar is used again within one period of its return: its first sweep after the silence is
+    # that frame's lidar sample (sent to the model: whether the model answers in time on a loaded host
+    # is the scheduler's business, `late` then), and the model answers again afterwards.
     back = [r for r in got if r.t_ns - t0 >= silence[1] * S]
     assert back and back[0].t_ns - t0 < silence[1] * S + 0.1 * S
-    assert back[0].sensors["lidar_top"].status.value == "ok", back[0]
-    assert got[-1].sensors["lidar_top"].status.value == "ok"
+    first = back[0].sensors["lidar_top"]
+    assert first.sample_t_ns == back[0].t_ns and first.status.value in ("ok", "late"), back[0]
+    assert any(r.sensors["lidar_top"].status.value == "ok" for r in back)
 
 
 def test_clock_jump_in_one_sensor_is_counted_and_survived(triton: EmbeddedTriton) -> None:
