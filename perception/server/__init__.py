@@ -11,7 +11,7 @@ from __future__ import annotations
 from perception.server._embedded import EmbeddedTriton, check_model_repository, free_port
 from perception.server._health import ModelStatus, describe_models, wait_for_server
 from perception.server._locate import TritonInstall, locate_triton, prepare_backend_dir
-from perception.server._procs import cleanup_stale_shm, make_shm_prefix
+from perception.server._procs import cleanup_stale_shm
 
 __all__ = [
     "EmbeddedTriton",
@@ -22,7 +22,6 @@ __all__ = [
     "describe_models",
     "free_port",
     "locate_triton",
-    "make_shm_prefix",
     "prepare_backend_dir",
     "wait_for_server",
 ]

@@ -53,12 +53,12 @@ from perception.server._locate import (
 )
 from perception.server._procs import (
     cleanup_stale_shm,
-    make_shm_prefix,
     pdeathsig_preexec,
     process_group_members,
     remove_shm_prefix,
     signal_group,
 )
+from perception.triton import make_shm_prefix
 
 __all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_tail"]
 

@@ -13,15 +13,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from perception.errors import ConnectError, ModelContractError, ServerError
-
-if TYPE_CHECKING:
-    from perception.triton import TensorSpec
+from perception.triton import TensorSpec, parse_model_config
 
 __all__ = [
     "ModelStatus",
@@ -143,8 +141,6 @@ async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[Mode
     """Every model of the server's repositories with its state and (for loaded models) its contract,
     read from the HTTP repository index and model configuration endpoints (parsed as the transport's
     contract check parses them)."""
-    from perception.triton import parse_model_config  # not at the top: perception.triton imports this package
-
     index = await http_get_json(http_url, "/v2/repository/index", body={}, timeout_s=timeout_s)
     statuses = []
     for entry in sorted(index or (), key=lambda e: (str(e.get("name")), str(e.get("version", "")))):

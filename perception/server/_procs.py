@@ -1,8 +1,9 @@
 """Linux process and ``/dev/shm`` housekeeping for the embedded server.
 
 Shared-memory regions created on behalf of this package (by the python backend of an embedded server,
-or by the client transport) are named ``perception_<owner-pid>_...``. A region whose owner pid is no
-longer alive is a leftover of a crashed run and can be removed; regions of live pids are never touched.
+or by the client transport) are named ``perception_<owner-pid>_...`` (:mod:`perception.triton` names
+them). A region whose owner pid is no longer alive is a leftover of a crashed run and can be removed;
+regions of live pids are never touched.
 """
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
-import secrets
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from perception.triton import SHM_NAME_PREFIX, shm_owner_pid
+
 __all__ = [
     "SHM_DIR",
-    "SHM_NAME_PREFIX",
     "cleanup_stale_shm",
-    "make_shm_prefix",
     "pdeathsig_preexec",
     "pid_alive",
     "process_group_members",
@@ -32,17 +31,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
-#: Every region this package creates starts with ``perception_<owner-pid>_``.
-SHM_NAME_PREFIX = "perception_"
-_OWNED = re.compile(rf"^{SHM_NAME_PREFIX}(\d+)_")
 
 _PR_SET_PDEATHSIG = 1
-
-
-def make_shm_prefix(owner_pid: int | None = None) -> str:
-    """``perception_<pid>_<random>_``: identifies the owner process and one server instance."""
-    pid = os.getpid() if owner_pid is None else owner_pid
-    return f"{SHM_NAME_PREFIX}{pid}_{secrets.token_hex(4)}_"
 
 
 def pid_alive(pid: int) -> bool:
@@ -87,10 +77,9 @@ def cleanup_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
     alive: dict[int, bool] = {}
     removed = []
     for path in entries:
-        match = _OWNED.match(path.name)
-        if match is None:
+        pid = shm_owner_pid(path.name)
+        if pid is None:
             continue
-        pid = int(match.group(1))
         if pid not in alive:
             alive[pid] = pid == os.getpid() or pid_alive(pid)
         if not alive[pid] and _unlink(path):

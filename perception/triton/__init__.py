@@ -37,10 +37,12 @@ from perception.triton._contract import (
 )
 from perception.triton._errors import translate
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
+from perception.triton._shm_names import SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
 
 __all__ = [
     "CAMERA_INPUT_SIZE_KEYS",
     "CONTRACTS",
+    "SHM_NAME_PREFIX",
     "ClientOptions",
     "InferRequest",
     "InferResult",
@@ -55,6 +57,8 @@ __all__ = [
     "TritonClient",
     "check_contract",
     "is_loopback",
+    "make_shm_prefix",
     "parse_model_config",
+    "shm_owner_pid",
     "translate",
 ]

@@ -4,7 +4,7 @@ Large input tensors are copied once into a region the server has mapped, and the
 the region name, offset and size instead of the bytes: no protobuf serialisation, no socket copy.
 
 * Regions are ``/dev/shm/perception_<pid>_<8 hex>_<n>`` (the prefix from
-  :func:`perception.server.make_shm_prefix`), so the embedded server manager can remove the
+  :func:`make_shm_prefix`), so the embedded server manager can remove the
   leftovers of a dead process by its ``perception_<pid>_`` prefix.
 * Sizes come in power-of-two classes (at least ``min_region_bytes``); a released region is reused
   by the next request of its class. Each region is registered once per server (URL), lazily, and
@@ -37,7 +37,7 @@ import numpy.typing as npt
 from tritonclient.utils import shared_memory as triton_shm
 
 from perception.errors import PerceptionError, SharedMemoryError
-from perception.server import make_shm_prefix
+from perception.triton._shm_names import make_shm_prefix
 
 from ._errors import translate
 

@@ -21,8 +21,8 @@ from perception.config import load_config
 from perception.errors import ConfigError
 from perception.replay import safe_output_path
 from perception.scheduler import Runtime
-from perception.server import EmbeddedTriton, free_port, make_shm_prefix
-from perception.triton import SharedMemoryPool, TritonClient
+from perception.server import EmbeddedTriton, free_port
+from perception.triton import SharedMemoryPool, TritonClient, make_shm_prefix
 
 REMOTE = "triton.example.invalid:8001"  # never contacted: channels connect lazily
 
@@ -128,7 +128,7 @@ def test_shared_memory_names_are_unique_per_process_and_instance() -> None:
         [
             sys.executable,
             "-c",
-            "import os; from perception.server import make_shm_prefix; print(os.getpid(), make_shm_prefix())",
+            "import os; from perception.triton import make_shm_prefix; print(os.getpid(), make_shm_prefix())",
         ],
         capture_output=True,
         text=True,

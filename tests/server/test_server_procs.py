@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from perception.server import cleanup_stale_shm, locate_triton, make_shm_prefix, prepare_backend_dir
+from perception.server import cleanup_stale_shm, locate_triton, prepare_backend_dir
 from perception.server._procs import pid_alive, process_group_members, remove_shm_prefix
+from perception.triton import make_shm_prefix
 
 
 def _dead_pid() -> int:
