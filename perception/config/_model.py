@@ -6,6 +6,7 @@ milliseconds (``*_ms``) for readability and exposed as integer nanoseconds (``*_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from perception.config._convert import reject_duplicates
+from perception.config._drive_source import is_simulated
 
 __all__ = [
     "BudgetConfig",
@@ -175,14 +177,26 @@ class BudgetConfig:
     total_ms: float = 100.0
     fusion_reserve_ms: float = 10.0
     stages: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # stage -> ms
+    #: ``total_ms`` for a drive recorded by real sensors (``perception import``), when the profile sets
+    #: one; see :meth:`for_drive`. ``None``: ``total_ms`` for every drive.
+    recorded_total_ms: float | None = None
 
     def __post_init__(self) -> None:
-        _positive("total_ms", self.total_ms)
+        for key, total in (("total_ms", self.total_ms), ("recorded_total_ms", self.recorded_total_ms)):
+            if total is None:
+                continue
+            _positive(key, total)
+            if self.fusion_reserve_ms >= total:
+                raise ValueError(f"fusion_reserve_ms: must be below {key} ({total}), got {self.fusion_reserve_ms}")
         _non_negative("fusion_reserve_ms", self.fusion_reserve_ms)
-        if self.fusion_reserve_ms >= self.total_ms:
-            raise ValueError(
-                f"fusion_reserve_ms: must be below total_ms ({self.total_ms}), got {self.fusion_reserve_ms}"
-            )
+
+    def for_drive(self, metadata: Mapping[str, str]) -> BudgetConfig:
+        """The budget of a drive with this metadata: ``recorded_total_ms`` (when set) for a recording of
+        real sensors, ``total_ms`` for a drive of the simulator (:func:`perception.config.is_simulated`)."""
+        if self.recorded_total_ms is None:
+            return self
+        total = self.total_ms if is_simulated(metadata) else self.recorded_total_ms
+        return dataclasses.replace(self, total_ms=total, recorded_total_ms=None)
         for stage, ms in self.stages.items():
             if ms <= 0:
                 raise ValueError(f"stages: budget of stage {stage!r} must be > 0, got {ms}")

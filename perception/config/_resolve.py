@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from perception.config._camera_model import default_camera_model
+from perception.config._drive_source import default_camera_model
 from perception.config._model import Kind, RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
@@ -33,9 +33,12 @@ def resolve_sensors(
     A profile that lists no sensors gets one per sensor of ``rig`` (in the rig's order), served by
     ``config.sensor_defaults`` for its kind. An auto trigger (neither ``sensor`` nor ``rate_hz``)
     becomes the first lidar by name, else the first camera, else the first radar. A config that is
-    already resolved is returned as it is. ``where`` names the rig in messages (e.g. the drive's path);
-    ``metadata`` is the drive's (its source picks ``model: auto``; none means a recording of real sensors).
+    already resolved keeps its sensors and trigger. ``where`` names the rig in messages (e.g. the drive's path);
+    ``metadata`` is the drive's: its source picks ``model: auto`` (none: a recording of real sensors)
+    and the budget (:meth:`BudgetConfig.for_drive`; none: ``budget.total_ms`` as it is).
     """
+    if metadata is not None:
+        config = dataclasses.replace(config, budget=config.budget.for_drive(metadata))
     if config.resolved:
         return config
     file = str(config.source) if config.source else None

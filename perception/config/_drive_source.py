@@ -1,4 +1,6 @@
-"""Which reference camera model serves a drive's cameras when no profile names one.
+"""Defaults chosen by a drive's source: a drive of the simulator, or a recording of real sensors.
+
+Which reference camera model serves a drive's cameras when no profile names one:
 
 Chosen by measurement (``bench/bench_camera.py`` -> ``bench/results/camera.json``, 2D AP50 per class on
 every camera image): the simulator-trained CNN (``camera_detector``) is the better detector on the
@@ -6,13 +8,17 @@ simulator's drives, the COCO-trained YOLOX-Nano (``yolox_nano``) on recorded one
 nothing on real cameras). A drive written by ``perception sim`` says so in its metadata
 (``generator: perception sim``); everything else (``perception import`` of nuScenes, KITTI, ROS 2
 bags: ``source: ...``) is a recording of real cameras. A profile's ``sensors[].model`` always wins.
+
+The frame budget of a recorded drive is the profile's ``budget.recorded_total_ms`` when it sets one
+(:meth:`perception.config.BudgetConfig.for_drive`): real rigs carry more and larger sensors than the
+simulator's (the 12-sensor nuScenes rig, a 64-beam KITTI lidar).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["CAMERA_MODEL_RECORDED", "CAMERA_MODEL_SIMULATED", "default_camera_model"]
+__all__ = ["CAMERA_MODEL_RECORDED", "CAMERA_MODEL_SIMULATED", "default_camera_model", "is_simulated"]
 
 #: The camera model for drives of the simulator, and for recordings of real cameras.
 CAMERA_MODEL_SIMULATED = "camera_detector"
@@ -21,8 +27,11 @@ CAMERA_MODEL_RECORDED = "yolox_nano"
 _SIM_GENERATOR = "perception sim"
 
 
+def is_simulated(metadata: Mapping[str, str]) -> bool:
+    """A drive with this metadata (``DriveReader.metadata``) was written by ``perception sim``."""
+    return metadata.get("generator") == _SIM_GENERATOR
+
+
 def default_camera_model(metadata: Mapping[str, str]) -> str:
     """The default camera model for a drive with this metadata (``DriveReader.metadata``)."""
-    if metadata.get("generator") == _SIM_GENERATOR:
-        return CAMERA_MODEL_SIMULATED
-    return CAMERA_MODEL_RECORDED
+    return CAMERA_MODEL_SIMULATED if is_simulated(metadata) else CAMERA_MODEL_RECORDED
