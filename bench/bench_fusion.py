@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.fusion import Fuser
 from perception.fusion._testing import TrafficScene, imperfect, make_rig, scene_results, traffic_scene
+from perception.metrics import percentiles
 from perception.types import Frame, SensorResult, SensorSpec
 
 log = logging.getLogger("bench_fusion")
@@ -52,17 +52,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "fusion.json"
 TARGET_P50_MS = 2.0
 FRAME_NS = 100_000_000
 OFFSETS_NS = {"cam_front": -15_000_000, "cam_back": -15_000_000, "radar_front": -30_000_000, "radar_rear": -30_000_000}
-
-
-def _stats(values_ns: npt.NDArray[np.int64]) -> dict[str, float]:
-    a = np.asarray(values_ns, dtype=np.float64) / 1e6
-    return {
-        "p50_ms": round(float(np.percentile(a, 50)), 4),
-        "p90_ms": round(float(np.percentile(a, 90)), 4),
-        "p99_ms": round(float(np.percentile(a, 99)), 4),
-        "mean_ms": round(float(a.mean()), 4),
-        "max_ms": round(float(a.max()), 4),
-    }
 
 
 def _reference_op_us() -> float:
@@ -99,15 +88,15 @@ def _measure(
     cols = np.arange(args.frames)
     return {
         "detections_mean": round(float(np.mean(detections)), 2),
-        "fusion_plus_tracking_cpu": _stats(cpu.min(axis=0)),
-        "fusion_plus_tracking": _stats(combined[best, cols]),
-        "fusion": _stats(fusion[best, cols]),
-        "tracking": _stats(tracking[best, cols]),
+        "fusion_plus_tracking_cpu": percentiles(cpu.min(axis=0)),
+        "fusion_plus_tracking": percentiles(combined[best, cols]),
+        "fusion": percentiles(fusion[best, cols]),
+        "tracking": percentiles(tracking[best, cols]),
         "first_replay": {
-            "fusion_plus_tracking_cpu": _stats(cpu[0]),
-            "fusion_plus_tracking": _stats(combined[0]),
-            "fusion": _stats(fusion[0]),
-            "tracking": _stats(tracking[0]),
+            "fusion_plus_tracking_cpu": percentiles(cpu[0]),
+            "fusion_plus_tracking": percentiles(combined[0]),
+            "fusion": percentiles(fusion[0]),
+            "tracking": percentiles(tracking[0]),
         },
     }
 
@@ -140,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "fusion",
         "target": f"fusion + tracking CPU-time p50 <= {TARGET_P50_MS} ms for {args.objects} objects, 2 cameras, "
         "2 radars, with clean and with imperfect sensor outputs",
-        "pass": max(r["fusion_plus_tracking_cpu"]["p50_ms"] for r in (clean, noisy)) <= TARGET_P50_MS,
+        "pass": max(r["fusion_plus_tracking_cpu"]["p50"] for r in (clean, noisy)) <= TARGET_P50_MS,
         "objects": len(scene.world),
         "sensors": sorted(rig),
         "frames": args.frames,
@@ -163,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             "%-9s fusion+tracking CPU p50 %.3f ms (p99 %.3f); wall p50 %.3f ms; fusion p50 %.3f, tracking p50 %.3f; "
             "%.1f detections/frame",
             name,
-            r["fusion_plus_tracking_cpu"]["p50_ms"],
-            r["fusion_plus_tracking_cpu"]["p99_ms"],
-            r["fusion_plus_tracking"]["p50_ms"],
-            r["fusion"]["p50_ms"],
-            r["tracking"]["p50_ms"],
+            r["fusion_plus_tracking_cpu"]["p50"],
+            r["fusion_plus_tracking_cpu"]["p99"],
+            r["fusion_plus_tracking"]["p50"],
+            r["fusion"]["p50"],
+            r["tracking"]["p50"],
             r["detections_mean"],
         )
     log.info("target %s; load %.1f; reference op %.2f us -> %s", "met" if report["pass"] else "NOT met", load_before,

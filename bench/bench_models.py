@@ -2,7 +2,7 @@
 
 For each case it measures the client round trip (sync gRPC client, one request in flight, after
 warm-up) and, for comparison, the same pipeline called in-process (no Triton), as wall and as CPU
-time (the CPU time is what the pipeline costs when the shared machine is busy). Writes p50/p90/p99/mean
+time (the CPU time is what the pipeline costs when the shared machine is busy). Writes p50/p95/p99/mean
 per case, and the load average, to ``bench/results/models.json``.
 
 Cases (default rig: 32-beam lidar, front radar, two 640x360 cameras):
@@ -42,6 +42,7 @@ import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from perception.metrics import percentiles
 from perception.modelkit import (
     CameraDetector,
     SyntheticBox,
@@ -119,15 +120,7 @@ def _detections(model: str, answer: Any) -> int:
 
 
 def _stats(samples_ms: list[float]) -> dict[str, float]:
-    a = np.asarray(samples_ms)
-    return {
-        "n": len(samples_ms),
-        "p50_ms": round(float(np.percentile(a, 50)), 3),
-        "p90_ms": round(float(np.percentile(a, 90)), 3),
-        "p99_ms": round(float(np.percentile(a, 99)), 3),
-        "mean_ms": round(float(a.mean()), 3),
-        "max_ms": round(float(a.max()), 3),
-    }
+    return percentiles(round(ms * 1e6) for ms in samples_ms)
 
 
 def _time(
@@ -183,10 +176,10 @@ def bench(url: str, repeats: int, warmup: int) -> dict[str, Any]:
                 model,
                 "x".join(map(str, tensor.shape)),
                 n_out,
-                results[case]["triton"]["p50_ms"],
-                results[case]["triton"]["p99_ms"],
-                results[case]["in_process"]["p50_ms"],
-                results[case]["in_process_cpu"]["p50_ms"],
+                results[case]["triton"]["p50"],
+                results[case]["triton"]["p99"],
+                results[case]["in_process"]["p50"],
+                results[case]["in_process_cpu"]["p50"],
             )
     finally:
         client.close()
@@ -239,7 +232,7 @@ def main() -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     log.info("wrote %s", args.output)
-    return 0 if all(math.isfinite(c["triton"]["p50_ms"]) for c in cases.values()) else 1
+    return 0 if all(math.isfinite(c["triton"]["p50"]) for c in cases.values()) else 1
 
 
 if __name__ == "__main__":

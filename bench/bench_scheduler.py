@@ -48,13 +48,12 @@ from perception._imageio import decode_image, encode_jpeg
 from perception.benchmark import (
     SequentialClient,
     environment,
-    latency_stats,
     load_average,
     measure_transport,
     ratio,
 )
 from perception.config import RuntimeConfig, from_data
-from perception.metrics import frame_record
+from perception.metrics import frame_record, percentiles
 from perception.scheduler import OUTPUTS, Runtime
 from perception.server import EmbeddedTriton, free_port
 from perception.triton import ClientOptions, TritonClient
@@ -230,10 +229,10 @@ async def criterion_a(url: str, frames: int) -> dict[str, Any]:
             server_side = {m: _server_time(before[m], await client.model_statistics(m)) for m in SLEEPY}
 
     def profile_result(p: str) -> dict[str, Any]:
-        conc, sq = latency_stats(lat[(p, "concurrent")]), latency_stats(lat[(p, "sequential")])
-        alone = latency_stats(lat[(p, "slowest_alone")])
-        over_alone = round(conc["p50_ms"] - alone["p50_ms"], 3)
-        over_sleep = round(conc["p50_ms"] - slowest, 3)
+        conc, sq = percentiles(lat[(p, "concurrent")]), percentiles(lat[(p, "sequential")])
+        alone = percentiles(lat[(p, "slowest_alone")])
+        over_alone = round(conc["p50"] - alone["p50"], 3)
+        over_sleep = round(conc["p50"] - slowest, 3)
         inputs = profiles[p].inputs
         return {
             "inputs": dataclasses.asdict(inputs) | {"camera_jpeg_bytes": len(profiles[p].jpeg[0])},
@@ -242,12 +241,12 @@ async def criterion_a(url: str, frames: int) -> dict[str, Any]:
             "slowest_model_alone": alone,
             "concurrent_p50_over_slowest_alone_ms": over_alone,
             "concurrent_p50_over_slowest_sleep_ms": over_sleep,
-            "sequential_p50_over_sum_ms": round(sq["p50_ms"] - total, 3),
-            "concurrent_over_sequential_p50": ratio(conc["p50_ms"], sq["p50_ms"]),
-            "concurrent_p50_ms": {k: latency_stats(v).get("p50_ms") for k, v in stages[p].items()},
+            "sequential_p50_over_sum_ms": round(sq["p50"] - total, 3),
+            "concurrent_over_sequential_p50": ratio(conc["p50"], sq["p50"]),
+            "concurrent_p50_ms": {k: percentiles(v).get("p50") for k, v in stages[p].items()},
             "within_tolerance_of_slowest_alone": over_alone <= TOLERANCE_MS,
             "within_tolerance_of_slowest_sleep": over_sleep <= TOLERANCE_MS,
-            "sequential_about_sum": total <= sq["p50_ms"] <= total + 3 * TOLERANCE_MS,
+            "sequential_about_sum": total <= sq["p50"] <= total + 3 * TOLERANCE_MS,
         }
 
     results = {p: profile_result(p) for p in profiles}
@@ -559,10 +558,10 @@ def summary_lines(criteria: dict[str, Any]) -> list[str]:
         for p in ("small", "realistic"):
             r = a[p]
             lines.append(
-                f"(a) {p} inputs: concurrent p50 {r['concurrent']['p50_ms']:.1f} ms = slowest model alone "
-                f"{r['slowest_model_alone']['p50_ms']:.1f} ms {r['concurrent_p50_over_slowest_alone_ms']:+.1f} "
+                f"(a) {p} inputs: concurrent p50 {r['concurrent']['p50']:.1f} ms = slowest model alone "
+                f"{r['slowest_model_alone']['p50']:.1f} ms {r['concurrent_p50_over_slowest_alone_ms']:+.1f} "
                 f"(its sleep 40 ms {r['concurrent_p50_over_slowest_sleep_ms']:+.1f}); sequential p50 "
-                f"{r['sequential']['p50_ms']:.1f} ms (sum of sleeps 90 ms)"
+                f"{r['sequential']['p50']:.1f} ms (sum of sleeps 90 ms)"
             )
         lines.append(
             f"(a) -> {'PASS' if a['pass'] else 'FAIL'} (small inputs vs the model alone; vs its nominal sleep: "
@@ -587,8 +586,8 @@ def summary_lines(criteria: dict[str, Any]) -> list[str]:
     d = criteria.get("d_shm_300k")
     if d:
         lines.append(
-            f"(d) 300k points: gRPC p50 {d['grpc']['round_trip']['p50_ms']:.1f} ms, shm p50 "
-            f"{d['shm']['round_trip']['p50_ms']:.1f} ms, shm x{d['grpc_over_shm_p50']:.1f} faster "
+            f"(d) 300k points: gRPC p50 {d['grpc']['round_trip']['p50']:.1f} ms, shm p50 "
+            f"{d['shm']['round_trip']['p50']:.1f} ms, shm x{d['grpc_over_shm_p50']:.1f} faster "
             f"-> {'PASS' if d['pass'] else 'FAIL'}"
         )
     return lines

@@ -40,10 +40,10 @@ import anyio
 import numpy as np
 
 from perception._imageio import encode_jpeg
-from perception.benchmark import environment, latency_stats
+from perception.benchmark import environment
 from perception.config import RuntimeConfig, from_data
 from perception.fusion import Fuser
-from perception.metrics import frame_record
+from perception.metrics import frame_record, percentiles
 from perception.scheduler import Runtime
 from perception.server import EmbeddedTriton
 from perception.types import (
@@ -245,7 +245,7 @@ async def soak(frames: int, warmup: int, every: int, out_dir: Path) -> dict[str,
         "frames_per_s": round(frames / measured_s, 1),
         "statuses": dict(statuses),
         "deadline_misses": misses,
-        "latency_ms_after_warmup": latency_stats([int(x) for x in measured]),
+        "latency_ms_after_warmup": percentiles([int(x) for x in measured]),
         "rss_growth_pct": round(growth_pct, 2),
         "rss_mb": {"after_warmup": warm["rss_mb"], "end": end["rss_mb"]},
         "server_rss_mb": {"after_warmup": warm["server_rss_mb"], "end": end["server_rss_mb"]},

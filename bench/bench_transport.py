@@ -3,7 +3,7 @@
 Sends ``N x 4`` float32 point clouds (10k, 100k, 300k points by default) to the ``sink`` model
 (``perception/benchmark/models/sink``: it sums its input and answers 4 bytes, so the input transfer
 dominates) through :class:`perception.triton.TritonClient`, one request in flight, alternating gRPC and
-shared memory request by request so both see the same machine load. Reports p50/p90/p99/mean of the
+shared memory request by request so both see the same machine load. Reports p50/p95/p99/mean of the
 client round trip and of the preparation part (serialisation or shared-memory copy) per size and
 transport, and the gRPC/shm ratio of p50 and p99.
 

@@ -8,7 +8,8 @@
   a time).
 * :func:`measure_transport`: gRPC vs system shared memory round trips through the ``sink`` test model.
 * :func:`compare_runs`: the headline ratios of repeated runs side by side (``--repeat``).
-* :func:`latency_stats`, :func:`ratio`, :func:`throughput`, :func:`environment`: the shared numbers.
+* :func:`ratio`, :func:`throughput`, :func:`environment`: the shared numbers (latency summaries are
+  :func:`perception.metrics.percentiles`).
 
 The machine these run on is usually shared: variants are always interleaved in one run and the
 reports lead with ratios. See ``bench/README.md``.
@@ -23,7 +24,7 @@ from perception.benchmark._repeat import compare_runs, headline_ratios
 from perception.benchmark._report import render_markdown, write_report
 from perception.benchmark._run import BenchServer, bench_server, run_bench
 from perception.benchmark._sequential import SequentialClient, SequentialResult
-from perception.benchmark._stats import latency_stats, ratio, throughput
+from perception.benchmark._stats import ratio, throughput
 from perception.benchmark._suite import AWAIT_ALL_NS, SECTIONS, BenchSettings, run_suite, variant_config
 from perception.benchmark._transport import BASELINES, SINK_MODEL, TRANSPORTS, measure_transport
 
@@ -44,7 +45,6 @@ __all__ = [
     "find_drive",
     "generate_drive_for_bench",
     "headline_ratios",
-    "latency_stats",
     "load_average",
     "load_frames",
     "measure_transport",

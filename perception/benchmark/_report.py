@@ -32,9 +32,9 @@ def _variant_rows(variants: Mapping[str, Any]) -> list[list[Any]]:
     return [
         [
             name,
-            v["latency"].get("p50_ms"),
-            v["latency"].get("p99_ms"),
-            v["latency"].get("mean_ms"),
+            v["latency"].get("p50"),
+            v["latency"].get("p99"),
+            v["latency"].get("mean"),
             v["frames_per_s"],
             _statuses(v["sensor_status"]),
         ]
@@ -173,8 +173,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             [
                 c["points"],
                 round(c["bytes"] / 1e6, 2),
-                c["grpc"]["round_trip"].get("p50_ms"),
-                c["shm"]["round_trip"].get("p50_ms"),
+                c["grpc"]["round_trip"].get("p50"),
+                c["shm"]["round_trip"].get("p50"),
                 _with_interval(c, "shm_over_grpc_p50"),
                 _with_interval(c, "shm_over_grpc_p99"),
                 c.get("grpc_over_shm_p50"),
@@ -198,7 +198,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 "",
             ]
             rows = [
-                [s, *(dispatch["variants"][n].get("sensors", {}).get(s, {}).get("p50_ms") for n in names)]
+                [s, *(dispatch["variants"][n].get("sensors", {}).get(s, {}).get("p50") for n in names)]
                 for s in sensor_names
             ]
             lines += _table(("sensor", *names), rows)
@@ -206,7 +206,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if "variants" in cameras:
         lines += ["## Camera requests", "", "`cameras done`: until the last camera answered.", ""]
         rows = [
-            [*row[:5], v["cameras_done"].get("p50_ms"), row[5]]
+            [*row[:5], v["cameras_done"].get("p50"), row[5]]
             for row, v in zip(_variant_rows(cameras["variants"]), cameras["variants"].values(), strict=True)
         ]
         lines += _table((*_VARIANT_HEADER[:5], "cameras done p50 ms", "sensor statuses"), rows)

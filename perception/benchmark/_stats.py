@@ -1,4 +1,4 @@
-"""Summary statistics and ratios shared by every benchmark (one definition, so numbers compare)."""
+"""Ratios and throughput shared by every benchmark (latency summaries: :func:`perception.metrics.percentiles`)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["latency_stats", "ratio", "ratio_interval", "throughput"]
-
-
-def latency_stats(samples_ns: Sequence[int]) -> dict[str, float]:
-    """``n``, p50/p90/p99/mean/min/max of nanosecond samples, in milliseconds (empty: ``n`` = 0 only)."""
-    if not samples_ns:
-        return {"n": 0}
-    ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
-    p50, p90, p99 = np.percentile(ms, (50, 90, 99))
-    return {
-        "n": int(ms.size),
-        "p50_ms": round(float(p50), 3),
-        "p90_ms": round(float(p90), 3),
-        "p99_ms": round(float(p99), 3),
-        "mean_ms": round(float(ms.mean()), 3),
-        "min_ms": round(float(ms.min()), 3),
-        "max_ms": round(float(ms.max()), 3),
-    }
+__all__ = ["ratio", "ratio_interval", "throughput"]
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -45,10 +45,11 @@ import anyio
 from perception.benchmark._env import load_average
 from perception.benchmark._models import bench_model_repository
 from perception.benchmark._sequential import SequentialClient
-from perception.benchmark._stats import latency_stats, ratio, ratio_interval, throughput
+from perception.benchmark._stats import ratio, ratio_interval, throughput
 from perception.benchmark._transport import SINK_MODEL, measure_transport
 from perception.config import RuntimeConfig
 from perception.errors import ConfigError, ConnectError, ModelNotReadyError
+from perception.metrics import percentiles
 from perception.scheduler import Runtime
 from perception.triton import ClientOptions, TritonClient, is_loopback
 from perception.types import Frame, SensorSpec
@@ -161,25 +162,25 @@ class _Recorder:
 
     def summary(self, name: str, *, extra_key: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "latency": latency_stats(self.latency[name]),
+            "latency": percentiles(self.latency[name]),
             "frames_per_s": throughput(self.frames[name], sum(self.walls[name])),
             "sensor_status": dict(sorted(self.status[name].items())),
         }
         if extra_key is not None:
-            out[extra_key] = latency_stats(self.extra[name])
+            out[extra_key] = percentiles(self.extra[name])
         return out
 
     def compare(self, a: str, b: str) -> dict[str, Any]:
         """Ratios of variant ``a`` over ``b`` -- latency (< 1: ``a`` is faster), throughput (> 1: ``a``
         is) -- each with a 95 % paired-bootstrap interval (``*_ci95``)."""
         la, lb = self.latency[a], self.latency[b]
-        sa, sb = latency_stats(la), latency_stats(lb)
+        sa, sb = percentiles(la), percentiles(lb)
         ta = throughput(self.frames[a], sum(self.walls[a]))
         tb = throughput(self.frames[b], sum(self.walls[b]))
         return {
-            "latency_p50": ratio(sa.get("p50_ms"), sb.get("p50_ms")),
+            "latency_p50": ratio(sa.get("p50"), sb.get("p50")),
             "latency_p50_ci95": ratio_interval(la, lb, "p50"),
-            "latency_p99": ratio(sa.get("p99_ms"), sb.get("p99_ms")),
+            "latency_p99": ratio(sa.get("p99"), sb.get("p99")),
             "latency_p99_ci95": ratio_interval(la, lb, "p99"),
             "throughput": ratio(ta, tb),
             "throughput_ci95": ratio_interval(self.walls[b], self.walls[a], "sum"),
@@ -237,7 +238,7 @@ async def _dispatch(ctx: _Context) -> dict[str, Any]:
                     await one(name, frame, record=True)
     variants = {n: rec.summary(n) for n in names}
     for n in names:  # each sensor's own time: its request alone (sequential) or within the frame
-        variants[n]["sensors"] = {sensor: latency_stats(v) for sensor, v in sensor_ns[n].items()}
+        variants[n]["sensors"] = {sensor: percentiles(v) for sensor, v in sensor_ns[n].items()}
     ratios = {f"{n}_over_sequential": rec.compare(n, "sequential") for n in configs}
     return {"variants": variants, "ratios": ratios}
 
@@ -292,7 +293,7 @@ async def _cameras(ctx: _Context) -> dict[str, Any]:
     variants = {n: rec.summary(n, extra_key="cameras_done") for n in names}
     ratios = rec.compare("batched", "per_camera")
     ratios["cameras_done_p50"] = ratio(
-        variants["batched"]["cameras_done"].get("p50_ms"), variants["per_camera"]["cameras_done"].get("p50_ms")
+        variants["batched"]["cameras_done"].get("p50"), variants["per_camera"]["cameras_done"].get("p50")
     )
     ratios["cameras_done_p50_ci95"] = ratio_interval(rec.extra["batched"], rec.extra["per_camera"], "p50")
     return {"cameras": dict(cams), "variants": variants, "ratios": {"batched_over_per_camera": ratios}}

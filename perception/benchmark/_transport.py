@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception.benchmark._stats import latency_stats, ratio, ratio_interval
+from perception.benchmark._stats import ratio, ratio_interval
 from perception.errors import ConfigError, InferenceError
+from perception.metrics import percentiles
 from perception.triton import TritonClient
 
 __all__ = ["BASELINES", "SINK_MODEL", "TRANSPORTS", "measure_transport"]
@@ -136,25 +137,25 @@ async def measure_transport(
             await baseline.close()
     result: dict[str, Any] = {"points": points, "bytes": int(cloud.nbytes)}
     for mode in modes:
-        result[mode] = {"round_trip": latency_stats(total[mode]), "prepare": latency_stats(prepare[mode])}
+        result[mode] = {"round_trip": percentiles(total[mode]), "prepare": percentiles(prepare[mode])}
     for name in baselines:
-        result[name] = {"round_trip": latency_stats(total[name])}
+        result[name] = {"round_trip": percentiles(total[name])}
         if "grpc" in modes:
             for q in ("p50", "p99"):
-                grpc_ms, base_ms = (result[v]["round_trip"][f"{q}_ms"] for v in ("grpc", name))
+                grpc_ms, base_ms = (result[v]["round_trip"][q] for v in ("grpc", name))
                 result[f"grpc_over_{name}_{q}"] = ratio(grpc_ms, base_ms)
                 result[f"grpc_over_{name}_{q}_ci95"] = ratio_interval(total["grpc"], total[name], q)
             log.info(
                 "%7d points: runtime gRPC p50 %.2f ms vs %s %.2f ms (x%.2f)",
                 points,
-                result["grpc"]["round_trip"]["p50_ms"],
+                result["grpc"]["round_trip"]["p50"],
                 name,
-                result[name]["round_trip"]["p50_ms"],
+                result[name]["round_trip"]["p50"],
                 result[f"grpc_over_{name}_p50"] or 0.0,
             )
     if set(TRANSPORTS) <= set(modes):
         for q in ("p50", "p99"):
-            grpc_ms, shm_ms = (result[m]["round_trip"][f"{q}_ms"] for m in TRANSPORTS)
+            grpc_ms, shm_ms = (result[m]["round_trip"][q] for m in TRANSPORTS)
             result[f"shm_over_grpc_{q}"] = ratio(shm_ms, grpc_ms)
             result[f"shm_over_grpc_{q}_ci95"] = ratio_interval(total["shm"], total["grpc"], q)
             result[f"grpc_over_shm_{q}"] = ratio(grpc_ms, shm_ms)
@@ -162,10 +163,10 @@ async def measure_transport(
             "%7d points (%5.1f MB): grpc p50 %.2f ms p99 %.2f ms | shm p50 %.2f ms p99 %.2f ms | shm x%.1f faster",
             points,
             cloud.nbytes / 1e6,
-            result["grpc"]["round_trip"]["p50_ms"],
-            result["grpc"]["round_trip"]["p99_ms"],
-            result["shm"]["round_trip"]["p50_ms"],
-            result["shm"]["round_trip"]["p99_ms"],
+            result["grpc"]["round_trip"]["p50"],
+            result["grpc"]["round_trip"]["p99"],
+            result["shm"]["round_trip"]["p50"],
+            result["shm"]["round_trip"]["p99"],
             result["grpc_over_shm_p50"] or 0.0,
         )
     return result

@@ -17,16 +17,20 @@ PCTS = (50, 95, 99)
 
 
 def percentiles(values_ns: Iterable[int]) -> dict[str, float]:
-    """p50/p95/p99/max/mean of nanosecond values, in milliseconds (empty -> zeros, ``n`` = 0)."""
+    """``n`` and p50/p95/p99/max/mean/min of nanosecond values, in milliseconds (empty: zeros, ``n`` = 0).
+
+    The one latency summary of the package: reports, budgets and every benchmark use it, so their
+    numbers compare."""
     arr = np.fromiter(values_ns, dtype=np.float64)
     if arr.size == 0:
-        return {"n": 0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
+        return {"n": 0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0, "min": 0.0}
     ms = arr / 1e6
     out: dict[str, float] = {"n": int(arr.size)}
     for p, v in zip(PCTS, np.percentile(ms, PCTS), strict=True):
         out[f"p{p}"] = round(float(v), 3)
     out["max"] = round(float(ms.max()), 3)
     out["mean"] = round(float(ms.mean()), 3)
+    out["min"] = round(float(ms.min()), 3)
     return out
 
 
