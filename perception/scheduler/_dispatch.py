@@ -38,6 +38,7 @@ from perception.scheduler._tensors import (
     scale_camera_boxes,
     split_batch,
 )
+from perception.triton import InferRequest
 from perception.types import Frame, ImageSample, Sample, SensorResult, SensorStatus
 
 __all__ = ["Dispatcher", "InferClient", "SensorOutcome"]
@@ -56,20 +57,9 @@ class _InferResultLike(Protocol):
 
 
 class InferClient(Protocol):
-    """What the dispatcher needs from :class:`perception.triton.TritonClient`."""
+    """What the dispatcher needs from :class:`perception.triton.TritonClient`: one request in, its outputs out."""
 
-    async def infer(
-        self,
-        model: str,
-        inputs: Arrays,
-        *,
-        outputs: Sequence[str] | None = None,
-        timeout_ns: int | None = None,
-        request_id: str = "",
-        sensor: str | None = None,
-        frame: int | None = None,
-        use_shm: bool | None = None,
-    ) -> _InferResultLike: ...
+    async def infer_request(self, req: InferRequest) -> _InferResultLike: ...
 
 
 @dataclass
@@ -205,15 +195,17 @@ class Dispatcher:
             attempt += 1
             timeout = deadline_ns - self._clock()
             try:
-                result = await self._client.infer(
-                    model,
-                    inputs,
-                    outputs=OUTPUTS[kind],
-                    timeout_ns=max(timeout, 1_000_000),
-                    request_id=f"{frame.frame_id}:{names}",
-                    sensor=names,
-                    frame=frame.frame_id,
-                    use_shm=use_shm,
+                result = await self._client.infer_request(
+                    InferRequest(
+                        model,
+                        inputs,
+                        outputs=OUTPUTS[kind],
+                        timeout_ns=max(timeout, 1_000_000),
+                        request_id=f"{frame.frame_id}:{names}",
+                        sensor=names,
+                        frame=frame.frame_id,
+                        use_shm=use_shm,
+                    )
                 )
                 break
             except ConnectError as exc:

@@ -19,7 +19,8 @@ import anyio
 
 from perception.config import FaultConfig
 from perception.errors import InferenceError
-from perception.scheduler._dispatch import Arrays, InferClient
+from perception.scheduler._dispatch import InferClient
+from perception.triton import InferRequest
 
 __all__ = ["FaultInjectingClient"]
 
@@ -36,35 +37,14 @@ class FaultInjectingClient:
         self.injected_delays = 0
         self.injected_errors = 0
 
-    async def infer(
-        self,
-        model: str,
-        inputs: Arrays,
-        *,
-        outputs: Sequence[str] | None = None,
-        timeout_ns: int | None = None,
-        request_id: str = "",
-        sensor: str | None = None,
-        frame: int | None = None,
-        use_shm: bool | None = None,
-    ) -> Any:
-        fault = self._faults.get(model)
+    async def infer_request(self, req: InferRequest) -> Any:
+        fault = self._faults.get(req.model)
         if fault is not None:
             if (fault.delay_ms or fault.jitter_ms) and self._rng.random() < fault.probability:
                 self.injected_delays += 1
                 await anyio.sleep((fault.delay_ms + self._rng.uniform(0.0, fault.jitter_ms)) / 1000.0)
             if fault.error_probability and self._rng.random() < fault.error_probability:
                 self.injected_errors += 1
-                raise InferenceError(
-                    "injected fault (faults: in the launch profile)", model=model, sensor=sensor, frame=frame
-                )
-        return await self._client.infer(
-            model,
-            inputs,
-            outputs=outputs,
-            timeout_ns=timeout_ns,
-            request_id=request_id,
-            sensor=sensor,
-            frame=frame,
-            use_shm=use_shm,
-        )
+                message = "injected fault (faults: in the launch profile)"
+                raise InferenceError(message, model=req.model, sensor=req.sensor, frame=req.frame)
+        return await self._client.infer_request(req)

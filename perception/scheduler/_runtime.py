@@ -29,6 +29,7 @@ from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._tensors import OUTPUTS, prepare_inputs, warmup_inputs
+from perception.triton import InferRequest
 from perception.types import (
     SERVER_STAGES,
     Detection3D,
@@ -238,7 +239,8 @@ class Runtime:
 
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
             try:
-                await client.infer(model, inputs, outputs=OUTPUTS[kind], request_id=f"warmup-{i}", sensor=sensor)
+                req = InferRequest(model, inputs, outputs=OUTPUTS[kind], request_id=f"warmup-{i}", sensor=sensor)
+                await client.infer_request(req)
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 

@@ -41,7 +41,7 @@ from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError
 from perception.scheduler import Dispatcher, Runtime
 from perception.server import EmbeddedTriton, free_port
-from perception.triton import ClientOptions, TritonClient
+from perception.triton import ClientOptions, InferRequest, TritonClient
 from perception.types import Frame, FrameResult, FrameStatus, SensorStatus
 
 pytestmark = pytest.mark.anyio
@@ -398,8 +398,8 @@ async def test_a_long_outage_keeps_failing_cleanly() -> None:
 class _DeadlineClient:
     """Answers like a server whose gRPC deadline fired a hair before the join's own timer."""
 
-    async def infer(self, model: str, inputs: object, **kwargs: object) -> object:
-        raise DeadlineError("deadline exceeded: Deadline Exceeded", model=model)
+    async def infer_request(self, req: InferRequest) -> object:
+        raise DeadlineError("deadline exceeded: Deadline Exceeded", model=req.model)
 
 
 async def test_a_grpc_deadline_at_the_join_is_late_not_error() -> None:

@@ -9,7 +9,7 @@ import pytest
 from perception._imageio import decode_image, decode_image_scaled, encode_jpeg, letterbox_size
 from perception.errors import InputError, ModelContractError
 from perception.scheduler import camera_input, prepare_inputs, scale_camera_boxes
-from perception.triton import parse_model_config
+from perception.triton import InferRequest, parse_model_config
 from perception.types import ImageSample
 
 
@@ -110,8 +110,8 @@ class _RecordingCamera:
     def __init__(self) -> None:
         self.shapes: list[tuple[int, ...]] = []
 
-    async def infer(self, model: str, inputs: dict[str, npt.NDArray[np.uint8]], **kwargs: object) -> object:
-        images = inputs["IMAGE"]
+    async def infer_request(self, req: InferRequest) -> object:
+        images = req.inputs["IMAGE"]
         self.shapes.append(tuple(images.shape))
         b = len(images)
         boxes = np.zeros((b, 100, 4), np.float32)

@@ -16,7 +16,7 @@ from perception.errors import ModelContractError, ModelNotReadyError
 from perception.scheduler import Runtime, ThreadedRuntime
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
-from perception.triton import ClientOptions, TritonClient
+from perception.triton import ClientOptions, InferRequest, TritonClient
 from perception.types import Frame, FrameStatus, ImageSample, PointCloudSample, SensorStatus
 
 pytestmark = pytest.mark.anyio
@@ -153,9 +153,9 @@ class _IssueOrder:
         self.client = client
         self.models: list[str] = []
 
-    async def infer(self, model: str, inputs: Any, **kwargs: Any) -> Any:
-        self.models.append(model)
-        return await self.client.infer(model, inputs, **kwargs)
+    async def infer_request(self, req: InferRequest) -> Any:
+        self.models.append(req.model)
+        return await self.client.infer_request(req)
 
 
 async def test_the_slowest_model_is_requested_first(triton: EmbeddedTriton) -> None:
