@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -99,6 +100,30 @@ def _mode_row(summary: Mapping[str, Any]) -> dict[str, Any]:
             for c, ap in summary.get("per_class_ap", {}).items()
         },
         "frames": summary.get("frames"),
+        # diagnosis (nuScenes protocol only): recall at 2 m, at every score, per range and annotated points
+        "recall_breakdown": summary.get("recall_breakdown"),
+    }
+
+
+def radar_visibility(drive: Path) -> dict[str, Any]:
+    """Per label: ground-truth boxes within 50 m and the share with >= 1 / >= 2 annotated radar points
+    (nuScenes ``num_radar_pts``): what a radar-only detector can be asked to find."""
+    from perception.drives import DriveReader
+
+    counts: dict[str, list[int]] = {}
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        for gt in reader.ground_truth():
+            for o in gt.objects:
+                if o.num_radar_pts is not None and math.hypot(o.center[0], o.center[1]) < 50.0:
+                    counts.setdefault(o.label, []).append(o.num_radar_pts)
+    return {
+        label: {
+            "n": len(v),
+            "share_ge_1": sum(x >= 1 for x in v) / len(v),
+            "share_ge_2": sum(x >= 2 for x in v) / len(v),
+            "mean": sum(v) / len(v),
+        }
+        for label, v in sorted(counts.items())
     }
 
 
@@ -116,12 +141,16 @@ def score(drive: Path) -> dict[str, Any]:
     config = load_config(ROOT / "launch" / "replay.yaml")
     t0 = time.perf_counter()
     modes, outcome = anyio.run(lambda: evaluate_modes(drive, config, progress=False), backend="asyncio")
-    return {
+    out = {
         "modes": {m: _mode_row(s) for m, s in modes.items()},
         "latency_lockstep": _latency(outcome.report),
         "sensors": modes["fused"].get("sensors", []),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    visibility = radar_visibility(drive)
+    if any(v["n"] for v in visibility.values()):
+        out["radar_visibility"] = visibility
+    return out
 
 
 def targets(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,6 +183,20 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _bin_names(row: Mapping[str, Any]) -> list[str]:
+    rb = (row.get("recall_breakdown") or {}).get("car") or {"by_range_m": [], "by_points": []}
+
+    def name(b: Mapping[str, Any], unit: str) -> str:
+        lo, hi = b[unit]
+        return (
+            f"{lo:g}+ {'m' if unit == 'range_m' else 'pts'}"
+            if hi is None
+            else f"{lo:g}-{hi:g} {'m' if unit == 'range_m' else 'pts'}"
+        )
+
+    return [name(b, "range_m") for b in rb["by_range_m"]] + [name(b, "points") for b in rb["by_points"]]
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     lines = [
         f"Measured {results['environment'].get('date', '')} on {results['environment'].get('cpu', '?')} "
@@ -179,6 +222,25 @@ def markdown(results: Mapping[str, Any]) -> str:
         if "error" not in res:
             lat = res["latency_lockstep"]
             lines.append(f"| {name} | {len(res['sensors'])} | {_fmt(lat['p50_ms'], 1)} | {_fmt(lat['p99_ms'], 1)} |")
+    nus = results["datasets"].get("nuscenes", {})
+    if "modes" in nus:
+        lines += [
+            "",
+            "Diagnosis (nuScenes): car recall at 2 m at every score, per range and per annotated points",
+            "",
+            "| mode | " + " | ".join(_bin_names(nus["modes"]["fused"])) + " |",
+            "|---|" + "---:|" * len(_bin_names(nus["modes"]["fused"])),
+        ]
+        for mode in ("fused", "lidar_only", "camera_only", "radar_only"):
+            rb = (nus["modes"].get(mode, {}).get("recall_breakdown") or {}).get("car")
+            if rb:
+                cells = [f"{_fmt(b['recall'], 2)} ({b['n']})" for b in rb["by_range_m"] + rb["by_points"]]
+                lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    if "radar_visibility" in nus:
+        lines += ["", "| label | GT < 50 m | >= 1 radar point | >= 2 | mean points |", "|---|---:|---:|---:|---:|"]
+        for label, v in nus["radar_visibility"].items():
+            shares = f"{_fmt(v['share_ge_1'], 2)} | {_fmt(v['share_ge_2'], 2)}"
+            lines.append(f"| {label} | {v['n']} | {shares} | {_fmt(v['mean'], 2)} |")
     if "targets" in results:
         lines += ["", "| target (nuScenes scene) | value | met |", "|---|---|---|"]
         for name, t in results["targets"].items():

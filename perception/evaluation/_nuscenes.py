@@ -113,6 +113,7 @@ __all__ = [
     "calc_ap",
     "calc_tp",
     "filter_boxes",
+    "recall_breakdown",
     "tp_error",
 ]
 
@@ -371,8 +372,7 @@ def accumulate(
     conf_i = np.interp(rec_interp, rec, np.array(conf), right=0)
     match_conf = np.array(match["conf"])
     errors = {
-        key: np.interp(conf_i[::-1], match_conf[::-1], _cummean(np.array(match[key]))[::-1])[::-1]
-        for key in TP_METRICS
+        key: np.interp(conf_i[::-1], match_conf[::-1], _cummean(np.array(match[key]))[::-1])[::-1] for key in TP_METRICS
     }
     return MetricData(recall=rec_interp, precision=prec_i, confidence=conf_i, **errors)
 
@@ -452,6 +452,52 @@ def filter_boxes(
         kept = [b for b, inside in zip(kept, in_rack, strict=True) if not (b.name in cycles and inside)]
     counts.after_bike_racks += len(kept)
     return kept
+
+
+#: Bins of :func:`recall_breakdown`: BEV range from the ego (m) and annotated lidar + radar points.
+RANGE_BINS: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0, 40.0, 50.0)
+POINT_BINS: tuple[int, ...] = (1, 5, 20, 100)
+
+
+def recall_breakdown(
+    gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], class_name: str, dist_th: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Which ground truth of ``class_name`` a detection reaches, at every score (a diagnosis, not part of
+    the devkit): the matching of ``accumulate`` (detections by descending score, each taking the nearest
+    untaken box of its sample closer than ``dist_th``), counted per BEV range bin (:data:`RANGE_BINS`)
+    and per bin of annotated points (:data:`POINT_BINS`; unknown counts are left out). ``recall`` is
+    ``None`` for an empty bin."""
+    ranges: list[float] = []
+    points: list[int] = []
+    hit: list[bool] = []
+    for gt_s, pred_s in zip(gt, pred, strict=True):
+        g = [b for b in gt_s if b.name == class_name]
+        if not g:
+            continue
+        g_xy = np.array([b.center[:2] for b in g], dtype=np.float64)
+        taken = np.zeros(len(g), dtype=bool)
+        for d in sorted((b for b in pred_s if b.name == class_name), key=lambda b: -b.score):
+            dist = np.hypot(g_xy[:, 0] - d.center[0], g_xy[:, 1] - d.center[1])
+            dist[taken] = np.inf
+            k = int(np.argmin(dist))
+            if dist[k] < dist_th:
+                taken[k] = True
+        ranges += [b.ego_dist for b in g]
+        points += [b.num_pts for b in g]
+        hit += taken.tolist()
+    r, n, h = np.array(ranges), np.array(points), np.array(hit, dtype=bool)
+
+    def rows(values: npt.NDArray[Any], edges: Sequence[float], key: str) -> list[dict[str, Any]]:
+        out = []
+        for lo, hi in zip(edges, [*edges[1:], math.inf], strict=True):
+            sel = (values >= lo) & (values < hi)
+            m = int(sel.sum())
+            out.append(
+                {key: [lo, None if math.isinf(hi) else hi], "n": m, "recall": float(h[sel].mean()) if m else None}
+            )
+        return out
+
+    return {"by_range_m": rows(r, RANGE_BINS[:-1], "range_m"), "by_points": rows(n, POINT_BINS, "points")}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -602,6 +648,7 @@ class NuScenesEvaluator:
         per_class_ap: dict[str, float | None] = {}
         ap_by_threshold: dict[str, dict[str, float | None]] = {}
         per_class_tp: dict[str, dict[str, float | None]] = {}
+        recall: dict[str, dict[str, list[dict[str, Any]]]] = {}
         num_gt = {label: sum(1 for s in self._gt for b in s if b.name == label) for label in self.labels}
         num_det = {label: sum(1 for s in self._pred for b in s if b.name == label) for label in self.labels}
         evaluated = [label for label in self.labels if num_gt[label] > 0]
@@ -619,6 +666,7 @@ class NuScenesEvaluator:
             md = mds[cfg.dist_th_tp]
             tp_by_class[label] = {m: tp_error(md, label, m, cfg.min_recall) for m in TP_METRICS}
             per_class_tp[label] = {short: _opt(tp_by_class[label][m]) for m, short in TP_METRICS.items()}
+            recall[label] = recall_breakdown(self._gt, self._pred, label, cfg.dist_th_tp)
         mean_ap = float(np.mean([ap for c in evaluated if (ap := per_class_ap[c]) is not None])) if evaluated else None
         tp_errors: dict[str, float | None] = {}
         tp_scores: dict[str, float] = {}
@@ -643,6 +691,8 @@ class NuScenesEvaluator:
             "per_class_ap": per_class_ap,
             "ap_by_threshold": ap_by_threshold,
             "per_class_tp": per_class_tp,
+            "recall_breakdown": recall,
+            "recall_breakdown_detail": f"diagnosis (not devkit): recall at {cfg.dist_th_tp:g} m at every score",
             "num_ground_truth": num_gt,
             "num_detections": num_det,
             "classes": evaluated,

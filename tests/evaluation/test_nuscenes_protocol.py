@@ -22,6 +22,7 @@ from perception.evaluation._nuscenes import (
     calc_ap,
     calc_tp,
     filter_boxes,
+    recall_breakdown,
     tp_error,
 )
 from perception.types import Detection3D, GroundTruth, GroundTruthObject, GroundTruthRegion
@@ -515,6 +516,21 @@ def test_hand_made_cases() -> None:
     assert ours["per_class_tp"]["truck"]["AVE"] == 1.0  # only an unknown velocity: NaN -> 1, as the devkit
     assert ours["per_class_tp"]["car"]["AAE"] == 1.0  # no attribute predicted
     assert ours["tp_errors"]["AAE"] == 1.0 and ours["tp_scores"]["AAE"] == 0.0
+    # the diagnosis: both cars are 10-20 m away, one is found (at 2 m) and the other missed
+    car = ours["recall_breakdown"]["car"]
+    assert [(b["n"], b["recall"]) for b in car["by_range_m"]][:2] == [(0, None), (2, 0.5)]
+
+
+def test_recall_breakdown_takes_each_ground_truth_box_once() -> None:
+    def box(sample: int, x: float, score: float = -1.0, pts: int = 10) -> EvalBox:
+        return EvalBox(sample, "car", (x, 0.0, 0.0), (4.5, 1.8, 1.5), 0.0, (0.0, 0.0), score, "", pts)
+
+    gt = [[box(0, 5.0, pts=3), box(0, 25.0, pts=200)], [box(1, 45.0, pts=50)]]
+    pred = [[box(0, 5.5, 0.9), box(0, 5.2, 0.8), box(0, 30.0, 0.7)], [box(1, 46.0, 0.5)]]
+    out = recall_breakdown(gt, pred, "car", 2.0)
+    # 5.5 takes the near car, 5.2 finds it taken, 30 is 5 m off the 25 m car; 46 matches 45
+    assert [(b["n"], b["recall"]) for b in out["by_range_m"]] == [(1, 1.0), (0, None), (1, 0.0), (0, None), (1, 1.0)]
+    assert [(b["n"], b["recall"]) for b in out["by_points"]] == [(1, 1.0), (0, None), (1, 1.0), (1, 0.0)]
 
 
 def test_frame_offset_moves_ground_truth_and_missing_frames_count() -> None:
