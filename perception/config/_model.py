@@ -189,6 +189,9 @@ class BudgetConfig:
             if self.fusion_reserve_ms >= total:
                 raise ValueError(f"fusion_reserve_ms: must be below {key} ({total}), got {self.fusion_reserve_ms}")
         _non_negative("fusion_reserve_ms", self.fusion_reserve_ms)
+        for stage, ms in self.stages.items():
+            if ms <= 0:
+                raise ValueError(f"stages: budget of stage {stage!r} must be > 0, got {ms}")
 
     def for_drive(self, metadata: Mapping[str, str]) -> BudgetConfig:
         """The budget of a drive with this metadata: ``recorded_total_ms`` (when set) for a recording of
@@ -197,9 +200,6 @@ class BudgetConfig:
             return self
         total = self.total_ms if is_simulated(metadata) else self.recorded_total_ms
         return dataclasses.replace(self, total_ms=total, recorded_total_ms=None)
-        for stage, ms in self.stages.items():
-            if ms <= 0:
-                raise ValueError(f"stages: budget of stage {stage!r} must be > 0, got {ms}")
 
     @property
     def total_ns(self) -> int:

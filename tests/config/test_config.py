@@ -54,6 +54,7 @@ def test_good_profile_types_and_units(tmp_path: Path) -> None:
         (GOOD.replace("kind: lidar", "kind: sonar"), "sensors[0].kind", "expected one of"),
         (GOOD.replace("total_ms: 100", "total_ms: -1"), "budget.total_ms", "must be > 0"),
         (GOOD.replace("fusion_reserve_ms: 10", "fusion_reserve_ms: 200"), "budget.fusion_reserve_ms", "below"),
+        (GOOD.replace("fusion_reserve_ms: 10", "fusion_reserve_ms: 10, stages: {fusion: 0}"), "budget.stages", "> 0"),
         (GOOD.replace("{sensor: lidar}", "{sensor: radar}"), "trigger", "not one of the sensors"),
         (GOOD.replace("{sensor: lidar}", "{sensor: lidar, rate_hz: 10}"), "trigger", "at most one"),
         (GOOD + "pipeline: {overflow: sometimes}\n", "pipeline.overflow", "drop-oldest"),
