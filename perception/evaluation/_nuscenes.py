@@ -88,7 +88,7 @@ Frame of comparison
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -315,6 +315,35 @@ def _cummean(x: F64) -> F64:
     return out
 
 
+def _matches(
+    gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], class_name: str, dist_th: float
+) -> Iterator[tuple[EvalBox, int | None, float]]:
+    """The devkit's matching: the predictions of ``class_name`` by descending confidence, each with the
+    position in ``gt[p.sample]`` of the ground truth it takes (the nearest untaken one closer than
+    ``dist_th``) and its distance, or ``None`` and ``inf``."""
+    preds = [b for boxes in pred for b in boxes if b.name == class_name]
+    # sorted((conf, i))[::-1]: descending confidence, equal confidences by descending position
+    order = sorted(range(len(preds)), key=lambda i: (preds[i].score, i), reverse=True)
+    # per sample: its ground truth of the class (positions in the sample's list) and their BEV centres
+    cands: dict[int, tuple[list[int], F64, npt.NDArray[np.bool_]]] = {}
+    for i in order:
+        p = preds[i]
+        if p.sample not in cands:
+            idx = [j for j, g in enumerate(gt[p.sample]) if g.name == class_name]
+            xy = np.array([gt[p.sample][j].center[:2] for j in idx], dtype=np.float64).reshape(-1, 2)
+            cands[p.sample] = (idx, xy, np.zeros(len(idx), dtype=bool))
+        idx, xy, taken = cands[p.sample]
+        # the nearest untaken one (the first of equals, as the devkit's strict '<' scan); NaN never matches
+        dist = np.sqrt(np.sum((np.asarray(p.center[:2], dtype=np.float64) - xy) ** 2, axis=1))
+        dist[taken | np.isnan(dist)] = np.inf
+        k = int(np.argmin(dist)) if len(idx) else -1
+        if k >= 0 and dist[k] < dist_th:
+            taken[k] = True
+            yield p, idx[k], float(dist[k])
+        else:
+            yield p, None, math.inf
+
+
 def accumulate(
     gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], class_name: str, dist_th: float
 ) -> MetricData:
@@ -323,43 +352,26 @@ def accumulate(
     npos = sum(1 for boxes in gt for b in boxes if b.name == class_name)
     if npos == 0:
         return MetricData.no_predictions()
-    preds = [b for boxes in pred for b in boxes if b.name == class_name]
-    # sorted((conf, i))[::-1]: descending confidence, equal confidences by descending position
-    order = sorted(range(len(preds)), key=lambda i: (preds[i].score, i), reverse=True)
     period = np.pi if class_name == "barrier" else 2 * np.pi
-
-    # per sample: its ground truth of the class (positions in the sample's list) and their BEV centres
-    cands: dict[int, tuple[list[int], F64, npt.NDArray[np.bool_]]] = {}
     tp: list[int] = []
     fp: list[int] = []
     conf: list[float] = []
     match: dict[str, list[float]] = {k: [] for k in (*TP_METRICS, "conf")}
-    for i in order:
-        p = preds[i]
-        if p.sample not in cands:
-            idx = [j for j, g in enumerate(gt[p.sample]) if g.name == class_name]
-            xy = np.array([gt[p.sample][j].center[:2] for j in idx], dtype=np.float64).reshape(-1, 2)
-            cands[p.sample] = (idx, xy, np.zeros(len(idx), dtype=bool))
-        idx, xy, taken = cands[p.sample]
+    for p, j, dist in _matches(gt, pred, class_name, dist_th):
         conf.append(p.score)
-        # the nearest untaken one (the first of equals, as the devkit's strict '<' scan); NaN never matches
-        dist = np.sqrt(np.sum((np.asarray(p.center[:2], dtype=np.float64) - xy) ** 2, axis=1))
-        dist[taken | np.isnan(dist)] = np.inf
-        k = int(np.argmin(dist)) if len(idx) else -1
-        if k >= 0 and dist[k] < dist_th:
-            taken[k] = True
-            tp.append(1)
-            fp.append(0)
-            g = gt[p.sample][idx[k]]
-            match["trans_err"].append(float(dist[k]))
-            match["vel_err"].append(_velocity_l2(g, p))
-            match["scale_err"].append(1.0 - _scale_iou(g, p))
-            match["orient_err"].append(_yaw_diff(g, p, period))
-            match["attr_err"].append(_attr_err(g, p))
-            match["conf"].append(p.score)
-        else:
+        if j is None:
             tp.append(0)
             fp.append(1)
+            continue
+        tp.append(1)
+        fp.append(0)
+        g = gt[p.sample][j]
+        match["trans_err"].append(dist)
+        match["vel_err"].append(_velocity_l2(g, p))
+        match["scale_err"].append(1.0 - _scale_iou(g, p))
+        match["orient_err"].append(_yaw_diff(g, p, period))
+        match["attr_err"].append(_attr_err(g, p))
+        match["conf"].append(p.score)
     if not match["trans_err"]:
         return MetricData.no_predictions()
 
@@ -463,28 +475,14 @@ def recall_breakdown(
     gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], class_name: str, dist_th: float
 ) -> dict[str, list[dict[str, Any]]]:
     """Which ground truth of ``class_name`` a detection reaches, at every score (a diagnosis, not part of
-    the devkit): the matching of ``accumulate`` (detections by descending score, each taking the nearest
-    untaken box of its sample closer than ``dist_th``), counted per BEV range bin (:data:`RANGE_BINS`)
+    the devkit): the matching of :func:`accumulate` (:func:`_matches`), counted per BEV range bin (:data:`RANGE_BINS`)
     and per bin of annotated points (:data:`POINT_BINS`; unknown counts are left out). ``recall`` is
     ``None`` for an empty bin."""
-    ranges: list[float] = []
-    points: list[int] = []
-    hit: list[bool] = []
-    for gt_s, pred_s in zip(gt, pred, strict=True):
-        g = [b for b in gt_s if b.name == class_name]
-        if not g:
-            continue
-        g_xy = np.array([b.center[:2] for b in g], dtype=np.float64)
-        taken = np.zeros(len(g), dtype=bool)
-        for d in sorted((b for b in pred_s if b.name == class_name), key=lambda b: -b.score):
-            dist = np.hypot(g_xy[:, 0] - d.center[0], g_xy[:, 1] - d.center[1])
-            dist[taken] = np.inf
-            k = int(np.argmin(dist))
-            if dist[k] < dist_th:
-                taken[k] = True
-        ranges += [b.ego_dist for b in g]
-        points += [b.num_pts for b in g]
-        hit += taken.tolist()
+    taken = {(p.sample, j) for p, j, _ in _matches(gt, pred, class_name, dist_th) if j is not None}
+    of_class = [(s, j, b) for s, boxes in enumerate(gt) for j, b in enumerate(boxes) if b.name == class_name]
+    ranges = [b.ego_dist for _, _, b in of_class]
+    points = [b.num_pts for _, _, b in of_class]
+    hit = [(s, j) in taken for s, j, _ in of_class]
     r, n, h = np.array(ranges), np.array(points), np.array(hit, dtype=bool)
 
     def rows(values: npt.NDArray[Any], edges: Sequence[float], key: str) -> list[dict[str, Any]]:
