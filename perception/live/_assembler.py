@@ -212,16 +212,22 @@ class LiveAssembler(Generic[T]):
         self._trigger_lags.append(max(0, arrival - t))
         self._silent = False
 
+    def _pending_timer_frame(self, t: int, half: int) -> int | None:
+        """Position in the pending frames of the timer frame of the slot of capture time ``t``, if any."""
+        for i, p in enumerate(self._pending):
+            if p.by == "timer" and abs(p.t_ns - t) <= half:
+                return i
+        return None
+
     def _on_trigger(self, t: int, arrival: int, token: T | None) -> None:
         self._trigger_seen(t, arrival)
-        half = self.trigger_period_ns() // 2
-        if self._slot_t is not None and t <= self._slot_t + half:
-            # The timer opened this slot's frame and it is still pending: the real sample takes it over.
-            for i, p in enumerate(self._pending):
-                if p.by == "timer" and abs(p.t_ns - t) <= half:
-                    self._pending[i] = _Pending(t, arrival, t + self._horizon_ns, "trigger", token)
-                    return
         period = self.trigger_period_ns()
+        half = period // 2
+        in_open_slot = self._slot_t is not None and t <= self._slot_t + half
+        if in_open_slot and (i := self._pending_timer_frame(t, half)) is not None:
+            # The timer opened this slot's frame and it is still pending: the real sample takes it over.
+            self._pending[i] = _Pending(t, arrival, t + self._horizon_ns, "trigger", token)
+            return
         while period and self._slot_t is not None and self._slot_t + period < t - half:
             # Slots the trigger skipped before its timer ran out: their samples can no longer come
             # (they would be out of order), so their frames open now, as the timer would have.
@@ -237,7 +243,7 @@ class LiveAssembler(Generic[T]):
         half = self.trigger_period_ns() // 2
         if t > self._slot_t + half or t > self._last_frame_t + half:
             return False  # a new slot, or its frame is still pending
-        return not any(p.by == "timer" and abs(p.t_ns - t) <= half for p in self._pending)
+        return self._pending_timer_frame(t, half) is None
 
     def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
         self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))
