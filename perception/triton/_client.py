@@ -5,9 +5,14 @@ A thin adapter over ``tritonclient.grpc.aio`` (untyped; nothing of it leaks out 
 * Inference requests are encoded by :mod:`perception.triton._wire` (the tensors copied once, not four
   times as ``tritonclient``'s ``InferInput`` + protobuf do) and sent as bytes on the same gRPC channels;
   every other call goes through ``tritonclient``.
-* ``channels`` gRPC channels per URL, each on its own TCP connection, picked round-robin; several URLs
-  (replicas) picked round-robin, skipping for a back-off period a URL that just failed to connect
-  (:meth:`TritonClient.healthy_urls`). No retries here: the scheduler decides (``ConnectError.retryable``).
+* ``channels`` gRPC channels per URL, each on its own TCP connection, picked round-robin. Several URLs
+  (replicas): each inference goes to the URL with the fewest outstanding inference calls
+  (:meth:`TritonClient.outstanding`), ties broken round-robin (equal load alternates). A call counts
+  until it has really ended, abandoned ones included, so a slow or hung server that piles up calls
+  gets less new work. A URL that fails to connect is skipped for a back-off period
+  (:meth:`TritonClient.healthy_urls`), doubling per consecutive failure; once it is over the URL is
+  probed by one request at a time and is back in full on the first success. No retries here: the
+  scheduler decides (``ConnectError.retryable``).
 * Every Triton/gRPC error is translated once, by :func:`perception.triton._errors.translate`, into
   :mod:`perception.errors` with the model, sensor, frame and URL.
 * ``timeout_ns`` becomes both the gRPC deadline and Triton's per-request ``timeout`` parameter (µs).
@@ -18,9 +23,10 @@ A thin adapter over ``tritonclient.grpc.aio`` (untyped; nothing of it leaks out 
   forwards the cancellation to the model (``request.is_cancelled()``). The caller does not wait for
   grpc to wind the call down (that costs ~1 ms of event-loop time, 3+ ms on a busy host, which a
   scheduler joining at a deadline would add to every late frame): the call is *abandoned* — it keeps
-  its shared-memory slot until it has really ended, is counted (:attr:`TritonClient.abandoned_calls`),
-  and ended either by its own gRPC deadline when that is due (grpc's timer thread does the work, off
-  the event loop) or by an explicit cancel. ``close()`` cancels and waits for every abandoned call.
+  its shared-memory slot (and its place in the URL's outstanding calls) until it has really ended, is
+  counted (:attr:`TritonClient.abandoned_calls`), and ended either by its own gRPC deadline when that
+  is due (grpc's timer thread does the work, off the event loop) or by an explicit cancel. ``close()``
+  cancels and waits for every abandoned call.
 * Inputs of at least ``shm_threshold_bytes`` go through a :class:`SharedMemoryPool` when the server
   shares ``/dev/shm`` (``shm="auto"``: loopback URLs). Any shared-memory trouble (cannot register,
   region vanished, server restarted and forgot it) falls back to plain gRPC for that request: shared
@@ -196,7 +202,7 @@ def is_loopback(url: str) -> bool:
 
 
 class _Endpoint:
-    """One URL: its channels and its health."""
+    """One URL: its channels, its load and its health."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -205,6 +211,8 @@ class _Endpoint:
         #: ``ModelInfer`` on each client's channel, taking the request as bytes (see ``_wire``).
         self.infer_calls: list[Any] = []
         self._next = 0
+        #: Inference calls sent to this URL that have not ended yet (abandoned ones included).
+        self.outstanding = 0
         self.failures = 0
         self.unhealthy_until_ns = 0
         self.shm_blocked_until_ns = 0
@@ -222,6 +230,11 @@ class _Endpoint:
 
     def healthy(self, now_ns: int) -> bool:
         return self.unhealthy_until_ns <= now_ns
+
+    def eligible(self, now_ns: int) -> bool:
+        """May take a new inference: healthy and, while it is being probed after a back-off (it failed
+        and has not succeeded since), not already busy with a call."""
+        return self.healthy(now_ns) and not (self.failures and self.outstanding)
 
     def failed(self, options: ClientOptions) -> None:
         self.failures += 1
@@ -424,15 +437,26 @@ class TritonClient:
         now = time.monotonic_ns()
         return tuple(ep.url for ep in self._endpoints if ep.healthy(now))
 
+    def outstanding(self) -> dict[str, int]:
+        """Inference calls sent to each URL that have not ended yet (abandoned ones included)."""
+        return {ep.url: ep.outstanding for ep in self._endpoints}
+
     def _pick(self) -> _Endpoint:
+        """The eligible URL with the fewest outstanding inference calls; among equals, the first one
+        from the round-robin position on (which then moves past it)."""
         now = time.monotonic_ns()
         count = len(self._endpoints)
+        best: _Endpoint | None = None
+        best_i = 0
         for i in range(count):
             ep = self._endpoints[(self._rr + i) % count]
-            if ep.healthy(now):
-                self._rr = (self._rr + i + 1) % count
-                return ep
-        # Every URL is backing off: try the one whose back-off ends first rather than failing blind.
+            if ep.eligible(now) and (best is None or ep.outstanding < best.outstanding):
+                best, best_i = ep, i
+        if best is not None:
+            self._rr = (self._rr + best_i + 1) % count
+            return best
+        # Every URL is backing off (or busy with its probe): try the one whose back-off ends first
+        # rather than failing blind.
         return min(self._endpoints, key=lambda e: e.unhealthy_until_ns)
 
     def _endpoint(self, url: str | None) -> _Endpoint:
@@ -677,6 +701,7 @@ class TritonClient:
         """The inference call itself (a task of its own, so a cancelled caller need not wait for it)."""
         tensors = self._check_inputs(req)
         ep = self._pick()
+        ep.outstanding += 1  # until this task really ends, even when its caller has stopped waiting
         slot: ShmSlot | None = None
         try:
             slot = await self._acquire_shm(ep, req, tensors)
@@ -702,6 +727,7 @@ class TritonClient:
                 ep.failed(self._options)
             raise err from exc
         finally:
+            ep.outstanding -= 1
             if slot is not None:
                 self._release(slot)
         ep.succeeded()
