@@ -1,17 +1,20 @@
-"""TritonClient against the real embedded server: round trips, errors, deadlines, cancellation, URLs."""
+"""TritonClient against the real embedded server: round trips, errors, deadlines, cancellation, URLs;
+and, with fake servers below the wire layer, how work is spread over several URLs."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
 import grpc  # type: ignore[import-untyped]
 import numpy as np
 import pytest
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
 from perception.errors import (
     ConfigError,
@@ -308,6 +311,181 @@ async def test_dead_url_is_skipped_then_retried_after_backoff(
             with pytest.raises(ConnectError):  # retried once the back-off is over
                 await client.infer("echo", {"INPUT": SMALL})
             assert client.healthy_urls() == (triton.grpc_url,)
+
+
+class _FakeServer:
+    """Stands in for one URL below the client's wire layer (its raw ``ModelInfer``): answers at once,
+    or holds calls until released (a slow or hung server), or refuses them like a server that is down
+    (gRPC UNAVAILABLE). A held call honours its gRPC deadline and ends when cancelled, like grpc's."""
+
+    def __init__(self) -> None:
+        self.refusing = False
+        self.held: anyio.Event | None = None
+
+    def hold(self) -> None:
+        self.held = anyio.Event()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.set()
+            self.held = None
+
+    def model_infer(
+        self, payload: bytes, *, timeout: float | None = None, metadata: object = None
+    ) -> Awaitable[object]:
+        """Like grpc's ``unary_unary`` call object: called with the gRPC deadline, awaited for the answer."""
+        return self._answer(math.inf if timeout is None else timeout)
+
+    async def _answer(self, deadline_s: float) -> object:
+        if self.refusing:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, details="failed to connect to all addresses")
+        if self.held is not None:
+            with anyio.move_on_after(deadline_s) as scope:
+                await self.held.wait()
+            if scope.cancelled_caught:
+                raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, details="Deadline Exceeded")
+        return InferResult(service_pb2.ModelInferResponse(model_name="echo"))
+
+
+class _FakeChannel:
+    """What ``TritonClient._new_channel`` makes, with a fake server where grpc's channel would be."""
+
+    def __init__(self, server: _FakeServer) -> None:
+        self._channel = server
+
+    async def close(self) -> None:
+        pass
+
+
+URL_A, URL_B = "10.255.0.1:8001", "10.255.0.2:8001"  # never dialled: their channels are fakes
+
+
+@pytest.fixture
+def fake_servers(monkeypatch: pytest.MonkeyPatch) -> dict[str, _FakeServer]:
+    servers = {URL_A: _FakeServer(), URL_B: _FakeServer()}
+    monkeypatch.setattr(TritonClient, "_new_channel", lambda self, url: _FakeChannel(servers[url]))
+    monkeypatch.setattr(_client, "model_infer_call", lambda channel: channel.model_infer)
+    return servers
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait until the client's bookkeeping shows ``condition`` (it has no event to wait on: poll)."""
+    while True:
+        if condition():
+            return
+        await anyio.sleep(0.001)
+
+
+async def _urls_used(client: TritonClient, n: int) -> list[str]:
+    return [(await client.infer("echo", {"INPUT": SMALL})).url for _ in range(n)]
+
+
+async def test_new_requests_go_to_the_url_with_fewer_outstanding_calls(fake_servers: dict[str, _FakeServer]) -> None:
+    a, b = fake_servers[URL_A], fake_servers[URL_B]
+    a.hold()
+    b.hold()
+    with anyio.fail_after(10):
+        async with TritonClient(ClientOptions(urls=(URL_A, URL_B), channels=1)) as client:
+            assert client.outstanding() == {URL_A: 0, URL_B: 0}
+            async with anyio.create_task_group() as tg:
+                for _ in range(6):
+                    tg.start_soon(partial(client.infer, "echo", {"INPUT": SMALL}))
+                await _until(lambda: sum(client.outstanding().values()) == 6)
+                assert client.outstanding() == {URL_A: 3, URL_B: 3}  # equal load: spread evenly
+                b.release()
+                await _until(lambda: client.outstanding()[URL_B] == 0)
+                # A still has 3 calls in flight, B none: new work goes to B, not in turns
+                assert await _urls_used(client, 4) == [URL_B] * 4
+                assert client.outstanding() == {URL_A: 3, URL_B: 0}
+                a.release()
+            assert client.outstanding() == {URL_A: 0, URL_B: 0}
+
+
+async def test_equal_load_alternates(fake_servers: dict[str, _FakeServer]) -> None:
+    with anyio.fail_after(10):
+        async with TritonClient(ClientOptions(urls=(URL_A, URL_B), channels=1)) as client:
+            assert await _urls_used(client, 5) == [URL_A, URL_B, URL_A, URL_B, URL_A]
+            assert client.outstanding() == {URL_A: 0, URL_B: 0}
+
+
+async def _abandon_one(client: TritonClient, **kwargs: object) -> str:
+    """Start one inference, cancel its caller once it is in flight; the URL it went to."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(client.infer, "echo", {"INPUT": SMALL}, **kwargs))  # type: ignore[arg-type]
+        await _until(lambda: sum(client.outstanding().values()) == 1)
+        busy = next(url for url, n in client.outstanding().items() if n)
+        tg.cancel_scope.cancel()
+    return busy
+
+
+async def test_abandoned_calls_stay_outstanding_until_they_really_end(
+    fake_servers: dict[str, _FakeServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with anyio.fail_after(10):
+        async with TritonClient(ClientOptions(urls=(URL_A, URL_B), channels=1)) as client:
+            # No deadline: the abandoned call is cancelled at once; counted until it has ended.
+            fake_servers[URL_A].hold()
+            fake_servers[URL_B].hold()
+            await _abandon_one(client)
+            await client.wait_abandoned()
+            assert client.abandoned_calls == 1 and client.outstanding() == {URL_A: 0, URL_B: 0}
+
+            # Left to its gRPC deadline (a minute away): the caller is gone, the call is not, and the
+            # hung server it sits on gets no new work while the other is idle.
+            monkeypatch.setattr(_client, "_EXPIRE_WITHIN_NS", 10**12)
+            busy = await _abandon_one(client, timeout_ns=60_000_000_000)
+            idle = URL_B if busy == URL_A else URL_A
+            fake_servers[idle].release()
+            assert client.abandoned_pending == 1 and client.outstanding() == {busy: 1, idle: 0}
+            assert await _urls_used(client, 3) == [idle] * 3
+            fake_servers[busy].release()  # the server answers at last: the call really ends
+            await client.wait_abandoned()
+            assert client.abandoned_pending == 0 and client.outstanding() == {URL_A: 0, URL_B: 0}
+
+
+async def test_a_refusing_url_is_skipped_probed_after_backoff_and_back_when_it_answers(
+    fake_servers: dict[str, _FakeServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _ManualClock()
+    monkeypatch.setattr(_client, "time", clock)
+    a, b = fake_servers[URL_A], fake_servers[URL_B]
+    a.refusing = True
+    with anyio.fail_after(10):
+        async with TritonClient(ClientOptions(urls=(URL_A, URL_B), channels=1, backoff_s=0.3)) as client:
+            with pytest.raises(ConnectError) as info:
+                await client.infer("echo", {"INPUT": SMALL})
+            assert info.value.url == URL_A and info.value.retryable
+            assert client.healthy_urls() == (URL_B,) and client.outstanding() == {URL_A: 0, URL_B: 0}
+            assert await _urls_used(client, 3) == [URL_B] * 3  # skipped although idle
+            clock.now_ns += 300_000_000
+            assert client.healthy_urls() == (URL_A, URL_B)
+            with pytest.raises(ConnectError) as info:  # probed once the back-off is over: still down
+                await client.infer("echo", {"INPUT": SMALL})
+            assert info.value.url == URL_A
+            clock.now_ns += 300_000_000  # the second back-off is twice as long
+            assert client.healthy_urls() == (URL_B,)
+
+            a.refusing = False  # A is up again
+            a.hold()
+            b.hold()
+            async with anyio.create_task_group() as tg:
+                for _ in range(2):  # B gets busy while A still backs off
+                    tg.start_soon(partial(client.infer, "echo", {"INPUT": SMALL}))
+                await _until(lambda: client.outstanding()[URL_B] == 2)
+                clock.now_ns += 300_000_000
+                assert client.healthy_urls() == (URL_A, URL_B)
+                # A is probed one request at a time: the rest go to B although it is busier.
+                for _ in range(3):
+                    tg.start_soon(partial(client.infer, "echo", {"INPUT": SMALL}))
+                await _until(lambda: sum(client.outstanding().values()) == 5)
+                assert client.outstanding() == {URL_A: 1, URL_B: 4}
+                a.release()  # the probe succeeds: A is back in full
+                await _until(lambda: client.outstanding()[URL_A] == 0)
+                assert await _urls_used(client, 3) == [URL_A] * 3  # B still has 4 in flight
+                b.release()
+            assert client.outstanding() == {URL_A: 0, URL_B: 0}
+            used = await _urls_used(client, 4)
+            assert sorted(used) == [URL_A, URL_A, URL_B, URL_B] and used[0] != used[1]
 
 
 class _RecordingProxy(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
