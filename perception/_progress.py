@@ -34,6 +34,10 @@ class Progress:
             self._stream.write("\n")
             self._stream.flush()
 
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
     def close(self) -> None:
         self.__exit__(None, None, None)
 

@@ -21,6 +21,7 @@ Tree::
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
     ├── ReplayError                  a replay ran but produced no usable frame (file)
+    ├── FleetError                   a fleet run could not reach or use its Ray cluster (address)
     ├── RuntimeClosedError           the runtime is shut down or not started
     └── SampleDroppedError           a live sample could not be used (late, out of order, ...)
 """
@@ -36,6 +37,7 @@ __all__ = [
     "DeadlineError",
     "DriveDamagedError",
     "DriveError",
+    "FleetError",
     "InferenceError",
     "InputError",
     "ModelContractError",
@@ -163,6 +165,12 @@ class ReplayError(PerceptionError):
     """A replay ran to its end but no frame had a single sensor answer ok: its outputs hold nothing usable."""
 
     _PREFIX_KEYS = ("file",)
+
+
+class FleetError(PerceptionError):
+    """A fleet replay could not start or keep its Ray cluster, workers or servers (``address``)."""
+
+    _PREFIX_KEYS = ("address",)
 
 
 class RuntimeClosedError(PerceptionError):

@@ -11,11 +11,11 @@ from typing import Any
 
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
 from perception.cli._replay import parse_rate, replay_with_stop
-from perception.config import BudgetConfig
+from perception.config import with_overrides
 from perception.errors import ConfigError
 from perception.metrics import (
-    NO_DATA,
     budget_rows,
+    budget_violations,
     render_table,
     server_rows,
     server_split_lines,
@@ -63,14 +63,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
     if not 1 <= args.in_flight <= 64:
         raise ConfigError(f"--in-flight must be within 1..64, got {args.in_flight}", key="--in-flight")
-    cfg = runtime_config(args)
-    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
     # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
-    reserve = min(cfg.budget.fusion_reserve_ms, args.budget_ms / 2)
-    cfg = dataclasses.replace(
-        cfg,
-        budget=BudgetConfig(total_ms=args.budget_ms, fusion_reserve_ms=reserve, stages=cfg.budget.stages),
-    )
+    cfg = with_overrides(runtime_config(args), budget_ms=args.budget_ms)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
     out: Path = args.out
     progress = False if args.no_progress else None
     options = ReplayOptions(rate=parse_rate(args.rate), out_dir=out, progress=progress)
@@ -98,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
     write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
-    violations = [r.stage for r in rows if r.verdict in ("FAIL", NO_DATA)]
+    violations = budget_violations(rows)
     summary["budget"] = {
         "budget_ms": args.budget_ms,
         "percentile": args.percentile,

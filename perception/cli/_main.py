@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("perception.cli._import", "import a ROS 2 bag or a nuScenes scene into a drive"),
     "replay": ("perception.cli._replay", "replay a drive through Triton: one record per frame"),
     "eval": ("perception.cli._eval", "score detections vs ground truth in every sensor mode"),
+    "fleet": ("perception.cli._fleet", "replay many drives on a Ray cluster: one report and one verdict"),
     "budget": ("perception.cli._budget", "latency-budget test with per-stage attribution and a verdict"),
     "live": ("perception.cli._live", "run the live API as a vehicle host would, with a publisher process"),
     "bench": ("perception.cli._bench", "side-by-side benchmarks of dispatch patterns and transports"),

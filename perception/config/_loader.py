@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from perception.config._convert import from_data
-from perception.config._model import RuntimeConfig
+from perception.config._model import BudgetConfig, RuntimeConfig
 from perception.errors import ConfigError
 
 __all__ = ["load_config", "load_yaml", "with_overrides"]
@@ -75,11 +75,24 @@ def _resolve_paths(cfg: RuntimeConfig, base: Path) -> RuntimeConfig:
 
 
 def with_overrides(
-    cfg: RuntimeConfig, *, url: str | None = None, sensors: Sequence[str] | None = None
+    cfg: RuntimeConfig,
+    *,
+    url: str | None = None,
+    replicas: Sequence[str] = (),
+    sensors: Sequence[str] | None = None,
+    budget_ms: float | None = None,
 ) -> RuntimeConfig:
-    """Common CLI overrides: an external server URL, a subset of enabled sensors."""
+    """Common CLI overrides: an external server URL (and more URLs serving the same models), a subset of
+    enabled sensors, a frame budget for every drive (``--budget-ms``: the join deadline becomes
+    ``budget_ms`` minus the fusion reserve, capped at half the budget; stage budgets are kept)."""
     if url is not None:
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url))
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
+    if budget_ms is not None:
+        if not budget_ms > 0:
+            raise ConfigError(f"--budget-ms must be > 0, got {budget_ms}", key="--budget-ms")
+        reserve = min(cfg.budget.fusion_reserve_ms, budget_ms / 2)
+        budget = BudgetConfig(total_ms=budget_ms, fusion_reserve_ms=reserve, stages=cfg.budget.stages)
+        cfg = dataclasses.replace(cfg, budget=budget)
     if sensors is not None:
         wanted = set(sensors)
         unknown = wanted - {s.name for s in cfg.sensors}

@@ -18,6 +18,7 @@ __all__ = [
     "SENSOR_ROWS",
     "BudgetRow",
     "budget_rows",
+    "budget_violations",
     "markdown_table",
     "render_table",
     "server_rows",
@@ -70,6 +71,11 @@ def _row(stage: str, values_ns: Sequence[int], budget_ms: float | None, percenti
             observed = float(np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, percentile))
             verdict = "ok" if observed <= budget_ms else "FAIL"
     return BudgetRow(stage, p["p50"], p["p95"], p["p99"], p["max"], budget_ms, verdict)
+
+
+def budget_violations(rows: Sequence[BudgetRow]) -> list[str]:
+    """The stages whose budget is broken: measured above it, or never measured (not a pass)."""
+    return [r.stage for r in rows if r.verdict in ("FAIL", NO_DATA)]
 
 
 def budget_rows(

@@ -47,7 +47,7 @@ from perception.errors import ConfigError, DriveDamagedError, ReplayError
 from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
-from perception.scheduler import FusionStage, Runtime, server_time_breakdown
+from perception.scheduler import FusionStage, InferClient, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
 
 __all__ = ["ReplayOptions", "ReplayOutcome", "ReplaySink", "replay_drive", "safe_output_path"]
@@ -182,8 +182,12 @@ async def replay_drive(
     runtime_hook: Callable[[Runtime], None] | None = None,
     keep_results: bool = False,
     sinks: Sequence[ReplaySink] = (),
+    client: InferClient | None = None,
 ) -> ReplayOutcome:
-    """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs."""
+    """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
+
+    ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
+    runtime then uses it instead of opening its own server and client from ``config.server``."""
     opts = options or ReplayOptions()
     cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
@@ -210,7 +214,9 @@ async def replay_drive(
         try:
             with ExitStack() as stack:
                 writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                async with Runtime(cfg, rig=source.rig, fusion=fusion, join_timeout_ns=join_override) as rt:
+                async with Runtime(
+                    cfg, rig=source.rig, fusion=fusion, client=client, join_timeout_ns=join_override
+                ) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()

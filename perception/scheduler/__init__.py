@@ -6,7 +6,7 @@ from perception.scheduler._align import AlignStats, FrameAssembler
 from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._pipeline import OrderedPipeline
-from perception.scheduler._runtime import FusionStage, Runtime, server_time_breakdown
+from perception.scheduler._runtime import FusionStage, Runtime, client_options, server_time_breakdown
 from perception.scheduler._tensors import OUTPUTS, camera_input, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
@@ -23,6 +23,7 @@ __all__ = [
     "Runtime",
     "ThreadedRuntime",
     "camera_input",
+    "client_options",
     "prepare_inputs",
     "scale_camera_boxes",
     "server_time_breakdown",

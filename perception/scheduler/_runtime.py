@@ -17,19 +17,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
 import anyio
 
-from perception.config import RuntimeConfig, resolve_sensors
+from perception.config import RuntimeConfig, ServerConfig, resolve_sensors
 from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._tensors import OUTPUTS, prepare_inputs, warmup_inputs
-from perception.triton import InferRequest
+from perception.triton import ClientOptions, InferRequest
 from perception.types import (
     SERVER_STAGES,
     Detection3D,
@@ -43,7 +43,7 @@ from perception.types import (
     SensorStatus,
 )
 
-__all__ = ["FusionStage", "Runtime"]
+__all__ = ["FusionStage", "Runtime", "client_options"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,20 @@ def _profile_fusion(config: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> Fus
 
     fuser: FusionStage = Fuser(config.fusion, rig)
     return fuser
+
+
+def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
+    """The Triton client options of a profile's ``server`` section, for ``urls``."""
+    tls = server.tls
+    return ClientOptions(
+        urls=tuple(urls),
+        channels=server.channels,
+        ssl=tls.enabled,
+        root_certificates=str(tls.root_certificates) if tls.root_certificates else None,
+        private_key=str(tls.private_key) if tls.private_key else None,
+        certificate_chain=str(tls.certificate_chain) if tls.certificate_chain else None,
+        headers=dict(server.headers),
+    )
 
 
 class Runtime:
@@ -170,7 +184,7 @@ class Runtime:
                 await self._stack.aclose()
 
     async def _open_client(self, stack: contextlib.AsyncExitStack) -> InferClient:
-        from perception.triton import ClientOptions, TritonClient
+        from perception.triton import TritonClient
 
         server = self.config.server
         if server.embedded:
@@ -183,17 +197,7 @@ class Runtime:
         else:
             urls = (server.url, *server.replicas)
         self.url = urls[0]
-        tls = server.tls
-        opts = ClientOptions(
-            urls=urls,
-            channels=server.channels,
-            ssl=tls.enabled,
-            root_certificates=str(tls.root_certificates) if tls.root_certificates else None,
-            private_key=str(tls.private_key) if tls.private_key else None,
-            certificate_chain=str(tls.certificate_chain) if tls.certificate_chain else None,
-            headers=dict(server.headers),
-        )
-        return await stack.enter_async_context(TritonClient(opts))
+        return await stack.enter_async_context(TritonClient(client_options(server, urls)))
 
     async def _verify_models(self) -> None:
         from perception.triton import TritonClient, check_contract

@@ -1,0 +1,102 @@
+"""``perception fleet``: replay many drives on a Ray cluster, one report and one verdict."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception.cli._common import DEFAULT_CONFIG, repo_root, run_with_signals
+from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from perception.cli._replay import parse_rate
+from perception.config import load_config
+from perception.errors import ConfigError
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "fleet",
+        help="replay many drives on a Ray cluster: one report and one verdict",
+        description="Replay every DRIVE (files, or directories searched for *.mcap) on a Ray cluster: each "
+        "worker holds an open Triton client, one drive is one task, and OUT/<drive>/ gets what "
+        "`perception replay --out` writes (staged, then renamed into place). OUT/fleet.json and "
+        "OUT/fleet.md list every drive worst first, then the totals. Exit 1 when a drive failed, broke "
+        "--budget-ms, or regressed against --baseline.",
+        epilog=EXIT_CODES_HELP,
+    )
+    p.add_argument("drives", nargs="+", type=Path, metavar="DRIVE", help="drive files or directories of drives")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:port (default: local)")
+    p.add_argument("--workers", type=int, default=None, help="worker actors (default: one per CPU of the cluster)")
+    p.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="external Triton gRPC host:port (repeat for several; default: one embedded server per node)",
+    )
+    p.add_argument(
+        "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
+    )
+    p.add_argument("--budget-ms", type=float, default=None, help="frame budget: exit 1 when any drive breaks it")
+    p.add_argument("--percentile", type=float, default=99.0, help="percentile the budget is checked at (default 99)")
+    p.add_argument("--eval", action="store_true", help="also score every sensor mode per drive (modes.json)")
+    p.add_argument("--rate", default="max", help="replay rate: max (default), lockstep, or a speed multiplier")
+    p.add_argument("--retries", type=int, default=2, help="more attempts of a drive whose worker died (default 2)")
+    p.add_argument("--no-fused-mcap", action="store_true", help="do not write OUT/<drive>/fused.mcap")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perception.fleet import FleetOptions, WorkerSettings, budget_broken, find_drives, run_fleet
+
+    if not 0 < args.percentile <= 100:
+        raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
+    if args.budget_ms is not None and not args.budget_ms > 0:
+        raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
+    parse_rate(args.rate)
+    profile = (args.config or DEFAULT_CONFIG).resolve()
+    load_config(profile)  # a bad profile is an error now, not once per drive
+    drives = find_drives(args.drives)
+    settings = WorkerSettings(
+        profile=str(profile),
+        budget_ms=args.budget_ms,
+        percentile=args.percentile,
+        rate=args.rate,
+        fused_mcap=not args.no_fused_mcap,
+        eval_modes=args.eval,
+    )
+    options = FleetOptions(
+        out=args.out.resolve(),
+        profile=profile,
+        address=args.address,
+        workers=args.workers,
+        urls=tuple(args.url),
+        settings=settings,
+        retries=args.retries,
+        progress=False if args.no_progress else None,
+    )
+    outcome = run_with_signals(lambda stop: run_fleet(drives, options, stop))
+    t = outcome.report["totals"]
+    lat = t["latency_ms"]
+    status = ", ".join(f"{k} {v}" for k, v in sorted(t["by_status"].items()))
+    sys.stdout.write(
+        f"drives {t['drives']}: {status}; frames {t['frames']} (ok {t['ok']}, degraded {t['degraded']}, "
+        f"dropped {t['dropped']}); latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms\n"
+    )
+    for d in outcome.drives:
+        if d.get("status") != "ok":
+            sys.stdout.write(f"  {d['name']}: {d.get('status')}: {d.get('error')}\n")
+    broken = [d["name"] for d in outcome.drives if budget_broken(d)]
+    if args.budget_ms is not None:
+        verdict = "PASS" if not broken else f"FAIL ({', '.join(broken)})"
+        sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\n")
+    sys.stdout.write(f"wrote {options.out / 'fleet.json'}, {options.out / 'fleet.md'}\n")
+    if outcome.interrupted:
+        sys.stdout.write("interrupted: finished drives are kept\n")
+        return EXIT_INTERRUPTED
+    failed = [d for d in outcome.drives if d.get("status") != "ok"]
+    return EXIT_ERROR if failed or broken else EXIT_OK

@@ -1,0 +1,20 @@
+"""Fleet replay on Ray: many drives, many Triton servers, one report and one verdict."""
+
+from __future__ import annotations
+
+from perception.fleet._driver import FleetOptions, FleetOutcome, run_fleet
+from perception.fleet._plan import FleetDrive, find_drives
+from perception.fleet._report import FLEET_JSON, FLEET_MD, budget_broken
+from perception.fleet._worker import WorkerSettings
+
+__all__ = [
+    "FLEET_JSON",
+    "FLEET_MD",
+    "FleetDrive",
+    "FleetOptions",
+    "FleetOutcome",
+    "WorkerSettings",
+    "budget_broken",
+    "find_drives",
+    "run_fleet",
+]

@@ -1,0 +1,312 @@
+"""The fleet driver: a Ray cluster, workers placed on its nodes, one task per drive, one report.
+
+* **Cluster.** Without an address, a local cluster sized to the machine is started and stopped at the
+  end; with one (``auto``, ``ray://host:port``), that cluster is joined and left running.
+* **Placement.** Workers are spread over the cluster's nodes in proportion to their CPUs, each pinned
+  to its node. Each node with workers gets one embedded Triton (a :class:`NodeServer` actor) that its
+  workers share over loopback (shared memory included), unless ``urls`` name external servers; then
+  every worker's client spreads its requests over all of them by outstanding requests.
+* **Tasks.** The driver hands the next drive to the next free worker. A worker that dies mid-drive
+  (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
+  worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
+  renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
+* **Stop.** ``stop`` set (Ctrl-C): running drives are cancelled and their staging removed, finished
+  drives are kept and reported, workers and servers are closed, and a cluster we started is stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from perception._progress import Progress
+from perception.config import load_config
+from perception.errors import FleetError
+from perception.fleet._outputs import clear_staging
+from perception.fleet._plan import FleetDrive
+from perception.fleet._report import write_report
+from perception.fleet._worker import DriveJob, DriveWorker, NodeServer, WorkerSettings
+
+__all__ = ["FleetOptions", "FleetOutcome", "run_fleet"]
+
+log = logging.getLogger(__name__)
+
+#: How long a restarted worker may take to answer again before it is given up.
+WORKER_RESTART_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOptions:
+    out: Path
+    profile: Path
+    address: str | None = None  # None: start a local cluster
+    workers: int | None = None  # None: one per CPU of the cluster
+    urls: tuple[str, ...] = ()  # external Triton servers; empty: one embedded server per node
+    settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(profile=None))
+    retries: int = 2  # more attempts of a drive whose worker died
+    progress: bool | None = None  # None: when stderr is a terminal
+
+    def __post_init__(self) -> None:
+        from perception.errors import ConfigError
+
+        if self.workers is not None and not 1 <= self.workers <= 1024:
+            raise ConfigError(f"--workers must be within 1..1024, got {self.workers}", key="--workers")
+        if not 0 <= self.retries <= 10:
+            raise ConfigError(f"--retries must be within 0..10, got {self.retries}", key="--retries")
+
+
+@dataclass
+class FleetOutcome:
+    drives: list[dict[str, Any]]
+    report: dict[str, Any]
+    interrupted: bool = False
+
+
+def _spread(nodes: list[tuple[str, float]], workers: int) -> list[str]:
+    """Node ids for ``workers`` workers, in proportion to each node's CPUs (largest remainder)."""
+    total = sum(c for _, c in nodes)
+    shares = [(n, workers * c / total) for n, c in nodes]
+    counts = {n: math.floor(s) for n, s in shares}
+    rest = workers - sum(counts.values())
+    for n, _ in sorted(shares, key=lambda x: x[1] - math.floor(x[1]), reverse=True)[:rest]:
+        counts[n] += 1
+    return [n for n, _ in nodes for _ in range(counts[n])]
+
+
+class _Fleet:
+    def __init__(self, drives: list[FleetDrive], options: FleetOptions) -> None:
+        self.drives = drives
+        self.opts = options
+        self.queue: deque[tuple[FleetDrive, int]] = deque((d, 1) for d in drives)
+        self.results: dict[str, dict[str, Any]] = {}
+        self.retried: dict[str, list[str]] = {}
+        self.running: dict[str, Any] = {}  # drive name -> ObjectRef
+        self.workers: list[Any] = []
+        self.servers: list[Any] = []
+        self.stopped = False
+        self.failed = 0
+
+    # -- cluster ----------------------------------------------------------------------------
+    def connect(self) -> bool:
+        import ray
+
+        if ray.is_initialized():
+            return False
+        kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+        try:
+            if self.opts.address is None:
+                ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
+            else:
+                ray.init(address=self.opts.address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise FleetError(f"cannot start or join the Ray cluster: {exc}", address=self.opts.address) from exc
+        return self.opts.address is None
+
+    async def start(self) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [
+            (n["NodeID"], float(n["Resources"].get("CPU", 0)))
+            for n in _nodes()
+            if n.get("Alive") and n["Resources"].get("CPU", 0) > 0
+        ]
+        if not nodes:
+            raise FleetError("the Ray cluster has no alive node with CPUs", address=self.opts.address)
+        count = self.opts.workers or int(sum(c for _, c in nodes))
+        placement = _spread(nodes, count)
+        urls: dict[str, list[str]] = {}
+        if self.opts.urls:
+            urls = {n: list(self.opts.urls) for n in set(placement)}
+        else:
+            cfg = load_config(self.opts.profile)
+            repos = [str(p) for p in cfg.server.models]
+            server_cls: Any = ray.remote(NodeServer)
+            starting = {}
+            for node in sorted(set(placement)):
+                actor = server_cls.options(
+                    num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), max_restarts=0
+                ).remote()
+                self.servers.append(actor)
+                starting[node] = actor.start.remote(repos, cfg.server.startup_timeout_s)
+            for node, ref in starting.items():
+                urls[node] = [await ref]
+            log.info("embedded Triton per node: %s", {n[:8]: u for n, u in urls.items()})
+        worker_cls: Any = ray.remote(DriveWorker)
+        for node in placement:
+            self.workers.append(
+                worker_cls.options(
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                    max_restarts=self.opts.retries + 1,
+                    max_task_retries=0,  # the driver retries a drive, on any worker
+                    max_concurrency=4,  # a replay, plus progress and close calls beside it
+                ).remote(urls[node], self.opts.settings, str(self.opts.profile))
+            )
+
+    # -- tasks ------------------------------------------------------------------------------
+    async def work(self, worker: Any) -> None:
+        from ray.exceptions import RayActorError, TaskCancelledError
+
+        while self.queue and not self.stopped:
+            drive, attempt = self.queue.popleft()
+            job = DriveJob(drive.name, str(drive.path), str(self.opts.out), attempt)
+            ref = worker.replay.remote(job)
+            self.running[drive.name] = ref
+            try:
+                summary = await ref
+            except TaskCancelledError:
+                return
+            except RayActorError as exc:
+                if self.stopped:
+                    return
+                reason = f"attempt {attempt}: worker died ({type(exc).__name__})"
+                self.retried.setdefault(drive.name, []).append(reason)
+                log.warning("drive %s: %s", drive.name, reason)
+                if attempt <= self.opts.retries:
+                    self.queue.append((drive, attempt + 1))
+                else:
+                    self._done(self._lost(drive, attempt, f"worker died in each of {attempt} attempts"))
+                if not await self._back(worker):
+                    return
+                continue
+            finally:
+                self.running.pop(drive.name, None)
+            self._done(summary)
+
+    async def _back(self, worker: Any) -> bool:
+        """Whether a worker that died answers again (Ray restarts it) within :data:`WORKER_RESTART_S`."""
+        from ray.exceptions import RayActorError
+
+        with anyio.move_on_after(WORKER_RESTART_S):
+            while not self.stopped:
+                try:
+                    await worker.where.remote()
+                    return True
+                except RayActorError:
+                    await anyio.sleep(0.5)
+        log.warning("a worker did not come back; its drives go to the others")
+        return False
+
+    def _lost(self, drive: FleetDrive, attempt: int, error: str) -> dict[str, Any]:
+        return {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "failed", "error": error}
+
+    def _done(self, summary: dict[str, Any]) -> None:
+        name = summary["name"]
+        summary["attempts"] = summary.get("attempt", 1)
+        summary["retries"] = self.retried.get(name, [])
+        self.results[name] = summary
+        if summary.get("status") != "ok":
+            self.failed += 1
+
+    async def watch(self, stop: anyio.Event) -> None:
+        import ray
+
+        await stop.wait()
+        self.stopped = True
+        self.queue.clear()
+        for ref in list(self.running.values()):
+            ray.cancel(ref)
+
+    async def show(self, bar: Progress, started: float) -> None:
+        while True:
+            frames = sum(r.get("frames", 0) for r in self.results.values())
+            for current in await _gather([w.progress.remote() for w in self.workers]):
+                if current is not None and current[0] is not None:
+                    frames += current[1]
+            rate = frames / max(time.monotonic() - started, 1e-9)
+            bar.update(
+                len(self.results),
+                f"{len(self.running)} running, {self.failed} failed, {frames} frames, {rate:.0f} frames/s",
+            )
+            await anyio.sleep(1.0)
+
+    async def close(self) -> None:
+        import ray
+
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(30):
+                await _gather([w.close.remote() for w in self.workers])
+            for w in self.workers:
+                ray.kill(w, no_restart=True)
+            with anyio.move_on_after(60):
+                await _gather([s.stop.remote() for s in self.servers])
+            for s in self.servers:
+                ray.kill(s, no_restart=True)
+
+
+def _nodes() -> list[dict[str, Any]]:
+    import ray
+
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return nodes
+
+
+async def _gather(refs: list[Any]) -> list[Any]:
+    """Each ref's value, or None for one that failed (a dead actor...)."""
+    out: list[Any] = []
+    for ref in refs:
+        try:
+            out.append(await ref)
+        except Exception:
+            out.append(None)
+    return out
+
+
+async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio.Event | None = None) -> FleetOutcome:
+    """Replay ``drives`` on a Ray cluster into ``options.out`` and write ``fleet.json``/``fleet.md``."""
+    import ray
+
+    options.out.mkdir(parents=True, exist_ok=True)
+    clear_staging(options.out)
+    fleet = _Fleet(drives, options)
+    stop = stop or anyio.Event()
+    started = time.monotonic()
+    ours = fleet.connect()
+    try:
+        try:
+            with Progress(len(drives), "fleet", enabled=options.progress) as bar:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(fleet.watch, stop)
+                    await fleet.start()
+                    if bar.enabled:
+                        tg.start_soon(fleet.show, bar, started)
+                    async with anyio.create_task_group() as work:
+                        for w in fleet.workers:
+                            work.start_soon(fleet.work, w)
+                    tg.cancel_scope.cancel()
+        finally:
+            await fleet.close()
+    finally:
+        if ours:
+            ray.shutdown()
+            from perception.server import cleanup_stale_shm
+
+            cleanup_stale_shm()  # regions of workers that were killed, now that they are gone
+        clear_staging(options.out)
+    for d, _ in list(fleet.queue):
+        fleet.results.setdefault(d.name, fleet._lost(d, 0, "not run: the fleet was stopped"))
+    summaries = [fleet.results[d.name] for d in drives if d.name in fleet.results]
+    for d in drives:
+        if d.name not in fleet.results:
+            summaries.append({"name": d.name, "drive": str(d.path), "status": "interrupted", "error": "cancelled"})
+    meta = {
+        "address": options.address or "local",
+        "workers": len(fleet.workers),
+        "servers": list(options.urls) or f"{len(fleet.servers)} embedded (one per node)",
+        "profile": str(options.profile),
+        "wall_s": round(time.monotonic() - started, 3),
+        "settings": dataclasses.asdict(options.settings),
+    }
+    report = write_report(options.out, summaries, meta)
+    return FleetOutcome(drives=summaries, report=report, interrupted=fleet.stopped)

@@ -1,0 +1,113 @@
+"""``OUT/fleet.json`` and ``OUT/fleet.md``: per drive, worst first, then the totals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perception.metrics import percentiles
+
+__all__ = ["FLEET_JSON", "FLEET_MD", "budget_broken", "write_report"]
+
+FLEET_JSON = "fleet.json"
+FLEET_MD = "fleet.md"
+
+#: Worst first: a drive that failed, then damaged, interrupted, over budget, then by p99.
+_RANK = {"failed": 0, "damaged": 1, "interrupted": 2, "ok": 3}
+
+
+def budget_broken(d: Mapping[str, Any]) -> bool:
+    budget = d.get("budget")
+    return budget is not None and not budget.get("passed", False)
+
+
+def _worst_first(d: Mapping[str, Any]) -> tuple[int, int, float]:
+    p99 = float(d.get("latency_ms", {}).get("total", {}).get("p99", 0.0))
+    return (_RANK.get(d.get("status", "failed"), 0), 0 if budget_broken(d) else 1, -p99)
+
+
+def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict[str, Any]:
+    by_status: dict[str, int] = {}
+    for d in drives:
+        by_status[d.get("status", "failed")] = by_status.get(d.get("status", "failed"), 0) + 1
+    maps = [d["mAP"] for d in drives if d.get("mAP") is not None]
+    return {
+        "drives": len(drives),
+        "by_status": by_status,
+        "budget_broken": sum(1 for d in drives if budget_broken(d)),
+        "retried": sum(1 for d in drives if d.get("retries")),
+        "frames": sum(d.get("frames", 0) for d in drives),
+        "ok": sum(d.get("ok", 0) for d in drives),
+        "degraded": sum(d.get("degraded", 0) for d in drives),
+        "dropped": sum(d.get("dropped", 0) for d in drives),
+        "deadline_misses": sum(d.get("deadline_misses", 0) for d in drives),
+        # every frame of every drive pooled (not a mean of the drives' percentiles)
+        "latency_ms": percentiles(total_ns),
+        # the mean over drives with ground truth, each drive counting once
+        "mean_drive_mAP": round(sum(maps) / len(maps), 4) if maps else None,
+        "drives_with_mAP": len(maps),
+    }
+
+
+def write_report(out: Path, summaries: list[dict[str, Any]], meta: Mapping[str, Any]) -> dict[str, Any]:
+    pooled: list[int] = []
+    for s in summaries:
+        pooled.extend(s.pop("total_ns", []))
+    drives = sorted(summaries, key=_worst_first)
+    report = {"version": 1, **meta, "totals": totals(drives, pooled), "drives": drives}
+    (out / FLEET_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    (out / FLEET_MD).write_text("\n".join(markdown(report)) + "\n")
+    return report
+
+
+def _ms(d: Mapping[str, Any], key: str) -> str:
+    v = d.get("latency_ms", {}).get("total", {}).get(key)
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _verdict(d: Mapping[str, Any]) -> str:
+    b = d.get("budget")
+    if not b:
+        return "-"
+    return "pass" if b.get("passed") else "FAIL (" + ", ".join(b.get("violations", [])) + ")"
+
+
+def markdown(report: Mapping[str, Any]) -> list[str]:
+    t = report["totals"]
+    lat = t["latency_ms"]
+    lines = [
+        "# Fleet replay",
+        "",
+        f"{t['drives']} drives on {report.get('workers')} workers ({report.get('address')}), "
+        f"servers: {report.get('servers')}; {report.get('wall_s', 0):.1f} s wall.",
+        "",
+        "## Drives (worst first)",
+        "",
+        "| drive | status | frames | ok / degraded / dropped | p50 ms | p99 ms | budget | mAP | attempts | error |",
+        "|---|---|---:|---|---:|---:|---|---:|---:|---|",
+    ]
+    for d in report["drives"]:
+        m = d.get("mAP")
+        err = " ".join(str(d.get("error") or "").split())[:160]
+        retries = "; ".join(d.get("retries", []))
+        lines.append(
+            f"| {d['name']} | {d.get('status')} | {d.get('frames', 0)} | {d.get('ok', 0)} / {d.get('degraded', 0)} / "
+            f"{d.get('dropped', 0)} | {_ms(d, 'p50')} | {_ms(d, 'p99')} | {_verdict(d)} | "
+            f"{'-' if m is None else f'{m:.3f}'} | {d.get('attempts', 1)} | {err or retries} |"
+        )
+    mean_map = t["mean_drive_mAP"]
+    lines += [
+        "",
+        "## Totals",
+        "",
+        f"- drives: {', '.join(f'{k} {v}' for k, v in sorted(t['by_status'].items()))}; "
+        f"over budget {t['budget_broken']}; retried {t['retried']}",
+        f"- frames {t['frames']}: ok {t['ok']}, degraded {t['degraded']}, dropped {t['dropped']}; "
+        f"deadline misses {t['deadline_misses']}",
+        f"- latency over every frame: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms (n {lat['n']})",
+        f"- mean mAP over {t['drives_with_mAP']} drives with ground truth: "
+        + ("-" if mean_map is None else f"{mean_map:.3f}"),
+    ]
+    return lines

@@ -1,0 +1,237 @@
+"""The fleet's Ray actors: a worker holding one open Triton client, and one embedded Triton per node.
+
+Both are plain classes, made Ray actors by the driver (``ray.remote(DriveWorker)``), so this module does
+not import Ray. Their async methods run on the actor's event loop, where anyio runs as on any asyncio
+loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.drives import DriveReader
+from perception.errors import PerceptionError
+from perception.fleet._outputs import publish, staging_dir
+from perception.metrics import budget_rows, budget_violations
+from perception.replay import ReplayOptions, ReplayOutcome, drive_config, replay_drive, score_modes
+from perception.types import FrameResult
+
+__all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSettings"]
+
+log = logging.getLogger(__name__)
+
+#: Each drive's own fleet summary, beside its replay outputs in ``OUT/<drive>/``.
+SUMMARY_FILE = "fleet_drive.json"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """What every drive of a run shares (sent once to each worker)."""
+
+    profile: str | None  # launch profile path; None: the default profile
+    budget_ms: float | None = None
+    percentile: float = 99.0
+    rate: str = "max"
+    fused_mcap: bool = True
+    eval_modes: bool = False  # also score every sensor mode (perception eval), into modes.json
+
+
+@dataclass(frozen=True, slots=True)
+class DriveJob:
+    name: str
+    path: str
+    out: str
+    attempt: int
+
+
+class DriveWorker:
+    """A Ray actor replaying one drive at a time over one open Triton client (shared by its drives)."""
+
+    def __init__(self, urls: list[str], settings: WorkerSettings, default_profile: str) -> None:
+        self._urls = tuple(urls)
+        self._settings = settings
+        self._profile_path = settings.profile or default_profile
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._client: Any = None
+        self._current: str | None = None
+        self._frames = 0
+
+    def where(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "host": socket.gethostname()}
+
+    def progress(self) -> tuple[str | None, int]:
+        """The drive being replayed and its frames so far."""
+        return self._current, self._frames
+
+    async def _open(self, cfg: RuntimeConfig) -> Any:
+        if self._client is None:
+            from perception.scheduler import client_options
+            from perception.triton import TritonClient
+
+            stack = contextlib.AsyncExitStack()
+            await stack.__aenter__()
+            try:
+                client = await stack.enter_async_context(TritonClient(client_options(cfg.server, self._urls)))
+                await client.wait_ready([s.model for s in cfg.active_sensors], timeout_s=cfg.server.startup_timeout_s)
+            except BaseException:
+                await stack.aclose()
+                raise
+            self._stack, self._client = stack, client
+        return self._client
+
+    async def close(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self._client = self._stack, None, None
+            await stack.aclose()
+
+    def _config(self, path: str) -> RuntimeConfig:
+        s = self._settings
+        cfg = load_config(self._profile_path)
+        if not cfg.resolved:
+            with DriveReader(path, strict=False, quiet=True) as reader:
+                cfg = drive_config(cfg, reader)
+        return with_overrides(cfg, budget_ms=s.budget_ms)
+
+    async def replay(self, job: DriveJob) -> dict[str, Any]:
+        """Replay ``job``'s drive into ``OUT/<name>/`` (staged, then renamed); its summary for the report.
+
+        A drive that fails (cannot be read, a profile that does not fit it, no usable frame) is a summary
+        with ``status`` and ``error``, not an exception: the other drives go on.
+        """
+        out = Path(job.out)
+        staging = staging_dir(out, job.name, job.attempt)
+        t0 = time.monotonic()
+        self._current, self._frames = job.name, 0
+        summary: dict[str, Any] = {"name": job.name, "drive": job.path, "attempt": job.attempt, **self.where()}
+        totals: list[int] = []
+
+        def count(result: FrameResult) -> None:
+            self._frames += 1
+            totals.append(result.latency.total_ns)
+
+        try:
+            cfg = self._config(job.path)
+            client = await self._open(cfg)
+            summary["urls"] = list(client.urls)
+            sinks = []
+            if self._settings.fused_mcap:
+                from perception.viz import FUSED_MCAP, recorder_sink
+
+                sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP))
+            options = ReplayOptions(rate=_rate(self._settings.rate), out_dir=staging, progress=False)
+            outcome = await replay_drive(
+                job.path,
+                cfg,
+                options,
+                client=client,
+                on_result=count,
+                sinks=sinks,
+                keep_results=self._settings.eval_modes,
+            )
+            summary.update(self._summarise(outcome, cfg))
+            if self._settings.eval_modes and outcome.evaluation is not None:
+                summary["modes"] = self._modes(job.path, outcome, cfg, staging)
+        except PerceptionError as exc:
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+        finally:
+            self._current = None
+        summary["wall_s"] = round(time.monotonic() - t0, 3)
+        summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
+        (staging / SUMMARY_FILE).write_text(_json(summary))
+        publish(staging, out / job.name)
+        summary["total_ns"] = totals  # pooled percentiles of the fleet; not in the drive's own file
+        return summary
+
+    def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:
+        r = outcome.report
+        stages = r["latency_ms"]["stages"]
+        s: dict[str, Any] = {
+            "status": "ok",
+            "error": None,
+            "frames": r["frames"],
+            "usable": r["usable"],
+            "ok": r["ok"],
+            "degraded": r["degraded"],
+            "dropped": r["dropped"],
+            "deadline_ms": r["deadline_ms"],
+            "deadline_misses": r["deadline_misses"],
+            "latency_ms": {
+                "total": r["latency_ms"]["total"],
+                "stages": {k: {"p50": v["p50"], "p99": v["p99"]} for k, v in stages.items()},
+            },
+            "mAP": (outcome.evaluation or {}).get("mAP"),
+        }
+        if self._settings.budget_ms is not None:
+            rows = budget_rows(outcome.latency, self._settings.budget_ms, cfg.budget.stages, self._settings.percentile)
+            violations = budget_violations(rows)
+            s["budget"] = {
+                "budget_ms": self._settings.budget_ms,
+                "percentile": self._settings.percentile,
+                "passed": not violations,
+                "violations": violations,
+            }
+        problem = outcome.drive_error or outcome.unusable()
+        if outcome.interrupted:
+            s["status"] = "interrupted"
+        elif problem is not None:
+            s["status"] = "damaged" if outcome.drive_error is not None else "failed"
+            s["error"] = str(problem)
+            s["error_type"] = type(problem).__name__
+        return s
+
+    def _modes(self, path: str, outcome: ReplayOutcome, cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
+        with DriveReader(path, strict=False, quiet=True) as reader:
+            modes = score_modes(outcome.results, cfg, reader)
+        (staging / "modes.json").write_text(_json(modes))
+        return {m: v.get("mAP") for m, v in modes.items()}
+
+
+class NodeServer:
+    """A Ray actor owning the embedded Triton of one node, shared by that node's workers."""
+
+    def __init__(self) -> None:
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def start(self, repositories: list[str], startup_timeout_s: float) -> str:
+        from perception.server import EmbeddedTriton
+
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            emb = await stack.enter_async_context(
+                EmbeddedTriton([Path(r) for r in repositories], startup_timeout_s=startup_timeout_s)
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        url: str = emb.grpc_url
+        return url
+
+    async def stop(self) -> None:
+        """Stop the server, then remove shared memory left by this node's dead workers."""
+        from perception.server import cleanup_stale_shm
+
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+        cleanup_stale_shm()
+
+
+def _rate(text: str) -> Any:
+    return text if text in ("max", "lockstep") else float(text)
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2) + "\n"
