@@ -47,11 +47,26 @@ def register(sub: Any) -> None:
     p.add_argument("--retries", type=int, default=2, help="more attempts of a drive whose worker died (default 2)")
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write OUT/<drive>/fused.mcap")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    b = p.add_argument_group("baseline", "compare with an earlier fleet run of the same drives; exit 1 on a regression")
+    b.add_argument("--baseline", type=Path, default=None, metavar="PREV_OUT", help="an earlier fleet run's OUT")
+    b.add_argument("--tolerance-map", type=float, default=0.01, help="mAP / class AP drop allowed (default 0.01)")
+    b.add_argument(
+        "--tolerance-latency-pct", type=float, default=10.0, help="p50/p99 increase allowed, percent (default 10)"
+    )
+    b.add_argument(
+        "--tolerance-latency-ms",
+        type=float,
+        default=1.0,
+        help="p50/p99 increase allowed, ms; a regression exceeds both latency tolerances (default 1)",
+    )
+    b.add_argument(
+        "--tolerance-status", type=int, default=0, help="frames per drive allowed to turn worse (default 0)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from perception.fleet import FleetOptions, WorkerSettings, budget_broken, find_drives, run_fleet
+    from perception.fleet import FleetOptions, Tolerances, WorkerSettings, budget_broken, find_drives, run_fleet
 
     if not 0 < args.percentile <= 100:
         raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
@@ -61,6 +76,14 @@ def run(args: argparse.Namespace) -> int:
     profile = (args.config or DEFAULT_CONFIG).resolve()
     load_config(profile)  # a bad profile is an error now, not once per drive
     drives = find_drives(args.drives)
+    tolerances = Tolerances(
+        map_drop=args.tolerance_map,
+        latency_pct=args.tolerance_latency_pct,
+        latency_ms=args.tolerance_latency_ms,
+        status_changes=args.tolerance_status,
+    )
+    if args.baseline is not None and not args.baseline.is_dir():
+        raise ConfigError("baseline not found: expected an earlier fleet run's output directory", file=str(args.baseline))
     settings = WorkerSettings(
         profile=str(profile),
         budget_ms=args.budget_ms,
@@ -78,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         settings=settings,
         retries=args.retries,
         progress=False if args.no_progress else None,
+        baseline=args.baseline.resolve() if args.baseline is not None else None,
+        tolerances=tolerances,
     )
     outcome = run_with_signals(lambda stop: run_fleet(drives, options, stop))
     t = outcome.report["totals"]
@@ -95,8 +120,14 @@ def run(args: argparse.Namespace) -> int:
         verdict = "PASS" if not broken else f"FAIL ({', '.join(broken)})"
         sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\n")
     sys.stdout.write(f"wrote {options.out / 'fleet.json'}, {options.out / 'fleet.md'}\n")
+    regressed = outcome.baseline is not None and not outcome.baseline.ok
+    if outcome.baseline is not None:
+        verdict = "no regression" if not regressed else f"{len(outcome.baseline.regressions)} regression(s)"
+        sys.stdout.write(f"baseline {args.baseline}: {verdict}\n")
+        for line in outcome.baseline.regressions[:20]:
+            sys.stdout.write(f"  {line}\n")
     if outcome.interrupted:
         sys.stdout.write("interrupted: finished drives are kept\n")
         return EXIT_INTERRUPTED
     failed = [d for d in outcome.drives if d.get("status") != "ok"]
-    return EXIT_ERROR if failed or broken else EXIT_OK
+    return EXIT_ERROR if failed or broken or regressed else EXIT_OK

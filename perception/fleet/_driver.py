@@ -30,7 +30,8 @@ import anyio
 
 from perception._progress import Progress
 from perception.config import load_config
-from perception.errors import FleetError
+from perception.errors import FleetError, PerceptionError
+from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
 from perception.fleet._outputs import clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import write_report
@@ -54,6 +55,8 @@ class FleetOptions:
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(profile=None))
     retries: int = 2  # more attempts of a drive whose worker died
     progress: bool | None = None  # None: when stderr is a terminal
+    baseline: Path | None = None  # an earlier fleet run of the same drives to compare with
+    tolerances: Tolerances = field(default_factory=Tolerances)
 
     def __post_init__(self) -> None:
         from perception.errors import ConfigError
@@ -69,6 +72,7 @@ class FleetOutcome:
     drives: list[dict[str, Any]]
     report: dict[str, Any]
     interrupted: bool = False
+    baseline: BaselineComparison | None = None
 
 
 def _spread(nodes: list[tuple[str, float]], workers: int) -> list[str]:
@@ -140,7 +144,7 @@ class _Fleet:
                 self.servers.append(actor)
                 starting[node] = actor.start.remote(repos, cfg.server.startup_timeout_s)
             for node, ref in starting.items():
-                urls[node] = [await ref]
+                urls[node] = [await _unwrapped(ref)]
             log.info("embedded Triton per node: %s", {n[:8]: u for n, u in urls.items()})
         worker_cls: Any = ray.remote(DriveWorker)
         for node in placement:
@@ -245,6 +249,19 @@ class _Fleet:
                 ray.kill(s, no_restart=True)
 
 
+async def _unwrapped(ref: Any) -> Any:
+    """``await ref``, with our own error raised as it is (one line for the user), not Ray's wrapper."""
+    from ray.exceptions import RayTaskError
+
+    try:
+        return await ref
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, PerceptionError):
+            raise cause from exc
+        raise
+
+
 def _nodes() -> list[dict[str, Any]]:
     import ray
 
@@ -308,5 +325,8 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
         "wall_s": round(time.monotonic() - started, 3),
         "settings": dataclasses.asdict(options.settings),
     }
-    report = write_report(options.out, summaries, meta)
-    return FleetOutcome(drives=summaries, report=report, interrupted=fleet.stopped)
+    comparison = None
+    if options.baseline is not None and not fleet.stopped:
+        comparison = compare_runs(options.out, options.baseline, options.tolerances)
+    report = write_report(options.out, summaries, meta, comparison)
+    return FleetOutcome(drives=summaries, report=report, interrupted=fleet.stopped, baseline=comparison)

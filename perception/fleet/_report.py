@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perception.fleet._baseline import BaselineComparison
 from perception.metrics import percentiles
 
 __all__ = ["FLEET_JSON", "FLEET_MD", "budget_broken", "write_report"]
@@ -51,14 +52,23 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict
     }
 
 
-def write_report(out: Path, summaries: list[dict[str, Any]], meta: Mapping[str, Any]) -> dict[str, Any]:
+def write_report(
+    out: Path,
+    summaries: list[dict[str, Any]],
+    meta: Mapping[str, Any],
+    baseline: BaselineComparison | None = None,
+) -> dict[str, Any]:
     pooled: list[int] = []
     for s in summaries:
         pooled.extend(s.pop("total_ns", []))
     drives = sorted(summaries, key=_worst_first)
-    report = {"version": 1, **meta, "totals": totals(drives, pooled), "drives": drives}
+    report: dict[str, Any] = {"version": 1, **meta, "totals": totals(drives, pooled), "drives": drives}
+    lines = markdown(report)
+    if baseline is not None:
+        report["baseline"] = baseline.as_dict()
+        lines += ["", *baseline.markdown_lines()]
     (out / FLEET_JSON).write_text(json.dumps(report, indent=2) + "\n")
-    (out / FLEET_MD).write_text("\n".join(markdown(report)) + "\n")
+    (out / FLEET_MD).write_text("\n".join(lines) + "\n")
     return report
 
 
