@@ -21,7 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "errors", "config", "_imageio", "_paths", "_progress"),  # stage data, errors, config, leaf helpers
     ("triton", "server", "modelkit"),  # transport, the embedded server, model-side code (runs inside Triton)
     ("scheduler", "fusion", "drives", "sim"),  # the runtime's stages, the drive format, the drive generator
-    ("replay", "metrics", "viz", "live", "importers", "evaluation", "benchmark", "fleet"),  # what is built on the runtime
+    # what is built on the runtime
+    ("replay", "metrics", "viz", "live", "importers", "evaluation", "benchmark", "fleet"),
     ("cli", "camera_training", "__main__"),  # entry points: nothing imports them
 )
 LAYER: Mapping[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}

@@ -59,9 +59,7 @@ def register(sub: Any) -> None:
         default=1.0,
         help="p50/p99 increase allowed, ms; a regression exceeds both latency tolerances (default 1)",
     )
-    b.add_argument(
-        "--tolerance-status", type=int, default=0, help="frames per drive allowed to turn worse (default 0)"
-    )
+    b.add_argument("--tolerance-status", type=int, default=0, help="frames per drive allowed to turn worse (default 0)")
     p.set_defaults(func=run)
 
 
@@ -83,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         status_changes=args.tolerance_status,
     )
     if args.baseline is not None and not args.baseline.is_dir():
-        raise ConfigError("baseline not found: expected an earlier fleet run's output directory", file=str(args.baseline))
+        raise ConfigError(
+            "baseline not found: expected an earlier fleet run's output directory", file=str(args.baseline)
+        )
     settings = WorkerSettings(
         profile=str(profile),
         budget_ms=args.budget_ms,
