@@ -932,7 +932,7 @@ def _markdown(cmp: BaselineComparison) -> list[str]:
         ]
     changed = [d for d in cmp.drives if d.state == "compared" and (d.regressions or (d.status and d.status.changed))]
     for d in changed:
-        lines += ["", f"### Drive {d.name}", ""]
+        lines += [*([""] if lines[-1] else []), f"### Drive {d.name}", ""]
         if d.quality is not None:
             lines += [*_quality_lines(d.quality), ""]
         if d.latency:
@@ -944,7 +944,12 @@ def _markdown(cmp: BaselineComparison) -> list[str]:
         lines += [f"- note: {note}" for note in d.notes]
     others = [d for d in cmp.drives if d.state != "compared"]
     if others:
-        lines += ["", "### Not compared", "", *(f"- {d.name}: {_STATE_TEXT[d.state]}" for d in others)]
+        lines += [
+            *([""] if lines[-1] else []),
+            "### Drives not compared",
+            "",
+            *(f"- {d.name}: {_STATE_TEXT[d.state]}" for d in others),
+        ]
     while lines and lines[-1] == "":
         lines.pop()
     return lines

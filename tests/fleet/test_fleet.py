@@ -44,14 +44,21 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _leftovers() -> list[str]:
+    """Ray and Triton processes and our ``/dev/shm`` entries, except the suite's own shared server's
+    (started by this pytest process: its shared-memory prefix names this pid)."""
+    own = f"perception_{os.getpid()}_"
     procs = subprocess.run(
         ["pgrep", "-fa", "raylet|gcs_server|tritonserver|triton_python_backend_stub"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.splitlines()
-    mine = [p for p in procs if "pgrep" not in p]
-    shm = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if n.startswith(("perception_", "triton_python_backend"))]
+    mine = [p for p in procs if "pgrep" not in p and own not in p]
+    shm = [
+        f"/dev/shm/{n}"
+        for n in os.listdir("/dev/shm")
+        if n.startswith(("perception_", "triton_python_backend")) and not n.startswith(own)
+    ]
     return mine + shm
 
 
