@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
     if args.budget_ms is not None and not args.budget_ms > 0:
         raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
-    parse_rate(args.rate)
+    rate = parse_rate(args.rate)
     profile = (args.config or DEFAULT_CONFIG).resolve()
     load_config(profile)  # a bad profile is an error now, not once per drive
     drives = find_drives(args.drives)
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         profile=str(profile),
         budget_ms=args.budget_ms,
         percentile=args.percentile,
-        rate=args.rate,
+        rate=rate,
         fused_mcap=not args.no_fused_mcap,
         eval_modes=args.eval,
     )

@@ -8,6 +8,7 @@ loop.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -21,7 +22,7 @@ from perception.drives import DriveReader
 from perception.errors import PerceptionError
 from perception.fleet._outputs import publish, staging_dir
 from perception.metrics import budget_rows, budget_violations
-from perception.replay import ReplayOptions, ReplayOutcome, drive_config, replay_drive, score_modes
+from perception.replay import Rate, ReplayOptions, ReplayOutcome, drive_config, replay_drive, score_modes
 from perception.types import FrameResult
 
 __all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSettings"]
@@ -39,7 +40,7 @@ class WorkerSettings:
     profile: str | None  # launch profile path; None: the default profile
     budget_ms: float | None = None
     percentile: float = 99.0
-    rate: str = "max"
+    rate: Rate = "max"  # as parsed by the CLI (perception.cli._replay.parse_rate)
     fused_mcap: bool = True
     eval_modes: bool = False  # also score every sensor mode (perception eval), into modes.json
 
@@ -111,12 +112,11 @@ class DriveWorker:
         t0 = time.monotonic()
         self._current, self._frames = job.name, 0
         summary: dict[str, Any] = {"name": job.name, "drive": job.path, "attempt": job.attempt, **self.where()}
-        totals: list[int] = []
 
         def count(result: FrameResult) -> None:
             self._frames += 1
-            totals.append(result.latency.total_ns)
 
+        total_ns: list[int] = []
         try:
             cfg = self._config(job.path)
             client = await self._open(cfg)
@@ -126,7 +126,7 @@ class DriveWorker:
                 from perception.viz import FUSED_MCAP, recorder_sink
 
                 sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP))
-            options = ReplayOptions(rate=_rate(self._settings.rate), out_dir=staging, progress=False)
+            options = ReplayOptions(rate=self._settings.rate, out_dir=staging, progress=False)
             outcome = await replay_drive(
                 job.path,
                 cfg,
@@ -137,6 +137,8 @@ class DriveWorker:
                 keep_results=self._settings.eval_modes,
             )
             summary.update(self._summarise(outcome, cfg))
+            # every frame's total, for the fleet's pooled percentiles (not in the drive's own file)
+            total_ns = list(outcome.latency.total_ns)
             if self._settings.eval_modes and outcome.evaluation is not None:
                 summary["modes"] = self._modes(job.path, outcome, cfg, staging)
         except PerceptionError as exc:
@@ -148,7 +150,7 @@ class DriveWorker:
         summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
         (staging / SUMMARY_FILE).write_text(_json(summary))
         publish(staging, out / job.name)
-        summary["total_ns"] = totals  # pooled percentiles of the fleet; not in the drive's own file
+        summary["total_ns"] = total_ns
         return summary
 
     def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:
@@ -227,11 +229,5 @@ class NodeServer:
         cleanup_stale_shm()
 
 
-def _rate(text: str) -> Any:
-    return text if text in ("max", "lockstep") else float(text)
-
-
 def _json(data: Any) -> str:
-    import json
-
     return json.dumps(data, indent=2) + "\n"
