@@ -46,6 +46,11 @@ def register(sub: Any) -> None:
     p.add_argument("--rate", default="max", help="replay rate: max (default), lockstep, or a speed multiplier")
     p.add_argument("--retries", type=int, default=2, help="more attempts of a drive whose worker died (default 2)")
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write OUT/<drive>/fused.mcap")
+    p.add_argument(
+        "--no-report-md",
+        action="store_true",
+        help="do not write OUT/<drive>/report.md (its rendered frames take about 2 s of CPU a drive)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     b = p.add_argument_group("baseline", "compare with an earlier fleet run of the same drives; exit 1 on a regression")
     b.add_argument("--baseline", type=Path, default=None, metavar="PREV_OUT", help="an earlier fleet run's OUT")
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         percentile=args.percentile,
         rate=rate,
         fused_mcap=not args.no_fused_mcap,
+        report_md=not args.no_report_md,
         eval_modes=args.eval,
     )
     options = FleetOptions(

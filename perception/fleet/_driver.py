@@ -98,6 +98,8 @@ class _Fleet:
         self.servers: list[Any] = []
         self.stopped = False
         self.failed = 0
+        self.first_dispatch: float | None = None  # monotonic, the drive phase: first task sent ...
+        self.last_done: float | None = None  # ... to the last one answered
 
     # -- cluster ----------------------------------------------------------------------------
     def connect(self) -> bool:
@@ -157,6 +159,9 @@ class _Fleet:
                     max_concurrency=4,  # a replay, plus progress and close calls beside it
                 ).remote(urls[node], self.opts.settings, str(self.opts.profile))
             )
+        # every worker process up (its imports done) before the first drive is sent: a task's time
+        # beyond the worker's own replay is then Ray's overhead, not the actor's start
+        await _gather([w.where.remote() for w in self.workers])
 
     # -- tasks ------------------------------------------------------------------------------
     async def work(self, worker: Any) -> None:
@@ -165,10 +170,18 @@ class _Fleet:
         while self.queue and not self.stopped:
             drive, attempt = self.queue.popleft()
             job = DriveJob(drive.name, str(drive.path), str(self.opts.out), attempt)
+            sent = time.monotonic()
+            if self.first_dispatch is None:
+                self.first_dispatch = sent
             ref = worker.replay.remote(job)
             self.running[drive.name] = ref
             try:
                 summary = await ref
+                self.last_done = time.monotonic()
+                # the task as the driver saw it; beyond the worker's own wall time it is Ray's overhead
+                # (argument and result transfer, actor dispatch), with the worker's wall time timed there
+                summary["task_s"] = round(self.last_done - sent, 3)
+                summary["ray_overhead_s"] = round(summary["task_s"] - summary.get("wall_s", 0.0), 3)
             except TaskCancelledError:
                 return
             except RayActorError as exc:
@@ -249,6 +262,11 @@ class _Fleet:
                 ray.kill(s, no_restart=True)
 
 
+def _phase(first: float | None, last: float | None) -> float | None:
+    """Seconds from the first drive sent to the last one answered (the run minus start and close)."""
+    return None if first is None or last is None else round(last - first, 3)
+
+
 async def _unwrapped(ref: Any) -> Any:
     """``await ref``, with our own error raised as it is (one line for the user), not Ray's wrapper."""
     from ray.exceptions import RayTaskError
@@ -323,6 +341,7 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
         "servers": list(options.urls) or f"{len(fleet.servers)} embedded (one per node)",
         "profile": str(options.profile),
         "wall_s": round(time.monotonic() - started, 3),
+        "drive_phase_s": _phase(fleet.first_dispatch, fleet.last_done),
         "settings": dataclasses.asdict(options.settings),
     }
     comparison = None

@@ -49,6 +49,10 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict
         # the mean over drives with ground truth, each drive counting once
         "mean_drive_mAP": round(sum(maps) / len(maps), 4) if maps else None,
         "drives_with_mAP": len(maps),
+        # where the time went: the workers' replays, and Ray's share of each task beyond them
+        "worker_s": round(sum(d.get("wall_s", 0.0) for d in drives), 3),
+        "worker_cpu_s": round(sum(d.get("cpu_s", 0.0) for d in drives), 3),
+        "ray_overhead_s": round(sum(d.get("ray_overhead_s", 0.0) for d in drives), 3),
     }
 
 
@@ -120,4 +124,12 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         f"- mean mAP over {t['drives_with_mAP']} drives with ground truth: "
         + ("-" if mean_map is None else f"{mean_map:.3f}"),
     ]
+    phase = report.get("drive_phase_s")
+    if phase:
+        lines.append(
+            f"- time: {phase:.1f} s from the first drive sent to the last answered "
+            f"({t['frames'] / phase:.1f} frames/s); "
+            f"workers replaying {t['worker_s']:.1f} s (CPU {t['worker_cpu_s']:.1f} s), "
+            f"Ray task overhead {t['ray_overhead_s']:.2f} s in all"
+        )
     return lines
