@@ -8,6 +8,7 @@ from perception.replay._session import (
     ReplayOptions,
     ReplayOutcome,
     ReplaySink,
+    parse_rate,
     replay_drive,
     safe_output_path,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "drive_config",
     "evaluate_modes",
     "match_rig",
+    "parse_rate",
     "replay_drive",
     "safe_output_path",
     "score_modes",
