@@ -42,3 +42,26 @@ def test_readme_embedding_example_gives_fused_detections() -> None:
     assert {r[1] for r in rows} <= {"ok", "degraded"}
     objects = [int(r[2]) for r in rows]
     assert sum(n > 0 for n in objects) >= 90  # fused objects in (nearly) every frame, not zero detections
+
+
+def test_readme_api_example_runs_as_written() -> None:
+    """The "Embedding the runtime (API)" block: a profile loaded and changed, a bad path's one-line error."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Embedding the runtime (API)") : text.index("### Embedding in a vehicle process")]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "README: no python block under 'Embedding the runtime (API)'"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", match.group(1)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "127.0.0.1:8001 150",
+        "launch/no_such_profile.yaml -> launch/no_such_profile.yaml: file not found",
+    ]

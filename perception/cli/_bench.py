@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from perception.cli._args import positive_int
 from perception.cli._common import DEFAULT_CONFIG, repo_root
 from perception.config import load_config, with_overrides
 from perception.errors import ConfigError
@@ -19,16 +20,6 @@ __all__ = ["register", "run"]
 
 #: A generated drive is this long at most (frames beyond it are the same frames again).
 _MAX_GENERATED_S = 4.0
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def register(sub: Any) -> None:
@@ -54,7 +45,7 @@ def register(sub: Any) -> None:
         "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
     )
     p.add_argument("--url", default=None, help="external Triton gRPC URL host:port (default: embedded server)")
-    p.add_argument("--frames", type=_count, default=None, help="frames per variant (default: 60; --quick: 12)")
+    p.add_argument("--frames", type=positive_int, default=None, help="frames per variant (default: 60; --quick: 12)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="output directory (default: bench/results)")
     p.add_argument("--quick", action="store_true", help="fewer frames and repeats (about a minute)")
     p.add_argument(
@@ -69,7 +60,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--repeat",
-        type=_count,
+        type=positive_int,
         default=1,
         help="run the whole comparison this many times on the same server and frames and report whether "
         "the headline ratios agree within noise (default 1)",

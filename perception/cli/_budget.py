@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception.cli._args import int_within, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
-from perception.cli._replay import parse_rate, replay_with_stop
+from perception.cli._replay import replay_with_stop
 from perception.config import with_overrides
-from perception.errors import ConfigError
 from perception.metrics import (
     budget_rows,
     budget_violations,
@@ -39,12 +39,16 @@ def register(sub: Any) -> None:
         "further into Triton's queue/compute time per frame and the remaining network/client overhead.",
     )
     add_runtime_options(p)
-    p.add_argument("--budget-ms", type=float, required=True, help="total per-frame budget in ms")
-    p.add_argument("--percentile", type=float, default=99.0, help="percentile checked against budgets (default 99)")
-    p.add_argument("--rate", default="max", help="replay rate: multiplier of recorded speed, 'max' or 'lockstep'")
+    p.add_argument("--budget-ms", type=positive_float, required=True, help="total per-frame budget in ms")
+    p.add_argument(
+        "--percentile", type=percentile, default=99.0, help="percentile checked against budgets (default 99)"
+    )
+    p.add_argument(
+        "--rate", type=rate, default="max", help="replay rate: multiplier of recorded speed, 'max' or 'lockstep'"
+    )
     p.add_argument(
         "--in-flight",
-        type=int,
+        type=int_within(1, 64),
         default=1,
         metavar="K",
         help="frames in flight (default 1: every frame is measured on its own, so Triton's statistics split "
@@ -57,18 +61,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0 < args.percentile <= 100:
-        raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
-    if args.budget_ms <= 0:
-        raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
-    if not 1 <= args.in_flight <= 64:
-        raise ConfigError(f"--in-flight must be within 1..64, got {args.in_flight}", key="--in-flight")
     # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
     cfg = with_overrides(runtime_config(args), budget_ms=args.budget_ms)
     cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
     out: Path = args.out
     progress = False if args.no_progress else None
-    options = ReplayOptions(rate=parse_rate(args.rate), out_dir=out, progress=progress)
+    options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
     outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options))
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)

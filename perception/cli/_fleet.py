@@ -7,9 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception.cli._args import (
+    non_negative_float,
+    non_negative_int,
+    percentile,
+    positive_float,
+    positive_int,
+    rate,
+)
 from perception.cli._common import DEFAULT_CONFIG, repo_root, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
-from perception.cli._replay import parse_rate
 from perception.config import load_config
 from perception.errors import ConfigError
 
@@ -30,7 +37,9 @@ def register(sub: Any) -> None:
     p.add_argument("drives", nargs="+", type=Path, metavar="DRIVE", help="drive files or directories of drives")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:port (default: local)")
-    p.add_argument("--workers", type=int, default=None, help="worker actors (default: one per CPU of the cluster)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="worker actors (default: one per CPU of the cluster)"
+    )
     p.add_argument(
         "--url",
         action="append",
@@ -40,11 +49,19 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
     )
-    p.add_argument("--budget-ms", type=float, default=None, help="frame budget: exit 1 when any drive breaks it")
-    p.add_argument("--percentile", type=float, default=99.0, help="percentile the budget is checked at (default 99)")
+    p.add_argument(
+        "--budget-ms", type=positive_float, default=None, help="frame budget: exit 1 when any drive breaks it"
+    )
+    p.add_argument(
+        "--percentile", type=percentile, default=99.0, help="percentile the budget is checked at (default 99)"
+    )
     p.add_argument("--eval", action="store_true", help="also score every sensor mode per drive (modes.json)")
-    p.add_argument("--rate", default="max", help="replay rate: max (default), lockstep, or a speed multiplier")
-    p.add_argument("--retries", type=int, default=2, help="more attempts of a drive whose worker died (default 2)")
+    p.add_argument(
+        "--rate", type=rate, default="max", help="replay rate: max (default), lockstep, or a speed multiplier"
+    )
+    p.add_argument(
+        "--retries", type=non_negative_int, default=2, help="more attempts of a drive whose worker died (default 2)"
+    )
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write OUT/<drive>/fused.mcap")
     p.add_argument(
         "--no-report-md",
@@ -54,28 +71,33 @@ def register(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     b = p.add_argument_group("baseline", "compare with an earlier fleet run of the same drives; exit 1 on a regression")
     b.add_argument("--baseline", type=Path, default=None, metavar="PREV_OUT", help="an earlier fleet run's OUT")
-    b.add_argument("--tolerance-map", type=float, default=0.01, help="mAP / class AP drop allowed (default 0.01)")
     b.add_argument(
-        "--tolerance-latency-pct", type=float, default=10.0, help="p50/p99 increase allowed, percent (default 10)"
+        "--tolerance-map", type=non_negative_float, default=0.01, help="mAP / class AP drop allowed (default 0.01)"
+    )
+    b.add_argument(
+        "--tolerance-latency-pct",
+        type=non_negative_float,
+        default=10.0,
+        help="p50/p99 increase allowed, percent (default 10)",
     )
     b.add_argument(
         "--tolerance-latency-ms",
-        type=float,
+        type=non_negative_float,
         default=1.0,
         help="p50/p99 increase allowed, ms; a regression exceeds both latency tolerances (default 1)",
     )
-    b.add_argument("--tolerance-status", type=int, default=0, help="frames per drive allowed to turn worse (default 0)")
+    b.add_argument(
+        "--tolerance-status",
+        type=non_negative_int,
+        default=0,
+        help="frames per drive allowed to turn worse (default 0)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from perception.fleet import FleetOptions, Tolerances, WorkerSettings, budget_broken, find_drives, run_fleet
 
-    if not 0 < args.percentile <= 100:
-        raise ConfigError(f"--percentile must be within (0, 100], got {args.percentile}", key="--percentile")
-    if args.budget_ms is not None and not args.budget_ms > 0:
-        raise ConfigError(f"--budget-ms must be > 0, got {args.budget_ms}", key="--budget-ms")
-    rate = parse_rate(args.rate)
     profile = (args.config or DEFAULT_CONFIG).resolve()
     load_config(profile)  # a bad profile is an error now, not once per drive
     drives = find_drives(args.drives)
@@ -93,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         profile=str(profile),
         budget_ms=args.budget_ms,
         percentile=args.percentile,
-        rate=rate,
+        rate=args.rate,
         fused_mcap=not args.no_fused_mcap,
         report_md=not args.no_report_md,
         eval_modes=args.eval,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from perception._progress import Progress
+from perception.cli._args import int_within
 from perception.importers import (
     TOPIC_MAP_HELP,
     ImportSummary,
@@ -31,16 +32,6 @@ from perception.importers import (
 )
 
 __all__ = ["register", "run"]
-
-
-def _jpeg_quality(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be within 1..100, got {value}")
-    return value
 
 
 def _frames(text: str) -> frozenset[int]:
@@ -67,7 +58,7 @@ def register(sub: Any) -> None:
     )
     ros2.add_argument("bag", type=Path, help="rosbag2 directory (metadata.yaml + storage) or a .mcap file")
     ros2.add_argument("--map", dest="topic_map", type=Path, required=True, help="topics.yaml: ROS topics -> sensors")
-    ros2.add_argument("--jpeg-quality", type=_jpeg_quality, default=90, help="for raw images (default: 90)")
+    ros2.add_argument("--jpeg-quality", type=int_within(1, 100), default=90, help="for raw images (default: 90)")
     _common(ros2)
 
     nus = sources.add_parser(

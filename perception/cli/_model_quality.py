@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._sim import _positive, _seed
+from perception.cli._args import non_negative_int, positive_float, positive_int
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -75,8 +75,8 @@ def register(sub: Any) -> None:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--seed", type=_seed, required=True, help="drive seed (use one training never saw)")
-    p.add_argument("--duration", type=_positive, default=20.0, metavar="S", help="seconds to drive (default: 20)")
+    p.add_argument("--seed", type=non_negative_int, required=True, help="drive seed (use one training never saw)")
+    p.add_argument("--duration", type=positive_float, default=20.0, metavar="S", help="seconds to drive (default: 20)")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="urban", help="traffic preset (default: urban)")
     p.add_argument("--url", default=None, metavar="HOST:PORT", help="Triton gRPC URL (default: embedded server)")
     p.add_argument(
@@ -91,10 +91,12 @@ def register(sub: Any) -> None:
     out.add_argument("--table", action="store_true", help="print a human-readable table instead of the JSON object")
     p.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
-    p.add_argument("--concurrency", type=int, default=4, metavar="N", help="requests in flight (default: 4)")
-    p.add_argument("--timeout", type=_positive, default=60.0, metavar="S", help="per-request timeout (default: 60)")
+    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N", help="requests in flight (default: 4)")
     p.add_argument(
-        "--workers", type=int, default=None, metavar="N", help="drive generation processes (default: up to 2)"
+        "--timeout", type=positive_float, default=60.0, metavar="S", help="per-request timeout (default: 60)"
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=None, metavar="N", help="drive generation processes (default: up to 2)"
     )
     p.add_argument("--keep-drive", type=Path, default=None, metavar="FILE", help="write the generated drive here")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (only drawn on a terminal)")
@@ -120,9 +122,6 @@ def _probe(url: str, timeout_s: float = 5.0) -> None:
 def _check_args(args: argparse.Namespace) -> None:
     from perception.triton import ClientOptions
 
-    for key, value in (("--concurrency", args.concurrency), ("--workers", args.workers)):
-        if value is not None and value < 1:
-            raise ConfigError(f"must be >= 1, got {value}", key=key)
     if args.url is not None:
         ClientOptions(urls=(args.url,))  # validates the URL's form
     else:
@@ -131,8 +130,11 @@ def _check_args(args: argparse.Namespace) -> None:
 
         args.models = [check_model_repository(p) for p in (args.models or [default_model_repository()])]
     if not is_evaluation_seed(args.seed):
-        log.warning("seed %d is not reserved for evaluation (%s): the camera model may have seen it", args.seed,
-                    RESERVED_SEEDS_NOTE)
+        log.warning(
+            "seed %d is not reserved for evaluation (%s): the camera model may have seen it",
+            args.seed,
+            RESERVED_SEEDS_NOTE,
+        )
 
 
 async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total: int) -> tuple[dict[str, Any], str]:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception.cli._args import within
 from perception.errors import ConfigError
 
 __all__ = ["register", "run"]
@@ -29,7 +30,11 @@ def register(sub: Any) -> None:
     p.add_argument("--drive", type=Path, default=None, help="drive to read sensor data from when DIR has no fused.mcap")
     p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default: DIR/frames)")
     p.add_argument(
-        "--range", type=float, default=60.0, dest="range_m", help="bird's-eye view half-width in m (default 60)"
+        "--range",
+        type=within(0.0, 500.0),
+        default=60.0,
+        dest="range_m",
+        help="bird's-eye view half-width in m (default 60)",
     )
     p.set_defaults(func=run)
 
@@ -37,8 +42,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perception.viz import load_frame_views, render_frame
 
-    if not 0 < args.range_m <= 500:
-        raise ConfigError(f"--range must be within (0, 500] m, got {args.range_m:g}", key="--range")
     if args.drive is not None and not args.drive.is_file():
         raise ConfigError("drive not found", file=str(args.drive))
     out = args.out if args.out is not None else args.dir / "frames"

@@ -11,13 +11,12 @@ from typing import Any
 
 import anyio
 
+from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
-from perception.errors import ConfigError
 from perception.metrics import PrometheusExporter
 from perception.replay import (
-    Rate,
     ReplayOptions,
     ReplayOutcome,
     ReplaySink,
@@ -27,21 +26,7 @@ from perception.replay import (
 )
 from perception.scheduler import Runtime
 
-__all__ = ["check_drive", "parse_rate", "register", "replay_with_stop"]
-
-
-def parse_rate(text: str) -> Rate:
-    if text == "max":
-        return "max"
-    if text == "lockstep":
-        return "lockstep"
-    try:
-        rate = float(text)
-    except ValueError:
-        raise ConfigError(f"--rate must be a number, 'max' or 'lockstep', got {text!r}", key="--rate") from None
-    if not 0 < rate <= 1000:
-        raise ConfigError(f"--rate must be within (0, 1000], got {rate}", key="--rate")
-    return rate
+__all__ = ["check_drive", "register", "replay_with_stop"]
 
 
 def register(sub: Any) -> None:
@@ -56,12 +41,17 @@ def register(sub: Any) -> None:
         epilog=EXIT_CODES_HELP,
     )
     add_runtime_options(p)
-    p.add_argument("--rate", default="1.0", help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep'")
+    p.add_argument(
+        "--rate", type=rate, default="1.0", help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep'"
+    )
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: out)")
     p.add_argument("--raw-outputs", action="store_true", help="also write each sensor's raw model outputs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
-        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port (0 = pick a free one)"
+        "--metrics-port",
+        type=port_or_zero,
+        default=None,
+        help="serve Prometheus metrics on this port (0 = pick a free one)",
     )
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write DIR/fused.mcap")
     p.add_argument(
@@ -78,7 +68,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--live", action="store_true", help="serve a live Foxglove WebSocket view while replaying")
     p.add_argument(
-        "--live-port", type=int, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
+        "--live-port", type=port_or_zero, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
     )
     p.set_defaults(func=run)
 
@@ -160,12 +150,11 @@ def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -
 
 
 def run(args: argparse.Namespace) -> int:
-    rate = parse_rate(args.rate)
     cfg = runtime_config(args)
     if args.strict:
         check_drive(args.drive)
     options = ReplayOptions(
-        rate=rate,
+        rate=args.rate,
         out_dir=args.out,
         progress=False if args.no_progress else None,
         include_outputs=args.raw_outputs,

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from perception.errors import ConfigError, PerceptionError
+from perception.cli._args import port, positive_float
+from perception.errors import PerceptionError
 from perception.server import EmbeddedTriton, ModelStatus, describe_models
 from perception.server._locate import package_root
 from perception.triton import TensorSpec
@@ -29,16 +30,6 @@ __all__ = ["default_model_repository", "format_model_table", "register", "run"]
 log = logging.getLogger(__name__)
 
 _EXIT_INTERRUPTED = 130
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {port}")
-    return port
 
 
 def register(sub: Any) -> None:
@@ -55,11 +46,13 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="model repository; repeat for several (default: ./models, else the repo's models/)",
     )
-    p.add_argument("--grpc-port", type=_port, metavar="P", help="gRPC port (default: a free one)")
-    p.add_argument("--http-port", type=_port, metavar="P", help="HTTP/REST port (default: a free one)")
-    p.add_argument("--metrics-port", type=_port, metavar="P", help="Prometheus metrics port (default: a free one)")
+    p.add_argument("--grpc-port", type=port, metavar="P", help="gRPC port (default: a free one)")
+    p.add_argument("--http-port", type=port, metavar="P", help="HTTP/REST port (default: a free one)")
+    p.add_argument("--metrics-port", type=port, metavar="P", help="Prometheus metrics port (default: a free one)")
     p.add_argument("--log", type=Path, metavar="FILE", help="server log file (default: a temporary file)")
-    p.add_argument("--startup-timeout", type=float, default=120.0, metavar="S", help="seconds to wait for readiness")
+    p.add_argument(
+        "--startup-timeout", type=positive_float, default=120.0, metavar="S", help="seconds to wait for readiness"
+    )
     p.add_argument(
         "--once", action="store_true", help="print the model table and stop (exit 1 if a model is not READY)"
     )
@@ -205,6 +198,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.startup_timeout <= 0:
-        raise ConfigError("--startup-timeout must be positive", key="--startup-timeout")
     return anyio.run(_main, args)

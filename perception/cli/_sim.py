@@ -6,29 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from perception.errors import ConfigError
+from perception.cli._args import non_negative_int, positive_float, positive_int
 
 __all__ = ["register", "run"]
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -41,14 +21,25 @@ def register(subparsers: Any) -> None:
         "Identical arguments give byte-identical files.",
     )
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="urban", help="traffic preset (default: urban)")
-    p.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
-    p.add_argument("--duration", type=_positive, default=10.0, metavar="S", help="seconds to simulate (default: 10)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default: 0)")
+    p.add_argument(
+        "--duration", type=positive_float, default=10.0, metavar="S", help="seconds to simulate (default: 10)"
+    )
     p.add_argument("--rig", metavar="FILE", help="rig YAML (default: the scenario's rig in launch/rigs/)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.mcap", help="drive file to write")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="capture processes (default: one per core, at most 2); output is identical for any N")
-    p.add_argument("--compression", choices=("zstd", "lz4", "none"), default="zstd",
-                   help="chunk compression (default zstd; lz4 is faster for big 128-beam drives)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="capture processes (default: one per core, at most 2); output is identical for any N",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("zstd", "lz4", "none"),
+        default="zstd",
+        help="chunk compression (default zstd; lz4 is faster for big 128-beam drives)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is only drawn on a terminal)")
     p.set_defaults(func=run)
 
@@ -56,8 +47,6 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perception.sim import generate_drive
 
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}", key="workers")
     show = not args.no_progress and sys.stderr.isatty()
     summary = generate_drive(
         args.output,

@@ -3,51 +3,38 @@
 from __future__ import annotations
 
 from perception.config._convert import from_data, reject_duplicates
-from perception.config._drive_source import (
-    CAMERA_MODEL_RECORDED,
-    CAMERA_MODEL_SIMULATED,
-    default_camera_model,
-    is_simulated,
-)
+from perception.config._drive_source import CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
-    BudgetConfig,
     CircuitConfig,
     FaultConfig,
     FusionConfig,
     KindDefaults,
     LiveConfig,
-    OutputConfig,
     PipelineConfig,
     RuntimeConfig,
     SensorConfig,
     SensorDefaults,
     ServerConfig,
-    TLSConfig,
     TriggerConfig,
 )
 from perception.config._resolve import resolve_sensors
 
 __all__ = [
-    "CAMERA_MODEL_RECORDED",
     "CAMERA_MODEL_SIMULATED",
-    "BudgetConfig",
     "CircuitConfig",
     "FaultConfig",
     "FusionConfig",
     "KindDefaults",
     "LiveConfig",
-    "OutputConfig",
     "PipelineConfig",
     "RuntimeConfig",
     "SensorConfig",
     "SensorDefaults",
     "ServerConfig",
-    "TLSConfig",
     "TriggerConfig",
     "default_camera_model",
     "from_data",
-    "is_simulated",
     "load_config",
     "load_yaml",
     "reject_duplicates",

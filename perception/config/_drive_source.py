@@ -10,7 +10,7 @@ nothing on real cameras). A drive written by ``perception sim`` says so in its m
 bags: ``source: ...``) is a recording of real cameras. A profile's ``sensors[].model`` always wins.
 
 The frame budget of a recorded drive is the profile's ``budget.recorded_total_ms`` when it sets one
-(:meth:`perception.config.BudgetConfig.for_drive`): real rigs carry more and larger sensors than the
+(:meth:`perception.config._model.BudgetConfig.for_drive`): real rigs carry more and larger sensors than the
 simulator's (the 12-sensor nuScenes rig, a 64-beam KITTI lidar).
 """
 

@@ -195,7 +195,8 @@ class BudgetConfig:
 
     def for_drive(self, metadata: Mapping[str, str]) -> BudgetConfig:
         """The budget of a drive with this metadata: ``recorded_total_ms`` (when set) for a recording of
-        real sensors, ``total_ms`` for a drive of the simulator (:func:`perception.config.is_simulated`)."""
+        real sensors, ``total_ms`` for a drive of the simulator
+        (:func:`perception.config._drive_source.is_simulated`)."""
         if self.recorded_total_ms is None:
             return self
         total = self.total_ms if is_simulated(metadata) else self.recorded_total_ms

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from perception.drives._chunks import UNKNOWN_TOPICS
 from perception.drives._codec import POINT_FIELDS, topic_for
-from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages, TopicLoss
-from perception.drives._drive_stats import DriveStats, TopicStats
+from perception.drives._damage import DriveDamage
+from perception.drives._drive_stats import DriveStats
 from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
 from perception.drives._writer import LIBRARY, DriveWriter
 
@@ -19,13 +19,9 @@ __all__ = [
     "LIBRARY",
     "POINT_FIELDS",
     "UNKNOWN_TOPICS",
-    "DamagedChunk",
     "DriveDamage",
     "DriveReader",
     "DriveStats",
     "DriveWriter",
-    "LostMessages",
-    "TopicLoss",
-    "TopicStats",
     "topic_for",
 ]

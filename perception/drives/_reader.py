@@ -5,7 +5,7 @@ scan). A file without a usable summary (truncated recording, crashed writer, sum
 is scanned linearly, skipping damaged records; what is readable is then served the same way.
 
 Chunks are read one by one (:mod:`perception.drives._chunks`): a chunk that does not decompress, fails
-its CRC or holds bad records is a :class:`~perception.drives.DamagedChunk` -- in strict mode a
+its CRC or holds bad records is a :class:`~perception.drives._damage.DamagedChunk` -- in strict mode a
 :class:`~perception.errors.DriveDamagedError` naming the file and byte offset, otherwise a logged,
 counted skip, and the reading goes on with the next chunk. :attr:`DriveReader.damage` says what was
 lost (per topic: messages and time ranges); :meth:`DriveReader.verify` checks every chunk at once.

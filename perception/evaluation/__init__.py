@@ -20,39 +20,28 @@ from raw model outputs: :class:`ModelQualityEvaluator`, run over a drive by :fun
 
 from __future__ import annotations
 
-from perception.evaluation._detection import DEFAULT_THRESHOLDS, DetectionEvaluator, nuscenes_ap
+from perception.evaluation._detection import DetectionEvaluator
 from perception.evaluation._models import (
-    DEFAULT_MODELS,
     DEFINITIONS,
-    TARGETS,
     ModelQualityEvaluator,
     QualitySettings,
     RadarCoverage,
-    Target,
     check_targets,
     evaluate_models,
 )
-from perception.evaluation._nuscenes import DETECTION_CVPR_2019, DETECTION_TO_LABEL, NuScenesConfig, NuScenesEvaluator
+from perception.evaluation._nuscenes import NuScenesEvaluator
 
 #: Evaluation protocols by name (``perception eval --protocol``).
 PROTOCOLS = ("native", "nuscenes")
 
 __all__ = [
-    "DEFAULT_MODELS",
-    "DEFAULT_THRESHOLDS",
     "DEFINITIONS",
-    "DETECTION_CVPR_2019",
-    "DETECTION_TO_LABEL",
     "PROTOCOLS",
-    "TARGETS",
     "DetectionEvaluator",
     "ModelQualityEvaluator",
-    "NuScenesConfig",
     "NuScenesEvaluator",
     "QualitySettings",
     "RadarCoverage",
-    "Target",
     "check_targets",
     "evaluate_models",
-    "nuscenes_ap",
 ]

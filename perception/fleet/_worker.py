@@ -40,7 +40,7 @@ class WorkerSettings:
     profile: str | None  # launch profile path; None: the default profile
     budget_ms: float | None = None
     percentile: float = 99.0
-    rate: Rate = "max"  # as parsed by the CLI (perception.cli._replay.parse_rate)
+    rate: Rate = "max"  # as parsed by perception.replay.parse_rate (the CLI's --rate)
     fused_mcap: bool = True
     report_md: bool = True  # OUT/<drive>/report.md with its rendered frames (about 2 s of CPU a drive)
     eval_modes: bool = False  # also score every sensor mode (perception eval), into modes.json

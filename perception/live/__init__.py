@@ -4,18 +4,12 @@ back by callback, future or async iterator."""
 
 from __future__ import annotations
 
-from perception.live._assembler import LiveAssembler, LiveStats, TimeBase
-from perception.live._publisher import Faults, parse_faults
+from perception.live._publisher import parse_faults
 from perception.live._runtime import LiveRuntime
-from perception.live._session import LiveOutcome, live_session
+from perception.live._session import live_session
 
 __all__ = [
-    "Faults",
-    "LiveAssembler",
-    "LiveOutcome",
     "LiveRuntime",
-    "LiveStats",
-    "TimeBase",
     "live_session",
     "parse_faults",
 ]

@@ -4,8 +4,6 @@ aggregation, budget verdicts and reports."""
 from __future__ import annotations
 
 from perception.metrics._budget import (
-    NO_DATA,
-    SENSOR_ROWS,
     BudgetRow,
     budget_rows,
     budget_violations,
@@ -21,22 +19,17 @@ from perception.metrics._budget import (
 )
 from perception.metrics._latency import LatencyAccumulator, percentiles
 from perception.metrics._prometheus import PrometheusExporter
-from perception.metrics._records import detection_json, frame_record
-from perception.metrics._server_split import FrameRequest, ServerSplitter, frame_requests, with_in_flight
+from perception.metrics._records import frame_record
+from perception.metrics._server_split import ServerSplitter, with_in_flight
 
 __all__ = [
-    "NO_DATA",
-    "SENSOR_ROWS",
     "BudgetRow",
-    "FrameRequest",
     "LatencyAccumulator",
     "PrometheusExporter",
     "ServerSplitter",
     "budget_rows",
     "budget_violations",
-    "detection_json",
     "frame_record",
-    "frame_requests",
     "markdown_table",
     "percentiles",
     "render_table",

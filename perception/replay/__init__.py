@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from perception.replay._eval import MODES, default_protocol, evaluate_modes, score_modes
+from perception.replay._eval import MODES, evaluate_modes, score_modes
 from perception.replay._session import (
     Rate,
     ReplayOptions,
     ReplayOutcome,
     ReplaySink,
+    parse_rate,
     replay_drive,
     safe_output_path,
 )
-from perception.replay._source import DriveSource, drive_config, match_rig
+from perception.replay._source import DriveSource, drive_config
 
 __all__ = [
     "MODES",
@@ -20,10 +21,9 @@ __all__ = [
     "ReplayOptions",
     "ReplayOutcome",
     "ReplaySink",
-    "default_protocol",
     "drive_config",
     "evaluate_modes",
-    "match_rig",
+    "parse_rate",
     "replay_drive",
     "safe_output_path",
     "score_modes",

@@ -50,11 +50,31 @@ from perception.replay._source import DriveSource
 from perception.scheduler import FusionStage, InferClient, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
 
-__all__ = ["ReplayOptions", "ReplayOutcome", "ReplaySink", "replay_drive", "safe_output_path"]
+__all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "ReplaySink", "parse_rate", "replay_drive", "safe_output_path"]
 
 log = logging.getLogger(__name__)
 
+#: Replay pacing: a multiplier of the recorded speed (1.0 = as recorded), ``"max"`` (as fast as frames
+#: finish) or ``"lockstep"`` (each frame waits for the previous one's result).
 Rate = float | Literal["max", "lockstep"]
+
+#: The fastest multiplier of the recorded speed a :data:`Rate` may be.
+MAX_RATE = 1000.0
+
+
+def parse_rate(text: str) -> Rate:
+    """A :data:`Rate` from its text form (a ``--rate`` value): ``max``, ``lockstep`` or a multiplier
+    within (0, :data:`MAX_RATE`]. Anything else is a :class:`ConfigError` (key ``rate``)."""
+    if text in ("max", "lockstep"):
+        return "max" if text == "max" else "lockstep"
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ConfigError(f"must be a number, 'max' or 'lockstep', got {text!r}", key="rate") from None
+    if not 0 < rate <= MAX_RATE:
+        raise ConfigError(f"must be within (0, {MAX_RATE:g}], got {text}", key="rate")
+    return rate
+
 
 #: An extra output of a replay (fused MCAP recording, live view...): called with the open drive and the
 #: replay's rig (runtime sensor name -> drive sensor) before the first frame, it returns a context

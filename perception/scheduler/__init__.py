@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from perception.scheduler._align import AlignStats, FrameAssembler
-from perception.scheduler._circuit import CircuitBreaker, CircuitState
-from perception.scheduler._dispatch import Dispatcher, InferClient
+from perception.scheduler._align import FrameAssembler
+from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import FusionStage, Runtime, client_options, server_time_breakdown
 from perception.scheduler._tensors import OUTPUTS, camera_input, prepare_inputs, scale_camera_boxes
@@ -12,10 +11,6 @@ from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
     "OUTPUTS",
-    "AlignStats",
-    "CircuitBreaker",
-    "CircuitState",
-    "Dispatcher",
     "FrameAssembler",
     "FusionStage",
     "InferClient",

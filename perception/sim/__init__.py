@@ -10,7 +10,7 @@ grid (1 µm, 1e-8 rad: :mod:`perception.sim._precision`) and drives agree within
 * :func:`generate_drive` writes a drive (MCAP, see :mod:`perception.drives`); the CLI is
   ``perception sim``.
 * :class:`Simulator` gives random access to scenes, samples, ego poses and ground truth; its
-  :meth:`Simulator.render` returns an image with per-pixel object ids (:class:`CameraFrame`).
+  :meth:`Simulator.render` returns an image with per-pixel object ids (``_camera.CameraFrame``).
 * :func:`project_ground_truth` turns ground truth into 2D camera boxes (training labels).
 * Sensor weaknesses are deliberate: the lidar is sparse at range and has no velocity; the radar has
   velocity but poor lateral accuracy and clutter; the camera has the class but no depth.
@@ -18,53 +18,19 @@ grid (1 µm, 1e-8 rad: :mod:`perception.sim._precision`) and drives agree within
 
 from __future__ import annotations
 
-from perception.sim._camera import BoxLabel, CameraFrame, CameraModel, project_ground_truth
-from perception.sim._generate import SimSummary, Simulator, generate_drive
-from perception.sim._lidar import LidarModel
-from perception.sim._radar import RadarModel
-from perception.sim._rig import (
-    RigConfig,
-    SimCameraParams,
-    SimLidarParams,
-    SimMount,
-    SimParams,
-    SimRadarParams,
-    SimSensor,
-    builtin_rig_path,
-    load_rig,
-    parse_rig,
-)
-from perception.sim._scenarios import SCENARIOS, Scenario, get_scenario
+from perception.sim._camera import project_ground_truth
+from perception.sim._generate import Simulator, generate_drive
+from perception.sim._rig import SimRadarParams
+from perception.sim._scenarios import SCENARIOS
 from perception.sim._seeds import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
-from perception.sim._world import Lighting, Scene, World
 
 __all__ = [
     "EVAL_SEED",
     "FIRST_TRAINING_SEED",
     "SCENARIOS",
-    "BoxLabel",
-    "CameraFrame",
-    "CameraModel",
-    "LidarModel",
-    "Lighting",
-    "RadarModel",
-    "RigConfig",
-    "Scenario",
-    "Scene",
-    "SimCameraParams",
-    "SimLidarParams",
-    "SimMount",
-    "SimParams",
     "SimRadarParams",
-    "SimSensor",
-    "SimSummary",
     "Simulator",
-    "World",
-    "builtin_rig_path",
     "generate_drive",
-    "get_scenario",
     "is_evaluation_seed",
-    "load_rig",
-    "parse_rig",
     "project_ground_truth",
 ]

@@ -77,7 +77,7 @@ class LiveServer:
 
 
 class LiveOutput:
-    """:class:`~perception.viz.Output` publishing through a :class:`LiveServer` (closing it withdraws
+    """:class:`~perception.viz._outputs.Output` publishing through a :class:`LiveServer` (closing it withdraws
     the channels; the server keeps running)."""
 
     def __init__(self, context: Any, server: Any) -> None:

@@ -1,6 +1,6 @@
 """What one frame of a replay looked like, read back from the replay's output directory.
 
-``DIR/fused.mcap`` (written by :class:`~perception.viz.VizRecorder`) holds everything: the drive's
+``DIR/fused.mcap`` (written by :class:`~perception.viz._record.VizRecorder`) holds everything: the drive's
 messages and rig, the fused detections, the frame stats and the cameras' own 2D detections. Without
 it, ``DIR/detections.jsonl`` gives the detections (and the cameras' 2D boxes when the replay kept raw
 outputs) and the drive gives the sensor data; runtime sensor names are then taken to be the drive's.

@@ -1,7 +1,7 @@
 """Where a recording goes: an MCAP file (:class:`McapOutput`) or a live Foxglove server (``_live``).
 
 Both take the same calls (channels with their schema, then raw message bytes), so one
-:class:`~perception.viz.VizRecorder` feeds any number of them.
+:class:`~perception.viz._record.VizRecorder` feeds any number of them.
 """
 
 from __future__ import annotations

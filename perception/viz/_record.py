@@ -58,7 +58,7 @@ class VizRecorder:
 
     ``drive`` is the replayed drive file (its messages are copied through unless ``copy_drive`` is
     false, starting at ``start_ns``); ``rig`` maps the runtime's sensor names to the drive's sensors
-    (what :func:`perception.replay.match_rig` returns). Call the recorder (or :meth:`write`) with every
+    (what :func:`perception.replay._source.match_rig` returns). Call the recorder (or :meth:`write`) with every
     frame result in order; :meth:`close` finishes every output, also after an error or an interrupt,
     so what was recorded stays readable. A sync context manager.
     """

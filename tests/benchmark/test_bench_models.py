@@ -13,7 +13,8 @@ import pytest
 
 import perception
 import perception.server
-from perception.benchmark import SINK_MODEL, bench_model_repository, bench_server
+from perception.benchmark import SINK_MODEL, bench_model_repository
+from perception.benchmark._run import bench_server
 from perception.config import RuntimeConfig, from_data
 
 if sys.version_info >= (3, 11):

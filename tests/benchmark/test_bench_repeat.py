@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perception.benchmark import compare_runs, render_markdown
+from perception.benchmark import render_markdown
+from perception.benchmark._repeat import compare_runs
 
 
 def _run(conc_p50: float, ci: list[float], shm: float) -> dict[str, Any]:

@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from perception.config import (
-    CAMERA_MODEL_RECORDED,
-    CAMERA_MODEL_SIMULATED,
-    BudgetConfig,
-    default_camera_model,
-    load_config,
-    resolve_sensors,
-)
+from perception.config import CAMERA_MODEL_SIMULATED, default_camera_model, load_config, resolve_sensors
+from perception.config._drive_source import CAMERA_MODEL_RECORDED
+from perception.config._model import BudgetConfig
 from perception.drives import DriveReader
 from perception.errors import ConfigError
 

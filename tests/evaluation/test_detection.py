@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from perception.evaluation import DetectionEvaluator, nuscenes_ap
+from perception.evaluation import DetectionEvaluator
+from perception.evaluation._detection import nuscenes_ap
 from perception.fusion._testing import make_rig
 from perception.types import Detection3D, EgoPose, GroundTruth, GroundTruthObject, Transform
 

@@ -15,16 +15,11 @@ import pytest
 
 from perception.cli._main import main
 from perception.errors import ConfigError, ModelContractError
-from perception.evaluation import (
-    DEFINITIONS,
-    TARGETS,
-    ModelQualityEvaluator,
-    RadarCoverage,
-    Target,
-    check_targets,
-)
+from perception.evaluation import DEFINITIONS, ModelQualityEvaluator, RadarCoverage, check_targets
+from perception.evaluation._models import TARGETS, Target
 from perception.server import EmbeddedTriton, free_port
-from perception.sim import Simulator, builtin_rig_path, load_rig, project_ground_truth
+from perception.sim import Simulator, project_ground_truth
+from perception.sim._rig import builtin_rig_path, load_rig
 from perception.types import GroundTruth, GroundTruthObject, SensorSpec
 
 RIG: Mapping[str, SensorSpec] = {s.name: s.spec for s in load_rig(builtin_rig_path("default")).sensors}

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perception.evaluation import DETECTION_CVPR_2019, NuScenesEvaluator
+from perception.evaluation import NuScenesEvaluator
 from perception.evaluation._nuscenes import (
     CATEGORY_TO_DETECTION,
+    DETECTION_CVPR_2019,
     DETECTION_TO_LABEL,
     TP_METRICS,
     EvalBox,

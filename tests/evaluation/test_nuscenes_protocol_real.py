@@ -17,7 +17,8 @@ import pytest
 from perception.drives import DriveReader
 from perception.evaluation import NuScenesEvaluator
 from perception.evaluation._nuscenes import DETECTION_TO_LABEL, TP_METRICS
-from perception.importers import NUSCENES_ATTRIBUTES, import_nuscenes
+from perception.importers import import_nuscenes
+from perception.importers._nuscenes import NUSCENES_ATTRIBUTES
 from perception.types import Detection3D, EgoPose, GroundTruth, Transform
 
 pytest.importorskip("nuscenes.eval.detection.algo", reason="nuscenes-devkit (the dev extra) is needed")

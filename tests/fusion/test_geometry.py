@@ -9,20 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perception.fusion import (
+from perception.fusion import box_corners, invert_transform, project_boxes, project_points, transform_points
+from perception.fusion._geometry import (
     bev_iou,
     bev_iou_pairs,
-    box_corners,
     box_iou_2d,
-    invert_transform,
     pixel_rays,
-    project_boxes,
-    project_points,
     ray_ground_intersection,
-    transform_points,
-    twist_transform,
     wrap_angle,
 )
+from perception.fusion._motion import twist_transform
 from perception.fusion._testing import make_rig
 from perception.types import Transform
 

@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.fusion import _kernels, box_iou_2d
-from perception.fusion._geometry import box_corners, project_homogeneous
+from perception.fusion import _kernels
+from perception.fusion._geometry import box_corners, box_iou_2d, project_homogeneous
 
 F64 = npt.NDArray[np.float64]
 _EDGES = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]])

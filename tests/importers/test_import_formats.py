@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from import_fixtures import gradient_image, image_msg, point_cloud2, radar_dtype, radar_pcd
 
-from perception.importers import decode_point_cloud2, image_to_rgb, parse_pcd
 from perception.importers._motion import compensate_radial_velocity, ego_poses, quat_from_wxyz, radial_velocity
-from perception.importers._ros2 import default_camera_info_topic
+from perception.importers._pcd import parse_pcd
+from perception.importers._pointcloud2 import decode_point_cloud2
+from perception.importers._ros2 import default_camera_info_topic, image_to_rgb
 from perception.importers._tf import TfError, TfTree
 from perception.types import Transform
 

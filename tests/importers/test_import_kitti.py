@@ -31,8 +31,8 @@ from kitti_fixtures import (
 from perception.cli import main
 from perception.drives import DriveReader
 from perception.errors import DriveError
-from perception.importers import KITTI_LABELS, ImportSummary, import_kitti, kitti_label, parse_frames
-from perception.importers._kitti import format_frames
+from perception.importers import ImportSummary, import_kitti, parse_frames
+from perception.importers._kitti import KITTI_LABELS, format_frames, kitti_label
 from perception.types import GroundTruthObject, ImageSample, PointCloudSample, SensorKind
 
 S = 1_000_000_000

@@ -12,7 +12,8 @@ from import_fixtures import NuScenes, write_nuscenes
 
 from perception.drives import DriveReader
 from perception.errors import DriveError
-from perception.importers import ImportSummary, import_nuscenes, nuscenes_label
+from perception.importers import ImportSummary, import_nuscenes
+from perception.importers._nuscenes import nuscenes_label
 from perception.types import ImageSample, PointCloudSample, SensorKind, Transform
 
 US = 1000

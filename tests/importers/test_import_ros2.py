@@ -30,7 +30,8 @@ from import_fixtures import (
 
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
-from perception.importers import ImportSummary, import_ros2, load_topic_map
+from perception.importers import ImportSummary, import_ros2
+from perception.importers._topic_map import load_topic_map
 from perception.types import ImageSample, PointCloudSample, SensorKind, Transform
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
-from perception.live import LiveAssembler
+from perception.live._assembler import LiveAssembler
 from perception.types import EgoPose, PointCloudSample, Transform
 
 MS = 1_000_000

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from perception.metrics import (
-    NO_DATA,
-    LatencyAccumulator,
-    budget_rows,
-    frame_record,
-    frame_requests,
-    server_section,
-    with_in_flight,
-)
+from perception.metrics import LatencyAccumulator, budget_rows, frame_record, server_section, with_in_flight
+from perception.metrics._budget import NO_DATA
+from perception.metrics._server_split import frame_requests
 from perception.types import FrameResult, FrameStatus, LatencyTree, SensorResult, SensorStatus
 
 MS = 1_000_000

@@ -39,7 +39,8 @@ from reliability_helpers import (
 from perception.cli._main import main as cli_main
 from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError
-from perception.scheduler import Dispatcher, Runtime
+from perception.scheduler import Runtime
+from perception.scheduler._dispatch import Dispatcher
 from perception.server import EmbeddedTriton, free_port
 from perception.triton import ClientOptions, InferRequest, TritonClient
 from perception.types import Frame, FrameResult, FrameStatus, SensorStatus

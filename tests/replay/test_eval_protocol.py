@@ -10,7 +10,8 @@ from reliability_helpers import MS, T0, rig, runtime_config
 
 from perception.drives import DriveReader, DriveWriter
 from perception.fusion._testing import SimObject, lidar_result, missing
-from perception.replay import default_protocol, score_modes
+from perception.replay import score_modes
+from perception.replay._eval import default_protocol
 from perception.types import EgoPose, FrameResult, FrameStatus, GroundTruth, GroundTruthObject, Transform
 
 CARS = [SimObject("car", (12.0, 3.0, 0.8)), SimObject("car", (25.0, -4.0, 0.8)), SimObject("car", (-15.0, 1.0, 0.8))]

@@ -161,4 +161,6 @@ def test_budget_command_shows_the_split_and_gates(triton: EmbeddedTriton, drive:
     assert main(["budget", *args, "--in-flight", "2", "--budget-ms", "1000", "--out", str(out3)]) == 0
     split = json.loads((out3 / "report.json").read_text())["server_split"]
     assert split["per_frame"] is False and "2 frames in flight" in split["why_not"]
-    assert main(["budget", *args, "--in-flight", "0", "--budget-ms", "1000", "--out", str(out3)]) == 2
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error naming the option
+        main(["budget", *args, "--in-flight", "0", "--budget-ms", "1000", "--out", str(out3)])
+    assert usage.value.code == 2

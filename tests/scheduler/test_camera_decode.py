@@ -132,7 +132,7 @@ async def test_dispatcher_sends_images_at_the_models_scale_and_answers_in_origin
     import anyio
 
     from perception.config import PipelineConfig, SensorConfig
-    from perception.scheduler import Dispatcher
+    from perception.scheduler._dispatch import Dispatcher
     from perception.types import Frame, SensorStatus
 
     sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]

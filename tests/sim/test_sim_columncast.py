@@ -6,8 +6,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.sim import LidarModel, Scene, SimLidarParams, SimMount, SimSensor
+from perception.sim._lidar import LidarModel
 from perception.sim._raycast import slab
+from perception.sim._rig import SimLidarParams, SimMount, SimSensor
+from perception.sim._world import Scene
 from perception.types import GroundTruthObject, SensorKind
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from perception.errors import ConfigError
-from perception.sim import SimCameraParams, SimLidarParams, SimRadarParams, builtin_rig_path, load_rig, parse_rig
+from perception.sim import SimRadarParams
+from perception.sim._rig import SimCameraParams, SimLidarParams, builtin_rig_path, load_rig, parse_rig
 from perception.types import SensorKind
 
 

@@ -8,18 +8,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.sim import (
-    CameraModel,
-    LidarModel,
-    RadarModel,
-    Scene,
-    SimCameraParams,
-    SimLidarParams,
-    SimMount,
-    SimRadarParams,
-    SimSensor,
-    project_ground_truth,
-)
+from perception.sim import SimRadarParams, project_ground_truth
+from perception.sim._camera import CameraModel
+from perception.sim._lidar import LidarModel
+from perception.sim._radar import RadarModel
+from perception.sim._rig import SimCameraParams, SimLidarParams, SimMount, SimSensor
+from perception.sim._world import Scene
 from perception.types import GroundTruth, GroundTruthObject, SensorKind
 
 

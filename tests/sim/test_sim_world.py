@@ -7,7 +7,9 @@ import numpy.typing as npt
 import pytest
 
 from perception.errors import ConfigError
-from perception.sim import SCENARIOS, Simulator, World, get_scenario
+from perception.sim import SCENARIOS, Simulator
+from perception.sim._scenarios import get_scenario
+from perception.sim._world import World
 from perception.types import LABELS, EgoPose, GroundTruthObject, ImageSample, PointCloudSample
 
 

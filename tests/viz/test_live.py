@@ -14,7 +14,9 @@ from ws_client import SUBPROTOCOL, WsClient
 
 from perception.drives import DriveReader
 from perception.errors import ConfigError
-from perception.viz import DETECTIONS_TOPIC, FRAME_STATS_TOPIC, LiveServer, VizRecorder
+from perception.viz import LiveServer
+from perception.viz._encode import DETECTIONS_TOPIC, FRAME_STATS_TOPIC
+from perception.viz._record import VizRecorder
 
 _MESSAGE_DATA = 0x01  # binary opcode of a message (0x02 is the server time)
 

@@ -16,21 +16,18 @@ from viz_fixtures import ALL_KINDS, gt_results, record
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.types import FrameResult, FrameStatus
-from perception.viz import (
-    COMBINATIONS,
+from perception.viz import load_frame_views, recorder_sink
+from perception.viz._encode import (
     DETECTIONS_TOPIC,
     FRAME_STATS_TOPIC,
-    REPLAY_METADATA,
-    BackgroundRecorder,
-    McapOutput,
-    VizRecorder,
     camera_detections,
     decode_camera_detections,
     decode_detections,
-    frame_ids,
-    load_frame_views,
-    recorder_sink,
 )
+from perception.viz._load import frame_ids
+from perception.viz._outputs import McapOutput
+from perception.viz._palette import COMBINATIONS
+from perception.viz._record import REPLAY_METADATA, BackgroundRecorder, VizRecorder
 
 FUSED_TOPICS = {DETECTIONS_TOPIC, FRAME_STATS_TOPIC, "/sensors/cam_front/detections", "/sensors/cam_back/detections"}
 

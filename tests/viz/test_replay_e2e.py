@@ -12,7 +12,8 @@ from mcap.reader import make_reader
 
 from perception.cli import main
 from perception.server import EmbeddedTriton
-from perception.viz import DETECTIONS_TOPIC, FRAME_STATS_TOPIC, frame_ids
+from perception.viz._encode import DETECTIONS_TOPIC, FRAME_STATS_TOPIC
+from perception.viz._load import frame_ids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ from perception.types import (
     SensorSpec,
     SensorStatus,
 )
-from perception.viz import McapOutput, VizRecorder
+from perception.viz._outputs import McapOutput
+from perception.viz._record import VizRecorder
 
 #: Every fused box of the hand-made frames has all three kinds as sources: drawn in this combination.
 ALL_KINDS = "lidar+camera+radar"

@@ -1,0 +1,93 @@
+"""The argparse value types of every command, defined once.
+
+Each is a ``type=`` for :meth:`argparse.ArgumentParser.add_argument`: it turns the option's text into
+its value or raises :class:`argparse.ArgumentTypeError`, so a bad value is argparse's usage error
+naming the option (``argument --seed: must be >= 0, got -1``, exit code 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from perception.errors import ConfigError
+
+if TYPE_CHECKING:
+    from perception.replay import Rate
+
+__all__ = [
+    "int_within",
+    "non_negative_float",
+    "non_negative_int",
+    "percentile",
+    "port",
+    "port_or_zero",
+    "positive_float",
+    "positive_int",
+    "rate",
+    "within",
+]
+
+
+def int_within(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer ``>= low`` (and ``<= high`` when given)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be within {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+def within(low: float, high: float | None = None, *, low_open: bool = True) -> Callable[[str], float]:
+    """A finite number ``> low`` (``>= low`` when not ``low_open``), and ``<= high`` when given."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and (high is None or value <= high)):
+            if high is None:
+                raise argparse.ArgumentTypeError(f"must be {'>' if low_open else '>='} {low:g}, got {text}")
+            bracket = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"must be within {bracket}{low:g}, {high:g}], got {text}")
+        return value
+
+    return parse
+
+
+#: ``N >= 1``: counts (frames, workers, requests in flight...).
+positive_int = int_within(1)
+#: ``N >= 0``: seeds, retries, allowed changes.
+non_negative_int = int_within(0)
+#: ``X > 0``: durations, timeouts, budgets.
+positive_float = within(0.0)
+#: ``X >= 0``: tolerances, jitter.
+non_negative_float = within(0.0, low_open=False)
+#: A percentile in (0, 100].
+percentile = within(0.0, 100.0)
+#: A TCP port to listen on or connect to.
+port = int_within(1, 65535)
+#: A TCP port to listen on, 0 = pick a free one.
+port_or_zero = int_within(0, 65535)
+
+
+def rate(text: str) -> Rate:
+    """A ``--rate``: :func:`perception.replay.parse_rate`."""
+    from perception.replay import parse_rate  # on use: light commands do not import the replay
+
+    try:
+        return parse_rate(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None

@@ -1,0 +1,68 @@
+"""Bad option values are argparse's usage error naming the option (exit code 2), for every command.
+
+The value types are defined once, in ``perception/cli/_args.py``; nothing here starts a server: the
+arguments are rejected while parsing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perception.cli import main
+
+CLI = Path(__file__).resolve().parents[2] / "perception" / "cli"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sim", "--seed", "-1", "-o", "x.mcap"], "argument --seed: must be >= 0, got -1"),
+        (["sim", "--duration", "abc", "-o", "x.mcap"], "argument --duration: not a number: 'abc'"),
+        (["sim", "--workers", "0", "-o", "x.mcap"], "argument --workers: must be >= 1, got 0"),
+        (["budget", "d.mcap", "--budget-ms", "0"], "argument --budget-ms: must be > 0, got 0"),
+        (["budget", "d.mcap", "--budget-ms", "5", "--percentile", "101"], "argument --percentile: must be within"),
+        (["budget", "d.mcap", "--budget-ms", "5", "--in-flight", "0"], "argument --in-flight: must be within 1..64"),
+        (["budget", "d.mcap", "--budget-ms", "5", "--rate", "0"], "argument --rate: must be within (0, 1000]"),
+        (["replay", "d.mcap", "--rate", "fast"], "argument --rate: must be a number, 'max' or 'lockstep'"),
+        (["replay", "d.mcap", "--metrics-port", "-1"], "argument --metrics-port: must be within 0..65535"),
+        (["fleet", "d", "--out", "o", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
+        (["fleet", "d", "--out", "o", "--retries", "-1"], "argument --retries: must be >= 0, got -1"),
+        (["fleet", "d", "--out", "o", "--budget-ms", "-2"], "argument --budget-ms: must be > 0"),
+        (["fleet", "d", "--out", "o", "--percentile", "0"], "argument --percentile: must be within (0, 100]"),
+        (["fleet", "d", "--out", "o", "--tolerance-map", "nan"], "argument --tolerance-map: must be >= 0"),
+        (["fleet", "d", "--out", "o", "--rate", "slow"], "argument --rate: must be a number"),
+        (["server", "--grpc-port", "70000"], "argument --grpc-port: must be within 1..65535, got 70000"),
+        (["server", "--startup-timeout", "0"], "argument --startup-timeout: must be > 0"),
+        (["render", "d", "--frame", "1", "--range", "-3"], "argument --range: must be within (0, 500]"),
+        (["model-quality", "--seed", "1", "--concurrency", "0"], "argument --concurrency: must be >= 1"),
+        (["model-quality", "--seed", "1", "--timeout", "0"], "argument --timeout: must be > 0"),
+        (["bench", "--frames", "x"], "argument --frames: not an integer: 'x'"),
+        (["import", "ros2", "b", "--map", "m", "-o", "x.mcap", "--jpeg-quality", "0"], "must be within 1..100"),
+    ],
+)
+def test_bad_values_are_usage_errors_naming_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert message in err and "usage:" in err and "Traceback" not in err
+
+
+def test_rate_values_are_parsed_while_parsing() -> None:
+    from perception.cli._main import build_parser
+
+    for text, rate in (("max", "max"), ("lockstep", "lockstep"), ("2.5", 2.5)):
+        argv = ["replay", "d.mcap", "--rate", text]
+        assert build_parser(argv).parse_args(argv).rate == rate
+    argv = ["replay", "d.mcap"]
+    assert build_parser(argv).parse_args(argv).rate == 1.0  # the default goes through the same type
+
+
+def test_value_types_are_defined_once() -> None:
+    # ``_import``'s ``--frames`` wraps the importers' own frame-list parser; every other type is in _args.
+    defining = {p.name for p in CLI.glob("_*.py") if "ArgumentTypeError(" in p.read_text()}
+    assert defining == {"_args.py", "_import.py"}
