@@ -10,7 +10,8 @@
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
   worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
   renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
-* **Stop.** ``stop`` set (Ctrl-C): running drives are cancelled and their staging removed, finished
+* **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled and their staging removed,
+  queued ones are not started (both reported as interrupted: ``cancelled``, ``not run``), finished
   drives are kept and reported, workers and servers are closed, and a cluster we started is stopped.
 """
 
@@ -205,6 +206,11 @@ class _Fleet:
     def _lost(self, drive: FleetDrive, attempt: int, error: str) -> dict[str, Any]:
         return {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "failed", "error": error}
 
+    def _not_run(self, drive: FleetDrive, attempt: int) -> dict[str, Any]:
+        """A queued drive of a stopped fleet: interrupted before it (or its next attempt) started."""
+        summary = {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "interrupted"}
+        return {**summary, "error": "not run: the fleet was stopped"}
+
     def _done(self, summary: dict[str, Any]) -> None:
         name = summary["name"]
         summary["attempts"] = summary.get("attempt", 1)
@@ -217,8 +223,7 @@ class _Fleet:
         import ray
 
         await stop.wait()
-        self.stopped = True
-        self.queue.clear()
+        self.stopped = True  # no drive is started any more; the queued ones are reported as not run
         for ref in list(self.running.values()):
             ray.cancel(ref)
 
@@ -311,8 +316,11 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
 
             cleanup_stale_shm()  # regions of workers that were killed, now that they are gone
         clear_staging(options.out)
-    for d, _ in list(fleet.queue):
-        fleet.results.setdefault(d.name, fleet._lost(d, 0, "not run: the fleet was stopped"))
+    for d, attempt in list(fleet.queue):  # never started (or not retried): attempts so far
+        if fleet.stopped:
+            fleet._done(fleet._not_run(d, attempt - 1))
+        else:  # every worker was given up
+            fleet._done(fleet._lost(d, attempt - 1, "not run: no worker left"))
     summaries = [fleet.results[d.name] for d in drives if d.name in fleet.results]
     for d in drives:
         if d.name not in fleet.results:
