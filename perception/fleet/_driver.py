@@ -21,6 +21,8 @@ import dataclasses
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -108,6 +110,10 @@ class _Fleet:
             return False
         kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+        # ray.init takes SIGTERM over (a Python handler that exits, and its core worker's crash handler,
+        # which aborts the process): a SIGTERM then killed the driver without stopping the cluster's
+        # actors or writing the report. Give SIGTERM back to whoever had it (run_with_signals: stop).
+        sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         try:
             if self.opts.address is None:
                 ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
@@ -115,6 +121,9 @@ class _Fleet:
                 ray.init(address=self.opts.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise FleetError(f"cannot start or join the Ray cluster: {exc}", address=self.opts.address) from exc
+        finally:
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
         return self.opts.address is None
 
     async def start(self) -> None:
