@@ -40,7 +40,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
     )
-    p.add_argument("--budget-ms", type=float, default=None, help="frame budget: exit 1 when any drive breaks it")
+    p.add_argument(
+        "--budget-ms",
+        type=float,
+        default=None,
+        metavar="B",
+        help="frame budget, ms; it is also each drive's frame deadline: the profile's budget becomes total_ms B "
+        "for every drive (recorded ones too), so the join deadline is B minus fusion_reserve_ms (the reserve "
+        "capped at B/2; stage budgets kept). Exit 1 when any drive breaks it at --percentile",
+    )
     p.add_argument("--percentile", type=float, default=99.0, help="percentile the budget is checked at (default 99)")
     p.add_argument("--eval", action="store_true", help="also score every sensor mode per drive (modes.json)")
     p.add_argument("--rate", default="max", help="replay rate: max (default), lockstep, or a speed multiplier")
