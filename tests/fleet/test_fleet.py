@@ -3,7 +3,7 @@
 Two fleet runs share one set of drives (module fixture): the first has a broken drive, a worker killed
 mid-drive and an impossible budget; the second, with a model made slower, is compared with the first
 as its baseline. Each run starts and stops its own local cluster and server; after each, nothing of
-them may be left running and nothing of ours in ``/dev/shm``.
+them may be left running and nothing of theirs in ``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import pytest
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
+from perception.server._procs import pid_alive
+from perception.triton import shm_owner_pid
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -43,23 +45,45 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+#: In the environment of every process these tests start (the CLI and, inheriting it, Ray's processes,
+#: the workers, their Triton servers and backend stubs): what is left running is judged by it, so
+#: the clusters and servers of others on a shared machine (and this session's own server) do not count.
+MARK = ("PERCEPTION_FLEET_TEST", str(os.getpid()))
+_SHM_BEFORE = frozenset(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else frozenset()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, MARK[0]: MARK[1]}
+
+
+def _ours() -> dict[int, str]:
+    """Our live processes (pid: command line): those with :data:`MARK` in their environment."""
+    mark = f"{MARK[0]}={MARK[1]}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if mark in env and state not in ("Z", "X"):
+            found[int(entry.name)] = argv.strip()[:300]
+    return found
+
+
 def _leftovers() -> list[str]:
-    """Ray and Triton processes and our ``/dev/shm`` entries, except the suite's own shared server's
-    (started by this pytest process: its shared-memory prefix names this pid)."""
-    own = f"perception_{os.getpid()}_"
-    procs = subprocess.run(
-        ["pgrep", "-fa", "raylet|gcs_server|tritonserver|triton_python_backend_stub"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.splitlines()
-    mine = [p for p in procs if "pgrep" not in p and own not in p]
-    shm = [
-        f"/dev/shm/{n}"
-        for n in os.listdir("/dev/shm")
-        if n.startswith(("perception_", "triton_python_backend")) and not n.startswith(own)
-    ]
-    return mine + shm
+    """Our processes still running (Ray's, Triton's, workers...) and ``/dev/shm`` entries that appeared
+    since this module was loaded and belong to one of them or to a process that is gone."""
+    procs = _ours()
+    shm = []
+    for name in sorted(set(os.listdir("/dev/shm")) - _SHM_BEFORE):
+        owner = shm_owner_pid(name)
+        if name.startswith("triton_python_backend") or (owner is not None and (owner in procs or not pid_alive(owner))):
+            shm.append(f"/dev/shm/{name}")
+    return [f"{pid} {cmd}" for pid, cmd in sorted(procs.items())] + shm
 
 
 def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: list[int]) -> None:
@@ -76,7 +100,7 @@ def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: lis
 
 def _run(argv: list[str], timeout_s: float = 300.0) -> int:
     """``perception fleet ...`` as a user runs it, in its own process; a hang fails the test (timeout)."""
-    done = subprocess.run([sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False)
+    done = subprocess.run([sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False, env=_env())
     return done.returncode
 
 
@@ -88,7 +112,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 def first_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[int]]:
     out = tmp_path_factory.mktemp("fleet") / "out"
     out.mkdir()
-    done, killed = threading.Event(), []
+    done, killed = threading.Event(), list[int]()
     killer = threading.Thread(target=_kill_first_attempt, args=(out, "a", done, killed), daemon=True)
     killer.start()
     try:
@@ -200,6 +224,7 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, tmp_path: Path) ->
         text=True,
         timeout=300,
         check=False,
+        env=_env(),
     )
     assert done.returncode == 2, done.stderr
     assert "nowhere" in done.stderr and "Traceback" not in done.stderr
@@ -219,4 +244,4 @@ def test_a_directory_without_drives_is_a_usage_error(tmp_path: Path, capsys: pyt
 
 
 if sys.platform != "linux":  # pragma: no cover
-    pytest.skip("fleet tests need Linux (/dev/shm, pgrep)", allow_module_level=True)
+    pytest.skip("fleet tests need Linux (/proc, /dev/shm)", allow_module_level=True)
