@@ -50,7 +50,13 @@ def register(sub: Any) -> None:
         "--config", type=Path, default=None, help=f"launch profile (default: {DEFAULT_CONFIG.relative_to(repo_root())})"
     )
     p.add_argument(
-        "--budget-ms", type=positive_float, default=None, help="frame budget: exit 1 when any drive breaks it"
+        "--budget-ms",
+        type=positive_float,
+        default=None,
+        metavar="B",
+        help="frame budget, ms; it is also each drive's frame deadline: the profile's budget becomes total_ms B "
+        "for every drive (recorded ones too), so the join deadline is B minus fusion_reserve_ms (the reserve "
+        "capped at B/2; stage budgets kept). Exit 1 when any drive breaks it at --percentile",
     )
     p.add_argument(
         "--percentile", type=percentile, default=99.0, help="percentile the budget is checked at (default 99)"

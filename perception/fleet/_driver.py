@@ -10,7 +10,8 @@
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
   worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
   renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
-* **Stop.** ``stop`` set (Ctrl-C): running drives are cancelled and their staging removed, finished
+* **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled and their staging removed,
+  queued ones are not started (both reported as interrupted: ``cancelled``, ``not run``), finished
   drives are kept and reported, workers and servers are closed, and a cluster we started is stopped.
 """
 
@@ -20,6 +21,8 @@ import dataclasses
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -109,6 +112,10 @@ class _Fleet:
             return False
         kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+        # ray.init takes SIGTERM over (a Python handler that exits, and its core worker's crash handler,
+        # which aborts the process): a SIGTERM then killed the driver without stopping the cluster's
+        # actors or writing the report. Give SIGTERM back to whoever had it (run_with_signals: stop).
+        sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         try:
             if self.opts.address is None:
                 ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
@@ -116,6 +123,9 @@ class _Fleet:
                 ray.init(address=self.opts.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise FleetError(f"cannot start or join the Ray cluster: {exc}", address=self.opts.address) from exc
+        finally:
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
         return self.opts.address is None
 
     async def start(self) -> None:
@@ -218,6 +228,11 @@ class _Fleet:
     def _lost(self, drive: FleetDrive, attempt: int, error: str) -> dict[str, Any]:
         return {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "failed", "error": error}
 
+    def _not_run(self, drive: FleetDrive, attempt: int) -> dict[str, Any]:
+        """A queued drive of a stopped fleet: interrupted before it (or its next attempt) started."""
+        summary = {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "interrupted"}
+        return {**summary, "error": "not run: the fleet was stopped"}
+
     def _done(self, summary: dict[str, Any]) -> None:
         name = summary["name"]
         summary["attempts"] = summary.get("attempt", 1)
@@ -230,8 +245,7 @@ class _Fleet:
         import ray
 
         await stop.wait()
-        self.stopped = True
-        self.queue.clear()
+        self.stopped = True  # no drive is started any more; the queued ones are reported as not run
         for ref in list(self.running.values()):
             ray.cancel(ref)
 
@@ -329,8 +343,11 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
 
             cleanup_stale_shm()  # regions of workers that were killed, now that they are gone
         clear_staging(options.out)
-    for d, _ in list(fleet.queue):
-        fleet.results.setdefault(d.name, fleet._lost(d, 0, "not run: the fleet was stopped"))
+    for d, attempt in list(fleet.queue):  # never started (or not retried): attempts so far
+        if fleet.stopped:
+            fleet._done(fleet._not_run(d, attempt - 1))
+        else:  # every worker was given up
+            fleet._done(fleet._lost(d, attempt - 1, "not run: no worker left"))
     summaries = [fleet.results[d.name] for d in drives if d.name in fleet.results]
     for d in drives:
         if d.name not in fleet.results:

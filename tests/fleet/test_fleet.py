@@ -2,26 +2,35 @@
 
 Two fleet runs share one set of drives (module fixture): the first has a broken drive, a worker killed
 mid-drive and an impossible budget; the second, with a model made slower, is compared with the first
-as its baseline. Each run starts and stops its own local cluster and server; after each, nothing of
-them may be left running and nothing of ours in ``/dev/shm``.
+as its baseline. Faults of their own runs, on sleeper models: Ctrl-C and SIGTERM mid-run, and one of two
+external Triton servers SIGKILLed mid-run. Each run starts and stops its own local cluster and servers;
+after each, nothing of them may be left running and nothing of theirs in ``/dev/shm``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from reliability_helpers import profile_data, sleepy_repository, write_drive, write_profile
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
+from perception.server import cleanup_stale_shm, free_port
+from perception.server._procs import pid_alive
+from perception.triton import shm_owner_pid
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -43,23 +52,45 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+#: In the environment of every process these tests start (the CLI and, inheriting it, Ray's processes,
+#: the workers, their Triton servers and backend stubs): what is left running is judged by it, so
+#: the clusters and servers of others on a shared machine (and this session's own server) do not count.
+MARK = ("PERCEPTION_FLEET_TEST", str(os.getpid()))
+_SHM_BEFORE = frozenset(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else frozenset()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, MARK[0]: MARK[1]}
+
+
+def _ours() -> dict[int, str]:
+    """Our live processes (pid: command line): those with :data:`MARK` in their environment."""
+    mark = f"{MARK[0]}={MARK[1]}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if mark in env and state not in ("Z", "X"):
+            found[int(entry.name)] = argv.strip()[:300]
+    return found
+
+
 def _leftovers() -> list[str]:
-    """Ray and Triton processes and our ``/dev/shm`` entries, except the suite's own shared server's
-    (started by this pytest process: its shared-memory prefix names this pid)."""
-    own = f"perception_{os.getpid()}_"
-    procs = subprocess.run(
-        ["pgrep", "-fa", "raylet|gcs_server|tritonserver|triton_python_backend_stub"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.splitlines()
-    mine = [p for p in procs if "pgrep" not in p and own not in p]
-    shm = [
-        f"/dev/shm/{n}"
-        for n in os.listdir("/dev/shm")
-        if n.startswith(("perception_", "triton_python_backend")) and not n.startswith(own)
-    ]
-    return mine + shm
+    """Our processes still running (Ray's, Triton's, workers...) and ``/dev/shm`` entries that appeared
+    since this module was loaded and belong to one of them or to a process that is gone."""
+    procs = _ours()
+    shm = []
+    for name in sorted(set(os.listdir("/dev/shm")) - _SHM_BEFORE):
+        owner = shm_owner_pid(name)
+        if name.startswith("triton_python_backend") or (owner is not None and (owner in procs or not pid_alive(owner))):
+            shm.append(f"/dev/shm/{name}")
+    return [f"{pid} {cmd}" for pid, cmd in sorted(procs.items())] + shm
 
 
 def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: list[int]) -> None:
@@ -76,7 +107,7 @@ def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: lis
 
 def _run(argv: list[str], timeout_s: float = 300.0) -> int:
     """``perception fleet ...`` as a user runs it, in its own process; a hang fails the test (timeout)."""
-    done = subprocess.run([sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False)
+    done = subprocess.run([sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False, env=_env())
     return done.returncode
 
 
@@ -88,7 +119,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 def first_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[int]]:
     out = tmp_path_factory.mktemp("fleet") / "out"
     out.mkdir()
-    done, killed = threading.Event(), []
+    done, killed = threading.Event(), list[int]()
     killer = threading.Thread(target=_kill_first_attempt, args=(out, "a", done, killed), daemon=True)
     killer.start()
     try:
@@ -200,6 +231,7 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, tmp_path: Path) ->
         text=True,
         timeout=300,
         check=False,
+        env=_env(),
     )
     assert done.returncode == 2, done.stderr
     assert "nowhere" in done.stderr and "Traceback" not in done.stderr
@@ -218,5 +250,226 @@ def test_a_directory_without_drives_is_a_usage_error(tmp_path: Path, capsys: pyt
     assert "empty" in capsys.readouterr().err
 
 
+# -- faults: Ctrl-C, and a Triton server killed mid-run ---------------------------------------------
+# Small drives (reliability_helpers.write_drive) replayed at real time (--rate 1) against sleeper
+# models that wait instead of computing: the 2 cores stay free, and a drive of N sweeps takes at
+# least N / 10 s, so "mid-run" is a state the test waits for (a file), not a moment it guesses.
+
+SENSOR_MODELS = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
+SLEEPERS = {"sleepy_lidar": ("lidar", 20), "sleepy_radar": ("radar", 30), "sleepy_camera": ("camera", 40)}
+#: Enough points per sweep that the lidar goes over shared memory (auto transport, loopback server).
+LIDAR_POINTS = 20_000
+
+
+def _sleepy_profile(tmp_path: Path) -> Path:
+    """A profile of the drives' three sensors on sleeper models; embedded: a repository of them."""
+    repo = sleepy_repository(tmp_path / "models", SLEEPERS)
+    server = {"url": "embedded", "models": [str(repo)], "channels": 1, "startup_timeout_s": 60}
+    data = profile_data("embedded", SENSOR_MODELS, server=server, budget={"total_ms": 500, "fusion_reserve_ms": 20})
+    data["sensors"][0]["transport"] = "auto"  # lidar_top
+    return write_profile(tmp_path / "sleepy.yaml", data)
+
+
+def _fleet(argv: list[str]) -> subprocess.Popen[bytes]:
+    """``perception fleet ...`` in its own session, so that a Ctrl-C can go to its process group."""
+    return subprocess.Popen([sys.executable, "-m", "perception", "fleet", *argv], env=_env(), start_new_session=True)
+
+
+def _until(ready: Any, cli: subprocess.Popen[bytes], what: str, timeout_s: float = 180.0) -> None:
+    """Poll ``ready()`` while the fleet runs (a watchdog against a hang, not a speed check)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert cli.poll() is None, f"the fleet ended (exit {cli.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
+        time.sleep(0.02)
+
+
+def _end(cli: subprocess.Popen[bytes], timeout_s: float = 180.0) -> int:
+    try:
+        return cli.wait(timeout_s)
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
+
+
+def _staged_frames(out: Path) -> dict[str, int]:
+    """Records written so far by each running drive (its staging dir ``<drive>.<attempt>.<pid>``)."""
+    staging = out / ".staging"
+    counts = {}
+    for d in sorted(staging.iterdir()) if staging.is_dir() else []:
+        try:
+            counts[d.name.split(".")[0]] = (d / "detections.jsonl").read_bytes().count(b"\n")
+        except OSError:
+            counts[d.name.split(".")[0]] = 0
+    return counts
+
+
+def test_ctrl_c_keeps_finished_drives_cancels_the_rest_and_leaves_nothing(tmp_path: Path) -> None:
+    profile = _sleepy_profile(tmp_path)
+    d = tmp_path / "drives"
+    d.mkdir()
+    write_drive(d / "first.mcap", 10, lidar_points=LIDAR_POINTS)
+    write_drive(d / "long1.mcap", 60, lidar_points=LIDAR_POINTS, seed=1)
+    for n in (2, 3):
+        shutil.copyfile(d / "long1.mcap", d / f"long{n}.mcap")
+    out = tmp_path / "out"
+    argv = [str(d), "--out", str(out), "--workers", "2", "--rate", "1", "--config", str(profile), "--no-progress"]
+    cli = _fleet(argv)
+    try:
+        # 2 workers: first and long1 start; when first is done its worker takes long2; long3 waits.
+        _until((out / "first").is_dir, cli, "finished first drive")
+        running = _staged_frames(out)
+        os.killpg(cli.pid, signal.SIGINT)  # Ctrl-C on a terminal: the whole foreground process group
+    finally:
+        code = _end(cli)
+    assert code == 130, code  # EXIT_INTERRUPTED
+    assert "long1" in running, running  # it was running when Ctrl-C came
+    report = json.loads((out / FLEET_JSON).read_text())
+    by_name = {r["name"]: r for r in report["drives"]}
+    assert set(by_name) == {"first", "long1", "long2", "long3"}
+    first = by_name["first"]
+    assert first["status"] == "ok" and first["frames"] == 10, first
+    assert [r["frame_id"] for r in _records(out / "first" / "detections.jsonl")] == list(range(10))
+    assert json.loads((out / "first" / "report.json").read_text())["frames"] == 10
+    assert by_name["long1"]["status"] == "interrupted" and by_name["long1"]["error"] == "cancelled"
+    assert by_name["long2"]["status"] == "interrupted"  # cancelled, or not started yet
+    assert by_name["long3"]["status"] == "interrupted", by_name["long3"]
+    assert by_name["long3"]["error"] == "not run: the fleet was stopped" and by_name["long3"]["attempts"] == 0
+    assert report["totals"]["by_status"] == {"interrupted": 3, "ok": 1}
+    assert "not run" in (out / FLEET_MD).read_text()
+    # nothing of an unfinished drive: no partial output, no staging
+    assert sorted(p.name for p in out.iterdir()) == ["first", FLEET_JSON, FLEET_MD]
+    # the local cluster, the workers, the embedded server and its stubs are gone, and their shared memory
+    assert _leftovers() == []
+
+
+def test_sigterm_stops_the_fleet_as_ctrl_c_does(tmp_path: Path) -> None:
+    # ray.init takes SIGTERM over (its crash handler aborted the driver, leaving its actors running and
+    # no report); the fleet gives it back, so `kill` or a CI job's cancel stops it like a Ctrl-C.
+    profile = _sleepy_profile(tmp_path)
+    drive = write_drive(tmp_path / "only.mcap", 10)
+    out = tmp_path / "out"
+    nobody = f"127.0.0.1:{free_port()}"  # no server to start: the worker waits for this one to be ready
+    cli = _fleet(
+        [str(drive), "--out", str(out), "--workers", "1", "--url", nobody, "--config", str(profile), "--no-progress"]
+    )
+    try:
+        _until(lambda: bool(_staged_frames(out)), cli, "running drive")  # its worker has started it
+        cli.send_signal(signal.SIGTERM)  # the CLI alone, not its group
+    finally:
+        code = _end(cli)
+    assert code == 130, code
+    (only,) = json.loads((out / FLEET_JSON).read_text())["drives"]
+    assert only["status"] == "interrupted" and only["error"] == "cancelled"
+    assert sorted(p.name for p in out.iterdir()) == [FLEET_JSON, FLEET_MD]
+    assert _leftovers() == []
+
+
+class _Server:
+    """``perception server`` in a process (and session) of its own, as an operator runs an external Triton."""
+
+    def __init__(self, repo: Path, log: Path) -> None:
+        self.grpc = f"127.0.0.1:{free_port()}"  # known before it is up: the fleet starts meanwhile
+        argv = ["server", "--models", str(repo), "--log", str(log), "--grpc-port", self.grpc.rsplit(":", 1)[1]]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "perception", *argv],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.pid = 0
+        self.http = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith("serving"):
+                self._ready.set()
+        self._ready.set()  # it ended
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        assert self._ready.wait(timeout_s) and self.proc.poll() is None, "".join(self.lines)
+        text = "".join(self.lines)
+        pid, grpc, http = (re.search(p, text) for p in (r"\(pid (\d+)\)", r"gRPC\s+(\S+)", r"HTTP\s+http://(\S+)"))
+        assert pid and grpc and http and grpc[1] == self.grpc, text
+        self.pid, self.http = int(pid[1]), http[1]  # pid: tritonserver, its process group's leader
+
+    def answered(self) -> int:
+        """Inferences this server has answered so far, over all its models."""
+        with urllib.request.urlopen(f"http://{self.http}/v2/models/stats", timeout=10) as r:
+            stats = json.load(r)
+        return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:  # the test fails; still leave nothing behind
+                for group in (self.proc.pid, self.pid):  # the CLI's, and its tritonserver's
+                    if group:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(group, signal.SIGKILL)
+                self.proc.wait()
+                cleanup_stale_shm()  # the regions of the owner just killed
+
+
+def test_a_killed_triton_server_s_work_moves_to_the_other_and_the_drives_go_on(tmp_path: Path) -> None:
+    profile = _sleepy_profile(tmp_path)
+    repo = tmp_path / "models"
+    d = tmp_path / "drives"
+    d.mkdir()
+    frames = 50
+    for i, name in enumerate(("a", "b")):
+        write_drive(d / f"{name}.mcap", frames, lidar_points=LIDAR_POINTS, seed=i)
+    servers = [_Server(repo, tmp_path / f"server{i}.log") for i in range(2)]
+    try:
+        killed, other = servers
+        out = tmp_path / "out"
+        urls = ["--url", killed.grpc, "--url", other.grpc]
+        # the workers wait until every URL is ready (startup_timeout_s)
+        argv = [str(d), "--out", str(out), "--workers", "2", *urls, "--rate", "1", "--config", str(profile)]
+        cli = _fleet([*argv, "--no-progress"])
+        try:
+            for s in servers:
+                s.wait_ready()
+            # both drives mid-run, spread over both servers: SIGKILL one server (tritonserver and its stubs)
+            _until(lambda: len(_staged_frames(out)) == 2 and min(_staged_frames(out).values()) >= 5, cli, "frames")
+            answered_before_kill = killed.answered()
+            other_before_kill = other.answered()
+            os.killpg(killed.pid, signal.SIGKILL)
+            at_kill = _staged_frames(out)
+        finally:
+            code = _end(cli)
+        other_after = other.answered()
+    finally:
+        stopped = [s.stop() for s in servers]
+    assert answered_before_kill > 0  # the killed server had its share of the work
+    assert max(at_kill.values()) < frames, at_kill  # ... and the drives were still running
+    assert code == 0  # no drive failed
+    report = json.loads((out / FLEET_JSON).read_text())
+    assert {r["name"] for r in report["drives"]} == {"a", "b"}
+    for drive in report["drives"]:
+        assert drive["status"] == "ok" and drive["frames"] == frames, drive
+        assert drive["urls"] == [killed.grpc, other.grpc]
+        records = _records(out / drive["name"] / "detections.jsonl")
+        assert [r["frame_id"] for r in records] == list(range(frames))  # exactly one record per frame
+        for r in records:  # degraded at worst, and truthful: a sensor that is not ok says why
+            assert r["status"] in ("ok", "degraded"), r
+            for sensor in r["sensors"].values():
+                assert sensor["status"] == "ok" or sensor.get("error"), r
+        assert all(r["status"] == "ok" for r in records[-10:]), [r["status"] for r in records]  # recovered
+    assert other_after > other_before_kill  # the rest went to the server left
+    assert stopped == [0, 0]
+    assert _leftovers() == []
+
+
 if sys.platform != "linux":  # pragma: no cover
-    pytest.skip("fleet tests need Linux (/dev/shm, pgrep)", allow_module_level=True)
+    pytest.skip("fleet tests need Linux (/proc, /dev/shm)", allow_module_level=True)
