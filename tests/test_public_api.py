@@ -147,6 +147,11 @@ def _unused() -> set[tuple[str, str]]:
         for path in (ROOT / top).rglob("*.py"):
             for use in _uses(path):
                 used.setdefault(use, set()).add(path)
+    # shell scripts import too (launch/_bootstrap.sh: `python -c "from perception.fusion import warm_up"`)
+    for script in ROOT.rglob("*.sh"):
+        for namespace, names in re.findall(r"from (perception[\w.]*) import ([\w, ]+)", script.read_text()):
+            for name in names.replace(" ", "").split(","):
+                used.setdefault((namespace, name), set()).add(script)
     readmes = _code_in_readmes()
     unused = set()
     for namespace, names in _namespaces().items():

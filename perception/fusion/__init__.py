@@ -13,7 +13,7 @@ geometry helpers (box corners, camera projection, rotated BEV IoU) are public fo
 
 from __future__ import annotations
 
-from perception.fusion._fuser import Fuser
+from perception.fusion._fuser import Fuser, warm_up
 from perception.fusion._geometry import (
     bev_corners,
     box_corners,
@@ -33,4 +33,5 @@ __all__ = [
     "project_boxes",
     "project_points",
     "transform_points",
+    "warm_up",  # launch/_bootstrap.sh compiles the kernels with it after an install
 ]
