@@ -148,7 +148,9 @@ def _unused() -> set[tuple[str, str]]:
             for use in _uses(path):
                 used.setdefault(use, set()).add(path)
     # shell scripts import too (launch/_bootstrap.sh: `python -c "from perception.fusion import warm_up"`)
-    for script in ROOT.rglob("*.sh"):
+    for script in [*(ROOT / "launch").rglob("*.sh"), *(ROOT / ".ci").rglob("*")]:
+        if not script.is_file():
+            continue
         for namespace, names in re.findall(r"from (perception[\w.]*) import ([\w, ]+)", script.read_text()):
             for name in names.replace(" ", "").split(","):
                 used.setdefault((namespace, name), set()).add(script)
