@@ -1,5 +1,8 @@
 """Linux process and ``/dev/shm`` housekeeping for the embedded server.
 
+:func:`iter_processes` is the one walk over ``/proc`` (the server's stop, the tests' and benches' checks
+for processes left behind, and CPU time by process all read it).
+
 Shared-memory regions created on behalf of this package (by the python backend of an embedded server,
 or by the client transport) are named ``perception_<owner-pid>_...`` (:mod:`perception.triton` names
 them). A region whose owner pid is no longer alive is a leftover of a crashed run and can be removed;
@@ -13,14 +16,19 @@ import ctypes
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from perception.triton import SHM_NAME_PREFIX, shm_owner_pid
 
 __all__ = [
+    "PROC_DIR",
     "SHM_DIR",
+    "ProcessInfo",
     "cleanup_stale_shm",
+    "iter_processes",
     "pdeathsig_preexec",
     "pid_alive",
     "process_group_members",
@@ -31,6 +39,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
+PROC_DIR = Path("/proc")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -89,22 +98,96 @@ def cleanup_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
     return removed
 
 
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as :func:`iter_processes` read it from ``/proc/<pid>``."""
+
+    pid: int
+    #: command name (``stat`` field 2; the kernel keeps 15 characters: ``triton_python_b``)
+    comm: str
+    #: state letter (``R``, ``S``, ``D``...; ``Z`` zombie: exited, not yet reaped; ``X`` dead)
+    state: str
+    #: process group id
+    pgid: int
+    #: user + system CPU time used so far (``stat`` fields 14 and 15), in ns at clock-tick resolution
+    cpu_ns: int
+    #: command line, undecodable bytes replaced; empty when not asked for, and for kernel threads and zombies
+    argv: tuple[str, ...]
+    #: environment; empty when not asked for, for zombies, and for a process this one may not read
+    environ: Mapping[str, str] = field(repr=False, compare=False)
+
+    @property
+    def alive(self) -> bool:
+        """Not a zombie nor dead."""
+        return self.state not in ("Z", "X")
+
+
+_NO_ENVIRON: Mapping[str, str] = MappingProxyType({})
+
+
+def _nul_separated(data: bytes) -> list[str]:
+    """The items of ``cmdline`` or ``environ``: NUL-terminated (a rewritten command line may lack the last)."""
+    if not data:
+        return []
+    return [item.decode(errors="replace") for item in data.removesuffix(b"\0").split(b"\0")]
+
+
+def _read_process(entry: Path, ns_per_tick: int, argv: bool, environ: bool) -> ProcessInfo | None:
+    """The process of ``/proc/<pid>`` entry ``entry``; None when it is gone meanwhile (or unreadable)."""
+    try:
+        stat = (entry / "stat").read_text()
+        cmdline = (entry / "cmdline").read_bytes() if argv else b""
+    except OSError:
+        return None
+    env = _NO_ENVIRON
+    if environ:
+        try:
+            data = (entry / "environ").read_bytes()
+        except PermissionError:
+            data = b""  # another user's process: listed, without its environment
+        except OSError:
+            return None
+        env = MappingProxyType(dict(item.partition("=")[::2] for item in _nul_separated(data)))
+    # Field 2 (comm) may contain spaces and parentheses: it ends at the last ')'.
+    opening, closing = stat.find("("), stat.rfind(")")
+    fields = stat[closing + 2 :].split()
+    try:
+        state, pgid, utime, stime = fields[0], int(fields[2]), int(fields[11]), int(fields[12])
+    except (IndexError, ValueError):
+        return None
+    return ProcessInfo(
+        pid=int(entry.name),
+        comm=stat[opening + 1 : closing],
+        state=state,
+        pgid=pgid,
+        cpu_ns=(utime + stime) * ns_per_tick,
+        argv=tuple(_nul_separated(cmdline)),
+        environ=env,
+    )
+
+
+def iter_processes(*, argv: bool = False, environ: bool = False, proc_dir: Path = PROC_DIR) -> Iterator[ProcessInfo]:
+    """Every process in ``proc_dir``, zombies included, in its listing order.
+
+    Always read: ``stat`` (command name, state, process group, CPU time). ``argv`` reads each command
+    line too and ``environ`` each environment (both are off by default: reading them takes the target's
+    memory lock, which a process in trouble can hold for long). A process that exits while it is read
+    is skipped, so is one whose ``stat`` or command line cannot be read.
+    """
+    ns_per_tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    try:
+        entries = [entry for entry in proc_dir.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return
+    for entry in entries:
+        info = _read_process(entry, ns_per_tick, argv, environ)
+        if info is not None:
+            yield info
+
+
 def process_group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in process group ``pgid``, from ``/proc``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Field 2 (comm) may contain spaces and parentheses: split after its closing ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [p.pid for p in iter_processes() if p.pgid == pgid and p.alive]
 
 
 def _load_prctl() -> Callable[..., int] | None:

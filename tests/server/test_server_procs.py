@@ -5,14 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from perception.server import cleanup_stale_shm, locate_triton, prepare_backend_dir
-from perception.server._procs import pid_alive, process_group_members, remove_shm_prefix
+from perception.server._procs import ProcessInfo, iter_processes, pid_alive, process_group_members, remove_shm_prefix
 from perception.triton import make_shm_prefix
+
+#: The environment variable marking the children of the walk's tests.
+MARK = "PERCEPTION_PROCS_TEST"
 
 
 def _dead_pid() -> int:
@@ -60,6 +65,102 @@ def test_process_group_members_lists_a_live_group() -> None:
         proc.kill()
         proc.wait()
     assert process_group_members(proc.pid) == []
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A child of this test in its own session, with an argument and an environment variable of its own."""
+    code = "import time; time.sleep(60)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "procs-test-argument"],
+        env={**os.environ, MARK: f"sleeper {os.getpid()}"},
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _find(pid: int, walk: Iterator[ProcessInfo]) -> ProcessInfo | None:
+    return next((p for p in walk if p.pid == pid), None)
+
+
+def test_the_walk_finds_a_child_with_its_command_line_and_environment(sleeper: subprocess.Popen[bytes]) -> None:
+    found = _find(sleeper.pid, iter_processes(argv=True, environ=True))
+    assert found is not None
+    assert found.argv == (sys.executable, "-c", "import time; time.sleep(60)", "procs-test-argument")
+    assert found.environ[MARK] == f"sleeper {os.getpid()}"
+    assert found.environ.get("PATH") == os.environ.get("PATH")
+    assert found.pgid == sleeper.pid and found.alive
+    assert found.comm == Path(sys.executable).name[:15]  # the name it was started by, cut by the kernel
+    assert 0 <= found.cpu_ns < 60 * 1_000_000_000
+    assert MARK not in repr(found)  # environments stay out of logs
+    # Only the stat fields unless asked for more.
+    plain = _find(sleeper.pid, iter_processes())
+    assert plain is not None and plain.argv == () and dict(plain.environ) == {}
+    assert plain.pgid == found.pgid and plain.comm == found.comm
+
+
+def test_the_walk_reports_a_zombie_as_not_alive_and_skips_a_reaped_child(sleeper: subprocess.Popen[bytes]) -> None:
+    sleeper.kill()
+    deadline = time.monotonic() + 10.0
+    while (zombie := _find(sleeper.pid, iter_processes(argv=True))) is not None and zombie.alive:
+        assert time.monotonic() < deadline, "the killed child never became a zombie"
+        time.sleep(0.01)
+    assert zombie is not None and zombie.state == "Z" and zombie.argv == ()
+    sleeper.wait()
+    assert _find(sleeper.pid, iter_processes(argv=True, environ=True)) is None
+
+
+def test_a_process_that_exits_during_the_walk_is_skipped(sleeper: subprocess.Popen[bytes]) -> None:
+    walk = iter_processes(argv=True, environ=True)
+    first = next(walk)  # /proc is listed now, the child's entry with it
+    assert first.pid != sleeper.pid
+    sleeper.kill()
+    sleeper.wait()
+    assert _find(sleeper.pid, walk) is None
+
+
+def _fake_proc(root: Path, pid: int, files: dict[str, bytes]) -> None:
+    (root / str(pid)).mkdir()
+    for name, data in files.items():
+        (root / str(pid) / name).write_bytes(data)
+
+
+def test_the_walk_skips_vanished_and_unparsable_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake ``/proc``: entries gone between the listing and the reads, or between two reads, are skipped."""
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    stat = b"%d (a (b) c) S 1 %d 0 0 -1 0 0 0 0 0 %d %d 0 0 20 0 1 0 0 0 0\n"
+    _fake_proc(tmp_path, 100, {"stat": stat % (100, 77, 3, 4), "cmdline": b"x\0-y\0", "environ": b"A=1\0B=x=y\0"})
+    _fake_proc(tmp_path, 101, {})  # gone before its stat was read
+    _fake_proc(tmp_path, 102, {"stat": stat % (102, 77, 0, 0)})  # gone after its stat was read
+    _fake_proc(tmp_path, 103, {"stat": b"103 (truncated) S\n", "cmdline": b"z\0"})
+    _fake_proc(tmp_path, 104, {"stat": stat % (104, 5, 0, 0), "cmdline": b"rewritten title  ", "environ": b""})
+    (tmp_path / "self").mkdir()
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+    walked = {p.pid: p for p in iter_processes(argv=True, environ=True, proc_dir=tmp_path)}
+    assert sorted(walked) == [100, 104]
+    assert walked[100] == ProcessInfo(100, "a (b) c", "S", 77, 7 * tick_ns, ("x", "-y"), {"A": "1", "B": "x=y"})
+    assert dict(walked[100].environ) == {"A": "1", "B": "x=y"}
+    assert walked[104].argv == ("rewritten title  ",) and dict(walked[104].environ) == {}
+    # Without the command line, the entry gone after its stat was read is still one process of group 77.
+    assert sorted(p.pid for p in iter_processes(proc_dir=tmp_path) if p.pgid == 77) == [100, 102]
+
+    # An environment this process may not read (another user's process): listed without one.
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:
+        if path.name == "environ":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    walked = {p.pid: p for p in iter_processes(argv=True, environ=True, proc_dir=tmp_path)}
+    assert sorted(walked) == [100, 104] and dict(walked[100].environ) == {}
+    assert walked[100].argv == ("x", "-y")
 
 
 def test_locate_triton_finds_the_wheel() -> None:
