@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perception.server import iter_processes
+
 log = logging.getLogger("bench_clean_stop")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,19 +45,12 @@ _STOP_WARNING = re.compile(r"tritonserver pid \d+ (stopped with|ignored SIGTERM)
 def _leftover_processes(prefix: str) -> list[str]:
     """``pid: argv[0]`` of live tritonserver/stub processes whose arguments carry ``prefix``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for p in iter_processes(argv=True):
+        if not p.alive or not p.argv or not p.argv[0]:
             continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state in ("Z", "X") or not argv or not argv[0]:
-            continue
-        name = os.path.basename(argv[0].decode(errors="replace"))
-        if name in ("tritonserver", "triton_python_backend_stub") and any(prefix.encode() in a for a in argv):
-            found.append(f"{entry.name}: {name}")
+        name = os.path.basename(p.argv[0])
+        if name in ("tritonserver", "triton_python_backend_stub") and any(prefix in a for a in p.argv):
+            found.append(f"{p.pid}: {name}")
     return found
 
 

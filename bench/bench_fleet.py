@@ -40,7 +40,7 @@ import ray
 
 from perception.benchmark import environment
 from perception.fleet import FleetOptions, WorkerSettings, find_drives, run_fleet
-from perception.server import EmbeddedTriton, cleanup_stale_shm
+from perception.server import EmbeddedTriton, cleanup_stale_shm, iter_processes
 from perception.sim import generate_drive
 
 log = logging.getLogger("bench_fleet")
@@ -112,22 +112,13 @@ _PROCESS_KINDS = {
 
 
 def _cpu_by_process() -> dict[str, float]:
-    """CPU seconds used so far by every live process, summed per kind (:data:`_PROCESS_KINDS`, else other)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds used so far by every process, summed per kind (:data:`_PROCESS_KINDS`, else other)."""
     out: dict[str, float] = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        kind = _PROCESS_KINDS.get(name, "ray (raylet, gcs, ...)" if name.startswith("ray::") else "other")
+    for p in iter_processes():
+        kind = _PROCESS_KINDS.get(p.comm, "ray (raylet, gcs, ...)" if p.comm.startswith("ray::") else "other")
         if not kind:
             continue
-        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[kind] = out.get(kind, 0.0) + p.cpu_ns / 1e9
     return out
 
 

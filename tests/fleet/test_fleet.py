@@ -29,7 +29,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
 from perception.server import cleanup_stale_shm, free_port
-from perception.server._procs import pid_alive
+from perception.server._procs import iter_processes, pid_alive
 from perception.triton import shm_owner_pid
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -65,20 +65,11 @@ def _env() -> dict[str, str]:
 
 def _ours() -> dict[int, str]:
     """Our live processes (pid: command line): those with :data:`MARK` in their environment."""
-    mark = f"{MARK[0]}={MARK[1]}".encode()
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if mark in env and state not in ("Z", "X"):
-            found[int(entry.name)] = argv.strip()[:300]
-    return found
+    return {
+        p.pid: " ".join(p.argv).strip()[:300]
+        for p in iter_processes(argv=True, environ=True)
+        if p.environ.get(MARK[0]) == MARK[1] and p.alive
+    }
 
 
 def _leftovers() -> list[str]:

@@ -22,6 +22,7 @@ import perception
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
 from perception.drives import DriveWriter, topic_for
+from perception.server._procs import iter_processes
 from perception.types import (
     CameraCalibration,
     EgoPose,
@@ -237,18 +238,11 @@ def assert_consecutive_records(records: Sequence[Mapping[str, Any]]) -> None:
 
 def processes_with_argument(fragment: str) -> list[int]:
     """Live (non-zombie) processes with an argument containing ``fragment`` (servers, backend stubs)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X") and any(fragment.encode() in a for a in argv):
-            found.append(int(entry.name))
-    return found
+    return [
+        p.pid
+        for p in iter_processes(argv=True)
+        if p.pid != os.getpid() and p.alive and any(fragment in a for a in p.argv)
+    ]
 
 
 def shm_entries(prefix: str) -> list[str]:

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perception.server._procs import iter_processes
+
 TEST_MODELS = Path(__file__).resolve().parents[1] / "triton_models"
 
 
 def stubs_with_prefix(prefix: str) -> list[int]:
     """Pids of python backend stubs whose shared-memory region name (an argument) has ``prefix``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            argv
-            and argv[0].endswith(b"triton_python_backend_stub")
-            and any(a.startswith(prefix.encode()) for a in argv)
-        ):
-            pids.append(int(entry.name))
-    return pids
+    return [
+        p.pid
+        for p in iter_processes(argv=True)
+        if p.argv and p.argv[0].endswith("triton_python_backend_stub") and any(a.startswith(prefix) for a in p.argv)
+    ]
 
 
 def shm_entries(prefix: str) -> list[str]:
