@@ -103,21 +103,22 @@ def _slower_models(repo: Path) -> None:
 
 #: ``/proc/<pid>/stat`` command names (15 characters at most) -> what the bench reports them as
 _PROCESS_KINDS = {
-    "ray::DriveWorke": "",  # ended with the run: the drives' own cpu_s count them
     "tritonserver": "tritonserver",
     "triton_python_b": "python backend stubs",
     "raylet": "ray (raylet, gcs, ...)",
     "gcs_server": "ray (raylet, gcs, ...)",
 }
+#: command names not counted: the workers end with the run, and the drives' own cpu_s count them
+_NOT_COUNTED = frozenset({"ray::DriveWorke"})
 
 
 def _cpu_by_process() -> dict[str, float]:
     """CPU seconds used so far by every process, summed per kind (:data:`_PROCESS_KINDS`, else other)."""
     out: dict[str, float] = {}
     for p in iter_processes():
-        kind = _PROCESS_KINDS.get(p.comm, "ray (raylet, gcs, ...)" if p.comm.startswith("ray::") else "other")
-        if not kind:
+        if p.comm in _NOT_COUNTED:
             continue
+        kind = _PROCESS_KINDS.get(p.comm, "ray (raylet, gcs, ...)" if p.comm.startswith("ray::") else "other")
         out[kind] = out.get(kind, 0.0) + p.cpu_ns / 1e9
     return out
 
