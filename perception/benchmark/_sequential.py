@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from perception.config import SensorConfig
 from perception.errors import ConnectError, PerceptionError
-from perception.scheduler import OUTPUTS, prepare_inputs
+from perception.scheduler import output_names, prepare_inputs
 from perception.types import Frame, SensorStatus
 
 __all__ = ["SequentialClient", "SequentialResult"]
@@ -125,7 +125,7 @@ class SequentialClient:
             infer_input = tgrpc.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             infer_input.set_data_from_numpy(array)
             infer_inputs.append(infer_input)
-        outputs = [tgrpc.InferRequestedOutput(name) for name in OUTPUTS[sensor.kind]]
+        outputs = [tgrpc.InferRequestedOutput(name) for name in output_names(sensor.kind)]
         response = self._client.infer(sensor.model, infer_inputs, outputs=outputs, client_timeout=self._timeout_s)
-        for name in OUTPUTS[sensor.kind]:  # decode like a real consumer would
+        for name in output_names(sensor.kind):  # decode like a real consumer would
             response.as_numpy(name)

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from perception.config._drive_source import default_camera_model
-from perception.config._model import Kind, RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
+from perception.config._model import RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
 
@@ -62,7 +62,7 @@ def resolve_sensors(
 
 
 def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, str]) -> SensorConfig:
-    kind: Kind = spec.kind.value
+    kind = spec.kind
     d = config.sensor_defaults.of(kind)
     model = d.model
     if model == AUTO:

@@ -56,7 +56,7 @@ LABEL_COLORS: Mapping[str, RGB] = {
 _ORDER = (_L, _C, _R)
 
 
-def source_kinds(sources: Iterable[str], kinds: Mapping[str, SensorKind]) -> frozenset[SensorKind]:
+def source_kinds(sources: Iterable[str], kinds: Mapping[str, str]) -> frozenset[str]:
     """Kinds of the named sensors (names not in ``kinds`` are ignored)."""
     return frozenset(kinds[s] for s in sources if s in kinds)
 

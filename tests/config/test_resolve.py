@@ -59,7 +59,7 @@ def test_sensor_defaults_and_trigger_from_the_profile(tmp_path: Path) -> None:
 
 
 def test_auto_trigger_without_a_lidar_is_the_first_camera() -> None:
-    rig = {n: s for n, s in RIG.items() if s.kind is not SensorKind.LIDAR}
+    rig = {n: s for n, s in RIG.items() if s.kind != SensorKind.LIDAR}
     cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
     assert cfg.trigger.sensor == "cam_back"  # first by name
 
