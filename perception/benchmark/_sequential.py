@@ -106,9 +106,7 @@ class SequentialClient:
         return SequentialResult(frame.frame_id, time.perf_counter_ns() - start, status, sensor_ns, errors)
 
     def _input_size(self, sensor: SensorConfig) -> tuple[int, int] | None:
-        """A camera model's network input from its served config (as the runtime reads it at start)."""
-        if sensor.kind != "camera":
-            return None
+        """A model's network input from its served config, if it states one (as the runtime reads it at start)."""
         if sensor.model not in self._input_sizes:
             from perception.triton import parse_model_config
 

@@ -12,12 +12,12 @@ from perception.types import SensorKind, SensorSpec
 
 __all__ = ["resolve_sensors"]
 
-# Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
-# else a camera, else a radar.
 #: ``model: auto`` in ``sensor_defaults``: the reference model for the drive's source.
 AUTO = "auto"
 _BUILTIN = SensorDefaults()
 
+# Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
+# else a camera, else a radar, else another registered kind (by name).
 _TRIGGER_ORDER = (SensorKind.LIDAR, SensorKind.CAMERA, SensorKind.RADAR)
 
 
@@ -50,8 +50,8 @@ def resolve_sensors(
     trigger = config.trigger
     if trigger.sensor is None and trigger.rate_hz is None:
         kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
-        for kind in _TRIGGER_ORDER:
-            names = sorted(n for n, k in kinds.items() if k == kind.value)
+        for kind in (*_TRIGGER_ORDER, *sorted(set(kinds.values()) - set(_TRIGGER_ORDER))):
+            names = sorted(n for n, k in kinds.items() if k == kind)
             if names:
                 trigger = TriggerConfig(sensor=names[0])
                 break

@@ -106,6 +106,7 @@ def is_image_kind(kind: str) -> bool:
     """Whether a kind's samples are images (stored as compressed images, with a calibration topic)."""
     return kind_def(kind).is_image
 
+
 #: Every schema a drive may contain, by MCAP schema name.
 SCHEMAS: Mapping[str, type[PbMessage]] = {
     cls.DESCRIPTOR.full_name: cls

@@ -660,7 +660,7 @@ async def evaluate_models(
 
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}", key="concurrency")
-    kinds = sorted({spec.kind for spec in evaluator.rig.values()}, )
+    kinds = sorted({spec.kind for spec in evaluator.rig.values()})
     models = {kind: evaluator.models[kind] for kind in kinds}
     await client.wait_ready(sorted(set(models.values())), timeout_s=ready_timeout_s)
     for kind, model in models.items():

@@ -34,6 +34,7 @@ from perception.viz._palette import (
     RADAR_COLOR,
     RGB,
     combination,
+    combination_color,
     source_kinds,
 )
 
@@ -102,8 +103,8 @@ def _boxes(dets: Sequence[Detection3D]) -> F64:
 
 
 def _color(d: Detection3D, kinds: Mapping[str, str]) -> tuple[str, RGB]:
-    name = combination(source_kinds(d.sources, kinds))
-    return name, COMBINATIONS[name]
+    present = source_kinds(d.sources, kinds)
+    return combination(present), combination_color(present)
 
 
 def _legend(ax: Any, entries: Sequence[tuple[str, Any]], *, loc: str, fontsize: float) -> None:
@@ -127,10 +128,10 @@ def _combo_handles(names: Sequence[str], width: float) -> list[tuple[str, Any]]:
     from matplotlib.lines import Line2D
 
     present = set(names)
+    ordered = [name for name in COMBINATIONS if name in present] + sorted(present - set(COMBINATIONS))
     return [
-        (f"fused: {name}", Line2D([], [], color=rgb, linewidth=width))
-        for name, rgb in COMBINATIONS.items()
-        if name in present
+        (f"fused: {name}", Line2D([], [], color=combination_color(name.split("+")), linewidth=width))
+        for name in ordered
     ]
 
 
