@@ -355,6 +355,23 @@ def test_plain_string_kind_and_single_sensor_name(tmp_path: Path) -> None:
         DriveWriter(tmp_path / "x.mcap", [SensorSpec("s", "sonar", "s", Transform(), "/s")])  # type: ignore[arg-type]
 
 
+def test_a_drive_of_a_kind_that_is_not_registered_names_it(tmp_path: Path) -> None:
+    import dataclasses
+
+    from perception.kinds import LIDAR, register_kind, unregister_kind
+
+    register_kind(dataclasses.replace(LIDAR, name="lidar_b"))
+    try:
+        with DriveWriter(tmp_path / "b.mcap", [SensorSpec("top", "lidar_b", "lidar_top", Transform(), "/top")]) as w:
+            w.write(_cloud())
+        with DriveReader(tmp_path / "b.mcap") as d:
+            assert d.rig["top"].kind == "lidar_b"
+    finally:
+        unregister_kind("lidar_b")
+    with pytest.raises(DriveError, match=r"sensor 'top' has unknown sensor kind 'lidar_b' \(known kinds: lidar"):
+        DriveReader(tmp_path / "b.mcap")
+
+
 def test_wrong_schema_on_a_fixed_topic(tmp_path: Path) -> None:
     path = tmp_path / "ego.mcap"
     write_raw(

@@ -29,12 +29,18 @@ MODELS = {"lidar_detector": "lidar", "radar_detector": "radar", "camera_detector
 
 
 def _config_tensors(text: str, section: str) -> list[TensorSpec]:
+    """The tensors of a ``config.pbtxt``'s ``input [...]`` or ``output [...]`` block (comments dropped)."""
     body = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
-    block = re.search(rf"\b{section}\s*\[(.*?)\n\]", body, re.S)
-    assert block, f"no {section} block"
+    start = re.search(rf"^{section}\s*\[", body, re.M)
+    assert start, f"no {section} block"
+    depth, i = 1, start.end()
+    while depth:
+        depth += {"[": 1, "]": -1}.get(body[i], 0)
+        i += 1
+    block = body[start.end() : i - 1]
     return [
         TensorSpec.from_config({"name": m[0], "data_type": m[1], "dims": m[2].replace(" ", "").split(",")})
-        for m in re.findall(r'name:\s*"(\w+)"\s*,?\s*data_type:\s*(\w+)\s*,?\s*dims:\s*\[([^\]]*)\]', block.group(1))
+        for m in re.findall(r'name:\s*"(\w+)"\s*,?\s*data_type:\s*(\w+)\s*,?\s*dims:\s*\[([^\]]*)\]', block)
     ]
 
 
@@ -43,10 +49,28 @@ def test_built_in_kinds_are_registered() -> None:
     assert kind_def("camera") is CAMERA and CAMERA.contract.batched and CAMERA.is_image
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
+def _test_models_by_kind() -> dict[str, str]:
+    """``tests/triton_models`` models that state their kind (``parameters kind``): path -> kind."""
+    out = {}
+    for config in sorted((ROOT / "tests" / "triton_models").glob("*/config.pbtxt")):
+        m = re.search(r'key:\s*"kind",\s*value:\s*\{\s*string_value:\s*"(\w+)"', config.read_text())
+        if m:
+            out[f"tests/triton_models/{config.parent.name}"] = m.group(1)
+    return out
+
+
+CONFIGS = {**{f"models/{m}": kind for m, kind in MODELS.items()}, **_test_models_by_kind()}
+
+
+def test_every_committed_model_is_checked() -> None:
+    assert sorted(p.name for p in (ROOT / "models").iterdir() if (p / "config.pbtxt").is_file()) == sorted(MODELS)
+    assert {"tests/triton_models/sleepy_lidar", "tests/triton_models/sleepy_camera"} <= set(CONFIGS)
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_model_configs_state_their_kinds_contract(model: str) -> None:
-    text = (ROOT / "models" / model / "config.pbtxt").read_text()
-    contract = kind_def(MODELS[model]).contract
+    text = (ROOT / model / "config.pbtxt").read_text()
+    contract = kind_def(CONFIGS[model]).contract
     assert _config_tensors(text, "input") == [TensorSpec(t.name, t.dtype, t.dims) for t in contract.inputs], "inputs"
     have = {t.name: t for t in _config_tensors(text, "output")}
     for want in contract.outputs:
