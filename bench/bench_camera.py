@@ -51,7 +51,7 @@ import numpy.typing as npt
 
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.modelkit import APAccumulator, CameraDetections, CameraDetector, YoloxDetector, camera_ground_truth
-from perception.scheduler import OUTPUTS, camera_input, scale_camera_boxes
+from perception.scheduler import camera_input, output_names, scale_camera_boxes
 from perception.types import LABELS, ImageSample, SensorKind, SensorSpec
 
 log = logging.getLogger("bench_camera")
@@ -98,7 +98,7 @@ def import_nuscenes(scene_root: Path, out: Path) -> Path:
 
 
 def camera_samples(reader: DriveReader) -> Iterator[tuple[SensorSpec, ImageSample]]:
-    cams = [name for name, spec in reader.rig.items() if spec.kind is SensorKind.CAMERA]
+    cams = [name for name, spec in reader.rig.items() if spec.kind == SensorKind.CAMERA]
     for sample in reader.samples(sensors=cams):
         assert isinstance(sample, ImageSample)
         yield reader.rig[sample.sensor], sample
@@ -249,7 +249,7 @@ async def frame_latency(frames: list[list[ImageSample]], repo: Path, size: tuple
     req: dict[str, list[float]] = {v: [] for v in variants}
     total: dict[str, list[float]] = {v: [] for v in variants}
     counts: dict[str, int] = dict.fromkeys(variants, 0)
-    outputs = OUTPUTS["camera"]
+    outputs = output_names("camera")
     server = EmbeddedTriton([REPO / "models", repo], log_path=repo.parent / "tritonserver.log", startup_timeout_s=180)
     async with server, TritonClient(ClientOptions(urls=(server.grpc_url,))) as client:
 
@@ -319,7 +319,7 @@ async def frame_latency(frames: list[list[ImageSample]], repo: Path, size: tuple
 def nuscenes_frames(drive: Path, limit: int) -> list[list[ImageSample]]:
     by_time: dict[int, list[ImageSample]] = {}
     with DriveReader(drive) as reader:
-        cams = sorted(n for n, s in reader.rig.items() if s.kind is SensorKind.CAMERA)
+        cams = sorted(n for n, s in reader.rig.items() if s.kind == SensorKind.CAMERA)
         frame: list[ImageSample] = []
         for _, sample in camera_samples(reader):
             frame.append(sample)

@@ -88,7 +88,7 @@ def real_data_root() -> Path:
 def drive_frames(path: Path, every: int, limit: int) -> Iterator[Frame]:
     """Lidar sweeps of a drive with the ground truth nearest in time, boxes moved into the lidar frame."""
     with DriveReader(path) as reader:
-        name = next(n for n, s in reader.rig.items() if s.kind is SensorKind.LIDAR)
+        name = next(n for n, s in reader.rig.items() if s.kind == SensorKind.LIDAR)
         ext = reader.rig[name].extrinsic
         rot, trans = ext.rotation_matrix(), np.array(ext.translation)
         yaw_ext = math.atan2(rot[1, 0], rot[0, 0])

@@ -45,7 +45,7 @@ def component_breakdown(scenario: str, seed: int, duration: float, compression: 
     with _freed_memory_kept(), tempfile.TemporaryDirectory(prefix="bench_sim_") as tmp:
         for t, name, k in sorted((t, s.name, k) for s in sim.rig.sensors
                                  for k, t in enumerate(sim.capture_times(s.name))):
-            kind = sim.rig.sensor(name).kind.value
+            kind = sim.rig.sensor(name).kind
             t0 = time.process_time()
             sim.scene(t)
             t1 = time.process_time()

@@ -64,7 +64,10 @@ def _frozen_array(a: npt.ArrayLike, dtype: npt.DTypeLike) -> npt.NDArray[np.gene
     return arr
 
 
-class SensorKind(str, enum.Enum):
+class SensorKind(enum.StrEnum):
+    """The names of the built-in sensor kinds (:mod:`perception.kinds` defines them; more can be
+    registered there). A :attr:`SensorSpec.kind` is a plain ``str``: compare it with ``==``."""
+
     CAMERA = "camera"
     LIDAR = "lidar"
     RADAR = "radar"
@@ -183,12 +186,18 @@ class SensorSpec:
     """A sensor of the rig: how it is named, where it is mounted, and where its data lives in a drive."""
 
     name: str
-    kind: SensorKind
+    #: A registered sensor kind's name (:func:`perception.kinds.kind_def`), e.g. ``"lidar"``; a
+    #: :class:`SensorKind` member is stored as its plain string value.
+    kind: str
     frame_id: str
     extrinsic: Transform  # base_link <- sensor frame
     topic: str
-    calibration: CameraCalibration | None = None  # cameras only
+    calibration: CameraCalibration | None = None  # image kinds only
     rate_hz: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kind, enum.Enum):
+            object.__setattr__(self, "kind", str(self.kind.value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from perception.config import SensorConfig
 from perception.errors import ConnectError, PerceptionError
-from perception.scheduler import OUTPUTS, prepare_inputs
+from perception.scheduler import output_names, prepare_inputs
 from perception.types import Frame, SensorStatus
 
 __all__ = ["SequentialClient", "SequentialResult"]
@@ -106,9 +106,7 @@ class SequentialClient:
         return SequentialResult(frame.frame_id, time.perf_counter_ns() - start, status, sensor_ns, errors)
 
     def _input_size(self, sensor: SensorConfig) -> tuple[int, int] | None:
-        """A camera model's network input from its served config (as the runtime reads it at start)."""
-        if sensor.kind != "camera":
-            return None
+        """A model's network input from its served config, if it states one (as the runtime reads it at start)."""
         if sensor.model not in self._input_sizes:
             from perception.triton import parse_model_config
 
@@ -125,7 +123,7 @@ class SequentialClient:
             infer_input = tgrpc.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             infer_input.set_data_from_numpy(array)
             infer_inputs.append(infer_input)
-        outputs = [tgrpc.InferRequestedOutput(name) for name in OUTPUTS[sensor.kind]]
+        outputs = [tgrpc.InferRequestedOutput(name) for name in output_names(sensor.kind)]
         response = self._client.infer(sensor.model, infer_inputs, outputs=outputs, client_timeout=self._timeout_s)
-        for name in OUTPUTS[sensor.kind]:  # decode like a real consumer would
+        for name in output_names(sensor.kind):  # decode like a real consumer would
             response.as_numpy(name)

@@ -72,7 +72,7 @@ def camera_samples(
     sim = Simulator(scenario, seed=seed, duration_s=duration_s)
     out: list[tuple[str, int, U8, list[Projected]]] = []
     for cfg in sim.rig.sensors:
-        if cfg.kind is not SensorKind.CAMERA:
+        if cfg.kind != SensorKind.CAMERA:
             continue
         times = sim.capture_times(cfg.name)
         if frame_step_s is None:

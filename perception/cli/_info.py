@@ -60,7 +60,7 @@ def _text(stats: DriveStats, rig: dict[str, SensorSpec], metadata: dict[str, str
     rows = [["name", "kind", "topic", "frame", "rate_hz", "measured_hz"]]
     for spec in rig.values():
         measured = stats.topics[spec.topic].rate_hz if spec.topic in stats.topics else 0.0
-        rows.append([spec.name, spec.kind.value, spec.topic, spec.frame_id, f"{spec.rate_hz:g}", f"{measured:.2f}"])
+        rows.append([spec.name, spec.kind, spec.topic, spec.frame_id, f"{spec.rate_hz:g}", f"{measured:.2f}"])
     lines += _table(rows)
     lines.append("topics:")
     damaged = bool(stats.damage.chunks)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         doc = stats.to_dict()
         doc["metadata"] = metadata
         doc["sensors"] = {
-            s.name: {"kind": s.kind.value, "topic": s.topic, "frame_id": s.frame_id, "rate_hz": s.rate_hz}
+            s.name: {"kind": s.kind, "topic": s.topic, "frame_id": s.frame_id, "rate_hz": s.rate_hz}
             for s in rig.values()
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -21,9 +21,9 @@ import anyio
 
 from perception.cli._args import port, positive_float
 from perception.errors import PerceptionError
+from perception.kinds import TensorSpec
 from perception.server import EmbeddedTriton, ModelStatus, describe_models
 from perception.server._locate import package_root
-from perception.triton import TensorSpec
 
 __all__ = ["default_model_repository", "format_model_table", "register", "run"]
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from perception.config._convert import reject_duplicates
 from perception.config._drive_source import is_simulated
+from perception.kinds import kind_def, known_kinds
 
 __all__ = [
     "BudgetConfig",
@@ -33,7 +34,6 @@ __all__ = [
     "TriggerConfig",
 ]
 
-Kind = Literal["camera", "lidar", "radar"]
 Transport = Literal["grpc", "shm", "auto"]
 Overflow = Literal["drop-oldest", "drop-newest", "block"]
 
@@ -91,7 +91,7 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class SensorConfig:
     name: str
-    kind: Kind
+    kind: str  # a registered sensor kind (perception.kinds)
     model: str
     topic: str | None = None  # default: the drive's conventional topic for this sensor
     transport: Transport = "auto"
@@ -102,6 +102,8 @@ class SensorConfig:
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"name: must be a non-empty identifier, got {self.name!r}")
+        if self.kind not in known_kinds():
+            raise ValueError(f"kind: expected one of the sensor kinds {', '.join(known_kinds())}, got {self.kind!r}")
         if not self.model:
             raise ValueError("model: must be a non-empty model name")
         _non_negative("sync_window_ms", self.sync_window_ms)
@@ -135,21 +137,31 @@ class KindDefaults:
         _positive("max_staleness_ms", self.max_staleness_ms)
 
 
+def _default_model(kind: str) -> str:
+    model = kind_def(kind).default_model
+    assert model is not None
+    return model
+
+
 @dataclass(frozen=True, slots=True)
 class SensorDefaults:
     """The default model and timing of each sensor kind, for the sensors a profile leaves to the drive."""
 
     #: ``auto``: by the drive's source (:func:`perception.config.default_camera_model`).
     camera: KindDefaults = field(default_factory=lambda: KindDefaults("auto"))
-    lidar: KindDefaults = field(default_factory=lambda: KindDefaults("lidar_detector", sync_window_ms=60.0))
-    radar: KindDefaults = field(default_factory=lambda: KindDefaults("radar_detector", transport="grpc"))
+    lidar: KindDefaults = field(default_factory=lambda: KindDefaults(_default_model("lidar"), sync_window_ms=60.0))
+    radar: KindDefaults = field(default_factory=lambda: KindDefaults(_default_model("radar"), transport="grpc"))
 
     def of(self, kind: str) -> KindDefaults:
-        """The defaults of ``kind`` (a :class:`~perception.types.SensorKind` value); KeyError if unknown."""
-        if kind not in ("camera", "lidar", "radar"):
+        """The defaults of ``kind``: this profile's for a built-in kind, else the registered kind's
+        default model (:attr:`perception.kinds.SensorKindDef.default_model`); KeyError if it has none."""
+        if kind in ("camera", "lidar", "radar"):
+            defaults: KindDefaults = getattr(self, kind)
+            return defaults
+        model = kind_def(kind).default_model if kind in known_kinds() else None
+        if model is None:
             raise KeyError(kind)
-        defaults: KindDefaults = getattr(self, kind)
-        return defaults
+        return KindDefaults(model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,18 +6,18 @@ import dataclasses
 from collections.abc import Mapping
 
 from perception.config._drive_source import default_camera_model
-from perception.config._model import Kind, RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
+from perception.config._model import RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
 
 __all__ = ["resolve_sensors"]
 
-# Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
-# else a camera, else a radar.
 #: ``model: auto`` in ``sensor_defaults``: the reference model for the drive's source.
 AUTO = "auto"
 _BUILTIN = SensorDefaults()
 
+# Which kind triggers a frame when the profile does not say: the lidar sweeps a drive is built around,
+# else a camera, else a radar, else another registered kind (by name).
 _TRIGGER_ORDER = (SensorKind.LIDAR, SensorKind.CAMERA, SensorKind.RADAR)
 
 
@@ -50,8 +50,8 @@ def resolve_sensors(
     trigger = config.trigger
     if trigger.sensor is None and trigger.rate_hz is None:
         kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
-        for kind in _TRIGGER_ORDER:
-            names = sorted(n for n, k in kinds.items() if k == kind.value)
+        for kind in (*_TRIGGER_ORDER, *sorted(set(kinds.values()) - set(_TRIGGER_ORDER))):
+            names = sorted(n for n, k in kinds.items() if k == kind)
             if names:
                 trigger = TriggerConfig(sensor=names[0])
                 break
@@ -62,7 +62,7 @@ def resolve_sensors(
 
 
 def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, str]) -> SensorConfig:
-    kind: Kind = spec.kind.value
+    kind = spec.kind
     d = config.sensor_defaults.of(kind)
     model = d.model
     if model == AUTO:

@@ -8,7 +8,7 @@ The format (topics, frames, schemas, units) is described in ``replay_data/README
 from __future__ import annotations
 
 from perception.drives._chunks import UNKNOWN_TOPICS
-from perception.drives._codec import POINT_FIELDS, topic_for
+from perception.drives._codec import kind_fields, topic_for
 from perception.drives._damage import DriveDamage
 from perception.drives._drive_stats import DriveStats
 from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
@@ -17,11 +17,11 @@ from perception.drives._writer import LIBRARY, DriveWriter
 __all__ = [
     "GT_TOLERANCE_NS",
     "LIBRARY",
-    "POINT_FIELDS",
     "UNKNOWN_TOPICS",
     "DriveDamage",
     "DriveReader",
     "DriveStats",
     "DriveWriter",
+    "kind_fields",
     "topic_for",
 ]

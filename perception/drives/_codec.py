@@ -38,13 +38,13 @@ from google.protobuf.message import DecodeError as PbDecodeError
 from google.protobuf.message import Message as PbMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from perception.kinds import kind_def, known_kinds
 from perception.types import (
     CameraCalibration,
     EgoPose,
     GroundTruth,
     GroundTruthObject,
     GroundTruthRegion,
-    SensorKind,
     SensorSpec,
     Transform,
 )
@@ -56,7 +56,6 @@ __all__ = [
     "FORMAT",
     "GROUND_TRUTH_TOPIC",
     "MAP_FRAME",
-    "POINT_FIELDS",
     "RIG_METADATA",
     "SCHEMAS",
     "TF_STATIC_TOPIC",
@@ -96,11 +95,17 @@ TF_TOPIC = "/tf"  # foxglove.FrameTransform: map -> base_link per ego pose (for 
 EGO_TOPIC = "/ego/odometry"  # foxglove.Odometry: the ego pose + velocity + yaw rate (source of truth)
 GROUND_TRUTH_TOPIC = "/ground_truth/objects"  # foxglove.SceneUpdate in base_link
 
-#: Point-cloud columns per sensor kind (all float32, packed in this order by the writer).
-POINT_FIELDS: Mapping[SensorKind, tuple[str, ...]] = {
-    SensorKind.LIDAR: ("x", "y", "z", "intensity"),
-    SensorKind.RADAR: ("x", "y", "z", "radial_velocity", "rcs"),
-}
+
+def kind_fields(kind: str) -> tuple[str, ...]:
+    """Point-cloud columns of a point kind (all float32, packed in this order by the writer): its
+    :attr:`~perception.kinds.SensorKindDef.point_fields`."""
+    return kind_def(kind).point_fields
+
+
+def is_image_kind(kind: str) -> bool:
+    """Whether a kind's samples are images (stored as compressed images, with a calibration topic)."""
+    return kind_def(kind).is_image
+
 
 #: Every schema a drive may contain, by MCAP schema name.
 SCHEMAS: Mapping[str, type[PbMessage]] = {
@@ -124,9 +129,9 @@ class DecodeError(ValueError):
     """A message does not decode to what the format says; the reader turns it into DriveError."""
 
 
-def topic_for(kind: SensorKind | str, name: str) -> str:
+def topic_for(kind: str, name: str) -> str:
     """Conventional data topic of a sensor: ``/sensors/<name>/points`` or ``.../image/compressed``."""
-    if SensorKind(kind) is SensorKind.CAMERA:
+    if is_image_kind(kind):
         return f"/sensors/{name}/image/compressed"
     return f"/sensors/{name}/points"
 
@@ -136,9 +141,9 @@ def calibration_topic(name: str) -> str:
     return f"/sensors/{name}/calibration"
 
 
-def sensor_schema(kind: SensorKind) -> str:
+def sensor_schema(kind: str) -> str:
     """Schema name of a sensor kind's data topic."""
-    return (CompressedImage if kind is SensorKind.CAMERA else PointCloud).DESCRIPTOR.full_name
+    return (CompressedImage if is_image_kind(kind) else PointCloud).DESCRIPTOR.full_name
 
 
 def decode(cls: type[PbMessage], data: bytes) -> Any:
@@ -524,7 +529,7 @@ class RigEntry:
     """One sensor of the ``perception.rig`` record."""
 
     name: str
-    kind: SensorKind
+    kind: str
     topic: str
     frame_id: str
     rate_hz: float
@@ -537,12 +542,12 @@ def encode_rig(rig: Sequence[SensorSpec]) -> dict[str, str]:
     for spec in rig:
         entry: dict[str, Any] = {
             "name": spec.name,
-            "kind": spec.kind.value,
+            "kind": spec.kind,
             "topic": spec.topic,
             "frame_id": spec.frame_id,
             "rate_hz": float(spec.rate_hz),
         }
-        if spec.kind is SensorKind.CAMERA:
+        if is_image_kind(spec.kind):
             entry["calibration_topic"] = calibration_topic(spec.name)
         sensors.append(entry)
     return {"format": FORMAT, "sensors": json.dumps(sensors, sort_keys=True, separators=(",", ":"))}
@@ -555,9 +560,12 @@ def decode_rig(record: Mapping[str, str]) -> list[RigEntry]:
     entries: list[RigEntry] = []
     try:
         for e in json.loads(record["sensors"]):
-            kind = SensorKind(e["kind"])
+            kind = e["kind"]
+            if kind not in known_kinds():
+                known = ", ".join(known_kinds())
+                raise DecodeError(f"sensor {e.get('name')!r} has unknown sensor kind {kind!r} (known kinds: {known})")
             cal = e.get("calibration_topic")
-            strings = (e["name"], e["topic"], e["frame_id"], *((cal,) if kind is SensorKind.CAMERA else ()))
+            strings = (e["name"], e["topic"], e["frame_id"], *((cal,) if is_image_kind(kind) else ()))
             if not all(isinstance(v, str) and v for v in strings):
                 raise DecodeError(f"sensor entry {e!r} has a missing or empty name/topic/frame_id/calibration_topic")
             if any(x.name == e["name"] or x.topic == e["topic"] for x in entries):

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perception.drives._damage import DriveDamage
-from perception.types import SensorKind
 
 __all__ = ["DriveStats", "TopicStats"]
 
@@ -56,7 +55,7 @@ class DriveStats:
     start_ns: int
     end_ns: int
     topics: Mapping[str, TopicStats]
-    sensors: Mapping[str, SensorKind]
+    sensors: Mapping[str, str]
     has_ground_truth: bool
     truncated: str | None = None
     damage: DriveDamage = field(default_factory=DriveDamage)
@@ -80,7 +79,7 @@ class DriveStats:
             "end_ns": self.end_ns,
             "duration_s": self.duration_s,
             "message_count": self.message_count,
-            "sensors": {name: kind.value for name, kind in self.sensors.items()},
+            "sensors": dict(self.sensors),
             "has_ground_truth": self.has_ground_truth,
             "truncated": self.truncated,
             "damage": self.damage.to_dict(),

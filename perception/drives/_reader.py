@@ -49,7 +49,6 @@ from perception.types import (
     GroundTruth,
     ImageSample,
     PointCloudSample,
-    SensorKind,
     SensorSpec,
     Transform,
 )
@@ -253,7 +252,7 @@ class DriveReader:
             self._schema_of(topic, schema)
         for e in entries:
             if self._schema_of(e.topic, codec.sensor_schema(e.kind)) is None:
-                raise self._err(f"no channel for {e.kind.value} sensor {e.name!r}", topic=e.topic)
+                raise self._err(f"no channel for {e.kind} sensor {e.name!r}", topic=e.topic)
         cal_topics = {e.calibration_topic: e for e in entries if e.calibration_topic is not None}
         for topic, e in cal_topics.items():
             if self._schema_of(topic, _CALIBRATION) is None:
@@ -432,7 +431,7 @@ class DriveReader:
     ) -> Iterator[PointCloudSample | ImageSample]:
         for ch, msg in self._raw(list(by_topic), start_ns, end_ns):
             spec = by_topic[ch.topic]
-            if spec.kind is SensorKind.CAMERA:
+            if codec.is_image_kind(spec.kind):
                 yield self._decode(ch, msg, _IMAGE, partial(_image, spec=spec))
             else:
                 yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
@@ -588,7 +587,7 @@ def _image(msg: Any, raw: Message, *, spec: SensorSpec) -> ImageSample:
 
 def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
     _check_frame(msg.frame_id, spec.frame_id)
-    fields = codec.POINT_FIELDS[spec.kind]
+    fields = codec.kind_fields(spec.kind)
     points = codec.decode_point_cloud(msg, fields)
     return PointCloudSample(spec.name, raw.log_time, spec.frame_id, points, fields, raw.sequence)
 

@@ -11,7 +11,6 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -27,13 +26,13 @@ from mcap_protobuf.schema import build_file_descriptor_set
 from perception import __version__
 from perception.drives import _codec as codec
 from perception.errors import DriveError
+from perception.kinds import known_kinds
 from perception.types import (
     LABELS,
     EgoPose,
     GroundTruth,
     ImageSample,
     PointCloudSample,
-    SensorKind,
     SensorSpec,
 )
 
@@ -60,10 +59,13 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
     for given in rig:
         if not isinstance(given, SensorSpec):
             raise DriveError(f"rig entries must be SensorSpec, got {type(given).__name__}", file=file)
-        try:
-            spec = replace(given, kind=SensorKind(given.kind))  # a plain "camera" string becomes the enum
-        except ValueError:
-            raise DriveError(f"unknown sensor kind {given.kind!r}", file=file, sensor=given.name) from None
+        if given.kind not in known_kinds():
+            raise DriveError(
+                f"unknown sensor kind {given.kind!r} (known kinds: {', '.join(known_kinds())})",
+                file=file,
+                sensor=given.name,
+            )
+        spec = given
         kind = spec.kind
         if not spec.name or not spec.topic.startswith("/"):
             raise DriveError(
@@ -73,7 +75,7 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
             raise DriveError(f"rate_hz must be finite and >= 0, got {spec.rate_hz}", file=file, sensor=spec.name)
         if spec.name in by_name:
             raise DriveError("duplicate sensor name in rig", file=file, sensor=spec.name)
-        own = [spec.topic] + ([codec.calibration_topic(spec.name)] if kind is SensorKind.CAMERA else [])
+        own = [spec.topic] + ([codec.calibration_topic(spec.name)] if codec.is_image_kind(kind) else [])
         for topic in own:
             if topic in topics:
                 raise DriveError("topic used twice in rig (or reserved)", file=file, topic=topic, sensor=spec.name)
@@ -88,8 +90,8 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
                 f"sensors {other.name!r} and {spec.name!r} share frame {spec.frame_id!r} with different extrinsics",
                 file=file,
             )
-        if kind is SensorKind.CAMERA and spec.calibration is None:
-            raise DriveError("camera has no calibration", file=file, sensor=spec.name)
+        if codec.is_image_kind(kind) and spec.calibration is None:
+            raise DriveError(f"{kind} has no calibration", file=file, sensor=spec.name)
         by_name[spec.name] = spec
     return by_name
 
@@ -168,19 +170,19 @@ class DriveWriter:
         if not 0 <= sample.seq <= _MAX_U32:
             raise DriveError(f"seq must be in [0, 2^32), got {sample.seq}", file=str(self.path), topic=spec.topic)
         msg: PbMessage
-        if spec.kind is SensorKind.CAMERA:
+        if codec.is_image_kind(spec.kind):
             if not isinstance(sample, ImageSample):
-                raise DriveError("camera sensors take ImageSample", file=str(self.path), topic=spec.topic)
+                raise DriveError(f"{spec.kind} sensors take ImageSample", file=str(self.path), topic=spec.topic)
             msg = codec.encode_image(t, spec.frame_id, sample.data, sample.format)
         else:
             if not isinstance(sample, PointCloudSample):
                 raise DriveError(
-                    f"{spec.kind.value} sensors take PointCloudSample", file=str(self.path), topic=spec.topic
+                    f"{spec.kind} sensors take PointCloudSample", file=str(self.path), topic=spec.topic
                 )
-            fields = codec.POINT_FIELDS[spec.kind]
+            fields = codec.kind_fields(spec.kind)
             if tuple(sample.fields) != fields:
                 raise DriveError(
-                    f"{spec.kind.value} points must have fields {fields}, got {tuple(sample.fields)}",
+                    f"{spec.kind} points must have fields {fields}, got {tuple(sample.fields)}",
                     file=str(self.path),
                     topic=spec.topic,
                 )
@@ -259,7 +261,7 @@ class DriveWriter:
 
         for spec in self._rig.values():
             channel(spec.topic, codec.SCHEMAS[codec.sensor_schema(spec.kind)])
-            if spec.kind is SensorKind.CAMERA:
+            if codec.is_image_kind(spec.kind):
                 channel(codec.calibration_topic(spec.name), codec.SCHEMAS["foxglove.CameraCalibration"])
         channel(codec.TF_STATIC_TOPIC, codec.SCHEMAS["foxglove.FrameTransforms"])
         channel(codec.TF_TOPIC, codec.SCHEMAS["foxglove.FrameTransform"])
@@ -272,7 +274,7 @@ class DriveWriter:
         self._next_static_ns = t_ns + STATIC_PERIOD_NS
         self._add(codec.TF_STATIC_TOPIC, t_ns, codec.encode_tf_static(t_ns, list(self._rig.values())))
         for spec in self._rig.values():
-            if spec.calibration is not None and spec.kind is SensorKind.CAMERA:
+            if spec.calibration is not None and codec.is_image_kind(spec.kind):
                 msg = codec.encode_calibration(t_ns, spec.frame_id, spec.calibration)
                 self._add(codec.calibration_topic(spec.name), t_ns, msg)
 

@@ -196,13 +196,13 @@ class DetectionEvaluator:
         boxes = np.column_stack([centers, sizes, yaws])
         for spec in self._rig.values():
             ext = spec.extrinsic.matrix()
-            if spec.kind is SensorKind.LIDAR:
+            if spec.kind == SensorKind.LIDAR:
                 seen[:] = True
-            elif spec.kind is SensorKind.CAMERA and spec.calibration is not None:
+            elif spec.kind == SensorKind.CAMERA and spec.calibration is not None:
                 cal = spec.calibration
                 proj = project_boxes(boxes, invert_transform(ext), cal.matrix(), cal.width, cal.height)
                 seen |= proj.in_image
-            elif spec.kind is SensorKind.RADAR:
+            elif spec.kind == SensorKind.RADAR:
                 rel = centers[:, :2] - ext[:2, 3]
                 bearing = np.arctan2(rel[:, 1], rel[:, 0]) - math.atan2(ext[1, 0], ext[0, 0])
                 seen |= np.abs((bearing + np.pi) % (2 * np.pi) - np.pi) <= self._half_fov

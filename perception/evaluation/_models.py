@@ -94,8 +94,8 @@ Array = npt.NDArray[Any]
 
 #: The model serving each sensor kind by default (``models/``; the profile's ``sensor_defaults``).
 #: These scores are taken on simulated drives: the camera model is the simulator's.
-DEFAULT_MODELS: Mapping[SensorKind, str] = {
-    kind: CAMERA_MODEL_SIMULATED if kind is SensorKind.CAMERA else SensorDefaults().of(kind.value).model
+DEFAULT_MODELS: Mapping[str, str] = {
+    kind: CAMERA_MODEL_SIMULATED if kind == SensorKind.CAMERA else SensorDefaults().of(kind.value).model
     for kind in SensorKind
 }
 
@@ -340,7 +340,7 @@ class ModelQualityEvaluator:
         rig: Mapping[str, SensorSpec],
         *,
         radar_coverage: Mapping[str, RadarCoverage] | None = None,
-        models: Mapping[SensorKind, str] = DEFAULT_MODELS,
+        models: Mapping[str, str] = DEFAULT_MODELS,
         settings: QualitySettings = QualitySettings(),
     ) -> None:
         self.rig = dict(rig)
@@ -365,11 +365,11 @@ class ModelQualityEvaluator:
         spec = self.rig.get(sensor)
         if spec is None:
             raise ConfigError(f"sensor {sensor!r} is not in the rig ({', '.join(self.rig)})", key="sensor")
-        model = self.models.get(spec.kind, spec.kind.value)
+        model = self.models.get(spec.kind, spec.kind)
         record: _Record
-        if spec.kind is SensorKind.CAMERA:
+        if spec.kind == SensorKind.CAMERA:
             record = self._camera(spec, model, outputs, ground_truth)
-        elif spec.kind is SensorKind.LIDAR:
+        elif spec.kind == SensorKind.LIDAR:
             record = self._lidar(spec, model, outputs, ground_truth)
         else:
             record = self._radar(spec, model, outputs, ground_truth, points)
@@ -543,9 +543,9 @@ class ModelQualityEvaluator:
 
     def frames(self) -> dict[str, int]:
         """Samples scored per model."""
-        counts = dict.fromkeys(sorted({self.models.get(s.kind, s.kind.value) for s in self.rig.values()}), 0)
+        counts = dict.fromkeys(sorted({self.models.get(s.kind, s.kind) for s in self.rig.values()}), 0)
         for sensor, _ in self._ordered():
-            counts[self.models.get(self.rig[sensor].kind, self.rig[sensor].kind.value)] += 1
+            counts[self.models.get(self.rig[sensor].kind, self.rig[sensor].kind)] += 1
         return counts
 
     def summary(self) -> dict[str, Any]:
@@ -632,7 +632,7 @@ class _Failure:
 @dataclass(frozen=True, slots=True)
 class _Job:
     sample: Sample
-    kind: SensorKind
+    kind: str
     inputs: dict[str, Array] = field(repr=False)
 
 
@@ -655,16 +655,16 @@ async def evaluate_models(
     the sample is not scored). A failed request raises its :class:`PerceptionError` (a quality score
     with holes in it would be misleading). ``progress(n)`` is called with the samples done so far.
     """
-    from perception.scheduler import OUTPUTS, prepare_inputs
+    from perception.scheduler import output_names, prepare_inputs
     from perception.triton import check_contract
 
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}", key="concurrency")
-    kinds = sorted({spec.kind for spec in evaluator.rig.values()}, key=lambda k: k.value)
+    kinds = sorted({spec.kind for spec in evaluator.rig.values()})
     models = {kind: evaluator.models[kind] for kind in kinds}
     await client.wait_ready(sorted(set(models.values())), timeout_s=ready_timeout_s)
     for kind, model in models.items():
-        check_contract(kind.value, await client.model_contract(model))
+        check_contract(kind, await client.model_contract(model))
 
     it = iter(samples)
 
@@ -673,7 +673,7 @@ async def evaluate_models(
             spec = evaluator.rig.get(sample.sensor)
             if spec is None:
                 continue  # not a sensor of the rig given to the evaluator
-            return _Job(sample, spec.kind, prepare_inputs(spec.kind.value, sample))
+            return _Job(sample, spec.kind, prepare_inputs(spec.kind, sample))
         return None
 
     failure = _Failure()
@@ -693,7 +693,7 @@ async def evaluate_models(
                 result = await client.infer(
                     models[job.kind],
                     job.inputs,
-                    outputs=OUTPUTS[job.kind.value],
+                    outputs=output_names(job.kind),
                     timeout_ns=round(timeout_s * 1e9),
                     sensor=s.sensor,
                     frame=s.seq,
@@ -702,7 +702,7 @@ async def evaluate_models(
                 if gt is None:
                     log.debug("%s at %d ns: no ground truth, not scored", s.sensor, s.t_ns)
                 else:
-                    points = s.points if job.kind is SensorKind.RADAR and isinstance(s, PointCloudSample) else None
+                    points = s.points if job.kind == SensorKind.RADAR and isinstance(s, PointCloudSample) else None
                     score = partial(evaluator.add, s.sensor, s.t_ns, result.outputs, gt, points=points)
                     await anyio.to_thread.run_sync(score)
                 done += 1

@@ -56,7 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.config import FusionConfig
-from perception.errors import InputError
+from perception.errors import ConfigError, InputError
 from perception.fusion import _kernels, _track_kernels
 from perception.fusion._associate import (
     assign,
@@ -72,7 +72,8 @@ from perception.fusion._motion import EgoAt, EgoMotion
 from perception.fusion._objects import Objects, Origin, SourceNames, filled
 from perception.fusion._params import CLASS_SIZES, FusionParams
 from perception.fusion._tracker import Tracker, detections_from_objects
-from perception.types import LABELS, Detection3D, Frame, SensorKind, SensorResult, SensorSpec, SensorStatus
+from perception.kinds import FusionRole, kind_def
+from perception.types import LABELS, Detection3D, Frame, SensorResult, SensorSpec, SensorStatus
 
 __all__ = ["Fuser", "warm_up"]
 
@@ -87,10 +88,22 @@ _CAR, _TRUCK, _PEDESTRIAN, _CYCLIST = (LABELS.index(n) for n in ("car", "truck",
 _LIDAR, _CAMERA, _RADAR = int(Origin.LIDAR), int(Origin.CAMERA), int(Origin.RADAR)  # plain ints: cheap to compare
 
 
+def _role(name: str, spec: SensorSpec) -> FusionRole:
+    """The fusion role of a rig's sensor; :class:`InputError` naming it when its kind is unknown or has
+    no fusion rule (caught at construction, not on the first frame)."""
+    try:
+        role = kind_def(spec.kind).fusion
+    except ConfigError as exc:
+        raise InputError(exc.message, sensor=name) from None
+    if role is None:
+        raise InputError(f"fusion has no rule for sensor kind {spec.kind!r} (it declares no fusion role)", sensor=name)
+    return role
+
+
 @dataclass(frozen=True, slots=True)
 class _Sensor:
     name: str
-    kind: SensorKind
+    role: FusionRole
     index: int
     extrinsic: F64  # base_link <- sensor
     k: F64  # camera matrix (identity for other kinds)
@@ -159,9 +172,10 @@ class Fuser:
         self._ego_at = ego_at
         sensors = []
         for i, (name, spec) in enumerate(rig.items()):
+            role = _role(name, spec)
             cal = spec.calibration
-            if spec.kind is SensorKind.CAMERA and cal is None:
-                raise InputError("camera has no calibration in the rig", sensor=name)
+            if role is FusionRole.IMAGE_BOXES and cal is None:
+                raise InputError(f"{spec.kind} has no calibration in the rig", sensor=name)
             k = cal.matrix() if cal is not None else np.eye(3)
             if not (np.isfinite(k).all() and k[0, 0] > 0 and k[1, 1] > 0 and np.array_equal(k[2], [0.0, 0.0, 1.0])):
                 raise InputError(f"camera matrix K must be [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0, got "
@@ -174,7 +188,7 @@ class Fuser:
             sensors.append(
                 _Sensor(
                     name=name,
-                    kind=spec.kind,
+                    role=role,
                     index=i,
                     extrinsic=spec.extrinsic.matrix(),
                     k=k,
@@ -200,7 +214,7 @@ class Fuser:
         for f in fields(self._empty):
             getattr(self._empty, f.name).setflags(write=False)
         self._radar_only_labels = np.array([_TRUCK, _CAR, _CYCLIST, _PEDESTRIAN], dtype=np.intp)  # by strength
-        self._radar_index = np.array([s.index for s in sensors if s.kind is SensorKind.RADAR], dtype=np.intp)
+        self._radar_index = np.array([s.index for s in sensors if s.role is FusionRole.DOPPLER_POINTS], dtype=np.intp)
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
@@ -250,11 +264,11 @@ class Fuser:
                 continue
             t_s = self._sample_time(frame, res)
             try:
-                if sensor.kind is SensorKind.LIDAR:
+                if sensor.role is FusionRole.BOXES_3D:
                     lidars.append((sensor, parse_lidar(res.outputs, sensor.name, prm.lidar_min_score), t_s))
-                elif sensor.kind is SensorKind.RADAR:
+                elif sensor.role is FusionRole.DOPPLER_POINTS:
                     radars.append((sensor, parse_radar(res.outputs, sensor.name, prm.radar_min_score), t_s))
-                else:
+                else:  # FusionRole.IMAGE_BOXES (every role is handled: see _role)
                     cameras.append((sensor, parse_camera(res.outputs, sensor.name, prm.camera_min_score), t_s))
             except InputError as exc:
                 self._warn_once(f"ignoring malformed outputs: {exc}")

@@ -1,4 +1,5 @@
-"""Validated views of the per-sensor model outputs fusion consumes (tensor names: ``scheduler.OUTPUTS``).
+"""Validated views of the per-sensor model outputs fusion consumes, one per fusion role (tensor names:
+the kinds' contracts, :mod:`perception.kinds`).
 
 A malformed output raises :class:`~perception.errors.InputError` naming the sensor and tensor; the
 fuser logs it and treats that sensor as missing for the frame. Rows with non-finite geometry, labels

@@ -401,9 +401,9 @@ def scene_results(
     for name, spec in rig.items():
         t_s = t_ns + (offsets_ns or {}).get(name, 0)
         objs = scene.objects_at(t_s)
-        if spec.kind is SensorKind.LIDAR:
+        if spec.kind == SensorKind.LIDAR:
             out[name] = lidar_result(rig, name, objs, t_ns=t_s, noise=lidar_noise, seed=rng)
-        elif spec.kind is SensorKind.CAMERA:
+        elif spec.kind == SensorKind.CAMERA:
             out[name] = camera_result(rig, name, objs, t_ns=t_s, pixel_noise=pixel_noise, seed=rng)
         else:
             full = rng.random(len(objs)) < radar_full_fraction
@@ -421,7 +421,7 @@ def imperfect(
     for name, res in results.items():
         o = {k: np.array(v) for k, v in res.outputs.items()}
         kind = rig[name].kind
-        if kind is SensorKind.CAMERA:
+        if kind == SensorKind.CAMERA:
             n = int(o["COUNT"][0])
             keep = np.flatnonzero(rng.random(n) > 0.15)
             for key in ("BOXES", "SCORES", "LABELS"):
@@ -436,7 +436,7 @@ def imperfect(
             keep = np.flatnonzero(rng.random(n) > 0.1)
             o = {k: v[keep] for k, v in o.items()}
             o["SCORES"] = rng.uniform(0.02, 1.0, keep.size).astype(np.float32)
-            if kind is SensorKind.RADAR:  # clutter: a few returns nowhere near an object
+            if kind == SensorKind.RADAR:  # clutter: a few returns nowhere near an object
                 c = int(rng.integers(0, 4))
                 pos = np.column_stack([rng.uniform(5, 80, c), rng.uniform(-30, 30, c), np.zeros(c)])
                 vel = np.where(rng.random((c, 1)) < 0.5, rng.normal(0, 3, (c, 2)), np.nan)

@@ -300,7 +300,7 @@ def _rig(
     for name, (kind, cs, records) in sorted(sensors.items(), key=lambda kv: (_KIND_ORDER[kv[1][0]], kv[0])):
         extrinsic = _transform(tables, "calibrated_sensor", cs)
         calibration = None
-        if kind is SensorKind.CAMERA:
+        if kind == SensorKind.CAMERA:
             k = cs["camera_intrinsic"]
             rec = records[0]
             try:
@@ -618,9 +618,9 @@ def _write(
                 continue
             n = seq[d.sensor]
             seq[d.sensor] += 1
-            if d.kind is SensorKind.LIDAR:
+            if d.kind == SensorKind.LIDAR:
                 out.write(_lidar(d, n))
-            elif d.kind is SensorKind.RADAR:
+            elif d.kind == SensorKind.RADAR:
                 out.write(_radar(d, n, out, radar_filters))
             else:
                 out.write(_camera(d, n))

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception._imageio import encode_jpeg
-from perception.drives import POINT_FIELDS, topic_for
+from perception.drives import kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
 from perception.importers._output import DriveOutput, ImportSummary
@@ -435,7 +435,7 @@ class _Converter:
             raise ValueError(f"header.frame_id {msg.header.frame_id!r} differs from the first one, {plan.ros_frame!r}")
         seq = self.seq[spec.name]
         self.seq[spec.name] += 1
-        if spec.kind is SensorKind.CAMERA:
+        if spec.kind == SensorKind.CAMERA:
             return self._image(plan, msgtype, msg, t_ns, seq)
         return self._cloud(plan, msg, t_ns, seq)
 
@@ -465,7 +465,7 @@ class _Converter:
         assert spec is not None
         have = set(point_fields(msg))
         names = ["x", "y", "z"]
-        if spec.kind is SensorKind.LIDAR:
+        if spec.kind == SensorKind.LIDAR:
             extra = [self._optional(spec.name, cfg.intensity, "intensity", have)]
         else:
             velocity = [cfg.radial_velocity] if cfg.radial_velocity is not None else list(cfg.velocity or ())
@@ -478,7 +478,7 @@ class _Converter:
             self.out.skip(f"{spec.name}: points with non-finite x/y/z (dropped)", dropped)
         xyz = cols[:, :3]
         rest = iter(range(3, cols.shape[1]))
-        if spec.kind is SensorKind.LIDAR:
+        if spec.kind == SensorKind.LIDAR:
             intensity = cols[:, next(rest)] if extra[0] is not None else np.zeros(len(cols), np.float32)
             points = np.column_stack([xyz, intensity])
         else:
@@ -491,7 +491,7 @@ class _Converter:
                 vr = compensate_radial_velocity(xyz, vr, spec.extrinsic, v, w)
             rcs = cols[:, next(rest)] if extra[-1] is not None else np.zeros(len(cols), np.float32)
             points = np.column_stack([xyz, vr, rcs])
-        fields = POINT_FIELDS[spec.kind]
+        fields = kind_fields(spec.kind)
         return PointCloudSample(spec.name, t_ns, spec.frame_id, points.astype(np.float32), fields, seq)
 
     def _optional(self, sensor: str, configured: str | None, default: str, have: set[str]) -> str | None:

@@ -175,7 +175,7 @@ def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
 def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
     """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
     with DriveReader(drive) as reader:
-        kinds = {name: spec.kind.value for name, spec in reader.rig.items()}
+        kinds = {name: spec.kind for name, spec in reader.rig.items()}
         samples = list(reader.samples())
         egos = reader.ego_poses()
     if not samples:

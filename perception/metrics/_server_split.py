@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import anyio
 
 from perception.errors import PerceptionError
+from perception.kinds import kind_def
 from perception.types import SERVER_STAGES, FrameResult, FrameStatus, SensorStatus
 
 __all__ = ["FrameRequest", "ServerSplitter", "frame_requests", "with_in_flight"]
@@ -62,9 +63,9 @@ def frame_requests(
 ) -> list[FrameRequest]:
     """The requests behind ``result``; ``sensors`` are ``(name, kind, model)`` as configured.
 
-    A sensor that was missing or skipped sent nothing. With batched camera requests the cameras of one
-    model share one request, answered when any of them is ok (a camera whose image failed to decode is
-    left out of the batch, not sent).
+    A sensor that was missing or skipped sent nothing. With batched camera requests the sensors of a
+    batching kind (cameras) of one model share one request, answered when any of them is ok (a camera
+    whose image failed to decode is left out of the batch, not sent).
     """
     out: list[FrameRequest] = []
     batches: dict[str, list[tuple[str, SensorStatus]]] = {}
@@ -72,7 +73,7 @@ def frame_requests(
         r = result.sensors.get(name)
         if r is None or r.status not in _SENT:
             continue
-        if kind == "camera" and batched_cameras:
+        if batched_cameras and kind_def(kind).contract.batched:  # as the dispatcher groups them
             batches.setdefault(model, []).append((name, r.status))
         else:
             out.append(FrameRequest(model, (name,), r.status is SensorStatus.OK))

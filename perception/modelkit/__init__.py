@@ -14,16 +14,6 @@ from ._camera import (
     preprocess_images,
     validate_image_batch,
 )
-from ._contracts import (
-    CAMERA_INPUT_SIZE_KEYS,
-    CAMERA_INPUTS,
-    CAMERA_OUTPUTS,
-    LIDAR_INPUTS,
-    LIDAR_OUTPUTS,
-    RADAR_INPUTS,
-    RADAR_MIN_COLUMNS,
-    RADAR_OUTPUTS,
-)
 from ._lidar import (
     LidarDetections,
     LidarParams,
@@ -49,7 +39,6 @@ from ._radar import (
     split_by_motion,
 )
 from ._synthetic import SyntheticBox, synthetic_lidar_sweep, synthetic_radar_returns
-from ._tensors import TRITON_DTYPES, TensorSpec, triton_dtype_name
 from ._triton import (
     Checkpoint,
     RequestCancelled,
@@ -70,17 +59,8 @@ from ._yolox import (
 )
 
 __all__: list[str] = [
-    "CAMERA_INPUTS",
-    "CAMERA_INPUT_SIZE_KEYS",
-    "CAMERA_OUTPUTS",
     "COCO_CLASSES",
     "COCO_TO_LABEL",
-    "LIDAR_INPUTS",
-    "LIDAR_OUTPUTS",
-    "RADAR_INPUTS",
-    "RADAR_MIN_COLUMNS",
-    "RADAR_OUTPUTS",
-    "TRITON_DTYPES",
     "APAccumulator",
     "APResult",
     "CameraDetections",
@@ -99,7 +79,6 @@ __all__: list[str] = [
     "RequestCancelled",
     "SizePrior",
     "SyntheticBox",
-    "TensorSpec",
     "TritonModel",
     "YoloxDetector",
     "YoloxDetectorModel",
@@ -129,7 +108,6 @@ __all__: list[str] = [
     "split_by_motion",
     "synthetic_lidar_sweep",
     "synthetic_radar_returns",
-    "triton_dtype_name",
     "validate_image_batch",
     "voxel_downsample",
     "yolox_preprocess",

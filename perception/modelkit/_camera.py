@@ -29,10 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.errors import InputError, ModelContractError
+from perception.kinds import CAMERA, CAMERA_INPUT_SIZE_KEYS, TensorSpec
 from perception.types import LABELS
 
-from ._contracts import CAMERA_INPUT_SIZE_KEYS, CAMERA_INPUTS, CAMERA_OUTPUTS
-from ._tensors import TensorSpec
 from ._triton import Arrays, Checkpoint, RequestCancelled, TritonModel, config_parameter, params_from_config
 
 __all__ = [
@@ -77,7 +76,7 @@ MAX_DETECTIONS = 100
 MAX_IMAGE_SIDE = 8192
 MAX_IMAGE_PIXELS = 40_000_000
 #: Name of the model's image input tensor.
-CAMERA_INPUT = CAMERA_INPUTS[0].name
+CAMERA_INPUT = CAMERA.contract.inputs[0].name
 #: Output names of the exported network, in order.
 ONNX_OUTPUTS = ("heatmap", "size", "offset")
 
@@ -90,7 +89,7 @@ _MAX_LOG_SIZE = math.log(2 * max(NET_WIDTH, NET_HEIGHT) / OUTPUT_STRIDE)
 
 
 #: The image input with its batch dimension, as a request carries it.
-_BATCHED_IMAGE = TensorSpec(CAMERA_INPUT, "TYPE_UINT8", (-1, -1, -1, 3), description="RGB images [B, H, W, 3]")
+_BATCHED_IMAGE = TensorSpec(CAMERA_INPUT, "UINT8", (-1, -1, -1, 3), description="RGB images [B, H, W, 3]")
 
 
 def validate_image_batch(array: npt.NDArray[Any] | None, *, model: str | None = None) -> U8:
@@ -438,8 +437,8 @@ class CameraDetectorModel(TritonModel):
     gave up, ``INTERNAL`` when the network fails).
     """
 
-    INPUTS: ClassVar[tuple[TensorSpec, ...]] = CAMERA_INPUTS
-    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = CAMERA_OUTPUTS
+    INPUTS: ClassVar[tuple[TensorSpec, ...]] = CAMERA.contract.inputs
+    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = CAMERA.contract.outputs
     MAX_BATCH_SIZE: ClassVar[int | None] = 8
     ONNX_FILE: ClassVar[str] = "camera_detector.onnx"
 
@@ -566,7 +565,7 @@ class _Staged:
     letterboxes: list[Letterbox]
 
 
-_OUTPUT_NAMES = tuple(spec.name for spec in CAMERA_OUTPUTS)
+_OUTPUT_NAMES = tuple(spec.name for spec in CAMERA.contract.outputs)
 
 
 def _cancelled(request: Any) -> bool:

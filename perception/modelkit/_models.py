@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._contracts import LIDAR_INPUTS, LIDAR_OUTPUTS, RADAR_INPUTS, RADAR_OUTPUTS
+from perception.kinds import LIDAR, RADAR, TensorSpec
+
 from ._lidar import LidarParams, detect_lidar
 from ._radar import RadarParams, detect_radar
-from ._tensors import TensorSpec
 from ._triton import Arrays, Checkpoint, TritonModel, params_from_config
 
 __all__ = ["LidarDetectorModel", "RadarDetectorModel"]
@@ -21,8 +21,8 @@ __all__ = ["LidarDetectorModel", "RadarDetectorModel"]
 class LidarDetectorModel(TritonModel):
     """``POINTS [N,4]`` -> ``BOXES [M,7]``, ``LABELS [M]``, ``SCORES [M]`` (see :func:`detect_lidar`)."""
 
-    INPUTS: ClassVar[tuple[TensorSpec, ...]] = LIDAR_INPUTS
-    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = LIDAR_OUTPUTS
+    INPUTS: ClassVar[tuple[TensorSpec, ...]] = LIDAR.contract.inputs
+    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = LIDAR.contract.outputs
     params = LidarParams()
 
     def setup(self, config: Mapping[str, Any]) -> None:
@@ -36,8 +36,8 @@ class LidarDetectorModel(TritonModel):
 class RadarDetectorModel(TritonModel):
     """``POINTS [N,>=5]`` -> per-object ``POSITIONS``, ``RADIAL_VELOCITY``, ``VELOCITY``, ``RCS``, ``SCORES``."""
 
-    INPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR_INPUTS
-    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR_OUTPUTS
+    INPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR.contract.inputs
+    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR.contract.outputs
     params = RadarParams()
 
     def setup(self, config: Mapping[str, Any]) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from perception.kinds import kind_def
+
 __all__ = ["EchoModel", "FailerModel", "KindSleeperModel", "SleeperModel"]
 
 _CANCEL_CHECK_S = 0.002
@@ -106,25 +108,6 @@ class EchoModel:
         return responses
 
 
-#: Empty outputs per sensor kind (per batch element for the camera), as the contracts define them.
-_EMPTY: dict[str, dict[str, tuple[tuple[int, ...], Any]]] = {
-    "lidar": {"BOXES": ((0, 7), np.float32), "LABELS": ((0,), np.int32), "SCORES": ((0,), np.float32)},
-    "radar": {
-        "POSITIONS": ((0, 3), np.float32),
-        "RADIAL_VELOCITY": ((0,), np.float32),
-        "VELOCITY": ((0, 2), np.float32),
-        "RCS": ((0,), np.float32),
-        "SCORES": ((0,), np.float32),
-    },
-    "camera": {
-        "BOXES": ((100, 4), np.float32),
-        "SCORES": ((100,), np.float32),
-        "LABELS": ((100,), np.int32),
-        "COUNT": ((1,), np.int32),
-    },
-}
-
-
 class KindSleeperModel:
     """A sensor-kind contract with a known latency and no detections."""
 
@@ -132,16 +115,18 @@ class KindSleeperModel:
         self.name = args["model_name"]
         self.kind = _parameter(args, "kind", "lidar")
         self.delay_ms = float(_parameter(args, "delay_ms", "0"))
-        self.input = "IMAGE" if self.kind == "camera" else "POINTS"
+        contract = kind_def(self.kind).contract  # empty outputs of the kind's contract (-1 dims empty)
+        self.input = contract.inputs[0].name
+        self.batched = contract.batched
+        self.empty = [(t.name, tuple(0 if d == -1 else d for d in t.dims), t.numpy_dtype) for t in contract.outputs]
 
     def _one(self, request: Any) -> Any:
         data = pb_utils.get_input_tensor_by_name(request, self.input).as_numpy()
         cancelled = _sleep(request, _request_delay_ms(request, self.delay_ms) / 1000.0, self.name)
         if cancelled is not None:
             return cancelled
-        batch = (data.shape[0],) if self.kind == "camera" else ()
-        empty = _EMPTY[self.kind].items()
-        tensors = [pb_utils.Tensor(name, np.zeros(batch + shape, dtype=dtype)) for name, (shape, dtype) in empty]
+        batch = (data.shape[0],) if self.batched else ()
+        tensors = [pb_utils.Tensor(name, np.zeros(batch + shape, dtype=dtype)) for name, shape, dtype in self.empty]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """The Triton python-backend glue every reference model shares.
 
 A model's ``model.py`` is a thin subclass of :class:`TritonModel`: it declares its tensor contract
-(:class:`~perception.modelkit.TensorSpec` tuples), reads its parameters in :meth:`TritonModel.setup`,
+(:class:`~perception.kinds.TensorSpec` tuples), reads its parameters in :meth:`TritonModel.setup`,
 and implements :meth:`TritonModel.run` on plain numpy arrays. This base class does the rest:
 
 * checks at load time that ``config.pbtxt`` declares exactly the contract (fails the load otherwise);
@@ -30,8 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.errors import InputError, ModelContractError
-
-from ._tensors import TensorSpec
+from perception.kinds import TensorSpec
 
 __all__ = [
     "Checkpoint",
@@ -118,10 +117,10 @@ def check_model_config(
             )
         for spec in specs:
             entry = declared[spec.name]
-            if entry.get("data_type") != spec.data_type or _dims(entry) != spec.dims:
+            if entry.get("data_type") != spec.config_dtype or _dims(entry) != spec.dims:
                 raise ModelContractError(
                     f"{kind} {spec.name} is {entry.get('data_type')} {list(_dims(entry))} in the config, "
-                    f"the model implements {spec.data_type} {list(spec.dims)}",
+                    f"the model implements {spec.config_dtype} {list(spec.dims)}",
                     model=name,
                 )
 
@@ -253,7 +252,7 @@ class TritonModel(abc.ABC):
             outputs = self.run(inputs, timer)
             tensors = []
             for spec in self.OUTPUTS:
-                array = np.ascontiguousarray(outputs[spec.name], dtype=spec.dtype)
+                array = np.ascontiguousarray(outputs[spec.name], dtype=spec.numpy_dtype)
                 spec.validate(array, model=self.model_name)  # a contract bug here is ours: INTERNAL
                 tensors.append(self._pb.Tensor(spec.name, array))
         except InputError as exc:

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.errors import ModelContractError
+from perception.kinds import CAMERA_INPUT_SIZE_KEYS
 from perception.types import LABELS
 
 from ._camera import (
@@ -39,7 +40,6 @@ from ._camera import (
     letterbox_image,
     onnx_session,
 )
-from ._contracts import CAMERA_INPUT_SIZE_KEYS
 from ._triton import params_from_config
 
 __all__ = [

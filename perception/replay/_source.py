@@ -41,16 +41,16 @@ def match_rig(config: RuntimeConfig, reader: DriveReader) -> dict[str, SensorSpe
     for i, s in enumerate(config.sensors):
         spec = by_topic.get(s.topic) if s.topic else reader.rig.get(s.name)
         if spec is None:
-            have = ", ".join(f"{n} ({sp.kind.value})" for n, sp in reader.rig.items())
+            have = ", ".join(f"{n} ({sp.kind})" for n, sp in reader.rig.items())
             what = f"topic {s.topic!r}" if s.topic else f"sensor {s.name!r}"
             raise ConfigError(
                 f"{what} is not in drive {reader.path} (it has: {have})",
                 file=str(config.source) if config.source else None,
                 key=f"sensors[{i}]",
             )
-        if spec.kind.value != s.kind:
+        if spec.kind != s.kind:
             raise ConfigError(
-                f"sensor {s.name!r} is configured as {s.kind} but is a {spec.kind.value} in drive {reader.path}",
+                f"sensor {s.name!r} is configured as {s.kind} but is a {spec.kind} in drive {reader.path}",
                 file=str(config.source) if config.source else None,
                 key=f"sensors[{i}].kind",
             )

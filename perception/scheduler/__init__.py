@@ -6,11 +6,10 @@ from perception.scheduler._align import FrameAssembler
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import FusionStage, Runtime, client_options, server_time_breakdown
-from perception.scheduler._tensors import OUTPUTS, camera_input, prepare_inputs, scale_camera_boxes
+from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
-    "OUTPUTS",
     "FrameAssembler",
     "FusionStage",
     "InferClient",
@@ -19,6 +18,7 @@ __all__ = [
     "ThreadedRuntime",
     "camera_input",
     "client_options",
+    "output_names",
     "prepare_inputs",
     "scale_camera_boxes",
     "server_time_breakdown",

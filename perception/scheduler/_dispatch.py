@@ -30,12 +30,11 @@ from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError, InputError, PerceptionError
 from perception.scheduler._circuit import CircuitBreaker
 from perception.scheduler._tensors import (
-    OUTPUTS,
-    camera_batch,
-    camera_input,
+    batch_groups,
     decode_inline,
-    prepare_inputs,
+    output_names,
     scale_camera_boxes,
+    sensor_kind,
     split_batch,
 )
 from perception.triton import InferRequest
@@ -76,7 +75,7 @@ class SensorOutcome:
     end_ns: int = 0
     stages: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
-    #: Camera: factors from the pixels of the image sent to the original's (decoded at the model's scale).
+    #: Image kinds: factors from the pixels of the image sent to the original's (decoded at the model's scale).
     box_scale: tuple[float, float] = (1.0, 1.0)
 
 
@@ -101,6 +100,8 @@ class Dispatcher:
         self._client = client
         self._input_sizes = dict(input_sizes or {})
         self._sensors = [s for s in sensors if s.enabled]
+        #: Sensors of a batching kind (camera): one request per model for all of them.
+        self._batched = {s.name: sensor_kind(s.kind, s.name).contract.batched for s in self._sensors}
         self._pipeline = pipeline
         self._clock = clock
         self.breakers: dict[str, CircuitBreaker] = {}
@@ -128,7 +129,7 @@ class Dispatcher:
                 oc.status = SensorStatus.MISSING
                 continue
             oc.sample_t_ns = sample.t_ns
-            if s.kind == "camera" and self._pipeline.camera_requests == "batched":
+            if self._batched[s.name] and self._pipeline.camera_requests == "batched":
                 cams.setdefault(s.model, []).append(s)
             else:
                 groups.append((s.model, [s]))
@@ -199,7 +200,7 @@ class Dispatcher:
                     InferRequest(
                         model,
                         inputs,
-                        outputs=OUTPUTS[kind],
+                        outputs=output_names(kind),
                         timeout_ns=max(timeout, 1_000_000),
                         request_id=f"{frame.frame_id}:{names}",
                         sensor=names,
@@ -235,7 +236,7 @@ class Dispatcher:
         for s in members:
             oc = outcomes[s.name]
             oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
-            if kind == "camera":
+            if oc.box_scale != (1.0, 1.0):  # an image sent at another scale than the original's
                 oc.outputs = scale_camera_boxes(oc.outputs, oc.box_scale)
             oc.status = SensorStatus.OK
             oc.end_ns = end
@@ -245,58 +246,65 @@ class Dispatcher:
     async def _prepare(
         self, frame: Frame, members: list[SensorConfig], outcomes: dict[str, SensorOutcome]
     ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int]]:
-        """Build the request tensors; cameras of one model are stacked into one batch."""
+        """Build the request tensors; sensors of a batching kind (cameras) of one model are stacked into
+        one batch. A sample becomes tensors by its kind's ``prepare``; images too large to decode on the
+        event loop are prepared in worker threads."""
         kind = members[0].kind
-        if kind != "camera":
+        defn = sensor_kind(kind, members[0].name)
+        input_size = self._input_sizes.get(members[0].model)
+        if not defn.contract.batched:
             (s,) = members
             sample = frame.samples[s.name]
             assert sample is not None
-            return prepare_inputs(kind, sample), {}
-        decoded: dict[str, npt.NDArray[np.uint8]] = {}
-        input_size = self._input_sizes.get(members[0].model)
+            tensors, outcomes[s.name].box_scale = defn.prepare(sample, input_size)
+            return tensors, {}
+        prepared: dict[str, dict[str, npt.NDArray[Any]]] = {}
 
-        def decode(s: SensorConfig, sample: Sample) -> None:
+        def prepare(s: SensorConfig, sample: Sample) -> None:
             try:
-                decoded[s.name], outcomes[s.name].box_scale = camera_input(sample, input_size)
+                prepared[s.name], outcomes[s.name].box_scale = defn.prepare(sample, input_size)
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
 
-        async def decode_in_thread(s: SensorConfig, sample: Sample) -> None:
+        async def prepare_in_thread(s: SensorConfig, sample: Sample) -> None:
             try:
                 # A big image can take longer than the frame's budget: at the deadline the join
                 # abandons the decode (the thread finishes on its own) instead of waiting for it.
-                image, scale = await anyio.to_thread.run_sync(camera_input, sample, input_size, abandon_on_cancel=True)
+                tensors, scale = await anyio.to_thread.run_sync(
+                    defn.prepare, sample, input_size, abandon_on_cancel=True
+                )
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
                 return
-            decoded[s.name], outcomes[s.name].box_scale = image, scale
+            prepared[s.name], outcomes[s.name].box_scale = tensors, scale
 
         inline: list[tuple[SensorConfig, Sample]] = []
         threaded: list[tuple[SensorConfig, Sample]] = []
         for s in members:
             sample = frame.samples[s.name]
             assert sample is not None
-            small = isinstance(sample, ImageSample) and decode_inline(sample)
+            small = not isinstance(sample, ImageSample) or decode_inline(sample)
             (inline if small else threaded).append((s, sample))
         if len(threaded) == 1 and not inline:
-            await decode_in_thread(*threaded[0])
+            await prepare_in_thread(*threaded[0])
         elif threaded:
             async with anyio.create_task_group() as tg:
                 for s, sample in threaded:  # the threads start first, the small ones decode meanwhile
-                    tg.start_soon(decode_in_thread, s, sample)
+                    tg.start_soon(prepare_in_thread, s, sample)
                 await anyio.lowlevel.checkpoint()
                 for s, sample in inline:
-                    decode(s, sample)
+                    prepare(s, sample)
         else:
             for s, sample in inline:
-                decode(s, sample)
-        ok = [s for s in members if s.name in decoded]
-        images = [decoded[s.name] for s in ok]
+                prepare(s, sample)
+        ok = [s for s in members if s.name in prepared]
+        rows = [prepared[s.name] for s in ok]
         if not ok:
-            raise InputError("every camera in the batch failed preprocessing", sensor=",".join(s.name for s in members))
+            names = ",".join(s.name for s in members)
+            raise InputError(f"every {kind} in the batch failed preprocessing", sensor=names)
         if len(ok) == 1:
-            return {"IMAGE": images[0][None]}, {ok[0].name: 0}
-        groups = camera_batch(images)
+            return {name: t[None] for name, t in rows[0].items()}, {ok[0].name: 0}
+        groups = batch_groups(rows)
         # Cameras of different resolutions cannot share a batch: keep the largest group in this
         # request and mark the rest as errors with a clear reason (configure per_camera for them).
         main = max(groups, key=len)
@@ -304,8 +312,8 @@ class Dispatcher:
             if g is not main:
                 for i in g:
                     self._fail([ok[i]], outcomes, "image size differs from the other cameras in the batch")
-        batch = np.stack([images[i] for i in main])
-        return {"IMAGE": batch}, {ok[i].name: j for j, i in enumerate(main)}
+        batch = {name: np.stack([rows[i][name] for i in main]) for name in rows[main[0]]}
+        return batch, {ok[i].name: j for j, i in enumerate(main)}
 
     def _observe(self, model: str, ns: int) -> None:
         old = self.expected_ns.get(model)

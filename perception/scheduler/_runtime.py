@@ -15,6 +15,7 @@ in-flight frames up to the drain timeout, emits every record, and releases the c
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
@@ -28,7 +29,7 @@ from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
-from perception.scheduler._tensors import OUTPUTS, prepare_inputs, warmup_inputs
+from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
     SERVER_STAGES,
@@ -219,7 +220,7 @@ class Runtime:
             contract = await client.model_contract(model)
             check_contract(kind, contract)
             self._instances[model] = contract.instances
-            if kind == "camera" and contract.input_size is not None:
+            if contract.input_size is not None:
                 self._input_sizes[model] = contract.input_size
 
     async def _warm_up(self) -> None:
@@ -243,23 +244,25 @@ class Runtime:
 
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
             try:
-                req = InferRequest(model, inputs, outputs=OUTPUTS[kind], request_id=f"warmup-{i}", sensor=sensor)
+                req = InferRequest(model, inputs, outputs=output_names(kind), request_id=f"warmup-{i}", sensor=sensor)
                 await client.infer_request(req)
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
         async def one(model: str, kind: str, sensor: str) -> None:
-            spec = self.rig.get(sensor)
-            inputs = warmup_inputs(kind, spec)
+            sample = sensor_kind(kind, sensor).warmup(sensor, self.rig.get(sensor))
+            input_size = self._input_sizes.get(model)
             try:
                 with anyio.fail_after(timeout_s):
-                    if kind == "camera":
+                    if isinstance(sample, ImageSample):
                         # Frames decode full-size images in a worker thread: take the same path, so
                         # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
                         inputs = await anyio.to_thread.run_sync(
-                            _through_decoder, inputs, sensor, self._input_sizes.get(model)
+                            functools.partial(prepare_inputs, kind, sample, input_size=input_size)
                         )
+                    else:
+                        inputs = prepare_inputs(kind, sample, input_size=input_size)
                     async with anyio.create_task_group() as tg:
                         for i in range(self._instances.get(model, 1)):
                             tg.start_soon(request, model, inputs, kind, sensor, i)
@@ -399,17 +402,6 @@ class Runtime:
     def stopping(self) -> bool:
         """True once :meth:`stop` was called."""
         return self._stopping
-
-
-def _through_decoder(
-    inputs: Mapping[str, Any], sensor: str, input_size: tuple[int, int] | None = None
-) -> dict[str, Any]:
-    """Camera warm-up inputs encoded as a JPEG sample and prepared like a frame's (decode included,
-    at the model's scale)."""
-    from perception._imageio import encode_jpeg
-
-    sample = ImageSample(sensor, 0, sensor, encode_jpeg(inputs["IMAGE"][0]))
-    return prepare_inputs("camera", sample, input_size=input_size)
 
 
 def server_time_breakdown(

@@ -1,7 +1,8 @@
-"""Sample -> request tensors, and batched response -> per-sensor outputs, by sensor kind.
+"""Sample -> request tensors, and batched response -> per-sensor outputs.
 
-Tensor names follow the contracts in ``models/README.md`` (checked at start by
-:func:`perception.triton.check_contract`).
+What a sample of each kind becomes is the kind's own (:attr:`perception.kinds.SensorKindDef.prepare`);
+this module adds the batch dimension of a batching kind and the scheduling helpers around it. Tensor
+names follow the kinds' contracts (checked at start by :func:`perception.triton.check_contract`).
 """
 
 from __future__ import annotations
@@ -12,30 +13,36 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception.errors import InputError
-from perception.types import ImageSample, PointCloudSample, Sample, SensorSpec
+from perception.errors import ConfigError, InputError
+from perception.kinds import SensorKindDef, camera_input, kind_def
+from perception.types import ImageSample, Sample
 
 __all__ = [
     "INLINE_DECODE_PIXELS",
-    "OUTPUTS",
-    "camera_batch",
+    "batch_groups",
     "camera_input",
     "decode_inline",
     "image_size",
+    "output_names",
     "prepare_inputs",
     "scale_camera_boxes",
+    "sensor_kind",
     "split_batch",
-    "warmup_inputs",
 ]
 
-#: Output tensors requested from each kind of model.
-OUTPUTS: Mapping[str, tuple[str, ...]] = {
-    "lidar": ("BOXES", "LABELS", "SCORES"),
-    "radar": ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES"),
-    "camera": ("BOXES", "SCORES", "LABELS", "COUNT"),
-}
 
-_POINT_COLUMNS = {"lidar": 4, "radar": 5}
+def sensor_kind(kind: str, sensor: str | None = None) -> SensorKindDef:
+    """The definition of ``kind``; :class:`InputError` naming the sensor when it is not registered."""
+    try:
+        return kind_def(kind)
+    except ConfigError as exc:
+        raise InputError(exc.message, sensor=sensor) from None
+
+
+def output_names(kind: str) -> tuple[str, ...]:
+    """Output tensors requested from a ``kind`` model (its contract's outputs)."""
+    return kind_def(kind).contract.output_names
+
 
 #: Images of at most this many pixels are decoded on the event loop, larger ones in a worker thread.
 #: A small image decodes in ~0.2 ms (48x64) to ~0.6 ms (this size), while a worker-thread round trip
@@ -49,44 +56,14 @@ INLINE_DECODE_PIXELS = 65_536
 def prepare_inputs(
     kind: str, sample: Sample, *, input_size: tuple[int, int] | None = None
 ) -> dict[str, npt.NDArray[Any]]:
-    """Input tensors of one sample (camera: an unbatched ``[1,H,W,3]`` image, decoded at the scale of a
-    model whose network input is ``input_size``: see :func:`camera_input`)."""
-    if kind in _POINT_COLUMNS:
-        if not isinstance(sample, PointCloudSample):
-            raise InputError(f"expected a point cloud for a {kind}, got {type(sample).__name__}", sensor=sample.sensor)
-        need = _POINT_COLUMNS[kind]
-        pts = sample.points
-        if pts.shape[1] < need:
-            raise InputError(
-                f"{kind} points need at least {need} columns, got {pts.shape[1]}", sensor=sample.sensor, tensor="POINTS"
-            )
-        cols = pts[:, :need] if kind == "lidar" else pts
-        return {"POINTS": np.ascontiguousarray(cols, dtype=np.float32)}
-    if kind == "camera":
-        if not isinstance(sample, ImageSample):
-            raise InputError(f"expected an image for a camera, got {type(sample).__name__}", sensor=sample.sensor)
-        return {"IMAGE": camera_input(sample, input_size)[0][None]}
-    raise InputError(f"unknown sensor kind {kind!r}", sensor=sample.sensor)
-
-
-def camera_input(
-    sample: Sample, input_size: tuple[int, int] | None = None
-) -> tuple[npt.NDArray[np.uint8], tuple[float, float]]:
-    """A camera sample's ``IMAGE`` row ``[H, W, 3]`` and the factors ``(sx, sy)`` from its pixels to
-    the original image's (:func:`scale_camera_boxes` applies them to the model's ``BOXES``).
-
-    With the model's network input ``input_size = (width, height)`` (its config's ``input_width`` /
-    ``input_height`` parameters) a JPEG is decoded at the smallest DCT scale that still covers the
-    letterbox the model makes of it (``decode_image_scaled``): a 1600x900 camera for a 416x416 network
-    decodes at 800x450, in about half the time of a full decode, and the model resizes a quarter of
-    the pixels. Without it (or for a PNG) the image is decoded at full size and the factors are 1.
-    """
-    from perception._imageio import decode_image_scaled
-
-    if not isinstance(sample, ImageSample):
-        raise InputError(f"expected an image for a camera, got {type(sample).__name__}", sensor=sample.sensor)
-    image, (width, height) = decode_image_scaled(sample.data, sensor=sample.sensor, fit=input_size)
-    return image, (width / image.shape[1], height / image.shape[0])
+    """Input tensors of one sample sent alone: the kind's own tensors, with a batch dimension of 1 for a
+    batching kind (camera: a ``[1,H,W,3]`` image, decoded at the scale of a model whose network input
+    is ``input_size``: see :func:`camera_input`)."""
+    defn = sensor_kind(kind, sample.sensor)
+    tensors, _ = defn.prepare(sample, input_size)
+    if defn.contract.batched:
+        return {name: t[None] for name, t in tensors.items()}
+    return tensors
 
 
 def scale_camera_boxes(outputs: Mapping[str, npt.NDArray[Any]], scale: tuple[float, float]) -> dict[str, Any]:
@@ -146,27 +123,14 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def camera_batch(images: Sequence[npt.NDArray[np.uint8]]) -> list[list[int]]:
-    """Group camera indices whose images share a shape (one batched request per group)."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, img in enumerate(images):
-        groups.setdefault(tuple(img.shape), []).append(i)
+def batch_groups(rows: Sequence[Mapping[str, npt.NDArray[Any]]]) -> list[list[int]]:
+    """Group the indices of request rows whose tensors share their shapes (one batched request per group)."""
+    groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple((name, tuple(t.shape)) for name, t in sorted(row.items())), []).append(i)
     return list(groups.values())
 
 
 def split_batch(outputs: Mapping[str, npt.NDArray[Any]], index: int) -> dict[str, npt.NDArray[Any]]:
     """Outputs of batch element ``index`` (batch dimension removed)."""
     return {name: np.asarray(arr[index]) for name, arr in outputs.items()}
-
-
-def warmup_inputs(kind: str, spec: SensorSpec | None) -> dict[str, npt.NDArray[Any]]:
-    """Representative, deterministic inputs for a warm-up request of a ``kind`` model."""
-    rng = np.random.default_rng(0)
-    if kind == "camera":
-        cal = spec.calibration if spec is not None else None
-        h, w = (cal.height, cal.width) if cal is not None else (360, 640)
-        return {"IMAGE": rng.integers(0, 256, (1, h, w, 3), dtype=np.uint8)}
-    cols = _POINT_COLUMNS.get(kind, 4)
-    pts = rng.uniform(-40.0, 40.0, (2000 if kind == "lidar" else 50, cols)).astype(np.float32)
-    pts[:, 2] = rng.uniform(-1.5, 1.0, len(pts))
-    return {"POINTS": pts}

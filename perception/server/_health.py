@@ -19,7 +19,8 @@ import anyio
 import anyio.to_thread
 
 from perception.errors import ConnectError, ModelContractError, ServerError
-from perception.triton import TensorSpec, parse_model_config
+from perception.kinds import TensorSpec
+from perception.triton import parse_model_config
 
 __all__ = [
     "ModelStatus",

@@ -111,7 +111,7 @@ class Simulator:
 
     def ground_truth_times(self) -> list[int]:
         """At the first lidar's capture times, or at ``ground_truth_rate_hz`` (10 Hz without a lidar)."""
-        lidars = [s.name for s in self.rig.sensors if s.kind is SensorKind.LIDAR]
+        lidars = [s.name for s in self.rig.sensors if s.kind == SensorKind.LIDAR]
         if self.rig.ground_truth_rate_hz is None and lidars:
             return self.capture_times(lidars[0])
         period = NS / (self.rig.ground_truth_rate_hz or 10.0)
@@ -154,9 +154,9 @@ class Simulator:
         m = self._models.get(sensor)
         if m is None:
             cfg = self._sensor(sensor)
-            if cfg.kind is SensorKind.LIDAR:
+            if cfg.kind == SensorKind.LIDAR:
                 m = LidarModel(cfg)
-            elif cfg.kind is SensorKind.RADAR:
+            elif cfg.kind == SensorKind.RADAR:
                 m = RadarModel(cfg)
             else:
                 m = CameraModel(cfg, self.seed)
@@ -185,7 +185,7 @@ class Simulator:
         """Render ``camera`` at any time (image + per-pixel object ids), e.g. for training data."""
         m = self.model(camera)
         if not isinstance(m, CameraModel):
-            raise ConfigError(f"{camera!r} is a {m.cfg.kind.value}, not a camera", key="sensor")
+            raise ConfigError(f"{camera!r} is a {m.cfg.kind}, not a camera", key="sensor")
         rng = stream(self.seed, Stream.SENSOR, name_key(camera), t_ns) if noise else None
         return m.render(self.scene(t_ns), rng)
 

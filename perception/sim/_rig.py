@@ -202,7 +202,7 @@ _CAMERA_BOUNDS: Mapping[str, tuple[float, float]] = {
 
 SimParams = SimLidarParams | SimRadarParams | SimCameraParams
 #: Each kind's parameter class and the sensor key that holds it (``lidar:``, ``radar:``, ``camera:``).
-_PARAMS: Mapping[SensorKind, tuple[str, type[SimLidarParams] | type[SimRadarParams] | type[SimCameraParams]]] = {
+_PARAMS: Mapping[str, tuple[str, type[SimLidarParams] | type[SimRadarParams] | type[SimCameraParams]]] = {
     SensorKind.LIDAR: ("lidar", SimLidarParams),
     SensorKind.RADAR: ("radar", SimRadarParams),
     SensorKind.CAMERA: ("camera", SimCameraParams),
@@ -249,7 +249,7 @@ class SimSensor:
         own, cls = _PARAMS[self.kind]
         for key, _ in _PARAMS.values():
             if key != own and getattr(self, key) is not None:
-                raise ValueError(f"{key}: {key} parameters on a {self.kind.value} sensor")
+                raise ValueError(f"{key}: {key} parameters on a {self.kind} sensor")
         if getattr(self, own) is None:
             object.__setattr__(self, own, cls())  # frozen: the one place the defaults are filled in
 
@@ -269,7 +269,7 @@ class SimSensor:
     def extrinsic(self) -> Transform:
         """``base_link <- sensor frame`` (optical frame for cameras)."""
         body = self.body
-        if self.kind is not SensorKind.CAMERA:
+        if self.kind != SensorKind.CAMERA:
             return body
         m = body.matrix()
         m[:3, :3] = m[:3, :3] @ BODY_FROM_OPTICAL
@@ -277,7 +277,7 @@ class SimSensor:
 
     @property
     def frame_id(self) -> str:
-        return f"{self.name}_optical" if self.kind is SensorKind.CAMERA else self.name
+        return f"{self.name}_optical" if self.kind == SensorKind.CAMERA else self.name
 
     @property
     def spec(self) -> SensorSpec:

@@ -4,8 +4,8 @@
   TLS and auth headers, deadlines, cancellation that reaches the server, errors translated into
   :mod:`perception.errors` (with model, sensor, frame and URL), shared memory for large inputs.
 * :class:`SharedMemoryPool`: reusable, registered-once system shared-memory regions.
-* :class:`ModelContract` / :class:`TensorSpec` / :data:`CONTRACTS` / :func:`check_contract`: what a
-  served model declares versus what each sensor kind needs.
+* :class:`ModelContract` / :func:`check_contract`: what a served model declares versus what each sensor
+  kind needs (its contract in :mod:`perception.kinds`).
 
 Example::
 
@@ -27,21 +27,12 @@ from perception.triton._client import (
     TritonClient,
     is_loopback,
 )
-from perception.triton._contract import (
-    CAMERA_INPUT_SIZE_KEYS,
-    CONTRACTS,
-    ModelContract,
-    TensorSpec,
-    check_contract,
-    parse_model_config,
-)
+from perception.triton._contract import ModelContract, check_contract, parse_model_config
 from perception.triton._errors import translate
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
 from perception.triton._shm_names import SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
 
 __all__ = [
-    "CAMERA_INPUT_SIZE_KEYS",
-    "CONTRACTS",
     "SHM_NAME_PREFIX",
     "ClientOptions",
     "InferRequest",
@@ -53,7 +44,6 @@ __all__ = [
     "ShmRegionInfo",
     "ShmRegistrar",
     "ShmSlot",
-    "TensorSpec",
     "TritonClient",
     "check_contract",
     "is_loopback",

@@ -8,57 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from perception.errors import ModelContractError
+from perception.kinds import CAMERA_INPUT_SIZE_KEYS, TensorSpec, kind_def, known_kinds
 
-__all__ = [
-    "CAMERA_INPUT_SIZE_KEYS",
-    "CONTRACTS",
-    "ModelContract",
-    "TensorSpec",
-    "check_contract",
-    "parse_model_config",
-]
-
-#: ``parameters`` of a camera model's config stating its network input ``width, height`` (optional;
-#: the runtime then decodes JPEGs at the model's scale). Same keys as
-#: ``perception.modelkit.CAMERA_INPUT_SIZE_KEYS`` (the model side, checked by a test).
-CAMERA_INPUT_SIZE_KEYS = ("input_width", "input_height")
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """One tensor: ``name``, Triton dtype without the ``TYPE_`` prefix (``"FP32"``), ``dims``.
-
-    ``optional`` mirrors the config's ``optional: true`` (an input a request may omit).
-    """
-
-    name: str
-    dtype: str
-    dims: tuple[int, ...]
-    optional: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.dtype} {list(self.dims)}"
-
-    def accepts(self, other: TensorSpec) -> str | None:
-        """Why ``other`` (a model's tensor) does not match this expected spec, or ``None``.
-
-        Same dtype, same rank, and every dim equal unless either side is ``-1``.
-        """
-        if other.dtype != self.dtype:
-            return f"dtype is {other.dtype}, expected {self.dtype}"
-        if len(other.dims) != len(self.dims):
-            return (
-                f"rank is {len(other.dims)} (dims {list(other.dims)}), "
-                f"expected {len(self.dims)} (dims {list(self.dims)})"
-            )
-        for axis, (have, want) in enumerate(zip(other.dims, self.dims, strict=True)):
-            if have != want and -1 not in (have, want):
-                return f"dim {axis} is {have}, expected {want} (dims {list(other.dims)} vs {list(self.dims)})"
-        return None
+__all__ = ["ModelContract", "check_contract", "parse_model_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,48 +42,6 @@ class ModelContract:
         return next((t for t in self.outputs if t.name == name), None)
 
 
-def _t(name: str, dtype: str, *dims: int) -> TensorSpec:
-    return TensorSpec(name, dtype, tuple(dims))
-
-
-#: What the runtime sends to / expects from the model of each sensor kind. In these expected
-#: contracts ``max_batch_size`` only says whether the model must batch: ``0`` = it must not (no batch
-#: dim), ``> 0`` = it must (any limit; the scheduler batches up to the model's own ``max_batch_size``).
-CONTRACTS: Mapping[str, ModelContract] = MappingProxyType(
-    {
-        "lidar": ModelContract(
-            "lidar",
-            0,
-            inputs=(_t("POINTS", "FP32", -1, 4),),
-            outputs=(_t("BOXES", "FP32", -1, 7), _t("LABELS", "INT32", -1), _t("SCORES", "FP32", -1)),
-        ),
-        "radar": ModelContract(
-            "radar",
-            0,
-            inputs=(_t("POINTS", "FP32", -1, -1),),
-            outputs=(
-                _t("POSITIONS", "FP32", -1, 3),
-                _t("RADIAL_VELOCITY", "FP32", -1),
-                _t("VELOCITY", "FP32", -1, 2),
-                _t("RCS", "FP32", -1),
-                _t("SCORES", "FP32", -1),
-            ),
-        ),
-        "camera": ModelContract(
-            "camera",
-            1,
-            inputs=(_t("IMAGE", "UINT8", -1, -1, 3),),
-            outputs=(
-                _t("BOXES", "FP32", 100, 4),
-                _t("SCORES", "FP32", 100),
-                _t("LABELS", "INT32", 100),
-                _t("COUNT", "INT32", 1),
-            ),
-        ),
-    }
-)
-
-
 def check_contract(kind: str, contract: ModelContract) -> None:
     """Raise :class:`ModelContractError` unless ``contract`` (a served model) fits sensor ``kind``.
 
@@ -136,13 +49,13 @@ def check_contract(kind: str, contract: ModelContract) -> None:
     matches anything); extra outputs are allowed (a user's model may return more); extra inputs are
     not unless ``optional`` (the runtime would not send them).
     """
-    expected = CONTRACTS.get(kind)
-    if expected is None:
+    if kind not in known_kinds():
         raise ModelContractError(
-            f"unknown sensor kind {kind!r} (known: {', '.join(sorted(CONTRACTS))})", model=contract.name
+            f"unknown sensor kind {kind!r} (known: {', '.join(sorted(known_kinds()))})", model=contract.name
         )
-    if (expected.max_batch_size > 0) != (contract.max_batch_size > 0):
-        need = "> 0 (batched" if expected.max_batch_size > 0 else "0 (unbatched"
+    expected = kind_def(kind).contract
+    if expected.batched != (contract.max_batch_size > 0):
+        need = "> 0 (batched" if expected.batched else "0 (unbatched"
         raise ModelContractError(
             f"{kind} model must have max_batch_size {need}), it has {contract.max_batch_size}",
             model=contract.name,
@@ -175,13 +88,9 @@ def check_contract(kind: str, contract: ModelContract) -> None:
 
 def _tensor(entry: Mapping[str, Any], model: str) -> TensorSpec:
     try:
-        name = str(entry["name"])
-        dtype = str(entry.get("data_type", "TYPE_INVALID")).removeprefix("TYPE_")
-        dims = tuple(int(d) for d in entry.get("dims", ()))
-        optional = bool(entry.get("optional", False))
+        return TensorSpec.from_config(entry)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ModelContractError(f"malformed tensor entry in model config: {entry!r}", model=model) from exc
-    return TensorSpec(name, "BYTES" if dtype == "STRING" else dtype, dims, optional)
+        raise ModelContractError(f"malformed tensor entry in model config: {entry!r}: {exc}", model=model) from exc
 
 
 def parse_model_config(config: Mapping[str, Any]) -> ModelContract:

@@ -46,7 +46,7 @@ from mcap_protobuf.schema import build_file_descriptor_set
 from perception.drives import _codec as codec
 from perception.errors import InputError
 from perception.metrics import frame_record
-from perception.types import LABELS, Detection3D, FrameResult, FrameStatus, SensorKind, SensorStatus
+from perception.types import LABELS, Detection3D, FrameResult, FrameStatus, SensorStatus
 from perception.viz._palette import LABEL_COLORS, combination, combination_color, source_kinds
 
 __all__ = [
@@ -155,7 +155,7 @@ def frame_stats_channel() -> ChannelDef:
     return ChannelDef(FRAME_STATS_TOPIC, MessageEncoding.JSON, SchemaDef(FRAME_STATS_SCHEMA, "jsonschema", data))
 
 
-def frame_stats(result: FrameResult, kinds: Mapping[str, SensorKind]) -> dict[str, Any]:
+def frame_stats(result: FrameResult, kinds: Mapping[str, str]) -> dict[str, Any]:
     """The frame's ``detections.jsonl`` record with the detection list replaced by counts (total and
     per source combination) and numeric status codes added for plotting."""
     rec = frame_record(result)
@@ -190,7 +190,7 @@ def _duration(ns: int) -> Duration:
     return Duration(seconds=ns // _NS, nanos=ns % _NS)
 
 
-def _detection_entity(t_ns: int, d: Detection3D, kinds: Mapping[str, SensorKind], lifetime_ns: int) -> SceneEntity:
+def _detection_entity(t_ns: int, d: Detection3D, kinds: Mapping[str, str], lifetime_ns: int) -> SceneEntity:
     combo = combination(source_kinds(d.sources, kinds))
     rgb = combination_color(source_kinds(d.sources, kinds))
     cx, cy, cz = d.center
@@ -248,7 +248,7 @@ def _detection_entity(t_ns: int, d: Detection3D, kinds: Mapping[str, SensorKind]
 
 
 def encode_detections(
-    t_ns: int, detections: Sequence[Detection3D], kinds: Mapping[str, SensorKind], lifetime_ns: int
+    t_ns: int, detections: Sequence[Detection3D], kinds: Mapping[str, str], lifetime_ns: int
 ) -> SceneUpdate:
     """Delete what the previous frame showed, then one entity per detection (``id`` = track id)."""
     return SceneUpdate(

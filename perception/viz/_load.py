@@ -21,7 +21,7 @@ from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
-from perception.types import Detection3D, GroundTruth, Sample, SensorKind, SensorSpec
+from perception.types import Detection3D, GroundTruth, Sample, SensorSpec
 from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
     DETECTIONS_TOPIC,
@@ -62,7 +62,7 @@ class FrameView:
     source: str  # the file the detections came from
 
     @property
-    def kinds(self) -> dict[str, SensorKind]:
+    def kinds(self) -> dict[str, str]:
         return {name: spec.kind for name, spec in self.specs.items()}
 
 

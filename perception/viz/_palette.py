@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from perception.kinds import kind_def, known_kinds
 from perception.types import SensorKind
 
 __all__ = [
@@ -34,9 +35,10 @@ COMBINATIONS: Mapping[str, RGB] = {
     "lidar+camera": (0.00, 0.75, 0.95),
     "lidar+radar": (0.25, 0.40, 1.00),
     "camera+radar": (0.90, 0.30, 0.95),
-    "lidar": (1.00, 0.85, 0.00),
-    "camera": (1.00, 0.50, 0.00),
-    "radar": (0.95, 0.15, 0.15),
+    # a kind alone: the kind's own colour (perception.kinds)
+    "lidar": kind_def(_L).color,
+    "camera": kind_def(_C).color,
+    "radar": kind_def(_R).color,
     "predicted": (0.60, 0.60, 0.60),
 }
 
@@ -56,17 +58,28 @@ LABEL_COLORS: Mapping[str, RGB] = {
 _ORDER = (_L, _C, _R)
 
 
-def source_kinds(sources: Iterable[str], kinds: Mapping[str, SensorKind]) -> frozenset[SensorKind]:
+def source_kinds(sources: Iterable[str], kinds: Mapping[str, str]) -> frozenset[str]:
     """Kinds of the named sensors (names not in ``kinds`` are ignored)."""
     return frozenset(kinds[s] for s in sources if s in kinds)
 
 
-def combination(kinds: Iterable[SensorKind | str]) -> str:
-    """Name of a combination of sensor kinds, e.g. ``"lidar+radar"`` (``"predicted"`` when empty)."""
-    present = {SensorKind(k) for k in kinds}
-    return "+".join(k.value for k in _ORDER if k in present) or "predicted"
+def combination(kinds: Iterable[str]) -> str:
+    """Name of a combination of sensor kinds, e.g. ``"lidar+radar"`` (``"predicted"`` when empty): the
+    built-in kinds in legend order, then other registered kinds in registration order."""
+    present = {str(k) for k in kinds}
+    order = [*_ORDER, *(k for k in known_kinds() if k not in _ORDER), *sorted(present - set(known_kinds()))]
+    return "+".join(k for k in order if k in present) or "predicted"
 
 
-def combination_color(kinds: Iterable[SensorKind | str]) -> RGB:
-    """Colour of a fused box whose detection came from sensors of these kinds."""
-    return COMBINATIONS[combination(kinds)]
+def combination_color(kinds: Iterable[str]) -> RGB:
+    """Colour of a fused box whose detection came from sensors of these kinds: :data:`COMBINATIONS`'
+    for the built-in kinds; with another kind, that of its built-in companions, or alone the kind's own."""
+    name = combination(kinds)
+    rgb = COMBINATIONS.get(name)
+    if rgb is not None:
+        return rgb
+    present = name.split("+")
+    built_in = combination(k for k in present if k in _ORDER)
+    if built_in != "predicted":
+        return COMBINATIONS[built_in]
+    return kind_def(present[0]).color if present[0] in known_kinds() else COMBINATIONS["predicted"]

@@ -75,7 +75,7 @@ class VizRecorder:
         self._outputs = list(outputs)
         self._kinds = {name: spec.kind for name, spec in rig.items()}
         self._cameras = {
-            name: camera_detections_topic(spec.name) for name, spec in rig.items() if spec.kind is SensorKind.CAMERA
+            name: camera_detections_topic(spec.name) for name, spec in rig.items() if spec.kind == SensorKind.CAMERA
         }
         self._sequence: dict[str, int] = {}
         self._last_t: int | None = None
@@ -106,7 +106,7 @@ class VizRecorder:
                 out.add_channel(ch)
         self._declared = True
         sensors = {
-            name: {"drive_sensor": spec.name, "kind": spec.kind.value, "topic": spec.topic}
+            name: {"drive_sensor": spec.name, "kind": spec.kind, "topic": spec.topic}
             for name, spec in rig.items()
         }
         record = {"format": FORMAT, "sensors": json.dumps(sensors, separators=(",", ":"))}  # rig order

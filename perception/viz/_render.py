@@ -34,6 +34,7 @@ from perception.viz._palette import (
     RADAR_COLOR,
     RGB,
     combination,
+    combination_color,
     source_kinds,
 )
 
@@ -101,9 +102,9 @@ def _boxes(dets: Sequence[Detection3D]) -> F64:
     return np.array([[*d.center, *d.size, d.yaw] for d in dets], dtype=np.float64).reshape(-1, 7)
 
 
-def _color(d: Detection3D, kinds: Mapping[str, SensorKind]) -> tuple[str, RGB]:
-    name = combination(source_kinds(d.sources, kinds))
-    return name, COMBINATIONS[name]
+def _color(d: Detection3D, kinds: Mapping[str, str]) -> tuple[str, RGB]:
+    present = source_kinds(d.sources, kinds)
+    return combination(present), combination_color(present)
 
 
 def _legend(ax: Any, entries: Sequence[tuple[str, Any]], *, loc: str, fontsize: float) -> None:
@@ -127,10 +128,10 @@ def _combo_handles(names: Sequence[str], width: float) -> list[tuple[str, Any]]:
     from matplotlib.lines import Line2D
 
     present = set(names)
+    ordered = [name for name in COMBINATIONS if name in present] + sorted(present - set(COMBINATIONS))
     return [
-        (f"fused: {name}", Line2D([], [], color=rgb, linewidth=width))
-        for name, rgb in COMBINATIONS.items()
-        if name in present
+        (f"fused: {name}", Line2D([], [], color=combination_color(name.split("+")), linewidth=width))
+        for name in ordered
     ]
 
 
@@ -175,11 +176,11 @@ def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: 
     kinds = frame.kinds
     for name, sample in frame.samples.items():
         spec = frame.specs[name]
-        if not isinstance(sample, PointCloudSample) or spec.kind is SensorKind.CAMERA:
+        if not isinstance(sample, PointCloudSample) or spec.kind == SensorKind.CAMERA:
             continue
         pts = _points_in_base(sample, spec)
         keep = (np.abs(pts[:, 0]) <= range_m) & (np.abs(pts[:, 1]) <= range_m)
-        if spec.kind is SensorKind.LIDAR:
+        if spec.kind == SensorKind.LIDAR:
             ax.scatter(
                 pts[keep, 1], pts[keep, 0], s=0.4, color=LIDAR_COLOR, alpha=0.7, linewidths=0, rasterized=True, zorder=1
             )
@@ -409,6 +410,6 @@ def render_frame(
     base = stem or f"frame_{frame.frame_id:06d}"
     views = [render_bev(frame, out / f"{base}_bev.png", range_m=range_m)]
     for name, spec in frame.specs.items():
-        if spec.kind is SensorKind.CAMERA and isinstance(frame.samples.get(name), ImageSample):
+        if spec.kind == SensorKind.CAMERA and isinstance(frame.samples.get(name), ImageSample):
             views.append(render_camera(frame, name, out / f"{base}_{name}.png"))
     return views

@@ -30,7 +30,7 @@ def test_eval_scores_every_mode_and_fusion_beats_each_single_sensor(
     assert list(modes) == list(MODES)
 
     with DriveReader(urban_drive) as reader:  # the default profile takes its sensors from the drive
-        kinds = {name: spec.kind.value for name, spec in reader.rig.items()}
+        kinds = {name: spec.kind for name, spec in reader.rig.items()}
     for mode, keep in MODES.items():
         m = modes[mode]
         assert m["sensors"] == sorted(n for n, k in kinds.items() if k in keep), mode

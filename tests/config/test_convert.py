@@ -30,7 +30,7 @@ class _Doc:
 def test_enum_by_value_and_fixed_length_tuple() -> None:
     doc = from_data(_Doc, {"items": [{"kind": "radar", "xyz": [1, 2, 3.5]}, {"kind": "camera"}]})
     assert doc.items[0] == _Item(SensorKind.RADAR, (1.0, 2.0, 3.5))
-    assert doc.items[1].kind is SensorKind.CAMERA and isinstance(doc.items[0].xyz[0], float)
+    assert doc.items[1].kind == SensorKind.CAMERA and isinstance(doc.items[0].xyz[0], float)
 
 
 @pytest.mark.parametrize(

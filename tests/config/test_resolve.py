@@ -14,7 +14,7 @@ from perception.types import SensorKind, SensorSpec, Transform
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _spec(name: str, kind: SensorKind) -> SensorSpec:
+def _spec(name: str, kind: str) -> SensorSpec:
     return SensorSpec(name=name, kind=kind, frame_id=name, extrinsic=Transform.identity(), topic=f"/sensors/{name}")
 
 
@@ -59,7 +59,7 @@ def test_sensor_defaults_and_trigger_from_the_profile(tmp_path: Path) -> None:
 
 
 def test_auto_trigger_without_a_lidar_is_the_first_camera() -> None:
-    rig = {n: s for n, s in RIG.items() if s.kind is not SensorKind.LIDAR}
+    rig = {n: s for n, s in RIG.items() if s.kind != SensorKind.LIDAR}
     cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
     assert cfg.trigger.sensor == "cam_back"  # first by name
 
@@ -95,3 +95,18 @@ def test_auto_camera_model_follows_the_drive_s_source() -> None:
     assert sim.sensor("cam_front").model == "camera_detector"
     assert real.sensor("cam_front").model == "yolox_nano"
     assert sim.sensor("lidar_top").model == real.sensor("lidar_top").model == "lidar_detector"
+
+
+def test_a_registered_kind_gets_its_default_model_and_can_trigger() -> None:
+    import dataclasses
+
+    from perception.kinds import CAMERA, register_kind, unregister_kind
+
+    register_kind(dataclasses.replace(CAMERA, name="thermal_rs", default_model="thermal_rs_detector"))
+    try:
+        rig = {"th": _spec("th", "thermal_rs")}
+        cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
+        assert [(s.name, s.kind, s.model) for s in cfg.sensors] == [("th", "thermal_rs", "thermal_rs_detector")]
+        assert cfg.trigger.sensor == "th"
+    finally:
+        unregister_kind("thermal_rs")

@@ -23,7 +23,7 @@ from perception.types import (
     Transform,
 )
 
-LIDAR_ONLY = [s for s in make_rig() if s.kind is SensorKind.LIDAR]
+LIDAR_ONLY = [s for s in make_rig() if s.kind == SensorKind.LIDAR]
 
 
 def lidar_msg(t: int, n: int = 4) -> object:
@@ -162,13 +162,13 @@ def test_missing_calibration(tmp_path: Path) -> None:
         (
             s.topic,
             T0,
-            lidar_msg(T0) if s.kind is not SensorKind.CAMERA else codec.encode_image(T0, s.frame_id, b"x", "jpeg"),
+            lidar_msg(T0) if s.kind != SensorKind.CAMERA else codec.encode_image(T0, s.frame_id, b"x", "jpeg"),
         )
         for s in rig
-        if s.kind is not SensorKind.RADAR
+        if s.kind != SensorKind.RADAR
     ]
     radar = codec.encode_point_cloud(
-        T0, "radar_front", np.zeros((1, 5), np.float32), codec.POINT_FIELDS[SensorKind.RADAR]
+        T0, "radar_front", np.zeros((1, 5), np.float32), codec.kind_fields(SensorKind.RADAR)
     )
     write_raw(path, rig, [*statics, *data, (rig[2].topic, T0, radar)])  # type: ignore[list-item]
     with pytest.raises(DriveError, match="no calibration for camera 'front'") as info:
@@ -185,7 +185,7 @@ def test_missing_extrinsic(tmp_path: Path) -> None:
     ]
     path = tmp_path / "notf.mcap"
     radar = codec.encode_point_cloud(
-        T0, "radar_front", np.zeros((1, 5), np.float32), codec.POINT_FIELDS[SensorKind.RADAR]
+        T0, "radar_front", np.zeros((1, 5), np.float32), codec.kind_fields(SensorKind.RADAR)
     )
     write_raw(
         path,
@@ -349,10 +349,27 @@ def test_plain_string_kind_and_single_sensor_name(tmp_path: Path) -> None:
     with DriveWriter(tmp_path / "w.mcap", [spec]) as w:
         w.write(_cloud())
     with DriveReader(tmp_path / "w.mcap", sensors="top") as d:
-        assert d.rig["top"].kind is SensorKind.LIDAR
+        assert d.rig["top"].kind == SensorKind.LIDAR
         assert [s.sensor for s in d.samples(sensors="top")] == ["top"]
     with pytest.raises(DriveError, match="unknown sensor kind 'sonar'"):
         DriveWriter(tmp_path / "x.mcap", [SensorSpec("s", "sonar", "s", Transform(), "/s")])  # type: ignore[arg-type]
+
+
+def test_a_drive_of_a_kind_that_is_not_registered_names_it(tmp_path: Path) -> None:
+    import dataclasses
+
+    from perception.kinds import LIDAR, register_kind, unregister_kind
+
+    register_kind(dataclasses.replace(LIDAR, name="lidar_b"))
+    try:
+        with DriveWriter(tmp_path / "b.mcap", [SensorSpec("top", "lidar_b", "lidar_top", Transform(), "/top")]) as w:
+            w.write(_cloud())
+        with DriveReader(tmp_path / "b.mcap") as d:
+            assert d.rig["top"].kind == "lidar_b"
+    finally:
+        unregister_kind("lidar_b")
+    with pytest.raises(DriveError, match=r"sensor 'top' has unknown sensor kind 'lidar_b' \(known kinds: lidar"):
+        DriveReader(tmp_path / "b.mcap")
 
 
 def test_wrong_schema_on_a_fixed_topic(tmp_path: Path) -> None:

@@ -198,7 +198,7 @@ def test_special_float_bit_patterns_survive_the_file(tmp_path: Path) -> None:
     bits = np.array(
         [[0x7FC00001, 0x7F800001, 0xFF800000, 0x80000000], [0x00000001, 0x7F800000, 0xFFFFFFFF, 0]], np.uint32
     )
-    rig = [s for s in make_rig() if s.kind is SensorKind.LIDAR]
+    rig = [s for s in make_rig() if s.kind == SensorKind.LIDAR]
     with DriveWriter(tmp_path / "nan.mcap", rig) as w:
         w.write(PointCloudSample("top", 1, "lidar_top", bits.view(np.float32), ("x", "y", "z", "intensity")))
     with DriveReader(tmp_path / "nan.mcap") as d:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from perception.drives import POINT_FIELDS
 from perception.drives import _codec as codec
+from perception.drives import kind_fields
 from perception.types import SensorKind
 
 KINDS = st.sampled_from([SensorKind.LIDAR, SensorKind.RADAR])
@@ -28,7 +28,7 @@ def raw_points(n_fields: int, n: st.SearchStrategy[int] = ANY_N) -> st.SearchStr
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), kind=KINDS)
 def test_encode_decode_is_bit_exact(data: st.DataObject, kind: SensorKind) -> None:
-    fields = POINT_FIELDS[kind]
+    fields = kind_fields(kind)
     points = data.draw(raw_points(len(fields)))
     wire = codec.encode_point_cloud(123, "f", points, fields).SerializeToString()
     msg = codec.decode(PointCloud, wire)
@@ -41,7 +41,7 @@ def test_encode_decode_is_bit_exact(data: st.DataObject, kind: SensorKind) -> No
 @given(data=st.data(), kind=KINDS, extra=st.integers(0, 3), pad=st.integers(0, 8))
 def test_decode_any_layout_by_field_name(data: st.DataObject, kind: SensorKind, extra: int, pad: int) -> None:
     """Fields in any order, extra fields (any type) and padding: the wanted columns come out by name."""
-    wanted = POINT_FIELDS[kind]
+    wanted = kind_fields(kind)
     names = list(wanted) + [f"extra{i}" for i in range(extra)]
     order = data.draw(st.permutations(names))
     stride = 4 * len(order) + pad
@@ -89,12 +89,12 @@ XYZI = [("x", 0, F32), ("y", 4, F32), ("z", 8, F32), ("intensity", 12, F32)]
 )
 def test_invalid_layouts_are_rejected(msg: PointCloud, match: str) -> None:
     with pytest.raises(codec.DecodeError, match=match):
-        codec.decode_point_cloud(msg, POINT_FIELDS[SensorKind.LIDAR])
+        codec.decode_point_cloud(msg, kind_fields(SensorKind.LIDAR))
 
 
 def test_decode_is_a_view_not_a_per_point_loop() -> None:
     points = np.arange(400_000, dtype=np.float32).reshape(-1, 4)
-    msg = codec.encode_point_cloud(0, "f", points, POINT_FIELDS[SensorKind.LIDAR])
-    out = codec.decode_point_cloud(msg, POINT_FIELDS[SensorKind.LIDAR])
+    msg = codec.encode_point_cloud(0, "f", points, kind_fields(SensorKind.LIDAR))
+    out = codec.decode_point_cloud(msg, kind_fields(SensorKind.LIDAR))
     assert not out.flags.owndata  # zero-copy view over the message bytes
     np.testing.assert_array_equal(out, points)

@@ -365,7 +365,7 @@ def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: 
     sim = Simulator("urban", seed=5, duration_s=2.0)
     expected = dict.fromkeys(("camera_detector", "lidar_detector", "radar_detector"), 0)
     for sensor in sim.rig.sensors:
-        expected[f"{sensor.kind.value}_detector"] += len(sim.capture_times(sensor.name))
+        expected[f"{sensor.kind}_detector"] += len(sim.capture_times(sensor.name))
     assert report["frames"] == expected  # every sample sent once and scored
     assert set(report["targets"]) == {t.metric for t in TARGETS}
     assert all(isinstance(t["pass"], bool) and t["n"] >= 0 for t in report["targets"].values())

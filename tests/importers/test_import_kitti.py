@@ -121,7 +121,7 @@ def test_object_rig_times_and_skips(object_tree: ObjectTree, object_drive: tuple
         gts = d.ground_truth()
         assert d.ego_poses() == []
     assert list(rig) == ["lidar_top", "cam_front"]
-    assert rig["lidar_top"].kind is SensorKind.LIDAR and rig["cam_front"].kind is SensorKind.CAMERA
+    assert rig["lidar_top"].kind == SensorKind.LIDAR and rig["cam_front"].kind == SensorKind.CAMERA
     # base_link is the IMU frame: base <- velo = inverse of Tr_imu_to_velo
     np.testing.assert_allclose(rig["lidar_top"].extrinsic.matrix(), UPRIGHT.base_velo, atol=1e-9)
     # frame n at n seconds; frame 3's camera has its own calibration: its image is skipped and counted

@@ -91,3 +91,20 @@ def test_budget_rows_show_the_client_server_split_and_never_pass_unmeasured_budg
     assert rows["lidar.server_compute_infer"].verdict == "FAIL"  # 20 ms > 10 ms
     assert rows["lidar.total"].verdict == "ok" and rows["lidar.total"].budget_ms == 50.0
     assert rows["camera.overhead"].verdict == NO_DATA
+
+
+def test_sensors_of_any_batching_kind_share_a_request() -> None:
+    """A registered kind whose model batches (like the camera) is grouped as the dispatcher groups it."""
+    import dataclasses
+
+    from perception.kinds import CAMERA, register_kind, unregister_kind
+
+    register_kind(dataclasses.replace(CAMERA, name="thermal_split"))
+    try:
+        sensors = [("th_a", "thermal_split", "th_model"), ("th_b", "thermal_split", "th_model")]
+        ok = {n: SensorResult(n, SensorStatus.OK, model="th_model") for n in ("th_a", "th_b")}
+        r = FrameResult(0, 0, FrameStatus.OK, ok)
+        reqs = [(q.model, q.sensors) for q in frame_requests(r, sensors, batched_cameras=True)]
+        assert reqs == [("th_model", ("th_a", "th_b"))]
+    finally:
+        unregister_kind("thermal_split")

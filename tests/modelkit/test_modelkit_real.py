@@ -100,7 +100,7 @@ def test_radar_detects_near_annotated_objects(nuscenes_drive: Path) -> None:
     annotated object (within 1 m of its box), as the returns there mostly do."""
     near = on = 0
     with DriveReader(nuscenes_drive) as reader:
-        radars = [n for n, s in reader.rig.items() if s.kind is SensorKind.RADAR]
+        radars = [n for n, s in reader.rig.items() if s.kind == SensorKind.RADAR]
         assert len(radars) == 5
         gts = reader.ground_truth()
         times = np.array([g.t_ns for g in gts])

@@ -6,17 +6,11 @@ import numpy as np
 import pytest
 
 from perception.errors import InputError, ModelContractError
-from perception.modelkit import (
-    LIDAR_INPUTS,
-    LIDAR_OUTPUTS,
-    RADAR_INPUTS,
-    RADAR_OUTPUTS,
-    LidarParams,
-    RadarParams,
-    TensorSpec,
-    check_model_config,
-    params_from_config,
-)
+from perception.kinds import LIDAR, RADAR, TensorSpec
+from perception.modelkit import LidarParams, RadarParams, check_model_config, params_from_config
+
+LIDAR_INPUTS, LIDAR_OUTPUTS = LIDAR.contract.inputs, LIDAR.contract.outputs
+RADAR_INPUTS, RADAR_OUTPUTS = RADAR.contract.inputs, RADAR.contract.outputs
 
 LIDAR_POINTS = LIDAR_INPUTS[0]
 RADAR_POINTS = RADAR_INPUTS[0]
@@ -56,15 +50,17 @@ def test_missing_tensor() -> None:
 
 
 def test_spec_rejects_bad_declarations() -> None:
-    with pytest.raises(ValueError, match="unknown data_type"):
-        TensorSpec("X", "TYPE_FLOAT", (1,))
+    with pytest.raises(ValueError, match="unknown data type"):
+        TensorSpec("X", "FLOAT", (1,))
+    with pytest.raises(ValueError, match="unknown data type"):
+        TensorSpec("X", "TYPE_FP32", (1,))  # the config spelling is config_dtype, not the spec's
     with pytest.raises(ValueError, match="dims"):
-        TensorSpec("X", "TYPE_FP32", (0,))
+        TensorSpec("X", "FP32", (0,))
 
 
 def _config(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], **extra: object) -> dict[str, object]:
     def entries(specs: tuple[TensorSpec, ...]) -> list[dict[str, object]]:
-        return [{"name": s.name, "data_type": s.data_type, "dims": [str(d) for d in s.dims]} for s in specs]
+        return [{"name": s.name, "data_type": s.config_dtype, "dims": [str(d) for d in s.dims]} for s in specs]
 
     return {"name": "m", "max_batch_size": 0, "input": entries(inputs), "output": entries(outputs), **extra}
 
@@ -73,7 +69,7 @@ def test_model_config_must_match_contract() -> None:
     check_model_config(_config(LIDAR_INPUTS, LIDAR_OUTPUTS), LIDAR_INPUTS, LIDAR_OUTPUTS)
     with pytest.raises(ModelContractError, match="outputs"):
         check_model_config(_config(LIDAR_INPUTS, LIDAR_OUTPUTS[:2]), LIDAR_INPUTS, LIDAR_OUTPUTS)
-    wrong = (TensorSpec("POINTS", "TYPE_FP32", (-1, 5)),)
+    wrong = (TensorSpec("POINTS", "FP32", (-1, 5)),)
     with pytest.raises(ModelContractError, match=r"input POINTS is TYPE_FP32 \[-1, 5\]"):
         check_model_config(_config(wrong, LIDAR_OUTPUTS), LIDAR_INPUTS, LIDAR_OUTPUTS)
     with pytest.raises(ModelContractError, match="max_batch_size must be 0"):
@@ -109,6 +105,6 @@ def test_repository_configs_declare_the_contract(model: str) -> None:
         for m in re.findall(r'name:\s*"(\w+)",\s*data_type:\s*(\w+),\s*dims:\s*\[([^\]]*)\]', body)
     }
     inputs, outputs = (LIDAR_INPUTS, LIDAR_OUTPUTS) if model == "lidar_detector" else (RADAR_INPUTS, RADAR_OUTPUTS)
-    assert found == {(s.name, s.data_type, s.dims) for s in (*inputs, *outputs)}
+    assert found == {(s.name, s.config_dtype, s.dims) for s in (*inputs, *outputs)}
     assert re.search(r"max_batch_size:\s*0\b", body)
     assert "KIND_CPU" in body

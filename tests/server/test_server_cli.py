@@ -14,9 +14,9 @@ from server_helpers import TEST_MODELS, shm_entries, stubs_with_prefix
 
 from perception.cli import main
 from perception.cli._server import format_model_table
+from perception.kinds import TensorSpec
 from perception.server import ModelStatus
 from perception.server._procs import pid_alive
-from perception.triton import TensorSpec
 
 
 @pytest.mark.triton

@@ -116,7 +116,7 @@ def test_defaults_and_file_name() -> None:
                     file="launch/rigs/tiny.yaml")
     assert rig.name == "tiny" and rig.source == "launch/rigs/tiny.yaml" and rig.ego_pose_rate_hz == 50.0
     (radar,) = rig.sensors
-    assert radar.kind is SensorKind.RADAR and radar.params == SimRadarParams() and radar.lidar is None
+    assert radar.kind == SensorKind.RADAR and radar.params == SimRadarParams() and radar.lidar is None
     assert radar.mount.rpy_deg == (0.0, 0.0, 0.0) and radar.offset_ms == 0.0
     assert rig.sensor("r").spec.topic == "/sensors/r/points"
     with pytest.raises(KeyError):

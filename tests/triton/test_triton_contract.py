@@ -8,22 +8,15 @@ import anyio
 import pytest
 
 from perception.errors import ModelContractError
+from perception.kinds import TensorSpec, kind_def
 from perception.server import EmbeddedTriton
-from perception.triton import (
-    CONTRACTS,
-    ClientOptions,
-    ModelContract,
-    TensorSpec,
-    TritonClient,
-    check_contract,
-    parse_model_config,
-)
+from perception.triton import ClientOptions, ModelContract, TritonClient, check_contract, parse_model_config
 
 
 def _served(kind: str, **changes: object) -> ModelContract:
     """A served model that matches ``kind`` exactly (with a realistic max_batch_size), then ``changes``."""
-    expected = CONTRACTS[kind]
-    contract = dataclasses.replace(expected, name=f"{kind}_model", max_batch_size=8 if expected.max_batch_size else 0)
+    expected = kind_def(kind).contract
+    contract = ModelContract(f"{kind}_model", 8 if expected.batched else 0, expected.inputs, expected.outputs)
     return dataclasses.replace(contract, **changes)  # type: ignore[arg-type]
 
 
@@ -31,11 +24,10 @@ def _replace_tensor(specs: tuple[TensorSpec, ...], name: str, **changes: object)
     return tuple(dataclasses.replace(t, **changes) if t.name == name else t for t in specs)  # type: ignore[arg-type]
 
 
-def test_registry_has_the_three_sensor_kinds() -> None:
-    assert set(CONTRACTS) == {"lidar", "radar", "camera"}
-    assert CONTRACTS["lidar"].input("POINTS") == TensorSpec("POINTS", "FP32", (-1, 4))
-    assert CONTRACTS["camera"].output("COUNT") == TensorSpec("COUNT", "INT32", (1,))
-    assert CONTRACTS["camera"].max_batch_size > 0 and CONTRACTS["radar"].max_batch_size == 0
+def test_the_three_sensor_kinds_contracts() -> None:
+    assert kind_def("lidar").contract.input("POINTS") == TensorSpec("POINTS", "FP32", (-1, 4))
+    assert kind_def("camera").contract.output("COUNT") == TensorSpec("COUNT", "INT32", (1,))
+    assert kind_def("camera").contract.batched and not kind_def("radar").contract.batched
 
 
 @pytest.mark.parametrize("kind", ["lidar", "radar", "camera"])

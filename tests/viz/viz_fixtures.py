@@ -75,7 +75,7 @@ def gt_results(reader: DriveReader) -> list[FrameResult]:
             if not before:
                 sensors[name] = SensorResult(name, SensorStatus.MISSING)
                 continue
-            outputs = camera_outputs(gt, spec) if spec.kind is SensorKind.CAMERA else {}
+            outputs = camera_outputs(gt, spec) if spec.kind == SensorKind.CAMERA else {}
             sensors[name] = SensorResult(
                 name, SensorStatus.OK, latency_ns=5_000_000 + i, outputs=outputs, sample_t_ns=before[-1]
             )

@@ -1,0 +1,79 @@
+"""The camera kind: an RGB image (JPEG/PNG) in, 2D boxes in pixels out (they confirm and add objects)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from perception.errors import InputError
+from perception.types import ImageSample, Sample, SensorSpec
+
+from ._kind import FusionRole, Prepared, SensorKindDef
+from ._tensors import KindContract, TensorSpec
+
+__all__ = ["CAMERA", "CAMERA_INPUT_SIZE_KEYS", "camera_input"]
+
+#: ``parameters`` of a camera model's ``config.pbtxt`` stating its network input ``width, height``: the
+#: runtime then decodes JPEGs at the smallest DCT scale covering the letterboxed image (decoding at the
+#: model's scale); the model checks them against its network at load. Optional: without them the
+#: runtime sends full-resolution images.
+CAMERA_INPUT_SIZE_KEYS = ("input_width", "input_height")
+
+CONTRACT = KindContract(
+    inputs=(TensorSpec("IMAGE", "UINT8", (-1, -1, 3), description="RGB, one image per batch row"),),
+    outputs=(
+        TensorSpec("BOXES", "FP32", (100, 4), description="x1, y1, x2, y2 in pixels of the original image"),
+        TensorSpec("SCORES", "FP32", (100,)),
+        TensorSpec("LABELS", "INT32", (100,)),
+        TensorSpec("COUNT", "INT32", (1,), description="number of valid rows"),
+    ),
+    batched=True,
+)
+
+
+def camera_input(
+    sample: Sample, input_size: tuple[int, int] | None = None
+) -> tuple[npt.NDArray[np.uint8], tuple[float, float]]:
+    """A camera sample's ``IMAGE`` row ``[H, W, 3]`` and the factors ``(sx, sy)`` from its pixels to
+    the original image's (the scheduler applies them to the model's ``BOXES``).
+
+    With the model's network input ``input_size = (width, height)`` (its config's ``input_width`` /
+    ``input_height`` parameters) a JPEG is decoded at the smallest DCT scale that still covers the
+    letterbox the model makes of it (``decode_image_scaled``): a 1600x900 camera for a 416x416 network
+    decodes at 800x450, in about half the time of a full decode, and the model resizes a quarter of
+    the pixels. Without it (or for a PNG) the image is decoded at full size and the factors are 1.
+    """
+    from perception._imageio import decode_image_scaled
+
+    if not isinstance(sample, ImageSample):
+        raise InputError(f"expected an image for a camera, got {type(sample).__name__}", sensor=sample.sensor)
+    image, (width, height) = decode_image_scaled(sample.data, sensor=sample.sensor, fit=input_size)
+    return image, (width / image.shape[1], height / image.shape[0])
+
+
+def _prepare(sample: Sample, input_size: tuple[int, int] | None) -> Prepared:
+    image, scale = camera_input(sample, input_size)
+    return {"IMAGE": image}, scale
+
+
+def _warmup(sensor: str, spec: SensorSpec | None) -> Sample:
+    """A deterministic noise image of the camera's size (640x360 without a calibration), as a JPEG:
+    the warm-up then decodes like a frame's sample does."""
+    from perception._imageio import encode_jpeg
+
+    cal = spec.calibration if spec is not None else None
+    h, w = (cal.height, cal.width) if cal is not None else (360, 640)
+    image = np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return ImageSample(sensor, 0, sensor, encode_jpeg(image))
+
+
+CAMERA = SensorKindDef(
+    name="camera",
+    sample=ImageSample,
+    contract=CONTRACT,
+    prepare=_prepare,
+    warmup=_warmup,
+    fusion=FusionRole.IMAGE_BOXES,
+    default_model="auto",  # by the drive's source: perception.config.default_camera_model
+    color=(1.00, 0.50, 0.00),
+)
