@@ -146,6 +146,14 @@ def run(args: argparse.Namespace) -> int:
         f"drives {t['drives']}: {status}; frames {t['frames']} (ok {t['ok']}, degraded {t['degraded']}, "
         f"dropped {t['dropped']}); latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms\n"
     )
+    if t["drives_with_mAP"] or t["drives_without_ground_truth"]:
+        mean = t["mean_drive_mAP"]
+        without = t["drives_without_ground_truth"]
+        sys.stdout.write(
+            f"mAP: mean {'-' if mean is None else f'{mean:.3f}'} over {t['drives_with_mAP']} drive(s) with ground truth"
+            + (f"; no ground truth: {', '.join(without)}" if without else "")
+            + "\n"
+        )
     for d in outcome.drives:
         if d.get("status") != "ok":
             sys.stdout.write(f"  {d['name']}: {d.get('status')}: {d.get('error')}\n")

@@ -34,6 +34,8 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict
     for d in drives:
         by_status[d.get("status", "failed")] = by_status.get(d.get("status", "failed"), 0) + 1
     maps = [d["mAP"] for d in drives if d.get("mAP") is not None]
+    scored = [d["modes"] for d in drives if d.get("modes")]
+    modes = list(dict.fromkeys(m for ms in scored for m in ms))
     return {
         "drives": len(drives),
         "by_status": by_status,
@@ -47,13 +49,21 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict
         # every frame of every drive pooled (not a mean of the drives' percentiles)
         "latency_ms": percentiles(total_ns),
         # the mean over drives with ground truth, each drive counting once
-        "mean_drive_mAP": round(sum(maps) / len(maps), 4) if maps else None,
+        "mean_drive_mAP": _mean(maps),
         "drives_with_mAP": len(maps),
+        # replayed drives that have no ground truth to score (not an error: their mAP is None)
+        "drives_without_ground_truth": [d["name"] for d in drives if d.get("ground_truth") is False],
+        # --eval: each sensor mode's mAP, the mean over the drives scored in it (each counting once)
+        "mean_mode_mAP": {m: _mean([ms[m] for ms in scored if ms.get(m) is not None]) for m in modes} or None,
         # where the time went: the workers' replays, and Ray's share of each task beyond them
         "worker_s": round(sum(d.get("wall_s", 0.0) for d in drives), 3),
         "worker_cpu_s": round(sum(d.get("cpu_s", 0.0) for d in drives), 3),
         "ray_overhead_s": round(sum(d.get("ray_overhead_s", 0.0) for d in drives), 3),
     }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 6) if values else None
 
 
 def write_report(
@@ -103,15 +113,15 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         "|---|---|---:|---|---:|---:|---|---:|---:|---|",
     ]
     for d in report["drives"]:
-        m = d.get("mAP")
         err = " ".join(str(d.get("error") or "").split())[:160]
         retries = "; ".join(d.get("retries", []))
         lines.append(
             f"| {d['name']} | {d.get('status')} | {d.get('frames', 0)} | {d.get('ok', 0)} / {d.get('degraded', 0)} / "
             f"{d.get('dropped', 0)} | {_ms(d, 'p50')} | {_ms(d, 'p99')} | {_verdict(d)} | "
-            f"{'-' if m is None else f'{m:.3f}'} | {d.get('attempts', 1)} | {err or retries} |"
+            f"{_map(d)} | {d.get('attempts', 1)} | {err or retries} |"
         )
     mean_map = t["mean_drive_mAP"]
+    without = t.get("drives_without_ground_truth") or []
     lines += [
         "",
         "## Totals",
@@ -122,7 +132,8 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         f"deadline misses {t['deadline_misses']}",
         f"- latency over every frame: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms (n {lat['n']})",
         f"- mean mAP over {t['drives_with_mAP']} drives with ground truth: "
-        + ("-" if mean_map is None else f"{mean_map:.3f}"),
+        + ("-" if mean_map is None else f"{mean_map:.3f}")
+        + (f"; {len(without)} without ground truth ({', '.join(without)})" if without else ""),
     ]
     phase = report.get("drive_phase_s")
     if phase:
@@ -132,4 +143,40 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
             f"workers replaying {t['worker_s']:.1f} s (CPU {t['worker_cpu_s']:.1f} s), "
             f"Ray task overhead {t['ray_overhead_s']:.2f} s in all"
         )
+    return lines + _modes_lines(report)
+
+
+def _map(d: Mapping[str, Any]) -> str:
+    m = d.get("mAP")
+    if m is not None:
+        return f"{m:.3f}"
+    return "no ground truth" if d.get("ground_truth") is False else "-"
+
+
+def _modes_lines(report: Mapping[str, Any]) -> list[str]:
+    """``--eval``: mAP per drive in each sensor mode (modes.json has the rest), then each mode's mean."""
+    means = report["totals"].get("mean_mode_mAP")
+    evaluated = [d for d in report["drives"] if "modes" in d]
+    if not evaluated:
+        return []
+    modes = list(means or {})
+    lines = [
+        "",
+        "## mAP per sensor mode (--eval; OUT/<drive>/modes.json)",
+        "",
+        "| drive | " + " | ".join(modes) + " |" if modes else "| drive | mAP per mode |",
+        "|---|" + "---:|" * max(len(modes), 1),
+    ]
+    for d in sorted(evaluated, key=lambda d: str(d["name"])):
+        scored = d.get("modes")
+        if scored:
+            cells = ["-" if scored.get(m) is None else f"{scored[m]:.3f}" for m in modes]
+        else:
+            why = "no ground truth" if d.get("ground_truth") is False else f"not scored ({d.get('status')})"
+            cells = [why] + [""] * (len(modes) - 1)
+        lines.append(f"| {d['name']} | " + " | ".join(cells) + " |")
+    if means:
+        n = sum(1 for d in evaluated if d.get("modes"))
+        cells = ["-" if v is None else f"{v:.3f}" for v in means.values()]
+        lines.append(f"| **mean over {n} drive(s)** | " + " | ".join(cells) + " |")
     return lines

@@ -94,13 +94,15 @@ class DriveWorker:
             stack, self._stack, self._client = self._stack, None, None
             await stack.aclose()
 
-    def _config(self, path: str) -> RuntimeConfig:
+    def _config(self, path: str) -> tuple[RuntimeConfig, bool]:
+        """The drive's runtime config, and whether the drive has ground truth (mAP is scored only then)."""
         s = self._settings
         cfg = load_config(self._profile_path)
-        if not cfg.resolved:
-            with DriveReader(path, strict=False, quiet=True) as reader:
+        with DriveReader(path, strict=False, quiet=True) as reader:
+            if not cfg.resolved:
                 cfg = drive_config(cfg, reader)
-        return with_overrides(cfg, budget_ms=s.budget_ms)
+            ground_truth = reader.has_ground_truth
+        return with_overrides(cfg, budget_ms=s.budget_ms), ground_truth
 
     async def replay(self, job: DriveJob) -> dict[str, Any]:
         """Replay ``job``'s drive into ``OUT/<name>/`` (staged, then renamed); its summary for the report.
@@ -119,7 +121,7 @@ class DriveWorker:
 
         total_ns: list[int] = []
         try:
-            cfg = self._config(job.path)
+            cfg, summary["ground_truth"] = self._config(job.path)
             client = await self._open(cfg)
             summary["urls"] = list(client.urls)
             sinks = []
@@ -150,8 +152,10 @@ class DriveWorker:
             summary.update(self._summarise(outcome, cfg))
             # every frame's total, for the fleet's pooled percentiles (not in the drive's own file)
             total_ns = list(outcome.latency.total_ns)
-            if self._settings.eval_modes and outcome.evaluation is not None:
-                summary["modes"] = self._modes(job.path, outcome, cfg, staging)
+            if self._settings.eval_modes:
+                # a drive without ground truth is not an error: its summary says so (modes None)
+                has_modes = summary["ground_truth"] and outcome.evaluation is not None
+                summary["modes"] = self._modes(job.path, outcome, cfg, staging) if has_modes else None
         except PerceptionError as exc:
             log.warning("drive %s failed: %s", job.name, exc)
             summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)

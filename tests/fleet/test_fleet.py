@@ -28,6 +28,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
+from perception.replay import MODES
 from perception.server import cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
 from perception.triton import shm_owner_pid
@@ -460,6 +461,66 @@ def test_a_killed_triton_server_s_work_moves_to_the_other_and_the_drives_go_on(t
     assert other_after > other_before_kill  # the rest went to the server left
     assert stopped == [0, 0]
     assert _leftovers() == []
+
+
+# -- --eval: mAP per drive and in total; a drive without ground truth says so -----------------------
+
+
+@pytest.fixture(scope="module")
+def eval_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``--eval`` over a drive with ground truth (sim) and one without (the reliability tests' drive),
+    run as in CI: output captured, so neither stdout nor stderr is a terminal (no ``--no-progress``)."""
+    tmp = tmp_path_factory.mktemp("eval")
+    no_gt = write_drive(tmp / "no_gt.mcap", 10)
+    out = tmp / "out"
+    argv = ["fleet", str(drives / "a.mcap"), str(no_gt), "--out", str(out), "--eval", "--workers", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "perception", *argv, "--no-report-md", "--no-fused-mcap"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_env(),
+    )
+    return out, done
+
+
+def test_eval_gives_map_per_drive_and_in_total_and_names_drives_without_ground_truth(
+    eval_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = eval_run
+    assert done.returncode == 0, done.stderr  # a drive without ground truth is not a failure
+    report = json.loads((out / FLEET_JSON).read_text())
+    by_name = {d["name"]: d for d in report["drives"]}
+    a, no_gt = by_name["a"], by_name["no_gt"]
+    assert a["status"] == "ok" and a["ground_truth"] is True
+    assert 0.0 <= a["mAP"] <= 1.0
+    modes = json.loads((out / "a" / "modes.json").read_text())
+    assert set(a["modes"]) == set(modes) == set(MODES)
+    assert a["modes"] == {m: v["mAP"] for m, v in modes.items()}
+    assert no_gt["status"] == "ok" and no_gt["frames"] == 10, no_gt
+    assert no_gt["ground_truth"] is False and no_gt["mAP"] is None and no_gt["modes"] is None
+    assert not (out / "no_gt" / "modes.json").exists()
+    t = report["totals"]
+    assert t["drives_with_mAP"] == 1 and t["mean_drive_mAP"] == pytest.approx(a["mAP"], abs=1e-6)
+    assert t["drives_without_ground_truth"] == ["no_gt"]
+    assert t["mean_mode_mAP"] == pytest.approx(a["modes"], abs=1e-6)
+    md = (out / FLEET_MD).read_text()
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert f"| {a['mAP']:.3f} |" in rows["a"]
+    assert "| no ground truth |" in rows["no_gt"]
+    assert f"mean mAP over 1 drives with ground truth: {a['mAP']:.3f}; 1 without ground truth (no_gt)" in md
+    assert "## mAP per sensor mode" in md and "| **mean over 1 drive(s)** |" in md
+    assert "no ground truth: no_gt" in done.stdout
+    assert _leftovers() == []
+
+
+def test_no_progress_display_without_a_terminal(eval_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, done = eval_run
+    assert done.returncode == 0, done.stderr
+    for stream in (done.stdout, done.stderr):
+        assert "\r" not in stream and "\x1b[K" not in stream
+        assert not re.search(r"fleet \[|frames/s|running,", stream), stream
 
 
 if sys.platform != "linux":  # pragma: no cover
