@@ -17,6 +17,7 @@ import bisect
 import dataclasses
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from perception.config import RuntimeConfig
@@ -28,27 +29,36 @@ from perception.replay._session import ReplayOptions, ReplayOutcome, replay_driv
 from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
-__all__ = ["MODES", "default_protocol", "evaluate_modes", "score_modes"]
+__all__ = ["MODES", "SensorMode", "default_protocol", "evaluate_modes", "score_modes"]
 
-KINDS = ("lidar", "radar", "camera")
 
-#: Mode name -> sensor kinds that contribute.
-MODES: Mapping[str, frozenset[str]] = {
-    "fused": frozenset(KINDS),
-    "lidar_only": frozenset({"lidar"}),
-    "radar_only": frozenset({"radar"}),
-    "camera_only": frozenset({"camera"}),
-    "no_lidar": frozenset({"radar", "camera"}),
-    "no_radar": frozenset({"lidar", "camera"}),
-    "no_camera": frozenset({"lidar", "radar"}),
+@dataclass(frozen=True, slots=True)
+class SensorMode:
+    """Which sensors an evaluation mode lets contribute, by kind: only the kinds in ``only`` (``None``:
+    every kind, registered ones included), less those in ``without``."""
+
+    only: frozenset[str] | None = None
+    without: frozenset[str] = frozenset()
+
+    def keeps(self, kind: str) -> bool:
+        return (self.only is None or kind in self.only) and kind not in self.without
+
+
+#: Mode name -> the sensors that contribute. ``fused`` is every sensor of the drive, whatever its kind.
+MODES: Mapping[str, SensorMode] = {
+    "fused": SensorMode(),
+    "lidar_only": SensorMode(only=frozenset({"lidar"})),
+    "radar_only": SensorMode(only=frozenset({"radar"})),
+    "camera_only": SensorMode(only=frozenset({"camera"})),
+    "no_lidar": SensorMode(without=frozenset({"lidar"})),
+    "no_radar": SensorMode(without=frozenset({"radar"})),
+    "no_camera": SensorMode(without=frozenset({"camera"})),
 }
 
 
-def _masked(
-    results: Mapping[str, SensorResult], kinds: Mapping[str, str], keep: frozenset[str]
-) -> dict[str, SensorResult]:
+def _masked(results: Mapping[str, SensorResult], kinds: Mapping[str, str], mode: SensorMode) -> dict[str, SensorResult]:
     return {
-        name: r if kinds[name] in keep else SensorResult(name, SensorStatus.MISSING, sample_t_ns=r.sample_t_ns)
+        name: r if mode.keeps(kinds[name]) else SensorResult(name, SensorStatus.MISSING, sample_t_ns=r.sample_t_ns)
         for name, r in results.items()
     }
 
@@ -69,7 +79,7 @@ def score_modes(
     results: list[FrameResult],
     config: RuntimeConfig,
     reader: DriveReader,
-    modes: Mapping[str, frozenset[str]] = MODES,
+    modes: Mapping[str, SensorMode] = MODES,
     protocol: str | None = None,
     fusion_params: FusionParams | None = None,
 ) -> dict[str, dict[str, Any]]:
@@ -84,7 +94,7 @@ def score_modes(
     kinds = {s.name: s.kind for s in config.sensors}
     ego_at = reader.ego_pose_at if reader.ego_poses() else None
     out: dict[str, dict[str, Any]] = {}
-    for mode, keep in modes.items():
+    for mode, sensor_mode in modes.items():
         fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
         native = DetectionEvaluator(rig=rig, ego_at=ego_at) if protocol == "native" else None
         fused: list[tuple[int, tuple[Detection3D, ...]]] = []
@@ -92,7 +102,7 @@ def score_modes(
             if r.status is FrameStatus.DROPPED:
                 continue
             frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples={}, ego=ego_at(r.t_ns) if ego_at else None)
-            detections, _ = fuser(frame, _masked(r.sensors, kinds, keep))
+            detections, _ = fuser(frame, _masked(r.sensors, kinds, sensor_mode))
             if native is not None:
                 gt = reader.ground_truth_at(r.t_ns, GT_TOLERANCE_NS)
                 if gt is not None:
@@ -109,7 +119,7 @@ def score_modes(
                 k = _nearest(times, gt.t_ns)
                 ev.add(gt, None if k is None else fused[k][1], None if k is None else times[k])
             summary = ev.summary()
-        summary["sensors"] = sorted(n for n, k in kinds.items() if k in keep)
+        summary["sensors"] = sorted(n for n, k in kinds.items() if sensor_mode.keeps(k))
         out[mode] = summary
     return out
 
