@@ -122,7 +122,9 @@ class _Fleet:
             else:
                 ray.init(address=self.opts.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise FleetError(f"cannot start or join the Ray cluster: {exc}", address=self.opts.address) from exc
+            raise FleetError(
+                f"cannot start or join the Ray cluster: {exc}{_join_hint(self.opts.address)}", address=self.opts.address
+            ) from exc
         finally:
             if sigterm is not None:
                 signal.signal(signal.SIGTERM, sigterm)
@@ -249,18 +251,28 @@ class _Fleet:
         for ref in list(self.running.values()):
             ray.cancel(ref)
 
-    async def show(self, bar: Progress, started: float) -> None:
+    async def show(self, bar: Progress) -> None:
+        """Refresh the progress display every second (the last refresh is :meth:`shown`'s, at the end)."""
         while True:
             frames = sum(r.get("frames", 0) for r in self.results.values())
             for current in await _gather([w.progress.remote() for w in self.workers]):
                 if current is not None and current[0] is not None:
                     frames += current[1]
-            rate = frames / max(time.monotonic() - started, 1e-9)
-            bar.update(
-                len(self.results),
-                f"{len(self.running)} running, {self.failed} failed, {frames} frames, {rate:.0f} frames/s",
-            )
+            self.shown(bar, frames)
             await anyio.sleep(1.0)
+
+    def shown(self, bar: Progress, frames: int | None = None) -> None:
+        """Drives done (of all), running and failed, frames so far and frames/s since the first drive was sent;
+        without ``frames``: those of the finished drives (the final line)."""
+        if frames is None:
+            frames = sum(r.get("frames", 0) for r in self.results.values())
+        since = self.first_dispatch
+        rate = frames / max(time.monotonic() - since, 1e-9) if since is not None else 0.0
+        bar.update(
+            len(self.results),
+            f"{len(self.results)}/{len(self.drives)} done, {len(self.running)} running, {self.failed} failed, "
+            f"{frames} frames, {rate:.1f} frames/s",
+        )
 
     async def close(self) -> None:
         import ray
@@ -274,6 +286,20 @@ class _Fleet:
                 await _gather([s.stop.remote() for s in self.servers])
             for s in self.servers:
                 ray.kill(s, no_restart=True)
+
+
+def _join_hint(address: str | None) -> str:
+    """What to check when joining ``address`` failed. ``ray start --head`` turns Ray's token authentication on
+    when a token exists (``~/.ray/auth_token``, which any local ``ray.init`` creates), and Ray sends the token
+    to a cluster found on this machine (``auto``) but never to an explicit address unless told to: there, a
+    join without ``RAY_AUTH_MODE=token`` is refused (after Ray's connect timeout, as "failed to connect")."""
+    if address is None or address == "auto" or os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return ""
+    return (
+        " (if the cluster uses token authentication, the default of `ray start --head` when ~/.ray/auth_token "
+        "exists: set RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
+        "RAY_AUTH_TOKEN_PATH; or use --address auto on the head)"
+    )
 
 
 def _phase(first: float | None, last: float | None) -> float | None:
@@ -329,11 +355,12 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
                     tg.start_soon(fleet.watch, stop)
                     await fleet.start()
                     if bar.enabled:
-                        tg.start_soon(fleet.show, bar, started)
+                        tg.start_soon(fleet.show, bar)
                     async with anyio.create_task_group() as work:
                         for w in fleet.workers:
                             work.start_soon(fleet.work, w)
                     tg.cancel_scope.cancel()
+                fleet.shown(bar)  # the final counts, not the last refresh's
         finally:
             await fleet.close()
     finally:

@@ -12,14 +12,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import re
+import secrets
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -521,6 +527,152 @@ def test_no_progress_display_without_a_terminal(eval_run: tuple[Path, subprocess
     for stream in (done.stdout, done.stderr):
         assert "\r" not in stream and "\x1b[K" not in stream
         assert not re.search(r"fleet \[|frames/s|running,", stream), stream
+
+
+# -- an existing cluster (--address), with the progress display on a terminal -----------------------
+
+
+def _ray(*args: str, env: dict[str, str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    ray = Path(sys.executable).with_name("ray")
+    return subprocess.run([str(ray), *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def _on_a_terminal(argv: list[str], env: dict[str, str], timeout_s: float = 300.0) -> tuple[int, str]:
+    """``perception ...`` with stdin, stdout and stderr on a pseudo-terminal, as a user runs it: its exit
+    code and everything it wrote there."""
+    master, slave = pty.openpty()
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "perception", *argv],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(master, 1 << 16)
+                except OSError:  # EIO: no process has the terminal open any more
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif cli.poll() is not None:
+                break  # it ended and all it wrote has been read
+        code = cli.wait(10)
+    finally:
+        if cli.poll() is None:  # a hang: the test fails, and leaves nothing running
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
+        os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+@dataclass
+class _Joined:
+    address: str
+    code: int
+    terminal: str  # what the fleet wrote on its terminal
+    out: Path
+    status_after: int  # `ray status` once the fleet had ended
+    head_alive_after: bool
+    ours_after: dict[int, str]  # our processes once the fleet had ended (the cluster's)
+    left_after_stop: list[str]  # what was left once the cluster was stopped
+
+
+@pytest.fixture(scope="module")
+def joined(drives: Path) -> Iterator[_Joined]:
+    """A cluster started as an operator does (`ray start --head`, in a process of its own), a fleet run that
+    joins it with ``--address host:port`` on a terminal, then the cluster stopped.
+
+    The cluster is stopped by signalling its ``ray start --block`` process (which stops the node's processes),
+    not with ``ray stop``: that stops every Ray process of the machine, other people's clusters too. Token
+    authentication is on (as `ray start --head` makes it when a token exists), with a token of its own."""
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-ray-", dir="/tmp"))  # short: Ray's socket paths are limited
+    try:
+        token = tmp / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        env = {**_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+        env.pop("RAY_ADDRESS", None)
+        address = f"127.0.0.1:{free_port()}"
+        ports = [
+            f"--port={address.rsplit(':', 1)[1]}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+        ]
+        argv = ["start", "--head", *ports, "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={tmp / 'ray'}"]
+        with (tmp / "head.log").open("w") as log:
+            head = subprocess.Popen(
+                [str(Path(sys.executable).with_name("ray")), *argv, "--block"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            deadline = time.monotonic() + 120
+            while _ray("status", f"--address={address}", env=env).returncode != 0:
+                assert head.poll() is None, (tmp / "head.log").read_text()
+                assert time.monotonic() < deadline, "the head did not answer `ray status`"
+                time.sleep(0.5)
+            out = tmp / "out"
+            fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), "--address", address]
+            code, terminal = _on_a_terminal([*fleet, "--workers", "2", "--no-report-md", "--no-fused-mcap"], env)
+            status_after = _ray("status", f"--address={address}", env=env).returncode
+            head_alive_after = head.poll() is None
+            ours_after = _ours()
+        finally:
+            if head.poll() is None:
+                head.send_signal(signal.SIGTERM)
+            try:
+                head.wait(60)
+            finally:
+                if head.poll() is None:
+                    os.killpg(head.pid, signal.SIGKILL)
+                    head.wait()
+        deadline = time.monotonic() + 30
+        while _leftovers() and time.monotonic() < deadline:  # the node's processes end after its raylet
+            time.sleep(0.2)
+        yield _Joined(address, code, terminal, out, status_after, head_alive_after, ours_after, _leftovers())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_joining_an_existing_cluster_runs_there_and_leaves_it_running(joined: _Joined) -> None:
+    assert joined.code == 0, joined.terminal
+    report = json.loads((joined.out / FLEET_JSON).read_text())
+    assert report["address"] == joined.address
+    for d in report["drives"]:
+        assert d["status"] == "ok" and d["frames"] > 0, d
+        ids = [r["frame_id"] for r in _records(joined.out / d["name"] / "detections.jsonl")]
+        assert len(ids) == len(set(ids)) == d["frames"]
+    # the cluster it joined still answers; of the fleet's own, nothing is left on it (workers, Triton)
+    assert joined.status_after == 0 and joined.head_alive_after
+    assert any("gcs_server" in cmd for cmd in joined.ours_after.values()), joined.ours_after
+    assert not [c for c in joined.ours_after.values() if "tritonserver" in c or "DriveWorker" in c]
+    # and once the cluster is stopped, nothing of it either
+    assert joined.left_after_stop == []
+
+
+def test_the_progress_display_on_a_terminal_shows_drives_and_frames_per_second(joined: _Joined) -> None:
+    assert joined.code == 0, joined.terminal
+    lines = re.findall(
+        r"fleet \[[#-]+\]\s+([\d.]+)% .*?(\d+)/(\d+) done, (\d+) running, (\d+) failed, (\d+) frames, "
+        r"([\d.]+) frames/s",
+        joined.terminal,
+    )
+    assert lines, joined.terminal
+    frames = sum(d["frames"] for d in json.loads((joined.out / FLEET_JSON).read_text())["drives"])
+    pct, done, total, running, failed, shown, rate = lines[-1]  # the final line: every drive done
+    assert (pct, done, total, running, failed, int(shown)) == ("100.0", "2", "2", "0", "0", frames)
+    assert float(rate) > 0
+    assert "\r" in joined.terminal  # redrawn in place
 
 
 if sys.platform != "linux":  # pragma: no cover
