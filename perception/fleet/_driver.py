@@ -177,7 +177,7 @@ class _Fleet:
 
     # -- tasks ------------------------------------------------------------------------------
     async def work(self, worker: Any) -> None:
-        from ray.exceptions import RayActorError, TaskCancelledError
+        from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
 
         while self.queue and not self.stopped:
             drive, attempt = self.queue.popleft()
@@ -208,6 +208,13 @@ class _Fleet:
                     self._done(self._lost(drive, attempt, f"worker died in each of {attempt} attempts"))
                 if not await self._back(worker):
                     return
+                continue
+            except RayTaskError as exc:
+                # the worker reports every error of ours as the drive's status; anything else raised
+                # there is a bug, and it fails this drive only, with its cause, while the others go on
+                cause = getattr(exc, "cause", None) or exc
+                log.error("drive %s: the worker raised %s", drive.name, type(cause).__name__, exc_info=exc)
+                self._done(self._lost(drive, attempt, f"worker error: {type(cause).__name__}: {cause}"))
                 continue
             finally:
                 self.running.pop(drive.name, None)
