@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perception.replay._eval import MODES, SensorMode, evaluate_modes, score_modes
+from perception.replay._eval import MODES, evaluate_modes, score_modes
 from perception.replay._session import (
     Rate,
     ReplayOptions,
@@ -21,7 +21,6 @@ __all__ = [
     "ReplayOptions",
     "ReplayOutcome",
     "ReplaySink",
-    "SensorMode",
     "drive_config",
     "evaluate_modes",
     "parse_rate",

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from perception.triton import SHM_NAME_PREFIX, shm_owner_pid
+from perception.triton import SHM_DIR, SHM_NAME_PREFIX, shm_owner_pid
 
 __all__ = [
     "PROC_DIR",
-    "SHM_DIR",
     "ProcessInfo",
     "cleanup_stale_shm",
     "iter_processes",
@@ -38,7 +37,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SHM_DIR = Path("/dev/shm")
 PROC_DIR = Path("/proc")
 
 _PR_SET_PDEATHSIG = 1

@@ -30,9 +30,10 @@ from perception.triton._client import (
 from perception.triton._contract import ModelContract, check_contract, parse_model_config
 from perception.triton._errors import translate
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
-from perception.triton._shm_names import SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
+from perception.triton._shm_names import SHM_DIR, SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
 
 __all__ = [
+    "SHM_DIR",
     "SHM_NAME_PREFIX",
     "ClientOptions",
     "InferRequest",

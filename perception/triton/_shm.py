@@ -27,7 +27,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -37,15 +36,14 @@ import numpy.typing as npt
 from tritonclient.utils import shared_memory as triton_shm
 
 from perception.errors import PerceptionError, SharedMemoryError
-from perception.triton._shm_names import make_shm_prefix
+from perception.triton._shm_names import SHM_DIR, make_shm_prefix
 
 from ._errors import translate
 
-__all__ = ["SHM_DIR", "SharedMemoryPool", "ShmRegionInfo", "ShmRegistrar", "ShmSlot"]
+__all__ = ["SharedMemoryPool", "ShmRegionInfo", "ShmRegistrar", "ShmSlot"]
 
 log = logging.getLogger(__name__)
 
-SHM_DIR = Path("/dev/shm")
 #: Tensors inside a region start at multiples of this (cache line; keeps numpy views aligned).
 ALIGNMENT = 64
 _CLOSE_TIMEOUT_S = 5.0

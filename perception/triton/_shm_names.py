@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from pathlib import Path
 
-__all__ = ["SHM_NAME_PREFIX", "make_shm_prefix", "shm_owner_pid"]
+__all__ = ["SHM_DIR", "SHM_NAME_PREFIX", "make_shm_prefix", "shm_owner_pid"]
+
+#: Where POSIX shared-memory regions live (Triton's and this package's).
+SHM_DIR = Path("/dev/shm")
 
 #: Every region this package creates starts with ``perception_<owner-pid>_``.
 SHM_NAME_PREFIX = "perception_"

@@ -11,7 +11,7 @@ from reliability_helpers import MS, T0, rig, runtime_config
 from perception.drives import DriveReader, DriveWriter
 from perception.fusion._testing import SimObject, lidar_result, missing
 from perception.replay import score_modes
-from perception.replay._eval import default_protocol
+from perception.replay._eval import SensorMode, default_protocol
 from perception.types import EgoPose, FrameResult, FrameStatus, GroundTruth, GroundTruthObject, Transform
 
 CARS = [SimObject("car", (12.0, 3.0, 0.8)), SimObject("car", (25.0, -4.0, 0.8)), SimObject("car", (-15.0, 1.0, 0.8))]
@@ -56,7 +56,7 @@ CONFIG = runtime_config(
     {"lidar_top": "lidar_detector", "radar_front": "radar_detector", "cam_front": "camera_detector"},
     fusion={"enabled": True},
 )
-MODES = {"fused": frozenset({"lidar", "radar", "camera"}), "camera_only": frozenset({"camera"})}
+MODES = {"fused": SensorMode(), "camera_only": SensorMode(only=frozenset({"camera"}))}
 
 
 def test_a_nuscenes_drive_is_scored_with_the_nuscenes_protocol(tmp_path: Path) -> None:

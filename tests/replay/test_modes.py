@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from perception.replay import MODES, SensorMode
+from perception.replay import MODES
+from perception.replay._eval import SensorMode
 
 
 def test_fused_keeps_every_kind_including_a_registered_one() -> None:
