@@ -164,6 +164,9 @@ def _modes_lines(report: Mapping[str, Any]) -> list[str]:
         "",
         "## mAP per sensor mode (--eval; OUT/<drive>/modes.json)",
         "",
+        "Each mode re-runs fusion offline on the replay's sensor outputs with the other sensors masked; "
+        "the drive table's mAP scores the detections the replay emitted, so `fused` can differ from it slightly.",
+        "",
         "| drive | " + " | ".join(modes) + " |" if modes else "| drive | mAP per mode |",
         "|---|" + "---:|" * max(len(modes), 1),
     ]

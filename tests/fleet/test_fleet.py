@@ -512,7 +512,12 @@ def test_eval_gives_map_per_drive_and_in_total_and_names_drives_without_ground_t
     assert t["drives_without_ground_truth"] == ["no_gt"]
     assert t["mean_mode_mAP"] == pytest.approx(a["modes"], abs=1e-6)
     md = (out / FLEET_MD).read_text()
-    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    rows: dict[str, str] = {}  # the per-drive table comes first; the per-mode table repeats the names
+    for line in md.splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line)
+    mode_row = md.split("## mAP per sensor mode", 1)[1]
+    assert f"| a | {a['modes']['fused']:.3f} |" in mode_row
     assert f"| {a['mAP']:.3f} |" in rows["a"]
     assert "| no ground truth |" in rows["no_gt"]
     assert f"mean mAP over 1 drives with ground truth: {a['mAP']:.3f}; 1 without ground truth (no_gt)" in md
