@@ -35,10 +35,13 @@ def resolve_sensors(
     becomes the first lidar by name, else the first camera, else the first radar. A config that is
     already resolved keeps its sensors and trigger. ``where`` names the rig in messages (e.g. the drive's path);
     ``metadata`` is the drive's: its source picks ``model: auto`` (none: a recording of real sensors)
-    and the budget (:meth:`BudgetConfig.for_drive`; none: ``budget.total_ms`` as it is).
+    and the budget (:meth:`BudgetConfig.for_drive`; none: ``budget.total_ms`` as it is) and the fusion
+    settings that depend on the sensors (:meth:`FusionConfig.for_drive`).
     """
     if metadata is not None:
-        config = dataclasses.replace(config, budget=config.budget.for_drive(metadata))
+        config = dataclasses.replace(
+            config, budget=config.budget.for_drive(metadata), fusion=config.fusion.for_drive(metadata)
+        )
     if config.resolved:
         return config
     file = str(config.source) if config.source else None

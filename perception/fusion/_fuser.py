@@ -129,6 +129,7 @@ class _Radar:
     cov: F64  # [K,2,2]
     score: F64  # [K]
     rcs: F64  # [K]
+    returns: F64  # [K] returns each radar object was formed from
     free: B  # [K] not yet used by an object
     radial: F64  # [K,3] (vr, los x, los y), as Objects.radial
 
@@ -169,6 +170,7 @@ class Fuser:
     ) -> None:
         self.config = config
         self.params = params or FusionParams()
+        self._truck_returns = float(config.truck_returns())
         self._ego_at = ego_at
         sensors = []
         for i, (name, spec) in enumerate(rig.items()):
@@ -350,6 +352,7 @@ class Fuser:
                 np.zeros((0, 2, 2)),
                 z,
                 z,
+                z,
                 np.zeros(0, bool),
                 np.zeros((0, 3)),
             )
@@ -358,12 +361,14 @@ class Fuser:
         if len(radars) == 1:
             r0 = radars[0][1]
             positions, velocity, vr, scores, rcs = r0.positions, r0.velocity, r0.radial, r0.scores, r0.rcs
+            returns = r0.returns
         else:
             positions = np.concatenate([r.positions for _, r, _ in radars])
             velocity = np.concatenate([r.velocity for _, r, _ in radars])
             vr = np.concatenate([r.radial for _, r, _ in radars])
             scores = np.concatenate([r.scores for _, r, _ in radars])
             rcs = np.concatenate([r.rcs for _, r, _ in radars])
+            returns = np.concatenate([r.returns for _, r, _ in radars])
         sensor, full = np.empty(k, np.intp), np.empty(k, bool)
         pos, vel, los = np.empty((k, 2)), np.empty((k, 2)), np.empty((k, 2))
         cov, radial = np.empty((k, 2, 2)), np.empty((k, 3))
@@ -385,6 +390,7 @@ class Fuser:
             cov=cov,
             score=scores,
             rcs=rcs,
+            returns=returns,
             free=filled(k, True, bool),
             radial=radial,
         )
@@ -558,8 +564,9 @@ class Fuser:
         vel_var, vel_full, radial, cov_out = np.empty(m), np.empty(m, bool), np.empty((m, 3)), np.empty((m, 2, 2))
         score_out, labels = np.empty(m), np.empty(m, np.intp)
         n = _kernels.radar_only(
-            pos, vel, full, score, cov, los, radar.rcs[idx], radar.radial.take(idx, axis=0), group, _SIZES,
-            self._velocity_sigma, self._radar_only_labels, prm.radar_truck_rcs, prm.radar_car_rcs, prm.flip_speed,
+            pos, vel, full, score, cov, los, radar.rcs[idx], radar.returns[idx], radar.radial.take(idx, axis=0), group,
+            _SIZES, self._velocity_sigma, self._radar_only_labels, prm.radar_truck_rcs, self._truck_returns,
+            prm.radar_car_rcs, prm.flip_speed,
             prm.radar_surface_factor, prm.radar_only_factor,
             slot, center, size, yaw, vel_out, vel_var, vel_full, radial, cov_out, score_out, labels,
         )  # fmt: skip

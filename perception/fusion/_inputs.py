@@ -93,6 +93,7 @@ class RadarObjects:
     velocity: F64  # [K,2] over-ground (vx, vy) in the radar frame, NaN where not estimable
     rcs: F64  # [K] dBsm
     scores: F64  # [K]
+    returns: F64  # [K] returns each object was formed from (>= 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +121,17 @@ def parse_radar(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score:
     vel = _tensor(outputs, "VELOCITY", sensor, 2)
     rcs = _tensor(outputs, "RCS", sensor, None)
     scores = _tensor(outputs, "SCORES", sensor, None)
-    _same_rows(sensor, ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES"), pos, vr, vel, rcs, scores)
+    returns = _tensor(outputs, "RETURNS", sensor, None)
+    _same_rows(
+        sensor, ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES", "RETURNS"),
+        pos, vr, vel, rcs, scores, returns,
+    )  # fmt: skip
     ok = _finite_rows(pos) & np.isfinite(vr) & (scores >= min_score)
-    pos, vr, vel, rcs, scores = _rows(ok, pos, vr, vel, rcs, scores)
-    return RadarObjects(pos, vr, vel, np.where(np.isfinite(rcs), rcs, 0.0), np.minimum(scores, 1.0))
+    pos, vr, vel, rcs, scores, returns = _rows(ok, pos, vr, vel, rcs, scores, returns)
+    return RadarObjects(
+        pos, vr, vel, np.where(np.isfinite(rcs), rcs, 0.0), np.minimum(scores, 1.0),
+        np.maximum(np.nan_to_num(returns, nan=1.0), 1.0),
+    )  # fmt: skip
 
 
 def parse_camera(outputs: Mapping[str, npt.NDArray[Any]], sensor: str, min_score: float) -> CameraBoxes:

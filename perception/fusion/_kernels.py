@@ -766,12 +766,14 @@ def radar_only(
     cov: F64,
     los: F64,
     rcs: F64,
+    returns: F64,
     radial: F64,
     group: IP,
     class_sizes: F64,
     velocity_sigma: F64,
     labels: IP,
     truck_rcs: float,
+    truck_returns: float,
     car_rcs: float,
     flip_speed: float,
     surface_factor: float,
@@ -792,11 +794,13 @@ def radar_only(
     :func:`radar_groups`), in the order of their heads; returns their number and writes ``slot[i]`` (the
     object of radar object ``i``) and the objects' fields.
 
-    Velocity: mean of the group's full velocities (none: unknown). Class from the strongest RCS
-    (``truck_rcs``, ``car_rcs``: ``labels`` = truck, car, cyclist, pedestrian indices), else cyclist if
-    moving faster than 3 m/s, else pedestrian; size from the class; heading along the velocity when it
-    is faster than ``flip_speed``. The centre is set back from the head's point along its line of sight
-    by ``surface_factor`` of the half-extent, with the head's covariance widened along it.
+    Velocity: mean of the group's full velocities (none: unknown). Class: truck when the strongest RCS
+    reaches ``truck_rcs`` or the group's returns (summed over its radar objects) reach ``truck_returns``
+    (0: off), car when the strongest RCS reaches ``car_rcs`` (``labels`` = truck, car, cyclist,
+    pedestrian indices), else cyclist if moving faster than 3 m/s, else pedestrian; size from the class;
+    heading along the velocity when it is faster than ``flip_speed``. The centre is set back from the
+    head's point along its line of sight by ``surface_factor`` of the half-extent, with the head's
+    covariance widened along it.
     """
     m, n = group.shape[0], 0
     for i in range(m):
@@ -807,8 +811,10 @@ def radar_only(
         slot[i] = slot[group[i]]
     wsum, vx, vy = np.zeros(n), np.zeros(n), np.zeros(n)
     strength = np.full(n, -np.inf)
+    count = np.zeros(n)
     for i in range(m):
         k = slot[i]
+        count[k] += returns[i]
         if full[i]:
             wsum[k] += 1.0
             vx[k] += vel[i, 0]
@@ -822,7 +828,7 @@ def radar_only(
         w = max(wsum[k], 1.0)
         ux, uy = (vx[k] / w, vy[k] / w) if has_full else (0.0, 0.0)
         speed = math.hypot(ux, uy)
-        if strength[k] >= truck_rcs:
+        if strength[k] >= truck_rcs or (truck_returns > 0 and count[k] >= truck_returns):
             lab = labels[0]
         elif strength[k] >= car_rcs:
             lab = labels[1]
@@ -941,8 +947,8 @@ def warm_up() -> None:
         i1.copy(), f2.copy(), f2.copy(), b1.copy(), f2.copy(), c1.copy(), f3.copy(),
     )  # fmt: skip
     radar_only(
-        f2.copy(), f2.copy(), b1.copy(), f1.copy(), c1.copy(), f2.copy(), f1.copy(), f3.copy(), i1.copy(),
-        f3.copy(), f1.copy(), np.zeros(4, np.intp), 10.0, 0.0, 0.5, 0.75, 0.5,
+        f2.copy(), f2.copy(), b1.copy(), f1.copy(), c1.copy(), f2.copy(), f1.copy(), f1.copy(), f3.copy(),
+        i1.copy(), f3.copy(), f1.copy(), np.zeros(4, np.intp), 10.0, 0.0, 0.0, 0.5, 0.75, 0.5,
         i1.copy(), f3.copy(), f3.copy(), f1.copy(), f2.copy(), f1.copy(), b1.copy(), f3.copy(), c1.copy(),
         f1.copy(), i1.copy(),
     )  # fmt: skip

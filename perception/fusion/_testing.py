@@ -236,8 +236,10 @@ def radar_result(
     max_range: float = 90.0,
     offsets: Sequence[tuple[float, float]] | None = None,
     rcs: float = 10.0,
+    returns: int = 1,
 ) -> SensorResult:
-    """One radar object per visible object, at the point of its box nearest the radar (the radar frame).
+    """One radar object per visible object, at the point of its box nearest the radar (the radar frame),
+    each formed from ``returns`` returns.
 
     ``offsets`` adds ``(along, across)`` metres to each position relative to the line of sight.
     """
@@ -280,6 +282,7 @@ def radar_result(
             "VELOCITY": np.asarray(vel, np.float32).reshape(k, 2),
             "RCS": np.full(k, rcs, np.float32),
             "SCORES": np.asarray(sc, np.float32).reshape(k),
+            "RETURNS": np.full(k, returns, np.int32),
         },
         sample_t_ns=t_ns,
     )
@@ -446,7 +449,8 @@ def imperfect(
                     "VELOCITY": vel,
                     "RCS": rng.uniform(-5, 25, c),
                     "SCORES": rng.uniform(0.05, 0.9, c),
+                    "RETURNS": np.ones(c),
                 }
-                o = {k: np.concatenate([o[k], extra[k].astype(np.float32)]) for k in o}
+                o = {k: np.concatenate([o[k], extra[k].astype(o[k].dtype)]) for k in o}
         out[name] = SensorResult(name, res.status, outputs=o, sample_t_ns=res.sample_t_ns)
     return out

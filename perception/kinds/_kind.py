@@ -41,7 +41,7 @@ class FusionRole(enum.Enum):
 #: The output tensors a kind's contract must have for its fusion role.
 ROLE_OUTPUTS: Mapping[FusionRole, frozenset[str]] = {
     FusionRole.BOXES_3D: frozenset({"BOXES", "LABELS", "SCORES"}),
-    FusionRole.DOPPLER_POINTS: frozenset({"POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES"}),
+    FusionRole.DOPPLER_POINTS: frozenset({"POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES", "RETURNS"}),
     FusionRole.IMAGE_BOXES: frozenset({"BOXES", "SCORES", "LABELS", "COUNT"}),
 }
 

@@ -30,6 +30,7 @@ CONTRACT = KindContract(
         TensorSpec("VELOCITY", "FP32", (-1, 2), description="over-ground vx, vy (sensor frame); NaN if unobservable"),
         TensorSpec("RCS", "FP32", (-1,), description="dBsm"),
         TensorSpec("SCORES", "FP32", (-1,), description="confidence in [0, 1]"),
+        TensorSpec("RETURNS", "INT32", (-1,), description="returns the object was formed from (>= 1)"),
     ),
 )
 

@@ -34,7 +34,8 @@ class LidarDetectorModel(TritonModel):
 
 
 class RadarDetectorModel(TritonModel):
-    """``POINTS [N,>=5]`` -> per-object ``POSITIONS``, ``RADIAL_VELOCITY``, ``VELOCITY``, ``RCS``, ``SCORES``."""
+    """``POINTS [N,>=5]`` -> per-object ``POSITIONS``, ``RADIAL_VELOCITY``, ``VELOCITY``, ``RCS``, ``SCORES``,
+    ``RETURNS``."""
 
     INPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR.contract.inputs
     OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = RADAR.contract.outputs
@@ -51,4 +52,5 @@ class RadarDetectorModel(TritonModel):
             "VELOCITY": det.velocity,
             "RCS": det.rcs,
             "SCORES": det.scores,
+            "RETURNS": det.returns,
         }

@@ -22,7 +22,8 @@ Pipeline::
                       most of them. Their score is low; multipath ghosts with a spurious Doppler can
                       pass this test, which one scan cannot tell from a real mover (tracking can).
     per group         position = RCS-weighted (linear power) mean; RCS = total power (dB of the sum of
-                      linear powers); score from count and power; velocity: :func:`fit_velocity`.
+                      linear powers); score from count and power; velocity: :func:`fit_velocity`;
+                      the number of returns (fusion reads an object's size class from it).
 
 Velocity policy. Each return measures ``vr_i = v . u_i`` (``u_i`` its horizontal line of sight, ``v``
 the object's over-ground velocity). :func:`fit_velocity` solves for ``v`` by weighted least squares
@@ -102,6 +103,7 @@ class RadarDetections:
     velocity: F32  # [M,2], NaN where unobservable
     rcs: F32  # [M]
     scores: F32  # [M]
+    returns: npt.NDArray[np.int32]  # [M] returns each object was formed from
 
     @staticmethod
     def empty() -> RadarDetections:
@@ -111,6 +113,7 @@ class RadarDetections:
             np.zeros((0, 2), np.float32),
             np.zeros((0,), np.float32),
             np.zeros((0,), np.float32),
+            np.zeros((0,), np.int32),
         )
 
     def __len__(self) -> int:
@@ -366,9 +369,9 @@ def detect_radar(
     single = rows[np.concatenate(singles)]
     single_score = _prior_score(single, p) if p.use_priors else _score(np.ones(single.shape[0]), single[:, 4])
     single = single[single_score >= p.min_score]
-    out_pos, out_vr, out_v, out_rcs, out_score = (
+    out_pos, out_vr, out_v, out_rcs, out_score, out_returns = (
         [single[:, :3]], [single[:, 3]], [np.full((single.shape[0], 2), np.nan)], [single[:, 4]],
-        [single_score[single_score >= p.min_score]],
+        [single_score[single_score >= p.min_score]], [np.ones(single.shape[0], np.int32)],
     )
     for idx in groups:
         if idx.shape[0] == 1:
@@ -395,6 +398,7 @@ def detect_radar(
         out_v.append(v[None])
         out_rcs.append(np.array([total_db]))
         out_score.append(np.array([score]))
+        out_returns.append(np.array([idx.shape[0]], np.int32))
     checkpoint("objects")
     return RadarDetections(
         np.concatenate(out_pos).astype(np.float32).reshape(-1, 3),
@@ -402,4 +406,5 @@ def detect_radar(
         np.concatenate(out_v).astype(np.float32).reshape(-1, 2),
         np.concatenate(out_rcs).astype(np.float32),
         np.concatenate(out_score).astype(np.float32),
+        np.concatenate(out_returns).astype(np.int32),
     )

@@ -1,4 +1,5 @@
-"""Defaults that follow the drive's origin (simulated or recorded): the camera model and the budget."""
+"""Defaults that follow the drive's origin (simulated or recorded): the camera model, the budget and the
+radar return count that makes a radar-only truck."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from perception.config import CAMERA_MODEL_SIMULATED, default_camera_model, load_config, resolve_sensors
 from perception.config._drive_source import CAMERA_MODEL_RECORDED
-from perception.config._model import BudgetConfig
+from perception.config._model import RADAR_TRUCK_RETURNS_RECORDED, BudgetConfig, FusionConfig
 from perception.drives import DriveReader
 from perception.errors import ConfigError
 
@@ -53,3 +54,24 @@ def test_a_recorded_budget_below_the_fusion_reserve_is_an_error_naming_the_key(t
     with pytest.raises(ConfigError, match="recorded_total_ms") as info:
         load_config(profile)
     assert str(profile) in str(info.value)
+
+
+def test_the_radar_truck_return_count_follows_the_drive_unless_the_profile_sets_it(tmp_path: Path) -> None:
+    profile = load_config(REPO / "launch" / "replay.yaml")
+    assert profile.fusion.radar_truck_returns is None
+    with DriveReader(REPO / "replay_data" / "urban_seed7_10s.mcap") as drive:
+        sim = resolve_sensors(profile, drive.rig, metadata=drive.metadata)
+        real = resolve_sensors(profile, drive.rig, metadata={"source": "nuscenes"})
+        listed = resolve_sensors(sim, drive.rig, metadata={"source": "nuscenes"})  # already resolved
+    assert sim.fusion.radar_truck_returns == 0 and listed.fusion.radar_truck_returns == 0
+    assert real.fusion.radar_truck_returns == RADAR_TRUCK_RETURNS_RECORDED == 5
+    assert FusionConfig().truck_returns() == 5  # unresolved (live input): real sensors
+    set_in_profile = tmp_path / "p.yaml"
+    set_in_profile.write_text("fusion: {radar_truck_returns: 9}\n")
+    with DriveReader(REPO / "replay_data" / "urban_seed7_10s.mcap") as drive:
+        mine = resolve_sensors(load_config(set_in_profile), drive.rig, metadata=drive.metadata)
+    assert mine.fusion.radar_truck_returns == 9
+    set_in_profile.write_text("fusion: {radar_truck_returns: -1}\n")
+    with pytest.raises(ConfigError, match="radar_truck_returns") as info:
+        load_config(set_in_profile)
+    assert str(set_in_profile) in str(info.value)

@@ -195,6 +195,33 @@ def test_radar_only_and_camera_only_objects_are_emitted_at_lower_confidence_when
     assert [d.sources for d in off] == [("lidar_top", "cam_front")]
 
 
+@pytest.mark.parametrize(
+    ("returns", "truck_returns", "label"),
+    [(8, 6, "truck"), (6, 6, "truck"), (5, 6, "car"), (8, 0, "car"), (5, None, "truck"), (4, None, "car")],
+)
+def test_radar_only_class_comes_from_the_return_count(returns: int, truck_returns: int | None, label: str) -> None:
+    """A radar-only object of many returns is a truck even when its RCS reads like a car's (0: rule off;
+    None, not resolved for a drive: the default for real sensors, 5)."""
+    obj = SimObject("car", (30.0, -8.0, 0.8))
+    res = {"radar_front": radar_result(RIG, "radar_front", [obj], scores=0.9, rcs=10.0, returns=returns)}
+    dets = fuse(res, FusionConfig(tracking=False, score_threshold=0.0, radar_truck_returns=truck_returns))
+    assert only(dets, 30.0, -8.0, radius=3.0).label == label
+
+
+def test_radar_only_returns_of_two_radars_add_up() -> None:
+    """The same object seen by two radars: its radar-only object counts both radars' returns."""
+    rig = make_rig(cameras=0, radars=4)
+    obj = SimObject("car", (12.0, 8.0, 0.8))
+    res = {
+        name: radar_result(rig, name, [obj], scores=0.9, rcs=10.0, returns=4) for name in ("radar_front", "radar_left")
+    }
+    assert all(len(r.outputs["SCORES"]) == 1 for r in res.values())  # both radars see it
+    fuser = Fuser(FusionConfig(tracking=False, score_threshold=0.0, radar_truck_returns=6), rig)
+    dets, _ = fuser(Frame(0, 0, {}), res)
+    assert [d.label for d in dets] == ["truck"]
+    assert dets[0].sources == ("radar_front", "radar_left")
+
+
 def test_camera_only_depth_comes_from_the_ground_plane() -> None:
     for obj in (SimObject("car", (20.0, 1.5, 0.775)), SimObject("pedestrian", (12.0, -3.0, 0.875), PED)):
         dets = fuse({"cam_front": camera_result(RIG, "cam_front", [obj], scores=0.9)})

@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 LIDAR_OUT = ("BOXES", "LABELS", "SCORES")
-RADAR_OUT = ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES")
+RADAR_OUT = ("POSITIONS", "RADIAL_VELOCITY", "VELOCITY", "RCS", "SCORES", "RETURNS")
 
 
 def infer(
@@ -117,8 +117,10 @@ def test_lidar_handles_250k_points(client: grpcclient.InferenceServerClient) -> 
 def test_radar_detects_objects_and_velocity(client: grpcclient.InferenceServerClient) -> None:
     out = infer(client, "radar_detector", radar_rows(), RADAR_OUT)
     assert out["POSITIONS"].shape == (2, 3) and out["VELOCITY"].shape == (2, 2)
-    assert all(out[name].dtype == np.float32 for name in RADAR_OUT)
+    assert all(out[name].dtype == np.float32 for name in RADAR_OUT if name != "RETURNS")
+    assert out["RETURNS"].dtype == np.int32
     mover = int(np.argmin(out["POSITIONS"][:, 0]))
+    assert out["RETURNS"][mover] == 24 and out["RETURNS"][1 - mover] == 5
     np.testing.assert_allclose(out["VELOCITY"][mover], [8.0, 0.0], atol=0.3)
     parked = 1 - mover
     assert abs(out["RADIAL_VELOCITY"][parked]) < 0.1
