@@ -27,10 +27,10 @@ import numpy as np
 
 from perception._progress import Progress
 from perception.errors import ConfigError
+from perception.kinds import kind_def
 from perception.sim._camera import CameraFrame, CameraModel
-from perception.sim._lidar import LidarModel
+from perception.sim._kinds import SimSensorModel, sim_kind
 from perception.sim._precision import round_ego_pose, round_ground_truth
-from perception.sim._radar import RadarModel
 from perception.sim._random import Stream, name_key, stream
 from perception.sim._rig import RigConfig, SimSensor, builtin_rig_path, load_rig
 from perception.sim._scenarios import Scenario, get_scenario
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 RigLike = RigConfig | str | os.PathLike[str] | None
-Model = LidarModel | RadarModel | CameraModel
 
 # timeline event kinds, in the order they are written when times tie
 _EGO, _GT, _SENSOR = 0, 1, 2
@@ -79,7 +78,7 @@ class Simulator:
         self.duration_ns = round(self.duration_s * NS)
         self.rig = resolve_rig(rig, self.scenario)
         self.world = World(self.scenario, seed, self.duration_s)
-        self._models: dict[str, Model] = {}
+        self._models: dict[str, SimSensorModel] = {}
         self._scenes: OrderedDict[int, Scene] = OrderedDict()
         self._times: dict[str, list[int]] = {}
 
@@ -150,16 +149,12 @@ class Simulator:
 
     # -- sensors -------------------------------------------------------------------------------------
 
-    def model(self, sensor: str) -> Model:
+    def model(self, sensor: str) -> SimSensorModel:
+        """The simulator model of ``sensor`` (its kind's :class:`~perception.sim._kinds.SimKind`), built once."""
         m = self._models.get(sensor)
         if m is None:
             cfg = self._sensor(sensor)
-            if cfg.kind == SensorKind.LIDAR:
-                m = LidarModel(cfg)
-            elif cfg.kind == SensorKind.RADAR:
-                m = RadarModel(cfg)
-            else:
-                m = CameraModel(cfg, self.seed)
+            m = sim_kind(cfg.kind).model(cfg, self.seed)
             self._models[sensor] = m
         return m
 
@@ -176,16 +171,26 @@ class Simulator:
         m = self.model(sensor)
         rng = self.frame_rng(sensor, k)
         scene = self.scene(t)
-        if isinstance(m, CameraModel):
-            return ImageSample(sensor=sensor, t_ns=t, frame_id=cfg.frame_id, data=m.capture(scene, rng), seq=k)
-        return PointCloudSample(sensor=sensor, t_ns=t, frame_id=cfg.frame_id, points=m.capture(scene, rng),
-                                fields=m.FIELDS, seq=k)
+        payload = m.capture(scene, rng)
+        defn = kind_def(cfg.kind)
+        if defn.is_image:
+            if not isinstance(payload, bytes):
+                raise TypeError(f"simulator model of {cfg.kind} sensor {sensor!r} returned {type(payload).__name__}, "
+                                "not encoded image bytes")  # fmt: skip
+            return ImageSample(sensor=sensor, t_ns=t, frame_id=cfg.frame_id, data=payload, seq=k,
+                               format=sim_kind(cfg.kind).image_format)  # fmt: skip
+        if isinstance(payload, bytes) or payload.ndim != 2 or payload.shape[1] != len(defn.point_fields):
+            got = "bytes" if isinstance(payload, bytes) else f"shape {list(payload.shape)}"
+            raise TypeError(f"simulator model of {cfg.kind} sensor {sensor!r} returned {got}, not "
+                            f"[N, {len(defn.point_fields)}] points ({', '.join(defn.point_fields)})")  # fmt: skip
+        return PointCloudSample(sensor=sensor, t_ns=t, frame_id=cfg.frame_id, points=payload,
+                                fields=defn.point_fields, seq=k)  # fmt: skip
 
     def render(self, camera: str, t_ns: int, *, noise: bool = True) -> CameraFrame:
         """Render ``camera`` at any time (image + per-pixel object ids), e.g. for training data."""
         m = self.model(camera)
         if not isinstance(m, CameraModel):
-            raise ConfigError(f"{camera!r} is a {m.cfg.kind}, not a camera", key="sensor")
+            raise ConfigError(f"{camera!r} is a {self._sensor(camera).kind}, not a camera", key="sensor")
         rng = stream(self.seed, Stream.SENSOR, name_key(camera), t_ns) if noise else None
         return m.render(self.scene(t_ns), rng)
 

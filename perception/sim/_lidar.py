@@ -32,8 +32,6 @@ GROUND_REFLECTIVITY = np.array([0.08, 0.65, 0.5, 0.12, 0.22, 0.3, 0.2], dtype=np
 
 
 class LidarModel:
-    FIELDS = ("x", "y", "z", "intensity")
-
     def __init__(self, cfg: SimSensor) -> None:
         assert isinstance(cfg.params, SimLidarParams)
         self.cfg = cfg

@@ -34,8 +34,6 @@ assert (CAR, TRUCK, PEDESTRIAN, CYCLIST) == (0, 1, 2, 3)
 
 
 class RadarModel:
-    FIELDS = ("x", "y", "z", "radial_velocity", "rcs")
-
     def __init__(self, cfg: SimSensor) -> None:
         assert isinstance(cfg.params, SimRadarParams)
         self.cfg = cfg

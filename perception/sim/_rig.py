@@ -7,7 +7,7 @@ A rig file looks like::
     ground_truth_rate_hz: 10      # optional; default: at the first lidar's capture times
     sensors:
       - name: lidar_top
-        kind: lidar               # lidar | radar | camera
+        kind: lidar               # lidar | radar | camera, or a kind given a model by register_sim_kind
         mount: {xyz: [1.0, 0.0, 1.9], rpy_deg: [0, 0, 0]}
         rate_hz: 10
         offset_ms: 4.0            # time of the first capture after t=0
@@ -30,13 +30,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from perception.config import from_data, load_yaml, reject_duplicates
 from perception.drives import topic_for
 from perception.errors import ConfigError
-from perception.types import CameraCalibration, SensorKind, SensorSpec, Transform
+from perception.kinds import kind_def
+from perception.sim._kinds import sim_kind, sim_kinds
+from perception.types import CameraCalibration, SensorSpec, Transform
 
 __all__ = [
     "RigConfig",
@@ -200,13 +203,8 @@ _CAMERA_BOUNDS: Mapping[str, tuple[float, float]] = {
     "render_scale": (0.1, 1.0),
 }
 
+#: The built-in kinds' parameter classes (another kind's is its :class:`~perception.sim._kinds.SimKind`'s).
 SimParams = SimLidarParams | SimRadarParams | SimCameraParams
-#: Each kind's parameter class and the sensor key that holds it (``lidar:``, ``radar:``, ``camera:``).
-_PARAMS: Mapping[str, tuple[str, type[SimLidarParams] | type[SimRadarParams] | type[SimCameraParams]]] = {
-    SensorKind.LIDAR: ("lidar", SimLidarParams),
-    SensorKind.RADAR: ("radar", SimRadarParams),
-    SensorKind.CAMERA: ("camera", SimCameraParams),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,19 +224,18 @@ class SimMount:
 class SimSensor:
     """One simulated sensor: its published :class:`SensorSpec` plus clock and model parameters.
 
-    Exactly one of ``lidar``, ``radar``, ``camera`` is set, the one of its ``kind`` (defaults when
-    not given); :attr:`params` returns it.
+    ``params`` is an instance of its kind's parameter class (:class:`~perception.sim._kinds.SimKind`:
+    ``SimLidarParams`` for a lidar...), the kind's defaults when not given. In a rig file it is the key
+    named after the kind (``lidar: {beams: 32}``).
     """
 
     name: str
-    kind: SensorKind
+    kind: str
     mount: SimMount
     rate_hz: float
     offset_ms: float = 0.0  # time of the first capture after t=0
     jitter_ms: float = 0.0  # 1-sigma capture-time jitter (clipped at 3 sigma)
-    lidar: SimLidarParams | None = None
-    radar: SimRadarParams | None = None
-    camera: SimCameraParams | None = None
+    params: Any = None
 
     def __post_init__(self) -> None:
         if not self.name.replace("_", "").isalnum():
@@ -246,18 +243,17 @@ class SimSensor:
         _check_range("rate_hz", self.rate_hz, 0.1, 1000)
         _check_range("offset_ms", self.offset_ms, 0, 1000.0 / self.rate_hz)
         _check_range("jitter_ms", self.jitter_ms, 0, 100.0 / self.rate_hz)
-        own, cls = _PARAMS[self.kind]
-        for key, _ in _PARAMS.values():
-            if key != own and getattr(self, key) is not None:
-                raise ValueError(f"{key}: {key} parameters on a {self.kind} sensor")
-        if getattr(self, own) is None:
-            object.__setattr__(self, own, cls())  # frozen: the one place the defaults are filled in
+        cls = sim_kind(self.kind).params
+        if self.params is None:
+            object.__setattr__(self, "params", cls())  # frozen: the one place the defaults are filled in
+        elif not isinstance(self.params, cls):
+            got = type(self.params).__name__
+            raise ValueError(f"{self.kind}: a {self.kind} sensor takes {cls.__name__}, got {got}")
 
     @property
-    def params(self) -> SimParams:
-        """The parameters of this sensor's kind."""
-        params: SimParams = getattr(self, _PARAMS[self.kind][0])
-        return params
+    def is_image(self) -> bool:
+        """Image kinds publish in an optical frame (z forward, x right, y down) with a calibration."""
+        return kind_def(self.kind).is_image
 
     @property
     def body(self) -> Transform:
@@ -269,7 +265,7 @@ class SimSensor:
     def extrinsic(self) -> Transform:
         """``base_link <- sensor frame`` (optical frame for cameras)."""
         body = self.body
-        if self.kind != SensorKind.CAMERA:
+        if not self.is_image:
             return body
         m = body.matrix()
         m[:3, :3] = m[:3, :3] @ BODY_FROM_OPTICAL
@@ -277,11 +273,11 @@ class SimSensor:
 
     @property
     def frame_id(self) -> str:
-        return f"{self.name}_optical" if self.kind == SensorKind.CAMERA else self.name
+        return f"{self.name}_optical" if self.is_image else self.name
 
     @property
     def spec(self) -> SensorSpec:
-        cal = self.params.calibration() if isinstance(self.params, SimCameraParams) else None
+        cal: CameraCalibration | None = self.params.calibration() if self.is_image else None
         return SensorSpec(
             name=self.name,
             kind=self.kind,
@@ -333,7 +329,28 @@ def parse_rig(raw: object, *, file: str = "<rig>") -> RigConfig:
         if "source" in data:
             raise ConfigError("unknown key", file=file, key="source")
         data = {"name": Path(file).stem, **data}
+        if isinstance(data.get("sensors"), list):
+            data["sensors"] = [_with_params(s, i, file) for i, s in enumerate(data["sensors"])]
     return dataclasses.replace(from_data(RigConfig, data, file=file), source=file)
+
+
+def _with_params(sensor: object, i: int, file: str) -> object:
+    """A sensor entry with its kind's key (``lidar: {...}``) built into ``params`` by the kind's class."""
+    if not isinstance(sensor, Mapping):
+        return sensor  # the converter names the problem
+    out = dict(sensor)
+    if "params" in out:
+        raise ConfigError(
+            "unknown key (a sensor's parameters go under the key named after its kind, e.g. lidar: {...})",
+            file=file,
+            key=f"sensors[{i}].params",
+        )
+    kind = out.get("kind")
+    for key in [k for k in out if k in sim_kinds()]:
+        if key != kind:
+            raise ConfigError(f"{key} parameters on a {kind} sensor", file=file, key=f"sensors[{i}].{key}")
+        out["params"] = from_data(sim_kind(key).params, out.pop(key), file=file, path=f"sensors[{i}].{key}")
+    return out
 
 
 def load_rig(path: str | os.PathLike[str]) -> RigConfig:

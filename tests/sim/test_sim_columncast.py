@@ -17,7 +17,7 @@ def _lidar(yaw_deg: float = 0.0, pitch_deg: float = 0.0, **params: float) -> Lid
     p = {"beams": 24, "fov_up_deg": 20.0, "fov_down_deg": -30.0, "azimuth_step_deg": 1.5, "range_noise_m": 0.0,
          "quantization_m": 0.0, "dropout": 0.0, "max_range_m": 60.0, **params}
     cfg = SimSensor("lidar_top", SensorKind.LIDAR, SimMount((1.0, 0.3, 1.9), (0.0, pitch_deg, yaw_deg)), 10.0,
-                    lidar=SimLidarParams(**p))  # type: ignore[arg-type]
+                    params=SimLidarParams(**p))  # type: ignore[arg-type]
     return LidarModel(cfg)
 
 

@@ -90,6 +90,8 @@ sensors:
          "sensors[0].camera.jpeg_quality", ">= 1"),
         (_GOOD + "ground_truth_rate_hz: 0\n", "ground_truth_rate_hz", ">= 0.1"),
         ("sensors: {lidar: 1}\n", "sensors", "list"),
+        (_GOOD + "    params: {beams: 32}\n", "sensors[0].params", "key named after its kind"),
+        (_GOOD.replace("kind: lidar", "kind: thermal"), "sensors[0].kind", "no model for sensor kind 'thermal'"),
     ],
 )
 def test_rig_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words: str) -> None:
@@ -116,7 +118,7 @@ def test_defaults_and_file_name() -> None:
                     file="launch/rigs/tiny.yaml")
     assert rig.name == "tiny" and rig.source == "launch/rigs/tiny.yaml" and rig.ego_pose_rate_hz == 50.0
     (radar,) = rig.sensors
-    assert radar.kind == SensorKind.RADAR and radar.params == SimRadarParams() and radar.lidar is None
+    assert radar.kind == SensorKind.RADAR and radar.params == SimRadarParams()
     assert radar.mount.rpy_deg == (0.0, 0.0, 0.0) and radar.offset_ms == 0.0
     assert rig.sensor("r").spec.topic == "/sensors/r/points"
     with pytest.raises(KeyError):

@@ -25,7 +25,7 @@ def _obj(track_id: int, x: float, y: float, size: tuple[float, float, float] = (
 def _lidar(**params: float) -> LidarModel:
     exact = {"range_noise_m": 0.0, "quantization_m": 0.0, "dropout": 0.0, **params}
     cfg = SimSensor("lidar_top", SensorKind.LIDAR, SimMount((1.0, 0.0, 1.9)), 10.0,
-                    lidar=SimLidarParams(**exact))  # type: ignore[arg-type]
+                    params=SimLidarParams(**exact))  # type: ignore[arg-type]
     return LidarModel(cfg)
 
 
@@ -96,7 +96,7 @@ def test_lidar_noise_dropout_and_determinism() -> None:
 
 def _radar(**params: float) -> RadarModel:
     quiet = {"false_alarms_per_scan": 0.0, "detection_probability": 1.0, **params}
-    cfg = SimSensor("radar_front", SensorKind.RADAR, SimMount((3.7, 0.0, 0.5)), 13.0, radar=SimRadarParams(**quiet))
+    cfg = SimSensor("radar_front", SensorKind.RADAR, SimMount((3.7, 0.0, 0.5)), 13.0, params=SimRadarParams(**quiet))
     return RadarModel(cfg)
 
 
@@ -145,7 +145,7 @@ def test_radar_fov_clutter_and_rcs() -> None:
 
 
 def _camera() -> CameraModel:
-    cfg = SimSensor("cam_front", SensorKind.CAMERA, SimMount((1.6, 0.0, 1.55)), 12.0, camera=SimCameraParams())
+    cfg = SimSensor("cam_front", SensorKind.CAMERA, SimMount((1.6, 0.0, 1.55)), 12.0, params=SimCameraParams())
     return CameraModel(cfg)
 
 
