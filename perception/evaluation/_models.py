@@ -67,6 +67,7 @@ from scipy.optimize import linear_sum_assignment
 from perception.config import CAMERA_MODEL_SIMULATED, SensorDefaults
 from perception.errors import ConfigError, ModelContractError, PerceptionError
 from perception.evaluation._detection import _greedy_match
+from perception.kinds import FusionRole, kind_def
 from perception.modelkit import APAccumulator, CameraDetections, average_precision, camera_ground_truth
 from perception.types import LABELS, GroundTruth, PointCloudSample, Sample, SensorKind, SensorSpec, label_id
 
@@ -323,6 +324,24 @@ def _assign(cost: F64, allowed: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.i
     return rows[r[ok]].astype(np.intp), cols[c[ok]].astype(np.intp)
 
 
+def _role(name: str, spec: SensorSpec) -> FusionRole:
+    role = kind_def(spec.kind).fusion
+    if role is None:
+        raise ConfigError(
+            f"sensor {name!r}: kind {spec.kind!r} has no fusion role, so its model's outputs have no quality protocol",
+            key="sensor",
+        )
+    return role
+
+
+def _default_model(kind: str) -> str:
+    """The model scored for ``kind`` unless the caller names one: :data:`DEFAULT_MODELS`, else the kind's."""
+    model = DEFAULT_MODELS.get(kind) or kind_def(kind).default_model
+    if model is None:
+        raise ConfigError(f"sensor kind {kind!r} has no default model: name one in models", key="models")
+    return model
+
+
 class ModelQualityEvaluator:
     """Scores each sensor model's raw outputs (see the module docstring for the protocol).
 
@@ -332,7 +351,10 @@ class ModelQualityEvaluator:
 
     ``rig`` gives each sensor's kind and extrinsic (and a camera's calibration); ``radar_coverage``
     each radar's field of view (a radar without one raises on its first sample); ``models`` the model
-    name per sensor kind (only for reporting and error messages).
+    name per sensor kind (:data:`DEFAULT_MODELS`, else the kind's default model). A sensor is scored by
+    its kind's fusion role (:class:`~perception.kinds.FusionRole`: 3D boxes as the lidar's, Doppler
+    points as the radar's, image boxes as the camera's); a kind without one is a :class:`ConfigError`
+    naming the sensor, here rather than on its first sample.
     """
 
     def __init__(
@@ -345,7 +367,8 @@ class ModelQualityEvaluator:
     ) -> None:
         self.rig = dict(rig)
         self.radar_coverage = dict(radar_coverage or {})
-        self.models = dict(models)
+        self._roles = {name: _role(name, spec) for name, spec in self.rig.items()}
+        self.models = {**{spec.kind: _default_model(spec.kind) for spec in self.rig.values()}, **models}
         self.settings = settings
         self._records: dict[tuple[int, str], _Record] = {}
         self._lock = threading.Lock()
@@ -365,16 +388,21 @@ class ModelQualityEvaluator:
         spec = self.rig.get(sensor)
         if spec is None:
             raise ConfigError(f"sensor {sensor!r} is not in the rig ({', '.join(self.rig)})", key="sensor")
-        model = self.models.get(spec.kind, spec.kind)
+        model = self.models[spec.kind]
         record: _Record
-        if spec.kind == SensorKind.CAMERA:
+        role = self._roles[sensor]
+        if role is FusionRole.IMAGE_BOXES:
             record = self._camera(spec, model, outputs, ground_truth)
-        elif spec.kind == SensorKind.LIDAR:
+        elif role is FusionRole.BOXES_3D:
             record = self._lidar(spec, model, outputs, ground_truth)
         else:
             record = self._radar(spec, model, outputs, ground_truth, points)
         with self._lock:
             self._records[(t_ns, sensor)] = record
+
+    def role(self, sensor: str) -> FusionRole:
+        """How ``sensor``'s model outputs are scored (its kind's fusion role)."""
+        return self._roles[sensor]
 
     # -- per kind ----------------------------------------------------------------------------------
 
@@ -543,9 +571,9 @@ class ModelQualityEvaluator:
 
     def frames(self) -> dict[str, int]:
         """Samples scored per model."""
-        counts = dict.fromkeys(sorted({self.models.get(s.kind, s.kind) for s in self.rig.values()}), 0)
+        counts = dict.fromkeys(sorted({self.models[s.kind] for s in self.rig.values()}), 0)
         for sensor, _ in self._ordered():
-            counts[self.models.get(self.rig[sensor].kind, self.rig[sensor].kind)] += 1
+            counts[self.models[self.rig[sensor].kind]] += 1
         return counts
 
     def summary(self) -> dict[str, Any]:
@@ -702,7 +730,8 @@ async def evaluate_models(
                 if gt is None:
                     log.debug("%s at %d ns: no ground truth, not scored", s.sensor, s.t_ns)
                 else:
-                    points = s.points if job.kind == SensorKind.RADAR and isinstance(s, PointCloudSample) else None
+                    doppler = evaluator.role(s.sensor) is FusionRole.DOPPLER_POINTS
+                    points = s.points if doppler and isinstance(s, PointCloudSample) else None
                     score = partial(evaluator.add, s.sensor, s.t_ns, result.outputs, gt, points=points)
                     await anyio.to_thread.run_sync(score)
                 done += 1

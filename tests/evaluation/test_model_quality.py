@@ -8,6 +8,7 @@ import math
 import random
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from perception.cli._main import main
 from perception.errors import ConfigError, ModelContractError
 from perception.evaluation import DEFINITIONS, ModelQualityEvaluator, RadarCoverage, check_targets
 from perception.evaluation._models import TARGETS, Target
+from perception.kinds import CAMERA, LIDAR, register_kind, unregister_kind
 from perception.server import EmbeddedTriton, free_port
 from perception.sim import Simulator, project_ground_truth
 from perception.sim._rig import builtin_rig_path, load_rig
@@ -383,3 +385,26 @@ def test_model_quality_bad_url_is_one_line_and_fails(capsys: pytest.CaptureFixtu
     assert main(["model-quality", "--seed", "1", "--url", "http://gpu-host:8001"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "host:port" in lines[0]
+
+
+# -- kinds beyond the built-in ones -------------------------------------------------------------------
+
+
+def test_a_registered_kind_is_scored_by_its_fusion_role_and_one_without_is_refused() -> None:
+    register_kind(replace(CAMERA, name="night_camera", default_model="night_detector"))
+    register_kind(replace(LIDAR, name="plain_lidar", fusion=None))
+    try:
+        night = replace(RIG["cam_front"], name="night_front", kind="night_camera")
+        ev = ModelQualityEvaluator({**RIG, "night_front": night}, radar_coverage=COVERAGE)
+        assert ev.models["night_camera"] == "night_detector" and ev.role("night_front") is ev.role("cam_front")
+        gt = GroundTruth(0, (obj(1, "car", 15.0, 0.0),))
+        labels = project_ground_truth(gt, night)
+        boxes = [(b.x1, b.y1, b.x2, b.y2) for b in labels]
+        ev.add("night_front", 0, camera_outputs(boxes, [0.9] * len(boxes), [0] * len(boxes)), gt)
+        assert ev.summary()["camera_ap50_car"] == pytest.approx(1.0)  # scored as a camera
+        plain = replace(RIG["lidar_top"], name="plain", kind="plain_lidar")
+        with pytest.raises(ConfigError, match="sensor 'plain': kind 'plain_lidar' has no fusion role"):
+            ModelQualityEvaluator({**RIG, "plain": plain}, radar_coverage=COVERAGE)
+    finally:
+        unregister_kind("night_camera")
+        unregister_kind("plain_lidar")
