@@ -12,11 +12,11 @@ Protocol (per frame, then accumulated over a drive):
   when ``ego_at`` is given (otherwise the ego is taken as static over that gap). A frame without ground
   truth is not evaluated (counted in ``frames_without_ground_truth``).
 * **Which ground truth counts.** Objects whose BEV centre is within ``max_range_m`` of ``base_link``'s
-  origin and — when a ``rig`` is given — that at least one sensor could plausibly see: a lidar sees all
-  around; a camera sees an object any part of whose 3D box projects into its image in front of it; a
-  radar sees an object whose centre is within ``radar_fov_deg`` of its boresight. Occlusion is not
-  modelled. Detections farther than ``max_range_m`` are dropped too (they can neither match nor count
-  as false positives).
+  origin and — when a ``rig`` is given — that at least one sensor could plausibly see, by its kind's
+  fusion role: a lidar (3D boxes) sees all around; a camera (image boxes) sees an object any part of
+  whose 3D box projects into its image in front of it; a radar (Doppler points) sees an object whose
+  centre is within ``radar_fov_deg`` of its boresight. Occlusion is not modelled. Detections farther
+  than ``max_range_m`` are dropped too (they can neither match nor count as false positives).
 * **Matching.** Per class and per distance threshold (0.5, 1, 2, 4 m), detections are taken in
   descending score order and each is matched to the nearest unmatched ground-truth object of the same
   class in the same frame within the threshold (BEV centre distance ``<=`` the threshold; nuScenes: ``<``),
@@ -49,8 +49,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.fusion import invert_transform, project_boxes
+from perception.kinds import FusionRole, kind_def, known_kinds
 from perception.modelkit import precision_recall
-from perception.types import LABELS, Detection3D, EgoPose, GroundTruth, SensorKind, SensorSpec
+from perception.types import LABELS, Detection3D, EgoPose, GroundTruth, SensorSpec
 
 __all__ = ["DEFAULT_THRESHOLDS", "DetectionEvaluator", "move_ground_truth", "nuscenes_ap"]
 
@@ -196,13 +197,14 @@ class DetectionEvaluator:
         boxes = np.column_stack([centers, sizes, yaws])
         for spec in self._rig.values():
             ext = spec.extrinsic.matrix()
-            if spec.kind == SensorKind.LIDAR:
+            role = kind_def(spec.kind).fusion if spec.kind in known_kinds() else None
+            if role is FusionRole.BOXES_3D:
                 seen[:] = True
-            elif spec.kind == SensorKind.CAMERA and spec.calibration is not None:
+            elif role is FusionRole.IMAGE_BOXES and spec.calibration is not None:
                 cal = spec.calibration
                 proj = project_boxes(boxes, invert_transform(ext), cal.matrix(), cal.width, cal.height)
                 seen |= proj.in_image
-            elif spec.kind == SensorKind.RADAR:
+            elif role is FusionRole.DOPPLER_POINTS:
                 rel = centers[:, :2] - ext[:2, 3]
                 bearing = np.arctan2(rel[:, 1], rel[:, 0]) - math.atan2(ext[1, 0], ext[0, 0])
                 seen |= np.abs((bearing + np.pi) % (2 * np.pi) - np.pi) <= self._half_fov

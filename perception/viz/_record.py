@@ -23,7 +23,8 @@ from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
 from perception.drives import DriveReader
-from perception.types import FrameResult, FrameStatus, SensorKind, SensorSpec, SensorStatus
+from perception.kinds import FusionRole, kind_def, known_kinds
+from perception.types import FrameResult, FrameStatus, SensorSpec, SensorStatus
 from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
     DETECTIONS_TOPIC,
@@ -75,7 +76,9 @@ class VizRecorder:
         self._outputs = list(outputs)
         self._kinds = {name: spec.kind for name, spec in rig.items()}
         self._cameras = {
-            name: camera_detections_topic(spec.name) for name, spec in rig.items() if spec.kind == SensorKind.CAMERA
+            name: camera_detections_topic(spec.name)
+            for name, spec in rig.items()
+            if spec.kind in known_kinds() and kind_def(spec.kind).fusion is FusionRole.IMAGE_BOXES
         }
         self._sequence: dict[str, int] = {}
         self._last_t: int | None = None

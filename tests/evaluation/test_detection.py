@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from perception.evaluation import DetectionEvaluator
 from perception.evaluation._detection import nuscenes_ap
 from perception.fusion._testing import make_rig
+from perception.kinds import CAMERA, register_kind, unregister_kind
 from perception.types import Detection3D, EgoPose, GroundTruth, GroundTruthObject, Transform
 
 CAR = (4.5, 1.85, 1.55)
@@ -113,6 +115,19 @@ def test_ground_truth_outside_range_or_every_field_of_view_does_not_count() -> N
     radar = DetectionEvaluator(max_range_m=50, rig=radar_rig)
     radar.add(0, [], GroundTruth(0, objs))
     assert radar.summary()["num_ground_truth"]["car"] == 1
+
+
+def test_a_registered_image_kind_sees_like_a_camera() -> None:
+    """Visibility follows the kind's fusion role, so a thermal-like kind's view counts as a camera's."""
+    objs = (gt_obj(1, "car", 20.0, 0.0), gt_obj(3, "car", -20.0, 0.0))
+    register_kind(replace(CAMERA, name="night_camera"))
+    try:
+        spec = replace(make_rig(cameras=1, radars=0, lidar=False)["cam_front"], kind="night_camera")
+        ev = DetectionEvaluator(max_range_m=50, rig={"night_front": spec})
+        ev.add(0, [], GroundTruth(0, objs))
+        assert ev.summary()["num_ground_truth"]["car"] == 1  # the car ahead, not the one behind
+    finally:
+        unregister_kind("night_camera")
 
 
 def test_ground_truth_is_moved_to_the_frame_time() -> None:
