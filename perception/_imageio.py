@@ -34,7 +34,8 @@ def letterbox_size(width: int, height: int, fit: tuple[int, int]) -> tuple[int, 
 def decode_image_scaled(
     data: bytes, *, sensor: str | None = None, fit: tuple[int, int] | None = None
 ) -> tuple[npt.NDArray[np.uint8], tuple[int, int]]:
-    """Decode JPEG/PNG bytes to ``[H,W,3]`` uint8 RGB, and the encoded image's ``(width, height)``.
+    """Decode JPEG/PNG bytes to ``[H,W,3]`` uint8 RGB, and the encoded image's ``(width, height)``
+    (a 16-bit grey PNG, such as a thermal camera's, becomes the grey of its top 8 bits).
 
     With ``fit = (w, h)`` (a model's input size) a JPEG is decoded at the smallest DCT scale (1/1, 1/2,
     1/4 or 1/8: libjpeg's scaled IDCT, Pillow's ``draft``) whose image still covers the image's
@@ -58,6 +59,9 @@ def decode_image_scaled(
             target = letterbox_size(w, h, fit) if fit is not None else None
             if target is not None and img.format == "JPEG":
                 img.draft("RGB", target)
+            if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grey (thermal): its top 8 bits
+                grey = (np.asarray(img, dtype=np.int64) >> 8).clip(0, 255).astype(np.uint8)
+                return np.repeat(grey[..., None], 3, axis=2), (w, h)
             return np.asarray(img.convert("RGB"), dtype=np.uint8), (w, h)
     except Image.DecompressionBombError as exc:  # a header claiming > 2x Pillow's pixel limit
         raise InputError(f"image exceeds the {MAX_PIXELS} pixel limit: {exc}", sensor=sensor, tensor="image") from exc

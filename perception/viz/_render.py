@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
-from perception.types import Detection3D, ImageSample, PointCloudSample, SensorKind, SensorSpec
+from perception.kinds import FusionRole, kind_def, known_kinds
+from perception.types import Detection3D, ImageSample, PointCloudSample, SensorSpec
 from perception.viz._encode import LabelledBoxes
 from perception.viz._load import FrameView
 from perception.viz._palette import (
@@ -144,6 +145,10 @@ def _points_in_base(sample: PointCloudSample, spec: SensorSpec) -> F64:
     return transform_points(spec.extrinsic.matrix(), sample.points[:, :3])
 
 
+def _role(spec: SensorSpec) -> FusionRole | None:
+    return kind_def(spec.kind).fusion if spec.kind in known_kinds() else None
+
+
 def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: int = 900) -> RenderedView:
     """The bird's-eye view of ``frame`` within ``range_m`` of the ego, as a ``size_px`` square PNG."""
     from matplotlib.collections import LineCollection, PolyCollection
@@ -176,11 +181,12 @@ def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: 
     kinds = frame.kinds
     for name, sample in frame.samples.items():
         spec = frame.specs[name]
-        if not isinstance(sample, PointCloudSample) or spec.kind == SensorKind.CAMERA:
+        if not isinstance(sample, PointCloudSample):
             continue
         pts = _points_in_base(sample, spec)
         keep = (np.abs(pts[:, 0]) <= range_m) & (np.abs(pts[:, 1]) <= range_m)
-        if spec.kind == SensorKind.LIDAR:
+        doppler = _role(spec) is FusionRole.DOPPLER_POINTS and "radial_velocity" in sample.fields
+        if not doppler:  # lidar-like: points only
             ax.scatter(
                 pts[keep, 1], pts[keep, 0], s=0.4, color=LIDAR_COLOR, alpha=0.7, linewidths=0, rasterized=True, zorder=1
             )
@@ -410,6 +416,6 @@ def render_frame(
     base = stem or f"frame_{frame.frame_id:06d}"
     views = [render_bev(frame, out / f"{base}_bev.png", range_m=range_m)]
     for name, spec in frame.specs.items():
-        if spec.kind == SensorKind.CAMERA and isinstance(frame.samples.get(name), ImageSample):
+        if spec.calibration is not None and isinstance(frame.samples.get(name), ImageSample):
             views.append(render_camera(frame, name, out / f"{base}_{name}.png"))
     return views

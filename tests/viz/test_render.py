@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from viz_fixtures import ALL_KINDS
 from perception.cli import main
 from perception.drives import DriveReader
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
+from perception.kinds import CAMERA, LIDAR, register_kind, unregister_kind
 from perception.metrics import frame_record
-from perception.types import FrameResult, GroundTruthObject
+from perception.types import FrameResult, GroundTruthObject, ImageSample, PointCloudSample
 from perception.viz import load_frame_views, render_frame
 from perception.viz._load import FrameView
 from perception.viz._palette import COMBINATIONS
@@ -214,3 +216,39 @@ def test_render_cli_user_errors(
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_registered_image_kind_and_point_kind_render(frame: FrameView, tmp_path: Path) -> None:
+    """A 16-bit thermal image gets its own view (as its top 8 bits of grey); a point kind without
+    radial velocity is drawn as points in the BEV, not as radar arrows."""
+    cam = next(n for n, s in frame.specs.items() if s.kind == "camera")
+    lidar = next(n for n, s in frame.specs.items() if s.kind == "lidar")
+    cal = frame.specs[cam].calibration
+    assert cal is not None
+    hot = np.full((cal.height, cal.width), 20000, np.uint16)
+    hot[: cal.height // 2] = 50000
+    buf = io.BytesIO()
+    Image.fromarray(hot).save(buf, format="PNG")
+    register_kind(dataclasses.replace(CAMERA, name="night_camera"))
+    register_kind(dataclasses.replace(LIDAR, name="flash_lidar", fusion=None))
+    try:
+        base = frame.samples[lidar]
+        assert isinstance(base, PointCloudSample)
+        specs = {
+            **frame.specs,
+            "night": dataclasses.replace(frame.specs[cam], name="night", kind="night_camera"),
+            "flash": dataclasses.replace(frame.specs[lidar], name="flash", kind="flash_lidar"),
+        }
+        samples = {
+            **frame.samples,
+            "night": ImageSample("night", frame.t_ns, "night", buf.getvalue(), format="png"),
+            "flash": dataclasses.replace(base, sensor="flash"),
+        }
+        views = render_frame(dataclasses.replace(frame, specs=specs, samples=samples), tmp_path)
+    finally:
+        unregister_kind("night_camera")
+        unregister_kind("flash_lidar")
+    night = next(v for v in views if v.path.name.endswith("_night.png"))
+    img = _pixels(night.path)
+    top, bottom = img[: img.shape[0] // 4].mean(), img[-img.shape[0] // 4 :].mean()
+    assert top > bottom + 0.3  # the warm half is brighter (50000 >> 8 = 195 against 78)
