@@ -44,6 +44,8 @@ VARIANTS: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "radar_only_0.8": ({}, {"radar_only_factor": 0.8}),
     "threshold_0.1_radar_only_0.8": ({"score_threshold": 0.1}, {"radar_only_factor": 0.8}),
     "threshold_0.1_camera_only_0.8": ({"score_threshold": 0.1}, {"camera_only_factor": 0.8}),
+    # radar-only trucks by return count (default: by the drive's source, 5 on recordings, off on the sim)
+    **{f"radar_truck_returns_{n}": ({"radar_truck_returns": n}, {}) for n in (0, 4, 5, 6, 8, 12)},
 }
 
 

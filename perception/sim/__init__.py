@@ -24,7 +24,7 @@ from __future__ import annotations
 from perception.sim import _builtin_kinds  # noqa: F401 - registers the built-in kinds' models
 from perception.sim._camera import project_ground_truth
 from perception.sim._generate import Simulator, generate_drive
-from perception.sim._kinds import SimKind, SimSensorModel, register_sim_kind, sim_kinds, unregister_sim_kind
+from perception.sim._kinds import SimKind, SimSensorModel, register_sim_kind
 from perception.sim._rig import SimRadarParams, SimSensor
 from perception.sim._scenarios import SCENARIOS
 from perception.sim._seeds import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
@@ -42,6 +42,4 @@ __all__ = [
     "is_evaluation_seed",
     "project_ground_truth",
     "register_sim_kind",
-    "sim_kinds",
-    "unregister_sim_kind",
 ]

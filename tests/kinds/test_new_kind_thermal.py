@@ -36,14 +36,8 @@ from perception.kinds import (
 from perception.modelkit import SyntheticBox, synthetic_lidar_sweep
 from perception.replay import ReplayOptions, replay_drive
 from perception.server import EmbeddedTriton
-from perception.sim import (
-    SimKind,
-    SimSensor,
-    generate_drive,
-    project_ground_truth,
-    register_sim_kind,
-    unregister_sim_kind,
-)
+from perception.sim import SimKind, SimSensor, generate_drive, project_ground_truth, register_sim_kind
+from perception.sim._kinds import unregister_sim_kind
 from perception.sim._world import Scene
 from perception.types import (
     CameraCalibration,

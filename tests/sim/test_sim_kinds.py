@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from perception.kinds import CAMERA, LIDAR, register_kind, unregister_kind
-from perception.sim import SimKind, SimSensor, register_sim_kind, sim_kinds, unregister_sim_kind
+from perception.sim import SimKind, SimSensor, register_sim_kind
+from perception.sim._kinds import sim_kinds, unregister_sim_kind
 from perception.sim._rig import SimLidarParams, SimMount
 from perception.sim._world import Scene
 from perception.types import SensorKind
