@@ -346,6 +346,10 @@ def _with_params(sensor: object, i: int, file: str) -> object:
             key=f"sensors[{i}].params",
         )
     kind = out.get("kind")
+    if kind is None:
+        raise ConfigError("required key is missing", file=file, key=f"sensors[{i}].kind")
+    if not isinstance(kind, str):
+        return out  # the converter names the problem
     for key in [k for k in out if k in sim_kinds()]:
         if key != kind:
             raise ConfigError(f"{key} parameters on a {kind} sensor", file=file, key=f"sensors[{i}].{key}")

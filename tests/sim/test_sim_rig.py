@@ -92,6 +92,8 @@ sensors:
         ("sensors: {lidar: 1}\n", "sensors", "list"),
         (_GOOD + "    params: {beams: 32}\n", "sensors[0].params", "key named after its kind"),
         (_GOOD.replace("kind: lidar", "kind: thermal"), "sensors[0].kind", "no model for sensor kind 'thermal'"),
+        (_GOOD.replace("    kind: lidar\n", "") + "    lidar: {beams: 32}\n", "sensors[0].kind", "missing"),
+        (_GOOD.replace("kind: lidar", "kind: [lidar]") + "    lidar: {beams: 32}\n", "sensors[0].kind", "string"),
     ],
 )
 def test_rig_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words: str) -> None:
