@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.fusion import invert_transform, project_boxes
-from perception.kinds import FusionRole, kind_def, known_kinds
+from perception.kinds import FusionRole, fusion_role
 from perception.modelkit import precision_recall
 from perception.types import LABELS, Detection3D, EgoPose, GroundTruth, SensorSpec
 
@@ -197,7 +197,7 @@ class DetectionEvaluator:
         boxes = np.column_stack([centers, sizes, yaws])
         for spec in self._rig.values():
             ext = spec.extrinsic.matrix()
-            role = kind_def(spec.kind).fusion if spec.kind in known_kinds() else None
+            role = fusion_role(spec.kind)
             if role is FusionRole.BOXES_3D:
                 seen[:] = True
             elif role is FusionRole.IMAGE_BOXES and spec.calibration is not None:

@@ -67,7 +67,7 @@ from scipy.optimize import linear_sum_assignment
 from perception.config import CAMERA_MODEL_SIMULATED, SensorDefaults
 from perception.errors import ConfigError, ModelContractError, PerceptionError
 from perception.evaluation._detection import _greedy_match
-from perception.kinds import FusionRole, kind_def
+from perception.kinds import FusionRole, fusion_role, kind_def
 from perception.modelkit import APAccumulator, CameraDetections, average_precision, camera_ground_truth
 from perception.types import LABELS, GroundTruth, PointCloudSample, Sample, SensorKind, SensorSpec, label_id
 
@@ -325,7 +325,8 @@ def _assign(cost: F64, allowed: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.i
 
 
 def _role(name: str, spec: SensorSpec) -> FusionRole:
-    role = kind_def(spec.kind).fusion
+    kind_def(spec.kind)  # an unknown kind: ConfigError naming the known ones
+    role = fusion_role(spec.kind)
     if role is None:
         raise ConfigError(
             f"sensor {name!r}: kind {spec.kind!r} has no fusion role, so its model's outputs have no quality protocol",

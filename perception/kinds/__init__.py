@@ -19,7 +19,7 @@ from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input
 from ._kind import FusionRole, SensorKindDef
 from ._lidar import LIDAR
 from ._radar import RADAR
-from ._registry import kind_def, known_kinds, register_kind, unregister_kind
+from ._registry import fusion_role, kind_def, known_kinds, register_kind, unregister_kind
 from ._tensors import KindContract, TensorSpec
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "SensorKindDef",
     "TensorSpec",
     "camera_input",
+    "fusion_role",
     "kind_def",
     "known_kinds",
     "register_kind",

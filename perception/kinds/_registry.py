@@ -7,9 +7,9 @@ import threading
 
 from perception.errors import ConfigError
 
-from ._kind import SensorKindDef
+from ._kind import FusionRole, SensorKindDef
 
-__all__ = ["kind_def", "known_kinds", "register_kind", "unregister_kind"]
+__all__ = ["fusion_role", "kind_def", "known_kinds", "register_kind", "unregister_kind"]
 
 _KINDS: dict[str, SensorKindDef] = {}
 _LOCK = threading.Lock()
@@ -46,3 +46,10 @@ def kind_def(name: str) -> SensorKindDef:
 def known_kinds() -> tuple[str, ...]:
     """The registered kinds' names, in registration order (the built-in ones first)."""
     return tuple(_KINDS)
+
+
+def fusion_role(kind: str) -> FusionRole | None:
+    """The fusion role of kind ``kind``: how its detections are used (and scored, and drawn); ``None``
+    for a kind that declares none or is not registered. Code that must refuse such a kind says so itself."""
+    defn = _KINDS.get(kind.value if isinstance(kind, enum.Enum) else kind)
+    return None if defn is None else defn.fusion

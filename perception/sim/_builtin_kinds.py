@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perception.sim._camera import CameraModel
-from perception.sim._kinds import SimKind, register_sim_kind, sim_kinds
+from perception.sim._kinds import SimKind, register_sim_kind
 from perception.sim._lidar import LidarModel
 from perception.sim._radar import RadarModel
 from perception.sim._rig import SimCameraParams, SimLidarParams, SimRadarParams, SimSensor
@@ -27,5 +27,4 @@ BUILTIN_SIM_KINDS = (
 )
 
 for _defn in BUILTIN_SIM_KINDS:
-    if _defn.kind not in sim_kinds():
-        register_sim_kind(_defn)
+    register_sim_kind(_defn)

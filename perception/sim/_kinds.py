@@ -66,14 +66,16 @@ _REGISTRY: dict[str, SimKind] = {}
 
 
 def register_sim_kind(defn: SimKind) -> None:
-    """Give sensor kind ``defn.kind`` (registered in :mod:`perception.kinds`) a simulator model."""
+    """Give sensor kind ``defn.kind`` (registered in :mod:`perception.kinds`) a simulator model; raises
+    ``ValueError`` for an unknown kind, or when another definition already has it."""
     if defn.kind not in known_kinds():
         raise ValueError(
             f"simulator kind {defn.kind!r}: no such sensor kind (known: {', '.join(sorted(known_kinds()))}); "
             "register it with perception.kinds.register_kind first"
         )
-    if defn.kind in _REGISTRY:
-        raise ValueError(f"simulator kind {defn.kind!r} is already registered")
+    have = _REGISTRY.get(defn.kind)
+    if have is not None and have != defn:  # the same definition again is a no-op, as for register_kind
+        raise ValueError(f"simulator kind {defn.kind!r} is already registered with another definition")
     if kind_def(defn.kind).is_image and not callable(getattr(defn.params, "calibration", None)):
         raise ValueError(f"simulator kind {defn.kind!r}: an image kind's params need a calibration() method")
     _REGISTRY[defn.kind] = defn

@@ -23,7 +23,7 @@ from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
 from perception.drives import DriveReader
-from perception.kinds import FusionRole, kind_def, known_kinds
+from perception.kinds import FusionRole, fusion_role
 from perception.types import FrameResult, FrameStatus, SensorSpec, SensorStatus
 from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
@@ -78,7 +78,7 @@ class VizRecorder:
         self._cameras = {
             name: camera_detections_topic(spec.name)
             for name, spec in rig.items()
-            if spec.kind in known_kinds() and kind_def(spec.kind).fusion is FusionRole.IMAGE_BOXES
+            if fusion_role(spec.kind) is FusionRole.IMAGE_BOXES
         }
         self._sequence: dict[str, int] = {}
         self._last_t: int | None = None

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
-from perception.kinds import FusionRole, kind_def, known_kinds
+from perception.kinds import FusionRole, fusion_role
 from perception.types import Detection3D, ImageSample, PointCloudSample, SensorSpec
 from perception.viz._encode import LabelledBoxes
 from perception.viz._load import FrameView
@@ -145,10 +145,6 @@ def _points_in_base(sample: PointCloudSample, spec: SensorSpec) -> F64:
     return transform_points(spec.extrinsic.matrix(), sample.points[:, :3])
 
 
-def _role(spec: SensorSpec) -> FusionRole | None:
-    return kind_def(spec.kind).fusion if spec.kind in known_kinds() else None
-
-
 def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: int = 900) -> RenderedView:
     """The bird's-eye view of ``frame`` within ``range_m`` of the ego, as a ``size_px`` square PNG."""
     from matplotlib.collections import LineCollection, PolyCollection
@@ -185,7 +181,7 @@ def render_bev(frame: FrameView, path: Path, *, range_m: float = 60.0, size_px: 
             continue
         pts = _points_in_base(sample, spec)
         keep = (np.abs(pts[:, 0]) <= range_m) & (np.abs(pts[:, 1]) <= range_m)
-        doppler = _role(spec) is FusionRole.DOPPLER_POINTS and "radial_velocity" in sample.fields
+        doppler = fusion_role(spec.kind) is FusionRole.DOPPLER_POINTS and "radial_velocity" in sample.fields
         if not doppler:  # lidar-like: points only
             ax.scatter(
                 pts[keep, 1], pts[keep, 0], s=0.4, color=LIDAR_COLOR, alpha=0.7, linewidths=0, rasterized=True, zorder=1

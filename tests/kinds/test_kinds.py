@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +14,17 @@ from perception.errors import ConfigError, InputError
 from perception.fusion import Fuser
 from perception.kinds import (
     CAMERA,
+    FusionRole,
     KindContract,
     SensorKindDef,
     TensorSpec,
+    fusion_role,
     kind_def,
     known_kinds,
     register_kind,
     unregister_kind,
 )
-from perception.types import ImageSample, SensorSpec, Transform
+from perception.types import ImageSample, SensorKind, SensorSpec, Transform
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The committed models and the kind each serves.
@@ -112,3 +115,14 @@ def test_fusion_rejects_a_kind_without_a_fusion_rule_at_start() -> None:
         unregister_kind("sonar_test")
     with pytest.raises(InputError, match="sonar0: unknown sensor kind 'sonar_test'"):
         Fuser(FusionConfig(), rig)
+
+
+def test_fusion_role_of_a_kind_and_of_one_without_a_role() -> None:
+    assert fusion_role("camera") is FusionRole.IMAGE_BOXES
+    assert fusion_role(SensorKind.RADAR) is FusionRole.DOPPLER_POINTS
+    assert fusion_role("sonar") is None  # not registered
+    register_kind(replace(CAMERA, name="plain_camera", fusion=None))
+    try:
+        assert fusion_role("plain_camera") is None
+    finally:
+        unregister_kind("plain_camera")

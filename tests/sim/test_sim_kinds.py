@@ -51,9 +51,11 @@ def test_a_kind_unknown_to_perception_kinds_is_refused() -> None:
 
 
 def test_a_kind_is_registered_once_and_its_sensors_get_its_params(flash_lidar: str) -> None:
-    register_sim_kind(SimKind(flash_lidar, _Params, _Model))
-    with pytest.raises(ValueError, match="already registered"):
-        register_sim_kind(SimKind(flash_lidar, _Params, _Model))
+    defn = SimKind(flash_lidar, _Params, _Model)
+    register_sim_kind(defn)
+    register_sim_kind(defn)  # the same definition again: a no-op
+    with pytest.raises(ValueError, match="already registered with another definition"):
+        register_sim_kind(SimKind(flash_lidar, _Params, _Model, image_format="png"))
     sensor = SimSensor("flash", flash_lidar, MOUNT, rate_hz=10.0)
     assert sensor.params == _Params() and not sensor.is_image and sensor.frame_id == "flash"
 
