@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from viz_fixtures import ALL_KINDS, gt_results, record
 
 from perception.drives import DriveReader
 from perception.errors import DriveError
+from perception.kinds import CAMERA, register_kind, unregister_kind
 from perception.types import FrameResult, FrameStatus
 from perception.viz import load_frame_views, recorder_sink
 from perception.viz._encode import (
@@ -212,3 +214,21 @@ def test_replay_sink_records_on_a_background_thread(small_drive: Path, tmp_path:
     background.write(results[0])
     with pytest.raises(DriveError, match="write after close"):
         background.close()
+
+
+def test_a_registered_image_kind_gets_a_detections_topic(small_drive: Path, tmp_path: Path) -> None:
+    """Camera-style topics follow the kind's fusion role (image boxes), not the name ``camera``."""
+    with DriveReader(small_drive) as reader:
+        results, rig = gt_results(reader), dict(reader.rig)
+    register_kind(dataclasses.replace(CAMERA, name="night_camera"))
+    try:
+        rig["cam_front"] = dataclasses.replace(rig["cam_front"], kind="night_camera")
+        with VizRecorder(small_drive, rig, [McapOutput(tmp_path / "fused.mcap")], copy_drive=False) as rec:
+            rec.write(results[0])
+    finally:
+        unregister_kind("night_camera")
+    assert set(_messages(tmp_path / "fused.mcap")) == {
+        DETECTIONS_TOPIC,
+        FRAME_STATS_TOPIC,
+        "/sensors/cam_front/detections",
+    }
