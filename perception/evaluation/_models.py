@@ -67,7 +67,7 @@ from scipy.optimize import linear_sum_assignment
 from perception.config import CAMERA_MODEL_SIMULATED, SensorDefaults
 from perception.errors import ConfigError, ModelContractError, PerceptionError
 from perception.evaluation._detection import _greedy_match
-from perception.kinds import FusionRole, fusion_role, kind_def
+from perception.kinds import FusionRole, kind_def
 from perception.modelkit import APAccumulator, CameraDetections, average_precision, camera_ground_truth
 from perception.types import LABELS, GroundTruth, PointCloudSample, Sample, SensorKind, SensorSpec, label_id
 
@@ -95,10 +95,18 @@ Array = npt.NDArray[Any]
 
 #: The model serving each sensor kind by default (``models/``; the profile's ``sensor_defaults``).
 #: These scores are taken on simulated drives: the camera model is the simulator's.
-DEFAULT_MODELS: Mapping[str, str] = {
-    kind: CAMERA_MODEL_SIMULATED if kind == SensorKind.CAMERA else SensorDefaults().of(kind.value).model
-    for kind in SensorKind
-}
+def _default_model(kind: str) -> str:
+    """The model scored for ``kind`` unless the caller names one: the simulator's camera model for
+    cameras, else the kind's default (the profile's ``sensor_defaults``, or the registered kind's)."""
+    if kind == SensorKind.CAMERA:
+        return CAMERA_MODEL_SIMULATED
+    try:
+        return SensorDefaults().of(kind).model
+    except KeyError:
+        raise ConfigError(f"sensor kind {kind!r} has no default model: name one in models", key="models") from None
+
+
+DEFAULT_MODELS: Mapping[str, str] = {kind.value: _default_model(kind.value) for kind in SensorKind}
 
 _CAR = label_id("car")
 
@@ -325,22 +333,13 @@ def _assign(cost: F64, allowed: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.i
 
 
 def _role(name: str, spec: SensorSpec) -> FusionRole:
-    kind_def(spec.kind)  # an unknown kind: ConfigError naming the known ones
-    role = fusion_role(spec.kind)
+    role = kind_def(spec.kind).fusion  # an unknown kind: ConfigError naming the known ones
     if role is None:
         raise ConfigError(
             f"sensor {name!r}: kind {spec.kind!r} has no fusion role, so its model's outputs have no quality protocol",
             key="sensor",
         )
     return role
-
-
-def _default_model(kind: str) -> str:
-    """The model scored for ``kind`` unless the caller names one: :data:`DEFAULT_MODELS`, else the kind's."""
-    model = DEFAULT_MODELS.get(kind) or kind_def(kind).default_model
-    if model is None:
-        raise ConfigError(f"sensor kind {kind!r} has no default model: name one in models", key="models")
-    return model
 
 
 class ModelQualityEvaluator:

@@ -46,7 +46,6 @@ __all__ = [
     "SimCameraParams",
     "SimLidarParams",
     "SimMount",
-    "SimParams",
     "SimRadarParams",
     "SimSensor",
     "builtin_rig_path",
@@ -202,9 +201,6 @@ _CAMERA_BOUNDS: Mapping[str, tuple[float, float]] = {
     "noise_sigma": (0, 100),
     "render_scale": (0.1, 1.0),
 }
-
-#: The built-in kinds' parameter classes (another kind's is its :class:`~perception.sim._kinds.SimKind`'s).
-SimParams = SimLidarParams | SimRadarParams | SimCameraParams
 
 
 @dataclass(frozen=True, slots=True)
