@@ -11,9 +11,11 @@ Conventions used everywhere in the package:
 
 from __future__ import annotations
 
+import bisect
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,7 @@ __all__ = [
     "SensorSpec",
     "SensorStatus",
     "Transform",
+    "interpolate_ego",
     "label_id",
 ]
 
@@ -255,6 +258,54 @@ class EgoPose:
     pose: Transform
     linear_velocity: tuple[float, float, float] = (0.0, 0.0, 0.0)
     yaw_rate: float = 0.0
+
+
+def interpolate_ego(poses: Sequence[EgoPose], t_ns: int, times: Sequence[int] | None = None) -> EgoPose:
+    """The ego pose at ``t_ns`` from time-ordered ``poses`` (``times``: their ``t_ns``, if at hand):
+    exact at a pose's time, else translation/velocity lerp and rotation slerp between the neighbours;
+    held constant outside their range. ``poses`` must not be empty."""
+    if not poses:
+        raise ValueError("interpolate_ego: no poses")
+    ts = times if times is not None else [p.t_ns for p in poses]
+    i = bisect.bisect_left(ts, t_ns)
+    if i < len(poses) and ts[i] == t_ns:
+        return poses[i]
+    if i == 0 or i == len(poses):
+        return replace(poses[0 if i == 0 else -1], t_ns=t_ns)
+    return _interpolate(poses[i - 1], poses[i], t_ns)
+
+
+def _slerp(q0: Sequence[float], q1: Sequence[float], w: float) -> tuple[float, float, float, float]:
+    # plain floats: four components, several times a frame (numpy's per-call cost would dominate)
+    n0, n1 = math.sqrt(sum(x * x for x in q0)), math.sqrt(sum(x * x for x in q1))
+    a, b = [x / n0 for x in q0], [x / n1 for x in q1]
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    if dot < 0.0:  # take the short way round
+        b, dot = [-x for x in b], -dot
+    if dot > 0.9995:  # nearly parallel: normalised lerp is exact enough and stable
+        q = [x + w * (y - x) for x, y in zip(a, b, strict=True)]
+    else:
+        theta = math.acos(dot)
+        s0, s1, s = math.sin((1.0 - w) * theta), math.sin(w * theta), math.sin(theta)
+        q = [(s0 * x + s1 * y) / s for x, y in zip(a, b, strict=True)]
+    n = math.sqrt(sum(x * x for x in q))
+    return (q[0] / n, q[1] / n, q[2] / n, q[3] / n)
+
+
+def _lerp(a: Sequence[float], b: Sequence[float], w: float) -> tuple[float, ...]:
+    return tuple(float(x + w * (y - x)) for x, y in zip(a, b, strict=True))
+
+
+def _interpolate(a: EgoPose, b: EgoPose, t_ns: int) -> EgoPose:
+    w = (t_ns - a.t_ns) / (b.t_ns - a.t_ns)
+    tx, ty, tz = _lerp(a.pose.translation, b.pose.translation, w)
+    vx, vy, vz = _lerp(a.linear_velocity, b.linear_velocity, w)
+    return EgoPose(
+        t_ns=t_ns,
+        pose=Transform((tx, ty, tz), _slerp(a.pose.rotation, b.pose.rotation, w)),
+        linear_velocity=(vx, vy, vz),
+        yaw_rate=a.yaw_rate + w * (b.yaw_rate - a.yaw_rate),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import bisect
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -51,6 +49,7 @@ from perception.types import (
     PointCloudSample,
     SensorSpec,
     Transform,
+    interpolate_ego,
 )
 
 __all__ = ["GT_TOLERANCE_NS", "DriveReader"]
@@ -454,13 +453,7 @@ class DriveReader:
         poses = self._ego_list()
         if not poses:
             raise self._err("drive has no ego poses", topic=codec.EGO_TOPIC)
-        times = self._ego_times
-        i = bisect.bisect_left(times, t_ns)
-        if i < len(poses) and times[i] == t_ns:
-            return poses[i]
-        if i == 0 or i == len(poses):
-            return replace(poses[0 if i == 0 else -1], t_ns=t_ns)
-        return _interpolate(poses[i - 1], poses[i], t_ns)
+        return interpolate_ego(poses, t_ns, self._ego_times)
 
     def ground_truth(self) -> list[GroundTruth]:
         """Every ground-truth snapshot in time order (empty if the drive has none)."""
@@ -592,34 +585,3 @@ def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
     return PointCloudSample(spec.name, raw.log_time, spec.frame_id, points, fields, raw.sequence)
 
 
-def _slerp(q0: Sequence[float], q1: Sequence[float], w: float) -> tuple[float, float, float, float]:
-    # plain floats: four components, several times a frame (numpy's per-call cost would dominate)
-    n0, n1 = math.sqrt(sum(x * x for x in q0)), math.sqrt(sum(x * x for x in q1))
-    a, b = [x / n0 for x in q0], [x / n1 for x in q1]
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    if dot < 0.0:  # take the short way round
-        b, dot = [-x for x in b], -dot
-    if dot > 0.9995:  # nearly parallel: normalised lerp is exact enough and stable
-        q = [x + w * (y - x) for x, y in zip(a, b, strict=True)]
-    else:
-        theta = math.acos(dot)
-        s0, s1, s = math.sin((1.0 - w) * theta), math.sin(w * theta), math.sin(theta)
-        q = [(s0 * x + s1 * y) / s for x, y in zip(a, b, strict=True)]
-    n = math.sqrt(sum(x * x for x in q))
-    return (q[0] / n, q[1] / n, q[2] / n, q[3] / n)
-
-
-def _lerp(a: Sequence[float], b: Sequence[float], w: float) -> tuple[float, ...]:
-    return tuple(float(x + w * (y - x)) for x, y in zip(a, b, strict=True))
-
-
-def _interpolate(a: EgoPose, b: EgoPose, t_ns: int) -> EgoPose:
-    w = (t_ns - a.t_ns) / (b.t_ns - a.t_ns)
-    tx, ty, tz = _lerp(a.pose.translation, b.pose.translation, w)
-    vx, vy, vz = _lerp(a.linear_velocity, b.linear_velocity, w)
-    return EgoPose(
-        t_ns=t_ns,
-        pose=Transform((tx, ty, tz), _slerp(a.pose.rotation, b.pose.rotation, w)),
-        linear_velocity=(vx, vy, vz),
-        yaw_rate=a.yaw_rate + w * (b.yaw_rate - a.yaw_rate),
-    )
