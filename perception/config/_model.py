@@ -15,7 +15,7 @@ from typing import Literal
 
 from perception.config._convert import reject_duplicates
 from perception.config._drive_source import is_simulated
-from perception.kinds import kind_def, known_kinds
+from perception.kinds import MAX_ACCUMULATE_MS, kind_def, known_kinds
 
 __all__ = [
     "BudgetConfig",
@@ -98,6 +98,10 @@ class SensorConfig:
     sync_window_ms: float = 50.0  # max |sample time - frame time| to be used
     max_staleness_ms: float = 250.0  # a sample older than this (vs. frame time) is never used
     enabled: bool = True
+    #: Point-cloud sensors: merge the sensor's earlier sweeps captured up to this long before the one a
+    #: frame uses into it, moved by the ego motion (``perception.scheduler``, sweep accumulation); 0 sends
+    #: each sweep alone. ``None``: the kind's default (``SensorKindDef.accumulate_ms``; lidar 120 ms).
+    accumulate_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -108,6 +112,7 @@ class SensorConfig:
             raise ValueError("model: must be a non-empty model name")
         _non_negative("sync_window_ms", self.sync_window_ms)
         _positive("max_staleness_ms", self.max_staleness_ms)
+        _accumulate_ok(self.kind, self.accumulate_ms)
 
     @property
     def sync_window_ns(self) -> int:
@@ -116,6 +121,21 @@ class SensorConfig:
     @property
     def max_staleness_ns(self) -> int:
         return _ns(self.max_staleness_ms)
+
+    @property
+    def accumulate_ns(self) -> int:
+        """The sweep accumulation window as applied (``None`` resolved to the kind's default)."""
+        ms = kind_def(self.kind).accumulate_ms if self.accumulate_ms is None else self.accumulate_ms
+        return _ns(ms)
+
+
+def _accumulate_ok(kind: str, accumulate_ms: float | None) -> None:
+    if accumulate_ms is None:
+        return
+    if not 0 <= accumulate_ms <= MAX_ACCUMULATE_MS:
+        raise ValueError(f"accumulate_ms: must be within 0..{MAX_ACCUMULATE_MS:g}, got {accumulate_ms}")
+    if accumulate_ms and kind in known_kinds() and kind_def(kind).is_image:
+        raise ValueError(f"accumulate_ms: only point-cloud sensors accumulate sweeps, not a {kind}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +149,14 @@ class KindDefaults:
     transport: Transport = "auto"
     sync_window_ms: float = 50.0
     max_staleness_ms: float = 150.0
+    accumulate_ms: float | None = None  # None: the kind's default (see SensorConfig.accumulate_ms)
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("model: must be a non-empty model name")
         _non_negative("sync_window_ms", self.sync_window_ms)
         _positive("max_staleness_ms", self.max_staleness_ms)
+        _accumulate_ok("", self.accumulate_ms)
 
 
 def _default_model(kind: str) -> str:

@@ -22,9 +22,11 @@ from perception.fusion._geometry import (
     project_points,
     transform_points,
 )
+from perception.fusion._motion import EgoMotion
 from perception.fusion._params import FusionParams
 
 __all__ = [
+    "EgoMotion",  # ego motion between capture times: fusion, and the scheduler's sweep accumulation
     "Fuser",
     "FusionParams",
     "bev_corners",

@@ -13,9 +13,12 @@ from perception.types import ImageSample, PointCloudSample, Sample, SensorSpec
 
 from ._tensors import KindContract
 
-__all__ = ["ROLE_OUTPUTS", "FusionRole", "Prepare", "Prepared", "SensorKindDef", "WarmupSample"]
+__all__ = ["MAX_ACCUMULATE_MS", "ROLE_OUTPUTS", "FusionRole", "Prepare", "Prepared", "SensorKindDef", "WarmupSample"]
 
 RGB = tuple[float, float, float]
+
+#: The longest sweep accumulation a sensor may ask for (ms): longer windows smear every moving object.
+MAX_ACCUMULATE_MS = 2000.0
 
 #: A sample's request tensors, without the batch dimension, and the factors ``(sx, sy)`` from the
 #: pixels of the image sent to those of the original image (``(1, 1)`` for anything else).
@@ -62,6 +65,9 @@ class SensorKindDef:
       with such a sensor at start-up).
     * ``default_model``: the model a profile's sensor of this kind uses unless it says otherwise.
     * ``color``: its colour in views (boxes seen by this kind alone).
+    * ``accumulate_ms``: a point kind's default sweep accumulation (``SensorConfig.accumulate_ms``):
+      earlier sweeps captured up to this long before the one a frame uses are merged into it, moved
+      by the ego motion (:mod:`perception.scheduler`); 0 sends each sweep alone. Image kinds have none.
     """
 
     name: str
@@ -73,6 +79,7 @@ class SensorKindDef:
     default_model: str | None = None
     color: RGB = (0.6, 0.6, 0.6)
     point_fields: tuple[str, ...] = ()
+    accumulate_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum() or not self.name.islower():
@@ -81,6 +88,11 @@ class SensorKindDef:
             raise ValueError(f"sensor kind {self.name!r}: a point-cloud kind needs point_fields")
         if self.sample is ImageSample and self.point_fields:
             raise ValueError(f"sensor kind {self.name!r}: an image kind has no point_fields")
+        if not 0 <= self.accumulate_ms <= MAX_ACCUMULATE_MS or (self.accumulate_ms and self.sample is ImageSample):
+            raise ValueError(
+                f"sensor kind {self.name!r}: accumulate_ms must be within 0..{MAX_ACCUMULATE_MS:g} "
+                f"(and 0 for an image kind), got {self.accumulate_ms}"
+            )
         if self.fusion is not None:
             missing = ROLE_OUTPUTS[self.fusion] - set(self.contract.output_names)
             if missing:

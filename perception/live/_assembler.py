@@ -33,7 +33,8 @@ from typing import Generic, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.errors import ConfigError
-from perception.types import EgoPose, Frame, Sample
+from perception.scheduler import SweepAccumulator
+from perception.types import EgoPose, Frame, Sample, SensorSpec, interpolate_ego
 
 __all__ = ["LiveAssembler", "LiveStats", "TimeBase"]
 
@@ -122,6 +123,7 @@ class LiveAssembler(Generic[T]):
         live: LiveConfig,
         *,
         rates: Mapping[str, float] | None = None,
+        rig: Mapping[str, SensorSpec] | None = None,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         self._active = [s.name for s in sensors if s.enabled]
@@ -138,6 +140,12 @@ class LiveAssembler(Generic[T]):
         self._last_stamp: dict[str, int] = {}
         self._pending: deque[_Pending[T]] = deque()
         self._ego: deque[EgoPose] = deque(maxlen=64)
+        #: Earlier sweeps merged into point sensors' samples (``SensorConfig.accumulate_ms``, needs ``rig``),
+        #: moved by the ego poses the host pushed (interpolated), else by the frame's ego twist.
+        self.accumulator = SweepAccumulator(
+            sensors, {n: spec.extrinsic for n, spec in (rig or {}).items()}, ego_at=self._ego_at
+        )
+        self._keep_ns = max([self._keep_ns, *(self.accumulator.keep_ns(s) for s in sensors)])
         self._next_id = 0
         self._last_frame_t: int | None = None
         self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
@@ -366,10 +374,16 @@ class LiveAssembler(Generic[T]):
             self.stats.frames_by_rate += 1
         self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
         ego = self._ego_near(p.t_ns)
-        return Frame(frame_id=frame_id, t_ns=p.t_ns, samples=chosen, ego=ego, created_ns=p.arrival_ns)
+        frame = Frame(frame_id=frame_id, t_ns=p.t_ns, samples=chosen, ego=ego, created_ns=p.arrival_ns)
+        return self.accumulator.apply(frame, self._buffers)
 
     def _ego_near(self, t: int) -> EgoPose | None:
         return min(self._ego, key=lambda e: abs(e.t_ns - t), default=None)
+
+    def _ego_at(self, t: int) -> EgoPose | None:
+        if not self._ego:
+            return None
+        return interpolate_ego(sorted(self._ego, key=lambda e: e.t_ns), t)
 
     def _evict(self) -> None:
         oldest = self._pending[0].t_ns if self._pending else self._last_frame_t

@@ -73,7 +73,7 @@ class LiveRuntime:
         self._runtime = Runtime(config, rig=rig, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
-            config.active_sensors, config.trigger, config.live, rates=rates
+            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
         )
         self._trigger = config.trigger.sensor
         self._on_result = on_result
@@ -149,6 +149,7 @@ class LiveRuntime:
         stats: LiveStats = self._assembler.stats
         return {
             "intake": dataclasses.asdict(stats),
+            "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             "frames": summary["frames"],
             "ok": summary["ok"],

@@ -281,6 +281,8 @@ async def replay_drive(
         report["drive"] = str(drive)
         report["rate"] = opts.rate
         report["alignment"] = dataclasses.asdict(source.assembler.stats)
+        if source.assembler.accumulator:
+            report["accumulation"] = source.assembler.accumulator.report()
         if server_ms:
             # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
             report["server_ms"] = server_ms

@@ -114,6 +114,7 @@ class DriveSource:
             self.config.trigger,
             ego_at=self.reader.ego_pose_at if ego else None,
             gt_at=(lambda t: self.reader.ground_truth_at(t, GT_TOLERANCE_NS)) if gt else None,
+            rig=self.rig,
         )
         self.frames_emitted = 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from perception.scheduler._accumulate import SweepAccumulator
 from perception.scheduler._align import FrameAssembler
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
@@ -15,6 +16,7 @@ __all__ = [
     "InferClient",
     "OrderedPipeline",
     "Runtime",
+    "SweepAccumulator",
     "ThreadedRuntime",
     "camera_input",
     "client_options",

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from perception.config import SensorConfig, TriggerConfig
 from perception.errors import ConfigError
-from perception.types import EgoPose, Frame, GroundTruth, Sample
+from perception.scheduler._accumulate import SweepAccumulator
+from perception.types import EgoPose, Frame, GroundTruth, Sample, SensorSpec
 
 __all__ = ["AlignStats", "FrameAssembler"]
 
@@ -41,6 +42,8 @@ class FrameAssembler:
     Feed samples with :meth:`push` (returns frames that became complete) and finish with
     :meth:`flush`. ``ego_at``/``gt_at`` optionally attach ego pose and ground truth to each frame.
     A disabled sensor (``enabled: false``) contributes no sample, but as the trigger it still clocks frames.
+    With ``rig`` (the sensors' mounts), point sensors accumulate their earlier sweeps
+    (:class:`~perception.scheduler.SweepAccumulator`).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class FrameAssembler:
         *,
         ego_at: Callable[[int], EgoPose | None] | None = None,
         gt_at: Callable[[int], GroundTruth | None] | None = None,
+        rig: Mapping[str, SensorSpec] | None = None,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         self._active = [s.name for s in sensors if s.enabled]
@@ -59,6 +63,11 @@ class FrameAssembler:
         self._horizon_ns = max((s.sync_window_ns for s in sensors if s.enabled), default=0)
         # No future frame (t >= oldest pending) can use a sample older than this before it.
         self._keep_ns = max((min(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
+        #: Earlier sweeps merged into point sensors' samples (``SensorConfig.accumulate_ms``, needs ``rig``).
+        self.accumulator = SweepAccumulator(
+            sensors, {n: spec.extrinsic for n, spec in (rig or {}).items()}, ego_at=ego_at
+        )
+        self._keep_ns = max([self._keep_ns, *(self.accumulator.keep_ns(s) for s in sensors)])
         self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
         self._last_t: dict[str, int] = {}
         self._pending: deque[int] = deque()  # frame times waiting for the horizon
@@ -131,7 +140,8 @@ class FrameAssembler:
         self.stats.frames += 1
         ego = self._ego_at(t) if self._ego_at else None
         gt = self._gt_at(t) if self._gt_at else None
-        return Frame(frame_id=frame_id, t_ns=t, samples=chosen, ego=ego, ground_truth=gt)
+        frame = Frame(frame_id=frame_id, t_ns=t, samples=chosen, ego=ego, ground_truth=gt)
+        return self.accumulator.apply(frame, self._buffers)
 
     def _nearest(self, cfg: SensorConfig, t: int) -> Sample | None:
         best: Sample | None = None

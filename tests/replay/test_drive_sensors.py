@@ -79,6 +79,10 @@ def test_replay_of_a_renamed_rig_with_the_default_profile(renamed_drive: Path, t
         assert {r.status.value for r in outcome.results} == {"ok"}
         for r in outcome.results:
             assert set(r.sensors) == {"roof_lidar", "front_cam", "bumper_radar"}
+        # the drive's lidar accumulates by its kind's default: each sweep with the one before it
+        acc = outcome.report["accumulation"]
+        assert acc["window_ms"] == {"roof_lidar": 120.0}
+        assert acc["merged"] == acc["sweeps"] == len(outcome.results) - 1 and acc["no_ego_motion"] == 0
         return [len(r.detections) for r in outcome.results]
 
     counts = anyio.run(main)

@@ -1,0 +1,127 @@
+"""Sweep accumulation: a point sensor's earlier sweeps merged into the one a frame uses.
+
+A sensor whose ``SensorConfig.accumulate_ns`` is above 0 (lidar by default: its kind's
+``accumulate_ms``) gets, in each frame, its chosen sweep plus every earlier sweep of it captured at
+most that long before, each moved into the chosen sweep's sensor frame by the ego motion between the
+two capture times (:class:`perception.fusion.EgoMotion`: the drive's ego poses, else the frame's ego
+twist). The merged sample keeps the chosen sweep's time, frame and fields; columns after ``x, y, z``
+(intensity, radial velocity) are copied as measured. This is how sparse lidars are densified
+(nuScenes keeps 20 Hz sweeps between its 2 Hz keyframes): a static object gains returns, a moving one
+smears by its speed times the window, so the window is short.
+
+Without a known ego motion (no poses and no twist) the sweep is sent alone, since merging would smear
+the whole scene by the ego's own motion: counted in :attr:`AccumulateStats.no_ego_motion` and warned
+once per sensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perception.config import SensorConfig
+from perception.errors import ConfigError
+from perception.fusion import EgoMotion, invert_transform
+from perception.types import EgoPose, Frame, PointCloudSample, Sample, Transform
+
+__all__ = ["AccumulateStats", "SweepAccumulator"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AccumulateStats:
+    sweeps: int = 0  # sweeps sent with earlier ones merged into them
+    merged: int = 0  # earlier sweeps merged, in all
+    no_ego_motion: int = 0  # sweeps sent alone although earlier ones were in the window: no ego motion
+
+
+class SweepAccumulator:
+    """Merges earlier sweeps into a frame's point clouds (module docstring).
+
+    ``extrinsics``: ``base_link <- sensor`` per sensor (the rig's). A sensor on its kind's default
+    (``accumulate_ms: None``) accumulates where its extrinsic is known; one that asks for a window
+    without it is a :class:`ConfigError`. ``ego_at``: the ego pose at a time, as
+    :class:`~perception.fusion.EgoMotion` takes it.
+    """
+
+    def __init__(
+        self,
+        sensors: Sequence[SensorConfig],
+        extrinsics: Mapping[str, Transform] | None,
+        *,
+        ego_at: Callable[[int], EgoPose | None] | None = None,
+    ) -> None:
+        ext = extrinsics or {}
+        self.windows: dict[str, int] = {}
+        for s in sensors:
+            window = s.accumulate_ns if s.enabled else 0
+            if not window or (s.name not in ext and s.accumulate_ms is None):
+                continue  # off, or the kind's default where the sensor's mount is not known
+            if s.name not in ext:
+                raise ConfigError(
+                    f"sensor {s.name!r}: accumulating sweeps needs the sensor's extrinsic, which the rig lacks",
+                    key="accumulate_ms",
+                    sensor=s.name,
+                )
+            self.windows[s.name] = window
+        self._ext = {n: ext[n].matrix() for n in self.windows}
+        self._ext_inv = {n: invert_transform(m) for n, m in self._ext.items()}
+        self._ego_at = ego_at
+        self._warned: set[str] = set()
+        self.stats = AccumulateStats()
+
+    def __bool__(self) -> bool:
+        return bool(self.windows)
+
+    def report(self) -> dict[str, object]:
+        """The windows (ms) per accumulating sensor and the counters, for run reports."""
+        return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **dataclasses.asdict(self.stats)}
+
+    def keep_ns(self, sensor: SensorConfig) -> int:
+        """How long before a frame's time an assembler must keep ``sensor``'s samples for it."""
+        window = self.windows.get(sensor.name, 0)
+        return sensor.sync_window_ns + window if window else 0
+
+    def apply(self, frame: Frame, buffers: Mapping[str, Iterable[Sample]]) -> Frame:
+        """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
+        if not self.windows:
+            return frame
+        samples = dict(frame.samples)
+        motion: EgoMotion | None = None
+        for name, window in self.windows.items():
+            cur = samples.get(name)
+            if not isinstance(cur, PointCloudSample):
+                continue
+            earlier = [
+                s
+                for s in buffers.get(name, ())
+                if isinstance(s, PointCloudSample) and 0 < cur.t_ns - s.t_ns <= window and s.fields == cur.fields
+            ]
+            if not earlier:
+                continue
+            if motion is None:
+                motion = EgoMotion(frame, self._ego_at)
+            if motion.source == "static":
+                self.stats.no_ego_motion += 1
+                if name not in self._warned:
+                    self._warned.add(name)
+                    log.warning(
+                        "sensor %s: no ego poses or ego velocity, so its sweeps are not accumulated (counted)", name
+                    )
+                continue
+            to_cur = self._ext_inv[name] @ invert_transform(motion.relative(cur.t_ns))
+            parts = [cur.points]
+            for s in earlier:
+                m = to_cur @ motion.relative(s.t_ns) @ self._ext[name]
+                moved = s.points.copy()
+                moved[:, :3] = s.points[:, :3] @ m[:3, :3].T.astype(np.float32) + m[:3, 3].astype(np.float32)
+                parts.append(moved)
+            samples[name] = dataclasses.replace(cur, points=np.concatenate(parts))
+            self.stats.sweeps += 1
+            self.stats.merged += len(earlier)
+        return dataclasses.replace(frame, samples=samples)
