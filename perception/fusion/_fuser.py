@@ -32,7 +32,8 @@ projection, occlusion and matching), where numpy's per-call cost would dominate 
    meets the ground plane (``z = 0`` in ``base_link``), combined by inverse variance with the depth
    implied by the class's typical height; covariance long along the ray. Radar objects not used in 3
    are associated to them as in 3 and refine their position (Kalman fusion of the two covariances),
-   giving camera+radar objects.
+   giving camera+radar objects. A detection needs ``camera_only_min_score`` to become a candidate when a
+   lidar answered in the frame (the lidar should have seen it), ``camera_alone_min_score`` when none did.
 6. **Radar-only objects** from radar objects still unused (merged across radars); class from RCS.
 7. **Emission:** lidar-anchored and camera+radar objects always; camera-only and radar-only objects
    when ``FusionConfig.camera_only`` / ``radar_only``, at lower confidence. Class-agnostic BEV NMS
@@ -282,7 +283,7 @@ class Fuser:
         radar = self._radar(radars, motion)
         self._attach_radar(objs, radar, refine=False)
         self._finish_velocity(objs, heading_known=True)
-        cands = self._cameras(cameras, objs, motion)
+        cands = self._cameras(cameras, objs, motion, lidar_answered=bool(lidars))
         self._attach_radar(cands, radar, refine=True)
         self._finish_velocity(cands, heading_known=False)
 
@@ -448,9 +449,15 @@ class Fuser:
 
     # -- cameras ----------------------------------------------------------------------------------------
     def _cameras(
-        self, cameras: Sequence[tuple[_Sensor, CameraBoxes, int]], objs: Objects, motion: EgoMotion
+        self,
+        cameras: Sequence[tuple[_Sensor, CameraBoxes, int]],
+        objs: Objects,
+        motion: EgoMotion,
+        *,
+        lidar_answered: bool,
     ) -> Objects:
-        """Match objects with every camera's detections; return camera-only candidates.
+        """Match objects with every camera's detections; return camera-only candidates (scoring at
+        least ``camera_only_min_score`` when a lidar answered in the frame, else ``camera_alone_min_score``).
 
         Works on flat lists: detections of all cameras, and (camera, object) pairs that survive a
         bounding-sphere/frustum cull; one assignment problem covers every camera (a pair may only take a
@@ -507,7 +514,7 @@ class Fuser:
         widths = self._image_size[cam_sensor, 0][det_cam]
         keep = (
             unmatched
-            & (det_scores >= prm.camera_only_min_score)
+            & (det_scores >= (prm.camera_only_min_score if lidar_answered else prm.camera_alone_min_score))
             & (det_boxes[:, 3] - det_boxes[:, 1] >= prm.camera_only_min_height)
             & (det_boxes[:, 0] > 1.0)  # cut at the side of the image: centre and size unknown
             & (det_boxes[:, 2] < widths - 1.0)

@@ -222,6 +222,25 @@ def test_radar_only_returns_of_two_radars_add_up() -> None:
     assert dets[0].sources == ("radar_front", "radar_left")
 
 
+@pytest.mark.parametrize(
+    ("lidar", "emitted"),
+    [("ok", False), ("late", True), ("absent", True)],
+)
+def test_an_unsure_camera_detection_stands_alone_only_when_no_lidar_answered(lidar: str, emitted: bool) -> None:
+    """Between camera_alone_min_score (0.2) and camera_only_min_score (0.3): a lidar that answered and saw
+    nothing there outvotes it; without a lidar answer the camera is all there is."""
+    obj = SimObject("car", (22.0, 4.0, 0.8))
+    res = {"cam_front": camera_result(RIG, "cam_front", [obj], scores=0.25)}
+    if lidar == "ok":
+        res["lidar_top"] = lidar_result(RIG, "lidar_top", [], scores=0.7)
+    elif lidar == "late":
+        res["lidar_top"] = missing("lidar_top", SensorStatus.LATE)
+    dets = fuse(res)
+    assert len(near(dets, 22.0, 4.0, radius=2.5)) == int(emitted)
+    if emitted:
+        assert dets[0].sources == ("cam_front",)
+
+
 def test_camera_only_depth_comes_from_the_ground_plane() -> None:
     for obj in (SimObject("car", (20.0, 1.5, 0.775)), SimObject("pedestrian", (12.0, -3.0, 0.875), PED)):
         dets = fuse({"cam_front": camera_result(RIG, "cam_front", [obj], scores=0.9)})
