@@ -64,7 +64,8 @@ class SweepAccumulator:
                 continue  # off, or the kind's default where the sensor's mount is not known
             if s.name not in ext:
                 raise ConfigError(
-                    f"sensor {s.name!r}: accumulating sweeps needs the sensor's extrinsic, which the rig lacks",
+                    f"sensor {s.name!r}: accumulating its sweeps needs its extrinsic, and the rig given has "
+                    "none for it (pass the rig, or set accumulate_ms: 0)",
                     key="accumulate_ms",
                     sensor=s.name,
                 )
