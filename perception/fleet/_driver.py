@@ -12,12 +12,14 @@
   renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
 * **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled and their staging removed,
   queued ones are not started (both reported as interrupted: ``cancelled``, ``not run``), finished
-  drives are kept and reported, workers and servers are closed, and a cluster we started is stopped.
+  drives are kept and reported (one whose worker published it just before the stop included),
+  workers and servers are closed, and a cluster we started is stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -38,7 +40,7 @@ from perception.fleet._baseline import BaselineComparison, Tolerances, compare_r
 from perception.fleet._outputs import clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import write_report
-from perception.fleet._worker import DriveJob, DriveWorker, NodeServer, WorkerSettings
+from perception.fleet._worker import SUMMARY_FILE, DriveJob, DriveWorker, NodeServer, WorkerSettings
 
 __all__ = ["FleetOptions", "FleetOutcome", "run_fleet"]
 
@@ -345,6 +347,18 @@ async def _gather(refs: list[Any]) -> list[Any]:
     return out
 
 
+def _published(out: Path, drive: FleetDrive, *, since: float) -> dict[str, Any] | None:
+    """The summary a worker published for ``drive`` in this run (written after ``since``, wall clock)."""
+    path = out / drive.name / SUMMARY_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return None  # an earlier run's output
+        summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("name") == drive.name else None
+
+
 async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio.Event | None = None) -> FleetOutcome:
     """Replay ``drives`` on a Ray cluster into ``options.out`` and write ``fleet.json``/``fleet.md``."""
     import ray
@@ -353,7 +367,7 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     clear_staging(options.out)
     fleet = _Fleet(drives, options)
     stop = stop or anyio.Event()
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     ours = fleet.connect()
     try:
         try:
@@ -385,7 +399,12 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     summaries = [fleet.results[d.name] for d in drives if d.name in fleet.results]
     for d in drives:
         if d.name not in fleet.results:
-            summaries.append({"name": d.name, "drive": str(d.path), "status": "interrupted", "error": "cancelled"})
+            # cancelled while running, unless its worker had already published it (the stop came while
+            # the summary was on its way back): then it finished, and its output is there to report
+            summaries.append(
+                _published(options.out, d, since=started_wall)
+                or {"name": d.name, "drive": str(d.path), "status": "interrupted", "error": "cancelled"}
+            )
     meta = {
         "address": options.address or "local",
         "workers": len(fleet.workers),

@@ -96,7 +96,7 @@ def test_the_window_comes_from_the_kind_and_zero_turns_it_off() -> None:
 
 
 def test_asking_for_accumulation_without_the_sensor_s_mount_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="sensor 'lidar': accumulating its sweeps needs its extrinsic, and the rig given has none"):
+    with pytest.raises(ConfigError, match="sensor 'lidar': accumulating its sweeps needs its extrinsic, and the rig"):
         SweepAccumulator([lidar(accumulate_ms=100)], {})
 
 
