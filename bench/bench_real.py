@@ -6,6 +6,8 @@ repository; see that folder's README; it is never committed). Each dataset is im
 (``perception eval``'s path, :func:`perception.replay.evaluate_modes`) and scored in every mode:
 fused, lidar_only, radar_only, camera_only and the three "one kind missing" modes. The bundled
 simulated drive is scored in the same run, so a change tuned on real data is seen on the simulator too.
+Lidar sweep accumulation is measured per dataset over a few windows (:data:`ACCUMULATE_MS`), each a
+replay of its own.
 
 Recorded per dataset and mode: mAP (and NDS where the protocol defines it), AP per class with the
 number of ground-truth boxes behind it, ATE and AVE; per dataset the frame latency p50/p99 of the
@@ -24,6 +26,7 @@ Writes ``bench/results/real.json`` and the table between the ``real:`` markers i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -39,6 +42,7 @@ import anyio
 
 from perception.benchmark import environment
 from perception.config import load_config
+from perception.drives import DriveReader
 from perception.replay import evaluate_modes
 
 log = logging.getLogger("bench_real")
@@ -100,16 +104,16 @@ def _mode_row(summary: Mapping[str, Any]) -> dict[str, Any]:
             for c, ap in summary.get("per_class_ap", {}).items()
         },
         "frames": summary.get("frames"),
-        # diagnosis (nuScenes protocol only): recall at 2 m, at every score, per range and annotated points
+        # diagnosis (nuScenes protocol only): recall at 2 m, at every score, per range and annotated points,
+        # and AP per centre-distance threshold (the class AP is their mean)
         "recall_breakdown": summary.get("recall_breakdown"),
+        "ap_by_threshold": summary.get("ap_by_threshold"),
     }
 
 
 def radar_visibility(drive: Path) -> dict[str, Any]:
     """Per label: ground-truth boxes within 50 m and the share with >= 1 / >= 2 annotated radar points
     (nuScenes ``num_radar_pts``): what a radar-only detector can be asked to find."""
-    from perception.drives import DriveReader
-
     counts: dict[str, list[int]] = {}
     with DriveReader(drive, strict=False, quiet=True) as reader:
         for gt in reader.ground_truth():
@@ -150,6 +154,36 @@ def score(drive: Path) -> dict[str, Any]:
     visibility = radar_visibility(drive)
     if any(v["n"] for v in visibility.values()):
         out["radar_visibility"] = visibility
+    return out
+
+
+#: Lidar sweep accumulation windows measured per dataset (ms): off, the default (one earlier sweep of
+#: a 10 Hz lidar, two of nuScenes' 20 Hz sweeps), two earlier sweeps at 10 Hz, and on a keyframe-only
+#: nuScenes copy (2 Hz) the previous keyframe.
+ACCUMULATE_MS = {"sim": (0.0, 120.0, 220.0), "nuscenes": (0.0, 600.0), "kitti": ()}
+
+
+def accumulation(drive: Path, windows: tuple[float, ...]) -> dict[str, Any]:
+    """Fused and lidar-only quality and the lidar's latency per sweep accumulation window (every
+    window a full lockstep replay through Triton, the lidar model re-run on the merged sweeps)."""
+    base = load_config(ROOT / "launch" / "replay.yaml")
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        lidars = [spec.name for spec in reader.rig.values() if spec.kind == "lidar"]
+    out: dict[str, Any] = {}
+    for ms in windows:
+        lidar = dataclasses.replace(base.sensor_defaults.lidar, accumulate_ms=ms)
+        cfg = dataclasses.replace(base, sensor_defaults=dataclasses.replace(base.sensor_defaults, lidar=lidar))
+        modes, outcome = anyio.run(lambda c=cfg: evaluate_modes(drive, c, progress=False), backend="asyncio")
+        lat = _latency(outcome.report)
+        lidar_ms = {n: lat["sensors_p50_ms"].get(n, {}).get("total") for n in lidars}
+        out[f"{ms:g}"] = {
+            "report": outcome.report.get("accumulation"),
+            "modes": {
+                m: {k: _mode_row(modes[m])[k] for k in ("mAP", "NDS", "per_class")} for m in ("fused", "lidar_only")
+            },
+            "lidar_total_p50_ms": lidar_ms,
+            "frame_p50_ms": lat["p50_ms"],
+        }
     return out
 
 
@@ -236,11 +270,44 @@ def markdown(results: Mapping[str, Any]) -> str:
             if rb:
                 cells = [f"{_fmt(b['recall'], 2)} ({b['n']})" for b in rb["by_range_m"] + rb["by_points"]]
                 lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        by_th = {m: (nus["modes"].get(m, {}).get("ap_by_threshold") or {}) for m in ("fused", "lidar_only")}
+        if by_th["fused"]:
+            ths = list(next(iter(by_th["fused"].values())))
+            lines += [
+                "",
+                "AP per centre-distance threshold (nuScenes; the class AP is their mean)",
+                "",
+                "| mode | class | " + " | ".join(f"{t} m" for t in ths) + " |",
+                "|---|---|" + "---:|" * len(ths),
+            ]
+            for mode, per in by_th.items():
+                for label, aps in per.items():
+                    lines.append(f"| {mode} | {label} | " + " | ".join(_fmt(aps.get(t)) for t in ths) + " |")
     if "radar_visibility" in nus:
         lines += ["", "| label | GT < 50 m | >= 1 radar point | >= 2 | mean points |", "|---|---:|---:|---:|---:|"]
         for label, v in nus["radar_visibility"].items():
             shares = f"{_fmt(v['share_ge_1'], 2)} | {_fmt(v['share_ge_2'], 2)}"
             lines.append(f"| {label} | {v['n']} | {shares} | {_fmt(v['mean'], 2)} |")
+    acc_rows = [(n, r["accumulation"]) for n, r in results["datasets"].items() if "accumulation" in r]
+    if acc_rows:
+        lines += [
+            "",
+            "Lidar sweep accumulation (`accumulate_ms`; each window a full replay, the lidar model re-run)",
+            "",
+            "| dataset | window ms | sweeps merged | fused mAP | lidar_only mAP | fused car / truck / ped / cyclist AP "
+            "| lidar request p50 ms |",
+            "|---|---:|---:|---:|---:|---|---:|",
+        ]
+        for name, acc in acc_rows:
+            for ms, row in acc.items():
+                pc = row["modes"]["fused"]["per_class"]
+                aps = " / ".join(_fmt(pc.get(c, {}).get("AP")) for c in ("car", "truck", "pedestrian", "cyclist"))
+                merged = (row["report"] or {}).get("merged", 0)
+                infer = ", ".join(_fmt(v, 1) for v in row["lidar_total_p50_ms"].values()) or "-"
+                lines.append(
+                    f"| {name} | {ms} | {merged} | {_fmt(row['modes']['fused']['mAP'])} "
+                    f"| {_fmt(row['modes']['lidar_only']['mAP'])} | {aps} | {infer} |"
+                )
     if "targets" in results:
         lines += ["", "| target (nuScenes scene) | value | met |", "|---|---|---|"]
         for name, t in results["targets"].items():
@@ -282,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"{root / folder} is absent (set PERCEPTION_REAL_DATA)")
                     drive = importer(root, Path(tmp))
                 results["datasets"][name] = score(drive)
+                if ACCUMULATE_MS.get(name):
+                    results["datasets"][name]["accumulation"] = accumulation(drive, ACCUMULATE_MS[name])
             except Exception as exc:  # a missing dataset or importer is reported, the others go on
                 log.warning("dataset %s: %s", name, exc)
                 results["datasets"][name] = {"error": str(exc)}
