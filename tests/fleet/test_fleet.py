@@ -184,6 +184,61 @@ def test_the_budget_verdict_sets_the_exit_code(drives: Path, tmp_path: Path) -> 
     assert _leftovers() == []
 
 
+#: Loaded by every Python process of the run that has it on PYTHONPATH (the CLI, Ray's workers): once
+#: ``perception.fleet._outputs`` is imported, its ``publish`` raises for the drive named ``boom``. A bug
+#: of ours inside a worker, which Ray hands back as a RayTaskError, without a hook in the package.
+_INJECT_PUBLISH_BUG = """
+import importlib.abc, importlib.machinery, sys
+
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "perception.fleet._outputs":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            publish = module.publish
+
+            def failing(staging, final):
+                if final.name == "boom":
+                    raise RuntimeError("injected: publish failed")
+                return publish(staging, final)
+
+            module.publish = failing
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Hook())
+"""
+
+
+def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(drives: Path, tmp_path: Path) -> None:
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_INJECT_PUBLISH_BUG)
+    d = tmp_path / "drives"
+    d.mkdir()
+    shutil.copyfile(drives / "a.mcap", d / "a.mcap")
+    shutil.copyfile(drives / "a.mcap", d / "boom.mcap")
+    out = tmp_path / "out"
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", str(ROOT))])}
+    argv = [sys.executable, "-m", "perception", "fleet", str(d), "--out", str(out), "--workers", "2", "--no-progress"]
+    done = subprocess.run(argv, timeout=300, check=False, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr[-3000:]  # a failed drive
+    by_name = {r["name"]: r for r in json.loads((out / FLEET_JSON).read_text())["drives"]}
+    assert by_name["a"]["status"] == "ok" and by_name["a"]["frames"] > 0
+    boom = by_name["boom"]
+    assert boom["status"] == "failed", boom
+    assert boom["error"] == "worker error: RuntimeError: injected: publish failed", boom
+    assert "drive boom: the worker raised RuntimeError" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a", FLEET_JSON, FLEET_MD]  # no output, no staging
+    assert _leftovers() == []
+
+
 def test_nothing_is_left_running(first_run: tuple[Path, int, list[int]]) -> None:
     assert _leftovers() == []
 
