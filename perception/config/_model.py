@@ -15,7 +15,7 @@ from typing import Literal
 
 from perception.config._convert import reject_duplicates
 from perception.config._drive_source import is_simulated
-from perception.kinds import MAX_ACCUMULATE_MS, kind_def, known_kinds
+from perception.kinds import accumulate_problem, kind_def, known_kinds
 
 __all__ = [
     "BudgetConfig",
@@ -132,10 +132,9 @@ class SensorConfig:
 def _accumulate_ok(kind: str, accumulate_ms: float | None) -> None:
     if accumulate_ms is None:
         return
-    if not 0 <= accumulate_ms <= MAX_ACCUMULATE_MS:
-        raise ValueError(f"accumulate_ms: must be within 0..{MAX_ACCUMULATE_MS:g}, got {accumulate_ms}")
-    if accumulate_ms and kind in known_kinds() and kind_def(kind).is_image:
-        raise ValueError(f"accumulate_ms: only point-cloud sensors accumulate sweeps, not a {kind}")
+    problem = accumulate_problem(accumulate_ms, kind, image=kind in known_kinds() and kind_def(kind).is_image)
+    if problem:
+        raise ValueError(f"accumulate_ms: {problem}")
 
 
 @dataclass(frozen=True, slots=True)

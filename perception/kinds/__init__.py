@@ -16,7 +16,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 from __future__ import annotations
 
 from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input
-from ._kind import MAX_ACCUMULATE_MS, FusionRole, SensorKindDef
+from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
 from ._radar import RADAR
 from ._registry import fusion_role, kind_def, known_kinds, register_kind, unregister_kind
@@ -26,12 +26,12 @@ __all__ = [
     "CAMERA",
     "CAMERA_INPUT_SIZE_KEYS",
     "LIDAR",
-    "MAX_ACCUMULATE_MS",
     "RADAR",
     "FusionRole",
     "KindContract",
     "SensorKindDef",
     "TensorSpec",
+    "accumulate_problem",
     "camera_input",
     "fusion_role",
     "kind_def",

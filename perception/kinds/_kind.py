@@ -13,12 +13,31 @@ from perception.types import ImageSample, PointCloudSample, Sample, SensorSpec
 
 from ._tensors import KindContract
 
-__all__ = ["MAX_ACCUMULATE_MS", "ROLE_OUTPUTS", "FusionRole", "Prepare", "Prepared", "SensorKindDef", "WarmupSample"]
+__all__ = [
+    "MAX_ACCUMULATE_MS",
+    "ROLE_OUTPUTS",
+    "FusionRole",
+    "Prepare",
+    "Prepared",
+    "SensorKindDef",
+    "WarmupSample",
+    "accumulate_problem",
+]
 
 RGB = tuple[float, float, float]
 
 #: The longest sweep accumulation a sensor may ask for (ms): longer windows smear every moving object.
 MAX_ACCUMULATE_MS = 2000.0
+
+
+def accumulate_problem(accumulate_ms: float, kind: str, *, image: bool) -> str | None:
+    """What is wrong with a sweep accumulation window for a sensor of ``kind`` (``image``: an image
+    kind), or ``None``; the one check behind kinds' and profiles' ``accumulate_ms``."""
+    if not 0 <= accumulate_ms <= MAX_ACCUMULATE_MS:
+        return f"must be within 0..{MAX_ACCUMULATE_MS:g}, got {accumulate_ms}"
+    if accumulate_ms and image:
+        return f"only point-cloud sensors accumulate sweeps, not a {kind}"
+    return None
 
 #: A sample's request tensors, without the batch dimension, and the factors ``(sx, sy)`` from the
 #: pixels of the image sent to those of the original image (``(1, 1)`` for anything else).
@@ -88,11 +107,9 @@ class SensorKindDef:
             raise ValueError(f"sensor kind {self.name!r}: a point-cloud kind needs point_fields")
         if self.sample is ImageSample and self.point_fields:
             raise ValueError(f"sensor kind {self.name!r}: an image kind has no point_fields")
-        if not 0 <= self.accumulate_ms <= MAX_ACCUMULATE_MS or (self.accumulate_ms and self.sample is ImageSample):
-            raise ValueError(
-                f"sensor kind {self.name!r}: accumulate_ms must be within 0..{MAX_ACCUMULATE_MS:g} "
-                f"(and 0 for an image kind), got {self.accumulate_ms}"
-            )
+        problem = accumulate_problem(self.accumulate_ms, self.name, image=self.sample is ImageSample)
+        if problem:
+            raise ValueError(f"sensor kind {self.name!r}: accumulate_ms: {problem}")
         if self.fusion is not None:
             missing = ROLE_OUTPUTS[self.fusion] - set(self.contract.output_names)
             if missing:

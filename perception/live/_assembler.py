@@ -145,7 +145,7 @@ class LiveAssembler(Generic[T]):
         self.accumulator = SweepAccumulator(
             sensors, {n: spec.extrinsic for n, spec in (rig or {}).items()}, ego_at=self._ego_at
         )
-        self._keep_ns = max([self._keep_ns, *(self.accumulator.keep_ns(s) for s in sensors)])
+        self._keep_ns = max(self._keep_ns, self.accumulator.keep_ns)
         self._next_id = 0
         self._last_frame_t: int | None = None
         self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}

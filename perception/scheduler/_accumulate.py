@@ -25,7 +25,7 @@ import numpy as np
 
 from perception.config import SensorConfig
 from perception.errors import ConfigError
-from perception.fusion import EgoMotion, invert_transform
+from perception.fusion import EgoMotion, invert_transform, transform_points
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, Transform
 
 __all__ = ["AccumulateStats", "SweepAccumulator"]
@@ -70,6 +70,10 @@ class SweepAccumulator:
                     sensor=s.name,
                 )
             self.windows[s.name] = window
+        #: How long before a frame's time an assembler must keep samples for the windows (0: none).
+        self.keep_ns = max(
+            (s.sync_window_ns + self.windows[s.name] for s in sensors if s.name in self.windows), default=0
+        )
         self._ext = {n: ext[n].matrix() for n in self.windows}
         self._ext_inv = {n: invert_transform(m) for n, m in self._ext.items()}
         self._ego_at = ego_at
@@ -82,11 +86,6 @@ class SweepAccumulator:
     def report(self) -> dict[str, object]:
         """The windows (ms) per accumulating sensor and the counters, for run reports."""
         return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **dataclasses.asdict(self.stats)}
-
-    def keep_ns(self, sensor: SensorConfig) -> int:
-        """How long before a frame's time an assembler must keep ``sensor``'s samples for it."""
-        window = self.windows.get(sensor.name, 0)
-        return sensor.sync_window_ns + window if window else 0
 
     def apply(self, frame: Frame, buffers: Mapping[str, Iterable[Sample]]) -> Frame:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
@@ -120,7 +119,7 @@ class SweepAccumulator:
             for s in earlier:
                 m = to_cur @ motion.relative(s.t_ns) @ self._ext[name]
                 moved = s.points.copy()
-                moved[:, :3] = s.points[:, :3] @ m[:3, :3].T.astype(np.float32) + m[:3, 3].astype(np.float32)
+                moved[:, :3] = transform_points(m, s.points[:, :3])
                 parts.append(moved)
             samples[name] = dataclasses.replace(cur, points=np.concatenate(parts))
             self.stats.sweeps += 1

@@ -67,7 +67,7 @@ class FrameAssembler:
         self.accumulator = SweepAccumulator(
             sensors, {n: spec.extrinsic for n, spec in (rig or {}).items()}, ego_at=ego_at
         )
-        self._keep_ns = max([self._keep_ns, *(self.accumulator.keep_ns(s) for s in sensors)])
+        self._keep_ns = max(self._keep_ns, self.accumulator.keep_ns)
         self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
         self._last_t: dict[str, int] = {}
         self._pending: deque[int] = deque()  # frame times waiting for the horizon
