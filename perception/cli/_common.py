@@ -53,7 +53,7 @@ def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     """The profile (``--config`` or the default), with the drive's sensors where it leaves them open,
     then ``--url`` and ``--sensors`` applied."""
     from perception.drives import DriveReader
-    from perception.replay import drive_config
+    from perception.scheduler import Session
 
     path = args.config or DEFAULT_CONFIG
     cfg = load_config(path)
@@ -61,7 +61,7 @@ def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
         raise ConfigError("drive not found", file=str(args.drive))
     if not cfg.resolved:
         with DriveReader(args.drive, strict=False) as reader:
-            cfg = drive_config(cfg, reader)
+            cfg = Session.assemble(cfg, reader.source).config
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
     return with_overrides(cfg, url=args.url, sensors=sensors)
 

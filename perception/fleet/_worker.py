@@ -22,7 +22,8 @@ from perception.drives import DriveReader
 from perception.errors import PerceptionError
 from perception.fleet._outputs import publish, staging_dir
 from perception.metrics import budget_rows, budget_violations
-from perception.replay import Rate, ReplayOptions, ReplayOutcome, drive_config, replay_drive, score_modes
+from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive, score_modes
+from perception.scheduler import Session
 from perception.types import FrameResult
 
 __all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSettings"]
@@ -100,7 +101,7 @@ class DriveWorker:
         cfg = load_config(self._profile_path)
         with DriveReader(path, strict=False, quiet=True) as reader:
             if not cfg.resolved:
-                cfg = drive_config(cfg, reader)
+                cfg = Session.assemble(cfg, reader.source).config
             ground_truth = reader.has_ground_truth
         return with_overrides(cfg, budget_ms=s.budget_ms), ground_truth
 

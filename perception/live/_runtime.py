@@ -34,12 +34,12 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from perception.config import RuntimeConfig, resolve_sensors
+from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator
-from perception.scheduler import FusionStage, Runtime
-from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec
+from perception.scheduler import FusionStage, Runtime, Session
+from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
 __all__ = ["LiveRuntime"]
 
@@ -62,15 +62,20 @@ class LiveRuntime:
     def __init__(
         self,
         config: RuntimeConfig,
-        rig: Mapping[str, SensorSpec],
+        rig: Mapping[str, SensorSpec] | SessionSource,
         *,
         on_result: Callback | None = None,
         fusion: FusionStage | Literal["profile"] | None = "profile",
         results_buffer: int = 256,
     ) -> None:
-        config = resolve_sensors(config, rig)
-        self.config = config
-        self._runtime = Runtime(config, rig=rig, fusion=fusion)
+        # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
+        # resolves as its replay does. Poses come from the host (push_ego), never from a file.
+        source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
+        source = dataclasses.replace(source, ego_at=None, gt_at=None)
+        session = Session.assemble(config, source)
+        rig = session.rig
+        self.config = config = session.config
+        self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
             config.active_sensors, config.trigger, config.live, rates=rates, rig=rig

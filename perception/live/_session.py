@@ -40,6 +40,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
     faults = faults or Faults()
     with DriveReader(drive) as reader:
         rig = dict(reader.rig)
+        source = reader.source  # resolved as a replay of this drive is (models, budget, fusion settings)
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
     named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
     if named - set(rig):
@@ -53,7 +54,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(path))
         server.listen(1)
-        with server, LiveRuntime(config, rig, on_result=records.append) as live:
+        with server, LiveRuntime(config, source, on_result=records.append) as live:
             cmd = [sys.executable, "-m", "perception.live._publisher", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:

@@ -47,7 +47,7 @@ from perception.errors import ConfigError, DriveDamagedError, ReplayError
 from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
-from perception.scheduler import FusionStage, InferClient, Runtime, server_time_breakdown
+from perception.scheduler import InferClient, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "ReplaySink", "parse_rate", "replay_drive", "safe_output_path"]
@@ -183,16 +183,6 @@ async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIt
         yield frame
 
 
-def _make_fusion(config: RuntimeConfig, rig: dict[str, SensorSpec], reader: DriveReader) -> FusionStage | None:
-    if not config.fusion.enabled:
-        return None
-    from perception.fusion import Fuser
-
-    ego_at = reader.ego_pose_at if reader.ego_poses() else None
-    fuser: FusionStage = Fuser(config.fusion, rig, ego_at=ego_at)
-    return fuser
-
-
 async def replay_drive(
     drive: str | os.PathLike[str],
     config: RuntimeConfig,
@@ -216,13 +206,13 @@ async def replay_drive(
     outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
-        cfg = source.config  # with the drive's sensors when the profile leaves them open
-        fusion = _make_fusion(cfg, source.rig, reader) if opts.fusion else None
-        if opts.evaluate and reader.has_ground_truth and fusion is not None:
+        session = source.session  # the profile resolved against the drive, as every entry point resolves it
+        cfg = session.config
+        fusion = session.fusion() if opts.fusion else None
+        if opts.evaluate and session.source.gt_at is not None and fusion is not None:
             from perception.evaluation import DetectionEvaluator
 
-            ego_at = reader.ego_pose_at if reader.ego_poses() else None
-            evaluator = DetectionEvaluator(rig=source.rig, ego_at=ego_at)
+            evaluator = DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at)
         out_dir = opts.out_dir
         jsonl = None
         if out_dir is not None:
@@ -234,9 +224,7 @@ async def replay_drive(
         try:
             with ExitStack() as stack:
                 writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                async with Runtime(
-                    cfg, rig=source.rig, fusion=fusion, client=client, join_timeout_ns=join_override
-                ) as rt:
+                async with Runtime(session, fusion=fusion, client=client, join_timeout_ns=join_override) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()
@@ -259,7 +247,7 @@ async def replay_drive(
                                 jsonl.write("\n")
                                 jsonl.flush()
                             if evaluator is not None and result.status.value != "dropped":
-                                frame_gt = reader.ground_truth_at(result.t_ns, 60_000_000)
+                                frame_gt = session.source.gt_at(result.t_ns) if session.source.gt_at else None
                                 if frame_gt is not None:
                                     evaluator.add(result.t_ns, result.detections, frame_gt)
                             if keep_results:

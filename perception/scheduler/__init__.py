@@ -6,7 +6,8 @@ from perception.scheduler._accumulate import SweepAccumulator
 from perception.scheduler._align import FrameAssembler
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
-from perception.scheduler._runtime import FusionStage, Runtime, client_options, server_time_breakdown
+from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
+from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
@@ -16,6 +17,7 @@ __all__ = [
     "InferClient",
     "OrderedPipeline",
     "Runtime",
+    "Session",
     "SweepAccumulator",
     "ThreadedRuntime",
     "camera_input",

@@ -20,15 +20,16 @@ import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 
-from perception.config import RuntimeConfig, ServerConfig, resolve_sensors
-from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
+from perception.config import RuntimeConfig, ServerConfig
+from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
@@ -42,39 +43,15 @@ from perception.types import (
     SensorResult,
     SensorSpec,
     SensorStatus,
+    SessionSource,
 )
 
-__all__ = ["FusionStage", "Runtime", "client_options"]
+__all__ = ["Runtime", "client_options", "server_time_breakdown"]
 
 log = logging.getLogger(__name__)
 
 #: Upper bound of one model's warm-up request at start (see :meth:`Runtime._warm_up`).
 WARMUP_TIMEOUT_S = 10.0
-
-
-class FusionStage(Protocol):
-    """Turns a joined frame into fused detections; returns ``(detections, stage_ns)``.
-
-    ``stage_ns`` maps stage names (e.g. ``fusion``, ``tracking``) to the nanoseconds they took.
-    Must never raise because a sensor is missing: missing sensors simply have no outputs.
-    """
-
-    def __call__(
-        self, frame: Frame, results: Mapping[str, SensorResult]
-    ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
-
-
-def _profile_fusion(config: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> FusionStage | None:
-    """The fusion stage the profile asks for: a :class:`perception.fusion.Fuser` over ``rig``."""
-    if not config.fusion.enabled:
-        return None
-    if not rig:
-        log.warning("fusion is enabled but no rig was given: results carry no fused detections (pass rig=)")
-        return None
-    from perception.fusion import Fuser  # the fusion stage sits beside the scheduler, not below it
-
-    fuser: FusionStage = Fuser(config.fusion, rig)
-    return fuser
 
 
 def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
@@ -94,41 +71,44 @@ def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
 class Runtime:
     """Frame scheduler + fusion, as an async context manager.
 
-    ``rig`` gives each sensor's extrinsic and calibration (from the drive, or from the vehicle).
-    ``fusion``: by default (``"profile"``) the runtime builds its own fusion stage from the profile's
-    ``fusion`` section and ``rig`` when fusion is enabled, so results carry fused, tracked detections;
-    ego motion comes with each frame (``Frame.ego``). Pass a stage of your own, or ``None`` for the
-    models' raw outputs only.
-    A profile that leaves its sensors to the drive (no ``sensors:``) gets one per sensor of ``rig``,
-    served by the default model of its kind (:func:`perception.config.resolve_sensors`).
+    The runtime runs a :class:`Session`: the profile resolved against its source, the one assembly every
+    entry point shares (so a replay runs what the vehicle runs). Give the source:
+
+    * ``source=reader.source`` for a drive (its rig, metadata, ego poses and ground truth);
+    * ``rig=`` for a vehicle (its sensors' mounts and calibrations; the same as
+      ``source=SessionSource.live(rig)``);
+    * or an assembled :class:`Session` in place of ``config``.
+
+    ``fusion``: by default (``"profile"``) the session's fusion stage, so results carry fused, tracked
+    detections; pass a stage of your own, or ``None`` for the models' raw outputs only.
     ``client`` may be passed to share an already open Triton client (the runtime then neither opens
     nor closes it); otherwise the runtime opens its own from ``config.server``.
     """
 
     def __init__(
         self,
-        config: RuntimeConfig,
+        config: RuntimeConfig | Session,
         *,
+        source: SessionSource | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
         fusion: FusionStage | Literal["profile"] | None = "profile",
         client: InferClient | None = None,
         check_models: bool = True,
         join_timeout_ns: int | None = None,
     ) -> None:
-        if not config.resolved:
-            if not rig:
-                raise ConfigError(
-                    "the profile lists no sensors (they come from the drive): pass the rig, or list them",
-                    file=str(config.source) if config.source else None,
-                    key="sensors",
-                )
-            config = resolve_sensors(config, rig)
-        self.config = config
+        if isinstance(config, Session):
+            session = config
+        else:
+            if source is None and rig:
+                source = SessionSource.live(rig)
+            session = Session.assemble(config, source)
+        self.session = session
+        self.config = config = session.config
         # Lockstep replays wait for every sensor: a join timeout longer than the budget.
         self._join_ns = join_timeout_ns if join_timeout_ns is not None else config.budget.join_ns
-        self.rig = dict(rig or {})
+        self.rig = dict(session.rig)
         if fusion == "profile":
-            fusion = _profile_fusion(config, self.rig)
+            fusion = session.fusion()
         self._fusion = fusion
         self._external_client = client
         self._check_models = check_models

@@ -21,8 +21,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError
-from perception.scheduler._runtime import FusionStage, Runtime
-from perception.types import Frame, FrameResult, SensorSpec
+from perception.scheduler._runtime import Runtime
+from perception.scheduler._session import FusionStage
+from perception.types import Frame, FrameResult, SensorSpec, SessionSource
 
 __all__ = ["ThreadedRuntime"]
 
@@ -38,10 +39,11 @@ class ThreadedRuntime:
         self,
         config: RuntimeConfig,
         *,
+        source: SessionSource | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
         fusion: FusionStage | Literal["profile"] | None = "profile",
     ) -> None:
-        self._runtime = Runtime(config, rig=rig, fusion=fusion)
+        self._runtime = Runtime(config, source=source, rig=rig, fusion=fusion)
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
         self._callbacks = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="perception-cb")
