@@ -456,6 +456,9 @@ class SensorResult:
     sample_t_ns: int | None = None
     model: str | None = None
     stages: Mapping[str, int] = field(default_factory=dict)  # e.g. preprocess, request (ns)
+    #: The version of ``model`` that answered (empty when the request got no answer, or the client
+    #: does not say).
+    model_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

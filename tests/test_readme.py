@@ -92,6 +92,17 @@ def test_readme_embedding_example_gives_the_replays_detections(tmp_path: Path) -
         check=False,
     )  # fmt: skip
     assert replay.returncode == 0, replay.stderr[-3000:]
+    # Every record names the model (and version) that served each sensor, and so does the report.
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    served = {name: entry["model"] for name, entry in report["models"].items()}
+    assert served == {"lidar_top": "lidar_detector", "radar_front": "radar_detector", "radar_rear": "radar_detector",
+                      "cam_front": "camera_detector", "cam_back": "camera_detector"}, served  # fmt: skip
+    assert all(entry["versions"] == ["1"] for entry in report["models"].values()), report["models"]
+    for line in (out / "detections.jsonl").read_text(encoding="utf-8").splitlines():
+        sensors = json.loads(line)["sensors"]
+        assert {n: (e["model"], e["model_version"]) for n, e in sensors.items()} == {
+            n: (m, "1") for n, m in served.items()
+        }
     readme, replayed = _detections(records), _detections(out / "detections.jsonl")
     assert len(readme) == len(replayed) == 100
     differ = [i for i, (a, b) in enumerate(zip(readme, replayed, strict=True)) if a != b]

@@ -220,6 +220,7 @@ async def replay_drive(
             jsonl = safe_output_path(out_dir, "detections.jsonl").open("w", encoding="utf-8")
         duration = max(1, reader.end_ns - reader.start_ns)
         seen: list[FrameSeen] = []
+        versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
         try:
             with ExitStack() as stack:
@@ -241,6 +242,9 @@ async def replay_drive(
                             else:
                                 result = with_in_flight(raw)
                             acc.add(result)
+                            for name, s in result.sensors.items():
+                                if s.model_version:
+                                    versions.setdefault(name, set()).add(s.model_version)
                             seen.append(FrameSeen.of(result))
                             if jsonl is not None:
                                 jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
@@ -268,6 +272,10 @@ async def replay_drive(
         report = acc.summary()
         report["drive"] = str(drive)
         report["rate"] = opts.rate
+        # The model that served each sensor, and the versions of it that answered.
+        report["models"] = {
+            s.name: {"model": s.model, "versions": sorted(versions.get(s.name, ()))} for s in cfg.active_sensors
+        }
         report["alignment"] = dataclasses.asdict(source.assembler.stats)
         if source.assembler.accumulator:
             report["accumulation"] = source.assembler.accumulator.report()

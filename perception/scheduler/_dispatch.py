@@ -77,6 +77,7 @@ class SensorOutcome:
     attempts: int = 0
     #: Image kinds: factors from the pixels of the image sent to the original's (decoded at the model's scale).
     box_scale: tuple[float, float] = (1.0, 1.0)
+    model_version: str = ""
 
 
 def _transport_flag(cfg: SensorConfig) -> bool | None:
@@ -233,6 +234,7 @@ class Dispatcher:
         self._observe(model, end - start)
         # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
         serialize = int(getattr(result, "prepare_ns", 0) or 0)
+        version = str(getattr(result, "model_version", "") or "")
         for s in members:
             oc = outcomes[s.name]
             oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
@@ -241,6 +243,7 @@ class Dispatcher:
             oc.status = SensorStatus.OK
             oc.end_ns = end
             oc.attempts = attempt
+            oc.model_version = version
             oc.stages = {"preprocess": prepared - start, "serialize": serialize, "request": end - prepared}
 
     async def _prepare(
@@ -344,4 +347,5 @@ class Dispatcher:
             sample_t_ns=oc.sample_t_ns,
             model=oc.model,
             stages=oc.stages,
+            model_version=oc.model_version,
         )

@@ -185,6 +185,8 @@ class InferResult:
     server_ns: int | None
     used_shm: bool
     request_id: str = ""
+    #: The version of the model that answered (Triton's response names it).
+    model_version: str = ""
 
 
 def is_loopback(url: str) -> bool:
@@ -732,6 +734,7 @@ class TritonClient:
                 self._release(slot)
         ep.succeeded()
         result_outputs, server_ns = self._read_outputs(req, response, ep.url)
+        model_version = str(response.get_response().model_version)
         return InferResult(
             model=req.model,
             outputs=result_outputs,
@@ -741,6 +744,7 @@ class TritonClient:
             server_ns=server_ns,
             used_shm=used_shm,
             request_id=req.request_id,
+            model_version=model_version,
         )
 
     def _check_inputs(self, req: InferRequest) -> list[tuple[str, Array, str]]:
