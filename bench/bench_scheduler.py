@@ -295,6 +295,7 @@ async def criterion_b(url: str, frames: int, threshold: int) -> dict[str, Any]:
         budget={"total_ms": budget_ms, "fusion_reserve_ms": reserve_ms},
         pipeline={
             "max_in_flight": 2,
+            "admission": "fixed",
             "queue_size": 2,
             "overflow": "drop-oldest",
             "circuit": {"failure_threshold": threshold, "reset_after_ms": 1000},
@@ -400,6 +401,7 @@ async def criterion_c(outage_after_s: float, recovered_frames: int, cap_s: float
                 "sleepy_lidar",
                 pipeline={
                     "max_in_flight": 2,
+                    "admission": "fixed",
                     "queue_size": 2,
                     "overflow": "drop-oldest",
                     "circuit": {"failure_threshold": 3, "reset_after_ms": 500},

@@ -63,7 +63,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
     cfg = with_overrides(runtime_config(args), budget_ms=args.budget_ms)
-    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
+    # --in-flight K measures the run at that depth: a fixed admission, not the adaptive one.
+    pipeline = dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight, admission="fixed")
+    cfg = dataclasses.replace(cfg, pipeline=pipeline)
     out: Path = args.out
     progress = False if args.no_progress else None
     options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)

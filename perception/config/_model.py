@@ -261,7 +261,11 @@ class CircuitConfig:
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
-    max_in_flight: int = 2  # K frames processed concurrently
+    #: At most K frames processed concurrently. ``admission: adaptive`` (the default) starts at one and
+    #: admits more only while the servers turn them into throughput within the deadline
+    #: (:mod:`perception.scheduler._admission`); ``fixed`` keeps K in flight (to measure a depth).
+    max_in_flight: int = 2
+    admission: Literal["adaptive", "fixed"] = "adaptive"
     queue_size: int = 4  # frames waiting for a pipeline slot
     overflow: Overflow = "drop-oldest"
     camera_requests: Literal["batched", "per_camera"] = "batched"

@@ -264,6 +264,7 @@ async def replay_drive(
                             if splitter is not None:
                                 gate.release()  # the next frame starts once this one is fully handled
                     stopped = rt.stopping
+                    admission = rt.admission.report() if rt.admission is not None else None
                     with anyio.CancelScope(shield=True):
                         server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
         finally:
@@ -284,6 +285,8 @@ async def replay_drive(
             report["server_ms"] = server_ms
         report["server_split"] = {"per_frame": split_off is None, "why_not": split_off, "models": acc.server_split()}
         report["interrupted"] = stopped
+        if admission is not None:
+            report["admission"] = admission
         if source.image_size_mismatch:
             report["image_size_mismatch"] = dict(source.image_size_mismatch)
         damage = reader.damage

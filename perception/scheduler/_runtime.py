@@ -26,6 +26,7 @@ import anyio
 
 from perception.config import RuntimeConfig, ServerConfig
 from perception.errors import PerceptionError, RuntimeClosedError
+from perception.scheduler._admission import Admission
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
@@ -119,6 +120,10 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
+        self.admission: Admission | None = None
+        #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
+        self._fusion_turn: anyio.Event | None = None
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
@@ -287,18 +292,31 @@ class Runtime:
         return self._dispatcher
 
     async def process(self, frame: Frame) -> FrameResult:
-        """Process one frame now (no queueing): dispatch, join by the deadline, fuse."""
+        """Process one frame now (no queueing): dispatch, join by the deadline, fuse.
+
+        Frames in flight together are fused in the order they were handed in (the tracker must see
+        them in time order, as a lockstep replay does): a frame whose requests end before its
+        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree)."""
         dispatcher = self.dispatcher
         start = time.monotonic_ns()
         origin = frame.created_ns or start
-        results = await dispatcher.dispatch(frame, origin + self._join_ns)
-        joined = time.monotonic_ns()
-        detections: tuple[Detection3D, ...] = ()
-        fusion_stages: Mapping[str, int] = {}
-        if self._fusion is not None:
-            fusion = self._fusion
-            detections, fusion_stages = await anyio.to_thread.run_sync(fusion, frame, results)
-        end = time.monotonic_ns()
+        before, mine = self._fusion_turn, anyio.Event()
+        self._fusion_turn = mine
+        try:
+            results = await dispatcher.dispatch(frame, origin + self._join_ns)
+            joined = time.monotonic_ns()
+            detections: tuple[Detection3D, ...] = ()
+            fusion_stages: dict[str, int] = {}
+            if self._fusion is not None:
+                fusion = self._fusion
+                if before is not None and not before.is_set():
+                    await before.wait()
+                    fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
+                detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
+                fusion_stages.update(stages)
+            end = time.monotonic_ns()
+        finally:
+            mine.set()
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
 
     def _record(
@@ -355,12 +373,15 @@ class Runtime:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order."""
         self.dispatcher  # noqa: B018 - raises when closed
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
-        pipeline = OrderedPipeline(self.process, self.dropped, self.config.pipeline)
+        pipeline = OrderedPipeline(
+            self.process, self.dropped, self.config.pipeline, deadline_ns=self.config.budget.total_ns
+        )
         if self._stopping:
             pipeline.stop()  # stopped before this stream started: it takes no frame
         buffer = self.config.pipeline.max_in_flight + self.config.pipeline.queue_size + 1
         send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
         self._pipelines.add(pipeline)
+        self.admission = pipeline.admission
         try:
             async with anyio.create_task_group() as tg, recv:
                 tg.start_soon(pipeline.run, source, send)
