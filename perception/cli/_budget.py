@@ -16,6 +16,7 @@ from perception.config import with_overrides
 from perception.metrics import (
     budget_rows,
     budget_violations,
+    late_lines,
     render_table,
     server_rows,
     server_split_lines,
@@ -89,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
                 + ":\n"
             )
             sys.stdout.write("\n".join(server) + "\n")
+    for line in late_lines(outcome.report.get("late_causes", {})):
+        sys.stdout.write(line + "\n")
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it

@@ -15,7 +15,7 @@ from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
-from perception.metrics import PrometheusExporter
+from perception.metrics import PrometheusExporter, late_lines
 from perception.replay import (
     ReplayOptions,
     ReplayOutcome,
@@ -182,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
         f"latency p50 {total['p50']:.1f} ms, p99 {total['p99']:.1f} ms (budget {r['deadline_ms']:.0f} ms, "
         f"{r['deadline_misses']} misses)\n"
     )
+    for line in late_lines(r.get("late_causes", {})):
+        sys.stdout.write(line + "\n")
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
     if args.compare_modes:

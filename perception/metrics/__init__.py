@@ -20,6 +20,7 @@ from perception.metrics._budget import (
 from perception.metrics._latency import LatencyAccumulator, percentiles
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import frame_record
+from perception.metrics._saturation import late_causes, late_lines
 from perception.metrics._server_split import ServerSplitter, with_in_flight
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "budget_rows",
     "budget_violations",
     "frame_record",
+    "late_causes",
+    "late_lines",
     "markdown_table",
     "percentiles",
     "render_table",

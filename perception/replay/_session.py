@@ -44,7 +44,7 @@ from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
 from perception.errors import ConfigError, DriveDamagedError, ReplayError
-from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
+from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, late_causes, with_in_flight
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
 from perception.scheduler import InferClient, Runtime, server_time_breakdown
@@ -283,6 +283,9 @@ async def replay_drive(
         if server_ms:
             # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
             report["server_ms"] = server_ms
+        causes = late_causes(report)
+        if causes:  # why requests were late: the servers' queue or the models' compute
+            report["late_causes"] = causes
         report["server_split"] = {"per_frame": split_off is None, "why_not": split_off, "models": acc.server_split()}
         report["interrupted"] = stopped
         if admission is not None:
