@@ -302,7 +302,7 @@ async def test_images_not_matching_their_calibration_are_counted_and_reported(
 
 def test_calibration_is_checked_only_for_what_fusion_needs() -> None:
     # A real-world K with skew and a principal point anywhere is fine; zeros, NaN or a wrong last row not.
-    from perception.replay._source import _calibration_problem
+    from perception.scheduler._session import _calibration_problem
 
     assert _calibration_problem(CALIBRATION) is None
     assert _calibration_problem(CameraCalibration(64, 48, (500.0, 0.5, -3.0, 0.0, 510.0, 90.0, 0.0, 0.0, 1.0))) is None
