@@ -287,6 +287,32 @@ def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
     assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
 
 
+def test_threaded_close_is_bounded_with_a_stuck_callback_and_releases_its_threads(triton: EmbeddedTriton) -> None:
+    # The host's callback never returns while the runtime runs: at most `callback_queue` calls wait (the
+    # rest are dropped and counted), the futures are answered regardless, and close returns (bounded by
+    # the drain timeout) instead of waiting for the callback; the runtime's threads are gone after it.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"drain_timeout_s": 1})
+    release = threading.Event()
+    calls: list[int] = []
+
+    def stuck(result: Any) -> None:
+        calls.append(result.frame_id)
+        release.wait(60)
+
+    before = {t.ident for t in threading.enumerate()}
+    rt = ThreadedRuntime(cfg, callback_queue=2)
+    with rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"]), stuck) for i in range(8)]
+        results = [f.result(timeout=30) for f in futures]
+    release.set()
+    assert [r.status for r in results] == [FrameStatus.OK] * 8
+    assert len(calls) == 1 and rt.callbacks_dropped >= 8 - 1 - 2
+    for t in threading.enumerate():
+        if t.ident not in before and "_poll_wrapper" not in t.name:
+            t.join(10)  # the abandoned callback thread ends once released
+            assert not t.is_alive(), t.name
+
+
 async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton: EmbeddedTriton) -> None:
     cfg = config(
         triton.grpc_url,
