@@ -13,6 +13,14 @@ of the trigger sensor it returns a future of the frame that sample triggers (or
 :class:`~perception.errors.SampleDroppedError` when it could not be used). Closing stops intake,
 completes the pending frames with what has arrived, drains the frames in flight within
 ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
+
+One long-lived task owns all of it (``_own``: the runtime and the callback thread entered with ``async
+with`` and left by the same task when the stop event is set), whether the host holds the runtime from
+threads (the task runs on the runtime's event-loop thread) or from async code. Nothing in assembly or
+processing raises into it: an item that raises is counted against its sensor (``status()["failed"]``)
+and dropped, the futures of the frames it took down are answered. ``on_result`` callbacks wait in a
+bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
+(counted), not memory, and close does not wait for it past the drain timeout.
 """
 
 from __future__ import annotations
@@ -105,7 +113,6 @@ class LiveRuntime:
         self._tg: anyio.abc.TaskGroup | None = None
         self._served: anyio.Event | None = None  # set when the result task has ended
         self._stop: anyio.Event | None = None  # the owner task's lifetime ends when it is set
-        self._closed = threading.Event()  # set when the owner task has released everything
         self._held: concurrent.futures.Future[None] | None = None
         #: Trigger futures whose frames the assembler still holds (answered when their frame is).
         self._in_assembly: set[ResultFuture] = set()
@@ -239,7 +246,6 @@ class LiveRuntime:
                     fut.set_exception(RuntimeClosedError("closed before the frame finished"))
             self._futures.clear()
             self._in_assembly.clear()
-            self._closed.set()
 
     async def _close_callbacks(self, callbacks: CallbackQueue, timeout_s: float) -> None:
         # joining the thread off the event loop; a callback stuck past the bound is abandoned (logged)

@@ -13,14 +13,14 @@ exact. (No dependency: ``ddsketch`` would do the same but brings protobuf-genera
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from perception.types import FrameResult, FrameStatus, SensorStatus
 
@@ -33,6 +33,9 @@ PCTS = (50, 95, 99)
 RELATIVE_ERROR = 0.005
 _GAMMA = (1 + RELATIVE_ERROR) / (1 - RELATIVE_ERROR)
 _LOG_GAMMA = math.log(_GAMMA)
+
+#: Spare buckets allocated on each side when a sketch's count array grows.
+_SLACK = 16
 
 #: Frames kept for the per-frame plots of report.md (a decimated reservoir over the whole run).
 SERIES_MAX = 4096
@@ -61,14 +64,17 @@ def percentiles(values_ns: Iterable[int]) -> dict[str, float]:
 class LatencySketch:
     """Fixed-size, mergeable summary of nanosecond values (module docstring).
 
-    Positive values go to log buckets, zero to its own count, negative ones (a clock step) to mirrored
-    buckets; each bucket's value is the one within :data:`RELATIVE_ERROR` of all it holds.
+    Positive values go to log buckets (a dense count array over the bucket indices seen, so a
+    percentile is a cumulative sum and a binary search: ~20 us whatever the count), zero to its own
+    count, negative ones (a clock step) to mirrored buckets; each bucket's value is the one within
+    :data:`RELATIVE_ERROR` of all it holds.
     """
 
-    __slots__ = ("_neg", "_pos", "count", "max", "min", "sum", "zeros")
+    __slots__ = ("_lo", "_neg", "_pos", "count", "max", "min", "sum", "zeros")
 
     def __init__(self) -> None:
-        self._pos: dict[int, int] = {}
+        self._lo = 0  # bucket index of _pos[0]
+        self._pos: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._neg: dict[int, int] = {}
         self.zeros = 0
         self.count = 0
@@ -82,6 +88,19 @@ class LatencySketch:
     def __bool__(self) -> bool:
         return self.count > 0
 
+    def _slot(self, i: int) -> int:
+        """Position of bucket ``i`` in the count array, growing it (with slack) to hold it."""
+        n = len(self._pos)
+        if n == 0:
+            self._lo, self._pos = i - _SLACK, np.zeros(2 * _SLACK, dtype=np.int64)
+        elif i < self._lo:
+            grow = self._lo - i + _SLACK
+            self._pos = np.concatenate([np.zeros(grow, dtype=np.int64), self._pos])
+            self._lo -= grow
+        elif i >= self._lo + n:
+            self._pos = np.concatenate([self._pos, np.zeros(i - self._lo - n + 1 + _SLACK, dtype=np.int64)])
+        return i - self._lo
+
     def add(self, ns: int) -> None:
         ns = int(ns)
         if self.count == 0:
@@ -93,8 +112,10 @@ class LatencySketch:
         self.count += 1
         self.sum += ns
         if ns > 0:
-            i = math.ceil(math.log(ns) / _LOG_GAMMA)
-            self._pos[i] = self._pos.get(i, 0) + 1
+            j = math.ceil(math.log(ns) / _LOG_GAMMA) - self._lo
+            if not 0 <= j < len(self._pos):
+                j = self._slot(j + self._lo)
+            self._pos[j] += 1
         elif ns < 0:
             i = math.ceil(math.log(-ns) / _LOG_GAMMA)
             self._neg[i] = self._neg.get(i, 0) + 1
@@ -112,23 +133,39 @@ class LatencySketch:
         self.count += other.count
         self.sum += other.sum
         self.zeros += other.zeros
-        for mine, theirs in ((self._pos, other._pos), (self._neg, other._neg)):
-            for i, n in theirs.items():
-                mine[i] = mine.get(i, 0) + n
+        for i, n in other._neg.items():
+            self._neg[i] = self._neg.get(i, 0) + n
+        idx = np.flatnonzero(other._pos)
+        if idx.size:
+            self._slot(int(idx[0]) + other._lo)
+            self._slot(int(idx[-1]) + other._lo)
+            self._pos[idx + other._lo - self._lo] += other._pos[idx]
 
     @property
     def buckets(self) -> int:
-        """Buckets in use (the memory it holds): bounded by the values' range, not their number."""
-        return len(self._pos) + len(self._neg) + (1 if self.zeros else 0)
+        """Buckets in use: bounded by the values' range, not their number (the count array holds
+        those between the smallest and the largest seen, plus a little slack)."""
+        return int(np.count_nonzero(self._pos)) + len(self._neg) + (1 if self.zeros else 0)
 
-    def _ordered(self) -> Iterator[tuple[float, int]]:
-        """(bucket value, count) from the smallest value up."""
-        for i in sorted(self._neg, reverse=True):
-            yield -2.0 * _GAMMA**i / (_GAMMA + 1), self._neg[i]
-        if self.zeros:
-            yield 0.0, self.zeros
-        for i in sorted(self._pos):
-            yield 2.0 * _GAMMA**i / (_GAMMA + 1), self._pos[i]
+    def _ordered(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """Bucket values and their counts, from the smallest value up."""
+        neg = sorted(self._neg, reverse=True)
+        idx = np.flatnonzero(self._pos)
+        values = np.concatenate(
+            [
+                np.array([-2.0 * _GAMMA**i / (_GAMMA + 1) for i in neg], dtype=np.float64),
+                np.zeros(1 if self.zeros else 0),
+                2.0 * _GAMMA ** (idx + self._lo).astype(np.float64) / (_GAMMA + 1),
+            ]
+        )
+        counts = np.concatenate(
+            [
+                np.array([self._neg[i] for i in neg], dtype=np.int64),
+                np.full(1 if self.zeros else 0, self.zeros, dtype=np.int64),
+                self._pos[idx],
+            ]
+        )
+        return values, counts
 
     def quantiles(self, qs: Iterable[float]) -> list[float]:
         """Percentiles ``qs`` (0..100) in ns, as ``numpy.percentile`` (linear) would give them, within
@@ -136,20 +173,15 @@ class LatencySketch:
         qs = list(qs)
         if self.count == 0:
             return [0.0 for _ in qs]
-        values: list[float] = []
-        ends: list[int] = []  # cumulative count at the end of each bucket
-        total = 0
-        for v, n in self._ordered():
-            values.append(v)
-            total += n
-            ends.append(total)
+        values, counts = self._ordered()
+        ends = np.cumsum(counts)  # cumulative count at the end of each bucket
 
         def order_stat(k: int) -> float:
             if k <= 0:
                 return float(self.min)
             if k >= self.count - 1:
                 return float(self.max)
-            v = values[bisect.bisect_right(ends, k)]
+            v = float(values[int(np.searchsorted(ends, k, side="right"))])
             return min(max(v, float(self.min)), float(self.max))
 
         out = []
@@ -180,14 +212,15 @@ class LatencySketch:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, Ray): ``from_dict`` gives the sketch back."""
+        idx = np.flatnonzero(self._pos)
         return {
             "count": self.count,
             "sum": self.sum,
             "min": self.min,
             "max": self.max,
             "zeros": self.zeros,
-            "pos": {str(i): n for i, n in self._pos.items()},
-            "neg": {str(i): n for i, n in self._neg.items()},
+            "pos": {str(int(i) + self._lo): int(self._pos[i]) for i in idx},
+            "neg": {str(i): n for i, n in sorted(self._neg.items())},
         }
 
     @classmethod
@@ -195,7 +228,12 @@ class LatencySketch:
         s = cls()
         s.count, s.sum, s.min, s.max = int(data["count"]), int(data["sum"]), int(data["min"]), int(data["max"])
         s.zeros = int(data.get("zeros", 0))
-        s._pos = {int(i): int(n) for i, n in data.get("pos", {}).items()}
+        pos = {int(i): int(n) for i, n in data.get("pos", {}).items()}
+        if pos:
+            s._slot(min(pos))
+            s._slot(max(pos))
+            for i, n in pos.items():
+                s._pos[i - s._lo] += n
         s._neg = {int(i): int(n) for i, n in data.get("neg", {}).items()}
         return s
 
