@@ -120,7 +120,7 @@ class DriveWorker:
         def count(result: FrameResult) -> None:
             self._frames += 1
 
-        total_ns: list[int] = []
+        total_sketch: dict[str, Any] | None = None
         try:
             cfg, summary["ground_truth"] = self._config(job.path)
             client = await self._open(cfg)
@@ -151,8 +151,9 @@ class DriveWorker:
                 keep_results=self._settings.eval_modes,
             )
             summary.update(self._summarise(outcome, cfg))
-            # every frame's total, for the fleet's pooled percentiles (not in the drive's own file)
-            total_ns = list(outcome.latency.total_ns)
+            # the drive's frame totals as a mergeable sketch, for the fleet's pooled percentiles (not in
+            # the drive's own file): a fixed size per drive, however long the drive
+            total_sketch = outcome.latency.total_ns.to_dict()
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
                 has_modes = summary["ground_truth"] and outcome.evaluation is not None
@@ -167,7 +168,8 @@ class DriveWorker:
         summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
         (staging / SUMMARY_FILE).write_text(_json(summary))
         publish(staging, out / job.name)
-        summary["total_ns"] = total_ns
+        if total_sketch is not None:
+            summary["total_sketch"] = total_sketch
         return summary
 
     def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:

@@ -235,26 +235,3 @@ def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: fl
         send(_LEN.pack(len(head)) + head)
     finally:
         sock.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perception.live._publisher DRIVE SOCKET FAULTS_JSON`` (started by ``perception live``)."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    drive, path, faults_json = args
-    data = json.loads(faults_json)
-    faults = Faults(
-        silence=tuple(tuple(x) for x in data.get("silence", ())),
-        bursts=tuple(tuple(x) for x in data.get("bursts", ())),
-        jitter_ms=float(data.get("jitter_ms", 0.0)),
-        clock_jumps=tuple(tuple(x) for x in data.get("clock_jumps", ())),
-        seed=int(data.get("seed", 0)),
-    )
-    logging.basicConfig(level=logging.WARNING)
-    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -55,7 +55,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         server.bind(str(path))
         server.listen(1)
         with server, LiveRuntime(config, source, on_result=records.append) as live:
-            cmd = [sys.executable, "-m", "perception.live._publisher", str(drive), str(path)]
+            cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:
                 server.settimeout(_CONNECT_TIMEOUT_S)

@@ -100,6 +100,56 @@ async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: 
     assert "circuit open" in (results[2].sensors["lidar"].error or "")
 
 
+class _SignalOnRequest:
+    """The real client, setting an event when a given model's request for a given frame goes out."""
+
+    def __init__(self, client: TritonClient, model: str, frame_id: int) -> None:
+        self.client = client
+        self.model, self.frame_id = model, frame_id
+        self.sent = anyio.Event()
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        if req.model == self.model and req.frame == self.frame_id:
+            self.sent.set()
+        return await self.client.infer_request(req)
+
+
+async def test_a_cancelled_half_open_probe_is_released_and_the_model_probed_again(triton: EmbeddedTriton) -> None:
+    # hung_lidar never answers in time: frames 0 and 1 open its circuit at t = 100 ms (sensor time);
+    # frame 5 (t = 500 ms, 400 ms later) is its half-open probe. That frame is cancelled by its caller
+    # while the probe is out. The probe must be given back: frame 6 probes the model again (late),
+    # instead of finding its probe still reserved and skipping the model for good.
+    names = ["lidar", "radar"]
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 400, "fusion_reserve_ms": 10},
+        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 400}},
+    )
+    with anyio.fail_after(60):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            signal = _SignalOnRequest(client, "hung_lidar", 5)
+            async with Runtime(cfg, client=signal) as rt:
+                before = [await rt.process(frame(i, names)) for i in (0, 1, 2)]
+                scope = anyio.CancelScope()
+
+                async def cancelled_frame() -> None:
+                    with scope:
+                        await rt.process(frame(5, names))
+                    assert scope.cancelled_caught
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancelled_frame)
+                    await signal.sent.wait()  # the probe is out
+                    scope.cancel()
+                after = await rt.process(frame(6, names))
+                breaker = rt.dispatcher.breakers["hung_lidar"]
+    assert [r.sensors["lidar"].status for r in before] == [SensorStatus.LATE, SensorStatus.LATE, SensorStatus.SKIPPED]
+    assert after.sensors["lidar"].status is SensorStatus.LATE, after.sensors["lidar"].error  # probed again
+    assert after.sensors["radar"].status is SensorStatus.OK
+    assert breaker.state.value == "open"  # the new probe failed: open again, to be probed after 400 ms
+
+
 async def test_missing_sample_is_missing_not_waited_for(triton: EmbeddedTriton) -> None:
     cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"})
     with anyio.fail_after(60):
@@ -235,6 +285,32 @@ def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
     assert sorted(r.frame_id for r in results) == [0, 1, 2]
     assert all(r.status is FrameStatus.OK for r in results)
     assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
+
+
+def test_threaded_close_is_bounded_with_a_stuck_callback_and_releases_its_threads(triton: EmbeddedTriton) -> None:
+    # The host's callback never returns while the runtime runs: at most `callback_queue` calls wait (the
+    # rest are dropped and counted), the futures are answered regardless, and close returns (bounded by
+    # the drain timeout) instead of waiting for the callback; the runtime's threads are gone after it.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"drain_timeout_s": 1})
+    release = threading.Event()
+    calls: list[int] = []
+
+    def stuck(result: Any) -> None:
+        calls.append(result.frame_id)
+        release.wait(60)
+
+    before = {t.ident for t in threading.enumerate()}
+    rt = ThreadedRuntime(cfg, callback_queue=2)
+    with rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"]), stuck) for i in range(8)]
+        results = [f.result(timeout=30) for f in futures]
+    release.set()
+    assert [r.status for r in results] == [FrameStatus.OK] * 8
+    assert len(calls) == 1 and rt.callbacks_dropped >= 8 - 1 - 2
+    for t in threading.enumerate():
+        if t.ident not in before and "_poll_wrapper" not in t.name:
+            t.join(10)  # the abandoned callback thread ends once released
+            assert not t.is_alive(), t.name
 
 
 async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton: EmbeddedTriton) -> None:
