@@ -212,3 +212,36 @@ def test_jittery_delivery_gives_one_frame_per_trigger_slot_in_order(seed: int) -
     late_sweeps = sweeps - len(own)
     assert asm.stats.frames_by_trigger == len(own) and 0 <= late_sweeps <= asm.stats.late
     assert asm.stats.frames == len(frames) == asm.stats.frames_by_trigger + asm.stats.frames_by_timer
+
+
+@pytest.mark.parametrize("tolerance_ms", [50, 1000])
+def test_a_two_second_silence_gives_one_timer_frame_per_missed_sweep_at_its_slot(tolerance_ms: int) -> None:
+    """The end-to-end silent-lidar scenario (tests/live/test_live_runtime.py) with its exact slot checks,
+    on a clock the test drives: lidar at 10 Hz muted for 2 s, radar at 13 Hz throughout."""
+    asm = make(LiveConfig(transit_ms=20, trigger_tolerance_ms=tolerance_ms))
+    t0, silence = 1000 * MS, (2000 * MS, 4000 * MS)
+    events = sorted(
+        [(t + 5 * MS, "lidar", t) for t in range(t0, 5000 * MS, 100 * MS) if not silence[0] <= t < silence[1]]
+        + [(t + 2 * MS, "radar", t) for t in range(t0 + 13 * MS, 5000 * MS, 77 * MS)]
+    )
+    frames = []
+    i = 0
+    while i < len(events):
+        deadline = asm.next_deadline()
+        if deadline is not None and deadline < events[i][0]:
+            now = deadline
+        else:
+            now, name, t = events[i]
+            asm.add(pc(name, t), now)
+            i += 1
+        frames += [f for f, _ in asm.due(now)]
+    frames += [f for f, _ in asm.close()]
+    times = [f.t_ns for f in frames]
+    assert times == list(range(t0, 5000 * MS, 100 * MS))  # every slot once, in order: no hole, no double
+    muted = [f for f in frames if silence[0] <= f.t_ns < silence[1]]
+    assert len(muted) == 20 and all(f.samples["lidar"] is None for f in muted)
+    assert asm.stats.frames_by_timer == 20 and asm.stats.trigger_silences == 1
+    # the lidar's first sweep after the silence is its slot's frame's lidar sample
+    back = next(f for f in frames if f.t_ns >= silence[1])
+    assert back.t_ns == silence[1] and back.samples["lidar"] is not None and back.samples["lidar"].t_ns == silence[1]
+    assert asm.stats.late == 0 and asm.stats.frames_by_trigger == len(frames) - 20
