@@ -244,6 +244,29 @@ async def test_model_statistics_count_inferences(client: TritonClient) -> None:
     assert {"queue_ns", "compute_input_ns", "compute_output_ns", "fail_count"} <= after.keys()
 
 
+async def test_statistics_wait_for_the_counts_asked_for_then_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No server: Triton's accounting stands in as a counter that lags the answers by a few reads."""
+    reads: list[int] = []
+
+    async def lagging(self: TritonClient, model: str, url: str | None) -> dict[str, int]:
+        reads.append(len(reads))
+        return {"success_count": min(len(reads), 3), "inference_count": min(len(reads), 3)}
+
+    monkeypatch.setattr(TritonClient, "_read_statistics", lagging)
+    client = TritonClient(ClientOptions(urls=("127.0.0.1:1",)))  # never opened: nothing goes on the wire
+    with anyio.fail_after(10):
+        assert (await client.model_statistics("m"))["success_count"] == 1  # a plain read: as it is
+        reads.clear()
+        got = await client.model_statistics("m", at_least={"success_count": 3})
+        assert got["success_count"] == 3 and len(reads) == 3  # polled until counted, not one read more
+        reads.clear()
+        # at the bound: the last snapshot, as it is (the caller sees the shortfall)
+        short = await client.model_statistics("m", at_least={"success_count": 4}, timeout_s=0.05)
+        assert short["success_count"] == 3 and len(reads) >= 2
+        with pytest.raises(ValueError, match="no_such_count"):
+            await client.model_statistics("m", at_least={"no_such_count": 1})
+
+
 async def test_unload_then_load_model(client: TritonClient) -> None:
     with anyio.fail_after(60):
         await client.unload_model("failer")
