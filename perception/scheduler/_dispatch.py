@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,6 +111,8 @@ class Dispatcher:
             self.breakers.setdefault(s.model, CircuitBreaker(s.model, pipeline.circuit))
         #: Running average of each model's request latency (ns): requests are issued slowest first.
         self.expected_ns: dict[str, float] = {}
+        #: Requests the server answered, per model (each one Triton counts among its successes).
+        self.answered: Counter[str] = Counter()
 
     @property
     def sensors(self) -> Sequence[SensorConfig]:
@@ -247,6 +250,7 @@ class Dispatcher:
                 self._fail(members, outcomes, str(exc), attempt)
                 return
         end = self._clock()
+        self.answered[model] += 1
         self._observe(model, end - start)
         # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
         serialize = int(getattr(result, "prepare_ns", 0) or 0)

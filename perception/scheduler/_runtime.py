@@ -18,6 +18,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -127,6 +128,10 @@ class Runtime:
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
+        #: Triton's statistics of each model when the runtime opened, and the requests answered since by
+        #: the warm-up (the dispatcher counts its own): what :meth:`server_statistics` waits to see counted.
+        self._stats_base: dict[str, dict[str, int]] = {}
+        self._warmup_answered: Counter[str] = Counter()
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
 
@@ -202,6 +207,7 @@ class Runtime:
             connect_timeout_s=None if server.embedded else server.connect_timeout_s,
         )
         for model, kind in models.items():
+            self._stats_base[model] = await client.model_statistics(model)
             contract = await client.model_contract(model)
             check_contract(kind, contract)
             self._instances[model] = contract.instances
@@ -231,6 +237,7 @@ class Runtime:
             try:
                 req = InferRequest(model, inputs, outputs=output_names(kind), request_id=f"warmup-{i}", sensor=sensor)
                 await client.infer_request(req)
+                self._warmup_answered[model] += 1
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
@@ -270,17 +277,23 @@ class Runtime:
 
     async def server_statistics(self) -> dict[str, dict[str, int]]:
         """Triton's cumulative statistics of every configured model (empty for a non-Triton client or
-        when the server does not answer). Diff two snapshots with :func:`server_time_breakdown`."""
+        when the server does not answer). Diff two snapshots with :func:`server_time_breakdown`.
+
+        Each model's snapshot is taken once Triton has counted every request this runtime got an answer
+        for (it counts them a moment after answering; a bounded wait, then the snapshot as it is)."""
         from perception.triton import TritonClient
 
         client = self._client
         if not isinstance(client, TritonClient):
             return {}
+        answered = self._warmup_answered + (self._dispatcher.answered if self._dispatcher is not None else Counter())
         out: dict[str, dict[str, int]] = {}
         for model in sorted({s.model for s in self.config.active_sensors}):
+            base = self._stats_base.get(model)
+            at_least = None if base is None else {"success_count": base["success_count"] + answered[model]}
             try:
-                with anyio.fail_after(5):
-                    out[model] = await client.model_statistics(model)
+                with anyio.fail_after(15):
+                    out[model] = await client.model_statistics(model, at_least=at_least)
             except (PerceptionError, TimeoutError) as exc:
                 log.warning("statistics of model %s unavailable: %s", model, exc)
         return out

@@ -56,20 +56,50 @@ def frame(i: int, names: list[str]) -> Frame:
     return Frame(frame_id=i, t_ns=t, samples=samples)
 
 
+class _AllInFlight:
+    """The real client; while ``gate`` is on, each request waits (bounded) until ``n`` requests are in
+    flight at once before going to the server: a dispatcher that sends them one by one gets none through
+    the gate (each waits out the bound alone)."""
+
+    def __init__(self, client: TritonClient, n: int) -> None:
+        self.client, self.n = client, n
+        self.gate = False
+        self.entered = 0
+        self.all_in = anyio.Event()
+        self.met_together: list[bool] = []
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        if self.gate:
+            self.entered += 1
+            if self.entered == self.n:
+                self.all_in.set()
+            with anyio.move_on_after(10):
+                await self.all_in.wait()
+            self.met_together.append(self.all_in.is_set())
+        return await self.client.infer_request(req)
+
+
 async def test_requests_run_concurrently_and_join(triton: EmbeddedTriton) -> None:
-    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar", "cam_a": "sleepy_camera"})
-    with anyio.fail_after(60):
-        async with Runtime(cfg) as rt:
-            await rt.process(frame(0, ["lidar", "radar", "cam_a"]))  # warm-up
-            r = await rt.process(frame(1, ["lidar", "radar", "cam_a"]))
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar", "cam_a": "sleepy_camera"},
+        budget={"total_ms": 60_000, "fusion_reserve_ms": 10},  # the join is not what this test is about
+    )
+    with anyio.fail_after(90):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            gated = _AllInFlight(client, 3)
+            async with Runtime(cfg, client=gated) as rt:
+                await rt.process(frame(0, ["lidar", "radar", "cam_a"]))  # warm-up
+                gated.gate = True
+                r = await rt.process(frame(1, ["lidar", "radar", "cam_a"]))
     assert r.status is FrameStatus.OK
     assert {s.status for s in r.sensors.values()} == {SensorStatus.OK}
+    # The three requests were in flight at the same time (no wall-clock comparison: a gate that opens
+    # only once all three have been issued; how much time the overlap saves is measured in bench/).
+    assert gated.met_together == [True, True, True]
     latencies = [s.latency_ns for s in r.sensors.values()]
-    # Structural, not a speed threshold: the three requests (>= 20, 30, 40 ms of sleep) can only fit in
-    # a dispatch shorter than their sum if they overlapped in time.
-    assert min(latencies) >= 20 * MS
-    assert r.latency.stages["dispatch"] < sum(latencies)
-    assert r.latency.stages["dispatch"] >= max(latencies)
+    assert min(latencies) >= 20 * MS  # each at least its model's sleep
+    assert r.latency.stages["dispatch"] >= max(latencies)  # and the join waited for the last one
 
 
 async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: EmbeddedTriton) -> None:
@@ -237,7 +267,10 @@ async def test_warm_up_reaches_every_model_instance(triton: EmbeddedTriton) -> N
             before = await client.model_statistics("sleepy_lidar")
             async with Runtime(cfg):
                 pass
-            after = await client.model_statistics("sleepy_lidar")
+            # Triton counts a request a moment after answering it: wait (bounded) for both warm-ups
+            after = await client.model_statistics(
+                "sleepy_lidar", at_least={"inference_count": before["inference_count"] + 2}
+            )
     assert after["inference_count"] - before["inference_count"] == 2
 
 
@@ -319,7 +352,7 @@ async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton
         {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
         budget={"total_ms": 400, "fusion_reserve_ms": 10},
         faults=[
-            {"model": "sleepy_lidar", "delay_ms": 1000},  # always past the 390 ms join
+            {"model": "sleepy_lidar", "delay_ms": 30_000},  # far past the 390 ms join
             {"model": "sleepy_radar", "error_probability": 1.0},
         ],
         pipeline={"circuit": {"failure_threshold": 100}},
@@ -332,4 +365,4 @@ async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton
         assert r.sensors["radar"].status is SensorStatus.ERROR
         assert "injected fault" in (r.sensors["radar"].error or "")
         joined = r.latency.stages["dispatch"] + r.latency.stages["join_wait"]
-        assert joined < 1000 * MS  # the injected delay was cut by the join
+        assert joined < 30_000 * MS  # the injected delay was cut by the join
