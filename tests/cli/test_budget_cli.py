@@ -67,3 +67,24 @@ def test_a_budget_on_something_not_measured_fails_as_no_data(
     code, _, report = _budget(triton, drive, tmp_path, {"cam_rear.in_flight": 100}, 20000)
     assert code == 1, capsys.readouterr().out
     assert report["budget"]["violations"] == ["cam_rear.in_flight"]  # type: ignore[index]
+
+
+def test_a_run_without_one_usable_frame_fails_in_one_line(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every model fails every request: the failures are fast, so every budget "holds" -- the run must
+    # still fail, in one line, after writing its table and report.
+    faults = [{"model": m, "error_probability": 1.0} for m in SLEEPY.values()]
+    data = profile_data(triton.grpc_url, SLEEPY, faults=faults)
+    profile = write_profile(tmp_path / "profile.yaml", data)
+    out = tmp_path / "out"
+    argv = ["budget", str(drive), "--config", str(profile), "--budget-ms", "20000", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 1
+    printed, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"perception budget: error: {drive}: no usable frame: no sensor answered ok in any")
+    assert "injected fault" in lines[0]
+    assert "budget 20000 ms at p99: PASS" in printed  # the latency gate alone would have passed it
+    report = json.loads((out / "report.json").read_text())
+    assert report["frames"] == FRAMES and report["usable"] == 0
