@@ -4,6 +4,7 @@ when every budget holds -- with the verdict in the table, report.json and report
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def _budget(
     triton: EmbeddedTriton,
     drive: Path,
     tmp_path: Path,
-    stages: dict[str, float],
+    stages: Mapping[str, float],
     total_ms: float,
     reserve_ms: float = 20,
 ) -> tuple[int, str, dict[str, Any]]:
