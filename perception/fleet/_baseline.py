@@ -83,10 +83,10 @@ _EPS = 1e-9
 
 #: The command-line option of each tolerance (the ``key`` of a :class:`ConfigError` about it).
 TOLERANCE_KEYS: Mapping[str, str] = {
-    "map_drop": "--tolerance-map-drop",
+    "map_drop": "--tolerance-map",
     "latency_pct": "--tolerance-latency-pct",
     "latency_ms": "--tolerance-latency-ms",
-    "status_changes": "--tolerance-status-changes",
+    "status_changes": "--tolerance-status",
 }
 
 LatencyKind = Literal["total", "stage", "sensor"]
