@@ -106,16 +106,19 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: JPEG markers without a length field: TEM, RST0-RST7, SOI.
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})
-#: Segments walked before the frame header at most (real files have a dozen; more is not a JPEG we read).
+#: Segments walked before the frame header at most (real files have a dozen; more is not a JPEG we read),
+#: and fill bytes skipped between two of them (encoders write a few).
 _JPEG_MAX_SEGMENTS = 256
+_JPEG_MAX_FILL = 65_536
 _NOT_FILL = re.compile(rb"[^\xff]")
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding;
     ``None`` when the header is not one of those. (Pillow's ``Image.open`` parses every JPEG segment
-    in Python, ~90 us: as long as decoding a small image.) Bounded work whatever the bytes: runs of
-    fill bytes are skipped in one search and at most ``_JPEG_MAX_SEGMENTS`` segments are walked."""
+    in Python, ~90 us: as long as decoding a small image.) Bounded work whatever the bytes: a run of
+    fill bytes is skipped in one search (64 KiB at most), and at most 256 segments are walked; past
+    either, the size is unknown (``None``)."""
     if data.startswith(_PNG_SIGNATURE):
         if len(data) < 24 or data[12:16] != b"IHDR":
             return None
@@ -127,7 +130,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         if i + 4 > n or data[i] != 0xFF:
             return None
         if data[i + 1] == 0xFF:  # fill bytes: skip the whole run at once
-            m = _NOT_FILL.search(data, i + 1)
+            m = _NOT_FILL.search(data, i + 1, i + 1 + _JPEG_MAX_FILL)
             if m is None:
                 return None
             i = m.start() - 1
