@@ -4,17 +4,40 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import numpy as np
 import numpy.typing as npt
 
 from perception.errors import InputError
 
-__all__ = ["decode_image", "decode_image_scaled", "encode_jpeg", "letterbox_size"]
+__all__ = [
+    "MAX_IMAGE_SIDE",
+    "MAX_PIXELS",
+    "decode_image",
+    "decode_image_scaled",
+    "encode_jpeg",
+    "image_size",
+    "letterbox_size",
+    "size_problem",
+]
 
-#: Images larger than this many pixels are refused rather than decoded (decompression bombs).
-MAX_PIXELS = 64_000_000
+#: Images larger than this many pixels, or this many per side, are refused rather than decoded
+#: (decompression bombs; an 8K camera is 7680x4320 = 33 Mpx). The one limit of the client, the intake
+#: check (:func:`perception.kinds.sample_problem`) and the camera model (:mod:`perception.modelkit`).
+MAX_PIXELS = 40_000_000
+MAX_IMAGE_SIDE = 8192
 _FORMATS = ("JPEG", "PNG")
+
+
+def size_problem(width: int, height: int) -> str | None:
+    """Why an image of ``width x height`` is refused (over :data:`MAX_PIXELS` or :data:`MAX_IMAGE_SIDE`), or None."""
+    if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE or width * height > MAX_PIXELS:
+        return (
+            f"image of {width}x{height} exceeds the limit of {MAX_IMAGE_SIDE} px per side "
+            f"and {MAX_PIXELS} pixels"
+        )
+    return None
 
 
 def decode_image(data: bytes, *, sensor: str | None = None) -> npt.NDArray[np.uint8]:
@@ -52,10 +75,8 @@ def decode_image_scaled(
             w, h = img.size
             if w == 0 or h == 0:
                 raise InputError(f"image has zero size {w}x{h}", sensor=sensor, tensor="image")
-            if w * h > MAX_PIXELS:
-                raise InputError(
-                    f"image of {w}x{h} exceeds the {MAX_PIXELS} pixel limit", sensor=sensor, tensor="image"
-                )
+            if (problem := size_problem(w, h)) is not None:
+                raise InputError(problem, sensor=sensor, tensor="image")
             target = letterbox_size(w, h, fit) if fit is not None else None
             if target is not None and img.format == "JPEG":
                 img.draft("RGB", target)
@@ -78,3 +99,52 @@ def encode_jpeg(image: npt.NDArray[np.uint8], quality: int = 85) -> bytes:
         buf, format="JPEG", quality=quality, optimize=False
     )
     return buf.getvalue()
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: JPEG start-of-frame markers (SOF0-SOF15 but DHT, JPG and DAC, which share the range).
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+#: JPEG markers without a length field: TEM, RST0-RST7, SOI.
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})
+#: Segments walked before the frame header at most (real files have a dozen; more is not a JPEG we read),
+#: and fill bytes skipped between two of them (encoders write a few).
+_JPEG_MAX_SEGMENTS = 256
+_JPEG_MAX_FILL = 65_536
+_NOT_FILL = re.compile(rb"[^\xff]")
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """``(height, width)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding;
+    ``None`` when the header is not one of those. (Pillow's ``Image.open`` parses every JPEG segment
+    in Python, ~90 us: as long as decoding a small image.) Bounded work whatever the bytes: a run of
+    fill bytes is skipped in one search (64 KiB at most), and at most 256 segments are walked; past
+    either, the size is unknown (``None``)."""
+    if data.startswith(_PNG_SIGNATURE):
+        if len(data) < 24 or data[12:16] != b"IHDR":
+            return None
+        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    i, n = 2, len(data)
+    for _ in range(_JPEG_MAX_SEGMENTS):
+        if i + 4 > n or data[i] != 0xFF:
+            return None
+        if data[i + 1] == 0xFF:  # fill bytes: skip the whole run at once
+            m = _NOT_FILL.search(data, i + 1, i + 1 + _JPEG_MAX_FILL)
+            if m is None:
+                return None
+            i = m.start() - 1
+            if i + 4 > n:
+                return None
+        marker = data[i + 1]
+        if marker in _JPEG_STANDALONE:
+            i += 2
+            continue
+        if marker in _JPEG_SOF:
+            if i + 9 > n:
+                return None
+            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+        if marker == 0xDA:  # start of scan before any frame header
+            return None
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None

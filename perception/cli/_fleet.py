@@ -36,6 +36,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("drives", nargs="+", type=Path, metavar="DRIVE", help="drive files or directories of drives")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an OUT that holds other files (directories that are not fleet drive outputs are "
+        "still never replaced)",
+    )
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:port (default: local)")
     p.add_argument(
         "--workers",
@@ -141,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         progress=False if args.no_progress else None,
         baseline=args.baseline.resolve() if args.baseline is not None else None,
         tolerances=tolerances,
+        force=args.force,
     )
     outcome = run_with_signals(lambda stop: run_fleet(drives, options, stop))
     t = outcome.report["totals"]

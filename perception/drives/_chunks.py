@@ -6,6 +6,10 @@ the chunk indexes (from the summary, or rebuilt by a scan): a chunk that cannot 
 ``on_damage`` with the reason -- which raises (strict) or records it (skip) -- and the merge goes on
 with the next chunk. Messages come out in log-time order, ties in file order, exactly as the
 library's ``iter_messages(log_time_order=True)`` yields them.
+
+Decompression is bounded: a chunk declaring more than :data:`MAX_CHUNK_BYTES` uncompressed, or whose
+zstd/lz4 frame declares or yields more than the chunk does, is unreadable (damage naming the chunk)
+before any large buffer is allocated; the library would allocate whatever the frame header claims.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import IO
 
+import lz4.frame  # type: ignore[import-untyped]
+import zstandard
 from mcap.data_stream import ReadDataStream
 from mcap.opcode import Opcode
 from mcap.records import Channel, Chunk, ChunkIndex, McapRecord, Message, MessageIndex
@@ -25,6 +31,7 @@ from mcap.stream_reader import CRCValidationError, breakup_chunk
 from perception.drives._damage import LostMessages
 
 __all__ = [
+    "MAX_CHUNK_BYTES",
     "RECORD_HEAD",
     "UNKNOWN_TOPICS",
     "ChunkUnreadable",
@@ -42,6 +49,9 @@ RECORD_HEAD = struct.Struct("<BQ")  # opcode, body length
 UNKNOWN_TOPICS = "*"
 _FOOTER = struct.Struct("<BQQQI")  # opcode, length, summary_start, summary_offset_start, summary_crc
 _MAGIC_SIZE = 8
+#: The largest uncompressed chunk read (drives are written in 4 MiB chunks; one chunk holds at least
+#: one message, and a sample is at most 64 MiB: ``perception.kinds.MAX_SAMPLE_BYTES``).
+MAX_CHUNK_BYTES = 256 * 2**20
 
 
 class ChunkUnreadable(Exception):
@@ -71,7 +81,9 @@ def decode_chunk(body: bytes, channels: Collection[int] | None) -> tuple[Chunk, 
         chunk = Chunk.read(ReadDataStream(io.BytesIO(body), calculate_crc=False))
         if len(chunk.data) + 40 + len(chunk.compression.encode()) != len(body):
             raise ValueError("chunk header does not match the record length")
-        records = breakup_chunk(chunk, validate_crc=True)
+        records = breakup_chunk(_decompressed(chunk), validate_crc=True)
+    except ChunkUnreadable:
+        raise
     except Exception as exc:  # corrupt bytes fail in any decoder (struct, zstd, lz4, utf-8, crc)
         raise ChunkUnreadable(_reason(exc)) from exc
     local: set[int] = set()
@@ -84,6 +96,40 @@ def decode_chunk(body: bytes, channels: Collection[int] | None) -> tuple[Chunk, 
             if not chunk.message_start_time <= record.log_time <= chunk.message_end_time:
                 raise ChunkUnreadable(f"bad record: message time {record.log_time} outside the chunk's range")
     return chunk, records
+
+
+def _decompressed(chunk: Chunk) -> Chunk:
+    """``chunk`` with its data decompressed, never past its declared size (bounded: see module docs)."""
+    declared = chunk.uncompressed_size
+    if chunk.compression == "":
+        return chunk
+    if declared > MAX_CHUNK_BYTES:
+        raise ChunkUnreadable(f"declares {declared} bytes uncompressed, over the {MAX_CHUNK_BYTES} byte limit")
+    if chunk.compression == "zstd":
+        content = zstandard.frame_content_size(chunk.data)  # -1: not in the frame header
+        if content > declared:
+            raise ChunkUnreadable(f"zstd frame declares {content} bytes, the chunk {declared}")
+        data = zstandard.ZstdDecompressor().decompress(chunk.data, max_output_size=declared)
+    elif chunk.compression == "lz4":
+        content = lz4.frame.get_frame_info(chunk.data)["content_size"]  # 0: not in the frame header
+        if content > declared:
+            raise ChunkUnreadable(f"lz4 frame declares {content} bytes, the chunk {declared}")
+        decompressor = lz4.frame.LZ4FrameDecompressor()
+        data = decompressor.decompress(chunk.data, max_length=declared)
+        if not decompressor.eof:
+            raise ChunkUnreadable(f"lz4 frame holds more than the {declared} bytes the chunk declares")
+    else:
+        raise ChunkUnreadable(f"unsupported compression {chunk.compression!r}")
+    if len(data) != declared:
+        raise ChunkUnreadable(f"decompression error: {len(data)} bytes, the chunk declares {declared}")
+    return Chunk(
+        compression="",
+        data=data,
+        message_end_time=chunk.message_end_time,
+        message_start_time=chunk.message_start_time,
+        uncompressed_crc=chunk.uncompressed_crc,
+        uncompressed_size=declared,
+    )
 
 
 def read_chunk(stream: IO[bytes], ci: ChunkIndex, channels: Collection[int] | None) -> list[Message]:

@@ -9,6 +9,11 @@ its CRC or holds bad records is a :class:`~perception.drives._damage.DamagedChun
 :class:`~perception.errors.DriveDamagedError` naming the file and byte offset, otherwise a logged,
 counted skip, and the reading goes on with the next chunk. :attr:`DriveReader.damage` says what was
 lost (per topic: messages and time ranges); :meth:`DriveReader.verify` checks every chunk at once.
+
+Every sample and ego pose that decodes passes the intake check a live host's samples pass
+(:func:`perception.kinds.sample_problem`, :func:`perception.kinds.ego_problem`: a zero quaternion, a
+non-finite pose, a sample over the size limits...): one that fails is skipped with a warning (once per
+sensor) and counted in :attr:`DriveReader.invalid`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
 from perception.drives._drive_stats import DriveStats, TopicStats
 from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
 from perception.errors import DriveDamagedError, DriveError
+from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.types import (
     CameraCalibration,
     EgoPose,
@@ -109,6 +115,8 @@ class DriveReader:
         self._ego: list[EgoPose] | None = None
         self._ego_times: list[int] = []  # of self._ego, for bisection (ego_pose_at runs several times a frame)
         self._gt: list[GroundTruth] | None = None
+        #: Samples (by sensor) and ego poses (``"ego"``) skipped by the intake check.
+        self.invalid: dict[str, int] = {}
         try:
             self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
@@ -346,6 +354,15 @@ class DriveReader:
         if new and not self._quiet:
             log.warning("%s: %s; skipped", self.path, chunk.describe())
 
+    def _valid(self, sensor: str, problem: str | None, topic: str, t_ns: int) -> bool:
+        """Count and warn (once per sensor) about a decoded message the intake check refused."""
+        if problem is None:
+            return True
+        self.invalid[sensor] = self.invalid.get(sensor, 0) + 1
+        if self.invalid[sensor] == 1 and not self._quiet:
+            log.warning("%s: %s at %d: %s; skipped (further ones counted)", self.path, topic, t_ns, problem)
+        return False
+
     def _decode(self, ch: Channel, msg: Message, schema: str, fn: Callable[[Any, Message], T]) -> T:
         """Parse ``msg`` as ``schema`` and convert it with ``fn(pb, msg)``; errors name topic and time."""
         try:
@@ -431,10 +448,13 @@ class DriveReader:
     ) -> Iterator[PointCloudSample | ImageSample]:
         for ch, msg in self._raw(list(by_topic), start_ns, end_ns):
             spec = by_topic[ch.topic]
+            sample: PointCloudSample | ImageSample
             if codec.is_image_kind(spec.kind):
-                yield self._decode(ch, msg, _IMAGE, partial(_image, spec=spec))
+                sample = self._decode(ch, msg, _IMAGE, partial(_image, spec=spec))
             else:
-                yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+                sample = self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+            if self._valid(spec.name, sample_problem(sample, kind_def(spec.kind)), ch.topic, msg.log_time):
+                yield sample
         if self.truncated is not None and self._strict:
             raise DriveDamagedError(self.truncated.message, **self.truncated.context)
 
@@ -458,7 +478,8 @@ class DriveReader:
 
     def _ego_list(self) -> list[EgoPose]:
         if self._ego is None:
-            self._ego = self._topic_list(codec.EGO_TOPIC, _ODOMETRY, codec.decode_odometry)
+            poses = self._topic_list(codec.EGO_TOPIC, _ODOMETRY, codec.decode_odometry)
+            self._ego = [p for p in poses if self._valid("ego", ego_problem(p), codec.EGO_TOPIC, p.t_ns)]
             self._ego_times = [p.t_ns for p in self._ego]
         return self._ego
 

@@ -37,7 +37,7 @@ from perception._progress import Progress
 from perception.config import load_config
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
-from perception.fleet._outputs import clear_staging
+from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import write_report
 from perception.fleet._worker import SUMMARY_FILE, DriveJob, DriveWorker, NodeServer, WorkerSettings
@@ -62,6 +62,7 @@ class FleetOptions:
     progress: bool | None = None  # None: when stderr is a terminal
     baseline: Path | None = None  # an earlier fleet run of the same drives to compare with
     tolerances: Tolerances = field(default_factory=Tolerances)
+    force: bool = False  # write into an OUT that holds other files (never replacing what is not ours)
 
     def __post_init__(self) -> None:
         from perception.errors import ConfigError
@@ -377,9 +378,9 @@ def _published(out: Path, drive: FleetDrive, *, since: float) -> dict[str, Any] 
 
 async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio.Event | None = None) -> FleetOutcome:
     """Replay ``drives`` on a Ray cluster into ``options.out`` and write ``fleet.json``/``fleet.md``."""
+    claim_output(options.out, force=options.force)  # before any cluster: a refused OUT costs nothing
     import ray
 
-    options.out.mkdir(parents=True, exist_ok=True)
     clear_staging(options.out)
     fleet = _Fleet(drives, options)
     stop = stop or anyio.Event()

@@ -3,8 +3,16 @@
 A drive's worker writes into ``OUT/.staging/<drive>.<attempt>.<pid>/`` and renames it into place only
 when the replay has ended, so a worker killed mid-drive leaves a staging directory (removed by the
 driver at the end of the run), never a partial ``OUT/<drive>/``, and a retried drive never leaves two
-copies or duplicate records. An earlier run's ``OUT/<drive>/`` is replaced whole. The rename is atomic
-on one filesystem: on a cluster, ``OUT`` is a directory every node shares (NFS...).
+copies or duplicate records. The rename is atomic on one filesystem: on a cluster, ``OUT`` is a
+directory every node shares (NFS...).
+
+Only what the tool made is written or replaced. ``OUT`` is claimed at the start of a run
+(:func:`claim_output`): a new or empty directory gets the marker :data:`OUT_MARKER`; one holding
+anything else without it (an earlier fleet run's ``fleet.json`` counts) is refused unless ``--force``.
+Each published drive directory carries :data:`DRIVE_MARKER`, and an existing ``OUT/<drive>/`` is
+replaced only when it is such a directory (or an earlier run's, holding :data:`SUMMARY_FILE`): a drive
+named ``models.mcap`` published into ``--out .`` fails that drive and leaves ``./models`` as it was,
+``--force`` or not.
 """
 
 from __future__ import annotations
@@ -14,9 +22,55 @@ import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["STAGING", "clear_staging", "publish", "staging_dir"]
+from perception.errors import FleetError
+
+__all__ = [
+    "DRIVE_MARKER",
+    "OUT_MARKER",
+    "STAGING",
+    "SUMMARY_FILE",
+    "claim_output",
+    "clear_staging",
+    "publish",
+    "staging_dir",
+]
 
 STAGING = ".staging"
+#: In ``OUT``: this directory is a fleet run's output (written by :func:`claim_output`).
+OUT_MARKER = ".perception-fleet"
+#: In ``OUT/<drive>/``: this directory is a drive output the tool published (written by :func:`publish`).
+DRIVE_MARKER = ".perception-fleet-drive"
+#: A drive's summary in ``OUT/<drive>/`` (also what marks an output of runs before the markers).
+SUMMARY_FILE = "fleet_drive.json"
+_FLEET_REPORT = "fleet.json"
+
+
+def claim_output(out: Path, *, force: bool = False) -> None:
+    """Make ``out`` this tool's output directory, or refuse it (:class:`FleetError`): it must be new,
+    empty, or already a fleet output (marker or an earlier run's report), unless ``force``."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FleetError("the output is not a directory", file=str(out))
+    if out.is_dir() and not (out / OUT_MARKER).is_file() and not (out / _FLEET_REPORT).is_file():
+        other = sorted(p.name for p in out.iterdir())
+        if other and not force:
+            shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+            raise FleetError(
+                f"the output directory holds other files ({shown}) and is not a fleet output; "
+                "choose a new or empty directory, or pass --force to write beside them "
+                "(existing directories that are not fleet drive outputs are never replaced)",
+                file=str(out),
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUT_MARKER).write_text("perception fleet output\n", encoding="utf-8")
+
+
+def is_drive_output(path: Path) -> bool:
+    """Whether ``path`` is a drive directory the tool published (its marker, or an older run's summary)."""
+    return (
+        path.is_dir()
+        and not path.is_symlink()
+        and ((path / DRIVE_MARKER).is_file() or (path / SUMMARY_FILE).is_file())
+    )
 
 
 def staging_dir(out: Path, name: str, attempt: int) -> Path:
@@ -29,11 +83,19 @@ def staging_dir(out: Path, name: str, attempt: int) -> Path:
 
 
 def publish(staging: Path, final: Path) -> None:
-    """Move ``staging`` to ``final`` in one rename, replacing an earlier ``final`` whole."""
+    """Mark ``staging`` as a drive output and move it to ``final`` in one rename, replacing an earlier
+    ``final`` whole -- only if that is a drive output too (:class:`FleetError` naming it otherwise)."""
     old = None
-    if final.exists():
+    if final.exists() or final.is_symlink():
+        if not is_drive_output(final):
+            raise FleetError(
+                f"{final} exists and is not a fleet drive output (no {DRIVE_MARKER}); not replaced: "
+                "rename the drive or choose another --out",
+                file=str(final),
+            )
         old = final.parent / STAGING / f"{final.name}.old.{uuid.uuid4().hex[:8]}"
         os.replace(final, old)
+    (staging / DRIVE_MARKER).write_text("perception fleet drive output\n", encoding="utf-8")
     os.replace(staging, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

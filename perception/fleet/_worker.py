@@ -19,8 +19,8 @@ from typing import Any
 
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.drives import DriveReader
-from perception.errors import PerceptionError
-from perception.fleet._outputs import publish, staging_dir
+from perception.errors import FleetError, PerceptionError
+from perception.fleet._outputs import SUMMARY_FILE, publish, staging_dir
 from perception.metrics import budget_rows, budget_violations
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive, score_modes
 from perception.scheduler import Session
@@ -31,7 +31,6 @@ __all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSetti
 log = logging.getLogger(__name__)
 
 #: Each drive's own fleet summary, beside its replay outputs in ``OUT/<drive>/``.
-SUMMARY_FILE = "fleet_drive.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +165,12 @@ class DriveWorker:
         summary["wall_s"] = round(time.monotonic() - t0, 3)
         summary["cpu_s"] = round(time.process_time() - cpu0, 3)  # this worker process, one drive at a time
         summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
-        (staging / SUMMARY_FILE).write_text(_json(summary))
-        publish(staging, out / job.name)
+        try:
+            (staging / SUMMARY_FILE).write_text(_json(summary))
+            publish(staging, out / job.name)
+        except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
         if total_sketch is not None:
             summary["total_sketch"] = total_sketch
         return summary

@@ -80,6 +80,9 @@ __all__ = ["Fuser", "warm_up"]
 
 log = logging.getLogger(__name__)
 
+#: Distinct warnings fusion logs at most (each once).
+_MAX_WARNINGS = 64
+
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
@@ -296,9 +299,15 @@ class Fuser:
 
     # -- helpers --------------------------------------------------------------------------------------
     def _warn_once(self, message: str) -> None:
-        if message not in self._warned:
+        # Bounded: messages carry shapes and names from outside, so past _MAX_WARNINGS distinct ones
+        # the rest go to the debug log only.
+        if message in self._warned:
+            return
+        if len(self._warned) < _MAX_WARNINGS:
             self._warned.add(message)
             log.warning("fusion: %s", message)
+        else:
+            log.debug("fusion: %s", message)
 
     @staticmethod
     def _sample_time(frame: Frame, res: SensorResult) -> int:

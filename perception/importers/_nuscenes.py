@@ -33,7 +33,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import numpy as np
@@ -255,6 +255,19 @@ def _find_scene(tables: _Tables, name: str) -> dict[str, Any]:
     raise DriveError(f"unknown scene {name!r}; available: {shown or 'none'}", file=tables.file("scene"))
 
 
+def _data_path(tables: _Tables, root: Path, filename: str) -> Path:
+    """``root / filename`` for a ``sample_data`` filename, refusing one that is absolute or climbs out of
+    the dataroot with ``..`` (a table is input like any other: it names files only inside the dataroot;
+    symlinks inside it, e.g. to another disk, are the user's and followed)."""
+    rel = PurePosixPath(filename.replace("\\", "/"))
+    if not filename or rel.is_absolute() or PureWindowsPath(filename).drive or ".." in rel.parts:
+        raise DriveError(
+            f"sample_data filename {filename!r} is not a path inside the dataroot {root}",
+            file=tables.file("sample_data"),
+        )
+    return root / rel
+
+
 def _sensor_of(tables: _Tables, sd: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     cs = tables.get("calibrated_sensor", sd["calibrated_sensor_token"], f"sample_data {sd['token']!r}")
     sensor = tables.get("sensor", cs["sensor_token"], f"calibrated_sensor {cs['token']!r}")
@@ -288,7 +301,7 @@ def _scene_data(
             )
         entry[2].append(sd)
         t_ns = int(sd["timestamp"]) * _US
-        out.append(_Data(name, kind, t_ns, root / str(sd["filename"]), bool(sd["is_key_frame"]), sd))
+        out.append(_Data(name, kind, t_ns, _data_path(tables, root, str(sd["filename"])), bool(sd["is_key_frame"]), sd))
     out.sort(key=lambda d: (d.t_ns, d.sensor))
     return out, sensors
 

@@ -68,15 +68,17 @@ def decode_point_cloud2(msg: Any, names: Sequence[str]) -> npt.NDArray[np.float3
         formats.append(order + code)
         offsets.append(int(f.offset))
     n = height * width
-    out: npt.NDArray[np.float32] = np.empty((n, len(names)), dtype=np.float32)
     if n == 0:
-        return out
+        return np.empty((0, len(names)), dtype=np.float32)
     if row_step < width * point_step:
         raise ValueError(f"row_step {row_step} is shorter than width {width} x point_step {point_step}")
     data = _as_bytes(msg.data)
     needed = (height - 1) * row_step + width * point_step
     if data.size < needed:
         raise ValueError(f"data has {data.size} bytes, the {height}x{width} layout needs {needed}")
+    # Allocated only once the data is known to hold every point (each at least one byte: point_step
+    # covers a field), so a header declaring billions of points costs nothing.
+    out: npt.NDArray[np.float32] = np.empty((n, len(names)), dtype=np.float32)
     dtype = np.dtype({"names": wanted, "formats": formats, "offsets": offsets, "itemsize": point_step})
     # A strided view over the raw bytes: rows row_step apart, points point_step apart (no copy).
     rec: npt.NDArray[np.void] = np.ndarray(

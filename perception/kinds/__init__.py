@@ -16,6 +16,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 from __future__ import annotations
 
 from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input
+from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem, stamp_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
 from ._radar import RADAR
@@ -26,6 +27,8 @@ __all__ = [
     "CAMERA",
     "CAMERA_INPUT_SIZE_KEYS",
     "LIDAR",
+    "MAX_SAMPLE_BYTES",
+    "MAX_STAMP_NS",
     "RADAR",
     "FusionRole",
     "KindContract",
@@ -33,10 +36,13 @@ __all__ = [
     "TensorSpec",
     "accumulate_problem",
     "camera_input",
+    "ego_problem",
     "fusion_role",
     "kind_def",
     "known_kinds",
     "register_kind",
+    "sample_problem",
+    "stamp_problem",
     "unregister_kind",
 ]
 

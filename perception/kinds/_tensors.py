@@ -183,6 +183,22 @@ class KindContract:
     def output_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
 
+    def outputs_problem(self, outputs: Mapping[str, Any], *, batch: int | None = None) -> str | None:
+        """Why a model's ``outputs`` do not meet this contract, or None: every output present, a numpy
+        array of its dtype, rank and fixed dims; with ``batch`` (a batched request) a leading batch
+        dimension of exactly that size. The one check on every answer (the dispatcher's), so a model
+        answering another shape is that sensor's error, never an exception further on."""
+        for spec in self.outputs:
+            array = outputs.get(spec.name)
+            if array is not None and not isinstance(array, np.ndarray):
+                return f"{spec.name}: expected a numpy array, got {type(array).__name__}"
+            want = spec if batch is None else TensorSpec(spec.name, spec.dtype, (batch, *spec.dims))
+            try:
+                want.validate(array)
+            except InputError as exc:
+                return f"{spec.name}: {exc.message}"
+        return None
+
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
 

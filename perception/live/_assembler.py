@@ -18,9 +18,18 @@ converted to the host clock (:class:`TimeBase`), then:
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
   and not older than its staleness limit, measured on capture times.
 
-Samples that can no longer be used are counted, never raised: out of order (older than one already
-seen), duplicates, late (after every frame that could have used them was emitted), clock jumps
-(stamp too far from arrival) and unknown sensors.
+Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
+check :func:`perception.kinds.sample_problem`: a stamp that is not integer ns in range, a wrong sample
+type, too few point fields, over the size limits; counted per sensor), out of order (older than one
+already seen), duplicates, late (after every frame that could have used them was emitted), clock jumps
+(stamp too far from arrival) and unknown sensors. Ego poses pass :func:`perception.kinds.ego_problem`
+(the zero quaternion, non-finite values are refused).
+
+Bounded whatever arrives: each sensor keeps at most ``MAX_BUFFERED`` samples and ``MAX_BUFFER_BYTES``
+(oldest evicted, counted), also before any frame was made (a trigger dead at boot); the trigger's period
+is measured on its capture stamps (median of recent gaps, at least ``MIN_PERIOD_NS``), never on arrival
+times a burst after a stall squeezes together; and one call opens at most ``MAX_CATCH_UP`` timer or rate
+frames: slots beyond are skipped (counted), not frames opened by the thousand.
 """
 
 from __future__ import annotations
@@ -33,14 +42,22 @@ from typing import Generic, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.errors import ConfigError
+from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import SweepAccumulator
-from perception.types import EgoPose, Frame, Sample, SensorSpec, interpolate_ego
+from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec, interpolate_ego
 
 __all__ = ["LiveAssembler", "LiveStats", "TimeBase"]
 
 T = TypeVar("T")
 
 _WINDOW = 32  # samples over which a sensor's stamp offset is estimated
+#: Per-sensor buffer caps (the oldest sample goes first; counted in ``LiveStats.buffer_evicted``).
+MAX_BUFFERED = 256
+MAX_BUFFER_BYTES = 256 * 2**20
+#: The shortest trigger period believed when it is measured (200 Hz).
+MIN_PERIOD_NS = 5_000_000
+#: Frames one call opens at most for slots the trigger skipped, the silence timer or the rate grid.
+MAX_CATCH_UP = 64
 
 
 @dataclass
@@ -48,6 +65,7 @@ class LiveStats:
     """Counters of the live intake; every sample pushed is in exactly one of the sample counters."""
 
     samples: int = 0  # taken into assembly
+    invalid: int = 0  # refused by the intake check (invalid_by_sensor says whose; "ego" for poses)
     out_of_order: int = 0
     duplicate: int = 0
     late: int = 0
@@ -60,6 +78,16 @@ class LiveStats:
     frames_by_rate: int = 0
     trigger_silences: int = 0  # times the trigger fell silent and the timer took over
     ego_poses: int = 0
+    buffer_evicted: int = 0  # samples dropped from a full sensor buffer before their time
+    slots_skipped: int = 0  # trigger slots beyond MAX_CATCH_UP in one call: no frame opened
+    invalid_by_sensor: dict[str, int] = field(default_factory=dict)
+    #: The last reason each sensor's sample was refused for (bounded: one per sensor).
+    invalid_reasons: dict[str, str] = field(default_factory=dict)
+
+    def count_invalid(self, sensor: str, reason: str) -> None:
+        self.invalid += 1
+        self.invalid_by_sensor[sensor] = self.invalid_by_sensor.get(sensor, 0) + 1
+        self.invalid_reasons[sensor] = reason
 
 
 @dataclass
@@ -92,6 +120,14 @@ class TimeBase:
         est.window.append(d)
         est.value = min(est.window)
         return stamp_ns + est.value, jump
+
+    def jumps(self, sensor: str, stamp_ns: int, arrival_ns: int) -> bool:
+        """Estimating: whether this stamp would re-anchor the sensor's offset (its clock jumped, e.g. a
+        reboot or a glitch): a stamp behind the sensor's last one is then a new clock, not out of order."""
+        est = self._est.get(sensor)
+        if self._mode != "estimate" or est is None or est.value is None:
+            return False
+        return abs(arrival_ns - stamp_ns - est.value) > self._skew
 
     def offsets_ns(self) -> dict[str, int]:
         """Current offset per sensor (host = stamp + offset); one shared value unless estimating."""
@@ -136,8 +172,12 @@ class LiveAssembler(Generic[T]):
         self._time = TimeBase(live)
         self._horizon_ns = max((s.sync_window_ns for s in sensors if s.enabled), default=0) + live.transit_ns
         self._keep_ns = max((max(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
+        self._kinds = {s.name: kind_def(s.kind) for s in sensors}
         self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
+        self._buffer_bytes: dict[str, int] = dict.fromkeys(self._sensors, 0)
+        self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._last_stamp: dict[str, int] = {}
+        self._last_host: dict[str, int] = {}
         self._pending: deque[_Pending[T]] = deque()
         self._ego: deque[EgoPose] = deque(maxlen=64)
         #: Earlier sweeps merged into point sensors' samples (``SensorConfig.accumulate_ms``, needs ``rig``),
@@ -154,8 +194,8 @@ class LiveAssembler(Generic[T]):
         self._fixed_rate = trigger.rate_hz is not None
         self._next_rate_t: int | None = None
         self._slot_t: int | None = None  # time of the latest trigger slot a frame was opened for
-        self._trigger_last_arrival: int | None = None
-        self._trigger_gaps: deque[int] = deque(maxlen=16)
+        self._trigger_last_t: int | None = None
+        self._trigger_gaps: deque[int] = deque(maxlen=16)  # capture-time gaps of recent trigger samples
         self._trigger_lags: deque[int] = deque(maxlen=16)  # arrival - capture of recent trigger samples
         self._silent = False
         self.stats = LiveStats()
@@ -164,12 +204,22 @@ class LiveAssembler(Generic[T]):
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
         """Take one sample that arrived at ``arrival_ns``: None when taken, else why it was dropped
         (counted in :attr:`stats`). Frames come from :meth:`due`, a trigger sample's with its ``token``."""
-        name = sample.sensor
-        if name not in self._sensors:
+        name = getattr(sample, "sensor", None)
+        if not isinstance(name, str) or name not in self._sensors:
             self.stats.unknown_sensor += 1
             return "unknown sensor"
+        problem = sample_problem(sample, self._kinds[name])
+        if problem is None and isinstance(sample, PointCloudSample):
+            columns = self._columns.setdefault(name, sample.points.shape[1])
+            if sample.points.shape[1] != columns:
+                problem = f"{sample.points.shape[1]} point columns, the sensor's earlier samples had {columns}"
+        if problem is not None:
+            self.stats.count_invalid(name, problem)
+            return f"invalid: {problem}"
+        if type(sample.t_ns) is not int:  # a numpy integer: plain int from here on (no int64 wrap-around)
+            sample = dataclasses.replace(sample, t_ns=int(sample.t_ns))
         last = self._last_stamp.get(name)
-        if last is not None and sample.t_ns <= last:
+        if last is not None and sample.t_ns <= last and not self._time.jumps(name, sample.t_ns, arrival_ns):
             if sample.t_ns == last:
                 self.stats.duplicate += 1
                 return "duplicate"
@@ -180,7 +230,13 @@ class LiveAssembler(Generic[T]):
             self.stats.clock_jump += 1
         if host_t is None:
             return "clock jump"
+        last_host = self._last_host.get(name)
+        if last_host is not None and host_t <= last_host:
+            # A re-anchored clock whose host time still lands behind what the sensor gave already.
+            self.stats.out_of_order += 1
+            return "out of order"
         self._last_stamp[name] = sample.t_ns
+        self._last_host[name] = host_t
         if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
             self.stats.late += 1
@@ -195,7 +251,7 @@ class LiveAssembler(Generic[T]):
         self.stats.samples += 1
         if host_t != sample.t_ns:
             sample = dataclasses.replace(sample, t_ns=host_t)
-        self._buffers[name].append(sample)
+        self._buffer(name, sample)
         if name == self._trigger and not self._fixed_rate:
             self._on_trigger(host_t, arrival_ns, token)
         elif self._fixed_rate and self._next_rate_t is None:
@@ -203,20 +259,35 @@ class LiveAssembler(Generic[T]):
         self._settle(arrival_ns)
         return None
 
-    def add_ego(self, pose: EgoPose, arrival_ns: int) -> None:
-        """An ego pose (odometry) from the host; frames carry the one nearest their time."""
-        host_t, jump = self._time.to_host("ego", pose.t_ns, arrival_ns)
+    def add_ego(self, pose: EgoPose, arrival_ns: int) -> str | None:
+        """An ego pose (odometry) from the host; frames carry the one nearest their time. None when
+        taken, else why it was dropped (counted)."""
+        problem = ego_problem(pose)
+        if problem is not None:
+            self.stats.count_invalid("ego", problem)
+            return f"invalid: {problem}"
+        host_t, jump = self._time.to_host("ego", int(pose.t_ns), arrival_ns)
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
-            return
+            return "clock jump"
         self.stats.ego_poses += 1
         self._ego.append(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
+        return None
+
+    def _buffer(self, name: str, sample: Sample) -> None:
+        """Keep ``sample`` in its sensor's buffer, evicting the oldest beyond the caps."""
+        buf = self._buffers[name]
+        buf.append(sample)
+        self._buffer_bytes[name] += _nbytes(sample)
+        while len(buf) > 1 and (len(buf) > MAX_BUFFERED or self._buffer_bytes[name] > MAX_BUFFER_BYTES):
+            self._buffer_bytes[name] -= _nbytes(buf.popleft())
+            self.stats.buffer_evicted += 1
 
     def _trigger_seen(self, t: int, arrival: int) -> None:
-        if self._trigger_last_arrival is not None:
-            self._trigger_gaps.append(arrival - self._trigger_last_arrival)
-        self._trigger_last_arrival = arrival
+        if self._trigger_last_t is not None and t > self._trigger_last_t:
+            self._trigger_gaps.append(t - self._trigger_last_t)
+        self._trigger_last_t = t if self._trigger_last_t is None else max(t, self._trigger_last_t)
         self._trigger_lags.append(max(0, arrival - t))
         self._silent = False
 
@@ -236,11 +307,15 @@ class LiveAssembler(Generic[T]):
             # The timer opened this slot's frame and it is still pending: the real sample takes it over.
             self._pending[i] = _Pending(t, arrival, t + self._horizon_ns, "trigger", token)
             return
-        while period and self._slot_t is not None and self._slot_t + period < t - half:
+        if period and self._slot_t is not None and self._slot_t + period < t - half:
             # Slots the trigger skipped before its timer ran out: their samples can no longer come
-            # (they would be out of order), so their frames open now, as the timer would have.
-            self._slot_t += period
-            self._open(self._slot_t, arrival, "timer")
+            # (they would be out of order), so their frames open now, as the timer would have (the
+            # latest MAX_CATCH_UP of them: older ones are beyond any staleness limit).
+            skipped = (t - half - self._slot_t - 1) // period
+            self._skip_slots(skipped)
+            while self._slot_t + period < t - half:
+                self._slot_t += period
+                self._open(self._slot_t, arrival, "timer")
         self._open(t, arrival, "trigger", token)
         self._slot_t = t
 
@@ -253,16 +328,24 @@ class LiveAssembler(Generic[T]):
             return False  # a new slot, or its frame is still pending
         return self._pending_timer_frame(t, half) is None
 
+    def _skip_slots(self, slots: int) -> None:
+        """Move past all but the last ``MAX_CATCH_UP`` of ``slots`` trigger slots without frames (counted)."""
+        if slots > MAX_CATCH_UP:
+            assert self._slot_t is not None
+            self._slot_t += (slots - MAX_CATCH_UP) * self.trigger_period_ns()
+            self.stats.slots_skipped += slots - MAX_CATCH_UP
+
     def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
         self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))
 
     # -- time -----------------------------------------------------------------------------------
     def trigger_period_ns(self) -> int:
-        """The trigger's nominal period: from the rig's rate, else the median of its arrival gaps."""
+        """The trigger's nominal period: from the rig's rate, else the median of the gaps between its
+        capture stamps (at least ``MIN_PERIOD_NS``)."""
         if self._period_ns:
             return self._period_ns
         if len(self._trigger_gaps) >= 2:
-            return sorted(self._trigger_gaps)[len(self._trigger_gaps) // 2]
+            return max(MIN_PERIOD_NS, sorted(self._trigger_gaps)[len(self._trigger_gaps) // 2])
         return 0
 
     def _tick(self, now: int) -> None:
@@ -271,10 +354,17 @@ class LiveAssembler(Generic[T]):
         if self._fixed_rate:
             if self._next_rate_t is None:
                 return
+            behind = (now - self._next_rate_t) // period + 1
+            if behind > MAX_CATCH_UP:
+                self._next_rate_t += (behind - MAX_CATCH_UP) * period
+                self.stats.slots_skipped += behind - MAX_CATCH_UP
             while self._next_rate_t <= now:
                 self._open(self._next_rate_t, now, "rate")
                 self._next_rate_t += period
             return
+        if (at := self._timer_at(period)) is not None and now >= at:
+            assert self._slot_t is not None
+            self._skip_slots((now - at) // period + 1)
         while (at := self._timer_at(period)) is not None and now >= at:
             # The trigger's sample for the next slot would have arrived by now: it is silent, the
             # timer opens the slot.
@@ -335,7 +425,7 @@ class LiveAssembler(Generic[T]):
         while self._pending and self._pending[0].due_ns <= now:
             p = self._pending.popleft()
             out.append((self._make_frame(p), p.token))
-        self._evict()
+        self._evict(now)
         return out
 
     def close(self) -> list[tuple[Frame, T | None]]:
@@ -385,11 +475,19 @@ class LiveAssembler(Generic[T]):
             return None
         return interpolate_ego(sorted(self._ego, key=lambda e: e.t_ns), t)
 
-    def _evict(self) -> None:
+    def _evict(self, now: int) -> None:
+        """Drop samples no frame can use any more: older than the oldest pending (else the last) frame
+        by the keep horizon. Before any frame, older than the host clock by the keep horizon and the
+        stamp skew (a frame still to open lies no further back: a trigger sample further back than the
+        skew is a clock jump)."""
         oldest = self._pending[0].t_ns if self._pending else self._last_frame_t
         if oldest is None:
-            return
+            oldest = now - self._live.max_stamp_skew_ns
         cutoff = oldest - self._keep_ns
-        for buf in self._buffers.values():
+        for name, buf in self._buffers.items():
             while len(buf) > 1 and buf[0].t_ns < cutoff:
-                buf.popleft()
+                self._buffer_bytes[name] -= _nbytes(buf.popleft())
+
+
+def _nbytes(sample: Sample) -> int:
+    return sample.points.nbytes if isinstance(sample, PointCloudSample) else len(sample.data)

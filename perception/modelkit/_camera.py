@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from perception import _imageio
 from perception.errors import InputError, ModelContractError
 from perception.kinds import CAMERA, CAMERA_INPUT_SIZE_KEYS, TensorSpec
 from perception.types import LABELS
@@ -72,9 +73,9 @@ OUTPUT_STRIDE = 4
 NUM_CLASSES = len(LABELS)
 #: Rows of the fixed-size output tensors (``COUNT`` says how many are valid).
 MAX_DETECTIONS = 100
-#: Inputs beyond these are refused as absurd (an 8K camera is 7680x4320 = 33 Mpx).
-MAX_IMAGE_SIDE = 8192
-MAX_IMAGE_PIXELS = 40_000_000
+#: Inputs beyond these are refused as absurd: the client's limits (one definition, perception._imageio).
+MAX_IMAGE_SIDE = _imageio.MAX_IMAGE_SIDE
+MAX_IMAGE_PIXELS = _imageio.MAX_PIXELS
 #: Name of the model's image input tensor.
 CAMERA_INPUT = CAMERA.contract.inputs[0].name
 #: Output names of the exported network, in order.

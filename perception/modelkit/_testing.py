@@ -15,6 +15,10 @@ Contracts (``max_batch_size: 0``):
   radar or camera; see ``models/README.md``), sleeps ``delay_ms`` like ``SleeperModel`` and answers
   with no detections. Lets scheduler tests and benchmarks run the real runtime against models of
   known latency (or hanging ones).
+* ``ToldModel``: meets a sensor kind's input contract (model parameter ``kind``) and answers with what
+  the request tells it (:func:`told_outputs`): the first numbers of the input (a point cloud's values,
+  a batch's first image's pixels) say, per output of the kind's contract, its dtype and shape, or to
+  leave it out. Lets tests send the runtime any answer, right or wrong, through the real server.
 
 Only importable inside the Triton python backend stub (needs ``triton_python_backend_utils``).
 """
@@ -30,7 +34,7 @@ import triton_python_backend_utils as pb_utils
 
 from perception.kinds import kind_def
 
-__all__ = ["EchoModel", "FailerModel", "KindSleeperModel", "SleeperModel"]
+__all__ = ["TOLD_DTYPES", "EchoModel", "FailerModel", "KindSleeperModel", "SleeperModel", "ToldModel", "told_outputs"]
 
 _CANCEL_CHECK_S = 0.002
 
@@ -135,6 +139,54 @@ class KindSleeperModel:
             return cancelled
         batch = (data.shape[0],) if self.batched else ()
         tensors = [pb_utils.Tensor(name, np.zeros(batch + shape, dtype=dtype)) for name, shape, dtype in self.empty]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        return [self._one(r) for r in requests]
+
+
+#: ``ToldModel``'s dtype codes (0: the contract's own dtype; ``TOLD_OMIT``: leave the output out).
+TOLD_DTYPES: dict[int, Any] = {1: np.float32, 2: np.int32, 3: np.float64, 4: np.uint8, 5: np.int64}
+TOLD_OMIT = 9
+
+
+def told_outputs(kind: str, told: Any, batch: int) -> list[tuple[str, Any]]:
+    """What ``ToldModel`` answers: five numbers per output of ``kind``'s contract, in its order --
+    ``dtype code, rank, d0, d1, d2``. All five zero: the right answer, empty (the batch dimension
+    first for a batched kind); else an array of that dtype and shape ``(d0, d1, d2)[:rank]`` (filled
+    with ones), or no such output (code ``TOLD_OMIT``)."""
+    contract = kind_def(kind).contract
+    values = [int(v) for v in np.asarray(told).reshape(-1)[: 5 * len(contract.outputs)]]
+    values += [0] * (5 * len(contract.outputs) - len(values))
+    out = []
+    for i, spec in enumerate(contract.outputs):
+        code, rank, *dims = values[5 * i : 5 * i + 5]
+        if code == TOLD_OMIT:
+            continue
+        if (code, rank, *dims) == (0, 0, 0, 0, 0):
+            right = ((batch,) if contract.batched else ()) + tuple(0 if d == -1 else d for d in spec.dims)
+            out.append((spec.name, np.zeros(right, spec.numpy_dtype)))
+            continue
+        dtype = TOLD_DTYPES.get(code, spec.numpy_dtype)
+        out.append((spec.name, np.ones(tuple(dims[: max(0, min(rank, 3))]), dtype)))
+    return out
+
+
+class ToldModel:
+    """Answers with the outputs its input tells it (:func:`told_outputs`)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.name = args["model_name"]
+        self.kind = _parameter(args, "kind", "lidar")
+        contract = kind_def(self.kind).contract
+        self.input = contract.inputs[0].name
+        self.batched = contract.batched
+
+    def _one(self, request: Any) -> Any:
+        data = pb_utils.get_input_tensor_by_name(request, self.input).as_numpy()
+        batch = data.shape[0] if self.batched else 1
+        told = data[0] if self.batched else data
+        tensors = [pb_utils.Tensor(name, array) for name, array in told_outputs(self.kind, told, batch)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -16,7 +16,10 @@ goes on issuing the other sensors' requests.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -28,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.config import PipelineConfig, SensorConfig
-from perception.errors import ConnectError, DeadlineError, InputError, PerceptionError
+from perception.errors import ConnectError, DeadlineError, InputError, ModelContractError, PerceptionError
 from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._tensors import (
     batch_groups,
@@ -49,6 +52,10 @@ Arrays = Mapping[str, npt.NDArray[Any]]
 
 #: Weight of the newest request in a model's running-average latency (issue order only).
 _LATENCY_EWMA = 0.2
+#: Worker threads decoding large camera images at once, per dispatcher. A decode the join abandons at
+#: its deadline keeps its slot until its thread ends (a decode cannot be interrupted), so later decodes
+#: wait for a slot instead of adding threads.
+DECODE_THREADS = 4
 
 
 class _InferResultLike(Protocol):
@@ -113,6 +120,40 @@ class Dispatcher:
         self.expected_ns: dict[str, float] = {}
         #: Requests the server answered, per model (each one Triton counts among its successes).
         self.answered: Counter[str] = Counter()
+
+        self._decode_slots: anyio.CapacityLimiter | None = None
+
+    async def _in_decode_thread(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread holding one of :data:`DECODE_THREADS` slots until the thread
+        is done with it, even when the caller is cancelled and abandons it."""
+        if self._decode_slots is None:
+            self._decode_slots = anyio.CapacityLimiter(DECODE_THREADS)
+        slots, token = self._decode_slots, object()
+        await slots.acquire_on_behalf_of(token)
+        loop = asyncio.get_running_loop()
+        lock = threading.Lock()
+        state = {"started": False, "abandoned": False}
+
+        def job() -> Any:
+            with lock:
+                if state["abandoned"]:  # cancelled before it started: the caller gave the slot back
+                    return None
+                state["started"] = True
+            try:
+                return fn(*args)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: so is the limiter
+                    loop.call_soon_threadsafe(slots.release_on_behalf_of, token)
+
+        try:
+            return await anyio.to_thread.run_sync(job, abandon_on_cancel=True)
+        except BaseException:
+            with lock:
+                release = not state["started"]
+                state["abandoned"] = True
+            if release:
+                slots.release_on_behalf_of(token)
+            raise
 
     @property
     def sensors(self) -> Sequence[SensorConfig]:
@@ -252,6 +293,13 @@ class Dispatcher:
         end = self._clock()
         self.answered[model] += 1
         self._observe(model, end - start)
+        # One check on every answer: outputs outside the kind's contract are these sensors' error (and a
+        # breaker failure), never an exception in the splitting and scaling below or in fusion.
+        problem = sensor_kind(kind).contract.outputs_problem(result.outputs, batch=len(index) if index else None)
+        if problem is not None:
+            err = ModelContractError(f"answer outside the {kind} contract: {problem}", sensor=names, model=model)
+            self._fail(members, outcomes, str(err), attempt)
+            return
         # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
         serialize = int(getattr(result, "prepare_ns", 0) or 0)
         version = str(getattr(result, "model_version", "") or "")
@@ -292,10 +340,9 @@ class Dispatcher:
         async def prepare_in_thread(s: SensorConfig, sample: Sample) -> None:
             try:
                 # A big image can take longer than the frame's budget: at the deadline the join
-                # abandons the decode (the thread finishes on its own) instead of waiting for it.
-                tensors, scale = await anyio.to_thread.run_sync(
-                    defn.prepare, sample, input_size, abandon_on_cancel=True
-                )
+                # abandons the decode (the thread finishes on its own, inside the pool's bound)
+                # instead of waiting for it.
+                tensors, scale = await self._in_decode_thread(defn.prepare, sample, input_size)
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
                 return

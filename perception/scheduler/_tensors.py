@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception._imageio import image_size
 from perception.errors import ConfigError, InputError
 from perception.kinds import SensorKindDef, camera_input, kind_def
 from perception.types import ImageSample, Sample
@@ -83,44 +84,6 @@ def decode_inline(sample: ImageSample) -> bool:
     worker thread's decode then reports the problem."""
     size = image_size(sample.data)
     return size is not None and size[0] * size[1] <= INLINE_DECODE_PIXELS
-
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: JPEG start-of-frame markers (SOF0-SOF15 but DHT, JPG and DAC, which share the range).
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-#: JPEG markers without a length field: TEM, RST0-RST7, SOI.
-_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})
-
-
-def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding;
-    ``None`` when the header is not one of those. (Pillow's ``Image.open`` parses every JPEG segment
-    in Python, ~90 us: as long as decoding a small image.)"""
-    if data.startswith(_PNG_SIGNATURE):
-        if len(data) < 24 or data[12:16] != b"IHDR":
-            return None
-        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
-    if not data.startswith(b"\xff\xd8"):
-        return None
-    i, n = 2, len(data)
-    while i + 4 <= n:
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _JPEG_STANDALONE:
-            i += 2
-            continue
-        if marker in _JPEG_SOF:
-            if i + 9 > n:
-                return None
-            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
-        if marker == 0xDA:  # start of scan before any frame header
-            return None
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-    return None
 
 
 def batch_groups(rows: Sequence[Mapping[str, npt.NDArray[Any]]]) -> list[list[int]]:

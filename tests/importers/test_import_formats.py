@@ -223,3 +223,21 @@ def test_quaternion_order() -> None:
     assert quat_from_wxyz([0.9, 0.1, 0.2, 0.3]) == (0.1, 0.2, 0.3, 0.9)
     with pytest.raises(ValueError):
         quat_from_wxyz([1.0, 0.0, 0.0])
+
+
+def test_point_cloud2_declaring_billions_of_points_is_refused_before_allocating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cloud = point_cloud2(0, "f", {"x": np.zeros(4, np.float32)})
+    cloud.height, cloud.width, cloud.row_step = 100_000, 100_000, 400_000  # 10^10 points: 80 GB as float32 pairs
+    allocated: list[tuple[int, ...]] = []
+    real_empty = np.empty
+
+    def spy(shape: tuple[int, ...], *args: object, **kwargs: object) -> object:
+        allocated.append(tuple(shape))
+        return real_empty(shape, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(np, "empty", spy)
+    with pytest.raises(ValueError, match="the 100000x100000 layout needs"):
+        decode_point_cloud2(cloud, ["x", "x"])
+    assert allocated == []

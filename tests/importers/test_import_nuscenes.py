@@ -224,3 +224,17 @@ def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
         import_nuscenes(ds.root, ds.scene, out)
     assert exc.value.file == str(lidar)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("filename", ["/etc/passwd", "../outside.bin", "samples/../../outside.bin", "C:\\secret"])
+def test_a_filename_outside_the_dataroot_is_refused_before_any_file_is_read(tmp_path: Path, filename: str) -> None:
+    ds = write_nuscenes(tmp_path / "ds")
+    (tmp_path / "outside.bin").write_bytes(b"\x00" * 20)  # a whole number of points: read, it would import
+    path = ds.root / ds.version / "sample_data.json"
+    rows = json.loads(path.read_text())
+    rows[0]["filename"] = filename
+    path.write_text(json.dumps(rows))
+    out = tmp_path / "x.mcap"
+    with pytest.raises(DriveError, match="is not a path inside the dataroot") as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(path) and not out.exists()

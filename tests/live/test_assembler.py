@@ -19,7 +19,9 @@ RATES = {"lidar": 10.0, "radar": 13.0}
 
 
 def pc(sensor: str, t_ns: int) -> PointCloudSample:
-    return PointCloudSample(sensor, t_ns, sensor, np.zeros((1, 4), np.float32), ("x", "y", "z", "i"))
+    # a sample of its sensor's kind (the intake refuses a radar sample without its 5 fields)
+    fields = ("x", "y", "z", "radial_velocity", "rcs") if sensor == "radar" else ("x", "y", "z", "i")
+    return PointCloudSample(sensor, t_ns, sensor, np.zeros((1, len(fields)), np.float32), fields)
 
 
 def make(live: LiveConfig | None = None, trigger: TriggerConfig = TRIGGER) -> LiveAssembler[str]:

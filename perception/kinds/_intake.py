@@ -1,0 +1,130 @@
+"""The one check of what enters the runtime: a sample or an ego pose as a host pushes it, or as a drive
+decodes it. Structural and cheap (no decode): what would break assembly, sweep accumulation or fusion
+later, far from its cause, is refused here with a reason; the caller counts it against its sensor and
+drops it.
+
+What is checked:
+
+* a stamp is integer nanoseconds (not a float, not NaN, not a bool) within ``0..MAX_STAMP_NS``;
+* a sample is of its kind's sample type; a point cloud is a 2-D float32 array with one column per field
+  and at least the kind's point fields, at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
+  empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it has one we read)
+  is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``);
+* an ego pose has finite translation, velocity and yaw rate, and a finite quaternion of norm within
+  ``QUATERNION_NORM`` (protobuf's default, the zero quaternion, is refused).
+
+Points are not required to be finite: real sensors report missing returns as NaN, and the reference
+models drop non-finite returns themselves (``tests/reliability/test_bad_input.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+
+from perception import _imageio
+from perception.types import EgoPose, ImageSample, PointCloudSample
+
+from ._kind import SensorKindDef
+
+__all__ = ["MAX_SAMPLE_BYTES", "MAX_STAMP_NS", "QUATERNION_NORM", "ego_problem", "sample_problem", "stamp_problem"]
+
+#: Largest stamp taken (ns): 2**62 ns is 146 years, room enough for any clock while sums of stamps and
+#: windows stay far from int64's end.
+MAX_STAMP_NS = 2**62
+#: Largest sample taken (point array or encoded image bytes): a 128-beam lidar sweep is ~5 MB.
+MAX_SAMPLE_BYTES = 64 * 2**20
+#: A quaternion's norm must be within these (rotations are normalised downstream; a zero or wildly
+#: scaled one is a bug upstream, not a rotation).
+QUATERNION_NORM = (0.5, 2.0)
+
+
+def stamp_problem(t_ns: object) -> str | None:
+    """Why ``t_ns`` is not a usable stamp, or None."""
+    if isinstance(t_ns, bool) or not isinstance(t_ns, Integral):
+        return f"stamp must be integer nanoseconds, got {type(t_ns).__name__} {t_ns!r:.40}"
+    if not 0 <= int(t_ns) <= MAX_STAMP_NS:
+        return f"stamp {int(t_ns)} ns is outside 0..{MAX_STAMP_NS}"
+    return None
+
+
+def sample_problem(sample: object, kind: SensorKindDef) -> str | None:
+    """Why ``sample`` cannot be taken as a sample of a sensor of ``kind``, or None (see module docs)."""
+    if not isinstance(sample, kind.sample):
+        return f"a {type(sample).__name__} is not a sample of a {kind.name} sensor ({kind.sample.__name__})"
+    if (problem := stamp_problem(sample.t_ns)) is not None:
+        return problem
+    if isinstance(sample, PointCloudSample):
+        return _points_problem(sample, kind)
+    assert isinstance(sample, ImageSample)
+    return _image_problem(sample)
+
+
+def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None:
+    pts: Any = sample.points
+    if not isinstance(pts, np.ndarray) or pts.dtype != np.float32 or pts.ndim != 2:
+        what = f"{pts.dtype} array of rank {pts.ndim}" if isinstance(pts, np.ndarray) else type(pts).__name__
+        return f"points must be a 2-D float32 array, got a {what}"
+    fields = tuple(sample.fields)
+    if pts.shape[1] != len(fields):
+        return f"points have {pts.shape[1]} columns for {len(fields)} fields {fields}"
+    need = len(kind.point_fields)
+    if len(fields) < need:
+        return f"a {kind.name} sample needs at least {need} fields {kind.point_fields}, got {fields}"
+    if pts.nbytes > MAX_SAMPLE_BYTES:
+        return f"points take {pts.nbytes} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
+    return None
+
+
+def _image_problem(sample: ImageSample) -> str | None:
+    data: Any = sample.data
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return f"image data must be bytes, got {type(data).__name__}"
+    if not len(data):
+        return "empty image data"
+    if len(data) > MAX_SAMPLE_BYTES:
+        return f"image of {len(data)} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
+    size = _imageio.image_size(data if isinstance(data, bytes) else bytes(data))
+    if size is not None:
+        height, width = size
+        if width == 0 or height == 0:
+            return f"image has zero size {width}x{height}"
+        return _imageio.size_problem(width, height)
+    return None  # not a header we read: the decode reports it as the sensor's error
+
+
+def _finite(values: tuple[Any, ...]) -> bool:
+    try:
+        return all(math.isfinite(float(v)) for v in values)
+    except (TypeError, ValueError):
+        return False
+
+
+def ego_problem(pose: object) -> str | None:
+    """Why ``pose`` cannot be taken as an ego pose, or None (see module docs)."""
+    if not isinstance(pose, EgoPose):
+        return f"a {type(pose).__name__} is not an EgoPose"
+    if (problem := stamp_problem(pose.t_ns)) is not None:
+        return problem
+    tf = pose.pose
+    try:
+        translation, rotation = tuple(tf.translation), tuple(tf.rotation)
+        velocity = tuple(pose.linear_velocity)
+    except (AttributeError, TypeError):
+        return "ego pose must hold a Transform and a velocity triple"
+    if len(translation) != 3 or len(rotation) != 4 or len(velocity) != 3:
+        return "ego pose must have a 3-vector translation, a 4-vector quaternion and a 3-vector velocity"
+    if not _finite(translation) or not _finite(velocity) or not _finite((pose.yaw_rate,)):
+        return "ego pose has a non-finite translation, velocity or yaw rate"
+    if not _finite(rotation):
+        return "ego pose has a non-finite quaternion"
+    norm = math.sqrt(sum(float(q) * float(q) for q in rotation))
+    low, high = QUATERNION_NORM
+    if not low <= norm <= high:
+        return f"ego pose quaternion has norm {norm:.3g}, outside {low}..{high}" + (
+            " (the zero quaternion)" if norm == 0 else ""
+        )
+    return None
