@@ -120,7 +120,6 @@ class Dispatcher:
         self.expected_ns: dict[str, float] = {}
         #: Requests the server answered, per model (each one Triton counts among its successes).
         self.answered: Counter[str] = Counter()
-
         self._decode_slots: anyio.CapacityLimiter | None = None
 
     async def _in_decode_thread(self, fn: Any, *args: Any) -> Any:
