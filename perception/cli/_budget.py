@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
 from perception.cli._replay import replay_with_stop
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
-    write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
+    write_markdown(safe_output_path(out, REPORT_MD_FILE), rows, summary, plots, args.percentile, append=True)
     violations = budget_violations(rows)
     summary["budget"] = {
         "budget_ms": args.budget_ms,
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         "violations": violations,
         "passed": not violations,
     }
-    safe_output_path(out, "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    safe_output_path(out, REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
     unusable = outcome.unusable()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perception._paths import FUSED_MCAP_FILE, MODES_FILE
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
@@ -126,9 +127,9 @@ class DriveWorker:
             summary["urls"] = list(client.urls)
             sinks = []
             if self._settings.fused_mcap:
-                from perception.viz import FUSED_MCAP, recorder_sink
+                from perception.viz import recorder_sink
 
-                sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP))
+                sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP_FILE))
             # No per-frame server split: a server shared with other workers makes it unavailable (their
             # requests show in its statistics), and its polls hold each next frame back a little (frames
             # 91 ms apart with it, 88 ms without, measured on the sleepy models). The drive's report keeps
@@ -215,7 +216,7 @@ class DriveWorker:
     def _modes(self, path: str, outcome: ReplayOutcome, cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
         with DriveReader(path, strict=False, quiet=True) as reader:
             modes = score_modes(outcome.results, cfg, reader)
-        (staging / "modes.json").write_text(_json(modes))
+        (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 
 

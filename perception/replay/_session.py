@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import anyio
 
-from perception._paths import safe_output_path
+from perception._paths import DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
@@ -217,7 +217,7 @@ async def replay_drive(
         jsonl = None
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            jsonl = safe_output_path(out_dir, "detections.jsonl").open("w", encoding="utf-8")
+            jsonl = safe_output_path(out_dir, DETECTIONS_FILE).open("w", encoding="utf-8")
         duration = max(1, reader.end_ns - reader.start_ns)
         seen: list[FrameSeen] = []
         versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
@@ -306,7 +306,7 @@ async def replay_drive(
             report["quality"] = outcome.evaluation
         outcome.report = report
         if out_dir is not None:
-            safe_output_path(out_dir, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            safe_output_path(out_dir, REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
             if opts.report_md:
                 from perception.viz import write_replay_report
 
@@ -316,7 +316,7 @@ async def replay_drive(
                 render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
                 await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
                 if "drive_damage" in report:
-                    md = safe_output_path(out_dir, "report.md")
+                    md = safe_output_path(out_dir, REPORT_MD_FILE)
                     with md.open("a", encoding="utf-8") as f:
                         f.write("\n" + "\n".join(damage_markdown(report["drive_damage"])) + "\n")
     if source.error is not None:

@@ -14,13 +14,12 @@
 from __future__ import annotations
 
 from perception.viz._live import LiveServer
-from perception.viz._load import FUSED_MCAP, load_frame_views
+from perception.viz._load import load_frame_views
 from perception.viz._record import recorder_sink
 from perception.viz._render import render_frame
 from perception.viz._report import write_replay_report
 
 __all__ = [
-    "FUSED_MCAP",
     "LiveServer",
     "load_frame_views",
     "recorder_sink",
