@@ -7,7 +7,6 @@ extra's wheels, or a sourced ROS 2 workspace). Nothing else in ``perception`` im
 
 from __future__ import annotations
 
-from perception.ros._env import require_rclpy
 from perception.ros._run import run_node, run_play
 
-__all__ = ["require_rclpy", "run_node", "run_play"]
+__all__ = ["run_node", "run_play"]

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import rclpy
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -189,11 +189,12 @@ class FusionNode(LifecycleNode):
         cfg, rig = load_rig(Path(rig_path), load_config(profile))
         sensors = [s for s in self._param("sensors").split(",") if s] or None
         cfg = with_overrides(cfg, url=self._param("url") or None, sensors=sensors)
-        time_base = self._param("time_base")
-        if time_base not in ("auto", "offset", "estimate"):
-            raise ConfigError(f"must be auto, offset or estimate, got {time_base!r}", key="time_base")
-        if time_base == "auto":
-            time_base = "estimate" if cfg.live.time_base == "estimate" else "offset"
+        chosen = self._param("time_base")
+        if chosen not in ("auto", "offset", "estimate"):
+            raise ConfigError(f"must be auto, offset or estimate, got {chosen!r}", key="time_base")
+        time_base: Literal["offset", "estimate"] = "offset"
+        if chosen == "estimate" or (chosen == "auto" and cfg.live.time_base == "estimate"):
+            time_base = "estimate"
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         topics = sensor_topics(rig, cfg.ros, file=str(profile))
         active = {s.name for s in cfg.active_sensors}
