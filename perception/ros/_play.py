@@ -61,7 +61,9 @@ class Player:
         t0 = min(v[0].t_ns for k, v in items.items() if v and k != "ego")
         lo = t0 + round(span_s[0] * 1e9)
         hi = None if span_s[1] is None else t0 + round(span_s[1] * 1e9)
-        self._items = {k: [x for x in v if x.t_ns >= lo and (hi is None or x.t_ns < hi)] for k, v in items.items()}
+        if span_s != (0.0, None):
+            items = {k: [x for x in v if x.t_ns >= lo and (hi is None or x.t_ns < hi)] for k, v in items.items()}
+        self._items = items
         named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
         if named - set(self.rig):
             raise ConfigError(

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -17,6 +17,7 @@ from perception.config import RuntimeConfig
 from perception.errors import PerceptionError
 from perception.live import Faults
 from perception.ros._env import require_rclpy
+from perception.types import FrameResult
 
 __all__ = ["run_node", "run_play"]
 
@@ -66,9 +67,11 @@ def run_node(
     autostart: bool = True,
     ros_args: Sequence[str] = (),
     stop: threading.Event | None = None,
+    on_published: Callable[[FrameResult], None] | None = None,
 ) -> int:
     """Run ``perception_fusion`` until SIGINT/SIGTERM (or ``stop``); with ``autostart`` it configures and
-    activates itself, else a lifecycle manager drives it. Returns the exit code."""
+    activates itself, else a lifecycle manager drives it. ``on_published`` is called with each frame's
+    result once its outputs are published (from the live runtime's callback thread). Returns the exit code."""
     stop = stop or threading.Event()
     with _signals_to(stop), _rclpy_context(ros_args) as context:
         from rclpy.executors import SingleThreadedExecutor
@@ -78,7 +81,7 @@ def run_node(
         from perception.ros._node import FusionNode
 
         overrides = [Parameter(k, value=v) for k, v in parameters.items()]
-        node = FusionNode(context=context, parameter_overrides=overrides)
+        node = FusionNode(context=context, parameter_overrides=overrides, on_published=on_published)
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
         code = 0
