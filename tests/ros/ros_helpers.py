@@ -99,3 +99,21 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(0.05)
+
+
+def orphan_dds_segments() -> set[str]:
+    """Fast DDS shared-memory segments (its SHM transport between processes) that no process maps any
+    more: what a participant that was not shut down leaves behind (its port files are meant to stay)."""
+    shm = Path("/dev/shm")
+    segments = {
+        p.name
+        for p in shm.iterdir()
+        if p.name.startswith("fastdds_") and not p.name.startswith("fastdds_port") and not p.name.endswith("_el")
+    }
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        segments = {s for s in segments if s not in text}
+    return segments

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ros_helpers import DRIVE, ROOT, Subscriber, wait_for, write_profile
+from ros_helpers import DRIVE, ROOT, Subscriber, orphan_dds_segments, wait_for, write_profile
 
 from perception.config import load_config
 from perception.live import Faults
@@ -197,6 +197,7 @@ def test_ctrl_c_mid_stream_exits_cleanly_and_leaves_nothing_running(tmp_path: Pa
         "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
         "  radar: {model: sleepy_radar, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
     )
+    orphans = orphan_dds_segments()
     cmd = [sys.executable, "-m", "perception", "ros", "node", "--rig", str(DRIVE), "--config", str(profile)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     stop = threading.Event()
@@ -225,3 +226,4 @@ def test_ctrl_c_mid_stream_exits_cleanly_and_leaves_nothing_running(tmp_path: Pa
     assert not Path(f"/proc/{pid}").exists(), "the embedded server outlived the node"
     left = [p.name for p in Path(SHM_DIR).iterdir() if p.name.startswith(f"perception_{proc.pid}_")]
     assert not left, left
+    assert orphan_dds_segments() <= orphans  # its DDS participant was shut down too
