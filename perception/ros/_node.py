@@ -134,12 +134,15 @@ class FusionNode(LifecycleNode):
         self._info_checked: set[str] = set()
         self._lock = threading.Lock()
         self.frames_published = 0
+        #: Why the last configure or activate failed (it is logged, and the transition returns FAILURE).
+        self.failure: PerceptionError | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._configure()
         except PerceptionError as exc:
+            self.failure = exc
             self.get_logger().error(f"configure failed: {exc}")
             self._release_server()
             return TransitionCallbackReturn.FAILURE
@@ -149,6 +152,7 @@ class FusionNode(LifecycleNode):
         try:
             self._activate()
         except PerceptionError as exc:
+            self.failure = exc
             self.get_logger().error(f"activate failed: {exc}")
             self._deactivate()
             return TransitionCallbackReturn.FAILURE

@@ -14,7 +14,7 @@ from types import FrameType
 from typing import Any
 
 from perception.config import RuntimeConfig
-from perception.errors import PerceptionError
+from perception.errors import ConfigError, PerceptionError
 from perception.live import Faults
 from perception.ros._env import require_rclpy
 from perception.types import FrameResult
@@ -70,7 +70,8 @@ def run_node(
     on_published: Callable[[FrameResult], None] | None = None,
 ) -> int:
     """Run ``perception_fusion`` until SIGINT/SIGTERM (or ``stop``); with ``autostart`` it configures and
-    activates itself, else a lifecycle manager drives it. ``on_published`` is called with each frame's
+    activates itself (exit code 2 when that fails on a mistake in the profile, rig or parameters, 1 on another
+    failure), else a lifecycle manager drives it. ``on_published`` is called with each frame's
     result once its outputs are published (from the live runtime's callback thread). Returns the exit code."""
     stop = stop or threading.Event()
     with _signals_to(stop), _rclpy_context(ros_args) as context:
@@ -91,7 +92,8 @@ def run_node(
                     if stop.is_set():
                         break
                     if step() != TransitionCallbackReturn.SUCCESS:
-                        code = 1
+                        # the node logged why; a mistake in the profile, rig or parameters is a usage error
+                        code = 2 if isinstance(node.failure, ConfigError) else 1
                         break
             if code == 0:
                 while not stop.is_set() and context.ok():
