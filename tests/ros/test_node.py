@@ -188,10 +188,14 @@ def test_configure_activate_deactivate_cleanup_twice_leaks_nothing(triton: Embed
 
 @pytest.mark.triton  # its node starts an embedded Triton in the subprocess
 def test_ctrl_c_mid_stream_exits_cleanly_and_leaves_nothing_running(tmp_path: Path, subscriber: Subscriber) -> None:
-    # The node's own embedded server, with the latency-bound test models only (a quick start).
+    # The node's own embedded server, with only the three latency-bound test models (a quick start).
+    models = tmp_path / "models"
+    models.mkdir()
+    for kind in ("lidar", "radar", "camera"):
+        (models / f"sleepy_{kind}").symlink_to(ROOT / "tests" / "triton_models" / f"sleepy_{kind}")
     profile = tmp_path / "ros.yaml"
     profile.write_text(
-        f"server: {{url: embedded, models: [{ROOT / 'tests' / 'triton_models'}]}}\n"
+        f"server: {{url: embedded, models: [{models}]}}\n"
         "sensor_defaults:\n"
         "  lidar: {model: sleepy_lidar, sync_window_ms: 60, max_staleness_ms: 150}\n"
         "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
