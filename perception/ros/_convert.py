@@ -12,6 +12,7 @@ import numpy as np
 
 from perception._imageio import encode_jpeg
 from perception.errors import InputError
+from perception.importers import decode_point_cloud2, point_fields
 from perception.kinds import kind_def
 from perception.types import CameraCalibration, EgoPose, ImageSample, PointCloudSample, Transform
 
@@ -33,9 +34,7 @@ __all__ = [
 #: A raw ``sensor_msgs/Image`` is re-encoded for the camera model (which takes encoded images).
 RAW_JPEG_QUALITY = 95
 
-#: sensor_msgs/PointField datatypes -> numpy (little-endian; a big-endian cloud swaps below).
-_POINT_TYPES: Mapping[int, str] = {1: "i1", 2: "u1", 3: "i2", 4: "u2", 5: "i4", 6: "u4", 7: "f4", 8: "f8"}
-_FLOAT32 = 7
+_FLOAT32 = 7  # sensor_msgs/PointField datatype
 
 
 def stamp_ns(stamp: Any) -> int:
@@ -51,39 +50,24 @@ def to_stamp(time_cls: Any, t_ns: int) -> Any:
 def cloud_to_sample(
     msg: Any, sensor: str, kind: str, t_ns: int, field_map: Mapping[str, str], seq: int = 0
 ) -> PointCloudSample:
-    """A ``sensor_msgs/PointCloud2`` as the kind's point columns (``field_map``: ROS name -> kind field).
-    A field the kind needs and the cloud lacks is an :class:`InputError` naming it."""
+    """A ``sensor_msgs/PointCloud2`` as the kind's point columns, read by field name in any layout
+    (``field_map``: ROS name -> kind field). A field the kind needs and the cloud lacks is an
+    :class:`InputError` naming it."""
     want = kind_def(kind).point_fields
-    by_target: dict[str, Any] = {}
-    for f in msg.fields:
-        target = field_map.get(f.name, f.name)
-        if target in want and target not in by_target:
-            by_target[target] = f
-    missing = [name for name in want if name not in by_target]
+    ros_name = {target: name for name, target in field_map.items()}
+    names = [ros_name.get(f, f) for f in want]
+    have = point_fields(msg)
+    missing = [n if n == f else f"{n} (for {f})" for n, f in zip(names, want, strict=True) if n not in have]
     if missing:
-        have = ", ".join(f.name for f in msg.fields) or "none"
         raise InputError(
-            f"PointCloud2 has no field {', '.join(missing)} (it has: {have}; map names with ros.field_map)",
+            f"PointCloud2 has no field {', '.join(missing)} (it has: {', '.join(have) or 'none'}; "
+            "map names with ros.field_map)",
             sensor=sensor,
         )
-    n = int(msg.width) * int(msg.height)
-    step = int(msg.point_step)
-    order = ">" if msg.is_bigendian else "<"
-    fmts = []
-    for name in want:
-        f = by_target[name]
-        if f.datatype not in _POINT_TYPES:
-            raise InputError(f"PointCloud2 field {f.name!r} has unknown datatype {f.datatype}", sensor=sensor)
-        fmts.append(order + _POINT_TYPES[f.datatype])
-    offsets = [int(by_target[name].offset) for name in want]
-    data = memoryview(msg.data).cast("B") if not isinstance(msg.data, bytes) else msg.data
-    if len(data) < n * step:
-        raise InputError(f"PointCloud2 data has {len(data)} bytes, {n} points of {step} need {n * step}", sensor=sensor)
-    dtype = np.dtype({"names": list(want), "formats": fmts, "offsets": offsets, "itemsize": step})
-    rows = np.frombuffer(data, dtype=dtype, count=n)
-    points = np.empty((n, len(want)), dtype=np.float32)
-    for i, name in enumerate(want):
-        points[:, i] = rows[name]
+    try:
+        points = decode_point_cloud2(msg, names)
+    except ValueError as exc:
+        raise InputError(f"PointCloud2: {exc}", sensor=sensor) from exc
     return PointCloudSample(sensor, t_ns, msg.header.frame_id, points, tuple(want), seq)
 
 

@@ -28,7 +28,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
 
-import rclpy
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -73,6 +72,18 @@ def _vision_msgs() -> Any:
         return importlib.import_module("vision_msgs.msg")
     except ImportError:
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Publishers:
+    objects: Any
+    processing: Any
+    pipeline: Any
+    diagnostics: Any
+    detections: Any  # None without vision_msgs
+
+    def all(self) -> list[Any]:
+        return [p for p in (self.objects, self.processing, self.pipeline, self.diagnostics, self.detections) if p]
 
 
 class _Markers:
@@ -122,7 +133,7 @@ class FusionNode(LifecycleNode):
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
         self._server_cm: AbstractContextManager[Any] | None = None
-        self._pubs: list[Any] = []
+        self._pubs: _Publishers | None = None
         self._subs: list[Any] = []
         self._timer: Any = None
         self._vision = _vision_msgs()
@@ -224,14 +235,15 @@ class FusionNode(LifecycleNode):
         self.config = cfg
         self._check_models(cfg, rig)
         self._diag = DiagnosticsTracker(self.get_name(), list(self.topics), cfg.ros)
-        self._pubs = [
-            self.create_publisher(viz_msgs.MarkerArray, "~/objects", 10),
-            self.create_publisher(Float64, "~/debug/processing_time_ms", 10),
-            self.create_publisher(Float64, "~/debug/pipeline_latency_ms", 10),
-            self.create_publisher(DiagnosticArray, "/diagnostics", 10),
-        ]
-        if self._vision is not None:
-            self._pubs.append(self.create_publisher(self._vision.Detection3DArray, "~/detections", 10))
+        self._pubs = _Publishers(
+            objects=self.create_publisher(viz_msgs.MarkerArray, "~/objects", 10),
+            processing=self.create_publisher(Float64, "~/debug/processing_time_ms", 10),
+            pipeline=self.create_publisher(Float64, "~/debug/pipeline_latency_ms", 10),
+            diagnostics=self.create_publisher(DiagnosticArray, "/diagnostics", 10),
+            detections=None
+            if self._vision is None
+            else self.create_publisher(self._vision.Detection3DArray, "~/detections", 10),
+        )
         self.get_logger().info(
             f"configured: {len(self.topics)} sensors on {cfg.server.url} (trigger {cfg.trigger.sensor}), "
             f"time base {time_base}"
@@ -279,9 +291,9 @@ class FusionNode(LifecycleNode):
                 portal_cm.__exit__(None, None, None)
 
     def _cleanup(self) -> None:
-        for pub in self._pubs:
+        pubs, self._pubs = self._pubs, None
+        for pub in pubs.all() if pubs is not None else ():
             self.destroy_publisher(pub)
-        self._pubs = []
         self._release_server()
         self.config = None
 
@@ -402,22 +414,22 @@ class FusionNode(LifecycleNode):
     # -- outputs (the live runtime's callback thread) ---------------------------------------------------
     def _publish(self, result: FrameResult) -> None:
         cfg = self.config
-        if not self._active or cfg is None or len(self._pubs) < 4:
+        pubs = self._pubs
+        if not self._active or cfg is None or pubs is None:
             return
-        objects, processing, pipeline, _ = self._pubs[:4]
         stamp = result.t_ns + self._ros_minus_mono
         header = Header(stamp=to_stamp(Time, stamp), frame_id=cfg.ros.frame_id)
-        objects.publish(marker_array(_Markers, result, header, Duration(sec=0, nanosec=0)))
-        if self._vision is not None and len(self._pubs) > 4:
-            self._pubs[4].publish(detections_array(self._vision, result, header))
+        pubs.objects.publish(marker_array(_Markers, result, header, Duration(sec=0, nanosec=0)))
+        if pubs.detections is not None:
+            pubs.detections.publish(detections_array(self._vision, result, header))
         now = time.monotonic_ns()
         arrival = self._arrivals.pop(result.frame_id, None)
         if len(self._arrivals) > _MAX_ARRIVALS:
             self._arrivals.clear()
         # From the trigger message's arrival; a frame the timer opened (trigger silent) from its opening.
         processing_ms = (now - arrival) / 1e6 if arrival is not None else result.latency.total_ns / 1e6
-        processing.publish(Float64(data=processing_ms))
-        pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
+        pubs.processing.publish(Float64(data=processing_ms))
+        pubs.pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
         if self._diag is not None:
             self._diag.add(result)
         self.frames_published += 1
@@ -425,9 +437,10 @@ class FusionNode(LifecycleNode):
             self._on_published(result)
 
     def _publish_diagnostics(self) -> None:
-        if self._diag is None or len(self._pubs) < 4 or self.live is None:
+        pubs, live = self._pubs, self.live
+        if self._diag is None or pubs is None or live is None:
             return
-        status = self.live.status()
+        status = live.status()
         msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
         for s in self._diag.statuses(status):
             level = bytes([s.level])
@@ -435,11 +448,4 @@ class FusionNode(LifecycleNode):
             msg.status.append(
                 DiagnosticStatus(level=level, name=s.name, message=s.message, hardware_id=NODE_NAME, values=values)
             )
-        self._pubs[3].publish(msg)
-
-
-def shutdown_context() -> None:
-    """Shut rclpy's default context down if it is still up."""
-    with contextlib.suppress(Exception):
-        if rclpy.ok():
-            rclpy.shutdown()
+        pubs.diagnostics.publish(msg)

@@ -97,6 +97,11 @@ def test_a_missing_point_field_is_an_input_error_naming_it_and_the_sensor() -> N
     with pytest.raises(InputError) as err:
         cloud_to_sample(msg, "radar_front", "radar", 0, {"doppler": "radial_velocity"})
     assert str(err.value).startswith("radar_front: PointCloud2 has no field rcs (it has: x, y, z, doppler;")
+    renamed = _cloud(
+        [("x", "f4"), ("y", "f4"), ("z", "f4"), ("radial_velocity", "f4"), ("rcs", "f4")], np.zeros((1, 5))
+    )
+    with pytest.raises(InputError, match=r"radar_front: PointCloud2 has no field doppler \(for radial_velocity\)"):
+        cloud_to_sample(renamed, "radar_front", "radar", 0, {"doppler": "radial_velocity"})
 
 
 def test_a_cloud_sample_round_trips_through_point_cloud2() -> None:
