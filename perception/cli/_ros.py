@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perception.cli._common import DEFAULT_CONFIG, repo_root
+from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
 from perception.config import load_config
 from perception.errors import ConfigError
 from perception.live import parse_faults
@@ -80,28 +80,7 @@ def register(sub: Any) -> None:
         metavar="S",
         help="wait up to S seconds for a subscriber on every sensor topic first",
     )
-    pl.add_argument(
-        "--silence",
-        action="append",
-        default=[],
-        metavar="SENSOR:FROM:TO",
-        help="do not send SENSOR between FROM and TO s (repeatable)",
-    )
-    pl.add_argument(
-        "--burst",
-        action="append",
-        default=[],
-        metavar="SENSOR:FROM:TO",
-        help="hold SENSOR back between FROM and TO s, then send at once (repeatable)",
-    )
-    pl.add_argument("--jitter-ms", type=float, default=0.0, help="random extra delay per message, up to this")
-    pl.add_argument(
-        "--clock-jump",
-        action="append",
-        default=[],
-        metavar="SENSOR:AT:OFFSET_S",
-        help="from AT s on, SENSOR's stamps are OFFSET_S s off (repeatable)",
-    )
+    add_fault_options(pl)
     pl.add_argument("--json", action="store_true", help="print the messages published as JSON")
     _ros_args(pl)
     pl.set_defaults(func=run_play_cmd)
