@@ -50,6 +50,15 @@ class Faults:
     clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
     seed: int = 0
 
+    def check_sensors(self, sensors: Sequence[str], drive: Path) -> None:
+        """A :class:`ConfigError` when a fault names a sensor that ``drive`` (with ``sensors``) lacks."""
+        named = {s for s, _, _ in (*self.silence, *self.bursts, *self.clock_jumps)}
+        if named - set(sensors):
+            raise ConfigError(
+                f"no such sensor in drive {drive}: {', '.join(sorted(named - set(sensors)))} "
+                f"(it has: {', '.join(sensors)})"
+            )
+
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
     """``SENSOR:FROM:TO`` for silences and bursts, ``SENSOR:AT:OFFSET_S`` for clock jumps."""

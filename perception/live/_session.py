@@ -16,7 +16,7 @@ from typing import Any
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError, PerceptionError
+from perception.errors import PerceptionError
 from perception.live._publisher import Faults, receive
 from perception.live._runtime import LiveRuntime
 from perception.types import EgoPose, FrameResult
@@ -41,11 +41,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
     with DriveReader(drive) as reader:
         rig = dict(reader.rig)
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
-    named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
-    if named - set(rig):
-        raise ConfigError(
-            f"no such sensor in drive {drive}: {', '.join(sorted(named - set(rig)))} (it has: {', '.join(rig)})"
-        )
+    faults.check_sensors(list(rig), drive)
     records: list[FrameResult] = []
     push_cpu = 0
     with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:

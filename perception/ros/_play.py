@@ -64,12 +64,7 @@ class Player:
         if span_s != (0.0, None):
             items = {k: [x for x in v if x.t_ns >= lo and (hi is None or x.t_ns < hi)] for k, v in items.items()}
         self._items = items
-        named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
-        if named - set(self.rig):
-            raise ConfigError(
-                f"no such sensor in drive {drive}: {', '.join(sorted(named - set(self.rig)))} "
-                f"(it has: {', '.join(self.rig)})"
-            )
+        faults.check_sensors(list(self.rig), drive)
         self._faults = faults
         self.topics: Mapping[str, SensorTopics] = sensor_topics(self.rig, ros)
         qos = qos_profile_sensor_data
