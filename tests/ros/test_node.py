@@ -155,7 +155,8 @@ def test_configure_activate_deactivate_cleanup_twice_leaks_nothing(triton: Embed
     profile = write_profile(tmp_path / "ros.yaml", extra="")
     context = rclpy.Context()
     rclpy.init(context=context)
-    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url}
+    # A topic renamed by a ROS parameter (--ros-args -p topics.cam_front:=...): a raw image topic.
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "topics.cam_front": "/cam/image_raw"}
     node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -166,6 +167,9 @@ def test_configure_activate_deactivate_cleanup_twice_leaks_nothing(triton: Embed
         for _ in range(2):
             before = threading.enumerate()
             assert node.trigger_configure() == ok
+            cam = node.topics["cam_front"]
+            assert (cam.data, cam.image, cam.camera_info) == ("/cam/image_raw", "raw", "/cam/camera_info")
+            assert node.topics["lidar_top"].data == "/sensors/lidar_top/points"
             assert node.trigger_activate() == ok
             assert node.live is not None and node._subs
             assert len(threading.enumerate()) > len(before)  # the live runtime's event loop (at least)
