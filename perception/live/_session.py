@@ -16,7 +16,7 @@ from typing import Any
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError, PerceptionError
+from perception.errors import PerceptionError
 from perception.live._publisher import Faults, receive
 from perception.live._runtime import LiveRuntime
 from perception.types import EgoPose, FrameResult
@@ -42,11 +42,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         rig = dict(reader.rig)
         source = reader.source  # resolved as a replay of this drive is (models, budget, fusion settings)
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
-    named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
-    if named - set(rig):
-        raise ConfigError(
-            f"no such sensor in drive {drive}: {', '.join(sorted(named - set(rig)))} (it has: {', '.join(rig)})"
-        )
+    faults.check_sensors(list(rig), drive)
     records: list[FrameResult] = []
     push_cpu = 0
     with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
