@@ -442,6 +442,9 @@ class LatencyTree:
     server: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: Why Triton's time is unknown for this frame, per model (e.g. other clients' requests interleaved).
     server_unavailable: Mapping[str, str] = field(default_factory=dict)
+    #: The client's monotonic ns at which ``total_ns`` starts (the frame's origin; 0 when unknown): places
+    #: frames in flight together on one timeline (:class:`perception.metrics.ChromeTrace`).
+    start_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

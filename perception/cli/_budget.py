@@ -11,7 +11,7 @@ from typing import Any
 
 from perception.cli._args import int_within, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
-from perception.cli._replay import replay_with_stop
+from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.config import with_overrides
 from perception.metrics import (
     budget_rows,
@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("out/budget"), help="output directory (default: out/budget)")
     p.add_argument("--no-progress", action="store_true")
+    add_trace_out(p)
     p.set_defaults(func=run)
 
 
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     progress = False if args.no_progress else None
     options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
-    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options))
+    sinks = trace_sinks(args, "budget")
+    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options, sinks=sinks))
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)

@@ -176,7 +176,7 @@ class Runtime:
         if server.embedded:
             from perception.server import EmbeddedTriton
 
-            emb = EmbeddedTriton(list(server.models), startup_timeout_s=server.startup_timeout_s)
+            emb = EmbeddedTriton(list(server.models), startup_timeout_s=server.startup_timeout_s, trace=server.trace)
             await stack.enter_async_context(emb)
             self.server = emb
             urls: tuple[str, ...] = (emb.grpc_url, *server.replicas)
@@ -355,7 +355,7 @@ class Runtime:
             status=status,
             sensors=dict(results),
             detections=detections,
-            latency=LatencyTree(total_ns=total, stages=stages, sensors=sensors),
+            latency=LatencyTree(total_ns=total, stages=stages, sensors=sensors, start_ns=origin),
             deadline_missed=total > self.config.budget.total_ns,
         )
 
