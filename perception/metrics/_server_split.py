@@ -276,9 +276,11 @@ def _split_sensors(sensors: dict[str, dict[str, int]], req: FrameRequest, entry:
                 f"other traffic (server time {entry['total'] / 1e6:.3f} ms exceeds the request's "
                 f"{in_flight / 1e6:.3f} ms in flight)"
             )
+    compute = sum(entry[f"compute_{part}"] for part in ("input", "infer", "output"))
     for name in req.sensors:
         stages = sensors[name]
         stages.update({f"server_{stage}": ns for stage, ns in entry.items()})
+        stages["server_compute"] = compute  # queue vs compute: what pipelining changes
         stages["overhead"] = max(0, stages["in_flight"] - entry["total"])
     return None
 

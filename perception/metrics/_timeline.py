@@ -198,7 +198,14 @@ class ChromeTrace:
         if server is None:
             return
         s = fly_start + max(0, in_flight - server) // 2
-        self._x(tid, "server", s, server, "server", {"overhead_ms": _us(stages.get("overhead", 0)) / 1e3})
+        self._x(
+            tid,
+            "server",
+            s,
+            server,
+            "server",
+            {"frame_id": r.frame_id, "overhead_ms": _us(stages.get("overhead", 0)) / 1e3},
+        )
         for stage in SERVER_STAGES:
             ns = stages.get(f"server_{stage}", 0)
             self._x(tid, f"server_{stage}", s, ns, "server")

@@ -134,3 +134,42 @@ def test_the_timeline_nests_and_adds_up_to_each_latency_tree(replayed: tuple[Pat
     flows = [e for e in events if e["ph"] in ("s", "f")]
     n_requests = sum(len(r["latency_ms"]["sensors"]) for r in records.values())
     assert len([e for e in flows if e["ph"] == "s"]) == n_requests == len([e for e in flows if e["ph"] == "f"])
+
+
+def test_budget_gates_server_queue_and_compute_pipelined(tmp_path: Path) -> None:
+    """``perception budget --in-flight 3`` on the embedded server: Triton's split per request, per-sensor
+    queue vs compute rows, and budgets on ``server.<model>.queue`` and a sensor's ``server_queue`` judged."""
+    import yaml
+    from reliability_helpers import profile_data
+
+    from perception.cli import main
+
+    repo = tmp_path / "models"
+    repo.mkdir()
+    for model in SLEEPY.values():
+        (repo / model).symlink_to(TEST_MODELS / model, target_is_directory=True)
+    drive = write_drive(tmp_path / "drive.mcap", FRAMES, period_ns=20_000_000)
+    data = profile_data("embedded", SLEEPY, server={"url": "embedded", "models": [str(repo)], "startup_timeout_s": 120})
+    data["budget"]["stages"] = {
+        "server.sleepy_radar.queue": 10_000,  # generous: judged, not a timing assertion
+        "lidar_top.server_queue": 10_000,
+        "server.sleepy_camera.compute_infer": 1,  # the camera model sleeps 40 ms: must fail
+    }
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    trace = out / "trace.json"
+    args = [str(drive), "--config", str(profile), "--no-progress", "--budget-ms", "3000", "--in-flight", "3"]
+    assert main(["budget", *args, "--out", str(out), "--trace-out", str(trace)]) == 1
+    report = json.loads((out / "report.json").read_text())
+    assert report["server_split"]["per_frame"] is True and report["server_split"]["source"] == "trace"
+    verdicts = {r["stage"]: r["verdict"] for r in report["budget"]["rows"]}
+    assert verdicts["server.sleepy_radar.queue"] == "ok" and verdicts["lidar_top.server_queue"] == "ok"
+    assert verdicts["server.sleepy_camera.compute_infer"] == "FAIL"
+    assert report["budget"]["violations"] == ["server.sleepy_camera.compute_infer"]
+    for sensor in SLEEPY:  # queue vs compute per sensor, every frame
+        assert f"{sensor}.server_queue" in verdicts and verdicts[f"{sensor}.server_compute"] == "-"
+        assert report["latency_ms"]["sensors"][sensor]["server_compute"]["n"] == FRAMES
+    md = (out / "report.md").read_text()
+    assert "from Triton's trace" in md
+    assert json.loads(trace.read_text())[0]["args"]["name"].startswith("perception budget")
