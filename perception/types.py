@@ -428,10 +428,10 @@ class LatencyTree:
 
     A sensor's stages: ``preprocess`` (tensors from the sample), ``request`` (the client call, of which
     ``serialize`` is the client's serialisation or shared-memory copy) and, when Triton's time for the
-    request is known (:class:`perception.metrics.TraceSplitter` or ``ServerSplitter``), ``in_flight`` (= request - serialize),
-    ``server_queue``, ``server_compute_input``, ``server_compute_infer``, ``server_compute_output``,
-    ``server_compute`` (their three compute stages), ``server_total`` and ``overhead`` (= in_flight -
-    server_total: network, gRPC and client scheduling).
+    request is known (:class:`perception.metrics.TraceSplitter` or ``ServerSplitter``), ``in_flight``
+    (= request - serialize), ``server_queue``, ``server_compute_input``, ``server_compute_infer``,
+    ``server_compute_output``, ``server_compute`` (their three compute stages), ``server_total`` and
+    ``overhead`` (= in_flight - server_total: network, gRPC and client scheduling).
     """
 
     total_ns: int = 0
