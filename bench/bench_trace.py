@@ -98,7 +98,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         off_cfg = _config(base, trace=False, depth=args.depth)
         async with (
             # every sensor awaited (a one-minute join deadline): both variants do the same work
-            Runtime(on_cfg, source=drive.source, fusion=None, join_timeout_ns=JOIN_NS) as on,
+            Runtime(on_cfg, source=drive.source, fusion=None, join_timeout_ns=JOIN_NS, trace_requests=True) as on,
             Runtime(off_cfg, source=drive.source, fusion=None, join_timeout_ns=JOIN_NS) as off,
         ):
             frames = list(on.session.assembler().feed(drive.samples()))

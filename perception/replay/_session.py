@@ -244,7 +244,11 @@ async def replay_drive(
         try:
             with ExitStack() as stack:
                 writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                async with Runtime(session, fusion=fusion, client=client, join_timeout_ns=join_override) as rt:
+                # the embedded server traces every request for the per-request server split
+                trace = opts.server_split is not False
+                async with Runtime(
+                    session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
+                ) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()
