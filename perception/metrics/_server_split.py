@@ -262,7 +262,9 @@ OVERRUN_NS = 5_000_000
 OVERRUN_FRACTION = 0.05
 
 
-def _split_sensors(sensors: dict[str, dict[str, int]], req: FrameRequest, entry: Mapping[str, int]) -> str | None:
+def _split_sensors(
+    sensors: dict[str, dict[str, int]], req: FrameRequest, entry: Mapping[str, int], *, overrun: str = "other traffic"
+) -> str | None:
     """Put the request's server stages and overhead in each of its sensors' trees; a reason instead when
     the server's time clearly exceeds the request's time in flight (then it is not this request's).
     ``overhead`` is never negative: where Triton's accounting outlasts the client's view it is 0."""
@@ -273,7 +275,7 @@ def _split_sensors(sensors: dict[str, dict[str, int]], req: FrameRequest, entry:
             return "no client timing (the client does not report its serialisation time)"
         if entry["total"] > in_flight * (1 + OVERRUN_FRACTION) + OVERRUN_NS:
             return (
-                f"other traffic (server time {entry['total'] / 1e6:.3f} ms exceeds the request's "
+                f"{overrun} (server time {entry['total'] / 1e6:.3f} ms exceeds the request's "
                 f"{in_flight / 1e6:.3f} ms in flight)"
             )
     compute = sum(entry[f"compute_{part}"] for part in ("input", "infer", "output"))
@@ -365,7 +367,8 @@ class TraceSplitter:
                     f"within {self._settle_s * 1e3:g} ms)"
                 )
                 continue
-            reason = _split_sensors(sensors, req, entry)
+            # a request's own server time cannot exceed its time in flight: then the trace is another's
+            reason = _split_sensors(sensors, req, entry, overrun="not this request's trace (a request id reused?)")
             if reason is not None:
                 unavailable[req.model] = reason
                 continue
