@@ -103,8 +103,9 @@ class ReplayOptions:
     start_ns: int | None = None
     end_ns: int | None = None
     report_md: bool = True  # DIR/report.md (latency tables, quality, rendered frames) when out_dir is set
-    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: when one
-    #: frame is in flight; ``True`` with more is a :class:`ConfigError`.
+    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: whenever it
+    #: can be (the embedded server's trace at any depth, else the statistics with one frame in flight);
+    #: ``True`` where it cannot is a :class:`ConfigError`; ``False``: off (and no trace).
     server_split: bool | None = None
 
 
