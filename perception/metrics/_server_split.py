@@ -287,6 +287,10 @@ def _split_sensors(
     return None
 
 
+#: After this many frames without a single trace, :class:`TraceSplitter` stops waiting for traces.
+_TRACELESS_FRAMES = 3
+
+
 class TraceSplitter:
     """Adds Triton's own time per request to each frame's latency tree from Triton's trace: at any number
     of frames in flight, since every request is identified by its id (``"<frame>:<sensors>"``, as the
@@ -320,6 +324,10 @@ class TraceSplitter:
         #: (frame id, sensor) -> its request's trace; frames up to ``_done`` are forgotten.
         self._traces: dict[tuple[int, str], RequestTrace] = {}
         self._done: int | None = None
+        #: Frames with answered requests but no trace at all so far: a server that writes none (its trace
+        #: off or unwritable) would otherwise cost every frame the settle timeout.
+        self._traceless = 0
+        self._found_any = False
 
     async def start(self) -> None:
         """Forget the traces so far (warm-up requests)."""
@@ -350,7 +358,8 @@ class TraceSplitter:
     async def _attribute(self, result: FrameResult) -> FrameResult:
         fid = result.frame_id
         answered = [r for r in frame_requests(result, self._sensors, batched_cameras=self._batched) if r.ok]
-        give_up = time.monotonic() + self._settle_s
+        settle = 0.0 if self._traceless >= _TRACELESS_FRAMES else self._settle_s
+        give_up = time.monotonic() + settle
         self._take()
         while any((fid, r.sensors[0]) not in self._traces for r in answered) and time.monotonic() < give_up:
             await anyio.sleep(self._poll_s)
@@ -363,10 +372,12 @@ class TraceSplitter:
             entry = tr.stages() if tr is not None else None
             if entry is None:
                 unavailable[req.model] = (
-                    f"no trace (Triton wrote none for request {fid}:{','.join(req.sensors)} "
-                    f"within {self._settle_s * 1e3:g} ms)"
+                    f"no trace (Triton wrote none for request {fid}:{','.join(req.sensors)} within {settle * 1e3:g} ms)"
+                    if tr is None
+                    else f"no trace (request {fid}:{','.join(req.sensors)} traced without compute timestamps)"
                 )
                 continue
+            self._found_any = True
             # a request's own server time cannot exceed its time in flight: then the trace is another's
             reason = _split_sensors(sensors, req, entry, overrun="not this request's trace (a request id reused?)")
             if reason is not None:
@@ -378,6 +389,14 @@ class TraceSplitter:
                 acc[stage] += ns
         for model in unavailable:
             server.pop(model, None)
+        if answered and not self._found_any:
+            self._traceless += 1
+            if self._traceless == _TRACELESS_FRAMES:
+                log.warning(
+                    "no trace of any request in %d frames from %s: the server writes none; not waiting for it",
+                    _TRACELESS_FRAMES,
+                    self._reader.directory,
+                )
         latency = dataclasses.replace(result.latency, sensors=sensors, server=server, server_unavailable=unavailable)
         return dataclasses.replace(result, latency=latency)
 

@@ -84,3 +84,14 @@ async def test_late_traces_of_reported_frames_are_dropped_and_a_trace_too_long_i
         four = await splitter.attribute(_result(4, 30))
     assert four.latency.server_unavailable["lidar_detector"].startswith("not this request's trace")
     assert not splitter._traces  # nothing kept for frames already reported
+
+
+@pytest.mark.anyio
+async def test_a_server_that_writes_no_trace_stops_costing_the_settle_time(tmp_path: Path) -> None:
+    splitter = TraceSplitter(TraceReader(tmp_path), SENSORS[:1], batched_cameras=True, settle_timeout_s=1.0)
+    with anyio.fail_after(60):  # 3 frames wait the settle timeout, then none waits
+        await splitter.start()
+        for fid in range(8):
+            r = await splitter.attribute(_result(fid, 30))
+            assert r.latency.server_unavailable["lidar_detector"].startswith("no trace")
+    assert "within 0 ms" in r.latency.server_unavailable["lidar_detector"]
