@@ -428,9 +428,10 @@ class LatencyTree:
 
     A sensor's stages: ``preprocess`` (tensors from the sample), ``request`` (the client call, of which
     ``serialize`` is the client's serialisation or shared-memory copy) and, when Triton's time for the
-    request is known (:class:`perception.metrics.ServerSplitter`), ``in_flight`` (= request - serialize),
-    ``server_queue``, ``server_compute_input``, ``server_compute_infer``, ``server_compute_output``,
-    ``server_total`` and ``overhead`` (= in_flight - server_total: network, gRPC and client scheduling).
+    request is known (:class:`perception.metrics.TraceSplitter` or ``ServerSplitter``), ``in_flight``
+    (= request - serialize), ``server_queue``, ``server_compute_input``, ``server_compute_infer``,
+    ``server_compute_output``, ``server_compute`` (their three compute stages), ``server_total`` and
+    ``overhead`` (= in_flight - server_total: network, gRPC and client scheduling).
     """
 
     total_ns: int = 0
@@ -442,6 +443,9 @@ class LatencyTree:
     server: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: Why Triton's time is unknown for this frame, per model (e.g. other clients' requests interleaved).
     server_unavailable: Mapping[str, str] = field(default_factory=dict)
+    #: The client's monotonic ns at which ``total_ns`` starts (the frame's origin; 0 when unknown): places
+    #: frames in flight together on one timeline (:class:`perception.metrics.ChromeTrace`).
+    start_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

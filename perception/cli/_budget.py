@@ -12,7 +12,7 @@ from typing import Any
 from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
-from perception.cli._replay import replay_with_stop
+from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.config import with_overrides
 from perception.metrics import (
     budget_rows,
@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
         description="Replay DRIVE and check the total per-frame budget (and per-stage budgets from the "
         "config's budget.stages) at a percentile. Prints a table, writes report.json, report.md and plots. "
         "Exits 1 on any violation. Each sensor's request is split into client time (preprocess, serialize) "
-        "and time in flight; with one frame in flight (the default, --in-flight 1) the time in flight is split "
-        "further into Triton's queue/compute time per frame and the remaining network/client overhead.",
+        "and time in flight, and the time in flight into Triton's queue/compute time for that request and "
+        "the remaining network/client overhead: from Triton's trace on the embedded server (any --in-flight), "
+        "from its statistics on an external one (--in-flight 1 only).",
     )
     add_runtime_options(p)
     p.add_argument("--budget-ms", type=positive_float, required=True, help="total per-frame budget in ms")
@@ -53,12 +54,13 @@ def register(sub: Any) -> None:
         type=int_within(1, 64),
         default=1,
         metavar="K",
-        help="frames in flight (default 1: every frame is measured on its own, so Triton's statistics split "
-        "each request into server queue/compute time and client/network overhead per frame; K > 1 measures "
-        "under pipelining, with the server side as per-run means only)",
+        help="frames in flight (default 1: every frame is measured on its own; K > 1 measures under "
+        "pipelining: the embedded server's trace still splits every request into server queue/compute time "
+        "and client/network overhead, an external server's statistics give per-run means only)",
     )
     p.add_argument("--out", type=Path, default=Path("out/budget"), help="output directory (default: out/budget)")
     p.add_argument("--no-progress", action="store_true")
+    add_trace_out(p)
     p.set_defaults(func=run)
 
 
@@ -71,14 +73,20 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     progress = False if args.no_progress else None
     options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
-    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options))
+    sinks = trace_sinks(args, "budget")
+    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options, sinks=sinks))
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)
     split = outcome.report.get("server_split", {})
     per_frame = server_rows(outcome.latency)
     if per_frame:
-        sys.stdout.write("\nTriton server side per frame, ms (a sensor's in_flight - server_total = its overhead):\n")
+        source = "Triton's trace" if split.get("source") == "trace" else "Triton's statistics"
+        depth = outcome.report.get("admission", {}).get("peak") or cfg.pipeline.max_in_flight
+        sys.stdout.write(
+            f"\nTriton server side per frame from {source}, {depth} frame(s) in flight, ms "
+            "(a sensor's in_flight - server_total = its overhead):\n"
+        )
         sys.stdout.write(render_table(per_frame))
         sys.stdout.write("\n".join(server_split_lines(split.get("models", {}))) + "\n")
     else:

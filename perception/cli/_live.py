@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_fault_options, add_runtime_options, runtime_config
+from perception.cli._replay import add_trace_out
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -38,6 +39,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", type=Path, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_trace_out(p)
     p.set_defaults(func=run)
 
 
@@ -62,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
                     "sensors": {n: s.status.value for n, s in r.sensors.items()},
                 }
                 f.write(json.dumps(record) + "\n")
+    if args.trace_out is not None:
+        # The client's side of every frame (the live runtime does not read Triton's trace: no server split).
+        from perception.metrics import ChromeTrace, with_in_flight
+
+        with ChromeTrace(args.trace_out, process_name=f"perception live {args.drive.name}") as trace:
+            for r in sorted(outcome.records, key=lambda r: r.latency.start_ns):
+                trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
     return 0 if summary["publisher_exit_code"] == 0 else 1
 

@@ -71,7 +71,29 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--live-port", type=port_or_zero, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
     )
+    add_trace_out(p)
     p.set_defaults(func=run)
+
+
+def add_trace_out(p: argparse.ArgumentParser) -> None:
+    """``--trace-out FILE``: every frame's latency tree as a timeline (Chrome trace-event JSON)."""
+    p.add_argument(
+        "--trace-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write every frame's timeline (frame stages, each sensor's request with Triton's queue and "
+        "compute nested) as Chrome trace-event JSON: open it in ui.perfetto.dev or chrome://tracing",
+    )
+
+
+def trace_sinks(args: argparse.Namespace, command: str) -> list[ReplaySink]:
+    """The ``--trace-out`` sink, if asked for."""
+    if args.trace_out is None:
+        return []
+    from perception.metrics import timeline_sink
+
+    return [timeline_sink(args.trace_out, process_name=f"perception {command} {args.drive.name}")]
 
 
 async def replay_with_stop(
@@ -163,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     with PrometheusExporter(port=args.metrics_port) as metrics, ExitStack() as stack:
         if args.metrics_port is not None:
             sys.stdout.write(f"prometheus metrics on http://127.0.0.1:{metrics.port}/metrics\n")
-        sinks = _viz_sinks(args, stack)
+        sinks = _viz_sinks(args, stack) + trace_sinks(args, "replay")
         sys.stdout.flush()
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
@@ -190,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_modes:
         _compare_modes(args, cfg, outcome)
     written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
-    sys.stdout.write(f"wrote {', '.join(str(args.out / name) for name in written)}\n")
+    paths = [str(args.out / name) for name in written] + ([str(args.trace_out)] if args.trace_out else [])
+    sys.stdout.write(f"wrote {', '.join(paths)}\n")
     if outcome.interrupted:
         sys.stdout.write("interrupted: records are complete up to the last finished frame\n")
         return 130

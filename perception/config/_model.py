@@ -75,6 +75,9 @@ class ServerConfig:
     connect_timeout_s: float = 10.0  # an external URL that does not answer at all for this long fails at once
     tls: TLSConfig = field(default_factory=TLSConfig)
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: The embedded server traces every request of a replay (Triton's timestamps per request id), so each
+    #: frame's latency tree gets Triton's own time per request at any number of frames in flight.
+    trace: bool = True
 
     def __post_init__(self) -> None:
         if not self.url:

@@ -21,15 +21,18 @@ from perception.metrics._latency import RELATIVE_ERROR, LatencyAccumulator, Late
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import frame_record
 from perception.metrics._saturation import late_causes, late_lines
-from perception.metrics._server_split import ServerSplitter, with_in_flight
+from perception.metrics._server_split import ServerSplitter, TraceSplitter, with_in_flight
+from perception.metrics._timeline import ChromeTrace, timeline_sink
 
 __all__ = [
     "RELATIVE_ERROR",
     "BudgetRow",
+    "ChromeTrace",
     "LatencyAccumulator",
     "LatencySketch",
     "PrometheusExporter",
     "ServerSplitter",
+    "TraceSplitter",
     "budget_rows",
     "budget_violations",
     "frame_record",
@@ -43,6 +46,7 @@ __all__ = [
     "server_split_lines",
     "server_table",
     "status_table",
+    "timeline_sink",
     "with_in_flight",
     "write_markdown",
     "write_plots",

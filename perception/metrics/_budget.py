@@ -57,7 +57,16 @@ class BudgetRow:
 
 #: A sensor's rows in the budget table (when measured); any other stage of its tree gets a row when it
 #: has a budget.
-SENSOR_ROWS = ("total", "preprocess", "serialize", "in_flight", "server_total", "overhead")
+SENSOR_ROWS = (
+    "total",
+    "preprocess",
+    "serialize",
+    "in_flight",
+    "server_queue",
+    "server_compute",
+    "server_total",
+    "overhead",
+)
 NO_DATA = "no data"
 
 
@@ -176,6 +185,12 @@ def server_table(server_ms: Mapping[str, Mapping[str, float]]) -> list[str]:
     return lines
 
 
+_SPLIT_SOURCE = {
+    "trace": "Per request, from Triton's trace (every request's own timestamps, at any number of frames in flight)",
+    "statistics": "Per frame, from Triton's statistics read between frames (one frame in flight)",
+}
+
+
 def server_section(report: Mapping[str, Any], acc: LatencyAccumulator | None) -> list[str]:
     """Markdown: Triton's own time -- per frame (percentiles) when it was split per frame, else the
     run's mean per request -- with how many frames it covers and why not the others."""
@@ -187,9 +202,10 @@ def server_section(report: Mapping[str, Any], acc: LatencyAccumulator | None) ->
     lines = ["## Triton server side", ""]
     if per_frame:
         lines += [
-            "Per frame, from Triton's statistics read between frames (ms; a model's requests of the frame "
-            "summed). Each sensor's `in_flight` minus its `server_total` is its `overhead`: network, gRPC "
-            "(de)serialisation and client scheduling.",
+            _SPLIT_SOURCE.get(split.get("source"), _SPLIT_SOURCE["statistics"])
+            + " (ms; a model's requests of the frame summed). Each sensor's `in_flight` minus its "
+            "`server_total` is its `overhead`: network, gRPC (de)serialisation and client scheduling; its "
+            "`server_queue` vs `server_compute` is in the budget table.",
             "",
             *markdown_table(per_frame),
             "",

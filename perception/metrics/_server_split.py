@@ -1,4 +1,4 @@
-"""Per-frame client/server split of every request, from Triton's cumulative statistics.
+"""Per-frame client/server split of every request: from Triton's per-request trace, or its statistics.
 
 Triton counts, per model, successful requests and the nanoseconds they spent in its queue, copying
 inputs in (``compute_input``), running the model (``compute_infer``) and copying outputs out
@@ -8,10 +8,14 @@ this client sent to the model for the frame. :class:`ServerSplitter` checks that
 the model's split unavailable for the frame with the reason; it never guesses. It works against any
 Triton (embedded or external) and needs nothing from the models.
 
-Why not Triton's trace API: in Triton 2.51 the trace file can only be set when the server is launched
-(``--trace-config triton,file=...``; changing it at run time was removed), it is written on the
-server's host, and only every ``log-frequency`` traces (a file per flush) or at shutdown. That suits
-offline analysis of a server one controls, not a per-frame tree from any server as frames complete.
+Two sources, one split (the same stages, ``overhead`` and checks, :func:`_split_sensors`):
+
+* :class:`TraceSplitter` reads Triton's per-request trace (``--trace-config triton``, which the
+  embedded server turns on: ``server.trace``). Each request carries its frame and sensors in its id, so
+  it works at any number of frames in flight. In Triton 2.51 the trace file can only be set when the
+  server is launched, on the server's host: an external server's trace is not readable here.
+* :class:`ServerSplitter` diffs Triton's cumulative statistics around each frame: any Triton, but only
+  with one frame in flight (described below). ``report.json`` says which (``server_split.source``).
 
 Triton updates the statistics a moment after the response is sent (measured: about one request in
 five is not yet counted when its answer arrives), so each model's snapshot waits (a bounded poll, in
@@ -37,9 +41,10 @@ import anyio
 
 from perception.errors import PerceptionError
 from perception.kinds import kind_def
+from perception.triton import RequestTrace, TraceReader
 from perception.types import SERVER_STAGES, FrameResult, FrameStatus, SensorStatus
 
-__all__ = ["FrameRequest", "ServerSplitter", "frame_requests", "with_in_flight"]
+__all__ = ["FrameRequest", "ServerSplitter", "TraceSplitter", "frame_requests", "with_in_flight"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +113,8 @@ def _delta(before: Mapping[str, int], after: Mapping[str, int], key: str) -> int
 class ServerSplitter:
     """Adds Triton's own time to each frame's latency tree (see the module docs).
 
+    ``source`` is ``"statistics"``; ``gated``: frames must be dispatched one at a time.
+
     Call :meth:`start` once before the first frame, then :meth:`attribute` with every frame's result,
     in order, each before the next frame is dispatched.
     """
@@ -129,6 +136,9 @@ class ServerSplitter:
         self._query_s = query_timeout_s
         self._last: dict[str, Mapping[str, int] | None] = {}
         self._tainted: set[str] = set()
+
+    source = "statistics"
+    gated = True
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -236,7 +246,9 @@ OVERRUN_NS = 5_000_000
 OVERRUN_FRACTION = 0.05
 
 
-def _split_sensors(sensors: dict[str, dict[str, int]], req: FrameRequest, entry: Mapping[str, int]) -> str | None:
+def _split_sensors(
+    sensors: dict[str, dict[str, int]], req: FrameRequest, entry: Mapping[str, int], *, overrun: str = "other traffic"
+) -> str | None:
     """Put the request's server stages and overhead in each of its sensors' trees; a reason instead when
     the server's time clearly exceeds the request's time in flight (then it is not this request's).
     ``overhead`` is never negative: where Triton's accounting outlasts the client's view it is 0."""
@@ -247,11 +259,133 @@ def _split_sensors(sensors: dict[str, dict[str, int]], req: FrameRequest, entry:
             return "no client timing (the client does not report its serialisation time)"
         if entry["total"] > in_flight * (1 + OVERRUN_FRACTION) + OVERRUN_NS:
             return (
-                f"other traffic (server time {entry['total'] / 1e6:.3f} ms exceeds the request's "
+                f"{overrun} (server time {entry['total'] / 1e6:.3f} ms exceeds the request's "
                 f"{in_flight / 1e6:.3f} ms in flight)"
             )
+    compute = sum(entry[f"compute_{part}"] for part in ("input", "infer", "output"))
     for name in req.sensors:
         stages = sensors[name]
         stages.update({f"server_{stage}": ns for stage, ns in entry.items()})
+        stages["server_compute"] = compute  # queue vs compute: what pipelining changes
         stages["overhead"] = max(0, stages["in_flight"] - entry["total"])
     return None
+
+
+#: After this many frames without a single trace, :class:`TraceSplitter` stops waiting for traces.
+_TRACELESS_FRAMES = 3
+
+
+class TraceSplitter:
+    """Adds Triton's own time per request to each frame's latency tree from Triton's trace: at any number
+    of frames in flight, since every request is identified by its id (``"<frame>:<sensors>"``, as the
+    dispatcher names it; :mod:`perception.triton._trace` for the files and their clocks).
+
+    The stages, ``server_*`` and ``overhead`` are those of :class:`ServerSplitter` (one definition:
+    :func:`_split_sensors`), but per request: a model serving several requests in a frame, late or
+    failed requests and other clients' traffic (other ids) need no exclusion. Call :meth:`start` once
+    before the first frame, then :meth:`attribute` with the results in frame order; nothing needs
+    holding back (``gated`` is False). A request whose trace does not appear within
+    ``settle_timeout_s`` is in ``server_unavailable`` with the reason.
+    """
+
+    source = "trace"
+    gated = False
+
+    def __init__(
+        self,
+        reader: TraceReader,
+        sensors: Sequence[tuple[str, str, str]],
+        *,
+        batched_cameras: bool,
+        settle_timeout_s: float = 1.0,
+        poll_s: float = 0.002,
+    ) -> None:
+        self._reader = reader
+        self._sensors = tuple(sensors)
+        self._batched = batched_cameras
+        self._settle_s = settle_timeout_s
+        self._poll_s = poll_s
+        #: (frame id, sensor) -> its request's trace; frames up to ``_done`` are forgotten.
+        self._traces: dict[tuple[int, str], RequestTrace] = {}
+        self._done: int | None = None
+        #: Frames with answered requests but no trace at all so far: a server that writes none (its trace
+        #: off or unwritable) would otherwise cost every frame the settle timeout.
+        self._traceless = 0
+        self._found_any = False
+
+    async def start(self) -> None:
+        """Forget the traces so far (warm-up requests)."""
+        self._reader.poll()
+
+    def _take(self) -> None:
+        for tr in self._reader.poll():
+            frame, sep, names = tr.request_id.partition(":")
+            if not sep or not frame.lstrip("-").isdigit():
+                continue  # not a frame's request (warm-up, another client)
+            fid = int(frame)
+            if self._done is not None and fid <= self._done:
+                continue  # a late request of a frame already reported
+            for name in names.split(","):
+                self._traces[(fid, name)] = tr
+
+    async def attribute(self, result: FrameResult) -> FrameResult:
+        """``result`` with ``server_*``, ``in_flight`` and ``overhead`` per answered sensor and Triton's
+        time per model (``latency.server``, summed over the model's requests of the frame)."""
+        result = with_in_flight(result)
+        try:
+            if result.status is FrameStatus.DROPPED:
+                return result
+            return await self._attribute(result)
+        finally:
+            self._forget(result.frame_id)
+
+    async def _attribute(self, result: FrameResult) -> FrameResult:
+        fid = result.frame_id
+        answered = [r for r in frame_requests(result, self._sensors, batched_cameras=self._batched) if r.ok]
+        settle = 0.0 if self._traceless >= _TRACELESS_FRAMES else self._settle_s
+        give_up = time.monotonic() + settle
+        self._take()
+        while any((fid, r.sensors[0]) not in self._traces for r in answered) and time.monotonic() < give_up:
+            await anyio.sleep(self._poll_s)
+            self._take()
+        sensors = {name: dict(stages) for name, stages in result.latency.sensors.items()}
+        server: dict[str, dict[str, int]] = {}
+        unavailable: dict[str, str] = {}
+        for req in answered:
+            tr = self._traces.get((fid, req.sensors[0]))
+            entry = tr.stages() if tr is not None else None
+            if entry is None:
+                unavailable[req.model] = (
+                    f"no trace (Triton wrote none for request {fid}:{','.join(req.sensors)} within {settle * 1e3:g} ms)"
+                    if tr is None
+                    else f"no trace (request {fid}:{','.join(req.sensors)} traced without compute timestamps)"
+                )
+                continue
+            self._found_any = True
+            # a request's own server time cannot exceed its time in flight: then the trace is another's
+            reason = _split_sensors(sensors, req, entry, overrun="not this request's trace (a request id reused?)")
+            if reason is not None:
+                unavailable[req.model] = reason
+                continue
+            acc = server.setdefault(req.model, {"requests": 0, **dict.fromkeys((*SERVER_STAGES, "total"), 0)})
+            acc["requests"] += 1
+            for stage, ns in entry.items():
+                acc[stage] += ns
+        for model in unavailable:
+            server.pop(model, None)
+        if answered and not self._found_any:
+            self._traceless += 1
+            if self._traceless == _TRACELESS_FRAMES:
+                log.warning(
+                    "no trace of any request in %d frames from %s: the server writes none; not waiting for it",
+                    _TRACELESS_FRAMES,
+                    self._reader.directory,
+                )
+        latency = dataclasses.replace(result.latency, sensors=sensors, server=server, server_unavailable=unavailable)
+        return dataclasses.replace(result, latency=latency)
+
+    def _forget(self, frame_id: int) -> None:
+        self._done = frame_id if self._done is None else max(self._done, frame_id)
+        done = self._done
+        for key in [k for k in self._traces if k[0] <= done]:
+            del self._traces[key]

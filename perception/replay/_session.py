@@ -7,12 +7,14 @@ has ground truth); ``DIR/report.md`` presents them with a few rendered frames (:
 Extra outputs (a fused MCAP recording, a live Foxglove view) plug in as ``sinks``.
 
 Every record's latency tree splits each request into the client's share (preprocessing, serialisation)
-and the time in flight. With one frame in flight (``--rate lockstep`` or ``pipeline.max_in_flight: 1``)
-the time in flight is split further into Triton's own queue / compute input / compute infer / compute
-output time and the remaining overhead (network, gRPC, client scheduling), from Triton's statistics
-between frames (:class:`perception.metrics.ServerSplitter`): the next frame is held back until they are
-read, outside any frame's timed path. With more frames in flight the statistics cannot tell frames
-apart; the report then has Triton's mean time per request over the run only (``server_ms``).
+and the time in flight, split further into Triton's own queue / compute input / compute infer / compute
+output time and the remaining overhead (network, gRPC, client scheduling). The embedded server traces
+every request (``server.trace``), so the split is per request at any number of frames in flight
+(:class:`perception.metrics.TraceSplitter`). Against an external server it comes from Triton's
+statistics between frames (:class:`perception.metrics.ServerSplitter`), with one frame in flight only
+(``--rate lockstep`` or ``pipeline.max_in_flight: 1``): the next frame is held back until they are read,
+outside any frame's timed path; with more frames in flight the report then has Triton's mean time per
+request over the run only (``server_ms``). ``report.json``'s ``server_split.source`` says which.
 
 A damaged drive costs only what is damaged: a chunk that cannot be read (bad CRC, decompression
 error, bad record) is skipped and the replay goes on with the next chunk; a truncated file is
@@ -44,7 +46,14 @@ from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
 from perception.errors import ConfigError, DriveDamagedError, ReplayError
-from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, late_causes, with_in_flight
+from perception.metrics import (
+    LatencyAccumulator,
+    ServerSplitter,
+    TraceSplitter,
+    frame_record,
+    late_causes,
+    with_in_flight,
+)
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
 from perception.scheduler import InferClient, Runtime, server_time_breakdown
@@ -94,8 +103,9 @@ class ReplayOptions:
     start_ns: int | None = None
     end_ns: int | None = None
     report_md: bool = True  # DIR/report.md (latency tables, quality, rendered frames) when out_dir is set
-    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: when one
-    #: frame is in flight; ``True`` with more is a :class:`ConfigError`.
+    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: whenever it
+    #: can be (the embedded server's trace at any depth, else the statistics with one frame in flight);
+    #: ``True`` where it cannot is a :class:`ConfigError`; ``False``: off (and no trace).
     server_split: bool | None = None
 
 
@@ -153,26 +163,36 @@ def _effective(config: RuntimeConfig, rate: Rate) -> RuntimeConfig:
     return config
 
 
-def _server_splitter(rt: Runtime, cfg: RuntimeConfig, wanted: bool | None) -> tuple[ServerSplitter | None, str | None]:
-    """The splitter for this replay, or why there is none."""
-    from perception.triton import TritonClient
+def _server_splitter(
+    rt: Runtime, cfg: RuntimeConfig, wanted: bool | None
+) -> tuple[ServerSplitter | TraceSplitter | None, str | None]:
+    """The splitter for this replay, or why there is none: Triton's trace when the runtime's server
+    writes one (any number of frames in flight), else its statistics (one frame in flight)."""
+    from perception.triton import TraceReader, TritonClient
 
     k = cfg.pipeline.max_in_flight
     if wanted is False:
         return None, "turned off"
+    sensors = [(s.name, s.kind, s.model) for s in cfg.active_sensors]
+    batched = cfg.pipeline.camera_requests == "batched"
+    trace_dir = getattr(rt.server, "trace_dir", None)
+    if trace_dir is not None:
+        return TraceSplitter(TraceReader(trace_dir), sensors, batched_cameras=batched), None
     if k > 1:
         if wanted:
             raise ConfigError(
-                f"the per-frame server split needs one frame in flight, the pipeline has {k} "
+                f"the per-frame server split needs one frame in flight or the server's trace, the pipeline "
+                f"has {k} and the server's trace is not readable here "
                 "(use --rate lockstep or pipeline.max_in_flight: 1)",
                 key="pipeline.max_in_flight",
             )
-        return None, f"{k} frames in flight: Triton's statistics cannot tell them apart (use --rate lockstep)"
+        return None, (
+            f"{k} frames in flight: Triton's statistics cannot tell them apart and its trace is not readable "
+            "here (an external server; use --rate lockstep)"
+        )
     client = rt.client
     if not isinstance(client, TritonClient):
         return None, "not a Triton client"
-    sensors = [(s.name, s.kind, s.model) for s in cfg.active_sensors]
-    batched = cfg.pipeline.camera_requests == "batched"
     return ServerSplitter(client.model_statistics, sensors, batched_cameras=batched), None
 
 
@@ -225,15 +245,21 @@ async def replay_drive(
         try:
             with ExitStack() as stack:
                 writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                async with Runtime(session, fusion=fusion, client=client, join_timeout_ns=join_override) as rt:
+                # the embedded server traces every request for the per-request server split
+                trace = opts.server_split is not False
+                async with Runtime(
+                    session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
+                ) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()
                     splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
                     frames = source.frames()
                     gate = anyio.Semaphore(1)
+                    gated = splitter is not None and splitter.gated
                     if splitter is not None:
                         await splitter.start()
+                    if gated:
                         frames = _gated(frames, gate)
                     with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
                         async for raw in rt.run(frames):
@@ -261,7 +287,7 @@ async def replay_drive(
                             for write in writers:
                                 write(result)
                             bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
-                            if splitter is not None:
+                            if gated:
                                 gate.release()  # the next frame starts once this one is fully handled
                     stopped = rt.stopping
                     admission = rt.admission.report() if rt.admission is not None else None
@@ -286,7 +312,12 @@ async def replay_drive(
         causes = late_causes(report)
         if causes:  # why requests were late: the servers' queue or the models' compute
             report["late_causes"] = causes
-        report["server_split"] = {"per_frame": split_off is None, "why_not": split_off, "models": acc.server_split()}
+        report["server_split"] = {
+            "per_frame": split_off is None,
+            "source": splitter.source if splitter is not None else None,  # trace | statistics
+            "why_not": split_off,
+            "models": acc.server_split(),
+        }
         report["interrupted"] = stopped
         if admission is not None:
             report["admission"] = admission

@@ -85,6 +85,9 @@ class Runtime:
     detections; pass a stage of your own, or ``None`` for the models' raw outputs only.
     ``client`` may be passed to share an already open Triton client (the runtime then neither opens
     nor closes it); otherwise the runtime opens its own from ``config.server``.
+    ``trace_requests``: an embedded server traces every request (when ``server.trace`` allows) for a
+    reader of ``rt.server.trace_dir`` (a replay's per-request server split); off by default, since trace
+    files nobody reads would pile up.
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class Runtime:
         client: InferClient | None = None,
         check_models: bool = True,
         join_timeout_ns: int | None = None,
+        trace_requests: bool = False,
     ) -> None:
         if isinstance(config, Session):
             session = config
@@ -114,6 +118,7 @@ class Runtime:
         self._fusion = fusion
         self._external_client = client
         self._check_models = check_models
+        self._trace = trace_requests
         self._client: InferClient | None = client
         self._dispatcher: Dispatcher | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -181,7 +186,9 @@ class Runtime:
         if server.embedded:
             from perception.server import EmbeddedTriton
 
-            emb = EmbeddedTriton(list(server.models), startup_timeout_s=server.startup_timeout_s)
+            emb = EmbeddedTriton(
+                list(server.models), startup_timeout_s=server.startup_timeout_s, trace=server.trace and self._trace
+            )
             await stack.enter_async_context(emb)
             self.server = emb
             urls: tuple[str, ...] = (emb.grpc_url, *server.replicas)
@@ -368,7 +375,7 @@ class Runtime:
             status=status,
             sensors=dict(results),
             detections=detections,
-            latency=LatencyTree(total_ns=total, stages=stages, sensors=sensors),
+            latency=LatencyTree(total_ns=total, stages=stages, sensors=sensors, start_ns=origin),
             deadline_missed=total > self.config.budget.total_ns,
         )
 

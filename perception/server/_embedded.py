@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,7 +59,7 @@ from perception.server._procs import (
     remove_shm_prefix,
     signal_group,
 )
-from perception.triton import make_shm_prefix
+from perception.triton import make_shm_prefix, trace_flags
 
 __all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_tail"]
 
@@ -167,6 +168,7 @@ class EmbeddedTriton:
         extra_args: Sequence[str] = (),
         stop_timeout_s: float = 15.0,
         require_all_models: bool = True,
+        trace: bool = False,
     ) -> None:
         if isinstance(model_repositories, (str, Path)):
             model_repositories = [Path(model_repositories)]
@@ -184,6 +186,8 @@ class EmbeddedTriton:
         self._require_all_models = require_all_models
         self._shm_prefix = make_shm_prefix()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._trace = trace
+        self._trace_dir: Path | None = None
 
     # ------------------------------------------------------------------ properties
 
@@ -226,6 +230,12 @@ class EmbeddedTriton:
     def shm_prefix(self) -> str:
         """Name prefix of every ``/dev/shm`` region the server's python backend creates."""
         return self._shm_prefix
+
+    @property
+    def trace_dir(self) -> Path | None:
+        """With ``trace=True``, the directory of Triton's per-request trace files while the server runs
+        (:class:`perception.triton.TraceReader` reads it); removed at stop."""
+        return self._trace_dir
 
     @property
     def model_repositories(self) -> tuple[Path, ...]:
@@ -305,6 +315,9 @@ class EmbeddedTriton:
             f"--exit-timeout-secs={max(1, int(self._stop_timeout_s) - 2)}",
             "--log-verbose=0",
         ]
+        if self._trace:  # every request's timestamps, one file per request (perception.triton.TraceReader)
+            self._trace_dir = Path(tempfile.mkdtemp(prefix="perception-triton-trace-"))
+            args += trace_flags(self._trace_dir / "trace.json")
         return [*args, *self._extra_args]
 
     def _open_log(self) -> int:
@@ -401,6 +414,9 @@ class EmbeddedTriton:
             finally:
                 self._proc = None
                 self._ports = None
+                if self._trace_dir is not None:
+                    shutil.rmtree(self._trace_dir, ignore_errors=True)
+                    self._trace_dir = None
                 removed = remove_shm_prefix(self._shm_prefix)
                 if removed:
                     log.debug("removed shared memory left by the python backend: %s", removed)

@@ -4,6 +4,7 @@
   TLS and auth headers, deadlines, cancellation that reaches the server, errors translated into
   :mod:`perception.errors` (with model, sensor, frame and URL), shared memory for large inputs.
 * :class:`SharedMemoryPool`: reusable, registered-once system shared-memory regions.
+* :class:`TraceReader` / :func:`trace_flags`: Triton's per-request trace (server timestamps per request id).
 * :class:`ModelContract` / :func:`check_contract`: what a served model declares versus what each sensor
   kind needs (its contract in :mod:`perception.kinds`).
 
@@ -31,6 +32,7 @@ from perception.triton._contract import ModelContract, check_contract, parse_mod
 from perception.triton._errors import translate
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
 from perception.triton._shm_names import SHM_DIR, SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
+from perception.triton._trace import RequestTrace, TraceReader, trace_flags
 
 __all__ = [
     "SHM_DIR",
@@ -40,16 +42,19 @@ __all__ = [
     "InferResult",
     "ModelContract",
     "ParameterValue",
+    "RequestTrace",
     "SharedMemoryPool",
     "ShmMode",
     "ShmRegionInfo",
     "ShmRegistrar",
     "ShmSlot",
+    "TraceReader",
     "TritonClient",
     "check_contract",
     "is_loopback",
     "make_shm_prefix",
     "parse_model_config",
     "shm_owner_pid",
+    "trace_flags",
     "translate",
 ]

@@ -28,6 +28,7 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     )
     argv = ["live", str(DRIVE), "--config", str(profile), "--url", triton.grpc_url, "--out", str(tmp_path / "out")]
     argv += ["--silence", "lidar_top:2:4", "--clock-jump", "radar_rear:6:3", "--jitter-ms", "2"]
+    argv += ["--trace-out", str(tmp_path / "out" / "trace.json")]
     assert main(argv) == 0
     out, err = capfd.readouterr()  # by file descriptor: the publisher process's stderr too
     assert "Traceback" not in err
@@ -45,6 +46,12 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     assert len(frames) == summary["frames"]
     assert "latency trigger arrival -> result: p50" in out
     assert f"frames {summary['frames']} produced, 100 expected" in out
+    # --trace-out: every processed frame on the timeline, its sensors' requests on their own tracks
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())
+    timed = [e for e in events if e["ph"] == "X" and e["cat"].startswith("frame")]
+    assert len(timed) == summary["frames"] - summary["dropped"]
+    tracks = {e["args"]["name"].split(" #")[0] for e in events if e["name"] == "thread_name"}
+    assert {"frame", "lidar_top", "cam_front"} <= tracks
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,7 @@ async def test_lockstep_replay_splits_each_request_into_client_and_server_time(
 
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["server_split"]["per_frame"] is True
+    assert report["server_split"]["source"] == "statistics"  # an external server: its trace is not ours to read
     server = report["latency_ms"]["server"]
     for name, delay in DELAY_MS.items():
         p50 = server[SLEEPY[name]]["compute_infer"]["p50"]
@@ -128,6 +129,7 @@ async def test_frames_in_flight_leave_server_time_to_the_run_mean_and_say_why(
             await replay_drive(drive, cfg, ReplayOptions(rate="max", server_split=True, evaluate=False))
     split = outcome.report["server_split"]
     assert split["per_frame"] is False and "2 frames in flight" in split["why_not"]
+    assert split["source"] is None
     assert set(outcome.report["server_ms"]) == set(SLEEPY.values())  # the run's mean still there
     for name, model in SLEEPY.items():  # read once Triton had counted every answered request
         answered = sum(r.sensors[name].status is SensorStatus.OK for r in outcome.results)
