@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
