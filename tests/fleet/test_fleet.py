@@ -783,7 +783,14 @@ def joined(drives: Path, head: _Head) -> _Joined:
     with ``--address host:port`` on a terminal, with a Triton of its own on the node. The cluster is
     stopped by :func:`test_a_stopped_cluster_leaves_nothing`."""
     out = head.log.parent / "out"
-    fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), *head.join()]
+    # The node's server serves only the models these drives use (not yolox_nano, for recorded drives)
+    repo = head.log.parent / "models"
+    for model in ("lidar_detector", "radar_detector", "camera_detector"):
+        shutil.copytree(ROOT / "models" / model, repo / model)
+    profile = head.log.parent / "joined.yaml"
+    profile.write_text(PROFILE.read_text().replace("models: [models]", f"models: [{repo}]"))
+    fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), "--config", str(profile)]
+    fleet += head.join()
     code, terminal = _on_a_terminal([*fleet, "--workers", "2", "--no-report-md", "--no-fused-mcap"], head.env)
     status_after = _ray("status", f"--address={head.address}", env=head.env).returncode
     return _Joined(head.address, code, terminal, out, status_after, head.proc.poll() is None, _head_procs())
