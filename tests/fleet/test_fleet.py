@@ -3,8 +3,13 @@
 Two fleet runs share one set of drives (module fixture): the first has a broken drive, a worker killed
 mid-drive and an impossible budget; the second, with a model made slower, is compared with the first
 as its baseline. Faults of their own runs, on sleeper models: Ctrl-C and SIGTERM mid-run, and one of two
-external Triton servers SIGKILLed mid-run. Each run starts and stops its own local cluster and servers;
-after each, nothing of them may be left running and nothing of theirs in ``/dev/shm``.
+external Triton servers SIGKILLed mid-run. After each run, nothing of it may be left running and nothing
+of its in ``/dev/shm``.
+
+Cost on two cores: the runs that are not about starting and stopping a cluster or a server join one Ray
+head for the module (``--address``, started as an operator does, as the joining test needs anyway) and
+use the session's Triton (``--url``) unless a server of their own is the point; Ctrl-C, SIGTERM and a
+killed server keep the local cluster (and embedded server) the command starts and stops itself.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
 from perception.replay import MODES
-from perception.server import cleanup_stale_shm, free_port
+from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
 from perception.triton import shm_owner_pid
 
@@ -66,27 +71,66 @@ MARK = ("PERCEPTION_FLEET_TEST", str(os.getpid()))
 _SHM_BEFORE = frozenset(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else frozenset()
 
 
+#: In the environment of the module's shared Ray head and so of everything its raylet starts (workers,
+#: a node's embedded Triton): the head outlives single runs, so it is judged apart (:func:`_head_procs`).
+HEAD_MARK = ("PERCEPTION_FLEET_TEST_HEAD", str(os.getpid()))
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, MARK[0]: MARK[1]}
 
 
-def _ours() -> dict[int, str]:
-    """Our live processes (pid: command line): those with :data:`MARK` in their environment."""
+def _marked(mark: tuple[str, str]) -> dict[int, str]:
     return {
         p.pid: " ".join(p.argv).strip()[:300]
         for p in iter_processes(argv=True, environ=True)
-        if p.environ.get(MARK[0]) == MARK[1] and p.alive
+        if p.environ.get(mark[0]) == mark[1] and p.alive
     }
+
+
+def _ours() -> dict[int, str]:
+    """Our live processes (pid: command line): those with :data:`MARK` in their environment."""
+    return _marked(MARK)
+
+
+def _head_procs() -> dict[int, str]:
+    """The shared head's live processes and what it started (:data:`HEAD_MARK`)."""
+    return _marked(HEAD_MARK)
+
+
+def _shm_mappers() -> dict[str, set[int]]:
+    """``/dev/shm`` names mapped by a live process -> those processes' pids."""
+    users: dict[str, set[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            at = line.find("/dev/shm/")
+            if at >= 0:
+                users.setdefault(line[at + 9 :].split(" ", 1)[0], set()).add(int(pid))
+    return users
 
 
 def _leftovers() -> list[str]:
     """Our processes still running (Ray's, Triton's, workers...) and ``/dev/shm`` entries that appeared
-    since this module was loaded and belong to one of them or to a process that is gone."""
-    procs = _ours()
+    since this module was loaded and belong to one of them or to a process that is gone. (A python
+    backend's region names no owner: it is ours when one of ours maps it or nobody does, not when a
+    server of someone else's, such as the session's, does.)"""
+    # ours, and what a run must not leave on the cluster it joined: a worker or a node's Triton
+    on_head = _head_procs()
+    procs = _ours() | {pid: cmd for pid, cmd in on_head.items() if "tritonserver" in cmd or "DriveWorker" in cmd}
+    mine = set(procs) | set(on_head)
+    mappers = _shm_mappers()
     shm = []
     for name in sorted(set(os.listdir("/dev/shm")) - _SHM_BEFORE):
         owner = shm_owner_pid(name)
-        if name.startswith("triton_python_backend") or (owner is not None and (owner in procs or not pid_alive(owner))):
+        if name.startswith("triton_python_backend"):
+            users = mappers.get(name, set())
+            if not users or users & mine:
+                shm.append(f"/dev/shm/{name}")
+        elif owner is not None and (owner in procs or not pid_alive(owner)):
             shm.append(f"/dev/shm/{name}")
     return [f"{pid} {cmd}" for pid, cmd in sorted(procs.items())] + shm
 
@@ -103,10 +147,86 @@ def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: lis
         time.sleep(0.01)
 
 
-def _run(argv: list[str], timeout_s: float = 300.0) -> int:
+def _run(argv: list[str], timeout_s: float = 300.0, env: dict[str, str] | None = None) -> int:
     """``perception fleet ...`` as a user runs it, in its own process; a hang fails the test (timeout)."""
-    done = subprocess.run([sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False, env=_env())
+    done = subprocess.run(
+        [sys.executable, "-m", "perception", *argv], timeout=timeout_s, check=False, env=env or _env()
+    )
     return done.returncode
+
+
+def _ray(*args: str, env: dict[str, str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    ray = Path(sys.executable).with_name("ray")
+    return subprocess.run([str(ray), *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+@dataclass
+class _Head:
+    """A Ray head started as an operator does (``ray start --head --block``, in a process of its own),
+    with token authentication and a token of its own."""
+
+    address: str
+    #: For a ``perception fleet --address`` joining it: the token, and :data:`MARK`.
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def join(self, triton: EmbeddedTriton | None = None) -> list[str]:
+        """The arguments that run a fleet on this head (and on ``triton``: no server of its own)."""
+        return ["--address", self.address, *(["--url", triton.grpc_url] if triton is not None else [])]
+
+    def stop(self) -> None:
+        """Signal its ``ray start --block`` process, which stops the node's processes (not ``ray stop``:
+        that stops every Ray process of the machine, other people's clusters too)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[_Head]:
+    """The module's Ray head: fleet runs join it rather than each starting and stopping a cluster."""
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-ray-", dir="/tmp"))  # short: Ray's socket paths are limited
+    try:
+        token = tmp / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+        head_env = {**os.environ, HEAD_MARK[0]: HEAD_MARK[1], **auth}
+        head_env.pop("RAY_ADDRESS", None)
+        env = {**_env(), **auth}
+        env.pop("RAY_ADDRESS", None)
+        address = f"127.0.0.1:{free_port()}"
+        ports = [
+            f"--port={address.rsplit(':', 1)[1]}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+        ]
+        argv = ["start", "--head", *ports, "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={tmp / 'ray'}"]
+        with (tmp / "head.log").open("w") as log:
+            proc = subprocess.Popen(
+                [str(Path(sys.executable).with_name("ray")), *argv, "--block"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=head_env,
+                start_new_session=True,
+            )
+        started = _Head(address, env, proc, tmp / "head.log")
+        try:
+            deadline = time.monotonic() + 120
+            while _ray("status", f"--address={address}", env=env).returncode != 0:
+                assert proc.poll() is None, started.log.read_text()
+                assert time.monotonic() < deadline, "the head did not answer `ray status`"
+                time.sleep(0.5)
+            yield started
+        finally:
+            started.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -114,14 +234,17 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def first_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[int]]:
+def first_run(
+    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, int, list[int]]:
     out = tmp_path_factory.mktemp("fleet") / "out"
     out.mkdir()
     done, killed = threading.Event(), list[int]()
     killer = threading.Thread(target=_kill_first_attempt, args=(out, "a", done, killed), daemon=True)
     killer.start()
     try:
-        code = _run(["fleet", str(drives), "--out", str(out), "--workers", "2", "--no-progress"])
+        argv = ["fleet", str(drives), "--out", str(out), "--workers", "2", *head.join(triton), "--no-progress"]
+        code = _run(argv, env=head.env)
     finally:
         done.set()
     return out, code, killed
@@ -173,10 +296,13 @@ def test_a_failed_drive_sets_the_exit_code(first_run: tuple[Path, int, list[int]
     assert code == 1  # the broken drive
 
 
-def test_the_budget_verdict_sets_the_exit_code(drives: Path, tmp_path: Path) -> None:
+def test_the_budget_verdict_sets_the_exit_code(
+    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path: Path
+) -> None:
     # --budget-ms is also the runtime's frame budget, as in `perception budget`: 1 ms breaks it in any case
     out = tmp_path / "out"
-    code = _run(["fleet", str(drives / "a.mcap"), "--out", str(out), "--budget-ms", "1", "--no-progress"])
+    argv = ["fleet", str(drives / "a.mcap"), "--out", str(out), "--budget-ms", "1", *head.join(triton)]
+    code = _run([*argv, "--no-progress"], env=head.env)
     assert code == 1
     (a,) = json.loads((out / FLEET_JSON).read_text())["drives"]
     assert a["budget"]["passed"] is False and "total" in a["budget"]["violations"]
@@ -216,7 +342,9 @@ sys.meta_path.insert(0, _Hook())
 """
 
 
-def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(drives: Path, tmp_path: Path) -> None:
+def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(
+    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path: Path
+) -> None:
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(_INJECT_PUBLISH_BUG)
@@ -225,8 +353,10 @@ def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(drives:
     shutil.copyfile(drives / "a.mcap", d / "a.mcap")
     shutil.copyfile(drives / "a.mcap", d / "boom.mcap")
     out = tmp_path / "out"
-    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", str(ROOT))])}
-    argv = [sys.executable, "-m", "perception", "fleet", str(d), "--out", str(out), "--workers", "2", "--no-progress"]
+    # the fleet hands its PYTHONPATH to the workers (Ray's runtime_env), on a cluster it joins too
+    env = {**head.env, "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", str(ROOT))])}
+    argv = [sys.executable, "-m", "perception", "fleet", str(d), "--out", str(out), "--workers", "2"]
+    argv += [*head.join(triton), "--no-progress"]
     done = subprocess.run(argv, timeout=300, check=False, env=env, capture_output=True, text=True)
     assert done.returncode == 1, done.stderr[-3000:]  # a failed drive
     by_name = {r["name"]: r for r in json.loads((out / FLEET_JSON).read_text())["drives"]}
@@ -244,7 +374,7 @@ def test_nothing_is_left_running(first_run: tuple[Path, int, list[int]]) -> None
 
 
 def test_a_baseline_comparison_catches_a_slower_model(
-    drives: Path, first_run: tuple[Path, int, list[int]], tmp_path: Path
+    drives: Path, first_run: tuple[Path, int, list[int]], head: _Head, triton: EmbeddedTriton, tmp_path: Path
 ) -> None:
     # The radar model made 150 ms slower: a regression far beyond run-to-run noise, judged with latency
     # tolerances wide enough (+50 ms and +100 %) that noise alone cannot make one, and a frame deadline of
@@ -256,7 +386,8 @@ def test_a_baseline_comparison_catches_a_slower_model(
     out = tmp_path / "out"
     good = [str(drives / "a.mcap"), str(drives / "b.mcap")]
     argv = ["fleet", *good, "--out", str(out), "--config", str(slow), "--baseline", str(baseline), "--no-progress"]
-    code = _run([*argv, "--budget-ms", "5000", "--tolerance-latency-ms", "50", "--tolerance-latency-pct", "100"])
+    tolerances = ["--budget-ms", "5000", "--tolerance-latency-ms", "50", "--tolerance-latency-pct", "100"]
+    code = _run([*argv, *head.join(triton), *tolerances], env=head.env)
     assert code == 1
     report = json.loads((out / FLEET_JSON).read_text())
     assert all(d["status"] == "ok" for d in report["drives"])
@@ -272,7 +403,7 @@ def test_a_baseline_comparison_catches_a_slower_model(
     assert _leftovers() == []
 
 
-def test_a_server_that_cannot_start_is_one_line(drives: Path, tmp_path: Path) -> None:
+def test_a_server_that_cannot_start_is_one_line(drives: Path, head: _Head, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(PROFILE.read_text().replace("models: [models]", f"models: [{tmp_path / 'nowhere'}]"))
     done = subprocess.run(
@@ -286,13 +417,14 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, tmp_path: Path) ->
             str(tmp_path / "o"),
             "--config",
             str(bad),
+            *head.join(),  # the node's server: started by the cluster's worker, and failing there
             "--no-progress",
         ],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-        env=_env(),
+        env=head.env,
     )
     assert done.returncode == 2, done.stderr
     assert "nowhere" in done.stderr and "Traceback" not in done.stderr
@@ -326,14 +458,19 @@ def _sleepy_profile(tmp_path: Path) -> Path:
     """A profile of the drives' three sensors on sleeper models; embedded: a repository of them."""
     repo = sleepy_repository(tmp_path / "models", SLEEPERS)
     server = {"url": "embedded", "models": [str(repo)], "channels": 1, "startup_timeout_s": 60}
-    data = profile_data("embedded", SENSOR_MODELS, server=server, budget={"total_ms": 500, "fusion_reserve_ms": 20})
+    # A budget of seconds: the sleepers answer in 20-40 ms, and a loaded host must not make a frame late
+    # (the killed-server test wants every frame after the recovery ok).
+    budget = {"total_ms": 3000, "fusion_reserve_ms": 20}
+    data = profile_data("embedded", SENSOR_MODELS, server=server, budget=budget)
     data["sensors"][0]["transport"] = "auto"  # lidar_top
     return write_profile(tmp_path / "sleepy.yaml", data)
 
 
-def _fleet(argv: list[str]) -> subprocess.Popen[bytes]:
+def _fleet(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """``perception fleet ...`` in its own session, so that a Ctrl-C can go to its process group."""
-    return subprocess.Popen([sys.executable, "-m", "perception", "fleet", *argv], env=_env(), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "perception", "fleet", *argv], env=env or _env(), start_new_session=True
+    )
 
 
 def _until(ready: Any, cli: subprocess.Popen[bytes], what: str, timeout_s: float = 180.0) -> None:
@@ -536,7 +673,9 @@ def test_a_killed_triton_server_s_work_moves_to_the_other_and_the_drives_go_on(t
 
 
 @pytest.fixture(scope="module")
-def eval_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def eval_run(
+    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """``--eval`` over a drive with ground truth (sim) and one without (the reliability tests' drive),
     run as in CI: output captured, so neither stdout nor stderr is a terminal (no ``--no-progress``)."""
     tmp = tmp_path_factory.mktemp("eval")
@@ -548,12 +687,12 @@ def eval_run(drives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
     # a 2 s drive, and fused mAP falls from 0.65 to 0.17: measured).
     argv += ["--rate", "lockstep", "--budget-ms", "5000"]
     done = subprocess.run(
-        [sys.executable, "-m", "perception", *argv, "--no-report-md", "--no-fused-mcap"],
+        [sys.executable, "-m", "perception", *argv, *head.join(triton), "--no-report-md", "--no-fused-mcap"],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-        env=_env(),
+        env=head.env,
     )
     return out, done
 
@@ -610,11 +749,6 @@ def test_no_progress_display_without_a_terminal(eval_run: tuple[Path, subprocess
 # -- an existing cluster (--address), with the progress display on a terminal -----------------------
 
 
-def _ray(*args: str, env: dict[str, str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    ray = Path(sys.executable).with_name("ray")
-    return subprocess.run([str(ray), *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-
-
 def _on_a_terminal(argv: list[str], env: dict[str, str], timeout_s: float = 300.0) -> tuple[int, str]:
     """``perception ...`` with stdin, stdout and stderr on a pseudo-terminal, as a user runs it: its exit
     code and everything it wrote there."""
@@ -660,66 +794,26 @@ class _Joined:
     out: Path
     status_after: int  # `ray status` once the fleet had ended
     head_alive_after: bool
-    ours_after: dict[int, str]  # our processes once the fleet had ended (the cluster's)
-    left_after_stop: list[str]  # what was left once the cluster was stopped
+    head_after: dict[int, str]  # the cluster's processes once the fleet had ended
 
 
 @pytest.fixture(scope="module")
-def joined(drives: Path) -> Iterator[_Joined]:
-    """A cluster started as an operator does (`ray start --head`, in a process of its own), a fleet run that
-    joins it with ``--address host:port`` on a terminal, then the cluster stopped.
-
-    The cluster is stopped by signalling its ``ray start --block`` process (which stops the node's processes),
-    not with ``ray stop``: that stops every Ray process of the machine, other people's clusters too. Token
-    authentication is on (as `ray start --head` makes it when a token exists), with a token of its own."""
-    tmp = Path(tempfile.mkdtemp(prefix="fleet-ray-", dir="/tmp"))  # short: Ray's socket paths are limited
-    try:
-        token = tmp / "auth_token"
-        token.write_text(secrets.token_hex(32))
-        env = {**_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-        env.pop("RAY_ADDRESS", None)
-        address = f"127.0.0.1:{free_port()}"
-        ports = [
-            f"--port={address.rsplit(':', 1)[1]}",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-        ]
-        argv = ["start", "--head", *ports, "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={tmp / 'ray'}"]
-        with (tmp / "head.log").open("w") as log:
-            head = subprocess.Popen(
-                [str(Path(sys.executable).with_name("ray")), *argv, "--block"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        try:
-            deadline = time.monotonic() + 120
-            while _ray("status", f"--address={address}", env=env).returncode != 0:
-                assert head.poll() is None, (tmp / "head.log").read_text()
-                assert time.monotonic() < deadline, "the head did not answer `ray status`"
-                time.sleep(0.5)
-            out = tmp / "out"
-            fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), "--address", address]
-            code, terminal = _on_a_terminal([*fleet, "--workers", "2", "--no-report-md", "--no-fused-mcap"], env)
-            status_after = _ray("status", f"--address={address}", env=env).returncode
-            head_alive_after = head.poll() is None
-            ours_after = _ours()
-        finally:
-            if head.poll() is None:
-                head.send_signal(signal.SIGTERM)
-            try:
-                head.wait(60)
-            finally:
-                if head.poll() is None:
-                    os.killpg(head.pid, signal.SIGKILL)
-                    head.wait()
-        deadline = time.monotonic() + 30
-        while _leftovers() and time.monotonic() < deadline:  # the node's processes end after its raylet
-            time.sleep(0.2)
-        yield _Joined(address, code, terminal, out, status_after, head_alive_after, ours_after, _leftovers())
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def joined(drives: Path, head: _Head) -> _Joined:
+    """A fleet run that joins the module's cluster (started as an operator does, with token authentication)
+    with ``--address host:port`` on a terminal, with a Triton of its own on the node. The cluster is
+    stopped by :func:`test_a_stopped_cluster_leaves_nothing`."""
+    out = head.log.parent / "out"
+    # The node's server serves only the models these drives use (not yolox_nano, for recorded drives)
+    repo = head.log.parent / "models"
+    for model in ("lidar_detector", "radar_detector", "camera_detector"):
+        shutil.copytree(ROOT / "models" / model, repo / model)
+    profile = head.log.parent / "joined.yaml"
+    profile.write_text(PROFILE.read_text().replace("models: [models]", f"models: [{repo}]"))
+    fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), "--config", str(profile)]
+    fleet += head.join()
+    code, terminal = _on_a_terminal([*fleet, "--workers", "2", "--no-report-md", "--no-fused-mcap"], head.env)
+    status_after = _ray("status", f"--address={head.address}", env=head.env).returncode
+    return _Joined(head.address, code, terminal, out, status_after, head.proc.poll() is None, _head_procs())
 
 
 def test_joining_an_existing_cluster_runs_there_and_leaves_it_running(joined: _Joined) -> None:
@@ -732,10 +826,9 @@ def test_joining_an_existing_cluster_runs_there_and_leaves_it_running(joined: _J
         assert len(ids) == len(set(ids)) == d["frames"]
     # the cluster it joined still answers; of the fleet's own, nothing is left on it (workers, Triton)
     assert joined.status_after == 0 and joined.head_alive_after
-    assert any("gcs_server" in cmd for cmd in joined.ours_after.values()), joined.ours_after
-    assert not [c for c in joined.ours_after.values() if "tritonserver" in c or "DriveWorker" in c]
-    # and once the cluster is stopped, nothing of it either
-    assert joined.left_after_stop == []
+    assert any("gcs_server" in cmd for cmd in joined.head_after.values()), joined.head_after
+    assert not [c for c in joined.head_after.values() if "tritonserver" in c or "DriveWorker" in c]
+    assert _leftovers() == []
 
 
 def test_the_progress_display_on_a_terminal_shows_drives_and_frames_per_second(joined: _Joined) -> None:
@@ -751,6 +844,16 @@ def test_the_progress_display_on_a_terminal_shows_drives_and_frames_per_second(j
     assert (pct, done, total, running, failed, int(shown)) == ("100.0", "2", "2", "0", "0", frames)
     assert float(rate) > 0
     assert "\r" in joined.terminal  # redrawn in place
+
+
+def test_a_stopped_cluster_leaves_nothing(head: _Head, joined: _Joined) -> None:
+    """Last: the module's cluster, which every run above joined, stopped as an operator does."""
+    head.stop()
+    deadline = time.monotonic() + 30
+    while (_head_procs() or _leftovers()) and time.monotonic() < deadline:  # the node's processes end after its raylet
+        time.sleep(0.2)
+    assert _head_procs() == {}
+    assert _leftovers() == []
 
 
 if sys.platform != "linux":  # pragma: no cover

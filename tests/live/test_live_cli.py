@@ -18,13 +18,18 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # The latency-bound test models (they wait instead of computing): this tests the live path, not the
-    # reference models' speed on a shared host.
+    # reference models' speed on a shared host. Margins a loaded host cannot break: samples may be 2 s in
+    # transit, the lidar is taken for silent 1 s after a sweep is due (the 2 s silence still is), and a
+    # frame's budget is seconds (exact slots and timers: tests/live/test_assembler.py, on its own clock).
     profile = tmp_path / "live.yaml"
     profile.write_text(
         "sensor_defaults:\n"
         "  lidar: {model: sleepy_lidar, sync_window_ms: 60, max_staleness_ms: 150}\n"
         "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
         "  radar: {model: sleepy_radar, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
+        "live: {transit_ms: 2000, trigger_tolerance_ms: 1000}\n"
+        "budget: {total_ms: 5000, fusion_reserve_ms: 15}\n"
+        "pipeline: {queue_size: 100}\n"
     )
     argv = ["live", str(DRIVE), "--config", str(profile), "--url", triton.grpc_url, "--out", str(tmp_path / "out")]
     argv += ["--silence", "lidar_top:2:4", "--clock-jump", "radar_rear:6:3", "--jitter-ms", "2"]

@@ -259,14 +259,18 @@ async def test_an_image_slow_to_decode_does_not_hold_the_frame_past_its_deadline
     big = _big_png(6000, 6000)  # 36 Mpx: under the limit, but decoding takes far longer than the budget
     # Its decode is held until the frame's result is back (bounded, so a runtime that waits for it
     # fails the test instead of hanging): no race with how long the decode takes on this machine.
-    decoding, release = threading.Event(), threading.Event()
+    decoding, release, decoded = threading.Event(), threading.Event(), threading.Event()
     decode = _imageio.decode_image_scaled
 
     def held(data: bytes, **kwargs: Any) -> Any:
-        if len(data) == len(big):
-            decoding.set()
-            release.wait(30)
-        return decode(data, **kwargs)
+        if len(data) != len(big):
+            return decode(data, **kwargs)
+        decoding.set()
+        release.wait(30)
+        try:
+            return decode(data, **kwargs)
+        finally:
+            decoded.set()
 
     monkeypatch.setattr(_imageio, "decode_image_scaled", held)
     cfg = runtime_config(
@@ -279,7 +283,7 @@ async def test_an_image_slow_to_decode_does_not_hold_the_frame_past_its_deadline
             async with Runtime(cfg) as rt:
                 r = await rt.process(make_frame(0, ["lidar_top", "cam_front"], image=big))
                 # Abandoned at the deadline, not waited for: the frame is back while its decode still runs.
-                still_decoding = decoding.is_set() and not release.is_set()
+                still_decoding = decoding.is_set() and not decoded.is_set()
     finally:
         release.set()
     assert still_decoding
