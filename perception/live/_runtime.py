@@ -105,6 +105,7 @@ class LiveRuntime:
         self._results_overflow = 0
         self._assembly_cpu_ns = 0  # CPU time of the event-loop thread in intake and assembly
         self._latency = LatencyAccumulator(budget_ns=config.budget.total_ns)
+        self._latency_lock = threading.Lock()  # status() reads it from the host's threads
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._callbacks_dropped = 0
@@ -164,7 +165,9 @@ class LiveRuntime:
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets and latency from the trigger's arrival to the result.
         Its cost does not grow with the frames (fixed-size latency summaries)."""
-        counters = self._latency.counters()
+        with self._latency_lock:  # the event-loop thread adds results meanwhile
+            counters = self._latency.counters()
+            latency = self._latency.total_ns.percentiles()
         stats: LiveStats = self._assembler.stats
         callbacks = self._callbacks
         return {
@@ -177,7 +180,7 @@ class LiveRuntime:
             "dropped": counters["dropped"],
             "drop_reasons": counters["drop_reasons"],
             "deadline_misses": counters["deadline_misses"],
-            "latency_ms": self._latency.total_ns.percentiles(),
+            "latency_ms": latency,
             "sensor_status": counters["sensor_status"],
             "results_overflow": self._results_overflow,
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
@@ -425,7 +428,8 @@ class LiveRuntime:
                         self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
-        self._latency.add(result)
+        with self._latency_lock:
+            self._latency.add(result)
         fut = self._futures.pop(result.frame_id, None)
         if fut is not None and not fut.done():
             fut.set_result(result)

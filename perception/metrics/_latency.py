@@ -95,8 +95,7 @@ class LatencySketch:
             self._lo, self._pos = i - _SLACK, np.zeros(2 * _SLACK, dtype=np.int64)
         elif i < self._lo:
             grow = self._lo - i + _SLACK
-            self._pos = np.concatenate([np.zeros(grow, dtype=np.int64), self._pos])
-            self._lo -= grow
+            self._lo, self._pos = self._lo - grow, np.concatenate([np.zeros(grow, dtype=np.int64), self._pos])
         elif i >= self._lo + n:
             self._pos = np.concatenate([self._pos, np.zeros(i - self._lo - n + 1 + _SLACK, dtype=np.int64)])
         return i - self._lo
@@ -150,19 +149,20 @@ class LatencySketch:
     def _ordered(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """Bucket values and their counts, from the smallest value up."""
         neg = sorted(self._neg, reverse=True)
-        idx = np.flatnonzero(self._pos)
+        pos, lo = self._pos, self._lo
+        idx = np.flatnonzero(pos)
         values = np.concatenate(
             [
                 np.array([-2.0 * _GAMMA**i / (_GAMMA + 1) for i in neg], dtype=np.float64),
                 np.zeros(1 if self.zeros else 0),
-                2.0 * _GAMMA ** (idx + self._lo).astype(np.float64) / (_GAMMA + 1),
+                2.0 * _GAMMA ** (idx + lo).astype(np.float64) / (_GAMMA + 1),
             ]
         )
         counts = np.concatenate(
             [
                 np.array([self._neg[i] for i in neg], dtype=np.int64),
                 np.full(1 if self.zeros else 0, self.zeros, dtype=np.int64),
-                self._pos[idx],
+                pos[idx],
             ]
         )
         return values, counts
@@ -175,18 +175,21 @@ class LatencySketch:
             return [0.0 for _ in qs]
         values, counts = self._ordered()
         ends = np.cumsum(counts)  # cumulative count at the end of each bucket
+        n = int(ends[-1]) if ends.size else 0  # == count (a reader racing a writer may see one less)
+        if n == 0:
+            return [float(self.min) for _ in qs]
 
         def order_stat(k: int) -> float:
             if k <= 0:
                 return float(self.min)
-            if k >= self.count - 1:
+            if k >= n - 1:
                 return float(self.max)
-            v = float(values[int(np.searchsorted(ends, k, side="right"))])
+            v = float(values[min(int(np.searchsorted(ends, k, side="right")), len(values) - 1)])
             return min(max(v, float(self.min)), float(self.max))
 
         out = []
         for q in qs:
-            rank = q / 100.0 * (self.count - 1)
+            rank = q / 100.0 * (n - 1)
             lo = math.floor(rank)
             frac = rank - lo
             v = order_stat(lo)
