@@ -105,7 +105,6 @@ class LiveRuntime:
         self._results_overflow = 0
         self._assembly_cpu_ns = 0  # CPU time of the event-loop thread in intake and assembly
         self._latency = LatencyAccumulator(budget_ns=config.budget.total_ns)
-        self._latency_lock = threading.Lock()  # status() reads it from the host's threads
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._callbacks_dropped = 0
@@ -165,9 +164,17 @@ class LiveRuntime:
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets and latency from the trigger's arrival to the result.
         Its cost does not grow with the frames (fixed-size latency summaries)."""
-        with self._latency_lock:  # the event-loop thread adds results meanwhile
-            counters = self._latency.counters()
-            latency = self._latency.total_ns.percentiles()
+        # Read without a lock while the event-loop thread adds results (a lock here cost the host up
+        # to a GIL switch interval, 5 ms, per call): the sketch's arrays are replaced, never resized in
+        # place; a counter gaining its first key under the read is read again.
+        for attempt in range(3):
+            try:
+                counters = self._latency.counters()
+                break
+            except RuntimeError:  # dictionary changed size during iteration
+                if attempt == 2:
+                    raise
+        latency = self._latency.total_ns.percentiles()
         stats: LiveStats = self._assembler.stats
         callbacks = self._callbacks
         return {
@@ -428,8 +435,7 @@ class LiveRuntime:
                         self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
-        with self._latency_lock:
-            self._latency.add(result)
+        self._latency.add(result)
         fut = self._futures.pop(result.frame_id, None)
         if fut is not None and not fut.done():
             fut.set_result(result)
