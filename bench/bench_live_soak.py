@@ -203,6 +203,7 @@ def main() -> int:
     status_ms: list[float] = []  # wall time of the call, from a host thread
     status_cpu_ms: list[float] = []  # its CPU time (the wall time also holds waits for the GIL)
     status_by_phase: dict[str, list[float]] = {}
+    status_cpu_by_phase: dict[str, list[float]] = {}
     events: list[dict[str, Any]] = []
     warm = max(1000, args.frames // 10)
     middle = args.frames // 2
@@ -232,9 +233,11 @@ def main() -> int:
                     t0, c0 = time.perf_counter(), time.thread_time_ns()
                     st = live.status()
                     dt = (time.perf_counter() - t0) * 1e3
-                    status_cpu_ms.append((time.thread_time_ns() - c0) / 1e6)
+                    cpu = (time.thread_time_ns() - c0) / 1e6
+                    status_cpu_ms.append(cpu)
                     status_ms.append(dt)
                     status_by_phase.setdefault(phase, []).append(dt)
+                    status_cpu_by_phase.setdefault(phase, []).append(cpu)
                     frames = st["frames"]
                     if phase == "warm-up" and frames >= warm:
                         samples["after_warm_up"] = {**_resources(), "frames": frames}
@@ -304,6 +307,8 @@ def main() -> int:
         "status_ms": _pct(status_ms),
         "status_cpu_ms": _pct(status_cpu_ms),
         "status_ms_by_phase": {k: _pct(v) for k, v in status_by_phase.items()},
+        "status_cpu_ms_by_phase": {k: _pct(v) for k, v in status_cpu_by_phase.items()},
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "samples": samples,
         "events": events,
     }
@@ -314,7 +319,8 @@ def main() -> int:
     result["targets"] = {
         "frames >= 100000": final["frames"] >= 100_000,
         "rss_growth_pct < 2": rss_growth < 2.0,
-        "status p99 < 1 ms": result["status_ms"]["p99"] < 1.0,
+        "status p99 < 1 ms": result["status_ms"]["p99"] < 1.0,  # wall time, as the host sees it
+        "status CPU p99 < 1 ms": result["status_cpu_ms"]["p99"] < 1.0,
         "nothing else grew": not grown,
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -141,8 +141,11 @@ class LatencySketch:
 
     def _ordered(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """Bucket values and their counts, from the smallest value up."""
-        neg = sorted(self._neg, reverse=True)
-        pos = self._pos
+        # Copies first: status() reads while the event-loop thread adds (numpy's nonzero refuses an
+        # array that changes under it; a copy is a snapshot, at worst one add behind).
+        pos = self._pos.copy()
+        negs = dict(self._neg) if self._neg else {}
+        neg = sorted(negs, reverse=True)
         idx = np.flatnonzero(pos)
         values = np.concatenate(
             [
@@ -153,7 +156,7 @@ class LatencySketch:
         )
         counts = np.concatenate(
             [
-                np.array([self._neg[i] for i in neg], dtype=np.int64),
+                np.array([negs[i] for i in neg], dtype=np.int64),
                 np.full(1 if self.zeros else 0, self.zeros, dtype=np.int64),
                 pos[idx],
             ]
