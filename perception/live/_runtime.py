@@ -169,11 +169,22 @@ class LiveRuntime:
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets and latency from the trigger's arrival to the result.
         Its cost does not grow with the frames (fixed-size latency summaries)."""
-        counters = self._latency.counters()
+        # Read without a lock while the event-loop thread adds results (a lock here cost the host up
+        # to a GIL switch interval, 5 ms, per call): the sketch's arrays are replaced, never resized in
+        # place; a counter gaining its first key under the read is read again.
+        for attempt in range(3):
+            try:
+                counters = self._latency.counters()
+                break
+            except RuntimeError:  # dictionary changed size during iteration
+                if attempt == 2:
+                    raise
+        latency = self._latency.total_ns.percentiles()
         stats: LiveStats = self._assembler.stats
         callbacks = self._callbacks
         return {
-            "intake": dataclasses.asdict(stats),
+            # counters (a dict of them copied too): not asdict's recursive deep copy, half of status()'s cost
+            "intake": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(stats).items()},
             "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             "frames": counters["frames"],
@@ -182,7 +193,7 @@ class LiveRuntime:
             "dropped": counters["dropped"],
             "drop_reasons": counters["drop_reasons"],
             "deadline_misses": counters["deadline_misses"],
-            "latency_ms": self._latency.total_ns.percentiles(),
+            "latency_ms": latency,
             "sensor_status": counters["sensor_status"],
             "results_overflow": self._results_overflow,
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when

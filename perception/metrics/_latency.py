@@ -64,16 +64,17 @@ def percentiles(values_ns: Iterable[int]) -> dict[str, float]:
 class LatencySketch:
     """Fixed-size, mergeable summary of nanosecond values (module docstring).
 
-    Positive values go to log buckets (a dense count array over the bucket indices seen, so a
-    percentile is a cumulative sum and a binary search: ~20 us whatever the count), zero to its own
+    Positive values go to log buckets (a dense count array up to the largest bucket seen, so a
+    percentile is a cumulative sum and a binary search, whatever the count), zero to its own
     count, negative ones (a clock step) to mirrored buckets; each bucket's value is the one within
     :data:`RELATIVE_ERROR` of all it holds.
     """
 
-    __slots__ = ("_lo", "_neg", "_pos", "count", "max", "min", "sum", "zeros")
+    __slots__ = ("_neg", "_pos", "count", "max", "min", "sum", "zeros")
 
     def __init__(self) -> None:
-        self._lo = 0  # bucket index of _pos[0]
+        #: Count of bucket ``i`` at ``_pos[i]`` (a value of 1 ns is bucket 0; 1 s is ~2,070, 1000 s
+        #: ~2,760): it only grows at the top, so a reader on another thread always sees a consistent array.
         self._pos: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._neg: dict[int, int] = {}
         self.zeros = 0
@@ -88,18 +89,10 @@ class LatencySketch:
     def __bool__(self) -> bool:
         return self.count > 0
 
-    def _slot(self, i: int) -> int:
-        """Position of bucket ``i`` in the count array, growing it (with slack) to hold it."""
-        n = len(self._pos)
-        if n == 0:
-            self._lo, self._pos = i - _SLACK, np.zeros(2 * _SLACK, dtype=np.int64)
-        elif i < self._lo:
-            grow = self._lo - i + _SLACK
-            self._pos = np.concatenate([np.zeros(grow, dtype=np.int64), self._pos])
-            self._lo -= grow
-        elif i >= self._lo + n:
-            self._pos = np.concatenate([self._pos, np.zeros(i - self._lo - n + 1 + _SLACK, dtype=np.int64)])
-        return i - self._lo
+    def _grow(self, i: int) -> None:
+        """Make room for bucket ``i`` (with slack): a new, longer array replaces the old one."""
+        if i >= len(self._pos):
+            self._pos = np.concatenate([self._pos, np.zeros(i - len(self._pos) + 1 + _SLACK, dtype=np.int64)])
 
     def add(self, ns: int) -> None:
         ns = int(ns)
@@ -112,9 +105,9 @@ class LatencySketch:
         self.count += 1
         self.sum += ns
         if ns > 0:
-            j = math.ceil(math.log(ns) / _LOG_GAMMA) - self._lo
-            if not 0 <= j < len(self._pos):
-                j = self._slot(j + self._lo)
+            j = math.ceil(math.log(ns) / _LOG_GAMMA)
+            if j >= len(self._pos):
+                self._grow(j)
             self._pos[j] += 1
         elif ns < 0:
             i = math.ceil(math.log(-ns) / _LOG_GAMMA)
@@ -137,32 +130,35 @@ class LatencySketch:
             self._neg[i] = self._neg.get(i, 0) + n
         idx = np.flatnonzero(other._pos)
         if idx.size:
-            self._slot(int(idx[0]) + other._lo)
-            self._slot(int(idx[-1]) + other._lo)
-            self._pos[idx + other._lo - self._lo] += other._pos[idx]
+            self._grow(int(idx[-1]))
+            self._pos[idx] += other._pos[idx]
 
     @property
     def buckets(self) -> int:
         """Buckets in use: bounded by the values' range, not their number (the count array holds
-        those between the smallest and the largest seen, plus a little slack)."""
+        every bucket up to the largest seen: < 2,800 for values up to 1000 s)."""
         return int(np.count_nonzero(self._pos)) + len(self._neg) + (1 if self.zeros else 0)
 
     def _ordered(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """Bucket values and their counts, from the smallest value up."""
-        neg = sorted(self._neg, reverse=True)
-        idx = np.flatnonzero(self._pos)
+        # Copies first: status() reads while the event-loop thread adds (numpy's nonzero refuses an
+        # array that changes under it; a copy is a snapshot, at worst one add behind).
+        pos = self._pos.copy()
+        negs = dict(self._neg) if self._neg else {}
+        neg = sorted(negs, reverse=True)
+        idx = np.flatnonzero(pos)
         values = np.concatenate(
             [
                 np.array([-2.0 * _GAMMA**i / (_GAMMA + 1) for i in neg], dtype=np.float64),
                 np.zeros(1 if self.zeros else 0),
-                2.0 * _GAMMA ** (idx + self._lo).astype(np.float64) / (_GAMMA + 1),
+                2.0 * _GAMMA ** idx.astype(np.float64) / (_GAMMA + 1),
             ]
         )
         counts = np.concatenate(
             [
-                np.array([self._neg[i] for i in neg], dtype=np.int64),
+                np.array([negs[i] for i in neg], dtype=np.int64),
                 np.full(1 if self.zeros else 0, self.zeros, dtype=np.int64),
-                self._pos[idx],
+                pos[idx],
             ]
         )
         return values, counts
@@ -175,18 +171,21 @@ class LatencySketch:
             return [0.0 for _ in qs]
         values, counts = self._ordered()
         ends = np.cumsum(counts)  # cumulative count at the end of each bucket
+        n = int(ends[-1]) if ends.size else 0  # == count (a reader racing a writer may see one less)
+        if n == 0:
+            return [float(self.min) for _ in qs]
 
         def order_stat(k: int) -> float:
             if k <= 0:
                 return float(self.min)
-            if k >= self.count - 1:
+            if k >= n - 1:
                 return float(self.max)
-            v = float(values[int(np.searchsorted(ends, k, side="right"))])
+            v = float(values[min(int(np.searchsorted(ends, k, side="right")), len(values) - 1)])
             return min(max(v, float(self.min)), float(self.max))
 
         out = []
         for q in qs:
-            rank = q / 100.0 * (self.count - 1)
+            rank = q / 100.0 * (n - 1)
             lo = math.floor(rank)
             frac = rank - lo
             v = order_stat(lo)
@@ -219,7 +218,7 @@ class LatencySketch:
             "min": self.min,
             "max": self.max,
             "zeros": self.zeros,
-            "pos": {str(int(i) + self._lo): int(self._pos[i]) for i in idx},
+            "pos": {str(int(i)): int(self._pos[i]) for i in idx},
             "neg": {str(i): n for i, n in sorted(self._neg.items())},
         }
 
@@ -230,10 +229,9 @@ class LatencySketch:
         s.zeros = int(data.get("zeros", 0))
         pos = {int(i): int(n) for i, n in data.get("pos", {}).items()}
         if pos:
-            s._slot(min(pos))
-            s._slot(max(pos))
+            s._grow(max(pos))
             for i, n in pos.items():
-                s._pos[i - s._lo] += n
+                s._pos[i] += n
         s._neg = {int(i): int(n) for i, n in data.get("neg", {}).items()}
         return s
 

@@ -96,7 +96,7 @@ class SweepAccumulator:
 
     def report(self) -> dict[str, object]:
         """The windows (ms) per accumulating sensor and the counters, for run reports."""
-        return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **dataclasses.asdict(self.stats)}
+        return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **vars(self.stats)}
 
     def apply(self, frame: Frame, buffers: Mapping[str, Iterable[Sample]]) -> Frame:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
