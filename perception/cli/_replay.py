@@ -143,6 +143,7 @@ def _viz_sinks(args: argparse.Namespace, stack: ExitStack) -> list[ReplaySink]:
     if args.live:
         live = stack.enter_context(LiveServer(port=args.live_port))
         sys.stdout.write(f"live view: {live.url} (Foxglove: Open connection > Foxglove WebSocket)\n")
+        sys.stdout.flush()  # before the replay starts: a client reading a pipe can connect now
     mcap = None if args.no_fused_mcap else safe_output_path(args.out, FUSED_MCAP_FILE)
     return [recorder_sink(mcap_path=mcap, live=live)]
 

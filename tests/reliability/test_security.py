@@ -6,13 +6,17 @@ directory, shared-memory names are per process and the leftovers of a crashed ru
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 from reliability_helpers import REPO_ROOT, profile_data, shm_entries, write_profile
 
@@ -162,3 +166,66 @@ async def test_leftovers_of_a_crashed_run_are_removed_at_the_next_start(tmp_path
     finally:
         for p in [*leftovers, live]:
             p.unlink(missing_ok=True)
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and localhost), made with the openssl command."""
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    args = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1"]
+    subprocess.run(
+        ["openssl", *args, "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, ssl.SSLError):
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+async def test_a_real_tls_handshake_and_inference_through_a_tls_terminating_proxy(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # A TLS-terminating proxy (as in front of a remote Triton) forwards to the session's server; the
+    # runtime's client, built from a profile with `tls:`, verifies the proxy's certificate against the
+    # profile's root certificate and runs an inference through it.
+    cert, key = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["h2"])  # gRPC is HTTP/2
+    host, port = triton.grpc_url.rsplit(":", 1)
+    sessions: list[tuple[str | None, str | None]] = []
+
+    async def forward(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        tls = client_w.get_extra_info("ssl_object")
+        sessions.append((tls.version(), tls.selected_alpn_protocol()))
+        server_r, server_w = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
+
+    proxy = await asyncio.start_server(forward, "127.0.0.1", 0, ssl=context)
+    proxy_url = f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}"
+    try:
+        data = profile_data(proxy_url, {"lidar_top": "m"})
+        data["server"] |= {"tls": {"enabled": True, "root_certificates": str(cert)}}
+        cfg = load_config(write_profile(tmp_path / "tls.yaml", data))
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with anyio.fail_after(60):
+            async with Runtime(cfg, check_models=False) as rt:
+                assert isinstance(rt.client, TritonClient) and rt.client.options.ssl is True
+                result = await rt.client.infer("echo", {"INPUT": x}, sensor="lidar_top", frame=1)
+        np.testing.assert_array_equal(result.outputs["OUTPUT"], 2 * x)  # the model's answer, through TLS
+        assert sessions and all(v is not None and v.startswith("TLS") and alpn == "h2" for v, alpn in sessions)
+    finally:
+        proxy.close()
+        await proxy.wait_closed()

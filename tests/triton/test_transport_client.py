@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -25,12 +27,14 @@ from perception.errors import (
     InputError,
     ModelNotReadyError,
     RuntimeClosedError,
+    TransportError,
 )
 from perception.server import EmbeddedTriton, free_port
 from perception.triton import ClientOptions, InferRequest, TritonClient, _client, is_loopback
 
 pytestmark = pytest.mark.anyio
 
+TEST_MODELS = Path(__file__).resolve().parents[1] / "triton_models"
 SMALL = np.arange(12, dtype=np.float32).reshape(3, 4)
 LARGE = np.random.default_rng(0).random((100_000, 4), dtype=np.float32)  # 1.6 MB: over the shm threshold
 
@@ -639,3 +643,58 @@ def test_is_loopback() -> None:
         assert is_loopback(url), url
     for url in ("10.0.0.5:8001", "triton.internal:8001", "[2001:db8::1]:8001"):
         assert not is_loopback(url), url
+
+
+async def test_two_real_servers_share_the_load_and_a_killed_one_is_backed_off(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session's server and a second real one serving only echo and sleeper_20; the second is
+    # SIGKILLed (with its backend stubs) while it holds requests.
+    clock = _ManualClock()
+    monkeypatch.setattr(_client, "time", clock)
+    repo = tmp_path / "models"
+    for name in ("echo", "sleeper_20"):
+        shutil.copytree(TEST_MODELS / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    second = EmbeddedTriton([repo], log_path=tmp_path / "second.log", startup_timeout_s=120.0)
+    a = triton.grpc_url
+    with anyio.fail_after(240):
+        async with second:
+            b = second.grpc_url
+            async with TritonClient(ClientOptions(urls=(a, b), channels=1, backoff_s=0.3)) as client:
+                used: list[str] = []
+
+                async def sleep_20(sink: list[str]) -> None:
+                    sink.append((await client.infer("sleeper_20", {"INPUT": np.ones(2, np.float32)})).url)
+
+                async with anyio.create_task_group() as tg:  # concurrent: spread by outstanding calls
+                    for _ in range(6):
+                        tg.start_soon(sleep_20, used)
+                assert sorted(used) == sorted([a, a, a, b, b, b])
+
+                failed: list[BaseException] = []
+                done: list[str] = []
+
+                async def call(sink: list[str]) -> None:
+                    try:
+                        await sleep_20(sink)
+                    except TransportError as exc:
+                        failed.append(exc)
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(4):
+                        tg.start_soon(call, done)
+                    await _until(lambda: client.outstanding() == {a: 2, b: 2})
+                    pid = second.pid
+                    assert pid is not None
+                    os.killpg(pid, signal.SIGKILL)  # mid-run: two requests on it
+                assert done == [a, a] and len(failed) == 2, (done, failed)
+                assert all(getattr(e, "url", None) == b and getattr(e, "retryable", False) for e in failed), failed
+                assert client.healthy_urls() == (a,)  # backed off
+                assert await _urls_used(client, 3) == [a] * 3
+                clock.now_ns += 10_000_000_000  # past any back-off (at most 10 s): probed, still dead, backed off
+                assert client.healthy_urls() == (a, b)
+                with pytest.raises(TransportError) as info:
+                    await client.infer("echo", {"INPUT": SMALL})
+                assert getattr(info.value, "url", None) == b
+                assert client.healthy_urls() == (a,)
+                assert await _urls_used(client, 2) == [a, a]
