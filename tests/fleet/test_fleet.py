@@ -39,6 +39,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
+from perception.fleet._outputs import OUT_MARKER
 from perception.replay import MODES
 from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
@@ -365,7 +366,7 @@ def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(
     assert boom["status"] == "failed", boom
     assert boom["error"] == "worker error: RuntimeError: injected: publish failed", boom
     assert "drive boom: the worker raised RuntimeError" in done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["a", FLEET_JSON, FLEET_MD]  # no output, no staging
+    assert sorted(p.name for p in out.iterdir()) == [OUT_MARKER, "a", FLEET_JSON, FLEET_MD]  # no output, no staging
     assert _leftovers() == []
 
 
@@ -537,7 +538,7 @@ def test_ctrl_c_keeps_finished_drives_cancels_the_rest_and_leaves_nothing(tmp_pa
     assert report["totals"]["by_status"] == {"interrupted": 3, "ok": 1}
     assert "not run" in (out / FLEET_MD).read_text()
     # nothing of an unfinished drive: no partial output, no staging
-    assert sorted(p.name for p in out.iterdir()) == ["first", FLEET_JSON, FLEET_MD]
+    assert sorted(p.name for p in out.iterdir()) == [OUT_MARKER, "first", FLEET_JSON, FLEET_MD]
     # the local cluster, the workers, the embedded server and its stubs are gone, and their shared memory
     assert _leftovers() == []
 
@@ -560,7 +561,7 @@ def test_sigterm_stops_the_fleet_as_ctrl_c_does(tmp_path: Path) -> None:
     assert code == 130, code
     (only,) = json.loads((out / FLEET_JSON).read_text())["drives"]
     assert only["status"] == "interrupted" and only["error"] == "cancelled"
-    assert sorted(p.name for p in out.iterdir()) == [FLEET_JSON, FLEET_MD]
+    assert sorted(p.name for p in out.iterdir()) == [OUT_MARKER, FLEET_JSON, FLEET_MD]
     assert _leftovers() == []
 
 

@@ -24,7 +24,8 @@ V_R = 6.0
 
 @pytest.fixture(scope="module")
 def vod_drive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tree = write_vod(tmp_path_factory.mktemp("vod_replay"))
+    base = tmp_path_factory.mktemp("vod_replay")
+    tree = write_vod(base)
     (car,) = [b for b in tree.boxes[1] if b.kind == "Car"]
     assert car.centre[:2] == CAR_XY
     # radar returns on the car's surface (base_link), written in the radar frame: x, y, z, RCS, v_r,
@@ -35,7 +36,7 @@ def vod_drive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     n = len(xyz)
     rows = np.column_stack([xyz, np.full(n, 10.0), np.full(n, V_R - 1.0), np.full(n, V_R), np.zeros(n)])
     (tree.root / "radar" / "training" / "velodyne" / "00001.bin").write_bytes(rows.astype("<f4").tobytes())
-    out = tree.root.parent / "vod.mcap"
+    out = base.parent / f"{base.name}.mcap"  # beside the tree, not shared with other tests' drives
     import_kitti(tree.root, out)
     return out
 

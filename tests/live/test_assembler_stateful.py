@@ -82,8 +82,12 @@ class LiveAssembly(RuleBasedStateMachine):
 
     @invariant()
     def never_a_hole(self) -> None:
+        """No slot without a frame, except the slots one call skipped beyond ``MAX_CATCH_UP`` (a stream that
+        comes back after more than that many periods with no wake in between), and those are counted."""
         times = [f.t_ns for f in self.frames]
-        assert all(b - a <= MAX_GAP for a, b in itertools.pairwise(times)), times
+        period = PERIODS["lidar"]
+        missing = sum(round((b - a) / period) - 1 for a, b in itertools.pairwise(times) if b - a > MAX_GAP)
+        assert missing <= self.asm.stats.slots_skipped, (times, self.asm.stats.slots_skipped)
 
     @invariant()
     def every_frame_and_sweep_is_accounted_for(self) -> None:
