@@ -56,7 +56,7 @@ def _sample(sensor: str, t: Any, cols: int, rows: int, fill: float) -> PointClou
     return PointCloudSample(sensor, t, sensor, np.full((rows, cols), fill, np.float32), fields)
 
 
-def _run(live: LiveConfig, trigger: TriggerConfig, events: list[Any]) -> None:
+def _run(live: LiveConfig, trigger: TriggerConfig, events: list[Any]) -> LiveAssembler[int]:
     asm: LiveAssembler[int] = LiveAssembler(SENSORS, trigger, live, rates={"radar": 13.0}, rig=RIG)
     now = 1_000_000 * MS
     token = 0
@@ -97,6 +97,7 @@ def _run(live: LiveConfig, trigger: TriggerConfig, events: list[Any]) -> None:
     if trigger.sensor is not None:
         assert set(tokens) == taken, "each trigger sample taken: exactly one frame"
     assert asm.stats.frames == len(frames)
+    return asm
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
