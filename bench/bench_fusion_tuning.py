@@ -29,7 +29,8 @@ from perception.benchmark import environment
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.fusion import FusionParams
-from perception.replay import drive_config, evaluate_modes, score_modes
+from perception.replay import evaluate_modes, score_modes
+from perception.scheduler import Session
 
 log = logging.getLogger("bench_fusion_tuning")
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             _, outcome = anyio.run(functools.partial(evaluate_modes, drive, base, progress=False), backend="asyncio")
             per_variant: dict[str, Any] = {}
             with DriveReader(drive) as reader:
-                cfg0 = drive_config(base, reader)
+                cfg0 = Session.assemble(base, reader.source).config
                 for variant, (fusion_changes, param_changes) in VARIANTS.items():
                     cfg = dataclasses.replace(cfg0, fusion=dataclasses.replace(cfg0.fusion, **fusion_changes))
                     params = dataclasses.replace(FusionParams(), **param_changes)

@@ -108,10 +108,7 @@ async def pipeline_clock(samples: Samples, frames: int) -> None:
 
 async def _until_counted(client: TritonClient, count: int) -> None:
     """Until the server's statistics count one more inference of ``sleeper_40`` (polled: there is no event)."""
-    while True:
-        if (await client.model_statistics("sleeper_40"))["inference_count"] > count:
-            return
-        await anyio.sleep(0.005)
+    await client.model_statistics("sleeper_40", at_least={"inference_count": count + 1}, timeout_s=60)
 
 
 async def transport(samples: Samples, url: str, repeats: int) -> None:

@@ -98,7 +98,7 @@ def runtime_config(url: str) -> RuntimeConfig:
         "sensors": sensors,
         "trigger": {"sensor": "lidar_top"},
         "budget": {"total_ms": 200, "fusion_reserve_ms": 15},
-        "pipeline": {"max_in_flight": 4, "queue_size": 0, "overflow": "block"},
+        "pipeline": {"max_in_flight": 4, "admission": "fixed", "queue_size": 0, "overflow": "block"},
         "fusion": {"enabled": True, "tracking": True},
     }
     return from_data(RuntimeConfig, data)

@@ -22,7 +22,7 @@ _need_venv() {
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c "import perception" 2>/dev/null; then
         _log "installing the project and its dependencies into .venv (first run takes a minute)"
         local log="$VENV/pip-install.log"
-        if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$ROOT[dev]" >"$log" 2>&1; then
+        if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$ROOT[dev,ros]" >"$log" 2>&1; then
             tail -n 40 "$log" >&2
             _log "pip install failed; full log: $log"
             return 1

@@ -9,4 +9,5 @@ echo "== mypy"
 mypy
 echo "== pytest"
 # -p no:cacheprovider keeps a read-only clone clean; exit 5 (no tests collected) is a failure here.
-python -m pytest -p no:cacheprovider "$@"
+# --durations=15: the 15 slowest tests, so that what the suite costs stays visible.
+python -m pytest -p no:cacheprovider --durations=15 "$@"

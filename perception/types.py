@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 __all__ = [
     "LABELS",
+    "LIVE_METADATA",
     "SERVER_STAGES",
     "CameraCalibration",
     "Detection3D",
@@ -41,6 +42,7 @@ __all__ = [
     "SensorResult",
     "SensorSpec",
     "SensorStatus",
+    "SessionSource",
     "Transform",
     "interpolate_ego",
     "label_id",
@@ -349,6 +351,41 @@ class GroundTruth:
 Sample = PointCloudSample | ImageSample
 
 
+@dataclass(frozen=True, slots=True)
+class SessionSource:
+    """What a session is assembled against: the sensors a source has and what kind of source it is.
+
+    A drive gives its rig, its metadata (``DriveReader.source``: a drive of the simulator or a recording
+    of real sensors), its ego poses and its ground truth. A vehicle gives its rig and the poses its host
+    pushes; its metadata is :data:`LIVE_METADATA` (real sensors, as a recording is). The profile is
+    resolved against this once (:class:`perception.scheduler.Session`), whatever the entry point, so
+    replay and the vehicle run the same models, budget and fusion settings.
+    """
+
+    rig: Mapping[str, SensorSpec]
+    #: The drive's metadata (``generator``/``source`` decide the source-dependent defaults).
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    #: How messages name the source (``drive PATH`` or ``the rig``).
+    name: str = "the rig"
+    #: The drive file, when the source is one (errors in its rig name it).
+    file: str | None = None
+    #: The ego pose ``map <- base_link`` at a time (``None``: none known).
+    ego_at: Callable[[int], EgoPose | None] | None = None
+    #: The ground truth of a frame time (drives with annotations only).
+    gt_at: Callable[[int], GroundTruth | None] | None = None
+
+    @classmethod
+    def live(
+        cls, rig: Mapping[str, SensorSpec], *, ego_at: Callable[[int], EgoPose | None] | None = None
+    ) -> SessionSource:
+        """A vehicle's rig: real sensors, pushed live."""
+        return cls(rig=rig, metadata=LIVE_METADATA, ego_at=ego_at)
+
+
+#: The metadata of a live source: a vehicle's real sensors (resolved as a recording of real sensors is).
+LIVE_METADATA: Mapping[str, str] = {"source": "live"}
+
+
 # ---------------------------------------------------------------------------------------------
 # Scheduler / fusion stage data
 # ---------------------------------------------------------------------------------------------
@@ -419,6 +456,9 @@ class SensorResult:
     sample_t_ns: int | None = None
     model: str | None = None
     stages: Mapping[str, int] = field(default_factory=dict)  # e.g. preprocess, request (ns)
+    #: The version of ``model`` that answered (empty when the request got no answer, or the client
+    #: does not say).
+    model_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

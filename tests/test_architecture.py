@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scheduler", "fusion", "drives", "sim"),  # the runtime's stages, the drive format, the drive generator
     # what is built on the runtime
     ("replay", "metrics", "viz", "live", "importers", "evaluation", "benchmark", "fleet"),
+    ("ros",),  # the runtime as a ROS 2 node (the only unit that imports rclpy), built on live
     ("cli", "camera_training", "__main__"),  # entry points: nothing imports them
 )
 LAYER: Mapping[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
@@ -192,3 +193,45 @@ def test_readme_layout_table_matches_the_tree() -> None:
     first = [row.strip("`").split("`")[0] for row in rows]
     gone = [path for path in first if not (ROOT / path).exists()]
     assert not gone, f"README.md's layout table lists paths that do not exist: {gone}"
+
+
+#: What comes from a ROS 2 installation (the ``ros`` extra's wheels or a sourced workspace).
+ROS_MODULES = (
+    "rclpy",
+    "builtin_interfaces",
+    "std_msgs",
+    "sensor_msgs",
+    "geometry_msgs",
+    "nav_msgs",
+    "visualization_msgs",
+    "diagnostic_msgs",
+    "lifecycle_msgs",
+    "vision_msgs",
+)
+
+
+def test_only_the_ros_unit_imports_rclpy() -> None:
+    """The core package never imports rclpy or ROS messages; ``perception/ros/`` does (the CLI reaches it
+    only when ``perception ros`` runs)."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.is_relative_to(PACKAGE / "ros")
+        for module, line in _imports(path)
+        if module.split(".")[0] in ROS_MODULES
+    ]
+    assert not offenders, offenders
+
+
+def test_importing_the_package_and_its_cli_loads_no_rclpy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, perception.cli._ros, perception.ros, perception.live, perception.scheduler\n"
+        "from perception.cli._main import build_parser\n"
+        "build_parser(['ros', 'node', '--help'])\n"
+        f"loaded = sorted(m for m in sys.modules if m.split('.')[0] in {ROS_MODULES!r})\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)

@@ -123,7 +123,9 @@ def variant_config(
     if channels is not None:
         server = dataclasses.replace(server, channels=channels)
     if in_flight is not None:
-        pipeline = dataclasses.replace(pipeline, max_in_flight=in_flight, queue_size=0, overflow="block")
+        pipeline = dataclasses.replace(
+            pipeline, max_in_flight=in_flight, admission="fixed", queue_size=0, overflow="block"
+        )
     if camera_requests is not None:
         pipeline = dataclasses.replace(pipeline, camera_requests=camera_requests)
     if transport is not None:

@@ -114,10 +114,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("drive not found", file=str(drive))
         if not config.resolved:  # the profile leaves the sensors to the drive
             from perception.drives import DriveReader
-            from perception.replay import drive_config
+            from perception.scheduler import Session
 
             with DriveReader(drive, strict=False) as reader:
-                config = drive_config(config, reader)
+                config = Session.assemble(config, reader.source).config
         frames, rig, info = load_frames(drive, config, settings.frames)
         if generated is not None:
             info["drive"] = generated

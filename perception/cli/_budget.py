@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
 from perception.cli._replay import replay_with_stop
@@ -16,6 +17,7 @@ from perception.config import with_overrides
 from perception.metrics import (
     budget_rows,
     budget_violations,
+    late_lines,
     render_table,
     server_rows,
     server_split_lines,
@@ -63,7 +65,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
     cfg = with_overrides(runtime_config(args), budget_ms=args.budget_ms)
-    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight))
+    # --in-flight K measures the run at that depth: a fixed admission, not the adaptive one.
+    pipeline = dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight, admission="fixed")
+    cfg = dataclasses.replace(cfg, pipeline=pipeline)
     out: Path = args.out
     progress = False if args.no_progress else None
     options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
@@ -87,10 +91,12 @@ def run(args: argparse.Namespace) -> int:
                 + ":\n"
             )
             sys.stdout.write("\n".join(server) + "\n")
+    for line in late_lines(outcome.report.get("late_causes", {})):
+        sys.stdout.write(line + "\n")
     plots = write_plots(out, outcome.latency, args.budget_ms)
     summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
-    write_markdown(safe_output_path(out, "report.md"), rows, summary, plots, args.percentile, append=True)
+    write_markdown(safe_output_path(out, REPORT_MD_FILE), rows, summary, plots, args.percentile, append=True)
     violations = budget_violations(rows)
     summary["budget"] = {
         "budget_ms": args.budget_ms,
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         "violations": violations,
         "passed": not violations,
     }
-    safe_output_path(out, "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    safe_output_path(out, REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
     unusable = outcome.unusable()

@@ -22,6 +22,7 @@ if sys.version_info < (3, 11):
 __all__ = [
     "DEFAULT_CONFIG",
     "Interrupted",
+    "add_fault_options",
     "add_runtime_options",
     "repo_root",
     "run_with_signals",
@@ -49,11 +50,37 @@ def add_runtime_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sensors", default=None, help="comma-separated subset of sensors to enable")
 
 
+def add_fault_options(p: argparse.ArgumentParser) -> None:
+    """The faults a player of a drive injects (``perception live``, ``perception ros play``)."""
+    p.add_argument(
+        "--silence",
+        action="append",
+        default=[],
+        metavar="SENSOR:FROM:TO",
+        help="do not send SENSOR's samples between FROM and TO seconds (repeatable)",
+    )
+    p.add_argument(
+        "--burst",
+        action="append",
+        default=[],
+        metavar="SENSOR:FROM:TO",
+        help="hold SENSOR's samples back between FROM and TO s, then send them at once (repeatable)",
+    )
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="random extra delay per sample, up to this")
+    p.add_argument(
+        "--clock-jump",
+        action="append",
+        default=[],
+        metavar="SENSOR:AT:OFFSET_S",
+        help="from AT seconds on, SENSOR's stamps are OFFSET_S seconds off (repeatable)",
+    )
+
+
 def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
     """The profile (``--config`` or the default), with the drive's sensors where it leaves them open,
     then ``--url`` and ``--sensors`` applied."""
     from perception.drives import DriveReader
-    from perception.replay import drive_config
+    from perception.scheduler import Session
 
     path = args.config or DEFAULT_CONFIG
     cfg = load_config(path)
@@ -61,7 +88,7 @@ def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
         raise ConfigError("drive not found", file=str(args.drive))
     if not cfg.resolved:
         with DriveReader(args.drive, strict=False) as reader:
-            cfg = drive_config(cfg, reader)
+            cfg = Session.assemble(cfg, reader.source).config
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
     return with_overrides(cfg, url=args.url, sensors=sensors)
 

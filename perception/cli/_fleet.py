@@ -44,7 +44,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--address", default=None, help="join a Ray cluster: auto or ray://host:port (default: local)")
     p.add_argument(
-        "--workers", type=positive_int, default=None, help="worker actors (default: one per CPU of the cluster)"
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="worker actors (default: what the servers can serve: one per 4 CPUs of a node with its "
+        "embedded Triton, at least one a node; one per CPU with --url servers)",
     )
     p.add_argument(
         "--url",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perception.cli._common import add_runtime_options, runtime_config
+from perception.cli._common import add_fault_options, add_runtime_options, runtime_config
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -28,28 +28,7 @@ def register(sub: Any) -> None:
         "publisher misbehave as middleware does.",
     )
     add_runtime_options(p)
-    p.add_argument(
-        "--silence",
-        action="append",
-        default=[],
-        metavar="SENSOR:FROM:TO",
-        help="do not send SENSOR's samples between FROM and TO seconds (repeatable)",
-    )
-    p.add_argument(
-        "--burst",
-        action="append",
-        default=[],
-        metavar="SENSOR:FROM:TO",
-        help="hold SENSOR's samples back between FROM and TO s, then send them at once (repeatable)",
-    )
-    p.add_argument("--jitter-ms", type=float, default=0.0, help="random extra delay per sample, up to this")
-    p.add_argument(
-        "--clock-jump",
-        action="append",
-        default=[],
-        metavar="SENSOR:AT:OFFSET_S",
-        help="from AT seconds on, SENSOR's stamps are OFFSET_S seconds off (repeatable)",
-    )
+    add_fault_options(p)
     p.add_argument(
         "--time-base",
         choices=("monotonic", "offset", "estimate"),

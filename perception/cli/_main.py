@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fleet": ("perception.cli._fleet", "replay many drives on a Ray cluster: one report and one verdict"),
     "budget": ("perception.cli._budget", "latency-budget test with per-stage attribution and a verdict"),
     "live": ("perception.cli._live", "run the live API as a vehicle host would, with a publisher process"),
+    "ros": ("perception.cli._ros", "the runtime as a ROS 2 lifecycle node; drives played as ROS 2 topics"),
     "bench": ("perception.cli._bench", "side-by-side benchmarks of dispatch patterns and transports"),
     "model-quality": ("perception.cli._model_quality", "score each reference model on an unseen drive"),
     "render": ("perception.cli._render", "render frames of a replay output to PNG"),

@@ -11,11 +11,12 @@ from typing import Any
 
 import anyio
 
+from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
-from perception.metrics import PrometheusExporter
+from perception.metrics import PrometheusExporter, late_lines
 from perception.replay import (
     ReplayOptions,
     ReplayOutcome,
@@ -114,13 +115,13 @@ def _viz_sinks(args: argparse.Namespace, stack: ExitStack) -> list[ReplaySink]:
     """The fused MCAP recording and/or the live Foxglove view (the server lives as long as ``stack``)."""
     if args.no_fused_mcap and not args.live:
         return []
-    from perception.viz import FUSED_MCAP, LiveServer, recorder_sink
+    from perception.viz import LiveServer, recorder_sink
 
     live = None
     if args.live:
         live = stack.enter_context(LiveServer(port=args.live_port))
         sys.stdout.write(f"live view: {live.url} (Foxglove: Open connection > Foxglove WebSocket)\n")
-    mcap = None if args.no_fused_mcap else safe_output_path(args.out, FUSED_MCAP)
+    mcap = None if args.no_fused_mcap else safe_output_path(args.out, FUSED_MCAP_FILE)
     return [recorder_sink(mcap_path=mcap, live=live)]
 
 
@@ -136,7 +137,7 @@ def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -
             return
         modes = score_modes(outcome.results, cfg, reader)
     args.out.mkdir(parents=True, exist_ok=True)
-    safe_output_path(args.out, "modes.json").write_text(json.dumps(modes, indent=2) + "\n")
+    safe_output_path(args.out, MODES_FILE).write_text(json.dumps(modes, indent=2) + "\n")
     fused = modes["fused"].get("mAP")
     singles: dict[str, float | None] = {m: modes[m].get("mAP") for m in ("lidar_only", "radar_only", "camera_only")}
     best = max(singles, key=lambda m: -1.0 if singles[m] is None else float(singles[m] or 0.0))
@@ -182,11 +183,13 @@ def run(args: argparse.Namespace) -> int:
         f"latency p50 {total['p50']:.1f} ms, p99 {total['p99']:.1f} ms (budget {r['deadline_ms']:.0f} ms, "
         f"{r['deadline_misses']} misses)\n"
     )
+    for line in late_lines(r.get("late_causes", {})):
+        sys.stdout.write(line + "\n")
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
     if args.compare_modes:
         _compare_modes(args, cfg, outcome)
-    written = ["detections.jsonl", "report.json", "report.md", *([] if args.no_fused_mcap else ["fused.mcap"])]
+    written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
     sys.stdout.write(f"wrote {', '.join(str(args.out / name) for name in written)}\n")
     if outcome.interrupted:
         sys.stdout.write("interrupted: records are complete up to the last finished frame\n")

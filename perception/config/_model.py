@@ -26,6 +26,7 @@ __all__ = [
     "LiveConfig",
     "OutputConfig",
     "PipelineConfig",
+    "RosConfig",
     "RuntimeConfig",
     "SensorConfig",
     "SensorDefaults",
@@ -261,7 +262,11 @@ class CircuitConfig:
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
-    max_in_flight: int = 2  # K frames processed concurrently
+    #: At most K frames processed concurrently. ``admission: adaptive`` (the default) starts at one and
+    #: admits more only while the servers turn them into throughput within the deadline
+    #: (:mod:`perception.scheduler._admission`); ``fixed`` keeps K in flight (to measure a depth).
+    max_in_flight: int = 2
+    admission: Literal["adaptive", "fixed"] = "adaptive"
     queue_size: int = 4  # frames waiting for a pipeline slot
     overflow: Overflow = "drop-oldest"
     camera_requests: Literal["batched", "per_camera"] = "batched"
@@ -399,6 +404,42 @@ class LiveConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RosConfig:
+    """The ROS 2 node (``perception ros node``, :mod:`perception.ros`).
+
+    ``topics``: a sensor's data topic (default ``/sensors/<name>/points`` for point clouds and
+    ``/sensors/<name>/image/compressed`` for cameras); a camera topic not ending in ``/compressed`` is
+    subscribed as a raw ``sensor_msgs/Image``. ``field_map``: a ``PointCloud2`` field name -> the kind's
+    point field it carries (e.g. ``{doppler: radial_velocity}``); unmapped names are taken as they are.
+    Diagnostics: a sensor (or the frame budget) is WARN when at least ``warn_rate`` of the last
+    ``diagnostics_window`` frames were not ok for it (deadline missed), ERROR from ``error_rate``.
+    """
+
+    topics: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    odometry_topic: str = "/odometry"
+    field_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    frame_id: str = "base_link"  # of the published objects (detections are in base_link)
+    diagnostics_period_ms: float = 1000.0
+    diagnostics_window: int = 50
+    warn_rate: float = 0.1
+    error_rate: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("diagnostics_period_ms", self.diagnostics_period_ms)
+        if self.diagnostics_window < 1:
+            raise ValueError(f"diagnostics_window: must be >= 1, got {self.diagnostics_window}")
+        for name in ("warn_rate", "error_rate"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name}: must be within (0, 1], got {value}")
+        if self.error_rate < self.warn_rate:
+            raise ValueError(f"error_rate: must be >= warn_rate ({self.warn_rate}), got {self.error_rate}")
+        for sensor, topic in self.topics.items():
+            if not topic.startswith("/"):
+                raise ValueError(f"topics.{sensor}: must be an absolute topic name (/...), got {topic!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConfig:
     dir: Path | None = None
     write_fused_mcap: bool = False
@@ -423,6 +464,7 @@ class RuntimeConfig:
     faults: tuple[FaultConfig, ...] = ()
     live: LiveConfig = field(default_factory=LiveConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    ros: RosConfig = field(default_factory=RosConfig)
     source: Path | None = None  # the YAML file this came from (for messages)
 
     def __post_init__(self) -> None:

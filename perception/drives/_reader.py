@@ -54,6 +54,7 @@ from perception.types import (
     ImageSample,
     PointCloudSample,
     SensorSpec,
+    SessionSource,
     Transform,
     interpolate_ego,
 )
@@ -456,6 +457,20 @@ class DriveReader:
                 yield sample
         if self.truncated is not None and self._strict:
             raise DriveDamagedError(self.truncated.message, **self.truncated.context)
+
+    @property
+    def source(self) -> SessionSource:
+        """This drive as a session's source (:class:`perception.scheduler.Session`): its rig, metadata,
+        ego poses (when it has any) and ground truth (when annotated, within :data:`GT_TOLERANCE_NS`)."""
+        has_gt = self.has_ground_truth
+        return SessionSource(
+            rig=self.rig,
+            metadata=self.metadata,
+            name=f"drive {self.path}",
+            file=str(self.path),
+            ego_at=self.ego_pose_at if self._ego_list() else None,
+            gt_at=(lambda t: self.ground_truth_at(t, GT_TOLERANCE_NS)) if has_gt else None,
+        )
 
     def ego_poses(self) -> list[EgoPose]:
         """Every ego pose (``/ego/odometry``) in time order."""

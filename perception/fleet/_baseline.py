@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from perception._paths import DETECTIONS_FILE, REPORT_FILE
 from perception.errors import ConfigError
 from perception.metrics import percentiles
 
@@ -69,8 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REPORT_JSON = "report.json"
-DETECTIONS_JSONL = "detections.jsonl"
 
 #: Frame statuses from best to worst; a frame of the baseline missing from the current run is the worst.
 STATUS_ORDER: tuple[str, ...] = ("ok", "degraded", "dropped", "missing")
@@ -83,10 +82,10 @@ _EPS = 1e-9
 
 #: The command-line option of each tolerance (the ``key`` of a :class:`ConfigError` about it).
 TOLERANCE_KEYS: Mapping[str, str] = {
-    "map_drop": "--tolerance-map-drop",
+    "map_drop": "--tolerance-map",
     "latency_pct": "--tolerance-latency-pct",
     "latency_ms": "--tolerance-latency-ms",
-    "status_changes": "--tolerance-status-changes",
+    "status_changes": "--tolerance-status",
 }
 
 LatencyKind = Literal["total", "stage", "sensor"]
@@ -492,11 +491,11 @@ def _load_frames(path: Path) -> dict[int, _Frame]:
 
 
 def _drive(name: str, path: Path) -> _Drive:
-    report_path = path / REPORT_JSON
+    report_path = path / REPORT_FILE
     if not report_path.is_file():
         return _Drive(name, path, None, None)
     report = _load_report(report_path)
-    jsonl = path / DETECTIONS_JSONL
+    jsonl = path / DETECTIONS_FILE
     return _Drive(name, path, report, _load_frames(jsonl) if jsonl.is_file() else None)
 
 
@@ -507,7 +506,7 @@ def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
         raise _error(f"{role} run not found", root)
     if not root.is_dir():
         raise _error(f"{role} run is not a directory (expected a fleet or replay output directory)", root)
-    if (root / REPORT_JSON).is_file():  # a single replay output
+    if (root / REPORT_FILE).is_file():  # a single replay output
         d = _drive(root.name, root)
         assert d.report is not None
         drive = d.report.get("drive")
@@ -517,8 +516,8 @@ def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
         subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as e:
         raise _error(f"cannot list the {role} run: {e.strerror or e}", root) from e
-    if strict and not any((p / REPORT_JSON).is_file() for p in subdirs) and not (root / "fleet.json").is_file():
-        raise _error(f"not a fleet or replay output: no {REPORT_JSON} in it or in any of its subdirectories", root)
+    if strict and not any((p / REPORT_FILE).is_file() for p in subdirs) and not (root / "fleet.json").is_file():
+        raise _error(f"not a fleet or replay output: no {REPORT_FILE} in it or in any of its subdirectories", root)
     return {p.name: _drive(p.name, p) for p in subdirs}
 
 
@@ -551,7 +550,7 @@ def _compare_quality(
     name: str, base: _Drive, cur: _Drive, tol: Tolerances, notes: list[str], regressions: list[str]
 ) -> QualityDelta | None:
     assert base.report is not None and cur.report is not None
-    b_path, c_path = base.path / REPORT_JSON, cur.path / REPORT_JSON
+    b_path, c_path = base.path / REPORT_FILE, cur.path / REPORT_FILE
     bq = _mapping(base.report.get("quality"), b_path, "quality")
     cq = _mapping(cur.report.get("quality"), c_path, "quality")
     if not bq:
@@ -708,17 +707,17 @@ def _compare_drive(name: str, base: _Drive | None, cur: _Drive | None, tol: Tole
         assert cur is not None
         return DriveComparison(name, "new" if cur.report is not None else "new_failed")
     if base.report is None:
-        return DriveComparison(name, "not_comparable", notes=(f"no {REPORT_JSON} in {base.path}",))
+        return DriveComparison(name, "not_comparable", notes=(f"no {REPORT_FILE} in {base.path}",))
     if cur is None:
         return DriveComparison(name, "missing", regressions=(f"{name}: missing from the current run",))
     if cur.report is None:
         return DriveComparison(
-            name, "failed", regressions=(f"{name}: failed in the current run (no {REPORT_JSON} in {cur.path})",)
+            name, "failed", regressions=(f"{name}: failed in the current run (no {REPORT_FILE} in {cur.path})",)
         )
     notes: list[str] = []
     regressions: list[str] = []
     quality = _compare_quality(name, base, cur, tol, notes, regressions)
-    b_path, c_path = base.path / REPORT_JSON, cur.path / REPORT_JSON
+    b_path, c_path = base.path / REPORT_FILE, cur.path / REPORT_FILE
     b_sensors = set(_mapping(base.report.get("sensor_status"), b_path, "sensor_status"))
     c_sensors = set(_mapping(cur.report.get("sensor_status"), c_path, "sensor_status"))
     regressions += [
@@ -732,7 +731,7 @@ def _compare_drive(name: str, base: _Drive | None, cur: _Drive | None, tol: Tole
     status = None
     if base.frames is None or cur.frames is None:
         side = "the baseline" if base.frames is None else "the current run"
-        notes.append(f"statuses not compared: no {DETECTIONS_JSONL} in {side}")
+        notes.append(f"statuses not compared: no {DETECTIONS_FILE} in {side}")
     else:
         status = _compare_status(base.frames, cur.frames)
         if status.worse > tol.status_changes:

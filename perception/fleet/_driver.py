@@ -55,7 +55,7 @@ class FleetOptions:
     out: Path
     profile: Path
     address: str | None = None  # None: start a local cluster
-    workers: int | None = None  # None: one per CPU of the cluster
+    workers: int | None = None  # None: what the servers can serve (default_workers)
     urls: tuple[str, ...] = ()  # external Triton servers; empty: one embedded server per node
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(profile=None))
     retries: int = 2  # more attempts of a drive whose worker died
@@ -79,6 +79,22 @@ class FleetOutcome:
     report: dict[str, Any]
     interrupted: bool = False
     baseline: BaselineComparison | None = None
+
+
+#: CPUs of a node per worker when the node's own embedded Triton serves its workers: the models of one
+#: replay's frame compute concurrently on about two cores (lidar, cameras, radar), and the worker decodes
+#: and fuses beside them. More workers than that only queue frames in the shared server, inside their
+#: deadlines (issue 27: one worker per CPU degraded every frame on a 2-core machine).
+CPUS_PER_WORKER_EMBEDDED = 4
+
+
+def default_workers(nodes: list[tuple[str, float]], *, embedded: bool) -> int:
+    """How many workers a fleet runs unless told: what the servers can serve. With each node's own
+    embedded Triton on its CPUs, one per :data:`CPUS_PER_WORKER_EMBEDDED` CPUs of a node (at least one a
+    node); with external servers, whose models do not run here, one per CPU."""
+    if not embedded:
+        return max(1, int(sum(c for _, c in nodes)))
+    return sum(max(1, int(c // CPUS_PER_WORKER_EMBEDDED)) for _, c in nodes)
 
 
 def _spread(nodes: list[tuple[str, float]], workers: int) -> list[str]:
@@ -144,7 +160,7 @@ class _Fleet:
         ]
         if not nodes:
             raise FleetError("the Ray cluster has no alive node with CPUs", address=self.opts.address)
-        count = self.opts.workers or int(sum(c for _, c in nodes))
+        count = self.opts.workers or default_workers(nodes, embedded=not self.opts.urls)
         placement = _spread(nodes, count)
         urls: dict[str, list[str]] = {}
         if self.opts.urls:

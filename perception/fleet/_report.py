@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.fleet._baseline import BaselineComparison
-from perception.metrics import percentiles
+from perception.metrics import RELATIVE_ERROR, LatencySketch
 
 __all__ = ["FLEET_JSON", "FLEET_MD", "budget_broken", "write_report"]
 
@@ -29,7 +29,7 @@ def _worst_first(d: Mapping[str, Any]) -> tuple[int, int, float]:
     return (_RANK.get(d.get("status", "failed"), 0), 0 if budget_broken(d) else 1, -p99)
 
 
-def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict[str, Any]:
+def totals(drives: Sequence[Mapping[str, Any]], total_ns: LatencySketch) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     for d in drives:
         by_status[d.get("status", "failed")] = by_status.get(d.get("status", "failed"), 0) + 1
@@ -46,8 +46,10 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: Sequence[int]) -> dict
         "degraded": sum(d.get("degraded", 0) for d in drives),
         "dropped": sum(d.get("dropped", 0) for d in drives),
         "deadline_misses": sum(d.get("deadline_misses", 0) for d in drives),
-        # every frame of every drive pooled (not a mean of the drives' percentiles)
-        "latency_ms": percentiles(total_ns),
+        # every frame of every drive pooled (not a mean of the drives' percentiles): the drives'
+        # latency sketches merged, exact in n/min/max/mean, percentiles within metrics.RELATIVE_ERROR
+        "latency_ms": total_ns.percentiles(),
+        "latency_percentile_relative_error": RELATIVE_ERROR,
         # the mean over drives with ground truth, each drive counting once
         "mean_drive_mAP": _mean(maps),
         "drives_with_mAP": len(maps),
@@ -72,9 +74,11 @@ def write_report(
     meta: Mapping[str, Any],
     baseline: BaselineComparison | None = None,
 ) -> dict[str, Any]:
-    pooled: list[int] = []
+    pooled = LatencySketch()
     for s in summaries:
-        pooled.extend(s.pop("total_ns", []))
+        sketch = s.pop("total_sketch", None)
+        if sketch is not None:
+            pooled.merge(LatencySketch.from_dict(sketch))
     drives = sorted(summaries, key=_worst_first)
     report: dict[str, Any] = {"version": 1, **meta, "totals": totals(drives, pooled), "drives": drives}
     lines = markdown(report)

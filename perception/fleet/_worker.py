@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perception._paths import FUSED_MCAP_FILE, MODES_FILE
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import SUMMARY_FILE, publish, staging_dir
 from perception.metrics import budget_rows, budget_violations
-from perception.replay import Rate, ReplayOptions, ReplayOutcome, drive_config, replay_drive, score_modes
+from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive, score_modes
+from perception.scheduler import Session
 from perception.types import FrameResult
 
 __all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSettings"]
@@ -99,7 +101,7 @@ class DriveWorker:
         cfg = load_config(self._profile_path)
         with DriveReader(path, strict=False, quiet=True) as reader:
             if not cfg.resolved:
-                cfg = drive_config(cfg, reader)
+                cfg = Session.assemble(cfg, reader.source).config
             ground_truth = reader.has_ground_truth
         return with_overrides(cfg, budget_ms=s.budget_ms), ground_truth
 
@@ -118,16 +120,16 @@ class DriveWorker:
         def count(result: FrameResult) -> None:
             self._frames += 1
 
-        total_ns: list[int] = []
+        total_sketch: dict[str, Any] | None = None
         try:
             cfg, summary["ground_truth"] = self._config(job.path)
             client = await self._open(cfg)
             summary["urls"] = list(client.urls)
             sinks = []
             if self._settings.fused_mcap:
-                from perception.viz import FUSED_MCAP, recorder_sink
+                from perception.viz import recorder_sink
 
-                sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP))
+                sinks.append(recorder_sink(mcap_path=staging / FUSED_MCAP_FILE))
             # No per-frame server split: a server shared with other workers makes it unavailable (their
             # requests show in its statistics), and its polls hold each next frame back a little (frames
             # 91 ms apart with it, 88 ms without, measured on the sleepy models). The drive's report keeps
@@ -149,8 +151,9 @@ class DriveWorker:
                 keep_results=self._settings.eval_modes,
             )
             summary.update(self._summarise(outcome, cfg))
-            # every frame's total, for the fleet's pooled percentiles (not in the drive's own file)
-            total_ns = list(outcome.latency.total_ns)
+            # the drive's frame totals as a mergeable sketch, for the fleet's pooled percentiles (not in
+            # the drive's own file): a fixed size per drive, however long the drive
+            total_sketch = outcome.latency.total_ns.to_dict()
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
                 has_modes = summary["ground_truth"] and outcome.evaluation is not None
@@ -169,7 +172,8 @@ class DriveWorker:
         except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
             log.warning("drive %s failed: %s", job.name, exc)
             summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
-        summary["total_ns"] = total_ns
+        if total_sketch is not None:
+            summary["total_sketch"] = total_sketch
         return summary
 
     def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:
@@ -212,7 +216,7 @@ class DriveWorker:
     def _modes(self, path: str, outcome: ReplayOutcome, cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
         with DriveReader(path, strict=False, quiet=True) as reader:
             modes = score_modes(outcome.results, cfg, reader)
-        (staging / "modes.json").write_text(_json(modes))
+        (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 
 

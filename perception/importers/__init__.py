@@ -20,6 +20,7 @@ from __future__ import annotations
 from perception.importers._kitti import import_kitti, parse_frames
 from perception.importers._nuscenes import BIKE_RACK, import_nuscenes
 from perception.importers._output import ImportSummary
+from perception.importers._pointcloud2 import decode_point_cloud2, point_fields
 from perception.importers._ros2 import import_ros2
 from perception.importers._topic_map import TOPIC_MAP_HELP
 
@@ -27,8 +28,10 @@ __all__ = [
     "BIKE_RACK",
     "TOPIC_MAP_HELP",
     "ImportSummary",
+    "decode_point_cloud2",
     "import_kitti",
     "import_nuscenes",
     "import_ros2",
     "parse_frames",
+    "point_fields",
 ]

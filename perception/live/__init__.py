@@ -4,12 +4,15 @@ back by callback, future or async iterator."""
 
 from __future__ import annotations
 
-from perception.live._publisher import parse_faults
+from perception.live._publisher import Faults, drive_items, parse_faults, play_schedule
 from perception.live._runtime import LiveRuntime
 from perception.live._session import live_session
 
 __all__ = [
+    "Faults",
     "LiveRuntime",
+    "drive_items",
     "live_session",
     "parse_faults",
+    "play_schedule",
 ]

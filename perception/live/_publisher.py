@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,9 @@ import numpy as np
 
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
-from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, Transform
+from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, SensorSpec, Transform
 
-__all__ = ["Faults", "parse_faults", "publish", "receive"]
+__all__ = ["Faults", "drive_items", "parse_faults", "play_schedule", "publish", "receive"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,15 @@ class Faults:
     jitter_ms: float = 0.0  # random extra delay per sample, uniform in [0, jitter]
     clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
     seed: int = 0
+
+    def check_sensors(self, sensors: Sequence[str], drive: Path) -> None:
+        """A :class:`ConfigError` when a fault names a sensor that ``drive`` (with ``sensors``) lacks."""
+        named = {s for s, _, _ in (*self.silence, *self.bursts, *self.clock_jumps)}
+        if named - set(sensors):
+            raise ConfigError(
+                f"no such sensor in drive {drive}: {', '.join(sorted(named - set(sensors)))} "
+                f"(it has: {', '.join(sensors)})"
+            )
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
@@ -172,18 +181,86 @@ def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
 
 
 # -- publisher ------------------------------------------------------------------------------------
-def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
-    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
+def play_schedule(
+    by_sensor: Mapping[str, Sequence[Sample | EgoPose]],
+    faults: Faults,
+    emit: Callable[[str, Sample | EgoPose], None],
+    *,
+    start_ns: int,
+    stamp_base_ns: int,
+    rate: float = 1.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Play each sensor's items (time-ordered; the key ``ego`` for ego poses) on its own thread at their
+    recorded timing from ``start_ns`` on the host's monotonic clock, with ``faults`` injected: ``emit``
+    gets each item stamped ``stamp_base_ns`` + its offset into the play (+ a clock jump). Returns when
+    every item was emitted, or soon after ``stop`` is set. ``emit`` may be called from several threads."""
+    # The play starts at the first sensor sample (ego poses may start earlier: they are held till then).
+    firsts = [items[0].t_ns for name, items in by_sensor.items() if items and name != "ego"]
+    if not firsts:
+        return
+    t0_drive = min(firsts)
+    stop = stop or threading.Event()
+
+    def play(sensor: str, items: Sequence[Sample | EgoPose]) -> None:
+        rng = random.Random(f"{faults.seed}:{sensor}")
+        held: list[Sample | EgoPose] = []
+        for item in items:
+            offset = (item.t_ns - t0_drive) / rate
+            at_s = offset / 1e9
+            due = start_ns + round(offset) + round(rng.uniform(0, faults.jitter_ms) * 1e6)
+            delay = (due - time.monotonic_ns()) / 1e9
+            if delay > 0 and stop.wait(delay):
+                return
+            if stop.is_set():
+                return
+            if any(s == sensor and a <= at_s < b for s, a, b in faults.silence):
+                continue
+            stamp = stamp_base_ns + round(offset)
+            for s, at, jump_s in faults.clock_jumps:
+                if s == sensor and at_s >= at:
+                    stamp += round(jump_s * 1e9)
+            stamped = dataclasses.replace(item, t_ns=stamp)
+            if any(s == sensor and a <= at_s < b for s, a, b in faults.bursts):
+                held.append(stamped)
+                continue
+            for h in held:
+                emit(sensor, h)
+            held.clear()
+            emit(sensor, stamped)
+        for h in held:
+            emit(sensor, h)
+
+    threads = [
+        threading.Thread(target=play, args=(name, items), name=f"publish-{name}", daemon=True)
+        for name, items in by_sensor.items()
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def drive_items(drive: Path) -> tuple[dict[str, SensorSpec], dict[str, list[Sample | EgoPose]]]:
+    """A drive's rig and its items by sensor (ego poses under ``ego``), for :func:`play_schedule`."""
     with DriveReader(drive) as reader:
-        kinds = {name: spec.kind for name, spec in reader.rig.items()}
+        rig = dict(reader.rig)
         samples = list(reader.samples())
         egos = reader.ego_poses()
     if not samples:
         raise DriveError("drive has no samples", file=str(drive))
-    t0_drive = samples[0].t_ns
-    by_sensor: dict[str, list[Sample]] = {}
+    by_sensor: dict[str, list[Sample | EgoPose]] = {}
     for s in samples:
         by_sensor.setdefault(s.sensor, []).append(s)
+    if egos:
+        by_sensor["ego"] = list(egos)
+    return rig, by_sensor
+
+
+def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
+    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
+    rig, by_sensor = drive_items(drive)
+    kinds = {name: spec.kind for name, spec in rig.items()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(socket_path))
     lock = threading.Lock()
@@ -193,68 +270,16 @@ def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: fl
         with lock:
             sock.sendall(msg)
 
-    def play(sensor: str, items: list[Sample | EgoPose], kind: str) -> None:
-        rng = random.Random(f"{faults.seed}:{sensor}")
-        held: list[bytes] = []
-        for item in items:
-            offset = (item.t_ns - t0_drive) / rate
-            at_s = offset / 1e9
-            due = t0 + round(offset) + round(rng.uniform(0, faults.jitter_ms) * 1e6)
-            delay = (due - time.monotonic_ns()) / 1e9
-            if delay > 0:
-                time.sleep(delay)
-            if any(s == sensor and a <= at_s < b for s, a, b in faults.silence):
-                continue
-            stamp = t0 + round(offset)
-            for s, at, jump_s in faults.clock_jumps:
-                if s == sensor and at_s >= at:
-                    stamp += round(jump_s * 1e9)
-            msg = _encode(dataclasses.replace(item, t_ns=stamp), kind)
-            if any(s == sensor and a <= at_s < b for s, a, b in faults.bursts):
-                held.append(msg)
-                continue
-            for h in held:
-                send(h)
-            held.clear()
-            send(msg)
-        for h in held:
-            send(h)
-
-    threads = [
-        threading.Thread(target=play, args=(name, items, kinds.get(name, "")), name=f"publish-{name}", daemon=True)
-        for name, items in by_sensor.items()
-    ]
-    if egos:
-        threads.append(threading.Thread(target=play, args=("ego", list(egos), "ego"), name="publish-ego", daemon=True))
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        play_schedule(
+            by_sensor,
+            faults,
+            lambda sensor, item: send(_encode(item, kinds.get(sensor, "ego"))),
+            start_ns=t0,
+            stamp_base_ns=t0,
+            rate=rate,
+        )
         head = json.dumps({"type": "end", "size": 0}).encode()
         send(_LEN.pack(len(head)) + head)
     finally:
         sock.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perception.live._publisher DRIVE SOCKET FAULTS_JSON`` (started by ``perception live``)."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    drive, path, faults_json = args
-    data = json.loads(faults_json)
-    faults = Faults(
-        silence=tuple(tuple(x) for x in data.get("silence", ())),
-        bursts=tuple(tuple(x) for x in data.get("bursts", ())),
-        jitter_ms=float(data.get("jitter_ms", 0.0)),
-        clock_jumps=tuple(tuple(x) for x in data.get("clock_jumps", ())),
-        seed=int(data.get("seed", 0)),
-    )
-    logging.basicConfig(level=logging.WARNING)
-    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

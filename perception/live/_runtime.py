@@ -13,6 +13,14 @@ of the trigger sensor it returns a future of the frame that sample triggers (or
 :class:`~perception.errors.SampleDroppedError` when it could not be used). Closing stops intake,
 completes the pending frames with what has arrived, drains the frames in flight within
 ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
+
+One long-lived task owns all of it (``_own``: the runtime and the callback thread entered with ``async
+with`` and left by the same task when the stop event is set), whether the host holds the runtime from
+threads (the task runs on the runtime's event-loop thread) or from async code. Nothing in assembly or
+processing raises into it: an item that raises is counted against its sensor (``status()["failed"]``)
+and dropped, the futures of the frames it took down are answered. ``on_result`` callbacks wait in a
+bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
+(counted), not memory, and close does not wait for it past the drain timeout.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -34,12 +42,12 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from perception.config import RuntimeConfig, resolve_sensors
+from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator
-from perception.scheduler import FusionStage, Runtime
-from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec
+from perception.scheduler import CallbackQueue, FusionStage, Runtime, Session
+from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
 __all__ = ["LiveRuntime"]
 
@@ -47,6 +55,9 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[FrameResult], None]
 ResultFuture = concurrent.futures.Future[FrameResult]
+
+#: Beyond the drain timeout, how long a thread-side close waits for the runtime's own release.
+_RELEASE_MARGIN_S = 30.0
 
 
 @dataclasses.dataclass
@@ -62,15 +73,23 @@ class LiveRuntime:
     def __init__(
         self,
         config: RuntimeConfig,
-        rig: Mapping[str, SensorSpec],
+        rig: Mapping[str, SensorSpec] | SessionSource,
         *,
         on_result: Callback | None = None,
         fusion: FusionStage | Literal["profile"] | None = "profile",
         results_buffer: int = 256,
+        callback_queue: int = 256,
     ) -> None:
-        config = resolve_sensors(config, rig)
-        self.config = config
-        self._runtime = Runtime(config, rig=rig, fusion=fusion)
+        """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
+        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``."""
+        # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
+        # resolves as its replay does. Poses come from the host (push_ego), never from a file.
+        source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
+        source = dataclasses.replace(source, ego_at=None, gt_at=None)
+        session = Session.assemble(config, source)
+        rig = session.rig
+        self.config = config = session.config
+        self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
             config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
@@ -86,21 +105,25 @@ class LiveRuntime:
         self._open = False
         self._closing = False
         self._futures: dict[int, ResultFuture] = {}
-        self._results_send: MemoryObjectSendStream[FrameResult] | None = None
         self._results_recv: MemoryObjectReceiveStream[FrameResult] | None = None
         self._results_buffer = results_buffer
         self._results_overflow = 0
         self._assembly_cpu_ns = 0  # CPU time of the event-loop thread in intake and assembly
-        self._frames_send: MemoryObjectSendStream[Frame] | None = None
         self._latency = LatencyAccumulator(budget_ns=config.budget.total_ns)
-        self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
+        self._callback_queue = callback_queue
+        self._callbacks: CallbackQueue | None = None
+        self._callbacks_dropped = 0
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._served: anyio.Event | None = None  # set when the result task has ended
-        self._release: anyio.Event | None = None  # the thread-side lifetime ends when it is set
+        self._stop: anyio.Event | None = None  # the owner task's lifetime ends when it is set
         self._held: concurrent.futures.Future[None] | None = None
+        #: Trigger futures whose frames the assembler still holds (answered when their frame is).
+        self._in_assembly: set[ResultFuture] = set()
+        self._failed: Counter[str] = Counter()
+        self._logged: set[tuple[str, str]] = set()
+        self._failure: BaseException | None = None
 
     # -- pushing (any thread) -------------------------------------------------------------------
     def push(self, sample: Sample) -> ResultFuture | None:
@@ -144,57 +167,108 @@ class LiveRuntime:
             yield r
 
     def status(self) -> dict[str, Any]:
-        """Counters, current time-base offsets and latency from the trigger's arrival to the result."""
-        summary = self._latency.summary()
+        """Counters, current time-base offsets and latency from the trigger's arrival to the result.
+        Its cost does not grow with the frames (fixed-size latency summaries)."""
+        counters = self._latency.counters()
         stats: LiveStats = self._assembler.stats
+        callbacks = self._callbacks
         return {
             "intake": dataclasses.asdict(stats),
             "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
-            "frames": summary["frames"],
-            "ok": summary["ok"],
-            "degraded": summary["degraded"],
-            "dropped": summary["dropped"],
-            "drop_reasons": summary["drop_reasons"],
-            "deadline_misses": summary["deadline_misses"],
-            "latency_ms": summary["latency_ms"]["total"],
-            "sensor_status": summary["sensor_status"],
+            "frames": counters["frames"],
+            "ok": counters["ok"],
+            "degraded": counters["degraded"],
+            "dropped": counters["dropped"],
+            "drop_reasons": counters["drop_reasons"],
+            "deadline_misses": counters["deadline_misses"],
+            "latency_ms": self._latency.total_ns.percentiles(),
+            "sensor_status": counters["sensor_status"],
             "results_overflow": self._results_overflow,
+            # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
+            # no one sensor is to blame): counted and dropped, never raised to the host
+            "failed": dict(self._failed),
+            "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
 
+    # -- lifetime -------------------------------------------------------------------------------
+    async def _own(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The whole lifetime, in this one task: the runtime (server, channels, shared memory), the
+        callback thread and the two tasks are entered here and left here, in reverse order, when
+        :meth:`aclose` sets the stop event -- or when something failed, which is logged and counted,
+        never raised into the host's task (only an error opening the runtime is raised, by open)."""
+        started = False
+        pipeline = self.config.pipeline
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(self._runtime)
+                callbacks = CallbackQueue(self._callback_queue, name="live-cb")
+                self._callbacks = callbacks
+                stack.push_async_callback(self._close_callbacks, callbacks, pipeline.drain_timeout_s)
+                frames_send, frames_recv = anyio.create_memory_object_stream[Frame](
+                    max_buffer_size=pipeline.max_in_flight + pipeline.queue_size
+                )
+                results_send, results_recv = anyio.create_memory_object_stream[FrameResult](
+                    max_buffer_size=self._results_buffer
+                )
+                stack.callback(results_recv.close)
+                self._results_recv = results_recv
+                self._wake = anyio.Event()
+                self._stop = anyio.Event()
+                self._served = anyio.Event()
+                self._loop = asyncio.get_running_loop()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._assemble, frames_send)
+                    tg.start_soon(self._serve, frames_recv, results_send)
+                    with self._lock:
+                        self._open = True
+                    started = True
+                    task_status.started()
+                    await self._stop.wait()
+                    # The assembler completes the pending frames and ends; the results task ends once
+                    # the runtime has answered them: bounded by the drain timeout.
+                    with anyio.move_on_after(pipeline.drain_timeout_s + 1.0) as scope:
+                        await self._served.wait()
+                    if scope.cancelled_caught:
+                        log.warning(
+                            "live runtime: frames still in flight after %.1f s were abandoned",
+                            pipeline.drain_timeout_s + 1.0,
+                        )
+                        tg.cancel_scope.cancel()
+        except Exception as exc:
+            if not started:
+                raise
+            self._failed["runtime"] += 1
+            log.exception("live runtime failed; everything it held is released")
+            self._failure = exc
+        finally:
+            with self._lock:
+                self._open = False
+                self._closing = True
+            for fut in [*self._futures.values(), *self._in_assembly]:
+                if not fut.done():
+                    fut.set_exception(RuntimeClosedError("closed before the frame finished"))
+            self._futures.clear()
+            self._in_assembly.clear()
+
+    async def _close_callbacks(self, callbacks: CallbackQueue, timeout_s: float) -> None:
+        # joining the thread off the event loop; a callback stuck past the bound is abandoned (logged)
+        await anyio.to_thread.run_sync(callbacks.close, timeout_s, abandon_on_cancel=True)
+        self._callbacks_dropped = callbacks.dropped
+
     # -- lifetime (async) -----------------------------------------------------------------------
     async def __aenter__(self) -> LiveRuntime:
-        stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        try:
-            await stack.enter_async_context(self._runtime)
-            self._callbacks = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-cb")
-            stack.callback(self._callbacks.shutdown, wait=True)
-            frames_send, frames_recv = anyio.create_memory_object_stream[Frame](
-                max_buffer_size=self.config.pipeline.max_in_flight + self.config.pipeline.queue_size
-            )
-            self._frames_send = frames_send
-            results_send, results_recv = anyio.create_memory_object_stream[FrameResult](
-                max_buffer_size=self._results_buffer
-            )
-            self._results_send, self._results_recv = results_send, results_recv
-            self._wake = anyio.Event()
-            self._served = anyio.Event()
-            self._loop = asyncio.get_running_loop()
-            with self._lock:
-                self._open = True
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
-            raise
-        self._stack = stack
-        # Entered last and left first, by the same task, with no scope in between (see aclose).
+        # The owner task runs in a task group of one; it never raises once started (see _own), so the
+        # group never cancels the host's code between enter and exit.
         tg = anyio.create_task_group()
         await tg.__aenter__()
+        try:
+            await tg.start(self._own)
+        except BaseException:
+            await tg.__aexit__(None, None, None)  # nothing is left in it
+            raise
         self._tg = tg
-        tg.start_soon(self._assemble, frames_send)
-        tg.start_soon(self._serve, frames_recv, results_send)
         return self
 
     async def __aexit__(
@@ -204,53 +278,31 @@ class LiveRuntime:
 
     async def aclose(self) -> None:
         """Stop intake, complete pending frames, drain in-flight ones (bounded), release everything."""
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-        self._set_wake()
-        stack, self._stack = self._stack, None
-        if stack is None:
-            return
+        self._begin_close()
         tg, self._tg = self._tg, None
         if tg is not None:
-            # The tasks end once the assembler has sent the last frames and the runtime has answered
-            # them; the watchdog bounds that by the drain timeout.
-            tg.start_soon(self._drain_watchdog, tg, self.config.pipeline.drain_timeout_s + 1.0)
             await tg.__aexit__(None, None, None)
-        with anyio.CancelScope(shield=True):
-            await stack.aclose()  # the callback thread, then the runtime (server, channels, shm)
-        for fut in list(self._futures.values()):
-            if not fut.done():
-                fut.set_exception(RuntimeClosedError("closed before the frame finished"))
-        self._futures.clear()
 
-    async def _drain_watchdog(self, tg: anyio.abc.TaskGroup, seconds: float) -> None:
-        assert self._served is not None
-        with anyio.move_on_after(seconds) as scope:
-            await self._served.wait()
-        if scope.cancelled_caught:
-            log.warning("live runtime: frames still in flight after %.1f s were abandoned", seconds)
-            tg.cancel_scope.cancel()
+    def _begin_close(self) -> None:
+        """On the event loop: stop intake, wake the assembler, signal the owner task."""
+        with self._lock:
+            self._closing = True
+        self._set_wake()
+        if self._stop is not None:
+            self._stop.set()
 
     # -- lifetime (threads) ---------------------------------------------------------------------
     def __enter__(self) -> LiveRuntime:
         cm = start_blocking_portal(backend="asyncio")
         portal = cm.__enter__()
         try:
-            # One task holds the whole lifetime: a task group is entered and left by the same task.
-            self._held, _ = portal.start_task(self._hold)
+            # One task holds the whole lifetime (_own); returns once open, raises what opening raised.
+            self._held, _ = portal.start_task(self._own)
         except BaseException as exc:
             cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._portal_cm, self._portal = cm, portal
         return self
-
-    async def _hold(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._release = anyio.Event()
-        async with self:
-            task_status.started()
-            await self._release.wait()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -258,16 +310,21 @@ class LiveRuntime:
         self.close()
 
     def close(self) -> None:
-        """Thread-side close (see :meth:`aclose`); returns once everything is released."""
-        portal, cm = self._portal, self._portal_cm
+        """Thread-side close (see :meth:`aclose`); returns once everything is released, within the drain
+        timeout plus the runtime's own release."""
+        portal, cm, held = self._portal, self._portal_cm, self._held
         self._portal = self._portal_cm = None
         if portal is None or cm is None:
             return
+        bound = self.config.pipeline.drain_timeout_s + _RELEASE_MARGIN_S
         try:
-            if self._release is not None:
-                portal.call(self._release.set)
-            if self._held is not None:
-                self._held.result()
+            portal.call(self._begin_close)
+            if held is not None:
+                try:
+                    held.result(timeout=bound)
+                except concurrent.futures.TimeoutError:
+                    log.warning("live runtime: not closed within %.0f s; cancelling it", bound)
+            portal.call(portal.stop, True)  # cancels the owner if it is still stuck
         finally:
             cm.__exit__(None, None, None)
 
@@ -279,6 +336,14 @@ class LiveRuntime:
             self._wake_pending = False
             return items
 
+    def _fail(self, key: str, exc: BaseException, what: str) -> None:
+        """Count an item that raised against ``key`` (its sensor) and log it (once per key and type)."""
+        self._failed[key] += 1
+        seen = (key, type(exc).__name__)
+        if seen not in self._logged:
+            self._logged.add(seen)
+            log.warning("live: %s of %s failed and was dropped (counted; first of its kind): %r", what, key, exc)
+
     async def _assemble(self, frames: MemoryObjectSendStream[Frame]) -> None:
         asm = self._assembler
         async with frames:
@@ -286,18 +351,38 @@ class LiveRuntime:
                 assert self._wake is not None
                 cpu0 = time.thread_time_ns()
                 for item in self._take_intake():
-                    if isinstance(item.sample, EgoPose):
-                        asm.add_ego(item.sample, item.arrival_ns)
-                        continue
-                    dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
-                    if dropped is not None and item.future is not None:
-                        item.future.set_exception(SampleDroppedError(dropped, sensor=item.sample.sensor))
+                    sensor = _sensor(item.sample)
+                    try:
+                        if isinstance(item.sample, EgoPose):
+                            asm.add_ego(item.sample, item.arrival_ns)
+                            continue
+                        dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
+                    except Exception as exc:  # an item that breaks assembly is dropped, not raised
+                        self._fail(sensor, exc, "a sample")
+                        dropped = f"rejected: {type(exc).__name__}: {exc}"
+                    if item.future is not None:
+                        if dropped is None:
+                            self._in_assembly.add(item.future)
+                        else:
+                            item.future.set_exception(SampleDroppedError(dropped, sensor=sensor))
                 now = time.monotonic_ns()
                 closing = self._closing
-                ready = asm.close() if closing else asm.due(now)
+                try:
+                    ready = asm.close() if closing else asm.due(now)
+                except Exception as exc:
+                    # A frame that cannot be built (e.g. from a pose or sweep that breaks the motion
+                    # model): the frames popped with it are lost; their futures say so.
+                    self._fail("assembly", exc, "a frame")
+                    ready = []
+                    pending = {p.token for p in asm._pending}
+                    for fut in [f for f in self._in_assembly if f not in pending]:
+                        self._in_assembly.discard(fut)
+                        if not fut.done():
+                            fut.set_exception(SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly"))
                 self._assembly_cpu_ns += time.thread_time_ns() - cpu0
                 for frame, token in ready:
                     if token is not None:
+                        self._in_assembly.discard(token)
                         self._futures[frame.frame_id] = token
                     await frames.send(frame)
                 if closing:
@@ -322,29 +407,47 @@ class LiveRuntime:
     async def _serve_results(
         self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]
     ) -> None:
+        taken: dict[int, Frame] = {}  # frames the runtime took and has not answered (K in flight at most)
+
+        async def source() -> AsyncIterator[Frame]:
+            async for frame in frames:
+                taken[frame.frame_id] = frame
+                yield frame
+
         async with results, frames:
-            async for result in self._runtime.run(frames):
-                self._latency.add(result)
-                fut = self._futures.pop(result.frame_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(result)
-                if self._on_result is not None and self._callbacks is not None:
-                    self._callbacks.submit(_run_callback, self._on_result, result)
+            while True:
                 try:
-                    results.send_nowait(result)
-                except anyio.WouldBlock:
-                    self._results_overflow += 1  # nobody reads results(): the oldest is not kept
-                    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-                        assert self._results_recv is not None
-                        self._results_recv.receive_nowait()
-                        results.send_nowait(result)
+                    async for result in self._runtime.run(source()):
+                        taken.pop(result.frame_id, None)
+                        self._deliver(result, results)
+                    return
+                except Exception as exc:
+                    # A frame whose processing raised: it and the frames in flight with it are
+                    # recorded as dropped (their futures answered), and processing goes on.
+                    sensor = "processing"
+                    self._fail(sensor, exc, "a frame")
+                    for fid in sorted(taken):
+                        self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
+
+    def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
+        self._latency.add(result)
+        fut = self._futures.pop(result.frame_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+        if self._on_result is not None and self._callbacks is not None:
+            self._callbacks.submit(_run_callback, self._on_result, result)
+        try:
+            results.send_nowait(result)
+        except anyio.WouldBlock:
+            self._results_overflow += 1  # nobody reads results(): the oldest is not kept
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                assert self._results_recv is not None
+                self._results_recv.receive_nowait()
+                results.send_nowait(result)
 
 
 def _run_callback(callback: Callback, result: FrameResult) -> None:
-    try:
-        callback(result)
-    except Exception:
-        log.exception("live result callback raised (frame %d)", result.frame_id)
+    callback(result)  # on the callback thread; what it raises is logged and counted there
 
 
 def _sensor(sample: Sample | EgoPose) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.errors import ConfigError, PerceptionError
+from perception.errors import PerceptionError
 from perception.live._publisher import Faults, receive
 from perception.live._runtime import LiveRuntime
 from perception.types import EgoPose, FrameResult
@@ -40,12 +40,9 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
     faults = faults or Faults()
     with DriveReader(drive) as reader:
         rig = dict(reader.rig)
+        source = reader.source  # resolved as a replay of this drive is (models, budget, fusion settings)
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
-    named = {s for s, _, _ in (*faults.silence, *faults.bursts, *faults.clock_jumps)}
-    if named - set(rig):
-        raise ConfigError(
-            f"no such sensor in drive {drive}: {', '.join(sorted(named - set(rig)))} (it has: {', '.join(rig)})"
-        )
+    faults.check_sensors(list(rig), drive)
     records: list[FrameResult] = []
     push_cpu = 0
     with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
@@ -53,8 +50,8 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(path))
         server.listen(1)
-        with server, LiveRuntime(config, rig, on_result=records.append) as live:
-            cmd = [sys.executable, "-m", "perception.live._publisher", str(drive), str(path)]
+        with server, LiveRuntime(config, source, on_result=records.append) as live:
+            cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:
                 server.settimeout(_CONNECT_TIMEOUT_S)

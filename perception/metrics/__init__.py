@@ -17,19 +17,24 @@ from perception.metrics._budget import (
     write_markdown,
     write_plots,
 )
-from perception.metrics._latency import LatencyAccumulator, percentiles
+from perception.metrics._latency import RELATIVE_ERROR, LatencyAccumulator, LatencySketch, percentiles
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import frame_record
+from perception.metrics._saturation import late_causes, late_lines
 from perception.metrics._server_split import ServerSplitter, with_in_flight
 
 __all__ = [
+    "RELATIVE_ERROR",
     "BudgetRow",
     "LatencyAccumulator",
+    "LatencySketch",
     "PrometheusExporter",
     "ServerSplitter",
     "budget_rows",
     "budget_violations",
     "frame_record",
+    "late_causes",
+    "late_lines",
     "markdown_table",
     "percentiles",
     "render_table",

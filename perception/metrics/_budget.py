@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from perception._paths import safe_output_path
-from perception.metrics._latency import LatencyAccumulator, percentiles
+from perception.metrics._latency import LatencyAccumulator, LatencySketch
 
 __all__ = [
     "NO_DATA",
@@ -61,14 +61,14 @@ SENSOR_ROWS = ("total", "preprocess", "serialize", "in_flight", "server_total", 
 NO_DATA = "no data"
 
 
-def _row(stage: str, values_ns: Sequence[int], budget_ms: float | None, percentile: float) -> BudgetRow:
-    p = percentiles(values_ns)
+def _row(stage: str, values: LatencySketch, budget_ms: float | None, percentile: float) -> BudgetRow:
+    p = values.percentiles()
     verdict = "-"
     if budget_ms is not None:
-        if not values_ns:
+        if not values:
             verdict = NO_DATA  # a budget on something never measured is not a pass
         else:
-            observed = float(np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, percentile))
+            observed = values.quantile(percentile) / 1e6
             verdict = "ok" if observed <= budget_ms else "FAIL"
     return BudgetRow(stage, p["p50"], p["p95"], p["p99"], p["max"], budget_ms, verdict)
 
@@ -109,7 +109,11 @@ def budget_rows(
             if key in stage_budgets:
                 used.add(key)
                 rows.append(_row(key, values, stage_budgets[key], percentile))
-    rows += [_row(key, [], budget, percentile) for key, budget in sorted(stage_budgets.items()) if key not in used]
+    rows += [
+        _row(key, LatencySketch(), budget, percentile)
+        for key, budget in sorted(stage_budgets.items())
+        if key not in used
+    ]
     return rows
 
 

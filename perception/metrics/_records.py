@@ -69,6 +69,10 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
     sensors: dict[str, Any] = {}
     for name, s in r.sensors.items():
         entry: dict[str, Any] = {"status": s.status.value, "latency_ms": _ms(s.latency_ns)}
+        if s.model:
+            entry["model"] = s.model
+            if s.model_version:
+                entry["model_version"] = s.model_version
         if s.error:
             entry["error"] = s.error
         if s.sample_t_ns is not None:

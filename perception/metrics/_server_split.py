@@ -14,8 +14,9 @@ server's host, and only every ``log-frequency`` traces (a file per flush) or at 
 offline analysis of a server one controls, not a per-frame tree from any server as frames complete.
 
 Triton updates the statistics a moment after the response is sent (measured: about one request in
-five is not yet counted when its answer arrives), so a snapshot is polled, briefly, until every
-request of the frame is counted. The snapshots are taken between frames, outside any frame's timed
+five is not yet counted when its answer arrives), so each model's snapshot waits (a bounded poll, in
+:meth:`perception.triton.TritonClient.model_statistics`) until every answered request of the frame is
+counted, and is then read once. The snapshots are taken between frames, outside any frame's timed
 path: the caller holds the next frame back meanwhile (``replay_drive`` does, see ``server_split``).
 
 Exact when this client is the only one using the models. Other clients' requests show up as a count
@@ -28,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -42,8 +43,12 @@ __all__ = ["FrameRequest", "ServerSplitter", "frame_requests", "with_in_flight"]
 
 log = logging.getLogger(__name__)
 
-#: ``model -> cumulative statistics`` (:meth:`perception.triton.TritonClient.model_statistics`).
-Statistics = Callable[[str], Awaitable[Mapping[str, int]]]
+class Statistics(Protocol):
+    """``model -> cumulative statistics``, waiting until the counters in ``at_least`` reach their values
+    (then or at its bound, one snapshot): :meth:`perception.triton.TritonClient.model_statistics`."""
+
+    def __call__(self, model: str, *, at_least: Mapping[str, int] | None = None) -> Awaitable[Mapping[str, int]]: ...
+
 
 _SENT = (SensorStatus.OK, SensorStatus.ERROR, SensorStatus.LATE)
 
@@ -100,11 +105,6 @@ def _delta(before: Mapping[str, int], after: Mapping[str, int], key: str) -> int
     return int(after.get(key, 0)) - int(before.get(key, 0))
 
 
-def _counted(before: Mapping[str, int], after: Mapping[str, int], n: int) -> bool:
-    """Every one of ``n`` requests is in ``after``: its success and each stage counted."""
-    return all(_delta(before, after, f"{k}_count") >= n for k in ("success", *SERVER_STAGES))
-
-
 class ServerSplitter:
     """Adds Triton's own time to each frame's latency tree (see the module docs).
 
@@ -118,16 +118,14 @@ class ServerSplitter:
         sensors: Sequence[tuple[str, str, str]],
         *,
         batched_cameras: bool,
-        settle_timeout_s: float = 0.25,
-        poll_s: float = 0.002,
-        query_timeout_s: float = 5.0,
+        query_timeout_s: float = 15.0,
     ) -> None:
+        """``query_timeout_s`` bounds each snapshot (the statistics' own wait for the frame's requests
+        to be counted included)."""
         self._statistics = statistics
         self._sensors = tuple(sensors)
         self._batched = batched_cameras
         self._models = tuple(sorted({model for _, _, model in self._sensors}))
-        self._settle_s = settle_timeout_s
-        self._poll_s = poll_s
         self._query_s = query_timeout_s
         self._last: dict[str, Mapping[str, int] | None] = {}
         self._tainted: set[str] = set()
@@ -140,41 +138,30 @@ class ServerSplitter:
         """The baseline snapshot of every model."""
         self._last = await self._snapshot(self._models)
 
-    async def _query(self, model: str, out: dict[str, Mapping[str, int] | None]) -> None:
+    async def _query(
+        self, model: str, out: dict[str, Mapping[str, int] | None], at_least: Mapping[str, int] | None = None
+    ) -> None:
         try:
             with anyio.fail_after(self._query_s):
-                out[model] = await self._statistics(model)
+                out[model] = await self._statistics(model, at_least=at_least)
         except (PerceptionError, TimeoutError) as exc:
             log.warning("statistics of model %s unavailable: %s", model, exc)
             out[model] = None
 
-    async def _snapshot(self, models: Sequence[str]) -> dict[str, Mapping[str, int] | None]:
+    async def _snapshot(
+        self, models: Sequence[str], expected: Mapping[str, int] | None = None
+    ) -> dict[str, Mapping[str, int] | None]:
+        """One snapshot of each model; a model in ``expected`` waits until Triton has counted that many
+        more requests (their success and each stage) than in the previous snapshot."""
         out: dict[str, Mapping[str, int] | None] = {}
         async with anyio.create_task_group() as tg:
             for model in models:
-                tg.start_soon(self._query, model, out)
+                before, n = self._last.get(model), (expected or {}).get(model)
+                at_least = None
+                if before is not None and n:
+                    at_least = {f"{k}_count": int(before.get(f"{k}_count", 0)) + n for k in ("success", *SERVER_STAGES)}
+                tg.start_soon(self._query, model, out, at_least)
         return out
-
-    async def _settle(self, expected: Mapping[str, int]) -> dict[str, Mapping[str, int] | None]:
-        """Snapshots of every model, re-polled (up to the settle timeout) until each model in
-        ``expected`` has counted its requests of this frame."""
-        snaps = await self._snapshot(self._models)
-        give_up = time.monotonic() + self._settle_s
-
-        def lagging() -> list[str]:
-            out = []
-            for model, n in expected.items():
-                before, after = self._last.get(model), snaps.get(model)
-                if before is not None and after is not None and not _counted(before, after, n):
-                    out.append(model)
-            return out
-
-        waiting = lagging()
-        while waiting and time.monotonic() < give_up:
-            await anyio.sleep(self._poll_s)
-            snaps.update(await self._snapshot(waiting))
-            waiting = lagging()
-        return snaps
 
     async def attribute(self, result: FrameResult) -> FrameResult:
         """``result`` with Triton's time per model (``latency.server``) and, for a sensor whose model
@@ -194,7 +181,7 @@ class ServerSplitter:
                 unsettled[req.model] = unsettled.get(req.model, 0) + 1
         tainted, self._tainted = self._tainted, set(unsettled)
         expected = {m: len(rs) for m, rs in answered.items() if m not in unsettled and m not in tainted}
-        snaps = await self._settle(expected)
+        snaps = await self._snapshot(self._models, expected)
         server: dict[str, dict[str, int]] = {}
         unavailable: dict[str, str] = {}
         sensors = {name: dict(stages) for name, stages in result.latency.sensors.items()}
@@ -238,10 +225,7 @@ class ServerSplitter:
         if failed == 0 and all(_delta(before, after, f"{k}_count") == n for k in ("success", *SERVER_STAGES)):
             return None
         if ok < n:
-            return (
-                f"statistics not updated (Triton counted {ok} of this frame's {n} request(s) "
-                f"within {self._settle_s * 1e3:g} ms)"
-            )
+            return f"statistics not updated (Triton counted {ok} of this frame's {n} request(s) in time)"
         return f"other traffic (Triton counted {ok} successful and {failed} failed requests; this frame sent {n})"
 
 

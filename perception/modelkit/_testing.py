@@ -6,7 +6,9 @@ Contracts (``max_batch_size: 0``):
 * ``SleeperModel``: ``INPUT`` FP32 ``[-1]`` -> ``OUTPUT`` FP32 ``[1]`` (the sum of ``INPUT``) after
   sleeping ``delay_ms`` (model parameter, overridable per request by a ``delay_ms`` request parameter).
   One instance, so concurrent requests queue like on a single-instance GPU model; a request cancelled
-  by its client (e.g. gRPC deadline) stops sleeping within a few ms and answers CANCELLED.
+  by its client (e.g. gRPC deadline) stops sleeping within a few ms and answers CANCELLED. A
+  ``started`` request parameter (a file path) is created when the request starts running: tests wait
+  for it to act while a request is certainly on the server (no guessed delay).
 * ``FailerModel``: same contract, every request answers INTERNAL "failer: deliberate failure".
 * ``EchoModel``: ``INPUT`` FP32 ``[-1,-1]`` -> ``OUTPUT`` FP32 ``[-1,-1]`` = ``2 * INPUT``.
 * ``KindSleeperModel``: meets the tensor contract of a sensor kind (model parameter ``kind``: lidar,
@@ -50,7 +52,13 @@ def _request_delay_ms(request: Any, default: float) -> float:
 
 
 def _sleep(request: Any, delay_s: float, name: str) -> Any:
-    """Sleep ``delay_s`` in small steps; a CANCELLED response if the client gave up, else ``None``."""
+    """Sleep ``delay_s`` in small steps; a CANCELLED response if the client gave up, else ``None``.
+    Creates the file named by the request's ``started`` parameter first, if any."""
+    raw = request.parameters()
+    started = (json.loads(raw) if raw else {}).get("started")
+    if started:
+        with open(str(started), "w", encoding="utf-8"):
+            pass
     deadline = time.monotonic() + delay_s
     while (remaining := deadline - time.monotonic()) > 0:
         if request.is_cancelled():

@@ -12,7 +12,7 @@ from perception.replay._session import (
     replay_drive,
     safe_output_path,
 )
-from perception.replay._source import DriveSource, drive_config
+from perception.replay._source import DriveSource
 
 __all__ = [
     "MODES",
@@ -21,7 +21,6 @@ __all__ = [
     "ReplayOptions",
     "ReplayOutcome",
     "ReplaySink",
-    "drive_config",
     "evaluate_modes",
     "parse_rate",
     "replay_drive",

@@ -26,7 +26,8 @@ from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
 from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
-from perception.replay._source import GT_TOLERANCE_NS, drive_config, match_rig
+from perception.replay._source import GT_TOLERANCE_NS
+from perception.scheduler import Session
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 __all__ = ["MODES", "SensorMode", "default_protocol", "evaluate_modes", "score_modes"]
@@ -89,10 +90,9 @@ def score_modes(
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-    config = drive_config(config, reader)
-    rig = match_rig(config, reader)
+    session = Session.assemble(config, reader.source)
+    config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
-    ego_at = reader.ego_pose_at if reader.ego_poses() else None
     out: dict[str, dict[str, Any]] = {}
     for mode, sensor_mode in modes.items():
         fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
@@ -104,7 +104,7 @@ def score_modes(
             frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples={}, ego=ego_at(r.t_ns) if ego_at else None)
             detections, _ = fuser(frame, _masked(r.sensors, kinds, sensor_mode))
             if native is not None:
-                gt = reader.ground_truth_at(r.t_ns, GT_TOLERANCE_NS)
+                gt = session.source.gt_at(r.t_ns) if session.source.gt_at is not None else None
                 if gt is not None:
                     native.add(r.t_ns, detections, gt)
             else:

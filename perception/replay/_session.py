@@ -39,15 +39,15 @@ from typing import Any, Literal
 
 import anyio
 
-from perception._paths import safe_output_path
+from perception._paths import DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, safe_output_path
 from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
 from perception.errors import ConfigError, DriveDamagedError, ReplayError
-from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, with_in_flight
+from perception.metrics import LatencyAccumulator, ServerSplitter, frame_record, late_causes, with_in_flight
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
-from perception.scheduler import FusionStage, InferClient, Runtime, server_time_breakdown
+from perception.scheduler import InferClient, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "ReplaySink", "parse_rate", "replay_drive", "safe_output_path"]
@@ -183,16 +183,6 @@ async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIt
         yield frame
 
 
-def _make_fusion(config: RuntimeConfig, rig: dict[str, SensorSpec], reader: DriveReader) -> FusionStage | None:
-    if not config.fusion.enabled:
-        return None
-    from perception.fusion import Fuser
-
-    ego_at = reader.ego_pose_at if reader.ego_poses() else None
-    fuser: FusionStage = Fuser(config.fusion, rig, ego_at=ego_at)
-    return fuser
-
-
 async def replay_drive(
     drive: str | os.PathLike[str],
     config: RuntimeConfig,
@@ -216,27 +206,26 @@ async def replay_drive(
     outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
-        cfg = source.config  # with the drive's sensors when the profile leaves them open
-        fusion = _make_fusion(cfg, source.rig, reader) if opts.fusion else None
-        if opts.evaluate and reader.has_ground_truth and fusion is not None:
+        session = source.session  # the profile resolved against the drive, as every entry point resolves it
+        cfg = session.config
+        fusion = session.fusion() if opts.fusion else None
+        if opts.evaluate and session.source.gt_at is not None and fusion is not None:
             from perception.evaluation import DetectionEvaluator
 
-            ego_at = reader.ego_pose_at if reader.ego_poses() else None
-            evaluator = DetectionEvaluator(rig=source.rig, ego_at=ego_at)
+            evaluator = DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at)
         out_dir = opts.out_dir
         jsonl = None
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            jsonl = safe_output_path(out_dir, "detections.jsonl").open("w", encoding="utf-8")
+            jsonl = safe_output_path(out_dir, DETECTIONS_FILE).open("w", encoding="utf-8")
         duration = max(1, reader.end_ns - reader.start_ns)
         seen: list[FrameSeen] = []
+        versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
         try:
             with ExitStack() as stack:
                 writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                async with Runtime(
-                    cfg, rig=source.rig, fusion=fusion, client=client, join_timeout_ns=join_override
-                ) as rt:
+                async with Runtime(session, fusion=fusion, client=client, join_timeout_ns=join_override) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
                     stats_before = await rt.server_statistics()
@@ -253,13 +242,16 @@ async def replay_drive(
                             else:
                                 result = with_in_flight(raw)
                             acc.add(result)
+                            for name, s in result.sensors.items():
+                                if s.model_version:
+                                    versions.setdefault(name, set()).add(s.model_version)
                             seen.append(FrameSeen.of(result))
                             if jsonl is not None:
                                 jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
                                 jsonl.write("\n")
                                 jsonl.flush()
                             if evaluator is not None and result.status.value != "dropped":
-                                frame_gt = reader.ground_truth_at(result.t_ns, 60_000_000)
+                                frame_gt = session.source.gt_at(result.t_ns) if session.source.gt_at else None
                                 if frame_gt is not None:
                                     evaluator.add(result.t_ns, result.detections, frame_gt)
                             if keep_results:
@@ -272,6 +264,7 @@ async def replay_drive(
                             if splitter is not None:
                                 gate.release()  # the next frame starts once this one is fully handled
                     stopped = rt.stopping
+                    admission = rt.admission.report() if rt.admission is not None else None
                     with anyio.CancelScope(shield=True):
                         server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
         finally:
@@ -280,14 +273,23 @@ async def replay_drive(
         report = acc.summary()
         report["drive"] = str(drive)
         report["rate"] = opts.rate
+        # The model that served each sensor, and the versions of it that answered.
+        report["models"] = {
+            s.name: {"model": s.model, "versions": sorted(versions.get(s.name, ()))} for s in cfg.active_sensors
+        }
         report["alignment"] = dataclasses.asdict(source.assembler.stats)
         if source.assembler.accumulator:
             report["accumulation"] = source.assembler.accumulator.report()
         if server_ms:
             # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
             report["server_ms"] = server_ms
+        causes = late_causes(report)
+        if causes:  # why requests were late: the servers' queue or the models' compute
+            report["late_causes"] = causes
         report["server_split"] = {"per_frame": split_off is None, "why_not": split_off, "models": acc.server_split()}
         report["interrupted"] = stopped
+        if admission is not None:
+            report["admission"] = admission
         if source.image_size_mismatch:
             report["image_size_mismatch"] = dict(source.image_size_mismatch)
         damage = reader.damage
@@ -304,7 +306,7 @@ async def replay_drive(
             report["quality"] = outcome.evaluation
         outcome.report = report
         if out_dir is not None:
-            safe_output_path(out_dir, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            safe_output_path(out_dir, REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
             if opts.report_md:
                 from perception.viz import write_replay_report
 
@@ -314,7 +316,7 @@ async def replay_drive(
                 render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
                 await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
                 if "drive_damage" in report:
-                    md = safe_output_path(out_dir, "report.md")
+                    md = safe_output_path(out_dir, REPORT_MD_FILE)
                     with md.open("a", encoding="utf-8") as f:
                         f.write("\n" + "\n".join(damage_markdown(report["drive_damage"])) + "\n")
     if source.error is not None:

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from perception.scheduler._accumulate import SweepAccumulator
 from perception.scheduler._align import FrameAssembler
+from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
-from perception.scheduler._runtime import FusionStage, Runtime, client_options, server_time_breakdown
+from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
+from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
+    "CallbackQueue",
     "FrameAssembler",
     "FusionStage",
     "InferClient",
     "OrderedPipeline",
     "Runtime",
+    "Session",
     "SweepAccumulator",
     "ThreadedRuntime",
     "camera_input",

@@ -20,13 +20,20 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from perception.config import SensorConfig
 from perception.errors import ConfigError
-from perception.fusion import EgoMotion, invert_transform, transform_points
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, Transform
+
+if TYPE_CHECKING:
+    from perception.fusion import EgoMotion
+
+# perception.fusion (numba kernels, ~1.5 s to import) is imported where a window is in use, not at
+# module level: a host importing the scheduler does not pay for fusion before it needs it.
 
 __all__ = ["AccumulateStats", "SweepAccumulator"]
 
@@ -75,7 +82,11 @@ class SweepAccumulator:
             (s.sync_window_ns + self.windows[s.name] for s in sensors if s.name in self.windows), default=0
         )
         self._ext = {n: ext[n].matrix() for n in self.windows}
-        self._ext_inv = {n: invert_transform(m) for n, m in self._ext.items()}
+        self._ext_inv: dict[str, npt.NDArray[np.float64]] = {}
+        if self.windows:
+            from perception.fusion import invert_transform
+
+            self._ext_inv = {n: invert_transform(m) for n, m in self._ext.items()}
         self._ego_at = ego_at
         self._warned: set[str] = set()
         self.stats = AccumulateStats()
@@ -91,6 +102,8 @@ class SweepAccumulator:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
         if not self.windows:
             return frame
+        from perception.fusion import EgoMotion, invert_transform, transform_points
+
         samples = dict(frame.samples)
         motion: EgoMotion | None = None
         for name, window in self.windows.items():

@@ -15,16 +15,19 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perception.config import SensorConfig, TriggerConfig
 from perception.errors import ConfigError
 from perception.scheduler._accumulate import SweepAccumulator
 from perception.types import EgoPose, Frame, GroundTruth, Sample, SensorSpec
 
-__all__ = ["AlignStats", "FrameAssembler"]
+__all__ = ["UNKNOWN_LIMIT", "AlignStats", "FrameAssembler"]
 
 log = logging.getLogger(__name__)
+
+#: Samples of unconfigured sensors taken before any configured one before the stream is refused.
+UNKNOWN_LIMIT = 64
 
 
 @dataclass
@@ -43,7 +46,12 @@ class FrameAssembler:
     :meth:`flush`. ``ego_at``/``gt_at`` optionally attach ego pose and ground truth to each frame.
     A disabled sensor (``enabled: false``) contributes no sample, but as the trigger it still clocks frames.
     With ``rig`` (the sensors' mounts), point sensors accumulate their earlier sweeps
-    (:class:`~perception.scheduler.SweepAccumulator`).
+    (:class:`~perception.scheduler.SweepAccumulator`). ``aliases`` maps a source's sensor names to the
+    configured ones where they differ (sensors matched by topic: :attr:`Session.source_names`).
+
+    Nothing is silent: no sensors at all is a :class:`ConfigError` at once (pass the resolved
+    ``rt.config.sensors``, or better ``rt.session.assembler()``), and so is a stream whose first
+    :data:`UNKNOWN_LIMIT` samples all belong to sensors that are not configured.
     """
 
     def __init__(
@@ -54,8 +62,17 @@ class FrameAssembler:
         ego_at: Callable[[int], EgoPose | None] | None = None,
         gt_at: Callable[[int], GroundTruth | None] | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
+        if not sensors:
+            raise ConfigError(
+                "no sensors to assemble frames from: pass the resolved sensors (rt.config.sensors, or use "
+                "rt.session.assembler()), not those of a profile that leaves them to the drive",
+                key="sensors",
+            )
         self._sensors = {s.name: s for s in sensors}
+        self._aliases = {src: name for src, name in (aliases or {}).items() if src != name}
+        self._unknown: set[str] = set()
         self._active = [s.name for s in sensors if s.enabled]
         if trigger.sensor is not None and trigger.sensor not in self._sensors:
             raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
@@ -81,11 +98,20 @@ class FrameAssembler:
 
     # ------------------------------------------------------------------------------------------
     def push(self, sample: Sample) -> list[Frame]:
-        name = sample.sensor
+        name = self._aliases.get(sample.sensor, sample.sensor)
         cfg = self._sensors.get(name)
         if cfg is None:
             self.stats.unknown_sensor += 1
+            self._unknown.add(name)
+            if self.stats.samples == 0 and self.stats.unknown_sensor >= UNKNOWN_LIMIT:
+                raise ConfigError(
+                    f"none of the first {self.stats.unknown_sensor} samples is of a configured sensor "
+                    f"(samples of: {', '.join(sorted(self._unknown))}; configured: {', '.join(self._sensors)})",
+                    key="sensors",
+                )
             return []
+        if name != sample.sensor:
+            sample = replace(sample, sensor=name)
         last = self._last_t.get(name)
         if last is not None and sample.t_ns <= last:
             if sample.t_ns == last:

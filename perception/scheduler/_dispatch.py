@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ import numpy.typing as npt
 
 from perception.config import PipelineConfig, SensorConfig
 from perception.errors import ConnectError, DeadlineError, InputError, ModelContractError, PerceptionError
-from perception.scheduler._circuit import CircuitBreaker
+from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._tensors import (
     batch_groups,
     decode_inline,
@@ -84,6 +85,7 @@ class SensorOutcome:
     attempts: int = 0
     #: Image kinds: factors from the pixels of the image sent to the original's (decoded at the model's scale).
     box_scale: tuple[float, float] = (1.0, 1.0)
+    model_version: str = ""
 
 
 def _transport_flag(cfg: SensorConfig) -> bool | None:
@@ -116,6 +118,8 @@ class Dispatcher:
             self.breakers.setdefault(s.model, CircuitBreaker(s.model, pipeline.circuit))
         #: Running average of each model's request latency (ns): requests are issued slowest first.
         self.expected_ns: dict[str, float] = {}
+        #: Requests the server answered, per model (each one Triton counts among its successes).
+        self.answered: Counter[str] = Counter()
         self._decode_slots: anyio.CapacityLimiter | None = None
 
     async def _in_decode_thread(self, fn: Any, *args: Any) -> Any:
@@ -176,38 +180,54 @@ class Dispatcher:
         groups.extend(cams.items())
 
         runnable: list[tuple[str, list[SensorConfig]]] = []
+        probes: set[str] = set()  # models whose half-open probe this frame reserved
         for model, members in groups:
-            if self.breakers[model].allow(now):
+            breaker = self.breakers[model]
+            if breaker.allow(now):
                 runnable.append((model, members))
+                if breaker.state is CircuitState.HALF_OPEN:
+                    probes.add(model)
             else:
                 for s in members:
                     outcomes[s.name].status = SensorStatus.SKIPPED
                     outcomes[s.name].error = f"circuit open for model {model}"
 
-        # Slowest first (a stable sort: configuration order among equals and before any history).
-        runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
-        remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
-        with anyio.move_on_after(remaining_s):
-            async with anyio.create_task_group() as tg:
-                for model, members in runnable[1:]:
-                    tg.start_soon(self._request, frame, model, members, outcomes, deadline_ns)
-                if runnable:  # the slowest runs right here: no wait for a task to be scheduled
-                    await self._request(frame, *runnable[0], outcomes, deadline_ns)
-        end = self._clock()
-        for model, members in runnable:
-            late = [s for s in members if outcomes[s.name].status is None]
-            if late:  # it took at least this long
-                self._observe(model, end - min(outcomes[s.name].start_ns or end for s in members))
-            for s in late:
-                oc = outcomes[s.name]
-                oc.status = SensorStatus.LATE
-                oc.end_ns = end
-                oc.error = "no answer by the join deadline; request cancelled"
-            breaker = self.breakers[model]
-            if late or any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
-                breaker.record_failure(frame.t_ns)
-            else:
-                breaker.record_success()
+        # Every breaker that said yes is settled on every way out of here: success or failure after the
+        # join, or -- when the caller's frame is cancelled (a host's cancel scope, a cancelled
+        # ThreadedRuntime future, stop) or something below raises -- its half-open probe is released,
+        # so that the next frame probes the model again instead of finding it skipped for good.
+        # (Only the probes this frame reserved: a closed breaker has nothing to release, and another
+        # frame's probe is not this frame's to give back.)
+        unsettled = probes
+        try:
+            # Slowest first (a stable sort: configuration order among equals and before any history).
+            runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
+            remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
+            with anyio.move_on_after(remaining_s):
+                async with anyio.create_task_group() as tg:
+                    for model, members in runnable[1:]:
+                        tg.start_soon(self._request, frame, model, members, outcomes, deadline_ns)
+                    if runnable:  # the slowest runs right here: no wait for a task to be scheduled
+                        await self._request(frame, *runnable[0], outcomes, deadline_ns)
+            end = self._clock()
+            for model, members in runnable:
+                late = [s for s in members if outcomes[s.name].status is None]
+                if late:  # it took at least this long
+                    self._observe(model, end - min(outcomes[s.name].start_ns or end for s in members))
+                for s in late:
+                    oc = outcomes[s.name]
+                    oc.status = SensorStatus.LATE
+                    oc.end_ns = end
+                    oc.error = "no answer by the join deadline; request cancelled"
+                breaker = self.breakers[model]
+                unsettled.discard(model)  # settled by the verdict below
+                if late or any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
+                    breaker.record_failure(frame.t_ns)
+                else:
+                    breaker.record_success()
+        finally:
+            for model in unsettled:  # synchronous: runs even under cancellation, no shield needed
+                self.breakers[model].release_probe()
         return {name: self._result(oc) for name, oc in outcomes.items()}
 
     # ------------------------------------------------------------------------------------------
@@ -270,6 +290,7 @@ class Dispatcher:
                 self._fail(members, outcomes, str(exc), attempt)
                 return
         end = self._clock()
+        self.answered[model] += 1
         self._observe(model, end - start)
         # One check on every answer: outputs outside the kind's contract are these sensors' error (and a
         # breaker failure), never an exception in the splitting and scaling below or in fusion.
@@ -280,6 +301,7 @@ class Dispatcher:
             return
         # The client's own share of the request: serialisation or the shared-memory copy (TritonClient).
         serialize = int(getattr(result, "prepare_ns", 0) or 0)
+        version = str(getattr(result, "model_version", "") or "")
         for s in members:
             oc = outcomes[s.name]
             oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
@@ -288,6 +310,7 @@ class Dispatcher:
             oc.status = SensorStatus.OK
             oc.end_ns = end
             oc.attempts = attempt
+            oc.model_version = version
             oc.stages = {"preprocess": prepared - start, "serialize": serialize, "request": end - prepared}
 
     async def _prepare(
@@ -390,4 +413,5 @@ class Dispatcher:
             sample_t_ns=oc.sample_t_ns,
             model=oc.model,
             stages=oc.stages,
+            model_version=oc.model_version,
         )

@@ -1,7 +1,8 @@
 """Pipelining: up to K frames in flight, results emitted in frame order, bounded queue with a policy.
 
-Frames enter in source order and get a sequence number. At most ``max_in_flight`` are processed at
-once; the rest wait in a bounded queue of ``queue_size``. When the queue overflows:
+Frames enter in source order and get a sequence number. At most the admission's limit (adaptive up to
+``max_in_flight``, :class:`~perception.scheduler._admission.Admission`) are processed at once; the rest
+wait in a bounded queue of ``queue_size``. When the queue overflows:
 
 * ``drop-oldest`` drops the oldest waiting frame (a live host wants the freshest data),
 * ``drop-newest`` refuses the incoming frame,
@@ -23,7 +24,8 @@ import anyio
 from anyio.abc import ObjectSendStream, TaskGroup
 
 from perception.config import PipelineConfig
-from perception.types import Frame, FrameResult
+from perception.scheduler._admission import Admission
+from perception.types import Frame, FrameResult, SensorStatus
 
 __all__ = ["OrderedPipeline"]
 
@@ -36,10 +38,18 @@ Drop = Callable[[Frame, str], FrameResult]
 class OrderedPipeline:
     """Runs frames through ``process`` with bounded concurrency and ordered, lossless output."""
 
-    def __init__(self, process: Process, dropped: Drop, config: PipelineConfig) -> None:
+    def __init__(
+        self, process: Process, dropped: Drop, config: PipelineConfig, *, deadline_ns: int | None = None
+    ) -> None:
+        """``deadline_ns``: a frame's deadline after its admission, which the adaptive admission keeps
+        frames within (without one the admission is fixed at ``max_in_flight``)."""
         self._process = process
         self._dropped = dropped
-        self._k = config.max_in_flight
+        self.admission = Admission(
+            config.max_in_flight,
+            deadline_ns or 0,
+            adaptive=config.admission == "adaptive" and deadline_ns is not None,
+        )
         self._queue_size = config.queue_size
         self._overflow = config.overflow
         self._drain_s = config.drain_timeout_s
@@ -100,8 +110,9 @@ class OrderedPipeline:
     async def _enqueue(self, frame: Frame, tg: TaskGroup) -> None:
         async with self._cond:
             if self._overflow == "block":
-                while len(self._in_flight) >= self._k and len(self._pending) >= self._queue_size:
-                    await self._cond.wait()
+                while len(self._in_flight) >= self.admission.limit and len(self._pending) >= self._queue_size:
+                    if not self.admission.may_probe():  # the source waits: raise the limit if it pays
+                        await self._cond.wait()
             if not frame.created_ns:
                 # The frame's budget clock starts when it is taken in. Under ``block`` the source is
                 # held back until there is room, so that is after the wait above: stamping before it
@@ -113,12 +124,14 @@ class OrderedPipeline:
             self._start_ready(tg)
             while len(self._pending) > self._queue_size:
                 victim_seq, victim = self._pending.popleft() if self._overflow == "drop-oldest" else self._pending.pop()
-                reason = f"queue overflow ({self._overflow}; {self._k} in flight, queue of {self._queue_size})"
+                reason = (
+                    f"queue overflow ({self._overflow}; {len(self._in_flight)} in flight, queue of {self._queue_size})"
+                )
                 self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
 
     def _start_ready(self, tg: TaskGroup) -> None:
-        while self._pending and len(self._in_flight) < self._k:
+        while self._pending and (len(self._in_flight) < self.admission.limit or self.admission.may_probe()):
             seq, frame = self._pending.popleft()
             self._in_flight[seq] = frame
             tg.start_soon(self._work, seq, frame, tg, name=f"frame-{frame.frame_id}")
@@ -126,6 +139,10 @@ class OrderedPipeline:
     async def _work(self, seq: int, frame: Frame, tg: TaskGroup) -> None:
         try:
             result = await self._process(frame)
+            # admission to result: what the frame's deadline covers
+            service = time.monotonic_ns() - (frame.created_ns or time.monotonic_ns())
+            late = any(s.status is SensorStatus.LATE for s in result.sensors.values())
+            self.admission.observe(service, late=late or result.deadline_missed)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 async with self._cond:

@@ -18,17 +18,20 @@ import contextlib
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 
-from perception.config import RuntimeConfig, ServerConfig, resolve_sensors
-from perception.errors import ConfigError, PerceptionError, RuntimeClosedError
+from perception.config import RuntimeConfig, ServerConfig
+from perception.errors import PerceptionError, RuntimeClosedError
+from perception.scheduler._admission import Admission
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
@@ -42,39 +45,15 @@ from perception.types import (
     SensorResult,
     SensorSpec,
     SensorStatus,
+    SessionSource,
 )
 
-__all__ = ["FusionStage", "Runtime", "client_options"]
+__all__ = ["Runtime", "client_options", "server_time_breakdown"]
 
 log = logging.getLogger(__name__)
 
 #: Upper bound of one model's warm-up request at start (see :meth:`Runtime._warm_up`).
 WARMUP_TIMEOUT_S = 10.0
-
-
-class FusionStage(Protocol):
-    """Turns a joined frame into fused detections; returns ``(detections, stage_ns)``.
-
-    ``stage_ns`` maps stage names (e.g. ``fusion``, ``tracking``) to the nanoseconds they took.
-    Must never raise because a sensor is missing: missing sensors simply have no outputs.
-    """
-
-    def __call__(
-        self, frame: Frame, results: Mapping[str, SensorResult]
-    ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
-
-
-def _profile_fusion(config: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> FusionStage | None:
-    """The fusion stage the profile asks for: a :class:`perception.fusion.Fuser` over ``rig``."""
-    if not config.fusion.enabled:
-        return None
-    if not rig:
-        log.warning("fusion is enabled but no rig was given: results carry no fused detections (pass rig=)")
-        return None
-    from perception.fusion import Fuser  # the fusion stage sits beside the scheduler, not below it
-
-    fuser: FusionStage = Fuser(config.fusion, rig)
-    return fuser
 
 
 def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
@@ -94,41 +73,44 @@ def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
 class Runtime:
     """Frame scheduler + fusion, as an async context manager.
 
-    ``rig`` gives each sensor's extrinsic and calibration (from the drive, or from the vehicle).
-    ``fusion``: by default (``"profile"``) the runtime builds its own fusion stage from the profile's
-    ``fusion`` section and ``rig`` when fusion is enabled, so results carry fused, tracked detections;
-    ego motion comes with each frame (``Frame.ego``). Pass a stage of your own, or ``None`` for the
-    models' raw outputs only.
-    A profile that leaves its sensors to the drive (no ``sensors:``) gets one per sensor of ``rig``,
-    served by the default model of its kind (:func:`perception.config.resolve_sensors`).
+    The runtime runs a :class:`Session`: the profile resolved against its source, the one assembly every
+    entry point shares (so a replay runs what the vehicle runs). Give the source:
+
+    * ``source=reader.source`` for a drive (its rig, metadata, ego poses and ground truth);
+    * ``rig=`` for a vehicle (its sensors' mounts and calibrations; the same as
+      ``source=SessionSource.live(rig)``);
+    * or an assembled :class:`Session` in place of ``config``.
+
+    ``fusion``: by default (``"profile"``) the session's fusion stage, so results carry fused, tracked
+    detections; pass a stage of your own, or ``None`` for the models' raw outputs only.
     ``client`` may be passed to share an already open Triton client (the runtime then neither opens
     nor closes it); otherwise the runtime opens its own from ``config.server``.
     """
 
     def __init__(
         self,
-        config: RuntimeConfig,
+        config: RuntimeConfig | Session,
         *,
+        source: SessionSource | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
         fusion: FusionStage | Literal["profile"] | None = "profile",
         client: InferClient | None = None,
         check_models: bool = True,
         join_timeout_ns: int | None = None,
     ) -> None:
-        if not config.resolved:
-            if not rig:
-                raise ConfigError(
-                    "the profile lists no sensors (they come from the drive): pass the rig, or list them",
-                    file=str(config.source) if config.source else None,
-                    key="sensors",
-                )
-            config = resolve_sensors(config, rig)
-        self.config = config
+        if isinstance(config, Session):
+            session = config
+        else:
+            if source is None and rig:
+                source = SessionSource.live(rig)
+            session = Session.assemble(config, source)
+        self.session = session
+        self.config = config = session.config
         # Lockstep replays wait for every sensor: a join timeout longer than the budget.
         self._join_ns = join_timeout_ns if join_timeout_ns is not None else config.budget.join_ns
-        self.rig = dict(rig or {})
+        self.rig = dict(session.rig)
         if fusion == "profile":
-            fusion = _profile_fusion(config, self.rig)
+            fusion = session.fusion()
         self._fusion = fusion
         self._external_client = client
         self._check_models = check_models
@@ -139,9 +121,17 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
+        self.admission: Admission | None = None
+        #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
+        self._fusion_turn: anyio.Event | None = None
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
+        #: Triton's statistics of each model when the runtime opened, and the requests answered since by
+        #: the warm-up (the dispatcher counts its own): what :meth:`server_statistics` waits to see counted.
+        self._stats_base: dict[str, dict[str, int]] = {}
+        self._warmup_answered: Counter[str] = Counter()
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
 
@@ -217,6 +207,7 @@ class Runtime:
             connect_timeout_s=None if server.embedded else server.connect_timeout_s,
         )
         for model, kind in models.items():
+            self._stats_base[model] = await client.model_statistics(model)
             contract = await client.model_contract(model)
             check_contract(kind, contract)
             self._instances[model] = contract.instances
@@ -246,6 +237,7 @@ class Runtime:
             try:
                 req = InferRequest(model, inputs, outputs=output_names(kind), request_id=f"warmup-{i}", sensor=sensor)
                 await client.infer_request(req)
+                self._warmup_answered[model] += 1
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
@@ -285,17 +277,23 @@ class Runtime:
 
     async def server_statistics(self) -> dict[str, dict[str, int]]:
         """Triton's cumulative statistics of every configured model (empty for a non-Triton client or
-        when the server does not answer). Diff two snapshots with :func:`server_time_breakdown`."""
+        when the server does not answer). Diff two snapshots with :func:`server_time_breakdown`.
+
+        Each model's snapshot is taken once Triton has counted every request this runtime got an answer
+        for (it counts them a moment after answering; a bounded wait, then the snapshot as it is)."""
         from perception.triton import TritonClient
 
         client = self._client
         if not isinstance(client, TritonClient):
             return {}
+        answered = self._warmup_answered + (self._dispatcher.answered if self._dispatcher is not None else Counter())
         out: dict[str, dict[str, int]] = {}
         for model in sorted({s.model for s in self.config.active_sensors}):
+            base = self._stats_base.get(model)
+            at_least = None if base is None else {"success_count": base["success_count"] + answered[model]}
             try:
-                with anyio.fail_after(5):
-                    out[model] = await client.model_statistics(model)
+                with anyio.fail_after(15):
+                    out[model] = await client.model_statistics(model, at_least=at_least)
             except (PerceptionError, TimeoutError) as exc:
                 log.warning("statistics of model %s unavailable: %s", model, exc)
         return out
@@ -307,18 +305,31 @@ class Runtime:
         return self._dispatcher
 
     async def process(self, frame: Frame) -> FrameResult:
-        """Process one frame now (no queueing): dispatch, join by the deadline, fuse."""
+        """Process one frame now (no queueing): dispatch, join by the deadline, fuse.
+
+        Frames in flight together are fused in the order they were handed in (the tracker must see
+        them in time order, as a lockstep replay does): a frame whose requests end before its
+        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree)."""
         dispatcher = self.dispatcher
         start = time.monotonic_ns()
         origin = frame.created_ns or start
-        results = await dispatcher.dispatch(frame, origin + self._join_ns)
-        joined = time.monotonic_ns()
-        detections: tuple[Detection3D, ...] = ()
-        fusion_stages: Mapping[str, int] = {}
-        if self._fusion is not None:
-            fusion = self._fusion
-            detections, fusion_stages = await anyio.to_thread.run_sync(fusion, frame, results)
-        end = time.monotonic_ns()
+        before, mine = self._fusion_turn, anyio.Event()
+        self._fusion_turn = mine
+        try:
+            results = await dispatcher.dispatch(frame, origin + self._join_ns)
+            joined = time.monotonic_ns()
+            detections: tuple[Detection3D, ...] = ()
+            fusion_stages: dict[str, int] = {}
+            if self._fusion is not None:
+                fusion = self._fusion
+                if before is not None and not before.is_set():
+                    await before.wait()
+                    fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
+                detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
+                fusion_stages.update(stages)
+            end = time.monotonic_ns()
+        finally:
+            mine.set()
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
 
     def _record(
@@ -375,12 +386,15 @@ class Runtime:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order."""
         self.dispatcher  # noqa: B018 - raises when closed
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
-        pipeline = OrderedPipeline(self.process, self.dropped, self.config.pipeline)
+        pipeline = OrderedPipeline(
+            self.process, self.dropped, self.config.pipeline, deadline_ns=self.config.budget.total_ns
+        )
         if self._stopping:
             pipeline.stop()  # stopped before this stream started: it takes no frame
         buffer = self.config.pipeline.max_in_flight + self.config.pipeline.queue_size + 1
         send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
         self._pipelines.add(pipeline)
+        self.admission = pipeline.admission
         try:
             async with anyio.create_task_group() as tg, recv:
                 tg.start_soon(pipeline.run, source, send)

@@ -25,7 +25,7 @@ from perception.sim import _builtin_kinds  # noqa: F401 - registers the built-in
 from perception.sim._camera import project_ground_truth
 from perception.sim._generate import Simulator, generate_drive
 from perception.sim._kinds import SimKind, SimSensorModel, register_sim_kind
-from perception.sim._rig import SimRadarParams, SimSensor
+from perception.sim._rig import SimRadarParams, SimSensor, load_rig
 from perception.sim._scenarios import SCENARIOS
 from perception.sim._seeds import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -40,6 +40,7 @@ __all__ = [
     "Simulator",
     "generate_drive",
     "is_evaluation_seed",
+    "load_rig",
     "project_ground_truth",
     "register_sim_kind",
 ]

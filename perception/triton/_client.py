@@ -81,6 +81,9 @@ Array = npt.NDArray[Any]
 _FOREIGN = (InferenceServerException, grpc.RpcError, OSError)
 _MAX_MESSAGE = 2**31 - 1
 _STAT_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+#: How long :meth:`TritonClient.model_statistics` waits, by default, for the counts it is asked for:
+#: Triton counts a request a moment after answering it (milliseconds; seconds on a loaded host).
+_STATISTICS_SETTLE_S = 5.0
 #: After a failed registration, shared memory is not tried again on that URL for this long.
 _SHM_RETRY_NS = 30 * 1_000_000_000
 #: gRPC reconnect back-off of a channel whose server went away (initial/min, max), in ms.
@@ -185,6 +188,8 @@ class InferResult:
     server_ns: int | None
     used_shm: bool
     request_id: str = ""
+    #: The version of the model that answered (Triton's response names it).
+    model_version: str = ""
 
 
 def is_loopback(url: str) -> bool:
@@ -575,14 +580,42 @@ class TritonClient:
         config = await self._call(ep, "get_model_config", model, model=model, as_json=True)
         return parse_model_config(config)
 
-    async def model_statistics(self, model: str, url: str | None = None) -> dict[str, int]:
+    async def model_statistics(
+        self,
+        model: str,
+        url: str | None = None,
+        *,
+        at_least: Mapping[str, int] | None = None,
+        timeout_s: float = _STATISTICS_SETTLE_S,
+    ) -> dict[str, int]:
         """Triton's cumulative statistics of ``model``, summed over versions (and over all URLs if
         ``url`` is None).
 
         Keys: ``inference_count``, ``execution_count``, ``last_inference_ms`` and, for each of
         ``success``, ``fail``, ``queue``, ``compute_input``, ``compute_infer``, ``compute_output``,
         ``<stage>_count`` and ``<stage>_ns`` (cumulative nanoseconds).
+
+        Triton updates a model's statistics a moment *after* it has answered, so a read right after a
+        response may not count it yet. ``at_least`` (counter -> value, e.g. ``{"success_count":
+        before["success_count"] + 3}``) polls, for at most ``timeout_s``, until every named counter has
+        reached its value, and returns that snapshot; at the bound it returns the last snapshot as it is
+        (the caller sees the shortfall). This is the one place that waits for the server's accounting.
         """
+        stats = await self._read_statistics(model, url)
+        if not at_least:
+            return stats
+        unknown = sorted(set(at_least) - stats.keys())
+        if unknown:
+            raise ValueError(f"no such statistics counter(s): {', '.join(unknown)}")
+        give_up = time.monotonic() + timeout_s
+        poll_s = 0.001
+        while any(stats[k] < v for k, v in at_least.items()) and time.monotonic() < give_up:
+            await anyio.sleep(min(poll_s, max(0.0, give_up - time.monotonic())))
+            poll_s = min(poll_s * 2, 0.05)
+            stats = await self._read_statistics(model, url)
+        return stats
+
+    async def _read_statistics(self, model: str, url: str | None) -> dict[str, int]:
         endpoints = [self._endpoint(url)] if url is not None else self._endpoints
         totals = dict.fromkeys(
             ["inference_count", "execution_count", "last_inference_ms"]
@@ -746,6 +779,7 @@ class TritonClient:
                 self._release(slot)
         ep.succeeded()
         result_outputs, server_ns = self._read_outputs(req, response, ep.url)
+        model_version = str(response.get_response().model_version)
         return InferResult(
             model=req.model,
             outputs=result_outputs,
@@ -755,6 +789,7 @@ class TritonClient:
             server_ns=server_ns,
             used_shm=used_shm,
             request_id=req.request_id,
+            model_version=model_version,
         )
 
     def _check_inputs(self, req: InferRequest) -> list[tuple[str, Array, str]]:

@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 from perception.viz._live import LiveServer
-from perception.viz._load import FUSED_MCAP, load_frame_views
+from perception.viz._load import load_frame_views
+from perception.viz._palette import LABEL_COLORS
 from perception.viz._record import recorder_sink
 from perception.viz._render import render_frame
 from perception.viz._report import write_replay_report
 
 __all__ = [
-    "FUSED_MCAP",
+    "LABEL_COLORS",
     "LiveServer",
     "load_frame_views",
     "recorder_sink",

@@ -18,6 +18,7 @@ from typing import Any
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
+from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, REPORT_FILE
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
@@ -34,12 +35,10 @@ from perception.viz._encode import (
 )
 from perception.viz._record import REPLAY_METADATA
 
-__all__ = ["FUSED_MCAP", "FrameView", "frame_ids", "load_frame_views"]
+__all__ = ["FrameView", "frame_ids", "load_frame_views"]
 
 log = logging.getLogger(__name__)
 
-FUSED_MCAP = "fused.mcap"
-DETECTIONS_JSONL = "detections.jsonl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +86,18 @@ def frame_ids(out_dir: str | Path) -> list[int]:
     """Ids of the frames a replay output holds, in order (from ``fused.mcap``, else ``detections.jsonl``)."""
     out = Path(out_dir)
     _check_dir(out)
-    fused = out / FUSED_MCAP
+    fused = out / FUSED_MCAP_FILE
     if fused.is_file():
         with DriveCopy(fused, topics=[FRAME_STATS_TOPIC]) as copy:
             return [json.loads(msg.data)["frame_id"] for _, msg in copy.until(2**64)]
-    return [rec["frame_id"] for rec in _jsonl(out / DETECTIONS_JSONL)]
+    return [rec["frame_id"] for rec in _jsonl(out / DETECTIONS_FILE)]
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
     if not path.is_file():
-        raise ConfigError(f"no {FUSED_MCAP} or {DETECTIONS_JSONL} here (not a replay output?)", file=str(path.parent))
+        raise ConfigError(
+            f"no {FUSED_MCAP_FILE} or {DETECTIONS_FILE} here (not a replay output?)", file=str(path.parent)
+        )
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -206,13 +207,13 @@ def _records_from_jsonl(path: Path, wanted: list[int]) -> dict[int, _Record]:
 
 
 def _drive_of(out_dir: Path) -> Path:
-    report = out_dir / "report.json"
+    report = out_dir / REPORT_FILE
     try:
         drive = json.loads(report.read_text(encoding="utf-8")).get("drive")
     except (OSError, ValueError):
         drive = None
     if not drive:
-        raise ConfigError(f"no {FUSED_MCAP} and no drive named in report.json: pass --drive", file=str(out_dir))
+        raise ConfigError(f"no {FUSED_MCAP_FILE} and no drive named in report.json: pass --drive", file=str(out_dir))
     return Path(drive)
 
 
@@ -226,14 +227,14 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
     out = Path(out_dir)
     _check_dir(out)
     wanted = list(dict.fromkeys(frames))
-    fused = out / FUSED_MCAP
+    fused = out / FUSED_MCAP_FILE
     names: dict[str, str] = {}
     if fused.is_file():
         records, names = _records_from_mcap(fused, wanted)
         data_path, source = fused, fused
     else:
-        records = _records_from_jsonl(out / DETECTIONS_JSONL, wanted)
-        data_path, source = Path(drive) if drive is not None else _drive_of(out), out / DETECTIONS_JSONL
+        records = _records_from_jsonl(out / DETECTIONS_FILE, wanted)
+        data_path, source = Path(drive) if drive is not None else _drive_of(out), out / DETECTIONS_FILE
     if not data_path.is_file():
         raise ConfigError("drive not found", file=str(data_path))
     views = []

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perception._paths import safe_output_path
+from perception._paths import REPORT_MD_FILE, safe_output_path
 from perception.errors import PerceptionError
 from perception.metrics import (
     BudgetRow,
@@ -144,6 +144,6 @@ def write_replay_report(
         if plots:
             lines += ["## Latency plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots), ""]
     lines += _frames_section(out, frames, n_frames, range_m)
-    path = safe_output_path(out, "report.md")
+    path = safe_output_path(out, REPORT_MD_FILE)
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
     return path

@@ -72,3 +72,20 @@ def test_eval_of_a_drive_without_ground_truth_is_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and str(drive) in err and "no ground truth" in err
+
+
+def test_eval_without_one_usable_frame_fails_in_one_line(
+    triton: EmbeddedTriton, urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The drive has ground truth; every model fails every request, so every mode scores an empty run
+    # (mAP 0): that is a failure of the run, not a result.
+    sleepy = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
+    faults = [{"model": m, "error_probability": 1.0} for m in sleepy.values()]
+    profile = write_profile(tmp_path / "p.yaml", profile_data(triton.grpc_url, sleepy, faults=faults))
+    assert main(["eval", str(urban_drive), "--config", str(profile), "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"perception eval: error: {urban_drive}: no usable frame: no sensor answered ok in any")
+    assert "injected fault" in lines[0]
+    assert out.startswith("protocol: ")  # the table is still printed, before the verdict

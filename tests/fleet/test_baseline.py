@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+from perception.cli import main
 from perception.errors import ConfigError
 from perception.evaluation import DetectionEvaluator
-from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
+from perception.fleet._baseline import TOLERANCE_KEYS, BaselineComparison, Tolerances, compare_runs
 from perception.metrics import LatencyAccumulator, frame_record, percentiles
 from perception.types import (
     Detection3D,
@@ -326,17 +328,26 @@ def test_single_replay_outputs_compare_as_one_drive(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "key"),
     [
-        ({"map_drop": -0.1}, "--tolerance-map-drop"),
+        ({"map_drop": -0.1}, "--tolerance-map"),
         ({"latency_pct": math.nan}, "--tolerance-latency-pct"),
         ({"latency_ms": math.inf}, "--tolerance-latency-ms"),
-        ({"status_changes": -1}, "--tolerance-status-changes"),
-        ({"status_changes": 1.5}, "--tolerance-status-changes"),
+        ({"status_changes": -1}, "--tolerance-status"),
+        ({"status_changes": 1.5}, "--tolerance-status"),
     ],
 )
 def test_bad_tolerances(kwargs: dict[str, float], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         Tolerances(**kwargs)  # type: ignore[arg-type]
     assert err.value.key == key and key in str(err.value)
+
+
+def test_tolerance_error_keys_name_the_fleet_command_s_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # a ConfigError about a tolerance names the option a user types: every key is a flag of `perception fleet`
+    with pytest.raises(SystemExit):
+        main(["fleet", "--help"])
+    options = set(re.findall(r"(--tolerance-[a-z-]+)\b", capsys.readouterr().out))
+    assert set(TOLERANCE_KEYS) == set(Tolerances().as_dict())
+    assert set(TOLERANCE_KEYS.values()) == options
 
 
 def test_bad_baseline_is_a_config_error_naming_the_file(tmp_path: Path) -> None:

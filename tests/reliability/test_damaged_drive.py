@@ -146,7 +146,7 @@ def test_eval_on_a_damaged_drive_scores_the_readable_data_and_exits_3(
 ) -> None:
     at = BUNDLED.stat().st_size // 2
     damaged = damaged_copy(BUNDLED, tmp_path / "urban_zeroed.mcap", at, bytes(BLOCK))
-    ((chunk, _),) = chunks_hit(BUNDLED, at, BLOCK)
+    ((chunk, held),) = chunks_hit(BUNDLED, at, BLOCK)
     profile = write_profile(tmp_path / "p.yaml", profile_data(triton.grpc_url, SLEEPY))
     out = tmp_path / "out"
     code = cli_main(["eval", str(damaged), "--config", str(profile), "--no-progress", "--out", str(out)])
@@ -156,6 +156,15 @@ def test_eval_on_a_damaged_drive_scores_the_readable_data_and_exits_3(
     modes = json.loads((out / "eval.json").read_text())  # scored on every readable frame
     assert {"fused", "lidar_only", "no_camera"} <= modes.keys()
     assert "fused" in captured.out
+    # every frame the readable data gives (one per lidar sweep outside the damaged chunk), before and
+    # after the damage, is scored in every mode against the same ground truth
+    sweeps = lidar_times(BUNDLED)
+    lost = {t for topic, t in held if topic == LIDAR}
+    assert 0 < len(lost) < len(sweeps) // 2
+    for mode, m in modes.items():
+        assert m["frames"] == len(sweeps) - len(lost), (mode, m["frames"], len(sweeps), len(lost))
+        assert m["num_ground_truth"] == modes["fused"]["num_ground_truth"], mode
+    assert sum(modes["fused"]["num_ground_truth"].values()) > 0
 
 
 @pytest.mark.anyio

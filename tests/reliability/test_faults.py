@@ -183,9 +183,17 @@ async def test_hung_model_is_late_then_skipped_without_holding_frames(triton: Em
         triton.grpc_url,
         {"lidar_top": "hung_lidar", "radar_front": "sleepy_radar"},
         budget={"total_ms": 200, "fusion_reserve_ms": 10},
-        pipeline={"max_in_flight": 1, "circuit": {"failure_threshold": 2, "reset_after_ms": 400}},
+        # The circuit runs on the frames' capture time (100 ms apart): reset_after 400 ms = 4 frames,
+        # whatever the wall clock does. No frame may be dropped (a blocking queue), so the statuses
+        # below are exactly the circuit's, frame by frame, on however loaded a host.
+        pipeline={
+            "max_in_flight": 1,
+            "queue_size": 0,
+            "overflow": "block",
+            "circuit": {"failure_threshold": 2, "reset_after_ms": 400},
+        },
     )
-    stream = Stream(LIDAR_RADAR, period_s=0.25)
+    stream = Stream(LIDAR_RADAR)
     with anyio.fail_after(60):
         async with Runtime(cfg, check_models=False) as rt, anyio.create_task_group() as tg:
             tg.start_soon(stream.consume, rt)

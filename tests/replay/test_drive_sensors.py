@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -71,7 +72,7 @@ def test_replay_of_a_renamed_rig_with_the_default_profile(renamed_drive: Path, t
     cfg = load_config(DEFAULT)
     cfg = replace(cfg, server=replace(cfg.server, url=triton.grpc_url))
 
-    async def main() -> list[int]:
+    async def main() -> tuple[list[int], dict[str, int], dict[str, Any]]:
         with anyio.fail_after(240):
             outcome = await replay_drive(
                 renamed_drive, cfg, ReplayOptions(rate="lockstep", progress=False), keep_results=True
@@ -83,8 +84,15 @@ def test_replay_of_a_renamed_rig_with_the_default_profile(renamed_drive: Path, t
         acc = outcome.report["accumulation"]
         assert acc["window_ms"] == {"roof_lidar": 120.0}
         assert acc["merged"] == acc["sweeps"] == len(outcome.results) - 1 and acc["no_ego_motion"] == 0
-        return [len(r.detections) for r in outcome.results]
+        sources = {name: sum(name in d.sources for r in outcome.results for d in r.detections) for name in r.sensors}
+        assert outcome.evaluation is not None
+        return [len(r.detections) for r in outcome.results], sources, outcome.evaluation
 
-    counts = anyio.run(main)
+    counts, sources, quality = anyio.run(main)
     assert len(counts) >= 15  # 2 s of 10 Hz lidar sweeps
-    assert sum(counts) > 0  # the models saw the renamed sensors' data and fusion made objects of it
+    # The models saw the renamed sensors' data and fusion made objects of it: each renamed sensor is a
+    # source of detections, and they are the drive's objects (ground truth). Measured (urban, seed 3, 20
+    # frames): detections from roof_lidar 289, front_cam 114, bumper_radar 70; fused mAP 0.74. Floors with
+    # a wide margin: nothing detected, a sensor ignored, or detections away from the objects fail.
+    assert all(n >= 10 for n in sources.values()), sources
+    assert quality["mAP"] >= 0.4, quality

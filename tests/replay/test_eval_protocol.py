@@ -68,7 +68,20 @@ def test_a_nuscenes_drive_is_scored_with_the_nuscenes_protocol(tmp_path: Path) -
     assert fused["samples"] == 4 and fused["samples_without_frame"] == 1  # one sample per keyframe
     assert fused["max_frame_offset_ms"] == 0.0  # each keyframe scored on the frame at its time
     assert fused["num_ground_truth"]["car"] == 12 and fused["classes"] == ["car"]
-    assert fused["per_class_ap"]["car"] > 0.5 and fused["NDS"] is not None
+    # Known exactly: the lidar boxes are the cars themselves, so the 3 keyframes with a frame give 9 true
+    # positives of the 12 cars (the 4th keyframe has no frame) at one score: precision 1 up to recall 0.75.
+    # The devkit's AP at each distance threshold: of the 90 recall points above min_recall 0.1, the 65 up
+    # to 0.75 have precision 1 (0.9 above min_precision 0.1), the 25 beyond it 0: mean 0.65 / 0.9 = 13/18.
+    assert fused["num_detections"]["car"] == 9
+    assert fused["ap_by_threshold"]["car"] == pytest.approx({t: 13 / 18 for t in ("0.5", "1", "2", "4")}, abs=1e-6)
+    assert fused["per_class_ap"]["car"] == pytest.approx(13 / 18, abs=1e-6)
+    assert fused["mAP"] == pytest.approx(13 / 18, abs=1e-6)
+    # exact centres, sizes and yaw, standing cars: translation, scale, orientation and velocity errors 0;
+    # no attribute predicted against "vehicle.parked": attribute error 1 (TP score 0)
+    errors = {"ATE": 0.0, "ASE": 0.0, "AOE": 0.0, "AVE": 0.0, "AAE": 1.0}
+    assert fused["tp_errors"] == pytest.approx(errors, abs=1e-6)
+    # NDS = (5 mAP + the five TP scores) / 10 = (5 * 13/18 + 4 * 1 + 0) / 10 = 137/180
+    assert fused["NDS"] == pytest.approx(137 / 180, abs=1e-6)
     assert modes["camera_only"]["per_class_ap"]["car"] == 0.0 and modes["camera_only"]["num_detections"]["car"] == 0
     assert fused["sensors"] == ["cam_front", "lidar_top", "radar_front"]
 

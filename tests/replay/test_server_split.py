@@ -17,9 +17,11 @@ from reliability_helpers import read_records, runtime_config, write_drive
 
 from perception.cli import main
 from perception.errors import ConfigError
+from perception.metrics._server_split import OVERRUN_FRACTION, OVERRUN_NS
 from perception.replay import ReplayOptions, replay_drive
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, TritonClient
+from perception.types import SensorStatus
 
 SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
 DELAY_MS = {"lidar_top": 20.0, "radar_front": 30.0, "cam_front": 40.0}
@@ -56,9 +58,11 @@ async def test_lockstep_replay_splits_each_request_into_client_and_server_time(
             if "server_unavailable" in s:
                 continue  # allowed (with its reason), never guessed; but see the count below
             attributed += 1
-            # The model sleeps `delay` ms: Triton's compute_infer of THIS frame's request says so (the
-            # upper end is left to the medians below: a loaded 2-core machine stretches single frames).
-            assert delay <= s["server_compute_infer"] <= s["in_flight"] + 5, (rec["frame_id"], name, s)
+            # The model sleeps `delay` ms: Triton's compute_infer of THIS frame's request says so; and the
+            # server's time fits in the request's time in flight, up to the accounting overrun the split
+            # tolerates (Triton closes a request's books a moment after answering; no wall-clock bound).
+            assert delay <= s["server_compute_infer"], (rec["frame_id"], name, s)
+            assert s["server_total"] <= s["in_flight"] * (1 + OVERRUN_FRACTION) + OVERRUN_NS / 1e6, (rec, name)
             parts = ("server_queue", "server_compute_input", "server_compute_infer", "server_compute_output")
             assert s["server_total"] == pytest.approx(sum(s[k] for k in parts), abs=0.005)
             assert s["overhead"] == pytest.approx(max(0.0, s["in_flight"] - s["server_total"]), abs=0.002)
@@ -117,12 +121,17 @@ async def test_frames_in_flight_leave_server_time_to_the_run_mean_and_say_why(
 ) -> None:
     cfg = runtime_config(triton.grpc_url, SLEEPY, pipeline={"max_in_flight": 2})
     with anyio.fail_after(120):
-        outcome = await replay_drive(drive, cfg, ReplayOptions(rate="max", report_md=False, evaluate=False))
+        outcome = await replay_drive(
+            drive, cfg, ReplayOptions(rate="max", report_md=False, evaluate=False), keep_results=True
+        )
         with pytest.raises(ConfigError, match="one frame in flight"):
             await replay_drive(drive, cfg, ReplayOptions(rate="max", server_split=True, evaluate=False))
     split = outcome.report["server_split"]
     assert split["per_frame"] is False and "2 frames in flight" in split["why_not"]
     assert set(outcome.report["server_ms"]) == set(SLEEPY.values())  # the run's mean still there
+    for name, model in SLEEPY.items():  # read once Triton had counted every answered request
+        answered = sum(r.sensors[name].status is SensorStatus.OK for r in outcome.results)
+        assert outcome.report["server_ms"][model]["requests"] >= answered > 0
     assert not outcome.latency.server_ns
     assert "in_flight" in outcome.latency.sensor_ns["lidar_top"]  # the client side is still split
 

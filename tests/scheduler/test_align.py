@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from perception.config import SensorConfig, TriggerConfig
+from perception.errors import ConfigError
 from perception.scheduler import FrameAssembler
+from perception.scheduler._align import UNKNOWN_LIMIT
 from perception.types import PointCloudSample
 
 MS = 1_000_000
@@ -87,3 +90,31 @@ def test_buffers_stay_bounded() -> None:
         if t % 100 == 0:
             asm.push(cloud("lidar", t))
     assert max(len(b) for b in asm._buffers.values()) < 50
+
+
+def test_no_sensors_is_an_error_saying_what_to_pass() -> None:
+    """A profile that leaves its sensors to the drive has none until resolved: its sensors assemble nothing,
+    which used to be 0 frames and no word (issue 27)."""
+    with pytest.raises(ConfigError, match=r"no sensors to assemble frames from: pass the resolved sensors"):
+        FrameAssembler([], TriggerConfig())
+
+
+def test_a_stream_of_only_unconfigured_sensors_is_refused() -> None:
+    asm = FrameAssembler(SENSORS, TriggerConfig(sensor="lidar"))
+    for t in range(UNKNOWN_LIMIT - 1):
+        assert asm.push(cloud("roof_lidar", t)) == []
+    with pytest.raises(ConfigError, match=r"none of the first 64 samples .*samples of: roof_lidar; configured: lidar"):
+        asm.push(cloud("roof_lidar", UNKNOWN_LIMIT))
+
+
+def test_unconfigured_sensors_beside_configured_ones_are_counted_not_refused() -> None:
+    asm = FrameAssembler(SENSORS, TriggerConfig(sensor="lidar"))
+    frames = list(asm.feed([cloud("lidar", 0), *(cloud("other", t) for t in range(1, 200)), cloud("lidar", 300)]))
+    assert len(frames) == 2 and asm.stats.unknown_sensor == 199
+
+
+def test_aliases_name_a_sources_sensors_as_configured() -> None:
+    asm = FrameAssembler(SENSORS, TriggerConfig(sensor="lidar"), aliases={"LIDAR_TOP": "lidar"})
+    (frame,) = asm.feed([cloud("LIDAR_TOP", 100)])
+    sample = frame.samples["lidar"]
+    assert sample is not None and sample.sensor == "lidar"

@@ -101,29 +101,57 @@ async def test_block_starts_the_budget_clock_when_a_slot_is_free() -> None:
         assert stamped[i] >= ended[i - 1], f"frame {i} was stamped before frame {i - 1} ended"
 
 
+def _dropped(f: Frame, reason: str) -> FrameResult:
+    return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+
 @pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
 async def test_overflow_emits_dropped_records_in_order(policy: str) -> None:
-    in_flight: list[int] = []
-    process, dropped = make({i: 0.05 for i in range(20)}, in_flight)
-    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=1, queue_size=1, overflow=policy))  # type: ignore[arg-type]
+    # Frame 0 is processed until every frame has been offered (an event, not a race of sleeps): with one
+    # slot and a queue of one, frames 1-9 overflow it, whatever the machine's speed.
+    offered = anyio.Event()
+
+    async def process(f: Frame) -> FrameResult:
+        await offered.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(10):
+            yield frame(i)
+        offered.set()
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1, queue_size=1, overflow=policy))  # type: ignore[arg-type]
     with anyio.fail_after(5):
-        out = await collect(p, paced(10, 0.005))
+        out = await collect(p, source())
     assert [r.frame_id for r in out] == list(range(10))  # exactly one record per frame, in order
     drops = [r for r in out if r.status is FrameStatus.DROPPED]
     assert drops and all(policy in (r.reason or "") for r in drops)
     assert out[0].status is FrameStatus.OK
     if policy == "drop-oldest":
         assert out[-1].status is FrameStatus.OK  # the freshest frame survives
+        assert [r.frame_id for r in drops] == list(range(1, 9))
+    else:
+        assert [r.frame_id for r in drops] == list(range(2, 10))  # the queued frame 1 survives
     assert p.dropped_count == len(drops)
 
 
 async def test_stop_drains_and_records_every_frame() -> None:
-    in_flight: list[int] = []
-    process, dropped = make({i: 0.02 for i in range(100)}, in_flight)
-    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=2, queue_size=4, overflow="block"))
+    # stop() comes once three frames are done (an event, not a sleep), with many frames still to come.
+    three_done = anyio.Event()
+    done = 0
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal done
+        await anyio.sleep(0.02)
+        done += 1
+        if done == 3:
+            three_done.set()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=2, queue_size=4, overflow="block"))
 
     async def stopper() -> None:
-        await anyio.sleep(0.1)
+        await three_done.wait()
         p.stop()
 
     with anyio.fail_after(5):
@@ -132,7 +160,8 @@ async def test_stop_drains_and_records_every_frame() -> None:
             out = await collect(p, paced(100, 0.001))
     ids = [r.frame_id for r in out]
     assert ids == list(range(len(ids)))
-    assert any(r.status is FrameStatus.OK for r in out)
+    assert sum(r.status is FrameStatus.OK for r in out) >= 3
+    assert len(out) < 100  # stopped mid-stream: the rest of the source was never taken
     assert all(r.status is FrameStatus.OK or (r.reason or "").startswith("shutdown") for r in out)
 
 

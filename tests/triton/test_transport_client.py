@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import grpc  # type: ignore[import-untyped]
@@ -112,9 +113,7 @@ async def test_deadline_becomes_deadline_error(client: TritonClient) -> None:
     data = np.ones(4, np.float32)
     with anyio.fail_after(20):
         # warm up, and wait until the server's statistics have counted it (they lag the response)
-        before = await client.model_statistics("sleeper_40")
-        await client.infer("sleeper_40", {"INPUT": data}, parameters={"delay_ms": 1})
-        before = {k: before[k] + d for k, d in (await _wait_for_new_inference(client, "sleeper_40", before)).items()}
+        before = await _warm_up(client, data)
         with pytest.raises(DeadlineError) as info:  # how soon after the 5 ms it raises is timed in bench/
             await client.infer(
                 "sleeper_40", {"INPUT": data}, timeout_ns=5_000_000, frame=9, parameters={"delay_ms": 3000}
@@ -129,22 +128,50 @@ async def test_deadline_becomes_deadline_error(client: TritonClient) -> None:
     assert res.outputs["OUTPUT"].tolist() == [4.0]
 
 
+async def _warm_up(client: TritonClient, data: np.ndarray[Any, Any], **kwargs: Any) -> dict[str, int]:
+    """One short request to ``sleeper_40``; its statistics once they count it (they lag the response)."""
+    before = await client.model_statistics("sleeper_40")
+    await client.infer("sleeper_40", {"INPUT": data}, parameters={"delay_ms": 1}, **kwargs)
+    return await client.model_statistics("sleeper_40", at_least={"inference_count": before["inference_count"] + 1})
+
+
 async def _wait_for_new_inference(client: TritonClient, model: str, before: dict[str, int]) -> dict[str, int]:
-    while True:
-        after = await client.model_statistics(model)
-        if after["inference_count"] > before["inference_count"]:
-            return {k: after[k] - before[k] for k in after}
-        await anyio.sleep(0.01)
+    """The change since ``before`` once the server has counted one more inference (a bounded wait)."""
+    after = await client.model_statistics(
+        model, at_least={"inference_count": before["inference_count"] + 1}, timeout_s=15
+    )
+    assert after["inference_count"] > before["inference_count"], "the server never counted the request"
+    return {k: after[k] - before[k] for k in after}
+
+
+async def _wait_for_file(path: Path, timeout_s: float = 15.0) -> None:
+    """Until ``path`` exists (a model's ``started`` marker): a bounded poll."""
+    for _ in range(round(timeout_s / 0.005)):
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(0.005)
+    raise AssertionError(f"{path} did not appear within {timeout_s:g} s")
 
 
 @pytest.mark.parametrize("use_shm", [False, True])
-async def test_cancelling_the_caller_cancels_the_server_side_work(client: TritonClient, use_shm: bool) -> None:
+async def test_cancelling_the_caller_cancels_the_server_side_work(
+    client: TritonClient, use_shm: bool, tmp_path: Path
+) -> None:
     data = np.ones(100_000, np.float32)  # 400 kB: goes through shared memory when use_shm
-    with anyio.fail_after(20):
-        await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 1})
-        before = await client.model_statistics("sleeper_40")
-        with anyio.move_on_after(0.005) as scope:
-            await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters={"delay_ms": 3000})
+    started = tmp_path / "started"
+    with anyio.fail_after(30):
+        before = await _warm_up(client, data, use_shm=use_shm)
+        scope = anyio.CancelScope()
+
+        async def call() -> None:
+            with scope:
+                params = {"delay_ms": 3000, "started": str(started)}
+                await client.infer("sleeper_40", {"INPUT": data}, use_shm=use_shm, parameters=params)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await _wait_for_file(started)  # the request is running on the server: cancel its caller now
+            scope.cancel()
         assert scope.cancelled_caught  # the scope recognised its own cancellation through grpc
         # The caller did not wait for grpc to wind the call down: it ends in the background (no
         # deadline: cancelled at once), and only then gives its shared-memory slot back.
@@ -167,8 +194,7 @@ async def test_a_caller_cut_off_at_the_deadline_leaves_the_call_to_its_grpc_dead
     monkeypatch.setattr(_client, "_EXPIRE_WITHIN_NS", 10_000_000_000)
     data = np.ones(100_000, np.float32)  # 400 kB: through shared memory, which stays taken meanwhile
     with anyio.fail_after(20):
-        await client.infer("sleeper_40", {"INPUT": data}, use_shm=True, parameters={"delay_ms": 1})
-        before = await client.model_statistics("sleeper_40")
+        before = await _warm_up(client, data, use_shm=True)
         abandoned = client.abandoned_calls
         start = time.perf_counter()
         with anyio.move_on_after(0.01) as scope:
@@ -210,11 +236,35 @@ async def test_model_statistics_count_inferences(client: TritonClient) -> None:
         before = await client.model_statistics("echo")
         for _ in range(3):
             await client.infer("echo", {"INPUT": SMALL})
-        after = await client.model_statistics("echo")
+        # Triton counts a request a moment after answering it: wait (bounded) for the third one
+        after = await client.model_statistics("echo", at_least={"success_count": before["success_count"] + 3})
     assert after["success_count"] - before["success_count"] == 3
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["compute_infer_ns"] > before["compute_infer_ns"]
     assert {"queue_ns", "compute_input_ns", "compute_output_ns", "fail_count"} <= after.keys()
+
+
+async def test_statistics_wait_for_the_counts_asked_for_then_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No server: Triton's accounting stands in as a counter that lags the answers by a few reads."""
+    reads: list[int] = []
+
+    async def lagging(self: TritonClient, model: str, url: str | None) -> dict[str, int]:
+        reads.append(len(reads))
+        return {"success_count": min(len(reads), 3), "inference_count": min(len(reads), 3)}
+
+    monkeypatch.setattr(TritonClient, "_read_statistics", lagging)
+    client = TritonClient(ClientOptions(urls=("127.0.0.1:1",)))  # never opened: nothing goes on the wire
+    with anyio.fail_after(10):
+        assert (await client.model_statistics("m"))["success_count"] == 1  # a plain read: as it is
+        reads.clear()
+        got = await client.model_statistics("m", at_least={"success_count": 3})
+        assert got["success_count"] == 3 and len(reads) == 3  # polled until counted, not one read more
+        reads.clear()
+        # at the bound: the last snapshot, as it is (the caller sees the shortfall)
+        short = await client.model_statistics("m", at_least={"success_count": 4}, timeout_s=0.05)
+        assert short["success_count"] == 3 and len(reads) >= 2
+        with pytest.raises(ValueError, match="no_such_count"):
+            await client.model_statistics("m", at_least={"no_such_count": 1})
 
 
 async def test_unload_then_load_model(client: TritonClient) -> None:

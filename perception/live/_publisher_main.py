@@ -1,0 +1,36 @@
+"""Entry point of the publisher process ``perception live`` starts:
+``python -m perception.live._publisher_main DRIVE SOCKET FAULTS_JSON``.
+
+A module of its own, which nothing in the package imports: ``python -m`` first imports the package
+``perception.live`` (whose ``__init__`` imports :mod:`perception.live._publisher`), so running
+``_publisher`` itself with ``-m`` executed a second copy of it as ``__main__`` beside the one already
+imported, two sets of classes, and runpy warned about it (a ``RuntimeWarning`` on every ``perception live``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from perception.live._publisher import Faults, publish
+
+
+def main(argv: list[str] | None = None) -> int:
+    drive, path, faults_json = sys.argv[1:] if argv is None else argv
+    data = json.loads(faults_json)
+    faults = Faults(
+        silence=tuple(tuple(x) for x in data.get("silence", ())),
+        bursts=tuple(tuple(x) for x in data.get("bursts", ())),
+        jitter_ms=float(data.get("jitter_ms", 0.0)),
+        clock_jumps=tuple(tuple(x) for x in data.get("clock_jumps", ())),
+        seed=int(data.get("seed", 0)),
+    )
+    logging.basicConfig(level=logging.WARNING)
+    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

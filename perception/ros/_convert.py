@@ -1,0 +1,171 @@
+"""ROS 2 messages <-> the runtime's samples, ego poses and detections (no node, no executor here).
+
+Message classes are passed in by the node (rclpy is imported only inside :mod:`perception.ros`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from perception._imageio import encode_jpeg
+from perception.errors import InputError
+from perception.importers import decode_point_cloud2, point_fields
+from perception.kinds import kind_def
+from perception.types import CameraCalibration, EgoPose, ImageSample, PointCloudSample, Transform
+
+__all__ = [
+    "RAW_JPEG_QUALITY",
+    "calibration_mismatch",
+    "calibration_to_info",
+    "cloud_to_sample",
+    "compressed_to_sample",
+    "ego_to_odometry",
+    "odometry_to_ego",
+    "raw_to_sample",
+    "sample_to_cloud",
+    "sample_to_compressed",
+    "stamp_ns",
+    "to_stamp",
+]
+
+#: A raw ``sensor_msgs/Image`` is re-encoded for the camera model (which takes encoded images).
+RAW_JPEG_QUALITY = 95
+
+_FLOAT32 = 7  # sensor_msgs/PointField datatype
+
+
+def stamp_ns(stamp: Any) -> int:
+    """A ``builtin_interfaces/Time`` as integer ns."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def to_stamp(time_cls: Any, t_ns: int) -> Any:
+    sec, nanosec = divmod(int(t_ns), 1_000_000_000)
+    return time_cls(sec=sec, nanosec=nanosec)
+
+
+def cloud_to_sample(
+    msg: Any, sensor: str, kind: str, t_ns: int, field_map: Mapping[str, str], seq: int = 0
+) -> PointCloudSample:
+    """A ``sensor_msgs/PointCloud2`` as the kind's point columns, read by field name in any layout
+    (``field_map``: ROS name -> kind field). A field the kind needs and the cloud lacks is an
+    :class:`InputError` naming it."""
+    want = kind_def(kind).point_fields
+    ros_name = {target: name for name, target in field_map.items()}
+    names = [ros_name.get(f, f) for f in want]
+    have = point_fields(msg)
+    missing = [n if n == f else f"{n} (for {f})" for n, f in zip(names, want, strict=True) if n not in have]
+    if missing:
+        raise InputError(
+            f"PointCloud2 has no field {', '.join(missing)} (it has: {', '.join(have) or 'none'}; "
+            "map names with ros.field_map)",
+            sensor=sensor,
+        )
+    try:
+        points = decode_point_cloud2(msg, names)
+    except ValueError as exc:
+        raise InputError(f"PointCloud2: {exc}", sensor=sensor) from exc
+    return PointCloudSample(sensor, t_ns, msg.header.frame_id, points, tuple(want), seq)
+
+
+def sample_to_cloud(cloud_cls: Any, field_cls: Any, sample: PointCloudSample, header: Any) -> Any:
+    """A sample as a dense little-endian float32 ``PointCloud2``."""
+    pts = np.ascontiguousarray(sample.points, dtype="<f4")
+    fields = [field_cls(name=name, offset=4 * i, datatype=_FLOAT32, count=1) for i, name in enumerate(sample.fields)]
+    return cloud_cls(
+        header=header,
+        height=1,
+        width=pts.shape[0],
+        fields=fields,
+        is_bigendian=False,
+        point_step=4 * pts.shape[1],
+        row_step=4 * pts.shape[1] * pts.shape[0],
+        data=pts.tobytes(),
+        is_dense=True,
+    )
+
+
+def compressed_to_sample(msg: Any, sensor: str, t_ns: int, seq: int = 0) -> ImageSample:
+    """A ``sensor_msgs/CompressedImage`` (``format`` as image_transport writes it, e.g. ``jpeg`` or
+    ``rgb8; png compressed bgr8``)."""
+    fmt = "png" if "png" in str(msg.format).lower() else "jpeg"
+    return ImageSample(sensor, t_ns, msg.header.frame_id, bytes(msg.data), fmt, seq)
+
+
+def sample_to_compressed(image_cls: Any, sample: ImageSample, header: Any) -> Any:
+    return image_cls(header=header, format=sample.format, data=sample.data)
+
+
+def raw_to_sample(msg: Any, sensor: str, t_ns: int, seq: int = 0) -> ImageSample:
+    """A raw ``sensor_msgs/Image`` (rgb8, bgr8, mono8, rgba8, bgra8), re-encoded as JPEG."""
+    channels = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}.get(str(msg.encoding))
+    if channels is None:
+        raise InputError(
+            f"unsupported Image encoding {msg.encoding!r} (rgb8, bgr8, mono8, rgba8, bgra8)", sensor=sensor
+        )
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    data = np.frombuffer(memoryview(msg.data).cast("B") if not isinstance(msg.data, bytes) else msg.data, np.uint8)
+    if step < w * channels or data.size < h * step:
+        raise InputError(f"Image of {w}x{h} {msg.encoding} has {data.size} bytes with step {step}", sensor=sensor)
+    img = data[: h * step].reshape(h, step)[:, : w * channels].reshape(h, w, channels)
+    if channels == 1:
+        img = np.repeat(img, 3, axis=2)
+    elif str(msg.encoding).startswith("bgr"):
+        img = img[:, :, 2::-1]
+    else:
+        img = img[:, :, :3]
+    return ImageSample(sensor, t_ns, msg.header.frame_id, encode_jpeg(img, RAW_JPEG_QUALITY), "jpeg", seq)
+
+
+def calibration_to_info(info_cls: Any, cal: CameraCalibration, header: Any) -> Any:
+    k = list(cal.k)
+    p = [k[0], k[1], k[2], 0.0, k[3], k[4], k[5], 0.0, k[6], k[7], k[8], 0.0]
+    return info_cls(
+        header=header,
+        width=cal.width,
+        height=cal.height,
+        distortion_model=cal.distortion_model,
+        d=list(cal.d),
+        k=k,
+        r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        p=p,
+    )
+
+
+def calibration_mismatch(info: Any, cal: CameraCalibration | None, *, tolerance_px: float = 0.5) -> str | None:
+    """Why a ``CameraInfo`` disagrees with the rig's calibration (size, fx, fy, cx, cy), else None."""
+    if cal is None:
+        return None
+    if (int(info.width), int(info.height)) != (cal.width, cal.height):
+        return f"camera_info is {info.width}x{info.height}, the rig's calibration {cal.width}x{cal.height}"
+    for i, name in ((0, "fx"), (4, "fy"), (2, "cx"), (5, "cy")):
+        if abs(float(info.k[i]) - cal.k[i]) > tolerance_px:
+            return f"camera_info {name} {float(info.k[i]):.1f} differs from the rig's {cal.k[i]:.1f}"
+    return None
+
+
+def odometry_to_ego(msg: Any, t_ns: int) -> EgoPose:
+    """``nav_msgs/Odometry`` (pose: map <- base_link, twist in base_link) as an :class:`EgoPose`."""
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    v, w = msg.twist.twist.linear, msg.twist.twist.angular
+    return EgoPose(
+        t_ns=t_ns,
+        pose=Transform((float(p.x), float(p.y), float(p.z)), (float(q.x), float(q.y), float(q.z), float(q.w))),
+        linear_velocity=(float(v.x), float(v.y), float(v.z)),
+        yaw_rate=float(w.z),
+    )
+
+
+def ego_to_odometry(odom_cls: Any, ego: EgoPose, header: Any, child_frame_id: str = "base_link") -> Any:
+    msg = odom_cls(header=header, child_frame_id=child_frame_id)
+    t, q = ego.pose.translation, ego.pose.rotation
+    msg.pose.pose.position.x, msg.pose.pose.position.y, msg.pose.pose.position.z = (float(x) for x in t)
+    o = msg.pose.pose.orientation
+    o.x, o.y, o.z, o.w = (float(x) for x in q)
+    lin = msg.twist.twist.linear
+    lin.x, lin.y, lin.z = (float(x) for x in ego.linear_velocity)
+    msg.twist.twist.angular.z = float(ego.yaw_rate)
+    return msg

@@ -1,0 +1,451 @@
+"""``perception_fusion``: the runtime as a ROS 2 lifecycle node, built on :class:`perception.live.LiveRuntime`.
+
+Lifecycle (what each transition holds and releases):
+
+* **configure** — loads the profile and the rig (a drive or a simulator rig file), resolves each
+  sensor's topic, starts the embedded Triton (unless the profile names a server) and checks every
+  model's readiness and tensor contract by opening the runtime once; creates the publishers;
+* **activate** — opens the :class:`LiveRuntime` on that server and subscribes (sensor-data QoS);
+* **deactivate** — unsubscribes and closes the live runtime (pending frames are completed and drained;
+  channels, shared memory and threads released);
+* **cleanup** — destroys the publishers and stops the embedded server. Shutdown from any state does
+  whatever of this is still held.
+
+Callbacks only convert the message (a view of its buffer) and call :meth:`LiveRuntime.push`, which never
+blocks; results are published from the live runtime's callback thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Literal
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Point
+from nav_msgs.msg import Odometry
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
+from std_msgs.msg import Float64, Header
+from visualization_msgs import msg as viz_msgs
+
+from perception.config import RuntimeConfig, load_config, resolve_sensors, with_overrides
+from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
+from perception.live import LiveRuntime
+from perception.ros._convert import (
+    calibration_mismatch,
+    cloud_to_sample,
+    compressed_to_sample,
+    odometry_to_ego,
+    raw_to_sample,
+    stamp_ns,
+    to_stamp,
+)
+from perception.ros._diagnostics import DiagnosticsTracker
+from perception.ros._markers import detections_array, marker_array
+from perception.ros._topics import SensorTopics, sensor_topics
+from perception.scheduler import Runtime
+from perception.types import FrameResult, Sample, SensorSpec
+
+__all__ = ["NODE_NAME", "FusionNode", "load_rig"]
+
+log = logging.getLogger(__name__)
+
+NODE_NAME = "perception_fusion"
+_SIM_METADATA = {"generator": "perception sim"}
+_MAX_ARRIVALS = 1024
+
+
+def _vision_msgs() -> Any:
+    """``vision_msgs.msg`` where the host has it (no wheel on PyPI), else None."""
+    try:
+        return importlib.import_module("vision_msgs.msg")
+    except ImportError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Publishers:
+    objects: Any
+    processing: Any
+    pipeline: Any
+    diagnostics: Any
+    detections: Any  # None without vision_msgs
+
+    def all(self) -> list[Any]:
+        return [p for p in (self.objects, self.processing, self.pipeline, self.diagnostics, self.detections) if p]
+
+
+class _Markers:
+    """``visualization_msgs.msg`` with ``Point`` (what :func:`marker_array` builds from)."""
+
+    MarkerArray = viz_msgs.MarkerArray
+    Marker = viz_msgs.Marker
+    Point = Point
+
+
+def load_rig(path: Path, config: RuntimeConfig) -> tuple[RuntimeConfig, dict[str, SensorSpec]]:
+    """The rig from a drive (``.mcap``: the rig it was recorded with) or a simulator rig file (``.yaml``),
+    and the profile resolved on it."""
+    if not path.exists():
+        raise ConfigError("rig not found (a drive .mcap or a rig .yaml)", file=str(path))
+    if path.suffix == ".mcap":
+        from perception.drives import DriveReader
+
+        with DriveReader(path, strict=False) as reader:
+            rig = dict(reader.rig)
+            return resolve_sensors(config, rig, where=f"drive {path}", metadata=reader.metadata), rig
+    from perception.sim import load_rig as load_sim_rig
+
+    rig = {s.name: s.spec for s in load_sim_rig(path).sensors}
+    return resolve_sensors(config, rig, where=f"rig {path}", metadata=_SIM_METADATA), rig
+
+
+class FusionNode(LifecycleNode):
+    """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
+    profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
+    the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
+    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``."""
+
+    def __init__(self, *, on_published: Callable[[FrameResult], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self.declare_parameter("profile", "")
+        self.declare_parameter("rig", "")
+        self.declare_parameter("url", "")
+        self.declare_parameter("sensors", "")
+        self.declare_parameter("time_base", "auto")
+        self._on_published = on_published
+        self.config: RuntimeConfig | None = None
+        self.rig: dict[str, SensorSpec] = {}
+        self.topics: dict[str, SensorTopics] = {}
+        self.odometry_topic = ""
+        self.live: LiveRuntime | None = None
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
+        self._portal: BlockingPortal | None = None
+        self._server_cm: AbstractContextManager[Any] | None = None
+        self._pubs: _Publishers | None = None
+        self._subs: list[Any] = []
+        self._timer: Any = None
+        self._vision = _vision_msgs()
+        self._diag: DiagnosticsTracker | None = None
+        self._active = False
+        self._ros_minus_mono = 0
+        self._arrivals: dict[int, int] = {}
+        self._seq: dict[str, int] = {}
+        self._info_checked: set[str] = set()
+        self._lock = threading.Lock()
+        self.frames_published = 0
+        #: Why the last configure or activate failed (it is logged, and the transition returns FAILURE).
+        self.failure: PerceptionError | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self._configure()
+        except PerceptionError as exc:
+            self.failure = exc
+            self.get_logger().error(f"configure failed: {exc}")
+            self._release_server()
+            return TransitionCallbackReturn.FAILURE
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self._activate()
+        except PerceptionError as exc:
+            self.failure = exc
+            self.get_logger().error(f"activate failed: {exc}")
+            self._deactivate()
+            return TransitionCallbackReturn.FAILURE
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._deactivate()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._cleanup()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def release(self) -> None:
+        """Everything still held, whatever the state (shutdown, a signal)."""
+        self._deactivate()
+        self._cleanup()
+
+    # -- configure ----------------------------------------------------------------------------------
+    def _param(self, name: str) -> str:
+        return str(self.get_parameter(name).value or "")
+
+    def _configure(self) -> None:
+        if not self._param("profile"):
+            raise ConfigError("parameter 'profile' is required: a launch profile (.yaml)", key="profile")
+        profile = Path(self._param("profile"))
+        rig_path = self._param("rig")
+        if not rig_path:
+            raise ConfigError("parameter 'rig' is required: a drive (.mcap) or a rig file (.yaml)", key="rig")
+        cfg, rig = load_rig(Path(rig_path), load_config(profile))
+        sensors = [s for s in self._param("sensors").split(",") if s] or None
+        cfg = with_overrides(cfg, url=self._param("url") or None, sensors=sensors)
+        chosen = self._param("time_base")
+        if chosen not in ("auto", "offset", "estimate"):
+            raise ConfigError(f"must be auto, offset or estimate, got {chosen!r}", key="time_base")
+        time_base: Literal["offset", "estimate"] = "offset"
+        if chosen == "estimate" or (chosen == "auto" and cfg.live.time_base == "estimate"):
+            time_base = "estimate"
+        cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
+        topics = sensor_topics(rig, cfg.ros, file=str(profile))
+        active = {s.name for s in cfg.active_sensors}
+        self.topics = {}
+        for name, t in topics.items():
+            if name not in active:
+                continue
+            param = f"topics.{name}"
+            if not self.has_parameter(param):
+                self.declare_parameter(param, t.data)
+            chosen = self._param(param)
+            self.topics[name] = (
+                t
+                if chosen == t.data
+                else sensor_topics({name: rig[name]}, dataclasses.replace(cfg.ros, topics={name: chosen}))[name]
+            )
+        if not self.has_parameter("odometry_topic"):
+            self.declare_parameter("odometry_topic", cfg.ros.odometry_topic)
+        self.odometry_topic = self._param("odometry_topic")
+        self.rig = rig
+        if cfg.server.embedded:
+            cfg = with_overrides(cfg, url=self._start_server(cfg))
+        self.config = cfg
+        self._check_models(cfg, rig)
+        self._diag = DiagnosticsTracker(self.get_name(), list(self.topics), cfg.ros)
+        self._pubs = _Publishers(
+            objects=self.create_publisher(viz_msgs.MarkerArray, "~/objects", 10),
+            processing=self.create_publisher(Float64, "~/debug/processing_time_ms", 10),
+            pipeline=self.create_publisher(Float64, "~/debug/pipeline_latency_ms", 10),
+            diagnostics=self.create_publisher(DiagnosticArray, "/diagnostics", 10),
+            detections=None
+            if self._vision is None
+            else self.create_publisher(self._vision.Detection3DArray, "~/detections", 10),
+        )
+        self.get_logger().info(
+            f"configured: {len(self.topics)} sensors on {cfg.server.url} (trigger {cfg.trigger.sensor}), "
+            f"time base {time_base}"
+        )
+
+    def _start_server(self, cfg: RuntimeConfig) -> str:
+        from perception.server import EmbeddedTriton
+
+        server = EmbeddedTriton(list(cfg.server.models), startup_timeout_s=cfg.server.startup_timeout_s)
+        # The portal's thread spawns the server and lives until cleanup (the server's parent-death
+        # signal is tied to that thread).
+        self._portal_cm = start_blocking_portal(backend="asyncio")
+        self._portal = self._portal_cm.__enter__()
+        self._server_cm = self._portal.wrap_async_context_manager(server)
+        try:
+            self._server_cm.__enter__()
+        except BaseException:
+            self._server_cm = None
+            self._release_server()
+            raise
+        return server.grpc_url
+
+    def _check_models(self, cfg: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> None:
+        """Readiness and tensor contract of every model (the runtime's start-up checks), then closed."""
+
+        async def check() -> None:
+            async with Runtime(resolve_sensors(cfg, rig), rig=rig):
+                pass
+
+        if self._portal is not None:
+            self._portal.call(check)
+        else:
+            with start_blocking_portal(backend="asyncio") as portal:
+                portal.call(check)
+
+    def _release_server(self) -> None:
+        server_cm, self._server_cm = self._server_cm, None
+        portal_cm, self._portal_cm = self._portal_cm, None
+        self._portal = None
+        try:
+            if server_cm is not None:
+                server_cm.__exit__(None, None, None)
+        finally:
+            if portal_cm is not None:
+                portal_cm.__exit__(None, None, None)
+
+    def _cleanup(self) -> None:
+        pubs, self._pubs = self._pubs, None
+        for pub in pubs.all() if pubs is not None else ():
+            self.destroy_publisher(pub)
+        self._release_server()
+        self.config = None
+
+    # -- activate -------------------------------------------------------------------------------------
+    def _activate(self) -> None:
+        cfg = self.config
+        assert cfg is not None and self._diag is not None
+        ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
+        self._ros_minus_mono = ros_now - mono_now
+        if cfg.live.time_base == "offset":
+            # ROS stamps are on the node's ROS clock: host (monotonic) = stamp + (monotonic - ROS now).
+            cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
+        live = LiveRuntime(cfg, self.rig, on_result=self._publish)
+        live.__enter__()
+        self.live = live
+        self._arrivals.clear()
+        self._active = True
+        qos = qos_profile_sensor_data
+        for t in self.topics.values():
+            if t.image is None:
+                self._subs.append(self.create_subscription(PointCloud2, t.data, self._cloud_cb(t), qos))
+                continue
+            msg_type = CompressedImage if t.image == "compressed" else Image
+            self._subs.append(self.create_subscription(msg_type, t.data, self._image_cb(t), qos))
+            if t.camera_info is not None:
+                self._subs.append(self.create_subscription(CameraInfo, t.camera_info, self._info_cb(t), qos))
+        self._subs.append(self.create_subscription(Odometry, self.odometry_topic, self._on_odometry, qos))
+        self._timer = self.create_timer(cfg.ros.diagnostics_period_ms / 1000.0, self._publish_diagnostics)
+        self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
+
+    def _deactivate(self) -> None:
+        self._active = False
+        for sub in self._subs:
+            self.destroy_subscription(sub)
+        self._subs = []
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+        live, self.live = self.live, None
+        if live is not None:
+            live.close()
+
+    # -- inputs (executor thread: convert and push, never block) ----------------------------------------
+    def _next_seq(self, sensor: str) -> int:
+        n = self._seq.get(sensor, 0)
+        self._seq[sensor] = n + 1
+        return n
+
+    def _push(self, sample: Sample, arrival_ns: int) -> None:
+        live = self.live
+        if live is None:
+            return
+        try:
+            future = live.push(sample)
+        except RuntimeClosedError:
+            return
+        if future is not None:
+
+            def arrived(fut: Any, arrival: int = arrival_ns) -> None:
+                if not fut.cancelled() and fut.exception() is None:
+                    self._arrivals[fut.result().frame_id] = arrival
+
+            future.add_done_callback(arrived)
+
+    def _input_error(self, sensor: str, exc: PerceptionError) -> None:
+        assert self._diag is not None
+        self._diag.input_error(sensor, str(exc))
+        self.get_logger().error(f"{exc}", throttle_duration_sec=5.0)
+
+    def _cloud_cb(self, t: SensorTopics) -> Callable[[Any], None]:
+        field_map = self.config.ros.field_map if self.config is not None else {}
+
+        def on_cloud(msg: Any) -> None:
+            arrival = time.monotonic_ns()
+            try:
+                sample = cloud_to_sample(
+                    msg, t.sensor, t.kind, stamp_ns(msg.header.stamp), field_map, self._next_seq(t.sensor)
+                )
+            except InputError as exc:
+                self._input_error(t.sensor, exc)
+                return
+            self._push(sample, arrival)
+
+        return on_cloud
+
+    def _image_cb(self, t: SensorTopics) -> Callable[[Any], None]:
+        convert = compressed_to_sample if t.image == "compressed" else raw_to_sample
+
+        def on_image(msg: Any) -> None:
+            arrival = time.monotonic_ns()
+            try:
+                sample = convert(msg, t.sensor, stamp_ns(msg.header.stamp), self._next_seq(t.sensor))
+            except InputError as exc:
+                self._input_error(t.sensor, exc)
+                return
+            self._push(sample, arrival)
+
+        return on_image
+
+    def _info_cb(self, t: SensorTopics) -> Callable[[Any], None]:
+        def on_info(msg: Any) -> None:
+            if t.sensor in self._info_checked:
+                return
+            self._info_checked.add(t.sensor)
+            problem = calibration_mismatch(msg, self.rig[t.sensor].calibration)
+            if problem is not None:
+                self.get_logger().warning(f"sensor {t.sensor}: {problem}; the rig's calibration is used")
+
+        return on_info
+
+    def _on_odometry(self, msg: Any) -> None:
+        live = self.live
+        if live is None:
+            return
+        with contextlib.suppress(RuntimeClosedError):
+            live.push_ego(odometry_to_ego(msg, stamp_ns(msg.header.stamp)))
+
+    # -- outputs (the live runtime's callback thread) ---------------------------------------------------
+    def _publish(self, result: FrameResult) -> None:
+        cfg = self.config
+        pubs = self._pubs
+        if not self._active or cfg is None or pubs is None:
+            return
+        stamp = result.t_ns + self._ros_minus_mono
+        header = Header(stamp=to_stamp(Time, stamp), frame_id=cfg.ros.frame_id)
+        pubs.objects.publish(marker_array(_Markers, result, header, Duration(sec=0, nanosec=0)))
+        if pubs.detections is not None:
+            pubs.detections.publish(detections_array(self._vision, result, header))
+        now = time.monotonic_ns()
+        arrival = self._arrivals.pop(result.frame_id, None)
+        if len(self._arrivals) > _MAX_ARRIVALS:
+            self._arrivals.clear()
+        # From the trigger message's arrival; a frame the timer opened (trigger silent) from its opening.
+        processing_ms = (now - arrival) / 1e6 if arrival is not None else result.latency.total_ns / 1e6
+        pubs.processing.publish(Float64(data=processing_ms))
+        pubs.pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
+        if self._diag is not None:
+            self._diag.add(result)
+        self.frames_published += 1
+        if self._on_published is not None:
+            self._on_published(result)
+
+    def _publish_diagnostics(self) -> None:
+        pubs, live = self._pubs, self.live
+        if self._diag is None or pubs is None or live is None:
+            return
+        status = live.status()
+        msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
+        for s in self._diag.statuses(status):
+            level = bytes([s.level])
+            values = [KeyValue(key=k, value=v) for k, v in s.values.items()]
+            msg.status.append(
+                DiagnosticStatus(level=level, name=s.name, message=s.message, hardware_id=NODE_NAME, values=values)
+            )
+        pubs.diagnostics.publish(msg)

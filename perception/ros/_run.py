@@ -1,0 +1,137 @@
+"""The processes behind ``perception ros node`` and ``perception ros play``: rclpy's context, an
+executor, and SIGINT/SIGTERM handled here (not by rclpy) so that a signal takes the node down through
+its lifecycle: deactivate (drain, release the live runtime), cleanup (stop the embedded server)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from perception.config import RuntimeConfig
+from perception.errors import ConfigError, PerceptionError
+from perception.live import Faults
+from perception.ros._env import require_rclpy
+from perception.types import FrameResult
+
+__all__ = ["run_node", "run_play"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _signals_to(stop: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` while inside (main thread only)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("%s again: still shutting down", signal.Signals(signum).name)
+        else:
+            log.warning("%s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _rclpy_context(ros_args: Sequence[str]) -> Iterator[Any]:
+    require_rclpy()
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    context = rclpy.Context()
+    rclpy.init(args=["perception", *ros_args], context=context, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        yield context
+    finally:
+        with contextlib.suppress(Exception):
+            context.try_shutdown()
+
+
+def run_node(
+    parameters: dict[str, str],
+    *,
+    autostart: bool = True,
+    ros_args: Sequence[str] = (),
+    stop: threading.Event | None = None,
+    on_published: Callable[[FrameResult], None] | None = None,
+) -> int:
+    """Run ``perception_fusion`` until SIGINT/SIGTERM (or ``stop``); with ``autostart`` it configures and
+    activates itself (exit code 2 when that fails on a mistake in the profile, rig or parameters, 1 on another
+    failure), else a lifecycle manager drives it. ``on_published`` is called with each frame's
+    result once its outputs are published (from the live runtime's callback thread). Returns the exit code."""
+    stop = stop or threading.Event()
+    with _signals_to(stop), _rclpy_context(ros_args) as context:
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.lifecycle import TransitionCallbackReturn
+        from rclpy.parameter import Parameter
+
+        from perception.ros._node import FusionNode
+
+        overrides = [Parameter(k, value=v) for k, v in parameters.items()]
+        node = FusionNode(context=context, parameter_overrides=overrides, on_published=on_published)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        code = 0
+        try:
+            if autostart:
+                for step in (node.trigger_configure, node.trigger_activate):
+                    if stop.is_set():
+                        break
+                    if step() != TransitionCallbackReturn.SUCCESS:
+                        # the node logged why; a mistake in the profile, rig or parameters is a usage error
+                        code = 2 if isinstance(node.failure, ConfigError) else 1
+                        break
+            if code == 0:
+                while not stop.is_set() and context.ok():
+                    executor.spin_once(timeout_sec=0.1)
+        finally:
+            node.release()
+            executor.remove_node(node)
+            executor.shutdown()
+            node.destroy_node()
+        return code
+
+
+def run_play(
+    drive: Path,
+    config: RuntimeConfig,
+    faults: Faults,
+    *,
+    rate: float = 1.0,
+    span_s: tuple[float, float | None] = (0.0, None),
+    wait_subscribers_s: float = 0.0,
+    ros_args: Sequence[str] = (),
+    stop: threading.Event | None = None,
+) -> dict[str, int]:
+    """Play ``drive`` once as ROS 2 topics (``config.ros`` names them), or ``span_s`` of it (seconds from
+    its start; faults count from the start of the play); returns the messages published per topic."""
+    stop = stop or threading.Event()
+    with _signals_to(stop), _rclpy_context(ros_args) as context:
+        from rclpy.node import Node
+
+        from perception.ros._play import PLAYER_NAME, Player
+
+        node = Node(PLAYER_NAME, context=context)
+        try:
+            player = Player(node, drive, config.ros, faults, span_s=span_s)
+            if wait_subscribers_s > 0 and not player.wait_for_subscribers(wait_subscribers_s, stop):
+                if stop.is_set():
+                    return {}
+                raise PerceptionError(f"no subscriber on every sensor topic within {wait_subscribers_s:g} s")
+            return player.play(rate=rate, stop=stop)
+        finally:
+            node.destroy_node()

@@ -1,0 +1,86 @@
+"""The bounded callback thread of the facades for hosts that are not async.
+
+Host callbacks run on one thread of their own, in submission order, never on the event-loop (I/O)
+thread: a slow callback cannot stall the scheduler. It cannot grow memory either: at most ``maxsize``
+calls wait; beyond that the oldest waiting one is dropped and counted (:attr:`CallbackQueue.dropped`)
+-- a vehicle host wants the newest results. Closing runs what is queued within a time bound, then
+abandons the thread (a daemon) with a warning instead of waiting for a callback that never returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CallbackQueue"]
+
+log = logging.getLogger(__name__)
+
+
+class CallbackQueue:
+    """``submit(fn, *args)`` never blocks; ``fn(*args)`` runs on the callback thread (module docs)."""
+
+    def __init__(self, maxsize: int, *, name: str) -> None:
+        if maxsize < 1:
+            raise ValueError(f"maxsize: must be >= 1, got {maxsize}")
+        self._maxsize = maxsize
+        self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        #: Calls dropped because ``maxsize`` were already waiting (the oldest waiting goes).
+        self.dropped = 0
+        #: Calls that raised (logged; the thread goes on).
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            if len(self._calls) >= self._maxsize:
+                self._calls.popleft()
+                self.dropped += 1
+            self._calls.append((fn, args))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._calls and not self._closing:
+                    self._cond.wait()
+                if not self._calls:
+                    return  # closing and nothing left
+                fn, args = self._calls.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                self.failed += 1
+                log.exception("result callback raised")
+
+    def close(self, timeout_s: float) -> bool:
+        """Run what is queued, for at most ``timeout_s``; True when the thread has ended. After the
+        bound, what is still queued is dropped (counted) and a callback still running is abandoned."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(max(0.0, timeout_s))
+        if self._thread.is_alive():
+            with self._cond:
+                self.dropped += len(self._calls)
+                self._calls.clear()
+            log.warning(
+                "a result callback still running %.1f s after close was abandoned (its thread is a daemon)", timeout_s
+            )
+            return False
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()

@@ -1,0 +1,156 @@
+"""LiveRuntime's lifetime against the real Triton: an item that breaks assembly or processing is
+counted against its sensor and dropped, never raised into the task group or the host; a slow result
+callback cannot grow memory or hold close forever; every close releases what the runtime held
+(threads, shared-memory regions, channels)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perception.config import RuntimeConfig, load_config, resolve_sensors
+from perception.drives import DriveReader
+from perception.errors import SampleDroppedError
+from perception.live import LiveRuntime
+from perception.server import EmbeddedTriton
+from perception.types import EgoPose, PointCloudSample, Sample, SensorSpec, Transform
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+S = 1_000_000_000
+MS = 1_000_000
+SLEEPY = {"lidar": "sleepy_lidar", "camera": "sleepy_camera", "radar": "sleepy_radar"}
+
+
+def _config(url: str, *, drain_s: float = 5.0) -> tuple[RuntimeConfig, dict[str, SensorSpec], list[Sample]]:
+    """The bundled drive's rig and first 2 s, each sensor on the sleepy model of its kind."""
+    with DriveReader(DRIVE) as reader:
+        rig = dict(reader.rig)
+        samples = list(reader.samples(reader.start_ns, reader.start_ns + 2 * S))
+    cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
+    sensors = tuple(dataclasses.replace(s, model=SLEEPY[s.kind]) for s in cfg.sensors)
+    cfg = dataclasses.replace(
+        cfg,
+        sensors=sensors,
+        server=dataclasses.replace(cfg.server, url=url),
+        pipeline=dataclasses.replace(cfg.pipeline, drain_timeout_s=drain_s),
+    )
+    return cfg, rig, samples
+
+
+def _threads() -> set[str]:
+    """Live threads, without gRPC's process-wide completion-queue poller (started once, kept)."""
+    return {f"{t.name}:{t.ident}" for t in threading.enumerate() if "_poll_wrapper" not in t.name}
+
+
+def _own_shm() -> set[str]:
+    return {p for p in os.listdir("/dev/shm") if p.startswith(f"perception_{os.getpid()}_")}
+
+
+def _push_all(live: LiveRuntime, samples: list[Sample], bad: dict[int, Sample | EgoPose]) -> list[object]:
+    """Push ``samples`` re-stamped on the host clock (paced at 1x), an identity ego pose 30 ms before each
+    lidar sweep, and ``bad[i]`` after sample ``i`` (a pose 20 ms after it: the next sweeps' motion is
+    interpolated across it). Returns the trigger futures."""
+    t0_drive = samples[0].t_ns
+    t0 = time.monotonic_ns() + 20 * MS
+    futures: list[object] = []
+    for i, s in enumerate(samples):
+        at = t0 + (s.t_ns - t0_drive)
+        delay = (at - time.monotonic_ns()) / S
+        if delay > 0:
+            time.sleep(delay)  # pacing the pushes like a sensor, not synchronising the test
+        sample = dataclasses.replace(s, t_ns=at)
+        if s.sensor == "lidar_top":
+            live.push_ego(EgoPose(at - 30 * MS, Transform()))
+        fut = live.push(sample)
+        if fut is not None:
+            futures.append(fut)
+        item = bad.get(i)
+        if isinstance(item, EgoPose):
+            live.push_ego(dataclasses.replace(item, t_ns=at + 20 * MS))
+        elif item is not None:
+            fut = live.push(dataclasses.replace(item, t_ns=at + 1 * MS))
+            if fut is not None:
+                futures.append(fut)
+    return futures
+
+
+def _check_clean(before: tuple[set[str], set[str]], live: LiveRuntime) -> None:
+    """No thread and no /dev/shm region of this process (the session's server has its own, kept) more
+    than before the runtime opened."""
+    threads, shm = before
+    deadline = time.monotonic() + 10
+    while _threads() - threads and time.monotonic() < deadline:
+        time.sleep(0.05)  # threads wind down after close returned (bounded poll)
+    assert not (_threads() - threads), _threads() - threads
+    assert not (_own_shm() - shm), _own_shm() - shm
+    assert live._runtime._closed  # the runtime (client, channels) was released
+
+
+def _outcomes(futures: list[object]) -> tuple[int, int]:
+    done = dropped = 0
+    for f in futures:
+        try:
+            f.result(timeout=30)  # type: ignore[attr-defined]
+            done += 1
+        except SampleDroppedError:
+            dropped += 1
+    return done, dropped
+
+
+@pytest.mark.parametrize("trigger", ["zero_quaternion_pose", "two_field_lidar_twice"])
+def test_an_item_that_breaks_assembly_is_counted_and_dropped(triton: EmbeddedTriton, trigger: str) -> None:
+    cfg, rig, samples = _config(triton.grpc_url)
+    lidar = [i for i, s in enumerate(samples) if s.sensor == "lidar_top"]
+    bad: dict[int, Sample | EgoPose] = {}
+    if trigger == "zero_quaternion_pose":  # protobuf's default pose: ZeroDivisionError normalising it
+        bad[lidar[5]] = EgoPose(0, Transform(rotation=(0.0, 0.0, 0.0, 0.0)))
+    else:  # two point fields, twice within accumulate_ms: the sweep merge cannot move (x, y) points
+        two = PointCloudSample("lidar_top", 0, "lidar_top", np.ones((50, 2), np.float32), ("x", "y"))
+        bad[lidar[5]] = two
+        bad[lidar[5] + 1] = dataclasses.replace(two, points=np.ones((60, 2), np.float32))
+    before = _threads(), _own_shm()
+    got: list[object] = []
+    with LiveRuntime(cfg, rig, on_result=got.append) as live:
+        futures = _push_all(live, samples, bad)
+    status = live.status()
+    done, dropped = _outcomes(futures)
+    # Every trigger future is answered (a result, or why it was dropped); nothing reached the host.
+    assert done + dropped == len(futures)
+    assert sum(status["failed"].values()) >= 1, status["failed"]  # counted against its sensor/stage
+    assert "runtime" not in status["failed"]  # the runtime itself never failed
+    # frames before and after the bad item went on being produced
+    assert done >= len(lidar) // 2 and status["frames"] >= len(lidar) // 2
+    _check_clean(before, live)
+
+
+def test_a_slow_callback_is_bounded_and_close_does_not_wait_for_it_forever(triton: EmbeddedTriton) -> None:
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=1.0)
+    release = threading.Event()
+    calls: list[int] = []
+
+    def stuck(result: object) -> None:
+        calls.append(1)
+        release.wait(60)  # the host's callback never returns while the runtime runs
+
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig, on_result=stuck, callback_queue=4)
+    with live:
+        futures = _push_all(live, samples, {})
+    t_closed = time.monotonic()
+    status = live.status()
+    release.set()  # lets the abandoned callback thread end
+    frames = status["frames"]
+    assert frames >= 10
+    # one call running, at most 4 waiting: the rest dropped and counted (memory stays bounded)
+    assert len(calls) == 1
+    assert status["callbacks_dropped"] >= frames - 1 - 4
+    assert _outcomes(futures)[0] == len(futures)  # the futures are not held up by the callback
+    assert time.monotonic() - t_closed < 60
+    _check_clean(before, live)

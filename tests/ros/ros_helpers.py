@@ -1,0 +1,119 @@
+"""Helpers of the ROS 2 tests: a profile, a subscriber of the test's own, a bounded wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+
+
+def write_profile(path: Path, *, camera: str = "sleepy_camera", extra: str = "") -> Path:
+    """The reference lidar and radar models (they find the objects); cameras answer by a latency-bound
+    test model (no objects), so the two cores are not spent on the camera CNN."""
+    path.write_text(
+        "sensor_defaults:\n"
+        "  lidar: {model: lidar_detector, sync_window_ms: 60, max_staleness_ms: 150}\n"
+        f"  camera: {{model: {camera}, sync_window_ms: 50, max_staleness_ms: 150}}\n"
+        "  radar: {model: radar_detector, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
+        "budget: {total_ms: 400, recorded_total_ms: 400}\n"
+        "ros: {diagnostics_period_ms: 200, diagnostics_window: 20, warn_rate: 0.1, error_rate: 0.9}\n" + extra
+    )
+    return path
+
+
+@dataclass
+class Observed:
+    """What the test's own subscriber received."""
+
+    markers: list[Any] = field(default_factory=list)  # MarkerArray
+    diagnostics: list[Any] = field(default_factory=list)  # DiagnosticArray
+    lidar_stamps: list[int] = field(default_factory=list)  # header stamps seen on the lidar topic
+    processing_ms: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Subscriber:
+    """A node of the test's own (own context), spinning on a thread: the node's outputs as any ROS 2
+    client sees them."""
+
+    def __init__(self) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import PointCloud2
+        from std_msgs.msg import Float64
+        from visualization_msgs.msg import MarkerArray
+
+        from perception.ros._convert import stamp_ns
+
+        self.seen = Observed()
+        self._context = rclpy.Context()
+        rclpy.init(context=self._context)
+        self._node = rclpy.create_node("perception_test_subscriber", context=self._context)
+        seen = self.seen
+
+        def keep(into: list[Any], value: Any) -> None:
+            with seen.lock:
+                into.append(value)
+
+        self._node.create_subscription(MarkerArray, "/perception_fusion/objects", lambda m: keep(seen.markers, m), 100)
+        self._node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: keep(seen.diagnostics, m), 100)
+        self._node.create_subscription(
+            Float64, "/perception_fusion/debug/processing_time_ms", lambda m: keep(seen.processing_ms, m.data), 100
+        )
+        self._node.create_subscription(
+            PointCloud2,
+            "/sensors/lidar_top/points",
+            lambda m: keep(seen.lidar_stamps, stamp_ns(m.header.stamp)),
+            qos_profile_sensor_data,
+        )
+        self._executor = SingleThreadedExecutor(context=self._context)
+        self._executor.add_node(self._node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="test-subscriber", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._executor.shutdown()
+        self._node.destroy_node()
+        self._context.try_shutdown()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` (bounded): the outputs of a real-time play arrive when they arrive."""
+    end = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def orphan_dds_segments() -> set[str]:
+    """Fast DDS shared-memory segments (its SHM transport between processes) that no process maps any
+    more: what a participant that was not shut down leaves behind (its port files are meant to stay)."""
+    shm = Path("/dev/shm")
+    segments = {
+        p.name
+        for p in shm.iterdir()
+        if p.name.startswith("fastdds_") and not p.name.startswith("fastdds_port") and not p.name.endswith("_el")
+    }
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        segments = {s for s in segments if s not in text}
+    return segments

@@ -1,0 +1,237 @@
+"""``perception_fusion`` over real rclpy on loopback: the bundled drive played as ROS 2 topics into the
+node, a silent lidar, the lifecycle twice without a leak, and Ctrl-C of the command mid-stream."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ros_helpers import DRIVE, ROOT, Subscriber, orphan_dds_segments, wait_for, write_profile
+
+from perception.config import load_config
+from perception.live import Faults
+from perception.ros import run_node, run_play
+from perception.server import EmbeddedTriton
+from perception.triton import SHM_DIR
+
+S = 1_000_000_000
+
+
+class NodeThread:
+    """``run_node`` (what ``perception ros node`` runs) on a thread, stopped as a signal would."""
+
+    def __init__(self, params: dict[str, str]) -> None:
+        self.stop = threading.Event()
+        self.code: int | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(params,), name="test-node", daemon=True)
+        self.thread.start()
+
+    def _run(self, params: dict[str, str]) -> None:
+        try:
+            self.code = run_node(params, stop=self.stop)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "the node did not shut down within 60 s"
+        assert self.error is None, self.error
+        assert self.code == 0
+
+
+@pytest.fixture
+def node(triton: EmbeddedTriton, tmp_path: Path) -> Iterator[NodeThread]:
+    profile = write_profile(tmp_path / "ros.yaml")
+    n = NodeThread({"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url})
+    try:
+        yield n
+    finally:
+        n.close()
+
+
+def _texts(marker_array: object) -> list[str]:
+    return [m.text for m in marker_array.markers if m.ns == "labels"]  # type: ignore[attr-defined]
+
+
+def _stamp(marker_array: object) -> int:
+    """The frame's stamp: every marker's header carries it (the first is the DELETEALL)."""
+    from perception.ros._convert import stamp_ns
+
+    return stamp_ns(marker_array.markers[0].header.stamp)  # type: ignore[attr-defined]
+
+
+def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame(
+    node: NodeThread, subscriber: Subscriber
+) -> None:
+    config = load_config(ROOT / "launch" / "replay.yaml")
+    published = run_play(DRIVE, config, Faults(), wait_subscribers_s=60)
+    assert published["lidar_top"] == 100  # 10 s at 10 Hz: the drive's frames
+    seen = subscriber.seen
+    wait_for(lambda: len(seen.lidar_stamps) >= 100 and len(seen.markers) >= 100, 30, "a MarkerArray per frame")
+    with seen.lock:
+        lidar = sorted(seen.lidar_stamps)
+        every = list(seen.markers)
+    stamps = [_stamp(m) for m in every]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # each frame once, in time order
+    # The drive's frames: one per lidar sweep (after the drive, the trigger is silent and the live
+    # runtime's timer goes on opening frames, with the lidar missing, until the node is deactivated).
+    markers = [
+        m for m, t in zip(every, stamps, strict=True) if lidar[0] - 1_000_000 <= _stamp(m) <= lidar[-1] + 1_000_000
+    ]
+    assert 95 <= len(markers) <= 100, len(markers)
+    for m in markers:
+        assert m.markers[0].action == 3  # DELETEALL: the previous frame's objects go
+    with_objects = [m for m in markers if _texts(m)]
+    assert len(with_objects) >= 0.9 * len(markers), f"{len(with_objects)} of {len(markers)} frames with objects"
+    boxes = [x for m in with_objects for x in m.markers if x.ns == "boxes"]
+    assert {(round(b.color.r, 2), round(b.color.g, 2), round(b.color.b, 2)) for b in boxes} >= {(0.2, 0.5, 1.0)}  # cars
+    assert any(re.match(r"car 0\.\d\d #\d+ \[.*lidar_top.*\]", t) for m in with_objects for t in _texts(m))
+    assert seen.processing_ms and all(v > 0 for v in seen.processing_ms)
+    names = {s.name for d in seen.diagnostics for s in d.status}
+    assert {f"perception_fusion: sensor {n}" for n in ("lidar_top", "cam_front", "radar_front")} <= names
+    assert "perception_fusion: frame budget" in names
+
+
+def test_a_silent_lidar_is_missing_in_diagnostics_and_used_again_within_one_period(
+    node: NodeThread, subscriber: Subscriber
+) -> None:
+    config = load_config(ROOT / "launch" / "replay.yaml")
+    faults = Faults(silence=(("lidar_top", 1.0, 3.0),))
+    run_play(DRIVE, config, faults, span_s=(0.0, 4.5), wait_subscribers_s=60)
+    seen = subscriber.seen
+    wait_for(lambda: len(seen.markers) >= 40, 20, "frames through and after the silence")
+    time.sleep(0.5)
+    with seen.lock:
+        markers, diagnostics, lidar = list(seen.markers), list(seen.diagnostics), sorted(seen.lidar_stamps)
+    gaps = [(a, b) for a, b in itertools.pairwise(lidar) if b - a > S]
+    assert len(gaps) == 1, gaps
+    gone, back = gaps[0]
+    # Frames keep coming while the lidar (the trigger) is silent: the timer opens them at its rate.
+    during = [m for m in markers if gone + 150_000_000 < _stamp(m) < back - 150_000_000]
+    assert len(during) >= 15, len(during)
+    # ... and /diagnostics says the lidar is missing, at WARN or worse.
+    lidar_status = [s for d in diagnostics for s in d.status if s.name == "perception_fusion: sensor lidar_top"]
+    missing = [s for s in lidar_status if "missing" in s.message and s.level[0] >= 1]
+    assert missing, [(s.level, s.message) for s in lidar_status]
+    assert int({kv.key: kv.value for kv in missing[-1].values}["missing"]) >= 10
+    # The sweep that returns triggers a frame that uses it: within one period (100 ms) of its stamp.
+    used = [m for m in markers if back - 1_000_000 <= _stamp(m) <= back + 100_000_000]
+    assert used, "no frame within one period of the lidar's return"
+    assert any("lidar_top" in t for m in used for t in _texts(m)), [_texts(m) for m in used]
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _shm() -> set[str]:
+    """This process's shared-memory regions (the runtime's client regions carry its pid)."""
+    return {p.name for p in Path(SHM_DIR).iterdir() if p.name.startswith(f"perception_{os.getpid()}_")}
+
+
+def test_configure_activate_deactivate_cleanup_twice_leaks_nothing(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml", extra="")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    # A topic renamed by a ROS parameter (--ros-args -p topics.cam_front:=...): a raw image topic.
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "topics.cam_front": "/cam/image_raw"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    ok = TransitionCallbackReturn.SUCCESS
+    try:
+        shm0 = _shm()  # the session server's own regions (it runs in this process too)
+        after: list[tuple[set[str], int, set[str]]] = []
+        for _ in range(2):
+            before = threading.enumerate()
+            assert node.trigger_configure() == ok
+            cam = node.topics["cam_front"]
+            assert (cam.data, cam.image, cam.camera_info) == ("/cam/image_raw", "raw", "/cam/camera_info")
+            assert node.topics["lidar_top"].data == "/sensors/lidar_top/points"
+            assert node.trigger_activate() == ok
+            assert node.live is not None and node._subs
+            assert len(threading.enumerate()) > len(before)  # the live runtime's event loop (at least)
+            executor.spin_once(timeout_sec=0.2)
+            assert node.trigger_deactivate() == ok
+            assert node.live is None and not node._subs
+            assert node.trigger_cleanup() == ok
+            assert node.config is None and not node._pubs
+            after.append((_threads(), _fds(), _shm()))
+        (threads1, fds1, _shm1), (threads2, fds2, shm2) = after
+        assert threads2 <= threads1, threads2 - threads1
+        assert fds2 <= fds1, (fds1, fds2)
+        assert shm2 <= shm0, shm2 - shm0  # the client's regions are gone
+    finally:
+        node.release()
+        executor.shutdown()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+@pytest.mark.triton  # its node starts an embedded Triton in the subprocess
+def test_ctrl_c_mid_stream_exits_cleanly_and_leaves_nothing_running(tmp_path: Path, subscriber: Subscriber) -> None:
+    # The node's own embedded server, with only the three latency-bound test models (a quick start).
+    models = tmp_path / "models"
+    models.mkdir()
+    for kind in ("lidar", "radar", "camera"):
+        (models / f"sleepy_{kind}").symlink_to(ROOT / "tests" / "triton_models" / f"sleepy_{kind}")
+    profile = tmp_path / "ros.yaml"
+    profile.write_text(
+        f"server: {{url: embedded, models: [{models}]}}\n"
+        "sensor_defaults:\n"
+        "  lidar: {model: sleepy_lidar, sync_window_ms: 60, max_staleness_ms: 150}\n"
+        "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
+        "  radar: {model: sleepy_radar, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
+    )
+    orphans = orphan_dds_segments()
+    cmd = [sys.executable, "-m", "perception", "ros", "node", "--rig", str(DRIVE), "--config", str(profile)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    stop = threading.Event()
+    player = threading.Thread(
+        target=run_play,
+        args=(DRIVE, load_config(ROOT / "launch" / "replay.yaml"), Faults()),
+        kwargs={"wait_subscribers_s": 120, "stop": stop},
+        daemon=True,
+    )
+    try:
+        player.start()
+        wait_for(lambda: len(subscriber.seen.markers) >= 5 or proc.poll() is not None, 120, "the node's first frames")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop.set()
+        player.join(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "SIGINT: shutting down" in err
+    pid = int(re.search(r"tritonserver pid (\d+) starting", err).group(1))  # type: ignore[union-attr]
+    assert not Path(f"/proc/{pid}").exists(), "the embedded server outlived the node"
+    left = [p.name for p in Path(SHM_DIR).iterdir() if p.name.startswith(f"perception_{proc.pid}_")]
+    assert not left, left
+    assert orphan_dds_segments() <= orphans  # its DDS participant was shut down too

@@ -1,0 +1,39 @@
+"""``perception ros``: mistakes are one line and a usage exit code, for both commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ros_helpers import DRIVE
+
+from perception.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--silence", "lidar_top:2"], "--silence: expected SENSOR:A:B with numbers A and B, got 'lidar_top:2'"),
+        (["--clock-jump", "sonar:1:2"], "no such sensor in drive"),
+        (["--rate", "0"], "--rate: must be > 0, got 0.0"),
+    ],
+)
+def test_bad_play_options_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ros", "play", str(DRIVE), *argv]) == 2
+    _, err = capsys.readouterr()
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("ros: {topics: {sonar: /sonar/points}}\n")
+    assert main(["ros", "node", "--rig", str(DRIVE), "--config", str(profile)]) == 2
+    assert main(["ros", "node", "--rig", str(tmp_path / "none.mcap")]) == 2
+    _, err = capfd.readouterr()
+    assert f"configure failed: {profile}: ros.topics: no such sensor in the rig: sonar (it has: lidar_top," in err
+    assert f"configure failed: {tmp_path / 'none.mcap'}: rig not found" in err
+    assert "Traceback" not in err
