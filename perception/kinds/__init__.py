@@ -16,7 +16,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 from __future__ import annotations
 
 from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input
-from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem, stamp_problem
+from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
 from ._radar import RADAR
@@ -42,7 +42,6 @@ __all__ = [
     "known_kinds",
     "register_kind",
     "sample_problem",
-    "stamp_problem",
     "unregister_kind",
 ]
 

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -66,6 +67,9 @@ __all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_ta
 log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
+#: The header restricted Triton protocols need (:attr:`EmbeddedTriton.control_headers`), and those protocols.
+CONTROL_HEADER = "perception-control"
+_RESTRICTED = "model-repository,trace,logging"
 _LOG_TAIL_LINES = 20
 _ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.IGNORECASE)
 _START_ATTEMPTS = 3
@@ -185,6 +189,7 @@ class EmbeddedTriton:
         self._extra_args = tuple(extra_args)
         self._require_all_models = require_all_models
         self._shm_prefix = make_shm_prefix()
+        self._control_secret = secrets.token_hex(16)
         self._proc: subprocess.Popen[bytes] | None = None
         self._trace = trace
         self._trace_dir: Path | None = None
@@ -225,6 +230,13 @@ class EmbeddedTriton:
     def running(self) -> bool:
         """True while the server process is alive (False before start, after stop, or if it died)."""
         return self.pid is not None
+
+    @property
+    def control_headers(self) -> dict[str, str]:
+        """The gRPC header that model control (load/unload), trace and logging calls need on this server
+        (``TritonClient.load_model(name, headers=...)``; over HTTP the header is ``perception-control``):
+        a secret of this process, so other local users cannot load a model (which runs code as this user)."""
+        return {f"triton-grpc-protocol-{CONTROL_HEADER}": self._control_secret}  # gRPC's form of the header
 
     @property
     def shm_prefix(self) -> str:
@@ -299,6 +311,10 @@ class EmbeddedTriton:
             f"--backend-directory={backend_dir}",
             "--model-control-mode=explicit",
             "--load-model=*",
+            # Model control (load/unload: a model runs code as this user), tracing and logging settings
+            # need this server's own header: the runtime never uses them, any other local user cannot.
+            f"--grpc-restricted-protocol={_RESTRICTED}:{CONTROL_HEADER}={self._control_secret}",
+            f"--http-restricted-api={_RESTRICTED}:{CONTROL_HEADER}={self._control_secret}",
             f"--grpc-address={_HOST}",
             f"--grpc-port={grpc_port}",
             f"--http-address={_HOST}",
@@ -343,6 +359,7 @@ class EmbeddedTriton:
                 # so model.py imports the same perception.modelkit as this process.
                 cwd=package_root(),
                 start_new_session=True,
+                umask=0o077,  # files it creates: owner-only (the python backend sets its /dev/shm regions 0644)
                 preexec_fn=pdeathsig_preexec(signal.SIGTERM),  # noqa: PLW1509  # prctl only, no locks
                 close_fds=True,
             )

@@ -309,6 +309,13 @@ class TritonClient:
 
     async def open(self) -> None:
         """Create the channels (connections are made lazily, on first use). Rolls back on failure."""
+        plain = [ep.url for ep in self._endpoints if not ep.loopback]
+        if self._options.headers and not self._options.ssl and plain:
+            log.warning(
+                "sending headers (%s) in plaintext to %s: enable TLS (server.tls) for a server off this host",
+                ", ".join(sorted(self._options.headers)),
+                ", ".join(plain),
+            )
         if self._open or self._closed:
             raise RuntimeClosedError("a TritonClient can be opened once")
         try:
@@ -479,15 +486,17 @@ class TritonClient:
         *args: Any,
         model: str | None = None,
         timeout_s: float | None = None,
+        extra_headers: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> Any:
         """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
         self._check_open()
+        headers = {**(self._headers or {}), **extra_headers} if extra_headers else self._headers
         try:
             result = await self._rpc(
                 getattr(ep.client(), method)(
                     *args,
-                    headers=self._headers,
+                    headers=headers,
                     client_timeout=timeout_s or self._options.control_timeout_s,
                     **kwargs,
                 )
@@ -627,15 +636,20 @@ class TritonClient:
                     totals[f"{key}_ns"] += int(stage.get("ns", 0))
         return totals
 
-    async def load_model(self, name: str) -> None:
-        """Load (or reload) ``name`` on every URL (server in explicit model-control mode)."""
+    async def load_model(self, name: str, *, headers: Mapping[str, str] | None = None) -> None:
+        """Load (or reload) ``name`` on every URL (server in explicit model-control mode). ``headers``:
+        added to the client's (the embedded server restricts model control: ``EmbeddedTriton.control_headers``)."""
         for ep in self._endpoints:
-            await self._call(ep, "load_model", name, model=name, timeout_s=self._options.load_timeout_s)
+            await self._call(
+                ep, "load_model", name, model=name, timeout_s=self._options.load_timeout_s, extra_headers=headers
+            )
 
-    async def unload_model(self, name: str) -> None:
-        """Unload ``name`` on every URL."""
+    async def unload_model(self, name: str, *, headers: Mapping[str, str] | None = None) -> None:
+        """Unload ``name`` on every URL (``headers``: as for :meth:`load_model`)."""
         for ep in self._endpoints:
-            await self._call(ep, "unload_model", name, model=name, timeout_s=self._options.load_timeout_s)
+            await self._call(
+                ep, "unload_model", name, model=name, timeout_s=self._options.load_timeout_s, extra_headers=headers
+            )
 
     async def server_shm_regions(self, url: str | None = None) -> dict[str, str]:
         """System shared-memory regions registered on the server: ``{name: key}`` (all clients')."""

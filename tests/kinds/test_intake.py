@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perception.kinds import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, kind_def, sample_problem, stamp_problem
+from perception.kinds import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, kind_def, sample_problem
+from perception.kinds._intake import stamp_problem
 from perception.types import EgoPose, ImageSample, PointCloudSample, Transform
 
 LIDAR = kind_def("lidar")

@@ -247,16 +247,17 @@ async def test_model_unloaded_then_loaded_opens_then_closes_the_circuit(triton: 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(stream.consume, rt)
                     await stream.wait_for("radar_front", SensorStatus.OK, 5)
-                    await client.unload_model("sleepy_radar")
+                    await client.unload_model("sleepy_radar", headers=triton.control_headers)
                     unloaded = len(stream.results)
                     await stream.wait_for("radar_front", SensorStatus.SKIPPED, 2, since=unloaded)
-                    await client.load_model("sleepy_radar")
+                    await client.load_model("sleepy_radar", headers=triton.control_headers)
                     loaded = len(stream.results)
                     await stream.wait_for("radar_front", SensorStatus.OK, 5, since=loaded)
                     stream.done.set()
             finally:
                 with anyio.CancelScope(shield=True):
-                    await client.load_model("sleepy_radar")  # leave the session server as it was
+                    # leave the session server as it was
+                    await client.load_model("sleepy_radar", headers=triton.control_headers)
     results = stream.results
     assert_one_record_per_frame(results)
     assert_bounded(results, cfg)

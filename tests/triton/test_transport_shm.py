@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import AsyncIterator
 
 import anyio
@@ -81,6 +82,15 @@ async def test_slot_write_packs_aligned_tensors() -> None:
         with pytest.raises(SharedMemoryError, match="do not fit"):
             slot.write([np.zeros(slot.byte_size, np.uint8), a])
 
+
+@pytest.mark.anyio
+async def test_regions_are_owner_only() -> None:
+    # sensor data: other local users must not read it (tritonclient creates them 0600; a guard)
+    async with SharedMemoryPool() as pool:
+        slot = await pool.acquire(1000, _Recorder())
+        assert slot is not None
+        mode = stat.S_IMODE((SHM_DIR / slot.name).stat().st_mode)
+        assert mode == 0o600, oct(mode)
 
 async def test_pool_cap_evicts_idle_regions_then_gives_up() -> None:
     registrar = _Recorder()
