@@ -340,12 +340,14 @@ class LiveRuntime:
             cm.__exit__(None, None, None)
 
     # -- the loop -------------------------------------------------------------------------------
-    def _take_intake(self) -> list[_Item]:
+    def _take_intake(self) -> tuple[list[_Item], bool]:
+        """The items pushed so far, and whether intake was closed when they were taken: read together
+        under the lock, so a sample pushed before the close is always taken (push refuses after it)."""
         with self._lock:
             items = list(self._intake)
             self._intake.clear()
             self._wake_pending = False
-            return items
+            return items, self._closing
 
     def _fail(self, key: str, exc: BaseException, what: str) -> None:
         """Count an item that raised against ``key`` (its sensor) and log it (once per key and type)."""
@@ -361,7 +363,8 @@ class LiveRuntime:
             while True:
                 assert self._wake is not None
                 cpu0 = time.thread_time_ns()
-                for item in self._take_intake():
+                items, closing = self._take_intake()
+                for item in items:
                     sensor = _sensor(item.sample)
                     try:
                         if isinstance(item.sample, EgoPose):
@@ -377,7 +380,6 @@ class LiveRuntime:
                         else:
                             item.future.set_exception(SampleDroppedError(dropped, sensor=sensor))
                 now = time.monotonic_ns()
-                closing = self._closing
                 try:
                     ready = asm.close() if closing else asm.due(now)
                 except Exception as exc:
