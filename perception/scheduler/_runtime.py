@@ -102,12 +102,14 @@ class Runtime:
         join_timeout_ns: int | None = None,
         trace_requests: bool = False,
     ) -> None:
+        if source is not None and rig:
+            raise TypeError("pass the source (source=) or a vehicle's rig (rig=), not both")
         if isinstance(config, Session):
+            if source is not None or rig:
+                raise TypeError("a Session is already assembled against its source: pass no source= or rig=")
             session = config
         else:
-            if source is None and rig:
-                source = SessionSource.live(rig)
-            session = Session.assemble(config, source)
+            session = Session.assemble(config, source if source is not None or not rig else SessionSource.live(rig))
         self.session = session
         self.config = config = session.config
         # Lockstep replays wait for every sensor: a join timeout longer than the budget.
