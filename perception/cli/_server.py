@@ -152,7 +152,8 @@ async def _serve(server: EmbeddedTriton, once: bool, progress: _Progress) -> int
             f"  metrics  {server.metrics_url}\n"
             f"  log      {server.log_path}\n"
         )
-        models = _with_reasons(await describe_models(server.http_url), server.log_path)
+        described = await describe_models(server.http_url, headers=server.http_control_headers)
+        models = _with_reasons(described, server.log_path)
         _print(format_model_table(models) if models else "(no models in the repository)")
         if not models:
             log.warning("the model repositories hold no model")

@@ -239,6 +239,11 @@ class EmbeddedTriton:
         return {f"triton-grpc-protocol-{CONTROL_HEADER}": self._control_secret}  # gRPC's form of the header
 
     @property
+    def http_control_headers(self) -> dict[str, str]:
+        """:attr:`control_headers` for the HTTP endpoint (the repository index, model control)."""
+        return {CONTROL_HEADER: self._control_secret}
+
+    @property
     def shm_prefix(self) -> str:
         """Name prefix of every ``/dev/shm`` region the server's python backend creates."""
         return self._shm_prefix

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,10 @@ def _base(url: str) -> str:
     return url if url.startswith(("http://", "https://")) else f"http://{url}"
 
 
-def _request_json(url: str, *, body: bytes | None, timeout_s: float) -> Any:
+def _request_json(url: str, *, body: bytes | None, timeout_s: float, headers: Mapping[str, str] | None = None) -> Any:
     request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     if body is not None:
         request.add_header("Content-Type", "application/json")
     with _OPENER.open(request, timeout=timeout_s) as response:
@@ -48,8 +51,10 @@ def _request_json(url: str, *, body: bytes | None, timeout_s: float) -> Any:
     return json.loads(payload) if payload else None
 
 
-async def http_get_json(http_url: str, path: str, *, body: Any = None, timeout_s: float = 5.0) -> Any:
-    """GET (or POST ``body`` as JSON) ``path`` on a Triton HTTP endpoint; decode the JSON answer.
+async def http_get_json(
+    http_url: str, path: str, *, body: Any = None, timeout_s: float = 5.0, headers: Mapping[str, str] | None = None
+) -> Any:
+    """GET (or POST ``body`` as JSON) ``path`` on a Triton HTTP endpoint (with ``headers``); decode the JSON answer.
 
     Raises :class:`ConnectError` when the server cannot be reached or answers with an error status.
     """
@@ -57,7 +62,7 @@ async def http_get_json(http_url: str, path: str, *, body: Any = None, timeout_s
     data = json.dumps(body).encode() if body is not None else None
     try:
         return await anyio.to_thread.run_sync(
-            lambda: _request_json(url, body=data, timeout_s=timeout_s), abandon_on_cancel=True
+            lambda: _request_json(url, body=data, timeout_s=timeout_s, headers=headers), abandon_on_cancel=True
         )
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip()
@@ -138,11 +143,14 @@ class ModelStatus:
         return self.state == "READY"
 
 
-async def describe_models(http_url: str, *, timeout_s: float = 5.0) -> list[ModelStatus]:
+async def describe_models(
+    http_url: str, *, timeout_s: float = 5.0, headers: Mapping[str, str] | None = None
+) -> list[ModelStatus]:
     """Every model of the server's repositories with its state and (for loaded models) its contract,
     read from the HTTP repository index and model configuration endpoints (parsed as the transport's
-    contract check parses them)."""
-    index = await http_get_json(http_url, "/v2/repository/index", body={}, timeout_s=timeout_s)
+    contract check parses them). The index is a restricted API on the embedded server: ``headers`` is
+    its :attr:`~perception.server.EmbeddedTriton.http_control_headers`."""
+    index = await http_get_json(http_url, "/v2/repository/index", body={}, timeout_s=timeout_s, headers=headers)
     statuses = []
     for entry in sorted(index or (), key=lambda e: (str(e.get("name")), str(e.get("version", "")))):
         name = str(entry.get("name"))

@@ -88,8 +88,9 @@ def test_any_changed_value_loads_or_names_file_and_key(leaf: tuple[str, tuple[An
     msg = str(err)
     assert "\n" not in msg and "Traceback" not in msg
     assert err.file == str(path) and msg.startswith(f"{path}: {err.key}: "), msg
+    # the error names the changed key, a key above it, or a part of the value put there (a list's item)
     assert key == err.key or key.startswith(f"{err.key}.") or key.startswith(f"{err.key}[") or (
-        err.key in CROSS_KEY
+        err.key.startswith((f"{key}.", f"{key}[")) or err.key in CROSS_KEY
     ), (key, msg)
 
 

@@ -271,14 +271,15 @@ async def test_statistics_wait_for_the_counts_asked_for_then_are_read_once(monke
             await client.model_statistics("m", at_least={"no_such_count": 1})
 
 
-async def test_unload_then_load_model(client: TritonClient) -> None:
+async def test_unload_then_load_model(client: TritonClient, triton: EmbeddedTriton) -> None:
+    control = triton.control_headers  # model control is restricted to the server's owner (issue 33)
     with anyio.fail_after(60):
-        await client.unload_model("failer")
+        await client.unload_model("failer", headers=control)
         try:
             with pytest.raises(ModelNotReadyError):
                 await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
         finally:
-            await client.load_model("failer")
+            await client.load_model("failer", headers=control)
         with pytest.raises(InferenceError, match="deliberate failure"):
             await client.infer("failer", {"INPUT": np.ones(3, np.float32)})
 
