@@ -168,13 +168,14 @@ class _Pusher:
             t.join()
 
 
-def _set_delay(url: str, model: str, delay_ms: float) -> None:
-    """Reload ``model`` with its ``delay_ms`` parameter changed (Triton model control, config override)."""
-    client = grpcclient.InferenceServerClient(url)
+def _set_delay(server: EmbeddedTriton, model: str, delay_ms: float) -> None:
+    """Reload ``model`` with its ``delay_ms`` parameter changed (Triton model control, config override: the
+    server's owner's control header, as model control is restricted)."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         cfg = client.get_model_config(model, as_json=True)["config"]
         cfg["parameters"]["delay_ms"] = {"string_value": f"{delay_ms:g}"}
-        client.load_model(model, config=json.dumps(cfg))
+        client.load_model(model, config=json.dumps(cfg), headers=server.control_headers)
     finally:
         client.close()
 
@@ -246,11 +247,11 @@ def main() -> int:
                         samples["middle"] = {**_resources(), "frames": frames}
                         phase = "faults"
                     if phase == "faults" and not hung_done and hung_until is None:
-                        _set_delay(url, "soak_lidar", 1500)
+                        _set_delay(server, "soak_lidar", 1500)
                         hung_until = time.monotonic() + args.hung_s
                         events.append({"event": "lidar model hung (1.5 s sleeps)", "frames": frames})
                     if hung_until is not None and time.monotonic() >= hung_until:
-                        _set_delay(url, "soak_lidar", args.delay_ms)
+                        _set_delay(server, "soak_lidar", args.delay_ms)
                         hung_until, hung_done = None, True
                         events.append({"event": "lidar model back to normal", "frames": frames})
                     if phase == "faults" and hung_done and not restarted and frames >= restart_at:
