@@ -281,8 +281,11 @@ class _Producer:
                 start = t
             batches[-1].append(job)
         sim = self.sim
-        # fork (where available) inherits the built world; spawn rebuilds it in each worker
-        method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        # fork (where available) inherits the built world; spawn rebuilds it in each worker. Never fork once
+        # grpc is loaded in this process (a host or test that talked to Triton): grpc's objects are not
+        # fork-safe, and a forked worker was seen spinning for minutes in grpc's deallocator.
+        forkable = "fork" in get_all_start_methods() and "grpc" not in sys.modules
+        method = "fork" if forkable else "spawn"
         if method == "fork":
             _WORKER["sim"] = sim
         self.pool = ProcessPoolExecutor(
