@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from perception.config import RuntimeConfig
-from perception.drives import DriveReader
+from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
 from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
-from perception.replay._source import GT_TOLERANCE_NS
 from perception.scheduler import Session
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.drives import GT_TOLERANCE_NS, DriveReader
+from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.scheduler import Session
 from perception.types import Frame, ImageSample
 
-# GT_TOLERANCE_NS is perception.drives's, re-exported for _eval.py.
-__all__ = ["GT_TOLERANCE_NS", "DriveSource"]
+__all__ = ["DriveSource"]
 
 log = logging.getLogger(__name__)
 
