@@ -124,6 +124,10 @@ class LiveRuntime:
         self._failed: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
         self._failure: BaseException | None = None
+        self._status_frames: dict[str, Any] = {}
+        self._status_intake: dict[str, Any] = {}
+        self._publish_frames()
+        self._publish_intake()
 
     # -- pushing (any thread) -------------------------------------------------------------------
     def push(self, sample: Sample) -> ResultFuture | None:
@@ -168,38 +172,49 @@ class LiveRuntime:
 
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets and latency from the trigger's arrival to the result.
-        Its cost does not grow with the frames (fixed-size latency summaries)."""
-        # Read without a lock while the event-loop thread adds results (a lock here cost the host up
-        # to a GIL switch interval, 5 ms, per call): the sketch's arrays are replaced, never resized in
-        # place; a counter gaining its first key under the read is read again.
-        for attempt in range(3):
-            try:
-                counters = self._latency.counters()
-                break
-            except RuntimeError:  # dictionary changed size during iteration
-                if attempt == 2:
-                    raise
-        latency = self._latency.total_ns.percentiles()
-        stats: LiveStats = self._assembler.stats
+
+        A snapshot the event-loop thread publishes as it works (after each intake batch and each
+        result, before it answers that batch's or result's futures), so a host that saw a future
+        answered sees its counts here. Reading it is a few dict copies whatever the frames: no lock
+        and no percentile is computed on the host's thread, which would hold the GIL against the
+        pushing threads and the loop (a GIL switch interval, 5 ms, at worst)."""
+        intake = self._status_intake
+        frames = self._status_frames
         callbacks = self._callbacks
         return {
-            # counters (a dict of them copied too): not asdict's recursive deep copy, half of status()'s cost
-            "intake": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(stats).items()},
-            "accumulation": self._assembler.accumulator.report(),
-            "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
+            **frames,
+            **intake,
+            # pushed on the host's threads, under the intake lock: read as it is now
+            "intake": {**intake["intake"], "intake_overflow": self._assembler.stats.intake_overflow},
+            "results_overflow": self._results_overflow,
+            "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
+        }
+
+    def _publish_frames(self) -> None:
+        """On the event-loop thread, after a result was counted: the frame counters and latency."""
+        counters = self._latency.counters()
+        self._status_frames = {
             "frames": counters["frames"],
             "ok": counters["ok"],
             "degraded": counters["degraded"],
             "dropped": counters["dropped"],
             "drop_reasons": counters["drop_reasons"],
             "deadline_misses": counters["deadline_misses"],
-            "latency_ms": latency,
+            "latency_ms": self._latency.total_ns.percentiles(),
             "sensor_status": counters["sensor_status"],
-            "results_overflow": self._results_overflow,
+        }
+
+    def _publish_intake(self) -> None:
+        """On the event-loop thread, after an intake batch: intake, time base, accumulation, failures."""
+        stats: LiveStats = self._assembler.stats
+        self._status_intake = {
+            # counters (a dict of them copied too): not asdict's recursive deep copy
+            "intake": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(stats).items()},
+            "accumulation": self._assembler.accumulator.report(),
+            "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
             # no one sensor is to blame): counted and dropped, never raised to the host
             "failed": dict(self._failed),
-            "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
 
@@ -262,6 +277,8 @@ class LiveRuntime:
                     fut.set_exception(RuntimeClosedError("closed before the frame finished"))
             self._futures.clear()
             self._in_assembly.clear()
+            self._publish_frames()
+            self._publish_intake()
 
     async def _close_callbacks(self, callbacks: CallbackQueue, timeout_s: float) -> None:
         # joining the thread off the event loop; a callback stuck past the bound is abandoned (logged)
@@ -352,6 +369,7 @@ class LiveRuntime:
     def _fail(self, key: str, exc: BaseException, what: str) -> None:
         """Count an item that raised against ``key`` (its sensor) and log it (once per key and type)."""
         self._failed[key] += 1
+        self._publish_intake()
         seen = (key, type(exc).__name__)
         if seen not in self._logged:
             self._logged.add(seen)
@@ -364,6 +382,7 @@ class LiveRuntime:
                 assert self._wake is not None
                 cpu0 = time.thread_time_ns()
                 items, closing = self._take_intake()
+                refused: list[tuple[ResultFuture, BaseException]] = []  # answered once the counts are published
                 for item in items:
                     sensor = _sensor(item.sample)
                     try:
@@ -378,7 +397,7 @@ class LiveRuntime:
                         if dropped is None:
                             self._in_assembly.add(item.future)
                         else:
-                            item.future.set_exception(SampleDroppedError(dropped, sensor=sensor))
+                            refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
                 now = time.monotonic_ns()
                 try:
                     ready = asm.close() if closing else asm.due(now)
@@ -390,9 +409,13 @@ class LiveRuntime:
                     pending = {p.token for p in asm._pending}
                     for fut in [f for f in self._in_assembly if f not in pending]:
                         self._in_assembly.discard(fut)
-                        if not fut.done():
-                            fut.set_exception(SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly"))
+                        lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
+                        refused.append((fut, lost))
                 self._assembly_cpu_ns += time.thread_time_ns() - cpu0
+                self._publish_intake()
+                for fut, why in refused:
+                    if not fut.done():
+                        fut.set_exception(why)
                 for frame, token in ready:
                     if token is not None:
                         self._in_assembly.discard(token)
@@ -444,6 +467,7 @@ class LiveRuntime:
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
         self._latency.add(result)
+        self._publish_frames()  # before the future is answered: a host that saw it sees its count
         fut = self._futures.pop(result.frame_id, None)
         if fut is not None and not fut.done():
             fut.set_result(result)

@@ -242,3 +242,25 @@ def test_dropped_trigger_sample_future_says_why(triton: EmbeddedTriton) -> None:
         with pytest.raises(SampleDroppedError, match="lidar_top: out of order"):
             stale.result(timeout=10)
         assert ok.result(timeout=30).frame_id == 0
+
+
+def test_status_already_counts_what_an_answered_future_says(triton: EmbeddedTriton) -> None:
+    # status() is a snapshot the event loop publishes before it answers futures: a host that saw a
+    # sample refused or a frame answered reads the count at once, with no wait and no retry.
+    cfg, rig, samples = _config(triton.grpc_url)
+    lidar = [s for s in samples if s.sensor == "lidar_top"][:4]
+    with LiveRuntime(cfg, rig) as live:
+        assert live.status()["frames"] == 0 and live.status()["intake"]["samples"] == 0
+        for i in range(3):
+            now = time.monotonic_ns()
+            first = live.push(dataclasses.replace(lidar[i + 1], t_ns=now))
+            stale = live.push(dataclasses.replace(lidar[0], t_ns=now - 1))  # older than one already seen
+            assert first is not None and stale is not None
+            with pytest.raises(SampleDroppedError):
+                stale.result(timeout=30)
+            assert live.status()["intake"]["out_of_order"] == i + 1
+            first.result(timeout=30)
+            status = live.status()
+            assert status["frames"] >= i + 1 and status["latency_ms"]["n"] == status["frames"]
+    after = live.status()  # closed: every frame assembled was answered and counted
+    assert after["frames"] == after["intake"]["frames"] >= 3
