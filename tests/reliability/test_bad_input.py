@@ -61,8 +61,9 @@ from perception.metrics import frame_record
 from perception.replay import ReplayOptions, replay_drive
 from perception.scheduler import FrameAssembler, Runtime
 from perception.server import EmbeddedTriton
-from perception.sim import generate_drive
 from perception.types import CameraCalibration, FrameStatus, PointCloudSample, SensorSpec, SensorStatus
+
+BUNDLED_DRIVE = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
 
 SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
 
@@ -145,12 +146,11 @@ Sweep = tuple[dict[str, SensorSpec], dict[str, npt.NDArray[np.float32]]]
 
 
 @pytest.fixture(scope="module")
-def real_sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
-    """The first lidar sweep and front radar scan of a generated urban drive (cars in view), and their rig."""
-    path = tmp_path_factory.mktemp("sweep") / "urban.mcap"
-    generate_drive(path, scenario="urban", seed=7, duration_s=0.3)
+def real_sweep() -> Sweep:
+    """The first lidar sweep and front radar scan of the bundled urban drive (cars in view), and their rig
+    (read, not generated again: each drive is generated once)."""
     names = ("lidar_top", "radar_front")
-    with DriveReader(path) as reader:
+    with DriveReader(BUNDLED_DRIVE) as reader:
         specs = {n: reader.rig[n] for n in names}
         points: dict[str, npt.NDArray[np.float32]] = {}
         for sample in reader.samples(sensors=names):
