@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
