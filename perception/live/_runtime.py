@@ -45,7 +45,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
-from perception.metrics import LatencyAccumulator
+from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import CallbackQueue, FusionStage, Runtime, Session
 from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
@@ -179,7 +179,7 @@ class LiveRuntime:
             except RuntimeError:  # dictionary changed size during iteration
                 if attempt == 2:
                     raise
-        latency = self._latency.total_ns.percentiles()
+        latency = LatencyStats.of(self._latency.total_ns.percentiles())  # a run report's latency type
         stats: LiveStats = self._assembler.stats
         callbacks = self._callbacks
         return {
@@ -187,14 +187,14 @@ class LiveRuntime:
             "intake": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(stats).items()},
             "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
-            "frames": counters["frames"],
-            "ok": counters["ok"],
-            "degraded": counters["degraded"],
-            "dropped": counters["dropped"],
-            "drop_reasons": counters["drop_reasons"],
-            "deadline_misses": counters["deadline_misses"],
-            "latency_ms": latency,
-            "sensor_status": counters["sensor_status"],
+            "frames": counters.frames,
+            "ok": counters.ok,
+            "degraded": counters.degraded,
+            "dropped": counters.dropped,
+            "drop_reasons": counters.drop_reasons,
+            "deadline_misses": counters.deadline_misses,
+            "latency_ms": latency.as_dict(),
+            "sensor_status": counters.sensor_status,
             "results_overflow": self._results_overflow,
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
             # no one sensor is to blame): counted and dropped, never raised to the host
