@@ -42,7 +42,7 @@ from perception.benchmark import environment
 from perception.config import RuntimeConfig, with_overrides
 from perception.drives import DriveReader
 from perception.metrics import frame_record
-from perception.replay import ReplayOptions, replay_drive
+from perception.replay import ReplayOptions, each_frame, replay_drive
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, TritonClient
 from perception.types import FrameResult
@@ -77,15 +77,20 @@ async def _replay(
     config: RuntimeConfig, rate: str, client: TritonClient
 ) -> tuple[list[FrameResult], list[float], dict[str, Any]]:
     times: list[float] = []
+    results: list[FrameResult] = []
+
+    def add(result: FrameResult) -> None:
+        results.append(result)
+        times.append(time.perf_counter())
+
     outcome = await replay_drive(
         DRIVE,
         config,
         ReplayOptions(rate=rate, progress=False, evaluate=False, report_md=False),  # type: ignore[arg-type]
-        keep_results=True,
         client=client,
-        on_result=lambda _r: times.append(time.perf_counter()),
+        sinks=[each_frame(add)],
     )
-    return outcome.results, times, outcome.report.get("admission", {})
+    return results, times, dict(outcome.report.admission or {})
 
 
 async def _readme(config: RuntimeConfig, client: TritonClient) -> tuple[list[FrameResult], list[float], dict[str, Any]]:

@@ -29,8 +29,9 @@ from perception.benchmark import environment
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.fusion import FusionParams
-from perception.replay import evaluate_modes, score_modes
+from perception.replay import each_frame, evaluate_modes, score_modes
 from perception.scheduler import Session
+from perception.types import FrameResult
 
 log = logging.getLogger("bench_fusion_tuning")
 
@@ -81,14 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"environment": environment(), "variants": {}, "drives": {}}
     with tempfile.TemporaryDirectory(prefix="bench-fusion-tuning-") as tmp:
         for name, drive in _drives(Path(tmp)).items():
-            _, outcome = anyio.run(functools.partial(evaluate_modes, drive, base, progress=False), backend="asyncio")
+            replayed: list[FrameResult] = []
+            sinks = [each_frame(replayed.append)]
+            anyio.run(functools.partial(evaluate_modes, drive, base, progress=False, sinks=sinks), backend="asyncio")
             per_variant: dict[str, Any] = {}
             with DriveReader(drive) as reader:
                 cfg0 = Session.assemble(base, reader.source).config
                 for variant, (fusion_changes, param_changes) in VARIANTS.items():
                     cfg = dataclasses.replace(cfg0, fusion=dataclasses.replace(cfg0.fusion, **fusion_changes))
                     params = dataclasses.replace(FusionParams(), **param_changes)
-                    modes = score_modes(outcome.results, cfg, reader, fusion_params=params)
+                    modes = score_modes(replayed, cfg, reader, fusion_params=params)
                     per_variant[variant] = {m: _row(s) for m, s in modes.items()}
                     log.info("%s %s: fused mAP %.3f", name, variant, modes["fused"]["mAP"])
             results["drives"][name] = per_variant

@@ -44,7 +44,8 @@ import numpy as np
 from perception.benchmark import environment
 from perception.config import RuntimeConfig, load_config
 from perception.drives import GT_TOLERANCE_NS, DriveReader
-from perception.replay import MODES, evaluate_modes, score_modes
+from perception.metrics import LatencyStats, RunReport
+from perception.replay import MODES, each_frame, evaluate_modes, score_modes
 from perception.types import LABELS, FrameResult
 
 log = logging.getLogger("bench_real")
@@ -133,20 +134,23 @@ def radar_visibility(drive: Path) -> dict[str, Any]:
     }
 
 
-def _latency(report: Mapping[str, Any]) -> dict[str, Any]:
-    lat = report.get("latency_ms", {})
-    total = lat.get("total", {})
-    stages = {k: v.get("p50") for k, v in lat.get("stages", {}).items()}
+def _latency(report: RunReport) -> dict[str, Any]:
+    lat = report.latency
+    total = lat.total or LatencyStats()
+    stages = {k: v.p50 for k, v in lat.stages.items()}
     sensors: dict[str, Any] = {}
-    for sensor, st in lat.get("sensors", {}).items():
-        sensors[sensor] = {k: v.get("p50") for k, v in st.items()}
-    return {"p50_ms": total.get("p50"), "p99_ms": total.get("p99"), "stages_p50_ms": stages, "sensors_p50_ms": sensors}
+    for sensor, st in lat.sensors.items():
+        sensors[sensor] = {k: v.p50 for k, v in st.items()}
+    return {"p50_ms": total.p50, "p99_ms": total.p99, "stages_p50_ms": stages, "sensors_p50_ms": sensors}
 
 
 def score(drive: Path) -> dict[str, Any]:
     config = load_config(ROOT / "launch" / "replay.yaml")
     t0 = time.perf_counter()
-    modes, outcome = anyio.run(lambda: evaluate_modes(drive, config, progress=False), backend="asyncio")
+    results: list[FrameResult] = []
+    modes, outcome = anyio.run(
+        lambda: evaluate_modes(drive, config, progress=False, sinks=[each_frame(results.append)]), backend="asyncio"
+    )
     out = {
         "modes": {m: _mode_row(s) for m, s in modes.items()},
         "latency_lockstep": _latency(outcome.report),
@@ -154,7 +158,7 @@ def score(drive: Path) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - t0, 1),
     }
     if modes["fused"].get("protocol") == "nuscenes":
-        out["localisation_oracle"] = localisation_oracle(drive, outcome.results, config)
+        out["localisation_oracle"] = localisation_oracle(drive, results, config)
     visibility = radar_visibility(drive)
     if any(v["n"] for v in visibility.values()):
         out["radar_visibility"] = visibility
@@ -229,7 +233,7 @@ def accumulation(drive: Path, windows: tuple[float, ...]) -> dict[str, Any]:
         lat = _latency(outcome.report)
         lidar_ms = {n: lat["sensors_p50_ms"].get(n, {}).get("total") for n in lidars}
         out[f"{ms:g}"] = {
-            "report": outcome.report.get("accumulation"),
+            "report": outcome.report.accumulation,
             "modes": {
                 m: {k: _mode_row(modes[m])[k] for k in ("mAP", "NDS", "per_class")} for m in ("fused", "lidar_only")
             },

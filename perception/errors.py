@@ -8,6 +8,7 @@ Tree::
 
     PerceptionError
     ├── ConfigError                  bad launch profile / rig YAML (file + key path)
+    │   └── ReportError              a run's report.json that cannot be read as one (file + key path)
     ├── DriveError                   bad or truncated drive (file + topic)
     │   └── DriveDamagedError        data of a drive is damaged: a chunk, a truncation, the summary (file + offset)
     ├── ServerError                  embedded server could not start / stopped
@@ -21,6 +22,7 @@ Tree::
     │   └── SharedMemoryError        a shared-memory region could not be created or used
     ├── CircuitOpenError             a model's circuit breaker is open
     ├── ReplayError                  a replay ran but produced no usable frame (file)
+    ├── ReplayStoppedError           a replay was stopped before its runtime was up: nothing replayed (file)
     ├── FleetError                   a fleet run could not reach or use its Ray cluster (address)
     ├── RuntimeClosedError           the runtime is shut down or not started
     └── SampleDroppedError           a live sample could not be used (late, out of order, ...)
@@ -44,6 +46,8 @@ __all__ = [
     "ModelNotReadyError",
     "PerceptionError",
     "ReplayError",
+    "ReplayStoppedError",
+    "ReportError",
     "RuntimeClosedError",
     "SampleDroppedError",
     "ServerError",
@@ -92,6 +96,11 @@ class ConfigError(PerceptionError):
     """Invalid configuration: ``file: key.path: message``."""
 
     _PREFIX_KEYS = ("file", "key")
+
+
+class ReportError(ConfigError):
+    """A run's ``report.json`` cannot be read as a report: unreadable, a missing key, a value of the wrong
+    type, or written by a newer version (``file: key: message``)."""
 
 
 class DriveError(PerceptionError):
@@ -163,6 +172,12 @@ class CircuitOpenError(PerceptionError):
 
 class ReplayError(PerceptionError):
     """A replay ran to its end but no frame had a single sensor answer ok: its outputs hold nothing usable."""
+
+    _PREFIX_KEYS = ("file",)
+
+
+class ReplayStoppedError(PerceptionError):
+    """A replay was stopped before its runtime was up (the server still starting): nothing was replayed."""
 
     _PREFIX_KEYS = ("file",)
 

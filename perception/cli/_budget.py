@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ from perception.cli._common import add_runtime_options, run_with_signals, runtim
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.config import with_overrides
 from perception.metrics import (
+    BudgetVerdict,
+    ServerSplit,
     budget_rows,
     budget_violations,
     late_lines,
@@ -78,42 +79,36 @@ def run(args: argparse.Namespace) -> int:
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)
-    split = outcome.report.get("server_split", {})
+    report = outcome.report
+    split = report.server_split or ServerSplit(per_frame=False)
     per_frame = server_rows(outcome.latency)
     if per_frame:
-        source = "Triton's trace" if split.get("source") == "trace" else "Triton's statistics"
-        depth = outcome.report.get("admission", {}).get("peak") or cfg.pipeline.max_in_flight
+        source = "Triton's trace" if split.source == "trace" else "Triton's statistics"
+        depth = (report.admission or {}).get("peak") or cfg.pipeline.max_in_flight
         sys.stdout.write(
             f"\nTriton server side per frame from {source}, {depth} frame(s) in flight, ms "
             "(a sensor's in_flight - server_total = its overhead):\n"
         )
         sys.stdout.write(render_table(per_frame))
-        sys.stdout.write("\n".join(server_split_lines(split.get("models", {}))) + "\n")
+        sys.stdout.write("\n".join(server_split_lines(split.models)) + "\n")
     else:
-        server = server_table(outcome.report.get("server_ms", {}))
+        server = server_table(report.server_ms or {})
         if server:
-            why = split.get("why_not")
+            why = split.why_not
             sys.stdout.write(
                 "\nTriton server side, mean ms per request (client minus server = network + serialisation)"
                 + (f"; no per-frame split: {why}" if why else "")
                 + ":\n"
             )
             sys.stdout.write("\n".join(server) + "\n")
-    for line in late_lines(outcome.report.get("late_causes", {})):
+    for line in late_lines(report.late_causes or {}):
         sys.stdout.write(line + "\n")
     plots = write_plots(out, outcome.latency, args.budget_ms)
-    summary = outcome.report
     # the replay wrote report.md (tables, quality, frames): the budget verdict becomes a section of it
-    write_markdown(safe_output_path(out, REPORT_MD_FILE), rows, summary, plots, args.percentile, append=True)
+    write_markdown(safe_output_path(out, REPORT_MD_FILE), rows, report, plots, args.percentile, append=True)
     violations = budget_violations(rows)
-    summary["budget"] = {
-        "budget_ms": args.budget_ms,
-        "percentile": args.percentile,
-        "rows": [r.as_dict() for r in rows],
-        "violations": violations,
-        "passed": not violations,
-    }
-    safe_output_path(out, REPORT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    budget = BudgetVerdict(args.budget_ms, args.percentile, tuple(violations), tuple(r.as_dict() for r in rows))
+    dataclasses.replace(report, budget=budget).write(safe_output_path(out, REPORT_FILE))
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
     unusable = outcome.unusable()

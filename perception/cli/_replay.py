@@ -16,16 +16,18 @@ from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
-from perception.metrics import PrometheusExporter, late_lines
+from perception.errors import ReplayStoppedError
+from perception.metrics import LatencyStats, PrometheusExporter, late_lines
 from perception.replay import (
     ReplayOptions,
     ReplayOutcome,
     ReplaySink,
+    each_frame,
     replay_drive,
     safe_output_path,
     score_modes,
 )
-from perception.scheduler import Runtime
+from perception.types import FrameResult
 
 __all__ = ["check_drive", "register", "replay_with_stop"]
 
@@ -105,24 +107,10 @@ async def replay_with_stop(
     embedded server can take a while to start -- it abandons the start (the server is stopped) and
     raises :class:`Interrupted`: nothing was replayed.
     """
-    holder: list[Runtime] = []
-    outcome: ReplayOutcome | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watcher() -> None:
-            await stop.wait()
-            if not holder:
-                tg.cancel_scope.cancel()
-            for rt in holder:
-                rt.stop()
-
-        tg.start_soon(watcher)
-        outcome = await replay_drive(drive, cfg, options, runtime_hook=holder.append, **kwargs)
-        outcome.interrupted = stop.is_set()
-        tg.cancel_scope.cancel()
-    if outcome is None:
-        raise Interrupted
-    return outcome
+    try:
+        return await replay_drive(drive, cfg, options, stop=stop, **kwargs)
+    except ReplayStoppedError:
+        raise Interrupted from None
 
 
 def check_drive(drive: Path) -> None:
@@ -152,13 +140,13 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _compare_modes(args: argparse.Namespace, cfg: Any, outcome: ReplayOutcome) -> None:
+def _compare_modes(args: argparse.Namespace, cfg: Any, results: list[FrameResult]) -> None:
     """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
     with DriveReader(args.drive, strict=False, quiet=True) as reader:  # the replay reported the damage
         if not reader.has_ground_truth:
             sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
             return
-        modes = score_modes(outcome.results, cfg, reader)
+        modes = score_modes(results, cfg, reader)
     args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, MODES_FILE).write_text(json.dumps(modes, indent=2) + "\n")
     fused = modes["fused"].get("mAP")
@@ -186,7 +174,10 @@ def run(args: argparse.Namespace) -> int:
     with PrometheusExporter(port=args.metrics_port) as metrics, ExitStack() as stack:
         if args.metrics_port is not None:
             sys.stdout.write(f"prometheus metrics on http://127.0.0.1:{metrics.port}/metrics\n")
-        sinks = _viz_sinks(args, stack) + trace_sinks(args, "replay")
+        results: list[FrameResult] = []  # --compare-modes re-fuses them offline
+        sinks = [each_frame(metrics.observe), *_viz_sinks(args, stack), *trace_sinks(args, "replay")]
+        if args.compare_modes:
+            sinks.append(each_frame(results.append))
         sys.stdout.flush()
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
@@ -194,24 +185,22 @@ def run(args: argparse.Namespace) -> int:
                 args.drive,
                 cfg,
                 options,
-                on_result=metrics.observe,
                 sinks=sinks,
-                keep_results=args.compare_modes,
             )
         )
-    r = outcome.report
-    total = r["latency_ms"]["total"]
+    r = outcome.report.counters
+    total = outcome.report.latency.total or LatencyStats()
     sys.stdout.write(
-        f"frames {r['frames']}: ok {r['ok']}, degraded {r['degraded']}, dropped {r['dropped']}; "
-        f"latency p50 {total['p50']:.1f} ms, p99 {total['p99']:.1f} ms (budget {r['deadline_ms']:.0f} ms, "
-        f"{r['deadline_misses']} misses)\n"
+        f"frames {r.frames}: ok {r.ok}, degraded {r.degraded}, dropped {r.dropped}; "
+        f"latency p50 {total.p50:.1f} ms, p99 {total.p99:.1f} ms (budget {r.deadline_ms:.0f} ms, "
+        f"{r.deadline_misses} misses)\n"
     )
-    for line in late_lines(r.get("late_causes", {})):
+    for line in late_lines(outcome.report.late_causes or {}):
         sys.stdout.write(line + "\n")
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
     if args.compare_modes:
-        _compare_modes(args, cfg, outcome)
+        _compare_modes(args, cfg, results)
     written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
     paths = [str(args.out / name) for name in written] + ([str(args.trace_out)] if args.trace_out else [])
     sys.stdout.write(f"wrote {', '.join(paths)}\n")

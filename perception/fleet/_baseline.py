@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from perception._paths import DETECTIONS_FILE, REPORT_FILE
 from perception.errors import ConfigError
-from perception.metrics import percentiles
+from perception.metrics import LatencyStats, RunReport, percentiles
 
 __all__ = [
     "TOLERANCE_KEYS",
@@ -401,7 +401,7 @@ class _Frame:
 class _Drive:
     name: str
     path: Path
-    report: Mapping[str, Any] | None  # None: the directory has no report.json
+    report: RunReport | None  # None: the directory has no report.json
     frames: Mapping[int, _Frame] | None  # None: no detections.jsonl
 
 
@@ -409,20 +409,6 @@ def _error(message: str, path: Path, key: str | None = None) -> ConfigError:
     return ConfigError(message, file=str(path), key=key)
 
 
-def _load_report(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _error(f"cannot read the report: {getattr(e, 'strerror', None) or e}", path) from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _error(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})", path) from e
-    if not isinstance(data, dict):
-        raise _error("not a replay report: expected a JSON object", path)
-    if not isinstance(data.get("latency_ms"), dict):
-        raise _error("not a replay report: no latency_ms", path, "latency_ms")
-    return data
 
 
 def _number(value: Any, path: Path, key: str) -> float:
@@ -494,7 +480,7 @@ def _drive(name: str, path: Path) -> _Drive:
     report_path = path / REPORT_FILE
     if not report_path.is_file():
         return _Drive(name, path, None, None)
-    report = _load_report(report_path)
+    report = RunReport.from_json(report_path)
     jsonl = path / DETECTIONS_FILE
     return _Drive(name, path, report, _load_frames(jsonl) if jsonl.is_file() else None)
 
@@ -509,8 +495,8 @@ def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
     if (root / REPORT_FILE).is_file():  # a single replay output
         d = _drive(root.name, root)
         assert d.report is not None
-        drive = d.report.get("drive")
-        name = Path(drive).stem if isinstance(drive, str) and drive else root.name
+        drive = d.report.drive
+        name = Path(drive).stem if drive else root.name
         return {name: _Drive(name, root, d.report, d.frames)}
     try:
         subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -551,8 +537,8 @@ def _compare_quality(
 ) -> QualityDelta | None:
     assert base.report is not None and cur.report is not None
     b_path, c_path = base.path / REPORT_FILE, cur.path / REPORT_FILE
-    bq = _mapping(base.report.get("quality"), b_path, "quality")
-    cq = _mapping(cur.report.get("quality"), c_path, "quality")
+    bq = base.report.quality or {}
+    cq = cur.report.quality or {}
     if not bq:
         if cq:
             notes.append("quality only in the current run (the baseline has no ground-truth evaluation)")
@@ -604,31 +590,25 @@ def _quality_regressions(name: str, q: QualityDelta, tol: Tolerances, notes: lis
             notes.append(f"class {c.label}: AP undefined in the current run (no ground truth counted)")
 
 
-def _report_latency(report: Mapping[str, Any], path: Path) -> dict[_LatencyKey, Mapping[str, Any]]:
+def _report_latency(report: RunReport) -> dict[_LatencyKey, LatencyStats]:
     """``(kind, name) -> percentiles`` of a report's ``latency_ms``: the total, each stage, each sensor's total."""
-    lat = _mapping(report.get("latency_ms"), path, "latency_ms")
-    out: dict[_LatencyKey, Mapping[str, Any]] = {}
-    if "total" in lat:
-        out["total", "total"] = _mapping(lat["total"], path, "latency_ms.total")
-    for stage, p in _mapping(lat.get("stages"), path, "latency_ms.stages").items():
-        out["stage", stage] = _mapping(p, path, f"latency_ms.stages.{stage}")
-    for sensor, stages in _mapping(lat.get("sensors"), path, "latency_ms.sensors").items():
-        total = _mapping(stages, path, f"latency_ms.sensors.{sensor}").get("total")
+    lat = report.latency
+    out: dict[_LatencyKey, LatencyStats] = {}
+    if lat.total is not None:
+        out["total", "total"] = lat.total
+    for stage, p in lat.stages.items():
+        out["stage", stage] = p
+    for sensor, stages in lat.sensors.items():
+        total = stages.get("total")
         if total is not None:
-            out["sensor", sensor] = _mapping(total, path, f"latency_ms.sensors.{sensor}.total")
+            out["sensor", sensor] = total
     return out
 
 
-def _key_text(key: _LatencyKey) -> str:
-    return "latency_ms.total" if key[0] == "total" else f"latency_ms.{key[0]}s.{key[1]}"
-
-
 def _latency_deltas(
-    base: Mapping[_LatencyKey, Mapping[str, Any]],
-    cur: Mapping[_LatencyKey, Mapping[str, Any]],
+    base: Mapping[_LatencyKey, LatencyStats],
+    cur: Mapping[_LatencyKey, LatencyStats],
     tol: Tolerances,
-    b_path: Path,
-    c_path: Path,
     notes: list[str],
 ) -> list[LatencyDelta]:
     """Δ p50/p99 of every scope timed in both runs (``n`` > 0 in both)."""
@@ -643,13 +623,11 @@ def _latency_deltas(
             )
             continue
         b, c = base[key], cur[key]
-        b_n = int(_number(b.get("n", 0), b_path, f"{_key_text(key)}.n"))
-        c_n = int(_number(c.get("n", 0), c_path, f"{_key_text(key)}.n"))
+        b_n, c_n = b.n, c.n
         if b_n == 0 or c_n == 0:
             continue
         for stat in LATENCY_STATS:
-            b_ms = _number(b.get(stat), b_path, f"{_key_text(key)}.{stat}")
-            c_ms = _number(c.get(stat), c_path, f"{_key_text(key)}.{stat}")
+            b_ms, c_ms = float(getattr(b, stat)), float(getattr(c, stat))
             d = c_ms - b_ms
             regressed = d > tol.latency_ms + _EPS and (b_ms <= 0 or 100.0 * d / b_ms > tol.latency_pct + _EPS)
             out.append(LatencyDelta(kind, name, stat, b_ms, c_ms, b_n, c_n, regressed))
@@ -717,15 +695,14 @@ def _compare_drive(name: str, base: _Drive | None, cur: _Drive | None, tol: Tole
     notes: list[str] = []
     regressions: list[str] = []
     quality = _compare_quality(name, base, cur, tol, notes, regressions)
-    b_path, c_path = base.path / REPORT_FILE, cur.path / REPORT_FILE
-    b_sensors = set(_mapping(base.report.get("sensor_status"), b_path, "sensor_status"))
-    c_sensors = set(_mapping(cur.report.get("sensor_status"), c_path, "sensor_status"))
+    b_sensors = set(base.report.counters.sensor_status)
+    c_sensors = set(cur.report.counters.sensor_status)
     regressions += [
         f"{name}: sensor {s} ran in the baseline but not in the current run" for s in sorted(b_sensors - c_sensors)
     ]
     notes += [f"sensor {s} ran only in the current run" for s in sorted(c_sensors - b_sensors)]
     latency = _latency_deltas(
-        _report_latency(base.report, b_path), _report_latency(cur.report, c_path), tol, b_path, c_path, notes
+        _report_latency(base.report), _report_latency(cur.report), tol, notes
     )
     regressions += _latency_regressions(name, latency, tol)
     status = None
@@ -782,13 +759,13 @@ def _total_quality(drives: Sequence[DriveComparison]) -> QualityDelta | None:
     )
 
 
-def _pooled(frames: Iterable[Mapping[int, _Frame]]) -> dict[_LatencyKey, dict[str, float]]:
+def _pooled(frames: Iterable[Mapping[int, _Frame]]) -> dict[_LatencyKey, LatencyStats]:
     values: dict[_LatencyKey, list[int]] = {}
     for run in frames:
         for f in run.values():
             for key, ms in f.latency.items():
                 values.setdefault(key, []).append(round(ms * 1e6))
-    return {key: percentiles(ns) for key, ns in values.items()}
+    return {key: LatencyStats.of(percentiles(ns)) for key, ns in values.items()}
 
 
 def _total_status(statuses: Sequence[StatusDelta]) -> StatusDelta | None:
@@ -833,8 +810,6 @@ def compare_runs(current: Path, baseline: Path, tolerances: Tolerances) -> Basel
             _pooled(base_run[n].frames or {} for n in pooled),
             _pooled(cur_run[n].frames or {} for n in pooled),
             tolerances,
-            baseline,
-            current,
             [],
         )
         regressions += _latency_regressions("all drives", latency, tolerances)

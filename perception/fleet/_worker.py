@@ -22,8 +22,8 @@ from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import SUMMARY_FILE, publish, staging_dir
-from perception.metrics import budget_rows, budget_violations
-from perception.replay import Rate, ReplayOptions, ReplayOutcome, replay_drive, score_modes
+from perception.metrics import LatencyStats, budget_rows, budget_violations
+from perception.replay import Rate, ReplayOptions, ReplayOutcome, each_frame, replay_drive, score_modes
 from perception.scheduler import Session
 from perception.types import FrameResult
 
@@ -125,7 +125,10 @@ class DriveWorker:
             cfg, summary["ground_truth"] = self._config(job.path)
             client = await self._open(cfg)
             summary["urls"] = list(client.urls)
-            sinks = []
+            results: list[FrameResult] = []  # --eval re-fuses them offline
+            sinks = [each_frame(count)]
+            if self._settings.eval_modes:
+                sinks.append(each_frame(results.append))
             if self._settings.fused_mcap:
                 from perception.viz import recorder_sink
 
@@ -146,9 +149,7 @@ class DriveWorker:
                 cfg,
                 options,
                 client=client,
-                on_result=count,
                 sinks=sinks,
-                keep_results=self._settings.eval_modes,
             )
             summary.update(self._summarise(outcome, cfg))
             # the drive's frame totals as a mergeable sketch, for the fleet's pooled percentiles (not in
@@ -157,7 +158,7 @@ class DriveWorker:
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
                 has_modes = summary["ground_truth"] and outcome.evaluation is not None
-                summary["modes"] = self._modes(job.path, outcome, cfg, staging) if has_modes else None
+                summary["modes"] = self._modes(job.path, results, cfg, staging) if has_modes else None
         except PerceptionError as exc:
             log.warning("drive %s failed: %s", job.name, exc)
             summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
@@ -177,21 +178,21 @@ class DriveWorker:
         return summary
 
     def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:
-        r = outcome.report
-        stages = r["latency_ms"]["stages"]
+        r = outcome.report.counters
+        latency = outcome.report.latency
         s: dict[str, Any] = {
             "status": "ok",
             "error": None,
-            "frames": r["frames"],
-            "usable": r["usable"],
-            "ok": r["ok"],
-            "degraded": r["degraded"],
-            "dropped": r["dropped"],
-            "deadline_ms": r["deadline_ms"],
-            "deadline_misses": r["deadline_misses"],
+            "frames": r.frames,
+            "usable": r.usable,
+            "ok": r.ok,
+            "degraded": r.degraded,
+            "dropped": r.dropped,
+            "deadline_ms": r.deadline_ms,
+            "deadline_misses": r.deadline_misses,
             "latency_ms": {
-                "total": r["latency_ms"]["total"],
-                "stages": {k: {"p50": v["p50"], "p99": v["p99"]} for k, v in stages.items()},
+                "total": (latency.total or LatencyStats()).as_dict(),
+                "stages": {k: {"p50": v.p50, "p99": v.p99} for k, v in latency.stages.items()},
             },
             "mAP": (outcome.evaluation or {}).get("mAP"),
         }
@@ -213,9 +214,9 @@ class DriveWorker:
             s["error_type"] = type(problem).__name__
         return s
 
-    def _modes(self, path: str, outcome: ReplayOutcome, cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
+    def _modes(self, path: str, results: list[FrameResult], cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
         with DriveReader(path, strict=False, quiet=True) as reader:
-            modes = score_modes(outcome.results, cfg, reader)
+            modes = score_modes(results, cfg, reader)
         (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 

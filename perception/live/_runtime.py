@@ -45,7 +45,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
-from perception.metrics import LatencyAccumulator
+from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import CallbackQueue, FusionStage, Runtime, Session
 from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
@@ -193,15 +193,16 @@ class LiveRuntime:
     def _publish_frames(self) -> None:
         """On the event-loop thread, after a result was counted: the frame counters and latency."""
         counters = self._latency.counters()
+        latency = LatencyStats.of(self._latency.total_ns.percentiles())  # a run report's latency type
         self._status_frames = {
-            "frames": counters["frames"],
-            "ok": counters["ok"],
-            "degraded": counters["degraded"],
-            "dropped": counters["dropped"],
-            "drop_reasons": counters["drop_reasons"],
-            "deadline_misses": counters["deadline_misses"],
-            "latency_ms": self._latency.total_ns.percentiles(),
-            "sensor_status": counters["sensor_status"],
+            "frames": counters.frames,
+            "ok": counters.ok,
+            "degraded": counters.degraded,
+            "dropped": counters.dropped,
+            "drop_reasons": counters.drop_reasons,
+            "deadline_misses": counters.deadline_misses,
+            "latency_ms": latency.as_dict(),
+            "sensor_status": counters.sensor_status,
         }
 
     def _publish_intake(self) -> None:

@@ -1,5 +1,5 @@
 """Latency accounting: per-frame records and latency trees (client/server split per request), percentile
-aggregation, budget verdicts and reports."""
+aggregation, budget verdicts and reports; a run's report (report.json) as one typed object, :class:`RunReport`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ from perception.metrics._budget import (
 from perception.metrics._latency import RELATIVE_ERROR, LatencyAccumulator, LatencySketch, percentiles
 from perception.metrics._prometheus import PrometheusExporter
 from perception.metrics._records import frame_record
+from perception.metrics._run_report import (
+    BudgetVerdict,
+    LatencyStats,
+    ModelServed,
+    RunReport,
+    ServerSplit,
+)
 from perception.metrics._saturation import late_causes, late_lines
 from perception.metrics._server_split import ServerSplitter, TraceSplitter, with_in_flight
 from perception.metrics._timeline import ChromeTrace, timeline_sink
@@ -27,10 +34,15 @@ from perception.metrics._timeline import ChromeTrace, timeline_sink
 __all__ = [
     "RELATIVE_ERROR",
     "BudgetRow",
+    "BudgetVerdict",
     "ChromeTrace",
     "LatencyAccumulator",
     "LatencySketch",
+    "LatencyStats",
+    "ModelServed",
     "PrometheusExporter",
+    "RunReport",
+    "ServerSplit",
     "ServerSplitter",
     "TraceSplitter",
     "budget_rows",

@@ -12,6 +12,7 @@ import numpy as np
 
 from perception._paths import safe_output_path
 from perception.metrics._latency import LatencyAccumulator, LatencySketch
+from perception.metrics._run_report import RunReport, ServerSplit
 
 __all__ = [
     "NO_DATA",
@@ -191,28 +192,28 @@ _SPLIT_SOURCE = {
 }
 
 
-def server_section(report: Mapping[str, Any], acc: LatencyAccumulator | None) -> list[str]:
+def server_section(report: RunReport, acc: LatencyAccumulator | None) -> list[str]:
     """Markdown: Triton's own time -- per frame (percentiles) when it was split per frame, else the
     run's mean per request -- with how many frames it covers and why not the others."""
-    split = report.get("server_split", {})
+    split = report.server_split or ServerSplit(per_frame=False)
     per_frame = server_rows(acc) if acc is not None else []
-    means = server_table(report.get("server_ms", {}))
+    means = server_table(report.server_ms or {})
     if not per_frame and not means:
         return []
     lines = ["## Triton server side", ""]
     if per_frame:
         lines += [
-            _SPLIT_SOURCE.get(split.get("source"), _SPLIT_SOURCE["statistics"])
+            _SPLIT_SOURCE.get(split.source or "statistics", _SPLIT_SOURCE["statistics"])
             + " (ms; a model's requests of the frame summed). Each sensor's `in_flight` minus its "
             "`server_total` is its `overhead`: network, gRPC (de)serialisation and client scheduling; its "
             "`server_queue` vs `server_compute` is in the budget table.",
             "",
             *markdown_table(per_frame),
             "",
-            *server_split_lines(split.get("models", {})),
+            *server_split_lines(split.models),
         ]
     else:
-        why = split.get("why_not")
+        why = split.why_not
         lines += [
             "Mean ms per request over the run"
             + (f" (no per-frame split: {why})" if why else "")
@@ -243,7 +244,7 @@ def status_table(sensor_status: Mapping[str, Mapping[str, int]]) -> list[str]:
 def write_markdown(
     path: Path,
     rows: Sequence[BudgetRow],
-    summary: Mapping[str, Any],
+    report: RunReport,
     plots: Sequence[str],
     percentile: float,
     *,
@@ -252,18 +253,19 @@ def write_markdown(
     """The budget report; with ``append`` and an existing report (the replay's ``report.md``, which has
     the sensor status counts and the same plots already) it is added to it as a section instead."""
     section = append and path.exists()
+    c = report.counters
     lines = [
         "## Latency budget" if section else "# Latency budget report",
         "",
-        f"Drive: `{summary.get('drive')}` — frames {summary['frames']}: ok {summary['ok']}, "
-        f"degraded {summary['degraded']}, dropped {summary['dropped']}; deadline misses "
-        f"{summary['deadline_misses']} (budget {summary['deadline_ms']:g} ms, checked at p{percentile:g}).",
+        f"Drive: `{report.drive}` — frames {c.frames}: ok {c.ok}, "
+        f"degraded {c.degraded}, dropped {c.dropped}; deadline misses "
+        f"{c.deadline_misses} (budget {c.deadline_ms:g} ms, checked at p{percentile:g}).",
         "",
         "All times in milliseconds.",
         "",
         *markdown_table(rows),
     ]
-    status = summary.get("sensor_status", {})
+    status = c.sensor_status
     if status and not section:
         lines += ["", "## Sensor status counts", "", *status_table(status)]
     if plots and not section:

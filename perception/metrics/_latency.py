@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception.metrics._run_report import LatencyStats, LatencySummary, RunCounters, RunReport
 from perception.types import FrameResult, FrameStatus, SensorStatus
 
 __all__ = ["RELATIVE_ERROR", "LatencyAccumulator", "LatencySketch", "percentiles"]
@@ -339,39 +340,40 @@ class LatencyAccumulator:
             for m in models
         }
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> RunCounters:
         """The frame counters of :meth:`summary`, without any percentile (cheap: a live status)."""
-        return {
-            "frames": self.frames,
-            "usable": self.usable,
-            "ok": self.status.get("ok", 0),
-            "degraded": self.status.get("degraded", 0),
-            "dropped": self.status.get("dropped", 0),
-            "deadline_ms": self.budget_ns / 1e6,
-            "deadline_misses": self.deadline_misses,
-            "sensor_status": {s: dict(c) for s, c in sorted(self.sensor_status.items())},
-            "drop_reasons": dict(self.drop_reasons),
-            "first_errors": dict(sorted(self.first_errors.items())),
-        }
+        return RunCounters(
+            frames=self.frames,
+            usable=self.usable,
+            ok=self.status.get("ok", 0),
+            degraded=self.status.get("degraded", 0),
+            dropped=self.status.get("dropped", 0),
+            deadline_ms=self.budget_ns / 1e6,
+            deadline_misses=self.deadline_misses,
+            sensor_status={s: dict(c) for s, c in sorted(self.sensor_status.items())},
+            drop_reasons=dict(self.drop_reasons),
+            first_errors=dict(sorted(self.first_errors.items())),
+        )
+
+    def latency_summary(self) -> LatencySummary:
+        """The percentiles of the total, each stage, each sensor's stages and Triton's time per model."""
+        return LatencySummary(
+            total=LatencyStats.of(self.total_ns.percentiles()),
+            stages={k: LatencyStats.of(v.percentiles()) for k, v in sorted(self.stage_ns.items())},
+            sensors={
+                s: {stage: LatencyStats.of(v.percentiles()) for stage, v in sorted(st.items())}
+                for s, st in sorted(self.sensor_ns.items())
+            },
+            server={
+                m: {stage: LatencyStats.of(v.percentiles()) for stage, v in st.items()}
+                for m, st in sorted(self.server_ns.items())
+            },
+        )
+
+    def report(self) -> RunReport:
+        """The run's report with its counters and percentiles (a replay adds the rest)."""
+        return RunReport(self.counters(), self.latency_summary())
 
     def summary(self) -> dict[str, Any]:
-        counters = self.counters()
-        return {
-            **{k: counters[k] for k in ("frames", "usable", "ok", "degraded", "dropped")},
-            "deadline_ms": counters["deadline_ms"],
-            "deadline_misses": counters["deadline_misses"],
-            "latency_ms": {
-                "total": self.total_ns.percentiles(),
-                "stages": {k: v.percentiles() for k, v in sorted(self.stage_ns.items())},
-                "sensors": {
-                    s: {stage: v.percentiles() for stage, v in sorted(st.items())}
-                    for s, st in sorted(self.sensor_ns.items())
-                },
-                "server": {
-                    m: {stage: v.percentiles() for stage, v in st.items()} for m, st in sorted(self.server_ns.items())
-                },
-            },
-            "sensor_status": counters["sensor_status"],
-            "drop_reasons": counters["drop_reasons"],
-            "first_errors": counters["first_errors"],
-        }
+        """:meth:`report` as report.json's data."""
+        return self.report().to_json()

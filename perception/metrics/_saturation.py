@@ -12,25 +12,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from perception.metrics._run_report import ModelServed, RunCounters
+
 __all__ = ["QUEUE_SHARE", "late_causes", "late_lines"]
 
 #: A model whose requests spent at least this share of Triton's time queued was saturated.
 QUEUE_SHARE = 0.3
 
 
-def late_causes(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def late_causes(
+    counters: RunCounters, models: Mapping[str, ModelServed], server_ms: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """Per model with late requests: how many, Triton's mean time per request and its queue share, and
-    the verdict (``saturated`` or ``compute``). Reads a replay report's ``sensor_status``, ``models``
-    and ``server_ms``; empty when nothing was late."""
+    the verdict (``saturated`` or ``compute``). Reads a run's sensor statuses, the model that served each
+    sensor and Triton's time per model (``server_ms``); empty when nothing was late."""
     late: dict[str, int] = {}
-    for sensor, counts in report.get("sensor_status", {}).items():
+    for sensor, counts in counters.sensor_status.items():
         n = int(counts.get("late", 0))
-        model = report.get("models", {}).get(sensor, {}).get("model")
-        if n and model:
-            late[model] = late.get(model, 0) + n
+        served = models.get(sensor)
+        if n and served is not None and served.model:
+            late[served.model] = late.get(served.model, 0) + n
     out: dict[str, dict[str, Any]] = {}
     for model, n in sorted(late.items()):
-        server = report.get("server_ms", {}).get(model)
+        server = server_ms.get(model)
         if not server or not server.get("requests"):
             continue  # no answered request to learn from: a fault, reported as such
         total, queue = float(server["total_ms"]), float(server["queue_ms"])

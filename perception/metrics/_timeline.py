@@ -25,9 +25,8 @@ block is centred: the tree has its duration, not where the network/gRPC overhead
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -212,14 +211,10 @@ class ChromeTrace:
             s += ns
 
 
-def timeline_sink(
-    path: Path, *, process_name: str
-) -> Callable[..., contextlib.AbstractContextManager[Callable[[FrameResult], None]]]:
+def timeline_sink(path: Path, *, process_name: str) -> Callable[..., ChromeTrace]:
     """A replay sink (``replay_drive(sinks=[...])``) writing the run's :class:`ChromeTrace` to ``path``."""
 
-    @contextlib.contextmanager
-    def sink(*_: object) -> Iterator[Callable[[FrameResult], None]]:
-        with ChromeTrace(path, process_name=process_name) as trace:
-            yield trace.add
+    def sink(*_: object) -> ChromeTrace:
+        return ChromeTrace(path, process_name=process_name)
 
     return sink

@@ -7,11 +7,11 @@ from perception.replay._session import (
     Rate,
     ReplayOptions,
     ReplayOutcome,
-    ReplaySink,
     parse_rate,
     replay_drive,
     safe_output_path,
 )
+from perception.replay._sinks import ReplaySink, each_frame
 from perception.replay._source import DriveSource
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ReplayOptions",
     "ReplayOutcome",
     "ReplaySink",
+    "each_frame",
     "evaluate_modes",
     "parse_rate",
     "replay_drive",

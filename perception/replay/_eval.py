@@ -26,6 +26,7 @@ from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
 from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
+from perception.replay._sinks import each_frame
 from perception.scheduler import Session
 from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
@@ -134,9 +135,11 @@ async def evaluate_modes(
     with DriveReader(drive, strict=False, quiet=True) as reader:
         _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
     opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
-    outcome = await replay_drive(drive, cfg, opts, keep_results=True, **replay_kwargs)
+    results: list[FrameResult] = []
+    sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
+    outcome = await replay_drive(drive, cfg, opts, sinks=sinks, **replay_kwargs)
     with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
-        return score_modes(outcome.results, cfg, reader, protocol=protocol), outcome
+        return score_modes(results, cfg, reader, protocol=protocol), outcome
 
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:

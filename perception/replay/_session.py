@@ -4,7 +4,9 @@
 completes (so an interrupted replay leaves complete records up to the last finished frame);
 ``DIR/report.json`` gets the counters and latency percentiles (and detection quality when the drive
 has ground truth); ``DIR/report.md`` presents them with a few rendered frames (:mod:`perception.viz`).
-Extra outputs (a fused MCAP recording, a live Foxglove view) plug in as ``sinks``.
+The replay is a runtime plus sinks (:mod:`perception.replay._sinks`): the records, the evaluation and
+the progress bar are sinks; extra outputs (a fused MCAP recording, a live Foxglove view, a timeline)
+plug in as ``sinks`` too. ``report.json`` is one typed object, :class:`perception.metrics.RunReport`.
 
 Every record's latency tree splits each request into the client's share (preprocessing, serialisation)
 and the time in flight, split further into Triton's own queue / compute input / compute infer / compute
@@ -30,11 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import AsyncIterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,24 +43,26 @@ from typing import Any, Literal
 import anyio
 
 from perception._paths import DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, safe_output_path
-from perception._progress import Progress
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
-from perception.errors import ConfigError, DriveDamagedError, ReplayError
+from perception.errors import ConfigError, DriveDamagedError, DriveError, ReplayError, ReplayStoppedError
 from perception.metrics import (
     LatencyAccumulator,
+    ModelServed,
+    RunReport,
+    ServerSplit,
     ServerSplitter,
     TraceSplitter,
-    frame_record,
     late_causes,
     with_in_flight,
 )
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
+from perception.replay._sinks import EvaluationSink, ProgressSink, RecordsSink, ReplaySink
 from perception.replay._source import DriveSource
 from perception.scheduler import InferClient, Runtime, server_time_breakdown
-from perception.types import Frame, FrameResult, SensorSpec
+from perception.types import Frame
 
-__all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "ReplaySink", "parse_rate", "replay_drive", "safe_output_path"]
+__all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "parse_rate", "replay_drive", "safe_output_path"]
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +88,6 @@ def parse_rate(text: str) -> Rate:
     return rate
 
 
-#: An extra output of a replay (fused MCAP recording, live view...): called with the open drive and the
-#: replay's rig (runtime sensor name -> drive sensor) before the first frame, it returns a context
-#: manager whose value is called with every frame result in order; it is exited when the replay ends,
-#: however it ends.
-ReplaySink = Callable[[DriveReader, Mapping[str, SensorSpec]], AbstractContextManager[Callable[[FrameResult], None]]]
-
-
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     rate: Rate = "max"
@@ -111,15 +107,16 @@ class ReplayOptions:
 
 @dataclass
 class ReplayOutcome:
-    report: dict[str, Any]
+    report: RunReport
     latency: LatencyAccumulator
-    results: list[FrameResult] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
     interrupted: bool = False
     #: The drive is damaged (skipped chunks, truncation...): everything readable was replayed; the
     #: error names the file and the first damage (``drive_damage`` in the report says it all).
     drive_error: DriveDamagedError | None = None
     damage: DriveDamage = field(default_factory=DriveDamage)
+    #: A message that did not decode ended the replay there (raised once every output is written).
+    source_error: DriveError | None = field(default=None, repr=False)
 
     def unusable(self) -> ReplayError | None:
         """The error to report when no frame had a sensor answer ok (``usable`` in the report is 0), else None.
@@ -128,25 +125,22 @@ class ReplayOutcome:
         (every model erroring, a server refusing every request, every request late) is a failure, not
         a result. An interrupted run is judged by its own exit status instead.
         """
-        r = self.report
-        if self.interrupted or r.get("usable", 0) > 0:
+        c = self.report.counters
+        if self.interrupted or c.usable > 0:
             return None
         statuses = "; ".join(
             f"{sensor} " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
-            for sensor, counts in r.get("sensor_status", {}).items()
+            for sensor, counts in c.sensor_status.items()
         )
-        errors = "; ".join(
-            f"{sensor}: {' '.join(text.split())[:200]}" for sensor, text in r.get("first_errors", {}).items()
-        )
-        frames = r.get("frames", 0)
+        errors = "; ".join(f"{sensor}: {' '.join(text.split())[:200]}" for sensor, text in c.first_errors.items())
         message = (
-            f"no usable frame: no sensor answered ok in any of the {frames} frames"
-            if frames
+            f"no usable frame: no sensor answered ok in any of the {c.frames} frames"
+            if c.frames
             else "no usable frame: the drive gave no frame to replay"
         )
         return ReplayError(
             message + (f" ({statuses})" if statuses else "") + (f"; first errors: {errors}" if errors else ""),
-            file=r.get("drive"),
+            file=self.report.drive,
         )
 
 
@@ -208,136 +202,170 @@ async def replay_drive(
     config: RuntimeConfig,
     options: ReplayOptions | None = None,
     *,
-    on_result: Callable[[FrameResult], None] | None = None,
-    runtime_hook: Callable[[Runtime], None] | None = None,
-    keep_results: bool = False,
     sinks: Sequence[ReplaySink] = (),
+    stop: anyio.Event | None = None,
     client: InferClient | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
 
+    The replay is a runtime plus sinks (:mod:`perception.replay._sinks`): the records, the evaluation
+    and the progress bar, then ``sinks`` in their order, each getting every frame result in order.
+
+    ``stop``: once set, intake ends and the frames in flight drain (every record written, the report
+    says ``interrupted``); set before the runtime is up, the start is abandoned (the server stopped)
+    and :class:`ReplayStoppedError` is raised: nothing was replayed.
     ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
     runtime then uses it instead of opening its own server and client from ``config.server``."""
     opts = options or ReplayOptions()
+    started: list[Runtime] = []
+    if stop is None:
+        outcome = await _replay(drive, config, opts, sinks, client, started)
+    else:
+        maybe: ReplayOutcome | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch(stop: anyio.Event) -> None:
+                await stop.wait()
+                if not started:
+                    tg.cancel_scope.cancel()  # still starting: abandon the start
+                for rt in started:
+                    rt.stop()
+
+            tg.start_soon(watch, stop)
+            try:
+                maybe = await _replay(drive, config, opts, sinks, client, started)
+            except Exception as exc:  # raised as it is, not in the task group's exception group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        if maybe is None:
+            raise ReplayStoppedError("stopped before the replay started: nothing was replayed", file=str(drive))
+        outcome = maybe
+        outcome.interrupted = stop.is_set()
+    if outcome.source_error is not None:
+        raise outcome.source_error
+    return outcome
+
+
+async def _replay(
+    drive: str | os.PathLike[str],
+    config: RuntimeConfig,
+    opts: ReplayOptions,
+    sinks: Sequence[ReplaySink],
+    client: InferClient | None,
+    started: list[Runtime],
+) -> ReplayOutcome:
     cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
     acc = LatencyAccumulator(budget_ns=cfg.budget.total_ns)
-    evaluator = None
-    outcome = ReplayOutcome(report={}, latency=acc)
     with DriveReader(drive, strict=False) as reader:
         source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
         session = source.session  # the profile resolved against the drive, as every entry point resolves it
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
+        own: list[ReplaySink] = []
+        out_dir = opts.out_dir
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            own.append(RecordsSink(safe_output_path(out_dir, DETECTIONS_FILE), include_outputs=opts.include_outputs))
+        evaluation = None
         if opts.evaluate and session.source.gt_at is not None and fusion is not None:
             from perception.evaluation import DetectionEvaluator
 
-            evaluator = DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at)
-        out_dir = opts.out_dir
-        jsonl = None
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            jsonl = safe_output_path(out_dir, DETECTIONS_FILE).open("w", encoding="utf-8")
-        duration = max(1, reader.end_ns - reader.start_ns)
+            evaluation = EvaluationSink(
+                DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at), session.source.gt_at
+            )
+            own.append(evaluation)
         seen: list[FrameSeen] = []
         versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
-        try:
-            with ExitStack() as stack:
-                writers = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in sinks]
-                # the embedded server traces every request for the per-request server split
-                trace = opts.server_split is not False
-                async with Runtime(
-                    session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
-                ) as rt:
-                    if runtime_hook is not None:
-                        runtime_hook(rt)
-                    stats_before = await rt.server_statistics()
-                    splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
-                    frames = source.frames()
-                    gate = anyio.Semaphore(1)
-                    gated = splitter is not None and splitter.gated
-                    if splitter is not None:
-                        await splitter.start()
+        with ExitStack() as stack:
+            # every sink opened before the first frame, closed however the replay ends (in reverse order)
+            opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
+            opened.append(stack.enter_context(ProgressSink(opts.progress)(reader, source.rig)))
+            # the embedded server traces every request for the per-request server split
+            trace = opts.server_split is not False
+            async with Runtime(
+                session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
+            ) as rt:
+                started.append(rt)
+                stats_before = await rt.server_statistics()
+                splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
+                frames = source.frames()
+                gate = anyio.Semaphore(1)
+                gated = splitter is not None and splitter.gated
+                if splitter is not None:
+                    await splitter.start()
+                if gated:
+                    frames = _gated(frames, gate)
+                failed: Exception | None = None  # a sink's: the runtime stops, drains, then it is raised
+                async for raw in rt.run(frames):
+                    result = await splitter.attribute(raw) if splitter is not None else with_in_flight(raw)
+                    acc.add(result)
+                    for name, s in result.sensors.items():
+                        if s.model_version:
+                            versions.setdefault(name, set()).add(s.model_version)
+                    seen.append(FrameSeen.of(result))
+                    if failed is None:
+                        try:
+                            for sink in opened:
+                                sink.add(result)
+                        except Exception as exc:  # not raised inside the stream: it ends in order first
+                            failed = exc
+                            rt.stop()
                     if gated:
-                        frames = _gated(frames, gate)
-                    with Progress(duration / 1e9, "replay", enabled=opts.progress) as bar:
-                        async for raw in rt.run(frames):
-                            if splitter is not None:
-                                result = await splitter.attribute(raw)
-                            else:
-                                result = with_in_flight(raw)
-                            acc.add(result)
-                            for name, s in result.sensors.items():
-                                if s.model_version:
-                                    versions.setdefault(name, set()).add(s.model_version)
-                            seen.append(FrameSeen.of(result))
-                            if jsonl is not None:
-                                jsonl.write(json.dumps(frame_record(result, include_outputs=opts.include_outputs)))
-                                jsonl.write("\n")
-                                jsonl.flush()
-                            if evaluator is not None and result.status.value != "dropped":
-                                frame_gt = session.source.gt_at(result.t_ns) if session.source.gt_at else None
-                                if frame_gt is not None:
-                                    evaluator.add(result.t_ns, result.detections, frame_gt)
-                            if keep_results:
-                                outcome.results.append(result)
-                            if on_result is not None:
-                                on_result(result)
-                            for write in writers:
-                                write(result)
-                            bar.update((result.t_ns - reader.start_ns) / 1e9, f"frame {result.frame_id}")
-                            if gated:
-                                gate.release()  # the next frame starts once this one is fully handled
-                    stopped = rt.stopping
-                    admission = rt.admission.report() if rt.admission is not None else None
-                    with anyio.CancelScope(shield=True):
-                        server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
-        finally:
-            if jsonl is not None:
-                jsonl.close()
-        report = acc.summary()
-        report["drive"] = str(drive)
-        report["rate"] = opts.rate
-        # The model that served each sensor, and the versions of it that answered.
-        report["models"] = {
-            s.name: {"model": s.model, "versions": sorted(versions.get(s.name, ()))} for s in cfg.active_sensors
+                        gate.release()  # the next frame starts once this one is fully handled
+                if failed is not None:
+                    raise failed
+                stopped = rt.stopping
+                admission = rt.admission.report() if rt.admission is not None else None
+                with anyio.CancelScope(shield=True):
+                    server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
+        counters = acc.counters()
+        models = {
+            s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors
         }
-        report["alignment"] = dataclasses.asdict(source.assembler.stats)
-        if source.assembler.accumulator:
-            report["accumulation"] = source.assembler.accumulator.report()
-        if server_ms:
-            # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output.
-            report["server_ms"] = server_ms
-        causes = late_causes(report)
-        if causes:  # why requests were late: the servers' queue or the models' compute
-            report["late_causes"] = causes
-        report["server_split"] = {
-            "per_frame": split_off is None,
-            "source": splitter.source if splitter is not None else None,  # trace | statistics
-            "why_not": split_off,
-            "models": acc.server_split(),
-        }
-        report["interrupted"] = stopped
-        if admission is not None:
-            report["admission"] = admission
-        if source.image_size_mismatch:
-            report["image_size_mismatch"] = dict(source.image_size_mismatch)
         damage = reader.damage
-        if reader.truncated is not None:
-            report["drive_truncated"] = str(reader.truncated)
+        outcome = ReplayOutcome(report=acc.report(), latency=acc)
         if damage:
-            report["drive_damage"] = damage_section(damage, cfg, source.rig, seen)
             outcome.damage = damage
             outcome.drive_error = damage.error(str(drive))
-        if source.error is not None:
-            report["drive_error"] = str(source.error)
-        if evaluator is not None:
-            outcome.evaluation = evaluator.summary()
-            report["quality"] = outcome.evaluation
+        if evaluation is not None:
+            outcome.evaluation = evaluation.evaluator.summary()
+        report = RunReport(
+            counters,
+            acc.latency_summary(),
+            drive=str(drive),
+            rate=opts.rate,
+            # the model that served each sensor, and the versions of it that answered
+            models=models,
+            alignment=dataclasses.asdict(source.assembler.stats),
+            accumulation=source.assembler.accumulator.report() if source.assembler.accumulator else None,
+            # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output
+            server_ms=server_ms or None,
+            # why requests were late: the servers' queue or the models' compute
+            late_causes=late_causes(counters, models, server_ms) or None,
+            server_split=ServerSplit(
+                per_frame=split_off is None,
+                source=splitter.source if splitter is not None else None,  # trace | statistics
+                why_not=split_off,
+                models=acc.server_split(),
+            ),
+            interrupted=stopped,
+            admission=admission,
+            image_size_mismatch=dict(source.image_size_mismatch) if source.image_size_mismatch else None,
+            drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
+            drive_damage=damage_section(damage, cfg, source.rig, seen) if damage else None,
+            drive_error=str(source.error) if source.error is not None else None,
+            quality=outcome.evaluation,
+        )
         outcome.report = report
+        outcome.source_error = source.error
         if out_dir is not None:
-            safe_output_path(out_dir, REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+            report.write(safe_output_path(out_dir, REPORT_FILE))
             if opts.report_md:
                 from perception.viz import write_replay_report
 
@@ -346,10 +374,8 @@ async def replay_drive(
                 n_frames = 0 if stopped else 3
                 render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
                 await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
-                if "drive_damage" in report:
+                if report.drive_damage is not None:
                     md = safe_output_path(out_dir, REPORT_MD_FILE)
                     with md.open("a", encoding="utf-8") as f:
-                        f.write("\n" + "\n".join(damage_markdown(report["drive_damage"])) + "\n")
-    if source.error is not None:
-        raise source.error
+                        f.write("\n" + "\n".join(damage_markdown(report.drive_damage)) + "\n")
     return outcome

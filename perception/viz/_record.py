@@ -182,7 +182,7 @@ class VizRecorder:
         for out in self._outputs:
             out.set_time(t)
 
-    __call__ = write
+    add = write  # a replay sink's FrameSink
 
     def close(self) -> None:
         """Finish every output and close the drive (idempotent); the first output error is raised."""
@@ -240,7 +240,7 @@ class BackgroundRecorder:
             raise self._error
         self._queue.put(result)
 
-    __call__ = write
+    add = write  # a replay sink's FrameSink
 
     def close(self) -> None:
         """Record what is queued, then finish the outputs (idempotent)."""

@@ -12,6 +12,8 @@ from perception.errors import PerceptionError
 from perception.metrics import (
     BudgetRow,
     LatencyAccumulator,
+    LatencyStats,
+    RunReport,
     budget_rows,
     markdown_table,
     server_section,
@@ -28,16 +30,16 @@ log = logging.getLogger(__name__)
 FRAMES_DIR = "frames"
 
 
-def _rows_from_report(report: Mapping[str, Any]) -> list[BudgetRow]:
+def _rows_from_report(report: RunReport) -> list[BudgetRow]:
     """Latency rows from the report's percentiles (no verdicts: the per-frame values are gone)."""
-    lat = report.get("latency_ms", {})
+    lat = report.latency
 
-    def row(stage: str, p: Mapping[str, float]) -> BudgetRow:
-        return BudgetRow(stage, p.get("p50", 0.0), p.get("p95", 0.0), p.get("p99", 0.0), p.get("max", 0.0), None, "-")
+    def row(stage: str, p: LatencyStats) -> BudgetRow:
+        return BudgetRow(stage, p.p50, p.p95, p.p99, p.max, None, "-")
 
-    rows = [row("total", lat.get("total", {}))]
-    rows += [row(stage, p) for stage, p in lat.get("stages", {}).items()]
-    rows += [row(f"{s}.{stage}", p) for s, st in lat.get("sensors", {}).items() for stage, p in st.items()]
+    rows = [row("total", lat.total or LatencyStats())]
+    rows += [row(stage, p) for stage, p in lat.stages.items()]
+    rows += [row(f"{s}.{stage}", p) for s, st in lat.sensors.items() for stage, p in st.items()]
     return rows
 
 
@@ -102,7 +104,7 @@ def _frames_section(out_dir: Path, frames: Sequence[int] | None, n_frames: int, 
 
 def write_replay_report(
     out_dir: str | Path,
-    report: Mapping[str, Any],
+    report: RunReport,
     *,
     latency: LatencyAccumulator | None = None,
     frames: Sequence[int] | None = None,
@@ -111,34 +113,35 @@ def write_replay_report(
 ) -> Path:
     """Write ``out_dir/report.md`` for a replay whose outputs are in ``out_dir``; returns its path.
 
-    ``report`` is the replay's ``report.json`` content. With ``latency`` (the replay's accumulator)
+    ``report`` is the replay's report (``report.json``). With ``latency`` (the replay's accumulator)
     the total is checked against the frame deadline at p99 and the latency plots are added. ``frames``
     (ids) are rendered under ``out_dir/frames/`` (default: ``n_frames`` spread over the replay); a frame
     that cannot be rendered is noted in the report, not raised.
     """
     out = Path(out_dir)
-    deadline = float(report.get("deadline_ms", 0.0))
+    c = report.counters
+    deadline = c.deadline_ms
     rows = budget_rows(latency, deadline, {}, 99.0) if latency is not None else _rows_from_report(report)
     lines = [
         "# Replay report",
         "",
-        f"Drive `{report.get('drive')}` at rate `{report.get('rate')}`: {report.get('frames', 0)} frames — "
-        f"ok {report.get('ok', 0)}, degraded {report.get('degraded', 0)}, dropped {report.get('dropped', 0)}; "
-        f"{report.get('deadline_misses', 0)} deadline misses (frame budget {deadline:g} ms).",
+        f"Drive `{report.drive}` at rate `{report.rate}`: {c.frames} frames — "
+        f"ok {c.ok}, degraded {c.degraded}, dropped {c.dropped}; "
+        f"{c.deadline_misses} deadline misses (frame budget {deadline:g} ms).",
         "",
     ]
-    if report.get("drive_truncated"):
-        lines += [f"**The drive is truncated**: {report['drive_truncated']}", ""]
-    if report.get("drop_reasons"):
-        reasons = ", ".join(f"{k} ({v})" for k, v in report["drop_reasons"].items())
+    if report.drive_truncated:
+        lines += [f"**The drive is truncated**: {report.drive_truncated}", ""]
+    if c.drop_reasons:
+        reasons = ", ".join(f"{k} ({v})" for k, v in c.drop_reasons.items())
         lines += [f"Dropped frames: {reasons}.", ""]
     lines += ["## Latency", "", "Milliseconds per frame; the total is checked at p99 against the frame budget.", ""]
     lines += [*markdown_table(rows), ""]
     lines += server_section(report, latency)
-    if report.get("sensor_status"):
-        lines += ["## Sensor status counts", "", *status_table(report["sensor_status"]), ""]
-    if report.get("quality"):
-        lines += [*_quality(report["quality"]), ""]
+    if c.sensor_status:
+        lines += ["## Sensor status counts", "", *status_table(c.sensor_status), ""]
+    if report.quality:
+        lines += [*_quality(report.quality), ""]
     if latency is not None:
         plots = write_plots(out, latency, deadline)
         if plots:

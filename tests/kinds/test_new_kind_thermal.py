@@ -34,7 +34,7 @@ from perception.kinds import (
     unregister_kind,
 )
 from perception.modelkit import SyntheticBox, synthetic_lidar_sweep
-from perception.replay import ReplayOptions, replay_drive
+from perception.replay import ReplayOptions, each_frame, replay_drive
 from perception.server import EmbeddedTriton
 from perception.sim import SimKind, SimSensor, generate_drive, project_ground_truth, register_sim_kind
 from perception.sim._kinds import unregister_sim_kind
@@ -147,8 +147,10 @@ def _replay(drive: Path, triton: EmbeddedTriton) -> list[FrameResult]:
 
     async def main() -> list[FrameResult]:
         with anyio.fail_after(240):
-            outcome = await replay_drive(drive, cfg, ReplayOptions(rate="lockstep", progress=False), keep_results=True)
-        return list(outcome.results)
+            results: list[FrameResult] = []
+            opts = ReplayOptions(rate="lockstep", progress=False)
+            await replay_drive(drive, cfg, opts, sinks=[each_frame(results.append)])
+        return results
 
     return anyio.run(main)
 

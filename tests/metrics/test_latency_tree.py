@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from perception.metrics import LatencyAccumulator, budget_rows, frame_record, server_section, with_in_flight
+import dataclasses
+
+from perception.metrics import (
+    LatencyAccumulator,
+    ServerSplit,
+    budget_rows,
+    frame_record,
+    server_section,
+    with_in_flight,
+)
 from perception.metrics._budget import NO_DATA
 from perception.metrics._server_split import frame_requests
 from perception.types import FrameResult, FrameStatus, LatencyTree, SensorResult, SensorStatus
@@ -72,7 +81,9 @@ def test_records_and_aggregates_carry_the_split_and_the_reasons() -> None:
         "radar_model": {"frames": 0, "unavailable": {"other traffic": 1}},
     }
     assert acc.summary()["latency_ms"]["server"]["lidar_model"]["compute_infer"]["p50"] == 20.0
-    md = "\n".join(server_section({"server_split": {"models": acc.server_split()}}, acc))
+    md = "\n".join(server_section(
+        dataclasses.replace(acc.report(), server_split=ServerSplit(per_frame=True, models=acc.server_split())), acc
+    ))
     assert "lidar_model.compute_infer" in md and "radar_model: server time attributed in 0 frame(s)" in md
 
 

@@ -313,7 +313,7 @@ async def test_images_not_matching_their_calibration_are_counted_and_reported(
     out = tmp_path / "out"
     with anyio.fail_after(60):
         outcome = await replay_drive(drive, cfg, ReplayOptions(out_dir=out, report_md=False))
-    assert outcome.report["image_size_mismatch"] == {"cam_front": 10}
+    assert outcome.report.image_size_mismatch == {"cam_front": 10}
     assert json.loads((out / "report.json").read_text())["image_size_mismatch"] == {"cam_front": 10}
     records = read_records(out / "detections.jsonl")
     assert len(records) == 10 and all(r["status"] == "ok" for r in records)

@@ -59,6 +59,6 @@ async def test_zero_quaternion_odometry_replays_to_the_end(triton: EmbeddedTrito
     assert len(records) == 12 and all(r["status"] == "ok" for r in records)
     assert_consecutive_records(records)
     report = json.loads((out / "report.json").read_text())
-    assert report["frames"] == 12 and outcome.report["frames"] == 12
+    assert report["frames"] == 12 and outcome.report.counters.frames == 12
     acc = report["accumulation"]
     assert acc["window_ms"] == {"lidar_top": 120.0} and acc["merged"] > 0 and acc["no_ego_motion"] == 0, acc

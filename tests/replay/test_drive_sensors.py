@@ -12,9 +12,10 @@ import pytest
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import ConfigError
-from perception.replay import DriveSource, ReplayOptions, replay_drive
+from perception.replay import DriveSource, ReplayOptions, each_frame, replay_drive
 from perception.server import EmbeddedTriton
 from perception.sim import generate_drive
+from perception.types import FrameResult
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -74,19 +75,21 @@ def test_replay_of_a_renamed_rig_with_the_default_profile(renamed_drive: Path, t
 
     async def main() -> tuple[list[int], dict[str, int], dict[str, Any]]:
         with anyio.fail_after(240):
+            results: list[FrameResult] = []
             outcome = await replay_drive(
-                renamed_drive, cfg, ReplayOptions(rate="lockstep", progress=False), keep_results=True
+                renamed_drive, cfg, ReplayOptions(rate="lockstep", progress=False), sinks=[each_frame(results.append)]
             )
-        assert {r.status.value for r in outcome.results} == {"ok"}
-        for r in outcome.results:
+        assert {r.status.value for r in results} == {"ok"}
+        for r in results:
             assert set(r.sensors) == {"roof_lidar", "front_cam", "bumper_radar"}
         # the drive's lidar accumulates by its kind's default: each sweep with the one before it
-        acc = outcome.report["accumulation"]
+        acc = outcome.report.accumulation
+        assert acc is not None
         assert acc["window_ms"] == {"roof_lidar": 120.0}
-        assert acc["merged"] == acc["sweeps"] == len(outcome.results) - 1 and acc["no_ego_motion"] == 0
-        sources = {name: sum(name in d.sources for r in outcome.results for d in r.detections) for name in r.sensors}
+        assert acc["merged"] == acc["sweeps"] == len(results) - 1 and acc["no_ego_motion"] == 0
+        sources = {name: sum(name in d.sources for r in results for d in r.detections) for name in r.sensors}
         assert outcome.evaluation is not None
-        return [len(r.detections) for r in outcome.results], sources, outcome.evaluation
+        return [len(r.detections) for r in results], sources, outcome.evaluation
 
     counts, sources, quality = anyio.run(main)
     assert len(counts) >= 15  # 2 s of 10 Hz lidar sweeps

@@ -18,10 +18,10 @@ from reliability_helpers import read_records, runtime_config, write_drive
 from perception.cli import main
 from perception.errors import ConfigError
 from perception.metrics._server_split import OVERRUN_FRACTION, OVERRUN_NS
-from perception.replay import ReplayOptions, replay_drive
+from perception.replay import ReplayOptions, each_frame, replay_drive
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, TritonClient
-from perception.types import SensorStatus
+from perception.types import FrameResult, SensorStatus
 
 SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
 DELAY_MS = {"lidar_top": 20.0, "radar_front": 30.0, "cam_front": 40.0}
@@ -111,7 +111,8 @@ async def test_other_clients_traffic_makes_the_split_unavailable_never_wrong(
     assert all(reason is not None and reason.startswith("other traffic") for reason in radar_reasons), radar_reasons
     assert all("server_unavailable" in _sensor(r, "radar_front") for r in records)
     assert sum("server_total" in _sensor(r, "lidar_top") for r in records) >= FRAMES - 1
-    split = outcome.report["server_split"]["models"]
+    assert outcome.report.server_split is not None
+    split = outcome.report.server_split.models
     assert split["sleepy_radar"]["frames"] == 0
     assert split["sleepy_radar"]["unavailable"] == {"other traffic": FRAMES}
 
@@ -122,18 +123,20 @@ async def test_frames_in_flight_leave_server_time_to_the_run_mean_and_say_why(
 ) -> None:
     cfg = runtime_config(triton.grpc_url, SLEEPY, pipeline={"max_in_flight": 2})
     with anyio.fail_after(120):
+        results: list[FrameResult] = []
         outcome = await replay_drive(
-            drive, cfg, ReplayOptions(rate="max", report_md=False, evaluate=False), keep_results=True
+            drive, cfg, ReplayOptions(rate="max", report_md=False, evaluate=False), sinks=[each_frame(results.append)]
         )
         with pytest.raises(ConfigError, match="one frame in flight"):
             await replay_drive(drive, cfg, ReplayOptions(rate="max", server_split=True, evaluate=False))
-    split = outcome.report["server_split"]
-    assert split["per_frame"] is False and "2 frames in flight" in split["why_not"]
-    assert split["source"] is None
-    assert set(outcome.report["server_ms"]) == set(SLEEPY.values())  # the run's mean still there
+    split = outcome.report.server_split
+    assert split is not None and split.per_frame is False and "2 frames in flight" in (split.why_not or "")
+    assert split.source is None
+    server_ms = outcome.report.server_ms or {}
+    assert set(server_ms) == set(SLEEPY.values())  # the run's mean still there
     for name, model in SLEEPY.items():  # read once Triton had counted every answered request
-        answered = sum(r.sensors[name].status is SensorStatus.OK for r in outcome.results)
-        assert outcome.report["server_ms"][model]["requests"] >= answered > 0
+        answered = sum(r.sensors[name].status is SensorStatus.OK for r in results)
+        assert server_ms[model]["requests"] >= answered > 0
     assert not outcome.latency.server_ns
     assert "in_flight" in outcome.latency.sensor_ns["lidar_top"]  # the client side is still split
 

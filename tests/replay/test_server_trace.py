@@ -56,7 +56,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
                 ReplayOptions(rate="max", out_dir=out, report_md=False, evaluate=False, progress=False),
                 sinks=[sink],
             )
-        return outcome.report
+        return outcome.report.to_json()
 
     report = anyio.run(run, backend="asyncio")
     return out, report

@@ -202,9 +202,9 @@ def test_unwritable_recording_is_a_drive_error(tmp_path: Path) -> None:
 def test_replay_sink_records_on_a_background_thread(small_drive: Path, tmp_path: Path) -> None:
     with DriveReader(small_drive) as reader:
         results, rig = gt_results(reader), dict(reader.rig)
-        with recorder_sink(mcap_path=tmp_path / "fused.mcap")(reader, rig) as write:
+        with recorder_sink(mcap_path=tmp_path / "fused.mcap")(reader, rig) as sink:
             for r in results:
-                write(r)
+                sink.add(r)
     assert frame_ids(tmp_path) == [r.frame_id for r in results]
 
     # a failing writer surfaces in the caller's thread (here: at close), the recording still finished

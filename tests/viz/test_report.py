@@ -10,7 +10,7 @@ import pytest
 
 from perception.drives import DriveReader
 from perception.evaluation import DetectionEvaluator
-from perception.metrics import LatencyAccumulator, budget_rows, write_markdown
+from perception.metrics import LatencyAccumulator, RunReport, budget_rows, write_markdown
 from perception.types import FrameResult
 from perception.viz import write_replay_report
 
@@ -18,7 +18,7 @@ from perception.viz import write_replay_report
 @pytest.fixture(scope="module")
 def replay(
     small_drive: Path, recorded: tuple[Path, list[FrameResult]]
-) -> tuple[Path, dict[str, object], LatencyAccumulator]:
+) -> tuple[Path, RunReport, LatencyAccumulator]:
     """A replay output directory as ``perception replay`` leaves it (minus report.md)."""
     out, results = recorded
     acc = LatencyAccumulator(budget_ns=200_000_000)
@@ -34,11 +34,11 @@ def replay(
         "quality": evaluator.summary(),
     }
     (out / "report.json").write_text(json.dumps(report))
-    return out, report, acc
+    return out, RunReport.from_json(out / "report.json"), acc
 
 
 def test_report_brings_tables_quality_and_frames_together(
-    replay: tuple[Path, dict[str, object], LatencyAccumulator],
+    replay: tuple[Path, RunReport, LatencyAccumulator],
 ) -> None:
     out, report, acc = replay
     path = write_replay_report(out, report, latency=acc, n_frames=1)
@@ -61,7 +61,7 @@ def test_report_brings_tables_quality_and_frames_together(
 
 
 def test_budget_report_extends_the_replay_report(
-    replay: tuple[Path, dict[str, object], LatencyAccumulator], tmp_path: Path
+    replay: tuple[Path, RunReport, LatencyAccumulator], tmp_path: Path
 ) -> None:
     _, report, acc = replay
     path = write_replay_report(tmp_path, report, frames=[])  # no accumulator: rows from report.json
@@ -79,6 +79,7 @@ def test_budget_report_extends_the_replay_report(
 
 
 def test_frames_that_cannot_be_rendered_are_noted(tmp_path: Path) -> None:
-    report = {"frames": 0, "ok": 0, "degraded": 0, "dropped": 0, "deadline_ms": 100.0, "latency_ms": {}}
+    counters = {"frames": 0, "ok": 0, "degraded": 0, "dropped": 0, "deadline_ms": 100.0, "deadline_misses": 0}
+    report = RunReport.from_json({**counters, "latency_ms": {}})
     text = write_replay_report(tmp_path, report).read_text()  # no detections.jsonl, no fused.mcap
     assert "## Frames" in text and "Not rendered:" in text
