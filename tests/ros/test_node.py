@@ -181,6 +181,13 @@ def test_configure_activate_deactivate_cleanup_twice_leaks_nothing(triton: Embed
             after.append((_threads(), _fds(), _shm()))
         (threads1, fds1, _shm1), (threads2, fds2, shm2) = after
         assert threads2 <= threads1, threads2 - threads1
+        # Some descriptors are closed asynchronously, after the cleanup returned (sockets closed by gRPC's
+        # and DDS's own threads): on a loaded host one CI run saw 82 vs 80 right after it. A leak stays:
+        # wait (bounded) for the count to settle, then compare.
+        settle = time.monotonic() + 10.0
+        while fds2 > fds1 and time.monotonic() < settle:
+            time.sleep(0.1)
+            fds2 = _fds()
         assert fds2 <= fds1, (fds1, fds2)
         assert shm2 <= shm0, shm2 - shm0  # the client's regions are gone
     finally:
