@@ -56,7 +56,7 @@ from perception.metrics import (
 )
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._source import DriveSource
-from perception.scheduler import InferClient, Runtime, server_time_breakdown
+from perception.scheduler import AdmissionProvider, InferClient, Runtime, server_time_breakdown
 from perception.types import Frame, FrameResult, SensorSpec
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "ReplaySink", "parse_rate", "replay_drive", "safe_output_path"]
@@ -213,11 +213,14 @@ async def replay_drive(
     keep_results: bool = False,
     sinks: Sequence[ReplaySink] = (),
     client: InferClient | None = None,
+    admission_provider: AdmissionProvider | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
 
     ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
-    runtime then uses it instead of opening its own server and client from ``config.server``."""
+    runtime then uses it instead of opening its own server and client from ``config.server``.
+    ``admission_provider``: the runtime's admission (a fleet worker's: shared with the other workers of its
+    server)."""
     opts = options or ReplayOptions()
     cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
@@ -248,7 +251,12 @@ async def replay_drive(
                 # the embedded server traces every request for the per-request server split
                 trace = opts.server_split is not False
                 async with Runtime(
-                    session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
+                    session,
+                    fusion=fusion,
+                    client=client,
+                    join_timeout_ns=join_override,
+                    trace_requests=trace,
+                    admission=admission_provider,
                 ) as rt:
                     if runtime_hook is not None:
                         runtime_hook(rt)
