@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from reliability_helpers import profile_data, sleepy_repository, write_drive, write_profile
 
 from perception.cli import main
@@ -429,6 +430,42 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, head: _Head, tmp_p
     )
     assert done.returncode == 2, done.stderr
     assert "nowhere" in done.stderr and "Traceback" not in done.stderr
+    assert _leftovers() == []
+
+
+def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Head, tmp_path: Path) -> None:
+    """Two workers on one node share its embedded server, and so its admission: with a fixed admission of
+    2 frames in flight (each worker alone would keep 2), the frames of both drives in flight together
+    never exceed 2. Judged from each frame's admission and end as its worker recorded them on the node's
+    monotonic clock (``fleet_admission.json``): a frame's [admitted, ended] lies within the slot it held,
+    so at most 2 may overlap at any instant, whatever the machine's speed."""
+    profile = _sleepy_profile(tmp_path)
+    data = yaml.safe_load(profile.read_text())
+    data["pipeline"] = {"max_in_flight": 2, "admission": "fixed", "queue_size": 0, "overflow": "block"}
+    write_profile(profile, data)
+    for name in ("s1", "s2"):
+        write_drive(tmp_path / f"{name}.mcap", 60, seed=3)
+    out = tmp_path / "out"
+    argv = ["fleet", str(tmp_path / "s1.mcap"), str(tmp_path / "s2.mcap"), "--out", str(out)]
+    argv += ["--config", str(profile), "--workers", "2", "--no-report-md", "--no-fused-mcap", "--no-progress"]
+    assert _run([*argv, *head.join()], env=head.env) == 0
+    spans: list[tuple[int, int, str]] = []
+    pids = set()
+    for name in ("s1", "s2"):
+        summary = json.loads((out / name / "fleet_drive.json").read_text())
+        pids.add(summary["pid"])
+        admission = json.loads((out / name / "fleet_admission.json").read_text())
+        assert admission["admission"]["shared"] is True and admission["admission"]["mode"] == "fixed"
+        frames = admission["frames"]
+        assert len(frames) == summary["frames"] == 60
+        spans += [(start, end, name) for _, start, end in frames]
+    assert len(pids) == 2  # two workers, one server
+    # at each frame's admission: the frames in flight then (its own included), and whose they were
+    at_admission = [[n for s, e, n in spans if s <= start < e] for start, _, _ in spans]
+    most = max(len(names) for names in at_admission)
+    assert most <= 2, most
+    # not vacuous: both drives did have frames in flight together (the slots went back and forth)
+    assert any(set(names) == {"s1", "s2"} for names in at_admission)
     assert _leftovers() == []
 
 
