@@ -99,12 +99,14 @@ async def _readme(config: RuntimeConfig, client: TritonClient) -> tuple[list[Fra
     return results, times, {}
 
 
-def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
+def _fleet(tmp: Path, copies: int, reference: list[Any], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``perception fleet`` (its defaults, plus ``extra`` arguments) on ``copies`` copies of the drive, each
+    drive's frames compared with ``reference`` (lockstep's detections, :func:`_detections`)."""
     drives = tmp / "drives"
-    drives.mkdir()
+    drives.mkdir(exist_ok=True)
     for i in range(copies):
         shutil.copy(DRIVE, drives / f"copy{i}.mcap")
-    out = tmp / "fleet"
+    out = tmp / ("fleet" + "".join(extra).replace("-", "_"))
     cmd = [
         sys.executable,
         "-m",
@@ -115,6 +117,7 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
         str(out),
         "--no-report-md",
         "--no-fused-mcap",
+        *extra,
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
@@ -134,6 +137,7 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
     phase = report.get("drive_phase_s")
     return {
         "exit_code": proc.returncode,
+        "args": list(extra),
         "workers": report.get("workers"),
         "wall_s": round(wall, 1),
         "drive_phase_s": phase,
@@ -141,6 +145,15 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
         "drives": per_drive,
         "stderr_tail": proc.stderr[-600:] if proc.returncode else "",
     }
+
+
+async def lockstep_reference() -> list[Any]:
+    """The drive's detections per frame at ``--rate lockstep`` (the reference), on an embedded server."""
+    async with EmbeddedTriton([ROOT / "models"]) as server:
+        config = with_overrides(load_config(PROFILE), url=server.grpc_url)
+        async with TritonClient(ClientOptions(urls=(server.grpc_url,), channels=2)) as client:
+            lockstep, _, _ = await _replay(config, "lockstep", client)
+    return _detections(lockstep)
 
 
 async def _in_process(rounds: int) -> dict[str, Any]:

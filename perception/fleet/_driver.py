@@ -7,8 +7,9 @@
   workers share over loopback (shared memory included), unless ``urls`` name external servers; then
   every worker's client spreads its requests over all of them by outstanding requests. The workers of a
   node share its server's admission too (the :class:`NodeServer` holds it): together they keep as many
-  frames in flight as one replay would on that server, not as many each. A worker that dies is removed
-  from it (what it held is freed) before its drive goes back in the queue.
+  frames in flight as one replay would on that server, not as many each (a node's only worker keeps its
+  own, which is the same). A worker that dies is removed from it (what it held is freed) before its
+  drive goes back in the queue.
 * **Tasks.** The driver hands the next drive to the next free worker. A worker that dies mid-drive
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
   worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
@@ -187,7 +188,9 @@ class _Fleet:
             log.info("embedded Triton per node: %s", {n[:8]: u for n, u in urls.items()})
         worker_cls: Any = ray.remote(DriveWorker)
         for i, node in enumerate(placement):
-            server = node_servers.get(node)
+            # a node's only worker keeps its own admission: the same rule, without a call to the server
+            # actor before each frame
+            server = node_servers.get(node) if placement.count(node) > 1 else None
             if server is not None:
                 self.server_of[i] = server
             self.workers.append(
