@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,7 @@ def _fleet(tmp: Path, copies: int, reference: list[Any], extra: tuple[str, ...] 
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     wall = time.perf_counter() - t0
     report = json.loads((out / "fleet.json").read_text()) if (out / "fleet.json").exists() else {}
+    summaries = {d["name"]: d for d in report.get("drives", [])}
     per_drive = {}
     for i in range(copies):
         path = out / f"copy{i}" / "detections.jsonl"
@@ -132,6 +134,13 @@ def _fleet(tmp: Path, copies: int, reference: list[Any], extra: tuple[str, ...] 
             "ok": sum(r["status"] == "ok" for r in rows),
             "deadline_misses": sum(bool(r.get("deadline_missed")) for r in rows),
             "identical_to_lockstep": sum(r["detections"] == b for r, b in zip(rows, reference, strict=False)),
+            # a frame with a sensor late changes the tracker's state, and so the frames after it
+            "first_not_ok": next((j for j, r in enumerate(rows) if r["status"] != "ok"), None),
+            "first_different": next(
+                (j for j, (r, b) in enumerate(zip(rows, reference, strict=False)) if r["detections"] != b), None
+            ),
+            "late_sensors": dict(Counter(n for r in rows for n, sr in r["sensors"].items() if sr["status"] == "late")),
+            "admission": summaries.get(f"copy{i}", {}).get("admission"),
         }
     frames = sum(d["frames"] for d in per_drive.values())
     phase = report.get("drive_phase_s")
