@@ -320,6 +320,11 @@ class SharedAdmission:
             out["frames_granted"] = client.granted
         return out
 
+    def in_process(self) -> AdmissionServer:
+        """This admission's calls for pipelines on the same event loop (several runtimes of one process
+        sharing servers): ``RemoteAdmission(shared.in_process())``."""
+        return _InProcess(self)
+
     def _grant(self, client: _Client) -> None:
         client.in_use += 1
         client.granted += 1
@@ -353,6 +358,28 @@ class AdmissionServer(Protocol):
     def detach(self, token: int) -> Awaitable[object]: ...
 
     def report(self, token: int) -> Awaitable[dict[str, object]]: ...
+
+
+class _InProcess:
+    """A :class:`SharedAdmission` reached on its own event loop (:meth:`SharedAdmission.in_process`)."""
+
+    def __init__(self, shared: SharedAdmission) -> None:
+        self._shared = shared
+
+    async def attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
+        return self._shared.attach(max_in_flight, deadline_ns, adaptive=adaptive, owner=owner)
+
+    async def acquire(self, token: int) -> bool:
+        return await self._shared.acquire(token)
+
+    def release(self, token: int, service_ns: int | None, late: bool) -> None:
+        self._shared.release(token, service_ns, late)
+
+    async def detach(self, token: int) -> None:
+        self._shared.detach(token)
+
+    async def report(self, token: int) -> dict[str, object]:
+        return self._shared.report(token)
 
 
 class RemoteAdmission:

@@ -1,8 +1,9 @@
 """Pipelining: up to K frames in flight, results emitted in frame order, bounded queue with a policy.
 
 Frames enter in source order and get a sequence number. At most the admission's limit (adaptive up to
-``max_in_flight``, :class:`~perception.scheduler._admission.Admission`) are processed at once; the rest
-wait in a bounded queue of ``queue_size``. When the queue overflows:
+``max_in_flight``, :class:`~perception.scheduler._admission.Admission`) are processed at once (with an
+admission shared by several pipelines, :class:`~perception.scheduler._admission.SharedAdmission`: all
+their frames together); the rest wait in a bounded queue of ``queue_size``. When the queue overflows:
 
 * ``drop-oldest`` drops the oldest waiting frame (a live host wants the freshest data),
 * ``drop-newest`` refuses the incoming frame,

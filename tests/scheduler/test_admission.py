@@ -95,29 +95,6 @@ def test_fixed_admission_keeps_k() -> None:
 # -- one admission shared by several pipelines (a fleet node's workers, sharing its server) -----------
 
 
-class InProcess:
-    """A :class:`SharedAdmission` reached as a pipeline reaches a fleet node's (awaited calls; the release
-    sent without waiting)."""
-
-    def __init__(self, shared: SharedAdmission) -> None:
-        self.shared = shared
-
-    async def attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
-        return self.shared.attach(max_in_flight, deadline_ns, adaptive=adaptive, owner=owner)
-
-    async def acquire(self, token: int) -> bool:
-        return await self.shared.acquire(token)
-
-    def release(self, token: int, service_ns: int | None, late: bool) -> None:
-        self.shared.release(token, service_ns, late)
-
-    async def detach(self, token: int) -> None:
-        self.shared.detach(token)
-
-    async def report(self, token: int) -> dict[str, object]:
-        return self.shared.report(token)
-
-
 def share(
     pipelines: int, depth: int, service: Callable[[int], int], frames: int
 ) -> tuple[SharedAdmission, list[tuple[int, int]]]:
@@ -219,7 +196,7 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
             yield Frame(frame_id=i, t_ns=i * 100 * MS, samples={})
 
     async def one(owner: str, out: list[FrameResult]) -> None:
-        provider = RemoteAdmission(InProcess(shared), owner=owner)
+        provider = RemoteAdmission(shared.in_process(), owner=owner)
         async with provider.open(2, DEADLINE, adaptive=False) as admission:
             pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=admission)
             send, recv = anyio.create_memory_object_stream[FrameResult](100)
