@@ -40,7 +40,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
-from perception.fleet._outputs import OUT_MARKER
+from perception.fleet._outputs import ADMISSION_FILE, OUT_MARKER, SUMMARY_FILE
 from perception.replay import MODES
 from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
@@ -437,7 +437,7 @@ def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Hea
     """Two workers on one node share its embedded server, and so its admission: with a fixed admission of
     2 frames in flight (each worker alone would keep 2), the frames of both drives in flight together
     never exceed 2. Judged from each frame's admission and end as its worker recorded them on the node's
-    monotonic clock (``fleet_admission.json``): a frame's [admitted, ended] lies within the slot it held,
+    monotonic clock (:data:`ADMISSION_FILE`): a frame's [admitted, ended] lies within the slot it held,
     so at most 2 may overlap at any instant, whatever the machine's speed."""
     profile = _sleepy_profile(tmp_path)
     data = yaml.safe_load(profile.read_text())
@@ -452,9 +452,9 @@ def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Hea
     spans: list[tuple[int, int, str]] = []
     pids = set()
     for name in ("s1", "s2"):
-        summary = json.loads((out / name / "fleet_drive.json").read_text())
+        summary = json.loads((out / name / SUMMARY_FILE).read_text())
         pids.add(summary["pid"])
-        admission = json.loads((out / name / "fleet_admission.json").read_text())
+        admission = json.loads((out / name / ADMISSION_FILE).read_text())
         assert admission["admission"]["shared"] is True and admission["admission"]["mode"] == "fixed"
         frames = admission["frames"]
         assert len(frames) == summary["frames"] == 60
