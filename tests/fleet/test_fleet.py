@@ -469,6 +469,35 @@ def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Hea
     assert _leftovers() == []
 
 
+def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: _Head, tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-drive held slots of its node's shared admission (a fixed 2, the other worker
+    asking for them all the time): the driver frees them, so the other drive and the killed one's retry
+    both finish (without that, the shared admission would keep them forever and the fleet would hang)."""
+    profile = _sleepy_profile(tmp_path)
+    data = yaml.safe_load(profile.read_text())
+    data["pipeline"] = {"max_in_flight": 2, "admission": "fixed", "queue_size": 0, "overflow": "block"}
+    write_profile(profile, data)
+    for name in ("k1", "k2"):
+        write_drive(tmp_path / f"{name}.mcap", 80, seed=4)
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "k1.mcap"), str(tmp_path / "k2.mcap"), "--out", str(out), "--config", str(profile)]
+    argv += ["--workers", "2", "--no-report-md", "--no-fused-mcap", "--no-progress", *head.join()]
+    cli = _fleet(argv, env=head.env)
+    try:
+        # mid-drive: both drives have records, so both workers are taking slots
+        _until(lambda: len(_staged_frames(out)) == 2 and min(_staged_frames(out).values()) >= 5, cli, "frames")
+        staged = next((out / ".staging").glob("k1.1.*"))
+        os.kill(int(staged.name.rsplit(".", 1)[1]), signal.SIGKILL)
+    finally:
+        code = _end(cli, timeout_s=300)
+    assert code == 0
+    report = json.loads((out / FLEET_JSON).read_text())
+    by_name = {d["name"]: d for d in report["drives"]}
+    assert by_name["k1"]["status"] == by_name["k2"]["status"] == "ok"
+    assert by_name["k1"]["attempts"] == 2 and by_name["k1"]["frames"] == by_name["k2"]["frames"] == 80
+    assert _leftovers() == []
+
+
 def test_a_missing_baseline_is_a_usage_error(drives: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["fleet", str(drives), "--out", str(tmp_path / "o"), "--baseline", str(tmp_path / "nope")])
     assert code == 2
