@@ -471,8 +471,9 @@ def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Hea
 
 def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: _Head, tmp_path: Path) -> None:
     """A worker SIGKILLed mid-drive held slots of its node's shared admission (a fixed 2, the other worker
-    asking for them all the time): the driver frees them, so the other drive and the killed one's retry
-    both finish (without that, the shared admission would keep them forever and the fleet would hang)."""
+    asking for them all the time): the driver detaches its stream, freeing them, so the other drive and the
+    killed one's retry both finish with every slot of the admission (a stream left attached would keep
+    what it held forever)."""
     profile = _sleepy_profile(tmp_path)
     data = yaml.safe_load(profile.read_text())
     data["pipeline"] = {"max_in_flight": 2, "admission": "fixed", "queue_size": 0, "overflow": "block"}
@@ -495,6 +496,10 @@ def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: _H
     by_name = {d["name"]: d for d in report["drives"]}
     assert by_name["k1"]["status"] == by_name["k2"]["status"] == "ok"
     assert by_name["k1"]["attempts"] == 2 and by_name["k1"]["frames"] == by_name["k2"]["frames"] == 80
+    # the killed worker's stream is gone from the shared admission: the drive that ended last (the other
+    # one had detached by then) was the only stream attached when it ended
+    shared_by = [json.loads((out / n / ADMISSION_FILE).read_text())["admission"]["shared_by"] for n in ("k1", "k2")]
+    assert min(shared_by) == 1, shared_by
     assert _leftovers() == []
 
 
