@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +105,14 @@ async def _readme(config: RuntimeConfig, client: TritonClient) -> tuple[list[Fra
     return results, times, {}
 
 
-def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
+def _fleet(tmp: Path, copies: int, reference: list[Any], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``perception fleet`` (its defaults, plus ``extra`` arguments) on ``copies`` copies of the drive, each
+    drive's frames compared with ``reference`` (lockstep's detections, :func:`_detections`)."""
     drives = tmp / "drives"
-    drives.mkdir()
+    drives.mkdir(exist_ok=True)
     for i in range(copies):
         shutil.copy(DRIVE, drives / f"copy{i}.mcap")
-    out = tmp / "fleet"
+    out = tmp / ("fleet" + "".join(extra).replace("-", "_"))
     cmd = [
         sys.executable,
         "-m",
@@ -120,11 +123,13 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
         str(out),
         "--no-report-md",
         "--no-fused-mcap",
+        *extra,
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     wall = time.perf_counter() - t0
     report = json.loads((out / "fleet.json").read_text()) if (out / "fleet.json").exists() else {}
+    summaries = {d["name"]: d for d in report.get("drives", [])}
     per_drive = {}
     for i in range(copies):
         path = out / f"copy{i}" / "detections.jsonl"
@@ -134,11 +139,19 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
             "ok": sum(r["status"] == "ok" for r in rows),
             "deadline_misses": sum(bool(r.get("deadline_missed")) for r in rows),
             "identical_to_lockstep": sum(r["detections"] == b for r, b in zip(rows, reference, strict=False)),
+            # a frame with a sensor late changes the tracker's state, and so the frames after it
+            "first_not_ok": next((j for j, r in enumerate(rows) if r["status"] != "ok"), None),
+            "first_different": next(
+                (j for j, (r, b) in enumerate(zip(rows, reference, strict=False)) if r["detections"] != b), None
+            ),
+            "late_sensors": dict(Counter(n for r in rows for n, sr in r["sensors"].items() if sr["status"] == "late")),
+            "admission": summaries.get(f"copy{i}", {}).get("admission"),
         }
     frames = sum(d["frames"] for d in per_drive.values())
     phase = report.get("drive_phase_s")
     return {
         "exit_code": proc.returncode,
+        "args": list(extra),
         "workers": report.get("workers"),
         "wall_s": round(wall, 1),
         "drive_phase_s": phase,
@@ -146,6 +159,15 @@ def _fleet(tmp: Path, copies: int, reference: list[Any]) -> dict[str, Any]:
         "drives": per_drive,
         "stderr_tail": proc.stderr[-600:] if proc.returncode else "",
     }
+
+
+async def lockstep_reference() -> list[Any]:
+    """The drive's detections per frame at ``--rate lockstep`` (the reference), on an embedded server."""
+    async with EmbeddedTriton([ROOT / "models"]) as server:
+        config = with_overrides(load_config(PROFILE), url=server.grpc_url)
+        async with TritonClient(ClientOptions(urls=(server.grpc_url,), channels=2)) as client:
+            lockstep, _, _ = await _replay(config, "lockstep", client)
+    return _detections(lockstep)
 
 
 async def _in_process(rounds: int) -> dict[str, Any]:

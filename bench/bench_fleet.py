@@ -20,6 +20,15 @@ the same two servers, one configuration after another in one run:
   CPU use during the drive phase (``/proc/stat``: the share of all cores busy, any process), which says
   whether the host, rather than Triton's instances, was the limit.
 
+**The production models** (``production`` in the results): ``perception fleet`` with its defaults on
+``--copies`` copies of the bundled drive, served by the default profile's models, which compute on the
+same 2 cores as the workers (CPU-bound, unlike the sleepy ones); as a user runs it, its own local
+cluster and embedded server. Per drive and in total: frames ok (%), deadline misses, frames whose
+detections equal a ``replay --rate lockstep`` of the drive (the comparison of ``bench_faithful.py``), and
+frames/s over the drive phase. Beside the defaults (one worker on 2 cores), ``--workers 2``: two workers
+sharing the node's server and its admission (issue 27: workers sharing a server share its admission).
+``--production-only`` runs just this part and keeps the other keys of the results file.
+
 Writes ``bench/results/fleet.json``.
 """
 
@@ -203,15 +212,60 @@ def _verdicts(rows: list[dict[str, Any]]) -> None:
             r["share_of_limit"] = round(r["fps"] / limit, 3)
 
 
+def _production(copies: int, variants: list[tuple[str, ...]]) -> dict[str, Any]:
+    """The fleet on the production models (see the module docs), each variant's totals beside its drives."""
+    from bench_faithful import _fleet, lockstep_reference
+
+    reference = anyio.run(lockstep_reference)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-production-") as tmp:
+        for extra in variants:
+            run = _fleet(Path(tmp), copies, reference, extra)
+            drives = run["drives"].values()
+            frames = sum(d["frames"] for d in drives)
+            run["totals"] = {
+                "frames": frames,
+                "expected_frames": copies * len(reference),
+                "ok_pct": round(100 * sum(d["ok"] for d in drives) / max(frames, 1), 1),
+                "deadline_misses": sum(d["deadline_misses"] for d in drives),
+                "identical_to_lockstep": sum(d["identical_to_lockstep"] for d in drives),
+                "every_drive_identical": all(d["identical_to_lockstep"] == len(reference) for d in drives),
+            }
+            log.info(
+                "production %s: %s, %s frames/s",
+                " ".join(extra) or "defaults",
+                run["totals"],
+                run["frames_per_s_drive_phase"],
+            )
+            runs.append(run)
+    return {
+        "drive": "replay_data/urban_seed7_10s.mcap",
+        "copies": copies,
+        "profile": "launch/replay.yaml (defaults)",
+        "reference": "replay --rate lockstep of the drive",
+        "reference_frames": len(reference),
+        "runs": runs,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--drives", type=int, default=16, help="drives per configuration (default 16)")
     p.add_argument("--duration", type=float, default=6.0, help="seconds of each drive (default 6)")
     p.add_argument("--workers", default="1,2,4", help="worker counts (default 1,2,4)")
+    p.add_argument("--copies", type=int, default=3, help="production: copies of the bundled drive (default 3)")
+    p.add_argument("--production-only", action="store_true", help="only the production models' part")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("perception", "ray"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    production = _production(args.copies, [(), ("--workers", "2")])
+    if args.production_only:
+        kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"bench": "fleet"}
+        RESULTS.write_text(json.dumps({**kept, "production": production}, indent=2) + "\n")
+        log.info("wrote %s (production only)", RESULTS)
+        return 0
     counts = [int(x) for x in args.workers.split(",")]
     env = environment()
     rows: list[dict[str, Any]] = []
@@ -259,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         "limit_fps_per_server": LIMIT_FPS,
         "target_efficiency": TARGET_EFFICIENCY,
         "rows": rows,
+        "production": production,
     }
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     log.info(

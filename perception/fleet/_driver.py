@@ -5,7 +5,11 @@
 * **Placement.** Workers are spread over the cluster's nodes in proportion to their CPUs, each pinned
   to its node. Each node with workers gets one embedded Triton (a :class:`NodeServer` actor) that its
   workers share over loopback (shared memory included), unless ``urls`` name external servers; then
-  every worker's client spreads its requests over all of them by outstanding requests.
+  every worker's client spreads its requests over all of them by outstanding requests. The workers of a
+  node share its server's admission too (the :class:`NodeServer` holds it): together they keep as many
+  frames in flight as one replay would on that server, not as many each (a node's only worker keeps its
+  own, which is the same). A worker that dies is removed from it (what it held is freed) before its
+  drive goes back in the queue.
 * **Tasks.** The driver hands the next drive to the next free worker. A worker that dies mid-drive
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
   worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
@@ -118,6 +122,7 @@ class _Fleet:
         self.running: dict[str, Any] = {}  # drive name -> ObjectRef
         self.workers: list[Any] = []
         self.servers: list[Any] = []
+        self.server_of: dict[int, Any] = {}  # a worker (index in workers) -> its node's server, if embedded
         self.stopped = False
         self.failed = 0
         self.first_dispatch: float | None = None  # monotonic, the drive phase: first task sent ...
@@ -163,6 +168,7 @@ class _Fleet:
         count = self.opts.workers or default_workers(nodes, embedded=not self.opts.urls)
         placement = _spread(nodes, count)
         urls: dict[str, list[str]] = {}
+        node_servers: dict[str, Any] = {}
         if self.opts.urls:
             urls = {n: list(self.opts.urls) for n in set(placement)}
         else:
@@ -175,12 +181,18 @@ class _Fleet:
                     num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), max_restarts=0
                 ).remote()
                 self.servers.append(actor)
+                node_servers[node] = actor
                 starting[node] = actor.start.remote(repos, cfg.server.startup_timeout_s)
             for node, ref in starting.items():
                 urls[node] = [await _unwrapped(ref)]
             log.info("embedded Triton per node: %s", {n[:8]: u for n, u in urls.items()})
         worker_cls: Any = ray.remote(DriveWorker)
-        for node in placement:
+        for i, node in enumerate(placement):
+            # a node's only worker keeps its own admission: the same rule, without a call to the server
+            # actor before each frame
+            server = node_servers.get(node) if placement.count(node) > 1 else None
+            if server is not None:
+                self.server_of[i] = server
             self.workers.append(
                 worker_cls.options(
                     num_cpus=0,
@@ -188,7 +200,7 @@ class _Fleet:
                     max_restarts=self.opts.retries + 1,
                     max_task_retries=0,  # the driver retries a drive, on any worker
                     max_concurrency=4,  # a replay, plus progress and close calls beside it
-                ).remote(urls[node], self.opts.settings, str(self.opts.profile))
+                ).remote(urls[node], self.opts.settings, str(self.opts.profile), server, _owner(i))
             )
         # every worker process up (its imports done) before the first drive is sent: a task's time
         # beyond the worker's own replay is then Ray's overhead, not the actor's start
@@ -221,6 +233,7 @@ class _Fleet:
                 reason = f"attempt {attempt}: worker died ({type(exc).__name__})"
                 self.retried.setdefault(drive.name, []).append(reason)
                 log.warning("drive %s: %s", drive.name, reason)
+                await self._forget(worker)
                 if attempt <= self.opts.retries:
                     self.queue.append((drive, attempt + 1))
                 else:
@@ -238,6 +251,14 @@ class _Fleet:
             finally:
                 self.running.pop(drive.name, None)
             self._done(summary)
+
+    async def _forget(self, worker: Any) -> None:
+        """A worker died: what it held of its node's shared admission goes to the node's other workers."""
+        i = self.workers.index(worker)
+        server = self.server_of.get(i)
+        if server is not None:
+            with anyio.move_on_after(30):
+                await _gather([server.admission_drop.remote(_owner(i))])
 
     async def _back(self, worker: Any) -> bool:
         """Whether a worker that died answers again (Ray restarts it) within :data:`WORKER_RESTART_S`."""
@@ -312,6 +333,11 @@ class _Fleet:
                 await _gather([s.stop.remote() for s in self.servers])
             for s in self.servers:
                 ray.kill(s, no_restart=True)
+
+
+def _owner(worker: int) -> str:
+    """How a worker is named in its node's shared admission."""
+    return f"worker-{worker}"
 
 
 def _join_hint(address: str | None) -> str:

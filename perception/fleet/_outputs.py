@@ -25,6 +25,7 @@ from pathlib import Path
 from perception.errors import FleetError
 
 __all__ = [
+    "ADMISSION_FILE",
     "DRIVE_MARKER",
     "OUT_MARKER",
     "STAGING",
@@ -42,6 +43,8 @@ OUT_MARKER = ".perception-fleet"
 DRIVE_MARKER = ".perception-fleet-drive"
 #: A drive's summary in ``OUT/<drive>/`` (also what marks an output of runs before the markers).
 SUMMARY_FILE = "fleet_drive.json"
+#: Each drive's frames as its node's shared admission admitted them (``OUT/<drive>/``; :mod:`._worker`).
+ADMISSION_FILE = "fleet_admission.json"
 _FLEET_REPORT = "fleet.json"
 
 
@@ -67,9 +70,7 @@ def claim_output(out: Path, *, force: bool = False) -> None:
 def is_drive_output(path: Path) -> bool:
     """Whether ``path`` is a drive directory the tool published (its marker, or an older run's summary)."""
     return (
-        path.is_dir()
-        and not path.is_symlink()
-        and ((path / DRIVE_MARKER).is_file() or (path / SUMMARY_FILE).is_file())
+        path.is_dir() and not path.is_symlink() and ((path / DRIVE_MARKER).is_file() or (path / SUMMARY_FILE).is_file())
     )
 
 

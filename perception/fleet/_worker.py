@@ -3,6 +3,13 @@
 Both are plain classes, made Ray actors by the driver (``ray.remote(DriveWorker)``), so this module does
 not import Ray. Their async methods run on the actor's event loop, where anyio runs as on any asyncio
 loop.
+
+The workers of a node share its server, and so its admission: the :class:`NodeServer` holds one
+:class:`~perception.scheduler.SharedAdmission`, and each worker's replay takes its frames' slots from it
+(a :class:`~perception.scheduler.RemoteAdmission` over the actor's methods), so that the frames in flight
+on the server, all workers together, follow the rule one replay's follow. Each drive's output then holds
+:data:`ADMISSION_FILE`: every frame's admission and end on the node's monotonic clock (one clock for all
+the node's workers), and the shared admission's state.
 """
 
 from __future__ import annotations
@@ -21,11 +28,11 @@ from perception._paths import FUSED_MCAP_FILE, MODES_FILE
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
-from perception.fleet._outputs import SUMMARY_FILE, publish, staging_dir
+from perception.fleet._outputs import ADMISSION_FILE, SUMMARY_FILE, publish, staging_dir
 from perception.metrics import LatencyStats, budget_rows, budget_violations
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, each_frame, replay_drive, score_modes
-from perception.scheduler import Session
-from perception.types import FrameResult
+from perception.scheduler import RemoteAdmission, Session, SharedAdmission
+from perception.types import FrameResult, FrameStatus
 
 __all__ = ["SUMMARY_FILE", "DriveJob", "DriveWorker", "NodeServer", "WorkerSettings"]
 
@@ -55,13 +62,50 @@ class DriveJob:
     attempt: int
 
 
-class DriveWorker:
-    """A Ray actor replaying one drive at a time over one open Triton client (shared by its drives)."""
+class _NodeAdmission:
+    """A node's :class:`SharedAdmission` as a worker reaches it: the :class:`NodeServer` actor's methods."""
 
-    def __init__(self, urls: list[str], settings: WorkerSettings, default_profile: str) -> None:
+    def __init__(self, server: Any) -> None:
+        self._server = server
+
+    async def attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
+        token: int = await self._server.admission_attach.remote(max_in_flight, deadline_ns, adaptive, owner)
+        return token
+
+    async def acquire(self, token: int) -> bool:
+        granted: bool = await self._server.admission_acquire.remote(token)
+        return granted
+
+    def release(self, token: int, service_ns: int | None, late: bool) -> object:
+        return self._server.admission_release.remote(token, service_ns, late)  # not waited for
+
+    async def detach(self, token: int) -> None:
+        await self._server.admission_detach.remote(token)
+
+    async def report(self, token: int) -> dict[str, object]:
+        state: dict[str, object] = await self._server.admission_report.remote(token)
+        return state
+
+
+class DriveWorker:
+    """A Ray actor replaying one drive at a time over one open Triton client (shared by its drives).
+
+    ``server``: its node's :class:`NodeServer` (its embedded Triton), whose admission its replays share
+    with the node's other workers; ``owner`` names this worker there. None: external servers, and the
+    worker's own admission."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        settings: WorkerSettings,
+        default_profile: str,
+        server: Any = None,
+        owner: str = "",
+    ) -> None:
         self._urls = tuple(urls)
         self._settings = settings
         self._profile_path = settings.profile or default_profile
+        self._admission = RemoteAdmission(_NodeAdmission(server), owner=owner) if server is not None else None
         self._stack: contextlib.AsyncExitStack | None = None
         self._client: Any = None
         self._current: str | None = None
@@ -117,8 +161,13 @@ class DriveWorker:
         self._current, self._frames = job.name, 0
         summary: dict[str, Any] = {"name": job.name, "drive": job.path, "attempt": job.attempt, **self.where()}
 
+        admitted: list[tuple[int, int, int]] = []  # frame id, admitted and ended (node's monotonic ns)
+
         def count(result: FrameResult) -> None:
             self._frames += 1
+            if result.status is not FrameStatus.DROPPED and result.latency.start_ns:
+                start = result.latency.start_ns
+                admitted.append((result.frame_id, start, start + result.latency.total_ns))
 
         total_sketch: dict[str, Any] | None = None
         try:
@@ -150,8 +199,12 @@ class DriveWorker:
                 options,
                 client=client,
                 sinks=sinks,
+                admission_provider=self._admission,
             )
             summary.update(self._summarise(outcome, cfg))
+            if self._admission is not None:
+                state = outcome.report.admission
+                (staging / ADMISSION_FILE).write_text(_json({"admission": state, "frames": admitted}))
             # the drive's frame totals as a mergeable sketch, for the fleet's pooled percentiles (not in
             # the drive's own file): a fixed size per drive, however long the drive
             total_sketch = outcome.latency.total_ns.to_dict()
@@ -195,6 +248,7 @@ class DriveWorker:
                 "stages": {k: {"p50": v.p50, "p99": v.p99} for k, v in latency.stages.items()},
             },
             "mAP": (outcome.evaluation or {}).get("mAP"),
+            "admission": outcome.report.admission,
         }
         if self._settings.budget_ms is not None:
             rows = budget_rows(outcome.latency, self._settings.budget_ms, cfg.budget.stages, self._settings.percentile)
@@ -222,10 +276,31 @@ class DriveWorker:
 
 
 class NodeServer:
-    """A Ray actor owning the embedded Triton of one node, shared by that node's workers."""
+    """A Ray actor owning the embedded Triton of one node, shared by that node's workers, and their
+    shared admission (the ``admission_*`` methods: :class:`~perception.scheduler.SharedAdmission`'s)."""
 
     def __init__(self) -> None:
         self._stack: contextlib.AsyncExitStack | None = None
+        self._admission = SharedAdmission()
+
+    async def admission_attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
+        return self._admission.attach(max_in_flight, deadline_ns, adaptive=adaptive, owner=owner)
+
+    async def admission_acquire(self, token: int) -> bool:
+        return await self._admission.acquire(token)
+
+    async def admission_release(self, token: int, service_ns: int | None, late: bool) -> None:
+        self._admission.release(token, service_ns, late)
+
+    async def admission_detach(self, token: int) -> None:
+        self._admission.detach(token)
+
+    async def admission_drop(self, owner: str) -> None:
+        """Free what a worker that died held (its streams detached)."""
+        self._admission.drop_owner(owner)
+
+    async def admission_report(self, token: int | None = None) -> dict[str, object]:
+        return self._admission.report(token)
 
     async def start(self, repositories: list[str], startup_timeout_s: float) -> str:
         from perception.server import EmbeddedTriton

@@ -59,7 +59,7 @@ from perception.metrics import (
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._sinks import EvaluationSink, ProgressSink, RecordsSink, ReplaySink
 from perception.replay._source import DriveSource
-from perception.scheduler import InferClient, Runtime, server_time_breakdown
+from perception.scheduler import AdmissionProvider, InferClient, Runtime, server_time_breakdown
 from perception.types import Frame
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "parse_rate", "replay_drive", "safe_output_path"]
@@ -205,6 +205,7 @@ async def replay_drive(
     sinks: Sequence[ReplaySink] = (),
     stop: anyio.Event | None = None,
     client: InferClient | None = None,
+    admission_provider: AdmissionProvider | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
 
@@ -215,11 +216,13 @@ async def replay_drive(
     says ``interrupted``); set before the runtime is up, the start is abandoned (the server stopped)
     and :class:`ReplayStoppedError` is raised: nothing was replayed.
     ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
-    runtime then uses it instead of opening its own server and client from ``config.server``."""
+    runtime then uses it instead of opening its own server and client from ``config.server``.
+    ``admission_provider``: the runtime's admission (a fleet worker's: shared with the other workers of its
+    server)."""
     opts = options or ReplayOptions()
     started: list[Runtime] = []
     if stop is None:
-        outcome = await _replay(drive, config, opts, sinks, client, started)
+        outcome = await _replay(drive, config, opts, sinks, client, admission_provider, started)
     else:
         maybe: ReplayOutcome | None = None
         error: Exception | None = None
@@ -234,7 +237,7 @@ async def replay_drive(
 
             tg.start_soon(watch, stop)
             try:
-                maybe = await _replay(drive, config, opts, sinks, client, started)
+                maybe = await _replay(drive, config, opts, sinks, client, admission_provider, started)
             except Exception as exc:  # raised as it is, not in the task group's exception group
                 error = exc
             finally:
@@ -256,6 +259,7 @@ async def _replay(
     opts: ReplayOptions,
     sinks: Sequence[ReplaySink],
     client: InferClient | None,
+    admission_provider: AdmissionProvider | None,
     started: list[Runtime],
 ) -> ReplayOutcome:
     cfg = _effective(config, opts.rate)
@@ -289,7 +293,12 @@ async def _replay(
             # the embedded server traces every request for the per-request server split
             trace = opts.server_split is not False
             async with Runtime(
-                session, fusion=fusion, client=client, join_timeout_ns=join_override, trace_requests=trace
+                session,
+                fusion=fusion,
+                client=client,
+                join_timeout_ns=join_override,
+                trace_requests=trace,
+                admission=admission_provider,
             ) as rt:
                 started.append(rt)
                 stats_before = await rt.server_statistics()

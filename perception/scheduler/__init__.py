@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perception.scheduler._accumulate import SweepAccumulator
+from perception.scheduler._admission import AdmissionProvider, RemoteAdmission, SharedAdmission
 from perception.scheduler._align import FrameAssembler
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
@@ -13,13 +14,16 @@ from perception.scheduler._tensors import camera_input, output_names, prepare_in
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
+    "AdmissionProvider",
     "CallbackQueue",
     "FrameAssembler",
     "FusionStage",
     "InferClient",
     "OrderedPipeline",
+    "RemoteAdmission",
     "Runtime",
     "Session",
+    "SharedAdmission",
     "SweepAccumulator",
     "ThreadedRuntime",
     "camera_input",

@@ -20,15 +20,41 @@ measured service time of frames (admission to result):
 budget --in-flight K``, ``perception bench``). The limit only governs how many frames are *started*;
 frames beyond it wait outside the deadline (in the pipeline's queue under its overflow policy, or in
 the source under ``block``).
+
+A pipeline asks for a slot before it starts a frame and gives it back, with the frame's service time,
+when the frame ends (:class:`AdmissionControl`). By default its slots are its own (an :class:`Admission`).
+Pipelines that share servers share one admission instead, so that the frames in flight *together*
+follow the rule above as one replay's do: a :class:`SharedAdmission` next to the servers (a fleet node's
+:class:`~perception.fleet` server actor) holds the one :class:`Admission` and hands its slots out in
+turn (first come, first served); each pipeline reaches it through a :class:`RemoteAdmission`
+(``Runtime(..., admission=RemoteAdmission(server))``). Asking for a slot costs a call to the server
+before the frame is admitted (outside its deadline); giving it back is sent without waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
 from statistics import fmean
+from typing import Protocol
 
-__all__ = ["HEADROOM", "HOLD", "MAX_BACKOFF", "MIN_GAIN", "Admission"]
+import anyio
+
+__all__ = [
+    "HEADROOM",
+    "HOLD",
+    "MAX_BACKOFF",
+    "MIN_GAIN",
+    "Admission",
+    "AdmissionControl",
+    "AdmissionProvider",
+    "RemoteAdmission",
+    "SharedAdmission",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +68,44 @@ MIN_GAIN = 0.10
 MAX_BACKOFF = 512
 
 
+class AdmissionControl(Protocol):
+    """What a pipeline asks before it starts a frame, and tells when the frame ends (one event loop)."""
+
+    @property
+    def limit(self) -> int:
+        """The current limit of frames in flight (for the pipeline's buffers and the report)."""
+        ...
+
+    def try_acquire(self) -> bool:
+        """A slot for a frame waiting to start, now, if there is one (the frame may be admitted)."""
+        ...
+
+    def release(self, service_ns: int | None, *, late: bool = False) -> None:
+        """A frame admitted with :meth:`try_acquire` ended ``service_ns`` after its admission (``None``: it
+        ended without a measure, e.g. cancelled, and its slot is only given back)."""
+        ...
+
+    async def granted(self) -> None:
+        """Returns when a slot became available that the pipeline's own releases do not announce (a
+        shared admission granted one); never, for slots that only the pipeline's releases free."""
+        ...
+
+    def report(self) -> dict[str, object]:
+        """The admission's state for a run's report."""
+        ...
+
+
+class AdmissionProvider(Protocol):
+    """Where a runtime gets the admission of each stream it runs (:meth:`perception.Runtime.run`)."""
+
+    def open(
+        self, max_in_flight: int, deadline_ns: int, *, adaptive: bool
+    ) -> contextlib.AbstractAsyncContextManager[AdmissionControl]: ...
+
+
 class Admission:
-    """The in-flight limit of one pipeline (see the module docs). Not thread-safe: one event loop."""
+    """The in-flight limit of one pipeline (see the module docs), and its slots (:class:`AdmissionControl`).
+    Not thread-safe: one event loop."""
 
     def __init__(self, max_in_flight: int, deadline_ns: int, *, adaptive: bool = True) -> None:
         self.max = max_in_flight
@@ -60,6 +122,32 @@ class Admission:
         self.overloaded = 0
         self.changes = 0
         self.peak = self.limit
+        #: Frames admitted and not yet released.
+        self.in_use = 0
+
+    def try_acquire(self) -> bool:
+        """A slot now if fewer than the limit are in use, or if a probe raises the limit (a frame waits)."""
+        if self.in_use < self.limit or (self.in_use == self.limit and self.may_probe()):
+            self.in_use += 1
+            return True
+        return False
+
+    def release(self, service_ns: int | None, *, late: bool = False) -> None:
+        """Give a slot back; with the frame's service time (admission to result), adapt the limit to it."""
+        self.in_use = max(0, self.in_use - 1)
+        if service_ns is not None:
+            self.observe(service_ns, late=late)
+
+    async def granted(self) -> None:
+        await anyio.sleep_forever()  # only the pipeline's own releases free its slots
+
+    def retune(self, max_in_flight: int, deadline_ns: int) -> None:
+        """A new ceiling and deadline (a shared admission's pipelines changed); the limit stays within."""
+        self.max = max_in_flight
+        self.deadline_ns = deadline_ns
+        if self.limit > max_in_flight:
+            self._set(max_in_flight, why="a lower ceiling")
+            self._probing = False
 
     def observe(self, service_ns: int, *, late: bool) -> None:
         """One frame ended ``service_ns`` after it was admitted; ``late``: a sensor missed the join."""
@@ -126,3 +214,258 @@ class Admission:
             "changes": self.changes,
             "overloaded_frames": self.overloaded,
         }
+
+
+@dataclass
+class _Client:
+    """One pipeline attached to a :class:`SharedAdmission`."""
+
+    owner: str
+    max_in_flight: int
+    deadline_ns: int
+    in_use: int = 0
+    granted: int = 0
+
+
+@dataclass
+class _Waiter:
+    token: int
+    event: anyio.Event = field(default_factory=anyio.Event)
+    granted: bool = False
+
+
+class SharedAdmission:
+    """One :class:`Admission` whose slots several pipelines share (those of a fleet node's workers, which
+    share its server): the frames in flight of all of them together follow the one rule.
+
+    A pipeline :meth:`attach` es for a stream (its ceiling and deadline: the tightest of the attached ones
+    apply) and gets a token; :meth:`acquire` waits for a slot, first come first served; :meth:`release`
+    gives it back with the frame's service time, which the rule adapts to; :meth:`detach` ends the stream
+    and frees whatever it still held; :meth:`drop_owner` does that for every stream of an owner that died.
+    The rule starts afresh when no pipeline is attached. One event loop (a Ray actor's).
+    """
+
+    def __init__(self) -> None:
+        self._rule: Admission | None = None
+        self._clients: dict[int, _Client] = {}
+        self._waiters: deque[_Waiter] = deque()
+        self._next = 0
+        #: Frames granted, and the most frames in flight together, since this admission was made.
+        self.frames = 0
+        self.peak_in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._rule.in_use if self._rule is not None else 0
+
+    def attach(self, max_in_flight: int, deadline_ns: int, *, adaptive: bool, owner: str = "") -> int:
+        """A pipeline's stream starts: its token. The first attached stream sets whether the rule adapts."""
+        self._next += 1
+        self._clients[self._next] = _Client(owner, max(1, max_in_flight), deadline_ns)
+        if self._rule is None:
+            self._rule = Admission(max(1, max_in_flight), deadline_ns, adaptive=adaptive)
+        else:
+            self._retune()
+        return self._next
+
+    async def acquire(self, token: int) -> bool:
+        """A slot for ``token``'s next frame, once it is its turn (False: the stream was detached)."""
+        client = self._clients.get(token)
+        if client is None or self._rule is None:
+            return False
+        if not self._waiters and self._rule.try_acquire():
+            self._grant(client)
+            return True
+        waiter = _Waiter(token)
+        self._waiters.append(waiter)
+        await waiter.event.wait()
+        return waiter.granted
+
+    def release(self, token: int, service_ns: int | None, late: bool = False) -> None:
+        """``token``'s frame ended (see :meth:`Admission.release`); the slot goes to the next waiter."""
+        client = self._clients.get(token)
+        if client is None or self._rule is None or client.in_use == 0:
+            return  # detached meanwhile: its slots were freed then
+        client.in_use -= 1
+        self._rule.release(service_ns, late=late)
+        self._pump()
+
+    def detach(self, token: int) -> None:
+        """``token``'s stream ended: its waiters are turned away and the slots it still holds freed."""
+        client = self._clients.pop(token, None)
+        if client is None or self._rule is None:
+            return
+        for waiter in [w for w in self._waiters if w.token == token]:
+            self._waiters.remove(waiter)
+            waiter.event.set()
+        for _ in range(client.in_use):
+            self._rule.release(None)
+        if not self._clients:
+            self._rule = None  # the next stream starts afresh, as one replay does
+            return
+        self._retune()
+        self._pump()
+
+    def drop_owner(self, owner: str) -> None:
+        """Detach every stream of ``owner`` (a worker that died holding slots)."""
+        for token in [t for t, c in self._clients.items() if c.owner == owner]:
+            self.detach(token)
+
+    def report(self, token: int | None = None) -> dict[str, object]:
+        """The shared rule's state, with ``token``'s own frames."""
+        out: dict[str, object] = dict(self._rule.report()) if self._rule is not None else {}
+        out.update(shared_by=len(self._clients), in_flight=self.in_flight, peak_in_flight=self.peak_in_flight)
+        client = self._clients.get(token) if token is not None else None
+        if client is not None:
+            out["frames_granted"] = client.granted
+        return out
+
+    def in_process(self) -> AdmissionServer:
+        """This admission's calls for pipelines on the same event loop (several runtimes of one process
+        sharing servers): ``RemoteAdmission(shared.in_process())``."""
+        return _InProcess(self)
+
+    def _grant(self, client: _Client) -> None:
+        client.in_use += 1
+        client.granted += 1
+        self.frames += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def _pump(self) -> None:
+        while self._waiters and self._rule is not None and self._rule.try_acquire():
+            waiter = self._waiters.popleft()
+            self._grant(self._clients[waiter.token])
+            waiter.granted = True
+            waiter.event.set()
+
+    def _retune(self) -> None:
+        if self._rule is not None and self._clients:
+            clients = self._clients.values()
+            self._rule.retune(min(c.max_in_flight for c in clients), min(c.deadline_ns for c in clients))
+
+
+class AdmissionServer(Protocol):
+    """A :class:`SharedAdmission` as a pipeline reaches it (in process, or a Ray actor's methods)."""
+
+    def attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> Awaitable[int]: ...
+
+    def acquire(self, token: int) -> Awaitable[bool]: ...
+
+    def release(self, token: int, service_ns: int | None, late: bool) -> object:
+        """Sent without waiting for it (a Ray call's reference, or nothing)."""
+        ...
+
+    def detach(self, token: int) -> Awaitable[object]: ...
+
+    def report(self, token: int) -> Awaitable[dict[str, object]]: ...
+
+
+class _InProcess:
+    """A :class:`SharedAdmission` reached on its own event loop (:meth:`SharedAdmission.in_process`)."""
+
+    def __init__(self, shared: SharedAdmission) -> None:
+        self._shared = shared
+
+    async def attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
+        return self._shared.attach(max_in_flight, deadline_ns, adaptive=adaptive, owner=owner)
+
+    async def acquire(self, token: int) -> bool:
+        return await self._shared.acquire(token)
+
+    def release(self, token: int, service_ns: int | None, late: bool) -> None:
+        self._shared.release(token, service_ns, late)
+
+    async def detach(self, token: int) -> None:
+        self._shared.detach(token)
+
+    async def report(self, token: int) -> dict[str, object]:
+        return self._shared.report(token)
+
+
+class RemoteAdmission:
+    """An :class:`AdmissionProvider` over a shared admission: each stream a runtime runs attaches to it.
+
+    ``server``: the :class:`SharedAdmission`'s calls (:class:`AdmissionServer`). ``owner`` names this
+    process for :meth:`SharedAdmission.drop_owner`. A stream of one frame at a time (``max_in_flight``
+    1: a lockstep replay, which awaits every sensor whatever the deadline) keeps its own admission.
+    """
+
+    def __init__(self, server: AdmissionServer, owner: str = "") -> None:
+        self.server = server
+        self.owner = owner
+
+    @contextlib.asynccontextmanager
+    async def open(self, max_in_flight: int, deadline_ns: int, *, adaptive: bool) -> AsyncIterator[AdmissionControl]:
+        if max_in_flight <= 1:
+            yield Admission(max_in_flight, deadline_ns, adaptive=adaptive)
+            return
+        token = await self.server.attach(max_in_flight, deadline_ns, adaptive, self.owner)
+        client = _RemoteSlots(self.server, token, max_in_flight)
+        try:
+            yield client
+        finally:
+            with anyio.CancelScope(shield=True):
+                client.state = await self.server.report(token)
+                await self.server.detach(token)
+
+
+class _RemoteSlots:
+    """A pipeline's :class:`AdmissionControl` over a shared admission (:class:`RemoteAdmission`).
+
+    A frame that finds no slot in hand asks the server for one (:meth:`granted` makes the call, in the
+    pipeline's task that waits for grants); the frame is admitted once it arrives, so the call's time is
+    never part of its deadline. Each grant's wait (the call, plus any turn behind other pipelines) is in
+    the report (``slot_wait_ms``).
+    """
+
+    def __init__(self, server: AdmissionServer, token: int, ceiling: int) -> None:
+        self._server = server
+        self._token = token
+        self._ceiling = ceiling
+        self._held = 0  # slots granted, not yet taken by a frame
+        self._want = anyio.Event()
+        self._asking = False  # a request is with the server: it answers the frame that wants a slot
+        self.waits_ns: list[int] = []  # each grant: from the request to the answer
+        self.state: dict[str, object] = {}
+
+    @property
+    def limit(self) -> int:
+        return self._ceiling
+
+    def try_acquire(self) -> bool:
+        if self._held:
+            self._held -= 1
+            return True
+        if not self._asking:
+            self._want.set()  # ask the server (granted(), in the pipeline's grant task)
+        return False
+
+    def release(self, service_ns: int | None, *, late: bool = False) -> None:
+        self._server.release(self._token, service_ns, late)
+
+    async def granted(self) -> None:
+        while True:
+            await self._want.wait()
+            self._want, self._asking = anyio.Event(), True
+            asked = time.monotonic_ns()
+            try:
+                ok = await self._server.acquire(self._token)
+            finally:
+                self._asking = False
+            if ok:
+                self.waits_ns.append(time.monotonic_ns() - asked)
+                self._held += 1
+                return
+            await anyio.sleep_forever()  # detached: no slot any more
+
+    def report(self) -> dict[str, object]:
+        waits = sorted(self.waits_ns)
+        # the shared rule's state when the stream ended (its limit, peak...), shared by how many streams
+        out: dict[str, object] = {"max_in_flight": self._ceiling, **self.state, "shared": True}
+        if waits:
+            out["slot_wait_ms"] = {
+                "p50": round(waits[len(waits) // 2] / 1e6, 3),
+                "min": round(waits[0] / 1e6, 3),
+                "max": round(waits[-1] / 1e6, 3),
+            }
+        return out

@@ -1,8 +1,9 @@
 """Pipelining: up to K frames in flight, results emitted in frame order, bounded queue with a policy.
 
 Frames enter in source order and get a sequence number. At most the admission's limit (adaptive up to
-``max_in_flight``, :class:`~perception.scheduler._admission.Admission`) are processed at once; the rest
-wait in a bounded queue of ``queue_size``. When the queue overflows:
+``max_in_flight``, :class:`~perception.scheduler._admission.Admission`) are processed at once (with an
+admission shared by several pipelines, :class:`~perception.scheduler._admission.SharedAdmission`: all
+their frames together); the rest wait in a bounded queue of ``queue_size``. When the queue overflows:
 
 * ``drop-oldest`` drops the oldest waiting frame (a live host wants the freshest data),
 * ``drop-newest`` refuses the incoming frame,
@@ -24,10 +25,10 @@ import anyio
 from anyio.abc import ObjectSendStream, TaskGroup
 
 from perception.config import PipelineConfig
-from perception.scheduler._admission import Admission
+from perception.scheduler._admission import Admission, AdmissionControl
 from perception.types import Frame, FrameResult, SensorStatus
 
-__all__ = ["OrderedPipeline"]
+__all__ = ["OrderedPipeline", "admission_adapts"]
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +36,32 @@ Process = Callable[[Frame], Awaitable[FrameResult]]
 Drop = Callable[[Frame, str], FrameResult]
 
 
+def admission_adapts(config: PipelineConfig, deadline_ns: int | None) -> bool:
+    """Whether a pipeline's admission adapts its limit (``adaptive``, with a deadline to keep frames in)."""
+    return config.admission == "adaptive" and deadline_ns is not None
+
+
 class OrderedPipeline:
     """Runs frames through ``process`` with bounded concurrency and ordered, lossless output."""
 
     def __init__(
-        self, process: Process, dropped: Drop, config: PipelineConfig, *, deadline_ns: int | None = None
+        self,
+        process: Process,
+        dropped: Drop,
+        config: PipelineConfig,
+        *,
+        deadline_ns: int | None = None,
+        admission: AdmissionControl | None = None,
     ) -> None:
         """``deadline_ns``: a frame's deadline after its admission, which the adaptive admission keeps
-        frames within (without one the admission is fixed at ``max_in_flight``)."""
+        frames within (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
+        to start frames in (a shared admission's); by default the pipeline's own :class:`Admission`."""
         self._process = process
         self._dropped = dropped
-        self.admission = Admission(
+        self.admission: AdmissionControl = admission or Admission(
             config.max_in_flight,
             deadline_ns or 0,
-            adaptive=config.admission == "adaptive" and deadline_ns is not None,
+            adaptive=admission_adapts(config, deadline_ns),
         )
         self._queue_size = config.queue_size
         self._overflow = config.overflow
@@ -78,6 +91,8 @@ class OrderedPipeline:
         async with out:
             try:
                 async with anyio.create_task_group() as tg:
+                    grants = anyio.CancelScope()
+                    tg.start_soon(self._grants, tg, grants)
                     with self._intake:
                         async for frame in source:
                             await self._admit(frame, tg)
@@ -86,6 +101,7 @@ class OrderedPipeline:
                         async with self._cond:
                             while self._in_flight or (self._pending and not self._intake.cancel_called):
                                 await self._cond.wait()
+                    grants.cancel()
                     if drain.cancelled_caught:
                         log.warning("drain timeout: cancelling %d in-flight frame(s)", len(self._in_flight))
                         tg.cancel_scope.cancel()
@@ -109,10 +125,15 @@ class OrderedPipeline:
 
     async def _enqueue(self, frame: Frame, tg: TaskGroup) -> None:
         async with self._cond:
+            slot = False
             if self._overflow == "block":
-                while len(self._in_flight) >= self.admission.limit and len(self._pending) >= self._queue_size:
-                    if not self.admission.may_probe():  # the source waits: raise the limit if it pays
-                        await self._cond.wait()
+                # No room in the queue: the source waits for a slot (the admission may raise its limit
+                # for a waiting frame, or a shared admission grant one), which this frame then takes.
+                while len(self._pending) >= self._queue_size:
+                    if self.admission.try_acquire():
+                        slot = True
+                        break
+                    await self._cond.wait()
             if not frame.created_ns:
                 # The frame's budget clock starts when it is taken in. Under ``block`` the source is
                 # held back until there is room, so that is after the wait above: stamping before it
@@ -121,7 +142,7 @@ class OrderedPipeline:
             seq = self._next_seq
             self._next_seq += 1
             self._pending.append((seq, frame))
-            self._start_ready(tg)
+            self._start_ready(tg, slot=slot)
             while len(self._pending) > self._queue_size:
                 victim_seq, victim = self._pending.popleft() if self._overflow == "drop-oldest" else self._pending.pop()
                 reason = (
@@ -130,25 +151,45 @@ class OrderedPipeline:
                 self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
 
-    def _start_ready(self, tg: TaskGroup) -> None:
-        while self._pending and (len(self._in_flight) < self.admission.limit or self.admission.may_probe()):
+    def _start_ready(self, tg: TaskGroup, *, slot: bool = False) -> None:
+        """Start waiting frames while the admission gives slots (``slot``: one is already taken)."""
+        while self._pending and (slot or self.admission.try_acquire()):
+            slot = False
             seq, frame = self._pending.popleft()
             self._in_flight[seq] = frame
             tg.start_soon(self._work, seq, frame, tg, name=f"frame-{frame.frame_id}")
+        if slot:  # not used (cannot happen: the frame that took it is waiting): give it back
+            self.admission.release(None)
+
+    async def _grants(self, tg: TaskGroup, scope: anyio.CancelScope) -> None:
+        """Start waiting frames whenever a shared admission grants a slot (cancelled once drained)."""
+        with scope:
+            while True:
+                await self.admission.granted()
+                async with self._cond:
+                    self._cond.notify_all()  # a source waiting under ``block`` takes it
+                    if not self._intake.cancel_called:
+                        self._start_ready(tg)
 
     async def _work(self, seq: int, frame: Frame, tg: TaskGroup) -> None:
+        released = False
         try:
             result = await self._process(frame)
             # admission to result: what the frame's deadline covers
             service = time.monotonic_ns() - (frame.created_ns or time.monotonic_ns())
             late = any(s.status is SensorStatus.LATE for s in result.sensors.values())
-            self.admission.observe(service, late=late or result.deadline_missed)
+            released = True
+            self.admission.release(service, late=late or result.deadline_missed)
         except anyio.get_cancelled_exc_class():
+            if not released:
+                self.admission.release(None)
             with anyio.CancelScope(shield=True):
                 async with self._cond:
                     self._finish(seq, self._dropped(frame, "shutdown: cancelled while in flight"))
             raise
         except Exception as exc:  # a bug must not lose the frame: record it and keep running
+            if not released:
+                self.admission.release(None)
             log.exception("frame %d: processing failed", frame.frame_id)
             result = self._dropped(frame, f"internal error: {type(exc).__name__}: {exc}")
         async with self._cond:

@@ -27,10 +27,10 @@ import anyio
 
 from perception.config import RuntimeConfig, ServerConfig
 from perception.errors import PerceptionError, RuntimeClosedError
-from perception.scheduler._admission import Admission
+from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
-from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
@@ -88,6 +88,10 @@ class Runtime:
     ``trace_requests``: an embedded server traces every request (when ``server.trace`` allows) for a
     reader of ``rt.server.trace_dir`` (a replay's per-request server split); off by default, since trace
     files nobody reads would pile up.
+    ``admission``: where each stream of :meth:`run` gets its slots; by default its own
+    :class:`~perception.scheduler._admission.Admission`. Runtimes whose servers are shared (a fleet
+    node's workers) pass one shared admission (a ``RemoteAdmission``), so that their frames in flight
+    together follow the rule one runtime's follow.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class Runtime:
         check_models: bool = True,
         join_timeout_ns: int | None = None,
         trace_requests: bool = False,
+        admission: AdmissionProvider | None = None,
     ) -> None:
         if source is not None and rig:
             raise TypeError("pass the source (source=) or a vehicle's rig (rig=), not both")
@@ -128,8 +133,9 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
-        self.admission: Admission | None = None
+        self.admission: AdmissionControl | None = None
         #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
         self._fusion_turn: anyio.Event | None = None
         self._stopping = False
@@ -395,23 +401,29 @@ class Runtime:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order."""
         self.dispatcher  # noqa: B018 - raises when closed
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
-        pipeline = OrderedPipeline(
-            self.process, self.dropped, self.config.pipeline, deadline_ns=self.config.budget.total_ns
-        )
-        if self._stopping:
-            pipeline.stop()  # stopped before this stream started: it takes no frame
-        buffer = self.config.pipeline.max_in_flight + self.config.pipeline.queue_size + 1
-        send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
-        self._pipelines.add(pipeline)
-        self.admission = pipeline.admission
-        try:
-            async with anyio.create_task_group() as tg, recv:
-                tg.start_soon(pipeline.run, source, send)
-                async for result in recv:
-                    yield result
-        finally:
-            pipeline.stop()
-            self._pipelines.discard(pipeline)
+        pipe, deadline_ns = self.config.pipeline, self.config.budget.total_ns
+        async with contextlib.AsyncExitStack() as stack:
+            admission: AdmissionControl | None = None
+            if self._admission_provider is not None:
+                opened = self._admission_provider.open(
+                    pipe.max_in_flight, deadline_ns, adaptive=admission_adapts(pipe, deadline_ns)
+                )
+                admission = await stack.enter_async_context(opened)
+            pipeline = OrderedPipeline(self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission)
+            if self._stopping:
+                pipeline.stop()  # stopped before this stream started: it takes no frame
+            buffer = pipe.max_in_flight + pipe.queue_size + 1
+            send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
+            self._pipelines.add(pipeline)
+            self.admission = pipeline.admission
+            try:
+                async with anyio.create_task_group() as tg, recv:
+                    tg.start_soon(pipeline.run, source, send)
+                    async for result in recv:
+                        yield result
+            finally:
+                pipeline.stop()
+                self._pipelines.discard(pipeline)
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from reliability_helpers import profile_data, sleepy_repository, write_drive, write_profile
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD
-from perception.fleet._outputs import OUT_MARKER
+from perception.fleet._outputs import ADMISSION_FILE, OUT_MARKER, SUMMARY_FILE
 from perception.replay import MODES
 from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
@@ -429,6 +430,76 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, head: _Head, tmp_p
     )
     assert done.returncode == 2, done.stderr
     assert "nowhere" in done.stderr and "Traceback" not in done.stderr
+    assert _leftovers() == []
+
+
+def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Head, tmp_path: Path) -> None:
+    """Two workers on one node share its embedded server, and so its admission: with a fixed admission of
+    2 frames in flight (each worker alone would keep 2), the frames of both drives in flight together
+    never exceed 2. Judged from each frame's admission and end as its worker recorded them on the node's
+    monotonic clock (:data:`ADMISSION_FILE`): a frame's [admitted, ended] lies within the slot it held,
+    so at most 2 may overlap at any instant, whatever the machine's speed."""
+    profile = _sleepy_profile(tmp_path)
+    data = yaml.safe_load(profile.read_text())
+    data["pipeline"] = {"max_in_flight": 2, "admission": "fixed", "queue_size": 0, "overflow": "block"}
+    write_profile(profile, data)
+    for name in ("s1", "s2"):
+        write_drive(tmp_path / f"{name}.mcap", 60, seed=3)
+    out = tmp_path / "out"
+    argv = ["fleet", str(tmp_path / "s1.mcap"), str(tmp_path / "s2.mcap"), "--out", str(out)]
+    argv += ["--config", str(profile), "--workers", "2", "--no-report-md", "--no-fused-mcap", "--no-progress"]
+    assert _run([*argv, *head.join()], env=head.env) == 0
+    spans: list[tuple[int, int, str]] = []
+    pids = set()
+    for name in ("s1", "s2"):
+        summary = json.loads((out / name / SUMMARY_FILE).read_text())
+        pids.add(summary["pid"])
+        admission = json.loads((out / name / ADMISSION_FILE).read_text())
+        assert admission["admission"]["shared"] is True and admission["admission"]["mode"] == "fixed"
+        frames = admission["frames"]
+        assert len(frames) == summary["frames"] == 60
+        spans += [(start, end, name) for _, start, end in frames]
+    assert len(pids) == 2  # two workers, one server
+    # at each frame's admission: the frames in flight then (its own included), and whose they were
+    at_admission = [[n for s, e, n in spans if s <= start < e] for start, _, _ in spans]
+    most = max(len(names) for names in at_admission)
+    assert most <= 2, most
+    # not vacuous: both drives did have frames in flight together (the slots went back and forth)
+    assert any(set(names) == {"s1", "s2"} for names in at_admission)
+    assert _leftovers() == []
+
+
+def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: _Head, tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-drive held slots of its node's shared admission (a fixed 2, the other worker
+    asking for them all the time): the driver detaches its stream, freeing them, so the other drive and the
+    killed one's retry both finish with every slot of the admission (a stream left attached would keep
+    what it held forever)."""
+    profile = _sleepy_profile(tmp_path)
+    data = yaml.safe_load(profile.read_text())
+    data["pipeline"] = {"max_in_flight": 2, "admission": "fixed", "queue_size": 0, "overflow": "block"}
+    write_profile(profile, data)
+    for name in ("k1", "k2"):
+        write_drive(tmp_path / f"{name}.mcap", 80, seed=4)
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "k1.mcap"), str(tmp_path / "k2.mcap"), "--out", str(out), "--config", str(profile)]
+    argv += ["--workers", "2", "--no-report-md", "--no-fused-mcap", "--no-progress", *head.join()]
+    cli = _fleet(argv, env=head.env)
+    try:
+        # mid-drive: both drives have records, so both workers are taking slots
+        _until(lambda: len(_staged_frames(out)) == 2 and min(_staged_frames(out).values()) >= 5, cli, "frames")
+        staged = next((out / ".staging").glob("k1.1.*"))
+        os.kill(int(staged.name.rsplit(".", 1)[1]), signal.SIGKILL)
+    finally:
+        code = _end(cli, timeout_s=300)
+    assert code == 0
+    report = json.loads((out / FLEET_JSON).read_text())
+    by_name = {d["name"]: d for d in report["drives"]}
+    assert by_name["k1"]["status"] == by_name["k2"]["status"] == "ok"
+    assert by_name["k1"]["attempts"] == 2 and by_name["k1"]["frames"] == by_name["k2"]["frames"] == 80
+    # the killed worker's stream is gone from the shared admission: the drive that ended last (the other
+    # one had detached by then) was the only stream attached when it ended
+    shared_by = [json.loads((out / n / ADMISSION_FILE).read_text())["admission"]["shared_by"] for n in ("k1", "k2")]
+    assert min(shared_by) == 1, shared_by
     assert _leftovers() == []
 
 

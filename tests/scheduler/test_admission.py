@@ -1,11 +1,19 @@
 """The adaptive admission, fed service times directly (no clock): it keeps frames in flight only where
-the servers turn them into throughput within the deadline."""
+the servers turn them into throughput within the deadline; shared by several pipelines, it does so for
+their frames in flight together."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator, Callable
 
+import anyio
+import anyio.lowlevel
+
+from perception.config import PipelineConfig
+from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
 from perception.scheduler._admission import HEADROOM, HOLD, MAX_BACKOFF, Admission
+from perception.types import Frame, FrameResult, FrameStatus
 
 MS = 1_000_000
 DEADLINE = 200 * MS
@@ -82,3 +90,134 @@ def test_fixed_admission_keeps_k() -> None:
     assert run(adm, {3: 190 * MS}, 50) == [3] * 50
     assert not adm.may_probe()
     assert adm.report()["mode"] == "fixed"
+
+
+# -- one admission shared by several pipelines (a fleet node's workers, sharing its server) -----------
+
+
+def share(
+    pipelines: int, depth: int, service: Callable[[int], int], frames: int
+) -> tuple[SharedAdmission, list[tuple[int, int]]]:
+    """``pipelines`` pipelines of ``depth`` frames each, always wanting more, share one admission; a frame
+    takes ``service(frames in flight when it was admitted)``, fed to the rule (no clock). Returns the
+    admission and, per grant, (frames in flight together after it, the limit then)."""
+    shared = SharedAdmission()
+    grants: list[tuple[int, int]] = []
+
+    async def frame_slot(token: int, n: int) -> None:
+        for _ in range(n):
+            assert await shared.acquire(token)
+            in_flight = shared.in_flight
+            grants.append((in_flight, int(shared.report()["limit"])))  # type: ignore[call-overload]
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            shared.release(token, service(in_flight), False)
+
+    async def main() -> None:
+        tokens = [shared.attach(depth, DEADLINE, adaptive=True, owner=f"w{i}") for i in range(pipelines)]
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for token in tokens:
+                    for _ in range(depth):
+                        tg.start_soon(frame_slot, token, frames // (pipelines * depth))
+
+    anyio.run(main)
+    return shared, grants
+
+
+def test_pipelines_sharing_cpu_bound_servers_keep_one_frame_in_flight_together() -> None:
+    """Two pipelines of up to 4 frames each on CPU-bound servers (service grows with the frames in flight,
+    whoever's they are): together they keep the one frame in flight one replay keeps, not one each."""
+    shared, grants = share(2, 4, lambda n: 40 * MS * n, 2400)
+    assert all(n <= limit for n, limit in grants)
+    assert max(n for n, _ in grants) == 2  # probed now and then, never kept
+    assert sum(n == 1 for n, _ in grants) > 0.95 * len(grants)
+    assert shared.report()["overloaded_frames"] == 0
+
+
+def test_pipelines_sharing_servers_with_capacity_climb_to_the_ceiling_together() -> None:
+    """Servers with room: the frames in flight together climb to the ceiling (4), never to 4 each."""
+    shared, grants = share(2, 4, lambda n: (40 + 2 * n) * MS, 800)
+    assert all(n <= limit for n, limit in grants)
+    assert shared.peak_in_flight == 4 and max(limit for _, limit in grants) == 4
+
+
+def test_a_detached_or_dead_pipeline_s_slots_go_to_the_others() -> None:
+    async def main() -> None:
+        shared = SharedAdmission()
+        a = shared.attach(2, DEADLINE, adaptive=False, owner="a")
+        b = shared.attach(2, DEADLINE, adaptive=False, owner="b")
+        assert await shared.acquire(a) and await shared.acquire(a)  # both slots: b has to wait
+        got: list[bool] = []
+
+        async def wait_b() -> None:
+            got.append(await shared.acquire(b))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_b)
+                await anyio.wait_all_tasks_blocked()
+                assert got == [] and shared.in_flight == 2
+                shared.drop_owner("a")  # a's worker died holding both slots
+            assert got == [True] and shared.in_flight == 1
+            c = shared.attach(2, DEADLINE, adaptive=False, owner="c")
+            assert await shared.acquire(c)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_b)
+                await anyio.wait_all_tasks_blocked()
+                shared.detach(b)  # b's stream ended while a frame of it waited: turned away, not granted
+            assert got == [True, False] and shared.in_flight == 1
+
+    anyio.run(main)
+
+
+def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together() -> None:
+    """The pipelines themselves (not only the rule): two of ``max_in_flight`` 2 each, on one shared fixed
+    admission of 2, process at most 2 frames at once between them, and do reach 2."""
+    shared = SharedAdmission()
+    active = 0
+    peak = 0
+    config = PipelineConfig(max_in_flight=2, admission="fixed", queue_size=0, overflow="block")
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        for _ in range(50):  # long enough for either pipeline to start several more frames if it may
+            await anyio.lowlevel.checkpoint()
+        active -= 1
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    async def source(n: int) -> AsyncIterator[Frame]:
+        for i in range(n):
+            yield Frame(frame_id=i, t_ns=i * 100 * MS, samples={})
+
+    async def one(owner: str, out: list[FrameResult]) -> None:
+        provider = RemoteAdmission(shared.in_process(), owner=owner)
+        async with provider.open(2, DEADLINE, adaptive=False) as admission:
+            pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=admission)
+            send, recv = anyio.create_memory_object_stream[FrameResult](100)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pipeline.run, source(40), send)
+                async with recv:
+                    out.extend([r async for r in recv])
+        report = admission.report()
+        assert report["shared"] is True and report["mode"] == "fixed" and report["shared_by"] in (1, 2)
+
+    async def main() -> tuple[list[FrameResult], list[FrameResult]]:
+        a: list[FrameResult] = []
+        b: list[FrameResult] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "a", a)
+                tg.start_soon(one, "b", b)
+        return a, b
+
+    a, b = anyio.run(main)
+    for out in (a, b):
+        assert [r.frame_id for r in out] == list(range(40)) and all(r.status is FrameStatus.OK for r in out)
+    assert peak == 2, peak
+    assert shared.in_flight == 0 and shared.frames == 80

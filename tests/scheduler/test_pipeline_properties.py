@@ -4,10 +4,13 @@ every interleaving is reproducible and a failure shrinks to a small plan.
 
 Properties: exactly one record per frame taken, in order, with no gap (all of them without a stop);
 never more than ``max_in_flight`` frames processed at once; a half-open breaker lets exactly one probe
-out at a time however many frames are in flight, and a dropped or failed frame never leaves it stuck."""
+out at a time however many frames are in flight, and a dropped or failed frame never leaves it stuck.
+The same with the pipeline's slots taken from a shared admission (``shared``), which every slot goes back
+to however the run ends."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -17,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perception.config import CircuitConfig, PipelineConfig
-from perception.scheduler import OrderedPipeline
+from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
 from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.types import Frame, FrameResult, FrameStatus
 
@@ -50,6 +53,7 @@ def _frame(i: int) -> Frame:
     stop_at=st.none() | st.integers(0, 29),
     threshold=st.integers(1, 3),
     reset_frames=st.integers(1, 4),
+    shared=st.booleans(),
 )
 def test_ordered_lossless_bounded_and_one_probe_at_a_time(
     plan: list[tuple[int, str]],
@@ -59,6 +63,7 @@ def test_ordered_lossless_bounded_and_one_probe_at_a_time(
     stop_at: int | None,
     threshold: int,
     reset_frames: int,
+    shared: bool,
 ) -> None:
     circuit = CircuitConfig(failure_threshold=threshold, reset_after_ms=reset_frames * 100 - 1)
     run = _Run(CircuitBreaker("m", circuit))
@@ -103,19 +108,35 @@ def test_ordered_lossless_bounded_and_one_probe_at_a_time(
 
     config = PipelineConfig(max_in_flight=k, queue_size=queue, overflow=overflow)  # type: ignore[arg-type]
 
+    admission = SharedAdmission()
+    leftover: list[int] = []
+
     async def main() -> list[FrameResult]:
         nonlocal pipeline
-        pipeline = OrderedPipeline(process, dropped, config)
-        send, recv = anyio.create_memory_object_stream[FrameResult](len(plan) + 1)
         out: list[FrameResult] = []
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pipeline.run, source(), send)
-                async with recv:
-                    out.extend([r async for r in recv])
+        async with contextlib.AsyncExitStack() as stack:
+            slots = None
+            if shared:
+                # another stream attached beside it: the admission outlives this one's detach
+                admission.attach(k, 10**12, adaptive=False, owner="other")
+                slots = await stack.enter_async_context(
+                    RemoteAdmission(admission.in_process()).open(k, 10**12, adaptive=False)
+                )
+            pipeline = OrderedPipeline(process, dropped, config, admission=slots)
+            send, recv = anyio.create_memory_object_stream[FrameResult](len(plan) + 1)
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pipeline.run, source(), send)
+                    async with recv:
+                        out.extend([r async for r in recv])
+            # every frame's slot went back; at most one granted that no frame was left to take (asked
+            # for by a frame dropped or stopped meanwhile), which the stream's detach frees
+            leftover.append(admission.in_flight)
+        leftover.append(admission.in_flight)
         return out
 
     out = anyio.run(main)
+    assert leftover[0] <= 1 and leftover[1] == 0, leftover
     assert not run.violations
     ids = [r.frame_id for r in out]
     assert ids == list(range(len(ids))), ids  # one record per frame taken, in order, no gap
