@@ -1,9 +1,10 @@
 """Camera path, side by side in one run: which detector, and where and at what scale to decode the JPEGs.
 
-Three parts, written to ``bench/results/camera.json``:
+Four parts, written to ``bench/results/camera.json``:
 
 * ``quality``: 2D AP at IoU >= 0.5 per class, with its n (counted ground-truth boxes), of the
-  simulator-trained CNN (``camera_detector``) and the COCO YOLOX-Nano (``yolox_nano``), on the bundled
+  simulator-trained CNN (``camera_detector``) and the COCO YOLOX-Nano at each network input size of
+  :data:`SIZES` (``yolox_nano_416``, ``_512``, ``_640``: the graph's H/W are symbolic), on the bundled
   simulated drive (``replay_data/urban_seed7_10s.mcap``, both cameras, every image) and on the real
   nuScenes scene (``$PERCEPTION_REAL_DATA/nuscenes-scene-0916``, imported into a temporary drive; all
   six cameras of every keyframe). The protocol is ``perception model-quality``'s
@@ -13,7 +14,8 @@ Three parts, written to ``bench/results/camera.json``:
   counts: the real-data APs are lower bounds. Each model runs in-process (the same
   :class:`~perception.modelkit.CameraDetector` / :class:`~perception.modelkit.YoloxDetector` code the
   Triton models run) on images decoded like the runtime decodes them (at the model's scale,
-  :func:`perception.scheduler.camera_input`), boxes scaled back to original pixels.
+  :func:`perception.scheduler.camera_input`), boxes scaled back to original pixels. The models take
+  turns per image (rotated), so the host's load hits their ``in_process_ms`` alike.
 * ``decode``: client-side cost of one 1600x900 nuScenes JPEG: full decode vs Pillow ``draft``
   (libjpeg's DCT-domain downscale) at the scale of each model; and of a six-camera frame decoded in
   worker threads as the dispatcher does.
@@ -25,8 +27,15 @@ Three parts, written to ``bench/results/camera.json``:
   compressed JPEGs in one BYTES request to a bench-only model, ``yolox_nano_jpeg``, that decodes them
   server-side with the same draft and runs the same detector: where a GPU host would decode).
   Per variant: the client's ``preprocess`` (decode), the request, and their sum, p50/p99 (ms).
+  ``draft_batched_512`` / ``_640``: ``draft_batched`` through the same model served at that input size.
+* ``input_size``: per YOLOX input size, the 12-sensor nuScenes frame (6 cameras, 5 radars, the lidar)
+  replayed in lockstep with ``launch/replay.yaml`` (``perception eval``'s path, as ``bench_real.py``
+  does; one embedded server serves every size, the camera model switched by
+  ``sensor_defaults.camera.model``), sizes rotated round by round: frame total p50/p99 pooled over the
+  rounds against the recorded-drive budget (``budget.recorded_total_ms``), the cameras' request p50/p99,
+  and the nuScenes-protocol fused and camera-only mAP / car AP; the ``choice`` of the default size and why.
 
-Usage: ``.venv/bin/python bench/bench_camera.py [--frames 41] [--output bench/results/camera.json]``
+Usage: ``.venv/bin/python bench/bench_camera.py [--frames 41] [--rounds 3] [--output bench/results/camera.json]``
 (needs ``$PERCEPTION_REAL_DATA`` or ``../shared/real_data`` for the nuScenes parts; without it only
 the simulated quality is measured).
 """
@@ -34,6 +43,7 @@ the simulated quality is measured).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -63,6 +73,10 @@ ONNX = {
     "yolox_nano": REPO / "models" / "yolox_nano" / "1" / "yolox_nano.onnx",
 }
 SCENE = "scene-0916"
+#: YOLOX input sizes compared (square; the graph takes any multiple of 32).
+SIZES = (416, 512, 640)
+#: The percentile the frame budget is judged at.
+P99 = 99
 
 Detector = Callable[[Sequence[npt.NDArray[np.uint8]]], list[CameraDetections]]
 
@@ -85,8 +99,11 @@ def stats(ms: Sequence[float]) -> dict[str, float]:
 
 def detectors() -> dict[str, tuple[Detector, tuple[int, int]]]:
     cnn = CameraDetector(ONNX["camera_detector"])
-    yolox = YoloxDetector(ONNX["yolox_nano"])
-    return {"camera_detector": (cnn, cnn.input_size), "yolox_nano": (yolox, yolox.input_size)}
+    out: dict[str, tuple[Detector, tuple[int, int]]] = {"camera_detector": (cnn, cnn.input_size)}
+    for size in SIZES:
+        yolox = YoloxDetector(ONNX["yolox_nano"], input_size=size)
+        out[f"yolox_nano_{size}"] = (yolox, yolox.input_size)
+    return out
 
 
 def import_nuscenes(scene_root: Path, out: Path) -> Path:
@@ -116,8 +133,9 @@ def quality(drive: Path, dets: dict[str, tuple[Detector, tuple[int, int]]]) -> d
     protocol = QualitySettings()
     acc = {m: APAccumulator(num_classes=len(LABELS), iou_threshold=protocol.camera_iou) for m in dets}
     infer_ms: dict[str, list[float]] = {m: [] for m in dets}
+    names = list(dets)
     with DriveReader(drive) as reader:
-        for spec, sample in camera_samples(reader):
+        for k, (spec, sample) in enumerate(camera_samples(reader)):
             gt = reader.ground_truth_at(sample.t_ns, GT_TOLERANCE_NS)  # nuScenes cameras: tens of ms off the lidar
             if gt is None:
                 continue
@@ -126,7 +144,8 @@ def quality(drive: Path, dets: dict[str, tuple[Detector, tuple[int, int]]]) -> d
                 min_visible=protocol.camera_min_visible,
                 min_height=protocol.camera_min_height_px,
             )
-            for name, (detector, size) in dets.items():
+            for name in names[k % len(names) :] + names[: k % len(names)]:  # rotate who goes first
+                detector, size = dets[name]
                 image, scale = camera_input(sample, size)
                 t0 = time.perf_counter()
                 (d,) = detector([image])
@@ -240,71 +259,93 @@ def write_jpeg_model(repo: Path) -> None:
     (model / "1" / "model.py").write_text(_JPEG_MODEL.format(onnx=str(ONNX["yolox_nano"])))
 
 
-async def frame_latency(frames: list[list[ImageSample]], repo: Path, size: tuple[int, int]) -> dict[str, Any]:
-    from perception.server import EmbeddedTriton
-    from perception.triton import ClientOptions, TritonClient
+def write_size_models(repo: Path, sizes: Sequence[int]) -> dict[int, str]:
+    """``yolox_nano_<size>``: the committed ``models/yolox_nano`` with its name and input size changed
+    (the one setting, ``input_width`` / ``input_height``), the same ``model.py`` and network."""
+    source = REPO / "models" / "yolox_nano"
+    config = (source / "config.pbtxt").read_text()
+    names: dict[int, str] = {}
+    for size in sizes:
+        name = names[size] = f"yolox_nano_{size}"
+        text = config.replace('name: "yolox_nano"', f'name: "{name}"')
+        for key in ("input_width", "input_height"):
+            old = f'key: "{key}" value: {{ string_value: "'
+            head, _, tail = text.partition(old)
+            text = head + old + str(size) + tail[tail.index('"') :]
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(text)
+        for item in (source / "1").iterdir():
+            (repo / name / "1" / item.name).symlink_to(item)
+    return names
 
-    variants = ("full_batched", "draft_batched", "draft_per_camera", "jpeg_server_batched")
+
+async def frame_latency(
+    client: Any, frames: list[list[ImageSample]], size: tuple[int, int], size_models: dict[int, str]
+) -> dict[str, Any]:
+    default = ("full_batched", "draft_batched", "draft_per_camera", "jpeg_server_batched")
+    # draft_batched through the same network served at another input size (same decode: the DCT scale
+    # covering 640x360 is still 800x450 for a 1600x900 camera)
+    sized = {f"draft_batched_{s}": (name, (s, s)) for s, name in size_models.items() if (s, s) != size}
+    variants = default + tuple(sized)
     pre: dict[str, list[float]] = {v: [] for v in variants}
     req: dict[str, list[float]] = {v: [] for v in variants}
     total: dict[str, list[float]] = {v: [] for v in variants}
     counts: dict[str, int] = dict.fromkeys(variants, 0)
     outputs = output_names("camera")
-    server = EmbeddedTriton([REPO / "models", repo], log_path=repo.parent / "tritonserver.log", startup_timeout_s=180)
-    async with server, TritonClient(ClientOptions(urls=(server.grpc_url,))) as client:
 
-        async def decode(frame: list[ImageSample], fit: tuple[int, int] | None) -> list[Any]:
-            images: list[Any] = [None] * len(frame)
+    async def decode(frame: list[ImageSample], fit: tuple[int, int] | None) -> list[Any]:
+        images: list[Any] = [None] * len(frame)
 
-            async def one(i: int) -> None:
-                images[i] = (await anyio.to_thread.run_sync(camera_input, frame[i], fit))[0]
+        async def one(i: int) -> None:
+            images[i] = (await anyio.to_thread.run_sync(camera_input, frame[i], fit))[0]
 
-            async with anyio.create_task_group() as tg:
-                for i in range(len(frame)):
-                    tg.start_soon(one, i)
-            return images
+        async with anyio.create_task_group() as tg:
+            for i in range(len(frame)):
+                tg.start_soon(one, i)
+        return images
 
-        async def run(variant: str, frame: list[ImageSample]) -> None:
-            t0 = time.perf_counter()
-            if variant == "jpeg_server_batched":
-                blobs = np.array([[s.data] for s in frame], dtype=np.object_)
-                t1 = time.perf_counter()
-                res = await client.infer("yolox_nano_jpeg", {"JPEG": blobs}, outputs=outputs, use_shm=False)
-                found = int(np.asarray(res.outputs["COUNT"]).sum())
+    async def run(variant: str, frame: list[ImageSample]) -> None:
+        t0 = time.perf_counter()
+        if variant == "jpeg_server_batched":
+            blobs = np.array([[s.data] for s in frame], dtype=np.object_)
+            t1 = time.perf_counter()
+            res = await client.infer("yolox_nano_jpeg", {"JPEG": blobs}, outputs=outputs, use_shm=False)
+            found = int(np.asarray(res.outputs["COUNT"]).sum())
+        else:
+            model, fit = sized.get(variant, ("yolox_nano", size))
+            images = await decode(frame, None if variant == "full_batched" else fit)
+            t1 = time.perf_counter()
+            if variant == "draft_per_camera":
+                found = 0
+
+                async def single(image: Any) -> None:
+                    nonlocal found
+                    r = await client.infer(model, {"IMAGE": image[None]}, outputs=outputs)
+                    found += int(np.asarray(r.outputs["COUNT"]).sum())
+
+                async with anyio.create_task_group() as tg:
+                    for image in images:
+                        tg.start_soon(single, image)
             else:
-                images = await decode(frame, None if variant == "full_batched" else size)
-                t1 = time.perf_counter()
-                if variant == "draft_per_camera":
-                    found = 0
+                res = await client.infer(model, {"IMAGE": np.stack(images)}, outputs=outputs)
+                found = int(np.asarray(res.outputs["COUNT"]).sum())
+        t2 = time.perf_counter()
+        pre[variant].append((t1 - t0) * 1e3)
+        req[variant].append((t2 - t1) * 1e3)
+        total[variant].append((t2 - t0) * 1e3)
+        counts[variant] += found
 
-                    async def single(image: Any) -> None:
-                        nonlocal found
-                        r = await client.infer("yolox_nano", {"IMAGE": image[None]}, outputs=outputs)
-                        found += int(np.asarray(r.outputs["COUNT"]).sum())
-
-                    async with anyio.create_task_group() as tg:
-                        for image in images:
-                            tg.start_soon(single, image)
-                else:
-                    res = await client.infer("yolox_nano", {"IMAGE": np.stack(images)}, outputs=outputs)
-                    found = int(np.asarray(res.outputs["COUNT"]).sum())
-            t2 = time.perf_counter()
-            pre[variant].append((t1 - t0) * 1e3)
-            req[variant].append((t2 - t1) * 1e3)
-            total[variant].append((t2 - t0) * 1e3)
-            counts[variant] += found
-
-        for v in variants:  # warm-up: every variant once (first requests pay one-off costs)
-            await run(v, frames[0])
-        for v in variants:
-            pre[v].clear()
-            req[v].clear()
-            total[v].clear()
-            counts[v] = 0
-        for k, frame in enumerate(frames):
-            order = variants[k % len(variants) :] + variants[: k % len(variants)]  # rotate who goes first
-            for v in order:
-                await run(v, frame)
+    for v in variants:  # warm-up: every variant once (first requests pay one-off costs)
+        await run(v, frames[0])
+    for v in variants:
+        pre[v].clear()
+        req[v].clear()
+        total[v].clear()
+        counts[v] = 0
+    for k, frame in enumerate(frames):
+        order = variants[k % len(variants) :] + variants[: k % len(variants)]  # rotate who goes first
+        for v in order:
+            await run(v, frame)
     return {
         v: {
             "preprocess_ms": stats(pre[v]),
@@ -314,6 +355,106 @@ async def frame_latency(frames: list[list[ImageSample]], repo: Path, size: tuple
         }
         for v in variants
     }
+
+
+# -------------------------------------------------------------------------------- input size (12 sensors)
+
+
+async def lockstep_by_size(drive: Path, url: str, size_models: dict[int, str], rounds: int) -> dict[str, Any]:
+    """The 12-sensor frame in lockstep per YOLOX input size, sizes rotated round by round (see the module
+    docstring); the profile is ``launch/replay.yaml`` with only the camera model switched."""
+    from perception.config import load_config, with_overrides
+    from perception.replay import evaluate_modes
+
+    base = with_overrides(load_config(REPO / "launch" / "replay.yaml"), url=url)
+    sizes = list(size_models)
+    frame_ms: dict[int, list[float]] = {s: [] for s in sizes}
+    camera_ms: dict[int, list[float]] = {s: [] for s in sizes}
+    quality: dict[int, list[dict[str, Any]]] = {s: [] for s in sizes}
+    load: list[list[float]] = []
+    with DriveReader(drive) as reader:
+        budget_ms = base.budget.for_drive(reader.metadata).total_ms
+        cameras = {n for n, spec in reader.rig.items() if spec.kind == SensorKind.CAMERA}
+        sensors = len(reader.rig)
+    for r in range(rounds):
+        for size in sizes[r % len(sizes) :] + sizes[: r % len(sizes)]:
+            camera = dataclasses.replace(base.sensor_defaults.camera, model=size_models[size])
+            cfg = dataclasses.replace(base, sensor_defaults=dataclasses.replace(base.sensor_defaults, camera=camera))
+            modes, outcome = await evaluate_modes(drive, cfg, progress=False)
+            load.append([round(x, 2) for x in os.getloadavg()])
+            for result in outcome.results:
+                frame_ms[size].append(result.latency.total_ns / 1e6)
+                for name, sr in result.sensors:
+                    if name in cameras and sr.stages.get("request"):
+                        camera_ms[size].append(sr.stages["request"] / 1e6)
+            quality[size].append(
+                {
+                    mode: {
+                        "mAP": _ap(modes[mode]["mAP"]),
+                        "car_AP": _ap(modes[mode]["per_class_ap"].get("car", float("nan"))),
+                        "per_class_AP": {c: _ap(v) for c, v in modes[mode]["per_class_ap"].items()},
+                    }
+                    for mode in ("fused", "camera_only")
+                }
+            )
+            log.info(
+                "input %d round %d: frame p99 %.0f ms, fused mAP %s",
+                size,
+                r,
+                np.percentile(frame_ms[size][-len(outcome.results) :], P99),
+                quality[size][-1]["fused"]["mAP"],
+            )
+    per_size = {
+        str(size): {
+            "model": size_models[size],
+            "frame_total_ms": stats(frame_ms[size]),
+            "frames_over_budget": int(sum(ms > budget_ms for ms in frame_ms[size])),
+            "camera_request_ms": stats(camera_ms[size]),
+            "quality_nuscenes_protocol": quality[size][0],
+            "quality_same_every_round": all(q == quality[size][0] for q in quality[size]),
+        }
+        for size in sizes
+    }
+    return {
+        "budget_ms": budget_ms,
+        "sensors": sensors,
+        "rounds": rounds,
+        "frames_per_round": len(frame_ms[sizes[0]]) // max(1, rounds),
+        "load_after_each_replay": load,
+        "by_size": per_size,
+        "choice": choose_size(per_size, budget_ms),
+    }
+
+
+def choose_size(per_size: dict[str, Any], budget_ms: float) -> dict[str, Any]:
+    """The largest size whose frame p99 stays within the budget with a margin for the host's load (the
+    measurement is on a shared, loaded 2-core machine; a quiet one is faster, a busier one slower):
+    p99 <= 0.9 x budget. Reported with the fused AP it buys."""
+    margin = 0.9
+    fits = [int(s) for s, row in per_size.items() if row["frame_total_ms"]["p99"] <= margin * budget_ms]
+    chosen = max(fits) if fits else min(int(s) for s in per_size)
+    return {
+        "rule": f"largest size with lockstep frame p99 <= {margin:g} x budget ({margin * budget_ms:g} ms)",
+        "input_size": chosen,
+        "within_rule": bool(fits),
+    }
+
+
+async def served(
+    frames: list[list[ImageSample]], drive: Path, repo: Path, size: tuple[int, int], rounds: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both Triton parts against one embedded server (the committed models plus the bench's)."""
+    from perception.server import EmbeddedTriton
+    from perception.triton import ClientOptions, TritonClient
+
+    size_models = write_size_models(repo, SIZES)
+    server = EmbeddedTriton([REPO / "models", repo], log_path=repo.parent / "tritonserver.log", startup_timeout_s=300)
+    async with server:
+        async with TritonClient(ClientOptions(urls=(server.grpc_url,))) as client:
+            served_size = (await client.model_contract("yolox_nano")).input_size or size  # its config's
+            frame = await frame_latency(client, frames, served_size, size_models)
+        sizes = await lockstep_by_size(drive, server.grpc_url, size_models, rounds)
+    return frame, sizes
 
 
 def nuscenes_frames(drive: Path, limit: int) -> list[list[ImageSample]]:
@@ -332,6 +473,7 @@ def nuscenes_frames(drive: Path, limit: int) -> list[list[ImageSample]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=41, help="nuScenes keyframes for decode/frame timing")
+    parser.add_argument("--rounds", type=int, default=3, help="lockstep replays per input size (rotated)")
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "camera.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -353,7 +495,8 @@ def main() -> None:
             result["decode"] = decode_costs(jpegs, sizes, args.frames)
             repo = Path(tmp) / "bench_models"
             write_jpeg_model(repo)
-            result["frame"] = anyio.run(frame_latency, frames, repo, sizes["yolox_nano"])
+            fallback = YoloxDetector(ONNX["yolox_nano"]).input_size  # when the config states no size
+            result["frame"], result["input_size"] = anyio.run(served, frames, drive, repo, fallback, args.rounds)
             result["frame_info"] = {"frames": len(frames), "cameras": 6, "model": "yolox_nano", "in_flight": 1}
     result["host"]["load_after"] = list(os.getloadavg())
     args.output.parent.mkdir(parents=True, exist_ok=True)
