@@ -15,7 +15,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 
 from __future__ import annotations
 
-from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input
+from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input, camera_input_size
 from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
@@ -36,6 +36,7 @@ __all__ = [
     "TensorSpec",
     "accumulate_problem",
     "camera_input",
+    "camera_input_size",
     "ego_problem",
     "fusion_role",
     "kind_def",

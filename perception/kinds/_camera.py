@@ -2,22 +2,70 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
-from perception.errors import InputError
+from perception.errors import ConfigError, InputError
 from perception.types import ImageSample, Sample, SensorSpec
 
 from ._kind import FusionRole, Prepared, SensorKindDef
 from ._tensors import KindContract, TensorSpec
 
-__all__ = ["CAMERA", "CAMERA_INPUT_SIZE_KEYS", "camera_input"]
+__all__ = ["CAMERA", "CAMERA_INPUT_SIZE_KEYS", "MAX_CAMERA_INPUT_SIDE", "camera_input", "camera_input_size"]
 
 #: ``parameters`` of a camera model's ``config.pbtxt`` stating its network input ``width, height``: the
 #: runtime then decodes JPEGs at the smallest DCT scale covering the letterboxed image (decoding at the
-#: model's scale); the model checks them against its network at load. Optional: without them the
-#: runtime sends full-resolution images.
+#: model's scale); the model builds its network input at that size (a network with symbolic H/W, such as
+#: ``yolox_nano``) or checks them against its fixed network at load. Optional: without them the runtime
+#: sends full-resolution images. Read and validated by :func:`camera_input_size` (one definition).
 CAMERA_INPUT_SIZE_KEYS = ("input_width", "input_height")
+#: Largest network input side a camera model's config may state (pixels).
+MAX_CAMERA_INPUT_SIDE = 4096
+
+
+def camera_input_size(
+    parameters: Any, *, file: str | None = None, model: str | None = None, require_both: bool = False
+) -> tuple[int, int] | None:
+    """The network input ``(width, height)`` stated by a camera model's config ``parameters`` (the
+    :data:`CAMERA_INPUT_SIZE_KEYS`; a mapping of ``{key: {"string_value": "416"}}`` as Triton serves it,
+    or of plain values), or ``None`` when it states neither (or, unless ``require_both``, only one).
+
+    Raises :class:`ConfigError` naming the key (and ``file``, ``model`` when given) for a value that is
+    not an integer in ``1..MAX_CAMERA_INPUT_SIDE``, or, with ``require_both``, when one key is missing.
+    """
+    if not isinstance(parameters, Mapping):
+        return None
+    raw = {key: parameters.get(key) for key in CAMERA_INPUT_SIZE_KEYS}
+    missing = [key for key, entry in raw.items() if entry is None]
+    if len(missing) == len(raw):
+        return None
+    if missing:
+        if require_both:
+            given = next(key for key in CAMERA_INPUT_SIZE_KEYS if key not in missing)
+            raise ConfigError(
+                f"{given} is set but {missing[0]} is not: state both", file=file, key=missing[0], model=model
+            )
+        return None
+    values = []
+    for key, entry in raw.items():
+        text = entry.get("string_value", "") if isinstance(entry, Mapping) else entry
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            value = None
+        if value is None or not 0 < value <= MAX_CAMERA_INPUT_SIDE:
+            raise ConfigError(
+                f"must be a positive integer of at most {MAX_CAMERA_INPUT_SIDE} (pixels), got {text!r}",
+                file=file,
+                key=key,
+                model=model,
+            )
+        values.append(value)
+    return values[0], values[1]
+
 
 CONTRACT = KindContract(
     inputs=(TensorSpec("IMAGE", "UINT8", (-1, -1, 3), description="RGB, one image per batch row"),),

@@ -30,10 +30,10 @@ import numpy.typing as npt
 
 from perception import _imageio
 from perception.errors import InputError, ModelContractError
-from perception.kinds import CAMERA, CAMERA_INPUT_SIZE_KEYS, TensorSpec
+from perception.kinds import CAMERA, CAMERA_INPUT_SIZE_KEYS, TensorSpec, camera_input_size
 from perception.types import LABELS
 
-from ._triton import Arrays, Checkpoint, RequestCancelled, TritonModel, config_parameter, params_from_config
+from ._triton import Arrays, Checkpoint, RequestCancelled, TritonModel, params_from_config
 
 __all__ = [
     "CAMERA_INPUT",
@@ -458,13 +458,20 @@ class CameraDetectorModel(TritonModel):
         if self._model_dir is None:
             raise ModelContractError("the python backend gave no model repository/version", model=self.model_name)
         self._detector = detector = self.make_detector(self._model_dir / self.ONNX_FILE, config)
-        declared = tuple(int(config_parameter(config, key, 0)) for key in CAMERA_INPUT_SIZE_KEYS)
-        if any(declared) and declared != detector.input_size:
+        declared = camera_input_size(
+            config.get("parameters"), file=self.config_file, model=self.model_name, require_both=True
+        )
+        if declared is not None and declared != detector.input_size:
             raise ModelContractError(
                 f"config parameters {'/'.join(CAMERA_INPUT_SIZE_KEYS)} say {declared[0]}x{declared[1]}, the "
                 f"network's input is {detector.input_size[0]}x{detector.input_size[1]}",
                 model=self.model_name,
             )
+
+    @property
+    def config_file(self) -> str | None:
+        """This model's ``config.pbtxt`` (for errors naming it), when the backend said where it is."""
+        return None if self._model_dir is None else os.fspath(self._model_dir.parent / "config.pbtxt")
 
     def make_detector(self, onnx_path: Path, config: Mapping[str, Any]) -> ImageDetector:
         """The detector (network + pre/post-processing) of this model; ``config`` is its Triton config."""

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from perception.errors import ModelContractError
-from perception.kinds import CAMERA_INPUT_SIZE_KEYS, TensorSpec, kind_def, known_kinds
+from perception.errors import ConfigError, ModelContractError
+from perception.kinds import TensorSpec, camera_input_size, kind_def, known_kinds
 
 __all__ = ["ModelContract", "check_contract", "parse_model_config"]
 
@@ -116,25 +116,12 @@ def parse_model_config(config: Mapping[str, Any]) -> ModelContract:
 
 
 def _input_size(parameters: Any, model: str) -> tuple[int, int] | None:
-    """``(width, height)`` from the config's :data:`CAMERA_INPUT_SIZE_KEYS` parameters, if both are set."""
-    if not isinstance(parameters, Mapping):
-        return None
-    raw = [parameters.get(key) for key in CAMERA_INPUT_SIZE_KEYS]
-    if any(r is None for r in raw):
-        return None
-    values = []
-    for key, entry in zip(CAMERA_INPUT_SIZE_KEYS, raw, strict=True):
-        text = entry.get("string_value", "") if isinstance(entry, Mapping) else entry
-        try:
-            value = int(str(text))
-        except ValueError:
-            raise ModelContractError(
-                f"parameter {key!r} must be a positive integer, got {text!r}", model=model
-            ) from None
-        if value <= 0:
-            raise ModelContractError(f"parameter {key!r} must be a positive integer, got {value}", model=model)
-        values.append(value)
-    return values[0], values[1]
+    """``(width, height)`` from the config's :data:`CAMERA_INPUT_SIZE_KEYS` parameters, if both are set
+    (validated by :func:`perception.kinds.camera_input_size`; a bad value is the served model's fault)."""
+    try:
+        return camera_input_size(parameters, model=model)
+    except ConfigError as exc:
+        raise ModelContractError(f"parameter {exc.key!r} {exc.message}", model=model) from exc
 
 
 def _instances(groups: Any) -> int:

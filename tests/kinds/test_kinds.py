@@ -18,6 +18,7 @@ from perception.kinds import (
     KindContract,
     SensorKindDef,
     TensorSpec,
+    camera_input_size,
     fusion_role,
     kind_def,
     known_kinds,
@@ -126,3 +127,24 @@ def test_fusion_role_of_a_kind_and_of_one_without_a_role() -> None:
         assert fusion_role("plain_camera") is None
     finally:
         unregister_kind("plain_camera")
+
+
+# -------------------------------------------------------------------------------- a camera model's input size
+
+
+def test_camera_input_size_reads_both_keys_as_triton_serves_them_or_plain() -> None:
+    served = {"input_width": {"string_value": "640"}, "input_height": {"string_value": "384"}, "other": {}}
+    assert camera_input_size(served) == (640, 384)
+    assert camera_input_size({"input_width": 512, "input_height": " 512 "}) == (512, 512)
+    assert camera_input_size({}) is None and camera_input_size(None) is None
+    assert camera_input_size({"input_width": "640"}) is None  # a partial statement: full-size images
+    with pytest.raises(ConfigError, match="input_height is not: state both") as info:
+        camera_input_size({"input_width": "640"}, file="m/config.pbtxt", require_both=True)
+    assert info.value.key == "input_height" and info.value.file == "m/config.pbtxt"
+
+
+@pytest.mark.parametrize("bad", ["", "4.5", "0", "-416", "4097", "wide"])
+def test_camera_input_size_names_the_bad_key(bad: str) -> None:
+    with pytest.raises(ConfigError, match="positive integer") as info:
+        camera_input_size({"input_width": "416", "input_height": bad}, file="m/config.pbtxt", model="m")
+    assert info.value.key == "input_height" and str(info.value).startswith("m/config.pbtxt: input_height: ")

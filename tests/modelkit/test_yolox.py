@@ -8,12 +8,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from perception.errors import ModelContractError
+from perception.errors import ConfigError, ModelContractError
 from perception.modelkit import (
     COCO_CLASSES,
     COCO_TO_LABEL,
     Letterbox,
     YoloxDetector,
+    YoloxDetectorModel,
     decode_yolox,
     nms,
     yolox_preprocess,
@@ -220,3 +221,100 @@ def test_detector_refuses_another_graph() -> None:
         YoloxDetector(other)
     with pytest.raises(ModelContractError, match="cannot load"):
         YoloxDetector(REPO / "no_such.onnx")
+
+
+# -------------------------------------------------------------------------------- the input size, a setting
+
+
+def test_the_committed_graph_has_symbolic_height_and_width() -> None:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(ONNX), providers=["CPUExecutionProvider"])
+    (inp,) = session.get_inputs()
+    (out,) = session.get_outputs()
+    assert inp.shape[:2] == [1, 3] and all(isinstance(d, str) for d in inp.shape[2:])
+    assert isinstance(out.shape[1], str) and out.shape[2] == COLS
+
+
+@pytest.mark.parametrize("size", [(640, 640), (512, 512), (640, 384)])
+def test_grid_preprocess_and_network_at_another_size(size: tuple[int, int]) -> None:
+    width, height = size
+    anchors = sum((width // s) * (height // s) for s in YOLOX_STRIDES)
+    grid, stride = yolox_grid(size)
+    assert grid.shape == (anchors, 2) and stride[-1] == 32
+    assert tuple(grid[-1]) == (width // 32 - 1, height // 32 - 1)  # row-major: x runs fastest
+    detector = YoloxDetector(ONNX, input_size=size)
+    assert detector.input_size == size
+    image = np.random.default_rng(1).integers(0, 256, (90, 160, 3), dtype=np.uint8)
+    batch, (box,) = detector.preprocess([image])
+    assert batch.shape == (1, 3, height, width)
+    assert box.scale == pytest.approx(min(width / 160, height / 90))
+    (out,) = detector.infer(batch)
+    assert out.shape == (1, anchors, COLS)
+
+
+def test_decode_at_another_size_maps_back_to_original_pixels() -> None:
+    size = (640, 384)
+    grid, stride = yolox_grid(size)
+    out = np.zeros((len(grid), COLS), np.float32)
+    i = int(np.flatnonzero((stride == 16) & (grid[:, 0] == 12) & (grid[:, 1] == 6))[0])
+    out[i, 0:2] = 0.5  # centre (12.5, 6.5) cells of 16 px: (200, 104) in the network input
+    out[i, 2:4] = np.log([80 / 16, 40 / 16])
+    out[i, 4] = 1.0
+    out[i, 5 + COCO_CLASSES.index("car")] = 0.9
+    box = Letterbox.fit(1600, 900, *size, centre=False)
+    assert box.scale == pytest.approx(0.4)
+    dets = decode_yolox(out, box, input_size=size)
+    np.testing.assert_allclose(dets.boxes[0], np.array([160, 84, 240, 124]) / 0.4, rtol=1e-5)
+    with pytest.raises(ValueError, match="YOLOX output must be"):
+        decode_yolox(out, box)  # the default size's anchors differ
+
+
+@pytest.mark.parametrize("size", [0, 400, (640, 360), (-32, 32)])
+def test_detector_refuses_a_size_the_grids_do_not_tile(size: int | tuple[int, int]) -> None:
+    with pytest.raises(ValueError, match="multiple of 32"):
+        YoloxDetector(ONNX, input_size=size)
+
+
+def _served_model(tmp_path: Path, parameters: dict[str, str]) -> tuple[YoloxDetectorModel, dict[str, object]]:
+    """A YoloxDetectorModel set up as the python backend would, from a model directory in tmp_path."""
+    version = tmp_path / "yolox_nano" / "1"
+    version.mkdir(parents=True)
+    (version / "yolox_nano.onnx").symlink_to(ONNX)
+    model = YoloxDetectorModel()
+    model._model_dir = version
+    model.model_name = "yolox_nano"
+    config = {"name": "yolox_nano", "parameters": {k: {"string_value": v} for k, v in parameters.items()}}
+    return model, config
+
+
+@pytest.mark.parametrize(
+    ("parameters", "key", "why"),
+    [
+        ({"input_width": "big", "input_height": "416"}, "input_width", "positive integer"),
+        ({"input_width": "416", "input_height": "0"}, "input_height", "positive integer"),
+        ({"input_width": "416", "input_height": "-32"}, "input_height", "positive integer"),
+        ({"input_width": "416", "input_height": "99999"}, "input_height", "at most"),
+        ({"input_width": "400", "input_height": "416"}, "input_width", "multiple of 32"),
+        ({"input_width": "640", "input_height": "360"}, "input_height", "multiple of 32"),
+        ({"input_width": "640"}, "input_height", "state both"),
+    ],
+)
+def test_a_bad_input_size_fails_the_load_naming_the_key_and_the_file(
+    tmp_path: Path, parameters: dict[str, str], key: str, why: str
+) -> None:
+    model, config = _served_model(tmp_path, parameters)
+    with pytest.raises(ConfigError, match=why) as info:
+        model.setup(config)
+    err = info.value
+    assert err.key == key and err.file == str(tmp_path / "yolox_nano" / "config.pbtxt")
+    assert str(err).startswith(f"{err.file}: {key}: ") and "yolox_nano" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "size"), [({}, (416, 416)), ({"input_width": "640", "input_height": "384"}, (640, 384))]
+)
+def test_the_configured_size_is_the_networks(tmp_path: Path, parameters: dict[str, str], size: tuple[int, int]) -> None:
+    model, config = _served_model(tmp_path, parameters)
+    model.setup(config)
+    assert model.detector.input_size == size

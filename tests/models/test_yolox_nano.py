@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -12,13 +13,19 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from perception._imageio import decode_image, decode_image_scaled
-from perception.modelkit import CameraDetections, box_iou
-from perception.types import LABELS
+from perception.kinds import camera_input
+from perception.modelkit import CameraDetections, YoloxDetector, box_iou
+from perception.scheduler import scale_camera_boxes
+from perception.triton import parse_model_config
+from perception.types import LABELS, ImageSample
 
 MODEL = "yolox_nano"
+#: The same model class and network served at 640x640 (tests/triton_models/yolox_nano_640).
+MODEL_640 = "yolox_nano_640"
 OUTPUTS = ("BOXES", "SCORES", "LABELS", "COUNT")
 CAR = LABELS.index("car")
 DATA = Path(__file__).resolve().parent / "data"
+ONNX = Path(__file__).resolve().parents[2] / "models" / "yolox_nano" / "1" / "yolox_nano.onnx"
 #: A front-camera keyframe of nuScenes scene-0916 with three parked cars on the right (x > 1150 px).
 NUSCENES_IMAGE = "samples/CAM_FRONT/n015-2018-10-08-15-36-50+0800__CAM_FRONT__1538984238412460.jpg"
 
@@ -31,11 +38,13 @@ def real_image() -> Path:
     return path
 
 
-def infer(client: grpcclient.InferenceServerClient, images: npt.NDArray[np.uint8]) -> list[CameraDetections]:
+def infer(
+    client: grpcclient.InferenceServerClient, images: npt.NDArray[np.uint8], model: str = MODEL
+) -> list[CameraDetections]:
     inp = grpcclient.InferInput("IMAGE", list(images.shape), "UINT8")
     inp.set_data_from_numpy(images)
     result = client.infer(
-        MODEL, [inp], outputs=[grpcclient.InferRequestedOutput(o) for o in OUTPUTS], client_timeout=60.0
+        model, [inp], outputs=[grpcclient.InferRequestedOutput(o) for o in OUTPUTS], client_timeout=60.0
     )
     out = {o: result.as_numpy(o) for o in OUTPUTS}
     return [
@@ -87,3 +96,67 @@ def test_malformed_image_is_invalid_arg(client: grpcclient.InferenceServerClient
     with pytest.raises(InferenceServerException) as info:
         infer(client, np.zeros((1, 0, 64, 3), np.uint8))
     assert "INVALID_ARGUMENT" in str(info.value.status()) and "IMAGE" in info.value.message()
+
+
+def served_size(client: grpcclient.InferenceServerClient, model: str) -> tuple[int, int]:
+    size = parse_model_config(client.get_model_config(model, as_json=True)).input_size
+    assert size is not None
+    return size
+
+
+def runtime_answer(
+    client: grpcclient.InferenceServerClient, model: str, sample: ImageSample
+) -> tuple[CameraDetections, npt.NDArray[np.uint8]]:
+    """The model's answer as the runtime gets it: the JPEG decoded at the model's scale (its served
+    input size), boxes scaled back into pixels of the original image."""
+    image, scale = camera_input(sample, served_size(client, model))
+    (dets,) = infer(client, image[None], model)
+    boxes = scale_camera_boxes({"BOXES": dets.boxes}, scale)["BOXES"]
+    return CameraDetections(np.asarray(boxes, np.float32), dets.scores, dets.labels), image
+
+
+def test_two_input_sizes_answer_in_pixels_of_the_original_image(client: grpcclient.InferenceServerClient) -> None:
+    """One network served at two sizes (yolox_nano's configured one, 544x320, and 640x640): each model
+    letterboxes into its configured size and answers in pixels of the image it received, which the
+    runtime maps back to the original image: the same cars at both sizes (IoU tolerance, not bit
+    equality), and each answer is the in-process detector's at that size."""
+    sizes = {model: served_size(client, model) for model in (MODEL, MODEL_640)}
+    assert sizes[MODEL_640] == (640, 640) and sizes[MODEL] != sizes[MODEL_640]
+    data = real_image().read_bytes()
+    sample = ImageSample(sensor="cam_front", t_ns=0, frame_id="cam_front", data=data)
+    answers = {}
+    for model, size in sizes.items():
+        dets, image = runtime_answer(client, model, sample)
+        assert image.shape == (450, 800, 3)  # 1600x900 decoded at 1/2: still covers a 640 letterbox
+        assert dets.boxes.min() >= 0 and dets.boxes[:, 0::2].max() <= 1600 and dets.boxes[:, 1::2].max() <= 900
+        (local,) = YoloxDetector(ONNX, input_size=size)([image])
+        assert len(local) == len(dets)
+        np.testing.assert_allclose(dets.boxes, local.boxes * np.float32(2.0), atol=0.5)
+        answers[model] = dets.boxes[(dets.labels == CAR) & (dets.scores >= 0.5)]
+    assert len(answers[MODEL]) >= 2 and len(answers[MODEL_640]) >= 2
+    # every confident car at one size is found at the other in the same place of the original image
+    assert np.all(box_iou(answers[MODEL], answers[MODEL_640]).max(axis=1) >= 0.7)
+    assert np.all(box_iou(answers[MODEL_640], answers[MODEL]).max(axis=1) >= 0.7)
+
+
+def test_two_input_sizes_on_the_committed_synthetic_image(client: grpcclient.InferenceServerClient) -> None:
+    """Without the real data: ``sim_cars.jpg`` (320x180) upscaled to 1280x720, so both sizes decode it at
+    a DCT scale (640x360) and the boxes come back scaled by 2 into the original image."""
+    from PIL import Image
+
+    small = decode_image((DATA / "sim_cars.jpg").read_bytes())
+    buf = io.BytesIO()
+    Image.fromarray(small).resize((1280, 720), Image.Resampling.BILINEAR).save(buf, format="JPEG", quality=95)
+    sample = ImageSample(sensor="cam_front", t_ns=0, frame_id="cam_front", data=buf.getvalue())
+    cars = {}
+    for model in (MODEL, MODEL_640):
+        dets, image = runtime_answer(client, model, sample)
+        assert image.shape == (360, 640, 3)
+        assert dets.boxes.min() >= 0 and dets.boxes[:, 0::2].max() <= 1280 and dets.boxes[:, 1::2].max() <= 720
+        (local,) = YoloxDetector(ONNX, input_size=served_size(client, model))([image])
+        np.testing.assert_allclose(dets.boxes, local.boxes * np.float32(2.0), atol=0.5)
+        cars[model] = dets.boxes[(dets.labels == CAR) & (dets.scores >= 0.1)]  # best first
+    a, b = cars[MODEL], cars[MODEL_640]
+    assert len(a) >= 1 and len(b) >= 1
+    # the most confident car of each size is among the other size's cars, in the same place
+    assert box_iou(a[:1], b).max() >= 0.5 and box_iou(b[:1], a).max() >= 0.5
