@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -42,10 +43,11 @@ import anyio
 import numpy as np
 
 from perception.benchmark import environment
-from perception.config import RuntimeConfig, load_config
+from perception.config import CameraGuidedConfig, RuntimeConfig, load_config
 from perception.drives import GT_TOLERANCE_NS, DriveReader
+from perception.fusion import CAMERA_GUIDED_SOURCE
 from perception.replay import MODES, evaluate_modes, score_modes
-from perception.types import LABELS, FrameResult
+from perception.types import LABELS, Detection3D, FrameResult, GroundTruth
 
 log = logging.getLogger("bench_real")
 
@@ -155,6 +157,7 @@ def score(drive: Path) -> dict[str, Any]:
     }
     if modes["fused"].get("protocol") == "nuscenes":
         out["localisation_oracle"] = localisation_oracle(drive, outcome.results, config)
+    out["camera_guided"] = camera_guided_study(drive, outcome.results, config)
     visibility = radar_visibility(drive)
     if any(v["n"] for v in visibility.values()):
         out["radar_visibility"] = visibility
@@ -204,6 +207,167 @@ def localisation_oracle(
                 "lidar_car_boxes": boxes,
                 "fused_car_AP": fused["per_class_ap"].get("car"),
                 "fused_car_ap_by_threshold": (fused.get("ap_by_threshold") or {}).get("car"),
+            }
+    return out
+
+
+#: ``fusion.camera_guided`` settings compared on the same model outputs (each a re-fusion): off, the
+#: default, and each parameter moved either way from it. A parameter is kept only if it loses on none of
+#: the scene, its halves, KITTI and the simulated drive beyond noise.
+GUIDED_VARIANTS: Mapping[str, Mapping[str, Any]] = {
+    "off": {"enabled": False},
+    "default": {"enabled": True},
+    "face_offset=0": {"enabled": True, "face_offset": 0.0},
+    "face_offset=1": {"enabled": True, "face_offset": 1.0},
+    "score_factor=0.6": {"enabled": True, "score_factor": 0.6},
+    "score_factor=1": {"enabled": True, "score_factor": 1.0},
+    "min_score=0.1": {"enabled": True, "min_score": 0.1},
+    "min_score=0.3": {"enabled": True, "min_score": 0.3},
+    "cluster_gap=0.5": {"enabled": True, "cluster_gap": 0.5},
+    "cluster_gap=2": {"enabled": True, "cluster_gap": 2.0},
+    "depth_ratio=1.5": {"enabled": True, "depth_ratio": 1.5},
+    "depth_ratio=3": {"enabled": True, "depth_ratio": 3.0},
+    "box_shrink=0": {"enabled": True, "box_shrink": 0.0},
+    "box_shrink=0.25": {"enabled": True, "box_shrink": 0.25},
+    "ground_height=0.15": {"enabled": True, "ground_height": 0.15},
+    "ground_height=0.5": {"enabled": True, "ground_height": 0.5},
+}
+#: Range bins (m) of the camera-guided objects' precision.
+GUIDED_RANGES: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0)
+
+
+class _KeyframeSubset:
+    """A drive reader whose ground truth is some of its keyframes (a half of a scene, scored on its own)."""
+
+    def __init__(self, reader: DriveReader, keep: list[GroundTruth]) -> None:
+        self._reader, self._keep = reader, keep
+
+    def ground_truth(self) -> list[GroundTruth]:
+        return self._keep
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+def _with_guided(config: RuntimeConfig, settings: Mapping[str, Any]) -> RuntimeConfig:
+    base = dataclasses.asdict(config.fusion.camera_guided) | {"enabled": False}
+    guided = CameraGuidedConfig(**(base | dict(settings)))
+    return dataclasses.replace(config, fusion=dataclasses.replace(config.fusion, camera_guided=guided))
+
+
+def guided_precision(
+    detections: list[tuple[int, tuple[Detection3D, ...]]], ground_truth: list[GroundTruth], radius: float = 2.0
+) -> dict[str, Any]:
+    """Precision of the camera-guided objects per range bin: the share within ``radius`` (BEV centre
+    distance) of a ground-truth object of their class, one object per match (highest score first), on
+    the frames nearest each annotated frame."""
+    times = [t for t, _ in detections]
+    hits: list[tuple[float, bool]] = []
+    for gt in ground_truth:
+        if not times:
+            break
+        k = min(range(len(times)), key=lambda i: abs(times[i] - gt.t_ns))
+        if abs(times[k] - gt.t_ns) > GT_TOLERANCE_NS:
+            continue
+        taken: set[int] = set()
+        for d in sorted(detections[k][1], key=lambda d: -d.score):
+            if CAMERA_GUIDED_SOURCE not in d.sources:
+                continue
+            best, best_j = radius, -1
+            for j, o in enumerate(gt.objects):
+                dist = math.hypot(o.center[0] - d.center[0], o.center[1] - d.center[1])
+                if j not in taken and o.label == d.label and dist <= best:
+                    best, best_j = dist, j
+            if best_j >= 0:
+                taken.add(best_j)
+            hits.append((math.hypot(d.center[0], d.center[1]), best_j >= 0))
+    rows = []
+    for lo, hi in itertools.pairwise(GUIDED_RANGES):
+        sel = [ok for r, ok in hits if lo <= r < hi]
+        rows.append({"range_m": [lo, hi], "n": len(sel), "precision": sum(sel) / len(sel) if sel else None})
+    return {"by_range_m": rows, "n": len(hits), "precision": sum(ok for _, ok in hits) / len(hits) if hits else None}
+
+
+def _fused_row(summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "mAP": summary.get("mAP"),
+        "NDS": summary.get("NDS", summary.get("nds")),
+        "AP": dict(summary.get("per_class_ap", {})),
+    }
+
+
+def camera_guided_study(
+    drive: Path,
+    results: list[FrameResult],
+    config: RuntimeConfig,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every :data:`GUIDED_VARIANTS` setting re-fused on one replay's outputs: fused mAP and AP per class on
+    the whole drive and, on a nuScenes scene, on its halves (keyframes 0-19 and 20-); with the default
+    and off, the recall breakdown per class (range, annotated points) and the guided objects' precision
+    per range; and what the step costs (fusion time per frame with and without it)."""
+    out: dict[str, Any] = {"variants": {}}
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        gts = sorted(reader.ground_truth(), key=lambda g: g.t_ns)
+        nuscenes = reader.metadata.get("source") == "nuscenes"
+        parts: dict[str, tuple[list[FrameResult], Any]] = {"all": (results, reader)}
+        if nuscenes and len(gts) > 20:
+            for name, keep in (("keyframes 0-19", gts[:20]), ("keyframes 20-", gts[20:])):
+                lo, hi = keep[0].t_ns - GT_TOLERANCE_NS, keep[-1].t_ns + GT_TOLERANCE_NS
+                parts[name] = ([r for r in results if lo <= r.t_ns <= hi], _KeyframeSubset(reader, keep))
+        for variant, settings in (variants or GUIDED_VARIANTS).items():
+            cfg = _with_guided(config, settings)
+            row: dict[str, Any] = {}
+            for part, (res, rd) in parts.items():
+                kept: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] | None = (
+                    {} if part == "all" and variant in ("off", "default") else None
+                )
+                summary = score_modes(res, cfg, rd, modes={"fused": MODES["fused"]}, detections=kept)["fused"]
+                row[part] = _fused_row(summary)
+                if kept is not None:
+                    row[part]["recall_breakdown"] = summary.get("recall_breakdown")
+                    if variant == "default":
+                        row[part]["guided_precision"] = guided_precision(kept.get("fused", []), gts)
+                        row[part]["guided_objects"] = sum(
+                            CAMERA_GUIDED_SOURCE in d.sources for _, dets in kept.get("fused", []) for d in dets
+                        )
+            out["variants"][variant] = row
+            log.info(
+                "camera_guided %s: %s",
+                variant,
+                {p: _fmt(r["mAP"]) + " car " + _fmt(r["AP"].get("car")) for p, r in row.items()},
+            )
+    out["cost"] = guided_cost(drive, results, config)
+    return out
+
+
+def guided_cost(drive: Path, results: list[FrameResult], config: RuntimeConfig) -> dict[str, Any]:
+    """The fusion step's time per frame (``fusion`` in the latency tree, tracking apart), off and with
+    the default camera-guided step, on the replay's outputs and the drive's lidar points."""
+    from perception.fusion import Fuser
+    from perception.scheduler import Session
+    from perception.types import Frame
+
+    out: dict[str, Any] = {}
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        lidars = [s.name for s in reader.rig.values() if s.kind == "lidar"]
+        for variant in ("off", "default"):
+            session = Session.assemble(_with_guided(config, GUIDED_VARIANTS[variant]), reader.source)
+            fuser = Fuser(session.config.fusion, session.rig, ego_at=session.source.ego_at)
+            spent: list[float] = []
+            for r in results:
+                samples: dict[str, Any] = {}
+                for name in lidars:
+                    t = r.sensors[name].sample_t_ns if name in r.sensors else None
+                    if t is not None:
+                        for sample in reader.samples(t, t + 1, sensors=name):
+                            samples[name] = sample
+                frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples=samples, ego=reader.ego_pose_at(r.t_ns))
+                _, stages = fuser(frame, r.sensors)
+                spent.append(stages["fusion"] / 1e6)
+            out[variant] = {
+                "fusion_p50_ms": float(np.percentile(spent, 50)),
+                "fusion_p99_ms": float(np.percentile(spent, 99)),
             }
     return out
 
