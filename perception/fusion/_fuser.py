@@ -522,6 +522,8 @@ class Fuser:
             det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
         rels = [motion.relative(t_s) for _, _, t_s in cameras]  # base_link(t_f) <- base_link(t_s)
         unmatched = filled(det_cam.size, True, bool)
+        # for the camera-guided step: detections matched to an object, and their largest IoU with one
+        matched, overlap = np.zeros(det_cam.size, bool), np.zeros(det_cam.size)
         dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])  # capture time - frame time
         n = len(objs)
         if n:
@@ -549,6 +551,9 @@ class Fuser:
             if m:
                 pc, po, iou = pc[:m], po[:m], iou[:m]
                 rows, di = assign(-iou, allowed[:m])
+                if points is not None:
+                    matched[di] = True
+                    overlap = np.where(allowed[:m], iou, 0.0).max(axis=0)
                 rows, di = _kernels.c_array(rows, np.intp), _kernels.c_array(di, np.intp)  # nonzero gives views
                 _kernels.camera_evidence(
                     rows, di, pc, po, expected[:m], iou, cam_sensor, det_scores, det_labels, c_n,
@@ -562,9 +567,12 @@ class Fuser:
             & (det_boxes[:, 2] < widths - 1.0)
         )
         guided = self._empty
-        if points is not None and points[0].shape[0]:
+        if points is not None and points[0].shape[0] and self._guided is not None:
+            # unmatched, and overlapping no projected object by absorb_iou: a car behind a row of parked
+            # cars overlaps their projections without being any of them (its points are told apart)
+            free = ~matched & (overlap < self._guided.absorb_iou) if n else unmatched
             guided, used = self._camera_guided(
-                points, unmatched & whole, det_cam, det_boxes, det_scores, det_labels, cam_sensor, rels, dts, objs
+                points, free & whole, det_cam, det_boxes, det_scores, det_labels, cam_sensor, rels, dts, objs
             )
             unmatched[used] = False
         keep = (

@@ -104,7 +104,7 @@ def test_fusion_without_the_setting_is_unchanged() -> None:
     scene, rig = traffic_scene(30, seed=3), make_rig(cameras=4, radars=4)
     results = scene_results(scene, rig, 0, seed=3)
     pts = cloud(rear_face(4))
-    base = FusionConfig()
+    base = FusionConfig(camera_guided=CameraGuidedConfig(enabled=False))
     off, _ = Fuser(base, rig)(Frame(0, 0, {}), results)
     with_points, _ = Fuser(base, rig)(Frame(0, 0, {"lidar_top": pts}), results)
     on_no_points, _ = Fuser(dataclasses.replace(base, camera_guided=CameraGuidedConfig(enabled=True)), rig)(
