@@ -34,6 +34,13 @@ projection, occlusion and matching), where numpy's per-call cost would dominate 
    are associated to them as in 3 and refine their position (Kalman fusion of the two covariances),
    giving camera+radar objects. A detection needs ``camera_only_min_score`` to become a candidate when a
    lidar answered in the frame (the lidar should have seen it), ``camera_alone_min_score`` when none did.
+   **Camera-guided lidar objects** (``FusionConfig.camera_guided``, :mod:`._guided`) come first: an
+   unmatched detection (overlapping no projected object by ``absorb_iou``) takes the frame's lidar
+   points in its frustum (``Frame.samples``; ground and already-found objects' points removed); the
+   nearest depth cluster that agrees with the class's height-prior depth places the class's size prior,
+   near face first, on the detection's ray. Even one point will do: this is what the lidar model cannot
+   box (a ring fragment). These objects are always emitted, with sources camera, lidar and the
+   pseudo-source ``camera_guided``; their detection becomes no camera-only candidate.
 6. **Radar-only objects** from radar objects still unused (merged across radars); class from RCS.
 7. **Emission:** lidar-anchored and camera+radar objects always; camera-only and radar-only objects
    when ``FusionConfig.camera_only`` / ``radar_only``, at lower confidence. Class-agnostic BEV NMS
