@@ -612,6 +612,8 @@ def _guided_markdown(results: Mapping[str, Any]) -> list[str]:
             "|---|---:|---:|---|---|",
         ]
         for variant, row in oracle.items():
+            if not isinstance(row, dict):
+                continue
             th = " / ".join(_fmt(v) for v in (row["fused_car_ap_by_threshold"] or {}).values())
             rec = " / ".join(_fmt(b["recall"], 2) for b in row["car_recall_by_points"])
             lines.append(f"| {variant} | {row['cars_moved']} | {_fmt(row['fused_car_AP'])} | {th} | {rec} |")
