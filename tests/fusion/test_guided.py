@@ -51,7 +51,7 @@ def guided(dets: list[Detection3D]) -> list[Detection3D]:
 
 def rear_face(n: int) -> list[tuple[float, float, float]]:
     """``n`` returns on the car's rear face (one beam ring)."""
-    return [(22.75, y, 0.9) for y in np.linspace(-0.6, 0.6, n)]
+    return [(22.75, y, 0.9) for y in np.linspace(-0.3, 0.3, n)]
 
 
 @pytest.mark.parametrize("n", [1, 4])
@@ -77,7 +77,7 @@ def test_points_behind_the_nearest_cluster_are_occluded() -> None:
 def test_an_occluder_already_found_does_not_place_the_object() -> None:
     # a pedestrian the lidar found stands in front, its returns inside the car's frustum and depth window
     ped = SimObject("pedestrian", (14.0, 0.65, 0.87), (0.6, 0.6, 1.75))  # not absorbing the car's box
-    occluder = [(14.0, 0.3, 1.0), (14.0, 0.3, 1.4)]
+    occluder = [(14.0, 0.15, 1.0), (14.0, 0.15, 1.4)]
     alone = guided(fuse(occluder, lidar_objects=()))
     assert alone and alone[0].center[0] < 17.0  # without the lidar's pedestrian they would be taken
     d = guided(fuse(occluder + rear_face(1), lidar_objects=(ped,)))[0]
