@@ -6,6 +6,7 @@ from perception.config._convert import from_data, reject_duplicates
 from perception.config._drive_source import CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
+    CameraGuidedConfig,
     CircuitConfig,
     FaultConfig,
     FusionConfig,
@@ -23,6 +24,7 @@ from perception.config._resolve import resolve_sensors
 
 __all__ = [
     "CAMERA_MODEL_SIMULATED",
+    "CameraGuidedConfig",
     "CircuitConfig",
     "FaultConfig",
     "FusionConfig",

@@ -19,6 +19,7 @@ from perception.kinds import accumulate_problem, kind_def, known_kinds
 
 __all__ = [
     "BudgetConfig",
+    "CameraGuidedConfig",
     "CircuitConfig",
     "FaultConfig",
     "FusionConfig",
@@ -295,6 +296,52 @@ RADAR_TRUCK_RETURNS_RECORDED = 5
 
 
 @dataclass(frozen=True, slots=True)
+class CameraGuidedConfig:
+    """Camera-guided lidar objects (``fusion.camera_guided``; as Autoware's ``roi_cluster_fusion``).
+
+    A camera detection that no lidar object explains takes the lidar points inside its frustum: the
+    ground removed (``ground_height`` above ``base_link``'s ground plane), the points of objects already
+    found left out, clustered along the ray (a gap over ``cluster_gap`` starts a new cluster); the
+    nearest cluster whose depth agrees with the class's height-prior depth within ``depth_ratio`` wins,
+    whatever its number of points (one is enough), and what lies behind it is occlusion. The box is the
+    class's size prior, its near face on the cluster's nearest point and its centre on the detection's
+    ray, ``width / 2 + face_offset * (length - width) / 2`` beyond the face (0: seen side-on, 1: end-on); its score is
+    the camera's times ``score_factor``. Such objects name the pseudo-source ``camera_guided``.
+    """
+
+    #: On, and the settings below, by bench/bench_real.py (re-fusing one replay's outputs per setting; the
+    #: scene, its two halves, KITTI and the simulated drive: bench/README.md).
+    enabled: bool = True
+    min_score: float = 0.2  # camera detections below it are not tried
+    #: A detection overlapping an object's projected box by this IoU is that object, not tried (the
+    #: matching's own absorb threshold is 0.2: a far car behind parked ones overlaps their projections).
+    absorb_iou: float = 0.2
+    ground_height: float = 0.3  # m above base_link's ground plane: lower points are ground
+    box_shrink: float = 0.25  # share of the 2D box width left out at each side (background bleeding in)
+    cluster_gap: float = 1.0  # m along the ray between two clusters
+    depth_ratio: float = 2.0  # the cluster's depth within [prior / ratio, prior * ratio] of the height prior's
+    face_offset: float = 0.5  # see above: 0 places the centre half a width beyond the face, 1 half a length
+    score_factor: float = 0.8
+    max_depth: float = 60.0  # m
+
+    def __post_init__(self) -> None:
+        for name in ("min_score", "box_shrink", "face_offset", "absorb_iou"):
+            value = getattr(self, name)
+            if not 0 <= value <= (0.45 if name == "box_shrink" else 1):
+                raise ValueError(f"{name}: must be within 0..{0.45 if name == 'box_shrink' else 1}, got {value}")
+        if not 0 < self.score_factor <= 1:
+            raise ValueError(f"score_factor: must be within (0, 1], got {self.score_factor}")
+        if not -1.0 <= self.ground_height <= 2.0:
+            raise ValueError(f"ground_height: must be within -1..2 m, got {self.ground_height}")
+        if not 0 < self.cluster_gap <= 20:
+            raise ValueError(f"cluster_gap: must be within (0, 20] m, got {self.cluster_gap}")
+        if not self.depth_ratio >= 1:
+            raise ValueError(f"depth_ratio: must be >= 1, got {self.depth_ratio}")
+        if not 0 < self.max_depth <= 500:
+            raise ValueError(f"max_depth: must be within (0, 500] m, got {self.max_depth}")
+
+
+@dataclass(frozen=True, slots=True)
 class FusionConfig:
     enabled: bool = True
     #: Objects scoring below it are not emitted. 0.15 by bench/bench_fusion_tuning.py (one run, the same
@@ -313,6 +360,7 @@ class FusionConfig:
     #: (:meth:`for_drive`): :data:`RADAR_TRUCK_RETURNS_RECORDED` for a recording of real sensors (and
     #: for live input), off for the simulator, whose radar returns many points from every car.
     radar_truck_returns: int | None = None
+    camera_guided: CameraGuidedConfig = CameraGuidedConfig()
 
     def __post_init__(self) -> None:
         if self.radar_truck_returns is not None and not 0 <= self.radar_truck_returns <= 10_000:

@@ -13,7 +13,7 @@ geometry helpers (box corners, camera projection, rotated BEV IoU) are public fo
 
 from __future__ import annotations
 
-from perception.fusion._fuser import Fuser, warm_up
+from perception.fusion._fuser import CAMERA_GUIDED_SOURCE, Fuser, warm_up
 from perception.fusion._geometry import (
     bev_corners,
     box_corners,
@@ -26,6 +26,7 @@ from perception.fusion._motion import EgoMotion
 from perception.fusion._params import FusionParams
 
 __all__ = [
+    "CAMERA_GUIDED_SOURCE",  # the pseudo-source of camera-guided lidar objects in Detection3D.sources
     "EgoMotion",  # ego motion between capture times: fusion, and the scheduler's sweep accumulation
     "Fuser",
     "FusionParams",

@@ -34,6 +34,13 @@ projection, occlusion and matching), where numpy's per-call cost would dominate 
    are associated to them as in 3 and refine their position (Kalman fusion of the two covariances),
    giving camera+radar objects. A detection needs ``camera_only_min_score`` to become a candidate when a
    lidar answered in the frame (the lidar should have seen it), ``camera_alone_min_score`` when none did.
+   **Camera-guided lidar objects** (``FusionConfig.camera_guided``, :mod:`._guided`) come first: an
+   unmatched detection (overlapping no projected object by ``absorb_iou``) takes the frame's lidar
+   points in its frustum (``Frame.samples``; ground and already-found objects' points removed); the
+   nearest depth cluster that agrees with the class's height-prior depth places the class's size prior,
+   near face first, on the detection's ray. Even one point will do: this is what the lidar model cannot
+   box (a ring fragment). These objects are always emitted, with sources camera, lidar and the
+   pseudo-source ``camera_guided``; their detection becomes no camera-only candidate.
 6. **Radar-only objects** from radar objects still unused (merged across radars); class from RCS.
 7. **Emission:** lidar-anchored and camera+radar objects always; camera-only and radar-only objects
    when ``FusionConfig.camera_only`` / ``radar_only``, at lower confidence. Class-agnostic BEV NMS
@@ -68,15 +75,20 @@ from perception.fusion._geometry import (
     transform_points,
     wrap_angle,
 )
+from perception.fusion._guided import camera_guided
 from perception.fusion._inputs import CameraBoxes, LidarBoxes, RadarObjects, parse_camera, parse_lidar, parse_radar
 from perception.fusion._motion import EgoAt, EgoMotion
 from perception.fusion._objects import Objects, Origin, SourceNames, filled
 from perception.fusion._params import CLASS_SIZES, FusionParams
 from perception.fusion._tracker import Tracker, detections_from_objects
 from perception.kinds import FusionRole, kind_def
-from perception.types import LABELS, Detection3D, Frame, SensorResult, SensorSpec, SensorStatus
+from perception.types import LABELS, Detection3D, Frame, PointCloudSample, SensorResult, SensorSpec, SensorStatus
 
-__all__ = ["Fuser", "warm_up"]
+__all__ = ["CAMERA_GUIDED_SOURCE", "Fuser", "warm_up"]
+
+#: The pseudo-source in ``Detection3D.sources`` of a camera-guided lidar object (``fusion.camera_guided``),
+#: beside the camera and the lidar whose points placed it.
+CAMERA_GUIDED_SOURCE = "camera_guided"
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +216,13 @@ class Fuser:
                 )
             )
         self._sensors = tuple(sensors)
-        self._names = SourceNames([s.name for s in sensors])
+        self._guided = config.camera_guided if config.camera_guided.enabled else None
+        if self._guided is not None and CAMERA_GUIDED_SOURCE in rig:
+            raise InputError(f"a sensor may not be named {CAMERA_GUIDED_SOURCE!r} with fusion.camera_guided on",
+                             sensor=CAMERA_GUIDED_SOURCE)  # fmt: skip
+        # sources: the rig's sensors, then the camera-guided pseudo-source when that step is on
+        self._names = SourceNames([s.name for s in sensors] + ([CAMERA_GUIDED_SOURCE] if self._guided else []))
+        self._n_sources = len(self._names.names)
         # the rig is static: per-sensor tables indexed by sensor index, and the parameters as arrays
         self._sensor_from_base = np.array([invert_transform(s.extrinsic) for s in sensors]).reshape(-1, 4, 4)
         self._extrinsic = np.array([s.extrinsic for s in sensors]).reshape(-1, 4, 4)
@@ -216,7 +234,7 @@ class Fuser:
         self._radial_sigma = np.asarray(self.params.radar_radial_sigma, dtype=np.float64)
         self._velocity_sigma = np.asarray(self.params.radar_velocity_sigma, dtype=np.float64)
         self._nms_radius = np.asarray(self.params.nms_radius, dtype=np.float64)
-        self._empty = Objects.empty(len(sensors))  # shared: read-only, returned wherever nothing is found
+        self._empty = Objects.empty(self._n_sources)  # shared: read-only, returned wherever nothing is found
         for f in fields(self._empty):
             getattr(self._empty, f.name).setflags(write=False)
         self._radar_only_labels = np.array([_TRUCK, _CAR, _CYCLIST, _PEDESTRIAN], dtype=np.intp)  # by strength
@@ -279,20 +297,27 @@ class Fuser:
             except InputError as exc:
                 self._warn_once(f"ignoring malformed outputs: {exc}")
 
-        n_s = len(self._sensors)
+        n_s = self._n_sources
         objs = Objects.concat([self._lidar(s, boxes, motion, t_s) for s, boxes, t_s in lidars], n_s)
         if not len(objs):
             objs = self._empty
         radar = self._radar(radars, motion)
         self._attach_radar(objs, radar, refine=False)
         self._finish_velocity(objs, heading_known=True)
-        cands = self._cameras(cameras, objs, motion, lidar_answered=bool(lidars))
+        points = self._lidar_points(frame, motion) if self._guided is not None and cameras else None
+        cands = self._cameras(cameras, objs, motion, lidar_answered=bool(lidars), points=points)
         self._attach_radar(cands, radar, refine=True)
         self._finish_velocity(cands, heading_known=False)
 
         parts = [objs]
         if len(cands):
-            parts.append(cands if self.config.camera_only else cands.take(cands.sources[:, self._radar_index].any(1)))
+            if self.config.camera_only:
+                parts.append(cands)
+            else:  # camera+radar and camera-guided objects only
+                kept = cands.sources[:, self._radar_index].any(1)
+                if self._guided is not None:
+                    kept |= cands.sources[:, -1]
+                parts.append(cands.take(kept.nonzero()[0]))
         if self.config.radar_only and len(radar):
             parts.append(self._radar_only(radar))
         return self._nms(Objects.concat(parts, n_s))
@@ -326,7 +351,7 @@ class Fuser:
         cov[:, 0, 0] = cov[:, 1, 1] = self.params.lidar_sigma**2
         votes = np.zeros((n, len(LABELS)))
         votes[np.arange(n), lidar.labels] = self.params.lidar_class_weight * lidar.scores
-        sources = np.zeros((n, len(self._sensors)), bool)
+        sources = np.zeros((n, self._n_sources), bool)
         sources[:, sensor.index] = True
         return Objects(
             center=transform_points(m, lidar.boxes[:, :3]),
@@ -343,6 +368,22 @@ class Fuser:
             age=filled(n, (motion.t_ns - t_s) * 1e-9),
             origin=np.zeros(n, np.int8),  # Origin.LIDAR
         )
+
+    def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F64, IP]:
+        """The frame's lidar points (x, y, z) in ``base_link`` at the frame time, and the sensor index of each
+        lidar that gave any (for the camera-guided step)."""
+        clouds: list[F64] = []
+        given: list[int] = []
+        for sensor in self._sensors:
+            sample = frame.samples.get(sensor.name) if sensor.role is FusionRole.BOXES_3D else None
+            if not isinstance(sample, PointCloudSample) or sample.points.shape[0] == 0:
+                continue
+            m = motion.relative(sample.t_ns) @ sensor.extrinsic
+            xyz = sample.points[:, :3].astype(np.float64)
+            clouds.append(xyz @ m[:3, :3].T + m[:3, 3])
+            given.append(sensor.index)
+        pts = np.concatenate(clouds) if len(clouds) > 1 else clouds[0] if clouds else np.zeros((0, 3))
+        return pts, np.asarray(given, np.intp)
 
     # -- radar ------------------------------------------------------------------------------------------
     def _radar(self, radars: Sequence[tuple[_Sensor, RadarObjects, int]], motion: EgoMotion) -> _Radar:
@@ -464,6 +505,7 @@ class Fuser:
         motion: EgoMotion,
         *,
         lidar_answered: bool,
+        points: tuple[F64, IP] | None = None,
     ) -> Objects:
         """Match objects with every camera's detections; return camera-only candidates (scoring at
         least ``camera_only_min_score`` when a lidar answered in the frame, else ``camera_alone_min_score``).
@@ -487,6 +529,8 @@ class Fuser:
             det_labels = np.concatenate([cam.labels for _, cam, _ in cameras])
         rels = [motion.relative(t_s) for _, _, t_s in cameras]  # base_link(t_f) <- base_link(t_s)
         unmatched = filled(det_cam.size, True, bool)
+        # for the camera-guided step: detections matched to an object, and their largest IoU with one
+        matched, overlap = np.zeros(det_cam.size, bool), np.zeros(det_cam.size)
         dts = np.array([(t_s - motion.t_ns) * 1e-9 for _, _, t_s in cameras])  # capture time - frame time
         n = len(objs)
         if n:
@@ -514,6 +558,9 @@ class Fuser:
             if m:
                 pc, po, iou = pc[:m], po[:m], iou[:m]
                 rows, di = assign(-iou, allowed[:m])
+                if points is not None:
+                    matched[di] = True
+                    overlap = np.where(allowed[:m], iou, 0.0).max(axis=0)
                 rows, di = _kernels.c_array(rows, np.intp), _kernels.c_array(di, np.intp)  # nonzero gives views
                 _kernels.camera_evidence(
                     rows, di, pc, po, expected[:m], iou, cam_sensor, det_scores, det_labels, c_n,
@@ -521,15 +568,27 @@ class Fuser:
                     prm.camera_absorb_iou, objs.score, objs.votes, objs.sources, unmatched,
                 )  # fmt: skip
         widths = self._image_size[cam_sensor, 0][det_cam]
-        keep = (
-            unmatched
-            & (det_scores >= (prm.camera_only_min_score if lidar_answered else prm.camera_alone_min_score))
-            & (det_boxes[:, 3] - det_boxes[:, 1] >= prm.camera_only_min_height)
+        whole = (
+            (det_boxes[:, 3] - det_boxes[:, 1] >= prm.camera_only_min_height)
             & (det_boxes[:, 0] > 1.0)  # cut at the side of the image: centre and size unknown
             & (det_boxes[:, 2] < widths - 1.0)
         )
+        guided = self._empty
+        if points is not None and points[0].shape[0] and self._guided is not None:
+            # unmatched, and overlapping no projected object by absorb_iou: a car behind a row of parked
+            # cars overlaps their projections without being any of them (its points are told apart)
+            free = ~matched & (overlap < self._guided.absorb_iou) if n else unmatched
+            guided, used = self._camera_guided(
+                points, free & whole, det_cam, det_boxes, det_scores, det_labels, cam_sensor, rels, dts, objs
+            )
+            unmatched[used] = False
+        keep = (
+            unmatched
+            & whole
+            & (det_scores >= (prm.camera_only_min_score if lidar_answered else prm.camera_alone_min_score))
+        )
         if not keep.any():
-            return self._empty
+            return guided
         di = keep.nonzero()[0]
         ci = det_cam[di]
         k = di.size
@@ -546,8 +605,8 @@ class Fuser:
         sel = ok.nonzero()[0]
         m = sel.size
         if m == 0:
-            return self._empty
-        cands = Objects.empty(len(self._sensors), m)
+            return guided
+        cands = Objects.empty(self._n_sources, m)
         cands.center[:], cands.size[:], cands.yaw[:] = center.take(sel, axis=0), size.take(sel, axis=0), yaw[sel]
         cands.cov[:] = cov.take(sel, axis=0)
         scores, labels = det_scores[di[sel]], det_labels[di[sel]]
@@ -556,7 +615,56 @@ class Fuser:
         cands.sources[np.arange(m), cam_sensor[ci[sel]]] = True
         cands.age[:] = -dts[ci[sel]]
         cands.origin[:] = _CAMERA
-        return cands
+        return Objects.concat([cands, guided], self._n_sources) if len(guided) else cands
+
+    def _camera_guided(
+        self,
+        points: tuple[F64, IP],
+        eligible: B,
+        det_cam: IP,
+        det_boxes: F64,
+        det_scores: F64,
+        det_labels: IP,
+        cam_sensor: IP,
+        rels: Sequence[F64],
+        dts: F64,
+        objs: Objects,
+    ) -> tuple[Objects, IP]:
+        """Camera-guided lidar objects (:mod:`._guided`) for the ``eligible`` camera detections scoring at
+        least ``camera_guided.min_score``; returns them and the detections they used."""
+        cfg, prm = self._guided, self.params
+        assert cfg is not None
+        di = (eligible & (det_scores >= cfg.min_score)).nonzero()[0]
+        if di.size == 0:
+            return self._empty, di
+        cam_from_base = self._sensor_from_base[cam_sensor] @ np.array([invert_transform(r) for r in rels])
+        known = (objs.origin == _LIDAR).nonzero()[0]
+        found = camera_guided(
+            cfg, points[0], det_cam[di], det_boxes.take(di, axis=0), det_labels[di], cam_from_base,
+            self._k.take(cam_sensor, axis=0), self._k_inv.take(cam_sensor, axis=0), _SIZES,
+            objs.center.take(known, axis=0), objs.size.take(known, axis=0), objs.yaw.take(known, axis=0),
+        )  # fmt: skip
+        m = found.det.size
+        if m == 0:
+            return self._empty, found.det
+        d = di[found.det]
+        out = Objects.empty(self._n_sources, m)
+        out.center[:], out.size[:], out.yaw[:] = found.center, found.size, found.yaw
+        # covariance: long along the line of sight (the prior's unknown heading), tight across it
+        los = found.los
+        var_r, var_t = prm.guided_range_sigma**2, prm.guided_lateral_sigma**2
+        out.cov[:, 0, 0] = var_r * los[:, 0] ** 2 + var_t * los[:, 1] ** 2
+        out.cov[:, 1, 1] = var_r * los[:, 1] ** 2 + var_t * los[:, 0] ** 2
+        out.cov[:, 0, 1] = out.cov[:, 1, 0] = (var_r - var_t) * los[:, 0] * los[:, 1]
+        scores, labels = det_scores[d], det_labels[d]
+        out.score[:] = cfg.score_factor * scores
+        out.votes[np.arange(m), labels] = scores
+        out.sources[np.arange(m), cam_sensor[det_cam[d]]] = True
+        out.sources[:, points[1]] = True  # the lidars whose points placed it (one on every rig we have)
+        out.sources[:, -1] = True  # CAMERA_GUIDED_SOURCE
+        out.age[:] = -dts[det_cam[d]]
+        out.origin[:] = _CAMERA
+        return out, d
 
     # -- radar-only ---------------------------------------------------------------------------------------
     def _radar_only(self, radar: _Radar) -> Objects:
@@ -589,7 +697,7 @@ class Fuser:
         objs = Objects(
             center=center[:n], size=size[:n], yaw=yaw[:n], velocity=vel_out[:n], vel_var=vel_var[:n],
             vel_full=vel_full[:n], radial=radial[:n], cov=cov_out[:n], score=score_out[:n],
-            votes=np.zeros((n, len(LABELS))), sources=np.zeros((n, len(self._sensors)), bool), age=np.zeros(n),
+            votes=np.zeros((n, len(LABELS))), sources=np.zeros((n, self._n_sources), bool), age=np.zeros(n),
             origin=np.empty(n, np.int8),
         )  # fmt: skip
         objs.sources[slot, sensor] = True

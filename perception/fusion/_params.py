@@ -58,6 +58,11 @@ class FusionParams:
     camera_pixel_sigma: float = 3.0  # px, box-edge noise (ground-plane depth, lateral position)
     camera_height_sigma: float = 0.15  # relative 1-sigma of a class's true height (height-prior depth)
     camera_max_depth: float = 80.0  # m
+    # camera-guided lidar objects (FusionConfig.camera_guided): 1-sigma BEV position error along the line
+    # of sight (the heading of the size prior is unknown, so where its centre lies behind the face) and
+    # across it
+    guided_range_sigma: float = 0.8  # m
+    guided_lateral_sigma: float = 0.3  # m
     # -- radar ----------------------------------------------------------------------------------
     radar_min_score: float = 0.05
     radar_weight: float = 0.5

@@ -28,7 +28,7 @@ from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
 from perception.replay._sinks import each_frame
 from perception.scheduler import Session
-from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
+from perception.types import Detection3D, Frame, FrameResult, FrameStatus, PointCloudSample, SensorResult, SensorStatus
 
 __all__ = ["MODES", "SensorMode", "default_protocol", "evaluate_modes", "score_modes"]
 
@@ -83,16 +83,19 @@ def score_modes(
     modes: Mapping[str, SensorMode] = MODES,
     protocol: str | None = None,
     fusion_params: FusionParams | None = None,
+    detections: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fusion + evaluation of kept replay results for each mode, under ``protocol`` (``None``: the
     drive's :func:`default_protocol`). Each mode's summary names its ``protocol``. ``fusion_params``
-    replaces fusion's built-in constants (to compare settings on the same model outputs)."""
+    replaces fusion's built-in constants (to compare settings on the same model outputs). ``detections``,
+    when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses)."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     session = Session.assemble(config, reader.source)
     config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
+    clouds = _lidar_clouds(results, reader, kinds) if config.fusion.camera_guided.enabled else {}
     out: dict[str, dict[str, Any]] = {}
     for mode, sensor_mode in modes.items():
         fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
@@ -101,14 +104,17 @@ def score_modes(
         for r in results:
             if r.status is FrameStatus.DROPPED:
                 continue
-            frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples={}, ego=ego_at(r.t_ns) if ego_at else None)
-            detections, _ = fuser(frame, _masked(r.sensors, kinds, sensor_mode))
+            samples = {n: c for n, c in clouds.get(r.frame_id, {}).items() if sensor_mode.keeps(kinds[n])}
+            frame = Frame(frame_id=r.frame_id, t_ns=r.t_ns, samples=samples, ego=ego_at(r.t_ns) if ego_at else None)
+            dets, _ = fuser(frame, _masked(r.sensors, kinds, sensor_mode))
+            if detections is not None:
+                detections.setdefault(mode, []).append((r.t_ns, tuple(dets)))
             if native is not None:
                 gt = session.source.gt_at(r.t_ns) if session.source.gt_at is not None else None
                 if gt is not None:
-                    native.add(r.t_ns, detections, gt)
+                    native.add(r.t_ns, dets, gt)
             else:
-                fused.append((r.t_ns, tuple(detections)))
+                fused.append((r.t_ns, tuple(dets)))
         if native is not None:
             summary = native.summary()
         else:
@@ -121,6 +127,22 @@ def score_modes(
             summary = ev.summary()
         summary["sensors"] = sorted(n for n, k in kinds.items() if sensor_mode.keeps(k))
         out[mode] = summary
+    return out
+
+
+def _lidar_clouds(
+    results: list[FrameResult], reader: DriveReader, kinds: Mapping[str, str]
+) -> dict[int, dict[str, PointCloudSample]]:
+    """Per frame, each lidar's sweep the replay sent (by its sample time), for the fusion steps that read
+    points (``fusion.camera_guided``). Earlier sweeps merged by ``accumulate_ms`` are not re-merged here."""
+    out: dict[int, dict[str, PointCloudSample]] = {}
+    for r in results:
+        for name, sr in r.sensors.items():
+            if kinds.get(name) != "lidar" or sr.sample_t_ns is None:
+                continue
+            for sample in reader.samples(sr.sample_t_ns, sr.sample_t_ns + 1, sensors=name):
+                if isinstance(sample, PointCloudSample):
+                    out.setdefault(r.frame_id, {})[name] = sample
     return out
 
 

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
-from reliability_helpers import MS, T0, rig, runtime_config
+from reliability_helpers import LIDAR_FIELDS, MS, T0, rig, runtime_config
 
 from perception.drives import DriveReader, DriveWriter
-from perception.fusion._testing import SimObject, lidar_result, missing
+from perception.fusion import CAMERA_GUIDED_SOURCE
+from perception.fusion._testing import SimObject, camera_result, lidar_result, missing
 from perception.replay import score_modes
 from perception.replay._eval import SensorMode, default_protocol
-from perception.types import EgoPose, FrameResult, FrameStatus, GroundTruth, GroundTruthObject, Transform
+from perception.types import (
+    Detection3D,
+    EgoPose,
+    FrameResult,
+    FrameStatus,
+    GroundTruth,
+    GroundTruthObject,
+    PointCloudSample,
+    Transform,
+)
 
 CARS = [SimObject("car", (12.0, 3.0, 0.8)), SimObject("car", (25.0, -4.0, 0.8)), SimObject("car", (-15.0, 1.0, 0.8))]
 KEYFRAMES = [T0 + k * 500 * MS for k in range(3)] + [T0 + 5000 * MS]  # the last one has no frame near it
@@ -114,3 +125,38 @@ def test_the_eval_report_names_its_protocol(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit) as exit_:
         main(["eval", str(tmp_path / "n.mcap"), "--protocol", "coco"])
     assert exit_.value.code == 2 and "invalid choice: 'coco'" in capsys.readouterr().err
+
+
+def test_camera_guided_objects_are_re_fused_from_the_drive_sweeps(tmp_path: Path) -> None:
+    """With ``fusion.camera_guided`` on, score_modes gives fusion each frame's lidar sweep from the drive:
+    a car the camera sees and the lidar model missed becomes a camera-guided object from its two returns,
+    in the modes that keep both the camera and the lidar only."""
+    car = SimObject("car", (10.0, 0.0, 0.78))  # seen end-on: its rear face at x = 7.75
+    specs = {s.name: s for s in rig()}
+    face = np.array([[7.75, -0.3, -1.0, 0.0], [7.75, 0.3, -1.0, 0.0]], np.float32)  # lidar frame (z 1.9)
+    path = tmp_path / "guided.mcap"
+    with DriveWriter(path, rig(), metadata={"source": "nuscenes"}) as w:
+        for i, t in enumerate(FRAMES):
+            w.write_ego_pose(EgoPose(t, Transform()))
+            w.write(PointCloudSample("lidar_top", t, "lidar_top", face, LIDAR_FIELDS, seq=i))
+        obj = GroundTruthObject(0, "car", car.center, car.size, 0.0, (0.0, 0.0), "vehicle.car", "vehicle.parked", 2, 0)
+        w.write_ground_truth(GroundTruth(KEYFRAMES[0], (obj,)))
+    results = [
+        FrameResult(
+            i,
+            t,
+            FrameStatus.OK,
+            {
+                "lidar_top": lidar_result(specs, "lidar_top", [], t_ns=t),
+                "radar_front": missing("radar_front"),
+                "cam_front": camera_result(specs, "cam_front", [car], t_ns=t, scores=0.6),
+            },
+        )
+        for i, t in enumerate(FRAMES)
+    ]
+    kept: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] = {}
+    with DriveReader(path) as reader:
+        score_modes(results, CONFIG, reader, MODES, detections=kept)
+    guided = [d for _, dets in kept["fused"] for d in dets if CAMERA_GUIDED_SOURCE in d.sources]
+    assert guided and all(abs(d.center[0] - 10.0) < 1.0 and abs(d.center[1]) < 0.5 for d in guided)
+    assert not [d for _, dets in kept["camera_only"] for d in dets if CAMERA_GUIDED_SOURCE in d.sources]

@@ -14,6 +14,7 @@ from pathlib import Path
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 from ws_client import WsClient
 
+from perception.fusion import CAMERA_GUIDED_SOURCE
 from perception.server import EmbeddedTriton
 from perception.types import Detection3D
 from perception.viz._encode import DETECTIONS_TOPIC, decode_detections
@@ -94,7 +95,9 @@ def test_a_foxglove_client_receives_detections_during_a_cli_replay(triton: Embed
     # the reference models on the urban drive: tracked cars and people, from the drive's sensors
     assert {d.label for d in detections} & {"car", "pedestrian", "cyclist", "truck"}, detections
     assert all(
-        d.sources and set(d.sources) <= {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"}
+        d.sources
+        # the drive's sensors, and the pseudo-source that marks a camera-guided lidar object (fusion.camera_guided)
+        and set(d.sources) <= {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear", CAMERA_GUIDED_SOURCE}
         for d in detections
     )
     assert all(d.id > 0 and 0 < d.score <= 1 for d in detections), detections

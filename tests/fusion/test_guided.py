@@ -1,0 +1,137 @@
+"""Camera-guided lidar objects (``fusion.camera_guided``) on point clouds built in the test."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perception.config import CameraGuidedConfig, FusionConfig, load_config
+from perception.errors import ConfigError
+from perception.fusion import CAMERA_GUIDED_SOURCE, Fuser
+from perception.fusion._testing import SimObject, camera_result, lidar_result, make_rig, scene_results, traffic_scene
+from perception.types import Detection3D, Frame, PointCloudSample, SensorResult
+
+RIG = make_rig(cameras=1, radars=0)
+ON = FusionConfig(tracking=False, score_threshold=0.0, camera_guided=CameraGuidedConfig(enabled=True))
+OFF = dataclasses.replace(ON, camera_guided=CameraGuidedConfig(enabled=False))
+CAR = SimObject("car", (25.0, 0.0, 0.78))  # seen end-on: its rear face at x = 22.75
+LIDAR_XYZ = np.array([1.0, 0.0, 1.9])  # make_rig's lidar_top, no rotation
+
+
+def cloud(points_base: list[tuple[float, float, float]]) -> PointCloudSample:
+    """A lidar sweep of these base_link points, in the lidar's frame."""
+    xyz = np.asarray(points_base, np.float64).reshape(-1, 3) - LIDAR_XYZ
+    pts = np.column_stack([xyz, np.zeros(len(xyz))]).astype(np.float32)
+    return PointCloudSample("lidar_top", 0, "lidar_top", pts, ("x", "y", "z", "intensity"))
+
+
+def fuse(
+    points: list[tuple[float, float, float]] | None,
+    *,
+    lidar_objects: tuple[SimObject, ...] = (),
+    config: FusionConfig = ON,
+    seen: tuple[SimObject, ...] = (CAR,),
+) -> list[Detection3D]:
+    results: dict[str, SensorResult] = {
+        "lidar_top": lidar_result(RIG, "lidar_top", list(lidar_objects), t_ns=0),
+        "cam_front": camera_result(RIG, "cam_front", list(seen), scores=0.6, t_ns=0),
+    }
+    samples = {} if points is None else {"lidar_top": cloud(points)}
+    dets, _ = Fuser(config, RIG)(Frame(0, 0, samples), results)
+    return list(dets)
+
+
+def guided(dets: list[Detection3D]) -> list[Detection3D]:
+    return [d for d in dets if CAMERA_GUIDED_SOURCE in d.sources]
+
+
+def rear_face(n: int) -> list[tuple[float, float, float]]:
+    """``n`` returns on the car's rear face (one beam ring)."""
+    return [(22.75, y, 0.9) for y in np.linspace(-0.3, 0.3, n)]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_one_to_four_points_give_a_box_on_the_ray(n: int) -> None:
+    found = guided(fuse(rear_face(n)))
+    assert len(found) == 1
+    d = found[0]
+    assert d.label == "car" and d.size == pytest.approx((4.5, 1.85, 1.55))
+    assert set(d.sources) == {"cam_front", "lidar_top", CAMERA_GUIDED_SOURCE}
+    # the near face on the nearest point, the centre behind it: within a metre of the truth
+    assert math.hypot(d.center[0] - 25.0, d.center[1]) < 1.0
+    assert d.center[0] > 22.75 + 0.9
+    # it replaces the camera-only candidate of the same detection (nothing else near)
+    assert [x for x in fuse(rear_face(n)) if math.hypot(x.center[0] - 25.0, x.center[1]) < 8.0] == [d]
+
+
+def test_points_behind_the_nearest_cluster_are_occluded() -> None:
+    wall = [(40.0, y, z) for y in (-0.5, 0.0, 0.5) for z in (0.8, 1.5)]  # background through the same box
+    d = guided(fuse(rear_face(2) + wall))[0]
+    assert math.hypot(d.center[0] - 25.0, d.center[1]) < 1.0
+
+
+def test_an_occluder_already_found_does_not_place_the_object() -> None:
+    # a pedestrian the lidar found stands in front, its returns inside the car's frustum and depth window
+    ped = SimObject("pedestrian", (14.0, 0.65, 0.87), (0.6, 0.6, 1.75))  # not absorbing the car's box
+    occluder = [(14.0, 0.15, 1.0), (14.0, 0.15, 1.4)]
+    alone = guided(fuse(occluder, lidar_objects=()))
+    assert alone and alone[0].center[0] < 17.0  # without the lidar's pedestrian they would be taken
+    d = guided(fuse(occluder + rear_face(1), lidar_objects=(ped,)))[0]
+    assert math.hypot(d.center[0] - 25.0, d.center[1]) < 1.0
+
+
+def test_ground_points_are_removed() -> None:
+    ground = [(x, 0.0, 0.05) for x in (23.0, 30.0, 38.0)]
+    assert guided(fuse(ground)) == []
+    d = guided(fuse(ground + rear_face(1)))[0]
+    assert math.hypot(d.center[0] - 25.0, d.center[1]) < 1.0
+
+
+def test_no_points_give_nothing() -> None:
+    assert guided(fuse(None)) == []
+    assert guided(fuse([])) == []
+    # points outside every camera box
+    assert guided(fuse([(22.75, 8.0, 1.0)])) == []
+    # the camera-only candidate is still there
+    assert any(math.hypot(d.center[0] - 25.0, d.center[1]) < 5.0 for d in fuse(None))
+
+
+def test_fusion_without_the_setting_is_unchanged() -> None:
+    scene, rig = traffic_scene(30, seed=3), make_rig(cameras=4, radars=4)
+    results = scene_results(scene, rig, 0, seed=3)
+    pts = cloud(rear_face(4))
+    base = FusionConfig(camera_guided=CameraGuidedConfig(enabled=False))
+    off, _ = Fuser(base, rig)(Frame(0, 0, {}), results)
+    with_points, _ = Fuser(base, rig)(Frame(0, 0, {"lidar_top": pts}), results)
+    on_no_points, _ = Fuser(dataclasses.replace(base, camera_guided=CameraGuidedConfig(enabled=True)), rig)(
+        Frame(0, 0, {}), results
+    )
+    assert off and with_points == off and on_no_points == off
+    # and off on the hand-built frame: the car is a camera-only candidate, no guided source
+    assert guided(fuse(rear_face(4), config=OFF)) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("face_offset", 1.5), ("box_shrink", 0.5), ("score_factor", 0.0), ("depth_ratio", 0.5), ("cluster_gap", 0.0),
+     ("min_score", -0.1), ("max_depth", 0.0), ("ground_height", 5.0)],
+)  # fmt: skip
+def test_config_is_validated(tmp_path: Path, key: str, value: float) -> None:
+    with pytest.raises(ValueError, match=key):
+        CameraGuidedConfig(**{key: value})  # type: ignore[arg-type]
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"fusion:\n  camera_guided:\n    enabled: true\n    {key}: {value}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(profile)
+    assert f"camera_guided.{key}" in str(err.value)
+
+
+def test_config_loads(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("fusion:\n  camera_guided:\n    enabled: true\n    face_offset: 0.25\n", encoding="utf-8")
+    cfg = load_config(profile).fusion.camera_guided
+    assert cfg.enabled and cfg.face_offset == 0.25
