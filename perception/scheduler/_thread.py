@@ -5,14 +5,18 @@ a :class:`concurrent.futures.Future`; ``submit(frame, callback)`` also calls ``c
 callbacks run on a separate callback thread, never on the I/O thread, in completion order, so a slow
 callback cannot stall the scheduler; at most :data:`CALLBACK_QUEUE` wait, beyond that the oldest
 waiting is dropped and counted (:attr:`ThreadedRuntime.callbacks_dropped`). Frames submitted
-concurrently are processed concurrently up to
-``pipeline.max_in_flight``; beyond that they wait (this API never drops: the caller owns pacing).
+concurrently are processed concurrently up to the admission's limit -- the same
+:class:`~perception.scheduler._admission.Admission` a stream of :meth:`Runtime.run` has: adaptive up to
+``pipeline.max_in_flight`` (``pipeline.admission``), so frames do not queue in the servers inside their
+deadlines; beyond it they wait, first come first served (this API never drops: the caller owns pacing).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -23,10 +27,12 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError
+from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
+from perception.scheduler._pipeline import admission_adapts
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
-from perception.types import Frame, FrameResult, SensorSpec, SessionSource
+from perception.types import Frame, FrameResult, SensorSpec, SensorStatus, SessionSource
 
 __all__ = ["ThreadedRuntime"]
 
@@ -65,7 +71,10 @@ class ThreadedRuntime:
         self._portal: BlockingPortal | None = None
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
-        self._slots: anyio.Semaphore | None = None
+        self._admission: Admission | None = None
+        self._waiting: deque[anyio.Event] = deque()  # frames waiting for a slot, in submission order
+        self._active = 0  # frames submitted and not finished (waiting or in flight)
+        self._idle: anyio.Event | None = None  # set when the last active frame finishes
         self._stop: anyio.Event | None = None
         self._owner: concurrent.futures.Future[None] | None = None
         self._closed = False
@@ -94,14 +103,19 @@ class ThreadedRuntime:
     async def _own(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The runtime's whole lifetime, in this one task (class docs)."""
         self._stop = anyio.Event()
-        pipeline = self._runtime.config.pipeline
+        config = self._runtime.config
+        pipeline, deadline_ns = config.pipeline, config.budget.total_ns
         async with self._runtime:
-            self._slots = anyio.Semaphore(pipeline.max_in_flight)
+            self._admission = Admission(
+                pipeline.max_in_flight, deadline_ns, adaptive=admission_adapts(pipeline, deadline_ns)
+            )
+            self._runtime.admission = self._admission  # its limit and how it moved: runtime.admission.report()
             task_status.started()
             await self._stop.wait()
             with anyio.move_on_after(pipeline.drain_timeout_s):
-                for _ in range(pipeline.max_in_flight):  # every slot free: nothing in flight
-                    await self._slots.acquire()
+                while self._active:  # nothing waiting or in flight
+                    self._idle = anyio.Event()
+                    await self._idle.wait()
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
         if self._closed or self._portal is None:
@@ -114,9 +128,43 @@ class ThreadedRuntime:
         return future
 
     async def _process(self, frame: Frame) -> FrameResult:
-        assert self._slots is not None
-        async with self._slots:
-            return await self._runtime.process(frame)
+        admission = self._admission
+        assert admission is not None
+        self._active += 1
+        slot = False
+        try:
+            if not self._waiting and admission.try_acquire():
+                slot = True
+            else:
+                turn = anyio.Event()
+                self._waiting.append(turn)
+                try:
+                    await turn.wait()
+                finally:
+                    if turn.is_set():
+                        slot = True  # granted by _pump (a slot taken for this frame)
+                    else:
+                        self._waiting.remove(turn)  # cancelled while waiting
+            start = time.monotonic_ns()
+            result = await self._runtime.process(frame)
+            # admission to result, as a stream's pipeline measures it; a late sensor halves the limit
+            late = result.deadline_missed or any(s.status is SensorStatus.LATE for s in result.sensors.values())
+            slot = False
+            admission.release(time.monotonic_ns() - start, late=late)
+            return result
+        finally:
+            if slot:
+                admission.release(None)  # cancelled or failed: the slot only goes back
+            self._pump()
+            self._active -= 1
+            if not self._active and self._idle is not None:
+                self._idle.set()
+
+    def _pump(self) -> None:
+        """Give free slots to the frames waiting longest (the admission may probe one more for them)."""
+        admission = self._admission
+        while self._waiting and admission is not None and admission.try_acquire():
+            self._waiting.popleft().set()
 
     @staticmethod
     def _run_callback(callback: Callback, future: concurrent.futures.Future[FrameResult]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ModelContractError, ModelNotReadyError
 from perception.scheduler import Runtime, ThreadedRuntime
+from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, InferRequest, TritonClient
@@ -366,3 +368,38 @@ async def test_fault_injection_from_the_profile_delays_and_fails_requests(triton
         assert "injected fault" in (r.sensors["radar"].error or "")
         joined = r.latency.stages["dispatch"] + r.latency.stages["join_wait"]
         assert joined < 30_000 * MS  # the injected delay was cut by the join
+
+
+def test_threaded_frames_take_the_adaptive_admission_in_submission_order(triton: EmbeddedTriton) -> None:
+    # The same admission as a stream of Runtime.run: it starts at one frame in flight and holds there
+    # until it has measured HOLD frames, so the first HOLD frames submitted at once run one after
+    # another, in submission order, never overlapping -- however loaded the host (no timing in it).
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"max_in_flight": 4, "admission": "adaptive"},
+    )
+    with ThreadedRuntime(cfg) as rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"])) for i in range(HOLD)]
+        results = [f.result(timeout=60) for f in futures]
+        admission = rt.runtime.admission
+        assert admission is not None
+        report = admission.report()
+    assert [r.status for r in results] == [FrameStatus.OK] * HOLD
+    spans = sorted((r.latency.start_ns, r.latency.start_ns + r.latency.total_ns, r.frame_id) for r in results)
+    assert [fid for _, _, fid in spans] == list(range(HOLD))  # first come, first served
+    assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans)), spans
+    assert (report["mode"], report["peak"], report["max_in_flight"]) == ("adaptive", 1, 4), report
+
+
+def test_threaded_fixed_admission_keeps_max_in_flight(triton: EmbeddedTriton) -> None:
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"max_in_flight": 3, "admission": "fixed"},
+    )
+    with ThreadedRuntime(cfg) as rt:
+        results = [f.result(timeout=60) for f in [rt.submit(frame(i, ["lidar", "radar"])) for i in range(6)]]
+        admission = rt.runtime.admission
+        assert admission is not None and admission.limit == 3
+    assert sorted(r.frame_id for r in results) == list(range(6))
