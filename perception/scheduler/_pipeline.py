@@ -28,12 +28,17 @@ from perception.config import PipelineConfig
 from perception.scheduler._admission import Admission, AdmissionControl
 from perception.types import Frame, FrameResult, SensorStatus
 
-__all__ = ["OrderedPipeline", "admission_adapts"]
+__all__ = ["OrderedPipeline", "admission_adapts", "ended_late"]
 
 log = logging.getLogger(__name__)
 
 Process = Callable[[Frame], Awaitable[FrameResult]]
 Drop = Callable[[Frame, str], FrameResult]
+
+
+def ended_late(result: FrameResult) -> bool:
+    """A frame the admission halves its limit for: a sensor late at the join, or the frame's deadline missed."""
+    return result.deadline_missed or any(s.status is SensorStatus.LATE for s in result.sensors.values())
 
 
 def admission_adapts(config: PipelineConfig, deadline_ns: int | None) -> bool:
@@ -177,9 +182,8 @@ class OrderedPipeline:
             result = await self._process(frame)
             # admission to result: what the frame's deadline covers
             service = time.monotonic_ns() - (frame.created_ns or time.monotonic_ns())
-            late = any(s.status is SensorStatus.LATE for s in result.sensors.values())
             released = True
-            self.admission.release(service, late=late or result.deadline_missed)
+            self.admission.release(service, late=ended_late(result))
         except anyio.get_cancelled_exc_class():
             if not released:
                 self.admission.release(None)

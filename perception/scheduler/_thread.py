@@ -29,10 +29,10 @@ from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
-from perception.scheduler._pipeline import admission_adapts
+from perception.scheduler._pipeline import admission_adapts, ended_late
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
-from perception.types import Frame, FrameResult, SensorSpec, SensorStatus, SessionSource
+from perception.types import Frame, FrameResult, SensorSpec, SessionSource
 
 __all__ = ["ThreadedRuntime"]
 
@@ -147,10 +147,9 @@ class ThreadedRuntime:
                         self._waiting.remove(turn)  # cancelled while waiting
             start = time.monotonic_ns()
             result = await self._runtime.process(frame)
-            # admission to result, as a stream's pipeline measures it; a late sensor halves the limit
-            late = result.deadline_missed or any(s.status is SensorStatus.LATE for s in result.sensors.values())
             slot = False
-            admission.release(time.monotonic_ns() - start, late=late)
+            # admission to result, as a stream's pipeline measures it
+            admission.release(time.monotonic_ns() - start, late=ended_late(result))
             return result
         finally:
             if slot:
