@@ -338,12 +338,7 @@ async def _replay(
             s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors
         }
         damage = reader.damage
-        outcome = ReplayOutcome(report=acc.report(), latency=acc)
-        if damage:
-            outcome.damage = damage
-            outcome.drive_error = damage.error(str(drive))
-        if evaluation is not None:
-            outcome.evaluation = evaluation.evaluator.summary()
+        quality = evaluation.evaluator.summary() if evaluation is not None else None
         report = RunReport(
             counters,
             acc.latency_summary(),
@@ -369,10 +364,12 @@ async def _replay(
             drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
             drive_damage=damage_section(damage, cfg, source.rig, seen) if damage else None,
             drive_error=str(source.error) if source.error is not None else None,
-            quality=outcome.evaluation,
+            quality=quality,
         )
-        outcome.report = report
-        outcome.source_error = source.error
+        outcome = ReplayOutcome(report, acc, evaluation=quality, source_error=source.error)
+        if damage:
+            outcome.damage = damage
+            outcome.drive_error = damage.error(str(drive))
         if out_dir is not None:
             report.write(safe_output_path(out_dir, REPORT_FILE))
             if opts.report_md:
