@@ -44,8 +44,8 @@ from types import TracebackType
 
 import anyio
 
-from perception.errors import ConfigError, ServerError
-from perception.server._health import http_ready
+from perception.errors import ConfigError, ConnectError, ServerError
+from perception.server._health import http_get_json, http_ready
 from perception.server._locate import (
     TritonInstall,
     locate_triton,
@@ -75,6 +75,8 @@ _ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re
 _START_ATTEMPTS = 3
 #: Exit statuses of a normal stop (SIGTERM handled: 0; SIGTERM before Triton installed its handler).
 _NORMAL_EXIT = (0, -signal.SIGTERM)
+#: At most this long (and half the stop timeout) unloading the models before the SIGTERM (:meth:`_unload_models`).
+_UNLOAD_WAIT_S = 5.0
 
 
 def free_port() -> int:
@@ -426,7 +428,7 @@ class EmbeddedTriton:
             return
         with anyio.CancelScope(shield=True):
             try:
-                code = await self._terminate(proc)
+                code = await self._terminate(proc, unload_first=not failed_start)
                 if code not in _NORMAL_EXIT and not failed_start:
                     # A real failure: say why, from the log, and keep the log for the post-mortem.
                     keep_log = True
@@ -446,10 +448,12 @@ class EmbeddedTriton:
                     with contextlib.suppress(OSError):
                         self._log_path.unlink()
 
-    async def _terminate(self, proc: subprocess.Popen[bytes]) -> int | None:
+    async def _terminate(self, proc: subprocess.Popen[bytes], *, unload_first: bool) -> int | None:
         """Stop the server and every process of its group; its exit status."""
         pgid = proc.pid  # start_new_session: the server leads its own process group
         if proc.poll() is None:
+            if unload_first:
+                await self._unload_models()
             signal_group(pgid, signal.SIGTERM)
             if not await _wait_exit(proc, self._stop_timeout_s):
                 log.warning("tritonserver pid %d ignored SIGTERM for %g s, killing it", pgid, self._stop_timeout_s)
@@ -462,6 +466,31 @@ class EmbeddedTriton:
             if not await _wait_group_gone(pgid, 5.0):
                 raise ServerError(f"processes of tritonserver group {pgid} survive SIGKILL")
         return proc.returncode
+
+    async def _unload_models(self) -> None:
+        """Unload every model and wait (bounded) until none is left, before the SIGTERM.
+
+        On SIGTERM Triton unloads its models itself, but it checks for live models once a second, and a
+        python-backend model takes ~1.4 s to unload (its stub takes its finalize message on a 1 s poll):
+        the server then exits only at the second check, ~2.9 s after the signal. Unloaded first (all at
+        once), its first check finds none and it exits at once: ~1.5 s in all. Best effort: a server that
+        does not answer, or a model that cannot be unloaded (a request it never finishes), ends the wait
+        after :data:`_UNLOAD_WAIT_S` (or half ``stop_timeout_s``), and the SIGTERM does the rest as before."""
+        headers = self.http_control_headers
+        with anyio.move_on_after(min(_UNLOAD_WAIT_S, self._stop_timeout_s / 2)):
+            try:
+                index = await http_get_json(self.http_url, "/v2/repository/index", body={}, headers=headers)
+                async with anyio.create_task_group() as tg:
+                    for name in sorted({str(entry["name"]) for entry in index}):
+                        tg.start_soon(self._post_control, f"/v2/repository/models/{name}/unload")
+                while any(entry.get("state") != "UNAVAILABLE" for entry in index):
+                    await anyio.sleep(0.05)
+                    index = await http_get_json(self.http_url, "/v2/repository/index", body={}, headers=headers)
+            except (ConnectError, KeyError, TypeError, AttributeError) as exc:
+                log.debug("tritonserver pid %s: unloading its models before the stop failed: %s", self.pid, exc)
+
+    async def _post_control(self, path: str) -> None:
+        await http_get_json(self.http_url, path, body={}, headers=self.http_control_headers)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -72,6 +73,23 @@ async def test_a_normal_stop_exits_0_without_a_warning(
     assert proc is not None and proc.returncode == 0
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert log_path is not None and not log_path.exists()  # a temporary log goes with a clean stop
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_normal_stop_unloads_the_models_before_the_signal(echo_repo: Path, tmp_path: Path) -> None:
+    """Triton checks for live models once a second after a SIGTERM: with the models unloaded first, its
+    first check finds none and it exits then, instead of a second later (judged from the server's own
+    log, not the clock)."""
+    log_path = tmp_path / "server.log"
+    with anyio.fail_after(90):
+        server = EmbeddedTriton([echo_repo], log_path=log_path, extra_args=["--log-verbose=1"])
+        async with server:
+            await wait_for_server(server.grpc_url, timeout_s=5)
+    text = log_path.read_text()
+    signalled = text.index("Signal (15) received")
+    assert "/v2/repository/models/echo/unload" in text[:signalled]
+    assert re.findall(r"Found (\d+) live models", text[signalled:])[:1] == ["0"], text[signalled:][-3000:]
 
 
 @pytest.mark.triton
