@@ -2,6 +2,9 @@
 # Shared set-up for launch/demo.sh and launch/test.sh: idempotently brings a fresh machine to a working
 # .venv at the repo root. Sourced, not executed. Re-running is cheap: a stamp of pyproject.toml skips pip
 # when nothing changed.
+#
+# `source _bootstrap.sh --kernels-later` sets up the venv only; the caller then runs `_need_kernels` itself
+# (launch/test.sh does, beside the static checks: both are single-threaded and take ~30-45 s on a fresh clone).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +52,8 @@ _need_kernels() {
 }
 
 _need_venv
-_need_kernels
+if [ "${1:-}" != "--kernels-later" ]; then
+    _need_kernels
+fi
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"
