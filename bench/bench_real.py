@@ -441,6 +441,16 @@ def _verdict(test: Mapping[str, Any]) -> dict[str, Any]:
     return {"worse_beyond_noise": worse, "better_beyond_noise": better}
 
 
+def _overall(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, bool]:
+    """``kept``: the chosen value loses beyond noise nowhere (no drive or half, neither mAP nor car AP);
+    ``alternative_passes``: neither does the alternative (the chosen value wins beyond noise nowhere), so
+    by the rule the two cannot be told apart on these drives."""
+    return {
+        "kept": not any(p["worse_beyond_noise"] for p in parts.values()),
+        "alternative_passes": not any(p["better_beyond_noise"] for p in parts.values()),
+    }
+
+
 def choices_study(
     name: str,
     drive: Path,
@@ -505,7 +515,7 @@ def choices_study(
                     "frames": test["frames"],
                     **_verdict(test),
                 }
-            out[choice.name] = {"mode": choice.mode, "note": choice.note, "parts": parts}
+            out[choice.name] = {"mode": choice.mode, "note": choice.note, "parts": parts, **_overall(parts)}
             log.info(
                 "choice %s on %s: %s",
                 choice.name,
@@ -823,11 +833,11 @@ def _choices_markdown(results: Mapping[str, Any]) -> list[str]:
         f"drive's frames ({BOOTSTRAP_RESAMPLES} resamples); **worse** / *better*: beyond noise (the interval "
         "excludes 0)",
         "",
-        "| setting | " + " | ".join(f"{n} {p}" for n, p in columns) + " | kept |",
-        "|---|" + "---|" * len(columns) + "---|",
+        "| setting | " + " | ".join(f"{n} {p}" for n, p in columns) + " | kept | alternative passes |",
+        "|---|" + "---|" * len(columns) + "---|---|",
     ]
     for choice in CHOICES:
-        cells, worse = [], False
+        cells, worse, better = [], False, False
         for name, part in columns:
             c = studies[name].get(choice.name, {})
             row = (c.get("parts") or {}).get(part)
@@ -836,6 +846,7 @@ def _choices_markdown(results: Mapping[str, Any]) -> list[str]:
                 continue
             d = row["difference"]
             worse = worse or bool(row["worse_beyond_noise"])
+            better = better or bool(row["better_beyond_noise"])
 
             def cell(k: str, d: Mapping[str, Any] = d, row: Mapping[str, Any] = row) -> str:
                 x = d.get(k) or {}
@@ -846,7 +857,8 @@ def _choices_markdown(results: Mapping[str, Any]) -> list[str]:
 
             cells.append(f"{cell('mAP')} / {cell('car')}")
         mode = f" ({choice.mode})" if choice.mode != "fused" else ""
-        lines.append(f"| {choice.name}{mode} | " + " | ".join(cells) + f" | {'no' if worse else 'yes'} |")
+        verdict = f" | {'no' if worse else 'yes'} | {'no' if better else 'yes'} |"
+        lines.append(f"| {choice.name}{mode} | " + " | ".join(cells) + verdict)
     return lines
 
 
