@@ -18,7 +18,16 @@ single-sensor mode; camera-only and radar-only AP > 0 for every class with groun
 sensor can see; AVE with radar (fused) < AVE without (no_radar). Each is reported as met or not, with
 the measured value; the script exits 0 either way (a benchmark reports, it does not gate).
 
-    .venv/bin/python bench/bench_real.py [--datasets nuscenes,kitti,sim] [--out bench/results/real.json]
+Issue 32: the camera-guided study (every ``fusion.camera_guided`` setting re-fused on each dataset and
+the scene's halves; AP per range bin, recall per range and annotated points, and the camera-guided
+objects' precision per range, under the nuScenes protocol on every dataset), and every setting chosen on
+scene-0916 (:data:`CHOICES`) against its alternative on the scene, its halves, KITTI and the simulated
+drive, with a paired bootstrap over frames deciding what is "beyond noise".
+
+    PERCEPTION_REAL_DATA=/work/shared/real_data .venv/bin/python bench/bench_real.py \
+        [--datasets nuscenes,kitti,sim] [--out bench/results/real.json]
+
+(about 8 minutes on the shared 2-core host at load ~3.5.)
 
 Writes ``bench/results/real.json`` and the table between the ``real:`` markers in ``bench/README.md``.
 """

@@ -550,7 +550,7 @@ def ap_by_range(
 def precision_by_source(
     gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], classes: Sequence[str], dist_th: float
 ) -> dict[str, dict[str, Any]]:
-    """Per source named in the detections' ``sources`` (a sensor kind or a pseudo-source such as
+    """Per source named in the detections' ``sources`` (a sensor, e.g. ``lidar_top``, or a pseudo-source such as
     ``camera_guided``): the share of its detections, at every score, that take a ground-truth object of
     their class within ``dist_th`` under the protocol's matching (:func:`_matches`, all detections of the
     class competing by score, so a detection beaten to its object by a better-scored one is a false
