@@ -18,7 +18,16 @@ single-sensor mode; camera-only and radar-only AP > 0 for every class with groun
 sensor can see; AVE with radar (fused) < AVE without (no_radar). Each is reported as met or not, with
 the measured value; the script exits 0 either way (a benchmark reports, it does not gate).
 
-    .venv/bin/python bench/bench_real.py [--datasets nuscenes,kitti,sim] [--out bench/results/real.json]
+Issue 32: the camera-guided study (every ``fusion.camera_guided`` setting re-fused on each dataset and
+the scene's halves; AP per range bin, recall per range and annotated points, and the camera-guided
+objects' precision per range, under the nuScenes protocol on every dataset), and every setting chosen on
+scene-0916 (:data:`CHOICES`) against its alternative on the scene, its halves, KITTI and the simulated
+drive, with a paired bootstrap over frames deciding what is "beyond noise".
+
+    PERCEPTION_REAL_DATA=/work/shared/real_data .venv/bin/python bench/bench_real.py \
+        [--datasets nuscenes,kitti,sim] [--out bench/results/real.json]
+
+(about 8 minutes on the shared 2-core host at load ~3.5.)
 
 Writes ``bench/results/real.json`` and the table between the ``real:`` markers in ``bench/README.md``.
 """
@@ -28,7 +37,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import logging
 import math
@@ -46,7 +54,8 @@ import numpy as np
 from perception.benchmark import environment
 from perception.config import CameraGuidedConfig, RuntimeConfig, load_config
 from perception.drives import GT_TOLERANCE_NS, DriveReader
-from perception.fusion import CAMERA_GUIDED_SOURCE
+from perception.evaluation import FrameMatches
+from perception.fusion import CAMERA_GUIDED_SOURCE, FusionParams
 from perception.metrics import LatencyStats, RunReport
 from perception.replay import MODES, each_frame, evaluate_modes, score_modes
 from perception.types import LABELS, Detection3D, FrameResult, GroundTruth
@@ -147,7 +156,9 @@ def _latency(report: RunReport) -> dict[str, Any]:
     return {"p50_ms": total.p50, "p99_ms": total.p99, "stages_p50_ms": stages, "sensors_p50_ms": sensors}
 
 
-def score(drive: Path) -> dict[str, Any]:
+def score(drive: Path, name: str = "", repo: Path | None = None) -> dict[str, Any]:
+    """One dataset: the replay scored in every mode, the diagnoses, the camera-guided study and (with
+    ``repo``, a folder for the bench's copies of models) every choice made on the scene (:data:`CHOICES`)."""
     config = load_config(ROOT / "launch" / "replay.yaml")
     t0 = time.perf_counter()
     results: list[FrameResult] = []
@@ -163,7 +174,13 @@ def score(drive: Path) -> dict[str, Any]:
     if modes["fused"].get("protocol") == "nuscenes":
         out["localisation_oracle"] = localisation_oracle(drive, results, config)
         out["guided_oracle"] = guided_oracle(drive, results, config)
-    out["camera_guided"] = camera_guided_study(drive, results, config)
+    guided: dict[tuple[str, str], tuple[dict[str, Any], FrameMatches]] = {}
+    out["camera_guided"] = camera_guided_study(drive, results, config, guided)
+    out["camera_guided"]["breakdown"] = guided_breakdown(drive, results, config)
+    if repo is not None:
+        t1 = time.perf_counter()
+        out["choices"] = choices_study(name, drive, results, config, guided, repo)
+        out["choices_seconds"] = round(time.perf_counter() - t1, 1)
     visibility = radar_visibility(drive)
     if any(v["n"] for v in visibility.values()):
         out["radar_visibility"] = visibility
@@ -243,8 +260,8 @@ GUIDED_VARIANTS: Mapping[str, Mapping[str, Any]] = {
 }
 #: Datasets whose lockstep frame is also measured with fusion in it, camera-guided step off and on.
 LOCKSTEP_FUSION = ("nuscenes", "sim")
-#: Range bins (m) of the camera-guided objects' precision.
-GUIDED_RANGES: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0)
+#: Resamples of the paired bootstrap behind every "beyond noise" verdict (perception.evaluation.paired_bootstrap).
+BOOTSTRAP_RESAMPLES = 500
 
 
 class _KeyframeSubset:
@@ -266,37 +283,15 @@ def _with_guided(config: RuntimeConfig, settings: Mapping[str, Any]) -> RuntimeC
     return dataclasses.replace(config, fusion=dataclasses.replace(config.fusion, camera_guided=guided))
 
 
-def guided_precision(
-    detections: list[tuple[int, tuple[Detection3D, ...]]], ground_truth: list[GroundTruth], radius: float = 2.0
-) -> dict[str, Any]:
-    """Precision of the camera-guided objects per range bin: the share within ``radius`` (BEV centre
-    distance) of a ground-truth object of their class, one object per match (highest score first), on
-    the frames nearest each annotated frame."""
-    times = [t for t, _ in detections]
-    hits: list[tuple[float, bool]] = []
-    for gt in ground_truth:
-        if not times:
-            break
-        k = min(range(len(times)), key=lambda i: abs(times[i] - gt.t_ns))
-        if abs(times[k] - gt.t_ns) > GT_TOLERANCE_NS:
-            continue
-        taken: set[int] = set()
-        for d in sorted(detections[k][1], key=lambda d: -d.score):
-            if CAMERA_GUIDED_SOURCE not in d.sources:
-                continue
-            best, best_j = radius, -1
-            for j, o in enumerate(gt.objects):
-                dist = math.hypot(o.center[0] - d.center[0], o.center[1] - d.center[1])
-                if j not in taken and o.label == d.label and dist <= best:
-                    best, best_j = dist, j
-            if best_j >= 0:
-                taken.add(best_j)
-            hits.append((math.hypot(d.center[0], d.center[1]), best_j >= 0))
-    rows = []
-    for lo, hi in itertools.pairwise(GUIDED_RANGES):
-        sel = [ok for r, ok in hits if lo <= r < hi]
-        rows.append({"range_m": [lo, hi], "n": len(sel), "precision": sum(sel) / len(sel) if sel else None})
-    return {"by_range_m": rows, "n": len(hits), "precision": sum(ok for _, ok in hits) / len(hits) if hits else None}
+def _parts(reader: DriveReader, results: list[FrameResult]) -> dict[str, tuple[list[FrameResult], Any]]:
+    """The drive, and on a nuScenes scene its halves (keyframes 0-19 and 20-), each scored on its own."""
+    parts: dict[str, tuple[list[FrameResult], Any]] = {"all": (results, reader)}
+    gts = sorted(reader.ground_truth(), key=lambda g: g.t_ns)
+    if reader.metadata.get("source") == "nuscenes" and len(gts) > 20:
+        for name, keep in (("keyframes 0-19", gts[:20]), ("keyframes 20-", gts[20:])):
+            lo, hi = keep[0].t_ns - GT_TOLERANCE_NS, keep[-1].t_ns + GT_TOLERANCE_NS
+            parts[name] = ([r for r in results if lo <= r.t_ns <= hi], _KeyframeSubset(reader, keep))
+    return parts
 
 
 def _fused_row(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -311,37 +306,29 @@ def camera_guided_study(
     drive: Path,
     results: list[FrameResult],
     config: RuntimeConfig,
-    variants: Mapping[str, Mapping[str, Any]] | None = None,
+    matches: dict[tuple[str, str], tuple[dict[str, Any], FrameMatches]] | None = None,
 ) -> dict[str, Any]:
     """Every :data:`GUIDED_VARIANTS` setting re-fused on one replay's outputs: fused mAP and AP per class on
-    the whole drive and, on a nuScenes scene, on its halves (keyframes 0-19 and 20-); with the default
-    and off, the recall breakdown per class (range, annotated points) and the guided objects' precision
-    per range; and what the step costs (fusion time per frame with and without it)."""
+    the whole drive and, on a nuScenes scene, on its halves (keyframes 0-19 and 20-); and what the step
+    costs (fusion time per frame with and without it). ``matches`` receives each (variant, part)'s
+    frame matches (for :func:`choices_study`)."""
     out: dict[str, Any] = {"variants": {}}
     with DriveReader(drive, strict=False, quiet=True) as reader:
-        gts = sorted(reader.ground_truth(), key=lambda g: g.t_ns)
-        nuscenes = reader.metadata.get("source") == "nuscenes"
-        parts: dict[str, tuple[list[FrameResult], Any]] = {"all": (results, reader)}
-        if nuscenes and len(gts) > 20:
-            for name, keep in (("keyframes 0-19", gts[:20]), ("keyframes 20-", gts[20:])):
-                lo, hi = keep[0].t_ns - GT_TOLERANCE_NS, keep[-1].t_ns + GT_TOLERANCE_NS
-                parts[name] = ([r for r in results if lo <= r.t_ns <= hi], _KeyframeSubset(reader, keep))
-        for variant, settings in (variants or GUIDED_VARIANTS).items():
+        parts = _parts(reader, results)
+        for variant, settings in GUIDED_VARIANTS.items():
             cfg = _with_guided(config, settings)
             row: dict[str, Any] = {}
             for part, (res, rd) in parts.items():
-                kept: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] | None = (
-                    {} if part == "all" and variant in ("off", "default") else None
-                )
-                summary = score_modes(res, cfg, rd, modes={"fused": MODES["fused"]}, detections=kept)["fused"]
-                row[part] = _fused_row(summary)
-                if kept is not None:
-                    row[part]["recall_breakdown"] = summary.get("recall_breakdown")
-                    if variant == "default":
-                        row[part]["guided_precision"] = guided_precision(kept.get("fused", []), gts)
-                        row[part]["guided_objects"] = sum(
-                            CAMERA_GUIDED_SOURCE in d.sources for _, dets in kept.get("fused", []) for d in dets
-                        )
+                kept: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] = {}
+                got: dict[str, FrameMatches] = {}
+                summary = score_modes(res, cfg, rd, modes={"fused": MODES["fused"]}, detections=kept, matches=got)
+                row[part] = _fused_row(summary["fused"])
+                if matches is not None:
+                    matches[(variant, part)] = (row[part], got["fused"])
+                if part == "all" and variant == "default":
+                    row[part]["guided_objects"] = sum(
+                        CAMERA_GUIDED_SOURCE in d.sources for _, dets in kept.get("fused", []) for d in dets
+                    )
             out["variants"][variant] = row
             log.info(
                 "camera_guided %s: %s",
@@ -349,6 +336,204 @@ def camera_guided_study(
                 {p: _fmt(r["mAP"]) + " car " + _fmt(r["AP"].get("car")) for p, r in row.items()},
             )
     out["cost"] = guided_cost(drive, results, config)
+    return out
+
+
+def guided_breakdown(drive: Path, results: list[FrameResult], config: RuntimeConfig) -> dict[str, Any]:
+    """What the camera-guided objects add, fused without and with them, scored under the nuScenes protocol
+    on every drive (a diagnosis; on KITTI and the simulated drive their headline protocol is the native
+    one): per class AP and AP per range bin, recall at 2 m per range and annotated points, and the
+    precision of the camera-guided objects (and of every other source) per range."""
+    out: dict[str, Any] = {"protocol": "nuscenes"}
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        for variant in ("off", "default"):
+            cfg = _with_guided(config, GUIDED_VARIANTS[variant])
+            s = score_modes(results, cfg, reader, modes={"fused": MODES["fused"]}, protocol="nuscenes")["fused"]
+            out[variant] = {
+                "mAP": s.get("mAP"),
+                "AP": dict(s.get("per_class_ap", {})),
+                "n": dict(s.get("num_ground_truth", {})),
+                "ap_by_range": s.get("ap_by_range"),
+                "recall_breakdown": s.get("recall_breakdown"),
+                "precision_by_source": s.get("precision_by_source"),
+            }
+    return out
+
+
+# -------------------------------------------------------------------------- every choice made on the scene
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A setting chosen on scene-0916, against the value it was chosen over. A setting is a mapping with
+    any of ``guided`` (``fusion.camera_guided`` fields), ``fusion`` (``FusionConfig`` fields), ``params``
+    (``FusionParams`` fields) and ``camera_size`` (YOLOX's input ``(width, height)``: a replay of its
+    own); ``{}`` is the defaults. Scored in ``mode``."""
+
+    name: str
+    chosen: Mapping[str, Any]
+    alternative: Mapping[str, Any]
+    mode: str = "fused"
+    note: str = ""
+
+
+def _guided_choices() -> list[Choice]:
+    defaults = dataclasses.asdict(CameraGuidedConfig())
+    out = [Choice("camera_guided on (vs off)", {}, {"guided": {"enabled": False}})]
+    for variant, settings in GUIDED_VARIANTS.items():
+        if variant in ("off", "default"):
+            continue
+        (key, value), *_ = [(k, v) for k, v in settings.items() if k != "enabled"]
+        out.append(Choice(f"camera_guided.{key} {defaults[key]:g} (vs {value:g})", {}, {"guided": {key: value}}))
+    return out
+
+
+#: Every setting chosen on scene-0916 (issue 32, "do not tune to one scene"). YOLOX's input size does not
+#: reach the simulated drive (its camera is served by ``camera_detector``); ``radar_truck_returns`` is off
+#: by default on the simulator (by the drive's source), so its column there shows what the rule would do.
+CHOICES: tuple[Choice, ...] = (
+    Choice(
+        "camera input 544x320 (vs 416x416)",
+        {},
+        {"camera_size": (416, 416)},
+        note="a replay per size; the simulated drive's camera (camera_detector) has no such setting",
+    ),
+    *_guided_choices(),
+    Choice(
+        "radar_truck_returns 5 (vs off)",
+        {"fusion": {"radar_truck_returns": 5}},
+        {"fusion": {"radar_truck_returns": 0}},
+        note="default by the drive's source: 5 on recordings, off on the simulator",
+    ),
+    Choice("score_threshold 0.15 (vs 0.3)", {}, {"fusion": {"score_threshold": 0.3}}),
+    Choice(
+        "camera_alone_min_score 0.2 (vs 0.3)",
+        {},
+        {"params": {"camera_alone_min_score": 0.3}},
+        mode="no_lidar",
+        note="applies only when no lidar answered: scored in the no_lidar mode",
+    ),
+)
+
+
+def _apply(config: RuntimeConfig, setting: Mapping[str, Any]) -> tuple[RuntimeConfig, FusionParams | None]:
+    fusion = config.fusion
+    if "guided" in setting:
+        guided = CameraGuidedConfig(**(dataclasses.asdict(fusion.camera_guided) | dict(setting["guided"])))
+        fusion = dataclasses.replace(fusion, camera_guided=guided)
+    if "fusion" in setting:
+        fusion = dataclasses.replace(fusion, **setting["fusion"])
+    params = FusionParams(**setting["params"]) if "params" in setting else None
+    return dataclasses.replace(config, fusion=fusion), params
+
+
+def _size_config(config: RuntimeConfig, repo: Path, size: tuple[int, int]) -> RuntimeConfig:
+    """The profile with YOLOX served at ``size`` (a copy of ``models/yolox_nano`` in ``repo``)."""
+    from bench_camera import write_size_models
+
+    name = f"yolox_nano_{size[0]}x{size[1]}"
+    if not (repo / name).is_dir():
+        write_size_models(repo, [size])
+    camera = dataclasses.replace(config.sensor_defaults.camera, model=name)
+    server = dataclasses.replace(config.server, models=(*config.server.models, repo))
+    return dataclasses.replace(
+        config, server=server, sensor_defaults=dataclasses.replace(config.sensor_defaults, camera=camera)
+    )
+
+
+def _verdict(test: Mapping[str, Any]) -> dict[str, Any]:
+    """The chosen setting against its alternative on one drive (part): mAP and car AP of each, their
+    differences (chosen - alternative) with the paired-bootstrap interval, and whether the choice is worse
+    there beyond noise (mAP or car AP: the interval's upper end below 0)."""
+    worse = [k for k in ("mAP", "car") if test.get(k, {}).get("worse")]
+    better = [k for k in ("mAP", "car") if test.get(k, {}).get("better")]
+    return {"worse_beyond_noise": worse, "better_beyond_noise": better}
+
+
+def _overall(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, bool]:
+    """``kept``: the chosen value loses beyond noise nowhere (no drive or half, neither mAP nor car AP);
+    ``alternative_passes``: neither does the alternative (the chosen value wins beyond noise nowhere), so
+    by the rule the two cannot be told apart on these drives."""
+    return {
+        "kept": not any(p["worse_beyond_noise"] for p in parts.values()),
+        "alternative_passes": not any(p["better_beyond_noise"] for p in parts.values()),
+    }
+
+
+def choices_study(
+    name: str,
+    drive: Path,
+    results: list[FrameResult],
+    config: RuntimeConfig,
+    guided: Mapping[tuple[str, str], tuple[dict[str, Any], FrameMatches]],
+    repo: Path,
+) -> dict[str, Any]:
+    """Every :data:`CHOICES` entry on this drive (and its halves): chosen and alternative re-fused on the
+    same replay's outputs (the camera's size: a replay per size), scored, and compared by a paired
+    bootstrap over frames (:func:`perception.evaluation.paired_bootstrap`, :data:`BOOTSTRAP_RESAMPLES`)."""
+    from perception.evaluation import paired_bootstrap
+
+    out: dict[str, Any] = {}
+    cache: dict[tuple[str, str, str], tuple[dict[str, Any], FrameMatches]] = {}
+    for (variant, part), got in guided.items():  # the camera-guided variants, already scored
+        settings = {k: v for k, v in GUIDED_VARIANTS[variant].items() if k != "enabled" or not v}
+        setting = {"guided": settings} if settings else {}
+        cache[(json.dumps(setting, sort_keys=True, default=str), "fused", part)] = got
+    replays: dict[tuple[int, int] | None, list[FrameResult]] = {None: results}
+    with DriveReader(drive, strict=False, quiet=True) as reader:
+        simulated = reader.metadata.get("source") not in ("nuscenes", "kitti")
+
+        def scored(setting: Mapping[str, Any], mode: str) -> dict[str, tuple[dict[str, Any], FrameMatches]]:
+            size: tuple[int, int] | None = setting.get("camera_size")
+            if size is not None and size not in replays:
+                cfg = _size_config(config, repo, size)
+                got: list[FrameResult] = []
+                anyio.run(
+                    lambda: evaluate_modes(drive, cfg, progress=False, sinks=[each_frame(got.append)]),
+                    backend="asyncio",
+                )
+                replays[size] = got
+            cfg, params = _apply(config, {k: v for k, v in setting.items() if k != "camera_size"})
+            key = json.dumps(setting, sort_keys=True, default=str)
+            row = {}
+            for part, (res, rd) in _parts(reader, replays[size]).items():
+                if (key, mode, part) not in cache:
+                    m: dict[str, FrameMatches] = {}
+                    s = score_modes(res, cfg, rd, modes={mode: MODES[mode]}, fusion_params=params, matches=m)[mode]
+                    cache[(key, mode, part)] = (_fused_row(s), m[mode])
+                row[part] = cache[(key, mode, part)]
+            return row
+
+        for choice in CHOICES:
+            if "camera_size" in choice.alternative and simulated:
+                out[choice.name] = {"not_applicable": choice.note}
+                continue
+            try:
+                with_, without = scored(choice.chosen, choice.mode), scored(choice.alternative, choice.mode)
+            except Exception as exc:  # one choice that cannot be measured here is reported, the rest go on
+                log.warning("%s %s: %s", name, choice.name, exc)
+                out[choice.name] = {"error": str(exc)}
+                continue
+            parts: dict[str, Any] = {}
+            for part in with_:
+                test = paired_bootstrap(without[part][1], with_[part][1], resamples=BOOTSTRAP_RESAMPLES)
+                parts[part] = {
+                    "chosen": with_[part][0],
+                    "alternative": without[part][0],
+                    "difference": {k: v for k, v in test.items() if isinstance(v, dict)},
+                    "frames": test["frames"],
+                    **_verdict(test),
+                }
+            out[choice.name] = {"mode": choice.mode, "note": choice.note, "parts": parts, **_overall(parts)}
+            log.info(
+                "choice %s on %s: %s",
+                choice.name,
+                name,
+                {
+                    p: f"{_fmt(r['difference']['mAP']['difference'])} {r['worse_beyond_noise']}"
+                    for p, r in parts.items()
+                },
+            )
     return out
 
 
@@ -570,40 +755,33 @@ def _guided_markdown(results: Mapping[str, Any]) -> list[str]:
             row = studies[name]["variants"].get(variant, {}).get(part)
             cells.append("-" if row is None else f"{_fmt(row['mAP'])} / {_fmt(row['AP'].get('car'))}")
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
-    nus = studies.get("nuscenes", {}).get("variants", {})
-    if "off" in nus and "default" in nus:
-        off, on = nus["off"]["all"], nus["default"]["all"]
-        lines += [
-            "",
-            "What they add (nuScenes, fused without → with camera-guided objects): AP, and recall at 2 m at every "
-            "score per range and annotated points",
-            "",
-        ]
-        rb_off, rb_on = off.get("recall_breakdown") or {}, on.get("recall_breakdown") or {}
-        bins = _bins(next(iter(rb_off.values()))) if rb_off else []
-        lines += ["| class | AP | " + " | ".join(bins) + " |", "|---|---:|" + "---:|" * len(bins)]
-        for label in rb_off:
-            a, b = rb_off[label], rb_on.get(label, rb_off[label])
-            cells = [
-                f"{_fmt(x['recall'], 2)} → {_fmt(y['recall'], 2)} ({x['n']})"
-                for x, y in zip(a["by_range_m"] + a["by_points"], b["by_range_m"] + b["by_points"], strict=True)
-            ]
-            ap = f"{_fmt(off['AP'].get(label))} → {_fmt(on['AP'].get(label))}"
-            lines.append(f"| {label} | {ap} | " + " | ".join(cells) + " |")
-    prec = [(n, s["variants"].get("default", {}).get("all", {})) for n, s in studies.items()]
-    prec = [(n, p) for n, p in prec if p.get("guided_precision")]
+    lines += _choices_markdown(results)
+    for name, study in studies.items():
+        lines += _breakdown_markdown(name, study.get("breakdown") or {})
+    prec = [
+        (n, ((s.get("breakdown") or {}).get("default") or {}).get("precision_by_source") or {})
+        for n, s in studies.items()
+    ]
     if prec:
-        ranges = [b["range_m"] for b in prec[0][1]["guided_precision"]["by_range_m"]]
+        ranges = [
+            b["range_m"]
+            for b in next((p[CAMERA_GUIDED_SOURCE] for _, p in prec if CAMERA_GUIDED_SOURCE in p), {"by_range_m": []})[
+                "by_range_m"
+            ]
+        ]
         lines += [
             "",
-            "Precision of the camera-guided objects (emitted, tracked; within 2 m of an annotated object of their "
-            "class) per range",
+            "Precision of the camera-guided objects (nuScenes protocol on every drive: the share of them, at every "
+            "score, that take an annotated object of their class at 2 m in the protocol's matching) per range",
             "",
-            "| dataset | objects | all | " + " | ".join(f"{lo:g}-{hi:g} m" for lo, hi in ranges) + " |",
+            "| dataset | objects | all | " + " | ".join(_range_name(r) for r in ranges) + " |",
             "|---|---:|---:|" + "---:|" * len(ranges),
         ]
         for name, p in prec:
-            g = p["guided_precision"]
+            g = p.get(CAMERA_GUIDED_SOURCE)
+            if g is None:
+                lines.append(f"| {name} | 0 | - |" + " - |" * len(ranges))
+                continue
             cells = [f"{_fmt(b['precision'], 2)} ({b['n']})" for b in g["by_range_m"]]
             lines.append(f"| {name} | {g['n']} | {_fmt(g['precision'], 2)} | " + " | ".join(cells) + " |")
     oracle = results["datasets"].get("nuscenes", {}).get("guided_oracle")
@@ -642,6 +820,104 @@ def _guided_markdown(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _range_name(r: list[float | None]) -> str:
+    lo, hi = r
+    return f"{lo:g}+ m" if hi is None else f"{lo:g}-{hi:g} m"
+
+
+def _choices_markdown(results: Mapping[str, Any]) -> list[str]:
+    """Every setting chosen on the scene against its alternative, on every drive and half: the difference
+    chosen - alternative in mAP and car AP with its 95 % paired-bootstrap interval, and the verdict."""
+    studies = {n: r["choices"] for n, r in results["datasets"].items() if "choices" in r}
+    if not studies:
+        return []
+    columns: list[tuple[str, str]] = []
+    for name, study in studies.items():
+        first: dict[str, Any] = next((c["parts"] for c in study.values() if "parts" in c), {})
+        columns += [(name, part) for part in first]
+    lines = [
+        "",
+        'Every setting chosen on scene-0916 against the value it was chosen over (issue #32, "do not tune to one '
+        'scene"): chosen - alternative, fused mAP / car AP, with the 95 % paired-bootstrap interval over the '
+        f"drive's frames ({BOOTSTRAP_RESAMPLES} resamples); **worse** / *better*: beyond noise (the interval "
+        "excludes 0)",
+        "",
+        "| setting | " + " | ".join(f"{n} {p}" for n, p in columns) + " | kept | alternative passes |",
+        "|---|" + "---|" * len(columns) + "---|---|",
+    ]
+    for choice in CHOICES:
+        cells, worse, better = [], False, False
+        for name, part in columns:
+            c = studies[name].get(choice.name, {})
+            row = (c.get("parts") or {}).get(part)
+            if row is None:
+                cells.append("n/a" if "not_applicable" in c else ("error" if "error" in c else "-"))
+                continue
+            d = row["difference"]
+            worse = worse or bool(row["worse_beyond_noise"])
+            better = better or bool(row["better_beyond_noise"])
+
+            def cell(k: str, d: Mapping[str, Any] = d, row: Mapping[str, Any] = row) -> str:
+                x = d.get(k) or {}
+                text = f"{_sgn(x.get('difference'))} [{_sgn(x.get('low'))}, {_sgn(x.get('high'))}]"
+                if k in row["worse_beyond_noise"]:
+                    return f"**{text}**"
+                return f"*{text}*" if k in row["better_beyond_noise"] else text
+
+            cells.append(f"{cell('mAP')} / {cell('car')}")
+        mode = f" ({choice.mode})" if choice.mode != "fused" else ""
+        verdict = f" | {'no' if worse else 'yes'} | {'no' if better else 'yes'} |"
+        lines.append(f"| {choice.name}{mode} | " + " | ".join(cells) + verdict)
+    return lines
+
+
+def _sgn(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.3f}"
+
+
+def _breakdown_markdown(name: str, b: Mapping[str, Any]) -> list[str]:
+    """Per class, fused without -> with camera-guided objects (nuScenes protocol): AP and AP per range bin;
+    recall at 2 m per range bin and annotated points."""
+    off, on = b.get("off") or {}, b.get("default") or {}
+    if not off.get("ap_by_range"):
+        return []
+    labels = [lab for lab, n in off["n"].items() if n]
+    ranges = [r["range_m"] for r in off["ap_by_range"][labels[0]]] if labels else []
+    lines = [
+        "",
+        f"What the camera-guided objects add on {name} (nuScenes protocol; fused without → with them): AP per "
+        "class and per range bin (ground truth and detections in the bin), n = annotated objects",
+        "",
+        "| class | AP | " + " | ".join(_range_name(r) for r in ranges) + " |",
+        "|---|---:|" + "---:|" * len(ranges),
+    ]
+    for label in labels:
+        cells = [
+            f"{_fmt(x['AP'], 2)} → {_fmt(y['AP'], 2)} ({x['n']})"
+            for x, y in zip(off["ap_by_range"][label], on["ap_by_range"][label], strict=True)
+        ]
+        ap = f"{_fmt(off['AP'].get(label))} → {_fmt(on['AP'].get(label))} ({off['n'][label]})"
+        lines.append(f"| {label} | {ap} | " + " | ".join(cells) + " |")
+    rb_off, rb_on = off.get("recall_breakdown") or {}, on.get("recall_breakdown") or {}
+    if rb_off:
+        bins = _bins(next(iter(rb_off.values())))
+        lines += [
+            "",
+            f"... and recall at 2 m at every score on {name}, per range and annotated lidar + radar points",
+            "",
+            "| class | " + " | ".join(bins) + " |",
+            "|---|" + "---:|" * len(bins),
+        ]
+        for label in rb_off:
+            x_, y_ = rb_off[label], rb_on.get(label, rb_off[label])
+            cells = [
+                f"{_fmt(x['recall'], 2)} → {_fmt(y['recall'], 2)} ({x['n']})"
+                for x, y in zip(x_["by_range_m"] + x_["by_points"], y_["by_range_m"] + y_["by_points"], strict=True)
+            ]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def lockstep_fusion(drive: Path) -> dict[str, Any]:
     """The lockstep frame with fusion in it (the runtime's own fusion stage, every sensor awaited), with the
     camera-guided step off and on: frame latency p50/p99 and the fusion stage's."""
@@ -667,7 +943,8 @@ def lockstep_fusion(drive: Path) -> dict[str, Any]:
 def markdown(results: Mapping[str, Any]) -> str:
     lines = [
         f"Measured {results['environment'].get('date', '')} on {results['environment'].get('cpu', '?')} "
-        f"(load {results['environment'].get('load_average', '?')}).",
+        f"(load {results['environment'].get('load_average', '?')} at the start, "
+        f"{results.get('load_average_end', '?')} at the end; {results.get('seconds_total', '?')} s in all).",
         "",
         "| dataset | mode | protocol | mAP | NDS | car AP (n) | pedestrian AP (n) | ATE m | AVE m/s |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
@@ -784,6 +1061,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = real_data_root()
     wanted = [d for d in args.datasets.split(",") if d]
+    started = time.perf_counter()
     results: dict[str, Any] = {"environment": environment(), "real_data": str(root), "datasets": {}}
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         for name in wanted:
@@ -796,7 +1074,9 @@ def main(argv: list[str] | None = None) -> int:
                     if not (root / folder).is_dir():
                         raise RuntimeError(f"{root / folder} is absent (set PERCEPTION_REAL_DATA)")
                     drive = importer(root, Path(tmp))
-                results["datasets"][name] = score(drive)
+                repo = Path(tmp) / "models"
+                repo.mkdir(exist_ok=True)
+                results["datasets"][name] = score(drive, name, repo)
                 if name in LOCKSTEP_FUSION:
                     results["datasets"][name]["lockstep_fusion"] = lockstep_fusion(drive)
                 if ACCUMULATE_MS.get(name):
@@ -804,6 +1084,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # a missing dataset or importer is reported, the others go on
                 log.warning("dataset %s: %s", name, exc)
                 results["datasets"][name] = {"error": str(exc)}
+    results["seconds_total"] = round(time.perf_counter() - started, 1)
+    results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     nus = results["datasets"].get("nuscenes", {})
     if "modes" in nus:
         results["targets"] = targets(nus)

@@ -16,10 +16,14 @@ The protocol (matching, AP definition, which ground truth counts, undefined valu
 Each sensor's model on its own (camera 2D AP, lidar BEV AP, radar detection rate and velocity error),
 from raw model outputs: :class:`ModelQualityEvaluator`, run over a drive by :func:`evaluate_models`
 (``perception model-quality``); protocol in :mod:`perception.evaluation._models`.
+
+Whether two runs on the same drive differ beyond noise: :func:`paired_bootstrap` of the evaluators'
+:meth:`~NuScenesEvaluator.frame_matches` (frames resampled with replacement, the same draw for both).
 """
 
 from __future__ import annotations
 
+from perception.evaluation._bootstrap import FrameMatches, paired_bootstrap
 from perception.evaluation._detection import DetectionEvaluator
 from perception.evaluation._models import (
     DEFINITIONS,
@@ -38,10 +42,12 @@ __all__ = [
     "DEFINITIONS",
     "PROTOCOLS",
     "DetectionEvaluator",
+    "FrameMatches",
     "ModelQualityEvaluator",
     "NuScenesEvaluator",
     "QualitySettings",
     "RadarCoverage",
     "check_targets",
     "evaluate_models",
+    "paired_bootstrap",
 ]

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception.evaluation._bootstrap import FrameMatches
 from perception.fusion import invert_transform, project_boxes
 from perception.kinds import FusionRole, fusion_role
 from perception.modelkit import precision_recall
@@ -119,6 +120,8 @@ def move_ground_truth(
 class _ClassRecord:
     scores: list[F64] = field(default_factory=list)
     tp: list[list[B]] = field(default_factory=list)  # per frame: one flag array per threshold
+    frame: list[int] = field(default_factory=list)  # the evaluated frame of each entry of scores / tp
+    gt_per_frame: list[int] = field(default_factory=list)  # ground-truth objects in each evaluated frame
     num_gt: int = 0
     trans_err: list[float] = field(default_factory=list)
     vel_err: list[float] = field(default_factory=list)
@@ -245,6 +248,7 @@ class DetectionEvaluator:
             di = np.flatnonzero(d_label == c)
             gi = np.flatnonzero(g_label == c)
             rec.num_gt += gi.size
+            rec.gt_per_frame.append(int(gi.size))
             if di.size == 0:
                 continue
             di = di[np.argsort(-d_score[di], kind="stable")]
@@ -261,6 +265,7 @@ class DetectionEvaluator:
                     self._count_switches(g_track[gi[match[hit]]].tolist(), d_id[di[hit]].tolist())
             rec.scores.append(d_score[di])
             rec.tp.append(flags)
+            rec.frame.append(self.frames - 1)
 
     def _count_switches(self, tracks: list[int], ids: list[int]) -> None:
         for track, det_id in zip(tracks, ids, strict=True):
@@ -268,6 +273,34 @@ class DetectionEvaluator:
             if last is not None and last != det_id:
                 self.id_switches += 1
             self._last_match[track] = det_id
+
+    def frame_matches(self) -> FrameMatches:
+        """The matching of every class with ground truth, per evaluated frame, for
+        :func:`perception.evaluation.paired_bootstrap` (AP: :func:`nuscenes_ap`, as :meth:`summary`)."""
+        num_gt: dict[str, npt.NDArray[np.int64]] = {}
+        scores: dict[str, list[F64]] = {}
+        tps: dict[str, list[list[B]]] = {}
+        empty_s, empty_b = np.zeros(0, np.float64), np.zeros(0, bool)
+        for c, name in enumerate(LABELS):
+            rec = self._records[c]
+            if not rec.num_gt:
+                continue
+            num_gt[name] = np.array(rec.gt_per_frame, dtype=np.int64)
+            per_frame = [empty_s] * self.frames
+            for f, sc in zip(rec.frame, rec.scores, strict=True):
+                per_frame[f] = sc
+            scores[name] = per_frame
+            tps[name] = []
+            for t_index in range(len(self.thresholds)):
+                flags = [empty_b] * self.frames
+                for f, fl in zip(rec.frame, rec.tp, strict=True):
+                    flags[f] = fl[t_index]
+                tps[name].append(flags)
+
+        def ap(score: F64, tp: B, npos: int) -> float:
+            return nuscenes_ap(score, tp, npos)
+
+        return FrameMatches(self.frames, self.thresholds, num_gt, scores, tps, ap)
 
     # -- report -----------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

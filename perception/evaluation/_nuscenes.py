@@ -95,6 +95,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception.evaluation._bootstrap import FrameMatches
 from perception.evaluation._detection import move_ground_truth
 from perception.fusion import invert_transform, transform_points
 from perception.importers import BIKE_RACK
@@ -110,14 +111,18 @@ __all__ = [
     "NuScenesConfig",
     "NuScenesEvaluator",
     "accumulate",
+    "ap_by_range",
     "calc_ap",
     "calc_tp",
     "filter_boxes",
+    "frame_matches",
+    "precision_by_source",
     "recall_breakdown",
     "tp_error",
 ]
 
 F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
 
 #: The devkit's ``category_to_detection_name``.
 CATEGORY_TO_DETECTION: Mapping[str, str] = {
@@ -236,6 +241,7 @@ class EvalBox:
     score: float = -1.0
     attribute: str = ""
     num_pts: int = -1
+    sources: tuple[str, ...] = ()  # a detection's sensors (and pseudo-sources): for precision per source
 
     @property
     def ego_dist(self) -> float:
@@ -354,17 +360,14 @@ def accumulate(
         return MetricData.no_predictions()
     period = np.pi if class_name == "barrier" else 2 * np.pi
     tp: list[int] = []
-    fp: list[int] = []
     conf: list[float] = []
     match: dict[str, list[float]] = {k: [] for k in (*TP_METRICS, "conf")}
     for p, j, dist in _matches(gt, pred, class_name, dist_th):
         conf.append(p.score)
         if j is None:
             tp.append(0)
-            fp.append(1)
             continue
         tp.append(1)
-        fp.append(0)
         g = gt[p.sample][j]
         match["trans_err"].append(dist)
         match["vel_err"].append(_velocity_l2(g, p))
@@ -375,12 +378,8 @@ def accumulate(
     if not match["trans_err"]:
         return MetricData.no_predictions()
 
-    tp_c = np.cumsum(tp).astype(float)
-    fp_c = np.cumsum(fp).astype(float)
-    prec = tp_c / (fp_c + tp_c)
-    rec = tp_c / float(npos)
+    rec, prec_i = _precision_curve(np.array(tp, dtype=bool), npos)
     rec_interp = np.linspace(0, 1, _NELEM)
-    prec_i = np.interp(rec_interp, rec, prec, right=0)
     conf_i = np.interp(rec_interp, rec, np.array(conf), right=0)
     match_conf = np.array(match["conf"])
     errors = {
@@ -389,11 +388,26 @@ def accumulate(
     return MetricData(recall=rec_interp, precision=prec_i, confidence=conf_i, **errors)
 
 
+def _precision_curve(tp: B, npos: int) -> tuple[F64, F64]:
+    """Detections' true-positive flags in ranking order -> their recall and the precision interpolated at
+    the 101 recall points (the devkit's ``accumulate``: linear, 0 beyond the highest recall reached)."""
+    tp_c = np.cumsum(tp).astype(float)
+    fp_c = np.cumsum(~tp).astype(float)
+    prec = tp_c / (fp_c + tp_c)
+    rec = tp_c / float(npos)
+    prec_i: F64 = np.interp(np.linspace(0, 1, _NELEM), rec, prec, right=0)
+    return rec, prec_i
+
+
 def calc_ap(md: MetricData, min_recall: float, min_precision: float) -> float:
     """The devkit's ``calc_ap``."""
+    return _ap_of_precision(md.precision, min_recall, min_precision)
+
+
+def _ap_of_precision(precision: F64, min_recall: float, min_precision: float) -> float:
     if not (0 <= min_precision < 1 and 0 <= min_recall <= 1):
         raise ValueError(f"min_precision {min_precision} / min_recall {min_recall} out of range")
-    prec = np.copy(md.precision)[round(100 * min_recall) + 1 :]
+    prec = np.copy(precision)[round(100 * min_recall) + 1 :]
     prec -= min_precision
     prec[prec < 0] = 0
     return float(np.mean(prec)) / (1.0 - min_precision)
@@ -496,6 +510,112 @@ def recall_breakdown(
         return out
 
     return {"by_range_m": rows(r, RANGE_BINS[:-1], "range_m"), "by_points": rows(n, POINT_BINS, "points")}
+
+
+def _bands(edges: Sequence[float]) -> list[tuple[float, float]]:
+    return list(zip(edges, [*edges[1:], math.inf], strict=True))
+
+
+def _in_band(boxes: Sequence[Sequence[EvalBox]], lo: float, hi: float) -> list[list[EvalBox]]:
+    return [[b for b in s if lo <= b.ego_dist < hi] for s in boxes]
+
+
+def ap_by_range(
+    gt: Sequence[Sequence[EvalBox]],
+    pred: Sequence[Sequence[EvalBox]],
+    class_name: str,
+    config: NuScenesConfig = DETECTION_CVPR_2019,
+) -> list[dict[str, Any]]:
+    """``class_name``'s AP (mean over the distance thresholds, as the class AP) within each BEV range bin
+    of :data:`RANGE_BINS` (a diagnosis, not part of the devkit): ground truth *and* detections whose
+    centre lies in ``[lo, hi)`` from the ego, matched and scored as :func:`accumulate` / :func:`calc_ap`
+    do. A detection across a bin edge from its object counts as a false positive in its bin and the
+    object as missed in its own, so the bins' APs are each a little below what the whole range scores.
+    ``AP`` is ``None`` for a bin without ground truth."""
+    out = []
+    for lo, hi in _bands(RANGE_BINS[:-1]):
+        g, p = _in_band(gt, lo, hi), _in_band(pred, lo, hi)
+        n = sum(1 for s in g for b in s if b.name == class_name)
+        ap = None
+        if n:
+            aps = [
+                calc_ap(accumulate(g, p, class_name, t), config.min_recall, config.min_precision)
+                for t in config.dist_ths
+            ]
+            ap = float(np.mean(aps))
+        out.append({"range_m": [lo, None if math.isinf(hi) else hi], "n": n, "AP": ap})
+    return out
+
+
+def precision_by_source(
+    gt: Sequence[Sequence[EvalBox]], pred: Sequence[Sequence[EvalBox]], classes: Sequence[str], dist_th: float
+) -> dict[str, dict[str, Any]]:
+    """Per source named in the detections' ``sources`` (a sensor, e.g. ``lidar_top``, or a pseudo-source such as
+    ``camera_guided``): the share of its detections, at every score, that take a ground-truth object of
+    their class within ``dist_th`` under the protocol's matching (:func:`_matches`, all detections of the
+    class competing by score, so a detection beaten to its object by a better-scored one is a false
+    positive), in all and per BEV range bin of the detection (:data:`RANGE_BINS`) and per class. A
+    detection with several sources counts for each. A diagnosis, not part of the devkit; ``precision``
+    is ``None`` where there are no detections."""
+    hits: dict[str, list[tuple[str, float, bool]]] = {}
+    for label in classes:
+        for p, j, _ in _matches(gt, pred, label, dist_th):
+            for source in p.sources:
+                hits.setdefault(source, []).append((label, p.ego_dist, j is not None))
+
+    def share(rows: Sequence[tuple[str, float, bool]]) -> dict[str, Any]:
+        return {"n": len(rows), "precision": sum(ok for _, _, ok in rows) / len(rows) if rows else None}
+
+    out: dict[str, dict[str, Any]] = {}
+    for source, rows in sorted(hits.items()):
+        out[source] = {
+            **share(rows),
+            "by_range_m": [
+                {"range_m": [lo, None if math.isinf(hi) else hi], **share([x for x in rows if lo <= x[1] < hi])}
+                for lo, hi in _bands(RANGE_BINS[:-1])
+            ],
+            "per_class": {label: share([x for x in rows if x[0] == label]) for label in classes},
+        }
+    return out
+
+
+def frame_matches(
+    gt: Sequence[Sequence[EvalBox]],
+    pred: Sequence[Sequence[EvalBox]],
+    classes: Sequence[str],
+    config: NuScenesConfig = DETECTION_CVPR_2019,
+) -> FrameMatches:
+    """The protocol's matching per class, threshold and sample, for :func:`paired_bootstrap`. AP of the
+    concatenated samples is the devkit's (ranking as :func:`_matches` sorts: by score, equals the later
+    one first), so on all samples it equals the class AP of :meth:`NuScenesEvaluator.summary`."""
+    samples = len(gt)
+    num_gt: dict[str, npt.NDArray[np.int64]] = {}
+    scores: dict[str, list[F64]] = {}
+    tps: dict[str, list[list[B]]] = {}
+    for label in classes:
+        num_gt[label] = np.array([sum(1 for b in s if b.name == label) for s in gt], dtype=np.int64)
+        of_class = [[b for b in s if b.name == label] for s in pred]
+        scores[label] = [np.array([b.score for b in s], dtype=np.float64) for s in of_class]
+        position = {id(b): k for s in of_class for k, b in enumerate(s)}
+        per_threshold = []
+        for t in config.dist_ths:
+            flags = [np.zeros(len(s), dtype=bool) for s in of_class]
+            for p, j, _ in _matches(gt, pred, label, t):
+                if j is not None:
+                    flags[p.sample][position[id(p)]] = True
+            per_threshold.append(flags)
+        tps[label] = per_threshold
+
+    def ap(score: F64, tp: B, npos: int) -> float:
+        if npos == 0:
+            return math.nan
+        if not tp.any():
+            return 0.0  # the devkit's no_predictions
+        order = np.lexsort((-np.arange(len(score)), -score))  # by score, equals the later one first
+        _, prec = _precision_curve(tp[order], npos)
+        return _ap_of_precision(prec, config.min_recall, config.min_precision)
+
+    return FrameMatches(samples, tuple(config.dist_ths), num_gt, scores, tps, ap)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -633,6 +753,7 @@ class NuScenesEvaluator:
                     float(d_yaw[k]),
                     (float(d_vel[k, 0]), float(d_vel[k, 1])),
                     float(d.score),
+                    sources=tuple(d.sources),
                 )
                 for k, d in enumerate(dets)
             ]
@@ -647,6 +768,7 @@ class NuScenesEvaluator:
         ap_by_threshold: dict[str, dict[str, float | None]] = {}
         per_class_tp: dict[str, dict[str, float | None]] = {}
         recall: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        by_range: dict[str, list[dict[str, Any]]] = {}
         num_gt = {label: sum(1 for s in self._gt for b in s if b.name == label) for label in self.labels}
         num_det = {label: sum(1 for s in self._pred for b in s if b.name == label) for label in self.labels}
         evaluated = [label for label in self.labels if num_gt[label] > 0]
@@ -665,6 +787,7 @@ class NuScenesEvaluator:
             tp_by_class[label] = {m: tp_error(md, label, m, cfg.min_recall) for m in TP_METRICS}
             per_class_tp[label] = {short: _opt(tp_by_class[label][m]) for m, short in TP_METRICS.items()}
             recall[label] = recall_breakdown(self._gt, self._pred, label, cfg.dist_th_tp)
+            by_range[label] = ap_by_range(self._gt, self._pred, label, cfg)
         mean_ap = float(np.mean([ap for c in evaluated if (ap := per_class_ap[c]) is not None])) if evaluated else None
         tp_errors: dict[str, float | None] = {}
         tp_scores: dict[str, float] = {}
@@ -691,6 +814,13 @@ class NuScenesEvaluator:
             "per_class_tp": per_class_tp,
             "recall_breakdown": recall,
             "recall_breakdown_detail": f"diagnosis (not devkit): recall at {cfg.dist_th_tp:g} m at every score",
+            "ap_by_range": by_range,
+            "ap_by_range_detail": "diagnosis (not devkit): AP of ground truth and detections within each range bin",
+            "precision_by_source": precision_by_source(self._gt, self._pred, evaluated, cfg.dist_th_tp),
+            "precision_by_source_detail": (
+                f"diagnosis (not devkit): share of each source's detections matched at {cfg.dist_th_tp:g} m, "
+                "at every score, by the detection's range"
+            ),
             "num_ground_truth": num_gt,
             "num_detections": num_det,
             "classes": evaluated,
@@ -705,6 +835,12 @@ class NuScenesEvaluator:
             "notes": self._summary_notes(),
             "config": cfg.serialize(),
         }
+
+    def frame_matches(self) -> FrameMatches:
+        """The matching of every class with ground truth, per sample (:func:`frame_matches`), for
+        :func:`perception.evaluation.paired_bootstrap`."""
+        classes = [label for label in self.labels if any(b.name == label for s in self._gt for b in s)]
+        return frame_matches(self._gt, self._pred, classes, self.config)
 
     def _summary_notes(self) -> list[str]:
         n = self._notes

@@ -23,7 +23,7 @@ from typing import Any
 from perception.config import RuntimeConfig
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.errors import DriveError
-from perception.evaluation import PROTOCOLS, DetectionEvaluator, NuScenesEvaluator
+from perception.evaluation import PROTOCOLS, DetectionEvaluator, FrameMatches, NuScenesEvaluator
 from perception.fusion import Fuser, FusionParams
 from perception.replay._session import ReplayOptions, ReplayOutcome, replay_drive
 from perception.replay._sinks import each_frame
@@ -84,11 +84,14 @@ def score_modes(
     protocol: str | None = None,
     fusion_params: FusionParams | None = None,
     detections: dict[str, list[tuple[int, tuple[Detection3D, ...]]]] | None = None,
+    matches: dict[str, FrameMatches] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fusion + evaluation of kept replay results for each mode, under ``protocol`` (``None``: the
     drive's :func:`default_protocol`). Each mode's summary names its ``protocol``. ``fusion_params``
     replaces fusion's built-in constants (to compare settings on the same model outputs). ``detections``,
-    when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses)."""
+    when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses);
+    ``matches`` each mode's evaluator's :class:`~perception.evaluation.FrameMatches` (to compare two
+    settings' scores with :func:`~perception.evaluation.paired_bootstrap`)."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
@@ -117,6 +120,8 @@ def score_modes(
                 fused.append((r.t_ns, tuple(dets)))
         if native is not None:
             summary = native.summary()
+            if matches is not None:
+                matches[mode] = native.frame_matches()
         else:
             ev = NuScenesEvaluator(ego_at=ego_at)
             fused.sort(key=lambda td: td[0])
@@ -125,6 +130,8 @@ def score_modes(
                 k = _nearest(times, gt.t_ns)
                 ev.add(gt, None if k is None else fused[k][1], None if k is None else times[k])
             summary = ev.summary()
+            if matches is not None:
+                matches[mode] = ev.frame_matches()
         summary["sensors"] = sorted(n for n, k in kinds.items() if sensor_mode.keeps(k))
         out[mode] = summary
     return out

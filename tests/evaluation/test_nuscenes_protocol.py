@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,11 @@ from perception.evaluation._nuscenes import (
     EvalBox,
     MetricData,
     accumulate,
+    ap_by_range,
     calc_ap,
     calc_tp,
     filter_boxes,
+    precision_by_source,
     recall_breakdown,
     tp_error,
 )
@@ -532,6 +535,57 @@ def test_recall_breakdown_takes_each_ground_truth_box_once() -> None:
     # 5.5 takes the near car, 5.2 finds it taken, 30 is 5 m off the 25 m car; 46 matches 45
     assert [(b["n"], b["recall"]) for b in out["by_range_m"]] == [(1, 1.0), (0, None), (1, 0.0), (0, None), (1, 1.0)]
     assert [(b["n"], b["recall"]) for b in out["by_points"]] == [(1, 1.0), (0, None), (1, 1.0), (1, 0.0)]
+
+
+def _car(sample: int, x: float, score: float = -1.0, sources: tuple[str, ...] = ()) -> EvalBox:
+    return EvalBox(sample, "car", (x, 0.0, 0.0), (4.5, 1.8, 1.5), 0.0, (0.0, 0.0), score, "", 10, sources)
+
+
+def test_ap_by_range_scores_each_band_alone() -> None:
+    gt = [[_car(0, 5.0), _car(0, 25.0)], [_car(1, 26.0), _car(1, 45.0)]]
+    # the near car found; at 20-30 m a false positive outscores the one true match; 45 m missed
+    pred = [[_car(0, 5.2, 0.9), _car(0, 28.5, 0.95), _car(0, 25.1, 0.5)], [_car(1, 46.0 + 5, 0.4)]]
+    bands = {tuple(b["range_m"]): b for b in ap_by_range(gt, pred, "car")}
+    assert bands[(0.0, 10.0)]["n"] == 1 and bands[(0.0, 10.0)]["AP"] == pytest.approx(1.0)
+    assert bands[(10.0, 20.0)] == {"range_m": [10.0, 20.0], "n": 0, "AP": None}
+    # 20-30 m: the same as the devkit's AP of those boxes alone
+    g = [[gt[0][1]], [gt[1][0]]]
+    p = [[pred[0][1], pred[0][2]], []]
+    alone = np.mean([calc_ap(accumulate(g, p, "car", t), 0.1, 0.1) for t in DETECTION_CVPR_2019.dist_ths])
+    assert bands[(20.0, 30.0)]["n"] == 2 and bands[(20.0, 30.0)]["AP"] == pytest.approx(alone)
+    assert 0 < bands[(20.0, 30.0)]["AP"] < 1
+    assert bands[(40.0, None)]["n"] == 1 and bands[(40.0, None)]["AP"] == 0.0
+
+
+def test_precision_by_source_counts_the_protocols_matches_per_range() -> None:
+    guided, lidar = ("camera", "lidar", "camera_guided"), ("lidar",)
+    gt = [[_car(0, 5.0), _car(0, 25.0)], [_car(1, 45.0)]]
+    pred = [
+        [_car(0, 5.3, 0.9, lidar), _car(0, 5.1, 0.5, guided), _car(0, 25.5, 0.6, guided), _car(0, 35.0, 0.3, guided)],
+        [_car(1, 45.5, 0.7, guided)],
+    ]
+    out = precision_by_source(gt, pred, ["car"], 2.0)
+    assert set(out) == {"camera", "camera_guided", "lidar"}
+    g = out["camera_guided"]
+    # 5.1 is beaten to the near car by the better-scored lidar box; 25.5 and 45.5 match; 35 matches nothing
+    assert (g["n"], g["precision"]) == (4, 0.5)
+    assert [(b["n"], b["precision"]) for b in g["by_range_m"]] == [(1, 0.0), (0, None), (1, 1.0), (1, 0.0), (1, 1.0)]
+    assert g["per_class"]["car"] == {"n": 4, "precision": 0.5}
+    assert (out["lidar"]["n"], out["lidar"]["precision"]) == (5, 0.6)  # the guided objects name lidar too
+
+
+def test_summary_reports_ap_by_range_and_precision_by_source() -> None:
+    gt = GroundTruth(0, (_gt(0, "vehicle.car", 10.0, 0.0), _gt(1, "vehicle.car", 30.0, 0.0)), ())
+    dets = [
+        _det("car", 10.2, 0.0, 0.9),
+        replace(_det("car", 30.2, 0.0, 0.6), sources=("cam_front", "lidar_top", "camera_guided")),
+        replace(_det("car", 22.0, 5.0, 0.5), sources=("cam_front", "lidar_top", "camera_guided")),
+    ]
+    out = _ours([gt], [dets])
+    assert [b["n"] for b in out["ap_by_range"]["car"]] == [0, 1, 0, 1, 0]
+    g = out["precision_by_source"]["camera_guided"]
+    assert (g["n"], g["precision"]) == (2, 0.5)
+    assert [b["n"] for b in g["by_range_m"]] == [0, 0, 1, 1, 0]
 
 
 def test_frame_offset_moves_ground_truth_and_missing_frames_count() -> None:

@@ -10,6 +10,7 @@ import pytest
 from reliability_helpers import LIDAR_FIELDS, MS, T0, rig, runtime_config
 
 from perception.drives import DriveReader, DriveWriter
+from perception.evaluation import FrameMatches
 from perception.fusion import CAMERA_GUIDED_SOURCE
 from perception.fusion._testing import SimObject, camera_result, lidar_result, missing
 from perception.replay import score_modes
@@ -107,6 +108,23 @@ def test_other_drives_default_to_native_and_the_protocol_can_be_chosen(tmp_path:
     assert native["fused"]["protocol"] == "native" and "id_switches" in native["fused"]
     assert native["fused"]["frames"] == 8  # every frame with ground truth within 60 ms: 2 + 3 + 3
     assert chosen["fused"]["protocol"] == "nuscenes" and chosen["fused"]["samples"] == 4
+
+
+@pytest.mark.parametrize("source", ["nuscenes", "sim"])
+def test_each_modes_frame_matches_are_handed_out_and_score_as_its_summary(tmp_path: Path, source: str) -> None:
+    from perception.evaluation import paired_bootstrap
+
+    matches: dict[str, FrameMatches] = {}
+    with DriveReader(_drive(tmp_path / "d.mcap", source)) as reader:
+        modes = score_modes(_results(), CONFIG, reader, MODES, matches=matches)
+    assert set(matches) == set(MODES)
+    fused = matches["fused"]
+    assert fused.frames == (4 if source == "nuscenes" else 8)  # nuScenes samples / native evaluated frames
+    mean_ap, _ = fused.mean_ap(np.arange(fused.frames))
+    assert mean_ap == pytest.approx(modes["fused"]["mAP"], abs=1e-12)
+    # fused against camera_only (no detections) on the same ground truth: better beyond noise
+    test = paired_bootstrap(matches["camera_only"], fused, resamples=200)
+    assert test["mAP"]["difference"] == pytest.approx(modes["fused"]["mAP"]) and test["mAP"]["better"]
 
 
 def test_the_eval_report_names_its_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
