@@ -19,6 +19,9 @@ if [ "$MYPY_RC" -ne 0 ]; then
     exit "$MYPY_RC"
 fi
 echo "== pytest"
+# The suite starts hundreds of Python processes (the CLI, Ray workers, Triton's python stubs) that import
+# this package: compile it once, so that each reads bytecode even where PYTHONDONTWRITEBYTECODE is set.
+python -m compileall -q -j 0 perception >/dev/null
 # -p no:cacheprovider keeps a read-only clone clean; exit 5 (no tests collected) is a failure here.
 # --durations=15: the 15 slowest tests, so that what the suite costs stays visible.
 python -m pytest -p no:cacheprovider --durations=15 "$@"

@@ -1,7 +1,7 @@
 """``perception fleet --baseline`` end to end: the gate's verdict through the command, on real fleet outputs.
 
 One real fleet run of two drives (the same simulated drive under two names, reference models on the
-session's Triton, lockstep, a frame deadline of seconds so that every frame is ok on a busy host) is the
+session's Triton and its Ray head, a frame deadline of seconds so that every frame is ok on a busy host) is the
 baseline material. A rerun of the same drives is compared with it as it is, and with copies of it edited
 so that the current run is worse by a known amount: within the ``--tolerance-*`` flags for one drive, far
 beyond them for the other. Unit tests of the comparison itself are in ``test_baseline.py``.
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_helpers import RayHead, RayHeads
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON
@@ -27,16 +28,22 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow]
 FRAMES = 5
 
 
-def _fleet(argv: list[str], url: str) -> subprocess.CompletedProcess[str]:
-    """``perception fleet`` as a user runs it, in its own process, on the session's server."""
-    args = [*argv, "--url", url, "--workers", "1", "--rate", "lockstep", "--budget-ms", "20000"]
+def _fleet(argv: list[str], url: str, head: RayHead) -> subprocess.CompletedProcess[str]:
+    """``perception fleet`` as a user runs it, in its own process, on the session's server and Ray head."""
+    args = [*argv, *head.join(url), "--workers", "1", "--rate", "lockstep", "--budget-ms", "20000"]
     return subprocess.run(
         [sys.executable, "-m", "perception", "fleet", *args, "--no-report-md", "--no-fused-mcap", "--no-progress"],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=head.env,
     )
+
+
+@pytest.fixture(scope="module")
+def head(ray_heads: RayHeads) -> RayHead:
+    return ray_heads.current()
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +55,9 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def base(drives: list[str], triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base(drives: list[str], triton: EmbeddedTriton, head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("baseline_run") / "base"
-    done = _fleet([*drives, "--out", str(out)], triton.grpc_url)
+    done = _fleet([*drives, "--out", str(out)], triton.grpc_url, head)
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("d1", "d2"):
         report = json.loads((out / name / "report.json").read_text())
@@ -105,13 +112,13 @@ def _more_frames(drive: Path, extra: int) -> None:
 
 
 def test_an_unchanged_rerun_passes_the_gate(
-    drives: list[str], base: Path, triton: EmbeddedTriton, tmp_path: Path
+    drives: list[str], base: Path, triton: EmbeddedTriton, head: RayHead, tmp_path: Path
 ) -> None:
     # The same drives, models and profile again. Latency differs run to run on a shared host (its gate is
     # exercised below with a baseline made faster by a known factor); quality and frame statuses may not.
     out = tmp_path / "rerun"
     argv = [*drives, "--out", str(out), "--baseline", str(base)]
-    done = _fleet([*argv, "--tolerance-latency-pct", "1000", "--tolerance-latency-ms", "1000"], triton.grpc_url)
+    done = _fleet([*argv, "--tolerance-latency-pct", "1000", "--tolerance-latency-ms", "1000"], triton.grpc_url, head)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"baseline {base}: no regression" in done.stdout
     cmp = json.loads((out / FLEET_JSON).read_text())["baseline"]
@@ -125,7 +132,7 @@ def test_an_unchanged_rerun_passes_the_gate(
 
 
 def test_tolerance_flags_decide_the_verdict(
-    drives: list[str], base: Path, triton: EmbeddedTriton, tmp_path: Path
+    drives: list[str], base: Path, triton: EmbeddedTriton, head: RayHead, tmp_path: Path
 ) -> None:
     # The baseline edited so that the current run is worse: d1 within every tolerance given below, d2
     # far beyond each (none of these changes is anywhere near run-to-run noise).
@@ -142,7 +149,7 @@ def test_tolerance_flags_decide_the_verdict(
     out = tmp_path / "current"
     flags = ["--tolerance-map", "0.3", "--tolerance-status", "2"]
     flags += ["--tolerance-latency-pct", "1000", "--tolerance-latency-ms", "5"]
-    done = _fleet([*drives, "--out", str(out), "--baseline", str(edited), *flags], triton.grpc_url)
+    done = _fleet([*drives, "--out", str(out), "--baseline", str(edited), *flags], triton.grpc_url, head)
     assert done.returncode == 1, done.stdout + done.stderr
     cmp = json.loads((out / FLEET_JSON).read_text())["baseline"]
     assert cmp["tolerances"] == {"map_drop": 0.3, "latency_pct": 1000.0, "latency_ms": 5.0, "status_changes": 2}

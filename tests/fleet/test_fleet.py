@@ -7,7 +7,8 @@ external Triton servers SIGKILLed mid-run. After each run, nothing of it may be 
 of its in ``/dev/shm``.
 
 Cost on two cores: the runs that are not about starting and stopping a cluster or a server join one Ray
-head for the module (``--address``, started as an operator does, as the joining test needs anyway) and
+head for the session (``--address``, started as an operator does, as the joining test needs anyway;
+:mod:`fleet_helpers`) and
 use the session's Triton (``--url``) unless a server of their own is the point; Ctrl-C, SIGTERM and a
 killed server keep the local cluster (and embedded server) the command starts and stops itself.
 """
@@ -19,23 +20,21 @@ import json
 import os
 import pty
 import re
-import secrets
 import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fleet_helpers import HEAD_MARK, MARK, RayHead, RayHeads, marked_env, ray_cli
 from reliability_helpers import profile_data, sleepy_repository, write_drive, write_profile
 
 from perception.cli import main
@@ -66,20 +65,11 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-#: In the environment of every process these tests start (the CLI and, inheriting it, Ray's processes,
-#: the workers, their Triton servers and backend stubs): what is left running is judged by it, so
-#: the clusters and servers of others on a shared machine (and this session's own server) do not count.
-MARK = ("PERCEPTION_FLEET_TEST", str(os.getpid()))
 _SHM_BEFORE = frozenset(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else frozenset()
 
 
-#: In the environment of the module's shared Ray head and so of everything its raylet starts (workers,
-#: a node's embedded Triton): the head outlives single runs, so it is judged apart (:func:`_head_procs`).
-HEAD_MARK = ("PERCEPTION_FLEET_TEST_HEAD", str(os.getpid()))
-
-
 def _env() -> dict[str, str]:
-    return {**os.environ, MARK[0]: MARK[1]}
+    return marked_env()
 
 
 def _marked(mark: tuple[str, str]) -> dict[int, str]:
@@ -157,78 +147,10 @@ def _run(argv: list[str], timeout_s: float = 300.0, env: dict[str, str] | None =
     return done.returncode
 
 
-def _ray(*args: str, env: dict[str, str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    ray = Path(sys.executable).with_name("ray")
-    return subprocess.run([str(ray), *args], env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-
-
-@dataclass
-class _Head:
-    """A Ray head started as an operator does (``ray start --head --block``, in a process of its own),
-    with token authentication and a token of its own."""
-
-    address: str
-    #: For a ``perception fleet --address`` joining it: the token, and :data:`MARK`.
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def join(self, triton: EmbeddedTriton | None = None) -> list[str]:
-        """The arguments that run a fleet on this head (and on ``triton``: no server of its own)."""
-        return ["--address", self.address, *(["--url", triton.grpc_url] if triton is not None else [])]
-
-    def stop(self) -> None:
-        """Signal its ``ray start --block`` process, which stops the node's processes (not ``ray stop``:
-        that stops every Ray process of the machine, other people's clusters too)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def head() -> Iterator[_Head]:
-    """The module's Ray head: fleet runs join it rather than each starting and stopping a cluster."""
-    tmp = Path(tempfile.mkdtemp(prefix="fleet-ray-", dir="/tmp"))  # short: Ray's socket paths are limited
-    try:
-        token = tmp / "auth_token"
-        token.write_text(secrets.token_hex(32))
-        auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-        head_env = {**os.environ, HEAD_MARK[0]: HEAD_MARK[1], **auth}
-        head_env.pop("RAY_ADDRESS", None)
-        env = {**_env(), **auth}
-        env.pop("RAY_ADDRESS", None)
-        address = f"127.0.0.1:{free_port()}"
-        ports = [
-            f"--port={address.rsplit(':', 1)[1]}",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-        ]
-        argv = ["start", "--head", *ports, "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={tmp / 'ray'}"]
-        with (tmp / "head.log").open("w") as log:
-            proc = subprocess.Popen(
-                [str(Path(sys.executable).with_name("ray")), *argv, "--block"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=head_env,
-                start_new_session=True,
-            )
-        started = _Head(address, env, proc, tmp / "head.log")
-        try:
-            deadline = time.monotonic() + 120
-            while _ray("status", f"--address={address}", env=env).returncode != 0:
-                assert proc.poll() is None, started.log.read_text()
-                assert time.monotonic() < deadline, "the head did not answer `ray status`"
-                time.sleep(0.5)
-            yield started
-        finally:
-            started.stop()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def head(ray_heads: RayHeads) -> RayHead:
+    """The session's Ray head: fleet runs join it rather than each starting and stopping a cluster."""
+    return ray_heads.current()
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -237,7 +159,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def first_run(
-    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
+    drives: Path, head: RayHead, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, int, list[int]]:
     out = tmp_path_factory.mktemp("fleet") / "out"
     out.mkdir()
@@ -245,7 +167,7 @@ def first_run(
     killer = threading.Thread(target=_kill_first_attempt, args=(out, "a", done, killed), daemon=True)
     killer.start()
     try:
-        argv = ["fleet", str(drives), "--out", str(out), "--workers", "2", *head.join(triton), "--no-progress"]
+        argv = ["fleet", str(drives), "--out", str(out), "--workers", "2", *head.join(triton.grpc_url), "--no-progress"]
         code = _run(argv, env=head.env)
     finally:
         done.set()
@@ -299,11 +221,11 @@ def test_a_failed_drive_sets_the_exit_code(first_run: tuple[Path, int, list[int]
 
 
 def test_the_budget_verdict_sets_the_exit_code(
-    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path: Path
+    drives: Path, head: RayHead, triton: EmbeddedTriton, tmp_path: Path
 ) -> None:
     # --budget-ms is also the runtime's frame budget, as in `perception budget`: 1 ms breaks it in any case
     out = tmp_path / "out"
-    argv = ["fleet", str(drives / "a.mcap"), "--out", str(out), "--budget-ms", "1", *head.join(triton)]
+    argv = ["fleet", str(drives / "a.mcap"), "--out", str(out), "--budget-ms", "1", *head.join(triton.grpc_url)]
     code = _run([*argv, "--no-progress"], env=head.env)
     assert code == 1
     (a,) = json.loads((out / FLEET_JSON).read_text())["drives"]
@@ -345,7 +267,7 @@ sys.meta_path.insert(0, _Hook())
 
 
 def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(
-    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path: Path
+    drives: Path, head: RayHead, triton: EmbeddedTriton, tmp_path: Path
 ) -> None:
     inject = tmp_path / "inject"
     inject.mkdir()
@@ -358,7 +280,7 @@ def test_an_unexpected_worker_error_fails_that_drive_only_with_its_cause(
     # the fleet hands its PYTHONPATH to the workers (Ray's runtime_env), on a cluster it joins too
     env = {**head.env, "PYTHONPATH": os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", str(ROOT))])}
     argv = [sys.executable, "-m", "perception", "fleet", str(d), "--out", str(out), "--workers", "2"]
-    argv += [*head.join(triton), "--no-progress"]
+    argv += [*head.join(triton.grpc_url), "--no-progress"]
     done = subprocess.run(argv, timeout=300, check=False, env=env, capture_output=True, text=True)
     assert done.returncode == 1, done.stderr[-3000:]  # a failed drive
     by_name = {r["name"]: r for r in json.loads((out / FLEET_JSON).read_text())["drives"]}
@@ -376,7 +298,7 @@ def test_nothing_is_left_running(first_run: tuple[Path, int, list[int]]) -> None
 
 
 def test_a_baseline_comparison_catches_a_slower_model(
-    drives: Path, first_run: tuple[Path, int, list[int]], head: _Head, triton: EmbeddedTriton, tmp_path: Path
+    drives: Path, first_run: tuple[Path, int, list[int]], head: RayHead, triton: EmbeddedTriton, tmp_path: Path
 ) -> None:
     # The radar model made 150 ms slower: a regression far beyond run-to-run noise, judged with latency
     # tolerances wide enough (+50 ms and +100 %) that noise alone cannot make one, and a frame deadline of
@@ -389,7 +311,7 @@ def test_a_baseline_comparison_catches_a_slower_model(
     good = [str(drives / "a.mcap"), str(drives / "b.mcap")]
     argv = ["fleet", *good, "--out", str(out), "--config", str(slow), "--baseline", str(baseline), "--no-progress"]
     tolerances = ["--budget-ms", "5000", "--tolerance-latency-ms", "50", "--tolerance-latency-pct", "100"]
-    code = _run([*argv, *head.join(triton), *tolerances], env=head.env)
+    code = _run([*argv, *head.join(triton.grpc_url), *tolerances], env=head.env)
     assert code == 1
     report = json.loads((out / FLEET_JSON).read_text())
     assert all(d["status"] == "ok" for d in report["drives"])
@@ -405,7 +327,7 @@ def test_a_baseline_comparison_catches_a_slower_model(
     assert _leftovers() == []
 
 
-def test_a_server_that_cannot_start_is_one_line(drives: Path, head: _Head, tmp_path: Path) -> None:
+def test_a_server_that_cannot_start_is_one_line(drives: Path, head: RayHead, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(PROFILE.read_text().replace("models: [models]", f"models: [{tmp_path / 'nowhere'}]"))
     done = subprocess.run(
@@ -433,7 +355,7 @@ def test_a_server_that_cannot_start_is_one_line(drives: Path, head: _Head, tmp_p
     assert _leftovers() == []
 
 
-def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Head, tmp_path: Path) -> None:
+def test_workers_sharing_a_server_never_exceed_its_admission_together(head: RayHead, tmp_path: Path) -> None:
     """Two workers on one node share its embedded server, and so its admission: with a fixed admission of
     2 frames in flight (each worker alone would keep 2), the frames of both drives in flight together
     never exceed 2. Judged from each frame's admission and end as its worker recorded them on the node's
@@ -469,7 +391,7 @@ def test_workers_sharing_a_server_never_exceed_its_admission_together(head: _Hea
     assert _leftovers() == []
 
 
-def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: _Head, tmp_path: Path) -> None:
+def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: RayHead, tmp_path: Path) -> None:
     """A worker SIGKILLed mid-drive held slots of its node's shared admission (a fixed 2, the other worker
     asking for them all the time): the driver detaches its stream, freeing them, so the other drive and the
     killed one's retry both finish with every slot of the admission (a stream left attached would keep
@@ -746,7 +668,7 @@ def test_a_killed_triton_server_s_work_moves_to_the_other_and_the_drives_go_on(t
 
 @pytest.fixture(scope="module")
 def eval_run(
-    drives: Path, head: _Head, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
+    drives: Path, head: RayHead, triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """``--eval`` over a drive with ground truth (sim) and one without (the reliability tests' drive),
     run as in CI: output captured, so neither stdout nor stderr is a terminal (no ``--no-progress``)."""
@@ -759,7 +681,7 @@ def eval_run(
     # a 2 s drive, and fused mAP falls from 0.65 to 0.17: measured).
     argv += ["--rate", "lockstep", "--budget-ms", "5000"]
     done = subprocess.run(
-        [sys.executable, "-m", "perception", *argv, *head.join(triton), "--no-report-md", "--no-fused-mcap"],
+        [sys.executable, "-m", "perception", *argv, *head.join(triton.grpc_url), "--no-report-md", "--no-fused-mcap"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -870,7 +792,7 @@ class _Joined:
 
 
 @pytest.fixture(scope="module")
-def joined(drives: Path, head: _Head) -> _Joined:
+def joined(drives: Path, head: RayHead) -> _Joined:
     """A fleet run that joins the module's cluster (started as an operator does, with token authentication)
     with ``--address host:port`` on a terminal, with a Triton of its own on the node. The cluster is
     stopped by :func:`test_a_stopped_cluster_leaves_nothing`."""
@@ -884,7 +806,7 @@ def joined(drives: Path, head: _Head) -> _Joined:
     fleet = ["fleet", str(drives / "a.mcap"), str(drives / "b.mcap"), "--out", str(out), "--config", str(profile)]
     fleet += head.join()
     code, terminal = _on_a_terminal([*fleet, "--workers", "2", "--no-report-md", "--no-fused-mcap"], head.env)
-    status_after = _ray("status", f"--address={head.address}", env=head.env).returncode
+    status_after = ray_cli("status", f"--address={head.address}", env=head.env).returncode
     return _Joined(head.address, code, terminal, out, status_after, head.proc.poll() is None, _head_procs())
 
 
@@ -918,7 +840,7 @@ def test_the_progress_display_on_a_terminal_shows_drives_and_frames_per_second(j
     assert "\r" in joined.terminal  # redrawn in place
 
 
-def test_a_stopped_cluster_leaves_nothing(head: _Head, joined: _Joined) -> None:
+def test_a_stopped_cluster_leaves_nothing(head: RayHead, joined: _Joined) -> None:
     """Last: the module's cluster, which every run above joined, stopped as an operator does."""
     head.stop()
     deadline = time.monotonic() + 30
