@@ -77,6 +77,8 @@ _START_ATTEMPTS = 3
 _NORMAL_EXIT = (0, -signal.SIGTERM)
 #: At most this long (and half the stop timeout) unloading the models before the SIGTERM (:meth:`_unload_models`).
 _UNLOAD_WAIT_S = 5.0
+#: States of a model in the repository index that a stop has to wait for.
+_LIVE_STATES = frozenset({"READY", "LOADING", "UNLOADING"})
 
 
 def free_port() -> int:
@@ -483,7 +485,8 @@ class EmbeddedTriton:
                 async with anyio.create_task_group() as tg:
                     for name in sorted({str(entry["name"]) for entry in index}):
                         tg.start_soon(self._post_control, f"/v2/repository/models/{name}/unload")
-                while any(entry.get("state") != "UNAVAILABLE" for entry in index):
+                # a model that never loaded is listed without a state
+                while any(entry.get("state") in _LIVE_STATES for entry in index):
                     await anyio.sleep(0.05)
                     index = await http_get_json(self.http_url, "/v2/repository/index", body={}, headers=headers)
             except (ConnectError, KeyError, TypeError, AttributeError) as exc:

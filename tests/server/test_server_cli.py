@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +21,14 @@ from perception.server._procs import pid_alive
 
 
 @pytest.mark.triton
-def test_once_prints_endpoints_and_every_model_contract(broken_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["-q", "server", "--models", str(TEST_MODELS), "--models", str(broken_repo), "--once"])
+def test_once_prints_endpoints_and_every_model_contract(
+    broken_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The test models this test reads (not all 14: each starts two python stubs), in a repository of their own.
+    repo = tmp_path / "models"
+    for name in ("echo", "failer", "sleeper_20", "sleeper_30", "sleeper_40"):
+        shutil.copytree(TEST_MODELS / name, repo / name)
+    code = main(["-q", "server", "--models", str(repo), "--models", str(broken_repo), "--once"])
     out = capsys.readouterr().out
     assert code == 1  # `broken` is not READY
     assert "gRPC     127.0.0.1:" in out and "/metrics" in out

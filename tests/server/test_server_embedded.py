@@ -77,19 +77,32 @@ async def test_a_normal_stop_exits_0_without_a_warning(
 
 @pytest.mark.triton
 @pytest.mark.anyio
-async def test_a_normal_stop_unloads_the_models_before_the_signal(echo_repo: Path, tmp_path: Path) -> None:
+async def test_a_normal_stop_unloads_the_models_before_the_signal(
+    echo_repo: Path, broken_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Triton checks for live models once a second after a SIGTERM: with the models unloaded first, its
     first check finds none and it exits then, instead of a second later (judged from the server's own
-    log, not the clock)."""
+    log, not the clock). A model that never loaded (listed without a state) is not waited for."""
     log_path = tmp_path / "server.log"
-    with anyio.fail_after(90):
-        server = EmbeddedTriton([echo_repo], log_path=log_path, extra_args=["--log-verbose=1"])
+    monkeypatch.setattr(_embedded, "_UNLOAD_WAIT_S", 60.0)  # a wait held by the broken model would be plain
+    with anyio.fail_after(150):
+        server = EmbeddedTriton(
+            [echo_repo, broken_repo],
+            log_path=log_path,
+            extra_args=["--log-verbose=1"],
+            require_all_models=False,
+            stop_timeout_s=120.0,
+        )
         async with server:
             await wait_for_server(server.grpc_url, timeout_s=5)
+            unloading = anyio.current_time()
+        stopped = anyio.current_time()
     text = log_path.read_text()
     signalled = text.index("Signal (15) received")
     assert "/v2/repository/models/echo/unload" in text[:signalled]
     assert re.findall(r"Found (\d+) live models", text[signalled:])[:1] == ["0"], text[signalled:][-3000:]
+    # the broken model did not hold the stop for the whole unload wait (a minute: not a speed check)
+    assert stopped - unloading < 60.0, stopped - unloading
 
 
 @pytest.mark.triton
