@@ -339,6 +339,7 @@ class EmbeddedTriton:
             ),
             f"--exit-timeout-secs={max(1, int(self._stop_timeout_s) - 2)}",
             "--log-verbose=0",
+            *(() if any(map(_may_auto_complete, repositories)) else ("--disable-auto-complete-config",)),
         ]
         if self._trace:  # every request's timestamps, one file per request (perception.triton.TraceReader)
             self._trace_dir = Path(tempfile.mkdtemp(prefix="perception-triton-trace-"))
@@ -494,6 +495,26 @@ class EmbeddedTriton:
 
     async def _post_control(self, path: str) -> None:
         await http_get_json(self.http_url, path, body={}, headers=self.http_control_headers)
+
+
+def _may_auto_complete(repository: Path) -> bool:
+    """Whether a model of ``repository`` may rely on Triton completing its configuration: one without a
+    ``config.pbtxt``, or python code that defines ``auto_complete_config``.
+
+    Otherwise the server starts with ``--disable-auto-complete-config``. With it on, the python backend
+    starts a stub process per model only to ask it for its configuration, then the instance's own: the
+    start-up of this repository's four models takes ~4.3 s with it, ~2.5 s without (2 cores), of the
+    session server's eighteen in the tests 15.5 s and 6.9 s."""
+    if not repository.is_dir():
+        return False  # named by the start-up's own check
+    for model in (d for d in repository.iterdir() if d.is_dir() and not d.name.startswith(".")):
+        if not (model / "config.pbtxt").is_file():
+            return True
+        for code in model.rglob("*.py"):
+            with contextlib.suppress(OSError):
+                if "auto_complete_config" in code.read_text(encoding="utf-8", errors="replace"):
+                    return True
+    return False
 
 
 def _describe_exit(code: int | None) -> str:

@@ -18,7 +18,7 @@ import pytest
 from server_helpers import shm_entries, stubs_with_prefix
 
 from perception.errors import ConfigError, ServerError
-from perception.server import EmbeddedTriton, _embedded, wait_for_server
+from perception.server import EmbeddedTriton, _embedded, describe_models, wait_for_server
 from perception.server._procs import pid_alive, process_group_members
 
 
@@ -258,3 +258,54 @@ def test_ports_must_differ(tmp_path: Path) -> None:
     with pytest.raises(ServerError, match="not running"):
         _ = server.grpc_url
     assert not server.running and server.pid is None
+
+
+_SELF_DESCRIBING_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "INPUT", "data_type": "TYPE_FP32", "dims": [-1]})
+        config.add_output({"name": "OUTPUT", "data_type": "TYPE_FP32", "dims": [-1]})
+        return config
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", x)]))
+        return out
+"""
+
+
+def test_auto_completion_is_kept_only_for_repositories_that_may_need_it(echo_repo: Path, tmp_path: Path) -> None:
+    """Triton completes a model's configuration in a stub process of its own, one per model: the server
+    skips it unless a model has no ``config.pbtxt`` or code that defines ``auto_complete_config``."""
+    assert not _embedded._may_auto_complete(echo_repo)
+    assert not _embedded._may_auto_complete(Path(__file__).resolve().parents[2] / "models")
+    bare = tmp_path / "bare"
+    (bare / "m" / "1").mkdir(parents=True)
+    assert _embedded._may_auto_complete(bare)  # no config.pbtxt
+    describing = tmp_path / "describing"
+    (describing / "m" / "1").mkdir(parents=True)
+    (describing / "m" / "config.pbtxt").write_text('backend: "python"\n')
+    (describing / "m" / "1" / "model.py").write_text(_SELF_DESCRIBING_MODEL)
+    assert _embedded._may_auto_complete(describing)
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_model_that_describes_itself_is_served_with_its_own_contract(echo_repo: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "describing"
+    (repo / "self_described" / "1").mkdir(parents=True)
+    (repo / "self_described" / "config.pbtxt").write_text('backend: "python"\n')
+    (repo / "self_described" / "1" / "model.py").write_text(_SELF_DESCRIBING_MODEL)
+    with anyio.fail_after(90):
+        async with EmbeddedTriton([echo_repo, repo]) as server:
+            models = await describe_models(server.http_url, headers=server.http_control_headers)
+    (model,) = [m for m in models if m.name == "self_described"]
+    assert model.state == "READY", model
+    assert [(t.name, t.dtype, t.dims) for t in model.inputs] == [("INPUT", "FP32", (-1,))]
+    assert [(t.name, t.dtype, t.dims) for t in model.outputs] == [("OUTPUT", "FP32", (-1,))]
