@@ -234,29 +234,29 @@ def localisation_oracle(
     return out
 
 
+#: Values of each ``fusion.camera_guided`` parameter compared (each a re-fusion of the same model outputs).
+GUIDED_GRID: Mapping[str, tuple[float, ...]] = {
+    "face_offset": (0.0, 0.5, 1.0),
+    "score_factor": (0.6, 0.8, 1.0),
+    "min_score": (0.1, 0.2, 0.3),
+    "cluster_gap": (0.5, 1.0, 2.0),
+    "depth_ratio": (1.5, 2.0, 3.0),
+    "box_shrink": (0.1, 0.25, 0.4),
+    "ground_height": (0.15, 0.3, 0.5),
+    "absorb_iou": (0.2, 0.4, 0.6, 1.0),
+}
 #: ``fusion.camera_guided`` settings compared on the same model outputs (each a re-fusion): off, the
-#: default, and each parameter moved either way from it. A parameter is kept only if it loses on none of
-#: the scene, its halves, KITTI and the simulated drive beyond noise.
+#: default, and each parameter at every other value of :data:`GUIDED_GRID`. A parameter is kept only if it
+#: loses on none of the scene, its halves, KITTI and the simulated drive beyond noise.
 GUIDED_VARIANTS: Mapping[str, Mapping[str, Any]] = {
     "off": {"enabled": False},
     "default": {"enabled": True},
-    "face_offset=0": {"enabled": True, "face_offset": 0.0},
-    "face_offset=1": {"enabled": True, "face_offset": 1.0},
-    "score_factor=0.6": {"enabled": True, "score_factor": 0.6},
-    "score_factor=1": {"enabled": True, "score_factor": 1.0},
-    "min_score=0.1": {"enabled": True, "min_score": 0.1},
-    "min_score=0.3": {"enabled": True, "min_score": 0.3},
-    "cluster_gap=0.5": {"enabled": True, "cluster_gap": 0.5},
-    "cluster_gap=2": {"enabled": True, "cluster_gap": 2.0},
-    "depth_ratio=1.5": {"enabled": True, "depth_ratio": 1.5},
-    "depth_ratio=3": {"enabled": True, "depth_ratio": 3.0},
-    "box_shrink=0.1": {"enabled": True, "box_shrink": 0.1},
-    "box_shrink=0.4": {"enabled": True, "box_shrink": 0.4},
-    "ground_height=0.15": {"enabled": True, "ground_height": 0.15},
-    "ground_height=0.5": {"enabled": True, "ground_height": 0.5},
-    "absorb_iou=0.4": {"enabled": True, "absorb_iou": 0.4},
-    "absorb_iou=0.6": {"enabled": True, "absorb_iou": 0.6},
-    "absorb_iou=1": {"enabled": True, "absorb_iou": 1.0},
+    **{
+        f"{key}={value:g}": {"enabled": True, key: value}
+        for key, values in GUIDED_GRID.items()
+        for value in values
+        if value != getattr(CameraGuidedConfig(), key)
+    },
 }
 #: Datasets whose lockstep frame is also measured with fusion in it, camera-guided step off and on.
 LOCKSTEP_FUSION = ("nuscenes", "sim")
@@ -377,6 +377,25 @@ class Choice:
     note: str = ""
 
 
+#: The car's tracker acceleration noise (``FusionParams.track_accel_sigma``, m/s^2) compared with the default:
+#: the value before issue 32's round of choices (3), and values either side of the default.
+CAR_ACCEL_SIGMAS = (0.5, 1.5, 3.0)
+
+
+def _car_accel_choices() -> list[Choice]:
+    sigma = FusionParams().track_accel_sigma
+    car = LABELS.index("car")
+    return [
+        Choice(
+            f"track_accel_sigma car {sigma[car]:g} (vs {value:g})",
+            {},
+            {"params": {"track_accel_sigma": tuple(value if i == car else s for i, s in enumerate(sigma))}},
+        )
+        for value in CAR_ACCEL_SIGMAS
+        if value != sigma[car]
+    ]
+
+
 def _guided_choices() -> list[Choice]:
     defaults = dataclasses.asdict(CameraGuidedConfig())
     out = [Choice("camera_guided on (vs off)", {}, {"guided": {"enabled": False}})]
@@ -399,6 +418,7 @@ CHOICES: tuple[Choice, ...] = (
         note="a replay per size; the simulated drive's camera (camera_detector) has no such setting",
     ),
     *_guided_choices(),
+    *_car_accel_choices(),
     Choice(
         "radar_truck_returns 5 (vs off)",
         {"fusion": {"radar_truck_returns": 5}},

@@ -312,10 +312,10 @@ class CameraGuidedConfig:
     #: On, and the settings below, by bench/bench_real.py (re-fusing one replay's outputs per setting; the
     #: scene, its two halves, KITTI and the simulated drive: bench/README.md).
     enabled: bool = True
-    min_score: float = 0.2  # camera detections below it are not tried
-    #: A detection overlapping an object's projected box by this IoU is that object, not tried (the
-    #: matching's own absorb threshold is 0.2: a far car behind parked ones overlaps their projections).
-    absorb_iou: float = 0.2
+    min_score: float = 0.1  # camera detections below it are not tried
+    #: A detection overlapping an object's projected box by this IoU is that object, not tried (above the
+    #: matching's own absorb threshold, 0.2: a far car behind parked ones overlaps their projections).
+    absorb_iou: float = 0.6
     ground_height: float = 0.3  # m above base_link's ground plane: lower points are ground
     box_shrink: float = 0.25  # share of the 2D box width left out at each side (background bleeding in)
     cluster_gap: float = 1.0  # m along the ray between two clusters
