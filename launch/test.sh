@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_bootstrap.sh" --kernels-later
 
-echo "== ruff"
+echo "== ruff (set-up took ${SECONDS} s)"
 ruff check perception tests bench models
 # mypy and the fusion kernels' first compilation (numba) are each single-threaded: run them side by side.
 MYPY_LOG="$(mktemp)"
@@ -11,14 +11,14 @@ trap 'rm -f "$MYPY_LOG"' EXIT
 mypy >"$MYPY_LOG" 2>&1 &
 MYPY_PID=$!
 _need_kernels
-echo "== mypy"
+echo "== mypy (with the kernels: ${SECONDS} s so far)"
 MYPY_RC=0
 wait "$MYPY_PID" || MYPY_RC=$?
 cat "$MYPY_LOG"
 if [ "$MYPY_RC" -ne 0 ]; then
     exit "$MYPY_RC"
 fi
-echo "== pytest"
+echo "== pytest (${SECONDS} s so far)"
 # The suite starts hundreds of Python processes (the CLI, Ray workers, Triton's python stubs) that import
 # this package: compile it once, so that each reads bytecode even where PYTHONDONTWRITEBYTECODE is set.
 python -m compileall -q -j 0 perception >/dev/null

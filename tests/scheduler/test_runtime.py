@@ -43,6 +43,13 @@ def config(url: str, models: dict[str, str], **extra: Any) -> RuntimeConfig:
     return from_data(RuntimeConfig, data)
 
 
+def _hung_start(url: str) -> dict[str, Any]:
+    """The ``server`` section of the tests with a hanging model. Each model's warm-up at start is bounded
+    by the start-up timeout (and at most 10 s), which the hanging model always runs out: 3 s here, still
+    ample for the other model's warm-up on a loaded host."""
+    return {"url": url, "channels": 2, "startup_timeout_s": 3.0}
+
+
 def frame(i: int, names: list[str]) -> Frame:
     t = i * 100 * MS
     rng = np.random.default_rng(i)
@@ -110,6 +117,7 @@ async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: 
         {"lidar": "hung_lidar", "radar": "sleepy_radar"},
         budget={"total_ms": 150, "fusion_reserve_ms": 10},
         pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60000}},
+        server=_hung_start(triton.grpc_url),
     )
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
@@ -157,6 +165,7 @@ async def test_a_cancelled_half_open_probe_is_released_and_the_model_probed_agai
         {"lidar": "hung_lidar", "radar": "sleepy_radar"},
         budget={"total_ms": 400, "fusion_reserve_ms": 10},
         pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 400}},
+        server=_hung_start(triton.grpc_url),
     )
     with anyio.fail_after(60):
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
