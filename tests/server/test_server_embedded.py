@@ -12,12 +12,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from server_helpers import shm_entries, stubs_with_prefix
 
-from perception.errors import ConfigError, ServerError
+from perception.errors import ConfigError, ConnectError, ServerError
 from perception.server import EmbeddedTriton, _embedded, describe_models, wait_for_server
 from perception.server._procs import pid_alive, process_group_members
 
@@ -103,6 +104,31 @@ async def test_a_normal_stop_unloads_the_models_before_the_signal(
     assert re.findall(r"Found (\d+) live models", text[signalled:])[:1] == ["0"], text[signalled:][-3000:]
     # the broken model did not hold the stop for the whole unload wait (a minute: not a speed check)
     assert stopped - unloading < 60.0, stopped - unloading
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_refused_unload_still_stops_the_server_normally(
+    echo_repo: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unloading first is best effort: a model whose unload is refused is left to the SIGTERM."""
+    real = _embedded.http_get_json
+
+    async def refuse_unload(http_url: str, path: str, **kwargs: Any) -> Any:
+        if path.endswith("/unload"):
+            raise ConnectError(f"HTTP 400 from {path}: refused")
+        return await real(http_url, path, **kwargs)
+
+    monkeypatch.setattr(_embedded, "http_get_json", refuse_unload)
+    caplog.set_level(logging.INFO, logger="perception.server")
+    with anyio.fail_after(90):
+        server = EmbeddedTriton([echo_repo], stop_timeout_s=4.0)  # the unload wait: 2 s
+        async with server:
+            proc = server._proc
+            prefix = server.shm_prefix
+    assert proc is not None and proc.returncode == 0
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert stubs_with_prefix(prefix) == [] and shm_entries(prefix) == []
 
 
 @pytest.mark.triton
