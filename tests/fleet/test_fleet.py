@@ -793,7 +793,7 @@ class _Joined:
 
 @pytest.fixture(scope="module")
 def joined(drives: Path, head: RayHead) -> _Joined:
-    """A fleet run that joins the module's cluster (started as an operator does, with token authentication)
+    """A fleet run that joins the session's cluster (started as an operator does, with token authentication)
     with ``--address host:port`` on a terminal, with a Triton of its own on the node. The cluster is
     stopped by :func:`test_a_stopped_cluster_leaves_nothing`."""
     out = head.log.parent / "out"
@@ -841,7 +841,8 @@ def test_the_progress_display_on_a_terminal_shows_drives_and_frames_per_second(j
 
 
 def test_a_stopped_cluster_leaves_nothing(head: RayHead, joined: _Joined) -> None:
-    """Last: the module's cluster, which every run above joined, stopped as an operator does."""
+    """Last in this module: the session's cluster, which every run above joined, stopped as an operator
+    does (a module after this one gets a new one)."""
     head.stop()
     deadline = time.monotonic() + 30
     while (_head_procs() or _leftovers()) and time.monotonic() < deadline:  # the node's processes end after its raylet
