@@ -46,7 +46,7 @@ class Subscriber:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import qos_profile_sensor_data
+        from rclpy.qos import HistoryPolicy, QoSProfile, qos_profile_sensor_data
         from sensor_msgs.msg import PointCloud2
         from std_msgs.msg import Float64
         from visualization_msgs.msg import MarkerArray
@@ -68,11 +68,17 @@ class Subscriber:
         self._node.create_subscription(
             Float64, "/perception_fusion/debug/processing_time_ms", lambda m: keep(seen.processing_ms, m.data), 100
         )
+        # Best effort, as the player publishes, but with room for a whole drive's sweeps: this process also
+        # plays the drive and runs the node, and on a loaded host its executors are starved for seconds,
+        # long enough for the sensor-data profile's 5-deep queue to overflow.
+        lidar_qos = QoSProfile(
+            reliability=qos_profile_sensor_data.reliability, history=HistoryPolicy.KEEP_LAST, depth=200
+        )
         self._node.create_subscription(
             PointCloud2,
             "/sensors/lidar_top/points",
             lambda m: keep(seen.lidar_stamps, stamp_ns(m.header.stamp)),
-            qos_profile_sensor_data,
+            lidar_qos,
         )
         self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self._node)

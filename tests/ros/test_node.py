@@ -78,7 +78,10 @@ def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame
     published = run_play(DRIVE, config, Faults(), wait_subscribers_s=60)
     assert published["lidar_top"] == 100  # 10 s at 10 Hz: the drive's frames
     seen = subscriber.seen
-    wait_for(lambda: len(seen.lidar_stamps) >= 100 and len(seen.markers) >= 100, 30, "a MarkerArray per frame")
+    try:
+        wait_for(lambda: len(seen.lidar_stamps) >= 100 and len(seen.markers) >= 100, 30, "a MarkerArray per frame")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {len(seen.lidar_stamps)} sweeps and {len(seen.markers)} seen") from None
     with seen.lock:
         lidar = sorted(seen.lidar_stamps)
         every = list(seen.markers)
