@@ -30,9 +30,10 @@ def _budget(
     stages: Mapping[str, float],
     total_ms: float,
     reserve_ms: float = 20,
+    faults: list[dict[str, Any]] | None = None,
 ) -> tuple[int, str, dict[str, Any]]:
     budget = {"total_ms": 3000, "fusion_reserve_ms": reserve_ms, "stages": stages}
-    data = profile_data(triton.grpc_url, SLEEPY, budget=budget)
+    data = profile_data(triton.grpc_url, SLEEPY, budget=budget, faults=faults or [])
     profile = write_profile(tmp_path / "profile.yaml", data)
     out = tmp_path / "out"
     argv = ["budget", str(drive), "--config", str(profile), "--budget-ms", f"{total_ms:g}", "--out", str(out)]
@@ -98,17 +99,19 @@ def test_triton_s_own_time_per_model_is_gated_by_server_keys(
 def test_a_frame_total_over_the_budget_exits_1(
     triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # --budget-ms is also the frame deadline (no fusion reserve here): the camera model (40 ms) is late in
-    # every frame of a 30 ms budget, so every frame ends at the deadline and then joins what it has: its
-    # total is above 30 ms. The lidar (20 ms) answers: the frames are usable, the total is the verdict.
-    code, report_md, report = _budget(triton, drive, tmp_path, {}, 30, reserve_ms=0)
+    # --budget-ms is also the frame deadline (no fusion reserve here). A delay injected into every camera
+    # request (30 s) makes the camera late in every frame of a 1 s budget, so every frame ends at the
+    # deadline and joins what it has: its total is above 1 s. The lidar (20 ms) has the rest of the second
+    # to answer, however busy the host: the frames are usable, and the total is the verdict.
+    faults = [{"model": "sleepy_camera", "delay_ms": 30_000}]
+    code, report_md, report = _budget(triton, drive, tmp_path, {}, 1000, reserve_ms=0, faults=faults)
     printed = capsys.readouterr().out
     assert code == 1, printed
-    assert "budget 30 ms at p99: FAIL (total)" in printed
+    assert "budget 1000 ms at p99: FAIL (total)" in printed
     budget = report["budget"]
     assert budget["violations"] == ["total"] and budget["passed"] is False
     total = next(r for r in budget["rows"] if r["stage"] == "total")
-    assert total["verdict"] == "FAIL" and total["budget_ms"] == 30 and total["p99"] > 30, total
+    assert total["verdict"] == "FAIL" and total["budget_ms"] == 1000 and total["p99"] > 1000, total
     assert report["usable"] == FRAMES and report["ok"] == 0  # the lidar answered, the camera was late
     assert "FAIL" in report_md
 
