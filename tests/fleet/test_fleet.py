@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,26 +106,99 @@ def _shm_mappers() -> dict[str, set[int]]:
     return users
 
 
-def _leftovers() -> list[str]:
+class _MarkedPids:
+    """Every pid seen carrying :data:`MARK` or :data:`HEAD_MARK`, polled every 50 ms while the module
+    runs: a region whose owner is gone is ours only if that owner was. Other tests on the machine (the
+    rest of the suite runs beside this module) leave dead owners' regions on purpose for a moment.
+
+    A pid is read once, except this process's own children: between their fork and their exec they
+    still have this process's (unmarked) environment."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self._unmarked: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="fleet-marked-pids", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _poll(self) -> None:
+        needles = tuple(f"{k}={v}".encode() for k, v in (MARK, HEAD_MARK))
+        me = os.getpid()
+        while not self._stop.wait(0.05):
+            for name in os.listdir("/proc"):
+                if not name.isdigit() or int(name) in self.seen or int(name) in self._unmarked:
+                    continue
+                try:
+                    environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+                    ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if any(n in environ for n in needles):
+                    self.seen.add(int(name))
+                elif ppid != me:
+                    self._unmarked.add(int(name))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+_MARKED = _MarkedPids()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _marked_pids() -> Iterator[None]:
+    _MARKED.start()
+    try:
+        yield
+    finally:
+        _MARKED.close()
+
+
+def _leftovers(shm_dir: Path = Path("/dev/shm")) -> list[str]:
     """Our processes still running (Ray's, Triton's, workers...) and ``/dev/shm`` entries that appeared
-    since this module was loaded and belong to one of them or to a process that is gone. (A python
+    since this module was loaded and belong to one of them or to one of ours that is gone. (A python
     backend's region names no owner: it is ours when one of ours maps it or nobody does, not when a
     server of someone else's, such as the session's, does.)"""
     # ours, and what a run must not leave on the cluster it joined: a worker or a node's Triton
     on_head = _head_procs()
     procs = _ours() | {pid: cmd for pid, cmd in on_head.items() if "tritonserver" in cmd or "DriveWorker" in cmd}
     mine = set(procs) | set(on_head)
+    were_ours = mine | _MARKED.seen
     mappers = _shm_mappers()
     shm = []
-    for name in sorted(set(os.listdir("/dev/shm")) - _SHM_BEFORE):
+    for name in sorted(set(os.listdir(shm_dir)) - _SHM_BEFORE):
         owner = shm_owner_pid(name)
         if name.startswith("triton_python_backend"):
             users = mappers.get(name, set())
             if not users or users & mine:
-                shm.append(f"/dev/shm/{name}")
-        elif owner is not None and (owner in procs or not pid_alive(owner)):
-            shm.append(f"/dev/shm/{name}")
+                shm.append(f"{shm_dir}/{name}")
+        elif owner is not None and (owner in procs or (owner in were_ours and not pid_alive(owner))):
+            shm.append(f"{shm_dir}/{name}")
     return [f"{pid} {cmd}" for pid, cmd in sorted(procs.items())] + shm
+
+
+def test_a_dead_owner_s_region_is_left_behind_only_if_the_owner_was_ours(tmp_path: Path) -> None:
+    """The check of what runs leave: the rest of the suite, beside this module, leaves dead owners'
+    regions for a moment on purpose (and a server start there removes them); only ours count."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours, theirs = subprocess.Popen(sleeper, env=_env()), subprocess.Popen(sleeper)
+    try:
+        deadline = time.monotonic() + 30
+        while ours.pid not in _MARKED.seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ours.pid in _MARKED.seen
+    finally:
+        for p in (ours, theirs):
+            p.kill()
+            p.wait()
+    shm = tmp_path / "shm"  # a stand-in for /dev/shm: a server starting beside would clean the real one
+    shm.mkdir()
+    for p in (ours, theirs):
+        (shm / f"perception_{p.pid}_0badc0de_0").write_bytes(b"x")
+    assert _leftovers(shm) == [f"{shm}/perception_{ours.pid}_0badc0de_0"]
 
 
 def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: list[int]) -> None:
