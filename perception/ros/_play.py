@@ -83,11 +83,17 @@ class Player:
         self.published: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def wait_for_subscribers(self, timeout_s: float, stop: threading.Event) -> bool:
-        """Until every data topic has a subscriber (DDS discovery), at most ``timeout_s``."""
+    def wait_for_subscribers(
+        self, timeout_s: float, stop: threading.Event, counts: Mapping[str, int] | None = None
+    ) -> bool:
+        """Until every data topic has a matched subscriber (DDS discovery), or as many as ``counts`` says
+        for its sensor, at most ``timeout_s``. (A topic with a subscriber of its own, such as a recorder,
+        would otherwise start the play before the node's subscription matched, and the node would miss
+        the first sweeps.)"""
+        wanted = {name: max(1, (counts or {}).get(name, 1)) for name in self._data}
         end = time.monotonic() + timeout_s
         while time.monotonic() < end and not stop.is_set():
-            if all(pub.get_subscription_count() > 0 for pub in self._data.values()):
+            if all(pub.get_subscription_count() >= wanted[name] for name, pub in self._data.items()):
                 return True
             stop.wait(0.05)
         return False

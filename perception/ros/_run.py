@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -114,11 +114,15 @@ def run_play(
     rate: float = 1.0,
     span_s: tuple[float, float | None] = (0.0, None),
     wait_subscribers_s: float = 0.0,
+    subscribers: Mapping[str, int] | None = None,
     ros_args: Sequence[str] = (),
     stop: threading.Event | None = None,
 ) -> dict[str, int]:
     """Play ``drive`` once as ROS 2 topics (``config.ros`` names them), or ``span_s`` of it (seconds from
-    its start; faults count from the start of the play); returns the messages published per topic."""
+    its start; faults count from the start of the play); returns the messages published per topic.
+
+    With ``wait_subscribers_s`` the play starts once every sensor topic has a matched subscriber, or
+    ``subscribers[sensor]`` of them, at most that long."""
     stop = stop or threading.Event()
     with _signals_to(stop), _rclpy_context(ros_args) as context:
         from rclpy.node import Node
@@ -128,7 +132,7 @@ def run_play(
         node = Node(PLAYER_NAME, context=context)
         try:
             player = Player(node, drive, config.ros, faults, span_s=span_s)
-            if wait_subscribers_s > 0 and not player.wait_for_subscribers(wait_subscribers_s, stop):
+            if wait_subscribers_s > 0 and not player.wait_for_subscribers(wait_subscribers_s, stop, subscribers):
                 if stop.is_set():
                     return {}
                 raise PerceptionError(f"no subscriber on every sensor topic within {wait_subscribers_s:g} s")

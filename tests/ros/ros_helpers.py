@@ -63,11 +63,15 @@ class Subscriber:
             with seen.lock:
                 into.append(value)
 
-        self._node.create_subscription(MarkerArray, "/perception_fusion/objects", lambda m: keep(seen.markers, m), 100)
-        self._node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: keep(seen.diagnostics, m), 100)
-        self._node.create_subscription(
-            Float64, "/perception_fusion/debug/processing_time_ms", lambda m: keep(seen.processing_ms, m.data), 100
-        )
+        self._outputs = [
+            self._node.create_subscription(
+                MarkerArray, "/perception_fusion/objects", lambda m: keep(seen.markers, m), 100
+            ),
+            self._node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: keep(seen.diagnostics, m), 100),
+            self._node.create_subscription(
+                Float64, "/perception_fusion/debug/processing_time_ms", lambda m: keep(seen.processing_ms, m.data), 100
+            ),
+        ]
         # Best effort, as the player publishes, but with room for a whole drive's sweeps: this process also
         # plays the drive and runs the node, and on a loaded host its executors are starved for seconds,
         # long enough for the sensor-data profile's 5-deep queue to overflow.
@@ -85,6 +89,12 @@ class Subscriber:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._spin, name="test-subscriber", daemon=True)
         self._thread.start()
+
+    def wait_matched(self, timeout_s: float) -> None:
+        """Until each output subscription is matched with the node's publisher (DDS discovery between
+        this context and the node's: on a loaded host it took seconds, and the node's first frames were
+        published before it, to nobody)."""
+        wait_for(lambda: all(s.get_publisher_count() > 0 for s in self._outputs), timeout_s, "the node's outputs")
 
     def _spin(self) -> None:
         while not self._stop.is_set():

@@ -75,7 +75,9 @@ def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame
     node: NodeThread, subscriber: Subscriber
 ) -> None:
     config = load_config(ROOT / "launch" / "replay.yaml")
-    published = run_play(DRIVE, config, Faults(), wait_subscribers_s=60)
+    subscriber.wait_matched(60)
+    # The lidar topic has two subscribers, the node's and this test's: the play waits for both.
+    published = run_play(DRIVE, config, Faults(), wait_subscribers_s=60, subscribers={"lidar_top": 2})
     assert published["lidar_top"] == 100  # 10 s at 10 Hz: the drive's frames
     seen = subscriber.seen
     try:
@@ -111,7 +113,8 @@ def test_a_silent_lidar_is_missing_in_diagnostics_and_used_again_within_one_peri
 ) -> None:
     config = load_config(ROOT / "launch" / "replay.yaml")
     faults = Faults(silence=(("lidar_top", 1.0, 3.0),))
-    run_play(DRIVE, config, faults, span_s=(0.0, 4.5), wait_subscribers_s=60)
+    subscriber.wait_matched(60)
+    run_play(DRIVE, config, faults, span_s=(0.0, 4.5), wait_subscribers_s=60, subscribers={"lidar_top": 2})
     seen = subscriber.seen
     wait_for(lambda: len(seen.markers) >= 40, 20, "frames through and after the silence")
     time.sleep(0.5)
