@@ -48,10 +48,14 @@ _stop_fleet() {
 trap _stop_fleet EXIT
 (trap - INT && exec setsid "${PYTEST[@]}" "${SIDE[@]}") >"$SIDE_LOG" 2>&1 &
 SIDE_PID=$!
+# A Ctrl-C reaches the rest's pytest, which may not stop at once: a test can be running a command whose
+# own SIGINT handler takes it. This script remembers it, and stops the other (the trap) once the rest ends.
+INTERRUPTED=
+trap 'INTERRUPTED=1' INT
 REST_RC=0
 "${PYTEST[@]}" "${SIDE[@]/#/--ignore=}" || REST_RC=$?
-if [ "$REST_RC" -eq 2 ]; then  # interrupted (Ctrl-C): so is the other, by the trap
-    exit 2
+if [ -n "$INTERRUPTED" ] || [ "$REST_RC" -eq 2 ]; then  # 2: pytest's "interrupted"
+    exit 130
 fi
 SIDE_RC=0
 wait "$SIDE_PID" || SIDE_RC=$?
