@@ -111,6 +111,18 @@ def load_rig(path: Path, config: RuntimeConfig) -> tuple[RuntimeConfig, dict[str
     return resolve_sensors(config, rig, where=f"rig {path}", metadata=_SIM_METADATA), rig
 
 
+def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int) -> float | None:
+    """``~/debug/processing_time_ms`` of a frame: from its trigger message's arrival at the node to now
+    (its outputs); a frame the timer opened (trigger silent) has no trigger message: its own processing
+    time. ``None`` (nothing published) for such a frame dropped before any processing: it had none, and
+    a 0 would read as a frame processed in no time."""
+    if arrival_ns is not None:
+        return (now_ns - arrival_ns) / 1e6
+    if result.latency.total_ns <= 0:
+        return None
+    return result.latency.total_ns / 1e6
+
+
 class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
@@ -426,9 +438,9 @@ class FusionNode(LifecycleNode):
         arrival = self._arrivals.pop(result.frame_id, None)
         if len(self._arrivals) > _MAX_ARRIVALS:
             self._arrivals.clear()
-        # From the trigger message's arrival; a frame the timer opened (trigger silent) from its opening.
-        processing_ms = (now - arrival) / 1e6 if arrival is not None else result.latency.total_ns / 1e6
-        pubs.processing.publish(Float64(data=processing_ms))
+        processing_ms = frame_processing_ms(result, arrival, now)
+        if processing_ms is not None:
+            pubs.processing.publish(Float64(data=processing_ms))
         pubs.pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
         if self._diag is not None:
             self._diag.add(result)

@@ -34,6 +34,7 @@ from perception.types import (
     EgoPose,
     FrameResult,
     FrameStatus,
+    LatencyTree,
     PointCloudSample,
     SensorResult,
     SensorSpec,
@@ -211,3 +212,17 @@ def test_the_ros_section_of_the_profile_is_checked() -> None:
         RosConfig(warn_rate=0.5, error_rate=0.2)
     with pytest.raises(ValueError, match=r"topics.lidar_top: must be an absolute topic name"):
         RosConfig(topics={"lidar_top": "points"})
+
+
+def test_processing_time_is_from_the_trigger_s_arrival_and_none_for_a_timer_frame_never_processed() -> None:
+    from perception.ros._node import frame_processing_ms
+
+    processed = FrameResult(7, 0, FrameStatus.DEGRADED, {}, latency=LatencyTree(total_ns=25_000_000))
+    dropped = FrameResult(8, 0, FrameStatus.DROPPED, {}, reason="queue overflow")
+    now = 10_000_000_000
+    # the trigger message's arrival is known: from it, whatever became of the frame (Autoware's convention)
+    assert frame_processing_ms(dropped, now - 3_000_000, now) == pytest.approx(3.0)
+    assert frame_processing_ms(processed, now - 40_000_000, now) == pytest.approx(40.0)
+    # a frame the timer opened (no trigger message): its own processing time, none if it had none
+    assert frame_processing_ms(processed, None, now) == pytest.approx(25.0)
+    assert frame_processing_ms(dropped, None, now) is None
