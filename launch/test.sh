@@ -38,14 +38,14 @@ fi
 # script ends: it then stops its clusters and servers as pytest does (a background job ignores SIGINT).
 SIDE=(tests/fleet tests/server tests/reliability)
 SIDE_LOG="$(mktemp)"
-_stop_fleet() {
+_stop_side() {
     if [ -n "${SIDE_PID:-}" ]; then
         kill -INT "$SIDE_PID" 2>/dev/null || true
         wait "$SIDE_PID" || true
     fi
     rm -f "$MYPY_LOG" "$SIDE_LOG"
 }
-trap _stop_fleet EXIT
+trap _stop_side EXIT
 (trap - INT && exec setsid "${PYTEST[@]}" "${SIDE[@]}") >"$SIDE_LOG" 2>&1 &
 SIDE_PID=$!
 # A Ctrl-C reaches the rest's pytest, which may not stop at once: a test can be running a command whose
