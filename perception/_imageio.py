@@ -69,6 +69,11 @@ def decode_image_scaled(
 
     if not data:
         raise InputError("empty image data", sensor=sensor, tensor="image")
+    # The size its header claims, refused before Pillow reads it: Pillow would warn (DecompressionBombWarning,
+    # over ~89 Mpx) and only refuse past twice that. The check inside ``open`` covers headers this misses.
+    claimed = image_size(data)
+    if claimed is not None and (problem := size_problem(claimed[1], claimed[0])) is not None:
+        raise InputError(problem, sensor=sensor, tensor="image")
     try:
         # Only the formats drives carry: every other decoder Pillow has is attack surface for no use.
         with Image.open(io.BytesIO(data), formats=_FORMATS) as img:

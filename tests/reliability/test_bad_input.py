@@ -14,6 +14,7 @@ import json
 import struct
 import tempfile
 import threading
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,17 @@ def _big_png(width: int, height: int) -> bytes:
     row = b"\x00" * (1 + 3 * width)
     z = zlib.compressobj(1)
     return _png(width, height, b"".join(z.compress(row) for _ in range(height)) + z.flush())
+
+
+@pytest.mark.parametrize(("width", "height"), [(10_000, 10_000), (9000, 100), (100, 9000)])
+def test_an_image_over_the_limit_is_refused_from_its_header_without_a_warning(width: int, height: int) -> None:
+    """Pillow warns from ~89 Mpx (its DecompressionBombWarning) and refuses only past twice that: the
+    header's size is checked first, so an image over the limit is an error naming the sensor and nothing else."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=f"image of {width}x{height} exceeds the limit") as info:
+            _imageio.decode_image(_png_header(width, height), sensor="cam_front")
+    assert info.value.sensor == "cam_front"
 
 
 @pytest.mark.anyio
