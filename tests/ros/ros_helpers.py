@@ -15,13 +15,20 @@ DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
 
 def write_profile(path: Path, *, camera: str = "sleepy_camera", extra: str = "") -> Path:
     """The reference lidar and radar models (they find the objects); cameras answer by a latency-bound
-    test model (no objects), so the two cores are not spent on the camera CNN."""
+    test model (no objects), so the two cores are not spent on the camera CNN.
+
+    Margins that a loaded host cannot break (what a frame holds is tested here, keeping up in real time
+    is ``bench/bench_ros.py``'s): a budget of seconds, a queue of as many frames, and a circuit that stays
+    closed. With a budget of 400 ms, a busy 2-core host (two busy loops and the rest of the suite beside
+    it) had the lidar model late in 10 of 100 frames; three late in a row opened its circuit, and 20-38
+    frames went without the lidar."""
     path.write_text(
         "sensor_defaults:\n"
         "  lidar: {model: lidar_detector, sync_window_ms: 60, max_staleness_ms: 150}\n"
         f"  camera: {{model: {camera}, sync_window_ms: 50, max_staleness_ms: 150}}\n"
         "  radar: {model: radar_detector, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
-        "budget: {total_ms: 400, recorded_total_ms: 400}\n"
+        "budget: {total_ms: 5000, recorded_total_ms: 5000}\n"
+        "pipeline: {queue_size: 50, circuit: {failure_threshold: 1000}}\n"
         "ros: {diagnostics_period_ms: 200, diagnostics_window: 20, warn_rate: 0.1, error_rate: 0.9}\n" + extra
     )
     return path

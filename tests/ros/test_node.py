@@ -4,6 +4,7 @@ node, a silent lidar, the lifecycle twice without a leak, and Ctrl-C of the comm
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import os
 import re
@@ -26,6 +27,20 @@ from perception.triton import SHM_DIR
 from perception.types import FrameResult
 
 S = 1_000_000_000
+MS = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """What the node published of a frame (its ``on_published``)."""
+
+    frame_id: int
+    t_ns: int  # the frame's stamp on the host clock
+    status: str
+    lidar: str  # the lidar's status in the frame
+    lidar_ms: float  # its request's latency
+    detections: int
+    reason: str | None
 
 
 class NodeThread:
@@ -35,8 +50,8 @@ class NodeThread:
         self.stop = threading.Event()
         self.code: int | None = None
         self.error: BaseException | None = None
-        #: (frame id, frame stamp on the host clock, status) of every frame the node published, in order
-        self.published: list[tuple[int, int, str]] = []
+        #: Every frame the node published, in order
+        self.published: list[Published] = []
         self.thread = threading.Thread(target=self._run, args=(params,), name="test-node", daemon=True)
         self.thread.start()
 
@@ -47,7 +62,18 @@ class NodeThread:
             self.error = exc
 
     def _on_published(self, result: FrameResult) -> None:
-        self.published.append((result.frame_id, result.t_ns, result.status.value))
+        lidar = result.sensors.get("lidar_top")
+        self.published.append(
+            Published(
+                result.frame_id,
+                result.t_ns,
+                result.status.value,
+                lidar.status.value if lidar is not None else "none",
+                lidar.latency_ns / 1e6 if lidar is not None else 0.0,
+                len(result.detections),
+                result.reason,
+            )
+        )
 
     def close(self) -> None:
         self.stop.set()
@@ -98,24 +124,39 @@ def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # each frame once, in time order
     # The drive's frames: one per lidar sweep (after the drive, the trigger is silent and the live
     # runtime's timer goes on opening frames, with the lidar missing, until the node is deactivated).
-    markers = [
-        m for m, t in zip(every, stamps, strict=True) if lidar[0] - 1_000_000 <= _stamp(m) <= lidar[-1] + 1_000_000
-    ]
+    span = (lidar[0] - MS, lidar[-1] + MS)
+    markers = [m for m, t in zip(every, stamps, strict=True) if span[0] <= t <= span[1]]
+    # What the node published of them: its stamps are on the ROS clock (system time), the frames' on the
+    # host's monotonic clock.
+    ros_minus_mono = time.time_ns() - time.monotonic_ns()
+    wait_for(
+        lambda: sum(span[0] <= p.t_ns + ros_minus_mono <= span[1] for p in list(node.published)) >= len(markers),
+        10,
+        "the node's record of the frames this subscriber got",
+    )
+    made = [p for p in list(node.published) if span[0] <= p.t_ns + ros_minus_mono <= span[1]]
     if not 95 <= len(markers) <= 100:  # what the node published, and what this subscriber got when
-        made = list(node.published)
         start = lidar[0]
         raise AssertionError(
             f"{len(markers)} MarkerArrays of the drive's frames: this subscriber got {len(every)} in all, the "
             f"first at {(stamps[0] - start) / 1e6:+.0f} ms from the first sweep and the last at "
-            f"{(stamps[-1] - start) / 1e6:+.0f} ms; the node published {len(made)} frames, "
-            f"{collections.Counter(status for _, _, status in made)}, the frame times (host clock) of the first "
-            f"three {[t for _, t, _ in made[:3]]} and gaps over 150 ms after frames "
-            f"{[a[0] for a, b in itertools.pairwise(made) if b[1] - a[1] > 150_000_000]}"
+            f"{(stamps[-1] - start) / 1e6:+.0f} ms; the node published {len(node.published)} frames, "
+            f"{collections.Counter(p.status for p in node.published)}, the frame times (host clock) of the first "
+            f"three {[p.t_ns for p in node.published[:3]]} and gaps over 150 ms after frames "
+            f"{[a.frame_id for a, b in itertools.pairwise(node.published) if b.t_ns - a.t_ns > 150_000_000]}"
         )
+    # One MarkerArray per frame the node published: each of them, none else.
+    assert len(made) == len(markers), f"the node published {len(made)} of the drive's frames, {len(markers)} came"
+    assert all(abs(p.t_ns + ros_minus_mono - _stamp(m)) < MS for p, m in zip(made, markers, strict=True))
     for m in markers:
         assert m.markers[0].action == 3  # DELETEALL: the previous frame's objects go
     with_objects = [m for m in markers if _texts(m)]
-    assert len(with_objects) >= 0.9 * len(markers), f"{len(with_objects)} of {len(markers)} frames with objects"
+    assert len(with_objects) >= 0.9 * len(markers), (
+        f"{len(with_objects)} of {len(markers)} frames with objects; the node's frames by (status, lidar, "
+        f"detections > 0, reason): "
+        f"{collections.Counter((p.status, p.lidar, p.detections > 0, p.reason) for p in made)}; lidar ms "
+        f"{[round(p.lidar_ms) for p in made]}"
+    )
     boxes = [x for m in with_objects for x in m.markers if x.ns == "boxes"]
     assert {(round(b.color.r, 2), round(b.color.g, 2), round(b.color.b, 2)) for b in boxes} >= {(0.2, 0.5, 1.0)}  # cars
     assert any(re.match(r"car 0\.\d\d #\d+ \[.*lidar_top.*\]", t) for m in with_objects for t in _texts(m))
