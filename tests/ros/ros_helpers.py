@@ -79,9 +79,9 @@ class Subscriber:
                 Float64, "/perception_fusion/debug/processing_time_ms", lambda m: keep(seen.processing_ms, m.data), 100
             ),
         ]
-        # Best effort, as the player publishes, but with room for a whole drive's sweeps: this process also
-        # plays the drive and runs the node, and on a loaded host its executors are starved for seconds,
-        # long enough for the sensor-data profile's 5-deep queue to overflow.
+        # Best effort, as the player publishes, but with room for a whole drive's sweeps (the sensor-data
+        # profile keeps 5): the tests take the drive's span from these stamps, and this process also plays
+        # the drive and runs the node, so its executor may fall behind on a loaded host.
         lidar_qos = QoSProfile(
             reliability=qos_profile_sensor_data.reliability, history=HistoryPolicy.KEEP_LAST, depth=200
         )
