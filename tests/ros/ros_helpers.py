@@ -20,8 +20,8 @@ def write_profile(path: Path, *, camera: str = "sleepy_camera", extra: str = "")
     Margins that a loaded host cannot break (what a frame holds is tested here, keeping up in real time
     is ``bench/bench_ros.py``'s): a budget of seconds, a queue of as many frames, and a circuit that stays
     closed. With a budget of 400 ms, a busy 2-core host (two busy loops and the rest of the suite beside
-    it) had the lidar model late in 10 of 100 frames; three late in a row opened its circuit, and 20-38
-    frames went without the lidar."""
+    it) had the lidar model late in 10 of 100 frames; three late in a row opened its circuit, and it was
+    skipped in 38 frames."""
     path.write_text(
         "sensor_defaults:\n"
         "  lidar: {model: lidar_detector, sync_window_ms: 60, max_staleness_ms: 150}\n"
