@@ -70,14 +70,17 @@ def test_client_lists_channels_and_receives_frame_stats(small_drive: Path) -> No
             finally:
                 client.close()
     # Stopped: nothing listens on the port any more. The SDK's server shuts its listener down on its
-    # own runtime thread, so allow it a bounded moment to do so.
-    deadline = time.monotonic() + 5.0
+    # own runtime thread, so allow it a bounded moment to do so (a watchdog, not a speed check). A reset
+    # is a connection that reached the listener's backlog as it closed (a busy CI run saw one): try again.
+    deadline = time.monotonic() + 30.0
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
         except ConnectionRefusedError:
             break
-        assert time.monotonic() < deadline, f"port {port} still accepts connections 5 s after stop"
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() < deadline, f"port {port} still accepts connections 30 s after stop"
         time.sleep(0.05)
 
 
