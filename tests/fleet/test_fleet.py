@@ -44,7 +44,7 @@ from perception.fleet._outputs import ADMISSION_FILE, OUT_MARKER, SUMMARY_FILE
 from perception.replay import MODES
 from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
-from perception.triton import shm_owner_pid
+from perception.triton import SHM_DIR, shm_owner_pid
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -485,7 +485,7 @@ def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: Ra
         _until(lambda: len(_staged_frames(out)) == 2 and min(_staged_frames(out).values()) >= 5, cli, "frames")
         staged = next((out / ".staging").glob("k1.1.*"))
         pid = int(staged.name.rsplit(".", 1)[1])
-        held = sorted(p for p in Path("/dev/shm").iterdir() if p.name.startswith(f"perception_{pid}_"))
+        held = sorted(p for p in SHM_DIR.iterdir() if shm_owner_pid(p.name) == pid)
         os.kill(pid, signal.SIGKILL)
     finally:
         code = _end(cli, timeout_s=300)
