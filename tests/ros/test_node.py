@@ -129,12 +129,12 @@ def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame
     # What the node published of them: its stamps are on the ROS clock (system time), the frames' on the
     # host's monotonic clock.
     ros_minus_mono = time.time_ns() - time.monotonic_ns()
-    wait_for(
-        lambda: sum(span[0] <= p.t_ns + ros_minus_mono <= span[1] for p in list(node.published)) >= len(markers),
-        10,
-        "the node's record of the frames this subscriber got",
-    )
-    made = [p for p in list(node.published) if span[0] <= p.t_ns + ros_minus_mono <= span[1]]
+
+    def made_in_span() -> list[Published]:
+        return [p for p in list(node.published) if span[0] <= p.t_ns + ros_minus_mono <= span[1]]
+
+    wait_for(lambda: len(made_in_span()) >= len(markers), 10, "the node's record of the frames this subscriber got")
+    made = made_in_span()
     if not 95 <= len(markers) <= 100:  # what the node published, and what this subscriber got when
         start = lidar[0]
         raise AssertionError(
