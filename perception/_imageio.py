@@ -91,7 +91,8 @@ def decode_image_scaled(
             return np.asarray(img.convert("RGB"), dtype=np.uint8), (w, h)
     except Image.DecompressionBombError as exc:  # a header claiming > 2x Pillow's pixel limit
         raise InputError(f"image exceeds the {MAX_PIXELS} pixel limit: {exc}", sensor=sensor, tensor="image") from exc
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    # SyntaxError: Pillow's plugins raise it for a damaged file found while decoding ("broken PNG file")
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise InputError(f"cannot decode image: {exc}", sensor=sensor, tensor="image") from exc
 
 

@@ -204,13 +204,26 @@ async def test_nan_inf_and_empty_point_clouds_through_the_reference_models(
     assert all(results[i].detections for i in partly_broken), [len(r.detections) for r in results]
 
 
-def _png(width: int, height: int, idat: bytes) -> bytes:
-    def chunk(kind: bytes, payload: bytes) -> bytes:
-        body = kind + payload
-        return struct.pack(">I", len(payload)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+def _chunk(kind: bytes, payload: bytes) -> bytes:
+    body = kind + payload
+    return struct.pack(">I", len(payload)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
 
+
+def _png(width: int, height: int, idat: bytes, *, after_idat: bytes = b"") -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + after_idat + _chunk(b"IEND", b"")
+
+
+def test_a_png_whose_pixels_go_on_in_a_broken_chunk_is_that_camera_s_error() -> None:
+    """Pillow reads a PNG's chunks while it decodes the pixels, and raises SyntaxError ("broken PNG
+    file") for a chunk type that is not one: an input error like any other damage, not a traceback."""
+    rows = b"".join(b"\x00" + bytes(range(24 * 3)) for _ in range(16))
+    pixels = zlib.compress(rows)
+    half = len(pixels) // 2
+    data = _png(24, 16, pixels[:half], after_idat=_chunk(b"\x00\x01\x02\x03", pixels[half:]))
+    with pytest.raises(InputError, match="broken PNG file") as info:
+        _imageio.decode_image(data, sensor="cam_front")
+    assert info.value.sensor == "cam_front"
 
 
 def _png_header(width: int, height: int) -> bytes:
