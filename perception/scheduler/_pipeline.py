@@ -22,7 +22,8 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import replace
 
 import anyio
-from anyio.abc import ObjectSendStream, TaskGroup
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import PipelineConfig
 from perception.scheduler._admission import Admission, AdmissionControl
@@ -79,7 +80,7 @@ class OrderedPipeline:
         self._next_seq = 0
         self._next_emit = 0
         self._intake = anyio.CancelScope()
-        self._out: ObjectSendStream[FrameResult] | None = None
+        self._out: MemoryObjectSendStream[FrameResult] | None = None
         self.dropped_count = 0
 
     @property
@@ -90,9 +91,10 @@ class OrderedPipeline:
         """Stop taking frames; in-flight frames drain (up to the drain timeout), the rest are recorded."""
         self._intake.cancel()
 
-    async def run(self, source: AsyncIterable[Frame], out: ObjectSendStream[FrameResult]) -> None:
+    async def run(self, source: AsyncIterable[Frame], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order; then close it."""
         self._out = out
+        cancelled = False
         async with out:
             try:
                 async with anyio.create_task_group() as tg:
@@ -110,10 +112,15 @@ class OrderedPipeline:
                     if drain.cancelled_caught:
                         log.warning("drain timeout: cancelling %d in-flight frame(s)", len(self._in_flight))
                         tg.cancel_scope.cancel()
+            except anyio.get_cancelled_exc_class():
+                cancelled = True
+                raise
             finally:
+                # Cancelled (its consumer left, or everything is being cancelled): the records go out as
+                # far as the stream has room, without waiting for a reader that may never come back.
                 with anyio.CancelScope(shield=True):
                     self._abandon()
-                    await self._flush()
+                    await self._flush(wait=not cancelled)
 
     async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
         try:
@@ -207,17 +214,29 @@ class OrderedPipeline:
         self._done[seq] = result
         self._cond.notify_all()
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, wait: bool = True) -> None:
+        """Send the finished results in order. ``wait=False``: only as many as the stream has room for;
+        the others are logged as not delivered."""
         assert self._out is not None
+        lost: list[int] = []
         async with self._out_lock:
             while self._next_emit in self._done:
                 result = self._done[self._next_emit]
                 try:
-                    await self._out.send(result)  # removed only once delivered (send may be cancelled)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    log.warning("result consumer went away; frame %d not delivered", result.frame_id)
+                    if wait:
+                        await self._out.send(result)  # removed only once delivered (send may be cancelled)
+                    else:
+                        self._out.send_nowait(result)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
+                    lost.append(result.frame_id)
                 del self._done[self._next_emit]
                 self._next_emit += 1
+        if lost:
+            log.warning(
+                "result consumer went away: %d frame(s) not delivered (%s)",
+                len(lost),
+                ", ".join(map(str, lost[:10])) + (", ..." if len(lost) > 10 else ""),
+            )
 
     def _abandon(self) -> None:
         """Record frames that will never be processed (shutdown)."""

@@ -15,6 +15,7 @@ in-flight frames up to the drain timeout, emits every record, and releases the c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -24,6 +25,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import RuntimeConfig, ServerConfig
 from perception.errors import PerceptionError, RuntimeClosedError
@@ -92,6 +95,9 @@ class Runtime:
     :class:`~perception.scheduler._admission.Admission`. Runtimes whose servers are shared (a fleet
     node's workers) pass one shared admission (a ``RemoteAdmission``), so that their frames in flight
     together follow the rule one runtime's follow.
+
+    The streams of :meth:`run` run in a task group the runtime holds while open: close it in the task
+    that opened it, as ``async with`` does.
     """
 
     def __init__(
@@ -129,6 +135,9 @@ class Runtime:
         self._client: InferClient | None = client
         self._dispatcher: Dispatcher | None = None
         self._stack: contextlib.AsyncExitStack | None = None
+        #: The task group of :meth:`run`'s streams, opened and closed with the runtime (in the same task,
+        #: as ``async with`` does).
+        self._streams: anyio.abc.TaskGroup | None = None
         self._closed = False
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
@@ -170,6 +179,11 @@ class Runtime:
                 await stack.aclose()
             raise
         self._stack = stack
+        # The streams of run(): opened last, closed first (they drain before the client goes). Not in the
+        # stack: a task group is exited at the nesting it was entered at, outside aclose's shield.
+        streams = anyio.create_task_group()
+        await streams.__aenter__()
+        self._streams = streams
         return self
 
     async def __aexit__(
@@ -183,9 +197,13 @@ class Runtime:
         self._closed = True
         for p in list(self._pipelines):
             p.stop()
-        if self._stack is not None:
-            with anyio.CancelScope(shield=True):
-                await self._stack.aclose()
+        try:
+            if self._streams is not None:
+                await self._streams.__aexit__(None, None, None)  # the stopped streams drain (bounded)
+        finally:
+            if self._stack is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._stack.aclose()
 
     async def _open_client(self, stack: contextlib.AsyncExitStack) -> InferClient:
         from perception.triton import TritonClient
@@ -398,32 +416,80 @@ class Runtime:
         )
 
     async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
-        """Process a stream of frames with pipelining; yields exactly one result per frame, in order."""
+        """Process a stream of frames with pipelining; yields exactly one result per frame, in order.
+
+        The stream's work runs in a task of the runtime (opened with it), not in the consumer's task: no
+        cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
+        or leave the loop, without corrupting its own cancel scopes. Closing the generator (``aclose()``,
+        ``contextlib.aclosing`` or its finalization) ends the stream: the frames it holds are cancelled
+        and no further frame is taken. An error of the source is raised once the records of the frames
+        taken before it were delivered.
+        """
+        streams = self._streams
         self.dispatcher  # noqa: B018 - raises when closed
+        assert streams is not None
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
+        pipe = self.config.pipeline
+        send, recv = anyio.create_memory_object_stream[FrameResult](
+            max_buffer_size=pipe.max_in_flight + pipe.queue_size + 1
+        )
+        stream = _Stream()
+        try:
+            pipeline: OrderedPipeline = await streams.start(self._run_stream, source, send, stream)
+        except BaseException:
+            send.close()
+            recv.close()
+            raise
+        try:
+            async for result in recv:
+                yield result
+            await stream.done.wait()  # its admission released and reported (rt.admission.report())
+            if stream.error is not None:
+                raise stream.error
+        finally:
+            recv.close()  # a pipeline still sending learns that nobody reads: it never blocks on us
+            pipeline.stop()
+            stream.scope.cancel()  # a no-op once the stream ended; else the consumer left: nobody waits
+
+    async def _run_stream(
+        self,
+        source: AsyncIterable[Frame],
+        send: MemoryObjectSendStream[FrameResult],
+        stream: _Stream,
+        *,
+        task_status: anyio.abc.TaskStatus[OrderedPipeline] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """One stream of :meth:`run`, in the runtime's task group: its admission and its pipeline.
+        Fails :meth:`run`'s start when the admission cannot open; a later error is the stream's."""
         pipe, deadline_ns = self.config.pipeline, self.config.budget.total_ns
-        async with contextlib.AsyncExitStack() as stack:
-            admission: AdmissionControl | None = None
-            if self._admission_provider is not None:
-                opened = self._admission_provider.open(
-                    pipe.max_in_flight, deadline_ns, adaptive=admission_adapts(pipe, deadline_ns)
-                )
-                admission = await stack.enter_async_context(opened)
-            pipeline = OrderedPipeline(self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission)
-            if self._stopping:
-                pipeline.stop()  # stopped before this stream started: it takes no frame
-            buffer = pipe.max_in_flight + pipe.queue_size + 1
-            send, recv = anyio.create_memory_object_stream[FrameResult](max_buffer_size=buffer)
-            self._pipelines.add(pipeline)
-            self.admission = pipeline.admission
-            try:
-                async with anyio.create_task_group() as tg, recv:
-                    tg.start_soon(pipeline.run, source, send)
-                    async for result in recv:
-                        yield result
-            finally:
-                pipeline.stop()
-                self._pipelines.discard(pipeline)
+        started = False
+        try:
+            with stream.scope:
+                async with contextlib.AsyncExitStack() as stack:
+                    admission: AdmissionControl | None = None
+                    if self._admission_provider is not None:
+                        opened = self._admission_provider.open(
+                            pipe.max_in_flight, deadline_ns, adaptive=admission_adapts(pipe, deadline_ns)
+                        )
+                        admission = await stack.enter_async_context(opened)
+                    pipeline = OrderedPipeline(
+                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission
+                    )
+                    if self._stopping:
+                        pipeline.stop()  # stopped before this stream started: it takes no frame
+                    self._pipelines.add(pipeline)
+                    stack.callback(self._pipelines.discard, pipeline)
+                    self.admission = pipeline.admission
+                    task_status.started(pipeline)
+                    started = True
+                    await pipeline.run(source, send)
+        except Exception as exc:
+            if not started:
+                raise
+            stream.error = exc
+        finally:
+            send.close()
+            stream.done.set()
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later
@@ -437,6 +503,16 @@ class Runtime:
     def stopping(self) -> bool:
         """True once :meth:`stop` was called."""
         return self._stopping
+
+
+@dataclasses.dataclass(eq=False)
+class _Stream:
+    """What :meth:`Runtime.run` shares with the task running its stream."""
+
+    scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+    #: Set once the stream's task has ended (its pipeline and its admission closed).
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    error: Exception | None = None
 
 
 def server_time_breakdown(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -412,3 +414,58 @@ def test_threaded_fixed_admission_keeps_max_in_flight(triton: EmbeddedTriton) ->
         admission = rt.runtime.admission
         assert admission is not None and admission.limit == 3
     assert sorted(r.frame_id for r in results) == list(range(6))
+
+
+def _stream_config(url: str) -> RuntimeConfig:
+    return config(
+        url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"max_in_flight": 2, "queue_size": 2, "overflow": "block"},
+    )
+
+
+async def test_a_consumer_cancelled_between_results_keeps_its_cancel_scopes_and_the_runtime_closes(
+    triton: EmbeddedTriton,
+) -> None:
+    # A second Ctrl-C cancels a replay while it handles a result: the stream's generator is then left
+    # suspended at its ``yield``. A task group held across that ``yield`` was on the consumer's
+    # cancel-scope stack, so leaving the consumer's scope raised "Attempted to exit a cancel scope that
+    # isn't the current task's current cancel scope" (a traceback and exit 1 instead of 130).
+    got: list[int] = []
+    with anyio.fail_after(60):  # watchdog
+        async with Runtime(_stream_config(triton.grpc_url)) as rt:
+            with anyio.CancelScope() as scope:
+                async for r in rt.run(frame(i, ["lidar", "radar"]) for i in range(1000)):
+                    got.append(r.frame_id)
+                    scope.cancel()
+                    await anyio.lowlevel.checkpoint()  # the cancellation lands here, in the consumer's own await
+            assert scope.cancelled_caught
+            assert got == [0]
+            # the runtime still works after the abandoned stream
+            again = [r async for r in rt.run(frame(i, ["lidar", "radar"]) for i in range(3))]
+            assert [r.frame_id for r in again] == [0, 1, 2]
+
+
+async def test_a_consumer_that_leaves_early_closes_its_stream_and_the_rest_is_not_processed(
+    triton: EmbeddedTriton,
+) -> None:
+    # Closing the generator (``break`` then ``aclose()``, or ``contextlib.aclosing``) ends the stream:
+    # the frames it holds are cancelled and no further frame is taken from the source.
+    taken: list[int] = []
+
+    def frames() -> Iterator[Frame]:
+        for i in itertools.count():
+            taken.append(i)
+            yield frame(i, ["lidar", "radar"])
+
+    with anyio.fail_after(60):  # watchdog
+        async with Runtime(_stream_config(triton.grpc_url)) as rt:
+            stream = rt.run(frames())
+            async for r in stream:
+                assert r.frame_id == 0
+                break
+            await stream.aclose()  # raised BaseExceptionGroup([GeneratorExit]) from the task group it held
+            n = len(taken)
+            again = [r async for r in rt.run(frame(i, ["lidar", "radar"]) for i in range(3))]  # time passes
+            assert [r.frame_id for r in again] == [0, 1, 2]
+            assert len(taken) == n, "the source is still read after its stream was closed"
