@@ -73,6 +73,11 @@ _RESTRICTED = "model-repository,trace,logging"
 _LOG_TAIL_LINES = 20
 _ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.IGNORECASE)
 _START_ATTEMPTS = 3
+#: Triton's python backend aborting in its shared-memory IPC while the models load: a crash of the server,
+#: not the caller's to fix (seen once, in a test suite run beside two busy loops on a 2-core host, as
+#: ``terminate called after throwing an instance of 'boost::interprocess::lock_exception'``).
+#: A start that ends so is retried, as one whose free port was taken.
+_IPC_ABORT = re.compile(r"terminate called after throwing an instance of '[^']*boost::interprocess::")
 #: Exit statuses of a normal stop (SIGTERM handled: 0; SIGTERM before Triton installed its handler).
 _NORMAL_EXIT = (0, -signal.SIGTERM)
 #: At most this long (and half the stop timeout) unloading the models before the SIGTERM (:meth:`_unload_models`).
@@ -139,13 +144,30 @@ def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 256
     return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])
 
 
-class _StartFailed(ServerError):
-    """Internal: one start attempt failed; ``ports_in_use`` are the ports another process held."""
+def _log_matches(path: Path | None, pattern: re.Pattern[str], max_bytes: int = 256 * 1024) -> bool:
+    """Whether the last ``max_bytes`` of the log at ``path`` match ``pattern`` (False when unreadable)."""
+    if path is None:
+        return False
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            return pattern.search(fh.read().decode(errors="replace")) is not None
+    except OSError:
+        return False
 
-    def __init__(self, message: str, *, address_in_use: bool, ports_in_use: Sequence[int]) -> None:
+
+class _StartFailed(ServerError):
+    """Internal: one start attempt failed; ``ports_in_use`` are the ports another process held;
+    ``ipc_abort``: the server aborted in the python backend's shared-memory IPC (:data:`_IPC_ABORT`)."""
+
+    def __init__(
+        self, message: str, *, address_in_use: bool, ports_in_use: Sequence[int], ipc_abort: bool = False
+    ) -> None:
         super().__init__(message)
         self.address_in_use = address_in_use
         self.ports_in_use = tuple(ports_in_use)
+        self.ipc_abort = ipc_abort
 
 
 class EmbeddedTriton:
@@ -284,11 +306,15 @@ class EmbeddedTriton:
                 # retry with new ones. A port the caller chose is the caller's to fix.
                 chosen = [p for p in exc.ports_in_use if p in self._requested_ports]
                 unknown = not exc.ports_in_use and None not in self._requested_ports
-                if not exc.address_in_use or chosen or unknown or attempt == _START_ATTEMPTS:
+                port_taken = exc.address_in_use and not chosen and not unknown
+                if not (port_taken or exc.ipc_abort) or attempt == _START_ATTEMPTS:
                     busy = ", ".join(str(p) for p in exc.ports_in_use)
                     prefix = f"port {busy} already in use; " if exc.ports_in_use else ""
                     raise ServerError(prefix + exc.message) from None
-                log.warning("port %s was taken before tritonserver bound it, retrying", exc.ports_in_use)
+                if exc.ipc_abort:
+                    log.warning("tritonserver aborted in the python backend's shared memory while starting, retrying")
+                else:
+                    log.warning("port %s was taken before tritonserver bound it, retrying", exc.ports_in_use)
                 if self._user_log_path is None and self._log_path is not None:
                     self._log_path.unlink(missing_ok=True)
             else:
@@ -403,6 +429,7 @@ class EmbeddedTriton:
                 f"{failure}; from {self._log_path}:\n{tail}",
                 address_in_use=bool(in_use_lines),
                 ports_in_use=[p for p in ports if any(re.search(rf":{p}\b", line) for line in in_use_lines)],
+                ipc_abort=proc.returncode == -signal.SIGABRT and _log_matches(self._log_path, _IPC_ABORT),
             )
         log.info("tritonserver ready: grpc %s, http %s, metrics %s", self.grpc_url, self.http_url, self.metrics_url)
 

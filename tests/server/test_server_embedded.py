@@ -195,6 +195,51 @@ async def test_a_port_in_use_is_named_or_retried(tmp_path: Path, monkeypatch: py
                 assert str(port) not in server.grpc_url
 
 
+_IPC_CRASH = "terminate called after throwing an instance of 'boost::interprocess::lock_exception'"
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("message", "abort", "retried"),
+    [
+        (_IPC_CRASH, True, True),  # the python backend's shared-memory IPC aborted: the server's crash
+        ("terminate called after throwing an instance of 'std::bad_alloc'", True, False),  # another abort
+        (_IPC_CRASH, False, False),  # the words without the abort
+    ],
+)
+async def test_a_start_aborted_in_the_python_backend_s_shared_memory_is_retried_and_no_other_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, abort: bool, retried: bool
+) -> None:
+    """Seen once in a busy CI run: tritonserver aborted with ``boost::interprocess::lock_exception`` while its
+    models loaded. The first attempt here is a process that writes those words into the server log and
+    aborts (or exits); only that crash is retried, with fresh ports and shared-memory names."""
+    empty_repo = tmp_path / "empty"
+    empty_repo.mkdir()
+    spawned: list[str] = []
+    real_spawn = EmbeddedTriton._spawn
+
+    def spawn(self: EmbeddedTriton, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        spawned.append(self.shm_prefix)
+        if len(spawned) == 1:
+            ending = "os.abort()" if abort else "sys.exit(1)"
+            args = [sys.executable, "-c", f"import os, sys; print({message!r}, flush=True); {ending}"]
+        return real_spawn(self, args, env)
+
+    monkeypatch.setattr(EmbeddedTriton, "_spawn", spawn)
+    with anyio.fail_after(60):  # watchdog
+        if retried:
+            async with EmbeddedTriton([empty_repo]) as server:
+                assert server.pid is not None
+            assert len(spawned) == 2 and spawned[0] != spawned[1]
+        else:
+            with pytest.raises(ServerError, match="exited during start-up") as info:
+                async with EmbeddedTriton([empty_repo], log_path=tmp_path / "failed.log"):
+                    pass
+            assert message in str(info.value)  # the log's words are in the error
+            assert len(spawned) == 1
+
+
 @pytest.mark.anyio
 async def test_wait_for_server_times_out_on_a_closed_port() -> None:
     with socket.socket() as sock:
