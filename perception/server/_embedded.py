@@ -71,6 +71,8 @@ _HOST = "127.0.0.1"
 CONTROL_HEADER = "perception-control"
 _RESTRICTED = "model-repository,trace,logging"
 _LOG_TAIL_LINES = 20
+#: How much of a server log's end is read for why a start failed.
+_LOG_END_BYTES = 256 * 1024
 _ADDRESS_IN_USE = re.compile(r"already in use|address in use|failed to bind", re.IGNORECASE)
 _START_ATTEMPTS = 3
 #: Triton's python backend aborting in its shared-memory IPC while the models load: a crash of the server,
@@ -125,18 +127,14 @@ _NOISE = re.compile(
 _ERROR = re.compile(r"^E\d{4} |ERROR|^error:")
 
 
-def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 256 * 1024) -> str:
+def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = _LOG_END_BYTES) -> str:
     """Why a server failed, from its log: its error lines, then its last meaningful lines (Triton's
     option/backend tables and CPU-only CUDA notices skipped), ``lines`` lines at most."""
     try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
+        text = _log_end(path, max_bytes)
     except OSError as exc:
         return f"<cannot read {path}: {exc}>"
-    kept = [line for line in data.decode(errors="replace").splitlines() if not _NOISE.search(line)]
+    kept = [line for line in text.splitlines() if not _NOISE.search(line)]
     if not kept:
         return "<empty log>"
     errors = [line for line in kept if _ERROR.search(line)][-(lines // 2) :]
@@ -144,15 +142,20 @@ def read_log_tail(path: Path, lines: int = _LOG_TAIL_LINES, max_bytes: int = 256
     return "\n".join([*errors, *(["..."] if errors and tail else []), *tail])
 
 
-def _log_matches(path: Path | None, pattern: re.Pattern[str], max_bytes: int = 256 * 1024) -> bool:
-    """Whether the last ``max_bytes`` of the log at ``path`` match ``pattern`` (False when unreadable)."""
+def _log_end(path: Path, max_bytes: int = _LOG_END_BYTES) -> str:
+    """The last ``max_bytes`` of the log at ``path``, decoded (undecodable bytes replaced)."""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, fh.tell() - max_bytes))
+        return fh.read().decode(errors="replace")
+
+
+def _log_matches(path: Path | None, pattern: re.Pattern[str]) -> bool:
+    """Whether the end of the log at ``path`` (:func:`_log_end`) matches ``pattern``; False when unreadable."""
     if path is None:
         return False
     try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - max_bytes))
-            return pattern.search(fh.read().decode(errors="replace")) is not None
+        return pattern.search(_log_end(path)) is not None
     except OSError:
         return False
 
@@ -179,8 +182,9 @@ class EmbeddedTriton:
     once every model was tried; see :func:`describe_models` for the failures). Models are
     served in explicit control mode (all loaded at start), so they can be (un)loaded at runtime through
     the repository API. Ports left ``None`` are picked free (with a retry if another process grabs one
-    first). ``__aexit__`` stops the server (SIGTERM, then SIGKILL after ``stop_timeout_s``), waits until
-    every process of its group (the python backend stubs) is gone and removes its shared memory.
+    first; a start that Triton's python backend aborts is retried too: :data:`_IPC_ABORT`). ``__aexit__``
+    stops the server (SIGTERM, then SIGKILL after ``stop_timeout_s``), waits until every process of its
+    group (the python backend stubs) is gone and removes its shared memory.
 
     The server listens on 127.0.0.1 only. ``grpc_url`` / ``http_url`` are ``host:port`` strings as
     tritonclient expects them; ``metrics_url`` is the full Prometheus URL.
