@@ -55,6 +55,7 @@ from perception.server._locate import (
 )
 from perception.server._procs import (
     cleanup_stale_shm,
+    kill_orphaned_stubs,
     pdeathsig_preexec,
     process_group_members,
     remove_shm_prefix,
@@ -298,6 +299,7 @@ class EmbeddedTriton:
         repositories = [check_model_repository(p) for p in self._repositories]
         install = locate_triton()
         backend_dir = await anyio.to_thread.run_sync(prepare_backend_dir, install)
+        await anyio.to_thread.run_sync(kill_orphaned_stubs)  # before their regions go
         await anyio.to_thread.run_sync(cleanup_stale_shm)
         env = server_env(install)
         for attempt in range(1, _START_ATTEMPTS + 1):

@@ -23,6 +23,7 @@ from pathlib import Path
 from perception.errors import ServerError
 
 __all__ = [
+    "STUB_NAME",
     "TritonInstall",
     "backend_cache_root",
     "locate_triton",
@@ -31,7 +32,7 @@ __all__ = [
     "server_env",
 ]
 
-_STUB_NAME = "triton_python_backend_stub"
+STUB_NAME = "triton_python_backend_stub"
 _BACKEND_LIB = "libtriton_python.so"
 _BACKEND_UTILS = "triton_python_backend_utils.py"
 
@@ -65,7 +66,7 @@ def locate_triton() -> TritonInstall:
         binary=root / "bin" / "tritonserver",
         libs_dir=root.parents[1] / "nvidia_pytriton.libs",
         python_backend_dir=root / "backends" / "python",
-        stub=root / "python_backend_stubs" / py_version / _STUB_NAME,
+        stub=root / "python_backend_stubs" / py_version / STUB_NAME,
     )
     if not install.stub.is_file():
         available = sorted(p.name for p in (root / "python_backend_stubs").glob("*") if p.is_dir())
@@ -111,7 +112,7 @@ def _content_hash(sources: tuple[Path, ...]) -> str:
 
 def _is_complete(backend_dir: Path) -> bool:
     python_dir = backend_dir / "python"
-    return all((python_dir / name).is_file() for name in (_BACKEND_LIB, _BACKEND_UTILS, _STUB_NAME))
+    return all((python_dir / name).is_file() for name in (_BACKEND_LIB, _BACKEND_UTILS, STUB_NAME))
 
 
 def prepare_backend_dir(install: TritonInstall, cache_root: Path | None = None) -> Path:

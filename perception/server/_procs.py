@@ -6,7 +6,8 @@ for processes left behind, and CPU time by process all read it).
 Shared-memory regions created on behalf of this package (by the python backend of an embedded server,
 or by the client transport) are named ``perception_<owner-pid>_...`` (:mod:`perception.triton` names
 them). A region whose owner pid is no longer alive is a leftover of a crashed run and can be removed;
-regions of live pids are never touched.
+regions of live pids are never touched. A python backend stub whose region's owner is dead is an orphan:
+a server killed while its models loaded leaves its stubs waiting for it forever (:func:`kill_orphaned_stubs`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from perception.server._locate import STUB_NAME
 from perception.triton import SHM_DIR, SHM_NAME_PREFIX, shm_owner_pid
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "ProcessInfo",
     "cleanup_stale_shm",
     "iter_processes",
+    "kill_orphaned_stubs",
     "pdeathsig_preexec",
     "pid_alive",
     "process_group_members",
@@ -94,6 +97,34 @@ def cleanup_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
     if removed:
         log.info("removed %d shared-memory leftover(s) of dead processes: %s", len(removed), removed)
     return removed
+
+
+def kill_orphaned_stubs(proc_dir: Path = PROC_DIR) -> list[int]:
+    """SIGKILL the python backend stubs whose shared-memory region's owner is dead; return their pids.
+
+    A stub names its region on its command line. When the server's owner is killed while the models load,
+    the server goes (its parent-death signal) but stubs still starting wait for it forever (seen: six
+    stubs, 78 MB each, still there minutes later). Stubs of live owners are never touched.
+    """
+    comm = STUB_NAME[:15]  # the kernel keeps 15 characters of a command name
+    alive: dict[int, bool] = {}
+    killed: list[int] = []
+    for p in iter_processes(argv=True, proc_dir=proc_dir):
+        if not p.alive or p.comm != comm:
+            continue
+        owner = next((pid for arg in p.argv if (pid := shm_owner_pid(arg)) is not None), None)
+        if owner is None:
+            continue
+        if owner not in alive:
+            alive[owner] = owner == os.getpid() or pid_alive(owner)
+        if alive[owner]:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+            killed.append(p.pid)
+    if killed:
+        log.info("killed %d python backend stub(s) left by dead owners: %s", len(killed), killed)
+    return killed
 
 
 @dataclass(frozen=True)

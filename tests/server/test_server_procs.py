@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from perception.server import cleanup_stale_shm, locate_triton, prepare_backend_dir
-from perception.server._procs import ProcessInfo, iter_processes, pid_alive, process_group_members, remove_shm_prefix
+from perception.server._procs import (
+    ProcessInfo,
+    iter_processes,
+    kill_orphaned_stubs,
+    pid_alive,
+    process_group_members,
+    remove_shm_prefix,
+)
 from perception.triton import make_shm_prefix
 
 #: The environment variable marking the children of the walk's tests.
@@ -43,6 +50,47 @@ def test_stale_regions_of_dead_owners_are_removed_and_live_ones_kept(tmp_path: P
     assert sorted(removed) == sorted(n for n, kept in names.items() if not kept)
     for name, kept in names.items():
         assert (tmp_path / name).exists() == kept, name
+
+
+#: A stand-in for a python backend stub: the stub's command name, a stub's arguments (model file, region
+#: name...), waiting for a server that never answers.
+_STUB_LIKE = (
+    "import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode()[:15], 0, 0, 0); "
+    "sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(120)"
+)
+
+
+def _stub_like(comm: str, region: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", _STUB_LIKE, comm, "model.py", region], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # its name is set
+    return proc
+
+
+def test_only_python_backend_stubs_of_dead_owners_are_killed_as_orphans() -> None:
+    """Seen after a run killed while its server's models loaded: six stubs, their server gone, still waiting
+    minutes later. The next start kills stubs whose region names a dead owner, and nothing else."""
+    dead = _dead_pid()
+    procs = {
+        "orphan": _stub_like("triton_python_backend_stub", f"perception_{dead}_ab12_x"),
+        "live owner": _stub_like("triton_python_backend_stub", f"perception_{os.getppid()}_ab12_x"),
+        "this process": _stub_like("triton_python_backend_stub", f"perception_{os.getpid()}_ab12_x"),
+        "not a stub": _stub_like("sleeper", f"perception_{dead}_ab12_x"),
+        "not our region": _stub_like("triton_python_backend_stub", f"triton_python_backend_shm_{dead}"),
+    }
+    try:
+        killed = kill_orphaned_stubs()
+        assert procs["orphan"].pid in killed
+        assert procs["orphan"].wait(timeout=30) == -9
+        for name, proc in procs.items():
+            if name != "orphan":
+                assert proc.pid not in killed, name
+                assert proc.poll() is None, name
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
 
 
 def test_remove_prefix_stays_in_the_package_namespace(tmp_path: Path) -> None:
