@@ -109,8 +109,11 @@ def kill_orphaned_stubs(proc_dir: Path = PROC_DIR) -> list[int]:
     comm = STUB_NAME[:15]  # the kernel keeps 15 characters of a command name
     alive: dict[int, bool] = {}
     killed: list[int] = []
-    for p in iter_processes(argv=True, proc_dir=proc_dir):
-        if not p.alive or p.comm != comm:
+    # Command lines of the stubs only: reading one takes that process's memory lock (iter_processes).
+    stubs = [p.pid for p in iter_processes(proc_dir=proc_dir) if p.alive and p.comm == comm]
+    for stub in stubs:
+        p = _read_process(proc_dir / str(stub), 1, argv=True, environ=False)
+        if p is None:
             continue
         owner = next((pid for arg in p.argv if (pid := shm_owner_pid(arg)) is not None), None)
         if owner is None:
