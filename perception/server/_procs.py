@@ -78,21 +78,27 @@ def remove_shm_prefix(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
     return [p.name for p in entries if p.name.startswith(prefix) and _unlink(p)]
 
 
+def _owner_dead(pid: int, seen: dict[int, bool]) -> bool:
+    """Whether ``pid``, the owner named by a region, is dead (this process never is); one sweep's answers
+    are kept in ``seen``."""
+    if pid not in seen:
+        seen[pid] = pid != os.getpid() and not pid_alive(pid)
+    return seen[pid]
+
+
 def cleanup_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
     """Remove ``perception_<pid>_*`` regions whose owner pid is dead; return the removed names."""
     try:
         entries = list(shm_dir.iterdir())
     except OSError:
         return []
-    alive: dict[int, bool] = {}
+    dead: dict[int, bool] = {}
     removed = []
     for path in entries:
         pid = shm_owner_pid(path.name)
         if pid is None:
             continue
-        if pid not in alive:
-            alive[pid] = pid == os.getpid() or pid_alive(pid)
-        if not alive[pid] and _unlink(path):
+        if _owner_dead(pid, dead) and _unlink(path):
             removed.append(path.name)
     if removed:
         log.info("removed %d shared-memory leftover(s) of dead processes: %s", len(removed), removed)
@@ -107,7 +113,7 @@ def kill_orphaned_stubs(proc_dir: Path = PROC_DIR) -> list[int]:
     stubs, 78 MB each, still there minutes later). Stubs of live owners are never touched.
     """
     comm = STUB_NAME[:15]  # the kernel keeps 15 characters of a command name
-    alive: dict[int, bool] = {}
+    dead: dict[int, bool] = {}
     killed: list[int] = []
     # Command lines of the stubs only: reading one takes that process's memory lock (iter_processes).
     stubs = [p.pid for p in iter_processes(proc_dir=proc_dir) if p.alive and p.comm == comm]
@@ -116,11 +122,7 @@ def kill_orphaned_stubs(proc_dir: Path = PROC_DIR) -> list[int]:
         if p is None:
             continue
         owner = next((pid for arg in p.argv if (pid := shm_owner_pid(arg)) is not None), None)
-        if owner is None:
-            continue
-        if owner not in alive:
-            alive[owner] = owner == os.getpid() or pid_alive(owner)
-        if alive[owner]:
+        if owner is None or not _owner_dead(owner, dead):
             continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGKILL)
