@@ -435,7 +435,7 @@ class Runtime:
         )
         stream = _Stream()
         try:
-            pipeline: OrderedPipeline = await streams.start(self._run_stream, source, send, stream)
+            await streams.start(self._run_stream, source, send, stream)
         except BaseException:
             send.close()
             recv.close()
@@ -448,7 +448,6 @@ class Runtime:
                 raise stream.error
         finally:
             recv.close()  # a pipeline still sending learns that nobody reads: it never blocks on us
-            pipeline.stop()
             stream.scope.cancel()  # a no-op once the stream ended; else the consumer left: nobody waits
 
     async def _run_stream(
@@ -457,7 +456,7 @@ class Runtime:
         send: MemoryObjectSendStream[FrameResult],
         stream: _Stream,
         *,
-        task_status: anyio.abc.TaskStatus[OrderedPipeline] = anyio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """One stream of :meth:`run`, in the runtime's task group: its admission and its pipeline.
         Fails :meth:`run`'s start when the admission cannot open; a later error is the stream's."""
@@ -480,7 +479,7 @@ class Runtime:
                     self._pipelines.add(pipeline)
                     stack.callback(self._pipelines.discard, pipeline)
                     self.admission = pipeline.admission
-                    task_status.started(pipeline)
+                    task_status.started()
                     started = True
                     await pipeline.run(source, send)
         except Exception as exc:
