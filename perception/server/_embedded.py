@@ -10,7 +10,10 @@ Lifecycle guarantees:
 * the python backend's ``/dev/shm`` regions carry the prefix ``perception_<owner-pid>_<random>_``:
   they are removed at stop, and regions of owners that died are removed at the next start;
 * a stop whose server exits 0 is silent. Any other exit status (the exit timeout expired, a crash,
-  SIGKILL after ``stop_timeout_s``) is a warning quoting the end of the server log, which is then kept.
+  SIGKILL after ``stop_timeout_s``) is a warning quoting the end of the server log, which is then kept;
+* :meth:`EmbeddedTriton.supervise` restarts a server that dies on its own (Triton's python backend
+  crashes now and then under concurrent load: upstream issue triton-inference-server/server#8882) on the
+  same ports, so its clients reconnect; the crash is an error quoting the log, which is kept.
 
 Why a SIGTERM'd server sometimes exits 1 (Triton 2.51, the newest any nvidia-pytriton wheel ships): on
 SIGTERM Triton waits for in-flight requests, unloads every model and gives up after
@@ -81,6 +84,8 @@ _START_ATTEMPTS = 3
 #: ``terminate called after throwing an instance of 'boost::interprocess::lock_exception'``).
 #: A start that ends so is retried, as one whose free port was taken.
 _IPC_ABORT = re.compile(r"terminate called after throwing an instance of '[^']*boost::interprocess::")
+#: How often :meth:`EmbeddedTriton.supervise` looks at the server process.
+_WATCH_INTERVAL_S = 0.25
 #: Exit statuses of a normal stop (SIGTERM handled: 0; SIGTERM before Triton installed its handler).
 _NORMAL_EXIT = (0, -signal.SIGTERM)
 #: At most this long (and half the stop timeout) unloading the models before the SIGTERM (:meth:`_unload_models`).
@@ -224,6 +229,12 @@ class EmbeddedTriton:
         self._proc: subprocess.Popen[bytes] | None = None
         self._trace = trace
         self._trace_dir: Path | None = None
+        #: What a restart needs: the install, backend directory, repositories and environment of the start.
+        self._launch: tuple[TritonInstall, Path, list[Path], dict[str, str]] | None = None
+        self._stopping = False
+        self._crash_logs: list[Path | None] = []  # one per crash: its server's log, kept
+        self._reaped: subprocess.Popen[bytes] | None = None  # the last crashed server, handled
+        self._restarts = 0
 
     # ------------------------------------------------------------------ properties
 
@@ -289,6 +300,27 @@ class EmbeddedTriton:
     def model_repositories(self) -> tuple[Path, ...]:
         return self._repositories
 
+    @property
+    def crashes(self) -> int:
+        """How many times the server died on its own: the deaths :meth:`supervise` handled, and one it has
+        not seen yet (or that nothing supervises)."""
+        return len(self._crash_logs) + self._unseen_crash()
+
+    @property
+    def crash_logs(self) -> tuple[Path, ...]:
+        """The logs of the servers that crashed (kept; a log given at construction holds them all)."""
+        logs = [*self._crash_logs, *([self._log_path] if self._unseen_crash() else [])]
+        return tuple(dict.fromkeys(p for p in logs if p is not None))
+
+    def _unseen_crash(self) -> bool:
+        proc = self._proc
+        return proc is not None and proc is not self._reaped and not self._stopping and proc.poll() is not None
+
+    @property
+    def restarts(self) -> int:
+        """How many times :meth:`supervise` restarted it (Triton's statistics start again from 0 each time)."""
+        return self._restarts
+
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> EmbeddedTriton:
@@ -302,6 +334,9 @@ class EmbeddedTriton:
         await anyio.to_thread.run_sync(kill_orphaned_stubs)  # before their regions go
         await anyio.to_thread.run_sync(cleanup_stale_shm)
         env = server_env(install)
+        self._stopping, self._restarts = False, 0
+        self._crash_logs.clear()
+        self._launch = (install, backend_dir, repositories, env)
         for attempt in range(1, _START_ATTEMPTS + 1):
             self._shm_prefix = make_shm_prefix()
             self._ports = self._pick_ports()
@@ -374,7 +409,8 @@ class EmbeddedTriton:
             *(() if any(map(_may_auto_complete, repositories)) else ("--disable-auto-complete-config",)),
         ]
         if self._trace:  # every request's timestamps, one file per request (perception.triton.TraceReader)
-            self._trace_dir = Path(tempfile.mkdtemp(prefix="perception-triton-trace-"))
+            if self._trace_dir is None:  # a restarted server traces into its predecessor's directory
+                self._trace_dir = Path(tempfile.mkdtemp(prefix="perception-triton-trace-"))
             args += trace_flags(self._trace_dir / "trace.json")
         return [*args, *self._extra_args]
 
@@ -382,7 +418,9 @@ class EmbeddedTriton:
         if self._user_log_path is not None:
             self._user_log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_path = self._user_log_path
-            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # a restarted server writes after its crashed predecessor: the crash stays in the log
+            mode = os.O_APPEND if self._crash_logs else os.O_TRUNC
+            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
         fd, name = tempfile.mkstemp(prefix="perception-tritonserver-", suffix=".log")
         self._log_path = Path(name)
         return fd
@@ -454,7 +492,85 @@ class EmbeddedTriton:
     async def stop(self) -> None:
         """Stop the server and clean up after it (processes, shared memory, temporary log); idempotent.
         Shielded from cancellation: the server never outlives a cancelled owner."""
+        self._stopping = True
         await self._shutdown(failed_start=False)
+
+    async def supervise(self, restarts: int) -> None:
+        """Watch the running server until cancelled or stopped; when it dies on its own, restart it, at
+        most ``restarts`` times in its life.
+
+        A server that dies on its own is a crash of Triton: its python backend is known to crash now and
+        then under concurrent load (``boost::interprocess::lock_exception``, ``std::bad_alloc`` or a
+        segmentation fault: upstream issue triton-inference-server/server#8882, open). Each crash is an
+        error quoting the end of the server log, which is kept. The dead server's remaining processes
+        (its python backend stubs) are killed and its shared memory removed, then a new server starts on
+        the **same ports**, so every client reconnects by itself (the python backend gets a new
+        shared-memory prefix, the log goes on in the same file when one was given). Triton's statistics
+        start again from 0 in a restarted server (:attr:`restarts`).
+
+        Returns (leaving the server down) once ``restarts`` restarts are used up or a restart fails,
+        with an error saying so; a client then finds no server, as after any crash. Run it in a task of
+        the server's owner and cancel that task before the server is stopped."""
+        while True:
+            proc = self._proc
+            if proc is None or self._stopping:
+                return
+            if proc.poll() is None:
+                await anyio.sleep(_WATCH_INTERVAL_S)
+                continue
+            await self._reap_crashed(proc)
+            if self._restarts >= restarts:
+                log.error("tritonserver is not restarted: %d restart(s) allowed, all used", restarts)
+                await self._shutdown(failed_start=True)
+                return
+            try:
+                await self._restart()
+            except ServerError as exc:
+                log.error("tritonserver could not be restarted after its crash: %s", exc)
+                return
+
+    async def _reap_crashed(self, proc: subprocess.Popen[bytes]) -> None:
+        """After the server died on its own: say so (the log is kept), kill what is left of its process
+        group (its stubs) and remove its shared memory; the ports stay this server's, for the restart."""
+        self._crash_logs.append(self._log_path)
+        self._reaped = proc
+        where = f"; its log is kept at {self._log_path}" if self._log_path is not None else ""
+        tail = f":\n{read_log_tail(self._log_path)}" if self._log_path is not None else ""
+        log.error(
+            "tritonserver pid %d died with %s while serving (crash %d)%s%s",
+            proc.pid, _describe_exit(proc.returncode), self.crashes, where, tail,
+        )  # fmt: skip
+        with anyio.CancelScope(shield=True):
+            signal_group(proc.pid, signal.SIGKILL)  # the stubs of a dead server serve nobody
+            if not await _wait_group_gone(proc.pid, 5.0):
+                log.error("processes of the crashed tritonserver group %d survive SIGKILL", proc.pid)
+            removed = remove_shm_prefix(self._shm_prefix)
+            if removed:
+                log.debug("removed shared memory left by the crashed server: %s", removed)
+        if self._user_log_path is None:
+            self._log_path = None  # the crash's temporary log is kept; the restart opens a new one
+
+    async def _restart(self) -> None:
+        """Start a new server on the ports of the one that crashed (retried like a start, :data:`_IPC_ABORT`)."""
+        assert self._launch is not None and self._ports is not None
+        install, backend_dir, repositories, env = self._launch
+        ports = self._ports
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            self._shm_prefix = make_shm_prefix()
+            self._ports = ports
+            try:
+                await self._start(install, backend_dir, repositories, env)
+            except _StartFailed as exc:
+                if not exc.ipc_abort or attempt == _START_ATTEMPTS:
+                    raise ServerError(exc.message) from None
+                log.warning("tritonserver aborted in the python backend's shared memory while restarting, retrying")
+            else:
+                self._restarts += 1
+                log.warning(
+                    "tritonserver restarted after its crash: pid %d on %s (restart %d)",
+                    self.pid, self.grpc_url, self._restarts,
+                )  # fmt: skip
+                return
 
     async def _shutdown(self, *, failed_start: bool) -> None:
         # After a failed start the log is kept (the error points to it) and the exit status is expected.

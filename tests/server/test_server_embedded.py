@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 from server_helpers import shm_entries, stubs_with_prefix
 
-from perception.errors import ConfigError, ConnectError, ServerError
+from perception.errors import ConfigError, ConnectError, PerceptionError, ServerError
 from perception.server import EmbeddedTriton, _embedded, describe_models, wait_for_server
 from perception.server._procs import pid_alive, process_group_members
+from perception.triton import ClientOptions, TritonClient
 
 
 def _dead_pid() -> int:
@@ -238,6 +240,80 @@ async def test_a_start_aborted_in_the_python_backend_s_shared_memory_is_retried_
                     pass
             assert message in str(info.value)  # the log's words are in the error
             assert len(spawned) == 1
+
+
+async def _echo_until_answered(client: TritonClient, data: np.ndarray) -> np.ndarray:
+    """The echo model's answer, asking again while the server (restarting) cannot answer yet."""
+    while True:
+        try:
+            result = await client.infer("echo", {"INPUT": data})
+        except PerceptionError:
+            await anyio.sleep(0.1)
+            continue
+        return np.asarray(result.outputs["OUTPUT"])
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_server_that_crashes_is_restarted_on_its_ports_and_serves_its_clients_again(
+    echo_repo: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton's python backend crashes now and then under load (upstream issue 8882; a SIGSEGV failed a
+    busy test run here). The supervisor restarts a server that died on its own, on its ports: a client
+    opened before the crash is answered again. What the dead server left (stubs, shared memory) is
+    removed; once the restarts allowed are used up, the next crash leaves the server down, said."""
+    caplog.set_level(logging.INFO, logger="perception.server")
+    log_path = tmp_path / "tritonserver.log"
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with anyio.fail_after(180):  # watchdog
+        async with EmbeddedTriton([echo_repo], log_path=log_path) as server:
+            async with TritonClient(ClientOptions(urls=(server.grpc_url,))) as client, anyio.create_task_group() as tg:
+                first = await client.infer("echo", {"INPUT": data})
+                np.testing.assert_array_equal(first.outputs["OUTPUT"], 2 * data)
+                tg.start_soon(server.supervise, 1)
+                url, pid, prefix = server.grpc_url, server.pid, server.shm_prefix
+                assert pid is not None and stubs_with_prefix(prefix) and shm_entries(prefix)
+                os.kill(pid, signal.SIGSEGV)  # as the crash seen
+                while True:  # the supervisor restarts it
+                    if server.restarts:
+                        break
+                    await anyio.sleep(0.05)
+                assert server.crashes == 1 and server.running
+                assert server.grpc_url == url and server.pid != pid
+                assert not pid_alive(pid) and process_group_members(pid) == []
+                assert stubs_with_prefix(prefix) == [] and shm_entries(prefix) == []
+                assert server.shm_prefix != prefix
+                np.testing.assert_array_equal(await _echo_until_answered(client, data), 2 * data)
+                # the restart allowed is used: the next crash leaves the server down, and the watch ends
+                pid = server.pid
+                assert pid is not None
+                prefix = server.shm_prefix
+                os.kill(pid, signal.SIGKILL)
+            assert server.crashes == 2 and server.restarts == 1 and not server.running
+            assert process_group_members(pid) == [] and shm_entries(prefix) == []
+        assert server.crash_logs == (log_path,)
+    text = log_path.read_text()
+    assert text.count("successfully loaded 'echo'") == 2  # both servers' output kept in the one log
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("died with signal SIGSEGV while serving (crash 1)" in m and str(log_path) in m for m in errors)
+    assert any("died with signal SIGKILL while serving (crash 2)" in m for m in errors)
+    assert any("not restarted: 1 restart(s) allowed, all used" in m for m in errors)
+    assert any("restarted after its crash" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_a_stopped_server_is_no_crash_for_its_supervisor(
+    echo_repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="perception.server")
+    with anyio.fail_after(90):
+        # the server stops first (exit 0), then the task group waits for the watch to end without a restart
+        async with anyio.create_task_group() as tg, EmbeddedTriton([echo_repo]) as server:
+            tg.start_soon(server.supervise, 3)
+            await anyio.sleep(2 * _embedded._WATCH_INTERVAL_S)
+    assert server.crashes == 0 and server.restarts == 0 and not server.running
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.anyio
