@@ -79,10 +79,15 @@ class ServerConfig:
     #: The embedded server traces every request of a replay (Triton's timestamps per request id), so each
     #: frame's latency tree gets Triton's own time per request at any number of frames in flight.
     trace: bool = True
+    #: The embedded server is restarted (on its ports) when it dies on its own, at most this many times in
+    #: a runtime's life (``perception.server.EmbeddedTriton.supervise``); 0: a crash leaves it down.
+    restarts: int = 3
 
     def __post_init__(self) -> None:
         if not self.url:
             raise ValueError("url: must be 'embedded' or host:port")
+        if not 0 <= self.restarts <= 1000:
+            raise ValueError(f"restarts: must be within 0..1000, got {self.restarts}")
         if self.channels < 1 or self.channels > 64:
             raise ValueError(f"channels: must be within 1..64, got {self.channels}")
         _positive("startup_timeout_s", self.startup_timeout_s)

@@ -286,6 +286,7 @@ async def _replay(
         seen: list[FrameSeen] = []
         versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
+        server_crashes: dict[str, Any] | None = None
         with ExitStack() as stack:
             # every sink opened before the first frame, closed however the replay ends (in reverse order)
             opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
@@ -302,6 +303,8 @@ async def _replay(
             ) as rt:
                 started.append(rt)
                 stats_before = await rt.server_statistics()
+                restarts_before = rt.server.restarts if rt.server is not None else 0
+                crashes_before = rt.server.crashes if rt.server is not None else 0
                 splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
                 frames = source.frames()
                 gate = anyio.Semaphore(1)
@@ -332,7 +335,17 @@ async def _replay(
                 stopped = rt.stopping
                 admission = rt.admission.report() if rt.admission is not None else None
                 with anyio.CancelScope(shield=True):
-                    server_ms = server_time_breakdown(stats_before, await rt.server_statistics())
+                    stats_after = await rt.server_statistics()
+                # a server restarted during the replay (a crash) counted from 0 again: no breakdown
+                restarts = rt.server.restarts if rt.server is not None else 0
+                server_ms = server_time_breakdown(stats_before, stats_after) if restarts == restarts_before else {}
+                crashes = rt.server.crashes - crashes_before if rt.server is not None else 0
+                if crashes:
+                    server_crashes = {
+                        "crashes": crashes,
+                        "restarts": restarts - restarts_before,
+                        "logs": [str(p) for p in rt.server.crash_logs],
+                    }
         counters = acc.counters()
         models = {
             s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors
@@ -361,6 +374,7 @@ async def _replay(
             interrupted=stopped,
             admission=admission,
             image_size_mismatch=dict(source.image_size_mismatch) if source.image_size_mismatch else None,
+            server_crashes=server_crashes,
             drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
             drive_damage=damage_section(damage, cfg, source.rig, seen) if damage else None,
             drive_error=str(source.error) if source.error is not None else None,

@@ -138,6 +138,8 @@ class Runtime:
         #: The task group of :meth:`run`'s streams, opened and closed with the runtime (in the same task,
         #: as ``async with`` does).
         self._streams: anyio.abc.TaskGroup | None = None
+        #: The embedded server's supervisor (a task of ``_streams``: restarts a server that crashed).
+        self._supervisor: anyio.CancelScope | None = None
         self._closed = False
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
@@ -184,6 +186,9 @@ class Runtime:
         streams = anyio.create_task_group()
         await streams.__aenter__()
         self._streams = streams
+        if self.server is not None and self.config.server.restarts:
+            self._supervisor = anyio.CancelScope()
+            streams.start_soon(self._supervise, self.server, self._supervisor, self.config.server.restarts)
         return self
 
     async def __aexit__(
@@ -195,6 +200,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()  # before the server stops: a stop is no crash
         for p in list(self._pipelines):
             p.stop()
         try:
@@ -222,6 +229,11 @@ class Runtime:
             urls = (server.url, *server.replicas)
         self.url = urls[0]
         return await stack.enter_async_context(TritonClient(client_options(server, urls)))
+
+    @staticmethod
+    async def _supervise(server: Any, scope: anyio.CancelScope, restarts: int) -> None:
+        with scope:
+            await server.supervise(restarts)
 
     async def _verify_models(self) -> None:
         from perception.triton import TritonClient, check_contract
@@ -320,10 +332,12 @@ class Runtime:
         if not isinstance(client, TritonClient):
             return {}
         answered = self._warmup_answered + (self._dispatcher.answered if self._dispatcher is not None else Counter())
+        # a restarted embedded server counts from 0 again: its snapshot is taken as it is
+        restarted = self.server is not None and self.server.restarts > 0
         out: dict[str, dict[str, int]] = {}
         for model in sorted({s.model for s in self.config.active_sensors}):
             base = self._stats_base.get(model)
-            at_least = None if base is None else {"success_count": base["success_count"] + answered[model]}
+            at_least = None if base is None or restarted else {"success_count": base["success_count"] + answered[model]}
             try:
                 with anyio.fail_after(15):
                     out[model] = await client.model_statistics(model, at_least=at_least)

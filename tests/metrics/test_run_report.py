@@ -46,6 +46,7 @@ def _report() -> RunReport:
         interrupted=False,
         admission={"mode": "fixed", "peak": 1},
         image_size_mismatch={"cam_front": 2},
+        server_crashes={"crashes": 1, "restarts": 1, "logs": ["/tmp/perception-tritonserver-x.log"]},
         quality={"mAP": 0.5, "per_class_ap": {"car": 0.5}},
         budget=BudgetVerdict(100.0, 99.0, ("total",), ({"stage": "total", "p99": 120.0},)),
     )
@@ -65,6 +66,7 @@ def test_a_report_round_trips_through_its_json(tmp_path: Path) -> None:
     assert data["sensor_status"] == {"lidar_top": {"ok": 4, "late": 1}}
     assert data["models"] == {"lidar_top": {"model": "lidar_detector", "versions": ["1"]}}
     assert data["budget"]["passed"] is False and data["budget"]["violations"] == ["total"]
+    assert data["server_crashes"] == {"crashes": 1, "restarts": 1, "logs": ["/tmp/perception-tritonserver-x.log"]}
     assert data["server_split"] == {
         "per_frame": False,
         "source": None,
