@@ -1,7 +1,8 @@
 """``perception server``: run the embedded Triton server on model repositories.
 
 Prints the gRPC/HTTP/metrics endpoints and every model with its state and tensor contract, then serves
-until SIGINT/SIGTERM and stops cleanly. ``--once`` prints the table and stops (exit 1 when a model is
+until SIGINT/SIGTERM and stops cleanly. A server that crashes is restarted on its ports (``--restarts``
+times at most; then the command exits 1). ``--once`` prints the table and stops (exit 1 when a model is
 not READY), e.g. to check a model repository.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 
 import anyio
 
-from perception.cli._args import port, positive_float
+from perception.cli._args import int_within, port, positive_float
+from perception.config import ServerConfig
 from perception.errors import PerceptionError
 from perception.kinds import TensorSpec
 from perception.server import EmbeddedTriton, ModelStatus, describe_models
@@ -52,6 +54,13 @@ def register(sub: Any) -> None:
     p.add_argument("--log", type=Path, metavar="FILE", help="server log file (default: a temporary file)")
     p.add_argument(
         "--startup-timeout", type=positive_float, default=120.0, metavar="S", help="seconds to wait for readiness"
+    )
+    p.add_argument(
+        "--restarts",
+        type=int_within(0),
+        default=ServerConfig().restarts,
+        metavar="N",
+        help="restart a server that crashes on its ports at most N times, then exit 1 (default: %(default)s)",
     )
     p.add_argument(
         "--once", action="store_true", help="print the model table and stop (exit 1 if a model is not READY)"
@@ -142,7 +151,7 @@ class _Progress:
     ready = False
 
 
-async def _serve(server: EmbeddedTriton, once: bool, progress: _Progress) -> int:
+async def _serve(server: EmbeddedTriton, once: bool, progress: _Progress, restarts: int) -> int:
     async with server:
         progress.ready = True
         _print(
@@ -163,8 +172,9 @@ async def _serve(server: EmbeddedTriton, once: bool, progress: _Progress) -> int
                 log.error("models not ready: %s", ", ".join(not_ready))
             return 1 if not_ready else 0
         _print("\nserving; Ctrl-C to stop")
-        await anyio.sleep_forever()
-    raise AssertionError("unreachable")
+        await server.supervise(restarts)
+        # it crashed and was not restarted (the error says why): the endpoints printed are gone
+        return 1
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -184,7 +194,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         try:
-            code = await _serve(server, args.once, progress)
+            code = await _serve(server, args.once, progress, args.restarts)
         except PerceptionError as exc:  # re-raised outside the task group, not as an exception group
             failure = exc
         tg.cancel_scope.cancel()

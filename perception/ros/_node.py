@@ -17,6 +17,7 @@ blocks; results are published from the live runtime's callback thread.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import importlib
@@ -145,6 +146,7 @@ class FusionNode(LifecycleNode):
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
         self._server_cm: AbstractContextManager[Any] | None = None
+        self._supervision: concurrent.futures.Future[None] | None = None  # EmbeddedTriton.supervise's task
         self._pubs: _Publishers | None = None
         self._subs: list[Any] = []
         self._timer: Any = None
@@ -276,6 +278,8 @@ class FusionNode(LifecycleNode):
             self._server_cm = None
             self._release_server()
             raise
+        if cfg.server.restarts:  # a crash of Triton: restarted on its ports (EmbeddedTriton.supervise)
+            self._supervision = self._portal.start_task_soon(server.supervise, cfg.server.restarts)
         return server.grpc_url
 
     def _check_models(self, cfg: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> None:
@@ -292,6 +296,9 @@ class FusionNode(LifecycleNode):
                 portal.call(check)
 
     def _release_server(self) -> None:
+        supervision, self._supervision = self._supervision, None
+        if supervision is not None:
+            supervision.cancel()  # before the stop (which the supervisor would also take for no crash)
         server_cm, self._server_cm = self._server_cm, None
         portal_cm, self._portal_cm = self._portal_cm, None
         self._portal = None

@@ -98,3 +98,41 @@ def test_sigint_stops_the_server_cleanly(echo_repo: Path, tmp_path: Path) -> Non
     assert shm_entries(prefix) == []
     assert "successfully unloaded 'echo'" in log_path.read_text()
     assert os.path.exists(log_path)  # a log the user asked for is kept
+
+
+@pytest.mark.triton
+def test_a_server_that_crashes_with_no_restart_left_ends_the_command_with_exit_1(
+    echo_repo: Path, tmp_path: Path
+) -> None:
+    """``--restarts 0``: the first crash is the end. The endpoints printed are gone, so the command says
+    why (the crash, with the kept log) and exits 1 instead of serving nothing."""
+    log_path = tmp_path / "server.log"
+    args = ["server", "--models", str(echo_repo), "--log", str(log_path), "--restarts", "0"]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "perception", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cli.stdout is not None
+        lines = []
+        for line in cli.stdout:
+            lines.append(line)
+            if line.startswith("serving"):
+                break
+        out = "".join(lines)
+        server_pid = int(out.split("(pid ")[1].split(")")[0])
+        prefix = f"perception_{cli.pid}_"
+        os.kill(server_pid, signal.SIGSEGV)  # as Triton's own crashes
+        assert cli.wait(60) == 1
+        stderr = cli.stderr.read() if cli.stderr else ""
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert "died with signal SIGSEGV while serving" in stderr and str(log_path) in stderr, stderr
+    assert "not restarted: 0 restart(s) allowed" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert stubs_with_prefix(prefix) == [] and shm_entries(prefix) == []
+    assert "Signal (11) received" in log_path.read_text()  # kept
