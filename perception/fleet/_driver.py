@@ -182,7 +182,7 @@ class _Fleet:
                 ).remote()
                 self.servers.append(actor)
                 node_servers[node] = actor
-                starting[node] = actor.start.remote(repos, cfg.server.startup_timeout_s)
+                starting[node] = actor.start.remote(repos, cfg.server.startup_timeout_s, cfg.server.restarts)
             for node, ref in starting.items():
                 urls[node] = [await _unwrapped(ref)]
             log.info("embedded Triton per node: %s", {n[:8]: u for n, u in urls.items()})

@@ -14,6 +14,7 @@ the node's workers), and the shared admission's state.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -281,6 +282,8 @@ class NodeServer:
 
     def __init__(self) -> None:
         self._stack: contextlib.AsyncExitStack | None = None
+        #: EmbeddedTriton.supervise of the node's server (a task of the actor's event loop: Ray's own)
+        self._supervision: asyncio.Future[None] | None = None
         self._admission = SharedAdmission()
 
     async def admission_attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
@@ -302,7 +305,8 @@ class NodeServer:
     async def admission_report(self, token: int | None = None) -> dict[str, object]:
         return self._admission.report(token)
 
-    async def start(self, repositories: list[str], startup_timeout_s: float) -> str:
+    async def start(self, repositories: list[str], startup_timeout_s: float, restarts: int = 0) -> str:
+        """Start the node's server; one that crashes is restarted on its ports, at most ``restarts`` times."""
         from perception.server import EmbeddedTriton
 
         stack = contextlib.AsyncExitStack()
@@ -315,6 +319,8 @@ class NodeServer:
             await stack.aclose()
             raise
         self._stack = stack
+        if restarts:
+            self._supervision = asyncio.ensure_future(emb.supervise(restarts))
         url: str = emb.grpc_url
         return url
 
@@ -322,6 +328,11 @@ class NodeServer:
         """Stop the server, then remove shared memory left by this node's dead workers."""
         from perception.server import cleanup_stale_shm
 
+        supervision, self._supervision = self._supervision, None
+        if supervision is not None:  # ended before the stop, which is no crash
+            supervision.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervision
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
