@@ -35,15 +35,41 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+#: The session servers started, for the terminal summary's word on their crashes.
+_SESSION_SERVERS: list[EmbeddedTriton] = []
+
+
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:
-    """The session's embedded Triton server (use ``triton.grpc_url``)."""
+    """The session's embedded Triton server (use ``triton.grpc_url``).
+
+    Triton itself crashes now and then under load (its python backend: upstream issue 8882; a SIGSEGV
+    once took the session's server, and 27 later tests with it). As the runtime does, the server is
+    restarted on its ports (:meth:`EmbeddedTriton.supervise`): a test in flight at the crash still fails,
+    the later ones run on the new server, and the terminal summary names every crash and its log."""
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     server = EmbeddedTriton(model_repositories(), log_path=log_path, startup_timeout_s=120.0)
     # The portal's event-loop thread spawns the server and lives until the session ends, so the
-    # server's PDEATHSIG (tied to the spawning thread) only fires if this process dies.
+    # server's PDEATHSIG (tied to the spawning thread) only fires if this process dies; a restart is
+    # spawned from the same thread.
     with start_blocking_portal(backend="asyncio") as portal, portal.wrap_async_context_manager(server):
-        yield server
+        _SESSION_SERVERS.append(server)
+        supervision = portal.start_task_soon(server.supervise, 3)
+        try:
+            yield server
+        finally:
+            supervision.cancel()  # before the stop, which is no crash
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for server in _SESSION_SERVERS:
+        if server.crashes:
+            logs = ", ".join(str(p) for p in server.crash_logs)
+            terminalreporter.write_line(
+                f"the session's Triton server crashed {server.crashes} time(s) and was restarted "
+                f"{server.restarts} time(s); its log: {logs}",
+                yellow=True,
+            )
 
 
 @pytest.fixture(autouse=True)
