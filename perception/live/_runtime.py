@@ -171,7 +171,8 @@ class LiveRuntime:
             yield r
 
     def status(self) -> dict[str, Any]:
-        """Counters, current time-base offsets and latency from the trigger's arrival to the result.
+        """Counters, current time-base offsets, latency from the trigger's arrival to the result, and the
+        embedded server's crashes and restarts (``server_crashes``, ``server_restarts``).
 
         A snapshot the event-loop thread publishes as it works (after each intake batch and each
         result, before it answers that batch's or result's futures), so a host that saw a future
@@ -203,6 +204,9 @@ class LiveRuntime:
             "deadline_misses": counters.deadline_misses,
             "latency_ms": latency.as_dict(),
             "sensor_status": counters.sensor_status,
+            # the embedded server's crashes (Triton's own), each restarted up to server.restarts
+            "server_crashes": server.crashes if (server := self._runtime.server) is not None else 0,
+            "server_restarts": server.restarts if server is not None else 0,
         }
 
     def _publish_intake(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -264,3 +266,40 @@ def test_status_already_counts_what_an_answered_future_says(triton: EmbeddedTrit
             assert status["frames"] >= i + 1 and status["latency_ms"]["n"] == status["frames"]
     after = live.status()  # closed: every frame assembled was answered and counted
     assert after["frames"] == after["intake"]["frames"] >= 3
+
+
+@pytest.mark.triton  # the live runtime's own embedded server
+def test_a_crash_of_the_embedded_server_is_restarted_counted_in_the_status_and_loses_no_frame(
+    tmp_path: Path,
+) -> None:
+    """A shift inside the vehicle outlives a crash of Triton itself (its python backend: upstream issue
+    8882): the runtime restarts the server on its ports, ``status()`` counts the crash and the restart,
+    and every trigger sample's frame is still answered."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for model in SLEEPY.values():
+        (models / model).symlink_to(ROOT / "tests" / "triton_models" / model)
+    cfg, rig, samples = _config("embedded")
+    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, models=(models,), trace=False, restarts=1))
+    got: list[FrameResult] = []
+    with LiveRuntime(cfg, rig, on_result=got.append) as live:
+        server = live._runtime.server
+        assert isinstance(server, EmbeddedTriton)
+        assert live.status()["server_crashes"] == 0 and live.status()["server_restarts"] == 0
+        pusher = threading.Thread(target=_play, args=(live, samples))
+        pusher.start()
+        deadline = time.monotonic() + 60  # watchdogs: bounded waits for states, not sleeps
+        while live.status()["frames"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(server.pid or 0, signal.SIGSEGV)
+        while live.status()["server_restarts"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pusher.join(timeout=60)
+        assert not pusher.is_alive()
+    status = live.status()  # closed: every frame taken was drained to its result
+    assert status["server_crashes"] == 1 and status["server_restarts"] == 1, status
+    assert status["frames"] == status["intake"]["frames"] == len(got)  # every frame answered, none lost
+    assert status["frames"] == status["ok"] + status["degraded"] + status["dropped"]
+    for r in got:  # truthful: a sensor is answered, or says why it is not (while the server was down)
+        for s in r.sensors.values():
+            assert s.status.value == "ok" or s.error, s
