@@ -63,23 +63,29 @@ def test_missing_repository_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     assert err == f"perception server: error: {missing}: model repository does not exist\n"
 
 
+def _serving(cli: subprocess.Popen[str]) -> str:
+    """What ``perception server`` printed up to its "serving" line (it then serves)."""
+    assert cli.stdout is not None
+    lines = []
+    for line in cli.stdout:
+        lines.append(line)
+        if line.startswith("serving"):
+            break
+    return "".join(lines)
+
+
+def _server_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "perception", "server", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 @pytest.mark.triton
 def test_sigint_stops_the_server_cleanly(echo_repo: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "perception", "server", "--models", str(echo_repo), "--log", str(log_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    cli = _server_cli("--models", str(echo_repo), "--log", str(log_path))
     try:
-        assert cli.stdout is not None
-        lines = []
-        for line in cli.stdout:
-            lines.append(line)
-            if line.startswith("serving"):
-                break
-        out = "".join(lines)
+        out = _serving(cli)
         assert "echo" in out and "READY" in out, out + (cli.stderr.read() if cli.stderr else "")
         server_pid = int(out.split("(pid ")[1].split(")")[0])
         prefix = f"perception_{cli.pid}_"
@@ -107,21 +113,9 @@ def test_a_server_that_crashes_with_no_restart_left_ends_the_command_with_exit_1
     """``--restarts 0``: the first crash is the end. The endpoints printed are gone, so the command says
     why (the crash, with the kept log) and exits 1 instead of serving nothing."""
     log_path = tmp_path / "server.log"
-    args = ["server", "--models", str(echo_repo), "--log", str(log_path), "--restarts", "0"]
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "perception", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    cli = _server_cli("--models", str(echo_repo), "--log", str(log_path), "--restarts", "0")
     try:
-        assert cli.stdout is not None
-        lines = []
-        for line in cli.stdout:
-            lines.append(line)
-            if line.startswith("serving"):
-                break
-        out = "".join(lines)
+        out = _serving(cli)
         server_pid = int(out.split("(pid ")[1].split(")")[0])
         prefix = f"perception_{cli.pid}_"
         os.kill(server_pid, signal.SIGSEGV)  # as Triton's own crashes
