@@ -525,8 +525,9 @@ class EmbeddedTriton:
                 return
             try:
                 await self._restart()
-            except ServerError as exc:
+            except (ServerError, OSError) as exc:  # OSError: its log could not be opened
                 log.error("tritonserver could not be restarted after its crash: %s", exc)
+                await self._shutdown(failed_start=True)  # what a failed attempt left (nothing, mostly)
                 return
 
     async def _reap_crashed(self, proc: subprocess.Popen[bytes]) -> None:

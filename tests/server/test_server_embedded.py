@@ -303,6 +303,30 @@ async def test_a_server_that_crashes_is_restarted_on_its_ports_and_serves_its_cl
 
 @pytest.mark.triton
 @pytest.mark.anyio
+async def test_a_restart_that_fails_leaves_the_server_down_and_says_why(
+    echo_repo: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="perception.server")
+    with anyio.fail_after(90):
+        async with EmbeddedTriton([echo_repo]) as server, anyio.create_task_group() as tg:
+            pid, prefix = server.pid, server.shm_prefix
+            assert pid is not None
+
+            def no_spawn(self: EmbeddedTriton, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+                raise ServerError("cannot start tritonserver: [Errno 12] Cannot allocate memory", file=args[0])
+
+            monkeypatch.setattr(EmbeddedTriton, "_spawn", no_spawn)
+            tg.start_soon(server.supervise, 3)
+            os.kill(pid, signal.SIGKILL)
+        # the watch ended by itself (the task group did not wait out the watchdog)
+        assert server.crashes == 1 and server.restarts == 0 and not server.running
+    assert process_group_members(pid) == [] and shm_entries(prefix) == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("could not be restarted after its crash: cannot start tritonserver" in m for m in errors), errors
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
 async def test_a_stopped_server_is_no_crash_for_its_supervisor(
     echo_repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
