@@ -6,6 +6,7 @@ disabled: a ``http_proxy`` in the environment must not reroute requests meant fo
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import time
@@ -67,7 +68,7 @@ async def http_get_json(
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip()
         raise ConnectError(f"HTTP {exc.code} from {url}: {detail}") from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # HTTPException: not HTTP/1 there
         raise ConnectError(f"cannot reach {url}: {exc}") from exc
 
 
@@ -75,7 +76,10 @@ def _probe(url: str, timeout_s: float) -> bool:
     try:
         with _OPENER.open(url, timeout=timeout_s) as response:
             return bool(response.status == 200)
-    except (OSError, ValueError):  # refused, reset, timeout, HTTP 400 "not ready"
+    # refused, reset, timeout, HTTP 400 "not ready"; or something else on the port that does not speak
+    # HTTP/1 (BadStatusLine: another process's gRPC server took the free port picked for ours before ours
+    # bound it, as a busy test run saw; ours then fails to bind and its start is retried on other ports)
+    except (OSError, ValueError, http.client.HTTPException):
         return False
 
 

@@ -21,6 +21,7 @@ from server_helpers import shm_entries, stubs_with_prefix
 
 from perception.errors import ConfigError, ConnectError, PerceptionError, ServerError
 from perception.server import EmbeddedTriton, _embedded, describe_models, wait_for_server
+from perception.server._health import http_get_json, http_ready
 from perception.server._procs import pid_alive, process_group_members
 from perception.triton import ClientOptions, TritonClient
 
@@ -338,6 +339,17 @@ async def test_a_stopped_server_is_no_crash_for_its_supervisor(
             await anyio.sleep(2 * _embedded._WATCH_INTERVAL_S)
     assert server.crashes == 0 and server.restarts == 0 and not server.running
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.anyio
+async def test_a_grpc_server_on_the_http_port_is_not_ready_and_no_traceback(triton: EmbeddedTriton) -> None:
+    """A free port picked for the HTTP endpoint can be taken by another process's gRPC server before ours
+    binds it (a busy test run saw ``BadStatusLine`` fail a start): the probe says not ready, ours then
+    fails to bind and the start is retried on other ports."""
+    with anyio.fail_after(30):
+        assert await http_ready(triton.grpc_url) is False  # HTTP/2 frames, not an HTTP/1 status line
+        with pytest.raises(ConnectError, match="cannot reach"):
+            await http_get_json(triton.grpc_url, "/v2/health/ready")
 
 
 @pytest.mark.anyio
