@@ -2,8 +2,8 @@
 
 Prints the gRPC/HTTP/metrics endpoints and every model with its state and tensor contract, then serves
 until SIGINT/SIGTERM and stops cleanly. A server that crashes is restarted on its ports (``--restarts``
-times at most; then the command exits 1). ``--once`` prints the table and stops (exit 1 when a model is
-not READY), e.g. to check a model repository.
+times at most within 10 minutes; then the command exits 1). ``--once`` prints the table and stops (exit 1
+when a model is not READY), e.g. to check a model repository.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def register(sub: Any) -> None:
         type=int_within(0),
         default=ServerConfig().restarts,
         metavar="N",
-        help="restart a server that crashes on its ports at most N times, then exit 1 (default: %(default)s)",
+        help="restart a server that crashes, on its ports, at most N times within 10 minutes; "
+        "then exit 1 (default: %(default)s)",
     )
     p.add_argument(
         "--once", action="store_true", help="print the model table and stop (exit 1 if a model is not READY)"

@@ -79,8 +79,9 @@ class ServerConfig:
     #: The embedded server traces every request of a replay (Triton's timestamps per request id), so each
     #: frame's latency tree gets Triton's own time per request at any number of frames in flight.
     trace: bool = True
-    #: The embedded server is restarted (on its ports) when it dies on its own, at most this many times in
-    #: a runtime's life (``perception.server.EmbeddedTriton.supervise``); 0: a crash leaves it down.
+    #: The embedded server is restarted (on its ports) when it dies on its own, at most this many times
+    #: within 10 minutes: a crash loop is left down (``perception.server.EmbeddedTriton.supervise``); 0: a
+    #: crash leaves it down.
     restarts: int = 3
 
     def __post_init__(self) -> None:

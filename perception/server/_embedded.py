@@ -31,6 +31,7 @@ warning quotes the log ("Exit timeout expired") so the failure is not silent.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -86,6 +87,9 @@ _START_ATTEMPTS = 3
 _IPC_ABORT = re.compile(r"terminate called after throwing an instance of '[^']*boost::interprocess::")
 #: How often :meth:`EmbeddedTriton.supervise` looks at the server process.
 _WATCH_INTERVAL_S = 0.25
+#: :meth:`EmbeddedTriton.supervise` restarts a server at most ``restarts`` times within this long: a rare
+#: crash is restarted however long the shift, a crash loop is left down.
+RESTART_WINDOW_S = 600.0
 #: Exit statuses of a normal stop (SIGTERM handled: 0; SIGTERM before Triton installed its handler).
 _NORMAL_EXIT = (0, -signal.SIGTERM)
 #: At most this long (and half the stop timeout) unloading the models before the SIGTERM (:meth:`_unload_models`).
@@ -495,9 +499,9 @@ class EmbeddedTriton:
         self._stopping = True
         await self._shutdown(failed_start=False)
 
-    async def supervise(self, restarts: int) -> None:
+    async def supervise(self, restarts: int, *, window_s: float = RESTART_WINDOW_S) -> None:
         """Watch the running server until cancelled or stopped; when it dies on its own, restart it, at
-        most ``restarts`` times in its life.
+        most ``restarts`` times within any ``window_s`` (10 minutes by default).
 
         A server that dies on its own is a crash of Triton: its python backend is known to crash now and
         then under concurrent load (``boost::interprocess::lock_exception``, ``std::bad_alloc`` or a
@@ -508,9 +512,11 @@ class EmbeddedTriton:
         shared-memory prefix, the log goes on in the same file when one was given). Triton's statistics
         start again from 0 in a restarted server (:attr:`restarts`).
 
-        Returns (leaving the server down) once ``restarts`` restarts are used up or a restart fails,
+        Returns (leaving the server down) when it crashes again after ``restarts`` restarts within the
+        window (a crash loop: restarting it again would only crash it again) or when a restart fails,
         with an error saying so; a client then finds no server, as after any crash. Run it in a task of
         the server's owner and cancel that task before the server is stopped."""
+        recent: collections.deque[float] = collections.deque()  # times of the restarts within the window
         while True:
             proc = self._proc
             if proc is None or self._stopping:
@@ -519,10 +525,17 @@ class EmbeddedTriton:
                 await anyio.sleep(_WATCH_INTERVAL_S)
                 continue
             await self._reap_crashed(proc)
-            if self._restarts >= restarts:
-                log.error("tritonserver is not restarted: %d restart(s) allowed, all used", restarts)
+            now = anyio.current_time()
+            while recent and now - recent[0] > window_s:
+                recent.popleft()
+            if len(recent) >= restarts:
+                log.error(
+                    "tritonserver is not restarted: %d restart(s) allowed within %g s, %d used (a crash loop)",
+                    restarts, window_s, len(recent),
+                )  # fmt: skip
                 await self._shutdown(failed_start=True)
                 return
+            recent.append(now)
             try:
                 await self._restart()
             except (ServerError, OSError) as exc:  # OSError: its log could not be opened

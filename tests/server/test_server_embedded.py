@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -262,7 +263,7 @@ async def test_a_server_that_crashes_is_restarted_on_its_ports_and_serves_its_cl
     """Triton's python backend crashes now and then under load (upstream issue 8882; a SIGSEGV failed a
     busy test run here). The supervisor restarts a server that died on its own, on its ports: a client
     opened before the crash is answered again. What the dead server left (stubs, shared memory) is
-    removed; once the restarts allowed are used up, the next crash leaves the server down, said."""
+    removed; a crash after the restarts allowed within the window (a crash loop) leaves it down, said."""
     caplog.set_level(logging.INFO, logger="perception.server")
     log_path = tmp_path / "tritonserver.log"
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -285,7 +286,8 @@ async def test_a_server_that_crashes_is_restarted_on_its_ports_and_serves_its_cl
                 assert stubs_with_prefix(prefix) == [] and shm_entries(prefix) == []
                 assert server.shm_prefix != prefix
                 np.testing.assert_array_equal(await _echo_until_answered(client, data), 2 * data)
-                # the restart allowed is used: the next crash leaves the server down, and the watch ends
+                # the restart allowed within 10 minutes is used: the next crash leaves the server down, and
+                # the watch ends
                 pid = server.pid
                 assert pid is not None
                 prefix = server.shm_prefix
@@ -298,8 +300,28 @@ async def test_a_server_that_crashes_is_restarted_on_its_ports_and_serves_its_cl
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("died with signal SIGSEGV while serving (crash 1)" in m and str(log_path) in m for m in errors)
     assert any("died with signal SIGKILL while serving (crash 2)" in m for m in errors)
-    assert any("not restarted: 1 restart(s) allowed, all used" in m for m in errors)
+    assert any("not restarted: 1 restart(s) allowed within 600 s, 1 used (a crash loop)" in m for m in errors)
     assert any("restarted after its crash" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.triton
+@pytest.mark.anyio
+async def test_restarts_are_limited_within_their_window_only(echo_repo: Path) -> None:
+    """A shift lasts hours: ``restarts`` bounds a crash loop (restarts within the window), not a rare crash.
+    With a window of 0 s every restart is outside it, so one allowed restart serves every crash."""
+    with anyio.fail_after(120):
+        async with EmbeddedTriton([echo_repo]) as server, anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(server.supervise, 1, window_s=0.0))
+            for n in (1, 2, 3):
+                pid = server.pid
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                while True:  # the supervisor restarts it
+                    if server.restarts == n:
+                        break
+                    await anyio.sleep(0.05)
+                assert server.running and server.crashes == n
+            tg.cancel_scope.cancel()
 
 
 @pytest.mark.triton
