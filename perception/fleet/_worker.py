@@ -306,7 +306,8 @@ class NodeServer:
         return self._admission.report(token)
 
     async def start(self, repositories: list[str], startup_timeout_s: float, restarts: int = 0) -> str:
-        """Start the node's server; one that crashes is restarted on its ports, at most ``restarts`` times."""
+        """Start the node's server; one that crashes is restarted on its ports, at most ``restarts`` times
+        within 10 minutes (:meth:`~perception.server.EmbeddedTriton.supervise`)."""
         from perception.server import EmbeddedTriton
 
         stack = contextlib.AsyncExitStack()
