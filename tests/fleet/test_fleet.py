@@ -755,7 +755,7 @@ def _node_tritonserver(repo: Path) -> int | None:
     return pids[0] if len(pids) == 1 else None
 
 
-def test_a_node_s_embedded_server_that_crashes_is_restarted_and_its_drives_go_on(tmp_path: Path) -> None:
+def test_a_node_s_embedded_server_that_crashes_is_restarted_and_its_drives_go_on(head: RayHead, tmp_path: Path) -> None:
     """Triton itself crashes now and then under load (its python backend: upstream issue 8882). The node
     that owns the embedded server restarts it on its ports; its workers' clients reconnect by themselves."""
     profile = _sleepy_profile(tmp_path)
@@ -766,7 +766,7 @@ def test_a_node_s_embedded_server_that_crashes_is_restarted_and_its_drives_go_on
     write_drive(d / "a.mcap", frames, lidar_points=LIDAR_POINTS)
     out = tmp_path / "out"
     argv = [str(d), "--out", str(out), "--workers", "1", "--rate", "1", "--config", str(profile)]
-    cli = _fleet([*argv, "--no-progress"])
+    cli = _fleet([*argv, "--no-progress", *head.join()], env=head.env)  # a server of the run's own, on the head
     try:
         _until(lambda: _staged_frames(out).get("a", 0) >= 5, cli, "frames")
         first = _node_tritonserver(repo)
