@@ -341,29 +341,39 @@ class EmbeddedTriton:
         self._stopping, self._restarts = False, 0
         self._crash_logs.clear()
         self._launch = (install, backend_dir, repositories, env)
+        await self._start_attempts(None, "starting")
+        return self
+
+    async def _start_attempts(self, ports: tuple[int, int, int] | None, doing: str) -> None:
+        """:meth:`_start`, retried (:data:`_START_ATTEMPTS` in all, fresh shared-memory names each time) after
+        Triton's python backend aborted (:data:`_IPC_ABORT`) and, for ports picked free here, after one
+        was taken before the server bound it. ``ports``: those of a restart, kept (its clients' URLs)."""
+        assert self._launch is not None
+        install, backend_dir, repositories, env = self._launch
+        requested = self._requested_ports if ports is None else ports
         for attempt in range(1, _START_ATTEMPTS + 1):
             self._shm_prefix = make_shm_prefix()
-            self._ports = self._pick_ports()
+            self._ports = self._pick_ports() if ports is None else ports
             try:
                 await self._start(install, backend_dir, repositories, env)
             except _StartFailed as exc:
                 # A free port picked here can be taken by another process before the server binds it:
-                # retry with new ones. A port the caller chose is the caller's to fix.
-                chosen = [p for p in exc.ports_in_use if p in self._requested_ports]
-                unknown = not exc.ports_in_use and None not in self._requested_ports
+                # retry with new ones. A port the caller chose (or a restart's) is not for us to change.
+                chosen = [p for p in exc.ports_in_use if p in requested]
+                unknown = not exc.ports_in_use and None not in requested
                 port_taken = exc.address_in_use and not chosen and not unknown
                 if not (port_taken or exc.ipc_abort) or attempt == _START_ATTEMPTS:
                     busy = ", ".join(str(p) for p in exc.ports_in_use)
                     prefix = f"port {busy} already in use; " if exc.ports_in_use else ""
                     raise ServerError(prefix + exc.message) from None
                 if exc.ipc_abort:
-                    log.warning("tritonserver aborted in the python backend's shared memory while starting, retrying")
+                    log.warning("tritonserver aborted in the python backend's shared memory while %s, retrying", doing)
                 else:
                     log.warning("port %s was taken before tritonserver bound it, retrying", exc.ports_in_use)
                 if self._user_log_path is None and self._log_path is not None:
                     self._log_path.unlink(missing_ok=True)
             else:
-                return self
+                return
         raise AssertionError("unreachable")
 
     async def __aexit__(
@@ -565,26 +575,13 @@ class EmbeddedTriton:
             self._log_path = None  # the crash's temporary log is kept; the restart opens a new one
 
     async def _restart(self) -> None:
-        """Start a new server on the ports of the one that crashed (retried like a start, :data:`_IPC_ABORT`)."""
-        assert self._launch is not None and self._ports is not None
-        install, backend_dir, repositories, env = self._launch
-        ports = self._ports
-        for attempt in range(1, _START_ATTEMPTS + 1):
-            self._shm_prefix = make_shm_prefix()
-            self._ports = ports
-            try:
-                await self._start(install, backend_dir, repositories, env)
-            except _StartFailed as exc:
-                if not exc.ipc_abort or attempt == _START_ATTEMPTS:
-                    raise ServerError(exc.message) from None
-                log.warning("tritonserver aborted in the python backend's shared memory while restarting, retrying")
-            else:
-                self._restarts += 1
-                log.warning(
-                    "tritonserver restarted after its crash: pid %d on %s (restart %d)",
-                    self.pid, self.grpc_url, self._restarts,
-                )  # fmt: skip
-                return
+        """Start a new server on the ports of the one that crashed (retried as a start is)."""
+        assert self._ports is not None
+        await self._start_attempts(self._ports, "restarting")
+        self._restarts += 1
+        log.warning(
+            "tritonserver restarted after its crash: pid %d on %s (restart %d)", self.pid, self.grpc_url, self._restarts
+        )
 
     async def _shutdown(self, *, failed_start: bool) -> None:
         # After a failed start the log is kept (the error points to it) and the exit status is expected.
