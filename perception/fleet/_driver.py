@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -45,6 +46,7 @@ from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import write_report
 from perception.fleet._worker import SUMMARY_FILE, DriveJob, DriveWorker, NodeServer, WorkerSettings
+from perception.server import pid_alive
 
 __all__ = ["FleetOptions", "FleetOutcome", "run_fleet"]
 
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: How long a restarted worker may take to answer again before it is given up.
 WORKER_RESTART_S = 120.0
+#: How long the close waits for the killed actors' processes (on this host) to end.
+ACTOR_EXIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,12 +331,34 @@ class _Fleet:
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(30):
                 await _gather([w.close.remote() for w in self.workers])
+            places: list[Any] = []
+            with anyio.move_on_after(10):
+                places = await _gather([a.where.remote() for a in [*self.workers, *self.servers]])
             for w in self.workers:
                 ray.kill(w, no_restart=True)
             with anyio.move_on_after(60):
                 await _gather([s.stop.remote() for s in self.servers])
             for s in self.servers:
                 ray.kill(s, no_restart=True)
+            await _exited([p for p in places if p is not None])
+
+
+
+async def _exited(places: list[dict[str, Any]]) -> None:
+    """Wait, at most :data:`ACTOR_EXIT_S`, for the killed actors' processes on this host to end: Ray's kill
+    only asks for it, and a run that returned with its workers still alive would leave them to whatever
+    the host starts next (a busy host was seen to keep one past the driver's exit). Actors on other nodes
+    end on their own: their processes are not this host's to watch."""
+    host = socket.gethostname()
+    pids = {p["pid"] for p in places if p.get("host") == host and p.get("pid") != os.getpid()}
+    with anyio.move_on_after(ACTOR_EXIT_S):
+        while True:
+            pids = {pid for pid in pids if pid_alive(pid)}
+            if not pids:
+                break
+            await anyio.sleep(0.05)
+    if pids:
+        log.warning("fleet: actor processes %s still running %.0f s after they were killed", sorted(pids), ACTOR_EXIT_S)
 
 
 def _owner(worker: int) -> str:

@@ -113,7 +113,7 @@ class DriveWorker:
         self._frames = 0
 
     def where(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname()}
+        return _where()
 
     def progress(self) -> tuple[str | None, int]:
         """The drive being replayed and its frames so far."""
@@ -286,6 +286,9 @@ class NodeServer:
         self._supervision: asyncio.Future[None] | None = None
         self._admission = SharedAdmission()
 
+    async def where(self) -> dict[str, Any]:
+        return _where()
+
     async def admission_attach(self, max_in_flight: int, deadline_ns: int, adaptive: bool, owner: str) -> int:
         return self._admission.attach(max_in_flight, deadline_ns, adaptive=adaptive, owner=owner)
 
@@ -338,6 +341,11 @@ class NodeServer:
             stack, self._stack = self._stack, None
             await stack.aclose()
         cleanup_stale_shm()
+
+
+def _where() -> dict[str, Any]:
+    """An actor's process: its pid and host (the driver waits for the process to end after killing it)."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
 
 
 def _json(data: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from perception.server._embedded import EmbeddedTriton, check_model_repository, free_port
 from perception.server._health import ModelStatus, describe_models, wait_for_server
 from perception.server._locate import TritonInstall, locate_triton, prepare_backend_dir
-from perception.server._procs import cleanup_stale_shm, iter_processes
+from perception.server._procs import cleanup_stale_shm, iter_processes, pid_alive
 
 __all__ = [
     "EmbeddedTriton",
@@ -23,6 +23,7 @@ __all__ = [
     "free_port",
     "iter_processes",
     "locate_triton",
+    "pid_alive",
     "prepare_backend_dir",
     "wait_for_server",
 ]
