@@ -343,7 +343,6 @@ class _Fleet:
             await _exited([p for p in places if p is not None])
 
 
-
 async def _exited(places: list[dict[str, Any]]) -> None:
     """Wait, at most :data:`ACTOR_EXIT_S`, for the killed actors' processes on this host to end: Ray's kill
     only asks for it, and a run that returned with its workers still alive would leave them to whatever
