@@ -18,6 +18,9 @@
   queued ones are not started (both reported as interrupted: ``cancelled``, ``not run``), finished
   drives are kept and reported (one whose worker published it just before the stop included),
   workers and servers are closed, and a cluster we started is stopped.
+* **Close.** Every run ends by closing its workers and servers and killing their actors; the driver then
+  waits (at most :data:`ACTOR_EXIT_S`) until their processes on its own host have ended, so that a run
+  that returned leaves no worker behind.
 """
 
 from __future__ import annotations
