@@ -39,15 +39,24 @@ MARGINS: dict[str, object] = {"transit_ms": 2000.0, "trigger_tolerance_ms": 2000
 def _config(
     url: str, *, real_models: bool = False, **live: object
 ) -> tuple[RuntimeConfig, dict[str, SensorSpec], list[Sample]]:
-    """The drive's first 4 s and a profile for it: sleepy models (``real_models``: the reference ones,
-    to check fused detections), the live margins above (``live`` overrides them)."""
+    """The drive's first 4 s and a profile for it: sleepy models (``real_models``: the reference lidar and
+    radar models, to check fused detections, and a circuit that stays closed), the live margins above
+    (``live`` overrides them).
+
+    The cameras stay on the sleepy model even with ``real_models``, as in the ROS node's tests: two
+    cameras' CNN at 10 Hz is more than a loaded 2-core host keeps up with. A busy fresh-clone run fell
+    behind by seconds, past the 5 s budget; the late frames opened every circuit, and only 21 of 40
+    frames had objects."""
     with DriveReader(DRIVE) as reader:
         rig = dict(reader.rig)
         samples = list(reader.samples(reader.start_ns, reader.start_ns + 4 * S))
     cfg = resolve_sensors(load_config(ROOT / "launch" / "replay.yaml"), rig)
-    if not real_models:
-        sensors = tuple(dataclasses.replace(s, model=SLEEPY[s.kind]) for s in cfg.sensors)
-        cfg = dataclasses.replace(cfg, sensors=sensors)
+    sleepy = {"camera"} if real_models else set(SLEEPY)
+    sensors = tuple(dataclasses.replace(s, model=SLEEPY[s.kind]) if s.kind in sleepy else s for s in cfg.sensors)
+    cfg = dataclasses.replace(cfg, sensors=sensors)
+    if real_models:
+        circuit = dataclasses.replace(cfg.pipeline.circuit, failure_threshold=1000)
+        cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, circuit=circuit))
     cfg = dataclasses.replace(
         cfg,
         server=dataclasses.replace(cfg.server, url=url),
@@ -131,13 +140,7 @@ def test_three_threads_push_and_fused_results_come_back(triton: EmbeddedTriton) 
     assert len(got) == lidar_sweeps  # the callback saw every frame
     results = [f.result(timeout=5) for f in futures]  # type: ignore[attr-defined]
     assert [r.frame_id for r in results] == list(range(lidar_sweeps))
-    # Fused objects in the frames the models answered in time. A host that cannot keep up with the real
-    # models at 10 Hz makes frames late past their 5 s budget, and their circuits then skip the next ones
-    # (a busy fresh-clone run: 21 of 40 frames with objects, every model's circuit opened): that is the
-    # scheduler's verdict on the host, tested on its own; those frames are answered all the same (above).
-    in_time = [r for r in results if all(s.status.value not in ("late", "skipped") for s in r.sensors.values())]
-    with_objects = sum(len(r.detections) > 0 for r in in_time)
-    assert in_time and with_objects >= 0.9 * len(in_time), (with_objects, len(in_time), lidar_sweeps)
+    assert sum(len(r.detections) > 0 for r in results) >= 0.9 * lidar_sweeps  # fused objects
     assert status["latency_ms"]["n"] == lidar_sweeps and status["latency_ms"]["p50"] > 0
     assert status_open["frames"] <= status["frames"]
 
