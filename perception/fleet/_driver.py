@@ -304,6 +304,9 @@ class _Fleet:
         self.stopped = True  # no drive is started any more; the queued ones are reported as not run
         for ref in list(self.running.values()):
             ray.cancel(ref)
+        # and each worker cancels its replay itself: Ray's cancel can miss one sent as the stop came
+        for w in self.workers:
+            w.interrupt.remote()
 
     async def show(self, bar: Progress) -> None:
         """Refresh the progress display every second (the last refresh is :meth:`shown`'s, at the end)."""

@@ -111,6 +111,8 @@ class DriveWorker:
         self._client: Any = None
         self._current: str | None = None
         self._frames = 0
+        self._replay: asyncio.Task[Any] | None = None  # the replay running here
+        self._interrupted = False
 
     def where(self) -> dict[str, Any]:
         return _where()
@@ -135,6 +137,16 @@ class DriveWorker:
             self._stack, self._client = stack, client
         return self._client
 
+    async def interrupt(self) -> None:
+        """The fleet is stopping: cancel the replay running here, and any sent here after it.
+
+        Ray's own cancel is not enough: a replay sent to this worker just as the stop came was reported
+        cancelled to the driver and ran on here to its end (a busy fresh-clone run: a whole drive replayed
+        after Ctrl-C, holding the fleet's exit that long)."""
+        self._interrupted = True
+        if self._replay is not None:
+            self._replay.cancel()
+
     async def close(self) -> None:
         if self._stack is not None:
             stack, self._stack, self._client = self._stack, None, None
@@ -156,10 +168,13 @@ class DriveWorker:
         A drive that fails (cannot be read, a profile that does not fit it, no usable frame) is a summary
         with ``status`` and ``error``, not an exception: the other drives go on.
         """
+        if self._interrupted:
+            raise asyncio.CancelledError(f"drive {job.name}: the fleet is stopping")  # as Ray's cancel
         out = Path(job.out)
         staging = staging_dir(out, job.name, job.attempt)
         t0, cpu0 = time.monotonic(), time.process_time()
         self._current, self._frames = job.name, 0
+        self._replay = asyncio.current_task()
         summary: dict[str, Any] = {"name": job.name, "drive": job.path, "attempt": job.attempt, **self.where()}
 
         admitted: list[tuple[int, int, int]] = []  # frame id, admitted and ended (node's monotonic ns)
@@ -217,7 +232,7 @@ class DriveWorker:
             log.warning("drive %s failed: %s", job.name, exc)
             summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
         finally:
-            self._current = None
+            self._current, self._replay = None, None
         summary["wall_s"] = round(time.monotonic() - t0, 3)
         summary["cpu_s"] = round(time.process_time() - cpu0, 3)  # this worker process, one drive at a time
         summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
