@@ -14,10 +14,11 @@
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
   worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
   renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
-* **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled and their staging removed,
-  queued ones are not started (both reported as interrupted: ``cancelled``, ``not run``), finished
-  drives are kept and reported (one whose worker published it just before the stop included),
-  workers and servers are closed, and a cluster we started is stopped.
+* **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled (by Ray's cancel, and by each
+  worker itself, :meth:`DriveWorker.interrupt`: Ray's can miss a replay sent as the stop came) and
+  their staging removed, queued ones are not started (both reported as interrupted: ``cancelled``,
+  ``not run``), finished drives are kept and reported (one whose worker published it just before the
+  stop included), workers and servers are closed, and a cluster we started is stopped.
 * **Close.** Every run ends by closing its workers and servers and killing their actors; the driver then
   waits (at most :data:`ACTOR_EXIT_S`) until their processes on its own host have ended, so that a run
   that returned leaves no worker behind.
