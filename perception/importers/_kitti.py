@@ -119,7 +119,10 @@ KITTI_LABELS: Mapping[str, str | None] = {
     "truck": "truck",  # View-of-Delft spells it lowercase
 }
 
-OBJECT_FRAME_GAP_NS = 1_000_000_000
+#: Object frames are unrelated: frame ``n`` is placed at ``n`` times this, farther apart than any sync
+#: window, staleness limit, ground-truth tolerance and the tracker's longest gap (``track_max_gap_s``,
+#: 2 s), so nothing of one frame is used with another (at 1 s the tracker linked unrelated scenes).
+OBJECT_FRAME_GAP_NS = 10_000_000_000
 TRACKING_PERIOD_NS = 100_000_000
 _EARTH_RADIUS_M = 6378137.0  # the raw-data devkit's latlonToMercator
 #: Cameras: drive name -> (object-layout folder, tracking-layout folder, projection matrix).

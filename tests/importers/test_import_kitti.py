@@ -32,10 +32,10 @@ from perception.cli import main
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.importers import ImportSummary, import_kitti, parse_frames
-from perception.importers._kitti import KITTI_LABELS, format_frames, kitti_label
+from perception.importers._kitti import KITTI_LABELS, OBJECT_FRAME_GAP_NS, format_frames, kitti_label
 from perception.types import GroundTruthObject, ImageSample, PointCloudSample, SensorKind
 
-S = 1_000_000_000
+S = OBJECT_FRAME_GAP_NS  # object frame n is at n x S
 
 
 @pytest.fixture(scope="module")

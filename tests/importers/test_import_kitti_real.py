@@ -17,6 +17,7 @@ import pytest
 from perception.cli import main
 from perception.drives import DriveReader
 from perception.importers import ImportSummary, import_kitti
+from perception.importers._kitti import OBJECT_FRAME_GAP_NS
 from perception.server import EmbeddedTriton
 from perception.types import GroundTruthObject, PointCloudSample
 
@@ -154,7 +155,7 @@ def test_real_boxes_agree_with_the_lidar_frame_formula(real_drive: tuple[Path, I
     path, _ = real_drive
     with DriveReader(path) as d:
         base_velo = d.rig["lidar_top"].extrinsic
-        gts = {g.t_ns // 1_000_000_000: g for g in d.ground_truth()}
+        gts = {g.t_ns // OBJECT_FRAME_GAP_NS: g for g in d.ground_truth()}
     for n, gt in gts.items():
         cal = _calib(KITTI / "training" / "calib" / f"{n:06d}.txt")
         rect_velo = np.eye(4)
