@@ -99,6 +99,15 @@ class FusionParams:
     track_yaw_alpha: float = 0.5
     track_vote_decay: float = 0.8
     track_coast_decay: float = 0.8  # score factor per missed frame
+    #: Two motion models per track (:mod:`._track_kernels`): a standing-still one, whose position moves by
+    #: a random walk of this many m per sqrt(s)...
+    track_still_sigma: float = 0.05
+    #: ...judged against the constant-velocity one by their squared prediction errors, discounted with
+    #: this time constant (s)...
+    track_model_memory_s: float = 1.0
+    #: ...the track standing still while the standing-still model's sum is within this of the other's
+    #: (chi-square, 2 dof, 95 %), per class; -inf: never
+    track_still_margin: tuple[float, float, float, float] = (6.0, 6.0, 6.0, 6.0)
     tentative_factor: float = 0.6  # score factor of tracks not yet confirmed
     emit_tentative: bool = True
     track_max_gap_s: float = 2.0  # a longer gap between frames drops every track

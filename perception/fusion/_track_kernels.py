@@ -10,8 +10,22 @@ and preallocate the outputs.
 
 The state is one table row per track (columns below, float64; ids and counts are exact integers) with
 a ``[T,4,4]`` covariance of ``[x, y, vx, vy]`` and a ``[T,S]`` sources mask. Detections are given in the
-tracker's world frame: centre ``z [D,3]``, BEV covariance ``r [D,2,2]``, ``age [D]`` (s; the position is
-that of ``age`` before the frame time), ``labels [D]``.
+tracker's world frame: centre ``z [D,3]``, BEV covariance ``r [D,2,2]``, ``age [D]`` (s; the position
+is that of ``age`` before the frame time), ``labels [D]``.
+
+Two motion models run side by side on every track: the constant-velocity Kalman filter (state and
+covariance above) and a standing-still one, a position-only Kalman filter (columns :data:`STATIC` and
+:data:`STATIC_P`) whose position moves only by a small random walk. Each keeps the discounted sum of its
+squared prediction errors (the detection's offset from what the model predicted, under the detection's
+own covariance; a radar velocity, under its variance, against the model's velocity, zero for the
+standing-still one), each term at most the association gate, so that one stray measurement (a clutter
+return attached to a moving truck) cannot outweigh the frames before it. A track is *still*
+(:data:`STILL`) while the standing-still model's sum is at most the moving one's plus a margin: its
+position, covariance and (zero) velocity are then the standing-still model's for association, coasting
+and output. A parked car measured through a jittering box fit is so averaged over frames instead of
+drifting with a velocity learnt from the jitter, and a car that moves is predicted by its velocity as
+soon as its detections leave the standing-still model behind. The constant-velocity filter is updated
+either way, so its velocity is ready.
 """
 
 from __future__ import annotations
@@ -25,6 +39,8 @@ from perception.fusion._kernels import jit
 from perception.types import LABELS
 
 __all__ = [
+    "ERR_MOVING",
+    "ERR_STILL",
     "HAS_BOX",
     "HITS",
     "ID",
@@ -32,8 +48,12 @@ __all__ = [
     "NCOL",
     "SCORE",
     "SIZE",
+    "STATIC",
+    "STATIC_P",
+    "STILL",
     "VOTES",
     "YAW",
+    "YOUNG_HITS",
     "Z",
     "birth_rows",
     "candidates",
@@ -61,9 +81,18 @@ HITS = 10
 MISSES = 11
 HAS_BOX = 12  # 1.0 once a lidar box gave the track its size and heading
 ID = 13
-VOTES = 14  # class evidence, one column per label
+STATIC = 14  # 14, 15: the standing-still model's position x, y
+STATIC_P = 16  # 16, 17, 18: its covariance xx, xy, yy
+ERR_STILL = 19  # discounted squared prediction errors of the standing-still model...
+ERR_MOVING = 20  # ...and of the constant-velocity one
+STILL = 21  # 1.0 while the track is taken to stand still (see the module docstring)
+VOTES = 22  # class evidence, one column per label
 NCOL = VOTES + len(LABELS)
 _LIDAR = 0  # Origin.LIDAR
+#: A track with fewer hits has not been judged on its detections yet: it may also take a detection the
+#: constant-velocity model predicts (:meth:`~perception.fusion._tracker.Tracker._associate`), and its
+#: velocity is that model's even while it is taken to stand still.
+YOUNG_HITS = 3
 
 #: Columns of the output rows of :func:`track_rows` (and of the untracked output): score, centre (3),
 #: size (3), yaw, velocity (2), x and y position std-dev (2).
@@ -107,11 +136,38 @@ def _mahalanobis2(dx: float, dy: float, a: float, b: float, d: float) -> float:
 
 
 @jit
-def _offset(table: F64, t: int, z: F64, age: F64, d: int) -> tuple[float, float]:
-    """Detection ``d`` minus track ``t``'s position, the detection moved by the track velocity over its age."""
+def _distance(table: F64, p: F64, z: F64, r: F64, age: F64, t: int, d: int, either: bool) -> tuple[float, float]:
+    """Detection ``d`` against track ``t``: the squared BEV distance and squared Mahalanobis distance
+    (under the position covariance plus ``r``) of the detection from the track's position as its motion
+    model predicts it: the constant-velocity one (the detection moved by the track velocity over its
+    age) or, for a still track, the standing-still one (not moved). With ``either``, the nearer of the
+    two models' (for a still track that starts to move)."""
     dx = z[d, 0] + age[d] * table[t, 2] - table[t, 0]
     dy = z[d, 1] + age[d] * table[t, 3] - table[t, 1]
-    return dx, dy
+    moving = _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
+    if table[t, STILL] == 0.0:
+        return dx * dx + dy * dy, moving
+    sx, sy = z[d, 0] - table[t, STATIC], z[d, 1] - table[t, STATIC + 1]
+    a, b, c = table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+    still = _mahalanobis2(sx, sy, a + r[d, 0, 0], b + r[d, 0, 1], c + r[d, 1, 1])
+    if either and moving < still:
+        return dx * dx + dy * dy, moving
+    return sx * sx + sy * sy, still
+
+
+@jit
+def _position_cov(table: F64, p: F64, t: int) -> tuple[float, float, float]:
+    """``xx, xy, yy`` of track ``t``'s position covariance (a still track: the standing-still model's)."""
+    if table[t, STILL] != 0.0:
+        return table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+    return p[t, 0, 0], p[t, 0, 1], p[t, 1, 1]
+
+
+@jit
+def _judge(table: F64, t: int, margin: F64) -> None:
+    """Track ``t`` stands still while its standing-still model's error sum is within ``margin[label]`` of
+    the moving one's (a margin of -inf: never)."""
+    table[t, STILL] = 1.0 if table[t, ERR_STILL] <= table[t, ERR_MOVING] + margin[_label(table, t)] else 0.0
 
 
 @jit
@@ -131,9 +187,10 @@ def to_world(center: F64, cov: F64, w: F64, z: F64, r: F64) -> None:
 
 
 @jit
-def predict(table: F64, p: F64, dt: float, accel_var: F64) -> None:
+def predict(table: F64, p: F64, dt: float, accel_var: F64, still_var: float, keep: float) -> None:
     """Constant-velocity prediction of every track over ``dt``: ``x += dt v``, ``P = F P F^T + q Q`` with
-    white-noise acceleration of variance ``q = accel_var[label]``."""
+    white-noise acceleration of variance ``q = accel_var[label]``; the standing-still model's position
+    variance grows by ``still_var * dt``; both models' error sums are multiplied by ``keep``."""
     f = np.eye(4)
     f[0, 2] = f[1, 3] = dt
     q = np.zeros((4, 4))  # per unit variance
@@ -152,6 +209,10 @@ def predict(table: F64, p: F64, dt: float, accel_var: F64) -> None:
             for j in range(4):
                 fpf = fp[i, 0] * f[j, 0] + fp[i, 1] * f[j, 1] + fp[i, 2] * f[j, 2] + fp[i, 3] * f[j, 3]
                 p[t, i, j] = fpf + var * q[i, j]
+        table[t, STATIC_P] += still_var * dt
+        table[t, STATIC_P + 2] += still_var * dt
+        table[t, ERR_STILL] *= keep
+        table[t, ERR_MOVING] *= keep
 
 
 @jit
@@ -165,22 +226,23 @@ def candidates(
     max_distance2: float,
     gate: float,
     label_penalty: float,
+    either: bool,
     ti: IP,
     di: IP,
     cost: F64,
 ) -> int:
-    """Association candidates, track-major (row-major) like ``nonzero``: the pairs whose offset (see
-    :func:`_offset`) is within ``sqrt(max_distance2)`` and whose squared Mahalanobis distance under
-    ``P_pos + R`` is within ``gate``; writes their track ``ti``, detection ``di`` and ``cost`` (that
-    distance plus ``label_penalty`` when the labels differ); returns their count."""
+    """Association candidates, track-major (row-major) like ``nonzero``: the pairs whose offset from the
+    track's predicted position (:func:`_distance`, with ``either``) is within ``sqrt(max_distance2)`` and
+    whose squared Mahalanobis distance under ``P_pos + R`` is within ``gate``; writes their track ``ti``,
+    detection ``di`` and ``cost`` (that distance plus ``label_penalty`` when the labels differ); returns
+    their count."""
     n = 0
     for t in range(table.shape[0]):
         label = _label(table, t)
         for d in range(z.shape[0]):
-            dx, dy = _offset(table, t, z, age, d)
-            if dx * dx + dy * dy > max_distance2:
+            dist2, d2 = _distance(table, p, z, r, age, t, d, either)
+            if dist2 > max_distance2:
                 continue
-            d2 = _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
             if d2 <= gate:
                 ti[n], di[n] = t, d
                 cost[n] = d2 + (label_penalty if label != labels[d] else 0.0)
@@ -198,6 +260,25 @@ def _scalar_update(x: F64, p: F64, ph: F64, hph: float, hx: float, z: float, var
         x[i] += k * (z - hx)
         for j in range(4):
             p[i, j] -= k * ph[j]
+
+
+@jit
+def _still_update(table: F64, t: int, ex: float, ey: float, r00: float, r01: float, r11: float) -> None:
+    """Kalman update of track ``t``'s standing-still position by the offset ``(ex, ey)`` of a detection of
+    covariance ``r``: ``s += K e``, ``P -= K P`` with ``K = P (P + R)^-1``."""
+    a, b, c = table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+    s00, s01, s11 = a + r00, b + r01, c + r11
+    det = max(s00 * s11 - s01 * s01, 1e-12)
+    i00, i01, i11 = s11 / det, -s01 / det, s00 / det
+    k00, k01 = a * i00 + b * i01, a * i01 + b * i11  # K = P S^-1 (P and S symmetric)
+    k10, k11 = b * i00 + c * i01, b * i01 + c * i11
+    table[t, STATIC] += k00 * ex + k01 * ey
+    table[t, STATIC + 1] += k10 * ex + k11 * ey
+    table[t, STATIC_P] = a - (k00 * a + k01 * b)
+    xy = b - (k00 * b + k01 * c)
+    yx = b - (k10 * a + k11 * b)
+    table[t, STATIC_P + 1] = 0.5 * (xy + yx)
+    table[t, STATIC_P + 2] = c - (k10 * b + k11 * c)
 
 
 @jit
@@ -229,18 +310,25 @@ def update(
     vote_decay: float,
     min_hits: int,
     max_misses: int,
+    margin: F64,
+    cap: float,
     alive: B,
 ) -> int:
     """The tracks after this frame's association: every track coasts (one more miss, class evidence
     times ``vote_decay``, no sources), then each matched pair ``(ti[i], di[i])`` updates its track.
 
-    Kalman update with the detection position (moved by the track velocity over its age) under ``r``;
-    then with a full velocity (``vel_full``; rotated into the world by ``w2 [2,2]``) as two scalar
-    measurements vx, vy of variance ``vel_var`` (its noise is isotropic, so this equals the 2D update),
-    or with a finite radial velocity ``radial = (vr, ux, uy)`` as the scalar ``vr = u . v`` of variance
-    ``radial_var[label]``; ``P`` is symmetrized. Attributes: score smoothed by ``score_alpha``, class
-    evidence added, hits counted; height, size and yaw (from ``yaw + ego_yaw``, folded to an axis) moved
-    toward the detection's by the weights ``alpha[2 * (track has no box) + (detection is a lidar box)]``.
+    Kalman update with the detection position (moved by the track velocity over its age) under ``r``; then
+    with a full velocity (``vel_full``; rotated into the world by ``w2 [2,2]``) as two scalar measurements
+    vx, vy of variance ``vel_var`` (its noise is isotropic, so this equals the 2D update), or with a finite
+    radial velocity ``radial = (vr, ux, uy)`` as the scalar ``vr = u . v`` of variance
+    ``radial_var[label]``; ``P`` is symmetrized. The standing-still model: a Kalman update of its position
+    with the detection's (not moved: it stands still); each model's error sum grows by the squared
+    Mahalanobis distance, under ``r``, of the detection from what it predicted, and by that of a measured
+    velocity from its own (zero for the standing-still one), each term at most ``cap``; then the track is
+    judged still or not (``margin[label]``, see the module docstring). Attributes: score smoothed by
+    ``score_alpha``, class evidence added, hits counted; height, size and yaw (from ``yaw + ego_yaw``,
+    folded to an axis) moved toward the detection's by the weights ``alpha[2 * (track has no box) +
+    (detection is a lidar box)]``.
     Finally ``alive``: false for a tentative track (fewer than ``min_hits`` hits) on its first miss and
     for a confirmed one after ``max_misses``; returns the number of dead tracks.
     """
@@ -265,6 +353,10 @@ def update(
         i00, i01, i10, i11 = s11 / det, -s10 / det, -s01 / det, s00 / det
         ex = z[d, 0] + age[d] * x[2] - x[0]
         ey = z[d, 1] + age[d] * x[3] - x[1]
+        sx, sy = z[d, 0] - table[t, STATIC], z[d, 1] - table[t, STATIC + 1]
+        table[t, ERR_MOVING] += min(_mahalanobis2(ex, ey, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]), cap)
+        table[t, ERR_STILL] += min(_mahalanobis2(sx, sy, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]), cap)
+        _still_update(table, t, sx, sy, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1])
         for a in range(4):
             gain[a, 0] = pt[a, 0] * i00 + pt[a, 1] * i10
             gain[a, 1] = pt[a, 0] * i01 + pt[a, 1] * i11
@@ -278,6 +370,8 @@ def update(
                 w2[0, 0] * velocity[d, 0] + w2[0, 1] * velocity[d, 1],
                 w2[1, 0] * velocity[d, 0] + w2[1, 1] * velocity[d, 1],
             )
+            table[t, ERR_MOVING] += min(((v[0] - x[2]) ** 2 + (v[1] - x[3]) ** 2) / vel_var[d], cap)
+            table[t, ERR_STILL] += min((v[0] ** 2 + v[1] ** 2) / vel_var[d], cap)
             for j in range(2, 4):  # h = e_j: P h is a column of P, h . x a component of x
                 ph[:] = pt[:, j]
                 _scalar_update(x, pt, ph, ph[j], x[j], v[j - 2], vel_var[d])
@@ -286,6 +380,9 @@ def update(
             uy = w2[1, 0] * radial[d, 1] + w2[1, 1] * radial[d, 2]
             for a in range(4):
                 ph[a] = pt[a, 2] * ux + pt[a, 3] * uy
+            var = radial_var[labels[d]]
+            table[t, ERR_MOVING] += min((radial[d, 0] - x[2] * ux - x[3] * uy) ** 2 / var, cap)
+            table[t, ERR_STILL] += min(radial[d, 0] ** 2 / var, cap)
             _scalar_update(
                 x, pt, ph, ph[2] * ux + ph[3] * uy, x[2] * ux + x[3] * uy, radial[d, 0], radial_var[labels[d]]
             )
@@ -293,6 +390,7 @@ def update(
         for a in range(4):
             for b in range(4):
                 p[t, a, b] = 0.5 * (pt[a, b] + pt[b, a])
+        _judge(table, t, margin)
         # attributes
         table[t, SCORE] += score_alpha * (score[d] - table[t, SCORE])
         for k in range(VOTES, NCOL):
@@ -327,11 +425,7 @@ def new_detections(table: F64, p: F64, z: F64, r: F64, age: F64, origin: I8, mat
     for d in range(z.shape[0]):
         if new[d] and origin[d] != _LIDAR:
             for t in range(table.shape[0]):
-                dx, dy = _offset(table, t, z, age, d)
-                if (
-                    _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
-                    <= gate
-                ):
+                if _distance(table, p, z, r, age, t, d, False)[1] <= gate:
                     new[d] = False
                     break
         count += new[d]
@@ -356,13 +450,17 @@ def birth_rows(
     ego_yaw: float,
     init_speed_var: F64,
     first_id: int,
+    margin: F64,
+    cap: float,
     rows: F64,
     p: F64,
 ) -> None:
     """Table ``rows [M,NCOL]`` and covariances ``p [M,4,4]`` of new tracks from detections ``idx``: the
     position moved along the detection's velocity (if known, rotated into the world by ``w2``) over
     its age, position covariance ``r``, velocity variance ``vel_var`` or, when unknown,
-    ``init_speed_var[label]``; one hit; ids from ``first_id`` on."""
+    ``init_speed_var[label]``; one hit; ids from ``first_id`` on. The standing-still model starts at the
+    detection's position (not moved) with covariance ``r``; a measured velocity counts against it as in
+    :func:`update` (at most ``cap``), and the track is judged still or not (``margin[label]``)."""
     rows[:, :] = 0.0
     p[:, :, :] = 0.0
     for m in range(idx.shape[0]):
@@ -371,6 +469,7 @@ def birth_rows(
             rows[m, 2] = w2[0, 0] * velocity[d, 0] + w2[0, 1] * velocity[d, 1]
             rows[m, 3] = w2[1, 0] * velocity[d, 0] + w2[1, 1] * velocity[d, 1]
             p[m, 2, 2] = p[m, 3, 3] = vel_var[d]
+            rows[m, ERR_STILL] = min((velocity[d, 0] ** 2 + velocity[d, 1] ** 2) / vel_var[d], cap)
         else:
             p[m, 2, 2] = p[m, 3, 3] = init_speed_var[labels[d]]
         rows[m, 0] = z[d, 0] + age[d] * rows[m, 2]
@@ -386,6 +485,9 @@ def birth_rows(
         for k in range(VOTES, NCOL):
             rows[m, k] = votes[d, k - VOTES]
         p[m, :2, :2] = r[d]
+        rows[m, STATIC], rows[m, STATIC + 1] = z[d, 0], z[d, 1]
+        rows[m, STATIC_P], rows[m, STATIC_P + 1], rows[m, STATIC_P + 2] = r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]
+        _judge(rows, m, margin)
 
 
 @jit
@@ -409,7 +511,8 @@ def track_rows(
     whose score (smoothed score, times ``tentative_factor`` if tentative, times ``coast_decay`` per
     miss) reaches ``threshold``. Writes their track index ``idx``, ``ints`` (id, label) and ``out``
     (:data:`OUT_COLS`: score, centre, size, yaw turned to face a velocity above ``flip_speed``,
-    velocity, x/y position std-dev); returns their count."""
+    velocity, x/y position std-dev; a still track's position and covariance are its standing-still
+    model's, its velocity zero once it is no longer young, :data:`YOUNG_HITS`); returns their count."""
     m = 0
     for t in range(table.shape[0]):
         confirmed = table[t, HITS] >= min_hits
@@ -420,22 +523,19 @@ def track_rows(
         idx[m] = t
         ints[m, 0], ints[m, 1] = int(table[t, ID]), _label(table, t)
         out[m, 0] = score
+        still = table[t, STILL] != 0.0
+        px, py = (table[t, STATIC], table[t, STATIC + 1]) if still else (table[t, 0], table[t, 1])
         for j in range(3):  # R^T (p - t)
-            out[m, 1 + j] = (
-                (table[t, 0] - w[0, 3]) * w[0, j]
-                + (table[t, 1] - w[1, 3]) * w[1, j]
-                + (table[t, Z] - w[2, 3]) * w[2, j]
-            )
+            out[m, 1 + j] = (px - w[0, 3]) * w[0, j] + (py - w[1, 3]) * w[1, j] + (table[t, Z] - w[2, 3]) * w[2, j]
             out[m, 4 + j] = table[t, SIZE + j]
-        vx = table[t, 2] * w[0, 0] + table[t, 3] * w[1, 0]
-        vy = table[t, 2] * w[0, 1] + table[t, 3] * w[1, 1]
+        wvx, wvy = (0.0, 0.0) if still and table[t, HITS] >= YOUNG_HITS else (table[t, 2], table[t, 3])
+        vx = wvx * w[0, 0] + wvy * w[1, 0]
+        vy = wvx * w[0, 1] + wvy * w[1, 1]
         out[m, 7] = _faced(table[t, YAW] - ego_yaw, vx, vy, flip_speed)
         out[m, 8], out[m, 9] = vx, vy
+        c00, c01, c11 = _position_cov(table, p, t)
         for j in range(2):  # diagonal of R2^T P_pos R2
-            var = 0.0
-            for a in range(2):
-                for b in range(2):
-                    var += p[t, a, b] * w[a, j] * w[b, j]
+            var = c00 * w[0, j] * w[0, j] + 2.0 * c01 * w[0, j] * w[1, j] + c11 * w[1, j] * w[1, j]
             out[m, 10 + j] = math.sqrt(max(var, 0.0))
         m += 1
     return m
@@ -456,15 +556,15 @@ def warm_up() -> None:
     table, p, w, sources = np.zeros((1, NCOL)), np.eye(4)[None].copy(), np.eye(4), np.zeros((1, 1), bool)
     votes, alpha = np.zeros((1, len(LABELS))), np.ones((4, 3))
     to_world(f3, cov, w, np.zeros((1, 3)), np.zeros((1, 2, 2)))
-    predict(table, p, 0.1, np.ones(len(LABELS)))
-    candidates(table, p, f3, cov, f1, i1, 1.0, 1.0, 1.0, i1.copy(), i1.copy(), f1.copy())
+    predict(table, p, 0.1, np.ones(len(LABELS)), 0.01, 0.9)
+    candidates(table, p, f3, cov, f1, i1, 1.0, 1.0, 1.0, False, i1.copy(), i1.copy(), f1.copy())
     update(
         table, p, sources, i1, i1, f3, cov, f1, i1, f2, f1, b1, f3, f3, f1, f1, votes, sources.copy(), o1,
-        w[:2, :2].copy(), 0.0, np.ones(len(LABELS)), alpha, 0.5, 0.5, 1, 1, b1.copy(),
+        w[:2, :2].copy(), 0.0, np.ones(len(LABELS)), alpha, 0.5, 0.5, 1, 1, np.ones(len(LABELS)), 1.0, b1.copy(),
     )  # fmt: skip
     new_detections(table, p, f3, cov, f1, o1, i1, 1.0, b1.copy())
     birth_rows(i1, f3, cov, f1, i1, f2, f1, f3, f1, f1, votes, o1, w[:2, :2].copy(), 0.0, np.ones(len(LABELS)), 1,
-               np.zeros((1, NCOL)), np.zeros((1, 4, 4)))  # fmt: skip
+               np.ones(len(LABELS)), 1.0, np.zeros((1, NCOL)), np.zeros((1, 4, 4)))  # fmt: skip
     track_rows(
         table, p, w, 0.0, 1, True, 0.5, 0.5, 0.0, 1.0, i1.copy(), np.zeros((1, 2), np.int64), np.zeros((1, OUT_COLS))
     )

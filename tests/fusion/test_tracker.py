@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from perception.config import FusionConfig
-from perception.fusion import Fuser
+from perception.fusion import Fuser, FusionParams
+from perception.fusion import _track_kernels as tk
 from perception.fusion._testing import (
     SimObject,
     lidar_result,
@@ -174,3 +175,82 @@ def test_untracked_output_numbers_detections_per_frame() -> None:
     fuser = Fuser(FusionConfig(tracking=False, score_threshold=0.0), RIG)
     dets = step(fuser, 0, lidar_frame(0))
     assert sorted(d.id for d in dets) == [0, 1, 2]
+
+
+# -- the standing-still model ------------------------------------------------------------------------
+PARKED = [SimObject("car", (25.0, 6.0, 0.8)), SimObject("car", (30.0, -5.0, 0.8), yaw=0.4)]
+CV_ONLY = FusionParams(track_still_margin=(-math.inf,) * 4)
+KEYFRAME_NS = 500_000_000  # 2 Hz, as the nuScenes keyframes
+
+
+def _jittered(fuser: Fuser, objects: Sequence[SimObject], frames: int, jitter: float) -> list[tuple[Detection3D, ...]]:
+    """Frames at 2 Hz of boxes whose centres jitter by ``jitter`` m (a sparse cluster's L-fit)."""
+    out = []
+    for k in range(frames):
+        results = {
+            "lidar_top": lidar_result(
+                RIG, "lidar_top", move(objects, k * 0.5), t_ns=k * KEYFRAME_NS, noise=jitter, seed=100 + k
+            )
+        }
+        out.append(fuser(Frame(k, k * KEYFRAME_NS, {}), results)[0])
+    return out
+
+
+def _error(frames: list[tuple[Detection3D, ...]], objects: Sequence[SimObject], first: int) -> float:
+    errs = []
+    for k, dets in enumerate(frames[first:], start=first):
+        for d, o in zip(by_position(dets, move(objects, k * 0.5), 0), move(objects, k * 0.5), strict=True):
+            errs.append(math.hypot(d.center[0] - o.center[0], d.center[1] - o.center[1]))
+    return float(np.mean(errs))
+
+
+def test_a_parked_car_under_a_jittering_box_fit_stands_still() -> None:
+    """Boxes of parked cars whose centres jitter by the lidar sigma (0.25 m) at 2 Hz: the constant-velocity
+    filter reads the jitter as motion and drifts; the standing-still model averages the detections, keeps
+    one track per car and reports no velocity once the track is no longer young."""
+    jitter = FusionParams().lidar_sigma
+    still = _jittered(Fuser(FusionConfig(score_threshold=0.0), RIG), PARKED, 24, jitter)
+    moving = _jittered(Fuser(FusionConfig(score_threshold=0.0), RIG, params=CV_ONLY), PARKED, 24, jitter)
+    for dets in still[tk.YOUNG_HITS :]:
+        assert len(dets) == 2 and {d.id for d in dets} == {d.id for d in still[0]}
+        assert all(d.velocity == (0.0, 0.0) for d in dets)
+    assert _error(still, PARKED, 8) < 0.6 * _error(moving, PARKED, 8)
+    assert _error(still, PARKED, 8) < 0.15  # a single box is 0.31 m off on average (0.25 * sqrt(pi / 2))
+    assert max(math.hypot(*d.velocity) for dets in moving[8:] for d in dets) > 0.3  # what the jitter did before
+
+
+def test_a_parked_car_that_drives_off_keeps_its_track_and_gains_a_velocity() -> None:
+    """Parked for 3 s, then off at 3 m/s^2 up to 9 m/s (10 Hz, lidar only): the track keeps its id, is
+    taken to move within a second, and its velocity and position follow the car."""
+
+    def x_at(t: float) -> float:  # 3 s parked, 3 s at 3 m/s^2, then 9 m/s
+        tau = min(max(0.0, t - 3.0), 3.0)
+        return 20.0 + 1.5 * tau**2 + 9.0 * max(0.0, t - 6.0)
+
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    ids, moving_from = set(), None
+    for k in range(80):
+        car = [SimObject("car", (x_at(k * 0.1), 4.0, 0.8))]
+        dets = step(fuser, k, {"lidar_top": lidar_result(RIG, "lidar_top", car, t_ns=k * DT_NS, noise=0.05, seed=k)})
+        assert len(dets) == 1
+        ids.add(dets[0].id)
+        if tk.YOUNG_HITS <= k < 30:
+            assert dets[0].velocity == (0.0, 0.0)
+        elif moving_from is None and dets[0].velocity != (0.0, 0.0):
+            moving_from = k
+    assert ids == {1}
+    assert moving_from is not None and moving_from <= 40
+    assert dets[0].velocity[0] == pytest.approx(9.0, abs=0.4) and abs(dets[0].velocity[1]) < 0.4
+    assert dets[0].center[0] == pytest.approx(x_at(7.9), abs=0.3)
+
+
+def test_a_radar_velocity_makes_a_track_move_at_once() -> None:
+    """A car at 12 m/s first seen with a full radar velocity is predicted by it from its first frames."""
+    car = [SimObject("car", (25.0, 2.0, 0.8), velocity=(12.0, 0.0))]
+    fuser = Fuser(FusionConfig(score_threshold=0.0, radar_only=False), RIG)
+    for k in range(4):
+        results = lidar_frame(k, car, noise=0.1)
+        results["radar_front"] = radar_result(RIG, "radar_front", move(car, k * 0.1), t_ns=k * DT_NS)
+        dets = step(fuser, k, results)
+        assert len(dets) == 1 and dets[0].id == 1
+        assert dets[0].velocity[0] == pytest.approx(12.0, abs=1.0)
