@@ -416,6 +416,38 @@ def _neighbour_choices() -> list[Choice]:
     ]
 
 
+def _still_choices() -> list[Choice]:
+    """The tracker's standing-still model (issue 32, third round): on against off, for pedestrians and
+    cyclists too, its margin and its memory against their neighbours."""
+    prm = FusionParams()
+    never = -math.inf
+    margin = prm.track_still_margin
+    return [
+        Choice("standing-still model on (vs off)", {}, {"params": {"track_still_margin": (never,) * 4}}),
+        Choice(
+            f"track_still_margin pedestrian, cyclist {margin[2]:g} (vs never)",
+            {},
+            {"params": {"track_still_margin": (*margin[:2], never, never)}},
+        ),
+        *(
+            Choice(f"track_still_margin {margin[0]:g} (vs {m:g})", {}, {"params": {"track_still_margin": (m,) * 4}})
+            for m in (3.0, 12.0)
+        ),
+        *(
+            Choice(
+                f"track_model_memory_s {prm.track_model_memory_s:g} (vs {m:g})",
+                {},
+                {"params": {"track_model_memory_s": m}},
+            )
+            for m in (0.5, 2.0)
+        ),
+        *(
+            Choice(f"track_still_sigma {prm.track_still_sigma:g} (vs {m:g})", {}, {"params": {"track_still_sigma": m}})
+            for m in (0.02, 0.2)
+        ),
+    ]
+
+
 def _guided_choices() -> list[Choice]:
     defaults = dataclasses.asdict(CameraGuidedConfig())
     out = [Choice("camera_guided on (vs off)", {}, {"guided": {"enabled": False}})]
@@ -440,6 +472,7 @@ CHOICES: tuple[Choice, ...] = (
     *_guided_choices(),
     *_car_accel_choices(),
     *_neighbour_choices(),
+    *_still_choices(),
     Choice(
         "radar_truck_returns 5 (vs off)",
         {"fusion": {"radar_truck_returns": 5}},

@@ -278,9 +278,8 @@ class Tracker:
         log.debug("tracker: frame at %d is older than the last (%d); answering read-only", t_ns, self._t_ns)
         dt = (t_ns - self._t_ns) * 1e-9
         table = self.table.copy()
-        still = table[:, _tk.STILL] != 0.0
-        table[:, _POS] += dt * table[:, _VEL]
-        table[still, _VEL] = 0.0  # association takes a still track's own position (its kernels read STILL)
+        table[:, _POS] += dt * table[:, _VEL]  # association takes a still track's own position (STILL)
+        table[(table[:, _tk.STILL] != 0.0) & (table[:, _tk.HITS] >= _tk.YOUNG_HITS), _VEL] = 0.0  # as output
         ti, di = self._associate(table, zw, rw, objs, labels)
         keep = objs.score >= self.config.score_threshold
         ids = np.full(len(objs), -1, np.int64)
