@@ -100,11 +100,12 @@ class FusionParams:
     track_vote_decay: float = 0.8
     track_coast_decay: float = 0.8  # score factor per missed frame
     #: Two motion models per track (:mod:`._track_kernels`): a standing-still one, whose position moves by
-    #: a random walk of this many m per sqrt(s)...
-    track_still_sigma: float = 0.05
+    #: a random walk of this many m per sqrt(s) (what a parked car's box fit wanders by, as the view
+    #: changes; 0.2 by bench/bench_real.py, issue 32: 0.05 lost to it on the scene beyond noise)...
+    track_still_sigma: float = 0.2
     #: ...judged against the constant-velocity one by their squared prediction errors, discounted with
-    #: this time constant (s)...
-    track_model_memory_s: float = 1.0
+    #: this time constant (s; 2 by bench_real.py: 1 lost to it on the scene's mAP beyond noise)...
+    track_model_memory_s: float = 2.0
     #: ...the track standing still while the standing-still model's sum is within this of the other's
     #: (chi-square, 2 dof, 95 %), per class; -inf: never
     track_still_margin: tuple[float, float, float, float] = (6.0, 6.0, 6.0, 6.0)
