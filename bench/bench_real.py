@@ -386,7 +386,7 @@ CAR_ACCEL_SIGMAS = (0.5, 1.5, 3.0)
 #: ``params`` (``FusionParams``) or ``fusion`` (``FusionConfig``).
 NEIGHBOURS: tuple[tuple[str, str, tuple[float, ...]], ...] = (
     ("params", "track_coast_decay", (0.65, 0.9)),
-    ("fusion", "track_max_misses", (2, 5)),
+    ("fusion", "track_max_misses", (3, 8)),
     ("params", "lidar_sigma", (0.15, 0.4)),
     ("params", "guided_range_sigma", (0.5, 1.5)),
     ("params", "guided_lateral_sigma", (0.6,)),

@@ -33,9 +33,10 @@ NAMES = tuple(RIG)
 OFFSETS_NS = {"cam_front": -15_000_000, "cam_back": -15_000_000, "radar_front": -30_000_000, "radar_rear": -30_000_000}
 FRAME_NS = 100_000_000
 FLOATS = ("score", "center", "size", "yaw", "velocity", "uncertainty")
-#: The settings the golden run was recorded with (the default score threshold was 0.3 then): the lock is on
-#: the algorithm, not on the defaults, which may be retuned (bench/bench_fusion_tuning.py).
-RECORDED = FusionConfig(score_threshold=0.3)
+#: The settings the golden run was recorded with (the default score threshold was 0.3 then, and a track
+#: coasted 3 frames): the lock is on the algorithm, not on the defaults, which may be retuned
+#: (bench/bench_fusion_tuning.py, bench/bench_real.py).
+RECORDED = FusionConfig(score_threshold=0.3, track_max_misses=3)
 #: ... camera-only candidates needed a score of 0.3 whether a lidar answered or not, a car's track
 #: acceleration noise was 3 m/s^2, and a track had the constant-velocity model only (no track is ever
 #: still with a margin of -inf; the standing-still model has tests of its own in test_tracker*.py).
