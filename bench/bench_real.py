@@ -416,36 +416,34 @@ def _neighbour_choices() -> list[Choice]:
     ]
 
 
+#: The standing-still model's settings beside their neighbours: ``FusionParams`` field -> alternatives.
+STILL_NEIGHBOURS: Mapping[str, tuple[float, ...]] = {
+    "track_still_margin": (3.0, 12.0),  # the same margin for every class
+    "track_model_memory_s": (1.0, 4.0),
+    "track_still_sigma": (0.05, 0.5),
+}
+
+
 def _still_choices() -> list[Choice]:
     """The tracker's standing-still model (issue 32, third round): on against off, for pedestrians and
-    cyclists too, its margin and its memory against their neighbours."""
-    prm = FusionParams()
+    cyclists too, and its settings against their neighbours (:data:`STILL_NEIGHBOURS`)."""
+    prm = dataclasses.asdict(FusionParams())
     never = -math.inf
-    margin = prm.track_still_margin
-    return [
+    margin = prm["track_still_margin"]
+    out = [
         Choice("standing-still model on (vs off)", {}, {"params": {"track_still_margin": (never,) * 4}}),
         Choice(
             f"track_still_margin pedestrian, cyclist {margin[2]:g} (vs never)",
             {},
             {"params": {"track_still_margin": (*margin[:2], never, never)}},
         ),
-        *(
-            Choice(f"track_still_margin {margin[0]:g} (vs {m:g})", {}, {"params": {"track_still_margin": (m,) * 4}})
-            for m in (3.0, 12.0)
-        ),
-        *(
-            Choice(
-                f"track_model_memory_s {prm.track_model_memory_s:g} (vs {m:g})",
-                {},
-                {"params": {"track_model_memory_s": m}},
-            )
-            for m in (0.5, 2.0)
-        ),
-        *(
-            Choice(f"track_still_sigma {prm.track_still_sigma:g} (vs {m:g})", {}, {"params": {"track_still_sigma": m}})
-            for m in (0.02, 0.2)
-        ),
     ]
+    for key, values in STILL_NEIGHBOURS.items():
+        default = prm[key][0] if key == "track_still_margin" else prm[key]
+        for value in values:
+            alternative = (value,) * 4 if key == "track_still_margin" else value
+            out.append(Choice(f"{key} {default:g} (vs {value:g})", {}, {"params": {key: alternative}}))
+    return out
 
 
 def _guided_choices() -> list[Choice]:
