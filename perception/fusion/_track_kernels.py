@@ -14,8 +14,8 @@ tracker's world frame: centre ``z [D,3]``, BEV covariance ``r [D,2,2]``, ``age [
 is that of ``age`` before the frame time), ``labels [D]``.
 
 Two motion models run side by side on every track: the constant-velocity Kalman filter (state and
-covariance above) and a standing-still one, a position-only Kalman filter (columns :data:`STATIC` and
-:data:`STATIC_P`) whose position moves only by a small random walk. Each keeps the discounted sum of its
+covariance above) and a standing-still one, a position-only Kalman filter (columns :data:`STILL_XY` and
+:data:`STILL_P`) whose position moves only by a small random walk. Each keeps the discounted sum of its
 squared prediction errors (the detection's offset from what the model predicted, under the detection's
 own covariance; a radar velocity, under its variance, against the model's velocity, zero for the
 standing-still one), each term at most the association gate, so that one stray measurement (a clutter
@@ -48,9 +48,9 @@ __all__ = [
     "NCOL",
     "SCORE",
     "SIZE",
-    "STATIC",
-    "STATIC_P",
     "STILL",
+    "STILL_P",
+    "STILL_XY",
     "VOTES",
     "YAW",
     "YOUNG_HITS",
@@ -81,8 +81,8 @@ HITS = 10
 MISSES = 11
 HAS_BOX = 12  # 1.0 once a lidar box gave the track its size and heading
 ID = 13
-STATIC = 14  # 14, 15: the standing-still model's position x, y
-STATIC_P = 16  # 16, 17, 18: its covariance xx, xy, yy
+STILL_XY = 14  # 14, 15: the standing-still model's position x, y
+STILL_P = 16  # 16, 17, 18: its covariance xx, xy, yy
 ERR_STILL = 19  # discounted squared prediction errors of the standing-still model...
 ERR_MOVING = 20  # ...and of the constant-velocity one
 STILL = 21  # 1.0 while the track is taken to stand still (see the module docstring)
@@ -147,8 +147,8 @@ def _distance(table: F64, p: F64, z: F64, r: F64, age: F64, t: int, d: int, eith
     moving = _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
     if table[t, STILL] == 0.0:
         return dx * dx + dy * dy, moving
-    sx, sy = z[d, 0] - table[t, STATIC], z[d, 1] - table[t, STATIC + 1]
-    a, b, c = table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+    sx, sy = z[d, 0] - table[t, STILL_XY], z[d, 1] - table[t, STILL_XY + 1]
+    a, b, c = table[t, STILL_P], table[t, STILL_P + 1], table[t, STILL_P + 2]
     still = _mahalanobis2(sx, sy, a + r[d, 0, 0], b + r[d, 0, 1], c + r[d, 1, 1])
     if either and moving < still:
         return dx * dx + dy * dy, moving
@@ -159,7 +159,7 @@ def _distance(table: F64, p: F64, z: F64, r: F64, age: F64, t: int, d: int, eith
 def _position_cov(table: F64, p: F64, t: int) -> tuple[float, float, float]:
     """``xx, xy, yy`` of track ``t``'s position covariance (a still track: the standing-still model's)."""
     if table[t, STILL] != 0.0:
-        return table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+        return table[t, STILL_P], table[t, STILL_P + 1], table[t, STILL_P + 2]
     return p[t, 0, 0], p[t, 0, 1], p[t, 1, 1]
 
 
@@ -209,8 +209,8 @@ def predict(table: F64, p: F64, dt: float, accel_var: F64, still_var: float, kee
             for j in range(4):
                 fpf = fp[i, 0] * f[j, 0] + fp[i, 1] * f[j, 1] + fp[i, 2] * f[j, 2] + fp[i, 3] * f[j, 3]
                 p[t, i, j] = fpf + var * q[i, j]
-        table[t, STATIC_P] += still_var * dt
-        table[t, STATIC_P + 2] += still_var * dt
+        table[t, STILL_P] += still_var * dt
+        table[t, STILL_P + 2] += still_var * dt
         table[t, ERR_STILL] *= keep
         table[t, ERR_MOVING] *= keep
 
@@ -266,19 +266,19 @@ def _scalar_update(x: F64, p: F64, ph: F64, hph: float, hx: float, z: float, var
 def _still_update(table: F64, t: int, ex: float, ey: float, r00: float, r01: float, r11: float) -> None:
     """Kalman update of track ``t``'s standing-still position by the offset ``(ex, ey)`` of a detection of
     covariance ``r``: ``s += K e``, ``P -= K P`` with ``K = P (P + R)^-1``."""
-    a, b, c = table[t, STATIC_P], table[t, STATIC_P + 1], table[t, STATIC_P + 2]
+    a, b, c = table[t, STILL_P], table[t, STILL_P + 1], table[t, STILL_P + 2]
     s00, s01, s11 = a + r00, b + r01, c + r11
     det = max(s00 * s11 - s01 * s01, 1e-12)
     i00, i01, i11 = s11 / det, -s01 / det, s00 / det
     k00, k01 = a * i00 + b * i01, a * i01 + b * i11  # K = P S^-1 (P and S symmetric)
     k10, k11 = b * i00 + c * i01, b * i01 + c * i11
-    table[t, STATIC] += k00 * ex + k01 * ey
-    table[t, STATIC + 1] += k10 * ex + k11 * ey
-    table[t, STATIC_P] = a - (k00 * a + k01 * b)
+    table[t, STILL_XY] += k00 * ex + k01 * ey
+    table[t, STILL_XY + 1] += k10 * ex + k11 * ey
+    table[t, STILL_P] = a - (k00 * a + k01 * b)
     xy = b - (k00 * b + k01 * c)
     yx = b - (k10 * a + k11 * b)
-    table[t, STATIC_P + 1] = 0.5 * (xy + yx)
-    table[t, STATIC_P + 2] = c - (k10 * b + k11 * c)
+    table[t, STILL_P + 1] = 0.5 * (xy + yx)
+    table[t, STILL_P + 2] = c - (k10 * b + k11 * c)
 
 
 @jit
@@ -353,7 +353,7 @@ def update(
         i00, i01, i10, i11 = s11 / det, -s10 / det, -s01 / det, s00 / det
         ex = z[d, 0] + age[d] * x[2] - x[0]
         ey = z[d, 1] + age[d] * x[3] - x[1]
-        sx, sy = z[d, 0] - table[t, STATIC], z[d, 1] - table[t, STATIC + 1]
+        sx, sy = z[d, 0] - table[t, STILL_XY], z[d, 1] - table[t, STILL_XY + 1]
         table[t, ERR_MOVING] += min(_mahalanobis2(ex, ey, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]), cap)
         table[t, ERR_STILL] += min(_mahalanobis2(sx, sy, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]), cap)
         _still_update(table, t, sx, sy, r[d, 0, 0], r[d, 0, 1], r[d, 1, 1])
@@ -485,8 +485,8 @@ def birth_rows(
         for k in range(VOTES, NCOL):
             rows[m, k] = votes[d, k - VOTES]
         p[m, :2, :2] = r[d]
-        rows[m, STATIC], rows[m, STATIC + 1] = z[d, 0], z[d, 1]
-        rows[m, STATIC_P], rows[m, STATIC_P + 1], rows[m, STATIC_P + 2] = r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]
+        rows[m, STILL_XY], rows[m, STILL_XY + 1] = z[d, 0], z[d, 1]
+        rows[m, STILL_P], rows[m, STILL_P + 1], rows[m, STILL_P + 2] = r[d, 0, 0], r[d, 0, 1], r[d, 1, 1]
         _judge(rows, m, margin)
 
 
@@ -524,7 +524,7 @@ def track_rows(
         ints[m, 0], ints[m, 1] = int(table[t, ID]), _label(table, t)
         out[m, 0] = score
         still = table[t, STILL] != 0.0
-        px, py = (table[t, STATIC], table[t, STATIC + 1]) if still else (table[t, 0], table[t, 1])
+        px, py = (table[t, STILL_XY], table[t, STILL_XY + 1]) if still else (table[t, 0], table[t, 1])
         for j in range(3):  # R^T (p - t)
             out[m, 1 + j] = (px - w[0, 3]) * w[0, j] + (py - w[1, 3]) * w[1, j] + (table[t, Z] - w[2, 3]) * w[2, j]
             out[m, 4 + j] = table[t, SIZE + j]

@@ -120,15 +120,15 @@ def test_prediction_is_f_p_ft_plus_q(seed: int, dt: float) -> None:
     q = accel_var[table[:, tk.VOTES :].argmax(axis=1)][:, None, None] * (g @ g.T)
     want_x, want_p = table[:, :4] @ f.T, f @ p @ f.T + q
     # the standing-still model: its position stays, its variance grows by the random walk; errors discounted
-    table[:, tk.STATIC : tk.STATIC + 2] = rng.normal(size=(n, 2))
-    table[:, tk.STATIC_P : tk.STATIC_P + 3] = rng.uniform(0.1, 1.0, (n, 3))
+    table[:, tk.STILL_XY : tk.STILL_XY + 2] = rng.normal(size=(n, 2))
+    table[:, tk.STILL_P : tk.STILL_P + 3] = rng.uniform(0.1, 1.0, (n, 3))
     table[:, tk.ERR_STILL], table[:, tk.ERR_MOVING] = rng.uniform(0, 20, n), rng.uniform(0, 20, n)
-    still0 = table[:, tk.STATIC : tk.ERR_MOVING + 1].copy()
+    still0 = table[:, tk.STILL_XY : tk.ERR_MOVING + 1].copy()
     tk.predict(table, p, dt, accel_var, 0.04, 0.9)
     np.testing.assert_allclose(table[:, :4], want_x, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(p, want_p, rtol=1e-10, atol=1e-10)
-    np.testing.assert_array_equal(table[:, tk.STATIC : tk.STATIC + 2], still0[:, :2])
-    np.testing.assert_allclose(table[:, tk.STATIC_P : tk.STATIC_P + 3], still0[:, 2:5] + [0.04 * dt, 0.0, 0.04 * dt])
+    np.testing.assert_array_equal(table[:, tk.STILL_XY : tk.STILL_XY + 2], still0[:, :2])
+    np.testing.assert_allclose(table[:, tk.STILL_P : tk.STILL_P + 3], still0[:, 2:5] + [0.04 * dt, 0.0, 0.04 * dt])
     np.testing.assert_allclose(table[:, [tk.ERR_STILL, tk.ERR_MOVING]], 0.9 * still0[:, 5:7])
 
 
@@ -142,8 +142,8 @@ def test_position_update_is_the_textbook_kalman_update(seed: int) -> None:
     table, p = np.zeros((n, tk.NCOL)), _spd(rng, n, 4)
     table[:, :4], table[:, tk.HITS], table[:, tk.SCORE] = rng.normal(size=(n, 4)), 1.0, 0.5
     s0, ps0 = rng.normal(size=(n, 2)), _spd(rng, n, 2)
-    table[:, tk.STATIC : tk.STATIC + 2] = s0
-    table[:, tk.STATIC_P : tk.STATIC_P + 3] = ps0[:, [0, 0, 1], [0, 1, 1]]
+    table[:, tk.STILL_XY : tk.STILL_XY + 2] = s0
+    table[:, tk.STILL_P : tk.STILL_P + 3] = ps0[:, [0, 0, 1], [0, 1, 1]]
     x0, p0 = table[:, :4].copy(), p.copy()
     z, r, age = rng.normal(size=(n, 3)), _spd(rng, n, 2), rng.uniform(0, 0.05, n)
     ti = di = np.arange(n, dtype=np.intp)
@@ -174,8 +174,8 @@ def test_position_update_is_the_textbook_kalman_update(seed: int) -> None:
     gain_s = ps0 @ np.linalg.inv(ps0 + r)
     want_s = s0 + (gain_s @ (z[:, :2] - s0)[:, :, None])[:, :, 0]
     want_ps = (np.eye(2) - gain_s) @ ps0
-    np.testing.assert_allclose(table[:, tk.STATIC : tk.STATIC + 2], want_s, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(table[:, tk.STATIC_P : tk.STATIC_P + 3], want_ps[:, [0, 0, 1], [0, 1, 1]], atol=1e-9)
+    np.testing.assert_allclose(table[:, tk.STILL_XY : tk.STILL_XY + 2], want_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(table[:, tk.STILL_P : tk.STILL_P + 3], want_ps[:, [0, 0, 1], [0, 1, 1]], atol=1e-9)
     # each model's error: the offset from its prediction under r, at most the cap (25); then the judgement
     r_inv = np.linalg.inv(r)
     moving = np.einsum("ni,nij,nj->n", zt - x0[:, :2], r_inv, zt - x0[:, :2])
