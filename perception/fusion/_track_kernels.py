@@ -142,17 +142,20 @@ def _distance(table: F64, p: F64, z: F64, r: F64, age: F64, t: int, d: int, eith
     model predicts it: the constant-velocity one (the detection moved by the track velocity over its
     age) or, for a still track, the standing-still one (not moved). With ``either``, the nearer of the
     two models' (for a still track that starts to move)."""
+    is_still = table[t, STILL] != 0.0
+    sx, sy, still = 0.0, 0.0, math.inf
+    if is_still:
+        sx, sy = z[d, 0] - table[t, STILL_XY], z[d, 1] - table[t, STILL_XY + 1]
+        a, b, c = table[t, STILL_P], table[t, STILL_P + 1], table[t, STILL_P + 2]
+        still = _mahalanobis2(sx, sy, a + r[d, 0, 0], b + r[d, 0, 1], c + r[d, 1, 1])
+        if not either:  # the second model is asked for only with ``either``
+            return sx * sx + sy * sy, still
     dx = z[d, 0] + age[d] * table[t, 2] - table[t, 0]
     dy = z[d, 1] + age[d] * table[t, 3] - table[t, 1]
     moving = _mahalanobis2(dx, dy, p[t, 0, 0] + r[d, 0, 0], p[t, 0, 1] + r[d, 0, 1], p[t, 1, 1] + r[d, 1, 1])
-    if table[t, STILL] == 0.0:
-        return dx * dx + dy * dy, moving
-    sx, sy = z[d, 0] - table[t, STILL_XY], z[d, 1] - table[t, STILL_XY + 1]
-    a, b, c = table[t, STILL_P], table[t, STILL_P + 1], table[t, STILL_P + 2]
-    still = _mahalanobis2(sx, sy, a + r[d, 0, 0], b + r[d, 0, 1], c + r[d, 1, 1])
-    if either and moving < still:
-        return dx * dx + dy * dy, moving
-    return sx * sx + sy * sy, still
+    if is_still and still <= moving:
+        return sx * sx + sy * sy, still
+    return dx * dx + dy * dy, moving
 
 
 @jit
