@@ -197,11 +197,13 @@ class Tracker:
         rows, cols = assign_pairs(ti[:m], di[:m], cost[:m], (n_t, n_d))
         if rows.size == min(n_t, n_d) or not table[:, _tk.STILL].any():
             return rows, cols
+        young, free = table[:, _tk.HITS] < _tk.YOUNG_HITS, np.ones(n_d, bool)  # and left by the first round
+        young[rows], free[cols] = False, False
+        # buffers of its own: the first round's answer may be views of ti and di (assign_pairs)
+        ti, di, cost = np.empty(n_t * n_d, np.intp), np.empty(n_t * n_d, np.intp), np.empty(n_t * n_d)
         m = _tk.candidates(*args, float(prm.track_label_penalty), True, ti, di, cost)
-        left = table[:, _tk.HITS] < _tk.YOUNG_HITS, np.ones(n_d, bool)
-        left[0][rows], left[1][cols] = False, False
         same = table[ti[:m], _tk.VOTES :].argmax(axis=1) == labels[di[:m]]
-        keep = (left[0][ti[:m]] & left[1][di[:m]] & same).nonzero()[0]
+        keep = (young[ti[:m]] & free[di[:m]] & same).nonzero()[0]
         more_rows, more_cols = assign_pairs(ti[keep], di[keep], cost[keep], (n_t, n_d))
         return np.concatenate([rows, more_rows]), np.concatenate([cols, more_cols])
 
