@@ -381,9 +381,9 @@ class Choice:
 #: the value before issue 32's round of choices (3), and values either side of the default.
 CAR_ACCEL_SIGMAS = (0.5, 1.5, 3.0)
 
-#: Localisation and track settings beside their neighbours (issue 32's third round: none beat the default
-#: on the scene beyond noise, so none was changed): ``(section, key, alternatives)``; ``section`` is
-#: ``params`` (``FusionParams``) or ``fusion`` (``FusionConfig``).
+#: Localisation and track settings beside their neighbours (issue 32's third round; ``track_max_misses``
+#: went from 3 to 5 by this table once the tracker had its standing-still model): ``(section, key,
+#: alternatives)``; ``section`` is ``params`` (``FusionParams``) or ``fusion`` (``FusionConfig``).
 NEIGHBOURS: tuple[tuple[str, str, tuple[float, ...]], ...] = (
     ("params", "track_coast_decay", (0.65, 0.9)),
     ("fusion", "track_max_misses", (3, 8)),
