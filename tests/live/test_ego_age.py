@@ -1,0 +1,63 @@
+"""Odometry has an age limit (``live.ego_max_age_ms``): past it a frame's ego motion is unknown."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from perception.config import FusionConfig, LiveConfig, SensorConfig, TriggerConfig
+from perception.fusion import Fuser
+from perception.fusion._testing import SimObject, lidar_result, make_rig
+from perception.live._assembler import LiveAssembler
+from perception.types import EgoPose, Frame, PointCloudSample, Transform
+
+MS = 1_000_000
+RIG = make_rig(cameras=0, radars=0)
+SENSORS = (SensorConfig("lidar_top", "lidar", "m", sync_window_ms=60, max_staleness_ms=150),)
+PARKED = SimObject("car", (15.0, 3.5, 0.8))
+
+
+def sweep(t_ns: int) -> PointCloudSample:
+    return PointCloudSample("lidar_top", t_ns, "lidar_top", np.zeros((1, 4), np.float32), ("x", "y", "z", "i"))
+
+
+def assembler(live: LiveConfig) -> LiveAssembler[None]:
+    return LiveAssembler(SENSORS, TriggerConfig(sensor="lidar_top"), live, rates={"lidar_top": 10.0})
+
+
+def frames_after(asm: LiveAssembler[None], start: int, n: int) -> list[Frame]:
+    out: list[Frame] = []
+    for k in range(n):
+        t = start + k * 100 * MS
+        assert asm.add(sweep(t), t + 5 * MS) is None
+        out += [f for f, _ in asm.due(t + 5 * MS)]
+    return out + [f for f, _ in asm.close()]
+
+
+def test_odometry_a_minute_old_is_not_extrapolated_onto_a_parked_car() -> None:
+    # Localisation died a minute ago at 15 m/s; the car has stopped since, beside one parked car.
+    asm = assembler(LiveConfig(transit_ms=20, trigger_tolerance_ms=50))
+    t0 = 1_000_000 * MS
+    assert asm.add_ego(EgoPose(t0, Transform.identity(), (15.0, 0.0, 0.0)), t0) is None
+    frames = frames_after(asm, t0 + 60_000 * MS, 20)
+    assert len(frames) == 20
+    assert all(f.ego is None for f in frames), "past the age limit the frame's ego motion is unknown"
+    assert asm.stats.ego_stale == 20
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for frame in frames:
+        dets, _ = fuser(frame, {"lidar_top": lidar_result(RIG, "lidar_top", [PARKED], t_ns=frame.t_ns)})
+    [car] = dets
+    assert math.hypot(*car.velocity) < 0.5, f"a parked car reported at {car.velocity} m/s"
+
+
+def test_fresh_odometry_is_still_used_and_the_limit_is_the_profiles() -> None:
+    live = LiveConfig(transit_ms=20, trigger_tolerance_ms=50, ego_max_age_ms=150)
+    asm = assembler(live)
+    t0 = 1_000_000 * MS
+    asm.add_ego(EgoPose(t0 - 140 * MS, Transform.identity(), (15.0, 0.0, 0.0)), t0)
+    [first, second] = frames_after(asm, t0, 2)
+    assert first.ego is not None and first.ego.t_ns == t0 - 140 * MS  # 140 ms old: within 150 ms
+    assert second.ego is None  # 240 ms old
+    assert asm.stats.ego_stale == 1
+    assert LiveConfig().ego_max_age_ms == 300.0
