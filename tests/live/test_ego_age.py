@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
 from perception.config import FusionConfig, LiveConfig, SensorConfig, TriggerConfig
 from perception.fusion import Fuser
 from perception.fusion._testing import SimObject, lidar_result, make_rig
+from perception.live import LiveRuntime
 from perception.live._assembler import LiveAssembler
+from perception.server import EmbeddedTriton
 from perception.types import EgoPose, Frame, PointCloudSample, Transform
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_live_runtime import _config
+
+S = 1_000_000_000
 
 MS = 1_000_000
 RIG = make_rig(cameras=0, radars=0)
@@ -61,3 +72,22 @@ def test_fresh_odometry_is_still_used_and_the_limit_is_the_profiles() -> None:
     assert second.ego is None  # 240 ms old
     assert asm.stats.ego_stale == 1
     assert LiveConfig().ego_max_age_ms == 300.0
+
+
+def test_live_status_counts_frames_whose_odometry_is_too_old(triton: EmbeddedTriton) -> None:
+    # One odometry message at the start, then the drive's first second without any: the frames past the
+    # limit are counted in status() (and so in the ROS node's /diagnostics).
+    cfg, rig, samples = _config(triton.grpc_url, ego_max_age_ms=150.0)
+    samples = [s for s in samples if s.t_ns < samples[0].t_ns + S]
+    t0_drive, t0 = samples[0].t_ns, time.monotonic_ns() + 50_000_000
+    with LiveRuntime(cfg, rig, fusion=None) as live:
+        live.push_ego(EgoPose(t0, Transform.identity(), (15.0, 0.0, 0.0)))
+        for s in samples:
+            delay = (t0 + s.t_ns - t0_drive - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                time.sleep(delay)
+            live.push(dataclasses.replace(s, t_ns=t0 + s.t_ns - t0_drive))
+    intake = live.status()["intake"]
+    frames = intake["frames"]
+    # frames more than 150 ms after the pose: all but the first two of the 10 Hz trigger's (or so)
+    assert frames >= 8 and frames - 3 <= intake["ego_stale"] < frames, intake
