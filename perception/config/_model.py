@@ -438,9 +438,13 @@ class LiveConfig:
     trigger_tolerance_ms: float = 50.0
     #: Samples pushed but not yet taken by the assembler; beyond it the oldest is dropped (counted).
     intake_queue: int = 1024
+    #: A frame carries the odometry nearest its time only within this; past it the frame's ego motion is
+    #: unknown (no pose, counted ``ego_stale``) rather than the last twist extrapolated over the gap.
+    ego_max_age_ms: float = 300.0
 
     def __post_init__(self) -> None:
         _positive("max_stamp_skew_ms", self.max_stamp_skew_ms)
+        _positive("ego_max_age_ms", self.ego_max_age_ms)
         _non_negative("transit_ms", self.transit_ms)
         _positive("trigger_tolerance_ms", self.trigger_tolerance_ms)
         if not 1 <= self.intake_queue <= 1_000_000:
@@ -461,6 +465,10 @@ class LiveConfig:
     @property
     def trigger_tolerance_ns(self) -> int:
         return _ns(self.trigger_tolerance_ms)
+
+    @property
+    def ego_max_age_ns(self) -> int:
+        return _ns(self.ego_max_age_ms)
 
 
 @dataclass(frozen=True, slots=True)

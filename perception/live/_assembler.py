@@ -16,7 +16,13 @@ converted to the host clock (:class:`TimeBase`), then:
   sample will be farther than its last), or when the host clock passes the frame time plus the widest
   sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
-  and not older than its staleness limit, measured on capture times.
+  and not older than its staleness limit, measured on capture times; the frame's ego pose is the
+  odometry nearest its time, none further than ``live.ego_max_age_ms`` (past it the frame's ego motion
+  is unknown, counted in ``ego_stale``: a dead localisation is not the last twist extrapolated forever).
+
+Selection, de-duplication, the ego pose, sweep accumulation, eviction and the keep horizon are replay's
+(:class:`perception.scheduler.AlignCore`, the one core); this module adds the host clock, the timer and
+the buffer caps.
 
 Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
 check :func:`perception.kinds.sample_problem`: a stamp that is not integer ns in range, a wrong sample
@@ -43,8 +49,8 @@ from typing import Generic, TypeVar
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.errors import ConfigError
 from perception.kinds import ego_problem, kind_def, sample_problem
-from perception.scheduler import SweepAccumulator
-from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec, interpolate_ego
+from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
+from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
 
 __all__ = ["LiveAssembler", "LiveStats", "TimeBase"]
 
@@ -61,18 +67,14 @@ MAX_CATCH_UP = 64
 
 
 @dataclass
-class LiveStats:
-    """Counters of the live intake; every sample pushed is in exactly one of the sample counters."""
+class LiveStats(AlignStats):
+    """Counters of the live intake (replay's :class:`~perception.scheduler.AlignStats` and live's own);
+    every sample pushed is in exactly one of the sample counters."""
 
-    samples: int = 0  # taken into assembly
     invalid: int = 0  # refused by the intake check (invalid_by_sensor says whose; "ego" for poses)
-    out_of_order: int = 0
-    duplicate: int = 0
     late: int = 0
     clock_jump: int = 0  # stamps that jumped against arrival (re-anchored, or dropped with a fixed offset)
-    unknown_sensor: int = 0
     intake_overflow: int = 0  # dropped before assembly: the intake queue was full
-    frames: int = 0
     frames_by_trigger: int = 0
     frames_by_timer: int = 0  # fallback frames while the trigger sensor was silent
     frames_by_rate: int = 0
@@ -162,7 +164,6 @@ class LiveAssembler(Generic[T]):
         rig: Mapping[str, SensorSpec] | None = None,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
-        self._active = [s.name for s in sensors if s.enabled]
         if trigger.sensor is not None and trigger.sensor not in self._sensors:
             raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
         if trigger.sensor is None and trigger.rate_hz is None:
@@ -170,23 +171,16 @@ class LiveAssembler(Generic[T]):
         self._trigger = trigger.sensor
         self._live = live
         self._time = TimeBase(live)
-        self._horizon_ns = max((s.sync_window_ns for s in sensors if s.enabled), default=0) + live.transit_ns
-        self._keep_ns = max((max(s.sync_window_ns, s.max_staleness_ns) for s in sensors), default=0)
-        self._kinds = {s.name: kind_def(s.kind) for s in sensors}
-        self._buffers: dict[str, deque[Sample]] = {name: deque() for name in self._sensors}
-        self._buffer_bytes: dict[str, int] = dict.fromkeys(self._sensors, 0)
-        self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
-        self._last_stamp: dict[str, int] = {}
-        self._last_host: dict[str, int] = {}
-        self._pending: deque[_Pending[T]] = deque()
-        self._ego: deque[EgoPose] = deque(maxlen=64)
+        self.stats = LiveStats()
+        self._core = AlignCore(sensors, self.stats, ego_max_age_ns=live.ego_max_age_ns, rig=rig)
         #: Earlier sweeps merged into point sensors' samples (``SensorConfig.accumulate_ms``, needs ``rig``),
         #: moved by the ego poses the host pushed (interpolated), else by the frame's ego twist.
-        self.accumulator = SweepAccumulator(
-            sensors, {n: spec.extrinsic for n, spec in (rig or {}).items()}, ego_at=self._ego_at
-        )
-        self._keep_ns = max(self._keep_ns, self.accumulator.keep_ns)
-        self._next_id = 0
+        self.accumulator: SweepAccumulator = self._core.accumulator
+        self._horizon_ns = self._core.horizon_ns + live.transit_ns
+        self._kinds = {s.name: kind_def(s.kind) for s in sensors}
+        self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
+        self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
+        self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
         self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
         rate = trigger.rate_hz or (rates or {}).get(trigger.sensor or "", 0.0)
@@ -198,7 +192,6 @@ class LiveAssembler(Generic[T]):
         self._trigger_gaps: deque[int] = deque(maxlen=16)  # capture-time gaps of recent trigger samples
         self._trigger_lags: deque[int] = deque(maxlen=16)  # arrival - capture of recent trigger samples
         self._silent = False
-        self.stats = LiveStats()
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
@@ -218,13 +211,10 @@ class LiveAssembler(Generic[T]):
             return f"invalid: {problem}"
         if type(sample.t_ns) is not int:  # a numpy integer: plain int from here on (no int64 wrap-around)
             sample = dataclasses.replace(sample, t_ns=int(sample.t_ns))
-        last = self._last_stamp.get(name)
-        if last is not None and sample.t_ns <= last and not self._time.jumps(name, sample.t_ns, arrival_ns):
-            if sample.t_ns == last:
-                self.stats.duplicate += 1
-                return "duplicate"
-            self.stats.out_of_order += 1
-            return "out of order"
+        stamp = sample.t_ns
+        problem = self._core.order_problem(name, stamp, new_clock=self._time.jumps(name, stamp, arrival_ns))
+        if problem is not None:
+            return problem
         host_t, jump = self._time.to_host(name, sample.t_ns, arrival_ns)
         if jump:
             self.stats.clock_jump += 1
@@ -235,7 +225,7 @@ class LiveAssembler(Generic[T]):
             # A re-anchored clock whose host time still lands behind what the sensor gave already.
             self.stats.out_of_order += 1
             return "out of order"
-        self._last_stamp[name] = sample.t_ns
+        self._core.seen(name, stamp)
         self._last_host[name] = host_t
         if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
@@ -248,10 +238,10 @@ class LiveAssembler(Generic[T]):
             self._trigger_seen(host_t, arrival_ns)
             self.stats.late += 1
             return "late"
-        self.stats.samples += 1
         if host_t != sample.t_ns:
             sample = dataclasses.replace(sample, t_ns=host_t)
-        self._buffer(name, sample)
+        self._core.take(sample, stamp)
+        self.stats.buffer_evicted += self._core.cap(name, MAX_BUFFERED, MAX_BUFFER_BYTES)
         if name == self._trigger and not self._fixed_rate:
             self._on_trigger(host_t, arrival_ns, token)
         elif self._fixed_rate and self._next_rate_t is None:
@@ -260,8 +250,9 @@ class LiveAssembler(Generic[T]):
         return None
 
     def add_ego(self, pose: EgoPose, arrival_ns: int) -> str | None:
-        """An ego pose (odometry) from the host; frames carry the one nearest their time. None when
-        taken, else why it was dropped (counted)."""
+        """An ego pose (odometry) from the host; frames carry the one nearest their time, if within
+        ``live.ego_max_age_ms`` of it (else none: counted in ``ego_stale``). None when taken, else why it
+        was dropped (counted)."""
         problem = ego_problem(pose)
         if problem is not None:
             self.stats.count_invalid("ego", problem)
@@ -272,17 +263,8 @@ class LiveAssembler(Generic[T]):
         if host_t is None:
             return "clock jump"
         self.stats.ego_poses += 1
-        self._ego.append(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
+        self._core.add_ego(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
         return None
-
-    def _buffer(self, name: str, sample: Sample) -> None:
-        """Keep ``sample`` in its sensor's buffer, evicting the oldest beyond the caps."""
-        buf = self._buffers[name]
-        buf.append(sample)
-        self._buffer_bytes[name] += _nbytes(sample)
-        while len(buf) > 1 and (len(buf) > MAX_BUFFERED or self._buffer_bytes[name] > MAX_BUFFER_BYTES):
-            self._buffer_bytes[name] -= _nbytes(buf.popleft())
-            self.stats.buffer_evicted += 1
 
     def _trigger_seen(self, t: int, arrival: int) -> None:
         if self._trigger_last_t is not None and t > self._trigger_last_t:
@@ -387,17 +369,16 @@ class LiveAssembler(Generic[T]):
     def _settle(self, now: int) -> None:
         """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
         for p in self._pending:
-            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._active):
+            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._core.active):
                 p.due_ns = now
 
     def _settled(self, name: str, t: int) -> bool:
         """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
         ``t``, or, by its nominal period, its next sample is expected farther from ``t`` than its last
         one is (or outside the sync window, when the last one is too old to be used)."""
-        buf = self._buffers[name]
-        if not buf:
+        last = self._core.newest_t(name)
+        if last is None:
             return False
-        last = buf[-1].t_ns
         if last >= t:
             return True
         period = self._periods.get(name, 0)
@@ -439,23 +420,16 @@ class LiveAssembler(Generic[T]):
     def offsets_ns(self) -> dict[str, int]:
         return self._time.offsets_ns()
 
+    def pending_tokens(self) -> list[T | None]:
+        """The tokens of the frames still pending (opened, not yet emitted), in time order."""
+        return [p.token for p in self._pending]
+
+    def buffered(self, sensor: str) -> tuple[Sample, ...]:
+        """The samples the assembler still holds for ``sensor`` (a copy, oldest first)."""
+        return self._core.buffered(sensor)
+
     # -- frames ---------------------------------------------------------------------------------
     def _make_frame(self, p: _Pending[T]) -> Frame:
-        chosen: dict[str, Sample | None] = {}
-        for name in self._active:
-            cfg = self._sensors[name]
-            best: Sample | None = None
-            best_dt = 0
-            for s in self._buffers[name]:
-                dt = abs(s.t_ns - p.t_ns)
-                if dt > cfg.sync_window_ns or p.t_ns - s.t_ns > cfg.max_staleness_ns:
-                    continue
-                if best is None or dt < best_dt:
-                    best, best_dt = s, dt
-            chosen[name] = best
-        frame_id = self._next_id
-        self._next_id += 1
-        self.stats.frames += 1
         if p.by == "trigger":
             self.stats.frames_by_trigger += 1
         elif p.by == "timer":
@@ -463,17 +437,7 @@ class LiveAssembler(Generic[T]):
         else:
             self.stats.frames_by_rate += 1
         self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
-        ego = self._ego_near(p.t_ns)
-        frame = Frame(frame_id=frame_id, t_ns=p.t_ns, samples=chosen, ego=ego, created_ns=p.arrival_ns)
-        return self.accumulator.apply(frame, self._buffers)
-
-    def _ego_near(self, t: int) -> EgoPose | None:
-        return min(self._ego, key=lambda e: abs(e.t_ns - t), default=None)
-
-    def _ego_at(self, t: int) -> EgoPose | None:
-        if not self._ego:
-            return None
-        return interpolate_ego(sorted(self._ego, key=lambda e: e.t_ns), t)
+        return self._core.make_frame(p.t_ns, created_ns=p.arrival_ns)
 
     def _evict(self, now: int) -> None:
         """Drop samples no frame can use any more: older than the oldest pending (else the last) frame
@@ -483,11 +447,4 @@ class LiveAssembler(Generic[T]):
         oldest = self._pending[0].t_ns if self._pending else self._last_frame_t
         if oldest is None:
             oldest = now - self._live.max_stamp_skew_ns
-        cutoff = oldest - self._keep_ns
-        for name, buf in self._buffers.items():
-            while len(buf) > 1 and buf[0].t_ns < cutoff:
-                self._buffer_bytes[name] -= _nbytes(buf.popleft())
-
-
-def _nbytes(sample: Sample) -> int:
-    return sample.points.nbytes if isinstance(sample, PointCloudSample) else len(sample.data)
+        self._core.evict(oldest)

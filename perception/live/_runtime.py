@@ -411,7 +411,7 @@ class LiveRuntime:
                     # model): the frames popped with it are lost; their futures say so.
                     self._fail("assembly", exc, "a frame")
                     ready = []
-                    pending = {p.token for p in asm._pending}
+                    pending = set(asm.pending_tokens())
                     for fut in [f for f in self._in_assembly if f not in pending]:
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")

@@ -110,6 +110,8 @@ class DiagnosticsTracker:
                 latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
                 latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
                 dropped=str(live_status.get("dropped", 0)),
+                # frames whose odometry was older than live.ego_max_age_ms: ego motion unknown
+                ego_stale=str(live_status.get("intake", {}).get("ego_stale", 0)),
             )
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))

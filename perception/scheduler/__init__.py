@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perception.scheduler._accumulate import SweepAccumulator
 from perception.scheduler._admission import AdmissionProvider, RemoteAdmission, SharedAdmission
-from perception.scheduler._align import FrameAssembler
+from perception.scheduler._align import AlignCore, AlignStats, FrameAssembler
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._pipeline import OrderedPipeline
@@ -15,6 +15,8 @@ from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
     "AdmissionProvider",
+    "AlignCore",
+    "AlignStats",
     "CallbackQueue",
     "FrameAssembler",
     "FusionStage",

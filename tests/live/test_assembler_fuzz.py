@@ -85,8 +85,8 @@ def _run(live: LiveConfig, trigger: TriggerConfig, events: list[Any]) -> LiveAss
                 push(_sample("lidar", now - (count - k) * 100 * MS, 4, 3, 1.0))
                 now += gap_us * 1000
         frames += asm.due(now)
-        assert all(len(b) <= MAX_BUFFERED for b in asm._buffers.values())
-        assert len(asm._pending) <= 10_000
+        assert all(len(asm.buffered(s.name)) <= MAX_BUFFERED for s in SENSORS)
+        assert len(asm.pending_tokens()) <= 10_000
     frames += asm.close()
     ids = [f.frame_id for f, _ in frames]
     assert ids == list(range(len(ids)))

@@ -113,8 +113,8 @@ def test_buffers_stay_bounded_when_the_trigger_never_delivers() -> None:
             asm.add(radar(now - 1 * MS), now)
         asm.due(now)
     keep = 1000 * MS + 250 * MS  # stamp skew + keep horizon: nothing older can be used by a frame to come
-    assert len(asm._buffers["cam"]) <= keep // (33 * MS) + 2
-    assert len(asm._buffers["radar"]) <= keep // (66 * MS) + 2
+    assert len(asm.buffered("cam")) <= keep // (33 * MS) + 2
+    assert len(asm.buffered("radar")) <= keep // (66 * MS) + 2
     assert asm.stats.frames == 0 and asm.stats.samples == 30_000
 
 
@@ -123,13 +123,13 @@ def test_a_sensor_buffer_is_capped_by_count_and_bytes() -> None:
     asm = make()
     for k in range(3 * MAX_BUFFERED):
         asm.add(radar(1000 * MS + k * 10_000), 1000 * MS + k * 10_000 + 1)
-    assert len(asm._buffers["radar"]) == MAX_BUFFERED
+    assert len(asm.buffered("radar")) == MAX_BUFFERED
     assert asm.stats.buffer_evicted == 2 * MAX_BUFFERED
     # and by bytes: 8 MB sweeps (the byte cap, 256 MiB, holds 32 of them)
     for k in range(40):
         t = 2000 * MS + k * MS
         assert asm.add(lidar(t, n=500_000), t + 1) is None
-    kept = [s.points.nbytes for s in asm._buffers["lidar"] if isinstance(s, PointCloudSample)]
+    kept = [s.points.nbytes for s in asm.buffered("lidar") if isinstance(s, PointCloudSample)]
     assert len(kept) < 40 and sum(kept) <= MAX_BUFFER_BYTES
 
 

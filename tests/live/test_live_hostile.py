@@ -116,7 +116,7 @@ def test_a_lidar_dead_at_boot_keeps_the_buffers_bounded(triton: EmbeddedTriton) 
                 time.sleep(delay)
             assert live.push(dataclasses.replace(s, t_ns=t0 + s.t_ns - t0_drive)) is None
     # after close every pushed sample was taken (close drains the intake)
-    buffered = {name: len(buf) for name, buf in live._assembler._buffers.items()}
+    buffered = {s.name: len(live._assembler.buffered(s.name)) for s in live.config.active_sensors}
     status = live.status()
     # stamp skew + keep horizon, and a second's margin for samples taken since the last eviction on a
     # loaded host: well under the 4 s pushed (every sample kept, without eviction)

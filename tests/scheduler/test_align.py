@@ -89,7 +89,7 @@ def test_buffers_stay_bounded() -> None:
         asm.push(cloud("cam", t))
         if t % 100 == 0:
             asm.push(cloud("lidar", t))
-    assert max(len(b) for b in asm._buffers.values()) < 50
+    assert max(len(asm.buffered(s.name)) for s in SENSORS) < 50
 
 
 def test_no_sensors_is_an_error_saying_what_to_pass() -> None:
