@@ -12,7 +12,9 @@ Lifecycle (what each transition holds and releases):
   whatever of this is still held.
 
 Callbacks only convert the message (a view of its buffer) and call :meth:`LiveRuntime.push`, which never
-blocks; results are published from the live runtime's callback thread.
+blocks; results are published from the live runtime's callback thread. A message that cannot be taken,
+whatever the exception, is an input error of its sensor (:meth:`FusionNode.inputs`): counted in
+``/diagnostics``, logged at a bounded rate, never raised into the executor.
 """
 
 from __future__ import annotations
