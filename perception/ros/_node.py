@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 NODE_NAME = "perception_fusion"
 _SIM_METADATA = {"generator": "perception sim"}
 _MAX_ARRIVALS = 1024
+_MAX_ERROR_CHARS = 400  # an input error as /diagnostics and the log say it
 
 
 def _vision_msgs() -> Any:
@@ -422,6 +423,8 @@ class FusionNode(LifecycleNode):
             error = str(exc)
         else:  # not a malformed message the conversion knows: a fault of its own, named as such
             error = f"{sensor or 'odometry'}: {msg_type} could not be converted ({kind}: {exc!s:.200})"
+        if len(error) > _MAX_ERROR_CHARS:  # the message's own strings (field names...) are anyone's to choose
+            error = error[: _MAX_ERROR_CHARS - 3] + "..."
         diag = self._diag
         if diag is None:
             n = 1

@@ -311,6 +311,18 @@ def test_any_odometry_is_taken_or_counted(inputs: Inputs, msg: Odometry) -> None
         assert ego_problem(items[0]) is None
 
 
+def test_an_input_error_is_reported_in_at_most_400_characters(inputs: Inputs) -> None:
+    """A cloud of 2,000 fields, each named in the error: its names are the publisher's to choose."""
+    fields = [PointField(name=f"field_{i:04d}", offset=0, datatype=7, count=1) for i in range(2000)]
+    msg = PointCloud2(header=Header(), height=1, width=1, fields=fields, point_step=4, row_step=4, data=bytes(4))
+    _, callback = inputs.on(PointCloud2, "lidar_top")
+    callback(msg)
+    (lidar,) = [s for s in inputs.node._diag.statuses(None) if s.name == "perception_fusion: sensor lidar_top"]
+    error = lidar.values["last_error"]
+    assert error.startswith("lidar_top: PointCloud2 has no field x, y, z, intensity (it has: field_0000, ")
+    assert len(error) == 400 and error.endswith("...")
+
+
 def test_the_node_subscribes_each_sensor_s_topics_and_the_odometry(inputs: Inputs) -> None:
     """What the fuzzing covers is what activate subscribes: every callback, of every message type."""
     got = {(t.__name__, s) for t, s, _ in inputs.callbacks.values()}
