@@ -396,8 +396,14 @@ def test_a_stream_of_malformed_messages_then_the_drive_the_drive_s_frames_come_o
         before = _statuses(seen.diagnostics)
         # The drive after them: its frames come out, with the lidar's objects.
         config = load_config(ROOT / "launch" / "replay.yaml")
-        run_play(DRIVE, config, Faults(), span_s=(0.0, 3.0), wait_subscribers_s=60, subscribers={"lidar_top": 2})
-        wait_for(lambda: len(seen.lidar_stamps) >= 30, 30, "the drive's sweeps")
+        published = run_play(
+            DRIVE, config, Faults(), span_s=(0.0, 3.0), wait_subscribers_s=60, subscribers={"lidar_top": 2}
+        )
+        sweeps = published["lidar_top"]
+        assert sweeps >= 30
+        # best effort, as the node's inputs: on a loaded host a sweep or two may not reach this subscriber
+        wait_for(lambda: len(seen.lidar_stamps) >= sweeps - 2, 30, "the drive's sweeps")
+        time.sleep(0.5)
         with seen.lock:
             span = (min(seen.lidar_stamps) - MS, max(seen.lidar_stamps) + MS)
 
@@ -405,13 +411,14 @@ def test_a_stream_of_malformed_messages_then_the_drive_the_drive_s_frames_come_o
             with seen.lock:
                 return [m for m in seen.markers if span[0] <= _stamp(m) <= span[1]]
 
-        wait_for(lambda: len(drive()) >= 28, 30, "the drive's frames")
+        wait_for(lambda: len(drive()) >= sweeps - 3, 30, "the drive's frames")  # one measured run: 29 of 30
         with_objects = [m for m in drive() if any("lidar_top" in t for t in _texts(m))]
-        assert len(with_objects) >= 25, f"{len(with_objects)} of {len(drive())} frames with the lidar's objects"
+        # one measured run: 28 of 29 with the lidar's objects
+        assert len(with_objects) >= 0.85 * len(drive()), f"{len(with_objects)} of {len(drive())} frames with objects"
         time.sleep(0.5)  # one more /diagnostics period
         after = _statuses(seen.diagnostics)
         lidar_after = after["perception_fusion: sensor lidar_top"]
-        assert int(lidar_after["ok"]) >= 25 and int(lidar_after["input_errors"]) >= 1
+        assert int(lidar_after["ok"]) >= 0.85 * len(drive()) and int(lidar_after["input_errors"]) >= 1
         for n in names:  # counted, not reset by the valid messages
             got = int(after[f"perception_fusion: {n}"]["input_errors"])
             assert got >= int(before[f"perception_fusion: {n}"]["input_errors"]) >= 1
