@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from perception._imageio import encode_jpeg
+from perception._imageio import encode_jpeg, size_problem
 from perception.errors import InputError
 from perception.importers import decode_point_cloud2, point_fields
 from perception.kinds import kind_def
@@ -100,24 +100,38 @@ def sample_to_compressed(image_cls: Any, sample: ImageSample, header: Any) -> An
 
 
 def raw_to_sample(msg: Any, sensor: str, t_ns: int, seq: int = 0) -> ImageSample:
-    """A raw ``sensor_msgs/Image`` (rgb8, bgr8, mono8, rgba8, bgra8), re-encoded as JPEG."""
-    channels = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}.get(str(msg.encoding))
+    """A raw ``sensor_msgs/Image`` (rgb8, bgr8, mono8, rgba8, bgra8), re-encoded as JPEG. A message that
+    cannot be one (an encoding not listed, no pixels, over the image size limit, a ``step`` or ``data``
+    shorter than its rows) is an :class:`InputError` naming the sensor and the field."""
+    encoding = str(msg.encoding)
+    channels = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}.get(encoding)
     if channels is None:
         raise InputError(
-            f"unsupported Image encoding {msg.encoding!r} (rgb8, bgr8, mono8, rgba8, bgra8)", sensor=sensor
+            f"unsupported Image encoding {encoding!r:.40} (rgb8, bgr8, mono8, rgba8, bgra8)", sensor=sensor
         )
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    empty = [name for name, v in (("height", h), ("width", w)) if v <= 0]
+    if empty:
+        raise InputError(f"Image {' and '.join(empty)} 0 ({w}x{h} {encoding}): no pixels", sensor=sensor)
+    if (problem := size_problem(w, h)) is not None:
+        raise InputError(f"Image {problem}", sensor=sensor)
     data = np.frombuffer(memoryview(msg.data).cast("B") if not isinstance(msg.data, bytes) else msg.data, np.uint8)
-    if step < w * channels or data.size < h * step:
-        raise InputError(f"Image of {w}x{h} {msg.encoding} has {data.size} bytes with step {step}", sensor=sensor)
+    if step < w * channels:
+        raise InputError(f"Image step {step} is shorter than a row of {w} {encoding} pixels", sensor=sensor)
+    if data.size < h * step:
+        raise InputError(f"Image data has {data.size} bytes, {h} rows of step {step} need {h * step}", sensor=sensor)
     img = data[: h * step].reshape(h, step)[:, : w * channels].reshape(h, w, channels)
     if channels == 1:
         img = np.repeat(img, 3, axis=2)
-    elif str(msg.encoding).startswith("bgr"):
+    elif encoding.startswith("bgr"):
         img = img[:, :, 2::-1]
     else:
         img = img[:, :, :3]
-    return ImageSample(sensor, t_ns, msg.header.frame_id, encode_jpeg(img, RAW_JPEG_QUALITY), "jpeg", seq)
+    try:
+        jpeg = encode_jpeg(img, RAW_JPEG_QUALITY)
+    except (ValueError, OSError) as exc:  # Pillow's own limits, should one remain past the checks above
+        raise InputError(f"Image of {w}x{h} {encoding} cannot be encoded as JPEG: {exc}", sensor=sensor) from exc
+    return ImageSample(sensor, t_ns, msg.header.frame_id, jpeg, "jpeg", seq)
 
 
 def calibration_to_info(info_cls: Any, cal: CameraCalibration, header: Any) -> Any:
@@ -142,7 +156,7 @@ def calibration_mismatch(info: Any, cal: CameraCalibration | None, *, tolerance_
     if (int(info.width), int(info.height)) != (cal.width, cal.height):
         return f"camera_info is {info.width}x{info.height}, the rig's calibration {cal.width}x{cal.height}"
     for i, name in ((0, "fx"), (4, "fy"), (2, "cx"), (5, "cy")):
-        if abs(float(info.k[i]) - cal.k[i]) > tolerance_px:
+        if not abs(float(info.k[i]) - cal.k[i]) <= tolerance_px:  # a NaN differs too
             return f"camera_info {name} {float(info.k[i]):.1f} differs from the rig's {cal.k[i]:.1f}"
     return None
 

@@ -2,14 +2,21 @@
 turns it into ``diagnostic_msgs/DiagnosticArray``).
 
 A sensor counts its frames by status (ok, late, error, missing, skipped) and the messages it could not
-take (a malformed PointCloud2, an undecodable image); its level is WARN when at least ``warn_rate`` of
-its last ``diagnostics_window`` frames were not ok, ERROR from ``error_rate`` (or when its input is
-failing). The frame budget counts deadline misses the same way and reports the latency from the trigger
-message's arrival to the result (p50/p99, from :meth:`perception.live.LiveRuntime.status`).
+take (a malformed PointCloud2, an undecodable image: any message whose conversion failed, whatever the
+exception); its level is WARN when at least ``warn_rate`` of its last ``diagnostics_window`` frames were
+not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry counts the messages it
+could not take the same way. The frame budget counts deadline misses the same way and reports the
+latency from the trigger message's arrival to the result (p50/p99, from
+:meth:`perception.live.LiveRuntime.status`).
+
+A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
+error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
+malformed messages at 1 kHz is counted, not a flood of log lines.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +25,11 @@ from typing import Any
 from perception.config import RosConfig
 from perception.types import FrameResult, SensorStatus
 
-__all__ = ["ERROR", "OK", "WARN", "DiagnosticsTracker", "Status"]
+__all__ = ["ERROR", "INPUT_ERROR_LOG_PERIOD_NS", "OK", "WARN", "DiagnosticsTracker", "Status"]
 
 OK, WARN, ERROR = 0, 1, 2  # diagnostic_msgs/DiagnosticStatus levels
+#: A sensor's failing input of one kind is logged at most once in this period (the rest are counted).
+INPUT_ERROR_LOG_PERIOD_NS = 10_000_000_000
 _STATUSES = tuple(s.value for s in SensorStatus)
 
 
@@ -39,6 +48,8 @@ class _SensorCounts:
     input_errors: int = 0
     recent_input_error: bool = False
     last_error: str = ""
+    #: kind of input error -> (when it was last logged, how many since that line)
+    logged: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class DiagnosticsTracker:
@@ -48,6 +59,7 @@ class DiagnosticsTracker:
         self._node = node
         self._ros = ros
         self._sensors = {s: _SensorCounts(recent=deque(maxlen=ros.diagnostics_window)) for s in sensors}
+        self._odometry = _SensorCounts()
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
 
@@ -64,12 +76,28 @@ class DiagnosticsTracker:
             if sr.error:
                 c.last_error = sr.error
 
-    def input_error(self, sensor: str, error: str) -> None:
-        """A message of ``sensor`` that could not be turned into a sample."""
-        c = self._sensors[sensor]
+    def input_error(self, sensor: str, error: str, *, kind: str = "InputError", now_ns: int | None = None) -> int:
+        """A message of ``sensor`` that could not be turned into a sample (``kind``: of error, e.g. the
+        exception's type). Returns how many errors of this sensor and kind to log now, this one and those
+        held back since the last line (0: none, one was logged less than the log period ago)."""
+        return self._count(self._sensors[sensor], error, kind, now_ns)
+
+    def odometry_error(self, error: str, *, kind: str = "InputError", now_ns: int | None = None) -> int:
+        """An odometry message that could not be taken (as :meth:`input_error`)."""
+        return self._count(self._odometry, error, kind, now_ns)
+
+    @staticmethod
+    def _count(c: _SensorCounts, error: str, kind: str, now_ns: int | None) -> int:
         c.input_errors += 1
         c.recent_input_error = True
         c.last_error = error
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        last, held = c.logged.get(kind, (None, 0))
+        if last is not None and now - last < INPUT_ERROR_LOG_PERIOD_NS:
+            c.logged[kind] = (last, held + 1)
+            return 0
+        c.logged[kind] = (now, 0)
+        return held + 1
 
     def _level(self, bad: int, of: int) -> tuple[int, float]:
         if not of:
@@ -99,6 +127,11 @@ class DiagnosticsTracker:
             values = {s: str(c.counts.get(s, 0)) for s in _STATUSES}
             values.update(input_errors=str(c.input_errors), last_error=c.last_error)
             out.append(Status(f"{self._node}: sensor {name}", level, message, values))
+        odo = self._odometry
+        level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")
+        odo.recent_input_error = False
+        values = {"input_errors": str(odo.input_errors), "last_error": odo.last_error}
+        out.append(Status(f"{self._node}: odometry", level, message, values))
         misses = list(self._misses)
         level, rate = self._level(sum(misses), len(misses))
         values = {"frames": str(self.frames)}

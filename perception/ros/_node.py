@@ -12,7 +12,9 @@ Lifecycle (what each transition holds and releases):
   whatever of this is still held.
 
 Callbacks only convert the message (a view of its buffer) and call :meth:`LiveRuntime.push`, which never
-blocks; results are published from the live runtime's callback thread.
+blocks; results are published from the live runtime's callback thread. A message that cannot be taken,
+whatever the exception, is an input error of its sensor (:meth:`FusionNode.inputs`): counted in
+``/diagnostics``, logged at a bounded rate, never raised into the executor.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from visualization_msgs import msg as viz_msgs
 
 from perception.config import RuntimeConfig, load_config, resolve_sensors, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
+from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime
 from perception.ros._convert import (
     calibration_mismatch,
@@ -65,6 +68,7 @@ log = logging.getLogger(__name__)
 NODE_NAME = "perception_fusion"
 _SIM_METADATA = {"generator": "perception sim"}
 _MAX_ARRIVALS = 1024
+_MAX_ERROR_CHARS = 400  # an input error as /diagnostics and the log say it
 
 
 def _vision_msgs() -> Any:
@@ -122,6 +126,14 @@ def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int
     if result.latency.total_ns <= 0:
         return None
     return result.latency.total_ns / 1e6
+
+
+def _intake_checked(sample: Sample, kind: SensorKindDef) -> Sample:
+    """``sample``, or an :class:`InputError` saying why the live runtime's intake check would refuse it
+    (counted here, against the sensor, where the node sees it)."""
+    if (problem := sample_problem(sample, kind)) is not None:
+        raise InputError(problem, sensor=sample.sensor)
+    return sample
 
 
 class FusionNode(LifecycleNode):
@@ -330,16 +342,8 @@ class FusionNode(LifecycleNode):
         self.live = live
         self._arrivals.clear()
         self._active = True
-        qos = qos_profile_sensor_data
-        for t in self.topics.values():
-            if t.image is None:
-                self._subs.append(self.create_subscription(PointCloud2, t.data, self._cloud_cb(t), qos))
-                continue
-            msg_type = CompressedImage if t.image == "compressed" else Image
-            self._subs.append(self.create_subscription(msg_type, t.data, self._image_cb(t), qos))
-            if t.camera_info is not None:
-                self._subs.append(self.create_subscription(CameraInfo, t.camera_info, self._info_cb(t), qos))
-        self._subs.append(self.create_subscription(Odometry, self.odometry_topic, self._on_odometry, qos))
+        for msg_type, topic, callback in self.inputs():
+            self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))
         self._timer = self.create_timer(cfg.ros.diagnostics_period_ms / 1000.0, self._publish_diagnostics)
         self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
 
@@ -377,38 +381,81 @@ class FusionNode(LifecycleNode):
 
             future.add_done_callback(arrived)
 
-    def _input_error(self, sensor: str, exc: PerceptionError) -> None:
-        assert self._diag is not None
-        self._diag.input_error(sensor, str(exc))
-        self.get_logger().error(f"{exc}", throttle_duration_sec=5.0)
-
-    def _cloud_cb(self, t: SensorTopics) -> Callable[[Any], None]:
+    def inputs(self) -> list[tuple[type, str, Callable[[Any], None]]]:
+        """What activate subscribes to: ``(message type, topic, callback)`` for each sensor's data and
+        camera_info topics and the odometry. A callback converts its message and hands it to the live
+        runtime; a message that cannot be taken, whatever the exception (a malformed message, a message
+        the intake check refuses, a fault of the conversion itself), is counted against its sensor (or
+        the odometry) in ``/diagnostics`` and logged, never raised into the executor."""
         field_map = self.config.ros.field_map if self.config is not None else {}
+        out: list[tuple[type, str, Callable[[Any], None]]] = []
+
+        def add(msg_type: type, topic: str, sensor: str | None, take: Callable[[Any], None]) -> None:
+            out.append((msg_type, topic, self._guarded(sensor, topic, msg_type.__name__, take)))
+
+        for t in self.topics.values():
+            if t.image is None:
+                add(PointCloud2, t.data, t.sensor, self._cloud_cb(t, field_map))
+                continue
+            add(CompressedImage if t.image == "compressed" else Image, t.data, t.sensor, self._image_cb(t))
+            if t.camera_info is not None:
+                add(CameraInfo, t.camera_info, t.sensor, self._info_cb(t))
+        add(Odometry, self.odometry_topic, None, self._on_odometry)
+        return out
+
+    def _guarded(
+        self, sensor: str | None, topic: str, msg_type: str, take: Callable[[Any], None]
+    ) -> Callable[[Any], None]:
+        """``take`` as a subscription callback: any exception it raises is an input error of ``sensor``
+        (None: the odometry's)."""
+
+        def callback(msg: Any) -> None:
+            try:
+                take(msg)
+            except Exception as exc:  # the executor (and with it the node) must never die of an input
+                self._input_error(sensor, topic, msg_type, exc)
+
+        return callback
+
+    def _input_error(self, sensor: str | None, topic: str, msg_type: str, exc: Exception) -> None:
+        kind = type(exc).__name__
+        if isinstance(exc, InputError):
+            error = str(exc)
+        else:  # not a malformed message the conversion knows: a fault of its own, named as such
+            error = f"{sensor or 'odometry'}: {msg_type} could not be converted ({kind}: {exc!s:.200})"
+        if len(error) > _MAX_ERROR_CHARS:  # the message's own strings (field names...) are anyone's to choose
+            error = error[: _MAX_ERROR_CHARS - 3] + "..."
+        diag = self._diag
+        if diag is None:
+            n = 1
+        elif sensor is None:
+            n = diag.odometry_error(error, kind=kind)
+        else:
+            n = diag.input_error(sensor, error, kind=kind)
+        if n:
+            more = f" ({n - 1} more {kind} since the last such line)" if n > 1 else ""
+            self.get_logger().error(f"{error} [{msg_type} on {topic}]{more}")
+
+    def _cloud_cb(self, t: SensorTopics, field_map: Mapping[str, str]) -> Callable[[Any], None]:
+        kind = kind_def(t.kind)
 
         def on_cloud(msg: Any) -> None:
             arrival = time.monotonic_ns()
-            try:
-                sample = cloud_to_sample(
-                    msg, t.sensor, t.kind, stamp_ns(msg.header.stamp), field_map, self._next_seq(t.sensor)
-                )
-            except InputError as exc:
-                self._input_error(t.sensor, exc)
-                return
-            self._push(sample, arrival)
+            sample = cloud_to_sample(
+                msg, t.sensor, t.kind, stamp_ns(msg.header.stamp), field_map, self._next_seq(t.sensor)
+            )
+            self._push(_intake_checked(sample, kind), arrival)
 
         return on_cloud
 
     def _image_cb(self, t: SensorTopics) -> Callable[[Any], None]:
         convert = compressed_to_sample if t.image == "compressed" else raw_to_sample
+        kind = kind_def(t.kind)
 
         def on_image(msg: Any) -> None:
             arrival = time.monotonic_ns()
-            try:
-                sample = convert(msg, t.sensor, stamp_ns(msg.header.stamp), self._next_seq(t.sensor))
-            except InputError as exc:
-                self._input_error(t.sensor, exc)
-                return
-            self._push(sample, arrival)
+            sample = convert(msg, t.sensor, stamp_ns(msg.header.stamp), self._next_seq(t.sensor))
+            self._push(_intake_checked(sample, kind), arrival)
 
         return on_image
 
@@ -427,8 +474,11 @@ class FusionNode(LifecycleNode):
         live = self.live
         if live is None:
             return
+        ego = odometry_to_ego(msg, stamp_ns(msg.header.stamp))
+        if (problem := ego_problem(ego)) is not None:
+            raise InputError(f"odometry: {problem}")
         with contextlib.suppress(RuntimeClosedError):
-            live.push_ego(odometry_to_ego(msg, stamp_ns(msg.header.stamp)))
+            live.push_ego(ego)
 
     # -- outputs (the live runtime's callback thread) ---------------------------------------------------
     def _publish(self, result: FrameResult) -> None:

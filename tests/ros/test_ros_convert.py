@@ -27,7 +27,7 @@ from perception.ros._convert import (
     stamp_ns,
     to_stamp,
 )
-from perception.ros._diagnostics import ERROR, OK, WARN, DiagnosticsTracker
+from perception.ros._diagnostics import ERROR, INPUT_ERROR_LOG_PERIOD_NS, OK, WARN, DiagnosticsTracker
 from perception.ros._topics import sensor_topics
 from perception.types import (
     CameraCalibration,
@@ -130,12 +130,33 @@ def test_images_compressed_and_raw() -> None:
         raw_to_sample(Image(header=_header(), height=1, width=1, encoding="16UC1", step=2), "cam_front", 0)
 
 
+@pytest.mark.parametrize(
+    ("height", "width", "step", "size", "error"),
+    [
+        (0, 0, 0, 0, r"cam_front: Image height and width 0 \(0x0 rgb8\): no pixels"),  # the review's message
+        (0, 4, 12, 0, r"cam_front: Image height 0 \(4x0 rgb8\): no pixels"),
+        (4, 0, 12, 48, r"cam_front: Image width 0 \(0x4 rgb8\): no pixels"),
+        (1, 65_501, 3 * 65_501, 3 * 65_501, r"cam_front: Image image of 65501x1 exceeds the limit"),  # JPEG's
+        (2, 4, 11, 24, r"cam_front: Image step 11 is shorter than a row of 4 rgb8 pixels"),
+        (2, 4, 12, 23, r"cam_front: Image data has 23 bytes, 2 rows of step 12 need 24"),
+    ],
+)
+def test_a_raw_image_without_pixels_over_the_size_limit_or_short_is_an_input_error_naming_the_field(
+    height: int, width: int, step: int, size: int, error: str
+) -> None:
+    msg = Image(header=_header(), height=height, width=width, encoding="rgb8", step=step, data=bytes(size))
+    with pytest.raises(InputError, match=error):
+        raw_to_sample(msg, "cam_front", 0)
+
+
 def test_camera_info_from_the_rig_matches_it_and_a_different_one_is_named() -> None:
     cal = CameraCalibration(640, 360, (500.0, 0.0, 320.0, 0.0, 500.0, 180.0, 0.0, 0.0, 1.0))
     info = calibration_to_info(CameraInfo, cal, _header())
     assert calibration_mismatch(info, cal) is None
     other = dataclasses.replace(cal, k=(510.0, 0.0, 320.0, 0.0, 500.0, 180.0, 0.0, 0.0, 1.0))
     assert calibration_mismatch(info, other) == "camera_info fx 500.0 differs from the rig's 510.0"
+    info.k[4] = float("nan")
+    assert calibration_mismatch(info, cal) == "camera_info fy nan differs from the rig's 500.0"
 
 
 def test_odometry_round_trips_an_ego_pose() -> None:
@@ -181,11 +202,11 @@ def test_diagnostics_levels_follow_the_configured_rates_over_the_window() -> Non
     diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], ros)
     for i in range(10):
         diag.add(_result(i, SensorStatus.OK))
-    lidar, cam, budget = diag.statuses(None)
+    lidar, cam, _, budget = diag.statuses(None)
     assert (lidar.level, cam.level, budget.level) == (OK, OK, OK)
     for i in range(2):
         diag.add(_result(10 + i, SensorStatus.MISSING, missed=True))
-    lidar, cam, budget = diag.statuses({"latency_ms": {"p50": 80.0, "p99": 120.0}, "deadline_misses": 2})
+    lidar, cam, _, budget = diag.statuses({"latency_ms": {"p50": 80.0, "p99": 120.0}, "deadline_misses": 2})
     assert (lidar.level, lidar.message) == (WARN, "missing in 20% of the last 10 frames")
     assert lidar.values["missing"] == "2" and lidar.values["ok"] == "10" and lidar.values["last_error"] == "no sample"
     assert cam.level == OK
@@ -194,17 +215,42 @@ def test_diagnostics_levels_follow_the_configured_rates_over_the_window() -> Non
     )
     for i in range(3):
         diag.add(_result(12 + i, SensorStatus.LATE))
-    lidar, _, _ = diag.statuses(None)
+    lidar, _, _, _ = diag.statuses(None)
     assert (lidar.level, lidar.message) == (ERROR, "late in 50% of the last 10 frames")
     diag.input_error("cam_front", "cam_front: cannot decode image")
-    _, cam, _ = diag.statuses(None)
+    _, cam, _, _ = diag.statuses(None)
     assert (cam.level, cam.message, cam.values["input_errors"]) == (
         ERROR,
         "input error: cam_front: cannot decode image",
         "1",
     )
-    _, cam, _ = diag.statuses(None)
+    _, cam, _, _ = diag.statuses(None)
     assert cam.level == OK  # the input is back (no failing message since the last report)
+
+
+def test_input_errors_are_counted_each_and_logged_once_per_sensor_kind_and_period() -> None:
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    t0, period = 5_000_000_000, INPUT_ERROR_LOG_PERIOD_NS
+    # the first of a kind is logged; the next ones within the period are counted and held back
+    assert diag.input_error("lidar_top", "lidar_top: PointCloud2: data has 3 bytes", now_ns=t0) == 1
+    assert [diag.input_error("lidar_top", f"lidar_top: {i}", now_ns=t0 + i) for i in range(1, 4)] == [0, 0, 0]
+    # another kind of error, another sensor, the odometry: each logged on its own
+    assert diag.input_error("lidar_top", "lidar_top: IndexError", kind="IndexError", now_ns=t0 + 5) == 1
+    assert diag.input_error("cam_front", "cam_front: Image height 0", now_ns=t0 + 5) == 1
+    assert diag.odometry_error("odometry: ego pose has a non-finite translation", now_ns=t0 + 5) == 1
+    # after the period, one line says how many since the last
+    assert diag.input_error("lidar_top", "lidar_top: 5", now_ns=t0 + period) == 4
+    lidar, cam, odometry, _ = diag.statuses(None)
+    assert (lidar.level, lidar.values["input_errors"], lidar.values["last_error"]) == (ERROR, "6", "lidar_top: 5")
+    assert (cam.level, cam.values["input_errors"]) == (ERROR, "1")
+    assert odometry.name == "perception_fusion: odometry"
+    assert (odometry.level, odometry.message, odometry.values["input_errors"]) == (
+        ERROR,
+        "input error: odometry: ego pose has a non-finite translation",
+        "1",
+    )
+    _, _, odometry, _ = diag.statuses(None)
+    assert (odometry.level, odometry.message, odometry.values["input_errors"]) == (OK, "ok", "1")
 
 
 def test_the_ros_section_of_the_profile_is_checked() -> None:
