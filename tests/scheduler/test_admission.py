@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Callable
+from typing import Literal
 
 import anyio
 import anyio.lowlevel
+import pytest
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
@@ -174,10 +176,28 @@ def test_a_detached_or_dead_pipeline_s_slots_go_to_the_others() -> None:
 def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together() -> None:
     """The pipelines themselves (not only the rule): two of ``max_in_flight`` 2 each, on one shared fixed
     admission of 2, process at most 2 frames at once between them, and do reach 2."""
+    shared, peak = _two_pipelines_sharing(2)
+    assert peak == 2, peak
+    assert shared.in_flight == 0 and shared.frames == 80
+
+
+@pytest.mark.parametrize("admission", ["fixed", "adaptive"])
+def test_one_frame_at_a_time_pipelines_share_the_admission_too(admission: Literal["fixed", "adaptive"]) -> None:
+    """``max_in_flight: 1`` (a lockstep replay, ``fleet --rate lockstep``) is no exception: two such
+    pipelines on one shared admission keep one frame in flight together, not one each (issue 45: they
+    used to keep admissions of their own, two frames on the node's server)."""
+    shared, peak = _two_pipelines_sharing(1, admission)
+    assert peak == 1, peak
+    assert shared.in_flight == 0 and shared.frames == 80  # every frame was granted by the shared admission
+
+
+def _two_pipelines_sharing(depth: int, admission: Literal["fixed", "adaptive"] = "fixed") -> tuple[SharedAdmission, int]:
+    """Two pipelines of ``max_in_flight`` ``depth``, 40 frames each, on one shared admission: the most
+    frames they processed at once between them."""
     shared = SharedAdmission()
     active = 0
     peak = 0
-    config = PipelineConfig(max_in_flight=2, admission="fixed", queue_size=0, overflow="block")
+    config = PipelineConfig(max_in_flight=depth, admission=admission, queue_size=0, overflow="block")
 
     async def process(f: Frame) -> FrameResult:
         nonlocal active, peak
@@ -197,14 +217,14 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
 
     async def one(owner: str, out: list[FrameResult]) -> None:
         provider = RemoteAdmission(shared.in_process(), owner=owner)
-        async with provider.open(2, DEADLINE, adaptive=False) as admission:
-            pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=admission)
+        async with provider.open(depth, DEADLINE, adaptive=admission == "adaptive") as control:
+            pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=control)
             send, recv = anyio.create_memory_object_stream[FrameResult](100)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pipeline.run, source(40), send)
                 async with recv:
                     out.extend([r async for r in recv])
-        report = admission.report()
+        report = control.report()
         assert report["shared"] is True and report["mode"] == "fixed" and report["shared_by"] in (1, 2)
 
     async def main() -> tuple[list[FrameResult], list[FrameResult]]:
@@ -219,5 +239,4 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
     a, b = anyio.run(main)
     for out in (a, b):
         assert [r.frame_id for r in out] == list(range(40)) and all(r.status is FrameStatus.OK for r in out)
-    assert peak == 2, peak
-    assert shared.in_flight == 0 and shared.frames == 80
+    return shared, peak
