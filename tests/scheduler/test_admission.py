@@ -182,7 +182,7 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
 
 
 @pytest.mark.parametrize("admission", ["fixed", "adaptive"])
-def test_one_frame_at_a_time_pipelines_share_the_admission_too(admission: Literal["fixed", "adaptive"]) -> None:
+def test_one_frame_at_a_time_pipelines_share_the_admission_too(admission: Mode) -> None:
     """``max_in_flight: 1`` (a lockstep replay, ``fleet --rate lockstep``) is no exception: two such
     pipelines on one shared admission keep one frame in flight together, not one each (issue 45: they
     used to keep admissions of their own, two frames on the node's server)."""
@@ -191,7 +191,10 @@ def test_one_frame_at_a_time_pipelines_share_the_admission_too(admission: Litera
     assert shared.in_flight == 0 and shared.frames == 80  # every frame was granted by the shared admission
 
 
-def _two_pipelines_sharing(depth: int, admission: Literal["fixed", "adaptive"] = "fixed") -> tuple[SharedAdmission, int]:
+Mode = Literal["fixed", "adaptive"]
+
+
+def _two_pipelines_sharing(depth: int, admission: Mode = "fixed") -> tuple[SharedAdmission, int]:
     """Two pipelines of ``max_in_flight`` ``depth``, 40 frames each, on one shared admission: the most
     frames they processed at once between them."""
     shared = SharedAdmission()
