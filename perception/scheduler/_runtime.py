@@ -33,6 +33,7 @@ from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
+from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
@@ -147,8 +148,8 @@ class Runtime:
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
-        #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
-        self._fusion_turn: anyio.Event | None = None
+        #: The turns of the frames handed to :meth:`process`: they are fused in that order.
+        self._fusion_order = HandInOrder()
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
@@ -356,12 +357,13 @@ class Runtime:
 
         Frames in flight together are fused in the order they were handed in (the tracker must see
         them in time order, as a lockstep replay does): a frame whose requests end before its
-        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree)."""
+        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree), or for it to
+        end unfused (an error, a cancellation) -- never does a frame pass one handed in before it."""
         dispatcher = self.dispatcher
         start = time.monotonic_ns()
         origin = frame.created_ns or start
-        before, mine = self._fusion_turn, anyio.Event()
-        self._fusion_turn = mine
+        order = self._fusion_order
+        turn = order.take()
         try:
             results = await dispatcher.dispatch(frame, origin + self._join_ns)
             joined = time.monotonic_ns()
@@ -369,14 +371,14 @@ class Runtime:
             fusion_stages: dict[str, int] = {}
             if self._fusion is not None:
                 fusion = self._fusion
-                if before is not None and not before.is_set():
-                    await before.wait()
+                if not order.is_turn(turn):
+                    await order.wait(turn)
                     fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
                 detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
                 fusion_stages.update(stages)
             end = time.monotonic_ns()
         finally:
-            mine.set()
+            order.end(turn)  # fused, or never to be: the next frame's turn once the earlier ones ended
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
 
     def _record(
