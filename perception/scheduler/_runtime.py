@@ -145,6 +145,8 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        #: Records of :meth:`run`'s streams their consumers did not take by the end of a stop's drain.
+        self.undelivered = 0
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
@@ -438,8 +440,12 @@ class Runtime:
         cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
         or leave the loop, without corrupting its own cancel scopes. Closing the generator (``aclose()``,
         ``contextlib.aclosing`` or its finalization) ends the stream: the frames it holds are cancelled
-        and no further frame is taken. An error of the source is raised once the records of the frames
-        taken before it were delivered.
+        and no further frame is taken. A consumer that leaves the loop keeping the generator holds the
+        stream (it runs until its buffer is full, then waits) until the generator is closed or the runtime
+        is (or :meth:`stop`): then the frames in flight finish within the drain timeout, their records
+        wait in the buffer as far as it has room, and those the consumer did not take are counted
+        (:attr:`undelivered`) and logged -- a close never waits for a reader. An error of the source is
+        raised once the records of the frames taken before it were delivered.
         """
         streams = self._streams
         self.dispatcher  # noqa: B018 - raises when closed
@@ -493,7 +499,7 @@ class Runtime:
                     if self._stopping:
                         pipeline.stop()  # stopped before this stream started: it takes no frame
                     self._pipelines.add(pipeline)
-                    stack.callback(self._pipelines.discard, pipeline)
+                    stack.callback(self._stream_ended, pipeline)
                     self.admission = pipeline.admission
                     task_status.started()
                     started = True
@@ -505,6 +511,10 @@ class Runtime:
         finally:
             send.close()
             stream.done.set()
+
+    def _stream_ended(self, pipeline: OrderedPipeline) -> None:
+        self._pipelines.discard(pipeline)
+        self.undelivered += pipeline.undelivered
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later
