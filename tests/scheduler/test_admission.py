@@ -243,3 +243,35 @@ def _two_pipelines_sharing(depth: int, admission: Mode = "fixed") -> tuple[Share
     for out in (a, b):
         assert [r.frame_id for r in out] == list(range(40)) and all(r.status is FrameStatus.OK for r in out)
     return shared, peak
+
+
+def test_a_dead_owner_s_every_stream_is_dropped() -> None:
+    # A worker runs several streams at once (a replay and its modes...): when it dies, drop_owner frees
+    # the slots of all of them and turns their waiters away, not only those of its first stream.
+    async def main() -> None:
+        shared = SharedAdmission()
+        a1 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        b = shared.attach(4, DEADLINE, adaptive=False, owner="b")
+        a2 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        a3 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        for token in (a1, a2, a2, a3):
+            assert await shared.acquire(token)  # all 4 slots: a's three streams hold them
+        got: dict[int, bool] = {}
+
+        async def wait(token: int) -> None:
+            got[token] = await shared.acquire(token)
+
+        with anyio.fail_after(10):  # watchdog
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait, a3)  # a's third stream waits for a slot
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(wait, b)  # then b
+                await anyio.wait_all_tasks_blocked()
+                assert got == {} and shared.in_flight == 4
+                shared.drop_owner("a")
+        assert got[b] is True  # b's waiter granted (a's own waiter may get a slot a's other streams free)
+        assert shared.in_flight == 1 and shared.report()["shared_by"] == 1  # b's own frame alone
+        for token in (a1, a2, a3):
+            assert not await shared.acquire(token)  # every stream of a detached
+
+    anyio.run(main)
