@@ -12,11 +12,12 @@ their frames together); the rest wait in a bounded queue of ``queue_size``. When
 A dropped frame is not lost: it is emitted, in order, as a record with status ``dropped`` and the
 reason. Every frame that enters yields exactly one result.
 
-A stopped pipeline (:meth:`OrderedPipeline.stop`; a runtime closing) ends within the drain timeout
-whatever its consumer does: the frames in flight get until then to finish (later they are cancelled,
-with a ``shutdown`` record), and their records are sent as far as the consumer takes them or the output
-has room by then. A consumer that left the loop keeping its generator, or never reads again, does not
-hold the close: the records it did not take are counted (``undelivered``) and logged with their frames.
+A stopped pipeline (:meth:`OrderedPipeline.stop`; a runtime closing) ends whatever its consumer does:
+the frames in flight get the drain timeout to finish (later they are cancelled, with a ``shutdown``
+record), and their records are sent while the consumer takes them; a record that waited the drain
+timeout for a consumer that took nothing in that time (one that left the loop keeping its generator, or
+never reads again) ends the wait: the records left go as far as the output has room, the others are
+counted (``undelivered``) and logged with their frames. A consumer that reads gets every record.
 """
 
 from __future__ import annotations
@@ -92,9 +93,11 @@ class OrderedPipeline:
         self.dropped_count = 0
         #: Records the consumer did not take by the end of a stopped pipeline's drain (logged with their frames).
         self.undelivered = 0
-        #: When a stopped pipeline's drain ends (the event loop's clock), and the waits it bounds.
+        #: When a stopped pipeline's frames in flight are cancelled, and when its sends give up (the drain
+        #: timeout after the last record went out); the event loop's clock. The waits they bound (True: a send).
         self._drain_by: float | None = None
-        self._bounded: set[anyio.CancelScope] = set()
+        self._send_by: float | None = None
+        self._bounded: dict[anyio.CancelScope, bool] = {}
 
     @property
     def in_flight(self) -> int:
@@ -105,20 +108,30 @@ class OrderedPipeline:
         timeout from now; the rest are recorded (see the module docs)."""
         self._intake.cancel()
         if self._drain_by is None:
-            self._drain_by = anyio.current_time() + self._drain_s
+            self._drain_by = self._send_by = anyio.current_time() + self._drain_s
             for scope in self._bounded:
-                scope.deadline = min(scope.deadline, self._drain_by)
+                scope.deadline = self._drain_by
+
+    def _sent(self) -> None:
+        """A record went out while stopping: the sends wait the drain timeout again from now."""
+        if self._send_by is not None:
+            self._send_by = anyio.current_time() + self._drain_s
+            for scope, sending in self._bounded.items():
+                if sending:
+                    scope.deadline = self._send_by
 
     @contextlib.contextmanager
-    def _until_drained(self) -> Iterator[anyio.CancelScope]:
-        """A scope that ends when a stopped pipeline's drain does (also if :meth:`stop` comes later)."""
-        scope = anyio.CancelScope(deadline=math.inf if self._drain_by is None else self._drain_by)
-        self._bounded.add(scope)
+    def _until_drained(self, *, sending: bool) -> Iterator[anyio.CancelScope]:
+        """A scope that ends when a stopped pipeline's drain does, or its sends give up (``sending``);
+        also if :meth:`stop` comes later."""
+        by = self._send_by if sending else self._drain_by
+        scope = anyio.CancelScope(deadline=math.inf if by is None else by)
+        self._bounded[scope] = sending
         try:
             with scope:
                 yield scope
         finally:
-            self._bounded.discard(scope)
+            del self._bounded[scope]
 
     async def run(self, source: AsyncIterable[Frame], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order; then close it."""
@@ -133,7 +146,7 @@ class OrderedPipeline:
                         async for frame in source:
                             await self._admit(frame, tg)
                     # Source finished or stop(): let in-flight frames finish, bounded when stopping.
-                    with self._until_drained() as drain:
+                    with self._until_drained(sending=False) as drain:
                         async with self._cond:
                             while self._in_flight or (self._pending and not self._intake.cancel_called):
                                 await self._cond.wait()
@@ -147,7 +160,7 @@ class OrderedPipeline:
             finally:
                 # Cancelled (its consumer left, or everything is being cancelled): the records go out as
                 # far as the stream has room, without waiting for a reader that may never come back.
-                # Stopped: only until the drain ends (a consumer that keeps the generator and never
+                # Stopped: only while the consumer takes records (one that keeps the generator and never
                 # reads again does not hold the close); what is left is sent as far as there is room.
                 with anyio.CancelScope(shield=True):
                     self._abandon()
@@ -252,13 +265,14 @@ class OrderedPipeline:
         the others are logged as not delivered."""
         assert self._out is not None
         lost: list[int] = []
-        with self._until_drained() if wait else contextlib.nullcontext():
+        with self._until_drained(sending=True) if wait else contextlib.nullcontext():
             async with self._out_lock:
                 while self._next_emit in self._done:
                     result = self._done[self._next_emit]
                     try:
                         if wait:
                             await self._out.send(result)  # removed only once delivered (send may be cancelled)
+                            self._sent()
                         else:
                             self._out.send_nowait(result)
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
