@@ -145,7 +145,7 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
-        #: Records of :meth:`run`'s streams their consumers did not take by the end of a stop's drain.
+        #: Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`).
         self.undelivered = 0
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
@@ -444,8 +444,9 @@ class Runtime:
         stream (it runs until its buffer is full, then waits) until the generator is closed or the runtime
         is (or :meth:`stop`): then the frames in flight finish within the drain timeout, their records
         wait in the buffer as far as it has room, and those the consumer did not take are counted
-        (:attr:`undelivered`) and logged -- a close never waits for a reader. An error of the source is
-        raised once the records of the frames taken before it were delivered.
+        (:attr:`undelivered`) and logged -- a close waits for a reader only while it reads (the drain
+        timeout from the last record it took). An error of the source is raised once the records of the
+        frames taken before it were delivered.
         """
         streams = self._streams
         self.dispatcher  # noqa: B018 - raises when closed
