@@ -1,10 +1,12 @@
 """Per-drive outputs written once: a staging directory, then one atomic rename to ``OUT/<drive>/``.
 
-A drive's worker writes into ``OUT/.staging/<drive>.<attempt>.<pid>/`` and renames it into place only
-when the replay has ended, so a worker killed mid-drive leaves a staging directory (removed by the
-driver at the end of the run), never a partial ``OUT/<drive>/``, and a retried drive never leaves two
-copies or duplicate records. The rename is atomic on one filesystem: on a cluster, ``OUT`` is a
-directory every node shares (NFS...).
+A drive's worker writes into ``OUT/.perception-fleet-staging/<drive>.<attempt>.<pid>/`` and renames it
+into place only when the replay has ended, so a worker killed mid-drive leaves a staging directory
+(removed by the driver at the end of the run), never a partial ``OUT/<drive>/``, and a retried drive never
+leaves two copies or duplicate records. The rename is atomic on one filesystem: on a cluster, ``OUT`` is a
+directory every node shares (NFS...). The staging root (:data:`STAGING`) is the tool's own: it is made
+holding :data:`STAGING_MARKER` and removed only when it holds it, so a user's directory of that name, or
+any other dot-directory in ``OUT`` (``.staging``, ``.git``...), is never used nor removed.
 
 Only what the tool made is written or replaced. ``OUT`` is claimed at the start of a run
 (:func:`claim_output`): a new or empty directory gets the marker :data:`OUT_MARKER`; one holding
@@ -29,6 +31,7 @@ __all__ = [
     "DRIVE_MARKER",
     "OUT_MARKER",
     "STAGING",
+    "STAGING_MARKER",
     "SUMMARY_FILE",
     "claim_output",
     "clear_staging",
@@ -36,7 +39,10 @@ __all__ = [
     "staging_dir",
 ]
 
-STAGING = ".staging"
+#: In ``OUT``: where drives are staged before they are published (the tool's own; see the module docs).
+STAGING = ".perception-fleet-staging"
+#: In ``OUT/STAGING``: this staging directory is one the tool made (so it may remove it).
+STAGING_MARKER = ".perception-fleet-staging-dir"
 #: In ``OUT``: this directory is a fleet run's output (written by :func:`claim_output`).
 OUT_MARKER = ".perception-fleet"
 #: In ``OUT/<drive>/``: this directory is a drive output the tool published (written by :func:`publish`).
@@ -63,6 +69,13 @@ def claim_output(out: Path, *, force: bool = False) -> None:
                 "(existing directories that are not fleet drive outputs are never replaced)",
                 file=str(out),
             )
+    staging = out / STAGING
+    if (staging.exists() or staging.is_symlink()) and not _is_staging(staging):
+        raise FleetError(
+            f"{staging} exists and is not the fleet's staging directory (no {STAGING_MARKER}); "
+            "it is neither used nor removed: move it or choose another --out",
+            file=str(staging),
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / OUT_MARKER).write_text("perception fleet output\n", encoding="utf-8")
 
@@ -76,7 +89,7 @@ def is_drive_output(path: Path) -> bool:
 
 def staging_dir(out: Path, name: str, attempt: int) -> Path:
     """A fresh, empty staging directory for ``attempt`` of drive ``name`` in this process."""
-    path = out / STAGING / f"{name}.{attempt}.{os.getpid()}"
+    path = _staging_root(out) / f"{name}.{attempt}.{os.getpid()}"
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
@@ -94,7 +107,7 @@ def publish(staging: Path, final: Path) -> None:
                 "rename the drive or choose another --out",
                 file=str(final),
             )
-        old = final.parent / STAGING / f"{final.name}.old.{uuid.uuid4().hex[:8]}"
+        old = _staging_root(final.parent) / f"{final.name}.old.{uuid.uuid4().hex[:8]}"
         os.replace(final, old)
     (staging / DRIVE_MARKER).write_text("perception fleet drive output\n", encoding="utf-8")
     os.replace(staging, final)
@@ -103,5 +116,29 @@ def publish(staging: Path, final: Path) -> None:
 
 
 def clear_staging(out: Path) -> None:
-    """Remove what unfinished attempts left (a killed worker's, a cancelled drive's)."""
-    shutil.rmtree(out / STAGING, ignore_errors=True)
+    """Remove what unfinished attempts left (a killed worker's, a cancelled drive's): the staging
+    directory, only if the tool made it (it holds :data:`STAGING_MARKER`)."""
+    staging = out / STAGING
+    if _is_staging(staging):
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_staging(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and (path / STAGING_MARKER).is_file()
+
+
+def _staging_root(out: Path) -> Path:
+    """``OUT/STAGING``, made with its marker if there is none yet (atomically: workers on several nodes may
+    race to make it); a directory of that name without the marker is not used (:class:`FleetError`)."""
+    root = out / STAGING
+    if not root.exists() and not root.is_symlink():
+        fresh = out / f"{STAGING}.{uuid.uuid4().hex[:8]}"
+        fresh.mkdir(parents=True)
+        (fresh / STAGING_MARKER).write_text("perception fleet staging; removed at the end of a run\n", encoding="utf-8")
+        try:
+            os.rename(fresh, root)
+        except OSError:  # another process made it meanwhile
+            shutil.rmtree(fresh, ignore_errors=True)
+    if not _is_staging(root):
+        raise FleetError(f"{root} is not the fleet's staging directory (no {STAGING_MARKER}); not used", file=str(root))
+    return root

@@ -386,8 +386,9 @@ class RemoteAdmission:
     """An :class:`AdmissionProvider` over a shared admission: each stream a runtime runs attaches to it.
 
     ``server``: the :class:`SharedAdmission`'s calls (:class:`AdmissionServer`). ``owner`` names this
-    process for :meth:`SharedAdmission.drop_owner`. A stream of one frame at a time (``max_in_flight``
-    1: a lockstep replay, which awaits every sensor whatever the deadline) keeps its own admission.
+    process for :meth:`SharedAdmission.drop_owner`. Every stream attaches, whatever its ``max_in_flight``:
+    a stream of one frame at a time (a lockstep replay) keeps one frame in flight *together with* the
+    others, not one of its own beside theirs (its ceiling of 1 is the tightest, so it applies to all).
     """
 
     def __init__(self, server: AdmissionServer, owner: str = "") -> None:
@@ -396,9 +397,6 @@ class RemoteAdmission:
 
     @contextlib.asynccontextmanager
     async def open(self, max_in_flight: int, deadline_ns: int, *, adaptive: bool) -> AsyncIterator[AdmissionControl]:
-        if max_in_flight <= 1:
-            yield Admission(max_in_flight, deadline_ns, adaptive=adaptive)
-            return
         token = await self.server.attach(max_in_flight, deadline_ns, adaptive, self.owner)
         client = _RemoteSlots(self.server, token, max_in_flight)
         try:

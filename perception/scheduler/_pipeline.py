@@ -11,14 +11,23 @@ their frames together); the rest wait in a bounded queue of ``queue_size``. When
 
 A dropped frame is not lost: it is emitted, in order, as a record with status ``dropped`` and the
 reason. Every frame that enters yields exactly one result.
+
+A stopped pipeline (:meth:`OrderedPipeline.stop`; a runtime closing) ends whatever its consumer does:
+the frames in flight get the drain timeout to finish (later they are cancelled, with a ``shutdown``
+record), and their records are sent while the consumer takes them; a record that waited the drain
+timeout for a consumer that took nothing in that time (one that left the loop keeping its generator, or
+never reads again) ends the wait: the records left go as far as the output has room, the others are
+counted (``undelivered``) and logged with their frames. A consumer that reads gets every record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 from collections import deque
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from dataclasses import replace
 
 import anyio
@@ -82,14 +91,47 @@ class OrderedPipeline:
         self._intake = anyio.CancelScope()
         self._out: MemoryObjectSendStream[FrameResult] | None = None
         self.dropped_count = 0
+        #: Records the consumer did not take by the end of a stopped pipeline's drain (logged with their frames).
+        self.undelivered = 0
+        #: When a stopped pipeline's frames in flight are cancelled, and when its sends give up (the drain
+        #: timeout after the last record went out); the event loop's clock. The waits they bound (True: a send).
+        self._drain_by: float | None = None
+        self._send_by: float | None = None
+        self._bounded: dict[anyio.CancelScope, bool] = {}
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
     def stop(self) -> None:
-        """Stop taking frames; in-flight frames drain (up to the drain timeout), the rest are recorded."""
+        """Stop taking frames; in-flight frames drain and their records are sent, all within the drain
+        timeout from now; the rest are recorded (see the module docs)."""
         self._intake.cancel()
+        if self._drain_by is None:
+            self._drain_by = self._send_by = anyio.current_time() + self._drain_s
+            for scope in self._bounded:
+                scope.deadline = self._drain_by
+
+    def _sent(self) -> None:
+        """A record went out while stopping: the sends wait the drain timeout again from now."""
+        if self._send_by is not None:
+            self._send_by = anyio.current_time() + self._drain_s
+            for scope, sending in self._bounded.items():
+                if sending:
+                    scope.deadline = self._send_by
+
+    @contextlib.contextmanager
+    def _until_drained(self, *, sending: bool) -> Iterator[anyio.CancelScope]:
+        """A scope that ends when a stopped pipeline's drain does, or its sends give up (``sending``);
+        also if :meth:`stop` comes later."""
+        by = self._send_by if sending else self._drain_by
+        scope = anyio.CancelScope(deadline=math.inf if by is None else by)
+        self._bounded[scope] = sending
+        try:
+            with scope:
+                yield scope
+        finally:
+            del self._bounded[scope]
 
     async def run(self, source: AsyncIterable[Frame], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order; then close it."""
@@ -104,7 +146,7 @@ class OrderedPipeline:
                         async for frame in source:
                             await self._admit(frame, tg)
                     # Source finished or stop(): let in-flight frames finish, bounded when stopping.
-                    with anyio.move_on_after(self._drain_s if self._intake.cancel_called else None) as drain:
+                    with self._until_drained(sending=False) as drain:
                         async with self._cond:
                             while self._in_flight or (self._pending and not self._intake.cancel_called):
                                 await self._cond.wait()
@@ -118,9 +160,13 @@ class OrderedPipeline:
             finally:
                 # Cancelled (its consumer left, or everything is being cancelled): the records go out as
                 # far as the stream has room, without waiting for a reader that may never come back.
+                # Stopped: only while the consumer takes records (one that keeps the generator and never
+                # reads again does not hold the close); what is left is sent as far as there is room.
                 with anyio.CancelScope(shield=True):
                     self._abandon()
-                    await self._flush(wait=not cancelled)
+                    if not cancelled:
+                        await self._flush()
+                    await self._flush(wait=False)
 
     async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
         try:
@@ -219,18 +265,21 @@ class OrderedPipeline:
         the others are logged as not delivered."""
         assert self._out is not None
         lost: list[int] = []
-        async with self._out_lock:
-            while self._next_emit in self._done:
-                result = self._done[self._next_emit]
-                try:
-                    if wait:
-                        await self._out.send(result)  # removed only once delivered (send may be cancelled)
-                    else:
-                        self._out.send_nowait(result)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
-                    lost.append(result.frame_id)
-                del self._done[self._next_emit]
-                self._next_emit += 1
+        with self._until_drained(sending=True) if wait else contextlib.nullcontext():
+            async with self._out_lock:
+                while self._next_emit in self._done:
+                    result = self._done[self._next_emit]
+                    try:
+                        if wait:
+                            await self._out.send(result)  # removed only once delivered (send may be cancelled)
+                            self._sent()
+                        else:
+                            self._out.send_nowait(result)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
+                        lost.append(result.frame_id)
+                    del self._done[self._next_emit]
+                    self._next_emit += 1
+        self.undelivered += len(lost)
         if lost:
             log.warning(
                 "result consumer went away: %d frame(s) not delivered (%s)",

@@ -33,6 +33,7 @@ from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
+from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
@@ -144,11 +145,13 @@ class Runtime:
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
+        #: Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`).
+        self.undelivered = 0
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
-        #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
-        self._fusion_turn: anyio.Event | None = None
+        #: The turns of the frames handed to :meth:`process`: they are fused in that order.
+        self._fusion_order = HandInOrder()
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
@@ -356,12 +359,13 @@ class Runtime:
 
         Frames in flight together are fused in the order they were handed in (the tracker must see
         them in time order, as a lockstep replay does): a frame whose requests end before its
-        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree)."""
+        predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree), or for it to
+        end unfused (an error, a cancellation) -- never does a frame pass one handed in before it."""
         dispatcher = self.dispatcher
         start = time.monotonic_ns()
         origin = frame.created_ns or start
-        before, mine = self._fusion_turn, anyio.Event()
-        self._fusion_turn = mine
+        order = self._fusion_order
+        turn = order.take()
         try:
             results = await dispatcher.dispatch(frame, origin + self._join_ns)
             joined = time.monotonic_ns()
@@ -369,14 +373,14 @@ class Runtime:
             fusion_stages: dict[str, int] = {}
             if self._fusion is not None:
                 fusion = self._fusion
-                if before is not None and not before.is_set():
-                    await before.wait()
+                if not order.is_turn(turn):
+                    await order.wait(turn)
                     fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
                 detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
                 fusion_stages.update(stages)
             end = time.monotonic_ns()
         finally:
-            mine.set()
+            order.end(turn)  # fused, or never to be: the next frame's turn once the earlier ones ended
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
 
     def _record(
@@ -436,8 +440,13 @@ class Runtime:
         cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
         or leave the loop, without corrupting its own cancel scopes. Closing the generator (``aclose()``,
         ``contextlib.aclosing`` or its finalization) ends the stream: the frames it holds are cancelled
-        and no further frame is taken. An error of the source is raised once the records of the frames
-        taken before it were delivered.
+        and no further frame is taken. A consumer that leaves the loop keeping the generator holds the
+        stream (it runs until its buffer is full, then waits) until the generator is closed or the runtime
+        is (or :meth:`stop`): then the frames in flight finish within the drain timeout, their records
+        wait in the buffer as far as it has room, and those the consumer did not take are counted
+        (:attr:`undelivered`) and logged -- a close waits for a reader only while it reads (the drain
+        timeout from the last record it took). An error of the source is raised once the records of the
+        frames taken before it were delivered.
         """
         streams = self._streams
         self.dispatcher  # noqa: B018 - raises when closed
@@ -491,7 +500,7 @@ class Runtime:
                     if self._stopping:
                         pipeline.stop()  # stopped before this stream started: it takes no frame
                     self._pipelines.add(pipeline)
-                    stack.callback(self._pipelines.discard, pipeline)
+                    stack.callback(self._stream_ended, pipeline)
                     self.admission = pipeline.admission
                     task_status.started()
                     started = True
@@ -503,6 +512,10 @@ class Runtime:
         finally:
             send.close()
             stream.done.set()
+
+    def _stream_ended(self, pipeline: OrderedPipeline) -> None:
+        self._pipelines.discard(pipeline)
+        self.undelivered += pipeline.undelivered
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later

@@ -110,3 +110,23 @@ def test_a_registered_kind_gets_its_default_model_and_can_trigger() -> None:
         assert cfg.trigger.sensor == "th"
     finally:
         unregister_kind("thermal_rs")
+
+
+def test_a_vehicle_s_cameras_get_the_real_camera_model() -> None:
+    # A live rig is a vehicle's real sensors: its cameras are served the model for real cameras (the
+    # COCO-trained YOLOX-Nano), never the simulator-trained CNN, which finds nothing on real images. The
+    # names are written out, not read from the constants the code resolves with.
+    from perception.live import LiveRuntime
+    from perception.scheduler import Session
+    from perception.types import SessionSource
+
+    cfg = load_config(ROOT / "launch" / "replay.yaml")
+    for session in (
+        Session.assemble(cfg, SessionSource.live(RIG)),
+        Runtime(cfg, rig=RIG, fusion=None).session,  # not opened: no server
+        Runtime(cfg, source=SessionSource.live(RIG), fusion=None).session,
+    ):
+        assert [s.model for s in session.config.sensors if s.kind == "camera"] == ["yolox_nano", "yolox_nano"]
+        assert session.config.sensor("lidar_top").model == "lidar_detector"
+    live = LiveRuntime(cfg, RIG, fusion=None)  # not started
+    assert [s.model for s in live.config.sensors if s.kind == "camera"] == ["yolox_nano", "yolox_nano"]

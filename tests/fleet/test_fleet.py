@@ -40,7 +40,7 @@ from reliability_helpers import profile_data, sleepy_repository, write_drive, wr
 
 from perception.cli import main
 from perception.fleet import FLEET_JSON, FLEET_MD, Tolerances, compare_runs
-from perception.fleet._outputs import ADMISSION_FILE, OUT_MARKER, SUMMARY_FILE
+from perception.fleet._outputs import ADMISSION_FILE, OUT_MARKER, STAGING, SUMMARY_FILE
 from perception.replay import MODES
 from perception.server import EmbeddedTriton, cleanup_stale_shm, free_port
 from perception.server._procs import iter_processes, pid_alive
@@ -203,7 +203,7 @@ def test_a_dead_owner_s_region_is_left_behind_only_if_the_owner_was_ours(tmp_pat
 
 def _kill_first_attempt(out: Path, name: str, done: threading.Event, killed: list[int]) -> None:
     """SIGKILL the worker that starts drive ``name`` (its staging dir names the attempt and its pid)."""
-    staging = out / ".staging"
+    staging = out / STAGING
     while not done.is_set():
         for entry in staging.glob(f"{name}.1.*") if staging.is_dir() else []:
             pid = int(entry.name.rsplit(".", 1)[1])
@@ -237,11 +237,15 @@ def first_run(
 ) -> tuple[Path, int, list[int]]:
     out = tmp_path_factory.mktemp("fleet") / "out"
     out.mkdir()
+    for user in (".staging", ".git"):  # a user's dot-directories, beside which --force writes (issue 45)
+        (out / user).mkdir()
+        (out / user / "notes.txt").write_text(f"{user} is mine\n")
     done, killed = threading.Event(), list[int]()
     killer = threading.Thread(target=_kill_first_attempt, args=(out, "a", done, killed), daemon=True)
     killer.start()
     try:
-        argv = ["fleet", str(drives), "--out", str(out), "--workers", "2", *head.join(triton.grpc_url), "--no-progress"]
+        argv = ["fleet", str(drives), "--out", str(out), "--force", "--workers", "2", *head.join(triton.grpc_url)]
+        argv += ["--no-progress"]
         code = _run(argv, env=head.env)
     finally:
         done.set()
@@ -261,7 +265,9 @@ def test_every_drive_is_reported_once_with_one_record_per_frame(first_run: tuple
         assert len(ids) == len(set(ids)) == d["frames"] > 0
         assert json.loads((out / name / "report.json").read_text())["frames"] == d["frames"]
         assert (out / name / "fused.mcap").is_file()
-    assert not (out / ".staging").exists()
+    assert not (out / STAGING).exists()
+    for user in (".staging", ".git"):  # --force wrote beside them, and removed only its own staging
+        assert (out / user / "notes.txt").read_text() == f"{user} is mine\n"
     assert report["totals"]["frames"] == by_name["a"]["frames"] + by_name["b"]["frames"] + by_name["broken"].get(
         "frames", 0
     )
@@ -490,7 +496,7 @@ def test_a_worker_killed_holding_shared_slots_leaves_them_to_the_others(head: Ra
     try:
         # mid-drive: both drives have records, so both workers are taking slots
         _until(lambda: len(_staged_frames(out)) == 2 and min(_staged_frames(out).values()) >= 5, cli, "frames")
-        staged = next((out / ".staging").glob("k1.1.*"))
+        staged = next((out / STAGING).glob("k1.1.*"))
         pid = int(staged.name.rsplit(".", 1)[1])
         held = sorted(p for p in SHM_DIR.iterdir() if shm_owner_pid(p.name) == pid)
         os.kill(pid, signal.SIGKILL)
@@ -576,7 +582,7 @@ def _end(cli: subprocess.Popen[bytes], timeout_s: float = 180.0) -> int:
 
 def _staged_frames(out: Path) -> dict[str, int]:
     """Records written so far by each running drive (its staging dir ``<drive>.<attempt>.<pid>``)."""
-    staging = out / ".staging"
+    staging = out / STAGING
     counts = {}
     for d in sorted(staging.iterdir()) if staging.is_dir() else []:
         try:

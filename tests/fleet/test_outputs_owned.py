@@ -12,7 +12,17 @@ from reliability_helpers import profile_data, write_drive, write_profile
 
 from perception.cli import main
 from perception.errors import FleetError
-from perception.fleet._outputs import DRIVE_MARKER, OUT_MARKER, SUMMARY_FILE, claim_output, publish, staging_dir
+from perception.fleet._outputs import (
+    DRIVE_MARKER,
+    OUT_MARKER,
+    STAGING,
+    STAGING_MARKER,
+    SUMMARY_FILE,
+    claim_output,
+    clear_staging,
+    publish,
+    staging_dir,
+)
 from perception.fleet._worker import DriveJob, DriveWorker, WorkerSettings
 from perception.server import EmbeddedTriton
 
@@ -81,6 +91,40 @@ def test_claim_output(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(FleetError, match="not a directory"):
         claim_output(tmp_path / "file", force=True)
+
+
+def test_force_writes_beside_a_user_s_dot_directories_and_removes_only_its_own_staging(tmp_path: Path) -> None:
+    # issue 45: `fleet --force` removed OUT/.staging after claiming OUT, whoever had made it
+    out = tmp_path / "out"
+    for user in (".staging", ".git", ".cache/sub"):
+        (out / user).mkdir(parents=True)
+        (out / user / "notes.txt").write_text(f"{user} is mine")
+    before = _tree(out)
+    claim_output(out, force=True)  # what the driver does at the start of a run,
+    clear_staging(out)
+    staging = staging_dir(out, "a", 1)  # a worker's attempt,
+    assert staging.parent == out / STAGING and (out / STAGING / STAGING_MARKER).is_file()
+    (staging / "detections.jsonl").write_text("{}\n")
+    publish(staging, out / "a")
+    staging_dir(out, "a", 2)  # an attempt republished over the first one, another one left unfinished
+    publish(staging_dir(out, "a", 3), out / "a")
+    clear_staging(out)  # and what it does at the end
+    assert not (out / STAGING).exists()
+    assert {k: v for k, v in _tree(out).items() if k.split("/")[0].startswith(".") and k != OUT_MARKER} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted([".staging", ".git", ".cache", OUT_MARKER, "a"])
+
+
+def test_a_directory_named_like_the_staging_is_not_the_tool_s_unless_marked(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / STAGING).mkdir(parents=True)  # the user's, whatever its name
+    (out / STAGING / "notes.txt").write_text("mine")
+    with pytest.raises(FleetError, match="not the fleet's staging directory") as info:
+        claim_output(out, force=True)
+    assert info.value.file == str(out / STAGING)
+    clear_staging(out)
+    with pytest.raises(FleetError, match="not the fleet's staging directory"):
+        staging_dir(out, "a", 1)
+    assert (out / STAGING / "notes.txt").read_text() == "mine" and not (out / STAGING / "a.1").exists()
 
 
 def test_fleet_out_dot_beside_models_is_refused_without_starting_a_cluster(

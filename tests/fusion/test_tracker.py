@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -254,3 +255,28 @@ def test_a_radar_velocity_makes_a_track_move_at_once() -> None:
         dets = step(fuser, k, results)
         assert len(dets) == 1 and dets[0].id == 1
         assert dets[0].velocity[0] == pytest.approx(12.0, abs=1.0)
+
+
+def test_each_frame_s_association_is_a_matching_with_both_rounds_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The two association rounds answer with pairs of their own buffers: the second round's candidates
+    # once overwrote the first round's pairs (views of the shared buffers) before they were returned, so
+    # a track could be updated twice and another not at all (issue 45; the fix of commit 770c7c0). The
+    # young moving tracks go to the second round in the first frames here, beside the first round's pairs.
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    tracker = fuser._tracker
+    assert tracker is not None
+    answers: list[tuple[list[int], list[int]]] = []
+    associate = tracker._associate
+
+    def recorded(*args: Any) -> tuple[Any, Any]:
+        rows, cols = associate(*args)
+        answers.append((rows.tolist(), cols.tolist()))
+        return rows, cols
+
+    monkeypatch.setattr(tracker, "_associate", recorded)
+    for k in range(20):
+        step(fuser, k, lidar_frame(k))
+    assert len(answers) == 20
+    for k, (rows, cols) in enumerate(answers[1:], 1):  # from frame 1 on, the three objects are tracked
+        assert len(set(rows)) == len(rows) and len(set(cols)) == len(cols), (k, rows, cols)  # a matching
+        assert sorted(rows) == [0, 1, 2] and sorted(cols) == [0, 1, 2], (k, rows, cols)  # every track, once

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Callable
+from typing import Literal
 
 import anyio
 import anyio.lowlevel
+import pytest
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
@@ -174,10 +176,31 @@ def test_a_detached_or_dead_pipeline_s_slots_go_to_the_others() -> None:
 def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together() -> None:
     """The pipelines themselves (not only the rule): two of ``max_in_flight`` 2 each, on one shared fixed
     admission of 2, process at most 2 frames at once between them, and do reach 2."""
+    shared, peak = _two_pipelines_sharing(2)
+    assert peak == 2, peak
+    assert shared.in_flight == 0 and shared.frames == 80
+
+
+@pytest.mark.parametrize("admission", ["fixed", "adaptive"])
+def test_one_frame_at_a_time_pipelines_share_the_admission_too(admission: Mode) -> None:
+    """``max_in_flight: 1`` (a lockstep replay, ``fleet --rate lockstep``) is no exception: two such
+    pipelines on one shared admission keep one frame in flight together, not one each (issue 45: they
+    used to keep admissions of their own, two frames on the node's server)."""
+    shared, peak = _two_pipelines_sharing(1, admission)
+    assert peak == 1, peak
+    assert shared.in_flight == 0 and shared.frames == 80  # every frame was granted by the shared admission
+
+
+Mode = Literal["fixed", "adaptive"]
+
+
+def _two_pipelines_sharing(depth: int, admission: Mode = "fixed") -> tuple[SharedAdmission, int]:
+    """Two pipelines of ``max_in_flight`` ``depth``, 40 frames each, on one shared admission: the most
+    frames they processed at once between them."""
     shared = SharedAdmission()
     active = 0
     peak = 0
-    config = PipelineConfig(max_in_flight=2, admission="fixed", queue_size=0, overflow="block")
+    config = PipelineConfig(max_in_flight=depth, admission=admission, queue_size=0, overflow="block")
 
     async def process(f: Frame) -> FrameResult:
         nonlocal active, peak
@@ -197,14 +220,14 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
 
     async def one(owner: str, out: list[FrameResult]) -> None:
         provider = RemoteAdmission(shared.in_process(), owner=owner)
-        async with provider.open(2, DEADLINE, adaptive=False) as admission:
-            pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=admission)
+        async with provider.open(depth, DEADLINE, adaptive=admission == "adaptive") as control:
+            pipeline = OrderedPipeline(process, dropped, config, deadline_ns=DEADLINE, admission=control)
             send, recv = anyio.create_memory_object_stream[FrameResult](100)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pipeline.run, source(40), send)
                 async with recv:
                     out.extend([r async for r in recv])
-        report = admission.report()
+        report = control.report()
         assert report["shared"] is True and report["mode"] == "fixed" and report["shared_by"] in (1, 2)
 
     async def main() -> tuple[list[FrameResult], list[FrameResult]]:
@@ -219,5 +242,36 @@ def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together()
     a, b = anyio.run(main)
     for out in (a, b):
         assert [r.frame_id for r in out] == list(range(40)) and all(r.status is FrameStatus.OK for r in out)
-    assert peak == 2, peak
-    assert shared.in_flight == 0 and shared.frames == 80
+    return shared, peak
+
+
+def test_a_dead_owner_s_every_stream_is_dropped() -> None:
+    # A worker runs several streams at once (a replay and its modes...): when it dies, drop_owner frees
+    # the slots of all of them and turns their waiters away, not only those of its first stream.
+    async def main() -> None:
+        shared = SharedAdmission()
+        a1 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        b = shared.attach(4, DEADLINE, adaptive=False, owner="b")
+        a2 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        a3 = shared.attach(4, DEADLINE, adaptive=False, owner="a")
+        for token in (a1, a2, a2, a3):
+            assert await shared.acquire(token)  # all 4 slots: a's three streams hold them
+        got: dict[int, bool] = {}
+
+        async def wait(token: int) -> None:
+            got[token] = await shared.acquire(token)
+
+        with anyio.fail_after(10):  # watchdog
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait, a3)  # a's third stream waits for a slot
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(wait, b)  # then b
+                await anyio.wait_all_tasks_blocked()
+                assert got == {} and shared.in_flight == 4
+                shared.drop_owner("a")
+        assert got[b] is True  # b's waiter granted (a's own waiter may get a slot a's other streams free)
+        assert shared.in_flight == 1 and shared.report()["shared_by"] == 1  # b's own frame alone
+        for token in (a1, a2, a3):
+            assert not await shared.acquire(token)  # every stream of a detached
+
+    anyio.run(main)

@@ -10,7 +10,7 @@ import pytest
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline
-from perception.types import Frame, FrameResult, FrameStatus
+from perception.types import Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +179,66 @@ async def test_processing_bug_is_recorded_not_lost() -> None:
         out = await collect(p, paced(3, 0))
     assert [r.status for r in out] == [FrameStatus.OK, FrameStatus.DROPPED, FrameStatus.OK]
     assert "ValueError: boom" in (out[1].reason or "")
+
+
+async def test_a_frame_with_a_late_sensor_is_reported_late_to_the_admission() -> None:
+    # A sensor late at the join halves the adaptive admission's limit even when the frame kept its
+    # deadline (the join cut it off): the pipeline must say so when it gives the slot back.
+    late = {1, 3, 4}
+
+    async def process(f: Frame) -> FrameResult:
+        status = SensorStatus.LATE if f.frame_id in late else SensorStatus.OK
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DEGRADED, {"lidar": SensorResult("lidar", status)})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    config = PipelineConfig(max_in_flight=2, queue_size=10, overflow="block", admission="adaptive")
+    p = OrderedPipeline(process, dropped, config, deadline_ns=60_000_000_000)  # no frame nears its deadline
+    with anyio.fail_after(10):  # watchdog
+        out = await collect(p, _frames(8))
+    assert [r.frame_id for r in out] == list(range(8)) and not any(r.deadline_missed for r in out)
+    report = p.admission.report()
+    assert report["mode"] == "adaptive" and report["overloaded_frames"] == len(late), report
+
+
+async def _frames(n: int) -> AsyncIterator[Frame]:
+    for i in range(n):
+        yield frame(i)
+
+
+async def test_a_stopped_pipeline_still_gives_a_slow_reader_every_record() -> None:
+    # A stop bounds the wait for a consumer that takes nothing (issue 45), not for one that reads: with
+    # no buffer, each of the 10 records waits for the reader, which takes one every 0.3 s -- 3 s in all,
+    # beyond the 2 s drain timeout -- and gets every one of them.
+    go = anyio.Event()
+
+    async def process(f: Frame) -> FrameResult:
+        await go.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    async def source() -> AsyncIterator[Frame]:
+        async for f in _frames(10):
+            yield f
+        await anyio.sleep_forever()  # a live source: the stop ends it
+
+    config = PipelineConfig(max_in_flight=10, queue_size=0, overflow="block", admission="fixed", drain_timeout_s=2)
+    p = OrderedPipeline(process, dropped, config)
+    send, recv = anyio.create_memory_object_stream[FrameResult](0)
+    got: list[FrameResult] = []
+    with anyio.fail_after(60):  # watchdog
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.run, source(), send)
+            await anyio.wait_all_tasks_blocked()
+            assert p.in_flight == 10
+            p.stop()
+            go.set()
+            async with recv:
+                async for r in recv:
+                    got.append(r)
+                    await anyio.sleep(0.3)
+    assert [r.frame_id for r in got] == list(range(10)) and all(r.status is FrameStatus.OK for r in got)
+    assert p.undelivered == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -15,13 +15,13 @@ import pytest
 
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
-from perception.errors import ModelContractError, ModelNotReadyError
+from perception.errors import ModelContractError, ModelNotReadyError, RuntimeClosedError
 from perception.scheduler import Runtime, ThreadedRuntime
 from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, InferRequest, TritonClient
-from perception.types import Frame, FrameStatus, ImageSample, PointCloudSample, SensorStatus
+from perception.types import Frame, FrameResult, FrameStatus, ImageSample, PointCloudSample, SensorStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -469,3 +469,99 @@ async def test_a_consumer_that_leaves_early_closes_its_stream_and_the_rest_is_no
             again = [r async for r in rt.run(frame(i, ["lidar", "radar"]) for i in range(3))]  # time passes
             assert [r.frame_id for r in again] == [0, 1, 2]
             assert len(taken) == n, "the source is still read after its stream was closed"
+
+
+# -- close is bounded whatever the consumer of rt.run does (issue 45, defect 2) ---------------------------
+
+
+def _counted(taken: list[int], enough: anyio.Event | None = None) -> Iterator[Frame]:
+    """An endless source that records which frames were taken from it (``enough`` set at the 8th)."""
+    for i in itertools.count():
+        taken.append(i)
+        if enough is not None and len(taken) == 8:
+            enough.set()
+        yield frame(i, ["lidar", "radar"])
+
+
+def _draining_config(url: str) -> RuntimeConfig:
+    return config(
+        url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"max_in_flight": 2, "queue_size": 2, "overflow": "block", "drain_timeout_s": 1},
+    )
+
+
+async def _every_frame_accounted(
+    rt: Runtime, got: list[FrameResult], kept: AsyncIterator[FrameResult], taken: list[int]
+) -> None:
+    """After the close: the kept generator still gives the records that were waiting for it, in order, and
+    every frame taken from the source has its record there or is counted as not delivered."""
+    with anyio.fail_after(10):
+        rest = [r async for r in kept]
+    delivered = [r.frame_id for r in got + rest]
+    assert delivered == list(range(len(delivered)))
+    assert len(delivered) + rt.undelivered == len(taken), (delivered, rt.undelivered, len(taken))
+
+
+async def test_close_is_bounded_when_the_consumer_leaves_the_loop_keeping_the_generator(
+    triton: EmbeddedTriton,
+) -> None:
+    # `gen = rt.run(frames); async for r in gen: break`, then leaving `async with Runtime`: the stream went on
+    # until its buffer was full, its frames blocked sending, and the close waited for them forever.
+    taken: list[int] = []
+    got: list[FrameResult] = []
+    with anyio.fail_after(30):  # watchdog: the close used to never return
+        async with Runtime(_draining_config(triton.grpc_url)) as rt:
+            enough = anyio.Event()
+            gen = rt.run(_counted(taken, enough))
+            async for r in gen:
+                got.append(r)
+                break
+            await enough.wait()  # the stream goes on without its consumer until its buffer (5) is full
+    await _every_frame_accounted(rt, got, gen, taken)
+    assert rt.undelivered > 0  # the buffer (5) was full: the rest were counted, not waited for
+
+
+async def test_close_is_bounded_when_the_consumer_never_iterates(triton: EmbeddedTriton) -> None:
+    taken: list[int] = []
+    with anyio.fail_after(30):  # watchdog
+        async with Runtime(_draining_config(triton.grpc_url)) as rt:
+            gen = rt.run(_counted(taken))
+    with anyio.fail_after(10), pytest.raises(RuntimeClosedError):
+        await gen.__anext__()  # never started: a clear error once the runtime is closed
+    assert taken == [] and rt.undelivered == 0
+
+
+async def test_close_is_bounded_when_the_consumer_is_cancelled_mid_result_keeping_the_generator(
+    triton: EmbeddedTriton,
+) -> None:
+    taken: list[int] = []
+    got: list[FrameResult] = []
+    with anyio.fail_after(30):  # watchdog
+        async with Runtime(_draining_config(triton.grpc_url)) as rt:
+            enough = anyio.Event()
+            gen = rt.run(_counted(taken, enough))
+            with anyio.CancelScope() as scope:
+                async for r in gen:
+                    got.append(r)
+                    await enough.wait()  # handling the result while the stream fills its buffer (5)
+                    scope.cancel()
+                    await anyio.lowlevel.checkpoint()  # cancelled here, while handling the result
+            assert scope.cancelled_caught and [r.frame_id for r in got] == [0]
+    await _every_frame_accounted(rt, got, gen, taken)
+
+
+async def test_close_is_bounded_when_the_consumer_raises_inside_the_loop(triton: EmbeddedTriton) -> None:
+    taken: list[int] = []
+    got: list[FrameResult] = []
+    with anyio.fail_after(30):  # watchdog
+        with pytest.raises(ValueError, match="the host's bug"):
+            async with Runtime(_draining_config(triton.grpc_url)) as rt:
+                enough = anyio.Event()
+                gen = rt.run(_counted(taken, enough))
+                async for r in gen:
+                    got.append(r)
+                    await enough.wait()  # handling the result while the stream fills its buffer (5)
+                    raise ValueError("the host's bug")
+    assert [r.frame_id for r in got] == [0]
+    await _every_frame_accounted(rt, got, gen, taken)
