@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections import Counter
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from perception._imageio import image_size
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
@@ -20,18 +20,6 @@ from perception.types import Frame, ImageSample
 __all__ = ["DriveSource"]
 
 log = logging.getLogger(__name__)
-
-
-def _image_size(sample: ImageSample) -> tuple[int, int] | None:
-    """Width and height from the image header (no decoding); None when unreadable (the dispatcher
-    reports undecodable images as that camera's error)."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(sample.data), formats=("JPEG", "PNG")) as img:
-            return img.size
-    except Exception:  # any header trouble: not this check's to report
-        return None
 
 
 @dataclass
@@ -69,7 +57,9 @@ class DriveSource:
 
     def _check_image_size(self, name: str, sample: ImageSample) -> None:
         cal = self.rig[name].calibration
-        size = _image_size(sample)
+        # None for an unreadable header: not this check's to report (the dispatcher reports
+        # undecodable images as that camera's error)
+        size = image_size(sample.data)
         if cal is None or size is None or size == (cal.width, cal.height):
             return
         if not self.image_size_mismatch[name]:
