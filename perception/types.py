@@ -185,6 +185,20 @@ class CameraCalibration:
     def matrix(self) -> F64:
         return np.asarray(self.k, dtype=np.float64).reshape(3, 3)
 
+    def problem(self) -> str | None:
+        """Why this is not a usable pinhole calibration, or None: ``k`` must be a finite
+        ``[fx s cx; 0 fy cy; 0 0 1]`` with ``fx, fy > 0`` (fusion projects through it and inverts it in
+        closed form), ``d`` finite. The one check of a camera matrix: the session refuses such a rig
+        camera before a run, the fuser before it fuses; each names the sensor."""
+        k = self.k
+        if not all(math.isfinite(v) for v in k):
+            return f"calibration.k has non-finite values: {list(k)}"
+        if not all(math.isfinite(v) for v in self.d):
+            return f"calibration.d has non-finite values: {list(self.d)}"
+        if not (k[0] > 0 and k[4] > 0 and (k[3], k[6], k[7], k[8]) == (0, 0, 0, 1)):
+            return f"calibration.k={list(k)} is not a pinhole matrix [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0"
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class SensorSpec:
