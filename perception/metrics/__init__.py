@@ -19,7 +19,7 @@ from perception.metrics._budget import (
 )
 from perception.metrics._latency import RELATIVE_ERROR, LatencyAccumulator, LatencySketch, percentiles
 from perception.metrics._prometheus import PrometheusExporter
-from perception.metrics._records import frame_record
+from perception.metrics._records import FrameRecord, frame_record, read_frame_records
 from perception.metrics._run_report import (
     BudgetVerdict,
     LatencyStats,
@@ -36,6 +36,7 @@ __all__ = [
     "BudgetRow",
     "BudgetVerdict",
     "ChromeTrace",
+    "FrameRecord",
     "LatencyAccumulator",
     "LatencySketch",
     "LatencyStats",
@@ -52,6 +53,7 @@ __all__ = [
     "late_lines",
     "markdown_table",
     "percentiles",
+    "read_frame_records",
     "render_table",
     "server_rows",
     "server_section",
