@@ -22,12 +22,13 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perception._paths import FUSED_MCAP_FILE, MODES_FILE
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import RuntimeConfig, load_config
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import ADMISSION_FILE, SUMMARY_FILE, publish, staging_dir
@@ -154,15 +155,11 @@ class DriveWorker:
             stack, self._stack, self._client = self._stack, None, None
             await stack.aclose()
 
-    def _config(self, path: str) -> tuple[RuntimeConfig, bool]:
-        """The drive's runtime config, and whether the drive has ground truth (mAP is scored only then)."""
-        s = self._settings
-        cfg = load_config(self._profile_path)
-        with DriveReader(path, strict=False, quiet=True) as reader:
-            if not cfg.resolved:
-                cfg = Session.assemble(cfg, reader.source).config
-            ground_truth = reader.has_ground_truth
-        return with_overrides(cfg, budget_ms=s.budget_ms), ground_truth
+    def _session(self, reader: DriveReader) -> Session:
+        """The drive's session: the profile assembled against it once for the run, ``--budget-ms`` applied."""
+        return Session.assemble(load_config(self._profile_path), reader.source).with_overrides(
+            budget_ms=self._settings.budget_ms
+        )
 
     async def replay(self, job: DriveJob) -> DriveSummary:
         """Replay ``job``'s drive into ``OUT/<name>/`` (staged, then renamed); its summary for the report.
@@ -190,8 +187,45 @@ class DriveWorker:
 
         total_sketch: dict[str, Any] | None = None
         try:
-            cfg, ground_truth = self._config(job.path)
-            summary = dataclasses.replace(summary, ground_truth=ground_truth)
+            # the drive opened once for the run: the session, the replay and the modes read it
+            with DriveReader(job.path, strict=False) as reader:
+                summary, total_sketch = await self._replay_drive(job, reader, summary, staging, count, admitted)
+        except PerceptionError as exc:
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary = summary.failed(exc)
+        finally:
+            self._current, self._replay = None, None
+        wall_s = round(time.monotonic() - t0, 3)
+        summary = dataclasses.replace(
+            summary,
+            wall_s=wall_s,
+            cpu_s=round(time.process_time() - cpu0, 3),  # this worker process, one drive at a time
+            frames_per_s=round(summary.frames / max(wall_s, 1e-9), 2),
+        )
+        try:
+            (staging / SUMMARY_FILE).write_text(_json(summary.to_json()))
+            publish(staging, out / job.name)
+        except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary = summary.failed(exc)
+        return dataclasses.replace(summary, total_sketch=total_sketch)
+
+    async def _replay_drive(
+        self,
+        job: DriveJob,
+        reader: DriveReader,
+        summary: DriveSummary,
+        staging: Path,
+        count: Callable[[FrameResult], None],
+        admitted: list[tuple[int, int, int]],
+    ) -> tuple[DriveSummary, dict[str, Any] | None]:
+        """Replay the open drive; its summary and its frame totals' sketch. A failure after the replay
+        ran (the modes) keeps what the replay reported: the summary says it failed, with the error."""
+        total_sketch: dict[str, Any] | None = None
+        try:
+            session = self._session(reader)
+            cfg = session.config
+            summary = dataclasses.replace(summary, ground_truth=reader.has_ground_truth)
             client = await self._open(cfg)
             summary = dataclasses.replace(summary, urls=tuple(client.urls))
             results: list[FrameResult] = []  # --eval re-fuses them offline
@@ -214,8 +248,8 @@ class DriveWorker:
                 report_md=self._settings.report_md,
             )
             outcome = await replay_drive(
-                job.path,
-                cfg,
+                reader,
+                session,
                 options,
                 client=client,
                 sinks=sinks,
@@ -231,27 +265,12 @@ class DriveWorker:
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
                 has_modes = bool(summary.ground_truth) and outcome.evaluation is not None
-                modes = self._modes(job.path, results, cfg, staging) if has_modes else None
+                modes = self._modes(reader, results, cfg, staging) if has_modes else None
                 summary = dataclasses.replace(summary, evaluated=True, modes=modes)
         except PerceptionError as exc:
             log.warning("drive %s failed: %s", job.name, exc)
             summary = summary.failed(exc)
-        finally:
-            self._current, self._replay = None, None
-        wall_s = round(time.monotonic() - t0, 3)
-        summary = dataclasses.replace(
-            summary,
-            wall_s=wall_s,
-            cpu_s=round(time.process_time() - cpu0, 3),  # this worker process, one drive at a time
-            frames_per_s=round(summary.frames / max(wall_s, 1e-9), 2),
-        )
-        try:
-            (staging / SUMMARY_FILE).write_text(_json(summary.to_json()))
-            publish(staging, out / job.name)
-        except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
-            log.warning("drive %s failed: %s", job.name, exc)
-            summary = summary.failed(exc)
-        return dataclasses.replace(summary, total_sketch=total_sketch)
+        return summary, total_sketch
 
     def _summarise(self, summary: DriveSummary, outcome: ReplayOutcome, cfg: RuntimeConfig) -> DriveSummary:
         r = outcome.report.counters
@@ -287,9 +306,10 @@ class DriveWorker:
             return dataclasses.replace(s, status=status, error=str(problem), error_type=type(problem).__name__)
         return s
 
-    def _modes(self, path: str, results: list[FrameResult], cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
-        with DriveReader(path, strict=False, quiet=True) as reader:
-            modes = score_modes(results, cfg, reader)
+    def _modes(
+        self, reader: DriveReader, results: list[FrameResult], cfg: RuntimeConfig, staging: Path
+    ) -> dict[str, Any]:
+        modes = score_modes(results, cfg, reader)
         (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 

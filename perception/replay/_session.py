@@ -30,11 +30,12 @@ CLI exits 3). A message that does not decode still ends the replay there with ev
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,8 +199,8 @@ async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIt
 
 
 async def replay_drive(
-    drive: str | os.PathLike[str],
-    config: RuntimeConfig,
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig | Session,
     options: ReplayOptions | None = None,
     *,
     sinks: Sequence[ReplaySink] = (),
@@ -208,6 +209,11 @@ async def replay_drive(
     admission_provider: AdmissionProvider | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
+
+    ``drive`` is a path, or a :class:`DriveReader` the caller opened for the whole run (used and left
+    open: the CLI and a fleet worker read the drive once, for the session, the replay and the modes);
+    ``config`` a profile, or the :class:`Session` the caller assembled from it against that reader's
+    source (then used as it is: the session is assembled once per run).
 
     The replay is a runtime plus sinks (:mod:`perception.replay._sinks`): the records, the evaluation
     and the progress bar, then ``sinks`` in their order, each getting every frame result in order.
@@ -245,7 +251,7 @@ async def replay_drive(
         if error is not None:
             raise error
         if maybe is None:
-            raise ReplayStoppedError("stopped before the replay started: nothing was replayed", file=str(drive))
+            raise ReplayStoppedError("stopped before the replay started: nothing was replayed", file=_name(drive))
         outcome = maybe
         outcome.interrupted = stop.is_set()
     if outcome.source_error is not None:
@@ -253,20 +259,36 @@ async def replay_drive(
     return outcome
 
 
+def _name(drive: str | os.PathLike[str] | DriveReader) -> str:
+    return str(drive.path) if isinstance(drive, DriveReader) else str(drive)
+
+
+@contextlib.contextmanager
+def _opened(drive: str | os.PathLike[str] | DriveReader) -> Iterator[DriveReader]:
+    """The caller's open reader as it is, or the drive opened for this replay (and closed after it)."""
+    if isinstance(drive, DriveReader):
+        yield drive
+        return
+    with DriveReader(drive, strict=False) as reader:
+        yield reader
+
+
 async def _replay(
-    drive: str | os.PathLike[str],
-    config: RuntimeConfig,
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig | Session,
     opts: ReplayOptions,
     sinks: Sequence[ReplaySink],
     client: InferClient | None,
     admission_provider: AdmissionProvider | None,
     started: list[Runtime],
 ) -> ReplayOutcome:
-    cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
-    with DriveReader(drive, strict=False) as reader:
-        source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
-        session = source.session  # the profile resolved against the drive, as every entry point resolves it
+    with _opened(drive) as reader:
+        # the profile resolved against the drive (as every entry point resolves it), once per run: the
+        # caller's session when it assembled one, with the pacing's pipeline settings
+        session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
+        session = dataclasses.replace(session, config=_effective(session.config, opts.rate))
+        source = DriveSource(reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
         tally = _Tally(cfg.budget.total_ns)
@@ -294,13 +316,23 @@ async def _replay(
                 await watch.end(rt)
         quality = evaluation.evaluator.summary() if evaluation is not None else None
         report = _run_report(
-            drive, opts, cfg, source, reader, tally, watch, split, stopped=stopped, admission=admission, quality=quality
+            _name(drive),
+            opts,
+            cfg,
+            source,
+            reader,
+            tally,
+            watch,
+            split,
+            stopped=stopped,
+            admission=admission,
+            quality=quality,
         )
         outcome = ReplayOutcome(report, tally.acc, evaluation=quality, source_error=source.error)
         damage = reader.damage
         if damage:
             outcome.damage = damage
-            outcome.drive_error = damage.error(str(drive))
+            outcome.drive_error = damage.error(_name(drive))
         if opts.out_dir is not None:
             await _write_report(opts.out_dir, report, tally.acc, report_md=opts.report_md, stopped=stopped)
     return outcome
@@ -414,7 +446,7 @@ async def _run_frames(
 
 
 def _run_report(
-    drive: str | os.PathLike[str],
+    drive: str,
     opts: ReplayOptions,
     cfg: RuntimeConfig,
     source: DriveSource,
@@ -434,7 +466,7 @@ def _run_report(
     return RunReport(
         counters,
         acc.latency_summary(),
-        drive=str(drive),
+        drive=drive,
         rate=opts.rate,
         # the model that served each sensor, and the versions of it that answered
         models=models,

@@ -27,7 +27,9 @@ class DriveSource:
     """Iterate a drive's frames. ``rate``: 1.0 = recorded speed, 2.0 = twice as fast, ``None`` = max."""
 
     reader: DriveReader
-    config: RuntimeConfig
+    #: The profile, or the session already assembled from it against ``reader.source`` (an entry point
+    #: that assembled it once for the run: then it is used as it is).
+    config: RuntimeConfig | Session
     rate: float | None = None
     start_ns: int | None = None
     end_ns: int | None = None
@@ -39,7 +41,9 @@ class DriveSource:
 
     def __post_init__(self) -> None:
         #: The profile resolved against the drive (the one assembly every entry point shares).
-        self.session = Session.assemble(self.config, self.reader.source)
+        self.session = (
+            self.config if isinstance(self.config, Session) else Session.assemble(self.config, self.reader.source)
+        )
         self.config = self.session.config
         self.rig = dict(self.session.rig)
         self.assembler = self.session.assembler()

@@ -19,12 +19,13 @@ live`` and the benchmarks all go through :meth:`Session.assemble`; a drive's sou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from perception.config import RuntimeConfig, resolve_sensors
+from perception.config import RuntimeConfig, resolve_sensors, with_overrides
 from perception.errors import ConfigError, DriveError, InputError
 from perception.scheduler._align import FrameAssembler
 from perception.types import Detection3D, Frame, SensorResult, SensorSpec, SessionSource
@@ -86,6 +87,16 @@ class Session:
             )
         rig = _match_rig(resolved, source) if source.rig else {}
         return cls(config=resolved, rig=rig, source=source)
+
+    def with_overrides(
+        self, *, url: str | None = None, sensors: Sequence[str] | None = None, budget_ms: float | None = None
+    ) -> Session:
+        """This session with the CLI's overrides applied to its config
+        (:func:`perception.config.with_overrides`: a server URL, the enabled sensors, a frame budget);
+        the rig stays (it maps every configured sensor, enabled or not)."""
+        return dataclasses.replace(
+            self, config=with_overrides(self.config, url=url, sensors=sensors, budget_ms=budget_ms)
+        )
 
     @property
     def source_names(self) -> Mapping[str, str]:
@@ -150,5 +161,3 @@ def _match_rig(config: RuntimeConfig, source: SessionSource) -> dict[str, Sensor
                 raise InputError(f"camera {spec.name!r}: {problem}", sensor=spec.name)
         out[s.name] = spec
     return out
-
-
