@@ -25,6 +25,8 @@ __all__ = [
     "LABELS",
     "LIVE_METADATA",
     "SERVER_STAGES",
+    "SIM_GENERATOR",
+    "SIM_METADATA",
     "CameraCalibration",
     "Detection3D",
     "EgoPose",
@@ -395,9 +397,18 @@ class SessionSource:
         """A vehicle's rig: real sensors, pushed live."""
         return cls(rig=rig, metadata=LIVE_METADATA, ego_at=ego_at)
 
+    @classmethod
+    def simulated(cls, rig: Mapping[str, SensorSpec], *, name: str = "the rig") -> SessionSource:
+        """A simulator's rig (a ``perception sim`` rig file): resolved as a drive of the simulator is."""
+        return cls(rig=rig, metadata=SIM_METADATA, name=name)
+
 
 #: The metadata of a live source: a vehicle's real sensors (resolved as a recording of real sensors is).
 LIVE_METADATA: Mapping[str, str] = {"source": "live"}
+#: The ``generator`` metadata value ``perception sim`` writes into its drives (what marks a drive simulated).
+SIM_GENERATOR = "perception sim"
+#: The metadata of a simulator's rig: what a drive of the simulator says of its source.
+SIM_METADATA: Mapping[str, str] = {"generator": SIM_GENERATOR}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,8 +14,10 @@ from perception.ros._node import load_rig
 
 def test_the_rig_comes_from_a_drive_or_a_rig_file_alike() -> None:
     profile = load_config(ROOT / "launch" / "replay.yaml")
-    from_drive, rig = load_rig(DRIVE, profile)
-    from_file, rig_file = load_rig(ROOT / "launch" / "rigs" / "default.yaml", profile)
+    drive_session = load_rig(DRIVE, profile)
+    file_session = load_rig(ROOT / "launch" / "rigs" / "default.yaml", profile)
+    from_drive, rig = drive_session.config, drive_session.rig
+    from_file, rig_file = file_session.config, file_session.rig
     assert list(rig) == list(rig_file) == ["lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"]
     assert rig["cam_front"].calibration == rig_file["cam_front"].calibration
     for cfg in (from_drive, from_file):
