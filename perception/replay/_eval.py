@@ -14,6 +14,7 @@ with ground truth within :data:`GT_TOLERANCE_NS`).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -154,20 +155,25 @@ def _lidar_clouds(
 
 
 async def evaluate_modes(
-    drive: str | os.PathLike[str], config: RuntimeConfig, protocol: str | None = None, **replay_kwargs: Any
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig,
+    protocol: str | None = None,
+    **replay_kwargs: Any,
 ) -> tuple[dict[str, dict[str, Any]], ReplayOutcome]:
     """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth under
-    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`)."""
+    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`). ``drive``: a path, or the
+    caller's open reader (the drive is read through one reader: the check, the replay, the scoring)."""
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
-    with DriveReader(drive, strict=False, quiet=True) as reader:
-        _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
-    opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
-    results: list[FrameResult] = []
-    sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
-    outcome = await replay_drive(drive, cfg, opts, sinks=sinks, **replay_kwargs)
-    with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
+    with contextlib.ExitStack() as stack:
+        reader = drive if isinstance(drive, DriveReader) else stack.enter_context(DriveReader(drive, strict=False))
+        _require_ground_truth(reader, reader.path)  # before spending a replay on a drive that cannot be scored
+        progress = replay_kwargs.pop("progress", None)
+        opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=progress)
+        results: list[FrameResult] = []
+        sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
+        outcome = await replay_drive(reader, cfg, opts, sinks=sinks, **replay_kwargs)
         return score_modes(results, cfg, reader, protocol=protocol), outcome
 
 
