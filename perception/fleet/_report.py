@@ -34,7 +34,7 @@ def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> dict[str,
     replayed = [d.replayed for d in drives if d.replayed is not None]
 
     def count(key: str) -> int:
-        return sum(int(getattr(r, key)) for r in replayed)
+        return sum(int(getattr(r.counters, key)) for r in replayed)
 
     return {
         "drives": len(drives),

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perception.metrics import RunCounters
+
 __all__ = ["BudgetResult", "DriveSummary"]
 
 #: A drive's status, worst first (the fleet report's order): it failed, is damaged, was interrupted, or ran.
@@ -24,18 +26,16 @@ class BudgetResult:
     violations: tuple[str, ...] = ()
 
 
+#: The report's counters a summary carries (per drive: the per-sensor counts stay in its report.json).
+COUNTERS = ("frames", "usable", "ok", "degraded", "dropped", "deadline_ms", "deadline_misses")
+
+
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """What a replay that ran reports (its :class:`perception.metrics.RunReport`'s counters, latency
-    percentiles and mAP)."""
+    """What a replay that ran reports (its :class:`perception.metrics.RunReport`'s frame counters,
+    latency percentiles and mAP)."""
 
-    frames: int = 0
-    usable: int = 0
-    ok: int = 0
-    degraded: int = 0
-    dropped: int = 0
-    deadline_ms: float = 0.0
-    deadline_misses: int = 0
+    counters: RunCounters = field(default_factory=RunCounters)
     #: ``total``: the frame totals' percentiles; ``stages``: per stage its p50 and p99 (ms).
     latency_ms: Mapping[str, Any] = field(default_factory=dict)
     mAP: float | None = None
@@ -75,7 +75,7 @@ class DriveSummary:
 
     @property
     def frames(self) -> int:
-        return self.replayed.frames if self.replayed is not None else 0
+        return self.replayed.counters.frames if self.replayed is not None else 0
 
     @property
     def map(self) -> float | None:
@@ -109,9 +109,9 @@ class DriveSummary:
         if self.replayed is not None or self.error is not None:
             out["error"] = self.error
         if self.replayed is not None:
-            r = dataclasses.asdict(self.replayed)
-            r["latency_ms"], r["admission"] = _plain(self.replayed.latency_ms), _plain(self.replayed.admission)
-            out.update(r)
+            r = self.replayed
+            out.update({k: getattr(r.counters, k) for k in COUNTERS})
+            out.update(latency_ms=_plain(r.latency_ms), mAP=r.mAP, admission=_plain(r.admission))
         if self.budget is not None:
             out["budget"] = {**dataclasses.asdict(self.budget), "violations": list(self.budget.violations)}
         if self.error_type is not None:
@@ -130,8 +130,12 @@ class DriveSummary:
         """A summary read back (a worker's published ``fleet_drive.json``)."""
         replayed = None
         if "frames" in data:
-            names = [f.name for f in dataclasses.fields(Replayed)]
-            replayed = Replayed(**{k: data[k] for k in names if k in data})
+            replayed = Replayed(
+                RunCounters(**{k: data[k] for k in COUNTERS if k in data}),
+                data.get("latency_ms", {}),
+                data.get("mAP"),
+                data.get("admission"),
+            )
         budget = data.get("budget")
         return cls(
             name=data["name"],

@@ -32,8 +32,8 @@ from perception.config import RuntimeConfig, load_config
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import ADMISSION_FILE, SUMMARY_FILE, publish, staging_dir
-from perception.fleet._summary import BudgetResult, DriveSummary, Replayed
-from perception.metrics import LatencyStats, budget_rows, budget_violations
+from perception.fleet._summary import COUNTERS, BudgetResult, DriveSummary, Replayed
+from perception.metrics import LatencyStats, RunCounters, budget_rows, budget_violations
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, each_frame, replay_drive, score_modes
 from perception.scheduler import RemoteAdmission, Session, SharedAdmission
 from perception.types import FrameResult, FrameStatus
@@ -276,13 +276,7 @@ class DriveWorker:
         r = outcome.report.counters
         latency = outcome.report.latency
         replayed = Replayed(
-            frames=r.frames,
-            usable=r.usable,
-            ok=r.ok,
-            degraded=r.degraded,
-            dropped=r.dropped,
-            deadline_ms=r.deadline_ms,
-            deadline_misses=r.deadline_misses,
+            RunCounters(**{k: getattr(r, k) for k in COUNTERS}),  # the per-sensor counts stay in report.json
             latency_ms={
                 "total": (latency.total or LatencyStats()).as_dict(),
                 "stages": {k: {"p50": v.p50, "p99": v.p99} for k, v in latency.stages.items()},

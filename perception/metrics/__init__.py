@@ -24,6 +24,7 @@ from perception.metrics._run_report import (
     BudgetVerdict,
     LatencyStats,
     ModelServed,
+    RunCounters,
     RunReport,
     ServerSplit,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "LatencyStats",
     "ModelServed",
     "PrometheusExporter",
+    "RunCounters",
     "RunReport",
     "ServerSplit",
     "ServerSplitter",

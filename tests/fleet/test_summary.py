@@ -9,14 +9,14 @@ import pytest
 
 from perception.fleet._report import write_report
 from perception.fleet._summary import BudgetResult, DriveSummary, Replayed
-from perception.metrics import LatencySketch
+from perception.metrics import LatencySketch, RunCounters
 
 LATENCY = {"total": {"n": 3, "p50": 10.0, "p99": 30.0}, "stages": {"fusion": {"p50": 1.0, "p99": 2.0}}}
 
 
 def _ran(name: str, p99: float, **kw: object) -> DriveSummary:
     latency = {**LATENCY, "total": {**LATENCY["total"], "p99": p99}}
-    replayed = Replayed(3, 3, 2, 1, 0, 100.0, 0, latency, mAP=0.5)
+    replayed = Replayed(RunCounters(3, 3, 2, 1, 0, 100.0, 0), latency, mAP=0.5)
     return DriveSummary(name, f"{name}.mcap", pid=1, host="h", ground_truth=True, urls=("u",), replayed=replayed, **kw)  # type: ignore[arg-type]
 
 
