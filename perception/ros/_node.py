@@ -59,7 +59,7 @@ from perception.ros._topics import SensorTopics, sensor_topics
 from perception.scheduler import Runtime, Session
 from perception.types import FrameResult, Sample, SensorSpec, SessionSource
 
-__all__ = ["NODE_NAME", "FusionNode", "load_rig"]
+__all__ = ["NODE_NAME", "FusionNode", "rig_session", "rig_source"]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def rig_source(path: Path) -> SessionSource:
     return SessionSource.simulated({s.name: s.spec for s in load_sim_rig(path).sensors}, name=f"rig {path}")
 
 
-def load_rig(path: Path, config: RuntimeConfig) -> Session:
+def rig_session(path: Path, config: RuntimeConfig) -> Session:
     """The profile assembled against the rig at ``path`` (:func:`rig_source`), as every entry point
     assembles its session (:meth:`Session.assemble`)."""
     return Session.assemble(config, rig_source(path))
@@ -223,7 +223,7 @@ class FusionNode(LifecycleNode):
         if not rig_path:
             raise ConfigError("parameter 'rig' is required: a drive (.mcap) or a rig file (.yaml)", key="rig")
         sensors = [s for s in self._param("sensors").split(",") if s] or None
-        session = load_rig(Path(rig_path), load_config(profile))
+        session = rig_session(Path(rig_path), load_config(profile))
         session = session.with_overrides(url=self._param("url") or None, sensors=sensors)
         cfg, rig = session.config, dict(session.rig)
         chosen = self._param("time_base")
