@@ -94,7 +94,7 @@ def write_report(
     return report
 
 
-def _ms(d: Mapping[str, Any], key: str) -> str:
+def _total_text(d: Mapping[str, Any], key: str) -> str:
     v = d.get("latency_ms", {}).get("total", {}).get(key)
     return "-" if v is None else f"{v:.1f}"
 
@@ -125,7 +125,7 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         retries = "; ".join(d.get("retries", []))
         lines.append(
             f"| {d['name']} | {d.get('status')} | {d.get('frames', 0)} | {d.get('ok', 0)} / {d.get('degraded', 0)} / "
-            f"{d.get('dropped', 0)} | {_ms(d, 'p50')} | {_ms(d, 'p99')} | {_verdict(d)} | "
+            f"{d.get('dropped', 0)} | {_total_text(d, 'p50')} | {_total_text(d, 'p99')} | {_verdict(d)} | "
             f"{_map(d)} | {d.get('attempts', 1)} | {err or retries} |"
         )
     mean_map = t["mean_drive_mAP"]
