@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from perception.config import RuntimeConfig, load_config
+from perception.config import load_config
 from perception.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ __all__ = [
     "add_runtime_options",
     "repo_root",
     "run_with_signals",
-    "runtime_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,10 +80,11 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def open_session(args: argparse.Namespace) -> Iterator[tuple[DriveReader, Session]]:
+def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[tuple[DriveReader, Session]]:
     """The run's drive (``args.drive``), opened once for the whole run, and its session: the profile
     (``--config`` or the default) assembled against the drive, then ``--url`` and ``--sensors`` applied.
-    Pass both down (``replay_drive(reader, session)``): nothing assembles or opens them again."""
+    Pass both down (``replay_drive(reader, session)``): nothing assembles or opens them again.
+    ``strict``: a damaged drive is refused at once (:class:`DriveReader`'s ``strict``)."""
     from perception.drives import DriveReader
     from perception.scheduler import Session
 
@@ -92,14 +92,8 @@ def open_session(args: argparse.Namespace) -> Iterator[tuple[DriveReader, Sessio
     if not Path(args.drive).exists():
         raise ConfigError("drive not found", file=str(args.drive))
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
-    with DriveReader(args.drive, strict=False) as reader:
+    with DriveReader(args.drive, strict=strict) as reader:
         yield reader, Session.assemble(cfg, reader.source).with_overrides(url=args.url, sensors=sensors)
-
-
-def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
-    """The config of :func:`open_session`'s session (for commands that hand a config on)."""
-    with open_session(args) as (_, session):
-        return session.config
 
 
 class Interrupted(Exception):
