@@ -213,6 +213,8 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
     if not data_path.is_file():
         raise ConfigError("drive not found", file=str(data_path))
     views = []
+    # A handle of its own: the frames are read from a run's outputs (after it, in report.md's rendering
+    # thread, or by `perception render DIR` any time later), not from the run's reader.
     with DriveReader(data_path, strict=False) as reader:
         runtime_names = names or {n: n for rec in records.values() for n in rec.sample_t_ns}
         specs = {n: reader.rig[d] for n, d in runtime_names.items() if d in reader.rig}
