@@ -140,12 +140,12 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _compare_modes(args: argparse.Namespace, cfg: Any, results: list[FrameResult], reader: DriveReader) -> None:
+def _compare_modes(args: argparse.Namespace, session: Session, results: list[FrameResult], reader: DriveReader) -> None:
     """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
     if not reader.has_ground_truth:
         sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
         return
-    modes = score_modes(results, cfg, reader)
+    modes = score_modes(results, session, reader)
     args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, MODES_FILE).write_text(json.dumps(modes, indent=2) + "\n")
     fused = modes["fused"].get("mAP")
@@ -204,7 +204,7 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
     if args.compare_modes:
-        _compare_modes(args, session.config, results, reader)
+        _compare_modes(args, session, results, reader)
     written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
     paths = [str(args.out / name) for name in written] + ([str(args.trace_out)] if args.trace_out else [])
     sys.stdout.write(f"wrote {', '.join(paths)}\n")

@@ -265,7 +265,7 @@ class DriveWorker:
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
                 has_modes = bool(summary.ground_truth) and outcome.evaluation is not None
-                modes = self._modes(reader, results, cfg, staging) if has_modes else None
+                modes = self._modes(reader, results, session, staging) if has_modes else None
                 summary = dataclasses.replace(summary, evaluated=True, modes=modes)
         except PerceptionError as exc:
             log.warning("drive %s failed: %s", job.name, exc)
@@ -301,9 +301,9 @@ class DriveWorker:
         return s
 
     def _modes(
-        self, reader: DriveReader, results: list[FrameResult], cfg: RuntimeConfig, staging: Path
+        self, reader: DriveReader, results: list[FrameResult], session: Session, staging: Path
     ) -> dict[str, Any]:
-        modes = score_modes(results, cfg, reader)
+        modes = score_modes(results, session, reader)
         (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 

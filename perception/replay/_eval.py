@@ -79,7 +79,7 @@ def _nearest(times: list[int], t_ns: int) -> int | None:
 
 def score_modes(
     results: list[FrameResult],
-    config: RuntimeConfig,
+    config: RuntimeConfig | Session,
     reader: DriveReader,
     modes: Mapping[str, SensorMode] = MODES,
     protocol: str | None = None,
@@ -92,11 +92,12 @@ def score_modes(
     replaces fusion's built-in constants (to compare settings on the same model outputs). ``detections``,
     when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses);
     ``matches`` each mode's evaluator's :class:`~perception.evaluation.FrameMatches` (to compare two
-    settings' scores with :func:`~perception.evaluation.paired_bootstrap`)."""
+    settings' scores with :func:`~perception.evaluation.paired_bootstrap`). ``config``: a profile, or the
+    run's session (assembled against ``reader``'s source: used as it is)."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-    session = Session.assemble(config, reader.source)
+    session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
     config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
     clouds = _lidar_clouds(results, reader, kinds) if config.fusion.camera_guided.enabled else {}
@@ -173,8 +174,9 @@ async def evaluate_modes(
         opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=progress)
         results: list[FrameResult] = []
         sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
-        outcome = await replay_drive(reader, cfg, opts, sinks=sinks, **replay_kwargs)
-        return score_modes(results, cfg, reader, protocol=protocol), outcome
+        session = Session.assemble(cfg, reader.source)  # once: the replay and the scoring run it
+        outcome = await replay_drive(reader, session, opts, sinks=sinks, **replay_kwargs)
+        return score_modes(results, session, reader, protocol=protocol), outcome
 
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:
