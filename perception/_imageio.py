@@ -72,7 +72,7 @@ def decode_image_scaled(
     # The size its header claims, refused before Pillow reads it: Pillow would warn (DecompressionBombWarning,
     # over ~89 Mpx) and only refuse past twice that. The check inside ``open`` covers headers this misses.
     claimed = image_size(data)
-    if claimed is not None and (problem := size_problem(claimed[1], claimed[0])) is not None:
+    if claimed is not None and (problem := size_problem(*claimed)) is not None:
         raise InputError(problem, sensor=sensor, tensor="image")
     try:
         # Only the formats drives carry: every other decoder Pillow has is attack surface for no use.
@@ -120,7 +120,8 @@ _NOT_FILL = re.compile(rb"[^\xff]")
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding;
+    """``(width, height)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding (the
+    order of every image size in the package: Pillow's, a calibration's, :func:`letterbox_size`'s);
     ``None`` when the header is not one of those. (Pillow's ``Image.open`` parses every JPEG segment
     in Python, ~90 us: as long as decoding a small image.) Bounded work whatever the bytes: a run of
     fill bytes is skipped in one search (64 KiB at most), and at most 256 segments are walked; past
@@ -128,7 +129,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     if data.startswith(_PNG_SIGNATURE):
         if len(data) < 24 or data[12:16] != b"IHDR":
             return None
-        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     if not data.startswith(b"\xff\xd8"):
         return None
     i, n = 2, len(data)
@@ -149,7 +150,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         if marker in _JPEG_SOF:
             if i + 9 > n:
                 return None
-            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+            return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
         if marker == 0xDA:  # start of scan before any frame header
             return None
         i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")

@@ -31,6 +31,7 @@ Tree::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 __all__ = [
     "CircuitOpenError",
@@ -59,23 +60,36 @@ __all__ = [
 class PerceptionError(Exception):
     """Base of every error raised by the runtime.
 
-    ``message`` says what is wrong; the keyword context (``file``, ``key``, ``sensor``, ``model``,
-    ``frame``, ``topic``, ``tensor``...) says where. ``str(err)`` joins both in one line.
+    ``message`` says what is wrong; the keyword context says where. Each class declares the context it
+    carries as annotated attributes (``file``, ``key``, ``sensor``, ``model``, ``frame``...; ``None``
+    when not given): a keyword a class does not declare is a ``TypeError`` at the raise, and a misspelt
+    attribute an ``AttributeError`` at the read. ``str(err)`` joins message and context in one line.
     """
 
     #: Order in which context keys are rendered in front of the message.
-    _PREFIX_KEYS: tuple[str, ...] = ()
+    _PREFIX_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: The context keywords this class accepts: its annotated attributes and its bases' (set per class).
+    _CONTEXT_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    message: str
+    context: Mapping[str, object]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        keys = dict.fromkeys(cls._CONTEXT_KEYS)
+        keys.update(dict.fromkeys(k for k in vars(cls).get("__annotations__", {}) if not k.startswith("_")))
+        cls._CONTEXT_KEYS = tuple(keys)
 
     def __init__(self, message: str, **context: object) -> None:
+        unknown = sorted(set(context) - set(self._CONTEXT_KEYS))
+        if unknown:
+            has = ", ".join(self._CONTEXT_KEYS)
+            raise TypeError(f"{type(self).__name__} carries no {', '.join(unknown)} (it has: {has})")
         self.message = message
-        self.context: Mapping[str, object] = {k: v for k, v in context.items() if v is not None}
+        self.context = {k: v for k, v in context.items() if v is not None}
+        for key in self._CONTEXT_KEYS:
+            setattr(self, key, self.context.get(key))
         super().__init__(self.__str__())
-
-    def __getattr__(self, name: str) -> object:
-        # Context is also reachable as attributes: err.sensor, err.file ... (None when absent).
-        if name.startswith("_") or name in ("message", "context"):
-            raise AttributeError(name)
-        return self.__dict__.get("context", {}).get(name)
 
     def __str__(self) -> str:
         ctx = dict(self.context)
@@ -95,6 +109,11 @@ def _rebuild(cls: type[PerceptionError], message: str, context: dict[str, object
 class ConfigError(PerceptionError):
     """Invalid configuration: ``file: key.path: message``."""
 
+    file: str | None
+    key: str | None
+    sensor: str | None
+    model: str | None
+
     _PREFIX_KEYS = ("file", "key")
 
 
@@ -106,6 +125,14 @@ class ReportError(ConfigError):
 class DriveError(PerceptionError):
     """A drive cannot be read or written: ``file: topic: message``."""
 
+    file: str | None
+    topic: str | None
+    sensor: str | None
+    #: The log time of the message that could not be read.
+    t_ns: int | None
+    #: The ROS frame id (tf) a converted bag could not place.
+    ros_frame: str | None
+
     _PREFIX_KEYS = ("file", "topic")
 
 
@@ -113,13 +140,23 @@ class DriveDamagedError(DriveError):
     """Part of a drive cannot be read (damaged chunk, truncation, damaged summary): ``file: message``
     with the byte ``offset`` of the damage in the context. Readers that skip damage report it instead."""
 
+    offset: int | None
+
 
 class ServerError(PerceptionError):
     """The embedded Triton server failed to start, died, or could not be stopped."""
 
+    file: str | None
+
 
 class ModelContractError(PerceptionError):
     """A model's inputs/outputs (from its config) do not match what the runtime needs."""
+
+    model: str | None
+    sensor: str | None
+    tensor: str | None
+    file: str | None
+    key: str | None
 
     _PREFIX_KEYS = ("model",)
 
@@ -127,11 +164,22 @@ class ModelContractError(PerceptionError):
 class InputError(PerceptionError):
     """A sensor sample or tensor handed to the runtime is malformed."""
 
+    sensor: str | None
+    tensor: str | None
+    model: str | None
+    frame: int | None
+
     _PREFIX_KEYS = ("sensor", "tensor")
 
 
 class TransportError(PerceptionError):
     """Base of errors raised while talking to Triton (translated from gRPC/tritonclient errors)."""
+
+    model: str | None
+    sensor: str | None
+    frame: int | None
+    tensor: str | None
+    url: str | None
 
     _PREFIX_KEYS = ("model",)
 
@@ -163,9 +211,13 @@ class ModelNotReadyError(InferenceError):
 class SharedMemoryError(TransportError):
     """A shared-memory region could not be created, registered or used."""
 
+    region: str | None
+
 
 class CircuitOpenError(PerceptionError):
     """Requests to this model are short-circuited after repeated failures."""
+
+    model: str | None
 
     _PREFIX_KEYS = ("model",)
 
@@ -173,11 +225,15 @@ class CircuitOpenError(PerceptionError):
 class ReplayError(PerceptionError):
     """A replay ran to its end but no frame had a single sensor answer ok: its outputs hold nothing usable."""
 
+    file: str | None
+
     _PREFIX_KEYS = ("file",)
 
 
 class ReplayStoppedError(PerceptionError):
     """A replay was stopped before its runtime was up (the server still starting): nothing was replayed."""
+
+    file: str | None
 
     _PREFIX_KEYS = ("file",)
 
@@ -185,15 +241,22 @@ class ReplayStoppedError(PerceptionError):
 class FleetError(PerceptionError):
     """A fleet replay could not start or keep its Ray cluster, workers or servers (``address``)."""
 
+    address: str | None
+    file: str | None
+
     _PREFIX_KEYS = ("address",)
 
 
 class RuntimeClosedError(PerceptionError):
     """The runtime is closed (or was never opened)."""
 
+    frame: int | None
+
 
 class SampleDroppedError(PerceptionError):
     """A live sample was not used (late, out of order, duplicate, clock jump, intake overflow): the
     future :meth:`perception.live.LiveRuntime.push` returned for a trigger sample ends with it."""
+
+    sensor: str | None
 
     _PREFIX_KEYS = ("sensor",)

@@ -25,6 +25,8 @@ __all__ = [
     "LABELS",
     "LIVE_METADATA",
     "SERVER_STAGES",
+    "SIM_GENERATOR",
+    "SIM_METADATA",
     "CameraCalibration",
     "Detection3D",
     "EgoPose",
@@ -184,6 +186,20 @@ class CameraCalibration:
 
     def matrix(self) -> F64:
         return np.asarray(self.k, dtype=np.float64).reshape(3, 3)
+
+    def problem(self) -> str | None:
+        """Why this is not a usable pinhole calibration, or None: ``k`` must be a finite
+        ``[fx s cx; 0 fy cy; 0 0 1]`` with ``fx, fy > 0`` (fusion projects through it and inverts it in
+        closed form), ``d`` finite. The one check of a camera matrix: the session refuses such a rig
+        camera before a run, the fuser before it fuses; each names the sensor."""
+        k = self.k
+        if not all(math.isfinite(v) for v in k):
+            return f"calibration.k has non-finite values: {list(k)}"
+        if not all(math.isfinite(v) for v in self.d):
+            return f"calibration.d has non-finite values: {list(self.d)}"
+        if not (k[0] > 0 and k[4] > 0 and (k[3], k[6], k[7], k[8]) == (0, 0, 0, 1)):
+            return f"calibration.k={list(k)} is not a pinhole matrix [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,9 +397,18 @@ class SessionSource:
         """A vehicle's rig: real sensors, pushed live."""
         return cls(rig=rig, metadata=LIVE_METADATA, ego_at=ego_at)
 
+    @classmethod
+    def simulated(cls, rig: Mapping[str, SensorSpec], *, name: str = "the rig") -> SessionSource:
+        """A simulator's rig (a ``perception sim`` rig file): resolved as a drive of the simulator is."""
+        return cls(rig=rig, metadata=SIM_METADATA, name=name)
+
 
 #: The metadata of a live source: a vehicle's real sensors (resolved as a recording of real sensors is).
 LIVE_METADATA: Mapping[str, str] = {"source": "live"}
+#: The ``generator`` metadata value ``perception sim`` writes into its drives (what marks a drive simulated).
+SIM_GENERATOR = "perception sim"
+#: The metadata of a simulator's rig: what a drive of the simulator says of its source.
+SIM_METADATA: Mapping[str, str] = {"generator": SIM_GENERATOR}
 
 
 # ---------------------------------------------------------------------------------------------

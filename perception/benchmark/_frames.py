@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.replay import DriveSource
+from perception.scheduler import Session
 from perception.types import Frame, ImageSample, PointCloudSample, SensorSpec
 
 __all__ = ["find_drive", "generate_drive_for_bench", "load_frames"]
@@ -38,18 +38,19 @@ def generate_drive_for_bench(directory: Path, duration_s: float, seed: int = 0) 
 
 
 def load_frames(
-    drive: Path, config: RuntimeConfig, count: int
+    reader: DriveReader, session: Session, count: int
 ) -> tuple[list[Frame], dict[str, SensorSpec], dict[str, Any]]:
-    """``count`` frames of ``drive`` assembled as the runtime would (the drive is cycled when shorter),
-    the rig of the configured sensors, and a description of the input for the results file."""
-    with DriveReader(drive, strict=False) as reader:
-        source = DriveSource(reader, config)
-        frames: list[Frame] = []
-        for frame in source.iter_frames():
-            frames.append(dataclasses.replace(frame, ground_truth=None))
-            if len(frames) >= count:
-                break
-        rig = dict(source.rig)
+    """``count`` frames of the open drive assembled as the runtime would (the drive is cycled when
+    shorter) for ``session`` (assembled against it by the caller, once for the run), the rig of the
+    configured sensors, and a description of the input for the results file."""
+    drive, config = reader.path, session.config
+    source = DriveSource(reader, session)
+    frames: list[Frame] = []
+    for frame in source.iter_frames():
+        frames.append(dataclasses.replace(frame, ground_truth=None))
+        if len(frames) >= count:
+            break
+    rig = dict(source.rig)
     if not frames:
         raise DriveError("the drive yields no frame for the configured trigger", file=str(drive))
     distinct = len(frames)

@@ -112,13 +112,14 @@ def run(args: argparse.Namespace) -> int:
             generated = f"generated: perception sim --scenario urban --seed 0 --duration {seconds:g}"
         elif not drive.exists():
             raise ConfigError("drive not found", file=str(drive))
-        if not config.resolved:  # the profile leaves the sensors to the drive
-            from perception.drives import DriveReader
-            from perception.scheduler import Session
+        from perception.drives import DriveReader
+        from perception.scheduler import Session
 
-            with DriveReader(drive, strict=False) as reader:
-                config = Session.assemble(config, reader.source).config
-        frames, rig, info = load_frames(drive, config, settings.frames)
+        # the drive read once, the profile assembled once against it: the frames and every variant use it
+        with DriveReader(drive, strict=False) as reader:
+            session = Session.assemble(config, reader.source)
+            config = session.config
+            frames, rig, info = load_frames(reader, session, settings.frames)
         if generated is not None:
             info["drive"] = generated
     report = anyio.run(

@@ -10,9 +10,8 @@ from typing import Any
 
 from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, percentile, positive_float, rate
-from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._common import add_runtime_options, open_session, run_with_signals
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
-from perception.config import with_overrides
 from perception.metrics import (
     BudgetVerdict,
     ServerSplit,
@@ -66,16 +65,19 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
-    cfg = with_overrides(runtime_config(args), budget_ms=args.budget_ms)
-    # --in-flight K measures the run at that depth: a fixed admission, not the adaptive one.
-    pipeline = dataclasses.replace(cfg.pipeline, max_in_flight=args.in_flight, admission="fixed")
-    cfg = dataclasses.replace(cfg, pipeline=pipeline)
-    out: Path = args.out
-    progress = False if args.no_progress else None
-    options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
-    sinks = trace_sinks(args, "budget")
-    outcome = run_with_signals(lambda stop: replay_with_stop(stop, args.drive, cfg, options, sinks=sinks))
+    # the drive is opened once for the run, the session assembled once against it: both passed down
+    with open_session(args) as (reader, assembled):
+        # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
+        session = assembled.with_overrides(budget_ms=args.budget_ms)
+        # --in-flight K measures the run at that depth: a fixed admission, not the adaptive one.
+        pipeline = dataclasses.replace(session.config.pipeline, max_in_flight=args.in_flight, admission="fixed")
+        session = dataclasses.replace(session, config=dataclasses.replace(session.config, pipeline=pipeline))
+        out: Path = args.out
+        progress = False if args.no_progress else None
+        options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress)
+        sinks = trace_sinks(args, "budget")
+        outcome = run_with_signals(lambda stop: replay_with_stop(stop, reader, session, options, sinks=sinks))
+    cfg = session.config
     rows = budget_rows(outcome.latency, args.budget_ms, cfg.budget.stages, args.percentile)
     table = render_table(rows)
     sys.stdout.write(table)

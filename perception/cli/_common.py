@@ -7,14 +7,18 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import load_config
 from perception.errors import ConfigError
+
+if TYPE_CHECKING:
+    from perception.drives import DriveReader
+    from perception.scheduler import Session
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup  # anyio's dependency on 3.10
@@ -26,7 +30,6 @@ __all__ = [
     "add_runtime_options",
     "repo_root",
     "run_with_signals",
-    "runtime_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,21 +79,21 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def runtime_config(args: argparse.Namespace) -> RuntimeConfig:
-    """The profile (``--config`` or the default), with the drive's sensors where it leaves them open,
-    then ``--url`` and ``--sensors`` applied."""
+@contextlib.contextmanager
+def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[tuple[DriveReader, Session]]:
+    """The run's drive (``args.drive``), opened once for the whole run, and its session: the profile
+    (``--config`` or the default) assembled against the drive, then ``--url`` and ``--sensors`` applied.
+    Pass both down (``replay_drive(reader, session)``): nothing assembles or opens them again.
+    ``strict``: a damaged drive is refused at once (:class:`DriveReader`'s ``strict``)."""
     from perception.drives import DriveReader
     from perception.scheduler import Session
 
-    path = args.config or DEFAULT_CONFIG
-    cfg = load_config(path)
+    cfg = load_config(args.config or DEFAULT_CONFIG)
     if not Path(args.drive).exists():
         raise ConfigError("drive not found", file=str(args.drive))
-    if not cfg.resolved:
-        with DriveReader(args.drive, strict=False) as reader:
-            cfg = Session.assemble(cfg, reader.source).config
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
-    return with_overrides(cfg, url=args.url, sensors=sensors)
+    with DriveReader(args.drive, strict=strict) as reader:
+        yield reader, Session.assemble(cfg, reader.source).with_overrides(url=args.url, sensors=sensors)
 
 
 class Interrupted(Exception):

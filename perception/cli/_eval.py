@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perception.cli._common import add_runtime_options, run_with_signals, runtime_config
+from perception.cli._common import add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
@@ -96,13 +96,14 @@ def _markdown(drive: Path, modes: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = runtime_config(args)
     progress = False if (args.no_progress or args.json) else None
+    # the drive is opened once for the run, the session assembled once against it: both passed down
+    with open_session(args) as (reader, session):
 
-    async def main(stop: Any) -> Any:
-        return await evaluate_modes(args.drive, cfg, args.protocol, progress=progress)
+        async def main(stop: Any) -> Any:
+            return await evaluate_modes(reader, session.config, args.protocol, progress=progress)
 
-    modes, outcome = run_with_signals(main)
+        modes, outcome = run_with_signals(main)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         # keyed by mode, as --json prints it; every mode's summary names its "protocol"

@@ -112,7 +112,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perception.fleet import FleetOptions, Tolerances, WorkerSettings, budget_broken, find_drives, run_fleet
+    from perception.fleet import DriveSummary, FleetOptions, Tolerances, WorkerSettings, find_drives, run_fleet
 
     profile = (args.config or DEFAULT_CONFIG).resolve()
     load_config(profile)  # a bad profile is an error now, not once per drive
@@ -166,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
             + "\n"
         )
     for d in outcome.drives:
-        if d.get("status") != "ok":
-            sys.stdout.write(f"  {d['name']}: {d.get('status')}: {d.get('error')}\n")
-    broken = [d["name"] for d in outcome.drives if budget_broken(d)]
+        if d.status != "ok":
+            sys.stdout.write(f"  {d.name}: {d.status}: {d.error}\n")
+    broken = [d.name for d in outcome.drives if d.over_budget]
     if args.budget_ms is not None:
         verdict = "PASS" if not broken else f"FAIL ({', '.join(broken)})"
         sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\n")
@@ -182,5 +182,5 @@ def run(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         sys.stdout.write("interrupted: finished drives are kept\n")
         return EXIT_INTERRUPTED
-    failed = [d for d in outcome.drives if d.get("status") != "ok"]
+    failed: list[DriveSummary] = [d for d in outcome.drives if d.status != "ok"]
     return EXIT_ERROR if failed or broken or regressed else EXIT_OK

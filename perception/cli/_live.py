@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perception.cli._common import add_fault_options, add_runtime_options, runtime_config
+from perception.cli._common import add_fault_options, add_runtime_options, open_session
 from perception.cli._replay import add_trace_out
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
@@ -45,10 +45,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
-    cfg = runtime_config(args)
-    time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
-    cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
-    outcome = live_session(args.drive, cfg, faults)
+    # the drive is opened once on this side, the session assembled once against it
+    with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
+        cfg = session.config
+        time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
+        cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
+        outcome = live_session(reader, cfg, faults)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import anyio
 
 from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import port_or_zero, rate
-from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
+from perception.cli._common import Interrupted, add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.drives import DriveReader
 from perception.errors import ReplayStoppedError
@@ -27,6 +27,7 @@ from perception.replay import (
     safe_output_path,
     score_modes,
 )
+from perception.scheduler import Session
 from perception.types import FrameResult
 
 __all__ = ["check_drive", "register", "replay_with_stop"]
@@ -99,7 +100,7 @@ def trace_sinks(args: argparse.Namespace, command: str) -> list[ReplaySink]:
 
 
 async def replay_with_stop(
-    stop: anyio.Event, drive: Path, cfg: Any, options: ReplayOptions, **kwargs: Any
+    stop: anyio.Event, drive: Path | DriveReader, cfg: Any, options: ReplayOptions, **kwargs: Any
 ) -> ReplayOutcome:
     """:func:`replay_drive` that stops gracefully when ``stop`` is set.
 
@@ -113,12 +114,11 @@ async def replay_with_stop(
         raise Interrupted from None
 
 
-def check_drive(drive: Path) -> None:
-    """``--strict``: read every chunk of ``drive`` now; any damage raises :class:`DriveDamagedError`."""
-    with DriveReader(drive, strict=False, quiet=True) as reader:
-        damage = reader.verify()
+def check_drive(reader: DriveReader) -> None:
+    """``--strict``: read every chunk of the drive now; any damage raises :class:`DriveDamagedError`."""
+    damage = reader.verify()
     if damage:
-        raise damage.error(str(drive))
+        raise damage.error(str(reader.path))
 
 
 def _viz_sinks(args: argparse.Namespace, stack: ExitStack) -> list[ReplaySink]:
@@ -140,13 +140,12 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _compare_modes(args: argparse.Namespace, cfg: Any, results: list[FrameResult]) -> None:
+def _compare_modes(args: argparse.Namespace, session: Session, results: list[FrameResult], reader: DriveReader) -> None:
     """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
-    with DriveReader(args.drive, strict=False, quiet=True) as reader:  # the replay reported the damage
-        if not reader.has_ground_truth:
-            sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
-            return
-        modes = score_modes(results, cfg, reader)
+    if not reader.has_ground_truth:
+        sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
+        return
+    modes = score_modes(results, session, reader)
     args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, MODES_FILE).write_text(json.dumps(modes, indent=2) + "\n")
     fused = modes["fused"].get("mAP")
@@ -162,9 +161,14 @@ def _compare_modes(args: argparse.Namespace, cfg: Any, results: list[FrameResult
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = runtime_config(args)
+    # the drive is opened once for the run, the session assembled once against it: both passed down
+    with open_session(args) as (reader, session):
+        return _run(args, reader, session)
+
+
+def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int:
     if args.strict:
-        check_drive(args.drive)
+        check_drive(reader)
     options = ReplayOptions(
         rate=args.rate,
         out_dir=args.out,
@@ -182,8 +186,8 @@ def run(args: argparse.Namespace) -> int:
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
                 stop,
-                args.drive,
-                cfg,
+                reader,
+                session,
                 options,
                 sinks=sinks,
             )
@@ -200,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
     if args.compare_modes:
-        _compare_modes(args, cfg, results)
+        _compare_modes(args, session, results, reader)
     written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
     paths = [str(args.out / name) for name in written] + ([str(args.trace_out)] if args.trace_out else [])
     sys.stdout.write(f"wrote {', '.join(paths)}\n")

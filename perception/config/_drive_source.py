@@ -18,18 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from perception.types import SIM_GENERATOR
+
 __all__ = ["CAMERA_MODEL_RECORDED", "CAMERA_MODEL_SIMULATED", "default_camera_model", "is_simulated"]
 
 #: The camera model for drives of the simulator, and for recordings of real cameras.
 CAMERA_MODEL_SIMULATED = "camera_detector"
 CAMERA_MODEL_RECORDED = "yolox_nano"
-#: The ``generator`` metadata value ``perception sim`` writes into its drives.
-_SIM_GENERATOR = "perception sim"
 
 
 def is_simulated(metadata: Mapping[str, str]) -> bool:
     """A drive with this metadata (``DriveReader.metadata``) was written by ``perception sim``."""
-    return metadata.get("generator") == _SIM_GENERATOR
+    return metadata.get("generator") == SIM_GENERATOR
 
 
 def default_camera_model(metadata: Mapping[str, str]) -> str:

@@ -42,7 +42,6 @@ exact pooled AP would need every detection's score and match, which the outputs 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
@@ -53,7 +52,7 @@ from typing import Any, Literal
 
 from perception._paths import DETECTIONS_FILE, REPORT_FILE
 from perception.errors import ConfigError
-from perception.metrics import LatencyStats, RunReport, percentiles
+from perception.metrics import FrameRecord, LatencyStats, RunReport, percentiles, read_frame_records
 
 __all__ = [
     "TOLERANCE_KEYS",
@@ -425,55 +424,18 @@ def _mapping(value: Any, path: Path, key: str) -> Mapping[str, Any]:
     return value
 
 
-def _frame(rec: Any, path: Path, line: int) -> tuple[int, _Frame]:
-    where = f"line {line}"
-    if not isinstance(rec, dict) or isinstance(rec.get("frame_id"), bool) or not isinstance(rec.get("frame_id"), int):
-        raise _error(f"{where}: not a frame record (no frame_id)", path)
-    status = rec.get("status")
-    if status not in _RANK or status == "missing":
-        raise _error(f"{where}: unknown frame status {status!r}", path)
-    sensors = {
-        name: str(entry.get("status", "?")) if isinstance(entry, dict) else "?"
-        for name, entry in _mapping(rec.get("sensors"), path, f"{where}: sensors").items()
-    }
+def _frame(rec: FrameRecord) -> _Frame:
     latency: dict[_LatencyKey, float] = {}
-    if status != "dropped":  # dropped frames are not timed (LatencyAccumulator leaves them out)
-        lat = _mapping(rec.get("latency_ms"), path, f"{where}: latency_ms")
-        for key, value in lat.items():
-            if key == "total":
-                latency["total", "total"] = _number(value, path, f"{where}: latency_ms.total")
-            elif key == "sensors":
-                for sensor, stages in _mapping(value, path, f"{where}: latency_ms.sensors").items():
-                    if isinstance(stages, dict) and "total" in stages:
-                        latency["sensor", sensor] = _number(
-                            stages["total"], path, f"{where}: latency_ms.sensors.{sensor}.total"
-                        )
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                latency["stage", key] = _number(value, path, f"{where}: latency_ms.{key}")
-    return rec["frame_id"], _Frame(status, sensors, latency)
+    if rec.status != "dropped":  # dropped frames are not timed (LatencyAccumulator leaves them out)
+        latency["total", "total"] = rec.total_ms
+        latency.update({("stage", k): ms for k, ms in rec.stage_ms.items()})
+        latency.update({("sensor", s): ms for s, ms in rec.sensor_total_ms.items()})
+    return _Frame(rec.status, {name: s.status for name, s in rec.sensors.items()}, latency)
 
 
 def _load_frames(path: Path) -> dict[int, _Frame]:
-    """The frame records of a ``detections.jsonl``; an unreadable *last* line (a write cut short) is skipped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise _error(f"cannot read the frame records: {getattr(e, 'strerror', None) or e}", path) from e
-    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
-    frames: dict[int, _Frame] = {}
-    for i, (n, line) in enumerate(numbered):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(numbered) - 1:
-                log.warning("%s:%d: unreadable last record skipped (a write cut short)", path, n)
-                continue
-            raise _error(f"line {n}: not valid JSON ({e.msg})", path) from e
-        frame_id, frame = _frame(rec, path, n)
-        if frame_id in frames:
-            raise _error(f"line {n}: frame {frame_id} recorded twice", path)
-        frames[frame_id] = frame
-    return frames
+    """The frame records of a ``detections.jsonl`` (:func:`perception.metrics.read_frame_records`)."""
+    return {rec.frame_id: _frame(rec) for rec in read_frame_records(path)}
 
 
 def _drive(name: str, path: Path) -> _Drive:

@@ -49,6 +49,7 @@ from perception.fleet._baseline import BaselineComparison, Tolerances, compare_r
 from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import write_report
+from perception.fleet._summary import DriveSummary
 from perception.fleet._worker import SUMMARY_FILE, DriveJob, DriveWorker, NodeServer, WorkerSettings
 from perception.server import pid_alive
 
@@ -87,7 +88,7 @@ class FleetOptions:
 
 @dataclass
 class FleetOutcome:
-    drives: list[dict[str, Any]]
+    drives: list[DriveSummary]
     report: dict[str, Any]
     interrupted: bool = False
     baseline: BaselineComparison | None = None
@@ -125,7 +126,7 @@ class _Fleet:
         self.drives = drives
         self.opts = options
         self.queue: deque[tuple[FleetDrive, int]] = deque((d, 1) for d in drives)
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, DriveSummary] = {}
         self.retried: dict[str, list[str]] = {}
         self.running: dict[str, Any] = {}  # drive name -> ObjectRef
         self.workers: list[Any] = []
@@ -227,12 +228,13 @@ class _Fleet:
             ref = worker.replay.remote(job)
             self.running[drive.name] = ref
             try:
-                summary = await ref
+                summary: DriveSummary = await ref
                 self.last_done = time.monotonic()
                 # the task as the driver saw it; beyond the worker's own wall time it is Ray's overhead
                 # (argument and result transfer, actor dispatch), with the worker's wall time timed there
-                summary["task_s"] = round(self.last_done - sent, 3)
-                summary["ray_overhead_s"] = round(summary["task_s"] - summary.get("wall_s", 0.0), 3)
+                task_s = round(self.last_done - sent, 3)
+                overhead_s = round(task_s - (summary.wall_s or 0.0), 3)
+                summary = dataclasses.replace(summary, task_s=task_s, ray_overhead_s=overhead_s)
             except TaskCancelledError:
                 return
             except RayActorError as exc:
@@ -282,20 +284,19 @@ class _Fleet:
         log.warning("a worker did not come back; its drives go to the others")
         return False
 
-    def _lost(self, drive: FleetDrive, attempt: int, error: str) -> dict[str, Any]:
-        return {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "failed", "error": error}
+    def _lost(self, drive: FleetDrive, attempt: int, error: str) -> DriveSummary:
+        return DriveSummary(drive.name, str(drive.path), attempt=attempt, status="failed", error=error)
 
-    def _not_run(self, drive: FleetDrive, attempt: int) -> dict[str, Any]:
+    def _not_run(self, drive: FleetDrive, attempt: int) -> DriveSummary:
         """A queued drive of a stopped fleet: interrupted before it (or its next attempt) started."""
-        summary = {"name": drive.name, "drive": str(drive.path), "attempt": attempt, "status": "interrupted"}
-        return {**summary, "error": "not run: the fleet was stopped"}
+        error = "not run: the fleet was stopped"
+        return DriveSummary(drive.name, str(drive.path), attempt=attempt, status="interrupted", error=error)
 
-    def _done(self, summary: dict[str, Any]) -> None:
-        name = summary["name"]
-        summary["attempts"] = summary.get("attempt", 1)
-        summary["retries"] = self.retried.get(name, [])
+    def _done(self, summary: DriveSummary) -> None:
+        name = summary.name
+        summary = dataclasses.replace(summary, attempts=summary.attempt, retries=tuple(self.retried.get(name, [])))
         self.results[name] = summary
-        if summary.get("status") != "ok":
+        if summary.status != "ok":
             self.failed += 1
 
     async def watch(self, stop: anyio.Event) -> None:
@@ -312,7 +313,7 @@ class _Fleet:
     async def show(self, bar: Progress) -> None:
         """Refresh the progress display every second (the last refresh is :meth:`shown`'s, at the end)."""
         while True:
-            frames = sum(r.get("frames", 0) for r in self.results.values())
+            frames = sum(r.frames for r in self.results.values())
             for current in await _gather([w.progress.remote() for w in self.workers]):
                 if current is not None and current[0] is not None:
                     frames += current[1]
@@ -323,7 +324,7 @@ class _Fleet:
         """Drives done (of all), running and failed, frames so far and frames/s since the first drive was sent;
         without ``frames``: those of the finished drives (the final line)."""
         if frames is None:
-            frames = sum(r.get("frames", 0) for r in self.results.values())
+            frames = sum(r.frames for r in self.results.values())
         since = self.first_dispatch
         rate = frames / max(time.monotonic() - since, 1e-9) if since is not None else 0.0
         bar.update(
@@ -476,9 +477,11 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
         if d.name not in fleet.results:
             # cancelled while running, unless its worker had already published it (the stop came while
             # the summary was on its way back): then it finished, and its output is there to report
+            published = _published(options.out, d, since=started_wall)
             summaries.append(
-                _published(options.out, d, since=started_wall)
-                or {"name": d.name, "drive": str(d.path), "status": "interrupted", "error": "cancelled"}
+                DriveSummary.from_json(published)
+                if published is not None
+                else DriveSummary(d.name, str(d.path), status="interrupted", error="cancelled")
             )
     meta = {
         "address": options.address or "local",

@@ -8,44 +8,44 @@ from pathlib import Path
 from typing import Any
 
 from perception.fleet._baseline import BaselineComparison
+from perception.fleet._summary import STATUSES, DriveSummary
 from perception.metrics import RELATIVE_ERROR, LatencySketch
 
-__all__ = ["FLEET_JSON", "FLEET_MD", "budget_broken", "write_report"]
+__all__ = ["FLEET_JSON", "FLEET_MD", "write_report"]
 
 FLEET_JSON = "fleet.json"
 FLEET_MD = "fleet.md"
 
 #: Worst first: a drive that failed, then damaged, interrupted, over budget, then by p99.
-_RANK = {"failed": 0, "damaged": 1, "interrupted": 2, "ok": 3}
+_RANK = {s: i for i, s in enumerate(STATUSES)}
 
 
-def budget_broken(d: Mapping[str, Any]) -> bool:
-    budget = d.get("budget")
-    return budget is not None and not budget.get("passed", False)
+def _worst_first(d: DriveSummary) -> tuple[int, int, float]:
+    return (_RANK.get(d.status, 0), 0 if d.over_budget else 1, -d.p99_ms)
 
 
-def _worst_first(d: Mapping[str, Any]) -> tuple[int, int, float]:
-    p99 = float(d.get("latency_ms", {}).get("total", {}).get("p99", 0.0))
-    return (_RANK.get(d.get("status", "failed"), 0), 0 if budget_broken(d) else 1, -p99)
-
-
-def totals(drives: Sequence[Mapping[str, Any]], total_ns: LatencySketch) -> dict[str, Any]:
+def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     for d in drives:
-        by_status[d.get("status", "failed")] = by_status.get(d.get("status", "failed"), 0) + 1
-    maps = [d["mAP"] for d in drives if d.get("mAP") is not None]
-    scored = [d["modes"] for d in drives if d.get("modes")]
+        by_status[d.status] = by_status.get(d.status, 0) + 1
+    maps = [d.map for d in drives if d.map is not None]
+    scored = [d.modes for d in drives if d.modes]
     modes = list(dict.fromkeys(m for ms in scored for m in ms))
+    replayed = [d.replayed for d in drives if d.replayed is not None]
+
+    def count(key: str) -> int:
+        return sum(int(getattr(r.counters, key)) for r in replayed)
+
     return {
         "drives": len(drives),
         "by_status": by_status,
-        "budget_broken": sum(1 for d in drives if budget_broken(d)),
-        "retried": sum(1 for d in drives if d.get("retries")),
-        "frames": sum(d.get("frames", 0) for d in drives),
-        "ok": sum(d.get("ok", 0) for d in drives),
-        "degraded": sum(d.get("degraded", 0) for d in drives),
-        "dropped": sum(d.get("dropped", 0) for d in drives),
-        "deadline_misses": sum(d.get("deadline_misses", 0) for d in drives),
+        "budget_broken": sum(1 for d in drives if d.over_budget),
+        "retried": sum(1 for d in drives if d.retries),
+        "frames": count("frames"),
+        "ok": count("ok"),
+        "degraded": count("degraded"),
+        "dropped": count("dropped"),
+        "deadline_misses": count("deadline_misses"),
         # every frame of every drive pooled (not a mean of the drives' percentiles): the drives'
         # latency sketches merged, exact in n/min/max/mean, percentiles within metrics.RELATIVE_ERROR
         "latency_ms": total_ns.percentiles(),
@@ -54,13 +54,13 @@ def totals(drives: Sequence[Mapping[str, Any]], total_ns: LatencySketch) -> dict
         "mean_drive_mAP": _mean(maps),
         "drives_with_mAP": len(maps),
         # replayed drives that have no ground truth to score (not an error: their mAP is None)
-        "drives_without_ground_truth": [d["name"] for d in drives if d.get("ground_truth") is False],
+        "drives_without_ground_truth": [d.name for d in drives if d.ground_truth is False],
         # --eval: each sensor mode's mAP, the mean over the drives scored in it (each counting once)
-        "mean_mode_mAP": {m: _mean([ms[m] for ms in scored if ms.get(m) is not None]) for m in modes} or None,
+        "mean_mode_mAP": {m: _mean([v for ms in scored if (v := ms.get(m)) is not None]) for m in modes} or None,
         # where the time went: the workers' replays, and Ray's share of each task beyond them
-        "worker_s": round(sum(d.get("wall_s", 0.0) for d in drives), 3),
-        "worker_cpu_s": round(sum(d.get("cpu_s", 0.0) for d in drives), 3),
-        "ray_overhead_s": round(sum(d.get("ray_overhead_s", 0.0) for d in drives), 3),
+        "worker_s": round(sum(d.wall_s or 0.0 for d in drives), 3),
+        "worker_cpu_s": round(sum(d.cpu_s or 0.0 for d in drives), 3),
+        "ray_overhead_s": round(sum(d.ray_overhead_s or 0.0 for d in drives), 3),
     }
 
 
@@ -70,17 +70,21 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def write_report(
     out: Path,
-    summaries: list[dict[str, Any]],
+    summaries: Sequence[DriveSummary],
     meta: Mapping[str, Any],
     baseline: BaselineComparison | None = None,
 ) -> dict[str, Any]:
     pooled = LatencySketch()
     for s in summaries:
-        sketch = s.pop("total_sketch", None)
-        if sketch is not None:
-            pooled.merge(LatencySketch.from_dict(sketch))
+        if s.total_sketch is not None:
+            pooled.merge(LatencySketch.from_dict(dict(s.total_sketch)))
     drives = sorted(summaries, key=_worst_first)
-    report: dict[str, Any] = {"version": 1, **meta, "totals": totals(drives, pooled), "drives": drives}
+    report: dict[str, Any] = {
+        "version": 1,
+        **meta,
+        "totals": totals(drives, pooled),
+        "drives": [d.to_json() for d in drives],
+    }
     lines = markdown(report)
     if baseline is not None:
         report["baseline"] = baseline.as_dict()
@@ -90,7 +94,7 @@ def write_report(
     return report
 
 
-def _ms(d: Mapping[str, Any], key: str) -> str:
+def _total_text(d: Mapping[str, Any], key: str) -> str:
     v = d.get("latency_ms", {}).get("total", {}).get(key)
     return "-" if v is None else f"{v:.1f}"
 
@@ -121,7 +125,7 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         retries = "; ".join(d.get("retries", []))
         lines.append(
             f"| {d['name']} | {d.get('status')} | {d.get('frames', 0)} | {d.get('ok', 0)} / {d.get('degraded', 0)} / "
-            f"{d.get('dropped', 0)} | {_ms(d, 'p50')} | {_ms(d, 'p99')} | {_verdict(d)} | "
+            f"{d.get('dropped', 0)} | {_total_text(d, 'p50')} | {_total_text(d, 'p99')} | {_verdict(d)} | "
             f"{_map(d)} | {d.get('attempts', 1)} | {err or retries} |"
         )
     mean_map = t["mean_drive_mAP"]

@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perception._paths import FUSED_MCAP_FILE, MODES_FILE
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import RuntimeConfig, load_config
 from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import ADMISSION_FILE, SUMMARY_FILE, publish, staging_dir
-from perception.metrics import LatencyStats, budget_rows, budget_violations
+from perception.fleet._summary import COUNTERS, BudgetResult, DriveSummary, Replayed
+from perception.metrics import LatencyStats, RunCounters, budget_rows, budget_violations
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, each_frame, replay_drive, score_modes
 from perception.scheduler import RemoteAdmission, Session, SharedAdmission
 from perception.types import FrameResult, FrameStatus
@@ -152,17 +155,13 @@ class DriveWorker:
             stack, self._stack, self._client = self._stack, None, None
             await stack.aclose()
 
-    def _config(self, path: str) -> tuple[RuntimeConfig, bool]:
-        """The drive's runtime config, and whether the drive has ground truth (mAP is scored only then)."""
-        s = self._settings
-        cfg = load_config(self._profile_path)
-        with DriveReader(path, strict=False, quiet=True) as reader:
-            if not cfg.resolved:
-                cfg = Session.assemble(cfg, reader.source).config
-            ground_truth = reader.has_ground_truth
-        return with_overrides(cfg, budget_ms=s.budget_ms), ground_truth
+    def _session(self, reader: DriveReader) -> Session:
+        """The drive's session: the profile assembled against it once for the run, ``--budget-ms`` applied."""
+        return Session.assemble(load_config(self._profile_path), reader.source).with_overrides(
+            budget_ms=self._settings.budget_ms
+        )
 
-    async def replay(self, job: DriveJob) -> dict[str, Any]:
+    async def replay(self, job: DriveJob) -> DriveSummary:
         """Replay ``job``'s drive into ``OUT/<name>/`` (staged, then renamed); its summary for the report.
 
         A drive that fails (cannot be read, a profile that does not fit it, no usable frame) is a summary
@@ -175,7 +174,8 @@ class DriveWorker:
         t0, cpu0 = time.monotonic(), time.process_time()
         self._current, self._frames = job.name, 0
         self._replay = asyncio.current_task()
-        summary: dict[str, Any] = {"name": job.name, "drive": job.path, "attempt": job.attempt, **self.where()}
+        where = self.where()
+        summary = DriveSummary(job.name, job.path, attempt=job.attempt, pid=where["pid"], host=where["host"])
 
         admitted: list[tuple[int, int, int]] = []  # frame id, admitted and ended (node's monotonic ns)
 
@@ -187,9 +187,47 @@ class DriveWorker:
 
         total_sketch: dict[str, Any] | None = None
         try:
-            cfg, summary["ground_truth"] = self._config(job.path)
+            # the drive opened once for the run: the session, the replay and the modes read it
+            with DriveReader(job.path, strict=False) as reader:
+                summary, total_sketch = await self._replay_drive(job, reader, summary, staging, count, admitted)
+        except PerceptionError as exc:
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary = summary.failed(exc)
+        finally:
+            self._current, self._replay = None, None
+        wall_s = round(time.monotonic() - t0, 3)
+        summary = dataclasses.replace(
+            summary,
+            wall_s=wall_s,
+            cpu_s=round(time.process_time() - cpu0, 3),  # this worker process, one drive at a time
+            frames_per_s=round(summary.frames / max(wall_s, 1e-9), 2),
+        )
+        try:
+            (staging / SUMMARY_FILE).write_text(_json(summary.to_json()))
+            publish(staging, out / job.name)
+        except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
+            log.warning("drive %s failed: %s", job.name, exc)
+            summary = summary.failed(exc)
+        return dataclasses.replace(summary, total_sketch=total_sketch)
+
+    async def _replay_drive(
+        self,
+        job: DriveJob,
+        reader: DriveReader,
+        summary: DriveSummary,
+        staging: Path,
+        count: Callable[[FrameResult], None],
+        admitted: list[tuple[int, int, int]],
+    ) -> tuple[DriveSummary, dict[str, Any] | None]:
+        """Replay the open drive; its summary and its frame totals' sketch. A failure after the replay
+        ran (the modes) keeps what the replay reported: the summary says it failed, with the error."""
+        total_sketch: dict[str, Any] | None = None
+        try:
+            session = self._session(reader)
+            cfg = session.config
+            summary = dataclasses.replace(summary, ground_truth=reader.has_ground_truth)
             client = await self._open(cfg)
-            summary["urls"] = list(client.urls)
+            summary = dataclasses.replace(summary, urls=tuple(client.urls))
             results: list[FrameResult] = []  # --eval re-fuses them offline
             sinks = [each_frame(count)]
             if self._settings.eval_modes:
@@ -210,14 +248,14 @@ class DriveWorker:
                 report_md=self._settings.report_md,
             )
             outcome = await replay_drive(
-                job.path,
-                cfg,
+                reader,
+                session,
                 options,
                 client=client,
                 sinks=sinks,
                 admission_provider=self._admission,
             )
-            summary.update(self._summarise(outcome, cfg))
+            summary = self._summarise(summary, outcome, cfg)
             if self._admission is not None:
                 state = outcome.report.admission
                 (staging / ADMISSION_FILE).write_text(_json({"admission": state, "frames": admitted}))
@@ -226,67 +264,46 @@ class DriveWorker:
             total_sketch = outcome.latency.total_ns.to_dict()
             if self._settings.eval_modes:
                 # a drive without ground truth is not an error: its summary says so (modes None)
-                has_modes = summary["ground_truth"] and outcome.evaluation is not None
-                summary["modes"] = self._modes(job.path, results, cfg, staging) if has_modes else None
+                has_modes = bool(summary.ground_truth) and outcome.evaluation is not None
+                modes = self._modes(reader, results, session, staging) if has_modes else None
+                summary = dataclasses.replace(summary, evaluated=True, modes=modes)
         except PerceptionError as exc:
             log.warning("drive %s failed: %s", job.name, exc)
-            summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
-        finally:
-            self._current, self._replay = None, None
-        summary["wall_s"] = round(time.monotonic() - t0, 3)
-        summary["cpu_s"] = round(time.process_time() - cpu0, 3)  # this worker process, one drive at a time
-        summary["frames_per_s"] = round(summary.get("frames", 0) / max(summary["wall_s"], 1e-9), 2)
-        try:
-            (staging / SUMMARY_FILE).write_text(_json(summary))
-            publish(staging, out / job.name)
-        except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
-            log.warning("drive %s failed: %s", job.name, exc)
-            summary.update(status="failed", error=str(exc), error_type=type(exc).__name__)
-        if total_sketch is not None:
-            summary["total_sketch"] = total_sketch
-        return summary
+            summary = summary.failed(exc)
+        return summary, total_sketch
 
-    def _summarise(self, outcome: ReplayOutcome, cfg: RuntimeConfig) -> dict[str, Any]:
+    def _summarise(self, summary: DriveSummary, outcome: ReplayOutcome, cfg: RuntimeConfig) -> DriveSummary:
         r = outcome.report.counters
         latency = outcome.report.latency
-        s: dict[str, Any] = {
-            "status": "ok",
-            "error": None,
-            "frames": r.frames,
-            "usable": r.usable,
-            "ok": r.ok,
-            "degraded": r.degraded,
-            "dropped": r.dropped,
-            "deadline_ms": r.deadline_ms,
-            "deadline_misses": r.deadline_misses,
-            "latency_ms": {
+        replayed = Replayed(
+            RunCounters(**{k: getattr(r, k) for k in COUNTERS}),  # the per-sensor counts stay in report.json
+            latency_ms={
                 "total": (latency.total or LatencyStats()).as_dict(),
                 "stages": {k: {"p50": v.p50, "p99": v.p99} for k, v in latency.stages.items()},
             },
-            "mAP": (outcome.evaluation or {}).get("mAP"),
-            "admission": outcome.report.admission,
-        }
+            mAP=(outcome.evaluation or {}).get("mAP"),
+            admission=outcome.report.admission,
+        )
+        budget = None
         if self._settings.budget_ms is not None:
             rows = budget_rows(outcome.latency, self._settings.budget_ms, cfg.budget.stages, self._settings.percentile)
             violations = budget_violations(rows)
-            s["budget"] = {
-                "budget_ms": self._settings.budget_ms,
-                "percentile": self._settings.percentile,
-                "passed": not violations,
-                "violations": violations,
-            }
+            budget = BudgetResult(
+                self._settings.budget_ms, self._settings.percentile, not violations, tuple(violations)
+            )
+        s = dataclasses.replace(summary, status="ok", error=None, replayed=replayed, budget=budget)
         problem = outcome.drive_error or outcome.unusable()
         if outcome.interrupted:
-            s["status"] = "interrupted"
-        elif problem is not None:
-            s["status"] = "damaged" if outcome.drive_error is not None else "failed"
-            s["error"] = str(problem)
-            s["error_type"] = type(problem).__name__
+            return dataclasses.replace(s, status="interrupted")
+        if problem is not None:
+            status = "damaged" if outcome.drive_error is not None else "failed"
+            return dataclasses.replace(s, status=status, error=str(problem), error_type=type(problem).__name__)
         return s
 
-    def _modes(self, path: str, results: list[FrameResult], cfg: RuntimeConfig, staging: Path) -> dict[str, Any]:
-        with DriveReader(path, strict=False, quiet=True) as reader:
-            modes = score_modes(results, cfg, reader)
+    def _modes(
+        self, reader: DriveReader, results: list[FrameResult], session: Session, staging: Path
+    ) -> dict[str, Any]:
+        modes = score_modes(results, session, reader)
         (staging / MODES_FILE).write_text(_json(modes))
         return {m: v.get("mAP") for m, v in modes.items()}
 

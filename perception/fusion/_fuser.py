@@ -194,10 +194,9 @@ class Fuser:
             cal = spec.calibration
             if role is FusionRole.IMAGE_BOXES and cal is None:
                 raise InputError(f"{spec.kind} has no calibration in the rig", sensor=name)
+            if cal is not None and (problem := cal.problem()) is not None:
+                raise InputError(f"camera {name!r}: {problem}", sensor=name)
             k = cal.matrix() if cal is not None else np.eye(3)
-            if not (np.isfinite(k).all() and k[0, 0] > 0 and k[1, 1] > 0 and np.array_equal(k[2], [0.0, 0.0, 1.0])):
-                raise InputError(f"camera matrix K must be [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0, got "
-                                 f"{k.ravel().tolist()}", sensor=name)  # fmt: skip
             frustum: dict[str, float] = {}
             if cal is not None:
                 tx = max(k[0, 2], cal.width - k[0, 2]) / k[0, 0]

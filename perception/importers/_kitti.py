@@ -69,6 +69,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from perception._imageio import image_size
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._kitti_format import Calib, KittiLabel, parse_calib, parse_labels, parse_oxts, read_points
@@ -357,14 +358,14 @@ def _transform(m: F64) -> Transform:
 
 
 def _image_size(path: Path) -> tuple[int, int]:
-    from PIL import Image, UnidentifiedImageError
-
+    """``(width, height)`` of an image file, from its header (:func:`perception._imageio.image_size`)."""
     try:
-        with Image.open(path, formats=("PNG", "JPEG")) as img:
-            w, h = img.size
-    except (UnidentifiedImageError, OSError) as exc:
-        raise DriveError(f"not a readable PNG or JPEG image: {exc}", file=str(path)) from exc
-    return int(w), int(h)
+        size = image_size(path.read_bytes())
+    except OSError as exc:
+        raise DriveError(f"not a readable PNG or JPEG image: {exc.strerror or exc}", file=str(path)) from exc
+    if size is None:
+        raise DriveError("not a readable PNG or JPEG image: no PNG or JPEG header", file=str(path))
+    return size
 
 
 @dataclass(frozen=True)

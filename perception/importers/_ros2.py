@@ -309,13 +309,13 @@ def _build_rig(bag: _Bag, tmap: TopicMap, plans: list[_Plan], tree: TfTree, info
             try:
                 found = tree.lookup(base, plan.ros_frame)
             except TfError as exc:
-                raise bag.err(str(exc), topic=tmap.tf_static_topic, frame=plan.ros_frame) from exc
+                raise bag.err(str(exc), topic=tmap.tf_static_topic, ros_frame=plan.ros_frame) from exc
             if found is None:
                 raise bag.err(
                     f"no transform {base} <- {plan.ros_frame} for sensor {cfg.name!r} "
                     f"on {tmap.tf_static_topic} or {tmap.tf_topic} (frames with transforms: {known})",
                     topic=tmap.tf_static_topic,
-                    frame=plan.ros_frame,
+                    ros_frame=plan.ros_frame,
                 )
             extrinsic, static = found
         if not static:
@@ -345,7 +345,7 @@ def _ego(bag: _Bag, tmap: TopicMap, tree: TfTree) -> tuple[str, list[EgoPose]]:
             raise bag.err(
                 f"no transform chain {world} <- {base} for the ego pose (frames: {', '.join(tree.frames) or 'none'})",
                 topic=tmap.tf_topic,
-                frame=base,
+                ros_frame=base,
             )
     else:
         world = next((w for w in ("map", "odom") if tree.is_ancestor(w, base)), "")
@@ -354,7 +354,7 @@ def _ego(bag: _Bag, tmap: TopicMap, tree: TfTree) -> tuple[str, list[EgoPose]]:
                 f"no ego pose: {tmap.tf_topic} has no map <- {base} or odom <- {base} chain "
                 f"(frames: {', '.join(tree.frames) or 'none'}); set world_frame: in the map",
                 topic=tmap.tf_topic,
-                frame=base,
+                ros_frame=base,
             )
     try:
         found = tree.poses(world, base)
@@ -364,7 +364,9 @@ def _ego(bag: _Bag, tmap: TopicMap, tree: TfTree) -> tuple[str, list[EgoPose]]:
     times, poses = found
     if not poses:
         raise bag.err(
-            f"no ego motion: every transform on the chain {world} <- {base} is static", topic=tmap.tf_topic, frame=base
+            f"no ego motion: every transform on the chain {world} <- {base} is static",
+            topic=tmap.tf_topic,
+            ros_frame=base,
         )
     return world, ego_poses([int(t) for t in times], poses)
 

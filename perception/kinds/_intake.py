@@ -89,7 +89,7 @@ def _image_problem(sample: ImageSample) -> str | None:
         return f"image of {len(data)} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
     size = _imageio.image_size(data if isinstance(data, bytes) else bytes(data))
     if size is not None:
-        height, width = size
+        width, height = size
         if width == 0 or height == 0:
             return f"image has zero size {width}x{height}"
         return _imageio.size_problem(width, height)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,11 +35,15 @@ class LiveOutcome:
     push_cpu_us_per_frame: float = 0.0
 
 
-def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = None) -> LiveOutcome:
+def live_session(drive: Path | DriveReader, config: RuntimeConfig, faults: Faults | None = None) -> LiveOutcome:
     """Play ``drive`` from a separate publisher process at its recorded timing and push every
-    sample that arrives into a :class:`LiveRuntime` (the only API this side uses)."""
+    sample that arrives into a :class:`LiveRuntime` (the only API this side uses). ``drive``: a path,
+    or the caller's open reader (its rig and source are read from it: the drive is not opened again
+    on this side)."""
     faults = faults or Faults()
-    with DriveReader(drive) as reader:
+    with contextlib.ExitStack() as stack:
+        reader = drive if isinstance(drive, DriveReader) else stack.enter_context(DriveReader(drive))
+        drive = reader.path
         rig = dict(reader.rig)
         source = reader.source  # resolved as a replay of this drive is (models, budget, fusion settings)
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
@@ -51,6 +56,8 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         server.bind(str(path))
         server.listen(1)
         with server, LiveRuntime(config, source, on_result=records.append) as live:
+            # The publisher is the vehicle's sensors: another process, which reads the drive with a handle
+            # of its own (the only second opening of the drive in a live session).
             cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:

@@ -19,11 +19,12 @@ from perception.metrics._budget import (
 )
 from perception.metrics._latency import RELATIVE_ERROR, LatencyAccumulator, LatencySketch, percentiles
 from perception.metrics._prometheus import PrometheusExporter
-from perception.metrics._records import frame_record
+from perception.metrics._records import FrameRecord, frame_record, read_frame_records
 from perception.metrics._run_report import (
     BudgetVerdict,
     LatencyStats,
     ModelServed,
+    RunCounters,
     RunReport,
     ServerSplit,
 )
@@ -36,11 +37,13 @@ __all__ = [
     "BudgetRow",
     "BudgetVerdict",
     "ChromeTrace",
+    "FrameRecord",
     "LatencyAccumulator",
     "LatencySketch",
     "LatencyStats",
     "ModelServed",
     "PrometheusExporter",
+    "RunCounters",
     "RunReport",
     "ServerSplit",
     "ServerSplitter",
@@ -52,6 +55,7 @@ __all__ = [
     "late_lines",
     "markdown_table",
     "percentiles",
+    "read_frame_records",
     "render_table",
     "server_rows",
     "server_section",

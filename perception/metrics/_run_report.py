@@ -327,6 +327,10 @@ class RunReport:
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
 
+    def damage_markdown(self) -> list[str]:
+        """The ``## Drive damage`` section of report.md (no lines for an undamaged drive)."""
+        return _damage_markdown(self.drive_damage) if self.drive_damage else []
+
     @classmethod
     def from_json(cls, source: str | Path | Mapping[str, Any], *, file: str | None = None) -> RunReport:
         """A report from a report.json path, or from its decoded content (``file`` then names it in errors).
@@ -367,6 +371,7 @@ class RunReport:
         interrupted = data.get("interrupted")
         if interrupted is not None and not isinstance(interrupted, bool):
             raise r.error(f"expected true or false, got {interrupted!r}", "interrupted")
+
         def string(key: str) -> str | None:
             value = data.get(key)
             return None if value is None else r.text(value, key)
@@ -442,3 +447,54 @@ def _budget(r: _Reader, d: _JSON) -> BudgetVerdict:
         tuple(r.text(v, "budget.violations") for v in violations),
         tuple(r.obj(row, f"budget.rows.{i}") for i, row in enumerate(rows)),
     )
+
+
+def _n(x: object) -> str:
+    return "unknown" if x is None else str(x)
+
+
+def _damage_markdown(section: Mapping[str, Any]) -> list[str]:
+    """The report.md lines of a ``drive_damage`` section (its layout: :mod:`perception.replay._damage`)."""
+    lines = [
+        "## Drive damage",
+        "",
+        f"**The drive is damaged**: {_n(section.get('messages_lost'))} messages lost in "
+        f"{len(section.get('chunks', []))} damaged chunk(s); every readable chunk was replayed.",
+        "",
+    ]
+    if section.get("summary"):
+        lines += [f"The summary was unreadable ({section['summary']}): the file was scanned instead.", ""]
+    if section.get("truncated"):
+        lines += [f"Truncated: {section['truncated']}.", ""]
+    if section.get("chunks"):
+        lines += [
+            "| byte offset | bytes | reason | t first (ns) | t last (ns) | messages |",
+            "|---:|---:|---|---:|---:|---:|",
+        ]
+        for c in section["chunks"]:
+            lines.append(
+                f"| {c['offset']} | {c['length']} | {c['reason']} | {c['start_ns']} | {c['end_ns']} | "
+                f"{_n(c['message_count'])} |"
+            )
+        lines.append("")
+    if section.get("sensors"):
+        lines += ["| sensor | topic | samples lost | time ranges (ns) |", "|---|---|---:|---|"]
+        for name, s in section["sensors"].items():
+            ranges = ", ".join(f"{a} .. {b}" for a, b in s["ranges_ns"])
+            lines.append(f"| {name} | `{s['topic']}` | {_n(s['samples_lost'])} | {ranges} |")
+        lines.append("")
+    frames = section.get("frames", {})
+    if frames:
+        statuses = ", ".join(f"{k} {v}" for k, v in frames.get("statuses", {}).items()) or "none"
+        missing = ", ".join(f"{k} {v}" for k, v in frames.get("sensors_missing", {}).items()) or "none"
+        lines.append(
+            f"Frames in the damaged time: {frames.get('in_damaged_time', 0)} ({statuses}); "
+            f"sensors missing in them: {missing}."
+        )
+        if "not_produced" in frames:
+            lines.append(
+                f"Frames not produced (their trigger `{frames['trigger']}` sample was lost): "
+                f"{_n(frames['not_produced'])}."
+            )
+        lines.append("")
+    return lines

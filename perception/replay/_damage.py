@@ -18,7 +18,7 @@ from perception.config import RuntimeConfig
 from perception.drives import UNKNOWN_TOPICS, DriveDamage
 from perception.types import FrameResult, SensorSpec, SensorStatus
 
-__all__ = ["FrameSeen", "damage_markdown", "damage_section"]
+__all__ = ["FrameSeen", "damage_section"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,54 +70,3 @@ def damage_section(
         doc["frames"]["not_produced"] = sensors[trigger]["samples_lost"]
         doc["frames"]["trigger"] = trigger
     return doc
-
-
-def _n(x: object) -> str:
-    return "unknown" if x is None else str(x)
-
-
-def damage_markdown(section: Mapping[str, Any]) -> list[str]:
-    """The report.md lines for ``report["drive_damage"]``."""
-    lines = [
-        "## Drive damage",
-        "",
-        f"**The drive is damaged**: {_n(section.get('messages_lost'))} messages lost in "
-        f"{len(section.get('chunks', []))} damaged chunk(s); every readable chunk was replayed.",
-        "",
-    ]
-    if section.get("summary"):
-        lines += [f"The summary was unreadable ({section['summary']}): the file was scanned instead.", ""]
-    if section.get("truncated"):
-        lines += [f"Truncated: {section['truncated']}.", ""]
-    if section.get("chunks"):
-        lines += [
-            "| byte offset | bytes | reason | t first (ns) | t last (ns) | messages |",
-            "|---:|---:|---|---:|---:|---:|",
-        ]
-        for c in section["chunks"]:
-            lines.append(
-                f"| {c['offset']} | {c['length']} | {c['reason']} | {c['start_ns']} | {c['end_ns']} | "
-                f"{_n(c['message_count'])} |"
-            )
-        lines.append("")
-    if section.get("sensors"):
-        lines += ["| sensor | topic | samples lost | time ranges (ns) |", "|---|---|---:|---|"]
-        for name, s in section["sensors"].items():
-            ranges = ", ".join(f"{a} .. {b}" for a, b in s["ranges_ns"])
-            lines.append(f"| {name} | `{s['topic']}` | {_n(s['samples_lost'])} | {ranges} |")
-        lines.append("")
-    frames = section.get("frames", {})
-    if frames:
-        statuses = ", ".join(f"{k} {v}" for k, v in frames.get("statuses", {}).items()) or "none"
-        missing = ", ".join(f"{k} {v}" for k, v in frames.get("sensors_missing", {}).items()) or "none"
-        lines.append(
-            f"Frames in the damaged time: {frames.get('in_damaged_time', 0)} ({statuses}); "
-            f"sensors missing in them: {missing}."
-        )
-        if "not_produced" in frames:
-            lines.append(
-                f"Frames not produced (their trigger `{frames['trigger']}` sample was lost): "
-                f"{_n(frames['not_produced'])}."
-            )
-        lines.append("")
-    return lines

@@ -14,6 +14,7 @@ with ground truth within :data:`GT_TOLERANCE_NS`).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -78,7 +79,7 @@ def _nearest(times: list[int], t_ns: int) -> int | None:
 
 def score_modes(
     results: list[FrameResult],
-    config: RuntimeConfig,
+    config: RuntimeConfig | Session,
     reader: DriveReader,
     modes: Mapping[str, SensorMode] = MODES,
     protocol: str | None = None,
@@ -91,11 +92,12 @@ def score_modes(
     replaces fusion's built-in constants (to compare settings on the same model outputs). ``detections``,
     when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses);
     ``matches`` each mode's evaluator's :class:`~perception.evaluation.FrameMatches` (to compare two
-    settings' scores with :func:`~perception.evaluation.paired_bootstrap`)."""
+    settings' scores with :func:`~perception.evaluation.paired_bootstrap`). ``config``: a profile, or the
+    run's session (assembled against ``reader``'s source: used as it is)."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-    session = Session.assemble(config, reader.source)
+    session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
     config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
     clouds = _lidar_clouds(results, reader, kinds) if config.fusion.camera_guided.enabled else {}
@@ -154,21 +156,27 @@ def _lidar_clouds(
 
 
 async def evaluate_modes(
-    drive: str | os.PathLike[str], config: RuntimeConfig, protocol: str | None = None, **replay_kwargs: Any
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig,
+    protocol: str | None = None,
+    **replay_kwargs: Any,
 ) -> tuple[dict[str, dict[str, Any]], ReplayOutcome]:
     """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth under
-    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`)."""
+    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`). ``drive``: a path, or the
+    caller's open reader (the drive is read through one reader: the check, the replay, the scoring)."""
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
-    with DriveReader(drive, strict=False, quiet=True) as reader:
-        _require_ground_truth(reader, drive)  # before spending a replay on a drive that cannot be scored
-    opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=replay_kwargs.pop("progress", None))
-    results: list[FrameResult] = []
-    sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
-    outcome = await replay_drive(drive, cfg, opts, sinks=sinks, **replay_kwargs)
-    with DriveReader(drive, strict=False, quiet=True) as reader:  # the replay reported the damage
-        return score_modes(results, cfg, reader, protocol=protocol), outcome
+    with contextlib.ExitStack() as stack:
+        reader = drive if isinstance(drive, DriveReader) else stack.enter_context(DriveReader(drive, strict=False))
+        _require_ground_truth(reader, reader.path)  # before spending a replay on a drive that cannot be scored
+        progress = replay_kwargs.pop("progress", None)
+        opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=progress)
+        results: list[FrameResult] = []
+        sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
+        session = Session.assemble(cfg, reader.source)  # once: the replay and the scoring run it
+        outcome = await replay_drive(reader, session, opts, sinks=sinks, **replay_kwargs)
+        return score_modes(results, session, reader, protocol=protocol), outcome
 
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:

@@ -30,11 +30,12 @@ CLI exits 3). A message that does not decode still ends the replay there with ev
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any, Literal
 
 import anyio
 
-from perception._paths import DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, safe_output_path
+from perception._paths import DETECTIONS_FILE, REPORT_FILE, safe_output_path
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
 from perception.errors import ConfigError, DriveDamagedError, DriveError, ReplayError, ReplayStoppedError
@@ -56,11 +57,11 @@ from perception.metrics import (
     late_causes,
     with_in_flight,
 )
-from perception.replay._damage import FrameSeen, damage_markdown, damage_section
-from perception.replay._sinks import EvaluationSink, ProgressSink, RecordsSink, ReplaySink
+from perception.replay._damage import FrameSeen, damage_section
+from perception.replay._sinks import EvaluationSink, FrameSink, ProgressSink, RecordsSink, ReplaySink
 from perception.replay._source import DriveSource
-from perception.scheduler import AdmissionProvider, InferClient, Runtime, server_time_breakdown
-from perception.types import Frame
+from perception.scheduler import AdmissionProvider, InferClient, Runtime, Session, server_time_breakdown
+from perception.types import Frame, FrameResult
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "parse_rate", "replay_drive", "safe_output_path"]
 
@@ -198,8 +199,8 @@ async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIt
 
 
 async def replay_drive(
-    drive: str | os.PathLike[str],
-    config: RuntimeConfig,
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig | Session,
     options: ReplayOptions | None = None,
     *,
     sinks: Sequence[ReplaySink] = (),
@@ -208,6 +209,11 @@ async def replay_drive(
     admission_provider: AdmissionProvider | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
+
+    ``drive`` is a path, or a :class:`DriveReader` the caller opened for the whole run (used and left
+    open: the CLI and a fleet worker read the drive once, for the session, the replay and the modes);
+    ``config`` a profile, or the :class:`Session` the caller assembled from it against that reader's
+    source (then used as it is: the session is assembled once per run).
 
     The replay is a runtime plus sinks (:mod:`perception.replay._sinks`): the records, the evaluation
     and the progress bar, then ``sinks`` in their order, each getting every frame result in order.
@@ -245,7 +251,7 @@ async def replay_drive(
         if error is not None:
             raise error
         if maybe is None:
-            raise ReplayStoppedError("stopped before the replay started: nothing was replayed", file=str(drive))
+            raise ReplayStoppedError("stopped before the replay started: nothing was replayed", file=_name(drive))
         outcome = maybe
         outcome.interrupted = stop.is_set()
     if outcome.source_error is not None:
@@ -253,149 +259,244 @@ async def replay_drive(
     return outcome
 
 
+def _name(drive: str | os.PathLike[str] | DriveReader) -> str:
+    return str(drive.path) if isinstance(drive, DriveReader) else str(drive)
+
+
+@contextlib.contextmanager
+def _opened(drive: str | os.PathLike[str] | DriveReader) -> Iterator[DriveReader]:
+    """The caller's open reader as it is, or the drive opened for this replay (and closed after it)."""
+    if isinstance(drive, DriveReader):
+        yield drive
+        return
+    with DriveReader(drive, strict=False) as reader:
+        yield reader
+
+
 async def _replay(
-    drive: str | os.PathLike[str],
-    config: RuntimeConfig,
+    drive: str | os.PathLike[str] | DriveReader,
+    config: RuntimeConfig | Session,
     opts: ReplayOptions,
     sinks: Sequence[ReplaySink],
     client: InferClient | None,
     admission_provider: AdmissionProvider | None,
     started: list[Runtime],
 ) -> ReplayOutcome:
-    cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
-    acc = LatencyAccumulator(budget_ns=cfg.budget.total_ns)
-    with DriveReader(drive, strict=False) as reader:
-        source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
-        session = source.session  # the profile resolved against the drive, as every entry point resolves it
+    with _opened(drive) as reader:
+        # the profile resolved against the drive (as every entry point resolves it), once per run: the
+        # caller's session when it assembled one, with the pacing's pipeline settings
+        session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
+        session = dataclasses.replace(session, config=_effective(session.config, opts.rate))
+        source = DriveSource(reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
-        own: list[ReplaySink] = []
-        out_dir = opts.out_dir
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            own.append(RecordsSink(safe_output_path(out_dir, DETECTIONS_FILE), include_outputs=opts.include_outputs))
-        evaluation = None
-        if opts.evaluate and session.source.gt_at is not None and fusion is not None:
-            from perception.evaluation import DetectionEvaluator
-
-            evaluation = EvaluationSink(
-                DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at), session.source.gt_at
-            )
-            own.append(evaluation)
-        seen: list[FrameSeen] = []
-        versions: dict[str, set[str]] = {}  # of the model that answered, per sensor
+        tally = _Tally(cfg.budget.total_ns)
+        own, evaluation = _own_sinks(session, opts, fusion is not None)
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
-        server_crashes: dict[str, Any] | None = None
+        watch = _ServerWatch()
         with ExitStack() as stack:
             # every sink opened before the first frame, closed however the replay ends (in reverse order)
             opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
             opened.append(stack.enter_context(ProgressSink(opts.progress)(reader, source.rig)))
             # the embedded server traces every request for the per-request server split
-            trace = opts.server_split is not False
             async with Runtime(
                 session,
                 fusion=fusion,
                 client=client,
                 join_timeout_ns=join_override,
-                trace_requests=trace,
+                trace_requests=opts.server_split is not False,
                 admission=admission_provider,
             ) as rt:
                 started.append(rt)
-                stats_before = await rt.server_statistics()
-                restarts_before = rt.server.restarts if rt.server is not None else 0
-                crashes_before = rt.server.crashes if rt.server is not None else 0
-                splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
-                frames = source.frames()
-                gate = anyio.Semaphore(1)
-                gated = splitter is not None and splitter.gated
-                if splitter is not None:
-                    await splitter.start()
-                if gated:
-                    frames = _gated(frames, gate)
-                failed: Exception | None = None  # a sink's: the runtime stops, drains, then it is raised
-                async for raw in rt.run(frames):
-                    result = await splitter.attribute(raw) if splitter is not None else with_in_flight(raw)
-                    acc.add(result)
-                    for name, s in result.sensors.items():
-                        if s.model_version:
-                            versions.setdefault(name, set()).add(s.model_version)
-                    seen.append(FrameSeen.of(result))
-                    if failed is None:
-                        try:
-                            for sink in opened:
-                                sink.add(result)
-                        except Exception as exc:  # not raised inside the stream: it ends in order first
-                            failed = exc
-                            rt.stop()
-                    if gated:
-                        gate.release()  # the next frame starts once this one is fully handled
-                if failed is not None:
-                    raise failed
+                await watch.begin(rt)
+                split = await _run_frames(rt, source, cfg, opts, tally, opened)
                 stopped = rt.stopping
                 admission = rt.admission.report() if rt.admission is not None else None
-                with anyio.CancelScope(shield=True):
-                    stats_after = await rt.server_statistics()
-                # a server restarted during the replay (a crash) counted from 0 again: no breakdown
-                restarts = rt.server.restarts if rt.server is not None else 0
-                server_ms = server_time_breakdown(stats_before, stats_after) if restarts == restarts_before else {}
-                crashes = rt.server.crashes - crashes_before if rt.server is not None else 0
-                if crashes:
-                    server_crashes = {
-                        "crashes": crashes,
-                        "restarts": restarts - restarts_before,
-                        "logs": [str(p) for p in rt.server.crash_logs],
-                    }
-        counters = acc.counters()
-        models = {
-            s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors
-        }
-        damage = reader.damage
+                await watch.end(rt)
         quality = evaluation.evaluator.summary() if evaluation is not None else None
-        report = RunReport(
-            counters,
-            acc.latency_summary(),
-            drive=str(drive),
-            rate=opts.rate,
-            # the model that served each sensor, and the versions of it that answered
-            models=models,
-            alignment=dataclasses.asdict(source.assembler.stats),
-            accumulation=source.assembler.accumulator.report() if source.assembler.accumulator else None,
-            # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output
-            server_ms=server_ms or None,
-            # why requests were late: the servers' queue or the models' compute
-            late_causes=late_causes(counters, models, server_ms) or None,
-            server_split=ServerSplit(
-                per_frame=split_off is None,
-                source=splitter.source if splitter is not None else None,  # trace | statistics
-                why_not=split_off,
-                models=acc.server_split(),
-            ),
-            interrupted=stopped,
+        report = _run_report(
+            _name(drive),
+            opts,
+            cfg,
+            source,
+            reader,
+            tally,
+            watch,
+            split,
+            stopped=stopped,
             admission=admission,
-            image_size_mismatch=dict(source.image_size_mismatch) if source.image_size_mismatch else None,
-            server_crashes=server_crashes,
-            drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
-            drive_damage=damage_section(damage, cfg, source.rig, seen) if damage else None,
-            drive_error=str(source.error) if source.error is not None else None,
             quality=quality,
         )
-        outcome = ReplayOutcome(report, acc, evaluation=quality, source_error=source.error)
+        outcome = ReplayOutcome(report, tally.acc, evaluation=quality, source_error=source.error)
+        damage = reader.damage
         if damage:
             outcome.damage = damage
-            outcome.drive_error = damage.error(str(drive))
-        if out_dir is not None:
-            report.write(safe_output_path(out_dir, REPORT_FILE))
-            if opts.report_md:
-                from perception.viz import write_replay_report
-
-                # Rendering takes seconds: off the event loop (a second Ctrl-C still forces the exit), and
-                # no frames after a stop (perception render DIR --frame N draws any frame later).
-                n_frames = 0 if stopped else 3
-                render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=n_frames)
-                await anyio.to_thread.run_sync(render, abandon_on_cancel=True)
-                if report.drive_damage is not None:
-                    md = safe_output_path(out_dir, REPORT_MD_FILE)
-                    with md.open("a", encoding="utf-8") as f:
-                        f.write("\n" + "\n".join(damage_markdown(report.drive_damage)) + "\n")
+            outcome.drive_error = damage.error(_name(drive))
+        if opts.out_dir is not None:
+            await _write_report(opts.out_dir, report, tally.acc, report_md=opts.report_md, stopped=stopped)
     return outcome
+
+
+class _Tally:
+    """What the report counts of every frame: latency (the accumulator), the versions of each sensor's
+    model that answered, and what each frame saw (for the damage section)."""
+
+    def __init__(self, budget_ns: int) -> None:
+        self.acc = LatencyAccumulator(budget_ns=budget_ns)
+        self.versions: dict[str, set[str]] = {}
+        self.seen: list[FrameSeen] = []
+
+    def add(self, result: FrameResult) -> None:
+        self.acc.add(result)
+        for name, s in result.sensors.items():
+            if s.model_version:
+                self.versions.setdefault(name, set()).add(s.model_version)
+        self.seen.append(FrameSeen.of(result))
+
+
+def _own_sinks(session: Session, opts: ReplayOptions, fused: bool) -> tuple[list[ReplaySink], EvaluationSink | None]:
+    """Replay's own outputs: the records (with an output directory) and the evaluation (ground truth and
+    fusion)."""
+    own: list[ReplaySink] = []
+    if opts.out_dir is not None:
+        opts.out_dir.mkdir(parents=True, exist_ok=True)
+        own.append(RecordsSink(safe_output_path(opts.out_dir, DETECTIONS_FILE), include_outputs=opts.include_outputs))
+    evaluation = None
+    if opts.evaluate and session.source.gt_at is not None and fused:
+        from perception.evaluation import DetectionEvaluator
+
+        evaluation = EvaluationSink(
+            DetectionEvaluator(rig=session.rig, ego_at=session.source.ego_at), session.source.gt_at
+        )
+        own.append(evaluation)
+    return own, evaluation
+
+
+@dataclass
+class _ServerWatch:
+    """Triton over the replay: its time per model (statistics before and after: ``server_ms``, none when
+    it restarted meanwhile, having counted from 0 again) and the crashes it had (``server_crashes``)."""
+
+    stats_before: Any = None
+    restarts_before: int = 0
+    crashes_before: int = 0
+    server_ms: dict[str, Any] = field(default_factory=dict)
+    crashes: dict[str, Any] | None = None
+
+    async def begin(self, rt: Runtime) -> None:
+        self.stats_before = await rt.server_statistics()
+        self.restarts_before = rt.server.restarts if rt.server is not None else 0
+        self.crashes_before = rt.server.crashes if rt.server is not None else 0
+
+    async def end(self, rt: Runtime) -> None:
+        with anyio.CancelScope(shield=True):
+            stats_after = await rt.server_statistics()
+        restarts = rt.server.restarts if rt.server is not None else 0
+        if restarts == self.restarts_before:
+            self.server_ms = server_time_breakdown(self.stats_before, stats_after)
+        crashes = rt.server.crashes - self.crashes_before if rt.server is not None else 0
+        if crashes and rt.server is not None:
+            self.crashes = {
+                "crashes": crashes,
+                "restarts": restarts - self.restarts_before,
+                "logs": [str(p) for p in rt.server.crash_logs],
+            }
+
+
+async def _run_frames(
+    rt: Runtime,
+    source: DriveSource,
+    cfg: RuntimeConfig,
+    opts: ReplayOptions,
+    tally: _Tally,
+    opened: Sequence[FrameSink],
+) -> ServerSplit:
+    """Run the drive's frames through ``rt``: each result attributed its server time, tallied and given
+    to every sink in order. A sink that fails stops the runtime; its error is raised once it drained.
+    Returns how the server split was made (the report's ``server_split`` without its models)."""
+    splitter, split_off = _server_splitter(rt, cfg, opts.server_split)
+    frames = source.frames()
+    gate = anyio.Semaphore(1)
+    gated = splitter is not None and splitter.gated
+    if splitter is not None:
+        await splitter.start()
+    if gated:
+        frames = _gated(frames, gate)
+    failed: Exception | None = None  # a sink's: the runtime stops, drains, then it is raised
+    async for raw in rt.run(frames):
+        result = await splitter.attribute(raw) if splitter is not None else with_in_flight(raw)
+        tally.add(result)
+        if failed is None:
+            try:
+                for sink in opened:
+                    sink.add(result)
+            except Exception as exc:  # not raised inside the stream: it ends in order first
+                failed = exc
+                rt.stop()
+        if gated:
+            gate.release()  # the next frame starts once this one is fully handled
+    if failed is not None:
+        raise failed
+    return ServerSplit(
+        per_frame=split_off is None,
+        source=splitter.source if splitter is not None else None,  # trace | statistics
+        why_not=split_off,
+    )
+
+
+def _run_report(
+    drive: str,
+    opts: ReplayOptions,
+    cfg: RuntimeConfig,
+    source: DriveSource,
+    reader: DriveReader,
+    tally: _Tally,
+    watch: _ServerWatch,
+    split: ServerSplit,
+    *,
+    stopped: bool,
+    admission: dict[str, Any] | None,
+    quality: dict[str, Any] | None,
+) -> RunReport:
+    acc = tally.acc
+    counters = acc.counters()
+    models = {s.name: ModelServed(s.model, tuple(sorted(tally.versions.get(s.name, ())))) for s in cfg.active_sensors}
+    damage = reader.damage
+    return RunReport(
+        counters,
+        acc.latency_summary(),
+        drive=drive,
+        rate=opts.rate,
+        # the model that served each sensor, and the versions of it that answered
+        models=models,
+        alignment=dataclasses.asdict(source.assembler.stats),
+        accumulation=source.assembler.accumulator.report() if source.assembler.accumulator else None,
+        # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output
+        server_ms=watch.server_ms or None,
+        # why requests were late: the servers' queue or the models' compute
+        late_causes=late_causes(counters, models, watch.server_ms) or None,
+        server_split=dataclasses.replace(split, models=acc.server_split()),
+        interrupted=stopped,
+        admission=admission,
+        image_size_mismatch=dict(source.image_size_mismatch) if source.image_size_mismatch else None,
+        server_crashes=watch.crashes,
+        drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
+        drive_damage=damage_section(damage, cfg, source.rig, tally.seen) if damage else None,
+        drive_error=str(source.error) if source.error is not None else None,
+        quality=quality,
+    )
+
+
+async def _write_report(
+    out_dir: Path, report: RunReport, acc: LatencyAccumulator, *, report_md: bool, stopped: bool
+) -> None:
+    """``report.json`` and (``report_md``) ``report.md``, its damage section included."""
+    report.write(safe_output_path(out_dir, REPORT_FILE))
+    if report_md:
+        from perception.viz import write_replay_report
+
+        # Rendering takes seconds: off the event loop (a second Ctrl-C still forces the exit), and
+        # no frames after a stop (perception render DIR --frame N draws any frame later).
+        render = functools.partial(write_replay_report, out_dir, report, latency=acc, n_frames=0 if stopped else 3)
+        await anyio.to_thread.run_sync(render, abandon_on_cancel=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections import Counter
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from perception._imageio import image_size
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
@@ -22,24 +22,14 @@ __all__ = ["DriveSource"]
 log = logging.getLogger(__name__)
 
 
-def _image_size(sample: ImageSample) -> tuple[int, int] | None:
-    """Width and height from the image header (no decoding); None when unreadable (the dispatcher
-    reports undecodable images as that camera's error)."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(sample.data), formats=("JPEG", "PNG")) as img:
-            return img.size
-    except Exception:  # any header trouble: not this check's to report
-        return None
-
-
 @dataclass
 class DriveSource:
     """Iterate a drive's frames. ``rate``: 1.0 = recorded speed, 2.0 = twice as fast, ``None`` = max."""
 
     reader: DriveReader
-    config: RuntimeConfig
+    #: The profile, or the session already assembled from it against ``reader.source`` (an entry point
+    #: that assembled it once for the run: then it is used as it is).
+    config: RuntimeConfig | Session
     rate: float | None = None
     start_ns: int | None = None
     end_ns: int | None = None
@@ -51,7 +41,9 @@ class DriveSource:
 
     def __post_init__(self) -> None:
         #: The profile resolved against the drive (the one assembly every entry point shares).
-        self.session = Session.assemble(self.config, self.reader.source)
+        self.session = (
+            self.config if isinstance(self.config, Session) else Session.assemble(self.config, self.reader.source)
+        )
         self.config = self.session.config
         self.rig = dict(self.session.rig)
         self.assembler = self.session.assembler()
@@ -69,7 +61,9 @@ class DriveSource:
 
     def _check_image_size(self, name: str, sample: ImageSample) -> None:
         cal = self.rig[name].calibration
-        size = _image_size(sample)
+        # None for an unreadable header: not this check's to report (the dispatcher reports
+        # undecodable images as that camera's error)
+        size = image_size(sample.data)
         if cal is None or size is None or size == (cal.width, cal.height):
             return
         if not self.image_size_mismatch[name]:

@@ -2,9 +2,10 @@
 
 Lifecycle (what each transition holds and releases):
 
-* **configure** — loads the profile and the rig (a drive or a simulator rig file), resolves each
-  sensor's topic, starts the embedded Triton (unless the profile names a server) and checks every
-  model's readiness and tensor contract by opening the runtime once; creates the publishers;
+* **configure** — loads the profile and the rig (a drive or a simulator rig file), assembles the
+  session against it (:class:`Session`, as every entry point does), resolves each sensor's topic,
+  starts the embedded Triton (unless the profile names a server) and checks every model's readiness
+  and tensor contract by opening the runtime once; creates the publishers;
 * **activate** — opens the :class:`LiveRuntime` on that server and subscribes (sensor-data QoS);
 * **deactivate** — unsubscribes and closes the live runtime (pending frames are completed and drained;
   channels, shared memory and threads released);
@@ -26,7 +27,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +43,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
 from visualization_msgs import msg as viz_msgs
 
-from perception.config import RuntimeConfig, load_config, resolve_sensors, with_overrides
+from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime
@@ -58,15 +59,14 @@ from perception.ros._convert import (
 from perception.ros._diagnostics import DiagnosticsTracker
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
-from perception.scheduler import Runtime
-from perception.types import FrameResult, Sample, SensorSpec
+from perception.scheduler import Runtime, Session
+from perception.types import FrameResult, Sample, SensorSpec, SessionSource
 
-__all__ = ["NODE_NAME", "FusionNode", "load_rig"]
+__all__ = ["NODE_NAME", "FusionNode", "rig_session", "rig_source"]
 
 log = logging.getLogger(__name__)
 
 NODE_NAME = "perception_fusion"
-_SIM_METADATA = {"generator": "perception sim"}
 _MAX_ARRIVALS = 1024
 _MAX_ERROR_CHARS = 400  # an input error as /diagnostics and the log say it
 
@@ -99,21 +99,26 @@ class _Markers:
     Point = Point
 
 
-def load_rig(path: Path, config: RuntimeConfig) -> tuple[RuntimeConfig, dict[str, SensorSpec]]:
-    """The rig from a drive (``.mcap``: the rig it was recorded with) or a simulator rig file (``.yaml``),
-    and the profile resolved on it."""
+def rig_source(path: Path) -> SessionSource:
+    """The node's source: the rig of a drive (``.mcap``: the rig it was recorded with, resolved as that
+    drive is) or of a simulator rig file (``.yaml``: resolved as a drive of the simulator). Its poses
+    come from the host (``/odom``), never from a file."""
     if not path.exists():
         raise ConfigError("rig not found (a drive .mcap or a rig .yaml)", file=str(path))
     if path.suffix == ".mcap":
         from perception.drives import DriveReader
 
         with DriveReader(path, strict=False) as reader:
-            rig = dict(reader.rig)
-            return resolve_sensors(config, rig, where=f"drive {path}", metadata=reader.metadata), rig
+            return dataclasses.replace(reader.source, ego_at=None, gt_at=None)
     from perception.sim import load_rig as load_sim_rig
 
-    rig = {s.name: s.spec for s in load_sim_rig(path).sensors}
-    return resolve_sensors(config, rig, where=f"rig {path}", metadata=_SIM_METADATA), rig
+    return SessionSource.simulated({s.name: s.spec for s in load_sim_rig(path).sensors}, name=f"rig {path}")
+
+
+def rig_session(path: Path, config: RuntimeConfig) -> Session:
+    """The profile assembled against the rig at ``path`` (:func:`rig_source`), as every entry point
+    assembles its session (:meth:`Session.assemble`)."""
+    return Session.assemble(config, rig_source(path))
 
 
 def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int) -> float | None:
@@ -152,6 +157,8 @@ class FusionNode(LifecycleNode):
         self._on_published = on_published
         self.config: RuntimeConfig | None = None
         self.rig: dict[str, SensorSpec] = {}
+        #: The profile assembled against the rig at configure (its source is the live runtime's).
+        self.session: Session | None = None
         self.topics: dict[str, SensorTopics] = {}
         self.odometry_topic = ""
         self.live: LiveRuntime | None = None
@@ -227,9 +234,10 @@ class FusionNode(LifecycleNode):
         rig_path = self._param("rig")
         if not rig_path:
             raise ConfigError("parameter 'rig' is required: a drive (.mcap) or a rig file (.yaml)", key="rig")
-        cfg, rig = load_rig(Path(rig_path), load_config(profile))
         sensors = [s for s in self._param("sensors").split(",") if s] or None
-        cfg = with_overrides(cfg, url=self._param("url") or None, sensors=sensors)
+        session = rig_session(Path(rig_path), load_config(profile))
+        session = session.with_overrides(url=self._param("url") or None, sensors=sensors)
+        cfg, rig = session.config, dict(session.rig)
         chosen = self._param("time_base")
         if chosen not in ("auto", "offset", "estimate"):
             raise ConfigError(f"must be auto, offset or estimate, got {chosen!r}", key="time_base")
@@ -259,7 +267,8 @@ class FusionNode(LifecycleNode):
         if cfg.server.embedded:
             cfg = with_overrides(cfg, url=self._start_server(cfg))
         self.config = cfg
-        self._check_models(cfg, rig)
+        self.session = dataclasses.replace(session, config=cfg)
+        self._check_models(self.session)
         self._diag = DiagnosticsTracker(self.get_name(), list(self.topics), cfg.ros)
         self._pubs = _Publishers(
             objects=self.create_publisher(viz_msgs.MarkerArray, "~/objects", 10),
@@ -294,11 +303,11 @@ class FusionNode(LifecycleNode):
             self._supervision = self._portal.start_task_soon(server.supervise, cfg.server.restarts)
         return server.grpc_url
 
-    def _check_models(self, cfg: RuntimeConfig, rig: Mapping[str, SensorSpec]) -> None:
+    def _check_models(self, session: Session) -> None:
         """Readiness and tensor contract of every model (the runtime's start-up checks), then closed."""
 
         async def check() -> None:
-            async with Runtime(resolve_sensors(cfg, rig), rig=rig):
+            async with Runtime(session):
                 pass
 
         if self._portal is not None:
@@ -337,7 +346,9 @@ class FusionNode(LifecycleNode):
         if cfg.live.time_base == "offset":
             # ROS stamps are on the node's ROS clock: host (monotonic) = stamp + (monotonic - ROS now).
             cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
-        live = LiveRuntime(cfg, self.rig, on_result=self._publish)
+        assert self.session is not None
+        # the session's source, resolved as configure resolved it (the config already is)
+        live = LiveRuntime(cfg, self.session.source, on_result=self._publish)
         live.__enter__()
         self.live = live
         self._arrivals.clear()

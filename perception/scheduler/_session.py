@@ -19,16 +19,16 @@ live`` and the benchmarks all go through :meth:`Session.assemble`; a drive's sou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from perception.config import RuntimeConfig, resolve_sensors
+from perception.config import RuntimeConfig, resolve_sensors, with_overrides
 from perception.errors import ConfigError, DriveError, InputError
 from perception.scheduler._align import FrameAssembler
-from perception.types import CameraCalibration, Detection3D, Frame, SensorResult, SensorSpec, SessionSource
+from perception.types import Detection3D, Frame, SensorResult, SensorSpec, SessionSource
 
 __all__ = ["FusionStage", "Session"]
 
@@ -88,6 +88,16 @@ class Session:
         rig = _match_rig(resolved, source) if source.rig else {}
         return cls(config=resolved, rig=rig, source=source)
 
+    def with_overrides(
+        self, *, url: str | None = None, sensors: Sequence[str] | None = None, budget_ms: float | None = None
+    ) -> Session:
+        """This session with the CLI's overrides applied to its config
+        (:func:`perception.config.with_overrides`: a server URL, the enabled sensors, a frame budget);
+        the rig stays (it maps every configured sensor, enabled or not)."""
+        return dataclasses.replace(
+            self, config=with_overrides(self.config, url=url, sensors=sensors, budget_ms=budget_ms)
+        )
+
     @property
     def source_names(self) -> Mapping[str, str]:
         """The source's sensor name of each configured sensor (they differ when matched by topic)."""
@@ -142,20 +152,12 @@ def _match_rig(config: RuntimeConfig, source: SessionSource) -> dict[str, Sensor
                 key=f"sensors[{i}].kind",
             )
         if spec.calibration is not None:
-            problem = _calibration_problem(spec.calibration)
+            problem = spec.calibration.problem()
             if problem is not None:
                 if source.file is not None:
-                    raise DriveError(f"camera {spec.name!r}: {problem}", file=source.file, topic=spec.topic)
+                    raise DriveError(
+                        f"camera {spec.name!r}: {problem}", file=source.file, topic=spec.topic, sensor=spec.name
+                    )
                 raise InputError(f"camera {spec.name!r}: {problem}", sensor=spec.name)
         out[s.name] = spec
     return out
-
-
-def _calibration_problem(cal: CameraCalibration) -> str | None:
-    """Why ``cal`` is not a usable pinhole calibration (fusion projects through K and inverts it)."""
-    k = cal.k
-    if not all(math.isfinite(v) for v in (*k, *cal.d)):
-        return f"calibration has non-finite values (K={list(k)}, D={list(cal.d)})"
-    if not (k[0] > 0 and k[4] > 0 and (k[3], k[6], k[7], k[8]) == (0, 0, 0, 1)):
-        return f"calibration K={list(k)} is not a pinhole matrix [fx s cx; 0 fy cy; 0 0 1] with fx, fy > 0"
-    return None

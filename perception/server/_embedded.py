@@ -65,7 +65,7 @@ from perception.server._procs import (
     remove_shm_prefix,
     signal_group,
 )
-from perception.triton import make_shm_prefix, trace_flags
+from perception.triton import make_shm_prefix, trace_flags, wait_until_ready
 
 __all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_tail"]
 
@@ -168,6 +168,10 @@ def _log_matches(path: Path | None, pattern: re.Pattern[str]) -> bool:
         return pattern.search(_log_end(path)) is not None
     except OSError:
         return False
+
+
+class _Exited(Exception):
+    """Internal: the server process exited while its start was awaited (ends the readiness wait)."""
 
 
 class _StartFailed(ServerError):
@@ -493,15 +497,18 @@ class EmbeddedTriton:
 
     async def _wait_ready(self, proc: subprocess.Popen[bytes]) -> str | None:
         """None when ready; otherwise why the server is not."""
-        with anyio.move_on_after(self._startup_timeout_s):
-            while True:
-                code = proc.poll()
-                if code is not None:
-                    return f"tritonserver exited during start-up with {_describe_exit(code)}"
-                if await http_ready(self.http_url, timeout_s=1.0):
-                    return None
-                await anyio.sleep(0.1)
-        return f"tritonserver not ready after {self._startup_timeout_s:g} s"
+
+        async def problem() -> str | None:
+            code = proc.poll()
+            if code is not None:
+                raise _Exited(f"tritonserver exited during start-up with {_describe_exit(code)}")
+            return None if await http_ready(self.http_url, timeout_s=1.0) else "not ready"
+
+        try:
+            ready, _ = await wait_until_ready(problem, self._startup_timeout_s)
+        except _Exited as exc:
+            return str(exc)
+        return None if ready else f"tritonserver not ready after {self._startup_timeout_s:g} s"
 
     async def stop(self) -> None:
         """Stop the server and clean up after it (processes, shared memory, temporary log); idempotent.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,7 +21,7 @@ import anyio.to_thread
 
 from perception.errors import ConnectError, ModelContractError, ServerError
 from perception.kinds import TensorSpec
-from perception.triton import parse_model_config
+from perception.triton import parse_model_config, wait_until_ready
 
 __all__ = [
     "ModelStatus",
@@ -99,7 +98,8 @@ async def _grpc_ready(url: str, timeout_s: float) -> bool:
     except InferenceServerException:
         return False
     finally:
-        await client.close()
+        with anyio.CancelScope(shield=True):  # also when the wait's deadline cancelled the probe
+            await client.close()
 
 
 async def wait_for_server(
@@ -112,19 +112,18 @@ async def wait_for_server(
     """
     if protocol not in ("grpc", "http"):
         raise ValueError(f"protocol must be 'grpc' or 'http', not {protocol!r}")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        probe_timeout = max(0.05, min(1.0, remaining))
+    probe_timeout = max(0.05, min(1.0, timeout_s))
+
+    async def problem() -> str | None:
         if protocol == "grpc":
             ready = await _grpc_ready(url, probe_timeout)
         else:
             ready = await http_ready(url, timeout_s=probe_timeout)
-        if ready:
-            return
-        if time.monotonic() >= deadline:
-            raise ServerError(f"Triton server at {url} ({protocol}) not ready after {timeout_s:g} s")
-        await anyio.sleep(interval_s)
+        return None if ready else "not ready"
+
+    ready, _ = await wait_until_ready(problem, timeout_s, poll_s=interval_s)
+    if not ready:
+        raise ServerError(f"Triton server at {url} ({protocol}) not ready after {timeout_s:g} s")
 
 
 @dataclass(frozen=True)

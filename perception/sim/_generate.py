@@ -35,7 +35,7 @@ from perception.sim._random import Stream, name_key, stream
 from perception.sim._rig import RigConfig, SimSensor, builtin_rig_path, load_rig
 from perception.sim._scenarios import Scenario, get_scenario
 from perception.sim._world import Scene, World
-from perception.types import EgoPose, GroundTruth, ImageSample, PointCloudSample, SensorKind
+from perception.types import SIM_GENERATOR, EgoPose, GroundTruth, ImageSample, PointCloudSample, SensorKind
 
 __all__ = ["SimSummary", "Simulator", "generate_drive"]
 
@@ -395,7 +395,7 @@ def generate_drive(
     else:
         bar = progress or None
     meta = {
-        "generator": "perception sim",
+        "generator": SIM_GENERATOR,
         "scenario": sim.scenario.name,
         "seed": str(seed),
         "duration_s": f"{sim.duration_s:g}",

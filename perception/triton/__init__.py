@@ -5,6 +5,8 @@
   :mod:`perception.errors` (with model, sensor, frame and URL), shared memory for large inputs.
 * :class:`SharedMemoryPool`: reusable, registered-once system shared-memory regions.
 * :class:`TraceReader` / :func:`trace_flags`: Triton's per-request trace (server timestamps per request id).
+* :func:`wait_until_ready`: the one readiness wait (the client's, the server package's and the embedded
+  server's start poll their probes with it).
 * :class:`ModelContract` / :func:`check_contract`: what a served model declares versus what each sensor
   kind needs (its contract in :mod:`perception.kinds`).
 
@@ -30,6 +32,7 @@ from perception.triton._client import (
 )
 from perception.triton._contract import ModelContract, check_contract, parse_model_config
 from perception.triton._errors import translate
+from perception.triton._ready import wait_until_ready
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
 from perception.triton._shm_names import SHM_DIR, SHM_NAME_PREFIX, make_shm_prefix, shm_owner_pid
 from perception.triton._trace import RequestTrace, TraceReader, trace_flags
@@ -57,4 +60,5 @@ __all__ = [
     "shm_owner_pid",
     "trace_flags",
     "translate",
+    "wait_until_ready",
 ]

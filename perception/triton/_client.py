@@ -67,6 +67,7 @@ from perception.errors import (
 
 from ._contract import ModelContract, parse_model_config
 from ._errors import is_shm_registration_lost, translate
+from ._ready import wait_until_ready
 from ._shm import SharedMemoryPool, ShmSlot, packed_size
 from ._wire import WireInput, encode_infer_request, model_infer_call
 
@@ -534,25 +535,29 @@ class TritonClient:
         that answers may take ``timeout_s`` to load its models, a dead address should not.
         """
         self._check_open()
-        problem: TransportError | None = None
         silent_since: float | None = None
         logged = False
-        with anyio.move_on_after(timeout_s):
-            while True:
-                problem, answered = await self._readiness_problem(models)
-                if problem is None:
-                    return
-                now = anyio.current_time()
-                silent_since = None if answered else (now if silent_since is None else silent_since)
-                silent_for = None if silent_since is None else now - silent_since
-                if silent_for is not None and connect_timeout_s is not None and silent_for >= connect_timeout_s:
-                    raise type(problem)(
-                        f"no answer for {connect_timeout_s:g} s: {problem.message}", **dict(problem.context)
-                    ) from problem
-                if not logged:
-                    log.info("waiting for Triton at %s: %s", ", ".join(self.urls), problem.message)
-                    logged = True
-                await anyio.sleep(poll_s)
+
+        async def check() -> TransportError | None:
+            nonlocal silent_since, logged
+            problem, answered = await self._readiness_problem(models)
+            if problem is None:
+                return None
+            now = anyio.current_time()
+            silent_since = None if answered else (now if silent_since is None else silent_since)
+            silent_for = None if silent_since is None else now - silent_since
+            if silent_for is not None and connect_timeout_s is not None and silent_for >= connect_timeout_s:
+                raise type(problem)(
+                    f"no answer for {connect_timeout_s:g} s: {problem.message}", **dict(problem.context)
+                ) from problem
+            if not logged:
+                log.info("waiting for Triton at %s: %s", ", ".join(self.urls), problem.message)
+                logged = True
+            return problem
+
+        ready, problem = await wait_until_ready(check, timeout_s, poll_s=poll_s)
+        if ready:
+            return
         if problem is None:
             problem = ConnectError(f"no answer from {', '.join(self.urls)}")
         raise type(problem)(f"not ready after {timeout_s:g} s: {problem.message}", **dict(problem.context)) from problem

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, REPORT_FILE
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
+from perception.metrics import FrameRecord, read_frame_records
 from perception.types import Detection3D, GroundTruth, Sample, SensorSpec
 from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
@@ -90,22 +91,15 @@ def frame_ids(out_dir: str | Path) -> list[int]:
     if fused.is_file():
         with DriveCopy(fused, topics=[FRAME_STATS_TOPIC]) as copy:
             return [json.loads(msg.data)["frame_id"] for _, msg in copy.until(2**64)]
-    return [rec["frame_id"] for rec in _jsonl(out / DETECTIONS_FILE)]
+    return [rec.frame_id for rec in _jsonl(out / DETECTIONS_FILE)]
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def _jsonl(path: Path) -> list[FrameRecord]:
     if not path.is_file():
         raise ConfigError(
             f"no {FUSED_MCAP_FILE} or {DETECTIONS_FILE} here (not a replay output?)", file=str(path.parent)
         )
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:  # an interrupted write leaves at most a partial last line
-                log.warning("%s:%d: unreadable record skipped", path, n)
+    return read_frame_records(path)  # an interrupted write leaves at most a partial last line: skipped
 
 
 def _missing(wanted: Iterable[int], found: Mapping[int, Any], where: Path, known: list[int]) -> None:
@@ -172,36 +166,17 @@ def _records_from_jsonl(path: Path, wanted: list[int]) -> dict[int, _Record]:
     out: dict[int, _Record] = {}
     known: list[int] = []
     for rec in _jsonl(path):
-        known.append(rec["frame_id"])
-        if rec["frame_id"] not in wanted:
+        known.append(rec.frame_id)
+        if rec.frame_id not in wanted:
             continue
-        try:
-            dets = tuple(
-                Detection3D(
-                    id=int(d["id"]),
-                    label=d["label"],
-                    score=float(d["score"]),
-                    center=tuple(float(v) for v in d["center"]),  # type: ignore[arg-type]
-                    size=tuple(float(v) for v in d["size"]),  # type: ignore[arg-type]
-                    yaw=float(d["yaw"]),
-                    velocity=tuple(float("nan") if v is None else float(v) for v in d["velocity"]),  # type: ignore[arg-type]
-                    uncertainty=tuple(float("nan") if v is None else float(v) for v in d["uncertainty"]),  # type: ignore[arg-type]
-                    sources=tuple(d["sources"]),
-                )
-                for d in rec["detections"]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            where = f"frame {rec['frame_id']}"
-            raise ConfigError(f"malformed detection record: {exc!r}", file=str(path), key=where) from exc
-        sensors = rec.get("sensors", {})
-        sample_t = {s: e["sample_t_ns"] for s, e in sensors.items() if e.get("sample_t_ns") is not None}
+        sample_t = {s: e.sample_t_ns for s, e in rec.sensors.items() if e.sample_t_ns is not None}
         cams = {}
-        for s, e in sensors.items():
-            if e.get("status") == "ok" and "outputs" in e:
-                cd = camera_detections(e["outputs"], s)
-                if cd is not None and {"BOXES", "COUNT"} <= e["outputs"].keys():
+        for s, e in rec.sensors.items():
+            if e.status == "ok" and e.outputs is not None:
+                cd = camera_detections(e.outputs, s)
+                if cd is not None and {"BOXES", "COUNT"} <= e.outputs.keys():
                     cams[s] = cd
-        out[rec["frame_id"]] = _Record(rec["frame_id"], rec["t_ns"], rec["status"], sample_t, dets, cams)
+        out[rec.frame_id] = _Record(rec.frame_id, rec.t_ns, rec.status, sample_t, rec.detections, cams)
     _missing(wanted, out, path, known)
     return out
 
@@ -238,6 +213,8 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
     if not data_path.is_file():
         raise ConfigError("drive not found", file=str(data_path))
     views = []
+    # A handle of its own: the frames are read from a run's outputs (after it, in report.md's rendering
+    # thread, or by `perception render DIR` any time later), not from the run's reader.
     with DriveReader(data_path, strict=False) as reader:
         runtime_names = names or {n: n for rec in records.values() for n in rec.sample_t_ns}
         specs = {n: reader.rig[d] for n, d in runtime_names.items() if d in reader.rig}

@@ -147,6 +147,7 @@ def write_replay_report(
         if plots:
             lines += ["## Latency plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots), ""]
     lines += _frames_section(out, frames, n_frames, range_m)
+    lines += ["", *report.damage_markdown()]
     path = safe_output_path(out, REPORT_MD_FILE)
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
     return path

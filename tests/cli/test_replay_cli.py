@@ -118,3 +118,36 @@ def test_metrics_port_is_scraped_over_http_while_the_replay_runs(triton: Embedde
     assert seen[-1] <= frames
     with pytest.raises(urllib.error.URLError):  # the endpoint closes with the run
         urllib.request.urlopen(url, timeout=5)
+
+
+def test_a_replay_opens_its_drive_once_and_assembles_its_session_once(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --strict's check, the session, the replay: one reader and one assembly for the run (issue 46).
+    # report.md's rendered frames read the outputs as `perception render DIR` does, with a handle of their own.
+    import inspect
+
+    from perception.drives import DriveReader
+    from perception.scheduler import Session
+
+    opened: list[str] = []  # the drives opened, "render " + path by report.md's frames
+    assembled: list[object] = []
+    real_init, real_assemble = DriveReader.__init__, Session.assemble.__func__  # type: ignore[attr-defined]
+
+    def counting_init(self: DriveReader, path: object, **kw: object) -> None:
+        renderer = any("perception/viz/" in f.filename for f in inspect.stack()[1:6])
+        opened.append(("render " if renderer else "") + str(path))
+        real_init(self, path, **kw)  # type: ignore[arg-type]
+
+    def counting_assemble(cls: type[Session], *args: object, **kw: object) -> Session:
+        assembled.append(args[0])
+        return real_assemble(cls, *args, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(DriveReader, "__init__", counting_init)
+    monkeypatch.setattr(Session, "assemble", classmethod(counting_assemble))
+    drive = write_drive(tmp_path / "drive.mcap", FRAMES)
+    profile = write_profile(tmp_path / "p.yaml", profile_data(triton.grpc_url, SLEEPY))
+    argv = ["replay", str(drive), "--config", str(profile), "--out", str(tmp_path / "out"), "--rate", "lockstep"]
+    assert main([*argv, "--strict", "--no-progress", "--no-fused-mcap"]) == 0
+    assert [p for p in opened if not p.startswith("render ")] == [str(drive)], opened
+    assert len(assembled) == 1

@@ -161,6 +161,6 @@ async def test_a_drive_named_like_a_foreign_directory_fails_alone_and_leaves_it_
             summary = await worker.replay(DriveJob("models", str(drive), str(tmp_path), 1))
     finally:
         await worker.close()
-    assert summary["status"] == "failed" and "is not a fleet drive output" in summary["error"], summary
-    assert str(models) in summary["error"]
+    assert summary.status == "failed" and "is not a fleet drive output" in str(summary.error), summary
+    assert str(models) in str(summary.error)
     assert _tree(models) == before

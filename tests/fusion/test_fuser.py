@@ -374,3 +374,20 @@ def test_a_rig_camera_without_usable_calibration_is_a_clear_error() -> None:
     for cal in (None, CameraCalibration(640, 360, (0.0,) * 9)):
         with pytest.raises(InputError, match="cam_front"):
             Fuser(UNTRACKED, {**RIG, "cam_front": replace(cam, calibration=cal)})
+
+
+def test_the_fuser_checks_a_camera_matrix_by_the_sessions_rule() -> None:
+    # One check (CameraCalibration.problem) for the session and the fuser: a K the closed-form inverse
+    # cannot take (a value below the diagonal) or non-finite distortion is refused by both, naming the camera.
+    from dataclasses import replace
+
+    from perception.errors import InputError
+
+    cam = RIG["cam_front"]
+    assert cam.calibration is not None
+    k = list(cam.calibration.k)
+    k[3] = 0.5
+    for cal in (replace(cam.calibration, k=tuple(k)), replace(cam.calibration, d=(float("nan"),) * 5)):
+        assert cal.problem() is not None
+        with pytest.raises(InputError, match=r"cam_front.*calibration"):
+            Fuser(UNTRACKED, {**RIG, "cam_front": replace(cam, calibration=cal)})

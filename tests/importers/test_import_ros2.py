@@ -175,7 +175,7 @@ def test_missing_tf_names_the_frame(tmp_path: Path) -> None:
     with pytest.raises(DriveError, match=r"no transform base_link <- velodyne for sensor 'lidar_top'") as exc:
         import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
     assert exc.value.topic == "/tf_static"
-    assert exc.value.frame == "velodyne"
+    assert exc.value.ros_frame == "velodyne"
 
 
 def test_missing_ego_motion(tmp_path: Path) -> None:

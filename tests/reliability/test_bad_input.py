@@ -346,12 +346,11 @@ async def test_images_not_matching_their_calibration_are_counted_and_reported(
 
 def test_calibration_is_checked_only_for_what_fusion_needs() -> None:
     # A real-world K with skew and a principal point anywhere is fine; zeros, NaN or a wrong last row not.
-    from perception.scheduler._session import _calibration_problem
-
-    assert _calibration_problem(CALIBRATION) is None
-    assert _calibration_problem(CameraCalibration(64, 48, (500.0, 0.5, -3.0, 0.0, 510.0, 90.0, 0.0, 0.0, 1.0))) is None
+    # (The one check, CameraCalibration.problem, is the session's and the fuser's.)
+    assert CALIBRATION.problem() is None
+    assert CameraCalibration(64, 48, (500.0, 0.5, -3.0, 0.0, 510.0, 90.0, 0.0, 0.0, 1.0)).problem() is None
     for k in ((0.0,) * 9, (50.0, 0, 32, 0, float("nan"), 24, 0, 0, 1), (50.0, 0, 32, 0, 50, 24, 0, 0, 0)):
-        assert _calibration_problem(CameraCalibration(64, 48, k)) is not None
+        assert CameraCalibration(64, 48, k).problem() is not None
 
 
 # -- configuration and models ------------------------------------------------------------------------------

@@ -9,13 +9,15 @@ from ros_helpers import DRIVE, ROOT
 
 from perception.config import load_config
 from perception.errors import ConfigError
-from perception.ros._node import load_rig
+from perception.ros._node import rig_session
 
 
 def test_the_rig_comes_from_a_drive_or_a_rig_file_alike() -> None:
     profile = load_config(ROOT / "launch" / "replay.yaml")
-    from_drive, rig = load_rig(DRIVE, profile)
-    from_file, rig_file = load_rig(ROOT / "launch" / "rigs" / "default.yaml", profile)
+    drive_session = rig_session(DRIVE, profile)
+    file_session = rig_session(ROOT / "launch" / "rigs" / "default.yaml", profile)
+    from_drive, rig = drive_session.config, drive_session.rig
+    from_file, rig_file = file_session.config, file_session.rig
     assert list(rig) == list(rig_file) == ["lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"]
     assert rig["cam_front"].calibration == rig_file["cam_front"].calibration
     for cfg in (from_drive, from_file):
@@ -25,4 +27,4 @@ def test_the_rig_comes_from_a_drive_or_a_rig_file_alike() -> None:
 
 def test_a_missing_rig_is_a_config_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"none.yaml: rig not found"):
-        load_rig(tmp_path / "none.yaml", load_config(ROOT / "launch" / "replay.yaml"))
+        rig_session(tmp_path / "none.yaml", load_config(ROOT / "launch" / "replay.yaml"))

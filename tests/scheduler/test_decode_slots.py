@@ -59,7 +59,7 @@ async def test_abandoned_decodes_keep_their_slot_until_their_thread_ends() -> No
 
 def test_the_jpeg_header_probe_skips_fill_and_bounds_its_walk() -> None:
     jpg = encode_jpeg(np.zeros((37, 53, 3), np.uint8))
-    assert image_size(jpg[:2] + b"\xff" * 1000 + jpg[2:]) == (37, 53)  # fill bytes before a marker
+    assert image_size(jpg[:2] + b"\xff" * 1000 + jpg[2:]) == (53, 37)  # fill bytes before a marker
     assert image_size(jpg[:2] + b"\xff" * 10_000_000 + jpg[2:]) is None  # 10 MB of fill: not walked
     assert image_size(b"\xff\xd8" + b"\xff" * 10_000_000) is None
     many = b"\xff\xd8" + b"\xff\xe1\x00\x02" * 10_000 + jpg[2:]  # ten thousand empty segments

@@ -34,7 +34,7 @@ def _encoded(h: int, w: int, fmt: str, **kw: object) -> bytes:
     ],
 )
 def test_image_size_reads_the_header(data: bytes) -> None:
-    assert image_size(data) == (37, 53)
+    assert image_size(data) == (53, 37)  # (width, height)
 
 
 @pytest.mark.parametrize(

@@ -83,3 +83,14 @@ def test_frames_that_cannot_be_rendered_are_noted(tmp_path: Path) -> None:
     report = RunReport.from_json({**counters, "latency_ms": {}})
     text = write_replay_report(tmp_path, report).read_text()  # no detections.jsonl, no fused.mcap
     assert "## Frames" in text and "Not rendered:" in text
+
+
+def test_the_damage_section_comes_from_the_report_object(tmp_path: Path) -> None:
+    # report.md is written once, its damage section included (replay no longer re-opens it to append)
+    counters = {"frames": 0, "ok": 0, "degraded": 0, "dropped": 0, "deadline_ms": 100.0, "deadline_misses": 0}
+    damage = {"messages_lost": 3, "chunks": [], "truncated": "cut at byte 4096"}
+    report = RunReport.from_json({**counters, "latency_ms": {}, "drive_damage": damage})
+    text = write_replay_report(tmp_path, report, n_frames=0).read_text()
+    assert "## Drive damage" in text and "Truncated: cut at byte 4096." in text
+    assert report.damage_markdown()[0] == "## Drive damage"
+    assert RunReport.from_json({**counters, "latency_ms": {}}).damage_markdown() == []
