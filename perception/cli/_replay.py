@@ -15,8 +15,15 @@ from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPO
 from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, run_with_signals, runtime_config
 from perception.cli._exitcodes import EXIT_CODES_HELP
+from perception.cli._record import (
+    add_as_recorded_options,
+    add_record_options,
+    recorder,
+    report_recording,
+    run_as_recorded,
+)
 from perception.drives import DriveReader
-from perception.errors import ReplayStoppedError
+from perception.errors import ConfigError, ReplayStoppedError
 from perception.metrics import LatencyStats, PrometheusExporter, late_lines
 from perception.replay import (
     ReplayOptions,
@@ -74,6 +81,8 @@ def register(sub: Any) -> None:
         "--live-port", type=port_or_zero, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
     )
     add_trace_out(p)
+    add_record_options(p)
+    add_as_recorded_options(p)
     p.set_defaults(func=run)
 
 
@@ -163,6 +172,10 @@ def _compare_modes(args: argparse.Namespace, cfg: Any, results: list[FrameResult
 
 def run(args: argparse.Namespace) -> int:
     cfg = runtime_config(args)
+    if args.as_recorded:
+        return run_as_recorded(args, cfg)
+    if args.rerun_models:
+        raise ConfigError("--rerun-models needs --as-recorded", key="rerun-models")
     if args.strict:
         check_drive(args.drive)
     options = ReplayOptions(
@@ -179,6 +192,11 @@ def run(args: argparse.Namespace) -> int:
         if args.compare_modes:
             sinks.append(each_frame(results.append))
         sys.stdout.flush()
+        rec = None
+        if args.record is not None:
+            with DriveReader(args.drive, strict=False, quiet=True) as reader:
+                poses = tuple(reader.ego_poses())  # fusion reads the drive's poses: the recording holds them
+            rec = stack.enter_context(recorder(args, poses))  # type: ignore[arg-type]
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
                 stop,
@@ -186,8 +204,12 @@ def run(args: argparse.Namespace) -> int:
                 cfg,
                 options,
                 sinks=sinks,
+                observer=rec,
             )
         )
+        if rec is not None:
+            rec.close()
+            report_recording(rec)
     r = outcome.report.counters
     total = outcome.report.latency.total or LatencyStats()
     sys.stdout.write(

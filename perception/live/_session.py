@@ -19,6 +19,7 @@ from perception.drives import DriveReader
 from perception.errors import PerceptionError
 from perception.live._publisher import Faults, receive
 from perception.live._runtime import LiveRuntime
+from perception.scheduler import RunObserver
 from perception.types import EgoPose, FrameResult
 
 __all__ = ["LiveOutcome", "live_session"]
@@ -34,9 +35,12 @@ class LiveOutcome:
     push_cpu_us_per_frame: float = 0.0
 
 
-def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = None) -> LiveOutcome:
+def live_session(
+    drive: Path, config: RuntimeConfig, faults: Faults | None = None, *, observer: RunObserver | None = None
+) -> LiveOutcome:
     """Play ``drive`` from a separate publisher process at its recorded timing and push every
-    sample that arrives into a :class:`LiveRuntime` (the only API this side uses)."""
+    sample that arrives into a :class:`LiveRuntime` (the only API this side uses); ``observer``: the
+    runtime's (a recorder)."""
     faults = faults or Faults()
     with DriveReader(drive) as reader:
         rig = dict(reader.rig)
@@ -50,7 +54,7 @@ def live_session(drive: Path, config: RuntimeConfig, faults: Faults | None = Non
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(path))
         server.listen(1)
-        with server, LiveRuntime(config, source, on_result=records.append) as live:
+        with server, LiveRuntime(config, source, on_result=records.append, observer=observer) as live:
             cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:

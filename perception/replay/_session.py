@@ -59,7 +59,7 @@ from perception.metrics import (
 from perception.replay._damage import FrameSeen, damage_markdown, damage_section
 from perception.replay._sinks import EvaluationSink, ProgressSink, RecordsSink, ReplaySink
 from perception.replay._source import DriveSource
-from perception.scheduler import AdmissionProvider, InferClient, Runtime, server_time_breakdown
+from perception.scheduler import AdmissionProvider, InferClient, RunObserver, Runtime, server_time_breakdown
 from perception.types import Frame
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "parse_rate", "replay_drive", "safe_output_path"]
@@ -206,6 +206,7 @@ async def replay_drive(
     stop: anyio.Event | None = None,
     client: InferClient | None = None,
     admission_provider: AdmissionProvider | None = None,
+    observer: RunObserver | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
 
@@ -218,11 +219,13 @@ async def replay_drive(
     ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
     runtime then uses it instead of opening its own server and client from ``config.server``.
     ``admission_provider``: the runtime's admission (a fleet worker's: shared with the other workers of its
-    server)."""
+    server).
+    ``observer``: sees the session, every sample as it is read, every frame fusion consumes and every
+    result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
     opts = options or ReplayOptions()
     started: list[Runtime] = []
     if stop is None:
-        outcome = await _replay(drive, config, opts, sinks, client, admission_provider, started)
+        outcome = await _replay(drive, config, opts, sinks, client, admission_provider, started, observer)
     else:
         maybe: ReplayOutcome | None = None
         error: Exception | None = None
@@ -237,7 +240,7 @@ async def replay_drive(
 
             tg.start_soon(watch, stop)
             try:
-                maybe = await _replay(drive, config, opts, sinks, client, admission_provider, started)
+                maybe = await _replay(drive, config, opts, sinks, client, admission_provider, started, observer)
             except Exception as exc:  # raised as it is, not in the task group's exception group
                 error = exc
             finally:
@@ -261,15 +264,19 @@ async def _replay(
     client: InferClient | None,
     admission_provider: AdmissionProvider | None,
     started: list[Runtime],
+    observer: RunObserver | None = None,
 ) -> ReplayOutcome:
     cfg = _effective(config, opts.rate)
     rate = opts.rate if isinstance(opts.rate, float | int) else None
     acc = LatencyAccumulator(budget_ns=cfg.budget.total_ns)
     with DriveReader(drive, strict=False) as reader:
-        source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
+        source = DriveSource(reader, cfg, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns, observer=observer)
         session = source.session  # the profile resolved against the drive, as every entry point resolves it
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
+        if observer is not None:
+            observer.begin(session)
+            fusion = observer.fusion(fusion)
         own: list[ReplaySink] = []
         out_dir = opts.out_dir
         if out_dir is not None:
@@ -321,6 +328,8 @@ async def _replay(
                         if s.model_version:
                             versions.setdefault(name, set()).add(s.model_version)
                     seen.append(FrameSeen.of(result))
+                    if observer is not None:
+                        observer.result(result)
                     if failed is None:
                         try:
                             for sink in opened:
