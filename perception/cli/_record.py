@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.record import RecordOptions, RunRecorder, replay_as_recorded
+from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
 from perception.replay import safe_output_path
 from perception.types import EgoPose
 
@@ -79,7 +79,9 @@ def report_recording(rec: RunRecorder) -> None:
 
 
 def run_as_recorded(args: argparse.Namespace, cfg: RuntimeConfig) -> int:
-    outcome = anyio.run(lambda: replay_as_recorded(args.drive, cfg, rerun_models=args.rerun_models))
+    outcome: AsRecordedOutcome = anyio.run(
+        lambda: replay_as_recorded(args.drive, cfg, rerun_models=args.rerun_models)
+    )
     report = outcome.report()
     args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, AS_RECORDED_FILE).write_text(json.dumps({"as_recorded": report}, indent=2) + "\n")
@@ -94,8 +96,9 @@ def run_as_recorded(args: argparse.Namespace, cfg: RuntimeConfig) -> int:
                 "detections": [dataclasses.asdict(d) for d in r.detections],
             }
             f.write(json.dumps(record) + "\n")
-    if outcome.first is not None:
-        sys.stdout.write(outcome.first.line() + "\n")
+    first: Divergence | None = outcome.first
+    if first is not None:
+        sys.stdout.write(first.line() + "\n")
         sys.stdout.write(
             f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
         )

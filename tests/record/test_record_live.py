@@ -40,7 +40,12 @@ def _fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProce
     """``perception ARGV`` in a new interpreter (nothing of this process's state carries over)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "perception", *argv], env=env, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "perception", *argv],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 
