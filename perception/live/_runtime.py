@@ -142,17 +142,17 @@ class LiveRuntime:
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing."""
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
-        self._enqueue(item)
-        if self._observer is not None:
+        if self._observer is not None:  # before the frame it completes can reach fusion
             self._observer.sample(sample, item.arrival_ns)
+        self._enqueue(item)
         return future
 
     def push_ego(self, pose: EgoPose) -> None:
         """Hand over an ego pose (odometry); frames carry the nearest one for the tracker."""
         item = _Item(pose, time.monotonic_ns(), None)
-        self._enqueue(item)
         if self._observer is not None:
             self._observer.ego(pose, item.arrival_ns)
+        self._enqueue(item)
 
     def _enqueue(self, item: _Item) -> None:
         with self._lock:

@@ -16,12 +16,14 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import numpy as np
 
 from perception.drives import DriveWriter
 from perception.errors import DriveError, PerceptionError
@@ -45,6 +47,7 @@ __all__ = ["RecordOptions", "RunRecorder"]
 log = logging.getLogger(__name__)
 
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
+_SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class RecordOptions:
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8
     queue_items: int = 1024
-    compression: str = "lz4"
+    compression: str = "none"
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 2**20:
@@ -78,6 +81,7 @@ class _RecordingFusion:
         self, frame: Frame, results: Mapping[str, SensorResult]
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
         detections, stages = self._inner(frame, results)
+        cpu0 = time.thread_time_ns()
         seq, self._seq = self._seq, self._seq + 1
         try:
             tracker = tracker_digest(self._state()) if self._state is not None else ""
@@ -85,6 +89,7 @@ class _RecordingFusion:
         except Exception:  # never into the run
             self._recorder.stats["failed"] += 1
             log.exception("recording frame %d failed", frame.frame_id)
+        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
         return detections, stages
 
 
@@ -110,8 +115,10 @@ class RunRecorder:
         #: Counters: ``samples``, ``fused``, ``frames`` written; ``dropped_<kind>`` (the queue was full),
         #: ``refused`` (a sample the drive format refuses), ``unknown_sensor``, ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
-        #: The writer's CPU time (thread time, ns) and the bytes of the finished segments.
+        #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
+        #: digest, handing over), and the bytes of the finished segments.
         self.cpu_ns = 0
+        self.hook_cpu_ns = 0
         self.bytes = 0
         self._writer: DriveWriter | None = None
         self._segment = -1
@@ -119,6 +126,8 @@ class RunRecorder:
         self._names: dict[str, str] = {}  # source sensor name -> recorded (configured) name
         self._metadata: dict[str, str] = {}
         self._error: BaseException | None = None
+        #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
+        self._recent: dict[str, deque[PointCloudSample]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------------
     def __enter__(self) -> RunRecorder:
@@ -245,6 +254,8 @@ class RunRecorder:
         if name != sample.sensor:
             sample = dataclasses.replace(sample, sensor=name)
         writer.write(sample)
+        if isinstance(sample, PointCloudSample):
+            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
         self.stats["samples"] += 1
         self._json(
             writer, fmt.ARRIVALS_TOPIC, sample.t_ns, {"sensor": name, "t_ns": sample.t_ns, "arrival_ns": arrival}
@@ -259,8 +270,14 @@ class RunRecorder:
             if s is None:
                 samples[name] = None
             elif isinstance(s, PointCloudSample):
-                writer.write_points(fmt.points_topic(name), s, seq)
-                samples[name] = {"t_ns": s.t_ns, "points": True}
+                # A frame's cloud is the received sweep, then (accumulated) earlier sweeps moved into it: only
+                # the rows after the received sweep's are written again (the sweep is on its own topic).
+                base = self._received_prefix(name, s)
+                n0 = 0 if base is None else base.points.shape[0]
+                extra = s.points.shape[0] > n0
+                if extra:
+                    writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
+                samples[name] = {"t_ns": s.t_ns, "raw_t_ns": None if base is None else base.t_ns, "points": extra}
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
@@ -301,6 +318,18 @@ class RunRecorder:
         self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
         self.stats["frames"] += 1
 
+    def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
+        """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: of
+        the same stamp (checked first) or not (a time base mapped the stamp), checked row for row."""
+        recent = list(self._recent.get(name, ()))
+        recent.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
+        for r in recent[:4]:
+            n0 = r.points.shape[0]
+            fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
+            if fits and np.array_equal(r.points, s.points[:n0]):
+                return r
+        return None
+
     @staticmethod
     def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
         writer.write_json(topic, t_ns, json.dumps(record, separators=(",", ":")).encode(), seq)
@@ -330,3 +359,7 @@ class RunRecorder:
         if writer is not None:
             writer.close()
             self.bytes += writer.path.stat().st_size
+
+
+def _rows_from(s: PointCloudSample, n0: int) -> PointCloudSample:
+    return dataclasses.replace(s, points=s.points[n0:])

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
@@ -40,6 +41,7 @@ from perception.types import (
     FrameStatus,
     ImageSample,
     LatencyTree,
+    PointCloudSample,
     Sample,
     SensorResult,
     SensorStatus,
@@ -157,13 +159,25 @@ async def _replay_segments(
     state = getattr(fusion, "tracker_state", None)
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     next_seq = 0
+    sweeps: dict[tuple[str, int], PointCloudSample] = {}
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
             records = _records(reader, fmt.FUSION_TOPIC, "seq")
-            points: dict[tuple[str, int], Sample] = {}
+            points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():
-                for p in reader.points(fmt.points_topic(name), name) if not _is_image(spec.kind) else ():
-                    points[(name, p.seq)] = p
+                if not _is_image(spec.kind):
+                    for p in reader.points(fmt.points_topic(name), name):
+                        points[(name, p.seq)] = p
+            # the received sweeps frames' clouds begin with (the previous segment's too: a frame may be fused
+            # after the recording rotated)
+            sweeps = {k: v for k, v in sweeps.items() if k[0] in reader.rig}
+            kept = sweeps
+            sweeps = {}
+            swept = [n for n, spec in reader.rig.items() if not _is_image(spec.kind)]
+            for s in reader.samples(sensors=swept) if swept else ():
+                if isinstance(s, PointCloudSample):
+                    sweeps[(s.sensor, s.t_ns)] = s
+            both = {**kept, **sweeps}
             images: dict[tuple[str, int], ImageSample] = {}
             if rt is not None:
                 cams = [n for n, spec in reader.rig.items() if _is_image(spec.kind)]
@@ -177,7 +191,7 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
                                         "the recorder): the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
-                frame, recorded = _frame(rec, points, images if rt is not None else None)
+                frame, recorded = _frame(rec, points, both, images if rt is not None else None)
                 results = recorded
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded)
@@ -202,7 +216,8 @@ def _is_image(kind: str) -> bool:
 
 def _frame(
     rec: Mapping[str, Any],
-    points: Mapping[tuple[str, int], Sample],
+    points: Mapping[tuple[str, int], PointCloudSample],
+    sweeps: Mapping[tuple[str, int], PointCloudSample],
     images: Mapping[tuple[str, int], ImageSample] | None,
 ) -> tuple[Frame, dict[str, SensorResult]]:
     """The frame as fusion was given it, and the recorded results of its sensors."""
@@ -211,8 +226,15 @@ def _frame(
     for name, s in rec["samples"].items():
         if s is None:
             samples[name] = None
-        elif s.get("points"):
-            samples[name] = points.get((name, seq))
+        elif (name, seq) in points or (s.get("raw_t_ns") is not None and (name, int(s["raw_t_ns"])) in sweeps):
+            # the received sweep, then the rows written with the frame (accumulated earlier sweeps)
+            base = sweeps.get((name, int(s["raw_t_ns"]))) if s.get("raw_t_ns") is not None else None
+            extra = points.get((name, seq)) if s.get("points") else None
+            parts = [p.points for p in (base, extra) if p is not None]
+            like = base if base is not None else extra
+            assert like is not None
+            merged = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            samples[name] = PointCloudSample(name, int(s["t_ns"]), like.frame_id, merged, like.fields)
         elif images is not None and s.get("raw_t_ns") is not None:
             raw = images.get((name, int(s["raw_t_ns"])))
             samples[name] = raw
