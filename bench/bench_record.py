@@ -12,7 +12,7 @@ embedded Triton serving the reference models, with the default profile, alternat
   most 5 %;
 * ``bytes_per_s``: the recording's size over the drive's duration.
 
-    .venv/bin/python bench/bench_record.py [--repeats 2] [--compression lz4]
+    .venv/bin/python bench/bench_record.py [--repeats 2] [--compression none|lz4|zstd]
 
 Writes ``bench/results/record.json``.
 """
@@ -60,7 +60,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--compression", default="lz4", choices=("lz4", "zstd", "none"))
+    parser.add_argument("--compression", default=RecordOptions().compression, choices=("lz4", "zstd", "none"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with DriveReader(DRIVE) as reader:

@@ -34,6 +34,7 @@ __all__ = [
     "FUSION_TOPIC",
     "META_EGO",
     "META_FORMAT",
+    "META_RUN",
     "META_SEGMENT",
     "SCHEMAS",
     "decode_array",
@@ -56,6 +57,9 @@ FRAMES_TOPIC = "/record/frames"
 #: Drive metadata keys a recording adds to its source's.
 META_FORMAT = "record.format"
 META_SEGMENT = "record.segment"
+#: Which run of the recording a segment belongs to (a ROS node activated again starts a new one: fusion,
+#: its tracker included, starts afresh).
+META_RUN = "record.run"
 #: ``source``: fusion read the source's ego poses (a replay's drive: on ``/ego/odometry``); ``frame``: only
 #: each frame's own pose (live: the poses the host pushed).
 META_EGO = "record.fusion_ego"

@@ -74,7 +74,6 @@ class _RecordingFusion:
     def __init__(self, inner: FusionStage, recorder: RunRecorder) -> None:
         self._inner = inner
         self._recorder = recorder
-        self._seq = 0
         self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
 
     def __call__(
@@ -82,7 +81,7 @@ class _RecordingFusion:
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
         detections, stages = self._inner(frame, results)
         cpu0 = time.thread_time_ns()
-        seq, self._seq = self._seq, self._seq + 1
+        seq = self._recorder.next_seq()
         try:
             tracker = tracker_digest(self._state()) if self._state is not None else ""
             self._recorder.fused(seq, frame, dict(results), detections, tracker)
@@ -112,6 +111,8 @@ class RunRecorder:
         self._images: OrderedDict[int, tuple[bytes, str, int]] = OrderedDict()
         self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
         self._frames = 0
+        self._seq = 0  # the next frame's place in the fusion order
+        self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``frames`` written; ``dropped_<kind>`` (the queue was full),
         #: ``refused`` (a sample the drive format refuses), ``unknown_sensor``, ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
@@ -152,12 +153,16 @@ class RunRecorder:
 
     # -- RunObserver ------------------------------------------------------------------------------
     def begin(self, session: Session) -> None:
+        """A run starts (again, for a ROS node activated anew: a new segment, its fusion starting afresh)."""
         rig = [dataclasses.replace(spec, name=name) for name, spec in session.rig.items()]
         self._names = {spec.name: name for name, spec in session.rig.items()}
         self._names.update({name: name for name in session.rig})
         meta = {k: str(v) for k, v in session.source.metadata.items() if not k.startswith("record.")}
         meta[fmt.META_FORMAT] = fmt.FORMAT_VERSION
         meta[fmt.META_EGO] = "source" if session.source.ego_at is not None else "frame"
+        with self._lock:
+            meta[fmt.META_RUN] = str(self._runs)
+            self._runs += 1
         self._queue.put(("begin", (rig, meta)))  # waits for room: the recording cannot start without it
 
     def fusion(self, stage: FusionStage | None) -> FusionStage | None:
@@ -181,6 +186,12 @@ class RunRecorder:
         self._put("result", (index, seq, result))
 
     # -- from fusion's thread ---------------------------------------------------------------------
+    def next_seq(self) -> int:
+        """The next frame's place in the fusion order (over every run of this recording)."""
+        with self._lock:
+            seq, self._seq = self._seq, self._seq + 1
+            return seq
+
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
         tracker: str,
@@ -223,6 +234,7 @@ class RunRecorder:
 
     def _write(self, kind: str, item: Any) -> None:
         if kind == "begin":
+            self._finish_segment()  # a run begun again: its own segment
             self._rig, self._metadata = item
             self._open_segment()
             return

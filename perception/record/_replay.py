@@ -156,12 +156,16 @@ async def replay_as_recorded(
 async def _replay_segments(
     segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None
 ) -> None:
-    state = getattr(fusion, "tracker_state", None)
+    run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     next_seq = 0
     sweeps: dict[tuple[str, int], PointCloudSample] = {}
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
+            if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
+                run = reader.metadata.get(fmt.META_RUN, "0")
+                fusion = session.fusion() or fusion
+            state = getattr(fusion, "tracker_state", None)
             records = _records(reader, fmt.FUSION_TOPIC, "seq")
             points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():

@@ -58,7 +58,7 @@ from perception.ros._convert import (
 from perception.ros._diagnostics import DiagnosticsTracker
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
-from perception.scheduler import Runtime
+from perception.scheduler import RunObserver, Runtime
 from perception.types import FrameResult, Sample, SensorSpec
 
 __all__ = ["NODE_NAME", "FusionNode", "load_rig"]
@@ -142,8 +142,15 @@ class FusionNode(LifecycleNode):
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
     says so), and after configure ``topics.<sensor>`` and ``odometry_topic``."""
 
-    def __init__(self, *, on_published: Callable[[FrameResult], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        on_published: Callable[[FrameResult], None] | None = None,
+        observer: RunObserver | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        self._observer = observer  # each activation's live runtime's (a recorder)
         self.declare_parameter("profile", "")
         self.declare_parameter("rig", "")
         self.declare_parameter("url", "")
@@ -337,7 +344,7 @@ class FusionNode(LifecycleNode):
         if cfg.live.time_base == "offset":
             # ROS stamps are on the node's ROS clock: host (monotonic) = stamp + (monotonic - ROS now).
             cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
-        live = LiveRuntime(cfg, self.rig, on_result=self._publish)
+        live = LiveRuntime(cfg, self.rig, on_result=self._publish, observer=self._observer)
         live.__enter__()
         self.live = live
         self._arrivals.clear()

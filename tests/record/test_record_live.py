@@ -123,3 +123,17 @@ def test_a_changed_fusion_parameter_is_named_at_its_first_frame(recorded: tuple[
     fused = [f for seg in segments for f in _records(seg, "/record/fusion")]
     removed = min(f["seq"] for f in fused if any(d["score"] < 0.6 for d in f["detections"]))
     assert first["seq"] <= removed
+
+
+def test_rerun_models_on_the_recorded_samples_under_the_recorded_decisions(
+    recorded: tuple[Path, Path], triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # Today's models are the run's models, on this machine: asked again on the recorded samples (the
+    # frames' clouds as accumulated, the images as received), they answer the same.
+    run, profile = recorded
+    argv = ["replay", str(run), "--as-recorded", "--rerun-models", "--config", str(profile), "--url", triton.grpc_url]
+    done = _fresh([*argv, "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "as_recorded.json").read_text())["as_recorded"]
+    assert report["rerun_models"] and report["first_divergence"] is None
+    assert report["compared"] > 0 and report["equal"] == report["compared"]

@@ -41,7 +41,8 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> int:
                     if n >= frames:
                         break
                     if n % 10 == 9:
-                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason="overload: shed"))
+                        shed = FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason="overload: shed")
+                        rec.result(shed)
                     else:
                         results = {
                             name: SensorResult(name, SensorStatus.MISSING if s is None else SensorStatus.LATE)
