@@ -35,7 +35,7 @@ def test_the_node_s_run_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp
         try:
             played = run_play(DRIVE, load_config(ROOT / "launch" / "replay.yaml"), Faults(), span_s=(0.0, 3.0),
                               wait_subscribers_s=60)  # fmt: skip
-            assert played["lidar_top"] == 30
+            assert played["lidar_top"] == 31  # 0 .. 3 s inclusive
             wait_for(lambda: sum(len(r.detections) > 0 for r in published) >= 10, 60, "frames with objects")
         finally:
             stop.set()
