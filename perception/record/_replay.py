@@ -159,7 +159,7 @@ async def _replay_segments(
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     next_seq = 0
-    sweeps: dict[tuple[str, int], PointCloudSample] = {}
+    received: dict[tuple[str, int], Sample] = {}
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
@@ -172,22 +172,12 @@ async def _replay_segments(
                 if not _is_image(spec.kind):
                     for p in reader.points(fmt.points_topic(name), name):
                         points[(name, p.seq)] = p
-            # the received sweeps frames' clouds begin with (the previous segment's too: a frame may be fused
-            # after the recording rotated)
-            sweeps = {k: v for k, v in sweeps.items() if k[0] in reader.rig}
-            kept = sweeps
-            sweeps = {}
-            swept = [n for n, spec in reader.rig.items() if not _is_image(spec.kind)]
-            for s in reader.samples(sensors=swept) if swept else ():
-                if isinstance(s, PointCloudSample):
-                    sweeps[(s.sensor, s.t_ns)] = s
-            both = {**kept, **sweeps}
-            images: dict[tuple[str, int], ImageSample] = {}
-            if rt is not None:
-                cams = [n for n, spec in reader.rig.items() if _is_image(spec.kind)]
-                for s in reader.samples(sensors=cams) if cams else ():
-                    if isinstance(s, ImageSample):
-                        images[(s.sensor, s.t_ns)] = s
+            # the samples as received that frames began with: the sweeps (and with rerun_models the images) of
+            # this segment and the previous one (a frame may be fused after the recording rotated)
+            previous = received
+            wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
+            received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
+            both = {**previous, **received}
             for rec in records:
                 seq = int(rec["seq"])
                 if seq != next_seq:
@@ -195,7 +185,7 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
                                         "the recorder): the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
-                frame, recorded = _frame(rec, points, both, images if rt is not None else None)
+                frame, recorded = _frame(rec, points, both)
                 results = recorded
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded)
@@ -221,27 +211,22 @@ def _is_image(kind: str) -> bool:
 def _frame(
     rec: Mapping[str, Any],
     points: Mapping[tuple[str, int], PointCloudSample],
-    sweeps: Mapping[tuple[str, int], PointCloudSample],
-    images: Mapping[tuple[str, int], ImageSample] | None,
+    received: Mapping[tuple[str, int], Sample],
 ) -> tuple[Frame, dict[str, SensorResult]]:
-    """The frame as fusion was given it, and the recorded results of its sensors."""
+    """The frame as fusion was given it (images only when they were read: to rerun the models), and the
+    recorded results of its sensors."""
     seq = int(rec["seq"])
     samples: dict[str, Sample | None] = {}
     for name, s in rec["samples"].items():
-        if s is None:
-            samples[name] = None
-        elif (name, seq) in points or (s.get("raw_t_ns") is not None and (name, int(s["raw_t_ns"])) in sweeps):
-            # the received sweep, then the rows written with the frame (accumulated earlier sweeps)
-            base = sweeps.get((name, int(s["raw_t_ns"]))) if s.get("raw_t_ns") is not None else None
-            extra = points.get((name, seq)) if s.get("points") else None
-            parts = [p.points for p in (base, extra) if p is not None]
-            like = base if base is not None else extra
-            assert like is not None
-            merged = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            samples[name] = PointCloudSample(name, int(s["t_ns"]), like.frame_id, merged, like.fields)
-        elif images is not None and s.get("raw_t_ns") is not None:
-            raw = images.get((name, int(s["raw_t_ns"])))
+        raw = None if s is None or s.get("raw_t_ns") is None else received.get((name, int(s["raw_t_ns"])))
+        extra = points.get((name, seq)) if s is not None and s.get("points") else None
+        if isinstance(raw, ImageSample):
             samples[name] = raw
+        elif raw is not None or extra is not None:
+            # the received sweep, then the rows written with the frame (accumulated earlier sweeps)
+            parts = [p for p in (raw, extra) if isinstance(p, PointCloudSample)]
+            merged = np.concatenate([p.points for p in parts]) if len(parts) > 1 else parts[0].points
+            samples[name] = PointCloudSample(name, int(s["t_ns"]), parts[0].frame_id, merged, parts[0].fields)
         else:
             samples[name] = None
     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), samples, ego=fmt.decode_ego(rec["ego"]))
