@@ -9,20 +9,14 @@ recording holds it and the replay must reproduce that; the faults make sure ther
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from record_helpers import DRIVE, fresh, records
 
 from perception.cli import main
 from perception.drives import DriveReader
 from perception.server import EmbeddedTriton
-
-ROOT = Path(__file__).resolve().parents[2]
-DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
 
 # The reference models (real detections to fuse); a budget a loaded 2-core host keeps most frames within,
 # and samples up to 2 s in transit (as tests/live/test_live_cli.py).
@@ -34,24 +28,6 @@ PROFILE = (
     "live: {transit_ms: 2000, trigger_tolerance_ms: 1000}\n"
     "budget: {total_ms: 3000, fusion_reserve_ms: 15}\n"
 )
-
-
-def _fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    """``perception ARGV`` in a new interpreter (nothing of this process's state carries over)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "perception", *argv],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
-def _records(path: Path, topic: str) -> list[dict[str, Any]]:
-    with DriveReader(path, strict=True) as reader:
-        return [json.loads(data) for _, _, _, data in reader.messages([topic])]
 
 
 @pytest.fixture(scope="module")
@@ -75,28 +51,28 @@ def test_live_recording_is_a_drive_with_the_decisions(recorded: tuple[Path, Path
         assert set(reader.rig) == {"lidar_top", "cam_front", "cam_back", "radar_front", "radar_rear"}
         assert reader.metadata["record.segment"] == "0"
         assert sum(1 for _ in reader.samples()) > 0
-    frames = [f for seg in [run, *segments] for f in _records(seg, "/record/frames")]
-    fused = [f for seg in [run, *segments] for f in _records(seg, "/record/fusion")]
+    frames = [f for seg in [run, *segments] for f in records(seg, "/record/frames")]
+    fused = [f for seg in [run, *segments] for f in records(seg, "/record/fusion")]
     assert [f["index"] for f in frames] == list(range(len(frames)))  # every result, in delivery order
     assert [f["seq"] for f in fused] == list(range(len(fused)))  # every frame fusion consumed, in order
     # the silenced lidar: frames the timer opened without it, recorded as such
     assert any(f["sensors"].get("lidar_top", {}).get("status") == "missing" for f in frames)
     ok = [(name, s) for f in fused for name, s in f["sensors"].items() if s["status"] == "ok"]
     assert ok and all(s["outputs"] and s["model"] and s["model_version"] for _, s in ok)
-    arrivals = [a for seg in [run, *segments] for a in _records(seg, "/record/arrivals")]
+    arrivals = [a for seg in [run, *segments] for a in records(seg, "/record/arrivals")]
     assert {a["sensor"] for a in arrivals} >= {"lidar_top", "cam_front", "radar_front", "ego"}
 
 
 def test_replay_as_recorded_reproduces_every_frame(recorded: tuple[Path, Path], tmp_path: Path) -> None:
     run, profile = recorded
-    done = _fresh(["replay", str(run), "--as-recorded", "--config", str(profile), "--out", str(tmp_path)])
+    done = fresh(["replay", str(run), "--as-recorded", "--config", str(profile), "--out", str(tmp_path)])
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "as_recorded.json").read_text())["as_recorded"]
     assert report["first_divergence"] is None
     assert report["compared"] > 0 and report["equal"] == report["compared"]
     # frame by frame, the detections the run published
     segments = [run, *sorted(run.parent.glob("run-*.mcap"))]
-    published = {f["frame_id"]: f["detections"] for seg in segments for f in _records(seg, "/record/fusion")}
+    published = {f["frame_id"]: f["detections"] for seg in segments for f in records(seg, "/record/fusion")}
     replayed = [json.loads(line) for line in (tmp_path / "as_recorded.jsonl").read_text().splitlines()]
     assert len(replayed) == report["frames"]
     for r in replayed:
@@ -112,7 +88,7 @@ def test_a_changed_fusion_parameter_is_named_at_its_first_frame(recorded: tuple[
     run, profile = recorded
     changed = tmp_path / "changed.yaml"
     changed.write_text(profile.read_text() + "fusion: {score_threshold: 0.6}\n")
-    done = _fresh(["replay", str(run), "--as-recorded", "--config", str(changed), "--out", str(tmp_path)])
+    done = fresh(["replay", str(run), "--as-recorded", "--config", str(changed), "--out", str(tmp_path)])
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads((tmp_path / "as_recorded.json").read_text())["as_recorded"]["first_divergence"]
     assert first["cause"] == "fusion"
@@ -120,7 +96,7 @@ def test_a_changed_fusion_parameter_is_named_at_its_first_frame(recorded: tuple[
     assert line in done.stdout
     # no later than the first frame that published a detection the new threshold removes
     segments = [run, *sorted(run.parent.glob("run-*.mcap"))]
-    fused = [f for seg in segments for f in _records(seg, "/record/fusion")]
+    fused = [f for seg in segments for f in records(seg, "/record/fusion")]
     removed = min(f["seq"] for f in fused if any(d["score"] < 0.6 for d in f["detections"]))
     assert first["seq"] <= removed
 
@@ -132,7 +108,7 @@ def test_rerun_models_on_the_recorded_samples_under_the_recorded_decisions(
     # frames' clouds as accumulated, the images as received), they answer the same.
     run, profile = recorded
     argv = ["replay", str(run), "--as-recorded", "--rerun-models", "--config", str(profile), "--url", triton.grpc_url]
-    done = _fresh([*argv, "--out", str(tmp_path)])
+    done = fresh([*argv, "--out", str(tmp_path)])
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "as_recorded.json").read_text())["as_recorded"]
     assert report["rerun_models"] and report["first_divergence"] is None
