@@ -286,10 +286,13 @@ class RunRecorder:
                 # the rows after the received sweep's are written again (the sweep is on its own topic).
                 base = self._received_prefix(name, s)
                 n0 = 0 if base is None else base.points.shape[0]
-                extra = s.points.shape[0] > n0
-                if extra:
+                merged = self._merged(name, s, n0) if base is not None else None
+                extra = merged is None and s.points.shape[0] > n0
+                if extra:  # rows the recording cannot rebuild: written as they are
                     writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": None if base is None else base.t_ns, "points": extra}
+                if merged:
+                    samples[name]["merged"] = merged
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
@@ -341,6 +344,27 @@ class RunRecorder:
             if fits and np.array_equal(r.points, s.points[:n0]):
                 return r
         return None
+
+    def _merged(self, name: str, s: PointCloudSample, n0: int) -> list[dict[str, Any]] | None:
+        """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
+        earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
+        among those received by its row count and its measured columns; None when a sweep is not found."""
+        if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
+            return None
+        out: list[dict[str, Any]] = []
+        start = n0
+        for t_ns, n, m in s.merged_from:
+            rows = s.points[start : start + n, 3:]
+            found = next(
+                (r for r in reversed(self._recent.get(name, ())) if r.points.shape[0] == n and r.t_ns != s.t_ns
+                 and np.array_equal(r.points[:, 3:], rows)),
+                None,
+            )  # fmt: skip
+            if found is None:
+                return None
+            out.append({"raw_t_ns": found.t_ns, "t_ns": t_ns, "m": list(m)})
+            start += n
+        return out
 
     @staticmethod
     def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:

@@ -33,7 +33,7 @@ from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.record import _format as fmt
 from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
-from perception.scheduler import FusionStage, Runtime, Session
+from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator
 from perception.types import (
     Detection3D,
     Frame,
@@ -185,7 +185,7 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
                                         "the recorder): the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
-                frame, recorded = _frame(rec, points, both)
+                frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
                 results = recorded
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded)
@@ -194,6 +194,8 @@ async def _replay_segments(
                 fused[seq] = (dets, results)
                 out.compared += 1
                 div = _compare(rec, frame, recorded, results, dets, tracker)
+                if div is not None and lost and div.cause != "model":  # a sample missing: not fusion's doing
+                    div = Divergence(frame.frame_id, seq, "decision", "; ".join(lost))
                 if div is None:
                     out.equal += 1
                 else:
@@ -212,26 +214,39 @@ def _frame(
     rec: Mapping[str, Any],
     points: Mapping[tuple[str, int], PointCloudSample],
     received: Mapping[tuple[str, int], Sample],
-) -> tuple[Frame, dict[str, SensorResult]]:
-    """The frame as fusion was given it (images only when they were read: to rerun the models), and the
-    recorded results of its sensors."""
+    images: bool,
+) -> tuple[Frame, dict[str, SensorResult], list[str]]:
+    """The frame as fusion was given it (images only when they were read: to rerun the models), the
+    recorded results of its sensors, and what of its samples the recording lacks."""
     seq = int(rec["seq"])
     samples: dict[str, Sample | None] = {}
+    lost: list[str] = []
     for name, s in rec["samples"].items():
         raw = None if s is None or s.get("raw_t_ns") is None else received.get((name, int(s["raw_t_ns"])))
         extra = points.get((name, seq)) if s is not None and s.get("points") else None
         if isinstance(raw, ImageSample):
             samples[name] = raw
         elif raw is not None or extra is not None:
-            # the received sweep, then the rows written with the frame (accumulated earlier sweeps)
-            parts = [p for p in (raw, extra) if isinstance(p, PointCloudSample)]
-            merged = np.concatenate([p.points for p in parts]) if len(parts) > 1 else parts[0].points
-            samples[name] = PointCloudSample(name, int(s["t_ns"]), parts[0].frame_id, merged, parts[0].fields)
+            # the received sweep, then the accumulated earlier sweeps: rebuilt as accumulation moved them, or
+            # the rows written with the frame
+            parts = [p.points for p in (raw, extra) if isinstance(p, PointCloudSample)]
+            for m in s.get("merged") or ():
+                earlier = received.get((name, int(m["raw_t_ns"])))
+                if not isinstance(earlier, PointCloudSample):
+                    lost.append(f"{name}'s sweep at {m['raw_t_ns']} (merged into the frame's) is not in the recording")
+                    break
+                parts.append(SweepAccumulator.moved(earlier.points, np.asarray(m["m"], np.float64).reshape(4, 4)))
+            like = raw if isinstance(raw, PointCloudSample) else extra
+            assert like is not None
+            cloud = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            samples[name] = PointCloudSample(name, int(s["t_ns"]), like.frame_id, cloud, like.fields)
         else:
+            if s is not None and ("points" in s or images):  # a cloud fusion reads, or an image to rerun on
+                lost.append(f"{name}'s sample at {s.get('raw_t_ns')} is not in the recording")
             samples[name] = None
     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), samples, ego=fmt.decode_ego(rec["ego"]))
     results = {name: fmt.decode_result(name, d) for name, d in rec["sensors"].items()}
-    return frame, results
+    return frame, results, lost
 
 
 async def _rerun(rt: Runtime, frame: Frame, recorded: Mapping[str, SensorResult]) -> dict[str, SensorResult]:
