@@ -9,8 +9,11 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
   raw outputs of the sensors that were ok (the arrays fusion consumed, little-endian, base64), the
   detections, and the digests (:mod:`._digest`);
-* ``/record/fusion_points/<sensor>``: the point clouds of those frames (after sweep accumulation: what the
-  model was sent and camera-guided fusion read), message sequence = the frame's ``seq``;
+* ``/record/fusion_points/<sensor>``: rows of a frame's point cloud (what the model was sent and camera-guided
+  fusion read) that cannot be rebuilt from the received sweeps: a cloud is recorded as the received sweep
+  it begins with (``raw_t_ns``) and, accumulated, each earlier sweep merged and the transform it was moved
+  by (``merged``: ``PointCloudSample.merged_from``); only when those are not found are its rows written
+  here (message sequence = the frame's ``seq``);
 * ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason).
 """
 
