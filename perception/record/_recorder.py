@@ -58,7 +58,7 @@ class RecordOptions:
 
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8
-    queue_items: int = 1024
+    queue_items: int = 512
     compression: str = "none"
 
     def __post_init__(self) -> None:
