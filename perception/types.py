@@ -235,6 +235,11 @@ class PointCloudSample:
     points: F32
     fields: tuple[str, ...]
     seq: int = 0
+    #: How an accumulated cloud was made (:class:`perception.scheduler.SweepAccumulator`): after the sweep's
+    #: own rows, each earlier sweep merged into it, in order, as ``(its stamp, its row count, the row-major
+    #: 4x4 transform its x, y, z were moved by)``; ``()`` for a sweep as captured. A recording keeps this
+    #: instead of the merged rows (``perception.record``).
+    merged_from: tuple[tuple[int, int, tuple[float, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         pts = _frozen_array(self.points, np.float32)

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("triton", "server", "modelkit"),  # transport, the embedded server, model-side code (runs inside Triton)
     ("scheduler", "fusion", "drives", "sim"),  # the runtime's stages, the drive format, the drive generator
     # what is built on the runtime
-    ("replay", "metrics", "viz", "live", "importers", "evaluation", "benchmark", "fleet"),
+    ("replay", "metrics", "viz", "live", "importers", "evaluation", "benchmark", "fleet", "record"),
     ("ros",),  # the runtime as a ROS 2 node (the only unit that imports rclpy), built on live
     ("cli", "camera_training", "__main__"),  # entry points: nothing imports them
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
+from perception.cli._record import add_record_options, recorder, report_recording
 from perception.cli._replay import add_trace_out
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
@@ -40,6 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_trace_out(p)
+    add_record_options(p)
     p.set_defaults(func=run)
 
 
@@ -50,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
         cfg = session.config
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
-        outcome = live_session(reader, cfg, faults)
+        rec = recorder(args)
+        if rec is None:
+            outcome = live_session(reader, cfg, faults)
+        else:
+            with rec:
+                outcome = live_session(reader, cfg, faults, observer=rec)
+            report_recording(rec)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

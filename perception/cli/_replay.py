@@ -15,8 +15,15 @@ from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPO
 from perception.cli._args import port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
+from perception.cli._record import (
+    add_as_recorded_options,
+    add_record_options,
+    recorder,
+    report_recording,
+    run_as_recorded,
+)
 from perception.drives import DriveReader
-from perception.errors import ReplayStoppedError
+from perception.errors import ConfigError, ReplayStoppedError
 from perception.metrics import LatencyStats, PrometheusExporter, late_lines
 from perception.replay import (
     ReplayOptions,
@@ -75,6 +82,8 @@ def register(sub: Any) -> None:
         "--live-port", type=port_or_zero, default=8765, help="port of the live view (default 8765, 0 = pick a free one)"
     )
     add_trace_out(p)
+    add_record_options(p)
+    add_as_recorded_options(p)
     p.set_defaults(func=run)
 
 
@@ -161,6 +170,10 @@ def _compare_modes(args: argparse.Namespace, session: Session, results: list[Fra
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.as_recorded:
+        return run_as_recorded(args)  # a recording, not a drive: it assembles its own session (segments)
+    if args.rerun_models:
+        raise ConfigError("--rerun-models needs --as-recorded", key="rerun-models")
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, session):
         return _run(args, reader, session)
@@ -183,6 +196,10 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
         if args.compare_modes:
             sinks.append(each_frame(results.append))
         sys.stdout.flush()
+        # fusion reads the drive's poses: the recording holds them
+        rec = recorder(args, tuple(reader.ego_poses())) if args.record is not None else None
+        if rec is not None:
+            stack.enter_context(rec)
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
                 stop,
@@ -190,8 +207,12 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
                 session,
                 options,
                 sinks=sinks,
+                observer=rec,
             )
         )
+        if rec is not None:
+            rec.close()
+            report_recording(rec)
     r = outcome.report.counters
     total = outcome.report.latency.total or LatencyStats()
     sys.stdout.write(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
+from perception.cli._record import add_record_options, recorder, report_recording
 from perception.config import load_config
 from perception.errors import ConfigError
 from perception.live import parse_faults
@@ -60,6 +61,7 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--no-autostart", action="store_true", help="stay unconfigured until a lifecycle manager configures it"
     )
+    add_record_options(n)
     _ros_args(n)
     n.set_defaults(func=run_node_cmd)
     pl = cmds.add_parser(
@@ -96,7 +98,13 @@ def run_node_cmd(args: argparse.Namespace) -> int:
         "sensors": args.sensors or "",
         "time_base": args.time_base,
     }
-    return run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args)
+    rec = recorder(args)
+    if rec is None:
+        return run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args)
+    with rec:
+        code = run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args, observer=rec)
+    report_recording(rec)
+    return code
 
 
 def run_play_cmd(args: argparse.Namespace) -> int:

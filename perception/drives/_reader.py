@@ -458,6 +458,23 @@ class DriveReader:
         if self.truncated is not None and self._strict:
             raise DriveDamagedError(self.truncated.message, **self.truncated.context)
 
+    def messages(self, topics: Sequence[str]) -> Iterator[tuple[str, int, int, bytes]]:
+        """``(topic, log_time, sequence, data)`` of the messages of ``topics`` in log-time order (ties: file
+        order): the channels added beside the drive's (:meth:`DriveWriter.add_json_channel`), undecoded."""
+        for ch, msg in self._raw(list(topics)):
+            yield ch.topic, msg.log_time, msg.sequence, msg.data
+
+    def points(self, topic: str, sensor: str) -> Iterator[PointCloudSample]:
+        """The point clouds on ``topic`` (a channel of :meth:`DriveWriter.add_points_channel`) as samples of
+        the rig's point sensor ``sensor``, in log-time order; ``seq`` is the message's sequence number."""
+        spec = self.rig.get(sensor)
+        if spec is None or codec.is_image_kind(spec.kind):
+            raise self._err(f"no point sensor {sensor!r} in this reader", topic=topic)
+        if topic not in self._channels:
+            return
+        for ch, msg in self._raw([topic]):
+            yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+
     @property
     def source(self) -> SessionSource:
         """This drive as a session's source (:class:`perception.scheduler.Session`): its rig, metadata,

@@ -7,13 +7,14 @@ compression is a pure function of the bytes.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 from google.protobuf.message import Message as PbMessage
@@ -138,12 +139,15 @@ class DriveWriter:
         self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
         self._counters: dict[str, int] = {}
         self._next_static_ns: int | None = None
+        self._own_topics: set[str] = set()
+        self._extra_kinds: dict[str, str] = {}  # topic -> point kind, of add_points_channel's channels
         try:
             self._mcap = self._open_mcap(compression, chunk_size)
             self._mcap.start(profile="", library=LIBRARY)
             self._mcap.add_metadata(codec.RIG_METADATA, codec.encode_rig(list(self._rig.values())))
             self._mcap.add_metadata(codec.DRIVE_METADATA, dict(sorted(meta.items())))
             self._register_channels()
+            self._own_topics = set(self._channels)
         except BaseException:
             self._file.close()
             self.path.unlink(missing_ok=True)
@@ -213,6 +217,50 @@ class DriveWriter:
         self._maybe_write_static(t)
         self._add(codec.GROUND_TRUTH_TOPIC, t, codec.encode_ground_truth(gt))
 
+    def add_json_channel(self, topic: str, schema_name: str, schema: Mapping[str, Any]) -> None:
+        """Register a channel of JSON messages described by a JSON Schema (``schema``), beside the drive's
+        own topics: a reader of the drive ignores it, Foxglove shows it. Its messages go through
+        :meth:`write_json`."""
+        self._new_topic(topic)
+        data = json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
+        sid = self._mcap.register_schema(schema_name, SchemaEncoding.JSONSchema, data)
+        self._channels[topic] = (self._mcap.register_channel(topic, MessageEncoding.JSON, sid), schema_name)
+
+    def write_json(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
+        """Write one JSON message (``data``: its UTF-8 bytes) on a channel of :meth:`add_json_channel`."""
+        self._extra(topic)
+        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
+
+    def add_points_channel(self, topic: str, kind: str) -> None:
+        """Register a channel of point clouds of a point ``kind`` (the drive's encoding, ``foxglove.PointCloud``)
+        beside the rig's sensor topics; a reader of the drive ignores it. Its messages go through
+        :meth:`write_points`."""
+        if codec.is_image_kind(kind):
+            raise DriveError(f"{kind} is not a point kind", file=str(self.path), topic=topic)
+        self._new_topic(topic)
+        cls = codec.SCHEMAS[codec.sensor_schema(kind)]
+        name = cls.DESCRIPTOR.full_name
+        data = build_file_descriptor_set(cls).SerializeToString(deterministic=True)
+        sid = self._mcap.register_schema(name, SchemaEncoding.Protobuf, data)
+        self._channels[topic] = (self._mcap.register_channel(topic, MessageEncoding.Protobuf, sid), name)
+        self._extra_kinds[topic] = kind
+
+    def write_points(self, topic: str, sample: PointCloudSample, seq: int | None = None) -> None:
+        """Write ``sample`` on a channel of :meth:`add_points_channel` at ``log_time = sample.t_ns``."""
+        self._extra(topic)
+        fields = codec.kind_fields(self._extra_kinds[topic])
+        if tuple(sample.fields) != fields:
+            raise DriveError(f"points must have fields {fields}, got {tuple(sample.fields)}",
+                             file=str(self.path), topic=topic)  # fmt: skip
+        t = _check_time(sample.t_ns, "sample", str(self.path), topic)
+        msg = codec.encode_point_cloud(t, sample.frame_id, sample.points, fields)
+        self._add_raw(topic, t, msg.SerializeToString(deterministic=True), seq)
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes in the file so far (the chunk being filled is not counted until it is written)."""
+        return 0 if self._closed else self._file.tell()
+
     def close(self) -> None:
         """Write the index and summary and close the file (idempotent)."""
         if self._closed:
@@ -278,7 +326,21 @@ class DriveWriter:
                 msg = codec.encode_calibration(t_ns, spec.frame_id, spec.calibration)
                 self._add(codec.calibration_topic(spec.name), t_ns, msg)
 
+    def _new_topic(self, topic: str) -> None:
+        if not topic.startswith("/") or topic in self._channels:
+            raise DriveError("a channel needs a new absolute topic", file=str(self.path), topic=topic)
+
+    def _extra(self, topic: str) -> None:
+        if topic not in self._channels or topic not in self._extra_topics():
+            raise DriveError("not a channel added beside the drive's", file=str(self.path), topic=topic)
+
+    def _extra_topics(self) -> set[str]:
+        return set(self._channels) - self._own_topics
+
     def _add(self, topic: str, t_ns: int, msg: PbMessage, seq: int | None = None) -> None:
+        self._add_raw(topic, t_ns, msg.SerializeToString(deterministic=True), seq)
+
+    def _add_raw(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
         if self._closed:
             raise DriveError("write after close", file=str(self.path), topic=topic)
         channel_id, _ = self._channels[topic]
@@ -289,7 +351,7 @@ class DriveWriter:
             self._mcap.add_message(
                 channel_id=channel_id,
                 log_time=t_ns,
-                data=msg.SerializeToString(deterministic=True),
+                data=data,
                 publish_time=t_ns,
                 sequence=seq,
             )

@@ -267,6 +267,12 @@ class Fuser:
             if self._tracker is not None:
                 self._tracker.reset()
 
+    def tracker_state(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The tracker's state now (:meth:`Tracker.state`; empty without tracking): with the detections, what
+        a recorded run's per-frame digest covers (``perception.record``)."""
+        with self._lock:
+            return self._tracker.state() if self._tracker is not None else {}
+
     @property
     def sensor_names(self) -> tuple[str, ...]:
         return self._names.names

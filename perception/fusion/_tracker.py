@@ -171,6 +171,17 @@ class Tracker:
     def __len__(self) -> int:
         return int(self.table.shape[0])
 
+    def state(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The whole state as arrays (copies): the track table, covariances, sources, the next id and the
+        last frame time (-1 before the first) -- what a digest of the tracker covers."""
+        return {
+            "table": self.table.copy(),
+            "p": self.p.copy(),
+            "sources": self.sources.copy(),
+            "next_id": np.array([self._next_id], np.int64),
+            "t_ns": np.array([-1 if self._t_ns is None else self._t_ns], np.int64),
+        }
+
     @property
     def ids(self) -> I64:
         out: I64 = self.table[:, _tk.ID].astype(np.int64)

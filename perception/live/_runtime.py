@@ -46,7 +46,7 @@ from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
-from perception.scheduler import CallbackQueue, FusionStage, Runtime, Session
+from perception.scheduler import CallbackQueue, FusionStage, RunObserver, Runtime, Session
 from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
 __all__ = ["LiveRuntime"]
@@ -79,9 +79,12 @@ class LiveRuntime:
         fusion: FusionStage | Literal["profile"] | None = "profile",
         results_buffer: int = 256,
         callback_queue: int = 256,
+        observer: RunObserver | None = None,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
-        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``."""
+        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``.
+        ``observer``: sees the session, every sample and pose pushed (with its arrival), every frame fusion
+        consumes and every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -89,6 +92,10 @@ class LiveRuntime:
         session = Session.assemble(config, source)
         rig = session.rig
         self.config = config = session.config
+        self._observer = observer
+        if observer is not None:
+            observer.begin(session)
+            fusion = observer.fusion(session.fusion() if fusion == "profile" else fusion)
         self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
@@ -134,12 +141,18 @@ class LiveRuntime:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing."""
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
-        self._enqueue(_Item(sample, time.monotonic_ns(), future))
+        item = _Item(sample, time.monotonic_ns(), future)
+        if self._observer is not None:  # before the frame it completes can reach fusion
+            self._observer.sample(sample, item.arrival_ns)
+        self._enqueue(item)
         return future
 
     def push_ego(self, pose: EgoPose) -> None:
         """Hand over an ego pose (odometry); frames carry the nearest one for the tracker."""
-        self._enqueue(_Item(pose, time.monotonic_ns(), None))
+        item = _Item(pose, time.monotonic_ns(), None)
+        if self._observer is not None:
+            self._observer.ego(pose, item.arrival_ns)
+        self._enqueue(item)
 
     def _enqueue(self, item: _Item) -> None:
         with self._lock:
@@ -471,6 +484,8 @@ class LiveRuntime:
                         self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
+        if self._observer is not None:
+            self._observer.result(result)
         self._latency.add(result)
         self._publish_frames()  # before the future is answered: a host that saw it sees its count
         fut = self._futures.pop(result.frame_id, None)

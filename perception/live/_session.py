@@ -20,6 +20,7 @@ from perception.drives import DriveReader
 from perception.errors import PerceptionError
 from perception.live._publisher import Faults, receive
 from perception.live._runtime import LiveRuntime
+from perception.scheduler import RunObserver
 from perception.types import EgoPose, FrameResult
 
 __all__ = ["LiveOutcome", "live_session"]
@@ -35,11 +36,17 @@ class LiveOutcome:
     push_cpu_us_per_frame: float = 0.0
 
 
-def live_session(drive: Path | DriveReader, config: RuntimeConfig, faults: Faults | None = None) -> LiveOutcome:
+def live_session(
+    drive: Path | DriveReader,
+    config: RuntimeConfig,
+    faults: Faults | None = None,
+    *,
+    observer: RunObserver | None = None,
+) -> LiveOutcome:
     """Play ``drive`` from a separate publisher process at its recorded timing and push every
     sample that arrives into a :class:`LiveRuntime` (the only API this side uses). ``drive``: a path,
     or the caller's open reader (its rig and source are read from it: the drive is not opened again
-    on this side)."""
+    on this side); ``observer``: the runtime's (a recorder)."""
     faults = faults or Faults()
     with contextlib.ExitStack() as stack:
         reader = drive if isinstance(drive, DriveReader) else stack.enter_context(DriveReader(drive))
@@ -55,7 +62,7 @@ def live_session(drive: Path | DriveReader, config: RuntimeConfig, faults: Fault
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(path))
         server.listen(1)
-        with server, LiveRuntime(config, source, on_result=records.append) as live:
+        with server, LiveRuntime(config, source, on_result=records.append, observer=observer) as live:
             # The publisher is the vehicle's sensors: another process, which reads the drive with a handle
             # of its own (the only second opening of the drive in a live session).
             cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]

@@ -60,7 +60,14 @@ from perception.metrics import (
 from perception.replay._damage import FrameSeen, damage_section
 from perception.replay._sinks import EvaluationSink, FrameSink, ProgressSink, RecordsSink, ReplaySink
 from perception.replay._source import DriveSource
-from perception.scheduler import AdmissionProvider, InferClient, Runtime, Session, server_time_breakdown
+from perception.scheduler import (
+    AdmissionProvider,
+    InferClient,
+    RunObserver,
+    Runtime,
+    Session,
+    server_time_breakdown,
+)
 from perception.types import Frame, FrameResult
 
 __all__ = ["Rate", "ReplayOptions", "ReplayOutcome", "parse_rate", "replay_drive", "safe_output_path"]
@@ -207,6 +214,7 @@ async def replay_drive(
     stop: anyio.Event | None = None,
     client: InferClient | None = None,
     admission_provider: AdmissionProvider | None = None,
+    observer: RunObserver | None = None,
 ) -> ReplayOutcome:
     """Replay ``drive`` through a :class:`Runtime` built from ``config``; see module docs for outputs.
 
@@ -224,11 +232,13 @@ async def replay_drive(
     ``client``: an open Triton client to share (a fleet worker replays many drives over one); the
     runtime then uses it instead of opening its own server and client from ``config.server``.
     ``admission_provider``: the runtime's admission (a fleet worker's: shared with the other workers of its
-    server)."""
+    server).
+    ``observer``: sees the session, every sample as it is read, every frame fusion consumes and every
+    result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
     opts = options or ReplayOptions()
     started: list[Runtime] = []
     if stop is None:
-        outcome = await _replay(drive, config, opts, sinks, client, admission_provider, started)
+        outcome = await _replay(drive, config, opts, sinks, client, admission_provider, started, observer)
     else:
         maybe: ReplayOutcome | None = None
         error: Exception | None = None
@@ -243,7 +253,7 @@ async def replay_drive(
 
             tg.start_soon(watch, stop)
             try:
-                maybe = await _replay(drive, config, opts, sinks, client, admission_provider, started)
+                maybe = await _replay(drive, config, opts, sinks, client, admission_provider, started, observer)
             except Exception as exc:  # raised as it is, not in the task group's exception group
                 error = exc
             finally:
@@ -281,6 +291,7 @@ async def _replay(
     client: InferClient | None,
     admission_provider: AdmissionProvider | None,
     started: list[Runtime],
+    observer: RunObserver | None = None,
 ) -> ReplayOutcome:
     rate = opts.rate if isinstance(opts.rate, float | int) else None
     with _opened(drive) as reader:
@@ -288,9 +299,14 @@ async def _replay(
         # caller's session when it assembled one, with the pacing's pipeline settings
         session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
         session = dataclasses.replace(session, config=_effective(session.config, opts.rate))
-        source = DriveSource(reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns)
+        source = DriveSource(
+            reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns, observer=observer
+        )
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
+        if observer is not None:
+            observer.begin(session)
+            fusion = observer.fusion(fusion)  # the recorder sees every frame fusion consumes
         tally = _Tally(cfg.budget.total_ns)
         own, evaluation = _own_sinks(session, opts, fusion is not None)
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
@@ -310,7 +326,7 @@ async def _replay(
             ) as rt:
                 started.append(rt)
                 await watch.begin(rt)
-                split = await _run_frames(rt, source, cfg, opts, tally, opened)
+                split = await _run_frames(rt, source, cfg, opts, tally, opened, observer)
                 stopped = rt.stopping
                 admission = rt.admission.report() if rt.admission is not None else None
                 await watch.end(rt)
@@ -411,6 +427,7 @@ async def _run_frames(
     opts: ReplayOptions,
     tally: _Tally,
     opened: Sequence[FrameSink],
+    observer: RunObserver | None = None,
 ) -> ServerSplit:
     """Run the drive's frames through ``rt``: each result attributed its server time, tallied and given
     to every sink in order. A sink that fails stops the runtime; its error is raised once it drained.
@@ -427,6 +444,8 @@ async def _run_frames(
     async for raw in rt.run(frames):
         result = await splitter.attribute(raw) if splitter is not None else with_in_flight(raw)
         tally.add(result)
+        if observer is not None:
+            observer.result(result)
         if failed is None:
             try:
                 for sink in opened:

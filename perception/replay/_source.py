@@ -14,7 +14,7 @@ from perception._imageio import image_size
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
-from perception.scheduler import Session
+from perception.scheduler import RunObserver, Session
 from perception.types import Frame, ImageSample
 
 __all__ = ["DriveSource"]
@@ -38,6 +38,8 @@ class DriveSource:
     image_size_mismatch: Counter[str] = field(default_factory=Counter)
     #: The drive became unreadable mid-stream: frames stop there (see :meth:`frames`).
     error: DriveError | None = None
+    #: Sees every sample as it is read (with the host's monotonic time), e.g. a recorder.
+    observer: RunObserver | None = None
 
     def __post_init__(self) -> None:
         #: The profile resolved against the drive (the one assembly every entry point shares).
@@ -56,6 +58,8 @@ class DriveSource:
         for sample in self.reader.samples(self.start_ns, self.end_ns, sensors=list(configured)):
             if isinstance(sample, ImageSample):
                 self._check_image_size(configured[sample.sensor], sample)
+            if self.observer is not None:
+                self.observer.sample(sample, time.monotonic_ns())
             yield from self.assembler.push(sample)
         yield from self.assembler.flush()
 

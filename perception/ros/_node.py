@@ -59,7 +59,7 @@ from perception.ros._convert import (
 from perception.ros._diagnostics import DiagnosticsTracker
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
-from perception.scheduler import Runtime, Session
+from perception.scheduler import RunObserver, Runtime, Session
 from perception.types import FrameResult, Sample, SensorSpec, SessionSource
 
 __all__ = ["NODE_NAME", "FusionNode", "rig_session", "rig_source"]
@@ -147,8 +147,15 @@ class FusionNode(LifecycleNode):
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
     says so), and after configure ``topics.<sensor>`` and ``odometry_topic``."""
 
-    def __init__(self, *, on_published: Callable[[FrameResult], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        on_published: Callable[[FrameResult], None] | None = None,
+        observer: RunObserver | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        self._observer = observer  # each activation's live runtime's (a recorder)
         self.declare_parameter("profile", "")
         self.declare_parameter("rig", "")
         self.declare_parameter("url", "")
@@ -348,7 +355,7 @@ class FusionNode(LifecycleNode):
             cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
         assert self.session is not None
         # the session's source, resolved as configure resolved it (the config already is)
-        live = LiveRuntime(cfg, self.session.source, on_result=self._publish)
+        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer)
         live.__enter__()
         self.live = live
         self._arrivals.clear()

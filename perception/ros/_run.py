@@ -17,6 +17,7 @@ from perception.config import RuntimeConfig
 from perception.errors import ConfigError, PerceptionError
 from perception.live import Faults
 from perception.ros._env import require_rclpy
+from perception.scheduler import RunObserver
 from perception.types import FrameResult
 
 __all__ = ["run_node", "run_play"]
@@ -68,11 +69,13 @@ def run_node(
     ros_args: Sequence[str] = (),
     stop: threading.Event | None = None,
     on_published: Callable[[FrameResult], None] | None = None,
+    observer: RunObserver | None = None,
 ) -> int:
     """Run ``perception_fusion`` until SIGINT/SIGTERM (or ``stop``); with ``autostart`` it configures and
     activates itself (exit code 2 when that fails on a mistake in the profile, rig or parameters, 1 on another
     failure), else a lifecycle manager drives it. ``on_published`` is called with each frame's
-    result once its outputs are published (from the live runtime's callback thread). Returns the exit code."""
+    result once its outputs are published (from the live runtime's callback thread). ``observer``: each
+    activation's live runtime's (a recorder, ``--record``). Returns the exit code."""
     stop = stop or threading.Event()
     with _signals_to(stop), _rclpy_context(ros_args) as context:
         from rclpy.executors import SingleThreadedExecutor
@@ -82,7 +85,9 @@ def run_node(
         from perception.ros._node import FusionNode
 
         overrides = [Parameter(k, value=v) for k, v in parameters.items()]
-        node = FusionNode(context=context, parameter_overrides=overrides, on_published=on_published)
+        node = FusionNode(
+            context=context, parameter_overrides=overrides, on_published=on_published, observer=observer
+        )
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
         code = 0

@@ -7,6 +7,7 @@ from perception.scheduler._admission import AdmissionProvider, RemoteAdmission, 
 from perception.scheduler._align import AlignCore, AlignStats, FrameAssembler
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
+from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session
@@ -23,6 +24,7 @@ __all__ = [
     "InferClient",
     "OrderedPipeline",
     "RemoteAdmission",
+    "RunObserver",
     "Runtime",
     "Session",
     "SharedAdmission",

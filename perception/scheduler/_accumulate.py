@@ -98,11 +98,21 @@ class SweepAccumulator:
         """The windows (ms) per accumulating sensor and the counters, for run reports."""
         return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **vars(self.stats)}
 
+    @staticmethod
+    def moved(points: npt.NDArray[np.float32], m: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """An earlier sweep's ``points`` with x, y, z moved by the 4x4 transform ``m`` (the other columns as
+        measured): the rows accumulation merges, and what a recording's replay rebuilds them with."""
+        from perception.fusion import transform_points
+
+        out = points.copy()
+        out[:, :3] = transform_points(m, points[:, :3])
+        return out
+
     def apply(self, frame: Frame, buffers: Mapping[str, Iterable[Sample]]) -> Frame:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
         if not self.windows:
             return frame
-        from perception.fusion import EgoMotion, invert_transform, transform_points
+        from perception.fusion import EgoMotion, invert_transform
 
         samples = dict(frame.samples)
         motion: EgoMotion | None = None
@@ -129,12 +139,12 @@ class SweepAccumulator:
                 continue
             to_cur = self._ext_inv[name] @ invert_transform(motion.relative(cur.t_ns))
             parts = [cur.points]
+            merged: list[tuple[int, int, tuple[float, ...]]] = []
             for s in earlier:
                 m = to_cur @ motion.relative(s.t_ns) @ self._ext[name]
-                moved = s.points.copy()
-                moved[:, :3] = transform_points(m, s.points[:, :3])
-                parts.append(moved)
-            samples[name] = dataclasses.replace(cur, points=np.concatenate(parts))
+                parts.append(self.moved(s.points, m))
+                merged.append((s.t_ns, s.points.shape[0], tuple(float(v) for v in m.ravel())))
+            samples[name] = dataclasses.replace(cur, points=np.concatenate(parts), merged_from=tuple(merged))
             self.stats.sweeps += 1
             self.stats.merged += len(earlier)
         return dataclasses.replace(frame, samples=samples)

@@ -1,0 +1,114 @@
+"""``--record FILE`` (live, replay) and ``replay FILE --as-recorded``: a run recorded and reproduced."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import anyio
+
+from perception.cli._common import DEFAULT_CONFIG
+from perception.config import load_config
+from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
+from perception.replay import safe_output_path
+from perception.types import EgoPose
+
+__all__ = ["add_as_recorded_options", "add_record_options", "recorder", "report_recording", "run_as_recorded"]
+
+AS_RECORDED_FILE = "as_recorded.json"
+AS_RECORDED_FRAMES = "as_recorded.jsonl"
+
+
+def add_record_options(p: argparse.ArgumentParser) -> None:
+    defaults = RecordOptions()
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
+        "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded",
+    )
+    p.add_argument(
+        "--record-segment-mb",
+        type=float,
+        default=defaults.segment_bytes / 2**20,
+        help="start a new segment (FILE-0001.mcap...) past this size (default %(default)g)",
+    )
+    p.add_argument(
+        "--record-max-segments",
+        type=int,
+        default=defaults.max_segments,
+        help="keep at most this many segments, deleting the oldest (0: all; default %(default)s)",
+    )
+
+
+def add_as_recorded_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--as-recorded",
+        action="store_true",
+        help="DRIVE is a recording (--record): re-fuse its model outputs under its decisions (the same sensors "
+        "late or shed, the same order into the tracker), compare every frame's digests and name the first "
+        "frame that differs and why (exit 1); writes DIR/as_recorded.json and DIR/as_recorded.jsonl",
+    )
+    p.add_argument(
+        "--rerun-models",
+        action="store_true",
+        help="with --as-recorded: ask today's models again on the recorded samples, under the same decisions",
+    )
+
+
+def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> RunRecorder | None:
+    """The recorder ``--record`` asks for (not yet entered), or None."""
+    if args.record is None:
+        return None
+    options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
+    return RunRecorder(args.record, options, ego_poses=ego_poses)
+
+
+def report_recording(rec: RunRecorder) -> None:
+    gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
+    sys.stdout.write(
+        f"recorded {rec.path}: {rec.stats['fused']} frames fused, {rec.stats['frames']} results, "
+        f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
+        + (f"; GAPS {gaps}" if gaps else "")
+        + "\n"
+    )
+
+
+def run_as_recorded(args: argparse.Namespace) -> int:
+    """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
+    CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
+    cfg = load_config(args.config or DEFAULT_CONFIG)
+    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
+    outcome: AsRecordedOutcome = anyio.run(
+        lambda: replay_as_recorded(args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors)
+    )
+    report = outcome.report()
+    args.out.mkdir(parents=True, exist_ok=True)
+    safe_output_path(args.out, AS_RECORDED_FILE).write_text(json.dumps({"as_recorded": report}, indent=2) + "\n")
+    with safe_output_path(args.out, AS_RECORDED_FRAMES).open("w") as f:
+        for r in outcome.results:
+            record = {
+                "frame_id": r.frame_id,
+                "t_ns": r.t_ns,
+                "status": r.status.value,
+                "reason": r.reason,
+                "sensors": {n: s.status.value for n, s in r.sensors.items()},
+                "detections": [dataclasses.asdict(d) for d in r.detections],
+            }
+            f.write(json.dumps(record) + "\n")
+    first: Divergence | None = outcome.first
+    if first is not None:
+        sys.stdout.write(first.line() + "\n")
+        sys.stdout.write(
+            f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
+        )
+        return 1
+    sys.stdout.write(
+        f"as recorded: {outcome.compared} frames fused, every digest equal ({len(outcome.results)} results)\n"
+    )
+    return 0

@@ -1,0 +1,236 @@
+"""The recording's own channels (beside the drive's), their JSON schemas, and the codecs of their payloads.
+
+A recording is a drive (``perception.drives``: the samples as received on the rig's topics, ego poses on
+``/ego/odometry``) plus:
+
+* ``/record/arrivals``: every sample and pose as received: sensor, stamp, arrival on the host's monotonic
+  clock (``log_time``: the stamp);
+* ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
+  formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
+  raw outputs of the sensors that were ok (the arrays fusion consumed, little-endian, base64), the
+  detections, and the digests (:mod:`._digest`);
+* ``/record/fusion_points/<sensor>``: rows of a frame's point cloud (what the model was sent and camera-guided
+  fusion read) that cannot be rebuilt from the received sweeps: a cloud is recorded as the received sweep
+  it begins with (``raw_t_ns``) and, accumulated, each earlier sweep merged and the transform it was moved
+  by (``merged``: ``PointCloudSample.merged_from``); only when those are not found are its rows written
+  here (message sequence = the frame's ``seq``);
+* ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus, Transform
+
+__all__ = [
+    "ARRIVALS_TOPIC",
+    "FORMAT_VERSION",
+    "FRAMES_TOPIC",
+    "FUSION_TOPIC",
+    "META_EGO",
+    "META_FORMAT",
+    "META_RUN",
+    "META_SEGMENT",
+    "SCHEMAS",
+    "decode_array",
+    "decode_detection",
+    "decode_ego",
+    "decode_result",
+    "encode_array",
+    "encode_detection",
+    "encode_ego",
+    "encode_result",
+    "points_topic",
+    "segment_path",
+    "segments",
+]
+
+FORMAT_VERSION = "1"
+ARRIVALS_TOPIC = "/record/arrivals"
+FUSION_TOPIC = "/record/fusion"
+FRAMES_TOPIC = "/record/frames"
+#: Drive metadata keys a recording adds to its source's.
+META_FORMAT = "record.format"
+META_SEGMENT = "record.segment"
+#: Which run of the recording a segment belongs to (a ROS node activated again starts a new one: fusion,
+#: its tracker included, starts afresh).
+META_RUN = "record.run"
+#: ``source``: fusion read the source's ego poses (a replay's drive: on ``/ego/odometry``); ``frame``: only
+#: each frame's own pose (live: the poses the host pushed).
+META_EGO = "record.fusion_ego"
+
+
+def points_topic(sensor: str) -> str:
+    return f"/record/fusion_points/{sensor}"
+
+
+def segment_path(path: Path, index: int) -> Path:
+    """Segment ``index`` of the recording ``path``: ``path`` itself, then ``<stem>-0001.mcap``..."""
+    return path if index == 0 else path.with_name(f"{path.stem}-{index:04d}{path.suffix or '.mcap'}")
+
+
+def segments(path: Path) -> list[Path]:
+    """The segments of the recording ``path`` that exist, in order (``path`` first when it exists)."""
+    pattern = re.compile(re.escape(path.stem) + r"-(\d{4,})" + re.escape(path.suffix or ".mcap") + "$")
+    found = sorted((int(m.group(1)), p) for p in path.parent.glob(f"{path.stem}-*") if (m := pattern.match(p.name)))
+    return ([path] if path.exists() else []) + [p for _, p in found]
+
+
+def encode_array(a: npt.NDArray[Any]) -> dict[str, Any]:
+    arr = np.ascontiguousarray(a)
+    arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": arr.dtype.str, "shape": list(arr.shape), "data": base64.b64encode(arr.tobytes()).decode()}
+
+
+def decode_array(d: Mapping[str, Any]) -> npt.NDArray[Any]:
+    raw = base64.b64decode(d["data"])
+    out: npt.NDArray[Any] = np.frombuffer(raw, dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+    return out
+
+
+def encode_ego(ego: EgoPose | None) -> dict[str, Any] | None:
+    if ego is None:
+        return None
+    return {
+        "t_ns": ego.t_ns,
+        "translation": list(ego.pose.translation),
+        "rotation": list(ego.pose.rotation),
+        "linear_velocity": list(ego.linear_velocity),
+        "yaw_rate": ego.yaw_rate,
+    }
+
+
+def decode_ego(d: Mapping[str, Any] | None) -> EgoPose | None:
+    if d is None:
+        return None
+    tx, ty, tz = d["translation"]
+    qx, qy, qz, qw = d["rotation"]
+    vx, vy, vz = d["linear_velocity"]
+    return EgoPose(int(d["t_ns"]), Transform((tx, ty, tz), (qx, qy, qz, qw)), (vx, vy, vz), d["yaw_rate"])
+
+
+def encode_result(r: SensorResult, *, outputs: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "status": r.status.value,
+        "error": r.error,
+        "model": r.model,
+        "model_version": r.model_version,
+        "sample_t_ns": r.sample_t_ns,
+        "latency_ns": r.latency_ns,
+    }
+    if outputs and r.status is SensorStatus.OK:
+        out["outputs"] = {k: encode_array(np.asarray(v)) for k, v in sorted(r.outputs.items())}
+    return out
+
+
+def decode_result(sensor: str, d: Mapping[str, Any]) -> SensorResult:
+    return SensorResult(
+        sensor=sensor,
+        status=SensorStatus(d["status"]),
+        latency_ns=int(d.get("latency_ns") or 0),
+        outputs={k: decode_array(v) for k, v in (d.get("outputs") or {}).items()},
+        error=d.get("error"),
+        sample_t_ns=d.get("sample_t_ns"),
+        model=d.get("model"),
+        model_version=d.get("model_version") or "",
+    )
+
+
+def encode_detection(d: Detection3D) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "label": d.label,
+        "score": d.score,
+        "center": list(d.center),
+        "size": list(d.size),
+        "yaw": d.yaw,
+        "velocity": list(d.velocity),
+        "uncertainty": list(d.uncertainty),
+        "sources": list(d.sources),
+    }
+
+
+def decode_detection(d: Mapping[str, Any]) -> Detection3D:
+    cx, cy, cz = d["center"]
+    sx, sy, sz = d["size"]
+    vx, vy = d["velocity"]
+    ux, uy = d["uncertainty"]
+    return Detection3D(
+        d["id"], d["label"], d["score"], (cx, cy, cz), (sx, sy, sz), d["yaw"], (vx, vy), (ux, uy), tuple(d["sources"])
+    )
+
+
+_SENSOR = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "description": "ok, late, error, missing, skipped"},
+        "error": {"type": ["string", "null"]},
+        "model": {"type": ["string", "null"]},
+        "model_version": {"type": "string"},
+        "sample_t_ns": {"type": ["integer", "null"]},
+        "latency_ns": {"type": "integer"},
+        "outputs": {"type": "object", "description": "raw output tensors: dtype, shape, base64 little-endian data"},
+    },
+}
+_DIGEST = {
+    "type": "object",
+    "properties": {k: {"type": "string"} for k in ("outputs", "decisions", "detections", "tracker")},
+}
+
+#: Schema name and JSON Schema of each channel (Foxglove shows them in its raw-message and plot panels).
+SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    ARRIVALS_TOPIC: (
+        "perception.record.Arrival",
+        {
+            "type": "object",
+            "properties": {
+                "sensor": {"type": "string", "description": "the sensor, or 'ego' for a pose"},
+                "t_ns": {"type": "integer", "description": "the stamp"},
+                "arrival_ns": {"type": "integer", "description": "receipt on the host's monotonic clock"},
+            },
+        },
+    ),
+    FUSION_TOPIC: (
+        "perception.record.FusionInput",
+        {
+            "type": "object",
+            "properties": {
+                "seq": {"type": "integer", "description": "order in which the frame reached fusion"},
+                "frame_id": {"type": "integer"},
+                "t_ns": {"type": "integer"},
+                "ego": {"type": ["object", "null"]},
+                "samples": {"type": "object", "description": "sensor -> the sample that formed the frame"},
+                "sensors": {"type": "object", "additionalProperties": _SENSOR},
+                "detections": {"type": "array"},
+                "digest": _DIGEST,
+            },
+        },
+    ),
+    FRAMES_TOPIC: (
+        "perception.record.FrameDecision",
+        {
+            "type": "object",
+            "properties": {
+                "index": {"type": "integer", "description": "order in which the result was delivered"},
+                "frame_id": {"type": "integer"},
+                "t_ns": {"type": "integer"},
+                "status": {"type": "string", "description": "ok, degraded, dropped"},
+                "reason": {"type": ["string", "null"], "description": "why dropped (overflow, overload, shutdown)"},
+                "deadline_missed": {"type": "boolean"},
+                "latency_ns": {"type": "integer"},
+                "fusion_seq": {"type": ["integer", "null"]},
+                "sensors": {"type": "object", "additionalProperties": _SENSOR},
+                "detections": {"type": "integer"},
+                "digest": {"type": ["string", "null"], "description": "of the detections delivered"},
+            },
+        },
+    ),
+}

@@ -1,0 +1,401 @@
+"""RunRecorder: writes a run's inputs and decisions into one MCAP (a drive plus the decisions).
+
+The recorder is a :class:`perception.scheduler.RunObserver`: the entry point calls it from its own
+threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
+bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
+the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
+recording with gaps says so), a sample the drive format refuses is counted too. The digests of the tracker
+state are taken in fusion's thread (the state changes with the next frame); the rest is the writer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from perception.drives import DriveWriter
+from perception.errors import DriveError, PerceptionError
+from perception.kinds import kind_def
+from perception.record import _format as fmt
+from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
+from perception.scheduler import FusionStage, Session
+from perception.types import (
+    Detection3D,
+    EgoPose,
+    Frame,
+    FrameResult,
+    ImageSample,
+    PointCloudSample,
+    Sample,
+    SensorResult,
+)
+
+__all__ = ["RecordOptions", "RunRecorder"]
+
+log = logging.getLogger(__name__)
+
+_IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
+_SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """How a recording is bounded: segments of at most ``segment_bytes`` (the next is ``FILE-0001.mcap``...),
+    at most ``max_segments`` of them kept (the oldest deleted; 0 keeps all). ``queue_items``: items waiting
+    for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' (lz4: cheap)."""
+
+    segment_bytes: int = 256 * 2**20
+    max_segments: int = 8
+    queue_items: int = 512
+    compression: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 2**20:
+            raise ValueError(f"segment_bytes: at least 1 MiB, got {self.segment_bytes}")
+        if self.max_segments < 0 or self.queue_items < 1:
+            raise ValueError("max_segments must be >= 0 and queue_items >= 1")
+
+
+class _RecordingFusion:
+    """The run's fusion stage, seen: every call recorded in call order (the order frames reach fusion)."""
+
+    def __init__(self, inner: FusionStage, recorder: RunRecorder) -> None:
+        self._inner = inner
+        self._recorder = recorder
+        self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
+
+    def __call__(
+        self, frame: Frame, results: Mapping[str, SensorResult]
+    ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
+        detections, stages = self._inner(frame, results)
+        cpu0 = time.thread_time_ns()
+        seq = self._recorder.next_seq()
+        try:
+            tracker = tracker_digest(self._state()) if self._state is not None else ""
+            self._recorder.fused(seq, frame, dict(results), detections, tracker)
+        except Exception:  # never into the run
+            self._recorder.stats["failed"] += 1
+            log.exception("recording frame %d failed", frame.frame_id)
+        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
+        return detections, stages
+
+
+class RunRecorder:
+    """Records a run into ``path`` (see the module docs); a :class:`perception.scheduler.RunObserver`.
+
+    ``with RunRecorder(path) as rec:`` then pass ``rec`` as the entry point's ``observer``. ``ego_poses``:
+    the source's poses when fusion reads them (a replay of a drive), written into every segment.
+    """
+
+    def __init__(
+        self, path: str | Path, options: RecordOptions | None = None, *, ego_poses: Sequence[EgoPose] = ()
+    ) -> None:
+        self.path = Path(path)
+        self.options = options or RecordOptions()
+        self._ego_poses = tuple(ego_poses)
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(self.options.queue_items)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._images: OrderedDict[int, tuple[bytes, str, int]] = OrderedDict()
+        self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
+        self._frames = 0
+        self._seq = 0  # the next frame's place in the fusion order
+        self._runs = 0  # begin() calls
+        #: Counters: ``samples``, ``fused``, ``frames`` written; ``dropped_<kind>`` (the queue was full),
+        #: ``refused`` (a sample the drive format refuses), ``unknown_sensor``, ``failed``, ``segments``.
+        self.stats: Counter[str] = Counter()
+        #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
+        #: digest, handing over), and the bytes of the finished segments.
+        self.cpu_ns = 0
+        self.hook_cpu_ns = 0
+        self.bytes = 0
+        self._writer: DriveWriter | None = None
+        self._segment = -1
+        self._rig: list[Any] = []
+        self._names: dict[str, str] = {}  # source sensor name -> recorded (configured) name
+        self._metadata: dict[str, str] = {}
+        self._error: BaseException | None = None
+        #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
+        self._recent: dict[str, deque[PointCloudSample]] = {}
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def __enter__(self) -> RunRecorder:
+        self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write what is queued, finish the segment (idempotent)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._queue.put(None)
+        thread.join()
+        if self._error is not None:
+            raise PerceptionError(f"recording {self.path} failed: {self._error}") from self._error
+
+    # -- RunObserver ------------------------------------------------------------------------------
+    def begin(self, session: Session) -> None:
+        """A run starts (again, for a ROS node activated anew: a new segment, its fusion starting afresh)."""
+        rig = [dataclasses.replace(spec, name=name) for name, spec in session.rig.items()]
+        self._names = {spec.name: name for name, spec in session.rig.items()}
+        self._names.update({name: name for name in session.rig})
+        meta = {k: str(v) for k, v in session.source.metadata.items() if not k.startswith("record.")}
+        meta[fmt.META_FORMAT] = fmt.FORMAT_VERSION
+        meta[fmt.META_EGO] = "source" if session.source.ego_at is not None else "frame"
+        with self._lock:
+            meta[fmt.META_RUN] = str(self._runs)
+            self._runs += 1
+        self._queue.put(("begin", (rig, meta)))  # waits for room: the recording cannot start without it
+
+    def fusion(self, stage: FusionStage | None) -> FusionStage | None:
+        return None if stage is None else _RecordingFusion(stage, self)
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        if isinstance(sample, ImageSample):
+            with self._lock:
+                self._images[id(sample.data)] = (sample.data, sample.sensor, sample.t_ns)
+                if len(self._images) > _IMAGES_REMEMBERED:
+                    self._images.popitem(last=False)
+        self._put("sample", (sample, arrival_ns))
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self._put("ego", (pose, arrival_ns))
+
+    def result(self, result: FrameResult) -> None:
+        with self._lock:
+            index, self._frames = self._frames, self._frames + 1
+            seq = self._seq_of.pop(result.frame_id, None)
+        self._put("result", (index, seq, result))
+
+    # -- from fusion's thread ---------------------------------------------------------------------
+    def next_seq(self) -> int:
+        """The next frame's place in the fusion order (over every run of this recording)."""
+        with self._lock:
+            seq, self._seq = self._seq, self._seq + 1
+            return seq
+
+    def fused(
+        self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
+        tracker: str,
+    ) -> None:  # fmt: skip
+        with self._lock:
+            self._seq_of[frame.frame_id] = seq
+            raw = {
+                name: self._images.get(id(s.data)) for name, s in frame.samples.items() if isinstance(s, ImageSample)
+            }
+        self._put("fused", (seq, frame, results, detections, tracker, raw))
+
+    def _put(self, kind: str, item: Any) -> None:
+        try:
+            self._queue.put_nowait((kind, item))
+        except queue.Full:
+            self.stats[f"dropped_{kind}"] += 1
+
+    # -- the writer thread ------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    break
+                cpu0 = time.thread_time_ns()
+                try:
+                    self._write(*item)
+                except DriveError as exc:
+                    self.stats["refused"] += 1
+                    log.debug("recording: %s", exc)
+                finally:
+                    self.cpu_ns += time.thread_time_ns() - cpu0
+        except BaseException as exc:  # an I/O failure ends the recording, never the run
+            self._error = exc
+            log.exception("recording %s failed; the run goes on unrecorded", self.path)
+            while self._queue.get() is not None:  # keep the callers' puts from filling up
+                pass
+        finally:
+            self._finish_segment()
+
+    def _write(self, kind: str, item: Any) -> None:
+        if kind == "begin":
+            self._finish_segment()  # a run begun again: its own segment
+            self._rig, self._metadata = item
+            self._open_segment()
+            return
+        writer = self._writer
+        if writer is None:
+            self.stats[f"before_begin_{kind}"] += 1
+            return
+        if kind == "sample":
+            self._write_sample(writer, *item)
+        elif kind == "ego":
+            pose, arrival = item
+            writer.write_ego_pose(pose)
+            self._json(
+                writer, fmt.ARRIVALS_TOPIC, pose.t_ns, {"sensor": "ego", "t_ns": pose.t_ns, "arrival_ns": arrival}
+            )
+        elif kind == "fused":
+            self._write_fused(writer, *item)
+        elif kind == "result":
+            self._write_result(writer, *item)
+        if writer.bytes_written >= self.options.segment_bytes:
+            self._finish_segment()
+            self._open_segment()
+
+    def _write_sample(self, writer: DriveWriter, sample: Sample, arrival: int) -> None:
+        name = self._names.get(sample.sensor)
+        if name is None:
+            self.stats["unknown_sensor"] += 1
+            return
+        if name != sample.sensor:
+            sample = dataclasses.replace(sample, sensor=name)
+        writer.write(sample)
+        if isinstance(sample, PointCloudSample):
+            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+        self.stats["samples"] += 1
+        self._json(
+            writer, fmt.ARRIVALS_TOPIC, sample.t_ns, {"sensor": name, "t_ns": sample.t_ns, "arrival_ns": arrival}
+        )
+
+    def _write_fused(
+        self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
+        detections: tuple[Detection3D, ...], tracker: str, raw: Mapping[str, tuple[bytes, str, int] | None],
+    ) -> None:  # fmt: skip
+        samples: dict[str, Any] = {}
+        for name, s in frame.samples.items():
+            if s is None:
+                samples[name] = None
+            elif isinstance(s, PointCloudSample):
+                # A frame's cloud is the received sweep, then (accumulated) earlier sweeps moved into it: only
+                # the rows after the received sweep's are written again (the sweep is on its own topic).
+                base = self._received_prefix(name, s)
+                n0 = 0 if base is None else base.points.shape[0]
+                merged = self._merged(name, s, n0) if base is not None else None
+                extra = merged is None and s.points.shape[0] > n0
+                if extra:  # rows the recording cannot rebuild: written as they are
+                    writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
+                samples[name] = {"t_ns": s.t_ns, "raw_t_ns": None if base is None else base.t_ns, "points": extra}
+                if merged:
+                    samples[name]["merged"] = merged
+            else:
+                known = raw.get(name)
+                samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+        statuses = {n: r.status.value for n, r in results.items()}
+        stamps = {n: r.sample_t_ns for n, r in results.items()}
+        record = {
+            "seq": seq,
+            "frame_id": frame.frame_id,
+            "t_ns": frame.t_ns,
+            "ego": fmt.encode_ego(frame.ego),
+            "samples": samples,
+            "sensors": {n: fmt.encode_result(r, outputs=True) for n, r in sorted(results.items())},
+            "detections": [fmt.encode_detection(d) for d in detections],
+            "digest": {
+                "outputs": outputs_digest(results),
+                "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
+                "detections": detections_digest(detections),
+                "tracker": tracker,
+            },
+        }
+        self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
+        self.stats["fused"] += 1
+
+    def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
+        record = {
+            "index": index,
+            "frame_id": r.frame_id,
+            "t_ns": r.t_ns,
+            "status": r.status.value,
+            "reason": r.reason,
+            "deadline_missed": r.deadline_missed,
+            "latency_ns": r.latency.total_ns,
+            "fusion_seq": seq,
+            "sensors": {n: fmt.encode_result(s, outputs=False) for n, s in sorted(r.sensors.items())},
+            "detections": len(r.detections),
+            "digest": detections_digest(r.detections) if seq is not None else None,
+        }
+        self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
+        self.stats["frames"] += 1
+
+    def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
+        """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: of
+        the same stamp (checked first) or not (a time base mapped the stamp), checked row for row."""
+        recent = list(self._recent.get(name, ()))
+        recent.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
+        for r in recent[:4]:
+            n0 = r.points.shape[0]
+            fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
+            if fits and np.array_equal(r.points, s.points[:n0]):
+                return r
+        return None
+
+    def _merged(self, name: str, s: PointCloudSample, n0: int) -> list[dict[str, Any]] | None:
+        """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
+        earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
+        among those received by its row count and its measured columns; None when a sweep is not found."""
+        if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
+            return None
+        out: list[dict[str, Any]] = []
+        start = n0
+        for t_ns, n, m in s.merged_from:
+            rows = s.points[start : start + n, 3:]
+            found = next(
+                (r for r in reversed(self._recent.get(name, ())) if r.points.shape[0] == n and r.t_ns != s.t_ns
+                 and np.array_equal(r.points[:, 3:], rows)),
+                None,
+            )  # fmt: skip
+            if found is None:
+                return None
+            out.append({"raw_t_ns": found.t_ns, "t_ns": t_ns, "m": list(m)})
+            start += n
+        return out
+
+    @staticmethod
+    def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
+        writer.write_json(topic, t_ns, json.dumps(record, separators=(",", ":")).encode(), seq)
+
+    def _open_segment(self) -> None:
+        self._segment += 1
+        path = fmt.segment_path(self.path, self._segment)
+        meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
+        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression)
+        for topic, (name, schema) in fmt.SCHEMAS.items():
+            writer.add_json_channel(topic, name, schema)
+        for spec in self._rig:
+            if not kind_def(spec.kind).is_image:
+                writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
+        for pose in self._ego_poses:
+            writer.write_ego_pose(pose)
+        self._writer = writer
+        self.stats["segments"] += 1
+        keep = self.options.max_segments
+        if keep and self._segment >= keep:
+            old = fmt.segment_path(self.path, self._segment - keep)
+            old.unlink(missing_ok=True)
+            log.info("recording: segment %s deleted (max_segments %d)", old, keep)
+
+    def _finish_segment(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            self.bytes += writer.path.stat().st_size
+
+
+def _rows_from(s: PointCloudSample, n0: int) -> PointCloudSample:
+    return dataclasses.replace(s, points=s.points[n0:])

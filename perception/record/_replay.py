@@ -1,0 +1,327 @@
+"""A recorded run replayed as recorded: the recorded model outputs re-fused under the recorded decisions.
+
+Frames reach fusion in the recorded order (``seq``), each with the samples, ego pose and sensor statuses
+the vehicle's runtime decided (a sensor late or shed there is late here, whatever this machine's timing),
+and the outputs its models answered. With ``rerun_models`` the sensors that were ok are asked again, of
+today's models, on the recorded samples (the point clouds as the frame held them, after accumulation;
+the images as received), under the same decisions: a model change measured against exactly what the
+vehicle faced. Each frame's digests are compared with the recorded ones in that order, and the first
+frame that differs is named with its cause:
+
+* ``model``: a sensor's answer differs (its outputs, model or version; or it did not answer ok);
+* ``decision``: the frame's decisions differ (its samples, statuses, ego pose: a recording read back
+  wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it);
+* ``fusion``: the same inputs and decisions gave other detections or another tracker state (fusion's
+  code or parameters changed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+from perception.config import RuntimeConfig
+from perception.drives import DriveReader
+from perception.errors import DriveError
+from perception.record import _format as fmt
+from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
+from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator
+from perception.types import (
+    Detection3D,
+    Frame,
+    FrameResult,
+    FrameStatus,
+    ImageSample,
+    LatencyTree,
+    PointCloudSample,
+    Sample,
+    SensorResult,
+    SensorStatus,
+    SessionSource,
+)
+
+__all__ = ["AsRecordedOutcome", "Divergence", "replay_as_recorded"]
+
+log = logging.getLogger(__name__)
+
+#: Causes, in the order they are looked for in a frame.
+CAUSES = ("model", "decision", "fusion")
+_REPORT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a replay first differs from the recording, and why."""
+
+    frame_id: int
+    seq: int | None  # the frame's place in the fusion order
+    cause: str  # one of CAUSES
+    detail: str
+
+    def line(self) -> str:
+        at = f"frame {self.frame_id}" + (f" (fusion #{self.seq})" if self.seq is not None else "")
+        return f"first divergence: {at}: {self.cause}: {self.detail}"
+
+
+@dataclass
+class AsRecordedOutcome:
+    """Every recorded frame's result as replayed (in the recorded delivery order) and the comparison."""
+
+    results: list[FrameResult] = field(default_factory=list)
+    compared: int = 0  # frames that reached fusion, compared digest by digest
+    equal: int = 0
+    diverged: Counter[str] = field(default_factory=Counter)  # frames by cause
+    first: Divergence | None = None
+    segments: int = 0
+    rerun_models: bool = False
+
+    def report(self) -> dict[str, Any]:
+        """The ``as_recorded`` section of a report (JSON)."""
+        first = self.first
+        return {
+            "schema_version": _REPORT_VERSION,
+            "rerun_models": self.rerun_models,
+            "segments": self.segments,
+            "frames": len(self.results),
+            "compared": self.compared,
+            "equal": self.equal,
+            "diverged": dict(self.diverged),
+            "first_divergence": None
+            if first is None
+            else {"frame_id": first.frame_id, "seq": first.seq, "cause": first.cause, "detail": first.detail},
+        }
+
+    def note(self, div: Divergence) -> None:
+        self.diverged[div.cause] += 1
+        if self.first is None:
+            self.first = div
+
+
+def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
+    out = [json.loads(data) for _, _, _, data in reader.messages([topic])]
+    return sorted(out, key=lambda r: int(r[key]))
+
+
+def _source(reader: DriveReader) -> SessionSource:
+    meta = dict(reader.metadata)
+    if meta.get(fmt.META_FORMAT) != fmt.FORMAT_VERSION:
+        raise DriveError(
+            f"not a run recording (metadata {fmt.META_FORMAT}={meta.get(fmt.META_FORMAT)!r}, expected "
+            f"{fmt.FORMAT_VERSION!r}): record one with --record",
+            file=str(reader.path),
+        )
+    source = reader.source
+    ego_at = source.ego_at if meta.get(fmt.META_EGO) == "source" else None
+    return SessionSource(rig=source.rig, metadata=meta, name=source.name, file=source.file, ego_at=ego_at)
+
+
+async def replay_as_recorded(
+    path: str | Path,
+    config: RuntimeConfig,
+    *,
+    rerun_models: bool = False,
+    url: str | None = None,
+    sensors: Sequence[str] | None = None,
+) -> AsRecordedOutcome:
+    """Replay the recording ``path`` (and its segments ``<stem>-0001.mcap``...) as recorded; see module docs.
+    ``config``: the profile to fuse with (the recording's rig and source resolve it, as the run did), with
+    ``url`` and ``sensors`` applied as the CLI's overrides are (:meth:`Session.with_overrides`)."""
+    path = Path(path)
+    segs = fmt.segments(path)
+    if not segs:
+        raise DriveError("recording not found", file=str(path))
+    if segs[0] != path:
+        raise DriveError(
+            f"segment 0 of the recording is gone (rotated away; the first kept is {segs[0].name}): the tracker "
+            "state before it is not recorded, so the run cannot be replayed as recorded",
+            file=str(path),
+        )
+    with DriveReader(path, strict=False, quiet=True) as first:
+        source = _source(first)
+    session = Session.assemble(config, source).with_overrides(url=url, sensors=sensors)
+    fusion = session.fusion()
+    if fusion is None:
+        raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
+    out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
+    if rerun_models:
+        async with Runtime(session, fusion=None, join_timeout_ns=3_600_000_000_000) as rt:
+            await _replay_segments(segs, session, fusion, out, rt)
+    else:
+        await _replay_segments(segs, session, fusion, out, None)
+    return out
+
+
+async def _replay_segments(
+    segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None
+) -> None:
+    run = "0"
+    fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
+    next_seq = 0
+    received: dict[tuple[str, int], Sample] = {}
+    for seg in segs:
+        with DriveReader(seg, strict=False, quiet=True) as reader:
+            if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
+                run = reader.metadata.get(fmt.META_RUN, "0")
+                fusion = session.fusion() or fusion
+            state = getattr(fusion, "tracker_state", None)
+            records = _records(reader, fmt.FUSION_TOPIC, "seq")
+            points: dict[tuple[str, int], PointCloudSample] = {}
+            for name, spec in reader.rig.items():
+                if not _is_image(spec.kind):
+                    for p in reader.points(fmt.points_topic(name), name):
+                        points[(name, p.seq)] = p
+            # the samples as received that frames began with: the sweeps (and with rerun_models the images) of
+            # this segment and the previous one (a frame may be fused after the recording rotated)
+            previous = received
+            wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
+            received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
+            both = {**previous, **received}
+            for rec in records:
+                seq = int(rec["seq"])
+                if seq != next_seq:
+                    out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
+                                        f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
+                                        "the recorder): the tracker state after them is unknown"))  # fmt: skip
+                next_seq = seq + 1
+                frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
+                results = recorded
+                if rt is not None:
+                    results = await _rerun(rt, frame, recorded)
+                dets, _ = await anyio.to_thread.run_sync(fusion, frame, results)
+                tracker = tracker_digest(state()) if state is not None else ""
+                fused[seq] = (dets, results)
+                out.compared += 1
+                div = _compare(rec, frame, recorded, results, dets, tracker)
+                if div is not None and lost and div.cause != "model":  # a sample missing: not fusion's doing
+                    div = Divergence(frame.frame_id, seq, "decision", "; ".join(lost))
+                if div is None:
+                    out.equal += 1
+                else:
+                    out.note(div)
+            for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
+                out.results.append(_result(frec, fused))
+
+
+def _is_image(kind: str) -> bool:
+    from perception.kinds import kind_def
+
+    return kind_def(kind).is_image
+
+
+def _frame(
+    rec: Mapping[str, Any],
+    points: Mapping[tuple[str, int], PointCloudSample],
+    received: Mapping[tuple[str, int], Sample],
+    images: bool,
+) -> tuple[Frame, dict[str, SensorResult], list[str]]:
+    """The frame as fusion was given it (images only when they were read: to rerun the models), the
+    recorded results of its sensors, and what of its samples the recording lacks."""
+    seq = int(rec["seq"])
+    samples: dict[str, Sample | None] = {}
+    lost: list[str] = []
+    for name, s in rec["samples"].items():
+        raw = None if s is None or s.get("raw_t_ns") is None else received.get((name, int(s["raw_t_ns"])))
+        extra = points.get((name, seq)) if s is not None and s.get("points") else None
+        if isinstance(raw, ImageSample):
+            samples[name] = raw
+        elif raw is not None or extra is not None:
+            # the received sweep, then the accumulated earlier sweeps: rebuilt as accumulation moved them, or
+            # the rows written with the frame
+            parts = [p.points for p in (raw, extra) if isinstance(p, PointCloudSample)]
+            for m in s.get("merged") or ():
+                earlier = received.get((name, int(m["raw_t_ns"])))
+                if not isinstance(earlier, PointCloudSample):
+                    lost.append(f"{name}'s sweep at {m['raw_t_ns']} (merged into the frame's) is not in the recording")
+                    break
+                parts.append(SweepAccumulator.moved(earlier.points, np.asarray(m["m"], np.float64).reshape(4, 4)))
+            like = raw if isinstance(raw, PointCloudSample) else extra
+            assert like is not None
+            cloud = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            samples[name] = PointCloudSample(name, int(s["t_ns"]), like.frame_id, cloud, like.fields)
+        else:
+            if s is not None and ("points" in s or images):  # a cloud fusion reads, or an image to rerun on
+                lost.append(f"{name}'s sample at {s.get('raw_t_ns')} is not in the recording")
+            samples[name] = None
+    frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), samples, ego=fmt.decode_ego(rec["ego"]))
+    results = {name: fmt.decode_result(name, d) for name, d in rec["sensors"].items()}
+    return frame, results, lost
+
+
+async def _rerun(rt: Runtime, frame: Frame, recorded: Mapping[str, SensorResult]) -> dict[str, SensorResult]:
+    """Today's models on the sensors that answered ok in the run; the others keep their recorded status."""
+    ok = [n for n, r in recorded.items() if r.status is SensorStatus.OK]
+    if not ok:
+        return dict(recorded)
+    samples = {n: frame.samples.get(n) for n in ok}
+    result = await rt.process(Frame(frame.frame_id, frame.t_ns, samples, ego=frame.ego))
+    out = dict(recorded)
+    for n in ok:
+        today = result.sensors.get(n)
+        if today is None or frame.samples.get(n) is None:
+            out[n] = SensorResult(n, SensorStatus.MISSING, error="the sample is not in the recording")
+        else:
+            out[n] = today
+    return out
+
+
+def _compare(
+    rec: Mapping[str, Any], frame: Frame, recorded: Mapping[str, SensorResult], results: Mapping[str, SensorResult],
+    dets: Sequence[Detection3D], tracker: str,
+) -> Divergence | None:  # fmt: skip
+    digest = rec["digest"]
+    fid, seq = frame.frame_id, int(rec["seq"])
+    for name in sorted(results):
+        then, now = recorded[name], results[name]
+        if then.status is not SensorStatus.OK:
+            continue
+        if now.status is not SensorStatus.OK:
+            return Divergence(fid, seq, "model", f"{name} answered {now.status.value} ({now.error}), ok in the run")
+        if outputs_digest({name: now}) != outputs_digest({name: then}):
+            what = (
+                f"model {then.model} version {then.model_version!r} then, {now.model} version {now.model_version!r} now"
+                if (then.model, then.model_version) != (now.model, now.model_version)
+                else f"outputs of {then.model} version {then.model_version!r} differ"
+            )
+            return Divergence(fid, seq, "model", f"{name}: {what}")
+    if outputs_digest(recorded) != digest["outputs"]:
+        return Divergence(fid, seq, "model", "the recorded outputs do not match their digest")
+    statuses = {n: r.status.value for n, r in results.items()}
+    stamps = {n: r.sample_t_ns for n, r in results.items()}
+    if decisions_digest(seq, fid, frame.t_ns, statuses, stamps, frame.ego) != digest["decisions"]:
+        return Divergence(fid, seq, "decision", "the frame's samples, statuses or ego pose differ from the run's")
+    if detections_digest(dets) != digest["detections"]:
+        n_then = len(rec["detections"])
+        return Divergence(fid, seq, "fusion", f"other detections from the same inputs ({len(dets)} now, {n_then} then)")
+    if tracker != digest["tracker"]:
+        return Divergence(fid, seq, "fusion", "the same detections but another tracker state")
+    return None
+
+
+def _result(
+    frec: Mapping[str, Any], fused: Mapping[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]]
+) -> FrameResult:
+    """A delivered frame's result, replayed: the recorded decisions, the detections fused here."""
+    seq = frec.get("fusion_seq")
+    sensors = {name: fmt.decode_result(name, d) for name, d in frec["sensors"].items()}
+    dets: tuple[Detection3D, ...] = ()
+    if seq is not None and int(seq) in fused:
+        dets, results = fused[int(seq)]
+        sensors = {**sensors, **{n: r for n, r in results.items() if n in sensors}}
+    return FrameResult(
+        frame_id=int(frec["frame_id"]),
+        t_ns=int(frec["t_ns"]),
+        status=FrameStatus(frec["status"]),
+        sensors=sensors,
+        detections=dets,
+        latency=LatencyTree(total_ns=int(frec.get("latency_ns") or 0)),
+        reason=frec.get("reason"),
+        deadline_missed=bool(frec.get("deadline_missed")),
+    )

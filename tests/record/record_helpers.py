@@ -1,0 +1,34 @@
+"""Helpers of the recording tests: the bundled drive, a command in a fresh interpreter, a channel's records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perception.drives import DriveReader
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+
+
+def fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    """``perception ARGV`` in a new interpreter (nothing of this process's state carries over)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "perception", *argv],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def records(path: Path, topic: str) -> list[dict[str, Any]]:
+    """The JSON messages of a recording's ``topic``."""
+    with DriveReader(path, strict=True) as reader:
+        return [json.loads(data) for _, _, _, data in reader.messages([topic])]
