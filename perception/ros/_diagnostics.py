@@ -5,8 +5,9 @@ A sensor counts its frames by status (ok, late, error, missing, skipped) and the
 take (a malformed PointCloud2, an undecodable image: any message whose conversion failed, whatever the
 exception); its level is WARN when at least ``warn_rate`` of its last ``diagnostics_window`` frames were
 not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry counts the messages it
-could not take the same way. The frame budget counts deadline misses the same way and reports the
-latency from the trigger message's arrival to the result (p50/p99, from
+could not take the same way, and the frames whose odometry was older than ``live.ego_max_age_ms``
+(``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget counts deadline
+misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
 :meth:`perception.live.LiveRuntime.status`).
 
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
@@ -50,6 +51,8 @@ class _SensorCounts:
     last_error: str = ""
     #: kind of input error -> (when it was last logged, how many since that line)
     logged: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: odometry only: frames with odometry past ``live.ego_max_age_ms``, as of the last status
+    stale_seen: int = 0
 
 
 class DiagnosticsTracker:
@@ -131,6 +134,13 @@ class DiagnosticsTracker:
         level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")
         odo.recent_input_error = False
         values = {"input_errors": str(odo.input_errors), "last_error": odo.last_error}
+        if live_status is not None:
+            # frames whose odometry was older than live.ego_max_age_ms: their ego motion unknown
+            stale = int(live_status.get("intake", {}).get("ego_stale", 0))
+            values["ego_stale"] = str(stale)
+            if stale > odo.stale_seen and level == OK:
+                level, message = WARN, f"odometry older than the age limit in {stale - odo.stale_seen} frame(s)"
+            odo.stale_seen = stale
         out.append(Status(f"{self._node}: odometry", level, message, values))
         misses = list(self._misses)
         level, rate = self._level(sum(misses), len(misses))
@@ -143,8 +153,6 @@ class DiagnosticsTracker:
                 latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
                 latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
                 dropped=str(live_status.get("dropped", 0)),
-                # frames whose odometry was older than live.ego_max_age_ms: ego motion unknown
-                ego_stale=str(live_status.get("intake", {}).get("ego_stale", 0)),
             )
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))

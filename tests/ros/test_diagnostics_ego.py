@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from perception.config import RosConfig
-from perception.ros._diagnostics import DiagnosticsTracker
+from perception.ros._diagnostics import OK, WARN, DiagnosticsTracker
 
 
-def test_the_frame_budget_status_counts_frames_with_stale_odometry() -> None:
+def test_the_odometry_status_counts_frames_with_stale_odometry() -> None:
     diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
-    _, budget = diag.statuses({"frames": 12, "intake": {"ego_stale": 7}})
-    assert budget.values["ego_stale"] == "7"
+    name = "perception_fusion: odometry"
+    odometry = {s.name: s for s in diag.statuses({"frames": 12, "intake": {"ego_stale": 7}})}[name]
+    assert odometry.values["ego_stale"] == "7"
+    assert odometry.level == WARN and "7 frame" in odometry.message
+    # no new stale frame since: the count stays, the warning goes
+    again = {s.name: s for s in diag.statuses({"frames": 14, "intake": {"ego_stale": 7}})}[name]
+    assert again.values["ego_stale"] == "7" and again.level == OK
