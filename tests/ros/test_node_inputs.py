@@ -73,16 +73,17 @@ class Inputs:
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inputs]:
     import rclpy
 
-    from perception.ros._node import FusionNode, load_rig
+    from perception.ros._node import FusionNode, rig_session
 
     profile = write_profile(tmp_path_factory.mktemp("inputs") / "ros.yaml")
-    config, rig = load_rig(DRIVE, load_config(profile))
+    session = rig_session(DRIVE, load_config(profile))
+    config, rig = session.config, dict(session.rig)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = FusionNode(context=context)
     try:
         # What configure sets up, but the server (the subscriptions' callbacks need nothing else).
-        node.config, node.rig = config, rig
+        node.config, node.rig, node.session = config, rig, session
         node.topics = sensor_topics(rig, dataclasses.replace(config.ros, topics={"cam_back": RAW_TOPIC}))
         node.odometry_topic = config.ros.odometry_topic
         node._diag = DiagnosticsTracker(node.get_name(), list(node.topics), config.ros)

@@ -43,7 +43,11 @@ def test_the_node_s_run_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp
     assert codes == [0]
     assert rec.stats["fused"] >= 10 and not any(k.startswith("dropped_") for k in rec.stats), rec.stats
     with DriveReader(run) as reader:
-        assert reader.metadata["source"] == "live"  # a vehicle's rig: resolved as the node resolved it
+        from perception.ros._node import rig_source
+
+        # the rig's source, resolved as the node resolved it (rig_source: the drive's own, without its poses)
+        source_meta = rig_source(DRIVE).metadata
+        assert source_meta and all(reader.metadata.get(k) == str(v) for k, v in source_meta.items()), reader.metadata
         frames = [json.loads(d) for _, _, _, d in reader.messages(["/record/frames"])]
     assert len(frames) == rec.stats["frames"] >= len(published)
     out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
