@@ -81,6 +81,7 @@ class ThreadHost(Generic[T]):
 
     def open(self) -> T:
         self.state.check_unopened(self._name)
+        self.state = Lifetime.CLOSED  # unless it opens: what a failed open entered is left (rolled back)
         with contextlib.ExitStack() as held:
             portal = held.enter_context(start_blocking_portal(backend="asyncio", name=self._name))
             # last out: tasks still running in the portal (past the drain) are cancelled
@@ -136,10 +137,15 @@ async def hosted_in_task(cm: AbstractAsyncContextManager[T]) -> AsyncIterator[T]
         finally:
             released.set()
 
+    error: Exception | None = None
     async with anyio.create_task_group() as tg:
         value: T = await tg.start(hold)
         try:
             yield value
+        except Exception as exc:
+            error = exc  # raised as it is once cm was left, not wrapped in the task group's group
         finally:
             release.set()
             await released.wait()
+    if error is not None:
+        raise error
