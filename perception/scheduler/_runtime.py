@@ -97,8 +97,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
     node's workers) pass one shared admission (a ``RemoteAdmission``), so that their frames in flight
     together follow the rule one runtime's follow.
 
-    The streams of :meth:`run` run in a task group the runtime holds while open: close it in the task
-    that opened it, as ``async with`` does.
+    Its lifetime is one ``async with`` (the one lifetime pattern, :mod:`perception.scheduler._lifetime`):
+    the streams of :meth:`run` run in a task group it holds while open, entered and left by the task
+    that opened it; :attr:`state` says where it is (a runtime is opened once).
     """
 
     def __init__(
