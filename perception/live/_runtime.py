@@ -14,9 +14,10 @@ of the trigger sensor it returns a future of the frame that sample triggers (or
 completes the pending frames with what has arrived, drains the frames in flight within
 ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
 
-One long-lived task owns all of it (``_own``: the runtime and the callback thread entered with ``async
-with`` and left by the same task when the stop event is set), whether the host holds the runtime from
-threads (the task runs on the runtime's event-loop thread) or from async code. Nothing in assembly or
+One task owns all of it (:meth:`LiveRuntime._lifetime`: the runtime and the callback thread entered
+with ``async with`` and left by the same task on close), whether the host holds the runtime from
+threads (a :class:`perception.scheduler.ThreadHost`: the task runs on the runtime's event-loop thread)
+or from async code (:func:`perception.scheduler.hosted_in_task`). Nothing in assembly or
 processing raises into it: an item that raises is counted against its sensor (``status()["failed"]``)
 and dropped, the futures of the frames it took down are answered. ``on_result`` callbacks wait in a
 bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
@@ -34,19 +35,26 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Literal
 
 import anyio
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
-from perception.scheduler import CallbackQueue, FusionStage, RunObserver, Runtime, Session
+from perception.scheduler import (
+    CallbackQueue,
+    FusionStage,
+    Lifetime,
+    RunObserver,
+    Runtime,
+    Session,
+    ThreadHost,
+    hosted_in_task,
+)
 from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
 
 __all__ = ["LiveRuntime"]
@@ -56,9 +64,6 @@ log = logging.getLogger(__name__)
 Callback = Callable[[FrameResult], None]
 ResultFuture = concurrent.futures.Future[FrameResult]
 
-#: Beyond the drain timeout, how long a thread-side close waits for the runtime's own release.
-_RELEASE_MARGIN_S = 30.0
-
 
 @dataclasses.dataclass
 class _Item:
@@ -67,7 +72,7 @@ class _Item:
     future: ResultFuture | None
 
 
-class LiveRuntime:
+class LiveRuntime(anyio.AsyncContextManagerMixin):
     """Frames from live samples on the host clock, processed by a :class:`Runtime` (see module docs)."""
 
     def __init__(
@@ -109,8 +114,7 @@ class LiveRuntime:
         self._wake_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: anyio.Event | None = None
-        self._open = False
-        self._closing = False
+        self._state = Lifetime.UNOPENED  # changed under the intake lock: push reads it there
         self._futures: dict[int, ResultFuture] = {}
         self._results_recv: MemoryObjectReceiveStream[FrameResult] | None = None
         self._results_buffer = results_buffer
@@ -120,12 +124,8 @@ class LiveRuntime:
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._callbacks_dropped = 0
-        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._host = ThreadHost(self._lifetime, name="live-loop")  # held from threads (``with``)
         self._served: anyio.Event | None = None  # set when the result task has ended
-        self._stop: anyio.Event | None = None  # the owner task's lifetime ends when it is set
-        self._held: concurrent.futures.Future[None] | None = None
         #: Trigger futures whose frames the assembler still holds (answered when their frame is).
         self._in_assembly: set[ResultFuture] = set()
         self._failed: Counter[str] = Counter()
@@ -156,7 +156,7 @@ class LiveRuntime:
 
     def _enqueue(self, item: _Item) -> None:
         with self._lock:
-            if not self._open or self._closing:
+            if self._state is not Lifetime.OPENED:
                 raise RuntimeClosedError("the live runtime is not open")
             if len(self._intake) >= self._intake_max:
                 old = self._intake.popleft()
@@ -237,11 +237,14 @@ class LiveRuntime:
         }
 
     # -- lifetime -------------------------------------------------------------------------------
-    async def _own(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The whole lifetime, in this one task: the runtime (server, channels, shared memory), the
-        callback thread and the two tasks are entered here and left here, in reverse order, when
-        :meth:`aclose` sets the stop event -- or when something failed, which is logged and counted,
-        never raised into the host's task (only an error opening the runtime is raised, by open)."""
+    @contextlib.asynccontextmanager
+    async def _lifetime(self) -> AsyncIterator[None]:
+        """The whole lifetime, in the one task that enters it: the runtime (server, channels, shared
+        memory), the callback thread and the two tasks are entered here and left here, in reverse order,
+        when the host closes -- or when something failed, which is logged and counted, never raised into
+        the host (only an error opening the runtime is raised, by the open)."""
+        with self._lock:
+            self._state.check_unopened("live runtime")
         started = False
         pipeline = self.config.pipeline
         try:
@@ -259,17 +262,18 @@ class LiveRuntime:
                 stack.callback(results_recv.close)
                 self._results_recv = results_recv
                 self._wake = anyio.Event()
-                self._stop = anyio.Event()
                 self._served = anyio.Event()
                 self._loop = asyncio.get_running_loop()
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._assemble, frames_send)
                     tg.start_soon(self._serve, frames_recv, results_send)
                     with self._lock:
-                        self._open = True
+                        self._state = Lifetime.OPENED
                     started = True
-                    task_status.started()
-                    await self._stop.wait()
+                    try:
+                        yield
+                    finally:
+                        self._begin_close()
                     # The assembler completes the pending frames and ends; the results task ends once
                     # the runtime has answered them: bounded by the drain timeout.
                     with anyio.move_on_after(pipeline.drain_timeout_s + 1.0) as scope:
@@ -288,8 +292,7 @@ class LiveRuntime:
             self._failure = exc
         finally:
             with self._lock:
-                self._open = False
-                self._closing = True
+                self._state = Lifetime.CLOSED
             for fut in [*self._futures.values(), *self._in_assembly]:
                 if not fut.done():
                     fut.set_exception(RuntimeClosedError("closed before the frame finished"))
@@ -303,51 +306,24 @@ class LiveRuntime:
         await anyio.to_thread.run_sync(callbacks.close, timeout_s, abandon_on_cancel=True)
         self._callbacks_dropped = callbacks.dropped
 
-    # -- lifetime (async) -----------------------------------------------------------------------
-    async def __aenter__(self) -> LiveRuntime:
-        # The owner task runs in a task group of one; it never raises once started (see _own), so the
-        # group never cancels the host's code between enter and exit.
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        try:
-            await tg.start(self._own)
-        except BaseException:
-            await tg.__aexit__(None, None, None)  # nothing is left in it
-            raise
-        self._tg = tg
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Stop intake, complete pending frames, drain in-flight ones (bounded), release everything."""
-        self._begin_close()
-        tg, self._tg = self._tg, None
-        if tg is not None:
-            await tg.__aexit__(None, None, None)
-
     def _begin_close(self) -> None:
-        """On the event loop: stop intake, wake the assembler, signal the owner task."""
+        """On the event loop: stop intake, wake the assembler (it completes the pending frames)."""
         with self._lock:
-            self._closing = True
+            if self._state is Lifetime.OPENED:
+                self._state = Lifetime.CLOSING
         self._set_wake()
-        if self._stop is not None:
-            self._stop.set()
+
+    # -- lifetime (async) -----------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[LiveRuntime]:
+        """``async with``: the lifetime held in a task of its own, so a failure inside it never cancels
+        the host's block; leaving the block closes it (drain bounded, everything released)."""
+        async with hosted_in_task(self._lifetime()):
+            yield self
 
     # -- lifetime (threads) ---------------------------------------------------------------------
     def __enter__(self) -> LiveRuntime:
-        cm = start_blocking_portal(backend="asyncio")
-        portal = cm.__enter__()
-        try:
-            # One task holds the whole lifetime (_own); returns once open, raises what opening raised.
-            self._held, _ = portal.start_task(self._own)
-        except BaseException as exc:
-            cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._portal_cm, self._portal = cm, portal
+        self._host.open()  # the lifetime on an event-loop thread; raises what opening raised
         return self
 
     def __exit__(
@@ -356,23 +332,9 @@ class LiveRuntime:
         self.close()
 
     def close(self) -> None:
-        """Thread-side close (see :meth:`aclose`); returns once everything is released, within the drain
-        timeout plus the runtime's own release."""
-        portal, cm, held = self._portal, self._portal_cm, self._held
-        self._portal = self._portal_cm = None
-        if portal is None or cm is None:
-            return
-        bound = self.config.pipeline.drain_timeout_s + _RELEASE_MARGIN_S
-        try:
-            portal.call(self._begin_close)
-            if held is not None:
-                try:
-                    held.result(timeout=bound)
-                except concurrent.futures.TimeoutError:
-                    log.warning("live runtime: not closed within %.0f s; cancelling it", bound)
-            portal.call(portal.stop, True)  # cancels the owner if it is still stuck
-        finally:
-            cm.__exit__(None, None, None)
+        """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
+        everything; returns within the drain timeout plus the runtime's own release."""
+        self._host.close(self.config.pipeline.drain_timeout_s)
 
     # -- the loop -------------------------------------------------------------------------------
     def _take_intake(self) -> tuple[list[_Item], bool]:
@@ -382,7 +344,7 @@ class LiveRuntime:
             items = list(self._intake)
             self._intake.clear()
             self._wake_pending = False
-            return items, self._closing
+            return items, self._state in (Lifetime.CLOSING, Lifetime.CLOSED)
 
     def _fail(self, key: str, exc: BaseException, what: str) -> None:
         """Count an item that raised against ``key`` (its sensor) and log it (once per key and type)."""

@@ -20,19 +20,18 @@ whatever the exception, is an input error of its sensor (:meth:`FusionNode.input
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import anyio
+from anyio.from_thread import start_blocking_portal
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
@@ -59,8 +58,11 @@ from perception.ros._convert import (
 from perception.ros._diagnostics import DiagnosticsTracker
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
-from perception.scheduler import RunObserver, Runtime, Session
+from perception.scheduler import RunObserver, Runtime, Session, ThreadHost
 from perception.types import FrameResult, Sample, SensorSpec, SessionSource
+
+if TYPE_CHECKING:
+    from perception.server import EmbeddedTriton
 
 __all__ = ["NODE_NAME", "FusionNode", "rig_session", "rig_source"]
 
@@ -141,6 +143,17 @@ def _intake_checked(sample: Sample, kind: SensorKindDef) -> Sample:
     return sample
 
 
+@contextlib.asynccontextmanager
+async def _supervised(server: EmbeddedTriton, restarts: int) -> AsyncIterator[EmbeddedTriton]:
+    """The embedded server and, while it runs, its supervisor: a crash of Triton is restarted on its
+    ports (:meth:`~perception.server.EmbeddedTriton.supervise`), at most ``restarts`` times."""
+    async with server, anyio.create_task_group() as tg:
+        if restarts:
+            tg.start_soon(server.supervise, restarts)
+        yield server
+        tg.cancel_scope.cancel()  # before the stop (which the supervisor would also take for no crash)
+
+
 class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
@@ -169,10 +182,8 @@ class FusionNode(LifecycleNode):
         self.topics: dict[str, SensorTopics] = {}
         self.odometry_topic = ""
         self.live: LiveRuntime | None = None
-        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._server_cm: AbstractContextManager[Any] | None = None
-        self._supervision: concurrent.futures.Future[None] | None = None  # EmbeddedTriton.supervise's task
+        #: The embedded server (and its supervisor) on an event-loop thread, from configure to cleanup.
+        self._server: ThreadHost[EmbeddedTriton] | None = None
         self._pubs: _Publishers | None = None
         self._subs: list[Any] = []
         self._timer: Any = None
@@ -295,19 +306,11 @@ class FusionNode(LifecycleNode):
         from perception.server import EmbeddedTriton
 
         server = EmbeddedTriton(list(cfg.server.models), startup_timeout_s=cfg.server.startup_timeout_s)
-        # The portal's thread spawns the server and lives until cleanup (the server's parent-death
-        # signal is tied to that thread).
-        self._portal_cm = start_blocking_portal(backend="asyncio")
-        self._portal = self._portal_cm.__enter__()
-        self._server_cm = self._portal.wrap_async_context_manager(server)
-        try:
-            self._server_cm.__enter__()
-        except BaseException:
-            self._server_cm = None
-            self._release_server()
-            raise
-        if cfg.server.restarts:  # a crash of Triton: restarted on its ports (EmbeddedTriton.supervise)
-            self._supervision = self._portal.start_task_soon(server.supervise, cfg.server.restarts)
+        # The host's thread spawns the server and lives until cleanup (the server's parent-death signal
+        # is tied to that thread). An error starting it is raised with the thread stopped.
+        host = ThreadHost(lambda: _supervised(server, cfg.server.restarts), name="ros-triton")
+        host.open()
+        self._server = host
         return server.grpc_url
 
     def _check_models(self, session: Session) -> None:
@@ -317,25 +320,16 @@ class FusionNode(LifecycleNode):
             async with Runtime(session):
                 pass
 
-        if self._portal is not None:
-            self._portal.call(check)
+        if self._server is not None:
+            self._server.portal.call(check)
         else:
             with start_blocking_portal(backend="asyncio") as portal:
                 portal.call(check)
 
     def _release_server(self) -> None:
-        supervision, self._supervision = self._supervision, None
-        if supervision is not None:
-            supervision.cancel()  # before the stop (which the supervisor would also take for no crash)
-        server_cm, self._server_cm = self._server_cm, None
-        portal_cm, self._portal_cm = self._portal_cm, None
-        self._portal = None
-        try:
-            if server_cm is not None:
-                server_cm.__exit__(None, None, None)
-        finally:
-            if portal_cm is not None:
-                portal_cm.__exit__(None, None, None)
+        server, self._server = self._server, None
+        if server is not None:
+            server.close(0.0)  # no frames to drain: the server's stop, bounded
 
     def _cleanup(self) -> None:
         pubs, self._pubs = self._pubs, None

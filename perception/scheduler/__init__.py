@@ -7,6 +7,7 @@ from perception.scheduler._admission import AdmissionProvider, RemoteAdmission, 
 from perception.scheduler._align import AlignCore, AlignStats, FrameAssembler
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
+from perception.scheduler._lifetime import Lifetime, ThreadHost, hosted_in_task
 from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
@@ -22,6 +23,7 @@ __all__ = [
     "FrameAssembler",
     "FusionStage",
     "InferClient",
+    "Lifetime",
     "OrderedPipeline",
     "RemoteAdmission",
     "RunObserver",
@@ -29,9 +31,11 @@ __all__ = [
     "Session",
     "SharedAdmission",
     "SweepAccumulator",
+    "ThreadHost",
     "ThreadedRuntime",
     "camera_input",
     "client_options",
+    "hosted_in_task",
     "output_names",
     "prepare_inputs",
     "scale_camera_boxes",

@@ -21,7 +21,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -33,6 +32,7 @@ from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
+from perception.scheduler._lifetime import Lifetime
 from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
@@ -74,7 +74,7 @@ def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
     )
 
 
-class Runtime:
+class Runtime(anyio.AsyncContextManagerMixin):
     """Frame scheduler + fusion, as an async context manager.
 
     The runtime runs a :class:`Session`: the profile resolved against its source, the one assembly every
@@ -97,8 +97,9 @@ class Runtime:
     node's workers) pass one shared admission (a ``RemoteAdmission``), so that their frames in flight
     together follow the rule one runtime's follow.
 
-    The streams of :meth:`run` run in a task group the runtime holds while open: close it in the task
-    that opened it, as ``async with`` does.
+    Its lifetime is one ``async with`` (the one lifetime pattern, :mod:`perception.scheduler._lifetime`):
+    the streams of :meth:`run` run in a task group it holds while open, entered and left by the task
+    that opened it; :attr:`state` says where it is (a runtime is opened once).
     """
 
     def __init__(
@@ -135,13 +136,10 @@ class Runtime:
         self._trace = trace_requests
         self._client: InferClient | None = client
         self._dispatcher: Dispatcher | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        #: The task group of :meth:`run`'s streams, opened and closed with the runtime (in the same task,
-        #: as ``async with`` does).
+        self._state = Lifetime.UNOPENED
+        #: The task group of :meth:`run`'s streams, held while the runtime is open (entered and left with
+        #: it, in the same task, by ``async with``).
         self._streams: anyio.abc.TaskGroup | None = None
-        #: The embedded server's supervisor (a task of ``_streams``: restarts a server that crashed).
-        self._supervisor: anyio.CancelScope | None = None
-        self._closed = False
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
@@ -163,9 +161,13 @@ class Runtime:
         self._input_sizes: dict[str, tuple[int, int]] = {}
 
     # -- lifetime -------------------------------------------------------------------------------
-    async def __aenter__(self) -> Runtime:
+    @contextlib.asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Runtime]:
+        """``async with Runtime(...) as rt``: open in order (module docs), each step rolled back if a later
+        one fails; on leaving, stop the streams, drain them (bounded) and release the client and server
+        -- all in the one task that entered it. A runtime is opened once."""
+        self._state.check_unopened("runtime")
         stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
         try:
             if self._client is None:
                 self._client = await self._open_client(stack)
@@ -179,41 +181,35 @@ class Runtime:
             self._dispatcher = Dispatcher(
                 dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
             )
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
-            raise
-        self._stack = stack
-        # The streams of run(): opened last, closed first (they drain before the client goes). Not in the
-        # stack: a task group is exited at the nesting it was entered at, outside aclose's shield.
-        streams = anyio.create_task_group()
-        await streams.__aenter__()
-        self._streams = streams
-        if self.server is not None and self.config.server.restarts:
-            self._supervisor = anyio.CancelScope()
-            streams.start_soon(self._supervise, self.server, self._supervisor, self.config.server.restarts)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()  # before the server stops: a stop is no crash
-        for p in list(self._pipelines):
-            p.stop()
-        try:
-            if self._streams is not None:
-                await self._streams.__aexit__(None, None, None)  # the stopped streams drain (bounded)
+            # The streams of run(): opened last, closed first (they drain before the client goes).
+            error: Exception | None = None
+            async with anyio.create_task_group() as streams:
+                self._streams = streams
+                # The embedded server's supervisor (restarts a server that crashed).
+                supervisor = anyio.CancelScope()
+                if self.server is not None and self.config.server.restarts:
+                    streams.start_soon(self._supervise, self.server, supervisor, self.config.server.restarts)
+                self._state = Lifetime.OPENED
+                try:
+                    yield self
+                except Exception as exc:
+                    error = exc  # the host's block failed: its streams still drain, as on any close
+                finally:
+                    self._state = Lifetime.CLOSING
+                    supervisor.cancel()  # before the server stops: a stop is no crash
+                    for p in list(self._pipelines):
+                        p.stop()  # the stopped streams drain (bounded) as the task group is left
+            if error is not None:
+                raise error
         finally:
-            if self._stack is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._stack.aclose()
+            self._state = Lifetime.CLOSED
+            with anyio.CancelScope(shield=True):  # released even when the closing task is cancelled
+                await stack.aclose()
+
+    @property
+    def state(self) -> Lifetime:
+        """Where the runtime is in its life (a :class:`~perception.scheduler.Lifetime`)."""
+        return self._state
 
     async def _open_client(self, stack: contextlib.AsyncExitStack) -> InferClient:
         from perception.triton import TritonClient
@@ -319,7 +315,7 @@ class Runtime:
     @property
     def client(self) -> InferClient:
         """The Triton client in use (a :class:`perception.triton.TritonClient` unless one was passed)."""
-        if self._client is None or self._closed:
+        if self._client is None or self._state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is not open")
         return self._client
 
@@ -350,7 +346,7 @@ class Runtime:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        if self._dispatcher is None or self._closed:
+        if self._dispatcher is None or self._state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is not open")
         return self._dispatcher
 

@@ -14,21 +14,21 @@ deadlines; beyond it they wait, first come first served (this API never drops: t
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Literal
 
 import anyio
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
+from perception.scheduler._lifetime import Lifetime, ThreadHost
 from perception.scheduler._pipeline import admission_adapts, ended_late
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
@@ -43,18 +43,17 @@ Callback = Callable[[FrameResult], None]
 
 #: Results whose callbacks may wait on the callback thread; beyond it the oldest waiting is dropped.
 CALLBACK_QUEUE = 256
-#: Beyond the drain timeout, how long close waits for the runtime's own release (server, channels).
-_RELEASE_MARGIN_S = 30.0
 
 
 class ThreadedRuntime:
     """``with ThreadedRuntime(config) as rt: fut = rt.submit(frame)`` — no asyncio needed by the host.
 
-    One long-lived task on the event-loop thread owns the :class:`Runtime`: it enters it (``async
-    with``), waits for the stop event, drains the frames in flight (bounded by the pipeline's drain
-    timeout) and leaves it, so the runtime is opened and closed by the same task, and released (server,
-    channels, shared memory) even when something failed. Frames still running after the drain are
-    cancelled (their futures say so; a circuit breaker's probe they held is given back).
+    A :class:`~perception.scheduler._lifetime.ThreadHost` holds the :class:`Runtime` on the event-loop
+    thread: one task there enters it (``async with``, :meth:`_serving`) and, on close, drains the frames
+    in flight (bounded by the pipeline's drain timeout) and leaves it, so the runtime is opened and
+    closed by the same task, and released (server, channels, shared memory) even when something
+    failed. Frames still running after the drain are cancelled (their futures say so; a circuit
+    breaker's probe they held is given back).
     """
 
     def __init__(
@@ -67,17 +66,14 @@ class ThreadedRuntime:
         callback_queue: int = CALLBACK_QUEUE,
     ) -> None:
         self._runtime = Runtime(config, source=source, rig=rig, fusion=fusion)
-        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
+        self._host = ThreadHost(self._serving, name="perception-loop")
+        self._drain_s = self._runtime.config.pipeline.drain_timeout_s  # close's drain (close(timeout_s))
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._admission: Admission | None = None
         self._waiting: deque[anyio.Event] = deque()  # frames waiting for a slot, in submission order
         self._active = 0  # frames submitted and not finished (waiting or in flight)
         self._idle: anyio.Event | None = None  # set when the last active frame finishes
-        self._stop: anyio.Event | None = None
-        self._owner: concurrent.futures.Future[None] | None = None
-        self._closed = False
 
     def __enter__(self) -> ThreadedRuntime:
         self.open()
@@ -89,20 +85,13 @@ class ThreadedRuntime:
         self.close()
 
     def open(self) -> None:
-        cm = start_blocking_portal(backend="asyncio")
-        portal = cm.__enter__()
-        try:
-            # Returns once the runtime is open; an error opening it is raised here (rolled back).
-            self._owner, _ = portal.start_task(self._own)
-        except BaseException as exc:
-            cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
+        # Returns once the runtime is open; an error opening it is raised here (rolled back).
+        self._host.open()
         self._callbacks = CallbackQueue(self._callback_queue, name="perception-cb")
-        self._portal_cm, self._portal = cm, portal
 
-    async def _own(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The runtime's whole lifetime, in this one task (class docs)."""
-        self._stop = anyio.Event()
+    @contextlib.asynccontextmanager
+    async def _serving(self) -> AsyncIterator[None]:
+        """The runtime's whole lifetime, in the one task of the event-loop thread (class docs)."""
         config = self._runtime.config
         pipeline, deadline_ns = config.pipeline, config.budget.total_ns
         async with self._runtime:
@@ -110,17 +99,16 @@ class ThreadedRuntime:
                 pipeline.max_in_flight, deadline_ns, adaptive=admission_adapts(pipeline, deadline_ns)
             )
             self._runtime.admission = self._admission  # its limit and how it moved: runtime.admission.report()
-            task_status.started()
-            await self._stop.wait()
-            with anyio.move_on_after(pipeline.drain_timeout_s):
+            yield
+            with anyio.move_on_after(self._drain_s):
                 while self._active:  # nothing waiting or in flight
                     self._idle = anyio.Event()
                     await self._idle.wait()
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
-        if self._closed or self._portal is None:
+        if self._host.state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
-        future: concurrent.futures.Future[FrameResult] = self._portal.start_task_soon(self._process, frame)
+        future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
         if callback is not None:
             callbacks = self._callbacks
             assert callbacks is not None
@@ -180,29 +168,13 @@ class ThreadedRuntime:
     def close(self, timeout_s: float | None = None) -> None:
         """Drain submitted frames (bounded by ``timeout_s``, default the pipeline's drain timeout),
         cancel what is left, release everything (runtime, event-loop thread, callback thread)."""
-        if self._closed:
+        if self._host.state in (Lifetime.CLOSING, Lifetime.CLOSED):
             return
-        self._closed = True
-        portal, cm, owner = self._portal, self._portal_cm, self._owner
-        self._portal = self._portal_cm = None
-        drain = timeout_s if timeout_s is not None else self._runtime.config.pipeline.drain_timeout_s
-        if portal is not None and cm is not None:
-            try:
-                if self._stop is not None:
-                    portal.call(self._stop.set)
-                if owner is not None:
-                    try:
-                        owner.result(timeout=drain + _RELEASE_MARGIN_S)
-                    except concurrent.futures.TimeoutError:
-                        log.warning("the runtime did not close within %.0f s: cancelling it", drain + _RELEASE_MARGIN_S)
-                    except Exception:
-                        log.exception("the runtime failed while running; it was released")
-                # Frames still running (past the drain) are cancelled, and the owner if it is stuck.
-                portal.call(portal.stop, True)
-            finally:
-                cm.__exit__(None, None, None)
+        if timeout_s is not None:
+            self._drain_s = timeout_s
+        self._host.close(self._drain_s)
         if self._callbacks is not None:
-            self._callbacks.close(drain)
+            self._callbacks.close(self._drain_s)
 
     @property
     def runtime(self) -> Runtime:

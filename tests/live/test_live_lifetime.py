@@ -19,6 +19,7 @@ from perception.config import RuntimeConfig, load_config, resolve_sensors
 from perception.drives import DriveReader
 from perception.errors import SampleDroppedError
 from perception.live import LiveRuntime
+from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
 from perception.types import EgoPose, PointCloudSample, Sample, SensorSpec, Transform
 
@@ -94,7 +95,7 @@ def _check_clean(before: tuple[set[str], set[str]], live: LiveRuntime) -> None:
         time.sleep(0.05)  # threads wind down after close returned (bounded poll)
     assert not (_threads() - threads), _threads() - threads
     assert not (_own_shm() - shm), _own_shm() - shm
-    assert live._runtime._closed  # the runtime (client, channels) was released
+    assert live._runtime.state is Lifetime.CLOSED  # the runtime (client, channels) was released
 
 
 def _outcomes(futures: list[object]) -> tuple[int, int]:

@@ -1,0 +1,151 @@
+"""One lifetime pattern for every object that owns tasks or a thread.
+
+* Its state is one :class:`Lifetime` (as httpx's client state): ``UNOPENED`` until it is opened,
+  ``OPENED`` while it takes work, ``CLOSING`` while it drains and releases (no new work), ``CLOSED``.
+  An object is opened once; opening it again is a :class:`~perception.errors.RuntimeClosedError`.
+* Its resources and task groups are entered with ``async with`` in one method (anyio's
+  :class:`~anyio.AsyncContextManagerMixin`), so one task enters and leaves them, in reverse order, and a
+  partial open is rolled back by the same ``async with``.
+* A host that is not async holds it through a :class:`ThreadHost`: an event-loop thread (an anyio
+  blocking portal) in which one task enters and leaves the context manager
+  (:meth:`BlockingPortal.wrap_async_context_manager`); closing it is bounded and idempotent.
+* An async host that must not be cancelled by a failure inside it (its task groups) holds it in a task
+  of its own: :func:`hosted_in_task`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Generic, TypeVar
+
+import anyio
+import anyio.abc
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from perception.errors import RuntimeClosedError
+
+__all__ = ["RELEASE_MARGIN_S", "Lifetime", "ThreadHost", "hosted_in_task"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Beyond the drain timeout, how long a close waits for the hosted object's own release (server,
+#: channels, shared memory) before it is cancelled.
+RELEASE_MARGIN_S = 30.0
+
+
+class Lifetime(enum.Enum):
+    """Where an object that owns tasks or a thread is in its life (module docs)."""
+
+    UNOPENED = "unopened"
+    OPENED = "opened"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+    def check_unopened(self, what: str) -> None:
+        """Raise unless the object (``what``) was never opened: it is opened once."""
+        if self is not Lifetime.UNOPENED:
+            raise RuntimeClosedError(f"the {what} is {self.value}: it is opened once")
+
+
+class ThreadHost(Generic[T]):
+    """An async context manager held from threads: ``host.open()`` ... ``host.close(drain_s)``.
+
+    ``open`` starts an event-loop thread (named ``name``) and enters the context manager ``factory()``
+    in one task there, returning what it yields; an error opening it is raised here, with the thread
+    stopped. ``close`` leaves it in the same task: its exit gets ``drain_s`` plus
+    :data:`RELEASE_MARGIN_S` before it is cancelled (a warning); tasks still running in the portal
+    (:attr:`portal`) are cancelled, and the thread is joined. A failure of the context manager while it
+    was open is logged there, never raised into the closing thread. ``close`` is idempotent.
+    """
+
+    def __init__(self, factory: Callable[[], AbstractAsyncContextManager[T]], *, name: str) -> None:
+        self._factory = factory
+        self._name = name
+        self.state = Lifetime.UNOPENED
+        self._portal: BlockingPortal | None = None
+        self._release_s = RELEASE_MARGIN_S  # the exit's bound, set by close
+        self._held = contextlib.ExitStack()
+
+    @property
+    def portal(self) -> BlockingPortal:
+        """The event loop's portal, while open (else :class:`RuntimeClosedError`)."""
+        if self.state is not Lifetime.OPENED or self._portal is None:
+            raise RuntimeClosedError(f"the {self._name} is {self.state.value}")
+        return self._portal
+
+    def open(self) -> T:
+        self.state.check_unopened(self._name)
+        self.state = Lifetime.CLOSED  # unless it opens: what a failed open entered is left (rolled back)
+        with contextlib.ExitStack() as held:
+            portal = held.enter_context(start_blocking_portal(backend="asyncio", name=self._name))
+            # last out: tasks still running in the portal (past the drain) are cancelled
+            held.callback(portal.call, portal.stop, True)
+            value = held.enter_context(portal.wrap_async_context_manager(self._bounded()))
+            self._held = held.pop_all()
+        self._portal = portal
+        self.state = Lifetime.OPENED
+        return value
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[T]:
+        """The context manager, whose exit is cancelled once past the close's bound. The bound is the
+        deadline of a scope entered before it (so its task groups exit at the nesting they entered)."""
+        with anyio.CancelScope() as scope:
+            async with self._factory() as value:
+                try:
+                    yield value
+                finally:
+                    scope.deadline = anyio.current_time() + self._release_s
+        if scope.cancelled_caught:
+            log.warning("%s: not closed within %.0f s; cancelled", self._name, self._release_s)
+
+    def close(self, drain_s: float) -> None:
+        """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread."""
+        if self.state in (Lifetime.CLOSING, Lifetime.CLOSED):
+            return
+        self.state = Lifetime.CLOSING
+        self._release_s = drain_s + RELEASE_MARGIN_S
+        try:
+            self._held.close()
+        except Exception:
+            log.exception("%s failed while running; it was released", self._name)
+        finally:
+            self._portal = None
+            self.state = Lifetime.CLOSED
+
+
+@contextlib.asynccontextmanager
+async def hosted_in_task(cm: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """``async with hosted_in_task(cm) as value:`` -- ``cm`` entered and left by a task of its own, held
+    while the block runs: the async twin of :class:`ThreadHost`. A failure inside ``cm`` after it opened
+    does not cancel the block (as long as ``cm`` does not raise it); leaving the block waits for ``cm``'s
+    exit, also when the block raised (a cancellation of the block cancels it)."""
+    release = anyio.Event()
+    released = anyio.Event()
+
+    async def hold(*, task_status: anyio.abc.TaskStatus[T] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with cm as value:
+                task_status.started(value)
+                await release.wait()
+        finally:
+            released.set()
+
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        value: T = await tg.start(hold)
+        try:
+            yield value
+        except Exception as exc:
+            error = exc  # raised as it is once cm was left, not wrapped in the task group's group
+        finally:
+            release.set()
+            await released.wait()
+    if error is not None:
+        raise error
