@@ -36,6 +36,7 @@ from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
+from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
     SERVER_STAGES,
@@ -164,6 +165,7 @@ class Runtime:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
+            stack.enter_context(client_thread_limits())  # the client's BLAS/OpenMP pools (_threads.py)
             if self._client is None:
                 self._client = await self._open_client(stack)
             if self._check_models:
