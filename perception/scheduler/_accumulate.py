@@ -102,7 +102,7 @@ class SweepAccumulator:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
         if not self.windows:
             return frame
-        from perception.fusion import EgoMotion, invert_transform, transform_points
+        from perception.fusion import EgoMotion, invert_transform, transform_cloud
 
         samples = dict(frame.samples)
         motion: EgoMotion | None = None
@@ -130,10 +130,7 @@ class SweepAccumulator:
             to_cur = self._ext_inv[name] @ invert_transform(motion.relative(cur.t_ns))
             parts = [cur.points]
             for s in earlier:
-                m = to_cur @ motion.relative(s.t_ns) @ self._ext[name]
-                moved = s.points.copy()
-                moved[:, :3] = transform_points(m, s.points[:, :3])
-                parts.append(moved)
+                parts.append(transform_cloud(to_cur @ motion.relative(s.t_ns) @ self._ext[name], s.points))
             samples[name] = dataclasses.replace(cur, points=np.concatenate(parts))
             self.stats.sweeps += 1
             self.stats.merged += len(earlier)
