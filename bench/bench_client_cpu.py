@@ -107,15 +107,16 @@ def tree_cpu_s(pids: list[int]) -> float:
 def thread_cpu_s() -> dict[str, float]:
     """CPU seconds of this process's live threads, by Python thread name (native threads by ``comm``)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             stat = Path(f"/proc/self/task/{tid}/stat").read_text()
         except OSError:
             continue
         name = names.get(int(tid)) or "native:" + stat[stat.index("(") + 1 : stat.rindex(")")]
-        out[re.sub(r"[_ -]?\d+$", "", name)] += _stat_cpu_s(stat)
-    return dict(out)
+        key = re.sub(r"[_ -]?\d+$", "", name)
+        out[key] = out.get(key, 0.0) + _stat_cpu_s(stat)
+    return out
 
 
 def process_cpu_s() -> float:
@@ -306,11 +307,9 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
     stop_event: list[Any] = []
     meter = Meter(spec["server_pid"], stages, spec["frames"], lambda: stop_event[0].set() if stop_event else None)
     if spec["mode"] == "live":
-        from perception.live import _session
+        from perception.live import LiveRuntime, _session
 
-        base = _session.LiveRuntime
-
-        class Metered(base):  # type: ignore[misc,valid-type]
+        class Metered(LiveRuntime):
             def __init__(self, *a: Any, on_result: Callable[[Any], None], **k: Any) -> None:
                 def both(r: Any) -> None:
                     on_result(r)
@@ -318,7 +317,7 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
 
                 super().__init__(*a, on_result=both, **k)
 
-        _session.LiveRuntime = Metered
+        setattr(_session, "LiveRuntime", Metered)  # noqa: B010 - live_session builds its runtime by this name
         outcome = _session.live_session(drive, cfg)
         out = meter.report()
         out["frames"] = outcome.summary.get("frames")

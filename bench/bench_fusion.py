@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if str(args.drive):
         real_frames, real_rig, real_ego, real_fusion = _real_frames(args.drive, args.url)
         real = _measure(real_frames, real_rig, real_ego, args, real_fusion)
-        points = [f.samples[n].points.shape[0] for f, _ in real_frames for n in f.samples
-                  if isinstance(f.samples[n], PointCloudSample)]  # fmt: skip
+        clouds = [s for f, _ in real_frames for s in f.samples.values() if isinstance(s, PointCloudSample)]
+        points = [s.points.shape[0] for s in clouds]
         real.update(
             drive=args.drive.name,
             frames=len(real_frames) - args.warmup,
@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "fusion",
         "target": f"fusion + tracking CPU-time p50 <= {TARGET_P50_MS} ms for {args.objects} objects, 2 cameras, "
         "2 radars, with clean and with imperfect sensor outputs",
-        "pass": max(r["fusion_plus_tracking_cpu"]["p50"] for r in (clean, noisy)) <= TARGET_P50_MS,
+        "pass": max(r["fusion_plus_tracking_cpu"]["p50"] for r in (clean, noisy)) <= TARGET_P50_MS
+        and (real is None or bool(real["met"])),
         "objects": len(scene.world),
         "sensors": sorted(rig),
         "frames": args.frames,
