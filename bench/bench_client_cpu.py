@@ -297,13 +297,18 @@ class Meter:
 def client_main(spec: dict[str, Any]) -> dict[str, Any]:
     import anyio
 
-    from perception.cli._common import runtime_config
+    from perception.config import load_config, with_overrides
+    from perception.drives import DriveReader
+    from perception.scheduler import Session
 
     stages = Stages()
     instrumented = instrument(stages)
     drive = Path(spec["drive"])
-    args = argparse.Namespace(config=None, drive=drive, url=spec["url"], sensors=None)
-    cfg = runtime_config(args)
+    cfg = load_config(Path.cwd() / "launch" / "replay.yaml")  # the checkout measured (run_scenario's cwd)
+    if not cfg.resolved:
+        with DriveReader(drive, strict=False, quiet=True) as reader:
+            cfg = Session.assemble(cfg, reader.source).config
+    cfg = with_overrides(cfg, url=spec["url"])
     stop_event: list[Any] = []
     meter = Meter(spec["server_pid"], stages, spec["frames"], lambda: stop_event[0].set() if stop_event else None)
     if spec["mode"] == "live":
