@@ -7,7 +7,7 @@ The format (topics, frames, schemas, units) is described in ``replay_data/README
 
 from __future__ import annotations
 
-from perception.drives._chunks import UNKNOWN_TOPICS
+from perception.drives._chunks import UNKNOWN_TOPICS, read_chunk
 from perception.drives._codec import kind_fields, topic_for
 from perception.drives._damage import DriveDamage
 from perception.drives._drive_stats import DriveStats
@@ -23,5 +23,6 @@ __all__ = [
     "DriveStats",
     "DriveWriter",
     "kind_fields",
+    "read_chunk",  # the fused recording's copy of a drive's last, partly copied chunks (viz)
     "topic_for",
 ]

@@ -20,6 +20,7 @@ from perception.fusion._geometry import (
     invert_transform,
     project_boxes,
     project_points,
+    transform_cloud,
     transform_points,
 )
 from perception.fusion._motion import EgoMotion
@@ -35,6 +36,7 @@ __all__ = [
     "invert_transform",
     "project_boxes",
     "project_points",
+    "transform_cloud",  # the scheduler's sweep accumulation: earlier sweeps into the current one
     "transform_points",
     "warm_up",  # launch/_bootstrap.sh compiles the kernels with it after an install
 ]

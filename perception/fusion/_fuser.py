@@ -65,7 +65,7 @@ import numpy.typing as npt
 
 from perception.config import FusionConfig
 from perception.errors import ConfigError, InputError
-from perception.fusion import _kernels, _track_kernels
+from perception.fusion import _kernels, _point_kernels, _track_kernels
 from perception.fusion._associate import (
     assign,
 )
@@ -96,6 +96,7 @@ log = logging.getLogger(__name__)
 _MAX_WARNINGS = 64
 
 F64 = npt.NDArray[np.float64]
+F32 = npt.NDArray[np.float32]
 B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 
@@ -161,6 +162,7 @@ def warm_up() -> None:
     """
     t0 = time.perf_counter()
     _kernels.warm_up()
+    _point_kernels.warm_up()
     _track_kernels.warm_up()
     spent = time.perf_counter() - t0
     if spent > 2.0:
@@ -374,20 +376,21 @@ class Fuser:
             origin=np.zeros(n, np.int8),  # Origin.LIDAR
         )
 
-    def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F64, IP]:
-        """The frame's lidar points (x, y, z) in ``base_link`` at the frame time, and the sensor index of each
-        lidar that gave any (for the camera-guided step)."""
-        clouds: list[F64] = []
+    def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F32, IP]:
+        """The frame's lidar points (x, y, z; float32) in ``base_link`` at the frame time, and the sensor index
+        of each lidar that gave any (for the camera-guided step). One compiled pass per cloud."""
+        clouds: list[F32] = []
         given: list[int] = []
         for sensor in self._sensors:
             sample = frame.samples.get(sensor.name) if sensor.role is FusionRole.BOXES_3D else None
             if not isinstance(sample, PointCloudSample) or sample.points.shape[0] == 0:
                 continue
-            m = motion.relative(sample.t_ns) @ sensor.extrinsic
-            xyz = sample.points[:, :3].astype(np.float64)
-            clouds.append(xyz @ m[:3, :3].T + m[:3, 3])
+            m = _kernels.c_array(motion.relative(sample.t_ns) @ sensor.extrinsic)
+            xyz = np.empty((sample.points.shape[0], 3), np.float32)
+            _point_kernels.transform_xyz(m, _point_kernels.cloud(sample.points), xyz)
+            clouds.append(xyz)
             given.append(sensor.index)
-        pts = np.concatenate(clouds) if len(clouds) > 1 else clouds[0] if clouds else np.zeros((0, 3))
+        pts = np.concatenate(clouds) if len(clouds) > 1 else clouds[0] if clouds else np.zeros((0, 3), np.float32)
         return pts, np.asarray(given, np.intp)
 
     # -- radar ------------------------------------------------------------------------------------------
@@ -510,7 +513,7 @@ class Fuser:
         motion: EgoMotion,
         *,
         lidar_answered: bool,
-        points: tuple[F64, IP] | None = None,
+        points: tuple[F32, IP] | None = None,
     ) -> Objects:
         """Match objects with every camera's detections; return camera-only candidates (scoring at
         least ``camera_only_min_score`` when a lidar answered in the frame, else ``camera_alone_min_score``).
@@ -624,7 +627,7 @@ class Fuser:
 
     def _camera_guided(
         self,
-        points: tuple[F64, IP],
+        points: tuple[F32, IP],
         eligible: B,
         det_cam: IP,
         det_boxes: F64,

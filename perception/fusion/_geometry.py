@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from perception.fusion import _kernels
+from perception.fusion import _kernels, _point_kernels
 
 __all__ = [
     "ProjectedBoxes",
@@ -31,6 +31,7 @@ __all__ = [
     "project_homogeneous",
     "project_points",
     "ray_ground_intersection",
+    "transform_cloud",
     "transform_points",
     "wrap_angle",
 ]
@@ -65,6 +66,17 @@ def transform_points(m: npt.ArrayLike, points: npt.ArrayLike) -> F64:
     mat = np.asarray(m, dtype=np.float64)
     p = np.asarray(points, dtype=np.float64)
     out: F64 = p @ mat[:3, :3].T + mat[:3, 3]
+    return out
+
+
+def transform_cloud(m: npt.ArrayLike, points: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """A float32 point cloud ``[N, k]`` with its ``x, y, z`` (the first 3 columns) moved by a ``[4,4]``
+    transform, the other columns as given: one compiled pass, float64 arithmetic per point
+    (:func:`._point_kernels.transform_xyz`); for clouds, where :func:`transform_points`' float64 product
+    would cost a copy and wake BLAS's threads."""
+    src = _point_kernels.cloud(points)
+    out = src.copy()
+    _point_kernels.transform_xyz(_kernels.c_array(m), src, out)
     return out
 
 

@@ -16,23 +16,26 @@ explains; the caller passes only those), as Autoware's ``roi_cluster_fusion``:
    detection's ray, ``width / 2 + face_offset * (length - width) / 2`` beyond the face (0: seen side-on,
    1: end-on), heading along the ray.
 
-Numpy per camera and per detection: the frustum selection is the cost (points x cameras).
+Steps 1-2 are one compiled pass per camera over the points (:func:`._point_kernels.guided_faces`), float32
+points and no temporary per detection; step 3 is numpy on the few detections that found a cluster.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from perception.config import CameraGuidedConfig
+from perception.fusion import _point_kernels
+from perception.fusion._geometry import invert_transform
+from perception.fusion._kernels import c_array
 
 __all__ = ["GuidedObjects", "camera_guided"]
 
 F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 IP = npt.NDArray[np.intp]
 
 #: m added around an already-found object's box before its points are left out of every frustum.
@@ -53,25 +56,9 @@ class GuidedObjects:
     points: IP  # [M] lidar points in the chosen cluster
 
 
-def _outside_known(pts: F64, centers: F64, sizes: F64, yaws: F64) -> B:
-    """Points not inside any known box (BEV, grown by :data:`_KNOWN_MARGIN`)."""
-    keep = np.ones(pts.shape[0], bool)
-    if centers.shape[0] == 0 or pts.shape[0] == 0:
-        return keep
-    dx = pts[:, None, 0] - centers[None, :, 0]
-    dy = pts[:, None, 1] - centers[None, :, 1]
-    c, s = np.cos(yaws)[None, :], np.sin(yaws)[None, :]
-    along, across = c * dx + s * dy, -s * dx + c * dy
-    inside = (np.abs(along) <= sizes[None, :, 0] / 2 + _KNOWN_MARGIN) & (
-        np.abs(across) <= sizes[None, :, 1] / 2 + _KNOWN_MARGIN
-    )
-    keep &= ~inside.any(axis=1)
-    return keep
-
-
 def camera_guided(
     config: CameraGuidedConfig,
-    points: F64,
+    points: npt.NDArray[np.floating[Any]],
     det_cam: IP,
     det_boxes: F64,
     det_labels: IP,
@@ -85,7 +72,7 @@ def camera_guided(
 ) -> GuidedObjects:
     """Camera-guided objects for the detections given (see the module docstring).
 
-    ``points`` ``[P,3]`` lidar points in ``base_link`` (frame time); ``det_cam`` indexes ``cam_from_base``
+    ``points`` ``[P,3]`` lidar points (float32) in ``base_link`` (frame time); ``det_cam`` indexes ``cam_from_base``
     ``[C,4,4]`` (camera at its capture time <- base_link), ``k``/``k_inv`` ``[C,3,3]``; ``det_boxes``
     ``[D,4]`` pixels x1 y1 x2 y2; ``sizes`` the class size priors ``[L,3]``; ``known_*`` the objects whose
     points are already explained.
@@ -96,63 +83,39 @@ def camera_guided(
     out_yaw: list[float] = []
     out_los: list[F64] = []
     out_points: list[int] = []
-    pts = points[points[:, 2] > config.ground_height] if points.shape[0] else points
-    for c in np.unique(det_cam) if pts.shape[0] else ():
-        m = cam_from_base[c]
-        z = pts @ m[2, :3] + m[2, 3]
-        front = ((z > _MIN_DEPTH) & (z < config.max_depth)).nonzero()[0]
-        if front.size == 0:
+    d_n = det_cam.shape[0]
+    face, count = np.empty(d_n), np.empty(d_n, np.intp)
+    _point_kernels.guided_faces(
+        _point_kernels.cloud(points), c_array(det_cam, np.intp), c_array(det_boxes),
+        c_array(sizes[det_labels, 2]), c_array(cam_from_base), c_array(k), c_array(known_center),
+        c_array(known_size), c_array(known_yaw), config.ground_height, _MIN_DEPTH, config.max_depth,
+        config.box_shrink, config.cluster_gap, config.depth_ratio, _KNOWN_MARGIN, face, count,
+    )  # fmt: skip
+    base_from_cam: dict[int, F64] = {}
+    for d in np.argsort(det_cam, kind="stable"):  # by camera, then as given (the order of the outputs)
+        if count[d] == 0:
             continue
-        pc = pts[front] @ m[:3, :3].T + m[:3, 3]
-        z = pc[:, 2]
-        u = (k[c, 0, 0] * pc[:, 0] + k[c, 0, 1] * pc[:, 1]) / z + k[c, 0, 2]
-        v = k[c, 1, 1] * pc[:, 1] / z + k[c, 1, 2]
-        dets = (det_cam == c).nonzero()[0]
-        box = det_boxes[dets]
-        shrink = config.box_shrink * (box[:, 2] - box[:, 0])
-        inside = (  # [P, D]: point in the detection's (shrunk) box
-            (u[:, None] >= (box[:, 0] + shrink)[None, :])
-            & (u[:, None] <= (box[:, 2] - shrink)[None, :])
-            & (v[:, None] >= box[None, :, 1])
-            & (v[:, None] <= box[None, :, 3])
-        )
-        hit = inside.any(axis=1).nonzero()[0]
-        if hit.size == 0:
+        c = int(det_cam[d])
+        if c not in base_from_cam:
+            base_from_cam[c] = invert_transform(cam_from_base[c])
+        to_base = base_from_cam[c]
+        x1, y1, x2, y2 = det_boxes[d]
+        length, width, height = sizes[det_labels[d]]
+        ray = k_inv[c] @ np.array([(x1 + x2) / 2, (y1 + y2) / 2, 1.0])
+        at_face = to_base[:3, :3] @ (ray * face[d]) + to_base[:3, 3]  # ray point at the face depth
+        los = at_face[:2] - to_base[:2, 3]
+        norm = float(np.hypot(los[0], los[1]))
+        if norm < 1e-6:
             continue
-        # the points of objects already found are not in any frustum (tested on the frustums' points only)
-        free = _outside_known(pts[front[hit]], known_center, known_size, known_yaw)
-        inside, z = inside[hit[free]], z[hit[free]]
-        base_from_cam = np.linalg.inv(m)
-        for j, d in enumerate(dets):
-            x1, y1, x2, y2 = det_boxes[d]
-            if not inside[:, j].any():
-                continue
-            depth = np.sort(z[inside[:, j]])
-            length, width, height = sizes[det_labels[d]]
-            prior = k[c, 1, 1] * height / max(y2 - y1, 1.0)  # depth at which the class's height fills the box
-            starts = np.concatenate(([0], (np.diff(depth) > config.cluster_gap).nonzero()[0] + 1, [depth.size]))
-            face, count = 0.0, 0
-            for a, b in itertools.pairwise(starts):
-                if prior / config.depth_ratio <= depth[a] <= prior * config.depth_ratio:
-                    face, count = float(depth[a]), int(b - a)
-                    break
-            if count == 0:
-                continue
-            ray = k_inv[c] @ np.array([(x1 + x2) / 2, (y1 + y2) / 2, 1.0])
-            at_face = base_from_cam[:3, :3] @ (ray * face) + base_from_cam[:3, 3]  # ray point at the face depth
-            los = at_face[:2] - base_from_cam[:2, 3]
-            norm = float(np.hypot(los[0], los[1]))
-            if norm < 1e-6:
-                continue
-            los = los / norm
-            offset = width / 2 + config.face_offset * max(length - width, 0.0) / 2
-            center = np.array([at_face[0] + los[0] * offset, at_face[1] + los[1] * offset, height / 2])
-            out_det.append(int(d))
-            out_center.append(center)
-            out_size.append(np.array([length, width, height]))
-            out_yaw.append(float(np.arctan2(los[1], los[0])))
-            out_los.append(los)
-            out_points.append(count)
+        los = los / norm
+        offset = width / 2 + config.face_offset * max(length - width, 0.0) / 2
+        center = np.array([at_face[0] + los[0] * offset, at_face[1] + los[1] * offset, height / 2])
+        out_det.append(int(d))
+        out_center.append(center)
+        out_size.append(np.array([length, width, height]))
+        out_yaw.append(float(np.arctan2(los[1], los[0])))
+        out_los.append(los)
+        out_points.append(int(count[d]))
     n = len(out_det)
     return GuidedObjects(
         det=np.asarray(out_det, np.intp),

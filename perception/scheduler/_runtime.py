@@ -37,6 +37,7 @@ from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
+from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
     SERVER_STAGES,
@@ -169,6 +170,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self._state.check_unopened("runtime")
         stack = contextlib.AsyncExitStack()
         try:
+            stack.enter_context(client_thread_limits())  # the client's BLAS/OpenMP pools (_threads.py)
             if self._client is None:
                 self._client = await self._open_client(stack)
             if self._check_models:

@@ -16,9 +16,10 @@ from types import TracebackType
 from typing import IO
 
 from mcap.reader import SeekingReader
-from mcap.records import Channel, Message, Metadata, Schema
+from mcap.records import Channel, ChunkIndex, Message, Metadata, Schema
 from mcap.stream_reader import StreamReader
 
+from perception.drives import read_chunk
 from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
 
@@ -48,6 +49,11 @@ class DriveCopy:
         self.start_ns = start_ns
         self._topics = None if topics is None else set(topics)
         self.channels: dict[int, ChannelDef] = {}
+        #: The schema id of each channel of an indexed drive (as the drive numbers them; 0: none).
+        self.schema_ids: dict[int, int] = {}
+        #: An indexed drive's chunks, by the time of their last message (for :meth:`chunks_until`).
+        self._chunks: list[ChunkIndex] = []
+        self._head: list[Message] | None = None  # chunk mode: the first chunk's messages not handed out
         self.metadata: list[tuple[str, dict[str, str]]] = []
         try:
             self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
@@ -73,6 +79,8 @@ class DriveCopy:
             return self._stream()
         for cid, ch in sorted(summary.channels.items()):
             self.channels[cid] = _channel_def(ch, summary.schemas.get(ch.schema_id))
+            self.schema_ids[cid] = ch.schema_id
+        self._chunks = sorted(summary.chunk_indexes, key=lambda c: (c.message_end_time, c.chunk_start_offset))
         self._file.seek(0)
         self.metadata = [(m.name, dict(m.metadata)) for m in reader.iter_metadata()]
         topics = None if self._topics is None else sorted(self._topics)
@@ -117,6 +125,59 @@ class DriveCopy:
             if self.start_ns is not None and msg.log_time < self.start_ns:
                 continue
             yield self.channels[cid], msg
+
+    @property
+    def chunked(self) -> bool:
+        """Whether whole chunks can be handed out (:meth:`chunks_until`): an indexed drive, copied whole
+        (no start time, every topic) and not yet read message by message."""
+        return bool(self._chunks) and self.start_ns is None and self._topics is None and self._pending is None
+
+    def head_until(self, horizon_ns: int) -> Iterator[tuple[ChannelDef, Message]]:
+        """In chunk mode, the drive's first chunk is handed out message by message, up to each horizon as
+        :meth:`until` does (it holds the static transforms: a recording cut short early stays a drive)."""
+        if self._head is None:
+            self._head = []
+            first = min(self._chunks, key=lambda c: (c.message_start_time, c.chunk_start_offset))
+            self._chunks.remove(first)
+            try:
+                messages = read_chunk(self._file, first, None)
+            except Exception as exc:  # damaged chunk, truncated record, bad CRC...
+                log.warning("%s: copy of the drive's first chunk fails: %s", self.path, exc)
+                messages = []
+            self._head = sorted(messages, key=lambda m: m.log_time)  # stable: ties in file order
+        while self._head and self._head[0].log_time <= horizon_ns:
+            msg = self._head.pop(0)
+            if msg.channel_id in self.channels:
+                yield self.channels[msg.channel_id], msg
+
+    def chunks_until(self, horizon_ns: int) -> Iterator[ChunkIndex]:
+        """The chunks not yet handed out whose every message has ``log_time <= horizon_ns`` (each once),
+        after :meth:`head_until`; the file to copy them from is :attr:`file`."""
+        while self._chunks and self._chunks[0].message_end_time <= horizon_ns:
+            yield self._chunks.pop(0)
+
+    @property
+    def file(self) -> IO[bytes]:
+        return self._file
+
+    def rest_until(self, horizon_ns: int) -> Iterator[tuple[ChannelDef, Message]]:
+        """After :meth:`chunks_until`: the messages with ``log_time <= horizon_ns`` of the chunks not handed
+        out, in log-time order (ties in file order); a damaged chunk ends the copy with a warning."""
+        rest: list[tuple[int, int, int, Message]] = [(m.log_time, -1, i, m) for i, m in enumerate(self._head or ())]
+        self._head = []
+        for ci in sorted(self._chunks, key=lambda c: c.chunk_start_offset):
+            if ci.message_start_time > horizon_ns:
+                continue
+            try:
+                messages = read_chunk(self._file, ci, None)
+            except Exception as exc:  # damaged chunk, truncated record, bad CRC...
+                log.warning("%s: copy of the drive's messages stops here: %s", self.path, exc)
+                break
+            rest.extend((m.log_time, ci.chunk_start_offset, i, m) for i, m in enumerate(messages))
+        self._chunks = []
+        for t, _, _, msg in sorted(rest, key=lambda r: r[:3]):
+            if t <= horizon_ns and msg.channel_id in self.channels:
+                yield self.channels[msg.channel_id], msg
 
     def close(self) -> None:
         self._done = True

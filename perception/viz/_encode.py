@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ from perception.drives import _codec as codec
 from perception.errors import InputError
 from perception.metrics import frame_record
 from perception.types import LABELS, Detection3D, FrameResult, FrameStatus, SensorStatus
-from perception.viz._palette import LABEL_COLORS, combination, combination_color, source_kinds
+from perception.viz._palette import LABEL_COLORS, RGB, combination, combination_color, source_kinds
 
 __all__ = [
     "DETECTIONS_TOPIC",
@@ -164,8 +164,9 @@ def frame_stats(result: FrameResult, kinds: Mapping[str, str]) -> dict[str, Any]
     rec["status_code"] = _FRAME_CODES[result.status.value]
     rec["detections"] = len(result.detections)
     counts: dict[str, int] = {}
+    style = _styles(kinds)
     for d in result.detections:
-        name = combination(source_kinds(d.sources, kinds))
+        name = style(d.sources)[0]
         counts[name] = counts.get(name, 0) + 1
     rec["sources"] = dict(sorted(counts.items()))
     for entry in rec["sensors"].values():
@@ -190,9 +191,25 @@ def _duration(ns: int) -> Duration:
     return Duration(seconds=ns // _NS, nanos=ns % _NS)
 
 
-def _detection_entity(t_ns: int, d: Detection3D, kinds: Mapping[str, str], lifetime_ns: int) -> SceneEntity:
-    combo = combination(source_kinds(d.sources, kinds))
-    rgb = combination_color(source_kinds(d.sources, kinds))
+def _styles(kinds: Mapping[str, str]) -> Callable[[tuple[str, ...]], tuple[str, RGB]]:
+    """The combination name and colour of a detection's sources, computed once per distinct sources of a
+    frame (a few, for ~100 detections)."""
+    seen: dict[tuple[str, ...], tuple[str, RGB]] = {}
+
+    def style(sources: tuple[str, ...]) -> tuple[str, RGB]:
+        out = seen.get(sources)
+        if out is None:
+            present = source_kinds(sources, kinds)
+            out = seen[sources] = (combination(present), combination_color(present))
+        return out
+
+    return style
+
+
+def _detection_entity(
+    t_ns: int, d: Detection3D, style: Callable[[tuple[str, ...]], tuple[str, RGB]], lifetime_ns: int
+) -> SceneEntity:
+    combo, rgb = style(d.sources)
     cx, cy, cz = d.center
     vx, vy = d.velocity
     speed = math.hypot(vx, vy) if math.isfinite(vx) and math.isfinite(vy) else 0.0
@@ -251,9 +268,10 @@ def encode_detections(
     t_ns: int, detections: Sequence[Detection3D], kinds: Mapping[str, str], lifetime_ns: int
 ) -> SceneUpdate:
     """Delete what the previous frame showed, then one entity per detection (``id`` = track id)."""
+    style = _styles(kinds)
     return SceneUpdate(
         deletions=[SceneEntityDeletion(timestamp=codec._stamp(t_ns), type=SceneEntityDeletion.ALL)],
-        entities=[_detection_entity(t_ns, d, kinds, lifetime_ns) for d in detections],
+        entities=[_detection_entity(t_ns, d, style, lifetime_ns) for d in detections],
     )
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from mcap.exceptions import UnsupportedCompressionError
+from mcap.records import ChunkIndex
 from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
 
@@ -21,6 +24,9 @@ from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
 
 __all__ = ["McapOutput", "Output"]
+
+#: Head of a MessageIndex record: opcode, record length, channel id, byte length of its (time, offset) pairs.
+_MESSAGE_INDEX_HEAD = struct.Struct("<BQHI")
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,7 @@ class McapOutput:
         self._closed = False
         self._schemas: dict[SchemaDef, int] = {}
         self._channels: dict[str, int] = {}
+        self._channel_schema: dict[str, int] = {}
         try:
             self._mcap = self._writer(order, chunk_size)
             self._mcap.start(profile="", library=LIBRARY)
@@ -99,6 +106,7 @@ class McapOutput:
         self._channels[channel.topic] = self._mcap.register_channel(
             channel.topic, channel.message_encoding, schema_id, dict(channel.metadata)
         )
+        self._channel_schema[channel.topic] = schema_id
 
     def write(self, topic: str, log_ns: int, data: bytes, *, publish_ns: int | None = None, sequence: int = 0) -> None:
         if self._closed:
@@ -113,6 +121,68 @@ class McapOutput:
             )
         except OSError as exc:
             raise self._err("write", exc, topic) from exc
+
+    def channel_ids(self) -> dict[str, tuple[int, int]]:
+        """``topic -> (channel id, schema id)`` as this file declares them (0: no schema)."""
+        return {t: (cid, self._channel_schema.get(t, 0)) for t, cid in self._channels.items()}
+
+    def copy_chunk(self, src: IO[bytes], ci: ChunkIndex) -> bool:
+        """Copy the chunk ``ci`` of the MCAP file ``src`` and its message index records byte for byte (no
+        decompression, no compression), with a chunk index and statistics of its own in this file's
+        summary. The chunk's channel and schema ids must be this file's (the caller checks
+        :meth:`channel_ids`). False, with nothing written, where it cannot (a chunk whose indexes do not
+        follow it, a writer without the internals this relies on): copy its messages then."""
+        w: Any = self._mcap
+        try:
+            stream, stats, indexes = w._Writer__stream, w._Writer__statistics, w._Writer__chunk_indices
+        except AttributeError:  # another mcap version: no raw copy
+            return False
+        end = ci.chunk_start_offset + ci.chunk_length
+        offsets = ci.message_index_offsets
+        if any(not end <= off < end + ci.message_index_length for off in offsets.values()):
+            return False
+        src.seek(ci.chunk_start_offset)
+        data = src.read(ci.chunk_length + ci.message_index_length)
+        if len(data) != ci.chunk_length + ci.message_index_length:
+            return False
+        counts: dict[int, int] = {}
+        for cid, off in offsets.items():  # MessageIndex: opcode u8, length u64, channel u16, records u32 + 16 each
+            rel = off - ci.chunk_start_offset
+            counts[cid] = _MESSAGE_INDEX_HEAD.unpack_from(data, rel)[3] // 16
+        try:
+            w.flush()  # the chunk of our own messages in progress goes first
+            start = stream.tell()
+            if w._Writer__enable_data_crcs:
+                w._Writer__data_section_crc = zlib.crc32(data, w._Writer__data_section_crc)
+            stream.write(data)
+        except OSError as exc:
+            raise self._err("write", exc) from exc
+        shift = start - ci.chunk_start_offset
+        indexes.append(
+            ChunkIndex(
+                message_start_time=ci.message_start_time,
+                message_end_time=ci.message_end_time,
+                chunk_start_offset=start,
+                chunk_length=ci.chunk_length,
+                message_index_offsets={cid: off + shift for cid, off in offsets.items()},
+                message_index_length=ci.message_index_length,
+                compression=ci.compression,
+                compressed_size=ci.compressed_size,
+                uncompressed_size=ci.uncompressed_size,
+            )
+        )
+        n = sum(counts.values())
+        if n:
+            first = stats.message_count == 0
+            stats.message_start_time = (
+                ci.message_start_time if first else min(stats.message_start_time, ci.message_start_time)
+            )
+            stats.message_end_time = max(stats.message_end_time, ci.message_end_time)
+            stats.message_count += n
+            for cid, c in counts.items():
+                stats.channel_message_counts[cid] += c
+        stats.chunk_count += 1
+        return True
 
     def add_metadata(self, name: str, data: Mapping[str, str]) -> None:
         try:

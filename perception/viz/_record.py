@@ -22,7 +22,7 @@ from types import TracebackType
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
-from perception.drives import DriveReader
+from perception.drives import DriveReader, read_chunk
 from perception.kinds import FusionRole, fusion_role
 from perception.types import FrameResult, FrameStatus, SensorSpec, SensorStatus
 from perception.viz._copy import DriveCopy
@@ -94,10 +94,14 @@ class VizRecorder:
         self._replaced: set[str] = set()
         self._declared = False
         self._copy: DriveCopy | None = None
+        #: The drive's whole chunks are copied byte for byte (not their messages): see :meth:`_chunk_copy`.
+        self._chunked = False
+        self._horizon: int | None = None
         try:
             if copy_drive:
                 self._copy = DriveCopy(drive, start_ns=start_ns)
             self._open(rig)
+            self._chunked = self._chunk_copy()
         except BaseException:
             self.close()
             raise
@@ -116,6 +120,26 @@ class VizRecorder:
         for out in self._outputs:
             out.add_metadata(REPLAY_METADATA, record)
         self._copy_metadata()
+
+    def _chunk_copy(self) -> bool:
+        """Whether the drive's chunks can be copied as they are (compressed bytes, message indexes), which
+        costs no decompression, no per-message work and no compression: an indexed drive copied whole
+        (no start time, no topic replaced), into MCAP files only (a live view needs the messages), each
+        numbering the drive's channels and schemas as the drive does. A chunk is copied once the frames
+        have passed its last message; the first chunk (the static transforms: a recording cut short stays a
+        drive) and what is left at the end are copied message by message up to the frames' horizons, so
+        the recording holds the same messages either way."""
+        copy = self._copy
+        if copy is None or not copy.chunked or self._replaced:
+            return False
+        for out in self._outputs:
+            if not isinstance(out, McapOutput):
+                return False
+            ids = out.channel_ids()
+            for cid, ch in copy.channels.items():
+                if ids.get(ch.topic) != (cid, copy.schema_ids.get(cid, 0)):
+                    return False
+        return True
 
     def _copy_metadata(self) -> None:
         if self._copy is None:
@@ -149,6 +173,20 @@ class VizRecorder:
 
     def _copy_until(self, horizon_ns: int) -> None:
         if self._copy is None:
+            return
+        self._horizon = horizon_ns if self._horizon is None else max(self._horizon, horizon_ns)
+        if self._chunked:
+            for ch, msg in self._copy.head_until(horizon_ns):
+                for out in self._outputs:
+                    out.write(ch.topic, msg.log_time, msg.data, publish_ns=msg.publish_time, sequence=msg.sequence)
+            for ci in self._copy.chunks_until(horizon_ns):
+                for out in self._outputs:
+                    if isinstance(out, McapOutput) and not out.copy_chunk(self._copy.file, ci):
+                        for msg in read_chunk(self._copy.file, ci, None):
+                            out.write(
+                                self._copy.channels[msg.channel_id].topic, msg.log_time, msg.data,
+                                publish_ns=msg.publish_time, sequence=msg.sequence,
+                            )  # fmt: skip
             return
         for ch, msg in self._copy.until(horizon_ns):
             if not self._copies(ch):
@@ -190,6 +228,14 @@ class VizRecorder:
             return
         self._closed = True
         error: BaseException | None = None
+        if self._chunked and self._copy is not None and self._horizon is not None:
+            try:  # the chunks the frames did not pass whole: their messages up to the last horizon
+                for ch, msg in self._copy.rest_until(self._horizon):
+                    for out in self._outputs:
+                        out.write(ch.topic, msg.log_time, msg.data, publish_ns=msg.publish_time, sequence=msg.sequence)
+            except Exception as exc:
+                log.debug("copying the drive's last messages failed: %s", exc)
+                error = exc
         for out in self._outputs:
             try:
                 out.close()

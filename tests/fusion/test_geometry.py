@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perception.fusion import box_corners, invert_transform, project_boxes, project_points, transform_points
+from perception.fusion import (
+    box_corners,
+    invert_transform,
+    project_boxes,
+    project_points,
+    transform_cloud,
+    transform_points,
+)
 from perception.fusion._geometry import (
     bev_iou,
     bev_iou_pairs,
@@ -164,3 +171,20 @@ def test_pose_matrix_matches_transform_matrix(xyz: tuple[float, float, float], r
 
     t = Transform.from_xyz_rpy(xyz, rpy)
     np.testing.assert_allclose(pose_matrix(t), t.matrix(), atol=1e-12)
+
+
+def test_transform_cloud_moves_xyz_in_one_pass_and_keeps_the_other_columns() -> None:
+    """A float32 cloud (read-only, as samples hold them) moved by a rigid transform: x, y, z as the
+    float64 product rounded to float32, intensity untouched, the input left as it was."""
+    rng = np.random.default_rng(3)
+    cloud = rng.normal(scale=30.0, size=(500, 4)).astype(np.float32)
+    cloud.setflags(write=False)
+    yaw = 0.7
+    m = np.eye(4)
+    m[:2, :2] = [[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]]
+    m[:3, 3] = [1.5, -2.0, 0.3]
+    out = transform_cloud(m, cloud)
+    assert out.dtype == np.float32 and out.shape == cloud.shape and out.flags.writeable
+    np.testing.assert_allclose(out[:, :3], transform_points(m, cloud[:, :3]).astype(np.float32), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(out[:, 3], cloud[:, 3])
+    assert transform_cloud(m, np.zeros((0, 4), np.float32)).shape == (0, 4)

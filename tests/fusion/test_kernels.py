@@ -109,6 +109,22 @@ def test_empty_inputs() -> None:
     assert p.boxes.shape == (0, 4) and p.in_image.shape == (0,)
 
 
+def test_a_point_inside_a_box_is_exactly_zero_off_it() -> None:
+    """Inside a (rotated) box the offset is 0.0, not rounding noise: radar objects inside one box tie
+    exactly (the later index wins, as documented) instead of by noise that a 1e-13 m shift reorders."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        yaw = rng.uniform(-np.pi, np.pi)
+        length, width = rng.uniform(1.0, 6.0), rng.uniform(0.5, 2.5)
+        along, across = rng.uniform(-0.49, 0.49) * length, rng.uniform(-0.49, 0.49) * width
+        c, s = np.cos(yaw), np.sin(yaw)
+        dx, dy = c * along - s * across + 1e-13, s * along + c * across
+        assert _kernels._off_box(dx, dy, c, s, length, width) == (0.0, 0.0)
+    # outside: the offset to the nearest face
+    ex, ey = _kernels._off_box(3.0, 0.0, 1.0, 0.0, 4.0, 2.0)
+    assert (ex, ey) == pytest.approx((1.0, 0.0))
+
+
 def test_fusion_compiles_each_kernel_once() -> None:
     """Every kernel sees one argument layout (C-contiguous, fixed dtypes) from the fuser: a second
     specialization would mean a multi-second compile in the middle of a drive."""

@@ -232,3 +232,52 @@ def test_a_registered_image_kind_gets_a_detections_topic(small_drive: Path, tmp_
         FRAME_STATS_TOPIC,
         "/sensors/cam_front/detections",
     }
+
+
+class _Messages:
+    """An output that is no MCAP file (as a live view): the recorder then copies the drive message by message."""
+
+    def add_channel(self, channel: object) -> None: ...
+    def write(self, *_args: object, **_kw: object) -> None: ...
+    def add_metadata(self, name: str, data: object) -> None: ...
+    def set_time(self, t_ns: int) -> None: ...
+    def close(self) -> None: ...
+
+
+def test_the_drives_chunks_are_copied_as_they_are(tmp_path: Path) -> None:
+    """An indexed drive's chunks reach the recording byte for byte (no decompression, no compression) once
+    the frames have passed them; the recording holds the same messages as a copy message by message."""
+    drive = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
+    with DriveReader(drive) as drive_reader:
+        results, rig = gt_results(drive_reader)[:40], dict(drive_reader.rig)
+    chunked, per_message = tmp_path / "chunked.mcap", tmp_path / "messages.mcap"
+    with VizRecorder(drive, rig, [McapOutput(chunked)]) as rec:
+        for r in results:
+            rec.write(r)
+    with VizRecorder(drive, rig, [McapOutput(per_message), _Messages()]) as rec:
+        for r in results:
+            rec.write(r)
+    assert _messages(chunked) == _messages(per_message)
+    with drive.open("rb") as f:
+        drive_chunks = make_reader(f).get_summary().chunk_indexes  # type: ignore[union-attr]
+    with chunked.open("rb") as f:
+        reader = make_reader(f, validate_crcs=True)
+        summary = reader.get_summary()
+        assert summary is not None and summary.statistics is not None
+        assert sum(1 for _ in reader.iter_messages()) == summary.statistics.message_count
+    with drive.open("rb") as f, chunked.open("rb") as g:
+        copied = 0
+        for ci in summary.chunk_indexes:
+            same = [
+                d
+                for d in drive_chunks
+                if (d.message_start_time, d.compressed_size) == (ci.message_start_time, ci.compressed_size)
+            ]
+            if same:
+                f.seek(same[0].chunk_start_offset)
+                g.seek(ci.chunk_start_offset)
+                assert f.read(ci.chunk_length) == g.read(ci.chunk_length)
+                copied += 1
+    assert copied >= 2  # 40 frames (4 s) pass several of the drive's chunks whole
+    with DriveReader(chunked) as rec_reader:  # still a drive
+        assert rec_reader.rig.keys() == rig.keys()
