@@ -492,3 +492,6 @@ class FrameResult:
     latency: LatencyTree = field(default_factory=LatencyTree)
     reason: str | None = None
     deadline_missed: bool = False
+    #: The detections are the tracker's prediction at ``t_ns``, not a fusion of this frame's samples (a
+    #: frame shed under overload: ``reason`` ``overload (...)``).
+    predicted: bool = False

@@ -279,6 +279,11 @@ class PipelineConfig:
     admission: Literal["adaptive", "fixed"] = "adaptive"
     queue_size: int = 4  # frames waiting for a pipeline slot
     overflow: Overflow = "drop-oldest"
+    #: Frames arriving faster than the servers finish them (a source that does not wait: ``overflow``
+    #: not ``block``): ``shed`` runs the freshest frame that can finish within its budget and sheds the
+    #: others before any request is sent (:mod:`perception.scheduler._shedding`); ``queue`` queues them
+    #: under ``queue_size`` and ``overflow``.
+    overload: Literal["shed", "queue"] = "shed"
     camera_requests: Literal["batched", "per_camera"] = "batched"
     retry_unavailable: bool = True  # one retry on UNAVAILABLE when the remaining budget allows
     min_retry_budget_ms: float = 20.0

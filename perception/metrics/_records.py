@@ -97,4 +97,6 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
     }
     if r.reason:
         rec["reason"] = r.reason
+    if r.predicted:
+        rec["predicted"] = True
     return rec

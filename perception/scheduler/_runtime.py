@@ -429,6 +429,34 @@ class Runtime:
             reason=reason,
         )
 
+    async def shed(self, frame: Frame, reason: str) -> FrameResult:
+        """The record of a frame shed under overload (:mod:`perception.scheduler._shedding`): no request
+        is sent; its detections are the tracker's prediction at its time (``predicted``), read-only and
+        taken in its fusion turn (after the frames handed in before it are fused, before the later ones)."""
+        origin = frame.created_ns or time.monotonic_ns()
+        before, mine = self._fusion_turn, anyio.Event()
+        self._fusion_turn = mine
+        detections: tuple[Detection3D, ...] = ()
+        predict = getattr(self._fusion, "predict", None)  # a FusionStage that tracks (perception.fusion.Fuser)
+        try:
+            if predict is not None:
+                if before is not None and not before.is_set():
+                    await before.wait()
+                detections = predict(frame)
+        finally:
+            mine.set()
+        total = time.monotonic_ns() - origin
+        return FrameResult(
+            frame_id=frame.frame_id,
+            t_ns=frame.t_ns,
+            status=FrameStatus.DROPPED,
+            sensors={},
+            detections=detections,
+            latency=LatencyTree(total_ns=total, stages={"shed": total}, start_ns=origin),
+            reason=reason,
+            predicted=predict is not None,
+        )
+
     async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order.
 
@@ -486,7 +514,7 @@ class Runtime:
                         )
                         admission = await stack.enter_async_context(opened)
                     pipeline = OrderedPipeline(
-                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission
+                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
                     )
                     if self._stopping:
                         pipeline.stop()  # stopped before this stream started: it takes no frame

@@ -254,3 +254,20 @@ def test_a_radar_velocity_makes_a_track_move_at_once() -> None:
         dets = step(fuser, k, results)
         assert len(dets) == 1 and dets[0].id == 1
         assert dets[0].velocity[0] == pytest.approx(12.0, abs=1.0)
+
+
+def test_a_shed_frame_gets_the_tracks_predicted_to_its_time_and_the_tracker_is_not_advanced() -> None:
+    # Frames 0-9 tracked; frame 10 is shed (no samples processed): its prediction has every track where
+    # its object is at frame 10, and the tracker, untouched, tracks frame 11 exactly as without it.
+    config = FusionConfig(score_threshold=0.0)
+    shed, plain = Fuser(config, RIG), Fuser(config, RIG)
+    for k in range(10):
+        step(shed, k, lidar_frame(k))
+        step(plain, k, lidar_frame(k))
+    predicted = shed.predict(Frame(10, 10 * DT_NS, {}))
+    assert len(predicted) == 3
+    for d, o in zip(by_position(predicted, OBJECTS, 10), move(OBJECTS, 1.0), strict=True):
+        assert math.hypot(d.center[0] - o.center[0], d.center[1] - o.center[1]) < 0.5
+    assert shed.predict(Frame(5, 5 * DT_NS, {}))  # an older time: read-only too
+    assert step(shed, 11, lidar_frame(11)) == step(plain, 11, lidar_frame(11))
+    assert Fuser(config, RIG).predict(Frame(0, 0, {})) == ()  # nothing tracked yet: nothing predicted

@@ -1,0 +1,135 @@
+"""Overload: when frames arrive faster than the servers finish them, shed whole frames, never a sensor.
+
+A vehicle's sensors do not wait. When frames come faster than the models finish them, something has to
+give. Queueing them only moves the problem into the frames' deadlines: a frame that waited for a slot
+starts with less of its budget left, its slowest sensor (the lidar) is late, and every frame after it
+waits longer still. Skipping a sensor gives up the wrong thing. So on every real-time path (a source
+that does not wait: ``replay --rate R``, ``perception live``, the ROS node, :class:`LiveRuntime`,
+:meth:`Runtime.run` fed by a live source, :meth:`ThreadedRuntime.submit`) this one policy decides, each
+time a slot frees, which frame runs:
+
+* the **freshest** waiting frame runs; every older one waiting is *superseded* and shed (its answer
+  would be older than the fresher one's, and computing it would delay that one);
+* it runs only if it can still finish within its budget: what is left of it (the budget less the time
+  it already waited) must cover the frames' measured service time (:class:`ServiceTimes`, the
+  service times the admission measures: admission to result). Otherwise it is shed too: the next frame
+  to arrive finds the slot free and starts with its whole budget. Nothing is hard-wired: the service
+  time is what this machine measured, recently.
+* A frame that would not fit even with its whole budget (the models are slower than the budget,
+  whatever the load) is *not* shed: no amount of shedding makes it fit, and a late answer is still one.
+  The first frames, before anything was measured, are never shed for their budget either.
+
+A shed frame is decided before any of its requests is sent: it costs the servers nothing. It still
+yields its one record, status ``dropped`` with the reason :data:`OVERLOAD` (``report.json``'s
+``drop_reasons``, ``LiveRuntime.status()``, the ROS node's ``/diagnostics``), carrying the tracker's
+prediction at its time, marked ``predicted`` (read-only: the tracker is never advanced by it, nor out of
+order), so that downstream has an answer at the sensors' rate.
+
+Sources that wait (``overflow: block``: ``--rate max``, ``--rate lockstep``) never have frames waiting
+for a slot, and are left alone. ``pipeline.overload: queue`` turns the policy off (the frames then queue
+under ``queue_size`` and ``overflow`` as before: to measure what the policy avoids).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perception.config import PipelineConfig
+
+__all__ = ["OVERLOAD", "SERVICE_WINDOW", "OverloadPolicy", "ServiceTimes", "Verdict", "sheds"]
+
+#: The reason of a shed frame's record (its first word: the key in ``drop_reasons``).
+OVERLOAD = "overload"
+#: Frames whose service times the estimate spans (the newest ones).
+SERVICE_WINDOW = 16
+
+
+def sheds(config: PipelineConfig) -> bool:
+    """Whether a pipeline of ``config`` sheds under overload (a source that does not wait, policy on)."""
+    return config.overload == "shed" and config.overflow != "block"
+
+
+class ServiceTimes:
+    """The service times (ns, admission to result) of the latest :data:`SERVICE_WINDOW` frames; the
+    estimate of the next frame's is the slowest of them (a frame started now must finish in time even
+    if it is as slow as the recent slowest; a cautious estimate sheds a frame that might have made it,
+    which the next arrival replaces, instead of starting one that ends late)."""
+
+    def __init__(self, window: int = SERVICE_WINDOW) -> None:
+        self._recent: deque[int] = deque(maxlen=window)
+
+    def observe(self, service_ns: int) -> None:
+        self._recent.append(service_ns)
+
+    def estimate(self) -> int | None:
+        """The service time to expect of a frame started now; ``None`` before any was measured."""
+        return max(self._recent) if self._recent else None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do with the frames waiting for a slot (indices into them, oldest first)."""
+
+    #: The frame to start now, or ``None``.
+    start: int | None
+    #: The frames shed, each with its reason (``overload (...)``).
+    shed: tuple[tuple[int, str], ...]
+
+
+class OverloadPolicy:
+    """The overload policy (module docs): which waiting frame runs and which are shed.
+
+    ``budget_ns``: a frame's budget from the moment its clock starts (``Frame.created_ns``: its
+    trigger's arrival on a live host, its intake in a replay). Pure bookkeeping on times passed in
+    (:meth:`choose`'s ``now_ns``), so it is tested with service times and clocks fed in.
+    """
+
+    def __init__(self, budget_ns: int, service: ServiceTimes | None = None) -> None:
+        self.budget_ns = budget_ns
+        self.service = service or ServiceTimes()
+        #: Frames shed so far: superseded by a fresher one, or too late to finish in their budget.
+        self.superseded = 0
+        self.too_late = 0
+
+    def observe(self, service_ns: int) -> None:
+        """A frame ended ``service_ns`` after it was admitted (the admission's measure)."""
+        self.service.observe(service_ns)
+
+    def supersede(self, waiting: int) -> tuple[int, ...]:
+        """A new frame arrived and no slot is free: the older frames waiting (indices, oldest first) that
+        it supersedes -- all but the newest, which waits for the next slot."""
+        shed = tuple(range(max(0, waiting - 1)))
+        self.superseded += len(shed)
+        return shed
+
+    def choose(self, started_ns: Sequence[int], now_ns: int) -> Verdict:
+        """A slot is free: ``started_ns`` are the budget clocks' starts of the frames waiting for it
+        (oldest first). The freshest runs if it can still finish within its budget; the rest are shed."""
+        if not started_ns:
+            return Verdict(None, ())
+        newest = len(started_ns) - 1
+        shed = [(i, f"{OVERLOAD} (superseded by a fresher frame)") for i in range(newest)]
+        self.superseded += newest
+        expected = self.service.estimate()
+        waited = max(0, now_ns - started_ns[newest])
+        left = self.budget_ns - waited
+        if expected is not None and expected <= self.budget_ns and expected > left:
+            self.too_late += 1
+            reason = (
+                f"{OVERLOAD} (waited {waited / 1e6:.0f} ms: {left / 1e6:.0f} ms of its budget left, "
+                f"frames take up to {expected / 1e6:.0f} ms)"
+            )
+            shed.append((newest, reason))
+            return Verdict(None, tuple(shed))
+        return Verdict(newest, tuple(shed))
+
+    def report(self) -> dict[str, object]:
+        """The policy's counts for a run's report (the records say which frames)."""
+        expected = self.service.estimate()
+        return {
+            "superseded": self.superseded,
+            "too_late": self.too_late,
+            "service_estimate_ms": round(expected / 1e6, 3) if expected is not None else None,
+        }

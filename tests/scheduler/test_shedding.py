@@ -1,0 +1,186 @@
+"""The overload policy: service times and clocks fed in (no wall-clock luck), then the pipeline using it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from perception.config import PipelineConfig
+from perception.scheduler import OrderedPipeline
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, ServiceTimes, sheds
+from perception.types import Frame, FrameResult, FrameStatus
+
+MS = 1_000_000
+BUDGET = 200 * MS
+
+
+def test_service_estimate_is_the_slowest_recent_frame() -> None:
+    service = ServiceTimes(window=3)
+    assert service.estimate() is None
+    for ms in (100, 140, 90):
+        service.observe(ms * MS)
+    assert service.estimate() == 140 * MS
+    service.observe(95 * MS)  # 100 leaves the window, 140 stays
+    service.observe(96 * MS)  # 140 leaves
+    assert service.estimate() == 96 * MS
+
+
+def test_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    verdict = policy.choose([0, 50 * MS, 100 * MS], now_ns=115 * MS)  # three waited; the newest 15 ms
+    assert verdict.start == 2
+    assert [i for i, _ in verdict.shed] == [0, 1]
+    assert all(reason.startswith(f"{OVERLOAD} (superseded") for _, reason in verdict.shed)
+    assert policy.superseded == 2 and policy.too_late == 0
+
+
+def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    # waited 90 ms: 110 ms left < 115 ms measured
+    verdict = policy.choose([0], now_ns=90 * MS)
+    assert verdict.start is None
+    ((index, reason),) = verdict.shed
+    assert index == 0 and reason.startswith(OVERLOAD)
+    assert "110 ms of its budget left" in reason and "115 ms" in reason
+    # waited 80 ms: 120 ms left covers 115 ms
+    assert policy.choose([0], now_ns=80 * MS).start == 0
+    assert policy.too_late == 1
+
+
+def test_no_frame_is_shed_before_anything_was_measured_or_when_none_would_fit() -> None:
+    policy = OverloadPolicy(BUDGET)
+    assert policy.choose([0], now_ns=190 * MS).start == 0  # nothing measured yet
+    policy.observe(250 * MS)  # slower than the budget: shedding cannot make a frame fit
+    assert policy.choose([0], now_ns=150 * MS).start == 0
+
+
+def test_a_new_frame_supersedes_all_waiting_but_itself() -> None:
+    policy = OverloadPolicy(BUDGET)
+    assert policy.supersede(1) == ()
+    assert policy.supersede(3) == (0, 1)
+    assert policy.superseded == 2
+
+
+def test_only_sources_that_do_not_wait_shed() -> None:
+    assert sheds(PipelineConfig())
+    assert not sheds(PipelineConfig(overflow="block"))
+    assert not sheds(PipelineConfig(overload="queue"))
+
+
+# -- the pipeline under the policy ---------------------------------------------------------------------
+
+
+
+def frame(i: int, created_ns: int = 0) -> Frame:
+    return Frame(frame_id=i, t_ns=i * 50 * MS, samples={}, created_ns=created_ns)
+
+
+def _dropped(f: Frame, reason: str) -> FrameResult:
+    return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+
+async def collect(pipeline: OrderedPipeline, source: AsyncIterator[Frame]) -> list[FrameResult]:
+    send, recv = anyio.create_memory_object_stream[FrameResult](100)
+    out: list[FrameResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pipeline.run, source, send)
+        async with recv:
+            async for r in recv:
+                out.append(r)
+    return out
+
+
+@pytest.mark.anyio
+async def test_frames_arriving_during_a_frame_are_shed_but_the_freshest_with_a_predicted_record() -> None:
+    # Frame 0 is processed until frames 1-9 were offered (an event): 1-8 are superseded before any of
+    # them is processed, 9 (the freshest) runs next. Each shed frame's record comes from `shed`, in order.
+    offered = anyio.Event()
+    processed: list[int] = []
+    shed_calls: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        await offered.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        shed_calls.append(f.frame_id)
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(10):
+            yield frame(i)
+        offered.set()
+
+    config = PipelineConfig(max_in_flight=1, queue_size=4)
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=30_000 * MS, shed=shed)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == list(range(10))  # exactly one record per frame, in order
+    assert processed == [0, 9]
+    assert shed_calls == list(range(1, 9))
+    for r in out[1:9]:
+        assert r.status is FrameStatus.DROPPED and r.predicted
+        assert (r.reason or "").startswith(OVERLOAD)
+    assert out[9].status is FrameStatus.OK
+    assert p.shed_count == 8
+
+
+@pytest.mark.anyio
+async def test_a_frame_whose_budget_ran_out_while_waiting_is_shed_before_it_is_processed() -> None:
+    # Frame 0 runs; frame 1 waits for it, stamped 60 s earlier with a 30 s budget: when the slot frees,
+    # what is left of its budget (negative) cannot cover the frame measured, so it is shed unprocessed.
+    # Frame 2 arrives after that, to a free slot: it runs.
+    release0 = anyio.Event()
+    shed1 = anyio.Event()
+    processed: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        if f.frame_id == 0:
+            await release0.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        shed1.set()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    async def source() -> AsyncIterator[Frame]:
+        yield frame(0)
+        yield frame(1, created_ns=time.monotonic_ns() - 60_000 * MS)
+        release0.set()
+        await shed1.wait()
+        yield frame(2)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS, shed=shed)
+    assert p.overload is not None
+    p.overload.observe(1 * MS)  # a measured service time (well within the budget)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == [0, 1, 2]
+    assert processed == [0, 2]
+    assert out[1].status is FrameStatus.DROPPED and "of its budget left" in (out[1].reason or "")
+    assert p.overload.too_late == 1
+
+
+@pytest.mark.anyio
+async def test_a_source_that_waits_is_never_shed() -> None:
+    async def process(f: Frame) -> FrameResult:
+        await anyio.sleep(0)
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(6):
+            yield frame(i)
+
+    config = PipelineConfig(max_in_flight=1, queue_size=0, overflow="block")
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=1 * MS)
+    assert p.overload is None
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.status for r in out] == [FrameStatus.OK] * 6
