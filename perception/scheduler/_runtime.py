@@ -156,6 +156,7 @@ class Runtime:
         #: the warm-up (the dispatcher counts its own): what :meth:`server_statistics` waits to see counted.
         self._stats_base: dict[str, dict[str, int]] = {}
         self._warmup_answered: Counter[str] = Counter()
+        self._warmup_ns: dict[str, int] = {}
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
 
@@ -176,6 +177,8 @@ class Runtime:
             self._dispatcher = Dispatcher(
                 dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
             )
+            for model, ns in self._warmup_ns.items():
+                self._dispatcher.breakers[model].observe(ns)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
@@ -281,8 +284,11 @@ class Runtime:
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
             try:
                 req = InferRequest(model, inputs, outputs=output_names(kind), request_id=f"warmup-{i}", sensor=sensor)
+                sent = time.monotonic_ns()
                 await client.infer_request(req)
                 self._warmup_answered[model] += 1
+                # the model's first measured service time, for its circuit breaker (_circuit: load vs fault)
+                self._warmup_ns[model] = max(self._warmup_ns.get(model, 0), time.monotonic_ns() - sent)
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from perception.config import PipelineConfig
@@ -171,7 +172,7 @@ async def test_a_frame_whose_budget_ran_out_while_waiting_is_shed_before_it_is_p
 @pytest.mark.anyio
 async def test_a_source_that_waits_is_never_shed() -> None:
     async def process(f: Frame) -> FrameResult:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
 
     async def source() -> AsyncIterator[Frame]:
