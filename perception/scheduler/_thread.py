@@ -8,7 +8,12 @@ waiting is dropped and counted (:attr:`ThreadedRuntime.callbacks_dropped`). Fram
 concurrently are processed concurrently up to the admission's limit -- the same
 :class:`~perception.scheduler._admission.Admission` a stream of :meth:`Runtime.run` has: adaptive up to
 ``pipeline.max_in_flight`` (``pipeline.admission``), so frames do not queue in the servers inside their
-deadlines; beyond it they wait, first come first served (this API never drops: the caller owns pacing).
+deadlines; beyond it they wait. A host submits frames as its sensors deliver them, without waiting: when
+they come faster than the servers finish them, the overload policy of every real-time path decides
+(:mod:`perception.scheduler._shedding`): the freshest waiting frame runs if it can finish within its
+budget, the others are shed (their futures answered with a ``dropped`` result, reason ``overload``, and
+the tracker's prediction at their time). With ``pipeline.overload: queue`` or ``overflow: block`` they
+wait first come, first served instead, and none is dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._pipeline import admission_adapts, ended_late
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorSpec, SessionSource
 
 __all__ = ["ThreadedRuntime"]
@@ -45,6 +51,17 @@ Callback = Callable[[FrameResult], None]
 CALLBACK_QUEUE = 256
 #: Beyond the drain timeout, how long close waits for the runtime's own release (server, channels).
 _RELEASE_MARGIN_S = 30.0
+
+
+class _Waiter:
+    """A submitted frame waiting for a slot: set when it may start, or when it is shed (``shed``: why)."""
+
+    __slots__ = ("event", "shed", "started_ns")
+
+    def __init__(self, started_ns: int) -> None:
+        self.event = anyio.Event()
+        self.started_ns = started_ns
+        self.shed: str | None = None
 
 
 class ThreadedRuntime:
@@ -72,7 +89,8 @@ class ThreadedRuntime:
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._admission: Admission | None = None
-        self._waiting: deque[anyio.Event] = deque()  # frames waiting for a slot, in submission order
+        self._waiting: deque[_Waiter] = deque()  # frames waiting for a slot, in submission order
+        self._overload: OverloadPolicy | None = None  # when frames are shed under overload (module docs)
         self._active = 0  # frames submitted and not finished (waiting or in flight)
         self._idle: anyio.Event | None = None  # set when the last active frame finishes
         self._stop: anyio.Event | None = None
@@ -110,6 +128,8 @@ class ThreadedRuntime:
                 pipeline.max_in_flight, deadline_ns, adaptive=admission_adapts(pipeline, deadline_ns)
             )
             self._runtime.admission = self._admission  # its limit and how it moved: runtime.admission.report()
+            if sheds(pipeline):
+                self._overload = OverloadPolicy(deadline_ns)
             task_status.started()
             await self._stop.wait()
             with anyio.move_on_after(pipeline.drain_timeout_s):
@@ -136,20 +156,26 @@ class ThreadedRuntime:
             if not self._waiting and admission.try_acquire():
                 slot = True
             else:
-                turn = anyio.Event()
+                turn = _Waiter(frame.created_ns or time.monotonic_ns())
                 self._waiting.append(turn)
+                self._supersede()
                 try:
-                    await turn.wait()
+                    await turn.event.wait()
                 finally:
-                    if turn.is_set():
-                        slot = True  # granted by _pump (a slot taken for this frame)
+                    if turn.event.is_set():
+                        slot = turn.shed is None  # granted by _pump (a slot taken for this frame), or shed
                     else:
                         self._waiting.remove(turn)  # cancelled while waiting
+                if turn.shed is not None:
+                    return await self._runtime.shed(frame, turn.shed)
             start = time.monotonic_ns()
             result = await self._runtime.process(frame)
             slot = False
             # admission to result, as a stream's pipeline measures it
-            admission.release(time.monotonic_ns() - start, late=ended_late(result))
+            end = time.monotonic_ns()
+            admission.release(end - start, late=ended_late(result))
+            if self._overload is not None:
+                self._overload.observe(end - start)
             return result
         finally:
             if slot:
@@ -159,11 +185,34 @@ class ThreadedRuntime:
             if not self._active and self._idle is not None:
                 self._idle.set()
 
+    def _supersede(self) -> None:
+        """A frame started waiting: under the overload policy the older waiting frames are shed."""
+        if self._overload is None:
+            return
+        for i in reversed(self._overload.supersede(len(self._waiting))):
+            victim = self._waiting[i]
+            del self._waiting[i]
+            victim.shed = f"{OVERLOAD} (superseded by a fresher frame)"
+            victim.event.set()
+
     def _pump(self) -> None:
-        """Give free slots to the frames waiting longest (the admission may probe one more for them)."""
+        """Give free slots to the frames waiting longest (the admission may probe one more for them);
+        under the overload policy to the freshest that can finish in time, the others shed."""
         admission = self._admission
         while self._waiting and admission is not None and admission.try_acquire():
-            self._waiting.popleft().set()
+            if self._overload is None:
+                self._waiting.popleft().event.set()
+                continue
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            verdict = self._overload.choose([w.started_ns for w in waiting], time.monotonic_ns())
+            for i, reason in verdict.shed:  # woken first: their records take their fusion turns first
+                waiting[i].shed = reason
+                waiting[i].event.set()
+            if verdict.start is None:
+                admission.release(None)
+                return
+            waiting[verdict.start].event.set()
 
     @staticmethod
     def _run_callback(callback: Callback, future: concurrent.futures.Future[FrameResult]) -> None:
