@@ -76,7 +76,6 @@ def test_only_sources_that_do_not_wait_shed() -> None:
 # -- the pipeline under the policy ---------------------------------------------------------------------
 
 
-
 def frame(i: int, created_ns: int = 0) -> Frame:
     return Frame(frame_id=i, t_ns=i * 50 * MS, samples={}, created_ns=created_ns)
 
