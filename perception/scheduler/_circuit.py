@@ -123,7 +123,7 @@ class CircuitBreaker:
         else:
             verdict = LateVerdict.LOAD
         self.late[verdict.value] += 1
-        if verdict is not LateVerdict.LOAD:
+        if service is None or verdict is not LateVerdict.LOAD:
             self.record_failure(now_ns)
             return verdict
         self._late_streak += 1
