@@ -5,7 +5,10 @@ One run, one machine: the sustainable rate is measured first (the default rig's 
 (0.5x, 1x, 1.5x, 2x, 3x by default), a drive is simulated from the default rig with its lidar (the
 trigger) at ``factor x sustainable`` Hz, replayed once in lockstep (the reference: every frame processed)
 and once at recorded speed (``--rate 1.0``: what a vehicle sees; the overload policy sheds frames). All
-replays share one embedded server. Per point:
+replays share one embedded server. Each frame's work stays that of the 10 Hz drive: the lidar merges
+the sweep before it (its ``accumulate_ms``, 120 ms at 10 Hz, scaled by 10 Hz / the trigger's rate; with
+120 ms at 25 Hz each frame would merge three sweeps and cost the lidar model half as much again, which
+measures a heavier workload, not the overload). Per point:
 
 * frames offered (records), processed, complete (status ok), shed (reason overload), predicted;
 * the processed frames' latency p50/p99 (from the frame's intake) and deadline misses;
@@ -18,7 +21,11 @@ replays share one embedded server. Per point:
   statistics: the failed requests' time, and successful requests beyond those answered in time
   (the mean compute per success each), less the runtime's warm-up (one request per instance);
 * fused mAP over all frames (shed frames scored by their prediction), and lockstep's on the same drive;
-* at the factors below 1, whether every frame's detections equal lockstep's.
+* at the factors below 1, whether every frame's detections equal lockstep's;
+* and the same drive through ``perception live`` (a publisher process plays it at its recorded timing,
+  the live API assembles and processes it; ``--url`` of the bench's server): frames, processed,
+  complete, shed, latency from the trigger's arrival p50/p99 (processed frames; every frame's answer
+  too), lidar ok share, frames with a circuit open (no ground truth there: no mAP).
 
 Writes ``bench/results/overload.json`` and ``bench/results/overload.png``. A few minutes with the
 default 6 s drives (the simulation of each drive is most of it).
@@ -189,11 +196,61 @@ def summarize(run: Replayed, budget_ns: int, rate_hz: float) -> dict[str, Any]:
     }
 
 
+def _live_profile(out: Path, accumulate_ms: float) -> Path:
+    """The default profile with the lidar accumulating ``accumulate_ms``, written into ``out``."""
+    text = PROFILE.read_text()
+    line = "  lidar:  {model: lidar_detector, "
+    assert line in text, "launch/replay.yaml's lidar defaults moved"
+    out.mkdir(parents=True, exist_ok=True)
+    profile = out / "profile.yaml"
+    profile.write_text(text.replace(line, f"{line}accumulate_ms: {accumulate_ms}, "))
+    return profile
+
+
+def _live_summary(out: Path) -> dict[str, Any]:
+    """``perception live --out``'s per-frame lines and status, summarized (module docs)."""
+    lines = [json.loads(line) for line in (out / "frames.jsonl").read_text().splitlines()]
+    processed = [r for r in lines if r["status"] != "dropped"]
+    status = json.loads((out / "live.json").read_text())
+    lat = [r["latency_ms"] for r in processed]
+    every = [r["latency_ms"] for r in lines]
+    return {
+        "frames": len(lines),
+        "processed": len(processed),
+        "complete": sum(r["status"] == "ok" for r in processed),
+        "shed": status.get("shed"),
+        "latency_from_arrival_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
+        "answer_after_arrival_ms": {"p50": _pct(every, 50), "p99": _pct(every, 99)},
+        "deadline_misses": status.get("deadline_misses"),
+        "lidar_ok_share_of_processed": round(
+            sum(r["sensors"].get(TRIGGER) == "ok" for r in processed) / len(processed), 3
+        )
+        if processed
+        else None,
+        "frames_with_a_circuit_open": sum("skipped" in r["sensors"].values() for r in processed),
+    }
+
+
+async def live(drive: Path, url: str, out: Path, accumulate_ms: float) -> dict[str, Any]:
+    """``perception live DRIVE --url URL`` (the lidar accumulating as in the replays), summarized."""
+    import os
+    import sys
+
+    profile = _live_profile(out, accumulate_ms)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "perception", "live", str(drive), "--url", url, "--out", str(out)]
+    cmd += ["--config", str(profile)]
+    done = await anyio.run_process(cmd, check=False, env=env)
+    if done.returncode != 0:
+        return {"error": f"perception live exited {done.returncode}: {done.stderr.decode()[-500:]}"}
+    return _live_summary(out)
+
+
 def _same(a: list[FrameResult], b: list[FrameResult]) -> bool:
     return [frame_record(r)["detections"] for r in a] == [frame_record(r)["detections"] for r in b]
 
 
-async def run(duration_s: float, factors: list[float], seed: int, work: Path) -> dict[str, Any]:
+async def run(duration_s: float, factors: list[float], seed: int, work: Path, with_live: bool) -> dict[str, Any]:
     config = load_config(PROFILE)
     async with EmbeddedTriton([ROOT / "models"]) as server:
         cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, url=server.grpc_url))
@@ -212,13 +269,22 @@ async def run(duration_s: float, factors: list[float], seed: int, work: Path) ->
                 generate_drive(
                     drive, scenario="urban", seed=seed, duration_s=duration_s, rig=rig_at(hz, work / "r.yaml")
                 )
-                lock = await replay(drive, cfg, "lockstep", client)
-                live = await replay(drive, cfg, 1.0, client)
-                point = {"factor": factor, **summarize(live, cfg.budget.total_ns, hz)}
+                defaults = cfg.sensor_defaults
+                lidar = dataclasses.replace(defaults.lidar, accumulate_ms=round(1200.0 / hz, 1))
+                at_hz = dataclasses.replace(cfg, sensor_defaults=dataclasses.replace(defaults, lidar=lidar))
+                lock = await replay(drive, at_hz, "lockstep", client)
+                paced = await replay(drive, at_hz, 1.0, client)
+                point = {"factor": factor, **summarize(paced, cfg.budget.total_ns, hz)}
+                point["lidar_accumulate_ms"] = lidar.accumulate_ms
                 point["lockstep_fused_mAP"] = round(lock.quality["mAP"], 4) if lock.quality else None
                 point["lockstep_frames_per_s"] = round(len(lock.results) / lock.wall_s, 2)
+                point["trigger_over_its_lockstep_rate"] = round(hz / point["lockstep_frames_per_s"], 2)
                 if factor <= 0.8:
-                    point["detections_equal_lockstep"] = _same(live.results, lock.results)
+                    point["detections_equal_lockstep"] = _same(paced.results, lock.results)
+                if with_live:
+                    point["perception_live"] = await live(
+                        drive, server.grpc_url, work / f"live{factor:g}", lidar.accumulate_ms or 0.0
+                    )
                 log.info("%s", json.dumps(point))
                 points.append(point)
     return {
@@ -269,11 +335,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=6.0, help="seconds of each simulated drive")
     parser.add_argument("--factors", default="0.5,1,1.5,2,3", help="trigger rates, times the sustainable rate")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-live", action="store_true", help="no perception live pass per point")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     factors = [float(f) for f in args.factors.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench_overload-") as tmp:
-        result = anyio.run(run, args.duration, factors, args.seed, Path(tmp))
+        result = anyio.run(run, args.duration, factors, args.seed, Path(tmp), not args.no_live)
     out = {"environment": environment(), "benchmark": "overload curve (issue 43)", **result}
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     plot(out)
