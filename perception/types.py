@@ -463,6 +463,9 @@ class SensorResult:
     #: The version of ``model`` that answered (empty when the request got no answer, or the client
     #: does not say).
     model_version: str = ""
+    #: Not requested for this frame: the sensor's latest result, this old (ns, from its sample to the
+    #: frame time), reused while frames are shed under overload (``pipeline.required_sensors``).
+    reused_age_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
+from perception.scheduler._reuse import SensorReuse
 from perception.scheduler._session import FusionStage, Session
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
@@ -129,6 +130,15 @@ class Runtime:
         if fusion == "profile":
             fusion = session.fusion()
         self._fusion = fusion
+        pipe = config.pipeline
+        #: Sensors decimated while frames are shed, their latest results reused (_reuse).
+        self.reuse = SensorReuse.of(
+            tuple(s.name for s in config.active_sensors),
+            config.trigger.sensor,
+            pipe.required_sensors,
+            pipe.reuse_max_age_ms,
+            file=str(config.source) if config.source else None,
+        )
         self._external_client = client
         self._check_models = check_models
         self._trace = trace_requests
@@ -369,7 +379,8 @@ class Runtime:
         before, mine = self._fusion_turn, anyio.Event()
         self._fusion_turn = mine
         try:
-            results = await dispatcher.dispatch(frame, origin + self._join_ns)
+            sent, reused = self.reuse.plan(frame)  # while frames are shed, sensors not required are decimated
+            results = self.reuse.merge(await dispatcher.dispatch(sent, origin + self._join_ns), reused)
             joined = time.monotonic_ns()
             detections: tuple[Detection3D, ...] = ()
             fusion_stages: dict[str, int] = {}
@@ -440,6 +451,7 @@ class Runtime:
         is sent; its detections are the tracker's prediction at its time (``predicted``), read-only and
         taken in its fusion turn (after the frames handed in before it are fused, before the later ones)."""
         origin = frame.created_ns or time.monotonic_ns()
+        self.reuse.shed(frame)
         before, mine = self._fusion_turn, anyio.Event()
         self._fusion_turn = mine
         detections: tuple[Detection3D, ...] = ()
