@@ -5,10 +5,10 @@ One run, one machine: the sustainable rate is measured first (the default rig's 
 (0.5x, 1x, 1.5x, 2x, 3x by default), a drive is simulated from the default rig with its lidar (the
 trigger) at ``factor x sustainable`` Hz, replayed once in lockstep (the reference: every frame processed)
 and once at recorded speed (``--rate 1.0``: what a vehicle sees; the overload policy sheds frames). All
-replays share one embedded server. Each frame's work stays that of the 10 Hz drive: the lidar merges
-the sweep before it (its ``accumulate_ms``, 120 ms at 10 Hz, scaled by 10 Hz / the trigger's rate; with
-120 ms at 25 Hz each frame would merge three sweeps and cost the lidar model half as much again, which
-measures a heavier workload, not the overload). Per point:
+replays share one embedded server. Each frame's work stays at most that of the 10 Hz drive: the lidar
+merges at most the sweep before it (its ``accumulate_ms``, 120 ms at 10 Hz, times 10 Hz / the trigger's
+rate above 10 Hz; with 120 ms at 25 Hz each frame would merge three sweeps and cost the lidar model half
+as much again, which measures a heavier workload, not the overload). Per point:
 
 * frames offered (records), processed, complete (status ok), shed (reason overload), predicted;
 * the processed frames' latency p50/p99 (from the frame's intake) and deadline misses;
@@ -270,7 +270,7 @@ async def run(duration_s: float, factors: list[float], seed: int, work: Path, wi
                     drive, scenario="urban", seed=seed, duration_s=duration_s, rig=rig_at(hz, work / "r.yaml")
                 )
                 defaults = cfg.sensor_defaults
-                lidar = dataclasses.replace(defaults.lidar, accumulate_ms=round(1200.0 / hz, 1))
+                lidar = dataclasses.replace(defaults.lidar, accumulate_ms=round(min(120.0, 1200.0 / hz), 1))
                 at_hz = dataclasses.replace(cfg, sensor_defaults=dataclasses.replace(defaults, lidar=lidar))
                 lock = await replay(drive, at_hz, "lockstep", client)
                 paced = await replay(drive, at_hz, 1.0, client)

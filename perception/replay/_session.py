@@ -334,6 +334,10 @@ async def _replay(
                     raise failed
                 stopped = rt.stopping
                 admission = rt.admission.report() if rt.admission is not None else None
+                if admission is not None and rt.overload is not None:
+                    # the frames shed under overload: superseded, or too late to finish (_shedding); the
+                    # sensors decimated meanwhile, their results reused (_reuse)
+                    admission = {**admission, "overload": {**rt.overload.report(), "reused": dict(rt.reuse.reused)}}
                 with anyio.CancelScope(shield=True):
                     stats_after = await rt.server_statistics()
                 # a server restarted during the replay (a crash) counted from 0 again: no breakdown
@@ -347,9 +351,7 @@ async def _replay(
                         "logs": [str(p) for p in rt.server.crash_logs],
                     }
         counters = acc.counters()
-        models = {
-            s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors
-        }
+        models = {s.name: ModelServed(s.model, tuple(sorted(versions.get(s.name, ())))) for s in cfg.active_sensors}
         damage = reader.damage
         quality = evaluation.evaluator.summary() if evaluation is not None else None
         report = RunReport(

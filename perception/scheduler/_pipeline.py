@@ -172,7 +172,7 @@ class OrderedPipeline:
             seq = self._next_seq
             self._next_seq += 1
             self._pending.append((seq, frame))
-            self._start_ready(tg, slot=slot)
+            self._start_ready(tg, slot=slot, arrived=True)
             if self.overload is not None:
                 # keep the freshest: the frames still waiting are superseded by this one
                 for i in reversed(self.overload.supersede(len(self._pending))):
@@ -188,15 +188,18 @@ class OrderedPipeline:
                 self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
 
-    def _start_ready(self, tg: TaskGroup, *, slot: bool = False) -> None:
+    def _start_ready(self, tg: TaskGroup, *, slot: bool = False, arrived: bool = False) -> None:
         """Start waiting frames while the admission gives slots (``slot``: one is already taken); under
-        the overload policy, the freshest that can finish in time, the others shed."""
+        the overload policy, the freshest that can finish in time, the others shed (``arrived``: the
+        freshest has just arrived, see :meth:`OverloadPolicy.choose`)."""
         while self._pending and (slot or self.admission.try_acquire()):
             slot = False
             if self.overload is not None:
                 waiting = list(self._pending)
                 self._pending.clear()
-                verdict = self.overload.choose([f.created_ns for _, f in waiting], time.monotonic_ns())
+                now = time.monotonic_ns()
+                verdict = self.overload.choose([f.created_ns for _, f in waiting], now, arrived=arrived)
+                arrived = False
                 for i, reason in verdict.shed:  # the older first: their records take their turns first
                     if i != verdict.start:
                         self._shed_frame(tg, *waiting[i], reason)

@@ -36,6 +36,7 @@ from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
 from perception.scheduler._session import FusionStage, Session
+from perception.scheduler._shedding import OverloadPolicy
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
@@ -157,6 +158,8 @@ class Runtime:
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
+        #: The overload policy of the latest stream (when it sheds): its counts (``report()``).
+        self.overload: OverloadPolicy | None = None
         #: Set once the last frame handed to :meth:`process` is fused (frames are fused in that order).
         self._fusion_turn: anyio.Event | None = None
         self._stopping = False
@@ -539,6 +542,7 @@ class Runtime:
                     self._pipelines.add(pipeline)
                     stack.callback(self._pipelines.discard, pipeline)
                     self.admission = pipeline.admission
+                    self.overload = pipeline.overload
                     task_status.started()
                     started = True
                     await pipeline.run(source, send)

@@ -15,9 +15,12 @@ time a slot frees, which frame runs:
   service times the admission measures: admission to result). Otherwise it is shed too: the next frame
   to arrive finds the slot free and starts with its whole budget. Nothing is hard-wired: the service
   time is what this machine measured, recently.
-* A frame that would not fit even with its whole budget (the models are slower than the budget,
-  whatever the load) is *not* shed: no amount of shedding makes it fit, and a late answer is still one.
-  The first frames, before anything was measured, are never shed for their budget either.
+* A frame that finds a slot free when it arrives runs, whatever it spent of its budget before (a live
+  frame's clock starts at its trigger's arrival, and assembly waits for the other sensors): the next
+  frame would spend as much, and shedding it frees nothing for a fresher one. A frame that would not
+  fit even with its whole budget (the models are slower than the budget, whatever the load) is not
+  shed either: no amount of shedding makes it fit, and a late answer is still one. Nor are the first
+  frames, before anything was measured.
 
 A shed frame is decided before any of its requests is sent: it costs the servers nothing. It still
 yields its one record, status ``dropped`` with the reason :data:`OVERLOAD` (``report.json``'s
@@ -104,9 +107,10 @@ class OverloadPolicy:
         self.superseded += len(shed)
         return shed
 
-    def choose(self, started_ns: Sequence[int], now_ns: int) -> Verdict:
+    def choose(self, started_ns: Sequence[int], now_ns: int, *, arrived: bool = False) -> Verdict:
         """A slot is free: ``started_ns`` are the budget clocks' starts of the frames waiting for it
-        (oldest first). The freshest runs if it can still finish within its budget; the rest are shed."""
+        (oldest first). The freshest runs if it can still finish within its budget; the rest are shed.
+        ``arrived``: the freshest has just arrived to the free slot (it waited for none): it runs."""
         if not started_ns:
             return Verdict(None, ())
         newest = len(started_ns) - 1
@@ -115,7 +119,7 @@ class OverloadPolicy:
         expected = self.service.estimate()
         waited = max(0, now_ns - started_ns[newest])
         left = self.budget_ns - waited
-        if expected is not None and expected <= self.budget_ns and expected > left:
+        if not arrived and expected is not None and expected <= self.budget_ns and expected > left:
             self.too_late += 1
             reason = (
                 f"{OVERLOAD} (waited {waited / 1e6:.0f} ms: {left / 1e6:.0f} ms of its budget left, "

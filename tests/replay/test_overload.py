@@ -43,6 +43,10 @@ def test_an_over_rate_replay_sheds_whole_frames_with_predicted_records(drive: Pa
         counters = outcome.report.counters
         shed = [r for r in results if r.status is FrameStatus.DROPPED]
         assert counters.drop_reasons.get("overload", 0) == len(shed) == counters.dropped
+        admission = outcome.report.admission
+        assert admission is not None
+        overload = admission["overload"]  # the policy's counts in report.json
+        assert overload["superseded"] + overload["too_late"] == len(shed)
 
     anyio.run(main)
     with DriveReader(drive) as reader:

@@ -53,6 +53,14 @@ def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
     assert policy.too_late == 1
 
 
+def test_a_frame_arriving_to_a_free_slot_runs_whatever_it_spent_before() -> None:
+    # a live frame's clock starts at its trigger's arrival; assembly took 120 ms before it reached a free slot
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    assert policy.choose([0], now_ns=120 * MS, arrived=True).start == 0
+    assert policy.choose([0], now_ns=120 * MS).start is None  # the same frame after waiting for a slot
+
+
 def test_no_frame_is_shed_before_anything_was_measured_or_when_none_would_fit() -> None:
     policy = OverloadPolicy(BUDGET)
     assert policy.choose([0], now_ns=190 * MS).start == 0  # nothing measured yet
@@ -184,3 +192,22 @@ async def test_a_source_that_waits_is_never_shed() -> None:
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert [r.status for r in out] == [FrameStatus.OK] * 6
+
+
+@pytest.mark.anyio
+async def test_a_frame_arriving_to_an_idle_pipeline_runs_however_long_ago_its_clock_started() -> None:
+    # Each frame's clock started 60 s ago (a live frame's trigger arrival, then assembly) with a 30 s
+    # budget, and frames take 1 ms: each arrives to a free slot, waits for none, and runs.
+    async def process(f: Frame) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(4):
+            yield frame(i, created_ns=time.monotonic_ns() - 60_000 * MS)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
+    assert p.overload is not None
+    p.overload.observe(1 * MS)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.status for r in out] == [FrameStatus.OK] * 4
