@@ -11,15 +11,13 @@ time a slot frees, which frame runs:
 * the **freshest** waiting frame runs; every older one waiting is *superseded* and shed (its answer
   would be older than the fresher one's, and computing it would delay that one);
 * it runs only if it can still finish within its budget: what is left of it (the budget less the time
-  it already waited) must cover the frames' measured service time (:class:`ServiceTimes`, the
-  service times the admission measures: admission to result). Otherwise it is shed too: the next frame
-  to arrive finds the slot free and starts with its whole budget. Nothing is hard-wired: the service
-  time is what this machine measured, recently.
+  it already waited) must cover the frames' measured service time (:class:`ServiceTimes`: start to
+  result, the 90th percentile of the latest frames), or the whole budget when frames take longer than
+  that. Otherwise it is shed too: the next frame to arrive finds the slot free and starts with its
+  whole budget. Nothing is hard-wired: the service time is what this machine measured, recently.
 * A frame that finds a slot free when it arrives runs, whatever it spent of its budget before (a live
   frame's clock starts at its trigger's arrival, and assembly waits for the other sensors): the next
-  frame would spend as much, and shedding it frees nothing for a fresher one. A frame that would not
-  fit even with its whole budget (the models are slower than the budget, whatever the load) is not
-  shed either: no amount of shedding makes it fit, and a late answer is still one. Nor are the first
+  frame would spend as much, and shedding it frees nothing for a fresher one. Nor are the first
   frames, before anything was measured.
 
 A shed frame is decided before any of its requests is sent: it costs the servers nothing. It still
@@ -55,10 +53,12 @@ def sheds(config: PipelineConfig) -> bool:
 
 
 class ServiceTimes:
-    """The service times (ns, admission to result) of the latest :data:`SERVICE_WINDOW` frames; the
-    estimate of the next frame's is the slowest of them (a frame started now must finish in time even
-    if it is as slow as the recent slowest; a cautious estimate sheds a frame that might have made it,
-    which the next arrival replaces, instead of starting one that ends late)."""
+    """The service times (ns, a frame's start to its result) of the latest :data:`SERVICE_WINDOW` frames;
+    the estimate of the next frame's is their 90th percentile (nearest rank): a frame started now must
+    finish in time even if it is among the slow ones, and a cautious estimate sheds a frame that might
+    have made it, which the next arrival replaces, rather than start one that ends late. Not the
+    slowest: one frame slowed by something else (a stall of the host) would turn the rule off for the
+    whole window."""
 
     def __init__(self, window: int = SERVICE_WINDOW) -> None:
         self._recent: deque[int] = deque(maxlen=window)
@@ -68,7 +68,10 @@ class ServiceTimes:
 
     def estimate(self) -> int | None:
         """The service time to expect of a frame started now; ``None`` before any was measured."""
-        return max(self._recent) if self._recent else None
+        if not self._recent:
+            return None
+        ranked = sorted(self._recent)
+        return ranked[min(len(ranked) - 1, -(-9 * len(ranked) // 10) - 1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,8 @@ class OverloadPolicy:
         expected = self.service.estimate()
         waited = max(0, now_ns - started_ns[newest])
         left = self.budget_ns - waited
-        if not arrived and expected is not None and expected <= self.budget_ns and expected > left:
+        # frames that take longer than the budget cannot spend any of it waiting
+        if not arrived and expected is not None and left < min(expected, self.budget_ns):
             self.too_late += 1
             reason = (
                 f"{OVERLOAD} (waited {waited / 1e6:.0f} ms: {left / 1e6:.0f} ms of its budget left, "
