@@ -13,10 +13,11 @@ A dropped frame is not lost: it is emitted, in order, as a record with status ``
 reason. Every frame that enters yields exactly one result.
 
 With a source that does not wait (any ``overflow`` but ``block``) and a deadline, the overload policy
-decides instead (``pipeline.overload: shed``, :mod:`perception.scheduler._shedding`): a new frame
-supersedes the frames still waiting, and when a slot frees the freshest waiting frame starts if it can
-still finish within its budget; the others are shed, each recorded by ``shed`` (the runtime's: the
-tracker's prediction at its time) in its turn, before any request of theirs is sent.
+decides too (``pipeline.overload: shed``, :mod:`perception.scheduler._shedding`): when a slot frees, the
+oldest waiting frame from which every waiting frame can still finish within its budget starts, and the
+older ones are shed (under sustained overload: the freshest starts), each recorded by ``shed`` (the
+runtime's: the tracker's prediction at its time) in its turn, before any request of theirs is sent; a
+frame the queue overflows is shed the same way (the queue holds at least the freshest).
 """
 
 from __future__ import annotations
@@ -173,20 +174,19 @@ class OrderedPipeline:
             self._next_seq += 1
             self._pending.append((seq, frame))
             self._start_ready(tg, slot=slot, arrived=True)
-            if self.overload is not None:
-                # keep the freshest: the frames still waiting are superseded by this one
-                for i in reversed(self.overload.supersede(len(self._pending))):
-                    victim_seq, victim = self._pending[i]
-                    del self._pending[i]
-                    self._shed_frame(tg, victim_seq, victim, f"{OVERLOAD} (superseded by a fresher frame)")
-                return
-            while len(self._pending) > self._queue_size:
+            # under the overload policy the freshest frame may always wait for the next slot
+            room = max(1, self._queue_size) if self.overload is not None else self._queue_size
+            while len(self._pending) > room:
                 victim_seq, victim = self._pending.popleft() if self._overflow == "drop-oldest" else self._pending.pop()
                 reason = (
                     f"queue overflow ({self._overflow}; {len(self._in_flight)} in flight, queue of {self._queue_size})"
                 )
-                self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
+                if self.overload is not None:  # a shed frame like the others: its record has the prediction
+                    self.overload.queue_overflow += 1
+                    self._shed_frame(tg, victim_seq, victim, f"{OVERLOAD} ({reason})")
+                else:
+                    self._done[victim_seq] = self._dropped(victim, reason)
 
     def _start_ready(self, tg: TaskGroup, *, slot: bool = False, arrived: bool = False) -> None:
         """Start waiting frames while the admission gives slots (``slot``: one is already taken); under
@@ -198,7 +198,8 @@ class OrderedPipeline:
                 waiting = list(self._pending)
                 self._pending.clear()
                 now = time.monotonic_ns()
-                verdict = self.overload.choose([f.created_ns for _, f in waiting], now, arrived=arrived)
+                started = [f.created_ns for _, f in waiting]
+                verdict = self.overload.choose(started, now, arrived=arrived, parallel=self.admission.limit)
                 arrived = False
                 for i, reason in verdict.shed:  # the older first: their records take their turns first
                     if i != verdict.start:
@@ -207,6 +208,7 @@ class OrderedPipeline:
                     self.admission.release(None)  # nothing to start: the slot goes back
                     return
                 seq, frame = waiting[verdict.start]
+                self._pending.extend(waiting[verdict.start + 1 :])  # the fresher ones wait for their slots
             else:
                 seq, frame = self._pending.popleft()
             self._in_flight[seq] = frame

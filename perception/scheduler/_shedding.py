@@ -8,13 +8,16 @@ that does not wait: ``replay --rate R``, ``perception live``, the ROS node, :cla
 :meth:`Runtime.run` fed by a live source, :meth:`ThreadedRuntime.submit`) this one policy decides, each
 time a slot frees, which frame runs:
 
-* the **freshest** waiting frame runs; every older one waiting is *superseded* and shed (its answer
-  would be older than the fresher one's, and computing it would delay that one);
-* it runs only if it can still finish within its budget: what is left of it (the budget less the time
-  it already waited) must cover the frames' measured service time (:class:`ServiceTimes`: start to
-  result, the 90th percentile of the latest frames), or the whole budget when frames take longer than
-  that. Otherwise it is shed too: the next frame to arrive finds the slot free and starts with its
-  whole budget. Nothing is hard-wired: the service time is what this machine measured, recently.
+* every waiting frame that can still finish within its budget runs, one after another; when they cannot
+  all, the oldest are *superseded* and shed (their answers would be older than the fresher ones', and
+  computing them would push those past their budgets): the frame that runs is the oldest from which
+  every waiting frame still finishes within its budget, each taking the frames' measured service time
+  (:class:`ServiceTimes`: start to result, the 90th percentile of the latest frames) after the one
+  before it. Under sustained overload that is the freshest;
+* when not even the freshest can finish within its budget (what is left of it, the budget less the
+  time it already waited, is less than the service time) it is shed too: the next frame to arrive finds
+  the slot free and starts with its whole budget. Nothing is hard-wired: the service time is what this
+  machine measured, recently.
 * A frame that finds a slot free when it arrives runs, whatever it spent of its budget before (a live
   frame's clock starts at its trigger's arrival, and assembly waits for the other sensors): the next
   frame would spend as much, and shedding it frees nothing for a fresher one. Nor are the first
@@ -98,40 +101,53 @@ class OverloadPolicy:
         #: Frames shed so far: superseded by a fresher one, or too late to finish in their budget.
         self.superseded = 0
         self.too_late = 0
+        #: Frames shed because the queue of waiting frames overflowed (``queue_size``, ``overflow``).
+        self.queue_overflow = 0
 
     def observe(self, service_ns: int) -> None:
         """A frame ended ``service_ns`` after it was admitted (the admission's measure)."""
         self.service.observe(service_ns)
 
-    def supersede(self, waiting: int) -> tuple[int, ...]:
-        """A new frame arrived and no slot is free: the older frames waiting (indices, oldest first) that
-        it supersedes -- all but the newest, which waits for the next slot."""
-        shed = tuple(range(max(0, waiting - 1)))
-        self.superseded += len(shed)
-        return shed
-
-    def choose(self, started_ns: Sequence[int], now_ns: int, *, arrived: bool = False) -> Verdict:
+    def choose(self, started_ns: Sequence[int], now_ns: int, *, arrived: bool = False, parallel: int = 1) -> Verdict:
         """A slot is free: ``started_ns`` are the budget clocks' starts of the frames waiting for it
-        (oldest first). The freshest runs if it can still finish within its budget; the rest are shed.
-        ``arrived``: the freshest has just arrived to the free slot (it waited for none): it runs."""
-        if not started_ns:
+        (oldest first). The oldest frame from which every waiting frame can still finish within its
+        budget, ``parallel`` at a time (the admission's limit), runs; the older ones are shed. When not
+        even the freshest can, all are shed -- unless it has just ``arrived`` to the free slot (it
+        waited for none): then it runs."""
+        parallel = max(1, parallel)
+        n = len(started_ns)
+        if not n:
             return Verdict(None, ())
-        newest = len(started_ns) - 1
-        shed = [(i, f"{OVERLOAD} (superseded by a fresher frame)") for i in range(newest)]
-        self.superseded += newest
         expected = self.service.estimate()
-        waited = max(0, now_ns - started_ns[newest])
-        left = self.budget_ns - waited
-        # frames that take longer than the budget cannot spend any of it waiting
-        if not arrived and expected is not None and left < min(expected, self.budget_ns):
+        if expected is None or (arrived and n == 1):
+            return Verdict(0, ())  # nothing measured yet: first come, first served
+        start = next(
+            (
+                i
+                for i in range(n)
+                if all(
+                    now_ns - started_ns[k] + -(-(k - i + 1) // parallel) * expected <= self.budget_ns
+                    for k in range(i, n)
+                )
+            ),
+            n - 1 if arrived else None,
+        )
+        kept = start if start is not None else n - 1
+        shed = [(i, f"{OVERLOAD} (superseded: the {n - i - 1} fresher frame(s) waiting could not all finish "
+                 f"within their budgets after it)") for i in range(kept)]  # fmt: skip
+        self.superseded += kept
+        if start is None:
+            waited = max(0, now_ns - started_ns[-1])
+            left = self.budget_ns - waited
             self.too_late += 1
-            reason = (
-                f"{OVERLOAD} (waited {waited / 1e6:.0f} ms: {left / 1e6:.0f} ms of its budget left, "
-                f"frames take up to {expected / 1e6:.0f} ms)"
+            shed.append(
+                (
+                    n - 1,
+                    f"{OVERLOAD} (waited {waited / 1e6:.0f} ms: {left / 1e6:.0f} ms of its budget left, "
+                    f"frames take up to {expected / 1e6:.0f} ms)",
+                )
             )
-            shed.append((newest, reason))
-            return Verdict(None, tuple(shed))
-        return Verdict(newest, tuple(shed))
+        return Verdict(start, tuple(shed))
 
     def report(self) -> dict[str, object]:
         """The policy's counts for a run's report (the records say which frames)."""
@@ -139,5 +155,6 @@ class OverloadPolicy:
         return {
             "superseded": self.superseded,
             "too_late": self.too_late,
+            "queue_overflow": self.queue_overflow,
             "service_estimate_ms": round(expected / 1e6, 3) if expected is not None else None,
         }

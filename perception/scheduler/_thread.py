@@ -10,10 +10,10 @@ concurrently are processed concurrently up to the admission's limit -- the same
 ``pipeline.max_in_flight`` (``pipeline.admission``), so frames do not queue in the servers inside their
 deadlines; beyond it they wait. A host submits frames as its sensors deliver them, without waiting: when
 they come faster than the servers finish them, the overload policy of every real-time path decides
-(:mod:`perception.scheduler._shedding`): the freshest waiting frame runs if it can finish within its
-budget, the others are shed (their futures answered with a ``dropped`` result, reason ``overload``, and
-the tracker's prediction at their time). With ``pipeline.overload: queue`` or ``overflow: block`` they
-wait first come, first served instead, and none is dropped.
+(:mod:`perception.scheduler._shedding`): the waiting frames run while they can finish within their
+budgets, the oldest are shed when they cannot all (their futures answered with a ``dropped`` result,
+reason ``overload``, and the tracker's prediction at their time). With ``pipeline.overload: queue`` or
+``overflow: block`` they wait first come, first served instead, and none is dropped.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._pipeline import admission_adapts, ended_late
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
-from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
+from perception.scheduler._shedding import OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorSpec, SessionSource
 
 __all__ = ["ThreadedRuntime"]
@@ -158,7 +158,6 @@ class ThreadedRuntime:
             else:
                 turn = _Waiter(frame.created_ns or time.monotonic_ns())
                 self._waiting.append(turn)
-                self._supersede()
                 try:
                     await turn.event.wait()
                 finally:
@@ -185,16 +184,6 @@ class ThreadedRuntime:
             if not self._active and self._idle is not None:
                 self._idle.set()
 
-    def _supersede(self) -> None:
-        """A frame started waiting: under the overload policy the older waiting frames are shed."""
-        if self._overload is None:
-            return
-        for i in reversed(self._overload.supersede(len(self._waiting))):
-            victim = self._waiting[i]
-            del self._waiting[i]
-            victim.shed = f"{OVERLOAD} (superseded by a fresher frame)"
-            victim.event.set()
-
     def _pump(self) -> None:
         """Give free slots to the frames waiting longest (the admission may probe one more for them);
         under the overload policy to the freshest that can finish in time, the others shed."""
@@ -205,7 +194,8 @@ class ThreadedRuntime:
                 continue
             waiting = list(self._waiting)
             self._waiting.clear()
-            verdict = self._overload.choose([w.started_ns for w in waiting], time.monotonic_ns())
+            started = [w.started_ns for w in waiting]
+            verdict = self._overload.choose(started, time.monotonic_ns(), parallel=admission.limit)
             for i, reason in verdict.shed:  # woken first: their records take their fusion turns first
                 waiting[i].shed = reason
                 waiting[i].event.set()
@@ -213,6 +203,7 @@ class ThreadedRuntime:
                 admission.release(None)
                 return
             waiting[verdict.start].event.set()
+            self._waiting.extend(waiting[verdict.start + 1 :])  # the fresher ones wait for their slots
 
     @staticmethod
     def _run_callback(callback: Callback, future: concurrent.futures.Future[FrameResult]) -> None:

@@ -46,7 +46,7 @@ def test_an_over_rate_replay_sheds_whole_frames_with_predicted_records(drive: Pa
         admission = outcome.report.admission
         assert admission is not None
         overload = admission["overload"]  # the policy's counts in report.json
-        assert overload["superseded"] + overload["too_late"] == len(shed)
+        assert overload["superseded"] + overload["too_late"] + overload["queue_overflow"] == len(shed)
 
     anyio.run(main)
     with DriveReader(drive) as reader:

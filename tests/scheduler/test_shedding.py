@@ -11,7 +11,7 @@ import pytest
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline
-from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, ServiceTimes, sheds
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, ServiceTimes, Verdict, sheds
 from perception.types import Frame, FrameResult, FrameStatus
 
 MS = 1_000_000
@@ -34,14 +34,27 @@ def test_service_estimate_is_the_90th_percentile_of_the_recent_frames() -> None:
     assert twenty.estimate() == 19 * MS
 
 
-def test_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
+def test_under_sustained_overload_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
     policy = OverloadPolicy(BUDGET)
     policy.observe(115 * MS)
-    verdict = policy.choose([0, 50 * MS, 100 * MS], now_ns=115 * MS)  # three waited; the newest 15 ms
+    # three waited (115, 65, 15 ms): the two older cannot run before the freshest within its budget
+    verdict = policy.choose([0, 50 * MS, 100 * MS], now_ns=115 * MS)
     assert verdict.start == 2
     assert [i for i, _ in verdict.shed] == [0, 1]
     assert all(reason.startswith(f"{OVERLOAD} (superseded") for _, reason in verdict.shed)
     assert policy.superseded == 2 and policy.too_late == 0
+
+
+def test_waiting_frames_that_can_all_finish_within_their_budgets_all_run_oldest_first() -> None:
+    # a burst: three frames waited 30, 20, 10 ms; at 40 ms a frame, one after another they end by 150 ms
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(40 * MS)
+    assert policy.choose([0, 10 * MS, 20 * MS], now_ns=30 * MS) == Verdict(0, ())
+    # at 80 ms a frame the third would end at 30 + 240 ms: the oldest is superseded, the other two run
+    policy.observe(80 * MS)
+    policy.observe(80 * MS)
+    verdict = policy.choose([0, 10 * MS, 20 * MS], now_ns=30 * MS)
+    assert verdict.start == 1 and [i for i, _ in verdict.shed] == [0]
 
 
 def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
@@ -78,13 +91,6 @@ def test_when_frames_take_longer_than_the_budget_a_frame_that_waited_is_shed() -
     assert policy.choose([0], now_ns=10 * MS, arrived=True).start == 0  # one that waited for none runs
 
 
-def test_a_new_frame_supersedes_all_waiting_but_itself() -> None:
-    policy = OverloadPolicy(BUDGET)
-    assert policy.supersede(1) == ()
-    assert policy.supersede(3) == (0, 1)
-    assert policy.superseded == 2
-
-
 def test_only_sources_that_do_not_wait_shed() -> None:
     assert sheds(PipelineConfig())
     assert not sheds(PipelineConfig(overflow="block"))
@@ -114,9 +120,10 @@ async def collect(pipeline: OrderedPipeline, source: AsyncIterator[Frame]) -> li
 
 
 @pytest.mark.anyio
-async def test_frames_arriving_during_a_frame_are_shed_but_the_freshest_with_a_predicted_record() -> None:
-    # Frame 0 is processed until frames 1-9 were offered (an event): 1-8 are superseded before any of
-    # them is processed, 9 (the freshest) runs next. Each shed frame's record comes from `shed`, in order.
+async def test_frames_overflowing_the_queue_are_shed_with_a_predicted_record_and_the_rest_run() -> None:
+    # Frame 0 is processed until frames 1-9 were offered (an event): 1-5 overflow the queue of 4 and are
+    # shed before any of them is processed, each recorded by `shed`, in order; 6-9 can all finish within
+    # their (generous) budgets one after another, and run.
     offered = anyio.Event()
     processed: list[int] = []
     shed_calls: list[int] = []
@@ -140,13 +147,44 @@ async def test_frames_arriving_during_a_frame_are_shed_but_the_freshest_with_a_p
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert [r.frame_id for r in out] == list(range(10))  # exactly one record per frame, in order
-    assert processed == [0, 9]
-    assert shed_calls == list(range(1, 9))
-    for r in out[1:9]:
+    assert processed == [0, 6, 7, 8, 9]
+    assert shed_calls == [1, 2, 3, 4, 5]
+    for r in out[1:6]:
         assert r.status is FrameStatus.DROPPED and r.predicted
-        assert (r.reason or "").startswith(OVERLOAD)
-    assert out[9].status is FrameStatus.OK
-    assert p.shed_count == 8
+        assert (r.reason or "").startswith(f"{OVERLOAD} (queue overflow")
+    assert all(r.status is FrameStatus.OK for r in out[6:])
+    assert p.shed_count == 5
+
+
+@pytest.mark.anyio
+async def test_under_overload_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
+    # Frames 1-3 wait behind frame 0 with clocks started 29.95, 29.9 and 0 s ago (budget 30 s, frames
+    # measured at 1 s): only the freshest still fits; 1 and 2 are superseded, unprocessed.
+    release0 = anyio.Event()
+    processed: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        if f.frame_id == 0:
+            await release0.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        now = time.monotonic_ns()
+        yield frame(0)
+        yield frame(1, created_ns=now - 29_950 * MS)
+        yield frame(2, created_ns=now - 29_900 * MS)
+        yield frame(3)
+        release0.set()
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
+    assert p.overload is not None
+    p.overload.observe(1_000 * MS)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert processed == [0, 3]
+    assert [r.status for r in out] == [FrameStatus.OK, FrameStatus.DROPPED, FrameStatus.DROPPED, FrameStatus.OK]
+    assert all("superseded" in (r.reason or "") for r in out[1:3])
 
 
 @pytest.mark.anyio
@@ -221,3 +259,12 @@ async def test_a_frame_arriving_to_an_idle_pipeline_runs_however_long_ago_its_cl
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert [r.status for r in out] == [FrameStatus.OK] * 4
+
+
+def test_frames_in_flight_together_finish_sooner_one_after_another() -> None:
+    # four frames waiting, 60 ms each, two at a time: the last ends 120 ms from now, within its budget
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(60 * MS)
+    started = [0, 10 * MS, 20 * MS, 30 * MS]
+    assert policy.choose(started, now_ns=80 * MS, parallel=2).start == 0
+    assert policy.choose(started, now_ns=80 * MS).start == 2  # one at a time: the two oldest cannot
