@@ -493,6 +493,9 @@ class SensorResult:
     #: The version of ``model`` that answered (empty when the request got no answer, or the client
     #: does not say).
     model_version: str = ""
+    #: Not requested for this frame: the sensor's latest result, this old (ns, from its sample to the
+    #: frame time), reused while frames are shed under overload (``pipeline.required_sensors``).
+    reused_age_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,3 +525,6 @@ class FrameResult:
     latency: LatencyTree = field(default_factory=LatencyTree)
     reason: str | None = None
     deadline_missed: bool = False
+    #: The detections are the tracker's prediction at ``t_ns``, not a fusion of this frame's samples (a
+    #: frame shed under overload: ``reason`` ``overload (...)``).
+    predicted: bool = False

@@ -279,6 +279,17 @@ class PipelineConfig:
     admission: Literal["adaptive", "fixed"] = "adaptive"
     queue_size: int = 4  # frames waiting for a pipeline slot
     overflow: Overflow = "drop-oldest"
+    #: Frames arriving faster than the servers finish them (a source that does not wait: ``overflow``
+    #: not ``block``): ``shed`` runs the freshest frame that can finish within its budget and sheds the
+    #: others before any request is sent (:mod:`perception.scheduler._shedding`); ``queue`` queues them
+    #: under ``queue_size`` and ``overflow``.
+    overload: Literal["shed", "queue"] = "shed"
+    #: The sensors a frame cannot do without, besides the trigger sensor (always required). While frames
+    #: are shed under overload, the others are decimated: a frame reuses each one's latest result while
+    #: it is at most ``reuse_max_age_ms / 2`` old (sensor time) instead of sending its request
+    #: (:mod:`perception.scheduler._reuse`). A name that is not a configured sensor is a ConfigError.
+    required_sensors: tuple[str, ...] = ()
+    reuse_max_age_ms: float = 300.0
     camera_requests: Literal["batched", "per_camera"] = "batched"
     retry_unavailable: bool = True  # one retry on UNAVAILABLE when the remaining budget allows
     min_retry_budget_ms: float = 20.0
@@ -292,6 +303,7 @@ class PipelineConfig:
             raise ValueError(f"queue_size: must be within 0..4096, got {self.queue_size}")
         _non_negative("min_retry_budget_ms", self.min_retry_budget_ms)
         _positive("drain_timeout_s", self.drain_timeout_s)
+        _non_negative("reuse_max_age_ms", self.reuse_max_age_ms)
 
 
 #: ``FusionConfig.radar_truck_returns`` on recordings of real sensors: chosen by

@@ -263,6 +263,16 @@ class Fuser:
             t2 = time.perf_counter_ns()
         return dets, {"fusion": t1 - t0, "tracking": t2 - t1}
 
+    def predict(self, frame: Frame) -> tuple[Detection3D, ...]:
+        """The tracks predicted to ``frame``'s time, without its samples (a frame shed under overload:
+        :mod:`perception.scheduler._shedding`). Read-only: the tracker is not advanced, so the frames
+        after it are tracked as if it never came. Without tracking there is nothing to predict: ``()``."""
+        with self._lock:
+            if not self.config.enabled or self._tracker is None:
+                return ()
+            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once)
+            return self._tracker.predicted(frame.t_ns, motion.world_from_ego)
+
     def reset(self) -> None:
         """Forget all tracks (a new drive); ids restart at 1."""
         with self._lock:

@@ -273,12 +273,38 @@ class Tracker:
         self.p = np.concatenate([self.p, p])
         self.sources = np.concatenate([self.sources, objs.sources.take(idx, axis=0)])
 
-    def _output(self, w: F64, ego_yaw: float) -> tuple[Detection3D, ...]:
+    def predicted(self, t_ns: int, world_from_ego: F64 | None) -> tuple[Detection3D, ...]:
+        """The tracks' output predicted to ``t_ns`` without any detection (a frame shed under overload),
+        read-only: the state is untouched, so frames after it are tracked as if it never came. A time
+        before the last frame's moves the tracks back along their velocities (as :meth:`_read_only`);
+        past ``track_max_gap_s`` nothing is predicted (the tracker would drop its tracks)."""
+        if self._t_ns is None or not len(self):
+            return ()
         prm = self.params
+        dt = (t_ns - self._t_ns) * 1e-9
+        if dt > prm.track_max_gap_s:
+            return ()
+        w = np.eye(4) if world_from_ego is None else c_array(world_from_ego)
+        table, p = self.table.copy(), self.p.copy()
+        if dt > 0:
+            _tk.predict(
+                table, p, dt, self._accel_var, float(prm.track_still_sigma) ** 2,
+                math.exp(-dt / float(prm.track_model_memory_s)),
+            )  # fmt: skip
+        else:
+            table[:, _POS] += dt * table[:, _VEL]
+        return self._output(w, math.atan2(w[1, 0], w[0, 0]), table, p)
+
+    def _output(
+        self, w: F64, ego_yaw: float, table: F64 | None = None, p: F64 | None = None
+    ) -> tuple[Detection3D, ...]:
+        prm = self.params
+        table = self.table if table is None else table
+        p = self.p if p is None else p
         n_t = len(self)
         idx, ints, rows = np.empty(n_t, np.intp), np.empty((n_t, 2), np.int64), np.empty((n_t, _tk.OUT_COLS))
         m = _tk.track_rows(
-            self.table, self.p, w, ego_yaw, int(self.config.track_min_hits), bool(prm.emit_tentative),
+            table, p, w, ego_yaw, int(self.config.track_min_hits), bool(prm.emit_tentative),
             float(prm.tentative_factor), float(prm.track_coast_decay), float(self.config.score_threshold),
             float(prm.flip_speed), idx, ints, rows,
         )  # fmt: skip

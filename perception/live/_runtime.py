@@ -46,6 +46,7 @@ from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
+    OVERLOAD,
     CallbackQueue,
     FusionStage,
     Lifetime,
@@ -214,6 +215,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "degraded": counters.degraded,
             "dropped": counters.dropped,
             "drop_reasons": counters.drop_reasons,
+            # frames shed under overload (among the dropped): each answered with the tracker's prediction
+            "shed": counters.drop_reasons.get(OVERLOAD, 0),
             "deadline_misses": counters.deadline_misses,
             "latency_ms": latency.as_dict(),
             "sensor_status": counters.sensor_status,

@@ -89,6 +89,8 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
             entry["error"] = s.error
         if s.sample_t_ns is not None:
             entry["sample_t_ns"] = s.sample_t_ns
+        if s.reused_age_ns is not None:
+            entry["reused_age_ms"] = _ms(s.reused_age_ns)
         if include_outputs and s.outputs:
             entry["outputs"] = {k: _array_json(v) for k, v in s.outputs.items()}
         sensors[name] = entry
@@ -109,6 +111,8 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
     }
     if r.reason:
         rec["reason"] = r.reason
+    if r.predicted:
+        rec["predicted"] = True
     return rec
 
 

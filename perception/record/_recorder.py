@@ -75,6 +75,9 @@ class _RecordingFusion:
         self._inner = inner
         self._recorder = recorder
         self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
+        #: A shed frame's prediction (Runtime.shed), passed through: read-only, it leaves the tracker as it
+        #: was, so nothing of it is fused; the frame's record (with the prediction) is recorded as a result.
+        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
 
     def __call__(
         self, frame: Frame, results: Mapping[str, SensorResult]

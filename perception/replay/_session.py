@@ -329,6 +329,10 @@ async def _replay(
                 split = await _run_frames(rt, source, cfg, opts, tally, opened, observer)
                 stopped = rt.stopping
                 admission = rt.admission.report() if rt.admission is not None else None
+                if admission is not None and rt.overload is not None:
+                    # the frames shed under overload: superseded, or too late to finish (_shedding); the
+                    # sensors decimated meanwhile, their results reused (_reuse)
+                    admission = {**admission, "overload": {**rt.overload.report(), "reused": dict(rt.reuse.reused)}}
                 await watch.end(rt)
         quality = evaluation.evaluator.summary() if evaluation is not None else None
         report = _run_report(

@@ -81,7 +81,8 @@ class RecordsSink:
 
 
 class EvaluationSink:
-    """Every frame that was not dropped scored against the drive's ground truth at its time."""
+    """Every frame that was not dropped scored against the drive's ground truth at its time; a frame shed
+    under overload is scored by its predicted detections (what downstream had at its time)."""
 
     def __init__(self, evaluator: DetectionEvaluator, gt_at: Callable[[int], GroundTruth | None]) -> None:
         self.evaluator = evaluator
@@ -91,7 +92,7 @@ class EvaluationSink:
         return contextlib.nullcontext(self)
 
     def add(self, result: FrameResult) -> None:
-        if result.status is FrameStatus.DROPPED:
+        if result.status is FrameStatus.DROPPED and not result.predicted:
             return
         gt = self._gt_at(result.t_ns)
         if gt is not None:

@@ -153,6 +153,8 @@ class DiagnosticsTracker:
                 latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
                 latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
                 dropped=str(live_status.get("dropped", 0)),
+                # frames shed under overload (among the dropped), each published as the tracker's prediction
+                shed_overload=str(live_status.get("shed", 0)),
             )
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))

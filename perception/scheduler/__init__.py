@@ -12,10 +12,12 @@ from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session
+from perception.scheduler._shedding import OVERLOAD
 from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
+    "OVERLOAD",
     "AdmissionProvider",
     "AlignCore",
     "AlignStats",

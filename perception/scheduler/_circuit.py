@@ -3,18 +3,50 @@
 closed --(failure_threshold consecutive failures)--> open --(reset_after)--> half-open
 half-open lets exactly one probe through: success closes the circuit, failure re-opens it.
 Time is passed in (monotonic ns) so the breaker is deterministic and testable.
+
+**Load is not a fault.** A failure is an error, or a model that stops answering. An answer made late
+by load (frames queueing in the server, a CPU shared with other work) is neither: opening the circuit
+for it takes the model away (the lidar, for seconds) because the computer was slow, when the frames
+that overload it are the thing to give up (:mod:`perception.scheduler._shedding`). So a late answer
+(:meth:`CircuitBreaker.record_late`) is judged against the model's measured service time (the slowest
+of its latest :data:`SERVICE_WINDOW` answers, which include the load they met):
+
+* a request that waited :data:`HANG_FACTOR` times that or more is a fault: the model stopped answering;
+* a request late within that range is load: not a failure (``late_load``);
+* with nothing measured yet (a model that never answered: hung from the start, or slower than its
+  deadline) the breaker cannot tell, says so (``late_unmeasured``, logged once) and counts a failure,
+  as any late answer was counted before;
+* and where it cannot tell for long: :data:`LOAD_PATIENCE` times ``failure_threshold`` late answers in
+  a row, none answered in between, open the circuit too, saying that load and a fault could not be
+  told apart (a deadline too short for :data:`HANG_FACTOR` to be reached, and a model that stopped).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 
 from perception.config import CircuitConfig
 
-__all__ = ["CircuitBreaker", "CircuitState"]
+__all__ = ["HANG_FACTOR", "LOAD_PATIENCE", "SERVICE_WINDOW", "CircuitBreaker", "CircuitState", "LateVerdict"]
 
 log = logging.getLogger(__name__)
+
+#: A late request that waited this many times the model's measured service time is a fault.
+HANG_FACTOR = 3.0
+#: Late answers in a row within that range, per ``failure_threshold``, that open the circuit anyway.
+LOAD_PATIENCE = 4
+#: The latest answers whose latency is the model's measured service time (their slowest).
+SERVICE_WINDOW = 16
+
+
+class LateVerdict(str, enum.Enum):
+    """What a late answer was taken for (:meth:`CircuitBreaker.record_late`)."""
+
+    FAULT = "fault"  # waited HANG_FACTOR times its measured service time: a failure
+    LOAD = "load"  # late within that range: not a failure
+    UNMEASURED = "unmeasured"  # nothing measured to tell by: a failure, said so
 
 
 class CircuitState(str, enum.Enum):
@@ -33,6 +65,10 @@ class CircuitBreaker:
         self._opened_at = 0
         self._probe_out = False
         self.opened_count = 0
+        self._service: deque[int] = deque(maxlen=SERVICE_WINDOW)
+        self._late_streak = 0  # late answers in a row judged load
+        #: Late answers by what they were taken for (:class:`LateVerdict`).
+        self.late: dict[str, int] = {v.value: 0 for v in LateVerdict}
 
     @property
     def state(self) -> CircuitState:
@@ -50,12 +86,61 @@ class CircuitBreaker:
             return True
         return False
 
-    def record_success(self) -> None:
+    @property
+    def service_ns(self) -> int | None:
+        """The model's measured service time (the slowest of its latest answers), or ``None``."""
+        return max(self._service) if self._service else None
+
+    def observe(self, latency_ns: int) -> None:
+        """An answer took ``latency_ns`` (a warm-up's seeds the measure before the first frame)."""
+        self._service.append(latency_ns)
+
+    def record_success(self, latency_ns: int | None = None) -> None:
+        if latency_ns is not None:
+            self.observe(latency_ns)
         if self._state is not CircuitState.CLOSED:
             log.info("model %s: circuit closed", self.model)
         self._state = CircuitState.CLOSED
         self._failures = 0
+        self._late_streak = 0
         self._probe_out = False
+
+    def record_late(self, now_ns: int, waited_ns: int) -> LateVerdict:
+        """A request got no answer after ``waited_ns`` (the join's deadline cut it): a fault, or load
+        (module docs). A fault counts as :meth:`record_failure`; load does not (a half-open probe that
+        was late for load is given back: the next frame probes again)."""
+        service = self.service_ns
+        if service is None:
+            verdict = LateVerdict.UNMEASURED
+            if not self.late[verdict.value]:
+                log.info(
+                    "model %s: late before any answer was measured: a fault or load cannot be told apart; "
+                    "counted as a failure",
+                    self.model,
+                )
+        elif waited_ns >= HANG_FACTOR * service:
+            verdict = LateVerdict.FAULT
+        else:
+            verdict = LateVerdict.LOAD
+        self.late[verdict.value] += 1
+        if service is None or verdict is not LateVerdict.LOAD:
+            self.record_failure(now_ns)
+            return verdict
+        self._late_streak += 1
+        if self._late_streak >= LOAD_PATIENCE * self._threshold and self._state is CircuitState.CLOSED:
+            log.warning(
+                "model %s: late %d times in a row within %.0fx its measured %.0f ms: load or a fault cannot be "
+                "told apart; opening the circuit",
+                self.model,
+                self._late_streak,
+                HANG_FACTOR,
+                service / 1e6,
+            )
+            self._open(now_ns)
+            self._late_streak = 0
+        elif self._state is CircuitState.HALF_OPEN:
+            self._probe_out = False
+        return verdict
 
     def record_failure(self, now_ns: int) -> None:
         self._failures += 1
@@ -63,11 +148,15 @@ class CircuitBreaker:
             self._state is CircuitState.CLOSED and self._failures >= self._threshold
         ):
             if self._state is CircuitState.CLOSED:
-                self.opened_count += 1
                 log.warning("model %s: circuit opened after %d consecutive failures", self.model, self._failures)
-            self._state = CircuitState.OPEN
-            self._opened_at = now_ns
-            self._probe_out = False
+            self._open(now_ns)
+
+    def _open(self, now_ns: int) -> None:
+        if self._state is CircuitState.CLOSED:
+            self.opened_count += 1
+        self._state = CircuitState.OPEN
+        self._opened_at = now_ns
+        self._probe_out = False
 
     def release_probe(self) -> None:
         """A reserved half-open probe was not sent after all (e.g. the frame was dropped)."""

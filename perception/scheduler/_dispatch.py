@@ -221,10 +221,13 @@ class Dispatcher:
                     oc.error = "no answer by the join deadline; request cancelled"
                 breaker = self.breakers[model]
                 unsettled.discard(model)  # settled by the verdict below
-                if late or any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
+                if any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
                     breaker.record_failure(frame.t_ns)
+                elif late:  # a fault, or load (_circuit: load is not a fault)
+                    breaker.record_late(frame.t_ns, end - min(outcomes[s.name].start_ns or end for s in members))
                 else:
-                    breaker.record_success()
+                    answered = [outcomes[s.name] for s in members if outcomes[s.name].start_ns]
+                    breaker.record_success(max((oc.end_ns - oc.start_ns for oc in answered), default=None))
         finally:
             for model in unsettled:  # synchronous: runs even under cancellation, no shield needed
                 self.breakers[model].release_probe()

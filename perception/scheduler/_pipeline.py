@@ -18,6 +18,13 @@ record), and their records are sent while the consumer takes them; a record that
 timeout for a consumer that took nothing in that time (one that left the loop keeping its generator, or
 never reads again) ends the wait: the records left go as far as the output has room, the others are
 counted (``undelivered``) and logged with their frames. A consumer that reads gets every record.
+
+With a source that does not wait (any ``overflow`` but ``block``) and a deadline, the overload policy
+decides too (``pipeline.overload: shed``, :mod:`perception.scheduler._shedding`): when a slot frees, the
+oldest waiting frame from which every waiting frame can still finish within its budget starts, and the
+older ones are shed (under sustained overload: the freshest starts), each recorded by ``shed`` (the
+runtime's: the tracker's prediction at its time) in its turn, before any request of theirs is sent; a
+frame the queue overflows is shed the same way (the queue holds at least the freshest).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import PipelineConfig
 from perception.scheduler._admission import Admission, AdmissionControl
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorStatus
 
 __all__ = ["OrderedPipeline", "admission_adapts", "ended_late"]
@@ -44,6 +52,7 @@ log = logging.getLogger(__name__)
 
 Process = Callable[[Frame], Awaitable[FrameResult]]
 Drop = Callable[[Frame, str], FrameResult]
+Shed = Callable[[Frame, str], Awaitable[FrameResult]]
 
 
 def ended_late(result: FrameResult) -> bool:
@@ -67,10 +76,12 @@ class OrderedPipeline:
         *,
         deadline_ns: int | None = None,
         admission: AdmissionControl | None = None,
+        shed: Shed | None = None,
     ) -> None:
         """``deadline_ns``: a frame's deadline after its admission, which the adaptive admission keeps
         frames within (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
-        to start frames in (a shared admission's); by default the pipeline's own :class:`Admission`."""
+        to start frames in (a shared admission's); by default the pipeline's own :class:`Admission`.
+        ``shed``: the record of a frame shed under overload (by default ``dropped``'s)."""
         self._process = process
         self._dropped = dropped
         self.admission: AdmissionControl = admission or Admission(
@@ -98,6 +109,12 @@ class OrderedPipeline:
         self._drain_by: float | None = None
         self._send_by: float | None = None
         self._bounded: dict[anyio.CancelScope, bool] = {}
+        #: Frames shed under overload (also among the dropped records, reason ``overload``).
+        self.shed_count = 0
+        #: The overload policy (module docs), when this pipeline sheds; its frames being recorded.
+        self.overload = OverloadPolicy(deadline_ns) if deadline_ns is not None and sheds(config) else None
+        self._shed = shed
+        self._shedding: dict[int, Frame] = {}
 
     @property
     def in_flight(self) -> int:
@@ -148,7 +165,9 @@ class OrderedPipeline:
                     # Source finished or stop(): let in-flight frames finish, bounded when stopping.
                     with self._until_drained(sending=False) as drain:
                         async with self._cond:
-                            while self._in_flight or (self._pending and not self._intake.cancel_called):
+                            while (
+                                self._in_flight or self._shedding or (self._pending and not self._intake.cancel_called)
+                            ):
                                 await self._cond.wait()
                     grants.cancel()
                     if drain.cancelled_caught:
@@ -200,20 +219,44 @@ class OrderedPipeline:
             seq = self._next_seq
             self._next_seq += 1
             self._pending.append((seq, frame))
-            self._start_ready(tg, slot=slot)
-            while len(self._pending) > self._queue_size:
+            self._start_ready(tg, slot=slot, arrived=True)
+            # under the overload policy the freshest frame may always wait for the next slot
+            room = max(1, self._queue_size) if self.overload is not None else self._queue_size
+            while len(self._pending) > room:
                 victim_seq, victim = self._pending.popleft() if self._overflow == "drop-oldest" else self._pending.pop()
                 reason = (
                     f"queue overflow ({self._overflow}; {len(self._in_flight)} in flight, queue of {self._queue_size})"
                 )
-                self._done[victim_seq] = self._dropped(victim, reason)
                 self.dropped_count += 1
+                if self.overload is not None:  # a shed frame like the others: its record has the prediction
+                    self.overload.queue_overflow += 1
+                    self._shed_frame(tg, victim_seq, victim, f"{OVERLOAD} ({reason})")
+                else:
+                    self._done[victim_seq] = self._dropped(victim, reason)
 
-    def _start_ready(self, tg: TaskGroup, *, slot: bool = False) -> None:
-        """Start waiting frames while the admission gives slots (``slot``: one is already taken)."""
+    def _start_ready(self, tg: TaskGroup, *, slot: bool = False, arrived: bool = False) -> None:
+        """Start waiting frames while the admission gives slots (``slot``: one is already taken); under
+        the overload policy, the freshest that can finish in time, the others shed (``arrived``: the
+        freshest has just arrived, see :meth:`OverloadPolicy.choose`)."""
         while self._pending and (slot or self.admission.try_acquire()):
             slot = False
-            seq, frame = self._pending.popleft()
+            if self.overload is not None:
+                waiting = list(self._pending)
+                self._pending.clear()
+                now = time.monotonic_ns()
+                started = [f.created_ns for _, f in waiting]
+                verdict = self.overload.choose(started, now, arrived=arrived, parallel=self.admission.limit)
+                arrived = False
+                for i, reason in verdict.shed:  # the older first: their records take their turns first
+                    if i != verdict.start:
+                        self._shed_frame(tg, *waiting[i], reason)
+                if verdict.start is None:
+                    self.admission.release(None)  # nothing to start: the slot goes back
+                    return
+                seq, frame = waiting[verdict.start]
+                self._pending.extend(waiting[verdict.start + 1 :])  # the fresher ones wait for their slots
+            else:
+                seq, frame = self._pending.popleft()
             self._in_flight[seq] = frame
             tg.start_soon(self._work, seq, frame, tg, name=f"frame-{frame.frame_id}")
         if slot:  # not used (cannot happen: the frame that took it is waiting): give it back
@@ -229,14 +272,43 @@ class OrderedPipeline:
                     if not self._intake.cancel_called:
                         self._start_ready(tg)
 
+    def _shed_frame(self, tg: TaskGroup, seq: int, frame: Frame, reason: str) -> None:
+        """Record ``frame`` as shed under overload (by ``shed`` in a task of its own: in its turn)."""
+        self.shed_count += 1
+        if self._shed is None:
+            self._done[seq] = self._dropped(frame, reason)
+            return
+        self._shedding[seq] = frame
+        tg.start_soon(self._shed_work, seq, frame, reason, name=f"shed-{frame.frame_id}")
+
+    async def _shed_work(self, seq: int, frame: Frame, reason: str) -> None:
+        assert self._shed is not None
+        try:
+            result = await self._shed(frame, reason)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                async with self._cond:
+                    self._finish(seq, self._dropped(frame, reason))
+            raise
+        except Exception:  # a bug in the prediction must not lose the frame: its record without one
+            log.exception("frame %d: the shed frame's prediction failed", frame.frame_id)
+            result = self._dropped(frame, reason)
+        async with self._cond:
+            self._finish(seq, result)
+        await self._flush()
+
     async def _work(self, seq: int, frame: Frame, tg: TaskGroup) -> None:
         released = False
+        started = time.monotonic_ns()
         try:
             result = await self._process(frame)
             # admission to result: what the frame's deadline covers
-            service = time.monotonic_ns() - (frame.created_ns or time.monotonic_ns())
+            end = time.monotonic_ns()
+            service = end - (frame.created_ns or end)
             released = True
             self.admission.release(service, late=ended_late(result))
+            if self.overload is not None:
+                self.overload.observe(end - started)  # how long a frame takes once started
         except anyio.get_cancelled_exc_class():
             if not released:
                 self.admission.release(None)
@@ -257,6 +329,7 @@ class OrderedPipeline:
 
     def _finish(self, seq: int, result: FrameResult) -> None:
         self._in_flight.pop(seq, None)
+        self._shedding.pop(seq, None)
         self._done[seq] = result
         self._cond.notify_all()
 
@@ -296,3 +369,6 @@ class OrderedPipeline:
         for seq, frame in list(self._in_flight.items()):
             self._done.setdefault(seq, self._dropped(frame, "shutdown: in flight"))
         self._in_flight.clear()
+        for seq, frame in list(self._shedding.items()):
+            self._done.setdefault(seq, self._dropped(frame, f"{OVERLOAD} (shed; shutdown before its record)"))
+        self._shedding.clear()

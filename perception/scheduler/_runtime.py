@@ -35,7 +35,9 @@ from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._lifetime import Lifetime
 from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
+from perception.scheduler._reuse import SensorReuse
 from perception.scheduler._session import FusionStage, Session
+from perception.scheduler._shedding import OverloadPolicy
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
@@ -132,6 +134,15 @@ class Runtime(anyio.AsyncContextManagerMixin):
         if fusion == "profile":
             fusion = session.fusion()
         self._fusion = fusion
+        pipe = config.pipeline
+        #: Sensors decimated while frames are shed, their latest results reused (_reuse).
+        self.reuse = SensorReuse.of(
+            tuple(s.name for s in config.active_sensors),
+            config.trigger.sensor,
+            pipe.required_sensors,
+            pipe.reuse_max_age_ms,
+            file=str(config.source) if config.source else None,
+        )
         self._external_client = client
         self._check_models = check_models
         self._trace = trace_requests
@@ -151,6 +162,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self.admission: AdmissionControl | None = None
         #: The turns of the frames handed to :meth:`process`: they are fused in that order.
         self._fusion_order = HandInOrder()
+        #: The overload policy of the latest stream (when it sheds): its counts (``report()``).
+        self.overload: OverloadPolicy | None = None
         self._stopping = False
         #: Execution instances of each model, from its served configuration (warm-up).
         self._instances: dict[str, int] = {}
@@ -158,6 +171,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         #: the warm-up (the dispatcher counts its own): what :meth:`server_statistics` waits to see counted.
         self._stats_base: dict[str, dict[str, int]] = {}
         self._warmup_answered: Counter[str] = Counter()
+        self._warmup_ns: dict[str, int] = {}
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
 
@@ -183,6 +197,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
             self._dispatcher = Dispatcher(
                 dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
             )
+            # the circuits know each model's service time from its warm-up (load or fault: _circuit.py)
+            for model, ns in self._warmup_ns.items():
+                self._dispatcher.breakers[model].observe(ns)
             # The streams of run(): opened last, closed first (they drain before the client goes).
             error: Exception | None = None
             async with anyio.create_task_group() as streams:
@@ -282,8 +299,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
             try:
                 req = InferRequest(model, inputs, outputs=output_names(kind), request_id=f"warmup-{i}", sensor=sensor)
+                sent = time.monotonic_ns()
                 await client.infer_request(req)
                 self._warmup_answered[model] += 1
+                # the model's first measured service time, for its circuit breaker (_circuit: load vs fault)
+                self._warmup_ns[model] = max(self._warmup_ns.get(model, 0), time.monotonic_ns() - sent)
             except PerceptionError as exc:
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
@@ -365,7 +385,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
         order = self._fusion_order
         turn = order.take()
         try:
-            results = await dispatcher.dispatch(frame, origin + self._join_ns)
+            sent, reused = self.reuse.plan(frame)  # while frames are shed, sensors not required are decimated
+            results = self.reuse.merge(await dispatcher.dispatch(sent, origin + self._join_ns), reused)
             joined = time.monotonic_ns()
             detections: tuple[Detection3D, ...] = ()
             fusion_stages: dict[str, int] = {}
@@ -431,6 +452,35 @@ class Runtime(anyio.AsyncContextManagerMixin):
             reason=reason,
         )
 
+    async def shed(self, frame: Frame, reason: str) -> FrameResult:
+        """The record of a frame shed under overload (:mod:`perception.scheduler._shedding`): no request
+        is sent; its detections are the tracker's prediction at its time (``predicted``), read-only and
+        taken in its fusion turn (after the frames handed in before it are fused, before the later ones)."""
+        origin = frame.created_ns or time.monotonic_ns()
+        self.reuse.shed(frame)
+        order = self._fusion_order
+        turn = order.take()
+        detections: tuple[Detection3D, ...] = ()
+        predict = getattr(self._fusion, "predict", None)  # a FusionStage that tracks (perception.fusion.Fuser)
+        try:
+            if predict is not None:
+                if not order.is_turn(turn):
+                    await order.wait(turn)
+                detections = predict(frame)
+        finally:
+            order.end(turn)  # predicted, or never to be: the next frame's turn once the earlier ones ended
+        total = time.monotonic_ns() - origin
+        return FrameResult(
+            frame_id=frame.frame_id,
+            t_ns=frame.t_ns,
+            status=FrameStatus.DROPPED,
+            sensors={},
+            detections=detections,
+            latency=LatencyTree(total_ns=total, stages={"shed": total}, start_ns=origin),
+            reason=reason,
+            predicted=predict is not None,
+        )
+
     async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order.
 
@@ -493,13 +543,14 @@ class Runtime(anyio.AsyncContextManagerMixin):
                         )
                         admission = await stack.enter_async_context(opened)
                     pipeline = OrderedPipeline(
-                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission
+                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
                     )
                     if self._stopping:
                         pipeline.stop()  # stopped before this stream started: it takes no frame
                     self._pipelines.add(pipeline)
                     stack.callback(self._stream_ended, pipeline)
                     self.admission = pipeline.admission
+                    self.overload = pipeline.overload
                     task_status.started()
                     started = True
                     await pipeline.run(source, send)

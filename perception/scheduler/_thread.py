@@ -8,7 +8,12 @@ waiting is dropped and counted (:attr:`ThreadedRuntime.callbacks_dropped`). Fram
 concurrently are processed concurrently up to the admission's limit -- the same
 :class:`~perception.scheduler._admission.Admission` a stream of :meth:`Runtime.run` has: adaptive up to
 ``pipeline.max_in_flight`` (``pipeline.admission``), so frames do not queue in the servers inside their
-deadlines; beyond it they wait, first come first served (this API never drops: the caller owns pacing).
+deadlines; beyond it they wait. A host submits frames as its sensors deliver them, without waiting: when
+they come faster than the servers finish them, the overload policy of every real-time path decides
+(:mod:`perception.scheduler._shedding`): the waiting frames run while they can finish within their
+budgets, the oldest are shed when they cannot all (their futures answered with a ``dropped`` result,
+reason ``overload``, and the tracker's prediction at their time). With ``pipeline.overload: queue`` or
+``overflow: block`` they wait first come, first served instead, and none is dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from perception.scheduler._lifetime import Lifetime, ThreadHost
 from perception.scheduler._pipeline import admission_adapts, ended_late
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
+from perception.scheduler._shedding import OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorSpec, SessionSource
 
 __all__ = ["ThreadedRuntime"]
@@ -43,6 +49,17 @@ Callback = Callable[[FrameResult], None]
 
 #: Results whose callbacks may wait on the callback thread; beyond it the oldest waiting is dropped.
 CALLBACK_QUEUE = 256
+
+
+class _Waiter:
+    """A submitted frame waiting for a slot: set when it may start, or when it is shed (``shed``: why)."""
+
+    __slots__ = ("event", "shed", "started_ns")
+
+    def __init__(self, started_ns: int) -> None:
+        self.event = anyio.Event()
+        self.started_ns = started_ns
+        self.shed: str | None = None
 
 
 class ThreadedRuntime:
@@ -71,7 +88,8 @@ class ThreadedRuntime:
         self._callback_queue = callback_queue
         self._callbacks: CallbackQueue | None = None
         self._admission: Admission | None = None
-        self._waiting: deque[anyio.Event] = deque()  # frames waiting for a slot, in submission order
+        self._waiting: deque[_Waiter] = deque()  # frames waiting for a slot, in submission order
+        self._overload: OverloadPolicy | None = None  # when frames are shed under overload (module docs)
         self._active = 0  # frames submitted and not finished (waiting or in flight)
         self._idle: anyio.Event | None = None  # set when the last active frame finishes
 
@@ -99,6 +117,8 @@ class ThreadedRuntime:
                 pipeline.max_in_flight, deadline_ns, adaptive=admission_adapts(pipeline, deadline_ns)
             )
             self._runtime.admission = self._admission  # its limit and how it moved: runtime.admission.report()
+            if sheds(pipeline):
+                self._overload = OverloadPolicy(deadline_ns)
             yield
             with anyio.move_on_after(self._drain_s):
                 while self._active:  # nothing waiting or in flight
@@ -124,20 +144,25 @@ class ThreadedRuntime:
             if not self._waiting and admission.try_acquire():
                 slot = True
             else:
-                turn = anyio.Event()
+                turn = _Waiter(frame.created_ns or time.monotonic_ns())
                 self._waiting.append(turn)
                 try:
-                    await turn.wait()
+                    await turn.event.wait()
                 finally:
-                    if turn.is_set():
-                        slot = True  # granted by _pump (a slot taken for this frame)
+                    if turn.event.is_set():
+                        slot = turn.shed is None  # granted by _pump (a slot taken for this frame), or shed
                     else:
                         self._waiting.remove(turn)  # cancelled while waiting
+                if turn.shed is not None:
+                    return await self._runtime.shed(frame, turn.shed)
             start = time.monotonic_ns()
             result = await self._runtime.process(frame)
             slot = False
             # admission to result, as a stream's pipeline measures it
-            admission.release(time.monotonic_ns() - start, late=ended_late(result))
+            end = time.monotonic_ns()
+            admission.release(end - start, late=ended_late(result))
+            if self._overload is not None:
+                self._overload.observe(end - start)
             return result
         finally:
             if slot:
@@ -148,10 +173,25 @@ class ThreadedRuntime:
                 self._idle.set()
 
     def _pump(self) -> None:
-        """Give free slots to the frames waiting longest (the admission may probe one more for them)."""
+        """Give free slots to the frames waiting longest (the admission may probe one more for them);
+        under the overload policy to the freshest that can finish in time, the others shed."""
         admission = self._admission
         while self._waiting and admission is not None and admission.try_acquire():
-            self._waiting.popleft().set()
+            if self._overload is None:
+                self._waiting.popleft().event.set()
+                continue
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            started = [w.started_ns for w in waiting]
+            verdict = self._overload.choose(started, time.monotonic_ns(), parallel=admission.limit)
+            for i, reason in verdict.shed:  # woken first: their records take their fusion turns first
+                waiting[i].shed = reason
+                waiting[i].event.set()
+            if verdict.start is None:
+                admission.release(None)
+                return
+            waiting[verdict.start].event.set()
+            self._waiting.extend(waiting[verdict.start + 1 :])  # the fresher ones wait for their slots
 
     @staticmethod
     def _run_callback(callback: Callback, future: concurrent.futures.Future[FrameResult]) -> None:

@@ -280,3 +280,20 @@ def test_each_frame_s_association_is_a_matching_with_both_rounds_pairs(monkeypat
     for k, (rows, cols) in enumerate(answers[1:], 1):  # from frame 1 on, the three objects are tracked
         assert len(set(rows)) == len(rows) and len(set(cols)) == len(cols), (k, rows, cols)  # a matching
         assert sorted(rows) == [0, 1, 2] and sorted(cols) == [0, 1, 2], (k, rows, cols)  # every track, once
+
+
+def test_a_shed_frame_gets_the_tracks_predicted_to_its_time_and_the_tracker_is_not_advanced() -> None:
+    # Frames 0-9 tracked; frame 10 is shed (no samples processed): its prediction has every track where
+    # its object is at frame 10, and the tracker, untouched, tracks frame 11 exactly as without it.
+    config = FusionConfig(score_threshold=0.0)
+    shed, plain = Fuser(config, RIG), Fuser(config, RIG)
+    for k in range(10):
+        step(shed, k, lidar_frame(k))
+        step(plain, k, lidar_frame(k))
+    predicted = shed.predict(Frame(10, 10 * DT_NS, {}))
+    assert len(predicted) == 3
+    for d, o in zip(by_position(predicted, OBJECTS, 10), move(OBJECTS, 1.0), strict=True):
+        assert math.hypot(d.center[0] - o.center[0], d.center[1] - o.center[1]) < 0.5
+    assert shed.predict(Frame(5, 5 * DT_NS, {}))  # an older time: read-only too
+    assert step(shed, 11, lidar_frame(11)) == step(plain, 11, lidar_frame(11))
+    assert Fuser(config, RIG).predict(Frame(0, 0, {})) == ()  # nothing tracked yet: nothing predicted

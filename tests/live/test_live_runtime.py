@@ -60,7 +60,9 @@ def _config(
     cfg = dataclasses.replace(
         cfg,
         server=dataclasses.replace(cfg.server, url=url),
-        budget=dataclasses.replace(cfg.budget, total_ms=5000.0),
+        # seconds, for the drive's recorded sensors too (as tests/ros's profile): launch/replay.yaml's
+        # recorded_total_ms (450 ms) would otherwise apply to a live rig's frames
+        budget=dataclasses.replace(cfg.budget, total_ms=5000.0, recorded_total_ms=5000.0),
         pipeline=dataclasses.replace(cfg.pipeline, queue_size=100),
         live=LiveConfig(**{**MARGINS, **live}),  # type: ignore[arg-type]
     )

@@ -315,7 +315,8 @@ async def test_unknown_model_and_wrong_contract_are_clear_errors(triton: Embedde
 
 
 def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
-    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"})
+    # submitted at once and all processed: queued, not shed (the overload policy is tested below)
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"overload": "queue"})
     got: list[tuple[int, str]] = []
     done = threading.Event()
 
@@ -337,7 +338,11 @@ def test_threaded_close_is_bounded_with_a_stuck_callback_and_releases_its_thread
     # The host's callback never returns while the runtime runs: at most `callback_queue` calls wait (the
     # rest are dropped and counted), the futures are answered regardless, and close returns (bounded by
     # the drain timeout) instead of waiting for the callback; the runtime's threads are gone after it.
-    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"drain_timeout_s": 1})
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        pipeline={"drain_timeout_s": 1, "overload": "queue"},  # all 8 processed (queued, not shed)
+    )
     release = threading.Event()
     calls: list[int] = []
 
@@ -388,7 +393,7 @@ def test_threaded_frames_take_the_adaptive_admission_in_submission_order(triton:
     cfg = config(
         triton.grpc_url,
         {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
-        pipeline={"max_in_flight": 4, "admission": "adaptive"},
+        pipeline={"max_in_flight": 4, "admission": "adaptive", "overload": "queue"},  # queued, not shed
     )
     with ThreadedRuntime(cfg) as rt:
         futures = [rt.submit(frame(i, ["lidar", "radar"])) for i in range(HOLD)]
@@ -401,6 +406,23 @@ def test_threaded_frames_take_the_adaptive_admission_in_submission_order(triton:
     assert [fid for _, _, fid in spans] == list(range(HOLD))  # first come, first served
     assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans)), spans
     assert (report["mode"], report["peak"], report["max_in_flight"]) == ("adaptive", 1, 4), report
+
+
+def test_threaded_frames_submitted_faster_than_they_finish_are_processed_or_shed(triton: EmbeddedTriton) -> None:
+    # Ten frames submitted at once: those that find no slot wait, and each one submitted supersedes the
+    # older ones waiting when they cannot all finish within their budgets (the overload policy,
+    # pipeline.overload: shed by default). However fast the host,
+    # every future gets its one result, each frame is processed or shed with reason overload, and the
+    # last submitted (always the freshest waiting) is processed.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"max_in_flight": 1})
+    with ThreadedRuntime(cfg) as rt:
+        results = [f.result(timeout=60) for f in [rt.submit(frame(i, ["lidar", "radar"])) for i in range(10)]]
+    assert [r.frame_id for r in results] == list(range(10))
+    assert results[-1].status is FrameStatus.OK
+    for r in results:
+        assert r.status is FrameStatus.OK or (
+            r.status is FrameStatus.DROPPED and (r.reason or "").startswith("overload") and not r.sensors
+        ), r
 
 
 def test_threaded_fixed_admission_keeps_max_in_flight(triton: EmbeddedTriton) -> None:

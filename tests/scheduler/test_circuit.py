@@ -1,0 +1,83 @@
+"""The circuit breaker: errors and a model that stops answering open it, answers late for load do not
+(latencies and times fed in)."""
+
+from __future__ import annotations
+
+from perception.config import CircuitConfig
+from perception.scheduler._circuit import HANG_FACTOR, LOAD_PATIENCE, CircuitBreaker, CircuitState, LateVerdict
+
+MS = 1_000_000
+
+
+def breaker(threshold: int = 3) -> CircuitBreaker:
+    return CircuitBreaker("lidar_detector", CircuitConfig(failure_threshold=threshold, reset_after_ms=1000))
+
+
+def test_errors_open_the_circuit() -> None:
+    b = breaker()
+    b.record_success(60 * MS)
+    for t in range(3):
+        b.record_failure(t * 50 * MS)
+    assert b.state is CircuitState.OPEN and b.opened_count == 1
+
+
+def test_late_answers_made_late_by_load_do_not_open_it() -> None:
+    # measured 60-115 ms; late after 190 ms (the join deadline, after waiting in a loaded host): load
+    b = breaker()
+    for ms in (60, 115, 80):
+        b.record_success(ms * MS)
+    verdicts = [b.record_late(t * 50 * MS, 190 * MS) for t in range(3 * 3)]
+    assert verdicts == [LateVerdict.LOAD] * 9
+    assert b.state is CircuitState.CLOSED and b.opened_count == 0
+    assert b.late == {"fault": 0, "load": 9, "unmeasured": 0}
+
+
+def test_a_model_that_stops_answering_far_beyond_its_service_time_opens_it() -> None:
+    b = breaker()
+    b.record_success(40 * MS)
+    waited = int(HANG_FACTOR * 40 * MS)
+    assert [b.record_late(t, waited) for t in range(3)] == [LateVerdict.FAULT] * 3
+    assert b.state is CircuitState.OPEN
+
+
+def test_with_nothing_measured_a_late_answer_counts_as_before_and_says_it_cannot_tell() -> None:
+    b = breaker(threshold=2)  # a model hung from the start: no answer ever measured
+    assert b.record_late(0, 140 * MS) is LateVerdict.UNMEASURED
+    assert b.state is CircuitState.CLOSED
+    assert b.record_late(100 * MS, 140 * MS) is LateVerdict.UNMEASURED
+    assert b.state is CircuitState.OPEN
+    assert b.late["unmeasured"] == 2
+
+
+def test_late_for_long_within_the_service_range_opens_it_saying_it_cannot_tell() -> None:
+    b = breaker(threshold=2)
+    b.record_success(100 * MS)
+    n = LOAD_PATIENCE * 2
+    for t in range(n - 1):
+        b.record_late(t, 150 * MS)
+    assert b.state is CircuitState.CLOSED
+    b.record_success(100 * MS)  # an answer in between starts the count again
+    for t in range(n - 1):
+        b.record_late(t, 150 * MS)
+    assert b.state is CircuitState.CLOSED
+    b.record_late(n, 150 * MS)
+    assert b.state is CircuitState.OPEN and b.opened_count == 1
+
+
+def test_a_half_open_probe_late_for_load_is_given_back() -> None:
+    b = breaker(threshold=1)
+    b.record_success(50 * MS)
+    b.record_failure(0)  # an error opens it
+    assert b.allow(1000 * MS)  # half-open: the probe
+    assert not b.allow(1000 * MS)
+    assert b.record_late(1000 * MS, 60 * MS) is LateVerdict.LOAD
+    assert b.state is CircuitState.HALF_OPEN
+    assert b.allow(1100 * MS)  # probed again by the next frame
+
+
+def test_the_measured_service_time_is_the_slowest_recent_answer() -> None:
+    b = breaker()
+    assert b.service_ns is None
+    b.observe(300 * MS)  # a warm-up's seed
+    b.record_success(50 * MS)
+    assert b.service_ns == 300 * MS

@@ -1,0 +1,270 @@
+"""The overload policy: service times and clocks fed in (no wall-clock luck), then the pipeline using it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from perception.config import PipelineConfig
+from perception.scheduler import OrderedPipeline
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, ServiceTimes, Verdict, sheds
+from perception.types import Frame, FrameResult, FrameStatus
+
+MS = 1_000_000
+BUDGET = 200 * MS
+
+
+def test_service_estimate_is_the_90th_percentile_of_the_recent_frames() -> None:
+    service = ServiceTimes(window=3)
+    assert service.estimate() is None
+    for ms in (100, 140, 90):
+        service.observe(ms * MS)
+    assert service.estimate() == 140 * MS  # of 3, the slowest
+    service.observe(95 * MS)  # 100 leaves the window, 140 stays
+    service.observe(96 * MS)  # 140 leaves
+    assert service.estimate() == 96 * MS
+    twenty = ServiceTimes(window=20)
+    for ms in range(1, 21):
+        twenty.observe(ms * MS)
+    twenty.observe(500 * MS)  # one stall among 20 does not make the estimate
+    assert twenty.estimate() == 19 * MS
+
+
+def test_under_sustained_overload_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    # three waited (115, 65, 15 ms): the two older cannot run before the freshest within its budget
+    verdict = policy.choose([0, 50 * MS, 100 * MS], now_ns=115 * MS)
+    assert verdict.start == 2
+    assert [i for i, _ in verdict.shed] == [0, 1]
+    assert all(reason.startswith(f"{OVERLOAD} (superseded") for _, reason in verdict.shed)
+    assert policy.superseded == 2 and policy.too_late == 0
+
+
+def test_waiting_frames_that_can_all_finish_within_their_budgets_all_run_oldest_first() -> None:
+    # a burst: three frames waited 30, 20, 10 ms; at 40 ms a frame, one after another they end by 150 ms
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(40 * MS)
+    assert policy.choose([0, 10 * MS, 20 * MS], now_ns=30 * MS) == Verdict(0, ())
+    # at 80 ms a frame the third would end at 30 + 240 ms: the oldest is superseded, the other two run
+    policy.observe(80 * MS)
+    policy.observe(80 * MS)
+    verdict = policy.choose([0, 10 * MS, 20 * MS], now_ns=30 * MS)
+    assert verdict.start == 1 and [i for i, _ in verdict.shed] == [0]
+
+
+def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    # waited 90 ms: 110 ms left < 115 ms measured
+    verdict = policy.choose([0], now_ns=90 * MS)
+    assert verdict.start is None
+    ((index, reason),) = verdict.shed
+    assert index == 0 and reason.startswith(OVERLOAD)
+    assert "110 ms of its budget left" in reason and "115 ms" in reason
+    # waited 80 ms: 120 ms left covers 115 ms
+    assert policy.choose([0], now_ns=80 * MS).start == 0
+    assert policy.too_late == 1
+
+
+def test_a_frame_arriving_to_a_free_slot_runs_whatever_it_spent_before() -> None:
+    # a live frame's clock starts at its trigger's arrival; assembly took 120 ms before it reached a free slot
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(115 * MS)
+    assert policy.choose([0], now_ns=120 * MS, arrived=True).start == 0
+    assert policy.choose([0], now_ns=120 * MS).start is None  # the same frame after waiting for a slot
+
+
+def test_no_frame_is_shed_before_anything_was_measured() -> None:
+    policy = OverloadPolicy(BUDGET)
+    assert policy.choose([0], now_ns=190 * MS).start == 0  # nothing measured yet
+
+
+def test_when_frames_take_longer_than_the_budget_a_frame_that_waited_is_shed() -> None:
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(250 * MS)  # slower than the budget: no frame may spend any of it waiting
+    assert policy.choose([0], now_ns=10 * MS).start is None
+    assert policy.choose([0], now_ns=10 * MS, arrived=True).start == 0  # one that waited for none runs
+
+
+def test_only_sources_that_do_not_wait_shed() -> None:
+    assert sheds(PipelineConfig())
+    assert not sheds(PipelineConfig(overflow="block"))
+    assert not sheds(PipelineConfig(overload="queue"))
+
+
+# -- the pipeline under the policy ---------------------------------------------------------------------
+
+
+def frame(i: int, created_ns: int = 0) -> Frame:
+    return Frame(frame_id=i, t_ns=i * 50 * MS, samples={}, created_ns=created_ns)
+
+
+def _dropped(f: Frame, reason: str) -> FrameResult:
+    return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+
+async def collect(pipeline: OrderedPipeline, source: AsyncIterator[Frame]) -> list[FrameResult]:
+    send, recv = anyio.create_memory_object_stream[FrameResult](100)
+    out: list[FrameResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pipeline.run, source, send)
+        async with recv:
+            async for r in recv:
+                out.append(r)
+    return out
+
+
+@pytest.mark.anyio
+async def test_frames_overflowing_the_queue_are_shed_with_a_predicted_record_and_the_rest_run() -> None:
+    # Frame 0 is processed until frames 1-9 were offered (an event): 1-5 overflow the queue of 4 and are
+    # shed before any of them is processed, each recorded by `shed`, in order; 6-9 can all finish within
+    # their (generous) budgets one after another, and run.
+    offered = anyio.Event()
+    processed: list[int] = []
+    shed_calls: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        await offered.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        shed_calls.append(f.frame_id)
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(10):
+            yield frame(i)
+        offered.set()
+
+    config = PipelineConfig(max_in_flight=1, queue_size=4)
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=30_000 * MS, shed=shed)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == list(range(10))  # exactly one record per frame, in order
+    assert processed == [0, 6, 7, 8, 9]
+    assert shed_calls == [1, 2, 3, 4, 5]
+    for r in out[1:6]:
+        assert r.status is FrameStatus.DROPPED and r.predicted
+        assert (r.reason or "").startswith(f"{OVERLOAD} (queue overflow")
+    assert all(r.status is FrameStatus.OK for r in out[6:])
+    assert p.shed_count == 5
+
+
+@pytest.mark.anyio
+async def test_under_overload_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
+    # Frames 1-3 wait behind frame 0 with clocks started 29.95, 29.9 and 0 s ago (budget 30 s, frames
+    # measured at 1 s): only the freshest still fits; 1 and 2 are superseded, unprocessed.
+    release0 = anyio.Event()
+    processed: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        if f.frame_id == 0:
+            await release0.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        now = time.monotonic_ns()
+        yield frame(0)
+        yield frame(1, created_ns=now - 29_950 * MS)
+        yield frame(2, created_ns=now - 29_900 * MS)
+        yield frame(3)
+        release0.set()
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
+    assert p.overload is not None
+    p.overload.observe(1_000 * MS)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert processed == [0, 3]
+    assert [r.status for r in out] == [FrameStatus.OK, FrameStatus.DROPPED, FrameStatus.DROPPED, FrameStatus.OK]
+    assert all("superseded" in (r.reason or "") for r in out[1:3])
+
+
+@pytest.mark.anyio
+async def test_a_frame_whose_budget_ran_out_while_waiting_is_shed_before_it_is_processed() -> None:
+    # Frame 0 runs; frame 1 waits for it, stamped 60 s earlier with a 30 s budget: when the slot frees,
+    # what is left of its budget (negative) cannot cover the frame measured, so it is shed unprocessed.
+    # Frame 2 arrives after that, to a free slot: it runs.
+    release0 = anyio.Event()
+    shed1 = anyio.Event()
+    processed: list[int] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        if f.frame_id == 0:
+            await release0.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        shed1.set()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    async def source() -> AsyncIterator[Frame]:
+        yield frame(0)
+        yield frame(1, created_ns=time.monotonic_ns() - 60_000 * MS)
+        release0.set()
+        await shed1.wait()
+        yield frame(2)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS, shed=shed)
+    assert p.overload is not None
+    p.overload.observe(1 * MS)  # a measured service time (well within the budget)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == [0, 1, 2]
+    assert processed == [0, 2]
+    assert out[1].status is FrameStatus.DROPPED and "of its budget left" in (out[1].reason or "")
+    assert p.overload.too_late == 1
+
+
+@pytest.mark.anyio
+async def test_a_source_that_waits_is_never_shed() -> None:
+    async def process(f: Frame) -> FrameResult:
+        await anyio.lowlevel.checkpoint()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(6):
+            yield frame(i)
+
+    config = PipelineConfig(max_in_flight=1, queue_size=0, overflow="block")
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=1 * MS)
+    assert p.overload is None
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.status for r in out] == [FrameStatus.OK] * 6
+
+
+@pytest.mark.anyio
+async def test_a_frame_arriving_to_an_idle_pipeline_runs_however_long_ago_its_clock_started() -> None:
+    # Each frame's clock started 60 s ago (a live frame's trigger arrival, then assembly) with a 30 s
+    # budget, and frames take 1 ms: each arrives to a free slot, waits for none, and runs.
+    async def process(f: Frame) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(4):
+            yield frame(i, created_ns=time.monotonic_ns() - 60_000 * MS)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
+    assert p.overload is not None
+    p.overload.observe(1 * MS)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.status for r in out] == [FrameStatus.OK] * 4
+
+
+def test_frames_in_flight_together_finish_sooner_one_after_another() -> None:
+    # four frames waiting, 60 ms each, two at a time: the last ends 120 ms from now, within its budget
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(60 * MS)
+    started = [0, 10 * MS, 20 * MS, 30 * MS]
+    assert policy.choose(started, now_ns=80 * MS, parallel=2).start == 0
+    assert policy.choose(started, now_ns=80 * MS).start == 2  # one at a time: the two oldest cannot
