@@ -125,6 +125,8 @@ def encode_result(r: SensorResult, *, outputs: bool) -> dict[str, Any]:
         "model_version": r.model_version,
         "sample_t_ns": r.sample_t_ns,
         "latency_ns": r.latency_ns,
+        # an earlier frame's result reused under overload (perception.scheduler's _reuse): its sample's age
+        "reused_age_ns": r.reused_age_ns,
     }
     if outputs and r.status is SensorStatus.OK:
         out["outputs"] = {k: encode_array(np.asarray(v)) for k, v in sorted(r.outputs.items())}
@@ -141,6 +143,7 @@ def decode_result(sensor: str, d: Mapping[str, Any]) -> SensorResult:
         sample_t_ns=d.get("sample_t_ns"),
         model=d.get("model"),
         model_version=d.get("model_version") or "",
+        reused_age_ns=d.get("reused_age_ns"),
     )
 
 
@@ -176,6 +179,7 @@ _SENSOR = {
         "model": {"type": ["string", "null"]},
         "model_version": {"type": "string"},
         "sample_t_ns": {"type": ["integer", "null"]},
+        "reused_age_ns": {"type": ["integer", "null"]},
         "latency_ns": {"type": "integer"},
         "outputs": {"type": "object", "description": "raw output tensors: dtype, shape, base64 little-endian data"},
     },

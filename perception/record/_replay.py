@@ -17,6 +17,7 @@ frame that differs is named with its cause:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter
@@ -166,6 +167,7 @@ async def _replay_segments(
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
+    answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
@@ -194,7 +196,7 @@ async def _replay_segments(
                 frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
                 results = recorded
                 if rt is not None:
-                    results = await _rerun(rt, frame, recorded)
+                    results = await _rerun(rt, frame, recorded, answered)
                 dets, _ = await anyio.to_thread.run_sync(fusion, frame, results)
                 tracker = tracker_digest(state()) if state is not None else ""
                 fused[seq] = (dets, results)
@@ -255,20 +257,35 @@ def _frame(
     return frame, results, lost
 
 
-async def _rerun(rt: Runtime, frame: Frame, recorded: Mapping[str, SensorResult]) -> dict[str, SensorResult]:
-    """Today's models on the sensors that answered ok in the run; the others keep their recorded status."""
-    ok = [n for n, r in recorded.items() if r.status is SensorStatus.OK]
-    if not ok:
-        return dict(recorded)
-    samples = {n: frame.samples.get(n) for n in ok}
-    result = await rt.process(Frame(frame.frame_id, frame.t_ns, samples, ego=frame.ego))
+async def _rerun(
+    rt: Runtime,
+    frame: Frame,
+    recorded: Mapping[str, SensorResult],
+    answered: dict[str, SensorResult],
+) -> dict[str, SensorResult]:
+    """Today's models on the sensors that answered ok in the run; the others keep their recorded status.
+    A result the run reused from an earlier frame (decimated under overload: ``reused_age_ns``) is not asked
+    again of this frame's sample: it is today's answer to the sample it was made of, as the run reused it
+    (``answered``: each sensor's latest answer today, kept across frames: the run reused its latest too)."""
+    ok = [n for n, r in recorded.items() if r.status is SensorStatus.OK and r.reused_age_ns is None]
     out = dict(recorded)
-    for n in ok:
-        today = result.sensors.get(n)
-        if today is None or frame.samples.get(n) is None:
-            out[n] = SensorResult(n, SensorStatus.MISSING, error="the sample is not in the recording")
-        else:
-            out[n] = today
+    if ok:
+        samples = {n: frame.samples.get(n) for n in ok}
+        result = await rt.process(Frame(frame.frame_id, frame.t_ns, samples, ego=frame.ego))
+        for n in ok:
+            today = result.sensors.get(n)
+            if today is None or frame.samples.get(n) is None:
+                out[n] = SensorResult(n, SensorStatus.MISSING, error="the sample is not in the recording")
+            else:
+                out[n] = answered[n] = today
+    for n, r in recorded.items():
+        if r.status is SensorStatus.OK and r.reused_age_ns is not None:
+            earlier = answered.get(n)
+            out[n] = (
+                SensorResult(n, SensorStatus.MISSING, error="the reused result's frame is not in the recording")
+                if earlier is None or earlier.sample_t_ns != r.sample_t_ns
+                else dataclasses.replace(earlier, latency_ns=0, stages={}, reused_age_ns=r.reused_age_ns)
+            )
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -86,3 +87,41 @@ def test_digests_quantise_floats_to_the_stated_resolution() -> None:
     assert tracker_digest(state) == tracker_digest({k: v.copy() for k, v in state.items()})
     assert tracker_digest(state) != tracker_digest({**state, "next_id": np.array([4], np.int64)})
     assert tracker_digest(state) != tracker_digest({**state, "table": np.array([[1.0, -math.inf, math.inf]])})
+
+
+def test_rerun_models_answers_a_reused_result_with_today_s_answer_to_its_own_sample() -> None:
+    """A result the run reused under overload (decimated sensor: ``reused_age_ns``) is not asked again of
+    the later frame's sample: --rerun-models gives it today's answer to the sample it was made of (a rerun
+    of the later sample would differ from what the vehicle fused, and read as a model change)."""
+    from perception.record._replay import _rerun
+    from perception.types import Frame, ImageSample
+
+    asked: list[tuple[int, dict[str, int]]] = []
+
+    class Today:
+        async def process(self, frame: Frame) -> FrameResult:
+            stamps = {n: s.t_ns for n, s in frame.samples.items() if s is not None}
+            asked.append((frame.frame_id, stamps))
+            sensors = {
+                n: SensorResult(n, SensorStatus.OK, outputs={"x": np.array([t])}, sample_t_ns=t)
+                for n, t in stamps.items()
+            }
+            return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, sensors)
+
+    def image(t: int) -> ImageSample:
+        return ImageSample("cam", t, "cam", b"jpeg", "jpeg")
+
+    def ok(t: int, age: int | None = None) -> SensorResult:
+        return SensorResult("cam", SensorStatus.OK, outputs={"x": np.array([t])}, sample_t_ns=t, reused_age_ns=age)
+
+    answered: dict[str, SensorResult] = {}
+    rt: Any = Today()
+    first = anyio.run(lambda: _rerun(rt, Frame(0, 100, {"cam": image(100)}), {"cam": ok(100)}, answered))
+    # frame 1: the run reused frame 0's answer (sample at 100) for its own sample at 200
+    second = anyio.run(lambda: _rerun(rt, Frame(1, 200, {"cam": image(200)}), {"cam": ok(100, 100)}, answered))
+    assert asked == [(0, {"cam": 100})]  # the reused sensor was not asked again
+    assert second["cam"].sample_t_ns == 100 and second["cam"].reused_age_ns == 100
+    assert second["cam"].outputs["x"].tolist() == first["cam"].outputs["x"].tolist() == [100]
+    # a reused result whose own frame is not in the replay: missing, said, not a rerun of the wrong sample
+    lost = anyio.run(lambda: _rerun(rt, Frame(2, 300, {"cam": image(300)}), {"cam": ok(250, 50)}, answered))
+    assert lost["cam"].status is SensorStatus.MISSING and "reused" in (lost["cam"].error or "")
