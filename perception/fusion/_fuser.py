@@ -185,11 +185,14 @@ class Fuser:
         *,
         ego_at: EgoAt | None = None,
         params: FusionParams | None = None,
+        ego_max_age_ns: int | None = None,
     ) -> None:
         self.config = config
         self.params = params or FusionParams()
         self._truck_returns = float(config.truck_returns())
         self._ego_at = ego_at
+        #: A frame's own ego pose further than this from its time is unknown motion (live.ego_max_age_ms).
+        self._ego_max_age_ns = ego_max_age_ns
         sensors = []
         for i, (name, spec) in enumerate(rig.items()):
             role = _role(name, spec)
@@ -253,7 +256,7 @@ class Fuser:
             t0 = time.perf_counter_ns()
             if not self.config.enabled:
                 return (), {"fusion": time.perf_counter_ns() - t0}
-            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once)
+            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once, max_age_ns=self._ego_max_age_ns)
             objs = self.fuse(frame, results, motion)
             t1 = time.perf_counter_ns()
             if self._tracker is None:
@@ -270,7 +273,7 @@ class Fuser:
         with self._lock:
             if not self.config.enabled or self._tracker is None:
                 return ()
-            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once)
+            motion = EgoMotion(frame, self._ego_at, warn=self._warn_once, max_age_ns=self._ego_max_age_ns)
             return self._tracker.predicted(frame.t_ns, motion.world_from_ego)
 
     def reset(self) -> None:
@@ -291,7 +294,7 @@ class Fuser:
 
     def fuse(self, frame: Frame, results: Mapping[str, SensorResult], motion: EgoMotion | None = None) -> Objects:
         """One frame's fused objects (before tracking, score threshold and output conversion)."""
-        motion = motion or EgoMotion(frame, self._ego_at, warn=self._warn_once)
+        motion = motion or EgoMotion(frame, self._ego_at, warn=self._warn_once, max_age_ns=self._ego_max_age_ns)
         prm = self.params
         lidars: list[tuple[_Sensor, LidarBoxes, int]] = []
         radars: list[tuple[_Sensor, RadarObjects, int]] = []

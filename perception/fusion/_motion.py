@@ -10,7 +10,9 @@ of preference:
 3. otherwise identity: the ego is assumed static.
 
 The world pose ``map <- base_link(t_f)`` used by the tracker follows the same order (a frame pose at
-another time is extrapolated with its twist); without any pose it is ``None``.
+another time is extrapolated with its twist); without any pose it is ``None``. A frame pose further than
+``max_age_ns`` from the frame time (``live.ego_max_age_ms``) counts as none: odometry that stopped is
+unknown ego motion, not its last twist extrapolated over the gap.
 """
 
 from __future__ import annotations
@@ -72,14 +74,26 @@ def twist_transform(vx: float, vy: float, yaw_rate: float, dt: float) -> F64:
 class EgoMotion:
     """Ego motion around one frame time (see the module docstring); cheap to build once per frame."""
 
-    def __init__(self, frame: Frame, ego_at: EgoAt | None, *, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        frame: Frame,
+        ego_at: EgoAt | None,
+        *,
+        warn: Callable[[str], None] | None = None,
+        max_age_ns: int | None = None,
+    ) -> None:
         self.t_ns = frame.t_ns
         self._ego_at = ego_at
         self._warn = warn or log.warning
         self._cache: dict[int, F64 | None] = {}
         self._relative: dict[int, F64] = {}  # several sensors of a frame share a capture time
         ego_f = self._ego(frame.t_ns)
-        twist_src = ego_f if ego_f is not None else frame.ego
+        frame_ego = frame.ego
+        if frame_ego is not None and max_age_ns is not None and abs(frame.t_ns - frame_ego.t_ns) > max_age_ns:
+            # odometry past its age limit (live.ego_max_age_ms): the frame's ego motion is unknown, never
+            # the old twist extrapolated over the gap (a host's hand-built frame; assemblers drop it earlier)
+            frame_ego = None
+        twist_src = ego_f if ego_f is not None else frame_ego
         self._inv_f: F64 | None = None
         self.world_from_ego: F64 | None = None
         if ego_f is not None:
@@ -87,10 +101,10 @@ class EgoMotion:
             self._cache[frame.t_ns] = pose_f
             self.world_from_ego = pose_f
             self._inv_f = invert_transform(pose_f)
-        elif frame.ego is not None:
-            dt = (frame.t_ns - frame.ego.t_ns) * 1e-9
-            vx, vy = frame.ego.linear_velocity[0], frame.ego.linear_velocity[1]
-            self.world_from_ego = pose_matrix(frame.ego.pose) @ twist_transform(vx, vy, frame.ego.yaw_rate, dt)
+        elif frame_ego is not None:
+            dt = (frame.t_ns - frame_ego.t_ns) * 1e-9
+            vx, vy = frame_ego.linear_velocity[0], frame_ego.linear_velocity[1]
+            self.world_from_ego = pose_matrix(frame_ego.pose) @ twist_transform(vx, vy, frame_ego.yaw_rate, dt)
         self._twist: tuple[float, float, float] | None = None
         if twist_src is not None:
             v = twist_src.linear_velocity

@@ -113,7 +113,9 @@ class Session:
             return None
         from perception.fusion import Fuser  # the fusion stage sits beside the scheduler, not below it
 
-        fuser: FusionStage = Fuser(self.config.fusion, self.rig, ego_at=self.source.ego_at)
+        fuser: FusionStage = Fuser(
+            self.config.fusion, self.rig, ego_at=self.source.ego_at, ego_max_age_ns=self.config.live.ego_max_age_ns
+        )
         return fuser
 
     def assembler(self) -> FrameAssembler:

@@ -91,3 +91,33 @@ def test_live_status_counts_frames_whose_odometry_is_too_old(triton: EmbeddedTri
     frames = intake["frames"]
     # frames more than 150 ms after the pose: all but the first two of the 10 Hz trigger's (or so)
     assert frames >= 8 and frames - 3 <= intake["ego_stale"] < frames, intake
+
+
+def test_a_hand_built_frame_s_old_odometry_is_not_extrapolated_either() -> None:
+    # A host that builds its frames itself (rt.process) and hands each the last odometry it had, a minute
+    # old at 15 m/s: the fuser applies the same age limit, so the parked car is not reported moving.
+    t0 = 1_000_000 * MS
+    stale = EgoPose(t0, Transform.identity(), (15.0, 0.0, 0.0))
+    limit = LiveConfig().ego_max_age_ns
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG, ego_max_age_ns=limit)
+    unlimited = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(20):
+        t = t0 + 60_000 * MS + k * 100 * MS
+        frame = Frame(k, t, {"lidar_top": sweep(t)}, ego=stale)
+        dets, _ = fuser(frame, {"lidar_top": lidar_result(RIG, "lidar_top", [PARKED], t_ns=t)})
+        old, _ = unlimited(frame, {"lidar_top": lidar_result(RIG, "lidar_top", [PARKED], t_ns=t)})
+    [car] = dets
+    assert math.hypot(*car.velocity) < 0.5, f"a parked car reported at {car.velocity} m/s"
+    [moving] = old  # without the limit, the old twist is extrapolated: the defect this guards against
+    assert math.hypot(*moving.velocity) > 10.0
+
+
+def test_the_session_s_fuser_applies_the_profiles_age_limit() -> None:
+    from perception.config import RuntimeConfig
+    from perception.scheduler import Session
+    from perception.types import SessionSource
+
+    trigger = TriggerConfig(sensor="lidar_top")
+    config = RuntimeConfig(sensors=SENSORS, trigger=trigger, live=LiveConfig(ego_max_age_ms=150))
+    fuser = Session.assemble(config, SessionSource.live(RIG)).fusion()
+    assert isinstance(fuser, Fuser) and fuser._ego_max_age_ns == 150 * MS
