@@ -585,6 +585,8 @@ def _staged_frames(out: Path) -> dict[str, int]:
     staging = out / STAGING
     counts = {}
     for d in sorted(staging.iterdir()) if staging.is_dir() else []:
+        if not d.is_dir():  # the staging root's marker (STAGING_MARKER), not a drive
+            continue
         try:
             counts[d.name.split(".")[0]] = (d / "detections.jsonl").read_bytes().count(b"\n")
         except OSError:
