@@ -121,6 +121,17 @@ def _support(length: float, width: float, c: float, s: float, ux: float, uy: flo
 
 
 @jit
+def _radar_centre(
+    x: float, y: float, ux: float, uy: float, length: float, width: float, c: float, s: float, surface_factor: float
+) -> tuple[float, float]:
+    """The radar's estimate of a box's centre from its radar object at ``(x, y)`` seen along the unit line of
+    sight ``(ux, uy)``: returns come from the near surface, so the point moved into the box by
+    ``surface_factor`` times the box's half-extent along the line of sight."""
+    extent = surface_factor * _support(length, width, c, s, ux, uy)
+    return x + extent * ux, y + extent * uy
+
+
+@jit
 def _along(ux: float, uy: float, va: float, vc: float) -> tuple[float, float, float]:
     """``(c00, c11, c01)`` of the BEV covariance with variance ``va`` along the unit ``(ux, uy)`` and ``vc``
     across it."""
@@ -243,13 +254,17 @@ def attach_radar(
     by inverse variance with what the object has; an object without a radial speed takes the one of its
     strongest radar object; with ``refine`` (camera candidates), the centre is Kalman-fused with the
     radar's estimate of the centre from its nearest radar object. Inside a box the distance is 0, so
-    points inside (of one box, or of overlapping boxes) tie: the Mahalanobis distance to the box centre
-    decides; remaining ties go to the later index (as a stable sort with last-write-wins would).
+    points inside (of one box, or of overlapping boxes) tie: the Mahalanobis distance from the box centre
+    to the radar's estimate of it (:func:`_radar_centre`, the innovation the refinement fuses) decides,
+    for the object a radar object joins and for the radar object that refines a candidate; remaining
+    ties go to the later index (as a stable sort with last-write-wins would). Not the raw point's
+    distance to the centre: a return comes from the near surface, so that would prefer the returns
+    whose estimate lies behind the centre.
     """
     n, kn = center.shape[0], r_pos.shape[0]
     best_o = np.full(kn, -1, np.intp)
     best_d2 = np.full(kn, np.inf)
-    best_c2 = np.full(kn, np.inf)  # the tie-break: Mahalanobis distance to the box centre
+    best_c2 = np.full(kn, np.inf)  # the tie-break: Mahalanobis distance of the radar's centre estimate
     for o in range(n):
         c, s = np.cos(yaw[o]), np.sin(yaw[o])
         for k in range(kn):
@@ -261,7 +276,10 @@ def attach_radar(
             d2 = mahalanobis2(ex, ey, a, b, d)
             if d2 > gate or d2 > best_d2[k]:
                 continue
-            c2 = mahalanobis2(dx, dy, a, b, d)
+            zx, zy = _radar_centre(
+                r_pos[k, 0], r_pos[k, 1], r_los[k, 0], r_los[k, 1], size[o, 0], size[o, 1], c, s, surface_factor
+            )
+            c2 = mahalanobis2(zx - center[o, 0], zy - center[o, 1], a, b, d)
             if d2 < best_d2[k] or c2 <= best_c2[k]:
                 best_o[k], best_d2[k], best_c2[k] = o, d2, c2
     miss = np.ones(n)
@@ -319,11 +337,11 @@ def attach_radar(
         k = nearest[o]
         if not refine or k < 0:
             continue
-        # the radar's estimate of the centre: its point moved into the box along the line of sight
-        ux, uy = r_los[k, 0], r_los[k, 1]
         c, s = np.cos(yaw[o]), np.sin(yaw[o])
-        extent = surface_factor * _support(size[o, 0], size[o, 1], c, s, ux, uy)
-        zx, zy = r_pos[k, 0] + extent * ux - center[o, 0], r_pos[k, 1] + extent * uy - center[o, 1]
+        zx, zy = _radar_centre(
+            r_pos[k, 0], r_pos[k, 1], r_los[k, 0], r_los[k, 1], size[o, 0], size[o, 1], c, s, surface_factor
+        )
+        zx, zy = zx - center[o, 0], zy - center[o, 1]
         p00, p01, p10, p11 = cov[o, 0, 0], cov[o, 0, 1], cov[o, 1, 0], cov[o, 1, 1]
         a, b, d = p00 + r_cov[k, 0, 0], p01 + r_cov[k, 0, 1], p11 + r_cov[k, 1, 1]
         det = a * d - b * b

@@ -149,3 +149,39 @@ def test_fusion_compiles_each_kernel_once() -> None:
     )
     for kernel in kernels:
         assert len(getattr(kernel, "signatures")) == 1, getattr(kernel, "signatures")  # noqa: B009
+
+
+def _refine_inside(r_xy: list[tuple[float, float]], surface_factor: float = 0.75) -> F64:
+    """One camera candidate (a car 4.5 x 1.9 m, 20 m ahead, heading along the ray, covariance long along
+    it) refined by radar objects seen straight ahead (line of sight +x) at ``r_xy``; its new centre."""
+    center = np.array([[20.0, 0.0, 0.8]])
+    cov = np.array([[[4.0, 0.0], [0.0, 0.1]]])
+    k = len(r_xy)
+    r_cov = np.tile(np.array([[0.04, 0.0], [0.0, 0.09]]), (k, 1, 1))
+    los = np.tile(np.array([1.0, 0.0]), (k, 1))
+    speeds = np.full(8, 60.0)
+    _kernels.attach_radar(
+        center, np.array([[4.5, 1.9, 1.6]]), np.zeros(1), cov, np.zeros(1, np.intp), np.array([0.3]),
+        np.zeros((1, 2), bool), np.zeros((1, 2)), np.full(1, np.inf), np.zeros(1, bool), np.full((1, 3), np.nan),
+        np.array(r_xy, np.float64), r_cov, np.zeros((k, 2)), np.ones(k, bool), np.zeros(k), np.full(k, 0.9),
+        np.zeros((k, 3)), los, np.ones(k, np.intp), np.ones(k, bool), 9.21, 0.5, 0.15, 2, speeds,
+        np.full(8, 0.5), np.full(8, 0.5), surface_factor, True,
+    )  # fmt: skip
+    return center[0, :2].copy()
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_of_two_radar_objects_inside_a_candidate_the_one_whose_centre_estimate_fits_refines_it(
+    order: tuple[int, int],
+) -> None:
+    """Both radar objects lie inside the candidate's box (0 off it: a tie). A return comes from the near
+    surface, so the radar's estimate of the centre is its point moved 0.75 half-lengths into the box: from
+    the one 0.75 m behind the near face it lands 0.19 m from the centre, from the one 0.3 m behind the
+    centre 2 m behind it. The first refines the candidate, whatever the order (the old tie-break, the raw
+    point's distance to the centre, took the second and moved the candidate 2 m back)."""
+    near_face, at_centre = (18.5, 0.0), (20.3, 0.0)
+    points = [(near_face, at_centre)[i] for i in order]
+    x, y = _refine_inside(points)
+    assert x == pytest.approx(18.5 + 0.75 * 2.25, abs=0.02) and y == pytest.approx(0.0, abs=1e-9)
+    x_alone, _ = _refine_inside([near_face])
+    assert x == x_alone
