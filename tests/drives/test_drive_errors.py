@@ -105,6 +105,9 @@ def test_truncated_non_strict_warns_and_yields_prefix(
     assert 0 < len(got) < len(chunked_drive.samples)
     assert ego == chunked_drive.ego[: len(ego)] and 0 < len(ego) < len(chunked_drive.ego)
     assert gt == chunked_drive.gt[: len(gt)]
+    assert d.state is Lifetime.CLOSED
+    d.close()  # idempotent
+    assert d.state is Lifetime.CLOSED
     with pytest.raises(DriveError, match="reader is closed"):
         list(d.samples())
 
