@@ -32,6 +32,7 @@ from mcap.records import Channel, ChunkIndex, Message
 from mcap.summary import Summary
 from mcap.well_known import MessageEncoding
 
+from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
 from perception.drives._chunks import (
     UNKNOWN_TOPICS,
@@ -121,9 +122,11 @@ class DriveReader:
             self._file: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise DriveError(f"cannot open drive: {exc.strerror or exc}", file=str(self.path)) from exc
+        self._state = Lifetime.OPENED  # reading the summary below reads through the open reader
         try:
             self._open(_names(sensors))
         except BaseException:
+            self._state = Lifetime.CLOSED
             self._file.close()
             raise
 
@@ -306,7 +309,7 @@ class DriveReader:
         """Messages of ``topics`` with ``start_ns <= log_time < end_ns`` in log-time order.
 
         A damaged chunk raises :class:`DriveDamagedError` (strict) or is skipped (see class docs)."""
-        if self._file.closed:
+        if self._state is not Lifetime.OPENED:
             raise self._err("reader is closed")
         it = iter_chunk_messages(
             self._file,
@@ -406,7 +409,7 @@ class DriveReader:
 
         Never raises for damage, strict or not: the caller decides (``--strict`` makes it an error).
         """
-        if self._file.closed:
+        if self._state is not Lifetime.OPENED:
             raise self._err("reader is closed")
         for ci in self._chunk_indexes:
             if ci.chunk_start_offset in self._checked or ci.chunk_start_offset in self._bad:
@@ -557,8 +560,20 @@ class DriveReader:
             damage=damage,
         )
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the reader is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def close(self) -> None:
-        self._file.close()
+        """Close the file (idempotent)."""
+        if self._state.done:
+            return
+        self._state = Lifetime.CLOSING
+        try:
+            self._file.close()
+        finally:
+            self._state = Lifetime.CLOSED
 
     def __enter__(self) -> DriveReader:
         return self

@@ -25,6 +25,7 @@ from mcap.writer import Writer as McapWriter
 from mcap_protobuf.schema import build_file_descriptor_set
 
 from perception import __version__
+from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
 from perception.errors import DriveError
 from perception.kinds import known_kinds
@@ -135,7 +136,7 @@ class DriveWriter:
             self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
-        self._closed = False
+        self._state = Lifetime.OPENED
         self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
         self._counters: dict[str, int] = {}
         self._next_static_ns: int | None = None
@@ -259,12 +260,18 @@ class DriveWriter:
     @property
     def bytes_written(self) -> int:
         """Bytes in the file so far (the chunk being filled is not counted until it is written)."""
-        return 0 if self._closed else self._file.tell()
+        return 0 if self._state is Lifetime.CLOSED else self._file.tell()
+
+    @property
+    def state(self) -> Lifetime:
+        """Where the writer is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
 
     def close(self) -> None:
         """Write the index and summary and close the file (idempotent)."""
-        if self._closed:
+        if self._state.done:
             return
+        self._state = Lifetime.CLOSING  # the rig's static data may still be written
         try:
             if self._next_static_ns is None:  # nothing written: still record the rig's static data
                 self._maybe_write_static(0)
@@ -272,7 +279,7 @@ class DriveWriter:
         except OSError as exc:
             raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
         finally:
-            self._closed = True
+            self._state = Lifetime.CLOSED
             self._file.close()
 
     def __enter__(self) -> DriveWriter:
@@ -341,7 +348,7 @@ class DriveWriter:
         self._add_raw(topic, t_ns, msg.SerializeToString(deterministic=True), seq)
 
     def _add_raw(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
-        if self._closed:
+        if self._state is Lifetime.CLOSED:
             raise DriveError("write after close", file=str(self.path), topic=topic)
         channel_id, _ = self._channels[topic]
         if seq is None:  # non-sensor topics: a per-topic counter

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from perception._lifetime import Lifetime
 from perception.drives import DriveWriter
 from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
@@ -109,7 +110,8 @@ class RunRecorder:
         self.options = options or RecordOptions()
         self._ego_poses = tuple(ego_poses)
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(self.options.queue_items)
-        self._thread: threading.Thread | None = None
+        self._state = Lifetime.UNOPENED
+        self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
         self._lock = threading.Lock()
         self._images: OrderedDict[int, tuple[bytes, str, int]] = OrderedDict()
         self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
@@ -134,9 +136,15 @@ class RunRecorder:
         self._recent: dict[str, deque[PointCloudSample]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------------
+    @property
+    def state(self) -> Lifetime:
+        """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def __enter__(self) -> RunRecorder:
-        self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
+        self._state.check_unopened("run recorder")
         self._thread.start()
+        self._state = Lifetime.OPENED
         return self
 
     def __exit__(
@@ -145,12 +153,15 @@ class RunRecorder:
         self.close()
 
     def close(self) -> None:
-        """Write what is queued, finish the segment (idempotent)."""
-        thread, self._thread = self._thread, None
-        if thread is None:
+        """Write what is queued, finish the segment (idempotent; a no-op on one never entered)."""
+        if self._state is not Lifetime.OPENED:
             return
-        self._queue.put(None)
-        thread.join()
+        self._state = Lifetime.CLOSING
+        try:
+            self._queue.put(None)
+            self._thread.join()
+        finally:
+            self._state = Lifetime.CLOSED
         if self._error is not None:
             raise PerceptionError(f"recording {self.path} failed: {self._error}") from self._error
 

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from perception._lifetime import Lifetime
+
 __all__ = ["CallbackQueue"]
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ class CallbackQueue:
         self._maxsize = maxsize
         self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._cond = threading.Condition()
-        self._closing = False
+        self._state = Lifetime.OPENED  # the thread runs from construction on
         #: Calls dropped because ``maxsize`` were already waiting (the oldest waiting goes).
         self.dropped = 0
         #: Calls that raised (logged; the thread goes on).
@@ -42,7 +44,7 @@ class CallbackQueue:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._cond:
-            if self._closing:
+            if self._state is not Lifetime.OPENED:
                 return
             if len(self._calls) >= self._maxsize:
                 self._calls.popleft()
@@ -53,7 +55,7 @@ class CallbackQueue:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._calls and not self._closing:
+                while not self._calls and self._state is Lifetime.OPENED:
                     self._cond.wait()
                 if not self._calls:
                     return  # closing and nothing left
@@ -66,20 +68,32 @@ class CallbackQueue:
 
     def close(self, timeout_s: float) -> bool:
         """Run what is queued, for at most ``timeout_s``; True when the thread has ended. After the
-        bound, what is still queued is dropped (counted) and a callback still running is abandoned."""
+        bound, what is still queued is dropped (counted) and a callback still running is abandoned.
+        Closing again returns at once (whether the thread has ended by now)."""
         with self._cond:
-            self._closing = True
+            if self._state.done:
+                return not self._thread.is_alive()
+            self._state = Lifetime.CLOSING
             self._cond.notify()
-        self._thread.join(max(0.0, timeout_s))
-        if self._thread.is_alive():
-            with self._cond:
-                self.dropped += len(self._calls)
-                self._calls.clear()
-            log.warning(
-                "a result callback still running %.1f s after close was abandoned (its thread is a daemon)", timeout_s
-            )
-            return False
-        return True
+        try:
+            self._thread.join(max(0.0, timeout_s))
+            if self._thread.is_alive():
+                with self._cond:
+                    self.dropped += len(self._calls)
+                    self._calls.clear()
+                log.warning(
+                    "a result callback still running %.1f s after close was abandoned (its thread is a daemon)",
+                    timeout_s,
+                )
+                return False
+            return True
+        finally:
+            self._state = Lifetime.CLOSED
+
+    @property
+    def state(self) -> Lifetime:
+        """Where the queue is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
 
     @property
     def alive(self) -> bool:

@@ -1,8 +1,9 @@
 """One lifetime pattern for every object that owns tasks or a thread.
 
-* Its state is one :class:`Lifetime` (as httpx's client state): ``UNOPENED`` until it is opened,
-  ``OPENED`` while it takes work, ``CLOSING`` while it drains and releases (no new work), ``CLOSED``.
-  An object is opened once; opening it again is a :class:`~perception.errors.RuntimeClosedError`.
+* Its state is one :class:`~perception._lifetime.Lifetime` (defined at the bottom layer, so transport,
+  drives and the recorders use it too; re-exported here): ``UNOPENED``, ``OPENED``, ``CLOSING``,
+  ``CLOSED``. An object is opened once; opening it again is a
+  :class:`~perception.errors.RuntimeClosedError`.
 * Its resources and task groups are entered with ``async with`` in one method (anyio's
   :class:`~anyio.AsyncContextManagerMixin`), so one task enters and leaves them, in reverse order, and a
   partial open is rolled back by the same ``async with``.
@@ -16,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from perception._lifetime import Lifetime
 from perception.errors import RuntimeClosedError
 
 __all__ = ["RELEASE_MARGIN_S", "Lifetime", "ThreadHost", "hosted_in_task"]
@@ -37,20 +38,6 @@ T = TypeVar("T")
 #: Beyond the drain timeout, how long a close waits for the hosted object's own release (server,
 #: channels, shared memory) before it is cancelled.
 RELEASE_MARGIN_S = 30.0
-
-
-class Lifetime(enum.Enum):
-    """Where an object that owns tasks or a thread is in its life (module docs)."""
-
-    UNOPENED = "unopened"
-    OPENED = "opened"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-    def check_unopened(self, what: str) -> None:
-        """Raise unless the object (``what``) was never opened: it is opened once."""
-        if self is not Lifetime.UNOPENED:
-            raise RuntimeClosedError(f"the {what} is {self.value}: it is opened once")
 
 
 class ThreadHost(Generic[T]):
@@ -107,7 +94,7 @@ class ThreadHost(Generic[T]):
 
     def close(self, drain_s: float) -> None:
         """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread."""
-        if self.state in (Lifetime.CLOSING, Lifetime.CLOSED):
+        if self.state.done:
             return
         self.state = Lifetime.CLOSING
         self._release_s = drain_s + RELEASE_MARGIN_S

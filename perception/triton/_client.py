@@ -53,6 +53,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.grpc.aio as tgrpc_aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from perception._lifetime import Lifetime
 from perception.errors import (
     ConfigError,
     ConnectError,
@@ -289,8 +290,7 @@ class TritonClient:
         self._rr = 0
         self._pool: SharedMemoryPool | None = None
         self._registrars = {ep.url: _Registrar(self, ep) for ep in self._endpoints}
-        self._open = False
-        self._closed = False
+        self._state = Lifetime.UNOPENED
         self._inflight = 0
         self._cancelled_rpcs = 0
         #: Inference calls whose caller was cancelled, still winding down: call -> backstop timer.
@@ -317,7 +317,7 @@ class TritonClient:
                 ", ".join(sorted(self._options.headers)),
                 ", ".join(plain),
             )
-        if self._open or self._closed:
+        if self._state is not Lifetime.UNOPENED:
             raise RuntimeClosedError("a TritonClient can be opened once")
         try:
             for ep in self._endpoints:
@@ -329,8 +329,8 @@ class TritonClient:
                     ep.infer_calls.append(model_infer_call(client._channel))
         except BaseException:
             await self._close_channels()
-            raise
-        self._open = True
+            raise  # still UNOPENED: nothing is held
+        self._state = Lifetime.OPENED
         log.debug("triton client open: %s x %d channels", list(self._options.urls), self._options.channels)
 
     def _new_channel(self, url: str) -> Any:
@@ -367,9 +367,10 @@ class TritonClient:
 
     async def close(self) -> None:
         """Unregister and unlink shared memory, close every channel. Idempotent, safe under cancellation."""
-        if self._closed:
+        if self._state.done:
             return
-        self._closed = True
+        # CLOSING still serves the calls the close itself makes (unregistering shared memory)
+        self._state = Lifetime.CLOSING
         with anyio.CancelScope(shield=True):
             await self._end_abandoned()
             if self._pool is not None:
@@ -382,7 +383,7 @@ class TritonClient:
                 # runs: if the loop were closed first, grpc would raise "Event loop is closed" into
                 # whatever loop runs next in this process (e.g. the next test's).
                 await anyio.sleep(_CANCEL_SETTLE_S)
-        self._open = False
+        self._state = Lifetime.CLOSED
 
     async def _end_abandoned(self) -> None:
         """Cancel every abandoned call now and wait (bounded) until they have ended and released
@@ -426,9 +427,16 @@ class TritonClient:
         finally:
             self._inflight -= 1
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the client is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def _check_open(self) -> None:
-        if not self._open:
-            raise RuntimeClosedError("TritonClient is closed" if self._closed else "TritonClient is not open")
+        if self._state is Lifetime.UNOPENED:
+            raise RuntimeClosedError("TritonClient is not open")
+        if self._state is Lifetime.CLOSED:
+            raise RuntimeClosedError("TritonClient is closed")
 
     # -- endpoints ----------------------------------------------------------------------------------
 

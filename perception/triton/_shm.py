@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.utils import shared_memory as triton_shm
 
+from perception._lifetime import Lifetime
 from perception.errors import PerceptionError, SharedMemoryError
 from perception.triton._shm_names import SHM_DIR, make_shm_prefix
 
@@ -163,7 +164,7 @@ class SharedMemoryPool:
         # (url, name) of dropped regions the server still used when we tried to unregister them.
         self._orphans: set[tuple[str, str]] = set()
         self._orphans_retry_at = 0.0
-        self._closed = False
+        self._state = Lifetime.OPENED  # lends regions from construction on
 
     @property
     def prefix(self) -> str:
@@ -175,7 +176,13 @@ class SharedMemoryPool:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """A close has begun: the pool lends no more regions."""
+        return self._state.done
+
+    @property
+    def state(self) -> Lifetime:
+        """Where the pool is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
 
     def regions(self) -> tuple[ShmRegionInfo, ...]:
         return tuple(
@@ -199,7 +206,7 @@ class SharedMemoryPool:
         :class:`~perception.errors.SharedMemoryError` (or another translated transport error) when a
         region cannot be created or registered; the caller falls back to gRPC.
         """
-        if self._closed:
+        if self._state.done:
             return None
         size = _size_class(nbytes, self._min)
         if size > self._max_total:
@@ -346,9 +353,9 @@ class SharedMemoryPool:
 
         Waits (up to a few seconds) for the server to finish requests still reading a region.
         """
-        if self._closed:
+        if self._state.done:
             return
-        self._closed = True
+        self._state = Lifetime.CLOSING
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S) as scope:
             while self._orphans:
                 url, name = self._orphans.pop()
@@ -358,6 +365,7 @@ class SharedMemoryPool:
         for region in list(self._regions):  # unregistering timed out: still unlink locally
             self._regions.remove(region)
             _destroy(region)
+        self._state = Lifetime.CLOSED
         if scope.cancelled_caught or self._orphans:
             log.warning(
                 "timed out unregistering shared-memory regions from the server; it keeps them mapped until it restarts"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from perception._lifetime import Lifetime
 from perception.errors import ConfigError
 from perception.viz._encode import ChannelDef
 
@@ -42,7 +43,7 @@ class LiveServer:
             )
         except RuntimeError as exc:  # FoxgloveError: bind failures and the like
             raise ConfigError(f"cannot start the live server on {host}:{port}: {exc}", key="--live-port") from exc
-        self._closed = False
+        self._state = Lifetime.OPENED
 
     @property
     def port(self) -> int:
@@ -62,10 +63,19 @@ class LiveServer:
         """A recorder output whose channels are published by this server."""
         return LiveOutput(self._context, self._server)
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the server is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if self._state.done:
+            return
+        self._state = Lifetime.CLOSING
+        try:
             self._server.stop()
+        finally:
+            self._state = Lifetime.CLOSED
 
     def __enter__(self) -> LiveServer:
         return self

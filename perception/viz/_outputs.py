@@ -19,6 +19,7 @@ from mcap.records import ChunkIndex
 from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
 
+from perception._lifetime import Lifetime
 from perception.drives import LIBRARY
 from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
@@ -70,7 +71,7 @@ class McapOutput:
             self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise DriveError(f"cannot create recording: {exc.strerror or exc}", file=str(self.path)) from exc
-        self._closed = False
+        self._state = Lifetime.OPENED
         self._schemas: dict[SchemaDef, int] = {}
         self._channels: dict[str, int] = {}
         self._channel_schema: dict[str, int] = {}
@@ -109,7 +110,7 @@ class McapOutput:
         self._channel_schema[channel.topic] = schema_id
 
     def write(self, topic: str, log_ns: int, data: bytes, *, publish_ns: int | None = None, sequence: int = 0) -> None:
-        if self._closed:
+        if self._state is not Lifetime.OPENED:
             raise DriveError("write after close", file=str(self.path), topic=topic)
         try:
             self._mcap.add_message(
@@ -193,13 +194,19 @@ class McapOutput:
     def set_time(self, t_ns: int) -> None:
         return None
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the output is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def close(self) -> None:
-        if self._closed:
+        if self._state.done:
             return
-        self._closed = True
+        self._state = Lifetime.CLOSING
         try:
             self._mcap.finish()  # type: ignore[no-untyped-call]
         except OSError as exc:
             raise self._err("finish recording", exc) from exc
         finally:
             self._file.close()
+            self._state = Lifetime.CLOSED

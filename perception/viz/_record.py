@@ -22,6 +22,7 @@ from types import TracebackType
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
+from perception._lifetime import Lifetime
 from perception.drives import DriveReader, read_chunk
 from perception.kinds import FusionRole, fusion_role
 from perception.types import FrameResult, FrameStatus, SensorSpec, SensorStatus
@@ -83,7 +84,7 @@ class VizRecorder:
         self._sequence: dict[str, int] = {}
         self._last_t: int | None = None
         self._metadata_written = 0
-        self._closed = False
+        self._state = Lifetime.OPENED  # a failed construction closes what it opened
         self._ours = [
             protobuf_channel(DETECTIONS_TOPIC, SceneUpdate),
             frame_stats_channel(),
@@ -222,11 +223,22 @@ class VizRecorder:
 
     add = write  # a replay sink's FrameSink
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def close(self) -> None:
         """Finish every output and close the drive (idempotent); the first output error is raised."""
-        if self._closed:
+        if self._state.done:
             return
-        self._closed = True
+        self._state = Lifetime.CLOSING
+        try:
+            self._finish()
+        finally:
+            self._state = Lifetime.CLOSED
+
+    def _finish(self) -> None:
         error: BaseException | None = None
         if self._chunked and self._copy is not None and self._horizon is not None:
             try:  # the chunks the frames did not pass whole: their messages up to the last horizon
@@ -269,7 +281,7 @@ class BackgroundRecorder:
         self._recorder = recorder
         self._queue: queue.Queue[FrameResult | None] = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
-        self._closed = False
+        self._state = Lifetime.OPENED  # the writer thread runs from construction on
         self._thread = threading.Thread(target=self._run, name="viz-recorder", daemon=True)
         self._thread.start()
 
@@ -288,18 +300,26 @@ class BackgroundRecorder:
 
     add = write  # a replay sink's FrameSink
 
+    @property
+    def state(self) -> Lifetime:
+        """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
+        return self._state
+
     def close(self) -> None:
         """Record what is queued, then finish the outputs (idempotent)."""
-        if self._closed:
+        if self._state.done:
             return
-        self._closed = True
-        self._queue.put(None)
-        self._thread.join()
+        self._state = Lifetime.CLOSING
         try:
-            self._recorder.close()
+            self._queue.put(None)
+            self._thread.join()
+            try:
+                self._recorder.close()
+            finally:
+                if self._error is not None:
+                    raise self._error
         finally:
-            if self._error is not None:
-                raise self._error
+            self._state = Lifetime.CLOSED
 
     def __enter__(self) -> BackgroundRecorder:
         return self

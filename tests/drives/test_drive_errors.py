@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from drive_fixtures import LIDAR_FIELDS, T0, Written, make_rig, static_messages, write_drive, write_raw
 
+from perception._lifetime import Lifetime
 from perception.drives import DriveReader, DriveWriter, topic_for
 from perception.drives import _codec as codec
 from perception.errors import DriveError
@@ -104,6 +105,9 @@ def test_truncated_non_strict_warns_and_yields_prefix(
     assert 0 < len(got) < len(chunked_drive.samples)
     assert ego == chunked_drive.ego[: len(ego)] and 0 < len(ego) < len(chunked_drive.ego)
     assert gt == chunked_drive.gt[: len(gt)]
+    assert d.state is Lifetime.CLOSED
+    d.close()  # idempotent
+    assert d.state is Lifetime.CLOSED
     with pytest.raises(DriveError, match="reader is closed"):
         list(d.samples())
 
@@ -310,8 +314,11 @@ def test_writer_rejects_bad_options_and_write_after_close(tmp_path: Path) -> Non
     with pytest.raises(DriveError, match="cannot create"):
         DriveWriter(tmp_path / "no" / "such" / "dir.mcap", [])
     w = DriveWriter(tmp_path / "w.mcap", [])
+    assert w.state is Lifetime.OPENED
     w.close()
+    assert w.state is Lifetime.CLOSED and w.bytes_written == 0
     w.close()  # idempotent
+    assert w.state is Lifetime.CLOSED
     with pytest.raises(DriveError, match="write after close"):
         w.write_ego_pose(EgoPose(T0, Transform()))
 

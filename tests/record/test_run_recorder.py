@@ -10,9 +10,10 @@ import anyio
 import numpy as np
 import pytest
 
+from perception._lifetime import Lifetime
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.errors import DriveError
+from perception.errors import DriveError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, replay_as_recorded
 from perception.record._digest import RESOLUTION, detections_digest, tracker_digest
 from perception.scheduler import Session
@@ -125,3 +126,16 @@ def test_rerun_models_answers_a_reused_result_with_today_s_answer_to_its_own_sam
     # a reused result whose own frame is not in the replay: missing, said, not a rerun of the wrong sample
     lost = anyio.run(lambda: _rerun(rt, Frame(2, 300, {"cam": image(300)}), {"cam": ok(250, 50)}, answered))
     assert lost["cam"].status is SensorStatus.MISSING and "reused" in (lost["cam"].error or "")
+
+
+def test_the_recorder_reports_its_lifetime_and_closes_idempotently(tmp_path: Path) -> None:
+    rec = RunRecorder(tmp_path / "run")
+    rec.close()  # never entered: nothing to close
+    assert rec.state is Lifetime.UNOPENED
+    with rec:
+        assert rec.state is Lifetime.OPENED
+    assert rec.state is Lifetime.CLOSED
+    rec.close()  # idempotent
+    assert rec.state is Lifetime.CLOSED
+    with pytest.raises(RuntimeClosedError, match="opened once"), rec:
+        pass

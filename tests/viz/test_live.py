@@ -12,6 +12,7 @@ import pytest
 from viz_fixtures import gt_results
 from ws_client import SUBPROTOCOL, WsClient
 
+from perception._lifetime import Lifetime
 from perception.drives import DriveReader
 from perception.errors import ConfigError
 from perception.viz import LiveServer
@@ -89,3 +90,11 @@ def test_port_in_use_is_a_config_error() -> None:
         LiveServer(port=server.port)
     with pytest.raises(ConfigError, match="port must be within"):
         LiveServer(port=70000)
+
+
+def test_the_server_reports_closed_and_closes_idempotently() -> None:
+    with LiveServer(port=0) as server:
+        assert server.state is Lifetime.OPENED
+    assert server.state is Lifetime.CLOSED
+    server.close()
+    assert server.state is Lifetime.CLOSED

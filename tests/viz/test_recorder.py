@@ -14,6 +14,7 @@ from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 from mcap.reader import make_reader
 from viz_fixtures import ALL_KINDS, gt_results, record
 
+from perception._lifetime import Lifetime
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.kinds import CAMERA, register_kind, unregister_kind
@@ -281,3 +282,22 @@ def test_the_drives_chunks_are_copied_as_they_are(tmp_path: Path) -> None:
     assert copied >= 2  # 40 frames (4 s) pass several of the drive's chunks whole
     with DriveReader(chunked) as rec_reader:  # still a drive
         assert rec_reader.rig.keys() == rig.keys()
+
+
+def test_recorders_and_outputs_report_closed_and_close_idempotently(small_drive: Path, tmp_path: Path) -> None:
+    with DriveReader(small_drive) as reader:
+        results, rig = gt_results(reader), dict(reader.rig)
+    out = McapOutput(tmp_path / "fused.mcap")
+    rec = VizRecorder(small_drive, rig, [out], copy_drive=False)
+    background = BackgroundRecorder(rec)
+    assert background.state is rec.state is out.state is Lifetime.OPENED
+    background.write(results[0])
+    background.close()
+    assert background.state is rec.state is out.state is Lifetime.CLOSED
+    background.close()  # each is idempotent
+    rec.close()
+    out.close()
+    assert background.state is rec.state is out.state is Lifetime.CLOSED
+    with pytest.raises(DriveError, match="write after close"):
+        out.write(FRAME_STATS_TOPIC, results[0].t_ns, b"{}")
+    assert frame_ids(tmp_path) == [results[0].frame_id]

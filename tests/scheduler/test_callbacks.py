@@ -1,0 +1,40 @@
+"""The callback thread of the facades for hosts that are not async (perception/scheduler/_callbacks.py):
+its state is one :class:`~perception._lifetime.Lifetime`; closing runs what is queued, closing twice
+returns at once; a closed queue takes no more calls."""
+
+from __future__ import annotations
+
+import threading
+
+from perception._lifetime import Lifetime
+from perception.scheduler import CallbackQueue
+
+
+def test_close_runs_what_is_queued_then_reports_closed() -> None:
+    ran: list[int] = []
+    q = CallbackQueue(4, name="test-cb")
+    assert q.state is Lifetime.OPENED
+    q.submit(ran.append, 1)
+    q.submit(ran.append, 2)
+    assert q.close(30.0)  # generous: a safety net, not a timing
+    assert q.state is Lifetime.CLOSED and not q.alive and ran == [1, 2]
+    assert q.close(30.0)  # idempotent
+    q.submit(ran.append, 3)  # refused quietly
+    assert q.state is Lifetime.CLOSED and ran == [1, 2] and len(q) == 0
+
+
+def test_a_stuck_callback_is_abandoned_and_the_queue_closed() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        started.set()
+        release.wait()
+
+    q = CallbackQueue(4, name="test-cb-stuck")
+    q.submit(stuck)
+    assert started.wait(30.0)  # safety net: the callback thread is inside the callback
+    q.submit(lambda: None)  # still waiting when the bound passes: dropped
+    assert not q.close(0.0)
+    assert q.state is Lifetime.CLOSED and q.dropped == 1
+    assert not q.close(0.0)  # returns at once: the thread is still in the callback
+    release.set()
