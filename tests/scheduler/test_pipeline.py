@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from pipeline_helpers import collect
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline
@@ -34,17 +35,6 @@ def make(delays: dict[int, float], in_flight: list[int]):  # type: ignore[no-unt
         return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
 
     return process, dropped
-
-
-async def collect(pipeline: OrderedPipeline, source) -> list[FrameResult]:  # type: ignore[no-untyped-def]
-    send, recv = anyio.create_memory_object_stream[FrameResult](100)
-    out: list[FrameResult] = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pipeline.run, source, send)
-        async with recv:
-            async for r in recv:
-                out.append(r)
-    return out
 
 
 async def paced(n: int, period: float) -> AsyncIterator[Frame]:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import anyio
 import anyio.lowlevel
 import pytest
+from pipeline_helpers import collect
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline
@@ -106,17 +107,6 @@ def frame(i: int, created_ns: int = 0) -> Frame:
 
 def _dropped(f: Frame, reason: str) -> FrameResult:
     return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
-
-
-async def collect(pipeline: OrderedPipeline, source: AsyncIterator[Frame]) -> list[FrameResult]:
-    send, recv = anyio.create_memory_object_stream[FrameResult](100)
-    out: list[FrameResult] = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pipeline.run, source, send)
-        async with recv:
-            async for r in recv:
-                out.append(r)
-    return out
 
 
 @pytest.mark.anyio
