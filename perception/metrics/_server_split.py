@@ -74,7 +74,8 @@ def frame_requests(
 ) -> list[FrameRequest]:
     """The requests behind ``result``; ``sensors`` are ``(name, kind, model)`` as configured.
 
-    A sensor that was missing or skipped sent nothing. With batched camera requests the sensors of a
+    A sensor that was missing or skipped sent nothing, nor one whose answer was an earlier frame's,
+    reused while frames are shed (``SensorResult.reused_age_ns``). With batched camera requests the sensors of a
     batching kind (cameras) of one model share one request, answered when any of them is ok (a camera
     whose image failed to decode is left out of the batch, not sent).
     """
@@ -82,8 +83,8 @@ def frame_requests(
     batches: dict[str, list[tuple[str, SensorStatus]]] = {}
     for name, kind, model in sensors:
         r = result.sensors.get(name)
-        if r is None or r.status not in _SENT:
-            continue
+        if r is None or r.status not in _SENT or r.reused_age_ns is not None:
+            continue  # nothing sent: missing, skipped, or an earlier frame's answer reused (overload)
         if batched_cameras and kind_def(kind).contract.batched:  # as the dispatcher groups them
             batches.setdefault(model, []).append((name, r.status))
         else:

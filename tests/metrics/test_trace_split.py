@@ -95,3 +95,20 @@ async def test_a_server_that_writes_no_trace_stops_costing_the_settle_time(tmp_p
             r = await splitter.attribute(_result(fid, 30))
             assert r.latency.server_unavailable["lidar_detector"].startswith("no trace")
     assert "within 0 ms" in r.latency.server_unavailable["lidar_detector"]
+
+
+@pytest.mark.anyio
+async def test_a_sensor_reusing_an_earlier_answer_sent_no_request_and_is_not_waited_for(tmp_path: Path) -> None:
+    # Under overload the cameras reuse their latest answer (pipeline.required_sensors): no request of theirs
+    # is in this frame, so none of their traces is awaited (each used to cost the settle timeout, a
+    # second per frame, which held the records back until the replay's intake overflowed its queue).
+    splitter = TraceSplitter(TraceReader(tmp_path), SENSORS, batched_cameras=True, settle_timeout_s=0.05)
+    reused = _result(5, 60)
+    for cam in ("cam_a", "cam_b"):
+        reused.sensors[cam] = SensorResult(cam, SensorStatus.OK, model="camera_detector", reused_age_ns=50 * MS)
+    with anyio.fail_after(10):
+        await splitter.start()
+        _write(tmp_path, "5:lidar_top", "lidar_detector", 1, 20)
+        five = await splitter.attribute(reused)
+    assert five.latency.server_unavailable == {}  # nothing missing: the lidar's trace was the frame's only one
+    assert set(five.latency.server) == {"lidar_detector"}
