@@ -10,7 +10,9 @@ their frames together); the rest wait in a bounded queue of ``queue_size``. When
 * ``block`` makes the source wait (offline replay; never drops).
 
 A dropped frame is not lost: it is emitted, in order, as a record with status ``dropped`` and the
-reason. Every frame that enters yields exactly one result.
+reason. Every frame that enters yields exactly one result. The records go out as the consumer takes
+them; a source that does not wait is never held back by its consumer (up to :data:`RECORD_BACKLOG`
+records behind), only ``block``'s is.
 
 A stopped pipeline (:meth:`OrderedPipeline.stop`; a runtime closing) ends whatever its consumer does:
 the frames in flight get the drain timeout to finish (later they are cancelled, with a ``shutdown``
@@ -49,6 +51,12 @@ from perception.types import Frame, FrameResult, SensorStatus
 __all__ = ["OrderedPipeline", "admission_adapts", "ended_late"]
 
 log = logging.getLogger(__name__)
+
+#: Records ready but not yet taken by the consumer beyond which the intake of a source that does not
+#: wait waits for it (memory stays bounded when it stops reading). Below it the intake never waits
+#: for the consumer: a consumer's hiccup (a sink writing, the server split waiting for a trace) would
+#: hold the source's frames back, and they would arrive together, as a burst the queue overflows.
+RECORD_BACKLOG = 256
 
 Process = Callable[[Frame], Awaitable[FrameResult]]
 Drop = Callable[[Frame, str], FrameResult]
@@ -109,6 +117,8 @@ class OrderedPipeline:
         self._drain_by: float | None = None
         self._send_by: float | None = None
         self._bounded: dict[anyio.CancelScope, bool] = {}
+        #: Frames whose intake waited for the consumer (:data:`RECORD_BACKLOG` records behind it).
+        self.intake_held = 0
         #: Frames shed under overload (also among the dropped records, reason ``overload``).
         self.shed_count = 0
         #: The overload policy (module docs), when this pipeline sheds; its frames being recorded.
@@ -198,7 +208,19 @@ class OrderedPipeline:
             self._next_seq += 1
             self.dropped_count += 1
             raise
-        await self._flush()
+        if self._overflow == "block":
+            await self._flush()  # a source that waits: it may wait for its consumer too
+        elif len(self._done) >= RECORD_BACKLOG:
+            self.intake_held += 1
+            if self.intake_held == 1:
+                log.warning(
+                    "the consumer of the records is %d behind: the intake waits for it (frames arriving "
+                    "meanwhile are late; counted in intake_held)",
+                    len(self._done),
+                )
+            await self._flush()
+        elif not self._out_lock.locked():  # else its holder sends them, in order
+            tg.start_soon(self._flush, name="records")
 
     async def _enqueue(self, frame: Frame, tg: TaskGroup) -> None:
         async with self._cond:

@@ -157,6 +157,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self._pipelines: set[OrderedPipeline] = set()
         #: Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`).
         self.undelivered = 0
+        #: Frames of :meth:`run`'s streams whose intake waited for a consumer far behind (logged).
+        self.intake_held = 0
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
@@ -565,6 +567,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
     def _stream_ended(self, pipeline: OrderedPipeline) -> None:
         self._pipelines.discard(pipeline)
         self.undelivered += pipeline.undelivered
+        self.intake_held += pipeline.intake_held
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pipeline_helpers import collect
 
@@ -232,3 +233,40 @@ async def test_a_stopped_pipeline_still_gives_a_slow_reader_every_record() -> No
                     await anyio.sleep(0.3)
     assert [r.frame_id for r in got] == list(range(10)) and all(r.status is FrameStatus.OK for r in got)
     assert p.undelivered == 0
+
+
+@pytest.mark.parametrize("overflow", ["drop-oldest", "drop-newest"])
+async def test_a_source_that_does_not_wait_is_not_held_back_by_a_slow_consumer(overflow: str) -> None:
+    """A consumer that takes no record for a while (a sink writing, the server split waiting for a
+    trace) does not hold the intake: every frame of the source is taken meanwhile (they used to wait
+    behind the consumer and arrive together, a burst the queue overflowed), and then every record
+    reaches the consumer, in order. Ordered by events, not by time."""
+    n = 20
+    taken: list[int] = []
+    all_taken = anyio.Event()
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(n):
+            taken.append(i)
+            yield frame(i)
+            await anyio.lowlevel.checkpoint()
+        all_taken.set()
+
+    async def process(f: Frame) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=1, queue_size=1, overflow=overflow))  # type: ignore[arg-type]
+    send, recv = anyio.create_memory_object_stream[FrameResult](1)  # room for one record
+    out: list[FrameResult] = []
+    with anyio.fail_after(10):  # watchdog: the intake used to wait for the consumer, which waits for it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.run, source(), send)
+            await all_taken.wait()  # the consumer reads nothing until the source is exhausted
+            async with recv:
+                out = [r async for r in recv]
+    assert taken == list(range(n))
+    assert [r.frame_id for r in out] == list(range(n))  # one record per frame, in order
+    assert p.intake_held == 0
