@@ -21,7 +21,8 @@ time a slot frees, which frame runs:
 * A frame that finds a slot free when it arrives runs, whatever it spent of its budget before (a live
   frame's clock starts at its trigger's arrival, and assembly waits for the other sensors): the next
   frame would spend as much, and shedding it frees nothing for a fresher one. Nor are the first
-  frames, before anything was measured.
+  frames: until a few service times were measured after the stream's first frame (whose one-time
+  costs no later frame pays), frames run first come, first served.
 
 A shed frame is decided before any of its requests is sent: it costs the servers nothing. It still
 yields its one record, status ``dropped`` with the reason :data:`OVERLOAD` (``report.json``'s
@@ -42,12 +43,28 @@ from dataclasses import dataclass
 
 from perception.config import PipelineConfig
 
-__all__ = ["OVERLOAD", "SERVICE_WINDOW", "OverloadPolicy", "ServiceTimes", "Verdict", "sheds"]
+__all__ = [
+    "MEASURED_MIN",
+    "OVERLOAD",
+    "SERVICE_WINDOW",
+    "WARMUP_FRAMES",
+    "OverloadPolicy",
+    "ServiceTimes",
+    "Verdict",
+    "sheds",
+]
 
 #: The reason of a shed frame's record (its first word: the key in ``drop_reasons``).
 OVERLOAD = "overload"
 #: Frames whose service times the estimate spans (the newest ones).
 SERVICE_WINDOW = 16
+#: A stream's first frames, whose service times the estimate leaves out: they carry one-time costs (the
+#: first requests on new connections and shared-memory regions, first calls into the fusion's kernels,
+#: threads starting; seconds on a busy host) that no later frame pays.
+WARMUP_FRAMES = 1
+#: Service times measured (after the warm-up) before the policy sheds: until then frames run first come,
+#: first served. One measurement is not an estimate of the slow ones.
+MEASURED_MIN = 3
 
 
 def sheds(config: PipelineConfig) -> bool:
@@ -63,15 +80,21 @@ class ServiceTimes:
     slowest: one frame slowed by something else (a stall of the host) would turn the rule off for the
     whole window."""
 
-    def __init__(self, window: int = SERVICE_WINDOW) -> None:
+    def __init__(self, window: int = SERVICE_WINDOW, *, warmup: int = WARMUP_FRAMES, least: int = MEASURED_MIN) -> None:
         self._recent: deque[int] = deque(maxlen=window)
+        self._warmup = warmup
+        self._least = max(1, min(least, window))
 
     def observe(self, service_ns: int) -> None:
+        if self._warmup > 0:
+            self._warmup -= 1  # a warm-up frame's (WARMUP_FRAMES): not an estimate of the next ones
+            return
         self._recent.append(service_ns)
 
     def estimate(self) -> int | None:
-        """The service time to expect of a frame started now; ``None`` before any was measured."""
-        if not self._recent:
+        """The service time to expect of a frame started now; ``None`` until enough were measured
+        (``least``, after the ``warmup`` frames: :data:`WARMUP_FRAMES`, :data:`MEASURED_MIN`)."""
+        if len(self._recent) < self._least:
             return None
         ranked = sorted(self._recent)
         return ranked[min(len(ranked) - 1, -(-9 * len(ranked) // 10) - 1)]

@@ -12,15 +12,34 @@ from pipeline_helpers import collect
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline
-from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, ServiceTimes, Verdict, sheds
+from perception.scheduler._shedding import (
+    MEASURED_MIN,
+    OVERLOAD,
+    WARMUP_FRAMES,
+    OverloadPolicy,
+    ServiceTimes,
+    Verdict,
+    sheds,
+)
 from perception.types import Frame, FrameResult, FrameStatus
 
 MS = 1_000_000
 BUDGET = 200 * MS
 
 
+def _measuring() -> OverloadPolicy:
+    """A policy whose every measurement counts (no warm-up, one is enough): the rule itself, tested."""
+    return OverloadPolicy(BUDGET, ServiceTimes(warmup=0, least=1))
+
+
+def _warmed(policy: OverloadPolicy, service_ns: int) -> None:
+    """``policy`` past its warm-up with ``service_ns`` measured as every frame's service time."""
+    for _ in range(WARMUP_FRAMES + MEASURED_MIN):
+        policy.observe(service_ns)
+
+
 def test_service_estimate_is_the_90th_percentile_of_the_recent_frames() -> None:
-    service = ServiceTimes(window=3)
+    service = ServiceTimes(window=3, warmup=0, least=1)
     assert service.estimate() is None
     for ms in (100, 140, 90):
         service.observe(ms * MS)
@@ -28,7 +47,7 @@ def test_service_estimate_is_the_90th_percentile_of_the_recent_frames() -> None:
     service.observe(95 * MS)  # 100 leaves the window, 140 stays
     service.observe(96 * MS)  # 140 leaves
     assert service.estimate() == 96 * MS
-    twenty = ServiceTimes(window=20)
+    twenty = ServiceTimes(window=20, warmup=0, least=1)
     for ms in range(1, 21):
         twenty.observe(ms * MS)
     twenty.observe(500 * MS)  # one stall among 20 does not make the estimate
@@ -36,7 +55,7 @@ def test_service_estimate_is_the_90th_percentile_of_the_recent_frames() -> None:
 
 
 def test_under_sustained_overload_the_freshest_waiting_frame_runs_and_the_older_are_superseded() -> None:
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(115 * MS)
     # three waited (115, 65, 15 ms): the two older cannot run before the freshest within its budget
     verdict = policy.choose([0, 50 * MS, 100 * MS], now_ns=115 * MS)
@@ -48,7 +67,7 @@ def test_under_sustained_overload_the_freshest_waiting_frame_runs_and_the_older_
 
 def test_waiting_frames_that_can_all_finish_within_their_budgets_all_run_oldest_first() -> None:
     # a burst: three frames waited 30, 20, 10 ms; at 40 ms a frame, one after another they end by 150 ms
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(40 * MS)
     assert policy.choose([0, 10 * MS, 20 * MS], now_ns=30 * MS) == Verdict(0, ())
     # at 80 ms a frame the third would end at 30 + 240 ms: the oldest is superseded, the other two run
@@ -59,7 +78,7 @@ def test_waiting_frames_that_can_all_finish_within_their_budgets_all_run_oldest_
 
 
 def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(115 * MS)
     # waited 90 ms: 110 ms left < 115 ms measured
     verdict = policy.choose([0], now_ns=90 * MS)
@@ -74,19 +93,19 @@ def test_a_frame_that_cannot_finish_within_its_budget_is_shed() -> None:
 
 def test_a_frame_arriving_to_a_free_slot_runs_whatever_it_spent_before() -> None:
     # a live frame's clock starts at its trigger's arrival; assembly took 120 ms before it reached a free slot
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(115 * MS)
     assert policy.choose([0], now_ns=120 * MS, arrived=True).start == 0
     assert policy.choose([0], now_ns=120 * MS).start is None  # the same frame after waiting for a slot
 
 
 def test_no_frame_is_shed_before_anything_was_measured() -> None:
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     assert policy.choose([0], now_ns=190 * MS).start == 0  # nothing measured yet
 
 
 def test_when_frames_take_longer_than_the_budget_a_frame_that_waited_is_shed() -> None:
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(250 * MS)  # slower than the budget: no frame may spend any of it waiting
     assert policy.choose([0], now_ns=10 * MS).start is None
     assert policy.choose([0], now_ns=10 * MS, arrived=True).start == 0  # one that waited for none runs
@@ -169,7 +188,7 @@ async def test_under_overload_the_freshest_waiting_frame_runs_and_the_older_are_
 
     p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
     assert p.overload is not None
-    p.overload.observe(1_000 * MS)
+    _warmed(p.overload, 1_000 * MS)
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert processed == [0, 3]
@@ -205,7 +224,7 @@ async def test_a_frame_whose_budget_ran_out_while_waiting_is_shed_before_it_is_p
 
     p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS, shed=shed)
     assert p.overload is not None
-    p.overload.observe(1 * MS)  # a measured service time (well within the budget)
+    _warmed(p.overload, 1 * MS)  # a measured service time (well within the budget)
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert [r.frame_id for r in out] == [0, 1, 2]
@@ -245,7 +264,7 @@ async def test_a_frame_arriving_to_an_idle_pipeline_runs_however_long_ago_its_cl
 
     p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
     assert p.overload is not None
-    p.overload.observe(1 * MS)
+    _warmed(p.overload, 1 * MS)
     with anyio.fail_after(10):
         out = await collect(p, source())
     assert [r.status for r in out] == [FrameStatus.OK] * 4
@@ -253,8 +272,26 @@ async def test_a_frame_arriving_to_an_idle_pipeline_runs_however_long_ago_its_cl
 
 def test_frames_in_flight_together_finish_sooner_one_after_another() -> None:
     # four frames waiting, 60 ms each, two at a time: the last ends 120 ms from now, within its budget
-    policy = OverloadPolicy(BUDGET)
+    policy = _measuring()
     policy.observe(60 * MS)
     started = [0, 10 * MS, 20 * MS, 30 * MS]
     assert policy.choose(started, now_ns=80 * MS, parallel=2).start == 0
     assert policy.choose(started, now_ns=80 * MS).start == 2  # one at a time: the two oldest cannot
+
+
+def test_the_first_frames_run_first_come_first_served_whatever_they_took() -> None:
+    # A stream's first frame took 3 s (connections, first calls into the kernels, a busy host starting
+    # things); frames queued behind it are not shed on its account: nothing is estimated from one frame
+    # that paid one-time costs, nor from fewer than MEASURED_MIN after it (a busy fresh-clone run shed
+    # frame 2 of a drive with a 3 s budget on the cold frame 0's time alone).
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(3_000 * MS)  # the warm-up frame
+    waiting = [0, 50 * MS, 100 * MS]
+    for _ in range(MEASURED_MIN - 1):
+        assert policy.choose(waiting, now_ns=3_000 * MS) == Verdict(0, ())
+        policy.observe(60 * MS)
+    assert policy.choose(waiting, now_ns=3_000 * MS) == Verdict(0, ())
+    policy.observe(60 * MS)  # MEASURED_MIN measured, after the warm-up: the policy sheds from now on
+    verdict = policy.choose(waiting, now_ns=3_000 * MS)
+    assert verdict.start is None and len(verdict.shed) == 3  # all waited past their budgets
+    assert policy.service.estimate() == 60 * MS  # the warm-up frame's 3 s is in no estimate
