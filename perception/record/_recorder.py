@@ -48,6 +48,7 @@ __all__ = ["RecordOptions", "RunRecorder"]
 log = logging.getLogger(__name__)
 
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
 
 
@@ -134,6 +135,9 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
+        #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
+        #: is written: a result delivering those detections is not digested again.
+        self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -261,9 +265,7 @@ class RunRecorder:
         elif kind == "ego":
             pose, arrival = item
             writer.write_ego_pose(pose)
-            self._json(
-                writer, fmt.ARRIVALS_TOPIC, pose.t_ns, {"sensor": "ego", "t_ns": pose.t_ns, "arrival_ns": arrival}
-            )
+            self._arrival(writer, "ego", pose.t_ns, arrival)
         elif kind == "fused":
             self._write_fused(writer, *item)
         elif kind == "result":
@@ -283,9 +285,7 @@ class RunRecorder:
         if isinstance(sample, PointCloudSample):
             self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
         self.stats["samples"] += 1
-        self._json(
-            writer, fmt.ARRIVALS_TOPIC, sample.t_ns, {"sensor": name, "t_ns": sample.t_ns, "arrival_ns": arrival}
-        )
+        self._arrival(writer, name, sample.t_ns, arrival)
 
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
@@ -310,6 +310,10 @@ class RunRecorder:
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+        digest = detections_digest(detections)
+        self._fused_digests[seq] = (detections, digest)
+        if len(self._fused_digests) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
+            del self._fused_digests[next(iter(self._fused_digests))]
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
         record = {
@@ -323,7 +327,7 @@ class RunRecorder:
             "digest": {
                 "outputs": outputs_digest(results),
                 "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
-                "detections": detections_digest(detections),
+                "detections": digest,
                 "tracker": tracker,
             },
         }
@@ -331,6 +335,10 @@ class RunRecorder:
         self.stats["fused"] += 1
 
     def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
+        digest = None
+        if seq is not None:
+            fused = self._fused_digests.pop(seq, None)
+            digest = fused[1] if fused is not None and fused[0] is r.detections else detections_digest(r.detections)
         record = {
             "index": index,
             "frame_id": r.frame_id,
@@ -342,7 +350,7 @@ class RunRecorder:
             "fusion_seq": seq,
             "sensors": {n: fmt.encode_result(s, outputs=False) for n, s in sorted(r.sensors.items())},
             "detections": len(r.detections),
-            "digest": detections_digest(r.detections) if seq is not None else None,
+            "digest": digest,
         }
         self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
         self.stats["frames"] += 1
@@ -381,14 +389,20 @@ class RunRecorder:
         return out
 
     @staticmethod
+    def _arrival(writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
+        # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost
+        data = f'{{"sensor":{json.dumps(sensor)},"t_ns":{int(t_ns)},"arrival_ns":{int(arrival_ns)}}}'.encode()
+        writer.write_json(fmt.ARRIVALS_TOPIC, t_ns, data)
+
+    @staticmethod
     def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
-        writer.write_json(topic, t_ns, json.dumps(record, separators=(",", ":")).encode(), seq)
+        writer.write_json(topic, t_ns, _ENCODER.encode(record).encode(), seq)
 
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
         meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
-        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression)
+        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression, crcs=False)
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
         for spec in self._rig:
