@@ -20,13 +20,12 @@ import numpy as np
 from google.protobuf.message import Message as PbMessage
 from mcap.exceptions import UnsupportedCompressionError
 from mcap.well_known import MessageEncoding, SchemaEncoding
-from mcap.writer import CompressionType
-from mcap.writer import Writer as McapWriter
 from mcap_protobuf.schema import build_file_descriptor_set
 
 from perception import __version__
 from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
+from perception.drives._mcap_out import Buffer, McapOut
 from perception.errors import DriveError
 from perception.kinds import known_kinds
 from perception.types import (
@@ -48,7 +47,7 @@ LIBRARY = f"perception-fusion/{__version__}"
 #: Static topics (/tf_static, camera calibrations) are repeated this often so a seek in Foxglove finds them.
 STATIC_PERIOD_NS = 1_000_000_000
 
-_COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
+_COMPRESSION = {"zstd": "zstd", "lz4": "lz4", "none": ""}  # MCAP's names of the chunk compressions
 _RESERVED_TOPICS = (codec.TF_STATIC_TOPIC, codec.TF_TOPIC, codec.EGO_TOPIC, codec.GROUND_TRUTH_TOPIC)
 _MAX_U64 = 2**64 - 1
 _MAX_U32 = 2**32 - 1
@@ -195,7 +194,7 @@ class DriveWriter:
                     file=str(self.path),
                     topic=spec.topic,
                 )
-            data = codec.encode_point_cloud_bytes(t, spec.frame_id, sample.points, fields)
+            data = codec.encode_point_cloud_parts(t, spec.frame_id, sample.points, fields)
         self._maybe_write_static(t)
         self._add_raw(spec.topic, t, data, sample.seq)
 
@@ -258,7 +257,7 @@ class DriveWriter:
             raise DriveError(f"points must have fields {fields}, got {tuple(sample.fields)}",
                              file=str(self.path), topic=topic)  # fmt: skip
         t = _check_time(sample.t_ns, "sample", str(self.path), topic)
-        self._add_raw(topic, t, codec.encode_point_cloud_bytes(t, sample.frame_id, sample.points, fields), seq)
+        self._add_raw(topic, t, codec.encode_point_cloud_parts(t, sample.frame_id, sample.points, fields), seq)
 
     @property
     def bytes_written(self) -> int:
@@ -278,7 +277,7 @@ class DriveWriter:
         try:
             if self._next_static_ns is None:  # nothing written: still record the rig's static data
                 self._maybe_write_static(0)
-            self._mcap.finish()  # type: ignore[no-untyped-call]
+            self._mcap.finish()
         except OSError as exc:
             raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
         finally:
@@ -295,17 +294,13 @@ class DriveWriter:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _open_mcap(self, compression: str, chunk_size: int, crcs: bool) -> McapWriter:
+    def _open_mcap(self, compression: str, chunk_size: int, crcs: bool) -> McapOut:
         order = {"zstd": ["zstd", "lz4", "none"], "lz4": ["lz4", "none"], "none": ["none"]}[compression]
         for name in order:
             try:
-                writer = McapWriter(
-                    self._file, chunk_size=chunk_size, compression=_COMPRESSION[name], enable_crcs=crcs
-                )
+                return McapOut(self._file, chunk_size=chunk_size, compression=_COMPRESSION[name], crcs=crcs)
             except UnsupportedCompressionError:
                 log.warning("%s: %s compression unavailable, trying the next codec", self.path, name)
-                continue
-            return writer
         raise AssertionError("'none' compression is always available")  # pragma: no cover
 
     def _register_channels(self) -> None:
@@ -352,7 +347,7 @@ class DriveWriter:
     def _add(self, topic: str, t_ns: int, msg: PbMessage, seq: int | None = None) -> None:
         self._add_raw(topic, t_ns, msg.SerializeToString(deterministic=True), seq)
 
-    def _add_raw(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
+    def _add_raw(self, topic: str, t_ns: int, data: Buffer | Sequence[Buffer], seq: int | None = None) -> None:
         if self._state is Lifetime.CLOSED:
             raise DriveError("write after close", file=str(self.path), topic=topic)
         channel_id, _ = self._channels[topic]
