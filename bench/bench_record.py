@@ -87,7 +87,9 @@ def main() -> None:
             )
             recorded.append(row)
             log.warning("repeat %d: plain %s, recorded %s", i, plain[-1], row)
-    shares = [(r["writer_cpu_ms"] + r["hook_cpu_ms"]) / p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
+    shares = [
+        (r["writer_cpu_ms"] + r["hook_cpu_ms"]) / p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)
+    ]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
     writer = float(np.median([r["writer_cpu_ms"] for r in recorded]))
     hook = float(np.median([r["hook_cpu_ms"] for r in recorded]))
@@ -103,8 +105,10 @@ def main() -> None:
         "hook_cpu_ms_per_frame": round(hook, 3),
         "share_of_client": round(float(np.median(shares)), 4),
         "share_spread": [round(min(shares), 4), round(max(shares), 4)],
-        "writer_cpu_ms_spread": [round(min(r["writer_cpu_ms"] for r in recorded), 3),
-                                 round(max(r["writer_cpu_ms"] for r in recorded), 3)],
+        "writer_cpu_ms_spread": [
+            round(min(r["writer_cpu_ms"] for r in recorded), 3),
+            round(max(r["writer_cpu_ms"] for r in recorded), 3),
+        ],
         "target_share": 0.05,
         "bytes_per_s": round(float(np.median([r["bytes_per_s"] for r in recorded]))),
         "runs": {"plain": plain, "recorded": recorded},

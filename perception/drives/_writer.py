@@ -338,11 +338,8 @@ class DriveWriter:
             raise DriveError("a channel needs a new absolute topic", file=str(self.path), topic=topic)
 
     def _extra(self, topic: str) -> None:
-        if topic not in self._channels or topic not in self._extra_topics():
+        if topic not in self._channels or topic in self._own_topics:
             raise DriveError("not a channel added beside the drive's", file=str(self.path), topic=topic)
-
-    def _extra_topics(self) -> set[str]:
-        return set(self._channels) - self._own_topics
 
     def _add(self, topic: str, t_ns: int, msg: PbMessage, seq: int | None = None) -> None:
         self._add_raw(topic, t_ns, msg.SerializeToString(deterministic=True), seq)

@@ -12,6 +12,7 @@ not bit for bit. Values beyond +-9e14 (never a position, score or covariance) ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -57,22 +58,23 @@ def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[bytes]:
     floats = [a for a in arrays if a.dtype.kind == "f"]
     if floats:
         q, marks = _quantised(np.concatenate([a.ravel() for a in floats]).astype(np.float64, copy=False))
+        qb, mb = q.tobytes(), marks.tobytes()
     out: list[bytes] = []
     start = 0
     for a in arrays:
         if a.dtype.kind == "f":
             end = start + a.size
-            out.append(q[start:end].tobytes() + marks[start:end].tobytes())
+            out.append(qb[8 * start : 8 * end] + mb[start:end])
             start = end
         else:
-            out.append(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+            out.append(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
     return out
 
 
-def _arrays(h: Any, arrays: Sequence[tuple[str, npt.NDArray[Any]]], values: Sequence[bytes]) -> None:
+def _arrays(parts: list[bytes], arrays: Sequence[tuple[str, npt.NDArray[Any]]], values: Sequence[bytes]) -> None:
     for (name, a), v in zip(arrays, values, strict=True):
-        h.update(f"{name}:{a.dtype.kind}:{a.shape}|".encode())
-        h.update(v)
+        parts.append(f"{name}:{a.dtype.kind}:{a.shape}|".encode())
+        parts.append(v)
 
 
 def _floats(values: Sequence[float]) -> str:
@@ -89,14 +91,14 @@ def _json(h: Any, value: Any) -> None:
 
 def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     """The model answers fusion consumed: each ok sensor's model, version and output tensors."""
-    h = hashlib.sha256()
     ok = [(name, results[name]) for name in sorted(results) if results[name].status.value == "ok"]
     arrays = [[(key, np.asarray(r.outputs[key])) for key in sorted(r.outputs)] for _, r in ok]
     values = iter(_values([a for sensor in arrays for _, a in sensor]))
+    parts: list[bytes] = []
     for (name, r), sensor in zip(ok, arrays, strict=True):
-        _json(h, [name, r.model, r.model_version])
-        _arrays(h, sensor, [next(values) for _ in sensor])
-    return h.hexdigest()
+        parts.append(_ENCODER.encode([name, r.model, r.model_version]).encode())
+        _arrays(parts, sensor, [next(values) for _ in sensor])
+    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def decisions_digest(
@@ -118,17 +120,29 @@ def detections_digest(detections: Sequence[Detection3D]) -> str:
     h = hashlib.sha256()
     if not detections:
         return h.hexdigest()
-    # every detection's values quantised at once, each row serialised as _floats serialises it alone
+    # Each detection is its JSON ``[id, label, sources, values]`` (values: ``_floats``'s hex), all of them
+    # quantised at once and written without an encoder call per detection: the same bytes, a third the cost.
     values = np.array([[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections])
     q, marks = _quantised(values)
-    for d, qi, mi in zip(detections, q, marks, strict=True):
-        _json(h, [d.id, d.label, list(d.sources), (qi.tobytes() + mi.tobytes()).hex()])
+    qhex, mhex = q.tobytes().hex(), marks.tobytes().hex()
+    nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks
+    parts = []
+    for i, d in enumerate(detections):
+        label, sources = _encoded(d.label), _encoded(d.sources)
+        parts.append(f'[{int(d.id)},{label},{sources},"{qhex[i * nq : (i + 1) * nq]}{mhex[i * nm : (i + 1) * nm]}"]')
+    h.update("".join(parts).encode())
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(value: str | tuple[str, ...]) -> str:
+    """A label's or a sources tuple's JSON (as :func:`_json` writes it in a list), remembered."""
+    return _ENCODER.encode(value if isinstance(value, str) else list(value))
 
 
 def tracker_digest(state: Mapping[str, npt.NDArray[Any]]) -> str:
     """The tracker's state after a frame (``perception.fusion.Fuser.tracker_state``)."""
-    h = hashlib.sha256()
     arrays = [(key, np.asarray(state[key])) for key in sorted(state)]
-    _arrays(h, arrays, _values([a for _, a in arrays]))
-    return h.hexdigest()
+    parts: list[bytes] = []
+    _arrays(parts, arrays, _values([a for _, a in arrays]))
+    return hashlib.sha256(b"".join(parts)).hexdigest()

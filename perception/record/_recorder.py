@@ -77,9 +77,24 @@ class _RecordingFusion:
         self._inner = inner
         self._recorder = recorder
         self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
-        #: A shed frame's prediction (Runtime.shed), passed through: read-only, it leaves the tracker as it
-        #: was, so nothing of it is fused; the frame's record (with the prediction) is recorded as a result.
-        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
+        self._predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
+        #: A shed frame's prediction (Runtime.shed), in its fusion turn: recorded in the fusion order like a
+        #: fused frame (read-only: the tracker stays as it was), for the replay to predict it at that place.
+        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = (
+            None if self._predict is None else self._predicted
+        )
+
+    def _predicted(self, frame: Frame) -> tuple[Detection3D, ...]:
+        assert self._predict is not None
+        detections = self._predict(frame)
+        cpu0 = time.thread_time_ns()
+        try:
+            self._recorder.predicted(self._recorder.next_seq(), frame, detections)
+        except Exception:  # never into the run
+            self._recorder.stats["failed"] += 1
+            log.exception("recording frame %d's prediction failed", frame.frame_id)
+        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
+        return detections
 
     def __call__(
         self, frame: Frame, results: Mapping[str, SensorResult]
@@ -119,8 +134,9 @@ class RunRecorder:
         self._frames = 0
         self._seq = 0  # the next frame's place in the fusion order
         self._runs = 0  # begin() calls
-        #: Counters: ``samples``, ``fused``, ``frames`` written; ``dropped_<kind>`` (the queue was full),
-        #: ``refused`` (a sample the drive format refuses), ``unknown_sensor``, ``failed``, ``segments``.
+        #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
+        #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
+        #: ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
         #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
         #: digest, handing over), and the bytes of the finished segments.
@@ -221,6 +237,12 @@ class RunRecorder:
             }
         self._put("fused", (seq, frame, results, detections, tracker, raw))
 
+    def predicted(self, seq: int, frame: Frame, detections: tuple[Detection3D, ...]) -> None:
+        """A shed frame's prediction, taken in its fusion turn ``seq`` (Runtime.shed)."""
+        with self._lock:
+            self._seq_of[frame.frame_id] = seq
+        self._put("predicted", (seq, frame, detections))
+
     def _put(self, kind: str, item: Any) -> None:
         try:
             self._queue.put_nowait((kind, item))
@@ -268,6 +290,8 @@ class RunRecorder:
             self._arrival(writer, "ego", pose.t_ns, arrival)
         elif kind == "fused":
             self._write_fused(writer, *item)
+        elif kind == "predicted":
+            self._write_predicted(writer, *item)
         elif kind == "result":
             self._write_result(writer, *item)
         if writer.bytes_written >= self.options.segment_bytes:
@@ -311,9 +335,7 @@ class RunRecorder:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
         digest = detections_digest(detections)
-        self._fused_digests[seq] = (detections, digest)
-        if len(self._fused_digests) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
-            del self._fused_digests[next(iter(self._fused_digests))]
+        self._remember_digest(seq, detections, digest)
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
         record = {
@@ -334,6 +356,37 @@ class RunRecorder:
         self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
         self.stats["fused"] += 1
 
+    def _write_predicted(
+        self, writer: DriveWriter, seq: int, frame: Frame, detections: tuple[Detection3D, ...]
+    ) -> None:
+        """A shed frame's place in the fusion order: its time and ego pose (what the prediction reads) and the
+        detections predicted; the tracker is as the frame before left it (no tracker digest)."""
+        digest = detections_digest(detections)
+        self._remember_digest(seq, detections, digest)
+        record = {
+            "seq": seq,
+            "frame_id": frame.frame_id,
+            "t_ns": frame.t_ns,
+            "predicted": True,
+            "ego": fmt.encode_ego(frame.ego),
+            "samples": {},
+            "sensors": {},
+            "detections": [fmt.encode_detection(d) for d in detections],
+            "digest": {
+                "outputs": outputs_digest({}),
+                "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, {}, {}, frame.ego),
+                "detections": digest,
+                "tracker": None,
+            },
+        }
+        self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
+        self.stats["predicted"] += 1
+
+    def _remember_digest(self, seq: int, detections: tuple[Detection3D, ...], digest: str) -> None:
+        self._fused_digests[seq] = (detections, digest)
+        if len(self._fused_digests) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
+            del self._fused_digests[next(iter(self._fused_digests))]
+
     def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
         digest = None
         if seq is not None:
@@ -345,6 +398,8 @@ class RunRecorder:
             "t_ns": r.t_ns,
             "status": r.status.value,
             "reason": r.reason,
+            "predicted": r.predicted,
+            "admission_limit": r.admission_limit,
             "deadline_missed": r.deadline_missed,
             "latency_ns": r.latency.total_ns,
             "fusion_seq": seq,
@@ -359,6 +414,9 @@ class RunRecorder:
         """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: of
         the same stamp (checked first) or not (a time base mapped the stamp), checked row for row."""
         recent = list(self._recent.get(name, ()))
+        same = next((r for r in reversed(recent) if r.points is s.points), None)
+        if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
+            return same
         recent.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
         for r in recent[:4]:
             n0 = r.points.shape[0]

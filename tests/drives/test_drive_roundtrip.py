@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from drive_fixtures import PERIOD, T0, Written, make_rig, write_drive
 from mcap.records import Chunk
 from mcap.stream_reader import StreamReader
-from drive_fixtures import PERIOD, T0, Written, make_rig, write_drive
 
 from perception.drives import DriveReader, DriveWriter, topic_for
 from perception.errors import DriveError

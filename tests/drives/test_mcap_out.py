@@ -20,7 +20,9 @@ MESSAGES = st.lists(
 )
 
 
-def _both(compression: str, crcs: bool, chunk_size: int, messages: list[tuple[int, int, int, int]]) -> tuple[bytes, bytes]:
+def _both(
+    compression: str, crcs: bool, chunk_size: int, messages: list[tuple[int, int, int, int]]
+) -> tuple[bytes, bytes]:
     ours, theirs = io.BytesIO(), io.BytesIO()
     lib = Writer(theirs, chunk_size=chunk_size, compression=_LIB[compression], enable_crcs=crcs)
     out = McapOut(ours, chunk_size=chunk_size, compression=compression, crcs=crcs)

@@ -150,7 +150,9 @@ def test_digests_are_stable_across_versions() -> None:
         for i in range(3)
     ]  # fmt: skip
     dets.append(
-        Detection3D(9, "pedestrian", math.nan, (math.inf, -math.inf, 1e20), (0.5, 0.5, 1.7), -1.0, (0.0, 0.0), (0.1, 0.1), ())
+        Detection3D(
+            9, "pedestrian", math.nan, (math.inf, -math.inf, 1e20), (0.5, 0.5, 1.7), -1.0, (0.0, 0.0), (0.1, 0.1), ()
+        )
     )
     lidar = {
         "BOXES": np.arange(14, dtype=np.float32).reshape(2, 7) / 3,
