@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pipeline_helpers import collect
 
@@ -267,7 +268,7 @@ async def test_each_result_carries_the_admission_limit_in_force_when_its_frame_s
 
     async def process(f: Frame) -> FrameResult:
         at_start[f.frame_id] = admission.limit
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
 
     def dropped(f: Frame, reason: str) -> FrameResult:
