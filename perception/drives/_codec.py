@@ -255,7 +255,7 @@ def encode_point_cloud_parts(
     seconds, nanos = divmod(t_ns, _NS)
     stamp = (b"\x08" + _varint(seconds) if seconds else b"") + (b"\x10" + _varint(nanos) if nanos else b"")
     head = b"\x0a" + _varint(len(stamp)) + stamp + _cloud_fields(frame_id, tuple(fields))
-    payload = memoryview(data.reshape(-1).view(np.uint8))
+    payload = data.reshape(-1).view(np.uint8).data
     if not payload.nbytes:
         return head, payload
     return head + _DATA_TAG + _varint(payload.nbytes), payload

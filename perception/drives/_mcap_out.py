@@ -48,7 +48,7 @@ def _compressor(compression: str) -> Callable[[bytes], bytes] | None:
         return None
     try:
         if compression == "lz4":
-            import lz4.frame
+            import lz4.frame  # type: ignore[import-untyped]
 
             compress: Callable[[bytes], bytes] = lz4.frame.compress
             return compress
@@ -182,7 +182,7 @@ class McapOut:
         summary_offset_start = summary_start + out.count
         for offset in offsets:
             offset.write(out)
-        summary = out.end()
+        summary = _end(out)
         at = 0 if not summary else summary_start
         crc = 0
         if self._crcs:
@@ -229,7 +229,7 @@ class McapOut:
         for channel_id, records in chunk.indices.items():
             offsets[channel_id] = index_start + out.count
             MessageIndex(channel_id=channel_id, records=records).write(out)
-        indices = out.end()
+        indices = _end(out)
         self._write(indices)
         self._chunk_indices.append(
             ChunkIndex(
@@ -249,5 +249,9 @@ class McapOut:
 def _record(record: Any) -> bytes:
     out = RecordBuilder()
     record.write(out)
-    data: bytes = out.end()
+    return _end(out)
+
+
+def _end(out: RecordBuilder) -> bytes:
+    data: bytes = out.end()  # type: ignore[no-untyped-call]
     return data
