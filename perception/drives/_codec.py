@@ -75,6 +75,7 @@ __all__ = [
     "encode_ego_transform",
     "encode_ground_truth",
     "encode_image",
+    "encode_image_parts",
     "encode_odometry",
     "encode_point_cloud",
     "encode_point_cloud_parts",
@@ -231,6 +232,18 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _stamp_field(t_ns: int) -> bytes:
+    """Field 1 of a point cloud or an image: its ``google.protobuf.Timestamp``, serialised."""
+    seconds, nanos = divmod(t_ns, _NS)
+    stamp = (b"\x08" + _varint(seconds) if seconds else b"") + (b"\x10" + _varint(nanos) if nanos else b"")
+    return b"\x0a" + _varint(len(stamp)) + stamp
+
+
+def _string_field(tag: int, value: str) -> bytes:
+    raw = value.encode()
+    return bytes([tag]) + _varint(len(raw)) + raw if raw else b""
+
+
 @functools.lru_cache(maxsize=64)
 def _cloud_fields(frame_id: str, fields: tuple[str, ...]) -> bytes:
     """A point cloud's serialised fields 2 to 5 (frame, pose, stride, point fields): the same for every
@@ -252,9 +265,7 @@ def encode_point_cloud_parts(
     field several times (~0.5 ms for a 440 KB lidar sweep): here the fields are written in their order
     (the timestamp, the sensor's constant ones, then ``data``, the last) without building a message."""
     data = np.ascontiguousarray(points, dtype="<f4")
-    seconds, nanos = divmod(t_ns, _NS)
-    stamp = (b"\x08" + _varint(seconds) if seconds else b"") + (b"\x10" + _varint(nanos) if nanos else b"")
-    head = b"\x0a" + _varint(len(stamp)) + stamp + _cloud_fields(frame_id, tuple(fields))
+    head = _stamp_field(t_ns) + _cloud_fields(frame_id, tuple(fields))
     payload = data.reshape(-1).view(np.uint8).data
     if not payload.nbytes:
         return head, payload
@@ -299,6 +310,14 @@ def decode_point_cloud(msg: PointCloud, wanted: Sequence[str]) -> npt.NDArray[np
 
 def encode_image(t_ns: int, frame_id: str, data: bytes, fmt: str) -> CompressedImage:
     return CompressedImage(timestamp=_stamp(t_ns), frame_id=frame_id, data=data, format=fmt)
+
+
+def encode_image_parts(t_ns: int, frame_id: str, data: bytes, fmt: str) -> tuple[bytes, bytes, bytes]:
+    """:func:`encode_image`'s message serialised (deterministically) in three parts, joined byte for byte
+    protobuf's output: the timestamp and ``data``'s tag and length, the image's own bytes (not copied),
+    then the format and frame (fields 2, 3, 4 follow the timestamp in their numbers' order)."""
+    head = _stamp_field(t_ns) + (b"\x12" + _varint(len(data)) if data else b"")
+    return head, data, _string_field(0x1A, fmt) + _string_field(0x22, frame_id)
 
 
 def encode_calibration(t_ns: int, frame_id: str, cal: CameraCalibration) -> PbCameraCalibration:

@@ -176,13 +176,11 @@ class DriveWriter:
             )
         if not 0 <= sample.seq <= _MAX_U32:
             raise DriveError(f"seq must be in [0, 2^32), got {sample.seq}", file=str(self.path), topic=spec.topic)
-        data: bytes | tuple[bytes, memoryview]
+        data: tuple[bytes, bytes, bytes] | tuple[bytes, memoryview]
         if codec.is_image_kind(spec.kind):
             if not isinstance(sample, ImageSample):
                 raise DriveError(f"{spec.kind} sensors take ImageSample", file=str(self.path), topic=spec.topic)
-            data = codec.encode_image(t, spec.frame_id, sample.data, sample.format).SerializeToString(
-                deterministic=True
-            )
+            data = codec.encode_image_parts(t, spec.frame_id, sample.data, sample.format)
         else:
             if not isinstance(sample, PointCloudSample):
                 raise DriveError(

@@ -58,7 +58,9 @@ _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) i
 class RecordOptions:
     """How a recording is bounded: segments of at most ``segment_bytes`` (the next is ``FILE-0001.mcap``...),
     at most ``max_segments`` of them kept (the oldest deleted; 0 keeps all). ``queue_items``: items waiting
-    for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' (lz4: cheap)."""
+    for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' ("none": lz4
+    or zstd cost the run more CPU than the bytes they save; float32 sweeps hardly compress). The chunks
+    carry no CRC either (``DriveWriter(crcs=False)``): the recording's cost is the run's."""
 
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8

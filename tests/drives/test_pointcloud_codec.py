@@ -110,3 +110,15 @@ def test_the_fast_encoding_is_the_message_serialised(data: st.DataObject, kind: 
     wire = codec.encode_point_cloud(t_ns, "f", points, fields).SerializeToString(deterministic=True)
     assert b"".join(codec.encode_point_cloud_parts(t_ns, "f", points, fields)) == wire
     assert b"".join(codec.encode_point_cloud_parts(t_ns, "f", np.asfortranarray(points), fields)) == wire
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.binary(max_size=3_000),
+    fmt=st.sampled_from(["", "jpeg", "png", "jpég"]),
+    frame_id=st.text(max_size=20),
+    t_ns=st.integers(0, 2**63),
+)
+def test_the_fast_image_encoding_is_the_message_serialised(data: bytes, fmt: str, frame_id: str, t_ns: int) -> None:
+    wire = codec.encode_image(t_ns, frame_id, data, fmt).SerializeToString(deterministic=True)
+    assert b"".join(codec.encode_image_parts(t_ns, frame_id, data, fmt)) == wire
