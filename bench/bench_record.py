@@ -13,7 +13,9 @@ embedded Triton serving the reference models, with the default profile, alternat
   alternate, so a pair saw about the same load), with ``share_spread`` (min, max over the pairs);
 * ``bytes_per_s``: the recording's size over the drive's duration.
 
-    .venv/bin/python bench/bench_record.py [--repeats 3] [--compression none|lz4|zstd]
+The recording's chunks are uncompressed and carry no CRC (the recorder's defaults; why: bench/README.md).
+
+    .venv/bin/python bench/bench_record.py [--repeats 4] [--compression none|lz4|zstd]
 
 Writes ``bench/results/record.json``.
 """
@@ -60,7 +62,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--compression", default=RecordOptions().compression, choices=("lz4", "zstd", "none"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
