@@ -528,3 +528,7 @@ class FrameResult:
     #: The detections are the tracker's prediction at ``t_ns``, not a fusion of this frame's samples (a
     #: frame shed under overload: ``reason`` ``overload (...)``).
     predicted: bool = False
+    #: The limit of frames in flight (``perception.scheduler``'s adaptive admission) in force when the frame
+    #: was started, or shed; None when no pipeline admitted it (lockstep's ``Runtime.process``, a frame
+    #: dropped before its turn).
+    admission_limit: int | None = None

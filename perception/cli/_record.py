@@ -97,6 +97,8 @@ def run_as_recorded(args: argparse.Namespace) -> int:
                 "t_ns": r.t_ns,
                 "status": r.status.value,
                 "reason": r.reason,
+                "predicted": r.predicted,
+                "admission_limit": r.admission_limit,
                 "sensors": {n: s.status.value for n, s in r.sensors.items()},
                 "detections": [dataclasses.asdict(d) for d in r.detections],
             }
@@ -108,7 +110,8 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
         )
         return 1
+    shed = f", {report['shed']} shed (predicted)" if report["shed"] else ""
     sys.stdout.write(
-        f"as recorded: {outcome.compared} frames fused, every digest equal ({len(outcome.results)} results)\n"
+        f"as recorded: {outcome.compared} frames fused{shed}, every digest equal ({len(outcome.results)} results)\n"
     )
     return 0

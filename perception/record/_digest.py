@@ -12,6 +12,7 @@ not bit for bit. Values beyond +-9e14 (never a position, score or covariance) ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -35,41 +36,69 @@ RESOLUTION = 1e-4
 _LIMIT = 9e14  # |x| / RESOLUTION stays well inside int64
 
 
-def _quantise(a: npt.ArrayLike) -> bytes:
-    x = np.asarray(a, dtype=np.float64)
+def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int8]]:
+    """The quantised values (``<i8``) and the marks (``i1``: 0 finite, 1 NaN, 2 +inf, 3 -inf) of ``x``."""
     finite = np.isfinite(x)
+    if finite.all():  # the common case, in a third of the numpy calls (the same bits)
+        q = np.rint(np.minimum(np.maximum(x, -_LIMIT), _LIMIT) / RESOLUTION).astype("<i8")
+        return q, np.zeros(x.shape, np.int8)
     q = np.where(finite, np.rint(np.clip(np.where(finite, x, 0.0), -_LIMIT, _LIMIT) / RESOLUTION), 0.0)
     marks = np.where(np.isnan(x), 1, np.where(x == np.inf, 2, np.where(x == -np.inf, 3, 0))).astype(np.int8)
-    return q.astype("<i8").tobytes() + marks.tobytes()
+    return q.astype("<i8"), marks
 
 
-def _array(h: Any, name: str, a: npt.NDArray[Any]) -> None:
-    h.update(f"{name}:{a.dtype.kind}:{a.shape}|".encode())
-    if a.dtype.kind == "f":
-        h.update(_quantise(a))
-    else:
-        h.update(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+def _quantise(a: npt.ArrayLike) -> bytes:
+    q, marks = _quantised(np.asarray(a, dtype=np.float64))
+    return q.tobytes() + marks.tobytes()
+
+
+def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[bytes]:
+    """Each array's values as digested: floats quantised (:func:`_quantise`; all of them at once: a frame's
+    dozens of small arrays cost one quantisation, not one each), other dtypes little-endian."""
+    floats = [a for a in arrays if a.dtype.kind == "f"]
+    if floats:
+        q, marks = _quantised(np.concatenate([a.ravel() for a in floats]).astype(np.float64, copy=False))
+        qb, mb = q.tobytes(), marks.tobytes()
+    out: list[bytes] = []
+    start = 0
+    for a in arrays:
+        if a.dtype.kind == "f":
+            end = start + a.size
+            out.append(qb[8 * start : 8 * end] + mb[start:end])
+            start = end
+        else:
+            out.append(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return out
+
+
+def _arrays(parts: list[bytes], arrays: Sequence[tuple[str, npt.NDArray[Any]]], values: Sequence[bytes]) -> None:
+    for (name, a), v in zip(arrays, values, strict=True):
+        parts.append(f"{name}:{a.dtype.kind}:{a.shape}|".encode())
+        parts.append(v)
 
 
 def _floats(values: Sequence[float]) -> str:
     return _quantise(np.asarray(values, np.float64)).hex()
 
 
+#: json.dumps(value, sort_keys=True, separators=(",", ":")), without building an encoder per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _json(h: Any, value: Any) -> None:
-    h.update(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
+    h.update(_ENCODER.encode(value).encode())
 
 
 def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     """The model answers fusion consumed: each ok sensor's model, version and output tensors."""
-    h = hashlib.sha256()
-    for name in sorted(results):
-        r = results[name]
-        if r.status.value != "ok":
-            continue
-        _json(h, [name, r.model, r.model_version])
-        for key in sorted(r.outputs):
-            _array(h, key, np.asarray(r.outputs[key]))
-    return h.hexdigest()
+    ok = [(name, results[name]) for name in sorted(results) if results[name].status.value == "ok"]
+    arrays = [[(key, np.asarray(r.outputs[key])) for key in sorted(r.outputs)] for _, r in ok]
+    values = iter(_values([a for sensor in arrays for _, a in sensor]))
+    parts: list[bytes] = []
+    for (name, r), sensor in zip(ok, arrays, strict=True):
+        parts.append(_ENCODER.encode([name, r.model, r.model_version]).encode())
+        _arrays(parts, sensor, [next(values) for _ in sensor])
+    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def decisions_digest(
@@ -89,15 +118,31 @@ def decisions_digest(
 def detections_digest(detections: Sequence[Detection3D]) -> str:
     """The fused output: every detection's id, label, sources and (quantised) values, in output order."""
     h = hashlib.sha256()
-    for d in detections:
-        values = [d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty]
-        _json(h, [d.id, d.label, list(d.sources), _floats(values)])
+    if not detections:
+        return h.hexdigest()
+    # Each detection is its JSON ``[id, label, sources, values]`` (values: ``_floats``'s hex), all of them
+    # quantised at once and written without an encoder call per detection: the same bytes, a third the cost.
+    values = np.array([[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections])
+    q, marks = _quantised(values)
+    qhex, mhex = q.tobytes().hex(), marks.tobytes().hex()
+    nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks
+    parts = []
+    for i, d in enumerate(detections):
+        label, sources = _encoded(d.label), _encoded(d.sources)
+        parts.append(f'[{int(d.id)},{label},{sources},"{qhex[i * nq : (i + 1) * nq]}{mhex[i * nm : (i + 1) * nm]}"]')
+    h.update("".join(parts).encode())
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(value: str | tuple[str, ...]) -> str:
+    """A label's or a sources tuple's JSON (as :func:`_json` writes it in a list), remembered."""
+    return _ENCODER.encode(value if isinstance(value, str) else list(value))
 
 
 def tracker_digest(state: Mapping[str, npt.NDArray[Any]]) -> str:
     """The tracker's state after a frame (``perception.fusion.Fuser.tracker_state``)."""
-    h = hashlib.sha256()
-    for key in sorted(state):
-        _array(h, key, np.asarray(state[key]))
-    return h.hexdigest()
+    arrays = [(key, np.asarray(state[key])) for key in sorted(state)]
+    parts: list[bytes] = []
+    _arrays(parts, arrays, _values([a for _, a in arrays]))
+    return hashlib.sha256(b"".join(parts)).hexdigest()

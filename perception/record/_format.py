@@ -8,13 +8,15 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
 * ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
   raw outputs of the sensors that were ok (the arrays fusion consumed, little-endian, base64), the
-  detections, and the digests (:mod:`._digest`);
+  detections, and the digests (:mod:`._digest`); a frame shed under overload takes its turn there too
+  (``predicted``: its time and ego pose, the tracker's prediction, no samples or sensors);
 * ``/record/fusion_points/<sensor>``: rows of a frame's point cloud (what the model was sent and camera-guided
   fusion read) that cannot be rebuilt from the received sweeps: a cloud is recorded as the received sweep
   it begins with (``raw_t_ns``) and, accumulated, each earlier sweep merged and the transform it was moved
   by (``merged``: ``PointCloudSample.merged_from``); only when those are not found are its rows written
   here (message sequence = the frame's ``seq``);
-* ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason).
+* ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason),
+  with the admission's in-flight limit in force when it was started or shed (``admission_limit``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "META_FORMAT",
     "META_RUN",
     "META_SEGMENT",
+    "READABLE_VERSIONS",
     "SCHEMAS",
     "decode_array",
     "decode_detection",
@@ -53,7 +56,10 @@ __all__ = [
     "segments",
 ]
 
-FORMAT_VERSION = "1"
+#: 2: shed frames' predictions in the fusion order (``predicted``) and each frame's admission limit; a
+#: recording of version 1 (neither) replays as well.
+FORMAT_VERSION = "2"
+READABLE_VERSIONS = ("1", "2")
 ARRIVALS_TOPIC = "/record/arrivals"
 FUSION_TOPIC = "/record/fusion"
 FRAMES_TOPIC = "/record/frames"
@@ -208,6 +214,7 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
             "type": "object",
             "properties": {
                 "seq": {"type": "integer", "description": "order in which the frame reached fusion"},
+                "predicted": {"type": "boolean", "description": "a shed frame: the tracker's prediction"},
                 "frame_id": {"type": "integer"},
                 "t_ns": {"type": "integer"},
                 "ego": {"type": ["object", "null"]},
@@ -228,6 +235,11 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
                 "t_ns": {"type": "integer"},
                 "status": {"type": "string", "description": "ok, degraded, dropped"},
                 "reason": {"type": ["string", "null"], "description": "why dropped (overflow, overload, shutdown)"},
+                "predicted": {"type": "boolean", "description": "the detections are the tracker's prediction"},
+                "admission_limit": {
+                    "type": ["integer", "null"],
+                    "description": "frames allowed in flight (adaptive admission) when it was started or shed",
+                },
                 "deadline_missed": {"type": "boolean"},
                 "latency_ns": {"type": "integer"},
                 "fusion_seq": {"type": ["integer", "null"]},

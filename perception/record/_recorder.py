@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from perception._lifetime import Lifetime
 from perception.drives import DriveWriter
@@ -48,14 +49,18 @@ __all__ = ["RecordOptions", "RunRecorder"]
 log = logging.getLogger(__name__)
 
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
+_SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
 
 
 @dataclass(frozen=True, slots=True)
 class RecordOptions:
     """How a recording is bounded: segments of at most ``segment_bytes`` (the next is ``FILE-0001.mcap``...),
     at most ``max_segments`` of them kept (the oldest deleted; 0 keeps all). ``queue_items``: items waiting
-    for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' (lz4: cheap)."""
+    for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' ("none": lz4
+    or zstd cost the run more CPU than the bytes they save; float32 sweeps hardly compress). The chunks
+    carry no CRC either (``DriveWriter(crcs=False)``): the recording's cost is the run's."""
 
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8
@@ -76,9 +81,24 @@ class _RecordingFusion:
         self._inner = inner
         self._recorder = recorder
         self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
-        #: A shed frame's prediction (Runtime.shed), passed through: read-only, it leaves the tracker as it
-        #: was, so nothing of it is fused; the frame's record (with the prediction) is recorded as a result.
-        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
+        self._predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
+        #: A shed frame's prediction (Runtime.shed), in its fusion turn: recorded in the fusion order like a
+        #: fused frame (read-only: the tracker stays as it was), for the replay to predict it at that place.
+        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = (
+            None if self._predict is None else self._predicted
+        )
+
+    def _predicted(self, frame: Frame) -> tuple[Detection3D, ...]:
+        assert self._predict is not None
+        detections = self._predict(frame)
+        cpu0 = time.thread_time_ns()
+        try:
+            self._recorder.predicted(self._recorder.next_seq(), frame, detections)
+        except Exception:  # never into the run
+            self._recorder.stats["failed"] += 1
+            log.exception("recording frame %d's prediction failed", frame.frame_id)
+        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
+        return detections
 
     def __call__(
         self, frame: Frame, results: Mapping[str, SensorResult]
@@ -118,8 +138,9 @@ class RunRecorder:
         self._frames = 0
         self._seq = 0  # the next frame's place in the fusion order
         self._runs = 0  # begin() calls
-        #: Counters: ``samples``, ``fused``, ``frames`` written; ``dropped_<kind>`` (the queue was full),
-        #: ``refused`` (a sample the drive format refuses), ``unknown_sensor``, ``failed``, ``segments``.
+        #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
+        #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
+        #: ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
         #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
         #: digest, handing over), and the bytes of the finished segments.
@@ -134,6 +155,9 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
+        #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
+        #: is written: a result delivering those detections is not digested again.
+        self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -217,6 +241,12 @@ class RunRecorder:
             }
         self._put("fused", (seq, frame, results, detections, tracker, raw))
 
+    def predicted(self, seq: int, frame: Frame, detections: tuple[Detection3D, ...]) -> None:
+        """A shed frame's prediction, taken in its fusion turn ``seq`` (Runtime.shed)."""
+        with self._lock:
+            self._seq_of[frame.frame_id] = seq
+        self._put("predicted", (seq, frame, detections))
+
     def _put(self, kind: str, item: Any) -> None:
         try:
             self._queue.put_nowait((kind, item))
@@ -261,11 +291,11 @@ class RunRecorder:
         elif kind == "ego":
             pose, arrival = item
             writer.write_ego_pose(pose)
-            self._json(
-                writer, fmt.ARRIVALS_TOPIC, pose.t_ns, {"sensor": "ego", "t_ns": pose.t_ns, "arrival_ns": arrival}
-            )
+            self._arrival(writer, "ego", pose.t_ns, arrival)
         elif kind == "fused":
             self._write_fused(writer, *item)
+        elif kind == "predicted":
+            self._write_predicted(writer, *item)
         elif kind == "result":
             self._write_result(writer, *item)
         if writer.bytes_written >= self.options.segment_bytes:
@@ -283,9 +313,7 @@ class RunRecorder:
         if isinstance(sample, PointCloudSample):
             self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
         self.stats["samples"] += 1
-        self._json(
-            writer, fmt.ARRIVALS_TOPIC, sample.t_ns, {"sensor": name, "t_ns": sample.t_ns, "arrival_ns": arrival}
-        )
+        self._arrival(writer, name, sample.t_ns, arrival)
 
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
@@ -310,6 +338,8 @@ class RunRecorder:
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+        digest = detections_digest(detections)
+        self._remember_digest(seq, detections, digest)
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
         record = {
@@ -323,34 +353,86 @@ class RunRecorder:
             "digest": {
                 "outputs": outputs_digest(results),
                 "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
-                "detections": detections_digest(detections),
+                "detections": digest,
                 "tracker": tracker,
             },
         }
         self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
         self.stats["fused"] += 1
 
+    def _write_predicted(
+        self, writer: DriveWriter, seq: int, frame: Frame, detections: tuple[Detection3D, ...]
+    ) -> None:
+        """A shed frame's place in the fusion order: its time and ego pose (what the prediction reads) and the
+        detections predicted; the tracker is as the frame before left it (no tracker digest)."""
+        digest = detections_digest(detections)
+        self._remember_digest(seq, detections, digest)
+        record = {
+            "seq": seq,
+            "frame_id": frame.frame_id,
+            "t_ns": frame.t_ns,
+            "predicted": True,
+            "ego": fmt.encode_ego(frame.ego),
+            "samples": {},
+            "sensors": {},
+            "detections": [fmt.encode_detection(d) for d in detections],
+            "digest": {
+                "outputs": outputs_digest({}),
+                "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, {}, {}, frame.ego),
+                "detections": digest,
+                "tracker": None,
+            },
+        }
+        self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
+        self.stats["predicted"] += 1
+
+    def _remember_digest(self, seq: int, detections: tuple[Detection3D, ...], digest: str) -> None:
+        self._fused_digests[seq] = (detections, digest)
+        if len(self._fused_digests) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
+            del self._fused_digests[next(iter(self._fused_digests))]
+
     def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
+        digest = None
+        if seq is not None:
+            fused = self._fused_digests.pop(seq, None)
+            digest = fused[1] if fused is not None and fused[0] is r.detections else detections_digest(r.detections)
         record = {
             "index": index,
             "frame_id": r.frame_id,
             "t_ns": r.t_ns,
             "status": r.status.value,
             "reason": r.reason,
+            "predicted": r.predicted,
+            "admission_limit": r.admission_limit,
             "deadline_missed": r.deadline_missed,
             "latency_ns": r.latency.total_ns,
             "fusion_seq": seq,
             "sensors": {n: fmt.encode_result(s, outputs=False) for n, s in sorted(r.sensors.items())},
             "detections": len(r.detections),
-            "digest": detections_digest(r.detections) if seq is not None else None,
+            "digest": digest,
         }
         self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
         self.stats["frames"] += 1
 
     def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
-        """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: of
-        the same stamp (checked first) or not (a time base mapped the stamp), checked row for row."""
+        """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: the
+        very sample; or, for an accumulated cloud, the sweep of its stamp and row count (the accumulator's
+        contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a sample of
+        rows; else one of the same stamp (checked first) or not (a time base mapped the stamp), checked row
+        for row."""
         recent = list(self._recent.get(name, ()))
+        same = next((r for r in reversed(recent) if r.points is s.points), None)
+        if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
+            return same
+        if s.merged_from:
+            n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
+            for r in reversed(recent):
+                if (
+                    r.t_ns == s.t_ns
+                    and r.points.shape == (n0, s.points.shape[1])
+                    and _spot_equal(r.points, s.points[:n0])
+                ):
+                    return r
         recent.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
         for r in recent[:4]:
             n0 = r.points.shape[0]
@@ -362,15 +444,21 @@ class RunRecorder:
     def _merged(self, name: str, s: PointCloudSample, n0: int) -> list[dict[str, Any]] | None:
         """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
         earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
-        among those received by its row count and its measured columns; None when a sweep is not found."""
+        among those received by its stamp and row count (its measured columns checked on a sample of rows),
+        else by its row count and its measured columns; None when a sweep is not found."""
         if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
             return None
+        recent = self._recent.get(name, ())
         out: list[dict[str, Any]] = []
         start = n0
         for t_ns, n, m in s.merged_from:
             rows = s.points[start : start + n, 3:]
             found = next(
-                (r for r in reversed(self._recent.get(name, ())) if r.points.shape[0] == n and r.t_ns != s.t_ns
+                (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
+                 and _spot_equal(r.points[:, 3:], rows)),
+                None,
+            ) or next(
+                (r for r in reversed(recent) if r.points.shape[0] == n and r.t_ns != s.t_ns
                  and np.array_equal(r.points[:, 3:], rows)),
                 None,
             )  # fmt: skip
@@ -381,14 +469,20 @@ class RunRecorder:
         return out
 
     @staticmethod
+    def _arrival(writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
+        # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost
+        data = f'{{"sensor":{json.dumps(sensor)},"t_ns":{int(t_ns)},"arrival_ns":{int(arrival_ns)}}}'.encode()
+        writer.write_json(fmt.ARRIVALS_TOPIC, t_ns, data)
+
+    @staticmethod
     def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
-        writer.write_json(topic, t_ns, json.dumps(record, separators=(",", ":")).encode(), seq)
+        writer.write_json(topic, t_ns, _ENCODER.encode(record).encode(), seq)
 
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
         meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
-        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression)
+        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression, crcs=False)
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
         for spec in self._rig:
@@ -409,6 +503,15 @@ class RunRecorder:
         if writer is not None:
             writer.close()
             self.bytes += writer.path.stat().st_size
+
+
+def _spot_equal(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> bool:
+    """``a`` and ``b`` (rows of clouds whose provenance the accumulator states) equal on every
+    :data:`_SPOT_ROWS`-th row and the last: a stage that changed the rows (or a wrong sweep) shows there,
+    without reading the whole of two sweeps from memory (~0.2 ms a frame)."""
+    if a.shape != b.shape:
+        return False
+    return a.shape[0] == 0 or (np.array_equal(a[::_SPOT_ROWS], b[::_SPOT_ROWS]) and np.array_equal(a[-1], b[-1]))
 
 
 def _rows_from(s: PointCloudSample, n0: int) -> PointCloudSample:

@@ -98,7 +98,18 @@ class AsRecordedOutcome:
             "first_divergence": None
             if first is None
             else {"frame_id": first.frame_id, "seq": first.seq, "cause": first.cause, "detail": first.detail},
+            "shed": sum(1 for r in self.results if r.predicted),
+            "admission_limits": self.admission_limits(),
         }
+
+    def admission_limits(self) -> list[list[int]]:
+        """``[frame_id, limit]`` where the admission's in-flight limit changed (the first frame's too), in
+        delivery order: the run's admission decisions as recorded (a recording of format 1 has none)."""
+        changes: list[list[int]] = []
+        for r in self.results:
+            if r.admission_limit is not None and (not changes or changes[-1][1] != r.admission_limit):
+                changes.append([r.frame_id, r.admission_limit])
+        return changes
 
     def note(self, div: Divergence) -> None:
         self.diverged[div.cause] += 1
@@ -113,10 +124,10 @@ def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
 
 def _source(reader: DriveReader) -> SessionSource:
     meta = dict(reader.metadata)
-    if meta.get(fmt.META_FORMAT) != fmt.FORMAT_VERSION:
+    if meta.get(fmt.META_FORMAT) not in fmt.READABLE_VERSIONS:
         raise DriveError(
-            f"not a run recording (metadata {fmt.META_FORMAT}={meta.get(fmt.META_FORMAT)!r}, expected "
-            f"{fmt.FORMAT_VERSION!r}): record one with --record",
+            f"not a run recording (metadata {fmt.META_FORMAT}={meta.get(fmt.META_FORMAT)!r}, expected one of "
+            f"{', '.join(fmt.READABLE_VERSIONS)}): record one with --record",
             file=str(reader.path),
         )
     source = reader.source
@@ -193,6 +204,18 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
                                         "the recorder): the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
+                if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
+                    frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), {}, ego=fmt.decode_ego(rec["ego"]))
+                    predict = getattr(fusion, "predict", None)
+                    dets = predict(frame) if predict is not None else ()
+                    fused[seq] = (dets, {})
+                    out.compared += 1
+                    div = _compare_prediction(rec, frame, dets)
+                    if div is None:
+                        out.equal += 1
+                    else:
+                        out.note(div)
+                    continue
                 frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
                 results = recorded
                 if rt is not None:
@@ -209,7 +232,16 @@ async def _replay_segments(
                 else:
                     out.note(div)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
-                out.results.append(_result(frec, fused))
+                result = _result(frec, fused)
+                out.results.append(result)
+                then = frec.get("digest")
+                if (
+                    then is not None
+                    and int(frec["fusion_seq"]) in fused
+                    and detections_digest(result.detections) != then
+                ):
+                    out.note(Divergence(result.frame_id, int(frec["fusion_seq"]), "fusion",
+                                        "the frame delivered other detections than fusion gave it"))  # fmt: skip
 
 
 def _is_image(kind: str) -> bool:
@@ -322,6 +354,17 @@ def _compare(
     return None
 
 
+def _compare_prediction(rec: Mapping[str, Any], frame: Frame, dets: Sequence[Detection3D]) -> Divergence | None:
+    digest = rec["digest"]
+    fid, seq = frame.frame_id, int(rec["seq"])
+    if decisions_digest(seq, fid, frame.t_ns, {}, {}, frame.ego) != digest["decisions"]:
+        return Divergence(fid, seq, "decision", "the shed frame's time or ego pose differ from the run's")
+    if detections_digest(dets) != digest["detections"]:
+        n_then = len(rec["detections"])
+        return Divergence(fid, seq, "fusion", f"another prediction of the shed frame ({len(dets)} now, {n_then} then)")
+    return None
+
+
 def _result(
     frec: Mapping[str, Any], fused: Mapping[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]]
 ) -> FrameResult:
@@ -341,4 +384,6 @@ def _result(
         latency=LatencyTree(total_ns=int(frec.get("latency_ns") or 0)),
         reason=frec.get("reason"),
         deadline_missed=bool(frec.get("deadline_missed")),
+        predicted=bool(frec.get("predicted")),
+        admission_limit=frec.get("admission_limit"),
     )

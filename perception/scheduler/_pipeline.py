@@ -301,12 +301,12 @@ class OrderedPipeline:
             self._done[seq] = self._dropped(frame, reason)
             return
         self._shedding[seq] = frame
-        tg.start_soon(self._shed_work, seq, frame, reason, name=f"shed-{frame.frame_id}")
+        tg.start_soon(self._shed_work, seq, frame, reason, self.admission.limit, name=f"shed-{frame.frame_id}")
 
-    async def _shed_work(self, seq: int, frame: Frame, reason: str) -> None:
+    async def _shed_work(self, seq: int, frame: Frame, reason: str, limit: int) -> None:
         assert self._shed is not None
         try:
-            result = await self._shed(frame, reason)
+            result = replace(await self._shed(frame, reason), admission_limit=limit)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 async with self._cond:
@@ -322,8 +322,9 @@ class OrderedPipeline:
     async def _work(self, seq: int, frame: Frame, tg: TaskGroup) -> None:
         released = False
         started = time.monotonic_ns()
+        limit = self.admission.limit  # in force as the frame starts (recorded with its result)
         try:
-            result = await self._process(frame)
+            result = replace(await self._process(frame), admission_limit=limit)
             # admission to result: what the frame's deadline covers
             end = time.monotonic_ns()
             service = end - (frame.created_ns or end)

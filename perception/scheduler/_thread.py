@@ -24,6 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Literal
 
@@ -54,12 +55,13 @@ CALLBACK_QUEUE = 256
 class _Waiter:
     """A submitted frame waiting for a slot: set when it may start, or when it is shed (``shed``: why)."""
 
-    __slots__ = ("event", "shed", "started_ns")
+    __slots__ = ("event", "limit", "shed", "started_ns")
 
     def __init__(self, started_ns: int) -> None:
         self.event = anyio.Event()
         self.started_ns = started_ns
         self.shed: str | None = None
+        self.limit: int | None = None  # the admission's limit when it was shed
 
 
 class ThreadedRuntime:
@@ -154,9 +156,10 @@ class ThreadedRuntime:
                     else:
                         self._waiting.remove(turn)  # cancelled while waiting
                 if turn.shed is not None:
-                    return await self._runtime.shed(frame, turn.shed)
+                    return replace(await self._runtime.shed(frame, turn.shed), admission_limit=turn.limit)
             start = time.monotonic_ns()
-            result = await self._runtime.process(frame)
+            limit = admission.limit  # in force as the frame starts (recorded with its result)
+            result = replace(await self._runtime.process(frame), admission_limit=limit)
             slot = False
             # admission to result, as a stream's pipeline measures it
             end = time.monotonic_ns()
@@ -186,6 +189,7 @@ class ThreadedRuntime:
             verdict = self._overload.choose(started, time.monotonic_ns(), parallel=admission.limit)
             for i, reason in verdict.shed:  # woken first: their records take their fusion turns first
                 waiting[i].shed = reason
+                waiting[i].limit = admission.limit
                 waiting[i].event.set()
             if verdict.start is None:
                 admission.release(None)

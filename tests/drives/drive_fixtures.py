@@ -88,11 +88,14 @@ def write_drive(
     compression: str = "zstd",
     ground_truth: bool = True,
     seed: int = 0,
+    crcs: bool = True,
 ) -> Written:
     rng = np.random.default_rng(seed)
     rig = make_rig()
     out = Written(path, rig, metadata={"seed": str(seed), "generator": "tests"})
-    with DriveWriter(path, rig, metadata=out.metadata, chunk_size=chunk_size, compression=compression) as w:
+    with DriveWriter(
+        path, rig, metadata=out.metadata, chunk_size=chunk_size, compression=compression, crcs=crcs
+    ) as w:
         for i in range(frames):
             t = T0 + i * PERIOD
             lidar = rng.normal(size=(0 if i == 2 else int(rng.integers(1, 60)), 4)).astype(np.float32)

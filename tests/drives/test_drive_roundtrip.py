@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from drive_fixtures import PERIOD, T0, Written, make_rig, write_drive
+from mcap.records import Chunk
+from mcap.stream_reader import StreamReader
 
 from perception.drives import DriveReader, DriveWriter, topic_for
 from perception.errors import DriveError
@@ -146,6 +148,22 @@ def test_other_compressions_round_trip(tmp_path: Path, compression: str) -> None
     with DriveReader(written.path) as d:
         assert len(list(d.samples())) == 9
         assert d.ground_truth() == written.gt
+
+
+def test_a_drive_written_without_crcs_round_trips_and_says_so(tmp_path: Path) -> None:
+    # a run recording's choice (cheaper to write): MCAP's CRC 0, "not computed", which readers skip
+    written = write_drive(tmp_path / "nocrc.mcap", frames=5, compression="none", crcs=False, chunk_size=2_000)
+    with DriveReader(written.path, strict=True) as d:
+        for got, want in zip(d.samples(), sorted(written.samples, key=lambda s: s.t_ns), strict=True):
+            assert_same_sample(got, want)
+        assert d.ground_truth() == written.gt
+    with written.path.open("rb") as f:
+        chunks = [r for r in StreamReader(f, skip_magic=False, emit_chunks=True).records if isinstance(r, Chunk)]
+        assert len(chunks) > 1 and all(c.uncompressed_crc == 0 for c in chunks)
+    with_crcs = write_drive(tmp_path / "crc.mcap", frames=5, compression="none", chunk_size=2_000)
+    with with_crcs.path.open("rb") as f:
+        chunks = [r for r in StreamReader(f, skip_magic=False, emit_chunks=True).records if isinstance(r, Chunk)]
+        assert chunks and all(c.uncompressed_crc != 0 for c in chunks)
 
 
 def test_stats(drive: Written) -> None:

@@ -15,7 +15,7 @@ from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import DriveError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, replay_as_recorded
-from perception.record._digest import RESOLUTION, detections_digest, tracker_digest
+from perception.record._digest import RESOLUTION, detections_digest, outputs_digest, tracker_digest
 from perception.scheduler import Session
 from perception.types import Detection3D, FrameResult, FrameStatus, SensorResult, SensorStatus
 
@@ -139,3 +139,37 @@ def test_the_recorder_reports_its_lifetime_and_closes_idempotently(tmp_path: Pat
     assert rec.state is Lifetime.CLOSED
     with pytest.raises(RuntimeClosedError, match="opened once"), rec:
         pass
+
+
+def test_digests_are_stable_across_versions() -> None:
+    # Pinned: a recording made by an earlier version replays against these very values. The digests were
+    # computed value by value before they were vectorised (all of a frame's floats quantised at once).
+    dets = [
+        Detection3D(i, "car", 0.5 + i / 10, (i * 1.5, -2.25, 0.1), (4.0, 1.8, 1.5), 0.3 * i, (1.0, -0.5), (0.2, 0.3),
+                    ("lidar_top", "cam_front"))
+        for i in range(3)
+    ]  # fmt: skip
+    dets.append(
+        Detection3D(
+            9, "pedestrian", math.nan, (math.inf, -math.inf, 1e20), (0.5, 0.5, 1.7), -1.0, (0.0, 0.0), (0.1, 0.1), ()
+        )
+    )
+    lidar = {
+        "BOXES": np.arange(14, dtype=np.float32).reshape(2, 7) / 3,
+        "LABELS": np.array([1, 2], np.int32),
+        "SCORES": np.array([0.5, math.nan], np.float32),
+    }
+    results = {
+        "lidar": SensorResult("lidar", SensorStatus.OK, outputs=lidar, model="m", model_version="1"),
+        "cam": SensorResult("cam", SensorStatus.OK, model="c", model_version="2",
+                            outputs={"COUNT": np.array([0], np.int32), "BOXES": np.zeros((0, 4), np.float32)}),
+        "radar": SensorResult("radar", SensorStatus.LATE),
+    }  # fmt: skip
+    state = {
+        "table": np.array([[1.0, math.nan, math.inf], [-math.inf, 2.5, -1e-5]]),
+        "next_id": np.array([3], np.int64),
+        "empty": np.zeros((0, 3)),
+    }
+    assert detections_digest(dets) == "185ca9803d0ab39b7ed65a9720d43f490b945facd3b2a6f1fede7e825d511f14"
+    assert outputs_digest(results) == "c8fba95b0dec2af1214f8eed009a705883a1aac5c9ae1d6a4583b9eefbb677cf"
+    assert tracker_digest(state) == "eeb58486b07f39353d0e95b6e730365d96c0f1bf3883536ab2207c65374db6ff"

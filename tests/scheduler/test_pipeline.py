@@ -270,3 +270,51 @@ async def test_a_source_that_does_not_wait_is_not_held_back_by_a_slow_consumer(o
     assert taken == list(range(n))
     assert [r.frame_id for r in out] == list(range(n))  # one record per frame, in order
     assert p.intake_held == 0
+
+
+class _SteppedAdmission:
+    """Slots under a limit that rises by one every third frame that ends (up to 3): an admission whose
+    limit changes while frames run."""
+
+    def __init__(self) -> None:
+        self.limit = 1
+        self.in_use = 0
+        self.ended = 0
+
+    def try_acquire(self) -> bool:
+        if self.in_use < self.limit:
+            self.in_use += 1
+            return True
+        return False
+
+    def release(self, service_ns: int | None, *, late: bool = False) -> None:
+        self.in_use -= 1
+        self.ended += 1
+        self.limit = min(3, 1 + self.ended // 3)
+
+    async def granted(self) -> None:
+        await anyio.sleep_forever()
+
+    def report(self) -> dict[str, object]:
+        return {"limit": self.limit}
+
+
+async def test_each_result_carries_the_admission_limit_in_force_when_its_frame_started() -> None:
+    admission = _SteppedAdmission()
+    at_start: dict[int, int] = {}
+
+    async def process(f: Frame) -> FrameResult:
+        at_start[f.frame_id] = admission.limit
+        await anyio.lowlevel.checkpoint()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    config = PipelineConfig(max_in_flight=3, queue_size=0, overflow="block")
+    p = OrderedPipeline(process, dropped, config, admission=admission)
+    with anyio.fail_after(10):  # watchdog
+        out = await collect(p, _frames(12))
+    assert [r.frame_id for r in out] == list(range(12))
+    assert [r.admission_limit for r in out] == [at_start[i] for i in range(12)]
+    assert {r.admission_limit for r in out} == {1, 2, 3}  # it changed while the frames ran, and each says so

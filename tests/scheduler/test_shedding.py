@@ -163,6 +163,7 @@ async def test_frames_overflowing_the_queue_are_shed_with_a_predicted_record_and
         assert (r.reason or "").startswith(f"{OVERLOAD} (queue overflow")
     assert all(r.status is FrameStatus.OK for r in out[6:])
     assert p.shed_count == 5
+    assert [r.admission_limit for r in out] == [1] * 10  # processed or shed: the limit it met (recorded)
 
 
 @pytest.mark.anyio

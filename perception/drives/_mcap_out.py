@@ -1,0 +1,257 @@
+"""The MCAP writer under :class:`~perception.drives.DriveWriter`: the ``mcap`` library's file, byte for byte,
+without copying a message's payload.
+
+The library builds each chunk in a ``BytesIO`` and copies it again into the chunk record: a 440 KB lidar
+sweep was copied three times into freshly allocated memory (page faults: ~0.4 ms of kernel time a sweep on
+a VM) before the file got it. Here a chunk is a list of the messages' buffers (a sweep's points as they are,
+behind the few bytes of its protobuf header) written to the file one after another when the chunk is
+full: the file gets each payload straight from where it was. Records and their order are the library's
+(``mcap.records`` writes the small ones), as are the chunking rule and the summary, so the bytes are too
+(tested against ``mcap.writer.Writer``). Not thread-safe; the caller owns the file.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any
+
+from mcap.data_stream import RecordBuilder
+from mcap.exceptions import UnsupportedCompressionError
+from mcap.opcode import Opcode
+from mcap.records import (
+    Channel,
+    ChunkIndex,
+    DataEnd,
+    Footer,
+    Header,
+    MessageIndex,
+    Metadata,
+    MetadataIndex,
+    Schema,
+    Statistics,
+    SummaryOffset,
+)
+
+__all__ = ["Buffer", "McapOut"]
+
+#: A message's bytes: one buffer, or pieces written one after another (a header, then a payload).
+Buffer = bytes | bytearray | memoryview
+MAGIC = b"\x89MCAP0\r\n"
+_MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequence, log time, publish time
+_CHUNK = struct.Struct("<BQQQQI")  # opcode, record length, start, end, uncompressed size, uncompressed crc
+
+
+def _compressor(compression: str) -> Callable[[bytes], bytes] | None:
+    if compression == "":
+        return None
+    try:
+        if compression == "lz4":
+            import lz4.frame  # type: ignore[import-untyped]
+
+            compress: Callable[[bytes], bytes] = lz4.frame.compress
+            return compress
+        if compression == "zstd":
+            import zstandard
+
+            compress = zstandard.compress
+            return compress
+    except ImportError as exc:
+        raise UnsupportedCompressionError(compression) from exc
+    raise ValueError(f"unknown compression {compression!r}")
+
+
+class _Chunk:
+    __slots__ = ("end", "indices", "messages", "pieces", "size", "start")
+
+    def __init__(self) -> None:
+        self.pieces: list[Buffer] = []
+        self.size = 0
+        self.messages = 0
+        self.start = 0
+        self.end = 0
+        self.indices: dict[int, list[tuple[int, int]]] = {}  # channel -> (log time, offset in the chunk)
+
+    def add(self, pieces: Sequence[Buffer], size: int) -> None:
+        self.pieces.extend(pieces)
+        self.size += size
+
+
+class McapOut:
+    """``mcap.writer.Writer``'s interface as :class:`~perception.drives.DriveWriter` uses it (chunked, every
+    index, statistics, summary offsets; no data-section CRC). ``compression``: "" (none), "lz4", "zstd";
+    ``crcs``: each chunk's and the summary's CRC-32 (0 without)."""
+
+    def __init__(self, stream: IO[bytes], *, chunk_size: int, compression: str = "", crcs: bool = True) -> None:
+        self._stream = stream
+        self._chunk_size = chunk_size
+        self._compression = compression
+        self._compress = _compressor(compression)
+        self._crcs = crcs
+        self._offset = 0  # bytes written to the stream
+        self._chunk = _Chunk()
+        self._schemas: dict[int, Schema] = {}
+        self._channels: dict[int, Channel] = {}
+        self._chunk_indices: list[ChunkIndex] = []
+        self._metadata_indices: list[MetadataIndex] = []
+        self._stats = Statistics(
+            attachment_count=0,
+            channel_count=0,
+            channel_message_counts={},
+            chunk_count=0,
+            message_count=0,
+            metadata_count=0,
+            message_start_time=0,
+            message_end_time=0,
+            schema_count=0,
+        )
+
+    # -- the library's interface ------------------------------------------------------------------
+    def start(self, profile: str, library: str) -> None:
+        self._write(MAGIC)
+        self._write(_record(Header(profile, library)))
+
+    def add_metadata(self, name: str, data: Mapping[str, str]) -> None:
+        record = _record(Metadata(name=name, metadata=dict(data)))
+        self._metadata_indices.append(MetadataIndex(offset=self._offset, length=len(record), name=name))
+        self._stats.metadata_count += 1
+        self._write(record)
+
+    def register_schema(self, name: str, encoding: str, data: bytes) -> int:
+        schema = Schema(id=len(self._schemas) + 1, data=data, encoding=encoding, name=name)
+        self._schemas[schema.id] = schema
+        self._stats.schema_count += 1
+        self._add_to_chunk(_record(schema))
+        return schema.id
+
+    def register_channel(self, topic: str, message_encoding: str, schema_id: int) -> int:
+        channel = Channel(
+            id=len(self._channels) + 1, topic=topic, message_encoding=message_encoding, schema_id=schema_id, metadata={}
+        )
+        self._channels[channel.id] = channel
+        self._stats.channel_count += 1
+        self._add_to_chunk(_record(channel))
+        return channel.id
+
+    def add_message(
+        self, channel_id: int, log_time: int, data: Buffer | Sequence[Buffer], publish_time: int, sequence: int = 0
+    ) -> None:
+        """Add a message to the chunk; ``data``'s buffers are kept (not copied) until the chunk is written."""
+        pieces: Sequence[Buffer] = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+        size = sum(memoryview(p).nbytes for p in pieces)
+        stats = self._stats
+        stats.message_start_time = log_time if stats.message_count == 0 else min(log_time, stats.message_start_time)
+        stats.message_end_time = max(log_time, stats.message_end_time)
+        counts = stats.channel_message_counts
+        counts[channel_id] = counts.get(channel_id, 0) + 1
+        stats.message_count += 1
+        chunk = self._chunk
+        if chunk.messages == 0:
+            chunk.start = log_time
+        else:
+            chunk.start = min(chunk.start, log_time)
+        chunk.end = max(chunk.end, log_time)
+        chunk.indices.setdefault(channel_id, []).append((log_time, chunk.size))
+        chunk.messages += 1
+        head = _MESSAGE.pack(Opcode.MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time)
+        chunk.add((head, *pieces), len(head) + size)
+        if chunk.size > self._chunk_size:
+            self._finish_chunk()
+
+    def finish(self) -> None:
+        self._finish_chunk()
+        self._write(_record(DataEnd(0)))
+        summary_start = self._offset
+        out = RecordBuilder()
+        offsets: list[SummaryOffset] = []
+
+        def group(opcode: Opcode, records: Sequence[Any]) -> None:
+            start = out.count
+            for r in records:
+                r.write(out)
+            offsets.append(SummaryOffset(group_opcode=opcode, group_start=summary_start + start,
+                                         group_length=out.count - start))  # fmt: skip
+
+        group(Opcode.SCHEMA, list(self._schemas.values()))
+        group(Opcode.CHANNEL, list(self._channels.values()))
+        group(Opcode.STATISTICS, [self._stats])
+        group(Opcode.CHUNK_INDEX, self._chunk_indices)
+        group(Opcode.ATTACHMENT_INDEX, [])
+        group(Opcode.METADATA_INDEX, self._metadata_indices)
+        summary_offset_start = summary_start + out.count
+        for offset in offsets:
+            offset.write(out)
+        summary = _end(out)
+        at = 0 if not summary else summary_start
+        crc = 0
+        if self._crcs:
+            crc = zlib.crc32(struct.pack("<BQQQ", Opcode.FOOTER, 20, at, summary_offset_start), zlib.crc32(summary))
+        self._write(summary)
+        self._write(_record(Footer(summary_start=at, summary_offset_start=summary_offset_start, summary_crc=crc)))
+        self._write(MAGIC)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _write(self, data: Buffer) -> None:
+        self._offset += self._stream.write(data)
+
+    def _add_to_chunk(self, record: bytes) -> None:
+        self._chunk.add((record,), len(record))
+        if self._chunk.size > self._chunk_size:
+            self._finish_chunk()
+
+    def _finish_chunk(self) -> None:
+        if self._chunk.messages == 0:  # as the library: schemas and channels wait for a message to chunk with
+            return
+        chunk, self._chunk = self._chunk, _Chunk()
+        self._stats.chunk_count += 1
+        crc = 0
+        if self._compress is not None:
+            joined = b"".join(chunk.pieces)
+            crc = zlib.crc32(joined) if self._crcs else 0
+            body: Sequence[Buffer] = (self._compress(joined),)
+        else:
+            if self._crcs:
+                for p in chunk.pieces:
+                    crc = zlib.crc32(p, crc)
+            body = chunk.pieces
+        compressed = sum(memoryview(p).nbytes for p in body)
+        name = self._compression.encode()
+        length = 8 + 8 + 8 + 4 + 4 + len(name) + 8 + compressed
+        start = self._offset
+        self._write(_CHUNK.pack(Opcode.CHUNK, length, chunk.start, chunk.end, chunk.size, crc))
+        self._write(struct.pack("<I", len(name)) + name + struct.pack("<Q", compressed))
+        for p in body:
+            self._write(p)
+        index_start = self._offset
+        out = RecordBuilder()
+        offsets: dict[int, int] = {}
+        for channel_id, records in chunk.indices.items():
+            offsets[channel_id] = index_start + out.count
+            MessageIndex(channel_id=channel_id, records=records).write(out)
+        indices = _end(out)
+        self._write(indices)
+        self._chunk_indices.append(
+            ChunkIndex(
+                message_start_time=chunk.start,
+                message_end_time=chunk.end,
+                chunk_start_offset=start,
+                chunk_length=index_start - start,
+                message_index_offsets=offsets,
+                message_index_length=len(indices),
+                compression=self._compression,
+                compressed_size=compressed,
+                uncompressed_size=chunk.size,
+            )
+        )
+
+
+def _record(record: Any) -> bytes:
+    out = RecordBuilder()
+    record.write(out)
+    return _end(out)
+
+
+def _end(out: RecordBuilder) -> bytes:
+    data: bytes = out.end()  # type: ignore[no-untyped-call]
+    return data
