@@ -32,7 +32,7 @@ from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
 from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
-from perception.scheduler import FusionStage, Session
+from perception.scheduler import FusionStage, Session, TrackingStage
 from perception.types import (
     Detection3D,
     EgoPose,
@@ -80,25 +80,9 @@ class _RecordingFusion:
     def __init__(self, inner: FusionStage, recorder: RunRecorder) -> None:
         self._inner = inner
         self._recorder = recorder
-        self._state: Callable[[], Mapping[str, Any]] | None = getattr(inner, "tracker_state", None)
-        self._predict: Callable[[Frame], tuple[Detection3D, ...]] | None = getattr(inner, "predict", None)
-        #: A shed frame's prediction (Runtime.shed), in its fusion turn: recorded in the fusion order like a
-        #: fused frame (read-only: the tracker stays as it was), for the replay to predict it at that place.
-        self.predict: Callable[[Frame], tuple[Detection3D, ...]] | None = (
-            None if self._predict is None else self._predicted
+        self._state: Callable[[], Mapping[str, Any]] | None = (
+            inner.tracker_state if isinstance(inner, TrackingStage) else None
         )
-
-    def _predicted(self, frame: Frame) -> tuple[Detection3D, ...]:
-        assert self._predict is not None
-        detections = self._predict(frame)
-        cpu0 = time.thread_time_ns()
-        try:
-            self._recorder.predicted(self._recorder.next_seq(), frame, detections)
-        except Exception:  # never into the run
-            self._recorder.stats["failed"] += 1
-            log.exception("recording frame %d's prediction failed", frame.frame_id)
-        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
-        return detections
 
     def __call__(
         self, frame: Frame, results: Mapping[str, SensorResult]
@@ -115,6 +99,30 @@ class _RecordingFusion:
         self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
         return detections, stages
 
+
+
+class _RecordingTracker(_RecordingFusion):
+    """A tracking fusion stage, seen (a :class:`perception.scheduler.TrackingStage` itself): a shed frame's
+    prediction (``Runtime.shed``), in its fusion turn, recorded in the fusion order like a fused frame
+    (read-only: the tracker stays as it was), for the replay to predict it at that place."""
+
+    def __init__(self, inner: TrackingStage, recorder: RunRecorder) -> None:
+        super().__init__(inner, recorder)
+        self._tracker = inner
+
+    def predict(self, frame: Frame) -> tuple[Detection3D, ...]:
+        detections = self._tracker.predict(frame)
+        cpu0 = time.thread_time_ns()
+        try:
+            self._recorder.predicted(self._recorder.next_seq(), frame, detections)
+        except Exception:  # never into the run
+            self._recorder.stats["failed"] += 1
+            log.exception("recording frame %d's prediction failed", frame.frame_id)
+        self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
+        return detections
+
+    def tracker_state(self) -> Mapping[str, Any]:
+        return self._tracker.tracker_state()
 
 class RunRecorder:
     """Records a run into ``path`` (see the module docs); a :class:`perception.scheduler.RunObserver`.
@@ -204,7 +212,9 @@ class RunRecorder:
         self._queue.put(("begin", (rig, meta)))  # waits for room: the recording cannot start without it
 
     def fusion(self, stage: FusionStage | None) -> FusionStage | None:
-        return None if stage is None else _RecordingFusion(stage, self)
+        if stage is None:
+            return None
+        return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
         if isinstance(sample, ImageSample):

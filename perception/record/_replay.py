@@ -34,7 +34,7 @@ from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.record import _format as fmt
 from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
-from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator
+from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator, TrackingStage
 from perception.types import (
     Detection3D,
     Frame,
@@ -184,7 +184,7 @@ async def _replay_segments(
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
-            state = getattr(fusion, "tracker_state", None)
+            state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = _records(reader, fmt.FUSION_TOPIC, "seq")
             points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():
@@ -206,8 +206,7 @@ async def _replay_segments(
                 next_seq = seq + 1
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
                     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), {}, ego=fmt.decode_ego(rec["ego"]))
-                    predict = getattr(fusion, "predict", None)
-                    dets = predict(frame) if predict is not None else ()
+                    dets = fusion.predict(frame) if isinstance(fusion, TrackingStage) else ()
                     fused[seq] = (dets, {})
                     out.compared += 1
                     div = _compare_prediction(rec, frame, dets)

@@ -11,7 +11,7 @@ from perception.scheduler._lifetime import Lifetime, ThreadHost, hosted_in_task
 from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
-from perception.scheduler._session import FusionStage, Session
+from perception.scheduler._session import FusionStage, Session, TrackingStage
 from perception.scheduler._shedding import OVERLOAD
 from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
@@ -35,6 +35,7 @@ __all__ = [
     "SweepAccumulator",
     "ThreadHost",
     "ThreadedRuntime",
+    "TrackingStage",
     "camera_input",
     "client_options",
     "hosted_in_task",

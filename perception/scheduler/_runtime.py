@@ -36,7 +36,7 @@ from perception.scheduler._lifetime import Lifetime
 from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
-from perception.scheduler._session import FusionStage, Session
+from perception.scheduler._session import FusionStage, Session, TrackingStage
 from perception.scheduler._shedding import OverloadPolicy
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.scheduler._threads import client_thread_limits
@@ -463,7 +463,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         order = self._fusion_order
         turn = order.take()
         detections: tuple[Detection3D, ...] = ()
-        predict = getattr(self._fusion, "predict", None)  # a FusionStage that tracks (perception.fusion.Fuser)
+        predict = self._fusion.predict if isinstance(self._fusion, TrackingStage) else None
         try:
             if predict is not None:
                 if not order.is_turn(turn):

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from perception.config import RuntimeConfig, resolve_sensors, with_overrides
 from perception.errors import ConfigError, DriveError, InputError
@@ -45,6 +45,19 @@ class FusionStage(Protocol):
     def __call__(
         self, frame: Frame, results: Mapping[str, SensorResult]
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]: ...
+
+
+@runtime_checkable
+class TrackingStage(FusionStage, Protocol):
+    """A fusion stage that tracks objects from frame to frame (:class:`perception.fusion.Fuser`).
+
+    ``predict``: a frame it does not fuse (shed under overload) answered with its tracks' prediction at
+    the frame's time, read-only (the tracker is left as it was). ``tracker_state``: its tracks' state
+    after the latest frame fused (arrays by name), which a recording digests."""
+
+    def predict(self, frame: Frame) -> tuple[Detection3D, ...]: ...
+
+    def tracker_state(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
