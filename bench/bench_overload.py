@@ -36,6 +36,8 @@ as much again, which measures a heavier workload, not the overload). Per point:
   arrival), wasted compute, and fused mAP over every frame: its records are matched to the drive's
   frames by the trigger's time (:func:`host_offset`), and scored against the drive's ground truth as
   the replays are; below 1x, whether every frame was processed and its detections equal lockstep's.
+  Its counts are over the drive's frames: the frames the live assembly makes on its timer after the
+  drive's last sweep (no lidar in them) are counted apart, as are drive frames without a record.
 
 ``--issue-drive`` (on by default, about 2 minutes): issue 43's own drive, the default rig with the lidar
 at 20 Hz and the profile's defaults (120 ms accumulation: three sweeps a frame), 20 s, seed 7, the same
@@ -355,33 +357,49 @@ def equal_frames(results: Iterable[FrameResult], lock: list[FrameResult], offset
 
 def live_summary(drive: Path, run: Run, lock: Run, budget_ns: int, lock_map: float | None) -> dict[str, Any]:
     """``perception live``'s records on ``drive``, matched to lockstep's frames by the trigger's time
-    (:func:`host_offset`) and scored over every frame (module docs)."""
+    (:func:`host_offset`) and scored over every frame (module docs). The counts are over the records of
+    the drive's frames; the records the live assembly made on its timer (the trigger silent: after the
+    drive's last sweep, until the session closed) are counted apart."""
     res = run.results
     status = run.report or {}
     if status.get("publisher_exit_code"):
         return {"error": f"the publisher exited {status['publisher_exit_code']}"}
     drive_t = [r.t_ns for r in lock.results]
+    frames = set(drive_t)
     offset = host_offset([r.t_ns for r in res], drive_t) if res else None
+    if offset is None:
+        return {"error": f"none of the {len(res)} records is at a drive frame's time"}
     on_drive: dict[int, int] = {}
-    processed_on_drive: set[int] = set()
     for r in res:
-        t = r.t_ns - (offset or 0)
-        on_drive[t] = on_drive.get(t, 0) + 1
-        if r.status is not FrameStatus.DROPPED:
-            processed_on_drive.add(t)
-    every = [r.latency.total_ns / MS for r in res]
-    counts = frame_counts(res, budget_ns)
-    mAP = score(drive, drive_t, answers(res, offset or 0)) if offset is not None else None
+        on_drive[r.t_ns - offset] = on_drive.get(r.t_ns - offset, 0) + 1
+    mine = [r for r in res if r.t_ns - offset in frames]
+    apart = [r for r in res if r.t_ns - offset not in frames]
+    every = [r.latency.total_ns / MS for r in mine]
+    counts = frame_counts(mine, budget_ns)
+    mAP = score(drive, drive_t, answers(mine, offset))
+    intake = status.get("intake", {})
     return {
         **counts,
         "drive_frames": len(drive_t),
         "drive_frames_with_one_record": sum(on_drive.get(t, 0) == 1 for t in drive_t),
-        "drive_frames_processed": len(processed_on_drive & set(drive_t)),
-        "records_on_no_drive_frame": sum(n for t, n in on_drive.items() if t not in set(drive_t)),
+        "drive_frames_without_a_record": sum(t not in on_drive for t in drive_t),
+        "drive_frames_with_several_records": sum(on_drive.get(t, 0) > 1 for t in drive_t),
+        "records_on_no_drive_frame": {
+            "records": len(apart),
+            "after_the_last_sweep": sum(r.t_ns - offset > max(drive_t) for r in apart),
+            "by_timer": intake.get("frames_by_timer"),
+            "statuses": {
+                s.value: sum(r.status is s for r in apart) for s in FrameStatus if any(r.status is s for r in apart)
+            },
+        },
+        # samples the live intake did not use (late, out of order, duplicate, its queue full)
+        "intake_not_used": {
+            k: intake[k]
+            for k in ("late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
+            if intake.get(k)
+        },
         "processed_per_s": round(counts["processed"] / run.wall_s, 2),
         "answer_after_arrival_ms": {"p50": _pct(every, 50), "p99": _pct(every, 99)},
-        # frames the live assembly made on its timer, the trigger silent (after the drive's last sweep)
-        "frames_by_timer": status.get("intake", {}).get("frames_by_timer"),
         "wasted_compute": wasted_compute(run),
         "fused_mAP_every_frame": mAP,
         "mAP_over_lockstep": round(mAP / lock_map, 3) if mAP is not None and lock_map else None,
@@ -422,7 +440,8 @@ async def point_runs(
         offset = summary.pop("_offset_ns", None)
         if compare and offset is not None:
             same, close = equal_frames(run.results, lock.results, offset)
-            summary["every_frame_processed"] = summary["drive_frames_processed"] == len(lock.results)
+            n = len(lock.results)
+            summary["every_frame_processed"] = summary["processed"] == summary["drive_frames_with_one_record"] == n
             summary["frames_equal_lockstep"] = same
             summary["frames_close_to_lockstep"] = close
             summary["detections_equal_lockstep"] = same == len(lock.results)
