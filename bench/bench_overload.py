@@ -551,7 +551,10 @@ def plot(result: dict[str, Any]) -> None:
     b.set_xlabel("trigger rate / sustainable rate")
     b.set_ylabel("ms")
     b.legend(fontsize=8)
-    fig.suptitle("replay --rate 1.0 of drives whose lidar outruns the models (bench/bench_overload.py)")
+    fig.suptitle(
+        "replay --rate 1.0 (and perception live's mAP) of drives whose lidar outruns the models "
+        f"(bench/bench_overload.py; load average {result['environment']['load_average_at_start'][0]:g} at the start)"
+    )
     fig.tight_layout()
     fig.savefig(PLOT, dpi=90)
 
