@@ -528,7 +528,7 @@ def plot(result: dict[str, Any]) -> None:
 
     pts = result["points"]
     x = [p["factor"] for p in pts]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.3))
     offered = [p["frames_offered"] for p in pts]
     a.plot(x, [p["processed"] / n for p, n in zip(pts, offered, strict=True)], "o-", label="processed / offered")
     a.plot(x, [p["complete_share_of_processed"] or 0 for p in pts], "o-", label="complete / processed")
@@ -552,8 +552,9 @@ def plot(result: dict[str, Any]) -> None:
     b.set_ylabel("ms")
     b.legend(fontsize=8)
     fig.suptitle(
-        "replay --rate 1.0 (and perception live's mAP) of drives whose lidar outruns the models "
-        f"(bench/bench_overload.py; load average {result['environment']['load_average_at_start'][0]:g} at the start)"
+        "replay --rate 1.0 (and perception live's mAP) of drives whose lidar outruns the models\n"
+        f"bench/bench_overload.py; load average {result['environment']['load_average_at_start'][0]:g} at the start",
+        fontsize=10,
     )
     fig.tight_layout()
     fig.savefig(PLOT, dpi=90)
