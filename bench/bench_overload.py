@@ -224,9 +224,10 @@ def wasted_compute(run: Run) -> dict[str, Any]:
 def drop_reasons(results: Iterable[FrameResult]) -> dict[str, Any]:
     """The dropped frames by why: shed by the overload policy as ``superseded`` by fresher frames,
     ``too_late`` to finish within their budgets, or by the waiting queue's overflow
-    (``queue_overflow``); ``other`` (failures, intake...), with up to three of their reasons."""
+    (``queue_overflow``); ``other`` (failures, intake...); up to three reasons of the last two kinds."""
     counts: dict[str, Any] = {"superseded": 0, "too_late": 0, "queue_overflow": 0, "other": 0}
     others: list[str] = []
+    late: list[str] = []
     for r in results:
         if r.status is not FrameStatus.DROPPED:
             continue
@@ -238,10 +239,14 @@ def drop_reasons(results: Iterable[FrameResult]) -> dict[str, Any]:
             counts["queue_overflow"] += 1
         elif shed and ("waited" in reason or "too late" in reason):
             counts["too_late"] += 1
+            if len(late) < 3:
+                late.append(reason)
         else:
             counts["other"] += 1
             if len(others) < 3 and reason[:60] not in others:
                 others.append(reason[:60])
+    if late:
+        counts["too_late_reasons"] = late
     if others:
         counts["other_reasons"] = others
     return counts
