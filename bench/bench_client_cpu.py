@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -309,6 +310,14 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
         with DriveReader(drive, strict=False, quiet=True) as reader:
             cfg = Session.assemble(cfg, reader.source).config
     cfg = with_overrides(cfg, url=spec["url"])
+    if spec.get("decode"):  # every camera decoded by the client (its pixels sent) or by the model (its JPEG)
+        from perception.kinds import kind_def
+
+        sensors = tuple(
+            dataclasses.replace(s, decode=spec["decode"]) if kind_def(s.kind).contract.encoded is not None else s
+            for s in cfg.sensors
+        )
+        cfg = dataclasses.replace(cfg, sensors=sensors)
     stop_event: list[Any] = []
     meter = Meter(spec["server_pid"], stages, spec["frames"], lambda: stop_event[0].set() if stop_event else None)
     if spec["mode"] == "live":
