@@ -560,10 +560,10 @@ class CameraDetectorModel(TritonModel):
         if tensor is None:
             encoded = self._pb.get_input_tensor_by_name(request, ENCODED_IMAGE.name)
             if encoded is not None:
-                images, scales = decode_encoded_batch(
+                decoded, scales = decode_encoded_batch(
                     encoded.as_numpy(), self.detector.input_size, model=self.model_name
                 )
-                batch, letterboxes = self.detector.preprocess(images)
+                batch, letterboxes = self.detector.preprocess(decoded)
                 return _Staged(request, batch, letterboxes, scales)
         images = validate_image_batch(None if tensor is None else tensor.as_numpy(), model=self.model_name)
         batch, letterboxes = self.detector.preprocess(list(images))
