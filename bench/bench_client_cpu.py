@@ -66,8 +66,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "live": {"mode": "live"},
     "ros node": {"mode": "ros"},
     # the cameras decoded by the client (their pixels sent) instead of by the model (the default, auto)
-    "replay lockstep, decode: client": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "client"},
-    "live, decode: client": {"mode": "live", "decode": "client"},
+    "replay lockstep (decode: client)": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "client"},
+    "live (decode: client)": {"mode": "live", "decode": "client"},
 }
 _TICK = os.sysconf("SC_CLK_TCK")
 
