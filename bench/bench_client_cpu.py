@@ -495,7 +495,9 @@ def main() -> int:
                     "frames": args.frames,
                 }
                 row: dict[str, Any] = {}
-                checkouts = [("after", ROOT)] + ([("before", args.baseline)] if args.baseline else [])
+                # a baseline without the decode setting cannot run its scenarios
+                baseline = args.baseline if args.baseline and "decode" not in spec else None
+                checkouts = [("after", ROOT)] + ([("before", baseline)] if baseline else [])
                 for label, checkout in checkouts:
                     row[label] = run_scenario(checkout, spec)
                     log.info(
