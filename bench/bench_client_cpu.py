@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -63,6 +64,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "replay max": {"mode": "replay", "rate": "max", "record": False},
     "replay max + fused.mcap": {"mode": "replay", "rate": "max", "record": True},
     "live": {"mode": "live"},
+    "ros node": {"mode": "ros"},
+    # the cameras decoded by the client (their pixels sent) instead of by the model (the default, auto)
+    "replay lockstep (decode: client)": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "client"},
+    "live (decode: client)": {"mode": "live", "decode": "client"},
 }
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -309,9 +314,19 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
         with DriveReader(drive, strict=False, quiet=True) as reader:
             cfg = Session.assemble(cfg, reader.source).config
     cfg = with_overrides(cfg, url=spec["url"])
+    if spec.get("decode"):  # every camera decoded by the client (its pixels sent) or by the model (its JPEG)
+        from perception.kinds import kind_def
+
+        sensors = tuple(
+            dataclasses.replace(s, decode=spec["decode"]) if kind_def(s.kind).contract.encoded is not None else s
+            for s in cfg.sensors
+        )
+        cfg = dataclasses.replace(cfg, sensors=sensors)
     stop_event: list[Any] = []
     meter = Meter(spec["server_pid"], stages, spec["frames"], lambda: stop_event[0].set() if stop_event else None)
-    if spec["mode"] == "live":
+    if spec["mode"] == "ros":
+        out = _ros_node(spec, meter, stop_event)
+    elif spec["mode"] == "live":
         from perception.live import LiveRuntime, _session
 
         class Metered(LiveRuntime):
@@ -345,6 +360,45 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
         out = meter.report()
     out["frames"] = meter.frames
     out["instrumented"] = len(instrumented)
+    return out
+
+
+def _ros_node(spec: dict[str, Any], meter: Meter, stop_event: list[Any]) -> dict[str, Any]:
+    """``perception ros node`` in this process (:func:`perception.ros.run_node`, its profile the one measured
+    with the URL and cameras' decode set), ``perception ros play`` publishing the drive from another process
+    (the vehicle's drivers: not counted). The node stops at ``--frames`` results or once the player is done."""
+    import yaml
+
+    from perception.ros import run_node
+
+    stop = threading.Event()
+    stop_event.append(stop)
+    with tempfile.TemporaryDirectory(prefix="bench-client-cpu-ros-") as tmp:
+        profile = Path(tmp) / "profile.yaml"
+        data = yaml.safe_load((Path.cwd() / "launch" / "replay.yaml").read_text())
+        data["server"] = {**data.get("server", {}), "url": spec["url"]}
+        if spec.get("decode"):
+            data.setdefault("sensor_defaults", {}).setdefault("camera", {})["decode"] = spec["decode"]
+        profile.write_text(yaml.safe_dump(data))
+        play = [sys.executable, "-m", "perception", "ros", "play", spec["drive"], "--wait-subscribers", "120"]
+        player = subprocess.Popen(play, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def player_done() -> None:
+            player.wait()
+            time.sleep(2.0)  # the last frames' results
+            stop.set()
+
+        threading.Thread(target=player_done, daemon=True).start()
+        try:
+            code = run_node(
+                {"profile": str(profile), "rig": spec["drive"], "url": spec["url"]}, stop=stop, on_published=meter
+            )
+        finally:
+            player.terminate()
+            player.wait(timeout=30)
+    out = meter.report()
+    if code:
+        out["error"] = f"perception ros node exited with {code}"
     return out
 
 
@@ -441,7 +495,9 @@ def main() -> int:
                     "frames": args.frames,
                 }
                 row: dict[str, Any] = {}
-                checkouts = [("after", ROOT)] + ([("before", args.baseline)] if args.baseline else [])
+                # a baseline without the decode setting cannot run its scenarios
+                baseline = args.baseline if args.baseline and "decode" not in spec else None
+                checkouts = [("after", ROOT)] + ([("before", baseline)] if baseline else [])
                 for label, checkout in checkouts:
                     row[label] = run_scenario(checkout, spec)
                     log.info(

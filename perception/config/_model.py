@@ -37,6 +37,14 @@ __all__ = [
 ]
 
 Transport = Literal["grpc", "shm", "auto"]
+#: Where an image sensor's samples are decoded: ``client`` (the runtime decodes at the model's scale and
+#: sends pixels), ``server`` (the runtime sends the bytes as recorded; the model decodes them, as a GPU
+#: server would with nvJPEG or DALI; a model without the encoded input fails the start naming the
+#: sensor) or ``auto`` (the default: ``server`` when the served model takes the encoded input, as the
+#: committed camera models do, else ``client``). On the 2-core host both cost the same CPU in all
+#: (client + server) and ``server`` takes ~4 ms per frame off the client (bench/bench_client_cpu.py).
+#: ``server`` only for kinds whose contract has an ``encoded`` input (cameras).
+Decode = Literal["auto", "client", "server"]
 Overflow = Literal["drop-oldest", "drop-newest", "block"]
 
 _MS = 1_000_000
@@ -113,6 +121,8 @@ class SensorConfig:
     #: frame uses into it, moved by the ego motion (``perception.scheduler``, sweep accumulation); 0 sends
     #: each sweep alone. ``None``: the kind's default (``SensorKindDef.accumulate_ms``; lidar 120 ms).
     accumulate_ms: float | None = None
+    #: Image kinds: who decodes the images (:data:`Decode`; ``bench/bench_client_cpu.py`` measures both).
+    decode: Decode = "auto"
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -124,6 +134,7 @@ class SensorConfig:
         _non_negative("sync_window_ms", self.sync_window_ms)
         _positive("max_staleness_ms", self.max_staleness_ms)
         _accumulate_ok(self.kind, self.accumulate_ms)
+        _decode_ok(self.kind, self.decode, self.name)
 
     @property
     def sync_window_ns(self) -> int:
@@ -138,6 +149,12 @@ class SensorConfig:
         """The sweep accumulation window as applied (``None`` resolved to the kind's default)."""
         ms = kind_def(self.kind).accumulate_ms if self.accumulate_ms is None else self.accumulate_ms
         return _ns(ms)
+
+
+def _decode_ok(kind: str, decode: Decode, sensor: str | None = None) -> None:
+    if decode == "server" and kind in known_kinds() and kind_def(kind).contract.encoded is None:
+        who = f"sensor {sensor!r} is a {kind}" if sensor else f"a {kind}"
+        raise ValueError(f"decode: 'server' is for image sensors whose model takes the encoded image; {who}")
 
 
 def _accumulate_ok(kind: str, accumulate_ms: float | None) -> None:
@@ -160,6 +177,7 @@ class KindDefaults:
     sync_window_ms: float = 50.0
     max_staleness_ms: float = 150.0
     accumulate_ms: float | None = None  # None: the kind's default (see SensorConfig.accumulate_ms)
+    decode: Decode = "auto"  # image kinds (see SensorConfig.decode)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -183,6 +201,13 @@ class SensorDefaults:
     camera: KindDefaults = field(default_factory=lambda: KindDefaults("auto"))
     lidar: KindDefaults = field(default_factory=lambda: KindDefaults(_default_model("lidar"), sync_window_ms=60.0))
     radar: KindDefaults = field(default_factory=lambda: KindDefaults(_default_model("radar"), transport="grpc"))
+
+    def __post_init__(self) -> None:
+        for kind in ("lidar", "radar"):
+            try:
+                _decode_ok(kind, getattr(self, kind).decode)
+            except ValueError as exc:
+                raise ValueError(f"{kind}.{exc}") from None
 
     def of(self, kind: str) -> KindDefaults:
         """The defaults of ``kind``: this profile's for a built-in kind, else the registered kind's

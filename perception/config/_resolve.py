@@ -79,6 +79,7 @@ def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, s
             sync_window_ms=d.sync_window_ms,
             max_staleness_ms=d.max_staleness_ms,
             accumulate_ms=d.accumulate_ms,
+            decode=d.decode,
         )
     except ValueError as exc:
         raise ConfigError(

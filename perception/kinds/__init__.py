@@ -15,7 +15,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 
 from __future__ import annotations
 
-from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input, camera_input_size
+from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input, camera_input_size, encoded_input
 from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
@@ -38,6 +38,7 @@ __all__ = [
     "camera_input",
     "camera_input_size",
     "ego_problem",
+    "encoded_input",
     "fusion_role",
     "kind_def",
     "known_kinds",

@@ -14,7 +14,14 @@ from perception.types import ImageSample, Sample, SensorSpec
 from ._kind import FusionRole, Prepared, SensorKindDef
 from ._tensors import KindContract, TensorSpec
 
-__all__ = ["CAMERA", "CAMERA_INPUT_SIZE_KEYS", "MAX_CAMERA_INPUT_SIDE", "camera_input", "camera_input_size"]
+__all__ = [
+    "CAMERA",
+    "CAMERA_INPUT_SIZE_KEYS",
+    "MAX_CAMERA_INPUT_SIDE",
+    "camera_input",
+    "camera_input_size",
+    "encoded_input",
+]
 
 #: ``parameters`` of a camera model's ``config.pbtxt`` stating its network input ``width, height``: the
 #: runtime then decodes JPEGs at the smallest DCT scale covering the letterboxed image (decoding at the
@@ -76,6 +83,13 @@ CONTRACT = KindContract(
         TensorSpec("COUNT", "INT32", (1,), description="number of valid rows"),
     ),
     batched=True,
+    encoded=TensorSpec(
+        "IMAGE_BYTES",
+        "BYTES",
+        (1,),
+        optional=True,
+        description="the image as recorded (JPEG/PNG), one per batch row: the model decodes it (decode: server)",
+    ),
 )
 
 
@@ -97,6 +111,19 @@ def camera_input(
         raise InputError(f"expected an image for a camera, got {type(sample).__name__}", sensor=sample.sensor)
     image, (width, height) = decode_image_scaled(sample.data, sensor=sample.sensor, fit=input_size)
     return image, (width / image.shape[1], height / image.shape[0])
+
+
+def encoded_input(sample: Sample, tensor: TensorSpec) -> Prepared:
+    """An image sample's request tensors for a model that decodes it (``SensorConfig.decode: server``):
+    its bytes as recorded, in ``tensor`` (its kind's ``contract.encoded``); the model answers in the
+    original image's pixels, so the factors are 1."""
+    if not isinstance(sample, ImageSample):
+        raise InputError(f"expected an image, got {type(sample).__name__}", sensor=sample.sensor)
+    if not sample.data:
+        raise InputError("empty image data", sensor=sample.sensor, tensor=tensor.name)
+    row = np.empty(1, dtype=np.object_)
+    row[0] = sample.data
+    return {tensor.name: row}, (1.0, 1.0)
 
 
 def _prepare(sample: Sample, input_size: tuple[int, int] | None) -> Prepared:

@@ -178,6 +178,10 @@ class KindContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool = False
+    #: An image kind's other way in: the sample's bytes as recorded (JPEG/PNG), for a model that decodes
+    #: them itself (``SensorConfig.decode: server``; a GPU server would with nvJPEG or DALI). A model
+    #: taking it declares it, and its ``inputs``, ``optional`` (a request carries one or the other).
+    encoded: TensorSpec | None = None
 
     @property
     def output_names(self) -> tuple[str, ...]:

@@ -49,11 +49,15 @@ __all__ = ["FrameRequest", "ServerSplitter", "TraceSplitter", "frame_requests", 
 
 log = logging.getLogger(__name__)
 
-class Statistics(Protocol):
-    """``model -> cumulative statistics``, waiting until the counters in ``at_least`` reach their values
-    (then or at its bound, one snapshot): :meth:`perception.triton.TritonClient.model_statistics`."""
 
-    def __call__(self, model: str, *, at_least: Mapping[str, int] | None = None) -> Awaitable[Mapping[str, int]]: ...
+class Statistics(Protocol):
+    """``models -> model -> cumulative statistics``, waiting until each model's counters in ``at_least``
+    reach their values (then or at its bound, one snapshot), all models from one read per poll:
+    :meth:`perception.triton.TritonClient.models_statistics`."""
+
+    def __call__(
+        self, models: Sequence[str], *, at_least: Mapping[str, Mapping[str, int]] | None = None
+    ) -> Awaitable[Mapping[str, Mapping[str, int]]]: ...
 
 
 _SENT = (SensorStatus.OK, SensorStatus.ERROR, SensorStatus.LATE)
@@ -150,30 +154,26 @@ class ServerSplitter:
         """The baseline snapshot of every model."""
         self._last = await self._snapshot(self._models)
 
-    async def _query(
-        self, model: str, out: dict[str, Mapping[str, int] | None], at_least: Mapping[str, int] | None = None
-    ) -> None:
-        try:
-            with anyio.fail_after(self._query_s):
-                out[model] = await self._statistics(model, at_least=at_least)
-        except (PerceptionError, TimeoutError) as exc:
-            log.warning("statistics of model %s unavailable: %s", model, exc)
-            out[model] = None
-
     async def _snapshot(
         self, models: Sequence[str], expected: Mapping[str, int] | None = None
     ) -> dict[str, Mapping[str, int] | None]:
-        """One snapshot of each model; a model in ``expected`` waits until Triton has counted that many
-        more requests (their success and each stage) than in the previous snapshot."""
-        out: dict[str, Mapping[str, int] | None] = {}
-        async with anyio.create_task_group() as tg:
-            for model in models:
-                before, n = self._last.get(model), (expected or {}).get(model)
-                at_least = None
-                if before is not None and n:
-                    at_least = {f"{k}_count": int(before.get(f"{k}_count", 0)) + n for k in ("success", *SERVER_STAGES)}
-                tg.start_soon(self._query, model, out, at_least)
-        return out
+        """One snapshot of each model (one statistics read for all of them); a model in ``expected``
+        waits until Triton has counted that many more requests (their success and each stage) than in
+        the previous snapshot. A failed read leaves every model without its snapshot (``None``)."""
+        at_least: dict[str, Mapping[str, int]] = {}
+        for model in models:
+            before, n = self._last.get(model), (expected or {}).get(model)
+            if before is not None and n:
+                at_least[model] = {
+                    f"{k}_count": int(before.get(f"{k}_count", 0)) + n for k in ("success", *SERVER_STAGES)
+                }
+        try:
+            with anyio.fail_after(self._query_s):
+                got = await self._statistics(models, at_least=at_least or None)
+        except (PerceptionError, TimeoutError) as exc:
+            log.warning("statistics of models %s unavailable: %s", ", ".join(models), exc)
+            return dict.fromkeys(models)
+        return {model: got.get(model) for model in models}
 
     async def attribute(self, result: FrameResult) -> FrameResult:
         """``result`` with Triton's time per model (``latency.server``) and, for a sensor whose model

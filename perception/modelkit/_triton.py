@@ -111,13 +111,18 @@ def check_model_config(
     for kind, specs in (("input", inputs), ("output", outputs)):
         declared = {e["name"]: e for e in config.get(kind, ())}
         want = {s.name for s in specs}
-        if set(declared) != want:
+        need = {s.name for s in specs if not s.optional}  # an optional input the config may leave out
+        if not need <= set(declared) <= want:
+            extra = f" (of which {sorted(want - need)} optional)" if want != need else ""
             raise ModelContractError(
-                f"config declares {kind}s {sorted(declared)}, the model implements {sorted(want)}", model=name
+                f"config declares {kind}s {sorted(declared)}, the model implements {sorted(want)}{extra}", model=name
             )
         for spec in specs:
-            entry = declared[spec.name]
-            if entry.get("data_type") != spec.config_dtype or _dims(entry) != spec.dims:
+            entry = declared.get(spec.name)
+            if entry is None:
+                continue
+            dtype = "TYPE_BYTES" if entry.get("data_type") == "TYPE_STRING" else entry.get("data_type")
+            if dtype != spec.config_dtype or _dims(entry) != spec.dims:
                 raise ModelContractError(
                     f"{kind} {spec.name} is {entry.get('data_type')} {list(_dims(entry))} in the config, "
                     f"the model implements {spec.config_dtype} {list(spec.dims)}",

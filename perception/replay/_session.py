@@ -195,7 +195,7 @@ def _server_splitter(
     client = rt.client
     if not isinstance(client, TritonClient):
         return None, "not a Triton client"
-    return ServerSplitter(client.model_statistics, sensors, batched_cameras=batched), None
+    return ServerSplitter(client.models_statistics, sensors, batched_cameras=batched), None
 
 
 async def _gated(frames: AsyncIterator[Frame], gate: anyio.Semaphore) -> AsyncIterator[Frame]:

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from perception.scheduler._tensors import (
     batch_groups,
     decode_inline,
     output_names,
+    prepare_sample,
     scale_camera_boxes,
     sensor_kind,
     split_batch,
@@ -103,11 +104,15 @@ class Dispatcher:
         *,
         clock: Any = time.monotonic_ns,
         input_sizes: Mapping[str, tuple[int, int]] | None = None,
+        server_decode: Collection[str] = (),
     ) -> None:
         """``input_sizes``: camera models' network input ``(width, height)`` (from their served configs),
-        so their JPEGs are decoded at the model's scale (:func:`~perception.scheduler.camera_input`)."""
+        so their JPEGs are decoded at the model's scale (:func:`~perception.scheduler.camera_input`).
+        ``server_decode``: image sensors whose samples go as recorded, for the model to decode (their
+        ``decode`` setting resolved against the served models)."""
         self._client = client
         self._input_sizes = dict(input_sizes or {})
+        self._decode = {s.name: "server" if s.name in server_decode else "client" for s in sensors}
         self._sensors = [s for s in sensors if s.enabled]
         #: Sensors of a batching kind (camera): one request per model for all of them.
         self._batched = {s.name: sensor_kind(s.kind, s.name).contract.batched for s in self._sensors}
@@ -329,13 +334,15 @@ class Dispatcher:
             (s,) = members
             sample = frame.samples[s.name]
             assert sample is not None
-            tensors, outcomes[s.name].box_scale = defn.prepare(sample, input_size)
+            tensors, outcomes[s.name].box_scale = prepare_sample(defn, sample, input_size, self._decode[s.name])
             return tensors, {}
         prepared: dict[str, dict[str, npt.NDArray[Any]]] = {}
 
         def prepare(s: SensorConfig, sample: Sample) -> None:
             try:
-                prepared[s.name], outcomes[s.name].box_scale = defn.prepare(sample, input_size)
+                prepared[s.name], outcomes[s.name].box_scale = prepare_sample(
+                    defn, sample, input_size, self._decode[s.name]
+                )
             except PerceptionError as exc:
                 self._fail([s], outcomes, str(exc))
 
@@ -355,7 +362,8 @@ class Dispatcher:
         for s in members:
             sample = frame.samples[s.name]
             assert sample is not None
-            small = not isinstance(sample, ImageSample) or decode_inline(sample)
+            # nothing to decode here when the model decodes (decode: server): no thread needed
+            small = not isinstance(sample, ImageSample) or self._decode[s.name] == "server" or decode_inline(sample)
             (inline if small else threaded).append((s, sample))
         if len(threaded) == 1 and not inline:
             await prepare_in_thread(*threaded[0])

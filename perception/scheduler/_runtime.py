@@ -176,6 +176,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self._warmup_ns: dict[str, int] = {}
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
+        #: Image sensors whose model decodes their samples: ``decode: server``, and ``auto`` where the served
+        #: model takes the encoded image (known once the models are checked; else they decode here).
+        self._server_decode: set[str] = {s.name for s in self.config.sensors if s.decode == "server"}
 
     # -- lifetime -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -197,7 +200,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 dispatch_client = FaultInjectingClient(self._client, self.config.faults)
                 log.warning("fault injection on: %s", ", ".join(f.model for f in self.config.faults))
             self._dispatcher = Dispatcher(
-                dispatch_client, self.config.sensors, self.config.pipeline, input_sizes=self._input_sizes
+                dispatch_client,
+                self.config.sensors,
+                self.config.pipeline,
+                input_sizes=self._input_sizes,
+                server_decode=self._server_decode,
             )
             # the circuits know each model's service time from its warm-up (load or fault: _circuit.py)
             for model, ns in self._warmup_ns.items():
@@ -256,14 +263,17 @@ class Runtime(anyio.AsyncContextManagerMixin):
             await server.supervise(restarts)
 
     async def _verify_models(self) -> None:
-        from perception.triton import TritonClient, check_contract
+        from perception.triton import TritonClient, check_contract, check_encoded_input
 
         client = self._client
         if not isinstance(client, TritonClient):
             return
         models: dict[str, str] = {}
+        required: dict[str, list[str]] = {}  # model -> its sensors set to send the encoded image
         for s in self.config.active_sensors:
             models.setdefault(s.model, s.kind)
+            if s.decode == "server":
+                required.setdefault(s.model, []).append(s.name)
         server = self.config.server
         await client.wait_ready(
             sorted(models),
@@ -275,6 +285,15 @@ class Runtime(anyio.AsyncContextManagerMixin):
             self._stats_base[model] = await client.model_statistics(model)
             contract = await client.model_contract(model)
             check_contract(kind, contract)
+            if model in required:
+                check_encoded_input(kind, contract, required[model])
+            encoded = sensor_kind(kind).contract.encoded
+            takes_encoded = encoded is not None and contract.input(encoded.name) is not None
+            self._server_decode |= {
+                s.name
+                for s in self.config.active_sensors
+                if s.model == model and (s.decode == "server" or (s.decode == "auto" and takes_encoded))
+            }
             self._instances[model] = contract.instances
             if contract.input_size is not None:
                 self._input_sizes[model] = contract.input_size
@@ -294,8 +313,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
         client = self._client
         assert client is not None
         seen: dict[str, tuple[str, str]] = {}
+        decode: dict[str, str] = {}
         for s in self.config.active_sensors:
             seen.setdefault(s.model, (s.kind, s.name))
+            # the model is warmed up the way its first sensor sends
+            decode.setdefault(s.model, "server" if s.name in self._server_decode else "client")
         timeout_s = min(WARMUP_TIMEOUT_S, self.config.server.startup_timeout_s)
 
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
@@ -319,10 +341,10 @@ class Runtime(anyio.AsyncContextManagerMixin):
                         # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
                         inputs = await anyio.to_thread.run_sync(
-                            functools.partial(prepare_inputs, kind, sample, input_size=input_size)
+                            functools.partial(prepare_inputs, kind, sample, input_size=input_size, decode=decode[model])
                         )
                     else:
-                        inputs = prepare_inputs(kind, sample, input_size=input_size)
+                        inputs = prepare_inputs(kind, sample, input_size=input_size, decode=decode[model])
                     async with anyio.create_task_group() as tg:
                         for i in range(self._instances.get(model, 1)):
                             tg.start_soon(request, model, inputs, kind, sensor, i)

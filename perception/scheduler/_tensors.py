@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from perception._imageio import image_size
 from perception.errors import ConfigError, InputError
-from perception.kinds import SensorKindDef, camera_input, kind_def
+from perception.kinds import SensorKindDef, camera_input, encoded_input, kind_def
 from perception.types import ImageSample, Sample
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "image_size",
     "output_names",
     "prepare_inputs",
+    "prepare_sample",
     "scale_camera_boxes",
     "sensor_kind",
     "split_batch",
@@ -54,14 +55,28 @@ def output_names(kind: str) -> tuple[str, ...]:
 INLINE_DECODE_PIXELS = 65_536
 
 
+def prepare_sample(
+    defn: SensorKindDef, sample: Sample, input_size: tuple[int, int] | None, decode: str = "client"
+) -> tuple[dict[str, npt.NDArray[Any]], tuple[float, float]]:
+    """A sample's request tensors (no batch dimension) and its box factors, as its sensor's ``decode``
+    (:data:`perception.config.Decode`) says: the kind's own (an image decoded here, at the model's scale),
+    or with ``server`` the bytes as recorded in the kind's ``encoded`` input (the model decodes them)."""
+    if decode == "server":
+        encoded = defn.contract.encoded
+        if encoded is None:  # the config refuses it; a kind registered since cannot take it either
+            raise InputError(f"decode: server, but a {defn.name} model takes no encoded input", sensor=sample.sensor)
+        return encoded_input(sample, encoded)
+    return defn.prepare(sample, input_size)
+
+
 def prepare_inputs(
-    kind: str, sample: Sample, *, input_size: tuple[int, int] | None = None
+    kind: str, sample: Sample, *, input_size: tuple[int, int] | None = None, decode: str = "client"
 ) -> dict[str, npt.NDArray[Any]]:
     """Input tensors of one sample sent alone: the kind's own tensors, with a batch dimension of 1 for a
     batching kind (camera: a ``[1,H,W,3]`` image, decoded at the scale of a model whose network input
-    is ``input_size``: see :func:`camera_input`)."""
+    is ``input_size``: see :func:`camera_input`; with ``decode: server`` its bytes, see :func:`prepare_sample`)."""
     defn = sensor_kind(kind, sample.sensor)
-    tensors, _ = defn.prepare(sample, input_size)
+    tensors, _ = prepare_sample(defn, sample, input_size, decode)
     if defn.contract.batched:
         return {name: t[None] for name, t in tensors.items()}
     return tensors

@@ -30,7 +30,7 @@ from perception.triton._client import (
     TritonClient,
     is_loopback,
 )
-from perception.triton._contract import ModelContract, check_contract, parse_model_config
+from perception.triton._contract import ModelContract, check_contract, check_encoded_input, parse_model_config
 from perception.triton._errors import translate
 from perception.triton._ready import wait_until_ready
 from perception.triton._shm import SharedMemoryPool, ShmRegionInfo, ShmRegistrar, ShmSlot
@@ -54,6 +54,7 @@ __all__ = [
     "TraceReader",
     "TritonClient",
     "check_contract",
+    "check_encoded_input",
     "is_loopback",
     "make_shm_prefix",
     "parse_model_config",

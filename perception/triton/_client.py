@@ -614,40 +614,72 @@ class TritonClient:
         reached its value, and returns that snapshot; at the bound it returns the last snapshot as it is
         (the caller sees the shortfall). This is the one place that waits for the server's accounting.
         """
-        stats = await self._read_statistics(model, url)
+        settled = await self.models_statistics(
+            [model], url, at_least={model: at_least} if at_least else None, timeout_s=timeout_s
+        )
+        return settled[model]
+
+    async def models_statistics(
+        self,
+        models: Sequence[str],
+        url: str | None = None,
+        *,
+        at_least: Mapping[str, Mapping[str, int]] | None = None,
+        timeout_s: float = _STATISTICS_SETTLE_S,
+    ) -> dict[str, dict[str, int]]:
+        """:meth:`model_statistics` of several ``models`` at once: one statistics request per URL and poll
+        for all of them (Triton's statistics of every model, when there is more than one), where each
+        model's own request would cost the client ~0.3 ms of CPU (a lockstep replay's server split reads
+        them around every frame). ``at_least``: model -> counter -> value, polled as in :meth:`model_statistics`
+        until every model's counters have reached theirs or ``timeout_s`` is over."""
+        stats = await self._read_statistics(models, url)
         if not at_least:
             return stats
-        unknown = sorted(set(at_least) - stats.keys())
+        unknown = sorted({k for wants in at_least.values() for k in wants} - next(iter(stats.values())).keys())
         if unknown:
             raise ValueError(f"no such statistics counter(s): {', '.join(unknown)}")
         give_up = time.monotonic() + timeout_s
         poll_s = 0.001
-        while any(stats[k] < v for k, v in at_least.items()) and time.monotonic() < give_up:
+
+        def short() -> bool:
+            return any(stats[m][k] < v for m, wants in at_least.items() for k, v in wants.items())
+
+        while short() and time.monotonic() < give_up:
             await anyio.sleep(min(poll_s, max(0.0, give_up - time.monotonic())))
             poll_s = min(poll_s * 2, 0.05)
-            stats = await self._read_statistics(model, url)
+            stats = await self._read_statistics(models, url)
         return stats
 
-    async def _read_statistics(self, model: str, url: str | None) -> dict[str, int]:
+    async def _read_statistics(self, models: Sequence[str], url: str | None) -> dict[str, dict[str, int]]:
         endpoints = [self._endpoint(url)] if url is not None else self._endpoints
-        totals = dict.fromkeys(
-            ["inference_count", "execution_count", "last_inference_ms"]
-            + [f"{k}_{u}" for k in _STAT_KEYS for u in ("count", "ns")],
-            0,
-        )
+        keys = ["inference_count", "execution_count", "last_inference_ms"] + [
+            f"{k}_{u}" for k in _STAT_KEYS for u in ("count", "ns")
+        ]
+        out = {model: dict.fromkeys(keys, 0) for model in models}
+        # one model: its own statistics; several: every model's, in one request
+        name = models[0] if len(models) == 1 else ""
         for ep in endpoints:
-            stats = await self._call(ep, "get_inference_statistics", model, model=model, as_json=True)
-            for entry in stats.get("model_stats", ()):
-                totals["inference_count"] += int(entry.get("inference_count", 0))
-                totals["execution_count"] += int(entry.get("execution_count", 0))
-                last = int(entry.get("last_inference", 0))
-                totals["last_inference_ms"] = max(totals["last_inference_ms"], last)
-                inference = entry.get("inference_stats", {})
+            # The protobuf message as it is: ``as_json`` would print it to indented JSON with the pure-Python
+            # encoder and parse it back, ~1 ms of the client's CPU per read.
+            stats = await self._call(ep, "get_inference_statistics", name, model=name or None, as_json=False)
+            seen = set()
+            for entry in stats.model_stats:
+                totals = out.get(entry.name)
+                if totals is None:
+                    continue
+                seen.add(entry.name)
+                totals["inference_count"] += int(entry.inference_count)
+                totals["execution_count"] += int(entry.execution_count)
+                totals["last_inference_ms"] = max(totals["last_inference_ms"], int(entry.last_inference))
+                inference = entry.inference_stats
                 for key in _STAT_KEYS:
-                    stage = inference.get(key, {})
-                    totals[f"{key}_count"] += int(stage.get("count", 0))
-                    totals[f"{key}_ns"] += int(stage.get("ns", 0))
-        return totals
+                    stage = getattr(inference, key)
+                    totals[f"{key}_count"] += int(stage.count)
+                    totals[f"{key}_ns"] += int(stage.ns)
+            missing = sorted(set(models) - seen)
+            if missing:
+                raise ModelNotReadyError("no statistics (the model is not loaded)", model=missing[0], url=ep.url)
+        return out
 
     async def load_model(self, name: str, *, headers: Mapping[str, str] | None = None) -> None:
         """Load (or reload) ``name`` on every URL (server in explicit model-control mode). ``headers``:

@@ -6,14 +6,14 @@ Dims follow Triton's ``config.pbtxt`` convention: ``-1`` is a variable dimension
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perception.errors import ConfigError, ModelContractError
 from perception.kinds import TensorSpec, camera_input_size, kind_def, known_kinds
 
-__all__ = ["ModelContract", "check_contract", "parse_model_config"]
+__all__ = ["ModelContract", "check_contract", "check_encoded_input", "parse_model_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,33 @@ def check_contract(kind: str, contract: ModelContract) -> None:
             f"{kind} model has input(s) the runtime does not send: {', '.join(extra)}",
             model=contract.name,
             tensor=extra[0],
+        )
+
+
+def check_encoded_input(kind: str, contract: ModelContract, sensors: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` naming the sensors unless ``contract`` (a served model) takes the
+    encoded image of ``kind`` (its contract's ``encoded`` input) that ``sensors`` send (``decode: server``)."""
+    want = kind_def(kind).contract.encoded
+    names = ", ".join(sensors)
+    if want is None:
+        raise ConfigError(f"decode: server, but a {kind} has no encoded input", key="decode", sensor=names)
+    have = contract.input(want.name)
+    why = f"it has no input {want.name}" if have is None else want.accepts(have)
+    if why is not None:
+        raise ConfigError(
+            f"decode: server needs model {contract.name} to take the encoded image ({want.name} "
+            f"{want.expected()}, optional), but {why}; set decode: client for {names} or serve a model that "
+            "decodes",
+            key="decode",
+            sensor=names,
+            model=contract.name,
+        )
+    if have is not None and not have.optional:
+        raise ConfigError(
+            f"model {contract.name}'s input {want.name} must be optional (a request sends it or the image)",
+            key="decode",
+            sensor=names,
+            model=contract.name,
         )
 
 

@@ -116,3 +116,15 @@ def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1, proc.stderr
     assert "sensors[0].modle: unknown key" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_decode_is_a_sensor_setting_with_errors_naming_the_sensor(tmp_path: Path) -> None:
+    """Issue 44 item 5: where a camera's images are decoded is its sensor's ``decode`` (default auto)."""
+    head = "server: {url: embedded}\n"
+    cfg = load_config(write(tmp_path, head + "sensors:\n  - {name: cam, kind: camera, model: m, decode: server}\n"))
+    assert cfg.sensors[0].decode == "server"
+    assert load_config(write(tmp_path, head)).sensor_defaults.camera.decode == "auto"
+    with pytest.raises(ConfigError, match=r"sensors\[0\]\.decode: .*sensor 'lidar_top' is a lidar"):
+        load_config(write(tmp_path, head + "sensors:\n  - {name: lidar_top, kind: lidar, model: m, decode: server}\n"))
+    with pytest.raises(ConfigError, match=r"sensor_defaults\.camera\.decode: expected one of 'auto', 'client'"):
+        load_config(write(tmp_path, head + "sensor_defaults:\n  camera: {model: auto, decode: gpu}\n"))

@@ -75,7 +75,14 @@ def test_every_committed_model_is_checked() -> None:
 def test_model_configs_state_their_kinds_contract(model: str) -> None:
     text = (ROOT / model / "config.pbtxt").read_text()
     contract = kind_def(CONFIGS[model]).contract
-    assert _config_tensors(text, "input") == [TensorSpec(t.name, t.dtype, t.dims) for t in contract.inputs], "inputs"
+    inputs = [TensorSpec(t.name, t.dtype, t.dims) for t in contract.inputs]
+    encoded = contract.encoded
+    if model.startswith("models/") and encoded is not None:  # the committed camera models also decode
+        inputs.append(TensorSpec(encoded.name, encoded.dtype, encoded.dims))
+        # a request carries one or the other (decode: client or server): both optional
+        block = text[text.index("\ninput [") : text.index("\noutput [")]
+        assert block.count("optional: true") == 2, block
+    assert _config_tensors(text, "input") == inputs, "inputs"
     have = {t.name: t for t in _config_tensors(text, "output")}
     for want in contract.outputs:
         assert want.name in have, f"{model} lacks output {want.name}"

@@ -123,6 +123,51 @@ def test_two_cameras_in_one_request(client: grpcclient.InferenceServerClient, ro
         np.testing.assert_allclose(batched.scores, alone.scores, atol=1e-5)
 
 
+def encoded_input(blobs: list[bytes]) -> grpcclient.InferInput:
+    rows = np.empty((len(blobs), 1), dtype=np.object_)
+    for i, blob in enumerate(blobs):
+        rows[i, 0] = blob
+    inp = grpcclient.InferInput("IMAGE_BYTES", list(rows.shape), "BYTES")
+    inp.set_data_from_numpy(rows)
+    return inp
+
+
+def test_the_jpeg_decoded_by_the_model_answers_like_the_clients_decode(
+    client: grpcclient.InferenceServerClient, road_image: np.ndarray
+) -> None:
+    """decode: server -- the camera's JPEG as recorded (IMAGE_BYTES), decoded by the model at its network's
+    scale -- gives the detections of decode: client (decoded here at that scale, boxes scaled back): the
+    same pixels, so the same boxes, in the original image's pixels."""
+    from perception._imageio import encode_jpeg
+    from perception.scheduler import camera_input, scale_camera_boxes
+
+    big = np.ascontiguousarray(np.repeat(np.repeat(road_image, 2, axis=0), 2, axis=1))  # decodes at a 1/2 scale
+    jpegs = [encode_jpeg(road_image), encode_jpeg(big)]
+    config = client.get_model_config(MODEL, as_json=True)["config"]["parameters"]
+    fit = (int(config["input_width"]["string_value"]), int(config["input_height"]["string_value"]))
+    result = client.infer(MODEL, [encoded_input(jpegs)], outputs=[grpcclient.InferRequestedOutput(o) for o in OUTPUTS])
+    server = {o: result.as_numpy(o) for o in OUTPUTS}
+    assert server["BOXES"].shape == (2, 100, 4)
+    for row, jpeg in enumerate(jpegs):
+        image, scale = camera_input(ImageSample("cam", 0, "cam", jpeg), fit)
+        out = infer(client, image[None])
+        expected = detections({**out, "BOXES": scale_camera_boxes({"BOXES": out["BOXES"][0]}, scale)["BOXES"][None]}, 0)
+        got = detections(server, row)
+        assert len(got) == len(expected) > 0
+        np.testing.assert_allclose(got.boxes, expected.boxes, atol=1e-3)
+        np.testing.assert_allclose(got.scores, expected.scores, atol=1e-6)
+    assert detections(server, 1).boxes.max() > road_image.shape[1]  # the big image's boxes in its own pixels
+
+
+def test_an_undecodable_jpeg_is_invalid_arg_naming_its_row(client: grpcclient.InferenceServerClient) -> None:
+    from perception._imageio import encode_jpeg
+
+    good = encode_jpeg(np.zeros((36, 64, 3), np.uint8))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(MODEL, [encoded_input([good, b"not a jpeg"])], outputs=[grpcclient.InferRequestedOutput("COUNT")])
+    assert_invalid_arg(info.value, "IMAGE_BYTES", "row 1", "cannot decode")
+
+
 @pytest.mark.parametrize(
     ("images", "fragments"),
     [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -150,3 +152,75 @@ async def test_dispatcher_sends_images_at_the_models_scale_and_answers_in_origin
             assert results[name].status is SensorStatus.OK, results[name].error
             np.testing.assert_allclose(results[name].outputs["BOXES"][0], a_box)
             assert not results[name].outputs["BOXES"][1:].any()
+
+
+class _RecordingEncoded:
+    """A camera model that decodes (decode: server): records what it was sent, one box at (10, 20, 30, 40)."""
+
+    def __init__(self) -> None:
+        self.inputs: list[dict[str, npt.NDArray[np.object_]]] = []
+
+    async def infer_request(self, req: InferRequest) -> object:
+        self.inputs.append(dict(req.inputs))
+        return await _RecordingCamera().infer_request(
+            InferRequest(req.model, {"IMAGE": np.zeros((len(req.inputs["IMAGE_BYTES"]), 1, 1, 3), np.uint8)})
+        )
+
+
+@pytest.mark.anyio
+async def test_a_camera_the_model_decodes_sends_its_jpeg_as_recorded(big_jpeg: bytes) -> None:
+    """decode: server -- the JPEGs go as recorded in one IMAGE_BYTES batch (nothing decoded here, no
+    worker thread), and the boxes come back in the original's pixels (no factors applied); a camera the
+    client decodes next to it still sends pixels."""
+    import time
+
+    import anyio
+
+    from perception.config import PipelineConfig, SensorConfig
+    from perception.scheduler._dispatch import Dispatcher
+    from perception.types import Frame, SensorStatus
+
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    samples = {name: ImageSample(name, 0, name, big_jpeg) for name in ("cam_a", "cam_b")}
+    client = _RecordingEncoded()
+    dispatcher = Dispatcher(
+        client,  # type: ignore[arg-type]
+        sensors,
+        PipelineConfig(),
+        input_sizes={"cam": (416, 416)},
+        server_decode={"cam_a", "cam_b"},
+    )
+    with anyio.fail_after(30):
+        results = await dispatcher.dispatch(Frame(0, 0, samples), time.monotonic_ns() + 20_000_000_000)
+    (sent,) = client.inputs
+    assert set(sent) == {"IMAGE_BYTES"} and sent["IMAGE_BYTES"].shape == (2, 1)
+    assert [bytes(row[0]) for row in sent["IMAGE_BYTES"]] == [big_jpeg, big_jpeg]
+    for name in samples:
+        assert results[name].status is SensorStatus.OK, results[name].error
+        np.testing.assert_allclose(results[name].outputs["BOXES"][0], (10, 20, 30, 40))  # not scaled
+
+
+def test_decode_server_is_for_image_sensors_and_names_the_sensor() -> None:
+    from perception.config import SensorConfig, SensorDefaults
+    from perception.errors import ConfigError
+    from perception.kinds import CAMERA
+    from perception.triton import ModelContract, check_encoded_input
+
+    assert SensorConfig("cam", "camera", "m").decode == "auto"
+    assert SensorConfig("cam", "camera", "m", decode="server").decode == "server"
+    with pytest.raises(ValueError, match=r"decode: .*sensor 'lidar_top' is a lidar"):
+        SensorConfig("lidar_top", "lidar", "m", decode="server")
+    with pytest.raises(ValueError, match=r"lidar\.decode"):
+        SensorDefaults(lidar=dataclasses.replace(SensorDefaults().lidar, decode="server"))
+    # a served model without the encoded input: the start fails naming the sensors and the model
+    pixels_only = ModelContract("cam_model", 8, CAMERA.contract.inputs, CAMERA.contract.outputs)
+    with pytest.raises(ConfigError, match=r"cam_model .*IMAGE_BYTES.*decode: client for cam_a, cam_b") as info:
+        check_encoded_input("camera", pixels_only, ["cam_a", "cam_b"])
+    assert info.value.sensor == "cam_a, cam_b" and info.value.model == "cam_model"
+    encoded = CAMERA.contract.encoded
+    assert encoded is not None
+    takes_it = dataclasses.replace(pixels_only, inputs=(*CAMERA.contract.inputs, encoded))
+    check_encoded_input("camera", takes_it, ["cam_a"])
+    required = dataclasses.replace(pixels_only, inputs=(dataclasses.replace(encoded, optional=False),))
+    with pytest.raises(ConfigError, match="must be optional"):
+        check_encoded_input("camera", required, ["cam_a"])

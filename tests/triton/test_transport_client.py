@@ -8,7 +8,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -246,15 +246,23 @@ async def test_model_statistics_count_inferences(client: TritonClient) -> None:
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["compute_infer_ns"] > before["compute_infer_ns"]
     assert {"queue_ns", "compute_input_ns", "compute_output_ns", "fail_count"} <= after.keys()
+    # several models from one statistics request: the same counts as each model's own
+    with anyio.fail_after(10):
+        many = await client.models_statistics(["echo", "sink"])
+        alone = await client.model_statistics("sink")
+    assert many["echo"]["success_count"] == after["success_count"]
+    assert many["sink"]["success_count"] == alone["success_count"]
+    with pytest.raises(ModelNotReadyError, match="no_such_model"):
+        await client.models_statistics(["echo", "no_such_model"])
 
 
 async def test_statistics_wait_for_the_counts_asked_for_then_are_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """No server: Triton's accounting stands in as a counter that lags the answers by a few reads."""
     reads: list[int] = []
 
-    async def lagging(self: TritonClient, model: str, url: str | None) -> dict[str, int]:
+    async def lagging(self: TritonClient, models: Sequence[str], url: str | None) -> dict[str, dict[str, int]]:
         reads.append(len(reads))
-        return {"success_count": min(len(reads), 3), "inference_count": min(len(reads), 3)}
+        return {m: {"success_count": min(len(reads), 3), "inference_count": min(len(reads), 3)} for m in models}
 
     monkeypatch.setattr(TritonClient, "_read_statistics", lagging)
     client = TritonClient(ClientOptions(urls=("127.0.0.1:1",)))  # never opened: nothing goes on the wire
@@ -269,6 +277,11 @@ async def test_statistics_wait_for_the_counts_asked_for_then_are_read_once(monke
         assert short["success_count"] == 3 and len(reads) >= 2
         with pytest.raises(ValueError, match="no_such_count"):
             await client.model_statistics("m", at_least={"no_such_count": 1})
+        reads.clear()  # several models: one read per poll for all of them, until every one is counted
+        both = await client.models_statistics(
+            ["m", "n"], at_least={"m": {"success_count": 2}, "n": {"success_count": 3}}
+        )
+        assert both["m"]["success_count"] == both["n"]["success_count"] == 3 and len(reads) == 3
 
 
 async def test_unload_then_load_model(client: TritonClient, triton: EmbeddedTriton) -> None:
