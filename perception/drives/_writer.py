@@ -234,6 +234,19 @@ class DriveWriter:
         self._extra(topic)
         self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
 
+    def add_bytes_channel(self, topic: str, message_encoding: str) -> None:
+        """Register a channel of binary messages without a schema (``message_encoding`` names their layout, which
+        their reader knows) beside the drive's own topics: a reader of the drive ignores it. Its messages go
+        through :meth:`write_bytes`."""
+        self._new_topic(topic)
+        self._channels[topic] = (self._mcap.register_channel(topic, message_encoding, 0), "")
+
+    def write_bytes(self, topic: str, t_ns: int, data: Buffer | Sequence[Buffer], seq: int | None = None) -> None:
+        """Write one message on a channel of :meth:`add_bytes_channel`: ``data``'s buffers one after another,
+        kept (not copied) until their chunk is written: they must not change before :meth:`close`."""
+        self._extra(topic)
+        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
+
     def add_points_channel(self, topic: str, kind: str) -> None:
         """Register a channel of point clouds of a point ``kind`` (the drive's encoding, ``foxglove.PointCloud``)
         beside the rig's sensor topics; a reader of the drive ignores it. Its messages go through

@@ -26,8 +26,10 @@ from perception.types import Detection3D, EgoPose, SensorResult
 __all__ = [
     "RESOLUTION",
     "decisions_digest",
+    "detection_values",
     "detections_digest",
     "outputs_digest",
+    "recorded_outputs",
     "tracker_digest",
 ]
 
@@ -101,6 +103,46 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], list[Any], str]:
+    """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
+    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' little-endian C-order
+    buffers in that order (each padded to 8 bytes: read back aligned), and the SHA-256 of exactly those
+    bytes behind each sensor's model and version and each array's key and layout: what the recording holds is
+    what it was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares
+    answers across machines). The buffers are the arrays' own memory where it already has that layout."""
+    layout: dict[str, dict[str, Any]] = {}
+    pieces: list[Any] = []
+    h = hashlib.sha256()
+    for name in sorted(results):
+        r = results[name]
+        if r.status.value != "ok":
+            continue
+        h.update(_ENCODER.encode([name, r.model, r.model_version]).encode())
+        arrays: dict[str, Any] = {}
+        for key in sorted(r.outputs):
+            a = np.ascontiguousarray(r.outputs[key])
+            a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+            arrays[key] = [a.dtype.str, list(a.shape)]
+            h.update(f"{key}:{a.dtype.str}:{a.shape}|".encode())
+            buf = memoryview(a).cast("B") if a.size else b""
+            h.update(buf)
+            pieces.append(buf)
+            if a.nbytes % 8:
+                pieces.append(_PAD[: 8 - a.nbytes % 8])
+        layout[name] = arrays
+    return layout, pieces, h.hexdigest()
+
+
+_PAD = bytes(8)
+
+
+def detection_values(detections: Sequence[Detection3D]) -> npt.NDArray[np.float64]:
+    """The detections' float fields, one row each (``(n, 12)``): score, center, size, yaw, velocity,
+    uncertainty -- what :func:`detections_digest` quantises and a recording (format 3) writes as is."""
+    rows = [[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), 12)
+
+
 def decisions_digest(
     seq: int, frame_id: int, t_ns: int, statuses: Mapping[str, str], stamps: Mapping[str, int | None],
     ego: EgoPose | None,
@@ -115,14 +157,16 @@ def decisions_digest(
     return h.hexdigest()
 
 
-def detections_digest(detections: Sequence[Detection3D]) -> str:
-    """The fused output: every detection's id, label, sources and (quantised) values, in output order."""
+def detections_digest(detections: Sequence[Detection3D], values: npt.NDArray[np.float64] | None = None) -> str:
+    """The fused output: every detection's id, label, sources and (quantised) values, in output order
+    (``values``: :func:`detection_values` of them, when already taken)."""
     h = hashlib.sha256()
     if not detections:
         return h.hexdigest()
     # Each detection is its JSON ``[id, label, sources, values]`` (values: ``_floats``'s hex), all of them
     # quantised at once and written without an encoder call per detection: the same bytes, a third the cost.
-    values = np.array([[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections])
+    if values is None:
+        values = detection_values(detections)
     q, marks = _quantised(values)
     qhex, mhex = q.tobytes().hex(), marks.tobytes().hex()
     nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks
