@@ -201,8 +201,9 @@ class DriveWriter:
         """Write the ego pose on ``/ego/odometry`` (pose, velocity, yaw rate) and mirror it on ``/tf``."""
         t = _check_time(pose.t_ns, "ego pose", str(self.path), codec.EGO_TOPIC)
         self._maybe_write_static(t)
-        self._add(codec.EGO_TOPIC, t, codec.encode_odometry(pose))
-        self._add(codec.TF_TOPIC, t, codec.encode_ego_transform(pose))
+        odometry, transform = codec.encode_ego_pose_parts(pose)
+        self._add_raw(codec.EGO_TOPIC, t, odometry)
+        self._add_raw(codec.TF_TOPIC, t, transform)
 
     def write_ground_truth(self, gt: GroundTruth) -> None:
         """Write the true objects (``base_link``) as a ``foxglove.SceneUpdate``."""
