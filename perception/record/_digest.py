@@ -103,34 +103,36 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
-def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], list[Any], str]:
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], bytes, str]:
     """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
-    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' little-endian C-order
-    buffers in that order (each padded to 8 bytes: read back aligned), and the SHA-256 of exactly those
-    bytes behind each sensor's model and version and each array's key and layout: what the recording holds is
-    what it was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares
-    answers across machines). The buffers are the arrays' own memory where it already has that layout."""
+    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' bytes in that order
+    (little-endian, C order, each padded to 8 bytes: read back aligned), and the SHA-256 of the ok sensors'
+    models, versions and layouts (JSON) followed by exactly those bytes: what the recording holds is what it
+    was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers
+    across machines)."""
     layout: dict[str, dict[str, Any]] = {}
-    pieces: list[Any] = []
-    h = hashlib.sha256()
+    models: list[list[Any]] = []
+    parts: list[bytes] = []
     for name in sorted(results):
         r = results[name]
         if r.status.value != "ok":
             continue
-        h.update(_ENCODER.encode([name, r.model, r.model_version]).encode())
         arrays: dict[str, Any] = {}
         for key in sorted(r.outputs):
-            a = np.ascontiguousarray(r.outputs[key])
-            a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+            a = np.asarray(r.outputs[key])
+            if a.dtype.byteorder == ">":
+                a = a.astype(a.dtype.newbyteorder("<"))
+            raw = a.tobytes()
             arrays[key] = [a.dtype.str, list(a.shape)]
-            h.update(f"{key}:{a.dtype.str}:{a.shape}|".encode())
-            buf = memoryview(a).cast("B") if a.size else b""
-            h.update(buf)
-            pieces.append(buf)
-            if a.nbytes % 8:
-                pieces.append(_PAD[: 8 - a.nbytes % 8])
+            parts.append(raw)
+            if len(raw) % 8:
+                parts.append(_PAD[: 8 - len(raw) % 8])
         layout[name] = arrays
-    return layout, pieces, h.hexdigest()
+        models.append([name, r.model, r.model_version, arrays])
+    data = b"".join(parts)
+    h = hashlib.sha256(_ENCODER.encode(models).encode())
+    h.update(data)
+    return layout, data, h.hexdigest()
 
 
 _PAD = bytes(8)

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import json
 import logging
-import queue
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -58,6 +57,8 @@ log = logging.getLogger(__name__)
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
+_WAKING = frozenset({"fused", "predicted", "result"})  # items that wake the writer (see RunRecorder._put)
+_WAKE_AT = 64  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
 
@@ -137,7 +138,10 @@ class RunRecorder:
         self.path = Path(path)
         self.options = options or RecordOptions()
         self._ego_poses = tuple(ego_poses)
-        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(self.options.queue_items)
+        self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
+        self._wake = threading.Event()
+        self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
+        self._failed = False
         self._state = Lifetime.UNOPENED
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
         self._lock = threading.Lock()
@@ -150,8 +154,9 @@ class RunRecorder:
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
         #: ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
-        #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
-        #: digest, handing over), and the bytes of the finished segments.
+        #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
+        #: the run threads' time in the recorder's calls (the fusion hook's tracker digest, handing samples,
+        #: poses, frames and results over), and the bytes of the finished segments.
         self.cpu_ns = 0
         self.hook_cpu_ns = 0
         self.bytes = 0
@@ -193,7 +198,8 @@ class RunRecorder:
             return
         self._state = Lifetime.CLOSING
         try:
-            self._queue.put(None)
+            self._items.append(None)
+            self._wake.set()
             self._thread.join()
         finally:
             self._state = Lifetime.CLOSED
@@ -212,27 +218,34 @@ class RunRecorder:
         with self._lock:
             meta[fmt.META_RUN] = str(self._runs)
             self._runs += 1
-        self._queue.put(("begin", (rig, meta)))  # waits for room: the recording cannot start without it
+        self._items.append(("begin", (rig, meta)))  # never dropped: the recording cannot start without it
+        self._wake.set()
 
     def fusion(self, stage: FusionStage | None) -> FusionStage | None:
         return None if stage is None else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
+        cpu0 = time.thread_time_ns()
         if isinstance(sample, ImageSample):
             with self._lock:
                 self._images[id(sample.data)] = (sample.data, sample.sensor, sample.t_ns)
                 if len(self._images) > _IMAGES_REMEMBERED:
                     self._images.popitem(last=False)
         self._put("sample", (sample, arrival_ns))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        cpu0 = time.thread_time_ns()
         self._put("ego", (pose, arrival_ns))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     def result(self, result: FrameResult) -> None:
+        cpu0 = time.thread_time_ns()
         with self._lock:
             index, self._frames = self._frames, self._frames + 1
             seq = self._seq_of.pop(result.frame_id, None)
         self._put("result", (index, seq, result))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     # -- from fusion's thread ---------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -259,33 +272,45 @@ class RunRecorder:
         self._put("predicted", (seq, frame, detections))
 
     def _put(self, kind: str, item: Any) -> None:
-        try:
-            self._queue.put_nowait((kind, item))
-        except queue.Full:
+        """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
+        woken only by a frame's fused record and its result (samples wait for them, or until
+        :data:`_WAKE_AT` are waiting): a wake-up per sample cost the run as much as writing it."""
+        if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
+            return
+        self._items.append((kind, item))
+        if kind in _WAKING or len(self._items) >= self._wake_at:
+            self._wake.set()
 
     # -- the writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:
+        """Drain the queue whenever woken; :attr:`cpu_ns` is this thread's whole CPU time (waking, writing,
+        finishing the segments)."""
+        items = self._items
         try:
             while True:
-                item = self._queue.get()
-                if item is None:
-                    break
-                cpu0 = time.thread_time_ns()
-                try:
-                    self._write(*item)
-                except DriveError as exc:
-                    self.stats["refused"] += 1
-                    log.debug("recording: %s", exc)
-                finally:
-                    self.cpu_ns += time.thread_time_ns() - cpu0
+                self._wake.wait()
+                self._wake.clear()
+                while items:
+                    item = items.popleft()
+                    if item is None:
+                        return
+                    try:
+                        self._write(*item)
+                    except DriveError as exc:
+                        self.stats["refused"] += 1
+                        log.debug("recording: %s", exc)
+                self.cpu_ns = time.thread_time_ns()
         except BaseException as exc:  # an I/O failure ends the recording, never the run
             self._error = exc
+            self._failed = True  # the callers' items are dropped (counted) from now on
+            items.clear()
             log.exception("recording %s failed; the run goes on unrecorded", self.path)
-            while self._queue.get() is not None:  # keep the callers' puts from filling up
-                pass
         finally:
-            self._finish_segment()
+            try:
+                self._finish_segment()
+            finally:
+                self.cpu_ns = time.thread_time_ns()
 
     def _write(self, kind: str, item: Any) -> None:
         if kind == "begin":
@@ -354,7 +379,7 @@ class RunRecorder:
         self._remember_digest(seq, detections, digest)
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
-        layout, pieces, outputs = recorded_outputs(results)
+        layout, data, outputs = recorded_outputs(results)
         sensors = {n: fmt.encode_result(r, outputs=False) for n, r in sorted(results.items())}
         for n, arrays in layout.items():
             sensors[n]["outputs"] = arrays
@@ -373,7 +398,7 @@ class RunRecorder:
                 "tracker": tracker,
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, pieces)
+        self._write_frame_record(writer, seq, frame.t_ns, record, values, data)
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -400,18 +425,17 @@ class RunRecorder:
                 "tracker": None,
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, [])
+        self._write_frame_record(writer, seq, frame.t_ns, record, values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
         self, writer: DriveWriter, seq: int, t_ns: int, record: Mapping[str, Any], values: npt.NDArray[np.float64],
-        pieces: list[Any],
+        outputs: bytes,
     ) -> None:  # fmt: skip
         """A frame's fusion record (JSON: what Foxglove shows) and its numbers (binary, the arrays' own
         buffers: the detections' values, the raw outputs), then the arrivals batched since the last frame."""
         self._json(writer, fmt.FUSION_TOPIC, t_ns, record, seq)
-        data = [memoryview(values).cast("B"), *pieces] if values.size else pieces
-        writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, data, seq)
+        writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs), seq)
         self._flush_arrivals(writer)
 
     def _remember_digest(self, seq: int, detections: tuple[Detection3D, ...], digest: str) -> None:
