@@ -173,3 +173,8 @@ def test_digests_are_stable_across_versions() -> None:
     assert detections_digest(dets) == "185ca9803d0ab39b7ed65a9720d43f490b945facd3b2a6f1fede7e825d511f14"
     assert outputs_digest(results) == "c8fba95b0dec2af1214f8eed009a705883a1aac5c9ae1d6a4583b9eefbb677cf"
     assert tracker_digest(state) == "eeb58486b07f39353d0e95b6e730365d96c0f1bf3883536ab2207c65374db6ff"
+    # all finite (the common case: quantised without clipping or marking), pinned too
+    finite = [d for d in dets if math.isfinite(d.score)]
+    assert detections_digest(finite) == "70d04fd5f1d16f6067423f252a13b9e29cd6c2ffd7466313fbec8a11cda6d88d"
+    table = {"table": np.arange(12.0).reshape(3, 4) / 7, "next_id": np.array([3], np.int64)}
+    assert tracker_digest(table) == "edbfd824db87dae7a0db84667ab295ba09414952a5efe76514a21faf3df4c0a2"
