@@ -4,8 +4,8 @@ The recorder is a :class:`perception.scheduler.RunObserver`: the entry point cal
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
 the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
-recording with gaps says so), a sample the drive format refuses is counted too. The digests of the tracker
-state are taken in fusion's thread (the state changes with the next frame); the rest is the writer's.
+recording with gaps says so), a sample the drive format refuses is counted too. The tracker's state is
+copied in fusion's thread (it changes with the next frame) and digested, like the rest, by the writer.
 """
 
 from __future__ import annotations
@@ -116,8 +116,9 @@ class _RecordingFusion:
         cpu0 = time.thread_time_ns()
         seq = self._recorder.next_seq()
         try:
-            tracker = tracker_digest(self._state()) if self._state is not None else ""
-            self._recorder.fused(seq, frame, dict(results), detections, tracker)
+            # the state after this frame (copies: the next frame changes the tracker's own), digested by the writer
+            state = self._state() if self._state is not None else None
+            self._recorder.fused(seq, frame, dict(results), detections, state)
         except Exception:  # never into the run
             self._recorder.stats["failed"] += 1
             log.exception("recording frame %d failed", frame.frame_id)
@@ -155,8 +156,8 @@ class RunRecorder:
         #: ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
         #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
-        #: the run threads' time in the recorder's calls (the fusion hook's tracker digest, handing samples,
-        #: poses, frames and results over), and the bytes of the finished segments.
+        #: the run threads' time in the recorder's calls (the fusion hook's copy of the tracker state, handing
+        #: samples, poses, frames and results over), and the bytes of the finished segments.
         self.cpu_ns = 0
         self.hook_cpu_ns = 0
         self.bytes = 0
@@ -256,8 +257,10 @@ class RunRecorder:
 
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
-        tracker: str,
+        tracker: Mapping[str, npt.NDArray[Any]] | None,
     ) -> None:  # fmt: skip
+        """A frame fused in its turn ``seq``; ``tracker``: the tracker's state after it (copies), None without
+        one."""
         with self._lock:
             self._seq_of[frame.frame_id] = seq
             raw = {
@@ -353,7 +356,8 @@ class RunRecorder:
 
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
-        detections: tuple[Detection3D, ...], tracker: str, raw: Mapping[str, tuple[bytes, str, int] | None],
+        detections: tuple[Detection3D, ...], tracker: Mapping[str, npt.NDArray[Any]] | None,
+        raw: Mapping[str, tuple[bytes, str, int] | None],
     ) -> None:  # fmt: skip
         samples: dict[str, Any] = {}
         for name, s in frame.samples.items():
@@ -395,7 +399,7 @@ class RunRecorder:
                 "outputs": outputs,
                 "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
                 "detections": digest,
-                "tracker": tracker,
+                "tracker": tracker_digest(tracker) if tracker is not None else "",
             },
         }
         self._write_frame_record(writer, seq, frame.t_ns, record, values, data)
