@@ -148,6 +148,17 @@ def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
         raise ValueError(f"fusion #{record.get('seq')}: its {FUSION_DATA_TOPIC} message is missing")
     ids, labels, sources = dets["ids"], dets["labels"], dets["sources"]
     n = len(ids)
+    layouts = [
+        (sensor, key, np.dtype(layout[key][0]), [int(x) for x in layout[key][1]])
+        for sensor in (record["sensors"][name] for name in sorted(record["sensors"]))
+        if (layout := sensor.get("outputs"))
+        for key in sorted(layout)
+    ]
+    sizes = [-(-int(np.prod(shape)) * dtype.itemsize // 8) * 8 for _, _, dtype, shape in layouts]
+    if 96 * n + sum(sizes) != len(data):
+        raise ValueError(
+            f"fusion #{record.get('seq')}: {len(data)} bytes of data, its layout says {96 * n + sum(sizes)}"
+        )
     values = np.frombuffer(data, "<f8", count=12 * n).reshape(n, 12).tolist()
     record["detections"] = [
         {"id": i, "label": label, "score": v[0], "center": v[1:4], "size": v[4:7], "yaw": v[7],
@@ -155,20 +166,15 @@ def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
         for i, label, src, v in zip(ids, labels, sources, values, strict=True)
     ]  # fmt: skip
     at = 96 * n
-    for name in sorted(record["sensors"]):
-        sensor = record["sensors"][name]
-        layout = sensor.get("outputs")
-        if not layout:
-            continue
-        arrays: dict[str, npt.NDArray[Any]] = {}
-        for key in sorted(layout):
-            dtype, shape = np.dtype(layout[key][0]), [int(x) for x in layout[key][1]]
-            count = int(np.prod(shape))
-            arrays[key] = np.frombuffer(data, dtype, count=count, offset=at).reshape(shape).copy()
-            at += -(-count * dtype.itemsize // 8) * 8
-        sensor["outputs"] = arrays
-    if at != len(data):
-        raise ValueError(f"fusion #{record.get('seq')}: {len(data)} bytes of data, its layout says {at}")
+    arrays: dict[int, dict[str, npt.NDArray[Any]]] = {}  # id(sensor's record) -> its arrays
+    for (sensor, key, dtype, shape), size in zip(layouts, sizes, strict=True):
+        count = int(np.prod(shape))
+        out = np.frombuffer(data, dtype, count=count, offset=at).reshape(shape).copy()
+        arrays.setdefault(id(sensor), {})[key] = out
+        at += size
+    for sensor in record["sensors"].values():
+        if id(sensor) in arrays:
+            sensor["outputs"] = arrays[id(sensor)]
     return record
 
 
