@@ -138,24 +138,31 @@ class McapOut:
         self, channel_id: int, log_time: int, data: Buffer | Sequence[Buffer], publish_time: int, sequence: int = 0
     ) -> None:
         """Add a message to the chunk; ``data``'s buffers are kept (not copied) until the chunk is written."""
-        pieces: Sequence[Buffer] = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
-        size = sum(memoryview(p).nbytes for p in pieces)
+        if isinstance(data, bytes):
+            pieces: Sequence[Buffer] = (data,)
+            size = len(data)
+        else:
+            pieces = (data,) if isinstance(data, bytearray | memoryview) else data
+            size = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in pieces)
         stats = self._stats
-        stats.message_start_time = log_time if stats.message_count == 0 else min(log_time, stats.message_start_time)
-        stats.message_end_time = max(log_time, stats.message_end_time)
+        if stats.message_count == 0 or log_time < stats.message_start_time:
+            stats.message_start_time = log_time
+        stats.message_end_time = max(stats.message_end_time, log_time)
         counts = stats.channel_message_counts
         counts[channel_id] = counts.get(channel_id, 0) + 1
         stats.message_count += 1
         chunk = self._chunk
-        if chunk.messages == 0:
+        if chunk.messages == 0 or log_time < chunk.start:
             chunk.start = log_time
-        else:
-            chunk.start = min(chunk.start, log_time)
         chunk.end = max(chunk.end, log_time)
-        chunk.indices.setdefault(channel_id, []).append((log_time, chunk.size))
+        index = chunk.indices.get(channel_id)
+        if index is None:
+            index = chunk.indices[channel_id] = []
+        index.append((log_time, chunk.size))
         chunk.messages += 1
-        head = _MESSAGE.pack(Opcode.MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time)
-        chunk.add((head, *pieces), len(head) + size)
+        chunk.pieces.append(_MESSAGE.pack(Opcode.MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time))
+        chunk.pieces.extend(pieces)
+        chunk.size += 31 + size  # the message record's header: _MESSAGE.size
         if chunk.size > self._chunk_size:
             self._finish_chunk()
 
@@ -221,8 +228,8 @@ class McapOut:
         start = self._offset
         self._write(_CHUNK.pack(Opcode.CHUNK, length, chunk.start, chunk.end, chunk.size, crc))
         self._write(struct.pack("<I", len(name)) + name + struct.pack("<Q", compressed))
-        for p in body:
-            self._write(p)
+        self._stream.writelines(body)  # the pieces one after another, without a Python call each
+        self._offset += compressed
         index_start = self._offset
         out = RecordBuilder()
         offsets: dict[int, int] = {}

@@ -201,8 +201,9 @@ class DriveWriter:
         """Write the ego pose on ``/ego/odometry`` (pose, velocity, yaw rate) and mirror it on ``/tf``."""
         t = _check_time(pose.t_ns, "ego pose", str(self.path), codec.EGO_TOPIC)
         self._maybe_write_static(t)
-        self._add(codec.EGO_TOPIC, t, codec.encode_odometry(pose))
-        self._add(codec.TF_TOPIC, t, codec.encode_ego_transform(pose))
+        odometry, transform = codec.encode_ego_pose_parts(pose)
+        self._add_raw(codec.EGO_TOPIC, t, odometry)
+        self._add_raw(codec.TF_TOPIC, t, transform)
 
     def write_ground_truth(self, gt: GroundTruth) -> None:
         """Write the true objects (``base_link``) as a ``foxglove.SceneUpdate``."""
@@ -231,6 +232,19 @@ class DriveWriter:
 
     def write_json(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
         """Write one JSON message (``data``: its UTF-8 bytes) on a channel of :meth:`add_json_channel`."""
+        self._extra(topic)
+        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
+
+    def add_bytes_channel(self, topic: str, message_encoding: str) -> None:
+        """Register a channel of binary messages without a schema (``message_encoding`` names their layout, which
+        their reader knows) beside the drive's own topics: a reader of the drive ignores it. Its messages go
+        through :meth:`write_bytes`."""
+        self._new_topic(topic)
+        self._channels[topic] = (self._mcap.register_channel(topic, message_encoding, 0), "")
+
+    def write_bytes(self, topic: str, t_ns: int, data: Buffer | Sequence[Buffer], seq: int | None = None) -> None:
+        """Write one message on a channel of :meth:`add_bytes_channel`: ``data``'s buffers one after another,
+        kept (not copied) until their chunk is written: they must not change before :meth:`close`."""
         self._extra(topic)
         self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
 

@@ -26,8 +26,10 @@ from perception.types import Detection3D, EgoPose, SensorResult
 __all__ = [
     "RESOLUTION",
     "decisions_digest",
+    "detection_values",
     "detections_digest",
     "outputs_digest",
+    "recorded_outputs",
     "tracker_digest",
 ]
 
@@ -38,10 +40,10 @@ _LIMIT = 9e14  # |x| / RESOLUTION stays well inside int64
 
 def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int8]]:
     """The quantised values (``<i8``) and the marks (``i1``: 0 finite, 1 NaN, 2 +inf, 3 -inf) of ``x``."""
+    if not x.size or (x.min() >= -_LIMIT and x.max() <= _LIMIT):  # the common case: finite, within the limit
+        # (a NaN fails both comparisons), nothing to clip or mark, in a third of the numpy calls (the same bits)
+        return np.rint(x / RESOLUTION).astype("<i8"), np.zeros(x.shape, np.int8)
     finite = np.isfinite(x)
-    if finite.all():  # the common case, in a third of the numpy calls (the same bits)
-        q = np.rint(np.minimum(np.maximum(x, -_LIMIT), _LIMIT) / RESOLUTION).astype("<i8")
-        return q, np.zeros(x.shape, np.int8)
     q = np.where(finite, np.rint(np.clip(np.where(finite, x, 0.0), -_LIMIT, _LIMIT) / RESOLUTION), 0.0)
     marks = np.where(np.isnan(x), 1, np.where(x == np.inf, 2, np.where(x == -np.inf, 3, 0))).astype(np.int8)
     return q.astype("<i8"), marks
@@ -101,6 +103,48 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], bytes, str]:
+    """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
+    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' bytes in that order
+    (little-endian, C order, each padded to 8 bytes: read back aligned), and the SHA-256 of the ok sensors'
+    models, versions and layouts (JSON) followed by exactly those bytes: what the recording holds is what it
+    was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers
+    across machines)."""
+    layout: dict[str, dict[str, Any]] = {}
+    models: list[list[Any]] = []
+    parts: list[bytes] = []
+    for name in sorted(results):
+        r = results[name]
+        if r.status.value != "ok":
+            continue
+        arrays: dict[str, Any] = {}
+        for key in sorted(r.outputs):
+            a = np.asarray(r.outputs[key])
+            if a.dtype.byteorder == ">":
+                a = a.astype(a.dtype.newbyteorder("<"))
+            raw = a.tobytes()
+            arrays[key] = [a.dtype.str, list(a.shape)]
+            parts.append(raw)
+            if len(raw) % 8:
+                parts.append(_PAD[: 8 - len(raw) % 8])
+        layout[name] = arrays
+        models.append([name, r.model, r.model_version, arrays])
+    data = b"".join(parts)
+    h = hashlib.sha256(_ENCODER.encode(models).encode())
+    h.update(data)
+    return layout, data, h.hexdigest()
+
+
+_PAD = bytes(8)
+
+
+def detection_values(detections: Sequence[Detection3D]) -> npt.NDArray[np.float64]:
+    """The detections' float fields, one row each (``(n, 12)``): score, center, size, yaw, velocity,
+    uncertainty -- what :func:`detections_digest` quantises and a recording (format 3) writes as is."""
+    rows = [[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), 12)
+
+
 def decisions_digest(
     seq: int, frame_id: int, t_ns: int, statuses: Mapping[str, str], stamps: Mapping[str, int | None],
     ego: EgoPose | None,
@@ -115,14 +159,16 @@ def decisions_digest(
     return h.hexdigest()
 
 
-def detections_digest(detections: Sequence[Detection3D]) -> str:
-    """The fused output: every detection's id, label, sources and (quantised) values, in output order."""
+def detections_digest(detections: Sequence[Detection3D], values: npt.NDArray[np.float64] | None = None) -> str:
+    """The fused output: every detection's id, label, sources and (quantised) values, in output order
+    (``values``: :func:`detection_values` of them, when already taken)."""
     h = hashlib.sha256()
     if not detections:
         return h.hexdigest()
     # Each detection is its JSON ``[id, label, sources, values]`` (values: ``_floats``'s hex), all of them
     # quantised at once and written without an encoder call per detection: the same bytes, a third the cost.
-    values = np.array([[d.score, *d.center, *d.size, d.yaw, *d.velocity, *d.uncertainty] for d in detections])
+    if values is None:
+        values = detection_values(detections)
     q, marks = _quantised(values)
     qhex, mhex = q.tobytes().hex(), marks.tobytes().hex()
     nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks

@@ -3,18 +3,24 @@
 A recording is a drive (``perception.drives``: the samples as received on the rig's topics, ego poses on
 ``/ego/odometry``) plus:
 
-* ``/record/arrivals``: every sample and pose as received: sensor, stamp, arrival on the host's monotonic
-  clock (``log_time``: the stamp);
+* every sample and pose as received: sensor, stamp, arrival on the host's monotonic clock, in
+  ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
 * ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
-  raw outputs of the sensors that were ok (the arrays fusion consumed, little-endian, base64), the
-  detections, and the digests (:mod:`._digest`); a frame shed under overload takes its turn there too
-  (``predicted``: its time and ego pose, the tracker's prediction, no samples or sensors);
+  layout of the raw outputs of the sensors that were ok (``outputs``: key -> dtype, shape), the detections'
+  ids, labels and sources, and the digests (:mod:`._digest`); a frame shed under overload takes its turn
+  there too (``predicted``: its time and ego pose, the tracker's prediction, no samples or sensors);
+* ``/record/fusion_data``: the numbers of that frame (message sequence = its ``seq``), binary
+  (:data:`DATA_ENCODING`): the detections' float fields (``<f8``, one row of 12 each:
+  :func:`._digest.detection_values`), then the raw outputs in the order of the record's layout, each
+  little-endian in C order and padded to 8 bytes (:func:`._digest.recorded_outputs`) -- JSON numbers and
+  base64 cost the run several times more;
 * ``/record/fusion_points/<sensor>``: rows of a frame's point cloud (what the model was sent and camera-guided
   fusion read) that cannot be rebuilt from the received sweeps: a cloud is recorded as the received sweep
   it begins with (``raw_t_ns``) and, accumulated, each earlier sweep merged and the transform it was moved
   by (``merged``: ``PointCloudSample.merged_from``); only when those are not found are its rows written
   here (message sequence = the frame's ``seq``);
+* ``/record/arrivals``: batches (one per frame reaching fusion, and at a segment's end) of arrivals;
 * ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason),
   with the admission's in-flight limit in force when it was started or shed (``admission_limit``).
 """
@@ -34,8 +40,10 @@ from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus, T
 
 __all__ = [
     "ARRIVALS_TOPIC",
+    "DATA_ENCODING",
     "FORMAT_VERSION",
     "FRAMES_TOPIC",
+    "FUSION_DATA_TOPIC",
     "FUSION_TOPIC",
     "META_EGO",
     "META_FORMAT",
@@ -46,6 +54,7 @@ __all__ = [
     "decode_array",
     "decode_detection",
     "decode_ego",
+    "decode_fusion",
     "decode_result",
     "encode_array",
     "encode_detection",
@@ -57,11 +66,16 @@ __all__ = [
 ]
 
 #: 2: shed frames' predictions in the fusion order (``predicted``) and each frame's admission limit; a
-#: recording of version 1 (neither) replays as well.
-FORMAT_VERSION = "2"
-READABLE_VERSIONS = ("1", "2")
+#: recording of version 1 (neither) replays as well. 3: a frame's numbers (detections, raw outputs) binary on
+#: ``/record/fusion_data``, its outputs digest exact (of those bytes), arrivals batched; 1 and 2 (JSON
+#: numbers, base64) still replay.
+FORMAT_VERSION = "3"
+READABLE_VERSIONS = ("1", "2", "3")
 ARRIVALS_TOPIC = "/record/arrivals"
 FUSION_TOPIC = "/record/fusion"
+FUSION_DATA_TOPIC = "/record/fusion_data"
+#: The message encoding of ``/record/fusion_data`` (no schema: the layout is in the frame's fusion record).
+DATA_ENCODING = "perception.record.arrays"
 FRAMES_TOPIC = "/record/frames"
 #: Drive metadata keys a recording adds to its source's.
 META_FORMAT = "record.format"
@@ -123,6 +137,47 @@ def decode_ego(d: Mapping[str, Any] | None) -> EgoPose | None:
     return EgoPose(int(d["t_ns"]), Transform((tx, ty, tz), (qx, qy, qz, qw)), (vx, vy, vz), d["yaw_rate"])
 
 
+def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
+    """A fusion record of format 3 with its ``/record/fusion_data`` message (``data``) read back as those of
+    formats 1 and 2 are: ``detections`` a list of :func:`encode_detection`'s dicts, each ok sensor's ``outputs``
+    its arrays (aligned copies). A record of an older format (detections a list) is returned as it is."""
+    dets = record.get("detections")
+    if not isinstance(dets, Mapping):
+        return record
+    if data is None:
+        raise ValueError(f"fusion #{record.get('seq')}: its {FUSION_DATA_TOPIC} message is missing")
+    ids, labels, sources = dets["ids"], dets["labels"], dets["sources"]
+    n = len(ids)
+    layouts = [
+        (sensor, key, np.dtype(layout[key][0]), [int(x) for x in layout[key][1]])
+        for sensor in (record["sensors"][name] for name in sorted(record["sensors"]))
+        if (layout := sensor.get("outputs"))
+        for key in sorted(layout)
+    ]
+    sizes = [-(-int(np.prod(shape)) * dtype.itemsize // 8) * 8 for _, _, dtype, shape in layouts]
+    if 96 * n + sum(sizes) != len(data):
+        raise ValueError(
+            f"fusion #{record.get('seq')}: {len(data)} bytes of data, its layout says {96 * n + sum(sizes)}"
+        )
+    values = np.frombuffer(data, "<f8", count=12 * n).reshape(n, 12).tolist()
+    record["detections"] = [
+        {"id": i, "label": label, "score": v[0], "center": v[1:4], "size": v[4:7], "yaw": v[7],
+         "velocity": v[8:10], "uncertainty": v[10:12], "sources": src}
+        for i, label, src, v in zip(ids, labels, sources, values, strict=True)
+    ]  # fmt: skip
+    at = 96 * n
+    arrays: dict[int, dict[str, npt.NDArray[Any]]] = {}  # id(sensor's record) -> its arrays
+    for (sensor, key, dtype, shape), size in zip(layouts, sizes, strict=True):
+        count = int(np.prod(shape))
+        out = np.frombuffer(data, dtype, count=count, offset=at).reshape(shape).copy()
+        arrays.setdefault(id(sensor), {})[key] = out
+        at += size
+    for sensor in record["sensors"].values():
+        if id(sensor) in arrays:
+            sensor["outputs"] = arrays[id(sensor)]
+    return record
+
+
 def encode_result(r: SensorResult, *, outputs: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "status": r.status.value,
@@ -144,7 +199,7 @@ def decode_result(sensor: str, d: Mapping[str, Any]) -> SensorResult:
         sensor=sensor,
         status=SensorStatus(d["status"]),
         latency_ns=int(d.get("latency_ns") or 0),
-        outputs={k: decode_array(v) for k, v in (d.get("outputs") or {}).items()},
+        outputs={k: v if isinstance(v, np.ndarray) else decode_array(v) for k, v in (d.get("outputs") or {}).items()},
         error=d.get("error"),
         sample_t_ns=d.get("sample_t_ns"),
         model=d.get("model"),
@@ -187,7 +242,10 @@ _SENSOR = {
         "sample_t_ns": {"type": ["integer", "null"]},
         "reused_age_ns": {"type": ["integer", "null"]},
         "latency_ns": {"type": "integer"},
-        "outputs": {"type": "object", "description": "raw output tensors: dtype, shape, base64 little-endian data"},
+        "outputs": {
+            "type": "object",
+            "description": "raw output tensors: key -> [dtype, shape], their bytes on /record/fusion_data",
+        },
     },
 }
 _DIGEST = {
@@ -198,13 +256,21 @@ _DIGEST = {
 #: Schema name and JSON Schema of each channel (Foxglove shows them in its raw-message and plot panels).
 SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
     ARRIVALS_TOPIC: (
-        "perception.record.Arrival",
+        "perception.record.Arrivals",
         {
             "type": "object",
             "properties": {
-                "sensor": {"type": "string", "description": "the sensor, or 'ego' for a pose"},
-                "t_ns": {"type": "integer", "description": "the stamp"},
-                "arrival_ns": {"type": "integer", "description": "receipt on the host's monotonic clock"},
+                "arrivals": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "sensor": {"type": "string", "description": "the sensor, or 'ego' for a pose"},
+                            "t_ns": {"type": "integer", "description": "the stamp"},
+                            "arrival_ns": {"type": "integer", "description": "receipt on the host's monotonic clock"},
+                        },
+                    },
+                },
             },
         },
     ),
@@ -220,7 +286,11 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
                 "ego": {"type": ["object", "null"]},
                 "samples": {"type": "object", "description": "sensor -> the sample that formed the frame"},
                 "sensors": {"type": "object", "additionalProperties": _SENSOR},
-                "detections": {"type": "array"},
+                "detections": {
+                    "type": "object",
+                    "description": "ids, labels, sources; the values on /record/fusion_data",
+                    "properties": {"ids": {"type": "array"}, "labels": {"type": "array"}, "sources": {"type": "array"}},
+                },
                 "digest": _DIGEST,
             },
         },

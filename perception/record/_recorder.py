@@ -4,16 +4,16 @@ The recorder is a :class:`perception.scheduler.RunObserver`: the entry point cal
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
 the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
-recording with gaps says so), a sample the drive format refuses is counted too. The digests of the tracker
-state are taken in fusion's thread (the state changes with the next frame); the rest is the writer's.
+recording with gaps says so), a sample the drive format refuses is counted too. The tracker's state is
+copied in fusion's thread (it changes with the next frame) and digested, like the rest, by the writer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
-import queue
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -31,7 +31,13 @@ from perception.drives import DriveWriter
 from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
-from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
+from perception.record._digest import (
+    decisions_digest,
+    detection_values,
+    detections_digest,
+    recorded_outputs,
+    tracker_digest,
+)
 from perception.scheduler import FusionStage, Session, TrackingStage
 from perception.types import (
     Detection3D,
@@ -51,6 +57,9 @@ log = logging.getLogger(__name__)
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
+_WAKING = frozenset({"result"})  # items that wake the writer: a frame delivered (see RunRecorder._put)
+_WAKE_AT = 64  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
+_ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
 
 
@@ -91,14 +100,14 @@ class _RecordingFusion:
         cpu0 = time.thread_time_ns()
         seq = self._recorder.next_seq()
         try:
-            tracker = tracker_digest(self._state()) if self._state is not None else ""
-            self._recorder.fused(seq, frame, dict(results), detections, tracker)
+            # the state after this frame (copies: the next frame changes the tracker's own), digested by the writer
+            state = self._state() if self._state is not None else None
+            self._recorder.fused(seq, frame, dict(results), detections, state)
         except Exception:  # never into the run
             self._recorder.stats["failed"] += 1
             log.exception("recording frame %d failed", frame.frame_id)
         self._recorder.hook_cpu_ns += time.thread_time_ns() - cpu0
         return detections, stages
-
 
 
 class _RecordingTracker(_RecordingFusion):
@@ -124,6 +133,7 @@ class _RecordingTracker(_RecordingFusion):
     def tracker_state(self) -> Mapping[str, Any]:
         return self._tracker.tracker_state()
 
+
 class RunRecorder:
     """Records a run into ``path`` (see the module docs); a :class:`perception.scheduler.RunObserver`.
 
@@ -137,7 +147,10 @@ class RunRecorder:
         self.path = Path(path)
         self.options = options or RecordOptions()
         self._ego_poses = tuple(ego_poses)
-        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(self.options.queue_items)
+        self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
+        self._wake = threading.Event()
+        self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
+        self._failed = False
         self._state = Lifetime.UNOPENED
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
         self._lock = threading.Lock()
@@ -150,8 +163,9 @@ class RunRecorder:
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
         #: ``failed``, ``segments``.
         self.stats: Counter[str] = Counter()
-        #: The writer's CPU time (thread time, ns), the run threads' time in the fusion hook (the tracker
-        #: digest, handing over), and the bytes of the finished segments.
+        #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
+        #: the run threads' time in the recorder's calls (the fusion hook's copy of the tracker state, handing
+        #: samples, poses, frames and results over), and the bytes of the finished segments.
         self.cpu_ns = 0
         self.hook_cpu_ns = 0
         self.bytes = 0
@@ -166,6 +180,9 @@ class RunRecorder:
         #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
         #: is written: a result delivering those detections is not digested again.
         self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
+        #: Arrivals not written yet (each one's JSON), and the first one's stamp (the writer thread's).
+        self._arrivals: list[str] = []
+        self._arrivals_t_ns = 0
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -190,7 +207,8 @@ class RunRecorder:
             return
         self._state = Lifetime.CLOSING
         try:
-            self._queue.put(None)
+            self._items.append(None)
+            self._wake.set()
             self._thread.join()
         finally:
             self._state = Lifetime.CLOSED
@@ -209,7 +227,8 @@ class RunRecorder:
         with self._lock:
             meta[fmt.META_RUN] = str(self._runs)
             self._runs += 1
-        self._queue.put(("begin", (rig, meta)))  # waits for room: the recording cannot start without it
+        self._items.append(("begin", (rig, meta)))  # never dropped: the recording cannot start without it
+        self._wake.set()
 
     def fusion(self, stage: FusionStage | None) -> FusionStage | None:
         if stage is None:
@@ -217,21 +236,27 @@ class RunRecorder:
         return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
+        cpu0 = time.thread_time_ns()
         if isinstance(sample, ImageSample):
             with self._lock:
                 self._images[id(sample.data)] = (sample.data, sample.sensor, sample.t_ns)
                 if len(self._images) > _IMAGES_REMEMBERED:
                     self._images.popitem(last=False)
         self._put("sample", (sample, arrival_ns))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        cpu0 = time.thread_time_ns()
         self._put("ego", (pose, arrival_ns))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     def result(self, result: FrameResult) -> None:
+        cpu0 = time.thread_time_ns()
         with self._lock:
             index, self._frames = self._frames, self._frames + 1
             seq = self._seq_of.pop(result.frame_id, None)
         self._put("result", (index, seq, result))
+        self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     # -- from fusion's thread ---------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -242,8 +267,10 @@ class RunRecorder:
 
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
-        tracker: str,
+        tracker: Mapping[str, npt.NDArray[Any]] | None,
     ) -> None:  # fmt: skip
+        """A frame fused in its turn ``seq``; ``tracker``: the tracker's state after it (copies), None without
+        one."""
         with self._lock:
             self._seq_of[frame.frame_id] = seq
             raw = {
@@ -258,33 +285,45 @@ class RunRecorder:
         self._put("predicted", (seq, frame, detections))
 
     def _put(self, kind: str, item: Any) -> None:
-        try:
-            self._queue.put_nowait((kind, item))
-        except queue.Full:
+        """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
+        woken only by a frame's fused record and its result (samples wait for them, or until
+        :data:`_WAKE_AT` are waiting): a wake-up per sample cost the run as much as writing it."""
+        if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
+            return
+        self._items.append((kind, item))
+        if kind in _WAKING or len(self._items) >= self._wake_at:
+            self._wake.set()
 
     # -- the writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:
+        """Drain the queue whenever woken; :attr:`cpu_ns` is this thread's whole CPU time (waking, writing,
+        finishing the segments)."""
+        items = self._items
         try:
             while True:
-                item = self._queue.get()
-                if item is None:
-                    break
-                cpu0 = time.thread_time_ns()
-                try:
-                    self._write(*item)
-                except DriveError as exc:
-                    self.stats["refused"] += 1
-                    log.debug("recording: %s", exc)
-                finally:
-                    self.cpu_ns += time.thread_time_ns() - cpu0
+                self._wake.wait()
+                self._wake.clear()
+                while items:
+                    item = items.popleft()
+                    if item is None:
+                        return
+                    try:
+                        self._write(*item)
+                    except DriveError as exc:
+                        self.stats["refused"] += 1
+                        log.debug("recording: %s", exc)
+                self.cpu_ns = time.thread_time_ns()
         except BaseException as exc:  # an I/O failure ends the recording, never the run
             self._error = exc
+            self._failed = True  # the callers' items are dropped (counted) from now on
+            items.clear()
             log.exception("recording %s failed; the run goes on unrecorded", self.path)
-            while self._queue.get() is not None:  # keep the callers' puts from filling up
-                pass
         finally:
-            self._finish_segment()
+            try:
+                self._finish_segment()
+            finally:
+                self.cpu_ns = time.thread_time_ns()
 
     def _write(self, kind: str, item: Any) -> None:
         if kind == "begin":
@@ -327,7 +366,8 @@ class RunRecorder:
 
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
-        detections: tuple[Detection3D, ...], tracker: str, raw: Mapping[str, tuple[bytes, str, int] | None],
+        detections: tuple[Detection3D, ...], tracker: Mapping[str, npt.NDArray[Any]] | None,
+        raw: Mapping[str, tuple[bytes, str, int] | None],
     ) -> None:  # fmt: skip
         samples: dict[str, Any] = {}
         for name, s in frame.samples.items():
@@ -348,26 +388,31 @@ class RunRecorder:
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
-        digest = detections_digest(detections)
+        values = detection_values(detections)
+        digest = detections_digest(detections, values)
         self._remember_digest(seq, detections, digest)
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
+        layout, data, outputs = recorded_outputs(results)
+        sensors = {n: fmt.encode_result(r, outputs=False) for n, r in sorted(results.items())}
+        for n, arrays in layout.items():
+            sensors[n]["outputs"] = arrays
         record = {
             "seq": seq,
             "frame_id": frame.frame_id,
             "t_ns": frame.t_ns,
             "ego": fmt.encode_ego(frame.ego),
             "samples": samples,
-            "sensors": {n: fmt.encode_result(r, outputs=True) for n, r in sorted(results.items())},
-            "detections": [fmt.encode_detection(d) for d in detections],
+            "sensors": sensors,
+            "detections": _detections(detections),
             "digest": {
-                "outputs": outputs_digest(results),
+                "outputs": outputs,
                 "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
                 "detections": digest,
-                "tracker": tracker,
+                "tracker": tracker_digest(tracker) if tracker is not None else "",
             },
         }
-        self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
+        self._write_frame_record(writer, seq, frame.t_ns, record, values, data)
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -375,7 +420,8 @@ class RunRecorder:
     ) -> None:
         """A shed frame's place in the fusion order: its time and ego pose (what the prediction reads) and the
         detections predicted; the tracker is as the frame before left it (no tracker digest)."""
-        digest = detections_digest(detections)
+        values = detection_values(detections)
+        digest = detections_digest(detections, values)
         self._remember_digest(seq, detections, digest)
         record = {
             "seq": seq,
@@ -385,16 +431,26 @@ class RunRecorder:
             "ego": fmt.encode_ego(frame.ego),
             "samples": {},
             "sensors": {},
-            "detections": [fmt.encode_detection(d) for d in detections],
+            "detections": _detections(detections),
             "digest": {
-                "outputs": outputs_digest({}),
+                "outputs": recorded_outputs({})[2],
                 "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, {}, {}, frame.ego),
                 "detections": digest,
                 "tracker": None,
             },
         }
-        self._json(writer, fmt.FUSION_TOPIC, frame.t_ns, record, seq)
+        self._write_frame_record(writer, seq, frame.t_ns, record, values, b"")
         self.stats["predicted"] += 1
+
+    def _write_frame_record(
+        self, writer: DriveWriter, seq: int, t_ns: int, record: Mapping[str, Any], values: npt.NDArray[np.float64],
+        outputs: bytes,
+    ) -> None:  # fmt: skip
+        """A frame's fusion record (JSON: what Foxglove shows) and its numbers (binary, the arrays' own
+        buffers: the detections' values, the raw outputs), then the arrivals batched since the last frame."""
+        self._json(writer, fmt.FUSION_TOPIC, t_ns, record, seq)
+        writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs), seq)
+        self._flush_arrivals(writer)
 
     def _remember_digest(self, seq: int, detections: tuple[Detection3D, ...], digest: str) -> None:
         self._fused_digests[seq] = (detections, digest)
@@ -478,11 +534,20 @@ class RunRecorder:
             start += n
         return out
 
-    @staticmethod
-    def _arrival(writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
-        # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost
-        data = f'{{"sensor":{json.dumps(sensor)},"t_ns":{int(t_ns)},"arrival_ns":{int(arrival_ns)}}}'.encode()
-        writer.write_json(fmt.ARRIVALS_TOPIC, t_ns, data)
+    def _arrival(self, writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
+        # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost; written
+        # in a batch with the next frame's record (one message, not one per sample)
+        if not self._arrivals:
+            self._arrivals_t_ns = t_ns
+        self._arrivals.append(f'{{"sensor":{_quoted(sensor)},"t_ns":{int(t_ns)},"arrival_ns":{int(arrival_ns)}}}')
+        if len(self._arrivals) >= _ARRIVALS_BATCH:
+            self._flush_arrivals(writer)
+
+    def _flush_arrivals(self, writer: DriveWriter) -> None:
+        if self._arrivals:
+            data = ('{"arrivals":[' + ",".join(self._arrivals) + "]}").encode()
+            self._arrivals.clear()
+            writer.write_json(fmt.ARRIVALS_TOPIC, self._arrivals_t_ns, data)
 
     @staticmethod
     def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
@@ -495,6 +560,7 @@ class RunRecorder:
         writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression, crcs=False)
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
+        writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
         for spec in self._rig:
             if not kind_def(spec.kind).is_image:
                 writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
@@ -511,8 +577,23 @@ class RunRecorder:
     def _finish_segment(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
+            self._flush_arrivals(writer)
             writer.close()
             self.bytes += writer.path.stat().st_size
+
+
+def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
+    """A frame's detections in its fusion record: what is not a number (their values: binary, beside it)."""
+    return {
+        "ids": [d.id for d in detections],
+        "labels": [d.label for d in detections],
+        "sources": [d.sources for d in detections],
+    }
+
+
+@functools.lru_cache(maxsize=256)
+def _quoted(name: str) -> str:
+    return json.dumps(name)
 
 
 def _spot_equal(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> bool:

@@ -33,7 +33,13 @@ from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.record import _format as fmt
-from perception.record._digest import decisions_digest, detections_digest, outputs_digest, tracker_digest
+from perception.record._digest import (
+    decisions_digest,
+    detections_digest,
+    outputs_digest,
+    recorded_outputs,
+    tracker_digest,
+)
 from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator, TrackingStage
 from perception.types import (
     Detection3D,
@@ -49,7 +55,7 @@ from perception.types import (
     SessionSource,
 )
 
-__all__ = ["AsRecordedOutcome", "Divergence", "replay_as_recorded"]
+__all__ = ["AsRecordedOutcome", "Divergence", "fusion_records", "replay_as_recorded"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +128,19 @@ def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: int(r[key]))
 
 
+def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
+    """A recording segment's fusion records in fusion order, each with its numbers (format 3's
+    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`)."""
+    data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
+    out: list[dict[str, Any]] = []
+    for _, _, seq, d in reader.messages([fmt.FUSION_TOPIC]):
+        try:
+            out.append(fmt.decode_fusion(json.loads(d), data.get(seq)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DriveError(f"a fusion record cannot be read: {exc}", file=str(reader.path)) from exc
+    return sorted(out, key=lambda r: int(r["seq"]))
+
+
 def _source(reader: DriveReader) -> SessionSource:
     meta = dict(reader.metadata)
     if meta.get(fmt.META_FORMAT) not in fmt.READABLE_VERSIONS:
@@ -185,7 +204,8 @@ async def _replay_segments(
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
-            records = _records(reader, fmt.FUSION_TOPIC, "seq")
+            records = fusion_records(reader)
+            exact = reader.metadata.get(fmt.META_FORMAT) not in ("1", "2")  # the outputs digest: of their bytes
             points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():
                 if not _is_image(spec.kind):
@@ -223,7 +243,7 @@ async def _replay_segments(
                 tracker = tracker_digest(state()) if state is not None else ""
                 fused[seq] = (dets, results)
                 out.compared += 1
-                div = _compare(rec, frame, recorded, results, dets, tracker)
+                div = _compare(rec, frame, recorded, results, dets, tracker, exact=exact)
                 if div is not None and lost and div.cause != "model":  # a sample missing: not fusion's doing
                     div = Divergence(frame.frame_id, seq, "decision", "; ".join(lost))
                 if div is None:
@@ -322,8 +342,10 @@ async def _rerun(
 
 def _compare(
     rec: Mapping[str, Any], frame: Frame, recorded: Mapping[str, SensorResult], results: Mapping[str, SensorResult],
-    dets: Sequence[Detection3D], tracker: str,
+    dets: Sequence[Detection3D], tracker: str, *, exact: bool,
 ) -> Divergence | None:  # fmt: skip
+    """``exact``: the recorded outputs digest is of their bytes (format 3: :func:`recorded_outputs`), else
+    quantised (:func:`outputs_digest`)."""
     digest = rec["digest"]
     fid, seq = frame.frame_id, int(rec["seq"])
     for name in sorted(results):
@@ -339,7 +361,7 @@ def _compare(
                 else f"outputs of {then.model} version {then.model_version!r} differ"
             )
             return Divergence(fid, seq, "model", f"{name}: {what}")
-    if outputs_digest(recorded) != digest["outputs"]:
+    if (recorded_outputs(recorded)[2] if exact else outputs_digest(recorded)) != digest["outputs"]:
         return Divergence(fid, seq, "model", "the recorded outputs do not match their digest")
     statuses = {n: r.status.value for n, r in results.items()}
     stamps = {n: r.sample_t_ns for n, r in results.items()}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from foxglove_schemas_protobuf.PackedElementField_pb2 import PackedElementField
@@ -12,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from perception.drives import _codec as codec
 from perception.drives import kind_fields
-from perception.types import SensorKind
+from perception.types import EgoPose, SensorKind, Transform
 
 KINDS = st.sampled_from([SensorKind.LIDAR, SensorKind.RADAR])
 
@@ -122,3 +124,22 @@ def test_the_fast_encoding_is_the_message_serialised(data: st.DataObject, kind: 
 def test_the_fast_image_encoding_is_the_message_serialised(data: bytes, fmt: str, frame_id: str, t_ns: int) -> None:
     wire = codec.encode_image(t_ns, frame_id, data, fmt).SerializeToString(deterministic=True)
     assert b"".join(codec.encode_image_parts(t_ns, frame_id, data, fmt)) == wire
+
+
+_FLOATS = st.one_of(
+    st.sampled_from([0.0, -0.0, 1.0, math.inf, -math.inf, math.nan]), st.floats(allow_nan=True, allow_infinity=True)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t_ns=st.one_of(st.sampled_from([0, 5, 10**9, 2**63]), st.integers(0, 2**64 - 1)),
+    values=st.lists(_FLOATS, min_size=11, max_size=11),
+)
+def test_the_fast_ego_pose_encoding_is_the_messages_serialised(t_ns: int, values: list[float]) -> None:
+    # byte for byte what protobuf writes (zero fields left out, -0.0 kept, empty submessages present)
+    t, r, v = values[0:3], values[3:7], values[7:10]
+    pose = EgoPose(t_ns, Transform((t[0], t[1], t[2]), (r[0], r[1], r[2], r[3])), (v[0], v[1], v[2]), values[10])
+    odometry, transform = codec.encode_ego_pose_parts(pose)
+    assert odometry == codec.encode_odometry(pose).SerializeToString(deterministic=True)
+    assert transform == codec.encode_ego_transform(pose).SerializeToString(deterministic=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.drives import DriveReader
+from perception.record._replay import fusion_records
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -29,6 +30,11 @@ def fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProces
 
 
 def records(path: Path, topic: str) -> list[dict[str, Any]]:
-    """The JSON messages of a recording's ``topic``."""
+    """The JSON messages of a recording's ``topic``; ``/record/fusion``'s with their numbers (its binary
+    ``/record/fusion_data``: detections as dicts, outputs as arrays), as the replay reads them; the
+    arrivals' batches one by one."""
     with DriveReader(path, strict=True) as reader:
-        return [json.loads(data) for _, _, _, data in reader.messages([topic])]
+        if topic == "/record/fusion":
+            return fusion_records(reader)
+        out = [json.loads(data) for _, _, _, data in reader.messages([topic])]
+        return [a for batch in out for a in batch["arrivals"]] if topic == "/record/arrivals" else out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,17 @@ from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import DriveError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, replay_as_recorded
-from perception.record._digest import RESOLUTION, detections_digest, outputs_digest, tracker_digest
+from perception.record import _format as fmt
+from perception.record._digest import (
+    RESOLUTION,
+    detections_digest,
+    outputs_digest,
+    recorded_outputs,
+    tracker_digest,
+)
+from perception.record._replay import fusion_records
 from perception.scheduler import Session
-from perception.types import Detection3D, FrameResult, FrameStatus, SensorResult, SensorStatus
+from perception.types import Detection3D, Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -173,3 +182,74 @@ def test_digests_are_stable_across_versions() -> None:
     assert detections_digest(dets) == "185ca9803d0ab39b7ed65a9720d43f490b945facd3b2a6f1fede7e825d511f14"
     assert outputs_digest(results) == "c8fba95b0dec2af1214f8eed009a705883a1aac5c9ae1d6a4583b9eefbb677cf"
     assert tracker_digest(state) == "eeb58486b07f39353d0e95b6e730365d96c0f1bf3883536ab2207c65374db6ff"
+    # all finite (the common case: quantised without clipping or marking), pinned too
+    finite = [d for d in dets if math.isfinite(d.score)]
+    assert detections_digest(finite) == "70d04fd5f1d16f6067423f252a13b9e29cd6c2ffd7466313fbec8a11cda6d88d"
+    table = {"table": np.arange(12.0).reshape(3, 4) / 7, "next_id": np.array([3], np.int64)}
+    assert tracker_digest(table) == "edbfd824db87dae7a0db84667ab295ba09414952a5efe76514a21faf3df4c0a2"
+
+
+def _record_fused(path: Path, results: dict[str, SensorResult], dets: list[Detection3D]) -> None:
+    """One frame fused (the given outputs and detections) and delivered, recorded into ``path``."""
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(load_config(PROFILE), reader.source)
+    with RunRecorder(path) as rec:
+        rec.begin(session)
+        frame = Frame(7, 1_000_000, {})
+        rec.fused(0, frame, results, tuple(dets), None)
+        rec.result(FrameResult(7, 1_000_000, FrameStatus.OK, results, tuple(dets)))
+
+
+def test_a_frame_s_numbers_are_recorded_binary_and_read_back_bit_for_bit(tmp_path: Path) -> None:
+    # format 3: the detections' values and the raw outputs on /record/fusion_data (their bytes), the JSON
+    # record holding their layout, ids, labels and sources -- no float of theirs as a JSON number
+    dets = [Detection3D(i, "car", 0.1 * i + 1 / 3, (i / 7, -2.5, 1e-9), (4.0, 1.8, 1.5), -0.3, (1.0, 2 / 3),
+                        (0.2, 0.3), ("lidar_top", "cam_front")) for i in range(5)]  # fmt: skip
+    outputs = {
+        "BOXES": np.arange(21, dtype=np.float32).reshape(3, 7) / 3,  # 84 bytes: padded to 88
+        "LABELS": np.array([1, 2, 3], ">i4"),  # big-endian: recorded little-endian
+        "EMPTY": np.zeros((0, 4), np.float32),
+    }
+    results = {
+        "lidar_top": SensorResult("lidar_top", SensorStatus.OK, outputs=outputs, model="m", model_version="2"),
+        "cam_front": SensorResult("cam_front", SensorStatus.LATE, error="late"),
+    }
+    run = tmp_path / "run.mcap"
+    _record_fused(run, results, dets)
+    with DriveReader(run, strict=True) as reader:
+        raw = [json.loads(d) for _, _, _, d in reader.messages(["/record/fusion"])]
+        data = [d for _, _, _, d in reader.messages(["/record/fusion_data"])]
+        (record,) = fusion_records(reader)
+    sources = [["lidar_top", "cam_front"]] * 5
+    assert raw[0]["detections"] == {"ids": list(range(5)), "labels": ["car"] * 5, "sources": sources}
+    assert raw[0]["sensors"]["lidar_top"]["outputs"]["LABELS"] == ["<i4", [3]]
+    assert len(data) == 1 and len(data[0]) == 5 * 96 + 88 + 16 + 0
+    assert record["detections"] == [fmt.encode_detection(d) for d in dets]  # every float exactly
+    back = fmt.decode_result("lidar_top", record["sensors"]["lidar_top"]).outputs
+    assert {k: (v.dtype.str, v.shape, v.tolist()) for k, v in back.items()} == {
+        k: (v.dtype.newbyteorder("<").str, v.shape, v.tolist()) for k, v in outputs.items()
+    }
+    assert record["digest"]["outputs"] == recorded_outputs(results)[2]
+    assert record["digest"]["detections"] == detections_digest(dets)
+
+
+def test_a_fusion_record_without_its_numbers_is_named(tmp_path: Path) -> None:
+    # a recording whose /record/fusion_data message is cut short: the replay says which file and frame
+    results = {"lidar_top": SensorResult("lidar_top", SensorStatus.OK, outputs={"X": np.ones(3, np.float32)})}
+    run = tmp_path / "run.mcap"
+    _record_fused(run, results, [_det(1.0)])
+    with DriveReader(run, strict=True) as reader:
+        (record,) = (json.loads(d) for _, _, _, d in reader.messages(["/record/fusion"]))
+        (data,) = (d for _, _, _, d in reader.messages(["/record/fusion_data"]))
+    with pytest.raises(ValueError, match=r"fusion #0: 104 bytes of data, its layout says 112"):
+        fmt.decode_fusion(json.loads(json.dumps(record)), data[:-8])
+    with pytest.raises(ValueError, match=r"fusion #0: its /record/fusion_data message is missing"):
+        fmt.decode_fusion(record, None)
+
+
+def test_a_format_2_fusion_record_reads_as_it_was() -> None:
+    # JSON numbers and base64 outputs (formats 1 and 2): read back unchanged, the outputs decoded
+    old = {"seq": 0, "detections": [fmt.encode_detection(_det(1.0))], "sensors": {"lidar_top": {
+        "status": "ok", "outputs": {"X": fmt.encode_array(np.array([1.5, 2.5], np.float32))}}}}  # fmt: skip
+    assert fmt.decode_fusion(old, None) is old
+    assert fmt.decode_result("lidar_top", old["sensors"]["lidar_top"]).outputs["X"].tolist() == [1.5, 2.5]
