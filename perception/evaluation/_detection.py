@@ -128,18 +128,31 @@ class _ClassRecord:
 
 
 def _greedy_match(dist: F64, threshold: float) -> npt.NDArray[np.intp]:
-    """Rows (detections, best first) -> matched column (ground truth) or -1, nearest unmatched within threshold."""
+    """Rows (detections, best first) -> matched column (ground truth) or -1, nearest unmatched within threshold
+    (ties: the first column, as ``np.argmin``)."""
     n_det, n_gt = dist.shape
     match = np.full(n_det, -1, np.intp)
     if n_gt == 0:
         return match
-    taken = np.zeros(n_gt, bool)
-    for i in range(n_det):
-        row = np.where(taken, np.inf, dist[i])
-        j = int(np.argmin(row))
-        if row[j] <= threshold:
-            match[i] = j
-            taken[j] = True
+    if np.isnan(dist).any():  # argmin's NaN rule (the first NaN wins): keep it exactly
+        taken_nan = np.zeros(n_gt, bool)
+        for i in range(n_det):
+            row = np.where(taken_nan, np.inf, dist[i])
+            j = int(np.argmin(row))
+            if row[j] <= threshold:
+                match[i] = j
+                taken_nan[j] = True
+        return match
+    # A few detections and objects per class and frame: plain Python over the rows beats a NumPy call per row.
+    free = list(range(n_gt))
+    for i, row in enumerate(dist.tolist()):
+        best, at = math.inf, -1
+        for j in free:
+            if row[j] < best:
+                best, at = row[j], j
+        if at >= 0 and best <= threshold:
+            match[i] = at
+            free.remove(at)
     return match
 
 
@@ -171,6 +184,16 @@ class DetectionEvaluator:
         self.thresholds = tuple(float(t) for t in thresholds)
         self._tp_index = self.thresholds.index(tp_threshold)
         self._rig = dict(rig) if rig is not None else None
+        #: Each rig sensor's view, computed once: (role, extrinsic, camera (cam_from_base, K, width, height)).
+        self._views: list[tuple[FusionRole | None, F64, tuple[F64, F64, int, int] | None]] = []
+        for spec in (self._rig or {}).values():
+            ext = spec.extrinsic.matrix()
+            role = fusion_role(spec.kind)
+            cal = spec.calibration
+            if role is FusionRole.IMAGE_BOXES and cal is None:
+                continue  # a camera without calibration sees nothing here
+            cam = (invert_transform(ext), cal.matrix(), cal.width, cal.height) if cal is not None else None
+            self._views.append((role, ext, cam if role is FusionRole.IMAGE_BOXES else None))
         self._half_fov = math.radians(radar_fov_deg) / 2
         self._ego_at = ego_at
         self.reset()
@@ -198,15 +221,12 @@ class DetectionEvaluator:
             return ok
         seen = np.zeros(n, bool)
         boxes = np.column_stack([centers, sizes, yaws])
-        for spec in self._rig.values():
-            ext = spec.extrinsic.matrix()
-            role = fusion_role(spec.kind)
+        for role, ext, view in self._views:
             if role is FusionRole.BOXES_3D:
                 seen[:] = True
-            elif role is FusionRole.IMAGE_BOXES and spec.calibration is not None:
-                cal = spec.calibration
-                proj = project_boxes(boxes, invert_transform(ext), cal.matrix(), cal.width, cal.height)
-                seen |= proj.in_image
+            elif role is FusionRole.IMAGE_BOXES:
+                cam_from_base, k, width, height = view
+                seen |= project_boxes(boxes, cam_from_base, k, width, height).in_image
             elif role is FusionRole.DOPPLER_POINTS:
                 rel = centers[:, :2] - ext[:2, 3]
                 bearing = np.arctan2(rel[:, 1], rel[:, 0]) - math.atan2(ext[1, 0], ext[0, 0])
