@@ -263,14 +263,16 @@ class DetectionEvaluator:
         self.detections += int(d_label.size)
         self.ground_truth_objects += int(g_label.size)
 
+        gt_count = np.bincount(g_label, minlength=_NUM_LABELS).tolist()
+        detected = set(d_label.tolist())
         for c in range(_NUM_LABELS):
             rec = self._records[c]
+            rec.num_gt += gt_count[c]
+            rec.gt_per_frame.append(gt_count[c])
+            if c not in detected:
+                continue
             di = np.flatnonzero(d_label == c)
             gi = np.flatnonzero(g_label == c)
-            rec.num_gt += gi.size
-            rec.gt_per_frame.append(int(gi.size))
-            if di.size == 0:
-                continue
             di = di[np.argsort(-d_score[di], kind="stable")]
             dist = np.hypot(d_xy[di, None, 0] - g_xy[None, gi, 0], d_xy[di, None, 1] - g_xy[None, gi, 1])
             flags = []
