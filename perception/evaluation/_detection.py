@@ -224,7 +224,7 @@ class DetectionEvaluator:
         for role, ext, view in self._views:
             if role is FusionRole.BOXES_3D:
                 seen[:] = True
-            elif role is FusionRole.IMAGE_BOXES:
+            elif role is FusionRole.IMAGE_BOXES and view is not None:
                 cam_from_base, k, width, height = view
                 seen |= project_boxes(boxes, cam_from_base, k, width, height).in_image
             elif role is FusionRole.DOPPLER_POINTS:
