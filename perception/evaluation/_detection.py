@@ -194,6 +194,7 @@ class DetectionEvaluator:
                 continue  # a camera without calibration sees nothing here
             cam = (invert_transform(ext), cal.matrix(), cal.width, cal.height) if cal is not None else None
             self._views.append((role, ext, cam if role is FusionRole.IMAGE_BOXES else None))
+        self._sees_all = any(role is FusionRole.BOXES_3D for role, _, _ in self._views)
         self._half_fov = math.radians(radar_fov_deg) / 2
         self._ego_at = ego_at
         self.reset()
@@ -217,21 +218,22 @@ class DetectionEvaluator:
         """Which objects (``base_link``) count: within range and, with a rig, in some sensor's view."""
         n = centers.shape[0]
         ok: B = np.hypot(centers[:, 0], centers[:, 1]) <= self.max_range_m
-        if self._rig is None or n == 0:
-            return ok
-        seen = np.zeros(n, bool)
+        if self._rig is None or n == 0 or self._sees_all:
+            return ok  # no rig: range only; a 3D-box sensor (lidar) sees every object in range
+        near = np.flatnonzero(ok)  # each object is judged on its own: only those in range need a view
+        centers, sizes, yaws = centers[near], sizes[near], yaws[near]
+        seen = np.zeros(near.size, bool)
         boxes = np.column_stack([centers, sizes, yaws])
         for role, ext, view in self._views:
-            if role is FusionRole.BOXES_3D:
-                seen[:] = True
-            elif role is FusionRole.IMAGE_BOXES and view is not None:
+            if role is FusionRole.IMAGE_BOXES and view is not None:
                 cam_from_base, k, width, height = view
                 seen |= project_boxes(boxes, cam_from_base, k, width, height).in_image
             elif role is FusionRole.DOPPLER_POINTS:
                 rel = centers[:, :2] - ext[:2, 3]
                 bearing = np.arctan2(rel[:, 1], rel[:, 0]) - math.atan2(ext[1, 0], ext[0, 0])
                 seen |= np.abs((bearing + np.pi) % (2 * np.pi) - np.pi) <= self._half_fov
-        out: B = ok & seen
+        out: B = np.zeros(n, bool)
+        out[near[seen]] = True
         return out
 
     # -- accumulation -----------------------------------------------------------------------------------
