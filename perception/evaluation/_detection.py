@@ -128,18 +128,31 @@ class _ClassRecord:
 
 
 def _greedy_match(dist: F64, threshold: float) -> npt.NDArray[np.intp]:
-    """Rows (detections, best first) -> matched column (ground truth) or -1, nearest unmatched within threshold."""
+    """Rows (detections, best first) -> matched column (ground truth) or -1, nearest unmatched within threshold
+    (ties: the first column, as ``np.argmin``)."""
     n_det, n_gt = dist.shape
     match = np.full(n_det, -1, np.intp)
     if n_gt == 0:
         return match
-    taken = np.zeros(n_gt, bool)
-    for i in range(n_det):
-        row = np.where(taken, np.inf, dist[i])
-        j = int(np.argmin(row))
-        if row[j] <= threshold:
-            match[i] = j
-            taken[j] = True
+    if np.isnan(dist).any():  # argmin's NaN rule (the first NaN wins): keep it exactly
+        taken_nan = np.zeros(n_gt, bool)
+        for i in range(n_det):
+            row = np.where(taken_nan, np.inf, dist[i])
+            j = int(np.argmin(row))
+            if row[j] <= threshold:
+                match[i] = j
+                taken_nan[j] = True
+        return match
+    # A few detections and objects per class and frame: plain Python over the rows beats a NumPy call per row.
+    free = list(range(n_gt))
+    for i, row in enumerate(dist.tolist()):
+        best, at = math.inf, -1
+        for j in free:
+            if row[j] < best:
+                best, at = row[j], j
+        if at >= 0 and best <= threshold:
+            match[i] = at
+            free.remove(at)
     return match
 
 
@@ -171,6 +184,17 @@ class DetectionEvaluator:
         self.thresholds = tuple(float(t) for t in thresholds)
         self._tp_index = self.thresholds.index(tp_threshold)
         self._rig = dict(rig) if rig is not None else None
+        #: Each rig sensor's view, computed once: (role, extrinsic, camera (cam_from_base, K, width, height)).
+        self._views: list[tuple[FusionRole | None, F64, tuple[F64, F64, int, int] | None]] = []
+        for spec in (self._rig or {}).values():
+            ext = spec.extrinsic.matrix()
+            role = fusion_role(spec.kind)
+            cal = spec.calibration
+            if role is FusionRole.IMAGE_BOXES and cal is None:
+                continue  # a camera without calibration sees nothing here
+            cam = (invert_transform(ext), cal.matrix(), cal.width, cal.height) if cal is not None else None
+            self._views.append((role, ext, cam if role is FusionRole.IMAGE_BOXES else None))
+        self._sees_all = any(role is FusionRole.BOXES_3D for role, _, _ in self._views)
         self._half_fov = math.radians(radar_fov_deg) / 2
         self._ego_at = ego_at
         self.reset()
@@ -194,24 +218,22 @@ class DetectionEvaluator:
         """Which objects (``base_link``) count: within range and, with a rig, in some sensor's view."""
         n = centers.shape[0]
         ok: B = np.hypot(centers[:, 0], centers[:, 1]) <= self.max_range_m
-        if self._rig is None or n == 0:
-            return ok
-        seen = np.zeros(n, bool)
+        if self._rig is None or n == 0 or self._sees_all:
+            return ok  # no rig: range only; a 3D-box sensor (lidar) sees every object in range
+        near = np.flatnonzero(ok)  # each object is judged on its own: only those in range need a view
+        centers, sizes, yaws = centers[near], sizes[near], yaws[near]
+        seen = np.zeros(near.size, bool)
         boxes = np.column_stack([centers, sizes, yaws])
-        for spec in self._rig.values():
-            ext = spec.extrinsic.matrix()
-            role = fusion_role(spec.kind)
-            if role is FusionRole.BOXES_3D:
-                seen[:] = True
-            elif role is FusionRole.IMAGE_BOXES and spec.calibration is not None:
-                cal = spec.calibration
-                proj = project_boxes(boxes, invert_transform(ext), cal.matrix(), cal.width, cal.height)
-                seen |= proj.in_image
+        for role, ext, view in self._views:
+            if role is FusionRole.IMAGE_BOXES and view is not None:
+                cam_from_base, k, width, height = view
+                seen |= project_boxes(boxes, cam_from_base, k, width, height).in_image
             elif role is FusionRole.DOPPLER_POINTS:
                 rel = centers[:, :2] - ext[:2, 3]
                 bearing = np.arctan2(rel[:, 1], rel[:, 0]) - math.atan2(ext[1, 0], ext[0, 0])
                 seen |= np.abs((bearing + np.pi) % (2 * np.pi) - np.pi) <= self._half_fov
-        out: B = ok & seen
+        out: B = np.zeros(n, bool)
+        out[near[seen]] = True
         return out
 
     # -- accumulation -----------------------------------------------------------------------------------
@@ -243,14 +265,16 @@ class DetectionEvaluator:
         self.detections += int(d_label.size)
         self.ground_truth_objects += int(g_label.size)
 
+        gt_count = np.bincount(g_label, minlength=_NUM_LABELS).tolist()
+        detected = set(d_label.tolist())
         for c in range(_NUM_LABELS):
             rec = self._records[c]
+            rec.num_gt += gt_count[c]
+            rec.gt_per_frame.append(gt_count[c])
+            if c not in detected:
+                continue
             di = np.flatnonzero(d_label == c)
             gi = np.flatnonzero(g_label == c)
-            rec.num_gt += gi.size
-            rec.gt_per_frame.append(int(gi.size))
-            if di.size == 0:
-                continue
             di = di[np.argsort(-d_score[di], kind="stable")]
             dist = np.hypot(d_xy[di, None, 0] - g_xy[None, gi, 0], d_xy[di, None, 1] - g_xy[None, gi, 1])
             flags = []

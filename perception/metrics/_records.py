@@ -32,16 +32,22 @@ def _f(x: float, nd: int = 3) -> float | None:
     return None if not math.isfinite(x) else round(float(x), nd)
 
 
+def _fs(xs: tuple[float, ...]) -> list[float | None]:
+    """``[_f(x) for x in xs]`` without a call per value (a frame's records hold hundreds of them)."""
+    isfinite = math.isfinite
+    return [round(float(x), 3) if isfinite(x) else None for x in xs]
+
+
 def detection_json(d: Detection3D) -> dict[str, Any]:
     return {
         "id": d.id,
         "label": d.label,
         "score": _f(d.score, 4),
-        "center": [_f(v) for v in d.center],
-        "size": [_f(v) for v in d.size],
+        "center": _fs(d.center),
+        "size": _fs(d.size),
         "yaw": _f(d.yaw, 4),
-        "velocity": [_f(v) for v in d.velocity],
-        "uncertainty": [_f(v) for v in d.uncertainty],
+        "velocity": _fs(d.velocity),
+        "uncertainty": _fs(d.uncertainty),
         "sources": list(d.sources),
     }
 

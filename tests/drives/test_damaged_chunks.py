@@ -291,3 +291,30 @@ def test_info_reports_damage_and_exits_3(medium: Written, tmp_path: Path, capsys
 
     assert main(["info", "--strict", str(medium.path)]) == 0  # intact
     assert "DAMAGED" not in capsys.readouterr().out
+
+
+# -- a chunk's CRC is checked once per reader ----------------------------------------------------------
+
+
+def test_each_chunk_is_crc_checked_on_its_first_read_only(
+    medium: Written, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay reads every chunk several times (ego poses, ground truth, samples): the first read checks
+    its CRC (damage is found there, see above), the later ones do not compute it again."""
+    import perception.drives._chunks as chunks_mod
+
+    checks: list[bool] = []
+    original = chunks_mod.breakup_chunk
+
+    def spy(chunk: object, validate_crc: bool = False) -> object:
+        checks.append(validate_crc)
+        return original(chunk, validate_crc=validate_crc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(chunks_mod, "breakup_chunk", spy)
+    with DriveReader(medium.path, strict=False) as d:
+        first = [(s.sensor, s.t_ns) for s in d.samples()]
+        assert True in checks and d.damage.chunks == ()
+        checks.clear()
+        again = [(s.sensor, s.t_ns) for s in d.samples()]
+    assert again == first
+    assert checks and not any(checks)

@@ -155,3 +155,23 @@ def test_invalid_arguments_are_refused() -> None:
         DetectionEvaluator(max_range_m=0)
     with pytest.raises(ValueError, match="tp_threshold"):
         DetectionEvaluator(thresholds=(1.0,), tp_threshold=2.0)
+
+
+def test_visibility_is_judged_per_object_and_a_lidar_sees_everything_in_range() -> None:
+    """``visible`` on many objects at once is each object's own answer (out of range, behind a front
+    camera, beside a radar); with a lidar in the rig it is the range test alone."""
+    rng = np.random.default_rng(7)
+    n = 200
+    centers = np.column_stack([rng.uniform(-80, 80, n), rng.uniform(-80, 80, n), rng.uniform(0, 2, n)])
+    sizes = np.tile(np.array(CAR), (n, 1))
+    yaws = rng.uniform(-math.pi, math.pi, n)
+    rig = make_rig(cameras=2, radars=2, lidar=False)
+    ev = DetectionEvaluator(max_range_m=50, rig=rig)
+    got = ev.visible(centers, sizes, yaws)
+    one_by_one = [bool(ev.visible(centers[i : i + 1], sizes[i : i + 1], yaws[i : i + 1])[0]) for i in range(n)]
+    assert got.tolist() == one_by_one
+    in_range = np.hypot(centers[:, 0], centers[:, 1]) <= 50
+    assert 0 < got.sum() < in_range.sum()  # some objects in range are in no sensor's view
+    assert not got[~in_range].any()
+    with_lidar = DetectionEvaluator(max_range_m=50, rig=make_rig(cameras=2, radars=2, lidar=True))
+    assert with_lidar.visible(centers, sizes, yaws).tolist() == in_range.tolist()
