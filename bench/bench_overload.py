@@ -21,7 +21,8 @@ as much again, which measures a heavier workload, not the overload). Per point:
   reused a decimated sensor's earlier result;
 * wasted compute: Triton's compute (compute input + infer + output, its statistics) spent on requests
   whose answers were not used (late, cancelled or failed), as a share of all its compute; from the
-  statistics: the failed requests' time, and successful requests beyond those answered in time
+  statistics: the failed requests' time (each at most the model's mean compute per request: a request
+  rejected from the queue computed nothing), and successful requests beyond those answered in time
   (the mean compute per success each; a reused result is no request), less the runtime's warm-up (one
   request per instance);
 * fused mAP over every frame of the drive (:func:`score`: a processed frame by its detections, a shed
@@ -205,8 +206,13 @@ def wasted_compute(run: Run) -> dict[str, Any]:
 
         compute = sum(delta(f"{s}_ns") for s in STAGES)
         success = delta("success_count")
-        failed_ns = delta("fail_ns")  # a failed (e.g. cancelled) request's time: its compute at most
         per_success = compute / success if success else 0.0
+        # A failed request's compute: Triton's ``fail`` duration is the request's whole time, its wait in
+        # the queue included, and a request the queue policy rejected (its timeout passed while queued)
+        # never computed at all. Each failed request is charged its time, at most what a request of
+        # the model computes on average (one rejected after 500 ms in the queue had counted as 500 ms).
+        failed_time_ns = delta("fail_ns")
+        failed_ns = min(failed_time_ns, delta("fail_count") * per_success)
         unused = max(0, success - 1 - used.get(model, 0))  # one warm-up request per run (one instance)
         wasted = unused * per_success + failed_ns
         total_ns += compute + failed_ns
@@ -214,6 +220,7 @@ def wasted_compute(run: Run) -> dict[str, Any]:
         per_model[model] = {
             "requests_ok": success,
             "requests_failed": delta("fail_count"),
+            "failed_time_ms": round(failed_time_ns / MS, 1),
             "answers_used": used.get(model, 0),
             "compute_ms": round(compute / MS, 1),
             "wasted_ms": round(wasted / MS, 1),
