@@ -312,7 +312,9 @@ class Dispatcher:
         version = str(getattr(result, "model_version", "") or "")
         for s in members:
             oc = outcomes[s.name]
-            oc.outputs = split_batch(result.outputs, index[s.name]) if s.name in index else dict(result.outputs)
+            if index and s.name not in index:
+                continue  # left out of the batch (its image did not decode, or is another size): its error stands
+            oc.outputs = split_batch(result.outputs, index[s.name]) if index else dict(result.outputs)
             if oc.box_scale != (1.0, 1.0):  # an image sent at another scale than the original's
                 oc.outputs = scale_camera_boxes(oc.outputs, oc.box_scale)
             oc.status = SensorStatus.OK

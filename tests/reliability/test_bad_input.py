@@ -53,7 +53,7 @@ from reliability_helpers import (
 from perception import _imageio
 from perception._imageio import encode_jpeg
 from perception.cli._main import main as cli_main
-from perception.config import SensorConfig, TriggerConfig
+from perception.config import RuntimeConfig, SensorConfig, TriggerConfig, from_data
 from perception.drives import DriveReader
 from perception.drives import _codec as codec
 from perception.errors import DriveError, InputError, ModelContractError
@@ -62,7 +62,15 @@ from perception.metrics import frame_record
 from perception.replay import ReplayOptions, replay_drive
 from perception.scheduler import FrameAssembler, Runtime
 from perception.server import EmbeddedTriton
-from perception.types import CameraCalibration, FrameStatus, PointCloudSample, SensorSpec, SensorStatus
+from perception.types import (
+    CameraCalibration,
+    Frame,
+    FrameStatus,
+    ImageSample,
+    PointCloudSample,
+    SensorSpec,
+    SensorStatus,
+)
 
 BUNDLED_DRIVE = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
 
@@ -513,3 +521,41 @@ def test_decoding_any_image_bytes_raises_only_input_error(data: bytes) -> None:
         assert exc.sensor == "cam_front"
     else:
         assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+
+
+@pytest.mark.anyio
+async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(triton: EmbeddedTriton) -> None:
+    """Two cameras on one camera model share one batched request; with the default ``decode`` one
+    camera's undecodable image is that camera's error, and the other camera's image is still detected
+    on. (The camera left out of the batch used to be reported ok, with the whole batch's outputs: the
+    other camera's detections; and with ``decode: auto``, then the default, the model decoded both and
+    the whole request failed: both cameras were errors.)"""
+    good = encode_jpeg(np.random.default_rng(0).integers(0, 255, (360, 640, 3), dtype=np.uint8))
+    data = profile_data(
+        triton.grpc_url,
+        {"cam_front": "camera_detector"},
+        pipeline={"queue_size": 0, "overflow": "block", "circuit": {"failure_threshold": 100}},
+    )
+    data["sensors"].append({**data["sensors"][0], "name": "cam_back"})
+    cfg = from_data(RuntimeConfig, data)
+    t = T0
+    frames = [
+        Frame(
+            frame_id=i,
+            t_ns=t + i * 100 * MS,
+            samples={
+                "cam_front": ImageSample("cam_front", t + i * 100 * MS, "cam_front", bad),
+                "cam_back": ImageSample("cam_back", t + i * 100 * MS, "cam_back", good),
+            },
+        )
+        for i, bad in enumerate((b"\xff\xd8\xff garbage", _png_header(0, 48)))
+    ]
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            results = [r async for r in rt.run(frames)]
+    assert_one_record_per_frame(results, len(frames))
+    for r in results:
+        front, back = r.sensors["cam_front"], r.sensors["cam_back"]
+        assert front.status is SensorStatus.ERROR and front.error is not None and "cam_front" in front.error, front
+        assert back.status is SensorStatus.OK, back
+        assert front.outputs == {}  # none of the batch's outputs: they are the other camera's

@@ -206,7 +206,7 @@ def test_decode_server_is_for_image_sensors_and_names_the_sensor() -> None:
     from perception.kinds import CAMERA
     from perception.triton import ModelContract, check_encoded_input
 
-    assert SensorConfig("cam", "camera", "m").decode == "auto"
+    assert SensorConfig("cam", "camera", "m").decode == "client"
     assert SensorConfig("cam", "camera", "m", decode="server").decode == "server"
     with pytest.raises(ValueError, match=r"decode: .*sensor 'lidar_top' is a lidar"):
         SensorConfig("lidar_top", "lidar", "m", decode="server")
