@@ -134,22 +134,17 @@ def _greedy_match(dist: F64, threshold: float) -> npt.NDArray[np.intp]:
     match = np.full(n_det, -1, np.intp)
     if n_gt == 0:
         return match
-    if np.isnan(dist).any():  # argmin's NaN rule (the first NaN wins): keep it exactly
-        taken_nan = np.zeros(n_gt, bool)
-        for i in range(n_det):
-            row = np.where(taken_nan, np.inf, dist[i])
-            j = int(np.argmin(row))
-            if row[j] <= threshold:
-                match[i] = j
-                taken_nan[j] = True
-        return match
     # A few detections and objects per class and frame: plain Python over the rows beats a NumPy call per row.
     free = list(range(n_gt))
     for i, row in enumerate(dist.tolist()):
         best, at = math.inf, -1
         for j in free:
-            if row[j] < best:
-                best, at = row[j], j
+            v = row[j]
+            if math.isnan(v):  # NaN: as np.argmin, the first NaN is the minimum, and it is within no threshold
+                at = -1
+                break
+            if v < best:
+                best, at = v, j
         if at >= 0 and best <= threshold:
             match[i] = at
             free.remove(at)

@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perception.evaluation import DetectionEvaluator
-from perception.evaluation._detection import nuscenes_ap
+from perception.evaluation._detection import _greedy_match, nuscenes_ap
 from perception.fusion._testing import make_rig
 from perception.kinds import CAMERA, register_kind, unregister_kind
 from perception.types import Detection3D, EgoPose, GroundTruth, GroundTruthObject, Transform
@@ -175,3 +177,30 @@ def test_visibility_is_judged_per_object_and_a_lidar_sees_everything_in_range() 
     assert not got[~in_range].any()
     with_lidar = DetectionEvaluator(max_range_m=50, rig=make_rig(cameras=2, radars=2, lidar=True))
     assert with_lidar.visible(centers, sizes, yaws).tolist() == in_range.tolist()
+
+
+def _greedy_reference(dist: np.ndarray, threshold: float) -> np.ndarray:
+    """The matching rule as NumPy states it: per row, ``np.argmin`` over the columns not yet taken."""
+    match = np.full(dist.shape[0], -1, np.intp)
+    taken = np.zeros(dist.shape[1], bool)
+    for i in range(dist.shape[0]):
+        row = np.where(taken, np.inf, dist[i])
+        j = int(np.argmin(row))
+        if row[j] <= threshold:
+            match[i], taken[j] = j, True
+    return match
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n_gt: st.lists(
+            st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0, 3.5, math.inf, math.nan]), min_size=n_gt, max_size=n_gt),
+            min_size=0,
+            max_size=6,
+        ).map(lambda rows: np.array(rows, float).reshape(len(rows), n_gt))
+    ),
+    st.sampled_from([0.5, 1.0, 2.0, 4.0]),
+)
+def test_greedy_matching_is_numpys_argmin_rule_ties_nan_and_inf_included(dist: np.ndarray, threshold: float) -> None:
+    np.testing.assert_array_equal(_greedy_match(dist, threshold), _greedy_reference(dist, threshold))
