@@ -232,8 +232,7 @@ class DriveWriter:
 
     def write_json(self, topic: str, t_ns: int, data: bytes, seq: int | None = None) -> None:
         """Write one JSON message (``data``: its UTF-8 bytes) on a channel of :meth:`add_json_channel`."""
-        self._extra(topic)
-        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
+        self._write_extra(topic, t_ns, data, seq)
 
     def add_bytes_channel(self, topic: str, message_encoding: str) -> None:
         """Register a channel of binary messages without a schema (``message_encoding`` names their layout, which
@@ -245,8 +244,7 @@ class DriveWriter:
     def write_bytes(self, topic: str, t_ns: int, data: Buffer | Sequence[Buffer], seq: int | None = None) -> None:
         """Write one message on a channel of :meth:`add_bytes_channel`: ``data``'s buffers one after another,
         kept (not copied) until their chunk is written: they must not change before :meth:`close`."""
-        self._extra(topic)
-        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
+        self._write_extra(topic, t_ns, data, seq)
 
     def add_points_channel(self, topic: str, kind: str) -> None:
         """Register a channel of point clouds of a point ``kind`` (the drive's encoding, ``foxglove.PointCloud``)
@@ -353,6 +351,11 @@ class DriveWriter:
     def _extra(self, topic: str) -> None:
         if topic not in self._channels or topic in self._own_topics:
             raise DriveError("not a channel added beside the drive's", file=str(self.path), topic=topic)
+
+    def _write_extra(self, topic: str, t_ns: int, data: Buffer | Sequence[Buffer], seq: int | None) -> None:
+        """One message, as it is, on a channel added beside the drive's (JSON or bytes)."""
+        self._extra(topic)
+        self._add_raw(topic, _check_time(t_ns, "message", str(self.path), topic), data, seq)
 
     def _add(self, topic: str, t_ns: int, msg: PbMessage, seq: int | None = None) -> None:
         self._add_raw(topic, t_ns, msg.SerializeToString(deterministic=True), seq)
