@@ -182,6 +182,11 @@ class KindContract:
     #: them itself (``SensorConfig.decode: server``; a GPU server would with nvJPEG or DALI). A model
     #: taking it declares it, and its ``inputs``, ``optional`` (a request carries one or the other).
     encoded: TensorSpec | None = None
+    #: The optional per-row answer of a model taking ``encoded``: for each batch row, empty when its
+    #: bytes decoded, else why they did not (UTF-8). A model declaring it answers a row it cannot decode
+    #: on its own -- that row with no detections and its reason here, the other rows as usual -- when the
+    #: request asks for this output; without it one undecodable row fails the whole request.
+    decode_error: TensorSpec | None = None
 
     @property
     def output_names(self) -> tuple[str, ...]:
