@@ -208,6 +208,27 @@ class KindContract:
                 return f"{spec.name}: {exc.message}"
         return None
 
+    def decode_errors(self, outputs: Mapping[str, Any], *, batch: int) -> dict[int, str]:
+        """The rows of a batched answer whose encoded image the model could not decode: row -> its
+        reason, from the :attr:`decode_error` output (``{}`` when the answer does not carry it).
+
+        Raises :class:`InputError` naming the tensor when it is not ``[batch, 1]`` BYTES.
+        """
+        spec = self.decode_error
+        if spec is None or spec.name not in outputs:
+            return {}
+        array = outputs[spec.name]
+        if not isinstance(array, np.ndarray):
+            raise InputError(f"expected a numpy array, got {type(array).__name__}", tensor=spec.name)
+        rows = TensorSpec(spec.name, spec.dtype, (batch, *spec.dims)).validate(array)
+        out: dict[int, str] = {}
+        for i in range(batch):
+            reason = rows[i, 0]
+            if reason:
+                text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+                out[i] = text
+        return out
+
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
 

@@ -199,7 +199,9 @@ def test_an_undecodable_row_is_answered_on_its_own_when_decode_error_is_asked_fo
     assert b"cannot decode" in out["DECODE_ERROR"][1, 0]
     # every row undecodable: answered all the same, no network run needed
     result = client.infer(
-        MODEL, [encoded_input([b"", b"\xff\xd8\xff garbage"])], outputs=[grpcclient.InferRequestedOutput(o) for o in wanted]
+        MODEL,
+        [encoded_input([b"", b"\xff\xd8\xff garbage"])],
+        outputs=[grpcclient.InferRequestedOutput(o) for o in wanted],
     )
     assert result.as_numpy("COUNT").tolist() == [[0], [0]]
     assert all(row[0] for row in result.as_numpy("DECODE_ERROR"))
