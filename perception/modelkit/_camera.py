@@ -700,7 +700,9 @@ def _stack_outputs(
     empty = CameraDetections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
     found = iter(detections)
     padded = [(empty if r in failed else next(found)).padded() for r in range(rows)]
-    outputs = {name: np.stack([p[k] for p in padded]) for k, name in enumerate(_OUTPUT_NAMES)}
+    outputs: dict[str, npt.NDArray[Any]] = {
+        name: np.stack([p[k] for p in padded]) for k, name in enumerate(_OUTPUT_NAMES)
+    }
     errors = np.empty((rows, 1), dtype=np.object_)
     for r in range(rows):
         errors[r, 0] = failed.get(r, "").encode()

@@ -337,8 +337,8 @@ class Dispatcher:
             if index and index[s.name] in undecoded:  # the model could not decode it: this camera's error alone
                 encoded = contract.encoded.name if contract.encoded is not None else None
                 reason = f"not decoded by the model: {undecoded[index[s.name]]}"
-                err = InputError(reason, sensor=s.name, tensor=encoded, model=model, frame=frame.frame_id)
-                self._fail([s], outcomes, str(err), attempt)
+                fault = InputError(reason, sensor=s.name, tensor=encoded, model=model, frame=frame.frame_id)
+                self._fail([s], outcomes, str(fault), attempt)
                 continue
             oc.outputs = split_batch(answer, index[s.name]) if index else dict(answer)
             if oc.box_scale != (1.0, 1.0):  # an image sent at another scale than the original's
