@@ -361,3 +361,55 @@ def test_a_served_decode_error_output_must_be_as_the_contract_says() -> None:
     with pytest.raises(ModelContractError, match=r"output DECODE_ERROR: dtype is INT32, expected BYTES") as info:
         check_contract("camera", wrong)
     assert info.value.model == "cam_model" and info.value.tensor == "DECODE_ERROR"
+
+
+@pytest.mark.anyio
+async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its_own() -> None:
+    """``decode: auto`` (the default): the model decodes when it takes IMAGE_BYTES *and* declares
+    DECODE_ERROR (so one undecodable image is its camera's error alone); a model taking IMAGE_BYTES
+    without DECODE_ERROR, or pixels only, gets pixels; ``server`` sends the JPEG all the same."""
+    from typing import Any
+
+    from perception.config import RuntimeConfig, from_data
+    from perception.kinds import CAMERA
+    from perception.scheduler import Runtime
+    from perception.triton import ModelContract, TritonClient
+
+    encoded, flag = CAMERA.contract.encoded, CAMERA.contract.decode_error
+    assert encoded is not None and flag is not None
+    plain = ModelContract("pixels", 8, CAMERA.contract.inputs, CAMERA.contract.outputs)
+    served = {
+        "pixels": plain,
+        "bytes_only": dataclasses.replace(plain, name="bytes_only", inputs=(*plain.inputs, encoded)),
+        "flags": dataclasses.replace(
+            plain, name="flags", inputs=(*plain.inputs, encoded), outputs=(*plain.outputs, flag)
+        ),
+    }
+
+    class _Served(TritonClient):
+        async def wait_ready(self, models: Any, timeout_s: float, **kwargs: Any) -> None:
+            return None
+
+        async def model_statistics(self, model: str, url: str | None = None, **kwargs: Any) -> dict[str, int]:
+            return {}
+
+        async def model_contract(self, model: str, url: str | None = None) -> ModelContract:
+            return served[model]
+
+    sensors = [
+        {"name": "cam_a", "kind": "camera", "model": "flags"},
+        {"name": "cam_b", "kind": "camera", "model": "bytes_only"},
+        {"name": "cam_c", "kind": "camera", "model": "pixels"},
+        {"name": "cam_d", "kind": "camera", "model": "bytes_only", "decode": "server"},
+        {"name": "cam_e", "kind": "camera", "model": "flags", "decode": "client"},
+    ]
+    data = {
+        "server": {"url": "127.0.0.1:1"},
+        "sensors": sensors,
+        "trigger": {"rate_hz": 10},
+        "fusion": {"enabled": False},
+    }
+    rt = Runtime(from_data(RuntimeConfig, data), client=_Served())
+    await rt._verify_models()
+    assert rt._server_decode == {"cam_a", "cam_d"}
+    assert rt._decode_errors == {"flags"}
