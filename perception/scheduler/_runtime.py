@@ -298,6 +298,14 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 self._decode_errors.add(model)
             # auto: the model decodes when it takes the encoded image and answers a bad one on its own
             auto = takes_encoded and model in self._decode_errors
+            if model in required and model not in self._decode_errors and expected.decode_error is not None:
+                log.warning(
+                    "decode: server for %s, but model %s does not declare %s: one image it cannot decode "
+                    "fails the request of every camera batched with it",
+                    ", ".join(required[model]),
+                    model,
+                    expected.decode_error.name,
+                )
             self._server_decode |= {
                 s.name
                 for s in self.config.active_sensors

@@ -364,10 +364,13 @@ def test_a_served_decode_error_output_must_be_as_the_contract_says() -> None:
 
 
 @pytest.mark.anyio
-async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its_own() -> None:
+async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """``decode: auto`` (the default): the model decodes when it takes IMAGE_BYTES *and* declares
     DECODE_ERROR (so one undecodable image is its camera's error alone); a model taking IMAGE_BYTES
-    without DECODE_ERROR, or pixels only, gets pixels; ``server`` sends the JPEG all the same."""
+    without DECODE_ERROR, or pixels only, gets pixels; ``server`` sends the JPEG all the same (with a
+    warning when the model lacks DECODE_ERROR)."""
     from typing import Any
 
     from perception.config import RuntimeConfig, from_data
@@ -413,3 +416,5 @@ async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its
     await rt._verify_models()
     assert rt._server_decode == {"cam_a", "cam_d"}
     assert rt._decode_errors == {"flags"}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "decode: server for cam_d, but model bytes_only does not declare DECODE_ERROR" in warning
