@@ -65,9 +65,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "replay max + fused.mcap": {"mode": "replay", "rate": "max", "record": True},
     "live": {"mode": "live"},
     "ros node": {"mode": "ros"},
-    # the cameras decoded by the model (their JPEGs sent) instead of by the client (the default)
-    "replay lockstep (decode: server)": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "server"},
-    "live (decode: server)": {"mode": "live", "decode": "server"},
+    # the cameras decoded by the client (their pixels sent) instead of by the model (the default, auto)
+    "replay lockstep (decode: client)": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "client"},
+    "live (decode: client)": {"mode": "live", "decode": "client"},
 }
 _TICK = os.sysconf("SC_CLK_TCK")
 

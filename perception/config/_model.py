@@ -40,12 +40,13 @@ Transport = Literal["grpc", "shm", "auto"]
 #: Where an image sensor's samples are decoded: ``client`` (the runtime decodes at the model's scale and
 #: sends pixels), ``server`` (the runtime sends the bytes as recorded; the model decodes them, as a GPU
 #: server would with nvJPEG or DALI; a model without the encoded input fails the start naming the
-#: sensor) or ``auto`` (``server`` when the served model takes the encoded input, as the committed
-#: camera models do, else ``client``). The default is ``client``: on the 2-core host both cost the same
-#: CPU in all (client + server; ``server`` takes ~4 ms per frame off the client, bench/bench_client_cpu.py),
-#: but the cameras of one model share one batched request, and an image the model cannot decode fails
-#: the whole request, the other cameras of the batch with it; decoded by the client, a corrupt image is
-#: its camera's error alone. ``server`` only for kinds whose contract has an ``encoded`` input (cameras).
+#: sensor) or ``auto``, the default (``server`` when the served model takes the encoded input and answers
+#: an image it cannot decode on its own -- its kind's ``decode_error`` output -- as the committed camera
+#: models do, else ``client``). The cameras of one model share one batched request; such a model answers
+#: an undecodable image as that camera's error alone, the batch's other cameras detected, as the client's
+#: decode would. On the 2-core host both ways cost the same CPU in all (client + server); ``server`` takes
+#: the decode off the client (bench/bench_client_cpu.py). ``server`` only for kinds whose contract has an
+#: ``encoded`` input (cameras); with a model lacking ``decode_error`` one undecodable image fails its batch.
 Decode = Literal["auto", "client", "server"]
 Overflow = Literal["drop-oldest", "drop-newest", "block"]
 
@@ -124,7 +125,7 @@ class SensorConfig:
     #: each sweep alone. ``None``: the kind's default (``SensorKindDef.accumulate_ms``; lidar 120 ms).
     accumulate_ms: float | None = None
     #: Image kinds: who decodes the images (:data:`Decode`; ``bench/bench_client_cpu.py`` measures both).
-    decode: Decode = "client"
+    decode: Decode = "auto"
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -179,7 +180,7 @@ class KindDefaults:
     sync_window_ms: float = 50.0
     max_staleness_ms: float = 150.0
     accumulate_ms: float | None = None  # None: the kind's default (see SensorConfig.accumulate_ms)
-    decode: Decode = "client"  # image kinds (see SensorConfig.decode)
+    decode: Decode = "auto"  # image kinds (see SensorConfig.decode)
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -90,6 +90,13 @@ CONTRACT = KindContract(
         optional=True,
         description="the image as recorded (JPEG/PNG), one per batch row: the model decodes it (decode: server)",
     ),
+    decode_error=TensorSpec(
+        "DECODE_ERROR",
+        "BYTES",
+        (1,),
+        optional=True,
+        description="per batch row: empty when its IMAGE_BYTES decoded, else why not (the row then has COUNT 0)",
+    ),
 )
 
 

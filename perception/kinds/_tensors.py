@@ -182,6 +182,11 @@ class KindContract:
     #: them itself (``SensorConfig.decode: server``; a GPU server would with nvJPEG or DALI). A model
     #: taking it declares it, and its ``inputs``, ``optional`` (a request carries one or the other).
     encoded: TensorSpec | None = None
+    #: The optional per-row answer of a model taking ``encoded``: for each batch row, empty when its
+    #: bytes decoded, else why they did not (UTF-8). A model declaring it answers a row it cannot decode
+    #: on its own -- that row with no detections and its reason here, the other rows as usual -- when the
+    #: request asks for this output; without it one undecodable row fails the whole request.
+    decode_error: TensorSpec | None = None
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -202,6 +207,27 @@ class KindContract:
             except InputError as exc:
                 return f"{spec.name}: {exc.message}"
         return None
+
+    def decode_errors(self, outputs: Mapping[str, Any], *, batch: int) -> dict[int, str]:
+        """The rows of a batched answer whose encoded image the model could not decode: row -> its
+        reason, from the :attr:`decode_error` output (``{}`` when the answer does not carry it).
+
+        Raises :class:`InputError` naming the tensor when it is not ``[batch, 1]`` BYTES.
+        """
+        spec = self.decode_error
+        if spec is None or spec.name not in outputs:
+            return {}
+        array = outputs[spec.name]
+        if not isinstance(array, np.ndarray):
+            raise InputError(f"expected a numpy array, got {type(array).__name__}", tensor=spec.name)
+        rows = TensorSpec(spec.name, spec.dtype, (batch, *spec.dims)).validate(array)
+        out: dict[int, str] = {}
+        for i in range(batch):
+            reason = rows[i, 0]
+            if reason:
+                text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+                out[i] = text
+        return out
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)

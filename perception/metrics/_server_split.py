@@ -81,7 +81,8 @@ def frame_requests(
     A sensor that was missing or skipped sent nothing, nor one whose answer was an earlier frame's,
     reused while frames are shed (``SensorResult.reused_age_ns``). With batched camera requests the sensors of a
     batching kind (cameras) of one model share one request, answered when any of them is ok (a camera
-    whose image failed to decode is left out of the batch, not sent).
+    whose image the client failed to decode is left out of the batch, not sent; one the model could not
+    decode was sent, and is an error of an answered request).
     """
     out: list[FrameRequest] = []
     batches: dict[str, list[tuple[str, SensorStatus]]] = {}

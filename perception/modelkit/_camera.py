@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -81,6 +81,9 @@ MAX_IMAGE_PIXELS = _imageio.MAX_PIXELS
 CAMERA_INPUT = CAMERA.contract.inputs[0].name
 #: The camera contract's encoded input (``IMAGE_BYTES``): a request carries it or ``IMAGE``.
 ENCODED_IMAGE: TensorSpec = CAMERA.contract.encoded  # type: ignore[assignment]  # the camera contract has one
+#: The camera contract's per-row answer to ``IMAGE_BYTES`` (``DECODE_ERROR``): a model whose config declares
+#: it answers a row that does not decode on its own, when the request asks for it.
+DECODE_ERROR: TensorSpec = CAMERA.contract.decode_error  # type: ignore[assignment]  # the camera contract has one
 #: Output names of the exported network, in order.
 ONNX_OUTPUTS = ("heatmap", "size", "offset")
 
@@ -124,36 +127,34 @@ def validate_image_batch(array: npt.NDArray[Any] | None, *, model: str | None = 
 _BATCHED_ENCODED = TensorSpec(ENCODED_IMAGE.name, "BYTES", (-1, 1), description="encoded images [B, 1]")
 
 
-def decode_encoded_batch(
+def decode_encoded_rows(
     array: npt.NDArray[Any] | None, fit: tuple[int, int], *, model: str | None = None
-) -> tuple[list[U8], list[tuple[float, float, float, float]]]:
+) -> list[tuple[U8, tuple[float, float, float, float]] | InputError]:
     """Decode a batch of encoded images ``[B, 1]`` (``IMAGE_BYTES``) at the smallest DCT scale covering
-    their letterbox into ``fit`` (the network input, as the runtime does with ``decode: client``), and
-    the factors ``(sx, sy, sx, sy)`` from each decoded image's pixels to its original's.
+    their letterbox into ``fit`` (the network input, as the runtime does with ``decode: client``): per
+    row, the image and the factors ``(sx, sy, sx, sy)`` from its pixels to its original's, or the
+    :class:`InputError` naming ``IMAGE_BYTES`` and the row why it did not decode (or is larger than
+    :data:`MAX_IMAGE_SIDE` / :data:`MAX_IMAGE_PIXELS`): the caller fails the request or that row alone.
 
-    Raises :class:`InputError` naming ``IMAGE_BYTES`` for a malformed tensor, an empty batch or an
-    image that does not decode (or is larger than :data:`MAX_IMAGE_SIDE` / :data:`MAX_IMAGE_PIXELS`).
+    Raises :class:`InputError` naming ``IMAGE_BYTES`` for a malformed tensor or an empty batch.
     """
     rows = _BATCHED_ENCODED.validate(array, model=model)
     if rows.shape[0] == 0:
         raise InputError(f"empty batch (shape {list(rows.shape)})", tensor=ENCODED_IMAGE.name, model=model)
 
-    def decode(i: int) -> tuple[U8, tuple[int, int]]:
+    def decode(i: int) -> tuple[U8, tuple[float, float, float, float]] | InputError:
         try:
-            return _imageio.decode_image_scaled(bytes(rows[i, 0]), fit=fit)
+            image, (width, height) = _imageio.decode_image_scaled(bytes(rows[i, 0]), fit=fit)
         except InputError as exc:
-            raise InputError(f"row {i}: {exc.message}", tensor=ENCODED_IMAGE.name, model=model) from exc
+            error = InputError(f"row {i}: {exc.message}", tensor=ENCODED_IMAGE.name, model=model)
+            error.__cause__ = exc
+            return error
+        sx, sy = width / image.shape[1], height / image.shape[0]
+        return image, (sx, sy, sx, sy)
 
     # Several images decode in threads, as the runtime's decode: client does (libjpeg runs without the
     # GIL): one after another, the six 1600x900 cameras of a nuScenes frame added ~100 ms to its latency.
-    decoded = [decode(0)] if len(rows) == 1 else list(_decode_pool().map(decode, range(len(rows))))
-    images: list[U8] = []
-    scales: list[tuple[float, float, float, float]] = []
-    for image, (width, height) in decoded:
-        images.append(image)
-        sx, sy = width / image.shape[1], height / image.shape[0]
-        scales.append((sx, sy, sx, sy))
-    return images, scales
+    return [decode(0)] if len(rows) == 1 else list(_decode_pool().map(decode, range(len(rows))))
 
 
 #: Threads decoding a batch's encoded images (per model process; the runtime's DECODE_THREADS likewise).
@@ -486,17 +487,25 @@ class CameraDetectorModel(TritonModel):
     Triton's dynamic batcher hands to one :meth:`execute` go through the network in one run; requests
     still fail independently (``INVALID_ARG`` for a malformed ``IMAGE``, ``CANCELLED`` when the client
     gave up, ``INTERNAL`` when the network fails).
+
+    A request of encoded images (``IMAGE_BYTES``) that asks for ``DECODE_ERROR`` (declared in the config)
+    gets a row that does not decode answered on its own: no detections (``COUNT`` 0) and the reason in
+    its ``DECODE_ERROR`` row, the other rows as usual. Otherwise such a row fails the request
+    (``INVALID_ARG`` naming ``IMAGE_BYTES`` and the row).
     """
 
     #: The image, or (``decode: server``) the image as recorded, decoded here at the network's scale.
     INPUTS: ClassVar[tuple[TensorSpec, ...]] = (*CAMERA.contract.inputs, ENCODED_IMAGE)
-    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = CAMERA.contract.outputs
+    #: The contract's outputs, and (optional in the config) the per-row ``DECODE_ERROR``.
+    OUTPUTS: ClassVar[tuple[TensorSpec, ...]] = (*CAMERA.contract.outputs, DECODE_ERROR)
     MAX_BATCH_SIZE: ClassVar[int | None] = 8
     ONNX_FILE: ClassVar[str] = "camera_detector.onnx"
 
     params: Any = CameraDetectorParams()
     _model_dir: Path | None = None
     _detector: ImageDetector | None = None
+    #: The config declares ``DECODE_ERROR``: every answer carries it, and rows are answered on their own.
+    _decode_errors: bool = False
 
     def initialize(self, args: Mapping[str, str]) -> None:
         repository = args.get("model_repository")
@@ -509,6 +518,7 @@ class CameraDetectorModel(TritonModel):
         if self._model_dir is None:
             raise ModelContractError("the python backend gave no model repository/version", model=self.model_name)
         self._detector = detector = self.make_detector(self._model_dir / self.ONNX_FILE, config)
+        self._decode_errors = any(entry.get("name") == DECODE_ERROR.name for entry in config.get("output", ()))
         declared = camera_input_size(
             config.get("parameters"), file=self.config_file, model=self.model_name, require_both=True
         )
@@ -578,19 +588,40 @@ class CameraDetectorModel(TritonModel):
         if tensor is None:
             encoded = self._pb.get_input_tensor_by_name(request, ENCODED_IMAGE.name)
             if encoded is not None:
-                decoded, scales = decode_encoded_batch(
-                    encoded.as_numpy(), self.detector.input_size, model=self.model_name
-                )
-                batch, letterboxes = self.detector.preprocess(decoded)
-                return _Staged(request, batch, letterboxes, scales)
+                return self._stage_encoded(request, encoded.as_numpy())
         images = validate_image_batch(None if tensor is None else tensor.as_numpy(), model=self.model_name)
         batch, letterboxes = self.detector.preprocess(list(images))
-        return _Staged(request, batch, letterboxes)
+        return _Staged(request, batch, letterboxes, rows=len(letterboxes))
+
+    def _stage_encoded(self, request: Any, array: npt.NDArray[Any]) -> _Staged:
+        """A request of encoded images: decoded here; a row that does not decode is answered on its own
+        when the request asks for ``DECODE_ERROR`` (the config declares it), else it fails the request."""
+        decoded = decode_encoded_rows(array, self.detector.input_size, model=self.model_name)
+        failed = {i: row for i, row in enumerate(decoded) if isinstance(row, InputError)}
+        if failed and not (self._decode_errors and _asks_for(request, DECODE_ERROR.name)):
+            raise next(iter(failed.values()))
+        good = [row for row in decoded if not isinstance(row, InputError)]
+        for error in failed.values():
+            log.debug("%s: %s (answered as that row's DECODE_ERROR)", self.model_name, error)
+        if good:
+            batch, letterboxes = self.detector.preprocess([image for image, _ in good])
+        else:  # nothing to run the network on
+            width, height = self.detector.input_size
+            batch, letterboxes = np.zeros((0, 3, height, width), np.float32), []
+        return _Staged(
+            request,
+            batch,
+            letterboxes,
+            [scale for _, scale in good],
+            rows=len(decoded),
+            failed={i: error.message for i, error in failed.items()},
+        )
 
     def _run_staged(self, staged: list[tuple[int, _Staged]], responses: list[Any]) -> None:
         t0 = time.perf_counter()
         try:
-            maps = self.detector.infer(np.concatenate([s.batch for _, s in staged]))
+            batches = [s.batch for _, s in staged if len(s.batch)]
+            maps: Sequence[F32] = self.detector.infer(np.concatenate(batches)) if batches else ()
         except Exception as exc:
             log.exception("%s: network failed", self.model_name)
             for i, _ in staged:
@@ -606,11 +637,13 @@ class CameraDetectorModel(TritonModel):
                 responses[i] = self._error(f"{self.model_name}: request cancelled after stage network", "CANCELLED")
                 continue
             try:
-                outputs = _stack_outputs(self.detector.decode(part, job.letterboxes))
-                if job.scales is not None:  # decoded here at the network's scale: boxes in the original's pixels
-                    outputs["BOXES"] = outputs["BOXES"] * np.asarray(job.scales, np.float32)[:, None, :]
+                outputs = _stack_outputs(self.detector.decode(part, job.letterboxes) if n else [], job.rows, job.failed)
+                if job.scales is not None and n:  # decoded here at the network's scale: boxes in the original's pixels
+                    good = [r for r in range(job.rows) if r not in job.failed]
+                    outputs["BOXES"][good] *= np.asarray(job.scales, np.float32)[:, None, :]
+                names = (*_OUTPUT_NAMES, DECODE_ERROR.name) if self._decode_errors else _OUTPUT_NAMES
                 responses[i] = self._pb.InferenceResponse(
-                    output_tensors=[self._pb.Tensor(name, outputs[name]) for name in _OUTPUT_NAMES]
+                    output_tensors=[self._pb.Tensor(name, outputs[name]) for name in names]
                 )
             except Exception as exc:
                 log.exception("%s: decoding failed", self.model_name)
@@ -630,11 +663,16 @@ class _Staged:
     """A validated, preprocessed request waiting for the batched network run."""
 
     request: Any
+    #: The network input of the request's images that decoded (``[n, 3, H, W]``, n may be 0).
     batch: F32
     letterboxes: list[Letterbox]
-    #: Per image, ``(sx, sy, sx, sy)`` from the decoded image's pixels to the original's (an encoded
-    #: image decoded here at the network's scale); ``None`` when the request carried the pixels.
+    #: Per decoded image, ``(sx, sy, sx, sy)`` from its pixels to the original's (an encoded image
+    #: decoded here at the network's scale); ``None`` when the request carried the pixels.
     scales: list[tuple[float, float, float, float]] | None = None
+    #: Rows of the request (its batch size): the decoded images and the :attr:`failed` ones.
+    rows: int = 0
+    #: Row -> why its encoded image did not decode (answered as that row's ``DECODE_ERROR``).
+    failed: Mapping[int, str] = field(default_factory=dict)
 
 
 _OUTPUT_NAMES = tuple(spec.name for spec in CAMERA.contract.outputs)
@@ -645,7 +683,28 @@ def _cancelled(request: Any) -> bool:
     return bool(is_cancelled()) if is_cancelled is not None else False
 
 
-def _stack_outputs(detections: Sequence[CameraDetections]) -> dict[str, npt.NDArray[Any]]:
-    """Per-image padded outputs stacked into the batched output tensors."""
-    rows = [d.padded() for d in detections]
-    return {name: np.stack([r[k] for r in rows]) for k, name in enumerate(_OUTPUT_NAMES)}
+def _asks_for(request: Any, output: str) -> bool:
+    """Whether ``request`` asks for ``output`` (Triton's list of the outputs it asked for)."""
+    requested = getattr(request, "requested_output_names", None)
+    return requested is None or output in requested()
+
+
+def _stack_outputs(
+    detections: Sequence[CameraDetections], rows: int | None = None, failed: Mapping[int, str] | None = None
+) -> dict[str, npt.NDArray[Any]]:
+    """Per-image padded outputs stacked into the batched output tensors, with ``DECODE_ERROR``: the
+    ``detections`` fill the ``rows`` (default: as many) in order but for the ``failed`` ones, which get
+    no detections and their reason."""
+    failed = failed or {}
+    rows = len(detections) if rows is None else rows
+    empty = CameraDetections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+    found = iter(detections)
+    padded = [(empty if r in failed else next(found)).padded() for r in range(rows)]
+    outputs: dict[str, npt.NDArray[Any]] = {
+        name: np.stack([p[k] for p in padded]) for k, name in enumerate(_OUTPUT_NAMES)
+    }
+    errors = np.empty((rows, 1), dtype=np.object_)
+    for r in range(rows):
+        errors[r, 0] = failed.get(r, "").encode()
+    outputs[DECODE_ERROR.name] = errors
+    return outputs

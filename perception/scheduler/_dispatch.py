@@ -105,14 +105,18 @@ class Dispatcher:
         clock: Any = time.monotonic_ns,
         input_sizes: Mapping[str, tuple[int, int]] | None = None,
         server_decode: Collection[str] = (),
+        decode_errors: Collection[str] = (),
     ) -> None:
         """``input_sizes``: camera models' network input ``(width, height)`` (from their served configs),
         so their JPEGs are decoded at the model's scale (:func:`~perception.scheduler.camera_input`).
         ``server_decode``: image sensors whose samples go as recorded, for the model to decode (their
-        ``decode`` setting resolved against the served models)."""
+        ``decode`` setting resolved against the served models). ``decode_errors``: models that answer a
+        sample they cannot decode on its own (their kind's ``decode_error`` output, asked for whenever
+        they are sent samples to decode): that sensor's error, the batch's other sensors answered."""
         self._client = client
         self._input_sizes = dict(input_sizes or {})
         self._decode = {s.name: "server" if s.name in server_decode else "client" for s in sensors}
+        self._decode_errors = frozenset(decode_errors)
         self._sensors = [s for s in sensors if s.enabled]
         #: Sensors of a batching kind (camera): one request per model for all of them.
         self._batched = {s.name: sensor_kind(s.kind, s.name).contract.batched for s in self._sensors}
@@ -259,6 +263,14 @@ class Dispatcher:
         prepared = self._clock()
         use_shm = _transport_flag(members[0])
         names = ",".join(s.name for s in members)
+        contract = sensor_kind(kind).contract
+        # The model decodes some of these samples and answers one it cannot decode on its own: ask for that.
+        flagged = (
+            contract.decode_error
+            if model in self._decode_errors and any(self._decode[s.name] == "server" for s in members)
+            else None
+        )
+        outputs = output_names(kind) if flagged is None else (*output_names(kind), flagged.name)
         attempt = 0
         while True:
             attempt += 1
@@ -268,7 +280,7 @@ class Dispatcher:
                     InferRequest(
                         model,
                         inputs,
-                        outputs=output_names(kind),
+                        outputs=outputs,
                         timeout_ns=max(timeout, 1_000_000),
                         request_id=f"{frame.frame_id}:{names}",
                         sensor=names,
@@ -302,7 +314,15 @@ class Dispatcher:
         self._observe(model, end - start)
         # One check on every answer: outputs outside the kind's contract are these sensors' error (and a
         # breaker failure), never an exception in the splitting and scaling below or in fusion.
-        problem = sensor_kind(kind).contract.outputs_problem(result.outputs, batch=len(index) if index else None)
+        answer = result.outputs
+        problem = contract.outputs_problem(answer, batch=len(index) if index else None)
+        undecoded: dict[int, str] = {}  # batch row -> why the model could not decode its image
+        if flagged is not None and problem is None and index:
+            try:
+                undecoded = contract.decode_errors(answer, batch=len(index))
+            except InputError as exc:
+                problem = f"{flagged.name}: {exc.message}"
+            answer = {name: array for name, array in answer.items() if name != flagged.name}
         if problem is not None:
             err = ModelContractError(f"answer outside the {kind} contract: {problem}", sensor=names, model=model)
             self._fail(members, outcomes, str(err), attempt)
@@ -314,7 +334,13 @@ class Dispatcher:
             oc = outcomes[s.name]
             if index and s.name not in index:
                 continue  # left out of the batch (its image did not decode, or is another size): its error stands
-            oc.outputs = split_batch(result.outputs, index[s.name]) if index else dict(result.outputs)
+            if index and index[s.name] in undecoded:  # the model could not decode it: this camera's error alone
+                encoded = contract.encoded.name if contract.encoded is not None else None
+                reason = f"not decoded by the model: {undecoded[index[s.name]]}"
+                fault = InputError(reason, sensor=s.name, tensor=encoded, model=model, frame=frame.frame_id)
+                self._fail([s], outcomes, str(fault), attempt)
+                continue
+            oc.outputs = split_batch(answer, index[s.name]) if index else dict(answer)
             if oc.box_scale != (1.0, 1.0):  # an image sent at another scale than the original's
                 oc.outputs = scale_camera_boxes(oc.outputs, oc.box_scale)
             oc.status = SensorStatus.OK

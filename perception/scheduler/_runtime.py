@@ -177,8 +177,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
         #: Camera models' network input (width, height), from their served configuration (decode scale).
         self._input_sizes: dict[str, tuple[int, int]] = {}
         #: Image sensors whose model decodes their samples: ``decode: server``, and ``auto`` where the served
-        #: model takes the encoded image (known once the models are checked; else they decode here).
+        #: model takes the encoded image and answers an undecodable one on its own (known once the models
+        #: are checked; else they decode here).
         self._server_decode: set[str] = {s.name for s in self.config.sensors if s.decode == "server"}
+        #: Models that answer an image they cannot decode on its own (their kind's ``decode_error`` output).
+        self._decode_errors: set[str] = set()
 
     # -- lifetime -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -205,6 +208,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 self.config.pipeline,
                 input_sizes=self._input_sizes,
                 server_decode=self._server_decode,
+                decode_errors=self._decode_errors,
             )
             # the circuits know each model's service time from its warm-up (load or fault: _circuit.py)
             for model, ns in self._warmup_ns.items():
@@ -287,12 +291,25 @@ class Runtime(anyio.AsyncContextManagerMixin):
             check_contract(kind, contract)
             if model in required:
                 check_encoded_input(kind, contract, required[model])
-            encoded = sensor_kind(kind).contract.encoded
-            takes_encoded = encoded is not None and contract.input(encoded.name) is not None
+            expected = sensor_kind(kind).contract
+            takes_encoded = expected.encoded is not None and contract.input(expected.encoded.name) is not None
+            # checked by check_contract when served: one undecodable image is then its camera's error alone
+            if expected.decode_error is not None and contract.output(expected.decode_error.name) is not None:
+                self._decode_errors.add(model)
+            # auto: the model decodes when it takes the encoded image and answers a bad one on its own
+            auto = takes_encoded and model in self._decode_errors
+            if model in required and model not in self._decode_errors and expected.decode_error is not None:
+                log.warning(
+                    "decode: server for %s, but model %s does not declare %s: one image it cannot decode "
+                    "fails the request of every camera batched with it",
+                    ", ".join(required[model]),
+                    model,
+                    expected.decode_error.name,
+                )
             self._server_decode |= {
                 s.name
                 for s in self.config.active_sensors
-                if s.model == model and (s.decode == "server" or (s.decode == "auto" and takes_encoded))
+                if s.model == model and (s.decode == "server" or (s.decode == "auto" and auto))
             }
             self._instances[model] = contract.instances
             if contract.input_size is not None:

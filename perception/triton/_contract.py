@@ -46,8 +46,9 @@ def check_contract(kind: str, contract: ModelContract) -> None:
     """Raise :class:`ModelContractError` unless ``contract`` (a served model) fits sensor ``kind``.
 
     Every expected input and output must exist with a compatible dtype and dims (``-1`` on either side
-    matches anything); extra outputs are allowed (a user's model may return more); extra inputs are
-    not unless ``optional`` (the runtime would not send them).
+    matches anything); extra outputs are allowed (a user's model may return more), the kind's optional
+    ``decode_error`` output only as the contract states it; extra inputs are not unless ``optional``
+    (the runtime would not send them).
     """
     if kind not in known_kinds():
         raise ModelContractError(
@@ -77,6 +78,12 @@ def check_contract(kind: str, contract: ModelContract) -> None:
             why = want.accepts(spec)
             if why is not None:
                 raise ModelContractError(f"{role} {want.name}: {why}", model=contract.name, tensor=want.name)
+    optional_output = expected.decode_error  # a model may answer it; when it does, as the contract says
+    served = None if optional_output is None else contract.output(optional_output.name)
+    if optional_output is not None and served is not None:
+        why = optional_output.accepts(served)
+        if why is not None:
+            raise ModelContractError(f"output {served.name}: {why}", model=contract.name, tensor=served.name)
     extra = sorted({t.name for t in contract.inputs if not t.optional} - {t.name for t in expected.inputs})
     if extra:
         raise ModelContractError(

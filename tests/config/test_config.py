@@ -119,11 +119,11 @@ def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_decode_is_a_sensor_setting_with_errors_naming_the_sensor(tmp_path: Path) -> None:
-    """Issue 44 item 5: where a camera's images are decoded is its sensor's ``decode`` (default client)."""
+    """Issue 44 item 5: where a camera's images are decoded is its sensor's ``decode`` (default auto)."""
     head = "server: {url: embedded}\n"
     cfg = load_config(write(tmp_path, head + "sensors:\n  - {name: cam, kind: camera, model: m, decode: server}\n"))
     assert cfg.sensors[0].decode == "server"
-    assert load_config(write(tmp_path, head)).sensor_defaults.camera.decode == "client"
+    assert load_config(write(tmp_path, head)).sensor_defaults.camera.decode == "auto"
     with pytest.raises(ConfigError, match=r"sensors\[0\]\.decode: .*sensor 'lidar_top' is a lidar"):
         load_config(write(tmp_path, head + "sensors:\n  - {name: lidar_top, kind: lidar, model: m, decode: server}\n"))
     with pytest.raises(ConfigError, match=r"sensor_defaults\.camera\.decode: expected one of 'auto', 'client'"):

@@ -168,6 +168,45 @@ def test_an_undecodable_jpeg_is_invalid_arg_naming_its_row(client: grpcclient.In
     assert_invalid_arg(info.value, "IMAGE_BYTES", "row 1", "cannot decode")
 
 
+def test_an_undecodable_row_is_answered_on_its_own_when_decode_error_is_asked_for(
+    client: grpcclient.InferenceServerClient, road_image: np.ndarray
+) -> None:
+    """A request asking for DECODE_ERROR (the camera contract's per-row answer) gets a row whose bytes do
+    not decode (garbage, a zero-width PNG) answered on its own: no detections and its reason; the other
+    rows are detected as if sent alone. (Without DECODE_ERROR the whole request failed: the test above.)"""
+    from perception._imageio import encode_jpeg
+
+    zero_width_png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + (0).to_bytes(4, "big") + (48).to_bytes(4, "big")
+    good = encode_jpeg(road_image)
+    wanted = [*OUTPUTS, "DECODE_ERROR"]
+    result = client.infer(
+        MODEL,
+        [encoded_input([good, b"not a jpeg", good, zero_width_png])],
+        outputs=[grpcclient.InferRequestedOutput(o) for o in wanted],
+    )
+    out = {o: result.as_numpy(o) for o in wanted}
+    alone = client.infer(MODEL, [encoded_input([good])], outputs=[grpcclient.InferRequestedOutput(o) for o in wanted])
+    expected = detections({o: alone.as_numpy(o) for o in OUTPUTS}, 0)
+    assert out["DECODE_ERROR"].shape == (4, 1) and alone.as_numpy("DECODE_ERROR")[0, 0] == b""
+    for row in (0, 2):
+        assert out["DECODE_ERROR"][row, 0] == b""
+        got = detections(out, row)
+        assert len(got) == len(expected) > 0
+        np.testing.assert_allclose(got.boxes, expected.boxes, atol=1e-3)
+    for row in (1, 3):
+        assert out["DECODE_ERROR"][row, 0].startswith(f"row {row}: ".encode()), out["DECODE_ERROR"][row, 0]
+        assert int(out["COUNT"][row, 0]) == 0 and not out["BOXES"][row].any() and not out["SCORES"][row].any()
+    assert b"cannot decode" in out["DECODE_ERROR"][1, 0]
+    # every row undecodable: answered all the same, no network run needed
+    result = client.infer(
+        MODEL,
+        [encoded_input([b"", b"\xff\xd8\xff garbage"])],
+        outputs=[grpcclient.InferRequestedOutput(o) for o in wanted],
+    )
+    assert result.as_numpy("COUNT").tolist() == [[0], [0]]
+    assert all(row[0] for row in result.as_numpy("DECODE_ERROR"))
+
+
 @pytest.mark.parametrize(
     ("images", "fragments"),
     [

@@ -92,6 +92,29 @@ def test_contract_and_padding_on_the_committed_synthetic_image(client: grpcclien
     assert ((labels[0, :n] == CAR) & (scores[0, :n] >= 0.3)).any(), "no confident car on the synthetic image"
 
 
+def test_an_undecodable_jpeg_is_its_rows_decode_error(client: grpcclient.InferenceServerClient) -> None:
+    """yolox_nano declares DECODE_ERROR too: asked for, an undecodable row comes back on its own (no
+    detections, its reason) beside the committed image's detections (those of the image sent alone)."""
+    jpeg = (DATA / "sim_cars.jpg").read_bytes()
+    wanted = [*OUTPUTS, "DECODE_ERROR"]
+
+    def encoded(blobs: list[bytes]) -> dict[str, npt.NDArray[np.object_]]:
+        rows = np.empty((len(blobs), 1), dtype=np.object_)
+        for i, blob in enumerate(blobs):
+            rows[i, 0] = blob
+        inp = grpcclient.InferInput("IMAGE_BYTES", list(rows.shape), "BYTES")
+        inp.set_data_from_numpy(rows)
+        result = client.infer(MODEL, [inp], outputs=[grpcclient.InferRequestedOutput(o) for o in wanted])
+        return {o: result.as_numpy(o) for o in wanted}
+
+    both, alone = encoded([b"\xff\xd8\xff not a jpeg", jpeg]), encoded([jpeg])
+    assert both["DECODE_ERROR"][0, 0].startswith(b"row 0: ") and both["DECODE_ERROR"][1, 0] == b""
+    assert int(both["COUNT"][0, 0]) == 0 and not both["BOXES"][0].any()
+    n = int(alone["COUNT"][0, 0])
+    assert n > 0 and int(both["COUNT"][1, 0]) == n
+    np.testing.assert_allclose(both["BOXES"][1, :n], alone["BOXES"][0, :n], atol=1e-3)
+
+
 def test_malformed_image_is_invalid_arg(client: grpcclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as info:
         infer(client, np.zeros((1, 0, 64, 3), np.uint8))

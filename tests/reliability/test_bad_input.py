@@ -58,7 +58,7 @@ from perception.drives import DriveReader
 from perception.drives import _codec as codec
 from perception.errors import DriveError, InputError, ModelContractError
 from perception.fusion import Fuser
-from perception.metrics import frame_record
+from perception.metrics import LatencyAccumulator, frame_record
 from perception.replay import ReplayOptions, replay_drive
 from perception.scheduler import FrameAssembler, Runtime
 from perception.server import EmbeddedTriton
@@ -524,18 +524,24 @@ def test_decoding_any_image_bytes_raises_only_input_error(data: bytes) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(triton: EmbeddedTriton) -> None:
-    """Two cameras on one camera model share one batched request; with the default ``decode`` one
-    camera's undecodable image is that camera's error, and the other camera's image is still detected
-    on. (The camera left out of the batch used to be reported ok, with the whole batch's outputs: the
-    other camera's detections; and with ``decode: auto``, then the default, the model decoded both and
-    the whole request failed: both cameras were errors.)"""
+@pytest.mark.parametrize("decode", [None, "auto", "server", "client"])
+async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(
+    triton: EmbeddedTriton, decode: str | None
+) -> None:
+    """Two cameras on one camera model share one batched request; whoever decodes (the default, ``auto``:
+    the model, which answers an undecodable row on its own in ``DECODE_ERROR``; ``server``; ``client``)
+    one camera's undecodable image is that camera's error, naming it and counted as such, and the other
+    camera's image is still detected on. (The camera left out of the batch used to be reported ok, with
+    the whole batch's outputs: the other camera's detections; and with the model decoding, one bad image
+    failed the whole request: both cameras were errors.)"""
     good = encode_jpeg(np.random.default_rng(0).integers(0, 255, (360, 640, 3), dtype=np.uint8))
     data = profile_data(
         triton.grpc_url,
         {"cam_front": "camera_detector"},
         pipeline={"queue_size": 0, "overflow": "block", "circuit": {"failure_threshold": 100}},
     )
+    if decode is not None:
+        data["sensors"][0]["decode"] = decode
     data["sensors"].append({**data["sensors"][0], "name": "cam_back"})
     cfg = from_data(RuntimeConfig, data)
     t = T0
@@ -559,3 +565,12 @@ async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(triton: E
         assert front.status is SensorStatus.ERROR and front.error is not None and "cam_front" in front.error, front
         assert back.status is SensorStatus.OK, back
         assert front.outputs == {}  # none of the batch's outputs: they are the other camera's
+        # the path under test: the model decoded (and said which image it could not), or the client did
+        by_model = decode != "client"
+        assert ("IMAGE_BYTES: not decoded by the model" in front.error) is by_model, front.error
+    # counted as that camera's fault (the run's report), like a decode failure in the client
+    counts = LatencyAccumulator(budget_ns=100 * MS)
+    for r in results:
+        counts.add(r)
+    assert counts.sensor_status["cam_front"] == {"error": 2} and counts.sensor_status["cam_back"] == {"ok": 2}
+    assert counts.first_errors.keys() == {"cam_front"}

@@ -200,13 +200,134 @@ async def test_a_camera_the_model_decodes_sends_its_jpeg_as_recorded(big_jpeg: b
         np.testing.assert_allclose(results[name].outputs["BOXES"][0], (10, 20, 30, 40))  # not scaled
 
 
+class _FlaggingEncoded:
+    """A camera model that decodes and answers a row it cannot decode on its own (DECODE_ERROR): rows whose
+    bytes are not a JPEG get no detections and a reason; the others one box at (10, 20, 30, 40). Without
+    ``flags`` it fails the whole request on such a row, as a model lacking the output does."""
+
+    def __init__(self, *, flags: bool) -> None:
+        self.flags = flags
+        self.outputs: list[tuple[str, ...] | None] = []
+
+    async def infer_request(self, req: InferRequest) -> object:
+        from perception.errors import InferenceError
+
+        self.outputs.append(req.outputs)
+        rows = [bytes(row[0]) for row in req.inputs["IMAGE_BYTES"]]
+        bad = [i for i, blob in enumerate(rows) if not blob.startswith(b"\xff\xd8")]
+        if bad and not self.flags:
+            raise InferenceError(f"invalid input IMAGE_BYTES: row {bad[0]}: cannot decode image", model=req.model)
+        result = await _RecordingCamera().infer_request(
+            InferRequest(req.model, {"IMAGE": np.zeros((len(rows), 1, 1, 3), np.uint8)})
+        )
+        outputs = dict(result.outputs)  # type: ignore[attr-defined]
+        errors = np.empty((len(rows), 1), np.object_)
+        for i in range(len(rows)):
+            errors[i, 0] = f"row {i}: cannot decode image".encode() if i in bad else b""
+            if i in bad:
+                outputs["BOXES"][i] = 0
+                outputs["COUNT"][i] = 0
+        if req.outputs is not None and "DECODE_ERROR" in req.outputs:
+            outputs["DECODE_ERROR"] = errors
+        return type("Result", (), {"outputs": outputs, "prepare_ns": 0})()
+
+
+@pytest.mark.anyio
+async def test_an_image_the_model_cannot_decode_is_its_cameras_error_alone(big_jpeg: bytes) -> None:
+    """A model that answers an undecodable row on its own (``decode_errors``) is asked for DECODE_ERROR:
+    the flagged camera is an error naming it, the model and the encoded input, with no outputs; the
+    other camera of the batch keeps its detections (without DECODE_ERROR among them). A model that
+    lacks the output is not asked for it, and its failed request is every camera's error, as before."""
+    import time
+
+    import anyio
+
+    from perception.config import PipelineConfig, SensorConfig
+    from perception.scheduler._dispatch import Dispatcher
+    from perception.types import Frame, SensorStatus
+
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    samples = {
+        "cam_a": ImageSample("cam_a", 0, "cam_a", b"not a jpeg"),
+        "cam_b": ImageSample("cam_b", 0, "cam_b", big_jpeg),
+    }
+    flagging = _FlaggingEncoded(flags=True)
+    dispatcher = Dispatcher(
+        flagging,  # type: ignore[arg-type]
+        sensors,
+        PipelineConfig(),
+        server_decode={"cam_a", "cam_b"},
+        decode_errors={"cam"},
+    )
+    with anyio.fail_after(30):
+        results = await dispatcher.dispatch(Frame(3, 0, samples), time.monotonic_ns() + 20_000_000_000)
+    assert flagging.outputs == [("BOXES", "SCORES", "LABELS", "COUNT", "DECODE_ERROR")]
+    a, b = results["cam_a"], results["cam_b"]
+    assert a.status is SensorStatus.ERROR and a.outputs == {}
+    assert a.error is not None and a.error.startswith(
+        "cam_a: IMAGE_BYTES: not decoded by the model: row 0: cannot decode"
+    )
+    assert "model=cam" in a.error and "frame=3" in a.error
+    assert b.status is SensorStatus.OK, b.error
+    assert set(b.outputs) == {"BOXES", "SCORES", "LABELS", "COUNT"}
+    np.testing.assert_allclose(b.outputs["BOXES"][0], (10, 20, 30, 40))
+
+    # a model without DECODE_ERROR: not asked for it; one bad image fails its batch (both cameras)
+    legacy = _FlaggingEncoded(flags=False)
+    dispatcher = Dispatcher(legacy, sensors, PipelineConfig(), server_decode={"cam_a", "cam_b"})  # type: ignore[arg-type]
+    with anyio.fail_after(30):
+        results = await dispatcher.dispatch(Frame(4, 0, samples), time.monotonic_ns() + 20_000_000_000)
+    assert legacy.outputs == [("BOXES", "SCORES", "LABELS", "COUNT")]
+    assert {r.status for r in results.values()} == {SensorStatus.ERROR}
+
+    # the clients' own decode: nothing for the model to flag, nothing asked for
+    client_side = _RecordingCamera()
+    dispatcher = Dispatcher(client_side, sensors, PipelineConfig(), decode_errors={"cam"})  # type: ignore[arg-type]
+    with anyio.fail_after(30):
+        results = await dispatcher.dispatch(Frame(5, 0, samples), time.monotonic_ns() + 20_000_000_000)
+    assert results["cam_a"].status is SensorStatus.ERROR and results["cam_b"].status is SensorStatus.OK
+    assert results["cam_a"].error is not None and "cam_a: image: cannot decode" in results["cam_a"].error
+
+
+@pytest.mark.anyio
+async def test_a_malformed_decode_error_is_a_contract_error_of_the_batch(big_jpeg: bytes) -> None:
+    import time
+
+    import anyio
+
+    from perception.config import PipelineConfig, SensorConfig
+    from perception.scheduler._dispatch import Dispatcher
+    from perception.types import Frame, SensorStatus
+
+    class _BadFlags(_FlaggingEncoded):
+        async def infer_request(self, req: InferRequest) -> object:
+            result = await super().infer_request(req)
+            result.outputs["DECODE_ERROR"] = np.zeros((1, 1), np.int32)  # type: ignore[attr-defined]
+            return result
+
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    samples = {name: ImageSample(name, 0, name, big_jpeg) for name in ("cam_a", "cam_b")}
+    dispatcher = Dispatcher(
+        _BadFlags(flags=True),  # type: ignore[arg-type]
+        sensors,
+        PipelineConfig(),
+        server_decode={"cam_a", "cam_b"},
+        decode_errors={"cam"},
+    )
+    with anyio.fail_after(30):
+        results = await dispatcher.dispatch(Frame(0, 0, samples), time.monotonic_ns() + 20_000_000_000)
+    for r in results.values():
+        assert r.status is SensorStatus.ERROR and r.error is not None
+        assert "answer outside the camera contract: DECODE_ERROR" in r.error, r.error
+
+
 def test_decode_server_is_for_image_sensors_and_names_the_sensor() -> None:
     from perception.config import SensorConfig, SensorDefaults
     from perception.errors import ConfigError
     from perception.kinds import CAMERA
     from perception.triton import ModelContract, check_encoded_input
 
-    assert SensorConfig("cam", "camera", "m").decode == "client"
+    assert SensorConfig("cam", "camera", "m").decode == "auto"
     assert SensorConfig("cam", "camera", "m", decode="server").decode == "server"
     with pytest.raises(ValueError, match=r"decode: .*sensor 'lidar_top' is a lidar"):
         SensorConfig("lidar_top", "lidar", "m", decode="server")
@@ -224,3 +345,76 @@ def test_decode_server_is_for_image_sensors_and_names_the_sensor() -> None:
     required = dataclasses.replace(pixels_only, inputs=(dataclasses.replace(encoded, optional=False),))
     with pytest.raises(ConfigError, match="must be optional"):
         check_encoded_input("camera", required, ["cam_a"])
+
+
+def test_a_served_decode_error_output_must_be_as_the_contract_says() -> None:
+    """DECODE_ERROR is optional (a model may lack it), but one that is served is BYTES [1]."""
+    from perception.kinds import CAMERA, TensorSpec
+    from perception.triton import ModelContract, check_contract
+
+    flag = CAMERA.contract.decode_error
+    assert flag is not None and flag.name == "DECODE_ERROR"
+    plain = ModelContract("cam_model", 8, CAMERA.contract.inputs, CAMERA.contract.outputs)
+    check_contract("camera", plain)
+    check_contract("camera", dataclasses.replace(plain, outputs=(*plain.outputs, flag)))
+    wrong = dataclasses.replace(plain, outputs=(*plain.outputs, TensorSpec("DECODE_ERROR", "INT32", (1,))))
+    with pytest.raises(ModelContractError, match=r"output DECODE_ERROR: dtype is INT32, expected BYTES") as info:
+        check_contract("camera", wrong)
+    assert info.value.model == "cam_model" and info.value.tensor == "DECODE_ERROR"
+
+
+@pytest.mark.anyio
+async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``decode: auto`` (the default): the model decodes when it takes IMAGE_BYTES *and* declares
+    DECODE_ERROR (so one undecodable image is its camera's error alone); a model taking IMAGE_BYTES
+    without DECODE_ERROR, or pixels only, gets pixels; ``server`` sends the JPEG all the same (with a
+    warning when the model lacks DECODE_ERROR)."""
+    from typing import Any
+
+    from perception.config import RuntimeConfig, from_data
+    from perception.kinds import CAMERA
+    from perception.scheduler import Runtime
+    from perception.triton import ModelContract, TritonClient
+
+    encoded, flag = CAMERA.contract.encoded, CAMERA.contract.decode_error
+    assert encoded is not None and flag is not None
+    plain = ModelContract("pixels", 8, CAMERA.contract.inputs, CAMERA.contract.outputs)
+    served = {
+        "pixels": plain,
+        "bytes_only": dataclasses.replace(plain, name="bytes_only", inputs=(*plain.inputs, encoded)),
+        "flags": dataclasses.replace(
+            plain, name="flags", inputs=(*plain.inputs, encoded), outputs=(*plain.outputs, flag)
+        ),
+    }
+
+    class _Served(TritonClient):
+        async def wait_ready(self, models: Any, timeout_s: float, **kwargs: Any) -> None:
+            return None
+
+        async def model_statistics(self, model: str, url: str | None = None, **kwargs: Any) -> dict[str, int]:
+            return {}
+
+        async def model_contract(self, model: str, url: str | None = None) -> ModelContract:
+            return served[model]
+
+    sensors = [
+        {"name": "cam_a", "kind": "camera", "model": "flags"},
+        {"name": "cam_b", "kind": "camera", "model": "bytes_only"},
+        {"name": "cam_c", "kind": "camera", "model": "pixels"},
+        {"name": "cam_d", "kind": "camera", "model": "bytes_only", "decode": "server"},
+        {"name": "cam_e", "kind": "camera", "model": "flags", "decode": "client"},
+    ]
+    data = {
+        "server": {"url": "127.0.0.1:1"},
+        "sensors": sensors,
+        "trigger": {"rate_hz": 10},
+        "fusion": {"enabled": False},
+    }
+    rt = Runtime(from_data(RuntimeConfig, data), client=_Served())
+    await rt._verify_models()
+    assert rt._server_decode == {"cam_a", "cam_d"}
+    assert rt._decode_errors == {"flags"}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "decode: server for cam_d, but model bytes_only does not declare DECODE_ERROR" in warning
