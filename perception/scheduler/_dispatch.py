@@ -87,6 +87,9 @@ class SensorOutcome:
     #: Image kinds: factors from the pixels of the image sent to the original's (decoded at the model's scale).
     box_scale: tuple[float, float] = (1.0, 1.0)
     model_version: str = ""
+    #: Its error is its own input's (an image that did not decode, of another size than its batch's), not
+    #: the model's: no failure of the model's circuit breaker.
+    input_fault: bool = False
 
 
 def _transport_flag(cfg: SensorConfig) -> bool | None:
@@ -230,12 +233,17 @@ class Dispatcher:
                     oc.error = "no answer by the join deadline; request cancelled"
                 breaker = self.breakers[model]
                 unsettled.discard(model)  # settled by the verdict below
-                if any(outcomes[s.name].status is SensorStatus.ERROR for s in members):
+                # A sensor's own bad input is not the model's failure: a camera sending undecodable
+                # images must not switch its model off for the other cameras sharing it.
+                faults = [outcomes[s.name] for s in members if outcomes[s.name].status is SensorStatus.ERROR]
+                if any(not oc.input_fault for oc in faults):
                     breaker.record_failure(frame.t_ns)
                 elif late:  # a fault, or load (_circuit: load is not a fault)
                     breaker.record_late(frame.t_ns, end - min(outcomes[s.name].start_ns or end for s in members))
+                elif all(outcomes[s.name].input_fault for s in members):  # nothing reached the model
+                    breaker.release_probe()
                 else:
-                    answered = [outcomes[s.name] for s in members if outcomes[s.name].start_ns]
+                    answered = [outcomes[s.name] for s in members if outcomes[s.name].status is SensorStatus.OK]
                     breaker.record_success(max((oc.end_ns - oc.start_ns for oc in answered), default=None))
         finally:
             for model in unsettled:  # synchronous: runs even under cancellation, no shield needed
@@ -258,7 +266,7 @@ class Dispatcher:
         try:
             inputs, index = await self._prepare(frame, members, outcomes)
         except PerceptionError as exc:
-            self._fail(members, outcomes, str(exc))
+            self._fail(members, outcomes, str(exc), input_fault=isinstance(exc, InputError))
             return
         prepared = self._clock()
         use_shm = _transport_flag(members[0])
@@ -338,7 +346,7 @@ class Dispatcher:
                 encoded = contract.encoded.name if contract.encoded is not None else None
                 reason = f"not decoded by the model: {undecoded[index[s.name]]}"
                 fault = InputError(reason, sensor=s.name, tensor=encoded, model=model, frame=frame.frame_id)
-                self._fail([s], outcomes, str(fault), attempt)
+                self._fail([s], outcomes, str(fault), attempt, input_fault=True)
                 continue
             oc.outputs = split_batch(answer, index[s.name]) if index else dict(answer)
             if oc.box_scale != (1.0, 1.0):  # an image sent at another scale than the original's
@@ -372,7 +380,7 @@ class Dispatcher:
                     defn, sample, input_size, self._decode[s.name]
                 )
             except PerceptionError as exc:
-                self._fail([s], outcomes, str(exc))
+                self._fail([s], outcomes, str(exc), input_fault=isinstance(exc, InputError))
 
         async def prepare_in_thread(s: SensorConfig, sample: Sample) -> None:
             try:
@@ -381,7 +389,7 @@ class Dispatcher:
                 # instead of waiting for it.
                 tensors, scale = await self._in_decode_thread(defn.prepare, sample, input_size)
             except PerceptionError as exc:
-                self._fail([s], outcomes, str(exc))
+                self._fail([s], outcomes, str(exc), input_fault=isinstance(exc, InputError))
                 return
             prepared[s.name], outcomes[s.name].box_scale = tensors, scale
 
@@ -419,7 +427,8 @@ class Dispatcher:
         for g in groups:
             if g is not main:
                 for i in g:
-                    self._fail([ok[i]], outcomes, "image size differs from the other cameras in the batch")
+                    msg = "image size differs from the other cameras in the batch"
+                    self._fail([ok[i]], outcomes, msg, input_fault=True)
         batch = {name: np.stack([rows[i][name] for i in main]) for name in rows[main[0]]}
         return batch, {ok[i].name: j for j, i in enumerate(main)}
 
@@ -428,7 +437,13 @@ class Dispatcher:
         self.expected_ns[model] = float(ns) if old is None else old + _LATENCY_EWMA * (ns - old)
 
     def _fail(
-        self, members: Sequence[SensorConfig], outcomes: dict[str, SensorOutcome], msg: str, attempts: int = 1
+        self,
+        members: Sequence[SensorConfig],
+        outcomes: dict[str, SensorOutcome],
+        msg: str,
+        attempts: int = 1,
+        *,
+        input_fault: bool = False,
     ) -> None:
         end = self._clock()
         for s in members:
@@ -438,6 +453,7 @@ class Dispatcher:
                 oc.error = msg
                 oc.end_ns = end
                 oc.attempts = attempts
+                oc.input_fault = input_fault
 
     @staticmethod
     def _result(oc: SensorOutcome) -> SensorResult:

@@ -68,6 +68,7 @@ from perception.types import (
     FrameStatus,
     ImageSample,
     PointCloudSample,
+    Sample,
     SensorSpec,
     SensorStatus,
 )
@@ -574,3 +575,44 @@ async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(
         counts.add(r)
     assert counts.sensor_status["cam_front"] == {"error": 2} and counts.sensor_status["cam_back"] == {"ok": 2}
     assert counts.first_errors.keys() == {"cam_front"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("decode", [None, "client"])
+async def test_a_camera_sending_bad_images_does_not_switch_its_model_off(
+    triton: EmbeddedTriton, decode: str | None
+) -> None:
+    """A camera's own undecodable images are its input's fault, not its model's: with the default circuit
+    (3 consecutive failures open it), six frames of one bad camera beside a good one on the same model
+    leave the circuit closed and the good camera detected on every frame; then a frame of the bad camera
+    alone (nothing reaches the model) and the next good frames are answered. (Every input error counted
+    as a model failure: the circuit opened on frame 3 and skipped both cameras.)"""
+    good = encode_jpeg(np.random.default_rng(1).integers(0, 255, (360, 640, 3), dtype=np.uint8))
+    pipeline = {"queue_size": 0, "overflow": "block"}
+    data = profile_data(triton.grpc_url, {"cam_front": "camera_detector"}, pipeline=pipeline)
+    if decode is not None:
+        data["sensors"][0]["decode"] = decode
+    data["sensors"].append({**data["sensors"][0], "name": "cam_back"})
+    cfg = from_data(RuntimeConfig, data)
+    assert cfg.pipeline.circuit.failure_threshold == 3
+
+    def frame(i: int, front: bytes, back: bytes | None) -> Frame:
+        t = T0 + i * 100 * MS
+        samples: dict[str, Sample | None] = {"cam_front": ImageSample("cam_front", t, "cam_front", front)}
+        samples["cam_back"] = None if back is None else ImageSample("cam_back", t, "cam_back", back)
+        return Frame(frame_id=i, t_ns=t, samples=samples)
+
+    frames = [frame(i, b"\xff\xd8\xff garbage", good) for i in range(6)]
+    frames += [frame(6, b"not an image", None), frame(7, good, good), frame(8, good, good)]
+    with anyio.fail_after(90):
+        async with Runtime(cfg) as rt:
+            results = [r async for r in rt.run(frames)]
+    assert_one_record_per_frame(results, len(frames))
+    for r in results[:6]:
+        assert r.sensors["cam_front"].status is SensorStatus.ERROR, r.sensors["cam_front"]
+        assert r.sensors["cam_back"].status is SensorStatus.OK, (r.frame_id, r.sensors["cam_back"])
+    assert results[6].sensors["cam_front"].status is SensorStatus.ERROR
+    for r in results[7:]:
+        assert {s: r.sensors[s].status for s in ("cam_front", "cam_back")} == dict.fromkeys(
+            ("cam_front", "cam_back"), SensorStatus.OK
+        ), r.sensors
