@@ -130,3 +130,50 @@ def test_readme_api_example_runs_as_written() -> None:
         "127.0.0.1:8001 150",
         "launch/no_such_profile.yaml -> launch/no_such_profile.yaml: file not found",
     ]
+
+
+#: Run after the README's sensor-kind blocks, as a user trying them would: a two-second simulated drive
+#: with a thermal camera on the rig, its images the model's 16-bit PNGs with warm road users in them.
+_THERMAL_DRIVE = """
+import sys, tempfile
+from pathlib import Path
+from perception.drives import DriveReader
+from perception.sim import generate_drive
+
+RIG = '''
+sensors:
+  - {name: lidar_top, kind: lidar, mount: {xyz: [1.0, 0.0, 1.9]}, rate_hz: 10, lidar: {beams: 16}}
+  - {name: thermal_front, kind: thermal, mount: {xyz: [1.6, 0.0, 1.5]}, rate_hz: 10,
+     thermal: {width: 160, height: 120, focal_px: 100}}
+'''
+with tempfile.TemporaryDirectory() as tmp:
+    rig, drive = Path(tmp) / "rig.yaml", Path(tmp) / "thermal.mcap"
+    rig.write_text(RIG)
+    generate_drive(drive, scenario="urban", seed=3, duration_s=2.0, rig=rig)
+    with DriveReader(drive) as reader:
+        images = [s for s in reader.samples() if s.sensor == "thermal_front"]
+        model = kind_def(reader.rig["thermal_front"].kind).default_model
+pixels = [np.asarray(Image.open(io.BytesIO(s.data))) for s in images]
+print(len(images), model, pixels[0].dtype, sum(int((p == 45000).any()) for p in pixels) > 0)
+"""
+
+
+def test_readme_sensor_kind_examples_run_as_written() -> None:
+    """The "Adding a sensor kind" blocks, one after the other as a user follows them: a kind and its
+    simulator model registered, then a simulated drive with that kind on its rig."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Adding a sensor kind") : text.index("### Embedding in a vehicle process")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "README: the kind's block and its simulator model's block"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", "\n".join([*blocks, _THERMAL_DRIVE])],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # the watchdog: a two-second simulated drive takes seconds
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["20", "thermal_detector", "uint16", "True"], proc.stdout

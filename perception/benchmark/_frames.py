@@ -11,7 +11,7 @@ from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.replay import DriveSource
 from perception.scheduler import Session
-from perception.types import Frame, ImageSample, PointCloudSample, SensorSpec
+from perception.types import Frame, ImageSample, PointCloudSample
 
 __all__ = ["find_drive", "generate_drive_for_bench", "load_frames"]
 
@@ -37,12 +37,10 @@ def generate_drive_for_bench(directory: Path, duration_s: float, seed: int = 0) 
     return path
 
 
-def load_frames(
-    reader: DriveReader, session: Session, count: int
-) -> tuple[list[Frame], dict[str, SensorSpec], dict[str, Any]]:
+def load_frames(reader: DriveReader, session: Session, count: int) -> tuple[list[Frame], dict[str, Any]]:
     """``count`` frames of the open drive assembled as the runtime would (the drive is cycled when
-    shorter) for ``session`` (assembled against it by the caller, once for the run), the rig of the
-    configured sensors, and a description of the input for the results file."""
+    shorter) for ``session`` (assembled against it by the caller, once for the run: the runtimes run it
+    too), and a description of the input for the results file."""
     drive, config = reader.path, session.config
     source = DriveSource(reader, session)
     frames: list[Frame] = []
@@ -50,7 +48,6 @@ def load_frames(
         frames.append(dataclasses.replace(frame, ground_truth=None))
         if len(frames) >= count:
             break
-    rig = dict(source.rig)
     if not frames:
         raise DriveError("the drive yields no frame for the configured trigger", file=str(drive))
     distinct = len(frames)
@@ -75,4 +72,4 @@ def load_frames(
         },
         "largest_sample": largest,
     }
-    return frames, rig, info
+    return frames, info

@@ -22,7 +22,8 @@ from perception.benchmark._sequential import SequentialClient
 from perception.benchmark._suite import BenchSettings, run_suite
 from perception.benchmark._transport import SINK_MODEL
 from perception.config import RuntimeConfig
-from perception.types import Frame, SensorSpec
+from perception.scheduler import Session
+from perception.types import Frame
 
 __all__ = ["BenchServer", "bench_server", "run_bench"]
 
@@ -69,9 +70,8 @@ async def bench_server(
 
 
 async def run_bench(
-    config: RuntimeConfig,
+    session: Session,
     frames: Sequence[Frame],
-    rig: Mapping[str, SensorSpec],
     settings: BenchSettings,
     *,
     input_info: Mapping[str, Any] | None = None,
@@ -79,7 +79,9 @@ async def run_bench(
 ) -> dict[str, Any]:
     """Start (or reach) the server, run the suite ``repeat`` times, return the whole report (see
     ``bench/README.md``): ``sections`` is the first run; with ``repeat`` > 1, ``repeats`` holds the other
-    runs' sections and ``reproducibility`` the headline ratios of every run side by side."""
+    runs' sections and ``reproducibility`` the headline ratios of every run side by side. ``session``: the
+    profile assembled against the drive the frames come from (once for the run: every variant runs it)."""
+    config = session.config
     started = time.monotonic()
     env = environment()
     async with bench_server(config) as server:
@@ -89,7 +91,7 @@ async def run_bench(
         for i in range(repeat):
             if repeat > 1:
                 log.info("bench run %d of %d", i + 1, repeat)
-            runs.append(await run_suite(server.url, config, frames, rig, settings))
+            runs.append(await run_suite(server.url, session, frames, settings))
     env["load_average_end"] = load_average()
     sections = runs[0]
     extra: dict[str, Any] = {}

@@ -50,9 +50,9 @@ from perception.benchmark._transport import SINK_MODEL, measure_transport
 from perception.config import RuntimeConfig
 from perception.errors import ConfigError, ConnectError, ModelNotReadyError
 from perception.metrics import percentiles
-from perception.scheduler import Runtime
+from perception.scheduler import Runtime, Session
 from perception.triton import ClientOptions, TritonClient, is_loopback
-from perception.types import Frame, SensorSpec
+from perception.types import Frame
 
 __all__ = ["AWAIT_ALL_NS", "SECTIONS", "BenchSettings", "run_suite", "variant_config"]
 
@@ -134,13 +134,13 @@ def variant_config(
 
 
 @contextlib.asynccontextmanager
-async def _runtimes(
-    configs: Mapping[str, RuntimeConfig], rig: Mapping[str, SensorSpec]
-) -> AsyncIterator[dict[str, Runtime]]:
+async def _runtimes(configs: Mapping[str, RuntimeConfig], session: Session) -> AsyncIterator[dict[str, Runtime]]:
+    """A runtime per variant: the run's session (assembled against the drive) with the variant's knobs."""
     async with contextlib.AsyncExitStack() as stack:
         out: dict[str, Runtime] = {}
         for name, cfg in configs.items():
-            runtime = Runtime(cfg, rig=rig, fusion=None, join_timeout_ns=AWAIT_ALL_NS)  # the scheduler alone
+            variant = dataclasses.replace(session, config=cfg)
+            runtime = Runtime(variant, fusion=None, join_timeout_ns=AWAIT_ALL_NS)  # the scheduler alone
             out[name] = await stack.enter_async_context(runtime)
         yield out
 
@@ -193,7 +193,7 @@ class _Recorder:
 class _Context:
     url: str
     config: RuntimeConfig
-    rig: Mapping[str, SensorSpec]
+    session: Session
     frames: Sequence[Frame]
     settings: BenchSettings
 
@@ -210,7 +210,7 @@ async def _dispatch(ctx: _Context) -> dict[str, Any]:
     rec = _Recorder(names)
     sensor_ns: dict[str, dict[str, list[int]]] = {n: {} for n in names}
     with SequentialClient(ctx.url, cfg.sensors) as seq:
-        async with _runtimes(configs, ctx.rig) as rts:
+        async with _runtimes(configs, ctx.session) as rts:
 
             async def one(name: str, frame: Frame, record: bool) -> None:
                 if name == "sequential":
@@ -274,7 +274,7 @@ async def _cameras(ctx: _Context) -> dict[str, Any]:
     cam_names = {s.name for s in ctx.config.active_sensors if s.kind == "camera"}
     names = list(configs)
     rec = _Recorder(names)
-    async with _runtimes(configs, ctx.rig) as rts:
+    async with _runtimes(configs, ctx.session) as rts:
         for frame in ctx.frames[:_WARMUP_FRAMES]:
             for name in names:
                 await rts[name].process(frame)
@@ -309,7 +309,7 @@ async def _pipelining(ctx: _Context) -> dict[str, Any]:
     names = list(configs)
     rec = _Recorder(names)
     chunks = [ctx.frames[i : i + s.chunk] for i in range(0, len(ctx.frames), s.chunk)]
-    async with _runtimes(configs, ctx.rig) as rts:
+    async with _runtimes(configs, ctx.session) as rts:
         for name in names:  # untimed: first frames through each runtime's pipeline
             async for _ in rts[name].run(ctx.frames[:_WARMUP_FRAMES]):
                 pass
@@ -352,18 +352,18 @@ _SECTIONS: dict[str, Callable[[_Context], Any]] = {
 
 async def run_suite(
     url: str,
-    config: RuntimeConfig,
+    session: Session,
     frames: Sequence[Frame],
-    rig: Mapping[str, SensorSpec],
     settings: BenchSettings,
 ) -> dict[str, Any]:
     """Run the selected sections against the server at ``url``; returns ``{section: results}``.
 
-    ``config`` gives the sensors, models and knobs (its ``server.url`` is replaced by ``url``); each
-    section reports its wall time and the machine's load average before and after it.
+    ``session``'s config gives the sensors, models and knobs (its ``server.url`` is replaced by ``url``);
+    each section reports its wall time and the machine's load average before and after it.
     """
+    config = session.config
     cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, url=url, replicas=()))
-    ctx = _Context(url=url, config=cfg, rig=rig, frames=list(frames[: settings.frames]), settings=settings)
+    ctx = _Context(url=url, config=cfg, session=session, frames=list(frames[: settings.frames]), settings=settings)
     out: dict[str, Any] = {}
     for name in settings.sections:
         load_before = load_average()

@@ -118,12 +118,11 @@ def run(args: argparse.Namespace) -> int:
         # the drive read once, the profile assembled once against it: the frames and every variant use it
         with DriveReader(drive, strict=False) as reader:
             session = Session.assemble(config, reader.source)
-            config = session.config
-            frames, rig, info = load_frames(reader, session, settings.frames)
+            frames, info = load_frames(reader, session, settings.frames)
         if generated is not None:
             info["drive"] = generated
     report = anyio.run(
-        lambda: run_bench(config, frames, rig, settings, input_info=info, repeat=args.repeat), backend="asyncio"
+        lambda: run_bench(session, frames, settings, input_info=info, repeat=args.repeat), backend="asyncio"
     )
     json_path, md_path = write_report(report, args.out)
     sys.stdout.write(render_markdown(report))

@@ -150,18 +150,18 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
     )
     outcome = run_with_signals(lambda stop: run_fleet(drives, options, stop))
-    t = outcome.report["totals"]
-    lat = t["latency_ms"]
-    status = ", ".join(f"{k} {v}" for k, v in sorted(t["by_status"].items()))
+    t = outcome.totals
+    lat = t.latency_ms
+    status = ", ".join(f"{k} {v}" for k, v in sorted(t.by_status.items()))
     sys.stdout.write(
-        f"drives {t['drives']}: {status}; frames {t['frames']} (ok {t['ok']}, degraded {t['degraded']}, "
-        f"dropped {t['dropped']}); latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms\n"
+        f"drives {t.drives}: {status}; frames {t.frames} (ok {t.ok}, degraded {t.degraded}, "
+        f"dropped {t.dropped}); latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms\n"
     )
-    if t["drives_with_mAP"] or t["drives_without_ground_truth"]:
-        mean = t["mean_drive_mAP"]
-        without = t["drives_without_ground_truth"]
+    if t.drives_with_mAP or t.drives_without_ground_truth:
+        mean = t.mean_drive_mAP
+        without = t.drives_without_ground_truth
         sys.stdout.write(
-            f"mAP: mean {'-' if mean is None else f'{mean:.3f}'} over {t['drives_with_mAP']} drive(s) with ground truth"
+            f"mAP: mean {'-' if mean is None else f'{mean:.3f}'} over {t.drives_with_mAP} drive(s) with ground truth"
             + (f"; no ground truth: {', '.join(without)}" if without else "")
             + "\n"
         )

@@ -48,8 +48,8 @@ from perception.errors import FleetError, PerceptionError
 from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
 from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
-from perception.fleet._report import write_report
-from perception.fleet._summary import DriveSummary
+from perception.fleet._report import fleet_totals, write_report
+from perception.fleet._summary import DriveSummary, FleetTotals
 from perception.fleet._worker import SUMMARY_FILE, DriveJob, DriveWorker, NodeServer, WorkerSettings
 from perception.server import pid_alive
 
@@ -88,7 +88,10 @@ class FleetOptions:
 
 @dataclass
 class FleetOutcome:
+    """A fleet run: each drive's summary, the totals over them (typed), and ``fleet.json`` as written."""
+
     drives: list[DriveSummary]
+    totals: FleetTotals
     report: dict[str, Any]
     interrupted: bool = False
     baseline: BaselineComparison | None = None
@@ -495,5 +498,6 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     comparison = None
     if options.baseline is not None and not fleet.stopped:
         comparison = compare_runs(options.out, options.baseline, options.tolerances)
-    report = write_report(options.out, summaries, meta, comparison)
-    return FleetOutcome(drives=summaries, report=report, interrupted=fleet.stopped, baseline=comparison)
+    totals = fleet_totals(summaries)
+    report = write_report(options.out, summaries, meta, comparison, fleet=totals)
+    return FleetOutcome(drives=summaries, totals=totals, report=report, interrupted=fleet.stopped, baseline=comparison)

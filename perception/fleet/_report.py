@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from perception.fleet._baseline import BaselineComparison
-from perception.fleet._summary import STATUSES, DriveSummary
+from perception.fleet._summary import STATUSES, DriveSummary, FleetTotals
 from perception.metrics import RELATIVE_ERROR, LatencySketch
 
-__all__ = ["FLEET_JSON", "FLEET_MD", "write_report"]
+__all__ = ["FLEET_JSON", "FLEET_MD", "fleet_totals", "write_report"]
 
 FLEET_JSON = "fleet.json"
 FLEET_MD = "fleet.md"
@@ -24,7 +24,7 @@ def _worst_first(d: DriveSummary) -> tuple[int, int, float]:
     return (_RANK.get(d.status, 0), 0 if d.over_budget else 1, -d.p99_ms)
 
 
-def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> dict[str, Any]:
+def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> FleetTotals:
     by_status: dict[str, int] = {}
     for d in drives:
         by_status[d.status] = by_status.get(d.status, 0) + 1
@@ -36,36 +36,45 @@ def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> dict[str,
     def count(key: str) -> int:
         return sum(int(getattr(r.counters, key)) for r in replayed)
 
-    return {
-        "drives": len(drives),
-        "by_status": by_status,
-        "budget_broken": sum(1 for d in drives if d.over_budget),
-        "retried": sum(1 for d in drives if d.retries),
-        "frames": count("frames"),
-        "ok": count("ok"),
-        "degraded": count("degraded"),
-        "dropped": count("dropped"),
-        "deadline_misses": count("deadline_misses"),
+    return FleetTotals(
+        drives=len(drives),
+        by_status=by_status,
+        budget_broken=sum(1 for d in drives if d.over_budget),
+        retried=sum(1 for d in drives if d.retries),
+        frames=count("frames"),
+        ok=count("ok"),
+        degraded=count("degraded"),
+        dropped=count("dropped"),
+        deadline_misses=count("deadline_misses"),
         # every frame of every drive pooled (not a mean of the drives' percentiles): the drives'
         # latency sketches merged, exact in n/min/max/mean, percentiles within metrics.RELATIVE_ERROR
-        "latency_ms": total_ns.percentiles(),
-        "latency_percentile_relative_error": RELATIVE_ERROR,
+        latency_ms=total_ns.percentiles(),
+        latency_percentile_relative_error=RELATIVE_ERROR,
         # the mean over drives with ground truth, each drive counting once
-        "mean_drive_mAP": _mean(maps),
-        "drives_with_mAP": len(maps),
+        mean_drive_mAP=_mean(maps),
+        drives_with_mAP=len(maps),
         # replayed drives that have no ground truth to score (not an error: their mAP is None)
-        "drives_without_ground_truth": [d.name for d in drives if d.ground_truth is False],
+        drives_without_ground_truth=tuple(d.name for d in drives if d.ground_truth is False),
         # --eval: each sensor mode's mAP, the mean over the drives scored in it (each counting once)
-        "mean_mode_mAP": {m: _mean([v for ms in scored if (v := ms.get(m)) is not None]) for m in modes} or None,
+        mean_mode_mAP={m: _mean([v for ms in scored if (v := ms.get(m)) is not None]) for m in modes} or None,
         # where the time went: the workers' replays, and Ray's share of each task beyond them
-        "worker_s": round(sum(d.wall_s or 0.0 for d in drives), 3),
-        "worker_cpu_s": round(sum(d.cpu_s or 0.0 for d in drives), 3),
-        "ray_overhead_s": round(sum(d.ray_overhead_s or 0.0 for d in drives), 3),
-    }
+        worker_s=round(sum(d.wall_s or 0.0 for d in drives), 3),
+        worker_cpu_s=round(sum(d.cpu_s or 0.0 for d in drives), 3),
+        ray_overhead_s=round(sum(d.ray_overhead_s or 0.0 for d in drives), 3),
+    )
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
+
+
+def fleet_totals(summaries: Sequence[DriveSummary]) -> FleetTotals:
+    """The totals over a fleet run's drives (``fleet.json``'s ``totals``; the CLI prints them)."""
+    pooled = LatencySketch()
+    for s in summaries:
+        if s.total_sketch is not None:
+            pooled.merge(LatencySketch.from_dict(dict(s.total_sketch)))
+    return totals(sorted(summaries, key=_worst_first), pooled)
 
 
 def write_report(
@@ -73,16 +82,16 @@ def write_report(
     summaries: Sequence[DriveSummary],
     meta: Mapping[str, Any],
     baseline: BaselineComparison | None = None,
+    *,
+    fleet: FleetTotals | None = None,
 ) -> dict[str, Any]:
-    pooled = LatencySketch()
-    for s in summaries:
-        if s.total_sketch is not None:
-            pooled.merge(LatencySketch.from_dict(dict(s.total_sketch)))
+    """Write ``fleet.json`` and ``fleet.md``; returns what ``fleet.json`` holds. ``fleet``: the totals
+    over ``summaries`` when the caller has them (:func:`fleet_totals`)."""
     drives = sorted(summaries, key=_worst_first)
     report: dict[str, Any] = {
         "version": 1,
         **meta,
-        "totals": totals(drives, pooled),
+        "totals": (fleet or fleet_totals(summaries)).to_json(),
         "drives": [d.to_json() for d in drives],
     }
     lines = markdown(report)

@@ -1,5 +1,6 @@
 """What a fleet worker reports for one drive: :class:`DriveSummary`, from the worker to the driver, the
-fleet report and the CLI (and ``OUT/<drive>/fleet_drive.json``)."""
+fleet report and the CLI (and ``OUT/<drive>/fleet_drive.json``); and what the fleet report totals over
+them: :class:`FleetTotals`, from the report to the CLI (``fleet.json``'s ``totals``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from perception.metrics import RunCounters
 
-__all__ = ["BudgetResult", "DriveSummary"]
+__all__ = ["BudgetResult", "DriveSummary", "FleetTotals"]
 
 #: A drive's status, worst first (the fleet report's order): it failed, is damaged, was interrupted, or ran.
 STATUSES = ("failed", "damaged", "interrupted", "ok")
@@ -166,3 +167,40 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTotals:
+    """The fleet report's totals over its drives (``fleet.json``'s ``totals``, :meth:`to_json`): drives
+    by status, frame counts, every frame's latency pooled (``latency_ms``: the merged sketch's
+    percentiles, within ``latency_percentile_relative_error``), the mean mAP over the drives with
+    ground truth (each counting once) and per sensor mode (``--eval``), and where the time went."""
+
+    drives: int
+    by_status: Mapping[str, int]
+    budget_broken: int
+    retried: int
+    frames: int
+    ok: int
+    degraded: int
+    dropped: int
+    deadline_misses: int
+    latency_ms: Mapping[str, float]
+    latency_percentile_relative_error: float
+    mean_drive_mAP: float | None
+    drives_with_mAP: int
+    drives_without_ground_truth: tuple[str, ...]
+    mean_mode_mAP: Mapping[str, float | None] | None
+    worker_s: float
+    worker_cpu_s: float
+    ray_overhead_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out.update(
+            by_status=dict(self.by_status),
+            latency_ms=dict(self.latency_ms),
+            drives_without_ground_truth=list(self.drives_without_ground_truth),
+            mean_mode_mAP=None if self.mean_mode_mAP is None else dict(self.mean_mode_mAP),
+        )
+        return out

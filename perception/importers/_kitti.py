@@ -413,20 +413,21 @@ def _camera_spec(
     key = _CAMERAS[name][2]
     p = cal.projection(key)
     k = p[:, :3]
-    if abs(k[2, 2] - 1.0) > 1e-9 or abs(k[1, 0]) + abs(k[2, 0]) + abs(k[2, 1]) > 1e-9 or min(k[0, 0], k[1, 1]) <= 0:
-        raise DriveError(f"{key} is not a rectified pinhole projection K [I | t]: {k.tolist()}", file=str(cal.path))
-    cam_rect = np.eye(4)
-    cam_rect[:3, 3] = np.linalg.solve(k, p[:, 3])  # this camera's offset from camera 0 (rectified)
     size = sizes.get(image)
     if size is None:
         size = sizes[image] = _image_size(image)
+    calibration = CameraCalibration(size[0], size[1], tuple(float(v) for v in k.ravel()), (0.0, 0.0, 0.0, 0.0, 0.0))
+    if (problem := calibration.problem()) is not None:  # the one camera-matrix check (the session's, the fuser's)
+        raise DriveError(f"{key} is not a rectified pinhole projection K [I | t]: {problem}", file=str(cal.path))
+    cam_rect = np.eye(4)
+    cam_rect[:3, 3] = np.linalg.solve(k, p[:, 3])  # this camera's offset from camera 0 (rectified)
     return SensorSpec(
         name,
         SensorKind.CAMERA,
         name,
         _transform(base_rect @ np.linalg.inv(cam_rect)),
         topic_for(SensorKind.CAMERA, name),
-        CameraCalibration(size[0], size[1], tuple(float(v) for v in k.ravel()), (0.0, 0.0, 0.0, 0.0, 0.0)),
+        calibration,
         rate,
     )
 

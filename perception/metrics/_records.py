@@ -140,6 +140,8 @@ class SensorRecord:
     sample_t_ns: int | None = None
     #: The model's raw outputs as nested lists (None unless the replay kept them).
     outputs: Mapping[str, Any] | None = None
+    #: While frames were shed, a decimated sensor's latest result reused: how old it was (else None).
+    reused_age_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,8 @@ class FrameRecord:
     stage_ms: Mapping[str, float]
     sensor_total_ms: Mapping[str, float]
     reason: str | None = None
+    #: A frame shed under overload whose detections are the tracker's prediction (``FrameResult.predicted``).
+    predicted: bool = False
 
     @classmethod
     def from_json(cls, data: Any, *, file: str | None = None, line: int | None = None) -> FrameRecord:
@@ -176,6 +180,9 @@ class FrameRecord:
         if not isinstance(deadline, bool):
             raise r.error(f"expected true or false, got {deadline!r}", "deadline_missed")
         reason = rec.get("reason")
+        predicted = rec.get("predicted", False)
+        if not isinstance(predicted, bool):
+            raise r.error(f"expected true or false, got {predicted!r}", "predicted")
         latency = r.obj(r.required(rec, "latency_ms"), "latency_ms")
         sensor_totals = {}
         for name, entry in r.obj(latency.get("sensors", {}), "latency_ms.sensors").items():
@@ -204,6 +211,7 @@ class FrameRecord:
             },
             sensor_total_ms=sensor_totals,
             reason=None if reason is None else r.text(reason, "reason"),
+            predicted=predicted,
         )
 
 
@@ -240,6 +248,7 @@ def _sensor(r: _LineReader, value: Any, key: str) -> SensorRecord:
         raise r.error(f"unknown sensor status {status!r}", key + ".status")
     t = entry.get("sample_t_ns")
     outputs = entry.get("outputs")
+    reused = entry.get("reused_age_ms")
 
     def opt_text(name: str) -> str | None:
         v = entry.get(name)
@@ -253,6 +262,7 @@ def _sensor(r: _LineReader, value: Any, key: str) -> SensorRecord:
         error=opt_text("error"),
         sample_t_ns=None if t is None else r.integer(t, key + ".sample_t_ns"),
         outputs=None if outputs is None else r.obj(outputs, key + ".outputs"),
+        reused_age_ms=None if reused is None else r.number(reused, key + ".reused_age_ms"),
     )
 
 

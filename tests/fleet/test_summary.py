@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from perception.fleet._report import write_report
+from perception.fleet._report import fleet_totals, write_report
 from perception.fleet._summary import BudgetResult, DriveSummary, Replayed
 from perception.metrics import LatencySketch, RunCounters
 
@@ -49,3 +50,22 @@ def test_the_report_sorts_and_totals_typed_summaries(tmp_path: Path) -> None:
     assert (t["frames"], t["ok"], t["degraded"], t["retried"], t["by_status"]) == (6, 4, 2, 1, {"ok": 2, "failed": 1})
     assert t["latency_ms"]["n"] == 3 and t["mean_drive_mAP"] == 0.5
     assert json.loads((tmp_path / "fleet.json").read_text())["drives"][0]["error"] == "cannot read"
+
+
+def test_the_fleet_totals_are_one_typed_record_written_as_fleet_json_s_totals(tmp_path: Path) -> None:
+    # The CLI prints the totals from FleetTotals (fleet_totals), the report writes the same record: a
+    # misspelt total raises instead of a KeyError in the CLI's dict reads after the whole run.
+    drives = [
+        _ran("a", 20.0),
+        dataclasses.replace(_ran("b", 40.0), ground_truth=False),
+        DriveSummary("broken", "broken.mcap", status="failed", error="cannot read"),
+    ]
+    t = fleet_totals(drives)
+    assert (t.drives, t.frames, t.ok, t.degraded, dict(t.by_status)) == (3, 6, 4, 2, {"failed": 1, "ok": 2})
+    assert (t.drives_with_mAP, t.drives_without_ground_truth, t.mean_drive_mAP) == (2, ("b",), 0.5)
+    report = write_report(tmp_path, drives, {"workers": 1}, fleet=t)
+    assert report["totals"] == t.to_json() == json.loads((tmp_path / "fleet.json").read_text())["totals"]
+    assert report["totals"]["drives_without_ground_truth"] == ["b"]
+    assert write_report(tmp_path, drives, {"workers": 1})["totals"] == t.to_json()  # computed when not given
+    with pytest.raises(AttributeError):
+        t.frame  # type: ignore[attr-defined]  # noqa: B018

@@ -412,6 +412,30 @@ def test_bad_file_names_file_and_line(tmp_path: Path, target: str, content: str 
 
 
 @pytest.mark.parametrize(
+    ("p2", "problem"),
+    [
+        # within the importer's own tolerance (1e-9) once: written, then refused by the session at replay
+        ("700 0 600 45 0 700 170 0.2 0 0 1.0000000001 0.003", "not a pinhole matrix"),
+        ("700 0 600 45 0 -700 170 0.2 0 0 1 0.003", "fx, fy > 0"),
+        ("700 0 600 45 0.5 700 170 0.2 0 0 1 0.003", "not a pinhole matrix"),  # below the diagonal
+    ],
+)
+def test_a_camera_matrix_that_is_not_a_pinhole_is_refused_naming_file_and_key(
+    tmp_path: Path, p2: str, problem: str
+) -> None:
+    # The importer checks a camera's K with the one camera-matrix check (CameraCalibration.problem, as
+    # the session and the fuser do): its own rule, with a tolerance, wrote drives the session refused.
+    tree = _broken(tmp_path)
+    calib = tree / "calib/000000.txt"
+    lines = [f"P2: {p2}" if line.startswith("P2:") else line for line in calib.read_text().splitlines()]
+    calib.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.mcap"
+    with pytest.raises(DriveError, match=rf"calib/000000.txt: P2 is not a rectified pinhole projection.*{problem}"):
+        import_kitti(tree, out)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     ("missing", "message"),
     [
         ("image_2/000001.png", r"image_2: image of frame 000001 is missing \(no 000001.png or 000001.jpg\)"),

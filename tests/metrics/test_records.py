@@ -51,6 +51,23 @@ def test_what_frame_record_writes_reads_back_typed(tmp_path: Path) -> None:
     assert math.isnan(d.velocity[0]) and d.velocity[1] == 1.0
 
 
+def test_a_shed_frame_s_record_reads_back_predicted_with_its_reused_sensor(tmp_path: Path) -> None:
+    # Every key frame_record writes is read back: a shed frame's prediction (predicted) and a decimated
+    # sensor's reused result (reused_age_ms) were written and dropped by the reader.
+    radar = SensorResult("radar_front", SensorStatus.OK, 0, reused_age_ns=40_000_000)
+    shed = FrameResult(3, 300, FrameStatus.DROPPED, {}, (DET,), reason="overload (shed)", predicted=True)
+    reused = FrameResult(4, 400, FrameStatus.OK, {"radar_front": radar}, (DET,))
+    lines = [json.dumps(frame_record(r)) for r in (_result(2), shed, reused)]
+    recs = read_frame_records(_write(tmp_path / "detections.jsonl", lines))
+    assert [r.predicted for r in recs] == [False, True, False]
+    assert recs[1].reason == "overload (shed)" and len(recs[1].detections) == 1
+    assert recs[2].sensors["radar_front"].reused_age_ms == 40.0
+    assert recs[0].sensors["cam_front"].reused_age_ms is None
+    bad = frame_record(shed) | {"predicted": "yes"}
+    with pytest.raises(ConfigError, match=r"detections.jsonl: predicted: line 1: expected true or false, got 'yes'"):
+        read_frame_records(_write(tmp_path / "detections.jsonl", [json.dumps(bad)]))
+
+
 def test_a_malformed_record_names_file_line_and_key(tmp_path: Path) -> None:
     good = frame_record(_result(0))
     bad = json.loads(json.dumps(good))

@@ -54,22 +54,28 @@ def plans(max_frames: int = 6) -> st.SearchStrategy[tuple[int, list[Step]]]:
     return build()
 
 
-def expected(n: int, plan: list[Step]) -> tuple[list[int], list[list[int]]]:
-    """The reference: which frames are fused, in which order, and after each step."""
-    state = ["working"] * n  # working -> ready (answered, waits for its turn) -> ended
+def expected(n: int, plan: list[Step], shed: frozenset[int] = frozenset()) -> tuple[list[int], list[list[int]]]:
+    """The reference: which frames are fused, in which order, and after each step. A frame in ``shed`` is
+    shed when handed in (no request: it waits for its turn at once, its prediction taken then)."""
+    state = ["ready" if i in shed else "working" for i in range(n)]  # working -> ready (answered) -> ended
     fused: list[int] = []
     after: list[list[int]] = []
+
+    def turns() -> None:  # the frames whose turn came and that are ready: fused (shed: predicted)
+        turn = next((j for j in range(n) if state[j] != "ended"), n)
+        while turn < n and state[turn] == "ready":
+            fused.append(turn)
+            state[turn] = "ended"
+            turn = next((j for j in range(n) if state[j] != "ended"), n)
+
+    turns()  # a shed frame handed in with its turn takes it at once
     for i, what in plan:
         if what == "cancel":
             if state[i] != "ended":
                 state[i] = "ended"
         elif state[i] == "working":
             state[i] = "ended" if what == "raise" else "ready"
-        turn = next((j for j in range(n) if state[j] != "ended"), n)
-        while turn < n and state[turn] == "ready":
-            fused.append(turn)
-            state[turn] = "ended"
-            turn = next((j for j in range(n) if state[j] != "ended"), n)
+        turns()
         after.append(list(fused))
     return fused, after
 
@@ -156,7 +162,7 @@ Stages = dict[str, int]
 
 
 class _Tracker:
-    """A fusion stage that records the frames it is given, in order."""
+    """A tracking stage that records the frames it is given, fused or predicted (shed), in order."""
 
     def __init__(self) -> None:
         self.seen: list[int] = []
@@ -166,6 +172,13 @@ class _Tracker:
     ) -> tuple[tuple[Detection3D, ...], dict[str, int]]:
         self.seen.append(frame.frame_id)
         return (), {"fusion": 0}
+
+    def predict(self, frame: Frame) -> tuple[Detection3D, ...]:
+        self.seen.append(frame.frame_id)
+        return ()
+
+    def tracker_state(self) -> dict[str, Any]:
+        return {}
 
 
 def _config() -> RuntimeConfig:
@@ -189,13 +202,20 @@ def _frame(i: int) -> Frame:
 
 
 @settings(max_examples=40, deadline=None)
-@given(plan=plans(5))
-@example(plan=(3, [(2, "ok"), (1, "cancel"), (0, "ok"), (1, "ok")]))  # the issue's reproduction
-@example(plan=(3, [(2, "ok"), (1, "raise"), (0, "ok")]))
-@example(plan=(2, [(1, "ok"), (0, "ok")]))  # answered in reverse: the second frame waits for the first
-def test_the_runtime_fuses_frames_in_hand_in_order_however_they_end(plan: tuple[int, list[Step]]) -> None:
+@given(plan=plans(5), shed=st.frozensets(st.integers(0, 4), max_size=3))
+@example(plan=(3, [(2, "ok"), (1, "cancel"), (0, "ok"), (1, "ok")]), shed=frozenset())  # the issue's reproduction
+@example(plan=(3, [(2, "ok"), (1, "raise"), (0, "ok")]), shed=frozenset())
+@example(plan=(2, [(1, "ok"), (0, "ok")]), shed=frozenset())  # answered in reverse: the second waits for the first
+@example(plan=(2, [(0, "ok"), (1, "ok")]), shed=frozenset({1}))  # a shed frame's prediction waits for its turn
+@example(plan=(3, [(2, "ok"), (1, "cancel"), (0, "ok")]), shed=frozenset({1}))  # one cancelled waiting for it
+def test_the_runtime_fuses_frames_in_hand_in_order_however_they_end(
+    plan: tuple[int, list[Step]], shed: frozenset[int]
+) -> None:
+    # ``shed``: frames handed in through Runtime.shed (shed under overload) rather than Runtime.process:
+    # the tracker's prediction for them is taken in their turn too, or never if they are cancelled first.
     n, steps = plan
-    want, _ = expected(n, steps)
+    shed = frozenset(i for i in shed if i < n)
+    want, _ = expected(n, steps, shed)
 
     async def main() -> list[int]:
         gate, tracker = _Gate(), _Tracker()
@@ -206,7 +226,10 @@ def test_the_runtime_fuses_frames_in_hand_in_order_however_they_end(plan: tuple[
             try:
                 with scopes[i]:
                     task_status.started()  # the frame takes its turn before its first await: handed in now
-                    await rt.process(_frame(i))
+                    if i in shed:
+                        await rt.shed(_frame(i), "overload (shed by the test)")
+                    else:
+                        await rt.process(_frame(i))
             except Exception:  # a frame whose client raised: it ends, unfused
                 pass
             finally:

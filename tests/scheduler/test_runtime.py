@@ -425,6 +425,28 @@ def test_threaded_frames_submitted_faster_than_they_finish_are_processed_or_shed
         ), r
 
 
+def test_threaded_frames_with_a_late_sensor_are_reported_late_to_the_admission(triton: EmbeddedTriton) -> None:
+    # A sensor late at the join halves the adaptive admission's limit even when the frame kept its
+    # deadline's headroom: ThreadedRuntime must say so when it gives the slot back, as a stream's
+    # pipeline does (issue 45, item 7's ended_late, on the threaded facade). The join cuts the hanging
+    # lidar off at 2 s, far inside the headroom (0.6 x 10 s): only the late sensor marks the frames.
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 10_000, "fusion_reserve_ms": 8_000},
+        pipeline={"max_in_flight": 2, "admission": "adaptive", "circuit": {"failure_threshold": 100}},
+        server=_hung_start(triton.grpc_url),
+    )
+    with ThreadedRuntime(cfg) as rt:
+        results = [rt.submit(frame(i, ["lidar", "radar"])).result(timeout=60) for i in range(2)]
+        admission = rt.runtime.admission
+        assert admission is not None
+        report = admission.report()
+    assert [r.sensors["lidar"].status for r in results] == [SensorStatus.LATE] * 2
+    assert not any(r.deadline_missed for r in results)
+    assert (report["mode"], report["overloaded_frames"]) == ("adaptive", 2), report
+
+
 def test_threaded_fixed_admission_keeps_max_in_flight(triton: EmbeddedTriton) -> None:
     cfg = config(
         triton.grpc_url,
