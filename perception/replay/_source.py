@@ -14,7 +14,7 @@ from perception._imageio import image_size
 from perception.config import RuntimeConfig
 from perception.drives import DriveReader
 from perception.errors import DriveError
-from perception.scheduler import RunObserver, Session, run_off_loop
+from perception.scheduler import RunObserver, Session
 from perception.types import Frame, ImageSample
 
 __all__ = ["DriveSource"]
@@ -93,7 +93,7 @@ class DriveSource:
         t0 = 0
         while True:
             try:
-                frame = await run_off_loop(next, it, None)
+                frame = await anyio.to_thread.run_sync(next, it, None)
             except DriveError as exc:
                 log.error("%s; the replay stops at the last readable frame", exc)
                 self.error = exc

@@ -9,7 +9,6 @@ from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._lifetime import Lifetime, ThreadHost, hosted_in_task
 from perception.scheduler._observer import RunObserver
-from perception.scheduler._offload import run_off_loop
 from perception.scheduler._pipeline import OrderedPipeline
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session, TrackingStage
@@ -42,7 +41,6 @@ __all__ = [
     "hosted_in_task",
     "output_names",
     "prepare_inputs",
-    "run_off_loop",
     "scale_camera_boxes",
     "server_time_breakdown",
 ]

@@ -33,7 +33,6 @@ from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
 from perception.scheduler._lifetime import Lifetime
-from perception.scheduler._offload import run_off_loop
 from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
@@ -420,7 +419,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 if not order.is_turn(turn):
                     await order.wait(turn)
                     fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
-                detections, stages = await run_off_loop(fusion, frame, results)
+                detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
                 fusion_stages.update(stages)
             end = time.monotonic_ns()
         finally:
