@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from perception.errors import ConfigError
 from perception.metrics._run_report import _Reader
@@ -39,55 +38,7 @@ def _fs(xs: tuple[float, ...]) -> list[float | None]:
     return [round(float(x), 3) if isfinite(x) else None for x in xs]
 
 
-def _rounded(values: npt.NDArray[np.float64], nd: int) -> list[float | None]:
-    """``[round(x, nd) if isfinite(x) else None for x in values]``, the same floats bit for bit, vectorised.
-
-    ``round(x, nd)`` is the double nearest the decimal ``k / 10**nd``, ``k`` the integer nearest ``x * 10**nd``
-    taken exactly (ties to even); Python finds it through decimal digits (~0.3 µs a value: a frame's
-    detections hold hundreds). ``rint(y) / 10**nd`` is that double whenever ``y``, the product rounded to a
-    double, lies clearly away from a half-integer (no tie the rounding could have crossed: the division of
-    two exact integers is correctly rounded); the others (near a tie, huge, or not finite) go to
-    ``round`` itself."""
-    scale = 10.0**nd
-    with np.errstate(all="ignore"):  # huge and non-finite values: left to round() below
-        y = values * scale
-        out: list[float | None] = (np.rint(y) / scale).tolist()
-        sure = (np.abs(y - np.floor(y) - 0.5) > 4 * np.spacing(np.abs(y))) & (np.abs(values) < 1e9)
-    for i in np.flatnonzero(~sure).tolist():
-        x = float(values[i])
-        out[i] = round(x, nd) if math.isfinite(x) else None
-    return out
-
-
-def _detections_json(dets: tuple[Detection3D, ...]) -> list[dict[str, Any]]:
-    """Every detection's record (:func:`detection_json`), the floats of all of them rounded at once."""
-    if not dets:
-        return []
-    try:  # score and yaw to 4 decimals; centre, size, velocity and uncertainty to 3
-        four = np.array([(d.score, d.yaw) for d in dets], dtype=np.float64)
-        three = np.array([(*d.center, *d.size, *d.velocity, *d.uncertainty) for d in dets], dtype=np.float64)
-    except ValueError:  # tuples of other lengths than their fields' (not a fused detection): one by one
-        return [_odd_detection_json(d) for d in dets]
-    if three.shape[1] != 10:
-        return [_odd_detection_json(d) for d in dets]
-    r4, r3 = _rounded(four.ravel(), 4), _rounded(three.ravel(), 3)
-    return [
-        {
-            "id": d.id,
-            "label": d.label,
-            "score": r4[2 * i],
-            "center": r3[10 * i : 10 * i + 3],
-            "size": r3[10 * i + 3 : 10 * i + 6],
-            "yaw": r4[2 * i + 1],
-            "velocity": r3[10 * i + 6 : 10 * i + 8],
-            "uncertainty": r3[10 * i + 8 : 10 * i + 10],
-            "sources": list(d.sources),
-        }
-        for i, d in enumerate(dets)
-    ]
-
-
-def _odd_detection_json(d: Detection3D) -> dict[str, Any]:
+def detection_json(d: Detection3D) -> dict[str, Any]:
     return {
         "id": d.id,
         "label": d.label,
@@ -99,12 +50,6 @@ def _odd_detection_json(d: Detection3D) -> dict[str, Any]:
         "uncertainty": _fs(d.uncertainty),
         "sources": list(d.sources),
     }
-
-
-def detection_json(d: Detection3D) -> dict[str, Any]:
-    """One detection's record: score and yaw rounded to 4 decimals, the other floats to 3, non-finite ones
-    ``null``."""
-    return _detections_json((d,))[0]
 
 
 def _array_json(arr: Any) -> Any:
@@ -167,7 +112,7 @@ def frame_record(r: FrameResult, *, include_outputs: bool = False) -> dict[str, 
         "status": r.status.value,
         "deadline_missed": r.deadline_missed,
         "sensors": sensors,
-        "detections": _detections_json(r.detections),
+        "detections": [detection_json(d) for d in r.detections],
         "latency_ms": latency,
     }
     if r.reason:
