@@ -70,7 +70,7 @@ from ._contract import ModelContract, parse_model_config
 from ._errors import is_shm_registration_lost, translate
 from ._ready import wait_until_ready
 from ._shm import SharedMemoryPool, ShmSlot, packed_size
-from ._wire import WireInput, encode_infer_request, model_infer_call, response_arrays
+from ._wire import WireInput, encode_infer_request, model_infer_call
 
 __all__ = ["ClientOptions", "InferRequest", "InferResult", "ParameterValue", "ShmMode", "TritonClient"]
 
@@ -951,11 +951,10 @@ class TritonClient:
 
     def _read_outputs(self, req: InferRequest, response: Any, url: str) -> tuple[dict[str, Array], int | None]:
         proto = response.get_response()
-        arrays = response_arrays(proto, req.outputs)  # one pass over the outputs (as_numpy scans per name)
         names = req.outputs if req.outputs is not None else tuple(o.name for o in proto.outputs)
         outputs: dict[str, Array] = {}
         for name in names:
-            array = arrays.get(name)
+            array = response.as_numpy(name)
             if array is None:
                 raise InferenceError(
                     "server response lacks this output",

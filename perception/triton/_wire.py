@@ -27,19 +27,10 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import (
     TRITON_RESERVED_REQUEST_PARAMS,
     TRITON_RESERVED_REQUEST_PARAMS_PREFIX,
-    deserialize_bytes_tensor,
     serialize_byte_tensor,
-    triton_to_np_dtype,
 )
 
-__all__ = [
-    "MODEL_INFER_METHOD",
-    "WireInput",
-    "decode_infer_response",
-    "encode_infer_request",
-    "model_infer_call",
-    "response_arrays",
-]
+__all__ = ["MODEL_INFER_METHOD", "WireInput", "decode_infer_response", "encode_infer_request", "model_infer_call"]
 
 #: The fully qualified gRPC method of an inference call (KServe v2 ``GRPCInferenceService``).
 MODEL_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -148,36 +139,6 @@ def encode_infer_request(
 def decode_infer_response(data: bytes) -> Any:
     """``tritonclient.grpc.InferResult`` of a serialised ``ModelInferResponse`` (``as_numpy`` etc.)."""
     return InferResult(service_pb2.ModelInferResponse.FromString(data))
-
-
-def response_arrays(response: Any, names: Sequence[str] | None = None) -> dict[str, npt.NDArray[Any]]:
-    """The output tensors of a ``ModelInferResponse`` message, by name, in one pass over its outputs.
-
-    Each array is the one ``InferResult.as_numpy(name)`` gives (the same buffer view, dtype and shape;
-    its quirks kept: the i-th raw content belongs to the i-th output, a BYTES tensor is deserialised,
-    typed ``contents`` are read when there is no raw content), where ``as_numpy`` scans the outputs
-    again for every name it is asked for. ``names``: only these (None: every output); a name the
-    response lacks is left out, as the first of several outputs of one name wins."""
-    wanted = None if names is None else set(names)
-    raw = response.raw_output_contents
-    n_raw = len(raw)
-    out: dict[str, npt.NDArray[Any]] = {}
-    for index, output in enumerate(response.outputs):
-        name = output.name
-        if name in out or (wanted is not None and name not in wanted):
-            continue
-        datatype = output.datatype
-        if index < n_raw:
-            if datatype == "BYTES":
-                array = deserialize_bytes_tensor(raw[index])
-            else:
-                array = np.frombuffer(raw[index], dtype=triton_to_np_dtype(datatype))
-        elif len(output.contents.bytes_contents) != 0:
-            array = np.array(output.contents.bytes_contents, copy=False)
-        else:
-            array = np.empty(0, dtype=triton_to_np_dtype(datatype))
-        out[name] = array.reshape(list(output.shape))
-    return out
 
 
 def model_infer_call(channel: Any) -> Any:

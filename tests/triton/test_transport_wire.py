@@ -13,7 +13,7 @@ from tritonclient.grpc._utils import _get_inference_request
 
 from perception.errors import InputError
 from perception.triton import ClientOptions, TritonClient
-from perception.triton._wire import WireInput, decode_infer_response, encode_infer_request, response_arrays
+from perception.triton._wire import WireInput, decode_infer_response, encode_infer_request
 
 
 def _tritonclient_request(inputs: list[Any], **kwargs: Any) -> Any:
@@ -99,50 +99,6 @@ def test_response_decodes_into_tritonclient_result() -> None:
     result = decode_infer_response(response.SerializeToString())
     np.testing.assert_array_equal(result.as_numpy("OUTPUT"), [1.5, 2.5])
     assert result.get_response().id == "x"
-
-
-def _response_of_every_kind() -> Any:
-    """Outputs of several dtypes and shapes, BYTES, an empty one, a name twice, and typed contents after
-    the raw ones run out (as a server that mixes them would send)."""
-    response = service_pb2.ModelInferResponse(model_name="m", id="x")
-    raw = [
-        ("BOXES", "FP32", [2, 3], np.arange(6, dtype=np.float32).tobytes()),
-        ("LABELS", "INT32", [2], np.array([7, -1], np.int32).tobytes()),
-        ("NAMES", "BYTES", [2], _bytes_tensor(np.array([b"car", b""], dtype=np.object_))),
-        ("EMPTY", "FP32", [0, 4], b""),
-        ("COUNT", "INT64", [1, 1], np.array([[2]], np.int64).tobytes()),
-        ("LABELS", "INT32", [1], np.array([99], np.int32).tobytes()),  # a second output of that name
-    ]
-    for name, datatype, shape, content in raw:
-        response.outputs.add(name=name, datatype=datatype, shape=shape)
-        response.raw_output_contents.append(content)
-    typed = response.outputs.add(name="TYPED", datatype="BYTES", shape=[2])
-    typed.contents.bytes_contents.extend([b"a", b"bc"])
-    response.outputs.add(name="NOTHING", datatype="FP16", shape=[0])
-    return response
-
-
-def _bytes_tensor(array: np.ndarray[Any, Any]) -> bytes:
-    from tritonclient.utils import serialize_byte_tensor
-
-    return bytes(serialize_byte_tensor(array).item())
-
-
-def test_response_arrays_are_what_as_numpy_gives_for_every_output() -> None:
-    response = _response_of_every_kind()
-    theirs = tgrpc.InferResult(response)
-    names = ["BOXES", "LABELS", "NAMES", "EMPTY", "COUNT", "TYPED", "NOTHING"]
-    ours = response_arrays(response)
-    assert list(ours) == names
-    for name in names:
-        expected = theirs.as_numpy(name)
-        assert ours[name].dtype == expected.dtype and ours[name].shape == expected.shape, name
-        np.testing.assert_array_equal(ours[name], expected)
-    assert ours["LABELS"].tolist() == [7, -1]  # the first of two outputs of one name, as as_numpy
-    # only the names asked for; one the response lacks is left out (as_numpy: None)
-    some = response_arrays(response, ("COUNT", "MISSING", "BOXES"))
-    assert sorted(some) == ["BOXES", "COUNT"] and theirs.as_numpy("MISSING") is None
-    np.testing.assert_array_equal(some["COUNT"], [[2]])
 
 
 @pytest.mark.anyio
