@@ -448,6 +448,12 @@ def nuscenes_drive(tmp: Path) -> Path | None:
     return drive
 
 
+def _has_decode(checkout: Path) -> bool:
+    """Whether ``checkout``'s sensors have the ``decode`` setting (the "(decode: server)" scenarios)."""
+    model = checkout / "perception" / "config" / "_model.py"
+    return model.is_file() and "decode:" in model.read_text()
+
+
 def run_scenario(checkout: Path, spec: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--client", json.dumps(spec)]
@@ -496,7 +502,9 @@ def main() -> int:
                 }
                 row: dict[str, Any] = {}
                 # a baseline without the decode setting cannot run its scenarios
-                baseline = args.baseline if args.baseline and "decode" not in spec else None
+                baseline = (
+                    args.baseline if args.baseline and ("decode" not in spec or _has_decode(args.baseline)) else None
+                )
                 checkouts = [("after", ROOT)] + ([("before", baseline)] if baseline else [])
                 for label, checkout in checkouts:
                     row[label] = run_scenario(checkout, spec)

@@ -101,7 +101,7 @@ class OrderedPipeline:
         self._overflow = config.overflow
         self._drain_s = config.drain_timeout_s
         self._cond = anyio.Condition()
-        self._out_lock = anyio.Lock()
+        self._out_lock = anyio.Lock(fast_acquire=True)
         self._pending: deque[tuple[int, Frame]] = deque()
         self._in_flight: dict[int, Frame] = {}
         self._done: dict[int, FrameResult] = {}
