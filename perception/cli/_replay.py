@@ -66,6 +66,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-fused-mcap", action="store_true", help="do not write DIR/fused.mcap")
     p.add_argument(
+        "--server-split",
+        action="store_true",
+        help="split every request's time in flight into Triton's queue and compute per frame also against an "
+        "external server, from its statistics: one frame in flight (--rate lockstep), a statistics request "
+        "after every frame (the embedded server's trace does it anyway, at no extra request)",
+    )
+    p.add_argument(
         "--strict",
         action="store_true",
         help="check every chunk of the drive first: any damage is an error (exit 3, naming file and byte "
@@ -187,6 +194,7 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
         out_dir=args.out,
         progress=False if args.no_progress else None,
         include_outputs=args.raw_outputs,
+        server_split=True if args.server_split else None,
     )
     with PrometheusExporter(port=args.metrics_port) as metrics, ExitStack() as stack:
         if args.metrics_port is not None:

@@ -12,11 +12,13 @@ Every record's latency tree splits each request into the client's share (preproc
 and the time in flight, split further into Triton's own queue / compute input / compute infer / compute
 output time and the remaining overhead (network, gRPC, client scheduling). The embedded server traces
 every request (``server.trace``), so the split is per request at any number of frames in flight
-(:class:`perception.metrics.TraceSplitter`). Against an external server it comes from Triton's
+(:class:`perception.metrics.TraceSplitter`). Against an external server, when asked for
+(``server_split=True``: ``perception budget``, ``perception replay --server-split``), it comes from Triton's
 statistics between frames (:class:`perception.metrics.ServerSplitter`), with one frame in flight only
 (``--rate lockstep`` or ``pipeline.max_in_flight: 1``): the next frame is held back until they are read,
-outside any frame's timed path; with more frames in flight the report then has Triton's mean time per
-request over the run only (``server_ms``). ``report.json``'s ``server_split.source`` says which.
+outside any frame's timed path (a statistics request a frame: not free, so not the default); otherwise the
+report has Triton's mean time per request over the run only (``server_ms``). ``report.json``'s
+``server_split`` says which source, or why none.
 
 A damaged drive costs only what is damaged: a chunk that cannot be read (bad CRC, decompression
 error, bad record) is skipped and the replay goes on with the next chunk; a truncated file is
@@ -107,9 +109,12 @@ class ReplayOptions:
     start_ns: int | None = None
     end_ns: int | None = None
     report_md: bool = True  # DIR/report.md (latency tables, quality, rendered frames) when out_dir is set
-    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: whenever it
-    #: can be (the embedded server's trace at any depth, else the statistics with one frame in flight);
-    #: ``True`` where it cannot is a :class:`ConfigError`; ``False``: off (and no trace).
+    #: Triton's time per request in every frame's latency tree (see module docs). ``None``: where it
+    #: costs the run nothing it did not pay anyway (the embedded server's trace, at any depth); ``True``:
+    #: also from the statistics, with one frame in flight (a statistics request after every frame, the
+    #: next frame held back until it is read: about 0.75 ms of the client's CPU a frame on the bundled
+    #: drive, and the server's; ``perception budget``'s default, ``perception replay --server-split``),
+    #: and where neither can be it is a :class:`ConfigError`; ``False``: off (and no trace).
     server_split: bool | None = None
 
 
@@ -195,6 +200,12 @@ def _server_splitter(
     client = rt.client
     if not isinstance(client, TritonClient):
         return None, "not a Triton client"
+    if wanted is None:
+        return None, (
+            "Triton's statistics per frame were not asked for: a statistics request after every frame, the next "
+            "frame held back until it is read (an external server, whose trace is not readable here; "
+            "perception replay --server-split, perception budget)"
+        )
     return ServerSplitter(client.models_statistics, sensors, batched_cameras=batched), None
 
 

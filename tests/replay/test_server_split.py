@@ -45,7 +45,9 @@ async def test_lockstep_replay_splits_each_request_into_client_and_server_time(
     cfg = runtime_config(triton.grpc_url, SLEEPY)
     with anyio.fail_after(120):
         outcome = await replay_drive(
-            drive, cfg, ReplayOptions(rate="lockstep", out_dir=tmp_path, report_md=False, evaluate=False)
+            drive,
+            cfg,
+            ReplayOptions(rate="lockstep", out_dir=tmp_path, report_md=False, evaluate=False, server_split=True),
         )
     records = read_records(tmp_path / "detections.jsonl")
     assert len(records) == FRAMES
@@ -103,7 +105,9 @@ async def test_other_clients_traffic_makes_the_split_unavailable_never_wrong(
         async with anyio.create_task_group() as tg:
             tg.start_soon(other_client)
             outcome = await replay_drive(
-                drive, cfg, ReplayOptions(rate="lockstep", out_dir=tmp_path, report_md=False, evaluate=False)
+                drive,
+                cfg,
+                ReplayOptions(rate="lockstep", out_dir=tmp_path, report_md=False, evaluate=False, server_split=True),
             )
             done.set()
     records = read_records(tmp_path / "detections.jsonl")
@@ -178,3 +182,31 @@ def test_budget_command_shows_the_split_and_gates(triton: EmbeddedTriton, drive:
     with pytest.raises(SystemExit) as usage:  # argparse's usage error naming the option
         main(["budget", *args, "--in-flight", "0", "--budget-ms", "1000", "--out", str(out3)])
     assert usage.value.code == 2
+
+
+def test_against_an_external_server_the_per_frame_split_is_asked_for_not_paid_by_default(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path
+) -> None:
+    """Triton's statistics after every frame cost a request a frame (client and server CPU) and hold the next
+    frame back: a plain lockstep replay against an external server does without, says why and how to ask
+    (its report keeps Triton's mean per request over the run); ``--server-split`` asks."""
+    import yaml
+    from reliability_helpers import profile_data
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(profile_data(triton.grpc_url, SLEEPY)))
+    args = [str(drive), "--config", str(profile), "--rate", "lockstep", "--no-progress", "--no-fused-mcap"]
+    plain, asked = tmp_path / "plain", tmp_path / "asked"
+    assert main(["replay", *args, "--out", str(plain)]) == 0
+    report = json.loads((plain / "report.json").read_text())
+    assert report["server_split"]["per_frame"] is False
+    assert "--server-split" in report["server_split"]["why_not"]
+    assert set(report["server_ms"]) >= set(SLEEPY.values())  # the run's mean per request is still there
+    for rec in read_records(plain / "detections.jsonl"):
+        assert "server_total" not in _sensor(rec, "lidar_top") and "server" not in rec["latency_ms"]
+
+    assert main(["replay", *args, "--server-split", "--out", str(asked)]) == 0
+    report = json.loads((asked / "report.json").read_text())
+    assert report["server_split"]["per_frame"] is True and report["server_split"]["source"] == "statistics"
+    records = read_records(asked / "detections.jsonl")
+    assert sum("server_total" in _sensor(rec, "lidar_top") for rec in records) >= len(records) - 1
