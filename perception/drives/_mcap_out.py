@@ -40,6 +40,7 @@ __all__ = ["Buffer", "McapOut"]
 Buffer = bytes | bytearray | memoryview
 MAGIC = b"\x89MCAP0\r\n"
 _MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequence, log time, publish time
+_OP_MESSAGE = int(Opcode.MESSAGE)
 _CHUNK = struct.Struct("<BQQQQI")  # opcode, record length, start, end, uncompressed size, uncompressed crc
 
 
@@ -138,30 +139,36 @@ class McapOut:
         self, channel_id: int, log_time: int, data: Buffer | Sequence[Buffer], publish_time: int, sequence: int = 0
     ) -> None:
         """Add a message to the chunk; ``data``'s buffers are kept (not copied) until the chunk is written."""
-        if isinstance(data, bytes):
-            pieces: Sequence[Buffer] = (data,)
-            size = len(data)
+        chunk = self._chunk
+        out = chunk.pieces
+        head = len(out)
+        out.append(b"")  # the message record's header, packed below when the size is known
+        if isinstance(data, bytes | bytearray | memoryview):
+            out.append(data)
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
         else:
-            pieces = (data,) if isinstance(data, bytearray | memoryview) else data
-            size = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in pieces)
+            size = 0
+            for p in data:
+                size += p.nbytes if isinstance(p, memoryview) else len(p)
+            out.extend(data)
+        out[head] = _MESSAGE.pack(_OP_MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time)
         stats = self._stats
         if stats.message_count == 0 or log_time < stats.message_start_time:
             stats.message_start_time = log_time
-        stats.message_end_time = max(stats.message_end_time, log_time)
+        if log_time > stats.message_end_time:
+            stats.message_end_time = log_time
         counts = stats.channel_message_counts
         counts[channel_id] = counts.get(channel_id, 0) + 1
         stats.message_count += 1
-        chunk = self._chunk
         if chunk.messages == 0 or log_time < chunk.start:
             chunk.start = log_time
-        chunk.end = max(chunk.end, log_time)
+        if log_time > chunk.end:
+            chunk.end = log_time
         index = chunk.indices.get(channel_id)
         if index is None:
             index = chunk.indices[channel_id] = []
         index.append((log_time, chunk.size))
         chunk.messages += 1
-        chunk.pieces.append(_MESSAGE.pack(Opcode.MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time))
-        chunk.pieces.extend(pieces)
         chunk.size += 31 + size  # the message record's header: _MESSAGE.size
         if chunk.size > self._chunk_size:
             self._finish_chunk()
