@@ -221,8 +221,8 @@ def encode_point_cloud(t_ns: int, frame_id: str, points: npt.NDArray[np.float32]
     )
 
 
-_DATA_TAG = bytes([(6 << 3) | 2])
-_BYTES = tuple(bytes((i,)) for i in range(0x80))  # one-byte varints  # PointCloud.data: field 6 (the last), length-delimited
+_DATA_TAG = bytes([(6 << 3) | 2])  # PointCloud.data: field 6 (the last), length-delimited
+_BYTES = tuple(bytes((i,)) for i in range(0x80))  # one-byte varints
 
 
 def _varint(n: int) -> bytes:

@@ -155,15 +155,13 @@ class McapOut:
         stats = self._stats
         if stats.message_count == 0 or log_time < stats.message_start_time:
             stats.message_start_time = log_time
-        if log_time > stats.message_end_time:
-            stats.message_end_time = log_time
+        stats.message_end_time = max(stats.message_end_time, log_time)
         counts = stats.channel_message_counts
         counts[channel_id] = counts.get(channel_id, 0) + 1
         stats.message_count += 1
         if chunk.messages == 0 or log_time < chunk.start:
             chunk.start = log_time
-        if log_time > chunk.end:
-            chunk.end = log_time
+        chunk.end = max(chunk.end, log_time)
         index = chunk.indices.get(channel_id)
         if index is None:
             index = chunk.indices[channel_id] = []

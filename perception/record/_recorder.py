@@ -394,16 +394,14 @@ class RunRecorder:
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
         layout, data, outputs = recorded_outputs(results)
-        sensors = {n: fmt.encode_result(r, outputs=False) for n, r in sorted(results.items())}
-        for n, arrays in layout.items():
-            sensors[n]["outputs"] = arrays
-        record = {
+        head = {
             "seq": seq,
             "frame_id": frame.frame_id,
             "t_ns": frame.t_ns,
             "ego": fmt.encode_ego(frame.ego),
             "samples": samples,
-            "sensors": sensors,
+        }
+        record = {
             "detections": _detections(detections),
             "digest": {
                 "outputs": outputs,
@@ -412,7 +410,8 @@ class RunRecorder:
                 "tracker": tracker_digest(tracker) if tracker is not None else "",
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, data)
+        text = _joined(head, _sensors_json(results, layout), record)
+        self._write_frame_record(writer, seq, frame.t_ns, text, values, data)
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -439,16 +438,15 @@ class RunRecorder:
                 "tracker": None,
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, b"")
+        self._write_frame_record(writer, seq, frame.t_ns, _ENCODER.encode(record), values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
-        self, writer: DriveWriter, seq: int, t_ns: int, record: Mapping[str, Any], values: npt.NDArray[np.float64],
-        outputs: bytes,
-    ) -> None:  # fmt: skip
-        """A frame's fusion record (JSON: what Foxglove shows) and its numbers (binary, the arrays' own
+        self, writer: DriveWriter, seq: int, t_ns: int, record: str, values: npt.NDArray[np.float64], outputs: bytes
+    ) -> None:
+        """A frame's fusion record (its JSON: what Foxglove shows) and its numbers (binary, the arrays' own
         buffers: the detections' values, the raw outputs), then the arrivals batched since the last frame."""
-        self._json(writer, fmt.FUSION_TOPIC, t_ns, record, seq)
+        writer.write_json(fmt.FUSION_TOPIC, t_ns, record.encode(), seq)
         writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs), seq)
         self._flush_arrivals(writer)
 
@@ -473,11 +471,9 @@ class RunRecorder:
             "deadline_missed": r.deadline_missed,
             "latency_ns": r.latency.total_ns,
             "fusion_seq": seq,
-            "sensors": {n: fmt.encode_result(s, outputs=False) for n, s in sorted(r.sensors.items())},
-            "detections": len(r.detections),
-            "digest": digest,
         }
-        self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
+        tail = {"detections": len(r.detections), "digest": digest}
+        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
         self.stats["frames"] += 1
 
     def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
@@ -549,10 +545,6 @@ class RunRecorder:
             self._arrivals.clear()
             writer.write_json(fmt.ARRIVALS_TOPIC, self._arrivals_t_ns, data)
 
-    @staticmethod
-    def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
-        writer.write_json(topic, t_ns, _ENCODER.encode(record).encode(), seq)
-
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
@@ -589,6 +581,41 @@ def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
         "labels": [d.label for d in detections],
         "sources": [d.sources for d in detections],
     }
+
+
+def _joined(head: Mapping[str, Any], sensors: str, tail: Mapping[str, Any]) -> str:
+    """The JSON of ``{**head, "sensors": ..., **tail}`` (``sensors``: its JSON), as the encoder writes it."""
+    return f'{_ENCODER.encode(head)[:-1]},"sensors":{sensors},{_ENCODER.encode(tail)[1:]}'
+
+
+def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Mapping[str, Any]]) -> str:
+    """The JSON of ``{sensor: fmt.encode_result(r, outputs=False)}`` (sensors sorted), each ok sensor's outputs'
+    layout (``layout``: :func:`recorded_outputs`'s) under ``"outputs"``, as the encoder writes it: what stays
+    the same from frame to frame (status, error, model, version, layout) encoded once and remembered."""
+    parts = []
+    for name in sorted(results):
+        r = results[name]
+        arrays = layout.get(name)
+        key = None if arrays is None else tuple((k, v[0], tuple(v[1])) for k, v in arrays.items())
+        head, tail = _sensor_parts(name, r.status.value, r.error, r.model, r.model_version, key)
+        parts.append(f"{head}{_int(r.sample_t_ns)},\"latency_ns\":{_int(r.latency_ns)},"
+                     f"\"reused_age_ns\":{_int(r.reused_age_ns)}{tail}")  # fmt: skip
+    return "{" + ",".join(parts) + "}"
+
+
+@functools.lru_cache(maxsize=256)
+def _sensor_parts(
+    name: str, status: str, error: str | None, model: str | None, version: str,
+    layout: tuple[tuple[str, str, tuple[int, ...]], ...] | None,
+) -> tuple[str, str]:  # fmt: skip
+    """A sensor's entry in :func:`_sensors_json` around its stamps and latency."""
+    head = _ENCODER.encode({"status": status, "error": error, "model": model, "model_version": version})
+    tail = "}" if layout is None else f',"outputs":{_ENCODER.encode({k: [d, list(s)] for k, d, s in layout})}}}'
+    return f'{_quoted(name)}:{head[:-1]},"sample_t_ns":', tail
+
+
+def _int(value: int | None) -> str:
+    return "null" if value is None else int.__repr__(value)
 
 
 @functools.lru_cache(maxsize=256)
