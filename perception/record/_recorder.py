@@ -57,8 +57,10 @@ log = logging.getLogger(__name__)
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
-_WAKING = frozenset({"result"})  # items that wake the writer: a frame delivered (see RunRecorder._put)
-_WAKE_AT = 64  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
+#: Frames delivered that wake the writer (see RunRecorder._put): it writes 16 frames at a time, its code and
+#: data warm in the caches (in a run, between the run's threads, one frame at a time cost ~1.3x as much).
+_WAKE_RESULTS = 16
+_WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
 
@@ -150,6 +152,7 @@ class RunRecorder:
         self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
         self._wake = threading.Event()
         self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
+        self._results_waiting = 0  # results handed over since the writer was last woken by one
         self._failed = False
         self._state = Lifetime.UNOPENED
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
@@ -161,7 +164,7 @@ class RunRecorder:
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
-        #: ``failed``, ``segments``.
+        #: ``failed``, ``segments``, ``wakes`` (the writer's).
         self.stats: Counter[str] = Counter()
         #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
         #: the run threads' time in the recorder's calls (the fusion hook's copy of the tracker state, handing
@@ -286,13 +289,18 @@ class RunRecorder:
 
     def _put(self, kind: str, item: Any) -> None:
         """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
-        woken only by a frame's fused record and its result (samples wait for them, or until
-        :data:`_WAKE_AT` are waiting): a wake-up per sample cost the run as much as writing it."""
+        woken once :data:`_WAKE_RESULTS` frames' results were handed over (or :data:`_WAKE_AT` items wait,
+        at most half the queue): a wake-up per sample cost the run as much as writing it, and one a frame
+        ~1.3x as much as one every 16 (the writer's code and data cold each time). The items wait in memory
+        meanwhile (their samples: ~0.6 MB a frame on the bundled drive); :meth:`close` writes them all."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
             return
         self._items.append((kind, item))
-        if kind in _WAKING or len(self._items) >= self._wake_at:
+        if kind == "result":
+            self._results_waiting += 1
+        if self._results_waiting >= _WAKE_RESULTS or len(self._items) >= self._wake_at:
+            self._results_waiting = 0
             self._wake.set()
 
     # -- the writer thread ------------------------------------------------------------------------
@@ -304,6 +312,7 @@ class RunRecorder:
             while True:
                 self._wake.wait()
                 self._wake.clear()
+                self.stats["wakes"] += 1
                 while items:
                     item = items.popleft()
                     if item is None:
