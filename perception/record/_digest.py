@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception.types import Detection3D, EgoPose, SensorResult
+from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus
 
 __all__ = [
     "RESOLUTION",
+    "Layout",
     "decisions_digest",
     "detection_values",
     "detections_digest",
@@ -103,36 +104,52 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
-def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], bytes, str]:
+#: A sensor's outputs' layout in a recording: (key, dtype, shape) of each array, keys sorted.
+Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Layout], bytes, str]:
     """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
-    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' bytes in that order
-    (little-endian, C order, each padded to 8 bytes: read back aligned), and the SHA-256 of the ok sensors'
-    models, versions and layouts (JSON) followed by exactly those bytes: what the recording holds is what it
-    was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers
-    across machines)."""
-    layout: dict[str, dict[str, Any]] = {}
-    models: list[list[Any]] = []
+    layout (``{sensor: ((key, dtype, shape), ...)}``, sensors and keys sorted; the record's JSON has it as
+    ``{key: [dtype, shape]}``), the arrays' bytes in that order (little-endian, C order, each padded to 8
+    bytes: read back aligned), and the SHA-256 of the ok sensors' models, versions and layouts (JSON)
+    followed by exactly those bytes: what the recording holds is what it was given, bit for bit (no
+    quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers across machines)."""
+    layout: dict[str, Layout] = {}
+    models: list[str] = []
     parts: list[bytes] = []
     for name in sorted(results):
         r = results[name]
-        if r.status.value != "ok":
+        if r.status is not SensorStatus.OK:
             continue
-        arrays: dict[str, Any] = {}
-        for key in sorted(r.outputs):
-            a = np.asarray(r.outputs[key])
-            if a.dtype.byteorder == ">":
-                a = a.astype(a.dtype.newbyteorder("<"))
+        outputs = r.outputs
+        arrays: list[tuple[str, str, tuple[int, ...]]] = []
+        for key in sorted(outputs):
+            a = outputs[key]
+            if type(a) is not np.ndarray:
+                a = np.asarray(a)
+            dtype = a.dtype
+            if dtype.byteorder == ">":
+                a = a.astype(dtype.newbyteorder("<"))
+                dtype = a.dtype
             raw = a.tobytes()
-            arrays[key] = [a.dtype.str, list(a.shape)]
+            arrays.append((key, dtype.str, a.shape))
             parts.append(raw)
-            if len(raw) % 8:
-                parts.append(_PAD[: 8 - len(raw) % 8])
-        layout[name] = arrays
-        models.append([name, r.model, r.model_version, arrays])
+            pad = -len(raw) % 8
+            if pad:
+                parts.append(_PAD[:pad])
+        shapes = layout[name] = tuple(arrays)
+        models.append(_model_json(name, r.model, r.model_version, shapes))
     data = b"".join(parts)
-    h = hashlib.sha256(_ENCODER.encode(models).encode())
+    h = hashlib.sha256(("[" + ",".join(models) + "]").encode())
     h.update(data)
     return layout, data, h.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _model_json(name: str, model: str | None, version: str, layout: Layout) -> str:
+    """``[name, model, version, {key: [dtype, shape]}]`` as :data:`_ENCODER` writes it, remembered."""
+    return _ENCODER.encode([name, model, version, {k: [d, list(shape)] for k, d, shape in layout}])
 
 
 _PAD = bytes(8)

@@ -32,6 +32,7 @@ from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
 from perception.record._digest import (
+    Layout,
     decisions_digest,
     detection_values,
     detections_digest,
@@ -180,6 +181,8 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
+        #: The same samples by sensor and stamp (the latest of a stamp): a frame's sweeps looked up, not searched.
+        self._by_stamp: dict[str, dict[int, PointCloudSample]] = {}
         #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
         #: is written: a result delivering those detections is not digested again.
         self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
@@ -369,7 +372,7 @@ class RunRecorder:
             sample = dataclasses.replace(sample, sensor=name)
         writer.write(sample)
         if isinstance(sample, PointCloudSample):
-            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+            self._remember_sweep(name, sample)
         self.stats["samples"] += 1
         self._arrival(writer, name, sample.t_ns, arrival)
 
@@ -485,12 +488,33 @@ class RunRecorder:
         writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
         self.stats["frames"] += 1
 
+    def _remember_sweep(self, name: str, sample: PointCloudSample) -> None:
+        recent = self._recent.get(name)
+        if recent is None:
+            recent = self._recent[name] = deque(maxlen=_SWEEPS_REMEMBERED)
+            self._by_stamp[name] = {}
+        by_stamp = self._by_stamp[name]
+        if len(recent) == _SWEEPS_REMEMBERED:  # the oldest is forgotten
+            old = recent[0]
+            if by_stamp.get(old.t_ns) is old:
+                del by_stamp[old.t_ns]
+        recent.append(sample)
+        by_stamp[sample.t_ns] = sample
+
     def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
         """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: the
         very sample; or, for an accumulated cloud, the sweep of its stamp and row count (the accumulator's
         contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a sample of
         rows; else one of the same stamp (checked first) or not (a time base mapped the stamp), checked row
         for row."""
+        known = self._by_stamp.get(name, {}).get(s.t_ns)  # the usual cases, looked up by the frame's stamp
+        if known is not None:
+            if known.points is s.points:
+                return known
+            if s.merged_from:
+                n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
+                if known.points.shape == (n0, s.points.shape[1]) and _spot_equal(known.points, s.points[:n0]):
+                    return known
         recent = list(self._recent.get(name, ()))
         same = next((r for r in reversed(recent) if r.points is s.points), None)
         if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
@@ -520,10 +544,19 @@ class RunRecorder:
         if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
             return None
         recent = self._recent.get(name, ())
+        by_stamp = self._by_stamp.get(name, {})
         out: list[dict[str, Any]] = []
         start = n0
         for t_ns, n, m in s.merged_from:
             rows = s.points[start : start + n, 3:]
+            known = by_stamp.get(t_ns)  # the usual case, looked up by the merged sweep's stamp
+            if (
+                known is not None and t_ns != s.t_ns and known.points.shape[0] == n
+                and _spot_equal(known.points[:, 3:], rows)
+            ):  # fmt: skip
+                out.append({"raw_t_ns": known.t_ns, "t_ns": t_ns, "m": list(m)})
+                start += n
+                continue
             found = next(
                 (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
                  and _spot_equal(r.points[:, 3:], rows)),
@@ -597,16 +630,14 @@ def _joined(head: Mapping[str, Any], sensors: str, tail: Mapping[str, Any]) -> s
     return f'{_ENCODER.encode(head)[:-1]},"sensors":{sensors},{_ENCODER.encode(tail)[1:]}'
 
 
-def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Mapping[str, Any]]) -> str:
+def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Layout]) -> str:
     """The JSON of ``{sensor: fmt.encode_result(r, outputs=False)}`` (sensors sorted), each ok sensor's outputs'
     layout (``layout``: :func:`recorded_outputs`'s) under ``"outputs"``, as the encoder writes it: what stays
     the same from frame to frame (status, error, model, version, layout) encoded once and remembered."""
     parts = []
     for name in sorted(results):
         r = results[name]
-        arrays = layout.get(name)
-        key = None if arrays is None else tuple((k, v[0], tuple(v[1])) for k, v in arrays.items())
-        head, tail = _sensor_parts(name, r.status.value, r.error, r.model, r.model_version, key)
+        head, tail = _sensor_parts(name, r.status.value, r.error, r.model, r.model_version, layout.get(name))
         parts.append(f"{head}{_int(r.sample_t_ns)},\"latency_ns\":{_int(r.latency_ns)},"
                      f"\"reused_age_ns\":{_int(r.reused_age_ns)}{tail}")  # fmt: skip
     return "{" + ",".join(parts) + "}"
@@ -615,7 +646,7 @@ def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Mapp
 @functools.lru_cache(maxsize=256)
 def _sensor_parts(
     name: str, status: str, error: str | None, model: str | None, version: str,
-    layout: tuple[tuple[str, str, tuple[int, ...]], ...] | None,
+    layout: Layout | None,
 ) -> tuple[str, str]:  # fmt: skip
     """A sensor's entry in :func:`_sensors_json` around its stamps and latency."""
     head = _ENCODER.encode({"status": status, "error": error, "model": model, "model_version": version})
@@ -634,11 +665,14 @@ def _quoted(name: str) -> str:
 
 def _spot_equal(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> bool:
     """``a`` and ``b`` (rows of clouds whose provenance the accumulator states) equal on every
-    :data:`_SPOT_ROWS`-th row and the last: a stage that changed the rows (or a wrong sweep) shows there,
-    without reading the whole of two sweeps from memory (~0.2 ms a frame)."""
-    if a.shape != b.shape:
+    :data:`_SPOT_ROWS`-th row and the last, bit for bit: a stage that changed the rows (or a wrong sweep)
+    shows there, without reading the whole of two sweeps from memory (~0.2 ms a frame); the rows' bytes
+    compared (a copy's are the same; ``np.array_equal``'s calls cost more than the comparison)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return a.shape[0] == 0 or (np.array_equal(a[::_SPOT_ROWS], b[::_SPOT_ROWS]) and np.array_equal(a[-1], b[-1]))
+    if a.shape[0] == 0:
+        return True
+    return a[::_SPOT_ROWS].tobytes() == b[::_SPOT_ROWS].tobytes() and a[-1].tobytes() == b[-1].tobytes()
 
 
 def _rows_from(s: PointCloudSample, n0: int) -> PointCloudSample:
