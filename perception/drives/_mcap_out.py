@@ -12,6 +12,8 @@ full: the file gets each payload straight from where it was. Records and their o
 
 from __future__ import annotations
 
+import io
+import os
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +43,7 @@ Buffer = bytes | bytearray | memoryview
 MAGIC = b"\x89MCAP0\r\n"
 _MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequence, log time, publish time
 _OP_MESSAGE = int(Opcode.MESSAGE)
+_IOV_MAX = 1024  # buffers a writev takes at most (Linux's IOV_MAX)
 _CHUNK = struct.Struct("<BQQQQI")  # opcode, record length, start, end, uncompressed size, uncompressed crc
 
 
@@ -86,6 +89,7 @@ class McapOut:
 
     def __init__(self, stream: IO[bytes], *, chunk_size: int, compression: str = "", crcs: bool = True) -> None:
         self._stream = stream
+        self._fd = _fileno(stream)  # a file's descriptor: a chunk's pieces written with writev
         self._chunk_size = chunk_size
         self._compression = compression
         self._compress = _compressor(compression)
@@ -207,6 +211,24 @@ class McapOut:
     def _write(self, data: Buffer) -> None:
         self._offset += self._stream.write(data)
 
+    def _write_pieces(self, pieces: Sequence[Buffer]) -> None:
+        """The pieces one after another: into a file with ``writev`` (up to :data:`_IOV_MAX` a call: the
+        payloads go straight from their buffers to the file, without a system call each, nor a copy of the
+        small ones into the stream's buffer first), else with the stream's ``writelines``."""
+        fd = self._fd
+        if fd is None:
+            self._stream.writelines(pieces)
+            return
+        self._stream.flush()
+        for start in range(0, len(pieces), _IOV_MAX):
+            batch = pieces[start : start + _IOV_MAX]
+            written = os.writev(fd, batch)
+            size = sum(map(_nbytes, batch))
+            if written != size:  # a short write (a signal; a full disk raises): the rest as it comes
+                rest = memoryview(b"".join(batch))[written:]
+                while rest:
+                    rest = rest[os.write(fd, rest) :]
+
     def _add_to_chunk(self, record: bytes) -> None:
         self._chunk.add((record,), len(record))
         if self._chunk.size > self._chunk_size:
@@ -233,7 +255,7 @@ class McapOut:
         start = self._offset
         self._write(_CHUNK.pack(Opcode.CHUNK, length, chunk.start, chunk.end, chunk.size, crc))
         self._write(struct.pack("<I", len(name)) + name + struct.pack("<Q", compressed))
-        self._stream.writelines(body)  # the pieces one after another, without a Python call each
+        self._write_pieces(body)
         self._offset += compressed
         index_start = self._offset
         out = RecordBuilder()
@@ -256,6 +278,18 @@ class McapOut:
                 uncompressed_size=chunk.size,
             )
         )
+
+
+def _fileno(stream: IO[bytes]) -> int | None:
+    """``stream``'s file descriptor when it is a file's (a ``BytesIO`` has none)."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
+def _nbytes(piece: Buffer) -> int:
+    return piece.nbytes if isinstance(piece, memoryview) else len(piece)
 
 
 def _record(record: Any) -> bytes:
