@@ -598,8 +598,7 @@ class RunRecorder:
         for spec in self._rig:
             if not kind_def(spec.kind).is_image:
                 writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
-        for pose in self._ego_poses:
-            writer.write_ego_pose(pose)
+        writer.write_ego_poses(self._ego_poses)
         self._writer = writer
         self.stats["segments"] += 1
         keep = self.options.max_segments
