@@ -58,9 +58,9 @@ log = logging.getLogger(__name__)
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
-#: Frames delivered that wake the writer (see RunRecorder._put): it writes 16 frames at a time, its code and
-#: data warm in the caches (in a run, between the run's threads, one frame at a time cost ~1.3x as much).
-_WAKE_RESULTS = 16
+#: Frames delivered that wake the writer (see RunRecorder._put): it writes up to 32 frames at a time, its code
+#: and data warm in the caches (in a run, between the run's threads: one frame at a time cost ~1.4x as much).
+_WAKE_RESULTS = 32
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
@@ -293,9 +293,10 @@ class RunRecorder:
     def _put(self, kind: str, item: Any) -> None:
         """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
         woken once :data:`_WAKE_RESULTS` frames' results were handed over (or :data:`_WAKE_AT` items wait,
-        at most half the queue): a wake-up per sample cost the run as much as writing it, and one a frame
-        ~1.3x as much as one every 16 (the writer's code and data cold each time). The items wait in memory
-        meanwhile (their samples: ~0.6 MB a frame on the bundled drive); :meth:`close` writes them all."""
+        at most half the queue: ~32 frames of the bundled drive): a wake-up per sample cost the run as much as
+        writing it, and one a frame ~1.4x as much as one every ~32 (the writer's code and data cold each
+        time). The items wait in memory meanwhile (their samples: ~0.6 MB a frame on the bundled drive;
+        bounded by the queue); :meth:`close` writes them all."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
             return
