@@ -11,12 +11,14 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perception._lifetime import Lifetime
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import DriveError, RuntimeClosedError
-from perception.record import RecordOptions, RunRecorder, replay_as_recorded
+from perception.record import RecordOptions, RunRecorder, _digest, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
     RESOLUTION,
@@ -97,6 +99,20 @@ def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> 
 
 def _det(x: float) -> Detection3D:
     return Detection3D(1, "car", 0.5, (x, 2.0, 0.5), (4.0, 2.0, 1.5), 0.1, (1.0, 0.0), (0.2, 0.2), ("lidar_top",))
+
+
+_SPECIAL = st.sampled_from(
+    [0.0, -0.0, 5e-5, -5e-5, 1.5e-4, -2.5e-4, 9e14, -9e14, 9.1e14, 1e300, math.nan, math.inf, -math.inf]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), _SPECIAL,
+                          st.integers(-10**6, 10**6).map(lambda k: (k + 0.5) * RESOLUTION)), max_size=12))  # fmt: skip
+def test_a_few_floats_are_quantised_in_python_as_numpy_does(values: list[float]) -> None:
+    # the ego pose's floats in the decisions digest: plain Python's round of the quotient when finite and
+    # within the limit (halves to even, as np.rint), numpy's path otherwise -- the same bytes either way
+    assert _digest._floats(values) == _digest._quantise(np.asarray(values, np.float64)).hex()
 
 
 def test_digests_quantise_floats_to_the_stated_resolution() -> None:
