@@ -222,9 +222,12 @@ def encode_point_cloud(t_ns: int, frame_id: str, points: npt.NDArray[np.float32]
 
 
 _DATA_TAG = bytes([(6 << 3) | 2])  # PointCloud.data: field 6 (the last), length-delimited
+_BYTES = tuple(bytes((i,)) for i in range(0x80))  # one-byte varints
 
 
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _BYTES[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -372,15 +375,17 @@ _DOUBLE_TAGS = (b"\x09", b"\x11", b"\x19", b"\x21")  # fields 1-4, 64-bit
 _ZERO8 = bytes(8)
 
 
+def _double_fields(values: Sequence[float]) -> bytes:
+    """The fields of a submessage of doubles (``Vector3``, ``Quaternion``) serialised as protobuf does it: a
+    field whose bits are all zero is left out (-0.0 is not; upb compares bits)."""
+    pack = _DOUBLE.pack
+    return b"".join([f + pack(v) for f, v in zip(_DOUBLE_TAGS, values, strict=False) if v or pack(v) != _ZERO8])
+
+
 def _doubles(tag: bytes, values: Sequence[float]) -> bytes:
-    """A submessage of doubles (``Vector3``, ``Quaternion``) as field ``tag``, serialised as protobuf does it:
-    a field whose bits are all zero is left out (-0.0 is not; upb compares bits)."""
-    body = b""
-    for field, v in zip(_DOUBLE_TAGS, values, strict=False):
-        raw = _DOUBLE.pack(v)
-        if raw != _ZERO8:
-            body += field + raw
-    return tag + _varint(len(body)) + body
+    """A submessage of doubles as field ``tag`` (:func:`_double_fields`, at most 36 bytes: a one-byte length)."""
+    body = _double_fields(values)
+    return tag + _BYTES[len(body)] + body
 
 
 _EGO_FRAMES = _string_field(0x12, MAP_FRAME) + _string_field(0x1A, BASE_FRAME)
@@ -389,13 +394,17 @@ _EGO_FRAMES = _string_field(0x12, MAP_FRAME) + _string_field(0x1A, BASE_FRAME)
 def encode_ego_pose_parts(ego: EgoPose) -> tuple[bytes, bytes]:
     """:func:`encode_odometry`'s and :func:`encode_ego_transform`'s messages serialised, byte for byte
     protobuf's deterministic output (property-tested), written field by field: a drive's or a recording's
-    poses (a recording writes its source's, hundreds a segment) without building four messages each."""
-    stamp = _stamp_field(ego.t_ns)
-    t, r, v = ego.pose.translation, ego.pose.rotation, ego.linear_velocity
-    position, orientation = _doubles(b"\x0a", t), _doubles(b"\x12", r)
-    pose = b"\x22" + _varint(len(position) + len(orientation)) + position + orientation
-    odometry = stamp + _EGO_FRAMES + pose + _doubles(b"\x2a", v) + _doubles(b"\x32", (0.0, 0.0, ego.yaw_rate))
-    transform = stamp + _EGO_FRAMES + _doubles(b"\x22", t) + _doubles(b"\x2a", r)
+    poses (a recording writes its source's, hundreds a segment) without building four messages each; the
+    translation's and rotation's fields serialised once for both messages."""
+    stamp = _stamp_field(ego.t_ns) + _EGO_FRAMES
+    t, r = _double_fields(ego.pose.translation), _double_fields(ego.pose.rotation)
+    lt, lr = _BYTES[len(t)], _BYTES[len(r)]
+    pose = b"\x0a" + lt + t + b"\x12" + lr + r
+    odometry = (
+        stamp + b"\x22" + _BYTES[len(pose)] + pose
+        + _doubles(b"\x2a", ego.linear_velocity) + _doubles(b"\x32", (0.0, 0.0, ego.yaw_rate))
+    )  # fmt: skip
+    transform = stamp + b"\x22" + lt + t + b"\x2a" + lr + r
     return odometry, transform
 
 

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -127,6 +127,11 @@ class DriveWriter:
         self.path = Path(path)
         file = str(self.path)
         self._rig = _check_rig(rig, file)
+        #: Per sensor: its spec, whether its samples are images, its point fields (what write() checks).
+        self._plans: dict[str, tuple[SensorSpec, bool, tuple[str, ...]]] = {}
+        for name, spec in self._rig.items():
+            image = codec.is_image_kind(spec.kind)
+            self._plans[name] = (spec, image, () if image else codec.kind_fields(spec.kind))
         meta = dict(metadata or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise DriveError("metadata keys and values must be strings", file=file)
@@ -164,10 +169,13 @@ class DriveWriter:
 
     def write(self, sample: PointCloudSample | ImageSample) -> None:
         """Write a sensor sample on its sensor's topic at ``log_time = publish_time = sample.t_ns``."""
-        spec = self._rig.get(sample.sensor)
-        if spec is None:
+        plan = self._plans.get(sample.sensor)
+        if plan is None:
             raise DriveError("sample from a sensor not in the rig", file=str(self.path), sensor=sample.sensor)
-        t = _check_time(sample.t_ns, "sample", str(self.path), spec.topic)
+        spec, image, fields = plan
+        t = sample.t_ns
+        if type(t) is not int or not 0 <= t <= _MAX_U64:
+            t = _check_time(t, "sample", str(self.path), spec.topic)
         if sample.frame_id != spec.frame_id:
             raise DriveError(
                 f"sample frame_id {sample.frame_id!r} differs from the rig's {spec.frame_id!r}",
@@ -177,7 +185,7 @@ class DriveWriter:
         if not 0 <= sample.seq <= _MAX_U32:
             raise DriveError(f"seq must be in [0, 2^32), got {sample.seq}", file=str(self.path), topic=spec.topic)
         data: tuple[bytes, bytes, bytes] | tuple[bytes, memoryview]
-        if codec.is_image_kind(spec.kind):
+        if image:
             if not isinstance(sample, ImageSample):
                 raise DriveError(f"{spec.kind} sensors take ImageSample", file=str(self.path), topic=spec.topic)
             data = codec.encode_image_parts(t, spec.frame_id, sample.data, sample.format)
@@ -186,8 +194,7 @@ class DriveWriter:
                 raise DriveError(
                     f"{spec.kind} sensors take PointCloudSample", file=str(self.path), topic=spec.topic
                 )
-            fields = codec.kind_fields(spec.kind)
-            if tuple(sample.fields) != fields:
+            if sample.fields != fields and tuple(sample.fields) != fields:
                 raise DriveError(
                     f"{spec.kind} points must have fields {fields}, got {tuple(sample.fields)}",
                     file=str(self.path),
@@ -204,6 +211,27 @@ class DriveWriter:
         odometry, transform = codec.encode_ego_pose_parts(pose)
         self._add_raw(codec.EGO_TOPIC, t, odometry)
         self._add_raw(codec.TF_TOPIC, t, transform)
+
+    def write_ego_poses(self, poses: Iterable[EgoPose]) -> None:
+        """:meth:`write_ego_pose` for each of ``poses`` in turn (the same messages), the channels looked up once
+        (a recording writes its source's poses, hundreds, into every segment)."""
+        if self._state is Lifetime.CLOSED:
+            raise DriveError("write after close", file=str(self.path), topic=codec.EGO_TOPIC)
+        channels = [(topic, self._channels[topic][0]) for topic in (codec.EGO_TOPIC, codec.TF_TOPIC)]
+        counters, add = self._counters, self._mcap.add_message
+        try:
+            for pose in poses:
+                t = pose.t_ns
+                if type(t) is not int or not 0 <= t <= _MAX_U64:
+                    t = _check_time(t, "ego pose", str(self.path), codec.EGO_TOPIC)
+                self._maybe_write_static(t)
+                for (topic, channel_id), data in zip(channels, codec.encode_ego_pose_parts(pose), strict=True):
+                    seq = counters.get(topic, 0) & _MAX_U32
+                    counters[topic] = seq + 1
+                    add(channel_id=channel_id, log_time=t, data=data, publish_time=t, sequence=seq)
+        except OSError as exc:
+            message = f"cannot write: {exc.strerror or exc}"
+            raise DriveError(message, file=str(self.path), topic=codec.EGO_TOPIC) from exc
 
     def write_ground_truth(self, gt: GroundTruth) -> None:
         """Write the true objects (``base_link``) as a ``foxglove.SceneUpdate``."""

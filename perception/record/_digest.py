@@ -15,16 +15,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from perception.types import Detection3D, EgoPose, SensorResult
+from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus
 
 __all__ = [
     "RESOLUTION",
+    "Layout",
     "decisions_digest",
     "detection_values",
     "detections_digest",
@@ -49,9 +51,17 @@ def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.N
     return q.astype("<i8"), marks
 
 
+def _quantised_bytes(x: npt.NDArray[np.float64]) -> tuple[bytes, bytes]:
+    """:func:`_quantised`'s arrays' bytes (the common case's marks, all 0, without an array)."""
+    if not x.size or (x.min() >= -_LIMIT and x.max() <= _LIMIT):
+        return np.rint(x / RESOLUTION).astype("<i8").tobytes(), bytes(x.size)
+    q, marks = _quantised(x)
+    return q.tobytes(), marks.tobytes()
+
+
 def _quantise(a: npt.ArrayLike) -> bytes:
-    q, marks = _quantised(np.asarray(a, dtype=np.float64))
-    return q.tobytes() + marks.tobytes()
+    q, marks = _quantised_bytes(np.asarray(a, dtype=np.float64))
+    return q + marks
 
 
 def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[bytes]:
@@ -59,8 +69,7 @@ def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[bytes]:
     dozens of small arrays cost one quantisation, not one each), other dtypes little-endian."""
     floats = [a for a in arrays if a.dtype.kind == "f"]
     if floats:
-        q, marks = _quantised(np.concatenate([a.ravel() for a in floats]).astype(np.float64, copy=False))
-        qb, mb = q.tobytes(), marks.tobytes()
+        qb, mb = _quantised_bytes(np.concatenate([a.ravel() for a in floats]).astype(np.float64, copy=False))
     out: list[bytes] = []
     start = 0
     for a in arrays:
@@ -80,7 +89,17 @@ def _arrays(parts: list[bytes], arrays: Sequence[tuple[str, npt.NDArray[Any]]], 
 
 
 def _floats(values: Sequence[float]) -> str:
+    """:func:`_quantise`'s hex of a few floats; finite ones within the limit (the usual case) in plain
+    Python: ``round`` is ``np.rint`` (half to even) of the same quotient, the same bits without numpy's calls."""
+    if all(-_LIMIT <= v <= _LIMIT for v in values):  # a NaN fails the comparison
+        n = len(values)
+        return (_int64s(n).pack(*[round(float(v) / RESOLUTION) for v in values]) + bytes(n)).hex()
     return _quantise(np.asarray(values, np.float64)).hex()
+
+
+@functools.lru_cache(maxsize=16)
+def _int64s(n: int) -> struct.Struct:
+    return struct.Struct(f"<{n}q")
 
 
 #: json.dumps(value, sort_keys=True, separators=(",", ":")), without building an encoder per call.
@@ -103,36 +122,52 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
-def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, dict[str, Any]], bytes, str]:
+#: A sensor's outputs' layout in a recording: (key, dtype, shape) of each array, keys sorted.
+Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Layout], bytes, str]:
     """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
-    layout (``{sensor: {key: [dtype, shape]}}``, sensors and keys sorted), the arrays' bytes in that order
-    (little-endian, C order, each padded to 8 bytes: read back aligned), and the SHA-256 of the ok sensors'
-    models, versions and layouts (JSON) followed by exactly those bytes: what the recording holds is what it
-    was given, bit for bit (no quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers
-    across machines)."""
-    layout: dict[str, dict[str, Any]] = {}
-    models: list[list[Any]] = []
+    layout (``{sensor: ((key, dtype, shape), ...)}``, sensors and keys sorted; the record's JSON has it as
+    ``{key: [dtype, shape]}``), the arrays' bytes in that order (little-endian, C order, each padded to 8
+    bytes: read back aligned), and the SHA-256 of the ok sensors' models, versions and layouts (JSON)
+    followed by exactly those bytes: what the recording holds is what it was given, bit for bit (no
+    quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers across machines)."""
+    layout: dict[str, Layout] = {}
+    models: list[str] = []
     parts: list[bytes] = []
     for name in sorted(results):
         r = results[name]
-        if r.status.value != "ok":
+        if r.status is not SensorStatus.OK:
             continue
-        arrays: dict[str, Any] = {}
-        for key in sorted(r.outputs):
-            a = np.asarray(r.outputs[key])
-            if a.dtype.byteorder == ">":
-                a = a.astype(a.dtype.newbyteorder("<"))
+        outputs = r.outputs
+        arrays: list[tuple[str, str, tuple[int, ...]]] = []
+        for key in sorted(outputs):
+            a = outputs[key]
+            if type(a) is not np.ndarray:
+                a = np.asarray(a)
+            dtype = a.dtype
+            if dtype.byteorder == ">":
+                a = a.astype(dtype.newbyteorder("<"))
+                dtype = a.dtype
             raw = a.tobytes()
-            arrays[key] = [a.dtype.str, list(a.shape)]
+            arrays.append((key, dtype.str, a.shape))
             parts.append(raw)
-            if len(raw) % 8:
-                parts.append(_PAD[: 8 - len(raw) % 8])
-        layout[name] = arrays
-        models.append([name, r.model, r.model_version, arrays])
+            pad = -len(raw) % 8
+            if pad:
+                parts.append(_PAD[:pad])
+        shapes = layout[name] = tuple(arrays)
+        models.append(_model_json(name, r.model, r.model_version, shapes))
     data = b"".join(parts)
-    h = hashlib.sha256(_ENCODER.encode(models).encode())
+    h = hashlib.sha256(("[" + ",".join(models) + "]").encode())
     h.update(data)
     return layout, data, h.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _model_json(name: str, model: str | None, version: str, layout: Layout) -> str:
+    """``[name, model, version, {key: [dtype, shape]}]`` as :data:`_ENCODER` writes it, remembered."""
+    return _ENCODER.encode([name, model, version, {k: [d, list(shape)] for k, d, shape in layout}])
 
 
 _PAD = bytes(8)
@@ -169,8 +204,8 @@ def detections_digest(detections: Sequence[Detection3D], values: npt.NDArray[np.
     # quantised at once and written without an encoder call per detection: the same bytes, a third the cost.
     if values is None:
         values = detection_values(detections)
-    q, marks = _quantised(values)
-    qhex, mhex = q.tobytes().hex(), marks.tobytes().hex()
+    qb, mb = _quantised_bytes(values)
+    qhex, mhex = qb.hex(), mb.hex()
     nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks
     parts = []
     for i, d in enumerate(detections):

@@ -32,6 +32,7 @@ from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
 from perception.record._digest import (
+    Layout,
     decisions_digest,
     detection_values,
     detections_digest,
@@ -57,8 +58,10 @@ log = logging.getLogger(__name__)
 _IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
 _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
-_WAKING = frozenset({"result"})  # items that wake the writer: a frame delivered (see RunRecorder._put)
-_WAKE_AT = 64  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
+#: Frames delivered that wake the writer (see RunRecorder._put): it writes up to 32 frames at a time, its code
+#: and data warm in the caches (in a run, between the run's threads: one frame at a time cost ~1.4x as much).
+_WAKE_RESULTS = 32
+_WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
 
@@ -150,6 +153,7 @@ class RunRecorder:
         self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
         self._wake = threading.Event()
         self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
+        self._results_waiting = 0  # results handed over since the writer was last woken by one
         self._failed = False
         self._state = Lifetime.UNOPENED
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
@@ -161,7 +165,7 @@ class RunRecorder:
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
-        #: ``failed``, ``segments``.
+        #: ``failed``, ``segments``, ``wakes`` (the writer's).
         self.stats: Counter[str] = Counter()
         #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
         #: the run threads' time in the recorder's calls (the fusion hook's copy of the tracker state, handing
@@ -177,6 +181,8 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
+        #: The same samples by sensor and stamp (the latest of a stamp): a frame's sweeps looked up, not searched.
+        self._by_stamp: dict[str, dict[int, PointCloudSample]] = {}
         #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
         #: is written: a result delivering those detections is not digested again.
         self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
@@ -286,13 +292,19 @@ class RunRecorder:
 
     def _put(self, kind: str, item: Any) -> None:
         """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
-        woken only by a frame's fused record and its result (samples wait for them, or until
-        :data:`_WAKE_AT` are waiting): a wake-up per sample cost the run as much as writing it."""
+        woken once :data:`_WAKE_RESULTS` frames' results were handed over (or :data:`_WAKE_AT` items wait,
+        at most half the queue: ~32 frames of the bundled drive): a wake-up per sample cost the run as much as
+        writing it, and one a frame ~1.4x as much as one every ~32 (the writer's code and data cold each
+        time). The items wait in memory meanwhile (their samples: ~0.6 MB a frame on the bundled drive;
+        bounded by the queue); :meth:`close` writes them all."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
             return
         self._items.append((kind, item))
-        if kind in _WAKING or len(self._items) >= self._wake_at:
+        if kind == "result":
+            self._results_waiting += 1
+        if self._results_waiting >= _WAKE_RESULTS or len(self._items) >= self._wake_at:
+            self._results_waiting = 0
             self._wake.set()
 
     # -- the writer thread ------------------------------------------------------------------------
@@ -304,6 +316,7 @@ class RunRecorder:
             while True:
                 self._wake.wait()
                 self._wake.clear()
+                self.stats["wakes"] += 1
                 while items:
                     item = items.popleft()
                     if item is None:
@@ -360,7 +373,7 @@ class RunRecorder:
             sample = dataclasses.replace(sample, sensor=name)
         writer.write(sample)
         if isinstance(sample, PointCloudSample):
-            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+            self._remember_sweep(name, sample)
         self.stats["samples"] += 1
         self._arrival(writer, name, sample.t_ns, arrival)
 
@@ -394,16 +407,14 @@ class RunRecorder:
         statuses = {n: r.status.value for n, r in results.items()}
         stamps = {n: r.sample_t_ns for n, r in results.items()}
         layout, data, outputs = recorded_outputs(results)
-        sensors = {n: fmt.encode_result(r, outputs=False) for n, r in sorted(results.items())}
-        for n, arrays in layout.items():
-            sensors[n]["outputs"] = arrays
-        record = {
+        head = {
             "seq": seq,
             "frame_id": frame.frame_id,
             "t_ns": frame.t_ns,
             "ego": fmt.encode_ego(frame.ego),
             "samples": samples,
-            "sensors": sensors,
+        }
+        record = {
             "detections": _detections(detections),
             "digest": {
                 "outputs": outputs,
@@ -412,7 +423,8 @@ class RunRecorder:
                 "tracker": tracker_digest(tracker) if tracker is not None else "",
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, data)
+        text = _joined(head, _sensors_json(results, layout), record)
+        self._write_frame_record(writer, seq, frame.t_ns, text, values, data)
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -439,16 +451,15 @@ class RunRecorder:
                 "tracker": None,
             },
         }
-        self._write_frame_record(writer, seq, frame.t_ns, record, values, b"")
+        self._write_frame_record(writer, seq, frame.t_ns, _ENCODER.encode(record), values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
-        self, writer: DriveWriter, seq: int, t_ns: int, record: Mapping[str, Any], values: npt.NDArray[np.float64],
-        outputs: bytes,
-    ) -> None:  # fmt: skip
-        """A frame's fusion record (JSON: what Foxglove shows) and its numbers (binary, the arrays' own
+        self, writer: DriveWriter, seq: int, t_ns: int, record: str, values: npt.NDArray[np.float64], outputs: bytes
+    ) -> None:
+        """A frame's fusion record (its JSON: what Foxglove shows) and its numbers (binary, the arrays' own
         buffers: the detections' values, the raw outputs), then the arrivals batched since the last frame."""
-        self._json(writer, fmt.FUSION_TOPIC, t_ns, record, seq)
+        writer.write_json(fmt.FUSION_TOPIC, t_ns, record.encode(), seq)
         writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs), seq)
         self._flush_arrivals(writer)
 
@@ -473,12 +484,23 @@ class RunRecorder:
             "deadline_missed": r.deadline_missed,
             "latency_ns": r.latency.total_ns,
             "fusion_seq": seq,
-            "sensors": {n: fmt.encode_result(s, outputs=False) for n, s in sorted(r.sensors.items())},
-            "detections": len(r.detections),
-            "digest": digest,
         }
-        self._json(writer, fmt.FRAMES_TOPIC, r.t_ns, record, index)
+        tail = {"detections": len(r.detections), "digest": digest}
+        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
         self.stats["frames"] += 1
+
+    def _remember_sweep(self, name: str, sample: PointCloudSample) -> None:
+        recent = self._recent.get(name)
+        if recent is None:
+            recent = self._recent[name] = deque(maxlen=_SWEEPS_REMEMBERED)
+            self._by_stamp[name] = {}
+        by_stamp = self._by_stamp[name]
+        if len(recent) == _SWEEPS_REMEMBERED:  # the oldest is forgotten
+            old = recent[0]
+            if by_stamp.get(old.t_ns) is old:
+                del by_stamp[old.t_ns]
+        recent.append(sample)
+        by_stamp[sample.t_ns] = sample
 
     def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
         """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: the
@@ -486,6 +508,14 @@ class RunRecorder:
         contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a sample of
         rows; else one of the same stamp (checked first) or not (a time base mapped the stamp), checked row
         for row."""
+        known = self._by_stamp.get(name, {}).get(s.t_ns)  # the usual cases, looked up by the frame's stamp
+        if known is not None:
+            if known.points is s.points:
+                return known
+            if s.merged_from:
+                n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
+                if known.points.shape == (n0, s.points.shape[1]) and _spot_equal(known.points, s.points[:n0]):
+                    return known
         recent = list(self._recent.get(name, ()))
         same = next((r for r in reversed(recent) if r.points is s.points), None)
         if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
@@ -515,10 +545,19 @@ class RunRecorder:
         if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
             return None
         recent = self._recent.get(name, ())
+        by_stamp = self._by_stamp.get(name, {})
         out: list[dict[str, Any]] = []
         start = n0
         for t_ns, n, m in s.merged_from:
             rows = s.points[start : start + n, 3:]
+            known = by_stamp.get(t_ns)  # the usual case, looked up by the merged sweep's stamp
+            if (
+                known is not None and t_ns != s.t_ns and known.points.shape[0] == n
+                and _spot_equal(known.points[:, 3:], rows)
+            ):  # fmt: skip
+                out.append({"raw_t_ns": known.t_ns, "t_ns": t_ns, "m": list(m)})
+                start += n
+                continue
             found = next(
                 (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
                  and _spot_equal(r.points[:, 3:], rows)),
@@ -549,10 +588,6 @@ class RunRecorder:
             self._arrivals.clear()
             writer.write_json(fmt.ARRIVALS_TOPIC, self._arrivals_t_ns, data)
 
-    @staticmethod
-    def _json(writer: DriveWriter, topic: str, t_ns: int, record: Mapping[str, Any], seq: int | None = None) -> None:
-        writer.write_json(topic, t_ns, _ENCODER.encode(record).encode(), seq)
-
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
@@ -564,8 +599,7 @@ class RunRecorder:
         for spec in self._rig:
             if not kind_def(spec.kind).is_image:
                 writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
-        for pose in self._ego_poses:
-            writer.write_ego_pose(pose)
+        writer.write_ego_poses(self._ego_poses)
         self._writer = writer
         self.stats["segments"] += 1
         keep = self.options.max_segments
@@ -591,6 +625,39 @@ def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
     }
 
 
+def _joined(head: Mapping[str, Any], sensors: str, tail: Mapping[str, Any]) -> str:
+    """The JSON of ``{**head, "sensors": ..., **tail}`` (``sensors``: its JSON), as the encoder writes it."""
+    return f'{_ENCODER.encode(head)[:-1]},"sensors":{sensors},{_ENCODER.encode(tail)[1:]}'
+
+
+def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Layout]) -> str:
+    """The JSON of ``{sensor: fmt.encode_result(r, outputs=False)}`` (sensors sorted), each ok sensor's outputs'
+    layout (``layout``: :func:`recorded_outputs`'s) under ``"outputs"``, as the encoder writes it: what stays
+    the same from frame to frame (status, error, model, version, layout) encoded once and remembered."""
+    parts = []
+    for name in sorted(results):
+        r = results[name]
+        head, tail = _sensor_parts(name, r.status.value, r.error, r.model, r.model_version, layout.get(name))
+        parts.append(f"{head}{_int(r.sample_t_ns)},\"latency_ns\":{_int(r.latency_ns)},"
+                     f"\"reused_age_ns\":{_int(r.reused_age_ns)}{tail}")  # fmt: skip
+    return "{" + ",".join(parts) + "}"
+
+
+@functools.lru_cache(maxsize=256)
+def _sensor_parts(
+    name: str, status: str, error: str | None, model: str | None, version: str,
+    layout: Layout | None,
+) -> tuple[str, str]:  # fmt: skip
+    """A sensor's entry in :func:`_sensors_json` around its stamps and latency."""
+    head = _ENCODER.encode({"status": status, "error": error, "model": model, "model_version": version})
+    tail = "}" if layout is None else f',"outputs":{_ENCODER.encode({k: [d, list(s)] for k, d, s in layout})}}}'
+    return f'{_quoted(name)}:{head[:-1]},"sample_t_ns":', tail
+
+
+def _int(value: int | None) -> str:
+    return "null" if value is None else int.__repr__(value)
+
+
 @functools.lru_cache(maxsize=256)
 def _quoted(name: str) -> str:
     return json.dumps(name)
@@ -598,11 +665,14 @@ def _quoted(name: str) -> str:
 
 def _spot_equal(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> bool:
     """``a`` and ``b`` (rows of clouds whose provenance the accumulator states) equal on every
-    :data:`_SPOT_ROWS`-th row and the last: a stage that changed the rows (or a wrong sweep) shows there,
-    without reading the whole of two sweeps from memory (~0.2 ms a frame)."""
-    if a.shape != b.shape:
+    :data:`_SPOT_ROWS`-th row and the last, bit for bit: a stage that changed the rows (or a wrong sweep)
+    shows there, without reading the whole of two sweeps from memory (~0.2 ms a frame); the rows' bytes
+    compared (a copy's are the same; ``np.array_equal``'s calls cost more than the comparison)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return a.shape[0] == 0 or (np.array_equal(a[::_SPOT_ROWS], b[::_SPOT_ROWS]) and np.array_equal(a[-1], b[-1]))
+    if a.shape[0] == 0:
+        return True
+    return a[::_SPOT_ROWS].tobytes() == b[::_SPOT_ROWS].tobytes() and a[-1].tobytes() == b[-1].tobytes()
 
 
 def _rows_from(s: PointCloudSample, n0: int) -> PointCloudSample:

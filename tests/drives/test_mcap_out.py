@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,3 +66,25 @@ def test_a_file_the_library_reads_back(compression: str) -> None:
     got = [(c.id, m.log_time, len(m.data)) for _, c, m in reader.iter_messages(log_time_order=False)]
     assert got == [(i % 3 + 1, 10 * i, 1_000 + i) for i in range(30)]
     assert reader.get_summary() is not None and len(reader.get_summary().chunk_indexes) > 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("compression", ["", "lz4"])
+def test_a_file_gets_the_same_bytes_as_a_stream(tmp_path: Path, compression: str) -> None:
+    # into a file a chunk's pieces go with writev, up to 1024 a call: a chunk of ~3,000 pieces (header,
+    # bytes, a memoryview of another item size) is written in several calls, then the summary after it
+    rng = np.random.default_rng(3)
+    payloads = [rng.integers(0, 255, int(rng.integers(0, 40)), dtype=np.uint8) for _ in range(1_000)]
+    path = tmp_path / "out.mcap"
+    stream = io.BytesIO()
+    with open(path, "wb") as file:
+        for out in (McapOut(file, chunk_size=1 << 20, compression=compression, crcs=True),
+                    McapOut(stream, chunk_size=1 << 20, compression=compression, crcs=True)):  # fmt: skip
+            out.start(profile="", library="test/1")
+            out.register_channel("/t", "raw", 0)
+            for i, p in enumerate(payloads):
+                body = memoryview(p[: len(p) // 4 * 4].view("<u4"))  # nbytes, not len, is its size
+                out.add_message(channel_id=1, log_time=i, data=(p.tobytes(), body), publish_time=i, sequence=i)
+            out.finish()
+    assert path.read_bytes() == stream.getvalue()
+    reader = make_reader(io.BytesIO(stream.getvalue()), validate_crcs=True)
+    assert [len(m.data) for _, _, m in reader.iter_messages()] == [len(p) + len(p) // 4 * 4 for p in payloads]

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perception._lifetime import Lifetime
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import DriveError, RuntimeClosedError
-from perception.record import RecordOptions, RunRecorder, replay_as_recorded
+from perception.record import RecordOptions, RunRecorder, _digest, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
     RESOLUTION,
@@ -33,9 +36,9 @@ DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
 PROFILE = ROOT / "launch" / "replay.yaml"
 
 
-def _record(path: Path, options: RecordOptions, frames: int = 30) -> int:
+def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
-    frame's samples, a real fusion stage, a dropped frame every tenth): the number of segments."""
+    frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats."""
     config = load_config(PROFILE)
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
@@ -63,18 +66,27 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> int:
                         rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
                     n += 1
         assert not any(k.startswith("dropped_") for k in rec.stats), rec.stats
-        return rec.stats["segments"]
+        return rec.stats
 
 
 def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None:
     run = tmp_path / "run.mcap"
-    segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))
+    segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
     assert segments >= 3 and sorted(p.name for p in tmp_path.iterdir())[:2] == ["run-0001.mcap", "run-0002.mcap"]
     out = anyio.run(lambda: replay_as_recorded(run, load_config(PROFILE)))
     assert out.first is None, out.first
     assert out.segments == segments and out.compared == 27 and out.equal == 27
     shed = [r for r in out.results if r.status is FrameStatus.DROPPED]
     assert len(out.results) == 30 and len(shed) == 3 and all(r.reason == "overload: shed" for r in shed)
+
+
+def test_the_writer_is_woken_once_per_32_frames_or_256_items(tmp_path: Path) -> None:
+    # 30 frames (and the drive's 630 samples) handed over as fast as a replay can: the writer is woken by
+    # begin, by each 256 items waiting and by close -- not once a frame (30), nor a sample
+    stats = _record(tmp_path / "run.mcap", RecordOptions())
+    items = stats["samples"] + stats["fused"] + stats["frames"]
+    assert stats["frames"] == 30 and items > 256
+    assert 1 <= stats["wakes"] <= 1 + 30 // 32 + items // 256 + 1, stats
 
 
 def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> None:
@@ -87,6 +99,20 @@ def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> 
 
 def _det(x: float) -> Detection3D:
     return Detection3D(1, "car", 0.5, (x, 2.0, 0.5), (4.0, 2.0, 1.5), 0.1, (1.0, 0.0), (0.2, 0.2), ("lidar_top",))
+
+
+_SPECIAL = st.sampled_from(
+    [0.0, -0.0, 5e-5, -5e-5, 1.5e-4, -2.5e-4, 9e14, -9e14, 9.1e14, 1e300, math.nan, math.inf, -math.inf]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), _SPECIAL,
+                          st.integers(-10**6, 10**6).map(lambda k: (k + 0.5) * RESOLUTION)), max_size=12))  # fmt: skip
+def test_a_few_floats_are_quantised_in_python_as_numpy_does(values: list[float]) -> None:
+    # the ego pose's floats in the decisions digest: plain Python's round of the quotient when finite and
+    # within the limit (halves to even, as np.rint), numpy's path otherwise -- the same bytes either way
+    assert _digest._floats(values) == _digest._quantise(np.asarray(values, np.float64)).hex()
 
 
 def test_digests_quantise_floats_to_the_stated_resolution() -> None:
