@@ -5,7 +5,9 @@ Each scenario runs in a client process of its own (this script with ``--client``
 
 * ``replay lockstep`` and ``replay max``: :func:`perception.replay.replay_drive` as ``perception replay``
   runs it (records, the ground-truth evaluation, the metrics sink), with and without the fused recording
-  (``fused.mcap``);
+  (``fused.mcap``); ``replay lockstep (--server-split)`` with Triton's split per frame from its
+  statistics as well (a statistics request after every frame: ``perception replay --server-split``,
+  ``perception budget``'s default; a plain replay against an external server does without);
 * ``live``: :func:`perception.live.live_session` as ``perception live`` runs it (a publisher process plays
   the drive at its recorded timing into a :class:`~perception.live.LiveRuntime`; the publisher stands for
   the vehicle's drivers and is not counted).
@@ -68,6 +70,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # the cameras decoded by the client (their pixels sent) instead of by the model (the default, auto)
     "replay lockstep (decode: client)": {"mode": "replay", "rate": "lockstep", "record": False, "decode": "client"},
     "live (decode: client)": {"mode": "live", "decode": "client"},
+    # Triton's split per frame from its statistics (perception replay --server-split, perception budget)
+    "replay lockstep (--server-split)": {"mode": "replay", "rate": "lockstep", "record": False, "server_split": True},
 }
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -350,7 +354,9 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
                 from perception.viz import recorder_sink
 
                 sinks.append(recorder_sink(mcap_path=Path(tmp) / "fused.mcap", live=None))
-            options = ReplayOptions(rate=spec["rate"], out_dir=Path(tmp), progress=False)
+            options = ReplayOptions(
+                rate=spec["rate"], out_dir=Path(tmp), progress=False, server_split=spec.get("server_split")
+            )
 
             async def main() -> Any:
                 stop_event.append(anyio.Event())
