@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         progress = False if args.no_progress else None
         # A budget test splits Triton's time per frame wherever it can: from the statistics (one frame in
         # flight), when the server's trace is not readable here.
-        split = True if args.in_flight == 1 else None
-        options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress, server_split=split)
+        per_frame_split = True if args.in_flight == 1 else None
+        options = ReplayOptions(rate=args.rate, out_dir=out, progress=progress, server_split=per_frame_split)
         sinks = trace_sinks(args, "budget")
         outcome = run_with_signals(lambda stop: replay_with_stop(stop, reader, session, options, sinks=sinks))
     cfg = session.config
