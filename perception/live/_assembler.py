@@ -398,6 +398,13 @@ class LiveAssembler(Generic[T]):
             times.append(at)
         return min(times) if times else None
 
+    def waiting(self) -> bool:
+        """Whether a sample of a sensor other than the trigger can make :meth:`due` return a frame before
+        :meth:`next_deadline`: a frame is pending (the sample may complete it), or the fixed-rate grid
+        waits for its first sample. Otherwise such a sample only joins the buffers (and the counters)
+        for frames opened later: taking it then, just before :meth:`due`, makes the same frames."""
+        return bool(self._pending) or (self._fixed_rate and self._next_rate_t is None)
+
     def due(self, now: int) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
         A frame's ``created_ns`` is the host time it opened (its trigger's arrival)."""
