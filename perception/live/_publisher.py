@@ -127,11 +127,6 @@ def _encode(sample: Sample | EgoPose, kind: str) -> bytes:
     return _LEN.pack(len(head)) + head + payload
 
 
-#: The subscriber reads the socket through a buffer this large: a message's length, header and (small)
-#: payload come in one system call, not three (a blocking read per part, each a wake-up of the thread).
-_READ_BUFFER = 1 << 16
-
-
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
     """``n`` bytes, or None when the stream ends first (a buffered read returns short only at its end).
     Read a MiB at a time: what a header claims is not allocated before it arrives."""
@@ -148,7 +143,9 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
     """Samples and ego poses from a publisher's socket until it ends; a malformed message is a
     :class:`DriveError` naming what was wrong."""
-    with sock.makefile("rb", buffering=_READ_BUFFER) as stream:
+    # Buffered (io.DEFAULT_BUFFER_SIZE): a message's length, header and small payload come in one system
+    # call, not in three blocking reads, each a wake-up of the thread.
+    with sock.makefile("rb") as stream:
         yield from _messages(stream)
 
 

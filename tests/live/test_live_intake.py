@@ -34,7 +34,7 @@ def _count_wakes(live: LiveRuntime) -> list[int]:
             asked[0] += 1
         return original(callback, *args, **kwargs)
 
-    loop.call_soon_threadsafe = call_soon_threadsafe  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = call_soon_threadsafe  # type: ignore[method-assign,assignment]
     return asked
 
 
