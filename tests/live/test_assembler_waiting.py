@@ -154,12 +154,12 @@ def test_awaited_are_the_sensors_each_pending_frame_waits_for() -> None:
     assert asm.awaited() == ()  # nothing pending: a radar sample only joins the buffers
     asm.add(_sample("radar_b", 995 * MS), 996 * MS)  # 5 ms before the next frame, next one 57 ms after it
     asm.add(pc("lidar", 1000 * MS), 1005 * MS, token="f0")
-    assert asm.awaited() == ({"radar"},)  # the frame at 1000 ms waits for the radar, not for radar_b
+    assert asm.awaited() == (frozenset({"radar"}),)  # the frame at 1000 ms waits for the radar, not for radar_b
     asm.add(pc("lidar", 1100 * MS), 1105 * MS, token="f1")
-    assert asm.awaited() == ({"radar"}, {"radar", "radar_b"})
+    assert asm.awaited() == (frozenset({"radar"}), frozenset({"radar", "radar_b"}))
     asm.add(pc("radar", 1010 * MS), 1012 * MS)
     assert [f.t_ns for f, _ in asm.due(1012 * MS)] == [1000 * MS]
-    assert asm.awaited() == ({"radar", "radar_b"},)
+    assert asm.awaited() == (frozenset({"radar", "radar_b"}),)
     rate = make(trigger=TriggerConfig(rate_hz=10.0))
     assert rate.awaited() == (frozenset(),)  # the grid starts at the first sample: any sample
     rate.add(pc("radar", 1000 * MS), 1001 * MS)
