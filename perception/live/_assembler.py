@@ -398,6 +398,20 @@ class LiveAssembler(Generic[T]):
             times.append(at)
         return min(times) if times else None
 
+    def awaited(self) -> tuple[frozenset[str], ...]:
+        """For each pending frame, the sensors it waits for (not yet past it, :meth:`_settled`); one empty
+        set while the fixed-rate grid waits for its first sample.
+
+        A frame completes when a sample is taken and each of its sensors is past it, and only a sensor's
+        own samples move it there: until samples of every sensor of one of these sets have arrived (an
+        empty set: any sample -- a timer or rate frame whose sensors were all past it when it opened
+        completes with the next one), a sample of a sensor other than the trigger makes :meth:`due` return
+        no frame before :meth:`next_deadline`. It only joins the buffers and the counters: taken later,
+        just before :meth:`due`, it makes the same frames."""
+        if self._fixed_rate and self._next_rate_t is None:
+            return (frozenset(),)
+        return tuple(frozenset(n for n in self._core.active if not self._settled(n, p.t_ns)) for p in self._pending)
+
     def due(self, now: int) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
         A frame's ``created_ns`` is the host time it opened (its trigger's arrival)."""

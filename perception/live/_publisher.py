@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -127,31 +127,41 @@ def _encode(sample: Sample | EgoPose, kind: str) -> bytes:
     return _LEN.pack(len(head)) + head + payload
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
+def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
+    """``n`` bytes, or None when the stream ends first (a buffered read returns short only at its end).
+    Read a MiB at a time: what a header claims is not allocated before it arrives."""
+    parts = []
+    while n > 0:
+        part = stream.read(min(n, 1 << 20))
+        if not part:
             return None
-        buf += chunk
-    return bytes(buf)
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)  # one part: that part itself, not a copy
 
 
 def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
     """Samples and ego poses from a publisher's socket until it ends; a malformed message is a
     :class:`DriveError` naming what was wrong."""
+    # Buffered (io.DEFAULT_BUFFER_SIZE): a message's length, header and small payload come in one system
+    # call, not in three blocking reads, each a wake-up of the thread.
+    with sock.makefile("rb") as stream:
+        yield from _messages(stream)
+
+
+def _messages(stream: BinaryIO) -> Iterator[Sample | EgoPose]:
     while True:
-        raw = _read_exact(sock, _LEN.size)
+        raw = _read_exact(stream, _LEN.size)
         if raw is None:
             return
         (n,) = _LEN.unpack(raw)
         if n > _MAX_HEADER:
             raise DriveError(f"live stream: header of {n} bytes is too large", topic="live")
-        head = _read_exact(sock, n)
+        head = _read_exact(stream, n)
         if head is None:
             raise DriveError("live stream: ended inside a message header", topic="live")
         header = json.loads(head)
-        payload = _read_exact(sock, int(header.get("size", 0))) if header.get("size") else b""
+        payload = _read_exact(stream, int(header.get("size", 0))) if header.get("size") else b""
         if payload is None:
             raise DriveError("live stream: ended inside a message payload", topic="live", sensor=header.get("sensor"))
         kind = header.get("type")

@@ -8,10 +8,14 @@ profile) with a :class:`LiveAssembler` on the host's monotonic clock. Two ways t
 * from async code: ``async with LiveRuntime(config, rig) as live: async for r in live.results(): ...``.
 
 :meth:`LiveRuntime.push` is thread-safe and never blocks: the sample goes into a bounded intake
-queue (the oldest is dropped, and counted, when it is full) and the event loop is woken. For a sample
-of the trigger sensor it returns a future of the frame that sample triggers (or
-:class:`~perception.errors.SampleDroppedError` when it could not be used). Closing stops intake,
-completes the pending frames with what has arrived, drains the frames in flight within
+queue (the oldest is dropped, and counted, when it is full) and the event loop is woken -- unless the
+item can neither open nor complete a frame (an ego pose, or a sample of a sensor other than the trigger
+that leaves every pending frame waiting for another sensor) and the loop looks at the intake within
+:data:`LAZY_WAIT_NS` anyway: it is taken then, before any frame is made, so the frames are the same,
+and the loop wakes about twice a frame, not once per push (a 50 Hz odometry alone was five wake-ups a
+frame at 10 Hz). For a sample of the trigger sensor it returns a future of the frame that sample
+triggers (or :class:`~perception.errors.SampleDroppedError` when it could not be used). Closing stops
+intake, completes the pending frames with what has arrived, drains the frames in flight within
 ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
 
 One task owns all of it (:meth:`LiveRuntime._lifetime`: the runtime and the callback thread entered
@@ -65,6 +69,20 @@ log = logging.getLogger(__name__)
 Callback = Callable[[FrameResult], None]
 ResultFuture = concurrent.futures.Future[FrameResult]
 
+#: A push that opens no frame and completes none does not wake the event loop when the loop takes the intake
+#: within this anyway (it is awake, or its next deadline is this close): an ego pose (a frame's pose is
+#: chosen when the frame is made), or a sample of another sensor than the trigger's while no pending frame
+#: has samples of every sensor it waits for (:meth:`LiveAssembler.awaited`: none can complete). The loop
+#: takes every item pushed so far before it makes or opens a frame, so waiting changes no frame; it saves
+#: a wake-up per pose (50 a second from a typical odometry) and per sample that completes no frame. It
+#: bounds how long such an item waits to be counted in ``status()``.
+LAZY_WAIT_NS = 250_000_000
+#: Items waiting so (their pushes did not wake the loop) at most; past it, or past half the intake queue,
+#: a push wakes it: waiting never fills the intake queue.
+LAZY_MAX = 64
+#: ``_wake_by_ns`` while the loop will not wake before a push wakes it (no deadline).
+_NEVER = 2**63
+
 
 @dataclasses.dataclass
 class _Item:
@@ -113,6 +131,14 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._intake: deque[_Item] = deque()
         self._intake_max = config.live.intake_queue
         self._wake_pending = False
+        #: Host time by which the loop takes the intake without being woken (0: it is awake and looks at
+        #: the intake again before it sleeps), the sensors each pending frame waited for when it went to
+        #: sleep, and the sensors of the samples pushed since it last took the intake: what a push that
+        #: need not wake the loop reads (LAZY_WAIT_NS).
+        self._wake_by_ns = _NEVER
+        self._awaited: tuple[frozenset[str], ...] = ()
+        self._queued: set[str] = set()
+        self._lazy_max = min(LAZY_MAX, config.live.intake_queue // 2)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: anyio.Event | None = None
         self._state = Lifetime.UNOPENED  # changed under the intake lock: push reads it there
@@ -145,7 +171,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
             self._observer.sample(sample, item.arrival_ns)
-        self._enqueue(item)
+        self._enqueue(item, sample.sensor)
         return future
 
     def push_ego(self, pose: EgoPose) -> None:
@@ -153,9 +179,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
             self._observer.ego(pose, item.arrival_ns)
-        self._enqueue(item)
+        self._enqueue(item, None)
 
-    def _enqueue(self, item: _Item) -> None:
+    def _enqueue(self, item: _Item, sensor: str | None) -> None:
+        """Queue ``item`` (a sample of ``sensor``, or a pose) for the loop and wake it, unless a wake is
+        pending already or the item may wait (:meth:`_may_wait`)."""
         with self._lock:
             if self._state is not Lifetime.OPENED:
                 raise RuntimeClosedError("the live runtime is not open")
@@ -165,12 +193,26 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 if old.future is not None:
                     old.future.set_exception(SampleDroppedError("intake queue full", sensor=_sensor(old.sample)))
             self._intake.append(item)
-            wake = not self._wake_pending
-            self._wake_pending = True
+            wake = not self._wake_pending and not self._may_wait(item, sensor)
+            self._wake_pending |= wake
             loop = self._loop
         if wake and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing: close() takes what is left
                 loop.call_soon_threadsafe(self._set_wake)
+
+    def _may_wait(self, item: _Item, sensor: str | None) -> bool:
+        """Under the intake lock: whether ``item``, just queued, may wait for the loop's next look without
+        waking it (LAZY_WAIT_NS): it opens no frame (not the trigger's sample), completes none (a pose, or
+        a sample after which no pending frame has new samples of every sensor it waits for), the loop
+        looks within LAZY_WAIT_NS anyway and at most LAZY_MAX items wait."""
+        if sensor is not None:
+            self._queued.add(sensor)
+        return (
+            item.future is None
+            and (sensor is None or not any(waits <= self._queued for waits in self._awaited))
+            and len(self._intake) <= self._lazy_max
+            and self._wake_by_ns - item.arrival_ns <= LAZY_WAIT_NS
+        )
 
     def _set_wake(self) -> None:
         if self._wake is not None:
@@ -347,6 +389,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             items = list(self._intake)
             self._intake.clear()
             self._wake_pending = False
+            self._wake_by_ns = 0  # awake: the intake is looked at again before the loop sleeps
+            self._queued.clear()
             return items, self._state in (Lifetime.CLOSING, Lifetime.CLOSED)
 
     def _fail(self, key: str, exc: BaseException, what: str) -> None:
@@ -409,8 +453,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 deadline = asm.next_deadline()
                 wait_s = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
-                if self._intake:
-                    continue
+                with self._lock:  # a push sees when the loop next looks, or the loop sees the push
+                    if self._intake:
+                        continue
+                    self._wake_by_ns = _NEVER if deadline is None else deadline
+                    self._awaited = asm.awaited()
                 with anyio.move_on_after(wait_s if wait_s is not None else 3600.0):
                     await self._wake.wait()
 

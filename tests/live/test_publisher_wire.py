@@ -1,0 +1,80 @@
+"""The live publisher's wire (perception.live._publisher): what ``receive`` reads back from a socket, whole
+or cut, through its buffered reader."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from perception.errors import DriveError
+from perception.live._publisher import _LEN, _encode, receive
+from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, Transform
+
+
+def _received(data: bytes) -> list[Sample | EgoPose]:
+    """What ``receive`` yields for ``data`` written to the other end of a socket (then closed)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def write() -> None:
+        with theirs:
+            theirs.sendall(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        with ours:
+            return list(receive(ours))
+    finally:
+        writer.join()
+
+
+def _end() -> bytes:
+    head = json.dumps({"type": "end", "size": 0}).encode()
+    return _LEN.pack(len(head)) + head
+
+
+def test_samples_and_poses_come_back_as_they_were_sent() -> None:
+    rng = np.random.default_rng(5)
+    big = rng.random((300_000, 4), dtype=np.float32)  # 4.8 MB: read a MiB at a time
+    items: list[Sample | EgoPose] = [
+        EgoPose(1, Transform((1.0, 2.0, 3.0), (0.0, 0.0, 0.6, 0.8)), (4.0, 0.5, 0.0), 0.25),
+        PointCloudSample("lidar_top", 2, "lidar_top", big, ("x", "y", "z", "i"), 7),
+        ImageSample("cam_front", 3, "cam_front", bytes(range(256)) * 40, "jpeg", 8),
+        EgoPose(4, Transform.identity()),
+        PointCloudSample("radar_front", 5, "radar_front", np.zeros((0, 5), np.float32), ("x", "y", "z", "v", "r")),
+    ]
+    kinds = {"lidar_top": "lidar", "cam_front": "camera", "radar_front": "radar"}
+    data = b"".join(_encode(it, kinds.get(getattr(it, "sensor", ""), "ego")) for it in items) + _end()
+    got = _received(data + b"after the end: never read")
+    assert len(got) == len(items)
+    for sent, back in zip(items, got, strict=True):
+        assert type(back) is type(sent)
+        if isinstance(sent, PointCloudSample):
+            assert isinstance(back, PointCloudSample)
+            assert (back.sensor, back.t_ns, back.fields, back.seq) == (sent.sensor, sent.t_ns, sent.fields, sent.seq)
+            np.testing.assert_array_equal(back.points, sent.points)
+        else:
+            assert back == sent
+    unended = _received(data[: -len(_end())])  # the stream closed without its end message: the same items
+    assert [(type(x), x.t_ns) for x in unended] == [(type(x), x.t_ns) for x in items]
+
+
+@pytest.mark.parametrize(
+    ("cut", "what"),
+    [(lambda msg: msg[:6], "inside a message header"), (lambda msg: msg[:-1], "inside a message payload")],
+)
+def test_a_stream_cut_inside_a_message_says_where(cut: object, what: str) -> None:
+    msg = _encode(ImageSample("cam_front", 3, "cam_front", b"\xff" * 5000, "jpeg", 1), "camera")
+    with pytest.raises(DriveError, match=what):
+        _received(cut(msg))  # type: ignore[operator]
+
+
+def test_a_header_claiming_a_huge_payload_allocates_only_what_arrives() -> None:
+    head = json.dumps({"type": "sample", "sensor": "cam_front", "t_ns": 1, "frame_id": "c", "seq": 0,
+                       "format": "jpeg", "size": 1 << 40}).encode()  # fmt: skip
+    with pytest.raises(DriveError, match="inside a message payload"):  # not a MemoryError for 1 TiB
+        _received(_LEN.pack(len(head)) + head + b"\xff" * 1000)
