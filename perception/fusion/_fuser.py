@@ -245,6 +245,7 @@ class Fuser:
         self._radar_index = np.array([s.index for s in sensors if s.role is FusionRole.DOPPLER_POINTS], dtype=np.intp)
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
+        self._scratch = _point_kernels.Scratch()  # the lidar points' buffers, reused frame to frame (per thread)
         self._warned: set[str] = set()
         warm_up()  # compile (or load) the compiled loops now, not on the first frame
 
@@ -391,20 +392,21 @@ class Fuser:
 
     def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F32, IP]:
         """The frame's lidar points (x, y, z; float32) in ``base_link`` at the frame time, and the sensor index
-        of each lidar that gave any (for the camera-guided step). One compiled pass per cloud."""
-        clouds: list[F32] = []
-        given: list[int] = []
+        of each lidar that gave any (for the camera-guided step). One compiled pass per cloud, into this
+        thread's reused buffer (valid until its next frame: the points do not leave :meth:`fuse`)."""
+        clouds: list[tuple[_Sensor, PointCloudSample]] = []
         for sensor in self._sensors:
             sample = frame.samples.get(sensor.name) if sensor.role is FusionRole.BOXES_3D else None
-            if not isinstance(sample, PointCloudSample) or sample.points.shape[0] == 0:
-                continue
+            if isinstance(sample, PointCloudSample) and sample.points.shape[0]:
+                clouds.append((sensor, sample))
+        pts: F32 = self._scratch.array("xyz", (sum(s.points.shape[0] for _, s in clouds), 3), np.float32)
+        at = 0
+        for sensor, sample in clouds:
             m = _kernels.c_array(motion.relative(sample.t_ns) @ sensor.extrinsic)
-            xyz = np.empty((sample.points.shape[0], 3), np.float32)
-            _point_kernels.transform_xyz(m, _point_kernels.cloud(sample.points), xyz)
-            clouds.append(xyz)
-            given.append(sensor.index)
-        pts = np.concatenate(clouds) if len(clouds) > 1 else clouds[0] if clouds else np.zeros((0, 3), np.float32)
-        return pts, np.asarray(given, np.intp)
+            n = sample.points.shape[0]
+            _point_kernels.transform_xyz(m, _point_kernels.cloud(sample.points), pts[at : at + n])
+            at += n
+        return pts, np.array([sensor.index for sensor, _ in clouds], np.intp)
 
     # -- radar ------------------------------------------------------------------------------------------
     def _radar(self, radars: Sequence[tuple[_Sensor, RadarObjects, int]], motion: EgoMotion) -> _Radar:
@@ -664,6 +666,7 @@ class Fuser:
             cfg, points[0], det_cam[di], det_boxes.take(di, axis=0), det_labels[di], cam_from_base,
             self._k.take(cam_sensor, axis=0), self._k_inv.take(cam_sensor, axis=0), _SIZES,
             objs.center.take(known, axis=0), objs.size.take(known, axis=0), objs.yaw.take(known, axis=0),
+            scratch=self._scratch,
         )  # fmt: skip
         m = found.det.size
         if m == 0:

@@ -69,13 +69,15 @@ def camera_guided(
     known_center: F64,
     known_size: F64,
     known_yaw: F64,
+    *,
+    scratch: _point_kernels.Scratch | None = None,
 ) -> GuidedObjects:
     """Camera-guided objects for the detections given (see the module docstring).
 
     ``points`` ``[P,3]`` lidar points (float32) in ``base_link`` (frame time); ``det_cam`` indexes ``cam_from_base``
     ``[C,4,4]`` (camera at its capture time <- base_link), ``k``/``k_inv`` ``[C,3,3]``; ``det_boxes``
     ``[D,4]`` pixels x1 y1 x2 y2; ``sizes`` the class size priors ``[L,3]``; ``known_*`` the objects whose
-    points are already explained.
+    points are already explained. ``scratch``: where the work space is kept between calls (else fresh).
     """
     out_det: list[int] = []
     out_center: list[F64] = []
@@ -85,11 +87,14 @@ def camera_guided(
     out_points: list[int] = []
     d_n = det_cam.shape[0]
     face, count = np.empty(d_n), np.empty(d_n, np.intp)
+    pts = _point_kernels.cloud(points)
+    work_n = 4 * pts.shape[0]
+    work = np.empty(work_n) if scratch is None else scratch.array("guided", (work_n,), np.float64)
     _point_kernels.guided_faces(
-        _point_kernels.cloud(points), c_array(det_cam, np.intp), c_array(det_boxes),
+        pts, c_array(det_cam, np.intp), c_array(det_boxes),
         c_array(sizes[det_labels, 2]), c_array(cam_from_base), c_array(k), c_array(known_center),
         c_array(known_size), c_array(known_yaw), config.ground_height, _MIN_DEPTH, config.max_depth,
-        config.box_shrink, config.cluster_gap, config.depth_ratio, _KNOWN_MARGIN, face, count,
+        config.box_shrink, config.cluster_gap, config.depth_ratio, _KNOWN_MARGIN, work, face, count,
     )  # fmt: skip
     base_from_cam: dict[int, F64] = {}
     for d in np.argsort(det_cam, kind="stable"):  # by camera, then as given (the order of the outputs)

@@ -13,6 +13,7 @@ module only (numba's cache is invalidated by changes to a kernel's own module).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy.typing as npt
 
 from perception.fusion._kernels import jit
 
-__all__ = ["cloud", "guided_faces", "transform_xyz", "warm_up"]
+__all__ = ["Scratch", "cloud", "guided_faces", "move_cloud", "transform_xyz", "warm_up"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -31,6 +32,29 @@ def cloud(points: npt.ArrayLike) -> F32:
     out: F32 = np.ascontiguousarray(points, dtype=np.float32).view()
     out.flags.writeable = False
     return out
+
+
+class Scratch(threading.local):
+    """Work arrays kept from one frame to the next, one set per thread (an object may be used by several).
+
+    A cloud's temporaries are hundreds of KiB, above glibc's mmap threshold: allocated fresh each frame,
+    their pages are returned to the system when freed and faulted in again (zeroed) on the next frame, and
+    they start cold in the caches. Reused, they stay mapped (and, as often as not, cached). An array handed
+    out is valid until the same thread asks for the same ``name`` again: for a call's temporaries only.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, npt.NDArray[Any]] = {}
+
+    def array(self, name: str, shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+        """A C-contiguous, writable, uninitialised array of ``shape`` (the front of this thread's ``name``
+        buffer, grown with a quarter to spare when it is too small)."""
+        need = int(np.prod(shape))
+        buf = self._arrays.get(name)
+        if buf is None or buf.dtype != np.dtype(dtype) or buf.shape[0] < need:
+            buf = np.empty(need + need // 4, dtype)
+            self._arrays[name] = buf
+        return buf[:need].reshape(shape)
 
 
 @jit
@@ -45,6 +69,23 @@ def transform_xyz(m: Any, src: Any, dst: Any) -> None:
         dst[i, 0] = r00 * x + r01 * y + r02 * z + t0
         dst[i, 1] = r10 * x + r11 * y + r12 * z + t1
         dst[i, 2] = r20 * x + r21 * y + r22 * z + t2
+
+
+@jit
+def move_cloud(m: Any, src: Any, dst: Any) -> None:
+    """``dst`` = ``src`` with its ``x, y, z`` moved as :func:`transform_xyz` does and its other columns
+    copied (both float32 ``[N, k]``): a moved cloud written in one pass, wherever ``dst`` lies."""
+    r00, r01, r02, t0 = m[0, 0], m[0, 1], m[0, 2], m[0, 3]
+    r10, r11, r12, t1 = m[1, 0], m[1, 1], m[1, 2], m[1, 3]
+    r20, r21, r22, t2 = m[2, 0], m[2, 1], m[2, 2], m[2, 3]
+    cols = src.shape[1]
+    for i in range(src.shape[0]):
+        x, y, z = np.float64(src[i, 0]), np.float64(src[i, 1]), np.float64(src[i, 2])
+        dst[i, 0] = r00 * x + r01 * y + r02 * z + t0
+        dst[i, 1] = r10 * x + r11 * y + r12 * z + t1
+        dst[i, 2] = r20 * x + r21 * y + r22 * z + t2
+        for j in range(3, cols):
+            dst[i, j] = src[i, j]
 
 
 @jit
@@ -76,6 +117,7 @@ def guided_faces(
     cluster_gap: float,
     depth_ratio: float,
     known_margin: float,
+    scratch: Any,
     face: Any,
     count: Any,
 ) -> None:
@@ -85,6 +127,7 @@ def guided_faces(
     index of ``cam_from_base [C,4,4]`` and ``k [C,3,3]``), its box ``det_boxes[d]`` pixels x1 y1 x2 y2, its
     class height prior ``det_height[d]``; ``known_*`` the objects whose points are already explained.
     Writes ``count[d]`` (points in the chosen cluster, 0 for none) and ``face[d]`` (its nearest depth).
+    ``scratch``: float64 work space of at least ``4 P`` (:class:`Scratch`: no fresh pages per frame).
 
     One pass per camera over the points: a point above the ground and in the camera's depth range is
     projected, tested against that camera's (shrunk) boxes, and one that falls in any and in no known box
@@ -99,10 +142,10 @@ def guided_faces(
         return
     yaw_cos, yaw_sin = np.cos(known_yaw), np.sin(known_yaw)
     n_cam = cam_from_base.shape[0]
-    keep_z = np.empty(n_pts)
-    keep_u = np.empty(n_pts)
-    keep_v = np.empty(n_pts)
-    depths = np.empty(n_pts)
+    keep_z = scratch[:n_pts]
+    keep_u = scratch[n_pts : 2 * n_pts]
+    keep_v = scratch[2 * n_pts : 3 * n_pts]
+    depths = scratch[3 * n_pts : 4 * n_pts]
     lo = np.empty((n_det, 2))
     hi = np.empty((n_det, 2))
     for d in range(n_det):
@@ -165,7 +208,9 @@ def warm_up() -> None:
     """Compile (or load from the on-disk cache) the kernels for the types fusion calls them with."""
     pts = cloud(np.zeros((1, 4)))
     transform_xyz(np.eye(4), pts, np.zeros((1, 4), np.float32))
+    move_cloud(np.eye(4), pts, np.zeros((1, 4), np.float32))
     guided_faces(
         pts, np.zeros(1, np.intp), np.ones((1, 4)), np.ones(1), np.eye(4)[None], np.eye(3)[None], np.zeros((1, 3)),
-        np.ones((1, 3)), np.zeros(1), 0.0, 0.5, 80.0, 0.1, 1.0, 1.5, 0.3, np.zeros(1), np.zeros(1, np.intp),
+        np.ones((1, 3)), np.zeros(1), 0.0, 0.5, 80.0, 0.1, 1.0, 1.5, 0.3, np.zeros(4), np.zeros(1),
+        np.zeros(1, np.intp),
     )  # fmt: skip
