@@ -218,12 +218,12 @@ def guided_faces(
             sl = slot[c]
             if sl < 0:
                 continue
-            m = cam_from_base[c]
-            zc = m[2, 0] * x + m[2, 1] * y + m[2, 2] * z + m[2, 3]
+            m = cam_from_base  # indexed in full: a view per point would cost a reference count
+            zc = m[c, 2, 0] * x + m[c, 2, 1] * y + m[c, 2, 2] * z + m[c, 2, 3]
             if not min_depth < zc < max_depth:
                 continue
-            xc = m[0, 0] * x + m[0, 1] * y + m[0, 2] * z + m[0, 3]
-            yc = m[1, 0] * x + m[1, 1] * y + m[1, 2] * z + m[1, 3]
+            xc = m[c, 0, 0] * x + m[c, 0, 1] * y + m[c, 0, 2] * z + m[c, 0, 3]
+            yc = m[c, 1, 0] * x + m[c, 1, 1] * y + m[c, 1, 2] * z + m[c, 1, 3]
             v = k[c, 1, 1] * yc / zc + k[c, 1, 2]
             if not v_lo[c] <= v <= v_hi[c]:
                 continue
