@@ -92,7 +92,7 @@ def camera_guided(
     d_n = det_cam.shape[0]
     face, count = np.empty(d_n), np.empty(d_n, np.intp)
     pts = _point_kernels.cloud(points)
-    work_n = _point_kernels.guided_scratch_size(pts.shape[0], np.unique(det_cam).size)
+    work_n = _point_kernels.guided_scratch_size(pts.shape[0], len(set(det_cam.tolist())))
     work = np.empty(work_n) if scratch is None else scratch.array("guided", (work_n,), np.float64)
     _point_kernels.guided_faces(
         pts, c_array(base_from_points), c_array(det_cam, np.intp), c_array(det_boxes),
