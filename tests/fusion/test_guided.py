@@ -175,3 +175,23 @@ def test_scratch_arrays_are_kept_per_thread_and_grown_when_too_small() -> None:
     worker.start()
     worker.join(timeout=60)
     assert elsewhere[0].shape == (10, 3) and not np.shares_memory(elsewhere[0], c)
+
+
+def test_the_points_of_two_lidars_place_the_object_as_one_lidar_s_do() -> None:
+    """Several lidars' clouds are moved to base_link and walked together: the rear face split between a
+    second lidar (mounted elsewhere, turned) and lidar_top places the car where lidar_top alone does."""
+    from perception.types import SensorSpec, Transform
+
+    mount = Transform.from_xyz_rpy((-0.5, 0.4, 1.7), (0.0, 0.0, 2.0))
+    rig = {**RIG, "lidar_rear": SensorSpec("lidar_rear", "lidar", "lidar_rear", mount, "/rear/points")}
+    face = rear_face(4)
+    rear_xyz = mount.inverse().apply(np.asarray(face[2:], np.float64))
+    rear = PointCloudSample(
+        "lidar_rear", 0, "lidar_rear", np.column_stack([rear_xyz, np.zeros(2)]).astype(np.float32), cloud([]).fields
+    )
+    results: dict[str, SensorResult] = {"cam_front": camera_result(RIG, "cam_front", [CAR], scores=0.6, t_ns=0)}
+    one = guided(list(Fuser(ON, RIG)(Frame(0, 0, {"lidar_top": cloud(face)}), results)[0]))
+    two = guided(list(Fuser(ON, rig)(Frame(0, 0, {"lidar_top": cloud(face[:2]), "lidar_rear": rear}), results)[0]))
+    assert len(one) == len(two) == 1
+    assert two[0].center == pytest.approx(one[0].center, abs=1e-4) and two[0].label == one[0].label
+    assert set(two[0].sources) == {"cam_front", "lidar_top", "lidar_rear", CAMERA_GUIDED_SOURCE}
