@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
@@ -264,6 +265,7 @@ class Meter:
             "frame": self.frames,
             "wall": time.monotonic(),
             "client": process_cpu_s() - self.overhead_s,
+            "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
             "server": tree_cpu_s(self.server),
             "stages": dict(self.stages.ns),
             "threads": thread_cpu_s(),
@@ -297,6 +299,8 @@ class Meter:
             "client_ms_per_frame": round(client_ms, 2),
             "server_ms_per_frame": round(server_ms, 2),
             "client_over_server": round(client_ms / server_ms, 3) if server_ms > 0 else None,
+            # pages the client faulted in (fresh allocations above glibc's mmap threshold, mostly)
+            "client_minor_faults_per_frame": round((b["minor_faults"] - a["minor_faults"]) / n, 1),
             "stages_ms_per_frame": dict(sorted(stages.items(), key=lambda kv: -kv[1])),
             "not_in_a_stage_ms_per_frame": round(client_ms - staged, 2),
             "threads_ms_per_frame": dict(sorted(threads.items(), key=lambda kv: -kv[1])),

@@ -66,6 +66,16 @@ def label_id(name: str) -> int:
 
 
 def _frozen_array(a: npt.ArrayLike, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
+    """``a`` as a read-only array of its own: a copy, unless it is one already (a read-only C-contiguous
+    array of ``dtype`` owning its data, e.g. a merged cloud: no second copy of hundreds of KiB)."""
+    if (
+        isinstance(a, np.ndarray)
+        and a.dtype == np.dtype(dtype)
+        and a.base is None
+        and not a.flags.writeable
+        and a.flags.c_contiguous
+    ):
+        return a
     arr = np.array(a, dtype=dtype, copy=True)
     arr.setflags(write=False)
     return arr

@@ -245,6 +245,7 @@ class Fuser:
         self._radar_index = np.array([s.index for s in sensors if s.role is FusionRole.DOPPLER_POINTS], dtype=np.intp)
         self._tracker = Tracker(config, self.params, self._names) if config.tracking else None
         self._lock = threading.Lock()
+        self._scratch = _point_kernels.Scratch()  # the lidar points' buffers, reused frame to frame (per thread)
         self._warned: set[str] = set()
         warm_up()  # compile (or load) the compiled loops now, not on the first frame
 
@@ -389,22 +390,29 @@ class Fuser:
             origin=np.zeros(n, np.int8),  # Origin.LIDAR
         )
 
-    def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F32, IP]:
-        """The frame's lidar points (x, y, z; float32) in ``base_link`` at the frame time, and the sensor index
-        of each lidar that gave any (for the camera-guided step). One compiled pass per cloud."""
-        clouds: list[F32] = []
-        given: list[int] = []
+    def _lidar_points(self, frame: Frame, motion: EgoMotion) -> tuple[F32, F64, IP]:
+        """The frame's lidar points for the camera-guided step: a float32 cloud ``[P, >=3]`` (x, y, z first),
+        the ``[4,4]`` that moves it to ``base_link`` at the frame time, and the sensor index of each lidar
+        that gave any. One lidar's sweep is passed as it is, to be moved in the guided kernel's one pass
+        over it; several are moved here, one compiled pass each, into this thread's reused buffer (valid
+        until its next frame: the points do not leave :meth:`fuse`), with the identity."""
+        clouds: list[tuple[_Sensor, PointCloudSample]] = []
         for sensor in self._sensors:
             sample = frame.samples.get(sensor.name) if sensor.role is FusionRole.BOXES_3D else None
-            if not isinstance(sample, PointCloudSample) or sample.points.shape[0] == 0:
-                continue
+            if isinstance(sample, PointCloudSample) and sample.points.shape[0]:
+                clouds.append((sensor, sample))
+        given = np.array([sensor.index for sensor, _ in clouds], np.intp)
+        if len(clouds) == 1:
+            sensor, sample = clouds[0]
+            return sample.points, _kernels.c_array(motion.relative(sample.t_ns) @ sensor.extrinsic), given
+        pts: F32 = self._scratch.array("xyz", (sum(s.points.shape[0] for _, s in clouds), 3), np.float32)
+        at = 0
+        for sensor, sample in clouds:
             m = _kernels.c_array(motion.relative(sample.t_ns) @ sensor.extrinsic)
-            xyz = np.empty((sample.points.shape[0], 3), np.float32)
-            _point_kernels.transform_xyz(m, _point_kernels.cloud(sample.points), xyz)
-            clouds.append(xyz)
-            given.append(sensor.index)
-        pts = np.concatenate(clouds) if len(clouds) > 1 else clouds[0] if clouds else np.zeros((0, 3), np.float32)
-        return pts, np.asarray(given, np.intp)
+            n = sample.points.shape[0]
+            _point_kernels.transform_xyz(m, _point_kernels.cloud(sample.points), pts[at : at + n])
+            at += n
+        return pts, np.eye(4), given
 
     # -- radar ------------------------------------------------------------------------------------------
     def _radar(self, radars: Sequence[tuple[_Sensor, RadarObjects, int]], motion: EgoMotion) -> _Radar:
@@ -526,7 +534,7 @@ class Fuser:
         motion: EgoMotion,
         *,
         lidar_answered: bool,
-        points: tuple[F32, IP] | None = None,
+        points: tuple[F32, F64, IP] | None = None,
     ) -> Objects:
         """Match objects with every camera's detections; return camera-only candidates (scoring at
         least ``camera_only_min_score`` when a lidar answered in the frame, else ``camera_alone_min_score``).
@@ -640,7 +648,7 @@ class Fuser:
 
     def _camera_guided(
         self,
-        points: tuple[F32, IP],
+        points: tuple[F32, F64, IP],
         eligible: B,
         det_cam: IP,
         det_boxes: F64,
@@ -661,9 +669,10 @@ class Fuser:
         cam_from_base = self._sensor_from_base[cam_sensor] @ np.array([invert_transform(r) for r in rels])
         known = (objs.origin == _LIDAR).nonzero()[0]
         found = camera_guided(
-            cfg, points[0], det_cam[di], det_boxes.take(di, axis=0), det_labels[di], cam_from_base,
+            cfg, points[0], points[1], det_cam[di], det_boxes.take(di, axis=0), det_labels[di], cam_from_base,
             self._k.take(cam_sensor, axis=0), self._k_inv.take(cam_sensor, axis=0), _SIZES,
             objs.center.take(known, axis=0), objs.size.take(known, axis=0), objs.yaw.take(known, axis=0),
+            scratch=self._scratch,
         )  # fmt: skip
         m = found.det.size
         if m == 0:
@@ -681,7 +690,7 @@ class Fuser:
         out.score[:] = cfg.score_factor * scores
         out.votes[np.arange(m), labels] = scores
         out.sources[np.arange(m), cam_sensor[det_cam[d]]] = True
-        out.sources[:, points[1]] = True  # the lidars whose points placed it (one on every rig we have)
+        out.sources[:, points[2]] = True  # the lidars whose points placed it (one on every rig we have)
         out.sources[:, -1] = True  # CAMERA_GUIDED_SOURCE
         out.age[:] = -dts[det_cam[d]]
         out.origin[:] = _CAMERA

@@ -69,14 +69,21 @@ def transform_points(m: npt.ArrayLike, points: npt.ArrayLike) -> F64:
     return out
 
 
-def transform_cloud(m: npt.ArrayLike, points: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def transform_cloud(
+    m: npt.ArrayLike, points: npt.ArrayLike, *, out: npt.NDArray[np.float32] | None = None
+) -> npt.NDArray[np.float32]:
     """A float32 point cloud ``[N, k]`` with its ``x, y, z`` (the first 3 columns) moved by a ``[4,4]``
     transform, the other columns as given: one compiled pass, float64 arithmetic per point
-    (:func:`._point_kernels.transform_xyz`); for clouds, where :func:`transform_points`' float64 product
-    would cost a copy and wake BLAS's threads."""
+    (:func:`._point_kernels.move_cloud`); for clouds, where :func:`transform_points`' float64 product
+    would cost a copy and wake BLAS's threads. ``out``: a C-contiguous float32 array of the cloud's shape
+    to write it into (e.g. rows of a larger cloud), returned; else a new one."""
     src = _point_kernels.cloud(points)
-    out = src.copy()
-    _point_kernels.transform_xyz(_kernels.c_array(m), src, out)
+    if out is None:
+        out = np.empty(src.shape, np.float32)
+    elif out.shape != src.shape or out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writable C-contiguous float32 array of shape {src.shape}, got "
+                         f"{out.dtype} {out.shape}")  # fmt: skip
+    _point_kernels.move_cloud(_kernels.c_array(m), src, out)
     return out
 
 

@@ -16,8 +16,9 @@ explains; the caller passes only those), as Autoware's ``roi_cluster_fusion``:
    detection's ray, ``width / 2 + face_offset * (length - width) / 2`` beyond the face (0: seen side-on,
    1: end-on), heading along the ray.
 
-Steps 1-2 are one compiled pass per camera over the points (:func:`._point_kernels.guided_faces`), float32
-points and no temporary per detection; step 3 is numpy on the few detections that found a cluster.
+Steps 1-2 are one compiled pass over the points for every camera (:func:`._point_kernels.guided_faces`),
+float32 points moved to ``base_link`` as they are read, and no temporary per detection; step 3 is numpy on
+the few detections that found a cluster.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class GuidedObjects:
 def camera_guided(
     config: CameraGuidedConfig,
     points: npt.NDArray[np.floating[Any]],
+    base_from_points: F64,
     det_cam: IP,
     det_boxes: F64,
     det_labels: IP,
@@ -69,13 +71,17 @@ def camera_guided(
     known_center: F64,
     known_size: F64,
     known_yaw: F64,
+    *,
+    scratch: _point_kernels.Scratch | None = None,
 ) -> GuidedObjects:
     """Camera-guided objects for the detections given (see the module docstring).
 
-    ``points`` ``[P,3]`` lidar points (float32) in ``base_link`` (frame time); ``det_cam`` indexes ``cam_from_base``
+    ``points`` ``[P,>=3]`` lidar points (float32; the first 3 columns x, y, z) and ``base_from_points`` the
+    ``[4,4]`` that moves them to ``base_link`` at the frame time (applied in the kernel's one pass over
+    them, as :func:`._point_kernels.transform_xyz` would); ``det_cam`` indexes ``cam_from_base``
     ``[C,4,4]`` (camera at its capture time <- base_link), ``k``/``k_inv`` ``[C,3,3]``; ``det_boxes``
     ``[D,4]`` pixels x1 y1 x2 y2; ``sizes`` the class size priors ``[L,3]``; ``known_*`` the objects whose
-    points are already explained.
+    points are already explained. ``scratch``: where the work space is kept between calls (else fresh).
     """
     out_det: list[int] = []
     out_center: list[F64] = []
@@ -85,11 +91,14 @@ def camera_guided(
     out_points: list[int] = []
     d_n = det_cam.shape[0]
     face, count = np.empty(d_n), np.empty(d_n, np.intp)
+    pts = _point_kernels.cloud(points)
+    work_n = _point_kernels.guided_scratch_size(pts.shape[0], len(set(det_cam.tolist())))
+    work = np.empty(work_n) if scratch is None else scratch.array("guided", (work_n,), np.float64)
     _point_kernels.guided_faces(
-        _point_kernels.cloud(points), c_array(det_cam, np.intp), c_array(det_boxes),
+        pts, c_array(base_from_points), c_array(det_cam, np.intp), c_array(det_boxes),
         c_array(sizes[det_labels, 2]), c_array(cam_from_base), c_array(k), c_array(known_center),
         c_array(known_size), c_array(known_yaw), config.ground_height, _MIN_DEPTH, config.max_depth,
-        config.box_shrink, config.cluster_gap, config.depth_ratio, _KNOWN_MARGIN, face, count,
+        config.box_shrink, config.cluster_gap, config.depth_ratio, _KNOWN_MARGIN, work, face, count,
     )  # fmt: skip
     base_from_cam: dict[int, F64] = {}
     for d in np.argsort(det_cam, kind="stable"):  # by camera, then as given (the order of the outputs)

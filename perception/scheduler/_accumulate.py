@@ -99,12 +99,15 @@ class SweepAccumulator:
         return {"window_ms": {n: w / 1e6 for n, w in self.windows.items()}, **vars(self.stats)}
 
     @staticmethod
-    def moved(points: npt.NDArray[np.float32], m: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    def moved(
+        points: npt.NDArray[np.float32], m: npt.ArrayLike, *, out: npt.NDArray[np.float32] | None = None
+    ) -> npt.NDArray[np.float32]:
         """An earlier sweep's ``points`` with x, y, z moved by the 4x4 transform ``m`` (the other columns as
-        measured): the rows accumulation merges, and what a recording's replay rebuilds them with."""
+        measured): the rows accumulation merges, and what a recording's replay rebuilds them with.
+        ``out``: the rows of the merged cloud to write them into (else a new array)."""
         from perception.fusion import transform_cloud
 
-        return transform_cloud(m, points)  # one compiled float32 pass (no BLAS on the frame path)
+        return transform_cloud(m, points, out=out)  # one compiled float32 pass (no BLAS on the frame path)
 
     def apply(self, frame: Frame, buffers: Mapping[str, Iterable[Sample]]) -> Frame:
         """``frame`` with each accumulating sensor's sweep merged with its earlier ones in ``buffers``."""
@@ -136,13 +139,20 @@ class SweepAccumulator:
                     )
                 continue
             to_cur = self._ext_inv[name] @ invert_transform(motion.relative(cur.t_ns))
-            parts = [cur.points]
+            # the merged cloud written once, in place: the sweep, then each earlier one moved into its rows
+            # (no moved copy per sweep and no concatenation of them: a cloud is hundreds of KiB)
+            rows = cur.points.shape[0]
+            points = np.empty((rows + sum(s.points.shape[0] for s in earlier), cur.points.shape[1]), np.float32)
+            points[:rows] = cur.points
             merged: list[tuple[int, int, tuple[float, ...]]] = []
             for s in earlier:
                 m = to_cur @ motion.relative(s.t_ns) @ self._ext[name]
-                parts.append(self.moved(s.points, m))
-                merged.append((s.t_ns, s.points.shape[0], tuple(float(v) for v in m.ravel())))
-            samples[name] = dataclasses.replace(cur, points=np.concatenate(parts), merged_from=tuple(merged))
+                n = s.points.shape[0]
+                self.moved(s.points, m, out=points[rows : rows + n])
+                rows += n
+                merged.append((s.t_ns, n, tuple(float(v) for v in m.ravel())))
+            points.setflags(write=False)  # the sample takes it as it is (read-only, its own), not a copy
+            samples[name] = dataclasses.replace(cur, points=points, merged_from=tuple(merged))
             self.stats.sweeps += 1
             self.stats.merged += len(earlier)
         return dataclasses.replace(frame, samples=samples)

@@ -188,3 +188,20 @@ def test_transform_cloud_moves_xyz_in_one_pass_and_keeps_the_other_columns() -> 
     np.testing.assert_allclose(out[:, :3], transform_points(m, cloud[:, :3]).astype(np.float32), rtol=0, atol=1e-5)
     np.testing.assert_array_equal(out[:, 3], cloud[:, 3])
     assert transform_cloud(m, np.zeros((0, 4), np.float32)).shape == (0, 4)
+
+
+def test_transform_cloud_writes_into_the_rows_given_exactly_what_it_returns_otherwise() -> None:
+    """``out=``: the moved cloud written into rows of a larger one (the merged cloud of a sweep accumulation),
+    bit for bit what a new array gets, the rows around it untouched; an ``out`` of another shape is refused."""
+    rng = np.random.default_rng(5)
+    cloud = rng.normal(scale=40.0, size=(300, 4)).astype(np.float32)
+    cloud.setflags(write=False)
+    m = np.eye(4)
+    m[:2, :2] = [[np.cos(-1.1), -np.sin(-1.1)], [np.sin(-1.1), np.cos(-1.1)]]
+    m[:3, 3] = [0.25, 3.0, -1.0]
+    merged = np.full((310, 4), 7.0, np.float32)
+    assert transform_cloud(m, cloud, out=merged[5:305]) is not None
+    np.testing.assert_array_equal(merged[5:305], transform_cloud(m, cloud))
+    assert (merged[:5] == 7.0).all() and (merged[305:] == 7.0).all()
+    with pytest.raises(ValueError, match="shape"):
+        transform_cloud(m, cloud, out=merged[:10])

@@ -135,3 +135,63 @@ def test_config_loads(tmp_path: Path) -> None:
     profile.write_text("fusion:\n  camera_guided:\n    enabled: true\n    face_offset: 0.25\n", encoding="utf-8")
     cfg = load_config(profile).fusion.camera_guided
     assert cfg.enabled and cfg.face_offset == 0.25
+
+
+def test_a_fuser_reusing_its_point_buffers_fuses_each_frame_as_a_fresh_one_does_in_any_thread() -> None:
+    """The lidar points and the camera-guided work space are kept from frame to frame (per thread): a large
+    cloud, then a small one, then one from another thread, each gives what a new fuser gives it."""
+    import threading
+
+    clouds = [rear_face(4) + [(40.0, y, 1.0) for y in np.linspace(-9, 9, 400)], rear_face(1), [], rear_face(2)]
+    results: dict[str, SensorResult] = {"cam_front": camera_result(RIG, "cam_front", [CAR], scores=0.6, t_ns=0)}
+
+    def frame(points: list[tuple[float, float, float]]) -> Frame:
+        return Frame(0, 0, {"lidar_top": cloud(points)})
+
+    fresh = [Fuser(ON, RIG)(frame(p), results)[0] for p in clouds]
+    assert guided(list(fresh[0])) and guided(list(fresh[1]))
+    reused = Fuser(ON, RIG)
+    assert [reused(frame(p), results)[0] for p in clouds] == fresh
+    other: list[object] = []
+    worker = threading.Thread(target=lambda: other.extend(reused(frame(p), results)[0] for p in clouds[::-1]))
+    worker.start()
+    worker.join(timeout=60)
+    assert other == fresh[::-1]
+
+
+def test_scratch_arrays_are_kept_per_thread_and_grown_when_too_small() -> None:
+    import threading
+
+    from perception.fusion._point_kernels import Scratch
+
+    scratch = Scratch()
+    a = scratch.array("xyz", (100, 3), np.float32)
+    b = scratch.array("xyz", (80, 3), np.float32)
+    assert b.shape == (80, 3) and b.flags.c_contiguous and b.flags.writeable and np.shares_memory(a, b)
+    c = scratch.array("xyz", (1000, 3), np.float32)
+    assert c.shape == (1000, 3) and not np.shares_memory(a, c)
+    elsewhere: list[np.ndarray] = []
+    worker = threading.Thread(target=lambda: elsewhere.append(scratch.array("xyz", (10, 3), np.float32)))
+    worker.start()
+    worker.join(timeout=60)
+    assert elsewhere[0].shape == (10, 3) and not np.shares_memory(elsewhere[0], c)
+
+
+def test_the_points_of_two_lidars_place_the_object_as_one_lidar_s_do() -> None:
+    """Several lidars' clouds are moved to base_link and walked together: the rear face split between a
+    second lidar (mounted elsewhere, turned) and lidar_top places the car where lidar_top alone does."""
+    from perception.types import SensorSpec, Transform
+
+    mount = Transform.from_xyz_rpy((-0.5, 0.4, 1.7), (0.0, 0.0, 2.0))
+    rig = {**RIG, "lidar_rear": SensorSpec("lidar_rear", "lidar", "lidar_rear", mount, "/rear/points")}
+    face = rear_face(4)
+    rear_xyz = mount.inverse().apply(np.asarray(face[2:], np.float64))
+    rear = PointCloudSample(
+        "lidar_rear", 0, "lidar_rear", np.column_stack([rear_xyz, np.zeros(2)]).astype(np.float32), cloud([]).fields
+    )
+    results: dict[str, SensorResult] = {"cam_front": camera_result(RIG, "cam_front", [CAR], scores=0.6, t_ns=0)}
+    one = guided(list(Fuser(ON, RIG)(Frame(0, 0, {"lidar_top": cloud(face)}), results)[0]))
+    two = guided(list(Fuser(ON, rig)(Frame(0, 0, {"lidar_top": cloud(face[:2]), "lidar_rear": rear}), results)[0]))
+    assert len(one) == len(two) == 1
+    assert two[0].center == pytest.approx(one[0].center, abs=1e-4) and two[0].label == one[0].label
+    assert set(two[0].sources) == {"cam_front", "lidar_top", "lidar_rear", CAMERA_GUIDED_SOURCE}

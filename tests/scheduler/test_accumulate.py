@@ -153,3 +153,23 @@ def test_a_camera_default_with_accumulation_is_refused_when_the_drive_s_sensors_
     with pytest.raises(ConfigError) as info:
         resolve_sensors(cfg, cal_rig)
     assert str(info.value).startswith(f"{profile}: sensor_defaults.camera: sensor 'cam' (camera): accumulate_ms")
+
+
+def test_the_merged_cloud_is_written_once_and_taken_by_the_sample_without_a_copy() -> None:
+    """The sweep then each earlier one moved (what ``SweepAccumulator.moved`` gives it), in one read-only array
+    of its own that the merged sample holds as it is."""
+    acc = SweepAccumulator([lidar(accumulate_ms=120)], {"lidar": MOUNT}, ego_at=ego_at)
+    history = [sweep(t, t) for t in (200, 250, 300)]
+    sample = acc.apply(frame_at(300, history[-1], ego(300)), {"lidar": history}).samples["lidar"]
+    assert isinstance(sample, PointCloudSample)
+    expected = [history[-1].points]
+    for (t_ns, n, m), earlier in zip(sample.merged_from, history[:2], strict=True):
+        assert (t_ns, n) == (earlier.t_ns, earlier.points.shape[0])
+        expected.append(SweepAccumulator.moved(earlier.points, np.array(m).reshape(4, 4)))
+    np.testing.assert_array_equal(sample.points, np.concatenate(expected))
+    assert sample.points.base is None and not sample.points.flags.writeable
+    # a sample built on a read-only array of its own keeps it; any other array is copied
+    same = PointCloudSample("lidar", 0, "lidar", sample.points, FIELDS)
+    assert same.points is sample.points
+    writable = np.zeros((2, 4), np.float32)
+    assert PointCloudSample("lidar", 0, "lidar", writable, FIELDS).points is not writable
