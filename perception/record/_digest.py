@@ -55,8 +55,8 @@ def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.N
 def _quantised_bytes(x: npt.NDArray[np.float64]) -> tuple[bytes, bytes]:
     """:func:`_quantised`'s arrays' bytes (the common case's marks, all 0, without an array)."""
     if not x.size or (x.min() >= -_LIMIT and x.max() <= _LIMIT):
-        q = x / RESOLUTION
-        return np.rint(q, out=q).astype("<i8").tobytes(), bytes(x.size)
+        scaled = x / RESOLUTION
+        return np.rint(scaled, out=scaled).astype("<i8").tobytes(), bytes(x.size)  # rounded in place
     q, marks = _quantised(x)
     return q.tobytes(), marks.tobytes()
 
