@@ -112,6 +112,11 @@ class McapOut:
             schema_count=0,
         )
 
+    @property
+    def offset(self) -> int:
+        """Bytes written to the stream so far (its position: the chunk being filled is not written yet)."""
+        return self._offset
+
     # -- the library's interface ------------------------------------------------------------------
     def start(self, profile: str, library: str) -> None:
         self._write(MAGIC)

@@ -300,8 +300,9 @@ class DriveWriter:
 
     @property
     def bytes_written(self) -> int:
-        """Bytes in the file so far (the chunk being filled is not counted until it is written)."""
-        return 0 if self._state is Lifetime.CLOSED else self._file.tell()
+        """Bytes in the file so far (the chunk being filled is not counted until it is written): the MCAP
+        writer's count (the file's position without a ``tell``, a system call, per message written)."""
+        return 0 if self._state is Lifetime.CLOSED else self._mcap.offset
 
     @property
     def state(self) -> Lifetime:

@@ -38,6 +38,7 @@ __all__ = [
 #: Floats are compared to this resolution (metres, radians, m/s, scores, variances).
 RESOLUTION = 1e-4
 _LIMIT = 9e14  # |x| / RESOLUTION stays well inside int64
+_Buffer = bytes | memoryview
 
 
 def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int8]]:
@@ -54,7 +55,8 @@ def _quantised(x: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.N
 def _quantised_bytes(x: npt.NDArray[np.float64]) -> tuple[bytes, bytes]:
     """:func:`_quantised`'s arrays' bytes (the common case's marks, all 0, without an array)."""
     if not x.size or (x.min() >= -_LIMIT and x.max() <= _LIMIT):
-        return np.rint(x / RESOLUTION).astype("<i8").tobytes(), bytes(x.size)
+        scaled = x / RESOLUTION
+        return np.rint(scaled, out=scaled).astype("<i8").tobytes(), bytes(x.size)  # rounded in place
     q, marks = _quantised(x)
     return q.tobytes(), marks.tobytes()
 
@@ -64,28 +66,37 @@ def _quantise(a: npt.ArrayLike) -> bytes:
     return q + marks
 
 
-def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[bytes]:
-    """Each array's values as digested: floats quantised (:func:`_quantise`; all of them at once: a frame's
-    dozens of small arrays cost one quantisation, not one each), other dtypes little-endian."""
+def _values(arrays: Sequence[npt.NDArray[Any]]) -> list[tuple[_Buffer, ...]]:
+    """Each array's values as digested, as buffers (views: hashed as they are, not joined first): floats
+    quantised (:func:`_quantise`; all of them at once: a frame's dozens of small arrays cost one
+    quantisation, not one each), other dtypes little-endian."""
     floats = [a for a in arrays if a.dtype.kind == "f"]
     if floats:
         qb, mb = _quantised_bytes(np.concatenate([a.ravel() for a in floats]).astype(np.float64, copy=False))
-    out: list[bytes] = []
+        qv, mv = memoryview(qb), memoryview(mb)
+    out: list[tuple[_Buffer, ...]] = []
     start = 0
     for a in arrays:
         if a.dtype.kind == "f":
             end = start + a.size
-            out.append(qb[8 * start : 8 * end] + mb[start:end])
+            out.append((qv[8 * start : 8 * end], mv[start:end]))
             start = end
         else:
-            out.append(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+            out.append((a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(),))
     return out
 
 
-def _arrays(parts: list[bytes], arrays: Sequence[tuple[str, npt.NDArray[Any]]], values: Sequence[bytes]) -> None:
+def _arrays(h: Any, arrays: Sequence[tuple[str, npt.NDArray[Any]]], values: Sequence[tuple[_Buffer, ...]]) -> None:
+    """Each array's header (``name:kind:shape|``) and values (:func:`_values`) into the hash ``h``."""
     for (name, a), v in zip(arrays, values, strict=True):
-        parts.append(f"{name}:{a.dtype.kind}:{a.shape}|".encode())
-        parts.append(v)
+        h.update(_header(name, a.dtype.kind, a.shape))
+        for buffer in v:
+            h.update(buffer)
+
+
+@functools.lru_cache(maxsize=1024)
+def _header(name: str, kind: str, shape: tuple[int, ...]) -> bytes:
+    return f"{name}:{kind}:{shape}|".encode()
 
 
 def _floats(values: Sequence[float]) -> str:
@@ -115,11 +126,11 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
     ok = [(name, results[name]) for name in sorted(results) if results[name].status.value == "ok"]
     arrays = [[(key, np.asarray(r.outputs[key])) for key in sorted(r.outputs)] for _, r in ok]
     values = iter(_values([a for sensor in arrays for _, a in sensor]))
-    parts: list[bytes] = []
+    h = hashlib.sha256()
     for (name, r), sensor in zip(ok, arrays, strict=True):
-        parts.append(_ENCODER.encode([name, r.model, r.model_version]).encode())
-        _arrays(parts, sensor, [next(values) for _ in sensor])
-    return hashlib.sha256(b"".join(parts)).hexdigest()
+        _json(h, [name, r.model, r.model_version])
+        _arrays(h, sensor, [next(values) for _ in sensor])
+    return h.hexdigest()
 
 
 #: A sensor's outputs' layout in a recording: (key, dtype, shape) of each array, keys sorted.
@@ -207,23 +218,26 @@ def detections_digest(detections: Sequence[Detection3D], values: npt.NDArray[np.
     qb, mb = _quantised_bytes(values)
     qhex, mhex = qb.hex(), mb.hex()
     nq, nm = 16 * values.shape[1], 2 * values.shape[1]  # hex digits of a row's quantised values and marks
-    parts = []
-    for i, d in enumerate(detections):
-        label, sources = _encoded(d.label), _encoded(d.sources)
-        parts.append(f'[{int(d.id)},{label},{sources},"{qhex[i * nq : (i + 1) * nq]}{mhex[i * nm : (i + 1) * nm]}"]')
-    h.update("".join(parts).encode())
+    rows = [qhex[i : i + nq] for i in range(0, len(qhex), nq)]
+    marks = [mhex[i : i + nm] for i in range(0, len(mhex), nm)]
+    text = "".join([
+        f'[{int(d.id)},{_encoded(d.label, d.sources)},"{q}{m}"]'
+        for d, q, m in zip(detections, rows, marks, strict=True)
+    ])  # fmt: skip
+    h.update(text.encode())
     return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=1024)
-def _encoded(value: str | tuple[str, ...]) -> str:
-    """A label's or a sources tuple's JSON (as :func:`_json` writes it in a list), remembered."""
-    return _ENCODER.encode(value if isinstance(value, str) else list(value))
+def _encoded(label: str, sources: tuple[str, ...]) -> str:
+    """A detection's label and sources in its JSON (``label,sources`` as :func:`_json` writes them in a
+    list), remembered."""
+    return f"{_ENCODER.encode(label)},{_ENCODER.encode(list(sources))}"
 
 
 def tracker_digest(state: Mapping[str, npt.NDArray[Any]]) -> str:
     """The tracker's state after a frame (``perception.fusion.Fuser.tracker_state``)."""
     arrays = [(key, np.asarray(state[key])) for key in sorted(state)]
-    parts: list[bytes] = []
-    _arrays(parts, arrays, _values([a for _, a in arrays]))
-    return hashlib.sha256(b"".join(parts)).hexdigest()
+    h = hashlib.sha256()
+    _arrays(h, arrays, _values([a for _, a in arrays]))
+    return h.hexdigest()

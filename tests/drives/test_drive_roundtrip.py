@@ -242,3 +242,21 @@ def test_special_float_bit_patterns_survive_the_file(tmp_path: Path) -> None:
         (s,) = list(d.samples())
     assert isinstance(s, PointCloudSample)
     assert s.points.view(np.uint32).tolist() == bits.tolist()
+
+
+def test_bytes_written_is_the_file_s_size_as_chunks_are_written(tmp_path: Path) -> None:
+    # what a recording's segment cap reads after every message: the bytes in the file so far (its chunks
+    # written with writev past the stream's buffer), counted without asking the file
+    rig = [s for s in make_rig() if s.kind == SensorKind.LIDAR]
+    path = tmp_path / "sizes.mcap"
+    seen = []
+    lidar = ("x", "y", "z", "intensity")
+    with DriveWriter(path, rig, chunk_size=4096) as w:
+        for i in range(40):
+            w.write(PointCloudSample("top", 1 + i, "lidar_top", np.full((100, 4), i, np.float32), lidar))
+            w._file.flush()
+            seen.append(w.bytes_written)
+            assert w.bytes_written == path.stat().st_size
+        final = w.bytes_written
+    assert len(set(seen)) > 10 and seen == sorted(seen)  # chunks written one after another, each counted
+    assert path.stat().st_size > final  # the summary and footer came at close
