@@ -162,7 +162,7 @@ def _read_cloud(stream: BinaryIO, header: dict[str, Any], size: int) -> npt.NDAr
         payload = _read_exact(stream, size)
         return None if payload is None else np.frombuffer(payload, dtype=np.float32).reshape(shape)
     points = np.empty(shape, dtype=np.float32)
-    view = memoryview(points.reshape(-1).view(np.uint8))
+    view = points.reshape(-1).view(np.uint8)  # the array's own bytes
     got = 0
     while got < size:
         n = stream.readinto(view[got:])  # type: ignore[attr-defined]
