@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">I")
 _MAX_HEADER = 1 << 20
+#: Read at most this much of a payload before it has arrived (what a header claims is not allocated first).
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +135,42 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
     Read a MiB at a time: what a header claims is not allocated before it arrives."""
     parts = []
     while n > 0:
-        part = stream.read(min(n, 1 << 20))
+        part = stream.read(min(n, _CHUNK))
         if not part:
             return None
         parts.append(part)
         n -= len(part)
     return b"".join(parts)  # one part: that part itself, not a copy
+
+
+def _read_cloud(stream: BinaryIO, header: dict[str, Any], size: int) -> npt.NDArray[np.float32] | None:
+    """A cloud message's ``size`` payload bytes as its float32 points in its ``shape``, or None when the
+    stream ends first; a :class:`DriveError` naming the sensor when the size does not hold that shape.
+    Up to a chunk, the bytes are read straight into a new array of that shape, kept by the sample as
+    it is (a read-only array owning its data: no copy of the received bytes)."""
+    try:
+        shape = tuple(int(d) for d in header["shape"])
+    except (TypeError, ValueError):
+        shape = ()
+    if len(shape) != 2 or min(shape) < 0 or shape[0] * shape[1] * 4 != size:
+        raise DriveError(
+            f"live stream: a point cloud of shape {header['shape']} in {size} bytes",
+            topic="live",
+            sensor=header.get("sensor"),
+        )
+    if size > _CHUNK:
+        payload = _read_exact(stream, size)
+        return None if payload is None else np.frombuffer(payload, dtype=np.float32).reshape(shape)
+    points = np.empty(shape, dtype=np.float32)
+    view = points.reshape(-1).view(np.uint8)  # the array's own bytes
+    got = 0
+    while got < size:
+        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            return None
+        got += n
+    points.setflags(write=False)
+    return points
 
 
 def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
@@ -161,7 +194,13 @@ def _messages(stream: BinaryIO) -> Iterator[Sample | EgoPose]:
         if head is None:
             raise DriveError("live stream: ended inside a message header", topic="live")
         header = json.loads(head)
-        payload = _read_exact(stream, int(header.get("size", 0))) if header.get("size") else b""
+        size = int(header.get("size", 0) or 0)
+        points = None
+        if "shape" in header:
+            points = _read_cloud(stream, header, size)
+            payload: bytes | None = b"" if points is not None else None
+        else:
+            payload = _read_exact(stream, size) if size else b""
         if payload is None:
             raise DriveError("live stream: ended inside a message payload", topic="live", sensor=header.get("sensor"))
         kind = header.get("type")
@@ -174,8 +213,7 @@ def _messages(stream: BinaryIO) -> Iterator[Sample | EgoPose]:
                 linear_velocity=tuple(header["linear_velocity"]),
                 yaw_rate=float(header["yaw_rate"]),
             )
-        elif "shape" in header:
-            points = np.frombuffer(payload, dtype=np.float32).reshape(header["shape"])
+        elif points is not None:
             yield PointCloudSample(
                 header["sensor"],
                 int(header["t_ns"]),

@@ -458,8 +458,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         continue
                     self._wake_by_ns = _NEVER if deadline is None else deadline
                     self._awaited = asm.awaited()
-                with anyio.move_on_after(wait_s if wait_s is not None else 3600.0):
+                # the deadline as a timer that sets the wake event: a loop timer, not a cancel scope per
+                # wait (this wakes about twice a frame)
+                assert self._loop is not None
+                timer = None if wait_s is None else self._loop.call_later(wait_s, self._set_wake)
+                try:
                     await self._wake.wait()
+                finally:
+                    if timer is not None:
+                        timer.cancel()
 
     async def _serve(
         self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]

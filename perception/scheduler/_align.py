@@ -18,6 +18,8 @@ a stream.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -93,6 +95,8 @@ class AlignCore:
         self._ego_at = ego_at
         self._ego_max_age_ns = ego_max_age_ns
         self._poses: deque[EgoPose] = deque(maxlen=EGO_POSES_KEPT)
+        #: Whether a kept pose came before the one handed in ahead of it (odometry out of order).
+        self._poses_unordered = False
         #: Earlier sweeps merged into point sensors' samples (``SensorConfig.accumulate_ms``, needs ``rig``),
         #: moved by the ego poses (``ego_at``, else those handed in, interpolated), else by the frame's twist.
         self.accumulator = SweepAccumulator(
@@ -164,11 +168,37 @@ class AlignCore:
     # -- ego ------------------------------------------------------------------------------------
     def add_ego(self, pose: EgoPose) -> None:
         """An ego pose (odometry, on the frames' clock); the latest :data:`EGO_POSES_KEPT` are kept."""
-        self._poses.append(pose)
+        poses = self._poses
+        if poses and pose.t_ns < poses[-1].t_ns:
+            self._poses_unordered = True
+        poses.append(pose)
+        if self._poses_unordered:  # ordered again once the pose out of order has left the window
+            times = [e.t_ns for e in poses]
+            self._poses_unordered = any(a > b for a, b in itertools.pairwise(times))
+
+    def _ordered_poses(self) -> tuple[list[EgoPose], list[int]]:
+        """The kept poses in time order (the handed-in order, unless one came out of order) and their times."""
+        poses = sorted(self._poses, key=lambda e: e.t_ns) if self._poses_unordered else list(self._poses)
+        return poses, [e.t_ns for e in poses]
 
     def _pose_near(self, t: int) -> EgoPose | None:
-        """The handed-in pose nearest ``t``, if within the age limit."""
-        pose = min(self._poses, key=lambda e: abs(e.t_ns - t), default=None)
+        """The handed-in pose nearest ``t``, if within the age limit (of two as near, the one handed in
+        first). Poses in time order (the usual case) are searched by bisection, not one by one."""
+        if self._poses_unordered:
+            pose = min(self._poses, key=lambda e: abs(e.t_ns - t), default=None)
+        elif not self._poses:
+            pose = None
+        else:
+            poses = self._poses
+            times = [e.t_ns for e in poses]
+            i = bisect.bisect_left(times, t)  # times[i] is the first at or after t
+            if i == len(times):
+                i = bisect.bisect_left(times, times[-1])
+            elif i > 0:
+                before = bisect.bisect_left(times, times[i - 1])  # the first handed in of that time
+                if t - times[before] <= times[i] - t:
+                    i = before
+            pose = poses[i]
         if pose is None or (self._ego_max_age_ns is not None and abs(pose.t_ns - t) > self._ego_max_age_ns):
             return None
         return pose
@@ -177,7 +207,8 @@ class AlignCore:
         """The pose at ``t`` interpolated from the handed-in ones (sweep accumulation), if one is near."""
         if self._pose_near(t) is None:
             return None
-        return interpolate_ego(sorted(self._poses, key=lambda e: e.t_ns), t)
+        poses, times = self._ordered_poses()
+        return interpolate_ego(poses, t, times)
 
     def _frame_ego(self, t: int) -> EgoPose | None:
         if self._ego_at is not None:
