@@ -77,35 +77,13 @@ def _read_ahead(a: Any, start: int, stop: int) -> float:
 
 
 @jit
-def transform_xyz(m: Any, src: Any, dst: Any) -> float:
-    """``dst[:, :3] = m[:3, :3] @ src[:, :3] + m[:3, 3]`` per point (``m`` a float64 ``[4,4]``; ``src``
-    float32 ``[N, >=3]``, ``dst`` float32 ``[N, >=3]``; the other columns of ``dst`` are left alone). Returns
-    :func:`_read_ahead`'s meaningless sum."""
+def _moved(m: Any, src: Any, dst: Any, cols: int) -> float:
+    """``dst[:, :3] = m[:3, :3] @ src[:, :3] + m[:3, 3]`` per point in float64, rounded to float32, and
+    ``dst[:, 3:cols] = src[:, 3:cols]``, in one pass over ``src`` read ahead a block at a time (the one body
+    of :func:`transform_xyz` and :func:`move_cloud`). Returns :func:`_read_ahead`'s meaningless sum."""
     r00, r01, r02, t0 = m[0, 0], m[0, 1], m[0, 2], m[0, 3]
     r10, r11, r12, t1 = m[1, 0], m[1, 1], m[1, 2], m[1, 3]
     r20, r21, r22, t2 = m[2, 0], m[2, 1], m[2, 2], m[2, 3]
-    n = src.shape[0]
-    read = 0.0
-    for start in range(0, n, _BLOCK):
-        stop = min(start + _BLOCK, n)
-        read += _read_ahead(src, start, stop)
-        for i in range(start, stop):
-            x, y, z = np.float64(src[i, 0]), np.float64(src[i, 1]), np.float64(src[i, 2])
-            dst[i, 0] = r00 * x + r01 * y + r02 * z + t0
-            dst[i, 1] = r10 * x + r11 * y + r12 * z + t1
-            dst[i, 2] = r20 * x + r21 * y + r22 * z + t2
-    return read
-
-
-@jit
-def move_cloud(m: Any, src: Any, dst: Any) -> float:
-    """``dst`` = ``src`` with its ``x, y, z`` moved as :func:`transform_xyz` does and its other columns
-    copied (both float32 ``[N, k]``): a moved cloud written in one pass, wherever ``dst`` lies. Returns
-    :func:`_read_ahead`'s meaningless sum."""
-    r00, r01, r02, t0 = m[0, 0], m[0, 1], m[0, 2], m[0, 3]
-    r10, r11, r12, t1 = m[1, 0], m[1, 1], m[1, 2], m[1, 3]
-    r20, r21, r22, t2 = m[2, 0], m[2, 1], m[2, 2], m[2, 3]
-    cols = src.shape[1]
     n = src.shape[0]
     read = 0.0
     for start in range(0, n, _BLOCK):
@@ -119,6 +97,22 @@ def move_cloud(m: Any, src: Any, dst: Any) -> float:
             for j in range(3, cols):
                 dst[i, j] = src[i, j]
     return read
+
+
+@jit
+def transform_xyz(m: Any, src: Any, dst: Any) -> float:
+    """``dst[:, :3] = m[:3, :3] @ src[:, :3] + m[:3, 3]`` per point (``m`` a float64 ``[4,4]``; ``src``
+    float32 ``[N, >=3]``, ``dst`` float32 ``[N, >=3]``; the other columns of ``dst`` are left alone). Returns
+    :func:`_read_ahead`'s meaningless sum."""
+    return _moved(m, src, dst, 3)
+
+
+@jit
+def move_cloud(m: Any, src: Any, dst: Any) -> float:
+    """``dst`` = ``src`` with its ``x, y, z`` moved as :func:`transform_xyz` does and its other columns
+    copied (both float32 ``[N, k]``): a moved cloud written in one pass, wherever ``dst`` lies. Returns
+    :func:`_read_ahead`'s meaningless sum."""
+    return _moved(m, src, dst, src.shape[1])
 
 
 @jit
