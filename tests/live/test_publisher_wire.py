@@ -1,5 +1,6 @@
 """The live publisher's wire (perception.live._publisher): what ``receive`` reads back from a socket, whole
-or cut, through its buffered reader."""
+or cut, through its buffered reader; a point cloud read into the array the sample keeps, and a cloud whose
+bytes do not hold its shape, or that the stream cuts, a DriveError naming what was wrong."""
 
 from __future__ import annotations
 
@@ -78,3 +79,30 @@ def test_a_header_claiming_a_huge_payload_allocates_only_what_arrives() -> None:
                        "format": "jpeg", "size": 1 << 40}).encode()  # fmt: skip
     with pytest.raises(DriveError, match="inside a message payload"):  # not a MemoryError for 1 TiB
         _received(_LEN.pack(len(head)) + head + b"\xff" * 1000)
+
+
+def _cloud_message(shape: list[int], payload: bytes) -> bytes:
+    header = {"type": "sample", "kind": "lidar", "sensor": "lidar_top", "t_ns": 1, "frame_id": "l", "seq": 0}
+    head = json.dumps({**header, "fields": ["x", "y", "z", "i"], "shape": shape, "size": len(payload)}).encode()
+    return _LEN.pack(len(head)) + head + payload
+
+
+def test_a_received_cloud_is_a_read_only_array_of_its_own_with_the_points_sent() -> None:
+    points = np.arange(27_535 * 4, dtype=np.float32).reshape(27_535, 4)  # the bundled drive's lidar sweep
+    (back,) = _received(_encode(PointCloudSample("lidar_top", 2, "lidar_top", points, ("x", "y", "z", "i")), "lidar"))
+    assert isinstance(back, PointCloudSample)
+    np.testing.assert_array_equal(back.points, points)
+    assert back.points.dtype == np.float32 and back.points.base is None and not back.points.flags.writeable
+
+
+@pytest.mark.parametrize(("shape", "nbytes"), [([10, 4], 156), ([10, 4], 164), ([40], 160), ([-10, -4], 160)])
+def test_a_cloud_whose_bytes_do_not_hold_its_shape_names_the_sensor(shape: list[int], nbytes: int) -> None:
+    with pytest.raises(DriveError, match="point cloud of shape") as err:
+        _received(_cloud_message(shape, b"\0" * nbytes))
+    assert err.value.sensor == "lidar_top"
+
+
+def test_a_cloud_cut_inside_its_points_says_so() -> None:
+    msg = _cloud_message([1000, 4], b"\0" * 16_000)
+    with pytest.raises(DriveError, match="inside a message payload"):
+        _received(msg[:-100])
