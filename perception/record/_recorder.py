@@ -181,8 +181,6 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
-        #: The same samples by sensor and stamp (the latest of a stamp): a frame's sweeps looked up, not searched.
-        self._by_stamp: dict[str, dict[int, PointCloudSample]] = {}
         #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
         #: is written: a result delivering those detections is not digested again.
         self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
@@ -373,7 +371,7 @@ class RunRecorder:
             sample = dataclasses.replace(sample, sensor=name)
         writer.write(sample)
         if isinstance(sample, PointCloudSample):
-            self._remember_sweep(name, sample)
+            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
         self.stats["samples"] += 1
         self._arrival(writer, name, sample.t_ns, arrival)
 
@@ -489,33 +487,12 @@ class RunRecorder:
         writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
         self.stats["frames"] += 1
 
-    def _remember_sweep(self, name: str, sample: PointCloudSample) -> None:
-        recent = self._recent.get(name)
-        if recent is None:
-            recent = self._recent[name] = deque(maxlen=_SWEEPS_REMEMBERED)
-            self._by_stamp[name] = {}
-        by_stamp = self._by_stamp[name]
-        if len(recent) == _SWEEPS_REMEMBERED:  # the oldest is forgotten
-            old = recent[0]
-            if by_stamp.get(old.t_ns) is old:
-                del by_stamp[old.t_ns]
-        recent.append(sample)
-        by_stamp[sample.t_ns] = sample
-
     def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
         """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: the
         very sample; or, for an accumulated cloud, the sweep of its stamp and row count (the accumulator's
         contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a sample of
         rows; else one of the same stamp (checked first) or not (a time base mapped the stamp), checked row
         for row."""
-        known = self._by_stamp.get(name, {}).get(s.t_ns)  # the usual cases, looked up by the frame's stamp
-        if known is not None:
-            if known.points is s.points:
-                return known
-            if s.merged_from:
-                n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
-                if known.points.shape == (n0, s.points.shape[1]) and _spot_equal(known.points, s.points[:n0]):
-                    return known
         recent = list(self._recent.get(name, ()))
         same = next((r for r in reversed(recent) if r.points is s.points), None)
         if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
@@ -545,19 +522,10 @@ class RunRecorder:
         if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
             return None
         recent = self._recent.get(name, ())
-        by_stamp = self._by_stamp.get(name, {})
         out: list[dict[str, Any]] = []
         start = n0
         for t_ns, n, m in s.merged_from:
             rows = s.points[start : start + n, 3:]
-            known = by_stamp.get(t_ns)  # the usual case, looked up by the merged sweep's stamp
-            if (
-                known is not None and t_ns != s.t_ns and known.points.shape[0] == n
-                and _spot_equal(known.points[:, 3:], rows)
-            ):  # fmt: skip
-                out.append({"raw_t_ns": known.t_ns, "t_ns": t_ns, "m": list(m)})
-                start += n
-                continue
             found = next(
                 (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
                  and _spot_equal(r.points[:, 3:], rows)),
