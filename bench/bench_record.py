@@ -1,23 +1,31 @@
-"""What recording a run costs (issue 47): client CPU per frame and bytes per second, on the bundled drive.
+"""What recording a run costs (issue 47): the client's CPU per frame and bytes per second, on the bundled drive.
 
 The bundled drive is replayed at its recorded speed (``--rate 1``, the vehicle's timing) through the
 embedded Triton serving the reference models, with the default profile, alternately without and with a
-:class:`perception.record.RunRecorder` (``perception replay --rate 1 --record FILE``'s path). Per frame:
+:class:`perception.record.RunRecorder` (``perception replay --rate 1 --record FILE``'s path). Each run is
+measured in its **steady state**: from the :data:`WARMUP`-th frame result to the last one (the start-up
+before it -- the server's start, connections, the first kernels, the recording's segment opened with the
+source's poses -- is not a per-frame cost and would inflate the client's CPU per frame by ~40 %).
 
-* ``client_cpu_ms``: this process's CPU time (every thread: intake, dispatch, fusion, the recorder's
-  writer) per frame -- Triton runs in its own process and is not counted;
-* ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, digests, file
-  writes, finishing the segment), per frame;
-* ``hook_cpu_ms``: the recorder's calls on the run's threads (handing samples, poses and results over, the
-  copy of the tracker state in fusion's thread) per frame;
-* ``share_of_client``: (writer + hook) / the client's CPU per frame without recording: the target is at
-  most 5 %; the median of the pairs (each recorded run over the plain run just before it: the runs
-  alternate, so a pair saw about the same load), with ``share_spread`` (min, max over the pairs);
+* ``client_cpu_ms``: this process's CPU time (user + system, every thread: intake, dispatch, fusion, gRPC,
+  the recorder's writer) per frame over that window; Triton runs in its own processes and is not counted.
+  A recorded run's window also counts the writer's CPU after the last result (it writes the frames still
+  queued when the recording is closed);
+* ``cost_ms``: what recording costs the process per frame, **all of it**: the recorded run's
+  ``client_cpu_ms`` minus the plain run's just before it (the runs alternate, so a pair saw about the same
+  load). This includes what no counter of the recorder's sees: page faults of the memory it keeps alive,
+  the run's threads slowed by the writer sharing their caches and the GIL;
+* ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, file writes,
+  finishing the segment) over the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
+  threads (handing samples, poses and results over, the tracker state's copy) per frame: the cost its own
+  counters see (``direct_share``: their sum over the plain client);
+* ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with
+  ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame;
 * ``bytes_per_s``: the recording's size over the drive's duration.
 
 The recording's chunks are uncompressed and carry no CRC (the recorder's defaults; why: bench/README.md).
 
-    .venv/bin/python bench/bench_record.py [--repeats 4] [--compression none|lz4|zstd]
+    .venv/bin/python bench/bench_record.py [--repeats 6] [--compression none|lz4|zstd]
 
 Writes ``bench/results/record.json``.
 """
@@ -27,9 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,8 @@ from perception.config import load_config
 from perception.drives import DriveReader
 from perception.record import RecordOptions, RunRecorder
 from perception.replay import ReplayOptions, replay_drive
+from perception.scheduler import FusionStage, RunObserver, Session
+from perception.types import EgoPose, FrameResult, Sample
 
 log = logging.getLogger("bench_record")
 
@@ -50,21 +61,77 @@ PROFILE = ROOT / "launch" / "replay.yaml"
 RESULTS = ROOT / "bench" / "results" / "record.json"
 
 
+#: Frame results before the steady-state window opens (start-up, connections, first kernels, segment open).
+WARMUP = 5
+
+
+class _Window(RunObserver):
+    """The run's observer (the recorder's, when recording): reads the process's CPU (user + system, every
+    thread), its minor page faults and the writer thread's CPU at the :data:`WARMUP`-th result and at the
+    last one."""
+
+    def __init__(self, recorder: RunRecorder | None) -> None:
+        self.recorder = recorder
+        self.results = 0
+        self.marks: list[tuple[float, int, float]] = []
+
+    def begin(self, session: Session) -> None:
+        if self.recorder is not None:
+            self.recorder.begin(session)
+
+    def fusion(self, stage: FusionStage | None) -> FusionStage | None:
+        return self.recorder.fusion(stage) if self.recorder is not None else stage
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        if self.recorder is not None:
+            self.recorder.sample(sample, arrival_ns)
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        if self.recorder is not None:
+            self.recorder.ego(pose, arrival_ns)
+
+    def result(self, result: FrameResult) -> None:
+        if self.recorder is not None:
+            self.recorder.result(result)
+        self.results += 1
+        if self.results >= WARMUP:  # the window's start, then its end so far
+            self.marks[self.results > WARMUP :] = [_mark(self.recorder is not None)]
+
+
+def _mark(recording: bool) -> tuple[float, int, float]:
+    """The process's CPU (ms), its minor page faults and the recorder's writer thread's CPU (ms) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    writer = 0.0
+    if recording:
+        (tid,) = [t.native_id for t in threading.enumerate() if t.name == "run-recorder"]
+        with open(f"/proc/self/task/{tid}/schedstat") as f:  # its time on the CPU, ns
+            writer = int(f.read().split()[0]) / 1e6
+    return 1e3 * (usage.ru_utime + usage.ru_stime), usage.ru_minflt, writer
+
+
 def _run(recorder: RunRecorder | None) -> dict[str, float]:
     config = load_config(PROFILE)
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
-    cpu0 = time.process_time()
-    outcome = anyio.run(lambda: replay_drive(DRIVE, config, options, observer=recorder))
+    window = _Window(recorder)
+    outcome = anyio.run(lambda: replay_drive(DRIVE, config, options, observer=window))
+    (cpu0, faults0, _), (cpu1, faults1, writer1) = window.marks
+    after = 0.0
     if recorder is not None:
-        recorder.close()
-    cpu = time.process_time() - cpu0  # includes the server's start-up in this process (the same both ways)
+        recorder.close()  # the frames still queued at the last result, written now: counted in the window
+        after = max(0.0, recorder.cpu_ns / 1e6 - writer1)
     frames = outcome.report.counters.frames
-    return {"frames": frames, "client_cpu_s": cpu, "client_cpu_ms": 1e3 * cpu / max(1, frames)}
+    n = max(1, window.results - WARMUP)
+    return {
+        "frames": frames,
+        "window_frames": n,
+        "client_cpu_ms": (cpu1 - cpu0 + after) / n,
+        "minor_faults": (faults1 - faults0) / n,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--compression", default=RecordOptions().compression, choices=("lz4", "zstd", "none"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -91,9 +158,8 @@ def main() -> None:
             )
             recorded.append(row)
             log.warning("repeat %d: plain %s, recorded %s", i, plain[-1], row)
-    shares = [
-        (r["writer_cpu_ms"] + r["hook_cpu_ms"]) / p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)
-    ]
+    costs = [r["client_cpu_ms"] - p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
+    shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
     writer = float(np.median([r["writer_cpu_ms"] for r in recorded]))
     hook = float(np.median([r["hook_cpu_ms"] for r in recorded]))
@@ -103,17 +169,25 @@ def main() -> None:
         "rate": 1.0,
         "compression": args.compression,
         "duration_s": duration_s,
+        "steady_state_from_result": WARMUP,
         "client_cpu_ms_per_frame": round(client, 2),
         "client_cpu_ms_per_frame_recording": round(float(np.median([r["client_cpu_ms"] for r in recorded])), 2),
-        "writer_cpu_ms_per_frame": round(writer, 3),
-        "hook_cpu_ms_per_frame": round(hook, 3),
+        "cost_ms_per_frame": round(float(np.median(costs)), 3),
+        "cost_ms_spread": [round(min(costs), 3), round(max(costs), 3)],
         "share_of_client": round(float(np.median(shares)), 4),
         "share_spread": [round(min(shares), 4), round(max(shares), 4)],
+        "target_share": 0.05,
+        "writer_cpu_ms_per_frame": round(writer, 3),
         "writer_cpu_ms_spread": [
             round(min(r["writer_cpu_ms"] for r in recorded), 3),
             round(max(r["writer_cpu_ms"] for r in recorded), 3),
         ],
-        "target_share": 0.05,
+        "hook_cpu_ms_per_frame": round(hook, 3),
+        "direct_share": round((writer + hook) / client, 4),
+        "minor_faults_per_frame": {
+            "plain": round(float(np.median([r["minor_faults"] for r in plain]))),
+            "recording": round(float(np.median([r["minor_faults"] for r in recorded]))),
+        },
         "bytes_per_s": round(float(np.median([r["bytes_per_s"] for r in recorded]))),
         "runs": {"plain": plain, "recorded": recorded},
         "environment": environment(),
