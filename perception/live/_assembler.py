@@ -13,7 +13,9 @@ converted to the host clock (:class:`TimeBase`), then:
   however the trigger's delivery jitters;
 * **completion** — a frame is complete once no sample still to come can be nearer its time for any
   active sensor (one at or after the frame time has arrived, or by the sensor's nominal rate its next
-  sample will be farther than its last), or when the host clock passes the frame time plus the widest
+  sample will be farther than its last even if it comes early: its capture times jitter, by up to
+  ``JITTER_ALLOWANCE`` of its period or twice its recent gaps' distance from the period grid, whichever
+  is more), or when the host clock passes the frame time plus the widest
   sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
   and not older than its staleness limit, measured on capture times; the frame's ego pose is the
@@ -64,6 +66,10 @@ MAX_BUFFER_BYTES = 256 * 2**20
 MIN_PERIOD_NS = 5_000_000
 #: Frames one call opens at most for slots the trigger skipped, the silence timer or the rate grid.
 MAX_CATCH_UP = 64
+#: A sensor's next sample may come this fraction of its nominal period early (its capture times jitter,
+#: up to +-5 % of the period) when a frame is completed before it by its rate (``_settled``); more
+#: if its measured gaps say so.
+JITTER_ALLOWANCE = 0.1
 
 
 @dataclass
@@ -183,6 +189,9 @@ class LiveAssembler(Generic[T]):
         self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
         self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
+        #: Per sensor of a nominal rate: how far its recent capture-stamp gaps were from a whole number of
+        #: periods (its jitter, a skipped sample aside), for the early-completion rule (:meth:`_settled`).
+        self._gap_errors: dict[str, deque[int]] = {n: deque(maxlen=_WINDOW) for n in self._periods}
         rate = trigger.rate_hz or (rates or {}).get(trigger.sensor or "", 0.0)
         self._period_ns = round(1e9 / rate) if rate else 0
         self._fixed_rate = trigger.rate_hz is not None
@@ -226,6 +235,8 @@ class LiveAssembler(Generic[T]):
             self.stats.out_of_order += 1
             return "out of order"
         self._core.seen(name, stamp)
+        if last_host is not None and not jump:
+            self._gap_seen(name, host_t - last_host)
         self._last_host[name] = host_t
         if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
@@ -375,7 +386,8 @@ class LiveAssembler(Generic[T]):
     def _settled(self, name: str, t: int) -> bool:
         """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
         ``t``, or, by its nominal period, its next sample is expected farther from ``t`` than its last
-        one is (or outside the sync window, when the last one is too old to be used)."""
+        one is (or outside the sync window, when the last one is too old to be used), even if it comes
+        as early as its jitter allows (:meth:`_jitter_allowance`)."""
         last = self._core.newest_t(name)
         if last is None:
             return False
@@ -385,8 +397,22 @@ class LiveAssembler(Generic[T]):
         if not period:
             return False
         window = self._sensors[name].sync_window_ns
-        expected = last + period
+        expected = last + period - self._jitter_allowance(name, period)  # the earliest it may come
         return expected - t >= t - last or (t - last > window and expected - t > window)
+
+    def _gap_seen(self, name: str, gap: int) -> None:
+        errors = self._gap_errors.get(name)
+        if errors is not None and gap > 0:
+            period = self._periods[name]
+            errors.append(abs(gap - max(1, round(gap / period)) * period))
+
+    def _jitter_allowance(self, name: str, period: int) -> int:
+        """How much earlier than its nominal period after its last one a sensor's next sample may come:
+        :data:`JITTER_ALLOWANCE` of the period, or twice the furthest its recent gaps were from the period
+        grid if more (a sensor's capture times jitter: a frame completed on the nominal period alone took
+        the farther of two samples when the next one came early)."""
+        errors = self._gap_errors[name]
+        return max(round(JITTER_ALLOWANCE * period), 2 * max(errors, default=0))
 
     def next_deadline(self) -> int | None:
         """The host time at which :meth:`due` next has work (a frame to complete or to open)."""
