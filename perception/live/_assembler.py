@@ -16,7 +16,10 @@ converted to the host clock (:class:`TimeBase`), then:
   sample will be farther than its last even if it comes early: its capture times jitter, by up to
   ``JITTER_ALLOWANCE`` of its period or twice its recent gaps' distance from the period grid, whichever
   is more), or when the host clock passes the frame time plus the widest
-  sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
+  sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that.
+  While the host pushes odometry, a frame also waits (as long at most) for a pose at or after its time,
+  so that its pose and its sweeps' motion are interpolated between the poses around them, as replay
+  interpolates the recorded ones (not held at the latest pose before it);
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
   and not older than its staleness limit, measured on capture times; the frame's ego pose is the
   odometry nearest its time, none further than ``live.ego_max_age_ms`` (past it the frame's ego motion
@@ -70,6 +73,8 @@ MAX_CATCH_UP = 64
 #: up to +-5 % of the period) when a frame is completed before it by its rate (``_settled``); more
 #: if its measured gaps say so.
 JITTER_ALLOWANCE = 0.1
+#: What :meth:`LiveAssembler.awaited` names the ego poses (odometry) by.
+EGO = "ego"
 
 
 @dataclass
@@ -275,6 +280,7 @@ class LiveAssembler(Generic[T]):
             return "clock jump"
         self.stats.ego_poses += 1
         self._core.add_ego(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
+        self._settle(arrival_ns)
         return None
 
     def _trigger_seen(self, t: int, arrival: int) -> None:
@@ -380,8 +386,16 @@ class LiveAssembler(Generic[T]):
     def _settle(self, now: int) -> None:
         """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
         for p in self._pending:
-            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._core.active):
+            if p.due_ns > now and self._ego_settled(p.t_ns) and all(self._settled(n, p.t_ns) for n in self._core.active):
                 p.due_ns = now
+
+    def _ego_settled(self, t: int) -> bool:
+        """No ego pose still to come can change the frame at ``t``: odometry has reached ``t`` (a pose at or
+        after it: the frame's pose and its sweeps' motion are interpolated between the poses around them,
+        as replay interpolates the recorded ones), or none was pushed yet, or the latest is past
+        ``live.ego_max_age_ms`` before ``t`` (odometry stopped: the frame's ego motion is unknown)."""
+        newest = self._core.newest_ego_t()
+        return newest is None or newest >= t or t - newest > self._live.ego_max_age_ns
 
     def _settled(self, name: str, t: int) -> bool:
         """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
@@ -425,18 +439,23 @@ class LiveAssembler(Generic[T]):
         return min(times) if times else None
 
     def awaited(self) -> tuple[frozenset[str], ...]:
-        """For each pending frame, the sensors it waits for (not yet past it, :meth:`_settled`); one empty
-        set while the fixed-rate grid waits for its first sample.
+        """For each pending frame, the sensors it waits for (not yet past it, :meth:`_settled`), and
+        :data:`EGO` while odometry has not reached it (:meth:`_ego_settled`); one empty set while the
+        fixed-rate grid waits for its first sample.
 
-        A frame completes when a sample is taken and each of its sensors is past it, and only a sensor's
-        own samples move it there: until samples of every sensor of one of these sets have arrived (an
-        empty set: any sample -- a timer or rate frame whose sensors were all past it when it opened
-        completes with the next one), a sample of a sensor other than the trigger makes :meth:`due` return
-        no frame before :meth:`next_deadline`. It only joins the buffers and the counters: taken later,
+        A frame completes when a sample or pose is taken and each of its sensors (and odometry) is past
+        it, and only a sensor's own samples (odometry's poses) move it there: until samples of every sensor
+        of one of these sets have arrived (an empty set: any sample or pose -- a timer or rate frame whose
+        sensors were all past it when it opened completes with the next one), a sample of a sensor other
+        than the trigger (a pose) makes :meth:`due` return no frame before :meth:`next_deadline`. It only joins the buffers and the counters: taken later,
         just before :meth:`due`, it makes the same frames."""
         if self._fixed_rate and self._next_rate_t is None:
             return (frozenset(),)
-        return tuple(frozenset(n for n in self._core.active if not self._settled(n, p.t_ns)) for p in self._pending)
+        return tuple(
+            frozenset(n for n in self._core.active if not self._settled(n, p.t_ns))
+            | (frozenset() if self._ego_settled(p.t_ns) else frozenset({EGO}))
+            for p in self._pending
+        )
 
     def due(self, now: int) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
