@@ -384,9 +384,13 @@ class LiveAssembler(Generic[T]):
         return self._slot_t + period + lag + self._live.trigger_tolerance_ns
 
     def _settle(self, now: int) -> None:
-        """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
+        """Complete now the pending frames no later sample or pose could improve (:meth:`_settled`)."""
         for p in self._pending:
-            if p.due_ns > now and self._ego_settled(p.t_ns) and all(self._settled(n, p.t_ns) for n in self._core.active):
+            if (
+                p.due_ns > now
+                and self._ego_settled(p.t_ns)
+                and all(self._settled(n, p.t_ns) for n in self._core.active)
+            ):
                 p.due_ns = now
 
     def _ego_settled(self, t: int) -> bool:
@@ -444,11 +448,12 @@ class LiveAssembler(Generic[T]):
         fixed-rate grid waits for its first sample.
 
         A frame completes when a sample or pose is taken and each of its sensors (and odometry) is past
-        it, and only a sensor's own samples (odometry's poses) move it there: until samples of every sensor
-        of one of these sets have arrived (an empty set: any sample or pose -- a timer or rate frame whose
-        sensors were all past it when it opened completes with the next one), a sample of a sensor other
-        than the trigger (a pose) makes :meth:`due` return no frame before :meth:`next_deadline`. It only joins the buffers and the counters: taken later,
-        just before :meth:`due`, it makes the same frames."""
+        it, and only a sensor's own samples (odometry's poses) move it there: until samples of every
+        sensor of one of these sets have arrived (an empty set: any sample or pose -- a timer or rate
+        frame whose sensors were all past it when it opened completes with the next one), a sample of a
+        sensor other than the trigger (a pose) makes :meth:`due` return no frame before
+        :meth:`next_deadline`. It only joins the buffers and the counters: taken later, just before
+        :meth:`due`, it makes the same frames."""
         if self._fixed_rate and self._next_rate_t is None:
             return (frozenset(),)
         return tuple(

@@ -72,8 +72,8 @@ ResultFuture = concurrent.futures.Future[FrameResult]
 #: A push that opens no frame and completes none does not wake the event loop when the loop takes the intake
 #: within this anyway (it is awake, or its next deadline is this close): an ego pose or a sample of another
 #: sensor than the trigger's while no pending frame has items of every sensor it waits for (odometry among
-#: them: :meth:`LiveAssembler.awaited`, none can complete). The loop
-#: takes every item pushed so far before it makes or opens a frame, so waiting changes no frame; it saves
+#: them: :meth:`LiveAssembler.awaited`, none can complete). The loop takes every item pushed so far before
+#: it makes or opens a frame, so waiting changes no frame; it saves
 #: a wake-up per pose (50 a second from a typical odometry) and per sample that completes no frame. It
 #: bounds how long such an item waits to be counted in ``status()``.
 LAZY_WAIT_NS = 250_000_000

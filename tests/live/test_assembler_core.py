@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.live._assembler import LiveAssembler
 from perception.scheduler import FrameAssembler
-from perception.types import EgoPose, Frame, ImageSample, PointCloudSample, Sample, SensorSpec, Transform, interpolate_ego
+from perception.types import (
+    EgoPose,
+    Frame,
+    ImageSample,
+    PointCloudSample,
+    Sample,
+    SensorSpec,
+    Transform,
+    interpolate_ego,
+)
 
 MS = 1_000_000
 T0 = 1_000_000 * MS
@@ -104,8 +113,8 @@ def _live_frames(live: LiveAssembler[None], samples: Sequence[Sample]) -> list[F
 @st.composite
 def jittered_streams(draw: st.DrawFn) -> tuple[list[SensorConfig], dict[str, float], list[Sample]]:
     """Sensors at their nominal rates (the rig's, handed to live), each capture within 5 % of a period of
-    its slot on the sensor's own grid, some slots skipped (not the trigger's): what live's completion by the nominal rate
-    is for."""
+    its slot on the sensor's own grid, some slots skipped (not the trigger's): what live's completion by
+    the nominal rate is for."""
     sensors = [
         SensorConfig(name, kind, "m", sync_window_ms=draw(st.sampled_from([30.0, 50.0, 60.0])), max_staleness_ms=150)
         for name, kind in (("lidar", "lidar"), ("radar", "radar"), ("cam", "camera"))
@@ -182,12 +191,15 @@ def test_a_frame_waits_for_odometry_past_it_and_accumulates_its_sweeps_as_replay
     sensors = [SensorConfig("lidar", "lidar", "m", sync_window_ms=0, accumulate_ms=120)]
     trigger = TriggerConfig(sensor="lidar")
     poses = [_arc(T0 + (7 + 20 * k) * MS) for k in range(-2, 23)]
-    sweeps = [PointCloudSample("lidar", T0 + k * 100 * MS, "lidar", np.full((3, 4), k, np.float32), LIDAR) for k in range(5)]
+    sweeps = [
+        PointCloudSample("lidar", T0 + k * 100 * MS, "lidar", np.full((3, 4), k, np.float32), LIDAR) for k in range(5)
+    ]
     replay = FrameAssembler(sensors, trigger, ego_at=lambda t: interpolate_ego(poses, t), rig=rig)
     replayed = list(replay.feed(sweeps))
     wait = LiveConfig(transit_ms=20.0, trigger_tolerance_ms=1e7)  # a frame waits up to 20 ms past its time
     live: LiveAssembler[None] = LiveAssembler(sensors, trigger, wait, rates={"lidar": 10.0}, rig=rig)
-    items = sorted([(p.t_ns + 3 * MS, 1, p) for p in poses] + [(s.t_ns + MS, 0, s) for s in sweeps], key=lambda x: x[:2])
+    arrivals = [(p.t_ns + 3 * MS, 1, p) for p in poses] + [(s.t_ns + MS, 0, s) for s in sweeps]
+    items = sorted(arrivals, key=lambda x: x[:2])
     lived: list[Frame] = []
     for arrival, _, item in items:
         if isinstance(item, EgoPose):

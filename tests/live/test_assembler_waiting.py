@@ -1,8 +1,8 @@
 """What lets the live runtime leave its event loop asleep for some pushes (LiveRuntime LAZY_WAIT_NS): an ego
 pose or a sample of a sensor other than the trigger after which no set of :meth:`LiveAssembler.awaited`
-has items of all its sensors (odometry: ``EGO``) among those pushed since the loop last looked, taken later -- just before
-the next item that does wake the loop, or the next deadline -- makes the same frames, the same counters
-and the same deadlines as taken at once. On a clock the test drives (hypothesis)."""
+has items of all its sensors (odometry: ``EGO``) among those pushed since the loop last looked, taken
+later -- just before the next item that does wake the loop, or the next deadline -- makes the same
+frames, the same counters and the same deadlines as taken at once. On a clock the test drives (hypothesis)."""
 
 from __future__ import annotations
 
