@@ -13,8 +13,13 @@ converted to the host clock (:class:`TimeBase`), then:
   however the trigger's delivery jitters;
 * **completion** — a frame is complete once no sample still to come can be nearer its time for any
   active sensor (one at or after the frame time has arrived, or by the sensor's nominal rate its next
-  sample will be farther than its last), or when the host clock passes the frame time plus the widest
-  sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that;
+  sample will be farther than its last even if it comes early: its capture times jitter, by up to
+  ``JITTER_ALLOWANCE`` of its period or twice its recent gaps' distance from the period grid, whichever
+  is more), or when the host clock passes the frame time plus the widest
+  sync window plus ``live.transit_ms``: a silent sensor never holds a frame back longer than that.
+  While the host pushes odometry, a frame also waits (as long at most) for a pose at or after its time,
+  so that its pose and its sweeps' motion are interpolated between the poses around them, as replay
+  interpolates the recorded ones (not held at the latest pose before it);
 * **selection** — each sensor contributes the sample nearest the frame time within its sync window
   and not older than its staleness limit, measured on capture times; the frame's ego pose is the
   odometry nearest its time, none further than ``live.ego_max_age_ms`` (past it the frame's ego motion
@@ -64,6 +69,12 @@ MAX_BUFFER_BYTES = 256 * 2**20
 MIN_PERIOD_NS = 5_000_000
 #: Frames one call opens at most for slots the trigger skipped, the silence timer or the rate grid.
 MAX_CATCH_UP = 64
+#: A sensor's next sample may come this fraction of its nominal period early (its capture times jitter,
+#: up to +-5 % of the period) when a frame is completed before it by its rate (``_settled``); more
+#: if its measured gaps say so.
+JITTER_ALLOWANCE = 0.1
+#: What :meth:`LiveAssembler.awaited` names the ego poses (odometry) by.
+EGO = "ego"
 
 
 @dataclass
@@ -183,6 +194,9 @@ class LiveAssembler(Generic[T]):
         self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
         self._periods = {n: round(1e9 / r) for n, r in (rates or {}).items() if r > 0}
+        #: Per sensor of a nominal rate: how far its recent capture-stamp gaps were from a whole number of
+        #: periods (its jitter, a skipped sample aside), for the early-completion rule (:meth:`_settled`).
+        self._gap_errors: dict[str, deque[int]] = {n: deque(maxlen=_WINDOW) for n in self._periods}
         rate = trigger.rate_hz or (rates or {}).get(trigger.sensor or "", 0.0)
         self._period_ns = round(1e9 / rate) if rate else 0
         self._fixed_rate = trigger.rate_hz is not None
@@ -226,6 +240,8 @@ class LiveAssembler(Generic[T]):
             self.stats.out_of_order += 1
             return "out of order"
         self._core.seen(name, stamp)
+        if last_host is not None and not jump:
+            self._gap_seen(name, host_t - last_host)
         self._last_host[name] = host_t
         if self._last_frame_t is not None and host_t < self._last_frame_t - self._sensors[name].sync_window_ns:
             # Every frame that could have used it is gone; a trigger this late opens no frame either.
@@ -264,6 +280,7 @@ class LiveAssembler(Generic[T]):
             return "clock jump"
         self.stats.ego_poses += 1
         self._core.add_ego(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
+        self._settle(arrival_ns)
         return None
 
     def _trigger_seen(self, t: int, arrival: int) -> None:
@@ -367,15 +384,28 @@ class LiveAssembler(Generic[T]):
         return self._slot_t + period + lag + self._live.trigger_tolerance_ns
 
     def _settle(self, now: int) -> None:
-        """Complete pending frames no later sample could improve (see :meth:`_settled`) now."""
+        """Complete now the pending frames no later sample or pose could improve (:meth:`_settled`)."""
         for p in self._pending:
-            if p.due_ns > now and all(self._settled(n, p.t_ns) for n in self._core.active):
+            if (
+                p.due_ns > now
+                and self._ego_settled(p.t_ns)
+                and all(self._settled(n, p.t_ns) for n in self._core.active)
+            ):
                 p.due_ns = now
+
+    def _ego_settled(self, t: int) -> bool:
+        """No ego pose still to come can change the frame at ``t``: odometry has reached ``t`` (a pose at or
+        after it: the frame's pose and its sweeps' motion are interpolated between the poses around them,
+        as replay interpolates the recorded ones), or none was pushed yet, or the latest is past
+        ``live.ego_max_age_ms`` before ``t`` (odometry stopped: the frame's ego motion is unknown)."""
+        newest = self._core.newest_ego_t()
+        return newest is None or newest >= t or t - newest > self._live.ego_max_age_ns
 
     def _settled(self, name: str, t: int) -> bool:
         """No sample still to come can be nearer ``t`` than what ``name`` has: it has one at or after
         ``t``, or, by its nominal period, its next sample is expected farther from ``t`` than its last
-        one is (or outside the sync window, when the last one is too old to be used)."""
+        one is (or outside the sync window, when the last one is too old to be used), even if it comes
+        as early as its jitter allows (:meth:`_jitter_allowance`)."""
         last = self._core.newest_t(name)
         if last is None:
             return False
@@ -385,8 +415,22 @@ class LiveAssembler(Generic[T]):
         if not period:
             return False
         window = self._sensors[name].sync_window_ns
-        expected = last + period
+        expected = last + period - self._jitter_allowance(name, period)  # the earliest it may come
         return expected - t >= t - last or (t - last > window and expected - t > window)
+
+    def _gap_seen(self, name: str, gap: int) -> None:
+        errors = self._gap_errors.get(name)
+        if errors is not None and gap > 0:
+            period = self._periods[name]
+            errors.append(abs(gap - max(1, round(gap / period)) * period))
+
+    def _jitter_allowance(self, name: str, period: int) -> int:
+        """How much earlier than its nominal period after its last one a sensor's next sample may come:
+        :data:`JITTER_ALLOWANCE` of the period, or twice the furthest its recent gaps were from the period
+        grid if more (a sensor's capture times jitter: a frame completed on the nominal period alone took
+        the farther of two samples when the next one came early)."""
+        errors = self._gap_errors[name]
+        return max(round(JITTER_ALLOWANCE * period), 2 * max(errors, default=0))
 
     def next_deadline(self) -> int | None:
         """The host time at which :meth:`due` next has work (a frame to complete or to open)."""
@@ -399,18 +443,24 @@ class LiveAssembler(Generic[T]):
         return min(times) if times else None
 
     def awaited(self) -> tuple[frozenset[str], ...]:
-        """For each pending frame, the sensors it waits for (not yet past it, :meth:`_settled`); one empty
-        set while the fixed-rate grid waits for its first sample.
+        """For each pending frame, the sensors it waits for (not yet past it, :meth:`_settled`), and
+        :data:`EGO` while odometry has not reached it (:meth:`_ego_settled`); one empty set while the
+        fixed-rate grid waits for its first sample.
 
-        A frame completes when a sample is taken and each of its sensors is past it, and only a sensor's
-        own samples move it there: until samples of every sensor of one of these sets have arrived (an
-        empty set: any sample -- a timer or rate frame whose sensors were all past it when it opened
-        completes with the next one), a sample of a sensor other than the trigger makes :meth:`due` return
-        no frame before :meth:`next_deadline`. It only joins the buffers and the counters: taken later,
-        just before :meth:`due`, it makes the same frames."""
+        A frame completes when a sample or pose is taken and each of its sensors (and odometry) is past
+        it, and only a sensor's own samples (odometry's poses) move it there: until samples of every
+        sensor of one of these sets have arrived (an empty set: any sample or pose -- a timer or rate
+        frame whose sensors were all past it when it opened completes with the next one), a sample of a
+        sensor other than the trigger (a pose) makes :meth:`due` return no frame before
+        :meth:`next_deadline`. It only joins the buffers and the counters: taken later, just before
+        :meth:`due`, it makes the same frames."""
         if self._fixed_rate and self._next_rate_t is None:
             return (frozenset(),)
-        return tuple(frozenset(n for n in self._core.active if not self._settled(n, p.t_ns)) for p in self._pending)
+        return tuple(
+            frozenset(n for n in self._core.active if not self._settled(n, p.t_ns))
+            | (frozenset() if self._ego_settled(p.t_ns) else frozenset({EGO}))
+            for p in self._pending
+        )
 
     def due(self, now: int) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.

@@ -47,7 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from perception.config import RuntimeConfig
 from perception.errors import RuntimeClosedError, SampleDroppedError
-from perception.live._assembler import LiveAssembler, LiveStats
+from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
     OVERLOAD,
@@ -70,10 +70,10 @@ Callback = Callable[[FrameResult], None]
 ResultFuture = concurrent.futures.Future[FrameResult]
 
 #: A push that opens no frame and completes none does not wake the event loop when the loop takes the intake
-#: within this anyway (it is awake, or its next deadline is this close): an ego pose (a frame's pose is
-#: chosen when the frame is made), or a sample of another sensor than the trigger's while no pending frame
-#: has samples of every sensor it waits for (:meth:`LiveAssembler.awaited`: none can complete). The loop
-#: takes every item pushed so far before it makes or opens a frame, so waiting changes no frame; it saves
+#: within this anyway (it is awake, or its next deadline is this close): an ego pose or a sample of another
+#: sensor than the trigger's while no pending frame has items of every sensor it waits for (odometry among
+#: them: :meth:`LiveAssembler.awaited`, none can complete). The loop takes every item pushed so far before
+#: it makes or opens a frame, so waiting changes no frame; it saves
 #: a wake-up per pose (50 a second from a typical odometry) and per sample that completes no frame. It
 #: bounds how long such an item waits to be counted in ``status()``.
 LAZY_WAIT_NS = 250_000_000
@@ -179,11 +179,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
             self._observer.ego(pose, item.arrival_ns)
-        self._enqueue(item, None)
+        self._enqueue(item, EGO)
 
-    def _enqueue(self, item: _Item, sensor: str | None) -> None:
-        """Queue ``item`` (a sample of ``sensor``, or a pose) for the loop and wake it, unless a wake is
-        pending already or the item may wait (:meth:`_may_wait`)."""
+    def _enqueue(self, item: _Item, sensor: str) -> None:
+        """Queue ``item`` (a sample of ``sensor``, or a pose: ``EGO``) for the loop and wake it, unless a
+        wake is pending already or the item may wait (:meth:`_may_wait`)."""
         with self._lock:
             if self._state is not Lifetime.OPENED:
                 raise RuntimeClosedError("the live runtime is not open")
@@ -200,16 +200,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             with contextlib.suppress(RuntimeError):  # the loop is closing: close() takes what is left
                 loop.call_soon_threadsafe(self._set_wake)
 
-    def _may_wait(self, item: _Item, sensor: str | None) -> bool:
+    def _may_wait(self, item: _Item, sensor: str) -> bool:
         """Under the intake lock: whether ``item``, just queued, may wait for the loop's next look without
-        waking it (LAZY_WAIT_NS): it opens no frame (not the trigger's sample), completes none (a pose, or
-        a sample after which no pending frame has new samples of every sensor it waits for), the loop
+        waking it (LAZY_WAIT_NS): it opens no frame (not the trigger's sample), completes none (a sample or
+        a pose, ``EGO``, after which no pending frame has new items of every sensor it waits for), the loop
         looks within LAZY_WAIT_NS anyway and at most LAZY_MAX items wait."""
-        if sensor is not None:
-            self._queued.add(sensor)
+        self._queued.add(sensor)
         return (
             item.future is None
-            and (sensor is None or not any(waits <= self._queued for waits in self._awaited))
+            and not any(waits <= self._queued for waits in self._awaited)
             and len(self._intake) <= self._lazy_max
             and self._wake_by_ns - item.arrival_ns <= LAZY_WAIT_NS
         )

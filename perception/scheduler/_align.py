@@ -176,6 +176,12 @@ class AlignCore:
             times = [e.t_ns for e in poses]
             self._poses_unordered = any(a > b for a, b in itertools.pairwise(times))
 
+    def newest_ego_t(self) -> int | None:
+        """Time of the latest ego pose handed in (None before the first)."""
+        if not self._poses:
+            return None
+        return max(e.t_ns for e in self._poses) if self._poses_unordered else self._poses[-1].t_ns
+
     def _ordered_poses(self) -> tuple[list[EgoPose], list[int]]:
         """The kept poses in time order (the handed-in order, unless one came out of order) and their times."""
         poses = sorted(self._poses, key=lambda e: e.t_ns) if self._poses_unordered else list(self._poses)

@@ -1,8 +1,8 @@
 """What lets the live runtime leave its event loop asleep for some pushes (LiveRuntime LAZY_WAIT_NS): an ego
-pose, or a sample of a sensor other than the trigger after which no set of :meth:`LiveAssembler.awaited`
-has samples of all its sensors among those pushed since the loop last looked, taken later -- just before
-the next item that does wake the loop, or the next deadline -- makes the same frames, the same counters
-and the same deadlines as taken at once. On a clock the test drives (hypothesis)."""
+pose or a sample of a sensor other than the trigger after which no set of :meth:`LiveAssembler.awaited`
+has items of all its sensors (odometry: ``EGO``) among those pushed since the loop last looked, taken
+later -- just before the next item that does wake the loop, or the next deadline -- makes the same
+frames, the same counters and the same deadlines as taken at once. On a clock the test drives (hypothesis)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from test_assembler import MS, RATES, SENSORS, make, pc
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
-from perception.live._assembler import LiveAssembler
+from perception.live._assembler import EGO, LiveAssembler
 from perception.types import EgoPose, Frame, PointCloudSample, Transform
 
 #: The lidar (the trigger, or not with a fixed rate) and two radars: a frame may wait for one, not the other.
@@ -54,6 +54,10 @@ def _summary(frame: Frame, token: object) -> tuple[Any, ...]:
     return frame.t_ns, frame.created_ns, samples, ego, token
 
 
+def _name(item: PointCloudSample | EgoPose) -> str:
+    return EGO if isinstance(item, EgoPose) else item.sensor
+
+
 class _Run:
     """One assembler driven as the live runtime's loop drives it: items taken in push order, then ``due``."""
 
@@ -81,12 +85,10 @@ class _Run:
         return [] if wait else self.take(arrival)
 
     def may_wait(self, item: PointCloudSample | EgoPose, trigger: str) -> bool:
-        """The runtime's rule: a pose always; another sensor's sample while, with the samples waiting, no
-        pending frame has samples of every sensor it waits for."""
-        if isinstance(item, EgoPose):
-            return True
-        queued = {item.sensor} | {x.sensor for x, _ in self.waiting if not isinstance(x, EgoPose)}
-        return item.sensor != trigger and not any(waits <= queued for waits in self.asm.awaited())
+        """The runtime's rule: a pose, or another sensor's sample, while, with the items waiting, no
+        pending frame has items of every sensor it waits for (odometry's poses: ``EGO``)."""
+        queued = {_name(x) for x, _ in [*self.waiting, (item, 0)]}
+        return _name(item) != trigger and not any(waits <= queued for waits in self.asm.awaited())
 
 
 #: Each sensor's captures over 1.2 s, in capture order: (capture time, sensor).
