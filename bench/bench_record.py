@@ -6,8 +6,9 @@ embedded Triton serving the reference models, with the default profile, alternat
 
 * ``client_cpu_ms``: this process's CPU time (every thread: intake, dispatch, fusion, the recorder's
   writer) per frame -- Triton runs in its own process and is not counted;
-* ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, digests, file
-  writes, finishing the segment), per frame;
+* ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, file writes,
+  finishing the segment; formats 1-3 also digested each frame, format 4 leaves that to the reader), per
+  frame;
 * ``hook_cpu_ms``: the recorder's calls on the run's threads (handing samples, poses and results over, the
   copy of the tracker state in fusion's thread) per frame;
 * ``share_of_client``: (writer + hook) / the client's CPU per frame without recording: the target is at
