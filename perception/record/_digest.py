@@ -200,7 +200,7 @@ def recorded_arrays(arrays: Mapping[str, npt.NDArray[Any]]) -> tuple[Layout, lis
         if a.dtype.byteorder == ">" or not a.flags.c_contiguous:
             a = np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
         layout.append((key, a.dtype.str, a.shape))
-        parts.append(memoryview(a).cast("B") if a.size else b"")
+        parts.append(a.data.cast("B") if a.size else b"")
         pad = -a.nbytes % 8
         if pad:
             parts.append(_PAD[:pad])

@@ -378,8 +378,8 @@ def _compare(
         n_then = len(rec["detections"])
         return Divergence(fid, seq, "fusion", f"other detections from the same inputs ({len(dets)} now, {n_then} then)")
     if (tracker_digest(tracker) if tracker is not None else "") != digest["tracker"]:
-        then = rec.get("tracker")  # format 4: the recorded state, to say where it differs
-        where = tracker_difference(then, tracker or {}) if isinstance(then, Mapping) else None
+        state = rec.get("tracker")  # format 4: the recorded state, to say where it differs
+        where = tracker_difference(state, tracker or {}) if isinstance(state, Mapping) else None
         return Divergence(fid, seq, "fusion", "the same detections but another tracker state" +
                           (f": {where} (the first difference)" if where else ""))  # fmt: skip
     return None
