@@ -16,7 +16,8 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   load). This includes what no counter of the recorder's sees: page faults of the memory it keeps alive,
   the run's threads slowed by the writer sharing their caches and the GIL;
 * ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, file writes,
-  finishing the segment) over the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
+  finishing the segment; formats 1-3 also digested each frame, format 4 leaves that to the reader) over
+  the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
   threads (handing samples, poses and results over, the tracker state's copy) per frame: the cost its own
   counters see (``direct_share``: their sum over the plain client);
 * ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with

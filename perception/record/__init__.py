@@ -2,8 +2,9 @@
 
 :class:`RunRecorder` is a :class:`perception.scheduler.RunObserver`: given to ``LiveRuntime(observer=)``
 or ``replay_drive(observer=)`` it writes one MCAP (a drive: the samples as received, with their arrival
-times; plus, per frame, the runtime's decisions, the raw model outputs fusion consumed and digests of
-the fused output and tracker state), bounded by :class:`RecordOptions` (rotated segments).
+times; plus, per frame, the runtime's decisions, the raw model outputs fusion consumed, the fused output
+and the tracker state, from which a reader derives each frame's digests), bounded by
+:class:`RecordOptions` (rotated segments).
 :func:`replay_as_recorded` re-fuses it under the recorded decisions (or reruns today's models on the
 recorded samples) and names the first frame that differs, and why (:class:`Divergence`).
 """

@@ -8,6 +8,12 @@ models (fused multiply-add, vector widths, libm), so a recording made on the veh
 workstation can differ in the last bits. Quantised, such runs still agree -- except where a value lies
 within a rounding error of a quantisation boundary: cross-machine comparison holds within the resolution,
 not bit for bit. Values beyond +-9e14 (never a position, score or covariance) are clipped.
+
+Who computes them: a recording of formats 1-3 holds the digests its run computed (the run's writer thread,
+per frame). A recording of format 4 holds none: it holds every value they cover bit for bit (the
+detections' values, the raw outputs' bytes, the decisions, the tracker state), and its reader digests
+those with these very functions (``perception.record._format.fusion_digests``) -- the digest the run
+would have computed, at no cost to the run.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ __all__ = [
     "detection_values",
     "detections_digest",
     "outputs_digest",
+    "recorded_arrays",
     "recorded_outputs",
+    "recorded_outputs_digest",
+    "tracker_difference",
     "tracker_digest",
 ]
 
@@ -137,15 +146,12 @@ def outputs_digest(results: Mapping[str, SensorResult]) -> str:
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
 
 
-def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Layout], bytes, str]:
-    """The model answers fusion consumed, as a recording (format 3) holds them: each ok sensor's outputs'
-    layout (``{sensor: ((key, dtype, shape), ...)}``, sensors and keys sorted; the record's JSON has it as
-    ``{key: [dtype, shape]}``), the arrays' bytes in that order (little-endian, C order, each padded to 8
-    bytes: read back aligned), and the SHA-256 of the ok sensors' models, versions and layouts (JSON)
-    followed by exactly those bytes: what the recording holds is what it was given, bit for bit (no
-    quantisation: the bytes are the bytes; :func:`outputs_digest` compares answers across machines)."""
+def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Layout], bytes]:
+    """The model answers fusion consumed, as a recording (formats 3 and 4) holds them: each ok sensor's
+    outputs' layout (``{sensor: ((key, dtype, shape), ...)}``, sensors and keys sorted; the record's JSON has
+    it as ``{key: [dtype, shape]}``) and the arrays' bytes in that order (little-endian, C order, each padded
+    to 8 bytes: read back aligned) -- what the recording holds is what it was given, bit for bit."""
     layout: dict[str, Layout] = {}
-    models: list[str] = []
     parts: list[bytes] = []
     for name in sorted(results):
         r = results[name]
@@ -167,12 +173,38 @@ def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Lay
             pad = -len(raw) % 8
             if pad:
                 parts.append(_PAD[:pad])
-        shapes = layout[name] = tuple(arrays)
-        models.append(_model_json(name, r.model, r.model_version, shapes))
-    data = b"".join(parts)
+        layout[name] = tuple(arrays)
+    return layout, b"".join(parts)
+
+
+def recorded_outputs_digest(results: Mapping[str, SensorResult]) -> str:
+    """The model answers fusion consumed, exactly (formats 3 and 4): the SHA-256 of the ok sensors' models,
+    versions and layouts (JSON) followed by :func:`recorded_outputs`' bytes (no quantisation: the bytes are
+    the bytes; :func:`outputs_digest` compares answers across machines). A recording of format 3 holds it
+    as the run computed it; one of format 4 is digested when read (of the recorded bytes: the same)."""
+    layout, data = recorded_outputs(results)
+    models = [_model_json(n, results[n].model, results[n].model_version, shapes) for n, shapes in layout.items()]
     h = hashlib.sha256(("[" + ",".join(models) + "]").encode())
     h.update(data)
-    return layout, data, h.hexdigest()
+    return h.hexdigest()
+
+
+def recorded_arrays(arrays: Mapping[str, npt.NDArray[Any]]) -> tuple[Layout, list[_Buffer]]:
+    """Arrays as a recording (format 4: the tracker state) holds them: their layout (keys sorted) and their
+    buffers in that order, each little-endian in C order and padded to 8 bytes (views of the arrays when
+    they are so already: they must not change until written)."""
+    layout: list[tuple[str, str, tuple[int, ...]]] = []
+    parts: list[_Buffer] = []
+    for key in sorted(arrays):
+        a = np.asarray(arrays[key])
+        if a.dtype.byteorder == ">" or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
+        layout.append((key, a.dtype.str, a.shape))
+        parts.append(a.data.cast("B") if a.size else b"")
+        pad = -a.nbytes % 8
+        if pad:
+            parts.append(_PAD[:pad])
+    return tuple(layout), parts
 
 
 @functools.lru_cache(maxsize=256)
@@ -241,3 +273,30 @@ def tracker_digest(state: Mapping[str, npt.NDArray[Any]]) -> str:
     h = hashlib.sha256()
     _arrays(h, arrays, _values([a for _, a in arrays]))
     return h.hexdigest()
+
+
+def tracker_difference(then: Mapping[str, npt.NDArray[Any]], now: Mapping[str, npt.NDArray[Any]]) -> str | None:
+    """Where two tracker states first differ as :func:`tracker_digest` sees them (arrays by name, sorted;
+    floats quantised): the array and its first differing element (a table's row first), with both values;
+    None when the digests would be equal."""
+    for key in sorted(set(then) | set(now)):
+        if key not in now:
+            return f"{key!r} recorded, not in today's state"
+        if key not in then:
+            return f"{key!r} in today's state, not recorded"
+        a, b = np.asarray(then[key]), np.asarray(now[key])
+        if (a.dtype.kind, a.shape) != (b.dtype.kind, b.shape):
+            return f"{key!r}: {a.dtype.kind}{list(a.shape)} recorded, {b.dtype.kind}{list(b.shape)} today"
+        if a.dtype.kind == "f":
+            (qa, ma), (qb, mb) = _quantised(a.astype(np.float64)), _quantised(b.astype(np.float64))
+            differ = (qa != qb) | (ma != mb)
+        else:
+            differ = a != b
+        if a.ndim == 0:
+            a, b, differ = a.reshape(1), b.reshape(1), differ.reshape(1)
+        where = np.argwhere(differ)
+        if where.size:
+            at = tuple(int(i) for i in where[0])
+            place = f" row {at[0]}, column {', '.join(map(str, at[1:]))}" if len(at) >= 2 else f"{list(at)}"
+            return f"{key!r}{place}: {a[at].item()!r} recorded, {b[at].item()!r} today"
+    return None

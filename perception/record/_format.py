@@ -8,13 +8,16 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
 * ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
   layout of the raw outputs of the sensors that were ok (``outputs``: key -> dtype, shape), the detections'
-  ids, labels and sources, and the digests (:mod:`._digest`); a frame shed under overload takes its turn
-  there too (``predicted``: its time and ego pose, the tracker's prediction, no samples or sensors);
+  ids, labels and sources, and the layout of the tracker state after it (``tracker``: key -> dtype, shape;
+  null without a tracker); a frame shed under overload takes its turn there too (``predicted``: its time and
+  ego pose, the tracker's prediction, no samples or sensors, no tracker state). No digest (formats 1-3 held
+  the run's, ``digest``): a reader derives each from these values (:func:`fusion_digests`, :mod:`._digest`);
 * ``/record/fusion_data``: the numbers of that frame (message sequence = its ``seq``), binary
   (:data:`DATA_ENCODING`): the detections' float fields (``<f8``, one row of 12 each:
-  :func:`._digest.detection_values`), then the raw outputs in the order of the record's layout, each
-  little-endian in C order and padded to 8 bytes (:func:`._digest.recorded_outputs`) -- JSON numbers and
-  base64 cost the run several times more;
+  :func:`._digest.detection_values`), then the raw outputs in the order of the record's layout, then the
+  tracker state's arrays in the order of theirs, each little-endian in C order and padded to 8 bytes
+  (:func:`._digest.recorded_outputs`, :func:`._digest.recorded_arrays`) -- JSON numbers and base64 cost the
+  run several times more;
 * ``/record/fusion_points/<sensor>``: rows of a frame's point cloud (what the model was sent and camera-guided
   fusion read) that cannot be rebuilt from the received sweeps: a cloud is recorded as the received sweep
   it begins with (``raw_t_ns``) and, accumulated, each earlier sweep merged and the transform it was moved
@@ -22,7 +25,9 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
   here (message sequence = the frame's ``seq``);
 * ``/record/arrivals``: batches (one per frame reaching fusion, and at a segment's end) of arrivals;
 * ``/record/frames``: every frame's result as delivered (dropped and shed frames too: status and reason),
-  with the admission's in-flight limit in force when it was started or shed (``admission_limit``).
+  with the admission's in-flight limit in force when it was started or shed (``admission_limit``); its
+  ``digest`` null when the detections delivered are those fusion gave the frame (``fusion_seq``'s: their
+  digest is that record's, :func:`frame_digest`), else theirs (computed by the run: formats 1-3 always).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception.record._digest import decisions_digest, detections_digest, recorded_outputs_digest, tracker_digest
 from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus, Transform
 
 __all__ = [
@@ -60,6 +66,8 @@ __all__ = [
     "encode_detection",
     "encode_ego",
     "encode_result",
+    "frame_digest",
+    "fusion_digests",
     "points_topic",
     "segment_path",
     "segments",
@@ -68,9 +76,11 @@ __all__ = [
 #: 2: shed frames' predictions in the fusion order (``predicted``) and each frame's admission limit; a
 #: recording of version 1 (neither) replays as well. 3: a frame's numbers (detections, raw outputs) binary on
 #: ``/record/fusion_data``, its outputs digest exact (of those bytes), arrivals batched; 1 and 2 (JSON
-#: numbers, base64) still replay.
-FORMAT_VERSION = "3"
-READABLE_VERSIONS = ("1", "2", "3")
+#: numbers, base64) still replay. 4: no digest computed by the run (each one derived by the reader from the
+#: values the record holds bit for bit: :func:`fusion_digests`), the tracker state after each fused frame
+#: recorded instead; 1-3 (their digests recorded) still replay and compare as they did.
+FORMAT_VERSION = "4"
+READABLE_VERSIONS = ("1", "2", "3", "4")
 ARRIVALS_TOPIC = "/record/arrivals"
 FUSION_TOPIC = "/record/fusion"
 FUSION_DATA_TOPIC = "/record/fusion_data"
@@ -138,9 +148,10 @@ def decode_ego(d: Mapping[str, Any] | None) -> EgoPose | None:
 
 
 def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
-    """A fusion record of format 3 with its ``/record/fusion_data`` message (``data``) read back as those of
-    formats 1 and 2 are: ``detections`` a list of :func:`encode_detection`'s dicts, each ok sensor's ``outputs``
-    its arrays (aligned copies). A record of an older format (detections a list) is returned as it is."""
+    """A fusion record of format 3 or 4 with its ``/record/fusion_data`` message (``data``) read back as those
+    of formats 1 and 2 are: ``detections`` a list of :func:`encode_detection`'s dicts, each ok sensor's
+    ``outputs`` its arrays (aligned copies); format 4's ``tracker`` the tracker state's arrays (or None). A
+    record of an older format (detections a list) is returned as it is."""
     dets = record.get("detections")
     if not isinstance(dets, Mapping):
         return record
@@ -148,13 +159,14 @@ def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
         raise ValueError(f"fusion #{record.get('seq')}: its {FUSION_DATA_TOPIC} message is missing")
     ids, labels, sources = dets["ids"], dets["labels"], dets["sources"]
     n = len(ids)
-    layouts = [
-        (sensor, key, np.dtype(layout[key][0]), [int(x) for x in layout[key][1]])
+    outputs = [
+        (id(sensor), *array)
         for sensor in (record["sensors"][name] for name in sorted(record["sensors"]))
         if (layout := sensor.get("outputs"))
-        for key in sorted(layout)
+        for array in _layout(layout)
     ]
-    sizes = [-(-int(np.prod(shape)) * dtype.itemsize // 8) * 8 for _, _, dtype, shape in layouts]
+    tracker = [(-1, *array) for array in _layout(record.get("tracker") or {})]
+    sizes = [-(-int(np.prod(shape)) * dtype.itemsize // 8) * 8 for _, _, dtype, shape in outputs + tracker]
     if 96 * n + sum(sizes) != len(data):
         raise ValueError(
             f"fusion #{record.get('seq')}: {len(data)} bytes of data, its layout says {96 * n + sum(sizes)}"
@@ -166,16 +178,59 @@ def decode_fusion(record: dict[str, Any], data: bytes | None) -> dict[str, Any]:
         for i, label, src, v in zip(ids, labels, sources, values, strict=True)
     ]  # fmt: skip
     at = 96 * n
-    arrays: dict[int, dict[str, npt.NDArray[Any]]] = {}  # id(sensor's record) -> its arrays
-    for (sensor, key, dtype, shape), size in zip(layouts, sizes, strict=True):
+    arrays: dict[int, dict[str, npt.NDArray[Any]]] = {}  # id(sensor's record), -1 the tracker -> its arrays
+    for (owner, key, dtype, shape), size in zip(outputs + tracker, sizes, strict=True):
         count = int(np.prod(shape))
         out = np.frombuffer(data, dtype, count=count, offset=at).reshape(shape).copy()
-        arrays.setdefault(id(sensor), {})[key] = out
+        arrays.setdefault(owner, {})[key] = out
         at += size
     for sensor in record["sensors"].values():
         if id(sensor) in arrays:
             sensor["outputs"] = arrays[id(sensor)]
+    if record.get("tracker") is not None:
+        record["tracker"] = arrays.get(-1, {})
     return record
+
+
+def _layout(layout: Mapping[str, Any]) -> list[tuple[str, np.dtype[Any], list[int]]]:
+    """A layout of the record's JSON (``{key: [dtype, shape]}``), keys sorted: the order of their bytes."""
+    return [(key, np.dtype(layout[key][0]), [int(x) for x in layout[key][1]]) for key in sorted(layout)]
+
+
+def fusion_digests(record: Mapping[str, Any], version: str) -> dict[str, str | None]:
+    """The digests of a fusion record read back (:func:`decode_fusion`) of a recording of format ``version``:
+    ``outputs``, ``decisions``, ``detections``, ``tracker`` (None for a shed frame's prediction; "" when the
+    run's fusion had no tracker). Formats 1-3: those the run computed, as recorded. Format 4 (no digest
+    recorded): derived from what the record holds bit for bit -- the raw outputs' bytes, layout and models,
+    the decisions (seq, frame, time, statuses, stamps, ego pose: JSON integers, strings and floats, which
+    read back exactly), the detections' values, ids, labels and sources, the tracker state -- with the very
+    functions the run of format 3 digested them with: the digests that run would have recorded."""
+    if version in ("1", "2", "3"):
+        return dict(record["digest"])
+    predicted = bool(record.get("predicted"))
+    results = {name: decode_result(name, d) for name, d in record["sensors"].items()}
+    statuses = {n: r.status.value for n, r in results.items()}
+    stamps = {n: r.sample_t_ns for n, r in results.items()}
+    tracker = record.get("tracker")
+    seq, frame_id, t_ns = int(record["seq"]), int(record["frame_id"]), int(record["t_ns"])
+    return {
+        "outputs": recorded_outputs_digest(results),
+        "decisions": decisions_digest(seq, frame_id, t_ns, statuses, stamps, decode_ego(record["ego"])),
+        "detections": detections_digest([decode_detection(d) for d in record["detections"]]),
+        "tracker": None if predicted else "" if tracker is None else tracker_digest(tracker),
+    }
+
+
+def frame_digest(record: Mapping[str, Any], version: str, fused: Mapping[int, str]) -> str | None:
+    """The digest of the detections a ``/record/frames`` record (of a recording of format ``version``) says
+    were delivered: as recorded (formats 1-3; format 4 when they were not the very detections fusion gave
+    the frame), else (format 4's null: they were) that of its fusion record's detections (``fused``: seq ->
+    their digest, :func:`fusion_digests`; None when that record is not in the recording)."""
+    digest = record.get("digest")
+    seq = record.get("fusion_seq")
+    if digest is not None or version in ("1", "2", "3") or seq is None:
+        return digest if digest is None else str(digest)
+    return fused.get(int(seq))
 
 
 def encode_result(r: SensorResult, *, outputs: bool) -> dict[str, Any]:
@@ -248,9 +303,9 @@ _SENSOR = {
         },
     },
 }
-_DIGEST = {
-    "type": "object",
-    "properties": {k: {"type": "string"} for k in ("outputs", "decisions", "detections", "tracker")},
+_LAYOUT = {
+    "type": ["object", "null"],
+    "description": "the tracker state after the frame: key -> [dtype, shape], its bytes on /record/fusion_data",
 }
 
 #: Schema name and JSON Schema of each channel (Foxglove shows them in its raw-message and plot panels).
@@ -291,7 +346,7 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
                     "description": "ids, labels, sources; the values on /record/fusion_data",
                     "properties": {"ids": {"type": "array"}, "labels": {"type": "array"}, "sources": {"type": "array"}},
                 },
-                "digest": _DIGEST,
+                "tracker": _LAYOUT,
             },
         },
     ),
@@ -315,7 +370,10 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
                 "fusion_seq": {"type": ["integer", "null"]},
                 "sensors": {"type": "object", "additionalProperties": _SENSOR},
                 "detections": {"type": "integer"},
-                "digest": {"type": ["string", "null"], "description": "of the detections delivered"},
+                "digest": {
+                    "type": ["string", "null"],
+                    "description": "of the detections delivered; null: those fusion gave the frame (fusion_seq)",
+                },
             },
         },
     ),

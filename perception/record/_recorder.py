@@ -5,7 +5,9 @@ threads (intake, fusion's worker thread, result delivery) and each call only han
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
 the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
 recording with gaps says so), a sample the drive format refuses is counted too. The tracker's state is
-copied in fusion's thread (it changes with the next frame) and digested, like the rest, by the writer.
+copied in fusion's thread (it changes with the next frame) and written, like the rest, by the writer. The
+run computes no digest (format 4): the recording holds every value a digest covers, bit for bit, and its
+reader derives them (``_format.fusion_digests``).
 """
 
 from __future__ import annotations
@@ -31,14 +33,7 @@ from perception.drives import DriveWriter
 from perception.errors import DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
-from perception.record._digest import (
-    Layout,
-    decisions_digest,
-    detection_values,
-    detections_digest,
-    recorded_outputs,
-    tracker_digest,
-)
+from perception.record._digest import Layout, detection_values, detections_digest, recorded_arrays, recorded_outputs
 from perception.scheduler import FusionStage, Session, TrackingStage
 from perception.types import (
     Detection3D,
@@ -103,7 +98,7 @@ class _RecordingFusion:
         cpu0 = time.thread_time_ns()
         seq = self._recorder.next_seq()
         try:
-            # the state after this frame (copies: the next frame changes the tracker's own), digested by the writer
+            # the state after this frame (copies: the next frame changes the tracker's own), recorded by the writer
             state = self._state() if self._state is not None else None
             self._recorder.fused(seq, frame, dict(results), detections, state)
         except Exception:  # never into the run
@@ -167,7 +162,7 @@ class RunRecorder:
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
         #: ``failed``, ``segments``, ``wakes`` (the writer's).
         self.stats: Counter[str] = Counter()
-        #: The writer thread's whole CPU time (ns: waking, encoding, digests, writing, finishing segments),
+        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments),
         #: the run threads' time in the recorder's calls (the fusion hook's copy of the tracker state, handing
         #: samples, poses, frames and results over), and the bytes of the finished segments.
         self.cpu_ns = 0
@@ -181,9 +176,9 @@ class RunRecorder:
         self._error: BaseException | None = None
         #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
-        #: fusion seq -> the detections fused and their digest (the writer thread's), until the frame's result
-        #: is written: a result delivering those detections is not digested again.
-        self._fused_digests: dict[int, tuple[tuple[Detection3D, ...], str]] = {}
+        #: fusion seq -> the detections fused (the writer thread's), until the frame's result is written: a
+        #: result delivering those very detections records no digest (the reader derives it from the fused).
+        self._fused: dict[int, tuple[Detection3D, ...]] = {}
         #: Arrivals not written yet (each one's JSON), and the first one's stamp (the writer thread's).
         self._arrivals: list[str] = []
         self._arrivals_t_ns = 0
@@ -400,11 +395,9 @@ class RunRecorder:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
         values = detection_values(detections)
-        digest = detections_digest(detections, values)
-        self._remember_digest(seq, detections, digest)
-        statuses = {n: r.status.value for n, r in results.items()}
-        stamps = {n: r.sample_t_ns for n, r in results.items()}
-        layout, data, outputs = recorded_outputs(results)
+        self._remember(seq, detections)
+        layout, data = recorded_outputs(results)
+        state: tuple[Layout, list[Any]] | None = recorded_arrays(tracker) if tracker is not None else None
         head = {
             "seq": seq,
             "frame_id": frame.frame_id,
@@ -414,25 +407,19 @@ class RunRecorder:
         }
         record = {
             "detections": _detections(detections),
-            "digest": {
-                "outputs": outputs,
-                "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
-                "detections": digest,
-                "tracker": tracker_digest(tracker) if tracker is not None else "",
-            },
+            "tracker": None if state is None else {key: [dtype, list(shape)] for key, dtype, shape in state[0]},
         }
         text = _joined(head, _sensors_json(results, layout), record)
-        self._write_frame_record(writer, seq, frame.t_ns, text, values, data)
+        self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
         self.stats["fused"] += 1
 
     def _write_predicted(
         self, writer: DriveWriter, seq: int, frame: Frame, detections: tuple[Detection3D, ...]
     ) -> None:
         """A shed frame's place in the fusion order: its time and ego pose (what the prediction reads) and the
-        detections predicted; the tracker is as the frame before left it (no tracker digest)."""
+        detections predicted; the tracker is as the frame before left it (no tracker state)."""
         values = detection_values(detections)
-        digest = detections_digest(detections, values)
-        self._remember_digest(seq, detections, digest)
+        self._remember(seq, detections)
         record = {
             "seq": seq,
             "frame_id": frame.frame_id,
@@ -442,35 +429,33 @@ class RunRecorder:
             "samples": {},
             "sensors": {},
             "detections": _detections(detections),
-            "digest": {
-                "outputs": recorded_outputs({})[2],
-                "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, {}, {}, frame.ego),
-                "detections": digest,
-                "tracker": None,
-            },
+            "tracker": None,
         }
         self._write_frame_record(writer, seq, frame.t_ns, _ENCODER.encode(record), values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
-        self, writer: DriveWriter, seq: int, t_ns: int, record: str, values: npt.NDArray[np.float64], outputs: bytes
-    ) -> None:
+        self, writer: DriveWriter, seq: int, t_ns: int, record: str, values: npt.NDArray[np.float64], outputs: bytes,
+        tracker: Sequence[Any] = (),
+    ) -> None:  # fmt: skip
         """A frame's fusion record (its JSON: what Foxglove shows) and its numbers (binary, the arrays' own
-        buffers: the detections' values, the raw outputs), then the arrivals batched since the last frame."""
+        buffers: the detections' values, the raw outputs, the tracker state's arrays: ``tracker``, views of
+        the copies fusion's thread made), then the arrivals batched since the last frame."""
         writer.write_json(fmt.FUSION_TOPIC, t_ns, record.encode(), seq)
-        writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs), seq)
+        writer.write_bytes(fmt.FUSION_DATA_TOPIC, t_ns, (values.tobytes(), outputs, *tracker), seq)
         self._flush_arrivals(writer)
 
-    def _remember_digest(self, seq: int, detections: tuple[Detection3D, ...], digest: str) -> None:
-        self._fused_digests[seq] = (detections, digest)
-        if len(self._fused_digests) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
-            del self._fused_digests[next(iter(self._fused_digests))]
+    def _remember(self, seq: int, detections: tuple[Detection3D, ...]) -> None:
+        self._fused[seq] = detections
+        if len(self._fused) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
+            del self._fused[next(iter(self._fused))]
 
     def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
+        # the digest of the detections delivered: none when they are the very detections fusion gave the frame
+        # (the reader derives it from their fusion record: _format.frame_digest), else theirs (rare)
         digest = None
-        if seq is not None:
-            fused = self._fused_digests.pop(seq, None)
-            digest = fused[1] if fused is not None and fused[0] is r.detections else detections_digest(r.detections)
+        if seq is not None and self._fused.pop(seq, None) is not r.detections:
+            digest = detections_digest(r.detections)
         record = {
             "index": index,
             "frame_id": r.frame_id,

@@ -5,14 +5,15 @@ the vehicle's runtime decided (a sensor late or shed there is late here, whateve
 and the outputs its models answered. With ``rerun_models`` the sensors that were ok are asked again, of
 today's models, on the recorded samples (the point clouds as the frame held them, after accumulation;
 the images as received), under the same decisions: a model change measured against exactly what the
-vehicle faced. Each frame's digests are compared with the recorded ones in that order, and the first
-frame that differs is named with its cause:
+vehicle faced. Each frame's digests are compared with the recorded ones (a recording of format 4: those
+derived from the values it holds, :func:`._format.fusion_digests`) in that order, and the first frame that
+differs is named with its cause:
 
 * ``model``: a sensor's answer differs (its outputs, model or version; or it did not answer ok);
 * ``decision``: the frame's decisions differ (its samples, statuses, ego pose: a recording read back
   wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it);
 * ``fusion``: the same inputs and decisions gave other detections or another tracker state (fusion's
-  code or parameters changed).
+  code or parameters changed; format 4 names the tracker state's array and element that differ first).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from perception.record._digest import (
     decisions_digest,
     detections_digest,
     outputs_digest,
-    recorded_outputs,
+    recorded_outputs_digest,
+    tracker_difference,
     tracker_digest,
 )
 from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator, TrackingStage
@@ -129,7 +131,7 @@ def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
 
 
 def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
-    """A recording segment's fusion records in fusion order, each with its numbers (format 3's
+    """A recording segment's fusion records in fusion order, each with its numbers (formats 3 and 4:
     ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`)."""
     data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
     out: list[dict[str, Any]] = []
@@ -195,6 +197,7 @@ async def _replay_segments(
 ) -> None:
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
+    fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
@@ -205,7 +208,8 @@ async def _replay_segments(
                 fusion = session.fusion() or fusion
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
-            exact = reader.metadata.get(fmt.META_FORMAT) not in ("1", "2")  # the outputs digest: of their bytes
+            version = reader.metadata.get(fmt.META_FORMAT, "")
+            exact = version not in ("1", "2")  # the outputs digest: of their bytes
             points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():
                 if not _is_image(spec.kind):
@@ -224,12 +228,14 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
                                         "the recorder): the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
+                digest = fmt.fusion_digests(rec, version)
+                fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
                     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), {}, ego=fmt.decode_ego(rec["ego"]))
                     dets = fusion.predict(frame) if isinstance(fusion, TrackingStage) else ()
                     fused[seq] = (dets, {})
                     out.compared += 1
-                    div = _compare_prediction(rec, frame, dets)
+                    div = _compare_prediction(rec, digest, frame, dets)
                     if div is None:
                         out.equal += 1
                     else:
@@ -240,10 +246,10 @@ async def _replay_segments(
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded, answered)
                 dets, _ = await anyio.to_thread.run_sync(fusion, frame, results)
-                tracker = tracker_digest(state()) if state is not None else ""
+                tracker = state() if state is not None else None
                 fused[seq] = (dets, results)
                 out.compared += 1
-                div = _compare(rec, frame, recorded, results, dets, tracker, exact=exact)
+                div = _compare(rec, digest, frame, recorded, results, dets, tracker, exact=exact)
                 if div is not None and lost and div.cause != "model":  # a sample missing: not fusion's doing
                     div = Divergence(frame.frame_id, seq, "decision", "; ".join(lost))
                 if div is None:
@@ -253,7 +259,7 @@ async def _replay_segments(
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
                 result = _result(frec, fused)
                 out.results.append(result)
-                then = frec.get("digest")
+                then = fmt.frame_digest(frec, version, fused_digests)
                 if (
                     then is not None
                     and int(frec["fusion_seq"]) in fused
@@ -341,12 +347,13 @@ async def _rerun(
 
 
 def _compare(
-    rec: Mapping[str, Any], frame: Frame, recorded: Mapping[str, SensorResult], results: Mapping[str, SensorResult],
-    dets: Sequence[Detection3D], tracker: str, *, exact: bool,
+    rec: Mapping[str, Any], digest: Mapping[str, str | None], frame: Frame, recorded: Mapping[str, SensorResult],
+    results: Mapping[str, SensorResult], dets: Sequence[Detection3D], tracker: Mapping[str, Any] | None, *,
+    exact: bool,
 ) -> Divergence | None:  # fmt: skip
-    """``exact``: the recorded outputs digest is of their bytes (format 3: :func:`recorded_outputs`), else
-    quantised (:func:`outputs_digest`)."""
-    digest = rec["digest"]
+    """``digest``: the frame's (:func:`._format.fusion_digests`); ``tracker``: the state after the frame
+    fused here (None without a tracker); ``exact``: the recorded outputs digest is of their bytes (formats 3
+    and 4: :func:`recorded_outputs_digest`), else quantised (:func:`outputs_digest`)."""
     fid, seq = frame.frame_id, int(rec["seq"])
     for name in sorted(results):
         then, now = recorded[name], results[name]
@@ -361,7 +368,7 @@ def _compare(
                 else f"outputs of {then.model} version {then.model_version!r} differ"
             )
             return Divergence(fid, seq, "model", f"{name}: {what}")
-    if (recorded_outputs(recorded)[2] if exact else outputs_digest(recorded)) != digest["outputs"]:
+    if (recorded_outputs_digest(recorded) if exact else outputs_digest(recorded)) != digest["outputs"]:
         return Divergence(fid, seq, "model", "the recorded outputs do not match their digest")
     statuses = {n: r.status.value for n, r in results.items()}
     stamps = {n: r.sample_t_ns for n, r in results.items()}
@@ -370,13 +377,17 @@ def _compare(
     if detections_digest(dets) != digest["detections"]:
         n_then = len(rec["detections"])
         return Divergence(fid, seq, "fusion", f"other detections from the same inputs ({len(dets)} now, {n_then} then)")
-    if tracker != digest["tracker"]:
-        return Divergence(fid, seq, "fusion", "the same detections but another tracker state")
+    if (tracker_digest(tracker) if tracker is not None else "") != digest["tracker"]:
+        state = rec.get("tracker")  # format 4: the recorded state, to say where it differs
+        where = tracker_difference(state, tracker or {}) if isinstance(state, Mapping) else None
+        return Divergence(fid, seq, "fusion", "the same detections but another tracker state" +
+                          (f": {where} (the first difference)" if where else ""))  # fmt: skip
     return None
 
 
-def _compare_prediction(rec: Mapping[str, Any], frame: Frame, dets: Sequence[Detection3D]) -> Divergence | None:
-    digest = rec["digest"]
+def _compare_prediction(
+    rec: Mapping[str, Any], digest: Mapping[str, str | None], frame: Frame, dets: Sequence[Detection3D]
+) -> Divergence | None:
     fid, seq = frame.frame_id, int(rec["seq"])
     if decisions_digest(seq, fid, frame.t_ns, {}, {}, frame.ego) != digest["decisions"]:
         return Divergence(fid, seq, "decision", "the shed frame's time or ego pose differ from the run's")

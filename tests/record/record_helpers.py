@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.drives import DriveReader
+from perception.record import _format as fmt
 from perception.record._replay import fusion_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +33,15 @@ def fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProces
 def records(path: Path, topic: str) -> list[dict[str, Any]]:
     """The JSON messages of a recording's ``topic``; ``/record/fusion``'s with their numbers (its binary
     ``/record/fusion_data``: detections as dicts, outputs as arrays), as the replay reads them; the
-    arrivals' batches one by one."""
+    arrivals' batches one by one; ``/record/frames``' with their digests as the replay reads them (format 4:
+    derived from the segment's fusion records)."""
     with DriveReader(path, strict=True) as reader:
         if topic == "/record/fusion":
             return fusion_records(reader)
         out = [json.loads(data) for _, _, _, data in reader.messages([topic])]
+        if topic == "/record/frames":
+            version = reader.metadata[fmt.META_FORMAT]
+            fused = {int(r["seq"]): str(fmt.fusion_digests(r, version)["detections"]) for r in fusion_records(reader)}
+            for f in out:
+                f["digest"] = fmt.frame_digest(f, version, fused)
         return [a for batch in out for a in batch["arrivals"]] if topic == "/record/arrivals" else out

@@ -24,7 +24,7 @@ from perception.record._digest import (
     RESOLUTION,
     detections_digest,
     outputs_digest,
-    recorded_outputs,
+    recorded_outputs_digest,
     tracker_digest,
 )
 from perception.record._replay import fusion_records
@@ -208,6 +208,9 @@ def test_digests_are_stable_across_versions() -> None:
     assert detections_digest(dets) == "185ca9803d0ab39b7ed65a9720d43f490b945facd3b2a6f1fede7e825d511f14"
     assert outputs_digest(results) == "c8fba95b0dec2af1214f8eed009a705883a1aac5c9ae1d6a4583b9eefbb677cf"
     assert tracker_digest(state) == "eeb58486b07f39353d0e95b6e730365d96c0f1bf3883536ab2207c65374db6ff"
+    # the exact outputs digest (formats 3 and 4): format 3's run computed these values
+    assert recorded_outputs_digest(results) == "35717cab0f44200eb3c96f7f5ef7c009c2441c97dfbe8e75c69fb1ad195099b8"
+    assert recorded_outputs_digest({}) == "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
     # all finite (the common case: quantised without clipping or marking), pinned too
     finite = [d for d in dets if math.isfinite(d.score)]
     assert detections_digest(finite) == "70d04fd5f1d16f6067423f252a13b9e29cd6c2ffd7466313fbec8a11cda6d88d"
@@ -255,8 +258,10 @@ def test_a_frame_s_numbers_are_recorded_binary_and_read_back_bit_for_bit(tmp_pat
     assert {k: (v.dtype.str, v.shape, v.tolist()) for k, v in back.items()} == {
         k: (v.dtype.newbyteorder("<").str, v.shape, v.tolist()) for k, v in outputs.items()
     }
-    assert record["digest"]["outputs"] == recorded_outputs(results)[2]
-    assert record["digest"]["detections"] == detections_digest(dets)
+    assert "digest" not in raw[0]  # format 4: derived when read, of those very values
+    digest = fmt.fusion_digests(record, fmt.FORMAT_VERSION)
+    assert digest["outputs"] == recorded_outputs_digest(results)
+    assert digest["detections"] == detections_digest(dets)
 
 
 def test_a_fusion_record_without_its_numbers_is_named(tmp_path: Path) -> None:

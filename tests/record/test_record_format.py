@@ -1,0 +1,280 @@
+"""Recording format 4: the run computes no digest; the reader derives each from the values the recording holds
+bit for bit, equal to what the run's own objects digest to; the tracker state is recorded, so a tracker
+divergence is located; recordings of format 3 (their digests recorded by the run) still replay."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcap.reader import make_reader
+from mcap.writer import CompressionType, Writer
+
+from perception.config import load_config
+from perception.drives import DriveReader
+from perception.record import RunRecorder, _recorder, replay_as_recorded
+from perception.record import _format as fmt
+from perception.record._digest import (
+    decisions_digest,
+    detections_digest,
+    recorded_outputs_digest,
+    tracker_difference,
+    tracker_digest,
+)
+from perception.record._replay import fusion_records
+from perception.scheduler import Session, TrackingStage
+from perception.types import (
+    Detection3D,
+    EgoPose,
+    Frame,
+    FrameResult,
+    FrameStatus,
+    Sample,
+    SensorResult,
+    SensorStatus,
+    Transform,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+PROFILE = ROOT / "launch" / "replay.yaml"
+SHED = 7  # the frame shed (the tracker's prediction in its turn)
+OTHER = 5  # the frame delivering other detections than fusion gave it
+
+#: What the run fused, per fusion turn: kind ("fused", "predicted"), frame, results, detections, tracker state.
+Seen = list[tuple[str, Frame, dict[str, SensorResult], tuple[Detection3D, ...], dict[str, Any] | None]]
+
+
+def _result(name: str, sample: Sample | None, t_ns: int) -> SensorResult:
+    """The lidar's answer: two objects (one moving), so the tracker has tracks; the other sensors missing or
+    late."""
+    if sample is None:
+        return SensorResult(name, SensorStatus.MISSING)
+    if name != "lidar_top":
+        return SensorResult(name, SensorStatus.LATE, sample_t_ns=sample.t_ns)
+    x = 10.0 + 5.0 * t_ns / 1e9
+    boxes = np.array([[x, 3.0, 0.5, 4.2, 1.8, 1.5, 0.1], [20.0, -4.0, 0.4, 0.6, 0.6, 1.7, 1 / 3]], np.float32)
+    outputs = {"BOXES": boxes, "LABELS": np.array([0, 1], np.int32), "SCORES": np.array([0.9, 0.8], np.float32)}
+    return SensorResult(
+        name, SensorStatus.OK, outputs=outputs, model="lidar_detector", model_version="1", sample_t_ns=sample.t_ns
+    )
+
+
+def _record_tracked(path: Path, frames: int = 20, other: int | None = OTHER) -> Seen:
+    """``frames`` frames of the bundled drive fused by a real tracking fusion stage and recorded; frame
+    :data:`SHED` shed (its prediction), frame ``other`` delivering only its first detection."""
+    seen: Seen = []
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(load_config(PROFILE), reader.source)
+        with RunRecorder(path, ego_poses=tuple(reader.ego_poses())) as rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assert isinstance(fusion, TrackingStage)
+            assembler = session.assembler()
+            n = 0
+            for sample in reader.samples():
+                rec.sample(sample, 1_000 + sample.t_ns)
+                for frame in assembler.push(sample):
+                    if n >= frames:
+                        break
+                    if n == SHED:
+                        dets = fusion.predict(frame)
+                        seen.append(("predicted", frame, {}, dets, None))
+                        shed = FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, dets,
+                                           reason="overload: shed", predicted=True)  # fmt: skip
+                        rec.result(shed)
+                    else:
+                        results = {name: _result(name, s, frame.t_ns) for name, s in frame.samples.items()}
+                        dets, _ = fusion(frame, results)
+                        seen.append(("fused", frame, results, dets, dict(fusion.tracker_state())))
+                        delivered = dets[:1] if n == other else dets
+                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, results, delivered))
+                    n += 1
+    assert not any(k.startswith("dropped_") for k in rec.stats), rec.stats
+    return seen
+
+
+def test_the_digests_derived_on_read_are_those_of_the_run_s_objects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    digested: Counter[int] = Counter()
+    real = _recorder.detections_digest
+
+    def counted(detections: Any, values: Any = None) -> str:
+        digested[len(detections)] += 1
+        return real(detections, values)
+
+    monkeypatch.setattr(_recorder, "detections_digest", counted)
+    run = tmp_path / "run.mcap"
+    seen = _record_tracked(run)
+    # the run digested nothing but the one frame that delivered other detections than fusion gave it
+    assert digested == Counter({1: 1})
+    with DriveReader(run, strict=True) as reader:
+        assert reader.metadata[fmt.META_FORMAT] == "4"
+        raw = [json.loads(d) for _, _, _, d in reader.messages([fmt.FUSION_TOPIC])]
+        records = fusion_records(reader)
+        frames = sorted((json.loads(d) for _, _, _, d in reader.messages([fmt.FRAMES_TOPIC])), key=lambda f: f["index"])
+    assert raw and not any("digest" in r for r in raw)
+    assert any(s is not None and len(s["table"]) >= 2 for *_, s in seen)  # tracks to digest
+    assert any(f.ego is not None for _, f, *_ in seen)  # ego poses in the decisions
+    fused: dict[int, str] = {}
+    for seq, (rec, (kind, frame, results, dets, state)) in enumerate(zip(records, seen, strict=True)):
+        assert rec["seq"] == seq and bool(rec.get("predicted")) == (kind == "predicted")
+        statuses = {n: r.status.value for n, r in results.items()}
+        stamps = {n: r.sample_t_ns for n, r in results.items()}
+        derived = fmt.fusion_digests(rec, "4")
+        assert derived == {
+            "outputs": recorded_outputs_digest(results),
+            "decisions": decisions_digest(seq, frame.frame_id, frame.t_ns, statuses, stamps, frame.ego),
+            "detections": detections_digest(dets),
+            "tracker": None if state is None else tracker_digest(state),
+        }, seq
+        if state is not None:  # the tracker state recorded bit for bit
+            back = rec["tracker"]
+            assert sorted(back) == sorted(state)
+            assert all((back[k].dtype, back[k].shape, back[k].tobytes()) == (v.dtype, v.shape, v.tobytes())
+                       for k, v in state.items())  # fmt: skip
+        fused[seq] = str(derived["detections"])
+    # each delivered frame's digest: derived from its fusion record, or (frame OTHER) recorded by the run
+    delivered = [detections_digest(dets[:1] if i == OTHER else dets) for i, (_, _, _, dets, _) in enumerate(seen)]
+    assert [fmt.frame_digest(f, "4", fused) for f in frames] == delivered
+    assert [f["digest"] is not None for f in frames] == [i == OTHER for i in range(len(frames))]
+
+
+finite = st.floats(allow_nan=False, allow_infinity=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(finite, st.sampled_from([0.0, -0.0, 5e-324, -1e-310, math.nan])), min_size=11,
+                max_size=11), st.integers(-(2**63), 2**63 - 1))  # fmt: skip
+def test_an_ego_pose_reads_back_from_the_record_bit_for_bit(values: list[float], t_ns: int) -> None:
+    # the decisions digest derived on read covers the frame's ego pose: its floats as the record's JSON holds
+    # them (Python's repr, which reads back to the same float64) -- the same bits, so the same digest
+    ego = EgoPose(t_ns, Transform((values[0], values[1], values[2]), (values[3], values[4], values[5], values[6])),
+                  (values[7], values[8], values[9]), values[10])  # fmt: skip
+    back = fmt.decode_ego(json.loads(_recorder._ENCODER.encode({"ego": fmt.encode_ego(ego)}))["ego"])
+    assert back is not None
+
+    def bits(e: EgoPose) -> bytes:
+        return struct.pack("<q11d", e.t_ns, *e.pose.translation, *e.pose.rotation, *e.linear_velocity, e.yaw_rate)
+
+    if not any(math.isnan(v) for v in values):  # NaN reads back as NaN (its payload aside: one mark)
+        assert bits(back) == bits(ego)
+    digest = decisions_digest(3, 4, 5, {"a": "ok"}, {"a": 6}, ego)
+    assert decisions_digest(3, 4, 5, {"a": "ok"}, {"a": 6}, back) == digest
+
+
+def test_a_corrupted_tracker_state_is_a_located_tracker_divergence(tmp_path: Path) -> None:
+    run = tmp_path / "run.mcap"
+    _record_tracked(run, other=None)
+    with DriveReader(run, strict=True) as reader:
+        records = fusion_records(reader)
+        data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
+    rec = next(r for r in records if r.get("tracker") and len(r["tracker"]["table"]) >= 2)
+    seq, table = rec["seq"], rec["tracker"]["table"]
+    assert sorted(rec["tracker"])[-1] == "table"  # the state's last array: its bytes end the message
+    blob = bytearray(run.read_bytes())
+    at = blob.find(data[seq])
+    assert at >= 0 and blob.find(data[seq], at + 1) < 0
+    row, column = 1, 2
+    blob[at + len(data[seq]) - table.nbytes + 8 * (row * table.shape[1] + column) + 7] ^= 0x40  # an exponent bit
+    run.write_bytes(bytes(blob))
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(PROFILE)))
+    assert out.first is not None and out.first.seq == seq and out.first.cause == "fusion", out.first
+    assert f"another tracker state: 'table' row {row}, column {column}: " in out.first.detail
+    assert out.diverged == Counter({"fusion": 1}) and out.equal == out.compared - 1  # that frame only
+
+
+def test_tracker_difference_names_the_array_and_element_that_differ_first() -> None:
+    state = {
+        "next_id": np.array([4], np.int64),
+        "table": np.arange(12.0).reshape(3, 4),
+        "sources": np.zeros((3, 2), bool),
+    }
+    assert tracker_difference(state, {k: v.copy() for k, v in state.items()}) is None
+    near = {**state, "table": state["table"] + 1e-9}  # within the resolution: the same digest, no difference
+    assert tracker_digest(near) == tracker_digest(state) and tracker_difference(state, near) is None
+    table = state["table"].copy()
+    table[2, 1] = math.nan
+    table[2, 3] = 0.5
+    assert tracker_difference(state, {**state, "table": table}) == "'table' row 2, column 1: 9.0 recorded, nan today"
+    assert tracker_difference(state, {**state, "next_id": np.array([5])}) == "'next_id'[0]: 4 recorded, 5 today"
+    shorter = {**state, "table": table[:2]}
+    assert tracker_difference(state, shorter) == "'table': f[3, 4] recorded, f[2, 4] today"
+    assert tracker_difference(state, {"table": state["table"]}) == "'next_id' recorded, not in today's state"
+
+
+def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None:
+    """The format-4 recording ``src`` written as a run of format 3 wrote it: each fusion record with the digests
+    that run computed (those format 4 derives: equal, see the test above) and no tracker state, each
+    delivered frame's digest. ``wrong_tracker``: a seq whose recorded tracker digest is wrong."""
+    with DriveReader(src, strict=True) as reader:
+        records = {int(r["seq"]): r for r in fusion_records(reader)}
+    digests = {seq: fmt.fusion_digests(r, "4") for seq, r in records.items()}
+    if wrong_tracker is not None:
+        digests[wrong_tracker]["tracker"] = "0" * 64
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader3 = make_reader(f)
+        header = reader3.get_header()
+        writer = Writer(out, compression=CompressionType.NONE)
+        writer.start(header.profile, header.library)
+        for m in reader3.iter_metadata():
+            writer.add_metadata(
+                m.name, {**m.metadata, fmt.META_FORMAT: "3"} if fmt.META_FORMAT in m.metadata else m.metadata
+            )
+        schemas: dict[int, int] = {}
+        channels: dict[int, int] = {}
+        for schema, channel, message in reader3.iter_messages(log_time_order=False):
+            if schema is not None and schema.id not in schemas:
+                schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
+            if channel.id not in channels:
+                sid = schemas.get(channel.schema_id, 0)
+                channels[channel.id] = writer.register_channel(
+                    channel.topic, channel.message_encoding, sid, channel.metadata
+                )
+            payload = message.data
+            if channel.topic == fmt.FUSION_TOPIC:
+                rec = json.loads(payload)
+                del rec["tracker"]
+                rec["digest"] = digests[rec["seq"]]
+                payload = json.dumps(rec).encode()
+            elif channel.topic == fmt.FUSION_DATA_TOPIC:
+                state = records[message.sequence].get("tracker") or {}
+                payload = payload[: len(payload) - sum(-(-a.nbytes // 8) * 8 for a in state.values())]
+            elif channel.topic == fmt.FRAMES_TOPIC:
+                rec = json.loads(payload)
+                if rec["digest"] is None and rec["fusion_seq"] is not None:
+                    rec["digest"] = digests[rec["fusion_seq"]]["detections"]
+                payload = json.dumps(rec).encode()
+            writer.add_message(channels[channel.id], message.log_time, payload, message.publish_time, message.sequence)
+        writer.finish()
+
+
+def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_path: Path) -> None:
+    run = tmp_path / "run.mcap"
+    seen = _record_tracked(run, other=None)
+    old = tmp_path / "old.mcap"
+    _as_format_3(run, old)
+    with DriveReader(old, strict=True) as reader:
+        assert reader.metadata[fmt.META_FORMAT] == "3"
+        (first, *_) = fusion_records(reader)
+        assert "tracker" not in first and set(first["digest"]) == {"outputs", "decisions", "detections", "tracker"}
+    config = load_config(PROFILE)
+    out = anyio.run(lambda: replay_as_recorded(old, config))
+    assert out.first is None, out.first
+    assert out.compared == out.equal == len(seen)
+    # its digests as recorded are what is compared (not derived: it holds no tracker state to derive one of)
+    wrong = tmp_path / "wrong.mcap"
+    _as_format_3(run, wrong, wrong_tracker=3)
+    out = anyio.run(lambda: replay_as_recorded(wrong, config))
+    assert out.first is not None and (out.first.seq, out.first.cause) == (3, "fusion")
+    assert out.first.detail == "the same detections but another tracker state"
