@@ -154,6 +154,9 @@ class RunRecorder:
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
         self._lock = threading.Lock()
         self._images: OrderedDict[int, tuple[bytes, str, int]] = OrderedDict()
+        #: The latest point samples handed to the writer per sensor (recorded name; the run threads', under
+        #: the lock, in the queue's order): what a frame's cloud is traced to in fusion's thread (see fused).
+        self._sweeps: dict[str, deque[PointCloudSample]] = {}
         self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
         self._frames = 0
         self._seq = 0  # the next frame's place in the fusion order
@@ -241,7 +244,14 @@ class RunRecorder:
                 self._images[id(sample.data)] = (sample.data, sample.sensor, sample.t_ns)
                 if len(self._images) > _IMAGES_REMEMBERED:
                     self._images.popitem(last=False)
-        self._put("sample", (sample, arrival_ns))
+            self._put("sample", (sample, arrival_ns))
+        elif isinstance(sample, PointCloudSample):
+            with self._lock:  # the sweeps remembered in the queue's order: the writer's record as fused() sees it
+                name = self._names.get(sample.sensor)
+                if self._put("sample", (sample, arrival_ns)) and name is not None:
+                    self._sweeps.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+        else:
+            self._put("sample", (sample, arrival_ns))
         self.hook_cpu_ns += time.thread_time_ns() - cpu0
 
     def ego(self, pose: EgoPose, arrival_ns: int) -> None:
@@ -269,13 +279,22 @@ class RunRecorder:
         tracker: Mapping[str, npt.NDArray[Any]] | None,
     ) -> None:  # fmt: skip
         """A frame fused in its turn ``seq``; ``tracker``: the tracker's state after it (copies), None without
-        one."""
+        one. Each accumulated cloud is traced here to the received sweeps it is made of (:func:`_traced`: a
+        few rows compared), so that the queue holds those sweeps (held anyway) instead of the cloud (~0.9 MB a
+        frame on the bundled drive, ~32 frames long: freed in bursts, its memory faulted in again and again);
+        a cloud not traced so is handed over as it is, for the writer's thorough search."""
+        samples: dict[str, Sample | _Traced | None] = dict(frame.samples)
         with self._lock:
             self._seq_of[frame.frame_id] = seq
-            raw = {
-                name: self._images.get(id(s.data)) for name, s in frame.samples.items() if isinstance(s, ImageSample)
-            }
-        self._put("fused", (seq, frame, results, detections, tracker, raw))
+            raw = {}
+            for name, s in frame.samples.items():
+                if isinstance(s, ImageSample):
+                    raw[name] = self._images.get(id(s.data))
+                elif isinstance(s, PointCloudSample):
+                    samples[name] = _traced(self._sweeps.get(name, ()), s) or s
+            # under the lock: the sweeps traced to are those queued before this frame (the writer's record then)
+            frame = dataclasses.replace(frame, samples={}, ground_truth=None)  # what the writer reads of it
+            self._put("fused", (seq, frame, results, detections, tracker, raw, samples))
 
     def predicted(self, seq: int, frame: Frame, detections: tuple[Detection3D, ...]) -> None:
         """A shed frame's prediction, taken in its fusion turn ``seq`` (Runtime.shed)."""
@@ -283,22 +302,23 @@ class RunRecorder:
             self._seq_of[frame.frame_id] = seq
         self._put("predicted", (seq, frame, detections))
 
-    def _put(self, kind: str, item: Any) -> None:
+    def _put(self, kind: str, item: Any) -> bool:
         """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
         woken once :data:`_WAKE_RESULTS` frames' results were handed over (or :data:`_WAKE_AT` items wait,
         at most half the queue: ~32 frames of the bundled drive): a wake-up per sample cost the run as much as
         writing it, and one a frame ~1.4x as much as one every ~32 (the writer's code and data cold each
         time). The items wait in memory meanwhile (their samples: ~0.6 MB a frame on the bundled drive;
-        bounded by the queue); :meth:`close` writes them all."""
+        bounded by the queue); :meth:`close` writes them all. False: the item was dropped."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
-            return
+            return False
         self._items.append((kind, item))
         if kind == "result":
             self._results_waiting += 1
         if self._results_waiting >= _WAKE_RESULTS or len(self._items) >= self._wake_at:
             self._results_waiting = 0
             self._wake.set()
+        return True
 
     # -- the writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -373,24 +393,27 @@ class RunRecorder:
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
         detections: tuple[Detection3D, ...], tracker: Mapping[str, npt.NDArray[Any]] | None,
-        raw: Mapping[str, tuple[bytes, str, int] | None],
+        raw: Mapping[str, tuple[bytes, str, int] | None], frame_samples: Mapping[str, Sample | _Traced | None],
     ) -> None:  # fmt: skip
         samples: dict[str, Any] = {}
-        for name, s in frame.samples.items():
+        for name, s in frame_samples.items():
             if s is None:
                 samples[name] = None
+            elif isinstance(s, _Traced):  # traced in fusion's thread (see fused), to sweeps written (checked)
+                samples[name] = s.entry(self._recent.get(name, ()))
             elif isinstance(s, PointCloudSample):
                 # A frame's cloud is the received sweep, then (accumulated) earlier sweeps moved into it: only
                 # the rows after the received sweep's are written again (the sweep is on its own topic).
-                base = self._received_prefix(name, s)
+                recent = self._recent.get(name, ())
+                base = _received_prefix(recent, s)
                 n0 = 0 if base is None else base.points.shape[0]
-                merged = self._merged(name, s, n0) if base is not None else None
+                merged = _merged(recent, s, n0) if base is not None else None
                 extra = merged is None and s.points.shape[0] > n0
                 if extra:  # rows the recording cannot rebuild: written as they are
                     writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": None if base is None else base.t_ns, "points": extra}
                 if merged:
-                    samples[name]["merged"] = merged
+                    samples[name]["merged"] = [m for _, m in merged]
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
@@ -471,60 +494,6 @@ class RunRecorder:
         tail = {"detections": len(r.detections), "digest": digest}
         writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
         self.stats["frames"] += 1
-
-    def _received_prefix(self, name: str, s: PointCloudSample) -> PointCloudSample | None:
-        """The received sweep (written on the sensor's topic) whose points begin the frame's cloud ``s``: the
-        very sample; or, for an accumulated cloud, the sweep of its stamp and row count (the accumulator's
-        contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a sample of
-        rows; else one of the same stamp (checked first) or not (a time base mapped the stamp), checked row
-        for row."""
-        recent = list(self._recent.get(name, ()))
-        same = next((r for r in reversed(recent) if r.points is s.points), None)
-        if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
-            return same
-        if s.merged_from:
-            n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
-            for r in reversed(recent):
-                if (
-                    r.t_ns == s.t_ns
-                    and r.points.shape == (n0, s.points.shape[1])
-                    and _spot_equal(r.points, s.points[:n0])
-                ):
-                    return r
-        recent.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
-        for r in recent[:4]:
-            n0 = r.points.shape[0]
-            fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
-            if fits and np.array_equal(r.points, s.points[:n0]):
-                return r
-        return None
-
-    def _merged(self, name: str, s: PointCloudSample, n0: int) -> list[dict[str, Any]] | None:
-        """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
-        earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
-        among those received by its stamp and row count (its measured columns checked on a sample of rows),
-        else by its row count and its measured columns; None when a sweep is not found."""
-        if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
-            return None
-        recent = self._recent.get(name, ())
-        out: list[dict[str, Any]] = []
-        start = n0
-        for t_ns, n, m in s.merged_from:
-            rows = s.points[start : start + n, 3:]
-            found = next(
-                (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
-                 and _spot_equal(r.points[:, 3:], rows)),
-                None,
-            ) or next(
-                (r for r in reversed(recent) if r.points.shape[0] == n and r.t_ns != s.t_ns
-                 and np.array_equal(r.points[:, 3:], rows)),
-                None,
-            )  # fmt: skip
-            if found is None:
-                return None
-            out.append({"raw_t_ns": found.t_ns, "t_ns": t_ns, "m": list(m)})
-            start += n
-        return out
 
     def _arrival(self, writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
         # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost; written
@@ -614,6 +583,102 @@ def _int(value: int | None) -> str:
 @functools.lru_cache(maxsize=256)
 def _quoted(name: str) -> str:
     return json.dumps(name)
+
+
+class _Traced:
+    """A frame's cloud traced to the received sweeps it is made of (in fusion's thread, :func:`_traced`): its
+    stamp, the sweep it begins with and the earlier sweeps merged into it with their entries, without the
+    cloud's rows (all of them are those sweeps')."""
+
+    __slots__ = ("base", "merged", "t_ns")
+
+    def __init__(
+        self, t_ns: int, base: PointCloudSample, merged: list[tuple[PointCloudSample, dict[str, Any]]]
+    ) -> None:
+        self.t_ns = t_ns
+        self.base = base
+        self.merged = merged
+
+    def entry(self, written: Sequence[PointCloudSample]) -> dict[str, Any]:
+        """The frame record's entry for the cloud, given the sweeps the writer wrote (``written``: its record of
+        the latest, the same as fusion's thread saw unless the drive format refused one: then the cloud's
+        rows are not in the recording, ``raw_t_ns`` None)."""
+        kept = {id(r.points) for r in written}
+        if any(id(r.points) not in kept for r in (self.base, *(f for f, _ in self.merged))):
+            return {"t_ns": self.t_ns, "raw_t_ns": None, "points": False}
+        out: dict[str, Any] = {"t_ns": self.t_ns, "raw_t_ns": self.base.t_ns, "points": False}
+        if self.merged:
+            out["merged"] = [m for _, m in self.merged]
+        return out
+
+
+def _traced(recent: Sequence[PointCloudSample], s: PointCloudSample) -> _Traced | None:
+    """``s`` traced to the sweeps of ``recent`` by the searches' first, quick steps (identity, a sample of rows)
+    alone, as the writer's would trace it; None when those do not find every sweep (then the writer's own,
+    thorough search decides, on the cloud itself)."""
+    base = _received_prefix(recent, s, thorough=False)
+    if base is None:
+        return None
+    merged = _merged(recent, s, base.points.shape[0], thorough=False)
+    return None if merged is None else _Traced(s.t_ns, base, merged)
+
+
+def _received_prefix(
+    recent: Sequence[PointCloudSample], s: PointCloudSample, *, thorough: bool = True
+) -> PointCloudSample | None:
+    """The received sweep (written on the sensor's topic; ``recent``: the latest, oldest first) whose points
+    begin the frame's cloud ``s``: the very sample; or, for an accumulated cloud, the sweep of its stamp and
+    row count (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first),
+    checked on a sample of rows; else (``thorough``) one of the same stamp (checked first) or not (a time
+    base mapped the stamp), checked row for row."""
+    same = next((r for r in reversed(recent) if r.points is s.points), None)
+    if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
+        return same
+    if s.merged_from:
+        n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
+        for r in reversed(recent):
+            if r.t_ns == s.t_ns and r.points.shape == (n0, s.points.shape[1]) and _spot_equal(r.points, s.points[:n0]):
+                return r
+    if not thorough:
+        return None
+    latest = list(recent)
+    latest.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
+    for r in latest[:4]:
+        n0 = r.points.shape[0]
+        fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
+        if fits and np.array_equal(r.points, s.points[:n0]):
+            return r
+    return None
+
+
+def _merged(
+    recent: Sequence[PointCloudSample], s: PointCloudSample, n0: int, *, thorough: bool = True
+) -> list[tuple[PointCloudSample, dict[str, Any]]] | None:
+    """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
+    earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
+    among those received (``recent``) by its stamp and row count (its measured columns checked on a sample
+    of rows), else (``thorough``) by its row count and its measured columns; None when a sweep is not found.
+    Each with the sweep found."""
+    if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
+        return None
+    out: list[tuple[PointCloudSample, dict[str, Any]]] = []
+    start = n0
+    for t_ns, n, m in s.merged_from:
+        rows = s.points[start : start + n, 3:]
+        found = next(
+            (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
+             and _spot_equal(r.points[:, 3:], rows)),
+            None,
+        ) or (next(
+            (r for r in reversed(recent) if r.points.shape[0] == n and r.t_ns != s.t_ns
+             and np.array_equal(r.points[:, 3:], rows)),
+            None,
+        ) if thorough else None)  # fmt: skip
+        if found is None:
+            return None
+        out.append((found, {"raw_t_ns": found.t_ns, "t_ns": t_ns, "m": list(m)}))
+        start += n
+    return out
 
 
 def _spot_equal(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> bool:
