@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -48,8 +49,12 @@ PROFILE = ROOT / "launch" / "replay.yaml"
 
 def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
-    frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats."""
+    frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
+    are handed over as fast as the loop goes, faster than any run: the queue is made long enough for all of
+    them (the default, 512, overflowed when the writer thread was not scheduled in time on a busy host;
+    the writer is still woken at 256 items waiting)."""
     config = load_config(PROFILE)
+    options = dataclasses.replace(options, queue_items=max(options.queue_items, 4096))
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
         rec = RunRecorder(path, options, ego_poses=tuple(reader.ego_poses()))
