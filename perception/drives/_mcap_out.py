@@ -87,9 +87,17 @@ class McapOut:
     index, statistics, summary offsets; no data-section CRC). ``compression``: "" (none), "lz4", "zstd";
     ``crcs``: each chunk's and the summary's CRC-32 (0 without)."""
 
-    def __init__(self, stream: IO[bytes], *, chunk_size: int, compression: str = "", crcs: bool = True) -> None:
+    def __init__(
+        self, stream: IO[bytes], *, chunk_size: int, compression: str = "", crcs: bool = True, drop_behind: int = 0
+    ) -> None:
         self._stream = stream
         self._fd = _fileno(stream)  # a file's descriptor: a chunk's pieces written with writev
+        #: ``drop_behind`` > 0: a file written once and not read back soon (a run recording): the pages more
+        #: than this many bytes behind its end are dropped from the page cache as the chunks are written
+        #: (:func:`os.posix_fadvise` ``DONTNEED``, which also starts their writeback), so that writing reuses
+        #: the pages it freed instead of filling memory with the file (fresh pages cost the kernel more).
+        self._drop_behind = drop_behind if self._fd is not None and hasattr(os, "posix_fadvise") else 0
+        self._dropped = 0  # the file's bytes already dropped from the page cache (from its start)
         self._chunk_size = chunk_size
         self._compression = compression
         self._compress = _compressor(compression)
@@ -239,6 +247,18 @@ class McapOut:
                 while rest:
                     rest = rest[os.write(fd, rest) :]
 
+    def _drop_written(self) -> None:
+        """Drop the file's pages up to :attr:`_drop_behind` behind its end from the page cache (advice: a
+        file system that refuses it is left alone from then on)."""
+        assert self._fd is not None
+        end = self._offset - self._drop_behind
+        try:
+            os.posix_fadvise(self._fd, 0, end, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            self._drop_behind = 0
+            return
+        self._dropped = end
+
     def _add_to_chunk(self, record: bytes) -> None:
         self._chunk.add((record,), len(record))
         if self._chunk.size > self._chunk_size:
@@ -277,6 +297,8 @@ class McapOut:
             at += len(records[-1])
         indices = b"".join(records)
         self._write(indices)
+        if self._drop_behind and self._offset - self._dropped >= 2 * self._drop_behind:
+            self._drop_written()
         self._chunk_indices.append(
             ChunkIndex(
                 message_start_time=chunk.start,

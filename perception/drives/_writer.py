@@ -46,6 +46,9 @@ LIBRARY = f"perception-fusion/{__version__}"
 
 #: Static topics (/tf_static, camera calibrations) are repeated this often so a seek in Foxglove finds them.
 STATIC_PERIOD_NS = 1_000_000_000
+#: A ``streaming`` writer's pages this far behind the file's end are dropped from the page cache (they are
+#: written back by then: the kernel starts their writeback when it is told to drop them, one step earlier).
+STREAMING_BEHIND = 16 * 2**20
 
 _COMPRESSION = {"zstd": "zstd", "lz4": "lz4", "none": ""}  # MCAP's names of the chunk compressions
 _RESERVED_TOPICS = (codec.TF_STATIC_TOPIC, codec.TF_TOPIC, codec.EGO_TOPIC, codec.GROUND_TRUTH_TOPIC)
@@ -110,7 +113,10 @@ class DriveWriter:
     ``compression`` is ``"zstd"`` (falls back to lz4, then none, if the codec is missing), ``"lz4"``
     or ``"none"``. ``crcs``: each chunk's and the summary's CRC-32 (MCAP's integrity check); without them
     (0: "not computed", which readers skip) writing costs less CPU (zlib's CRC runs at ~2.5 GB/s here: about
-    0.2 ms per lidar sweep), for a file whose writing must stay cheap (a run recording). If the ``with``
+    0.2 ms per lidar sweep), for a file whose writing must stay cheap (a run recording). ``streaming``: a
+    file written once and not read back soon (a run recording): what was written more than
+    :data:`STREAMING_BEHIND` bytes ago is dropped from the page cache as it goes, so that a long recording
+    neither fills the host's memory nor makes the kernel take fresh pages for every write. If the ``with``
     body raises, the file is still finished (what was written stays readable) and the exception propagates.
     """
 
@@ -123,6 +129,7 @@ class DriveWriter:
         compression: str = "zstd",
         chunk_size: int = 4 * 1024 * 1024,
         crcs: bool = True,
+        streaming: bool = False,
     ) -> None:
         self.path = Path(path)
         file = str(self.path)
@@ -150,7 +157,7 @@ class DriveWriter:
         self._own_topics: set[str] = set()
         self._extra_kinds: dict[str, str] = {}  # topic -> point kind, of add_points_channel's channels
         try:
-            self._mcap = self._open_mcap(compression, chunk_size, crcs)
+            self._mcap = self._open_mcap(compression, chunk_size, crcs, STREAMING_BEHIND if streaming else 0)
             self._mcap.start(profile="", library=LIBRARY)
             self._mcap.add_metadata(codec.RIG_METADATA, codec.encode_rig(list(self._rig.values())))
             self._mcap.add_metadata(codec.DRIVE_METADATA, dict(sorted(meta.items())))
@@ -334,11 +341,17 @@ class DriveWriter:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _open_mcap(self, compression: str, chunk_size: int, crcs: bool) -> McapOut:
+    def _open_mcap(self, compression: str, chunk_size: int, crcs: bool, drop_behind: int) -> McapOut:
         order = {"zstd": ["zstd", "lz4", "none"], "lz4": ["lz4", "none"], "none": ["none"]}[compression]
         for name in order:
             try:
-                return McapOut(self._file, chunk_size=chunk_size, compression=_COMPRESSION[name], crcs=crcs)
+                return McapOut(
+                    self._file,
+                    chunk_size=chunk_size,
+                    compression=_COMPRESSION[name],
+                    crcs=crcs,
+                    drop_behind=drop_behind,
+                )
             except UnsupportedCompressionError:
                 log.warning("%s: %s compression unavailable, trying the next codec", self.path, name)
         raise AssertionError("'none' compression is always available")  # pragma: no cover

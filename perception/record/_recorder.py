@@ -67,7 +67,9 @@ class RecordOptions:
     at most ``max_segments`` of them kept (the oldest deleted; 0 keeps all). ``queue_items``: items waiting
     for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' ("none": lz4
     or zstd cost the run more CPU than the bytes they save; float32 sweeps hardly compress). The chunks
-    carry no CRC either (``DriveWriter(crcs=False)``): the recording's cost is the run's."""
+    carry no CRC either (``DriveWriter(crcs=False)``): the recording's cost is the run's. A segment is written
+    streaming (``DriveWriter(streaming=True)``): what it wrote 16 MB ago leaves the page cache, so a long
+    recording does not fill the host's memory."""
 
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8
@@ -514,7 +516,9 @@ class RunRecorder:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
         meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
-        writer = DriveWriter(path, self._rig, metadata=meta, compression=self.options.compression, crcs=False)
+        writer = DriveWriter(
+            path, self._rig, metadata=meta, compression=self.options.compression, crcs=False, streaming=True
+        )
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
         writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +89,51 @@ def test_a_file_gets_the_same_bytes_as_a_stream(tmp_path: Path, compression: str
     assert path.read_bytes() == stream.getvalue()
     reader = make_reader(io.BytesIO(stream.getvalue()), validate_crcs=True)
     assert [len(m.data) for _, _, m in reader.iter_messages()] == [len(p) + len(p) // 4 * 4 for p in payloads]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_a_streaming_file_drops_what_it_wrote_from_the_page_cache_and_writes_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # drop_behind: the pages more than that far behind the end leave the page cache as chunks are written (a
+    # run recording); the file is the library's, byte for byte, and a file system refusing the advice is
+    # left alone (the file still written whole)
+    calls: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append((offset, length, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    rng = np.random.default_rng(1)
+    payloads = [rng.integers(0, 255, 50_000, dtype=np.uint8).tobytes() for _ in range(40)]
+
+    def write(path: Path, drop_behind: int) -> McapOut:
+        with path.open("wb") as f:
+            out = McapOut(f, chunk_size=100_000, drop_behind=drop_behind)
+            out.start(profile="", library="test/1")
+            out.register_channel("/t", "raw", 0)
+            for i, p in enumerate(payloads):
+                out.add_message(channel_id=1, log_time=i, data=p, publish_time=i)
+            out.finish()
+        return out
+
+    write(tmp_path / "plain.mcap", 0)
+    assert calls == []
+    write(tmp_path / "streamed.mcap", 300_000)
+    assert (tmp_path / "streamed.mcap").read_bytes() == (tmp_path / "plain.mcap").read_bytes()
+    assert len(calls) >= 2 and all(c[0] == 0 and c[2] == os.POSIX_FADV_DONTNEED for c in calls)
+    ends = [c[1] for c in calls]
+    size = (tmp_path / "plain.mcap").stat().st_size
+    assert ends == sorted(ends) and ends[-1] <= size - 300_000  # never the last 300 kB: behind the end
+
+    def refuse(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append((offset, length, advice))
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    calls.clear()
+    write(tmp_path / "refused.mcap", 300_000)
+    assert len(calls) == 1  # tried once, then left alone
+    assert (tmp_path / "refused.mcap").read_bytes() == (tmp_path / "plain.mcap").read_bytes()
