@@ -20,6 +20,8 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
   threads (handing samples, poses and results over, the tracker state's copy) per frame: the cost its own
   counters see (``direct_share``: their sum over the plain client);
+* ``writer_system_share``: the kernel's part of the writer's CPU in the window (10 ms ticks): its file
+  writes, the page cache's pages allocated and the payloads copied into them;
 * ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with
   ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame;
 * ``bytes_per_s``: the recording's size over the drive's duration.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import sys
 import tempfile
@@ -74,7 +77,7 @@ class _Window(RunObserver):
     def __init__(self, recorder: RunRecorder | None) -> None:
         self.recorder = recorder
         self.results = 0
-        self.marks: list[tuple[float, int, float]] = []
+        self.marks: list[tuple[float, int, float, float]] = []
 
     def begin(self, session: Session) -> None:
         if self.recorder is not None:
@@ -99,15 +102,18 @@ class _Window(RunObserver):
             self.marks[self.results > WARMUP :] = [_mark(self.recorder is not None)]
 
 
-def _mark(recording: bool) -> tuple[float, int, float]:
-    """The process's CPU (ms), its minor page faults and the recorder's writer thread's CPU (ms) so far."""
+def _mark(recording: bool) -> tuple[float, int, float, float]:
+    """The process's CPU (ms), its minor page faults, and the recorder's writer thread's CPU and the system
+    (kernel) part of it (ms) so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    writer = 0.0
+    writer = system = 0.0
     if recording:
         (tid,) = [t.native_id for t in threading.enumerate() if t.name == "run-recorder"]
         with open(f"/proc/self/task/{tid}/schedstat") as f:  # its time on the CPU, ns
             writer = int(f.read().split()[0]) / 1e6
-    return 1e3 * (usage.ru_utime + usage.ru_stime), usage.ru_minflt, writer
+        with open(f"/proc/self/task/{tid}/stat") as f:  # stime: the 13th field after the name, clock ticks
+            system = int(f.read().rsplit(")", 1)[1].split()[12]) * 1e3 / os.sysconf("SC_CLK_TCK")
+    return 1e3 * (usage.ru_utime + usage.ru_stime), usage.ru_minflt, writer, system
 
 
 def _run(recorder: RunRecorder | None) -> dict[str, float]:
@@ -115,7 +121,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
     window = _Window(recorder)
     outcome = anyio.run(lambda: replay_drive(DRIVE, config, options, observer=window))
-    (cpu0, faults0, _), (cpu1, faults1, writer1) = window.marks
+    (cpu0, faults0, writer0, system0), (cpu1, faults1, writer1, system1) = window.marks
     after = 0.0
     if recorder is not None:
         recorder.close()  # the frames still queued at the last result, written now: counted in the window
@@ -127,6 +133,8 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
         "window_frames": n,
         "client_cpu_ms": (cpu1 - cpu0 + after) / n,
         "minor_faults": (faults1 - faults0) / n,
+        "writer_window_cpu_ms": (writer1 - writer0) / n,
+        "writer_window_system_ms": (system1 - system0) / n,
     }
 
 
@@ -184,6 +192,9 @@ def main() -> None:
             round(max(r["writer_cpu_ms"] for r in recorded), 3),
         ],
         "hook_cpu_ms_per_frame": round(hook, 3),
+        "writer_system_share": round(
+            float(np.median([r["writer_window_system_ms"] / max(1e-9, r["writer_window_cpu_ms"]) for r in recorded])), 2
+        ),
         "direct_share": round((writer + hook) / client, 4),
         "minor_faults_per_frame": {
             "plain": round(float(np.median([r["minor_faults"] for r in plain]))),
