@@ -155,7 +155,7 @@ class DriveWriter:
             raise DriveError(f"chunk_size must be positive, got {chunk_size}", file=file)
         try:
             direct = DirectFile.open(self.path) if streaming else None
-            self._file: IO[bytes] | DirectFile = direct or open(self.path, "wb")  # noqa: SIM115 - close() closes it
+            self._file: IO[bytes] | DirectFile = direct if direct is not None else open(self.path, "wb")  # noqa: SIM115
         except OSError as exc:
             raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
         drop_behind = STREAMING_BEHIND if streaming and direct is None else 0  # no page cache to drop from

@@ -237,3 +237,16 @@ def test_a_full_disk_at_the_last_block_names_the_file_and_closes_it(
         w.close()
     assert str(path) in str(info.value)
     assert fds and all(_closed(fd) for fd in fds)
+
+
+def test_a_full_disk_while_the_drive_is_created_names_the_file_and_removes_it(
+    direct_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # metadata of more than a block: the streaming file writes its first block while the drive is created
+    fds = _failing_disk(monkeypatch)
+    path = direct_dir / "full-at-open.mcap"
+    with pytest.raises(DriveError, match="cannot create drive: No space left") as info:
+        DriveWriter(path, [], metadata={"notes": "x" * (2 * BLOCK)}, streaming=True)
+    assert str(path) in str(info.value)
+    assert fds and all(_closed(fd) for fd in fds)
+    assert not path.exists()
