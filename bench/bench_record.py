@@ -21,7 +21,8 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   threads (handing samples, poses and results over, the tracker state's copy) per frame: the cost its own
   counters see (``direct_share``: their sum over the plain client);
 * ``writer_system_share``: the kernel's part of the writer's CPU in the window (10 ms ticks): its file
-  writes, the page cache's pages allocated and the payloads copied into them;
+  writes (the segments are written with ``O_DIRECT``: hardly any; written buffered, where the file system
+  refuses it, the page cache's pages allocated and the payloads copied into them);
 * ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with
   ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame;
 * ``bytes_per_s``: the recording's size over the drive's duration.

@@ -16,8 +16,8 @@ import io
 import os
 import struct
 import zlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from mcap.data_stream import RecordBuilder
 from mcap.exceptions import UnsupportedCompressionError
@@ -35,10 +35,23 @@ from mcap.records import (
     SummaryOffset,
 )
 
-__all__ = ["Buffer", "McapOut"]
+__all__ = ["Buffer", "McapOut", "Stream"]
 
 #: A message's bytes: one buffer, or pieces written one after another (a header, then a payload).
 Buffer = bytes | bytearray | memoryview
+
+
+class Stream(Protocol):
+    """Where :class:`McapOut` writes: a binary file or stream (a file's descriptor, when it has one, takes a
+    chunk's pieces with ``writev``), or a :class:`~perception.drives._direct.DirectFile`."""
+
+    def write(self, data: Buffer, /) -> int: ...
+
+    def writelines(self, pieces: Iterable[Buffer], /) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 MAGIC = b"\x89MCAP0\r\n"
 _MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequence, log time, publish time
 _OP_MESSAGE = int(Opcode.MESSAGE)
@@ -88,7 +101,7 @@ class McapOut:
     ``crcs``: each chunk's and the summary's CRC-32 (0 without)."""
 
     def __init__(
-        self, stream: IO[bytes], *, chunk_size: int, compression: str = "", crcs: bool = True, drop_behind: int = 0
+        self, stream: Stream, *, chunk_size: int, compression: str = "", crcs: bool = True, drop_behind: int = 0
     ) -> None:
         self._stream = stream
         self._fd = _fileno(stream)  # a file's descriptor: a chunk's pieces written with writev
@@ -321,11 +334,13 @@ def _message_index(channel_id: int, entries: list[int]) -> bytes:
     return struct.pack(f"<BQHI{n}Q", _OP_MESSAGE_INDEX, 6 + 8 * n, channel_id, 8 * n, *entries)
 
 
-def _fileno(stream: IO[bytes]) -> int | None:
-    """``stream``'s file descriptor when it is a file's (a ``BytesIO`` has none)."""
+def _fileno(stream: Stream) -> int | None:
+    """``stream``'s file descriptor when it is a file's (a ``BytesIO`` has none, nor a ``DirectFile``: it
+    stages what it is given)."""
+    fileno = getattr(stream, "fileno", None)
     try:
-        return stream.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None if fileno is None else int(fileno())
+    except (OSError, io.UnsupportedOperation):
         return None
 
 

@@ -7,6 +7,7 @@ compression is a pure function of the bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -25,6 +26,7 @@ from mcap_protobuf.schema import build_file_descriptor_set
 from perception import __version__
 from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
+from perception.drives._direct import DirectFile
 from perception.drives._mcap_out import Buffer, McapOut
 from perception.errors import DriveError
 from perception.kinds import known_kinds
@@ -46,8 +48,9 @@ LIBRARY = f"perception-fusion/{__version__}"
 
 #: Static topics (/tf_static, camera calibrations) are repeated this often so a seek in Foxglove finds them.
 STATIC_PERIOD_NS = 1_000_000_000
-#: A ``streaming`` writer's pages this far behind the file's end are dropped from the page cache (they are
-#: written back by then: the kernel starts their writeback when it is told to drop them, one step earlier).
+#: A ``streaming`` writer's pages this far behind the file's end are dropped from the page cache, where it
+#: writes buffered (a file system refusing ``O_DIRECT``): they are written back by then (the kernel starts
+#: their writeback when it is told to drop them, one step earlier).
 STREAMING_BEHIND = 16 * 2**20
 
 _COMPRESSION = {"zstd": "zstd", "lz4": "lz4", "none": ""}  # MCAP's names of the chunk compressions
@@ -114,10 +117,14 @@ class DriveWriter:
     or ``"none"``. ``crcs``: each chunk's and the summary's CRC-32 (MCAP's integrity check); without them
     (0: "not computed", which readers skip) writing costs less CPU (zlib's CRC runs at ~2.5 GB/s here: about
     0.2 ms per lidar sweep), for a file whose writing must stay cheap (a run recording). ``streaming``: a
-    file written once and not read back soon (a run recording): what was written more than
-    :data:`STREAMING_BEHIND` bytes ago is dropped from the page cache as it goes, so that a long recording
-    neither fills the host's memory nor makes the kernel take fresh pages for every write. If the ``with``
-    body raises, the file is still finished (what was written stays readable) and the exception propagates.
+    file written once and not read back soon (a run recording): written past the page cache (``O_DIRECT``,
+    through a block-aligned staging buffer: the device reads the data from memory, the kernel neither
+    allocates pages nor copies into them; the same bytes, the last block padded and truncated at
+    :meth:`close`); where the platform or the file system refuses ``O_DIRECT``, written buffered and what
+    was written more than :data:`STREAMING_BEHIND` bytes ago is dropped from the page cache as it goes, so
+    that a long recording neither fills the host's memory nor makes the kernel take fresh pages for every
+    write. A streaming file's last part block reaches the file at :meth:`close` only. If the ``with`` body
+    raises, the file is still finished (what was written stays readable) and the exception propagates.
     """
 
     def __init__(
@@ -147,9 +154,11 @@ class DriveWriter:
         if chunk_size <= 0:
             raise DriveError(f"chunk_size must be positive, got {chunk_size}", file=file)
         try:
-            self._file: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+            direct = DirectFile.open(self.path) if streaming else None
+            self._file: IO[bytes] | DirectFile = direct if direct is not None else open(self.path, "wb")  # noqa: SIM115
         except OSError as exc:
             raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
+        drop_behind = STREAMING_BEHIND if streaming and direct is None else 0  # no page cache to drop from
         self._state = Lifetime.OPENED
         self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
         self._counters: dict[str, int] = {}
@@ -157,15 +166,18 @@ class DriveWriter:
         self._own_topics: set[str] = set()
         self._extra_kinds: dict[str, str] = {}  # topic -> point kind, of add_points_channel's channels
         try:
-            self._mcap = self._open_mcap(compression, chunk_size, crcs, STREAMING_BEHIND if streaming else 0)
+            self._mcap = self._open_mcap(compression, chunk_size, crcs, drop_behind)
             self._mcap.start(profile="", library=LIBRARY)
             self._mcap.add_metadata(codec.RIG_METADATA, codec.encode_rig(list(self._rig.values())))
             self._mcap.add_metadata(codec.DRIVE_METADATA, dict(sorted(meta.items())))
             self._register_channels()
             self._own_topics = set(self._channels)
-        except BaseException:
-            self._file.close()
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                self._file.close()
             self.path.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # a streaming file writes its first blocks as soon as they are staged
+                raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
             raise
 
     # -- public API --------------------------------------------------------------------------------
@@ -325,11 +337,12 @@ class DriveWriter:
             if self._next_static_ns is None:  # nothing written: still record the rig's static data
                 self._maybe_write_static(0)
             self._mcap.finish()
+            self._file.close()  # a direct file's last block written here
         except OSError as exc:
             raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
         finally:
             self._state = Lifetime.CLOSED
-            self._file.close()
+            self._file.close()  # closed whatever happened (again: nothing)
 
     def __enter__(self) -> DriveWriter:
         return self

@@ -68,8 +68,9 @@ class RecordOptions:
     for the writer before new ones are dropped (counted). ``compression``: the MCAP chunks' ("none": lz4
     or zstd cost the run more CPU than the bytes they save; float32 sweeps hardly compress). The chunks
     carry no CRC either (``DriveWriter(crcs=False)``): the recording's cost is the run's. A segment is written
-    streaming (``DriveWriter(streaming=True)``): what it wrote 16 MB ago leaves the page cache, so a long
-    recording does not fill the host's memory."""
+    streaming (``DriveWriter(streaming=True)``): past the page cache (``O_DIRECT``; where the file system refuses
+    it, buffered and what it wrote 16 MB ago dropped from the page cache), so a long recording does not fill
+    the host's memory and the kernel copies nothing."""
 
     segment_bytes: int = 256 * 2**20
     max_segments: int = 8

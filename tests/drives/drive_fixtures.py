@@ -89,12 +89,13 @@ def write_drive(
     ground_truth: bool = True,
     seed: int = 0,
     crcs: bool = True,
+    streaming: bool = False,
 ) -> Written:
     rng = np.random.default_rng(seed)
     rig = make_rig()
     out = Written(path, rig, metadata={"seed": str(seed), "generator": "tests"})
     with DriveWriter(
-        path, rig, metadata=out.metadata, chunk_size=chunk_size, compression=compression, crcs=crcs
+        path, rig, metadata=out.metadata, chunk_size=chunk_size, compression=compression, crcs=crcs, streaming=streaming
     ) as w:
         for i in range(frames):
             t = T0 + i * PERIOD
