@@ -21,7 +21,7 @@ from mcap.writer import CompressionType, Writer
 
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.record import RunRecorder, _recorder, replay_as_recorded
+from perception.record import RecordOptions, RunRecorder, _recorder, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
     decisions_digest,
@@ -71,11 +71,13 @@ def _result(name: str, sample: Sample | None, t_ns: int) -> SensorResult:
 
 def _record_tracked(path: Path, frames: int = 20, other: int | None = OTHER) -> Seen:
     """``frames`` frames of the bundled drive fused by a real tracking fusion stage and recorded; frame
-    :data:`SHED` shed (its prediction), frame ``other`` delivering only its first detection."""
+    :data:`SHED` shed (its prediction), frame ``other`` delivering only its first detection. The samples are
+    handed over as fast as the loop goes, faster than any run: the queue is long enough for all of them (the
+    default, 512, overflowed once when the writer was not scheduled in time on a busy host)."""
     seen: Seen = []
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(load_config(PROFILE), reader.source)
-        with RunRecorder(path, ego_poses=tuple(reader.ego_poses())) as rec:
+        with RunRecorder(path, RecordOptions(queue_items=4096), ego_poses=tuple(reader.ego_poses())) as rec:
             rec.begin(session)
             fusion = rec.fusion(session.fusion())
             assert isinstance(fusion, TrackingStage)
