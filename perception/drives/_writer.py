@@ -104,6 +104,8 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
 
 
 def _check_time(t_ns: int, what: str, file: str, topic: str) -> int:
+    if type(t_ns) is int and 0 <= t_ns <= _MAX_U64:  # the usual case, in two checks (a bool is not an int's type)
+        return t_ns
     if isinstance(t_ns, bool) or not isinstance(t_ns, int | np.integer) or not 0 <= int(t_ns) <= _MAX_U64:
         raise DriveError(f"{what} t_ns must be an integer in [0, 2^64), got {t_ns!r}", file=file, topic=topic)
     return int(t_ns)
@@ -192,9 +194,7 @@ class DriveWriter:
         if plan is None:
             raise DriveError("sample from a sensor not in the rig", file=str(self.path), sensor=sample.sensor)
         spec, image, fields = plan
-        t = sample.t_ns
-        if type(t) is not int or not 0 <= t <= _MAX_U64:
-            t = _check_time(t, "sample", str(self.path), spec.topic)
+        t = _check_time(sample.t_ns, "sample", str(self.path), spec.topic)
         if sample.frame_id != spec.frame_id:
             raise DriveError(
                 f"sample frame_id {sample.frame_id!r} differs from the rig's {spec.frame_id!r}",
@@ -240,9 +240,7 @@ class DriveWriter:
         counters, add = self._counters, self._mcap.add_message
         try:
             for pose in poses:
-                t = pose.t_ns
-                if type(t) is not int or not 0 <= t <= _MAX_U64:
-                    t = _check_time(t, "ego pose", str(self.path), codec.EGO_TOPIC)
+                t = _check_time(pose.t_ns, "ego pose", str(self.path), codec.EGO_TOPIC)
                 self._maybe_write_static(t)
                 for (topic, channel_id), data in zip(channels, codec.encode_ego_pose_parts(pose), strict=True):
                     seq = counters.get(topic, 0) & _MAX_U32
