@@ -1,4 +1,5 @@
-"""Helpers of the recording tests: the bundled drive, a command in a fresh interpreter, a channel's records."""
+"""Helpers of the recording tests: the bundled drive and its replay profile, a command in a fresh interpreter, a
+channel's records."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from perception.record._replay import fusion_records
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+REPLAY_PROFILE = ROOT / "launch" / "replay.yaml"  # the profile `perception replay` uses by default
 
 
 def fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
+from record_helpers import DRIVE, REPLAY_PROFILE
 
 from perception.config import load_config
 from perception.drives import DriveReader
@@ -44,9 +45,6 @@ from perception.types import (
     Transform,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
-PROFILE = ROOT / "launch" / "replay.yaml"
 SHED = 7  # the frame shed (the tracker's prediction in its turn)
 OTHER = 5  # the frame delivering other detections than fusion gave it
 
@@ -76,7 +74,7 @@ def _record_tracked(path: Path, frames: int = 20, other: int | None = OTHER) -> 
     default, 512, overflowed once when the writer was not scheduled in time on a busy host)."""
     seen: Seen = []
     with DriveReader(DRIVE) as reader:
-        session = Session.assemble(load_config(PROFILE), reader.source)
+        session = Session.assemble(load_config(REPLAY_PROFILE), reader.source)
         with RunRecorder(path, RecordOptions(queue_items=4096), ego_poses=tuple(reader.ego_poses())) as rec:
             rec.begin(session)
             fusion = rec.fusion(session.fusion())
@@ -190,7 +188,7 @@ def test_a_corrupted_tracker_state_is_a_located_tracker_divergence(tmp_path: Pat
     row, column = 1, 2
     blob[at + len(data[seq]) - table.nbytes + 8 * (row * table.shape[1] + column) + 7] ^= 0x40  # an exponent bit
     run.write_bytes(bytes(blob))
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(PROFILE)))
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.first is not None and out.first.seq == seq and out.first.cause == "fusion", out.first
     assert f"another tracker state: 'table' row {row}, column {column}: " in out.first.detail
     assert out.diverged == Counter({"fusion": 1}) and out.equal == out.compared - 1  # that frame only
@@ -270,7 +268,7 @@ def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_p
         assert reader.metadata[fmt.META_FORMAT] == "3"
         (first, *_) = fusion_records(reader)
         assert "tracker" not in first and set(first["digest"]) == {"outputs", "decisions", "detections", "tracker"}
-    config = load_config(PROFILE)
+    config = load_config(REPLAY_PROFILE)
     out = anyio.run(lambda: replay_as_recorded(old, config))
     assert out.first is None, out.first
     assert out.compared == out.equal == len(seen)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from record_helpers import DRIVE, REPLAY_PROFILE
 
 from perception._lifetime import Lifetime
 from perception.config import load_config
@@ -42,10 +43,6 @@ from perception.types import (
     SensorStatus,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
-PROFILE = ROOT / "launch" / "replay.yaml"
-
 
 def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
@@ -53,7 +50,7 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str
     are handed over as fast as the loop goes, faster than any run: the queue is made long enough for all of
     them (the default, 512, overflowed when the writer thread was not scheduled in time on a busy host;
     the writer is still woken at 256 items waiting)."""
-    config = load_config(PROFILE)
+    config = load_config(REPLAY_PROFILE)
     options = dataclasses.replace(options, queue_items=max(options.queue_items, 4096))
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
@@ -88,7 +85,7 @@ def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None
     run = tmp_path / "run.mcap"
     segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
     assert segments >= 3 and sorted(p.name for p in tmp_path.iterdir())[:2] == ["run-0001.mcap", "run-0002.mcap"]
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(PROFILE)))
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.first is None, out.first
     assert out.segments == segments and out.compared == 27 and out.equal == 27
     shed = [r for r in out.results if r.status is FrameStatus.DROPPED]
@@ -108,7 +105,7 @@ def test_a_frame_s_accumulated_cloud_is_traced_in_its_turn_not_held_for_the_writ
     # An accumulated cloud (the received sweep, earlier sweeps moved into it) is traced to the received
     # sweeps in fusion's turn: the queue holds those sweeps (written anyway), not the cloud (their rows again,
     # ~0.9 MB a frame on the bundled drive) until the writer is woken; the record is the same
-    config = load_config(PROFILE)
+    config = load_config(REPLAY_PROFILE)
     clouds: list[weakref.ref[Any]] = []
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
@@ -148,7 +145,7 @@ def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> 
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=2))
     assert not run.exists() and len(list(tmp_path.iterdir())) == 2  # bounded: the oldest deleted
     with pytest.raises(DriveError, match="segment 0 of the recording is gone"):
-        anyio.run(lambda: replay_as_recorded(run, load_config(PROFILE)))
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
 
 
 def _det(x: float) -> Detection3D:
@@ -275,7 +272,7 @@ def test_digests_are_stable_across_versions() -> None:
 def _record_fused(path: Path, results: dict[str, SensorResult], dets: list[Detection3D]) -> None:
     """One frame fused (the given outputs and detections) and delivered, recorded into ``path``."""
     with DriveReader(DRIVE) as reader:
-        session = Session.assemble(load_config(PROFILE), reader.source)
+        session = Session.assemble(load_config(REPLAY_PROFILE), reader.source)
     with RunRecorder(path) as rec:
         rec.begin(session)
         frame = Frame(7, 1_000_000, {})
