@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import math
+import time
 import weakref
 from collections import Counter
 from pathlib import Path
@@ -47,11 +47,11 @@ from perception.types import (
 def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
     frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
-    are handed over as fast as the loop goes, faster than any run: the queue is made long enough for all of
-    them (the default, 512, overflowed when the writer thread was not scheduled in time on a busy host;
-    the writer is still woken at 256 items waiting)."""
+    are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
+    waiting), the loop waits for it to have taken them all (:func:`_drained`), as a run's pace lets it: the
+    queue neither overflows nor is the writer woken again mid-drain, however late it is scheduled on a busy
+    host (a queue of 512 overflowed, one of 4096 counted a wake more)."""
     config = load_config(REPLAY_PROFILE)
-    options = dataclasses.replace(options, queue_items=max(options.queue_items, 4096))
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
         rec = RunRecorder(path, options, ego_poses=tuple(reader.ego_poses()))
@@ -63,6 +63,7 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str
             n = 0
             for sample in reader.samples():
                 rec.sample(sample, 1_000 + sample.t_ns)
+                _drained(rec)
                 for frame in assembler.push(sample):
                     if n >= frames:
                         break
@@ -79,6 +80,17 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str
                     n += 1
         assert not any(k.startswith("dropped_") for k in rec.stats), rec.stats
         return rec.stats
+
+
+def _drained(rec: RunRecorder, timeout_s: float = 120.0) -> None:
+    """When the items waiting have woken the recorder's writer, wait until it has taken them all (a watchdog:
+    ``timeout_s``)."""
+    if len(rec._items) < rec._wake_at:
+        return
+    deadline = time.monotonic() + timeout_s
+    while rec._items:
+        assert time.monotonic() < deadline, "the recorder's writer took no item for 120 s"
+        time.sleep(0.001)
 
 
 def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None:
