@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
+from perception._allocator import freed_memory_kept
 from perception.config import RuntimeConfig, ServerConfig
 from perception.errors import PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
@@ -193,6 +194,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         stack = contextlib.AsyncExitStack()
         try:
             stack.enter_context(client_thread_limits())  # the client's BLAS/OpenMP pools (_threads.py)
+            stack.enter_context(freed_memory_kept())  # malloc reuses the frames' freed arrays (perception._allocator)
             if self._client is None:
                 self._client = await self._open_client(stack)
             if self._check_models:

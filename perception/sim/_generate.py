@@ -8,16 +8,13 @@ machine; across CPU models see :mod:`perception.sim._precision`).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import platform
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
@@ -25,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from perception._allocator import freed_memory_kept, keep_freed_memory
 from perception._progress import Progress
 from perception.errors import ConfigError
 from perception.kinds import kind_def
@@ -201,51 +199,9 @@ class Simulator:
 
 _WORKER: dict[str, Any] = {}
 
-# glibc mallopt parameters
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def _glibc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:  # pragma: no cover - no C library handle
-        return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
-def _keep_freed_memory(keep: bool = True) -> None:
-    """Let glibc's malloc reuse freed memory instead of returning it to the kernel: every sample
-    allocates and frees ~MB-sized arrays, and by default each one is a fresh ``mmap`` whose pages
-    fault in one by one (a third of a lidar sweep's CPU time). The pool stays at the process's peak
-    use (a few hundred MB at most). ``keep=False`` restores glibc's initial thresholds and gives the
-    pool back. No-op off glibc."""
-    libc = _glibc()
-    if libc is None:
-        return
-    if keep:
-        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's maximum for the mmap threshold
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
-    else:
-        libc.mallopt(_M_MMAP_THRESHOLD, 128 << 10)
-        libc.mallopt(_M_TRIM_THRESHOLD, 128 << 10)
-        libc.malloc_trim(0)
-
-
-@contextmanager
-def _freed_memory_kept() -> Iterator[None]:
-    """:func:`_keep_freed_memory` in the calling process while a drive is written (the writer, and
-    the sensors when they run in-process), then glibc's initial settings again."""
-    _keep_freed_memory(True)
-    try:
-        yield
-    finally:
-        _keep_freed_memory(False)
-
 
 def _worker_init(scenario: Scenario, seed: int, duration_s: float, rig: RigConfig) -> None:
-    _keep_freed_memory()
+    keep_freed_memory()  # this worker's life (perception._allocator)
     if "sim" not in _WORKER:  # forked workers inherit the parent's simulator
         _WORKER["sim"] = Simulator(scenario, seed=seed, duration_s=duration_s, rig=rig)
 
@@ -409,7 +365,7 @@ def generate_drive(
     producer = _Producer(sim, events, n_workers)
     samples = iter(producer)
     try:
-        with _freed_memory_kept(), DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
+        with freed_memory_kept(), DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
             for t, kind, _, name, k in events:
                 if kind == _EGO:
                     writer.write_ego_pose(sim.ego_pose(t))
