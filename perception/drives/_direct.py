@@ -102,9 +102,22 @@ class DirectFile:
         return len(view)
 
     def writelines(self, pieces: Iterable[_Buffer]) -> None:
-        """Stage ``pieces`` one after another and write the whole blocks staged."""
+        """Stage ``pieces`` one after another and write the whole blocks staged. A chunk's pieces (~60 a frame
+        of a recording: headers, payloads) are copied here, inline, while they fit (a call a piece cost more
+        than most pieces' copy), the others by :meth:`_put`."""
+        buf, fill = self._buf, self._fill
+        room = len(buf)
         for piece in pieces:
-            self._put(_bytes(piece))
+            view = piece if type(piece) is bytes else _bytes(piece)
+            n = len(view)
+            if fill + n <= room:
+                buf[fill : fill + n] = view
+                fill += n
+            else:
+                self._fill = fill
+                self._put(_bytes(view))
+                fill = self._fill
+        self._fill = fill
         self._write_blocks()
 
     def flush(self) -> None:
