@@ -327,6 +327,34 @@ def test_a_frame_s_numbers_are_recorded_binary_and_read_back_bit_for_bit(tmp_pat
     assert digest["detections"] == detections_digest(dets)
 
 
+def test_a_format_4_replay_checks_no_recorded_outputs_against_a_digest_of_themselves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # format 4 derives the outputs digest from the very outputs the replay reads: a check that could not fail,
+    # at a digest of every output a frame, is not made; formats 1-3 recorded theirs, and it is
+    from perception.record import _replay
+
+    results = {"lidar_top": SensorResult("lidar_top", SensorStatus.OK, outputs={"X": np.ones(3, np.float32)})}
+    dets = [_det(1.0), _det(2.0)]
+    run = tmp_path / "run.mcap"
+    _record_fused(run, results, dets)
+    with DriveReader(run, strict=True) as reader:
+        (record,) = fusion_records(reader)
+    recorded = {n: fmt.decode_result(n, d) for n, d in record["sensors"].items()}
+    frame = Frame(int(record["frame_id"]), int(record["t_ns"]), {}, ego=fmt.decode_ego(record["ego"]))
+    digest = fmt.fusion_digests(record, "4")
+    digested = Counter[str]()
+    real = _replay.recorded_outputs_digest
+    monkeypatch.setattr(_replay, "recorded_outputs_digest", lambda r: digested.update(["outputs"]) or real(r))
+    compare = _replay._compare
+    assert compare(record, digest, frame, recorded, recorded, dets, None, exact=True, derived=True) is None
+    assert not digested
+    wrong = {**digest, "outputs": "0" * 64}  # a format-3 recording whose outputs do not match its digest
+    div = compare(record, wrong, frame, recorded, recorded, dets, None, exact=True, derived=False)
+    assert div is not None and div.cause == "model" and "do not match their digest" in div.detail
+    assert digested == Counter({"outputs": 1})
+
+
 def test_a_fusion_record_without_its_numbers_is_named(tmp_path: Path) -> None:
     # a recording whose /record/fusion_data message is cut short: the replay says which file and frame
     results = {"lidar_top": SensorResult("lidar_top", SensorStatus.OK, outputs={"X": np.ones(3, np.float32)})}
