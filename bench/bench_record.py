@@ -25,7 +25,11 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   refuses it, the page cache's pages allocated and the payloads copied into them);
 * ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with
   ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame;
-* ``bytes_per_s``: the recording's size over the drive's duration.
+* ``bytes_per_s``: the recording's size over the drive's duration;
+* ``writer_alone_ms``: the writer's own work, away from any run (a diagnostic, with little noise): the
+  items a recorded run handed over are kept, then written by this thread alone, :data:`ALONE_REPEATS`
+  times; its CPU per frame for each kind of item (``begin``: the segment opened with the source's poses, once
+  a segment), the median over the repeats. What the in-run ``writer_cpu_ms`` adds to it is the run beside it.
 
 The recording's chunks are uncompressed and carry no CRC (the recorder's defaults; why: bench/README.md).
 
@@ -44,6 +48,7 @@ import resource
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +73,71 @@ RESULTS = ROOT / "bench" / "results" / "record.json"
 
 #: Frame results before the steady-state window opens (start-up, connections, first kernels, segment open).
 WARMUP = 5
+#: Times the captured items are written for ``writer_alone_ms``.
+ALONE_REPEATS = 7
+
+
+class _Captured(RunRecorder):
+    """A recorder whose writer is never started: what the run hands over is kept, in order (``items``)."""
+
+    def __init__(self, path: Path, poses: tuple[EgoPose, ...]) -> None:
+        super().__init__(path, RecordOptions(), ego_poses=poses)
+        self.items: list[tuple[str, Any]] = []
+
+    def _put(self, kind: str, item: Any) -> bool:
+        self.items.append((kind, item))
+        return True
+
+
+def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
+    """The writer's CPU per frame and kind of item, on a recorded run's items written by this thread alone
+    (``writer_alone_ms``, module docs)."""
+    captured = _Captured(tmp / "captured.mcap", poses)
+    window = _Window(None)
+    options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
+    anyio.run(lambda: replay_drive(DRIVE, load_config(PROFILE), options, observer=_Forward(captured, window)))
+    items = [item for item in captured._items if item is not None] + captured.items  # begin(), then the rest
+    frames = max(1, window.results)
+    rows: dict[str, list[float]] = {}
+    for i in range(ALONE_REPEATS):
+        writer = RunRecorder(tmp / f"alone{i}.mcap", RecordOptions(), ego_poses=poses)
+        writer._names = dict(captured._names)  # what begin() set on the run's threads
+        spent: dict[str, int] = {}
+        for kind, item in items:
+            t0 = time.thread_time_ns()
+            writer._write(kind, item)
+            spent[kind] = spent.get(kind, 0) + time.thread_time_ns() - t0
+        t0 = time.thread_time_ns()
+        writer._finish_segment()
+        spent["begin"] = spent.get("begin", 0) + time.thread_time_ns() - t0  # a segment's open and close
+        spent["all"] = sum(spent.values())
+        for kind, ns in spent.items():
+            rows.setdefault(kind, []).append(ns / 1e6 / frames)
+    return {kind: round(float(np.median(v)), 3) for kind, v in sorted(rows.items())}
+
+
+class _Forward(RunObserver):
+    """Hands every call to ``recorder`` and the results to ``window`` too (which counts them)."""
+
+    def __init__(self, recorder: RunRecorder, window: _Window) -> None:
+        self.recorder = recorder
+        self.window = window
+
+    def begin(self, session: Session) -> None:
+        self.recorder.begin(session)
+
+    def fusion(self, stage: FusionStage | None) -> FusionStage | None:
+        return self.recorder.fusion(stage)
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.recorder.sample(sample, arrival_ns)
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self.recorder.ego(pose, arrival_ns)
+
+    def result(self, result: FrameResult) -> None:
+        self.recorder.result(result)
+        self.window.result(result)
 
 
 class _Window(RunObserver):
@@ -168,6 +238,7 @@ def main() -> None:
             )
             recorded.append(row)
             log.warning("repeat %d: plain %s, recorded %s", i, plain[-1], row)
+        alone = _writer_alone(Path(tmp), poses)
     costs = [r["client_cpu_ms"] - p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
     shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
@@ -202,6 +273,7 @@ def main() -> None:
             "recording": round(float(np.median([r["minor_faults"] for r in recorded]))),
         },
         "bytes_per_s": round(float(np.median([r["bytes_per_s"] for r in recorded]))),
+        "writer_alone_ms_per_frame": alone,
         "runs": {"plain": plain, "recorded": recorded},
         "environment": environment(),
     }
