@@ -4,9 +4,9 @@ Every frame allocates and frees arrays of hundreds of kB to a few MB: a drive's 
 (a replay), lidar sweeps, accumulated clouds, images. With glibc's defaults an allocation above the mmap
 threshold (128 kB, raised as such blocks are freed) is a fresh ``mmap``, and a free that leaves more than the
 trim threshold at an arena's top gives the pages back to the kernel: the next frame faults them in again, one
-4 kB page at a time (~1.7 us each on the CI's VMs, zeroing included). Memory held a little longer than a frame
-(a run recorder's queue holds ~32 frames' samples, pinning the chunks they view) made it ~125 faults a frame
-more on the bundled drive (``bench/bench_record.py``). Kept, the allocator reuses the blocks freed.
+4 kB page at a time (~1.7 us each on the CI's VMs, zeroing included). Kept, the allocator reuses the blocks
+freed: a replay of the bundled drive faulted 10-62 pages a frame instead of 62-120 (``bench/README.md``,
+issue 47's section).
 
 The price: the process keeps the memory of its peak use (a few hundred MB at most here) until the last holder
 leaves, when glibc's initial thresholds are set again and the pool is trimmed (``malloc_trim``). A host that
