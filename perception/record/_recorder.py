@@ -424,18 +424,13 @@ class RunRecorder:
         self._remember(seq, detections)
         layout, data = recorded_outputs(results)
         state: tuple[Layout, list[Any]] | None = recorded_arrays(tracker) if tracker is not None else None
-        head = {
-            "seq": seq,
-            "frame_id": frame.frame_id,
-            "t_ns": frame.t_ns,
-            "ego": fmt.encode_ego(frame.ego),
-            "samples": samples,
-        }
-        record = {
-            "detections": _detections(detections),
-            "tracker": None if state is None else {key: [dtype, list(shape)] for key, dtype, shape in state[0]},
-        }
-        text = _joined(head, _sensors_json(results, layout), record)
+        # {"seq", "frame_id", "t_ns", "ego", "samples", "sensors", "detections", "tracker"} as the encoder writes
+        # it: the floats (ego) and the samples' entries by the encoder, the rest (integers, names, layouts:
+        # mostly the same from frame to frame) assembled from remembered pieces
+        floats = _ENCODER.encode({"ego": fmt.encode_ego(frame.ego), "samples": samples})
+        text = (f'{{"seq":{_int(seq)},"frame_id":{_int(frame.frame_id)},"t_ns":{_int(frame.t_ns)},{floats[1:-1]},'
+                f'"sensors":{_sensors_json(results, layout)},"detections":{_detections_json(detections)},'
+                f'"tracker":{"null" if state is None else _layout_json(state[0])}}}')  # fmt: skip
         self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
         self.stats["fused"] += 1
 
@@ -552,6 +547,25 @@ def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
     }
 
 
+def _detections_json(detections: Sequence[Detection3D]) -> str:
+    """The JSON of :func:`_detections`, as the encoder writes it (labels and sources remembered)."""
+    ids = ",".join([_int(d.id) for d in detections])
+    labels = ",".join([_quoted(d.label) for d in detections])
+    sources = ",".join([_sources_json(d.sources) for d in detections])
+    return f'{{"ids":[{ids}],"labels":[{labels}],"sources":[{sources}]}}'
+
+
+@functools.lru_cache(maxsize=256)
+def _sources_json(sources: tuple[str, ...]) -> str:
+    return _ENCODER.encode(sources)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_json(layout: Layout) -> str:
+    """The JSON of a layout (:func:`recorded_outputs`' or :func:`recorded_arrays`'): ``{key: [dtype, shape]}``."""
+    return _ENCODER.encode({k: [d, list(shape)] for k, d, shape in layout})
+
+
 def _joined(head: Mapping[str, Any], sensors: str, tail: Mapping[str, Any]) -> str:
     """The JSON of ``{**head, "sensors": ..., **tail}`` (``sensors``: its JSON), as the encoder writes it."""
     return f'{_ENCODER.encode(head)[:-1]},"sensors":{sensors},{_ENCODER.encode(tail)[1:]}'
@@ -577,7 +591,7 @@ def _sensor_parts(
 ) -> tuple[str, str]:  # fmt: skip
     """A sensor's entry in :func:`_sensors_json` around its stamps and latency."""
     head = _ENCODER.encode({"status": status, "error": error, "model": model, "model_version": version})
-    tail = "}" if layout is None else f',"outputs":{_ENCODER.encode({k: [d, list(s)] for k, d, s in layout})}}}'
+    tail = "}" if layout is None else f',"outputs":{_layout_json(layout)}}}'
     return f'{_quoted(name)}:{head[:-1]},"sample_t_ns":', tail
 
 
