@@ -428,7 +428,7 @@ class RunRecorder:
         # it: the floats (ego) and the samples' entries by the encoder, the rest (integers, names, layouts:
         # mostly the same from frame to frame) assembled from remembered pieces
         floats = _ENCODER.encode({"ego": fmt.encode_ego(frame.ego), "samples": samples})
-        text = (f'{{"seq":{_int(seq)},"frame_id":{_int(frame.frame_id)},"t_ns":{_int(frame.t_ns)},{floats[1:-1]},'
+        text = (f'{{"seq":{_scalar(seq)},"frame_id":{_scalar(frame.frame_id)},"t_ns":{_scalar(frame.t_ns)},{floats[1:-1]},'
                 f'"sensors":{_sensors_json(results, layout)},"detections":{_detections_json(detections)},'
                 f'"tracker":{"null" if state is None else _layout_json(state[0])}}}')  # fmt: skip
         self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
@@ -477,20 +477,14 @@ class RunRecorder:
         digest = None
         if seq is not None and self._fused.pop(seq, None) is not r.detections:
             digest = detections_digest(r.detections)
-        record = {
-            "index": index,
-            "frame_id": r.frame_id,
-            "t_ns": r.t_ns,
-            "status": r.status.value,
-            "reason": r.reason,
-            "predicted": r.predicted,
-            "admission_limit": r.admission_limit,
-            "deadline_missed": r.deadline_missed,
-            "latency_ns": r.latency.total_ns,
-            "fusion_seq": seq,
-        }
-        tail = {"detections": len(r.detections), "digest": digest}
-        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, _joined(record, _sensors_json(r.sensors, {}), tail).encode(), index)
+        # {"index", "frame_id", "t_ns", "status", "reason", "predicted", "admission_limit", "deadline_missed",
+        # "latency_ns", "fusion_seq", "sensors", "detections", "digest"} as the encoder writes it, without it
+        text = (f'{{"index":{_scalar(index)},"frame_id":{_scalar(r.frame_id)},"t_ns":{_scalar(r.t_ns)},'
+                f'"status":{_quoted(r.status.value)},"reason":{_scalar(r.reason)},"predicted":{_scalar(r.predicted)},'
+                f'"admission_limit":{_scalar(r.admission_limit)},"deadline_missed":{_scalar(r.deadline_missed)},'
+                f'"latency_ns":{_scalar(r.latency.total_ns)},"fusion_seq":{_scalar(seq)},'
+                f'"sensors":{_sensors_json(r.sensors, {})},"detections":{len(r.detections)},"digest":{_scalar(digest)}}}')  # fmt: skip
+        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, text.encode(), index)
         self.stats["frames"] += 1
 
     def _arrival(self, writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
@@ -549,7 +543,7 @@ def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
 
 def _detections_json(detections: Sequence[Detection3D]) -> str:
     """The JSON of :func:`_detections`, as the encoder writes it (labels and sources remembered)."""
-    ids = ",".join([_int(d.id) for d in detections])
+    ids = ",".join([_scalar(d.id) for d in detections])
     labels = ",".join([_quoted(d.label) for d in detections])
     sources = ",".join([_sources_json(d.sources) for d in detections])
     return f'{{"ids":[{ids}],"labels":[{labels}],"sources":[{sources}]}}'
@@ -566,11 +560,6 @@ def _layout_json(layout: Layout) -> str:
     return _ENCODER.encode({k: [d, list(shape)] for k, d, shape in layout})
 
 
-def _joined(head: Mapping[str, Any], sensors: str, tail: Mapping[str, Any]) -> str:
-    """The JSON of ``{**head, "sensors": ..., **tail}`` (``sensors``: its JSON), as the encoder writes it."""
-    return f'{_ENCODER.encode(head)[:-1]},"sensors":{sensors},{_ENCODER.encode(tail)[1:]}'
-
-
 def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Layout]) -> str:
     """The JSON of ``{sensor: fmt.encode_result(r, outputs=False)}`` (sensors sorted), each ok sensor's outputs'
     layout (``layout``: :func:`recorded_outputs`'s) under ``"outputs"``, as the encoder writes it: what stays
@@ -579,8 +568,8 @@ def _sensors_json(results: Mapping[str, SensorResult], layout: Mapping[str, Layo
     for name in sorted(results):
         r = results[name]
         head, tail = _sensor_parts(name, r.status.value, r.error, r.model, r.model_version, layout.get(name))
-        parts.append(f"{head}{_int(r.sample_t_ns)},\"latency_ns\":{_int(r.latency_ns)},"
-                     f"\"reused_age_ns\":{_int(r.reused_age_ns)}{tail}")  # fmt: skip
+        parts.append(f"{head}{_scalar(r.sample_t_ns)},\"latency_ns\":{_scalar(r.latency_ns)},"
+                     f"\"reused_age_ns\":{_scalar(r.reused_age_ns)}{tail}")  # fmt: skip
     return "{" + ",".join(parts) + "}"
 
 
@@ -595,8 +584,17 @@ def _sensor_parts(
     return f'{_quoted(name)}:{head[:-1]},"sample_t_ns":', tail
 
 
-def _int(value: int | None) -> str:
-    return "null" if value is None else int.__repr__(value)
+def _scalar(value: Any) -> str:
+    """A scalar's JSON as the encoder writes it (an int's, None's, a bool's without the encoder)."""
+    if type(value) is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return _ENCODER.encode(value)
 
 
 @functools.lru_cache(maxsize=256)
