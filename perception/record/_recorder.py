@@ -428,7 +428,8 @@ class RunRecorder:
         # it: the floats (ego) and the samples' entries by the encoder, the rest (integers, names, layouts:
         # mostly the same from frame to frame) assembled from remembered pieces
         floats = _ENCODER.encode({"ego": fmt.encode_ego(frame.ego), "samples": samples})
-        text = (f'{{"seq":{_scalar(seq)},"frame_id":{_scalar(frame.frame_id)},"t_ns":{_scalar(frame.t_ns)},{floats[1:-1]},'
+        text = (f'{{"seq":{_scalar(seq)},"frame_id":{_scalar(frame.frame_id)},"t_ns":{_scalar(frame.t_ns)},'
+                f'{floats[1:-1]},'
                 f'"sensors":{_sensors_json(results, layout)},"detections":{_detections_json(detections)},'
                 f'"tracker":{"null" if state is None else _layout_json(state[0])}}}')  # fmt: skip
         self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
@@ -483,7 +484,8 @@ class RunRecorder:
                 f'"status":{_quoted(r.status.value)},"reason":{_scalar(r.reason)},"predicted":{_scalar(r.predicted)},'
                 f'"admission_limit":{_scalar(r.admission_limit)},"deadline_missed":{_scalar(r.deadline_missed)},'
                 f'"latency_ns":{_scalar(r.latency.total_ns)},"fusion_seq":{_scalar(seq)},'
-                f'"sensors":{_sensors_json(r.sensors, {})},"detections":{len(r.detections)},"digest":{_scalar(digest)}}}')  # fmt: skip
+                f'"sensors":{_sensors_json(r.sensors, {})},"detections":{len(r.detections)},'
+                f'"digest":{_scalar(digest)}}}')  # fmt: skip
         writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, text.encode(), index)
         self.stats["frames"] += 1
 
