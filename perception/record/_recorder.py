@@ -622,9 +622,13 @@ class _Traced:
         """The frame record's entry for the cloud, given the sweeps the writer wrote (``written``: its record of
         the latest, the same as fusion's thread saw unless the drive format refused one: then the cloud's
         rows are not in the recording, ``raw_t_ns`` None)."""
-        kept = {id(r.points) for r in written}
-        if any(id(r.points) not in kept for r in (self.base, *(f for f, _ in self.merged))):
-            return {"t_ns": self.t_ns, "raw_t_ns": None, "points": False}
+        for sweep in (self.base, *[f for f, _ in self.merged]):
+            points = sweep.points
+            for r in reversed(written):  # the latest first: the sweeps a frame is made of are recent
+                if r.points is points:
+                    break
+            else:
+                return {"t_ns": self.t_ns, "raw_t_ns": None, "points": False}
         out: dict[str, Any] = {"t_ns": self.t_ns, "raw_t_ns": self.base.t_ns, "points": False}
         if self.merged:
             out["merged"] = [m for _, m in self.merged]
