@@ -655,13 +655,15 @@ def _received_prefix(
     row count (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first),
     checked on a sample of rows; else (``thorough``) one of the same stamp (checked first) or not (a time
     base mapped the stamp), checked row for row."""
-    same = next((r for r in reversed(recent) if r.points is s.points), None)
-    if same is not None:  # the frame's sample is the one received (not accumulated): no rows to compare
-        return same
+    points = s.points
+    for r in reversed(recent):  # (loops, not generators: this runs in fusion's thread, each frame)
+        if r.points is points:  # the frame's sample is the one received (not accumulated): no rows to compare
+            return r
     if s.merged_from:
-        n0 = s.points.shape[0] - sum(n for _, n, _ in s.merged_from)
+        n0 = points.shape[0] - sum(n for _, n, _ in s.merged_from)
+        shape = (n0, points.shape[1])
         for r in reversed(recent):
-            if r.t_ns == s.t_ns and r.points.shape == (n0, s.points.shape[1]) and _spot_equal(r.points, s.points[:n0]):
+            if r.t_ns == s.t_ns and r.points.shape == shape and _spot_equal(r.points, points[:n0]):
                 return r
     if not thorough:
         return None
@@ -689,17 +691,19 @@ def _merged(
     start = n0
     for t_ns, n, m in s.merged_from:
         rows = s.points[start : start + n, 3:]
-        found = next(
-            (r for r in reversed(recent) if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n
-             and _spot_equal(r.points[:, 3:], rows)),
-            None,
-        ) or (next(
-            (r for r in reversed(recent) if r.points.shape[0] == n and r.t_ns != s.t_ns
-             and np.array_equal(r.points[:, 3:], rows)),
-            None,
-        ) if thorough else None)  # fmt: skip
-        if found is None:
-            return None
+        for r in reversed(recent):
+            if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n and _spot_equal(r.points[:, 3:], rows):
+                found = r
+                break
+        else:
+            if not thorough:
+                return None
+            for r in reversed(recent):
+                if r.points.shape[0] == n and r.t_ns != s.t_ns and np.array_equal(r.points[:, 3:], rows):
+                    found = r
+                    break
+            else:
+                return None
         out.append((found, {"raw_t_ns": found.t_ns, "t_ns": t_ns, "m": list(m)}))
         start += n
     return out
