@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -162,7 +163,7 @@ class RunRecorder:
         self._sweeps: dict[str, deque[PointCloudSample]] = {}
         self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
         self._frames = 0
-        self._seq = 0  # the next frame's place in the fusion order
+        self._seqs = itertools.count()  # the frames' places in the fusion order (next(): atomic, no lock)
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
@@ -273,9 +274,7 @@ class RunRecorder:
     # -- from fusion's thread ---------------------------------------------------------------------
     def next_seq(self) -> int:
         """The next frame's place in the fusion order (over every run of this recording)."""
-        with self._lock:
-            seq, self._seq = self._seq, self._seq + 1
-            return seq
+        return next(self._seqs)
 
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
