@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 import logging
 import threading
@@ -163,7 +162,7 @@ class RunRecorder:
         self._sweeps: dict[str, deque[PointCloudSample]] = {}
         self._seq_of: dict[int, int] = {}  # frame id -> its fusion seq (until its result is recorded)
         self._frames = 0
-        self._seqs = itertools.count()  # the frames' places in the fusion order (next(): atomic, no lock)
+        self._seq = 0  # the next frame's place in the fusion order
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
@@ -274,7 +273,9 @@ class RunRecorder:
     # -- from fusion's thread ---------------------------------------------------------------------
     def next_seq(self) -> int:
         """The next frame's place in the fusion order (over every run of this recording)."""
-        return next(self._seqs)
+        with self._lock:
+            seq, self._seq = self._seq, self._seq + 1
+            return seq
 
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
@@ -296,7 +297,7 @@ class RunRecorder:
                     samples[name] = _traced(self._sweeps.get(name, ()), s) or s
             # under the lock: the sweeps traced to are those queued before this frame (the writer's record then)
             # what the writer reads of it (frame id, time, ego pose), without the samples
-            frame = Frame(frame.frame_id, frame.t_ns, {}, frame.ego, None, frame.created_ns)
+            frame = Frame(frame.frame_id, frame.t_ns, samples={}, ego=frame.ego, created_ns=frame.created_ns)
             self._put("fused", (seq, frame, results, detections, tracker, raw, samples))
 
     def predicted(self, seq: int, frame: Frame, detections: tuple[Detection3D, ...]) -> None:
