@@ -57,6 +57,7 @@ _MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequen
 _OP_MESSAGE = int(Opcode.MESSAGE)
 _OP_MESSAGE_INDEX = int(Opcode.MESSAGE_INDEX)
 _IOV_MAX = 1024  # buffers a writev takes at most (Linux's IOV_MAX)
+_BYTES = (bytes, bytearray)
 _CHUNK = struct.Struct("<BQQQQI")  # opcode, record length, start, end, uncompressed size, uncompressed crc
 
 
@@ -173,7 +174,8 @@ class McapOut:
         out = chunk.pieces
         head = len(out)
         out.append(b"")  # the message record's header, packed below when the size is known
-        if isinstance(data, bytes | bytearray):
+        # (type checks and comparisons, not unions and max(): this runs for every message)
+        if type(data) is bytes or isinstance(data, _BYTES):
             out.append(data)
             size = len(data)
         elif isinstance(data, memoryview):
@@ -190,13 +192,15 @@ class McapOut:
         stats = self._stats
         if stats.message_count == 0 or log_time < stats.message_start_time:
             stats.message_start_time = log_time
-        stats.message_end_time = max(stats.message_end_time, log_time)
+        if log_time > stats.message_end_time:  # noqa: PLR1730 (max(): a call a message)
+            stats.message_end_time = log_time
         counts = stats.channel_message_counts
         counts[channel_id] = counts.get(channel_id, 0) + 1
         stats.message_count += 1
         if chunk.messages == 0 or log_time < chunk.start:
             chunk.start = log_time
-        chunk.end = max(chunk.end, log_time)
+        if log_time > chunk.end:  # noqa: PLR1730
+            chunk.end = log_time
         index = chunk.indices.get(channel_id)
         if index is None:
             index = chunk.indices[channel_id] = []

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcap.reader import make_reader
 from record_helpers import DRIVE, REPLAY_PROFILE
 
 from perception._lifetime import Lifetime
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import DriveError, RuntimeClosedError
-from perception.record import RecordOptions, RunRecorder, _digest, replay_as_recorded
+from perception.record import RecordOptions, RunRecorder, _digest, _recorder, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
     RESOLUTION,
@@ -150,6 +151,32 @@ def test_a_frame_s_accumulated_cloud_is_traced_in_its_turn_not_held_for_the_writ
 def _fusion_records_of(path: Path) -> list[dict[str, Any]]:
     with DriveReader(path, strict=True) as reader:
         return fusion_records(reader)
+
+
+def test_the_recording_s_json_is_the_encoder_s_byte_for_byte(tmp_path: Path) -> None:
+    """The recorder assembles its records' JSON from remembered pieces around few encoder calls: each message
+    is what ``json.dumps(..., separators=(",", ":"))`` writes of it (its keys in the order read back)."""
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions())
+    seen: Counter[str] = Counter()
+    with run.open("rb") as f:
+        for _, channel, message in make_reader(f).iter_messages(log_time_order=False):
+            if channel.message_encoding == "json":
+                text = message.data.decode()
+                assert text == json.dumps(json.loads(text), separators=(",", ":")), text
+                seen[channel.topic] += 1
+    assert seen[fmt.FUSION_TOPIC] == 27 and seen[fmt.FRAMES_TOPIC] == 30 and seen[fmt.ARRIVALS_TOPIC] > 0, seen
+    # the pieces' rarer values: escaped and non-ASCII names, None, booleans, an int enum, floats
+    odd = [None, True, False, 0, -5, 2**70, 1.5, math.nan, -math.inf, "x", 'p\u00e9"d\\\n', FrameStatus.OK]
+    assert [_recorder._scalar(v) for v in odd] == [json.dumps(v, separators=(",", ":")) for v in odd]
+    dets = tuple(
+        Detection3D(i, label, 0.5, (1.0, 2.0, 3.0), (1.0, 1.0, 1.0), 0.0, (0.0, 0.0), (0.1, 0.1), sources)
+        for i, (label, sources) in enumerate([("car", ()), ('p\u00e9"d', ("lidar", "r\u00e9")), ("\u2603", ('a"b',))])
+    )
+    assert _recorder._detections_json(dets) == json.dumps(
+        {"ids": [0, 1, 2], "labels": [d.label for d in dets], "sources": [list(d.sources) for d in dets]},
+        separators=(",", ":"),
+    )
 
 
 def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> None:
