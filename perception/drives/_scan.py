@@ -209,7 +209,7 @@ def _plausible(buf: bytes, i: int, at: int, size: int) -> bool:
 def _take(out: Scan, opcode: int, body: bytes, pos: int, length: int, damage: RawDamage | None) -> bool:
     """Fold one record into ``out``; True at the footer."""
     if opcode == Opcode.CHUNK:
-        chunk, records = decode_chunk(body, out.summary.channels.keys())  # decompress and check before accepting
+        head, records = decode_chunk(body, out.summary.channels.keys())  # decompress and check before accepting
         for record in records:
             if isinstance(record, Schema):
                 out.summary.schemas[record.id] = record
@@ -222,15 +222,15 @@ def _take(out: Scan, opcode: int, body: bytes, pos: int, length: int, damage: Ra
                     out.last_message = (t, record.channel_id)
         out.summary.chunk_indexes.append(
             ChunkIndex(
-                message_start_time=chunk.message_start_time,
-                message_end_time=chunk.message_end_time,
+                message_start_time=head.message_start_time,
+                message_end_time=head.message_end_time,
                 chunk_start_offset=pos,
                 chunk_length=RECORD_HEAD.size + length,
                 message_index_offsets={},
                 message_index_length=0,
-                compression=chunk.compression,
-                compressed_size=len(chunk.data),
-                uncompressed_size=chunk.uncompressed_size,
+                compression=head.compression,
+                compressed_size=head.compressed_size,
+                uncompressed_size=head.uncompressed_size,
             )
         )
     elif opcode == Opcode.MESSAGE_INDEX:
