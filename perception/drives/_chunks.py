@@ -89,26 +89,40 @@ class ChunkHead:
 
 
 class ChunkBuffer:
-    """Memory reused for decompressed chunks, one chunk after another (a reader's; one thread at a time).
+    """Memory reused for reading chunks one after another: a chunk record's body as read, and its data
+    decompressed (a reader's; used by one thread at a time, as the reader's file is).
 
-    A replay decompresses a 4 MB chunk every ~8 frames; a fresh buffer each time lands on pages the process
-    has not touched yet whenever the allocator's free memory is cut up by longer-lived blocks (a run
-    recorder's queue holds ~32 frames of samples), and every page is a fault (~1.7 us on the CI's VMs,
-    zeroing included). The records :func:`decode_chunk` returns are copied out of the buffer, so it is
-    free again once the call returns. A buffer over :data:`KEPT_CHUNK_BYTES` is not kept.
+    A replay reads a ~2 MB chunk record and decompresses it to ~4 MB every ~8 frames: fresh buffers each time
+    landed on pages the process had not touched yet whenever the allocator's free memory was cut up by
+    longer-lived blocks (a run recorder's queue holds ~32 frames of samples), and every page is a fault
+    (~1.7 us on the CI's VMs, zeroing included). The records :func:`decode_chunk` returns are copied out of
+    the buffers, so they are free again once the call returns. Buffers over :data:`KEPT_CHUNK_BYTES` are not
+    kept.
     """
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._body = bytearray()
+        self._data = bytearray()
 
-    def view(self, size: int) -> memoryview:
-        """``size`` writable bytes, valid until the next call (the buffer grows to the largest kept size)."""
-        if size > KEPT_CHUNK_BYTES:
-            return memoryview(bytearray(size))
-        if size > len(self._buffer):
-            self._buffer = bytearray(size)  # a new one: views of the old one may be alive (a bytearray they
-            # pin cannot be resized)
-        return memoryview(self._buffer)[:size]
+    def body(self, size: int) -> memoryview:
+        """``size`` writable bytes for a record's body, valid until the next call."""
+        self._body, view = _grown(self._body, size)
+        return view
+
+    def data(self, size: int) -> memoryview:
+        """``size`` writable bytes for a chunk's decompressed data, valid until the next call."""
+        self._data, view = _grown(self._data, size)
+        return view
+
+
+def _grown(buffer: bytearray, size: int) -> tuple[bytearray, memoryview]:
+    """``buffer``, or a larger one replacing it (views of the old one may still be alive: a bytearray they
+    pin cannot be resized), and a view of its first ``size`` bytes; a fresh one over the size kept."""
+    if size > KEPT_CHUNK_BYTES:
+        return buffer, memoryview(bytearray(size))
+    if size > len(buffer):
+        buffer = bytearray(size)
+    return buffer, memoryview(buffer)[:size]
 
 
 def decode_chunk(
@@ -183,9 +197,7 @@ def _records(data: memoryview) -> list[McapRecord]:
             cid, sequence, log_time, publish_time = _MESSAGE_FIXED.unpack_from(data, start)
             payload = data[start + _MESSAGE_FIXED.size : pos].tobytes()
             records.append(
-                Message(
-                    channel_id=cid, sequence=sequence, log_time=log_time, publish_time=publish_time, data=payload
-                )
+                Message(channel_id=cid, sequence=sequence, log_time=log_time, publish_time=publish_time, data=payload)
             )
         elif opcode in (Opcode.CHANNEL, Opcode.SCHEMA):
             stream = ReadDataStream(io.BytesIO(data[start:pos].tobytes()), calculate_crc=False)
@@ -205,7 +217,7 @@ def _decompressed(head: ChunkHead, compressed: memoryview, buffer: ChunkBuffer) 
         content = zstandard.frame_content_size(compressed)  # -1: not in the frame header
         if content > declared:
             raise ChunkUnreadable(f"zstd frame declares {content} bytes, the chunk {declared}")
-        data = buffer.view(declared)
+        data = buffer.data(declared)
         reader = zstandard.ZstdDecompressor().stream_reader(compressed)  # the first frame, as the library's
         got = 0
         while got < declared and (n := reader.readinto(data[got:])):
@@ -247,11 +259,28 @@ def read_chunk(
         raise ChunkUnreadable(f"bad record: opcode {opcode:#04x} where the index has a chunk")
     if ci.chunk_length and RECORD_HEAD.size + length != ci.chunk_length:
         raise ChunkUnreadable(f"bad record: chunk length {RECORD_HEAD.size + length} differs from its index's")
-    body = stream.read(length)
+    body = stream.read(length) if buffer is None else _read_into(stream, buffer.body(length))
     if len(body) < length:
         raise ChunkUnreadable("chunk record cut short")
     records = decode_chunk(body, channels, check_crc=check_crc, buffer=buffer)[1]
     return [r for r in records if isinstance(r, Message)]
+
+
+def _read_into(stream: IO[bytes], view: memoryview) -> memoryview:
+    """``view`` filled from ``stream`` as far as it goes: the part filled."""
+    readinto: Callable[[memoryview], int | None] | None = getattr(stream, "readinto", None)
+    got = 0
+    while got < len(view):
+        if readinto is not None:
+            n = readinto(view[got:]) or 0
+        else:
+            block = stream.read(len(view) - got)
+            n = len(block)
+            view[got : got + n] = block
+        if n == 0:
+            break
+        got += n
+    return view[:got]
 
 
 def lost_messages(stream: IO[bytes], ci: ChunkIndex, channels: Mapping[int, Channel]) -> tuple[LostMessages, ...]:
@@ -343,12 +372,25 @@ def iter_chunk_messages(
             continue
         if checked is not None:
             checked.add(offset)
-        for i, msg in enumerate(messages):
-            if wanted is not None and msg.channel_id not in wanted:
-                continue
-            if (start_ns is not None and msg.log_time < start_ns) or (end_ns is not None and msg.log_time >= end_ns):
-                continue
-            heapq.heappush(heap, (msg.log_time, offset, i, msg))
+        _push(heap, offset, messages, wanted, start_ns, end_ns)
+        del messages  # its messages are in the heap: not held a chunk longer (while the next one is read)
+
+
+def _push(
+    heap: list[tuple[int, int, int, ChunkIndex | Message]],
+    offset: int,
+    messages: list[Message],
+    wanted: set[int] | None,
+    start_ns: int | None,
+    end_ns: int | None,
+) -> None:
+    """Push the messages of the chunk at ``offset`` that :func:`iter_chunk_messages` yields onto ``heap``."""
+    for i, msg in enumerate(messages):
+        if wanted is not None and msg.channel_id not in wanted:
+            continue
+        if (start_ns is not None and msg.log_time < start_ns) or (end_ns is not None and msg.log_time >= end_ns):
+            continue
+        heapq.heappush(heap, (msg.log_time, offset, i, msg))
 
 
 def read_footer(stream: IO[bytes]) -> tuple[int, int] | None:
