@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import io
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -90,17 +91,20 @@ class ChunkHead:
 
 class ChunkBuffer:
     """Memory reused for reading chunks one after another: a chunk record's body as read, and its data
-    decompressed (a reader's; used by one thread at a time, as the reader's file is).
+    decompressed (a reader's). Its :attr:`lock` is held while a chunk is read through it (:func:`read_chunk`):
+    a replay's samples are read on a worker thread while the frames' ground truth is first loaded on another.
 
-    A replay reads a ~2 MB chunk record and decompresses it to ~4 MB every ~8 frames: fresh buffers each time
-    landed on pages the process had not touched yet whenever the allocator's free memory was cut up by
-    longer-lived blocks (a run recorder's queue holds ~32 frames of samples), and every page is a fault
-    (~1.7 us on the CI's VMs, zeroing included). The records :func:`decode_chunk` returns are copied out of
-    the buffers, so they are free again once the call returns. Buffers over :data:`KEPT_CHUNK_BYTES` are not
-    kept.
+    A replay reads a ~2 MB chunk record and decompresses it to ~4 MB every ~8 frames. In fresh buffers (with
+    the record's data copied once more and the previous chunk's messages still held) a chunk's read needed ~4x
+    the chunk of free memory in its thread's arena; what an arena does not have yet is faulted in, a page at
+    a time (~1.7 us each on the CI's VMs, zeroing included): most of all beside a run recorder, whose queue
+    keeps ~32 frames of samples in the arenas. Reused, a read needs about its messages. The records
+    :func:`decode_chunk` returns are copied out of the buffers, so they are free again once the call
+    returns. Buffers over :data:`KEPT_CHUNK_BYTES` are not kept.
     """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self._body = bytearray()
         self._data = bytearray()
 
@@ -249,7 +253,17 @@ def read_chunk(
     buffer: ChunkBuffer | None = None,
 ) -> list[Message]:
     """The messages of the chunk ``ci`` points at, in file order; :class:`ChunkUnreadable` if damaged
-    (``check_crc``, ``buffer``: as in :func:`decode_chunk`)."""
+    (``check_crc``, ``buffer``: as in :func:`decode_chunk`). With a ``buffer``, under its lock: one chunk read
+    at a time through it (the stream's position and the buffer's bytes)."""
+    if buffer is None:
+        return _read_chunk(stream, ci, channels, check_crc, None)
+    with buffer.lock:
+        return _read_chunk(stream, ci, channels, check_crc, buffer)
+
+
+def _read_chunk(
+    stream: IO[bytes], ci: ChunkIndex, channels: Collection[int] | None, check_crc: bool, buffer: ChunkBuffer | None
+) -> list[Message]:
     stream.seek(ci.chunk_start_offset)
     head = stream.read(RECORD_HEAD.size)
     if len(head) < RECORD_HEAD.size:

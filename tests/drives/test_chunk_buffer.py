@@ -3,6 +3,7 @@ and reading a chunk allocates about its messages, not its record and its decompr
 
 from __future__ import annotations
 
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -43,6 +44,25 @@ def test_a_chunks_messages_are_intact_after_its_buffer_is_reused(tmp_path: Path,
         expected = [m for _, _, m in SeekingReader(f).iter_messages(log_time_order=False)]
     assert expected and _fields([m for ms in kept for m in ms]) == _fields(expected)
     assert all(type(m.data) is bytes for ms in kept for m in ms)  # copies, not views of the buffer
+
+
+def test_a_chunk_is_read_through_a_buffer_under_its_lock(tmp_path: Path) -> None:
+    """Two threads reading through one reader (a replay's samples on a worker thread, the ground truth first
+    loaded on another) take turns: the stream's position and the buffer's bytes are one chunk's at a time."""
+    written = write_drive(tmp_path / "d.mcap", frames=10, chunk_size=3_000)
+    summary = _summary(written.path)
+    ci = min(summary.chunk_indexes, key=lambda c: c.chunk_start_offset)
+    buffer = ChunkBuffer()
+    got: list[list[Message]] = []
+    with written.path.open("rb") as f:
+        expected = read_chunk(f, ci, summary.channels)
+        reader = threading.Thread(target=lambda: got.append(read_chunk(f, ci, summary.channels, buffer=buffer)))
+        with buffer.lock:  # another thread's read under way
+            reader.start()
+            reader.join(0.2)
+            assert reader.is_alive() and not got  # waits for it
+        reader.join(60)  # a safety net only
+    assert not reader.is_alive() and _fields(got[0]) == _fields(expected)
 
 
 def test_a_record_running_past_its_chunks_end_is_damage() -> None:
