@@ -17,23 +17,27 @@ from __future__ import annotations
 import heapq
 import io
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import IO
 
 import lz4.frame  # type: ignore[import-untyped]
 import zstandard
 from mcap.data_stream import ReadDataStream
 from mcap.opcode import Opcode
-from mcap.records import Channel, Chunk, ChunkIndex, McapRecord, Message, MessageIndex
-from mcap.stream_reader import CRCValidationError, breakup_chunk
+from mcap.records import Channel, ChunkIndex, McapRecord, Message, MessageIndex, Schema
 
 from perception.drives._damage import LostMessages
 
 __all__ = [
+    "KEPT_CHUNK_BYTES",
     "MAX_CHUNK_BYTES",
     "RECORD_HEAD",
     "UNKNOWN_TOPICS",
+    "ChunkBuffer",
+    "ChunkHead",
     "ChunkUnreadable",
     "decode_chunk",
     "iter_chunk_messages",
@@ -52,6 +56,11 @@ _MAGIC_SIZE = 8
 #: The largest uncompressed chunk read (drives are written in 4 MiB chunks; one chunk holds at least
 #: one message, and a sample is at most 64 MiB: ``perception.kinds.MAX_SAMPLE_BYTES``).
 MAX_CHUNK_BYTES = 256 * 2**20
+#: The largest decompressed chunk a :class:`ChunkBuffer` keeps for the next one.
+KEPT_CHUNK_BYTES = 64 * 2**20
+_CHUNK_FIXED = struct.Struct("<QQQII")  # message start and end time, uncompressed size and CRC, compression's length
+_U64 = struct.Struct("<Q")
+_MESSAGE_FIXED = struct.Struct("<HIQQ")  # channel id, sequence, log time, publish time
 
 
 class ChunkUnreadable(Exception):
@@ -63,31 +72,88 @@ class ChunkUnreadable(Exception):
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, CRCValidationError):
-        return f"CRC mismatch (expected {exc.expected:#010x}, got {exc.actual:#010x})"
     text = str(exc) or type(exc).__name__
     if "decompress" in text.lower() or type(exc).__module__.split(".")[0] in ("zstandard", "lz4"):
         return text if text.startswith("decompression error") else f"decompression error: {text}"
     return f"bad record: {text}"
 
 
+@dataclass(frozen=True)
+class ChunkHead:
+    """A chunk record's header fields (its data is read by :func:`decode_chunk`)."""
+
+    message_start_time: int
+    message_end_time: int
+    compression: str
+    compressed_size: int
+    uncompressed_size: int
+
+
+class ChunkBuffer:
+    """Memory reused for reading chunks one after another: a chunk record's body as read, and its data
+    decompressed (a reader's). Its :attr:`lock` is held while a chunk is read through it (:func:`read_chunk`):
+    a replay's samples are read on a worker thread while the frames' ground truth is first loaded on another.
+
+    A replay reads a ~2 MB chunk record and decompresses it to ~4 MB every ~8 frames. In fresh buffers (with
+    the record's data copied once more and the previous chunk's messages still held) a chunk's read needed ~4x
+    the chunk of free memory in its thread's arena; what an arena does not have yet is faulted in, a page at
+    a time (~1.7 us each on the CI's VMs, zeroing included): most of all beside a run recorder, whose queue
+    keeps ~32 frames of samples in the arenas. Reused, a read needs about its messages. The records
+    :func:`decode_chunk` returns are copied out of the buffers, so they are free again once the call
+    returns. Buffers over :data:`KEPT_CHUNK_BYTES` are not kept.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._body = bytearray()
+        self._data = bytearray()
+
+    def body(self, size: int) -> memoryview:
+        """``size`` writable bytes for a record's body, valid until the next call."""
+        self._body, view = _grown(self._body, size)
+        return view
+
+    def data(self, size: int) -> memoryview:
+        """``size`` writable bytes for a chunk's decompressed data, valid until the next call."""
+        self._data, view = _grown(self._data, size)
+        return view
+
+
+def _grown(buffer: bytearray, size: int) -> tuple[bytearray, memoryview]:
+    """``buffer``, or a larger one replacing it (views of the old one may still be alive: a bytearray they
+    pin cannot be resized), and a view of its first ``size`` bytes; a fresh one over the size kept."""
+    if size > KEPT_CHUNK_BYTES:
+        return buffer, memoryview(bytearray(size))
+    if size > len(buffer):
+        buffer = bytearray(size)
+    return buffer, memoryview(buffer)[:size]
+
+
 def decode_chunk(
-    body: bytes, channels: Collection[int] | None, *, check_crc: bool = True
-) -> tuple[Chunk, list[McapRecord]]:
+    body: bytes | memoryview,
+    channels: Collection[int] | None,
+    *,
+    check_crc: bool = True,
+    buffer: ChunkBuffer | None = None,
+) -> tuple[ChunkHead, list[McapRecord]]:
     """Parse a chunk record body, decompress it, check its CRC and its records; its records in order.
 
     A message must be on one of ``channels`` or on a channel defined earlier in the chunk (``None``:
     any channel). ``check_crc=False``: the CRC of the decompressed data is not computed again (for a
-    chunk this reader has already read and checked). Raises :class:`ChunkUnreadable`.
+    chunk this reader has already read and checked). ``buffer``: where the chunk is decompressed (a new
+    one when None); the records returned hold copies, none views ``body`` or ``buffer``. Raises
+    :class:`ChunkUnreadable`.
     """
+    view = memoryview(body)
     try:
-        chunk = Chunk.read(ReadDataStream(io.BytesIO(body), calculate_crc=False))
-        if len(chunk.data) + 40 + len(chunk.compression.encode()) != len(body):
-            raise ValueError("chunk header does not match the record length")
-        records = breakup_chunk(_decompressed(chunk), validate_crc=check_crc)
+        head, compressed, crc = _chunk_record(view)
+        data = _decompressed(head, compressed, ChunkBuffer() if buffer is None else buffer)
+        if check_crc and crc != 0 and (actual := zlib.crc32(data)) != crc:
+            raise ChunkUnreadable(f"CRC mismatch (expected {crc:#010x}, got {actual:#010x})")
+        records = _records(data)
     except ChunkUnreadable:
         raise
-    except Exception as exc:  # corrupt bytes fail in any decoder (struct, zstd, lz4, utf-8, crc)
+    except Exception as exc:  # corrupt bytes fail in any decoder (struct, zstd, lz4, utf-8)
         raise ChunkUnreadable(_reason(exc)) from exc
     local: set[int] = set()
     for record in records:
@@ -96,50 +162,108 @@ def decode_chunk(
         elif isinstance(record, Message):
             if channels is not None and record.channel_id not in channels and record.channel_id not in local:
                 raise ChunkUnreadable(f"bad record: message on unknown channel {record.channel_id}")
-            if not chunk.message_start_time <= record.log_time <= chunk.message_end_time:
+            if not head.message_start_time <= record.log_time <= head.message_end_time:
                 raise ChunkUnreadable(f"bad record: message time {record.log_time} outside the chunk's range")
-    return chunk, records
+    return head, records
 
 
-def _decompressed(chunk: Chunk) -> Chunk:
-    """``chunk`` with its data decompressed, never past its declared size (bounded: see module docs)."""
-    declared = chunk.uncompressed_size
-    if chunk.compression == "":
-        return chunk
+def _chunk_record(body: memoryview) -> tuple[ChunkHead, memoryview, int]:
+    """The header of a chunk record, its (compressed) data viewed in ``body``, and its CRC."""
+    if len(body) < _CHUNK_FIXED.size:
+        raise ChunkUnreadable("bad record: chunk header cut short")
+    start, end, size, crc, name_length = _CHUNK_FIXED.unpack_from(body)
+    at = _CHUNK_FIXED.size + name_length
+    if at + 8 > len(body):
+        raise ChunkUnreadable("bad record: chunk header cut short")
+    compression = str(body[_CHUNK_FIXED.size : at], "utf-8")
+    (data_length,) = _U64.unpack_from(body, at)
+    if at + 8 + data_length != len(body):
+        raise ChunkUnreadable("bad record: chunk header does not match the record length")
+    return ChunkHead(start, end, compression, data_length, size), body[at + 8 :], crc
+
+
+def _records(data: memoryview) -> list[McapRecord]:
+    """The schema, channel and message records of a decompressed chunk, copied out of ``data`` (records of
+    other kinds are skipped); each record is read within its declared length."""
+    records: list[McapRecord] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        if pos + RECORD_HEAD.size > end:
+            raise ChunkUnreadable("bad record: record header cut short")
+        opcode, length = RECORD_HEAD.unpack_from(data, pos)
+        start = pos + RECORD_HEAD.size
+        pos = start + length
+        if pos > end:
+            raise ChunkUnreadable(f"bad record: a record of {length} bytes runs past the chunk's end")
+        if opcode == Opcode.MESSAGE:
+            if length < _MESSAGE_FIXED.size:
+                raise ChunkUnreadable(f"bad record: a message record of {length} bytes")
+            cid, sequence, log_time, publish_time = _MESSAGE_FIXED.unpack_from(data, start)
+            payload = data[start + _MESSAGE_FIXED.size : pos].tobytes()
+            records.append(
+                Message(channel_id=cid, sequence=sequence, log_time=log_time, publish_time=publish_time, data=payload)
+            )
+        elif opcode in (Opcode.CHANNEL, Opcode.SCHEMA):
+            stream = ReadDataStream(io.BytesIO(data[start:pos].tobytes()), calculate_crc=False)
+            records.append(Channel.read(stream) if opcode == Opcode.CHANNEL else Schema.read(stream))
+    return records
+
+
+def _decompressed(head: ChunkHead, compressed: memoryview, buffer: ChunkBuffer) -> memoryview:
+    """The chunk's data decompressed (into ``buffer`` for zstd), never past its declared size (bounded: see
+    module docs)."""
+    declared = head.uncompressed_size
+    if head.compression == "":
+        return compressed
     if declared > MAX_CHUNK_BYTES:
         raise ChunkUnreadable(f"declares {declared} bytes uncompressed, over the {MAX_CHUNK_BYTES} byte limit")
-    if chunk.compression == "zstd":
-        content = zstandard.frame_content_size(chunk.data)  # -1: not in the frame header
+    if head.compression == "zstd":
+        content = zstandard.frame_content_size(compressed)  # -1: not in the frame header
         if content > declared:
             raise ChunkUnreadable(f"zstd frame declares {content} bytes, the chunk {declared}")
-        data = zstandard.ZstdDecompressor().decompress(chunk.data, max_output_size=declared)
-    elif chunk.compression == "lz4":
-        content = lz4.frame.get_frame_info(chunk.data)["content_size"]  # 0: not in the frame header
+        data = buffer.data(declared)
+        reader = zstandard.ZstdDecompressor().stream_reader(compressed)  # the first frame, as the library's
+        got = 0
+        while got < declared and (n := reader.readinto(data[got:])):
+            got += n
+        if got == declared and reader.read(1):
+            raise ChunkUnreadable(f"zstd frame holds more than the {declared} bytes the chunk declares")
+    elif head.compression == "lz4":
+        content = lz4.frame.get_frame_info(compressed)["content_size"]  # 0: not in the frame header
         if content > declared:
             raise ChunkUnreadable(f"lz4 frame declares {content} bytes, the chunk {declared}")
         decompressor = lz4.frame.LZ4FrameDecompressor()
-        data = decompressor.decompress(chunk.data, max_length=declared)
+        data = memoryview(decompressor.decompress(compressed, max_length=declared))
         if not decompressor.eof:
             raise ChunkUnreadable(f"lz4 frame holds more than the {declared} bytes the chunk declares")
+        got = len(data)
     else:
-        raise ChunkUnreadable(f"unsupported compression {chunk.compression!r}")
-    if len(data) != declared:
-        raise ChunkUnreadable(f"decompression error: {len(data)} bytes, the chunk declares {declared}")
-    return Chunk(
-        compression="",
-        data=data,
-        message_end_time=chunk.message_end_time,
-        message_start_time=chunk.message_start_time,
-        uncompressed_crc=chunk.uncompressed_crc,
-        uncompressed_size=declared,
-    )
+        raise ChunkUnreadable(f"unsupported compression {head.compression!r}")
+    if got != declared:
+        raise ChunkUnreadable(f"decompression error: {got} bytes, the chunk declares {declared}")
+    return data
 
 
 def read_chunk(
-    stream: IO[bytes], ci: ChunkIndex, channels: Collection[int] | None, *, check_crc: bool = True
+    stream: IO[bytes],
+    ci: ChunkIndex,
+    channels: Collection[int] | None,
+    *,
+    check_crc: bool = True,
+    buffer: ChunkBuffer | None = None,
 ) -> list[Message]:
     """The messages of the chunk ``ci`` points at, in file order; :class:`ChunkUnreadable` if damaged
-    (``check_crc``: as in :func:`decode_chunk`)."""
+    (``check_crc``, ``buffer``: as in :func:`decode_chunk`). With a ``buffer``, under its lock: one chunk read
+    at a time through it (the stream's position and the buffer's bytes)."""
+    if buffer is None:
+        return _read_chunk(stream, ci, channels, check_crc, None)
+    with buffer.lock:
+        return _read_chunk(stream, ci, channels, check_crc, buffer)
+
+
+def _read_chunk(
+    stream: IO[bytes], ci: ChunkIndex, channels: Collection[int] | None, check_crc: bool, buffer: ChunkBuffer | None
+) -> list[Message]:
     stream.seek(ci.chunk_start_offset)
     head = stream.read(RECORD_HEAD.size)
     if len(head) < RECORD_HEAD.size:
@@ -149,10 +273,28 @@ def read_chunk(
         raise ChunkUnreadable(f"bad record: opcode {opcode:#04x} where the index has a chunk")
     if ci.chunk_length and RECORD_HEAD.size + length != ci.chunk_length:
         raise ChunkUnreadable(f"bad record: chunk length {RECORD_HEAD.size + length} differs from its index's")
-    body = stream.read(length)
+    body = stream.read(length) if buffer is None else _read_into(stream, buffer.body(length))
     if len(body) < length:
         raise ChunkUnreadable("chunk record cut short")
-    return [r for r in decode_chunk(body, channels, check_crc=check_crc)[1] if isinstance(r, Message)]
+    records = decode_chunk(body, channels, check_crc=check_crc, buffer=buffer)[1]
+    return [r for r in records if isinstance(r, Message)]
+
+
+def _read_into(stream: IO[bytes], view: memoryview) -> memoryview:
+    """``view`` filled from ``stream`` as far as it goes: the part filled."""
+    readinto: Callable[[memoryview], int | None] | None = getattr(stream, "readinto", None)
+    got = 0
+    while got < len(view):
+        if readinto is not None:
+            n = readinto(view[got:]) or 0
+        else:
+            block = stream.read(len(view) - got)
+            n = len(block)
+            view[got : got + n] = block
+        if n == 0:
+            break
+        got += n
+    return view[:got]
 
 
 def lost_messages(stream: IO[bytes], ci: ChunkIndex, channels: Mapping[int, Channel]) -> tuple[LostMessages, ...]:
@@ -205,6 +347,7 @@ def iter_chunk_messages(
     on_damage: Callable[[ChunkIndex, str], None],
     skip: Collection[int] = (),
     checked: set[int] | None = None,
+    buffer: ChunkBuffer | None = None,
 ) -> Iterator[tuple[Channel, Message]]:
     """Messages of ``topics`` with ``start_ns <= log_time < end_ns``, in log-time order (ties: file order).
 
@@ -212,7 +355,8 @@ def iter_chunk_messages(
     skipped; chunks whose offset is in ``skip`` are not read at all; the offsets of chunks read
     successfully are added to ``checked``, and a chunk already in it is not CRC-checked again (a replay
     reads every chunk up to three times: ego poses, ground truth, samples; the CRC of its ~50 MB of
-    decompressed data is ~0.2 ms of the client's CPU per frame on the bundled drive).
+    decompressed data is ~0.2 ms of the client's CPU per frame on the bundled drive). ``buffer``: where
+    the chunks are decompressed (see :func:`decode_chunk`).
     """
     wanted = None if topics is None else {cid for cid, ch in channels.items() if ch.topic in topics}
     # Heap entries (log_time, chunk offset, index in chunk or -1 for the chunk itself, payload): the
@@ -235,18 +379,32 @@ def iter_chunk_messages(
             yield channels[item.channel_id], item
             continue
         try:
-            messages = read_chunk(stream, item, channels, check_crc=checked is None or offset not in checked)
+            check = checked is None or offset not in checked
+            messages = read_chunk(stream, item, channels, check_crc=check, buffer=buffer)
         except ChunkUnreadable as exc:
             on_damage(item, exc.reason)
             continue
         if checked is not None:
             checked.add(offset)
-        for i, msg in enumerate(messages):
-            if wanted is not None and msg.channel_id not in wanted:
-                continue
-            if (start_ns is not None and msg.log_time < start_ns) or (end_ns is not None and msg.log_time >= end_ns):
-                continue
-            heapq.heappush(heap, (msg.log_time, offset, i, msg))
+        _push(heap, offset, messages, wanted, start_ns, end_ns)
+        del messages  # its messages are in the heap: not held a chunk longer (while the next one is read)
+
+
+def _push(
+    heap: list[tuple[int, int, int, ChunkIndex | Message]],
+    offset: int,
+    messages: list[Message],
+    wanted: set[int] | None,
+    start_ns: int | None,
+    end_ns: int | None,
+) -> None:
+    """Push the messages of the chunk at ``offset`` that :func:`iter_chunk_messages` yields onto ``heap``."""
+    for i, msg in enumerate(messages):
+        if wanted is not None and msg.channel_id not in wanted:
+            continue
+        if (start_ns is not None and msg.log_time < start_ns) or (end_ns is not None and msg.log_time >= end_ns):
+            continue
+        heapq.heappush(heap, (msg.log_time, offset, i, msg))
 
 
 def read_footer(stream: IO[bytes]) -> tuple[int, int] | None:

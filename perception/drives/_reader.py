@@ -36,6 +36,7 @@ from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
 from perception.drives._chunks import (
     UNKNOWN_TOPICS,
+    ChunkBuffer,
     ChunkUnreadable,
     iter_chunk_messages,
     lost_messages,
@@ -111,6 +112,7 @@ class DriveReader:
         self._strict = strict
         self._bad: dict[int, DamagedChunk] = {}  # damaged chunks by byte offset
         self._checked: set[int] = set()  # offsets of chunks read successfully
+        self._chunk_buffer = ChunkBuffer()  # every chunk is decompressed into it (see ChunkBuffer)
         self._summary_problem: str | None = None
         self._truncated_at: int | None = None
         self._ego: list[EgoPose] | None = None
@@ -175,7 +177,7 @@ class DriveReader:
         self._counted = {c.chunk_start_offset for c in self._chunk_indexes} - {c.chunk_start_offset for c in unindexed}
         for ci in unindexed:  # chunks without (readable) message indexes: count by reading them once
             try:
-                messages = read_chunk(self._file, ci, self._summary.channels)
+                messages = read_chunk(self._file, ci, self._summary.channels, buffer=self._chunk_buffer)
             except ChunkUnreadable as exc:
                 self._record(ci, exc.reason)
                 continue
@@ -321,6 +323,7 @@ class DriveReader:
             self._on_damage,
             skip=() if self._strict else self._bad.keys(),
             checked=self._checked,
+            buffer=self._chunk_buffer,
         )
         while True:
             try:
@@ -415,7 +418,7 @@ class DriveReader:
             if ci.chunk_start_offset in self._checked or ci.chunk_start_offset in self._bad:
                 continue
             try:
-                read_chunk(self._file, ci, self._summary.channels)
+                read_chunk(self._file, ci, self._summary.channels, buffer=self._chunk_buffer)
             except ChunkUnreadable as exc:
                 self._record(ci, exc.reason)
                 continue

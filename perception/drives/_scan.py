@@ -24,7 +24,7 @@ from mcap.opcode import Opcode
 from mcap.records import Channel, Chunk, ChunkIndex, Message, MessageIndex, Metadata, Schema
 from mcap.summary import Summary
 
-from perception.drives._chunks import RECORD_HEAD, ChunkUnreadable, decode_chunk, message_index_times
+from perception.drives._chunks import RECORD_HEAD, ChunkBuffer, ChunkUnreadable, decode_chunk, message_index_times
 
 __all__ = ["MAGIC", "ChannelTimes", "RawDamage", "Scan", "scan_file", "times_from_index"]
 
@@ -87,6 +87,7 @@ def scan_file(stream: IO[bytes]) -> Scan:
     pos = len(MAGIC)
     out = Scan(summary=Summary(), stop_offset=pos)
     damage: RawDamage | None = None  # the latest damage, until a readable chunk follows it
+    buffer = ChunkBuffer()  # the chunks decompressed, one after another
     while True:
         stream.seek(pos)
         head = stream.read(RECORD_HEAD.size)
@@ -97,7 +98,7 @@ def scan_file(stream: IO[bytes]) -> Scan:
         if 0 < opcode <= _MAX_OPCODE and end <= size:
             body = stream.read(length)
             try:
-                done = _take(out, opcode, body, pos, length, damage)
+                done = _take(out, opcode, body, pos, length, damage, buffer)
             except Exception as exc:  # corrupt bytes can fail in any decoder (struct, zstd, lz4, utf-8, crc)
                 if out.data_complete:
                     break  # in the summary section: every message was read already
@@ -206,10 +207,13 @@ def _plausible(buf: bytes, i: int, at: int, size: int) -> bool:
     return bool(length == 40 + clen + dlen)
 
 
-def _take(out: Scan, opcode: int, body: bytes, pos: int, length: int, damage: RawDamage | None) -> bool:
+def _take(
+    out: Scan, opcode: int, body: bytes, pos: int, length: int, damage: RawDamage | None, buffer: ChunkBuffer
+) -> bool:
     """Fold one record into ``out``; True at the footer."""
     if opcode == Opcode.CHUNK:
-        chunk, records = decode_chunk(body, out.summary.channels.keys())  # decompress and check before accepting
+        # decompressed and checked before it is accepted
+        head, records = decode_chunk(body, out.summary.channels.keys(), buffer=buffer)
         for record in records:
             if isinstance(record, Schema):
                 out.summary.schemas[record.id] = record
@@ -222,15 +226,15 @@ def _take(out: Scan, opcode: int, body: bytes, pos: int, length: int, damage: Ra
                     out.last_message = (t, record.channel_id)
         out.summary.chunk_indexes.append(
             ChunkIndex(
-                message_start_time=chunk.message_start_time,
-                message_end_time=chunk.message_end_time,
+                message_start_time=head.message_start_time,
+                message_end_time=head.message_end_time,
                 chunk_start_offset=pos,
                 chunk_length=RECORD_HEAD.size + length,
                 message_index_offsets={},
                 message_index_length=0,
-                compression=chunk.compression,
-                compressed_size=len(chunk.data),
-                uncompressed_size=chunk.uncompressed_size,
+                compression=head.compression,
+                compressed_size=head.compressed_size,
+                uncompressed_size=head.uncompressed_size,
             )
         )
     elif opcode == Opcode.MESSAGE_INDEX:

@@ -304,13 +304,13 @@ def test_each_chunk_is_crc_checked_on_its_first_read_only(
     import perception.drives._chunks as chunks_mod
 
     checks: list[bool] = []
-    original = chunks_mod.breakup_chunk
+    original = chunks_mod.decode_chunk
 
-    def spy(chunk: object, validate_crc: bool = False) -> object:
-        checks.append(validate_crc)
-        return original(chunk, validate_crc=validate_crc)  # type: ignore[arg-type]
+    def spy(body: bytes, channels: object, *, check_crc: bool = True, buffer: object = None) -> object:
+        checks.append(check_crc)
+        return original(body, channels, check_crc=check_crc, buffer=buffer)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(chunks_mod, "breakup_chunk", spy)
+    monkeypatch.setattr(chunks_mod, "decode_chunk", spy)
     with DriveReader(medium.path, strict=False) as d:
         first = [(s.sensor, s.t_ns) for s in d.samples()]
         assert True in checks and d.damage.chunks == ()
