@@ -443,7 +443,7 @@ class RunRecorder:
         detections predicted; the tracker is as the frame before left it (no tracker state)."""
         values = detection_values(detections)
         self._remember(seq, detections)
-        record = {
+        head = {
             "seq": seq,
             "frame_id": frame.frame_id,
             "t_ns": frame.t_ns,
@@ -451,10 +451,9 @@ class RunRecorder:
             "ego": fmt.encode_ego(frame.ego),
             "samples": {},
             "sensors": {},
-            "detections": _detections(detections),
-            "tracker": None,
         }
-        self._write_frame_record(writer, seq, frame.t_ns, _ENCODER.encode(record), values, b"")
+        text = f'{_ENCODER.encode(head)[:-1]},"detections":{_detections_json(detections)},"tracker":null}}'
+        self._write_frame_record(writer, seq, frame.t_ns, text, values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
@@ -535,17 +534,9 @@ class RunRecorder:
             self.bytes += writer.path.stat().st_size
 
 
-def _detections(detections: Sequence[Detection3D]) -> dict[str, list[Any]]:
-    """A frame's detections in its fusion record: what is not a number (their values: binary, beside it)."""
-    return {
-        "ids": [d.id for d in detections],
-        "labels": [d.label for d in detections],
-        "sources": [d.sources for d in detections],
-    }
-
-
 def _detections_json(detections: Sequence[Detection3D]) -> str:
-    """The JSON of :func:`_detections`, as the encoder writes it (labels and sources remembered)."""
+    """A frame's detections in its fusion record, what is not a number (their values: binary, beside it), as
+    the encoder writes ``{"ids": [...], "labels": [...], "sources": [...]}`` (labels and sources remembered)."""
     ids = ",".join([_scalar(d.id) for d in detections])
     labels = ",".join([_quoted(d.label) for d in detections])
     sources = ",".join([_sources_json(d.sources) for d in detections])
