@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from perception.drives._mcap_out import Buffer, byte_view
+
 __all__ = ["BLOCK", "STAGING", "DirectFile"]
 
 log = logging.getLogger(__name__)
@@ -28,8 +30,6 @@ log = logging.getLogger(__name__)
 BLOCK = 4096
 #: The staging buffer's size (a multiple of :data:`BLOCK`): a write of more goes out in pieces this large.
 STAGING = 1 << 20
-
-_Buffer = bytes | bytearray | memoryview
 
 
 class DirectFile:
@@ -94,28 +94,28 @@ class DirectFile:
         """Bytes written so far (staged ones included)."""
         return self._at + self._fill
 
-    def write(self, data: _Buffer) -> int:
+    def write(self, data: Buffer) -> int:
         """Stage ``data`` and write the whole blocks staged; its size."""
-        view = _bytes(data)
+        view = byte_view(data)
         self._put(view)
         self._write_blocks()
         return len(view)
 
-    def writelines(self, pieces: Iterable[_Buffer]) -> None:
+    def writelines(self, pieces: Iterable[Buffer]) -> None:
         """Stage ``pieces`` one after another and write the whole blocks staged. A chunk's pieces (~60 a frame
         of a recording: headers, payloads) are copied here, inline, while they fit (a call a piece cost more
         than most pieces' copy), the others by :meth:`_put`."""
         buf, fill = self._buf, self._fill
         room = len(buf)
         for piece in pieces:
-            view = piece if type(piece) is bytes else _bytes(piece)
+            view = piece if type(piece) is bytes else byte_view(piece)
             n = len(view)
             if fill + n <= room:
                 buf[fill : fill + n] = view
                 fill += n
             else:
                 self._fill = fill
-                self._put(_bytes(view))
+                self._put(byte_view(view))
                 fill = self._fill
         self._fill = fill
         self._write_blocks()
@@ -189,9 +189,3 @@ class DirectFile:
             self._failed = True
             raise
         self._at += n
-
-
-def _bytes(data: _Buffer) -> memoryview:
-    """``data`` as unsigned bytes, one dimension (its ``len`` its size)."""
-    view = data if isinstance(data, memoryview) else memoryview(data)
-    return view if view.ndim == 1 and view.format == "B" else view.cast("B")

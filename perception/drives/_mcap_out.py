@@ -35,7 +35,7 @@ from mcap.records import (
     SummaryOffset,
 )
 
-__all__ = ["Buffer", "McapOut", "Stream"]
+__all__ = ["Buffer", "McapOut", "Stream", "byte_view"]
 
 #: A message's bytes: one buffer, or pieces written one after another (a header, then a payload).
 Buffer = bytes | bytearray | memoryview
@@ -179,13 +179,13 @@ class McapOut:
             out.append(data)
             size = len(data)
         elif isinstance(data, memoryview):
-            data = _bytes_view(data)
+            data = byte_view(data)
             out.append(data)
             size = len(data)
         else:
             size = 0
             for piece in data:
-                p = _bytes_view(piece) if isinstance(piece, memoryview) else piece
+                p = byte_view(piece) if isinstance(piece, memoryview) else piece
                 out.append(p)
                 size += len(p)
         out[head] = _MESSAGE.pack(_OP_MESSAGE, 22 + size, channel_id, sequence, log_time, publish_time)
@@ -348,8 +348,9 @@ def _fileno(stream: Stream) -> int | None:
         return None
 
 
-def _bytes_view(view: memoryview) -> memoryview:
-    """``view`` as unsigned bytes, one dimension (its ``len`` its size)."""
+def byte_view(data: Buffer) -> memoryview:
+    """``data`` as unsigned bytes, one dimension (its ``len`` its size)."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
