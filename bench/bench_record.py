@@ -93,9 +93,9 @@ def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
     """The writer's CPU per frame and kind of item, on a recorded run's items written by this thread alone
     (``writer_alone_ms``, module docs)."""
     captured = _Captured(tmp / "captured.mcap", poses)
-    window = _Window(None)
+    window = _Window(captured, writer=False)  # its writer never started: no writer thread to read
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
-    anyio.run(lambda: replay_drive(DRIVE, load_config(PROFILE), options, observer=_Forward(captured, window)))
+    anyio.run(lambda: replay_drive(DRIVE, load_config(PROFILE), options, observer=window))
     items = [item for item in captured._items if item is not None] + captured.items  # begin(), then the rest
     frames = max(1, window.results)
     rows: dict[str, list[float]] = {}
@@ -116,37 +116,14 @@ def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
     return {kind: round(float(np.median(v)), 3) for kind, v in sorted(rows.items())}
 
 
-class _Forward(RunObserver):
-    """Hands every call to ``recorder`` and the results to ``window`` too (which counts them)."""
-
-    def __init__(self, recorder: RunRecorder, window: _Window) -> None:
-        self.recorder = recorder
-        self.window = window
-
-    def begin(self, session: Session) -> None:
-        self.recorder.begin(session)
-
-    def fusion(self, stage: FusionStage | None) -> FusionStage | None:
-        return self.recorder.fusion(stage)
-
-    def sample(self, sample: Sample, arrival_ns: int) -> None:
-        self.recorder.sample(sample, arrival_ns)
-
-    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
-        self.recorder.ego(pose, arrival_ns)
-
-    def result(self, result: FrameResult) -> None:
-        self.recorder.result(result)
-        self.window.result(result)
-
-
 class _Window(RunObserver):
     """The run's observer (the recorder's, when recording): reads the process's CPU (user + system, every
-    thread), its minor page faults and the writer thread's CPU at the :data:`WARMUP`-th result and at the
-    last one."""
+    thread), its minor page faults and (``writer``: the recorder's is running) the writer thread's CPU at the
+    :data:`WARMUP`-th result and at the last one."""
 
-    def __init__(self, recorder: RunRecorder | None) -> None:
+    def __init__(self, recorder: RunRecorder | None, *, writer: bool = True) -> None:
         self.recorder = recorder
+        self.writer = writer and recorder is not None
         self.results = 0
         self.marks: list[tuple[float, int, float, float]] = []
 
@@ -170,7 +147,7 @@ class _Window(RunObserver):
             self.recorder.result(result)
         self.results += 1
         if self.results >= WARMUP:  # the window's start, then its end so far
-            self.marks[self.results > WARMUP :] = [_mark(self.recorder is not None)]
+            self.marks[self.results > WARMUP :] = [_mark(self.writer)]
 
 
 def _mark(recording: bool) -> tuple[float, int, float, float]:
