@@ -168,7 +168,7 @@ def recorded_outputs(results: Mapping[str, SensorResult]) -> tuple[dict[str, Lay
             if code is None:
                 if dtype.byteorder == ">":
                     a = a.astype(dtype.newbyteorder("<"))
-                code = _code(dtype)
+                code = _code(a.dtype)
             raw = a.tobytes()
             arrays.append((key, code, a.shape))
             parts.append(raw)
@@ -184,9 +184,7 @@ _CODES: dict[np.dtype[Any], str] = {}
 
 
 def _code(dtype: np.dtype[Any]) -> str:
-    """``dtype``'s ``str``, little-endian (a big-endian one's little-endian twin's), remembered."""
-    if dtype.byteorder == ">":
-        dtype = dtype.newbyteorder("<")
+    """``dtype``'s ``str`` (a little-endian or byte-order-less one), remembered."""
     code: str = dtype.str
     if len(_CODES) < 256:
         _CODES[dtype] = code
