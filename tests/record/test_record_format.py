@@ -124,6 +124,11 @@ def test_the_digests_derived_on_read_are_those_of_the_run_s_objects(
         records = fusion_records(reader)
         frames = sorted((json.loads(d) for _, _, _, d in reader.messages([fmt.FRAMES_TOPIC])), key=lambda f: f["index"])
     assert raw and not any("digest" in r for r in raw)
+    # the shed frame's record holds no tracker state (its prediction left the tracker as it was): null, where
+    # every fused frame's holds the layout of the state after it
+    by_seq = sorted(raw, key=lambda r: r["seq"])
+    assert [r["tracker"] is None for r in by_seq] == [kind == "predicted" for kind, *_ in seen]
+    assert all(isinstance(r["tracker"], dict) and r["tracker"] for r in by_seq if not r.get("predicted"))
     assert any(s is not None and len(s["table"]) >= 2 for *_, s in seen)  # tracks to digest
     assert any(f.ego is not None for _, f, *_ in seen)  # ego poses in the decisions
     fused: dict[int, str] = {}
