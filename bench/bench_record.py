@@ -24,8 +24,20 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   writes (the segments are written with ``O_DIRECT``: hardly any; written buffered, where the file system
   refuses it, the page cache's pages allocated and the payloads copied into them);
 * ``share_of_client``: ``cost_ms`` / the plain run's ``client_cpu_ms``, the median over the pairs, with
-  ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame;
+  ``share_spread`` (min, max): the target is at most 5 %. ``minor_faults``: page faults per frame.
+  ``cost_ms_median_interval``: a 95 % bootstrap interval of that median: two runs of one build differ by
+  more than the cost (the process's CPU moves by ±1 ms a frame from run to run here), so the median of a
+  few pairs is itself uncertain by ~±0.3 ms a frame;
+* ``components_ms_per_frame``: the cost from its parts, each with little noise: the writer's and the
+  calls' CPU in the window, plus the minor faults the recording adds to its pair's plain run at
+  ``fault_us`` each (a fault's cost measured here, fresh pages touched one by one); it misses what the
+  run's threads lose to the writer beside them in the caches (the difference above holds that, noisily).
+  ``components_share_of_client``: over the plain client;
 * ``bytes_per_s``: the recording's size over the drive's duration;
+* ``decisions_only``: the same measures for a recording of everything but the samples (a third run beside
+  each pair, ``_DecisionsOnly``): the recorder's calls on the run's threads as in a full recording, the
+  frames' records, results and arrivals written, no sample queued or written. What the decisions alone
+  cost, whatever writes the samples: the floor under the 5 % target;
 * ``writer_alone_ms``: the writer's own work, away from any run (a diagnostic, with little noise): the
   items a recorded run handed over are kept, then written by this thread alone, :data:`ALONE_REPEATS`
   times; its CPU per frame for each kind of item (``begin``: the segment opened with the source's poses, once
@@ -43,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import mmap
 import os
 import resource
 import sys
@@ -89,6 +102,16 @@ class _Captured(RunRecorder):
         return True
 
 
+class _DecisionsOnly(RunRecorder):
+    """A recorder of everything but the samples (``decisions_only``, module docs): its calls on the run's
+    threads do what they do in a full recording (the images and sweeps remembered, the clouds traced), but a
+    sample is neither queued nor written; the frames' records, results and arrivals are. What recording the
+    decisions alone costs: the floor under any way of writing the samples."""
+
+    def _put(self, kind: str, item: Any) -> bool:
+        return True if kind == "sample" else super()._put(kind, item)
+
+
 def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
     """The writer's CPU per frame and kind of item, on a recorded run's items written by this thread alone
     (``writer_alone_ms``, module docs)."""
@@ -125,7 +148,7 @@ class _Window(RunObserver):
         self.recorder = recorder
         self.writer = writer and recorder is not None
         self.results = 0
-        self.marks: list[tuple[float, int, float, float]] = []
+        self.marks: list[tuple[float, int, float, float, float]] = []
 
     def begin(self, session: Session) -> None:
         if self.recorder is not None:
@@ -147,7 +170,8 @@ class _Window(RunObserver):
             self.recorder.result(result)
         self.results += 1
         if self.results >= WARMUP:  # the window's start, then its end so far
-            self.marks[self.results > WARMUP :] = [_mark(self.writer)]
+            hooks = self.recorder.hook_cpu_ns / 1e6 if self.recorder is not None else 0.0
+            self.marks[self.results > WARMUP :] = [(*_mark(self.writer), hooks)]
 
 
 def _mark(recording: bool) -> tuple[float, int, float, float]:
@@ -169,7 +193,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
     window = _Window(recorder)
     outcome = anyio.run(lambda: replay_drive(DRIVE, config, options, observer=window))
-    (cpu0, faults0, writer0, system0), (cpu1, faults1, writer1, system1) = window.marks
+    (cpu0, faults0, writer0, system0, hooks0), (cpu1, faults1, writer1, system1, hooks1) = window.marks
     after = 0.0
     if recorder is not None:
         recorder.close()  # the frames still queued at the last result, written now: counted in the window
@@ -183,7 +207,39 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
         "minor_faults": (faults1 - faults0) / n,
         "writer_window_cpu_ms": (writer1 - writer0) / n,
         "writer_window_system_ms": (system1 - system0) / n,
+        # the writer's and the calls' CPU in the window (the writer's after it included, as in client_cpu_ms)
+        "writer_steady_cpu_ms": (writer1 - writer0 + after) / n,
+        "hook_steady_cpu_ms": (hooks1 - hooks0) / n,
     }
+
+
+def _fault_us() -> float:
+    """What a minor page fault costs this process here (us, CPU): fresh anonymous pages touched one by one
+    (the kernel's fault and its zeroing of the page), the median of three 64 MB maps."""
+    page = mmap.PAGESIZE
+    costs = []
+    for _ in range(3):
+        with mmap.mmap(-1, 64 << 20) as m:
+            t0 = time.thread_time_ns()
+            for at in range(0, len(m), page):
+                m[at] = 1
+            costs.append((time.thread_time_ns() - t0) / 1e3 / (len(m) // page))
+    return float(np.median(costs))
+
+
+def _median_interval(values: list[float], seed: int = 47) -> list[float]:
+    """A 95 % bootstrap interval of the median of ``values`` (the pairs' costs): how far the headline median
+    could be from the machine's own, given the spread of these pairs."""
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(np.asarray(values), size=(4000, len(values))), axis=1)
+    return [round(float(np.percentile(medians, 2.5)), 3), round(float(np.percentile(medians, 97.5)), 3)]
+
+
+def _components(plain: dict[str, float], rec: dict[str, Any], fault_us: float) -> float:
+    """A recording's cost per frame from its parts, each measured with little noise: the writer's and the calls'
+    CPU in the window, and the minor faults it adds to the plain run's (the pair's) at ``fault_us`` each."""
+    faults = max(0.0, rec["minor_faults"] - plain["minor_faults"])
+    return float(rec["writer_steady_cpu_ms"] + rec["hook_steady_cpu_ms"] + faults * fault_us / 1e3)
 
 
 def main() -> None:
@@ -197,30 +253,41 @@ def main() -> None:
         poses = tuple(reader.ego_poses())
     plain: list[dict[str, float]] = []
     recorded: list[dict[str, Any]] = []
+    decisions: list[dict[str, Any]] = []
+
+    def recording(rec: RunRecorder) -> dict[str, Any]:
+        with rec:
+            row: dict[str, Any] = _run(rec)
+        frames = max(1, row["frames"])
+        row.update(
+            writer_cpu_ms=rec.cpu_ns / 1e6 / frames,
+            hook_cpu_ms=rec.hook_cpu_ns / 1e6 / frames,
+            bytes=rec.bytes,
+            bytes_per_s=rec.bytes / duration_s,
+            gaps={k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")},
+            fused=rec.stats["fused"],
+        )
+        return row
+
+    fault_us = _fault_us()
     with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
+        options = RecordOptions(compression=args.compression)
         for i in range(args.repeats):
             plain.append(_run(None))
-            path = Path(tmp) / f"run{i}.mcap"
-            rec = RunRecorder(path, RecordOptions(compression=args.compression), ego_poses=poses)
-            with rec:
-                row: dict[str, Any] = _run(rec)
-            frames = max(1, row["frames"])
-            row.update(
-                writer_cpu_ms=rec.cpu_ns / 1e6 / frames,
-                hook_cpu_ms=rec.hook_cpu_ns / 1e6 / frames,
-                bytes=rec.bytes,
-                bytes_per_s=rec.bytes / duration_s,
-                gaps={k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")},
-                fused=rec.stats["fused"],
-            )
-            recorded.append(row)
-            log.warning("repeat %d: plain %s, recorded %s", i, plain[-1], row)
+            decisions.append(recording(_DecisionsOnly(Path(tmp) / f"decisions{i}.mcap", options, ego_poses=poses)))
+            recorded.append(recording(RunRecorder(Path(tmp) / f"run{i}.mcap", options, ego_poses=poses)))
+            log.warning("repeat %d: plain %s, decisions %s, recorded %s", i, plain[-1], decisions[-1], recorded[-1])
         alone = _writer_alone(Path(tmp), poses)
     costs = [r["client_cpu_ms"] - p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
     shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
     writer = float(np.median([r["writer_cpu_ms"] for r in recorded]))
     hook = float(np.median([r["hook_cpu_ms"] for r in recorded]))
+    floor_costs = [d["client_cpu_ms"] - p["client_cpu_ms"] for p, d in zip(plain, decisions, strict=True)]
+    floor_writer = float(np.median([d["writer_cpu_ms"] for d in decisions]))
+    floor_hook = float(np.median([d["hook_cpu_ms"] for d in decisions]))
+    parts = [_components(p, r, fault_us) for p, r in zip(plain, recorded, strict=True)]
+    floor_parts = [_components(p, d, fault_us) for p, d in zip(plain, decisions, strict=True)]
     result = {
         "drive": str(DRIVE.relative_to(ROOT)),
         "profile": str(PROFILE.relative_to(ROOT)),
@@ -232,9 +299,13 @@ def main() -> None:
         "client_cpu_ms_per_frame_recording": round(float(np.median([r["client_cpu_ms"] for r in recorded])), 2),
         "cost_ms_per_frame": round(float(np.median(costs)), 3),
         "cost_ms_spread": [round(min(costs), 3), round(max(costs), 3)],
+        "cost_ms_median_interval": _median_interval(costs),
         "share_of_client": round(float(np.median(shares)), 4),
         "share_spread": [round(min(shares), 4), round(max(shares), 4)],
         "target_share": 0.05,
+        "fault_us": round(fault_us, 2),
+        "components_ms_per_frame": round(float(np.median(parts)), 3),
+        "components_share_of_client": round(float(np.median(parts)) / client, 4),
         "writer_cpu_ms_per_frame": round(writer, 3),
         "writer_cpu_ms_spread": [
             round(min(r["writer_cpu_ms"] for r in recorded), 3),
@@ -250,8 +321,21 @@ def main() -> None:
             "recording": round(float(np.median([r["minor_faults"] for r in recorded]))),
         },
         "bytes_per_s": round(float(np.median([r["bytes_per_s"] for r in recorded]))),
+        "decisions_only": {
+            "cost_ms_per_frame": round(float(np.median(floor_costs)), 3),
+            "cost_ms_spread": [round(min(floor_costs), 3), round(max(floor_costs), 3)],
+            "cost_ms_median_interval": _median_interval(floor_costs),
+            "share_of_client": round(float(np.median(floor_costs)) / client, 4),
+            "components_ms_per_frame": round(float(np.median(floor_parts)), 3),
+            "components_share_of_client": round(float(np.median(floor_parts)) / client, 4),
+            "writer_cpu_ms_per_frame": round(floor_writer, 3),
+            "hook_cpu_ms_per_frame": round(floor_hook, 3),
+            "direct_share": round((floor_writer + floor_hook) / client, 4),
+            "minor_faults_per_frame": round(float(np.median([d["minor_faults"] for d in decisions]))),
+            "bytes_per_s": round(float(np.median([d["bytes_per_s"] for d in decisions]))),
+        },
         "writer_alone_ms_per_frame": alone,
-        "runs": {"plain": plain, "recorded": recorded},
+        "runs": {"plain": plain, "decisions_only": decisions, "recorded": recorded},
         "environment": environment(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
