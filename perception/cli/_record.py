@@ -52,7 +52,9 @@ def add_as_recorded_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="DRIVE is a recording (--record): re-fuse its model outputs under its decisions (the same sensors "
         "late or shed, the same order into the tracker), compare every frame's digests and name the first "
-        "frame that differs and why (exit 1); writes DIR/as_recorded.json and DIR/as_recorded.jsonl",
+        "frame that differs and why (exit 1); writes DIR/as_recorded.json and DIR/as_recorded.jsonl. A damaged "
+        "recording (a segment cut short: the run stopped before closing it) is replayed for what is readable, "
+        "the damage reported (exit 3); with --strict it is refused before anything runs",
     )
     p.add_argument(
         "--rerun-models",
@@ -85,7 +87,9 @@ def run_as_recorded(args: argparse.Namespace) -> int:
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
     outcome: AsRecordedOutcome = anyio.run(
-        lambda: replay_as_recorded(args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors)
+        lambda: replay_as_recorded(
+            args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict
+        )
     )
     report = outcome.report()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -109,9 +113,12 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
         )
-        return 1
-    shed = f", {report['shed']} shed (predicted)" if report["shed"] else ""
-    sys.stdout.write(
-        f"as recorded: {outcome.compared} frames fused{shed}, every digest equal ({len(outcome.results)} results)\n"
-    )
-    return 0
+    else:
+        shed = f", {report['shed']} shed (predicted)" if report["shed"] else ""
+        n = len(outcome.results)
+        sys.stdout.write(f"as recorded: {outcome.compared} frames fused{shed}, every digest equal ({n} results)\n")
+    for name, damage in outcome.damage.items():
+        sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # exit 3: everything readable replayed and compared, the damage reported
+    return 1 if first is not None else 0

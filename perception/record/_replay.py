@@ -31,8 +31,8 @@ import anyio
 import numpy as np
 
 from perception.config import RuntimeConfig
-from perception.drives import DriveReader
-from perception.errors import DriveError
+from perception.drives import DriveDamage, DriveReader
+from perception.errors import DriveDamagedError, DriveError
 from perception.record import _format as fmt
 from perception.record._digest import (
     decisions_digest,
@@ -91,6 +91,12 @@ class AsRecordedOutcome:
     first: Divergence | None = None
     segments: int = 0
     rerun_models: bool = False
+    #: The damaged segments (file name -> what the reading met: a truncation, chunks skipped), in order: their
+    #: frames after the damage are missing from the comparison (a run cut short leaves its last segment
+    #: unfinished, a truncation).
+    damage: dict[str, DriveDamage] = field(default_factory=dict)
+    #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
+    drive_error: DriveDamagedError | None = None
 
     def report(self) -> dict[str, Any]:
         """The ``as_recorded`` section of a report (JSON)."""
@@ -108,6 +114,8 @@ class AsRecordedOutcome:
             else {"frame_id": first.frame_id, "seq": first.seq, "cause": first.cause, "detail": first.detail},
             "shed": sum(1 for r in self.results if r.predicted),
             "admission_limits": self.admission_limits(),
+            "damage": {name: d.to_dict() for name, d in self.damage.items()},
+            "drive_error": None if self.drive_error is None else str(self.drive_error),
         }
 
     def admission_limits(self) -> list[list[int]]:
@@ -163,10 +171,16 @@ async def replay_as_recorded(
     rerun_models: bool = False,
     url: str | None = None,
     sensors: Sequence[str] | None = None,
+    strict: bool = False,
 ) -> AsRecordedOutcome:
     """Replay the recording ``path`` (and its segments ``<stem>-0001.mcap``...) as recorded; see module docs.
     ``config``: the profile to fuse with (the recording's rig and source resolve it, as the run did), with
-    ``url`` and ``sensors`` applied as the CLI's overrides are (:meth:`Session.with_overrides`)."""
+    ``url`` and ``sensors`` applied as the CLI's overrides are (:meth:`Session.with_overrides`).
+
+    A damaged segment (a truncation: the run stopped before closing it; a chunk that cannot be read) is
+    replayed for what is readable and named in :attr:`AsRecordedOutcome.damage` and ``drive_error``;
+    ``strict``: every chunk of every segment is read first, and any damage raises
+    :class:`~perception.errors.DriveDamagedError` before a frame is fused."""
     path = Path(path)
     segs = fmt.segments(path)
     if not segs:
@@ -177,6 +191,12 @@ async def replay_as_recorded(
             "state before it is not recorded, so the run cannot be replayed as recorded",
             file=str(path),
         )
+    if strict:
+        for seg in segs:
+            with DriveReader(seg, strict=False, quiet=True) as reader:
+                damage = reader.verify()
+            if damage:
+                raise damage.error(str(seg))
     with DriveReader(path, strict=False, quiet=True) as first:
         source = _source(first)
     session = Session.assemble(config, source).with_overrides(url=url, sensors=sensors)
@@ -268,6 +288,12 @@ async def _replay_segments(
                 ):
                     out.note(Divergence(result.frame_id, int(frec["fusion_seq"]), "fusion",
                                         "the frame delivered other detections than fusion gave it"))  # fmt: skip
+            damage = reader.damage  # what the reading of this segment met
+            if damage:
+                out.damage[seg.name] = damage
+                if out.drive_error is None:
+                    out.drive_error = damage.error(str(seg))
+                log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
 
 
 def _is_image(kind: str) -> bool:

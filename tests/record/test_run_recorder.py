@@ -20,9 +20,10 @@ from mcap.reader import make_reader
 from record_helpers import DRIVE, REPLAY_PROFILE
 
 from perception._lifetime import Lifetime
+from perception.cli import main
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.errors import DriveError, RuntimeClosedError
+from perception.errors import DriveDamagedError, DriveError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, _digest, _recorder, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
@@ -185,6 +186,38 @@ def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> 
     assert not run.exists() and len(list(tmp_path.iterdir())) == 2  # bounded: the oldest deleted
     with pytest.raises(DriveError, match="segment 0 of the recording is gone"):
         anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+
+
+def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a run stopped before its recorder closed the segment (a crash, power lost): the file ends mid-chunk
+    whole, run = tmp_path / "whole.mcap", tmp_path / "run.mcap"
+    _record(whole, RecordOptions())
+    complete = anyio.run(lambda: replay_as_recorded(whole, load_config(REPLAY_PROFILE)))
+    assert not complete.damage and complete.drive_error is None and complete.report()["damage"] == {}
+    cut = int(whole.stat().st_size * 0.15)  # (the 30 frames' records are in its first ~30 %: the drive's 10 s)
+    run.write_bytes(whole.read_bytes()[:cut])
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    # what is readable replays as recorded; what follows the cut is named, not passed over in silence
+    assert out.first is None and 0 < out.compared < complete.compared
+    assert list(out.damage) == ["run.mcap"] and out.damage["run.mcap"].truncated_at is not None
+    assert isinstance(out.drive_error, DriveDamagedError) and "run.mcap" in str(out.drive_error)
+    report = out.report()
+    assert report["damage"]["run.mcap"]["truncated_at"] <= cut and report["drive_error"] == str(out.drive_error)
+    # --strict: refused before a frame is fused
+    with pytest.raises(DriveDamagedError, match="truncated"):
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE), strict=True))
+    # the command: everything readable written and compared, the damage on stdout and one error line, exit 3
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE)]
+    assert main([*argv, "--out", str(tmp_path / "as")]) == 3
+    printed = capsys.readouterr()
+    assert "every digest equal" in printed.out and "recording damaged: run.mcap: truncated at byte" in printed.out
+    assert "run.mcap: drive damaged: truncated" in printed.err and "Traceback" not in printed.err
+    written = json.loads((tmp_path / "as" / "as_recorded.json").read_text())["as_recorded"]
+    assert written["compared"] == out.compared and written["damage"]["run.mcap"]["truncated"]
+    assert main([*argv, "--strict", "--out", str(tmp_path / "strict")]) == 3
+    assert not (tmp_path / "strict").exists()
 
 
 def _det(x: float) -> Detection3D:
