@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import anyio
 
 from perception.cli._common import DEFAULT_CONFIG
 from perception.config import load_config
+from perception.errors import ConfigError
 from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
 from perception.replay import safe_output_path
 from perception.types import EgoPose
@@ -30,7 +32,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
-        "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded",
+        "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
+        "earlier recording at FILE is replaced, its segments too; the drive being read never is",
     )
     p.add_argument(
         "--record-segment-mb",
@@ -64,11 +67,21 @@ def add_as_recorded_options(p: argparse.ArgumentParser) -> None:
 
 
 def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> RunRecorder | None:
-    """The recorder ``--record`` asks for (not yet entered), or None."""
+    """The recorder ``--record`` asks for (not yet entered), or None. A recording replaces an earlier one at its
+    path, segments and all: refused when the drive being read (``args.drive``) is one of them."""
     if args.record is None:
         return None
+    folder = Path(args.record).parent
+    if not folder.is_dir():
+        raise ConfigError(f"{args.record}: no such directory {str(folder)!r} to record into", key="record")
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
-    return RunRecorder(args.record, options, ego_poses=ego_poses)
+    rec = RunRecorder(args.record, options, ego_poses=ego_poses)
+    drive = getattr(args, "drive", None)
+    if drive is not None and any(_same_file(drive, f) for f in rec.files()):
+        raise ConfigError(
+            f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="record"
+        )
+    return rec
 
 
 def report_recording(rec: RunRecorder) -> None:
@@ -81,9 +94,34 @@ def report_recording(rec: RunRecorder) -> None:
     )
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or cannot be looked at): not the same file
+        return False
+
+
+#: ``replay`` options that a replay as recorded does not use: given with --as-recorded, they are refused.
+_NOT_AS_RECORDED = {
+    "record": "--record",
+    "compare_modes": "--compare-modes",
+    "live": "--live",
+    "trace_out": "--trace-out",
+    "metrics_port": "--metrics-port",
+    "raw_outputs": "--raw-outputs",
+    "server_split": "--server-split",
+}
+
+
 def run_as_recorded(args: argparse.Namespace) -> int:
     """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
     CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
+    given = [flag for key, flag in _NOT_AS_RECORDED.items() if getattr(args, key, None) not in (None, False)]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",
+            key="as-recorded",
+        )
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
     outcome: AsRecordedOutcome = anyio.run(

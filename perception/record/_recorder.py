@@ -197,6 +197,7 @@ class RunRecorder:
 
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
+        self._replace_earlier()
         self._thread.start()
         self._state = Lifetime.OPENED
         return self
@@ -205,6 +206,22 @@ class RunRecorder:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def files(self) -> list[Path]:
+        """The files of the recording at :attr:`path` that exist now, in order: ``path`` and its rotated segments
+        (``<stem>-0001.mcap``...). Entering the recorder deletes an earlier recording's (it is replaced whole:
+        none of a longer one's segments is read as this one's)."""
+        return fmt.segments(self.path)
+
+    def _replace_earlier(self) -> None:
+        earlier = self.files()
+        for old in earlier:
+            try:
+                old.unlink(missing_ok=True)
+            except OSError as exc:
+                raise DriveError(f"cannot replace the earlier recording: {exc.strerror or exc}", file=str(old)) from exc
+        if earlier:
+            log.warning("recording %s replaces an earlier recording (%d file(s) deleted)", self.path, len(earlier))
 
     def close(self) -> None:
         """Write what is queued, finish the segment (idempotent; a no-op on one never entered)."""
@@ -341,17 +358,26 @@ class RunRecorder:
                     try:
                         self._write(*item)
                     except DriveError as exc:
-                        self.stats["refused"] += 1
+                        if isinstance(exc.__cause__, OSError):  # the file could not be created or written
+                            raise
+                        self.stats["refused"] += 1  # the drive format refuses the sample
                         log.debug("recording: %s", exc)
                 self.cpu_ns = time.thread_time_ns()
         except BaseException as exc:  # an I/O failure ends the recording, never the run
             self._error = exc
             self._failed = True  # the callers' items are dropped (counted) from now on
             items.clear()
-            log.exception("recording %s failed; the run goes on unrecorded", self.path)
+            if isinstance(exc, DriveError):  # the file could not be created or written: no traceback for that
+                log.error("recording %s failed; the run goes on unrecorded: %s", self.path, exc)
+            else:
+                log.exception("recording %s failed; the run goes on unrecorded", self.path)
         finally:
             try:
                 self._finish_segment()
+            except Exception as exc:  # the segment cannot be finished (after a failed write: the file again)
+                if self._error is None:
+                    self._error, self._failed = exc, True
+                    log.error("recording %s failed at its end: %s", self.path, exc)
             finally:
                 self.cpu_ns = time.thread_time_ns()
 
@@ -529,8 +555,11 @@ class RunRecorder:
     def _finish_segment(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
-            self._flush_arrivals(writer)
-            writer.close()
+            try:
+                if not self._failed:  # (after a failed write nothing more is written: the file is closed)
+                    self._flush_arrivals(writer)
+            finally:
+                writer.close()
             self.bytes += writer.path.stat().st_size
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import math
+import os
 import time
 import weakref
 from collections import Counter
@@ -23,7 +25,7 @@ from perception._lifetime import Lifetime
 from perception.cli import main
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.errors import DriveDamagedError, DriveError, RuntimeClosedError
+from perception.errors import DriveDamagedError, DriveError, PerceptionError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, _digest, _recorder, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
@@ -297,6 +299,47 @@ def test_the_recorder_reports_its_lifetime_and_closes_idempotently(tmp_path: Pat
     assert rec.state is Lifetime.CLOSED
     with pytest.raises(RuntimeClosedError, match="opened once"), rec:
         pass
+
+
+def test_an_earlier_recording_at_the_path_is_replaced_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # a longer recording's later segments must not be read as the next one's (it was replayed as 170 frames)
+    run = tmp_path / "run.mcap"
+    longer = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
+    assert len(RunRecorder(run).files()) == longer >= 3
+    with caplog.at_level("WARNING", logger="perception.record"):
+        shorter = _record(run, RecordOptions(segment_bytes=8 * 2**20, max_segments=0))["segments"]
+    assert shorter < longer and RunRecorder(run).files() == [fmt.segment_path(run, i) for i in range(shorter)]
+    assert f"replaces an earlier recording ({longer} file(s) deleted)" in caplog.text
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert out.first is None and out.segments == shorter and out.compared == out.equal == 27
+
+
+def test_a_recording_that_cannot_be_written_fails_loudly_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from perception.drives import _direct
+
+    crashed: list[Any] = []
+    monkeypatch.setattr("threading.excepthook", crashed.append)
+    # the file cannot be created: every item the run hands over is dropped and counted, closing raises
+    with pytest.raises(PerceptionError, match="cannot create drive"):
+        _record(tmp_path / "gone" / "run.mcap", RecordOptions(), frames=3)
+    # the disk fills up mid-run: the same, once the failing write is met; no traceback for it, the file closed
+    real, writes = os.pwrite, [0]
+
+    def full(fd: int, data: Any, offset: int) -> int:
+        writes[0] += 1
+        if writes[0] > 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(_direct.os, "pwrite", full)
+    run = tmp_path / "run.mcap"
+    with caplog.at_level("ERROR", logger="perception.record"), pytest.raises(PerceptionError, match="No space"):
+        _record(run, RecordOptions(), frames=30)
+    assert "recording" in caplog.text and "No space left" in caplog.text
+    assert not any(r.exc_info for r in caplog.records) and not crashed
+    assert run.exists() and writes[0] > 4
 
 
 def test_digests_are_stable_across_versions() -> None:

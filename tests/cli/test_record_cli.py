@@ -1,0 +1,57 @@
+"""``--record`` and ``--as-recorded`` refuse what would lose data or be ignored, before anything runs (exit 2)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perception.cli import main
+
+DRIVE = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
+
+
+@pytest.fixture
+def drive(tmp_path: Path) -> Path:
+    copy = tmp_path / "drive.mcap"
+    shutil.copyfile(DRIVE, copy)
+    return copy
+
+
+@pytest.mark.parametrize("target", ["drive.mcap", "./drive.mcap", "link.mcap", "drive-0001"])
+def test_a_recording_never_overwrites_the_drive_it_reads(
+    drive: Path, target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the drive itself, by another spelling or a link, or a segment the recording would replace: refused
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link.mcap").symlink_to(drive)
+    read = drive
+    if target == "drive-0001":  # the drive is named as the recording's first rotated segment
+        read = drive.rename(tmp_path / "run-0001.mcap")
+        target = "run.mcap"
+    before = read.read_bytes()
+    code = main(["replay", str(read), "--rate", "max", "--record", target, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "would overwrite the drive being read" in err and "Traceback" not in err
+    assert read.read_bytes() == before
+
+
+def test_a_recording_into_a_missing_directory_is_refused_before_the_run(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "no" / "such" / "run.mcap"
+    code = main(["replay", str(drive), "--rate", "max", "--record", str(target), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no such directory" in err and str(target.parent) in err
+    assert not (tmp_path / "out" / "detections.jsonl").exists()  # nothing ran
+
+
+def test_options_a_replay_as_recorded_does_not_use_are_refused(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["replay", str(drive), "--as-recorded", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--record", str(tmp_path / "again.mcap"), "--live"]) == 2
+    err = capsys.readouterr().err
+    assert "--record, --live: not used by a replay as recorded" in err
+    assert not (tmp_path / "again.mcap").exists()
