@@ -199,6 +199,13 @@ async def replay_as_recorded(
                 raise damage.error(str(seg))
     with DriveReader(path, strict=False, quiet=True) as first:
         source = _source(first)
+        number = first.metadata.get(fmt.META_SEGMENT, "0")
+    if number != "0":
+        raise DriveError(
+            f"segment {number} of a recording, not its start: replay the recording by its first file (the tracker "
+            "state before this segment is in the ones before it)",
+            file=str(path),
+        )
     session = Session.assemble(config, source).with_overrides(url=url, sensors=sensors)
     fusion = session.fusion()
     if fusion is None:
@@ -221,8 +228,15 @@ async def _replay_segments(
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
+    expected = 0  # the next segment's number
+    gap = "dropped by the recorder"  # why fusion turns are missing, where they are
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
+            number = int(reader.metadata.get(fmt.META_SEGMENT, expected))
+            if number > expected:  # segments between are not there (deleted, or not copied with the rest)
+                names = ", ".join(fmt.segment_path(segs[0], i).name for i in range(expected, number))
+                gap = f"in segment(s) {names}, missing from the recording's folder"
+            expected = number + 1
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
@@ -246,9 +260,10 @@ async def _replay_segments(
                 seq = int(rec["seq"])
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
-                                        f"fusion #{next_seq}..#{seq - 1} missing from the recording (dropped by "
-                                        "the recorder): the tracker state after them is unknown"))  # fmt: skip
+                                        f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
+                                        "the tracker state after them is unknown"))  # fmt: skip
                 next_seq = seq + 1
+                gap = "dropped by the recorder"
                 digest = fmt.fusion_digests(rec, version)
                 fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)

@@ -190,6 +190,21 @@ def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> 
         anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
 
 
+def test_a_recording_is_replayed_from_its_first_segment_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    run = tmp_path / "run.mcap"
+    segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
+    assert segments >= 4
+    # a later segment given as the recording: refused, not replayed from an unknown tracker state
+    later = fmt.segment_path(run, 2)
+    with pytest.raises(DriveError, match="segment 2 of a recording, not its start"):
+        anyio.run(lambda: replay_as_recorded(later, load_config(REPLAY_PROFILE)))
+    # a segment in the middle not there (deleted, not copied): the fusion turns it held are named as its
+    fmt.segment_path(run, 1).unlink()
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert out.first is not None and out.first.cause == "decision"
+    assert "in segment(s) run-0001.mcap, missing from the recording's folder" in out.first.detail
+
+
 def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
