@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 
+from perception.cli._args import non_negative_int, within
 from perception.cli._common import DEFAULT_CONFIG
 from perception.config import load_config
 from perception.errors import ConfigError
@@ -37,13 +38,13 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--record-segment-mb",
-        type=float,
+        type=within(1.0, low_open=False),
         default=defaults.segment_bytes / 2**20,
         help="start a new segment (FILE-0001.mcap...) past this size (default %(default)g)",
     )
     p.add_argument(
         "--record-max-segments",
-        type=int,
+        type=non_negative_int,
         default=defaults.max_segments,
         help="keep at most this many segments, deleting the oldest (0: all; default %(default)s)",
     )

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from perception._lifetime import Lifetime
 from perception.drives import DriveWriter
-from perception.errors import DriveError, PerceptionError
+from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.kinds import kind_def
 from perception.record import _format as fmt
 from perception.record._digest import Layout, detection_values, detections_digest, recorded_arrays, recorded_outputs
@@ -79,9 +79,13 @@ class RecordOptions:
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 2**20:
-            raise ValueError(f"segment_bytes: at least 1 MiB, got {self.segment_bytes}")
-        if self.max_segments < 0 or self.queue_items < 1:
-            raise ValueError("max_segments must be >= 0 and queue_items >= 1")
+            raise ConfigError(f"at least 1 MiB, got {self.segment_bytes} bytes", key="segment_bytes")
+        if self.max_segments < 0:
+            raise ConfigError(f"must be >= 0 (0: keep all), got {self.max_segments}", key="max_segments")
+        if self.queue_items < 1:
+            raise ConfigError(f"must be >= 1, got {self.queue_items}", key="queue_items")
+        if self.compression not in ("none", "lz4", "zstd"):
+            raise ConfigError(f"one of none, lz4, zstd, got {self.compression!r}", key="compression")
 
 
 class _RecordingFusion:

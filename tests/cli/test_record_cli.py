@@ -55,3 +55,21 @@ def test_options_a_replay_as_recorded_does_not_use_are_refused(
     err = capsys.readouterr().err
     assert "--record, --live: not used by a replay as recorded" in err
     assert not (tmp_path / "again.mcap").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--record-segment-mb", "0.5", "must be >= 1"),
+        ("--record-segment-mb", "nan", "must be >= 1"),
+        ("--record-max-segments", "-1", "must be >= 0"),
+    ],
+)
+def test_a_bad_recording_bound_is_a_usage_error(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, said: str
+) -> None:
+    argv = ["replay", str(drive), "--record", str(tmp_path / "run.mcap"), option, value]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {option}: {said}" in err and "Traceback" not in err

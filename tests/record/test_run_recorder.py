@@ -25,7 +25,7 @@ from perception._lifetime import Lifetime
 from perception.cli import main
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.errors import DriveDamagedError, DriveError, PerceptionError, RuntimeClosedError
+from perception.errors import ConfigError, DriveDamagedError, DriveError, PerceptionError, RuntimeClosedError
 from perception.record import RecordOptions, RunRecorder, _digest, _recorder, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._digest import (
@@ -301,6 +301,20 @@ def test_rerun_models_answers_a_reused_result_with_today_s_answer_to_its_own_sam
     # a reused result whose own frame is not in the replay: missing, said, not a rerun of the wrong sample
     lost = anyio.run(lambda: _rerun(rt, Frame(2, 300, {"cam": image(300)}), {"cam": ok(250, 50)}, answered))
     assert lost["cam"].status is SensorStatus.MISSING and "reused" in (lost["cam"].error or "")
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"segment_bytes": 2**20 - 1}, "segment_bytes"),
+        ({"max_segments": -1}, "max_segments"),
+        ({"queue_items": 0}, "queue_items"),
+        ({"compression": "gzip"}, "compression"),
+    ],
+)
+def test_bad_record_options_are_a_config_error_naming_the_key(options: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        RecordOptions(**options)
 
 
 def test_the_recorder_reports_its_lifetime_and_closes_idempotently(tmp_path: Path) -> None:
