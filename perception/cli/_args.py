@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perception.errors import ConfigError
@@ -21,6 +22,7 @@ __all__ = [
     "int_within",
     "non_negative_float",
     "non_negative_int",
+    "output_dir",
     "percentile",
     "port",
     "port_or_zero",
@@ -65,6 +67,14 @@ def within(low: float, high: float | None = None, *, low_open: bool = True) -> C
         return value
 
     return parse
+
+
+def output_dir(text: str) -> Path:
+    """An output directory (``--out``): made when it does not exist; not a file that exists."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    return path
 
 
 #: ``N >= 1``: counts (frames, workers, requests in flight...).

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._args import positive_int
+from perception.cli._args import output_dir, positive_int
 from perception.cli._common import DEFAULT_CONFIG, repo_root
 from perception.config import load_config, with_overrides
 from perception.errors import ConfigError
@@ -46,7 +46,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--url", default=None, help="external Triton gRPC URL host:port (default: embedded server)")
     p.add_argument("--frames", type=positive_int, default=None, help="frames per variant (default: 60; --quick: 12)")
-    p.add_argument("--out", type=Path, default=Path("bench/results"), help="output directory (default: bench/results)")
+    p.add_argument(
+        "--out", type=output_dir, default=Path("bench/results"), help="output directory (default: bench/results)"
+    )
     p.add_argument("--quick", action="store_true", help="fewer frames and repeats (about a minute)")
     p.add_argument(
         "--sections",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perception._paths import REPORT_FILE, REPORT_MD_FILE
-from perception.cli._args import int_within, percentile, positive_float, rate
+from perception.cli._args import int_within, output_dir, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, open_session, run_with_signals
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.metrics import (
@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
         "pipelining: the embedded server's trace still splits every request into server queue/compute time "
         "and client/network overhead, an external server's statistics give per-run means only)",
     )
-    p.add_argument("--out", type=Path, default=Path("out/budget"), help="output directory (default: out/budget)")
+    p.add_argument("--out", type=output_dir, default=Path("out/budget"), help="output directory (default: out/budget)")
     p.add_argument("--no-progress", action="store_true")
     add_trace_out(p)
     p.set_defaults(func=run)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perception.cli._args import output_dir
 from perception.cli._common import add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.evaluation import PROTOCOLS
@@ -43,7 +44,7 @@ def register(sub: Any) -> None:
         help="evaluation protocol (default: nuscenes for a drive imported from nuScenes, else native)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object keyed by mode")
-    p.add_argument("--out", type=Path, default=None, help="also write DIR/eval.json and DIR/eval.md")
+    p.add_argument("--out", type=output_dir, default=None, help="also write DIR/eval.json and DIR/eval.md")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ from typing import Any
 from perception.cli._args import (
     non_negative_float,
     non_negative_int,
+    output_dir,
     percentile,
     positive_float,
     positive_int,
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
         epilog=EXIT_CODES_HELP,
     )
     p.add_argument("drives", nargs="+", type=Path, metavar="DRIVE", help="drive files or directories of drives")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=output_dir, required=True, help="output directory")
     p.add_argument(
         "--force",
         action="store_true",

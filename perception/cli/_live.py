@@ -7,9 +7,9 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from perception.cli._args import output_dir
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
 from perception.cli._record import add_record_options, recorder, report_recording
 from perception.cli._replay import add_trace_out
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
         help="how stamps map to the host clock (default: the profile's live.time_base; "
         "'estimate' when a clock jump is injected)",
     )
-    p.add_argument("--out", type=Path, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
+    p.add_argument("--out", type=output_dir, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_trace_out(p)
     add_record_options(p)

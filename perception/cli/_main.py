@@ -105,6 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PerceptionError as exc:
         sys.stderr.write(f"perception {args.command}: error: {exc}\n")
         return EXIT_ERROR
+    except OSError as exc:  # the file system refused (a path, a permission, a full disk): said in one line
+        logging.getLogger(__name__).debug("perception %s failed", args.command, exc_info=True)  # -vv: the traceback
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        sys.stderr.write(f"perception {args.command}: error: {where}{exc.strerror or exc}\n")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write(f"perception {args.command}: interrupted\n")
         return EXIT_INTERRUPTED

@@ -34,7 +34,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
         "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
-        "earlier recording at FILE is replaced, its segments too; the drive being read never is",
+        "earlier recording at FILE is replaced, its segments too; the drive being read never is; FILE's "
+        "directory is made when missing",
     )
     p.add_argument(
         "--record-segment-mb",
@@ -73,8 +74,10 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     if args.record is None:
         return None
     folder = Path(args.record).parent
-    if not folder.is_dir():
-        raise ConfigError(f"{args.record}: no such directory {str(folder)!r} to record into", key="record")
+    try:  # made when missing, as --out and --trace-out are
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{args.record}: cannot make its directory: {exc.strerror or exc}", key="record") from exc
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perception.cli._args import within
+from perception.cli._args import output_dir, within
 from perception.errors import ConfigError
 
 __all__ = ["register", "run"]
@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     p.add_argument("dir", type=Path, help="replay output directory (perception replay --out)")
     p.add_argument("--frame", type=int, action="append", required=True, help="frame id to render (repeat for several)")
     p.add_argument("--drive", type=Path, default=None, help="drive to read sensor data from when DIR has no fused.mcap")
-    p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default: DIR/frames)")
+    p.add_argument("--out", type=output_dir, default=None, help="where to write the PNGs (default: DIR/frames)")
     p.add_argument(
         "--range",
         type=within(0.0, 500.0),

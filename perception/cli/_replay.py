@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPORT_FILE, REPORT_MD_FILE
-from perception.cli._args import port_or_zero, rate
+from perception.cli._args import output_dir, port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.cli._record import (
@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--rate", type=rate, default="1.0", help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep'"
     )
-    p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: out)")
+    p.add_argument("--out", type=output_dir, default=Path("out"), help="output directory (default: out)")
     p.add_argument("--raw-outputs", action="store_true", help="also write each sensor's raw model outputs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(

@@ -52,6 +52,41 @@ def test_bad_values_are_usage_errors_naming_the_option(
     assert message in err and "usage:" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "d.mcap"],
+        ["live", "d.mcap"],
+        ["eval", "d.mcap"],
+        ["fleet", "d"],
+        ["budget", "d.mcap", "--budget-ms", "5"],
+        ["render", "d", "--frame", "1"],
+        ["bench"],
+    ],
+)
+def test_an_output_directory_that_is_a_file_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", __file__])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument --out: {__file__} exists and is not a directory" in err
+
+
+def test_a_file_system_error_is_one_line_naming_the_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perception.cli import _replay
+
+    def refused(args: object) -> int:
+        raise PermissionError(13, "Permission denied", "/data/runs/out")
+
+    monkeypatch.setattr(_replay, "run", refused)
+    assert main(["replay", "d.mcap"]) == 1
+    err = capsys.readouterr().err
+    assert err == "perception replay: error: /data/runs/out: Permission denied\n"
+
+
 def test_rate_values_are_parsed_while_parsing() -> None:
     from perception.cli._main import build_parser
 

@@ -37,13 +37,14 @@ def test_a_recording_never_overwrites_the_drive_it_reads(
     assert read.read_bytes() == before
 
 
-def test_a_recording_into_a_missing_directory_is_refused_before_the_run(
+def test_a_recording_whose_directory_cannot_be_made_is_refused_before_the_run(
     drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = tmp_path / "no" / "such" / "run.mcap"
+    (tmp_path / "taken").write_text("a file where the recording's directory would be\n")
+    target = tmp_path / "taken" / "run.mcap"
     code = main(["replay", str(drive), "--rate", "max", "--record", str(target), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 2 and "no such directory" in err and str(target.parent) in err
+    assert code == 2 and f"{target}: cannot make its directory" in err and "Traceback" not in err
     assert not (tmp_path / "out" / "detections.jsonl").exists()  # nothing ran
 
 

@@ -24,7 +24,7 @@ PROFILE = (
 def test_a_replay_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp_path: Path) -> None:
     profile = tmp_path / "replay.yaml"
     profile.write_text(PROFILE)
-    run = tmp_path / "run.mcap"
+    run = tmp_path / "runs" / "today" / "run.mcap"  # its directory made, as --out's is
     argv = ["replay", str(DRIVE), "--config", str(profile), "--url", triton.grpc_url, "--rate", "max"]
     assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress", "--record", str(run)]) == 0
     with DriveReader(run) as reader, DriveReader(DRIVE) as drive:
