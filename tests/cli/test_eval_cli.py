@@ -89,3 +89,19 @@ def test_eval_without_one_usable_frame_fails_in_one_line(
     assert lines[0].startswith(f"perception eval: error: {urban_drive}: no usable frame: no sensor answered ok in any")
     assert "injected fault" in lines[0]
     assert out.startswith("protocol: ")  # the table is still printed, before the verdict
+
+
+@pytest.mark.parametrize("sensors", [",", ""])
+def test_eval_with_no_sensor_named_is_a_usage_error(
+    urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sensors: str
+) -> None:
+    # An empty --sensors list was silently ignored: every mode was run and scored with every sensor, exit 0.
+    out = tmp_path / "eval"
+    argv = ["eval", str(urban_drive), "--url", "127.0.0.1:1", "--no-progress", "--out", str(out)]
+    assert main([*argv, "--sensors", sensors]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert (
+        err == f"perception eval: error: --sensors: names no sensor, got {sensors!r} (omit it to enable every sensor)\n"
+    )
+    assert not out.exists()
