@@ -324,6 +324,12 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
         if plan.oxts is None:
             plan.notes.append(f"no oxts/{sequence}.txt: no ego poses, ground-truth velocity unknown (NaN)")
         return plan
+    if sequence is not None:
+        raise DriveError(
+            f"no sequence {sequence!r}: an object layout (velodyne/<frame>.bin) has no sequences "
+            "(pick frames with --frames)",
+            file=str(tree / "velodyne"),
+        )
     for n, path in _bins(tree / "velodyne"):
         stem = path.stem
         frame = _Frame(n, stem, n * OBJECT_FRAME_GAP_NS, path, tree / "calib" / f"{stem}.txt")
