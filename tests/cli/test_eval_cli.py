@@ -105,3 +105,20 @@ def test_eval_with_no_sensor_named_is_a_usage_error(
         err == f"perception eval: error: --sensors: names no sensor, got {sensors!r} (omit it to enable every sensor)\n"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_eval_out_that_cannot_be_a_directory_fails_before_the_run(
+    urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], under: str
+) -> None:
+    # --out naming a file (or a path under one) was a FileExistsError/NotADirectoryError traceback after
+    # the whole run, every score lost. Now a usage error before anything runs (the URL is never called).
+    taken = tmp_path / "taken"
+    taken.write_text("not a directory\n")
+    out = taken / under if under else taken
+    argv = ["eval", str(urban_drive), "--url", "127.0.0.1:1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert err == f"perception eval: error: {out}: --out: cannot create the output directory: not a directory\n"
+    assert taken.read_text() == "not a directory\n"
