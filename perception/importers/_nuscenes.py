@@ -7,9 +7,10 @@ nuScenes' own eight attribute tokens are recognised); ``map`` and ``visibility``
 the scene's sensor files:
 
 * every ``sample_data`` of the scene, keyframes and sweeps, whose file exists (missing files are
-  skipped and counted per sensor): lidar ``.pcd.bin`` (float32 x, y, z, intensity, ring -> x, y, z,
-  intensity), radar PCD v0.7 (x, y, z, ``vx_comp``/``vy_comp`` projected on the line of sight,
-  ``rcs``; the devkit's default point filters applied unless disabled), camera JPEG (as is);
+  skipped and counted per sensor; none of the selected channels' files there at all is an error):
+  lidar ``.pcd.bin`` (float32 x, y, z, intensity, ring -> x, y, z, intensity), radar PCD v0.7 (x, y,
+  z, ``vx_comp``/``vy_comp`` projected on the line of sight, ``rcs``; the devkit's default point
+  filters applied unless disabled), camera JPEG (as is);
 * ``calibrated_sensor`` -> extrinsics (nuScenes quaternions are ``w, x, y, z``) and camera
   intrinsics (size from ``sample_data``; the images are undistorted);
 * ``ego_pose`` -> ego poses at every sensor timestamp, velocity by finite differences;
@@ -587,6 +588,12 @@ def import_nuscenes(
             )
         sensors = {n: v for n, v in sensors.items() if n in wanted}
         data = [d for d in every if d.sensor in wanted]
+    if not any(d.path.is_file() for d in data):
+        raise DriveError(
+            f"none of the {len(data)} sensor files of scene {scene!r} is there (the first: "
+            f"{data[0].path.relative_to(root)}): expected the dataset root holding samples/ and sweeps/",
+            file=str(root),
+        )
     rig = _rig(tables, sensors)
     ego = _ego(tables, every)
     log_rec = tables.by_token["log"].get(str(scene_rec.get("log_token", "")), {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,24 @@ def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
         import_nuscenes(ds.root, ds.scene, out)
     assert exc.value.file == str(lidar)
     assert not out.exists()
+
+
+def test_no_sensor_file_at_all_is_an_error(tmp_path: Path) -> None:
+    # A dataroot without the scene's sensor files (tables only, or the wrong directory) imported a drive
+    # of ego poses and ground truth and no sample at all, exit 0; so did a channel whose files are all missing.
+    ds = write_nuscenes(tmp_path / "ds")
+    out = tmp_path / "x.mcap"
+    shutil.rmtree(ds.root / "samples" / "RADAR_FRONT")
+    with pytest.raises(DriveError, match=r"none of the 1 sensor files of scene 'scene-0061' is there") as exc:
+        import_nuscenes(ds.root, ds.scene, out, channels=["RADAR_FRONT"])
+    assert exc.value.file == str(ds.root) and not out.exists()
+    import_nuscenes(ds.root, ds.scene, out, channels=["LIDAR_TOP"])  # a channel with its files still imports
+    out.unlink()
+    for d in ("samples", "sweeps"):
+        shutil.rmtree(ds.root / d, ignore_errors=True)
+    with pytest.raises(DriveError, match=r"expected the dataset root holding samples/ and sweeps/") as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(ds.root) and not out.exists()
 
 
 @pytest.mark.parametrize("filename", ["/etc/passwd", "../outside.bin", "samples/../../outside.bin", "C:\\secret"])
