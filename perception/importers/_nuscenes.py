@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from perception._imageio import image_size
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._motion import ego_poses, quat_from_wxyz, radial_velocity
@@ -536,10 +537,18 @@ def _radar(d: _Data, seq: int, out: DriveOutput, filtered: bool) -> PointCloudSa
     return PointCloudSample(d.sensor, d.t_ns, d.sensor, points, ("x", "y", "z", "radial_velocity", "rcs"), seq)
 
 
-def _camera(d: _Data, seq: int) -> ImageSample:
+def _camera(d: _Data, seq: int, size: tuple[int, int]) -> ImageSample:
     data = _read(d.path)
     if not data.startswith(b"\xff\xd8\xff"):
         raise DriveError("not a JPEG file", file=str(d.path))
+    found = image_size(data)
+    if found is None:
+        raise DriveError("not a readable JPEG: no frame header (truncated?)", file=str(d.path))
+    if found != size:  # the drive's intrinsics are for the size sample_data declares
+        raise DriveError(
+            f"image is {found[0]}x{found[1]} but the camera's sample_data width x height is {size[0]}x{size[1]}",
+            file=str(d.path),
+        )
     return ImageSample(d.sensor, d.t_ns, d.sensor, data, "jpeg", seq)
 
 
@@ -607,7 +616,8 @@ def import_nuscenes(
     }
     with DriveOutput(output, rig, source=f"nuscenes {scene}", metadata=metadata, overwrite=overwrite) as out:
         gts = _ground_truth(tables, samples, every, out)
-        _write(out, data, ego, gts, radar_filters, on_progress)
+        sizes = {s.name: (s.calibration.width, s.calibration.height) for s in rig if s.calibration is not None}
+        _write(out, data, ego, gts, sizes, radar_filters, on_progress)
     return out.summary
 
 
@@ -616,6 +626,7 @@ def _write(
     data: Sequence[_Data],
     ego: Sequence[EgoPose],
     gts: Sequence[GroundTruth],
+    sizes: Mapping[str, tuple[int, int]],
     radar_filters: bool,
     on_progress: Progress | None,
 ) -> None:
@@ -643,7 +654,7 @@ def _write(
             elif d.kind == SensorKind.RADAR:
                 out.write(_radar(d, n, out, radar_filters))
             else:
-                out.write(_camera(d, n))
+                out.write(_camera(d, n, sizes[d.sensor]))
         if on_progress is not None:
             on_progress(done / len(events))
     for reason, n in missing.items():

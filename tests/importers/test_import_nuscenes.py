@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from import_fixtures import NuScenes, write_nuscenes
 
+from perception._imageio import encode_jpeg
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.importers import ImportSummary, import_nuscenes
@@ -243,6 +244,26 @@ def test_no_sensor_file_at_all_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DriveError, match=r"expected the dataset root holding samples/ and sweeps/") as exc:
         import_nuscenes(ds.root, ds.scene, out)
     assert exc.value.file == str(ds.root) and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (False, r"image is 16x12 but the camera's sample_data width x height is 32x24"),
+        (True, r"not a readable JPEG: no frame header \(truncated\?\)"),
+    ],
+)
+def test_camera_image_that_does_not_fit_its_calibration_names_it(tmp_path: Path, cut: bool, message: str) -> None:
+    # Only the JPEG magic was checked: a truncated image or one of another size (a resized copy of the
+    # dataset) was imported with intrinsics for the declared size, exit 0.
+    ds = write_nuscenes(tmp_path / "ds")
+    jpeg = sorted((ds.root / "samples" / "CAM_FRONT").iterdir())[1]
+    other = encode_jpeg(np.zeros((12, 16, 3), np.uint8))
+    jpeg.write_bytes(jpeg.read_bytes()[:20] if cut else other)
+    out = tmp_path / "x.mcap"
+    with pytest.raises(DriveError, match=message) as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(jpeg) and not out.exists()
 
 
 @pytest.mark.parametrize("filename", ["/etc/passwd", "../outside.bin", "samples/../../outside.bin", "C:\\secret"])
