@@ -122,3 +122,11 @@ def test_eval_out_that_cannot_be_a_directory_fails_before_the_run(
     assert printed == ""
     assert err == f"perception eval: error: {out}: --out: cannot create the output directory: not a directory\n"
     assert taken.read_text() == "not a directory\n"
+
+
+def test_eval_with_an_empty_url_is_a_usage_error(urban_drive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --url '' was a ValueError traceback from the server config (exit 1).
+    assert main(["eval", str(urban_drive), "--url", "", "--no-progress"]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert err == "perception eval: error: --url: must be 'embedded' or host:port, got ''\n"
