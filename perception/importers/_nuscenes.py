@@ -197,6 +197,9 @@ class _Tables:
             missing = [k for k in _KEYS[table] if k not in rec]
             if missing:
                 raise DriveError(f"record {i} has no {', '.join(map(repr, missing))}", file=str(path))
+            for key in _KEYS[table]:
+                if (key in ("token", "prev", "next") or key.endswith("_token")) and not isinstance(rec[key], str):
+                    raise DriveError(f"record {i}: {key} must be a string, got {rec[key]!r}", file=str(path))
             if "timestamp" in rec and (isinstance(rec["timestamp"], bool) or not isinstance(rec["timestamp"], int)):
                 raise DriveError(
                     f"record {i}: timestamp must be integer microseconds, got {rec['timestamp']!r}", file=str(path)

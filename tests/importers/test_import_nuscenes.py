@@ -217,6 +217,19 @@ def test_bad_record_values_name_the_table(tmp_path: Path) -> None:
     assert exc.value.file == str(path)
 
 
+@pytest.mark.parametrize(("table", "key"), [("sample_data", "token"), ("sample_data", "calibrated_sensor_token")])
+def test_a_token_that_is_not_a_string_names_the_table(tmp_path: Path, table: str, key: str) -> None:
+    # A list or object as a token was a TypeError traceback (unhashable type) while indexing the tables.
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / f"{table}.json"
+    rows = json.loads(path.read_text())
+    rows[1][key] = ["not", "a", "token"]
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DriveError, match=rf"record 1: {key} must be a string, got \['not', 'a', 'token'\]") as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path)
+
+
 def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
     ds = write_nuscenes(tmp_path / "ds")
     lidar = sorted((ds.root / "samples" / "LIDAR_TOP").iterdir())[0]
