@@ -322,15 +322,25 @@ def _rig(
             k = cs["camera_intrinsic"]
             rec = records[0]
             try:
+                width, height = int(rec.get("width") or 0), int(rec.get("height") or 0)
+            except (TypeError, ValueError):
+                width = height = 0
+            if width <= 0 or height <= 0:
+                raise DriveError(
+                    f"record {rec['token']!r}: camera {name.upper()}: width and height must be positive integers, "
+                    f"got {rec.get('width')!r} x {rec.get('height')!r}",
+                    file=tables.file("sample_data"),
+                )
+            try:
                 calibration = CameraCalibration(
-                    width=int(rec.get("width") or 0),
-                    height=int(rec.get("height") or 0),
+                    width=width,
+                    height=height,
                     k=tuple(float(v) for row in k for v in row),
                     d=(0.0, 0.0, 0.0, 0.0, 0.0),  # nuScenes images are undistorted
                 )
             except (TypeError, ValueError) as exc:
                 raise DriveError(
-                    f"camera {name.upper()}: bad intrinsics or image size: {exc}", file=tables.file("calibrated_sensor")
+                    f"camera {name.upper()}: bad intrinsics: {exc}", file=tables.file("calibrated_sensor")
                 ) from exc
         times = np.sort(np.array([int(r["timestamp"]) for r in records], dtype=np.int64))
         period_us = float(np.median(np.diff(times))) if len(times) > 1 else 0.0

@@ -230,6 +230,23 @@ def test_a_token_that_is_not_a_string_names_the_table(tmp_path: Path, table: str
     assert exc.value.file == str(path)
 
 
+@pytest.mark.parametrize("width", [0, "abc", None])
+def test_camera_image_size_names_sample_data(tmp_path: Path, width: object) -> None:
+    # The error named calibrated_sensor.json ("bad intrinsics or image size"): the size is in sample_data.json.
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / "sample_data.json"
+    rows = json.loads(path.read_text())
+    for row in rows:
+        if row["filename"].startswith("samples/CAM_FRONT/"):
+            row["width"] = width
+    path.write_text(json.dumps(rows))
+    with pytest.raises(
+        DriveError, match=rf"camera CAM_FRONT: width and height must be positive integers, got {width!r} x 24"
+    ) as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path)
+
+
 def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
     ds = write_nuscenes(tmp_path / "ds")
     lidar = sorted((ds.root / "samples" / "LIDAR_TOP").iterdir())[0]
