@@ -91,7 +91,13 @@ def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[
     cfg = load_config(args.config or DEFAULT_CONFIG)
     if not Path(args.drive).exists():
         raise ConfigError("drive not found", file=str(args.drive))
-    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
+    sensors = None
+    if getattr(args, "sensors", None) is not None:
+        sensors = [s for s in args.sensors.split(",") if s]
+        if not sensors:
+            raise ConfigError(
+                f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors"
+            )
     with DriveReader(args.drive, strict=strict) as reader:
         yield reader, Session.assemble(cfg, reader.source).with_overrides(url=args.url, sensors=sensors)
 

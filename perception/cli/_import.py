@@ -41,6 +41,13 @@ def _frames(text: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _channels(text: str) -> list[str]:
+    channels = [c.strip() for c in text.split(",") if c.strip()]
+    if not channels:
+        raise argparse.ArgumentTypeError(f"expected channel names like LIDAR_TOP,CAM_FRONT, got {text!r}")
+    return channels
+
+
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "import",
@@ -70,7 +77,10 @@ def register(sub: Any) -> None:
     nus.add_argument("--scene", required=True, help="scene name, e.g. scene-0061")
     nus.add_argument("--version", default="v1.0-mini", help="table directory (default: v1.0-mini)")
     nus.add_argument(
-        "--channels", default=None, help="comma-separated channels, e.g. LIDAR_TOP,CAM_FRONT (default: all)"
+        "--channels",
+        type=_channels,
+        default=None,
+        help="comma-separated channels, e.g. LIDAR_TOP,CAM_FRONT (default: all)",
     )
     nus.add_argument(
         "--no-radar-filter", action="store_true", help="keep every radar point (default: the devkit's default filters)"
@@ -126,13 +136,12 @@ def run(args: argparse.Namespace) -> int:
                 on_progress=bar.update,
             )
         else:
-            channels = [c for c in args.channels.split(",") if c] if args.channels else None
             summary = import_nuscenes(
                 args.dataroot,
                 args.scene,
                 args.output,
                 version=args.version,
-                channels=channels,
+                channels=args.channels,
                 radar_filters=not args.no_radar_filter,
                 overwrite=args.force,
                 on_progress=bar.update,

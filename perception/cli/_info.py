@@ -8,7 +8,7 @@ truncation; a damaged summary.
 
 Exit codes: 0 the drive is intact; 3 it is damaged (what is readable is printed, then one error
 line naming the file and the first damage; with ``--strict`` only the error line); 1 the file
-cannot be opened as a drive (one error line naming it); 2 usage error.
+cannot be opened as a drive (one error line naming it); 2 usage error (a missing file).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_OK
 from perception.drives import DriveDamage, DriveReader, DriveStats
+from perception.errors import ConfigError
 from perception.types import SensorSpec
 
 __all__ = ["register", "run"]
@@ -106,6 +107,8 @@ def _damage_text(damage: DriveDamage) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.drive.exists():  # a user error, as for every command that reads a drive (exit 2)
+        raise ConfigError("drive not found", file=str(args.drive))
     with DriveReader(args.drive, strict=False, quiet=True) as drive:
         damage = drive.verify()
         if args.strict and damage:

@@ -86,6 +86,8 @@ def with_overrides(
     enabled sensors, a frame budget for every drive (``--budget-ms``: the join deadline becomes
     ``budget_ms`` minus the fusion reserve, capped at half the budget; stage budgets are kept)."""
     if url is not None:
+        if not url:
+            raise ConfigError("must be 'embedded' or host:port, got ''", key="--url")
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
     if budget_ms is not None:
         if not budget_ms > 0:

@@ -219,10 +219,21 @@ def _layout(root: Path, split: str) -> _Layout:
         if radar is None:
             raise DriveError(f"radar tree has no velodyne/ (nor {split}/velodyne/)", file=str(root / "radar"))
     velodyne = lidar / "velodyne"
-    tracking = any(p.is_dir() for p in velodyne.iterdir())
+    sequences = _sequences(velodyne)
+    tracking = bool(sequences)
+    if tracking and any(p.is_file() for p in velodyne.glob("*.bin")):
+        raise DriveError(
+            f"both frame files (*.bin: object layout) and sequence folders ({', '.join(sequences)}: tracking layout)",
+            file=str(velodyne),
+        )
     if tracking and radar is not None:
         raise DriveError("a radar tree is only read with the object layout", file=str(root / "radar"))
     return _Layout(lidar, radar, tracking, vod_lidar is not None)
+
+
+def _sequences(velodyne: Path) -> list[str]:
+    """The tracking sequences: the folders in ``velodyne/`` (not hidden ones such as ``.ipynb_checkpoints``)."""
+    return sorted(p.name for p in velodyne.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def _number(path: Path) -> int:
@@ -298,7 +309,7 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
     label_dir = tree / _LABEL_DIRS[layout.tracking]
     plan = _Plan(layout, [], cameras=tuple(image_dirs), has_labels=label_dir.is_dir())
     if layout.tracking:
-        seqs = sorted(p.name for p in (tree / "velodyne").iterdir() if p.is_dir())
+        seqs = _sequences(tree / "velodyne")
         if sequence is None:
             if len(seqs) > 1:
                 raise DriveError(
@@ -324,6 +335,12 @@ def _plan(root: Path, split: str, sequence: str | None, wanted: frozenset[int] |
         if plan.oxts is None:
             plan.notes.append(f"no oxts/{sequence}.txt: no ego poses, ground-truth velocity unknown (NaN)")
         return plan
+    if sequence is not None:
+        raise DriveError(
+            f"no sequence {sequence!r}: an object layout (velodyne/<frame>.bin) has no sequences "
+            "(pick frames with --frames)",
+            file=str(tree / "velodyne"),
+        )
     for n, path in _bins(tree / "velodyne"):
         stem = path.stem
         frame = _Frame(n, stem, n * OBJECT_FRAME_GAP_NS, path, tree / "calib" / f"{stem}.txt")

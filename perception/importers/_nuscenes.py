@@ -7,9 +7,10 @@ nuScenes' own eight attribute tokens are recognised); ``map`` and ``visibility``
 the scene's sensor files:
 
 * every ``sample_data`` of the scene, keyframes and sweeps, whose file exists (missing files are
-  skipped and counted per sensor): lidar ``.pcd.bin`` (float32 x, y, z, intensity, ring -> x, y, z,
-  intensity), radar PCD v0.7 (x, y, z, ``vx_comp``/``vy_comp`` projected on the line of sight,
-  ``rcs``; the devkit's default point filters applied unless disabled), camera JPEG (as is);
+  skipped and counted per sensor; none of the selected channels' files there at all is an error):
+  lidar ``.pcd.bin`` (float32 x, y, z, intensity, ring -> x, y, z, intensity), radar PCD v0.7 (x, y,
+  z, ``vx_comp``/``vy_comp`` projected on the line of sight, ``rcs``; the devkit's default point
+  filters applied unless disabled), camera JPEG (as is);
 * ``calibrated_sensor`` -> extrinsics (nuScenes quaternions are ``w, x, y, z``) and camera
   intrinsics (size from ``sample_data``; the images are undistorted);
 * ``ego_pose`` -> ego poses at every sensor timestamp, velocity by finite differences;
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from perception._imageio import image_size
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._motion import ego_poses, quat_from_wxyz, radial_velocity
@@ -195,6 +197,9 @@ class _Tables:
             missing = [k for k in _KEYS[table] if k not in rec]
             if missing:
                 raise DriveError(f"record {i} has no {', '.join(map(repr, missing))}", file=str(path))
+            for key in _KEYS[table]:
+                if (key in ("token", "prev", "next") or key.endswith("_token")) and not isinstance(rec[key], str):
+                    raise DriveError(f"record {i}: {key} must be a string, got {rec[key]!r}", file=str(path))
             if "timestamp" in rec and (isinstance(rec["timestamp"], bool) or not isinstance(rec["timestamp"], int)):
                 raise DriveError(
                     f"record {i}: timestamp must be integer microseconds, got {rec['timestamp']!r}", file=str(path)
@@ -317,15 +322,25 @@ def _rig(
             k = cs["camera_intrinsic"]
             rec = records[0]
             try:
+                width, height = int(rec.get("width") or 0), int(rec.get("height") or 0)
+            except (TypeError, ValueError):
+                width = height = 0
+            if width <= 0 or height <= 0:
+                raise DriveError(
+                    f"record {rec['token']!r}: camera {name.upper()}: width and height must be positive integers, "
+                    f"got {rec.get('width')!r} x {rec.get('height')!r}",
+                    file=tables.file("sample_data"),
+                )
+            try:
                 calibration = CameraCalibration(
-                    width=int(rec.get("width") or 0),
-                    height=int(rec.get("height") or 0),
+                    width=width,
+                    height=height,
                     k=tuple(float(v) for row in k for v in row),
                     d=(0.0, 0.0, 0.0, 0.0, 0.0),  # nuScenes images are undistorted
                 )
             except (TypeError, ValueError) as exc:
                 raise DriveError(
-                    f"camera {name.upper()}: bad intrinsics or image size: {exc}", file=tables.file("calibrated_sensor")
+                    f"camera {name.upper()}: bad intrinsics: {exc}", file=tables.file("calibrated_sensor")
                 ) from exc
         times = np.sort(np.array([int(r["timestamp"]) for r in records], dtype=np.int64))
         period_us = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
@@ -535,10 +550,18 @@ def _radar(d: _Data, seq: int, out: DriveOutput, filtered: bool) -> PointCloudSa
     return PointCloudSample(d.sensor, d.t_ns, d.sensor, points, ("x", "y", "z", "radial_velocity", "rcs"), seq)
 
 
-def _camera(d: _Data, seq: int) -> ImageSample:
+def _camera(d: _Data, seq: int, size: tuple[int, int]) -> ImageSample:
     data = _read(d.path)
     if not data.startswith(b"\xff\xd8\xff"):
         raise DriveError("not a JPEG file", file=str(d.path))
+    found = image_size(data)
+    if found is None:
+        raise DriveError("not a readable JPEG: no frame header (truncated?)", file=str(d.path))
+    if found != size:  # the drive's intrinsics are for the size sample_data declares
+        raise DriveError(
+            f"image is {found[0]}x{found[1]} but the camera's sample_data width x height is {size[0]}x{size[1]}",
+            file=str(d.path),
+        )
     return ImageSample(d.sensor, d.t_ns, d.sensor, data, "jpeg", seq)
 
 
@@ -587,6 +610,12 @@ def import_nuscenes(
             )
         sensors = {n: v for n, v in sensors.items() if n in wanted}
         data = [d for d in every if d.sensor in wanted]
+    if not any(d.path.is_file() for d in data):
+        raise DriveError(
+            f"none of the {len(data)} sensor files of scene {scene!r} is there (the first: "
+            f"{data[0].path.relative_to(root)}): expected the dataset root holding samples/ and sweeps/",
+            file=str(root),
+        )
     rig = _rig(tables, sensors)
     ego = _ego(tables, every)
     log_rec = tables.by_token["log"].get(str(scene_rec.get("log_token", "")), {})
@@ -600,7 +629,8 @@ def import_nuscenes(
     }
     with DriveOutput(output, rig, source=f"nuscenes {scene}", metadata=metadata, overwrite=overwrite) as out:
         gts = _ground_truth(tables, samples, every, out)
-        _write(out, data, ego, gts, radar_filters, on_progress)
+        sizes = {s.name: (s.calibration.width, s.calibration.height) for s in rig if s.calibration is not None}
+        _write(out, data, ego, gts, sizes, radar_filters, on_progress)
     return out.summary
 
 
@@ -609,6 +639,7 @@ def _write(
     data: Sequence[_Data],
     ego: Sequence[EgoPose],
     gts: Sequence[GroundTruth],
+    sizes: Mapping[str, tuple[int, int]],
     radar_filters: bool,
     on_progress: Progress | None,
 ) -> None:
@@ -636,7 +667,7 @@ def _write(
             elif d.kind == SensorKind.RADAR:
                 out.write(_radar(d, n, out, radar_filters))
             else:
-                out.write(_camera(d, n))
+                out.write(_camera(d, n, sizes[d.sensor]))
         if on_progress is not None:
             on_progress(done / len(events))
     for reason, n in missing.items():

@@ -75,6 +75,8 @@ def _parse_header(text: list[str]) -> PcdHeader:
             raise ValueError(f"PCD field {name!r} has unsupported TYPE {typ} / SIZE {size}")
     (width,) = _ints(entries.get("WIDTH", ["0"])[:1], "WIDTH") or (0,)
     (height,) = _ints(entries.get("HEIGHT", ["1"])[:1], "HEIGHT") or (1,)
+    if "POINTS" in entries and not entries["POINTS"]:
+        raise ValueError("PCD header POINTS has no value")
     points = _ints(entries["POINTS"][:1], "POINTS")[0] if "POINTS" in entries else width * height
     if width * height != points:
         raise ValueError(f"PCD header WIDTH x HEIGHT ({width}x{height}) differs from POINTS {points}")

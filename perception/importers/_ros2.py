@@ -130,6 +130,11 @@ class _Bag:
             raise DriveError("bag not found", file=str(path))
         if path.suffix == ".bag":
             raise DriveError("ROS 1 bags are not supported; expected a rosbag2 directory or .mcap file", file=str(path))
+        if path.is_dir() and not (path / "metadata.yaml").is_file():
+            raise DriveError(
+                "not a rosbag2 directory: no metadata.yaml in it (a bag without one: pass its .mcap file)",
+                file=str(path),
+            )
         try:
             self.reader = AnyReader([path], default_typestore=get_typestore(Stores.LATEST))
             self.reader.open()

@@ -89,3 +89,44 @@ def test_eval_without_one_usable_frame_fails_in_one_line(
     assert lines[0].startswith(f"perception eval: error: {urban_drive}: no usable frame: no sensor answered ok in any")
     assert "injected fault" in lines[0]
     assert out.startswith("protocol: ")  # the table is still printed, before the verdict
+
+
+@pytest.mark.parametrize("sensors", [",", ""])
+def test_eval_with_no_sensor_named_is_a_usage_error(
+    urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sensors: str
+) -> None:
+    # An empty --sensors list was silently ignored: every mode was run and scored with every sensor, exit 0.
+    out = tmp_path / "eval"
+    argv = ["eval", str(urban_drive), "--url", "127.0.0.1:1", "--no-progress", "--out", str(out)]
+    assert main([*argv, "--sensors", sensors]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert (
+        err == f"perception eval: error: --sensors: names no sensor, got {sensors!r} (omit it to enable every sensor)\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_eval_out_that_cannot_be_a_directory_fails_before_the_run(
+    urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], under: str
+) -> None:
+    # --out naming a file (or a path under one) was a FileExistsError/NotADirectoryError traceback after
+    # the whole run, every score lost. Now a usage error before anything runs (the URL is never called).
+    taken = tmp_path / "taken"
+    taken.write_text("not a directory\n")
+    out = taken / under if under else taken
+    argv = ["eval", str(urban_drive), "--url", "127.0.0.1:1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert err == f"perception eval: error: {out}: --out: cannot create the output directory: not a directory\n"
+    assert taken.read_text() == "not a directory\n"
+
+
+def test_eval_with_an_empty_url_is_a_usage_error(urban_drive: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --url '' was a ValueError traceback from the server config (exit 1).
+    assert main(["eval", str(urban_drive), "--url", "", "--no-progress"]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert err == "perception eval: error: --url: must be 'embedded' or host:port, got ''\n"

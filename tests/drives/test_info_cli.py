@@ -56,6 +56,15 @@ def test_info_bad_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and str(path) in err and "bad magic" in err
 
 
+def test_info_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was exit 1 ("cannot open drive: No such file or directory"); replay, eval and render say exit 2.
+    path = tmp_path / "nope.mcap"
+    assert main(["info", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"perception info: error: {path}: drive not found\n"
+
+
 def test_info_truncated_prints_what_it_can_and_fails(
     chunked_drive: Written, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,6 +39,21 @@ def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.
     assert main([*argv, "--force"]) == 0
 
 
+@pytest.mark.parametrize("channels", [",", "", " , "])
+def test_no_channels_is_a_usage_error(
+    nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str], channels: str
+) -> None:
+    # An empty --channels list imported a drive without any sensor (exit 0) or, empty, every sensor.
+    out = tmp_path / "drive.mcap"
+    argv = ["import", "nuscenes", str(nuscenes.root), "--scene", nuscenes.scene, "-o", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--channels", channels])
+    assert exc.value.code == 2
+    _, stderr = capsys.readouterr()
+    assert f"argument --channels: expected channel names like LIDAR_TOP,CAM_FRONT, got {channels!r}" in stderr
+    assert not out.exists()
+
+
 def test_config_error_is_one_line_exit_2(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tmap = tmp_path / "topics.yaml"
     tmap.write_text(TOPIC_MAP.replace("/velodyne_points", "/nope"))

@@ -166,6 +166,9 @@ def test_pcd_errors() -> None:
         parse_pcd(b"FIELDS x\nSIZE 2\nTYPE F\nWIDTH 1\nPOINTS 1\nDATA binary\n\x00\x00")
     with pytest.raises(ValueError, match=r"WIDTH x HEIGHT \(2x1\) differs from POINTS 3"):
         parse_pcd(b"FIELDS x\nSIZE 4\nTYPE F\nWIDTH 2\nHEIGHT 1\nPOINTS 3\nDATA binary\n")
+    # a POINTS line without its value was an IndexError (a traceback from perception import nuscenes)
+    with pytest.raises(ValueError, match="PCD header POINTS has no value"):
+        parse_pcd(b"FIELDS x\nSIZE 4\nTYPE F\nWIDTH 1\nPOINTS\nDATA binary\n\x00\x00\x00\x00")
 
 
 # -- TF tree -----------------------------------------------------------------------------------------

@@ -295,6 +295,32 @@ def test_tracking_needs_a_sequence(tracking_tree: TrackingTree, tmp_path: Path) 
         assert d.ego_poses() == []
 
 
+def test_object_layout_refuses_a_sequence(object_tree: ObjectTree, vod_tree: VodTree, tmp_path: Path) -> None:
+    # --sequence was silently ignored on a layout without sequences: every frame imported, exit 0.
+    for root in (object_tree.root, vod_tree.root):
+        with pytest.raises(DriveError, match=r"no sequence '0000': an object layout .* has no sequences") as exc:
+            import_kitti(root, tmp_path / "o.mcap", sequence="0000")
+        assert exc.value.file is not None and exc.value.file.endswith("velodyne")
+        assert not (tmp_path / "o.mcap").exists()
+
+
+def test_stray_folder_in_an_object_velodyne(object_tree: ObjectTree, tmp_path: Path) -> None:
+    # Any folder in velodyne/ made it a tracking tree, its .bin frames ignored: a hidden one
+    # (.ipynb_checkpoints) failed with "calibration of the sequence is missing" naming calib/.ipynb_checkpoints.txt.
+    root = tmp_path / "o"
+    shutil.copytree(object_tree.root, root)
+    velodyne = next(root.rglob("velodyne"))
+    (velodyne / ".ipynb_checkpoints").mkdir()
+    summary = import_kitti(root, tmp_path / "o.mcap")
+    assert summary.source.startswith("kitti object")
+    (velodyne / "0000").mkdir()
+    with pytest.raises(
+        DriveError, match=r"both frame files \(\*\.bin: object layout\) and sequence folders \(0000:"
+    ) as exc:
+        import_kitti(root, tmp_path / "o2.mcap")
+    assert exc.value.file == str(velodyne)
+
+
 def test_tracking_frames_subset(tracking_tree: TrackingTree, tmp_path: Path) -> None:
     root = tmp_path / "t"
     shutil.copytree(tracking_tree.root, root)

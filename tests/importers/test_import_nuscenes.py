@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from import_fixtures import NuScenes, write_nuscenes
 
+from perception._imageio import encode_jpeg
 from perception.drives import DriveReader
 from perception.errors import DriveError
 from perception.importers import ImportSummary, import_nuscenes
@@ -215,6 +217,36 @@ def test_bad_record_values_name_the_table(tmp_path: Path) -> None:
     assert exc.value.file == str(path)
 
 
+@pytest.mark.parametrize(("table", "key"), [("sample_data", "token"), ("sample_data", "calibrated_sensor_token")])
+def test_a_token_that_is_not_a_string_names_the_table(tmp_path: Path, table: str, key: str) -> None:
+    # A list or object as a token was a TypeError traceback (unhashable type) while indexing the tables.
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / f"{table}.json"
+    rows = json.loads(path.read_text())
+    rows[1][key] = ["not", "a", "token"]
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DriveError, match=rf"record 1: {key} must be a string, got \['not', 'a', 'token'\]") as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path)
+
+
+@pytest.mark.parametrize("width", [0, "abc", None])
+def test_camera_image_size_names_sample_data(tmp_path: Path, width: object) -> None:
+    # The error named calibrated_sensor.json ("bad intrinsics or image size"): the size is in sample_data.json.
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / "sample_data.json"
+    rows = json.loads(path.read_text())
+    for row in rows:
+        if row["filename"].startswith("samples/CAM_FRONT/"):
+            row["width"] = width
+    path.write_text(json.dumps(rows))
+    with pytest.raises(
+        DriveError, match=rf"camera CAM_FRONT: width and height must be positive integers, got {width!r} x 24"
+    ) as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path)
+
+
 def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
     ds = write_nuscenes(tmp_path / "ds")
     lidar = sorted((ds.root / "samples" / "LIDAR_TOP").iterdir())[0]
@@ -224,6 +256,44 @@ def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
         import_nuscenes(ds.root, ds.scene, out)
     assert exc.value.file == str(lidar)
     assert not out.exists()
+
+
+def test_no_sensor_file_at_all_is_an_error(tmp_path: Path) -> None:
+    # A dataroot without the scene's sensor files (tables only, or the wrong directory) imported a drive
+    # of ego poses and ground truth and no sample at all, exit 0; so did a channel whose files are all missing.
+    ds = write_nuscenes(tmp_path / "ds")
+    out = tmp_path / "x.mcap"
+    shutil.rmtree(ds.root / "samples" / "RADAR_FRONT")
+    with pytest.raises(DriveError, match=r"none of the 1 sensor files of scene 'scene-0061' is there") as exc:
+        import_nuscenes(ds.root, ds.scene, out, channels=["RADAR_FRONT"])
+    assert exc.value.file == str(ds.root) and not out.exists()
+    import_nuscenes(ds.root, ds.scene, out, channels=["LIDAR_TOP"])  # a channel with its files still imports
+    out.unlink()
+    for d in ("samples", "sweeps"):
+        shutil.rmtree(ds.root / d, ignore_errors=True)
+    with pytest.raises(DriveError, match=r"expected the dataset root holding samples/ and sweeps/") as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(ds.root) and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (False, r"image is 16x12 but the camera's sample_data width x height is 32x24"),
+        (True, r"not a readable JPEG: no frame header \(truncated\?\)"),
+    ],
+)
+def test_camera_image_that_does_not_fit_its_calibration_names_it(tmp_path: Path, cut: bool, message: str) -> None:
+    # Only the JPEG magic was checked: a truncated image or one of another size (a resized copy of the
+    # dataset) was imported with intrinsics for the declared size, exit 0.
+    ds = write_nuscenes(tmp_path / "ds")
+    jpeg = sorted((ds.root / "samples" / "CAM_FRONT").iterdir())[1]
+    other = encode_jpeg(np.zeros((12, 16, 3), np.uint8))
+    jpeg.write_bytes(jpeg.read_bytes()[:20] if cut else other)
+    out = tmp_path / "x.mcap"
+    with pytest.raises(DriveError, match=message) as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(jpeg) and not out.exists()
 
 
 @pytest.mark.parametrize("filename", ["/etc/passwd", "../outside.bin", "samples/../../outside.bin", "C:\\secret"])

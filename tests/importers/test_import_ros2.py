@@ -161,6 +161,21 @@ def test_single_mcap_file_input(bag: Bag, tmp_path: Path) -> None:
 # -- errors ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("content", [(), ("bag.mcap",)])
+def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, content: tuple[str, ...]) -> None:
+    # rosbags' own message named the directory as the missing file: "Expected metadata file 'DIR' does not exist."
+    d = tmp_path / "notabag"
+    d.mkdir()
+    for name in content:
+        (d / name).write_bytes(next(bag.path.glob("*.mcap")).read_bytes())
+    with pytest.raises(DriveError) as exc:
+        import_ros2(d, bag.topic_map, tmp_path / "out.mcap")
+    assert str(exc.value) == (
+        f"{d}: not a rosbag2 directory: no metadata.yaml in it (a bag without one: pass its .mcap file)"
+    )
+    assert not (tmp_path / "out.mcap").exists()
+
+
 def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
     b = write_bag(tmp_path, omit_topics=("/cam_front/camera_info",))
     with pytest.raises(DriveError, match="CameraInfo") as exc:
