@@ -70,10 +70,16 @@ def within(low: float, high: float | None = None, *, low_open: bool = True) -> C
 
 
 def output_dir(text: str) -> Path:
-    """An output directory (``--out``): made when it does not exist; not a file that exists."""
+    """An output directory (``--out``): made when it does not exist, so neither it nor the nearest of its
+    parents that exists may be a file (refused while parsing, not after the run that writes into it)."""
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    for at in (path, *path.parents):
+        if at.exists():
+            if not at.is_dir():
+                raise argparse.ArgumentTypeError(
+                    f"{text} exists and is not a directory" if at == path else f"{text}: {at} is not a directory"
+                )
+            break
     return path
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "add_runtime_options",
     "repo_root",
     "run_with_signals",
+    "sensors_option",
 ]
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,17 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def sensors_option(args: argparse.Namespace) -> list[str] | None:
+    """``--sensors a,b``: the sensors named (None: the option not given, every sensor); a list naming none
+    (``,`` or ``''``) is a usage error, not every sensor."""
+    if getattr(args, "sensors", None) is None:
+        return None
+    sensors = [s for s in args.sensors.split(",") if s]
+    if not sensors:
+        raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
+    return sensors
+
+
 @contextlib.contextmanager
 def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[tuple[DriveReader, Session]]:
     """The run's drive (``args.drive``), opened once for the whole run, and its session: the profile
@@ -91,13 +103,7 @@ def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[
     cfg = load_config(args.config or DEFAULT_CONFIG)
     if not Path(args.drive).exists():
         raise ConfigError("drive not found", file=str(args.drive))
-    sensors = None
-    if getattr(args, "sensors", None) is not None:
-        sensors = [s for s in args.sensors.split(",") if s]
-        if not sensors:
-            raise ConfigError(
-                f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors"
-            )
+    sensors = sensors_option(args)
     with DriveReader(args.drive, strict=strict) as reader:
         yield reader, Session.assemble(cfg, reader.source).with_overrides(url=args.url, sensors=sensors)
 

@@ -12,7 +12,6 @@ from typing import Any
 from perception.cli._args import output_dir
 from perception.cli._common import add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
-from perception.errors import ConfigError
 from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
 
@@ -97,20 +96,12 @@ def _markdown(drive: Path, modes: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _make_out_dir(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = "not a directory" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror or exc
-        raise ConfigError(f"cannot create the output directory: {why}", file=str(out), key="--out") from exc
-
-
 def run(args: argparse.Namespace) -> int:
     progress = False if (args.no_progress or args.json) else None
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, session):
         if args.out is not None:
-            _make_out_dir(args.out)  # before the run: a bad --out fails now, not after scoring every mode
+            args.out.mkdir(parents=True, exist_ok=True)  # before the run (output_dir refused a file while parsing)
 
         async def main(stop: Any) -> Any:
             return await evaluate_modes(reader, session.config, args.protocol, progress=progress)

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from perception.cli._args import non_negative_int, within
-from perception.cli._common import DEFAULT_CONFIG
+from perception.cli._common import DEFAULT_CONFIG, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError
 from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
@@ -127,7 +127,7 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             key="as-recorded",
         )
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    sensors = [s for s in args.sensors.split(",") if s] if getattr(args, "sensors", None) else None
+    sensors = sensors_option(args)
     outcome: AsRecordedOutcome = anyio.run(
         lambda: replay_as_recorded(
             args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict

@@ -74,3 +74,11 @@ def test_a_bad_recording_bound_is_a_usage_error(
         main([*argv, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"argument {option}: {said}" in err and "Traceback" not in err
+
+
+def test_a_replay_as_recorded_naming_no_sensor_is_a_usage_error(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the same --sensors as every command's (it was every sensor here)
+    assert main(["replay", str(drive), "--as-recorded", "--sensors", ",", "--out", str(tmp_path / "out")]) == 2
+    assert "--sensors: names no sensor, got ','" in capsys.readouterr().err
