@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import random
 import socket
 import struct
@@ -64,27 +65,35 @@ class Faults:
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
-    """``SENSOR:FROM:TO`` for silences and bursts, ``SENSOR:AT:OFFSET_S`` for clock jumps."""
+    """``SENSOR:FROM:TO`` for silences and bursts (FROM before TO), ``SENSOR:AT:OFFSET_S`` for clock jumps;
+    finite numbers only. A bad value is a :class:`ConfigError` naming the option."""
 
-    def triples(values: list[str], option: str) -> tuple[tuple[str, float, float], ...]:
+    def triples(values: list[str], option: str, *, span: bool) -> tuple[tuple[str, float, float], ...]:
         out = []
         for v in values:
             parts = v.split(":")
             try:
                 if len(parts) != 3:
                     raise ValueError
-                out.append((parts[0], float(parts[1]), float(parts[2])))
+                a, b = float(parts[1]), float(parts[2])
+                if not (math.isfinite(a) and math.isfinite(b)):
+                    raise ValueError
             except ValueError:
                 raise ConfigError(f"expected SENSOR:A:B with numbers A and B, got {v!r}", key=option) from None
+            if span and not a < b:  # an empty span: the fault would silently do nothing
+                raise ConfigError(f"FROM must be before TO, got {v!r}", key=option)
+            out.append((parts[0], a, b))
         return tuple(out)
 
+    if not math.isfinite(jitter_ms):  # NaN passed `< 0` and crashed every publishing thread
+        raise ConfigError(f"must be a finite number, got {jitter_ms}", key="--jitter-ms")
     if jitter_ms < 0:
         raise ConfigError(f"must be >= 0, got {jitter_ms}", key="--jitter-ms")
     return Faults(
-        silence=triples(silence, "--silence"),
-        bursts=triples(bursts, "--burst"),
+        silence=triples(silence, "--silence", span=True),
+        bursts=triples(bursts, "--burst", span=True),
         jitter_ms=jitter_ms,
-        clock_jumps=triples(clock_jumps, "--clock-jump"),
+        clock_jumps=triples(clock_jumps, "--clock-jump", span=False),
     )
 
 

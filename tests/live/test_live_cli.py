@@ -65,6 +65,13 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         ("--silence", "lidar_top:2", "--silence: expected SENSOR:A:B with numbers A and B, got 'lidar_top:2'"),
         ("--clock-jump", "sonar:1:2", "no such sensor in drive"),
         ("--jitter-ms", "-1", "--jitter-ms: must be >= 0, got -1.0"),
+        # NaN and infinity passed the checks, then crashed the publisher's threads (a traceback per sensor,
+        # nothing sent, exit 0); an empty span silently injected nothing
+        ("--jitter-ms", "nan", "--jitter-ms: must be a finite number, got nan"),
+        ("--clock-jump", "radar_rear:1:inf", "--clock-jump: expected SENSOR:A:B with numbers A and B"),
+        ("--silence", "lidar_top:nan:2", "--silence: expected SENSOR:A:B with numbers A and B"),
+        ("--silence", "lidar_top:4:2", "--silence: FROM must be before TO, got 'lidar_top:4:2'"),
+        ("--burst", "lidar_top:3:3", "--burst: FROM must be before TO, got 'lidar_top:3:3'"),
     ],
 )
 def test_bad_fault_options_are_one_line_errors(
