@@ -12,7 +12,7 @@ from typing import Any
 
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
 from perception.cli._record import add_record_options, recorder, report_recording
-from perception.cli._replay import add_trace_out
+from perception.cli._replay import add_trace_out, check_drive
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
         "sensor on its own thread, stamping samples on the host's monotonic clock; this process uses only "
         "the live API (LiveRuntime.push) and prints latency from the trigger sample's arrival to its result "
         "(p50/p99), frames produced vs expected, drops by reason and deadline misses. Fault options make the "
-        "publisher misbehave as middleware does.",
+        "publisher misbehave as middleware does. A damaged drive is refused before anything runs (exit 3).",
     )
     add_runtime_options(p)
     add_fault_options(p)
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     # the drive is opened once on this side, the session assembled once against it
     with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
+        # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
+        # before connecting, and this side waited for it a minute, then blamed the publisher (exit 1).
+        check_drive(reader)
         cfg = session.config
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))

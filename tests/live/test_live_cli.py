@@ -80,3 +80,13 @@ def test_bad_fault_options_are_one_line_errors(
     assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, value]) == 2
     _, err = capsys.readouterr()
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The publisher met the truncation, died before connecting, and this side waited 60 s for it, then
+    # said "the publisher did not connect" (exit 1). Now: the damage, named, before anything runs.
+    drive = tmp_path / "cut.mcap"
+    drive.write_bytes(DRIVE.read_bytes()[:5_000_000])
+    assert main(["live", str(drive), "--url", "127.0.0.1:1"]) == 3
+    _, err = capsys.readouterr()
+    assert f"{drive}: drive damaged" in err and "Traceback" not in err and err.count("\n") == 1, err
