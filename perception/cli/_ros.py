@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,7 @@ def run_node_cmd(args: argparse.Namespace) -> int:
 def run_play_cmd(args: argparse.Namespace) -> int:
     from perception.ros import run_play
 
-    if args.rate <= 0:
-        raise ConfigError(f"must be > 0, got {args.rate}", key="--rate")
+    _check_play_numbers(args)
     if not args.drive.exists():
         raise ConfigError("drive not found", file=str(args.drive))
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
@@ -130,3 +130,24 @@ def run_play_cmd(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(", ".join(f"{k} {v}" for k, v in sorted(published.items())) + " messages published\n")
     return 0
+
+
+def _check_play_numbers(args: argparse.Namespace) -> None:
+    """``--rate``, ``--from``, ``--to`` and ``--wait-subscribers``: a :class:`ConfigError` naming the option.
+    (NaN passed ``<= 0``, then crashed the player: a traceback, or one per sensor thread and exit 0; a
+    negative wait was silently no wait.)"""
+    for key, value in (
+        ("--rate", args.rate),
+        ("--from", args.start),
+        ("--to", args.end),
+        ("--wait-subscribers", args.wait_subscribers),
+    ):
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"must be a finite number, got {value}", key=key)
+    if args.rate <= 0:
+        raise ConfigError(f"must be > 0, got {args.rate}", key="--rate")
+    for key, value in (("--from", args.start), ("--wait-subscribers", args.wait_subscribers)):
+        if value < 0:
+            raise ConfigError(f"must be >= 0, got {value}", key=key)
+    if args.end is not None and args.end <= args.start:
+        raise ConfigError(f"must be after --from ({args.start:g} s), got {args.end:g}", key="--to")

@@ -16,6 +16,13 @@ from perception.cli import main
         (["--silence", "lidar_top:2"], "--silence: expected SENSOR:A:B with numbers A and B, got 'lidar_top:2'"),
         (["--clock-jump", "sonar:1:2"], "no such sensor in drive"),
         (["--rate", "0"], "--rate: must be > 0, got 0.0"),
+        # NaN passed the checks, then crashed the player: a traceback, or one per sensor thread and exit 0
+        (["--rate", "nan"], "--rate: must be a finite number, got nan"),
+        (["--from", "nan"], "--from: must be a finite number, got nan"),
+        (["--to", "nan"], "--to: must be a finite number, got nan"),
+        (["--from", "-1"], "--from: must be >= 0, got -1.0"),
+        (["--from", "5", "--to", "2"], "--to: must be after --from (5 s), got 2"),  # played nothing, exit 0
+        (["--wait-subscribers", "-1"], "--wait-subscribers: must be >= 0, got -1.0"),  # silently no wait
     ],
 )
 def test_bad_play_options_are_one_line_errors(
