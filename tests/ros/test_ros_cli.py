@@ -44,3 +44,11 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     assert f"configure failed: {profile}: ros.topics: no such sensor in the rig: sonar (it has: lidar_top," in err
     assert f"configure failed: {tmp_path / 'none.mcap'}: rig not found" in err
     assert "Traceback" not in err
+
+
+def test_a_span_past_the_drive_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # It played nothing and printed " messages published" with exit 0.
+    assert main(["ros", "play", str(DRIVE), "--from", "20"]) == 2
+    _, err = capsys.readouterr()
+    assert f"{DRIVE}: no sample from 20 s to its end: the drive's samples span 0 to 9.9" in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
