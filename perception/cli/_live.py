@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", type=Path, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_trace_out(p)
+    add_trace_out(p, server_split=False)  # the live runtime does not read Triton's trace
     add_record_options(p)
     p.set_defaults(func=run)
 

@@ -94,15 +94,21 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def add_trace_out(p: argparse.ArgumentParser) -> None:
-    """``--trace-out FILE``: every frame's latency tree as a timeline (Chrome trace-event JSON)."""
+def add_trace_out(p: argparse.ArgumentParser, *, server_split: bool = True) -> None:
+    """``--trace-out FILE``: every frame's latency tree as a timeline (Chrome trace-event JSON).
+    ``server_split``: the command reads Triton's trace (its queue and compute nested in each request)."""
+    request = (
+        "each sensor's request with Triton's queue and compute nested"
+        if server_split
+        else "each sensor's request as the client saw it: no split of Triton's queue and compute"
+    )
     p.add_argument(
         "--trace-out",
         type=Path,
         default=None,
         metavar="FILE",
-        help="write every frame's timeline (frame stages, each sensor's request with Triton's queue and "
-        "compute nested) as Chrome trace-event JSON: open it in ui.perfetto.dev or chrome://tracing",
+        help=f"write every frame's timeline (frame stages, {request}) as Chrome trace-event JSON: open it in "
+        "ui.perfetto.dev or chrome://tracing",
     )
 
 

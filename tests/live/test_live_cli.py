@@ -90,3 +90,14 @@ def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pyt
     assert main(["live", str(drive), "--url", "127.0.0.1:1"]) == 3
     _, err = capsys.readouterr()
     assert f"{drive}: drive damaged" in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_help_does_not_promise_a_server_split_in_the_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    # The live runtime does not read Triton's trace: its --trace-out has each request as the client saw it,
+    # and its help said "with Triton's queue and compute nested" (replay's).
+    with pytest.raises(SystemExit) as exit_:
+        main(["live", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Triton's queue and compute nested" not in out
+    assert "as the client saw it: no split of Triton's queue and compute" in out
