@@ -13,6 +13,7 @@ from typing import Any
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
 from perception.cli._record import add_record_options, recorder, report_recording
 from perception.cli._replay import add_trace_out, check_drive
+from perception.errors import ConfigError
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -47,6 +48,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
+    _prepare_outputs(args)
     # the drive is opened once on this side, the session assembled once against it
     with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
         # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
@@ -64,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
             report_recording(rec)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
         with safe_output_path(args.out, "frames.jsonl").open("w") as f:
             for r in outcome.records:
@@ -86,6 +87,24 @@ def run(args: argparse.Namespace) -> int:
                 trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
     return 0 if summary["publisher_exit_code"] == 0 else 1
+
+
+def _prepare_outputs(args: argparse.Namespace) -> None:
+    """``--out`` and ``--trace-out``'s folder made now, or a :class:`ConfigError` naming the option: they are
+    written after the run, and a path that could not be (--out naming a file) was a traceback then, the
+    run's results lost."""
+    folders = [("--out", args.out)] if args.out is not None else []
+    if args.trace_out is not None:
+        if args.trace_out.is_dir():
+            raise ConfigError(f"{args.trace_out} is a directory", key="--trace-out")
+        folders.append(("--trace-out", args.trace_out.parent))
+    for key, folder in folders:
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder} is not a directory", key=key)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=key) from exc
 
 
 def _render(s: dict[str, Any]) -> str:

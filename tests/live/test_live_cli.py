@@ -101,3 +101,22 @@ def test_help_does_not_promise_a_server_split_in_the_trace(capsys: pytest.Captur
     out = " ".join(capsys.readouterr().out.split())
     assert "Triton's queue and compute nested" not in out
     assert "as the client saw it: no split of Triton's queue and compute" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--out", "a_file", "--out: {tmp}/a_file is not a directory"),
+        ("--trace-out", "a_file/trace.json", "--trace-out: {tmp}/a_file is not a directory"),
+        ("--trace-out", ".", "--trace-out: {tmp} is a directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(
+    option: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were written after the run: --out naming a file was a FileExistsError traceback then (exit 1),
+    # the run's results lost.
+    (tmp_path / "a_file").write_text("not a folder\n")
+    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, str(tmp_path / value)]) == 2
+    _, err = capsys.readouterr()
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err and err.count("\n") == 1, err
