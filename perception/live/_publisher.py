@@ -314,8 +314,17 @@ def drive_items(drive: Path) -> tuple[dict[str, SensorSpec], dict[str, list[Samp
     return rig, by_sensor
 
 
-def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
-    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
+def publish(
+    drive: Path,
+    socket_path: Path,
+    faults: Faults,
+    *,
+    start_delay_s: float = 0.2,
+    rate: float = 1.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end, or soon after
+    ``stop`` is set (the play cut short: no end message)."""
     rig, by_sensor = drive_items(drive)
     kinds = {name: spec.kind for name, spec in rig.items()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -335,8 +344,10 @@ def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: fl
             start_ns=t0,
             stamp_base_ns=t0,
             rate=rate,
+            stop=stop,
         )
-        head = json.dumps({"type": "end", "size": 0}).encode()
-        send(_LEN.pack(len(head)) + head)
+        if stop is None or not stop.is_set():
+            head = json.dumps({"type": "end", "size": 0}).encode()
+            send(_LEN.pack(len(head)) + head)
     finally:
         sock.close()
