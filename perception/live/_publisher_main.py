@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from perception.errors import PerceptionError
 from perception.live._publisher import Faults, publish
 
 
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)), stop=stop)
+    try:
+        publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)), stop=stop)
+    except PerceptionError as exc:  # a drive it cannot play: one line, as the host's errors (no traceback)
+        sys.stderr.write(f"perception live publisher: error: {exc}\n")
+        return 1
     return 128 + received[0] if received else 0  # the shell's code for a process a signal stopped
 
 

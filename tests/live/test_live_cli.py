@@ -120,3 +120,22 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, str(tmp_path / value)]) == 2
     _, err = capsys.readouterr()
     assert message.format(tmp=tmp_path) in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_a_drive_the_publisher_cannot_play_fails_at_once_naming_why(
+    triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A drive with its rig but no sample: the publisher died at once with a DriveError traceback, and this
+    # side waited a minute for its connection, then said "the publisher did not connect within 60 s".
+    from perception.drives import DriveReader, DriveWriter
+
+    with DriveReader(DRIVE) as reader:
+        rig = list(reader.rig.values())
+    drive = tmp_path / "no_samples.mcap"
+    with DriveWriter(drive, rig):
+        pass
+    assert main(["live", str(drive), "--url", triton.grpc_url]) == 1
+    _, err = capfd.readouterr()  # by file descriptor: the publisher process's stderr too
+    assert f"perception live publisher: error: {drive}: drive has no samples" in err, err
+    assert "perception live: error: the publisher exited with code 1 before it connected" in err, err
+    assert "Traceback" not in err and "did not connect" not in err, err
