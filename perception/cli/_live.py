@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
         # before connecting, and this side waited for it a minute, then blamed the publisher (exit 1).
         check_drive(reader)
+        # before --record replaces an earlier recording: a typo in a fault option deleted it
+        faults.check_sensors(list(reader.rig), reader.path)
         cfg = session.config
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))

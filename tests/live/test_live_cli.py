@@ -139,3 +139,16 @@ def test_a_drive_the_publisher_cannot_play_fails_at_once_naming_why(
     assert f"perception live publisher: error: {drive}: drive has no samples" in err, err
     assert "perception live: error: the publisher exited with code 1 before it connected" in err, err
     assert "Traceback" not in err and "did not connect" not in err, err
+
+
+def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The unknown sensor was found once the recorder had replaced the earlier recording (deleted it).
+    earlier = tmp_path / "run.mcap"
+    earlier.write_bytes(b"an earlier recording")
+    argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--silence", "sonar:1:2", "--record", str(earlier)]
+    assert main(argv) == 2
+    _, err = capsys.readouterr()
+    assert "no such sensor in drive" in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert earlier.read_bytes() == b"an earlier recording"
