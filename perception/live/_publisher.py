@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.drives import DriveReader
-from perception.errors import ConfigError, DriveError
+from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, SensorSpec, Transform
 
 __all__ = ["Faults", "drive_items", "parse_faults", "play_schedule", "publish", "receive"]
@@ -324,17 +324,26 @@ def publish(
     stop: threading.Event | None = None,
 ) -> None:
     """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end, or soon after
-    ``stop`` is set (the play cut short: no end message)."""
+    ``stop`` is set (the play cut short: no end message). A :class:`PerceptionError` when the subscriber
+    closes the connection first."""
     rig, by_sensor = drive_items(drive)
     kinds = {name: spec.kind for name, spec in rig.items()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(socket_path))
     lock = threading.Lock()
     t0 = time.monotonic_ns() + round(start_delay_s * 1e9)
+    stop = stop or threading.Event()
+    gone: list[OSError] = []  # the subscriber closed the connection (each sensor thread's send failed)
 
     def send(msg: bytes) -> None:
         with lock:
-            sock.sendall(msg)
+            if gone:
+                return
+            try:
+                sock.sendall(msg)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                gone.append(exc)
+                stop.set()
 
     try:
         play_schedule(
@@ -346,8 +355,10 @@ def publish(
             rate=rate,
             stop=stop,
         )
-        if stop is None or not stop.is_set():
+        if not stop.is_set():
             head = json.dumps({"type": "end", "size": 0}).encode()
             send(_LEN.pack(len(head)) + head)
     finally:
         sock.close()
+    if gone:
+        raise PerceptionError(f"{drive}: the subscriber closed the connection ({gone[0].strerror})")
