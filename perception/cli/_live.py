@@ -4,10 +4,15 @@ process pushes what arrives into a :class:`perception.live.LiveRuntime` and repo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
@@ -46,7 +51,31 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager's stop) stops the command as Ctrl-C does: the publisher stopped, the
+    server and the socket's temporary folder cleaned up, exit 130. It killed the process where it stood:
+    the folder was left behind and the publisher wrote into the closed socket (a traceback per sensor)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
+    with _terminate_as_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     _prepare_outputs(args)
     # the drive is opened once on this side, the session assembled once against it

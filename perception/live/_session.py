@@ -118,14 +118,23 @@ def live_session(
                 conn = _accept(server, publisher)
                 t0 = time.monotonic()
                 with conn:
-                    for item in receive(conn):
-                        c0 = time.thread_time_ns()
-                        if isinstance(item, EgoPose):
-                            live.push_ego(item)
-                        else:
-                            live.push(item)
-                        push_cpu += time.thread_time_ns() - c0
+                    try:
+                        for item in receive(conn):
+                            c0 = time.thread_time_ns()
+                            if isinstance(item, EgoPose):
+                                live.push_ego(item)
+                            else:
+                                live.push(item)
+                            push_cpu += time.thread_time_ns() - c0
+                    except BaseException:
+                        # This side failed or was stopped: the publisher stops too, before its socket closes
+                        # (it played on into the closed socket, a BrokenPipeError traceback per sensor).
+                        publisher.terminate()
+                        raise
                 wall_s = time.monotonic() - t0
+            except BaseException:
+                publisher.terminate()
+                raise
             finally:
                 try:
                     code = publisher.wait(timeout=30)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +157,25 @@ def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
     _, err = capsys.readouterr()
     assert "no such sensor in drive" in err and "Traceback" not in err and err.count("\n") == 1, err
     assert earlier.read_bytes() == b"an earlier recording"
+
+
+def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
+    # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url]
+    host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120  # safety net
+        while not list(tmp_path.glob("perception-live-*")) and host.poll() is None:
+            assert time.monotonic() < deadline, "perception live did not start"
+            time.sleep(0.05)
+        time.sleep(2)  # the publisher most likely playing (any moment must end the same way)
+        host.send_signal(signal.SIGTERM)
+        _, err = host.communicate(timeout=120)
+    finally:
+        host.kill()
+        host.wait()
+    assert host.returncode == 130, err
+    assert "perception live: interrupted" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("perception-live-*"))
