@@ -7,10 +7,12 @@ import argparse
 import json
 import math
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
+from perception.cli._exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from perception.cli._record import add_record_options, recorder, report_recording
 from perception.config import load_config
 from perception.errors import ConfigError
@@ -69,7 +71,8 @@ def register(sub: Any) -> None:
         "play",
         help="publish a drive as ROS 2 topics at its recorded timing",
         description="Each sensor on its own thread at the recorded timing; headers stamped on the ROS clock; camera "
-        "info from the rig; the drive's ego poses as nav_msgs/Odometry. Fault options as in 'perception live'.",
+        "info from the rig; the drive's ego poses as nav_msgs/Odometry. Fault options as in 'perception live'. "
+        "Ctrl-C cuts the play short: the messages published so far are reported, exit code 130.",
     )
     pl.add_argument("drive", type=Path, help="recorded drive (.mcap)")
     pl.add_argument("--config", type=Path, default=None, help="launch profile whose ros.topics rename topics")
@@ -116,6 +119,7 @@ def run_play_cmd(args: argparse.Namespace) -> int:
         raise ConfigError("drive not found", file=str(args.drive))
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     cfg = load_config(args.config or DEFAULT_CONFIG)
+    stop = threading.Event()  # set by Ctrl-C/SIGTERM: the play cut short
     published = run_play(
         args.drive,
         cfg,
@@ -124,12 +128,16 @@ def run_play_cmd(args: argparse.Namespace) -> int:
         span_s=(args.start, args.end),
         wait_subscribers_s=args.wait_subscribers,
         ros_args=args.ros_args,
+        stop=stop,
     )
     if args.json:
         sys.stdout.write(json.dumps(published) + "\n")
     else:
         sys.stdout.write(", ".join(f"{k} {v}" for k, v in sorted(published.items())) + " messages published\n")
-    return 0
+    if stop.is_set():  # it printed what it had published and exited 0, as if the play were whole
+        sys.stdout.write("interrupted: the play was cut short\n")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 def _check_play_numbers(args: argparse.Namespace) -> None:

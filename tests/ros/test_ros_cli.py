@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,3 +57,25 @@ def test_a_span_past_the_drive_is_a_usage_error(capsys: pytest.CaptureFixture[st
     _, err = capsys.readouterr()
     assert f"{DRIVE}: no sample from 20 s to its end: the drive's samples span 0 to 9.9" in err
     assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_an_interrupted_play_exits_as_interrupted(capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C cut the play short, and it printed what it had published with exit 0, as if it were whole.
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60  # safety net
+        while signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # till the play handles it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.5)  # into the play (a signal before it starts must end the same way)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        assert main(["ros", "play", str(DRIVE), "--json"]) == 130
+    finally:
+        sender.join()
+    out, _ = capsys.readouterr()
+    published, note = out.splitlines()
+    assert sum(json.loads(published).values()) < 1130  # cut short (a whole play: 630 samples, 500 poses)
+    assert note == "interrupted: the play was cut short"
