@@ -84,7 +84,8 @@ def register(sub: Any) -> None:
         type=float,
         default=0.0,
         metavar="S",
-        help="wait up to S seconds for a subscriber on every sensor topic first",
+        help="wait up to S seconds for a subscriber on every sensor topic first; still none then: an error, "
+        "nothing played (exit 1)",
     )
     add_fault_options(pl)
     pl.add_argument("--json", action="store_true", help="print the messages published as JSON")

@@ -79,3 +79,13 @@ def test_an_interrupted_play_exits_as_interrupted(capsys: pytest.CaptureFixture[
     published, note = out.splitlines()
     assert sum(json.loads(published).values()) < 1130  # cut short (a whole play: 630 samples, 500 poses)
     assert note == "interrupted: the play was cut short"
+
+
+def test_waiting_for_subscribers_in_vain_is_an_error_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
+    # The help said "wait up to S seconds for a subscriber ... first": as if the play then started anyway.
+    with pytest.raises(SystemExit):
+        main(["ros", "play", "--help"])
+    assert "still none then: an error, nothing played (exit 1)" in " ".join(capsys.readouterr().out.split())
+    assert main(["ros", "play", str(DRIVE), "--wait-subscribers", "0.2", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "no subscriber on every sensor topic within 0.2 s" in err and err.count("\n") == 1, err
