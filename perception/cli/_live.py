@@ -141,7 +141,9 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
 def _render(s: dict[str, Any]) -> str:
     lat = s["latency_ms"]
     intake = s["intake"]
-    drops = {k: intake[k] for k in ("late", "out_of_order", "duplicate", "clock_jump", "intake_overflow") if intake[k]}
+    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out)
+    not_used = ("unknown_sensor", "invalid", "late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
+    drops = {k: intake[k] for k in not_used if intake[k]}
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),

@@ -179,3 +179,17 @@ def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_pa
     assert host.returncode == 130, err
     assert "perception live: interrupted" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob("perception-live-*"))
+
+
+def test_the_report_counts_every_sample_not_used() -> None:
+    # Samples of sensors not enabled (--sensors) and invalid ones were counted in the summary but left out
+    # of the printed line: "samples 100 used; not used: none" for a drive of 630 played with one sensor.
+    from perception.cli._live import _render
+
+    intake = {"samples": 100, "frames_by_trigger": 100, "frames_by_timer": 0, "trigger_silences": 0}
+    intake |= {"frames_by_rate": 0, "late": 0, "out_of_order": 0, "duplicate": 0, "clock_jump": 0}
+    intake |= {"intake_overflow": 0, "unknown_sensor": 530, "invalid": 2}
+    summary = {"frames": 100, "expected_frames": 100, "ok": 100, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}}
+    assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)
