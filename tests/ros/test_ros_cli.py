@@ -89,3 +89,19 @@ def test_waiting_for_subscribers_in_vain_is_an_error_as_the_help_says(capsys: py
     assert main(["ros", "play", str(DRIVE), "--wait-subscribers", "0.2", "--json"]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "no subscriber on every sensor topic within 0.2 s" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("ros_args", "message"),
+    [
+        (["--bogus"], "--ros-args: unknown ROS arguments ['--bogus'] (in: --bogus)"),
+        (["-p"], "--ros-args: failed to initialize rcl: Couldn't parse trailing -p flag"),
+    ],
+)
+def test_bad_ros_arguments_are_a_usage_error(
+    ros_args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were passed to rcl without the "--ros-args" that makes it read them: ignored, the play ran (exit 0).
+    assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--ros-args", *ros_args]) == 2
+    _, err = capsys.readouterr()
+    assert message in err and "Traceback" not in err, err
