@@ -23,6 +23,7 @@ __all__ = [
     "non_negative_float",
     "non_negative_int",
     "output_dir",
+    "output_file",
     "percentile",
     "port",
     "port_or_zero",
@@ -73,14 +74,28 @@ def output_dir(text: str) -> Path:
     """An output directory (``--out``): made when it does not exist, so neither it nor the nearest of its
     parents that exists may be a file (refused while parsing, not after the run that writes into it)."""
     path = Path(text)
-    for at in (path, *path.parents):
+    _made_under(text, path)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """An output file (``--trace-out``, ``--record``): not a directory; its directory made when it does not
+    exist, so the nearest of its parents that exists may not be a file (refused while parsing)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory")
+    _made_under(text, path.parent)
+    return path
+
+
+def _made_under(text: str, folder: Path) -> None:
+    for at in (folder, *folder.parents):
         if at.exists():
             if not at.is_dir():
                 raise argparse.ArgumentTypeError(
-                    f"{text} exists and is not a directory" if at == path else f"{text}: {at} is not a directory"
+                    f"{text} exists and is not a directory" if str(at) == text else f"{text}: {at} is not a directory"
                 )
-            break
-    return path
+            return
 
 
 #: ``N >= 1``: counts (frames, workers, requests in flight...).

@@ -4,15 +4,21 @@ process pushes what arrives into a :class:`perception.live.LiveRuntime` and repo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from perception.cli._args import output_dir
 from perception.cli._common import add_fault_options, add_runtime_options, open_session
 from perception.cli._record import add_record_options, recorder, report_recording
-from perception.cli._replay import add_trace_out
+from perception.cli._replay import add_trace_out, check_drive
+from perception.errors import ConfigError
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -27,7 +33,7 @@ def register(sub: Any) -> None:
         "sensor on its own thread, stamping samples on the host's monotonic clock; this process uses only "
         "the live API (LiveRuntime.push) and prints latency from the trigger sample's arrival to its result "
         "(p50/p99), frames produced vs expected, drops by reason and deadline misses. Fault options make the "
-        "publisher misbehave as middleware does.",
+        "publisher misbehave as middleware does. A damaged drive is refused before anything runs (exit 3).",
     )
     add_runtime_options(p)
     add_fault_options(p)
@@ -40,15 +46,45 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", type=output_dir, default=None, help="write DIR/live.json (summary) and DIR/frames.jsonl")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_trace_out(p)
+    add_trace_out(p, server_split=False)  # the live runtime does not read Triton's trace
     add_record_options(p)
     p.set_defaults(func=run)
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager's stop) stops the command as Ctrl-C does: the publisher stopped, the
+    server and the socket's temporary folder cleaned up, exit 130. It killed the process where it stood:
+    the folder was left behind and the publisher wrote into the closed socket (a traceback per sensor)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
+    with _terminate_as_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
+    _prepare_outputs(args)
     # the drive is opened once on this side, the session assembled once against it
     with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
+        # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
+        # before connecting, and this side waited for it a minute, then blamed the publisher (exit 1).
+        check_drive(reader)
+        # before --record replaces an earlier recording: a typo in a fault option deleted it
+        faults.check_sensors(list(reader.rig), reader.path)
         cfg = session.config
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
@@ -61,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
             report_recording(rec)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
         with safe_output_path(args.out, "frames.jsonl").open("w") as f:
             for r in outcome.records:
@@ -85,10 +120,26 @@ def run(args: argparse.Namespace) -> int:
     return 0 if summary["publisher_exit_code"] == 0 else 1
 
 
+def _prepare_outputs(args: argparse.Namespace) -> None:
+    """``--out`` and ``--trace-out``'s folder made now (``output_dir``/``output_file`` refused a file in their way
+    while parsing), or a :class:`ConfigError` naming the option: they are written after the run, whose
+    results a folder that cannot be made would lose."""
+    folders = [("--out", args.out)] if args.out is not None else []
+    if args.trace_out is not None:
+        folders.append(("--trace-out", args.trace_out.parent))
+    for key, folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=key) from exc
+
+
 def _render(s: dict[str, Any]) -> str:
     lat = s["latency_ms"]
     intake = s["intake"]
-    drops = {k: intake[k] for k in ("late", "out_of_order", "duplicate", "clock_jump", "intake_overflow") if intake[k]}
+    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out)
+    not_used = ("unknown_sensor", "invalid", "late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
+    drops = {k: intake[k] for k in not_used if intake[k]}
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),

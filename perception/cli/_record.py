@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from perception.cli._args import non_negative_int, within
+from perception.cli._args import non_negative_int, output_file, within
 from perception.cli._common import DEFAULT_CONFIG, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError
@@ -29,7 +29,7 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
     defaults = RecordOptions()
     p.add_argument(
         "--record",
-        type=Path,
+        type=output_file,
         default=None,
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPORT_FILE, REPORT_MD_FILE
-from perception.cli._args import output_dir, port_or_zero, rate
+from perception.cli._args import output_dir, output_file, port_or_zero, rate
 from perception.cli._common import Interrupted, add_runtime_options, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.cli._record import (
@@ -94,15 +94,21 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def add_trace_out(p: argparse.ArgumentParser) -> None:
-    """``--trace-out FILE``: every frame's latency tree as a timeline (Chrome trace-event JSON)."""
+def add_trace_out(p: argparse.ArgumentParser, *, server_split: bool = True) -> None:
+    """``--trace-out FILE``: every frame's latency tree as a timeline (Chrome trace-event JSON).
+    ``server_split``: the command reads Triton's trace (its queue and compute nested in each request)."""
+    request = (
+        "each sensor's request with Triton's queue and compute nested"
+        if server_split
+        else "each sensor's request as the client saw it: no split of Triton's queue and compute"
+    )
     p.add_argument(
         "--trace-out",
-        type=Path,
+        type=output_file,
         default=None,
         metavar="FILE",
-        help="write every frame's timeline (frame stages, each sensor's request with Triton's queue and "
-        "compute nested) as Chrome trace-event JSON: open it in ui.perfetto.dev or chrome://tracing",
+        help=f"write every frame's timeline (frame stages, {request}) as Chrome trace-event JSON: open it in "
+        "ui.perfetto.dev or chrome://tracing",
     )
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
+from perception.cli._exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from perception.cli._record import add_record_options, recorder, report_recording
 from perception.config import load_config
 from perception.errors import ConfigError
@@ -68,7 +71,8 @@ def register(sub: Any) -> None:
         "play",
         help="publish a drive as ROS 2 topics at its recorded timing",
         description="Each sensor on its own thread at the recorded timing; headers stamped on the ROS clock; camera "
-        "info from the rig; the drive's ego poses as nav_msgs/Odometry. Fault options as in 'perception live'.",
+        "info from the rig; the drive's ego poses as nav_msgs/Odometry. Fault options as in 'perception live'. "
+        "Ctrl-C cuts the play short: the messages published so far are reported, exit code 130.",
     )
     pl.add_argument("drive", type=Path, help="recorded drive (.mcap)")
     pl.add_argument("--config", type=Path, default=None, help="launch profile whose ros.topics rename topics")
@@ -80,7 +84,8 @@ def register(sub: Any) -> None:
         type=float,
         default=0.0,
         metavar="S",
-        help="wait up to S seconds for a subscriber on every sensor topic first",
+        help="wait up to S seconds for a subscriber on every sensor topic first; still none then: an error, "
+        "nothing played (exit 1)",
     )
     add_fault_options(pl)
     pl.add_argument("--json", action="store_true", help="print the messages published as JSON")
@@ -110,12 +115,12 @@ def run_node_cmd(args: argparse.Namespace) -> int:
 def run_play_cmd(args: argparse.Namespace) -> int:
     from perception.ros import run_play
 
-    if args.rate <= 0:
-        raise ConfigError(f"must be > 0, got {args.rate}", key="--rate")
+    _check_play_numbers(args)
     if not args.drive.exists():
         raise ConfigError("drive not found", file=str(args.drive))
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     cfg = load_config(args.config or DEFAULT_CONFIG)
+    stop = threading.Event()  # set by Ctrl-C/SIGTERM: the play cut short
     published = run_play(
         args.drive,
         cfg,
@@ -124,9 +129,34 @@ def run_play_cmd(args: argparse.Namespace) -> int:
         span_s=(args.start, args.end),
         wait_subscribers_s=args.wait_subscribers,
         ros_args=args.ros_args,
+        stop=stop,
     )
     if args.json:
         sys.stdout.write(json.dumps(published) + "\n")
     else:
         sys.stdout.write(", ".join(f"{k} {v}" for k, v in sorted(published.items())) + " messages published\n")
-    return 0
+    if stop.is_set():  # it printed what it had published and exited 0, as if the play were whole
+        sys.stdout.write("interrupted: the play was cut short\n")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _check_play_numbers(args: argparse.Namespace) -> None:
+    """``--rate``, ``--from``, ``--to`` and ``--wait-subscribers``: a :class:`ConfigError` naming the option.
+    (NaN passed ``<= 0``, then crashed the player: a traceback, or one per sensor thread and exit 0; a
+    negative wait was silently no wait.)"""
+    for key, value in (
+        ("--rate", args.rate),
+        ("--from", args.start),
+        ("--to", args.end),
+        ("--wait-subscribers", args.wait_subscribers),
+    ):
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"must be a finite number, got {value}", key=key)
+    if args.rate <= 0:
+        raise ConfigError(f"must be > 0, got {args.rate}", key="--rate")
+    for key, value in (("--from", args.start), ("--wait-subscribers", args.wait_subscribers)):
+        if value < 0:
+            raise ConfigError(f"must be >= 0, got {value}", key=key)
+    if args.end is not None and args.end <= args.start:
+        raise ConfigError(f"must be after --from ({args.start:g} s), got {args.end:g}", key="--to")

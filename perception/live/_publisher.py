@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import random
 import socket
 import struct
@@ -30,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception.drives import DriveReader
-from perception.errors import ConfigError, DriveError
+from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, SensorSpec, Transform
 
 __all__ = ["Faults", "drive_items", "parse_faults", "play_schedule", "publish", "receive"]
@@ -64,27 +65,35 @@ class Faults:
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
-    """``SENSOR:FROM:TO`` for silences and bursts, ``SENSOR:AT:OFFSET_S`` for clock jumps."""
+    """``SENSOR:FROM:TO`` for silences and bursts (FROM before TO), ``SENSOR:AT:OFFSET_S`` for clock jumps;
+    finite numbers only. A bad value is a :class:`ConfigError` naming the option."""
 
-    def triples(values: list[str], option: str) -> tuple[tuple[str, float, float], ...]:
+    def triples(values: list[str], option: str, *, span: bool) -> tuple[tuple[str, float, float], ...]:
         out = []
         for v in values:
             parts = v.split(":")
             try:
                 if len(parts) != 3:
                     raise ValueError
-                out.append((parts[0], float(parts[1]), float(parts[2])))
+                a, b = float(parts[1]), float(parts[2])
+                if not (math.isfinite(a) and math.isfinite(b)):
+                    raise ValueError
             except ValueError:
                 raise ConfigError(f"expected SENSOR:A:B with numbers A and B, got {v!r}", key=option) from None
+            if span and not a < b:  # an empty span: the fault would silently do nothing
+                raise ConfigError(f"FROM must be before TO, got {v!r}", key=option)
+            out.append((parts[0], a, b))
         return tuple(out)
 
+    if not math.isfinite(jitter_ms):  # NaN passed `< 0` and crashed every publishing thread
+        raise ConfigError(f"must be a finite number, got {jitter_ms}", key="--jitter-ms")
     if jitter_ms < 0:
         raise ConfigError(f"must be >= 0, got {jitter_ms}", key="--jitter-ms")
     return Faults(
-        silence=triples(silence, "--silence"),
-        bursts=triples(bursts, "--burst"),
+        silence=triples(silence, "--silence", span=True),
+        bursts=triples(bursts, "--burst", span=True),
         jitter_ms=jitter_ms,
-        clock_jumps=triples(clock_jumps, "--clock-jump"),
+        clock_jumps=triples(clock_jumps, "--clock-jump", span=False),
     )
 
 
@@ -305,18 +314,36 @@ def drive_items(drive: Path) -> tuple[dict[str, SensorSpec], dict[str, list[Samp
     return rig, by_sensor
 
 
-def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: float = 0.2, rate: float = 1.0) -> None:
-    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end."""
+def publish(
+    drive: Path,
+    socket_path: Path,
+    faults: Faults,
+    *,
+    start_delay_s: float = 0.2,
+    rate: float = 1.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end, or soon after
+    ``stop`` is set (the play cut short: no end message). A :class:`PerceptionError` when the subscriber
+    closes the connection first."""
     rig, by_sensor = drive_items(drive)
     kinds = {name: spec.kind for name, spec in rig.items()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(socket_path))
     lock = threading.Lock()
     t0 = time.monotonic_ns() + round(start_delay_s * 1e9)
+    stop = stop or threading.Event()
+    gone: list[OSError] = []  # the subscriber closed the connection (each sensor thread's send failed)
 
     def send(msg: bytes) -> None:
         with lock:
-            sock.sendall(msg)
+            if gone:
+                return
+            try:
+                sock.sendall(msg)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                gone.append(exc)
+                stop.set()
 
     try:
         play_schedule(
@@ -326,8 +353,12 @@ def publish(drive: Path, socket_path: Path, faults: Faults, *, start_delay_s: fl
             start_ns=t0,
             stamp_base_ns=t0,
             rate=rate,
+            stop=stop,
         )
-        head = json.dumps({"type": "end", "size": 0}).encode()
-        send(_LEN.pack(len(head)) + head)
+        if not stop.is_set():
+            head = json.dumps({"type": "end", "size": 0}).encode()
+            send(_LEN.pack(len(head)) + head)
     finally:
         sock.close()
+    if gone:
+        raise PerceptionError(f"{drive}: the subscriber closed the connection ({gone[0].strerror})")

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
+from perception.errors import PerceptionError
 from perception.live._publisher import Faults, publish
 
 
@@ -28,8 +31,23 @@ def main(argv: list[str] | None = None) -> int:
         seed=int(data.get("seed", 0)),
     )
     logging.basicConfig(level=logging.WARNING)
-    publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)))
-    return 0
+    # Ctrl-C reaches the host's whole process group, this process too: it stops playing and exits quietly
+    # (the host reports the interruption); a KeyboardInterrupt traceback came out of its join of the threads.
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        publish(Path(drive), Path(path), faults, rate=float(data.get("rate", 1.0)), stop=stop)
+    except PerceptionError as exc:  # a drive it cannot play: one line, as the host's errors (no traceback)
+        sys.stderr.write(f"perception live publisher: error: {exc}\n")
+        return 1
+    return 128 + received[0] if received else 0  # the shell's code for a process a signal stopped
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from perception.types import EgoPose, FrameResult
 __all__ = ["LiveOutcome", "live_session"]
 
 _CONNECT_TIMEOUT_S = 60.0
+#: How often the wait for the publisher's connection checks that it is still running.
+_ACCEPT_POLL_S = 0.2
 
 
 @dataclass
@@ -52,6 +54,29 @@ def _startup_heap_frozen() -> Iterator[None]:
     finally:
         if ours:
             gc.unfreeze()
+
+
+def _accept(server: socket.socket, publisher: subprocess.Popen[bytes]) -> socket.socket:
+    """The publisher's connection; a :class:`PerceptionError` as soon as the publisher exited without
+    connecting (its error on stderr above), or after :data:`_CONNECT_TIMEOUT_S`. (One accept of a minute
+    waited that long for a publisher that had died at once, e.g. on a drive it could not play.)"""
+    deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+    server.settimeout(_ACCEPT_POLL_S)
+    while True:
+        try:
+            conn, _ = server.accept()
+            return conn
+        except TimeoutError:
+            code = publisher.poll()
+            if code is not None:
+                with contextlib.suppress(BlockingIOError):  # it connected, played and ended since the timeout
+                    server.setblocking(False)
+                    conn, _ = server.accept()
+                    conn.setblocking(True)
+                    return conn
+                raise PerceptionError(f"the publisher exited with code {code} before it connected") from None
+            if time.monotonic() > deadline:
+                raise PerceptionError(f"the publisher did not connect within {_CONNECT_TIMEOUT_S:g} s") from None
 
 
 def live_session(
@@ -90,21 +115,26 @@ def live_session(
             cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
             try:
-                server.settimeout(_CONNECT_TIMEOUT_S)
-                try:
-                    conn, _ = server.accept()
-                except TimeoutError:
-                    raise PerceptionError(f"the publisher did not connect within {_CONNECT_TIMEOUT_S:g} s") from None
+                conn = _accept(server, publisher)
                 t0 = time.monotonic()
                 with conn:
-                    for item in receive(conn):
-                        c0 = time.thread_time_ns()
-                        if isinstance(item, EgoPose):
-                            live.push_ego(item)
-                        else:
-                            live.push(item)
-                        push_cpu += time.thread_time_ns() - c0
+                    try:
+                        for item in receive(conn):
+                            c0 = time.thread_time_ns()
+                            if isinstance(item, EgoPose):
+                                live.push_ego(item)
+                            else:
+                                live.push(item)
+                            push_cpu += time.thread_time_ns() - c0
+                    except BaseException:
+                        # This side failed or was stopped: the publisher stops too, before its socket closes
+                        # (it played on into the closed socket, a BrokenPipeError traceback per sensor).
+                        publisher.terminate()
+                        raise
                 wall_s = time.monotonic() - t0
+            except BaseException:
+                publisher.terminate()
+                raise
             finally:
                 try:
                     code = publisher.wait(timeout=30)

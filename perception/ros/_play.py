@@ -62,7 +62,14 @@ class Player:
         lo = t0 + round(span_s[0] * 1e9)
         hi = None if span_s[1] is None else t0 + round(span_s[1] * 1e9)
         if span_s != (0.0, None):
+            last = max(v[-1].t_ns for k, v in items.items() if v and k != "ego")
             items = {k: [x for x in v if x.t_ns >= lo and (hi is None or x.t_ns < hi)] for k, v in items.items()}
+            if not any(v for k, v in items.items() if k != "ego"):  # it published nothing, and said so with exit 0
+                to = "its end" if span_s[1] is None else f"{span_s[1]:g} s"
+                raise ConfigError(
+                    f"no sample from {span_s[0]:g} s to {to}: the drive's samples span 0 to {(last - t0) / 1e9:.3f} s",
+                    file=str(drive),
+                )
         self._items = items
         faults.check_sensors(list(self.rig), drive)
         self._faults = faults

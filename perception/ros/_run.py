@@ -54,7 +54,16 @@ def _rclpy_context(ros_args: Sequence[str]) -> Iterator[Any]:
     from rclpy.signals import SignalHandlerOptions
 
     context = rclpy.Context()
-    rclpy.init(args=["perception", *ros_args], context=context, signal_handler_options=SignalHandlerOptions.NO)
+    # rcl reads ROS arguments only after a "--ros-args" (the one the command line's option consumed): without it
+    # "-p name:=value" set no parameter, silently, and a malformed argument went unnoticed.
+    args = ["perception", "--ros-args", *ros_args] if ros_args else ["perception"]
+    try:
+        rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    except RuntimeError as exc:  # rclpy's RCLError, UnknownROSArgsError: a mistake in the ROS arguments
+        detail = str(exc).split(", at ")[0]  # rcl appends where in its sources it failed
+        if type(exc).__name__ == "UnknownROSArgsError":
+            detail = f"unknown ROS arguments {detail}"
+        raise ConfigError(f"{detail} (in: {' '.join(ros_args)})", key="--ros-args") from exc
     try:
         yield context
     finally:

@@ -42,9 +42,11 @@ def test_a_recording_whose_directory_cannot_be_made_is_refused_before_the_run(
 ) -> None:
     (tmp_path / "taken").write_text("a file where the recording's directory would be\n")
     target = tmp_path / "taken" / "run.mcap"
-    code = main(["replay", str(drive), "--rate", "max", "--record", str(target), "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing (perception/cli/_args.py's output_file)
+        main(["replay", str(drive), "--rate", "max", "--record", str(target), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 2 and f"{target}: cannot make its directory" in err and "Traceback" not in err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert f"argument --record: {target}: {tmp_path / 'taken'} is not a directory" in err
     assert not (tmp_path / "out" / "detections.jsonl").exists()  # nothing ran
 
 

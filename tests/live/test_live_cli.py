@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +70,13 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         ("--silence", "lidar_top:2", "--silence: expected SENSOR:A:B with numbers A and B, got 'lidar_top:2'"),
         ("--clock-jump", "sonar:1:2", "no such sensor in drive"),
         ("--jitter-ms", "-1", "--jitter-ms: must be >= 0, got -1.0"),
+        # NaN and infinity passed the checks, then crashed the publisher's threads (a traceback per sensor,
+        # nothing sent, exit 0); an empty span silently injected nothing
+        ("--jitter-ms", "nan", "--jitter-ms: must be a finite number, got nan"),
+        ("--clock-jump", "radar_rear:1:inf", "--clock-jump: expected SENSOR:A:B with numbers A and B"),
+        ("--silence", "lidar_top:nan:2", "--silence: expected SENSOR:A:B with numbers A and B"),
+        ("--silence", "lidar_top:4:2", "--silence: FROM must be before TO, got 'lidar_top:4:2'"),
+        ("--burst", "lidar_top:3:3", "--burst: FROM must be before TO, got 'lidar_top:3:3'"),
     ],
 )
 def test_bad_fault_options_are_one_line_errors(
@@ -73,3 +85,112 @@ def test_bad_fault_options_are_one_line_errors(
     assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, value]) == 2
     _, err = capsys.readouterr()
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The publisher met the truncation, died before connecting, and this side waited 60 s for it, then
+    # said "the publisher did not connect" (exit 1). Now: the damage, named, before anything runs.
+    drive = tmp_path / "cut.mcap"
+    drive.write_bytes(DRIVE.read_bytes()[:5_000_000])
+    assert main(["live", str(drive), "--url", "127.0.0.1:1"]) == 3
+    _, err = capsys.readouterr()
+    assert f"{drive}: drive damaged" in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_help_does_not_promise_a_server_split_in_the_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    # The live runtime does not read Triton's trace: its --trace-out has each request as the client saw it,
+    # and its help said "with Triton's queue and compute nested" (replay's).
+    with pytest.raises(SystemExit) as exit_:
+        main(["live", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Triton's queue and compute nested" not in out
+    assert "as the client saw it: no split of Triton's queue and compute" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--out", "a_file", "argument --out: {tmp}/a_file exists and is not a directory"),
+        ("--trace-out", "a_file/trace.json", "argument --trace-out: {tmp}/a_file/trace.json: {tmp}/a_file is not a"),
+        ("--trace-out", ".", "argument --trace-out: {tmp}/. is a directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(
+    option: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were written after the run: --out naming a file was a FileExistsError traceback then (exit 1),
+    # the run's results lost.
+    (tmp_path / "a_file").write_text("not a folder\n")
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing (perception/cli/_args.py)
+        main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, f"{tmp_path}/{value}"])
+    _, err = capsys.readouterr()
+    assert exit_.value.code == 2 and message.format(tmp=tmp_path) in err and "Traceback" not in err, err
+
+
+def test_a_drive_the_publisher_cannot_play_fails_at_once_naming_why(
+    triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A drive with its rig but no sample: the publisher died at once with a DriveError traceback, and this
+    # side waited a minute for its connection, then said "the publisher did not connect within 60 s".
+    from perception.drives import DriveReader, DriveWriter
+
+    with DriveReader(DRIVE) as reader:
+        rig = list(reader.rig.values())
+    drive = tmp_path / "no_samples.mcap"
+    with DriveWriter(drive, rig):
+        pass
+    assert main(["live", str(drive), "--url", triton.grpc_url]) == 1
+    _, err = capfd.readouterr()  # by file descriptor: the publisher process's stderr too
+    assert f"perception live publisher: error: {drive}: drive has no samples" in err, err
+    assert "perception live: error: the publisher exited with code 1 before it connected" in err, err
+    assert "Traceback" not in err and "did not connect" not in err, err
+
+
+def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The unknown sensor was found once the recorder had replaced the earlier recording (deleted it).
+    earlier = tmp_path / "run.mcap"
+    earlier.write_bytes(b"an earlier recording")
+    argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--silence", "sonar:1:2", "--record", str(earlier)]
+    assert main(argv) == 2
+    _, err = capsys.readouterr()
+    assert "no such sensor in drive" in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert earlier.read_bytes() == b"an earlier recording"
+
+
+def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
+    # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url]
+    host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120  # safety net
+        while not list(tmp_path.glob("perception-live-*")) and host.poll() is None:
+            assert time.monotonic() < deadline, "perception live did not start"
+            time.sleep(0.05)
+        time.sleep(2)  # the publisher most likely playing (any moment must end the same way)
+        host.send_signal(signal.SIGTERM)
+        _, err = host.communicate(timeout=120)
+    finally:
+        host.kill()
+        host.wait()
+    assert host.returncode == 130, err
+    assert "perception live: interrupted" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("perception-live-*"))
+
+
+def test_the_report_counts_every_sample_not_used() -> None:
+    # Samples of sensors not enabled (--sensors) and invalid ones were counted in the summary but left out
+    # of the printed line: "samples 100 used; not used: none" for a drive of 630 played with one sensor.
+    from perception.cli._live import _render
+
+    intake = {"samples": 100, "frames_by_trigger": 100, "frames_by_timer": 0, "trigger_silences": 0}
+    intake |= {"frames_by_rate": 0, "late": 0, "out_of_order": 0, "duplicate": 0, "clock_jump": 0}
+    intake |= {"intake_overflow": 0, "unknown_sensor": 530, "invalid": 2}
+    summary = {"frames": 100, "expected_frames": 100, "ok": 100, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}}
+    assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)

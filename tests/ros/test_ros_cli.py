@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,13 @@ from perception.cli import main
         (["--silence", "lidar_top:2"], "--silence: expected SENSOR:A:B with numbers A and B, got 'lidar_top:2'"),
         (["--clock-jump", "sonar:1:2"], "no such sensor in drive"),
         (["--rate", "0"], "--rate: must be > 0, got 0.0"),
+        # NaN passed the checks, then crashed the player: a traceback, or one per sensor thread and exit 0
+        (["--rate", "nan"], "--rate: must be a finite number, got nan"),
+        (["--from", "nan"], "--from: must be a finite number, got nan"),
+        (["--to", "nan"], "--to: must be a finite number, got nan"),
+        (["--from", "-1"], "--from: must be >= 0, got -1.0"),
+        (["--from", "5", "--to", "2"], "--to: must be after --from (5 s), got 2"),  # played nothing, exit 0
+        (["--wait-subscribers", "-1"], "--wait-subscribers: must be >= 0, got -1.0"),  # silently no wait
     ],
 )
 def test_bad_play_options_are_one_line_errors(
@@ -37,3 +49,59 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     assert f"configure failed: {profile}: ros.topics: no such sensor in the rig: sonar (it has: lidar_top," in err
     assert f"configure failed: {tmp_path / 'none.mcap'}: rig not found" in err
     assert "Traceback" not in err
+
+
+def test_a_span_past_the_drive_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # It played nothing and printed " messages published" with exit 0.
+    assert main(["ros", "play", str(DRIVE), "--from", "20"]) == 2
+    _, err = capsys.readouterr()
+    assert f"{DRIVE}: no sample from 20 s to its end: the drive's samples span 0 to 9.9" in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_an_interrupted_play_exits_as_interrupted(capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C cut the play short, and it printed what it had published with exit 0, as if it were whole.
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60  # safety net
+        while signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # till the play handles it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.5)  # into the play (a signal before it starts must end the same way)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        assert main(["ros", "play", str(DRIVE), "--json"]) == 130
+    finally:
+        sender.join()
+    out, _ = capsys.readouterr()
+    published, note = out.splitlines()
+    assert sum(json.loads(published).values()) < 1130  # cut short (a whole play: 630 samples, 500 poses)
+    assert note == "interrupted: the play was cut short"
+
+
+def test_waiting_for_subscribers_in_vain_is_an_error_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
+    # The help said "wait up to S seconds for a subscriber ... first": as if the play then started anyway.
+    with pytest.raises(SystemExit):
+        main(["ros", "play", "--help"])
+    assert "still none then: an error, nothing played (exit 1)" in " ".join(capsys.readouterr().out.split())
+    assert main(["ros", "play", str(DRIVE), "--wait-subscribers", "0.2", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "no subscriber on every sensor topic within 0.2 s" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("ros_args", "message"),
+    [
+        (["--bogus"], "--ros-args: unknown ROS arguments ['--bogus'] (in: --bogus)"),
+        (["-p"], "--ros-args: failed to initialize rcl: Couldn't parse trailing -p flag"),
+    ],
+)
+def test_bad_ros_arguments_are_a_usage_error(
+    ros_args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were passed to rcl without the "--ros-args" that makes it read them: ignored, the play ran (exit 0).
+    assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--ros-args", *ros_args]) == 2
+    _, err = capsys.readouterr()
+    assert message in err and "Traceback" not in err, err
