@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome.interrupted:  # the verdict covers only the frames replayed before the stop
         sys.stdout.write(f"interrupted: the verdict covers {report.counters.frames} frame(s) replayed\n")
         return EXIT_INTERRUPTED
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # damaged drive (exit 3): the verdict covers all its readable data
     unusable = outcome.unusable()
     if unusable is not None:
         raise unusable  # fast failures meet any budget: a run without one answer passes none

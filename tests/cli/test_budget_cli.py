@@ -137,6 +137,24 @@ def test_a_run_without_one_usable_frame_fails_in_one_line(
     assert report["frames"] == FRAMES and report["usable"] == 0
 
 
+def test_a_truncated_drive_exits_3_after_its_verdict(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The readable prefix is measured and judged; the damage is the exit code, as for replay (it was 0).
+    long = write_drive(tmp_path / "long.mcap", 30)
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(long.read_bytes()[: int(long.stat().st_size * 0.6)])
+    code, _, report = _budget(triton, cut, tmp_path, {}, 20000)
+    printed, err = capsys.readouterr()
+    assert code == 3, printed
+    assert "budget 20000 ms at p99: PASS" in printed
+    lines = err.strip().splitlines()
+    assert (
+        len(lines) == 1 and lines[0].startswith(f"perception budget: error: {cut}") and "truncated at byte" in lines[0]
+    )
+    assert report["drive_damage"]["truncated"].startswith("truncated at byte") and 5 < report["frames"] < 30
+
+
 def test_a_stopped_run_exits_130_not_with_the_verdict_of_its_first_frames(
     triton: EmbeddedTriton,
     drive: Path,
