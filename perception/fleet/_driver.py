@@ -45,7 +45,7 @@ import anyio
 from perception._progress import Progress
 from perception.config import load_config
 from perception.errors import FleetError, PerceptionError
-from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
+from perception.fleet._baseline import BaselineComparison, Tolerances, check_baseline, compare_runs
 from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import fleet_totals, write_report
@@ -440,6 +440,8 @@ def _published(out: Path, drive: FleetDrive, *, since: float) -> dict[str, Any] 
 
 async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio.Event | None = None) -> FleetOutcome:
     """Replay ``drives`` on a Ray cluster into ``options.out`` and write ``fleet.json``/``fleet.md``."""
+    if options.baseline is not None:  # compared after the run: refused now if it cannot be
+        check_baseline(options.baseline, options.out)
     claim_output(options.out, force=options.force)  # before any cluster: a refused OUT costs nothing
     import ray
 

@@ -367,6 +367,37 @@ def test_bad_baseline_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     assert err.value.file == str(empty)
 
 
+def test_a_baseline_the_run_cannot_use_is_refused_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--baseline equal to --out was replaced drive by drive, then compared with itself: 'no regression',
+    exit 0. A baseline that is no fleet output was refused only after every drive had run (and fleet.json
+    was not written). Both are now usage errors before any cluster is started."""
+    from perception.fleet import _driver
+    from perception.fleet._outputs import OUT_MARKER
+
+    def no_cluster(self: object) -> bool:
+        raise AssertionError("a Ray cluster was started")
+
+    monkeypatch.setattr(_driver._Fleet, "connect", no_cluster)
+    drive = tmp_path / "urban_a.mcap"
+    drive.write_bytes(b"\x89MCAP0\r\n")  # never opened
+    prev = fleet(tmp_path / "prev", names=("urban_a",))
+    (prev / OUT_MARKER).write_text("perception fleet output\n")  # as an earlier run left it: a valid --out
+    (tmp_path / "plain" / "some_dir").mkdir(parents=True)
+    cases = [
+        (prev, prev, "the baseline would be written by this run"),
+        (prev, prev / "urban_a", "the baseline would be written by this run"),
+        (tmp_path / "plain", tmp_path / "new", "not a fleet or replay output"),
+    ]
+    for baseline, out, message in cases:
+        code = main(["fleet", str(drive), "--out", str(out), "--baseline", str(baseline), "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith(f"perception fleet: error: {baseline}: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "new").exists()
+
+
 def test_broken_json_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     cur = fleet(tmp_path / "cur", names=("a",))
     base = fleet(tmp_path / "base", names=("a",))
