@@ -81,9 +81,9 @@ class FleetOptions:
         from perception.errors import ConfigError
 
         if self.workers is not None and not 1 <= self.workers <= 1024:
-            raise ConfigError(f"--workers must be within 1..1024, got {self.workers}", key="--workers")
+            raise ConfigError(f"must be within 1..1024, got {self.workers}", key="--workers")
         if not 0 <= self.retries <= 10:
-            raise ConfigError(f"--retries must be within 0..10, got {self.retries}", key="--retries")
+            raise ConfigError(f"must be within 0..10, got {self.retries}", key="--retries")
 
 
 @dataclass
