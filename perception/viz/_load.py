@@ -208,7 +208,8 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
         records = _records_from_jsonl(out / DETECTIONS_FILE, wanted)
         data_path, source = Path(drive) if drive is not None else _drive_of(out), out / DETECTIONS_FILE
     if not data_path.is_file():
-        raise ConfigError("drive not found", file=str(data_path))
+        named = "" if drive is not None or fused.is_file() else f" (named in {out / REPORT_FILE}): pass --drive"
+        raise ConfigError(f"drive not found{named}", file=str(data_path))
     views = []
     # A handle of its own: the frames are read from a run's outputs (after it, in report.md's rendering
     # thread, or by `perception render DIR` any time later), not from the run's reader.

@@ -278,3 +278,23 @@ def test_render_names_a_damaged_or_newer_report_json(
     assert code == 2
     assert message in err and str(tmp_path / "report.json") in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_drive_named_in_report_json_that_is_not_there_says_where_it_came_from(
+    small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # report.json names the drive as replay was given it (often relative to where replay ran): rendering
+    # from elsewhere said only 'd1/a.mcap: drive not found', without saying where that name came from.
+    from viz_fixtures import gt_results
+
+    with DriveReader(small_drive) as reader:
+        results = gt_results(reader)
+    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    (tmp_path / "report.json").write_text(json.dumps({"drive": "drives/moved.mcap"}))
+    code = main(["render", str(tmp_path), "--frame", str(FRAME)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        f"perception render: error: drives/moved.mcap: drive not found (named in {tmp_path / 'report.json'}): "
+        "pass --drive\n"
+    )
