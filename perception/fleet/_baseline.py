@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -771,8 +771,13 @@ def _total_status(statuses: Sequence[StatusDelta]) -> StatusDelta | None:
     )
 
 
-def compare_runs(current: Path, baseline: Path, tolerances: Tolerances) -> BaselineComparison:
+def compare_runs(
+    current: Path, baseline: Path, tolerances: Tolerances, *, replayed: Collection[str] | None = None
+) -> BaselineComparison:
     """Compare the fleet (or replay) output ``current`` with ``baseline`` (see the module docstring).
+
+    ``replayed``: the names of the drives the current run replayed (a fleet run gives them): other
+    directories of ``current`` -- an earlier run's, in a reused output directory -- are not this run's.
 
     Raises :class:`ConfigError` naming the file for bad input: a run directory that does not exist, a
     baseline that is no fleet/replay output, a report or frame record that cannot be read or is not
@@ -780,6 +785,9 @@ def compare_runs(current: Path, baseline: Path, tolerances: Tolerances) -> Basel
     current, baseline = Path(current), Path(baseline)
     base_run = _load_run(baseline, "baseline", strict=True)
     cur_run = _load_run(current, "current", strict=False)
+    if replayed is not None:
+        ours = set(replayed)
+        cur_run = {name: d for name, d in cur_run.items() if name in ours}
     names = sorted(set(base_run) | set(cur_run))
     drives = tuple(_compare_drive(n, base_run.get(n), cur_run.get(n), tolerances) for n in names)
     regressions = [r for d in drives for r in d.regressions]

@@ -499,7 +499,8 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     }
     comparison = None
     if options.baseline is not None and not fleet.stopped:
-        comparison = compare_runs(options.out, options.baseline, options.tolerances)
+        names = [d.name for d in drives]  # not an earlier run's drive directories in a reused OUT
+        comparison = compare_runs(options.out, options.baseline, options.tolerances, replayed=names)
     totals = fleet_totals(summaries)
     report = write_report(options.out, summaries, meta, comparison, fleet=totals)
     return FleetOutcome(drives=summaries, totals=totals, report=report, interrupted=fleet.stopped, baseline=comparison)

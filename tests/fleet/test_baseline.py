@@ -238,6 +238,16 @@ def test_drive_missing_or_failed_in_the_current_run_is_a_regression(tmp_path: Pa
     assert "- new: only in the current run" in md
 
 
+def test_an_earlier_run_s_drive_left_in_a_reused_out_is_not_this_run_s(tmp_path: Path) -> None:
+    # OUT reused: 'b' is there from an earlier run, not replayed now. It was compared as this run's (its
+    # stale numbers passing), hiding that the run did not replay a drive of the baseline.
+    base = fleet(tmp_path / "base", names=("a", "b"))
+    cur = fleet(tmp_path / "cur", names=("a", "b"))  # b: the earlier run's, as good as the baseline
+    cmp = compare_runs(cur, base, Tolerances(), replayed=["a"])
+    assert {d.name: d.state for d in cmp.drives} == {"a": "compared", "b": "missing"}
+    assert cmp.regressions == ("b: missing from the current run",)
+
+
 def test_every_drive_lost_in_the_current_run(tmp_path: Path) -> None:
     base = fleet(tmp_path / "base", names=("a",))
     (tmp_path / "cur").mkdir()
