@@ -8,8 +8,9 @@ naming the option (``argument --seed: must be >= 0, got -1``, exit code 2), neve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,7 +75,8 @@ def output_dir(text: str) -> Path:
     """An output directory (``--out``): made when it does not exist, so neither it nor the nearest of its
     parents that exists may be a file (refused while parsing, not after the run that writes into it)."""
     path = Path(text)
-    _made_under(text, path)
+    with _said(text):
+        _made_under(text, path)
     return path
 
 
@@ -82,10 +84,20 @@ def output_file(text: str) -> Path:
     """An output file (``--trace-out``, ``--record``): not a directory; its directory made when it does not
     exist, so the nearest of its parents that exists may not be a file (refused while parsing)."""
     path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory")
-    _made_under(text, path.parent)
+    with _said(text):
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a directory")
+        _made_under(text, path.parent)
     return path
+
+
+@contextlib.contextmanager
+def _said(text: str) -> Iterator[None]:
+    """A path the file system refuses to look at (a name too long...): the option's usage error."""
+    try:
+        yield
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc.strerror or exc}") from None
 
 
 def _made_under(text: str, folder: Path) -> None:

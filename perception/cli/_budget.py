@@ -11,6 +11,7 @@ from typing import Any
 from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, output_dir, percentile, positive_float, rate
 from perception.cli._common import add_runtime_options, open_session, run_with_signals
+from perception.cli._exitcodes import EXIT_INTERRUPTED
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.metrics import (
     BudgetVerdict,
@@ -116,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
     dataclasses.replace(report, budget=budget).write(safe_output_path(out, REPORT_FILE))
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\nwrote {out}/report.md\n")
+    if outcome.interrupted:  # the verdict covers only the frames replayed before the stop
+        sys.stdout.write(f"interrupted: the verdict covers {report.counters.frames} frame(s) replayed\n")
+        return EXIT_INTERRUPTED
+    if outcome.drive_error is not None:
+        raise outcome.drive_error  # damaged drive (exit 3): the verdict covers all its readable data
     unusable = outcome.unusable()
     if unusable is not None:
         raise unusable  # fast failures meet any budget: a run without one answer passes none

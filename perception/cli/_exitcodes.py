@@ -9,7 +9,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: A user error: bad option or launch profile, unknown sensor, missing file.
 EXIT_USAGE = 2
-#: The drive is damaged (damaged chunk, truncation, damaged summary). ``info``, ``replay`` and ``eval``
+#: The drive is damaged (damaged chunk, truncation, damaged summary). ``info``, ``replay``, ``eval`` and ``budget``
 #: still produce everything the readable data allows and report the damage; with ``--strict`` the
 #: damage is an error before anything runs. Either way one line on stderr names the file and byte offset.
 EXIT_DAMAGED = 3

@@ -117,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
 
     profile = (args.config or DEFAULT_CONFIG).resolve()
     load_config(profile)  # a bad profile is an error now, not once per drive
+    if args.url:  # a malformed --url too (each drive failed with it, exit 1, after a cluster started)
+        from perception.triton import ClientOptions
+
+        try:
+            ClientOptions(urls=tuple(args.url))
+        except ConfigError as exc:
+            raise ConfigError(exc.message, key="--url") from None
     drives = find_drives(args.drives)
     tolerances = Tolerances(
         map_drop=args.tolerance_map,

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._args import non_negative_int, positive_float, positive_int
+from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -89,7 +89,9 @@ def register(sub: Any) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object (the default)")
     out.add_argument("--table", action="store_true", help="print a human-readable table instead of the JSON object")
-    p.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report to FILE")
+    p.add_argument(
+        "--output", type=output_file, default=None, metavar="FILE", help="also write the JSON report to FILE"
+    )
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     p.add_argument("--concurrency", type=positive_int, default=4, metavar="N", help="requests in flight (default: 4)")
     p.add_argument(
@@ -98,7 +100,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--workers", type=positive_int, default=None, metavar="N", help="drive generation processes (default: up to 2)"
     )
-    p.add_argument("--keep-drive", type=Path, default=None, metavar="FILE", help="write the generated drive here")
+    p.add_argument(
+        "--keep-drive", type=output_file, default=None, metavar="FILE", help="write the generated drive here"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (only drawn on a terminal)")
     p.set_defaults(func=run)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._args import int_within, port, positive_float
+from perception.cli._args import int_within, output_file, port, positive_float
 from perception.config import ServerConfig
 from perception.errors import PerceptionError
 from perception.kinds import TensorSpec
@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
     p.add_argument("--grpc-port", type=port, metavar="P", help="gRPC port (default: a free one)")
     p.add_argument("--http-port", type=port, metavar="P", help="HTTP/REST port (default: a free one)")
     p.add_argument("--metrics-port", type=port, metavar="P", help="Prometheus metrics port (default: a free one)")
-    p.add_argument("--log", type=Path, metavar="FILE", help="server log file (default: a temporary file)")
+    p.add_argument("--log", type=output_file, metavar="FILE", help="server log file (default: a temporary file)")
     p.add_argument(
         "--startup-timeout", type=positive_float, default=120.0, metavar="S", help="seconds to wait for readiness"
     )
@@ -191,12 +191,12 @@ async def _main(args: argparse.Namespace) -> int:
     )
     progress = _Progress()
     code: int | None = None
-    failure: PerceptionError | None = None
+    failure: PerceptionError | OSError | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         try:
             code = await _serve(server, args.once, progress, args.restarts)
-        except PerceptionError as exc:  # re-raised outside the task group, not as an exception group
+        except (PerceptionError, OSError) as exc:  # re-raised outside the task group, not as an exception group
             failure = exc
         tg.cancel_scope.cancel()
     if failure is not None:

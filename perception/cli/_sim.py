@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from perception.cli._args import non_negative_int, positive_float, positive_int
+from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
 
 __all__ = ["register", "run"]
 
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
         "--duration", type=positive_float, default=10.0, metavar="S", help="seconds to simulate (default: 10)"
     )
     p.add_argument("--rig", metavar="FILE", help="rig YAML (default: the scenario's rig in launch/rigs/)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.mcap", help="drive file to write")
+    p.add_argument("-o", "--output", type=output_file, required=True, metavar="OUT.mcap", help="drive file to write")
     p.add_argument(
         "--workers",
         type=positive_int,

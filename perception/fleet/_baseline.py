@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +64,7 @@ __all__ = [
     "StatusChange",
     "StatusDelta",
     "Tolerances",
+    "check_baseline",
     "compare_runs",
 ]
 
@@ -447,25 +448,47 @@ def _drive(name: str, path: Path) -> _Drive:
     return _Drive(name, path, report, _load_frames(jsonl) if jsonl.is_file() else None)
 
 
-def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
-    """The drives of a run by name. ``strict`` (the baseline): a directory that holds no drive at all
-    is an error; the current run may have lost every drive (each is then a regression)."""
+def check_baseline(baseline: Path, out: Path) -> None:
+    """Refuse (:class:`ConfigError` naming it), before a run, a ``baseline`` that :func:`compare_runs` would
+    refuse after it -- no fleet or replay output -- or that the run writes into: ``out`` itself, or a
+    directory holding it or held by it (the run would replace what it is compared with)."""
+    _run_dirs(baseline, "baseline", strict=True)
+    base, dest = baseline.resolve(), out.resolve()
+    if base == dest or base in dest.parents or dest in base.parents:
+        raise _error(
+            f"the baseline would be written by this run (--out {out}): pass an earlier run's output directory",
+            baseline,
+        )
+
+
+def _run_dirs(root: Path, role: str, *, strict: bool) -> list[Path] | None:
+    """The drive directories of a run (``None``: ``root`` is a single replay output). ``strict`` (the
+    baseline): a directory that holds no drive at all is an error."""
     if not root.exists():
         raise _error(f"{role} run not found", root)
     if not root.is_dir():
         raise _error(f"{role} run is not a directory (expected a fleet or replay output directory)", root)
     if (root / REPORT_FILE).is_file():  # a single replay output
-        d = _drive(root.name, root)
-        assert d.report is not None
-        drive = d.report.drive
-        name = Path(drive).stem if drive else root.name
-        return {name: _Drive(name, root, d.report, d.frames)}
+        return None
     try:
         subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as e:
         raise _error(f"cannot list the {role} run: {e.strerror or e}", root) from e
     if strict and not any((p / REPORT_FILE).is_file() for p in subdirs) and not (root / "fleet.json").is_file():
         raise _error(f"not a fleet or replay output: no {REPORT_FILE} in it or in any of its subdirectories", root)
+    return subdirs
+
+
+def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
+    """The drives of a run by name. ``strict`` (the baseline): a directory that holds no drive at all
+    is an error; the current run may have lost every drive (each is then a regression)."""
+    subdirs = _run_dirs(root, role, strict=strict)
+    if subdirs is None:
+        d = _drive(root.name, root)
+        assert d.report is not None
+        drive = d.report.drive
+        name = Path(drive).stem if drive else root.name
+        return {name: _Drive(name, root, d.report, d.frames)}
     return {p.name: _drive(p.name, p) for p in subdirs}
 
 
@@ -748,8 +771,13 @@ def _total_status(statuses: Sequence[StatusDelta]) -> StatusDelta | None:
     )
 
 
-def compare_runs(current: Path, baseline: Path, tolerances: Tolerances) -> BaselineComparison:
+def compare_runs(
+    current: Path, baseline: Path, tolerances: Tolerances, *, replayed: Collection[str] | None = None
+) -> BaselineComparison:
     """Compare the fleet (or replay) output ``current`` with ``baseline`` (see the module docstring).
+
+    ``replayed``: the names of the drives the current run replayed (a fleet run gives them): other
+    directories of ``current`` -- an earlier run's, in a reused output directory -- are not this run's.
 
     Raises :class:`ConfigError` naming the file for bad input: a run directory that does not exist, a
     baseline that is no fleet/replay output, a report or frame record that cannot be read or is not
@@ -757,6 +785,9 @@ def compare_runs(current: Path, baseline: Path, tolerances: Tolerances) -> Basel
     current, baseline = Path(current), Path(baseline)
     base_run = _load_run(baseline, "baseline", strict=True)
     cur_run = _load_run(current, "current", strict=False)
+    if replayed is not None:
+        ours = set(replayed)
+        cur_run = {name: d for name, d in cur_run.items() if name in ours}
     names = sorted(set(base_run) | set(cur_run))
     drives = tuple(_compare_drive(n, base_run.get(n), cur_run.get(n), tolerances) for n in names)
     regressions = [r for d in drives for r in d.regressions]

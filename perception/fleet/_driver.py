@@ -45,7 +45,7 @@ import anyio
 from perception._progress import Progress
 from perception.config import load_config
 from perception.errors import FleetError, PerceptionError
-from perception.fleet._baseline import BaselineComparison, Tolerances, compare_runs
+from perception.fleet._baseline import BaselineComparison, Tolerances, check_baseline, compare_runs
 from perception.fleet._outputs import claim_output, clear_staging
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import fleet_totals, write_report
@@ -81,9 +81,9 @@ class FleetOptions:
         from perception.errors import ConfigError
 
         if self.workers is not None and not 1 <= self.workers <= 1024:
-            raise ConfigError(f"--workers must be within 1..1024, got {self.workers}", key="--workers")
+            raise ConfigError(f"must be within 1..1024, got {self.workers}", key="--workers")
         if not 0 <= self.retries <= 10:
-            raise ConfigError(f"--retries must be within 0..10, got {self.retries}", key="--retries")
+            raise ConfigError(f"must be within 0..10, got {self.retries}", key="--retries")
 
 
 @dataclass
@@ -440,6 +440,8 @@ def _published(out: Path, drive: FleetDrive, *, since: float) -> dict[str, Any] 
 
 async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio.Event | None = None) -> FleetOutcome:
     """Replay ``drives`` on a Ray cluster into ``options.out`` and write ``fleet.json``/``fleet.md``."""
+    if options.baseline is not None:  # compared after the run: refused now if it cannot be
+        check_baseline(options.baseline, options.out)
     claim_output(options.out, force=options.force)  # before any cluster: a refused OUT costs nothing
     import ray
 
@@ -497,7 +499,8 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     }
     comparison = None
     if options.baseline is not None and not fleet.stopped:
-        comparison = compare_runs(options.out, options.baseline, options.tolerances)
+        names = [d.name for d in drives]  # not an earlier run's drive directories in a reused OUT
+        comparison = compare_runs(options.out, options.baseline, options.tolerances, replayed=names)
     totals = fleet_totals(summaries)
     report = write_report(options.out, summaries, meta, comparison, fleet=totals)
     return FleetOutcome(drives=summaries, totals=totals, report=report, interrupted=fleet.stopped, baseline=comparison)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perception.errors import ConfigError
+from perception.fleet._outputs import OUT_MARKER
 
 __all__ = ["DRIVE_SUFFIX", "FleetDrive", "find_drives"]
 
@@ -27,8 +28,10 @@ def find_drives(paths: Sequence[str | os.PathLike[str]]) -> list[FleetDrive]:
     """The drives of ``paths``: files as given, directories searched (recursively) for ``*.mcap``.
 
     Names are file stems; two drives with one stem are told apart by their parent directory
-    (``a/drive`` -> ``a-drive``). A missing path, a directory without drives, or two paths that
-    name one file are a :class:`ConfigError` naming the path.
+    (``a/drive`` -> ``a-drive``). A directory search skips hidden directories and fleet outputs
+    (holding :data:`OUT_MARKER`: an earlier run's ``--out``, whose ``fused.mcap`` files are results, not
+    drives). A missing path, a directory without drives, or two paths that name one file are a
+    :class:`ConfigError` naming the path.
     """
     if not paths:
         raise ConfigError("no drive given: pass drive files or a directory of drives", key="DRIVE")
@@ -36,7 +39,11 @@ def find_drives(paths: Sequence[str | os.PathLike[str]]) -> list[FleetDrive]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(f for f in p.rglob(f"*{DRIVE_SUFFIX}") if f.is_file() and not _hidden(f, p))
+            if (p / OUT_MARKER).is_file():
+                raise ConfigError("this directory is a fleet run's output, not a directory of drives", file=str(p))
+            found = sorted(
+                f for f in p.rglob(f"*{DRIVE_SUFFIX}") if f.is_file() and not _hidden(f, p) and not _in_output(f, p)
+            )
             if not found:
                 raise ConfigError(f"no {DRIVE_SUFFIX} drive in this directory", file=str(p))
             files.extend(found)
@@ -55,6 +62,16 @@ def find_drives(paths: Sequence[str | os.PathLike[str]]) -> list[FleetDrive]:
 
 def _hidden(f: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in f.relative_to(root).parts)
+
+
+def _in_output(f: Path, root: Path) -> bool:
+    """Whether ``f`` lies in a fleet output directory under ``root``."""
+    folder = f.parent
+    while folder != root:
+        if (folder / OUT_MARKER).is_file():
+            return True
+        folder = folder.parent
+    return False
 
 
 def _named(files: list[Path]) -> list[FleetDrive]:

@@ -337,29 +337,7 @@ class RunReport:
 
         Raises :class:`ReportError` (file, key) for an unreadable file, invalid JSON, a missing key, a
         value of the wrong type or a ``schema_version`` newer than :data:`REPORT_SCHEMA_VERSION`."""
-        if isinstance(source, Mapping):
-            r = _Reader(file)
-            data: Any = source
-        else:
-            path = Path(source)
-            r = _Reader(file or str(path))
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise r.error(f"cannot read the report: {getattr(e, 'strerror', None) or e}") from e
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise r.error(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-        if not isinstance(data, Mapping):
-            raise r.error("not a replay report: expected a JSON object")
-        version = r.integer(data.get("schema_version", 1), "schema_version")
-        if version > REPORT_SCHEMA_VERSION:
-            raise r.error(
-                f"written by a newer version (schema {version}; this version reads up to {REPORT_SCHEMA_VERSION}): "
-                "upgrade perception-fusion to read it",
-                "schema_version",
-            )
+        r, data, version = _decode(source, file)
         if not isinstance(data.get("latency_ms"), dict):
             raise r.error("not a replay report: no latency_ms", "latency_ms")
         rate = data.get("rate")
@@ -399,6 +377,43 @@ class RunReport:
             budget=None if budget is None else _budget(r, budget),
             schema_version=version,
         )
+
+    @staticmethod
+    def drive_of(path: str | Path) -> str | None:
+        """The drive a report.json names (``None`` when it names none), reading only that: the file must
+        still be a JSON object of a version this code reads, and ``drive`` a string (else :class:`ReportError`)."""
+        r, data, _ = _decode(path, None)
+        value = data.get("drive")
+        return None if value is None else r.text(value, "drive")
+
+
+def _decode(source: str | Path | Mapping[str, Any], file: str | None) -> tuple[_Reader, Mapping[str, Any], int]:
+    """A report's reader, decoded JSON object and schema version (:class:`ReportError` when it has none this
+    code reads: unreadable, not JSON, not an object, or newer)."""
+    if isinstance(source, Mapping):
+        r = _Reader(file)
+        data: Any = source
+    else:
+        path = Path(source)
+        r = _Reader(file or str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise r.error(f"cannot read the report: {getattr(e, 'strerror', None) or e}") from e
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise r.error(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    if not isinstance(data, Mapping):
+        raise r.error("not a replay report: expected a JSON object")
+    version = r.integer(data.get("schema_version", 1), "schema_version")
+    if version > REPORT_SCHEMA_VERSION:
+        raise r.error(
+            f"written by a newer version (schema {version}; this version reads up to {REPORT_SCHEMA_VERSION}): "
+            "upgrade perception-fusion to read it",
+            "schema_version",
+        )
+    return r, data, version
 
 
 def _plain(value: Any) -> Any:

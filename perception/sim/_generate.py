@@ -364,8 +364,10 @@ def generate_drive(
     n_objects: list[int] = []
     producer = _Producer(sim, events, n_workers)
     samples = iter(producer)
+    made = False
     try:
         with freed_memory_kept(), DriveWriter(path, sim.rig.specs, metadata=meta, compression=compression) as writer:
+            made = True
             for t, kind, _, name, k in events:
                 if kind == _EGO:
                     writer.write_ego_pose(sim.ego_pose(t))
@@ -386,6 +388,12 @@ def generate_drive(
                     bar(t / NS)
             if bar is not None:
                 bar(sim.duration_s)
+    except BaseException:
+        # Stopped (Ctrl-C) or failed: what was written is a valid but shorter drive that its metadata
+        # says is the whole one; it is not left under the name asked for.
+        if made:
+            Path(path).unlink(missing_ok=True)
+        raise
     finally:
         samples.close()  # stops the worker pool early on errors
         if closer is not None:

@@ -22,7 +22,7 @@ from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, REPORT_FILE
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
 from perception.errors import ConfigError, DriveError
-from perception.metrics import FrameRecord, read_frame_records
+from perception.metrics import FrameRecord, RunReport, read_frame_records
 from perception.types import Detection3D, GroundTruth, Sample, SensorSpec
 from perception.viz._copy import DriveCopy
 from perception.viz._encode import (
@@ -39,7 +39,6 @@ from perception.viz._record import REPLAY_METADATA
 __all__ = ["FrameView", "frame_ids", "load_frame_views"]
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +182,8 @@ def _records_from_jsonl(path: Path, wanted: list[int]) -> dict[int, _Record]:
 
 def _drive_of(out_dir: Path) -> Path:
     report = out_dir / REPORT_FILE
-    try:
-        drive = json.loads(report.read_text(encoding="utf-8")).get("drive")
-    except (OSError, ValueError):
-        drive = None
+    # A report.json that is damaged or from a newer version is a ReportError naming it and the key.
+    drive = RunReport.drive_of(report) if report.is_file() else None
     if not drive:
         raise ConfigError(f"no {FUSED_MCAP_FILE} and no drive named in report.json: pass --drive", file=str(out_dir))
     return Path(drive)
@@ -211,7 +208,8 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
         records = _records_from_jsonl(out / DETECTIONS_FILE, wanted)
         data_path, source = Path(drive) if drive is not None else _drive_of(out), out / DETECTIONS_FILE
     if not data_path.is_file():
-        raise ConfigError("drive not found", file=str(data_path))
+        named = "" if drive is not None or fused.is_file() else f" (named in {out / REPORT_FILE}): pass --drive"
+        raise ConfigError(f"drive not found{named}", file=str(data_path))
     views = []
     # A handle of its own: the frames are read from a run's outputs (after it, in report.md's rendering
     # thread, or by `perception render DIR` any time later), not from the run's reader.

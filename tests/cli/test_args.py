@@ -73,6 +73,29 @@ def test_an_output_directory_that_is_a_file_is_a_usage_error(
     assert exc.value.code == 2 and f"argument --out: {__file__} exists and is not a directory" in err
 
 
+@pytest.mark.parametrize("argv", [["replay", "d.mcap", "--out"], ["replay", "d.mcap", "--trace-out"]])
+def test_an_output_path_the_file_system_refuses_is_a_usage_error(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A name too long to look at was an OSError traceback from inside argparse.
+    long = str(tmp_path / ("x" * 300) / "out")
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, long])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {argv[-1]}: {long}: File name too long" in err, err
+
+
+def test_a_sim_output_that_is_a_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was found only when the drive was created: exit 1, "cannot create drive: Is a directory".
+    for target in (tmp_path, tmp_path / Path(__file__).name / "x.mcap"):
+        if target != tmp_path:
+            (tmp_path / Path(__file__).name).write_text("a file\n")
+        with pytest.raises(SystemExit) as exc:
+            main(["sim", "--duration", "1", "-o", str(target)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"argument -o/--output: {target}" in err, err
+
+
 def test_a_file_system_error_is_one_line_naming_the_file(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

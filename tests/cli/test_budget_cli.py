@@ -135,3 +135,45 @@ def test_a_run_without_one_usable_frame_fails_in_one_line(
     assert "budget 20000 ms at p99: PASS" in printed  # the latency gate alone would have passed it
     report = json.loads((out / "report.json").read_text())
     assert report["frames"] == FRAMES and report["usable"] == 0
+
+
+def test_a_truncated_drive_exits_3_after_its_verdict(
+    triton: EmbeddedTriton, drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The readable prefix is measured and judged; the damage is the exit code, as for replay (it was 0).
+    long = write_drive(tmp_path / "long.mcap", 30)
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(long.read_bytes()[: int(long.stat().st_size * 0.6)])
+    code, _, report = _budget(triton, cut, tmp_path, {}, 20000)
+    printed, err = capsys.readouterr()
+    assert code == 3, printed
+    assert "budget 20000 ms at p99: PASS" in printed
+    lines = err.strip().splitlines()
+    assert (
+        len(lines) == 1 and lines[0].startswith(f"perception budget: error: {cut}") and "truncated at byte" in lines[0]
+    )
+    assert report["drive_damage"]["truncated"].startswith("truncated at byte") and 5 < report["frames"] < 30
+
+
+def test_a_stopped_run_exits_130_not_with_the_verdict_of_its_first_frames(
+    triton: EmbeddedTriton,
+    drive: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A stop (SIGINT/SIGTERM) once the first frame is in: the budget verdict of that frame was the exit code (0).
+    from perception.cli import _budget as budget_cli
+    from perception.replay import each_frame
+
+    replay = budget_cli.replay_with_stop
+
+    async def stopped_after_a_frame(stop: Any, *args: Any, sinks: list[Any], **kwargs: Any) -> Any:
+        return await replay(stop, *args, sinks=[*sinks, each_frame(lambda _result: stop.set())], **kwargs)
+
+    monkeypatch.setattr(budget_cli, "replay_with_stop", stopped_after_a_frame)
+    code, _, report = _budget(triton, drive, tmp_path, {}, 20000)
+    printed = capsys.readouterr().out
+    assert code == 130, printed
+    assert report["interrupted"] is True and report["frames"] < FRAMES
+    assert f"interrupted: the verdict covers {report['frames']} frame(s) replayed" in printed

@@ -9,6 +9,7 @@ import random
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -385,6 +386,19 @@ def test_model_quality_bad_url_is_one_line_and_fails(capsys: pytest.CaptureFixtu
     assert main(["model-quality", "--seed", "1", "--url", "http://gpu-host:8001"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "host:port" in lines[0]
+
+
+@pytest.mark.parametrize("option", ["--output", "--keep-drive"])
+def test_model_quality_output_that_is_a_directory_is_refused_before_anything_runs(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --output was found only after the drive was generated and scored (exit 1, "Is a directory"), and
+    # --keep-drive when the drive was created (exit 1): both now argparse's usage error naming the option.
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there: nothing may be tried before the refusal
+    with pytest.raises(SystemExit) as exc:
+        main(["model-quality", "--seed", "1", "--duration", "1", "--url", url, option, str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}: {tmp_path} is a directory" in err, err
 
 
 # -- kinds beyond the built-in ones -------------------------------------------------------------------

@@ -238,6 +238,16 @@ def test_drive_missing_or_failed_in_the_current_run_is_a_regression(tmp_path: Pa
     assert "- new: only in the current run" in md
 
 
+def test_an_earlier_run_s_drive_left_in_a_reused_out_is_not_this_run_s(tmp_path: Path) -> None:
+    # OUT reused: 'b' is there from an earlier run, not replayed now. It was compared as this run's (its
+    # stale numbers passing), hiding that the run did not replay a drive of the baseline.
+    base = fleet(tmp_path / "base", names=("a", "b"))
+    cur = fleet(tmp_path / "cur", names=("a", "b"))  # b: the earlier run's, as good as the baseline
+    cmp = compare_runs(cur, base, Tolerances(), replayed=["a"])
+    assert {d.name: d.state for d in cmp.drives} == {"a": "compared", "b": "missing"}
+    assert cmp.regressions == ("b: missing from the current run",)
+
+
 def test_every_drive_lost_in_the_current_run(tmp_path: Path) -> None:
     base = fleet(tmp_path / "base", names=("a",))
     (tmp_path / "cur").mkdir()
@@ -365,6 +375,37 @@ def test_bad_baseline_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a fleet or replay output") as err:
         compare_runs(cur, empty, Tolerances())
     assert err.value.file == str(empty)
+
+
+def test_a_baseline_the_run_cannot_use_is_refused_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--baseline equal to --out was replaced drive by drive, then compared with itself: 'no regression',
+    exit 0. A baseline that is no fleet output was refused only after every drive had run (and fleet.json
+    was not written). Both are now usage errors before any cluster is started."""
+    from perception.fleet import _driver
+    from perception.fleet._outputs import OUT_MARKER
+
+    def no_cluster(self: object) -> bool:
+        raise AssertionError("a Ray cluster was started")
+
+    monkeypatch.setattr(_driver._Fleet, "connect", no_cluster)
+    drive = tmp_path / "urban_a.mcap"
+    drive.write_bytes(b"\x89MCAP0\r\n")  # never opened
+    prev = fleet(tmp_path / "prev", names=("urban_a",))
+    (prev / OUT_MARKER).write_text("perception fleet output\n")  # as an earlier run left it: a valid --out
+    (tmp_path / "plain" / "some_dir").mkdir(parents=True)
+    cases = [
+        (prev, prev, "the baseline would be written by this run"),
+        (prev, prev / "urban_a", "the baseline would be written by this run"),
+        (tmp_path / "plain", tmp_path / "new", "not a fleet or replay output"),
+    ]
+    for baseline, out, message in cases:
+        code = main(["fleet", str(drive), "--out", str(out), "--baseline", str(baseline), "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith(f"perception fleet: error: {baseline}: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "new").exists()
 
 
 def test_broken_json_is_a_config_error_naming_the_file(tmp_path: Path) -> None:

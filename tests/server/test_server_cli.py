@@ -63,6 +63,22 @@ def test_missing_repository_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     assert err == f"perception server: error: {missing}: model repository does not exist\n"
 
 
+@pytest.mark.triton  # the log is opened where the server is spawned (it fails before)
+def test_a_log_file_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both were an exception-group traceback from inside the server's start.
+    (tmp_path / "models").mkdir()
+    argv = ["server", "--models", str(tmp_path / "models"), "--once", "--log"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, str(tmp_path)])  # a directory: refused while parsing
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument --log: {tmp_path} is a directory" in err
+    unmakeable = Path("/proc/perception-test/server.log")  # no directory can be made in /proc
+    assert main([*argv, str(unmakeable)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"perception server: error: {unmakeable.parent}: ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 def _serving(cli: subprocess.Popen[str]) -> str:
     """What ``perception server`` printed up to its "serving" line (it then serves)."""
     assert cli.stdout is not None

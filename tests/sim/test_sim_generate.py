@@ -13,6 +13,7 @@ from drive_compare import drive_differences
 
 from perception.cli import main
 from perception.drives import DriveReader
+from perception.errors import DriveError
 from perception.sim import Simulator, generate_drive
 from perception.types import ImageSample, PointCloudSample
 
@@ -93,6 +94,24 @@ def test_cli_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         main(["sim", "--duration", "-1", "-o", str(tmp_path / "x.mcap")])
     code = main(["sim", "--duration", "1", "-o", str(tmp_path / "missing-dir" / "x.mcap")])
     assert code == 1 and "x.mcap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_stopped_generation_leaves_no_drive(stop: type[BaseException], tmp_path: Path) -> None:
+    # A Ctrl-C at 1 s of 3 left a valid 1 s drive under the requested name, its metadata saying 3 s.
+    out = tmp_path / "cut.mcap"
+
+    def progress(done_s: float) -> None:
+        if done_s >= 1.0:
+            raise stop("stopped")
+
+    with pytest.raises(stop):
+        generate_drive(out, duration_s=3.0, progress=progress, workers=1)
+    assert not out.exists()
+    (tmp_path / "taken").mkdir()  # a file that could not be made is not removed either (it was not made)
+    with pytest.raises(DriveError, match="cannot create drive"):
+        generate_drive(tmp_path / "taken", duration_s=1.0, workers=1)
+    assert (tmp_path / "taken").is_dir()
 
 
 REPLAY_DATA = Path(__file__).resolve().parents[2] / "replay_data"

@@ -252,3 +252,49 @@ def test_a_registered_image_kind_and_point_kind_render(frame: FrameView, tmp_pat
     img = _pixels(night.path)
     top, bottom = img[: img.shape[0] // 4].mean(), img[-img.shape[0] // 4 :].mean()
     assert top > bottom + 0.3  # the warm half is brighter (50000 >> 8 = 195 against 78)
+
+
+@pytest.mark.parametrize(
+    ("report", "message"),
+    [
+        ('{"drive": "x.mcap", ', "report.json: not valid JSON"),
+        ('{"schema_version": 99, "drive": "x.mcap"}', "report.json: schema_version: written by a newer version"),
+        ('{"drive": 7}', "report.json: drive: expected a string"),
+    ],
+)
+def test_render_names_a_damaged_or_newer_report_json(
+    report: str, message: str, small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without fused.mcap the drive comes from report.json: one that cannot be read is said as such (it was
+    'no drive named in report.json: pass --drive', as if there were none)."""
+    from viz_fixtures import gt_results
+
+    with DriveReader(small_drive) as reader:
+        results = gt_results(reader)
+    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    (tmp_path / "report.json").write_text(report)
+    code = main(["render", str(tmp_path), "--frame", str(FRAME)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and str(tmp_path / "report.json") in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_drive_named_in_report_json_that_is_not_there_says_where_it_came_from(
+    small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # report.json names the drive as replay was given it (often relative to where replay ran): rendering
+    # from elsewhere said only 'd1/a.mcap: drive not found', without saying where that name came from.
+    from viz_fixtures import gt_results
+
+    with DriveReader(small_drive) as reader:
+        results = gt_results(reader)
+    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    (tmp_path / "report.json").write_text(json.dumps({"drive": "drives/moved.mcap"}))
+    code = main(["render", str(tmp_path), "--frame", str(FRAME)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        f"perception render: error: drives/moved.mcap: drive not found (named in {tmp_path / 'report.json'}): "
+        "pass --drive\n"
+    )
