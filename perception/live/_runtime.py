@@ -158,6 +158,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._failed: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
         self._failure: BaseException | None = None
+        #: Observer calls that raised (any thread; under the intake lock), and the types logged.
+        self._observer_failed = 0
+        self._observer_logged: set[str] = set()
         self._status_frames: dict[str, Any] = {}
         self._status_intake: dict[str, Any] = {}
         self._publish_frames()
@@ -170,7 +173,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
-            self._observer.sample(sample, item.arrival_ns)
+            self._observe(self._observer.sample, sample, item.arrival_ns)
         self._enqueue(item, sample.sensor)
         return future
 
@@ -178,8 +181,21 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         """Hand over an ego pose (odometry); frames carry the nearest one for the tracker."""
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
-            self._observer.ego(pose, item.arrival_ns)
+            self._observe(self._observer.ego, pose, item.arrival_ns)
         self._enqueue(item, EGO)
+
+    def _observe(self, call: Callable[..., None], *args: Any) -> None:
+        """Call the observer (any thread): what it raises is counted (``status()["failed"]["observer"]``)
+        and logged once per type, never raised into the host's push nor into the delivery of a result."""
+        try:
+            call(*args)
+        except Exception as exc:
+            with self._lock:
+                self._observer_failed += 1
+                first = type(exc).__name__ not in self._observer_logged
+                self._observer_logged.add(type(exc).__name__)
+            if first:
+                log.warning("live: the observer's %s raised (counted; first of its kind): %r", call.__name__, exc)
 
     def _enqueue(self, item: _Item, sensor: str) -> None:
         """Queue ``item`` (a sample of ``sensor``, or a pose: ``EGO``) for the loop and wake it, unless a
@@ -242,6 +258,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             **intake,
             # pushed on the host's threads, under the intake lock: read as it is now
             "intake": {**intake["intake"], "intake_overflow": self._assembler.stats.intake_overflow},
+            "failed": {**intake["failed"], **({"observer": n} if (n := self._observer_failed) else {})},
             "results_overflow": self._results_overflow,
             "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
         }
@@ -275,7 +292,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
-            # no one sensor is to blame): counted and dropped, never raised to the host
+            # no one sensor is to blame): counted and dropped, never raised to the host (status() adds
+            # the observer's calls that raised, ``observer``: counted, the item or result goes on)
             "failed": dict(self._failed),
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
@@ -503,7 +521,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
         if self._observer is not None:
-            self._observer.result(result)
+            self._observe(self._observer.result, result)
         self._latency.add(result)
         self._publish_frames()  # before the future is answered: a host that saw it sees its count
         fut = self._futures.pop(result.frame_id, None)

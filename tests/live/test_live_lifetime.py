@@ -21,7 +21,7 @@ from perception.errors import SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
-from perception.types import EgoPose, PointCloudSample, Sample, SensorSpec, Transform
+from perception.types import EgoPose, FrameResult, PointCloudSample, Sample, SensorSpec, Transform
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -160,4 +160,49 @@ def test_a_slow_callback_is_bounded_and_close_does_not_wait_for_it_forever(trito
     assert status["callbacks_dropped"] >= frames - 1 - 4
     assert _outcomes(futures)[0] == len(futures)  # the futures are not held up by the callback
     assert time.monotonic() - t_closed < 60
+    _check_clean(before, live)
+
+
+class _RaisingObserver:
+    """A host's observer that raises on every call it gets (a recorder whose disk is full)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {"sample": 0, "ego": 0, "result": 0}
+
+    def begin(self, session: object) -> None:
+        pass
+
+    def fusion(self, stage: object) -> object:
+        return stage
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.calls["sample"] += 1
+        raise OSError("observer: no space left on device")
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self.calls["ego"] += 1
+        raise OSError("observer: no space left on device")
+
+    def result(self, result: object) -> None:
+        self.calls["result"] += 1
+        raise OSError("observer: no space left on device")
+
+
+def test_an_observer_that_raises_is_counted_and_frames_are_delivered(triton: EmbeddedTriton) -> None:
+    # Before: the raise came out of push() on the host's thread, and one out of result() lost its frame:
+    # no future answered until close (RuntimeClosedError), no callback, status()["frames"] stayed 0.
+    cfg, rig, samples = _config(triton.grpc_url)
+    observer = _RaisingObserver()
+    delivered: list[FrameResult] = []
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig, on_result=delivered.append, observer=observer)  # type: ignore[arg-type]
+    with live:
+        futures = _push_all(live, samples, {})
+        done, dropped = _outcomes(futures)  # each future answered while the runtime runs
+    status = live.status()
+    assert done == len(futures) > 0 and dropped == 0
+    assert status["frames"] == len(futures) == observer.calls["result"]
+    assert len(delivered) == len(futures)  # on_result got every frame (its thread is joined by close)
+    assert status["failed"] == {"observer": sum(observer.calls.values())}, status["failed"]
+    assert observer.calls["sample"] == len(samples) and observer.calls["ego"] > 0
     _check_clean(before, live)
