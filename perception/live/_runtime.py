@@ -106,7 +106,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         observer: RunObserver | None = None,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
-        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``.
+        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
+        raises is logged and counted in ``status()["callbacks_failed"]``.
         ``observer``: sees the session, every sample and pose pushed (with its arrival), every frame fusion
         consumes and every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
@@ -261,6 +262,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "failed": {**intake["failed"], **({"observer": n} if (n := self._observer_failed) else {})},
             "results_overflow": self._results_overflow,
             "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
+            # on_result calls that raised (each logged on the callback thread; the next result goes on)
+            "callbacks_failed": callbacks.failed if callbacks is not None else 0,
         }
 
     def _publish_frames(self) -> None:

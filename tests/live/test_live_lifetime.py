@@ -206,3 +206,21 @@ def test_an_observer_that_raises_is_counted_and_frames_are_delivered(triton: Emb
     assert status["failed"] == {"observer": sum(observer.calls.values())}, status["failed"]
     assert observer.calls["sample"] == len(samples) and observer.calls["ego"] > 0
     _check_clean(before, live)
+
+
+def test_a_result_callback_that_raises_is_counted_in_status(triton: EmbeddedTriton) -> None:
+    # Before: the callback queue counted the raise, but status() did not report it (only logged).
+    cfg, rig, samples = _config(triton.grpc_url)
+    calls: list[int] = []
+
+    def broken(result: FrameResult) -> None:
+        calls.append(result.frame_id)
+        raise RuntimeError("the host's callback is broken")
+
+    live = LiveRuntime(cfg, rig, on_result=broken)
+    with live:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        assert _outcomes(futures) == (len(futures), 0)
+    status = live.status()
+    assert len(calls) == status["frames"] == len(futures) > 0  # close ran every queued call
+    assert status["callbacks_failed"] == len(calls) and status["callbacks_dropped"] == 0
