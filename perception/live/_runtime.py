@@ -46,7 +46,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from perception.config import RuntimeConfig
-from perception.errors import RuntimeClosedError, SampleDroppedError
+from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
@@ -60,7 +60,16 @@ from perception.scheduler import (
     ThreadHost,
     hosted_in_task,
 )
-from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
+from perception.types import (
+    EgoPose,
+    Frame,
+    FrameResult,
+    ImageSample,
+    PointCloudSample,
+    Sample,
+    SensorSpec,
+    SessionSource,
+)
 
 __all__ = ["LiveRuntime"]
 
@@ -170,7 +179,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     # -- pushing (any thread) -------------------------------------------------------------------
     def push(self, sample: Sample) -> ResultFuture | None:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
-        trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing."""
+        trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
+        :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after)."""
+        if not isinstance(sample, PointCloudSample | ImageSample):
+            hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
+            raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
+        if not isinstance(sample.sensor, str):
+            raise InputError(f"a sample's sensor is a sensor name (str), got {sample.sensor!r}")
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
@@ -179,7 +194,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         return future
 
     def push_ego(self, pose: EgoPose) -> None:
-        """Hand over an ego pose (odometry); frames carry the nearest one for the tracker."""
+        """Hand over an ego pose (odometry); frames carry the nearest one for the tracker. Raises
+        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`)."""
+        if not isinstance(pose, EgoPose):
+            raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
             self._observe(self._observer.ego, pose, item.arrival_ns)

@@ -17,7 +17,7 @@ from test_live_runtime import MARGINS
 
 from perception.config import RuntimeConfig, load_config, resolve_sensors
 from perception.drives import DriveReader
-from perception.errors import SampleDroppedError
+from perception.errors import InputError, SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
@@ -224,3 +224,28 @@ def test_a_result_callback_that_raises_is_counted_in_status(triton: EmbeddedTrit
     status = live.status()
     assert len(calls) == status["frames"] == len(futures) > 0  # close ran every queued call
     assert status["callbacks_failed"] == len(calls) and status["callbacks_dropped"] == 0
+
+
+def test_what_is_not_a_sample_or_a_pose_is_refused_by_push_and_frames_go_on(triton: EmbeddedTriton) -> None:
+    # Before: push_ego(None) was queued, and the assembler task died on it: the whole runtime failed
+    # (status()["failed"] == {"runtime": 1}), every later frame lost; push_ego(sweep) was taken as a
+    # sweep, push(pose) said "'EgoPose' object has no attribute 'sensor'".
+    cfg, rig, samples = _config(triton.grpc_url)
+    sweep = next(s for s in samples if s.sensor == "lidar_top")
+    wrong: list[tuple[str, object]] = [
+        ("push_ego", None),
+        ("push_ego", sweep),
+        ("push", None),
+        ("push", EgoPose(0, Transform())),
+        ("push", dataclasses.replace(sweep, sensor=["lidar_top"])),  # type: ignore[arg-type]
+    ]
+    live = LiveRuntime(cfg, rig)
+    with live:
+        for method, item in wrong:
+            with pytest.raises(InputError, match=r"push_ego takes an EgoPose|push takes a|sensor name"):
+                getattr(live, method)(item)
+        futures = _push_all(live, samples, {})
+        done, dropped = _outcomes(futures)
+    status = live.status()
+    assert done == len(futures) == status["frames"] > 0 and dropped == 0
+    assert status["failed"] == {} and status["intake"]["samples"] == len(samples)
