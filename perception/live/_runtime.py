@@ -416,7 +416,26 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
-        everything; returns within the drain timeout plus the runtime's own release."""
+        everything; returns within the drain timeout plus the runtime's own release.
+
+        On a runtime held with ``async with`` (from any thread, or its own loop) it stops intake and
+        completes the pending frames, so ``results()`` ends once they are answered; leaving the block
+        releases the rest."""
+        loop = self._loop
+        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
+            with self._lock:
+                if self._state is Lifetime.OPENED:
+                    self._state = Lifetime.CLOSING
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self._set_wake()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to wake
+                    loop.call_soon_threadsafe(self._set_wake)
+            return
         self._host.close(self.config.pipeline.drain_timeout_s)
 
     # -- the loop -------------------------------------------------------------------------------
