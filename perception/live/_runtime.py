@@ -436,6 +436,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to wake
                     loop.call_soon_threadsafe(self._set_wake)
             return
+        if self._callbacks is not None:
+            self._callbacks.host_closing()  # a callback closing the runtime: close does not wait for it
         self._host.close(self.config.pipeline.drain_timeout_s)
 
     # -- the loop -------------------------------------------------------------------------------

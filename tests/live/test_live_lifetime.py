@@ -5,7 +5,9 @@ callback cannot grow memory or hold close forever; every close releases what the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -17,7 +19,7 @@ from test_live_runtime import MARGINS
 
 from perception.config import RuntimeConfig, load_config, resolve_sensors
 from perception.drives import DriveReader
-from perception.errors import InputError, SampleDroppedError
+from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
@@ -249,3 +251,31 @@ def test_what_is_not_a_sample_or_a_pose_is_refused_by_push_and_frames_go_on(trit
     status = live.status()
     assert done == len(futures) == status["frames"] > 0 and dropped == 0
     assert status["failed"] == {} and status["intake"]["samples"] == len(samples)
+
+
+def test_a_callback_that_closes_the_runtime_is_not_waited_for(
+    triton: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: close() on the callback thread had the runtime's close join that very thread: it waited the
+    # whole drain timeout, then warned that a callback was abandoned and dropped the calls still queued.
+    cfg, rig, samples = _config(triton.grpc_url)
+    calls: list[int] = []
+    closed = threading.Event()
+
+    def close_at_the_third(result: FrameResult) -> None:
+        calls.append(result.frame_id)
+        if len(calls) == 3:
+            live.close()
+            closed.set()
+
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig, on_result=close_at_the_third)
+    with caplog.at_level(logging.WARNING), live:
+        with contextlib.suppress(RuntimeClosedError):  # the callback closed it meanwhile
+            _push_all(live, samples, {})
+        assert closed.wait(60), "the callback's close did not return"
+    status = live.status()
+    assert "abandoned" not in caplog.text, caplog.text
+    assert status["callbacks_dropped"] == 0
+    _check_clean(before, live)  # the callback thread ran what was queued and ended
+    assert len(calls) == status["frames"] >= 3
