@@ -186,6 +186,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
         if not isinstance(sample.sensor, str):
             raise InputError(f"a sample's sensor is a sensor name (str), got {sample.sensor!r}")
+        self._check_open()
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
@@ -198,10 +199,17 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`)."""
         if not isinstance(pose, EgoPose):
             raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
+        self._check_open()
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
             self._observe(self._observer.ego, pose, item.arrival_ns)
         self._enqueue(item, EGO)
+
+    def _check_open(self) -> None:
+        """Refuse an item before the observer sees it, unless open (read without the lock: ``_enqueue``
+        checks again under it), so a recorder does not record samples the runtime never took."""
+        if self._state is not Lifetime.OPENED:
+            raise RuntimeClosedError("the live runtime is not open")
 
     def _observe(self, call: Callable[..., None], *args: Any) -> None:
         """Call the observer (any thread): what it raises is counted (``status()["failed"]["observer"]``)

@@ -279,3 +279,30 @@ def test_a_callback_that_closes_the_runtime_is_not_waited_for(
     assert status["callbacks_dropped"] == 0
     _check_clean(before, live)  # the callback thread ran what was queued and ended
     assert len(calls) == status["frames"] >= 3
+
+
+class _CountingObserver(_RaisingObserver):
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.calls["sample"] += 1
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self.calls["ego"] += 1
+
+    def result(self, result: object) -> None:
+        self.calls["result"] += 1
+
+
+def test_the_observer_sees_no_item_pushed_before_open_or_after_close(triton: EmbeddedTriton) -> None:
+    # Before: push() handed the sample to the observer (a recorder records it), then refused it.
+    cfg, rig, samples = _config(triton.grpc_url)
+    observer = _CountingObserver()
+    live = LiveRuntime(cfg, rig, observer=observer)  # type: ignore[arg-type]
+    for opened in (False, True):  # before open, then after close
+        if opened:
+            with live:
+                pass
+        with pytest.raises(RuntimeClosedError):
+            live.push(samples[0])
+        with pytest.raises(RuntimeClosedError):
+            live.push_ego(EgoPose(samples[0].t_ns, Transform()))
+        assert observer.calls == {"sample": 0, "ego": 0, "result": 0}
