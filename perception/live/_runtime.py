@@ -46,7 +46,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from perception.config import RuntimeConfig
-from perception.errors import RuntimeClosedError, SampleDroppedError
+from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
@@ -60,7 +60,16 @@ from perception.scheduler import (
     ThreadHost,
     hosted_in_task,
 )
-from perception.types import EgoPose, Frame, FrameResult, Sample, SensorSpec, SessionSource
+from perception.types import (
+    EgoPose,
+    Frame,
+    FrameResult,
+    ImageSample,
+    PointCloudSample,
+    Sample,
+    SensorSpec,
+    SessionSource,
+)
 
 __all__ = ["LiveRuntime"]
 
@@ -106,7 +115,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         observer: RunObserver | None = None,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
-        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``.
+        beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
+        raises is logged and counted in ``status()["callbacks_failed"]``.
         ``observer``: sees the session, every sample and pose pushed (with its arrival), every frame fusion
         consumes and every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
@@ -158,6 +168,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._failed: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
         self._failure: BaseException | None = None
+        #: Observer calls that raised (any thread; under the intake lock), and the types logged.
+        self._observer_failed = 0
+        self._observer_logged: set[str] = set()
         self._status_frames: dict[str, Any] = {}
         self._status_intake: dict[str, Any] = {}
         self._publish_frames()
@@ -166,20 +179,50 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     # -- pushing (any thread) -------------------------------------------------------------------
     def push(self, sample: Sample) -> ResultFuture | None:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
-        trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing."""
+        trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
+        :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after)."""
+        if not isinstance(sample, PointCloudSample | ImageSample):
+            hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
+            raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
+        if not isinstance(sample.sensor, str):
+            raise InputError(f"a sample's sensor is a sensor name (str), got {sample.sensor!r}")
+        self._check_open()
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
-            self._observer.sample(sample, item.arrival_ns)
+            self._observe(self._observer.sample, sample, item.arrival_ns)
         self._enqueue(item, sample.sensor)
         return future
 
     def push_ego(self, pose: EgoPose) -> None:
-        """Hand over an ego pose (odometry); frames carry the nearest one for the tracker."""
+        """Hand over an ego pose (odometry); frames carry the nearest one for the tracker. Raises
+        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`)."""
+        if not isinstance(pose, EgoPose):
+            raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
+        self._check_open()
         item = _Item(pose, time.monotonic_ns(), None)
         if self._observer is not None:
-            self._observer.ego(pose, item.arrival_ns)
+            self._observe(self._observer.ego, pose, item.arrival_ns)
         self._enqueue(item, EGO)
+
+    def _check_open(self) -> None:
+        """Refuse an item before the observer sees it, unless open (read without the lock: ``_enqueue``
+        checks again under it), so a recorder does not record samples the runtime never took."""
+        if self._state is not Lifetime.OPENED:
+            raise RuntimeClosedError("the live runtime is not open")
+
+    def _observe(self, call: Callable[..., None], *args: Any) -> None:
+        """Call the observer (any thread): what it raises is counted (``status()["failed"]["observer"]``)
+        and logged once per type, never raised into the host's push nor into the delivery of a result."""
+        try:
+            call(*args)
+        except Exception as exc:
+            with self._lock:
+                self._observer_failed += 1
+                first = type(exc).__name__ not in self._observer_logged
+                self._observer_logged.add(type(exc).__name__)
+            if first:
+                log.warning("live: the observer's %s raised (counted; first of its kind): %r", call.__name__, exc)
 
     def _enqueue(self, item: _Item, sensor: str) -> None:
         """Queue ``item`` (a sample of ``sensor``, or a pose: ``EGO``) for the loop and wake it, unless a
@@ -242,8 +285,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             **intake,
             # pushed on the host's threads, under the intake lock: read as it is now
             "intake": {**intake["intake"], "intake_overflow": self._assembler.stats.intake_overflow},
+            "failed": {**intake["failed"], **({"observer": n} if (n := self._observer_failed) else {})},
             "results_overflow": self._results_overflow,
             "callbacks_dropped": callbacks.dropped if callbacks is not None else self._callbacks_dropped,
+            # on_result calls that raised (each logged on the callback thread; the next result goes on)
+            "callbacks_failed": callbacks.failed if callbacks is not None else 0,
         }
 
     def _publish_frames(self) -> None:
@@ -275,7 +321,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "accumulation": self._assembler.accumulator.report(),
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
-            # no one sensor is to blame): counted and dropped, never raised to the host
+            # no one sensor is to blame): counted and dropped, never raised to the host (status() adds
+            # the observer's calls that raised, ``observer``: counted, the item or result goes on)
             "failed": dict(self._failed),
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
@@ -377,7 +424,28 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
-        everything; returns within the drain timeout plus the runtime's own release."""
+        everything; returns within the drain timeout plus the runtime's own release.
+
+        On a runtime held with ``async with`` (from any thread, or its own loop) it stops intake and
+        completes the pending frames, so ``results()`` ends once they are answered; leaving the block
+        releases the rest."""
+        loop = self._loop
+        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
+            with self._lock:
+                if self._state is Lifetime.OPENED:
+                    self._state = Lifetime.CLOSING
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self._set_wake()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to wake
+                    loop.call_soon_threadsafe(self._set_wake)
+            return
+        if self._callbacks is not None:
+            self._callbacks.host_closing()  # a callback closing the runtime: close does not wait for it
         self._host.close(self.config.pipeline.drain_timeout_s)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -503,7 +571,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
         if self._observer is not None:
-            self._observer.result(result)
+            self._observe(self._observer.result, result)
         self._latency.add(result)
         self._publish_frames()  # before the future is answered: a host that saw it sees its count
         fut = self._futures.pop(result.frame_id, None)

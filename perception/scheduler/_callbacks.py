@@ -36,6 +36,8 @@ class CallbackQueue:
         self.dropped = 0
         #: Calls that raised (logged; the thread goes on).
         self.failed = 0
+        #: A callback is closing the host that owns this queue (:meth:`host_closing`).
+        self._closed_by_callback = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -66,15 +68,27 @@ class CallbackQueue:
                 self.failed += 1
                 log.exception("result callback raised")
 
+    def host_closing(self) -> None:
+        """A host's close calls this first, on its own thread: when that is the callback thread (a
+        callback closing its host), :meth:`close` does not wait for the thread, which waits for that
+        close; the calls still queued run once the callback returns, then the thread ends."""
+        if threading.current_thread() is self._thread:
+            self._closed_by_callback = True
+
     def close(self, timeout_s: float) -> bool:
         """Run what is queued, for at most ``timeout_s``; True when the thread has ended. After the
         bound, what is still queued is dropped (counted) and a callback still running is abandoned.
-        Closing again returns at once (whether the thread has ended by now)."""
+        Closing again returns at once (whether the thread has ended by now). Closed by a callback (on
+        the callback thread, or after :meth:`host_closing` there), it returns at once: the thread runs
+        what is queued after that callback and ends."""
         with self._cond:
             if self._state.done:
                 return not self._thread.is_alive()
             self._state = Lifetime.CLOSING
             self._cond.notify()
+        if self._closed_by_callback or threading.current_thread() is self._thread:
+            self._state = Lifetime.CLOSED
+            return False
         try:
             self._thread.join(max(0.0, timeout_s))
             if self._thread.is_alive():

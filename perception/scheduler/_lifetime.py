@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, TypeVar
@@ -48,7 +49,8 @@ class ThreadHost(Generic[T]):
     stopped. ``close`` leaves it in the same task: its exit gets ``drain_s`` plus
     :data:`RELEASE_MARGIN_S` before it is cancelled (a warning); tasks still running in the portal
     (:attr:`portal`) are cancelled, and the thread is joined. A failure of the context manager while it
-    was open is logged there, never raised into the closing thread. ``close`` is idempotent.
+    was open is logged there, never raised into the closing thread. ``close`` is idempotent: a close
+    while another thread's is under way returns once that one has released everything.
     """
 
     def __init__(self, factory: Callable[[], AbstractAsyncContextManager[T]], *, name: str) -> None:
@@ -58,6 +60,9 @@ class ThreadHost(Generic[T]):
         self._portal: BlockingPortal | None = None
         self._release_s = RELEASE_MARGIN_S  # the exit's bound, set by close
         self._held = contextlib.ExitStack()
+        self._closing = threading.Lock()  # state checked and set at once by concurrent closes
+        self._closed = threading.Event()  # set when a close has released everything
+        self._loop_thread: int | None = None  # the event-loop thread's ident, while it holds the object
 
     @property
     def portal(self) -> BlockingPortal:
@@ -83,6 +88,7 @@ class ThreadHost(Generic[T]):
     async def _bounded(self) -> AsyncIterator[T]:
         """The context manager, whose exit is cancelled once past the close's bound. The bound is the
         deadline of a scope entered before it (so its task groups exit at the nesting they entered)."""
+        self._loop_thread = threading.get_ident()
         with anyio.CancelScope() as scope:
             async with self._factory() as value:
                 try:
@@ -94,9 +100,16 @@ class ThreadHost(Generic[T]):
 
     def close(self, drain_s: float) -> None:
         """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread."""
-        if self.state.done:
+        with self._closing:
+            first = not self.state.done
+            if first:
+                self.state = Lifetime.CLOSING
+        if not first:
+            # another thread is closing it: wait for its release (bounded by that close's own bound),
+            # unless this is the event-loop thread, which that close is waiting for
+            if self.state is Lifetime.CLOSING and threading.get_ident() != self._loop_thread:
+                self._closed.wait()
             return
-        self.state = Lifetime.CLOSING
         self._release_s = drain_s + RELEASE_MARGIN_S
         try:
             self._held.close()
@@ -105,6 +118,7 @@ class ThreadHost(Generic[T]):
         finally:
             self._portal = None
             self.state = Lifetime.CLOSED
+            self._closed.set()
 
 
 @contextlib.asynccontextmanager

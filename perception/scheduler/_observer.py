@@ -6,7 +6,8 @@ order fusion consumes them, with the results it fuses, raw model outputs include
 and ego pose as it is received (:meth:`RunObserver.sample`, :meth:`RunObserver.ego`, from any thread),
 and every frame's result as it is delivered (:meth:`RunObserver.result`: dropped and shed frames too).
 Entry points that take one (``LiveRuntime(observer=)``, ``replay_drive(observer=)``) call nothing
-else; none of the calls may raise into them (an observer counts its own failures).
+else; none of the calls may raise into them (an observer counts its own failures; ``LiveRuntime`` counts
+what one raises anyway, in ``status()["failed"]["observer"]``, and goes on).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import PipelineConfig
+from perception.errors import InputError
 from perception.scheduler._admission import Admission, AdmissionControl
 from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorStatus
@@ -339,6 +340,11 @@ class OrderedPipeline:
                 async with self._cond:
                     self._finish(seq, self._dropped(frame, "shutdown: cancelled while in flight"))
             raise
+        except InputError as exc:  # the host's frame is malformed: recorded as such, no traceback
+            if not released:
+                self.admission.release(None)
+            log.warning("frame %d dropped: %s", frame.frame_id, exc)
+            result = self._dropped(frame, f"invalid input: {exc}")
         except Exception as exc:  # a bug must not lose the frame: record it and keep running
             if not released:
                 self.admission.release(None)

@@ -29,7 +29,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from perception._allocator import freed_memory_kept
 from perception.config import RuntimeConfig, ServerConfig
-from perception.errors import PerceptionError, RuntimeClosedError
+from perception.errors import InputError, PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
@@ -50,6 +50,7 @@ from perception.types import (
     FrameStatus,
     ImageSample,
     LatencyTree,
+    PointCloudSample,
     SensorResult,
     SensorSpec,
     SensorStatus,
@@ -423,6 +424,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
         predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree), or for it to
         end unfused (an error, a cancellation) -- never does a frame pass one handed in before it."""
         dispatcher = self.dispatcher
+        for name, sample in frame.samples.items():  # the host's frame: a clear error, not one deep inside
+            if sample is not None and not isinstance(sample, PointCloudSample | ImageSample):
+                raise InputError(f"not a sample: a {type(sample).__name__}", sensor=name, frame=frame.frame_id)
         start = time.monotonic_ns()
         origin = frame.created_ns or start
         order = self._fusion_order

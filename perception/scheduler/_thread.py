@@ -212,11 +212,13 @@ class ThreadedRuntime:
     def close(self, timeout_s: float | None = None) -> None:
         """Drain submitted frames (bounded by ``timeout_s``, default the pipeline's drain timeout),
         cancel what is left, release everything (runtime, event-loop thread, callback thread)."""
-        if self._host.state in (Lifetime.CLOSING, Lifetime.CLOSED):
+        if self._host.state is Lifetime.CLOSED:
             return
         if timeout_s is not None:
             self._drain_s = timeout_s
-        self._host.close(self._drain_s)
+        if self._callbacks is not None:
+            self._callbacks.host_closing()  # a callback closing the runtime: close does not wait for it
+        self._host.close(self._drain_s)  # while another thread closes it: returns once that one has
         if self._callbacks is not None:
             self._callbacks.close(self._drain_s)
 

@@ -5,7 +5,9 @@ callback cannot grow memory or hold close forever; every close releases what the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -17,11 +19,11 @@ from test_live_runtime import MARGINS
 
 from perception.config import RuntimeConfig, load_config, resolve_sensors
 from perception.drives import DriveReader
-from perception.errors import SampleDroppedError
+from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
-from perception.types import EgoPose, PointCloudSample, Sample, SensorSpec, Transform
+from perception.types import EgoPose, FrameResult, PointCloudSample, Sample, SensorSpec, Transform
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -161,3 +163,146 @@ def test_a_slow_callback_is_bounded_and_close_does_not_wait_for_it_forever(trito
     assert _outcomes(futures)[0] == len(futures)  # the futures are not held up by the callback
     assert time.monotonic() - t_closed < 60
     _check_clean(before, live)
+
+
+class _RaisingObserver:
+    """A host's observer that raises on every call it gets (a recorder whose disk is full)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {"sample": 0, "ego": 0, "result": 0}
+
+    def begin(self, session: object) -> None:
+        pass
+
+    def fusion(self, stage: object) -> object:
+        return stage
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.calls["sample"] += 1
+        raise OSError("observer: no space left on device")
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self.calls["ego"] += 1
+        raise OSError("observer: no space left on device")
+
+    def result(self, result: object) -> None:
+        self.calls["result"] += 1
+        raise OSError("observer: no space left on device")
+
+
+def test_an_observer_that_raises_is_counted_and_frames_are_delivered(triton: EmbeddedTriton) -> None:
+    # Before: the raise came out of push() on the host's thread, and one out of result() lost its frame:
+    # no future answered until close (RuntimeClosedError), no callback, status()["frames"] stayed 0.
+    cfg, rig, samples = _config(triton.grpc_url)
+    observer = _RaisingObserver()
+    delivered: list[FrameResult] = []
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig, on_result=delivered.append, observer=observer)  # type: ignore[arg-type]
+    with live:
+        futures = _push_all(live, samples, {})
+        done, dropped = _outcomes(futures)  # each future answered while the runtime runs
+    status = live.status()
+    assert done == len(futures) > 0 and dropped == 0
+    assert status["frames"] == len(futures) == observer.calls["result"]
+    assert len(delivered) == len(futures)  # on_result got every frame (its thread is joined by close)
+    assert status["failed"] == {"observer": sum(observer.calls.values())}, status["failed"]
+    assert observer.calls["sample"] == len(samples) and observer.calls["ego"] > 0
+    _check_clean(before, live)
+
+
+def test_a_result_callback_that_raises_is_counted_in_status(triton: EmbeddedTriton) -> None:
+    # Before: the callback queue counted the raise, but status() did not report it (only logged).
+    cfg, rig, samples = _config(triton.grpc_url)
+    calls: list[int] = []
+
+    def broken(result: FrameResult) -> None:
+        calls.append(result.frame_id)
+        raise RuntimeError("the host's callback is broken")
+
+    live = LiveRuntime(cfg, rig, on_result=broken)
+    with live:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        assert _outcomes(futures) == (len(futures), 0)
+    status = live.status()
+    assert len(calls) == status["frames"] == len(futures) > 0  # close ran every queued call
+    assert status["callbacks_failed"] == len(calls) and status["callbacks_dropped"] == 0
+
+
+def test_what_is_not_a_sample_or_a_pose_is_refused_by_push_and_frames_go_on(triton: EmbeddedTriton) -> None:
+    # Before: push_ego(None) was queued, and the assembler task died on it: the whole runtime failed
+    # (status()["failed"] == {"runtime": 1}), every later frame lost; push_ego(sweep) was taken as a
+    # sweep, push(pose) said "'EgoPose' object has no attribute 'sensor'".
+    cfg, rig, samples = _config(triton.grpc_url)
+    sweep = next(s for s in samples if s.sensor == "lidar_top")
+    wrong: list[tuple[str, object]] = [
+        ("push_ego", None),
+        ("push_ego", sweep),
+        ("push", None),
+        ("push", EgoPose(0, Transform())),
+        ("push", dataclasses.replace(sweep, sensor=["lidar_top"])),  # type: ignore[arg-type]
+    ]
+    live = LiveRuntime(cfg, rig)
+    with live:
+        for method, item in wrong:
+            with pytest.raises(InputError, match=r"push_ego takes an EgoPose|push takes a|sensor name"):
+                getattr(live, method)(item)
+        futures = _push_all(live, samples, {})
+        done, dropped = _outcomes(futures)
+    status = live.status()
+    assert done == len(futures) == status["frames"] > 0 and dropped == 0
+    assert status["failed"] == {} and status["intake"]["samples"] == len(samples)
+
+
+def test_a_callback_that_closes_the_runtime_is_not_waited_for(
+    triton: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: close() on the callback thread had the runtime's close join that very thread: it waited the
+    # whole drain timeout, then warned that a callback was abandoned and dropped the calls still queued.
+    cfg, rig, samples = _config(triton.grpc_url)
+    calls: list[int] = []
+    closed = threading.Event()
+
+    def close_at_the_third(result: FrameResult) -> None:
+        calls.append(result.frame_id)
+        if len(calls) == 3:
+            live.close()
+            closed.set()
+
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig, on_result=close_at_the_third)
+    with caplog.at_level(logging.WARNING), live:
+        with contextlib.suppress(RuntimeClosedError):  # the callback closed it meanwhile
+            _push_all(live, samples, {})
+        assert closed.wait(60), "the callback's close did not return"
+    status = live.status()
+    assert "abandoned" not in caplog.text, caplog.text
+    assert status["callbacks_dropped"] == 0
+    _check_clean(before, live)  # the callback thread ran what was queued and ended
+    assert len(calls) == status["frames"] >= 3
+
+
+class _CountingObserver(_RaisingObserver):
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.calls["sample"] += 1
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        self.calls["ego"] += 1
+
+    def result(self, result: object) -> None:
+        self.calls["result"] += 1
+
+
+def test_the_observer_sees_no_item_pushed_before_open_or_after_close(triton: EmbeddedTriton) -> None:
+    # Before: push() handed the sample to the observer (a recorder records it), then refused it.
+    cfg, rig, samples = _config(triton.grpc_url)
+    observer = _CountingObserver()
+    live = LiveRuntime(cfg, rig, observer=observer)  # type: ignore[arg-type]
+    for opened in (False, True):  # before open, then after close
+        if opened:
+            with live:
+                pass
+        with pytest.raises(RuntimeClosedError):
+            live.push(samples[0])
+        with pytest.raises(RuntimeClosedError):
+            live.push_ego(EgoPose(samples[0].t_ns, Transform()))
+        assert observer.calls == {"sample": 0, "ego": 0, "result": 0}

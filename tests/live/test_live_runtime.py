@@ -250,6 +250,31 @@ def test_async_host_iterates_results(triton: EmbeddedTriton) -> None:
     assert [r.frame_id for r in out] == list(range(len(out)))
 
 
+def test_close_on_an_async_held_runtime_stops_intake_and_ends_results(triton: EmbeddedTriton) -> None:
+    # Before: close() on a runtime held with ``async with`` did nothing (it closed the unused thread
+    # host): pushes were still taken and ``results()`` never ended.
+    cfg, rig, samples = _config(triton.grpc_url)
+    first = [s for s in samples if s.t_ns < samples[0].t_ns + S // 2]
+
+    async def main() -> tuple[list[FrameResult], dict[str, object]]:
+        out: list[FrameResult] = []
+        with anyio.fail_after(120):  # the watchdog: results() must end by itself
+            async with LiveRuntime(cfg, rig) as live:
+                await anyio.to_thread.run_sync(_play, live, first)
+                await anyio.to_thread.run_sync(live.close)  # from a host thread
+                with pytest.raises(RuntimeClosedError):
+                    live.push(first[0])
+                live.close()  # again, from the runtime's own loop: nothing more to do
+                async for r in live.results():  # the pending frames completed, then the end
+                    out.append(r)
+                status = live.status()
+        return out, status
+
+    out, status = anyio.run(main)
+    assert len(out) == status["frames"] == status["intake"]["frames"] > 0  # type: ignore[index]
+    assert [r.frame_id for r in out] == list(range(len(out)))
+
+
 def test_dropped_trigger_sample_future_says_why(triton: EmbeddedTriton) -> None:
     cfg, rig, samples = _config(triton.grpc_url)
     lidar = [s for s in samples if s.sensor == "lidar_top"][:2]

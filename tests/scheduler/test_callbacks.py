@@ -38,3 +38,22 @@ def test_a_stuck_callback_is_abandoned_and_the_queue_closed() -> None:
     assert q.state is Lifetime.CLOSED and q.dropped == 1
     assert not q.close(0.0)  # returns at once: the thread is still in the callback
     release.set()
+
+
+def test_a_callback_that_closes_the_queue_is_not_waited_for() -> None:
+    # Before: close on the callback thread joined that very thread: RuntimeError("cannot join current
+    # thread"), counted as the callback's failure, with the host's close left half done.
+    ran: list[int] = []
+    gate = threading.Event()
+    q = CallbackQueue(4, name="test-cb-self")
+
+    def close_it() -> None:
+        gate.wait(30.0)  # the next call is queued by then
+        ran.append(0 if q.close(30.0) else -1)  # returns at once: the thread cannot end under itself
+
+    q.submit(close_it)
+    q.submit(ran.append, 1)
+    gate.set()
+    q._thread.join(30.0)  # the safety net: the thread runs what was queued, then ends
+    assert ran == [-1, 1] and q.failed == 0 and q.dropped == 0
+    assert q.state is Lifetime.CLOSED and not q.alive

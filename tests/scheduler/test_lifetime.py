@@ -82,6 +82,39 @@ def test_thread_host_enters_and_leaves_in_one_task_and_close_is_idempotent() -> 
         host.open()
 
 
+def test_a_close_while_another_thread_closes_returns_once_everything_is_released() -> None:
+    # Before: the second close saw CLOSING and returned at once, with the resource still held: a host
+    # whose result callback closed the runtime left its with-block (and its process) mid-release.
+    release = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def slow_exit() -> AsyncIterator[str]:
+        try:
+            yield "value"
+            await anyio.to_thread.run_sync(release.wait, WATCHDOG_S)
+        finally:
+            released.append(True)
+
+    released: list[bool] = []
+    host = ThreadHost(slow_exit, name="test-host-e")
+    host.open()
+    first = threading.Thread(target=host.close, args=(WATCHDOG_S,))
+    first.start()
+    deadline = time.monotonic() + WATCHDOG_S
+    while host.state is not Lifetime.CLOSING and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the first close is under way (bounded poll)
+    seen: list[bool] = []
+    returned = threading.Event()
+    second = threading.Thread(target=lambda: (host.close(WATCHDOG_S), seen.append(bool(released)), returned.set()))
+    second.start()
+    returned.wait(0.5)  # (not a bound the test relies on: only gives a wrong early return its chance)
+    release.set()
+    first.join(WATCHDOG_S)
+    second.join(WATCHDOG_S)
+    assert seen == [True], "the second close returned before the first had released the resource"
+    assert host.state is Lifetime.CLOSED and not _loop_threads("test-host-e")
+
+
 def test_thread_host_rolls_back_a_failed_open() -> None:
     res = _Resource(fail_open=True)
     host = ThreadHost(res.hold, name="test-host-b")

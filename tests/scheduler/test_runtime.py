@@ -15,7 +15,7 @@ import pytest
 
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
-from perception.errors import ModelContractError, ModelNotReadyError, RuntimeClosedError
+from perception.errors import InputError, ModelContractError, ModelNotReadyError, RuntimeClosedError
 from perception.scheduler import Runtime, ThreadedRuntime
 from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
@@ -609,3 +609,21 @@ async def test_close_is_bounded_when_the_consumer_raises_inside_the_loop(triton:
                     raise ValueError("the host's bug")
     assert [r.frame_id for r in got] == [0]
     await _every_frame_accounted(rt, got, gen, taken)
+
+
+async def test_a_frame_with_what_is_not_a_sample_is_refused_naming_the_sensor(triton: EmbeddedTriton) -> None:
+    # Before: "internal error: AttributeError: 'str' object has no attribute 't_ns'" (a traceback logged),
+    # from deep in the dispatcher, naming neither the sensor nor the frame.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"})
+    frames = [frame(i, ["lidar", "radar"]) for i in range(3)]
+    frames[1] = Frame(frame_id=1, t_ns=frames[1].t_ns, samples={**frames[1].samples, "radar": "junk"})  # type: ignore[dict-item]
+    with anyio.fail_after(60):
+        async with Runtime(cfg) as rt:
+            with pytest.raises(InputError, match=r"^radar: not a sample: a str") as err:
+                await rt.process(frames[1])
+            assert err.value.sensor == "radar" and err.value.frame == 1
+            results = [r async for r in rt.run(frames)]  # the stream goes on around it
+    assert [r.frame_id for r in results] == [0, 1, 2]
+    assert results[1].status is FrameStatus.DROPPED and results[1].reason is not None
+    assert results[1].reason.startswith("invalid input: radar: not a sample: a str"), results[1].reason
+    assert results[0].status is results[2].status is FrameStatus.OK
