@@ -158,22 +158,24 @@ class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
-    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``."""
+    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``. ``defaults``: other defaults of the
+    first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
 
     def __init__(
         self,
         *,
         on_published: Callable[[FrameResult], None] | None = None,
         observer: RunObserver | None = None,
+        defaults: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self._observer = observer  # each activation's live runtime's (a recorder)
-        self.declare_parameter("profile", "")
-        self.declare_parameter("rig", "")
-        self.declare_parameter("url", "")
-        self.declare_parameter("sensors", "")
-        self.declare_parameter("time_base", "auto")
+        given = dict(defaults or {})
+        for name, default in (("profile", ""), ("rig", ""), ("url", ""), ("sensors", ""), ("time_base", "auto")):
+            self.declare_parameter(name, given.pop(name, default))
+        if given:
+            raise ValueError(f"no such parameter: {', '.join(given)}")
         self._on_published = on_published
         self.config: RuntimeConfig | None = None
         self.rig: dict[str, SensorSpec] = {}
