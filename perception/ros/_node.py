@@ -362,7 +362,6 @@ class FusionNode(LifecycleNode):
         self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
 
     def _deactivate(self) -> None:
-        self._active = False
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
@@ -371,7 +370,8 @@ class FusionNode(LifecycleNode):
             self._timer = None
         live, self.live = self.live, None
         if live is not None:
-            live.close()
+            live.close()  # its pending and in-flight frames completed: published (the publishers stay till cleanup)
+        self._active = False
 
     # -- inputs (executor thread: convert and push, never block) ----------------------------------------
     def _next_seq(self, sensor: str) -> int:

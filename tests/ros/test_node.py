@@ -539,3 +539,47 @@ def test_ctrl_c_mid_stream_exits_cleanly_and_leaves_nothing_running(tmp_path: Pa
     left = [p.name for p in Path(SHM_DIR).iterdir() if p.name.startswith(f"perception_{proc.pid}_")]
     assert not left, left
     assert orphan_dds_segments() <= orphans  # its DDS participant was shut down too
+
+
+def test_the_frames_completed_at_deactivate_are_published(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    # Deactivate completes the pending frames and drains those in flight, but the node stopped publishing
+    # before: their results were computed and thrown away, no ~/objects and no count.
+    import numpy as np
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.kinds import kind_def
+    from perception.ros._node import FusionNode
+    from perception.types import PointCloudSample
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    published: list[int] = []
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top"}
+    node = FusionNode(
+        context=context,
+        parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
+        on_published=lambda r: published.append(r.frame_id),
+    )
+    ok = TransitionCallbackReturn.SUCCESS
+    try:
+        assert node.trigger_configure() == ok and node.trigger_activate() == ok
+        live = node.live
+        assert live is not None
+        fields = kind_def("lidar").point_fields
+        points = np.zeros((64, len(fields)), dtype=np.float32)
+        now = node.get_clock().now().nanoseconds
+        futures = [
+            live.push(PointCloudSample("lidar_top", now + i * 100 * MS, "lidar", points, fields, i)) for i in range(3)
+        ]
+        assert node.trigger_deactivate() == ok  # right away: the frames are pending or in flight
+        done = [f.result(timeout=0).frame_id for f in futures if f is not None and f.exception(timeout=0) is None]
+        assert done, "no frame completed"
+        assert sorted(published) == sorted(done)
+        assert node.frames_published == len(done)
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
