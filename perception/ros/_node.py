@@ -36,6 +36,7 @@ from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
+from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
@@ -173,7 +174,7 @@ class FusionNode(LifecycleNode):
         self._observer = observer  # each activation's live runtime's (a recorder)
         given = dict(defaults or {})
         for name, default in (("profile", ""), ("rig", ""), ("url", ""), ("sensors", ""), ("time_base", "auto")):
-            self.declare_parameter(name, given.pop(name, default))
+            self._declare(name, given.pop(name, default))
         if given:
             raise ValueError(f"no such parameter: {', '.join(given)}")
         self._on_published = on_published
@@ -244,6 +245,15 @@ class FusionNode(LifecycleNode):
         self._cleanup()
 
     # -- configure ----------------------------------------------------------------------------------
+    def _declare(self, name: str, default: str) -> None:
+        """A string parameter; a value of another type set for it (``-p time_base:=5``) is a
+        :class:`ConfigError` naming it (rclpy's exception escaped the constructor as a traceback, and
+        configure as an ERROR transition that logged nothing)."""
+        try:
+            self.declare_parameter(name, default)
+        except InvalidParameterTypeException as exc:
+            raise ConfigError(f"must be a string ({exc.args[0]})", key=name) from exc
+
     def _param(self, name: str) -> str:
         return str(self.get_parameter(name).value or "")
 
@@ -273,7 +283,7 @@ class FusionNode(LifecycleNode):
                 continue
             param = f"topics.{name}"
             if not self.has_parameter(param):
-                self.declare_parameter(param, t.data)
+                self._declare(param, t.data)
             chosen = self._param(param)
             self.topics[name] = (
                 t
@@ -281,7 +291,7 @@ class FusionNode(LifecycleNode):
                 else sensor_topics({name: rig[name]}, dataclasses.replace(cfg.ros, topics={name: chosen}))[name]
             )
         if not self.has_parameter("odometry_topic"):
-            self.declare_parameter("odometry_topic", cfg.ros.odometry_topic)
+            self._declare("odometry_topic", cfg.ros.odometry_topic)
         self.odometry_topic = self._param("odometry_topic")
         self.rig = rig
         if cfg.server.embedded:

@@ -112,6 +112,10 @@ def test_bad_ros_arguments_are_a_usage_error(
     [
         ("time_base:=sometimes", "configure failed: time_base: must be auto, offset or estimate, got 'sometimes'"),
         ("profile:=/nonexistent/p.yaml", "configure failed: /nonexistent/p.yaml"),
+        # A value of another type: rclpy's exception, a traceback (exit 1) from the node's constructor, and
+        # from configure an ERROR transition that logged nothing (exit 1, no word why).
+        ("time_base:=5", "time_base: must be a string (Trying to set parameter 'time_base' to '5'"),
+        ("odometry_topic:=3", "configure failed: odometry_topic: must be a string"),
     ],
 )
 def test_a_node_parameter_set_with_ros_args_is_used(
