@@ -58,8 +58,9 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--time-base",
         choices=("auto", "offset", "estimate"),
-        default="auto",
-        help="how header stamps map to the host clock (auto: the ROS clock's offset, or the profile's estimate)",
+        default=None,
+        help="how header stamps map to the host clock (auto: the ROS clock's offset, or the profile's estimate; "
+        "default auto)",
     )
     n.add_argument(
         "--no-autostart", action="store_true", help="stay unconfigured until a lifecycle manager configures it"
@@ -96,18 +97,18 @@ def register(sub: Any) -> None:
 def run_node_cmd(args: argparse.Namespace) -> int:
     from perception.ros import run_node
 
-    params = {
-        "profile": str(args.config or DEFAULT_CONFIG),
-        "rig": str(args.rig),
-        "url": args.url or "",
-        "sensors": args.sensors or "",
-        "time_base": args.time_base,
-    }
+    # Only the options given override the node's parameters: one left out is the node's own default, or what
+    # --ros-args -p sets (the options' defaults, passed as overrides, silently beat every -p of the same name).
+    given = {"profile": args.config, "url": args.url, "sensors": args.sensors, "time_base": args.time_base}
+    params = {"rig": str(args.rig)} | {k: str(v) for k, v in given.items() if v is not None}
+    defaults = {"profile": str(DEFAULT_CONFIG)}
     rec = recorder(args)
     if rec is None:
-        return run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args)
+        return run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args, defaults=defaults)
     with rec:
-        code = run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args, observer=rec)
+        code = run_node(
+            params, autostart=not args.no_autostart, ros_args=args.ros_args, observer=rec, defaults=defaults
+        )
     report_recording(rec)
     return code
 

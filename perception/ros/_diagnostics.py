@@ -8,7 +8,9 @@ not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry c
 could not take the same way, and the frames whose odometry was older than ``live.ego_max_age_ms``
 (``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget counts deadline
 misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
-:meth:`perception.live.LiveRuntime.status`).
+:meth:`perception.live.LiveRuntime.status`) and the samples its intake dropped before any frame
+(``samples_late``, ``samples_clock_jump``, ``samples_out_of_order``, ``samples_duplicate``,
+``samples_intake_overflow``, ``samples_buffer_evicted``).
 
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
 error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
@@ -32,6 +34,8 @@ OK, WARN, ERROR = 0, 1, 2  # diagnostic_msgs/DiagnosticStatus levels
 #: A sensor's failing input of one kind is logged at most once in this period (the rest are counted).
 INPUT_ERROR_LOG_PERIOD_NS = 10_000_000_000
 _STATUSES = tuple(s.value for s in SensorStatus)
+#: The live intake's counters of samples dropped before assembly (:class:`perception.live.LiveStats`).
+_INTAKE_DROPS = ("late", "clock_jump", "out_of_order", "duplicate", "intake_overflow", "buffer_evicted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,10 @@ class DiagnosticsTracker:
                 # frames shed under overload (among the dropped), each published as the tracker's prediction
                 shed_overload=str(live_status.get("shed", 0)),
             )
+            # samples the live intake took in and dropped before any frame (a stamp too old, jumping, out
+            # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
+            intake = live_status.get("intake", {})
+            values.update({f"samples_{key}": str(int(intake.get(key, 0))) for key in _INTAKE_DROPS})
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))
         return out

@@ -36,6 +36,7 @@ from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
+from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
@@ -158,22 +159,24 @@ class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
-    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``."""
+    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``. ``defaults``: other defaults of the
+    first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
 
     def __init__(
         self,
         *,
         on_published: Callable[[FrameResult], None] | None = None,
         observer: RunObserver | None = None,
+        defaults: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self._observer = observer  # each activation's live runtime's (a recorder)
-        self.declare_parameter("profile", "")
-        self.declare_parameter("rig", "")
-        self.declare_parameter("url", "")
-        self.declare_parameter("sensors", "")
-        self.declare_parameter("time_base", "auto")
+        given = dict(defaults or {})
+        for name, default in (("profile", ""), ("rig", ""), ("url", ""), ("sensors", ""), ("time_base", "auto")):
+            self._declare(name, given.pop(name, default))
+        if given:
+            raise ValueError(f"no such parameter: {', '.join(given)}")
         self._on_published = on_published
         self.config: RuntimeConfig | None = None
         self.rig: dict[str, SensorSpec] = {}
@@ -242,6 +245,15 @@ class FusionNode(LifecycleNode):
         self._cleanup()
 
     # -- configure ----------------------------------------------------------------------------------
+    def _declare(self, name: str, default: str) -> None:
+        """A string parameter; a value of another type set for it (``-p time_base:=5``) is a
+        :class:`ConfigError` naming it (rclpy's exception escaped the constructor as a traceback, and
+        configure as an ERROR transition that logged nothing)."""
+        try:
+            self.declare_parameter(name, default)
+        except InvalidParameterTypeException as exc:
+            raise ConfigError(f"must be a string ({exc.args[0]})", key=name) from exc
+
     def _param(self, name: str) -> str:
         return str(self.get_parameter(name).value or "")
 
@@ -271,7 +283,7 @@ class FusionNode(LifecycleNode):
                 continue
             param = f"topics.{name}"
             if not self.has_parameter(param):
-                self.declare_parameter(param, t.data)
+                self._declare(param, t.data)
             chosen = self._param(param)
             self.topics[name] = (
                 t
@@ -279,7 +291,7 @@ class FusionNode(LifecycleNode):
                 else sensor_topics({name: rig[name]}, dataclasses.replace(cfg.ros, topics={name: chosen}))[name]
             )
         if not self.has_parameter("odometry_topic"):
-            self.declare_parameter("odometry_topic", cfg.ros.odometry_topic)
+            self._declare("odometry_topic", cfg.ros.odometry_topic)
         self.odometry_topic = self._param("odometry_topic")
         self.rig = rig
         if cfg.server.embedded:
@@ -360,7 +372,6 @@ class FusionNode(LifecycleNode):
         self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
 
     def _deactivate(self) -> None:
-        self._active = False
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
@@ -369,7 +380,8 @@ class FusionNode(LifecycleNode):
             self._timer = None
         live, self.live = self.live, None
         if live is not None:
-            live.close()
+            live.close()  # its pending and in-flight frames completed: published (the publishers stay till cleanup)
+        self._active = False
 
     # -- inputs (executor thread: convert and push, never block) ----------------------------------------
     def _next_seq(self, sensor: str) -> int:

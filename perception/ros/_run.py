@@ -79,12 +79,14 @@ def run_node(
     stop: threading.Event | None = None,
     on_published: Callable[[FrameResult], None] | None = None,
     observer: RunObserver | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``perception_fusion`` until SIGINT/SIGTERM (or ``stop``); with ``autostart`` it configures and
     activates itself (exit code 2 when that fails on a mistake in the profile, rig or parameters, 1 on another
     failure), else a lifecycle manager drives it. ``on_published`` is called with each frame's
     result once its outputs are published (from the live runtime's callback thread). ``observer``: each
-    activation's live runtime's (a recorder, ``--record``). Returns the exit code."""
+    activation's live runtime's (a recorder, ``--record``). ``parameters`` override the node's parameters,
+    ``--ros-args -p`` too; ``defaults`` are its parameters' defaults (what ``-p`` overrides). Returns the exit code."""
     stop = stop or threading.Event()
     with _signals_to(stop), _rclpy_context(ros_args) as context:
         from rclpy.executors import SingleThreadedExecutor
@@ -95,7 +97,11 @@ def run_node(
 
         overrides = [Parameter(k, value=v) for k, v in parameters.items()]
         node = FusionNode(
-            context=context, parameter_overrides=overrides, on_published=on_published, observer=observer
+            context=context,
+            parameter_overrides=overrides,
+            on_published=on_published,
+            observer=observer,
+            defaults=defaults,
         )
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)

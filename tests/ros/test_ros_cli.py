@@ -105,3 +105,36 @@ def test_bad_ros_arguments_are_a_usage_error(
     assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--ros-args", *ros_args]) == 2
     _, err = capsys.readouterr()
     assert message in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("time_base:=sometimes", "configure failed: time_base: must be auto, offset or estimate, got 'sometimes'"),
+        ("profile:=/nonexistent/p.yaml", "configure failed: /nonexistent/p.yaml"),
+        # A value of another type: rclpy's exception, a traceback (exit 1) from the node's constructor, and
+        # from configure an ERROR transition that logged nothing (exit 1, no word why).
+        ("time_base:=5", "time_base: must be a string (Trying to set parameter 'time_base' to '5'"),
+        ("odometry_topic:=3", "configure failed: odometry_topic: must be a string"),
+    ],
+)
+def test_a_node_parameter_set_with_ros_args_is_used(
+    param: str, message: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The options' defaults (--time-base auto, --config launch/replay.yaml, --url, --sensors) were passed as
+    # overrides, which beat "-p": the parameter was silently ignored and the node ran on the defaults.
+    done = threading.Event()
+
+    def safety_net() -> None:  # the old code ran on: end it so the test fails instead of hanging
+        if not done.wait(120):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    watchdog = threading.Thread(target=safety_net)
+    watchdog.start()
+    try:
+        code = main(["ros", "node", "--rig", str(DRIVE), "--ros-args", "-p", param])
+    finally:
+        done.set()
+        watchdog.join()
+    _, err = capfd.readouterr()
+    assert code == 2 and message in err and "Traceback" not in err, err
