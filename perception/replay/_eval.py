@@ -100,9 +100,14 @@ def score_modes(
     session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
     config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
+    enabled = [s.name for s in config.active_sensors]
     clouds = _lidar_clouds(results, reader, kinds) if config.fusion.camera_guided.enabled else {}
     out: dict[str, dict[str, Any]] = {}
     for mode, sensor_mode in modes.items():
+        kept = sorted(n for n in enabled if sensor_mode.keeps(kinds[n]))
+        if not kept:  # nothing of this mode ran (e.g. --sensors without a camera): no score, not a 0
+            out[mode] = {"protocol": protocol, "mAP": None, "sensors": [], "skipped": "no enabled sensor"}
+            continue
         fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
         native = DetectionEvaluator(rig=rig, ego_at=ego_at) if protocol == "native" else None
         fused: list[tuple[int, tuple[Detection3D, ...]]] = []
@@ -134,7 +139,7 @@ def score_modes(
             summary = ev.summary()
             if matches is not None:
                 matches[mode] = ev.frame_matches()
-        summary["sensors"] = sorted(n for n, k in kinds.items() if sensor_mode.keeps(k))
+        summary["sensors"] = kept
         out[mode] = summary
     return out
 
