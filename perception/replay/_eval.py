@@ -93,7 +93,8 @@ def score_modes(
     when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses);
     ``matches`` each mode's evaluator's :class:`~perception.evaluation.FrameMatches` (to compare two
     settings' scores with :func:`~perception.evaluation.paired_bootstrap`). ``config``: a profile, or the
-    run's session (assembled against ``reader``'s source: used as it is)."""
+    run's session (assembled against ``reader``'s source: used as it is). A mode none of whose sensors
+    is enabled is not scored: ``{"mAP": None, "sensors": [], "skipped": ...}``, no detections or matches."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
