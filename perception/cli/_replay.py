@@ -162,11 +162,12 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _compare_modes(args: argparse.Namespace, session: Session, results: list[FrameResult], reader: DriveReader) -> None:
-    """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs."""
+def _compare_modes(args: argparse.Namespace, session: Session, results: list[FrameResult], reader: DriveReader) -> bool:
+    """Fused mAP against every single-sensor and one-sensor-removed mode, from this replay's outputs.
+    True when DIR/modes.json was written."""
     if not reader.has_ground_truth:
         sys.stdout.write("no ground truth in this drive: mode comparison skipped\n")
-        return
+        return False
     modes = score_modes(results, session, reader)
     args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, MODES_FILE).write_text(json.dumps(modes, indent=2) + "\n")
@@ -180,6 +181,7 @@ def _compare_modes(args: argparse.Namespace, session: Session, results: list[Fra
     sys.stdout.write(
         "  modes: " + ", ".join(f"{m} {_fmt(v.get('mAP'))}" for m, v in modes.items() if m != "fused") + "\n"
     )
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,9 +240,9 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
         sys.stdout.write(line + "\n")
     if outcome.evaluation and not args.compare_modes:
         sys.stdout.write(f"fused mAP {_fmt(outcome.evaluation.get('mAP'))}\n")
-    if args.compare_modes:
-        _compare_modes(args, session, results, reader)
+    modes = args.compare_modes and _compare_modes(args, session, results, reader)
     written = [DETECTIONS_FILE, REPORT_FILE, REPORT_MD_FILE, *([] if args.no_fused_mcap else [FUSED_MCAP_FILE])]
+    written += [MODES_FILE] if modes else []
     paths = [str(args.out / name) for name in written] + ([str(args.trace_out)] if args.trace_out else [])
     sys.stdout.write(f"wrote {', '.join(paths)}\n")
     if outcome.interrupted:

@@ -10,6 +10,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from perception.errors import ConfigError
 from perception.types import FrameResult
 
 __all__ = ["PrometheusExporter"]
@@ -72,7 +73,13 @@ class PrometheusExporter:
             return
         from prometheus_client import start_http_server
 
-        self._server, self._thread = start_http_server(self._port, addr=self._addr, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(self._port, addr=self._addr, registry=self.registry)
+        except OSError as exc:  # the port taken, an address not of this host
+            raise ConfigError(
+                f"cannot serve Prometheus metrics on {self._addr}:{self._port}: {exc.strerror or exc}",
+                key="--metrics-port",
+            ) from exc
         log.info("prometheus metrics on http://%s:%d/metrics", self._addr, self.port)
 
     def close(self) -> None:

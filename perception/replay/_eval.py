@@ -93,16 +93,22 @@ def score_modes(
     when given, receives each mode's fused ``(frame time, detections)`` per frame (for diagnoses);
     ``matches`` each mode's evaluator's :class:`~perception.evaluation.FrameMatches` (to compare two
     settings' scores with :func:`~perception.evaluation.paired_bootstrap`). ``config``: a profile, or the
-    run's session (assembled against ``reader``'s source: used as it is)."""
+    run's session (assembled against ``reader``'s source: used as it is). A mode none of whose sensors
+    is enabled is not scored: ``{"mAP": None, "sensors": [], "skipped": ...}``, no detections or matches."""
     protocol = default_protocol(reader) if protocol is None else protocol
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
     config, rig, ego_at = session.config, session.rig, session.source.ego_at
     kinds = {s.name: s.kind for s in config.sensors}
+    enabled = [s.name for s in config.active_sensors]
     clouds = _lidar_clouds(results, reader, kinds) if config.fusion.camera_guided.enabled else {}
     out: dict[str, dict[str, Any]] = {}
     for mode, sensor_mode in modes.items():
+        kept = sorted(n for n in enabled if sensor_mode.keeps(kinds[n]))
+        if not kept:  # nothing of this mode ran (e.g. --sensors without a camera): no score, not a 0
+            out[mode] = {"protocol": protocol, "mAP": None, "sensors": [], "skipped": "no enabled sensor"}
+            continue
         fuser = Fuser(config.fusion, rig, ego_at=ego_at, params=fusion_params)
         native = DetectionEvaluator(rig=rig, ego_at=ego_at) if protocol == "native" else None
         fused: list[tuple[int, tuple[Detection3D, ...]]] = []
@@ -134,7 +140,7 @@ def score_modes(
             summary = ev.summary()
             if matches is not None:
                 matches[mode] = ev.frame_matches()
-        summary["sensors"] = sorted(n for n, k in kinds.items() if sensor_mode.keeps(k))
+        summary["sensors"] = kept
         out[mode] = summary
     return out
 

@@ -323,9 +323,6 @@ async def _replay(
         join_override = None if opts.rate != "lockstep" else max(cfg.budget.join_ns, 60_000_000_000)
         watch = _ServerWatch()
         with ExitStack() as stack:
-            # every sink opened before the first frame, closed however the replay ends (in reverse order)
-            opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
-            opened.append(stack.enter_context(ProgressSink(opts.progress)(reader, source.rig)))
             # the embedded server traces every request for the per-request server split
             async with Runtime(
                 session,
@@ -335,6 +332,11 @@ async def _replay(
                 trace_requests=opts.server_split is not False,
                 admission=admission_provider,
             ) as rt:
+                # every sink opened once the runtime is up, before the first frame (a server that never
+                # came up, or a stop meanwhile, leaves an earlier run's outputs as they were); closed
+                # however the replay ends, in reverse order, after the runtime
+                opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
+                opened.append(stack.enter_context(ProgressSink(opts.progress)(reader, source.rig)))
                 started.append(rt)
                 await watch.begin(rt)
                 split = await _run_frames(rt, source, cfg, opts, tally, opened, observer)

@@ -155,3 +155,17 @@ def test_a_replay_opens_its_drive_once_and_assembles_its_session_once(
     assert main([*argv, "--strict", "--no-progress", "--no-fused-mcap"]) == 0
     assert [p for p in opened if not p.startswith("render ")] == [str(drive)], opened
     assert len(assembled) == 1
+
+
+def test_compare_modes_names_the_modes_file_among_those_written(
+    triton: EmbeddedTriton, urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --compare-modes wrote DIR/modes.json, but the closing "wrote ..." line left it out.
+    out = tmp_path / "out"
+    argv = ["replay", str(urban_drive), "--url", triton.grpc_url, "--rate", "lockstep", "--no-progress"]
+    assert main([*argv, "--compare-modes", "--no-fused-mcap", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    wrote = next(line for line in printed.splitlines() if line.startswith("wrote "))
+    assert (out / "modes.json").is_file()
+    names = ("detections.jsonl", "report.json", "report.md", "modes.json")
+    assert wrote == "wrote " + ", ".join(str(out / name) for name in names)

@@ -3,12 +3,14 @@ one nuScenes sample per ground-truth keyframe on the nearest frame, and every mo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
-from reliability_helpers import LIDAR_FIELDS, MS, T0, rig, runtime_config
+from reliability_helpers import LIDAR_FIELDS, MS, T0, profile_data, rig, runtime_config
 
+from perception.config import RuntimeConfig, from_data
 from perception.drives import DriveReader, DriveWriter
 from perception.evaluation import FrameMatches
 from perception.fusion import CAMERA_GUIDED_SOURCE
@@ -178,3 +180,25 @@ def test_camera_guided_objects_are_re_fused_from_the_drive_sweeps(tmp_path: Path
     guided = [d for _, dets in kept["fused"] for d in dets if CAMERA_GUIDED_SOURCE in d.sources]
     assert guided and all(abs(d.center[0] - 10.0) < 1.0 and abs(d.center[1]) < 0.5 for d in guided)
     assert not [d for _, dets in kept["camera_only"] for d in dets if CAMERA_GUIDED_SOURCE in d.sources]
+
+
+def test_a_mode_with_no_enabled_sensor_is_not_scored(tmp_path: Path) -> None:
+    # `perception replay --sensors lidar_top,radar_front --compare-modes`: camera_only was "scored" mAP 0.000
+    # (and printed as a measurement beside the others), and every mode's "sensors" in modes.json listed the
+    # cameras that never ran. Now a mode none of whose sensors is enabled has no score (mAP None, printed
+    # n/a) and each mode names only the enabled sensors it kept.
+    data = profile_data(
+        "127.0.0.1:1",
+        {"lidar_top": "lidar_detector", "radar_front": "radar_detector", "cam_front": "camera_detector"},
+        fusion={"enabled": True},
+    )
+    data["sensors"][2]["enabled"] = False
+    config = from_data(RuntimeConfig, data)
+    results = [
+        dataclasses.replace(r, sensors={n: s for n, s in r.sensors.items() if n != "cam_front"}) for r in _results()
+    ]
+    with DriveReader(_drive(tmp_path / "n.mcap", "nuscenes")) as reader:
+        modes = score_modes(results, config, reader, MODES)
+    assert modes["camera_only"] == {"protocol": "nuscenes", "mAP": None, "sensors": [], "skipped": "no enabled sensor"}
+    assert modes["fused"]["sensors"] == ["lidar_top", "radar_front"]
+    assert modes["fused"]["mAP"] == pytest.approx(13 / 18, abs=1e-6)

@@ -12,7 +12,7 @@ import pytest
 from reliability_helpers import read_records, runtime_config, write_drive
 
 from perception.drives import DriveReader
-from perception.errors import ReplayStoppedError
+from perception.errors import ConnectError, ReplayStoppedError
 from perception.replay import ReplayOptions, ReplaySink, replay_drive
 from perception.server import EmbeddedTriton
 from perception.types import FrameResult, SensorSpec
@@ -140,4 +140,24 @@ async def test_a_stop_before_the_start_replays_nothing(triton: EmbeddedTriton, d
             stop=stop,
         )
     assert err.value.file == str(drive)
-    assert log == ["open a", "close a (CancelledError)"]
+    assert log == []  # no sink was opened: an earlier run's outputs are left as they were
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_leaves_the_earlier_outputs_as_they_were(drive: Path, tmp_path: Path) -> None:
+    # The sinks were opened before the runtime: a server that never answered (perception replay --url to
+    # a port where nothing listens, or an embedded server failing to start) truncated the earlier run's
+    # detections.jsonl (and rewrote its fused.mcap) next to its report.json, which then described records
+    # no longer there. Now nothing is opened until the runtime is up.
+    (tmp_path / "detections.jsonl").write_text('{"frame_id": 0}\n')
+    log: list[str] = []
+    server = {"url": "127.0.0.1:1", "startup_timeout_s": 60, "connect_timeout_s": 0.5}
+    with anyio.fail_after(120), pytest.raises(ConnectError, match=r"no answer for 0\.5 s"):
+        await replay_drive(
+            drive,
+            runtime_config("127.0.0.1:1", SLEEPY, server=server),
+            _opts(tmp_path),
+            sinks=[_Sink("a", log, tmp_path)],
+        )
+    assert log == []
+    assert (tmp_path / "detections.jsonl").read_text() == '{"frame_id": 0}\n'
