@@ -28,6 +28,7 @@ __all__ = [
     "Interrupted",
     "add_fault_options",
     "add_runtime_options",
+    "make_folder",
     "repo_root",
     "run_with_signals",
     "sensors_option",
@@ -89,6 +90,15 @@ def sensors_option(args: argparse.Namespace) -> list[str] | None:
     if not sensors:
         raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
     return sensors
+
+
+def make_folder(folder: Path, option: str) -> None:
+    """An output's folder made before the run (``output_dir``/``output_file`` refused a file in its way while
+    parsing), or a :class:`ConfigError` naming ``option``: what is written after the run would be lost."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=option) from exc
 
 
 @contextlib.contextmanager

@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
             return await evaluate_modes(reader, session.config, args.protocol, progress=progress)
 
         modes, outcome = run_with_signals(main)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
+    if args.out is not None:  # (made before the run)
         # keyed by mode, as --json prints it; every mode's summary names its "protocol"
         safe_output_path(args.out, "eval.json").write_text(json.dumps(modes, indent=2) + "\n")
         safe_output_path(args.out, "eval.md").write_text(_markdown(Path(args.drive), modes))

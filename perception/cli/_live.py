@@ -15,10 +15,9 @@ from types import FrameType
 from typing import Any
 
 from perception.cli._args import output_dir
-from perception.cli._common import add_fault_options, add_runtime_options, open_session
+from perception.cli._common import add_fault_options, add_runtime_options, make_folder, open_session
 from perception.cli._record import add_record_options, recorder, report_recording
 from perception.cli._replay import add_trace_out, check_drive
-from perception.errors import ConfigError
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
 
@@ -124,14 +123,10 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
     """``--out`` and ``--trace-out``'s folder made now (``output_dir``/``output_file`` refused a file in their way
     while parsing), or a :class:`ConfigError` naming the option: they are written after the run, whose
     results a folder that cannot be made would lose."""
-    folders = [("--out", args.out)] if args.out is not None else []
+    if args.out is not None:
+        make_folder(args.out, "--out")
     if args.trace_out is not None:
-        folders.append(("--trace-out", args.trace_out.parent))
-    for key, folder in folders:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=key) from exc
+        make_folder(args.trace_out.parent, "--trace-out")
 
 
 def _render(s: dict[str, Any]) -> str:

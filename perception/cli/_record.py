@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, sensors_option
+from perception.cli._common import DEFAULT_CONFIG, make_folder, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError
 from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
@@ -73,11 +73,7 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     path, segments and all: refused when the drive being read (``args.drive``) is one of them."""
     if args.record is None:
         return None
-    folder = Path(args.record).parent
-    try:  # made when missing, as --out and --trace-out are
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{args.record}: cannot make its directory: {exc.strerror or exc}", key="record") from exc
+    make_folder(Path(args.record).parent, "--record")  # made when missing, as --out's and --trace-out's are
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)
