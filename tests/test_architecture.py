@@ -18,7 +18,8 @@ PACKAGE = ROOT / "perception"
 
 #: The layers, lowest first (README "Layout"). A unit imports units of its own layer or below, never above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "errors", "kinds", "config", "_imageio", "_paths", "_progress", "_lifetime", "_allocator"),  # stage data
+    # stage data
+    ("types", "errors", "kinds", "config", "_imageio", "_paths", "_progress", "_lifetime", "_allocator", "_gc"),
     ("triton", "server", "modelkit"),  # transport, the embedded server, model-side code (runs inside Triton)
     ("scheduler", "fusion", "drives", "sim"),  # the runtime's stages, the drive format, the drive generator
     # what is built on the runtime

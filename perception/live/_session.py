@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import json
 import os
 import socket
@@ -12,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,22 +36,6 @@ class LiveOutcome:
     records: list[FrameResult] = field(default_factory=list)
     #: CPU time of the host thread that received and pushed the samples, per frame produced.
     push_cpu_us_per_frame: float = 0.0
-
-
-@contextlib.contextmanager
-def _startup_heap_frozen() -> Iterator[None]:
-    """The objects alive once the runtime is open (modules, compiled kernels, the client: some 150,000)
-    moved out of the garbage collector's generations for the session (:func:`gc.freeze`), so its full
-    collections, a few a minute, walk what frames allocate, not all of them again (each was 30-40 ms of
-    CPU, 0.4-0.6 ms a frame on the bundled drive). Left as it was at the end (unfrozen, unless the
-    process had frozen its heap itself)."""
-    ours = gc.get_freeze_count() == 0
-    gc.freeze()
-    try:
-        yield
-    finally:
-        if ours:
-            gc.unfreeze()
 
 
 def _accept(server: socket.socket, publisher: subprocess.Popen[bytes]) -> socket.socket:
@@ -108,7 +90,6 @@ def live_session(
         with (
             server,
             LiveRuntime(config, source, on_result=records.append, observer=observer) as live,
-            _startup_heap_frozen(),
         ):
             # The publisher is the vehicle's sensors: another process, which reads the drive with a handle
             # of its own (the only second opening of the drive in a live session).

@@ -28,6 +28,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
 from perception._allocator import freed_memory_kept
+from perception._gc import startup_heap_frozen
 from perception.config import RuntimeConfig, ServerConfig
 from perception.errors import InputError, PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
@@ -216,6 +217,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
             # the circuits know each model's service time from its warm-up (load or fault: _circuit.py)
             for model, ns in self._warmup_ns.items():
                 self._dispatcher.breakers[model].observe(ns)
+            # what is alive now lives as long as the runtime: out of the garbage collector's walks (perception._gc)
+            stack.enter_context(startup_heap_frozen())
             # The streams of run(): opened last, closed first (they drain before the client goes).
             error: Exception | None = None
             async with anyio.create_task_group() as streams:

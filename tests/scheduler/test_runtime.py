@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -111,6 +112,19 @@ async def test_requests_run_concurrently_and_join(triton: EmbeddedTriton) -> Non
     latencies = [s.latency_ns for s in r.sensors.values()]
     assert min(latencies) >= 20 * MS  # each at least its model's sleep
     assert r.latency.stages["dispatch"] >= max(latencies)  # and the join waited for the last one
+
+
+async def test_an_open_runtime_freezes_the_startup_heap(triton: EmbeddedTriton) -> None:
+    # Full collections walk the frames' objects, not the runtime's ~150,000 long-lived ones (perception._gc):
+    # 75-82 ms each in a replay of the bundled drive before; unfrozen once closed.
+    cfg = config(triton.grpc_url, {"radar": "sleepy_radar"})
+    assert gc.get_freeze_count() == 0
+    with anyio.fail_after(90):
+        async with Runtime(cfg) as rt:
+            assert gc.get_freeze_count() > 0
+            r = await rt.process(frame(0, ["radar"]))
+    assert r.status is FrameStatus.OK
+    assert gc.get_freeze_count() == 0
 
 
 async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: EmbeddedTriton) -> None:
