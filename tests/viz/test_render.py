@@ -199,6 +199,20 @@ def test_render_cli(replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert all(Path(p).stat().st_size > 10_000 for p in printed)
 
 
+def test_a_png_the_file_system_refuses_is_a_run_time_failure_naming_it(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was a usage error (exit 2) naming only the folder; a file-system error at run time is exit 1
+    # naming the file in every other command.
+    blocked = tmp_path / "frame_000001_bev.png"
+    blocked.mkdir()  # the PNG's name taken by a directory: the write fails (root or not)
+    code = main(["render", str(replay_dir), "--frame", "1", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.startswith(f"perception render: error: {blocked}: ") and err.count("\n") == 1
+    assert "Traceback" not in err and out == ""
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
