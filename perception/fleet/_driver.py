@@ -46,7 +46,7 @@ from perception._progress import Progress
 from perception.config import load_config
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._baseline import BaselineComparison, Tolerances, check_baseline, compare_runs
-from perception.fleet._outputs import claim_output, clear_staging
+from perception.fleet._outputs import claim_output, clear_staging, earlier_drives
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import fleet_totals, write_report
 from perception.fleet._summary import DriveSummary, FleetTotals
@@ -443,6 +443,16 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     if options.baseline is not None:  # compared after the run: refused now if it cannot be
         check_baseline(options.baseline, options.out)
     claim_output(options.out, force=options.force)  # before any cluster: a refused OUT costs nothing
+    earlier = earlier_drives(options.out, [d.name for d in drives])
+    if earlier:
+        shown = ", ".join(earlier[:10]) + (f" and {len(earlier) - 10} more" if len(earlier) > 10 else "")
+        log.info(
+            "%s holds %d drive output(s) of an earlier run not replayed now (%s): kept, and no part of this "
+            "run's fleet.json nor of a comparison with it",
+            options.out,
+            len(earlier),
+            shown,
+        )
     import ray
 
     clear_staging(options.out)
