@@ -56,7 +56,8 @@ def register(sub: Any) -> None:
         type=positive_int,
         default=None,
         help="worker actors (default: what the servers can serve: one per 4 CPUs of a node with its "
-        "embedded Triton, at least one a node; one per CPU with --url servers)",
+        "embedded Triton, at least one a node; one per CPU with --url servers). At most the cluster's CPUs "
+        "(a local cluster's: this machine's): more is lowered to that, with a warning",
     )
     p.add_argument(
         "--url",

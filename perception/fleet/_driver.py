@@ -113,6 +113,25 @@ def default_workers(nodes: list[tuple[str, float]], *, embedded: bool) -> int:
     return sum(max(1, int(c // CPUS_PER_WORKER_EMBEDDED)) for _, c in nodes)
 
 
+def worker_count(requested: int | None, nodes: list[tuple[str, float]], *, embedded: bool) -> int:
+    """How many workers a fleet runs: ``requested`` (``--workers``) up to the cluster's CPUs (a local
+    cluster's are this machine's), else :func:`default_workers`. More workers than CPUs would only take
+    turns on them, each a process with its own imports and memory (1024 on a laptop: 1024 processes), so
+    a request above it is lowered to it with a warning saying so."""
+    if requested is None:
+        return default_workers(nodes, embedded=embedded)
+    cpus = max(1, int(sum(c for _, c in nodes)))
+    if requested > cpus:
+        log.warning(
+            "--workers %d: the Ray cluster has %d CPU(s); running %d worker(s) (more would only take turns on them)",
+            requested,
+            cpus,
+            cpus,
+        )
+        return cpus
+    return requested
+
+
 def _spread(nodes: list[tuple[str, float]], workers: int) -> list[str]:
     """Node ids for ``workers`` workers, in proportion to each node's CPUs (largest remainder)."""
     total = sum(c for _, c in nodes)
@@ -177,7 +196,7 @@ class _Fleet:
         ]
         if not nodes:
             raise FleetError("the Ray cluster has no alive node with CPUs", address=self.opts.address)
-        count = self.opts.workers or default_workers(nodes, embedded=not self.opts.urls)
+        count = worker_count(self.opts.workers, nodes, embedded=not self.opts.urls)
         placement = _spread(nodes, count)
         urls: dict[str, list[str]] = {}
         node_servers: dict[str, Any] = {}
