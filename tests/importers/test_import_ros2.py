@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from import_fixtures import (
     write_bag,
 )
 
+from perception._imageio import encode_jpeg
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
 from perception.importers import ImportSummary, import_ros2
@@ -182,6 +184,26 @@ def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
         import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
     assert exc.value.topic == "/cam_front/camera_info"
     assert exc.value.file == str(b.path)
+    assert not list(tmp_path.glob("*out.mcap*"))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda jpeg: encode_jpeg(np.zeros((IMAGE_H * 2, IMAGE_W, 3), np.uint8)), rf"image is {IMAGE_W}x{IMAGE_H * 2} "),
+        (lambda jpeg: jpeg[:6], "cannot read the compressed image's size from its header"),
+    ],
+)
+def test_every_compressed_image_is_checked_naming_its_message(
+    tmp_path: Path, damage: Callable[[bytes], bytes], message: str
+) -> None:
+    # Only a camera's first compressed image was checked against its CameraInfo: a later one of another
+    # size (or cut short) went into the drive, for its intrinsics to project it wrong.
+    b = write_bag(tmp_path, rear_jpeg=lambda i, jpeg: damage(jpeg) if i == 3 else jpeg)
+    with pytest.raises(DriveError, match=f"sensor 'cam_rear': {message}") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/cam_rear/image/compressed"
+    assert exc.value.t_ns is not None and exc.value.file == str(b.path)
     assert not list(tmp_path.glob("*out.mcap*"))
 
 
