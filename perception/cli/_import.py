@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from perception._progress import Progress
-from perception.cli._args import int_within
+from perception.cli._args import int_within, output_file
+from perception.cli._common import make_folder
 from perception.errors import ConfigError
 from perception.importers import (
     TOPIC_MAP_HELP,
@@ -112,7 +113,9 @@ def register(sub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", type=Path, required=True, help="drive to write (.mcap)")
+    p.add_argument(
+        "-o", "--output", type=output_file, required=True, help="drive to write (.mcap; its folder made if missing)"
+    )
     p.add_argument("--force", action="store_true", help="replace the output if it exists")
 
 
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     source: Path = getattr(args, dest)
     if not source.exists():  # a user error, as for every command that reads a drive (exit 2)
         raise ConfigError(f"{what} not found", file=str(source))
+    make_folder(args.output.parent, "--output")
     with Progress(1.0, f"import {args.source}") as bar:
         if args.source == "ros2":
             summary = import_ros2(

@@ -39,6 +39,18 @@ def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.
     assert main([*argv, "--force"]) == 0
 
 
+def test_the_output_s_folder_is_made(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was 'output directory does not exist' (exit 1), where every other command makes its output's folder
+    out = tmp_path / "drives" / "new" / "drive.mcap"
+    argv = ["import", "nuscenes", str(nuscenes.root), "--scene", nuscenes.scene, "-o", str(out)]
+    assert main([*argv, "--channels", "LIDAR_TOP"]) == 0
+    with DriveReader(out) as d:
+        assert list(d.rig) == ["lidar_top"]
+    with pytest.raises(SystemExit) as exc:  # a file in its way: argparse's usage error naming -o
+        main([*argv[:-1], str(tmp_path / "drives" / "new" / "drive.mcap" / "x.mcap")])
+    assert exc.value.code == 2 and "argument -o/--output:" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("channels", [",", "", " , "])
 def test_no_channels_is_a_usage_error(
     nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str], channels: str
