@@ -190,7 +190,7 @@ def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (lambda jpeg: encode_jpeg(np.zeros((IMAGE_H * 2, IMAGE_W, 3), np.uint8)), rf"image is {IMAGE_W}x{IMAGE_H * 2} "),
+        (lambda _: encode_jpeg(np.zeros((IMAGE_H * 2, IMAGE_W, 3), np.uint8)), rf"image is {IMAGE_W}x{IMAGE_H * 2} "),
         (lambda jpeg: jpeg[:6], "cannot read the compressed image's size from its header"),
     ],
 )
