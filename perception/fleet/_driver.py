@@ -200,6 +200,7 @@ class _Fleet:
         placement = _spread(nodes, count)
         urls: dict[str, list[str]] = {}
         node_servers: dict[str, Any] = {}
+        repos: list[str] = []  # those of the nodes' embedded servers (none: servers by URL)
         if self.opts.urls:
             urls = {n: list(self.opts.urls) for n in set(placement)}
         else:
@@ -231,7 +232,7 @@ class _Fleet:
                     max_restarts=self.opts.retries + 1,
                     max_task_retries=0,  # the driver retries a drive, on any worker
                     max_concurrency=4,  # a replay, plus progress and close calls beside it
-                ).remote(urls[node], self.opts.settings, str(self.opts.profile), server, _owner(i))
+                ).remote(urls[node], self.opts.settings, str(self.opts.profile), server, _owner(i), repos)
             )
         # every worker process up (its imports done) before the first drive is sent: a task's time
         # beyond the worker's own replay is then Ray's overhead, not the actor's start
