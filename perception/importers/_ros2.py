@@ -117,6 +117,23 @@ class _Plan:
         return round((self.msgcount - 1) / span, 2) if self.msgcount > 1 and span > 0 else 0.0
 
 
+def _cut_short(path: Path) -> Path | None:
+    """The bag's MCAP file that starts as one and does not end as one (cut short), if any."""
+    from mcap.writer import MCAP0_MAGIC
+
+    for file in [path] if path.is_file() else sorted(path.glob("*.mcap")):
+        try:
+            with file.open("rb") as f:
+                head = f.read(len(MCAP0_MAGIC))
+                f.seek(max(f.seek(0, os.SEEK_END) - len(MCAP0_MAGIC), 0))
+                tail = f.read()
+        except OSError:
+            continue
+        if head == MCAP0_MAGIC and tail != MCAP0_MAGIC:
+            return file
+    return None
+
+
 class _Bag:
     """The opened bag: ``AnyReader`` plus errors that name the bag (and topic)."""
 
@@ -138,6 +155,13 @@ class _Bag:
             self.reader = AnyReader([path], default_typestore=get_typestore(Stores.LATEST))
             self.reader.open()
         except Exception as exc:  # rosbags raises its own errors, OSError, yaml/sqlite errors...
+            cut = _cut_short(path)
+            if cut is not None:  # rosbags says only 'File end magic is invalid.'
+                raise DriveError(
+                    f"cannot open ROS 2 bag: its MCAP file is cut short (no end: a recording that did not "
+                    f"finish); `mcap recover` rebuilds its readable part as a new file ({exc})",
+                    file=str(cut),
+                ) from exc
             raise DriveError(f"cannot open ROS 2 bag: {exc}", file=str(path)) from exc
         self.topics: dict[str, Any] = dict(self.reader.topics)
 

@@ -163,6 +163,24 @@ def test_single_mcap_file_input(bag: Bag, tmp_path: Path) -> None:
 # -- errors ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("as_directory", [False, True])
+def test_a_bag_cut_short_is_said_so_naming_its_file(bag: Bag, tmp_path: Path, as_directory: bool) -> None:
+    # A recording that did not finish (no MCAP end): rosbags' 'cannot open ROS 2 bag: File end magic is
+    # invalid.' named the bag, not which file, nor what it means or what to do.
+    (mcap,) = bag.path.glob("*.mcap")
+    data = mcap.read_bytes()
+    d = tmp_path / "cut"
+    d.mkdir()
+    cut = d / mcap.name
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    if as_directory:
+        (d / "metadata.yaml").write_bytes((bag.path / "metadata.yaml").read_bytes())
+    with pytest.raises(DriveError, match=r"cannot open ROS 2 bag: its MCAP file is cut short .*`mcap recover`") as exc:
+        import_ros2(d if as_directory else cut, bag.topic_map, tmp_path / "out.mcap")
+    assert exc.value.file == str(cut)
+    assert not (tmp_path / "out.mcap").exists()
+
+
 @pytest.mark.parametrize("content", [(), ("bag.mcap",)])
 def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, content: tuple[str, ...]) -> None:
     # rosbags' own message named the directory as the missing file: "Expected metadata file 'DIR' does not exist."
