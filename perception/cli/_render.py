@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._args import output_dir, within
-from perception.cli._common import make_folder
-from perception.errors import ConfigError
+from perception.cli._common import check_drive, make_folder
 
 __all__ = ["register", "run"]
 
@@ -43,8 +42,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perception.viz import load_frame_views, render_frame
 
-    if args.drive is not None and not args.drive.is_file():
-        raise ConfigError("drive not found", file=str(args.drive))
+    if args.drive is not None:
+        check_drive(args.drive)
     views = load_frame_views(args.dir, args.frame, drive=args.drive)
     out = args.out if args.out is not None else args.dir / "frames"
     make_folder(out, "--out")  # a folder that cannot be made: exit 2, as every command's --out
