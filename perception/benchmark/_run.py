@@ -47,9 +47,13 @@ async def bench_server(
     if not config.server.embedded:
         yield BenchServer(url=config.server.url, embedded=False)
         return
-    from perception.server import EmbeddedTriton
+    from perception.server import EmbeddedTriton, check_models_held
 
     repositories = [Path(p) for p in config.server.models]
+    models: dict[str, str] = {}
+    for sensor in config.active_sensors:
+        models.setdefault(sensor.model, sensor.name)
+    check_models_held(repositories, models)  # now, not after the start-up timeout ran out
     with tempfile.TemporaryDirectory(prefix="perception-bench-") as tmp:
         source = bench_model_repository()
         wanted = [

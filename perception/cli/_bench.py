@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from perception.cli._args import output_dir, positive_int
-from perception.cli._common import DEFAULT_CONFIG, repo_root
+from perception.cli._common import DEFAULT_CONFIG, check_drive, repo_root
 from perception.config import load_config, with_overrides
 from perception.errors import ConfigError
 
@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
             seconds = min(_MAX_GENERATED_S, settings.frames / 10 + 0.5)
             drive = generate_drive_for_bench(Path(tmp), seconds)
             generated = f"generated: perception sim --scenario urban --seed 0 --duration {seconds:g}"
-        elif not drive.exists():
-            raise ConfigError("drive not found", file=str(drive))
+        else:
+            check_drive(drive)
         from perception.drives import DriveReader
         from perception.scheduler import Session
 

@@ -28,6 +28,7 @@ __all__ = [
     "Interrupted",
     "add_fault_options",
     "add_runtime_options",
+    "check_drive",
     "make_folder",
     "repo_root",
     "run_with_signals",
@@ -92,6 +93,15 @@ def sensors_option(args: argparse.Namespace) -> list[str] | None:
     return sensors
 
 
+def check_drive(path: Path) -> None:
+    """A drive given on the command line that is not there, or is a directory, is a usage error (exit 2)
+    naming it -- the one check of every command that reads a drive."""
+    if not path.exists():
+        raise ConfigError("drive not found", file=str(path))
+    if path.is_dir():
+        raise ConfigError("is a directory, expected a drive file (.mcap)", file=str(path))
+
+
 def make_folder(folder: Path, option: str) -> None:
     """An output's folder made before the run (``output_dir``/``output_file`` refused a file in its way while
     parsing), or a :class:`ConfigError` naming ``option``: what is written after the run would be lost."""
@@ -111,8 +121,7 @@ def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[
     from perception.scheduler import Session
 
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    if not Path(args.drive).exists():
-        raise ConfigError("drive not found", file=str(args.drive))
+    check_drive(Path(args.drive))
     sensors = sensors_option(args)
     with DriveReader(args.drive, strict=strict) as reader:
         yield reader, Session.assemble(cfg, reader.source).with_overrides(url=args.url, sensors=sensors)

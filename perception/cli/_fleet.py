@@ -36,7 +36,14 @@ def register(sub: Any) -> None:
         epilog=EXIT_CODES_HELP,
     )
     p.add_argument("drives", nargs="+", type=Path, metavar="DRIVE", help="drive files or directories of drives")
-    p.add_argument("--out", type=output_dir, required=True, help="output directory")
+    p.add_argument(
+        "--out",
+        type=output_dir,
+        required=True,
+        help="output directory. Reused, it keeps what this run does not replace: the drive directories of an "
+        "earlier run that this one does not replay stay (a line says which), but OUT/fleet.json and fleet.md "
+        "list this run's drives only, and a later --baseline OUT compares only the drives fleet.json lists",
+    )
     p.add_argument(
         "--force",
         action="store_true",
@@ -49,7 +56,8 @@ def register(sub: Any) -> None:
         type=positive_int,
         default=None,
         help="worker actors (default: what the servers can serve: one per 4 CPUs of a node with its "
-        "embedded Triton, at least one a node; one per CPU with --url servers)",
+        "embedded Triton, at least one a node; one per CPU with --url servers). At most the cluster's CPUs "
+        "(a local cluster's: this machine's): more is lowered to that, with a warning",
     )
     p.add_argument(
         "--url",

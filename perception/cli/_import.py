@@ -8,7 +8,8 @@
 
 Prints a summary (messages per topic, what was skipped and why) and the command that replays the
 drive. Errors are one line on stderr:
-exit 2 for a topic map that does not fit (file + key path), 1 for data that cannot be imported.
+exit 2 for an input that does not exist (the bag, dataroot or root; as every command that reads a drive
+says of a missing one) and a topic map that does not fit (file + key path), 1 for data that cannot be imported.
 The output file only appears when the import succeeded; an existing one is kept unless ``--force``.
 """
 
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from perception._progress import Progress
-from perception.cli._args import int_within
+from perception.cli._args import int_within, output_file
+from perception.cli._common import make_folder
+from perception.errors import ConfigError
 from perception.importers import (
     TOPIC_MAP_HELP,
     ImportSummary,
@@ -110,11 +113,22 @@ def register(sub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", type=Path, required=True, help="drive to write (.mcap)")
+    p.add_argument(
+        "-o", "--output", type=output_file, required=True, help="drive to write (.mcap; its folder made if missing)"
+    )
     p.add_argument("--force", action="store_true", help="replace the output if it exists")
 
 
+#: The input each source reads: (its argument, what to call it when it is not there).
+_INPUTS = {"ros2": ("bag", "bag"), "nuscenes": ("dataroot", "nuScenes dataroot"), "kitti": ("root", "KITTI root")}
+
+
 def run(args: argparse.Namespace) -> int:
+    dest, what = _INPUTS[args.source]
+    source: Path = getattr(args, dest)
+    if not source.exists():  # a user error, as for every command that reads a drive (exit 2)
+        raise ConfigError(f"{what} not found", file=str(source))
+    make_folder(args.output.parent, "--output")
     with Progress(1.0, f"import {args.source}") as bar:
         if args.source == "ros2":
             summary = import_ros2(

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perception.cli._common import check_drive
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_OK
 from perception.drives import DriveDamage, DriveReader, DriveStats
-from perception.errors import ConfigError
 from perception.types import SensorSpec
 
 __all__ = ["register", "run"]
@@ -107,8 +107,7 @@ def _damage_text(damage: DriveDamage) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.drive.exists():  # a user error, as for every command that reads a drive (exit 2)
-        raise ConfigError("drive not found", file=str(args.drive))
+    check_drive(args.drive)  # a user error, as for every command that reads a drive (exit 2)
     with DriveReader(args.drive, strict=False, quiet=True) as drive:
         damage = drive.verify()
         if args.strict and damage:

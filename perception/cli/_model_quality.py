@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
+from perception.cli._common import make_folder
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -125,6 +126,12 @@ def _probe(url: str, timeout_s: float = 5.0) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     from perception.triton import ClientOptions
+
+    # The outputs' folders made now: one that cannot be made is said before the drive is generated and
+    # scored, not after (the report would be lost).
+    for path, option in ((args.output, "--output"), (args.keep_drive, "--keep-drive")):
+        if path is not None:
+            make_folder(path.parent, option)
 
     if args.url is not None:
         ClientOptions(urls=(args.url,))  # validates the URL's form
@@ -254,7 +261,6 @@ def run(args: argparse.Namespace) -> int:
     report = _report(args, summary, server, time.monotonic() - t0)
     text = json.dumps(report, indent=2)
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text + "\n")
     sys.stdout.write((_table(report) if args.table else json.dumps(report)) + "\n")
     failed = [metric for metric, t in report["targets"].items() if not t["pass"]]

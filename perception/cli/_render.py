@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._args import output_dir, within
-from perception.errors import ConfigError
+from perception.cli._common import check_drive, make_folder
 
 __all__ = ["register", "run"]
 
@@ -42,13 +42,12 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perception.viz import load_frame_views, render_frame
 
-    if args.drive is not None and not args.drive.is_file():
-        raise ConfigError("drive not found", file=str(args.drive))
+    if args.drive is not None:
+        check_drive(args.drive)
+    views = load_frame_views(args.dir, args.frame, drive=args.drive)
     out = args.out if args.out is not None else args.dir / "frames"
-    for view in load_frame_views(args.dir, args.frame, drive=args.drive):
-        try:
-            rendered = render_frame(view, out, range_m=args.range_m)
-        except OSError as exc:
-            raise ConfigError(f"cannot write the PNGs: {exc.strerror or exc}", file=str(out)) from exc
-        sys.stdout.write("".join(f"{r.path}\n" for r in rendered))
+    make_folder(out, "--out")  # a folder that cannot be made: exit 2, as every command's --out
+    for view in views:
+        # a PNG the file system refuses to take is a run-time failure naming it (exit 1), as elsewhere
+        sys.stdout.write("".join(f"{r.path}\n" for r in render_frame(view, out, range_m=args.range_m)))
     return 0

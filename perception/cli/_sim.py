@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
+from perception.cli._common import make_folder
 
 __all__ = ["register", "run"]
 
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perception.sim import generate_drive
 
+    make_folder(args.output.parent, "--output")  # output_file's promise: its folder made when missing
     show = not args.no_progress and sys.stderr.isatty()
     summary = generate_drive(
         args.output,

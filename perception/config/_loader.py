@@ -99,7 +99,8 @@ def with_overrides(
         wanted = set(sensors)
         unknown = wanted - {s.name for s in cfg.sensors}
         if unknown:
-            raise ConfigError(f"unknown sensor(s): {', '.join(sorted(unknown))}", file=str(cfg.source), key="sensors")
+            has = ", ".join(s.name for s in cfg.sensors) or "none"
+            raise ConfigError(f"unknown sensor(s): {', '.join(sorted(unknown))} (the sensors: {has})", key="--sensors")
         cfg = dataclasses.replace(
             cfg, sensors=tuple(dataclasses.replace(s, enabled=s.name in wanted) for s in cfg.sensors)
         )

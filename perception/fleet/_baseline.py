@@ -4,7 +4,9 @@ A run is a fleet output directory -- one ``<drive-name>/`` per drive holding wha
 --out`` writes (``report.json``, ``detections.jsonl``) -- or a single replay output directory (a
 ``report.json`` at its top; its one drive is named by the stem of the drive file in the report, else by
 the directory). Drives are the subdirectories holding a ``report.json``; names starting with ``.`` are
-ignored (temporary directories of a fleet run in progress). Drives are matched by name.
+ignored (temporary directories of a fleet run in progress). A fleet run's drives are the ones it replayed:
+the drives its ``fleet.json`` lists (the baseline's) or the run gives (the current run's) -- not the other
+drive directories of a reused output directory, left by an earlier run. Drives are matched by name.
 
 Per drive, and in total, the comparison gives:
 
@@ -42,6 +44,7 @@ exact pooled AP would need every detection's score and match, which the outputs 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import Counter
@@ -52,6 +55,7 @@ from typing import Any, Literal
 
 from perception._paths import DETECTIONS_FILE, REPORT_FILE
 from perception.errors import ConfigError
+from perception.fleet._outputs import FLEET_JSON
 from perception.metrics import FrameRecord, LatencyStats, RunReport, percentiles, read_frame_records
 
 __all__ = [
@@ -474,14 +478,15 @@ def _run_dirs(root: Path, role: str, *, strict: bool) -> list[Path] | None:
         subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as e:
         raise _error(f"cannot list the {role} run: {e.strerror or e}", root) from e
-    if strict and not any((p / REPORT_FILE).is_file() for p in subdirs) and not (root / "fleet.json").is_file():
+    if strict and not any((p / REPORT_FILE).is_file() for p in subdirs) and not (root / FLEET_JSON).is_file():
         raise _error(f"not a fleet or replay output: no {REPORT_FILE} in it or in any of its subdirectories", root)
     return subdirs
 
 
-def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
+def _load_run(root: Path, role: str, *, strict: bool, replayed: Collection[str] | None = None) -> dict[str, _Drive]:
     """The drives of a run by name. ``strict`` (the baseline): a directory that holds no drive at all
-    is an error; the current run may have lost every drive (each is then a regression)."""
+    is an error; the current run may have lost every drive (each is then a regression). ``replayed``: the
+    names of the drives the run replayed (other directories are an earlier run's, in a reused output)."""
     subdirs = _run_dirs(root, role, strict=strict)
     if subdirs is None:
         d = _drive(root.name, root)
@@ -489,7 +494,28 @@ def _load_run(root: Path, role: str, *, strict: bool) -> dict[str, _Drive]:
         drive = d.report.drive
         name = Path(drive).stem if drive else root.name
         return {name: _Drive(name, root, d.report, d.frames)}
+    if replayed is not None:
+        ours = set(replayed)
+        subdirs = [p for p in subdirs if p.name in ours]
     return {p.name: _drive(p.name, p) for p in subdirs}
+
+
+def _listed_drives(root: Path) -> list[str] | None:
+    """The drives a fleet run's ``fleet.json`` lists -- the ones that run replayed -- or None without one
+    (a replay output, a fleet output of a run that did not finish)."""
+    path = root / FLEET_JSON
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _error(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path) from exc
+    except ValueError as exc:
+        raise _error(f"not valid JSON: {exc}", path) from exc
+    drives = data.get("drives") if isinstance(data, dict) else None
+    if not isinstance(drives, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str) for d in drives):
+        raise _error("expected a list of drives, each with a name", path, "drives")
+    return [d["name"] for d in drives]
 
 
 # -- comparing -----------------------------------------------------------------------------------------------
@@ -778,16 +804,14 @@ def compare_runs(
 
     ``replayed``: the names of the drives the current run replayed (a fleet run gives them): other
     directories of ``current`` -- an earlier run's, in a reused output directory -- are not this run's.
+    The baseline's drives are the ones its ``fleet.json`` lists, when it has one, for the same reason.
 
     Raises :class:`ConfigError` naming the file for bad input: a run directory that does not exist, a
     baseline that is no fleet/replay output, a report or frame record that cannot be read or is not
     valid JSON of the expected shape."""
     current, baseline = Path(current), Path(baseline)
-    base_run = _load_run(baseline, "baseline", strict=True)
-    cur_run = _load_run(current, "current", strict=False)
-    if replayed is not None:
-        ours = set(replayed)
-        cur_run = {name: d for name, d in cur_run.items() if name in ours}
+    base_run = _load_run(baseline, "baseline", strict=True, replayed=_listed_drives(baseline))
+    cur_run = _load_run(current, "current", strict=False, replayed=replayed)
     names = sorted(set(base_run) | set(cur_run))
     drives = tuple(_compare_drive(n, base_run.get(n), cur_run.get(n), tolerances) for n in names)
     regressions = [r for d in drives for r in d.regressions]

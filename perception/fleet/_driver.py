@@ -46,7 +46,7 @@ from perception._progress import Progress
 from perception.config import load_config
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._baseline import BaselineComparison, Tolerances, check_baseline, compare_runs
-from perception.fleet._outputs import claim_output, clear_staging
+from perception.fleet._outputs import claim_output, clear_staging, earlier_drives
 from perception.fleet._plan import FleetDrive
 from perception.fleet._report import fleet_totals, write_report
 from perception.fleet._summary import DriveSummary, FleetTotals
@@ -113,6 +113,25 @@ def default_workers(nodes: list[tuple[str, float]], *, embedded: bool) -> int:
     return sum(max(1, int(c // CPUS_PER_WORKER_EMBEDDED)) for _, c in nodes)
 
 
+def worker_count(requested: int | None, nodes: list[tuple[str, float]], *, embedded: bool) -> int:
+    """How many workers a fleet runs: ``requested`` (``--workers``) up to the cluster's CPUs (a local
+    cluster's are this machine's), else :func:`default_workers`. More workers than CPUs would only take
+    turns on them, each a process with its own imports and memory (1024 on a laptop: 1024 processes), so
+    a request above it is lowered to it with a warning saying so."""
+    if requested is None:
+        return default_workers(nodes, embedded=embedded)
+    cpus = max(1, int(sum(c for _, c in nodes)))
+    if requested > cpus:
+        log.warning(
+            "--workers %d: the Ray cluster has %d CPU(s); running %d worker(s) (more would only take turns on them)",
+            requested,
+            cpus,
+            cpus,
+        )
+        return cpus
+    return requested
+
+
 def _spread(nodes: list[tuple[str, float]], workers: int) -> list[str]:
     """Node ids for ``workers`` workers, in proportion to each node's CPUs (largest remainder)."""
     total = sum(c for _, c in nodes)
@@ -177,10 +196,11 @@ class _Fleet:
         ]
         if not nodes:
             raise FleetError("the Ray cluster has no alive node with CPUs", address=self.opts.address)
-        count = self.opts.workers or default_workers(nodes, embedded=not self.opts.urls)
+        count = worker_count(self.opts.workers, nodes, embedded=not self.opts.urls)
         placement = _spread(nodes, count)
         urls: dict[str, list[str]] = {}
         node_servers: dict[str, Any] = {}
+        repos: list[str] = []  # those of the nodes' embedded servers (none: servers by URL)
         if self.opts.urls:
             urls = {n: list(self.opts.urls) for n in set(placement)}
         else:
@@ -212,7 +232,7 @@ class _Fleet:
                     max_restarts=self.opts.retries + 1,
                     max_task_retries=0,  # the driver retries a drive, on any worker
                     max_concurrency=4,  # a replay, plus progress and close calls beside it
-                ).remote(urls[node], self.opts.settings, str(self.opts.profile), server, _owner(i))
+                ).remote(urls[node], self.opts.settings, str(self.opts.profile), server, _owner(i), repos)
             )
         # every worker process up (its imports done) before the first drive is sent: a task's time
         # beyond the worker's own replay is then Ray's overhead, not the actor's start
@@ -443,6 +463,16 @@ async def run_fleet(drives: list[FleetDrive], options: FleetOptions, stop: anyio
     if options.baseline is not None:  # compared after the run: refused now if it cannot be
         check_baseline(options.baseline, options.out)
     claim_output(options.out, force=options.force)  # before any cluster: a refused OUT costs nothing
+    earlier = earlier_drives(options.out, [d.name for d in drives])
+    if earlier:
+        shown = ", ".join(earlier[:10]) + (f" and {len(earlier) - 10} more" if len(earlier) > 10 else "")
+        log.info(
+            "%s holds %d drive output(s) of an earlier run not replayed now (%s): kept, and no part of this "
+            "run's fleet.json nor of a comparison with it",
+            options.out,
+            len(earlier),
+            shown,
+        )
     import ray
 
     clear_staging(options.out)

@@ -8,6 +8,10 @@ directory every node shares (NFS...). The staging root (:data:`STAGING`) is the 
 holding :data:`STAGING_MARKER` and removed only when it holds it, so a user's directory of that name, or
 any other dot-directory in ``OUT`` (``.staging``, ``.git``...), is never used nor removed.
 
+A reused ``OUT`` keeps the drive directories of an earlier run that this run does not replay: they are
+left as they are (logged at the start), and are no part of this run -- its ``fleet.json``/``fleet.md``
+list this run's drives only, and a later ``--baseline OUT`` compares the drives ``fleet.json`` lists.
+
 Only what the tool made is written or replaced. ``OUT`` is claimed at the start of a run
 (:func:`claim_output`): a new or empty directory gets the marker :data:`OUT_MARKER`; one holding
 anything else without it (an earlier fleet run's ``fleet.json`` counts) is refused unless ``--force``.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 from perception.errors import FleetError
@@ -29,12 +34,14 @@ from perception.errors import FleetError
 __all__ = [
     "ADMISSION_FILE",
     "DRIVE_MARKER",
+    "FLEET_JSON",
     "OUT_MARKER",
     "STAGING",
     "STAGING_MARKER",
     "SUMMARY_FILE",
     "claim_output",
     "clear_staging",
+    "earlier_drives",
     "publish",
     "staging_dir",
 ]
@@ -51,7 +58,8 @@ DRIVE_MARKER = ".perception-fleet-drive"
 SUMMARY_FILE = "fleet_drive.json"
 #: Each drive's frames as its node's shared admission admitted them (``OUT/<drive>/``; :mod:`._worker`).
 ADMISSION_FILE = "fleet_admission.json"
-_FLEET_REPORT = "fleet.json"
+#: In ``OUT``: the run's report (:mod:`._report`); its ``drives`` are the drives that run replayed.
+FLEET_JSON = "fleet.json"
 
 
 def claim_output(out: Path, *, force: bool = False) -> None:
@@ -59,7 +67,7 @@ def claim_output(out: Path, *, force: bool = False) -> None:
     empty, or already a fleet output (marker or an earlier run's report), unless ``force``."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FleetError("the output is not a directory", file=str(out))
-    if out.is_dir() and not (out / OUT_MARKER).is_file() and not (out / _FLEET_REPORT).is_file():
+    if out.is_dir() and not (out / OUT_MARKER).is_file() and not (out / FLEET_JSON).is_file():
         other = sorted(p.name for p in out.iterdir())
         if other and not force:
             shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
@@ -78,6 +86,13 @@ def claim_output(out: Path, *, force: bool = False) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / OUT_MARKER).write_text("perception fleet output\n", encoding="utf-8")
+
+
+def earlier_drives(out: Path, names: Collection[str]) -> list[str]:
+    """The drive outputs in ``out`` of an earlier run that are not among ``names`` (this run's drives): kept
+    as they are, but no part of this run (its ``fleet.json``, its comparisons)."""
+    ours = set(names)
+    return sorted(p.name for p in out.iterdir() if p.name not in ours and is_drive_output(p))
 
 
 def is_drive_output(path: Path) -> bool:

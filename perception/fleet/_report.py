@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from perception.fleet._baseline import BaselineComparison
+from perception.fleet._outputs import FLEET_JSON
 from perception.fleet._summary import STATUSES, DriveSummary, FleetTotals
 from perception.metrics import RELATIVE_ERROR, LatencySketch
 
 __all__ = ["FLEET_JSON", "FLEET_MD", "fleet_totals", "write_report"]
 
-FLEET_JSON = "fleet.json"
 FLEET_MD = "fleet.md"
 
 #: Worst first: a drive that failed, then damaged, interrupted, over budget, then by p99.

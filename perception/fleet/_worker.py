@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,8 @@ class DriveWorker:
 
     ``server``: its node's :class:`NodeServer` (its embedded Triton), whose admission its replays share
     with the node's other workers; ``owner`` names this worker there. None: external servers, and the
-    worker's own admission."""
+    worker's own admission. ``repositories``: those its node's embedded Triton serves (empty: servers by
+    URL): a model of a drive's session they lack fails the drive at once, not after the start-up timeout."""
 
     def __init__(
         self,
@@ -105,8 +106,10 @@ class DriveWorker:
         default_profile: str,
         server: Any = None,
         owner: str = "",
+        repositories: Sequence[str] = (),
     ) -> None:
         self._urls = tuple(urls)
+        self._repositories = [Path(r) for r in repositories]
         self._settings = settings
         self._profile_path = settings.profile or default_profile
         self._admission = RemoteAdmission(_NodeAdmission(server), owner=owner) if server is not None else None
@@ -125,6 +128,13 @@ class DriveWorker:
         return self._current, self._frames
 
     async def _open(self, cfg: RuntimeConfig) -> Any:
+        if self._repositories:  # the node's embedded server: a model it lacks would never be ready
+            from perception.server import check_models_held
+
+            models: dict[str, str] = {}
+            for sensor in cfg.active_sensors:
+                models.setdefault(sensor.model, sensor.name)
+            check_models_held(self._repositories, models)
         if self._client is None:
             from perception.scheduler import client_options
             from perception.triton import TritonClient

@@ -632,7 +632,7 @@ def _lidar(frame: _Frame, seq: int, out: DriveOutput, move: Transform | None = N
 
 
 def _radar(path: Path, t_ns: int, seq: int, out: DriveOutput) -> PointCloudSample:
-    raw = read_points(path, 7, "View-of-Delft radar")  # x, y, z, RCS, v_r, v_r_compensated, time
+    raw = read_points(path, 7, "View-of-Delft radar", empty_ok=True)  # x, y, z, RCS, v_r, v_r_compensated, time
     current = raw[:, 6] == 0
     out.skip(f"{_RADAR}: points of earlier scans (time != 0, dropped)", int(np.count_nonzero(~current)))
     pts = _finite(raw[current], _RADAR, out)

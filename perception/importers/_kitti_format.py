@@ -266,8 +266,10 @@ def parse_oxts(path: Path) -> F64:
 # --------------------------------------------------------------------------------------------------
 
 
-def read_points(path: Path, columns: int, what: str) -> F32:
-    """``[N, columns]`` float32 points of a ``.bin`` file (size checked)."""
+def read_points(path: Path, columns: int, what: str, *, empty_ok: bool = False) -> F32:
+    """``[N, columns]`` float32 points of a ``.bin`` file (size checked). An empty (0-byte) file is an error
+    unless ``empty_ok``: a lidar sweep always has points, so a 0-byte one is a file cut short (a failed copy
+    or download), as a file of a partial point is; a radar may see nothing."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -275,6 +277,8 @@ def read_points(path: Path, columns: int, what: str) -> F32:
     except OSError as exc:
         raise DriveError(f"cannot read: {exc.strerror or exc}", file=str(path)) from exc
     stride = 4 * columns
+    if not raw and not empty_ok:
+        raise DriveError(f"empty file (0 bytes): a {what} sweep has points (a file cut short?)", file=str(path))
     if len(raw) % stride:
         raise DriveError(
             f"{len(raw)} bytes is not a whole number of {what} points ({columns} x float32 = {stride} bytes each)",

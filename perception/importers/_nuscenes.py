@@ -521,6 +521,8 @@ def _read(path: Path) -> bytes:
 
 def _lidar(d: _Data, seq: int) -> PointCloudSample:
     raw = _read(d.path)
+    if not raw:  # a sweep always has points: a 0-byte file was cut short (as KITTI's read_points says)
+        raise DriveError("empty file (0 bytes): a lidar sweep has points (a file cut short?)", file=str(d.path))
     if len(raw) % 20:
         raise DriveError(f"{len(raw)} bytes is not a whole number of 5 x float32 points", file=str(d.path))
     pts = np.frombuffer(raw, dtype="<f4").reshape(-1, 5)[:, :4]

@@ -19,7 +19,6 @@ names; the ROS frames are recorded in the drive metadata (``ros2.frame.<sensor>`
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections import Counter
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception._imageio import encode_jpeg
+from perception._imageio import encode_jpeg, image_size
 from perception.drives import kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
@@ -118,6 +117,23 @@ class _Plan:
         return round((self.msgcount - 1) / span, 2) if self.msgcount > 1 and span > 0 else 0.0
 
 
+def _cut_short(path: Path) -> Path | None:
+    """The bag's MCAP file that starts as one and does not end as one (cut short), if any."""
+    from mcap.writer import MCAP0_MAGIC
+
+    for file in [path] if path.is_file() else sorted(path.glob("*.mcap")):
+        try:
+            with file.open("rb") as f:
+                head = f.read(len(MCAP0_MAGIC))
+                f.seek(max(f.seek(0, os.SEEK_END) - len(MCAP0_MAGIC), 0))
+                tail = f.read()
+        except OSError:
+            continue
+        if head == MCAP0_MAGIC and tail != MCAP0_MAGIC:
+            return file
+    return None
+
+
 class _Bag:
     """The opened bag: ``AnyReader`` plus errors that name the bag (and topic)."""
 
@@ -139,6 +155,13 @@ class _Bag:
             self.reader = AnyReader([path], default_typestore=get_typestore(Stores.LATEST))
             self.reader.open()
         except Exception as exc:  # rosbags raises its own errors, OSError, yaml/sqlite errors...
+            cut = _cut_short(path)
+            if cut is not None:  # rosbags says only 'File end magic is invalid.'
+                raise DriveError(
+                    f"cannot open ROS 2 bag: its MCAP file is cut short (no end: a recording that did not "
+                    f"finish); `mcap recover` rebuilds its readable part as a new file ({exc})",
+                    file=str(cut),
+                ) from exc
             raise DriveError(f"cannot open ROS 2 bag: {exc}", file=str(path)) from exc
         self.topics: dict[str, Any] = dict(self.reader.topics)
 
@@ -411,13 +434,11 @@ def _compressed(msg: Any) -> tuple[bytes, str]:
 
 
 def _compressed_size(data: bytes) -> tuple[int, int]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            return int(img.size[0]), int(img.size[1])
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the compressed image header: {exc}") from exc
+    """``(width, height)`` from the header (no decoding: cheap enough for every message)."""
+    size = image_size(data)
+    if size is None:
+        raise ValueError("cannot read the compressed image's size from its header (truncated or damaged?)")
+    return size
 
 
 class _Converter:
@@ -429,7 +450,6 @@ class _Converter:
         self.jpeg_quality = jpeg_quality
         self.seq: Counter[str] = Counter()
         self.zero_stamps: Counter[str] = Counter()
-        self.size_checked: set[str] = set()
 
     def convert(self, plan: _Plan, msgtype: str, bag_t: int, msg: Any) -> PointCloudSample | ImageSample:
         spec = plan.spec
@@ -456,9 +476,7 @@ class _Converter:
             data, fmt = encode_jpeg(image_to_rgb(msg), quality=self.jpeg_quality), "jpeg"
         else:
             data, fmt = _compressed(msg)
-            if spec.name not in self.size_checked:
-                self._check_size(plan, _compressed_size(data), cal)
-                self.size_checked.add(spec.name)
+            self._check_size(plan, _compressed_size(data), cal)  # every image, as a raw one's
         return ImageSample(spec.name, t_ns, spec.frame_id, data, fmt, seq)
 
     def _check_size(self, plan: _Plan, size: tuple[int, int], cal: CameraCalibration) -> None:

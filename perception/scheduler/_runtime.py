@@ -254,8 +254,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
 
         server = self.config.server
         if server.embedded:
-            from perception.server import EmbeddedTriton
+            from perception.server import EmbeddedTriton, check_models_held
 
+            # a model its repositories lack is said now, not after the start-up timeout (90 s) ran out
+            models: dict[str, str] = {}
+            for sensor in self.config.active_sensors:
+                models.setdefault(sensor.model, sensor.name)
+            check_models_held(list(server.models), models)
             emb = EmbeddedTriton(
                 list(server.models), startup_timeout_s=server.startup_timeout_s, trace=server.trace and self._trace
             )

@@ -8,7 +8,7 @@ for it and :func:`describe_models` to list its models and tensor contracts.
 
 from __future__ import annotations
 
-from perception.server._embedded import EmbeddedTriton, check_model_repository, free_port
+from perception.server._embedded import EmbeddedTriton, check_model_repository, check_models_held, free_port
 from perception.server._health import ModelStatus, describe_models, wait_for_server
 from perception.server._locate import TritonInstall, locate_triton, prepare_backend_dir
 from perception.server._procs import cleanup_stale_shm, iter_processes, pid_alive
@@ -18,6 +18,7 @@ __all__ = [
     "ModelStatus",
     "TritonInstall",
     "check_model_repository",
+    "check_models_held",
     "cleanup_stale_shm",
     "describe_models",
     "free_port",

@@ -42,7 +42,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -67,7 +67,7 @@ from perception.server._procs import (
 )
 from perception.triton import make_shm_prefix, trace_flags, wait_until_ready
 
-__all__ = ["EmbeddedTriton", "check_model_repository", "free_port", "read_log_tail"]
+__all__ = ["EmbeddedTriton", "check_model_repository", "check_models_held", "free_port", "read_log_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,28 @@ def check_model_repository(path: Path) -> Path:
             file=path,
         )
     return resolved
+
+
+def check_models_held(repositories: Sequence[Path], models: Mapping[str, str]) -> None:
+    """Refuse, before a server is started on ``repositories``, models (model -> the sensor that needs it)
+    that none of them holds: Triton serves each subdirectory as a model, so such a model would never be
+    ready and the start-up would wait out its whole timeout. A :class:`ConfigError` naming the model, its
+    sensor and the repositories, with the models they hold."""
+    held: set[str] = set()
+    for repo in repositories:
+        path = Path(repo).expanduser()
+        if path.is_dir():
+            held.update(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    missing = [(model, sensor) for model, sensor in models.items() if model not in held]
+    if missing:
+        model, sensor = missing[0]
+        more = f" (and {', '.join(repr(m) for m, _ in missing[1:])})" if len(missing) > 1 else ""
+        which = "this model repository" if len(repositories) == 1 else "these model repositories"
+        raise ConfigError(
+            f"model {model!r}{more} of sensor {sensor!r} is not in {which} "
+            f"(models there: {', '.join(sorted(held)) or 'none'})",
+            file=", ".join(str(r) for r in repositories),
+        )
 
 
 #: Log lines that say nothing about why a start failed: CPU-only CUDA notices, table art, table headers.

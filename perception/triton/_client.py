@@ -538,7 +538,8 @@ class TritonClient:
         """Wait until every URL is ready and serves every model in ``models``.
 
         Raises :class:`ConnectError` (server unreachable / not ready) or :class:`ModelNotReadyError`
-        naming the model and URL when ``timeout_s`` passes first. With ``connect_timeout_s``, a URL
+        naming the model and URL when ``timeout_s`` passes first -- at once for a model that is not in the
+        model repository of a server that is ready (it would never be). With ``connect_timeout_s``, a URL
         that has not answered at all (refused, unreachable) for that long fails at once: a server
         that answers may take ``timeout_s`` to load its models, a dead address should not.
         """
@@ -577,15 +578,40 @@ class TritonClient:
                 server_ok = bool(await self._call(ep, "is_server_ready"))
             except TransportError as exc:
                 return exc, False
+            unserved: ModelNotReadyError | None = None
             try:
                 for model in models:
                     if not await self._call(ep, "is_model_ready", model, model=model):
-                        return ModelNotReadyError("model is not ready", model=model, url=ep.url), True
+                        unserved = await self._unserved(ep, model) if server_ok else None
+                        if unserved is None:
+                            return ModelNotReadyError("model is not ready", model=model, url=ep.url), True
+                        break
             except TransportError as exc:
                 return exc, True
+            if unserved is not None:
+                raise unserved  # hopeless: ends the wait (wait_until_ready)
             if not server_ok:
                 return ConnectError("server is not ready", url=ep.url), True
         return None, True
+
+    async def _unserved(self, ep: _Endpoint, model: str) -> ModelNotReadyError | None:
+        """A ready server whose model repository has no ``model`` will not serve it however long one waits
+        (its models are loaded): the error saying so, naming the models it has (None: it has it, or does
+        not show its index -- restricted, as the embedded one's -- and is waited for as before)."""
+        try:  # not _call: a server that restricts its repository index (the embedded one) is not unhealthy
+            index = await self._rpc(
+                ep.client().get_model_repository_index(
+                    headers=self._headers, client_timeout=self._options.control_timeout_s
+                )
+            )
+        except _FOREIGN:
+            log.debug("%s: no repository index (restricted?): waiting for %s", ep.url, model, exc_info=True)
+            return None
+        names = sorted({m.name for m in index.models})
+        if model in names:
+            return None
+        has = ", ".join(names) if names else "none"
+        return ModelNotReadyError(f"not in the server's model repository (it has: {has})", model=model, url=ep.url)
 
     async def model_contract(self, model: str, url: str | None = None) -> ModelContract:
         """The model's tensor contract, from its configuration on the server."""

@@ -21,7 +21,7 @@ from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, REPORT_FILE
 from perception.drives import GT_TOLERANCE_NS, DriveReader
 from perception.drives import _codec as codec
-from perception.errors import ConfigError, DriveError
+from perception.errors import ConfigError, DriveDamagedError, DriveError
 from perception.metrics import FrameRecord, RunReport, read_frame_records
 from perception.types import Detection3D, GroundTruth, Sample, SensorSpec
 from perception.viz._copy import DriveCopy
@@ -127,6 +127,8 @@ def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record
         for name, data in copy.metadata:
             if name == REPLAY_METADATA:
                 names = {k: v["drive_sensor"] for k, v in json.loads(data.get("sensors", "{}")).items()}
+    if any(f not in stats for f in wanted):
+        _refuse_damaged(path, [f for f in wanted if f not in stats], known)
     _missing(wanted, stats, path, known)
     # a camera's 2D detections are stamped with the time of the image the frame used
     cam_topics: dict[str, str] = {}  # topic -> runtime sensor name
@@ -152,6 +154,20 @@ def _records_from_mcap(path: Path, wanted: list[int]) -> tuple[dict[int, _Record
         cam = {s: cams[(s, t)] for s, t in sample_t.items() if (s, t) in cams}
         out[fid] = _Record(fid, rec["t_ns"], rec["status"], sample_t, dets, cam)
     return out, names
+
+
+def _refuse_damaged(path: Path, missing: list[int], known: list[int]) -> None:
+    """Frames not found in ``fused.mcap``: when the file is damaged, that is why -- said as replay and info
+    say it of a drive (:class:`DriveDamagedError` naming the file and offset, exit 3), not 'no frame N'.
+    A file that is no MCAP (or no drive) at all is the :class:`DriveError` they give it (exit 1)."""
+    with DriveReader(path, strict=False, quiet=True) as reader:
+        damage = reader.verify()
+    if damage:
+        err = damage.error(str(path))
+        span = f"frames {known[0]}..{known[-1]}" if known else "no frame"
+        raise DriveDamagedError(
+            f"{err.message}; frame {', '.join(map(str, missing))} not in its readable part ({span})", **err.context
+        )
 
 
 def _decode(cls: Any, data: bytes, fn: Any, path: Path, topic: str) -> Any:
@@ -194,7 +210,8 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
 
     Reads ``fused.mcap`` when present (then ``drive`` is not needed), else ``detections.jsonl`` and
     ``drive`` (default: the drive named in ``report.json``). A missing directory or frame is a
-    :class:`ConfigError`; unreadable files are :class:`DriveError`.
+    :class:`ConfigError`; unreadable files are :class:`DriveError`; a frame missing from a damaged
+    ``fused.mcap`` (truncated, a damaged chunk) is a :class:`DriveDamagedError` naming it.
     """
     out = Path(out_dir)
     _check_dir(out)

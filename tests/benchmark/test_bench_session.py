@@ -55,3 +55,28 @@ def test_every_variant_runs_the_session_assembled_against_the_drive(monkeypatch:
         assert given.source is session.source and given.rig == session.rig and given.config is cfg
         assert "rig" not in kwargs and "source" not in kwargs
         assert kwargs["fusion"] is None
+
+
+def test_a_model_not_in_the_repository_is_refused_before_the_bench_server_starts(tmp_path: Path) -> None:
+    # The bench's embedded server started, then the first variant waited the profile's start-up timeout
+    # (90 s by default) for a model its repository lacks. Now refused first (no server is spawned: this
+    # test is not marked 'triton', so a spawn would fail it).
+    from perception.benchmark._run import bench_server
+    from perception.config import RuntimeConfig, from_data
+    from perception.errors import ConfigError
+
+    repo = tmp_path / "models"
+    (repo / "sleepy_radar").mkdir(parents=True)
+    sensors = [
+        {"name": "lidar_top", "kind": "lidar", "model": "no_such_lidar"},
+        {"name": "radar_front", "kind": "radar", "model": "sleepy_radar"},
+    ]
+    data = {"server": {"url": "embedded", "models": [str(repo)]}, "sensors": sensors}
+    config = from_data(RuntimeConfig, data)
+
+    async def start() -> None:
+        async with bench_server(config):
+            raise AssertionError("the server started")
+
+    with pytest.raises(ConfigError, match=r"model 'no_such_lidar' of sensor 'lidar_top' is not in this model"):
+        anyio.run(start)

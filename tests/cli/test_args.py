@@ -124,3 +124,25 @@ def test_value_types_are_defined_once() -> None:
     # ``_import``'s ``--frames`` wraps the importers' own frame-list parser; every other type is in _args.
     defining = {p.name for p in CLI.glob("_*.py") if "ArgumentTypeError(" in p.read_text()}
     assert defining == {"_args.py", "_import.py"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["info", "{d}"],
+        ["replay", "{d}", "--url", "127.0.0.1:1"],
+        ["eval", "{d}", "--url", "127.0.0.1:1"],
+        ["budget", "{d}", "--budget-ms", "100", "--url", "127.0.0.1:1"],
+        ["render", "{tmp}", "--frame", "0", "--drive", "{d}"],
+    ],
+)
+def test_a_drive_that_is_a_directory_is_a_usage_error(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was 'cannot open drive: Is a directory', exit 1 (render: 'drive not found'), where a drive that is
+    # not there is a usage error (exit 2) in every command.
+    d = tmp_path / "drives"
+    d.mkdir()
+    assert main([a.format(d=d, tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"perception {argv[0]}: error: {d}: is a directory, expected a drive file (.mcap)\n"

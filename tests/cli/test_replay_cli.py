@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from reliability_helpers import REPO_ROOT, profile_data, read_records, write_drive, write_profile
+from reliability_helpers import REPO_ROOT, TEST_MODELS, profile_data, read_records, write_drive, write_profile
 
 from perception.cli import main
 from perception.server import EmbeddedTriton
@@ -169,3 +169,26 @@ def test_compare_modes_names_the_modes_file_among_those_written(
     assert (out / "modes.json").is_file()
     names = ("detections.jsonl", "report.json", "report.md", "modes.json")
     assert wrote == "wrote " + ", ".join(str(out / name) for name in names)
+
+
+def test_a_model_not_in_the_repository_is_said_before_the_server_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The embedded server started, then the runtime waited the profile's whole start-up timeout (90 s by
+    # default) for a model its repository does not hold, to say 'not ready after 90 s: model is not ready'.
+    repo = tmp_path / "models"
+    repo.mkdir()
+    for model in ("sleepy_radar", "sleepy_camera"):
+        (repo / model).symlink_to(TEST_MODELS / model, target_is_directory=True)
+    models = {"lidar_top": "no_such_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
+    server = {"url": "embedded", "models": [str(repo)], "startup_timeout_s": 30}
+    profile = write_profile(tmp_path / "p.yaml", profile_data("embedded", models, server=server))
+    drive = write_drive(tmp_path / "drive.mcap", FRAMES)
+    out = tmp_path / "out"
+    assert _replay(drive, profile, out) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"perception replay: error: {repo}: model 'no_such_lidar' of sensor 'lidar_top' is not in this model "
+        "repository (models there: sleepy_camera, sleepy_radar)\n"
+    )
+    assert not out.exists() or not any(out.iterdir())

@@ -102,8 +102,11 @@ def test_overrides(tmp_path: Path) -> None:
     assert cfg2.server.url == "10.0.0.1:8001"
     assert not cfg2.server.embedded
     assert [s.name for s in cfg2.active_sensors] == ["cam"]
-    with pytest.raises(ConfigError, match="unknown sensor"):
+    with pytest.raises(ConfigError, match="unknown sensor") as exc:
         with_overrides(cfg, sensors=["sonar"])
+    # the option is wrong, not the profile: it named the profile's 'sensors' key, and not what there is
+    assert exc.value.key == "--sensors" and exc.value.file is None
+    assert exc.value.message.startswith("unknown sensor(s): sonar (the sensors: ")
 
 
 def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:

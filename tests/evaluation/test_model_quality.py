@@ -401,6 +401,21 @@ def test_model_quality_output_that_is_a_directory_is_refused_before_anything_run
     assert exc.value.code == 2 and f"argument {option}: {tmp_path} is a directory" in err, err
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
+@pytest.mark.parametrize("option", ["--output", "--keep-drive"])
+def test_model_quality_output_folder_that_cannot_be_made_is_refused_before_anything_runs(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --output's folder was made only after the drive was generated and scored: a folder that cannot be
+    # made (here even by root) lost the run. Now said first, as every command's output folder (exit 2).
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there: nothing may be tried before the refusal
+    target = Path("/proc/perception-no-such-folder/out.json")
+    assert main(["model-quality", "--seed", "1", "--duration", "1", "--url", url, option, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perception model-quality: error: {option}: cannot create directory {target.parent}: ")
+    assert err.count("\n") == 1, err
+
+
 # -- kinds beyond the built-in ones -------------------------------------------------------------------
 
 

@@ -248,6 +248,26 @@ def test_an_earlier_run_s_drive_left_in_a_reused_out_is_not_this_run_s(tmp_path:
     assert cmp.regressions == ("b: missing from the current run",)
 
 
+def test_a_baseline_s_drives_are_the_ones_its_fleet_json_lists(tmp_path: Path) -> None:
+    # The baseline is a reused OUT: 'b' is an earlier run's drive directory, left there; the baseline run
+    # replayed 'a' only (its fleet.json). 'b' was taken from the folder listing as a drive of the baseline,
+    # and its absence now failed the gate ('b: missing from the current run').
+    base = fleet(tmp_path / "base", names=("a", "b"))
+    (base / "fleet.json").write_text(json.dumps({"drives": [{"name": "a", "status": "ok"}]}))
+    cur = fleet(tmp_path / "cur", names=("a",))
+    cmp = compare_runs(cur, base, Tolerances(), replayed=["a"])
+    assert {d.name: d.state for d in cmp.drives} == {"a": "compared"}
+    assert cmp.ok and cmp.regressions == ()
+    # a drive it lists that the current run did not replay is still missing from it
+    (base / "fleet.json").write_text(json.dumps({"drives": [{"name": "a"}, {"name": "b"}]}))
+    assert compare_runs(cur, base, Tolerances(), replayed=["a"]).regressions == ("b: missing from the current run",)
+    for bad in ("{", json.dumps({"drives": [{"nom": "a"}]}), "[]"):
+        (base / "fleet.json").write_text(bad)
+        with pytest.raises(ConfigError) as exc:
+            compare_runs(cur, base, Tolerances(), replayed=["a"])
+        assert exc.value.file == str(base / "fleet.json")
+
+
 def test_every_drive_lost_in_the_current_run(tmp_path: Path) -> None:
     base = fleet(tmp_path / "base", names=("a",))
     (tmp_path / "cur").mkdir()

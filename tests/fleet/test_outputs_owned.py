@@ -20,6 +20,7 @@ from perception.fleet._outputs import (
     SUMMARY_FILE,
     claim_output,
     clear_staging,
+    earlier_drives,
     publish,
     staging_dir,
 )
@@ -68,6 +69,16 @@ def test_publish_replaces_its_own_output_and_an_earlier_runs(tmp_path: Path) -> 
     staging = staging_dir(tmp_path, "b", 1)
     publish(staging, legacy)
     assert (legacy / DRIVE_MARKER).is_file() and not (legacy / SUMMARY_FILE).exists()
+
+
+def test_earlier_drives_are_the_drive_outputs_this_run_does_not_replay(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "a" / DRIVE_MARKER).write_text("")
+    (tmp_path / "b" / DRIVE_MARKER).write_text("")
+    (tmp_path / "c" / SUMMARY_FILE).write_text("{}")  # a run's before the markers
+    (tmp_path / "notes").mkdir()  # the user's: not a drive output
+    assert earlier_drives(tmp_path, ["a"]) == ["b", "c"]
 
 
 def test_claim_output(tmp_path: Path) -> None:

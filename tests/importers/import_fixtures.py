@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,8 +221,10 @@ def write_bag(
     omit_topics: Sequence[str] = (),
     omit_static: Sequence[str] = (),
     topic_map: str = TOPIC_MAP,
+    rear_jpeg: Callable[[int, bytes], bytes] | None = None,
 ) -> Bag:
-    """Write the test bag (MCAP storage) and its topics.yaml under ``tmp``."""
+    """Write the test bag (MCAP storage) and its topics.yaml under ``tmp``. ``rear_jpeg(i, jpeg)``: frame
+    ``i``'s compressed rear image instead of ``jpeg`` (a damaged or resized one)."""
     rng = np.random.default_rng(7)
     out = Bag(tmp / name, tmp / f"{name}_topics.yaml")
     out.topic_map.write_text(topic_map)
@@ -293,6 +295,8 @@ def write_bag(
         add(tc, "/cam_front/image_raw", image_msg(tc, "cam_front_optical", rgb, padding=4))
         out.cam_front.append((tc, rgb))
         jpeg = encode_jpeg(gradient_image(i + 5), quality=80)
+        if rear_jpeg is not None:
+            jpeg = rear_jpeg(i, jpeg)
         comp = T["sensor_msgs/msg/CompressedImage"](
             header=header(tc, "some_other_frame"), format="jpeg", data=np.frombuffer(jpeg, dtype=np.uint8)
         )

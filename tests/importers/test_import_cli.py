@@ -39,6 +39,18 @@ def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.
     assert main([*argv, "--force"]) == 0
 
 
+def test_the_output_s_folder_is_made(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was 'output directory does not exist' (exit 1), where every other command makes its output's folder
+    out = tmp_path / "drives" / "new" / "drive.mcap"
+    argv = ["import", "nuscenes", str(nuscenes.root), "--scene", nuscenes.scene, "-o", str(out)]
+    assert main([*argv, "--channels", "LIDAR_TOP"]) == 0
+    with DriveReader(out) as d:
+        assert list(d.rig) == ["lidar_top"]
+    with pytest.raises(SystemExit) as exc:  # a file in its way: argparse's usage error naming -o
+        main([*argv[:-1], str(tmp_path / "drives" / "new" / "drive.mcap" / "x.mcap")])
+    assert exc.value.code == 2 and "argument -o/--output:" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("channels", [",", "", " , "])
 def test_no_channels_is_a_usage_error(
     nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str], channels: str
@@ -75,12 +87,25 @@ def test_data_error_is_one_line_exit_1(nuscenes: NuScenes, tmp_path: Path, capsy
     assert "unknown scene 'nope'; available: scene-0061, scene-0103" in stderr
 
 
-def test_missing_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("source", "options", "what"),
+    [
+        ("ros2", ["--map", "{map}"], "bag"),
+        ("nuscenes", ["--scene", "scene-0061"], "nuScenes dataroot"),
+        ("kitti", [], "KITTI root"),
+    ],
+)
+def test_a_missing_input_is_a_usage_error(
+    source: str, options: list[str], what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # exit 1 (a data error) where every other command says of a missing drive exit 2 (replay, info, eval...)
     tmap = tmp_path / "topics.yaml"
     tmap.write_text(TOPIC_MAP)
-    assert main(["import", "ros2", str(tmp_path / "nobag"), "--map", str(tmap), "-o", str(tmp_path / "d.mcap")]) == 1
+    argv = [a.format(map=tmap) for a in options]
+    assert main(["import", source, str(tmp_path / "nope"), *argv, "-o", str(tmp_path / "d.mcap")]) == 2
     _, stderr = capsys.readouterr()
-    assert stderr == f"perception import: error: {tmp_path / 'nobag'}: bag not found\n"
+    assert stderr == f"perception import: error: {tmp_path / 'nope'}: {what} not found\n"
+    assert not (tmp_path / "d.mcap").exists()
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -404,6 +404,8 @@ def _broken(tmp_path: Path) -> Path:
     ("target", "content", "message"),
     [
         ("velodyne/000001.bin", b"\0" * 18, r"velodyne/000001.bin: 18 bytes is not a whole number of lidar points"),
+        # a 0-byte sweep was imported as a cloud of no points, neither refused nor counted
+        ("velodyne/000001.bin", b"", r"velodyne/000001.bin: empty file \(0 bytes\): a lidar sweep has points"),
         ("calib/000000.txt", "P0: 1 0 0 0\n", r"calib/000000.txt: line 1: P0 needs 12 values, got 4"),
         ("calib/000000.txt", "P2 7.0 x 1\n", r"calib/000000.txt: line 1: P2: 'x' is not a number"),
         (

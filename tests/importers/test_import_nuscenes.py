@@ -258,6 +258,18 @@ def test_corrupt_sensor_file_names_it(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_an_empty_lidar_file_is_refused_naming_it(tmp_path: Path) -> None:
+    # a 0-byte .pcd.bin (a failed copy) was imported as a sweep of no points, neither refused nor counted
+    ds = write_nuscenes(tmp_path / "ds")
+    lidar = sorted((ds.root / "samples" / "LIDAR_TOP").iterdir())[0]
+    lidar.write_bytes(b"")
+    out = tmp_path / "x.mcap"
+    with pytest.raises(DriveError, match=r"empty file \(0 bytes\): a lidar sweep has points") as exc:
+        import_nuscenes(ds.root, ds.scene, out)
+    assert exc.value.file == str(lidar)
+    assert not out.exists()
+
+
 def test_no_sensor_file_at_all_is_an_error(tmp_path: Path) -> None:
     # A dataroot without the scene's sensor files (tables only, or the wrong directory) imported a drive
     # of ego poses and ground truth and no sample at all, exit 0; so did a channel whose files are all missing.

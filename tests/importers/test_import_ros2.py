@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from import_fixtures import (
     write_bag,
 )
 
+from perception._imageio import encode_jpeg
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveError
 from perception.importers import ImportSummary, import_ros2
@@ -161,6 +163,24 @@ def test_single_mcap_file_input(bag: Bag, tmp_path: Path) -> None:
 # -- errors ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("as_directory", [False, True])
+def test_a_bag_cut_short_is_said_so_naming_its_file(bag: Bag, tmp_path: Path, as_directory: bool) -> None:
+    # A recording that did not finish (no MCAP end): rosbags' 'cannot open ROS 2 bag: File end magic is
+    # invalid.' named the bag, not which file, nor what it means or what to do.
+    (mcap,) = bag.path.glob("*.mcap")
+    data = mcap.read_bytes()
+    d = tmp_path / "cut"
+    d.mkdir()
+    cut = d / mcap.name
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    if as_directory:
+        (d / "metadata.yaml").write_bytes((bag.path / "metadata.yaml").read_bytes())
+    with pytest.raises(DriveError, match=r"cannot open ROS 2 bag: its MCAP file is cut short .*`mcap recover`") as exc:
+        import_ros2(d if as_directory else cut, bag.topic_map, tmp_path / "out.mcap")
+    assert exc.value.file == str(cut)
+    assert not (tmp_path / "out.mcap").exists()
+
+
 @pytest.mark.parametrize("content", [(), ("bag.mcap",)])
 def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, content: tuple[str, ...]) -> None:
     # rosbags' own message named the directory as the missing file: "Expected metadata file 'DIR' does not exist."
@@ -182,6 +202,26 @@ def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
         import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
     assert exc.value.topic == "/cam_front/camera_info"
     assert exc.value.file == str(b.path)
+    assert not list(tmp_path.glob("*out.mcap*"))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda _: encode_jpeg(np.zeros((IMAGE_H * 2, IMAGE_W, 3), np.uint8)), rf"image is {IMAGE_W}x{IMAGE_H * 2} "),
+        (lambda jpeg: jpeg[:6], "cannot read the compressed image's size from its header"),
+    ],
+)
+def test_every_compressed_image_is_checked_naming_its_message(
+    tmp_path: Path, damage: Callable[[bytes], bytes], message: str
+) -> None:
+    # Only a camera's first compressed image was checked against its CameraInfo: a later one of another
+    # size (or cut short) went into the drive, for its intrinsics to project it wrong.
+    b = write_bag(tmp_path, rear_jpeg=lambda i, jpeg: damage(jpeg) if i == 3 else jpeg)
+    with pytest.raises(DriveError, match=f"sensor 'cam_rear': {message}") as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.topic == "/cam_rear/image/compressed"
+    assert exc.value.t_ns is not None and exc.value.file == str(b.path)
     assert not list(tmp_path.glob("*out.mcap*"))
 
 

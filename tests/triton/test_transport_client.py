@@ -235,6 +235,20 @@ async def test_wait_ready_and_readiness(client: TritonClient) -> None:
     assert info.value.model == "no_such_model" and info.value.url == client.urls[0]
 
 
+async def test_a_model_the_server_does_not_have_is_said_at_once(triton: EmbeddedTriton) -> None:
+    # wait_ready polled is_model_ready for the whole start-up timeout (90 s in the default profile) for a
+    # model no repository of a ready server held: it never would be ready. (The embedded server shows its
+    # repository index only to a client with its control header; a plain Triton shows it to any.)
+    options = ClientOptions(urls=(triton.grpc_url,), headers=triton.control_headers)
+    async with TritonClient(options) as client:
+        with anyio.fail_after(20):  # safety net only: the answer does not wait for the timeout below
+            with pytest.raises(ModelNotReadyError) as info:
+                await client.wait_ready(["echo", "no_such_model"], timeout_s=3600)
+    assert info.value.model == "no_such_model" and info.value.url == triton.grpc_url
+    assert info.value.message.startswith("not in the server's model repository (it has: ")
+    assert "echo" in info.value.message
+
+
 async def test_model_statistics_count_inferences(client: TritonClient) -> None:
     with anyio.fail_after(10):
         before = await client.model_statistics("echo")

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from PIL import Image
-from viz_fixtures import ALL_KINDS
+from viz_fixtures import ALL_KINDS, record
 
 from perception.cli import main
 from perception.drives import DriveReader
@@ -197,6 +197,42 @@ def test_render_cli(replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         "frame_000001_cam_front.png",
     ]
     assert all(Path(p).stat().st_size > 10_000 for p in printed)
+
+
+def test_a_png_the_file_system_refuses_is_a_run_time_failure_naming_it(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was a usage error (exit 2) naming only the folder; a file-system error at run time is exit 1
+    # naming the file in every other command.
+    blocked = tmp_path / "frame_000001_bev.png"
+    blocked.mkdir()  # the PNG's name taken by a directory: the write fails (root or not)
+    code = main(["render", str(replay_dir), "--frame", "1", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.startswith(f"perception render: error: {blocked}: ") and err.count("\n") == 1
+    assert "Traceback" not in err and out == ""
+
+
+def test_a_truncated_fused_mcap_is_said_damaged_naming_it(
+    small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A frame lost to the damage was 'no frame N in fused.mcap (no frames)', exit 2: a usage error, as if
+    # the frame id were wrong. Now the damage is said as replay and info say it (exit 3, file and offset).
+    fused = tmp_path / "fused.mcap"
+    record(small_drive, tmp_path, chunk_size=32 * 1024)  # many chunks, as a long replay's
+    data = fused.read_bytes()
+    fused.write_bytes(data[: len(data) // 2])  # the replay killed half-way
+    code = main(["render", str(tmp_path), "--frame", "4", "--out", str(tmp_path / "png")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 3
+    assert err[-1].startswith(f"perception render: error: {fused}: drive damaged: truncated at byte ")
+    assert "; frame 4 not in its readable part (frames 0..1) (offset=" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert main(["render", str(tmp_path), "--frame", "1", "--out", str(tmp_path / "png")]) == 0  # readable: drawn
+    fused.write_bytes(b"\x00 junk, not an MCAP file" * 100)  # no MCAP at all: what replay and info say of it
+    assert main(["render", str(tmp_path), "--frame", "4"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"perception render: error: {fused}: not an MCAP file (bad magic)"
 
 
 @pytest.mark.parametrize(

@@ -89,13 +89,17 @@ def gt_results(reader: DriveReader) -> list[FrameResult]:
     return results
 
 
-def record(drive: Path, out_dir: Path, results: list[FrameResult] | None = None) -> list[FrameResult]:
-    """``out_dir/fused.mcap`` of the hand-made frames (all of them unless ``results`` is given)."""
+def record(
+    drive: Path, out_dir: Path, results: list[FrameResult] | None = None, *, chunk_size: int | None = None
+) -> list[FrameResult]:
+    """``out_dir/fused.mcap`` of the hand-made frames (all of them unless ``results`` is given); ``chunk_size``:
+    the output's (small ones give a file of many chunks, as a long replay writes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with DriveReader(drive) as reader:
         frames = gt_results(reader) if results is None else results
         rig = dict(reader.rig)
-    with VizRecorder(drive, rig, [McapOutput(out_dir / "fused.mcap")]) as rec:
+    output = McapOutput(out_dir / "fused.mcap", **({} if chunk_size is None else {"chunk_size": chunk_size}))
+    with VizRecorder(drive, rig, [output]) as rec:
         for r in frames:
             rec.write(r)
     return frames
