@@ -83,8 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         # before connecting, and this side waited for it a minute, then blamed the publisher (exit 1).
         check_drive(reader)
         # before --record replaces an earlier recording: a typo in a fault option deleted it
-        faults.check_sensors(list(reader.rig), reader.path)
         cfg = session.config
+        faults.check_sensors(list(reader.rig), reader.path, [s.name for s in cfg.active_sensors])
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         rec = recorder(args)

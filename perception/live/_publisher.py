@@ -56,14 +56,25 @@ class Faults:
     clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
     seed: int = 0
 
-    def check_sensors(self, sensors: Sequence[str], drive: Path) -> None:
-        """A :class:`ConfigError` when a fault names a sensor that ``drive`` (with ``sensors``) lacks."""
-        named = {s for s, _, _ in (*self.silence, *self.bursts, *self.clock_jumps)}
-        if named - set(sensors):
-            raise ConfigError(
-                f"no such sensor in drive {drive}: {', '.join(sorted(named - set(sensors)))} "
-                f"(it has: {', '.join(sensors)})"
-            )
+    def check_sensors(self, sensors: Sequence[str], drive: Path, enabled: Sequence[str] | None = None) -> None:
+        """A :class:`ConfigError` naming the option when a fault names a sensor that ``drive`` (with
+        ``sensors``) lacks, or one it has that is not ``enabled`` (``--sensors``): a fault on a sensor that
+        is not used would do nothing but swell the count of samples not used."""
+        for option, faults in (
+            ("--silence", self.silence),
+            ("--burst", self.bursts),
+            ("--clock-jump", self.clock_jumps),
+        ):
+            named = sorted({s for s, _, _ in faults})
+            if unknown := [s for s in named if s not in sensors]:
+                raise ConfigError(
+                    f"no such sensor in drive {drive}: {', '.join(unknown)} (it has: {', '.join(sensors)})", key=option
+                )
+            if enabled is not None and (idle := [s for s in named if s not in enabled]):
+                raise ConfigError(
+                    f"{', '.join(idle)} is not enabled (enabled: {', '.join(enabled)}): a fault on it would do nothing",
+                    key=option,
+                )
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:

@@ -93,6 +93,17 @@ def test_bad_fault_options_are_one_line_errors(
     assert message in err and "Traceback" not in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("option", ["--silence", "--burst", "--clock-jump"])
+def test_a_fault_on_a_sensor_not_enabled_is_a_usage_error(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: the run went ahead, the fault did nothing, and showed only in the summary's count of samples
+    # "not used" (unknown_sensor). Now refused before anything runs, naming the option and the sensor.
+    argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--sensors", "lidar_top,cam_front", option, "radar_rear:2:4"]
+    assert main(argv) == 2
+    _, err = capsys.readouterr()
+    message = f"perception live: error: {option}: radar_rear is not enabled (enabled: lidar_top, cam_front)"
+    assert err.startswith(message) and "Traceback" not in err and err.count("\n") == 1, err
+
+
 def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The publisher met the truncation, died before connecting, and this side waited 60 s for it, then
     # said "the publisher did not connect" (exit 1). Now: the damage, named, before anything runs.
