@@ -107,6 +107,19 @@ def test_bad_ros_arguments_are_a_usage_error(
     assert message in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("ros_args", [["-p"], ["-r", "foo"], ["--bogus"]])
+def test_bad_ros_arguments_are_one_line_of_ours(ros_args: list[str], capfd: pytest.CaptureFixture[str]) -> None:
+    # rcl logged its own "[ERROR] [...] [rcl]: Failed to parse global arguments" (on the process's stderr)
+    # before ours, which names the option and says what is wrong.
+    from rclpy.logging import get_logger_level
+
+    level = get_logger_level("rcl")
+    assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--ros-args", *ros_args]) == 2
+    _, err = capfd.readouterr()  # by file descriptor: what rcl writes
+    assert err.startswith("perception ros: error: --ros-args: ") and err.count("\n") == 1, err
+    assert get_logger_level("rcl") == level  # rcl's warnings of a run that starts are not silenced
+
+
 @pytest.mark.parametrize(
     ("param", "message"),
     [
