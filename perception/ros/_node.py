@@ -258,6 +258,9 @@ class FusionNode(LifecycleNode):
         return str(self.get_parameter(name).value or "")
 
     def _configure(self) -> None:
+        # Each configure checks each camera's first camera_info against the rig it loads (it was once per node:
+        # a reconfigure with another camera or rig went unchecked).
+        self._info_checked.clear()
         if not self._param("profile"):
             raise ConfigError("parameter 'profile' is required: a launch profile (.yaml)", key="profile")
         profile = Path(self._param("profile"))
