@@ -52,7 +52,8 @@ def _rcl_quiet(ros_args: Sequence[str]) -> Iterator[None]:
     """rcl's logger silenced (but for fatal) while rclpy reads the ROS arguments: for ones it cannot parse
     it logged '[ERROR] [rcl]: Failed to parse global arguments' beside the error of ours that says which
     and why. Its level is left as it was after -- unless the ROS arguments set it (``--log-level rcl:=``)."""
-    from rclpy.logging import LoggingSeverity, get_logger_level, set_logger_level
+    from rclpy.impl.logging_severity import LoggingSeverity
+    from rclpy.logging import get_logger_level, set_logger_level
 
     before = get_logger_level("rcl")
     set_logger_level("rcl", LoggingSeverity.FATAL)

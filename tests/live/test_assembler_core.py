@@ -75,7 +75,8 @@ def streams(draw: st.DrawFn) -> tuple[list[SensorConfig], TriggerConfig, list[Sa
 
 def _shape(frames: Sequence[Frame]) -> list[tuple[int, int, dict[str, int | None]]]:
     return [
-        (f.frame_id, f.t_ns, {n: (None if s is None else s.t_ns) for n, s in sorted(f.samples.items())}) for f in frames
+        (f.frame_id, f.t_ns, {n: (None if s is None else s.t_ns) for n, s in sorted(f.samples.items())})
+        for f in frames
     ]
 
 
