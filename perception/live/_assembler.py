@@ -176,7 +176,13 @@ class LiveAssembler(Generic[T]):
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         if trigger.sensor is not None and trigger.sensor not in self._sensors:
-            raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
+            # the trigger left out by --sensors (or the profile): it said "is not configured", of a sensor
+            # the profile and the rig have, naming neither what is enabled nor what to do
+            raise ConfigError(
+                f"trigger sensor {trigger.sensor!r} is not enabled (enabled: {', '.join(self._sensors) or 'none'}): "
+                "enable it (--sensors), or trigger by another sensor (trigger.sensor) or a rate (trigger.rate_hz)",
+                key="trigger.sensor",
+            )
         if trigger.sensor is None and trigger.rate_hz is None:
             raise ConfigError("live assembly needs a trigger sensor or rate_hz", key="trigger")
         self._trigger = trigger.sensor

@@ -104,6 +104,18 @@ def test_a_fault_on_a_sensor_not_enabled_is_a_usage_error(option: str, capsys: p
     assert err.startswith(message) and "Traceback" not in err and err.count("\n") == 1, err
 
 
+def test_sensors_leaving_out_the_trigger_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "trigger.sensor: trigger sensor 'lidar_top' is not configured", of a sensor the drive and the
+    # profile have: --sensors had left it out, which the message named neither, nor what to do.
+    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", "--sensors", "radar_rear,cam_front"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(
+        "perception live: error: trigger.sensor: trigger sensor 'lidar_top' is not enabled "
+        "(enabled: cam_front, radar_rear): enable it (--sensors), or trigger by another sensor"
+    ), err
+    assert err.count("\n") == 1, err
+
+
 def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The publisher met the truncation, died before connecting, and this side waited 60 s for it, then
     # said "the publisher did not connect" (exit 1). Now: the damage, named, before anything runs.
