@@ -77,8 +77,8 @@ class CallbackQueue:
                     first = self._failed_types[kind] == 1
                 if first:
                     log.warning(
-                        "a result callback raised %s (counted; the next %s are counted, logged at close)",
-                        kind,
+                        "a result callback raised %s (counted; more of this type are counted, not logged: "
+                        "their number is logged at close)",
                         kind,
                         exc_info=True,
                     )
