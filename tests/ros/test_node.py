@@ -690,3 +690,30 @@ def test_camera_info_is_checked_again_after_a_reconfigure(
         camera.destroy_node()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path) -> None:
+    # It configured ("configured: 1 sensors ... (trigger lidar_top)") and failed at activate with "trigger
+    # sensor 'lidar_top' is not configured": a lifecycle manager saw a node configured that cannot run.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import ConfigError
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1", "sensors": "radar_rear"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, ConfigError), node.failure
+        assert str(node.failure).startswith(
+            "trigger.sensor: trigger sensor 'lidar_top' is not enabled (enabled: radar_rear)"
+        ), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
