@@ -44,7 +44,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import PipelineConfig
-from perception.errors import InputError
+from perception.errors import InputError, RuntimeClosedError
 from perception.scheduler._admission import Admission, AdmissionControl
 from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorStatus
@@ -70,9 +70,12 @@ CANCELLED_IN_FLIGHT = "shutdown: cancelled while in flight"
 
 def failure_reason(exc: BaseException) -> str:
     """The reason recorded for a frame whose processing raised ``exc`` (its record is ``dropped``): the
-    host's malformed frame (``invalid input``), or a bug (``internal error``, named by its type)."""
+    host's malformed frame (``invalid input``), the runtime closed before the frame could start
+    (``shutdown``), or a bug (``internal error``, named by its type)."""
     if isinstance(exc, InputError):
         return f"invalid input: {exc}"
+    if isinstance(exc, RuntimeClosedError):
+        return f"shutdown: {exc}"
     return f"internal error: {type(exc).__name__}: {exc}"
 
 

@@ -658,3 +658,26 @@ def test_threaded_callback_learns_of_a_failed_frame_and_a_raising_callback_is_co
     assert by_id[1].status is FrameStatus.DROPPED and by_id[1].reason is not None
     assert by_id[1].reason.startswith("invalid input: radar: not a sample: a str"), by_id[1].reason
     assert rt.callbacks_failed == 3
+
+
+def test_threaded_frames_cut_by_close_reach_the_callback_as_shutdown(triton: EmbeddedTriton) -> None:
+    # Closed while one frame hangs in flight and three wait for its slot: the one in flight is cancelled
+    # after the drain timeout, the waiting ones find the runtime closed. Each reaches the callback as a
+    # shutdown record (the waiting ones read "internal error: RuntimeClosedError", as if a bug).
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 60_000, "fusion_reserve_ms": 10},
+        pipeline={"max_in_flight": 1, "admission": "fixed", "overload": "queue", "circuit": {"failure_threshold": 100}},
+        server=_hung_start(triton.grpc_url),
+    )
+    got: list[FrameResult] = []
+    rt = ThreadedRuntime(cfg)
+    with rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"]), got.append) for i in range(4)]
+        rt.close(timeout_s=0.5)
+    assert all(f.done() for f in futures)
+    assert sorted(r.frame_id for r in got) == [0, 1, 2, 3]
+    assert all(r.status is FrameStatus.DROPPED and (r.reason or "").startswith("shutdown: ") for r in got), [
+        (r.frame_id, r.reason) for r in got
+    ]
