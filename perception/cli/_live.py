@@ -83,8 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         # before connecting, and this side waited for it a minute, then blamed the publisher (exit 1).
         check_drive(reader)
         # before --record replaces an earlier recording: a typo in a fault option deleted it
-        faults.check_sensors(list(reader.rig), reader.path)
         cfg = session.config
+        faults.check_sensors(list(reader.rig), reader.path, [s.name for s in cfg.active_sensors])
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         rec = recorder(args)
@@ -116,7 +116,24 @@ def _run(args: argparse.Namespace) -> int:
             for r in sorted(outcome.records, key=lambda r: r.latency.start_ns):
                 trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
-    return 0 if summary["publisher_exit_code"] == 0 else 1
+    return _publisher_verdict(summary)
+
+
+def _publisher_verdict(summary: dict[str, Any]) -> int:
+    """0 when the publisher played the whole drive; else 1, with a line of this host's own (after the
+    summary) for each sensor whose publisher died and why, or for how the publisher process ended."""
+    code, died = summary["publisher_exit_code"], summary["publisher_died"]
+    for sensor, why in sorted(died.items()):
+        sys.stderr.write(f"perception live: error: the publisher of {sensor} died mid-run: {why}\n")
+    if code == 0 and not died:
+        return 0
+    if not (died and code == 1):  # the publisher process itself ended early (killed, or failed)
+        how = f"was killed by {signal.Signals(-code).name}" if -code in _SIGNALS else f"exited with code {code}"
+        sys.stderr.write(f"perception live: error: the publisher {how}; the summary covers what it sent\n")
+    return 1
+
+
+_SIGNALS = {s.value for s in signal.Signals}
 
 
 def _prepare_outputs(args: argparse.Namespace) -> None:
@@ -145,4 +162,7 @@ def _render(s: dict[str, Any]) -> str:
         f"samples {intake['samples']} used; not used: {drops or 'none'}",
         f"time base {s['time_base']}: offsets {json.dumps({k: round(v, 3) for k, v in s['offsets_ms'].items()})} ms",
     ]
+    if s.get("publisher_died"):
+        died = s["publisher_died"]
+        lines.append(f"publisher died mid-run for {len(died)} sensor(s): {', '.join(sorted(died))}")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ back by callback, future or async iterator."""
 
 from __future__ import annotations
 
+from perception.live._assembler import check_trigger
 from perception.live._publisher import Faults, drive_items, parse_faults, play_schedule
 from perception.live._runtime import LiveRuntime
 from perception.live._session import live_session
@@ -11,6 +12,7 @@ from perception.live._session import live_session
 __all__ = [
     "Faults",
     "LiveRuntime",
+    "check_trigger",
     "drive_items",
     "live_session",
     "parse_faults",

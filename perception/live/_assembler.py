@@ -57,7 +57,7 @@ from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
 
-__all__ = ["LiveAssembler", "LiveStats", "TimeBase"]
+__all__ = ["LiveAssembler", "LiveStats", "TimeBase", "check_trigger"]
 
 T = TypeVar("T")
 
@@ -158,6 +158,19 @@ class _Pending(Generic[T]):
     token: T | None = None  # what the caller attached to the trigger sample
 
 
+def check_trigger(enabled: Sequence[str], trigger: TriggerConfig) -> None:
+    """A :class:`ConfigError` unless live frames can be triggered: by an enabled sensor, or at a rate. (A
+    trigger left out by --sensors said "is not configured", of a sensor the profile and the rig have.)"""
+    if trigger.sensor is not None and trigger.sensor not in enabled:
+        raise ConfigError(
+            f"trigger sensor {trigger.sensor!r} is not enabled (enabled: {', '.join(enabled) or 'none'}): "
+            "enable it (--sensors), or trigger by another sensor (trigger.sensor) or a rate (trigger.rate_hz)",
+            key="trigger.sensor",
+        )
+    if trigger.sensor is None and trigger.rate_hz is None:
+        raise ConfigError("live assembly needs a trigger sensor or rate_hz", key="trigger")
+
+
 class LiveAssembler(Generic[T]):
     """Assemble frames from live samples; :meth:`add` them, take :meth:`due` frames at host time ``now``.
 
@@ -175,10 +188,7 @@ class LiveAssembler(Generic[T]):
         rig: Mapping[str, SensorSpec] | None = None,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
-        if trigger.sensor is not None and trigger.sensor not in self._sensors:
-            raise ConfigError(f"trigger sensor {trigger.sensor!r} is not configured", key="trigger.sensor")
-        if trigger.sensor is None and trigger.rate_hz is None:
-            raise ConfigError("live assembly needs a trigger sensor or rate_hz", key="trigger")
+        check_trigger(list(self._sensors), trigger)
         self._trigger = trigger.sensor
         self._live = live
         self._time = TimeBase(live)

@@ -6,9 +6,11 @@ inject the faults a real host sees. The subscriber side (:func:`receive`) turns 
 samples for :meth:`perception.live.LiveRuntime.push`.
 
 Wire format, one message after another on a ``SOCK_STREAM`` Unix socket: a 4-byte big-endian header
-length, a JSON header (``type`` sample|ego|end, ``sensor``, ``kind``, ``t_ns``, ``frame_id``,
+length, a JSON header (``type`` sample|ego|error|end, ``sensor``, ``kind``, ``t_ns``, ``frame_id``,
 ``seq``, and for point clouds ``fields``/``shape``, for images ``format``), then ``size`` payload
 bytes (float32 points, or the encoded image). No pickle: the socket may be shared with other code.
+An ``error`` message (``sensor``, ``error``) says that sensor's publishing thread died: its samples stop
+there, the other sensors play on.
 """
 
 from __future__ import annotations
@@ -54,14 +56,25 @@ class Faults:
     clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
     seed: int = 0
 
-    def check_sensors(self, sensors: Sequence[str], drive: Path) -> None:
-        """A :class:`ConfigError` when a fault names a sensor that ``drive`` (with ``sensors``) lacks."""
-        named = {s for s, _, _ in (*self.silence, *self.bursts, *self.clock_jumps)}
-        if named - set(sensors):
-            raise ConfigError(
-                f"no such sensor in drive {drive}: {', '.join(sorted(named - set(sensors)))} "
-                f"(it has: {', '.join(sensors)})"
-            )
+    def check_sensors(self, sensors: Sequence[str], drive: Path, enabled: Sequence[str] | None = None) -> None:
+        """A :class:`ConfigError` naming the option when a fault names a sensor that ``drive`` (with
+        ``sensors``) lacks, or one it has that is not ``enabled`` (``--sensors``): a fault on a sensor that
+        is not used would do nothing but swell the count of samples not used."""
+        for option, faults in (
+            ("--silence", self.silence),
+            ("--burst", self.bursts),
+            ("--clock-jump", self.clock_jumps),
+        ):
+            named = sorted({s for s, _, _ in faults})
+            if unknown := [s for s in named if s not in sensors]:
+                raise ConfigError(
+                    f"no such sensor in drive {drive}: {', '.join(unknown)} (it has: {', '.join(sensors)})", key=option
+                )
+            if enabled is not None and (idle := [s for s in named if s not in enabled]):
+                raise ConfigError(
+                    f"{', '.join(idle)} is not enabled (enabled: {', '.join(enabled)}): a fault on it would do nothing",
+                    key=option,
+                )
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:
@@ -182,16 +195,21 @@ def _read_cloud(stream: BinaryIO, header: dict[str, Any], size: int) -> npt.NDAr
     return points
 
 
-def receive(sock: socket.socket) -> Iterator[Sample | EgoPose]:
+#: ``on_error(sensor, why)``: a sensor's publishing thread died (an ``error`` message).
+OnError = Callable[[str, str], None]
+
+
+def receive(sock: socket.socket, on_error: OnError) -> Iterator[Sample | EgoPose]:
     """Samples and ego poses from a publisher's socket until it ends; a malformed message is a
-    :class:`DriveError` naming what was wrong."""
+    :class:`DriveError` naming what was wrong. ``on_error`` hears of a sensor whose publishing thread
+    died (the stream goes on with the other sensors)."""
     # Buffered (io.DEFAULT_BUFFER_SIZE): a message's length, header and small payload come in one system
     # call, not in three blocking reads, each a wake-up of the thread.
     with sock.makefile("rb") as stream:
-        yield from _messages(stream)
+        yield from _messages(stream, on_error)
 
 
-def _messages(stream: BinaryIO) -> Iterator[Sample | EgoPose]:
+def _messages(stream: BinaryIO, on_error: OnError) -> Iterator[Sample | EgoPose]:
     while True:
         raw = _read_exact(stream, _LEN.size)
         if raw is None:
@@ -215,6 +233,9 @@ def _messages(stream: BinaryIO) -> Iterator[Sample | EgoPose]:
         kind = header.get("type")
         if kind == "end":
             return
+        if kind == "error":
+            on_error(str(header.get("sensor")), str(header.get("error")))
+            continue
         if kind == "ego":
             yield EgoPose(
                 t_ns=int(header["t_ns"]),
@@ -247,11 +268,14 @@ def play_schedule(
     stamp_base_ns: int,
     rate: float = 1.0,
     stop: threading.Event | None = None,
+    on_error: Callable[[str, Exception], None] | None = None,
 ) -> None:
     """Play each sensor's items (time-ordered; the key ``ego`` for ego poses) on its own thread at their
     recorded timing from ``start_ns`` on the host's monotonic clock, with ``faults`` injected: ``emit``
     gets each item stamped ``stamp_base_ns`` + its offset into the play (+ a clock jump). Returns when
-    every item was emitted, or soon after ``stop`` is set. ``emit`` may be called from several threads."""
+    every item was emitted, or soon after ``stop`` is set. ``emit`` may be called from several threads.
+    A sensor's thread that raises ends (its sensor falls silent, the others play on): ``on_error(sensor,
+    exc)`` is called on it, or without one the error is logged naming the sensor."""
     # The play starts at the first sensor sample (ego poses may start earlier: they are held till then).
     firsts = [items[0].t_ns for name, items in by_sensor.items() if items and name != "ego"]
     if not firsts:
@@ -260,6 +284,15 @@ def play_schedule(
     stop = stop or threading.Event()
 
     def play(sensor: str, items: Sequence[Sample | EgoPose]) -> None:
+        try:
+            play_sensor(sensor, items)
+        except Exception as exc:  # this sensor's publisher dies; the other sensors play on
+            if on_error is None:
+                log.error("the publisher of %s died: %s: %s", sensor, type(exc).__name__, exc)
+            else:
+                on_error(sensor, exc)
+
+    def play_sensor(sensor: str, items: Sequence[Sample | EgoPose]) -> None:
         rng = random.Random(f"{faults.seed}:{sensor}")
         held: list[Sample | EgoPose] = []
         for item in items:
@@ -325,7 +358,8 @@ def publish(
 ) -> None:
     """Play ``drive`` into ``socket_path`` (the subscriber listens there); returns at the end, or soon after
     ``stop`` is set (the play cut short: no end message). A :class:`PerceptionError` when the subscriber
-    closes the connection first."""
+    closes the connection first, or when a sensor's publishing thread died (the others played on; the
+    subscriber was sent an ``error`` message naming it when it did)."""
     rig, by_sensor = drive_items(drive)
     kinds = {name: spec.kind for name, spec in rig.items()}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -334,6 +368,13 @@ def publish(
     t0 = time.monotonic_ns() + round(start_delay_s * 1e9)
     stop = stop or threading.Event()
     gone: list[OSError] = []  # the subscriber closed the connection (each sensor thread's send failed)
+    died: dict[str, str] = {}  # sensors whose publishing thread raised, and why
+
+    def sensor_died(sensor: str, exc: Exception) -> None:
+        why = f"{type(exc).__name__}: {exc}"
+        died[sensor] = why
+        head = json.dumps({"type": "error", "sensor": sensor, "error": why, "size": 0}).encode()
+        send(_LEN.pack(len(head)) + head)  # the host hears of it now, not at the end
 
     def send(msg: bytes) -> None:
         with lock:
@@ -354,6 +395,7 @@ def publish(
             stamp_base_ns=t0,
             rate=rate,
             stop=stop,
+            on_error=sensor_died,
         )
         if not stop.is_set():
             head = json.dumps({"type": "end", "size": 0}).encode()
@@ -362,3 +404,7 @@ def publish(
         sock.close()
     if gone:
         raise PerceptionError(f"{drive}: the subscriber closed the connection ({gone[0].strerror})")
+    if died:
+        raise PerceptionError(
+            "; ".join(f"the publisher of {sensor} died: {why}" for sensor, why in sorted(died.items()))
+        )

@@ -81,6 +81,7 @@ def live_session(
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
     faults.check_sensors(list(rig), drive)
     records: list[FrameResult] = []
+    died: dict[str, str] = {}  # sensors whose publishing thread died mid-run, and why
     push_cpu = 0
     with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
         path = Path(tmp) / "samples.sock"
@@ -100,7 +101,7 @@ def live_session(
                 t0 = time.monotonic()
                 with conn:
                     try:
-                        for item in receive(conn):
+                        for item in receive(conn, died.__setitem__):
                             c0 = time.thread_time_ns()
                             if isinstance(item, EgoPose):
                                 live.push_ego(item)
@@ -129,6 +130,8 @@ def live_session(
         expected_frames=round(duration_s * rate) if rate else None,
         wall_s=round(wall_s, 2),
         publisher_exit_code=code,
+        # sensors whose publisher died mid-run (their samples stop there; the publisher exits 1)
+        publisher_died=died,
         time_base=config.live.time_base,
         faults=dataclasses.asdict(faults),
     )

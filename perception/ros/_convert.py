@@ -5,8 +5,9 @@ Message classes are passed in by the node (rclpy is imported only inside :mod:`p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -90,9 +91,32 @@ def sample_to_cloud(cloud_cls: Any, field_cls: Any, sample: PointCloudSample, he
 
 def compressed_to_sample(msg: Any, sensor: str, t_ns: int, seq: int = 0) -> ImageSample:
     """A ``sensor_msgs/CompressedImage`` (``format`` as image_transport writes it, e.g. ``jpeg`` or
-    ``rgb8; png compressed bgr8``)."""
-    fmt = "png" if "png" in str(msg.format).lower() else "jpeg"
+    ``rgb8; png compressed bgr8``; an empty one: the data's own signature). Another format (``tiff``,
+    ``webp``, a depth image's ``16UC1; compressedDepth png``) is an :class:`InputError` naming it and the
+    sensor: it was taken as a JPEG and failed later, in the server's decode, counted as the camera's fault."""
+    fmt = compressed_format(str(msg.format), bytes(msg.data[:8]))
+    if fmt is None:
+        raise InputError(f"unsupported CompressedImage format {str(msg.format)!r:.60} (jpeg or png)", sensor=sensor)
     return ImageSample(sensor, t_ns, msg.header.frame_id, bytes(msg.data), fmt, seq)
+
+
+_JPEG_SIGNATURE = b"\xff\xd8"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def compressed_format(format_field: str, head: bytes) -> Literal["jpeg", "png"] | None:
+    """``jpeg`` or ``png`` for a CompressedImage's ``format`` (its first bytes ``head`` when it is empty),
+    None for anything else."""
+    words = set(re.split(r"[\s;]+", format_field.strip().lower())) - {""}
+    if not words:
+        return "jpeg" if head.startswith(_JPEG_SIGNATURE) else "png" if head.startswith(_PNG_SIGNATURE) else None
+    if "compresseddepth" in words:  # a depth image (16-bit or float), not a camera's colour image
+        return None
+    if "png" in words:
+        return "png"
+    if words & {"jpeg", "jpg"}:
+        return "jpeg"
+    return None
 
 
 def sample_to_compressed(image_cls: Any, sample: ImageSample, header: Any) -> Any:

@@ -46,7 +46,7 @@ from visualization_msgs import msg as viz_msgs
 from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
-from perception.live import LiveRuntime
+from perception.live import LiveRuntime, check_trigger
 from perception.ros._convert import (
     calibration_mismatch,
     cloud_to_sample,
@@ -258,6 +258,9 @@ class FusionNode(LifecycleNode):
         return str(self.get_parameter(name).value or "")
 
     def _configure(self) -> None:
+        # Each configure checks each camera's first camera_info against the rig it loads (it was once per node:
+        # a reconfigure with another camera or rig went unchecked).
+        self._info_checked.clear()
         if not self._param("profile"):
             raise ConfigError("parameter 'profile' is required: a launch profile (.yaml)", key="profile")
         profile = Path(self._param("profile"))
@@ -277,6 +280,7 @@ class FusionNode(LifecycleNode):
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         topics = sensor_topics(rig, cfg.ros, file=str(profile))
         active = {s.name for s in cfg.active_sensors}
+        check_trigger([s.name for s in cfg.active_sensors], cfg.trigger)  # at configure, not only at activate
         self.topics = {}
         for name, t in topics.items():
             if name not in active:

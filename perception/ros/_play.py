@@ -23,7 +23,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, PointCloud2, PointField
 from std_msgs.msg import Header
 
 from perception.config import RosConfig
-from perception.errors import ConfigError
+from perception.errors import ConfigError, PerceptionError
 from perception.live import Faults, drive_items, play_schedule
 from perception.ros._convert import (
     calibration_to_info,
@@ -109,9 +109,27 @@ class Player:
         clock = self._node.get_clock()
         start = time.monotonic_ns() + round(start_delay_s * 1e9)
         stamp_base = clock.now().nanoseconds + round(start_delay_s * 1e9)
+        died: dict[str, str] = {}  # sensors whose publishing thread raised (the others played on)
+
+        def sensor_died(sensor: str, exc: Exception) -> None:
+            died[sensor] = f"{type(exc).__name__}: {exc}"
+
         play_schedule(
-            self._items, self._faults, self._emit, start_ns=start, stamp_base_ns=stamp_base, rate=rate, stop=stop
+            self._items,
+            self._faults,
+            self._emit,
+            start_ns=start,
+            stamp_base_ns=stamp_base,
+            rate=rate,
+            stop=stop,
+            on_error=sensor_died,
         )
+        if died:  # the play went on without them: not a whole play (it ended in a log line and exit 0)
+            published = ", ".join(f"{k} {v}" for k, v in sorted(self.published.items()))
+            raise PerceptionError(
+                "; ".join(f"the publisher of {sensor} died mid-play: {why}" for sensor, why in sorted(died.items()))
+                + f" (published: {published or 'nothing'})"
+            )
         return dict(self.published)
 
     def _emit(self, sensor: str, item: Sample | EgoPose) -> None:

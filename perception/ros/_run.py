@@ -48,6 +48,23 @@ def _signals_to(stop: threading.Event) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _rcl_quiet(ros_args: Sequence[str]) -> Iterator[None]:
+    """rcl's logger silenced (but for fatal) while rclpy reads the ROS arguments: for ones it cannot parse
+    it logged '[ERROR] [rcl]: Failed to parse global arguments' beside the error of ours that says which
+    and why. Its level is left as it was after -- unless the ROS arguments set it (``--log-level rcl:=``)."""
+    from rclpy.impl.logging_severity import LoggingSeverity
+    from rclpy.logging import get_logger_level, set_logger_level
+
+    before = get_logger_level("rcl")
+    set_logger_level("rcl", LoggingSeverity.FATAL)
+    try:
+        yield
+    finally:
+        if not any(a.startswith("rcl:=") for a in ros_args):
+            set_logger_level("rcl", before)
+
+
+@contextlib.contextmanager
 def _rclpy_context(ros_args: Sequence[str]) -> Iterator[Any]:
     require_rclpy()
     import rclpy
@@ -58,7 +75,8 @@ def _rclpy_context(ros_args: Sequence[str]) -> Iterator[Any]:
     # "-p name:=value" set no parameter, silently, and a malformed argument went unnoticed.
     args = ["perception", "--ros-args", *ros_args] if ros_args else ["perception"]
     try:
-        rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
+        with _rcl_quiet(ros_args):
+            rclpy.init(args=args, context=context, signal_handler_options=SignalHandlerOptions.NO)
     except RuntimeError as exc:  # rclpy's RCLError, UnknownROSArgsError: a mistake in the ROS arguments
         detail = str(exc).split(", at ")[0]  # rcl appends where in its sources it failed
         if type(exc).__name__ == "UnknownROSArgsError":

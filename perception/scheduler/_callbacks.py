@@ -5,13 +5,16 @@ thread: a slow callback cannot stall the scheduler. It cannot grow memory either
 calls wait; beyond that the oldest waiting one is dropped and counted (:attr:`CallbackQueue.dropped`)
 -- a vehicle host wants the newest results. Closing runs what is queued within a time bound, then
 abandons the thread (a daemon) with a warning instead of waiting for a callback that never returns.
+A callback that raises is counted (:attr:`CallbackQueue.failed`), its first failure of each exception
+type logged with its traceback, and closing logs the count of each type: a callback that raises on
+every result is one traceback and one count, not a traceback per result.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +37,10 @@ class CallbackQueue:
         self._state = Lifetime.OPENED  # the thread runs from construction on
         #: Calls dropped because ``maxsize`` were already waiting (the oldest waiting goes).
         self.dropped = 0
-        #: Calls that raised (logged; the thread goes on).
+        #: Calls that raised (the thread goes on), and how many of each exception type.
         self.failed = 0
+        self._failed_types: Counter[str] = Counter()
+        self._failed_logged: Counter[str] = Counter()  # the counts logged at close
         #: A callback is closing the host that owns this queue (:meth:`host_closing`).
         self._closed_by_callback = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -64,9 +69,19 @@ class CallbackQueue:
                 fn, args = self._calls.popleft()
             try:
                 fn(*args)
-            except Exception:
-                self.failed += 1
-                log.exception("result callback raised")
+            except Exception as exc:
+                kind = type(exc).__name__
+                with self._cond:
+                    self.failed += 1
+                    self._failed_types[kind] += 1
+                    first = self._failed_types[kind] == 1
+                if first:
+                    log.warning(
+                        "a result callback raised %s (counted; more of this type are counted, not logged: "
+                        "their number is logged at close)",
+                        kind,
+                        exc_info=True,
+                    )
 
     def host_closing(self) -> None:
         """A host's close calls this first, on its own thread: when that is the callback thread (a
@@ -88,6 +103,7 @@ class CallbackQueue:
             self._cond.notify()
         if self._closed_by_callback or threading.current_thread() is self._thread:
             self._state = Lifetime.CLOSED
+            self._log_failures()  # so far: the calls after this one are not waited for
             return False
         try:
             self._thread.join(max(0.0, timeout_s))
@@ -103,6 +119,16 @@ class CallbackQueue:
             return True
         finally:
             self._state = Lifetime.CLOSED
+            self._log_failures()
+
+    def _log_failures(self) -> None:
+        """At close: how many calls raised, of each type, since the last count logged (once each)."""
+        with self._cond:
+            counts = self._failed_types - self._failed_logged
+            self._failed_logged += counts
+        if counts:
+            kinds = ", ".join(f"{kind} x{n}" for kind, n in counts.most_common())
+            log.warning("result callbacks raised %d times (%s)", sum(counts.values()), kinds)
 
     @property
     def state(self) -> Lifetime:

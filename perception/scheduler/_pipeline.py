@@ -44,12 +44,12 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from perception.config import PipelineConfig
-from perception.errors import InputError
+from perception.errors import InputError, RuntimeClosedError
 from perception.scheduler._admission import Admission, AdmissionControl
 from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
 from perception.types import Frame, FrameResult, SensorStatus
 
-__all__ = ["OrderedPipeline", "admission_adapts", "ended_late"]
+__all__ = ["CANCELLED_IN_FLIGHT", "OrderedPipeline", "admission_adapts", "ended_late", "failure_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,21 @@ RECORD_BACKLOG = 256
 Process = Callable[[Frame], Awaitable[FrameResult]]
 Drop = Callable[[Frame, str], FrameResult]
 Shed = Callable[[Frame, str], Awaitable[FrameResult]]
+
+
+#: The reason recorded for a frame cancelled in flight (a runtime closing past its drain timeout).
+CANCELLED_IN_FLIGHT = "shutdown: cancelled while in flight"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason recorded for a frame whose processing raised ``exc`` (its record is ``dropped``): the
+    host's malformed frame (``invalid input``), the runtime closed before the frame could start
+    (``shutdown``), or a bug (``internal error``, named by its type)."""
+    if isinstance(exc, InputError):
+        return f"invalid input: {exc}"
+    if isinstance(exc, RuntimeClosedError):
+        return f"shutdown: {exc}"
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def ended_late(result: FrameResult) -> bool:
@@ -338,18 +353,18 @@ class OrderedPipeline:
                 self.admission.release(None)
             with anyio.CancelScope(shield=True):
                 async with self._cond:
-                    self._finish(seq, self._dropped(frame, "shutdown: cancelled while in flight"))
+                    self._finish(seq, self._dropped(frame, CANCELLED_IN_FLIGHT))
             raise
         except InputError as exc:  # the host's frame is malformed: recorded as such, no traceback
             if not released:
                 self.admission.release(None)
             log.warning("frame %d dropped: %s", frame.frame_id, exc)
-            result = self._dropped(frame, f"invalid input: {exc}")
+            result = self._dropped(frame, failure_reason(exc))
         except Exception as exc:  # a bug must not lose the frame: record it and keep running
             if not released:
                 self.admission.release(None)
             log.exception("frame %d: processing failed", frame.frame_id)
-            result = self._dropped(frame, f"internal error: {type(exc).__name__}: {exc}")
+            result = self._dropped(frame, failure_reason(exc))
         async with self._cond:
             self._finish(seq, result)
             if not self._intake.cancel_called:

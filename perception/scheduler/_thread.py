@@ -1,19 +1,23 @@
 """A thread-backed facade for hosts that are not async (future and callback styles).
 
-The runtime runs on its own event-loop thread (an anyio blocking portal). ``submit(frame)`` returns
-a :class:`concurrent.futures.Future`; ``submit(frame, callback)`` also calls ``callback(result)`` —
-callbacks run on a separate callback thread, never on the I/O thread, in completion order, so a slow
-callback cannot stall the scheduler; at most :data:`CALLBACK_QUEUE` wait, beyond that the oldest
-waiting is dropped and counted (:attr:`ThreadedRuntime.callbacks_dropped`). Frames submitted
-concurrently are processed concurrently up to the admission's limit -- the same
+The runtime runs on its own event-loop thread (an anyio blocking portal). ``submit(frame)`` returns a
+:class:`concurrent.futures.Future`; ``submit(frame, callback)`` also calls ``callback(result)`` — for every
+frame: one whose future raised (a frame holding what is not a sample, a bug, a close that cancelled it) is
+passed as the record a stream of :meth:`Runtime.run` makes of it, status ``dropped`` with the reason
+(``invalid input: ...``, ``internal error: ...``, ``shutdown: ...``). Callbacks run on a separate callback
+thread, never on the I/O thread, in completion order, so a slow callback cannot stall the scheduler; at most
+:data:`CALLBACK_QUEUE` wait, beyond that the oldest waiting is dropped and counted
+(:attr:`ThreadedRuntime.callbacks_dropped`); a callback that raises is counted
+(:attr:`ThreadedRuntime.callbacks_failed`) and logged once per exception type. Frames submitted concurrently
+are processed concurrently up to the admission's limit -- the same
 :class:`~perception.scheduler._admission.Admission` a stream of :meth:`Runtime.run` has: adaptive up to
 ``pipeline.max_in_flight`` (``pipeline.admission``), so frames do not queue in the servers inside their
 deadlines; beyond it they wait. A host submits frames as its sensors deliver them, without waiting: when
 they come faster than the servers finish them, the overload policy of every real-time path decides
-(:mod:`perception.scheduler._shedding`): the waiting frames run while they can finish within their
-budgets, the oldest are shed when they cannot all (their futures answered with a ``dropped`` result,
-reason ``overload``, and the tracker's prediction at their time). With ``pipeline.overload: queue`` or
-``overflow: block`` they wait first come, first served instead, and none is dropped.
+(:mod:`perception.scheduler._shedding`): the waiting frames run while they can finish within their budgets,
+the oldest are shed when they cannot all (their futures answered with a ``dropped`` result, reason
+``overload``, and the tracker's prediction at their time). With ``pipeline.overload: queue`` or ``overflow:
+block`` they wait first come, first served instead, and none is dropped.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from perception.errors import RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._lifetime import Lifetime, ThreadHost
-from perception.scheduler._pipeline import admission_adapts, ended_late
+from perception.scheduler._pipeline import CANCELLED_IN_FLIGHT, admission_adapts, ended_late, failure_reason
 from perception.scheduler._runtime import Runtime
 from perception.scheduler._session import FusionStage
 from perception.scheduler._shedding import OverloadPolicy, sheds
@@ -134,7 +138,7 @@ class ThreadedRuntime:
         if callback is not None:
             callbacks = self._callbacks
             assert callbacks is not None
-            future.add_done_callback(lambda f: callbacks.submit(self._run_callback, callback, f))
+            future.add_done_callback(lambda f: callbacks.submit(self._run_callback, callback, frame, f))
         return future
 
     async def _process(self, frame: Frame) -> FrameResult:
@@ -197,17 +201,28 @@ class ThreadedRuntime:
             waiting[verdict.start].event.set()
             self._waiting.extend(waiting[verdict.start + 1 :])  # the fresher ones wait for their slots
 
-    @staticmethod
-    def _run_callback(callback: Callback, future: concurrent.futures.Future[FrameResult]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            log.warning("frame future failed: %r", future.exception() if not future.cancelled() else "cancelled")
+    def _run_callback(self, callback: Callback, frame: Frame, future: concurrent.futures.Future[FrameResult]) -> None:
+        """On the callback thread: ``callback`` gets the frame's result, or the record of its failure
+        (module docs) -- the host learns of every frame it submitted."""
+        if future.cancelled():
+            reason = CANCELLED_IN_FLIGHT
+        elif (exc := future.exception()) is not None:
+            reason = failure_reason(exc)
+        else:
+            callback(future.result())
             return
-        callback(future.result())
+        log.warning("frame %d dropped: %s", frame.frame_id, reason)
+        callback(self._runtime.dropped(frame, reason))
 
     @property
     def callbacks_dropped(self) -> int:
         """Callbacks dropped because the callback thread fell :data:`CALLBACK_QUEUE` behind."""
         return self._callbacks.dropped if self._callbacks is not None else 0
+
+    @property
+    def callbacks_failed(self) -> int:
+        """Callback calls that raised (each counted; logged once per exception type)."""
+        return self._callbacks.failed if self._callbacks is not None else 0
 
     def close(self, timeout_s: float | None = None) -> None:
         """Drain submitted frames (bounded by ``timeout_s``, default the pipeline's drain timeout),

@@ -19,13 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
 
 
-def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
-    triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    # The latency-bound test models (they wait instead of computing): this tests the live path, not the
-    # reference models' speed on a shared host. Margins a loaded host cannot break: samples may be 2 s in
-    # transit, the lidar is taken for silent 1 s after a sweep is due (the 2 s silence still is), and a
-    # frame's budget is seconds (exact slots and timers: tests/live/test_assembler.py, on its own clock).
+def _sleepy_profile(tmp_path: Path) -> Path:
+    """A profile of the latency-bound test models, with margins a loaded host cannot break."""
     profile = tmp_path / "live.yaml"
     profile.write_text(
         "sensor_defaults:\n"
@@ -36,6 +31,17 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         "budget: {total_ms: 5000, fusion_reserve_ms: 15}\n"
         "pipeline: {queue_size: 100}\n"
     )
+    return profile
+
+
+def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
+    triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The latency-bound test models (they wait instead of computing): this tests the live path, not the
+    # reference models' speed on a shared host. Margins a loaded host cannot break: samples may be 2 s in
+    # transit, the lidar is taken for silent 1 s after a sweep is due (the 2 s silence still is), and a
+    # frame's budget is seconds (exact slots and timers: tests/live/test_assembler.py, on its own clock).
+    profile = _sleepy_profile(tmp_path)
     argv = ["live", str(DRIVE), "--config", str(profile), "--url", triton.grpc_url, "--out", str(tmp_path / "out")]
     argv += ["--silence", "lidar_top:2:4", "--clock-jump", "radar_rear:6:3", "--jitter-ms", "2"]
     argv += ["--trace-out", str(tmp_path / "out" / "trace.json")]
@@ -85,6 +91,29 @@ def test_bad_fault_options_are_one_line_errors(
     assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", option, value]) == 2
     _, err = capsys.readouterr()
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", ["--silence", "--burst", "--clock-jump"])
+def test_a_fault_on_a_sensor_not_enabled_is_a_usage_error(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: the run went ahead, the fault did nothing, and showed only in the summary's count of samples
+    # "not used" (unknown_sensor). Now refused before anything runs, naming the option and the sensor.
+    argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--sensors", "lidar_top,cam_front", option, "radar_rear:2:4"]
+    assert main(argv) == 2
+    _, err = capsys.readouterr()
+    message = f"perception live: error: {option}: radar_rear is not enabled (enabled: lidar_top, cam_front)"
+    assert err.startswith(message) and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_sensors_leaving_out_the_trigger_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "trigger.sensor: trigger sensor 'lidar_top' is not configured", of a sensor the drive and the
+    # profile have: --sensors had left it out, which the message named neither, nor what to do.
+    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", "--sensors", "radar_rear,cam_front"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(
+        "perception live: error: trigger.sensor: trigger sensor 'lidar_top' is not enabled "
+        "(enabled: cam_front, radar_rear): enable it (--sensors), or trigger by another sensor"
+    ), err
+    assert err.count("\n") == 1, err
 
 
 def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,3 +223,56 @@ def test_the_report_counts_every_sample_not_used() -> None:
     summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
     summary |= {"time_base": "monotonic", "offsets_ms": {}}
     assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)
+
+
+#: Run by the publisher process at start-up (sitecustomize): its radar_rear thread raises on its 21st sample.
+_DYING_RADAR = """
+import perception.live._publisher as publisher
+
+_encode, _sent = publisher._encode, []
+
+
+def _dying(sample, kind):
+    if getattr(sample, "sensor", None) == "radar_rear":
+        _sent.append(1)
+        if len(_sent) > 20:
+            raise ValueError("the radar driver's buffer is corrupt")
+    return _encode(sample, kind)
+
+
+publisher._encode = _dying
+"""
+
+
+def test_a_sensor_publisher_dying_mid_run_is_named_by_the_host(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the publisher's radar_rear thread died with a thread traceback on its stderr, the other sensors
+    # played on, and the host printed its summary with nothing saying a sensor's publisher had died (exit 0
+    # or 1 without a line of its own). Now the publisher tells the host at once (an error message on the
+    # socket), the host names the sensor and why after its summary, the summary counts it, exit 1.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_DYING_RADAR)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    argv = ["live", str(DRIVE), "--config", str(_sleepy_profile(tmp_path)), "--url", triton.grpc_url]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 1
+    out, err = capfd.readouterr()  # by file descriptor: the publisher process's stderr too
+    why = "ValueError: the radar driver's buffer is corrupt"
+    assert f"perception live: error: the publisher of radar_rear died mid-run: {why}" in err, err
+    assert f"perception live publisher: error: the publisher of radar_rear died: {why}" in err, err
+    assert "Traceback" not in err, err
+    assert "publisher died mid-run for 1 sensor(s): radar_rear" in out, out
+    summary = json.loads((tmp_path / "out" / "live.json").read_text())
+    assert summary["publisher_died"] == {"radar_rear": why}
+    assert summary["publisher_exit_code"] == 1
+    assert 90 <= summary["frames"] <= 106, summary  # the other sensors played on
+
+
+def test_a_publisher_killed_mid_run_is_named_by_the_host(capsys: pytest.CaptureFixture[str]) -> None:
+    from perception.cli._live import _publisher_verdict
+
+    assert _publisher_verdict({"publisher_exit_code": 0, "publisher_died": {}}) == 0
+    assert _publisher_verdict({"publisher_exit_code": -signal.SIGKILL, "publisher_died": {}}) == 1
+    _, err = capsys.readouterr()
+    assert err == "perception live: error: the publisher was killed by SIGKILL; the summary covers what it sent\n"

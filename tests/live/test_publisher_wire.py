@@ -16,8 +16,10 @@ from perception.live._publisher import _LEN, _encode, receive
 from perception.types import EgoPose, ImageSample, PointCloudSample, Sample, Transform
 
 
-def _received(data: bytes) -> list[Sample | EgoPose]:
-    """What ``receive`` yields for ``data`` written to the other end of a socket (then closed)."""
+def _received(data: bytes, died: dict[str, str] | None = None) -> list[Sample | EgoPose]:
+    """What ``receive`` yields for ``data`` written to the other end of a socket (then closed); ``died``
+    gets the sensors whose publisher died (error messages)."""
+    died = {} if died is None else died
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
     def write() -> None:
@@ -28,7 +30,7 @@ def _received(data: bytes) -> list[Sample | EgoPose]:
     writer.start()
     try:
         with ours:
-            return list(receive(ours))
+            return list(receive(ours, died.__setitem__))
     finally:
         writer.join()
 
@@ -62,6 +64,14 @@ def test_samples_and_poses_come_back_as_they_were_sent() -> None:
             assert back == sent
     unended = _received(data[: -len(_end())])  # the stream closed without its end message: the same items
     assert [(type(x), x.t_ns) for x in unended] == [(type(x), x.t_ns) for x in items]
+
+
+def test_an_error_message_names_the_sensor_whose_publisher_died_and_the_stream_goes_on() -> None:
+    head = json.dumps({"type": "error", "sensor": "radar_rear", "error": "ValueError: corrupt", "size": 0}).encode()
+    pose = EgoPose(4, Transform.identity())
+    died: dict[str, str] = {}
+    got = _received(_LEN.pack(len(head)) + head + _encode(pose, "ego") + _end(), died)
+    assert got == [pose] and died == {"radar_rear": "ValueError: corrupt"}
 
 
 @pytest.mark.parametrize(

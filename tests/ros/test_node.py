@@ -633,3 +633,87 @@ def test_messages_dropped_for_their_stamps_are_counted_in_diagnostics(triton: Em
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_camera_info_is_checked_again_after_a_reconfigure(
+    triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The first camera_info of each camera was compared with the rig once per node lifetime: after
+    # deactivate, cleanup, configure, activate (another camera mounted, a recalibration) a camera_info that
+    # disagreed with the rig said nothing. Over loopback: a publisher of the camera's camera_info.
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+    from std_msgs.msg import Header
+
+    from perception.ros._convert import calibration_to_info
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top,cam_front"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    camera = rclpy.create_node("camera_driver", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    ok = TransitionCallbackReturn.SUCCESS
+    seen = ""
+
+    def warned(info: CameraInfo, expected: str) -> None:
+        """Publish ``info`` until the node has logged ``expected`` (bounded: a safety net)."""
+        nonlocal seen
+        pub = camera.create_publisher(CameraInfo, node.topics["cam_front"].camera_info or "", qos_profile_sensor_data)
+        deadline = time.monotonic() + 30
+        while expected not in seen:
+            assert time.monotonic() < deadline, seen
+            pub.publish(info)
+            executor.spin_once(timeout_sec=0.05)
+            seen += capfd.readouterr().err
+        camera.destroy_publisher(pub)
+
+    try:
+        for width, message in ((100, "camera_info is 100x"), (120, "camera_info is 120x")):
+            assert node.trigger_configure() == ok and node.trigger_activate() == ok
+            rig_cal = node.rig["cam_front"].calibration
+            assert rig_cal is not None
+            info = calibration_to_info(CameraInfo, rig_cal, Header(frame_id="cam_front"))
+            info.width = width
+            warned(info, f"sensor cam_front: {message}")
+            assert node.trigger_deactivate() == ok and node.trigger_cleanup() == ok
+    finally:
+        node.release()
+        executor.shutdown()
+        camera.destroy_node()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path) -> None:
+    # It configured ("configured: 1 sensors ... (trigger lidar_top)") and failed at activate with "trigger
+    # sensor 'lidar_top' is not configured": a lifecycle manager saw a node configured that cannot run.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import ConfigError
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1", "sensors": "radar_rear"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, ConfigError), node.failure
+        assert str(node.failure).startswith(
+            "trigger.sensor: trigger sensor 'lidar_top' is not enabled (enabled: radar_rear)"
+        ), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()

@@ -123,6 +123,31 @@ def taken_or_counted(inputs: Inputs, msg: Any, sensor: str) -> None:
         assert sample_problem(sample, kind_def(inputs.node.rig[sensor].kind)) is None
 
 
+@pytest.mark.parametrize("fmt", ["tiff", "webp", "16UC1; compressedDepth png", "bgr8; tiff compressed bgr8", "theora"])
+def test_a_compressed_image_of_another_format_is_refused_naming_it(
+    inputs: Inputs, fmt: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Before: any format but png was labelled jpeg and passed on (a depth image's "compressedDepth png" as
+    # png): it failed later, in the server's decode, counted against the camera as its model's failure.
+    # Now refused where it arrives, counted as the camera's input error, the format and topic named.
+    topic, _ = inputs.on(CompressedImage, "cam_front")
+    header = Header(stamp=Time(sec=1_700_000_000), frame_id="cam_front")
+    inputs.node._diag._sensors["cam_front"].logged.clear()  # logged now, not held back by an earlier error
+    capfd.readouterr()
+    items, counted = deliver(inputs, CompressedImage(header=header, format=fmt, data=JPEG), "cam_front")
+    assert (items, counted) == ([], 1)
+    (status,) = [s for s in inputs.node._diag.statuses(None) if s.name == "perception_fusion: sensor cam_front"]
+    assert status.values["last_error"] == f"cam_front: unsupported CompressedImage format {fmt!r} (jpeg or png)"
+    _, err = capfd.readouterr()  # rclpy's logger writes to the process's stderr
+    assert f"cam_front: unsupported CompressedImage format {fmt!r} (jpeg or png) [CompressedImage on {topic}]" in err
+
+
+def test_a_compressed_image_without_a_format_is_known_by_its_signature(inputs: Inputs) -> None:
+    header = Header(stamp=Time(sec=1_700_000_000), frame_id="cam_front")
+    items, counted = deliver(inputs, CompressedImage(header=header, format="", data=JPEG), "cam_front")
+    assert counted == 0 and [s.format for s in items] == ["jpeg"]
+
+
 # -- strategies: real messages, in the ranges their wire types have -----------------------------------------
 u32 = st.integers(0, UINT32)
 sizes = st.one_of(st.integers(0, 48), st.sampled_from([65_500, 65_501, 2**31, UINT32]), u32)

@@ -107,6 +107,19 @@ def test_bad_ros_arguments_are_a_usage_error(
     assert message in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("ros_args", [["-p"], ["-r", "foo"], ["--bogus"]])
+def test_bad_ros_arguments_are_one_line_of_ours(ros_args: list[str], capfd: pytest.CaptureFixture[str]) -> None:
+    # rcl logged its own "[ERROR] [...] [rcl]: Failed to parse global arguments" (on the process's stderr)
+    # before ours, which names the option and says what is wrong.
+    from rclpy.logging import get_logger_level
+
+    level = get_logger_level("rcl")
+    assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--ros-args", *ros_args]) == 2
+    _, err = capfd.readouterr()  # by file descriptor: what rcl writes
+    assert err.startswith("perception ros: error: --ros-args: ") and err.count("\n") == 1, err
+    assert get_logger_level("rcl") == level  # rcl's warnings of a run that starts are not silenced
+
+
 @pytest.mark.parametrize(
     ("param", "message"),
     [
@@ -138,3 +151,30 @@ def test_a_node_parameter_set_with_ros_args_is_used(
         watchdog.join()
     _, err = capfd.readouterr()
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_a_sensor_publisher_dying_mid_play_is_an_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the radar_rear thread died with a thread traceback, the other sensors played on, and the
+    # command printed its counts and exited 0 as if the play were whole.
+    import perception.ros._play as play
+
+    to_cloud, sent = play.sample_to_cloud, []
+
+    def dying(cloud_cls: object, field_cls: object, sample: object, header: object) -> object:
+        if getattr(sample, "sensor", None) == "radar_rear":
+            sent.append(1)
+            if len(sent) > 3:
+                raise ValueError("the radar driver's buffer is corrupt")
+        return to_cloud(cloud_cls, field_cls, sample, header)
+
+    monkeypatch.setattr(play, "sample_to_cloud", dying)
+    assert main(["ros", "play", str(DRIVE), "--to", "1"]) == 1
+    out, err = capfd.readouterr()
+    assert out == "" and "Traceback" not in err, err
+    assert err.startswith(
+        "perception ros: error: the publisher of radar_rear died mid-play: ValueError: the radar driver's buffer "
+        "is corrupt (published: cam_back "
+    ), err
+    assert err.endswith(", radar_rear 3)\n") and err.count("\n") == 1, err

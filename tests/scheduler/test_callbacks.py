@@ -4,7 +4,10 @@ returns at once; a closed queue takes no more calls."""
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import pytest
 
 from perception._lifetime import Lifetime
 from perception.scheduler import CallbackQueue
@@ -57,3 +60,22 @@ def test_a_callback_that_closes_the_queue_is_not_waited_for() -> None:
     q._thread.join(30.0)  # the safety net: the thread runs what was queued, then ends
     assert ran == [-1, 1] and q.failed == 0 and q.dropped == 0
     assert q.state is Lifetime.CLOSED and not q.alive
+
+
+def test_a_raising_callback_is_counted_and_logged_once_per_type(caplog: pytest.LogCaptureFixture) -> None:
+    # Before: a traceback logged for every call that raised (a callback failing on every result at
+    # 10 Hz is a traceback flood). Now the first of each type is logged, and close logs the counts.
+    def bad(kind: type[Exception]) -> None:
+        raise kind("the host's bug")
+
+    q = CallbackQueue(64, name="test-cb-raise")
+    with caplog.at_level(logging.WARNING, logger="perception.scheduler._callbacks"):
+        for i in range(23):
+            q.submit(bad, ValueError if i < 20 else KeyError)
+        assert q.close(30.0)
+    assert q.failed == 23
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert [r.exc_info[0] for r in tracebacks if r.exc_info] == [ValueError, KeyError]
+    assert [r.getMessage() for r in caplog.records if not r.exc_info] == [
+        "result callbacks raised 23 times (ValueError x20, KeyError x3)"
+    ]

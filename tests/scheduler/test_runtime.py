@@ -641,3 +641,57 @@ async def test_a_frame_with_what_is_not_a_sample_is_refused_naming_the_sensor(tr
     assert results[1].status is FrameStatus.DROPPED and results[1].reason is not None
     assert results[1].reason.startswith("invalid input: radar: not a sample: a str"), results[1].reason
     assert results[0].status is results[2].status is FrameStatus.OK
+
+
+def test_threaded_callback_learns_of_a_failed_frame_and_a_raising_callback_is_counted(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: a frame whose future raised never reached the callback (only a log line), so a host that
+    # registered a callback never learned the frame failed. Now the callback gets the record a stream
+    # makes of it (dropped, with the reason); the future still raises.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"overload": "queue"})
+    frames = [frame(i, ["lidar", "radar"]) for i in range(3)]
+    frames[1] = Frame(frame_id=1, t_ns=frames[1].t_ns, samples={**frames[1].samples, "radar": "junk"})  # type: ignore[dict-item]
+    got: list[FrameResult] = []
+    done = threading.Event()
+
+    def callback(result: FrameResult) -> None:
+        got.append(result)
+        if len(got) == 3:
+            done.set()
+        raise RuntimeError("the host's callback fails too")
+
+    with ThreadedRuntime(cfg) as rt:
+        futures = [rt.submit(f, callback) for f in frames]
+        with pytest.raises(InputError, match=r"^radar: not a sample"):
+            futures[1].result(timeout=30)
+        assert futures[0].result(timeout=30).status is futures[2].result(timeout=30).status is FrameStatus.OK
+        assert done.wait(30)  # safety net
+    by_id = {r.frame_id: r for r in got}
+    assert sorted(by_id) == [0, 1, 2]
+    assert by_id[1].status is FrameStatus.DROPPED and by_id[1].reason is not None
+    assert by_id[1].reason.startswith("invalid input: radar: not a sample: a str"), by_id[1].reason
+    assert rt.callbacks_failed == 3
+
+
+def test_threaded_frames_cut_by_close_reach_the_callback_as_shutdown(triton: EmbeddedTriton) -> None:
+    # Closed while one frame hangs in flight and three wait for its slot: the one in flight is cancelled
+    # after the drain timeout, the waiting ones find the runtime closed. Each reaches the callback as a
+    # shutdown record (the waiting ones read "internal error: RuntimeClosedError", as if a bug).
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 60_000, "fusion_reserve_ms": 10},
+        pipeline={"max_in_flight": 1, "admission": "fixed", "overload": "queue", "circuit": {"failure_threshold": 100}},
+        server=_hung_start(triton.grpc_url),
+    )
+    got: list[FrameResult] = []
+    rt = ThreadedRuntime(cfg)
+    with rt:
+        futures = [rt.submit(frame(i, ["lidar", "radar"]), got.append) for i in range(4)]
+        rt.close(timeout_s=0.5)
+    assert all(f.done() for f in futures)
+    assert sorted(r.frame_id for r in got) == [0, 1, 2, 3]
+    assert all(r.status is FrameStatus.DROPPED and (r.reason or "").startswith("shutdown: ") for r in got), [
+        (r.frame_id, r.reason) for r in got
+    ]
