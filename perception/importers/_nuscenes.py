@@ -165,8 +165,11 @@ class _Tables:
             raise DriveError("nuScenes dataroot not found (or not a directory)", file=str(root))
         if not self.dir.is_dir():
             versions = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("v1.0"))
+            hint = ""
+            if (root / "scene.json").is_file():  # the table directory given for the dataroot
+                hint = f"; {root} holds the tables itself: DATAROOT is the directory above it, {root.parent}"
             raise DriveError(
-                f"no table directory for version {version!r} (found: {', '.join(versions) or 'none'})",
+                f"no table directory for version {version!r} (found: {', '.join(versions) or 'none'}){hint}",
                 file=str(self.dir),
             )
         self.rows: dict[str, list[dict[str, Any]]] = {}

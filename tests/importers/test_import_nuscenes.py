@@ -174,6 +174,16 @@ def test_unknown_version_lists_the_available_ones(nuscenes: NuScenes, tmp_path: 
         import_nuscenes(nuscenes.root, nuscenes.scene, tmp_path / "x.mcap", version="v1.0-trainval")
 
 
+def test_the_table_directory_given_as_dataroot_says_which_is_the_dataroot(nuscenes: NuScenes, tmp_path: Path) -> None:
+    """``perception import nuscenes DATAROOT/v1.0-mini`` (a user pointing at the folder of JSON tables) was
+    'DATAROOT/v1.0-mini/v1.0-mini: no table directory ... (found: none)': now it names the dataroot."""
+    tables = nuscenes.root / nuscenes.version
+    with pytest.raises(DriveError, match="no table directory") as exc:
+        import_nuscenes(tables, nuscenes.scene, tmp_path / "x.mcap", version=nuscenes.version)
+    assert f"DATAROOT is the directory above it, {nuscenes.root}" in str(exc.value)
+    assert not (tmp_path / "x.mcap").exists()
+
+
 def test_missing_table_names_the_file(tmp_path: Path) -> None:
     ds = write_nuscenes(tmp_path / "ds")
     (ds.root / ds.version / "instance.json").unlink()
