@@ -46,6 +46,20 @@ def test_rig_from_calibrated_sensor(nuscenes: NuScenes, nuscenes_drive: tuple[Pa
     assert meta["source"] == "nuscenes"
 
 
+def test_the_rig_s_rates_are_those_of_the_files_present(tmp_path: Path) -> None:
+    """A dataroot without ``sweeps/`` (keyframes only, as many excerpts ship) gives a lidar at the keyframes'
+    2 Hz. The rate came from every sample_data record, sweeps whose files are missing included: 20 Hz on the
+    real scene-0916, and ``perception live`` on that drive opened a timer frame every 50 ms for a lidar that
+    came every 500 ms (401 frames "expected", 6 ok)."""
+    ds = write_nuscenes(tmp_path / "ds")
+    shutil.rmtree(ds.root / "sweeps")
+    summary = import_nuscenes(ds.root, ds.scene, tmp_path / "k.mcap", version=ds.version)
+    with DriveReader(tmp_path / "k.mcap") as d:
+        assert d.rig["lidar_top"].rate_hz == pytest.approx(2.0)  # keyframes 0.5 s apart
+        assert d.rig["cam_front"].rate_hz == pytest.approx(2.0)
+    assert any(n.startswith("rates of the files present") and "lidar_top 2 (4)" in n for n in summary.notes)
+
+
 def test_lidar_keyframes_and_sweeps(nuscenes: NuScenes, nuscenes_drive: tuple[Path, ImportSummary]) -> None:
     path, summary = nuscenes_drive
     with DriveReader(path) as d:
