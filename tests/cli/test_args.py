@@ -171,3 +171,17 @@ def test_every_option_has_help_and_says_its_default() -> None:
         return found
 
     assert [p for command in COMMANDS for p in problems(build_parser([command]), "perception")] == []
+
+
+def test_a_rosbag2_directory_given_as_the_drive_says_to_import_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'is a directory, expected a drive file (.mcap)' was true, but a bag not imported yet deserves its command.
+    d = tmp_path / "bag"
+    d.mkdir()
+    (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["info", str(d)]) == 2
+    assert capsys.readouterr().err == (
+        f"perception info: error: {d}: is a ROS 2 bag (rosbag2 directory), not a drive: import it first: "
+        f"perception import ros2 {d} --map topics.yaml -o drive.mcap\n"
+    )
