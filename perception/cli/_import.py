@@ -24,6 +24,7 @@ from typing import Any
 from perception._progress import Progress
 from perception.cli._args import int_within, output_file
 from perception.cli._common import make_folder
+from perception.drives import GROUND_TRUTH_TOPIC
 from perception.errors import ConfigError
 from perception.importers import (
     OBJECT_FRAME_GAP_NS,
@@ -171,4 +172,5 @@ def _print(summary: ImportSummary, output: Path) -> None:
     drive = shlex.quote(str(output))
     out_dir = shlex.quote(f"{output.with_suffix('')}-replay")
     sys.stdout.write(f"\nreplay it with:  perception replay {drive} --out {out_dir}\n")
-    sys.stdout.write(f"score it with:   perception eval {drive}\n")
+    if summary.messages.get(GROUND_TRUTH_TOPIC):  # eval refuses a drive without ground truth
+        sys.stdout.write(f"score it with:   perception eval {drive}\n")

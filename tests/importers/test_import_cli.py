@@ -22,6 +22,10 @@ def test_import_ros2_cli(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Traceback" not in stderr
     with DriveReader(out) as d:
         assert len(d.rig) == 5
+        assert not d.has_ground_truth
+    # A bag has no ground truth: the replay is suggested, not `perception eval`, which would refuse it.
+    assert f"replay it with:  perception replay {out} --out {tmp_path / 'drive-replay'}\n" in stdout
+    assert "score it with" not in stdout
 
 
 def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
