@@ -109,6 +109,18 @@ def test_readme_embedding_example_gives_the_replays_detections(tmp_path: Path) -
     assert not differ, f"frames {differ[:10]} differ; frame {differ[0]}: {readme[differ[0]]} vs {replayed[differ[0]]}"
 
 
+def test_readme_lists_every_command() -> None:
+    """The "What you get" block lists every subcommand of ``perception --help`` (``fleet`` was missing)."""
+    from perception.cli._main import COMMANDS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## What you get") :]
+    match = re.search(r"```text\n(.*?)```", section, re.S)
+    assert match is not None, "README: no command list under 'What you get'"
+    listed = re.findall(r"^perception ([a-z0-9-]+)", match.group(1), re.M)
+    assert sorted(listed) == sorted(COMMANDS)
+
+
 def test_readme_api_example_runs_as_written() -> None:
     """The "Embedding the runtime (API)" block: a profile loaded and changed, a bad path's one-line error."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -48,7 +48,10 @@ def register(sub: Any) -> None:
         "--percentile", type=percentile, default=99.0, help="percentile checked against budgets (default 99)"
     )
     p.add_argument(
-        "--rate", type=rate, default="max", help="replay rate: multiplier of recorded speed, 'max' or 'lockstep'"
+        "--rate",
+        type=rate,
+        default="max",
+        help="replay rate: multiplier of recorded speed, 'max' or 'lockstep' (default: max)",
     )
     p.add_argument(
         "--in-flight",
@@ -60,7 +63,7 @@ def register(sub: Any) -> None:
         "and client/network overhead, an external server's statistics give per-run means only)",
     )
     p.add_argument("--out", type=output_dir, default=Path("out/budget"), help="output directory (default: out/budget)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_trace_out(p)
     p.set_defaults(func=run)
 

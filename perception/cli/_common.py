@@ -99,6 +99,12 @@ def check_drive(path: Path) -> None:
     if not path.exists():
         raise ConfigError("drive not found", file=str(path))
     if path.is_dir():
+        if (path / "metadata.yaml").is_file():  # a rosbag2 directory
+            raise ConfigError(
+                "is a ROS 2 bag (rosbag2 directory), not a drive: import it first: "
+                f"perception import ros2 {path} --map topics.yaml -o drive.mcap",
+                file=str(path),
+            )
         raise ConfigError("is a directory, expected a drive file (.mcap)", file=str(path))
 
 

@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object keyed by mode")
     p.add_argument("--out", type=output_dir, default=None, help="also write DIR/eval.json and DIR/eval.md")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 

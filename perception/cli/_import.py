@@ -24,8 +24,10 @@ from typing import Any
 from perception._progress import Progress
 from perception.cli._args import int_within, output_file
 from perception.cli._common import make_folder
+from perception.drives import GROUND_TRUTH_TOPIC
 from perception.errors import ConfigError
 from perception.importers import (
+    OBJECT_FRAME_GAP_NS,
     TOPIC_MAP_HELP,
     ImportSummary,
     import_kitti,
@@ -94,8 +96,8 @@ def register(sub: Any) -> None:
         "kitti",
         help="a KITTI-format tree: object frames, a tracking sequence, or View-of-Delft (with radar)",
         description="Import a KITTI-format tree: the object layout (velodyne/, image_2/, calib/, label_2/; "
-        "unrelated frames at frame number x 1 s), a tracking sequence (velodyne/<seq>/, image_02/, label_02/, "
-        "oxts/; 10 Hz) "
+        f"unrelated frames at frame number x {OBJECT_FRAME_GAP_NS / 1e9:g} s), a tracking sequence "
+        "(velodyne/<seq>/, image_02/, label_02/, oxts/; 10 Hz) "
         "or View-of-Delft's lidar/ and radar/ trees. Boxes go from the rectified camera frame into base_link "
         "(the IMU frame, or the lidar's when the calib has no Tr_imu_to_velo); Car and Van -> car, Truck and "
         "Tram -> truck, Pedestrian and Person_sitting -> pedestrian, Cyclist -> cyclist; other types skipped.",
@@ -170,4 +172,5 @@ def _print(summary: ImportSummary, output: Path) -> None:
     drive = shlex.quote(str(output))
     out_dir = shlex.quote(f"{output.with_suffix('')}-replay")
     sys.stdout.write(f"\nreplay it with:  perception replay {drive} --out {out_dir}\n")
-    sys.stdout.write(f"score it with:   perception eval {drive}\n")
+    if summary.messages.get(GROUND_TRUTH_TOPIC):  # eval refuses a drive without ground truth
+        sys.stdout.write(f"score it with:   perception eval {drive}\n")

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("perception.cli._config", "validate a launch profile (YAML) and print it resolved"),
     "sim": ("perception.cli._sim", "generate a deterministic synthetic drive with ground truth"),
     "info": ("perception.cli._info", "summarize a recorded drive (MCAP)"),
-    "import": ("perception.cli._import", "import a ROS 2 bag or a nuScenes scene into a drive"),
+    "import": ("perception.cli._import", "import a ROS 2 bag, a nuScenes scene or a KITTI-format tree into a drive"),
     "replay": ("perception.cli._replay", "replay a drive through Triton: one record per frame"),
     "eval": ("perception.cli._eval", "score detections vs ground truth in every sensor mode"),
     "fleet": ("perception.cli._fleet", "replay many drives on a Ray cluster: one report and one verdict"),

@@ -1,8 +1,9 @@
 """``perception render DIR --frame N``: PNGs of a replayed frame (bird's-eye view and every camera).
 
 Reads ``DIR/fused.mcap`` (written by ``perception replay``), or ``DIR/detections.jsonl`` plus the drive
-(``--drive``, default: the drive named in ``DIR/report.json``). Writes ``frame_<N>_bev.png`` and
-``frame_<N>_<camera>.png`` into ``--out`` (default ``DIR/frames``) and prints their paths.
+(``--drive``, default: the drive named in ``DIR/report.json``). Writes ``frame_<NNNNNN>_bev.png`` and
+``frame_<NNNNNN>_<camera>.png`` (the frame id in 6 digits: ``--frame 10`` writes ``frame_000010_bev.png``)
+into ``--out`` (default ``DIR/frames``) and prints their paths.
 """
 
 from __future__ import annotations

@@ -53,7 +53,10 @@ def register(sub: Any) -> None:
     )
     add_runtime_options(p)
     p.add_argument(
-        "--rate", type=rate, default="1.0", help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep'"
+        "--rate",
+        type=rate,
+        default="1.0",
+        help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep' (default: 1.0)",
     )
     p.add_argument("--out", type=output_dir, default=Path("out"), help="output directory (default: out)")
     p.add_argument("--raw-outputs", action="store_true", help="also write each sensor's raw model outputs")

@@ -79,7 +79,7 @@ def register(sub: Any) -> None:
     pl.add_argument("--config", type=Path, default=None, help="launch profile whose ros.topics rename topics")
     pl.add_argument("--from", dest="start", type=float, default=0.0, metavar="S", help="start S seconds into the drive")
     pl.add_argument("--to", dest="end", type=float, default=None, metavar="S", help="stop S seconds into the drive")
-    pl.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
+    pl.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default: 1.0)")
     pl.add_argument(
         "--wait-subscribers",
         type=float,

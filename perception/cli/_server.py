@@ -53,7 +53,11 @@ def register(sub: Any) -> None:
     p.add_argument("--metrics-port", type=port, metavar="P", help="Prometheus metrics port (default: a free one)")
     p.add_argument("--log", type=output_file, metavar="FILE", help="server log file (default: a temporary file)")
     p.add_argument(
-        "--startup-timeout", type=positive_float, default=120.0, metavar="S", help="seconds to wait for readiness"
+        "--startup-timeout",
+        type=positive_float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for readiness (default: 120)",
     )
     p.add_argument(
         "--restarts",

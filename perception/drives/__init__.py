@@ -8,13 +8,14 @@ The format (topics, frames, schemas, units) is described in ``replay_data/README
 from __future__ import annotations
 
 from perception.drives._chunks import UNKNOWN_TOPICS, read_chunk
-from perception.drives._codec import kind_fields, topic_for
+from perception.drives._codec import GROUND_TRUTH_TOPIC, kind_fields, topic_for
 from perception.drives._damage import DriveDamage
 from perception.drives._drive_stats import DriveStats
 from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
 from perception.drives._writer import LIBRARY, DriveWriter
 
 __all__ = [
+    "GROUND_TRUTH_TOPIC",
     "GT_TOLERANCE_NS",
     "LIBRARY",
     "UNKNOWN_TOPICS",

@@ -188,6 +188,11 @@ class DriveReader:
 
         try:
             if codec.RIG_METADATA not in metadata:
+                if any(ch.message_encoding == "cdr" for ch in summary.channels.values()):
+                    raise self._err(
+                        "a ROS 2 bag (CDR messages), not a drive: import it first: "
+                        f"perception import ros2 {self.path} --map topics.yaml -o drive.mcap"
+                    )
                 raise self._err(f"no {codec.RIG_METADATA} metadata record (not a perception drive?)")
             try:
                 self._entries = codec.decode_rig(metadata[codec.RIG_METADATA])

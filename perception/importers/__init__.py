@@ -17,7 +17,7 @@ The format parsers live in their modules: ``_pointcloud2.decode_point_cloud2`` (
 
 from __future__ import annotations
 
-from perception.importers._kitti import import_kitti, parse_frames
+from perception.importers._kitti import OBJECT_FRAME_GAP_NS, import_kitti, parse_frames
 from perception.importers._nuscenes import BIKE_RACK, import_nuscenes
 from perception.importers._output import ImportSummary
 from perception.importers._pointcloud2 import decode_point_cloud2, point_fields
@@ -26,6 +26,7 @@ from perception.importers._topic_map import TOPIC_MAP_HELP
 
 __all__ = [
     "BIKE_RACK",
+    "OBJECT_FRAME_GAP_NS",
     "TOPIC_MAP_HELP",
     "ImportSummary",
     "decode_point_cloud2",

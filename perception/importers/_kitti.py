@@ -34,10 +34,10 @@ Frames:
   image only.
 
 Time (KITTI gives none): tracking frame ``i`` is at ``i x 100 ms`` (10 Hz); object frame ``n``
-(its file number) at ``n x 1 s``. Object frames are unrelated, so each is its own one-sample
-segment: 1 s is farther apart than any sync window, staleness limit or ground-truth tolerance, so
-nothing of one frame is used with another (the tracker's frame-count-based coasting still spans
-them: score object sets with detection metrics). The camera, lidar and radar of a frame share its
+(its file number) at ``n x 10 s`` (:data:`OBJECT_FRAME_GAP_NS`). Object frames are unrelated, so each
+is its own one-sample segment: 10 s is farther apart than any sync window, staleness limit,
+ground-truth tolerance and the tracker's longest gap (fusion's ``track_max_gap_s``, after which every
+track is dropped), so nothing of one frame is used with another. The camera, lidar and radar of a frame share its
 time (KITTI triggers the cameras from the lidar; View-of-Delft syncs and motion-compensates radar
 and camera to the lidar).
 

@@ -12,7 +12,9 @@ the scene's sensor files:
   z, ``vx_comp``/``vy_comp`` projected on the line of sight, ``rcs``; the devkit's default point
   filters applied unless disabled), camera JPEG (as is);
 * ``calibrated_sensor`` -> extrinsics (nuScenes quaternions are ``w, x, y, z``) and camera
-  intrinsics (size from ``sample_data``; the images are undistorted);
+  intrinsics (size from ``sample_data``; the images are undistorted); each sensor's ``rate_hz`` from
+  the timestamps of its records whose files are there (keyframes only: ~2 Hz; noted when the tables'
+  rate differs), the rate the live runtime and the ROS node expect it at;
 * ``ego_pose`` -> ego poses at every sensor timestamp, velocity by finite differences;
 * ``sample_annotation`` -> ground truth in ``base_link`` at every keyframe (the LIDAR_TOP keyframe's
   ego pose), classes mapped onto :data:`perception.types.LABELS`, others skipped and counted. Each
@@ -165,8 +167,11 @@ class _Tables:
             raise DriveError("nuScenes dataroot not found (or not a directory)", file=str(root))
         if not self.dir.is_dir():
             versions = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("v1.0"))
+            hint = ""
+            if (root / "scene.json").is_file():  # the table directory given for the dataroot
+                hint = f"; {root} holds the tables itself: DATAROOT is the directory above it, {root.parent}"
             raise DriveError(
-                f"no table directory for version {version!r} (found: {', '.join(versions) or 'none'})",
+                f"no table directory for version {version!r} (found: {', '.join(versions) or 'none'}){hint}",
                 file=str(self.dir),
             )
         self.rows: dict[str, list[dict[str, Any]]] = {}
@@ -312,9 +317,16 @@ def _scene_data(
 
 
 def _rig(
-    tables: _Tables, sensors: Mapping[str, tuple[SensorKind, dict[str, Any], list[dict[str, Any]]]]
+    tables: _Tables,
+    sensors: Mapping[str, tuple[SensorKind, dict[str, Any], list[dict[str, Any]]]],
+    present: set[str],
+    notes: list[str],
 ) -> list[SensorSpec]:
+    """The drive's rig. A sensor's ``rate_hz`` is that of the records whose files are there (``present``:
+    their tokens), the rate the drive will hold: a dataroot without ``sweeps/`` gives the keyframes' 2 Hz,
+    not the sensor's 20 Hz, which the live runtime would wait for (a timer frame every 50 ms)."""
     rig = []
+    changed: list[str] = []
     for name, (kind, cs, records) in sorted(sensors.items(), key=lambda kv: (_KIND_ORDER[kv[1][0]], kv[0])):
         extrinsic = _transform(tables, "calibrated_sensor", cs)
         calibration = None
@@ -342,11 +354,22 @@ def _rig(
                 raise DriveError(
                     f"camera {name.upper()}: bad intrinsics: {exc}", file=tables.file("calibrated_sensor")
                 ) from exc
-        times = np.sort(np.array([int(r["timestamp"]) for r in records], dtype=np.int64))
-        period_us = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
-        rate = round(1e6 / period_us, 2) if period_us > 0 else 0.0
+        rate = _rate_hz([r for r in records if str(r["token"]) in present] or records)
+        if rate != (table_rate := _rate_hz(records)):
+            changed.append(f"{name} {rate:g} ({table_rate:g})")
         rig.append(SensorSpec(name, kind, name, extrinsic, topic_for(kind, name), calibration, rate))
+    if changed:
+        notes.append(
+            f"rates of the files present, not the tables' (which count the missing ones): {', '.join(changed)} Hz"
+        )
     return rig
+
+
+def _rate_hz(records: Sequence[Mapping[str, Any]]) -> float:
+    """Records per second: 1 / the median gap between their timestamps (0 for fewer than two)."""
+    times = np.sort(np.array([int(r["timestamp"]) for r in records], dtype=np.int64))
+    period_us = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    return round(1e6 / period_us, 2) if period_us > 0 else 0.0
 
 
 def _ego(tables: _Tables, data: Iterable[_Data]) -> list[EgoPose]:
@@ -618,7 +641,8 @@ def import_nuscenes(
             f"{data[0].path.relative_to(root)}): expected the dataset root holding samples/ and sweeps/",
             file=str(root),
         )
-    rig = _rig(tables, sensors)
+    notes: list[str] = []
+    rig = _rig(tables, sensors, {str(d.rec["token"]) for d in data if d.path.is_file()}, notes)
     ego = _ego(tables, every)
     log_rec = tables.by_token["log"].get(str(scene_rec.get("log_token", "")), {})
     metadata = {
@@ -630,6 +654,8 @@ def import_nuscenes(
         **{f"nuscenes.{k}": str(log_rec[k]) for k in ("location", "vehicle", "logfile") if k in log_rec},
     }
     with DriveOutput(output, rig, source=f"nuscenes {scene}", metadata=metadata, overwrite=overwrite) as out:
+        for note in notes:
+            out.note(note)
         gts = _ground_truth(tables, samples, every, out)
         sizes = {s.name: (s.calibration.width, s.calibration.height) for s in rig if s.calibration is not None}
         _write(out, data, ego, gts, sizes, radar_filters, on_progress)

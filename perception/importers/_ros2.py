@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception._imageio import encode_jpeg, image_size
-from perception.drives import kind_fields, topic_for
+from perception.drives import LIBRARY, kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
 from perception.importers._output import DriveOutput, ImportSummary
@@ -134,6 +134,20 @@ def _cut_short(path: Path) -> Path | None:
     return None
 
 
+def _is_drive(path: Path) -> bool:
+    """Whether ``path`` is an MCAP file written by this package's drive writer (a drive, not a bag)."""
+    from mcap.reader import make_reader
+
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            library = make_reader(f).get_header().library
+    except Exception:  # not an MCAP file, or a header that does not parse: not a drive either
+        return False
+    return library.split("/")[0] == LIBRARY.split("/")[0]
+
+
 class _Bag:
     """The opened bag: ``AnyReader`` plus errors that name the bag (and topic)."""
 
@@ -161,6 +175,12 @@ class _Bag:
                     f"cannot open ROS 2 bag: its MCAP file is cut short (no end: a recording that did not "
                     f"finish); `mcap recover` rebuilds its readable part as a new file ({exc})",
                     file=str(cut),
+                ) from exc
+            if _is_drive(path):  # rosbags says only 'Profile is not ros2.'
+                raise DriveError(
+                    f"not a ROS 2 bag: a drive written by {LIBRARY.split('/')[0]} (import makes one); "
+                    f"replay it as it is: perception replay {path}",
+                    file=str(path),
                 ) from exc
             raise DriveError(f"cannot open ROS 2 bag: {exc}", file=str(path)) from exc
         self.topics: dict[str, Any] = dict(self.reader.topics)

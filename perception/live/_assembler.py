@@ -46,6 +46,7 @@ frames: slots beyond are skipped (counted), not frames opened by the thousand.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ from perception.errors import ConfigError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LiveAssembler", "LiveStats", "TimeBase", "check_trigger"]
 
@@ -200,6 +203,7 @@ class LiveAssembler(Generic[T]):
         self._horizon_ns = self._core.horizon_ns + live.transit_ns
         self._kinds = {s.name: kind_def(s.kind) for s in sensors}
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
+        self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
         self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
@@ -243,6 +247,7 @@ class LiveAssembler(Generic[T]):
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
+            self._off_clock(name, stamp, arrival_ns)
             return "clock jump"
         last_host = self._last_host.get(name)
         if last_host is not None and host_t <= last_host:
@@ -287,11 +292,31 @@ class LiveAssembler(Generic[T]):
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
+            self._off_clock("ego", int(pose.t_ns), arrival_ns)
             return "clock jump"
         self.stats.ego_poses += 1
         self._core.add_ego(pose if host_t == pose.t_ns else dataclasses.replace(pose, t_ns=host_t))
         self._settle(arrival_ns)
         return None
+
+    def _off_clock(self, name: str, stamp_ns: int, arrival_ns: int) -> None:
+        """Say once per sensor why its stamps are dropped as clock jumps under a fixed time base: a host
+        pushing recorded stamps (from 0) or another clock's saw only 'clock jump' and a count."""
+        if name in self._off_clock_said:
+            return
+        self._off_clock_said.add(name)
+        live = self._live
+        off_s = (arrival_ns - stamp_ns - (live.offset_ns if live.time_base == "offset" else 0)) / 1e9
+        log.warning(
+            "live: %s: stamp %d ns is %.3f s off the host's monotonic clock at its arrival (live.time_base: %s, "
+            "max_stamp_skew_ms: %g): dropped and counted as clock jumps; stamps on another clock need "
+            "live.time_base: offset (with offset_ms) or estimate",
+            name,
+            stamp_ns,
+            off_s,
+            live.time_base,
+            live.max_stamp_skew_ns / 1e6,
+        )
 
     def _trigger_seen(self, t: int, arrival: int) -> None:
         if self._trigger_last_t is not None and t > self._trigger_last_t:

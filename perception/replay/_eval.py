@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perception.config import RuntimeConfig
-from perception.drives import GT_TOLERANCE_NS, DriveReader
+from perception.drives import GROUND_TRUTH_TOPIC, GT_TOLERANCE_NS, DriveReader
 from perception.errors import DriveError
 from perception.evaluation import PROTOCOLS, DetectionEvaluator, FrameMatches, NuScenesEvaluator
 from perception.fusion import Fuser, FusionParams
@@ -187,6 +187,4 @@ async def evaluate_modes(
 
 def _require_ground_truth(reader: DriveReader, drive: str | os.PathLike[str]) -> None:
     if not reader.has_ground_truth:
-        raise DriveError(
-            "drive has no ground truth to evaluate against", file=str(drive), topic="/ground_truth/objects"
-        )
+        raise DriveError("drive has no ground truth to evaluate against", file=str(drive), topic=GROUND_TRUTH_TOPIC)

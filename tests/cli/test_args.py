@@ -146,3 +146,42 @@ def test_a_drive_that_is_a_directory_is_a_usage_error(
     assert main([a.format(d=d, tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err == f"perception {argv[0]}: error: {d}: is a directory, expected a drive file (.mcap)\n"
+
+
+def test_every_option_has_help_and_says_its_default() -> None:
+    """``--help`` of every command (and sub-command): each option is explained, and one whose default is a
+    value (not unset, off or an empty list) names it. ``replay --rate`` (1.0) and ``budget --rate`` (max)
+    did not, so a user could not tell that replay runs at recorded speed unless told otherwise."""
+    import argparse
+
+    from perception.cli._main import COMMANDS, build_parser
+
+    def problems(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found += problems(sub, f"{path} {name}")
+            elif action.option_strings and not isinstance(action, argparse._HelpAction):
+                text = action.help or ""
+                if not text:
+                    found.append(f"{path} {action.option_strings[0]}: no help")
+                elif action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in text:
+                    found.append(f"{path} {action.option_strings[0]}: default {action.default!r} not said")
+        return found
+
+    assert [p for command in COMMANDS for p in problems(build_parser([command]), "perception")] == []
+
+
+def test_a_rosbag2_directory_given_as_the_drive_says_to_import_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'is a directory, expected a drive file (.mcap)' was true, but a bag not imported yet deserves its command.
+    d = tmp_path / "bag"
+    d.mkdir()
+    (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["info", str(d)]) == 2
+    assert capsys.readouterr().err == (
+        f"perception info: error: {d}: is a ROS 2 bag (rosbag2 directory), not a drive: import it first: "
+        f"perception import ros2 {d} --map topics.yaml -o drive.mcap\n"
+    )

@@ -65,6 +65,25 @@ def test_mcap_without_rig_record(tmp_path: Path) -> None:
         DriveReader(path)
 
 
+def test_a_ros2_bag_read_as_a_drive_says_to_import_it(tmp_path: Path) -> None:
+    # `perception replay/info BAG.mcap` (a bag not imported yet) said 'no perception.rig metadata record
+    # (not a perception drive?)': now what the file is and the command that makes a drive of it.
+    from mcap.writer import Writer
+
+    path = tmp_path / "bag.mcap"
+    with path.open("wb") as f:
+        w = Writer(f)
+        w.start(profile="ros2", library="rosbag2")
+        schema = w.register_schema("std_msgs/msg/String", "ros2msg", b"string data")
+        channel = w.register_channel("/chatter", "cdr", schema)
+        w.add_message(channel, log_time=T0, data=b"\x00\x01\x00\x00\x03\x00\x00\x00hi\x00", publish_time=T0)
+        w.finish()
+    with pytest.raises(DriveError, match=r"a ROS 2 bag \(CDR messages\), not a drive: import it first") as info:
+        DriveReader(path)
+    assert str(info.value).endswith(f"perception import ros2 {path} --map topics.yaml -o drive.mcap")
+    assert info.value.file == str(path)
+
+
 # -- truncation ------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from import_fixtures import TOPIC_MAP, Bag, NuScenes
 
 from perception.cli import main
 from perception.drives import DriveReader
+from perception.importers import OBJECT_FRAME_GAP_NS
 
 
 def test_import_ros2_cli(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,6 +22,10 @@ def test_import_ros2_cli(bag: Bag, tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Traceback" not in stderr
     with DriveReader(out) as d:
         assert len(d.rig) == 5
+        assert not d.has_ground_truth
+    # A bag has no ground truth: the replay is suggested, not `perception eval`, which would refuse it.
+    assert f"replay it with:  perception replay {out} --out {tmp_path / 'drive-replay'}\n" in stdout
+    assert "score it with" not in stdout
 
 
 def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,3 +121,18 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         main(["import", "ros2", "bag", "--map", "m", "-o", "x.mcap", "--jpeg-quality", "0"])
     _, stderr = capsys.readouterr()
     assert "must be within 1..100" in stderr
+
+
+def test_help_names_every_source_and_the_object_layout_s_spacing(capsys: pytest.CaptureFixture[str]) -> None:
+    """``perception --help`` names KITTI beside ROS 2 and nuScenes; ``import kitti --help`` gives the object
+    frames' spacing the importer uses (it said 1 s after the importer had moved to 10 s)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("import "))
+    assert "ROS 2" in line and "nuScenes" in line and "KITTI" in line
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "kitti", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"frame number x {OBJECT_FRAME_GAP_NS / 1e9:g} s" in text and OBJECT_FRAME_GAP_NS / 1e9 == 10

@@ -46,6 +46,20 @@ def test_rig_from_calibrated_sensor(nuscenes: NuScenes, nuscenes_drive: tuple[Pa
     assert meta["source"] == "nuscenes"
 
 
+def test_the_rig_s_rates_are_those_of_the_files_present(tmp_path: Path) -> None:
+    """A dataroot without ``sweeps/`` (keyframes only, as many excerpts ship) gives a lidar at the keyframes'
+    2 Hz. The rate came from every sample_data record, sweeps whose files are missing included: 20 Hz on the
+    real scene-0916, and ``perception live`` on that drive opened a timer frame every 50 ms for a lidar that
+    came every 500 ms (401 frames "expected", 6 ok)."""
+    ds = write_nuscenes(tmp_path / "ds")
+    shutil.rmtree(ds.root / "sweeps")
+    summary = import_nuscenes(ds.root, ds.scene, tmp_path / "k.mcap", version=ds.version)
+    with DriveReader(tmp_path / "k.mcap") as d:
+        assert d.rig["lidar_top"].rate_hz == pytest.approx(2.0)  # keyframes 0.5 s apart
+        assert d.rig["cam_front"].rate_hz == pytest.approx(2.0)
+    assert any(n.startswith("rates of the files present") and "lidar_top 2 (4)" in n for n in summary.notes)
+
+
 def test_lidar_keyframes_and_sweeps(nuscenes: NuScenes, nuscenes_drive: tuple[Path, ImportSummary]) -> None:
     path, summary = nuscenes_drive
     with DriveReader(path) as d:
@@ -172,6 +186,16 @@ def test_unknown_scene_lists_the_available_ones(nuscenes: NuScenes, tmp_path: Pa
 def test_unknown_version_lists_the_available_ones(nuscenes: NuScenes, tmp_path: Path) -> None:
     with pytest.raises(DriveError, match=r"no table directory for version 'v1.0-trainval' \(found: v1.0-mini\)"):
         import_nuscenes(nuscenes.root, nuscenes.scene, tmp_path / "x.mcap", version="v1.0-trainval")
+
+
+def test_the_table_directory_given_as_dataroot_says_which_is_the_dataroot(nuscenes: NuScenes, tmp_path: Path) -> None:
+    """``perception import nuscenes DATAROOT/v1.0-mini`` (a user pointing at the folder of JSON tables) was
+    'DATAROOT/v1.0-mini/v1.0-mini: no table directory ... (found: none)': now it names the dataroot."""
+    tables = nuscenes.root / nuscenes.version
+    with pytest.raises(DriveError, match="no table directory") as exc:
+        import_nuscenes(tables, nuscenes.scene, tmp_path / "x.mcap", version=nuscenes.version)
+    assert f"DATAROOT is the directory above it, {nuscenes.root}" in str(exc.value)
+    assert not (tmp_path / "x.mcap").exists()
 
 
 def test_missing_table_names_the_file(tmp_path: Path) -> None:

@@ -181,6 +181,18 @@ def test_a_bag_cut_short_is_said_so_naming_its_file(bag: Bag, tmp_path: Path, as
     assert not (tmp_path / "out.mcap").exists()
 
 
+def test_a_drive_given_as_the_bag_says_to_replay_it(bag: Bag, tmp_path: Path) -> None:
+    # A drive (what import writes, or the bundled one) given to `import ros2` was rosbags' 'cannot open ROS 2
+    # bag: Profile is not ros2.': it now says what the file is and what to run instead.
+    drive = tmp_path / "drive.mcap"
+    import_ros2(bag.path, bag.topic_map, drive)
+    with pytest.raises(DriveError, match=r"not a ROS 2 bag: a drive written by perception-fusion") as exc:
+        import_ros2(drive, bag.topic_map, tmp_path / "again.mcap")
+    assert str(exc.value).endswith(f"replay it as it is: perception replay {drive}")
+    assert exc.value.file == str(drive)
+    assert not (tmp_path / "again.mcap").exists()
+
+
 @pytest.mark.parametrize("content", [(), ("bag.mcap",)])
 def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, content: tuple[str, ...]) -> None:
     # rosbags' own message named the directory as the missing file: "Expected metadata file 'DIR' does not exist."

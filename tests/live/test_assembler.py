@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,19 @@ def test_fixed_offset_drops_a_jumped_stamp() -> None:
     assert asm.add(pc("lidar", 6000 * MS), 1002 * MS) is None  # 6000 - 5000 = 1000 ms on the host
     assert asm.add(pc("lidar", 9000 * MS), 1102 * MS) == "clock jump"  # 4000 ms: 2.9 s off its arrival
     assert asm.stats.clock_jump == 1
+
+
+def test_stamps_off_the_host_clock_are_explained_once_per_sensor(caplog: pytest.LogCaptureFixture) -> None:
+    # A host pushing a recording's stamps (from 0) under the default time base saw its samples refused with
+    # 'clock jump' and a count only; the log now says, once per sensor, how far off they are and what to set.
+    asm = make()  # time_base: monotonic
+    with caplog.at_level(logging.WARNING, logger="perception.live"):
+        for k in range(3):
+            assert asm.add(pc("lidar", k * 100 * MS), 50_000 * MS + k * 100 * MS) == "clock jump"
+    said = [r.getMessage() for r in caplog.records if "off the host's monotonic clock" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("live: lidar: stamp 0 ns is 50.000 s off")
+    assert "live.time_base: monotonic" in said[0] and "offset (with offset_ms) or estimate" in said[0]
+    assert asm.stats.clock_jump == 3
 
 
 def test_frames_carry_the_nearest_ego_pose() -> None:

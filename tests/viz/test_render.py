@@ -197,6 +197,9 @@ def test_render_cli(replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixt
         "frame_000001_cam_front.png",
     ]
     assert all(Path(p).stat().st_size > 10_000 for p in printed)
+    with pytest.raises(SystemExit):
+        main(["render", "--help"])
+    assert "frame_000010_bev.png" in capsys.readouterr().out  # the help names the files as written
 
 
 def test_a_png_the_file_system_refuses_is_a_run_time_failure_naming_it(
