@@ -441,7 +441,7 @@ class RunRecorder:
                 recent = self._recent.get(name, ())
                 base = _received_prefix(recent, s)
                 n0 = 0 if base is None else base.points.shape[0]
-                merged = _merged(recent, s, n0) if base is not None else None
+                merged = _merged(recent, s, base) if base is not None else None
                 extra = merged is None and s.points.shape[0] > n0
                 if extra:  # rows the recording cannot rebuild: written as they are
                     writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
@@ -667,7 +667,7 @@ def _traced(recent: Sequence[PointCloudSample], s: PointCloudSample) -> _Traced 
     base = _received_prefix(recent, s, thorough=False)
     if base is None:
         return None
-    merged = _merged(recent, s, base.points.shape[0], thorough=False)
+    merged = _merged(recent, s, base, thorough=False)
     return None if merged is None else _Traced(s.t_ns, base, merged)
 
 
@@ -675,10 +675,11 @@ def _received_prefix(
     recent: Sequence[PointCloudSample], s: PointCloudSample, *, thorough: bool = True
 ) -> PointCloudSample | None:
     """The received sweep (written on the sensor's topic; ``recent``: the latest, oldest first) whose points
-    begin the frame's cloud ``s``: the very sample; or, for an accumulated cloud, the sweep of its stamp and
-    row count (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first),
-    checked on a sample of rows; else (``thorough``) one of the same stamp (checked first) or not (a time
-    base mapped the stamp), checked row for row."""
+    begin the frame's cloud ``s``: the very sample; or, for an accumulated cloud, the sweep of its row count
+    (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a
+    sample of rows, one of its stamp first (a live run's time base maps a received stamp to the host clock: a
+    ROS node's always, so the frame's stamp is not the received one's); else (``thorough``) one of the same
+    stamp (checked first) or the latest ones, checked row for row."""
     points = s.points
     for r in reversed(recent):  # (loops, not generators: this runs in fusion's thread, each frame)
         if r.points is points:  # the frame's sample is the one received (not accumulated): no rows to compare
@@ -689,10 +690,13 @@ def _received_prefix(
         for r in reversed(recent):
             if r.t_ns == s.t_ns and r.points.shape == shape and _spot_equal(r.points, points[:n0]):
                 return r
+        for r in reversed(recent):  # the stamp mapped by the run's time base
+            if r.t_ns != s.t_ns and r.points.shape == shape and _spot_equal(r.points, points[:n0]):
+                return r
     if not thorough:
         return None
-    latest = list(recent)
-    latest.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
+    latest = list(reversed(recent))
+    latest.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first (a stable sort)
     for r in latest[:4]:
         n0 = r.points.shape[0]
         fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
@@ -702,13 +706,17 @@ def _received_prefix(
 
 
 def _merged(
-    recent: Sequence[PointCloudSample], s: PointCloudSample, n0: int, *, thorough: bool = True
+    recent: Sequence[PointCloudSample], s: PointCloudSample, base: PointCloudSample, *, thorough: bool = True
 ) -> list[tuple[PointCloudSample, dict[str, Any]]] | None:
-    """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
+    """How the rows after the received sweep's (``base``) were made, for the replay to rebuild them: each merged
     earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
     among those received (``recent``) by its stamp and row count (its measured columns checked on a sample
     of rows), else (``thorough``) by its row count and its measured columns; None when a sweep is not found.
-    Each with the sweep found."""
+    Each with the sweep found. The stamps of ``merged_from`` are the frame's (mapped by the run's time base, as
+    ``s.t_ns`` is): a received stamp is compared mapped as the base's was (by a live run's fixed offset: a ROS
+    node's; an estimated offset, which moves from sweep to sweep, leaves it to the thorough search)."""
+    n0 = base.points.shape[0]
+    offset = s.t_ns - base.t_ns  # the base's stamp as mapped (0: not mapped)
     if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
         return None
     out: list[tuple[PointCloudSample, dict[str, Any]]] = []
@@ -716,14 +724,15 @@ def _merged(
     for t_ns, n, m in s.merged_from:
         rows = s.points[start : start + n, 3:]
         for r in reversed(recent):
-            if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n and _spot_equal(r.points[:, 3:], rows):
+            stamp = r.t_ns + offset == t_ns and r is not base
+            if stamp and r.points.shape[0] == n and _spot_equal(r.points[:, 3:], rows):
                 found = r
                 break
         else:
             if not thorough:
                 return None
             for r in reversed(recent):
-                if r.points.shape[0] == n and r.t_ns != s.t_ns and np.array_equal(r.points[:, 3:], rows):
+                if r.points.shape[0] == n and r is not base and np.array_equal(r.points[:, 3:], rows):
                     found = r
                     break
             else:
