@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import pytest
 from ros_helpers import DRIVE, ROOT, wait_for, write_profile
 
 from perception.config import load_config
@@ -19,7 +22,19 @@ from perception.server import EmbeddedTriton
 from perception.types import FrameResult
 
 
-def test_the_node_s_run_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp_path: Path) -> None:
+@dataclass
+class NodeRun:
+    """A node's recorded run: the recording, the node's profile, what it published, the recorder's stats."""
+
+    run: Path
+    profile: Path
+    published: list[FrameResult]
+    stats: Counter[str]
+
+
+@pytest.fixture(scope="module")
+def node_run(triton: EmbeddedTriton, tmp_path_factory: pytest.TempPathFactory) -> NodeRun:
+    tmp_path = tmp_path_factory.mktemp("node_record")
     profile = write_profile(tmp_path / "ros.yaml")
     run = tmp_path / "node.mcap"
     published: list[FrameResult] = []
@@ -41,7 +56,12 @@ def test_the_node_s_run_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp
             stop.set()
             thread.join(timeout=60)
     assert codes == [0]
-    assert rec.stats["fused"] >= 10 and not any(k.startswith("dropped_") for k in rec.stats), rec.stats
+    return NodeRun(run, profile, published, rec.stats)
+
+
+def test_the_node_s_run_recorded_replays_as_recorded(node_run: NodeRun) -> None:
+    run, profile, published, stats = node_run.run, node_run.profile, node_run.published, node_run.stats
+    assert stats["fused"] >= 10 and not any(k.startswith("dropped_") for k in stats), stats
     with DriveReader(run) as reader:
         from perception.ros._node import rig_source
 
@@ -49,9 +69,34 @@ def test_the_node_s_run_recorded_replays_as_recorded(triton: EmbeddedTriton, tmp
         source_meta = rig_source(DRIVE).metadata
         assert source_meta and all(reader.metadata.get(k) == str(v) for k, v in source_meta.items()), reader.metadata
         frames = [json.loads(d) for _, _, _, d in reader.messages(["/record/frames"])]
-    assert len(frames) == rec.stats["frames"] >= len(published)
+    assert len(frames) == stats["frames"] >= len(published)
     out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
     assert out.first is None, out.first
-    assert out.compared == rec.stats["fused"] and out.equal == out.compared
+    assert out.compared == stats["fused"] and out.equal == out.compared
     replayed = {r.frame_id: r.detections for r in out.results}
     assert all(replayed[r.frame_id] == r.detections for r in published)  # what the node published, exactly
+
+
+def test_rerun_models_on_the_node_s_recording_answers_as_the_run(node_run: NodeRun, triton: EmbeddedTriton) -> None:
+    # The node's stamps are on the ROS clock, its frames' on the host's (time base offset). The replay asked the
+    # models again of each camera image at its received stamp, so every camera's answer carried another
+    # sample_t_ns than the run's: 'decision' at every frame with a camera image (31 of 84 frames of a 3 s run).
+    out = anyio.run(
+        lambda: replay_as_recorded(node_run.run, load_config(node_run.profile), rerun_models=True, url=triton.grpc_url)
+    )
+    assert out.first is None, out.first
+    assert out.compared == node_run.stats["fused"] and out.equal == out.compared
+
+
+def test_the_node_s_accumulated_clouds_are_recorded_as_the_sweeps_they_are_made_of(node_run: NodeRun) -> None:
+    # (the recorder traced them by their stamps, which the node's time base maps: their rows were written again)
+    from perception.record import _format as fmt
+
+    with DriveReader(node_run.run) as reader:
+        from perception.record._replay import fusion_records
+
+        lidar = [r["samples"].get("lidar_top") for r in fusion_records(reader)]
+        again = list(reader.points(fmt.points_topic("lidar_top"), "lidar_top"))
+    merged = [e for e in lidar if e and e.get("merged")]
+    assert len(merged) >= 10 and all(e["raw_t_ns"] is not None and e["points"] is False for e in merged)
+    assert not again
