@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -14,12 +16,19 @@ import anyio
 from perception.cli._args import non_negative_int, output_file, within
 from perception.cli._common import DEFAULT_CONFIG, make_folder, sensors_option
 from perception.config import load_config
-from perception.errors import ConfigError
+from perception.errors import ConfigError, PerceptionError
 from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
 from perception.replay import safe_output_path
 from perception.types import EgoPose
 
-__all__ = ["add_as_recorded_options", "add_record_options", "recorder", "report_recording", "run_as_recorded"]
+__all__ = [
+    "add_as_recorded_options",
+    "add_record_options",
+    "recorder",
+    "recording",
+    "report_recording",
+    "run_as_recorded",
+]
 
 AS_RECORDED_FILE = "as_recorded.json"
 AS_RECORDED_FRAMES = "as_recorded.jsonl"
@@ -84,14 +93,47 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     return rec
 
 
-def report_recording(rec: RunRecorder) -> None:
+def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
+    """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
+    if not rec.stats["segments"]:  # stopped before the run began: not a frame, no file
+        sys.stdout.write(f"nothing recorded at {rec.path}: the run ended before it began\n")
+        return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(
         f"recorded {rec.path}: {rec.stats['fused']} frames fused, {rec.stats['frames']} results, "
         f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
         + (f"; GAPS {gaps}" if gaps else "")
+        + (f"; {cut}" if cut else "")
         + "\n"
     )
+
+
+@contextlib.contextmanager
+def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
+    """``rec`` entered for a run, then closed and reported however the run ends: at its end; on Ctrl-C or
+    SIGTERM (it said only 'interrupted', nothing of the recording: finished, and holding the run up to the
+    stop), the interrupt raised on after the report; on an error of the run. A recording that failed (a full
+    disk) is reported for what it holds, then its error raised."""
+    cut: str | None = None
+    try:
+        with rec:
+            try:
+                yield rec
+            except KeyboardInterrupt:
+                cut = "INTERRUPTED: the recording holds the run up to the stop (the frames finished then included)"
+                raise
+            except BaseException:
+                cut = "the run FAILED: the recording holds it up to its failure"
+                raise
+    except PerceptionError:
+        if cut is None:  # the run ended well: the recording's own failure (its close raised it)
+            cut = "the recording FAILED: it holds the run up to its failure, not what came after"
+        report_recording(rec, cut=cut)
+        raise
+    except BaseException:
+        report_recording(rec, cut=cut)
+        raise
+    report_recording(rec, cut=cut)
 
 
 def _same_file(a: Path, b: Path) -> bool:
