@@ -192,6 +192,10 @@ class RunRecorder:
         #: Arrivals not written yet (each one's JSON), and the first one's stamp (the writer thread's).
         self._arrivals: list[str] = []
         self._arrivals_t_ns = 0
+        #: The received stamps' clock minus the frames' (the writer thread's): a live run's time base maps stamps
+        #: to the host clock (a ROS node's: the ROS clock's); the frames' records are logged on the samples'
+        #: clock with it, so that a viewer (Foxglove) shows each beside its samples, not decades away from them.
+        self._stamp_offset = 0
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -451,6 +455,11 @@ class RunRecorder:
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+        for entry in samples.values():  # the frame's clock against its samples' as received (the trigger's)
+            if entry is not None and entry.get("raw_t_ns") is not None:
+                self._stamp_offset = int(entry["raw_t_ns"]) - int(entry["t_ns"])
+                if entry["t_ns"] == frame.t_ns:
+                    break
         values = detection_values(detections)
         self._remember(seq, detections)
         layout, data = recorded_outputs(results)
@@ -463,7 +472,8 @@ class RunRecorder:
                 f'{floats[1:-1]},'
                 f'"sensors":{_sensors_json(results, layout)},"detections":{_detections_json(detections)},'
                 f'"tracker":{"null" if state is None else _layout_json(state[0])}}}')  # fmt: skip
-        self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
+        t_ns = self._logged(frame.t_ns)
+        self._write_frame_record(writer, seq, t_ns, text, values, data, () if state is None else state[1])
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -483,7 +493,7 @@ class RunRecorder:
             "sensors": {},
         }
         text = f'{_ENCODER.encode(head)[:-1]},"detections":{_detections_json(detections)},"tracker":null}}'
-        self._write_frame_record(writer, seq, frame.t_ns, text, values, b"")
+        self._write_frame_record(writer, seq, self._logged(frame.t_ns), text, values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
@@ -516,8 +526,12 @@ class RunRecorder:
                 f'"latency_ns":{_scalar(r.latency.total_ns)},"fusion_seq":{_scalar(seq)},'
                 f'"sensors":{_sensors_json(r.sensors, {})},"detections":{len(r.detections)},'
                 f'"digest":{_scalar(digest)}}}')  # fmt: skip
-        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, text.encode(), index)
+        writer.write_json(fmt.FRAMES_TOPIC, self._logged(r.t_ns), text.encode(), index)
         self.stats["frames"] += 1
+
+    def _logged(self, t_ns: int) -> int:
+        """A frame's time on the received stamps' clock: its records' log time (their own ``t_ns`` is the frame's)."""
+        return max(0, t_ns + self._stamp_offset)
 
     def _arrival(self, writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
         # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost; written

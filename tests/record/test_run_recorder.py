@@ -206,6 +206,15 @@ def test_a_cloud_whose_stamps_the_time_base_mapped_is_traced_to_the_received_swe
     assert all(0 <= m["t_ns"] - shift - m["raw_t_ns"] < 10**6 for e in merged for m in e["merged"])
     with DriveReader(tmp_path / "run.mcap") as reader:
         assert not list(reader.points(fmt.points_topic("lidar_top"), "lidar_top"))  # no cloud's rows again
+    # the frames' records logged on the samples' clock (a viewer shows them beside their samples): they were
+    # logged at the frames' own times, on the host clock (a ROS node's recording: 56 years from its samples)
+    with (tmp_path / "run.mcap").open("rb") as f:
+        logged: dict[str, list[int]] = {}
+        for _, channel, message in make_reader(f).iter_messages():
+            logged.setdefault(channel.topic, []).append(message.log_time)
+    lidar_times = logged["/sensors/lidar_top/points"]
+    for topic in ("/record/fusion", "/record/frames"):
+        assert min(lidar_times) - 10**9 < min(logged[topic]) and max(logged[topic]) < max(lidar_times) + 10**9, topic
     out = anyio.run(lambda: replay_as_recorded(tmp_path / "run.mcap", config))
     assert out.first is None and out.compared == frames, (out.first, out.compared)
 
