@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,7 +83,15 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     path, segments and all: refused when the drive being read (``args.drive``) is one of them."""
     if args.record is None:
         return None
-    make_folder(Path(args.record).parent, "--record")  # made when missing, as --out's and --trace-out's are
+    folder = Path(args.record).parent
+    make_folder(folder, "--record")  # made when missing, as --out's and --trace-out's are
+    # a file can be created there: the recorder creates its own only once the run begins (a ROS node: once
+    # activated), and one that cannot be was logged, the run going on unrecorded, said at its end
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".perception-record-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot create a file in {folder}: {exc.strerror or exc}", key="--record") from exc
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)
@@ -93,10 +102,22 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     return rec
 
 
+#: Why a recording ends before the run's end, as its report says it; and what it says of one with no file.
+_INTERRUPTED = "INTERRUPTED: the recording holds the run up to the stop (the frames finished then included)"
+_RUN_FAILED = "the run FAILED: the recording holds it up to its failure"
+_RECORDING_FAILED = "the recording FAILED: it holds the run up to its failure, not what came after"
+_NO_FILE = {
+    None: "the run ended before it began",
+    _INTERRUPTED: "interrupted before the run began",
+    _RUN_FAILED: "the run failed before it began",
+    _RECORDING_FAILED: "the recording failed",
+}
+
+
 def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
     """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
-    if not rec.stats["segments"]:  # stopped before the run began: not a frame, no file
-        sys.stdout.write(f"nothing recorded at {rec.path}: the run ended before it began\n")
+    if not rec.stats["segments"]:  # no file: stopped before the run began, or the file could not be created
+        sys.stdout.write(f"nothing recorded at {rec.path}: {_NO_FILE.get(cut, cut)}\n")
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(
@@ -120,15 +141,14 @@ def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
             try:
                 yield rec
             except KeyboardInterrupt:
-                cut = "INTERRUPTED: the recording holds the run up to the stop (the frames finished then included)"
+                cut = _INTERRUPTED
                 raise
             except BaseException:
-                cut = "the run FAILED: the recording holds it up to its failure"
+                cut = _RUN_FAILED
                 raise
     except PerceptionError:
-        if cut is None:  # the run ended well: the recording's own failure (its close raised it)
-            cut = "the recording FAILED: it holds the run up to its failure, not what came after"
-        report_recording(rec, cut=cut)
+        # the run's own error (cut), or the run ended well and the recording's failure was raised by its close
+        report_recording(rec, cut=cut or _RECORDING_FAILED)
         raise
     except BaseException:
         report_recording(rec, cut=cut)

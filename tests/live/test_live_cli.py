@@ -160,6 +160,15 @@ def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
     assert earlier.read_bytes() == b"an earlier recording"
 
 
+def test_a_recording_that_cannot_be_created_is_refused_before_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # The recorder creates its file once the run begins (a ROS node's: once activated): one that could not be
+    # created was logged and the run went on unrecorded to its end (a node's: for hours), then exit 1.
+    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", "--record", "/proc/run.mcap"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith("perception live: error: --record: cannot create a file in /proc: "), err
+    assert err.count("\n") == 1, err
+
+
 def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
     # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
     # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
