@@ -100,3 +100,75 @@ def test_the_node_s_accumulated_clouds_are_recorded_as_the_sweeps_they_are_made_
     merged = [e for e in lidar if e and e.get("merged")]
     assert len(merged) >= 10 and all(e["raw_t_ns"] is not None and e["points"] is False for e in merged)
     assert not again
+
+
+def test_a_node_deactivated_and_activated_again_mid_recording_replays_run_by_run(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # A lifecycle manager deactivates the node mid-drive and activates it again (over the node's change_state
+    # service, as `ros2 lifecycle set` does): each activation is a run of its own in the recording (a segment,
+    # fusion and its tracker starting afresh), and the replay as recorded reproduces every frame of each.
+    import rclpy
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+    from rclpy.executors import SingleThreadedExecutor
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    run = tmp_path / "node.mcap"
+    published: list[FrameResult] = []
+    stop, played_stop = threading.Event(), threading.Event()
+    codes: list[int] = []
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    manager = rclpy.create_node("perception_test_lifecycle_manager", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(manager)
+    change = manager.create_client(ChangeState, "/perception_fusion/change_state")
+
+    def transition(transition_id: int) -> None:
+        request = ChangeState.Request()
+        request.transition.id = transition_id
+        future = change.call_async(request)
+        executor.spin_until_future_complete(future, timeout_sec=60)
+        assert future.done() and future.result().success, transition_id
+
+    with RunRecorder(run) as rec:
+        params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url}
+        node = threading.Thread(
+            target=lambda: codes.append(run_node(params, stop=stop, on_published=published.append, observer=rec)),
+            daemon=True,
+        )
+        node.start()
+        player = threading.Thread(
+            target=run_play,
+            args=(DRIVE, load_config(ROOT / "launch" / "replay.yaml"), Faults()),
+            kwargs={"span_s": (0.0, 8.0), "wait_subscribers_s": 60, "stop": played_stop},
+            daemon=True,
+        )
+        try:
+            assert change.wait_for_service(timeout_sec=60)
+            player.start()
+            wait_for(lambda: len(published) >= 5, 60, "the first run's frames")
+            transition(Transition.TRANSITION_DEACTIVATE)
+            first = len(published)
+            transition(Transition.TRANSITION_ACTIVATE)
+            wait_for(lambda: len(published) >= first + 5, 60, "the second run's frames")
+        finally:
+            played_stop.set()
+            player.join(timeout=60)
+            stop.set()
+            node.join(timeout=60)
+            executor.shutdown()
+            manager.destroy_node()
+            context.try_shutdown()
+    assert codes == [0]
+    runs = {}
+    for segment in [run, *sorted(tmp_path.glob("node-*.mcap"))]:
+        with DriveReader(segment) as reader:
+            runs[reader.metadata["record.run"]] = len(list(reader.messages(["/record/fusion"])))
+    assert len(runs) == 2 and all(runs.values()), runs  # each activation's frames in a run of its own
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    assert out.first is None, out.first
+    assert out.compared == rec.stats["fused"] == sum(runs.values()) and out.equal == out.compared
+    # what the node published, frame by frame, in order (each run numbers its frames from 0)
+    assert [(r.frame_id, r.detections) for r in out.results] == [(r.frame_id, r.detections) for r in published]
