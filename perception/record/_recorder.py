@@ -203,6 +203,12 @@ class RunRecorder:
         """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
         return self._state
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why the recording stopped (a file that could not be created or written: the run goes on unrecorded,
+        :meth:`close` raises it), None while it records."""
+        return self._error
+
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
         self._replace_earlier()

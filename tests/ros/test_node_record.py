@@ -8,10 +8,11 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from ros_helpers import DRIVE, ROOT, wait_for, write_profile
+from ros_helpers import DRIVE, ROOT, Subscriber, wait_for, write_profile
 
 from perception.config import load_config
 from perception.drives import DriveReader
@@ -172,3 +173,37 @@ def test_a_node_deactivated_and_activated_again_mid_recording_replays_run_by_run
     assert out.compared == rec.stats["fused"] == sum(runs.values()) and out.equal == out.compared
     # what the node published, frame by frame, in order (each run numbers its frames from 0)
     assert [(r.frame_id, r.detections) for r in out.results] == [(r.frame_id, r.detections) for r in published]
+
+
+def test_a_recording_that_fails_is_an_error_in_diagnostics(
+    triton: EmbeddedTriton, tmp_path: Path, subscriber: Subscriber
+) -> None:
+    # A recording that cannot be written (a full disk; here a file that cannot be created) ends the recording,
+    # never the run: the node ran on unrecorded, and only a log line said so; /diagnostics, what a vehicle's
+    # monitoring watches, said nothing of it.
+    from perception.errors import PerceptionError
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    stop = threading.Event()
+    codes: list[int] = []
+    rec = RunRecorder(Path("/proc/run.mcap"))  # (perception ros node refuses such a path before it starts)
+    with pytest.raises(PerceptionError, match=r"recording /proc/run\.mcap failed"), rec:
+        params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url}
+        thread = threading.Thread(target=lambda: codes.append(run_node(params, stop=stop, observer=rec)), daemon=True)
+        thread.start()
+        try:
+
+            def recording() -> list[Any]:
+                with subscriber.seen.lock:
+                    return [s for d in subscriber.seen.diagnostics for s in d.status if s.name.endswith(": recording")]
+
+            wait_for(lambda: any(s.level == b"\x02" for s in recording()), 60, "the recording's status at ERROR")
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+    assert codes == [0]  # the run itself went on
+    statuses = recording()
+    assert statuses and statuses[-1].level == b"\x02", "no recording status at ERROR in /diagnostics"
+    status = statuses[-1]
+    assert status.name == "perception_fusion: recording" and "recording failed" in status.message, status
+    assert {v.key: v.value for v in status.values}["file"] == "/proc/run.mcap"
