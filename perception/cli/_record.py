@@ -44,7 +44,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
         "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
-        "earlier recording at FILE is replaced, its segments too; the drive being read never is; FILE's "
+        "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
+        "is; FILE's "
         "directory is made when missing",
     )
     p.add_argument(
@@ -117,7 +118,8 @@ _NO_FILE = {
 def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
     """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
     if not rec.stats["segments"]:  # no file: stopped before the run began, or the file could not be created
-        sys.stdout.write(f"nothing recorded at {rec.path}: {_NO_FILE.get(cut, cut)}\n")
+        kept = " (the earlier recording there is left as it was)" if rec.files() else ""
+        sys.stdout.write(f"nothing recorded at {rec.path}{kept}: {_NO_FILE.get(cut, cut)}\n")
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(

@@ -211,7 +211,6 @@ class RunRecorder:
 
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
-        self._replace_earlier()
         self._thread.start()
         self._state = Lifetime.OPENED
         return self
@@ -223,8 +222,9 @@ class RunRecorder:
 
     def files(self) -> list[Path]:
         """The files of the recording at :attr:`path` that exist now, in order: ``path`` and its rotated segments
-        (``<stem>-0001.mcap``...). Entering the recorder deletes an earlier recording's (it is replaced whole:
-        none of a longer one's segments is read as this one's)."""
+        (``<stem>-0001.mcap``...). The run's beginning (its first :meth:`begin`, on the writer thread) deletes an
+        earlier recording's (it is replaced whole: none of a longer one's segments is read as this one's); not
+        entering the recorder: a run that fails to start (a ROS node whose profile is not there) leaves it."""
         return fmt.segments(self.path)
 
     def _replace_earlier(self) -> None:
@@ -397,6 +397,8 @@ class RunRecorder:
 
     def _write(self, kind: str, item: Any) -> None:
         if kind == "begin":
+            if self._segment < 0:  # the recording's first run: it replaces an earlier recording at its path now
+                self._replace_earlier()
             self._finish_segment()  # a run begun again: its own segment
             self._rig, self._metadata = item
             self._open_segment()

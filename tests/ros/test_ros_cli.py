@@ -138,3 +138,19 @@ def test_a_node_parameter_set_with_ros_args_is_used(
         watchdog.join()
     _, err = capfd.readouterr()
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_a_node_that_fails_to_start_leaves_an_earlier_recording_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Entering the recorder replaced the earlier recording at FILE: a node restarted with a typo in its
+    # profile's path failed to configure (exit 2) and yesterday's recording was gone.
+    earlier = tmp_path / "run.mcap"
+    earlier.write_bytes(b"an earlier recording")
+    (tmp_path / "run-0001.mcap").write_bytes(b"its second segment")
+    argv = ["ros", "node", "--rig", str(DRIVE), "--config", str(tmp_path / "nope.yaml"), "--record", str(earlier)]
+    assert main(argv) == 2
+    out, _ = capsys.readouterr()
+    assert earlier.read_bytes() == b"an earlier recording"
+    assert (tmp_path / "run-0001.mcap").read_bytes() == b"its second segment"
+    assert f"nothing recorded at {earlier} (the earlier recording there is left as it was)" in out, out
