@@ -16,7 +16,7 @@ from typing import Any
 
 from perception.cli._args import output_dir
 from perception.cli._common import add_fault_options, add_runtime_options, make_folder, open_session
-from perception.cli._record import add_record_options, recorder, report_recording
+from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
@@ -91,9 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         if rec is None:
             outcome = live_session(reader, cfg, faults)
         else:
-            with rec:
+            with recording(rec):
                 outcome = live_session(reader, cfg, faults, observer=rec)
-            report_recording(rec)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")

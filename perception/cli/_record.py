@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -14,12 +17,19 @@ import anyio
 from perception.cli._args import non_negative_int, output_file, within
 from perception.cli._common import DEFAULT_CONFIG, make_folder, sensors_option
 from perception.config import load_config
-from perception.errors import ConfigError
+from perception.errors import ConfigError, PerceptionError
 from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
 from perception.replay import safe_output_path
 from perception.types import EgoPose
 
-__all__ = ["add_as_recorded_options", "add_record_options", "recorder", "report_recording", "run_as_recorded"]
+__all__ = [
+    "add_as_recorded_options",
+    "add_record_options",
+    "recorder",
+    "recording",
+    "report_recording",
+    "run_as_recorded",
+]
 
 AS_RECORDED_FILE = "as_recorded.json"
 AS_RECORDED_FRAMES = "as_recorded.jsonl"
@@ -34,7 +44,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
         "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
-        "earlier recording at FILE is replaced, its segments too; the drive being read never is; FILE's "
+        "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
+        "is; FILE's "
         "directory is made when missing",
     )
     p.add_argument(
@@ -73,7 +84,15 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     path, segments and all: refused when the drive being read (``args.drive``) is one of them."""
     if args.record is None:
         return None
-    make_folder(Path(args.record).parent, "--record")  # made when missing, as --out's and --trace-out's are
+    folder = Path(args.record).parent
+    make_folder(folder, "--record")  # made when missing, as --out's and --trace-out's are
+    # a file can be created there: the recorder creates its own only once the run begins (a ROS node: once
+    # activated), and one that cannot be was logged, the run going on unrecorded, said at its end
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".perception-record-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot create a file in {folder}: {exc.strerror or exc}", key="--record") from exc
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)
@@ -84,14 +103,59 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     return rec
 
 
-def report_recording(rec: RunRecorder) -> None:
+#: Why a recording ends before the run's end, as its report says it; and what it says of one with no file.
+_INTERRUPTED = "INTERRUPTED: the recording holds the run up to the stop (the frames finished then included)"
+_RUN_FAILED = "the run FAILED: the recording holds it up to its failure"
+_RECORDING_FAILED = "the recording FAILED: it holds the run up to its failure, not what came after"
+_NO_FILE = {
+    None: "the run ended before it began",
+    _INTERRUPTED: "interrupted before the run began",
+    _RUN_FAILED: "the run failed before it began",
+    _RECORDING_FAILED: "the recording failed",
+}
+
+
+def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
+    """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
+    if not rec.stats["segments"]:  # no file: stopped before the run began, or the file could not be created
+        kept = " (the earlier recording there is left as it was)" if rec.files() else ""
+        sys.stdout.write(f"nothing recorded at {rec.path}{kept}: {_NO_FILE.get(cut, cut)}\n")
+        return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(
         f"recorded {rec.path}: {rec.stats['fused']} frames fused, {rec.stats['frames']} results, "
         f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
         + (f"; GAPS {gaps}" if gaps else "")
+        + (f"; {cut}" if cut else "")
         + "\n"
     )
+
+
+@contextlib.contextmanager
+def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
+    """``rec`` entered for a run, then closed and reported however the run ends: at its end; on Ctrl-C or
+    SIGTERM (it said only 'interrupted', nothing of the recording: finished, and holding the run up to the
+    stop), the interrupt raised on after the report; on an error of the run. A recording that failed (a full
+    disk) is reported for what it holds, then its error raised."""
+    cut: str | None = None
+    try:
+        with rec:
+            try:
+                yield rec
+            except KeyboardInterrupt:
+                cut = _INTERRUPTED
+                raise
+            except BaseException:
+                cut = _RUN_FAILED
+                raise
+    except PerceptionError:
+        # the run's own error (cut), or the run ended well and the recording's failure was raised by its close
+        report_recording(rec, cut=cut or _RECORDING_FAILED)
+        raise
+    except BaseException:
+        report_recording(rec, cut=cut)
+        raise
+    report_recording(rec, cut=cut)
 
 
 def _same_file(a: Path, b: Path) -> bool:

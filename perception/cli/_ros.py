@@ -13,7 +13,7 @@ from typing import Any
 
 from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
 from perception.cli._exitcodes import EXIT_INTERRUPTED, EXIT_OK
-from perception.cli._record import add_record_options, recorder, report_recording
+from perception.cli._record import add_record_options, recorder, recording
 from perception.config import load_config
 from perception.errors import ConfigError
 from perception.live import parse_faults
@@ -105,12 +105,10 @@ def run_node_cmd(args: argparse.Namespace) -> int:
     rec = recorder(args)
     if rec is None:
         return run_node(params, autostart=not args.no_autostart, ros_args=args.ros_args, defaults=defaults)
-    with rec:
-        code = run_node(
+    with recording(rec):
+        return run_node(
             params, autostart=not args.no_autostart, ros_args=args.ros_args, observer=rec, defaults=defaults
         )
-    report_recording(rec)
-    return code
 
 
 def run_play_cmd(args: argparse.Namespace) -> int:

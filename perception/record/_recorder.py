@@ -192,6 +192,10 @@ class RunRecorder:
         #: Arrivals not written yet (each one's JSON), and the first one's stamp (the writer thread's).
         self._arrivals: list[str] = []
         self._arrivals_t_ns = 0
+        #: The received stamps' clock minus the frames' (the writer thread's): a live run's time base maps stamps
+        #: to the host clock (a ROS node's: the ROS clock's); the frames' records are logged on the samples'
+        #: clock with it, so that a viewer (Foxglove) shows each beside its samples, not decades away from them.
+        self._stamp_offset = 0
 
     # -- lifetime ---------------------------------------------------------------------------------
     @property
@@ -199,9 +203,14 @@ class RunRecorder:
         """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
         return self._state
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why the recording stopped (a file that could not be created or written: the run goes on unrecorded,
+        :meth:`close` raises it), None while it records."""
+        return self._error
+
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
-        self._replace_earlier()
         self._thread.start()
         self._state = Lifetime.OPENED
         return self
@@ -213,8 +222,9 @@ class RunRecorder:
 
     def files(self) -> list[Path]:
         """The files of the recording at :attr:`path` that exist now, in order: ``path`` and its rotated segments
-        (``<stem>-0001.mcap``...). Entering the recorder deletes an earlier recording's (it is replaced whole:
-        none of a longer one's segments is read as this one's)."""
+        (``<stem>-0001.mcap``...). The run's beginning (its first :meth:`begin`, on the writer thread) deletes an
+        earlier recording's (it is replaced whole: none of a longer one's segments is read as this one's); not
+        entering the recorder: a run that fails to start (a ROS node whose profile is not there) leaves it."""
         return fmt.segments(self.path)
 
     def _replace_earlier(self) -> None:
@@ -387,6 +397,8 @@ class RunRecorder:
 
     def _write(self, kind: str, item: Any) -> None:
         if kind == "begin":
+            if self._segment < 0:  # the recording's first run: it replaces an earlier recording at its path now
+                self._replace_earlier()
             self._finish_segment()  # a run begun again: its own segment
             self._rig, self._metadata = item
             self._open_segment()
@@ -441,7 +453,7 @@ class RunRecorder:
                 recent = self._recent.get(name, ())
                 base = _received_prefix(recent, s)
                 n0 = 0 if base is None else base.points.shape[0]
-                merged = _merged(recent, s, n0) if base is not None else None
+                merged = _merged(recent, s, base) if base is not None else None
                 extra = merged is None and s.points.shape[0] > n0
                 if extra:  # rows the recording cannot rebuild: written as they are
                     writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
@@ -451,6 +463,11 @@ class RunRecorder:
             else:
                 known = raw.get(name)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+        for entry in samples.values():  # the frame's clock against its samples' as received (the trigger's)
+            if entry is not None and entry.get("raw_t_ns") is not None:
+                self._stamp_offset = int(entry["raw_t_ns"]) - int(entry["t_ns"])
+                if entry["t_ns"] == frame.t_ns:
+                    break
         values = detection_values(detections)
         self._remember(seq, detections)
         layout, data = recorded_outputs(results)
@@ -463,7 +480,8 @@ class RunRecorder:
                 f'{floats[1:-1]},'
                 f'"sensors":{_sensors_json(results, layout)},"detections":{_detections_json(detections)},'
                 f'"tracker":{"null" if state is None else _layout_json(state[0])}}}')  # fmt: skip
-        self._write_frame_record(writer, seq, frame.t_ns, text, values, data, () if state is None else state[1])
+        t_ns = self._logged(frame.t_ns)
+        self._write_frame_record(writer, seq, t_ns, text, values, data, () if state is None else state[1])
         self.stats["fused"] += 1
 
     def _write_predicted(
@@ -483,7 +501,7 @@ class RunRecorder:
             "sensors": {},
         }
         text = f'{_ENCODER.encode(head)[:-1]},"detections":{_detections_json(detections)},"tracker":null}}'
-        self._write_frame_record(writer, seq, frame.t_ns, text, values, b"")
+        self._write_frame_record(writer, seq, self._logged(frame.t_ns), text, values, b"")
         self.stats["predicted"] += 1
 
     def _write_frame_record(
@@ -516,8 +534,12 @@ class RunRecorder:
                 f'"latency_ns":{_scalar(r.latency.total_ns)},"fusion_seq":{_scalar(seq)},'
                 f'"sensors":{_sensors_json(r.sensors, {})},"detections":{len(r.detections)},'
                 f'"digest":{_scalar(digest)}}}')  # fmt: skip
-        writer.write_json(fmt.FRAMES_TOPIC, r.t_ns, text.encode(), index)
+        writer.write_json(fmt.FRAMES_TOPIC, self._logged(r.t_ns), text.encode(), index)
         self.stats["frames"] += 1
+
+    def _logged(self, t_ns: int) -> int:
+        """A frame's time on the received stamps' clock: its records' log time (their own ``t_ns`` is the frame's)."""
+        return max(0, t_ns + self._stamp_offset)
 
     def _arrival(self, writer: DriveWriter, sensor: str, t_ns: int, arrival_ns: int) -> None:
         # json.dumps's output for {"sensor": ..., "t_ns": ..., "arrival_ns": ...}, at a third of its cost; written
@@ -667,7 +689,7 @@ def _traced(recent: Sequence[PointCloudSample], s: PointCloudSample) -> _Traced 
     base = _received_prefix(recent, s, thorough=False)
     if base is None:
         return None
-    merged = _merged(recent, s, base.points.shape[0], thorough=False)
+    merged = _merged(recent, s, base, thorough=False)
     return None if merged is None else _Traced(s.t_ns, base, merged)
 
 
@@ -675,10 +697,11 @@ def _received_prefix(
     recent: Sequence[PointCloudSample], s: PointCloudSample, *, thorough: bool = True
 ) -> PointCloudSample | None:
     """The received sweep (written on the sensor's topic; ``recent``: the latest, oldest first) whose points
-    begin the frame's cloud ``s``: the very sample; or, for an accumulated cloud, the sweep of its stamp and
-    row count (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first),
-    checked on a sample of rows; else (``thorough``) one of the same stamp (checked first) or not (a time
-    base mapped the stamp), checked row for row."""
+    begin the frame's cloud ``s``: the very sample; or, for an accumulated cloud, the sweep of its row count
+    (the accumulator's contract, :attr:`PointCloudSample.merged_from`: its own rows come first), checked on a
+    sample of rows, one of its stamp first (a live run's time base maps a received stamp to the host clock: a
+    ROS node's always, so the frame's stamp is not the received one's); else (``thorough``) one of the same
+    stamp (checked first) or the latest ones, checked row for row."""
     points = s.points
     for r in reversed(recent):  # (loops, not generators: this runs in fusion's thread, each frame)
         if r.points is points:  # the frame's sample is the one received (not accumulated): no rows to compare
@@ -689,10 +712,13 @@ def _received_prefix(
         for r in reversed(recent):
             if r.t_ns == s.t_ns and r.points.shape == shape and _spot_equal(r.points, points[:n0]):
                 return r
+        for r in reversed(recent):  # the stamp mapped by the run's time base
+            if r.t_ns != s.t_ns and r.points.shape == shape and _spot_equal(r.points, points[:n0]):
+                return r
     if not thorough:
         return None
-    latest = list(recent)
-    latest.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first
+    latest = list(reversed(recent))
+    latest.sort(key=lambda r: r.t_ns != s.t_ns)  # the same stamp first, else the latest first (a stable sort)
     for r in latest[:4]:
         n0 = r.points.shape[0]
         fits = r.points.shape[1] == s.points.shape[1] and n0 <= s.points.shape[0]
@@ -702,13 +728,17 @@ def _received_prefix(
 
 
 def _merged(
-    recent: Sequence[PointCloudSample], s: PointCloudSample, n0: int, *, thorough: bool = True
+    recent: Sequence[PointCloudSample], s: PointCloudSample, base: PointCloudSample, *, thorough: bool = True
 ) -> list[tuple[PointCloudSample, dict[str, Any]]] | None:
-    """How the rows after the received sweep's were made, for the replay to rebuild them: each merged
+    """How the rows after the received sweep's (``base``) were made, for the replay to rebuild them: each merged
     earlier sweep's received stamp and the transform it was moved by (``s.merged_from``), the sweep found
     among those received (``recent``) by its stamp and row count (its measured columns checked on a sample
     of rows), else (``thorough``) by its row count and its measured columns; None when a sweep is not found.
-    Each with the sweep found."""
+    Each with the sweep found. The stamps of ``merged_from`` are the frame's (mapped by the run's time base, as
+    ``s.t_ns`` is): a received stamp is compared mapped as the base's was (by a live run's fixed offset: a ROS
+    node's; an estimated offset, which moves from sweep to sweep, leaves it to the thorough search)."""
+    n0 = base.points.shape[0]
+    offset = s.t_ns - base.t_ns  # the base's stamp as mapped (0: not mapped)
     if n0 + sum(n for _, n, _ in s.merged_from) != s.points.shape[0]:
         return None
     out: list[tuple[PointCloudSample, dict[str, Any]]] = []
@@ -716,14 +746,15 @@ def _merged(
     for t_ns, n, m in s.merged_from:
         rows = s.points[start : start + n, 3:]
         for r in reversed(recent):
-            if r.t_ns == t_ns != s.t_ns and r.points.shape[0] == n and _spot_equal(r.points[:, 3:], rows):
+            stamp = r.t_ns + offset == t_ns and r is not base
+            if stamp and r.points.shape[0] == n and _spot_equal(r.points[:, 3:], rows):
                 found = r
                 break
         else:
             if not thorough:
                 return None
             for r in reversed(recent):
-                if r.points.shape[0] == n and r.t_ns != s.t_ns and np.array_equal(r.points[:, 3:], rows):
+                if r.points.shape[0] == n and r is not base and np.array_equal(r.points[:, 3:], rows):
                     found = r
                     break
             else:

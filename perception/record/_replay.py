@@ -332,7 +332,9 @@ def _frame(
         raw = None if s is None or s.get("raw_t_ns") is None else received.get((name, int(s["raw_t_ns"])))
         extra = points.get((name, seq)) if s is not None and s.get("points") else None
         if isinstance(raw, ImageSample):
-            samples[name] = raw
+            # at the frame's stamp for it: the received one mapped to the host clock (a ROS node's, a live run's
+            # offset or estimated time base), as the run's models were asked (their results carry it)
+            samples[name] = raw if raw.t_ns == int(s["t_ns"]) else dataclasses.replace(raw, t_ns=int(s["t_ns"]))
         elif raw is not None or extra is not None:
             # the received sweep, then the accumulated earlier sweeps: rebuilt as accumulation moved them, or
             # the rows written with the frame

@@ -10,7 +10,8 @@ could not take the same way, and the frames whose odometry was older than ``live
 misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
 :meth:`perception.live.LiveRuntime.status`) and the samples its intake dropped before any frame
 (``samples_late``, ``samples_clock_jump``, ``samples_out_of_order``, ``samples_duplicate``,
-``samples_intake_overflow``, ``samples_buffer_evicted``).
+``samples_intake_overflow``, ``samples_buffer_evicted``). With ``--record``, the recording has a status of its
+own (:meth:`DiagnosticsTracker.recording`): ERROR once it failed (a full disk), WARN while it drops items.
 
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
 error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
@@ -69,6 +70,7 @@ class DiagnosticsTracker:
         self._odometry = _SensorCounts()
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
+        self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
 
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
@@ -105,6 +107,29 @@ class DiagnosticsTracker:
             return 0
         c.logged[kind] = (now, 0)
         return held + 1
+
+    def recording(self, path: str, stats: Mapping[str, int], error: BaseException | None) -> Status:
+        """The status of ``--record``'s recording (its recorder's ``stats`` and ``error``): ERROR once it failed
+        (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full: the
+        recording has gaps, its replay names them), else OK."""
+        dropped = sum(v for k, v in stats.items() if k.startswith("dropped_"))
+        values = {
+            "file": path,
+            "frames": str(stats.get("frames", 0)),
+            "fused": str(stats.get("fused", 0)),
+            "samples": str(stats.get("samples", 0)),
+            "segments": str(stats.get("segments", 0)),
+            "dropped": str(dropped),
+        }
+        name = f"{self._node}: recording"
+        if error is not None:
+            return Status(name, ERROR, f"recording failed, the run goes on unrecorded: {error!s:.300}", values)
+        new, self._recording_dropped = dropped - self._recording_dropped, dropped
+        if new > 0:
+            return Status(
+                name, WARN, f"{new} item(s) dropped (the recorder fell behind): the recording has gaps", values
+            )
+        return Status(name, OK, "recording", values)
 
     def _level(self, bad: int, of: int) -> tuple[int, float]:
         if not of:

@@ -47,6 +47,7 @@ from perception.config import RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime, check_trigger
+from perception.record import RunRecorder
 from perception.ros._convert import (
     calibration_mismatch,
     cloud_to_sample,
@@ -539,7 +540,11 @@ class FusionNode(LifecycleNode):
             return
         status = live.status()
         msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
-        for s in self._diag.statuses(status):
+        statuses = self._diag.statuses(status)
+        if isinstance(self._observer, RunRecorder):  # --record: whether it still records, and its gaps
+            rec = self._observer
+            statuses.append(self._diag.recording(str(rec.path), rec.stats, rec.error))
+        for s in statuses:
             level = bytes([s.level])
             values = [KeyValue(key=k, value=v) for k, v in s.values.items()]
             msg.status.append(

@@ -189,6 +189,15 @@ def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
     assert earlier.read_bytes() == b"an earlier recording"
 
 
+def test_a_recording_that_cannot_be_created_is_refused_before_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # The recorder creates its file once the run begins (a ROS node's: once activated): one that could not be
+    # created was logged and the run went on unrecorded to its end (a node's: for hours), then exit 1.
+    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", "--record", "/proc/run.mcap"]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith("perception live: error: --record: cannot create a file in /proc: "), err
+    assert err.count("\n") == 1, err
+
+
 def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
     # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
     # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
@@ -209,6 +218,53 @@ def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_pa
     assert host.returncode == 130, err
     assert "perception live: interrupted" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob("perception-live-*"))
+
+
+def test_ctrl_c_mid_recording_says_what_the_recording_holds_and_it_replays_as_recorded(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # Ctrl-C (or SIGTERM) of `perception live --record`: the recording was finished, but the command said only
+    # 'interrupted', nothing of it: whether it was written, what it holds, that it was cut.
+    import anyio
+
+    from perception.config import load_config
+    from perception.record import replay_as_recorded
+
+    profile = tmp_path / "live.yaml"
+    profile.write_text(
+        "sensor_defaults:\n"
+        "  lidar: {model: lidar_detector, sync_window_ms: 60, max_staleness_ms: 150}\n"
+        "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
+        "  radar: {model: radar_detector, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
+        "live: {transit_ms: 2000, trigger_tolerance_ms: 1000}\n"
+        "budget: {total_ms: 3000}\n"
+    )
+    run = tmp_path / "runs" / "run.mcap"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url, "--config", str(profile)]
+    cmd += ["--record", str(run), "--silence", "lidar_top:1:2", "--jitter-ms", "20"]
+    host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120  # safety net
+        while not list(tmp_path.glob("perception-live-*")) and host.poll() is None:
+            assert time.monotonic() < deadline, "perception live did not start"
+            time.sleep(0.05)
+        time.sleep(3)  # the publisher most likely playing (any moment must end the same way)
+        host.send_signal(signal.SIGINT)
+        out, err = host.communicate(timeout=120)
+    finally:
+        host.kill()
+        host.wait()
+    assert host.returncode == 130, err
+    assert "perception live: interrupted" in err and "Traceback" not in err, err
+    line = next((x for x in out.splitlines() if x.startswith(f"recorded {run}: ")), None)
+    assert line is not None and "INTERRUPTED: the recording holds the run up to the stop" in line, out
+    fused = int(line.split(": ")[1].split(" frames fused")[0])
+    outcome = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    # every frame fused and every shed frame's prediction (a slow start of the host sheds some), equal
+    report = outcome.report()
+    assert outcome.first is None and outcome.drive_error is None, report
+    assert outcome.compared == outcome.equal == fused + report["shed"], report
 
 
 def test_the_report_counts_every_sample_not_used() -> None:

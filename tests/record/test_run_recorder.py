@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import json
@@ -45,6 +46,7 @@ from perception.types import (
     PointCloudSample,
     SensorResult,
     SensorStatus,
+    interpolate_ego,
 )
 
 
@@ -149,6 +151,72 @@ def test_a_frame_s_accumulated_cloud_is_traced_in_its_turn_not_held_for_the_writ
     lidar = [r["samples"]["lidar_top"] for r in _fusion_records_of(tmp_path / "run.mcap")]
     merged = [e for e in lidar if e.get("merged")]
     assert len(merged) >= 5 and all(e["raw_t_ns"] == e["t_ns"] and e["points"] is False for e in merged)
+
+
+@pytest.mark.parametrize("drift_ns", [0, 1_000])
+def test_a_cloud_whose_stamps_the_time_base_mapped_is_traced_to_the_received_sweeps(
+    tmp_path: Path, drift_ns: int
+) -> None:
+    # A ROS node's run (time base "offset": the ROS clock's stamps mapped to the host's monotonic clock): the
+    # frames' samples carry mapped stamps, the recording the received ones. Their accumulated clouds were
+    # traced by stamp (none matched), then by the 4 OLDEST sweeps remembered (a sort meant to put the latest
+    # first): from the 5th frame on, each cloud's rows were written again (~0.9 MB a frame on the bundled
+    # drive, the recording 2.5x as large: 27 of 31 frames of a 3 s node run), and held in the queue for it.
+    # ``drift_ns``: an estimated offset, moving from sample to sample (the writer's thorough search traces it).
+    shift = 1_796_000_000_000_000_000  # a received stamp mapped to the host clock: stamp + shift
+    config = load_config(REPLAY_PROFILE)
+    clouds: list[weakref.ref[Any]] = []
+    with DriveReader(DRIVE) as reader:
+        # the poses on the host clock too, as the frames' stamps (and recorded so: the replay reads them)
+        poses = [dataclasses.replace(p, t_ns=p.t_ns + shift) for p in reader.ego_poses()]
+        source = dataclasses.replace(reader.source, ego_at=lambda t: interpolate_ego(poses, t))
+        session = Session.assemble(config, source)
+        with RunRecorder(tmp_path / "run.mcap", ego_poses=poses) as rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assert fusion is not None
+            assembler = session.assembler()
+            frames = 0
+            for i, received in enumerate(reader.samples()):
+                rec.sample(received, received.t_ns)  # as received (the live runtime's push)...
+                _drained(rec)
+                # ...then mapped to the host clock by its intake
+                mapped = dataclasses.replace(received, t_ns=received.t_ns + shift + i * drift_ns)
+                for frame in assembler.push(mapped):
+                    accumulated = [
+                        s for s in frame.samples.values() if isinstance(s, PointCloudSample) and s.merged_from
+                    ]
+                    clouds += [weakref.ref(s.points) for s in accumulated]
+                    results = {name: SensorResult(name, SensorStatus.LATE) for name in frame.samples}
+                    dets, _ = fusion(frame, results)
+                    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
+                    del frame, accumulated
+                    frames += 1
+                if frames >= 20:
+                    break
+            gc.collect()
+            held = sum(c() is not None for c in clouds)
+    assert len(clouds) >= 15
+    if not drift_ns:
+        assert held == 0, f"{held} of {len(clouds)} accumulated clouds held for the writer"
+    lidar = [r["samples"]["lidar_top"] for r in _fusion_records_of(tmp_path / "run.mcap")]
+    merged = [e for e in lidar if e.get("merged")]
+    assert len(merged) >= 15
+    assert all(e["points"] is False and 0 <= e["t_ns"] - shift - e["raw_t_ns"] < 10**6 for e in merged), merged
+    assert all(0 <= m["t_ns"] - shift - m["raw_t_ns"] < 10**6 for e in merged for m in e["merged"])
+    with DriveReader(tmp_path / "run.mcap") as reader:
+        assert not list(reader.points(fmt.points_topic("lidar_top"), "lidar_top"))  # no cloud's rows again
+    # the frames' records logged on the samples' clock (a viewer shows them beside their samples): they were
+    # logged at the frames' own times, on the host clock (a ROS node's recording: 56 years from its samples)
+    with (tmp_path / "run.mcap").open("rb") as f:
+        logged: dict[str, list[int]] = {}
+        for _, channel, message in make_reader(f).iter_messages():
+            logged.setdefault(channel.topic, []).append(message.log_time)
+    lidar_times = logged["/sensors/lidar_top/points"]
+    for topic in ("/record/fusion", "/record/frames"):
+        assert min(lidar_times) - 10**9 < min(logged[topic]) and max(logged[topic]) < max(lidar_times) + 10**9, topic
+    out = anyio.run(lambda: replay_as_recorded(tmp_path / "run.mcap", config))
+    assert out.first is None and out.compared == frames, (out.first, out.compared)
 
 
 def _fusion_records_of(path: Path) -> list[dict[str, Any]]:
