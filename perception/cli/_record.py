@@ -70,7 +70,9 @@ def add_as_recorded_options(p: argparse.ArgumentParser) -> None:
         "late or shed, the same order into the tracker), compare every frame's digests and name the first "
         "frame that differs and why (exit 1); writes DIR/as_recorded.json and DIR/as_recorded.jsonl. A damaged "
         "recording (a segment cut short: the run stopped before closing it) is replayed for what is readable, "
-        "the damage reported (exit 3); with --strict it is refused before anything runs",
+        "the damage reported (exit 3); with --strict it is refused before anything runs. One whose segment 0 was "
+        "rotated away (--record-max-segments) is replayed from the first segment kept, on the tracker state "
+        "recorded there",
     )
     p.add_argument(
         "--rerun-models",
@@ -209,6 +211,15 @@ def run_as_recorded(args: argparse.Namespace) -> int:
                 "detections": [dataclasses.asdict(d) for d in r.detections],
             }
             f.write(json.dumps(record) + "\n")
+    start = outcome.start
+    if start is not None:  # segment 0 rotated away: from the first kept segment
+        at = "no frame compared" if start["frame_id"] is None else f"compared from frame {start['frame_id']}"
+        sys.stdout.write(
+            f"as recorded: replayed from {start['segment']} (the segments before it rotated away), {at} "
+            f"(fusion #{start['fusion_seq']}) on the tracker state recorded before it; {start['taken_as_recorded']} "
+            f"frame(s) before it taken as recorded, {start['results_not_replayed']} result(s) fused in the segments "
+            "gone not replayed\n"
+        )
     first: Divergence | None = outcome.first
     if first is not None:
         sys.stdout.write(first.line() + "\n")

@@ -289,6 +289,15 @@ class Fuser:
         with self._lock:
             return self._tracker.state() if self._tracker is not None else {}
 
+    def restore_tracker_state(self, state: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        """Set the tracker's state to ``state`` (:meth:`tracker_state`'s, e.g. recorded after a frame): the frames
+        fused next are tracked as they were after it. An :class:`InputError` without tracking, or for a state
+        of another shape (:meth:`Tracker.restore`)."""
+        with self._lock:
+            if self._tracker is None:
+                raise InputError("fusion tracks nothing here (tracking off): there is no tracker state to restore")
+            self._tracker.restore(state)
+
     @property
     def sensor_names(self) -> tuple[str, ...]:
         return self._names.names

@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import fields
 
 import numpy as np
 import numpy.typing as npt
 
 from perception.config import FusionConfig
+from perception.errors import InputError
 from perception.fusion import _track_kernels as _tk
 from perception.fusion._associate import assign_pairs
 from perception.fusion._kernels import c_array
@@ -181,6 +183,30 @@ class Tracker:
             "next_id": np.array([self._next_id], np.int64),
             "t_ns": np.array([-1 if self._t_ns is None else self._t_ns], np.int64),
         }
+
+    def restore(self, state: Mapping[str, npt.NDArray[np.generic]]) -> None:
+        """Set the whole state to ``state`` (copies), as :meth:`state` gave it: a recorded run replayed from a
+        later segment starts from the state recorded after a frame (``perception.record``). A state of another
+        shape (another rig's sources, another table layout) is an :class:`InputError` naming the array."""
+        n = self.names.names
+        want = {"table": (-1, _tk.NCOL), "p": (-1, 4, 4), "sources": (-1, len(n)), "next_id": (1,), "t_ns": (1,)}
+        rows: set[int] = set()
+        for key, shape in want.items():
+            a = state.get(key)
+            if not isinstance(a, np.ndarray) or a.ndim != len(shape):
+                raise InputError(f"tracker state: {key!r} missing or not a {len(shape)}-d array", tensor=key)
+            if any(w not in (-1, got) for w, got in zip(shape, a.shape, strict=True)):
+                raise InputError(f"tracker state: {key!r} has shape {a.shape}, expected {shape} (-1: any)", tensor=key)
+            if shape[0] == -1:
+                rows.add(a.shape[0])
+        if len(rows) > 1:
+            raise InputError(f"tracker state: its arrays have different numbers of tracks ({sorted(rows)})")
+        self.table = np.array(state["table"], np.float64)
+        self.p = np.array(state["p"], np.float64)
+        self.sources = np.array(state["sources"], bool)
+        self._next_id = int(state["next_id"][0])
+        t_ns = int(state["t_ns"][0])
+        self._t_ns = None if t_ns < 0 else t_ns
 
     @property
     def ids(self) -> I64:

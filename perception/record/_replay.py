@@ -14,6 +14,12 @@ differs is named with its cause:
   wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it);
 * ``fusion``: the same inputs and decisions gave other detections or another tracker state (fusion's
   code or parameters changed; format 4 names the tracker state's array and element that differ first).
+
+A bounded recording of a long run may have lost its segment 0 (rotated away). A recording of format 4 holds
+the tracker state after every frame, so it is replayed from the first segment kept: its first frames are
+taken as recorded (their detections delivered as published, not compared) until one whose samples all are in
+the recording follows a recorded state; the tracker is set to that state (``Fuser.restore_tracker_state``) and
+every frame from there on is compared (:attr:`AsRecordedOutcome.start` says where).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
 from perception.errors import DriveDamagedError, DriveError
+from perception.fusion import Fuser
 from perception.record import _format as fmt
 from perception.record._digest import (
     decisions_digest,
@@ -97,6 +104,12 @@ class AsRecordedOutcome:
     damage: dict[str, DriveDamage] = field(default_factory=dict)
     #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
     drive_error: DriveDamagedError | None = None
+    #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
+    #: ``segment``, ``run``, ``fusion_seq`` and ``frame_id`` of the first frame compared (None: none could be),
+    #: ``taken_as_recorded`` (the frames before it, whose samples or tracker state before them are in the
+    #: segments gone: their recorded detections delivered, not compared), ``results_not_replayed`` (frames
+    #: delivered in the first kept segment that were fused in one gone).
+    start: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any]:
         """The ``as_recorded`` section of a report (JSON)."""
@@ -116,6 +129,7 @@ class AsRecordedOutcome:
             "admission_limits": self.admission_limits(),
             "damage": {name: d.to_dict() for name, d in self.damage.items()},
             "drive_error": None if self.drive_error is None else str(self.drive_error),
+            "start": self.start,
         }
 
     def admission_limits(self) -> list[list[int]]:
@@ -185,25 +199,26 @@ async def replay_as_recorded(
     segs = fmt.segments(path)
     if not segs:
         raise DriveError("recording not found", file=str(path))
-    if segs[0] != path:
-        raise DriveError(
-            f"segment 0 of the recording is gone (rotated away; the first kept is {segs[0].name}): the tracker "
-            "state before it is not recorded, so the run cannot be replayed as recorded",
-            file=str(path),
-        )
     if strict:
         for seg in segs:
             with DriveReader(seg, strict=False, quiet=True) as reader:
                 damage = reader.verify()
             if damage:
                 raise damage.error(str(seg))
-    with DriveReader(path, strict=False, quiet=True) as first:
+    with DriveReader(segs[0], strict=False, quiet=True) as first:
         source = _source(first)
         number = first.metadata.get(fmt.META_SEGMENT, "0")
-    if number != "0":
+        version = first.metadata.get(fmt.META_FORMAT, "")
+    if number != "0" and segs[0] == path:
         raise DriveError(
-            f"segment {number} of a recording, not its start: replay the recording by its first file (the tracker "
-            "state before this segment is in the ones before it)",
+            f"segment {number} of a recording, not its start: replay the recording by its name (the file of its "
+            "segment 0, without -NNNN; where that segment was rotated away, the replay starts from the first kept)",
+            file=str(path),
+        )
+    if number != "0" and version in ("1", "2", "3"):
+        raise DriveError(
+            f"segment 0 of the recording is gone (rotated away; the first kept is {segs[0].name}) and this "
+            f"recording (format {version}) holds no tracker state to start from: it cannot be replayed as recorded",
             file=str(path),
         )
     session = Session.assemble(config, source).with_overrides(url=url, sensors=sensors)
@@ -211,17 +226,25 @@ async def replay_as_recorded(
     if fusion is None:
         raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
     out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
+    resume = number != "0"  # segment 0 rotated away: from the tracker state recorded in the first kept one
+    if resume and not isinstance(fusion, Fuser):
+        raise DriveError("segment 0 of the recording is gone and this fusion stage cannot start from a recorded "
+                         "tracker state", file=str(path))  # fmt: skip
     if rerun_models:
         async with Runtime(session, fusion=None, join_timeout_ns=3_600_000_000_000) as rt:
-            await _replay_segments(segs, session, fusion, out, rt)
+            await _replay_segments(segs, session, fusion, out, rt, resume=resume)
     else:
-        await _replay_segments(segs, session, fusion, out, None)
+        await _replay_segments(segs, session, fusion, out, None, resume=resume)
     return out
 
 
 async def _replay_segments(
-    segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None
-) -> None:
+    segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None, *,
+    resume: bool = False,
+) -> None:  # fmt: skip
+    """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
+    its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
+    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
@@ -229,6 +252,8 @@ async def _replay_segments(
     received: dict[tuple[str, int], Sample] = {}
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
     expected = 0  # the next segment's number
+    restored = False  # (resume) the tracker set to a recorded state
+    first_kept: int | None = None  # (resume) the first fusion turn of the first segment kept
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
@@ -258,6 +283,27 @@ async def _replay_segments(
             both = {**previous, **received}
             for rec in records:
                 seq = int(rec["seq"])
+                if resume:
+                    if out.start is None:
+                        out.start = {"segment": seg.name, "run": run, "fusion_seq": seq, "frame_id": None,
+                                     "taken_as_recorded": 0, "results_not_replayed": 0}  # fmt: skip
+                        next_seq = first_kept = seq
+                    if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
+                        lost = [] if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)[2]
+                        if rec.get("predicted") or lost or not restored:
+                            if isinstance(rec.get("tracker"), Mapping):  # its state after it: the next may start
+                                assert isinstance(fusion, Fuser)
+                                fusion.restore_tracker_state(rec["tracker"])
+                                restored = True
+                            elif not rec.get("predicted"):
+                                restored = False  # a frame without its state (format 4 always has it)
+                            dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
+                            fused[seq] = (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()})
+                            out.start["taken_as_recorded"] += 1
+                            next_seq = seq + 1
+                            continue
+                        out.start["frame_id"] = int(rec["frame_id"])
+                        out.start["fusion_seq"] = seq
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
@@ -293,6 +339,10 @@ async def _replay_segments(
                 else:
                     out.note(div)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
+                kept = frec.get("fusion_seq") is None or first_kept is None or int(frec["fusion_seq"]) >= first_kept
+                if resume and not kept and out.start is not None:  # fused in a segment rotated away: not replayed
+                    out.start["results_not_replayed"] += 1
+                    continue
                 result = _result(frec, fused)
                 out.results.append(result)
                 then = fmt.frame_digest(frec, version, fused_digests)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from perception.config import FusionConfig
+from perception.errors import InputError
 from perception.fusion import Fuser, FusionParams
 from perception.fusion import _track_kernels as tk
 from perception.fusion._testing import (
@@ -297,3 +298,32 @@ def test_a_shed_frame_gets_the_tracks_predicted_to_its_time_and_the_tracker_is_n
     assert shed.predict(Frame(5, 5 * DT_NS, {}))  # an older time: read-only too
     assert step(shed, 11, lidar_frame(11)) == step(plain, 11, lidar_frame(11))
     assert Fuser(config, RIG).predict(Frame(0, 0, {})) == ()  # nothing tracked yet: nothing predicted
+
+
+def test_a_tracker_restored_from_a_state_tracks_on_as_the_one_it_was_taken_from() -> None:
+    # (a recording replayed from a later segment starts from the state recorded there: perception.record)
+    first = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(6):
+        step(first, k, lidar_frame(k))
+    state = first.tracker_state()
+    assert len(state["table"]) == 3
+    second = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    second.restore_tracker_state(state)
+    for k in range(6, 12):
+        assert step(second, k, lidar_frame(k)) == step(first, k, lidar_frame(k))
+    state["table"][:] = 0.0  # a copy was taken: the caller's arrays are not the tracker's
+    now, then = first.tracker_state(), second.tracker_state()
+    assert now.keys() == then.keys() and all(np.array_equal(now[k], then[k]) for k in now)
+
+
+def test_a_tracker_state_of_another_shape_is_refused_naming_the_array() -> None:
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    state = dict(fuser.tracker_state())
+    with pytest.raises(InputError, match="'sources' has shape"):
+        fuser.restore_tracker_state({**state, "sources": np.zeros((0, 99), bool)})  # another rig's
+    with pytest.raises(InputError, match="'p' missing"):
+        fuser.restore_tracker_state({k: v for k, v in state.items() if k != "p"})
+    with pytest.raises(InputError, match="different numbers of tracks"):
+        fuser.restore_tracker_state({**state, "p": np.zeros((2, 4, 4))})
+    with pytest.raises(InputError, match="tracking off"):
+        Fuser(FusionConfig(tracking=False), RIG).restore_tracker_state(state)

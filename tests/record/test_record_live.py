@@ -113,3 +113,39 @@ def test_rerun_models_on_the_recorded_samples_under_the_recorded_decisions(
     report = json.loads((tmp_path / "as_recorded.json").read_text())["as_recorded"]
     assert report["rerun_models"] and report["first_divergence"] is None
     assert report["compared"] > 0 and report["equal"] == report["compared"]
+
+
+def test_a_recording_whose_first_segments_were_rotated_away_replays_from_the_first_kept(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # A bounded recording of a long run keeps its last segments only (--record-max-segments): segment 0 is
+    # gone. The replay starts in the first kept segment, from the tracker state recorded there, and
+    # reproduces every frame after it (digests equal), with the tracks the run had then.
+    run, profile = recorded
+    segments = sorted(run.parent.glob("run-*.mcap"))
+    assert len(segments) >= 3
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for seg in segments[1:]:  # segments 0 and 1 rotated away
+        (kept / seg.name).write_bytes(seg.read_bytes())
+    out = tmp_path / "out"
+    done = fresh(["replay", str(kept / "run.mcap"), "--as-recorded", "--config", str(profile), "--out", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "as_recorded.json").read_text())["as_recorded"]
+    start = report["start"]
+    assert start is not None and start["segment"] == segments[1].name and start["frame_id"] is not None, start
+    assert report["first_divergence"] is None
+    assert report["compared"] > 0 and report["equal"] == report["compared"]
+    assert f"replayed from {segments[1].name}" in done.stdout, done.stdout
+    # the tracker it started from held the run's tracks (the restored state is what made the frames equal)
+    fused = {f["seq"]: f for seg in segments[1:] for f in records(seg, "/record/fusion")}
+    before = [f for seq, f in fused.items() if seq < start["fusion_seq"] and f.get("tracker")]
+    assert before and len(before[-1]["tracker"]["table"]) > 0
+    # frame by frame, the detections the run published, from the start on
+    published = {f["frame_id"]: f["detections"] for f in fused.values()}
+    replayed = [json.loads(line) for line in (out / "as_recorded.jsonl").read_text().splitlines()]
+    assert replayed and all(r["frame_id"] in published or r["detections"] == [] for r in replayed)
+    fields = ("id", "label", "score", "center", "size", "yaw", "velocity", "uncertainty", "sources")
+    for r in replayed:
+        if r["frame_id"] in published:
+            assert [{k: d[k] for k in fields} for d in r["detections"]] == published[r["frame_id"]]

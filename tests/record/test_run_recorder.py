@@ -250,11 +250,27 @@ def test_the_recording_s_json_is_the_encoder_s_byte_for_byte(tmp_path: Path) -> 
     )
 
 
-def test_a_recording_whose_start_was_rotated_away_is_refused(tmp_path: Path) -> None:
+def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_segment(tmp_path: Path) -> None:
+    # (a real run's tracks restored: tests/record/test_record_live.py)
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000)  # every frame of the drive
+    kept = sorted(tmp_path.iterdir())
+    assert not run.exists() and len(kept) == 2  # bounded: the oldest deleted
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert out.start is not None and out.start["segment"] == kept[0].name and out.start["frame_id"] is not None
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+    assert out.report()["start"] == out.start
+
+
+def test_a_rotated_recording_of_a_format_without_tracker_state_is_refused(tmp_path: Path) -> None:
     run = tmp_path / "run.mcap"
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=2))
-    assert not run.exists() and len(list(tmp_path.iterdir())) == 2  # bounded: the oldest deleted
-    with pytest.raises(DriveError, match="segment 0 of the recording is gone"):
+    for seg in sorted(tmp_path.iterdir()):  # as format 3 wrote it: no tracker state to start from
+        with DriveReader(seg) as reader:
+            assert reader.metadata[fmt.META_FORMAT] == "4"
+        data = seg.read_bytes()
+        seg.write_bytes(data.replace(b"record.format\x01\x00\x00\x004", b"record.format\x01\x00\x00\x003"))
+    with pytest.raises(DriveError, match="holds no tracker state to start from"):
         anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
 
 
