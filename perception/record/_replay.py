@@ -81,9 +81,11 @@ class Divergence:
     seq: int | None  # the frame's place in the fusion order
     cause: str  # one of CAUSES
     detail: str
+    run: int = 0  # the run of the recording (a ROS node's activation: its frame ids begin again at 0)
 
     def line(self) -> str:
-        at = f"frame {self.frame_id}" + (f" (fusion #{self.seq})" if self.seq is not None else "")
+        at = f"frame {self.frame_id}" + (f" of run {self.run}" if self.run else "")
+        at += f" (fusion #{self.seq})" if self.seq is not None else ""
         return f"first divergence: {at}: {self.cause}: {self.detail}"
 
 
@@ -124,7 +126,13 @@ class AsRecordedOutcome:
             "diverged": dict(self.diverged),
             "first_divergence": None
             if first is None
-            else {"frame_id": first.frame_id, "seq": first.seq, "cause": first.cause, "detail": first.detail},
+            else {
+                "frame_id": first.frame_id,
+                "run": first.run,
+                "seq": first.seq,
+                "cause": first.cause,
+                "detail": first.detail,
+            },
             "shed": sum(1 for r in self.results if r.predicted),
             "admission_limits": self.admission_limits(),
             "damage": {name: d.to_dict() for name, d in self.damage.items()},
@@ -141,7 +149,10 @@ class AsRecordedOutcome:
                 changes.append([r.frame_id, r.admission_limit])
         return changes
 
-    def note(self, div: Divergence) -> None:
+    def note(self, div: Divergence, run: str = "0") -> None:
+        """Count ``div``, of the recording's run ``run`` (its metadata's), and keep it if it is the first."""
+        if run != "0":
+            div = dataclasses.replace(div, run=int(run))
         self.diverged[div.cause] += 1
         if self.first is None:
             self.first = div
@@ -307,7 +318,7 @@ async def _replay_segments(
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
-                                        "the tracker state after them is unknown"))  # fmt: skip
+                                        "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
                 gap = "dropped by the recorder"
                 digest = fmt.fusion_digests(rec, version)
@@ -321,7 +332,7 @@ async def _replay_segments(
                     if div is None:
                         out.equal += 1
                     else:
-                        out.note(div)
+                        out.note(div, run)
                     continue
                 frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
                 results = recorded
@@ -337,7 +348,7 @@ async def _replay_segments(
                 if div is None:
                     out.equal += 1
                 else:
-                    out.note(div)
+                    out.note(div, run)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
                 kept = frec.get("fusion_seq") is None or first_kept is None or int(frec["fusion_seq"]) >= first_kept
                 if resume and not kept and out.start is not None:  # fused in a segment rotated away: not replayed
@@ -352,7 +363,7 @@ async def _replay_segments(
                     and detections_digest(result.detections) != then
                 ):
                     out.note(Divergence(result.frame_id, int(frec["fusion_seq"]), "fusion",
-                                        "the frame delivered other detections than fusion gave it"))  # fmt: skip
+                                        "the frame delivered other detections than fusion gave it"), run)  # fmt: skip
             damage = reader.damage  # what the reading of this segment met
             if damage:
                 out.damage[seg.name] = damage

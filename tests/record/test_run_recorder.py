@@ -27,7 +27,15 @@ from perception.cli import main
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.errors import ConfigError, DriveDamagedError, DriveError, PerceptionError, RuntimeClosedError
-from perception.record import RecordOptions, RunRecorder, _digest, _recorder, replay_as_recorded
+from perception.record import (
+    AsRecordedOutcome,
+    Divergence,
+    RecordOptions,
+    RunRecorder,
+    _digest,
+    _recorder,
+    replay_as_recorded,
+)
 from perception.record import _format as fmt
 from perception.record._digest import (
     RESOLUTION,
@@ -591,3 +599,17 @@ def test_a_format_2_fusion_record_reads_as_it_was() -> None:
         "status": "ok", "outputs": {"X": fmt.encode_array(np.array([1.5, 2.5], np.float32))}}}}  # fmt: skip
     assert fmt.decode_fusion(old, None) is old
     assert fmt.decode_result("lidar_top", old["sensors"]["lidar_top"]).outputs["X"].tolist() == [1.5, 2.5]
+
+
+def test_a_divergence_in_a_later_run_names_the_run() -> None:
+    # a ROS node's activations are runs of one recording, their frame ids each beginning at 0
+    out = AsRecordedOutcome()
+    out.note(Divergence(3, 40, "fusion", "other detections"), "1")
+    assert out.first is not None
+    assert out.first.line() == "first divergence: frame 3 of run 1 (fusion #40): fusion: other detections"
+    assert out.report()["first_divergence"] == {
+        "frame_id": 3, "run": 1, "seq": 40, "cause": "fusion", "detail": "other detections"
+    }  # fmt: skip
+    first_run = AsRecordedOutcome()
+    first_run.note(Divergence(3, 3, "model", "x"))
+    assert first_run.first is not None and first_run.first.line() == "first divergence: frame 3 (fusion #3): model: x"
