@@ -110,7 +110,8 @@ class AsRecordedOutcome:
     #: ``segment``, ``run``, ``fusion_seq`` and ``frame_id`` of the first frame compared (None: none could be),
     #: ``taken_as_recorded`` (the frames before it, whose samples or tracker state before them are in the
     #: segments gone: their recorded detections delivered, not compared), ``results_not_replayed`` (frames
-    #: delivered in the first kept segment that were fused in one gone).
+    #: delivered in the segments kept that were fused in one gone), ``fused_in_segments_gone`` (the fusion turns
+    #: in the segments gone, over every run; None: unknown, the kept segments hold no frame fused).
     start: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any]:
@@ -220,6 +221,7 @@ async def replay_as_recorded(
         source = _source(first)
         number = first.metadata.get(fmt.META_SEGMENT, "0")
         version = first.metadata.get(fmt.META_FORMAT, "")
+        run = first.metadata.get(fmt.META_RUN, "0")
     if number != "0" and segs[0] == path:
         raise DriveError(
             f"segment {number} of a recording, not its start: replay the recording by its name (the file of its "
@@ -238,6 +240,9 @@ async def replay_as_recorded(
         raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
     out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
     resume = number != "0"  # segment 0 rotated away: from the tracker state recorded in the first kept one
+    if resume:  # where it starts: set at the first fusion turn kept (none: the kept segments hold no frame fused)
+        out.start = {"segment": segs[0].name, "run": run, "fusion_seq": None, "frame_id": None,
+                     "taken_as_recorded": 0, "results_not_replayed": 0, "fused_in_segments_gone": None}  # fmt: skip
     if resume and not isinstance(fusion, Fuser):
         raise DriveError("segment 0 of the recording is gone and this fusion stage cannot start from a recorded "
                          "tracker state", file=str(path))  # fmt: skip
@@ -295,9 +300,9 @@ async def _replay_segments(
             for rec in records:
                 seq = int(rec["seq"])
                 if resume:
-                    if out.start is None:
-                        out.start = {"segment": seg.name, "run": run, "fusion_seq": seq, "frame_id": None,
-                                     "taken_as_recorded": 0, "results_not_replayed": 0}  # fmt: skip
+                    assert out.start is not None
+                    if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
+                        out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
                         next_seq = first_kept = seq
                     if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
                         lost = [] if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)[2]
@@ -350,8 +355,9 @@ async def _replay_segments(
                 else:
                     out.note(div, run)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
-                kept = frec.get("fusion_seq") is None or first_kept is None or int(frec["fusion_seq"]) >= first_kept
-                if resume and not kept and out.start is not None:  # fused in a segment rotated away: not replayed
+                turn = frec.get("fusion_seq")
+                gone = turn is not None and (first_kept is None or int(turn) < first_kept)
+                if resume and gone and out.start is not None:  # fused in a segment rotated away: not replayed
                     out.start["results_not_replayed"] += 1
                     continue
                 result = _result(frec, fused)

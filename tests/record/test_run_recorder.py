@@ -268,6 +268,37 @@ def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_se
     assert out.start is not None and out.start["segment"] == kept[0].name and out.start["frame_id"] is not None
     assert out.first is None and out.compared > 0 and out.equal == out.compared
     assert out.report()["start"] == out.start
+    # the frames fused in the segments gone are counted (the fusion turns are numbered from 0 over the recording)
+    kept_turns = [int(r["seq"]) for seg in kept for r in _fusion_records(seg)]
+    assert out.start["fused_in_segments_gone"] == min(kept_turns) > 0
+
+
+def _fusion_records(seg: Path) -> list[dict[str, Any]]:
+    with DriveReader(seg) as reader:
+        return fusion_records(reader)
+
+
+def test_a_rotated_recording_whose_kept_segments_hold_no_frame_fused_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a run whose frames all were fused in segment 0, its samples recorded on (rotated twice): the segments kept
+    # hold samples only. The replay says it started from a rotated recording and compared nothing, rather than
+    # reporting a replay from the run's start (``start`` None) with every digest equal.
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=5)
+    kept = sorted(tmp_path.iterdir())
+    assert not run.exists() and len(kept) == 2
+    assert not [r for seg in kept for r in _fusion_records(seg)]
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert out.compared == 0 and out.results == [] and out.first is None
+    assert out.start is not None and out.start["segment"] == kept[0].name, out.start
+    assert out.start["fusion_seq"] is None and out.start["frame_id"] is None
+    assert out.start["fused_in_segments_gone"] is None
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"segment 0 rotated away, replayed from {kept[0].name}: " in printed, printed
+    assert "hold no frame fused: nothing compared" in printed, printed
 
 
 def test_a_rotated_recording_of_a_format_without_tracker_state_is_refused(tmp_path: Path) -> None:
