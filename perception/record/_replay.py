@@ -307,9 +307,11 @@ async def _replay_segments(
                     if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
                         lost = [] if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)[2]
                         if rec.get("predicted") or lost or not restored:
-                            if isinstance(rec.get("tracker"), Mapping):  # its state after it: the next may start
+                            then = rec.get("tracker")
+                            if isinstance(then, Mapping):  # its state after it: the next may start
                                 assert isinstance(fusion, Fuser)
-                                fusion.restore_tracker_state(rec["tracker"])
+                                if then and fusion.tracker_state():  # (without tracking, on either side, a
+                                    fusion.restore_tracker_state(then)  # frame depends on none before it)
                                 restored = True
                             elif not rec.get("predicted"):
                                 restored = False  # a frame without its state (format 4 always has it)

@@ -58,14 +58,14 @@ from perception.types import (
 )
 
 
-def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
+def _record(path: Path, options: RecordOptions, frames: int = 30, profile: Path = REPLAY_PROFILE) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
     frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
     are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
     waiting), the loop waits for it to have taken them all (:func:`_drained`), as a run's pace lets it: the
     queue neither overflows nor is the writer woken again mid-drain, however late it is scheduled on a busy
     host (a queue of 512 overflowed, one of 4096 counted a wake more)."""
-    config = load_config(REPLAY_PROFILE)
+    config = load_config(profile)
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
         rec = RunRecorder(path, options, ego_poses=tuple(reader.ego_poses()))
@@ -271,6 +271,21 @@ def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_se
     # the frames fused in the segments gone are counted (the fusion turns are numbered from 0 over the recording)
     kept_turns = [int(r["seq"]) for seg in kept for r in _fusion_records(seg)]
     assert out.start["fused_in_segments_gone"] == min(kept_turns) > 0
+
+
+def test_a_rotated_recording_of_a_run_without_tracking_replays_from_its_first_kept_segment(tmp_path: Path) -> None:
+    # fusion.tracking off: the run recorded an empty tracker state after each frame, nothing to restore (it was
+    # restored anyway: an InputError, 'tracks nothing here', ended the replay)
+    profile = tmp_path / "untracked.yaml"
+    profile.write_text(REPLAY_PROFILE.read_text().replace("\nfusion:\n", "\nfusion:\n  tracking: false\n", 1))
+    assert not load_config(profile).fusion.tracking
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000, profile=profile)
+    assert not run.exists()
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    assert out.start is not None and out.start["frame_id"] is not None, out.start
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
 
 
 def _fusion_records(seg: Path) -> list[dict[str, Any]]:
