@@ -221,7 +221,6 @@ async def replay_as_recorded(
         source = _source(first)
         number = first.metadata.get(fmt.META_SEGMENT, "0")
         version = first.metadata.get(fmt.META_FORMAT, "")
-        run = first.metadata.get(fmt.META_RUN, "0")
     if number != "0" and segs[0] == path:
         raise DriveError(
             f"segment {number} of a recording, not its start: replay the recording by its name (the file of its "
@@ -240,9 +239,6 @@ async def replay_as_recorded(
         raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
     out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
     resume = number != "0"  # segment 0 rotated away: from the tracker state recorded in the first kept one
-    if resume:  # where it starts: set at the first fusion turn kept (none: the kept segments hold no frame fused)
-        out.start = {"segment": segs[0].name, "run": run, "fusion_seq": None, "frame_id": None,
-                     "taken_as_recorded": 0, "results_not_replayed": 0, "fused_in_segments_gone": None}  # fmt: skip
     if resume and not isinstance(fusion, Fuser):
         raise DriveError("segment 0 of the recording is gone and this fusion stage cannot start from a recorded "
                          "tracker state", file=str(path))  # fmt: skip
@@ -260,7 +256,10 @@ async def _replay_segments(
 ) -> None:  # fmt: skip
     """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
     its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
-    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`)."""
+    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`). With ``rt`` (rerun
+    models) today's models answer the frames taken too, and the start also waits for a frame whose results the
+    run reused (decimated under overload) were answered here: reused in a later frame, a result of a frame taken
+    is today's answer, not 'missing' (a divergence no model made)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
@@ -281,6 +280,9 @@ async def _replay_segments(
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
+            if resume and out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
+                out.start = {"segment": seg.name, "run": run, "fusion_seq": None, "frame_id": None,
+                             "taken_as_recorded": 0, "results_not_replayed": 0, "fused_in_segments_gone": None}  # fmt: skip
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
             version = reader.metadata.get(fmt.META_FORMAT, "")
@@ -305,8 +307,10 @@ async def _replay_segments(
                         out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
                         next_seq = first_kept = seq
                     if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
-                        lost = [] if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)[2]
-                        if rec.get("predicted") or lost or not restored:
+                        got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
+                        if got is None or got[2] or not restored or (rt is not None and _unanswered(got[1], answered)):
+                            if got is not None and rt is not None:  # today's answers to its samples: a frame after
+                                await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
                             then = rec.get("tracker")
                             if isinstance(then, Mapping):  # its state after it: the next may start
                                 assert isinstance(fusion, Fuser)
@@ -457,6 +461,17 @@ async def _rerun(
                 else dataclasses.replace(earlier, latency_ns=0, stages={}, reused_age_ns=r.reused_age_ns)
             )
     return out
+
+
+def _unanswered(recorded: Mapping[str, SensorResult], answered: Mapping[str, SensorResult]) -> bool:
+    """A result the run reused (``reused_age_ns``) whose sample today's models have not answered in this replay
+    (its frame before the replay's start): :func:`_rerun` would call it missing, a divergence no model made."""
+    return any(
+        r.status is SensorStatus.OK
+        and r.reused_age_ns is not None
+        and (n not in answered or answered[n].sample_t_ns != r.sample_t_ns)
+        for n, r in recorded.items()
+    )
 
 
 def _compare(

@@ -11,6 +11,7 @@ import os
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,13 @@ from perception.types import (
 )
 
 
-def _record(path: Path, options: RecordOptions, frames: int = 30, profile: Path = REPLAY_PROFILE) -> Counter[str]:
+def _record(
+    path: Path,
+    options: RecordOptions,
+    frames: int = 30,
+    profile: Path = REPLAY_PROFILE,
+    results_of: Callable[[int, Frame], dict[str, SensorResult]] | None = None,
+) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
     frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
     are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
@@ -89,6 +96,8 @@ def _record(path: Path, options: RecordOptions, frames: int = 30, profile: Path 
                             name: SensorResult(name, SensorStatus.MISSING if s is None else SensorStatus.LATE)
                             for name, s in frame.samples.items()
                         }
+                        if results_of is not None:  # (the frame's n-th) some sensors' results instead
+                            results.update(results_of(n, frame))
                         dets, _ = fusion(frame, results)
                         rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
                     n += 1
@@ -285,6 +294,57 @@ def test_a_rotated_recording_of_a_run_without_tracking_replays_from_its_first_ke
     assert not run.exists()
     out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
     assert out.start is not None and out.start["frame_id"] is not None, out.start
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+
+
+@pytest.mark.parametrize("fresh_on", [0, 1])
+def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frames_taken_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_on: int
+) -> None:
+    """A run decimating a camera under overload reused its result of the frame before (every other frame:
+    ``fresh_on`` says which, so that the replay's start lands once on a frame reusing the one taken as recorded
+    before it). --rerun-models from the first kept segment gives that reused result today's answer to its own
+    sample, as for any other frame; it was called missing: a 'model' divergence no model made."""
+    from perception.fusion import Fuser
+    from perception.record._replay import _replay_segments
+    from perception.types import ImageSample
+
+    def answer(name: str, t: int, age: int | None = None) -> SensorResult:
+        return SensorResult(name, SensorStatus.OK, outputs={"x": np.array([t])}, sample_t_ns=t, reused_age_ns=age)
+
+    last: dict[str, SensorResult] = {}
+
+    def results_of(n: int, frame: Frame) -> dict[str, SensorResult]:
+        cam = frame.samples.get("cam_front")
+        if cam is None:
+            return {}
+        if n % 2 == fresh_on or "cam_front" not in last:
+            last["cam_front"] = answer("cam_front", cam.t_ns)
+            return {"cam_front": last["cam_front"]}
+        then = last["cam_front"]
+        return {"cam_front": answer("cam_front", int(then.sample_t_ns or 0), frame.t_ns - int(then.sample_t_ns or 0))}
+
+    class Today:  # today's models: the answers the run's gave, to the samples asked
+        async def process(self, frame: Frame) -> FrameResult:
+            sensors = {n: answer(n, s.t_ns) for n, s in frame.samples.items() if isinstance(s, ImageSample)}
+            return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, sensors)
+
+    # fusion sees no detection (the cameras' answers are not a model's): the answers alone are compared
+    monkeypatch.setattr(Fuser, "__call__", lambda self, frame, results: ((), {}))
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000, results_of=results_of)
+    config = load_config(REPLAY_PROFILE)
+    segs = fmt.segments(run)
+    assert not run.exists() and len(segs) == 2
+    with DriveReader(segs[0]) as reader:
+        session = Session.assemble(config, reader.source)
+    fusion = session.fusion()
+    assert isinstance(fusion, Fuser)
+    out = AsRecordedOutcome(rerun_models=True)
+    rt: Any = Today()
+    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, resume=True))
+    reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
+    assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
 
 
