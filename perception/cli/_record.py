@@ -185,9 +185,9 @@ def _start_line(start: Mapping[str, Any]) -> str:
     gone = start["fused_in_segments_gone"]
     line = f"as recorded: segment 0 rotated away, replayed from {start['segment']}: "
     if start["fusion_seq"] is None:
-        return line + "its segments kept hold no frame fused: nothing compared" + (
-            f"; {start['results_not_replayed']} result(s) fused in the segments gone not replayed"
-            if start["results_not_replayed"] else ""
+        left = start["results_not_replayed"]
+        return f"{line}its segments kept hold no frame fused: nothing compared" + (
+            f"; {left} result(s) fused in the segments gone not replayed" if left else ""
         )
     run = f" of run {start['run']}" if start["run"] != "0" else ""
     at = (

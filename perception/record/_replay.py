@@ -281,8 +281,8 @@ async def _replay_segments(
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
             if resume and out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
-                out.start = {"segment": seg.name, "run": run, "fusion_seq": None, "frame_id": None,
-                             "taken_as_recorded": 0, "results_not_replayed": 0, "fused_in_segments_gone": None}  # fmt: skip
+                out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
+                                 results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
             version = reader.metadata.get(fmt.META_FORMAT, "")
