@@ -127,6 +127,19 @@ def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None
     assert len(out.results) == 30 and len(shed) == 3 and all(r.reason == "overload: shed" for r in shed)
 
 
+def test_a_segment_ends_at_most_a_chunk_and_a_message_past_its_size(tmp_path: Path) -> None:
+    # a segment is rotated once what it wrote passes --record-segment-mb; the chunk being filled is not counted
+    # until written, so the chunks are at most a quarter of the segment (4 MiB chunks made 1 MiB segments 4.3 MB)
+    run = tmp_path / "run.mcap"
+    segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
+    sizes = [seg.stat().st_size for seg in fmt.segments(run)]
+    with DriveReader(DRIVE) as reader:
+        message = max(s.points.nbytes for s in reader.samples() if isinstance(s, PointCloudSample))
+    assert len(sizes) == segments >= 3
+    over = 2**20 // 4 + message + 2**16  # a chunk, the largest message, the segment's summary
+    assert all(size <= 2**20 + over for size in sizes[:-1]), (sizes, over)
+
+
 def test_the_writer_is_woken_once_per_32_frames_or_256_items(tmp_path: Path) -> None:
     # 30 frames (and the drive's 630 samples) handed over as fast as a replay can: the writer is woken by
     # begin, by each 256 items waiting and by close -- not once a frame (30), nor a sample
@@ -270,9 +283,9 @@ def test_the_recording_s_json_is_the_encoder_s_byte_for_byte(tmp_path: Path) -> 
 def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_segment(tmp_path: Path) -> None:
     # (a real run's tracks restored: tests/record/test_record_live.py)
     run = tmp_path / "run.mcap"
-    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000)  # every frame of the drive
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)  # every frame of the drive
     kept = sorted(tmp_path.iterdir())
-    assert not run.exists() and len(kept) == 2  # bounded: the oldest deleted
+    assert not run.exists() and len(kept) == 6  # bounded: the oldest deleted
     out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.start is not None and out.start["segment"] == kept[0].name and out.start["frame_id"] is not None
     assert out.first is None and out.compared > 0 and out.equal == out.compared
@@ -290,7 +303,7 @@ def test_a_rotated_recording_of_a_run_without_tracking_replays_from_its_first_ke
     assert not load_config(profile).fusion.tracking
     run = tmp_path / "rec" / "run.mcap"
     run.parent.mkdir()
-    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000, profile=profile)
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000, profile=profile)
     assert not run.exists()
     out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
     assert out.start is not None and out.start["frame_id"] is not None, out.start
@@ -332,10 +345,10 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     # fusion sees no detection (the cameras' answers are not a model's): the answers alone are compared
     monkeypatch.setattr(Fuser, "__call__", lambda self, frame, results: ((), {}))
     run = tmp_path / "run.mcap"
-    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000, results_of=results_of)
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000, results_of=results_of)
     config = load_config(REPLAY_PROFILE)
     segs = fmt.segments(run)
-    assert not run.exists() and len(segs) == 2
+    assert not run.exists() and len(segs) == 6
     with DriveReader(segs[0]) as reader:
         session = Session.assemble(config, reader.source)
     fusion = session.fusion()
