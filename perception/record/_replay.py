@@ -107,7 +107,8 @@ class AsRecordedOutcome:
     #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
     drive_error: DriveDamagedError | None = None
     #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
-    #: ``segment``, ``run``, ``fusion_seq`` and ``frame_id`` of the first frame compared (None: none could be),
+    #: ``segment``, the first kept with a frame fused (else the first kept); ``run``, ``fusion_seq`` and
+    #: ``frame_id`` of the first frame compared (None: none could be; ``fusion_seq``: the first turn kept),
     #: ``taken_as_recorded`` (the frames before it, whose samples or tracker state before them are in the
     #: segments gone: their recorded detections delivered, not compared), ``results_not_replayed`` (frames
     #: delivered in the segments kept that were fused in one gone), ``fused_in_segments_gone`` (the fusion turns
@@ -324,8 +325,7 @@ async def _replay_segments(
                             out.start["taken_as_recorded"] += 1
                             next_seq = seq + 1
                             continue
-                        out.start["frame_id"] = int(rec["frame_id"])
-                        out.start["fusion_seq"] = seq
+                        out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "

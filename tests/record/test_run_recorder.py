@@ -361,6 +361,57 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     assert out.first is None and out.compared > 0 and out.equal == out.compared
 
 
+def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
+    results = {n: SensorResult(n, SensorStatus.LATE) for n in frame.samples}
+    dets, _ = fusion(frame, results)
+    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
+
+
+def test_a_replay_starting_in_a_later_run_of_a_rotated_recording_names_that_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A ROS node activated twice: run 0 (its last frame alone fused) and run 1, run 0's segments but its last
+    # rotated away. Its one frame is taken as recorded; the first compared is run 1's frame 0, on a fresh
+    # tracker. 'start' named run 0 (the run of the first turn kept) and the line 'frame 0': run 0's.
+    path = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        samples = list(reader.samples())
+        rec = RunRecorder(path, RecordOptions(segment_bytes=2**20, max_segments=0), ego_poses=tuple(reader.ego_poses()))
+        with rec:
+            for run, part in enumerate((samples[: len(samples) // 2], samples[len(samples) // 2 :])):
+                session = Session.assemble(config, reader.source)
+                rec.begin(session)
+                fusion = rec.fusion(session.fusion())
+                assert fusion is not None
+                assembler = session.assembler()
+                last: list[Frame] = []
+                for sample in part:
+                    rec.sample(sample, 1_000 + sample.t_ns)
+                    _drained(rec)
+                    frames = assembler.push(sample)
+                    last = frames[-1:] or last
+                    for frame in frames if run == 1 else ():  # (run 0: only its last frame fused, at its end)
+                        _fuse_late(rec, fusion, frame)
+                for frame in last if run == 0 else ():
+                    _fuse_late(rec, fusion, frame)
+    runs = []
+    for seg in fmt.segments(path):
+        with DriveReader(seg) as reader:
+            runs.append(reader.metadata[fmt.META_RUN])
+    last_of_run_0 = runs.index("1") - 1
+    assert last_of_run_0 > 0 and _fusion_records(fmt.segment_path(path, last_of_run_0))
+    for i in range(last_of_run_0):
+        fmt.segment_path(path, i).unlink()
+    out = anyio.run(lambda: replay_as_recorded(path, config))
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+    assert out.start is not None and out.start["taken_as_recorded"] == 1, out.start
+    assert out.start["frame_id"] == 0 and out.start["run"] == "1", out.start
+    argv = ["replay", str(path), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "a")]
+    assert main(argv) == 0
+    assert "compared from frame 0 of run 1 (fusion #" in capsys.readouterr().out
+
+
 def _fusion_records(seg: Path) -> list[dict[str, Any]]:
     with DriveReader(seg) as reader:
         return fusion_records(reader)
