@@ -56,8 +56,8 @@ _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep
 #: Frames delivered that wake the writer (see RunRecorder._put): it writes up to 32 frames at a time, its code
 #: and data warm in the caches (in a run, between the run's threads: one frame at a time cost ~1.4x as much).
 _WAKE_RESULTS = 32
-#: A segment's MCAP chunks: at most this, and a quarter of its size (a segment is rotated once the chunks written
-#: pass its size, the chunk being filled not counted: it ends at most a chunk and a message over; 4 MiB chunks made a
+#: A segment's MCAP chunks: at most this, and half its size (a segment is rotated once the chunks written pass
+#: its size, the chunk being filled not counted: it ends at most a chunk and a message over; 4 MiB chunks made a
 #: 1 MiB segment 4.3 MB).
 _CHUNK_BYTES = 4 * 2**20
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
@@ -569,7 +569,7 @@ class RunRecorder:
             self._rig,
             metadata=meta,
             compression=self.options.compression,
-            chunk_size=min(_CHUNK_BYTES, self.options.segment_bytes // 4),
+            chunk_size=min(_CHUNK_BYTES, self.options.segment_bytes // 2),
             crcs=False,
             streaming=True,
         )
