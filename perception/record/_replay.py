@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 #: Causes, in the order they are looked for in a frame.
 CAUSES = ("model", "decision", "fusion")
 _REPORT_VERSION = 1
+#: Each sensor's latest samples carried from the segments before the previous one: at least the recorder's
+#: memory of sweeps a frame's cloud may begin with or have merged (``_recorder._SWEEPS_REMEMBERED``, 16).
+_CARRIED = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,12 +263,15 @@ async def _replay_segments(
     a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`). With ``rt`` (rerun
     models) today's models answer the frames taken too, and the start also waits for a frame whose results the
     run reused (decimated under overload) were answered here: reused in a later frame, a result of a frame taken
-    is today's answer, not 'missing' (a divergence no model made)."""
+    is today's answer, not 'missing' (a divergence no model made). A frame after the start that fusion was given
+    late, a sample of it received before the first segment kept, is taken as recorded as well (its state restored)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
+    kept_from: int | None = None  # the first segment's first sample's stamp
+    older: dict[str, list[Sample]] = {}  # per sensor, its latest samples of the segments read before
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
     expected = 0  # the next segment's number
     restored = False  # (resume) the tracker set to a recorded state
@@ -295,11 +301,18 @@ async def _replay_segments(
                     for p in reader.points(fmt.points_topic(name), name):
                         points[(name, p.seq)] = p
             # the samples as received that frames began with: the sweeps (and with rerun_models the images) of
-            # this segment and the previous one (a frame may be fused after the recording rotated)
+            # this segment, the previous one and each sensor's latest before it (a frame may be fused after the
+            # recording rotated; a cloud accumulates sweeps received segments before, when segments are small)
+            for s in received.values():
+                older.setdefault(s.sensor, []).append(s)
+            for kept in older.values():
+                del kept[:-_CARRIED]
             previous = received
             wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
             received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
-            both = {**previous, **received}
+            both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
+            if kept_from is None:  # (resume) what was received before this is in the segments gone
+                kept_from = min((t for _, t in received), default=None)
             for rec in records:
                 seq = int(rec["seq"])
                 if resume:
@@ -307,9 +320,15 @@ async def _replay_segments(
                     if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
                         out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
                         next_seq = first_kept = seq
-                    if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
+                    started = out.start["frame_id"] is not None
+                    # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
+                    # received before the first segment kept (in one gone), is taken as recorded too
+                    late = kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < kept_from
+                    if not started or late:
                         got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
-                        if got is None or got[2] or not restored or (rt is not None and _unanswered(got[1], answered)):
+                        lost = got is not None and bool(got[2])
+                        waits = got is None or not restored or (rt is not None and _unanswered(got[1], answered))
+                        if lost or (not started and waits):
                             if got is not None and rt is not None:  # today's answers to its samples: a frame after
                                 await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
                             then = rec.get("tracker")
@@ -325,7 +344,8 @@ async def _replay_segments(
                             out.start["taken_as_recorded"] += 1
                             next_seq = seq + 1
                             continue
-                        out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
+                        if not started:
+                            out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
@@ -461,6 +481,18 @@ async def _rerun(
                 else dataclasses.replace(earlier, latency_ns=0, stages={}, reused_age_ns=r.reused_age_ns)
             )
     return out
+
+
+def _oldest_sample(rec: Mapping[str, Any]) -> int:
+    """The stamp (as received) of the oldest sample a fusion record's frame holds or merged."""
+    stamps = [
+        int(t)
+        for s in rec.get("samples", {}).values()
+        if s is not None
+        for t in (s.get("raw_t_ns"), *(m.get("raw_t_ns") for m in s.get("merged") or ()))
+        if t is not None
+    ]
+    return min(stamps, default=2**63)
 
 
 def _unanswered(recorded: Mapping[str, SensorResult], answered: Mapping[str, SensorResult]) -> bool:

@@ -412,6 +412,60 @@ def test_a_replay_starting_in_a_later_run_of_a_rotated_recording_names_that_run(
     assert "compared from frame 0 of run 1 (fusion #" in capsys.readouterr().out
 
 
+def test_a_frame_fused_late_after_the_start_its_samples_in_a_segment_gone_is_taken_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Frames reach fusion out of their order (a slow one fused after the next two, as in a live run): in the first
+    # kept segment a frame fused after the replay's start may have its samples in the segment gone before it. It
+    # is taken as recorded (its tracker state restored) like the frames before the start; it was fused without
+    # them: a 'decision' divergence, and the tracker's state diverged from there on.
+    from perception.fusion import Fuser
+
+    def sees(self: Fuser, frame: Frame, results: Any) -> tuple[tuple[Detection3D, ...], dict[str, int]]:
+        cloud = frame.samples.get("lidar_top")  # a detection telling whether the frame's lidar sweep was there
+        return (_det(-1.0 if not isinstance(cloud, PointCloudSample) else float(len(cloud.points))),), {}
+
+    monkeypatch.setattr(Fuser, "__call__", sees)
+    path = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(config, reader.source)
+        rec = RunRecorder(path, RecordOptions(segment_bytes=2**20, max_segments=0), ego_poses=tuple(reader.ego_poses()))
+        with rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assembler = session.assembler()
+            held: list[tuple[int, Frame]] = []
+            n = 0
+            for sample in reader.samples():
+                rec.sample(sample, 1_000 + sample.t_ns)
+                _drained(rec)
+                for frame in assembler.push(sample):
+                    n += 1
+                    if n % 4 == 1:  # fused after the next two
+                        held.append((n + 2, frame))
+                        continue
+                    _fuse_late(rec, fusion, frame)
+                    for due, late in [h for h in held if h[0] <= n]:
+                        held.remove((due, late))
+                        _fuse_late(rec, fusion, late)
+    segs = fmt.segments(path)
+    whole = anyio.run(lambda: replay_as_recorded(path, config))
+    assert whole.first is None and whole.compared > 0 and whole.equal == whole.compared, whole.first
+    later = 0  # replays in which a frame after the start was taken as recorded
+    for i in range(1, min(len(segs), 16)):
+        kept = tmp_path / f"from{i}"
+        kept.mkdir()
+        for seg in segs[i:]:
+            (kept / seg.name).write_bytes(seg.read_bytes())
+        out = anyio.run(replay_as_recorded, kept / "run.mcap", config)
+        assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
+        assert out.start is not None and out.start["frame_id"] is not None
+        before = [r for r in _fusion_records(segs[i]) if int(r["seq"]) < out.start["fusion_seq"]]
+        later += out.start["taken_as_recorded"] > len(before)
+    assert later > 0
+
+
 def _fusion_records(seg: Path) -> list[dict[str, Any]]:
     with DriveReader(seg) as reader:
         return fusion_records(reader)
