@@ -326,9 +326,9 @@ async def _replay_segments(
                     late = kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < kept_from
                     if not started or late:
                         got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
-                        lost = got is not None and bool(got[2])
+                        missing = got is not None and bool(got[2])
                         waits = got is None or not restored or (rt is not None and _unanswered(got[1], answered))
-                        if lost or (not started and waits):
+                        if missing or (not started and waits):
                             if got is not None and rt is not None:  # today's answers to its samples: a frame after
                                 await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
                             then = rec.get("tracker")
