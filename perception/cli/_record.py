@@ -196,10 +196,11 @@ def _start_line(start: Mapping[str, Any]) -> str:
         else f"compared from frame {start['frame_id']}{run} (fusion #{start['fusion_seq']}) on the tracker state "
         "recorded before it"
     )
+    left = start["results_not_replayed"]
     return (
-        f"{line}{at}; {start['taken_as_recorded']} frame(s) before it taken as recorded (their recorded detections, "
-        f"not compared); {gone} frame(s) fused in the segments gone not replayed "
-        f"({start['results_not_replayed']} of their results delivered in the segments kept left out)"
+        f"{line}{at}; {start['taken_as_recorded']} frame(s) taken as recorded (their recorded detections, not "
+        f"compared); {gone} frame(s) fused in the segments gone not replayed"
+        + (f" ({left} of their results, delivered in the segments kept, left out)" if left else "")
     )
 
 
