@@ -9,8 +9,9 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -179,6 +180,30 @@ _NOT_AS_RECORDED = {
 }
 
 
+def _start_line(start: Mapping[str, Any]) -> str:
+    """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``)."""
+    gone = start["fused_in_segments_gone"]
+    line = f"as recorded: segment 0 rotated away, replayed from {start['segment']}: "
+    if start["fusion_seq"] is None:
+        left = start["results_not_replayed"]
+        return f"{line}its segments kept hold no frame fused: nothing compared" + (
+            f"; {left} result(s) fused in the segments gone not replayed" if left else ""
+        )
+    run = f" of run {start['run']}" if start["run"] != "0" else ""
+    at = (
+        "no frame compared (none whose samples all are kept follows a recorded tracker state)"
+        if start["frame_id"] is None
+        else f"compared from frame {start['frame_id']}{run} (fusion #{start['fusion_seq']}) on the tracker state "
+        "recorded before it"
+    )
+    left = start["results_not_replayed"]
+    return (
+        f"{line}{at}; {start['taken_as_recorded']} frame(s) taken as recorded (their recorded detections, not "
+        f"compared); {gone} frame(s) fused in the segments gone not replayed"
+        + (f" ({left} of their results, delivered in the segments kept, left out)" if left else "")
+    )
+
+
 def run_as_recorded(args: argparse.Namespace) -> int:
     """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
     CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
@@ -213,13 +238,7 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f.write(json.dumps(record) + "\n")
     start = outcome.start
     if start is not None:  # segment 0 rotated away: from the first kept segment
-        at = "no frame compared" if start["frame_id"] is None else f"compared from frame {start['frame_id']}"
-        sys.stdout.write(
-            f"as recorded: replayed from {start['segment']} (the segments before it rotated away), {at} "
-            f"(fusion #{start['fusion_seq']}) on the tracker state recorded before it; {start['taken_as_recorded']} "
-            f"frame(s) before it taken as recorded, {start['results_not_replayed']} result(s) fused in the segments "
-            "gone not replayed\n"
-        )
+        sys.stdout.write(_start_line(start) + "\n")
     first: Divergence | None = outcome.first
     if first is not None:
         sys.stdout.write(first.line() + "\n")

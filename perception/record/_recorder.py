@@ -56,6 +56,10 @@ _SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep
 #: Frames delivered that wake the writer (see RunRecorder._put): it writes up to 32 frames at a time, its code
 #: and data warm in the caches (in a run, between the run's threads: one frame at a time cost ~1.4x as much).
 _WAKE_RESULTS = 32
+#: A segment's MCAP chunks: at most this, and half its size (a segment is rotated once the chunks written pass
+#: its size, the chunk being filled not counted: it ends at most a chunk and a message over; 4 MiB chunks made a
+#: 1 MiB segment 4.3 MB).
+_CHUNK_BYTES = 4 * 2**20
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
@@ -561,7 +565,13 @@ class RunRecorder:
         path = fmt.segment_path(self.path, self._segment)
         meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
         writer = DriveWriter(
-            path, self._rig, metadata=meta, compression=self.options.compression, crcs=False, streaming=True
+            path,
+            self._rig,
+            metadata=meta,
+            compression=self.options.compression,
+            chunk_size=min(_CHUNK_BYTES, self.options.segment_bytes // 2),
+            crcs=False,
+            streaming=True,
         )
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)

@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 #: Causes, in the order they are looked for in a frame.
 CAUSES = ("model", "decision", "fusion")
 _REPORT_VERSION = 1
+#: Each sensor's latest samples carried from the segments before the previous one: at least the recorder's
+#: memory of sweeps a frame's cloud may begin with or have merged (``_recorder._SWEEPS_REMEMBERED``, 16).
+_CARRIED = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +110,12 @@ class AsRecordedOutcome:
     #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
     drive_error: DriveDamagedError | None = None
     #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
-    #: ``segment``, ``run``, ``fusion_seq`` and ``frame_id`` of the first frame compared (None: none could be),
+    #: ``segment``, the first kept with a frame fused (else the first kept); ``run``, ``fusion_seq`` and
+    #: ``frame_id`` of the first frame compared (None: none could be; ``fusion_seq``: the first turn kept),
     #: ``taken_as_recorded`` (the frames before it, whose samples or tracker state before them are in the
     #: segments gone: their recorded detections delivered, not compared), ``results_not_replayed`` (frames
-    #: delivered in the first kept segment that were fused in one gone).
+    #: delivered in the segments kept that were fused in one gone), ``fused_in_segments_gone`` (the fusion turns
+    #: in the segments gone, over every run; None: unknown, the kept segments hold no frame fused).
     start: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any]:
@@ -255,12 +260,18 @@ async def _replay_segments(
 ) -> None:  # fmt: skip
     """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
     its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
-    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`)."""
+    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`). With ``rt`` (rerun
+    models) today's models answer the frames taken too, and the start also waits for a frame whose results the
+    run reused (decimated under overload) were answered here: reused in a later frame, a result of a frame taken
+    is today's answer, not 'missing' (a divergence no model made). A frame after the start that fusion was given
+    late, a sample of it received before the first segment kept, is taken as recorded as well (its state restored)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
+    kept_from: int | None = None  # the first segment's first sample's stamp
+    older: dict[str, list[Sample]] = {}  # per sensor, its latest samples of the segments read before
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
     expected = 0  # the next segment's number
     restored = False  # (resume) the tracker set to a recorded state
@@ -276,6 +287,9 @@ async def _replay_segments(
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
+            if resume and out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
+                out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
+                                 results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
             version = reader.metadata.get(fmt.META_FORMAT, "")
@@ -287,24 +301,41 @@ async def _replay_segments(
                     for p in reader.points(fmt.points_topic(name), name):
                         points[(name, p.seq)] = p
             # the samples as received that frames began with: the sweeps (and with rerun_models the images) of
-            # this segment and the previous one (a frame may be fused after the recording rotated)
+            # this segment, the previous one and each sensor's latest before it (a frame may be fused after the
+            # recording rotated; a cloud accumulates sweeps received segments before, when segments are small)
+            for s in received.values():
+                older.setdefault(s.sensor, []).append(s)
+            for kept in older.values():
+                del kept[:-_CARRIED]
             previous = received
             wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
             received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
-            both = {**previous, **received}
+            both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
+            if kept_from is None:  # (resume) what was received before this is in the segments gone
+                kept_from = min((t for _, t in received), default=None)
             for rec in records:
                 seq = int(rec["seq"])
                 if resume:
-                    if out.start is None:
-                        out.start = {"segment": seg.name, "run": run, "fusion_seq": seq, "frame_id": None,
-                                     "taken_as_recorded": 0, "results_not_replayed": 0}  # fmt: skip
+                    assert out.start is not None
+                    if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
+                        out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
                         next_seq = first_kept = seq
-                    if out.start["frame_id"] is None:  # not started: is this frame where the replay starts?
-                        lost = [] if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)[2]
-                        if rec.get("predicted") or lost or not restored:
-                            if isinstance(rec.get("tracker"), Mapping):  # its state after it: the next may start
+                    started = out.start["frame_id"] is not None
+                    # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
+                    # received before the first segment kept (in one gone), is taken as recorded too
+                    late = kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < kept_from
+                    if not started or late:
+                        got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
+                        missing = got is not None and bool(got[2])
+                        waits = got is None or not restored or (rt is not None and _unanswered(got[1], answered))
+                        if missing or (not started and waits):
+                            if got is not None and rt is not None:  # today's answers to its samples: a frame after
+                                await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
+                            then = rec.get("tracker")
+                            if isinstance(then, Mapping):  # its state after it: the next may start
                                 assert isinstance(fusion, Fuser)
-                                fusion.restore_tracker_state(rec["tracker"])
+                                if then and fusion.tracker_state():  # (without tracking, on either side, a
+                                    fusion.restore_tracker_state(then)  # frame depends on none before it)
                                 restored = True
                             elif not rec.get("predicted"):
                                 restored = False  # a frame without its state (format 4 always has it)
@@ -313,8 +344,8 @@ async def _replay_segments(
                             out.start["taken_as_recorded"] += 1
                             next_seq = seq + 1
                             continue
-                        out.start["frame_id"] = int(rec["frame_id"])
-                        out.start["fusion_seq"] = seq
+                        if not started:
+                            out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
@@ -350,8 +381,9 @@ async def _replay_segments(
                 else:
                     out.note(div, run)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
-                kept = frec.get("fusion_seq") is None or first_kept is None or int(frec["fusion_seq"]) >= first_kept
-                if resume and not kept and out.start is not None:  # fused in a segment rotated away: not replayed
+                turn = frec.get("fusion_seq")
+                gone = turn is not None and (first_kept is None or int(turn) < first_kept)
+                if resume and gone and out.start is not None:  # fused in a segment rotated away: not replayed
                     out.start["results_not_replayed"] += 1
                     continue
                 result = _result(frec, fused)
@@ -449,6 +481,29 @@ async def _rerun(
                 else dataclasses.replace(earlier, latency_ns=0, stages={}, reused_age_ns=r.reused_age_ns)
             )
     return out
+
+
+def _oldest_sample(rec: Mapping[str, Any]) -> int:
+    """The stamp (as received) of the oldest sample a fusion record's frame holds or merged."""
+    stamps = [
+        int(t)
+        for s in rec.get("samples", {}).values()
+        if s is not None
+        for t in (s.get("raw_t_ns"), *(m.get("raw_t_ns") for m in s.get("merged") or ()))
+        if t is not None
+    ]
+    return min(stamps, default=2**63)
+
+
+def _unanswered(recorded: Mapping[str, SensorResult], answered: Mapping[str, SensorResult]) -> bool:
+    """A result the run reused (``reused_age_ns``) whose sample today's models have not answered in this replay
+    (its frame before the replay's start): :func:`_rerun` would call it missing, a divergence no model made."""
+    return any(
+        r.status is SensorStatus.OK
+        and r.reused_age_ns is not None
+        and (n not in answered or answered[n].sample_t_ns != r.sample_t_ns)
+        for n, r in recorded.items()
+    )
 
 
 def _compare(

@@ -11,6 +11,7 @@ import os
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,20 @@ from perception.types import (
 )
 
 
-def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str]:
+def _record(
+    path: Path,
+    options: RecordOptions,
+    frames: int = 30,
+    profile: Path = REPLAY_PROFILE,
+    results_of: Callable[[int, Frame], dict[str, SensorResult]] | None = None,
+) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
     frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
     are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
     waiting), the loop waits for it to have taken them all (:func:`_drained`), as a run's pace lets it: the
     queue neither overflows nor is the writer woken again mid-drain, however late it is scheduled on a busy
     host (a queue of 512 overflowed, one of 4096 counted a wake more)."""
-    config = load_config(REPLAY_PROFILE)
+    config = load_config(profile)
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
         rec = RunRecorder(path, options, ego_poses=tuple(reader.ego_poses()))
@@ -89,6 +96,8 @@ def _record(path: Path, options: RecordOptions, frames: int = 30) -> Counter[str
                             name: SensorResult(name, SensorStatus.MISSING if s is None else SensorStatus.LATE)
                             for name, s in frame.samples.items()
                         }
+                        if results_of is not None:  # (the frame's n-th) some sensors' results instead
+                            results.update(results_of(n, frame))
                         dets, _ = fusion(frame, results)
                         rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
                     n += 1
@@ -116,6 +125,19 @@ def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None
     assert out.segments == segments and out.compared == 27 and out.equal == 27
     shed = [r for r in out.results if r.status is FrameStatus.DROPPED]
     assert len(out.results) == 30 and len(shed) == 3 and all(r.reason == "overload: shed" for r in shed)
+
+
+def test_a_segment_ends_at_most_a_chunk_and_a_message_past_its_size(tmp_path: Path) -> None:
+    # a segment is rotated once what it wrote passes --record-segment-mb; the chunk being filled is not counted
+    # until written, so the chunks are at most half the segment (4 MiB chunks made 1 MiB segments 4.3 MB)
+    run = tmp_path / "run.mcap"
+    segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
+    sizes = [seg.stat().st_size for seg in fmt.segments(run)]
+    with DriveReader(DRIVE) as reader:
+        message = max(s.points.nbytes for s in reader.samples() if isinstance(s, PointCloudSample))
+    assert len(sizes) == segments >= 3
+    over = 2**20 // 2 + message + 2**16  # a chunk, the largest message, the segment's summary
+    assert all(size <= 2**20 + over for size in sizes[:-1]), (sizes, over)
 
 
 def test_the_writer_is_woken_once_per_32_frames_or_256_items(tmp_path: Path) -> None:
@@ -261,13 +283,215 @@ def test_the_recording_s_json_is_the_encoder_s_byte_for_byte(tmp_path: Path) -> 
 def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_segment(tmp_path: Path) -> None:
     # (a real run's tracks restored: tests/record/test_record_live.py)
     run = tmp_path / "run.mcap"
-    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=1000)  # every frame of the drive
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)  # every frame of the drive
     kept = sorted(tmp_path.iterdir())
-    assert not run.exists() and len(kept) == 2  # bounded: the oldest deleted
+    assert not run.exists() and len(kept) == 6  # bounded: the oldest deleted
     out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.start is not None and out.start["segment"] == kept[0].name and out.start["frame_id"] is not None
     assert out.first is None and out.compared > 0 and out.equal == out.compared
     assert out.report()["start"] == out.start
+    # the frames fused in the segments gone are counted (the fusion turns are numbered from 0 over the recording)
+    kept_turns = [int(r["seq"]) for seg in kept for r in _fusion_records(seg)]
+    assert out.start["fused_in_segments_gone"] == min(kept_turns) > 0
+
+
+def test_a_rotated_recording_of_a_run_without_tracking_replays_from_its_first_kept_segment(tmp_path: Path) -> None:
+    # fusion.tracking off: the run recorded an empty tracker state after each frame, nothing to restore (it was
+    # restored anyway: an InputError, 'tracks nothing here', ended the replay)
+    profile = tmp_path / "untracked.yaml"
+    profile.write_text(REPLAY_PROFILE.read_text().replace("\nfusion:\n", "\nfusion:\n  tracking: false\n", 1))
+    assert not load_config(profile).fusion.tracking
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000, profile=profile)
+    assert not run.exists()
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    assert out.start is not None and out.start["frame_id"] is not None, out.start
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+
+
+@pytest.mark.parametrize("fresh_on", [0, 1])
+def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frames_taken_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_on: int
+) -> None:
+    """A run decimating a camera under overload reused its result of the frame before (every other frame:
+    ``fresh_on`` says which, so that the replay's start lands once on a frame reusing the one taken as recorded
+    before it). --rerun-models from the first kept segment gives that reused result today's answer to its own
+    sample, as for any other frame; it was called missing: a 'model' divergence no model made."""
+    from perception.fusion import Fuser
+    from perception.record._replay import _replay_segments
+    from perception.types import ImageSample
+
+    def answer(name: str, t: int, age: int | None = None) -> SensorResult:
+        return SensorResult(name, SensorStatus.OK, outputs={"x": np.array([t])}, sample_t_ns=t, reused_age_ns=age)
+
+    last: dict[str, SensorResult] = {}
+
+    def results_of(n: int, frame: Frame) -> dict[str, SensorResult]:
+        cam = frame.samples.get("cam_front")
+        if cam is None:
+            return {}
+        if n % 2 == fresh_on or "cam_front" not in last:
+            last["cam_front"] = answer("cam_front", cam.t_ns)
+            return {"cam_front": last["cam_front"]}
+        then = last["cam_front"]
+        return {"cam_front": answer("cam_front", int(then.sample_t_ns or 0), frame.t_ns - int(then.sample_t_ns or 0))}
+
+    class Today:  # today's models: the answers the run's gave, to the samples asked
+        async def process(self, frame: Frame) -> FrameResult:
+            sensors = {n: answer(n, s.t_ns) for n, s in frame.samples.items() if isinstance(s, ImageSample)}
+            return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, sensors)
+
+    # fusion sees no detection (the cameras' answers are not a model's): the answers alone are compared
+    monkeypatch.setattr(Fuser, "__call__", lambda self, frame, results: ((), {}))
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000, results_of=results_of)
+    config = load_config(REPLAY_PROFILE)
+    segs = fmt.segments(run)
+    assert not run.exists() and len(segs) == 6
+    with DriveReader(segs[0]) as reader:
+        session = Session.assemble(config, reader.source)
+    fusion = session.fusion()
+    assert isinstance(fusion, Fuser)
+    out = AsRecordedOutcome(rerun_models=True)
+    rt: Any = Today()
+    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, resume=True))
+    reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
+    assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+
+
+def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
+    results = {n: SensorResult(n, SensorStatus.LATE) for n in frame.samples}
+    dets, _ = fusion(frame, results)
+    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
+
+
+def test_a_replay_starting_in_a_later_run_of_a_rotated_recording_names_that_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A ROS node activated twice: run 0 (its last frame alone fused) and run 1, run 0's segments but its last
+    # rotated away. Its one frame is taken as recorded; the first compared is run 1's frame 0, on a fresh
+    # tracker. 'start' named run 0 (the run of the first turn kept) and the line 'frame 0': run 0's.
+    path = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        samples = list(reader.samples())
+        rec = RunRecorder(path, RecordOptions(segment_bytes=2**20, max_segments=0), ego_poses=tuple(reader.ego_poses()))
+        with rec:
+            for run, part in enumerate((samples[: len(samples) // 2], samples[len(samples) // 2 :])):
+                session = Session.assemble(config, reader.source)
+                rec.begin(session)
+                fusion = rec.fusion(session.fusion())
+                assert fusion is not None
+                assembler = session.assembler()
+                last: list[Frame] = []
+                for sample in part:
+                    rec.sample(sample, 1_000 + sample.t_ns)
+                    _drained(rec)
+                    frames = assembler.push(sample)
+                    last = frames[-1:] or last
+                    for frame in frames if run == 1 else ():  # (run 0: only its last frame fused, at its end)
+                        _fuse_late(rec, fusion, frame)
+                for frame in last if run == 0 else ():
+                    _fuse_late(rec, fusion, frame)
+    runs = []
+    for seg in fmt.segments(path):
+        with DriveReader(seg) as reader:
+            runs.append(reader.metadata[fmt.META_RUN])
+    last_of_run_0 = runs.index("1") - 1
+    assert last_of_run_0 > 0 and _fusion_records(fmt.segment_path(path, last_of_run_0))
+    for i in range(last_of_run_0):
+        fmt.segment_path(path, i).unlink()
+    out = anyio.run(lambda: replay_as_recorded(path, config))
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+    assert out.start is not None and out.start["taken_as_recorded"] == 1, out.start
+    assert out.start["frame_id"] == 0 and out.start["run"] == "1", out.start
+    argv = ["replay", str(path), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "a")]
+    assert main(argv) == 0
+    assert "compared from frame 0 of run 1 (fusion #" in capsys.readouterr().out
+
+
+def test_a_frame_fused_late_after_the_start_its_samples_in_a_segment_gone_is_taken_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Frames reach fusion out of their order (a slow one fused after the next two, as in a live run): in the first
+    # kept segment a frame fused after the replay's start may have its samples in the segment gone before it. It
+    # is taken as recorded (its tracker state restored) like the frames before the start; it was fused without
+    # them: a 'decision' divergence, and the tracker's state diverged from there on.
+    from perception.fusion import Fuser
+
+    def sees(self: Fuser, frame: Frame, results: Any) -> tuple[tuple[Detection3D, ...], dict[str, int]]:
+        cloud = frame.samples.get("lidar_top")  # a detection telling whether the frame's lidar sweep was there
+        return (_det(-1.0 if not isinstance(cloud, PointCloudSample) else float(len(cloud.points))),), {}
+
+    monkeypatch.setattr(Fuser, "__call__", sees)
+    path = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(config, reader.source)
+        rec = RunRecorder(path, RecordOptions(segment_bytes=2**20, max_segments=0), ego_poses=tuple(reader.ego_poses()))
+        with rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assembler = session.assembler()
+            held: list[tuple[int, Frame]] = []
+            n = 0
+            for sample in reader.samples():
+                rec.sample(sample, 1_000 + sample.t_ns)
+                _drained(rec)
+                for frame in assembler.push(sample):
+                    n += 1
+                    if n % 4 == 1:  # fused after the next two
+                        held.append((n + 2, frame))
+                        continue
+                    _fuse_late(rec, fusion, frame)
+                    for due, late in [h for h in held if h[0] <= n]:
+                        held.remove((due, late))
+                        _fuse_late(rec, fusion, late)
+    segs = fmt.segments(path)
+    whole = anyio.run(lambda: replay_as_recorded(path, config))
+    assert whole.first is None and whole.compared > 0 and whole.equal == whole.compared, whole.first
+    later = 0  # replays in which a frame after the start was taken as recorded
+    for i in range(1, min(len(segs), 16)):
+        kept = tmp_path / f"from{i}"
+        kept.mkdir()
+        for seg in segs[i:]:
+            (kept / seg.name).write_bytes(seg.read_bytes())
+        out = anyio.run(replay_as_recorded, kept / "run.mcap", config)
+        assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
+        assert out.start is not None and out.start["frame_id"] is not None
+        before = [r for r in _fusion_records(segs[i]) if int(r["seq"]) < out.start["fusion_seq"]]
+        later += out.start["taken_as_recorded"] > len(before)
+    assert later > 0
+
+
+def _fusion_records(seg: Path) -> list[dict[str, Any]]:
+    with DriveReader(seg) as reader:
+        return fusion_records(reader)
+
+
+def test_a_rotated_recording_whose_kept_segments_hold_no_frame_fused_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a run whose frames all were fused in segment 0, its samples recorded on (rotated twice): the segments kept
+    # hold samples only. The replay says it started from a rotated recording and compared nothing, rather than
+    # reporting a replay from the run's start (``start`` None) with every digest equal.
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=2), frames=5)
+    kept = sorted(tmp_path.iterdir())
+    assert not run.exists() and len(kept) == 2
+    assert not [r for seg in kept for r in _fusion_records(seg)]
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert out.compared == 0 and out.results == [] and out.first is None
+    assert out.start is not None and out.start["segment"] == kept[0].name, out.start
+    assert out.start["fusion_seq"] is None and out.start["frame_id"] is None
+    assert out.start["fused_in_segments_gone"] is None
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"segment 0 rotated away, replayed from {kept[0].name}: " in printed, printed
+    assert "hold no frame fused: nothing compared" in printed, printed
 
 
 def test_a_rotated_recording_of_a_format_without_tracker_state_is_refused(tmp_path: Path) -> None:
