@@ -23,7 +23,12 @@ with ``async with`` and left by the same task on close), whether the host holds 
 threads (a :class:`perception.scheduler.ThreadHost`: the task runs on the runtime's event-loop thread)
 or from async code (:func:`perception.scheduler.hosted_in_task`). Nothing in assembly or
 processing raises into it: an item that raises is counted against its sensor (``status()["failed"]``)
-and dropped, the futures of the frames it took down are answered. ``on_result`` callbacks wait in a
+and dropped, the futures of the frames it took down are answered. Every frame the assembler makes
+reaches its future, ``on_result`` and ``results()`` in order, a failed one as the record a stream makes
+of it (status ``dropped``, reason by :func:`perception.scheduler.failure_reason`): one whose making
+raised, one taken down with a stream that raised, one still unanswered past the drain timeout at close
+(``CANCELLED_IN_FLIGHT``). A loss without a frame (assembly itself raising) is counted in
+``status()["failed"]["assembly"]`` and logged once per kind. ``on_result`` callbacks wait in a
 bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
 (counted), not memory, and close does not wait for it past the drain timeout.
 """
@@ -50,6 +55,7 @@ from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
+    CANCELLED_IN_FLIGHT,
     OVERLOAD,
     CallbackQueue,
     FusionStage,
@@ -58,6 +64,7 @@ from perception.scheduler import (
     Runtime,
     Session,
     ThreadHost,
+    failure_reason,
     hosted_in_task,
 )
 from perception.types import (
@@ -153,6 +160,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._wake: anyio.Event | None = None
         self._state = Lifetime.UNOPENED  # changed under the intake lock: push reads it there
         self._futures: dict[int, ResultFuture] = {}
+        #: Every frame the assembler made and whose result was not delivered yet, by id: the frame, or the
+        #: dropped record of one whose making raised (delivered in its turn). What is left when the
+        #: frames in flight are abandoned at close is delivered as dropped (CANCELLED_IN_FLIGHT).
+        self._made: dict[int, Frame | FrameResult] = {}
         self._results_recv: MemoryObjectReceiveStream[FrameResult] | None = None
         self._results_buffer = results_buffer
         self._results_overflow = 0
@@ -344,7 +355,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 callbacks = CallbackQueue(self._callback_queue, name="live-cb")
                 self._callbacks = callbacks
                 stack.push_async_callback(self._close_callbacks, callbacks, pipeline.drain_timeout_s)
-                frames_send, frames_recv = anyio.create_memory_object_stream[Frame](
+                frames_send, frames_recv = anyio.create_memory_object_stream[Frame | FrameResult](
                     max_buffer_size=pipeline.max_in_flight + pipeline.queue_size
                 )
                 results_send, results_recv = anyio.create_memory_object_stream[FrameResult](
@@ -469,7 +480,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._logged.add(seen)
             log.warning("live: %s of %s failed and was dropped (counted; first of its kind): %r", what, key, exc)
 
-    async def _assemble(self, frames: MemoryObjectSendStream[Frame]) -> None:
+    async def _assemble(self, frames: MemoryObjectSendStream[Frame | FrameResult]) -> None:
         asm = self._assembler
         async with frames:
             while True:
@@ -494,10 +505,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                             refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
                 now = time.monotonic_ns()
                 try:
-                    ready = asm.close() if closing else asm.due(now)
+                    ready: list[tuple[Frame | FrameResult, ResultFuture | None]] = list(
+                        asm.close() if closing else asm.due(now)
+                    )
                 except Exception as exc:
-                    # A frame that cannot be built (e.g. from a pose or sweep that breaks the motion
-                    # model): the frames popped with it are lost; their futures say so.
+                    # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
+                    # it popped is lost without a frame; their futures say so.
                     self._fail("assembly", exc, "a frame")
                     ready = []
                     pending = set(asm.pending_tokens())
@@ -505,16 +518,24 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
+                for lost in asm.take_lost():
+                    # A frame whose making raised (e.g. a pose or sweep that breaks the motion model): its
+                    # dropped record goes out in its turn, as a frame's whose processing raised.
+                    self._fail("assembly", lost.error, "a frame")
+                    ready.append((self._runtime.dropped(lost.frame, failure_reason(lost.error)), lost.token))
+                ready.sort(key=lambda made: made[0].frame_id)
                 self._assembly_cpu_ns += time.thread_time_ns() - cpu0
                 self._publish_intake()
                 for fut, why in refused:
                     if not fut.done():
                         fut.set_exception(why)
-                for frame, token in ready:
+                for made, token in ready:
                     if token is not None:
                         self._in_assembly.discard(token)
-                        self._futures[frame.frame_id] = token
-                    await frames.send(frame)
+                        self._futures[made.frame_id] = token
+                    self._made[made.frame_id] = made
+                for made, _ in ready:
+                    await frames.send(made)
                 if closing:
                     return
                 deadline = asm.next_deadline()
@@ -536,7 +557,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         timer.cancel()
 
     async def _serve(
-        self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]
+        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
     ) -> None:
         try:
             await self._serve_results(frames, results)
@@ -545,31 +566,59 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._served.set()
 
     async def _serve_results(
-        self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]
+        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
     ) -> None:
         taken: dict[int, Frame] = {}  # frames the runtime took and has not answered (K in flight at most)
+        held: deque[FrameResult] = deque()  # records of frames lost in assembly, waiting for their turn
+
+        def deliver_held() -> None:
+            """The held records whose turn has come: no frame before them is still in the runtime."""
+            first = min(taken, default=None)
+            while held and (first is None or held[0].frame_id < first):
+                self._deliver(held.popleft(), results)
 
         async def source() -> AsyncIterator[Frame]:
-            async for frame in frames:
-                taken[frame.frame_id] = frame
-                yield frame
+            async for made in frames:
+                if isinstance(made, FrameResult):
+                    held.append(made)
+                    deliver_held()
+                    continue
+                taken[made.frame_id] = made
+                yield made
 
         async with results, frames:
-            while True:
-                try:
-                    async for result in self._runtime.run(source()):
-                        taken.pop(result.frame_id, None)
-                        self._deliver(result, results)
-                    return
-                except Exception as exc:
-                    # A frame whose processing raised: it and the frames in flight with it are
-                    # recorded as dropped (their futures answered), and processing goes on.
-                    sensor = "processing"
-                    self._fail(sensor, exc, "a frame")
-                    for fid in sorted(taken):
-                        self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
+            try:
+                while True:
+                    try:
+                        async for result in self._runtime.run(source()):
+                            taken.pop(result.frame_id, None)
+                            self._deliver(result, results)
+                            deliver_held()
+                        return
+                    except Exception as exc:
+                        # A frame whose processing raised: it and the frames in flight with it are
+                        # recorded as dropped (their futures answered), and processing goes on.
+                        self._fail("processing", exc, "a frame")
+                        for fid in sorted(taken):
+                            self._deliver(self._runtime.dropped(taken.pop(fid), failure_reason(exc)), results)
+                        deliver_held()
+            finally:
+                self._abandon(results)
+
+    def _abandon(self, results: MemoryObjectSendStream[FrameResult]) -> None:
+        """The frames made and not answered when serving ended (abandoned after the drain timeout at
+        close, or the runtime failed): each delivered as dropped, in order, so that every frame made
+        reaches ``on_result``, ``results()`` and its future."""
+        left = sorted(self._made.items())
+        if left:
+            log.warning("live runtime: %d frame(s) abandoned unanswered, recorded %r", len(left), CANCELLED_IN_FLIGHT)
+        for _, made in left:
+            self._deliver(
+                made if isinstance(made, FrameResult) else self._runtime.dropped(made, CANCELLED_IN_FLIGHT), results
+            )
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
+        self._made.pop(result.frame_id, None)
         if self._observer is not None:
             self._observe(self._observer.result, result)
         self._latency.add(result)

@@ -1,0 +1,114 @@
+"""Every frame a LiveRuntime makes reaches ``on_result`` (and ``results()`` and its future), also when it
+is lost in assembly, taken down with a failing stream, or abandoned at close after the drain timeout: as
+the record a stream makes of a failed frame (status dropped, the reason by ``failure_reason``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+from test_live_lifetime import _config, _outcomes, _push_all
+
+from perception.live import LiveRuntime
+from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
+from perception.server import EmbeddedTriton
+from perception.types import Frame, FrameResult, FrameStatus, SensorResult
+
+
+def _ids(results: list[FrameResult]) -> list[int]:
+    return [r.frame_id for r in results]
+
+
+def test_a_frame_lost_in_assembly_reaches_on_result_as_dropped_and_costs_no_other(triton: EmbeddedTriton) -> None:
+    # Before: the frame whose making raised (and any made with it in that call) reached nobody but its
+    # future: on_result and results() skipped its id, status()["frames"] never counted it.
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    accumulator = live._assembler.accumulator
+    apply = accumulator.apply
+    calls = [0]
+    broken = RuntimeError("the motion model broke")
+
+    def apply_breaking_the_fifth(frame: Frame, buffers: Any) -> Frame:
+        calls[0] += 1
+        if calls[0] == 5:
+            raise broken
+        return apply(frame, buffers)
+
+    accumulator.apply = apply_breaking_the_fifth  # type: ignore[method-assign]
+    with live:
+        futures = _push_all(live, samples, {})
+        assert _outcomes(futures)[0] == len(futures)  # the lost frame's future has its record too
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 10 and _ids(got) == list(range(made)) and status["frames"] == made
+    lost = [r for r in got if r.status is FrameStatus.DROPPED]
+    assert [(r.frame_id, r.reason) for r in lost] == [(4, failure_reason(broken))]
+    assert status["failed"] == {"assembly": 1}
+
+
+def test_frames_abandoned_at_close_reach_on_result_as_cancelled(
+    triton: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: a frame still in flight past the drain timeout (and those queued behind it) reached no
+    # on_result and no results(); only its future said RuntimeClosedError.
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=0.5)
+    release = threading.Event()
+
+    class _ReleaseOnAbandon(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "abandoned" in record.getMessage():
+                release.set()  # the runtime gave up on the frames: the stuck fusion may return now
+
+    def stuck_fusion(frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        if frame.frame_id >= 3:
+            release.wait(60)  # frame 3 never finishes while the runtime waits for it
+        return (), {}
+
+    got: list[FrameResult] = []
+    handler = _ReleaseOnAbandon()
+    logging.getLogger("perception.live").addHandler(handler)
+    try:
+        live = LiveRuntime(cfg, rig, on_result=got.append, fusion=stuck_fusion)
+        with caplog.at_level(logging.WARNING), live:
+            futures = _push_all(live, samples[: len(samples) // 2], {})
+    finally:
+        logging.getLogger("perception.live").removeHandler(handler)
+        release.set()
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 6 and _ids(got) == list(range(made)), (made, _ids(got))
+    assert all(r.status is not FrameStatus.DROPPED for r in got[:3])
+    assert [r.reason for r in got[3:]] == [CANCELLED_IN_FLIGHT] * (made - 3)
+    assert [f.result(timeout=0) for f in futures] == [r for r in got if r.frame_id < len(futures)]  # type: ignore[attr-defined]
+    assert status["frames"] == made and status["drop_reasons"] == {CANCELLED_IN_FLIGHT: made - 3}
+
+
+def test_frames_taken_down_by_a_failing_stream_have_the_one_failure_reason(triton: EmbeddedTriton) -> None:
+    # Before: LiveRuntime wrote its own reason, "internal error (RuntimeError('...'))", not failure_reason's.
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    run = live._runtime.run
+    failure = RuntimeError("the stream broke")
+    broke = [False]
+
+    async def run_failing_once(frames: Any) -> AsyncIterator[FrameResult]:
+        if not broke[0]:
+            broke[0] = True
+            async for _ in frames:  # takes a frame and fails with it
+                raise failure
+        async for result in run(frames):
+            yield result
+
+    live._runtime.run = run_failing_once  # type: ignore[method-assign]
+    with live:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        _outcomes(futures)
+    status = live.status()
+    assert got[0].status is FrameStatus.DROPPED and got[0].reason == failure_reason(failure)
+    assert _ids(got) == list(range(status["intake"]["frames"])) and status["failed"] == {"processing": 1}
