@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from test_live_lifetime import _config, _outcomes, _push_all
+from test_live_lifetime import _check_clean, _config, _outcomes, _own_shm, _push_all, _threads
 
+from perception.errors import RuntimeClosedError
 from perception.live import LiveRuntime
 from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
 from perception.server import EmbeddedTriton
@@ -112,3 +113,33 @@ def test_frames_taken_down_by_a_failing_stream_have_the_one_failure_reason(trito
     status = live.status()
     assert got[0].status is FrameStatus.DROPPED and got[0].reason == failure_reason(failure)
     assert _ids(got) == list(range(status["intake"]["frames"])) and status["failed"] == {"processing": 1}
+
+
+def test_a_future_done_callback_that_closes_the_runtime_closes_it(triton: EmbeddedTriton) -> None:
+    # Before: futures are answered on the event-loop thread, and close() there could not join that thread:
+    # the host logged "live-loop failed while running", marked itself closed and released nothing -- the
+    # runtime went on taking pushes on a loop nobody would stop (threads and shared memory leaked), and
+    # every later close() returned at once.
+    cfg, rig, samples = _config(triton.grpc_url)
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig)
+    closing = threading.Event()
+
+    def close_on_third(future: object) -> None:
+        live.close()  # on the event-loop thread
+        closing.set()
+
+    with live:
+        stall = threading.Event()
+        assert live._loop is not None
+        live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop answers no future before the hook is on
+        try:
+            futures = _push_all(live, samples[:40], {})
+            assert len(futures) >= 3
+            futures[2].add_done_callback(close_on_third)  # type: ignore[attr-defined]
+        finally:
+            stall.set()
+        assert closing.wait(60)
+    with pytest.raises(RuntimeClosedError):
+        live.push(samples[0])
+    _check_clean(before, live)  # released: the runtime, its threads and shared memory
