@@ -238,18 +238,20 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     def _enqueue(self, item: _Item, sensor: str) -> None:
         """Queue ``item`` (a sample of ``sensor``, or a pose: ``EGO``) for the loop and wake it, unless a
         wake is pending already or the item may wait (:meth:`_may_wait`)."""
+        old: _Item | None = None
         with self._lock:
             if self._state is not Lifetime.OPENED:
                 raise RuntimeClosedError("the live runtime is not open")
             if len(self._intake) >= self._intake_max:
                 old = self._intake.popleft()
                 self._assembler.stats.intake_overflow += 1
-                if old.future is not None:
-                    old.future.set_exception(SampleDroppedError("intake queue full", sensor=_sensor(old.sample)))
             self._intake.append(item)
             wake = not self._wake_pending and not self._may_wait(item, sensor)
             self._wake_pending |= wake
             loop = self._loop
+        if old is not None and old.future is not None:
+            # answered without the lock: its done callbacks run here, and may push
+            old.future.set_exception(SampleDroppedError("intake queue full", sensor=_sensor(old.sample)))
         if wake and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing: close() takes what is left
                 loop.call_soon_threadsafe(self._set_wake)

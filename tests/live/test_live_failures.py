@@ -4,19 +4,25 @@ the record a stream makes of a failed frame (status dropped, the reason by ``fai
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 from test_live_lifetime import _check_clean, _config, _outcomes, _own_shm, _push_all, _threads
 
-from perception.errors import RuntimeClosedError
+from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
 from perception.server import EmbeddedTriton
 from perception.types import Frame, FrameResult, FrameStatus, SensorResult
+
+
+MS = 1_000_000
 
 
 def _ids(results: list[FrameResult]) -> list[int]:
@@ -143,3 +149,40 @@ def test_a_future_done_callback_that_closes_the_runtime_closes_it(triton: Embedd
     with pytest.raises(RuntimeClosedError):
         live.push(samples[0])
     _check_clean(before, live)  # released: the runtime, its threads and shared memory
+
+
+def test_a_done_callback_of_a_future_dropped_by_a_full_intake_may_push(triton: EmbeddedTriton) -> None:
+    # Before: the future of a trigger sample pushed out of the full intake queue was answered under the
+    # intake lock, on the pushing thread: its done callback pushing a sample deadlocked that thread (and
+    # then the event loop, and close).
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=1.0)
+    cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, intake_queue=4))
+    live = LiveRuntime(cfg, rig)
+    lidar = [s for s in samples if s.sensor == "lidar_top"][:8]
+    camera = next(s for s in samples if s.sensor != "lidar_top")
+    pushed = threading.Event()
+    dropped: list[BaseException | None] = []
+
+    def push_a_camera_sample(future: concurrent.futures.Future[FrameResult]) -> None:
+        dropped.append(future.exception())
+        live.push(dataclasses.replace(camera, t_ns=time.monotonic_ns()))
+
+    def pusher() -> None:
+        now = time.monotonic_ns()
+        for i, s in enumerate(lidar):
+            future = live.push(dataclasses.replace(s, t_ns=now - (len(lidar) - i) * 100 * MS))
+            assert future is not None
+            future.add_done_callback(push_a_camera_sample)
+        pushed.set()
+
+    live.__enter__()
+    stall = threading.Event()
+    assert live._loop is not None
+    live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the intake fills
+    threading.Thread(target=pusher, daemon=True).start()
+    finished = pushed.wait(30)
+    stall.set()
+    assert finished, "the pushing thread deadlocked"  # (the runtime is left open: its lock is held)
+    live.close()
+    assert len(dropped) >= 4 and all(isinstance(e, SampleDroppedError) for e in dropped[:4])
+    assert live.status()["intake"]["intake_overflow"] >= 4
