@@ -520,11 +520,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
-                for lost in asm.take_lost():
+                for unmade in asm.take_lost():
                     # A frame whose making raised (e.g. a pose or sweep that breaks the motion model): its
                     # dropped record goes out in its turn, as a frame's whose processing raised.
-                    self._fail("assembly", lost.error, "a frame")
-                    ready.append((self._runtime.dropped(lost.frame, failure_reason(lost.error)), lost.token))
+                    self._fail("assembly", unmade.error, "a frame")
+                    record = self._runtime.dropped(unmade.frame, failure_reason(unmade.error))
+                    ready.append((record, unmade.token))
                 ready.sort(key=lambda made: made[0].frame_id)
                 self._assembly_cpu_ns += time.thread_time_ns() - cpu0
                 self._publish_intake()

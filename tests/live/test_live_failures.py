@@ -21,7 +21,6 @@ from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
 from perception.server import EmbeddedTriton
 from perception.types import Frame, FrameResult, FrameStatus, SensorResult
 
-
 MS = 1_000_000
 
 
