@@ -48,6 +48,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from perception.config import RuntimeConfig
@@ -441,12 +442,16 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
         On a runtime held with ``async with`` (from any thread, or its own loop) it stops intake and
         completes the pending frames, so ``results()`` ends once they are answered; leaving the block
-        releases the rest."""
+        releases the rest.
+
+        Intake stops at once, on the calling thread: pushes raise :class:`RuntimeClosedError` from here
+        on, also while the event loop is still busy with what was pushed before (hosts pushing faster
+        than the loop takes had it wait for the loop, and kept pushing: a close took minutes)."""
         loop = self._loop
-        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
-            with self._lock:
-                if self._state is Lifetime.OPENED:
-                    self._state = Lifetime.CLOSING
+        with self._lock:
+            if self._state is Lifetime.OPENED:
+                self._state = Lifetime.CLOSING
+        if loop is not None:
             try:
                 on_loop = asyncio.get_running_loop() is loop
             except RuntimeError:
@@ -456,6 +461,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             else:
                 with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to wake
                     loop.call_soon_threadsafe(self._set_wake)
+        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
             return
         if self._callbacks is not None:
             self._callbacks.host_closing()  # a callback closing the runtime: close does not wait for it
@@ -545,10 +551,16 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 wait_s = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
                 with self._lock:  # a push sees when the loop next looks, or the loop sees the push
-                    if self._intake:
-                        continue
-                    self._wake_by_ns = _NEVER if deadline is None else deadline
-                    self._awaited = asm.awaited()
+                    more = bool(self._intake)
+                    if not more:
+                        self._wake_by_ns = _NEVER if deadline is None else deadline
+                        self._awaited = asm.awaited()
+                if more:
+                    # pushed meanwhile: taken next, after the loop's other tasks (results, a close) had
+                    # their turn -- hosts pushing without pause kept the intake never empty, and the
+                    # assembler held the loop: no result delivered, no close honoured
+                    await anyio.lowlevel.checkpoint()
+                    continue
                 # the deadline as a timer that sets the wake event: a loop timer, not a cancel scope per
                 # wait (this wakes about twice a frame)
                 assert self._loop is not None

@@ -189,3 +189,70 @@ def test_a_done_callback_of_a_future_dropped_by_a_full_intake_may_push(triton: E
     live.close()
     assert len(dropped) >= 4 and all(isinstance(e, SampleDroppedError) for e in dropped[:4])
     assert live.status()["intake"]["intake_overflow"] >= 4
+
+
+def test_close_stops_intake_at_once_while_the_loop_is_busy(triton: EmbeddedTriton) -> None:
+    # Before: intake stopped only once the event loop got to the close; hosts pushing faster than the loop
+    # took kept pushing meanwhile (a 4-thread flood: the pushes stopped 153 s after close() was called).
+    cfg, rig, samples = _config(triton.grpc_url)
+    live = LiveRuntime(cfg, rig)
+    live.__enter__()
+    stall = threading.Event()
+    assert live._loop is not None
+    live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop is busy until the test has seen the refusal
+    closer = threading.Thread(target=live.close)
+    try:
+        closer.start()
+        refused = False
+        deadline = time.monotonic() + 30  # a safety net only: the close's first step refuses pushes
+        while not refused and time.monotonic() < deadline:
+            try:
+                live.push(dataclasses.replace(samples[1], t_ns=time.monotonic_ns()))
+            except RuntimeClosedError:
+                refused = True
+            time.sleep(0.001)
+    finally:
+        stall.set()
+        closer.join(60)
+    assert refused and not closer.is_alive()
+
+
+def test_pushes_without_pause_do_not_hold_the_event_loop(triton: EmbeddedTriton) -> None:
+    # Before: while the intake was never empty when the assembler looked again, it took the next batch
+    # without yielding: the loop's other tasks (results, a close) waited as long as the host pushed.
+    cfg, rig, samples = _config(triton.grpc_url)
+    live = LiveRuntime(cfg, rig)
+    radar = next(s for s in samples if s.sensor == "radar_front")
+    flooding = threading.Event()
+    add = live._assembler.add
+
+    adds = [0]
+    after = [0]  # batches the assembler took after the other task was scheduled, before it ran
+    spinning = threading.Event()
+    scheduled = threading.Event()
+
+    def add_while_the_host_pushes_another(sample: Any, arrival_ns: int, token: Any = None) -> str | None:
+        if flooding.is_set():  # the host's next push lands before the assembler looks again
+            live.push(dataclasses.replace(radar, t_ns=time.monotonic_ns()))
+            adds[0] += 1
+            if adds[0] == 3:
+                spinning.set()
+            if scheduled.is_set() and not other_task_ran.is_set():
+                after[0] += 1
+        return add(sample, arrival_ns, token)
+
+    live._assembler.add = add_while_the_host_pushes_another  # type: ignore[method-assign]
+    other_task_ran = threading.Event()
+    with live:
+        assert live._loop is not None
+        flooding.set()
+        try:
+            lidar = next(s for s in samples if s.sensor == "lidar_top")
+            live.push(dataclasses.replace(lidar, t_ns=time.monotonic_ns()))  # a trigger's push wakes the loop
+            assert spinning.wait(30)  # the assembler is taking batch after batch
+            live._loop.call_soon_threadsafe(other_task_ran.set)
+            scheduled.set()
+            ran = other_task_ran.wait(30)  # a safety net only: it runs at the assembler's next batch
+        finally:
+            flooding.clear()
+    assert ran and after[0] <= 10, after  # before: tens of thousands of batches (one push each) first
