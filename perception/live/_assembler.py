@@ -60,7 +60,7 @@ from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LiveAssembler", "LiveStats", "TimeBase", "check_trigger"]
+__all__ = ["LiveAssembler", "LiveStats", "LostFrame", "TimeBase", "check_trigger"]
 
 T = TypeVar("T")
 
@@ -152,6 +152,17 @@ class TimeBase:
         return {s: e.value for s, e in sorted(self._est.items()) if e.value is not None}
 
 
+@dataclass(frozen=True)
+class LostFrame(Generic[T]):
+    """A frame opened but not made: building it raised ``error`` (a pose or sweep that breaks the motion
+    model, a bug). ``frame`` is its stub -- the id it took, its time and opening, no samples -- of which a
+    host makes the frame's dropped record; ``token`` is its trigger sample's."""
+
+    frame: Frame
+    token: T | None
+    error: Exception
+
+
 @dataclass
 class _Pending(Generic[T]):
     t_ns: int
@@ -220,6 +231,7 @@ class LiveAssembler(Generic[T]):
         self._trigger_gaps: deque[int] = deque(maxlen=16)  # capture-time gaps of recent trigger samples
         self._trigger_lags: deque[int] = deque(maxlen=16)  # arrival - capture of recent trigger samples
         self._silent = False
+        self._lost: list[LostFrame[T]] = []  # frames whose making raised, until take_lost()
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
@@ -499,22 +511,26 @@ class LiveAssembler(Generic[T]):
 
     def due(self, now: int) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
-        A frame's ``created_ns`` is the host time it opened (its trigger's arrival)."""
+        A frame's ``created_ns`` is the host time it opened (its trigger's arrival). A frame whose making
+        raises is not among them and costs no other: it waits in :meth:`take_lost`."""
         self._tick(now)
         out: list[tuple[Frame, T | None]] = []
         while self._pending and self._pending[0].due_ns <= now:
-            p = self._pending.popleft()
-            out.append((self._make_frame(p), p.token))
+            self._emit(self._pending.popleft(), out)
         self._evict(now)
         return out
 
     def close(self) -> list[tuple[Frame, T | None]]:
-        """Complete every pending frame with what has arrived (the host is closing)."""
+        """Complete every pending frame with what has arrived (the host is closing); as :meth:`due`."""
         out: list[tuple[Frame, T | None]] = []
         while self._pending:
-            p = self._pending.popleft()
-            out.append((self._make_frame(p), p.token))
+            self._emit(self._pending.popleft(), out)
         return out
+
+    def take_lost(self) -> list[LostFrame[T]]:
+        """The frames whose making raised since the last call (their ids are among the frames' ids)."""
+        lost, self._lost = self._lost, []
+        return lost
 
     def offsets_ns(self) -> dict[str, int]:
         return self._time.offsets_ns()
@@ -528,6 +544,14 @@ class LiveAssembler(Generic[T]):
         return self._core.buffered(sensor)
 
     # -- frames ---------------------------------------------------------------------------------
+    def _emit(self, p: _Pending[T], out: list[tuple[Frame, T | None]]) -> None:
+        frame_id = self._core.next_id
+        try:
+            out.append((self._make_frame(p), p.token))
+        except Exception as exc:
+            stub = Frame(frame_id, p.t_ns, {}, created_ns=p.arrival_ns)
+            self._lost.append(LostFrame(stub, p.token, exc))
+
     def _make_frame(self, p: _Pending[T]) -> Frame:
         if p.by == "trigger":
             self.stats.frames_by_trigger += 1

@@ -23,7 +23,12 @@ with ``async with`` and left by the same task on close), whether the host holds 
 threads (a :class:`perception.scheduler.ThreadHost`: the task runs on the runtime's event-loop thread)
 or from async code (:func:`perception.scheduler.hosted_in_task`). Nothing in assembly or
 processing raises into it: an item that raises is counted against its sensor (``status()["failed"]``)
-and dropped, the futures of the frames it took down are answered. ``on_result`` callbacks wait in a
+and dropped, the futures of the frames it took down are answered. Every frame the assembler makes
+reaches its future, ``on_result`` and ``results()`` in order, a failed one as the record a stream makes
+of it (status ``dropped``, reason by :func:`perception.scheduler.failure_reason`): one whose making
+raised, one taken down with a stream that raised, one still unanswered past the drain timeout at close
+(``CANCELLED_IN_FLIGHT``). A loss without a frame (assembly itself raising) is counted in
+``status()["failed"]["assembly"]`` and logged once per kind. ``on_result`` callbacks wait in a
 bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
 (counted), not memory, and close does not wait for it past the drain timeout.
 """
@@ -43,6 +48,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from perception.config import RuntimeConfig
@@ -50,6 +56,7 @@ from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
+    CANCELLED_IN_FLIGHT,
     OVERLOAD,
     CallbackQueue,
     FusionStage,
@@ -58,6 +65,7 @@ from perception.scheduler import (
     Runtime,
     Session,
     ThreadHost,
+    failure_reason,
     hosted_in_task,
 )
 from perception.types import (
@@ -153,6 +161,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._wake: anyio.Event | None = None
         self._state = Lifetime.UNOPENED  # changed under the intake lock: push reads it there
         self._futures: dict[int, ResultFuture] = {}
+        #: Every frame the assembler made and whose result was not delivered yet, by id: the frame, or the
+        #: dropped record of one whose making raised (delivered in its turn). What is left when the
+        #: frames in flight are abandoned at close is delivered as dropped (CANCELLED_IN_FLIGHT).
+        self._made: dict[int, Frame | FrameResult] = {}
         self._results_recv: MemoryObjectReceiveStream[FrameResult] | None = None
         self._results_buffer = results_buffer
         self._results_overflow = 0
@@ -227,18 +239,20 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     def _enqueue(self, item: _Item, sensor: str) -> None:
         """Queue ``item`` (a sample of ``sensor``, or a pose: ``EGO``) for the loop and wake it, unless a
         wake is pending already or the item may wait (:meth:`_may_wait`)."""
+        old: _Item | None = None
         with self._lock:
             if self._state is not Lifetime.OPENED:
                 raise RuntimeClosedError("the live runtime is not open")
             if len(self._intake) >= self._intake_max:
                 old = self._intake.popleft()
                 self._assembler.stats.intake_overflow += 1
-                if old.future is not None:
-                    old.future.set_exception(SampleDroppedError("intake queue full", sensor=_sensor(old.sample)))
             self._intake.append(item)
             wake = not self._wake_pending and not self._may_wait(item, sensor)
             self._wake_pending |= wake
             loop = self._loop
+        if old is not None and old.future is not None:
+            # answered without the lock: its done callbacks run here, and may push
+            old.future.set_exception(SampleDroppedError("intake queue full", sensor=_sensor(old.sample)))
         if wake and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing: close() takes what is left
                 loop.call_soon_threadsafe(self._set_wake)
@@ -344,7 +358,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 callbacks = CallbackQueue(self._callback_queue, name="live-cb")
                 self._callbacks = callbacks
                 stack.push_async_callback(self._close_callbacks, callbacks, pipeline.drain_timeout_s)
-                frames_send, frames_recv = anyio.create_memory_object_stream[Frame](
+                frames_send, frames_recv = anyio.create_memory_object_stream[Frame | FrameResult](
                     max_buffer_size=pipeline.max_in_flight + pipeline.queue_size
                 )
                 results_send, results_recv = anyio.create_memory_object_stream[FrameResult](
@@ -428,12 +442,16 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
         On a runtime held with ``async with`` (from any thread, or its own loop) it stops intake and
         completes the pending frames, so ``results()`` ends once they are answered; leaving the block
-        releases the rest."""
+        releases the rest.
+
+        Intake stops at once, on the calling thread: pushes raise :class:`RuntimeClosedError` from here
+        on, also while the event loop is still busy with what was pushed before (hosts pushing faster
+        than the loop takes had it wait for the loop, and kept pushing: a close took minutes)."""
         loop = self._loop
-        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
-            with self._lock:
-                if self._state is Lifetime.OPENED:
-                    self._state = Lifetime.CLOSING
+        with self._lock:
+            if self._state is Lifetime.OPENED:
+                self._state = Lifetime.CLOSING
+        if loop is not None:
             try:
                 on_loop = asyncio.get_running_loop() is loop
             except RuntimeError:
@@ -443,6 +461,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             else:
                 with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to wake
                     loop.call_soon_threadsafe(self._set_wake)
+        if self._host.state is Lifetime.UNOPENED and loop is not None:  # held with ``async with``
             return
         if self._callbacks is not None:
             self._callbacks.host_closing()  # a callback closing the runtime: close does not wait for it
@@ -469,7 +488,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._logged.add(seen)
             log.warning("live: %s of %s failed and was dropped (counted; first of its kind): %r", what, key, exc)
 
-    async def _assemble(self, frames: MemoryObjectSendStream[Frame]) -> None:
+    async def _assemble(self, frames: MemoryObjectSendStream[Frame | FrameResult]) -> None:
         asm = self._assembler
         async with frames:
             while True:
@@ -494,10 +513,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                             refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
                 now = time.monotonic_ns()
                 try:
-                    ready = asm.close() if closing else asm.due(now)
+                    ready: list[tuple[Frame | FrameResult, ResultFuture | None]] = list(
+                        asm.close() if closing else asm.due(now)
+                    )
                 except Exception as exc:
-                    # A frame that cannot be built (e.g. from a pose or sweep that breaks the motion
-                    # model): the frames popped with it are lost; their futures say so.
+                    # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
+                    # it popped is lost without a frame; their futures say so.
                     self._fail("assembly", exc, "a frame")
                     ready = []
                     pending = set(asm.pending_tokens())
@@ -505,26 +526,41 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
+                for unmade in asm.take_lost():
+                    # A frame whose making raised (e.g. a pose or sweep that breaks the motion model): its
+                    # dropped record goes out in its turn, as a frame's whose processing raised.
+                    self._fail("assembly", unmade.error, "a frame")
+                    record = self._runtime.dropped(unmade.frame, failure_reason(unmade.error))
+                    ready.append((record, unmade.token))
+                ready.sort(key=lambda made: made[0].frame_id)
                 self._assembly_cpu_ns += time.thread_time_ns() - cpu0
                 self._publish_intake()
                 for fut, why in refused:
                     if not fut.done():
                         fut.set_exception(why)
-                for frame, token in ready:
+                for made, token in ready:
                     if token is not None:
                         self._in_assembly.discard(token)
-                        self._futures[frame.frame_id] = token
-                    await frames.send(frame)
+                        self._futures[made.frame_id] = token
+                    self._made[made.frame_id] = made
+                for made, _ in ready:
+                    await frames.send(made)
                 if closing:
                     return
                 deadline = asm.next_deadline()
                 wait_s = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
                 with self._lock:  # a push sees when the loop next looks, or the loop sees the push
-                    if self._intake:
-                        continue
-                    self._wake_by_ns = _NEVER if deadline is None else deadline
-                    self._awaited = asm.awaited()
+                    more = bool(self._intake)
+                    if not more:
+                        self._wake_by_ns = _NEVER if deadline is None else deadline
+                        self._awaited = asm.awaited()
+                if more:
+                    # pushed meanwhile: taken next, after the loop's other tasks (results, a close) had
+                    # their turn -- hosts pushing without pause kept the intake never empty, and the
+                    # assembler held the loop: no result delivered, no close honoured
+                    await anyio.lowlevel.checkpoint()
+                    continue
                 # the deadline as a timer that sets the wake event: a loop timer, not a cancel scope per
                 # wait (this wakes about twice a frame)
                 assert self._loop is not None
@@ -536,7 +572,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         timer.cancel()
 
     async def _serve(
-        self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]
+        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
     ) -> None:
         try:
             await self._serve_results(frames, results)
@@ -545,31 +581,59 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._served.set()
 
     async def _serve_results(
-        self, frames: MemoryObjectReceiveStream[Frame], results: MemoryObjectSendStream[FrameResult]
+        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
     ) -> None:
         taken: dict[int, Frame] = {}  # frames the runtime took and has not answered (K in flight at most)
+        held: deque[FrameResult] = deque()  # records of frames lost in assembly, waiting for their turn
+
+        def deliver_held() -> None:
+            """The held records whose turn has come: no frame before them is still in the runtime."""
+            first = min(taken, default=None)
+            while held and (first is None or held[0].frame_id < first):
+                self._deliver(held.popleft(), results)
 
         async def source() -> AsyncIterator[Frame]:
-            async for frame in frames:
-                taken[frame.frame_id] = frame
-                yield frame
+            async for made in frames:
+                if isinstance(made, FrameResult):
+                    held.append(made)
+                    deliver_held()
+                    continue
+                taken[made.frame_id] = made
+                yield made
 
         async with results, frames:
-            while True:
-                try:
-                    async for result in self._runtime.run(source()):
-                        taken.pop(result.frame_id, None)
-                        self._deliver(result, results)
-                    return
-                except Exception as exc:
-                    # A frame whose processing raised: it and the frames in flight with it are
-                    # recorded as dropped (their futures answered), and processing goes on.
-                    sensor = "processing"
-                    self._fail(sensor, exc, "a frame")
-                    for fid in sorted(taken):
-                        self._deliver(self._runtime.dropped(taken.pop(fid), f"internal error ({exc!r})"), results)
+            try:
+                while True:
+                    try:
+                        async for result in self._runtime.run(source()):
+                            taken.pop(result.frame_id, None)
+                            self._deliver(result, results)
+                            deliver_held()
+                        return
+                    except Exception as exc:
+                        # A frame whose processing raised: it and the frames in flight with it are
+                        # recorded as dropped (their futures answered), and processing goes on.
+                        self._fail("processing", exc, "a frame")
+                        for fid in sorted(taken):
+                            self._deliver(self._runtime.dropped(taken.pop(fid), failure_reason(exc)), results)
+                        deliver_held()
+            finally:
+                self._abandon(results)
+
+    def _abandon(self, results: MemoryObjectSendStream[FrameResult]) -> None:
+        """The frames made and not answered when serving ended (abandoned after the drain timeout at
+        close, or the runtime failed): each delivered as dropped, in order, so that every frame made
+        reaches ``on_result``, ``results()`` and its future."""
+        left = sorted(self._made.items())
+        if left:
+            log.warning("live runtime: %d frame(s) abandoned unanswered, recorded %r", len(left), CANCELLED_IN_FLIGHT)
+        for _, made in left:
+            self._deliver(
+                made if isinstance(made, FrameResult) else self._runtime.dropped(made, CANCELLED_IN_FLIGHT), results
+            )
 
     def _deliver(self, result: FrameResult, results: MemoryObjectSendStream[FrameResult]) -> None:
+        self._made.pop(result.frame_id, None)
         if self._observer is not None:
             self._observe(self._observer.result, result)
         self._latency.add(result)

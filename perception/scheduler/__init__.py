@@ -9,7 +9,7 @@ from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._dispatch import InferClient
 from perception.scheduler._lifetime import Lifetime, ThreadHost, hosted_in_task
 from perception.scheduler._observer import RunObserver
-from perception.scheduler._pipeline import OrderedPipeline
+from perception.scheduler._pipeline import CANCELLED_IN_FLIGHT, OrderedPipeline, failure_reason
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session, TrackingStage
 from perception.scheduler._shedding import OVERLOAD
@@ -17,6 +17,7 @@ from perception.scheduler._tensors import camera_input, output_names, prepare_in
 from perception.scheduler._thread import ThreadedRuntime
 
 __all__ = [
+    "CANCELLED_IN_FLIGHT",
     "OVERLOAD",
     "AdmissionProvider",
     "AlignCore",
@@ -38,6 +39,7 @@ __all__ = [
     "TrackingStage",
     "camera_input",
     "client_options",
+    "failure_reason",
     "hosted_in_task",
     "output_names",
     "prepare_inputs",

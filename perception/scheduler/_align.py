@@ -112,6 +112,11 @@ class AlignCore:
         self._last: dict[str, int] = {}
         self._next_id = 0
 
+    @property
+    def next_id(self) -> int:
+        """The id :meth:`make_frame` gives its next frame (it takes it even when making the frame raises)."""
+        return self._next_id
+
     # -- samples --------------------------------------------------------------------------------
     def order_problem(self, name: str, stamp: int, *, new_clock: bool = False) -> str | None:
         """``duplicate`` or ``out of order`` (counted) when ``stamp`` is not after the sensor's last taken
@@ -228,9 +233,9 @@ class AlignCore:
     def make_frame(self, t: int, *, created_ns: int = 0, ground_truth: GroundTruth | None = None) -> Frame:
         """The next frame (ids count up from 0) at ``t``: each active sensor's nearest usable sample, the
         ego pose, earlier sweeps accumulated."""
-        chosen = {name: self._nearest(self.sensors[name], t) for name in self.active}
-        frame_id = self._next_id
+        frame_id = self._next_id  # taken first: a frame whose making raises has its id too (next_id)
         self._next_id += 1
+        chosen = {name: self._nearest(self.sensors[name], t) for name in self.active}
         self.stats.frames += 1
         ego = self._frame_ego(t)
         frame = Frame(frame_id, t, chosen, ego=ego, ground_truth=ground_truth, created_ns=created_ns)

@@ -71,6 +71,10 @@ class ThreadHost(Generic[T]):
             raise RuntimeClosedError(f"the {self._name} is {self.state.value}")
         return self._portal
 
+    def in_loop_thread(self) -> bool:
+        """Whether the calling thread is the event-loop thread (while it holds the object)."""
+        return self._loop_thread is not None and threading.get_ident() == self._loop_thread
+
     def open(self) -> T:
         self.state.check_unopened(self._name)
         self.state = Lifetime.CLOSED  # unless it opens: what a failed open entered is left (rolled back)
@@ -99,7 +103,13 @@ class ThreadHost(Generic[T]):
             log.warning("%s: not closed within %.0f s; cancelled", self._name, self._release_s)
 
     def close(self, drain_s: float) -> None:
-        """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread."""
+        """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread.
+
+        Called on the event-loop thread (a future's done callback runs there), it cannot wait for that
+        thread: a thread of its own closes it, and this returns at once."""
+        if self.state is Lifetime.OPENED and self.in_loop_thread():
+            threading.Thread(target=self.close, args=(drain_s,), name=f"{self._name}-close").start()
+            return
         with self._closing:
             first = not self.state.done
             if first:

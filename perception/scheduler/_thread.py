@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -228,6 +229,11 @@ class ThreadedRuntime:
         """Drain submitted frames (bounded by ``timeout_s``, default the pipeline's drain timeout),
         cancel what is left, release everything (runtime, event-loop thread, callback thread)."""
         if self._host.state is Lifetime.CLOSED:
+            return
+        if self._host.state is Lifetime.OPENED and self._host.in_loop_thread():
+            # a future's done callback (they run on the event-loop thread): that thread cannot wait for
+            # itself; a thread of its own closes the runtime (ThreadHost.close)
+            threading.Thread(target=self.close, args=(timeout_s,), name="perception-close").start()
             return
         if timeout_s is not None:
             self._drain_s = timeout_s

@@ -17,7 +17,7 @@ import pytest
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
 from perception.errors import InputError, ModelContractError, ModelNotReadyError, RuntimeClosedError
-from perception.scheduler import Runtime, ThreadedRuntime
+from perception.scheduler import Lifetime, Runtime, ThreadedRuntime
 from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
@@ -346,6 +346,37 @@ def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
     assert sorted(r.frame_id for r in results) == [0, 1, 2]
     assert all(r.status is FrameStatus.OK for r in results)
     assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
+
+
+def test_threaded_close_from_a_future_done_callback_closes_the_runtime(triton: EmbeddedTriton) -> None:
+    # Before: a submitted frame's future is answered on the event-loop thread, where close() could not
+    # join that thread: "perception-loop failed while running" was logged, the facade marked itself closed
+    # and the runtime (client, channels, shared memory, the loop thread) was never released.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"overload": "queue"})
+    closed = threading.Event()
+    stall = threading.Event()
+
+    async def stall_the_loop() -> None:
+        stall.wait(60)  # no future is answered before its done callback is on
+
+    before = {t.ident for t in threading.enumerate()}
+    rt = ThreadedRuntime(cfg)
+    with rt:
+        rt._host.portal.start_task_soon(stall_the_loop)
+        try:
+            futures = [rt.submit(frame(i, ["lidar", "radar"])) for i in range(3)]
+            futures[0].add_done_callback(lambda f: (rt.close(), closed.set()))
+        finally:
+            stall.set()
+        assert closed.wait(60)
+        assert [f.result(timeout=60).status for f in futures] == [FrameStatus.OK] * 3
+    assert rt.runtime.state is Lifetime.CLOSED  # released
+    with pytest.raises(RuntimeClosedError):
+        rt.submit(frame(3, ["lidar"]))
+    for t in threading.enumerate():
+        if t.ident not in before and "_poll_wrapper" not in t.name and not t.name.startswith("AnyIO worker"):
+            t.join(10)
+            assert not t.is_alive(), t.name
 
 
 def test_threaded_close_is_bounded_with_a_stuck_callback_and_releases_its_threads(triton: EmbeddedTriton) -> None:

@@ -1,0 +1,258 @@
+"""Every frame a LiveRuntime makes reaches ``on_result`` (and ``results()`` and its future), also when it
+is lost in assembly, taken down with a failing stream, or abandoned at close after the drain timeout: as
+the record a stream makes of a failed frame (status dropped, the reason by ``failure_reason``)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+from test_live_lifetime import _check_clean, _config, _outcomes, _own_shm, _push_all, _threads
+
+from perception.errors import RuntimeClosedError, SampleDroppedError
+from perception.live import LiveRuntime
+from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
+from perception.server import EmbeddedTriton
+from perception.types import Frame, FrameResult, FrameStatus, SensorResult
+
+MS = 1_000_000
+
+
+def _ids(results: list[FrameResult]) -> list[int]:
+    return [r.frame_id for r in results]
+
+
+def test_a_frame_lost_in_assembly_reaches_on_result_as_dropped_and_costs_no_other(triton: EmbeddedTriton) -> None:
+    # Before: the frame whose making raised (and any made with it in that call) reached nobody but its
+    # future: on_result and results() skipped its id, status()["frames"] never counted it.
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    accumulator = live._assembler.accumulator
+    apply = accumulator.apply
+    calls = [0]
+    broken = RuntimeError("the motion model broke")
+
+    def apply_breaking_the_fifth(frame: Frame, buffers: Any) -> Frame:
+        calls[0] += 1
+        if calls[0] == 5:
+            raise broken
+        return apply(frame, buffers)
+
+    accumulator.apply = apply_breaking_the_fifth  # type: ignore[method-assign]
+    with live:
+        futures = _push_all(live, samples, {})
+        assert _outcomes(futures)[0] == len(futures)  # the lost frame's future has its record too
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 10 and _ids(got) == list(range(made)) and status["frames"] == made
+    lost = [r for r in got if r.status is FrameStatus.DROPPED]
+    assert [(r.frame_id, r.reason) for r in lost] == [(4, failure_reason(broken))]
+    assert status["failed"] == {"assembly": 1}
+
+
+def test_frames_abandoned_at_close_reach_on_result_as_cancelled(
+    triton: EmbeddedTriton, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: a frame still in flight past the drain timeout (and those queued behind it) reached no
+    # on_result and no results(); only its future said RuntimeClosedError.
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=0.5)
+    # the frames behind the stuck one wait for it (none shed under overload: no wall-clock judgement)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, overload="queue"))
+    release = threading.Event()
+
+    class _ReleaseOnAbandon(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "abandoned" in record.getMessage():
+                release.set()  # the runtime gave up on the frames: the stuck fusion may return now
+
+    def stuck_fusion(frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        if frame.frame_id >= 3:
+            release.wait(60)  # frame 3 never finishes while the runtime waits for it
+        return (), {}
+
+    got: list[FrameResult] = []
+    handler = _ReleaseOnAbandon()
+    logging.getLogger("perception.live").addHandler(handler)
+    try:
+        live = LiveRuntime(cfg, rig, on_result=got.append, fusion=stuck_fusion)
+        with caplog.at_level(logging.WARNING), live:
+            futures = _push_all(live, samples[: len(samples) // 2], {})
+    finally:
+        logging.getLogger("perception.live").removeHandler(handler)
+        release.set()
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 6 and _ids(got) == list(range(made)), (made, _ids(got))
+    assert all(r.status is not FrameStatus.DROPPED for r in got[:3])
+    assert [r.reason for r in got[3:]] == [CANCELLED_IN_FLIGHT] * (made - 3)
+    for future in futures:  # each future has the very record on_result got
+        record = future.result(timeout=0)  # type: ignore[attr-defined]
+        assert got[record.frame_id] is record
+    assert status["frames"] == made and status["drop_reasons"] == {CANCELLED_IN_FLIGHT: made - 3}
+
+
+def test_frames_taken_down_by_a_failing_stream_have_the_one_failure_reason(triton: EmbeddedTriton) -> None:
+    # Before: LiveRuntime wrote its own reason, "internal error (RuntimeError('...'))", not failure_reason's.
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    run = live._runtime.run
+    failure = RuntimeError("the stream broke")
+    broke = [False]
+
+    async def run_failing_once(frames: Any) -> AsyncIterator[FrameResult]:
+        if not broke[0]:
+            broke[0] = True
+            async for _ in frames:  # takes a frame and fails with it
+                raise failure
+        async for result in run(frames):
+            yield result
+
+    live._runtime.run = run_failing_once  # type: ignore[method-assign]
+    with live:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        _outcomes(futures)
+    status = live.status()
+    assert got[0].status is FrameStatus.DROPPED and got[0].reason == failure_reason(failure)
+    assert _ids(got) == list(range(status["intake"]["frames"])) and status["failed"] == {"processing": 1}
+
+
+def test_a_future_done_callback_that_closes_the_runtime_closes_it(triton: EmbeddedTriton) -> None:
+    # Before: futures are answered on the event-loop thread, and close() there could not join that thread:
+    # the host logged "live-loop failed while running", marked itself closed and released nothing -- the
+    # runtime went on taking pushes on a loop nobody would stop (threads and shared memory leaked), and
+    # every later close() returned at once.
+    cfg, rig, samples = _config(triton.grpc_url)
+    before = _threads(), _own_shm()
+    live = LiveRuntime(cfg, rig)
+    closing = threading.Event()
+
+    def close_on_third(future: object) -> None:
+        live.close()  # on the event-loop thread
+        closing.set()
+
+    with live:
+        stall = threading.Event()
+        assert live._loop is not None
+        live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop answers no future before the hook is on
+        try:
+            futures = _push_all(live, samples[:40], {})
+            assert len(futures) >= 3
+            futures[2].add_done_callback(close_on_third)  # type: ignore[attr-defined]
+        finally:
+            stall.set()
+        assert closing.wait(60)
+    with pytest.raises(RuntimeClosedError):
+        live.push(samples[0])
+    _check_clean(before, live)  # released: the runtime, its threads and shared memory
+
+
+def test_a_done_callback_of_a_future_dropped_by_a_full_intake_may_push(triton: EmbeddedTriton) -> None:
+    # Before: the future of a trigger sample pushed out of the full intake queue was answered under the
+    # intake lock, on the pushing thread: its done callback pushing a sample deadlocked that thread (and
+    # then the event loop, and close).
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=1.0)
+    cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, intake_queue=4))
+    live = LiveRuntime(cfg, rig)
+    lidar = [s for s in samples if s.sensor == "lidar_top"][:8]
+    camera = next(s for s in samples if s.sensor != "lidar_top")
+    pushed = threading.Event()
+    dropped: list[BaseException | None] = []
+
+    def push_a_camera_sample(future: concurrent.futures.Future[FrameResult]) -> None:
+        dropped.append(future.exception())
+        live.push(dataclasses.replace(camera, t_ns=time.monotonic_ns()))
+
+    def pusher() -> None:
+        now = time.monotonic_ns()
+        for i, s in enumerate(lidar):
+            future = live.push(dataclasses.replace(s, t_ns=now - (len(lidar) - i) * 100 * MS))
+            assert future is not None
+            future.add_done_callback(push_a_camera_sample)
+        pushed.set()
+
+    live.__enter__()
+    stall = threading.Event()
+    assert live._loop is not None
+    live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the intake fills
+    threading.Thread(target=pusher, daemon=True).start()
+    finished = pushed.wait(30)
+    stall.set()
+    assert finished, "the pushing thread deadlocked"  # (the runtime is left open: its lock is held)
+    live.close()
+    assert len(dropped) >= 4 and all(isinstance(e, SampleDroppedError) for e in dropped[:4])
+    assert live.status()["intake"]["intake_overflow"] >= 4
+
+
+def test_close_stops_intake_at_once_while_the_loop_is_busy(triton: EmbeddedTriton) -> None:
+    # Before: intake stopped only once the event loop got to the close; hosts pushing faster than the loop
+    # took kept pushing meanwhile (a 4-thread flood: the pushes stopped 153 s after close() was called).
+    cfg, rig, samples = _config(triton.grpc_url)
+    live = LiveRuntime(cfg, rig)
+    live.__enter__()
+    stall = threading.Event()
+    assert live._loop is not None
+    live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop is busy until the test has seen the refusal
+    closer = threading.Thread(target=live.close)
+    try:
+        closer.start()
+        refused = False
+        deadline = time.monotonic() + 30  # a safety net only: the close's first step refuses pushes
+        while not refused and time.monotonic() < deadline:
+            try:
+                live.push(dataclasses.replace(samples[1], t_ns=time.monotonic_ns()))
+            except RuntimeClosedError:
+                refused = True
+            time.sleep(0.001)
+    finally:
+        stall.set()
+        closer.join(60)
+    assert refused and not closer.is_alive()
+
+
+def test_pushes_without_pause_do_not_hold_the_event_loop(triton: EmbeddedTriton) -> None:
+    # Before: while the intake was never empty when the assembler looked again, it took the next batch
+    # without yielding: the loop's other tasks (results, a close) waited as long as the host pushed.
+    cfg, rig, samples = _config(triton.grpc_url)
+    live = LiveRuntime(cfg, rig)
+    radar = next(s for s in samples if s.sensor == "radar_front")
+    flooding = threading.Event()
+    add = live._assembler.add
+
+    adds = [0]
+    after = [0]  # batches the assembler took after the other task was scheduled, before it ran
+    spinning = threading.Event()
+    scheduled = threading.Event()
+
+    def add_while_the_host_pushes_another(sample: Any, arrival_ns: int, token: Any = None) -> str | None:
+        if flooding.is_set():  # the host's next push lands before the assembler looks again
+            live.push(dataclasses.replace(radar, t_ns=time.monotonic_ns()))
+            adds[0] += 1
+            if adds[0] == 3:
+                spinning.set()
+            if scheduled.is_set() and not other_task_ran.is_set():
+                after[0] += 1
+        return add(sample, arrival_ns, token)
+
+    live._assembler.add = add_while_the_host_pushes_another  # type: ignore[method-assign]
+    other_task_ran = threading.Event()
+    with live:
+        assert live._loop is not None
+        flooding.set()
+        try:
+            lidar = next(s for s in samples if s.sensor == "lidar_top")
+            live.push(dataclasses.replace(lidar, t_ns=time.monotonic_ns()))  # a trigger's push wakes the loop
+            assert spinning.wait(30)  # the assembler is taking batch after batch
+            live._loop.call_soon_threadsafe(other_task_ran.set)
+            scheduled.set()
+            ran = other_task_ran.wait(30)  # a safety net only: it runs at the assembler's next batch
+        finally:
+            flooding.clear()
+    assert ran and after[0] <= 10, after  # before: tens of thousands of batches (one push each) first
