@@ -198,24 +198,32 @@ def test_a_recording_that_cannot_be_created_is_refused_before_the_run(capsys: py
     assert err.count("\n") == 1, err
 
 
-def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
-    # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
-    # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
+def _stopped_while_playing(cmd: list[str], tmp_path: Path, sig: int, after_s: float) -> tuple[int, str, str]:
+    """``perception live`` (``cmd``, its temporary folder in ``tmp_path``) sent ``sig`` ``after_s`` after its socket's
+    folder appeared (the publisher most likely playing: any moment must end the same way): its exit code, stdout,
+    stderr."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url]
     host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120  # safety net
         while not list(tmp_path.glob("perception-live-*")) and host.poll() is None:
             assert time.monotonic() < deadline, "perception live did not start"
             time.sleep(0.05)
-        time.sleep(2)  # the publisher most likely playing (any moment must end the same way)
-        host.send_signal(signal.SIGTERM)
-        _, err = host.communicate(timeout=120)
+        time.sleep(after_s)
+        host.send_signal(sig)
+        out, err = host.communicate(timeout=120)
     finally:
         host.kill()
         host.wait()
-    assert host.returncode == 130, err
+    return host.returncode, out, err
+
+
+def test_sigterm_stops_the_command_as_ctrl_c_does(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    # SIGTERM (a service manager's stop) killed the process where it stood: its socket's temporary folder
+    # was left behind and the publisher wrote on into the closed socket, a traceback per sensor.
+    cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url]
+    code, _, err = _stopped_while_playing(cmd, tmp_path, signal.SIGTERM, after_s=2)
+    assert code == 130, err
     assert "perception live: interrupted" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob("perception-live-*"))
 
@@ -240,22 +248,10 @@ def test_ctrl_c_mid_recording_says_what_the_recording_holds_and_it_replays_as_re
         "budget: {total_ms: 3000}\n"
     )
     run = tmp_path / "runs" / "run.mcap"
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "perception", "live", str(DRIVE), "--url", triton.grpc_url, "--config", str(profile)]
     cmd += ["--record", str(run), "--silence", "lidar_top:1:2", "--jitter-ms", "20"]
-    host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 120  # safety net
-        while not list(tmp_path.glob("perception-live-*")) and host.poll() is None:
-            assert time.monotonic() < deadline, "perception live did not start"
-            time.sleep(0.05)
-        time.sleep(3)  # the publisher most likely playing (any moment must end the same way)
-        host.send_signal(signal.SIGINT)
-        out, err = host.communicate(timeout=120)
-    finally:
-        host.kill()
-        host.wait()
-    assert host.returncode == 130, err
+    code, out, err = _stopped_while_playing(cmd, tmp_path, signal.SIGINT, after_s=3)
+    assert code == 130, err
     assert "perception live: interrupted" in err and "Traceback" not in err, err
     line = next((x for x in out.splitlines() if x.startswith(f"recorded {run}: ")), None)
     assert line is not None and "INTERRUPTED: the recording holds the run up to the stop" in line, out

@@ -105,6 +105,16 @@ def _record(
         return rec.stats
 
 
+def _fused_late(rec: RunRecorder, fusion: Any, frame: Frame) -> list[weakref.ref[Any]]:
+    """``frame`` fused with every sensor late and its result delivered to ``rec``: weak references to its
+    accumulated clouds' points (to check that the recorder does not keep them)."""
+    accumulated = [s for s in frame.samples.values() if isinstance(s, PointCloudSample) and s.merged_from]
+    results = {name: SensorResult(name, SensorStatus.LATE) for name in frame.samples}
+    dets, _ = fusion(frame, results)
+    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
+    return [weakref.ref(s.points) for s in accumulated]
+
+
 def _drained(rec: RunRecorder, timeout_s: float = 120.0) -> None:
     """When the items waiting have woken the recorder's writer, wait until it has taken them all (a watchdog:
     ``timeout_s``)."""
@@ -165,14 +175,8 @@ def test_a_frame_s_accumulated_cloud_is_traced_in_its_turn_not_held_for_the_writ
             for sample in reader.samples():
                 rec.sample(sample, sample.t_ns)
                 for frame in assembler.push(sample):
-                    accumulated = [
-                        s for s in frame.samples.values() if isinstance(s, PointCloudSample) and s.merged_from
-                    ]
-                    clouds += [weakref.ref(s.points) for s in accumulated]
-                    results = {name: SensorResult(name, SensorStatus.LATE) for name in frame.samples}
-                    dets, _ = fusion(frame, results)
-                    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
-                    del frame, accumulated
+                    clouds += _fused_late(rec, fusion, frame)
+                    del frame
                 if len(clouds) >= 5:
                     break
             gc.collect()
@@ -213,14 +217,8 @@ def test_a_cloud_whose_stamps_the_time_base_mapped_is_traced_to_the_received_swe
                 # ...then mapped to the host clock by its intake
                 mapped = dataclasses.replace(received, t_ns=received.t_ns + shift + i * drift_ns)
                 for frame in assembler.push(mapped):
-                    accumulated = [
-                        s for s in frame.samples.values() if isinstance(s, PointCloudSample) and s.merged_from
-                    ]
-                    clouds += [weakref.ref(s.points) for s in accumulated]
-                    results = {name: SensorResult(name, SensorStatus.LATE) for name in frame.samples}
-                    dets, _ = fusion(frame, results)
-                    rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DEGRADED, results, dets))
-                    del frame, accumulated
+                    clouds += _fused_late(rec, fusion, frame)
+                    del frame
                     frames += 1
                 if frames >= 20:
                     break
