@@ -6,7 +6,7 @@ import concurrent.futures
 import gc
 import itertools
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -22,7 +22,15 @@ from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, InferRequest, TritonClient
-from perception.types import Frame, FrameResult, FrameStatus, ImageSample, PointCloudSample, SensorStatus
+from perception.types import (
+    Frame,
+    FrameResult,
+    FrameStatus,
+    ImageSample,
+    PointCloudSample,
+    SensorResult,
+    SensorStatus,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -348,27 +356,42 @@ def test_threaded_facade_future_and_callback(triton: EmbeddedTriton) -> None:
     assert all(name.startswith("perception-cb") for _, name in got)  # never on the I/O thread
 
 
+class _GatedFusion:
+    """A fusion stage (called on fusion's worker thread, not the event loop's) that waits for ``gate``
+    (bounded: a watchdog) before fusing nothing."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def __call__(self, frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        assert self.gate.wait(60)
+        return (), {}
+
+
 def test_threaded_close_from_a_future_done_callback_closes_the_runtime(triton: EmbeddedTriton) -> None:
     # Before: a submitted frame's future is answered on the event-loop thread, where close() could not
     # join that thread: "perception-loop failed while running" was logged, the facade marked itself closed
     # and the runtime (client, channels, shared memory, the loop thread) was never released.
     cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar", "radar": "sleepy_radar"}, pipeline={"overload": "queue"})
     closed = threading.Event()
-    stall = threading.Event()
+    fusion = _GatedFusion()  # no future is answered before its done callback is on (and the loop runs on)
+    called_on: list[str] = []
 
-    async def stall_the_loop() -> None:
-        stall.wait(60)  # no future is answered before its done callback is on
+    def close_from_the_callback(_: concurrent.futures.Future[FrameResult]) -> None:
+        called_on.append(threading.current_thread().name)
+        rt.close()
+        closed.set()
 
     before = {t.ident for t in threading.enumerate()}
-    rt = ThreadedRuntime(cfg)
+    rt = ThreadedRuntime(cfg, fusion=fusion)
     with rt:
-        rt._host.portal.start_task_soon(stall_the_loop)
         try:
             futures = [rt.submit(frame(i, ["lidar", "radar"])) for i in range(3)]
-            futures[0].add_done_callback(lambda f: (rt.close(), closed.set()))
+            futures[0].add_done_callback(close_from_the_callback)
         finally:
-            stall.set()
+            fusion.gate.set()
         assert closed.wait(60)
+        assert called_on == ["perception-loop"]  # the event-loop thread, where close cannot wait for itself
         assert [f.result(timeout=60).status for f in futures] == [FrameStatus.OK] * 3
     assert rt.runtime.state is Lifetime.CLOSED  # released
     with pytest.raises(RuntimeClosedError):
