@@ -315,6 +315,7 @@ async def _replay_segments(
                 kept_from = min((t for _, t in received), default=None)
             for rec in records:
                 seq = int(rec["seq"])
+                got = None  # (resume) the frame as _frame rebuilt it, when the start's decision needed it
                 if resume:
                     assert out.start is not None
                     if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
@@ -365,7 +366,7 @@ async def _replay_segments(
                     else:
                         out.note(div, run)
                     continue
-                frame, recorded, lost = _frame(rec, points, both, images=rt is not None)
+                frame, recorded, lost = got if got is not None else _frame(rec, points, both, images=rt is not None)
                 results = recorded
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded, answered)
