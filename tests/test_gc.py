@@ -36,7 +36,8 @@ def test_the_first_holder_freezes_and_the_last_unfreezes() -> None:
         assert frozen > 0
         with startup_heap_frozen():  # nested (a second runtime): nothing frozen again
             pass
-        assert gc.get_freeze_count() == frozen  # the inner exit does not unfreeze
+        assert gc.get_freeze_count() > 0  # the inner exit does not unfreeze (0 once unfrozen; an object frozen
+        # may be freed meanwhile: the count is not compared exactly)
     assert gc.get_freeze_count() == 0
 
 
