@@ -97,7 +97,7 @@ class _Captured(RunRecorder):
         super().__init__(path, RecordOptions(), ego_poses=poses)
         self.items: list[tuple[str, Any]] = []
 
-    def _put(self, kind: str, item: Any) -> bool:
+    def _put(self, kind: str, item: Any, size: int = 0) -> bool:
         self.items.append((kind, item))
         return True
 
@@ -108,7 +108,7 @@ class _DecisionsOnly(RunRecorder):
     sample is neither queued nor written; the frames' records, results and arrivals are. What recording the
     decisions alone costs: the floor under any way of writing the samples."""
 
-    def _put(self, kind: str, item: Any) -> bool:
+    def _put(self, kind: str, item: Any, size: int = 0) -> bool:
         return True if kind == "sample" else super()._put(kind, item)
 
 

@@ -250,6 +250,12 @@ class PointCloudSample:
     #: 4x4 transform its x, y, z were moved by)``; ``()`` for a sweep as captured. A recording keeps this
     #: instead of the merged rows (``perception.record``).
     merged_from: tuple[tuple[int, int, tuple[float, ...]], ...] = ()
+    #: An accumulated cloud's provenance by identity, set with ``merged_from`` by the accumulator: the arrays
+    #: it wrote (``points``), then the received sweeps' ``points`` it was made of (the sweep's own, then each
+    #: merged one's, in ``merged_from``'s order). A recording traces the cloud to the sweeps it received by
+    #: identity, without reading rows (``perception.record``); a sample whose ``points`` are not the first is
+    #: traced by its rows. Not compared, not shown.
+    merged_points: tuple[F32, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         pts = _frozen_array(self.points, np.float32)

@@ -50,16 +50,31 @@ __all__ = ["RecordOptions", "RunRecorder"]
 
 log = logging.getLogger(__name__)
 
-_IMAGES_REMEMBERED = 256  # recent images by payload identity: which received sample a frame used
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...) without one per call
-_SWEEPS_REMEMBERED = 16  # recent point samples per sensor: which received sweep a frame's cloud begins with
-#: Frames delivered that wake the writer (see RunRecorder._put): it writes up to 32 frames at a time, its code
+#: Received images remembered per sensor (the run threads'), by payload identity: which received image a
+#: frame's is (its stamp as received). As many as the live assembler buffers a sensor (``MAX_BUFFERED``): a
+#: frame's image is one of them, whatever the other sensors send (256 for the whole rig lost a slow camera's
+#: images behind a fast one's). Only the stamp is kept, not the payload: an image a frame uses is alive, so no
+#: other payload has its identity, and every received image is handed over (:meth:`RunRecorder.sample`) before
+#: a frame can use it, its entry replacing any older one under that identity (the payloads held kept every
+#: image of the bundled drive alive, ~7 MB between the run's transient buffers: its heap grew all run long,
+#: ~40 fresh pages faulted in a frame).
+_IMAGES_PER_SENSOR = 256
+#: Received sweeps remembered per sensor (held: their rows are compared): which received sweeps a frame's
+#: cloud begins with and merged.
+_RECENT_PER_SENSOR = 16
+#: Frames delivered that wake the writer (see RunRecorder._put): it writes several frames at a time, its code
 #: and data warm in the caches (in a run, between the run's threads: one frame at a time cost ~1.4x as much).
 _WAKE_RESULTS = 32
 #: A segment's MCAP chunks: at most this, and half its size (a segment is rotated once the chunks written pass
 #: its size, the chunk being filled not counted: it ends at most a chunk and a message over; 4 MiB chunks made a
 #: 1 MiB segment 4.3 MB).
 _CHUNK_BYTES = 4 * 2**20
+#: Sample bytes waiting that wake the writer (a chunk's worth; see RunRecorder._put): what the queue pins is
+#: bounded by bytes, not only by frames (32 frames of a 12-sensor rig are ~200 MB; of the bundled drive 17 MB,
+#: freed in bursts between the run's transient buffers: its heap grew and was faulted in again).
+_WAKE_BYTES = _CHUNK_BYTES
+_FUSED_REMEMBERED = 256  # frames fused whose results are not written yet (the writer's; see _remember)
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
@@ -159,12 +174,15 @@ class RunRecorder:
         self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
         self._wake = threading.Event()
         self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
-        self._results_waiting = 0  # results handed over since the writer was last woken by one
+        self._results_waiting = 0  # results handed over since the writer was last woken
+        self._bytes_waiting = 0  # sample payload bytes handed over since the writer was last woken
         self._failed = False
         self._state = Lifetime.UNOPENED
         self._thread = threading.Thread(target=self._write_loop, name="run-recorder", daemon=True)
         self._lock = threading.Lock()
-        self._images: OrderedDict[int, tuple[bytes, str, int]] = OrderedDict()
+        #: The latest images' received stamps per sensor (recorded name), by payload identity (the run threads',
+        #: under the lock; see _IMAGES_PER_SENSOR and fused).
+        self._images: dict[str, OrderedDict[int, int]] = {}
         #: The latest point samples handed to the writer per sensor (recorded name; the run threads', under
         #: the lock, in the queue's order): what a frame's cloud is traced to in fusion's thread (see fused).
         self._sweeps: dict[str, deque[PointCloudSample]] = {}
@@ -278,16 +296,23 @@ class RunRecorder:
     def sample(self, sample: Sample, arrival_ns: int) -> None:
         cpu0 = time.thread_time_ns()
         if isinstance(sample, ImageSample):
+            data = sample.data
             with self._lock:
-                self._images[id(sample.data)] = (sample.data, sample.sensor, sample.t_ns)
-                if len(self._images) > _IMAGES_REMEMBERED:
-                    self._images.popitem(last=False)
-            self._put("sample", (sample, arrival_ns))
+                name = self._names.get(sample.sensor)
+                if name is not None:  # (else never in a frame)
+                    images = self._images.get(name)
+                    if images is None:
+                        images = self._images[name] = OrderedDict()
+                    images[id(data)] = sample.t_ns
+                    images.move_to_end(id(data))  # (the payload pushed again, or a freed one's identity: the latest)
+                    if len(images) > _IMAGES_PER_SENSOR:
+                        images.popitem(last=False)
+            self._put("sample", (sample, arrival_ns), len(data))
         elif isinstance(sample, PointCloudSample):
             with self._lock:  # the sweeps remembered in the queue's order: the writer's record as fused() sees it
                 name = self._names.get(sample.sensor)
-                if self._put("sample", (sample, arrival_ns)) and name is not None:
-                    self._sweeps.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+                if self._put("sample", (sample, arrival_ns), sample.points.nbytes) and name is not None:
+                    self._sweeps.setdefault(name, deque(maxlen=_RECENT_PER_SENSOR)).append(sample)
         else:
             self._put("sample", (sample, arrival_ns))
         self.hook_cpu_ns += time.thread_time_ns() - cpu0
@@ -324,10 +349,11 @@ class RunRecorder:
         samples: dict[str, Sample | _Traced | None] = dict(frame.samples)
         with self._lock:
             self._seq_of[frame.frame_id] = seq
-            raw = {}
+            raw: dict[str, int | None] = {}  # an image's received stamp
             for name, s in frame.samples.items():
                 if isinstance(s, ImageSample):
-                    raw[name] = self._images.get(id(s.data))
+                    images = self._images.get(name)
+                    raw[name] = None if images is None else images.get(id(s.data))
                 elif isinstance(s, PointCloudSample):
                     samples[name] = _traced(self._sweeps.get(name, ()), s) or s
             # under the lock: the sweeps traced to are those queued before this frame (the writer's record then)
@@ -341,21 +367,26 @@ class RunRecorder:
             self._seq_of[frame.frame_id] = seq
         self._put("predicted", (seq, frame, detections))
 
-    def _put(self, kind: str, item: Any) -> bool:
+    def _put(self, kind: str, item: Any, size: int = 0) -> bool:
         """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
-        woken once :data:`_WAKE_RESULTS` frames' results were handed over (or :data:`_WAKE_AT` items wait,
-        at most half the queue: ~32 frames of the bundled drive): a wake-up per sample cost the run as much as
-        writing it, and one a frame ~1.4x as much as one every ~32 (the writer's code and data cold each
-        time). The items wait in memory meanwhile (their samples: ~0.6 MB a frame on the bundled drive;
-        bounded by the queue); :meth:`close` writes them all. False: the item was dropped."""
+        woken once :data:`_WAKE_BYTES` of samples (``size``: the item's payload bytes) or :data:`_WAKE_RESULTS`
+        frames' results were handed over, or :data:`_WAKE_AT` items wait (at most half the queue): a wake-up
+        per sample cost the run as much as writing it, and one a frame ~1.4x as much as one every several (the
+        writer's code and data cold each time). The items wait in memory meanwhile (their samples: ~0.54 MB a
+        frame on the bundled drive, ~8 frames); :meth:`close` writes them all. False: the item was dropped."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
             return False
         self._items.append((kind, item))
         if kind == "result":
             self._results_waiting += 1
-        if self._results_waiting >= _WAKE_RESULTS or len(self._items) >= self._wake_at:
-            self._results_waiting = 0
+        self._bytes_waiting += size
+        if (
+            self._bytes_waiting >= _WAKE_BYTES
+            or self._results_waiting >= _WAKE_RESULTS
+            or len(self._items) >= self._wake_at
+        ):
+            self._results_waiting = self._bytes_waiting = 0
             self._wake.set()
         return True
 
@@ -436,14 +467,14 @@ class RunRecorder:
             sample = dataclasses.replace(sample, sensor=name)
         writer.write(sample)
         if isinstance(sample, PointCloudSample):
-            self._recent.setdefault(name, deque(maxlen=_SWEEPS_REMEMBERED)).append(sample)
+            self._recent.setdefault(name, deque(maxlen=_RECENT_PER_SENSOR)).append(sample)
         self.stats["samples"] += 1
         self._arrival(writer, name, sample.t_ns, arrival)
 
     def _write_fused(
         self, writer: DriveWriter, seq: int, frame: Frame, results: Mapping[str, SensorResult],
         detections: tuple[Detection3D, ...], tracker: Mapping[str, npt.NDArray[Any]] | None,
-        raw: Mapping[str, tuple[bytes, str, int] | None], frame_samples: Mapping[str, Sample | _Traced | None],
+        raw: Mapping[str, int | None], frame_samples: Mapping[str, Sample | _Traced | None],
     ) -> None:  # fmt: skip
         samples: dict[str, Any] = {}
         for name, s in frame_samples.items():
@@ -465,8 +496,7 @@ class RunRecorder:
                 if merged:
                     samples[name]["merged"] = [m for _, m in merged]
             else:
-                known = raw.get(name)
-                samples[name] = {"t_ns": s.t_ns, "raw_t_ns": known[2] if known is not None else None}
+                samples[name] = {"t_ns": s.t_ns, "raw_t_ns": raw.get(name)}
         for entry in samples.values():  # the frame's clock against its samples' as received (the trigger's)
             if entry is not None and entry.get("raw_t_ns") is not None:
                 self._stamp_offset = int(entry["raw_t_ns"]) - int(entry["t_ns"])
@@ -521,7 +551,7 @@ class RunRecorder:
 
     def _remember(self, seq: int, detections: tuple[Detection3D, ...]) -> None:
         self._fused[seq] = detections
-        if len(self._fused) > _IMAGES_REMEMBERED:  # results never delivered (a run cut short)
+        if len(self._fused) > _FUSED_REMEMBERED:  # results never delivered (a run cut short)
             del self._fused[next(iter(self._fused))]
 
     def _write_result(self, writer: DriveWriter, index: int, seq: int | None, r: FrameResult) -> None:
@@ -693,14 +723,46 @@ class _Traced:
 
 
 def _traced(recent: Sequence[PointCloudSample], s: PointCloudSample) -> _Traced | None:
-    """``s`` traced to the sweeps of ``recent`` by the searches' first, quick steps (identity, a sample of rows)
-    alone, as the writer's would trace it; None when those do not find every sweep (then the writer's own,
-    thorough search decides, on the cloud itself)."""
+    """``s`` traced to the sweeps of ``recent``: by the accumulator's provenance (:func:`_by_identity`), else by
+    the searches' first, quick steps (identity, a sample of rows) alone, as the writer's would trace it; None
+    when those do not find every sweep (then the writer's own, thorough search decides, on the cloud itself)."""
+    if s.merged_points:
+        traced = _by_identity(recent, s)
+        if traced is not None:
+            return traced
     base = _received_prefix(recent, s, thorough=False)
     if base is None:
         return None
     merged = _merged(recent, s, base, thorough=False)
     return None if merged is None else _Traced(s.t_ns, base, merged)
+
+
+def _by_identity(recent: Sequence[PointCloudSample], s: PointCloudSample) -> _Traced | None:
+    """An accumulated cloud traced by its provenance (:attr:`PointCloudSample.merged_points`: the arrays the
+    accumulator wrote and read, by identity) to the received sweeps of ``recent``, no row read (comparing a
+    sample of a sweep's rows in memory the caches no longer hold cost ~15 us a sweep); None when its points
+    are not those the accumulator wrote (replaced since: traced by rows) or a sweep is not in ``recent``."""
+    made, base_points, *merged_points = s.merged_points
+    if made is not s.points or len(merged_points) != len(s.merged_from):
+        return None
+    base = None
+    found: list[PointCloudSample | None] = [None] * len(merged_points)
+    for r in recent:  # (a loop: this runs in fusion's thread, each frame)
+        points = r.points
+        if points is base_points:
+            base = r
+        else:
+            for i, sweep in enumerate(merged_points):
+                if points is sweep:
+                    found[i] = r
+    if base is None:
+        return None
+    merged: list[tuple[PointCloudSample, dict[str, Any]]] = []
+    for sweep_found, (t_ns, _, moved) in zip(found, s.merged_from, strict=True):
+        if sweep_found is None:
+            return None
+        merged.append((sweep_found, {"raw_t_ns": sweep_found.t_ns, "t_ns": t_ns, "m": list(moved)}))
+    return _Traced(s.t_ns, base, merged)
 
 
 def _received_prefix(

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 CAUSES = ("model", "decision", "fusion")
 _REPORT_VERSION = 1
 #: Each sensor's latest samples carried from the segments before the previous one: at least the recorder's
-#: memory of sweeps a frame's cloud may begin with or have merged (``_recorder._SWEEPS_REMEMBERED``, 16).
+#: memory of sweeps a frame's cloud may begin with or have merged (``_recorder._RECENT_PER_SENSOR``, 16).
 _CARRIED = 32
 
 

@@ -152,7 +152,8 @@ class SweepAccumulator:
                 rows += n
                 merged.append((s.t_ns, n, tuple(float(v) for v in m.ravel())))
             points.setflags(write=False)  # the sample takes it as it is (read-only, its own), not a copy
-            samples[name] = dataclasses.replace(cur, points=points, merged_from=tuple(merged))
+            sources = (points, cur.points, *[s.points for s in earlier])  # its provenance, by identity
+            samples[name] = dataclasses.replace(cur, points=points, merged_from=tuple(merged), merged_points=sources)
             self.stats.sweeps += 1
             self.stats.merged += len(earlier)
         return dataclasses.replace(frame, samples=samples)
