@@ -83,6 +83,12 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         ("--silence", "lidar_top:nan:2", "--silence: expected SENSOR:A:B with numbers A and B"),
         ("--silence", "lidar_top:4:2", "--silence: FROM must be before TO, got 'lidar_top:4:2'"),
         ("--burst", "lidar_top:3:3", "--burst: FROM must be before TO, got 'lidar_top:3:3'"),
+        # a clock jump too large for a 64-bit stamp crashed lidar_top's publisher (OverflowError, exit 1)
+        ("--clock-jump", "lidar_top:1:1e300", "--clock-jump: OFFSET_S out of range (a stamp is 64-bit nanoseconds)"),
+        # a time before the play's start was taken as its start (a silence from -1 s silenced from 0)
+        ("--silence", "lidar_top:-1:2", "--silence: FROM must be >= 0 (seconds into the play), got 'lidar_top:-1:2'"),
+        ("--burst", "lidar_top:-3:2", "--burst: FROM must be >= 0 (seconds into the play)"),
+        ("--clock-jump", "lidar_top:-1:0.5", "--clock-jump: AT must be >= 0 (seconds into the play)"),
     ],
 )
 def test_bad_fault_options_are_one_line_errors(
