@@ -20,6 +20,7 @@ from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
+from perception.types import FrameResult
 
 __all__ = ["register"]
 
@@ -98,15 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
         with safe_output_path(args.out, "frames.jsonl").open("w") as f:
             for r in outcome.records:
-                record = {
-                    "frame_id": r.frame_id,
-                    "t_ns": r.t_ns,
-                    "status": r.status.value,
-                    "latency_ms": r.latency.total_ns / 1e6,
-                    "detections": len(r.detections),
-                    "sensors": {n: s.status.value for n, s in r.sensors.items()},
-                }
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps(frame_line(r)) + "\n")
     if args.trace_out is not None:
         # The client's side of every frame (the live runtime does not read Triton's trace: no server split).
         from perception.metrics import ChromeTrace, with_in_flight
@@ -116,6 +109,26 @@ def _run(args: argparse.Namespace) -> int:
                 trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
     return _publisher_verdict(summary)
+
+
+def frame_line(r: FrameResult) -> dict[str, Any]:
+    """A frame's line of DIR/frames.jsonl: its status, latency, detections counted, each sensor's status,
+    and, as in replay's records, why it was dropped (``reason``: a shed frame's ``overload (...)``) and
+    whether its detections are the tracker's prediction (``predicted``)."""
+    line: dict[str, Any] = {
+        "frame_id": r.frame_id,
+        "t_ns": r.t_ns,
+        "status": r.status.value,
+        "deadline_missed": r.deadline_missed,
+        "latency_ms": r.latency.total_ns / 1e6,
+        "detections": len(r.detections),
+        "sensors": {n: s.status.value for n, s in r.sensors.items()},
+    }
+    if r.reason:
+        line["reason"] = r.reason
+    if r.predicted:
+        line["predicted"] = True
+    return line
 
 
 def _publisher_verdict(summary: dict[str, Any]) -> int:

@@ -283,6 +283,21 @@ def test_the_report_counts_every_sample_not_used() -> None:
     assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)
 
 
+def test_a_shed_frame_s_line_in_frames_jsonl_says_why_and_that_it_is_predicted() -> None:
+    # DIR/frames.jsonl said only "dropped" of a frame shed under overload: not why (replay's records and
+    # live.json's drop_reasons say "overload (...)"), nor that its detections were the tracker's prediction.
+    from perception.cli._live import frame_line
+    from perception.types import FrameResult, FrameStatus
+
+    reason = "overload (superseded: the 1 fresher frame(s) waiting could not all finish within their budgets after it)"
+    shed = FrameResult(7, 700, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+    line = frame_line(shed)
+    assert line["status"] == "dropped" and line["reason"] == reason and line["predicted"] is True, line
+    assert json.loads(json.dumps(line)) == line
+    processed = frame_line(FrameResult(8, 800, FrameStatus.OK, {}, deadline_missed=True))
+    assert "reason" not in processed and "predicted" not in processed and processed["deadline_missed"] is True
+
+
 #: Run by the publisher process at start-up (sitecustomize): its radar_rear thread raises on its 21st sample.
 _DYING_RADAR = """
 import perception.live._publisher as publisher
