@@ -161,9 +161,12 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
 def _render(s: dict[str, Any]) -> str:
     lat = s["latency_ms"]
     intake = s["intake"]
-    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out)
+    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out);
+    # of the clock jumps, those dropped: a re-anchored sample (time base estimate) was used, or counted where
+    # it was dropped later (it showed as 'not used' while in 'used')
     not_used = ("unknown_sensor", "invalid", "late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
-    drops = {k: intake[k] for k in not_used if intake[k]}
+    counts = {**intake, "clock_jump": intake.get("clock_jump_dropped", intake["clock_jump"])}
+    drops = {k: counts[k] for k in not_used if counts[k]}
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),
