@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -20,7 +20,7 @@ from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
-from perception.types import FrameResult
+from perception.types import FrameResult, SensorStatus
 
 __all__ = ["register"]
 
@@ -108,7 +108,27 @@ def _run(args: argparse.Namespace) -> int:
             for r in sorted(outcome.records, key=lambda r: r.latency.start_ns):
                 trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
-    return _publisher_verdict(summary)
+    code = _publisher_verdict(summary)
+    unusable = no_usable_frame(outcome.records, summary, cfg.trigger.sensor)
+    if unusable is not None and code == 0:
+        sys.stderr.write(f"perception live: error: {unusable}\n")
+        return 1
+    return code
+
+
+def no_usable_frame(records: Sequence[FrameResult], summary: Mapping[str, Any], trigger: str | None) -> str | None:
+    """Why the run gave nothing to use, when no frame had a sensor answer ok, else None: a run that
+    produced no frame (a trigger silent from the start opens none: the timer covers a trigger once it
+    was seen) or only failed ones exited 0, where a replay of the same exits 1 (``no usable frame``)."""
+    if any(s.status is SensorStatus.OK for r in records for s in r.sensors.values()):
+        return None
+    if not records:
+        expected = summary.get("expected_frames", 0)
+        why = (
+            f": the trigger {trigger} sent no sample" if trigger and not summary["intake"]["frames_by_trigger"] else ""
+        )
+        return f"no usable frame: no frame produced of {expected} expected{why}"
+    return f"no usable frame: no sensor answered ok in any of the {len(records)} frames"
 
 
 def frame_line(r: FrameResult) -> dict[str, Any]:

@@ -298,6 +298,27 @@ def test_a_shed_frame_s_line_in_frames_jsonl_says_why_and_that_it_is_predicted()
     assert "reason" not in processed and "predicted" not in processed and processed["deadline_missed"] is True
 
 
+def test_a_run_that_gave_no_usable_frame_is_a_failure() -> None:
+    # 'perception live DRIVE --silence lidar_top:0:11': the trigger silent from the start, no frame opened
+    # ("frames 0 produced, 100 expected"), exit 0; a replay of nothing usable exits 1 (no usable frame).
+    from perception.cli._live import no_usable_frame
+    from perception.types import FrameResult, FrameStatus, SensorResult, SensorStatus
+
+    summary = {"expected_frames": 100, "intake": {"frames_by_trigger": 0}}
+    assert no_usable_frame([], summary, "lidar_top") == (
+        "no usable frame: no frame produced of 100 expected: the trigger lidar_top sent no sample"
+    )
+    late = SensorResult("lidar_top", SensorStatus.LATE)
+    failed = [FrameResult(k, k, FrameStatus.DEGRADED, {"lidar_top": late}) for k in range(3)]
+    assert (
+        no_usable_frame(failed, summary, "lidar_top") == "no usable frame: no sensor answered ok in any of the 3 frames"
+    )
+    ok = FrameResult(
+        3, 3, FrameStatus.DEGRADED, {"lidar_top": late, "cam_front": SensorResult("cam_front", SensorStatus.OK)}
+    )
+    assert no_usable_frame([*failed, ok], summary, "lidar_top") is None
+
+
 #: Run by the publisher process at start-up (sitecustomize): its radar_rear thread raises on its 21st sample.
 _DYING_RADAR = """
 import perception.live._publisher as publisher
