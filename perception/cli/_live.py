@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -20,6 +20,7 @@ from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
 from perception.live import live_session, parse_faults
 from perception.replay import safe_output_path
+from perception.types import FrameResult, SensorStatus
 
 __all__ = ["register"]
 
@@ -98,15 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")
         with safe_output_path(args.out, "frames.jsonl").open("w") as f:
             for r in outcome.records:
-                record = {
-                    "frame_id": r.frame_id,
-                    "t_ns": r.t_ns,
-                    "status": r.status.value,
-                    "latency_ms": r.latency.total_ns / 1e6,
-                    "detections": len(r.detections),
-                    "sensors": {n: s.status.value for n, s in r.sensors.items()},
-                }
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps(frame_line(r)) + "\n")
     if args.trace_out is not None:
         # The client's side of every frame (the live runtime does not read Triton's trace: no server split).
         from perception.metrics import ChromeTrace, with_in_flight
@@ -115,7 +108,47 @@ def _run(args: argparse.Namespace) -> int:
             for r in sorted(outcome.records, key=lambda r: r.latency.start_ns):
                 trace.add(with_in_flight(r))
     sys.stdout.write(json.dumps(summary, indent=2) + "\n" if args.json else _render(summary))
-    return _publisher_verdict(summary)
+    code = _publisher_verdict(summary)
+    unusable = no_usable_frame(outcome.records, summary, cfg.trigger.sensor)
+    if unusable is not None and code == 0:
+        sys.stderr.write(f"perception live: error: {unusable}\n")
+        return 1
+    return code
+
+
+def no_usable_frame(records: Sequence[FrameResult], summary: Mapping[str, Any], trigger: str | None) -> str | None:
+    """Why the run gave nothing to use, when no frame had a sensor answer ok, else None: a run that
+    produced no frame (a trigger silent from the start opens none: the timer covers a trigger once it
+    was seen) or only failed ones exited 0, where a replay of the same exits 1 (``no usable frame``)."""
+    if any(s.status is SensorStatus.OK for r in records for s in r.sensors.values()):
+        return None
+    if not records:
+        expected = summary.get("expected_frames", 0)
+        why = (
+            f": the trigger {trigger} sent no sample" if trigger and not summary["intake"]["frames_by_trigger"] else ""
+        )
+        return f"no usable frame: no frame produced of {expected} expected{why}"
+    return f"no usable frame: no sensor answered ok in any of the {len(records)} frames"
+
+
+def frame_line(r: FrameResult) -> dict[str, Any]:
+    """A frame's line of DIR/frames.jsonl: its status, latency, detections counted, each sensor's status,
+    and, as in replay's records, why it was dropped (``reason``: a shed frame's ``overload (...)``) and
+    whether its detections are the tracker's prediction (``predicted``)."""
+    line: dict[str, Any] = {
+        "frame_id": r.frame_id,
+        "t_ns": r.t_ns,
+        "status": r.status.value,
+        "deadline_missed": r.deadline_missed,
+        "latency_ms": r.latency.total_ns / 1e6,
+        "detections": len(r.detections),
+        "sensors": {n: s.status.value for n, s in r.sensors.items()},
+    }
+    if r.reason:
+        line["reason"] = r.reason
+    if r.predicted:
+        line["predicted"] = True
+    return line
 
 
 def _publisher_verdict(summary: dict[str, Any]) -> int:
@@ -148,9 +181,12 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
 def _render(s: dict[str, Any]) -> str:
     lat = s["latency_ms"]
     intake = s["intake"]
-    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out)
+    # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out);
+    # of the clock jumps, those dropped: a re-anchored sample (time base estimate) was used, or counted where
+    # it was dropped later (it showed as 'not used' while in 'used')
     not_used = ("unknown_sensor", "invalid", "late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
-    drops = {k: intake[k] for k in not_used if intake[k]}
+    counts = {**intake, "clock_jump": intake.get("clock_jump_dropped", intake["clock_jump"])}
+    drops = {k: counts[k] for k in not_used if counts[k]}
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),

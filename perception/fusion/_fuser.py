@@ -637,7 +637,10 @@ class Fuser:
             self._k.take(cam_sensor, axis=0), self._k_inv.take(cam_sensor, axis=0),
             self._image_size[:, 1].take(cam_sensor), np.stack(rels), _SIZES,
             prm.camera_pixel_sigma, prm.camera_height_sigma, prm.camera_max_depth,
-            objs.center, objs.size, objs.yaw, objs.cov, prm.camera_absorb_gate,
+            # writable, as every kernel's arrays: with no lidar object (a late lidar) objs is the shared,
+            # read-only empty set, which would compile a second specialization mid-drive (seconds)
+            _kernels.c_array(objs.center), _kernels.c_array(objs.size), _kernels.c_array(objs.yaw),
+            _kernels.c_array(objs.cov), prm.camera_absorb_gate,
             ok, center, size, yaw, cov,
         )  # fmt: skip
         sel = ok.nonzero()[0]

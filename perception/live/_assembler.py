@@ -88,6 +88,9 @@ class LiveStats(AlignStats):
     invalid: int = 0  # refused by the intake check (invalid_by_sensor says whose; "ego" for poses)
     late: int = 0
     clock_jump: int = 0  # stamps that jumped against arrival (re-anchored, or dropped with a fixed offset)
+    #: Of those, the samples dropped for it (a fixed time base); a re-anchored one goes on (``samples``, or
+    #: the counter that drops it later): the sample counter of the two.
+    clock_jump_dropped: int = 0
     intake_overflow: int = 0  # dropped before assembly: the intake queue was full
     frames_by_trigger: int = 0
     frames_by_timer: int = 0  # fallback frames while the trigger sensor was silent
@@ -259,6 +262,7 @@ class LiveAssembler(Generic[T]):
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
+            self.stats.clock_jump_dropped += 1
             self._off_clock(name, stamp, arrival_ns)
             return "clock jump"
         last_host = self._last_host.get(name)
@@ -304,6 +308,7 @@ class LiveAssembler(Generic[T]):
         if jump:
             self.stats.clock_jump += 1
         if host_t is None:
+            self.stats.clock_jump_dropped += 1
             self._off_clock("ego", int(pose.t_ns), arrival_ns)
             return "clock jump"
         self.stats.ego_poses += 1

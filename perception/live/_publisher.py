@@ -44,6 +44,8 @@ _LEN = struct.Struct(">I")
 _MAX_HEADER = 1 << 20
 #: Read at most this much of a payload before it has arrived (what a header claims is not allocated first).
 _CHUNK = 1 << 20
+#: Stamps are 64-bit signed nanoseconds.
+_INT64_END = float(1 << 63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +95,13 @@ def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_
                     raise ValueError
             except ValueError:
                 raise ConfigError(f"expected SENSOR:A:B with numbers A and B, got {v!r}", key=option) from None
+            if a < 0:  # seconds into the play: before its start is a typo, not a time
+                raise ConfigError(f"{'FROM' if span else 'AT'} must be >= 0 (seconds into the play), got {v!r}",
+                                  key=option)  # fmt: skip
             if span and not a < b:  # an empty span: the fault would silently do nothing
                 raise ConfigError(f"FROM must be before TO, got {v!r}", key=option)
+            if not span and abs(b) * 1e9 >= _INT64_END:  # a stamp is int64 ns: it crashed the sensor's publisher
+                raise ConfigError(f"OFFSET_S out of range (a stamp is 64-bit nanoseconds), got {v!r}", key=option)
             out.append((parts[0], a, b))
         return tuple(out)
 

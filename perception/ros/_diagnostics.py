@@ -189,6 +189,8 @@ class DiagnosticsTracker:
             # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
             intake = live_status.get("intake", {})
             values.update({f"samples_{key}": str(int(intake.get(key, 0))) for key in _INTAKE_DROPS})
+            # of the clock jumps, the samples dropped for one: a re-anchored one (time base estimate) was used
+            values["samples_clock_jump"] = str(int(intake.get("clock_jump_dropped", intake.get("clock_jump", 0))))
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))
         return out

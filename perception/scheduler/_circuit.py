@@ -19,6 +19,10 @@ of its latest :data:`SERVICE_WINDOW` answers, which include the load they met):
 * and where it cannot tell for long: :data:`LOAD_PATIENCE` times ``failure_threshold`` late answers in
   a row, none answered in between, open the circuit too, saying that load and a fault could not be
   told apart (a deadline too short for :data:`HANG_FACTOR` to be reached, and a model that stopped).
+  Only requests given at least the model's measured service time count toward it: one sent with less
+  of its frame's deadline left (a frame that waited for its slot, a host so busy that the model is
+  slower than the deadline) was not given the time the model takes, and says nothing of a hang. A
+  slow model that works is kept on; the overload policy sheds the frames that load it.
 """
 
 from __future__ import annotations
@@ -125,6 +129,10 @@ class CircuitBreaker:
         self.late[verdict.value] += 1
         if service is None or verdict is not LateVerdict.LOAD:
             self.record_failure(now_ns)
+            return verdict
+        if waited_ns < service:  # not given the time the model takes: no sign of a hang (module docs)
+            if self._state is CircuitState.HALF_OPEN:
+                self._probe_out = False
             return verdict
         self._late_streak += 1
         if self._late_streak >= LOAD_PATIENCE * self._threshold and self._state is CircuitState.CLOSED:

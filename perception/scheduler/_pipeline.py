@@ -347,7 +347,7 @@ class OrderedPipeline:
             released = True
             self.admission.release(service, late=ended_late(result))
             if self.overload is not None:
-                self.overload.observe(end - started)  # how long a frame takes once started
+                self.overload.observe(end - started, cut=ended_late(result))  # how long a frame takes once started
         except anyio.get_cancelled_exc_class():
             if not released:
                 self.admission.release(None)

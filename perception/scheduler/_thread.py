@@ -170,7 +170,7 @@ class ThreadedRuntime:
             end = time.monotonic_ns()
             admission.release(end - start, late=ended_late(result))
             if self._overload is not None:
-                self._overload.observe(end - start)
+                self._overload.observe(end - start, cut=ended_late(result))
             return result
         finally:
             if slot:

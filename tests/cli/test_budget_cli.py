@@ -177,3 +177,18 @@ def test_a_stopped_run_exits_130_not_with_the_verdict_of_its_first_frames(
     assert code == 130, printed
     assert report["interrupted"] is True and report["frames"] < FRAMES
     assert f"interrupted: the verdict covers {report['frames']} frame(s) replayed" in printed
+
+
+def test_the_verdict_says_over_how_many_frames_when_frames_were_dropped() -> None:
+    # 'perception budget DRIVE --budget-ms 200 --rate 2' on a busy host shed 61 of 100 frames under overload
+    # and printed 'budget 200 ms at p99: FAIL (total)' alone: a PASS there would have read as the run's, of
+    # the 39 frames processed.
+    from perception.cli._budget import verdict_line
+    from perception.metrics import RunCounters
+
+    shed = RunCounters(frames=100, ok=24, degraded=15, dropped=61, drop_reasons={"overload": 61})
+    assert verdict_line(200, 99, [], shed) == (
+        "budget 200 ms at p99: PASS over the 39 frame(s) processed of 100; 61 dropped (overload 61)"
+    )
+    assert verdict_line(200, 99, ["total"], shed).startswith("budget 200 ms at p99: FAIL (total) over the 39")
+    assert verdict_line(200, 99, [], RunCounters(frames=4, ok=4)) == "budget 200 ms at p99: PASS"

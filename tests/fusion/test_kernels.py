@@ -151,6 +151,36 @@ def test_fusion_compiles_each_kernel_once() -> None:
         assert len(getattr(kernel, "signatures")) == 1, getattr(kernel, "signatures")  # noqa: B009
 
 
+def test_a_frame_without_the_lidar_compiles_nothing_new() -> None:
+    """A frame whose lidar answered late (overload, a slow model) has no lidar objects: the fuser's
+    shared empty objects are read-only, and camera_candidates took them as they are, a second
+    specialization (read-only arrays) compiled in the middle of the drive. Measured on
+    ``perception replay --rate 2`` of the bundled drive: 3.9 s of fusion on its first lidar-late frame,
+    which the overload policy then took as the frames' service time and shed 94 of 100 frames."""
+    import dataclasses
+
+    from perception.config import FusionConfig
+    from perception.fusion import Fuser, _point_kernels
+    from perception.fusion._testing import make_rig, scene_results, traffic_scene
+    from perception.types import Frame, SensorStatus
+
+    rig = make_rig(cameras=2, radars=2)
+    scene = traffic_scene(30, seed=3, ego_speed=8.0)
+    fuser = Fuser(FusionConfig(), rig, ego_at=scene.ego_at)
+    for k in range(6):
+        results = scene_results(scene, rig, k * 100_000_000, seed=k)
+        if k % 2:  # the lidar late: no answer, so no lidar object
+            results["lidar_top"] = dataclasses.replace(
+                results["lidar_top"], status=SensorStatus.LATE, outputs={}, error="late"
+            )
+        fuser(Frame(k, k * 100_000_000, {}), results)
+    for module in (_kernels, _point_kernels):
+        for name in module.__all__:
+            kernel = getattr(module, name)
+            if hasattr(kernel, "signatures"):
+                assert len(getattr(kernel, "signatures")) <= 1, (name, getattr(kernel, "signatures"))  # noqa: B009
+
+
 def _refine_inside(r_xy: list[tuple[float, float]], surface_factor: float = 0.75) -> F64:
     """One camera candidate (a car 4.5 x 1.9 m, 20 m ahead, heading along the ray, covariance long along
     it) refined by radar objects seen straight ahead (line of sight +x) at ``r_xy``; its new centre."""

@@ -131,6 +131,34 @@ def test_estimated_offset_converts_another_time_base_and_survives_a_jump() -> No
     assert frame.t_ns == 1503 * MS and frame.samples["lidar"] is not None
 
 
+def test_a_re_anchored_sample_is_counted_as_used_and_a_dropped_one_as_dropped() -> None:
+    # "every sample pushed is in exactly one of the sample counters": a jump re-anchored under time base
+    # estimate was in `samples` and in `clock_jump` too, so `perception live --clock-jump radar_rear:6:3`
+    # printed "samples 610 used; not used: {'clock_jump': 2}" of 610 samples sent, all used.
+    from perception.cli._live import _render
+
+    sample_counters = ("samples", "invalid", "late", "clock_jump_dropped", "out_of_order", "duplicate")
+    estimate = make(LiveConfig(time_base="estimate", max_stamp_skew_ms=500))
+    for k in range(4):
+        assert estimate.add(pc("lidar", 1000 * MS + k * 100 * MS), 1003 * MS + k * 100 * MS) is None
+    assert estimate.add(pc("lidar", 11_400 * MS), 1403 * MS) is None  # jumped by +10 s: re-anchored, used
+    s = estimate.stats
+    assert (s.clock_jump, s.clock_jump_dropped, s.samples) == (1, 0, 5)
+    assert sum(getattr(s, k) for k in sample_counters) + s.unknown_sensor == 5
+    summary = {"frames": 5, "expected_frames": 5, "ok": 5, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": vars(s), "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "estimate", "offsets_ms": {}}
+    assert "samples 5 used; not used: none" in _render(summary), _render(summary)
+    fixed = make(LiveConfig(time_base="offset", offset_ms=0, max_stamp_skew_ms=500))
+    assert fixed.add(pc("lidar", 1000 * MS), 1003 * MS) is None
+    assert fixed.add(pc("lidar", 11_100 * MS), 1103 * MS) == "clock jump"
+    s = fixed.stats
+    assert (s.clock_jump, s.clock_jump_dropped, s.samples) == (1, 1, 1)
+    assert sum(getattr(s, k) for k in sample_counters) + s.unknown_sensor == 2
+    summary |= {"intake": vars(s), "time_base": "offset"}
+    assert "samples 1 used; not used: {'clock_jump': 1}" in _render(summary), _render(summary)
+
+
 def test_fixed_offset_drops_a_jumped_stamp() -> None:
     asm = make(LiveConfig(time_base="offset", offset_ms=-5000, max_stamp_skew_ms=500))
     assert asm.add(pc("lidar", 6000 * MS), 1002 * MS) is None  # 6000 - 5000 = 1000 ms on the host

@@ -83,6 +83,12 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         ("--silence", "lidar_top:nan:2", "--silence: expected SENSOR:A:B with numbers A and B"),
         ("--silence", "lidar_top:4:2", "--silence: FROM must be before TO, got 'lidar_top:4:2'"),
         ("--burst", "lidar_top:3:3", "--burst: FROM must be before TO, got 'lidar_top:3:3'"),
+        # a clock jump too large for a 64-bit stamp crashed lidar_top's publisher (OverflowError, exit 1)
+        ("--clock-jump", "lidar_top:1:1e300", "--clock-jump: OFFSET_S out of range (a stamp is 64-bit nanoseconds)"),
+        # a time before the play's start was taken as its start (a silence from -1 s silenced from 0)
+        ("--silence", "lidar_top:-1:2", "--silence: FROM must be >= 0 (seconds into the play), got 'lidar_top:-1:2'"),
+        ("--burst", "lidar_top:-3:2", "--burst: FROM must be >= 0 (seconds into the play)"),
+        ("--clock-jump", "lidar_top:-1:0.5", "--clock-jump: AT must be >= 0 (seconds into the play)"),
     ],
 )
 def test_bad_fault_options_are_one_line_errors(
@@ -275,6 +281,42 @@ def test_the_report_counts_every_sample_not_used() -> None:
     summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
     summary |= {"time_base": "monotonic", "offsets_ms": {}}
     assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)
+
+
+def test_a_shed_frame_s_line_in_frames_jsonl_says_why_and_that_it_is_predicted() -> None:
+    # DIR/frames.jsonl said only "dropped" of a frame shed under overload: not why (replay's records and
+    # live.json's drop_reasons say "overload (...)"), nor that its detections were the tracker's prediction.
+    from perception.cli._live import frame_line
+    from perception.types import FrameResult, FrameStatus
+
+    reason = "overload (superseded: the 1 fresher frame(s) waiting could not all finish within their budgets after it)"
+    shed = FrameResult(7, 700, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+    line = frame_line(shed)
+    assert line["status"] == "dropped" and line["reason"] == reason and line["predicted"] is True, line
+    assert json.loads(json.dumps(line)) == line
+    processed = frame_line(FrameResult(8, 800, FrameStatus.OK, {}, deadline_missed=True))
+    assert "reason" not in processed and "predicted" not in processed and processed["deadline_missed"] is True
+
+
+def test_a_run_that_gave_no_usable_frame_is_a_failure() -> None:
+    # 'perception live DRIVE --silence lidar_top:0:11': the trigger silent from the start, no frame opened
+    # ("frames 0 produced, 100 expected"), exit 0; a replay of nothing usable exits 1 (no usable frame).
+    from perception.cli._live import no_usable_frame
+    from perception.types import FrameResult, FrameStatus, SensorResult, SensorStatus
+
+    summary = {"expected_frames": 100, "intake": {"frames_by_trigger": 0}}
+    assert no_usable_frame([], summary, "lidar_top") == (
+        "no usable frame: no frame produced of 100 expected: the trigger lidar_top sent no sample"
+    )
+    late = SensorResult("lidar_top", SensorStatus.LATE)
+    failed = [FrameResult(k, k, FrameStatus.DEGRADED, {"lidar_top": late}) for k in range(3)]
+    assert (
+        no_usable_frame(failed, summary, "lidar_top") == "no usable frame: no sensor answered ok in any of the 3 frames"
+    )
+    ok = FrameResult(
+        3, 3, FrameStatus.DEGRADED, {"lidar_top": late, "cam_front": SensorResult("cam_front", SensorStatus.OK)}
+    )
+    assert no_usable_frame([*failed, ok], summary, "lidar_top") is None
 
 
 #: Run by the publisher process at start-up (sitecustomize): its radar_rear thread raises on its 21st sample.

@@ -64,6 +64,27 @@ def test_late_for_long_within_the_service_range_opens_it_saying_it_cannot_tell()
     assert b.state is CircuitState.OPEN and b.opened_count == 1
 
 
+def test_a_slow_model_late_on_every_frame_stays_on() -> None:
+    # 'perception live --burst lidar_top:2:4' on a busy host (load ~17): the lidar's warm-up took 961 ms,
+    # each frame gave it ~150-185 ms, it was late 12 times in a row and its circuit opened ("load or a
+    # fault cannot be told apart") for 2 s of frames: a working lidar switched off for being slow.
+    b = breaker()
+    b.observe(961 * MS)  # the warm-up's answer, on the busy host
+    verdicts = [b.record_late(t * 100 * MS, 185 * MS) for t in range(4 * LOAD_PATIENCE * 3)]
+    assert verdicts == [LateVerdict.LOAD] * (4 * LOAD_PATIENCE * 3)
+    assert b.state is CircuitState.CLOSED and b.opened_count == 0
+    # a request sent with little of its frame's deadline left (it waited for a slot) does not count either
+    b = breaker()
+    b.record_success(100 * MS)
+    for t in range(4 * LOAD_PATIENCE * 3):
+        b.record_late(t, 20 * MS)
+    assert b.state is CircuitState.CLOSED
+    # given the model's time, late all the same: counted, and the patience still opens it
+    for t in range(LOAD_PATIENCE * 3):
+        b.record_late(t, 150 * MS)
+    assert b.state is CircuitState.OPEN and b.opened_count == 1
+
+
 def test_a_half_open_probe_late_for_load_is_given_back() -> None:
     b = breaker(threshold=1)
     b.record_success(50 * MS)

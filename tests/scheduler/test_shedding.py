@@ -21,7 +21,7 @@ from perception.scheduler._shedding import (
     Verdict,
     sheds,
 )
-from perception.types import Frame, FrameResult, FrameStatus
+from perception.types import Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 MS = 1_000_000
 BUDGET = 200 * MS
@@ -109,6 +109,43 @@ def test_when_frames_take_longer_than_the_budget_a_frame_that_waited_is_shed() -
     policy.observe(250 * MS)  # slower than the budget: no frame may spend any of it waiting
     assert policy.choose([0], now_ns=10 * MS).start is None
     assert policy.choose([0], now_ns=10 * MS, arrived=True).start == 0  # one that waited for none runs
+
+
+def test_a_frame_cut_short_by_its_deadline_counts_as_taking_its_whole_budget() -> None:
+    # 'perception budget DRIVE --budget-ms 200 --rate 2' (busy host): frames 1-3 ran first come, first
+    # served after waiting 116-178 ms, every sensor late, 97, 23 and 43 ms after they started; taken as
+    # their times, frames seemed to take 97 ms (a whole frame took 176), and frame 6, which had waited 81 ms,
+    # was started and was late in every sensor.
+    policy = OverloadPolicy(BUDGET)
+    policy.observe(176 * MS)  # the warm-up frame
+    for ms in (97, 23, 43):
+        policy.observe(ms * MS, cut=True)
+    assert policy.service.estimate() == BUDGET
+    verdict = policy.choose([0], now_ns=81 * MS)
+    assert verdict.start is None and "frames take up to 200 ms" in verdict.shed[0][1]
+    # a frame not cut short is taken as it is
+    whole = OverloadPolicy(BUDGET, ServiceTimes(warmup=0, least=1))
+    whole.observe(97 * MS)
+    assert whole.service.estimate() == 97 * MS and whole.choose([0], now_ns=81 * MS).start == 0
+
+
+@pytest.mark.anyio
+async def test_the_pipeline_tells_the_policy_which_frames_ended_late() -> None:
+    # every frame with a sensor late: the policy's estimate is the budget, not the frames' few ms
+    async def process(f: Frame) -> FrameResult:
+        late = SensorResult("lidar", SensorStatus.LATE, error="no answer by the join deadline")
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DEGRADED, {"lidar": late})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(WARMUP_FRAMES + MEASURED_MIN):
+            yield frame(i)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=1), deadline_ns=30_000 * MS)
+    assert p.overload is not None
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert len(out) == WARMUP_FRAMES + MEASURED_MIN
+    assert p.overload.service.estimate() == 30_000 * MS
 
 
 def test_only_sources_that_do_not_wait_shed() -> None:
