@@ -28,8 +28,9 @@ import dataclasses
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -254,28 +255,116 @@ async def replay_as_recorded(
     return out
 
 
+class _Resume:
+    """Where a replay of a recording whose segment 0 is gone (rotated away) starts, and which of its frames are
+    taken as recorded rather than compared: the state of that decision over the segments kept, and its record
+    (:attr:`AsRecordedOutcome.start`, ``out.start``).
+
+    The caller, in the recorded order: :meth:`segment` as each segment is opened (``received``: the samples it
+    holds, as ``_replay_segments`` keeps them); :meth:`turn` for each fusion record before anything of it is
+    fused; :meth:`not_replayed` for each delivered frame before it is replayed. ``answered`` is the caller's
+    (rerun_models: each sensor's latest answer today), updated here for the frames taken.
+
+    Until the start, a frame is taken as recorded (its recorded detections and results delivered, not compared;
+    its recorded tracker state restored after it; with ``rt``, today's models asked on its samples, for a frame
+    after it that reuses their answer) until one whose samples all are in the recording follows a recorded state
+    (and, with ``rt``, reuses no result today's models have not answered here): the replay starts there. After the
+    start, a frame fused late, a sample of it received before the first segment kept, or one whose samples the
+    recording lacks, is taken as recorded too."""
+
+    def __init__(self, out: AsRecordedOutcome, rt: Runtime | None, answered: dict[str, SensorResult]) -> None:
+        self.out = out
+        self.rt = rt
+        self.answered = answered
+        self.restored = False  # the tracker set to a recorded state
+        self.first_kept: int | None = None  # the first fusion turn of the first segment kept
+        self.kept_from: int | None = None  # the first segment's first sample's stamp
+
+    @property
+    def start(self) -> dict[str, Any]:
+        assert self.out.start is not None, "segment() first"
+        return self.out.start
+
+    def segment(self, seg: Path, run: str, received: Mapping[tuple[str, int], Sample]) -> None:
+        """The segment ``seg`` of run ``run`` opened, holding the samples ``received``."""
+        if self.out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
+            self.out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
+                                  results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
+        if self.kept_from is None:  # what was received before this is in the segments gone
+            self.kept_from = min((t for _, t in received), default=None)
+
+    async def turn(
+        self, rec: Mapping[str, Any], seg: Path, run: str, fusion: FusionStage,
+        rebuild: Callable[[], tuple[Frame, dict[str, SensorResult], list[str]]],
+    ) -> tuple[tuple[tuple[Detection3D, ...], dict[str, SensorResult]] | None,
+               tuple[Frame, dict[str, SensorResult], list[str]] | None]:  # fmt: skip
+        """The fusion record ``rec`` (of ``seg``, run ``run``, fused by ``fusion``): ``(taken, got)``. ``taken``:
+        the record taken as recorded (what was fused: its recorded detections and results; the tracker set to the
+        state recorded after it), None when it is to be fused and compared. ``got``: the frame as ``rebuild``
+        (:func:`_frame`) rebuilt it, when this decision needed it (None: not rebuilt), for the caller to fuse."""
+        seq = int(rec["seq"])
+        start = self.start
+        if self.first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
+            start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
+            self.first_kept = seq
+        started = start["frame_id"] is not None
+        # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
+        # received before the first segment kept (in one gone), is taken as recorded too
+        late = self.kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < self.kept_from
+        if started and not late:
+            return None, None
+        got = None if rec.get("predicted") else rebuild()
+        missing = got is not None and bool(got[2])
+        rt = self.rt
+        waits = got is None or not self.restored or (rt is not None and _unanswered(got[1], self.answered))
+        if not missing and (started or not waits):
+            if not started:
+                start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
+            return None, got
+        if got is not None and rt is not None:  # today's answers to its samples: a frame after
+            await _rerun(rt, got[0], got[1], self.answered)  # it may reuse them (not compared)
+        then = rec.get("tracker")
+        if isinstance(then, Mapping):  # its state after it: the next may start
+            assert isinstance(fusion, Fuser)
+            if then and fusion.tracker_state():  # (without tracking, on either side, a
+                fusion.restore_tracker_state(then)  # frame depends on none before it)
+            self.restored = True
+        elif not rec.get("predicted"):
+            self.restored = False  # a frame without its state (format 4 always has it)
+        dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
+        start["taken_as_recorded"] += 1
+        return (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()}), got
+
+    def not_replayed(self, frec: Mapping[str, Any]) -> bool:
+        """The delivered frame ``frec`` was fused in a segment gone: not replayed (counted)."""
+        turn = frec.get("fusion_seq")
+        if turn is None or (self.first_kept is not None and int(turn) >= self.first_kept):
+            return False
+        self.start["results_not_replayed"] += 1
+        return True
+
+
 async def _replay_segments(
     segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None, *,
     resume: bool = False,
 ) -> None:  # fmt: skip
     """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
     its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
-    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`). With ``rt`` (rerun
-    models) today's models answer the frames taken too, and the start also waits for a frame whose results the
-    run reused (decimated under overload) were answered here: reused in a later frame, a result of a frame taken
-    is today's answer, not 'missing' (a divergence no model made). A frame after the start that fusion was given
-    late, a sample of it received before the first segment kept, is taken as recorded as well (its state restored)."""
+    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`; :class:`_Resume`).
+    With ``rt`` (rerun models) today's models answer the frames taken too, and the start also waits for a frame
+    whose results the run reused (decimated under overload) were answered here: reused in a later frame, a result
+    of a frame taken is today's answer, not 'missing' (a divergence no model made). A frame after the start that
+    fusion was given late, a sample of it received before the first segment kept, is taken as recorded as well
+    (its state restored)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
-    kept_from: int | None = None  # the first segment's first sample's stamp
     older: dict[str, list[Sample]] = {}  # per sensor, its latest samples of the segments read before
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
+    start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
-    restored = False  # (resume) the tracker set to a recorded state
-    first_kept: int | None = None  # (resume) the first fusion turn of the first segment kept
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
     for seg in segs:
         with DriveReader(seg, strict=False, quiet=True) as reader:
@@ -287,9 +376,6 @@ async def _replay_segments(
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
-            if resume and out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
-                out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
-                                 results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
             version = reader.metadata.get(fmt.META_FORMAT, "")
@@ -311,42 +397,21 @@ async def _replay_segments(
             wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
             received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
             both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
-            if kept_from is None:  # (resume) what was received before this is in the segments gone
-                kept_from = min((t for _, t in received), default=None)
+            if start is not None:
+                start.segment(seg, run, received)
             for rec in records:
                 seq = int(rec["seq"])
                 got = None  # (resume) the frame as _frame rebuilt it, when the start's decision needed it
-                if resume:
-                    assert out.start is not None
-                    if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
-                        out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
-                        next_seq = first_kept = seq
-                    started = out.start["frame_id"] is not None
-                    # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
-                    # received before the first segment kept (in one gone), is taken as recorded too
-                    late = kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < kept_from
-                    if not started or late:
-                        got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
-                        missing = got is not None and bool(got[2])
-                        waits = got is None or not restored or (rt is not None and _unanswered(got[1], answered))
-                        if missing or (not started and waits):
-                            if got is not None and rt is not None:  # today's answers to its samples: a frame after
-                                await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
-                            then = rec.get("tracker")
-                            if isinstance(then, Mapping):  # its state after it: the next may start
-                                assert isinstance(fusion, Fuser)
-                                if then and fusion.tracker_state():  # (without tracking, on either side, a
-                                    fusion.restore_tracker_state(then)  # frame depends on none before it)
-                                restored = True
-                            elif not rec.get("predicted"):
-                                restored = False  # a frame without its state (format 4 always has it)
-                            dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
-                            fused[seq] = (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()})
-                            out.start["taken_as_recorded"] += 1
-                            next_seq = seq + 1
-                            continue
-                        if not started:
-                            out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
+                if start is not None:
+                    if start.first_kept is None:  # the turns before the first kept are in the segments gone
+                        next_seq = seq
+                    taken, got = await start.turn(
+                        rec, seg, run, fusion, partial(_frame, rec, points, both, images=rt is not None)
+                    )
+                    if taken is not None:
+                        fused[seq] = taken
+                        next_seq = seq + 1
+                        continue
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
@@ -382,10 +447,7 @@ async def _replay_segments(
                 else:
                     out.note(div, run)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
-                turn = frec.get("fusion_seq")
-                gone = turn is not None and (first_kept is None or int(turn) < first_kept)
-                if resume and gone and out.start is not None:  # fused in a segment rotated away: not replayed
-                    out.start["results_not_replayed"] += 1
+                if start is not None and start.not_replayed(frec):  # fused in a segment rotated away
                     continue
                 result = _result(frec, fused)
                 out.results.append(result)
