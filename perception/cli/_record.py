@@ -180,10 +180,12 @@ _NOT_AS_RECORDED = {
 }
 
 
-def _start_line(start: Mapping[str, Any]) -> str:
-    """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``)."""
+def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
+    """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``);
+    ``unreadable``: segment 0's name, where it is there but could not be read (damaged)."""
     gone = start["fused_in_segments_gone"]
-    line = f"as recorded: segment 0 rotated away, replayed from {start['segment']}: "
+    why = "rotated away" if unreadable is None else f"({unreadable}) unreadable"
+    line = f"as recorded: segment 0 {why}, replayed from {start['segment']}: "
     if start["fusion_seq"] is None:
         left = start["results_not_replayed"]
         return f"{line}its segments kept hold no frame fused: nothing compared" + (
@@ -238,7 +240,8 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f.write(json.dumps(record) + "\n")
     start = outcome.start
     if start is not None:  # segment 0 rotated away: from the first kept segment
-        sys.stdout.write(_start_line(start) + "\n")
+        name = Path(args.drive).name
+        sys.stdout.write(_start_line(start, name if name in outcome.damage else None) + "\n")
     first: Divergence | None = outcome.first
     if first is not None:
         sys.stdout.write(first.line() + "\n")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+from mcap.writer import MCAP0_MAGIC
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
@@ -155,6 +157,13 @@ class AsRecordedOutcome:
                 changes.append([r.frame_id, r.admission_limit])
         return changes
 
+    def damaged(self, seg: Path, damage: DriveDamage) -> None:
+        """The segment ``seg``'s reading met ``damage``: what follows it is missing from the replay."""
+        self.damage[seg.name] = damage
+        if self.drive_error is None:
+            self.drive_error = damage.error(str(seg))
+        log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
+
     def note(self, div: Divergence, run: str = "0") -> None:
         """Count ``div``, of the recording's run ``run`` (its metadata's), and keep it if it is the first."""
         if run != "0":
@@ -195,6 +204,39 @@ def _source(reader: DriveReader) -> SessionSource:
     return SessionSource(rig=source.rig, metadata=meta, name=source.name, file=source.file, ego_at=ego_at)
 
 
+def _open_segment(seg: Path) -> DriveReader | DriveDamage:
+    """The segment ``seg`` opened (its damage skipped, not warned of: the replay names it), or the damage that
+    leaves nothing of it readable: cut short before its first chunk was complete (a crash, a copy cut short), it
+    holds no channel (cut sooner, no metadata either). Any other error raises."""
+    try:
+        return DriveReader(seg, strict=False, quiet=True)
+    except DriveError:
+        damage = _unreadable(seg)
+        if damage is None:
+            raise
+        return damage
+
+
+def _unreadable(seg: Path) -> DriveDamage | None:
+    """The damage that made the segment ``seg`` impossible to open, or None (damage is not why)."""
+    try:
+        with DriveReader(seg, sensors=(), strict=False, quiet=True) as probe:  # its metadata alone
+            damage = probe.damage
+    except DriveError:  # not even its metadata: cut within its header (or nothing of it written)?
+        try:
+            with open(seg, "rb") as f:
+                head = f.read(len(MCAP0_MAGIC))
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(size - len(MCAP0_MAGIC), 0))
+                tail = f.read()
+        except OSError:
+            return None
+        if not MCAP0_MAGIC.startswith(head) or (size > len(MCAP0_MAGIC) and tail == MCAP0_MAGIC):
+            return None  # not the start of an MCAP file, or a whole one (its footer written)
+        return DriveDamage(truncated=f"truncated at byte {size} before any message", truncated_at=size)
+    return damage if damage.data_lost else None
+
+
 async def replay_as_recorded(
     path: str | Path,
     config: RuntimeConfig,
@@ -218,21 +260,42 @@ async def replay_as_recorded(
         raise DriveError("recording not found", file=str(path))
     if strict:
         for seg in segs:
-            with DriveReader(seg, strict=False, quiet=True) as reader:
+            opened = _open_segment(seg)
+            if isinstance(opened, DriveDamage):
+                raise opened.error(str(seg))
+            with opened as reader:
                 damage = reader.verify()
             if damage:
                 raise damage.error(str(seg))
-    with DriveReader(segs[0], strict=False, quiet=True) as first:
-        source = _source(first)
-        number = first.metadata.get(fmt.META_SEGMENT, "0")
-        version = first.metadata.get(fmt.META_FORMAT, "")
-    if number != "0" and segs[0] == path:
+    unreadable: dict[Path, DriveDamage] = {}  # the segments before the first readable one
+    for first in segs:  # the first segment that can be read: the recording's source and format, where it starts
+        opened = _open_segment(first)
+        if isinstance(opened, DriveDamage):
+            unreadable[first] = opened
+            continue
+        with opened as reader:
+            source = _source(reader)
+            number = reader.metadata.get(fmt.META_SEGMENT, "0")
+            version = reader.metadata.get(fmt.META_FORMAT, "")
+        break
+    else:
+        seg, damage = next(iter(unreadable.items()))
+        err = damage.error(str(seg))
+        raise DriveDamagedError(f"{err.message}; no segment of the recording can be read", **err.context)
+    if number != "0" and first == path:
         raise DriveError(
             f"segment {number} of a recording, not its start: replay the recording by its name (the file of its "
             "segment 0, without -NNNN; where that segment was rotated away, the replay starts from the first kept)",
             file=str(path),
         )
     if number != "0" and version in ("1", "2", "3"):
+        if path in unreadable:
+            err = unreadable[path].error(str(path))
+            raise DriveDamagedError(
+                f"{err.message}; this recording (format {version}) holds no tracker state to start from a later "
+                "segment: it cannot be replayed as recorded",
+                **err.context,
+            )
         raise DriveError(
             f"segment 0 of the recording is gone (rotated away; the first kept is {segs[0].name}) and this "
             f"recording (format {version}) holds no tracker state to start from: it cannot be replayed as recorded",
@@ -243,15 +306,16 @@ async def replay_as_recorded(
     if fusion is None:
         raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
     out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
-    resume = number != "0"  # segment 0 rotated away: from the tracker state recorded in the first kept one
+    # segment 0 rotated away (or unreadable): from the tracker state recorded in the first segment read
+    resume = number != "0"
     if resume and not isinstance(fusion, Fuser):
         raise DriveError("segment 0 of the recording is gone and this fusion stage cannot start from a recorded "
                          "tracker state", file=str(path))  # fmt: skip
     if rerun_models:
         async with Runtime(session, fusion=None, join_timeout_ns=3_600_000_000_000) as rt:
-            await _replay_segments(segs, session, fusion, out, rt, resume=resume)
+            await _replay_segments(segs, session, fusion, out, rt, resume=resume, recording=path)
     else:
-        await _replay_segments(segs, session, fusion, out, None, resume=resume)
+        await _replay_segments(segs, session, fusion, out, None, resume=resume, recording=path)
     return out
 
 
@@ -346,16 +410,18 @@ class _Resume:
 
 async def _replay_segments(
     segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None, *,
-    resume: bool = False,
+    resume: bool = False, recording: Path | None = None,
 ) -> None:  # fmt: skip
-    """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
-    its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
-    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`; :class:`_Resume`).
-    With ``rt`` (rerun models) today's models answer the frames taken too, and the start also waits for a frame
-    whose results the run reused (decimated under overload) were answered here: reused in a later frame, a result
-    of a frame taken is today's answer, not 'missing' (a divergence no model made). A frame after the start that
-    fusion was given late, a sample of it received before the first segment kept, is taken as recorded as well
-    (its state restored)."""
+    """``recording``: the recording's path (its segment 0's; default ``segs[0]``), to name the segments missing.
+    A segment that cannot be read at all (:func:`_open_segment`) is named in ``out.damage``; its fusion turns are
+    missing, as a missing segment's are. ``resume``: the recording's segment 0 was rotated away (or cannot be
+    read). The replay starts in the first segment read: its frames are taken as recorded (not compared) until
+    one whose samples all are in the recording follows a recorded tracker state, which the tracker is set to
+    (:attr:`AsRecordedOutcome.start`; :class:`_Resume`). With ``rt`` (rerun models) today's models answer the
+    frames taken too, and the start also waits for a frame whose results the run reused (decimated under
+    overload) were answered here: reused in a later frame, a result of a frame taken is today's answer, not
+    'missing' (a divergence no model made). A frame after the start that fusion was given late, a sample of it
+    received before the first segment kept, is taken as recorded as well (its state restored)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
@@ -366,12 +432,24 @@ async def _replay_segments(
     start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
+    recording = segs[0] if recording is None else recording
+    unreadable: list[str] = []  # the segments that could not be read (damaged), by name
     for seg in segs:
-        with DriveReader(seg, strict=False, quiet=True) as reader:
+        opened = _open_segment(seg)
+        if isinstance(opened, DriveDamage):  # nothing of it readable: its turns are missing, its damage named
+            unreadable.append(seg.name)
+            out.damaged(seg, opened)
+            continue
+        with opened as reader:
             number = int(reader.metadata.get(fmt.META_SEGMENT, expected))
-            if number > expected:  # segments between are not there (deleted, or not copied with the rest)
-                names = ", ".join(fmt.segment_path(segs[0], i).name for i in range(expected, number))
-                gap = f"in segment(s) {names}, missing from the recording's folder"
+            if number > expected:  # segments between are not there (deleted, or not copied with the rest) or
+                names = [fmt.segment_path(recording, i).name for i in range(expected, number)]  # not readable
+                missing = ", ".join(n for n in names if n not in unreadable)
+                damaged = ", ".join(n for n in names if n in unreadable)
+                gap = "; ".join(
+                    [f"in segment(s) {missing}, missing from the recording's folder"] * bool(missing)
+                    + [f"in segment(s) {damaged}, damaged: none of it readable"] * bool(damaged)
+                )
             expected = number + 1
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
@@ -461,10 +539,7 @@ async def _replay_segments(
                                         "the frame delivered other detections than fusion gave it"), run)  # fmt: skip
             damage = reader.damage  # what the reading of this segment met
             if damage:
-                out.damage[seg.name] = damage
-                if out.drive_error is None:
-                    out.drive_error = damage.error(str(seg))
-                log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
+                out.damaged(seg, damage)
 
 
 def _is_image(kind: str) -> bool:

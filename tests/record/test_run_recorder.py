@@ -551,6 +551,93 @@ def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
     assert not (tmp_path / "strict").exists()
 
 
+@pytest.mark.parametrize("cut", [5_000, 500, 0])  # in its first chunk; in its metadata; nothing written
+def test_a_rotated_recording_whose_first_kept_segment_was_cut_short_starts_from_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: int
+) -> None:
+    # the first kept segment cut short before its first chunk completed (a crash, a copy cut short): it holds no
+    # channel. The whole recording was refused ('no channel for lidar sensor', exit 1) though the segments after
+    # it are intact. It is named as damaged and the replay starts from the next segment, as from a first kept one.
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)
+    kept = fmt.segments(run)
+    assert not run.exists() and len(kept) == 6
+    kept[0].write_bytes(kept[0].read_bytes()[:cut])
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert list(out.damage) == [kept[0].name] and out.damage[kept[0].name].truncated is not None
+    assert isinstance(out.drive_error, DriveDamagedError) and kept[0].name in str(out.drive_error)
+    assert out.start is not None and out.start["segment"] == kept[1].name and out.start["frame_id"] is not None
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+    # every turn before the first one kept is counted as fused in the segments gone, the cut one's included
+    assert out.start["fused_in_segments_gone"] == min(int(r["seq"]) for r in _fusion_records(kept[1]))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE)]
+    assert main([*argv, "--out", str(tmp_path / "as")]) == 3
+    printed = capsys.readouterr()
+    assert f"recording damaged: {kept[0].name}: truncated at byte" in printed.out, printed.out
+    assert f"replayed from {kept[1].name}: compared from frame" in printed.out, printed.out
+    assert printed.err.count("\n") == 1 and f"{kept[0].name}: drive damaged: truncated" in printed.err, printed.err
+    written = json.loads((tmp_path / "as" / "as_recorded.json").read_text())["as_recorded"]
+    assert written["start"] == out.start and written["damage"][kept[0].name]["truncated"]
+    assert main([*argv, "--strict", "--out", str(tmp_path / "strict")]) == 3
+    assert not (tmp_path / "strict").exists()
+    assert f"{kept[0].name}: drive damaged: truncated" in capsys.readouterr().err
+
+
+def test_a_recording_whose_segment_0_or_last_segment_was_cut_short_before_its_first_chunk_is_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # segment 0 cut short before its first chunk completed: the replay starts from segment 1 on the tracker state
+    # recorded there; the last segment cut short (the run stopped just after it began): replayed up to it. Both
+    # were refused whole ('no channel for lidar sensor', exit 1).
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=1000)
+    segs = fmt.segments(run)
+    whole = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert whole.first is None and whole.start is None and not whole.damage
+    for cut in (segs[0], segs[-1]):
+        data = cut.read_bytes()
+        cut.write_bytes(data[:5_000])
+        out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        assert list(out.damage) == [cut.name] and out.damage[cut.name].truncated_at is not None
+        assert out.first is None and 0 < out.compared <= whole.compared and out.equal == out.compared
+        if cut == segs[0]:
+            assert out.compared < whole.compared and out.start is not None, out.start
+            assert out.start["segment"] == segs[1].name, out.start
+            assert out.start["fused_in_segments_gone"] == min(int(r["seq"]) for r in _fusion_records(segs[1]))
+            argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "a")]
+            assert main(argv) == 3
+            assert f"as recorded: segment 0 ({run.name}) unreadable, replayed from {segs[1].name}: " in (
+                capsys.readouterr().out
+            )
+        else:
+            assert out.start is None
+        cut.write_bytes(data)
+
+
+def test_a_segment_missing_or_unreadable_after_a_rotated_start_is_named_by_its_own_name(tmp_path: Path) -> None:
+    # segment 0 rotated away, a later kept segment deleted, or cut short (none of it readable): the fusion turns it
+    # held are a gap named by the segment's name. Named after the first kept segment's ('run-0045-0047.mcap'), and a
+    # cut one refused the whole recording.
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)
+    kept = fmt.segments(run)
+    assert not run.exists() and len(kept) == 6 and _fusion_records(kept[2])
+    for damage in ("deleted", "cut"):
+        copy = tmp_path / damage
+        copy.mkdir()
+        for seg in kept:
+            (copy / seg.name).write_bytes(seg.read_bytes()[: 5_000 if seg == kept[2] else None])
+        if damage == "deleted":
+            (copy / kept[2].name).unlink()
+        out = anyio.run(replay_as_recorded, copy / run.name, load_config(REPLAY_PROFILE))
+        assert out.first is not None and out.first.cause == "decision", out.first
+        why = "missing from the recording's folder" if damage == "deleted" else "damaged: none of it readable"
+        assert f"(in segment(s) {kept[2].name}, {why})" in out.first.detail, out.first.detail
+        assert list(out.damage) == ([kept[2].name] if damage == "cut" else [])
+
+
 def _det(x: float) -> Detection3D:
     return Detection3D(1, "car", 0.5, (x, 2.0, 0.5), (4.0, 2.0, 1.5), 0.1, (1.0, 0.0), (0.2, 0.2), ("lidar_top",))
 
