@@ -18,8 +18,10 @@ differs is named with its cause:
 A bounded recording of a long run may have lost its segment 0 (rotated away). A recording of format 4 holds
 the tracker state after every frame, so it is replayed from the first segment kept: its first frames are
 taken as recorded (their detections delivered as published, not compared) until one whose samples all are in
-the recording follows a recorded state; the tracker is set to that state (``Fuser.restore_tracker_state``) and
-every frame from there on is compared (:attr:`AsRecordedOutcome.start` says where).
+the recording, or a shed frame's prediction (it reads the tracker alone), follows a recorded state; the tracker
+is set to that state (``Fuser.restore_tracker_state``) and every frame from there on is compared
+(:attr:`AsRecordedOutcome.start` says where). A segment that cannot be read at all (cut short before its first
+chunk) is damage: the replay starts from the first segment read.
 """
 
 from __future__ import annotations
@@ -332,15 +334,19 @@ class _Resume:
     Until the start, a frame is taken as recorded (its recorded detections and results delivered, not compared;
     its recorded tracker state restored after it; with ``rt``, today's models asked on its samples, for a frame
     after it that reuses their answer) until one whose samples all are in the recording follows a recorded state
-    (and, with ``rt``, reuses no result today's models have not answered here): the replay starts there. After the
-    start, a frame fused late, a sample of it received before the first segment kept, or one whose samples the
-    recording lacks, is taken as recorded too."""
+    (and, with ``rt``, reuses no result today's models have not answered here), or a shed frame's prediction
+    follows one (it reads the tracker alone, as the fused frame before it left it): the replay starts there. Until
+    a fused frame is compared, the fused frames are taken as recorded unless they pass that check (a prediction
+    then compared when it follows a recorded state or a frame compared); after it, every frame is compared but
+    one fused late, a sample of it received before the first segment kept, taken unless all its samples are in
+    the recording."""
 
     def __init__(self, out: AsRecordedOutcome, rt: Runtime | None, answered: dict[str, SensorResult]) -> None:
         self.out = out
         self.rt = rt
         self.answered = answered
         self.restored = False  # the tracker set to a recorded state
+        self.fusing = False  # a fused frame compared: every one after it is, but those fused late
         self.first_kept: int | None = None  # the first fusion turn of the first segment kept
         self.kept_from: int | None = None  # the first segment's first sample's stamp
 
@@ -371,19 +377,22 @@ class _Resume:
         if self.first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
             start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
             self.first_kept = seq
-        started = start["frame_id"] is not None
-        # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
-        # received before the first segment kept (in one gone), is taken as recorded too
-        late = self.kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < self.kept_from
-        if started and not late:
+        predicted = bool(rec.get("predicted"))
+        # a frame fused late, a sample of it received before the first segment kept (in one gone)
+        late = not predicted and self.kept_from is not None and _oldest_sample(rec) < self.kept_from
+        if self.fusing and not late:
             return None, None
-        got = None if rec.get("predicted") else rebuild()
-        missing = got is not None and bool(got[2])
+        got = None if predicted else rebuild()
         rt = self.rt
-        waits = got is None or not self.restored or (rt is not None and _unanswered(got[1], self.answered))
-        if not missing and (started or not waits):
-            if not started:
-                start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
+        if got is None:  # a shed frame's prediction reads nothing but the tracker as the fused frame before it
+            compared = self.restored  # left it (Runtime.shed: in its fusion turn, read only), its state recorded
+        else:  # its samples all there, after a recorded state (and today's answers to the results it reuses)
+            answered = rt is None or not _unanswered(got[1], self.answered)
+            compared = not got[2] and (self.fusing or (self.restored and answered))
+        if compared:
+            self.fusing = self.fusing or got is not None
+            if start["frame_id"] is None:  # where it starts (a later run's, maybe)
+                start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)
             return None, got
         if got is not None and rt is not None:  # today's answers to its samples: a frame after
             await _rerun(rt, got[0], got[1], self.answered)  # it may reuse them (not compared)
@@ -393,7 +402,7 @@ class _Resume:
             if then and fusion.tracker_state():  # (without tracking, on either side, a
                 fusion.restore_tracker_state(then)  # frame depends on none before it)
             self.restored = True
-        elif not rec.get("predicted"):
+        elif not predicted:
             self.restored = False  # a frame without its state (format 4 always has it)
         dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
         start["taken_as_recorded"] += 1

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
-from record_helpers import DRIVE, REPLAY_PROFILE
+from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
 
 from perception._lifetime import Lifetime
 from perception.cli import main
@@ -46,7 +46,7 @@ from perception.record._digest import (
     tracker_digest,
 )
 from perception.record._replay import fusion_records
-from perception.scheduler import Session
+from perception.scheduler import Session, TrackingStage
 from perception.types import (
     Detection3D,
     Frame,
@@ -65,9 +65,11 @@ def _record(
     frames: int = 30,
     profile: Path = REPLAY_PROFILE,
     results_of: Callable[[int, Frame], dict[str, SensorResult]] | None = None,
+    shed: int | None = None,
 ) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
-    frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
+    frame's samples, a real fusion stage, a dropped frame every tenth; ``shed``: every shed-th frame shed with
+    the tracker's prediction instead, as ``Runtime.shed`` does): the recorder's stats. The samples
     are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
     waiting), the loop waits for it to have taken them all (:func:`_drained`), as a run's pace lets it: the
     queue neither overflows nor is the writer woken again mid-drain, however late it is scheduled on a busy
@@ -88,9 +90,14 @@ def _record(
                 for frame in assembler.push(sample):
                     if n >= frames:
                         break
-                    if n % 10 == 9:
-                        shed = FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason="overload: shed")
-                        rec.result(shed)
+                    if shed is not None and n % shed == shed - 1:
+                        assert isinstance(fusion, TrackingStage)
+                        dets = fusion.predict(frame)
+                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, dets,
+                                               reason="overload: shed", predicted=True))  # fmt: skip
+                    elif shed is None and n % 10 == 9:
+                        why = "overload: shed"
+                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason=why))
                     else:
                         results = {
                             name: SensorResult(name, SensorStatus.MISSING if s is None else SensorStatus.LATE)
@@ -357,6 +364,38 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
     assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
+
+
+def _lidar_answer(n: int, frame: Frame) -> dict[str, SensorResult]:
+    """(``_record``'s ``results_of``) the lidar's answer: two objects, so the tracker has tracks."""
+    sample = frame.samples.get("lidar_top")
+    return {} if sample is None else {"lidar_top": lidar_result("lidar_top", sample, frame.t_ns)}
+
+
+def test_a_shed_frame_right_after_a_frame_taken_as_recorded_is_where_a_rotated_replay_starts(tmp_path: Path) -> None:
+    # A prediction reads the tracker as the fused frame before it left it (Runtime.shed: in its fusion turn, read
+    # only), and that state is recorded: a shed frame following a frame taken as recorded (its state restored) is
+    # compared, and the replay starts there. It was taken as recorded too: the start waited for a fused frame.
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=1000, results_of=_lidar_answer, shed=3)
+    segs = fmt.segments(run)
+    assert len(segs) > 8
+    starts: Counter[bool] = Counter()  # replays by whether they started at a prediction
+    for i in range(1, 8):
+        kept = tmp_path / f"from{i}"
+        kept.mkdir()
+        for seg in segs[i : i + 4]:
+            (kept / seg.name).write_bytes(seg.read_bytes())
+        out = anyio.run(replay_as_recorded, kept / run.name, load_config(REPLAY_PROFILE))
+        assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
+        assert out.start is not None and out.start["fusion_seq"] is not None
+        first = next(r for seg in segs[i:] for r in _fusion_records(seg) if r["frame_id"] == out.start["frame_id"])
+        starts[bool(first.get("predicted"))] += 1
+        if first.get("predicted"):
+            assert first["detections"], "a prediction of no track: nothing compared"
+            taken = [r for r in _fusion_records(segs[i]) if int(r["seq"]) < int(first["seq"])]
+            assert taken and not taken[-1].get("predicted") and out.start["taken_as_recorded"] == len(taken)
+    assert starts[True] > 0, starts
 
 
 def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
