@@ -16,10 +16,17 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, make_folder, sensors_option
+from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError, PerceptionError
-from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
+from perception.record import (
+    AsRecordedOutcome,
+    Divergence,
+    RecordOptions,
+    RunRecorder,
+    replay_as_recorded,
+    segments,
+)
 from perception.replay import safe_output_path
 from perception.types import EgoPose
 
@@ -215,6 +222,12 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",
             key="as-recorded",
         )
+    path = Path(args.drive)
+    if path.is_dir():
+        check_drive(path)  # a directory (a ROS 2 bag's, perhaps): said as for any drive
+    if not segments(path):  # segment 0 may be gone (rotated away), the recording still there
+        name = f"{path.stem}-NNNN{path.suffix or '.mcap'}"
+        raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
     outcome: AsRecordedOutcome = anyio.run(
