@@ -419,9 +419,9 @@ class _Resume:
 
 async def _replay_segments(
     segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None, *,
-    resume: bool = False, recording: Path | None = None,
+    recording: Path, resume: bool = False,
 ) -> None:  # fmt: skip
-    """``recording``: the recording's path (its segment 0's; default ``segs[0]``), to name the segments missing.
+    """``recording``: the recording's path (its segment 0's), to check and name its segments by their numbers.
     A segment that cannot be read at all (:func:`_open_segment`) is named in ``out.damage``; its fusion turns are
     missing, as a missing segment's are. ``resume``: the recording's segment 0 was rotated away (or cannot be
     read). The replay starts in the first segment read: its frames are taken as recorded (not compared) until
@@ -441,7 +441,6 @@ async def _replay_segments(
     start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
-    recording = segs[0] if recording is None else recording
     unreadable: list[str] = []  # the segments that could not be read (damaged), by name
     for seg in segs:
         opened = _open_segment(seg)
@@ -451,6 +450,13 @@ async def _replay_segments(
             continue
         with opened as reader:
             number = int(reader.metadata.get(fmt.META_SEGMENT, expected))
+            named = fmt.segment_number(recording, seg)
+            if number != named:  # its records are another segment's: read as this one's, they made no sense
+                raise DriveError(
+                    f"holds segment {number} of its recording (its metadata), not {named} as its name says: a "
+                    "segment copied over it or renamed; put the right file back or remove it",
+                    file=str(seg),
+                )
             if number > expected:  # segments between are not there (deleted, or not copied with the rest) or
                 names = [fmt.segment_path(recording, i).name for i in range(expected, number)]  # not readable
                 missing = ", ".join(n for n in names if n not in unreadable)

@@ -360,7 +360,7 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     assert isinstance(fusion, Fuser)
     out = AsRecordedOutcome(rerun_models=True)
     rt: Any = Today()
-    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, resume=True))
+    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, recording=run, resume=True))
     reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
     assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
@@ -675,6 +675,20 @@ def test_a_segment_missing_or_unreadable_after_a_rotated_start_is_named_by_its_o
         why = "missing from the recording's folder" if damage == "deleted" else "damaged: none of it readable"
         assert f"(in segment(s) {kept[2].name}, {why})" in out.first.detail, out.first.detail
         assert list(out.damage) == ([kept[2].name] if damage == "cut" else [])
+
+
+def test_a_segment_file_holding_another_segment_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a segment copied over another (or renamed): its records are the other segment's. The replay said 'fusion
+    # #9..#4 missing from the recording (dropped by the recorder)'; it names the file and what it holds.
+    run = tmp_path / "run.mcap"
+    assert _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"] >= 3
+    fmt.segment_path(run, 2).write_bytes(fmt.segment_path(run, 1).read_bytes())
+    with pytest.raises(DriveError, match=r"run-0002\.mcap: holds segment 1 of its recording \(its metadata\), not 2"):
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run-0002.mcap: holds segment 1" in err and "Traceback" not in err
 
 
 def _det(x: float) -> Detection3D:
