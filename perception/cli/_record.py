@@ -217,6 +217,8 @@ def run_as_recorded(args: argparse.Namespace) -> int:
     """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
     CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
     given = [flag for key, flag in _NOT_AS_RECORDED.items() if getattr(args, key, None) not in (None, False)]
+    if getattr(args, "rate", 1.0) != 1.0:  # (the recorded speed, the default, is what a replay as recorded keeps)
+        given.append("--rate")
     if given:
         raise ConfigError(
             f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",

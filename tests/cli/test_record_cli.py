@@ -99,3 +99,14 @@ def test_a_replay_as_recorded_of_no_recording_is_a_usage_error(
     err = capsys.readouterr().err
     said = "recording not found (nor a segment of it, run-NNNN.mcap)" if what == "missing" else "is a directory"
     assert err.count("\n") == 1 and f"{path}: {said}" in err, err
+
+
+@pytest.mark.parametrize("value", ["max", "lockstep", "2"])
+def test_a_replay_as_recorded_at_a_rate_is_refused(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # its timing is the recording's: --rate was ignored in silence (the recorded speed, the default, is not refused)
+    argv = ["replay", str(drive), "--as-recorded", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--rate", value]) == 2
+    err = capsys.readouterr().err
+    assert "--rate: not used by a replay as recorded" in err and err.count("\n") == 1, err
