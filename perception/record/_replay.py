@@ -11,7 +11,8 @@ differs is named with its cause:
 
 * ``model``: a sensor's answer differs (its outputs, model or version; or it did not answer ok);
 * ``decision``: the frame's decisions differ (its samples, statuses, ego pose: a recording read back
-  wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it);
+  wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it, a segment
+  is missing, or damage lost it);
 * ``fusion``: the same inputs and decisions gave other detections or another tracker state (fusion's
   code or parameters changed; format 4 names the tracker state's array and element that differ first).
 
@@ -182,12 +183,18 @@ def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
 
 def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
     """A recording segment's fusion records in fusion order, each with its numbers (formats 3 and 4:
-    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`)."""
+    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`). In a
+    damaged segment (``reader.damage``: data lost) a record whose numbers are not there is left out: lost with the
+    damage (a cut between the two), as what follows it is; in an intact one it is an error."""
     data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
     out: list[dict[str, Any]] = []
     for _, _, seq, d in reader.messages([fmt.FUSION_TOPIC]):
         try:
-            out.append(fmt.decode_fusion(json.loads(d), data.get(seq)))
+            record = json.loads(d)
+            if seq not in data and isinstance(record.get("detections"), Mapping) and reader.damage.data_lost:
+                log.info("%s: fusion #%s: its numbers lost with the damage: left out", reader.path, seq)
+                continue
+            out.append(fmt.decode_fusion(record, data.get(seq)))
         except (ValueError, KeyError, TypeError) as exc:
             raise DriveError(f"a fusion record cannot be read: {exc}", file=str(reader.path)) from exc
     return sorted(out, key=lambda r: int(r["seq"]))
@@ -471,6 +478,10 @@ async def _replay_segments(
                 fusion = session.fusion() or fusion
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
+            # turns missing in a segment whose reading lost data (or at the next one's start: lost at its end) are
+            # the damage's doing
+            dropped = f"lost to the damage of {seg.name}" if reader.damage.data_lost else "dropped by the recorder"
+            gap = dropped if gap == "dropped by the recorder" else gap
             version = reader.metadata.get(fmt.META_FORMAT, "")
             exact = version not in ("1", "2")  # the outputs digest: of their bytes
             derived = version not in ("1", "2", "3")  # format 4: the digests derived from the values recorded
@@ -510,7 +521,7 @@ async def _replay_segments(
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
                                         "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
-                gap = "dropped by the recorder"
+                gap = dropped
                 digest = fmt.fusion_digests(rec, version)
                 fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
+from mcap.writer import CompressionType, Writer
 from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
 
 from perception._lifetime import Lifetime
@@ -689,6 +690,57 @@ def test_a_segment_file_holding_another_segment_is_named(tmp_path: Path, capsys:
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run-0002.mcap: holds segment 1" in err and "Traceback" not in err
+
+
+def _cut_after_a_fusion_record(src: Path, dst: Path, seq: int) -> int:
+    """``src`` written again one message a chunk, and cut right after fusion #``seq``'s record, before its numbers
+    (``/record/fusion_data``, the next message) as a chunk boundary between the two leaves it: the bytes kept."""
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = make_reader(f)
+        header = reader.get_header()
+        writer = Writer(out, compression=CompressionType.NONE, chunk_size=1)
+        writer.start(header.profile, header.library)
+        for m in reader.iter_metadata():
+            writer.add_metadata(m.name, m.metadata)
+        schemas: dict[int, int] = {}
+        channels: dict[int, int] = {}
+        for schema, channel, message in reader.iter_messages(log_time_order=False):
+            if schema is not None and schema.id not in schemas:
+                schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
+            if channel.id not in channels:
+                sid = schemas.get(channel.schema_id, 0)
+                channels[channel.id] = writer.register_channel(
+                    channel.topic, channel.message_encoding, sid, channel.metadata
+                )
+            writer.add_message(channels[channel.id], message.log_time, message.data, message.publish_time,
+                               message.sequence)  # fmt: skip
+            if channel.topic == fmt.FUSION_TOPIC and message.sequence == seq:
+                return out.tell()  # (the writer never finished: the file ends there)
+    raise AssertionError(f"no fusion #{seq} in {src}")
+
+
+def test_a_fusion_record_whose_numbers_were_cut_off_is_missing_with_what_follows_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a segment cut short between a fusion record and its numbers (the next message, in the next chunk): the whole
+    # recording was refused ('a fusion record cannot be read: fusion #33: its /record/fusion_data message is
+    # missing', exit 1). That record is missing as what follows the cut is: the replay goes on, the damage named,
+    # the turns lost said to be the damage's (not 'dropped by the recorder').
+    run = tmp_path / "run.mcap"
+    assert _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"] >= 3
+    last = max(int(r["seq"]) for r in _fusion_records(run))  # segment 0's last turn
+    copy = tmp_path / "copy.mcap"
+    kept = _cut_after_a_fusion_record(run, copy, last)
+    copy.replace(run)
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert list(out.damage) == [run.name] and out.damage[run.name].truncated_at is not None
+    assert out.first is not None and out.first.cause == "decision" and out.first.seq == last, out.first
+    assert f"missing from the recording (lost to the damage of {run.name})" in out.first.detail, out.first
+    assert out.compared > 0
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 3
+    assert f"recording damaged: {run.name}: truncated at byte" in capsys.readouterr().out
+    assert kept > 0
 
 
 def _det(x: float) -> Detection3D:
