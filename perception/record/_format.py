@@ -33,6 +33,7 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
 from __future__ import annotations
 
 import base64
+import glob
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,7 +116,8 @@ def _segment_pattern(path: Path) -> re.Pattern[str]:
 def segments(path: Path) -> list[Path]:
     """The segments of the recording ``path`` that exist, in order (``path`` first when it exists)."""
     pattern = _segment_pattern(path)
-    found = sorted((int(m.group(1)), p) for p in path.parent.glob(f"{path.stem}-*") if (m := pattern.match(p.name)))
+    named = path.parent.glob(f"{glob.escape(path.stem)}-*")  # (a name may hold glob's characters: run[1].mcap)
+    found = sorted((int(m.group(1)), p) for p in named if (m := pattern.match(p.name)))
     return ([path] if path.exists() else []) + [p for _, p in found]
 
 

@@ -1027,3 +1027,13 @@ def test_a_divergence_in_a_later_run_names_the_run() -> None:
     first_run = AsRecordedOutcome()
     first_run.note(Divergence(3, 3, "model", "x"))
     assert first_run.first is not None and first_run.first.line() == "first divergence: frame 3 (fusion #3): model: x"
+
+
+@pytest.mark.parametrize("stem", ["run[1]", "run*", "run?"])
+def test_the_segments_of_a_recording_named_with_glob_characters_are_its_own(tmp_path: Path, stem: str) -> None:
+    # the segments were looked for by a glob of the name: 'run[1]-*' matched none of run[1]'s (its later segments
+    # neither replayed nor replaced by a new recording), 'run*-*' another recording's
+    names = [f"{stem}.mcap", f"{stem}-0001.mcap", f"{stem}-0002.mcap"]
+    for name in [*names, "run1-0001.mcap", "runX-0001.mcap", "run-0001.mcap", "runs-0003.mcap"]:
+        (tmp_path / name).touch()
+    assert [p.name for p in fmt.segments(tmp_path / f"{stem}.mcap")] == names
