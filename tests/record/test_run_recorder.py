@@ -1037,3 +1037,19 @@ def test_the_segments_of_a_recording_named_with_glob_characters_are_its_own(tmp_
     for name in [*names, "run1-0001.mcap", "runX-0001.mcap", "run-0001.mcap", "runs-0003.mcap"]:
         (tmp_path / name).touch()
     assert [p.name for p in fmt.segments(tmp_path / f"{stem}.mcap")] == names
+
+
+def test_a_recording_of_which_no_segment_can_be_read_is_a_damaged_drive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # its only segment cut short before its first chunk completed: exit 3 naming the damage (it was exit 1, 'no
+    # channel for lidar sensor ...'), nothing written
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions())
+    run.write_bytes(run.read_bytes()[:5_000])
+    with pytest.raises(DriveDamagedError, match=r"truncated at byte \d+ before any message; no segment of the"):
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 3
+    assert "run.mcap: drive damaged: truncated at byte" in capsys.readouterr().err
+    assert not (tmp_path / "as").exists()
