@@ -16,10 +16,17 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, make_folder, sensors_option
+from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError, PerceptionError
-from perception.record import AsRecordedOutcome, Divergence, RecordOptions, RunRecorder, replay_as_recorded
+from perception.record import (
+    AsRecordedOutcome,
+    Divergence,
+    RecordOptions,
+    RunRecorder,
+    replay_as_recorded,
+    segments,
+)
 from perception.replay import safe_output_path
 from perception.types import EgoPose
 
@@ -180,10 +187,12 @@ _NOT_AS_RECORDED = {
 }
 
 
-def _start_line(start: Mapping[str, Any]) -> str:
-    """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``)."""
+def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
+    """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``);
+    ``unreadable``: segment 0's name, where it is there but could not be read (damaged)."""
     gone = start["fused_in_segments_gone"]
-    line = f"as recorded: segment 0 rotated away, replayed from {start['segment']}: "
+    why = "rotated away" if unreadable is None else f"({unreadable}) unreadable"
+    line = f"as recorded: segment 0 {why}, replayed from {start['segment']}: "
     if start["fusion_seq"] is None:
         left = start["results_not_replayed"]
         return f"{line}its segments kept hold no frame fused: nothing compared" + (
@@ -208,11 +217,19 @@ def run_as_recorded(args: argparse.Namespace) -> int:
     """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
     CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
     given = [flag for key, flag in _NOT_AS_RECORDED.items() if getattr(args, key, None) not in (None, False)]
+    if getattr(args, "rate", 1.0) != 1.0:  # (the recorded speed, the default, is what a replay as recorded keeps)
+        given.append("--rate")
     if given:
         raise ConfigError(
             f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",
             key="as-recorded",
         )
+    path = Path(args.drive)
+    if path.is_dir():
+        check_drive(path)  # a directory (a ROS 2 bag's, perhaps): said as for any drive
+    if not segments(path):  # segment 0 may be gone (rotated away), the recording still there
+        name = f"{path.stem}-NNNN{path.suffix or '.mcap'}"
+        raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
     outcome: AsRecordedOutcome = anyio.run(
@@ -238,7 +255,8 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f.write(json.dumps(record) + "\n")
     start = outcome.start
     if start is not None:  # segment 0 rotated away: from the first kept segment
-        sys.stdout.write(_start_line(start) + "\n")
+        name = Path(args.drive).name
+        sys.stdout.write(_start_line(start, name if name in outcome.damage else None) + "\n")
     first: Divergence | None = outcome.first
     if first is not None:
         sys.stdout.write(first.line() + "\n")

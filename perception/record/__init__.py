@@ -12,7 +12,16 @@ recorded samples) and names the first frame that differs, and why (:class:`Diver
 from __future__ import annotations
 
 from perception.record._digest import RESOLUTION
+from perception.record._format import segments
 from perception.record._recorder import RecordOptions, RunRecorder
 from perception.record._replay import AsRecordedOutcome, Divergence, replay_as_recorded
 
-__all__ = ["RESOLUTION", "AsRecordedOutcome", "Divergence", "RecordOptions", "RunRecorder", "replay_as_recorded"]
+__all__ = [
+    "RESOLUTION",
+    "AsRecordedOutcome",
+    "Divergence",
+    "RecordOptions",
+    "RunRecorder",
+    "replay_as_recorded",
+    "segments",
+]

@@ -33,6 +33,7 @@ A recording is a drive (``perception.drives``: the samples as received on the ri
 from __future__ import annotations
 
 import base64
+import glob
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,6 +70,7 @@ __all__ = [
     "frame_digest",
     "fusion_digests",
     "points_topic",
+    "segment_number",
     "segment_path",
     "segments",
 ]
@@ -107,11 +109,23 @@ def segment_path(path: Path, index: int) -> Path:
     return path if index == 0 else path.with_name(f"{path.stem}-{index:04d}{path.suffix or '.mcap'}")
 
 
+def _segment_pattern(path: Path) -> re.Pattern[str]:
+    return re.compile(re.escape(path.stem) + r"-(\d{4,})" + re.escape(path.suffix or ".mcap") + "$")
+
+
 def segments(path: Path) -> list[Path]:
     """The segments of the recording ``path`` that exist, in order (``path`` first when it exists)."""
-    pattern = re.compile(re.escape(path.stem) + r"-(\d{4,})" + re.escape(path.suffix or ".mcap") + "$")
-    found = sorted((int(m.group(1)), p) for p in path.parent.glob(f"{path.stem}-*") if (m := pattern.match(p.name)))
+    pattern = _segment_pattern(path)
+    named = path.parent.glob(f"{glob.escape(path.stem)}-*")  # (a name may hold glob's characters: run[1].mcap)
+    found = sorted((int(m.group(1)), p) for p in named if (m := pattern.match(p.name)))
     return ([path] if path.exists() else []) + [p for _, p in found]
+
+
+def segment_number(path: Path, segment: Path) -> int:
+    """The number of ``segment`` (one of :func:`segments`) in the recording ``path``, by its name: 0 for ``path``
+    (what a segment whose metadata cannot be read is taken for)."""
+    m = _segment_pattern(path).match(segment.name)
+    return int(m.group(1)) if m is not None and segment != path else 0
 
 
 def encode_array(a: npt.NDArray[Any]) -> dict[str, Any]:

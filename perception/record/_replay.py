@@ -11,15 +11,18 @@ differs is named with its cause:
 
 * ``model``: a sensor's answer differs (its outputs, model or version; or it did not answer ok);
 * ``decision``: the frame's decisions differ (its samples, statuses, ego pose: a recording read back
-  wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it);
+  wrong), or a frame fusion consumed is missing from the recording (a gap: the recorder dropped it, a segment
+  is missing, or damage lost it);
 * ``fusion``: the same inputs and decisions gave other detections or another tracker state (fusion's
   code or parameters changed; format 4 names the tracker state's array and element that differ first).
 
 A bounded recording of a long run may have lost its segment 0 (rotated away). A recording of format 4 holds
 the tracker state after every frame, so it is replayed from the first segment kept: its first frames are
 taken as recorded (their detections delivered as published, not compared) until one whose samples all are in
-the recording follows a recorded state; the tracker is set to that state (``Fuser.restore_tracker_state``) and
-every frame from there on is compared (:attr:`AsRecordedOutcome.start` says where).
+the recording, or a shed frame's prediction (it reads the tracker alone), follows a recorded state; the tracker
+is set to that state (``Fuser.restore_tracker_state``) and every frame from there on is compared
+(:attr:`AsRecordedOutcome.start` says where). A segment that cannot be read at all (cut short before its first
+chunk) is damage: the replay starts from the first segment read.
 """
 
 from __future__ import annotations
@@ -27,14 +30,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
+from mcap.writer import MCAP0_MAGIC
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader
@@ -154,6 +160,13 @@ class AsRecordedOutcome:
                 changes.append([r.frame_id, r.admission_limit])
         return changes
 
+    def damaged(self, seg: Path, damage: DriveDamage) -> None:
+        """The segment ``seg``'s reading met ``damage``: what follows it is missing from the replay."""
+        self.damage[seg.name] = damage
+        if self.drive_error is None:
+            self.drive_error = damage.error(str(seg))
+        log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
+
     def note(self, div: Divergence, run: str = "0") -> None:
         """Count ``div``, of the recording's run ``run`` (its metadata's), and keep it if it is the first."""
         if run != "0":
@@ -170,12 +183,18 @@ def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
 
 def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
     """A recording segment's fusion records in fusion order, each with its numbers (formats 3 and 4:
-    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`)."""
+    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`). In a
+    damaged segment (``reader.damage``: data lost) a record whose numbers are not there is left out: lost with the
+    damage (a cut between the two), as what follows it is; in an intact one it is an error."""
     data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
     out: list[dict[str, Any]] = []
     for _, _, seq, d in reader.messages([fmt.FUSION_TOPIC]):
         try:
-            out.append(fmt.decode_fusion(json.loads(d), data.get(seq)))
+            record = json.loads(d)
+            if seq not in data and isinstance(record.get("detections"), Mapping) and reader.damage.data_lost:
+                log.info("%s: fusion #%s: its numbers lost with the damage: left out", reader.path, seq)
+                continue
+            out.append(fmt.decode_fusion(record, data.get(seq)))
         except (ValueError, KeyError, TypeError) as exc:
             raise DriveError(f"a fusion record cannot be read: {exc}", file=str(reader.path)) from exc
     return sorted(out, key=lambda r: int(r["seq"]))
@@ -192,6 +211,39 @@ def _source(reader: DriveReader) -> SessionSource:
     source = reader.source
     ego_at = source.ego_at if meta.get(fmt.META_EGO) == "source" else None
     return SessionSource(rig=source.rig, metadata=meta, name=source.name, file=source.file, ego_at=ego_at)
+
+
+def _open_segment(seg: Path) -> DriveReader | DriveDamage:
+    """The segment ``seg`` opened (its damage skipped, not warned of: the replay names it), or the damage that
+    leaves nothing of it readable: cut short before its first chunk was complete (a crash, a copy cut short), it
+    holds no channel (cut sooner, no metadata either). Any other error raises."""
+    try:
+        return DriveReader(seg, strict=False, quiet=True)
+    except DriveError:
+        damage = _unreadable(seg)
+        if damage is None:
+            raise
+        return damage
+
+
+def _unreadable(seg: Path) -> DriveDamage | None:
+    """The damage that made the segment ``seg`` impossible to open, or None (damage is not why)."""
+    try:
+        with DriveReader(seg, sensors=(), strict=False, quiet=True) as probe:  # its metadata alone
+            damage = probe.damage
+    except DriveError:  # not even its metadata: cut within its header (or nothing of it written)?
+        try:
+            with open(seg, "rb") as f:
+                head = f.read(len(MCAP0_MAGIC))
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(size - len(MCAP0_MAGIC), 0))
+                tail = f.read()
+        except OSError:
+            return None
+        if not MCAP0_MAGIC.startswith(head) or (size > len(MCAP0_MAGIC) and tail == MCAP0_MAGIC):
+            return None  # not the start of an MCAP file, or a whole one (its footer written)
+        return DriveDamage(truncated=f"truncated at byte {size} before any message", truncated_at=size)
+    return damage if damage.data_lost else None
 
 
 async def replay_as_recorded(
@@ -217,21 +269,42 @@ async def replay_as_recorded(
         raise DriveError("recording not found", file=str(path))
     if strict:
         for seg in segs:
-            with DriveReader(seg, strict=False, quiet=True) as reader:
+            opened = _open_segment(seg)
+            if isinstance(opened, DriveDamage):
+                raise opened.error(str(seg))
+            with opened as reader:
                 damage = reader.verify()
             if damage:
                 raise damage.error(str(seg))
-    with DriveReader(segs[0], strict=False, quiet=True) as first:
-        source = _source(first)
-        number = first.metadata.get(fmt.META_SEGMENT, "0")
-        version = first.metadata.get(fmt.META_FORMAT, "")
-    if number != "0" and segs[0] == path:
+    unreadable: dict[Path, DriveDamage] = {}  # the segments before the first readable one
+    for first in segs:  # the first segment that can be read: the recording's source and format, where it starts
+        opened = _open_segment(first)
+        if isinstance(opened, DriveDamage):
+            unreadable[first] = opened
+            continue
+        with opened as reader:
+            source = _source(reader)
+            number = reader.metadata.get(fmt.META_SEGMENT, "0")
+            version = reader.metadata.get(fmt.META_FORMAT, "")
+        break
+    else:
+        seg, damage = next(iter(unreadable.items()))
+        err = damage.error(str(seg))
+        raise DriveDamagedError(f"{err.message}; no segment of the recording can be read", **err.context)
+    if number != "0" and first == path:
         raise DriveError(
             f"segment {number} of a recording, not its start: replay the recording by its name (the file of its "
             "segment 0, without -NNNN; where that segment was rotated away, the replay starts from the first kept)",
             file=str(path),
         )
     if number != "0" and version in ("1", "2", "3"):
+        if path in unreadable:
+            err = unreadable[path].error(str(path))
+            raise DriveDamagedError(
+                f"{err.message}; this recording (format {version}) holds no tracker state to start from a later "
+                "segment: it cannot be replayed as recorded",
+                **err.context,
+            )
         raise DriveError(
             f"segment 0 of the recording is gone (rotated away; the first kept is {segs[0].name}) and this "
             f"recording (format {version}) holds no tracker state to start from: it cannot be replayed as recorded",
@@ -242,56 +315,173 @@ async def replay_as_recorded(
     if fusion is None:
         raise DriveError("the profile turns fusion off: nothing to replay as recorded", file=str(path))
     out = AsRecordedOutcome(segments=len(segs), rerun_models=rerun_models)
-    resume = number != "0"  # segment 0 rotated away: from the tracker state recorded in the first kept one
+    # segment 0 rotated away (or unreadable): from the tracker state recorded in the first segment read
+    resume = number != "0"
     if resume and not isinstance(fusion, Fuser):
         raise DriveError("segment 0 of the recording is gone and this fusion stage cannot start from a recorded "
                          "tracker state", file=str(path))  # fmt: skip
     if rerun_models:
         async with Runtime(session, fusion=None, join_timeout_ns=3_600_000_000_000) as rt:
-            await _replay_segments(segs, session, fusion, out, rt, resume=resume)
+            await _replay_segments(segs, session, fusion, out, rt, resume=resume, recording=path)
     else:
-        await _replay_segments(segs, session, fusion, out, None, resume=resume)
+        await _replay_segments(segs, session, fusion, out, None, resume=resume, recording=path)
     return out
+
+
+class _Resume:
+    """Where a replay of a recording whose segment 0 is gone (rotated away) starts, and which of its frames are
+    taken as recorded rather than compared: the state of that decision over the segments kept, and its record
+    (:attr:`AsRecordedOutcome.start`, ``out.start``).
+
+    The caller, in the recorded order: :meth:`segment` as each segment is opened (``received``: the samples it
+    holds, as ``_replay_segments`` keeps them); :meth:`turn` for each fusion record before anything of it is
+    fused; :meth:`not_replayed` for each delivered frame before it is replayed. ``answered`` is the caller's
+    (rerun_models: each sensor's latest answer today), updated here for the frames taken.
+
+    Until the start, a frame is taken as recorded (its recorded detections and results delivered, not compared;
+    its recorded tracker state restored after it; with ``rt``, today's models asked on its samples, for a frame
+    after it that reuses their answer) until one whose samples all are in the recording follows a recorded state
+    (and, with ``rt``, reuses no result today's models have not answered here), or a shed frame's prediction
+    follows one (it reads the tracker alone, as the fused frame before it left it): the replay starts there. Until
+    a fused frame is compared, the fused frames are taken as recorded unless they pass that check (a prediction
+    then compared when it follows a recorded state or a frame compared); after it, every frame is compared but
+    one fused late, a sample of it received before the first segment kept, taken unless all its samples are in
+    the recording."""
+
+    def __init__(self, out: AsRecordedOutcome, rt: Runtime | None, answered: dict[str, SensorResult]) -> None:
+        self.out = out
+        self.rt = rt
+        self.answered = answered
+        self.restored = False  # the tracker set to a recorded state
+        self.fusing = False  # a fused frame compared: every one after it is, but those fused late
+        self.first_kept: int | None = None  # the first fusion turn of the first segment kept
+        self.kept_from: int | None = None  # the first segment's first sample's stamp
+
+    @property
+    def start(self) -> dict[str, Any]:
+        assert self.out.start is not None, "segment() first"
+        return self.out.start
+
+    def segment(self, seg: Path, run: str, received: Mapping[tuple[str, int], Sample]) -> None:
+        """The segment ``seg`` of run ``run`` opened, holding the samples ``received``."""
+        if self.out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
+            self.out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
+                                  results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
+        if self.kept_from is None:  # what was received before this is in the segments gone
+            self.kept_from = min((t for _, t in received), default=None)
+
+    async def turn(
+        self, rec: Mapping[str, Any], seg: Path, run: str, fusion: FusionStage,
+        rebuild: Callable[[], tuple[Frame, dict[str, SensorResult], list[str]]],
+    ) -> tuple[tuple[tuple[Detection3D, ...], dict[str, SensorResult]] | None,
+               tuple[Frame, dict[str, SensorResult], list[str]] | None]:  # fmt: skip
+        """The fusion record ``rec`` (of ``seg``, run ``run``, fused by ``fusion``): ``(taken, got)``. ``taken``:
+        the record taken as recorded (what was fused: its recorded detections and results; the tracker set to the
+        state recorded after it), None when it is to be fused and compared. ``got``: the frame as ``rebuild``
+        (:func:`_frame`) rebuilt it, when this decision needed it (None: not rebuilt), for the caller to fuse."""
+        seq = int(rec["seq"])
+        start = self.start
+        if self.first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
+            start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
+            self.first_kept = seq
+        predicted = bool(rec.get("predicted"))
+        # a frame fused late, a sample of it received before the first segment kept (in one gone)
+        late = not predicted and self.kept_from is not None and _oldest_sample(rec) < self.kept_from
+        if self.fusing and not late:
+            return None, None
+        got = None if predicted else rebuild()
+        rt = self.rt
+        if got is None:  # a shed frame's prediction reads nothing but the tracker as the fused frame before it
+            compared = self.restored  # left it (Runtime.shed: in its fusion turn, read only), its state recorded
+        else:  # its samples all there, after a recorded state (and today's answers to the results it reuses)
+            answered = rt is None or not _unanswered(got[1], self.answered)
+            compared = not got[2] and (self.fusing or (self.restored and answered))
+        if compared:
+            self.fusing = self.fusing or got is not None
+            if start["frame_id"] is None:  # where it starts (a later run's, maybe)
+                start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)
+            return None, got
+        if got is not None and rt is not None:  # today's answers to its samples: a frame after
+            await _rerun(rt, got[0], got[1], self.answered)  # it may reuse them (not compared)
+        then = rec.get("tracker")
+        if isinstance(then, Mapping):  # its state after it: the next may start
+            assert isinstance(fusion, Fuser)
+            if then and fusion.tracker_state():  # (without tracking, on either side, a
+                fusion.restore_tracker_state(then)  # frame depends on none before it)
+            self.restored = True
+        elif not predicted:
+            self.restored = False  # a frame without its state (format 4 always has it)
+        dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
+        start["taken_as_recorded"] += 1
+        return (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()}), got
+
+    def not_replayed(self, frec: Mapping[str, Any]) -> bool:
+        """The delivered frame ``frec`` was fused in a segment gone: not replayed (counted)."""
+        turn = frec.get("fusion_seq")
+        if turn is None or (self.first_kept is not None and int(turn) >= self.first_kept):
+            return False
+        self.start["results_not_replayed"] += 1
+        return True
 
 
 async def _replay_segments(
     segs: Sequence[Path], session: Session, fusion: FusionStage, out: AsRecordedOutcome, rt: Runtime | None, *,
-    resume: bool = False,
+    recording: Path, resume: bool = False,
 ) -> None:  # fmt: skip
-    """``resume``: the recording's segment 0 was rotated away. The replay starts in the first segment kept:
-    its frames are taken as recorded (not compared) until one whose samples all are in the recording follows
-    a recorded tracker state, which the tracker is set to (:attr:`AsRecordedOutcome.start`). With ``rt`` (rerun
-    models) today's models answer the frames taken too, and the start also waits for a frame whose results the
-    run reused (decimated under overload) were answered here: reused in a later frame, a result of a frame taken
-    is today's answer, not 'missing' (a divergence no model made). A frame after the start that fusion was given
-    late, a sample of it received before the first segment kept, is taken as recorded as well (its state restored)."""
+    """``recording``: the recording's path (its segment 0's), to check and name its segments by their numbers.
+    A segment that cannot be read at all (:func:`_open_segment`) is named in ``out.damage``; its fusion turns are
+    missing, as a missing segment's are. ``resume``: the recording's segment 0 was rotated away (or cannot be
+    read). The replay starts in the first segment read: its frames are taken as recorded (not compared) until
+    one whose samples all are in the recording follows a recorded tracker state, which the tracker is set to
+    (:attr:`AsRecordedOutcome.start`; :class:`_Resume`). With ``rt`` (rerun models) today's models answer the
+    frames taken too, and the start also waits for a frame whose results the run reused (decimated under
+    overload) were answered here: reused in a later frame, a result of a frame taken is today's answer, not
+    'missing' (a divergence no model made). A frame after the start that fusion was given late, a sample of it
+    received before the first segment kept, is taken as recorded as well (its state restored)."""
     run = "0"
     fused: dict[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]] = {}  # seq -> what was fused
     fused_digests: dict[int, str] = {}  # seq -> the recorded detections' digest (the frames' of format 4)
     next_seq = 0
     received: dict[tuple[str, int], Sample] = {}
-    kept_from: int | None = None  # the first segment's first sample's stamp
     older: dict[str, list[Sample]] = {}  # per sensor, its latest samples of the segments read before
     answered: dict[str, SensorResult] = {}  # each sensor's latest answer today (rerun_models), for reuse
+    start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
-    restored = False  # (resume) the tracker set to a recorded state
-    first_kept: int | None = None  # (resume) the first fusion turn of the first segment kept
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
+    unreadable: list[str] = []  # the segments that could not be read (damaged), by name
     for seg in segs:
-        with DriveReader(seg, strict=False, quiet=True) as reader:
+        opened = _open_segment(seg)
+        if isinstance(opened, DriveDamage):  # nothing of it readable: its turns are missing, its damage named
+            unreadable.append(seg.name)
+            out.damaged(seg, opened)
+            continue
+        with opened as reader:
             number = int(reader.metadata.get(fmt.META_SEGMENT, expected))
-            if number > expected:  # segments between are not there (deleted, or not copied with the rest)
-                names = ", ".join(fmt.segment_path(segs[0], i).name for i in range(expected, number))
-                gap = f"in segment(s) {names}, missing from the recording's folder"
+            named = fmt.segment_number(recording, seg)
+            if number != named:  # its records are another segment's: read as this one's, they made no sense
+                raise DriveError(
+                    f"holds segment {number} of its recording (its metadata), not {named} as its name says: a "
+                    "segment copied over it or renamed; put the right file back or remove it",
+                    file=str(seg),
+                )
+            if number > expected:  # segments between are not there (deleted, or not copied with the rest) or
+                names = [fmt.segment_path(recording, i).name for i in range(expected, number)]  # not readable
+                missing = ", ".join(n for n in names if n not in unreadable)
+                damaged = ", ".join(n for n in names if n in unreadable)
+                gap = "; ".join(
+                    [f"in segment(s) {missing}, missing from the recording's folder"] * bool(missing)
+                    + [f"in segment(s) {damaged}, damaged: none of it readable"] * bool(damaged)
+                )
             expected = number + 1
             if reader.metadata.get(fmt.META_RUN, "0") != run:  # the run began again: so does fusion
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
-            if resume and out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
-                out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
-                                 results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
             records = fusion_records(reader)
+            # turns missing in a segment whose reading lost data (or at the next one's start: lost at its end) are
+            # the damage's doing
+            dropped = f"lost to the damage of {seg.name}" if reader.damage.data_lost else "dropped by the recorder"
+            gap = dropped if gap == "dropped by the recorder" else gap
             version = reader.metadata.get(fmt.META_FORMAT, "")
             exact = version not in ("1", "2")  # the outputs digest: of their bytes
             derived = version not in ("1", "2", "3")  # format 4: the digests derived from the values recorded
@@ -311,48 +501,27 @@ async def _replay_segments(
             wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
             received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
             both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
-            if kept_from is None:  # (resume) what was received before this is in the segments gone
-                kept_from = min((t for _, t in received), default=None)
+            if start is not None:
+                start.segment(seg, run, received)
             for rec in records:
                 seq = int(rec["seq"])
                 got = None  # (resume) the frame as _frame rebuilt it, when the start's decision needed it
-                if resume:
-                    assert out.start is not None
-                    if first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
-                        out.start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
-                        next_seq = first_kept = seq
-                    started = out.start["frame_id"] is not None
-                    # not started: is this frame where the replay starts? Started: a frame fused late, a sample of it
-                    # received before the first segment kept (in one gone), is taken as recorded too
-                    late = kept_from is not None and not rec.get("predicted") and _oldest_sample(rec) < kept_from
-                    if not started or late:
-                        got = None if rec.get("predicted") else _frame(rec, points, both, images=rt is not None)
-                        missing = got is not None and bool(got[2])
-                        waits = got is None or not restored or (rt is not None and _unanswered(got[1], answered))
-                        if missing or (not started and waits):
-                            if got is not None and rt is not None:  # today's answers to its samples: a frame after
-                                await _rerun(rt, got[0], got[1], answered)  # it may reuse them (not compared)
-                            then = rec.get("tracker")
-                            if isinstance(then, Mapping):  # its state after it: the next may start
-                                assert isinstance(fusion, Fuser)
-                                if then and fusion.tracker_state():  # (without tracking, on either side, a
-                                    fusion.restore_tracker_state(then)  # frame depends on none before it)
-                                restored = True
-                            elif not rec.get("predicted"):
-                                restored = False  # a frame without its state (format 4 always has it)
-                            dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
-                            fused[seq] = (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()})
-                            out.start["taken_as_recorded"] += 1
-                            next_seq = seq + 1
-                            continue
-                        if not started:
-                            out.start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)  # (a later run's)
+                if start is not None:
+                    if start.first_kept is None:  # the turns before the first kept are in the segments gone
+                        next_seq = seq
+                    taken, got = await start.turn(
+                        rec, seg, run, fusion, partial(_frame, rec, points, both, images=rt is not None)
+                    )
+                    if taken is not None:
+                        fused[seq] = taken
+                        next_seq = seq + 1
+                        continue
                 if seq != next_seq:
                     out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
                                         "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
-                gap = "dropped by the recorder"
+                gap = dropped
                 digest = fmt.fusion_digests(rec, version)
                 fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
@@ -382,10 +551,7 @@ async def _replay_segments(
                 else:
                     out.note(div, run)
             for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
-                turn = frec.get("fusion_seq")
-                gone = turn is not None and (first_kept is None or int(turn) < first_kept)
-                if resume and gone and out.start is not None:  # fused in a segment rotated away: not replayed
-                    out.start["results_not_replayed"] += 1
+                if start is not None and start.not_replayed(frec):  # fused in a segment rotated away
                     continue
                 result = _result(frec, fused)
                 out.results.append(result)
@@ -399,10 +565,7 @@ async def _replay_segments(
                                         "the frame delivered other detections than fusion gave it"), run)  # fmt: skip
             damage = reader.damage  # what the reading of this segment met
             if damage:
-                out.damage[seg.name] = damage
-                if out.drive_error is None:
-                    out.drive_error = damage.error(str(seg))
-                log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
+                out.damaged(seg, damage)
 
 
 def _is_image(kind: str) -> bool:

@@ -84,3 +84,29 @@ def test_a_replay_as_recorded_naming_no_sensor_is_a_usage_error(
     # the same --sensors as every command's (it was every sensor here)
     assert main(["replay", str(drive), "--as-recorded", "--sensors", ",", "--out", str(tmp_path / "out")]) == 2
     assert "--sensors: names no sensor, got ','" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_a_replay_as_recorded_of_no_recording_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    # as for a drive: a recording not there (nor any segment of it) or a directory is named, exit 2; it was exit 1
+    # ('recording not found'; 'cannot open drive: Is a directory')
+    path = tmp_path / "run.mcap"
+    if what == "directory":
+        path.mkdir()
+    assert main(["replay", str(path), "--as-recorded", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    said = "recording not found (nor a segment of it, run-NNNN.mcap)" if what == "missing" else "is a directory"
+    assert err.count("\n") == 1 and f"{path}: {said}" in err, err
+
+
+@pytest.mark.parametrize("value", ["max", "lockstep", "2"])
+def test_a_replay_as_recorded_at_a_rate_is_refused(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # its timing is the recording's: --rate was ignored in silence (the recorded speed, the default, is not refused)
+    argv = ["replay", str(drive), "--as-recorded", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--rate", value]) == 2
+    err = capsys.readouterr().err
+    assert "--rate: not used by a replay as recorded" in err and err.count("\n") == 1, err

@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perception.drives import DriveReader
 from perception.record import _format as fmt
 from perception.record._replay import fusion_records
+from perception.types import Sample, SensorResult, SensorStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
@@ -47,3 +50,18 @@ def records(path: Path, topic: str) -> list[dict[str, Any]]:
             for f in out:
                 f["digest"] = fmt.frame_digest(f, version, fused)
         return [a for batch in out for a in batch["arrivals"]] if topic == "/record/arrivals" else out
+
+
+def lidar_result(name: str, sample: Sample | None, t_ns: int) -> SensorResult:
+    """The lidar's answer: two objects (one moving), so the tracker has tracks; the other sensors missing or
+    late."""
+    if sample is None:
+        return SensorResult(name, SensorStatus.MISSING)
+    if name != "lidar_top":
+        return SensorResult(name, SensorStatus.LATE, sample_t_ns=sample.t_ns)
+    x = 10.0 + 5.0 * t_ns / 1e9
+    boxes = np.array([[x, 3.0, 0.5, 4.2, 1.8, 1.5, 0.1], [20.0, -4.0, 0.4, 0.6, 0.6, 1.7, 1 / 3]], np.float32)
+    outputs = {"BOXES": boxes, "LABELS": np.array([0, 1], np.int32), "SCORES": np.array([0.9, 0.8], np.float32)}
+    return SensorResult(
+        name, SensorStatus.OK, outputs=outputs, model="lidar_detector", model_version="1", sample_t_ns=sample.t_ns
+    )

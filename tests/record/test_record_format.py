@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
-from record_helpers import DRIVE, REPLAY_PROFILE
+from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
 
 from perception.config import load_config
 from perception.drives import DriveReader
@@ -39,9 +39,7 @@ from perception.types import (
     Frame,
     FrameResult,
     FrameStatus,
-    Sample,
     SensorResult,
-    SensorStatus,
     Transform,
 )
 
@@ -50,21 +48,6 @@ OTHER = 5  # the frame delivering other detections than fusion gave it
 
 #: What the run fused, per fusion turn: kind ("fused", "predicted"), frame, results, detections, tracker state.
 Seen = list[tuple[str, Frame, dict[str, SensorResult], tuple[Detection3D, ...], dict[str, Any] | None]]
-
-
-def _result(name: str, sample: Sample | None, t_ns: int) -> SensorResult:
-    """The lidar's answer: two objects (one moving), so the tracker has tracks; the other sensors missing or
-    late."""
-    if sample is None:
-        return SensorResult(name, SensorStatus.MISSING)
-    if name != "lidar_top":
-        return SensorResult(name, SensorStatus.LATE, sample_t_ns=sample.t_ns)
-    x = 10.0 + 5.0 * t_ns / 1e9
-    boxes = np.array([[x, 3.0, 0.5, 4.2, 1.8, 1.5, 0.1], [20.0, -4.0, 0.4, 0.6, 0.6, 1.7, 1 / 3]], np.float32)
-    outputs = {"BOXES": boxes, "LABELS": np.array([0, 1], np.int32), "SCORES": np.array([0.9, 0.8], np.float32)}
-    return SensorResult(
-        name, SensorStatus.OK, outputs=outputs, model="lidar_detector", model_version="1", sample_t_ns=sample.t_ns
-    )
 
 
 def _record_tracked(path: Path, frames: int = 20, other: int | None = OTHER) -> Seen:
@@ -93,7 +76,7 @@ def _record_tracked(path: Path, frames: int = 20, other: int | None = OTHER) -> 
                                            reason="overload: shed", predicted=True)  # fmt: skip
                         rec.result(shed)
                     else:
-                        results = {name: _result(name, s, frame.t_ns) for name, s in frame.samples.items()}
+                        results = {name: lidar_result(name, s, frame.t_ns) for name, s in frame.samples.items()}
                         dets, _ = fusion(frame, results)
                         seen.append(("fused", frame, results, dets, dict(fusion.tracker_state())))
                         delivered = dets[:1] if n == other else dets

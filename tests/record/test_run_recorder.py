@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
-from record_helpers import DRIVE, REPLAY_PROFILE
+from mcap.writer import CompressionType, Writer
+from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
 
 from perception._lifetime import Lifetime
 from perception.cli import main
@@ -47,7 +48,7 @@ from perception.record._digest import (
     tracker_digest,
 )
 from perception.record._replay import fusion_records
-from perception.scheduler import Session
+from perception.scheduler import Session, TrackingStage
 from perception.types import (
     Detection3D,
     Frame,
@@ -67,9 +68,11 @@ def _record(
     frames: int = 30,
     profile: Path = REPLAY_PROFILE,
     results_of: Callable[[int, Frame], dict[str, SensorResult]] | None = None,
+    shed: int | None = None,
 ) -> Counter[str]:
     """Record ``frames`` frames of the bundled drive as a replay would (every sensor missing but the
-    frame's samples, a real fusion stage, a dropped frame every tenth): the recorder's stats. The samples
+    frame's samples, a real fusion stage, a dropped frame every tenth; ``shed``: every shed-th frame shed with
+    the tracker's prediction instead, as ``Runtime.shed`` does): the recorder's stats. The samples
     are handed over as fast as the loop goes, faster than any run; whenever they wake the writer (256
     waiting), the loop waits for it to have taken them all (:func:`_drained`), as a run's pace lets it: the
     queue neither overflows nor is the writer woken again mid-drain, however late it is scheduled on a busy
@@ -90,9 +93,14 @@ def _record(
                 for frame in assembler.push(sample):
                     if n >= frames:
                         break
-                    if n % 10 == 9:
-                        shed = FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason="overload: shed")
-                        rec.result(shed)
+                    if shed is not None and n % shed == shed - 1:
+                        assert isinstance(fusion, TrackingStage)
+                        dets = fusion.predict(frame)
+                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, dets,
+                                               reason="overload: shed", predicted=True))  # fmt: skip
+                    elif shed is None and n % 10 == 9:
+                        why = "overload: shed"
+                        rec.result(FrameResult(frame.frame_id, frame.t_ns, FrameStatus.DROPPED, {}, reason=why))
                     else:
                         results = {
                             name: SensorResult(name, SensorStatus.MISSING if s is None else SensorStatus.LATE)
@@ -497,10 +505,42 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     assert isinstance(fusion, Fuser)
     out = AsRecordedOutcome(rerun_models=True)
     rt: Any = Today()
-    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, resume=True))
+    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, recording=run, resume=True))
     reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
     assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
+
+
+def _lidar_answer(n: int, frame: Frame) -> dict[str, SensorResult]:
+    """(``_record``'s ``results_of``) the lidar's answer: two objects, so the tracker has tracks."""
+    sample = frame.samples.get("lidar_top")
+    return {} if sample is None else {"lidar_top": lidar_result("lidar_top", sample, frame.t_ns)}
+
+
+def test_a_shed_frame_right_after_a_frame_taken_as_recorded_is_where_a_rotated_replay_starts(tmp_path: Path) -> None:
+    # A prediction reads the tracker as the fused frame before it left it (Runtime.shed: in its fusion turn, read
+    # only), and that state is recorded: a shed frame following a frame taken as recorded (its state restored) is
+    # compared, and the replay starts there. It was taken as recorded too: the start waited for a fused frame.
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=1000, results_of=_lidar_answer, shed=3)
+    segs = fmt.segments(run)
+    assert len(segs) > 8
+    starts: Counter[bool] = Counter()  # replays by whether they started at a prediction
+    for i in range(1, 8):
+        kept = tmp_path / f"from{i}"
+        kept.mkdir()
+        for seg in segs[i : i + 4]:
+            (kept / seg.name).write_bytes(seg.read_bytes())
+        out = anyio.run(replay_as_recorded, kept / run.name, load_config(REPLAY_PROFILE))
+        assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
+        assert out.start is not None and out.start["fusion_seq"] is not None
+        first = next(r for seg in segs[i:] for r in _fusion_records(seg) if r["frame_id"] == out.start["frame_id"])
+        starts[bool(first.get("predicted"))] += 1
+        if first.get("predicted"):
+            assert first["detections"], "a prediction of no track: nothing compared"
+            taken = [r for r in _fusion_records(segs[i]) if int(r["seq"]) < int(first["seq"])]
+            assert taken and not taken[-1].get("predicted") and out.start["taken_as_recorded"] == len(taken)
+    assert starts[True] > 0, starts
 
 
 def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
@@ -693,6 +733,158 @@ def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
     assert written["compared"] == out.compared and written["damage"]["run.mcap"]["truncated"]
     assert main([*argv, "--strict", "--out", str(tmp_path / "strict")]) == 3
     assert not (tmp_path / "strict").exists()
+
+
+@pytest.mark.parametrize("cut", [5_000, 500, 0])  # in its first chunk; in its metadata; nothing written
+def test_a_rotated_recording_whose_first_kept_segment_was_cut_short_starts_from_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: int
+) -> None:
+    # the first kept segment cut short before its first chunk completed (a crash, a copy cut short): it holds no
+    # channel. The whole recording was refused ('no channel for lidar sensor', exit 1) though the segments after
+    # it are intact. It is named as damaged and the replay starts from the next segment, as from a first kept one.
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)
+    kept = fmt.segments(run)
+    assert not run.exists() and len(kept) == 6
+    kept[0].write_bytes(kept[0].read_bytes()[:cut])
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert list(out.damage) == [kept[0].name] and out.damage[kept[0].name].truncated is not None
+    assert isinstance(out.drive_error, DriveDamagedError) and kept[0].name in str(out.drive_error)
+    assert out.start is not None and out.start["segment"] == kept[1].name and out.start["frame_id"] is not None
+    assert out.first is None and out.compared > 0 and out.equal == out.compared
+    # every turn before the first one kept is counted as fused in the segments gone, the cut one's included
+    assert out.start["fused_in_segments_gone"] == min(int(r["seq"]) for r in _fusion_records(kept[1]))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE)]
+    assert main([*argv, "--out", str(tmp_path / "as")]) == 3
+    printed = capsys.readouterr()
+    assert f"recording damaged: {kept[0].name}: truncated at byte" in printed.out, printed.out
+    assert f"replayed from {kept[1].name}: compared from frame" in printed.out, printed.out
+    assert printed.err.count("\n") == 1 and f"{kept[0].name}: drive damaged: truncated" in printed.err, printed.err
+    written = json.loads((tmp_path / "as" / "as_recorded.json").read_text())["as_recorded"]
+    assert written["start"] == out.start and written["damage"][kept[0].name]["truncated"]
+    assert main([*argv, "--strict", "--out", str(tmp_path / "strict")]) == 3
+    assert not (tmp_path / "strict").exists()
+    assert f"{kept[0].name}: drive damaged: truncated" in capsys.readouterr().err
+
+
+def test_a_recording_whose_segment_0_or_last_segment_was_cut_short_before_its_first_chunk_is_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # segment 0 cut short before its first chunk completed: the replay starts from segment 1 on the tracker state
+    # recorded there; the last segment cut short (the run stopped just after it began): replayed up to it. Both
+    # were refused whole ('no channel for lidar sensor', exit 1).
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=1000)
+    segs = fmt.segments(run)
+    whole = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert whole.first is None and whole.start is None and not whole.damage
+    for cut in (segs[0], segs[-1]):
+        data = cut.read_bytes()
+        cut.write_bytes(data[:5_000])
+        out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        assert list(out.damage) == [cut.name] and out.damage[cut.name].truncated_at is not None
+        assert out.first is None and 0 < out.compared <= whole.compared and out.equal == out.compared
+        if cut == segs[0]:
+            assert out.compared < whole.compared and out.start is not None, out.start
+            assert out.start["segment"] == segs[1].name, out.start
+            assert out.start["fused_in_segments_gone"] == min(int(r["seq"]) for r in _fusion_records(segs[1]))
+            argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "a")]
+            assert main(argv) == 3
+            assert f"as recorded: segment 0 ({run.name}) unreadable, replayed from {segs[1].name}: " in (
+                capsys.readouterr().out
+            )
+        else:
+            assert out.start is None
+        cut.write_bytes(data)
+
+
+def test_a_segment_missing_or_unreadable_after_a_rotated_start_is_named_by_its_own_name(tmp_path: Path) -> None:
+    # segment 0 rotated away, a later kept segment deleted, or cut short (none of it readable): the fusion turns it
+    # held are a gap named by the segment's name. Named after the first kept segment's ('run-0045-0047.mcap'), and a
+    # cut one refused the whole recording.
+    run = tmp_path / "rec" / "run.mcap"
+    run.parent.mkdir()
+    _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)
+    kept = fmt.segments(run)
+    assert not run.exists() and len(kept) == 6 and _fusion_records(kept[2])
+    for damage in ("deleted", "cut"):
+        copy = tmp_path / damage
+        copy.mkdir()
+        for seg in kept:
+            (copy / seg.name).write_bytes(seg.read_bytes()[: 5_000 if seg == kept[2] else None])
+        if damage == "deleted":
+            (copy / kept[2].name).unlink()
+        out = anyio.run(replay_as_recorded, copy / run.name, load_config(REPLAY_PROFILE))
+        assert out.first is not None and out.first.cause == "decision", out.first
+        why = "missing from the recording's folder" if damage == "deleted" else "damaged: none of it readable"
+        assert f"(in segment(s) {kept[2].name}, {why})" in out.first.detail, out.first.detail
+        assert list(out.damage) == ([kept[2].name] if damage == "cut" else [])
+
+
+def test_a_segment_file_holding_another_segment_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a segment copied over another (or renamed): its records are the other segment's. The replay said 'fusion
+    # #9..#4 missing from the recording (dropped by the recorder)'; it names the file and what it holds.
+    run = tmp_path / "run.mcap"
+    assert _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"] >= 3
+    fmt.segment_path(run, 2).write_bytes(fmt.segment_path(run, 1).read_bytes())
+    with pytest.raises(DriveError, match=r"run-0002\.mcap: holds segment 1 of its recording \(its metadata\), not 2"):
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run-0002.mcap: holds segment 1" in err and "Traceback" not in err
+
+
+def _cut_after_a_fusion_record(src: Path, dst: Path, seq: int) -> int:
+    """``src`` written again one message a chunk, and cut right after fusion #``seq``'s record, before its numbers
+    (``/record/fusion_data``, the next message) as a chunk boundary between the two leaves it: the bytes kept."""
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = make_reader(f)
+        header = reader.get_header()
+        writer = Writer(out, compression=CompressionType.NONE, chunk_size=1)
+        writer.start(header.profile, header.library)
+        for m in reader.iter_metadata():
+            writer.add_metadata(m.name, m.metadata)
+        schemas: dict[int, int] = {}
+        channels: dict[int, int] = {}
+        for schema, channel, message in reader.iter_messages(log_time_order=False):
+            if schema is not None and schema.id not in schemas:
+                schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
+            if channel.id not in channels:
+                sid = schemas.get(channel.schema_id, 0)
+                channels[channel.id] = writer.register_channel(
+                    channel.topic, channel.message_encoding, sid, channel.metadata
+                )
+            writer.add_message(channels[channel.id], message.log_time, message.data, message.publish_time,
+                               message.sequence)  # fmt: skip
+            if channel.topic == fmt.FUSION_TOPIC and message.sequence == seq:
+                return out.tell()  # (the writer never finished: the file ends there)
+    raise AssertionError(f"no fusion #{seq} in {src}")
+
+
+def test_a_fusion_record_whose_numbers_were_cut_off_is_missing_with_what_follows_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a segment cut short between a fusion record and its numbers (the next message, in the next chunk): the whole
+    # recording was refused ('a fusion record cannot be read: fusion #33: its /record/fusion_data message is
+    # missing', exit 1). That record is missing as what follows the cut is: the replay goes on, the damage named,
+    # the turns lost said to be the damage's (not 'dropped by the recorder').
+    run = tmp_path / "run.mcap"
+    assert _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"] >= 3
+    last = max(int(r["seq"]) for r in _fusion_records(run))  # segment 0's last turn
+    copy = tmp_path / "copy.mcap"
+    kept = _cut_after_a_fusion_record(run, copy, last)
+    copy.replace(run)
+    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert list(out.damage) == [run.name] and out.damage[run.name].truncated_at is not None
+    assert out.first is not None and out.first.cause == "decision" and out.first.seq == last, out.first
+    assert f"missing from the recording (lost to the damage of {run.name})" in out.first.detail, out.first
+    assert out.compared > 0
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 3
+    assert f"recording damaged: {run.name}: truncated at byte" in capsys.readouterr().out
+    assert kept > 0
 
 
 def _det(x: float) -> Detection3D:
@@ -979,3 +1171,29 @@ def test_a_divergence_in_a_later_run_names_the_run() -> None:
     first_run = AsRecordedOutcome()
     first_run.note(Divergence(3, 3, "model", "x"))
     assert first_run.first is not None and first_run.first.line() == "first divergence: frame 3 (fusion #3): model: x"
+
+
+@pytest.mark.parametrize("stem", ["run[1]", "run*", "run?"])
+def test_the_segments_of_a_recording_named_with_glob_characters_are_its_own(tmp_path: Path, stem: str) -> None:
+    # the segments were looked for by a glob of the name: 'run[1]-*' matched none of run[1]'s (its later segments
+    # neither replayed nor replaced by a new recording), 'run*-*' another recording's
+    names = [f"{stem}.mcap", f"{stem}-0001.mcap", f"{stem}-0002.mcap"]
+    for name in [*names, "run1-0001.mcap", "runX-0001.mcap", "run-0001.mcap", "runs-0003.mcap"]:
+        (tmp_path / name).touch()
+    assert [p.name for p in fmt.segments(tmp_path / f"{stem}.mcap")] == names
+
+
+def test_a_recording_of_which_no_segment_can_be_read_is_a_damaged_drive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # its only segment cut short before its first chunk completed: exit 3 naming the damage (it was exit 1, 'no
+    # channel for lidar sensor ...'), nothing written
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions())
+    run.write_bytes(run.read_bytes()[:5_000])
+    with pytest.raises(DriveDamagedError, match=r"truncated at byte \d+ before any message; no segment of the"):
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 3
+    assert "run.mcap: drive damaged: truncated at byte" in capsys.readouterr().err
+    assert not (tmp_path / "as").exists()
