@@ -20,6 +20,26 @@ from perception.errors import PerceptionError
 from perception.live._publisher import Faults, publish
 
 
+class _StopOnSignal:
+    """The SIGINT/SIGTERM handler: the first signal sets ``stop``, a later one is only recorded.
+
+    A handler runs on the main thread between two bytecodes, also inside itself: a second signal landing
+    while the first one's ``stop.set()`` held the event's lock ran ``stop.set()`` again, which waited for
+    that lock forever (the host terminates the publisher after a Ctrl-C that reached it too): the
+    publisher hung until the host killed it, 30 s on. Whether this call sets the event is decided before
+    its signal is recorded, so a nested call (which sees it recorded) never sets it."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.received: list[int] = []
+
+    def __call__(self, signum: int, frame: object) -> None:
+        first = not self.received
+        self.received.append(signum)
+        if first:
+            self.stop.set()
+
+
 def main(argv: list[str] | None = None) -> int:
     drive, path, faults_json = sys.argv[1:] if argv is None else argv
     data = json.loads(faults_json)
@@ -34,12 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the host's whole process group, this process too: it stops playing and exits quietly
     # (the host reports the interruption); a KeyboardInterrupt traceback came out of its join of the threads.
     stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
+    on_signal = _StopOnSignal(stop)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
@@ -47,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except PerceptionError as exc:  # a drive it cannot play: one line, as the host's errors (no traceback)
         sys.stderr.write(f"perception live publisher: error: {exc}\n")
         return 1
-    return 128 + received[0] if received else 0  # the shell's code for a process a signal stopped
+    return 128 + on_signal.received[0] if on_signal.received else 0  # the shell's code for a process a signal stopped
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -25,7 +26,13 @@ from perception.types import EgoPose, FrameResult
 
 __all__ = ["LiveOutcome", "live_session"]
 
+log = logging.getLogger(__name__)
+
 _CONNECT_TIMEOUT_S = 60.0
+#: How long the publisher may take to exit once it has played the drive (then it is killed).
+_PUBLISHER_END_S = 30.0
+#: How long a publisher told to stop (SIGTERM) may take to exit: its threads stop at once; then it is killed.
+_STOPPED_PUBLISHER_S = 5.0
 #: How often the wait for the publisher's connection checks that it is still running.
 _ACCEPT_POLL_S = 0.2
 
@@ -59,6 +66,14 @@ def _accept(server: socket.socket, publisher: subprocess.Popen[bytes]) -> socket
                 raise PerceptionError(f"the publisher exited with code {code} before it connected") from None
             if time.monotonic() > deadline:
                 raise PerceptionError(f"the publisher did not connect within {_CONNECT_TIMEOUT_S:g} s") from None
+
+
+def _stop_publisher(publisher: subprocess.Popen[bytes], stopped: list[bool]) -> None:
+    """Terminate the publisher, once: each termination is a signal its handler takes, and a second one
+    landing while the first was handled hung it (its handler is re-entrant now, and one signal is enough)."""
+    if not stopped:
+        stopped.append(True)
+        publisher.terminate()
 
 
 def live_session(
@@ -96,6 +111,7 @@ def live_session(
             # of its own (the only second opening of the drive in a live session).
             cmd = [sys.executable, "-m", "perception.live._publisher_main", str(drive), str(path)]
             publisher = subprocess.Popen([*cmd, json.dumps(dataclasses.asdict(faults))], env=dict(os.environ))
+            stopped: list[bool] = []  # whether this side terminated the publisher (once: see _stop_publisher)
             try:
                 conn = _accept(server, publisher)
                 t0 = time.monotonic()
@@ -111,16 +127,18 @@ def live_session(
                     except BaseException:
                         # This side failed or was stopped: the publisher stops too, before its socket closes
                         # (it played on into the closed socket, a BrokenPipeError traceback per sensor).
-                        publisher.terminate()
+                        _stop_publisher(publisher, stopped)
                         raise
                 wall_s = time.monotonic() - t0
             except BaseException:
-                publisher.terminate()
+                _stop_publisher(publisher, stopped)
                 raise
             finally:
                 try:
-                    code = publisher.wait(timeout=30)
+                    # a publisher told to stop stops at once; one playing on to its end is given its time
+                    code = publisher.wait(timeout=_STOPPED_PUBLISHER_S if stopped else _PUBLISHER_END_S)
                 except subprocess.TimeoutExpired:
+                    log.warning("the publisher did not exit in time: killed")
                     publisher.kill()
                     code = publisher.wait()
         summary = live.status()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -328,3 +329,49 @@ def test_a_publisher_killed_mid_run_is_named_by_the_host(capsys: pytest.CaptureF
     assert _publisher_verdict({"publisher_exit_code": -signal.SIGKILL, "publisher_died": {}}) == 1
     _, err = capsys.readouterr()
     assert err == "perception live: error: the publisher was killed by SIGKILL; the summary covers what it sent\n"
+
+
+def test_a_stopped_session_terminates_its_publisher_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host terminated the publisher twice on a stop (once before its socket closed, once on the way out):
+    # a second signal landing while the publisher handled the first hung it (its handler was not re-entrant,
+    # tests/live/test_publisher_main.py), and this side waited 30 s for it before killing it.
+    import socket
+    from types import TracebackType
+
+    import perception.live._session as session
+    from perception.config import load_config
+
+    class Publisher:
+        def __init__(self) -> None:
+            self.terminated = 0
+            self.waits: list[float | None] = []
+
+        def terminate(self) -> None:
+            self.terminated += 1
+
+        def wait(self, timeout: float | None = None) -> int:
+            self.waits.append(timeout)
+            return -signal.SIGTERM
+
+    class Live:
+        def __init__(self, *args: object, **kwargs: object) -> None: ...
+
+        def __enter__(self) -> Live:
+            return self
+
+        def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None: ...
+
+    def interrupted(conn: object, on_error: object) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C (SIGTERM: the CLI raises the same) while samples are received
+        yield
+
+    publisher = Publisher()
+    ends = socket.socketpair()
+    monkeypatch.setattr(session, "LiveRuntime", Live)
+    monkeypatch.setattr(session.subprocess, "Popen", lambda *args, **kwargs: publisher)
+    monkeypatch.setattr(session, "_accept", lambda server, publisher: ends[0])
+    monkeypatch.setattr(session, "receive", interrupted)
+    with pytest.raises(KeyboardInterrupt), ends[1]:
+        session.live_session(DRIVE, load_config(ROOT / "launch" / "replay.yaml"))
+    assert publisher.terminated == 1
+    assert publisher.waits == [session._STOPPED_PUBLISHER_S]
