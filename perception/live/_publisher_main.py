@@ -18,26 +18,7 @@ from pathlib import Path
 
 from perception.errors import PerceptionError
 from perception.live._publisher import Faults, publish
-
-
-class _StopOnSignal:
-    """The SIGINT/SIGTERM handler: the first signal sets ``stop``, a later one is only recorded.
-
-    A handler runs on the main thread between two bytecodes, also inside itself: a second signal landing
-    while the first one's ``stop.set()`` held the event's lock ran ``stop.set()`` again, which waited for
-    that lock forever (the host terminates the publisher after a Ctrl-C that reached it too): the
-    publisher hung until the host killed it, 30 s on. Whether this call sets the event is decided before
-    its signal is recorded, so a nested call (which sees it recorded) never sets it."""
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.received: list[int] = []
-
-    def __call__(self, signum: int, frame: object) -> None:
-        first = not self.received
-        self.received.append(signum)
-        if first:
-            self.stop.set()
+from perception.live._session import StopOnSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the host's whole process group, this process too: it stops playing and exits quietly
     # (the host reports the interruption); a KeyboardInterrupt traceback came out of its join of the threads.
     stop = threading.Event()
-    on_signal = _StopOnSignal(stop)
+    on_signal = StopOnSignal(stop)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:

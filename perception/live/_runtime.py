@@ -441,6 +441,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     ) -> None:
         self.close()
 
+    def cancel_open(self) -> None:
+        """Give up the thread-side open (``with``/``__enter__``) under way: it raises
+        :class:`RuntimeClosedError`, the runtime released. Callable from any thread and from a signal
+        handler (it takes no lock, waits for nothing); once open it does nothing (close it)."""
+        self._host.cancel_open()
+
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
         everything; returns within the drain timeout plus the runtime's own release.
