@@ -91,7 +91,6 @@ class StopOnSignal:
             self.stop.set()
 
 
-
 class StopSignals:
     """SIGINT/SIGTERM for a host that runs a live session on its main thread: install an instance as their
     handler. A signal raises :class:`KeyboardInterrupt` where the main thread is, as Python's own SIGINT
