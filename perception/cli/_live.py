@@ -11,14 +11,13 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from types import FrameType
 from typing import Any
 
 from perception.cli._args import output_dir
 from perception.cli._common import add_fault_options, add_runtime_options, make_folder, open_session
 from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
-from perception.live import live_session, parse_faults
+from perception.live import StopSignals, live_session, parse_faults
 from perception.replay import safe_output_path
 from perception.types import FrameResult, SensorStatus
 
@@ -52,30 +51,31 @@ def register(sub: Any) -> None:
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a service manager's stop) stops the command as Ctrl-C does: the publisher stopped, the
-    server and the socket's temporary folder cleaned up, exit 130. It killed the process where it stood:
-    the folder was left behind and the publisher wrote into the closed socket (a traceback per sensor)."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
+def _stop_signals() -> Iterator[StopSignals]:
+    """SIGINT and SIGTERM (a service manager's stop) stop the command alike: the publisher stopped, the
+    server and the socket's temporary folder cleaned up, exit 130 (SIGTERM killed the process where it
+    stood: the folder was left behind and the publisher wrote into the closed socket, a traceback per
+    sensor). Held back while the runtime is made and opened (:class:`perception.live.StopSignals`: the
+    open is given up at once), where an interrupt landing anywhere failed with a traceback (exit 1), hung,
+    leaked the runtime or was swallowed (the run went on to its end)."""
+    signals = StopSignals()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield signals
         return
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {s: signal.signal(s, signals) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def run(args: argparse.Namespace) -> int:
-    with _terminate_as_interrupt():
-        return _run(args)
+    with _stop_signals() as signals:
+        return _run(args, signals)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     _prepare_outputs(args)
     # the drive is opened once on this side, the session assembled once against it
@@ -90,10 +90,10 @@ def _run(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         rec = recorder(args)
         if rec is None:
-            outcome = live_session(reader, cfg, faults)
+            outcome = live_session(reader, cfg, faults, signals=signals)
         else:
             with recording(rec):
-                outcome = live_session(reader, cfg, faults, observer=rec)
+                outcome = live_session(reader, cfg, faults, observer=rec, signals=signals)
     summary = {**outcome.summary, "push_cpu_us_per_frame": outcome.push_cpu_us_per_frame}
     if args.out is not None:
         safe_output_path(args.out, "live.json").write_text(json.dumps(summary, indent=2) + "\n")

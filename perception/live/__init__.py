@@ -7,11 +7,13 @@ from __future__ import annotations
 from perception.live._assembler import check_trigger
 from perception.live._publisher import Faults, drive_items, parse_faults, play_schedule
 from perception.live._runtime import LiveRuntime
-from perception.live._session import live_session
+from perception.live._session import StopOnSignal, StopSignals, live_session
 
 __all__ = [
     "Faults",
     "LiveRuntime",
+    "StopOnSignal",
+    "StopSignals",
     "check_trigger",
     "drive_items",
     "live_session",

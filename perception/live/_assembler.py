@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
-from perception.errors import ConfigError
+from perception.errors import ConfigError, RuntimeClosedError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
@@ -99,6 +99,7 @@ class LiveStats(AlignStats):
     ego_poses: int = 0
     buffer_evicted: int = 0  # samples dropped from a full sensor buffer before their time
     slots_skipped: int = 0  # trigger slots beyond MAX_CATCH_UP in one call: no frame opened
+    closed_unassembled: int = 0  # pending frames close() did not make (its limit): dropped records
     invalid_by_sensor: dict[str, int] = field(default_factory=dict)
     #: The last reason each sensor's sample was refused for (bounded: one per sensor).
     invalid_reasons: dict[str, str] = field(default_factory=dict)
@@ -158,8 +159,10 @@ class TimeBase:
 @dataclass(frozen=True)
 class LostFrame(Generic[T]):
     """A frame opened but not made: building it raised ``error`` (a pose or sweep that breaks the motion
-    model, a bug). ``frame`` is its stub -- the id it took, its time and opening, no samples -- of which a
-    host makes the frame's dropped record; ``token`` is its trigger sample's."""
+    model, a bug), or the assembler was closed first (``error``: a :class:`RuntimeClosedError`,
+    :meth:`LiveAssembler.close`'s ``limit``). ``frame`` is its stub -- the id it took, its time and
+    opening, no samples -- of which a host makes the frame's dropped record; ``token`` is its trigger
+    sample's."""
 
     frame: Frame
     token: T | None
@@ -235,6 +238,7 @@ class LiveAssembler(Generic[T]):
         self._trigger_lags: deque[int] = deque(maxlen=16)  # arrival - capture of recent trigger samples
         self._silent = False
         self._lost: list[LostFrame[T]] = []  # frames whose making raised, until take_lost()
+        self._unassembled: list[LostFrame[T]] = []  # frames close() did not make, until take_unassembled()
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
@@ -525,12 +529,33 @@ class LiveAssembler(Generic[T]):
         self._evict(now)
         return out
 
-    def close(self) -> list[tuple[Frame, T | None]]:
-        """Complete every pending frame with what has arrived (the host is closing); as :meth:`due`."""
+    def close(self, limit: int | None = None) -> list[tuple[Frame, T | None]]:
+        """Complete the pending frames with what has arrived (the host is closing); as :meth:`due`.
+
+        ``limit``: at most that many are made, the newest (under overload the freshest runs, as the
+        runtime's shedding has it); the older ones are not assembled (a frame's making may cost tens of
+        milliseconds, and a flood of trigger samples left hundreds pending: a close took minutes). Each
+        keeps its id, in time order, and waits in :meth:`take_unassembled` as a stub of its time and
+        opening, of which a host makes the frame's dropped record; counted in ``closed_unassembled``."""
         out: list[tuple[Frame, T | None]] = []
+        while self._pending and limit is not None and len(self._pending) > limit:
+            p = self._pending.popleft()
+            self._count_opening(p)
+            self.stats.frames += 1  # a frame all the same: its id taken, its record to come
+            stub = Frame(self._core.take_id(), p.t_ns, {}, created_ns=p.arrival_ns)
+            error = RuntimeClosedError(
+                f"closed before the frame was assembled (at most {limit} pending frames are made at close)"
+            )
+            self._unassembled.append(LostFrame(stub, p.token, error))
+            self.stats.closed_unassembled += 1
         while self._pending:
             self._emit(self._pending.popleft(), out)
         return out
+
+    def take_unassembled(self) -> list[LostFrame[T]]:
+        """The frames :meth:`close` did not assemble (its ``limit``), in time order, since the last call."""
+        unassembled, self._unassembled = self._unassembled, []
+        return unassembled
 
     def take_lost(self) -> list[LostFrame[T]]:
         """The frames whose making raised since the last call (their ids are among the frames' ids)."""
@@ -557,13 +582,16 @@ class LiveAssembler(Generic[T]):
             stub = Frame(frame_id, p.t_ns, {}, created_ns=p.arrival_ns)
             self._lost.append(LostFrame(stub, p.token, exc))
 
-    def _make_frame(self, p: _Pending[T]) -> Frame:
+    def _count_opening(self, p: _Pending[T]) -> None:
         if p.by == "trigger":
             self.stats.frames_by_trigger += 1
         elif p.by == "timer":
             self.stats.frames_by_timer += 1
         else:
             self.stats.frames_by_rate += 1
+
+    def _make_frame(self, p: _Pending[T]) -> Frame:
+        self._count_opening(p)
         self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
         return self._core.make_frame(p.t_ns, created_ns=p.arrival_ns)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from perception.errors import PerceptionError
 from perception.live._publisher import Faults, publish
+from perception.live._session import StopOnSignal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the host's whole process group, this process too: it stops playing and exits quietly
     # (the host reports the interruption); a KeyboardInterrupt traceback came out of its join of the threads.
     stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
+    on_signal = StopOnSignal(stop)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
@@ -47,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except PerceptionError as exc:  # a drive it cannot play: one line, as the host's errors (no traceback)
         sys.stderr.write(f"perception live publisher: error: {exc}\n")
         return 1
-    return 128 + received[0] if received else 0  # the shell's code for a process a signal stopped
+    return 128 + on_signal.received[0] if on_signal.received else 0  # the shell's code for a process a signal stopped
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ that leaves every pending frame waiting for another sensor) and the loop looks a
 and the loop wakes about twice a frame, not once per push (a 50 Hz odometry alone was five wake-ups a
 frame at 10 Hz). For a sample of the trigger sensor it returns a future of the frame that sample
 triggers (or :class:`~perception.errors.SampleDroppedError` when it could not be used). Closing stops
-intake, completes the pending frames with what has arrived, drains the frames in flight within
-``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
+intake, completes the pending frames with what has arrived -- at most ``pipeline.max_in_flight +
+pipeline.queue_size`` of them, the newest: each older one is recorded dropped unassembled (a flood of
+trigger samples left hundreds pending, each tens of milliseconds to make) --, drains the frames in flight
+within ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
 
 One task owns all of it (:meth:`LiveRuntime._lifetime`: the runtime and the callback thread entered
 with ``async with`` and left by the same task on close), whether the host holds the runtime from
@@ -144,6 +146,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
         )
         self._trigger = config.trigger.sensor
+        #: Pending frames made at close at most (the newest): what the pipeline holds (in flight and queued);
+        #: the older ones are recorded dropped unassembled (LiveAssembler.close), so close stays bounded.
+        self._close_limit = config.pipeline.max_in_flight + config.pipeline.queue_size
         self._on_result = on_result
         self._lock = threading.Lock()
         self._intake: deque[_Item] = deque()
@@ -436,9 +441,20 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     ) -> None:
         self.close()
 
+    def cancel_open(self) -> None:
+        """Give up the thread-side open (``with``/``__enter__``) under way: it raises
+        :class:`RuntimeClosedError`, the runtime released. Callable from any thread and from a signal
+        handler (it takes no lock, waits for nothing); once open it does nothing (close it)."""
+        self._host.cancel_open()
+
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
         everything; returns within the drain timeout plus the runtime's own release.
+
+        Bounded whatever is pending: of the frames pending in assembly, the newest ``pipeline.max_in_flight
+        + pipeline.queue_size`` (what the pipeline holds) are made; each older one goes to ``on_result``,
+        ``results()`` and its future as a ``dropped`` record in its turn (reason ``shutdown: closed before
+        the frame was assembled ...``), counted in ``status()["intake"]["closed_unassembled"]``.
 
         On a runtime held with ``async with`` (from any thread, or its own loop) it stops intake and
         completes the pending frames, so ``results()`` ends once they are answered; leaving the block
@@ -514,7 +530,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 now = time.monotonic_ns()
                 try:
                     ready: list[tuple[Frame | FrameResult, ResultFuture | None]] = list(
-                        asm.close() if closing else asm.due(now)
+                        asm.close(self._close_limit) if closing else asm.due(now)
                     )
                 except Exception as exc:
                     # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
@@ -526,6 +542,18 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
+                unassembled = asm.take_unassembled()
+                if unassembled:
+                    # Pending at close beyond what the pipeline holds: not made (bounded close), each
+                    # recorded dropped in its turn -- every frame opened has its record.
+                    log.warning(
+                        "live runtime: %d pending frame(s) not assembled at close (the newest %d were), recorded %r",
+                        len(unassembled),
+                        self._close_limit,
+                        failure_reason(unassembled[0].error),
+                    )
+                for unmade in unassembled:
+                    ready.append((self._runtime.dropped(unmade.frame, failure_reason(unmade.error)), unmade.token))
                 for unmade in asm.take_lost():
                     # A frame whose making raised (e.g. a pose or sweep that breaks the motion model): its
                     # dropped record goes out in its turn, as a frame's whose processing raised.

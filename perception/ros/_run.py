@@ -15,7 +15,7 @@ from typing import Any
 
 from perception.config import RuntimeConfig
 from perception.errors import ConfigError, PerceptionError
-from perception.live import Faults
+from perception.live import Faults, StopOnSignal
 from perception.ros._env import require_rclpy
 from perception.scheduler import RunObserver
 from perception.types import FrameResult
@@ -29,12 +29,15 @@ log = logging.getLogger(__name__)
 def _signals_to(stop: threading.Event) -> Iterator[None]:
     """SIGINT and SIGTERM set ``stop`` while inside (main thread only)."""
 
+    stopper = StopOnSignal(stop)  # re-entrant: a signal landing inside the first one's stop.set() hung it
+
     def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+        again = bool(stopper.received)
+        stopper(signum, frame)
+        if again:
             log.warning("%s again: still shutting down", signal.Signals(signum).name)
         else:
             log.warning("%s: shutting down", signal.Signals(signum).name)
-        stop.set()
 
     if threading.current_thread() is not threading.main_thread():
         yield

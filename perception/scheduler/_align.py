@@ -117,6 +117,11 @@ class AlignCore:
         """The id :meth:`make_frame` gives its next frame (it takes it even when making the frame raises)."""
         return self._next_id
 
+    def take_id(self) -> int:
+        """Take the next frame id for a frame that is not made (its record is made of a stub)."""
+        self._next_id += 1
+        return self._next_id - 1
+
     # -- samples --------------------------------------------------------------------------------
     def order_problem(self, name: str, stamp: int, *, new_clock: bool = False) -> str | None:
         """``duplicate`` or ``out of order`` (counted) when ``stamp`` is not after the sensor's last taken

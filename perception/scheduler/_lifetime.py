@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -63,6 +64,10 @@ class ThreadHost(Generic[T]):
         self._closing = threading.Lock()  # state checked and set at once by concurrent closes
         self._closed = threading.Event()  # set when a close has released everything
         self._loop_thread: int | None = None  # the event-loop thread's ident, while it holds the object
+        #: While the object is being entered: its scope (cancel_open cancels it) and the loop running it.
+        self._opening: anyio.CancelScope | None = None
+        self._opening_loop: asyncio.AbstractEventLoop | None = None
+        self._cancel_open = False  # cancel_open was called (before or while the object was being entered)
 
     @property
     def portal(self) -> BlockingPortal:
@@ -93,14 +98,40 @@ class ThreadHost(Generic[T]):
         """The context manager, whose exit is cancelled once past the close's bound. The bound is the
         deadline of a scope entered before it (so its task groups exit at the nesting they entered)."""
         self._loop_thread = threading.get_ident()
+        opened = False
         with anyio.CancelScope() as scope:
+            self._opening_loop = asyncio.get_running_loop()
+            self._opening = scope
+            if self._cancel_open:  # asked before this loop ran (cancel_open: no loop to call yet)
+                scope.cancel()
             async with self._factory() as value:
+                self._opening = None
+                opened = True
                 try:
                     yield value
                 finally:
                     scope.deadline = anyio.current_time() + self._release_s
+        self._opening = None
+        if not opened:  # cancel_open: what the open entered was left (rolled back) by its own exits
+            raise RuntimeClosedError(f"the {self._name} was closed while it opened")
         if scope.cancelled_caught:
             log.warning("%s: not closed within %.0f s; cancelled", self._name, self._release_s)
+
+    def cancel_open(self) -> None:
+        """Give up an open under way (:meth:`open` then raises :class:`RuntimeClosedError`, what it entered
+        rolled back; called before :meth:`open`, the open gives up at once); once open, or closed, this
+        does nothing. Callable from any thread and from a signal
+        handler: it takes no lock and waits for nothing (a signal landing inside :meth:`open` raised into
+        anyio's portal, half-registered: the command failed with a traceback, hung, or leaked the runtime)."""
+        self._cancel_open = True
+        loop = self._opening_loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended
+                loop.call_soon_threadsafe(self._cancel_opening)
+
+    def _cancel_opening(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
 
     def close(self, drain_s: float) -> None:
         """Leave the context manager (bounded: ``drain_s`` + :data:`RELEASE_MARGIN_S`), stop the thread.

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from test_live_lifetime import _check_clean, _config, _outcomes, _own_shm, _push
 
 from perception.errors import RuntimeClosedError, SampleDroppedError
 from perception.live import LiveRuntime
-from perception.scheduler import CANCELLED_IN_FLIGHT, failure_reason
+from perception.scheduler import CANCELLED_IN_FLIGHT, Lifetime, failure_reason
 from perception.server import EmbeddedTriton
 from perception.types import Frame, FrameResult, FrameStatus, SensorResult
 
@@ -256,3 +257,61 @@ def test_pushes_without_pause_do_not_hold_the_event_loop(triton: EmbeddedTriton)
         finally:
             flooding.clear()
     assert ran and after[0] <= 10, after  # before: tens of thousands of batches (one push each) first
+
+
+def test_a_close_under_a_flood_of_trigger_samples_makes_at_most_what_the_pipeline_holds(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: close() made every frame pending in the assembler, on the event loop, before it drained: 838
+    # frames at ~58 ms of assembly each, a close of ~74 s. Now the newest max_in_flight + queue_size are made
+    # (the freshest run, as shedding has it); the older ones are recorded dropped, unassembled, each pushed
+    # trigger still answered (its frame's record), counted (closed_unassembled).
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=1.0)
+    limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    made = [0]
+    apply = live._assembler.accumulator.apply
+
+    def counted_apply(frame: Frame, buffers: Any) -> Frame:
+        made[0] += 1  # once per frame made
+        return apply(frame, buffers)
+
+    live._assembler.accumulator.apply = counted_apply  # type: ignore[method-assign]
+    lidar = next(s for s in samples if s.sensor == "lidar_top")
+    live.__enter__()
+    stall = threading.Event()
+    assert live._loop is not None
+    live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the flood waits in the intake
+    closer = threading.Thread(target=live.close)
+    try:
+        futures = [live.push(dataclasses.replace(lidar, t_ns=time.monotonic_ns())) for _ in range(100)]
+        closer.start()
+        deadline = time.monotonic() + 30  # a safety net only: close's first step stops intake
+        while live._state is Lifetime.OPENED and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finally:
+        stall.set()
+        closer.join(60)
+    assert not closer.is_alive()
+    with pytest.raises(RuntimeClosedError):
+        live.push(lidar)  # refused after close, as before
+    status = live.status()
+    frames = status["intake"]["frames"]
+    assert made[0] <= limit < frames, (made, limit, frames)  # before: all 100 made at close
+    unassembled = status["intake"]["closed_unassembled"]
+    assert unassembled == frames - made[0], (made, frames, unassembled)
+    # every frame made or not reached on_result once, in order, and its trigger's future has its record
+    assert _ids(got) == list(range(frames)) and status["frames"] == frames
+    reasons = Counter(r.reason for r in got[:unassembled])
+    assert len(reasons) == 1 and next(iter(reasons)).startswith("shutdown: closed before the frame was assembled")
+    answered = refused = 0
+    for future in futures:
+        assert future is not None
+        try:
+            record = future.result(timeout=0)
+            assert got[record.frame_id] is record
+            answered += 1
+        except SampleDroppedError:
+            refused += 1
+    assert answered == frames and answered + refused == len(futures) == status["intake"]["frames_by_trigger"] + refused

@@ -62,3 +62,38 @@ def test_a_subscriber_that_goes_away_is_one_error_line(tmp_path: Path) -> None:
     assert publisher.returncode == 1, err
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert f"perception live publisher: error: {DRIVE}: the subscriber closed the connection" in err
+
+
+#: Run in a process of its own: the publisher's ``main`` with a ``publish`` in which a second SIGTERM lands
+#: while the first one's handler is setting the stop event (holding its condition's lock), as the host's
+#: ``terminate()`` after a Ctrl-C that reached the publisher too (or two terminations) delivers it.
+_SECOND_SIGNAL_WHILE_STOPPING = """
+import signal, sys
+import perception.live._publisher_main as publisher_main
+
+def publish(drive, path, faults, *, rate, stop):
+    notify_all = stop._cond.notify_all
+
+    def notify_all_after_another_signal():
+        signal.raise_signal(signal.SIGTERM)  # its handler runs here, inside the first one's stop.set()
+        notify_all()
+
+    stop._cond.notify_all = notify_all_after_another_signal
+    signal.raise_signal(signal.SIGTERM)
+    assert stop.wait(60)
+
+publisher_main.publish = publish
+sys.exit(publisher_main.main(["drive.mcap", "samples.sock", "{}"]))
+"""
+
+
+def test_a_second_signal_while_the_first_is_handled_still_stops_the_publisher() -> None:
+    # The cause of `perception live` taking 30 s more to stop now and then (two CI runs: 33-35 s against
+    # 6-10): the host terminates the publisher twice in a row (and Ctrl-C reaches it as well), and a second
+    # signal landing while the first one's handler was inside stop.set() ran the handler again, whose
+    # stop.set() waited for the lock its own thread held: the publisher hung until the host killed it after
+    # its 30 s wait. Deterministic here: the second signal is raised inside the first one's stop.set().
+    cmd = [sys.executable, "-c", _SECOND_SIGNAL_WHILE_STOPPING]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)  # timeout: a watchdog
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

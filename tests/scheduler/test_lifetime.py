@@ -125,6 +125,42 @@ def test_thread_host_rolls_back_a_failed_open() -> None:
     host.close(1.0)  # harmless
 
 
+def test_thread_host_cancel_open_gives_up_an_open_under_way_and_rolls_it_back() -> None:
+    # The host's stop (a signal) had no way to end an open under way but a KeyboardInterrupt raised into
+    # ThreadHost.open and anyio's portal, wherever they stood (perception live: a traceback, a hang, the
+    # runtime never released). cancel_open asks the loop to cancel the open; open raises, rolled back.
+    entering = threading.Event()
+    left = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def slow_open() -> AsyncIterator[str]:
+        entering.set()
+        try:
+            await anyio.sleep_forever()  # a server that takes its time to start
+            yield "never"
+        finally:
+            left.set()
+
+    host: ThreadHost[str] = ThreadHost(slow_open, name="cancel-open-test")
+    errors: list[BaseException] = []
+
+    def open_() -> None:
+        try:
+            host.open()
+        except BaseException as exc:
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_)
+    opener.start()
+    assert entering.wait(WATCHDOG_S)
+    host.cancel_open()
+    opener.join(WATCHDOG_S)
+    assert not opener.is_alive() and left.is_set()
+    assert [type(e) for e in errors] == [RuntimeClosedError], errors
+    assert host.state is Lifetime.CLOSED and not _loop_threads("cancel-open-test")
+    host.cancel_open()  # once closed it does nothing
+
+
 def test_thread_host_close_is_bounded_when_the_exit_hangs(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
