@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,28 @@ def lidar_result(name: str, sample: Sample | None, t_ns: int) -> SensorResult:
     return SensorResult(
         name, SensorStatus.OK, outputs=outputs, model="lidar_detector", model_version="1", sample_t_ns=sample.t_ns
     )
+
+
+def copy_into(
+    reader: Any, writer: Any, metadata: Callable[[Mapping[str, str]], Mapping[str, str]] = dict
+) -> Callable[[Any, Any, Any, bytes], None]:
+    """Start ``writer`` (an ``mcap.writer.Writer``) as ``reader``'s file (its header, its metadata records through
+    ``metadata``): the call that adds one of ``reader.iter_messages()``'s messages to it, with ``payload``, its
+    schema and channel registered the first time."""
+    header = reader.get_header()
+    writer.start(header.profile, header.library)
+    for m in reader.iter_metadata():
+        writer.add_metadata(m.name, dict(metadata(m.metadata)))
+    schemas: dict[int, int] = {}
+    channels: dict[int, int] = {}
+
+    def add(schema: Any, channel: Any, message: Any, payload: bytes) -> None:
+        if schema is not None and schema.id not in schemas:
+            schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
+        if channel.id not in channels:
+            sid = schemas.get(channel.schema_id, 0)
+            topic, encoding = channel.topic, channel.message_encoding
+            channels[channel.id] = writer.register_channel(topic, encoding, sid, channel.metadata)
+        writer.add_message(channels[channel.id], message.log_time, payload, message.publish_time, message.sequence)
+
+    return add

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
-from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
+from record_helpers import DRIVE, REPLAY_PROFILE, copy_into, lidar_result
 
 from perception.config import load_config
 from perception.drives import DriveReader
@@ -212,23 +212,11 @@ def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None
         digests[wrong_tracker]["tracker"] = "0" * 64
     with src.open("rb") as f, dst.open("wb") as out:
         reader3 = make_reader(f)
-        header = reader3.get_header()
         writer = Writer(out, compression=CompressionType.NONE)
-        writer.start(header.profile, header.library)
-        for m in reader3.iter_metadata():
-            writer.add_metadata(
-                m.name, {**m.metadata, fmt.META_FORMAT: "3"} if fmt.META_FORMAT in m.metadata else m.metadata
-            )
-        schemas: dict[int, int] = {}
-        channels: dict[int, int] = {}
+        add = copy_into(
+            reader3, writer, lambda meta: {**meta, fmt.META_FORMAT: "3"} if fmt.META_FORMAT in meta else meta
+        )
         for schema, channel, message in reader3.iter_messages(log_time_order=False):
-            if schema is not None and schema.id not in schemas:
-                schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
-            if channel.id not in channels:
-                sid = schemas.get(channel.schema_id, 0)
-                channels[channel.id] = writer.register_channel(
-                    channel.topic, channel.message_encoding, sid, channel.metadata
-                )
             payload = message.data
             if channel.topic == fmt.FUSION_TOPIC:
                 rec = json.loads(payload)
@@ -243,7 +231,7 @@ def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None
                 if rec["digest"] is None and rec["fusion_seq"] is not None:
                     rec["digest"] = digests[rec["fusion_seq"]]["detections"]
                 payload = json.dumps(rec).encode()
-            writer.add_message(channels[channel.id], message.log_time, payload, message.publish_time, message.sequence)
+            add(schema, channel, message, payload)
         writer.finish()
 
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
-from record_helpers import DRIVE, REPLAY_PROFILE, lidar_result
+from record_helpers import DRIVE, REPLAY_PROFILE, copy_into, lidar_result
 
 from perception._lifetime import Lifetime
 from perception.cli import main
@@ -254,37 +254,27 @@ def test_a_frame_s_accumulated_cloud_is_traced_in_its_turn_not_held_for_the_writ
     # An accumulated cloud (the received sweep, earlier sweeps moved into it) is traced to the received
     # sweeps in fusion's turn: the queue holds those sweeps (written anyway), not the cloud (their rows again,
     # ~0.9 MB a frame on the bundled drive) until the writer is woken; the record is the same
-    config = load_config(REPLAY_PROFILE)
-    clouds: list[weakref.ref[Any]] = []
-    with DriveReader(DRIVE) as reader:
-        session = Session.assemble(config, reader.source)
-        with RunRecorder(tmp_path / "run.mcap", ego_poses=tuple(reader.ego_poses())) as rec:
-            rec.begin(session)
-            fusion = rec.fusion(session.fusion())
-            assert fusion is not None
-            assembler = session.assembler()
-            for sample in reader.samples():
-                rec.sample(sample, sample.t_ns)
-                for frame in assembler.push(sample):
-                    clouds += _fused_late(rec, fusion, frame)
-                    del frame
-                if len(clouds) >= 5:
-                    break
-            gc.collect()
-            assert rec.stats["wakes"] <= 1  # begin's: every frame's items wait in the queue
-            assert all(c() is None for c in clouds), "a frame's accumulated cloud is kept for the writer"
-    lidar = [r["samples"]["lidar_top"] for r in _fusion_records_of(tmp_path / "run.mcap")]
-    merged = [e for e in lidar if e.get("merged")]
+
+    def kept(rec: RunRecorder, clouds: list[weakref.ref[Any]]) -> None:
+        gc.collect()
+        assert rec.stats["wakes"] <= 1  # begin's: every frame's items wait in the queue
+        assert all(c() is None for c in clouds), "a frame's accumulated cloud is kept for the writer"
+
+    merged = _record_accumulated(tmp_path / "run.mcap", before_close=kept)
     assert len(merged) >= 5 and all(e["raw_t_ns"] == e["t_ns"] and e["points"] is False for e in merged)
 
 
 def _record_accumulated(
-    path: Path, change: Callable[[PointCloudSample], PointCloudSample] | None = None, clouds: int = 5
+    path: Path,
+    change: Callable[[PointCloudSample], PointCloudSample] | None = None,
+    clouds: int = 5,
+    before_close: Callable[[RunRecorder, list[weakref.ref[Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Record the bundled drive's first ``clouds`` frames with an accumulated lidar cloud (each changed by
-    ``change`` before fusion, when given): their lidar entries in the fusion records."""
+    ``change`` before fusion, when given; ``before_close``: called with the recorder and weak references to the
+    clouds before it is closed): their lidar entries in the fusion records."""
     config = load_config(REPLAY_PROFILE)
-    n = 0
+    refs: list[weakref.ref[Any]] = []
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(config, reader.source)
         with RunRecorder(path, ego_poses=tuple(reader.ego_poses())) as rec:
@@ -296,15 +286,17 @@ def _record_accumulated(
                 rec.sample(sample, sample.t_ns)
                 _drained(rec)
                 for made in assembler.push(sample):
-                    frame = made
                     cloud = made.samples.get("lidar_top")
-                    if isinstance(cloud, PointCloudSample) and cloud.merged_from:
-                        n += 1
-                        if change is not None:
-                            frame = dataclasses.replace(made, samples={**made.samples, "lidar_top": change(cloud)})
-                    _fused_late(rec, fusion, frame)
-                if n >= clouds:
+                    if change is not None and isinstance(cloud, PointCloudSample) and cloud.merged_from:
+                        changed = {**made.samples, "lidar_top": change(cloud)}
+                        refs += _fused_late(rec, fusion, dataclasses.replace(made, samples=changed))
+                    else:
+                        refs += _fused_late(rec, fusion, made)
+                    del made, cloud
+                if len(refs) >= clouds:
                     break
+            if before_close is not None:
+                before_close(rec, refs)
     lidar = [r["samples"]["lidar_top"] for r in _fusion_records_of(path)]
     return [e for e in lidar if e.get("merged")]
 
@@ -841,23 +833,9 @@ def _cut_after_a_fusion_record(src: Path, dst: Path, seq: int) -> int:
     (``/record/fusion_data``, the next message) as a chunk boundary between the two leaves it: the bytes kept."""
     with src.open("rb") as f, dst.open("wb") as out:
         reader = make_reader(f)
-        header = reader.get_header()
-        writer = Writer(out, compression=CompressionType.NONE, chunk_size=1)
-        writer.start(header.profile, header.library)
-        for m in reader.iter_metadata():
-            writer.add_metadata(m.name, m.metadata)
-        schemas: dict[int, int] = {}
-        channels: dict[int, int] = {}
+        add = copy_into(reader, Writer(out, compression=CompressionType.NONE, chunk_size=1))
         for schema, channel, message in reader.iter_messages(log_time_order=False):
-            if schema is not None and schema.id not in schemas:
-                schemas[schema.id] = writer.register_schema(schema.name, schema.encoding, schema.data)
-            if channel.id not in channels:
-                sid = schemas.get(channel.schema_id, 0)
-                channels[channel.id] = writer.register_channel(
-                    channel.topic, channel.message_encoding, sid, channel.metadata
-                )
-            writer.add_message(channels[channel.id], message.log_time, message.data, message.publish_time,
-                               message.sequence)  # fmt: skip
+            add(schema, channel, message, message.data)
             if channel.topic == fmt.FUSION_TOPIC and message.sequence == seq:
                 return out.tell()  # (the writer never finished: the file ends there)
     raise AssertionError(f"no fusion #{seq} in {src}")
