@@ -20,7 +20,7 @@ from perception.config._model import (
     ServerConfig,
     TriggerConfig,
 )
-from perception.config._resolve import resolve_sensors
+from perception.config._resolve import auto_trigger, resolve_sensors
 
 __all__ = [
     "CAMERA_MODEL_SIMULATED",
@@ -37,6 +37,7 @@ __all__ = [
     "SensorDefaults",
     "ServerConfig",
     "TriggerConfig",
+    "auto_trigger",
     "default_camera_model",
     "from_data",
     "load_config",
