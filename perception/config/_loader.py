@@ -35,6 +35,11 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{where}invalid YAML: {exc.problem}", file=str(p)) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=str(p)) from exc
+    except (ValueError, RecursionError) as exc:
+        # what PyYAML's constructors and composer raise unwrapped (a traceback): '!!float abc', a date
+        # such as 2001-02-30, an integer over Python's 4300 digits, nesting deeper than the stack
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"invalid YAML: {what}", file=str(p)) from None
 
 
 def load_config(path: str | Path) -> RuntimeConfig:

@@ -90,6 +90,35 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         load_config(write(tmp_path, "sensors:\n  - {name: [\n"))
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1" + "0" * 400])
+def test_a_number_that_is_not_finite_names_the_key(tmp_path: Path, value: str) -> None:
+    # YAML's .nan passed every limit check (NaN > 0 is False, so no check fired): `perception config`
+    # printed "total_ms": NaN, exit 0, and a run had a NaN ms budget; .inf the same; an integer too large
+    # for a float was an OverflowError traceback.
+    path = write(tmp_path, GOOD.replace("total_ms: 100", f"total_ms: {value}"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: budget.total_ms: expected a finite number, got "), info.value
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("budget: {total_ms: !!float abc}\n", "could not convert string to float: 'abc'"),
+        ("server: {url: 2001-02-30}\n", "day is out of range for month"),
+        ("budget: {total_ms: 1" + "0" * 5000 + "}\n", "Exceeds the limit (4300 digits)"),
+        ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+    ],
+)
+def test_yaml_that_pyyaml_cannot_construct_is_one_line(tmp_path: Path, text: str, words: str) -> None:
+    # PyYAML raises these as ValueError / RecursionError, not YAMLError: each was a traceback.
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: invalid YAML: ") and words in msg and "\n" not in msg, msg
+
+
 def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
     text = GOOD + "output: !!python/object/apply:os.system ['echo pwned']\n"
     with pytest.raises(ConfigError, match="invalid YAML"):
