@@ -30,6 +30,7 @@ __all__ = [
     "add_runtime_options",
     "check_drive",
     "make_folder",
+    "make_output_folders",
     "repo_root",
     "run_with_signals",
     "sensors_option",
@@ -115,6 +116,18 @@ def make_folder(folder: Path, option: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=option) from exc
+
+
+def make_output_folders(args: argparse.Namespace) -> None:
+    """``--out`` and ``--trace-out``'s folders made before the run (``output_dir``/``output_file`` refused a
+    file in their way while parsing), or a :class:`ConfigError` naming the option (exit 2): they are written
+    during or after the run, whose results a folder that cannot be made would lose."""
+    out = getattr(args, "out", None)
+    if out is not None:
+        make_folder(out, "--out")
+    trace_out = getattr(args, "trace_out", None)
+    if trace_out is not None:
+        make_folder(trace_out.parent, "--trace-out")
 
 
 @contextlib.contextmanager

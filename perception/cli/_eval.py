@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._args import output_dir
-from perception.cli._common import add_runtime_options, open_session, run_with_signals
+from perception.cli._common import add_runtime_options, make_output_folders, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
@@ -100,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
     progress = False if (args.no_progress or args.json) else None
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, session):
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)  # before the run (output_dir refused a file while parsing)
+        make_output_folders(args)
 
         async def main(stop: Any) -> Any:
             return await evaluate_modes(reader, session.config, args.protocol, progress=progress)
