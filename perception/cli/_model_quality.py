@@ -244,6 +244,16 @@ def run(args: argparse.Namespace) -> int:
         _probe(args.url)
     t0 = time.monotonic()
     sim = Simulator(args.scenario, seed=args.seed, duration_s=args.duration)
+    if args.url is None:
+        from perception.evaluation import scored_model
+        from perception.server import check_models_held
+
+        # a model the repositories lack is said now, not after the drive was generated and the server's
+        # start waited 30 s for it ("camera_detector: not ready after 30 s: model is not ready")
+        needed: dict[str, str] = {}
+        for sensor in sim.rig.sensors:
+            needed.setdefault(scored_model(sensor.kind), sensor.name)
+        check_models_held(args.models, needed)
     with tempfile.TemporaryDirectory(prefix="perception-model-quality-") as tmp:
         drive_path = args.keep_drive if args.keep_drive is not None else Path(tmp) / "drive.mcap"
         log.info("generating %s drive, seed %d, %g s -> %s", args.scenario, args.seed, args.duration, drive_path)
