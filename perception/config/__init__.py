@@ -19,6 +19,7 @@ from perception.config._model import (
     SensorDefaults,
     ServerConfig,
     TriggerConfig,
+    url_problem,
 )
 from perception.config._resolve import auto_trigger, resolve_sensors
 
@@ -44,5 +45,6 @@ __all__ = [
     "load_yaml",
     "reject_duplicates",
     "resolve_sensors",
+    "url_problem",
     "with_overrides",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from perception.config._convert import from_data
-from perception.config._model import BudgetConfig, RuntimeConfig
+from perception.config._model import BudgetConfig, RuntimeConfig, url_problem
 from perception.errors import ConfigError
 
 __all__ = ["load_config", "load_yaml", "with_overrides"]
@@ -91,8 +91,10 @@ def with_overrides(
     enabled sensors, a frame budget for every drive (``--budget-ms``: the join deadline becomes
     ``budget_ms`` minus the fusion reserve, capped at half the budget; stage budgets are kept)."""
     if url is not None:
-        if not url:
-            raise ConfigError("must be 'embedded' or host:port, got ''", key="--url")
+        for given in (url, *replicas) if url != "embedded" else replicas:
+            problem = url_problem(given) if given else "must be 'embedded' or host:port, got ''"
+            if problem is not None:
+                raise ConfigError(problem, key="--url")
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
     if budget_ms is not None:
         if not budget_ms > 0:

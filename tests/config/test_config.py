@@ -160,3 +160,26 @@ def test_decode_is_a_sensor_setting_with_errors_naming_the_sensor(tmp_path: Path
         load_config(write(tmp_path, head + "sensors:\n  - {name: lidar_top, kind: lidar, model: m, decode: server}\n"))
     with pytest.raises(ConfigError, match=r"sensor_defaults\.camera\.decode: expected one of 'auto', 'client'"):
         load_config(write(tmp_path, head + "sensor_defaults:\n  camera: {model: auto, decode: gpu}\n"))
+
+
+@pytest.mark.parametrize("url", ["host:99999", "host:0", "not a url", "host:", ":8001", "http://host:8001"])
+def test_a_url_of_the_wrong_form_is_refused_naming_the_option_or_key(tmp_path: Path, url: str) -> None:
+    # --url host:99999 (or a profile's server.url) was taken: the run waited 10 s for a name that cannot
+    # resolve, then "no answer for 10 s: server unavailable: errors resolving host:99999" (exit 1); an
+    # http:// one was refused by the client as "triton.urls: ...", a key no one wrote.
+    cfg = load_config(write(tmp_path, GOOD))
+    with pytest.raises(ConfigError) as info:
+        with_overrides(cfg, url=url)
+    assert info.value.key == "--url" and repr(url) in info.value.message, info.value
+    profile = write(tmp_path, GOOD + f"server: {{url: {url!r}}}\n", "url.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_config(profile)
+    assert str(info.value).startswith(f"{profile}: server.url: "), info.value
+    with pytest.raises(ConfigError, match=r"server\.replicas: "):
+        load_config(write(tmp_path, GOOD + f"server: {{url: 'h:1', replicas: [{url!r}]}}\n", "replicas.yaml"))
+
+
+@pytest.mark.parametrize("url", ["embedded", "127.0.0.1:8001", "[::1]:8001", "triton.local:1", "unix:/run/triton.sock"])
+def test_a_url_of_a_good_form_is_taken(tmp_path: Path, url: str) -> None:
+    cfg = with_overrides(load_config(write(tmp_path, GOOD)), url=url)
+    assert cfg.server.url == url
