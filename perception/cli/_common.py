@@ -85,10 +85,11 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
 
 def sensors_option(args: argparse.Namespace) -> list[str] | None:
     """``--sensors a,b``: the sensors named (None: the option not given, every sensor); a list naming none
-    (``,`` or ``''``) is a usage error, not every sensor."""
+    (``,`` or ``''``) is a usage error, not every sensor. Spaces around a name are not part of it (a
+    sensor name is an identifier): ``--sensors "lidar_top, cam_front"`` said "unknown sensor(s):  cam_front"."""
     if getattr(args, "sensors", None) is None:
         return None
-    sensors = [s for s in args.sensors.split(",") if s]
+    sensors = [s.strip() for s in args.sensors.split(",") if s.strip()]
     if not sensors:
         raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
     return sensors
