@@ -11,7 +11,7 @@ from typing import Any
 
 from perception._paths import REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import int_within, output_dir, percentile, positive_float, rate
-from perception.cli._common import add_runtime_options, open_session, run_with_signals
+from perception.cli._common import add_runtime_options, make_output_folders, open_session, run_with_signals
 from perception.cli._exitcodes import EXIT_INTERRUPTED
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.metrics import (
@@ -73,6 +73,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, assembled):
+        make_output_folders(args)
         # The gate's budget is also the runtime's frame budget (join deadline = budget - fusion reserve).
         session = assembled.with_overrides(budget_ms=args.budget_ms)
         # --in-flight K measures the run at that depth: a fixed admission, not the adaptive one.

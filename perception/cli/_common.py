@@ -30,6 +30,7 @@ __all__ = [
     "add_runtime_options",
     "check_drive",
     "make_folder",
+    "make_output_folders",
     "repo_root",
     "run_with_signals",
     "sensors_option",
@@ -84,10 +85,11 @@ def add_fault_options(p: argparse.ArgumentParser) -> None:
 
 def sensors_option(args: argparse.Namespace) -> list[str] | None:
     """``--sensors a,b``: the sensors named (None: the option not given, every sensor); a list naming none
-    (``,`` or ``''``) is a usage error, not every sensor."""
+    (``,`` or ``''``) is a usage error, not every sensor. Spaces around a name are not part of it (a
+    sensor name is an identifier): ``--sensors "lidar_top, cam_front"`` said "unknown sensor(s):  cam_front"."""
     if getattr(args, "sensors", None) is None:
         return None
-    sensors = [s for s in args.sensors.split(",") if s]
+    sensors = [s.strip() for s in args.sensors.split(",") if s.strip()]
     if not sensors:
         raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
     return sensors
@@ -115,6 +117,18 @@ def make_folder(folder: Path, option: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=option) from exc
+
+
+def make_output_folders(args: argparse.Namespace) -> None:
+    """``--out`` and ``--trace-out``'s folders made before the run (``output_dir``/``output_file`` refused a
+    file in their way while parsing), or a :class:`ConfigError` naming the option (exit 2): they are written
+    during or after the run, whose results a folder that cannot be made would lose."""
+    out = getattr(args, "out", None)
+    if out is not None:
+        make_folder(out, "--out")
+    trace_out = getattr(args, "trace_out", None)
+    if trace_out is not None:
+        make_folder(trace_out.parent, "--trace-out")
 
 
 @contextlib.contextmanager

@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._args import output_dir
-from perception.cli._common import add_runtime_options, open_session, run_with_signals
-from perception.cli._exitcodes import EXIT_CODES_HELP
+from perception.cli._common import (
+    Interrupted,
+    add_runtime_options,
+    make_output_folders,
+    open_session,
+    run_with_signals,
+)
+from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_INTERRUPTED
+from perception.errors import ReplayStoppedError
 from perception.evaluation import PROTOCOLS
 from perception.replay import MODES, evaluate_modes, safe_output_path
 
@@ -27,8 +34,10 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "eval",
         help="replay in lockstep and score detections vs ground truth: fused, single-sensor and degraded modes",
-        description="Replays DRIVE once in lockstep with every sensor, then scores fusion in each mode "
-        f"({', '.join(MODES)}). Protocols: 'nuscenes' (the default for drives imported from nuScenes) is the "
+        description="Replays DRIVE once in lockstep with the sensors enabled (every sensor unless --sensors), "
+        f"then scores fusion in each mode ({', '.join(MODES)}; a mode none of whose sensors is enabled is "
+        "skipped). Ctrl-C stops the replay: the frames replayed are scored, exit 130. Protocols: 'nuscenes' "
+        "(the default for drives imported from nuScenes) is the "
         "nuScenes detection protocol exactly as the official devkit computes it: mAP over 0.5/1/2/4 m, the TP "
         "errors ATE/ASE/AOE/AVE/AAE and NDS, with its class ranges and ground-truth filters, one sample per "
         "keyframe; 'native' (the default otherwise) is nuScenes-style per-frame AP at 0.5/1/2/4 m centre "
@@ -86,6 +95,8 @@ def _markdown(drive: Path, modes: Mapping[str, Mapping[str, Any]]) -> str:
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r.split()) + " |" for r in rows[1:]]
     fused = modes.get("fused")
+    if fused and fused.get("interrupted"):
+        out += ["", "**Interrupted**: scored on the frames replayed before the stop only."]
     if fused:
         n_gt = fused.get("num_ground_truth", {})
         out += ["", "Fused, per class (AP; ground truth n):", ""]
@@ -100,13 +111,19 @@ def run(args: argparse.Namespace) -> int:
     progress = False if (args.no_progress or args.json) else None
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, session):
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)  # before the run (output_dir refused a file while parsing)
+        make_output_folders(args)
 
         async def main(stop: Any) -> Any:
-            return await evaluate_modes(reader, session.config, args.protocol, progress=progress)
+            # the stop passed on: Ctrl-C said "stopping after in-flight frames" and the replay went on to
+            # its end, scored and exited 0; now it stops there, and the scores say so (exit 130)
+            try:
+                return await evaluate_modes(reader, session.config, args.protocol, progress=progress, stop=stop)
+            except ReplayStoppedError:
+                raise Interrupted from None  # stopped before the runtime was up: nothing replayed
 
         modes, outcome = run_with_signals(main)
+    if outcome.interrupted:  # the scores cover the frames replayed before the stop, and say so
+        modes = {mode: {**summary, "interrupted": True} for mode, summary in modes.items()}
     if args.out is not None:  # (made before the run)
         # keyed by mode, as --json prints it; every mode's summary names its "protocol"
         safe_output_path(args.out, "eval.json").write_text(json.dumps(modes, indent=2) + "\n")
@@ -116,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"protocol: {_PROTOCOL_TITLE.get(_protocol(modes), _protocol(modes))}\n")
         sys.stdout.write("\n".join(_table(modes)) + "\n")
+    if outcome.interrupted:
+        sys.stderr.write(f"interrupted: the scores cover the {outcome.report.counters.frames} frame(s) replayed\n")
+        return EXIT_INTERRUPTED
     if outcome.drive_error is not None:
         raise outcome.drive_error  # damaged drive (exit 3): scored on all its readable data
     unusable = outcome.unusable()

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from perception.cli._args import output_dir
-from perception.cli._common import add_fault_options, add_runtime_options, make_folder, open_session
+from perception.cli._common import add_fault_options, add_runtime_options, make_output_folders, open_session
 from perception.cli._record import add_record_options, recorder, recording
 from perception.cli._replay import add_trace_out, check_drive
 from perception.live import StopSignals, live_session, parse_faults
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
-    _prepare_outputs(args)
+    make_output_folders(args)
     # the drive is opened once on this side, the session assembled once against it
     with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
         # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
@@ -166,16 +166,6 @@ def _publisher_verdict(summary: dict[str, Any]) -> int:
 
 
 _SIGNALS = {s.value for s in signal.Signals}
-
-
-def _prepare_outputs(args: argparse.Namespace) -> None:
-    """``--out`` and ``--trace-out``'s folder made now (``output_dir``/``output_file`` refused a file in their way
-    while parsing), or a :class:`ConfigError` naming the option: they are written after the run, whose
-    results a folder that cannot be made would lose."""
-    if args.out is not None:
-        make_folder(args.out, "--out")
-    if args.trace_out is not None:
-        make_folder(args.trace_out.parent, "--trace-out")
 
 
 def _render(s: dict[str, Any]) -> str:

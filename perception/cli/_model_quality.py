@@ -24,6 +24,7 @@ import anyio
 
 from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
 from perception.cli._common import make_folder
+from perception.config import url_problem
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -112,10 +113,11 @@ def _probe(url: str, timeout_s: float = 5.0) -> None:
     """Fail fast (before generating a drive) when nothing listens at ``host:port``."""
     if url.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
         return  # gRPC name syntaxes: leave them to the client
-    host, sep, port_text = url.rpartition(":")
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError(problem, key="--url")
+    host, _, port_text = url.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError(f"Triton URL must be host:port, got {url!r}", key="--url")
     try:
         with socket.create_connection((host, int(port_text)), timeout=timeout_s):
             pass
@@ -244,6 +246,16 @@ def run(args: argparse.Namespace) -> int:
         _probe(args.url)
     t0 = time.monotonic()
     sim = Simulator(args.scenario, seed=args.seed, duration_s=args.duration)
+    if args.url is None:
+        from perception.evaluation import scored_model
+        from perception.server import check_models_held
+
+        # a model the repositories lack is said now, not after the drive was generated and the server's
+        # start waited 30 s for it ("camera_detector: not ready after 30 s: model is not ready")
+        needed: dict[str, str] = {}
+        for sensor in sim.rig.sensors:
+            needed.setdefault(scored_model(sensor.kind), sensor.name)
+        check_models_held(args.models, needed)
     with tempfile.TemporaryDirectory(prefix="perception-model-quality-") as tmp:
         drive_path = args.keep_drive if args.keep_drive is not None else Path(tmp) / "drive.mcap"
         log.info("generating %s drive, seed %d, %g s -> %s", args.scenario, args.seed, args.duration, drive_path)

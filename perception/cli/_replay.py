@@ -13,7 +13,13 @@ import anyio
 
 from perception._paths import DETECTIONS_FILE, FUSED_MCAP_FILE, MODES_FILE, REPORT_FILE, REPORT_MD_FILE
 from perception.cli._args import output_dir, output_file, port_or_zero, rate
-from perception.cli._common import Interrupted, add_runtime_options, open_session, run_with_signals
+from perception.cli._common import (
+    Interrupted,
+    add_runtime_options,
+    make_output_folders,
+    open_session,
+    run_with_signals,
+)
 from perception.cli._exitcodes import EXIT_CODES_HELP
 from perception.cli._record import (
     add_as_recorded_options,
@@ -200,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int:
     if args.strict:
         check_drive(reader)
+    make_output_folders(args)
     options = ReplayOptions(
         rate=args.rate,
         out_dir=args.out,

@@ -19,8 +19,9 @@ from perception.config._model import (
     SensorDefaults,
     ServerConfig,
     TriggerConfig,
+    url_problem,
 )
-from perception.config._resolve import resolve_sensors
+from perception.config._resolve import auto_trigger, resolve_sensors
 
 __all__ = [
     "CAMERA_MODEL_SIMULATED",
@@ -37,11 +38,13 @@ __all__ = [
     "SensorDefaults",
     "ServerConfig",
     "TriggerConfig",
+    "auto_trigger",
     "default_camera_model",
     "from_data",
     "load_config",
     "load_yaml",
     "reject_duplicates",
     "resolve_sensors",
+    "url_problem",
     "with_overrides",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 import types
 import typing
@@ -131,7 +132,15 @@ def _convert(value: Any, tp: Any, path: str, ctx: _Ctx) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ctx.error(path, f"expected a number, got {_describe(value)}")
-        return float(value)
+        # YAML's .nan and .inf: NaN passed every limit check (a budget of NaN ms); an integer too large for
+        # a float raised OverflowError (a traceback)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ctx.error(path, "expected a finite number, got an integer too large for a float") from None
+        if not math.isfinite(number):
+            raise ctx.error(path, f"expected a finite number, got {number}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ctx.error(path, f"expected a string, got {_describe(value)}")

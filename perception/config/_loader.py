@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from perception.config._convert import from_data
-from perception.config._model import BudgetConfig, RuntimeConfig
+from perception.config._model import BudgetConfig, RuntimeConfig, url_problem
 from perception.errors import ConfigError
 
 __all__ = ["load_config", "load_yaml", "with_overrides"]
@@ -35,6 +35,11 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{where}invalid YAML: {exc.problem}", file=str(p)) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=str(p)) from exc
+    except (ValueError, RecursionError) as exc:
+        # what PyYAML's constructors and composer raise unwrapped (a traceback): '!!float abc', a date
+        # such as 2001-02-30, an integer over Python's 4300 digits, nesting deeper than the stack
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"invalid YAML: {what}", file=str(p)) from None
 
 
 def load_config(path: str | Path) -> RuntimeConfig:
@@ -86,8 +91,10 @@ def with_overrides(
     enabled sensors, a frame budget for every drive (``--budget-ms``: the join deadline becomes
     ``budget_ms`` minus the fusion reserve, capped at half the budget; stage budgets are kept)."""
     if url is not None:
-        if not url:
-            raise ConfigError("must be 'embedded' or host:port, got ''", key="--url")
+        for given in (url, *replicas) if url != "embedded" else replicas:
+            problem = url_problem(given) if given else "must be 'embedded' or host:port, got ''"
+            if problem is not None:
+                raise ConfigError(problem, key="--url")
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
     if budget_ms is not None:
         if not budget_ms > 0:

@@ -34,6 +34,7 @@ __all__ = [
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
+    "url_problem",
 ]
 
 Transport = Literal["grpc", "shm", "auto"]
@@ -55,6 +56,24 @@ _MS = 1_000_000
 
 def _ns(ms: float) -> int:
     return round(ms * _MS)
+
+
+#: gRPC target names taken as they are (gRPC's naming): no host:port form to check.
+_GRPC_NAMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with the form of a Triton gRPC URL (``host:port``, the port 1..65535, or a gRPC name
+    such as ``unix:/path``), or ``None``. The one check of a profile's ``server.url`` and ``replicas``, the
+    CLI's ``--url`` and ``perception model-quality``'s: a bad one waited 10 s for a name that cannot resolve."""
+    if url.startswith(("http://", "https://")):
+        return f"gRPC URLs are host:port (no http:// scheme), got {url!r}"
+    if url.startswith(_GRPC_NAMES):
+        return None
+    host, sep, port = url.rpartition(":")
+    if not sep or not host.strip("[]").strip() or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be 'embedded' or host:port (port 1..65535), got {url!r}"
+    return None
 
 
 def _positive(name: str, value: float) -> None:
@@ -98,6 +117,13 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.url:
             raise ValueError("url: must be 'embedded' or host:port")
+        problem = None if self.embedded else url_problem(self.url)
+        if problem is not None:
+            raise ValueError(f"url: {problem}")
+        for replica in self.replicas:
+            problem = url_problem(replica)
+            if problem is not None:
+                raise ValueError(f"replicas: {problem}")
         if not 0 <= self.restarts <= 1000:
             raise ValueError(f"restarts: must be within 0..1000, got {self.restarts}")
         if self.channels < 1 or self.channels > 64:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from perception.config._drive_source import default_camera_model
 from perception.config._model import RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
 
-__all__ = ["resolve_sensors"]
+__all__ = ["auto_trigger", "resolve_sensors"]
 
 #: ``model: auto`` in ``sensor_defaults``: the reference model for the drive's source.
 AUTO = "auto"
@@ -52,16 +52,24 @@ def resolve_sensors(
         sensors = tuple(_from_spec(config, spec, metadata or {}) for spec in rig.values())
     trigger = config.trigger
     if trigger.sensor is None and trigger.rate_hz is None:
-        kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
-        for kind in (*_TRIGGER_ORDER, *sorted(set(kinds.values()) - set(_TRIGGER_ORDER))):
-            names = sorted(n for n, k in kinds.items() if k == kind)
-            if names:
-                trigger = TriggerConfig(sensor=names[0])
-                break
+        trigger = auto_trigger(sensors)
     try:
         return dataclasses.replace(config, sensors=sensors, trigger=trigger)
     except ValueError as exc:  # e.g. two drive sensors that are not valid sensor names
         raise ConfigError(f"cannot take the sensors from {where}: {exc}", file=file, key="sensors") from None
+
+
+def auto_trigger(sensors: Sequence[SensorConfig]) -> TriggerConfig:
+    """The trigger of a profile that leaves it to the drive (neither ``sensor`` nor ``rate_hz``): the first
+    lidar of the enabled sensors by name, else the first camera, else the first radar, else the first of
+    another kind (every sensor when none is enabled). The one rule for a profile's sensors and for the
+    sensors a run enables (``--sensors``: :meth:`perception.scheduler.Session.with_overrides`)."""
+    kinds = {s.name: s.kind for s in sensors if s.enabled} or {s.name: s.kind for s in sensors}
+    for kind in (*_TRIGGER_ORDER, *sorted(set(kinds.values()) - set(_TRIGGER_ORDER))):
+        names = sorted(n for n, k in kinds.items() if k == kind)
+        if names:
+            return TriggerConfig(sensor=names[0])
+    return TriggerConfig()
 
 
 def _from_spec(config: RuntimeConfig, spec: SensorSpec, metadata: Mapping[str, str]) -> SensorConfig:

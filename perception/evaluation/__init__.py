@@ -32,6 +32,7 @@ from perception.evaluation._models import (
     RadarCoverage,
     check_targets,
     evaluate_models,
+    scored_model,
 )
 from perception.evaluation._nuscenes import NuScenesEvaluator
 
@@ -50,4 +51,5 @@ __all__ = [
     "check_targets",
     "evaluate_models",
     "paired_bootstrap",
+    "scored_model",
 ]

@@ -86,6 +86,7 @@ __all__ = [
     "Target",
     "check_targets",
     "evaluate_models",
+    "scored_model",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ Array = npt.NDArray[Any]
 
 #: The model serving each sensor kind by default (``models/``; the profile's ``sensor_defaults``).
 #: These scores are taken on simulated drives: the camera model is the simulator's.
-def _default_model(kind: str) -> str:
+def scored_model(kind: str) -> str:
     """The model scored for ``kind`` unless the caller names one: the simulator's camera model for
     cameras, else the kind's default (the profile's ``sensor_defaults``, or the registered kind's)."""
     if kind == SensorKind.CAMERA:
@@ -106,7 +107,7 @@ def _default_model(kind: str) -> str:
         raise ConfigError(f"sensor kind {kind!r} has no default model: name one in models", key="models") from None
 
 
-DEFAULT_MODELS: Mapping[str, str] = {kind.value: _default_model(kind.value) for kind in SensorKind}
+DEFAULT_MODELS: Mapping[str, str] = {kind.value: scored_model(kind.value) for kind in SensorKind}
 
 _CAR = label_id("car")
 
@@ -368,7 +369,7 @@ class ModelQualityEvaluator:
         self.rig = dict(rig)
         self.radar_coverage = dict(radar_coverage or {})
         self._roles = {name: _role(name, spec) for name, spec in self.rig.items()}
-        self.models = {**{spec.kind: _default_model(spec.kind) for spec in self.rig.values()}, **models}
+        self.models = {**{spec.kind: scored_model(spec.kind) for spec in self.rig.values()}, **models}
         self.settings = settings
         self._records: dict[tuple[int, str], _Record] = {}
         self._lock = threading.Lock()

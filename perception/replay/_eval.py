@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -167,12 +166,13 @@ async def evaluate_modes(
     protocol: str | None = None,
     **replay_kwargs: Any,
 ) -> tuple[dict[str, dict[str, Any]], ReplayOutcome]:
-    """Replay ``drive`` once (lockstep, all sensors) and score every mode against its ground truth under
-    ``protocol`` (``None``: by the drive's source, :func:`default_protocol`). ``drive``: a path, or the
-    caller's open reader (the drive is read through one reader: the check, the replay, the scoring)."""
+    """Replay ``drive`` once (lockstep, the sensors ``config`` enables) and score every mode against its
+    ground truth under ``protocol`` (``None``: by the drive's source, :func:`default_protocol`); a mode none
+    of whose sensors is enabled is not scored (:func:`score_modes`). ``drive``: a path, or the caller's open
+    reader (the drive is read through one reader: the check, the replay, the scoring). It enabled every
+    sensor itself: ``perception eval --sensors`` scored them all."""
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unknown evaluation protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-    cfg = dataclasses.replace(config, sensors=tuple(dataclasses.replace(s, enabled=True) for s in config.sensors))
     with contextlib.ExitStack() as stack:
         reader = drive if isinstance(drive, DriveReader) else stack.enter_context(DriveReader(drive, strict=False))
         _require_ground_truth(reader, reader.path)  # before spending a replay on a drive that cannot be scored
@@ -180,7 +180,7 @@ async def evaluate_modes(
         opts = ReplayOptions(rate="lockstep", fusion=False, evaluate=False, progress=progress)
         results: list[FrameResult] = []
         sinks = (*replay_kwargs.pop("sinks", ()), each_frame(results.append))
-        session = Session.assemble(cfg, reader.source)  # once: the replay and the scoring run it
+        session = Session.assemble(config, reader.source)  # once: the replay and the scoring run it
         outcome = await replay_drive(reader, session, opts, sinks=sinks, **replay_kwargs)
         return score_modes(results, session, reader, protocol=protocol), outcome
 

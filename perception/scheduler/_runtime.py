@@ -21,6 +21,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -30,7 +31,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from perception._allocator import freed_memory_kept
 from perception._gc import startup_heap_frozen
 from perception.config import RuntimeConfig, ServerConfig
-from perception.errors import InputError, PerceptionError, RuntimeClosedError
+from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
@@ -78,6 +79,21 @@ def client_options(server: ServerConfig, urls: Sequence[str]) -> ClientOptions:
         certificate_chain=str(tls.certificate_chain) if tls.certificate_chain else None,
         headers=dict(server.headers),
     )
+
+
+def _check_repositories(config: RuntimeConfig) -> None:
+    """A model repository of the embedded server that is not there is a :class:`ConfigError` naming the
+    profile's key. It said "model 'lidar_detector' ... is not in this model repository (models there:
+    none)" of a folder that does not exist: a profile outside ``launch/`` takes a relative
+    ``server.models`` from its own folder."""
+    for repo in config.server.models:
+        if not Path(repo).is_dir():
+            raise ConfigError(
+                f"model repository {repo} does not exist (a relative path is taken from the profile's folder, "
+                "the repository's root for launch/)",
+                file=str(config.source) if config.source else None,
+                key="server.models",
+            )
 
 
 class Runtime(anyio.AsyncContextManagerMixin):
@@ -256,6 +272,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         if server.embedded:
             from perception.server import EmbeddedTriton, check_models_held
 
+            _check_repositories(self.config)
             # a model its repositories lack is said now, not after the start-up timeout (90 s) ran out
             models: dict[str, str] = {}
             for sensor in self.config.active_sensors:

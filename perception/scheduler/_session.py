@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from perception.config import RuntimeConfig, resolve_sensors, with_overrides
+from perception.config import RuntimeConfig, auto_trigger, resolve_sensors, with_overrides
 from perception.errors import ConfigError, DriveError, InputError
 from perception.scheduler._align import FrameAssembler
 from perception.types import Detection3D, Frame, SensorResult, SensorSpec, SessionSource
@@ -72,6 +72,9 @@ class Session:
     config: RuntimeConfig
     rig: Mapping[str, SensorSpec]
     source: SessionSource
+    #: The profile left the trigger to the source (neither ``sensor`` nor ``rate_hz``): it is chosen
+    #: again from the sensors a run enables (:meth:`with_overrides`), by the same rule.
+    auto_trigger: bool = False
 
     @classmethod
     def assemble(cls, config: RuntimeConfig, source: SessionSource | None = None) -> Session:
@@ -99,17 +102,21 @@ class Session:
                 key="sensors",
             )
         rig = _match_rig(resolved, source) if source.rig else {}
-        return cls(config=resolved, rig=rig, source=source)
+        auto = config.trigger.sensor is None and config.trigger.rate_hz is None
+        return cls(config=resolved, rig=rig, source=source, auto_trigger=auto)
 
     def with_overrides(
         self, *, url: str | None = None, sensors: Sequence[str] | None = None, budget_ms: float | None = None
     ) -> Session:
         """This session with the CLI's overrides applied to its config
         (:func:`perception.config.with_overrides`: a server URL, the enabled sensors, a frame budget);
-        the rig stays (it maps every configured sensor, enabled or not)."""
-        return dataclasses.replace(
-            self, config=with_overrides(self.config, url=url, sensors=sensors, budget_ms=budget_ms)
-        )
+        the rig stays (it maps every configured sensor, enabled or not). A trigger the profile left to the
+        source is chosen again from the sensors enabled (:func:`perception.config.auto_trigger`): it was
+        the lidar that ``--sensors`` had left out."""
+        config = with_overrides(self.config, url=url, sensors=sensors, budget_ms=budget_ms)
+        if sensors is not None and self.auto_trigger:
+            config = dataclasses.replace(config, trigger=auto_trigger(config.sensors))
+        return dataclasses.replace(self, config=config)
 
     @property
     def source_names(self) -> Mapping[str, str]:

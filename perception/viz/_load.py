@@ -205,6 +205,23 @@ def _drive_of(out_dir: Path) -> Path:
     return Path(drive)
 
 
+def _check_same_drive(
+    rec: _Record, specs: Mapping[str, SensorSpec], samples: Mapping[str, Sample], reader: DriveReader, source: Path
+) -> None:
+    """None of the samples a frame took is in the drive read (and none was lost to damage): it is not the
+    drive replayed, a :class:`ConfigError` saying so. ``--drive`` naming another drive with the same rig
+    rendered that drive's points under the replay's boxes, the cameras left out, exit 0."""
+    taken = {n: t for n, t in rec.sample_t_ns.items() if n in specs}
+    if not taken or any(n in samples for n in taken) or reader.damage.data_lost:
+        return
+    name, t = min(taken.items())
+    raise ConfigError(
+        f"has no {name} sample at t={t} ns, which frame {rec.frame_id} of {source} took (nor any other of its "
+        "samples): not the drive that was replayed? Pass that one (--drive)",
+        file=str(reader.path),
+    )
+
+
 def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str | Path | None = None) -> list[FrameView]:
     """The frames ``frames`` (frame ids) of the replay output ``out_dir``, in the order asked.
 
@@ -245,6 +262,7 @@ def load_frame_views(out_dir: str | Path, frames: Iterable[int], *, drive: str |
                 found = next(reader.samples(start_ns=t, end_ns=t + 1, sensors=[spec.name]), None)
                 if found is not None:
                     samples[name] = found
+            _check_same_drive(rec, specs, samples, reader, source)
             gt = reader.ground_truth_at(rec.t_ns, GT_TOLERANCE_NS) if reader.has_ground_truth else None
             views.append(
                 FrameView(

@@ -185,3 +185,13 @@ def test_a_rosbag2_directory_given_as_the_drive_says_to_import_it(
         f"perception info: error: {d}: is a ROS 2 bag (rosbag2 directory), not a drive: import it first: "
         f"perception import ros2 {d} --map topics.yaml -o drive.mcap\n"
     )
+
+
+def test_sensors_named_with_spaces_after_the_commas_are_the_sensors() -> None:
+    # --sensors "lidar_top, cam_front" said "unknown sensor(s):  cam_front" (the space kept in the name).
+    import argparse
+
+    from perception.cli._common import sensors_option
+
+    assert sensors_option(argparse.Namespace(sensors="lidar_top, cam_front ,")) == ["lidar_top", "cam_front"]
+    assert sensors_option(argparse.Namespace(sensors=None)) is None

@@ -14,6 +14,8 @@ from reliability_helpers import profile_data, write_drive, write_profile
 from perception.cli import main
 from perception.server import EmbeddedTriton
 
+ROOT = Path(__file__).resolve().parents[2]
+
 SLEEPY = {"lidar_top": "sleepy_lidar", "radar_front": "sleepy_radar", "cam_front": "sleepy_camera"}
 FRAMES = 4
 
@@ -192,3 +194,21 @@ def test_the_verdict_says_over_how_many_frames_when_frames_were_dropped() -> Non
     )
     assert verdict_line(200, 99, ["total"], shed).startswith("budget 200 ms at p99: FAIL (total) over the 39")
     assert verdict_line(200, 99, [], RunCounters(frames=4, ok=4)) == "budget 200 ms at p99: PASS"
+
+
+def test_a_profile_whose_model_repository_is_not_there_names_it_and_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A profile written outside launch/ takes its relative server.models ("models") from its own folder;
+    # where there is none the error was "model 'lidar_detector' (and ...) of sensor 'lidar_top' is not in
+    # this model repository (models there: none)", of a folder that does not exist. Now it says that, naming
+    # the profile and its key, before any server starts (exit 2).
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("budget: {total_ms: 200}\n")
+    drive = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+    assert main(["budget", str(drive), "--config", str(profile), "--budget-ms", "200", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"perception budget: error: {profile}: server.models: model repository {tmp_path / 'models'} does not exist"
+    ), err
+    assert err.count("\n") == 1, err

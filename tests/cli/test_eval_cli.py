@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reliability_helpers import profile_data, write_drive, write_profile
@@ -132,3 +133,48 @@ def test_eval_with_an_empty_url_is_a_usage_error(urban_drive: Path, capsys: pyte
     printed, err = capsys.readouterr()
     assert printed == ""
     assert err == "perception eval: error: --url: must be 'embedded' or host:port, got ''\n"
+
+
+def test_eval_scores_only_the_sensors_enabled(
+    triton: EmbeddedTriton, urban_drive: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `perception eval --sensors lidar_top,radar_front` replayed and scored every sensor (evaluate_modes
+    # enabled them all again): the "fused" row listed both cameras, a silent wrong result. Now the modes
+    # are scored on the sensors enabled, and a mode with none of them is skipped.
+    argv = ["eval", str(urban_drive), "--url", triton.grpc_url, "--sensors", "lidar_top,radar_front", "--json"]
+    assert main(argv) == 0
+    modes = json.loads(capsys.readouterr().out)
+    assert modes["fused"]["sensors"] == ["lidar_top", "radar_front"]
+    assert modes["camera_only"]["mAP"] is None and modes["camera_only"]["skipped"] == "no enabled sensor"
+    assert modes["no_camera"]["sensors"] == ["lidar_top", "radar_front"]
+
+
+def test_eval_stopped_mid_run_scores_what_it_replayed_and_says_so(
+    triton: EmbeddedTriton,
+    urban_drive: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A Ctrl-C during the replay logged "stopping after in-flight frames" but the replay was not given the
+    # stop: it ran to its end, scored and exited 0. Now it stops, scores the frames replayed, marks every
+    # mode (and eval.md) interrupted and exits 130. The stop is set by the first frame's result, as the
+    # first Ctrl-C sets it.
+    import perception.cli._eval as cli_eval
+    from perception.replay import each_frame
+
+    real = cli_eval.evaluate_modes
+
+    async def stopped_after_one_frame(*args: Any, stop: Any = None, **kwargs: Any) -> Any:
+        sinks = [each_frame(lambda _: stop.set())] if stop is not None else []
+        return await real(*args, **({"stop": stop} if stop is not None else {}), sinks=sinks, **kwargs)
+
+    monkeypatch.setattr(cli_eval, "evaluate_modes", stopped_after_one_frame)
+    out = tmp_path / "eval"
+    assert main(["eval", str(urban_drive), "--url", triton.grpc_url, "--json", "--out", str(out)]) == 130
+    printed, err = capsys.readouterr()
+    modes = json.loads(printed)
+    assert all(summary["interrupted"] is True for summary in modes.values()), modes
+    assert json.loads((out / "eval.json").read_text()) == modes
+    assert "**Interrupted**" in (out / "eval.md").read_text()
+    assert "interrupted: the scores cover the " in err, err

@@ -90,6 +90,35 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         load_config(write(tmp_path, "sensors:\n  - {name: [\n"))
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1" + "0" * 400])
+def test_a_number_that_is_not_finite_names_the_key(tmp_path: Path, value: str) -> None:
+    # YAML's .nan passed every limit check (NaN > 0 is False, so no check fired): `perception config`
+    # printed "total_ms": NaN, exit 0, and a run had a NaN ms budget; .inf the same; an integer too large
+    # for a float was an OverflowError traceback.
+    path = write(tmp_path, GOOD.replace("total_ms: 100", f"total_ms: {value}"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: budget.total_ms: expected a finite number, got "), info.value
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("budget: {total_ms: !!float abc}\n", "could not convert string to float: 'abc'"),
+        ("server: {url: 2001-02-30}\n", "day is out of range for month"),
+        ("budget: {total_ms: 1" + "0" * 5000 + "}\n", "Exceeds the limit (4300 digits)"),
+        ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+    ],
+)
+def test_yaml_that_pyyaml_cannot_construct_is_one_line(tmp_path: Path, text: str, words: str) -> None:
+    # PyYAML raises these as ValueError / RecursionError, not YAMLError: each was a traceback.
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: invalid YAML: ") and words in msg and "\n" not in msg, msg
+
+
 def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
     text = GOOD + "output: !!python/object/apply:os.system ['echo pwned']\n"
     with pytest.raises(ConfigError, match="invalid YAML"):
@@ -131,3 +160,26 @@ def test_decode_is_a_sensor_setting_with_errors_naming_the_sensor(tmp_path: Path
         load_config(write(tmp_path, head + "sensors:\n  - {name: lidar_top, kind: lidar, model: m, decode: server}\n"))
     with pytest.raises(ConfigError, match=r"sensor_defaults\.camera\.decode: expected one of 'auto', 'client'"):
         load_config(write(tmp_path, head + "sensor_defaults:\n  camera: {model: auto, decode: gpu}\n"))
+
+
+@pytest.mark.parametrize("url", ["host:99999", "host:0", "not a url", "host:", ":8001", "http://host:8001"])
+def test_a_url_of_the_wrong_form_is_refused_naming_the_option_or_key(tmp_path: Path, url: str) -> None:
+    # --url host:99999 (or a profile's server.url) was taken: the run waited 10 s for a name that cannot
+    # resolve, then "no answer for 10 s: server unavailable: errors resolving host:99999" (exit 1); an
+    # http:// one was refused by the client as "triton.urls: ...", a key no one wrote.
+    cfg = load_config(write(tmp_path, GOOD))
+    with pytest.raises(ConfigError) as info:
+        with_overrides(cfg, url=url)
+    assert info.value.key == "--url" and repr(url) in info.value.message, info.value
+    profile = write(tmp_path, GOOD + f"server: {{url: {url!r}}}\n", "url.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_config(profile)
+    assert str(info.value).startswith(f"{profile}: server.url: "), info.value
+    with pytest.raises(ConfigError, match=r"server\.replicas: "):
+        load_config(write(tmp_path, GOOD + f"server: {{url: 'h:1', replicas: [{url!r}]}}\n", "replicas.yaml"))
+
+
+@pytest.mark.parametrize("url", ["embedded", "127.0.0.1:8001", "[::1]:8001", "triton.local:1", "unix:/run/triton.sock"])
+def test_a_url_of_a_good_form_is_taken(tmp_path: Path, url: str) -> None:
+    cfg = with_overrides(load_config(write(tmp_path, GOOD)), url=url)
+    assert cfg.server.url == url

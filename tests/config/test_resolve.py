@@ -130,3 +130,22 @@ def test_a_vehicle_s_cameras_get_the_real_camera_model() -> None:
         assert session.config.sensor("lidar_top").model == "lidar_detector"
     live = LiveRuntime(cfg, RIG, fusion=None)  # not started
     assert [s.model for s in live.config.sensors if s.kind == "camera"] == ["yolox_nano", "yolox_nano"]
+
+
+def test_sensors_enabled_by_a_run_choose_a_trigger_left_to_the_drive(tmp_path: Path) -> None:
+    # Session.with_overrides(sensors=...) (every command's --sensors) kept the trigger chosen from all the
+    # rig's sensors: the lidar, even when the run left it out. A trigger the profile names, or a rate, stays.
+    from perception.scheduler import Session
+    from perception.types import SessionSource
+
+    session = Session.assemble(load_config(ROOT / "launch" / "replay.yaml"), SessionSource.live(RIG))
+    assert session.config.trigger.sensor == "lidar_top"
+    assert session.with_overrides(sensors=["radar_front", "cam_front"]).config.trigger.sensor == "cam_front"
+    assert session.with_overrides(sensors=["radar_front"]).config.trigger.sensor == "radar_front"
+    assert session.with_overrides(sensors=["lidar_top", "cam_back"]).config.trigger.sensor == "lidar_top"
+    assert session.with_overrides(url="127.0.0.1:1").config.trigger.sensor == "lidar_top"
+    for text, trigger in (("{sensor: lidar_top}", ("lidar_top", None)), ("{rate_hz: 10}", (None, 10))):
+        profile = tmp_path / "p.yaml"
+        profile.write_text(f"trigger: {text}\n")
+        named = Session.assemble(load_config(profile), SessionSource.live(RIG)).with_overrides(sensors=["cam_front"])
+        assert (named.config.trigger.sensor, named.config.trigger.rate_hz) == trigger

@@ -416,6 +416,25 @@ def test_model_quality_output_folder_that_cannot_be_made_is_refused_before_anyth
     assert err.count("\n") == 1, err
 
 
+def test_model_quality_on_a_repository_without_the_models_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --models DIR lacking the models: the drive was generated, the embedded server started and waited
+    # 30 s, then "camera_detector: not ready after 30 s: model is not ready" (exit 1). Now the models
+    # missing are named at once (the check the runtime's embedded server makes), exit 2.
+    repo = tmp_path / "models"
+    (repo / "lidar_detector").mkdir(parents=True)
+    kept = tmp_path / "drive.mcap"
+    argv = ["model-quality", "--seed", "1", "--duration", "1", "--models", str(repo), "--keep-drive", str(kept)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"perception model-quality: error: {repo}: model 'camera_detector' (and 'radar_detector') of sensor "
+    ), err
+    assert "is not in this model repository (models there: lidar_detector)" in err and err.count("\n") == 1, err
+    assert not kept.exists()  # nothing generated
+
+
 # -- kinds beyond the built-in ones -------------------------------------------------------------------
 
 

@@ -111,16 +111,43 @@ def test_a_fault_on_a_sensor_not_enabled_is_a_usage_error(option: str, capsys: p
     assert err.startswith(message) and "Traceback" not in err and err.count("\n") == 1, err
 
 
-def test_sensors_leaving_out_the_trigger_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_sensors_leaving_out_the_trigger_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # It said "trigger.sensor: trigger sensor 'lidar_top' is not configured", of a sensor the drive and the
-    # profile have: --sensors had left it out, which the message named neither, nor what to do.
-    assert main(["live", str(DRIVE), "--url", "127.0.0.1:1", "--sensors", "radar_rear,cam_front"]) == 2
+    # profile have: --sensors had left it out, which the message named neither, nor what to do. (A trigger
+    # the profile names: one it leaves to the drive is chosen from the sensors enabled, the next test.)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("trigger: {sensor: lidar_top}\n")
+    argv = ["live", str(DRIVE), "--config", str(profile), "--url", "127.0.0.1:1", "--sensors", "radar_rear,cam_front"]
+    assert main(argv) == 2
     _, err = capsys.readouterr()
     assert err.startswith(
         "perception live: error: trigger.sensor: trigger sensor 'lidar_top' is not enabled "
         "(enabled: cam_front, radar_rear): enable it (--sensors), or trigger by another sensor"
     ), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("command", ["live", "replay"])
+def test_a_trigger_left_to_the_drive_is_chosen_from_the_sensors_enabled(command: str) -> None:
+    # The profile's trigger left to the drive was resolved before --sensors applied: the lidar, which
+    # `perception live --sensors radar_rear,cam_front` then refused as "trigger sensor 'lidar_top' is not
+    # enabled ... enable it", of a trigger the user never chose (replay let the lidar it does not run clock
+    # the frames). Now both commands trigger on the first camera of the sensors run, as a drive without a
+    # lidar does, by one rule (perception.config.auto_trigger).
+    import argparse
+
+    from perception.cli._common import open_session
+    from perception.live import check_trigger
+
+    args = argparse.Namespace(command=command, config=None, drive=str(DRIVE), url=None)
+    for sensors, trigger in (("radar_rear,cam_front", "cam_front"), ("radar_rear,radar_front", "radar_front")):
+        with open_session(argparse.Namespace(**vars(args), sensors=sensors)) as (_, session):
+            assert session.config.trigger.sensor == trigger, sensors
+            check_trigger([s.name for s in session.config.active_sensors], session.config.trigger)
+    with open_session(argparse.Namespace(**vars(args), sensors=None)) as (_, session):
+        assert session.config.trigger.sensor == "lidar_top"
 
 
 def test_a_truncated_drive_is_refused_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -694,7 +694,8 @@ def test_camera_info_is_checked_again_after_a_reconfigure(
 
 def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path) -> None:
     # It configured ("configured: 1 sensors ... (trigger lidar_top)") and failed at activate with "trigger
-    # sensor 'lidar_top' is not configured": a lifecycle manager saw a node configured that cannot run.
+    # sensor 'lidar_top' is not configured": a lifecycle manager saw a node configured that cannot run. (A
+    # trigger the profile names: one it leaves to the drive is chosen from the sensors enabled.)
     import rclpy
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
@@ -702,7 +703,7 @@ def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path
     from perception.errors import ConfigError
     from perception.ros._node import FusionNode
 
-    profile = write_profile(tmp_path / "ros.yaml")
+    profile = write_profile(tmp_path / "ros.yaml", extra="trigger: {sensor: lidar_top}\n")
     context = rclpy.Context()
     rclpy.init(context=context)
     params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1", "sensors": "radar_rear"}

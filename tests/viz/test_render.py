@@ -337,3 +337,25 @@ def test_a_drive_named_in_report_json_that_is_not_there_says_where_it_came_from(
         f"perception render: error: drives/moved.mcap: drive not found (named in {tmp_path / 'report.json'}): "
         "pass --drive\n"
     )
+
+
+def test_render_with_a_drive_that_was_not_replayed_is_refused(
+    small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --drive naming another drive of the same rig (another seed) rendered that drive's points under the
+    # replay's boxes, the cameras left out (none of the frame's samples found), exit 0. Now refused.
+    from viz_fixtures import gt_results
+
+    from perception.sim import generate_drive
+
+    with DriveReader(small_drive) as reader:
+        results = gt_results(reader)
+    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    other = tmp_path / "other.mcap"
+    generate_drive(other, scenario="urban", seed=8, duration_s=0.5)
+    code = main(["render", str(tmp_path), "--frame", str(FRAME), "--drive", str(other), "--out", str(tmp_path / "png")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"perception render: error: {other}: has no ") and "not the drive that was replayed" in err
+    assert err.count("\n") == 1, err
+    assert not list((tmp_path / "png").glob("*.png"))

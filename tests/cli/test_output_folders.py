@@ -1,0 +1,41 @@
+"""Every command that replays a drive makes its output folders before the run, or refuses naming the option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perception.cli import main
+from perception.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
+#: A folder no one can make, root included (Linux's /proc).
+UNMAKEABLE = Path("/proc/perception-no-such-folder")
+
+COMMANDS = {
+    "replay": ["--no-progress"],
+    "budget": ["--budget-ms", "100", "--no-progress"],
+    "eval": ["--no-progress"],
+    "live": [],
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [(c, o) for c in COMMANDS for o in ("--out", "--trace-out") if not (c == "eval" and o == "--trace-out")],
+)
+def test_an_output_folder_that_cannot_be_made_is_refused_before_anything_runs(
+    command: str, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `perception budget --out /proc/x` said "error: /proc/x: No such file or directory" (exit 1, the option
+    # not named); its --trace-out the same once the embedded server had started; replay's after connecting.
+    # Only `perception live` made them first. Now every command: exit 2 naming the option, before the server.
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there: nothing may be tried before the refusal
+    target = UNMAKEABLE if option == "--out" else UNMAKEABLE / "trace.json"
+    assert main([command, str(DRIVE), "--url", url, *COMMANDS[command], option, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perception {command}: error: {option}: cannot create directory {UNMAKEABLE}: "), err
+    assert err.count("\n") == 1, err
