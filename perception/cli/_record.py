@@ -18,7 +18,7 @@ import anyio
 from perception.cli._args import non_negative_int, output_file, within
 from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
 from perception.config import load_config
-from perception.errors import ConfigError, PerceptionError
+from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.record import (
     AsRecordedOutcome,
     Divergence,
@@ -53,7 +53,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
         "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
         "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
-        "is; FILE's "
+        "is, nor any other file of their names (FILE, FILE-0001.mcap...) that is not a recording's segment: "
+        "refused before the run; FILE's "
         "directory is made when missing",
     )
     p.add_argument(
@@ -110,6 +111,10 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
         raise ConfigError(
             f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="record"
         )
+    try:  # only an earlier recording's segments are replaced: never a drive or other file of their names
+        rec.check_replaceable()
+    except DriveError as exc:
+        raise ConfigError(exc.message, file=exc.file, key="--record") from exc
     return rec
 
 

@@ -971,6 +971,56 @@ def test_an_earlier_recording_at_the_path_is_replaced_whole(tmp_path: Path, capl
     assert out.first is None and out.segments == shorter and out.compared == out.equal == 27
 
 
+@pytest.mark.parametrize("where", ["run-0001.mcap", "run-0003.mcap", "run.mcap"])
+@pytest.mark.parametrize("what", ["drive", "other mcap", "text"])
+def test_a_file_of_a_segments_name_that_is_not_a_recording_is_never_replaced(
+    tmp_path: Path, where: str, what: str
+) -> None:
+    # a user's drive (or another tool's MCAP, any file) named as a segment of the recording was deleted whole by
+    # the recording's start, as an earlier recording's segment (FILE itself, a plain drive, too)
+    run = tmp_path / "run.mcap"
+    other = tmp_path / where
+    if what == "drive":
+        other.write_bytes(DRIVE.read_bytes())
+    elif what == "other mcap":
+        with other.open("wb") as f:
+            writer = Writer(f)
+            writer.start("", "another tool")
+            writer.add_metadata("perception.drive", {"format": "4"})
+            writer.finish()
+    else:
+        other.write_text("notes\n")
+    before = other.read_bytes()
+    rec = RunRecorder(run, RecordOptions())
+    with pytest.raises(DriveError, match=rf"{where}: exists and is not a segment of a recording: move it or"):
+        rec.__enter__()
+    with pytest.raises(DriveError, match="is not a segment of a recording"):
+        _record(run, RecordOptions(), frames=3)
+    assert other.read_bytes() == before and rec.state is Lifetime.UNOPENED
+    # what the recorder refuses on entering, its first run's beginning refuses too (a file appearing meanwhile)
+    other.unlink()
+    late = RunRecorder(run, RecordOptions())
+    refused = pytest.raises(PerceptionError, match=rf"{where}: exists and is not a segment of a recording")
+    with refused, DriveReader(DRIVE) as reader, late:
+        other.write_bytes(before)
+        late.begin(Session.assemble(load_config(REPLAY_PROFILE), reader.source))
+    assert other.read_bytes() == before
+
+
+def test_a_segment_cut_short_before_its_metadata_is_replaced(tmp_path: Path) -> None:
+    # a run that crashed leaves a segment empty or with the MCAP magic and nothing readable: recording again works
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(), frames=3)
+    whole = run.read_bytes()
+    assert fmt.is_replaceable_segment(run)
+    cuts = {"run.mcap": whole[:8], "run-0001.mcap": b"", "run-0002.mcap": whole[:20], "run-0003.mcap": whole[:3]}
+    for name, data in cuts.items():
+        (tmp_path / name).write_bytes(data)
+        assert fmt.is_replaceable_segment(tmp_path / name), name
+    _record(run, RecordOptions(), frames=3)
+    assert RunRecorder(run).files() == [run]
+
+
 def test_a_recording_that_cannot_be_written_fails_loudly_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
