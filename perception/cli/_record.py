@@ -138,7 +138,9 @@ def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(
-        f"recorded {rec.path}: {rec.stats['fused']} frames fused, {rec.stats['frames']} results, "
+        f"recorded {rec.path}: {rec.stats['fused']} frames fused, "
+        + (f"{rec.stats['predicted']} shed (predicted), " if rec.stats["predicted"] else "")
+        + f"{rec.stats['frames']} results, "
         f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
         + (f"; GAPS {gaps}" if gaps else "")
         + (f"; {cut}" if cut else "")
@@ -195,7 +197,9 @@ _NOT_AS_RECORDED = {
 def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
     """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``);
     ``unreadable``: segment 0's name, where it is there but could not be read (damaged)."""
-    gone = start["fused_in_segments_gone"]
+    gone = f"{start['fused_in_segments_gone']} frame(s) fused" + (
+        f" and {predicted} shed frame(s) predicted" if (predicted := start.get("predicted_in_segments_gone")) else ""
+    )
     why = "rotated away" if unreadable is None else f"({unreadable}) unreadable"
     line = f"as recorded: segment 0 {why}, replayed from {start['segment']}: "
     if start["fusion_seq"] is None:
@@ -213,7 +217,7 @@ def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
     left = start["results_not_replayed"]
     return (
         f"{line}{at}; {start['taken_as_recorded']} frame(s) taken as recorded (their recorded detections, not "
-        f"compared); {gone} frame(s) fused in the segments gone not replayed"
+        f"compared); {gone} in the segments gone not replayed"
         + (f" ({left} of their results, delivered in the segments kept, left out)" if left else "")
     )
 
@@ -269,9 +273,11 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
         )
     else:
-        shed = f", {report['shed']} shed (predicted)" if report["shed"] else ""
+        # the predictions compared are the shed frames': "fused" counts the frames fusion was given alone
+        fused, predicted = outcome.compared - outcome.predicted, outcome.predicted
+        shed = f", {predicted} shed (predicted)" if predicted else ""
         n = len(outcome.results)
-        sys.stdout.write(f"as recorded: {outcome.compared} frames fused{shed}, every digest equal ({n} results)\n")
+        sys.stdout.write(f"as recorded: {fused} frames fused{shed}, every digest equal ({n} results)\n")
     for name, damage in outcome.damage.items():
         sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
     if outcome.drive_error is not None:

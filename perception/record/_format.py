@@ -56,6 +56,7 @@ __all__ = [
     "FUSION_TOPIC",
     "META_EGO",
     "META_FORMAT",
+    "META_PREDICTED_BEFORE",
     "META_RUN",
     "META_SEGMENT",
     "READABLE_VERSIONS",
@@ -101,6 +102,10 @@ META_RUN = "record.run"
 #: ``source``: fusion read the source's ego poses (a replay's drive: on ``/ego/odometry``); ``frame``: only
 #: each frame's own pose (live: the poses the host pushed).
 META_EGO = "record.fusion_ego"
+#: How many shed frames' predictions the recording's fusion order held before the segment (over every run; not
+#: in recordings made before it was added): with the segment's first turn (its ``seq``), a replay from a kept
+#: segment tells the frames fused in the segments rotated away from those predicted there.
+META_PREDICTED_BEFORE = "record.predicted_before"
 
 
 def points_topic(sensor: str) -> str:

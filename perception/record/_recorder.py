@@ -607,7 +607,11 @@ class RunRecorder:
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
-        meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
+        meta = {
+            **self._metadata,
+            fmt.META_SEGMENT: str(self._segment),
+            fmt.META_PREDICTED_BEFORE: str(self.stats["predicted"]),  # (the writer's: those written before it)
+        }
         writer = DriveWriter(
             path,
             self._rig,

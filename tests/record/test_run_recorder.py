@@ -535,6 +535,47 @@ def test_a_shed_frame_right_after_a_frame_taken_as_recorded_is_where_a_rotated_r
     assert starts[True] > 0, starts
 
 
+def test_frames_fused_and_shed_frames_predicted_are_counted_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'as recorded: N frames fused, M shed' counted the predictions compared among the N fused, and the frames
+    # 'fused in the segments gone' of a rotated recording were its fusion turns, the predictions among them
+    run = tmp_path / "run.mcap"
+    stats = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), results_of=_lidar_answer, shed=3)
+    assert stats["fused"] > 0 and stats["predicted"] > 0
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 0
+    said = f"as recorded: {stats['fused']} frames fused, {stats['predicted']} shed (predicted), every digest equal"
+    assert said in capsys.readouterr().out
+    report = json.loads((tmp_path / "as" / "as_recorded.json").read_text())["as_recorded"]
+    total = stats["fused"] + stats["predicted"]
+    assert (report["compared"], report["compared_predicted"]) == (total, stats["predicted"])
+    segs = fmt.segments(run)
+    assert len(segs) >= 3
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for seg in segs[2:]:
+        (kept / seg.name).write_bytes(seg.read_bytes())
+    gone = [r for seg in segs[:2] for r in _fusion_records(seg)]
+    predicted = sum(1 for r in gone if r.get("predicted"))
+    assert 0 < predicted < len(gone)
+    argv = ["replay", str(kept / run.name), "--as-recorded", "--config", str(REPLAY_PROFILE)]
+    assert main([*argv, "--out", str(tmp_path / "as_kept")]) == 0
+    start = json.loads((tmp_path / "as_kept" / "as_recorded.json").read_text())["as_recorded"]["start"]
+    assert (start["fused_in_segments_gone"], start["predicted_in_segments_gone"]) == (len(gone) - predicted, predicted)
+    said = f"{len(gone) - predicted} frame(s) fused and {predicted} shed frame(s) predicted in the segments gone"
+    assert said in capsys.readouterr().out
+
+
+def test_the_recorded_line_counts_shed_frames_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perception.cli._record import report_recording
+
+    rec = RunRecorder(tmp_path / "run.mcap")
+    rec.stats.update(segments=1, fused=7, predicted=2, frames=10, samples=40)
+    report_recording(rec)
+    assert f"recorded {rec.path}: 7 frames fused, 2 shed (predicted), 10 results, 40 samples" in capsys.readouterr().out
+
+
 def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
     results = {n: SensorResult(n, SensorStatus.LATE) for n in frame.samples}
     dets, _ = fusion(frame, results)
