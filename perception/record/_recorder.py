@@ -13,6 +13,7 @@ reader derives them (``_format.fusion_digests``).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -607,6 +608,9 @@ class RunRecorder:
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
+        if path.exists() and not fmt.is_replaceable_segment(path):  # appeared since the run began: not overwritten
+            exists = FileExistsError(errno.EEXIST, "exists", str(path))  # (an I/O failure: it ends the recording)
+            raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exists
         meta = {
             **self._metadata,
             fmt.META_SEGMENT: str(self._segment),

@@ -1048,6 +1048,22 @@ def test_a_file_of_a_segments_name_that_is_not_a_recording_is_never_replaced(
     assert other.read_bytes() == before
 
 
+def test_a_file_appearing_under_a_later_segments_name_is_not_overwritten_by_the_rotation(tmp_path: Path) -> None:
+    # the check at the start saw no run-0001.mcap; one made during the run was overwritten by the rotation
+    run = tmp_path / "run.mcap"
+    other = tmp_path / "run-0001.mcap"
+
+    def results_of(n: int, frame: Frame) -> dict[str, SensorResult]:
+        if n == 0:
+            other.write_bytes(DRIVE.read_bytes()[:100_000])
+        return _lidar_answer(n, frame)
+
+    with pytest.raises(PerceptionError, match=r"run-0001\.mcap: exists and is not a segment of a recording"):
+        _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), results_of=results_of)
+    assert other.read_bytes() == DRIVE.read_bytes()[:100_000]
+    assert fmt.is_replaceable_segment(run) and fmt.segments(run) == [run, other]
+
+
 def test_a_segment_cut_short_before_its_metadata_is_replaced(tmp_path: Path) -> None:
     # a run that crashed leaves a segment empty or with the MCAP magic and nothing readable: recording again works
     run = tmp_path / "run.mcap"
