@@ -31,6 +31,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "rate",
+    "speed",
     "within",
 ]
 
@@ -134,3 +135,11 @@ def rate(text: str) -> Rate:
         return parse_rate(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def speed(text: str) -> float:
+    """A playback speed factor (``ros play --rate``): a multiplier within :func:`rate`'s bounds, no name."""
+    value = rate(text)
+    if isinstance(value, str):
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}")
+    return value

@@ -18,7 +18,7 @@ import anyio
 from perception.cli._args import non_negative_int, output_file, within
 from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
 from perception.config import load_config
-from perception.errors import ConfigError, PerceptionError
+from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.record import (
     AsRecordedOutcome,
     Divergence,
@@ -53,7 +53,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
         "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
         "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
-        "is; FILE's "
+        "is, nor any other file of their names (FILE, FILE-0001.mcap...) that is not a recording's segment: "
+        "refused before the run; FILE's "
         "directory is made when missing",
     )
     p.add_argument(
@@ -110,6 +111,10 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
         raise ConfigError(
             f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="record"
         )
+    try:  # only an earlier recording's segments are replaced: never a drive or other file of their names
+        rec.check_replaceable()
+    except DriveError as exc:
+        raise ConfigError(exc.message, file=exc.file, key="--record") from exc
     return rec
 
 
@@ -133,7 +138,9 @@ def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(
-        f"recorded {rec.path}: {rec.stats['fused']} frames fused, {rec.stats['frames']} results, "
+        f"recorded {rec.path}: {rec.stats['fused']} frames fused, "
+        + (f"{rec.stats['predicted']} shed (predicted), " if rec.stats["predicted"] else "")
+        + f"{rec.stats['frames']} results, "
         f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
         + (f"; GAPS {gaps}" if gaps else "")
         + (f"; {cut}" if cut else "")
@@ -190,7 +197,9 @@ _NOT_AS_RECORDED = {
 def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
     """Where a replay of a recording whose segment 0 was rotated away started (``AsRecordedOutcome.start``);
     ``unreadable``: segment 0's name, where it is there but could not be read (damaged)."""
-    gone = start["fused_in_segments_gone"]
+    gone = f"{start['fused_in_segments_gone']} frame(s) fused" + (
+        f" and {predicted} shed frame(s) predicted" if (predicted := start.get("predicted_in_segments_gone")) else ""
+    )
     why = "rotated away" if unreadable is None else f"({unreadable}) unreadable"
     line = f"as recorded: segment 0 {why}, replayed from {start['segment']}: "
     if start["fusion_seq"] is None:
@@ -208,7 +217,7 @@ def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
     left = start["results_not_replayed"]
     return (
         f"{line}{at}; {start['taken_as_recorded']} frame(s) taken as recorded (their recorded detections, not "
-        f"compared); {gone} frame(s) fused in the segments gone not replayed"
+        f"compared); {gone} in the segments gone not replayed"
         + (f" ({left} of their results, delivered in the segments kept, left out)" if left else "")
     )
 
@@ -264,9 +273,11 @@ def run_as_recorded(args: argparse.Namespace) -> int:
             f"as recorded: {outcome.equal} of {outcome.compared} frames equal; diverged {report['diverged']}\n"
         )
     else:
-        shed = f", {report['shed']} shed (predicted)" if report["shed"] else ""
+        # the predictions compared are the shed frames': "fused" counts the frames fusion was given alone
+        fused, predicted = outcome.compared - outcome.predicted, outcome.predicted
+        shed = f", {predicted} shed (predicted)" if predicted else ""
         n = len(outcome.results)
-        sys.stdout.write(f"as recorded: {outcome.compared} frames fused{shed}, every digest equal ({n} results)\n")
+        sys.stdout.write(f"as recorded: {fused} frames fused{shed}, every digest equal ({n} results)\n")
     for name, damage in outcome.damage.items():
         sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
     if outcome.drive_error is not None:

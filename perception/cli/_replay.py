@@ -62,7 +62,7 @@ def register(sub: Any) -> None:
         "--rate",
         type=rate,
         default="1.0",
-        help="1.0 = recorded speed (any multiplier), 'max', or 'lockstep' (default: 1.0)",
+        help="1.0 = recorded speed (a multiplier from 0.01 to 1000), 'max', or 'lockstep' (default: 1.0)",
     )
     p.add_argument("--out", type=output_dir, default=Path("out"), help="output directory (default: out)")
     p.add_argument("--raw-outputs", action="store_true", help="also write each sensor's raw model outputs")

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from perception.cli._args import speed
 from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
 from perception.cli._exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from perception.cli._record import add_record_options, recorder, recording
@@ -79,7 +80,9 @@ def register(sub: Any) -> None:
     pl.add_argument("--config", type=Path, default=None, help="launch profile whose ros.topics rename topics")
     pl.add_argument("--from", dest="start", type=float, default=0.0, metavar="S", help="start S seconds into the drive")
     pl.add_argument("--to", dest="end", type=float, default=None, metavar="S", help="stop S seconds into the drive")
-    pl.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default: 1.0)")
+    pl.add_argument(
+        "--rate", type=speed, default=1.0, help="playback speed factor, 0.01 to 1000 (default: %(default)s)"
+    )
     pl.add_argument(
         "--wait-subscribers",
         type=float,
@@ -141,19 +144,17 @@ def run_play_cmd(args: argparse.Namespace) -> int:
 
 
 def _check_play_numbers(args: argparse.Namespace) -> None:
-    """``--rate``, ``--from``, ``--to`` and ``--wait-subscribers``: a :class:`ConfigError` naming the option.
+    """``--from``, ``--to`` and ``--wait-subscribers``: a :class:`ConfigError` naming the option (``--rate``:
+    refused while parsing, :func:`perception.cli._args.speed`).
     (NaN passed ``<= 0``, then crashed the player: a traceback, or one per sensor thread and exit 0; a
     negative wait was silently no wait.)"""
     for key, value in (
-        ("--rate", args.rate),
         ("--from", args.start),
         ("--to", args.end),
         ("--wait-subscribers", args.wait_subscribers),
     ):
         if value is not None and not math.isfinite(value):
             raise ConfigError(f"must be a finite number, got {value}", key=key)
-    if args.rate <= 0:
-        raise ConfigError(f"must be > 0, got {args.rate}", key="--rate")
     for key, value in (("--from", args.start), ("--wait-subscribers", args.wait_subscribers)):
         if value < 0:
             raise ConfigError(f"must be >= 0, got {value}", key=key)

@@ -138,7 +138,13 @@ class DriveReader:
         return DriveError(message, file=str(self.path), **context)
 
     def _open(self, sensors: list[str] | None) -> None:
-        if self._file.read(len(MAGIC)) != MAGIC:
+        head = self._file.read(len(MAGIC))
+        if head != MAGIC:
+            if head and MAGIC.startswith(head):  # cut within the magic (a writer that died at once): damage (an
+                # empty file is nothing: not an MCAP file)
+                self._truncated_at = len(head)
+                self.truncated = self._damaged(f"truncated at byte {len(head)} before any message", offset=len(head))
+                raise self.damage.error(str(self.path))
             raise self._err("not an MCAP file (bad magic)")
         summary = self._read_summary()
         unindexed: list[ChunkIndex] = []
@@ -204,8 +210,10 @@ class DriveReader:
             damage = self.damage
             if not damage.data_lost or isinstance(exc, DriveDamagedError):
                 raise
-            # the cause is most likely the damage: say so
-            raise DriveError(f"{exc.message} ({damage.first_problem()})", **exc.context) from exc
+            # the cause is most likely the damage (a drive truncated before its channels: "no channel for
+            # lidar sensor"): a damaged drive, as any other (the CLI's exit 3), naming the damage and its effect
+            said = damage.error(str(self.path))
+            raise DriveDamagedError(f"{said.message}: {exc.message}", **{**exc.context, **said.context}) from exc
         if self._strict and self._bad:  # found by the scan: an error before anything is read
             first = min(self._bad.values(), key=lambda c: c.offset)
             raise self._damaged(first.describe(), offset=first.offset)

@@ -13,6 +13,7 @@ reader derives them (``_format.fusion_digests``).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -70,6 +71,8 @@ _WAKE_RESULTS = 32
 #: its size, the chunk being filled not counted: it ends at most a chunk and a message over; 4 MiB chunks made a
 #: 1 MiB segment 4.3 MB).
 _CHUNK_BYTES = 4 * 2**20
+#: Why a file where the recording would replace an earlier one's segment is refused (RunRecorder.check_replaceable).
+_NOT_A_SEGMENT = "exists and is not a segment of a recording: move it or record to another name"
 #: Sample bytes waiting that wake the writer (a chunk's worth; see RunRecorder._put): what the queue pins is
 #: bounded by bytes, not only by frames (32 frames of a 12-sensor rig are ~200 MB; of the bundled drive 17 MB,
 #: freed in bursts between the run's transient buffers: its heap grew and was faulted in again).
@@ -233,6 +236,7 @@ class RunRecorder:
 
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
+        self.check_replaceable()
         self._thread.start()
         self._state = Lifetime.OPENED
         return self
@@ -249,7 +253,17 @@ class RunRecorder:
         entering the recorder: a run that fails to start (a ROS node whose profile is not there) leaves it."""
         return fmt.segments(self.path)
 
+    def check_replaceable(self) -> None:
+        """Refuse (:class:`DriveError` naming the file) when a file the recording would replace (:meth:`files`:
+        ``path``, ``<stem>-0001.mcap``... by their names) is not a segment of a recording -- a drive, another
+        tool's MCAP, any other file: only a recording's segments (or one cut short before its metadata, by a
+        crash) are ever deleted or overwritten. Entering the recorder and its first run's beginning check."""
+        for f in self.files():
+            if not fmt.is_replaceable_segment(f):
+                raise DriveError(_NOT_A_SEGMENT, file=str(f))
+
     def _replace_earlier(self) -> None:
+        self.check_replaceable()  # (again: a file may have appeared since the recorder was entered)
         earlier = self.files()
         for old in earlier:
             try:
@@ -407,7 +421,8 @@ class RunRecorder:
                     try:
                         self._write(*item)
                     except DriveError as exc:
-                        if isinstance(exc.__cause__, OSError):  # the file could not be created or written
+                        # the file could not be created or written, or an earlier one not replaced
+                        if isinstance(exc.__cause__, OSError) or item[0] == "begin":
                             raise
                         self.stats["refused"] += 1  # the drive format refuses the sample
                         log.debug("recording: %s", exc)
@@ -593,7 +608,14 @@ class RunRecorder:
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
-        meta = {**self._metadata, fmt.META_SEGMENT: str(self._segment)}
+        if path.exists() and not fmt.is_replaceable_segment(path):  # appeared since the run began: not overwritten
+            exists = FileExistsError(errno.EEXIST, "exists", str(path))  # (an I/O failure: it ends the recording)
+            raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exists
+        meta = {
+            **self._metadata,
+            fmt.META_SEGMENT: str(self._segment),
+            fmt.META_PREDICTED_BEFORE: str(self.stats["predicted"]),  # (the writer's: those written before it)
+        }
         writer = DriveWriter(
             path,
             self._rig,

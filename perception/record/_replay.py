@@ -103,7 +103,8 @@ class AsRecordedOutcome:
     """Every recorded frame's result as replayed (in the recorded delivery order) and the comparison."""
 
     results: list[FrameResult] = field(default_factory=list)
-    compared: int = 0  # frames that reached fusion, compared digest by digest
+    compared: int = 0  # frames that reached fusion, compared digest by digest (shed frames' predictions too)
+    predicted: int = 0  # of those compared, the shed frames' predictions (the others were fused)
     equal: int = 0
     diverged: Counter[str] = field(default_factory=Counter)  # frames by cause
     first: Divergence | None = None
@@ -121,7 +122,9 @@ class AsRecordedOutcome:
     #: ``taken_as_recorded`` (the frames before it, whose samples or tracker state before them are in the
     #: segments gone: their recorded detections delivered, not compared), ``results_not_replayed`` (frames
     #: delivered in the segments kept that were fused in one gone), ``fused_in_segments_gone`` (the fusion turns
-    #: in the segments gone, over every run; None: unknown, the kept segments hold no frame fused).
+    #: in the segments gone, over every run, but the shed frames' predictions: ``predicted_in_segments_gone``;
+    #: both None: unknown, the kept segments hold no frame fused; the latter alone None: a recording that does
+    #: not say, made before :data:`._format.META_PREDICTED_BEFORE`, whose turns are all counted as fused).
     start: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any]:
@@ -133,6 +136,7 @@ class AsRecordedOutcome:
             "segments": self.segments,
             "frames": len(self.results),
             "compared": self.compared,
+            "compared_predicted": self.predicted,
             "equal": self.equal,
             "diverged": dict(self.diverged),
             "first_divergence": None
@@ -356,17 +360,23 @@ class _Resume:
         self.fusing = False  # a fused frame compared: every one after it is, but those fused late
         self.first_kept: int | None = None  # the first fusion turn of the first segment kept
         self.kept_from: int | None = None  # the first segment's first sample's stamp
+        self.predicted_before: int | None = None  # the segment's META_PREDICTED_BEFORE
 
     @property
     def start(self) -> dict[str, Any]:
         assert self.out.start is not None, "segment() first"
         return self.out.start
 
-    def segment(self, seg: Path, run: str, received: Mapping[tuple[str, int], Sample]) -> None:
-        """The segment ``seg`` of run ``run`` opened, holding the samples ``received``."""
+    def segment(
+        self, seg: Path, run: str, received: Mapping[tuple[str, int], Sample], predicted_before: str | None = None
+    ) -> None:
+        """The segment ``seg`` of run ``run`` opened, holding the samples ``received``; ``predicted_before``: its
+        metadata's :data:`._format.META_PREDICTED_BEFORE` (None: not recorded)."""
+        self.predicted_before = None if predicted_before is None else int(predicted_before)
         if self.out.start is None:  # where it starts: its first fusion turn kept (none: nothing compared)
             self.out.start = dict(segment=seg.name, run=run, fusion_seq=None, frame_id=None, taken_as_recorded=0,
-                                  results_not_replayed=0, fused_in_segments_gone=None)  # fmt: skip
+                                  results_not_replayed=0, fused_in_segments_gone=None,
+                                  predicted_in_segments_gone=None)  # fmt: skip
         if self.kept_from is None:  # what was received before this is in the segments gone
             self.kept_from = min((t for _, t in received), default=None)
 
@@ -382,7 +392,9 @@ class _Resume:
         seq = int(rec["seq"])
         start = self.start
         if self.first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
-            start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq)
+            before = self.predicted_before  # the shed frames' predictions among those turns
+            start.update(segment=seg.name, run=run, fusion_seq=seq, fused_in_segments_gone=seq - (before or 0),
+                         predicted_in_segments_gone=before)  # fmt: skip
             self.first_kept = seq
         predicted = bool(rec.get("predicted"))
         # a frame fused late, a sample of it received before the first segment kept (in one gone)
@@ -502,7 +514,7 @@ async def _replay_segments(
             received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
             both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
             if start is not None:
-                start.segment(seg, run, received)
+                start.segment(seg, run, received, reader.metadata.get(fmt.META_PREDICTED_BEFORE))
             for rec in records:
                 seq = int(rec["seq"])
                 got = None  # (resume) the frame as _frame rebuilt it, when the start's decision needed it
@@ -529,6 +541,7 @@ async def _replay_segments(
                     dets = fusion.predict(frame) if isinstance(fusion, TrackingStage) else ()
                     fused[seq] = (dets, {})
                     out.compared += 1
+                    out.predicted += 1
                     div = _compare_prediction(rec, digest, frame, dets)
                     if div is None:
                         out.equal += 1

@@ -82,19 +82,22 @@ Rate = float | Literal["max", "lockstep"]
 
 #: The fastest multiplier of the recorded speed a :data:`Rate` may be.
 MAX_RATE = 1000.0
+#: The slowest: a hundred times slower than recorded (a 10 s drive in 17 minutes). Slower is no use and a
+#: slip of the exponent (``1e-9``: a 10 s drive in three centuries) hangs the run with no sign of why.
+MIN_RATE = 0.01
 
 
 def parse_rate(text: str) -> Rate:
     """A :data:`Rate` from its text form (a ``--rate`` value): ``max``, ``lockstep`` or a multiplier
-    within (0, :data:`MAX_RATE`]. Anything else is a :class:`ConfigError` (key ``rate``)."""
+    within [:data:`MIN_RATE`, :data:`MAX_RATE`]. Anything else is a :class:`ConfigError` (key ``rate``)."""
     if text in ("max", "lockstep"):
         return "max" if text == "max" else "lockstep"
     try:
         rate = float(text)
     except ValueError:
         raise ConfigError(f"must be a number, 'max' or 'lockstep', got {text!r}", key="rate") from None
-    if not 0 < rate <= MAX_RATE:
-        raise ConfigError(f"must be within (0, {MAX_RATE:g}], got {text}", key="rate")
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ConfigError(f"must be within [{MIN_RATE:g}, {MAX_RATE:g}], got {text}", key="rate")
     return rate
 
 

@@ -37,6 +37,22 @@ def test_a_recording_never_overwrites_the_drive_it_reads(
     assert read.read_bytes() == before
 
 
+@pytest.mark.parametrize("name", ["run-0001.mcap", "run.mcap"])
+def test_a_file_named_as_a_segment_that_is_not_a_recording_is_refused_before_the_run(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # a user's drive named run-0001.mcap beside --record run.mcap was deleted as the recording's segment
+    other = tmp_path / name
+    shutil.copyfile(DRIVE, other)
+    code = main(
+        ["replay", str(drive), "--rate", "max", "--record", str(tmp_path / "run.mcap"), "--out", str(tmp_path / "out")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"{other}: --record: exists and is not a segment of a recording: move it or record to another name" in err
+    assert other.read_bytes() == DRIVE.read_bytes() and not (tmp_path / "out").exists()
+
+
 def test_a_recording_whose_directory_cannot_be_made_is_refused_before_the_run(
     drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -75,3 +75,21 @@ def test_info_truncated_prints_what_it_can_and_fails(
     out, err = capsys.readouterr()
     assert "/sensors/top/points" in out
     assert err.count("\n") == 1 and str(path) in err and "truncated at byte" in err
+
+
+@pytest.mark.parametrize("keep", ["magic", "header", "channels"])
+@pytest.mark.parametrize("command", ["info", "eval"])
+def test_a_drive_truncated_before_its_first_message_is_a_damaged_drive(
+    drive: Written, tmp_path: Path, capsys: pytest.CaptureFixture[str], keep: str, command: str
+) -> None:
+    # It was exit 1 ("no channel for lidar sensor 'top' (truncated at byte N before any message)"; "bad magic"
+    # for one cut within its magic): a damaged drive is exit 3, the one line naming the file and the damage.
+    data = drive.path.read_bytes()
+    cut = {"magic": 5, "header": 8, "channels": 1_000}[keep]
+    path = tmp_path / "cut.mcap"
+    path.write_bytes(data[:cut])
+    assert main([command, str(path)]) == 3
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"perception {command}: error: {path}: " in err and "drive damaged: truncated at byte" in err, err
+    assert "before any message" in err and "(offset=" in err, err

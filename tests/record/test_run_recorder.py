@@ -535,6 +535,47 @@ def test_a_shed_frame_right_after_a_frame_taken_as_recorded_is_where_a_rotated_r
     assert starts[True] > 0, starts
 
 
+def test_frames_fused_and_shed_frames_predicted_are_counted_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'as recorded: N frames fused, M shed' counted the predictions compared among the N fused, and the frames
+    # 'fused in the segments gone' of a rotated recording were its fusion turns, the predictions among them
+    run = tmp_path / "run.mcap"
+    stats = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), results_of=_lidar_answer, shed=3)
+    assert stats["fused"] > 0 and stats["predicted"] > 0
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 0
+    said = f"as recorded: {stats['fused']} frames fused, {stats['predicted']} shed (predicted), every digest equal"
+    assert said in capsys.readouterr().out
+    report = json.loads((tmp_path / "as" / "as_recorded.json").read_text())["as_recorded"]
+    total = stats["fused"] + stats["predicted"]
+    assert (report["compared"], report["compared_predicted"]) == (total, stats["predicted"])
+    segs = fmt.segments(run)
+    assert len(segs) >= 3
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for seg in segs[2:]:
+        (kept / seg.name).write_bytes(seg.read_bytes())
+    gone = [r for seg in segs[:2] for r in _fusion_records(seg)]
+    predicted = sum(1 for r in gone if r.get("predicted"))
+    assert 0 < predicted < len(gone)
+    argv = ["replay", str(kept / run.name), "--as-recorded", "--config", str(REPLAY_PROFILE)]
+    assert main([*argv, "--out", str(tmp_path / "as_kept")]) == 0
+    start = json.loads((tmp_path / "as_kept" / "as_recorded.json").read_text())["as_recorded"]["start"]
+    assert (start["fused_in_segments_gone"], start["predicted_in_segments_gone"]) == (len(gone) - predicted, predicted)
+    said = f"{len(gone) - predicted} frame(s) fused and {predicted} shed frame(s) predicted in the segments gone"
+    assert said in capsys.readouterr().out
+
+
+def test_the_recorded_line_counts_shed_frames_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perception.cli._record import report_recording
+
+    rec = RunRecorder(tmp_path / "run.mcap")
+    rec.stats.update(segments=1, fused=7, predicted=2, frames=10, samples=40)
+    report_recording(rec)
+    assert f"recorded {rec.path}: 7 frames fused, 2 shed (predicted), 10 results, 40 samples" in capsys.readouterr().out
+
+
 def _fuse_late(rec: RunRecorder, fusion: Any, frame: Frame) -> None:
     results = {n: SensorResult(n, SensorStatus.LATE) for n in frame.samples}
     dets, _ = fusion(frame, results)
@@ -969,6 +1010,72 @@ def test_an_earlier_recording_at_the_path_is_replaced_whole(tmp_path: Path, capl
     assert f"replaces an earlier recording ({longer} file(s) deleted)" in caplog.text
     out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.first is None and out.segments == shorter and out.compared == out.equal == 27
+
+
+@pytest.mark.parametrize("where", ["run-0001.mcap", "run-0003.mcap", "run.mcap"])
+@pytest.mark.parametrize("what", ["drive", "other mcap", "text"])
+def test_a_file_of_a_segments_name_that_is_not_a_recording_is_never_replaced(
+    tmp_path: Path, where: str, what: str
+) -> None:
+    # a user's drive (or another tool's MCAP, any file) named as a segment of the recording was deleted whole by
+    # the recording's start, as an earlier recording's segment (FILE itself, a plain drive, too)
+    run = tmp_path / "run.mcap"
+    other = tmp_path / where
+    if what == "drive":
+        other.write_bytes(DRIVE.read_bytes())
+    elif what == "other mcap":
+        with other.open("wb") as f:
+            writer = Writer(f)
+            writer.start("", "another tool")
+            writer.add_metadata("perception.drive", {"format": "4"})
+            writer.finish()
+    else:
+        other.write_text("notes\n")
+    before = other.read_bytes()
+    rec = RunRecorder(run, RecordOptions())
+    with pytest.raises(DriveError, match=rf"{where}: exists and is not a segment of a recording: move it or"):
+        rec.__enter__()
+    with pytest.raises(DriveError, match="is not a segment of a recording"):
+        _record(run, RecordOptions(), frames=3)
+    assert other.read_bytes() == before and rec.state is Lifetime.UNOPENED
+    # what the recorder refuses on entering, its first run's beginning refuses too (a file appearing meanwhile)
+    other.unlink()
+    late = RunRecorder(run, RecordOptions())
+    refused = pytest.raises(PerceptionError, match=rf"{where}: exists and is not a segment of a recording")
+    with refused, DriveReader(DRIVE) as reader, late:
+        other.write_bytes(before)
+        late.begin(Session.assemble(load_config(REPLAY_PROFILE), reader.source))
+    assert other.read_bytes() == before
+
+
+def test_a_file_appearing_under_a_later_segments_name_is_not_overwritten_by_the_rotation(tmp_path: Path) -> None:
+    # the check at the start saw no run-0001.mcap; one made during the run was overwritten by the rotation
+    run = tmp_path / "run.mcap"
+    other = tmp_path / "run-0001.mcap"
+
+    def results_of(n: int, frame: Frame) -> dict[str, SensorResult]:
+        if n == 0:
+            other.write_bytes(DRIVE.read_bytes()[:100_000])
+        return _lidar_answer(n, frame)
+
+    with pytest.raises(PerceptionError, match=r"run-0001\.mcap: exists and is not a segment of a recording"):
+        _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), results_of=results_of)
+    assert other.read_bytes() == DRIVE.read_bytes()[:100_000]
+    assert fmt.is_replaceable_segment(run) and fmt.segments(run) == [run, other]
+
+
+def test_a_segment_cut_short_before_its_metadata_is_replaced(tmp_path: Path) -> None:
+    # a run that crashed leaves a segment empty or with the MCAP magic and nothing readable: recording again works
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(), frames=3)
+    whole = run.read_bytes()
+    assert fmt.is_replaceable_segment(run)
+    cuts = {"run.mcap": whole[:8], "run-0001.mcap": b"", "run-0002.mcap": whole[:20], "run-0003.mcap": whole[:3]}
+    for name, data in cuts.items():
+        (tmp_path / name).write_bytes(data)
+        assert fmt.is_replaceable_segment(tmp_path / name), name
+    _record(run, RecordOptions(), frames=3)
+    assert RunRecorder(run).files() == [run]
 
 
 def test_a_recording_that_cannot_be_written_fails_loudly_and_the_run_goes_on(
