@@ -10,6 +10,7 @@ aliases, so ``from perception import __version__`` is allowed from anywhere.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -53,9 +54,15 @@ def _unit_of(module: str, units: set[str]) -> str | None:
     return parts[1]
 
 
-def _imports(path: Path) -> Iterator[tuple[str, int]]:
-    """``(imported module, line)`` for every import in ``path``; ``from X import name`` also yields
-    ``X.name`` (the name may be a submodule)."""
+@functools.cache
+def _imports(path: Path) -> tuple[tuple[str, int], ...]:
+    """``(imported module, line)`` for every import in ``path``; ``from X import name`` also gives
+    ``X.name`` (the name may be a submodule). Parsed once per file: three tests read the whole package
+    (parsing it took ~8 s each in the suite's pytest process)."""
+    return tuple(_each_import(path))
+
+
+def _each_import(path: Path) -> Iterator[tuple[str, int]]:
     module, is_package = _module_name(path)
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):

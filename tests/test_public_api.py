@@ -10,6 +10,7 @@ a test of an internal imports it from its ``_module``.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,7 +129,10 @@ def _code_in_readmes() -> dict[Path, str]:
     return out
 
 
-def _unused() -> set[tuple[str, str]]:
+@functools.cache
+def _unused() -> frozenset[tuple[str, str]]:
+    """The exports used nowhere outside their subpackage. Computed once: two tests ask (parsing every
+    source took ~15 s each in the suite's pytest process)."""
     used: dict[tuple[str, str], set[Path]] = {}
     for top in SOURCES:
         for path in (ROOT / top).rglob("*.py"):
@@ -152,7 +156,7 @@ def _unused() -> set[tuple[str, str]]:
             if any(word.search(code) for readme, code in readmes.items() if not readme.is_relative_to(home)):
                 continue
             unused.add((namespace, name))
-    return unused
+    return frozenset(unused)
 
 
 def test_every_export_is_used_outside_its_subpackage() -> None:

@@ -17,6 +17,7 @@ import anyio.abc
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pipeline_helpers import settled
 
 from perception.config import RuntimeConfig, from_data
 from perception.errors import DeadlineError, InferenceError
@@ -116,14 +117,14 @@ def test_hand_in_order_turns(plan: tuple[int, list[Step]]) -> None:
             async with anyio.create_task_group() as tg:
                 for i in range(n):
                     tg.start_soon(frame, i, order.take())
-                await anyio.wait_all_tasks_blocked()
+                await settled()
                 for k, (i, what) in enumerate(steps):
                     if what == "cancel":
                         scopes[i].cancel()
                     elif not answered[i].is_set():
                         outcome[i] = what
                         answered[i].set()
-                    await anyio.wait_all_tasks_blocked()
+                    await settled()
                     assert fused == want_after[k], (k, steps[: k + 1])
                 # every frame was answered or cancelled: all of them end without more help
         assert fused == want and all(ended)
