@@ -73,10 +73,11 @@ _WAKE_RESULTS = 32
 _CHUNK_BYTES = 4 * 2**20
 #: Why a file where the recording would replace an earlier one's segment is refused (RunRecorder.check_replaceable).
 _NOT_A_SEGMENT = "exists and is not a segment of a recording: move it or record to another name"
-#: Sample bytes waiting that wake the writer (a chunk's worth; see RunRecorder._put): what the queue pins is
-#: bounded by bytes, not only by frames (32 frames of a 12-sensor rig are ~200 MB; of the bundled drive 17 MB,
-#: freed in bursts between the run's transient buffers: its heap grew and was faulted in again).
-_WAKE_BYTES = _CHUNK_BYTES
+#: Sample bytes waiting that wake the writer (see RunRecorder._put): what the queue pins is bounded by bytes, not
+#: only by frames (32 frames of a 12-sensor rig are ~200 MB, and its 512 items overflow the queue). Not less: a
+#: wake-up per 4 MiB (~8 frames of the bundled drive) cost the writer ~15 % more CPU than one per ~32 frames
+#: (its code and data cold at each wake-up; bench/README.md); 16 MiB is ~30 frames of the bundled drive.
+_WAKE_BYTES = 16 * 2**20
 _FUSED_REMEMBERED = 256  # frames fused whose results are not written yet (the writer's; see _remember)
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
@@ -387,7 +388,7 @@ class RunRecorder:
         frames' results were handed over, or :data:`_WAKE_AT` items wait (at most half the queue): a wake-up
         per sample cost the run as much as writing it, and one a frame ~1.4x as much as one every several (the
         writer's code and data cold each time). The items wait in memory meanwhile (their samples: ~0.54 MB a
-        frame on the bundled drive, ~8 frames); :meth:`close` writes them all. False: the item was dropped."""
+        frame on the bundled drive, ~30 frames); :meth:`close` writes them all. False: the item was dropped."""
         if self._failed or len(self._items) >= self.options.queue_items:
             self.stats[f"dropped_{kind}"] += 1
             return False

@@ -160,16 +160,16 @@ def test_a_segment_ends_at_most_a_chunk_and_a_message_past_its_size(tmp_path: Pa
     assert all(size <= 2**20 + over for size in sizes[:-1]), (sizes, over)
 
 
-def test_the_writer_is_woken_once_per_chunk_of_samples_32_frames_or_256_items(tmp_path: Path) -> None:
+def test_the_writer_is_woken_once_per_16_mib_of_samples_32_frames_or_256_items(tmp_path: Path) -> None:
     # 30 frames (and the drive's samples: ~0.54 MB a frame) handed over as fast as a replay can: the writer is
-    # woken by begin, by each chunk's worth of samples (4 MiB) waiting, each 32 results, each 256 items waiting
-    # and by close -- not once a frame (30), nor a sample
+    # woken by begin, by each 16 MiB of samples waiting, each 32 results, each 256 items waiting and by close --
+    # not once a frame (30), nor a sample
     with DriveReader(DRIVE) as reader:
         sizes = [s.points.nbytes if isinstance(s, PointCloudSample) else len(s.data) for s in reader.samples()]
     stats = _record(tmp_path / "run.mcap", RecordOptions())
     items = stats["samples"] + stats["fused"] + stats["frames"]
     sample_bytes = sum(sizes[: stats["samples"]])
-    assert stats["frames"] == 30 and items > 256 and sample_bytes > 8 * _recorder._WAKE_BYTES
+    assert stats["frames"] == 30 and items > 256 and sample_bytes > _recorder._WAKE_BYTES
     wakes = 1 + 30 // 32 + items // 256 + sample_bytes // _recorder._WAKE_BYTES + 1
     assert 1 <= stats["wakes"] <= wakes < 30, stats
 
@@ -230,14 +230,15 @@ def test_the_images_remembered_are_not_held_once_written(tmp_path: Path) -> None
     assert rec.stats["samples"] == 20
 
 
-def test_the_writer_is_woken_by_a_chunk_s_worth_of_samples_waiting(tmp_path: Path) -> None:
+def test_the_writer_is_woken_by_16_mib_of_samples_waiting(tmp_path: Path) -> None:
     # The writer was woken by 32 results or 256 items waiting: samples waited for it whatever their size (32
-    # frames of the bundled drive: 17 MB, freed in bursts; of a 12-sensor rig ~200 MB). A chunk's worth (4 MiB)
-    # wakes it now, no frame's result needed.
+    # frames of a 12-sensor rig: ~200 MB). 16 MiB of samples wakes it now, no frame's result needed.
+    wake = _recorder._WAKE_BYTES
     with DriveReader(DRIVE) as reader:
         session = Session.assemble(load_config(REPLAY_PROFILE), reader.source)
-        sweeps = [s for s in reader.samples() if isinstance(s, PointCloudSample) and s.sensor == "lidar_top"][:16]
-        waking = next(i for i in range(len(sweeps)) if sum(s.points.nbytes for s in sweeps[: i + 1]) >= 4 * 2**20)
+        sweeps = [s for s in reader.samples() if isinstance(s, PointCloudSample) and s.sensor == "lidar_top"]
+        waking = next(i for i in range(len(sweeps)) if sum(s.points.nbytes for s in sweeps[: i + 1]) >= wake)
+        assert wake == 16 * 2**20 and waking < 255  # fewer items than wake the writer by their number
         with RunRecorder(tmp_path / "run.mcap", ego_poses=tuple(reader.ego_poses())) as rec:
             rec.begin(session)
             _writer_idle(rec)
