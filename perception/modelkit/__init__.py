@@ -5,7 +5,10 @@ detector (scipy, onnxruntime: ~0.6 s of each backend stub's start-up for a test 
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,79 +68,6 @@ if TYPE_CHECKING:
         yolox_preprocess,
     )
 
-#: The module defining each public name (imported on first use: :func:`__getattr__`); the imports above, for
-#: the type checker, are the same.
-_MODULES: dict[str, tuple[str, ...]] = {
-    "._camera": (
-        "CameraDetections",
-        "CameraDetector",
-        "CameraDetectorModel",
-        "CameraDetectorParams",
-        "ImageDetector",
-        "Letterbox",
-        "camera_ground_truth",
-        "decode_centernet",
-        "preprocess_images",
-        "validate_image_batch",
-    ),
-    "._lidar": (
-        "LidarDetections",
-        "LidarParams",
-        "SizePrior",
-        "cluster_adaptive",
-        "cluster_bev",
-        "detect_lidar",
-        "estimate_ground",
-        "fit_box_bev",
-        "merge_fragments",
-        "sanitize_points",
-        "voxel_downsample",
-    ),
-    "._metrics": (
-        "APAccumulator",
-        "APResult",
-        "average_precision",
-        "box_iou",
-        "precision_recall",
-    ),
-    "._models": (
-        "LidarDetectorModel",
-        "RadarDetectorModel",
-    ),
-    "._radar": (
-        "RadarDetections",
-        "RadarParams",
-        "cluster_radar",
-        "detect_radar",
-        "fit_velocity",
-        "sanitize_radar",
-        "split_by_motion",
-    ),
-    "._synthetic": (
-        "SyntheticBox",
-        "synthetic_lidar_sweep",
-        "synthetic_radar_returns",
-    ),
-    "._triton": (
-        "Checkpoint",
-        "RequestCancelled",
-        "TritonModel",
-        "check_model_config",
-        "config_parameter",
-        "params_from_config",
-    ),
-    "._yolox": (
-        "COCO_CLASSES",
-        "COCO_TO_LABEL",
-        "YoloxDetector",
-        "YoloxDetectorModel",
-        "YoloxParams",
-        "decode_yolox",
-        "nms",
-        "yolox_preprocess",
-    ),
-}
-_SOURCES = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__: list[str] = [
     "COCO_CLASSES",
@@ -195,8 +125,17 @@ __all__: list[str] = [
 ]
 
 
+@functools.cache
+def _sources() -> dict[str, str]:
+    """Each public name -> the module defining it: the imports under ``TYPE_CHECKING`` above (the type checker's),
+    read once from this file (as ``lazy_loader.attach_stub`` reads a stub): one list of them."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    return {a.asname or a.name: f".{n.module}" for n in block.body if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
 def __getattr__(name: str) -> Any:
-    module = _SOURCES.get(name)
+    module = _sources().get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcap.writer import Writer
+from recording_helpers import earlier_recording
 
 from perception.cli import main
 from perception.server import EmbeddedTriton
@@ -211,22 +211,12 @@ def test_a_drive_the_publisher_cannot_play_fails_at_once_naming_why(
     assert "Traceback" not in err and "did not connect" not in err, err
 
 
-def _earlier_recording(path: Path, segment: int = 0) -> bytes:
-    """A file that is an earlier recording's segment by its metadata (what --record may replace): its bytes."""
-    with path.open("wb") as f:
-        writer = Writer(f)
-        writer.start("", "perception")
-        writer.add_metadata("perception.drive", {"record.format": "4", "record.segment": str(segment)})
-        writer.finish()
-    return path.read_bytes()
-
-
 def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The unknown sensor was found once the recorder had replaced the earlier recording (deleted it).
     earlier = tmp_path / "run.mcap"
-    before = _earlier_recording(earlier)
+    before = earlier_recording(earlier)
     argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--silence", "sonar:1:2", "--record", str(earlier)]
     assert main(argv) == 2
     _, err = capsys.readouterr()

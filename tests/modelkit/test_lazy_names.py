@@ -10,8 +10,8 @@ import perception.modelkit as modelkit
 
 
 def test_every_public_name_comes_from_the_module_the_package_says() -> None:
-    assert set(modelkit._SOURCES) == set(modelkit.__all__)
-    for name, module in modelkit._SOURCES.items():
+    assert set(modelkit._sources()) == set(modelkit.__all__)
+    for name, module in modelkit._sources().items():
         assert getattr(modelkit, name) is getattr(importlib.import_module(module, "perception.modelkit"), name), name
     assert dir(modelkit) == sorted(modelkit.__all__)
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mcap.writer import Writer
+from recording_helpers import earlier_recording
 from ros_helpers import DRIVE
 
 from perception.cli import main
@@ -180,24 +180,14 @@ def test_a_sensor_publisher_dying_mid_play_is_an_error_naming_it(
     assert err.endswith(", radar_rear 3)\n") and err.count("\n") == 1, err
 
 
-def _earlier_recording(path: Path, segment: int = 0) -> bytes:
-    """A file that is an earlier recording's segment by its metadata (what --record may replace): its bytes."""
-    with path.open("wb") as f:
-        writer = Writer(f)
-        writer.start("", "perception")
-        writer.add_metadata("perception.drive", {"record.format": "4", "record.segment": str(segment)})
-        writer.finish()
-    return path.read_bytes()
-
-
 def test_a_node_that_fails_to_start_leaves_an_earlier_recording_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Entering the recorder replaced the earlier recording at FILE: a node restarted with a typo in its
     # profile's path failed to configure (exit 2) and yesterday's recording was gone.
     earlier = tmp_path / "run.mcap"
-    first = _earlier_recording(earlier)
-    second = _earlier_recording(tmp_path / "run-0001.mcap", 1)
+    first = earlier_recording(earlier)
+    second = earlier_recording(tmp_path / "run-0001.mcap", 1)
     argv = ["ros", "node", "--rig", str(DRIVE), "--config", str(tmp_path / "nope.yaml"), "--record", str(earlier)]
     assert main(argv) == 2
     out, _ = capsys.readouterr()
