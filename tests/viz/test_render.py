@@ -319,16 +319,21 @@ def test_render_names_a_damaged_or_newer_report_json(
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+def _replayed(drive: Path, out: Path) -> None:
+    """``out/detections.jsonl`` as a replay of ``drive`` writes it, its frames' detections the ground truth."""
+    from viz_fixtures import gt_results
+
+    with DriveReader(drive) as reader:
+        results = gt_results(reader)
+    (out / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+
+
 def test_a_drive_named_in_report_json_that_is_not_there_says_where_it_came_from(
     small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # report.json names the drive as replay was given it (often relative to where replay ran): rendering
     # from elsewhere said only 'd1/a.mcap: drive not found', without saying where that name came from.
-    from viz_fixtures import gt_results
-
-    with DriveReader(small_drive) as reader:
-        results = gt_results(reader)
-    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    _replayed(small_drive, tmp_path)
     (tmp_path / "report.json").write_text(json.dumps({"drive": "drives/moved.mcap"}))
     code = main(["render", str(tmp_path), "--frame", str(FRAME)])
     err = capsys.readouterr().err
@@ -344,13 +349,9 @@ def test_render_with_a_drive_that_was_not_replayed_is_refused(
 ) -> None:
     # --drive naming another drive of the same rig (another seed) rendered that drive's points under the
     # replay's boxes, the cameras left out (none of the frame's samples found), exit 0. Now refused.
-    from viz_fixtures import gt_results
-
     from perception.sim import generate_drive
 
-    with DriveReader(small_drive) as reader:
-        results = gt_results(reader)
-    (tmp_path / "detections.jsonl").write_text("".join(json.dumps(frame_record(r)) + "\n" for r in results))
+    _replayed(small_drive, tmp_path)
     other = tmp_path / "other.mcap"
     generate_drive(other, scenario="urban", seed=8, duration_s=0.5)
     code = main(["render", str(tmp_path), "--frame", str(FRAME), "--drive", str(other), "--out", str(tmp_path / "png")])
