@@ -206,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int:
     if args.strict:
         check_drive(reader)
+    # --record is checked (a file it would replace that is not a recording: refused) before --out is made
+    rec = recorder(args, tuple(reader.ego_poses())) if args.record is not None else None  # fusion reads the poses
     make_output_folders(args)
     options = ReplayOptions(
         rate=args.rate,
@@ -222,8 +224,6 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
         if args.compare_modes:
             sinks.append(each_frame(results.append))
         sys.stdout.flush()
-        # fusion reads the drive's poses: the recording holds them
-        rec = recorder(args, tuple(reader.ego_poses())) if args.record is not None else None
         if rec is not None:
             stack.enter_context(rec)
         outcome = run_with_signals(

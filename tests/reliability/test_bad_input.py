@@ -105,20 +105,26 @@ def _wrong_schema_drive(path: Path) -> str:
     return lidar.topic
 
 
-def test_malformed_and_wrong_schema_drives_are_one_line_exit_1(
+def test_malformed_and_wrong_schema_drives_are_one_line_exit_1_a_damaged_one_exit_3(
     tmp_path: Path, small_drive: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A drive cut short is damaged, exit 3 as for every damaged drive (7952eb8: cut before its first message it
+    # was exit 1, cut later exit 3); a file that is no MCAP, or of the wrong schema, is a bad input, exit 1.
     garbage = tmp_path / "garbage.mcap"
     garbage.write_bytes(b"PK\x03\x04 this is a zip file, not a drive" * 10)
     cut = tmp_path / "cut_early.mcap"
     cut.write_bytes(small_drive.read_bytes()[:300])  # magic and header, no complete record
     schema = tmp_path / "schema.mcap"
     topic = _wrong_schema_drive(schema)
-    for drive, expected in ((garbage, "not an MCAP file"), (cut, "truncated"), (schema, "foxglove.LaserScan")):
+    for drive, expected, exit_code in (
+        (garbage, "not an MCAP file", 1),
+        (cut, "truncated", 3),
+        (schema, "foxglove.LaserScan", 1),
+    ):
         # The drive is opened before any server is started: these fail in well under a second.
         code = replay_cli(drive, tmp_path / "out")
         line = one_error_line(capsys.readouterr().err)
-        assert code == 1
+        assert code == exit_code, line
         assert str(drive) in line and expected in line, line
     assert topic in line
 
