@@ -249,7 +249,11 @@ def test_what_is_not_a_sample_or_a_pose_is_refused_by_push_and_frames_go_on(trit
         futures = _push_all(live, samples, {})
         done, dropped = _outcomes(futures)
     status = live.status()
-    assert done == len(futures) == status["frames"] > 0 and dropped == 0
+    # every trigger's frame made; a frame the silence timer opened (no trigger: no future) only where a loaded
+    # host stalled the pushes past the trigger's tolerance (a fresh-clone CI beside two busy loops: 21 frames,
+    # 20 futures, each answered)
+    timer = status["intake"]["frames_by_timer"]
+    assert done == len(futures) == status["frames"] - timer > 0 and dropped == 0, status["intake"]
     assert status["failed"] == {} and status["intake"]["samples"] == len(samples)
 
 
