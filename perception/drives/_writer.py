@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -230,25 +230,6 @@ class DriveWriter:
         odometry, transform = codec.encode_ego_pose_parts(pose)
         self._add_raw(codec.EGO_TOPIC, t, odometry)
         self._add_raw(codec.TF_TOPIC, t, transform)
-
-    def write_ego_poses(self, poses: Iterable[EgoPose]) -> None:
-        """:meth:`write_ego_pose` for each of ``poses`` in turn (the same messages), the channels looked up once
-        (a recording writes its source's poses, hundreds, into every segment)."""
-        if self._state is Lifetime.CLOSED:
-            raise DriveError("write after close", file=str(self.path), topic=codec.EGO_TOPIC)
-        channels = [(topic, self._channels[topic][0]) for topic in (codec.EGO_TOPIC, codec.TF_TOPIC)]
-        counters, add = self._counters, self._mcap.add_message
-        try:
-            for pose in poses:
-                t = _check_time(pose.t_ns, "ego pose", str(self.path), codec.EGO_TOPIC)
-                self._maybe_write_static(t)
-                for (topic, channel_id), data in zip(channels, codec.encode_ego_pose_parts(pose), strict=True):
-                    seq = counters.get(topic, 0) & _MAX_U32
-                    counters[topic] = seq + 1
-                    add(channel_id=channel_id, log_time=t, data=data, publish_time=t, sequence=seq)
-        except OSError as exc:
-            message = f"cannot write: {exc.strerror or exc}"
-            raise DriveError(message, file=str(self.path), topic=codec.EGO_TOPIC) from exc
 
     def write_ground_truth(self, gt: GroundTruth) -> None:
         """Write the true objects (``base_link``) as a ``foxglove.SceneUpdate``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from perception.record._digest import RESOLUTION
 from perception.record._format import segments
 from perception.record._recorder import RecordOptions, RunRecorder
-from perception.record._replay import AsRecordedOutcome, Divergence, replay_as_recorded
+from perception.record._replay import AsRecordedOutcome, Divergence, replay_as_recorded, source_poses
 
 __all__ = [
     "RESOLUTION",
@@ -24,4 +24,5 @@ __all__ = [
     "RunRecorder",
     "replay_as_recorded",
     "segments",
+    "source_poses",
 ]

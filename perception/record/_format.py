@@ -1,7 +1,12 @@
 """The recording's own channels (beside the drive's), their JSON schemas, and the codecs of their payloads.
 
-A recording is a drive (``perception.drives``: the samples as received on the rig's topics, ego poses on
-``/ego/odometry``) plus:
+A recording is a drive (``perception.drives``: the samples as received on the rig's topics, the ego poses
+pushed during the run on ``/ego/odometry``) plus:
+
+* ``/record/source_poses``: a replay's source poses (what fusion's ``ego_at`` read, :data:`META_EGO` ``source``),
+  all of them, in one binary message at each segment's start (:data:`POSES_ENCODING`, :func:`encode_poses`):
+  any kept segment can start a replay (two protobuf messages a pose cost each segment of an hour's drive
+  2-3 s of CPU and 27 MB; these 17 MB are encoded once);
 
 * every sample and pose as received: sensor, stamp, arrival on the host's monotonic clock, in
   ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
@@ -36,7 +41,7 @@ import base64
 import glob
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +64,20 @@ __all__ = [
     "META_PREDICTED_BEFORE",
     "META_RUN",
     "META_SEGMENT",
+    "POSES_ENCODING",
     "READABLE_VERSIONS",
     "SCHEMAS",
+    "SOURCE_POSES_TOPIC",
     "decode_array",
     "decode_detection",
     "decode_ego",
     "decode_fusion",
+    "decode_poses",
     "decode_result",
     "encode_array",
     "encode_detection",
     "encode_ego",
+    "encode_poses",
     "encode_result",
     "frame_digest",
     "fusion_digests",
@@ -84,15 +93,21 @@ __all__ = [
 #: ``/record/fusion_data``, its outputs digest exact (of those bytes), arrivals batched; 1 and 2 (JSON
 #: numbers, base64) still replay. 4: no digest computed by the run (each one derived by the reader from the
 #: values the record holds bit for bit: :func:`fusion_digests`), the tracker state after each fused frame
-#: recorded instead; 1-3 (their digests recorded) still replay and compare as they did.
-FORMAT_VERSION = "4"
-READABLE_VERSIONS = ("1", "2", "3", "4")
+#: recorded instead; 1-3 (their digests recorded) still replay and compare as they did. 5: a replay's source
+#: poses in one binary message a segment (:data:`SOURCE_POSES_TOPIC`), not two protobuf messages a pose on
+#: ``/ego/odometry`` and ``/tf``; 1-4 (the poses there) still replay.
+FORMAT_VERSION = "5"
+READABLE_VERSIONS = ("1", "2", "3", "4", "5")
 ARRIVALS_TOPIC = "/record/arrivals"
 FUSION_TOPIC = "/record/fusion"
 FUSION_DATA_TOPIC = "/record/fusion_data"
 #: The message encoding of ``/record/fusion_data`` (no schema: the layout is in the frame's fusion record).
 DATA_ENCODING = "perception.record.arrays"
 FRAMES_TOPIC = "/record/frames"
+SOURCE_POSES_TOPIC = "/record/source_poses"
+#: The message encoding of ``/record/source_poses`` (no schema): ``n`` poses as ``<i8`` stamps (``n``), then
+#: ``<f8`` rows of 11 (translation, rotation ``x y z w``, linear velocity, yaw rate): :func:`encode_poses`.
+POSES_ENCODING = "perception.record.ego_poses"
 #: Drive metadata keys a recording adds to its source's.
 META_FORMAT = "record.format"
 META_SEGMENT = "record.segment"
@@ -212,6 +227,31 @@ def encode_ego(ego: EgoPose | None) -> dict[str, Any] | None:
         "linear_velocity": list(ego.linear_velocity),
         "yaw_rate": ego.yaw_rate,
     }
+
+
+def encode_poses(poses: Sequence[EgoPose]) -> bytes:
+    """``poses`` as :data:`POSES_ENCODING` holds them, bit for bit (the floats as float64: Python's own)."""
+    stamps = np.array([p.t_ns for p in poses], dtype="<i8")
+    rows = np.array(
+        [(*p.pose.translation, *p.pose.rotation, *p.linear_velocity, p.yaw_rate) for p in poses], dtype="<f8"
+    ).reshape(len(poses), _POSE_FIELDS)
+    return stamps.tobytes() + rows.tobytes()
+
+
+def decode_poses(data: bytes) -> list[EgoPose]:
+    """:func:`encode_poses`' poses back (ValueError: not that layout)."""
+    n, rest = divmod(len(data), 8 * (1 + _POSE_FIELDS))
+    if rest:
+        raise ValueError(f"{len(data)} bytes are not whole poses of {8 * (1 + _POSE_FIELDS)} bytes")
+    stamps = np.frombuffer(data, "<i8", n).tolist()
+    rows = np.frombuffer(data, "<f8", n * _POSE_FIELDS, offset=8 * n).reshape(n, _POSE_FIELDS).tolist()
+    return [
+        EgoPose(t, Transform((r[0], r[1], r[2]), (r[3], r[4], r[5], r[6])), (r[7], r[8], r[9]), r[10])
+        for t, r in zip(stamps, rows, strict=True)
+    ]
+
+
+_POSE_FIELDS = 11
 
 
 def decode_ego(d: Mapping[str, Any] | None) -> EgoPose | None:

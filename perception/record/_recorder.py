@@ -175,6 +175,7 @@ class RunRecorder:
         self.path = Path(path)
         self.options = options or RecordOptions()
         self._ego_poses = tuple(ego_poses)
+        self._poses_data: bytes | None = None  # their encoding (the writer's, made once: fmt.encode_poses)
         self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
         self._wake = threading.Event()
         self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
@@ -629,10 +630,14 @@ class RunRecorder:
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
         writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
+        writer.add_bytes_channel(fmt.SOURCE_POSES_TOPIC, fmt.POSES_ENCODING)
         for spec in self._rig:
             if not kind_def(spec.kind).is_image:
                 writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
-        writer.write_ego_poses(self._ego_poses)
+        if self._ego_poses:  # every segment holds them all: any kept one can start a replay (fmt's docs)
+            if self._poses_data is None:
+                self._poses_data = fmt.encode_poses(self._ego_poses)
+            writer.write_bytes(fmt.SOURCE_POSES_TOPIC, self._ego_poses[0].t_ns, self._poses_data)
         self._writer = writer
         self.stats["segments"] += 1
         keep = self.options.max_segments

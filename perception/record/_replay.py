@@ -58,6 +58,7 @@ from perception.record._digest import (
 from perception.scheduler import FusionStage, Runtime, Session, SweepAccumulator, TrackingStage
 from perception.types import (
     Detection3D,
+    EgoPose,
     Frame,
     FrameResult,
     FrameStatus,
@@ -68,9 +69,10 @@ from perception.types import (
     SensorResult,
     SensorStatus,
     SessionSource,
+    interpolate_ego,
 )
 
-__all__ = ["AsRecordedOutcome", "Divergence", "fusion_records", "replay_as_recorded"]
+__all__ = ["AsRecordedOutcome", "Divergence", "fusion_records", "replay_as_recorded", "source_poses"]
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +215,32 @@ def _source(reader: DriveReader) -> SessionSource:
             file=str(reader.path),
         )
     source = reader.source
-    ego_at = source.ego_at if meta.get(fmt.META_EGO) == "source" else None
+    ego_at: Callable[[int], EgoPose | None] | None = None
+    if meta.get(fmt.META_EGO) == "source":
+        poses = source_poses(reader)
+        if poses:
+            times = [p.t_ns for p in poses]
+            ego_at = partial(_ego_at, poses, times)
+        else:  # formats 1-4: the poses on /ego/odometry
+            ego_at = source.ego_at
     return SessionSource(rig=source.rig, metadata=meta, name=source.name, file=source.file, ego_at=ego_at)
+
+
+def _ego_at(poses: Sequence[EgoPose], times: Sequence[int], t_ns: int) -> EgoPose:
+    """The source's pose at ``t_ns``, as the run's drive reader gave fusion (``DriveReader.ego_pose_at``)."""
+    return interpolate_ego(poses, t_ns, times)
+
+
+def source_poses(reader: DriveReader) -> list[EgoPose]:
+    """The source's poses a replay's recording segment holds (format 5: ``/record/source_poses``), what its
+    fusion read; none in a recording of a live run (its poses as pushed: ``/ego/odometry``)."""
+    for _, _, _, data in reader.messages([fmt.SOURCE_POSES_TOPIC]):
+        try:
+            return fmt.decode_poses(data)
+        except ValueError as exc:
+            raise DriveError(f"the source's poses cannot be read: {exc}", file=str(reader.path),
+                             topic=fmt.SOURCE_POSES_TOPIC) from exc  # fmt: skip
+    return []
 
 
 def _open_segment(seg: Path) -> DriveReader | DriveDamage:

@@ -97,25 +97,6 @@ def test_ego_pose_at_slerps_across_the_yaw_wrap(tmp_path: Path) -> None:
     assert math.isclose(abs(mid.pose.yaw()), math.pi, abs_tol=1e-9)  # the short way round
 
 
-def test_poses_written_at_once_are_the_poses_written_one_by_one(tmp_path: Path) -> None:
-    # the same messages (static data due on the way included), then the same per-topic sequence numbers after
-    rig = make_rig()
-    poses = [EgoPose(T0 + i * 300_000_000, Transform.from_xyz_rpy((i, 0.5 * i, 0), (0, 0, 0.1 * i))) for i in range(9)]
-    with DriveWriter(tmp_path / "one.mcap", rig) as w:
-        for p in poses:
-            w.write_ego_pose(p)
-        w.write_ego_pose(EgoPose(T0 + 10**10, Transform.from_xyz_rpy((0, 0, 0), (0, 0, 0))))
-    with DriveWriter(tmp_path / "all.mcap", rig) as w:
-        w.write_ego_poses(iter(poses))
-        w.write_ego_pose(EgoPose(T0 + 10**10, Transform.from_xyz_rpy((0, 0, 0), (0, 0, 0))))
-        w.close()
-        with pytest.raises(DriveError, match="write after close"):
-            w.write_ego_poses(poses)
-    assert (tmp_path / "all.mcap").read_bytes() == (tmp_path / "one.mcap").read_bytes()
-    with DriveWriter(tmp_path / "bad.mcap", rig) as w, pytest.raises(DriveError, match="ego pose t_ns"):
-        w.write_ego_poses([EgoPose(-1, poses[0].pose)])
-
-
 def test_ground_truth_at_nearest_within_tolerance(drive: Written) -> None:
     with DriveReader(drive.path) as d:
         assert d.ground_truth_at(drive.gt[5].t_ns + 10, tolerance_ns=20) == drive.gt[5]
