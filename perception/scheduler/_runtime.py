@@ -40,7 +40,7 @@ from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
 from perception.scheduler._session import FusionStage, Session, TrackingStage
-from perception.scheduler._shedding import OverloadPolicy
+from perception.scheduler._shedding import OverloadPolicy, Superseded
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
@@ -553,8 +553,12 @@ class Runtime(anyio.AsyncContextManagerMixin):
             predicted=predict is not None,
         )
 
-    async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
-        """Process a stream of frames with pipelining; yields exactly one result per frame, in order.
+    async def run(
+        self, frames: AsyncIterable[Frame | Superseded] | Iterable[Frame | Superseded]
+    ) -> AsyncIterator[FrameResult]:
+        """Process a stream of frames with pipelining; yields exactly one result per frame, in order (a
+        frame the source shed before building it, :class:`~perception.scheduler._shedding.Superseded`: its
+        shed record, :meth:`shed`'s, in its turn).
 
         The stream's work runs in a task of the runtime (opened with it), not in the consumer's task: no
         cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
@@ -595,7 +599,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
 
     async def _run_stream(
         self,
-        source: AsyncIterable[Frame],
+        source: AsyncIterable[Frame | Superseded],
         send: MemoryObjectSendStream[FrameResult],
         stream: _Stream,
         *,
@@ -688,7 +692,7 @@ def server_time_breakdown(
     return out
 
 
-async def _aiter(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
+async def _aiter(frames: Iterable[Frame | Superseded]) -> AsyncIterator[Frame | Superseded]:
     for f in frames:
         yield f
         await anyio.lowlevel.checkpoint()
