@@ -353,8 +353,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
             # no one sensor is to blame): counted and dropped, never raised to the host (status() adds
-            # the observer's calls that raised, ``observer``: counted, the item or result goes on)
-            "failed": dict(self._failed),
+            # the observer's calls that raised, ``observer``: counted, the item or result goes on); ``fusion``:
+            # fusion calls abandoned still running (a fusion that hung past the drain timeout at close)
+            "failed": {**self._failed, **({"fusion": n} if (n := self._runtime.fusion_abandoned) else {})},
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
 
@@ -461,7 +462,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
-        everything; returns within the drain timeout plus the runtime's own release.
+        everything; returns within the drain timeout plus the runtime's own release (a fusion call still
+        running then, hung, is abandoned in its worker thread: logged, ``status()["failed"]["fusion"]``).
 
         Bounded whatever is pending: of the frames pending in assembly, the newest ``pipeline.max_in_flight
         + pipeline.queue_size`` (what the pipeline holds) are made; each older one goes to ``on_result``,

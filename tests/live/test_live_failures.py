@@ -379,3 +379,51 @@ def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_t
         assert future is not None
         record = future.result(timeout=0)
         assert got[record.frame_id] is record
+
+
+def test_a_fusion_that_hangs_holds_close_no_longer_than_its_drain_and_nothing_is_fused_beside_it(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: fusion runs in a worker thread the runtime waited for even when cancelled, so a fusion call
+    # that never returned held close() forever (past the drain timeout the frames in flight are cancelled,
+    # but not that thread). Now the call is abandoned in its thread at the drain timeout, reported (logged
+    # as an error, status()["failed"]["fusion"]), every frame gets its record, and no other fusion starts
+    # while it runs (the tracker is not thread-safe).
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=0.5)
+    # the frames behind the stuck one wait for it (none shed under overload: no wall-clock judgement)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, overload="queue"))
+    hang = threading.Event()  # set only once close() returned (or gave up)
+    entered = threading.Event()
+    fused: list[int] = []
+
+    def hanging_fusion(frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        fused.append(frame.frame_id)
+        if frame.frame_id == 3:
+            entered.set()
+            hang.wait(120)  # frame 3's fusion never returns while the runtime runs
+        return (), {}
+
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append, fusion=hanging_fusion)
+    live.__enter__()
+    closer = threading.Thread(target=live.close)
+    try:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        assert entered.wait(60)
+        closer.start()
+        closer.join(30)  # a watchdog only: the close takes the drain timeout and the release
+        closed = not closer.is_alive()
+    finally:
+        hang.set()
+        closer.join(60) if closer.ident is not None else live.close()
+    assert closed  # before: close waited for the fusion call that never returned
+    assert fused == [0, 1, 2, 3]  # nothing fused beside (or after) the hung call
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 6 and _ids(got) == list(range(made)) and status["frames"] == made, (made, _ids(got))
+    assert all(r.status is not FrameStatus.DROPPED for r in got[:3])
+    assert all(r.status is FrameStatus.DROPPED for r in got[3:])
+    assert got[3].reason == CANCELLED_IN_FLIGHT and status["failed"] == {"fusion": 1}
+    for future in futures:  # each future has the very record on_result got
+        record = future.result(timeout=0)  # type: ignore[attr-defined]
+        assert got[record.frame_id] is record
