@@ -40,7 +40,10 @@ Bounded whatever arrives: each sensor keeps at most ``MAX_BUFFERED`` samples and
 (oldest evicted, counted), also before any frame was made (a trigger dead at boot); the trigger's period
 is measured on its capture stamps (median of recent gaps, at least ``MIN_PERIOD_NS``), never on arrival
 times a burst after a stall squeezes together; and one call opens at most ``MAX_CATCH_UP`` timer or rate
-frames: slots beyond are skipped (counted), not frames opened by the thousand.
+frames: slots beyond are skipped (counted), not frames opened by the thousand. :meth:`LiveAssembler.due` and
+:meth:`LiveAssembler.close` make at most a ``limit`` of the frames they complete (the newest): the older
+ones keep their ids as stubs, to be recorded shed (``superseded_unassembled``) or dropped
+(``closed_unassembled``).
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ class LiveStats(AlignStats):
     buffer_evicted: int = 0  # samples dropped from a full sensor buffer before their time
     slots_skipped: int = 0  # trigger slots beyond MAX_CATCH_UP in one call: no frame opened
     closed_unassembled: int = 0  # pending frames close() did not make (its limit): dropped records
+    #: Due frames due() did not make (its limit: a backlog beyond what the pipeline holds): shed records.
+    superseded_unassembled: int = 0
     invalid_by_sensor: dict[str, int] = field(default_factory=dict)
     #: The last reason each sensor's sample was refused for (bounded: one per sensor).
     invalid_reasons: dict[str, str] = field(default_factory=dict)
@@ -239,6 +244,7 @@ class LiveAssembler(Generic[T]):
         self._silent = False
         self._lost: list[LostFrame[T]] = []  # frames whose making raised, until take_lost()
         self._unassembled: list[LostFrame[T]] = []  # frames close() did not make, until take_unassembled()
+        self._superseded: list[tuple[Frame, T | None]] = []  # due frames due() did not make, until taken
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
@@ -518,16 +524,36 @@ class LiveAssembler(Generic[T]):
             for p in self._pending
         )
 
-    def due(self, now: int) -> list[tuple[Frame, T | None]]:
+    def due(self, now: int, limit: int | None = None) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
         A frame's ``created_ns`` is the host time it opened (its trigger's arrival). A frame whose making
-        raises is not among them and costs no other: it waits in :meth:`take_lost`."""
+        raises is not among them and costs no other: it waits in :meth:`take_lost`.
+
+        ``limit``: at most that many are made, the newest (a backlog of due frames beyond what the pipeline
+        holds, after a flood of trigger samples or a stalled loop: the older ones could only run if the
+        fresher waited behind them, and the overload policy runs the freshest); making them all, tens of
+        milliseconds each, held the event loop for frames the runtime then shed. Each older one keeps its
+        id, in time order, and waits in :meth:`take_superseded` as a stub of its time, opening and ego pose
+        (what its shed record's prediction reads), counted in ``superseded_unassembled``."""
         self._tick(now)
         out: list[tuple[Frame, T | None]] = []
+        due = 0
+        while due < len(self._pending) and self._pending[due].due_ns <= now:
+            due += 1
+        for _ in range(due - limit if limit is not None and due > limit else 0):
+            p = self._pending.popleft()
+            self._superseded.append((self._stub(p, ego=True), p.token))
+            self.stats.superseded_unassembled += 1
         while self._pending and self._pending[0].due_ns <= now:
             self._emit(self._pending.popleft(), out)
         self._evict(now)
         return out
+
+    def take_superseded(self) -> list[tuple[Frame, T | None]]:
+        """The due frames :meth:`due` did not make (its ``limit``), stubs with their tokens, in time order,
+        since the last call."""
+        superseded, self._superseded = self._superseded, []
+        return superseded
 
     def close(self, limit: int | None = None) -> list[tuple[Frame, T | None]]:
         """Complete the pending frames with what has arrived (the host is closing); as :meth:`due`.
@@ -540,9 +566,7 @@ class LiveAssembler(Generic[T]):
         out: list[tuple[Frame, T | None]] = []
         while self._pending and limit is not None and len(self._pending) > limit:
             p = self._pending.popleft()
-            self._count_opening(p)
-            self.stats.frames += 1  # a frame all the same: its id taken, its record to come
-            stub = Frame(self._core.take_id(), p.t_ns, {}, created_ns=p.arrival_ns)
+            stub = self._stub(p, ego=False)  # a frame all the same: its id taken, its record to come
             error = RuntimeClosedError(
                 f"closed before the frame was assembled (at most {limit} pending frames are made at close)"
             )
@@ -581,6 +605,13 @@ class LiveAssembler(Generic[T]):
         except Exception as exc:
             stub = Frame(frame_id, p.t_ns, {}, created_ns=p.arrival_ns)
             self._lost.append(LostFrame(stub, p.token, exc))
+
+    def _stub(self, p: _Pending[T], *, ego: bool) -> Frame:
+        """The stub of pending frame ``p``, not made (:meth:`AlignCore.stub`): counted by its opening, and
+        emitted as far as time order goes (a trigger sample for its slot is late, as for a made frame's)."""
+        self._count_opening(p)
+        self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
+        return self._core.stub(p.t_ns, created_ns=p.arrival_ns, ego=ego)
 
     def _count_opening(self, p: _Pending[T]) -> None:
         if p.by == "trigger":

@@ -19,6 +19,11 @@ intake, completes the pending frames with what has arrived -- at most ``pipeline
 pipeline.queue_size`` of them, the newest: each older one is recorded dropped unassembled (a flood of
 trigger samples left hundreds pending, each tens of milliseconds to make) --, drains the frames in flight
 within ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
+While running, one assembly likewise makes at most that many of the frames due at once, the newest (under
+the overload policy: ``overload: shed``, ``overflow: drop-oldest``): each older one goes to the pipeline
+unmade (:class:`perception.scheduler.Superseded`, the stub of its id, time and ego pose) and is shed in its
+turn, with the tracker's prediction, counted in ``status()["intake"]["superseded_unassembled"]`` -- a
+flood made every due frame on the event loop first, to shed all but the newest.
 
 One task owns all of it (:meth:`LiveRuntime._lifetime`: the runtime and the callback thread entered
 with ``async with`` and left by the same task on close), whether the host holds the runtime from
@@ -66,9 +71,11 @@ from perception.scheduler import (
     RunObserver,
     Runtime,
     Session,
+    Superseded,
     ThreadHost,
     failure_reason,
     hosted_in_task,
+    sheds,
 )
 from perception.types import (
     EgoPose,
@@ -149,6 +156,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         #: Pending frames made at close at most (the newest): what the pipeline holds (in flight and queued);
         #: the older ones are recorded dropped unassembled (LiveAssembler.close), so close stays bounded.
         self._close_limit = config.pipeline.max_in_flight + config.pipeline.queue_size
+        #: Due frames made at once at most (the newest), while the pipeline sheds under overload and drops the
+        #: oldest of a backlog: the older ones go to it unmade, to be shed (LiveAssembler.due, Superseded).
+        #: Otherwise (``overload: queue``, ``overflow: block`` or ``drop-newest``) every due frame is made.
+        pipe = config.pipeline
+        self._due_limit = self._close_limit if sheds(pipe) and pipe.overflow == "drop-oldest" else None
         self._on_result = on_result
         self._lock = threading.Lock()
         self._intake: deque[_Item] = deque()
@@ -341,8 +353,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "offsets_ms": {k: v / 1e6 for k, v in self._assembler.offsets_ns().items()},
             # items that raised in assembly or processing, per sensor (``assembly``/``processing`` when
             # no one sensor is to blame): counted and dropped, never raised to the host (status() adds
-            # the observer's calls that raised, ``observer``: counted, the item or result goes on)
-            "failed": dict(self._failed),
+            # the observer's calls that raised, ``observer``: counted, the item or result goes on); ``fusion``:
+            # fusion calls abandoned still running (a fusion that hung past the drain timeout at close)
+            "failed": {**self._failed, **({"fusion": n} if (n := self._runtime.fusion_abandoned) else {})},
             "assembly_cpu_us_per_frame": round(self._assembly_cpu_ns / 1e3 / max(1, stats.frames), 1),
         }
 
@@ -363,7 +376,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 callbacks = CallbackQueue(self._callback_queue, name="live-cb")
                 self._callbacks = callbacks
                 stack.push_async_callback(self._close_callbacks, callbacks, pipeline.drain_timeout_s)
-                frames_send, frames_recv = anyio.create_memory_object_stream[Frame | FrameResult](
+                frames_send, frames_recv = anyio.create_memory_object_stream[Frame | FrameResult | Superseded](
                     max_buffer_size=pipeline.max_in_flight + pipeline.queue_size
                 )
                 results_send, results_recv = anyio.create_memory_object_stream[FrameResult](
@@ -449,7 +462,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     def close(self) -> None:
         """Thread-side close: stop intake, complete pending frames, drain in-flight ones, release
-        everything; returns within the drain timeout plus the runtime's own release.
+        everything; returns within the drain timeout plus the runtime's own release (a fusion call still
+        running then, hung, is abandoned in its worker thread: logged, ``status()["failed"]["fusion"]``).
 
         Bounded whatever is pending: of the frames pending in assembly, the newest ``pipeline.max_in_flight
         + pipeline.queue_size`` (what the pipeline holds) are made; each older one goes to ``on_result``,
@@ -504,7 +518,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._logged.add(seen)
             log.warning("live: %s of %s failed and was dropped (counted; first of its kind): %r", what, key, exc)
 
-    async def _assemble(self, frames: MemoryObjectSendStream[Frame | FrameResult]) -> None:
+    async def _assemble(self, frames: MemoryObjectSendStream[Frame | FrameResult | Superseded]) -> None:
         asm = self._assembler
         async with frames:
             while True:
@@ -529,8 +543,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                             refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
                 now = time.monotonic_ns()
                 try:
-                    ready: list[tuple[Frame | FrameResult, ResultFuture | None]] = list(
-                        asm.close(self._close_limit) if closing else asm.due(now)
+                    ready: list[tuple[Frame | FrameResult | Superseded, ResultFuture | None]] = list(
+                        asm.close(self._close_limit) if closing else asm.due(now, self._due_limit)
                     )
                 except Exception as exc:
                     # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
@@ -542,6 +556,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
+                superseded = asm.take_superseded()
+                if superseded:
+                    # A backlog of due frames beyond what the pipeline holds: the newest were made, the older
+                    # go to the pipeline unmade, each shed in its turn (the tracker's prediction).
+                    reason = (
+                        f"{OVERLOAD} (superseded before assembly: {len(superseded) + len(ready)} frames were due at "
+                        f"once, the pipeline holds {self._close_limit}: the newest were assembled)"
+                    )
+                    ready.extend((Superseded(stub, reason), token) for stub, token in superseded)
                 unassembled = asm.take_unassembled()
                 if unassembled:
                     # Pending at close beyond what the pipeline holds: not made (bounded close), each
@@ -570,7 +593,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                     if token is not None:
                         self._in_assembly.discard(token)
                         self._futures[made.frame_id] = token
-                    self._made[made.frame_id] = made
+                    self._made[made.frame_id] = made.frame if isinstance(made, Superseded) else made
                 for made, _ in ready:
                     await frames.send(made)
                 if closing:
@@ -600,7 +623,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         timer.cancel()
 
     async def _serve(
-        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
+        self,
+        frames: MemoryObjectReceiveStream[Frame | FrameResult | Superseded],
+        results: MemoryObjectSendStream[FrameResult],
     ) -> None:
         try:
             await self._serve_results(frames, results)
@@ -609,9 +634,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._served.set()
 
     async def _serve_results(
-        self, frames: MemoryObjectReceiveStream[Frame | FrameResult], results: MemoryObjectSendStream[FrameResult]
+        self,
+        frames: MemoryObjectReceiveStream[Frame | FrameResult | Superseded],
+        results: MemoryObjectSendStream[FrameResult],
     ) -> None:
-        taken: dict[int, Frame] = {}  # frames the runtime took and has not answered (K in flight at most)
+        taken: dict[int, Frame] = {}  # frames the runtime took and has not answered (shed ones: their stubs)
         held: deque[FrameResult] = deque()  # records of frames lost in assembly, waiting for their turn
 
         def deliver_held() -> None:
@@ -620,13 +647,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             while held and (first is None or held[0].frame_id < first):
                 self._deliver(held.popleft(), results)
 
-        async def source() -> AsyncIterator[Frame]:
+        async def source() -> AsyncIterator[Frame | Superseded]:
             async for made in frames:
                 if isinstance(made, FrameResult):
                     held.append(made)
                     deliver_held()
                     continue
-                taken[made.frame_id] = made
+                taken[made.frame_id] = made.frame if isinstance(made, Superseded) else made
                 yield made
 
         async with results, frames:

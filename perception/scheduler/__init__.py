@@ -12,7 +12,7 @@ from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import CANCELLED_IN_FLIGHT, OrderedPipeline, failure_reason
 from perception.scheduler._runtime import Runtime, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session, TrackingStage
-from perception.scheduler._shedding import OVERLOAD
+from perception.scheduler._shedding import OVERLOAD, Superseded, sheds
 from perception.scheduler._tensors import camera_input, output_names, prepare_inputs, scale_camera_boxes
 from perception.scheduler._thread import ThreadedRuntime
 
@@ -33,6 +33,7 @@ __all__ = [
     "Runtime",
     "Session",
     "SharedAdmission",
+    "Superseded",
     "SweepAccumulator",
     "ThreadHost",
     "ThreadedRuntime",
@@ -45,4 +46,5 @@ __all__ = [
     "prepare_inputs",
     "scale_camera_boxes",
     "server_time_breakdown",
+    "sheds",
 ]

@@ -122,6 +122,14 @@ class AlignCore:
         self._next_id += 1
         return self._next_id - 1
 
+    def stub(self, t: int, *, created_ns: int = 0, ego: bool = False) -> Frame:
+        """The next frame at ``t``, not made: its id taken and counted in ``frames``, no samples; with
+        ``ego`` its ego pose (as :meth:`make_frame` selects it: a shed frame's prediction reads its time and
+        ego pose, nothing else of it). A stub costs no selection, accumulation nor copy."""
+        frame_id = self.take_id()
+        self.stats.frames += 1
+        return Frame(frame_id, t, {}, ego=self._frame_ego(t) if ego else None, created_ns=created_ns)
+
     # -- samples --------------------------------------------------------------------------------
     def order_problem(self, name: str, stamp: int, *, new_clock: bool = False) -> str | None:
         """``duplicate`` or ``out of order`` (counted) when ``stamp`` is not after the sensor's last taken

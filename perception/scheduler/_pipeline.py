@@ -26,7 +26,9 @@ decides too (``pipeline.overload: shed``, :mod:`perception.scheduler._shedding`)
 oldest waiting frame from which every waiting frame can still finish within its budget starts, and the
 older ones are shed (under sustained overload: the freshest starts), each recorded by ``shed`` (the
 runtime's: the tracker's prediction at its time) in its turn, before any request of theirs is sent; a
-frame the queue overflows is shed the same way (the queue holds at least the freshest).
+frame the queue overflows is shed the same way (the queue holds at least the freshest). A frame its
+source shed before building it (:class:`~perception.scheduler._shedding.Superseded`) takes its turn and
+is recorded the same way (without the policy: ``dropped``), never started.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from perception.config import PipelineConfig
 from perception.errors import InputError, RuntimeClosedError
 from perception.scheduler._admission import Admission, AdmissionControl
-from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, sheds
+from perception.scheduler._shedding import OVERLOAD, OverloadPolicy, Superseded, sheds
 from perception.types import Frame, FrameResult, SensorStatus
 
 __all__ = ["CANCELLED_IN_FLIGHT", "OrderedPipeline", "admission_adapts", "ended_late", "failure_reason"]
@@ -176,8 +178,11 @@ class OrderedPipeline:
         finally:
             del self._bounded[scope]
 
-    async def run(self, source: AsyncIterable[Frame], out: MemoryObjectSendStream[FrameResult]) -> None:
-        """Consume ``source``, sending exactly one result per frame to ``out`` in order; then close it."""
+    async def run(
+        self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]
+    ) -> None:
+        """Consume ``source``, sending exactly one result per frame to ``out`` in order (a frame the source
+        shed, :class:`Superseded`: its shed record); then close it."""
         self._out = out
         cancelled = False
         async with out:
@@ -213,14 +218,19 @@ class OrderedPipeline:
                         await self._flush()
                     await self._flush(wait=False)
 
-    async def _admit(self, frame: Frame, tg: TaskGroup) -> None:
+    async def _admit(self, frame: Frame | Superseded, tg: TaskGroup) -> None:
         try:
-            await self._enqueue(frame, tg)
+            if isinstance(frame, Superseded):
+                async with self._cond:
+                    self._supersede(tg, frame)
+            else:
+                await self._enqueue(frame, tg)
         except anyio.get_cancelled_exc_class():
             # stop() while the frame waited for room (``block``): it was taken from the source, so it
             # gets its record like the queued frames do (emitted by run's final flush). Cancellation
             # can only land before the frame is queued: nothing in _enqueue awaits after that.
-            self._done[self._next_seq] = self._dropped(frame, "shutdown: never started")
+            unmade = frame.frame if isinstance(frame, Superseded) else frame
+            self._done[self._next_seq] = self._dropped(unmade, "shutdown: never started")
             self._next_seq += 1
             self.dropped_count += 1
             raise
@@ -271,6 +281,18 @@ class OrderedPipeline:
                     self._shed_frame(tg, victim_seq, victim, f"{OVERLOAD} ({reason})")
                 else:
                     self._done[victim_seq] = self._dropped(victim, reason)
+
+    def _supersede(self, tg: TaskGroup, superseded: Superseded) -> None:
+        """A frame its source shed before building it: its record in its turn, shed (the overload policy's
+        prediction, counted superseded) or, without the policy, dropped; never started."""
+        seq = self._next_seq
+        self._next_seq += 1
+        if self.overload is not None:
+            self.overload.superseded += 1
+            self._shed_frame(tg, seq, superseded.frame, superseded.reason)
+        else:
+            self.dropped_count += 1
+            self._done[seq] = self._dropped(superseded.frame, superseded.reason)
 
     def _start_ready(self, tg: TaskGroup, *, slot: bool = False, arrived: bool = False) -> None:
         """Start waiting frames while the admission gives slots (``slot``: one is already taken); under

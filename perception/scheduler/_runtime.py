@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
@@ -40,7 +41,7 @@ from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
 from perception.scheduler._session import FusionStage, Session, TrackingStage
-from perception.scheduler._shedding import OverloadPolicy
+from perception.scheduler._shedding import OverloadPolicy, Superseded
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
 from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
@@ -62,6 +63,9 @@ from perception.types import (
 __all__ = ["Runtime", "client_options", "server_time_breakdown"]
 
 log = logging.getLogger(__name__)
+
+#: How often a fusion waiting for an abandoned fusion call (:meth:`Runtime._fuse`) looks whether it returned.
+ABANDONED_POLL_S = 0.005
 
 #: Upper bound of one model's warm-up request at start (see :meth:`Runtime._warm_up`).
 WARMUP_TIMEOUT_S = 10.0
@@ -183,6 +187,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self.admission: AdmissionControl | None = None
         #: The turns of the frames handed to :meth:`process`: they are fused in that order.
         self._fusion_order = HandInOrder()
+        #: The frame whose fusion call runs in a worker thread (None: none), under its lock (held only to
+        #: read or set it). A call whose frame is cancelled while it runs (a close past its drain timeout)
+        #: is abandoned, still running: until it returns no fusion or prediction starts (:meth:`_fuse`).
+        self._fusion_lock = threading.Lock()
+        self._fusing: int | None = None
+        #: Fusion calls abandoned still running (each logged as an error).
+        self.fusion_abandoned = 0
         #: The overload policy of the latest stream (when it sheds): its counts (``report()``).
         self.overload: OverloadPolicy | None = None
         self._stopping = False
@@ -467,12 +478,59 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 if not order.is_turn(turn):
                     await order.wait(turn)
                     fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
-                detections, stages = await anyio.to_thread.run_sync(fusion, frame, results)
+                detections, stages = await self._fuse(fusion, frame, results)
                 fusion_stages.update(stages)
             end = time.monotonic_ns()
         finally:
             order.end(turn)  # fused, or never to be: the next frame's turn once the earlier ones ended
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
+
+    async def _fuse(
+        self, fusion: FusionStage, frame: Frame, results: Mapping[str, SensorResult]
+    ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
+        """``fusion`` of ``frame`` in a worker thread, in its turn. Cancelled while it runs (a close past
+        its drain timeout), the call is abandoned in its thread, not waited for (a hung fusion held a close
+        forever: the frames in flight are cancelled at the drain timeout, but a thread cannot be); cancelled
+        before it started, it never starts. Until an abandoned call returns the next fusion waits for it
+        (:meth:`_fusion_idle`, cancellable): never two fusions at once (the tracker is not thread-safe)."""
+        cancelled = False
+
+        def call() -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
+            with self._fusion_lock:
+                if cancelled:
+                    return (), {}  # the frame was cancelled before its call started: never fused
+                assert self._fusing is None, "two fusion calls at once"  # _fusion_idle waited for the last
+                self._fusing = frame.frame_id
+            try:
+                return fusion(frame, results)
+            finally:
+                with self._fusion_lock:
+                    self._fusing = None
+
+        await self._fusion_idle()
+        try:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            with self._fusion_lock:
+                cancelled = True
+                abandoned = self._fusing == frame.frame_id
+            if abandoned:
+                self.fusion_abandoned += 1
+                log.error(
+                    "frame %d: its fusion call was cancelled while it ran and is abandoned in its worker thread, "
+                    "still running; no fusion or prediction starts until it returns",
+                    frame.frame_id,
+                )
+            raise
+
+    async def _fusion_idle(self) -> None:
+        """Return once no abandoned fusion call runs (:meth:`_fuse`); at once unless one was abandoned, then
+        polling every :data:`ABANDONED_POLL_S` (its thread cannot wake this loop, which may be gone)."""
+        while True:
+            with self._fusion_lock:
+                if self._fusing is None:
+                    return
+            await anyio.sleep(ABANDONED_POLL_S)
 
     def _record(
         self,
@@ -538,6 +596,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
             if predict is not None:
                 if not order.is_turn(turn):
                     await order.wait(turn)
+                await self._fusion_idle()  # an abandoned fusion call still in the tracker (_fuse)
                 detections = predict(frame)
         finally:
             order.end(turn)  # predicted, or never to be: the next frame's turn once the earlier ones ended
@@ -553,8 +612,12 @@ class Runtime(anyio.AsyncContextManagerMixin):
             predicted=predict is not None,
         )
 
-    async def run(self, frames: AsyncIterable[Frame] | Iterable[Frame]) -> AsyncIterator[FrameResult]:
-        """Process a stream of frames with pipelining; yields exactly one result per frame, in order.
+    async def run(
+        self, frames: AsyncIterable[Frame | Superseded] | Iterable[Frame | Superseded]
+    ) -> AsyncIterator[FrameResult]:
+        """Process a stream of frames with pipelining; yields exactly one result per frame, in order (a
+        frame the source shed before building it, :class:`~perception.scheduler._shedding.Superseded`: its
+        shed record, :meth:`shed`'s, in its turn).
 
         The stream's work runs in a task of the runtime (opened with it), not in the consumer's task: no
         cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
@@ -595,7 +658,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
 
     async def _run_stream(
         self,
-        source: AsyncIterable[Frame],
+        source: AsyncIterable[Frame | Superseded],
         send: MemoryObjectSendStream[FrameResult],
         stream: _Stream,
         *,
@@ -688,7 +751,7 @@ def server_time_breakdown(
     return out
 
 
-async def _aiter(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
+async def _aiter(frames: Iterable[Frame | Superseded]) -> AsyncIterator[Frame | Superseded]:
     for f in frames:
         yield f
         await anyio.lowlevel.checkpoint()

@@ -34,6 +34,12 @@ order), so that downstream has an answer at the sensors' rate.
 Sources that wait (``overflow: block``: ``--rate max``, ``--rate lockstep``) never have frames waiting
 for a slot, and are left alone. ``pipeline.overload: queue`` turns the policy off (the frames then queue
 under ``queue_size`` and ``overflow`` as before: to measure what the policy avoids).
+
+A source may shed a frame itself, before building it (:class:`Superseded`): a live assembler holding a
+backlog of due frames larger than the pipeline holds (a flood of trigger samples) builds only the newest
+(building one may cost tens of milliseconds of sweeps and images, on the event loop); each older one goes
+to the pipeline as the stub of its id, time and ego pose, which the pipeline records shed in its turn
+like its own (the tracker's prediction: it reads nothing else of the frame), never running it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perception.config import PipelineConfig
+from perception.types import Frame
 
 __all__ = [
     "MEASURED_MIN",
@@ -51,6 +58,7 @@ __all__ = [
     "WARMUP_FRAMES",
     "OverloadPolicy",
     "ServiceTimes",
+    "Superseded",
     "Verdict",
     "sheds",
 ]
@@ -66,6 +74,21 @@ WARMUP_FRAMES = 1
 #: Service times measured (after the warm-up) before the policy sheds: until then frames run first come,
 #: first served. One measurement is not an estimate of the slow ones.
 MEASURED_MIN = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Superseded:
+    """A frame its source shed before building it (module docs), handed to :meth:`Runtime.run` in its
+    place in the stream: ``frame`` is its stub (id, time, ego pose, ``created_ns``; no samples), ``reason``
+    its record's (``overload (...)``). The pipeline records it shed in its turn (the tracker's prediction,
+    by ``shed``), a pipeline without the overload policy ``dropped``; it is never processed."""
+
+    frame: Frame
+    reason: str
+
+    @property
+    def frame_id(self) -> int:
+        return self.frame.frame_id
 
 
 def sheds(config: PipelineConfig) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.live._assembler import LiveAssembler
-from perception.types import EgoPose, PointCloudSample, Transform
+from perception.types import EgoPose, Frame, PointCloudSample, Transform
 
 MS = 1_000_000
 SENSORS = (
@@ -239,3 +239,37 @@ def test_a_two_second_silence_gives_one_timer_frame_per_missed_sweep_at_its_slot
     back = next(f for f in frames if f.t_ns >= silence[1])
     assert back.t_ns == silence[1] and back.samples["lidar"] is not None and back.samples["lidar"].t_ns == silence[1]
     assert asm.stats.late == 0 and asm.stats.frames_by_trigger == len(frames) - 20
+
+
+def test_a_backlog_of_due_frames_beyond_the_limit_makes_only_the_newest_and_stubs_the_rest() -> None:
+    # Before: due() made every due frame of a flood (each tens of ms of selection and sweeps, on the event
+    # loop), though the runtime would shed all but what its pipeline holds. Now the newest `limit` are made;
+    # each older one is a stub of its id, time, opening and ego pose (what a shed frame's prediction reads),
+    # in time order, counted, and no frame is lost or made twice.
+    asm = make()
+    made = [0]
+    make_frame = asm._core.make_frame
+
+    def counted(t: int, **kwargs: int) -> Frame:
+        made[0] += 1
+        return make_frame(t, **kwargs)
+
+    asm._core.make_frame = counted  # type: ignore[method-assign]
+    asm.add_ego(EgoPose(995 * MS, Transform.identity(), (1.0, 0.0, 0.0)), 1000 * MS)
+    for k in range(10):  # a flood: ten sweeps 1 ms apart, taken at once
+        assert asm.add(pc("lidar", 1000 * MS + k * MS), 1020 * MS, token=f"f{k}") is None
+    frames = asm.due(1100 * MS, limit=3)  # all past their horizon (60 ms window + 20 ms transit), no timer yet
+    stubs = asm.take_superseded()
+    assert made[0] == 3 and [tok for _, tok in frames] == ["f7", "f8", "f9"]
+    assert [tok for _, tok in stubs] == [f"f{k}" for k in range(7)] and asm.take_superseded() == []
+    ids = [f.frame_id for f, _ in stubs + frames]
+    assert ids == list(range(10)) and [f.t_ns for f, _ in stubs + frames] == [1000 * MS + k * MS for k in range(10)]
+    for stub, _ in stubs:
+        assert stub.samples == {} and stub.created_ns == 1020 * MS
+        assert stub.ego is not None and stub.ego.t_ns == 995 * MS  # the frame's own pose, for its prediction
+    stats = asm.stats
+    assert stats.frames == stats.frames_by_trigger == 10 and stats.superseded_unassembled == 7
+    # a due frame at a time is made, whatever the limit; the next sweep's frame gets the next id
+    asm.add(pc("lidar", 1100 * MS), 1101 * MS)
+    [(frame, _)] = asm.due(1180 * MS, limit=3)
+    assert frame.frame_id == 10 and made[0] == 4 and asm.take_superseded() == []

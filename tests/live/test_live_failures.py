@@ -315,3 +315,115 @@ def test_a_close_under_a_flood_of_trigger_samples_makes_at_most_what_the_pipelin
         except SampleDroppedError:
             refused += 1
     assert answered == frames and answered + refused == len(futures) == status["intake"]["frames_by_trigger"] + refused
+
+
+def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_the_rest(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: due() made every frame of a flood in one batch on the event loop (each tens of ms of samples
+    # and sweeps), though the pipeline then shed all but the newest: 100 frames made in one call here. Now
+    # one call makes at most max_in_flight + queue_size (the newest); the older ones reach the pipeline
+    # unmade and are shed in their turn (the tracker's prediction), each trigger's future answered with its
+    # record, every id once and in time order, counted (superseded_unassembled).
+    cfg, rig, samples = _config(triton.grpc_url)
+    # the stamps below lie past their horizon (so every frame is due at once) and within the stamp skew
+    cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, transit_ms=20.0))
+    limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    asm = live._assembler
+    made = [0]
+    per_call: list[int] = []  # frames made by each call of due()
+    apply, due = asm.accumulator.apply, asm.due
+
+    def counted_apply(frame: Frame, buffers: Any) -> Frame:
+        made[0] += 1  # once per frame made
+        return apply(frame, buffers)
+
+    def counted_due(now: int, *args: Any) -> Any:
+        before = made[0]
+        frames = due(now, *args)
+        per_call.append(made[0] - before)
+        return frames
+
+    asm.accumulator.apply = counted_apply  # type: ignore[method-assign]
+    asm.due = counted_due  # type: ignore[method-assign]
+    lidar = next(s for s in samples if s.sensor == "lidar_top")
+    flood = 100
+    with live:
+        assert live._loop is not None
+        stall = threading.Event()
+        live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the flood waits in the intake
+        try:
+            t0 = time.monotonic_ns() - asm._horizon_ns - 10 * MS
+            futures = [live.push(dataclasses.replace(lidar, t_ns=t0 + k * 1000)) for k in range(flood)]
+        finally:
+            stall.set()
+        deadline = time.monotonic() + 60  # a watchdog only
+        while live.status()["intake"]["frames"] < flood:
+            assert time.monotonic() < deadline, live.status()["intake"]
+            time.sleep(0.005)
+    status = live.status()
+    frames = status["intake"]["frames"]
+    assert max(per_call) <= limit and made[0] < frames, (per_call, made, frames)  # before: [100]
+    superseded = status["intake"]["superseded_unassembled"]
+    assert superseded >= flood - limit and superseded + made[0] == frames, (superseded, made, frames)
+    # every frame made or not reached on_result once, in order, and its trigger's future has its record
+    assert _ids(got) == list(range(frames)) and status["frames"] == frames
+    assert [r.t_ns for r in got] == sorted(r.t_ns for r in got)
+    unmade = [r for r in got if (r.reason or "").startswith("overload (superseded before assembly")]
+    assert len(unmade) == superseded and all(r.status is FrameStatus.DROPPED for r in unmade)
+    assert all(r.predicted for r in unmade)  # each the tracker's prediction, as every shed frame's
+    assert status["shed"] >= superseded
+    for future in futures:
+        assert future is not None
+        record = future.result(timeout=0)
+        assert got[record.frame_id] is record
+
+
+def test_a_fusion_that_hangs_holds_close_no_longer_than_its_drain_and_nothing_is_fused_beside_it(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: fusion runs in a worker thread the runtime waited for even when cancelled, so a fusion call
+    # that never returned held close() forever (past the drain timeout the frames in flight are cancelled,
+    # but not that thread). Now the call is abandoned in its thread at the drain timeout, reported (logged
+    # as an error, status()["failed"]["fusion"]), every frame gets its record, and no other fusion starts
+    # while it runs (the tracker is not thread-safe).
+    cfg, rig, samples = _config(triton.grpc_url, drain_s=0.5)
+    # the frames behind the stuck one wait for it (none shed under overload: no wall-clock judgement)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, overload="queue"))
+    hang = threading.Event()  # set only once close() returned (or gave up)
+    entered = threading.Event()
+    fused: list[int] = []
+
+    def hanging_fusion(frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        fused.append(frame.frame_id)
+        if frame.frame_id == 3:
+            entered.set()
+            hang.wait(120)  # frame 3's fusion never returns while the runtime runs
+        return (), {}
+
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append, fusion=hanging_fusion)
+    live.__enter__()
+    closer = threading.Thread(target=live.close)
+    try:
+        futures = _push_all(live, samples[: len(samples) // 2], {})
+        assert entered.wait(60)
+        closer.start()
+        closer.join(30)  # a watchdog only: the close takes the drain timeout and the release
+        closed = not closer.is_alive()
+    finally:
+        hang.set()
+        closer.join(60) if closer.ident is not None else live.close()
+    assert closed  # before: close waited for the fusion call that never returned
+    assert fused == [0, 1, 2, 3]  # nothing fused beside (or after) the hung call
+    status = live.status()
+    made = status["intake"]["frames"]
+    assert made >= 6 and _ids(got) == list(range(made)) and status["frames"] == made, (made, _ids(got))
+    assert all(r.status is not FrameStatus.DROPPED for r in got[:3])
+    assert all(r.status is FrameStatus.DROPPED for r in got[3:])
+    assert got[3].reason == CANCELLED_IN_FLIGHT and status["failed"] == {"fusion": 1}
+    for future in futures:  # each future has the very record on_result got
+        record = future.result(timeout=0)  # type: ignore[attr-defined]
+        assert got[record.frame_id] is record

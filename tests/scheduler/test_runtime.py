@@ -749,3 +749,63 @@ def test_threaded_frames_cut_by_close_reach_the_callback_as_shutdown(triton: Emb
     assert all(r.status is FrameStatus.DROPPED and (r.reason or "").startswith("shutdown: ") for r in got), [
         (r.frame_id, r.reason) for r in got
     ]
+
+
+async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_waits_for_it(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: a frame cancelled during its fusion call waited for the call to return (a hung fusion held
+    # its close forever). Now the call is abandoned in its worker thread, counted; the next frame's fusion
+    # (and a shed frame's prediction) waits until it has returned: never two fusion calls at once.
+    cfg = config(triton.grpc_url, {"lidar": "sleepy_lidar"})
+    entered = threading.Event()
+    release = threading.Event()
+    lock = threading.Lock()
+    running = [0]
+    overlap: list[int] = []
+    fused: list[int] = []
+
+    def fusion(f: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        with lock:
+            running[0] += 1
+            overlap.append(running[0])
+        if f.frame_id == 0:
+            entered.set()
+            release.wait(20)  # frame 0's call hangs until the test releases it
+        with lock:
+            running[0] -= 1
+            fused.append(f.frame_id)
+        return (), {}
+
+    try:
+        with anyio.fail_after(60):
+            async with Runtime(cfg, fusion=fusion) as rt:
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(rt.process, frame(0, ["lidar"]))
+                        await anyio.to_thread.run_sync(entered.wait, 30)
+                        scope.cancel()  # before: the cancellation waited for the call to return
+                assert rt.fusion_abandoned == 1 and fused == []
+                second: list[FrameResult] = []
+                at_fusion = anyio.Event()
+                fuse = rt._fuse
+
+                async def fuse_seen(*args: Any) -> Any:
+                    at_fusion.set()  # the second frame's requests ended: its turn to fuse
+                    return await fuse(*args)
+
+                rt._fuse = fuse_seen  # type: ignore[method-assign]
+
+                async def process_second() -> None:
+                    second.append(await rt.process(frame(1, ["lidar"])))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(process_second)
+                    await at_fusion.wait()
+                    await anyio.sleep(0.1)  # room for a fusion that did not wait to start (overlap 2)
+                    assert fused == []
+                    release.set()
+                assert second[0].frame_id == 1
+    finally:
+        release.set()
+    assert fused == [0, 1] and max(overlap) == 1

@@ -11,7 +11,7 @@ import pytest
 from pipeline_helpers import collect
 
 from perception.config import PipelineConfig
-from perception.scheduler import OrderedPipeline
+from perception.scheduler import OrderedPipeline, Superseded
 from perception.scheduler._shedding import (
     MEASURED_MIN,
     OVERLOAD,
@@ -333,3 +333,40 @@ def test_the_first_frames_run_first_come_first_served_whatever_they_took() -> No
     verdict = policy.choose(waiting, now_ns=3_000 * MS)
     assert verdict.start is None and len(verdict.shed) == 3  # all waited past their budgets
     assert policy.service.estimate() == 60 * MS  # the warm-up frame's 3 s is in no estimate
+
+
+@pytest.mark.anyio
+async def test_a_frame_the_source_superseded_is_shed_in_its_turn_and_never_processed() -> None:
+    # A live source with a backlog beyond what the pipeline holds builds only the newest frames and hands
+    # the older ones in unbuilt (Superseded): each gets its shed record (the prediction) in its place, the
+    # policy counts it superseded, and it never takes a slot -- even a free one.
+    processed: list[int] = []
+    shed_calls: list[tuple[int, str]] = []
+
+    async def process(f: Frame) -> FrameResult:
+        processed.append(f.frame_id)
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        shed_calls.append((f.frame_id, reason))
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    why = f"{OVERLOAD} (superseded before assembly)"
+
+    async def source() -> AsyncIterator[Frame | Superseded]:
+        for i in range(6):
+            yield Superseded(frame(i), why) if i in (0, 1, 3) else frame(i)
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=2), deadline_ns=30_000 * MS, shed=shed)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == list(range(6))
+    assert sorted(processed) == [2, 4, 5] and shed_calls == [(0, why), (1, why), (3, why)]
+    assert [r.predicted for r in out] == [True, True, False, True, False, False]
+    assert p.shed_count == 3 and p.overload is not None and p.overload.report()["superseded"] == 3
+    # without the overload policy (a source that waits) it is recorded dropped, with its reason
+    q = OrderedPipeline(process, _dropped, PipelineConfig(overflow="block"), deadline_ns=30_000 * MS, shed=shed)
+    with anyio.fail_after(10):
+        out = await collect(q, source())
+    assert [(r.frame_id, r.reason) for r in out if r.status is FrameStatus.DROPPED] == [(0, why), (1, why), (3, why)]
+    assert q.dropped_count == 3 and len(shed_calls) == 3
