@@ -77,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, signals: StopSignals) -> int:
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
-    make_output_folders(args)
     # the drive is opened once on this side, the session assembled once against it
     with open_session(args, strict=True) as (reader, session):  # live plays only whole drives, as before
         # A truncation is not found by opening (only once a read reaches it): the publisher met it, died
@@ -88,7 +87,10 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         faults.check_sensors(list(reader.rig), reader.path, [s.name for s in cfg.active_sensors])
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
+        # --record is checked (a file it would replace that is not a recording: refused) before --out is made,
+        # as replay's: a refused run left an empty --out behind
         rec = recorder(args)
+        make_output_folders(args)
         if rec is None:
             outcome = live_session(reader, cfg, faults, signals=signals)
         else:

@@ -87,9 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
-    except KeyboardInterrupt:
-        sys.stderr.write("perception: interrupted\n")
-        return 130
+    except KeyboardInterrupt:  # while the command's module is imported: named as once it runs
+        chosen = _chosen(argv)
+        sys.stderr.write(f"perception{f' {chosen}' if chosen in COMMANDS else ''}: interrupted\n")
+        return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -31,8 +31,6 @@ __all__ = ["default_model_repository", "format_model_table", "register", "run"]
 
 log = logging.getLogger(__name__)
 
-_EXIT_INTERRUPTED = 130
-
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -182,7 +180,8 @@ async def _serve(server: EmbeddedTriton, once: bool, progress: _Progress, restar
         return 1
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def _main(args: argparse.Namespace) -> int | None:
+    """The command's exit code; None when SIGINT/SIGTERM stopped it before the server was ready."""
     repositories = args.models or [default_model_repository()]
     server = EmbeddedTriton(
         repositories,
@@ -209,9 +208,13 @@ async def _main(args: argparse.Namespace) -> int:
         return code
     if progress.ready:
         return 0  # stopped by SIGINT/SIGTERM after start-up: the normal way to end a server
-    log.warning("interrupted during start-up")
-    return _EXIT_INTERRUPTED
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
-    return anyio.run(_main, args)
+    code = anyio.run(_main, args)
+    if code is None:
+        # stopped during start-up: 'perception server: interrupted', exit 130, as every command says it (a
+        # warning log line, 'interrupted during start-up', with its own 130 was this command's alone)
+        raise KeyboardInterrupt
+    return code

@@ -6,14 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
+from perception.cli._args import non_negative_int, output_file, positive_int, within
 from perception.cli._common import make_folder
 
 __all__ = ["register", "run"]
 
 
 def register(subparsers: Any) -> None:
-    from perception.sim import SCENARIOS
+    from perception.sim import MAX_DURATION_S, SCENARIOS
 
     p = subparsers.add_parser(
         "sim",
@@ -24,7 +24,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="urban", help="traffic preset (default: urban)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default: 0)")
     p.add_argument(
-        "--duration", type=positive_float, default=10.0, metavar="S", help="seconds to simulate (default: 10)"
+        "--duration",
+        type=within(0.0, MAX_DURATION_S),  # a bad one named the key "duration", not the option, after parsing
+        default=10.0,
+        metavar="S",
+        help=f"seconds to simulate, up to {MAX_DURATION_S:g} (default: 10)",
     )
     p.add_argument("--rig", metavar="FILE", help="rig YAML (default: the scenario's rig in launch/rigs/)")
     p.add_argument("-o", "--output", type=output_file, required=True, metavar="OUT.mcap", help="drive file to write")

@@ -9,26 +9,43 @@
 * :func:`times_from_index` gets per-channel message count / first / last log time from the message
   index records, without decompressing any chunk; chunks whose index is missing or unreadable are
   returned so that the caller can count them by reading them.
+* :func:`head_metadata` reads a drive's metadata from the records at its start alone (a bounded read).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import IO
 
 from mcap.data_stream import ReadDataStream
+from mcap.exceptions import McapError
 from mcap.opcode import Opcode
 from mcap.records import Channel, Chunk, ChunkIndex, Message, MessageIndex, Metadata, Schema
 from mcap.summary import Summary
 
 from perception.drives._chunks import RECORD_HEAD, ChunkBuffer, ChunkUnreadable, decode_chunk, message_index_times
+from perception.drives._codec import DRIVE_METADATA
+from perception.errors import DriveError
 
-__all__ = ["MAGIC", "ChannelTimes", "RawDamage", "Scan", "scan_file", "times_from_index"]
+__all__ = [
+    "HEAD_RECORD_BYTES",
+    "MAGIC",
+    "ChannelTimes",
+    "RawDamage",
+    "Scan",
+    "head_metadata",
+    "scan_file",
+    "times_from_index",
+]
 
 MAGIC = b"\x89MCAP0\r\n"
+#: The largest record :func:`head_metadata` reads: a drive's metadata records come right after the MCAP
+#: header, the rig's first (a large rig's: some kilobytes).
+HEAD_RECORD_BYTES = 4 * 2**20
 _WINDOW = 1 << 20  # resynchronisation reads the file in windows of this size
 _CANDIDATE = re.compile(rb"[\x06\x07\x0f]")  # chunk, message index, data end
 _CHUNK_HEAD = struct.Struct("<QQQII")  # start, end, uncompressed size, crc, compression length
@@ -79,6 +96,60 @@ class Scan:
 
 def _body(data: bytes) -> ReadDataStream:
     return ReadDataStream(io.BytesIO(data), calculate_crc=False)
+
+
+class _Whole(io.BytesIO):
+    """A record's body whose reads are whole: a field running past the record's end is an error (the
+    library's reader hands out what is left, a string cut short)."""
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        data = super().read(size)
+        if size is not None and 0 <= size != len(data):
+            raise EOFError(f"a field of {size} bytes runs past the record's end")
+        return data
+
+
+def head_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """The drive metadata of the drive ``path`` (:attr:`DriveReader.metadata`) read from its start alone: the
+    MCAP header, then the metadata records :class:`DriveWriter` writes right after it (the rig's, the drive's),
+    none past the drive's -- never a message or chunk (opening the drive reads its summary, or scans it whole).
+
+    None when the file is cut short before that record (empty, or the magic or a record cut short: a writer
+    that died). A :class:`DriveError` when it does not begin as a drive: not MCAP, another record (a message, a
+    chunk, a schema) before the drive's metadata, a record over :data:`HEAD_RECORD_BYTES`, one that cannot be
+    read; or when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+            if head != MAGIC:
+                if MAGIC.startswith(head):
+                    return None  # empty, or the magic cut short
+                raise DriveError("not an MCAP file (bad magic)", file=os.fspath(path))
+            while True:
+                offset = f.tell()
+                top = f.read(RECORD_HEAD.size)
+                if len(top) < RECORD_HEAD.size:
+                    return None
+                opcode, length = RECORD_HEAD.unpack(top)
+                if opcode not in (Opcode.HEADER, Opcode.METADATA) or length > HEAD_RECORD_BYTES:
+                    raise DriveError(
+                        f"a record of opcode {opcode:#04x} and {length} bytes at byte {offset}, before the drive's "
+                        "metadata",
+                        file=os.fspath(path),
+                    )
+                body = f.read(length)
+                if len(body) < length:
+                    return None
+                if opcode == Opcode.METADATA:
+                    try:
+                        record = Metadata.read(ReadDataStream(_Whole(body)))
+                    except (EOFError, McapError, struct.error, UnicodeDecodeError) as exc:
+                        raise DriveError(f"bad metadata record at byte {offset}: {exc}", file=os.fspath(path)) from exc
+                    if record.name == DRIVE_METADATA:
+                        metadata: dict[str, str] = record.metadata
+                        return metadata
+    except OSError as exc:
+        raise DriveError(f"cannot read drive: {exc.strerror or exc}", file=os.fspath(path)) from exc
 
 
 def scan_file(stream: IO[bytes]) -> Scan:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import glob
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception.drives._codec import DRIVE_METADATA
+from perception.drives import head_metadata
+from perception.errors import DriveError
 from perception.record._digest import decisions_digest, detections_digest, recorded_outputs_digest, tracker_digest
 from perception.types import Detection3D, EgoPose, SensorResult, SensorStatus, Transform
 
@@ -144,58 +144,17 @@ def segments(path: Path) -> list[Path]:
     return ([path] if path.exists() else []) + [p for _, p in found]
 
 
-#: What of a file's beginning is read to tell a recording's segment (:func:`is_replaceable_segment`): its
-#: metadata records come right after the MCAP header, the rig's first (a large rig's: some kilobytes).
-_HEAD_BYTES = 4 * 2**20
-_MCAP_MAGIC = b"\x89MCAP0\r\n"
-_OP_HEADER, _OP_METADATA = 0x01, 0x0C
-
-
 def is_replaceable_segment(path: Path) -> bool:
     """Whether the file ``path`` may be replaced (deleted, overwritten) as a segment of an earlier recording:
     its drive metadata, written at a segment's start, holds :data:`META_FORMAT`; or it was cut short before
     that metadata could be read (empty, or the MCAP magic and records cut short: a run that crashed). Only the
-    file's beginning is read (never a 256 MB segment's messages). A file that cannot be read is not."""
+    file's beginning is read (:func:`perception.drives.head_metadata`: never a 256 MB segment's messages). A
+    file that cannot be read, or does not begin as a drive, is not."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_MCAP_MAGIC))
-            if head != _MCAP_MAGIC:
-                return _MCAP_MAGIC.startswith(head)  # empty, or the magic cut short
-            while True:  # records: the header, then the segment's metadata (the rig's, the drive's)
-                top = f.read(9)
-                if len(top) < 9:
-                    return True  # cut short before its drive metadata
-                opcode, length = struct.unpack("<BQ", top)
-                if opcode == _OP_HEADER and length <= _HEAD_BYTES:
-                    if len(f.read(length)) < length:
-                        return True
-                    continue
-                if opcode != _OP_METADATA or length > _HEAD_BYTES:
-                    return False  # a message, a chunk, a schema before any drive metadata: not a recording's
-                body = f.read(length)
-                if len(body) < length:
-                    return True
-                name, at = _mcap_string(body, 0)
-                if name == DRIVE_METADATA:
-                    return META_FORMAT in _mcap_map(body, at)
-    except (OSError, struct.error, UnicodeDecodeError, IndexError):
+        metadata = head_metadata(path)
+    except DriveError:  # not MCAP, a message, chunk or schema before any drive metadata, unreadable
         return False
-
-
-def _mcap_string(data: bytes, at: int) -> tuple[str, int]:
-    (n,) = struct.unpack_from("<I", data, at)
-    if at + 4 + n > len(data):
-        raise IndexError("string past its record")
-    return data[at + 4 : at + 4 + n].decode(), at + 4 + n
-
-
-def _mcap_map(data: bytes, at: int) -> dict[str, str]:
-    (size,) = struct.unpack_from("<I", data, at)
-    at, end, out = at + 4, at + 4 + size, {}
-    while at < end:
-        key, at = _mcap_string(data, at)
-        out[key], at = _mcap_string(data, at)
-    return out
+    return metadata is None or META_FORMAT in metadata
 
 
 def segment_number(path: Path, segment: Path) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from perception.sim import _builtin_kinds  # noqa: F401 - registers the built-in kinds' models
 from perception.sim._camera import project_ground_truth
-from perception.sim._generate import Simulator, generate_drive
+from perception.sim._generate import MAX_DURATION_S, Simulator, generate_drive
 from perception.sim._kinds import SimKind, SimSensorModel, register_sim_kind
 from perception.sim._rig import SimRadarParams, SimSensor, load_rig
 from perception.sim._scenarios import SCENARIOS
@@ -32,6 +32,7 @@ from perception.sim._seeds import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_
 __all__ = [
     "EVAL_SEED",
     "FIRST_TRAINING_SEED",
+    "MAX_DURATION_S",
     "SCENARIOS",
     "SimKind",
     "SimRadarParams",

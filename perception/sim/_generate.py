@@ -35,11 +35,13 @@ from perception.sim._scenarios import Scenario, get_scenario
 from perception.sim._world import Scene, World
 from perception.types import SIM_GENERATOR, EgoPose, GroundTruth, ImageSample, PointCloudSample, SensorKind
 
-__all__ = ["SimSummary", "Simulator", "generate_drive"]
+__all__ = ["MAX_DURATION_S", "SimSummary", "Simulator", "generate_drive"]
 
 log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
+#: The longest drive simulated, in seconds (``perception sim --duration``'s bound too).
+MAX_DURATION_S = 3600.0
 RigLike = RigConfig | str | os.PathLike[str] | None
 
 # timeline event kinds, in the order they are written when times tie
@@ -68,8 +70,8 @@ class Simulator:
                  rig: RigLike = None) -> None:
         if not (isinstance(seed, int) and seed >= 0):
             raise ConfigError(f"seed must be a non-negative integer, got {seed!r}", key="seed")
-        if not 0 < duration_s <= 3600:
-            raise ConfigError(f"duration must be in (0, 3600] s, got {duration_s!r}", key="duration")
+        if not 0 < duration_s <= MAX_DURATION_S:
+            raise ConfigError(f"duration must be in (0, {MAX_DURATION_S:g}] s, got {duration_s!r}", key="duration")
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
         self.seed = seed
         self.duration_s = float(duration_s)

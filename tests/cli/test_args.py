@@ -20,6 +20,8 @@ CLI = Path(__file__).resolve().parents[2] / "perception" / "cli"
     [
         (["sim", "--seed", "-1", "-o", "x.mcap"], "argument --seed: must be >= 0, got -1"),
         (["sim", "--duration", "abc", "-o", "x.mcap"], "argument --duration: not a number: 'abc'"),
+        (["sim", "--duration", "5000", "-o", "x.mcap"], "argument --duration: must be within (0, 3600], got 5000"),
+        (["sim", "--duration", "0", "-o", "x.mcap"], "argument --duration: must be within (0, 3600], got 0"),
         (["sim", "--workers", "0", "-o", "x.mcap"], "argument --workers: must be >= 1, got 0"),
         (["budget", "d.mcap", "--budget-ms", "0"], "argument --budget-ms: must be > 0, got 0"),
         (["budget", "d.mcap", "--budget-ms", "5", "--percentile", "101"], "argument --percentile: must be within"),

@@ -224,6 +224,23 @@ def test_a_bad_fault_option_leaves_an_earlier_recording_alone(
     assert earlier.read_bytes() == before
 
 
+def test_a_file_the_recording_would_replace_that_is_not_one_is_refused_before_out_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out (and --trace-out's folder) was made before --record was checked: the refused run left them behind,
+    # empty (replay checks --record first since f54124c)
+    other = tmp_path / "run.mcap"
+    other.write_text("notes\n")
+    out, traces = tmp_path / "out", tmp_path / "traces"
+    argv = ["live", str(DRIVE), "--url", "127.0.0.1:1", "--record", str(other), "--out", str(out)]
+    assert main([*argv, "--trace-out", str(traces / "trace.json")]) == 2
+    _, err = capsys.readouterr()
+    assert f"{other}: --record: exists and is not a segment of a recording: move it" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists() and not traces.exists()
+    assert other.read_text() == "notes\n"
+
+
 def test_a_recording_that_cannot_be_created_is_refused_before_the_run(capsys: pytest.CaptureFixture[str]) -> None:
     # The recorder creates its file once the run begins (a ROS node's: once activated): one that could not be
     # created was logged and the run went on unrecorded to its end (a node's: for hours), then exit 1.

@@ -254,3 +254,17 @@ def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_p
     out = anyio.run(lambda: replay_as_recorded(wrong, config))
     assert out.first is not None and (out.first.seq, out.first.cause) == (3, "fusion")
     assert out.first.detail == "the same detections but another tracker state"
+
+
+def test_the_record_package_reads_drives_through_their_public_api() -> None:
+    # _format read a segment's first MCAP records by hand (a second record reader beside the drive package's), with
+    # the drive metadata's name from perception.drives._codec; it asks perception.drives.head_metadata now
+    import ast
+
+    private = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted(Path(fmt.__file__).parent.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perception.drives._")
+    ]
+    assert not private, private

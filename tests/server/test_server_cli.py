@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from server_helpers import TEST_MODELS, shm_entries, stubs_with_prefix
 
@@ -146,3 +147,36 @@ def test_a_server_that_crashes_with_no_restart_left_ends_the_command_with_exit_1
     assert "Traceback" not in stderr
     assert stubs_with_prefix(prefix) == [] and shm_entries(prefix) == []
     assert "Signal (11) received" in log_path.read_text()  # kept
+
+
+def test_a_stop_during_start_up_is_said_as_every_command_says_an_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stopped before the server was ready, `perception server` logged "WARNING perception.cli._server: interrupted
+    # during start-up" (exit 130 of its own), where every other command says "perception <command>: interrupted".
+    async def starting(*_: object) -> int:
+        with anyio.fail_after(60):  # watchdog: the command's signal handler cancels this start
+            await anyio.wait_all_tasks_blocked()  # the command's signal receiver is waiting
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            os.kill(os.getpid(), signal.SIGINT)
+            await anyio.sleep_forever()
+        return 0
+
+    monkeypatch.setattr("perception.cli._server.EmbeddedTriton", lambda *_, **__: None)
+    monkeypatch.setattr("perception.cli._server._serve", starting)
+    assert main(["server", "--models", str(tmp_path)]) == 130
+    out, err = capsys.readouterr()
+    assert err == "perception server: interrupted\n" and out == "", err
+
+
+def test_an_interrupt_while_the_command_is_loaded_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Ctrl-C while the command's module was imported (the embedded server's, the runtime's: seconds) said
+    # "perception: interrupted", the command not named as once it runs
+    def interrupted(argv: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("perception.cli._main.build_parser", interrupted)
+    assert main(["-v", "server", "--once"]) == 130
+    assert capsys.readouterr().err == "perception server: interrupted\n"

@@ -293,6 +293,23 @@ def test_a_registered_image_kind_and_point_kind_render(frame: FrameView, tmp_pat
     assert top > bottom + 0.3  # the warm half is brighter (50000 >> 8 = 195 against 78)
 
 
+def test_a_fused_mcap_cut_before_its_channels_is_said_damaged_naming_it(
+    small_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Cut within its first chunk (the replay killed at once): no channel is readable, which is the damage's
+    # doing -- said as damage, exit 3, naming the file, not as a drive missing a sensor's channel (exit 1).
+    fused = tmp_path / "fused.mcap"
+    record(small_drive, tmp_path)
+    data = fused.read_bytes()
+    first_chunk = data.index(b"\x06", data.index(b"perception.drive"))  # (its opcode after the metadata records)
+    for cut in (first_chunk, first_chunk + 1_000):
+        fused.write_bytes(data[:cut])
+        assert main(["render", str(tmp_path), "--frame", "1", "--out", str(tmp_path / "png")]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"perception render: error: {fused}: ") and "drive damaged: truncated at byte " in err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize(
     ("report", "message"),
     [
