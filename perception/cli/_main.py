@@ -10,11 +10,14 @@ drive (:class:`perception.errors.DriveDamagedError`), 1 otherwise (codes in ``_e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from perception import __version__
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_DAMAGED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
@@ -83,7 +86,49 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command of ``argv`` (default: the program's arguments) and return its exit code. A fusion call it
+    left hung in its worker thread (abandoned at close, still running: :func:`_hung_fusion`) is named on stderr
+    and fails the command (its code, or 1 for 0); run as the program (``argv`` None: the ``perception`` script,
+    ``python -m perception``) the process then ends at once, without waiting for that thread."""
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    code = _command(argv)
+    hung = _hung_fusion()
+    if hung:
+        chosen = _chosen(argv)
+        calls = "1 fusion call" if hung == 1 else f"{hung} fusion calls"
+        sys.stderr.write(
+            f"perception{f' {chosen}' if chosen in COMMANDS else ''}: error: {calls} hung, abandoned at close and "
+            "still running in a worker thread; exiting without waiting for it\n"
+        )
+        code = code or EXIT_ERROR
+        if program:
+            _exit_now(code)
+    return code
+
+
+def _hung_fusion() -> int:
+    """Fusion calls abandoned still running in this process (``perception.scheduler.abandoned_fusion_running``);
+    0 when the command never imported the scheduler (nothing is imported for it: ``perception --help`` stays light)."""
+    if "perception.scheduler" not in sys.modules:
+        return 0
+    from perception.scheduler import abandoned_fusion_running
+
+    return abandoned_fusion_running()
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` now, its output flushed: the interpreter's exit would join every thread
+    that is not a daemon, a hung fusion call's among them, forever. The command has released what it opened
+    (the embedded server, recordings, outputs) on its way out; only the interpreter's own clean-up is skipped."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _command(argv: list[str]) -> int:
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)

@@ -60,12 +60,32 @@ from perception.types import (
     SessionSource,
 )
 
-__all__ = ["Runtime", "client_options", "server_time_breakdown"]
+__all__ = ["Runtime", "abandoned_fusion_running", "client_options", "server_time_breakdown"]
 
 log = logging.getLogger(__name__)
 
 #: How often a fusion waiting for an abandoned fusion call (:meth:`Runtime._fuse`) looks whether it returned.
 ABANDONED_POLL_S = 0.005
+
+#: Fusion calls abandoned in their worker threads that have not returned yet, over every runtime of the process
+#: (under its lock): see :func:`abandoned_fusion_running`.
+_abandoned_lock = threading.Lock()
+_abandoned_running = [0]
+
+
+def abandoned_fusion_running() -> int:
+    """How many fusion calls abandoned still running (:meth:`Runtime._fuse`: a fusion that hung past the drain
+    timeout at close) have not returned yet, over every runtime of this process. Each holds a worker thread,
+    which the interpreter's exit waits for when it is not a daemon thread (one started from the main thread's
+    event loop is not): a program may end without joining it (the ``perception`` command does, naming it)."""
+    with _abandoned_lock:
+        return _abandoned_running[0]
+
+
+def _count_abandoned_running(delta: int) -> None:
+    with _abandoned_lock:
+        _abandoned_running[0] += delta
+
 
 #: Upper bound of one model's warm-up request at start (see :meth:`Runtime._warm_up`).
 WARMUP_TIMEOUT_S = 10.0
@@ -506,6 +526,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
             finally:
                 with self._fusion_lock:
                     self._fusing = None
+                    if cancelled:  # abandoned while it ran (counted then, under this lock): it returned now
+                        _count_abandoned_running(-1)
 
         await self._fusion_idle()
         try:
@@ -514,6 +536,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
             with self._fusion_lock:
                 cancelled = True
                 abandoned = self._fusing == frame.frame_id
+                if abandoned:
+                    _count_abandoned_running(1)  # until the call returns (call's finally, under this lock)
             if abandoned:
                 self.fusion_abandoned += 1
                 log.error(

@@ -17,7 +17,7 @@ import pytest
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
 from perception.errors import InputError, ModelContractError, ModelNotReadyError, RuntimeClosedError
-from perception.scheduler import Lifetime, Runtime, ThreadedRuntime
+from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, abandoned_fusion_running
 from perception.scheduler._admission import HOLD
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
@@ -764,6 +764,7 @@ async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_w
     running = [0]
     overlap: list[int] = []
     fused: list[int] = []
+    running_before = abandoned_fusion_running()
 
     def fusion(f: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
         with lock:
@@ -786,6 +787,7 @@ async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_w
                         await anyio.to_thread.run_sync(entered.wait, 30)
                         scope.cancel()  # before: the cancellation waited for the call to return
                 assert rt.fusion_abandoned == 1 and fused == []
+                assert abandoned_fusion_running() == running_before + 1  # the process's count, till it returns
                 second: list[FrameResult] = []
                 at_fusion = anyio.Event()
                 fuse = rt._fuse
@@ -809,3 +811,4 @@ async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_w
     finally:
         release.set()
     assert fused == [0, 1] and max(overlap) == 1
+    assert abandoned_fusion_running() == running_before  # frame 0's call returned (before frame 1's started)
