@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from profile_helpers import sleepy_profile
 
 from perception.server import EmbeddedTriton
 
@@ -37,15 +38,8 @@ from perception.cli import main
 sys.exit(main())
 """
 
-PROFILE = (
-    "sensor_defaults:\n"
-    "  lidar: {model: sleepy_lidar, sync_window_ms: 60, max_staleness_ms: 150}\n"
-    "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
-    "  radar: {model: sleepy_radar, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
-    "live: {transit_ms: 2000, trigger_tolerance_ms: 1000}\n"
-    "budget: {total_ms: 5000, fusion_reserve_ms: 15}\n"
-    "pipeline: {queue_size: 100, overload: queue, drain_timeout_s: 0.5}\n"
-)
+#: The hung frame is cancelled half a second into the close (its drain timeout), the frames before it queued.
+PIPELINE = "{queue_size: 100, overload: queue, drain_timeout_s: 0.5}"
 
 WATCHDOG_S = 120  # a watchdog only: before, the process never exited
 
@@ -87,8 +81,7 @@ def _says_it(err: str, command: str) -> None:
 def test_live_with_a_fusion_that_hangs_exits_with_its_code_and_says_why(
     triton: EmbeddedTriton, urban_drive: Path, tmp_path: Path
 ) -> None:
-    profile = tmp_path / "live.yaml"
-    profile.write_text(PROFILE)
+    profile = sleepy_profile(tmp_path, PIPELINE)
     argv = ["live", str(urban_drive), "--config", str(profile), "--url", triton.grpc_url]
     code, out, err = _hung(argv, tmp_path, interrupt=False)
     assert code == 1, err  # the run's frames from the hung one on were lost: a failure
@@ -99,8 +92,7 @@ def test_live_with_a_fusion_that_hangs_exits_with_its_code_and_says_why(
 def test_replay_interrupted_while_fusion_hangs_exits_130_and_says_why(
     triton: EmbeddedTriton, urban_drive: Path, tmp_path: Path
 ) -> None:
-    profile = tmp_path / "replay.yaml"
-    profile.write_text(PROFILE)
+    profile = sleepy_profile(tmp_path, PIPELINE)
     argv = ["replay", str(urban_drive), "--config", str(profile), "--url", triton.grpc_url, "--no-progress"]
     code, out, err = _hung([*argv, "--out", str(tmp_path / "out")], tmp_path, interrupt=True)
     assert code == 130, err  # interrupted, as without the hang

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from profile_helpers import sleepy_profile
 from recording_helpers import earlier_recording
 
 from perception.cli import main
@@ -21,21 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVE = ROOT / "replay_data" / "urban_seed7_10s.mcap"
 
 
-def _sleepy_profile(tmp_path: Path) -> Path:
-    """A profile of the latency-bound test models, with margins a loaded host cannot break."""
-    profile = tmp_path / "live.yaml"
-    profile.write_text(
-        "sensor_defaults:\n"
-        "  lidar: {model: sleepy_lidar, sync_window_ms: 60, max_staleness_ms: 150}\n"
-        "  camera: {model: sleepy_camera, sync_window_ms: 50, max_staleness_ms: 150}\n"
-        "  radar: {model: sleepy_radar, transport: grpc, sync_window_ms: 50, max_staleness_ms: 150}\n"
-        "live: {transit_ms: 2000, trigger_tolerance_ms: 1000}\n"
-        "budget: {total_ms: 5000, fusion_reserve_ms: 15}\n"
-        "pipeline: {queue_size: 100}\n"
-    )
-    return profile
-
-
 def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -43,7 +29,7 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     # reference models' speed on a shared host. Margins a loaded host cannot break: samples may be 2 s in
     # transit, the lidar is taken for silent 1 s after a sweep is due (the 2 s silence still is), and a
     # frame's budget is seconds (exact slots and timers: tests/live/test_assembler.py, on its own clock).
-    profile = _sleepy_profile(tmp_path)
+    profile = sleepy_profile(tmp_path)
     argv = ["live", str(DRIVE), "--config", str(profile), "--url", triton.grpc_url, "--out", str(tmp_path / "out")]
     argv += ["--silence", "lidar_top:2:4", "--clock-jump", "radar_rear:6:3", "--jitter-ms", "2"]
     argv += ["--trace-out", str(tmp_path / "out" / "trace.json")]
@@ -395,7 +381,7 @@ def test_a_sensor_publisher_dying_mid_run_is_named_by_the_host(
     site.mkdir()
     (site / "sitecustomize.py").write_text(_DYING_RADAR)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    argv = ["live", str(DRIVE), "--config", str(_sleepy_profile(tmp_path)), "--url", triton.grpc_url]
+    argv = ["live", str(DRIVE), "--config", str(sleepy_profile(tmp_path)), "--url", triton.grpc_url]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 1
     out, err = capfd.readouterr()  # by file descriptor: the publisher process's stderr too
     why = "ValueError: the radar driver's buffer is corrupt"
@@ -489,7 +475,7 @@ def test_a_stop_landing_inside_the_runtimes_open_exits_as_interrupted(
 
     monkeypatch.setattr(contextlib.ExitStack, "pop_all", pop_all_after_a_signal)
     before = {p for p in os.listdir("/dev/shm") if p.startswith(f"perception_{os.getpid()}_")}
-    assert main(["live", str(DRIVE), "--url", triton.grpc_url, "--config", str(_sleepy_profile(tmp_path))]) == 130
+    assert main(["live", str(DRIVE), "--url", triton.grpc_url, "--config", str(sleepy_profile(tmp_path))]) == 130
     _, err = capsys.readouterr()
     assert raised and "perception live: interrupted" in err and "Traceback" not in err, err
     assert {p for p in os.listdir("/dev/shm") if p.startswith(f"perception_{os.getpid()}_")} <= before
