@@ -58,6 +58,13 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _said_by(argv: Sequence[str]) -> str:
+    """Who a line on stderr is from, before (or without) parsed arguments: ``perception <command>`` when
+    ``argv`` chooses one, else ``perception``."""
+    chosen = _chosen(argv)
+    return f"perception {chosen}" if chosen in COMMANDS else "perception"
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perception",
@@ -95,11 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = _command(argv)
     hung = _hung_fusion()
     if hung:
-        chosen = _chosen(argv)
         calls = "1 fusion call" if hung == 1 else f"{hung} fusion calls"
         sys.stderr.write(
-            f"perception{f' {chosen}' if chosen in COMMANDS else ''}: error: {calls} hung, abandoned at close and "
-            "still running in a worker thread; exiting without waiting for it\n"
+            f"{_said_by(argv)}: error: {calls} hung, abandoned at close and still running in a worker thread; "
+            "exiting without waiting for it\n"
         )
         code = code or EXIT_ERROR
         if program:
@@ -133,8 +139,7 @@ def _command(argv: list[str]) -> int:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
     except KeyboardInterrupt:  # while the command's module is imported: named as once it runs
-        chosen = _chosen(argv)
-        sys.stderr.write(f"perception{f' {chosen}' if chosen in COMMANDS else ''}: interrupted\n")
+        sys.stderr.write(f"{_said_by(argv)}: interrupted\n")
         return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.print_help()
