@@ -18,6 +18,7 @@ from perception.config._drive_source import is_simulated
 from perception.kinds import accumulate_problem, kind_def, known_kinds
 
 __all__ = [
+    "GRPC_NAMES",
     "BudgetConfig",
     "CameraGuidedConfig",
     "CircuitConfig",
@@ -59,7 +60,7 @@ def _ns(ms: float) -> int:
 
 
 #: gRPC target names taken as they are (gRPC's naming): no host:port form to check.
-_GRPC_NAMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
+GRPC_NAMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
 
 
 def url_problem(url: str) -> str | None:
@@ -68,7 +69,7 @@ def url_problem(url: str) -> str | None:
     CLI's ``--url`` and ``perception model-quality``'s: a bad one waited 10 s for a name that cannot resolve."""
     if url.startswith(("http://", "https://")):
         return f"gRPC URLs are host:port (no http:// scheme), got {url!r}"
-    if url.startswith(_GRPC_NAMES):
+    if url.startswith(GRPC_NAMES):
         return None
     host, sep, port = url.rpartition(":")
     if not sep or not host.strip("[]").strip() or not port.isdigit() or not 0 < int(port) < 65536:
@@ -266,6 +267,11 @@ class TriggerConfig:
             raise ValueError("set at most one of 'sensor' or 'rate_hz'")
         if self.rate_hz is not None and not 0 < self.rate_hz <= 1000:
             raise ValueError(f"rate_hz: must be within (0, 1000], got {self.rate_hz}")
+
+    @property
+    def automatic(self) -> bool:
+        """Neither ``sensor`` nor ``rate_hz``: the trigger is chosen from the sensors (class docs)."""
+        return self.sensor is None and self.rate_hz is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ def resolve_sensors(
             raise ConfigError(f"the profile lists no sensors and {where} has none", file=file, key="sensors")
         sensors = tuple(_from_spec(config, spec, metadata or {}) for spec in rig.values())
     trigger = config.trigger
-    if trigger.sensor is None and trigger.rate_hz is None:
+    if trigger.automatic:
         trigger = auto_trigger(sensors)
     try:
         return dataclasses.replace(config, sensors=sensors, trigger=trigger)

@@ -192,7 +192,7 @@ def check_trigger(enabled: Sequence[str], trigger: TriggerConfig) -> None:
             "enable it (--sensors), or trigger by another sensor (trigger.sensor) or a rate (trigger.rate_hz)",
             key="trigger.sensor",
         )
-    if trigger.sensor is None and trigger.rate_hz is None:
+    if trigger.automatic:
         raise ConfigError("live assembly needs a trigger sensor or rate_hz", key="trigger")
 
 

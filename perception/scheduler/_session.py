@@ -102,8 +102,7 @@ class Session:
                 key="sensors",
             )
         rig = _match_rig(resolved, source) if source.rig else {}
-        auto = config.trigger.sensor is None and config.trigger.rate_hz is None
-        return cls(config=resolved, rig=rig, source=source, auto_trigger=auto)
+        return cls(config=resolved, rig=rig, source=source, auto_trigger=config.trigger.automatic)
 
     def with_overrides(
         self, *, url: str | None = None, sensors: Sequence[str] | None = None, budget_ms: float | None = None
