@@ -24,7 +24,7 @@ import anyio
 
 from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
 from perception.cli._common import make_folder
-from perception.config import url_problem
+from perception.config import GRPC_NAMES, url_problem
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -111,7 +111,7 @@ def register(sub: Any) -> None:
 
 def _probe(url: str, timeout_s: float = 5.0) -> None:
     """Fail fast (before generating a drive) when nothing listens at ``host:port``."""
-    if url.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+    if url.startswith(GRPC_NAMES):
         return  # gRPC name syntaxes: leave them to the client
     problem = url_problem(url)
     if problem is not None:

@@ -6,6 +6,7 @@ from perception.config._convert import from_data, reject_duplicates
 from perception.config._drive_source import CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
+    GRPC_NAMES,
     CameraGuidedConfig,
     CircuitConfig,
     FaultConfig,
@@ -25,6 +26,7 @@ from perception.config._resolve import auto_trigger, resolve_sensors
 
 __all__ = [
     "CAMERA_MODEL_SIMULATED",
+    "GRPC_NAMES",
     "CameraGuidedConfig",
     "CircuitConfig",
     "FaultConfig",
