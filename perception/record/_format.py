@@ -114,8 +114,8 @@ META_SEGMENT = "record.segment"
 #: Which run of the recording a segment belongs to (a ROS node activated again starts a new one: fusion,
 #: its tracker included, starts afresh).
 META_RUN = "record.run"
-#: ``source``: fusion read the source's ego poses (a replay's drive: on ``/ego/odometry``); ``frame``: only
-#: each frame's own pose (live: the poses the host pushed).
+#: ``source``: fusion read the source's ego poses (a replay's drive: on :data:`SOURCE_POSES_TOPIC`, formats
+#: 1-4 on ``/ego/odometry``); ``frame``: only each frame's own pose (live: the poses the host pushed).
 META_EGO = "record.fusion_ego"
 #: How many shed frames' predictions the recording's fusion order held before the segment (over every run; not
 #: in recordings made before it was added): with the segment's first turn (its ``seq``), a replay from a kept
