@@ -12,7 +12,7 @@ from perception.drives._codec import GROUND_TRUTH_TOPIC, kind_fields, topic_for
 from perception.drives._damage import DriveDamage
 from perception.drives._drive_stats import DriveStats
 from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
-from perception.drives._scan import head_metadata
+from perception.drives._scan import cut_short_at, head_metadata
 from perception.drives._writer import LIBRARY, DriveWriter
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "DriveReader",
     "DriveStats",
     "DriveWriter",
+    "cut_short_at",  # an MCAP file's size when it was cut short (record: a segment's damage; importers: a bag's)
     "head_metadata",  # a drive's metadata from its start alone (record: is a file an earlier recording's segment?)
     "kind_fields",
     "read_chunk",  # the fused recording's copy of a drive's last, partly copied chunks (viz)

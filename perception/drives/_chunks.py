@@ -33,6 +33,7 @@ from perception.drives._damage import LostMessages
 
 __all__ = [
     "KEPT_CHUNK_BYTES",
+    "MAGIC",
     "MAX_CHUNK_BYTES",
     "RECORD_HEAD",
     "UNKNOWN_TOPICS",
@@ -48,11 +49,12 @@ __all__ = [
     "summary_crc_ok",
 ]
 
+#: What an MCAP file begins and ends with.
+MAGIC = b"\x89MCAP0\r\n"
 RECORD_HEAD = struct.Struct("<BQ")  # opcode, body length
 #: The topic named in a loss whose topics are unknown (no readable message index for the chunk).
 UNKNOWN_TOPICS = "*"
 _FOOTER = struct.Struct("<BQQQI")  # opcode, length, summary_start, summary_offset_start, summary_crc
-_MAGIC_SIZE = 8
 #: The largest uncompressed chunk read (drives are written in 4 MiB chunks; one chunk holds at least
 #: one message, and a sample is at most 64 MiB: ``perception.kinds.MAX_SAMPLE_BYTES``).
 MAX_CHUNK_BYTES = 256 * 2**20
@@ -410,9 +412,9 @@ def _push(
 def read_footer(stream: IO[bytes]) -> tuple[int, int] | None:
     """``(summary_start, summary_crc)`` of the footer at the end of the file, None if there is none."""
     size = stream.seek(0, io.SEEK_END)
-    if size < _FOOTER.size + _MAGIC_SIZE * 2:
+    if size < _FOOTER.size + len(MAGIC) * 2:
         return None
-    stream.seek(size - _MAGIC_SIZE - _FOOTER.size)
+    stream.seek(size - len(MAGIC) - _FOOTER.size)
     opcode, length, summary_start, _, crc = _FOOTER.unpack(stream.read(_FOOTER.size))
     if opcode != Opcode.FOOTER or length != 20:
         return None
@@ -425,8 +427,8 @@ def summary_crc_ok(stream: IO[bytes]) -> bool | None:
     if footer is None or footer[0] == 0 or footer[1] == 0:
         return None
     summary_start, crc = footer
-    end = stream.seek(0, io.SEEK_END) - _MAGIC_SIZE - 4  # the CRC covers the summary and the footer up to itself
-    if not _MAGIC_SIZE <= summary_start <= end:
+    end = stream.seek(0, io.SEEK_END) - len(MAGIC) - 4  # the CRC covers the summary and the footer up to itself
+    if not len(MAGIC) <= summary_start <= end:
         return False
     stream.seek(summary_start)
     value, left = 0, end - summary_start

@@ -35,6 +35,8 @@ from mcap.records import (
     SummaryOffset,
 )
 
+from perception.drives._chunks import MAGIC
+
 __all__ = ["Buffer", "McapOut", "Stream", "byte_view"]
 
 #: A message's bytes: one buffer, or pieces written one after another (a header, then a payload).
@@ -52,7 +54,6 @@ class Stream(Protocol):
     def flush(self) -> None: ...
 
 
-MAGIC = b"\x89MCAP0\r\n"
 _MESSAGE = struct.Struct("<BQHIQQ")  # opcode, record length, channel id, sequence, log time, publish time
 _OP_MESSAGE = int(Opcode.MESSAGE)
 _OP_MESSAGE_INDEX = int(Opcode.MESSAGE_INDEX)

@@ -35,6 +35,7 @@ from mcap.well_known import MessageEncoding
 from perception._lifetime import Lifetime
 from perception.drives import _codec as codec
 from perception.drives._chunks import (
+    MAGIC,
     UNKNOWN_TOPICS,
     ChunkBuffer,
     ChunkUnreadable,
@@ -46,7 +47,7 @@ from perception.drives._chunks import (
 )
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
 from perception.drives._drive_stats import DriveStats, TopicStats
-from perception.drives._scan import MAGIC, ChannelTimes, RawDamage, scan_file, times_from_index
+from perception.drives._scan import ChannelTimes, RawDamage, scan_file, times_from_index
 from perception.errors import DriveDamagedError, DriveError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.types import (

@@ -27,22 +27,28 @@ from mcap.opcode import Opcode
 from mcap.records import Channel, Chunk, ChunkIndex, Message, MessageIndex, Metadata, Schema
 from mcap.summary import Summary
 
-from perception.drives._chunks import RECORD_HEAD, ChunkBuffer, ChunkUnreadable, decode_chunk, message_index_times
+from perception.drives._chunks import (
+    MAGIC,
+    RECORD_HEAD,
+    ChunkBuffer,
+    ChunkUnreadable,
+    decode_chunk,
+    message_index_times,
+)
 from perception.drives._codec import DRIVE_METADATA
 from perception.errors import DriveError
 
 __all__ = [
     "HEAD_RECORD_BYTES",
-    "MAGIC",
     "ChannelTimes",
     "RawDamage",
     "Scan",
+    "cut_short_at",
     "head_metadata",
     "scan_file",
     "times_from_index",
 ]
 
-MAGIC = b"\x89MCAP0\r\n"
 #: The largest record :func:`head_metadata` reads: a drive's metadata records come right after the MCAP
 #: header, the rig's first (a large rig's: some kilobytes).
 HEAD_RECORD_BYTES = 4 * 2**20
@@ -107,6 +113,23 @@ class _Whole(io.BytesIO):
         if size is not None and 0 <= size != len(data):
             raise EOFError(f"a field of {size} bytes runs past the record's end")
         return data
+
+
+def cut_short_at(path: str | os.PathLike[str]) -> int | None:
+    """The size of the file ``path`` when it is an MCAP file cut short: it begins as one (the magic, or its first
+    bytes: an empty file too) and does not end as one (the closing magic: a writer that died before its end).
+    None when it ends as a whole MCAP file, does not begin as one, or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - len(MAGIC), 0))
+            tail = f.read()
+    except OSError:
+        return None
+    if not MAGIC.startswith(head) or (size > len(MAGIC) and tail == MAGIC):
+        return None
+    return size
 
 
 def head_metadata(path: str | os.PathLike[str]) -> dict[str, str] | None:

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perception._imageio import encode_jpeg, image_size
-from perception.drives import LIBRARY, kind_fields, topic_for
+from perception.drives import LIBRARY, cut_short_at, kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
 from perception.importers._output import DriveOutput, ImportSummary
@@ -119,17 +119,8 @@ class _Plan:
 
 def _cut_short(path: Path) -> Path | None:
     """The bag's MCAP file that starts as one and does not end as one (cut short), if any."""
-    from mcap.writer import MCAP0_MAGIC
-
     for file in [path] if path.is_file() else sorted(path.glob("*.mcap")):
-        try:
-            with file.open("rb") as f:
-                head = f.read(len(MCAP0_MAGIC))
-                f.seek(max(f.seek(0, os.SEEK_END) - len(MCAP0_MAGIC), 0))
-                tail = f.read()
-        except OSError:
-            continue
-        if head == MCAP0_MAGIC and tail != MCAP0_MAGIC:
+        if cut_short_at(file) is not None:
             return file
     return None
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,10 +39,9 @@ from typing import Any
 
 import anyio
 import numpy as np
-from mcap.writer import MCAP0_MAGIC
 
 from perception.config import RuntimeConfig
-from perception.drives import DriveDamage, DriveReader
+from perception.drives import DriveDamage, DriveReader, cut_short_at
 from perception.errors import DriveDamagedError, DriveError
 from perception.fusion import Fuser
 from perception.record import _format as fmt
@@ -262,15 +260,8 @@ def _unreadable(seg: Path) -> DriveDamage | None:
         with DriveReader(seg, sensors=(), strict=False, quiet=True) as probe:  # its metadata alone
             damage = probe.damage
     except DriveError:  # not even its metadata: cut within its header (or nothing of it written)?
-        try:
-            with open(seg, "rb") as f:
-                head = f.read(len(MCAP0_MAGIC))
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(size - len(MCAP0_MAGIC), 0))
-                tail = f.read()
-        except OSError:
-            return None
-        if not MCAP0_MAGIC.startswith(head) or (size > len(MCAP0_MAGIC) and tail == MCAP0_MAGIC):
+        size = cut_short_at(seg)
+        if size is None:
             return None  # not the start of an MCAP file, or a whole one (its footer written)
         return DriveDamage(truncated=f"truncated at byte {size} before any message", truncated_at=size)
     return damage if damage.data_lost else None
