@@ -341,6 +341,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             # the embedded server's crashes (Triton's own), each restarted up to server.restarts
             "server_crashes": server.crashes if (server := self._runtime.server) is not None else 0,
             "server_restarts": server.restarts if server is not None else 0,
+            # each model's circuit: state, openings, late answers by verdict, measuring requests (load or fault)
+            "circuits": self._runtime.circuits(),
         }
 
     def _publish_intake(self) -> None:

@@ -23,6 +23,16 @@ of its latest :data:`SERVICE_WINDOW` answers, which include the load they met):
   of its frame's deadline left (a frame that waited for its slot, a host so busy that the model is
   slower than the deadline) was not given the time the model takes, and says nothing of a hang. A
   slow model that works is kept on; the overload policy sheds the frames that load it.
+
+**Measured, where its owner can** (:attr:`CircuitBreaker.can_measure`: the runtime's dispatcher). No rule
+over late answers alone tells a model slower than its frames' deadline from one that stopped: both are
+cut at every deadline, and a model whose only measure is a slow first (cold) answer is never given "the
+time it takes". So where the owner can run a request past its frame's deadline, :data:`LOAD_PATIENCE`
+times ``failure_threshold`` late answers in a row, none answered in between (given the model's time or
+not), ask for a **measuring request** instead of opening the circuit (:meth:`CircuitBreaker.take_measurement`):
+one request given :data:`HANG_FACTOR` times the measured service time (at least its frame's deadline),
+in a task that outlives its frame. An answer is a fresh measure (:meth:`CircuitBreaker.measured`): the
+model works, slowly, and stays on; none is a fault: the circuit opens.
 """
 
 from __future__ import annotations
@@ -70,9 +80,17 @@ class CircuitBreaker:
         self._probe_out = False
         self.opened_count = 0
         self._service: deque[int] = deque(maxlen=SERVICE_WINDOW)
-        self._late_streak = 0  # late answers in a row judged load
+        self._late_streak = 0  # late answers in a row judged load, given the model's time
+        self._unanswered = 0  # late answers in a row judged load, whatever time they were given
+        #: Its owner runs measuring requests (module docs): the patience asks for one instead of opening.
+        self.can_measure = False
+        self._measure_wanted = False
+        self._measuring = False
         #: Late answers by what they were taken for (:class:`LateVerdict`).
         self.late: dict[str, int] = {v.value: 0 for v in LateVerdict}
+        #: Measuring requests by their outcome: ``answered`` (load: the model stays on), ``unanswered``
+        #: (a fault: the circuit opened), ``abandoned`` (the runtime closed, the request went nowhere).
+        self.measurements: dict[str, int] = {"answered": 0, "unanswered": 0, "abandoned": 0}
 
     @property
     def state(self) -> CircuitState:
@@ -107,7 +125,63 @@ class CircuitBreaker:
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._late_streak = 0
+        self._unanswered = 0
+        self._measure_wanted = False  # answered: no measure needed (one out still reports)
         self._probe_out = False
+
+    def report(self) -> dict[str, object]:
+        """Its state, the times it opened, its late answers by verdict and its measuring requests by outcome."""
+        return {
+            "state": self._state.value,
+            "opened": self.opened_count,
+            "late": dict(self.late),
+            "measurements": dict(self.measurements),
+        }
+
+    # -- measuring requests (module docs) --------------------------------------------------------
+    @property
+    def measuring(self) -> bool:
+        """A measuring request is wanted or out."""
+        return self._measure_wanted or self._measuring
+
+    def take_measurement(self, frame_budget_ns: int) -> int | None:
+        """When a measuring request is wanted (and the circuit closed): the time it may run --
+        :data:`HANG_FACTOR` times the measured service time, at least ``frame_budget_ns`` (its frame's) --
+        and it is out from now on, until :meth:`measured` or :meth:`abandon_measurement`. Else None."""
+        if not self._measure_wanted or self._state is not CircuitState.CLOSED:
+            return None
+        self._measure_wanted, self._measuring = False, True
+        return max(frame_budget_ns, int(HANG_FACTOR * (self.service_ns or 0)))
+
+    def measured(self, now_ns: int, latency_ns: int | None, budget_ns: int) -> None:
+        """The measuring request's outcome: answered in ``latency_ns`` (load: a fresh measure, the model stays
+        on), or no answer within ``budget_ns`` (None: a fault, the circuit opens)."""
+        self._measuring = False
+        if latency_ns is not None:
+            self.measurements["answered"] += 1
+            log.info(
+                "model %s: its measuring request was answered in %.0f ms: slow, not stopped; it stays on",
+                self.model,
+                latency_ns / 1e6,
+            )
+            self.record_success(latency_ns)
+            return
+        self.measurements["unanswered"] += 1
+        log.warning(
+            "model %s: no answer to a request given %.0f ms (%.0fx its measured service time): it stopped "
+            "answering; opening the circuit",
+            self.model,
+            budget_ns / 1e6,
+            HANG_FACTOR,
+        )
+        if self._state is CircuitState.CLOSED:
+            self._open(now_ns)
+
+    def abandon_measurement(self) -> None:
+        """The measuring request went nowhere (its runtime closed, its input was refused): no verdict."""
+        if self._measuring:
+            self._measuring = False
+            self.measurements["abandoned"] += 1
 
     def record_late(self, now_ns: int, waited_ns: int) -> LateVerdict:
         """A request got no answer after ``waited_ns`` (the join's deadline cut it): a fault, or load
@@ -129,6 +203,22 @@ class CircuitBreaker:
         self.late[verdict.value] += 1
         if service is None or verdict is not LateVerdict.LOAD:
             self.record_failure(now_ns)
+            return verdict
+        self._unanswered += 1
+        if self.can_measure:  # (module docs) a measuring request tells load from a fault
+            if self._state is CircuitState.HALF_OPEN:
+                self._probe_out = False
+            elif self._unanswered >= LOAD_PATIENCE * self._threshold and not self.measuring:
+                log.info(
+                    "model %s: late %d times in a row, unanswered: one request is given %.0fx its measured %.0f ms "
+                    "to tell load from a fault",
+                    self.model,
+                    self._unanswered,
+                    HANG_FACTOR,
+                    service / 1e6,
+                )
+                self._measure_wanted = True
+                self._unanswered = 0
             return verdict
         if waited_ns < service:  # not given the time the model takes: no sign of a hang (module docs)
             if self._state is CircuitState.HALF_OPEN:
@@ -165,6 +255,7 @@ class CircuitBreaker:
         self._state = CircuitState.OPEN
         self._opened_at = now_ns
         self._probe_out = False
+        self._measure_wanted = False
 
     def release_probe(self) -> None:
         """A reserved half-open probe was not sent after all (e.g. the frame was dropped)."""

@@ -5,7 +5,9 @@ deadline. When the scope expires the still-running tasks are cancelled — which
 calls, without waiting for grpc to wind them down (:class:`perception.triton.TritonClient` abandons
 them) — and their sensors are marked ``late``. A request that fails is ``error`` with the translated
 message; a sensor without a usable sample is ``missing``; a sensor whose model's circuit is open is
-``skipped``. Nothing here ever waits past the deadline.
+``skipped``. Nothing here ever waits past the deadline. One request is not cancelled there: a circuit
+breaker's measuring request (:mod:`._circuit`: load or a fault), which runs on in the runtime's task group
+(:meth:`Dispatcher.measure_in`); its frame takes its answer only if it comes by the frame's deadline.
 
 The frame's latency is that of its slowest request, so that request is issued first: requests start
 in decreasing order of their model's recent latency (a running average), the others — which have
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import numpy as np
 import numpy.typing as npt
 
@@ -133,6 +137,18 @@ class Dispatcher:
         #: Requests the server answered, per model (each one Triton counts among its successes).
         self.answered: Counter[str] = Counter()
         self._decode_slots: anyio.CapacityLimiter | None = None
+        #: Where measuring requests run (:meth:`measure_in`), and the latest frame's time (sensor time: their
+        #: verdicts come after their frame).
+        self._measurements: anyio.abc.TaskGroup | None = None
+        self._now = 0
+
+    def measure_in(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Run the circuit breakers' measuring requests (:mod:`._circuit`: load or a fault, told by one request
+        given more than its frame's deadline) in ``task_group``, which outlives the frames (the runtime's,
+        cancelled at its close). Without it a breaker's patience opens the circuit."""
+        self._measurements = task_group
+        for breaker in self.breakers.values():
+            breaker.can_measure = True
 
     async def _in_decode_thread(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` in a worker thread holding one of :data:`DECODE_THREADS` slots until the thread
@@ -176,6 +192,7 @@ class Dispatcher:
         # Circuit breakers run on sensor time (the frame's capture time), not wall time: a replay at
         # any rate then opens and re-probes circuits at the same frames as the live run would.
         now = frame.t_ns
+        self._now = max(self._now, now)
         groups: list[tuple[str, list[SensorConfig]]] = []  # (model, sensors) per request
         cams: dict[str, list[SensorConfig]] = {}
         for s in self._sensors:
@@ -211,16 +228,27 @@ class Dispatcher:
         # (Only the probes this frame reserved: a closed breaker has nothing to release, and another
         # frame's probe is not this frame's to give back.)
         unsettled = probes
+        # Models whose breaker asks for a measuring request (_circuit): this frame's request is it, the time
+        # it may run (past the frame's deadline, in the runtime's task group); the ones sent (launched) settle
+        # their breaker themselves, the others are given back below.
+        measuring: dict[str, int] = {}
+        launched: set[str] = set()
         try:
+            if self._measurements is not None:
+                frame_budget = max(0, deadline_ns - self._clock())
+                for model, _ in runnable:
+                    budget = self.breakers[model].take_measurement(frame_budget)
+                    if budget is not None:
+                        measuring[model] = budget
             # Slowest first (a stable sort: configuration order among equals and before any history).
             runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
             remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
             with anyio.move_on_after(remaining_s):
                 async with anyio.create_task_group() as tg:
                     for model, members in runnable[1:]:
-                        tg.start_soon(self._request, frame, model, members, outcomes, deadline_ns)
+                        tg.start_soon(self._issue, frame, model, members, outcomes, deadline_ns, measuring, launched)
                     if runnable:  # the slowest runs right here: no wait for a task to be scheduled
-                        await self._request(frame, *runnable[0], outcomes, deadline_ns)
+                        await self._issue(frame, *runnable[0], outcomes, deadline_ns, measuring, launched)
             end = self._clock()
             for model, members in runnable:
                 late = [s for s in members if outcomes[s.name].status is None]
@@ -230,9 +258,15 @@ class Dispatcher:
                     oc = outcomes[s.name]
                     oc.status = SensorStatus.LATE
                     oc.end_ns = end
-                    oc.error = "no answer by the join deadline; request cancelled"
+                    oc.error = (
+                        "no answer by the join deadline; the request goes on, measuring the model"
+                        if model in launched
+                        else "no answer by the join deadline; request cancelled"
+                    )
                 breaker = self.breakers[model]
                 unsettled.discard(model)  # settled by the verdict below
+                if model in launched:  # its measuring request settles the breaker when it ends
+                    continue
                 # A sensor's own bad input is not the model's failure: a camera sending undecodable
                 # images must not switch its model off for the other cameras sharing it.
                 faults = [outcomes[s.name] for s in members if outcomes[s.name].status is SensorStatus.ERROR]
@@ -248,7 +282,78 @@ class Dispatcher:
         finally:
             for model in unsettled:  # synchronous: runs even under cancellation, no shield needed
                 self.breakers[model].release_probe()
+            for model in measuring.keys() - launched:  # taken, never sent (the frame cancelled first)
+                self.breakers[model].abandon_measurement()
         return {name: self._result(oc) for name, oc in outcomes.items()}
+
+    async def _issue(
+        self,
+        frame: Frame,
+        model: str,
+        members: list[SensorConfig],
+        outcomes: dict[str, SensorOutcome],
+        deadline_ns: int,
+        measuring: Mapping[str, int],
+        launched: set[str],
+    ) -> None:
+        """The frame's request to ``model``: a plain one, or its breaker's measuring request (``measuring``)."""
+        budget = measuring.get(model)
+        if budget is None:
+            await self._request(frame, model, members, outcomes, deadline_ns)
+        else:
+            await self._measuring_request(frame, model, members, outcomes, budget, launched)
+
+    async def _measuring_request(
+        self,
+        frame: Frame,
+        model: str,
+        members: list[SensorConfig],
+        outcomes: dict[str, SensorOutcome],
+        budget_ns: int,
+        launched: set[str],
+    ) -> None:
+        """The request that tells load from a fault (:mod:`._circuit`): run in the runtime's task group for up to
+        ``budget_ns``, whatever happens to its frame; the frame takes its answer if it comes by the frame's
+        deadline (else the sensors are late, the request going on), the breaker its verdict when it ends."""
+        assert self._measurements is not None
+        breaker = self.breakers[model]
+        start = self._clock()
+        own = {s.name: dataclasses.replace(outcomes[s.name]) for s in members}  # the request's, not the frame's
+        for s in members:
+            outcomes[s.name].start_ns = start
+        done = anyio.Event()
+
+        async def measure() -> None:
+            settled = False
+            try:
+                with anyio.move_on_after(budget_ns / 1e9):
+                    await self._request(frame, model, members, own, start + budget_ns)
+                results = [own[s.name] for s in members]
+                answered = [oc for oc in results if oc.status is SensorStatus.OK]
+                if answered:
+                    breaker.measured(self._now, max(oc.end_ns - oc.start_ns for oc in answered), budget_ns)
+                elif any(oc.status is SensorStatus.ERROR and not oc.input_fault for oc in results):
+                    breaker.abandon_measurement()
+                    breaker.record_failure(self._now)  # an error: the model's failure, as any request's
+                elif all(oc.status is None for oc in results):
+                    breaker.measured(self._now, None, budget_ns)  # no answer in all that time: a fault
+                else:
+                    breaker.abandon_measurement()  # its sensors' own input refused: nothing reached the model
+                settled = True
+            except Exception:  # never into the runtime's task group: the request is lost, said so
+                log.exception("measuring request to model %s failed", model)
+            finally:
+                if not settled:
+                    breaker.abandon_measurement()
+                done.set()
+
+        self._measurements.start_soon(measure, name=f"measuring {model}")
+        launched.add(model)
+        await done.wait()  # cut at the frame's deadline (the join's scope): the request goes on
+        for s in members:
+            mine = own[s.name]
+            if mine.status is not None:
+                outcomes[s.name] = dataclasses.replace(mine, start_ns=start)
 
     # ------------------------------------------------------------------------------------------
     async def _request(

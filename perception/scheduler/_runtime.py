@@ -266,24 +266,30 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 self._dispatcher.breakers[model].observe(ns)
             # what is alive now lives as long as the runtime: out of the garbage collector's walks (perception._gc)
             stack.enter_context(startup_heap_frozen())
-            # The streams of run(): opened last, closed first (they drain before the client goes).
+            # The streams of run(): opened last, closed first (they drain before the client goes). Around them,
+            # the circuit breakers' measuring requests (_circuit), which outlive their frames: cut at the close.
             error: Exception | None = None
-            async with anyio.create_task_group() as streams:
-                self._streams = streams
-                # The embedded server's supervisor (restarts a server that crashed).
-                supervisor = anyio.CancelScope()
-                if self.server is not None and self.config.server.restarts:
-                    streams.start_soon(self._supervise, self.server, supervisor, self.config.server.restarts)
-                self._state = Lifetime.OPENED
+            async with anyio.create_task_group() as measurements:
+                self._dispatcher.measure_in(measurements)
                 try:
-                    yield self
-                except Exception as exc:
-                    error = exc  # the host's block failed: its streams still drain, as on any close
+                    async with anyio.create_task_group() as streams:
+                        self._streams = streams
+                        # The embedded server's supervisor (restarts a server that crashed).
+                        supervisor = anyio.CancelScope()
+                        if self.server is not None and self.config.server.restarts:
+                            streams.start_soon(self._supervise, self.server, supervisor, self.config.server.restarts)
+                        self._state = Lifetime.OPENED
+                        try:
+                            yield self
+                        except Exception as exc:
+                            error = exc  # the host's block failed: its streams still drain, as on any close
+                        finally:
+                            self._state = Lifetime.CLOSING
+                            supervisor.cancel()  # before the server stops: a stop is no crash
+                            for p in list(self._pipelines):
+                                p.stop()  # the stopped streams drain (bounded) as the task group is left
                 finally:
-                    self._state = Lifetime.CLOSING
-                    supervisor.cancel()  # before the server stops: a stop is no crash
-                    for p in list(self._pipelines):
-                        p.stop()  # the stopped streams drain (bounded) as the task group is left
+                    measurements.cancel_scope.cancel()
             if error is not None:
                 raise error
         finally:
@@ -471,6 +477,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
         if self._dispatcher is None or self._state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is not open")
         return self._dispatcher
+
+    def circuits(self) -> dict[str, dict[str, Any]]:
+        """Each model's circuit breaker (:meth:`CircuitBreaker.report`); empty before the runtime opens."""
+        dispatcher = self._dispatcher
+        return {} if dispatcher is None else {m: b.report() for m, b in dispatcher.breakers.items()}
 
     async def process(self, frame: Frame) -> FrameResult:
         """Process one frame now (no queueing): dispatch, join by the deadline, fuse.

@@ -306,6 +306,7 @@ def test_status_already_counts_what_an_answered_future_says(triton: EmbeddedTrit
             first.result(timeout=30)
             status = live.status()
             assert status["frames"] >= i + 1 and status["latency_ms"]["n"] == status["frames"]
+            assert status["circuits"] and {c["state"] for c in status["circuits"].values()} == {"closed"}
     after = live.status()  # closed: every frame assembled was answered and counted
     assert after["frames"] == after["intake"]["frames"] >= 3
 

@@ -102,3 +102,66 @@ def test_the_measured_service_time_is_the_slowest_recent_answer() -> None:
     b.observe(300 * MS)  # a warm-up's seed
     b.record_success(50 * MS)
     assert b.service_ns == 300 * MS
+
+
+def measuring_breaker(threshold: int = 2) -> CircuitBreaker:
+    b = breaker(threshold)
+    b.can_measure = True  # its owner runs measuring requests (the runtime's dispatcher)
+    return b
+
+
+def test_where_it_can_be_measured_the_patience_asks_for_a_measuring_request_instead_of_opening() -> None:
+    # the hole: a model whose only measure is a slow cold warm-up (900 ms), then hung: every frame gives it
+    # 140 ms, less than "the time it takes", and no late answer counted -- it stayed on for good
+    b = measuring_breaker()
+    b.observe(900 * MS)
+    n = LOAD_PATIENCE * 2
+    for t in range(n - 1):
+        assert b.record_late(t * 100 * MS, 140 * MS) is LateVerdict.LOAD
+    assert not b.measuring and b.take_measurement(140 * MS) is None
+    b.record_late(n * 100 * MS, 140 * MS)
+    assert b.measuring and b.state is CircuitState.CLOSED
+    budget = b.take_measurement(140 * MS)
+    assert budget == int(HANG_FACTOR * 900 * MS)  # the measured service time, 3x
+    assert b.take_measurement(140 * MS) is None  # one at a time
+    for t in range(3 * n):  # the frames meanwhile: late, nothing more asked
+        b.record_late(t, 140 * MS)
+    assert b.take_measurement(140 * MS) is None
+    b.measured(5000 * MS, None, budget)  # no answer: a fault
+    assert b.state is CircuitState.OPEN and b.opened_count == 1
+    assert b.measurements == {"answered": 0, "unanswered": 1, "abandoned": 0}
+
+
+def test_a_measuring_request_answered_keeps_a_slow_model_on_and_measures_it() -> None:
+    # the busy host's lidar (test_a_slow_model_late_on_every_frame_stays_on): slow, not stopped
+    b = measuring_breaker()
+    b.observe(100 * MS)
+    for t in range(LOAD_PATIENCE * 2):
+        b.record_late(t, 185 * MS)  # given its time (100 ms), late all the same: load or a fault?
+    assert b.state is CircuitState.CLOSED
+    budget = b.take_measurement(185 * MS)
+    assert budget == int(HANG_FACTOR * 100 * MS)
+    b.measured(0, 240 * MS, budget)
+    assert b.state is CircuitState.CLOSED and b.service_ns == 240 * MS
+    assert b.measurements["answered"] == 1
+    # its lates now judged by what it takes under this load: each asks nothing until the patience again
+    for t in range(LOAD_PATIENCE * 2 - 1):
+        b.record_late(t, 185 * MS)
+    assert not b.measuring
+
+
+def test_a_measuring_request_never_sent_or_cut_by_the_close_gives_no_verdict() -> None:
+    b = measuring_breaker()
+    b.observe(100 * MS)
+    for t in range(LOAD_PATIENCE * 2):
+        b.record_late(t, 150 * MS)
+    assert b.take_measurement(150 * MS) is not None
+    b.abandon_measurement()
+    assert b.state is CircuitState.CLOSED and not b.measuring
+    assert b.measurements["abandoned"] == 1
+    # an answer in between starts the count again, and drops a measure wanted but not yet taken
+    for t in range(LOAD_PATIENCE * 2):
+        b.record_late(t, 150 * MS)
+    assert b.measuring
+    b.record_success(90 * MS)
+    assert not b.measuring and b.take_measurement(150 * MS) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import gc
 import itertools
 import threading
@@ -19,6 +20,7 @@ from perception.config import RuntimeConfig, from_data
 from perception.errors import InputError, ModelContractError, ModelNotReadyError, RuntimeClosedError
 from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, abandoned_fusion_running
 from perception.scheduler._admission import HOLD
+from perception.scheduler._circuit import LOAD_PATIENCE
 from perception.scheduler._tensors import INLINE_DECODE_PIXELS
 from perception.server import EmbeddedTriton
 from perception.triton import ClientOptions, InferRequest, TritonClient
@@ -213,6 +215,84 @@ async def test_a_cancelled_half_open_probe_is_released_and_the_model_probed_agai
     assert after.sensors["lidar"].status is SensorStatus.LATE, after.sensors["lidar"].error  # probed again
     assert after.sensors["radar"].status is SensorStatus.OK
     assert breaker.state.value == "open"  # the new probe failed: open again, to be probed after 400 ms
+
+
+class _Delays:
+    """The real client, a model's requests given their time through its ``delay_ms`` request parameter
+    (``perception.modelkit._testing``): its warm-up's ``warm_up_ms``, every frame's ``frame_ms`` (None: the
+    model's own). (Not :class:`TritonClient` itself: the runtime warms one instance up.)"""
+
+    def __init__(self, client: TritonClient, model: str, warm_up_ms: float, frame_ms: float | None) -> None:
+        self.client, self.model, self.warm_up_ms, self.frame_ms = client, model, warm_up_ms, frame_ms
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        if req.model == self.model:
+            delay_ms = self.warm_up_ms if req.frame is None else self.frame_ms
+            if delay_ms is not None:
+                req = dataclasses.replace(req, parameters={"delay_ms": delay_ms})
+        return await self.client.infer_request(req)
+
+
+async def test_a_model_that_answers_its_warm_up_then_hangs_is_measured_and_its_circuit_opens(
+    triton: EmbeddedTriton,
+) -> None:
+    # Its circuit's only measure is the warm-up's answer, 900 ms (a cold first request). Every frame then gave it
+    # 140 ms, less than that: no late answer counted ("not given the time the model takes") and the hung lidar
+    # stayed on for good. Now 8 lates in a row, unanswered, send one request that may run 3x the measure past
+    # its frame: no answer, so the circuit opens.
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 150, "fusion_reserve_ms": 10},
+        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60_000}},
+        server=_hung_start(triton.grpc_url),
+    )
+    results: list[FrameResult] = []
+    with anyio.fail_after(60):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            delays = _Delays(client, "hung_lidar", warm_up_ms=900.0, frame_ms=None)  # frames: its own 60 s
+            async with Runtime(cfg, client=delays) as rt:
+                breaker = rt.dispatcher.breakers["hung_lidar"]
+                measured = breaker.service_ns
+                while not results or results[-1].sensors["lidar"].status is not SensorStatus.SKIPPED:
+                    results.append(await rt.process(frame(len(results), ["lidar", "radar"])))
+                circuit = rt.circuits()["hung_lidar"]
+    assert circuit["state"] == "open" and circuit["opened"] == 1
+    assert circuit["measurements"] == {"answered": 0, "unanswered": 1, "abandoned": 0}
+    assert measured is not None and measured >= 900 * MS
+    statuses = [r.sensors["lidar"].status for r in results]
+    assert set(statuses[:-1]) == {SensorStatus.LATE}, statuses
+    errors = [r.sensors["lidar"].error or "" for r in results[:-1]]
+    assert sum("measuring the model" in e for e in errors) == 1  # the frame whose request was the measure
+    assert "measuring the model" in errors[LOAD_PATIENCE * 2]  # the one after the patience's last late
+    assert breaker.measurements == {"answered": 0, "unanswered": 1, "abandoned": 0}
+    assert breaker.state.value == "open" and breaker.opened_count == 1
+    assert all(r.sensors["radar"].status is SensorStatus.OK for r in results)
+
+
+async def test_a_slow_model_late_on_every_frame_is_measured_and_stays_on(triton: EmbeddedTriton) -> None:
+    # Measured at 150 ms, it takes 200 ms a request from the first frame on, beyond the frames' 140 ms: late on
+    # every frame, like a hung one. Its measuring requests are answered (in ~200 ms of the 450 they may take):
+    # slow, not stopped, it stays on, its measure raised to what it takes now.
+    cfg = config(
+        triton.grpc_url,
+        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
+        budget={"total_ms": 150, "fusion_reserve_ms": 10},
+        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60_000}},
+    )
+    frames = 3 * LOAD_PATIENCE * 2
+    with anyio.fail_after(60):
+        async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
+            delays = _Delays(client, "sleepy_lidar", warm_up_ms=150.0, frame_ms=200.0)
+            async with Runtime(cfg, client=delays) as rt:
+                breaker = rt.dispatcher.breakers["sleepy_lidar"]
+                results = [await rt.process(frame(i, ["lidar", "radar"])) for i in range(frames)]
+                # a measuring request still out is cut by the close, not waited for
+    statuses = [r.sensors["lidar"].status for r in results]
+    assert SensorStatus.SKIPPED not in statuses, statuses
+    assert breaker.state.value == "closed" and breaker.opened_count == 0
+    assert breaker.measurements["answered"] >= 1 and breaker.measurements["unanswered"] == 0
+    assert breaker.service_ns is not None and breaker.service_ns >= 200 * MS
 
 
 async def test_missing_sample_is_missing_not_waited_for(triton: EmbeddedTriton) -> None:
