@@ -81,7 +81,7 @@ class CircuitBreaker:
         self.opened_count = 0
         self._service: deque[int] = deque(maxlen=SERVICE_WINDOW)
         self._late_streak = 0  # late answers in a row judged load, given the model's time
-        self._unanswered = 0  # late answers in a row judged load, whatever time they were given
+        self._lates_in_a_row = 0  # late answers in a row judged load, whatever time they were given
         #: Its owner runs measuring requests (module docs): the patience asks for one instead of opening.
         self.can_measure = False
         self._measure_wanted = False
@@ -125,7 +125,7 @@ class CircuitBreaker:
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._late_streak = 0
-        self._unanswered = 0
+        self._lates_in_a_row = 0
         self._measure_wanted = False  # answered: no measure needed (one out still reports)
         self._probe_out = False
 
@@ -204,21 +204,25 @@ class CircuitBreaker:
         if service is None or verdict is not LateVerdict.LOAD:
             self.record_failure(now_ns)
             return verdict
-        self._unanswered += 1
+        self._lates_in_a_row += 1
         if self.can_measure:  # (module docs) a measuring request tells load from a fault
             if self._state is CircuitState.HALF_OPEN:
                 self._probe_out = False
-            elif self._unanswered >= LOAD_PATIENCE * self._threshold and not self.measuring:
+            elif (
+                self._lates_in_a_row >= LOAD_PATIENCE * self._threshold
+                and self._state is CircuitState.CLOSED
+                and not self.measuring
+            ):
                 log.info(
                     "model %s: late %d times in a row, unanswered: one request is given %.0fx its measured %.0f ms "
                     "to tell load from a fault",
                     self.model,
-                    self._unanswered,
+                    self._lates_in_a_row,
                     HANG_FACTOR,
                     service / 1e6,
                 )
                 self._measure_wanted = True
-                self._unanswered = 0
+                self._lates_in_a_row = 0
             return verdict
         if waited_ns < service:  # not given the time the model takes: no sign of a hang (module docs)
             if self._state is CircuitState.HALF_OPEN:
