@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -243,12 +243,20 @@ class Dispatcher:
             # Slowest first (a stable sort: configuration order among equals and before any history).
             runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
             remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
+
+            def send(model: str, members: list[SensorConfig]) -> Coroutine[Any, Any, None]:
+                """The frame's request to ``model``: a plain one, or its breaker's measuring request."""
+                budget = measuring.get(model)
+                if budget is None:
+                    return self._request(frame, model, members, outcomes, deadline_ns)
+                return self._measuring_request(frame, model, members, outcomes, budget, launched)
+
             with anyio.move_on_after(remaining_s):
                 async with anyio.create_task_group() as tg:
                     for model, members in runnable[1:]:
-                        tg.start_soon(self._issue, frame, model, members, outcomes, deadline_ns, measuring, launched)
+                        tg.start_soon(send, model, members)
                     if runnable:  # the slowest runs right here: no wait for a task to be scheduled
-                        await self._issue(frame, *runnable[0], outcomes, deadline_ns, measuring, launched)
+                        await send(*runnable[0])
             end = self._clock()
             for model, members in runnable:
                 late = [s for s in members if outcomes[s.name].status is None]
@@ -285,23 +293,6 @@ class Dispatcher:
             for model in measuring.keys() - launched:  # taken, never sent (the frame cancelled first)
                 self.breakers[model].abandon_measurement()
         return {name: self._result(oc) for name, oc in outcomes.items()}
-
-    async def _issue(
-        self,
-        frame: Frame,
-        model: str,
-        members: list[SensorConfig],
-        outcomes: dict[str, SensorOutcome],
-        deadline_ns: int,
-        measuring: Mapping[str, int],
-        launched: set[str],
-    ) -> None:
-        """The frame's request to ``model``: a plain one, or its breaker's measuring request (``measuring``)."""
-        budget = measuring.get(model)
-        if budget is None:
-            await self._request(frame, model, members, outcomes, deadline_ns)
-        else:
-            await self._measuring_request(frame, model, members, outcomes, budget, launched)
 
     async def _measuring_request(
         self,

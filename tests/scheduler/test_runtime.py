@@ -63,6 +63,18 @@ def _hung_start(url: str) -> dict[str, Any]:
     return {"url": url, "channels": 2, "startup_timeout_s": 3.0}
 
 
+def _late_lidar(url: str, lidar: str = "hung_lidar") -> RuntimeConfig:
+    """The tests of a lidar late on every frame (hung, or slow) beside a radar that answers: frames of 150 ms, the
+    lidar's circuit opened by 2 failures and open for the rest of the test."""
+    return config(
+        url,
+        {"lidar": lidar, "radar": "sleepy_radar"},
+        budget={"total_ms": 150, "fusion_reserve_ms": 10},
+        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60_000}},
+        server=_hung_start(url),
+    )
+
+
 def frame(i: int, names: list[str]) -> Frame:
     t = i * 100 * MS
     rng = np.random.default_rng(i)
@@ -138,13 +150,7 @@ async def test_an_open_runtime_freezes_the_startup_heap(triton: EmbeddedTriton) 
 
 
 async def test_hanging_model_is_late_by_the_deadline_then_circuit_opens(triton: EmbeddedTriton) -> None:
-    cfg = config(
-        triton.grpc_url,
-        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
-        budget={"total_ms": 150, "fusion_reserve_ms": 10},
-        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60000}},
-        server=_hung_start(triton.grpc_url),
-    )
+    cfg = _late_lidar(triton.grpc_url)
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
             results = [await rt.process(frame(i, ["lidar", "radar"])) for i in range(4)]
@@ -240,13 +246,7 @@ async def test_a_model_that_answers_its_warm_up_then_hangs_is_measured_and_its_c
     # 140 ms, less than that: no late answer counted ("not given the time the model takes") and the hung lidar
     # stayed on for good. Now 8 lates in a row, unanswered, send one request that may run 3x the measure past
     # its frame: no answer, so the circuit opens.
-    cfg = config(
-        triton.grpc_url,
-        {"lidar": "hung_lidar", "radar": "sleepy_radar"},
-        budget={"total_ms": 150, "fusion_reserve_ms": 10},
-        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60_000}},
-        server=_hung_start(triton.grpc_url),
-    )
+    cfg = _late_lidar(triton.grpc_url)
     results: list[FrameResult] = []
     with anyio.fail_after(60):
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
@@ -274,12 +274,7 @@ async def test_a_slow_model_late_on_every_frame_is_measured_and_stays_on(triton:
     # Measured at 150 ms, it takes 200 ms a request from the first frame on, beyond the frames' 140 ms: late on
     # every frame, like a hung one. Its measuring requests are answered (in ~200 ms of the 450 they may take):
     # slow, not stopped, it stays on, its measure raised to what it takes now.
-    cfg = config(
-        triton.grpc_url,
-        {"lidar": "sleepy_lidar", "radar": "sleepy_radar"},
-        budget={"total_ms": 150, "fusion_reserve_ms": 10},
-        pipeline={"circuit": {"failure_threshold": 2, "reset_after_ms": 60_000}},
-    )
+    cfg = _late_lidar(triton.grpc_url, "sleepy_lidar")
     frames = 3 * LOAD_PATIENCE * 2
     with anyio.fail_after(60):
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
