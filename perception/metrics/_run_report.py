@@ -249,7 +249,7 @@ class BudgetVerdict:
 
 #: The optional JSON-object sections, in report.json's order (their inner layout is their owners').
 _SECTIONS_BEFORE = ("alignment", "accumulation", "server_ms", "late_causes")
-_SECTIONS_AFTER = ("admission", "image_size_mismatch", "server_crashes")
+_SECTIONS_AFTER = ("admission", "image_size_mismatch", "server_crashes", "circuits")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +274,9 @@ class RunReport:
     #: the embedded server died on its own during the run: ``crashes``, ``restarts`` (after which it served
     #: again) and ``logs`` (the crashed servers' logs, kept)
     server_crashes: Mapping[str, Any] | None = None
+    #: the models whose circuit breaker opened or sent a measuring request during the run, each's
+    #: :meth:`perception.scheduler.Runtime.circuits` entry (state, openings, late answers, measuring requests)
+    circuits: Mapping[str, Any] | None = None
     drive_truncated: str | None = None
     drive_damage: Mapping[str, Any] | None = None
     drive_error: str | None = None
@@ -370,6 +373,7 @@ class RunReport:
             admission=r.opt_obj(data, "admission"),
             image_size_mismatch=None if sizes is None else r.counts(sizes, "image_size_mismatch"),
             server_crashes=r.opt_obj(data, "server_crashes"),
+            circuits=r.opt_obj(data, "circuits"),
             drive_truncated=string("drive_truncated"),
             drive_damage=r.opt_obj(data, "drive_damage"),
             drive_error=string("drive_error"),

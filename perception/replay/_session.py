@@ -344,6 +344,8 @@ async def _replay(
                 await watch.begin(rt)
                 split = await _run_frames(rt, source, cfg, opts, tally, opened, observer)
                 stopped = rt.stopping
+                # the circuits that did something: opened, or sent a measuring request (load or a fault)
+                circuits = {m: c for m, c in rt.circuits().items() if c["opened"] or any(c["measurements"].values())}
                 admission = rt.admission.report() if rt.admission is not None else None
                 if admission is not None and rt.overload is not None:
                     # the frames shed under overload: superseded, or too late to finish (_shedding); the
@@ -362,6 +364,7 @@ async def _replay(
             split,
             stopped=stopped,
             admission=admission,
+            circuits=circuits or None,
             quality=quality,
         )
         outcome = ReplayOutcome(report, tally.acc, evaluation=quality, source_error=source.error)
@@ -496,6 +499,7 @@ def _run_report(
     *,
     stopped: bool,
     admission: dict[str, Any] | None,
+    circuits: dict[str, Any] | None,
     quality: dict[str, Any] | None,
 ) -> RunReport:
     acc = tally.acc
@@ -520,6 +524,7 @@ def _run_report(
         admission=admission,
         image_size_mismatch=dict(source.image_size_mismatch) if source.image_size_mismatch else None,
         server_crashes=watch.crashes,
+        circuits=circuits,
         drive_truncated=str(reader.truncated) if reader.truncated is not None else None,
         drive_damage=damage_section(damage, cfg, source.rig, tally.seen) if damage else None,
         drive_error=str(source.error) if source.error is not None else None,

@@ -66,6 +66,9 @@ def test_one_sensor_failing_everywhere_is_still_a_usable_run(
     report = json.loads((out / "report.json").read_text())
     assert report["usable"] == FRAMES and report["ok"] == 0
     assert list(report["first_errors"]) == ["lidar_top"]
+    # the one circuit that did something, reported: the failing lidar's, opened (the others: not listed)
+    assert list(report["circuits"]) == ["sleepy_lidar"]
+    assert report["circuits"]["sleepy_lidar"]["opened"] == 1 and report["circuits"]["sleepy_lidar"]["state"] == "open"
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
