@@ -17,8 +17,9 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   the run's threads slowed by the writer sharing their caches and the GIL;
 * ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, file writes,
   finishing the segment; formats 1-3 also digested each frame, format 4 leaves that to the reader) over
-  the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
-  threads (handing samples, poses and results over, the tracker state's copy) per frame: the cost its own
+  the whole run, per frame; ``hook_ms``: the recorder's calls on the run's
+  threads (handing samples, poses and results over, the tracker state's copy) per frame, their wall time
+  (``RunRecorder.hook_ns``: a thread's CPU clock would cost the calls more than they take): the cost its own
   counters see (``direct_share``: their sum over the plain client);
 * ``writer_system_share``: the kernel's part of the writer's CPU in the window (10 ms ticks): its file
   writes (the segments are written with ``O_DIRECT``: hardly any; written buffered, where the file system
@@ -170,7 +171,7 @@ class _Window(RunObserver):
             self.recorder.result(result)
         self.results += 1
         if self.results >= WARMUP:  # the window's start, then its end so far
-            hooks = self.recorder.hook_cpu_ns / 1e6 if self.recorder is not None else 0.0
+            hooks = self.recorder.hook_ns / 1e6 if self.recorder is not None else 0.0
             self.marks[self.results > WARMUP :] = [(*_mark(self.writer), hooks)]
 
 
@@ -209,7 +210,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
         "writer_window_system_ms": (system1 - system0) / n,
         # the writer's and the calls' CPU in the window (the writer's after it included, as in client_cpu_ms)
         "writer_steady_cpu_ms": (writer1 - writer0 + after) / n,
-        "hook_steady_cpu_ms": (hooks1 - hooks0) / n,
+        "hook_steady_ms": (hooks1 - hooks0) / n,
     }
 
 
@@ -239,7 +240,7 @@ def _components(plain: dict[str, float], rec: dict[str, Any], fault_us: float) -
     """A recording's cost per frame from its parts, each measured with little noise: the writer's and the calls'
     CPU in the window, and the minor faults it adds to the plain run's (the pair's) at ``fault_us`` each."""
     faults = max(0.0, rec["minor_faults"] - plain["minor_faults"])
-    return float(rec["writer_steady_cpu_ms"] + rec["hook_steady_cpu_ms"] + faults * fault_us / 1e3)
+    return float(rec["writer_steady_cpu_ms"] + rec["hook_steady_ms"] + faults * fault_us / 1e3)
 
 
 def main() -> None:
@@ -261,7 +262,7 @@ def main() -> None:
         frames = max(1, row["frames"])
         row.update(
             writer_cpu_ms=rec.cpu_ns / 1e6 / frames,
-            hook_cpu_ms=rec.hook_cpu_ns / 1e6 / frames,
+            hook_ms=rec.hook_ns / 1e6 / frames,
             bytes=rec.bytes,
             bytes_per_s=rec.bytes / duration_s,
             gaps={k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")},
@@ -282,10 +283,10 @@ def main() -> None:
     shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
     writer = float(np.median([r["writer_cpu_ms"] for r in recorded]))
-    hook = float(np.median([r["hook_cpu_ms"] for r in recorded]))
+    hook = float(np.median([r["hook_ms"] for r in recorded]))
     floor_costs = [d["client_cpu_ms"] - p["client_cpu_ms"] for p, d in zip(plain, decisions, strict=True)]
     floor_writer = float(np.median([d["writer_cpu_ms"] for d in decisions]))
-    floor_hook = float(np.median([d["hook_cpu_ms"] for d in decisions]))
+    floor_hook = float(np.median([d["hook_ms"] for d in decisions]))
     parts = [_components(p, r, fault_us) for p, r in zip(plain, recorded, strict=True)]
     floor_parts = [_components(p, d, fault_us) for p, d in zip(plain, decisions, strict=True)]
     result = {
@@ -311,7 +312,7 @@ def main() -> None:
             round(min(r["writer_cpu_ms"] for r in recorded), 3),
             round(max(r["writer_cpu_ms"] for r in recorded), 3),
         ],
-        "hook_cpu_ms_per_frame": round(hook, 3),
+        "hook_ms_per_frame": round(hook, 3),
         "writer_system_share": round(
             float(np.median([r["writer_window_system_ms"] / max(1e-9, r["writer_window_cpu_ms"]) for r in recorded])), 2
         ),
@@ -329,7 +330,7 @@ def main() -> None:
             "components_ms_per_frame": round(float(np.median(floor_parts)), 3),
             "components_share_of_client": round(float(np.median(floor_parts)) / client, 4),
             "writer_cpu_ms_per_frame": round(floor_writer, 3),
-            "hook_cpu_ms_per_frame": round(floor_hook, 3),
+            "hook_ms_per_frame": round(floor_hook, 3),
             "direct_share": round((floor_writer + floor_hook) / client, 4),
             "minor_faults_per_frame": round(float(np.median([d["minor_faults"] for d in decisions]))),
             "bytes_per_s": round(float(np.median([d["bytes_per_s"] for d in decisions]))),
