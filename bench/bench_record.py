@@ -17,10 +17,11 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
   the run's threads slowed by the writer sharing their caches and the GIL;
 * ``writer_cpu_ms``: the recorder's writer thread, all of its CPU time (waking, encoding, file writes,
   finishing the segment; formats 1-3 also digested each frame, format 4 leaves that to the reader) over
-  the whole run, per frame; ``hook_ms``: the recorder's calls on the run's
-  threads (handing samples, poses and results over, the tracker state's copy) per frame, their wall time
-  (``RunRecorder.hook_ns``: a thread's CPU clock would cost the calls more than they take): the cost its own
-  counters see (``direct_share``: their sum over the plain client);
+  the whole run, per frame; ``hook_cpu_ms``: the recorder's calls on the run's
+  threads (handing samples, poses and results over, the tracker state's copy) per frame, timed here
+  (:class:`_Timed`: the recorder does not time itself, a thread's CPU clock is a system call, ~1.7 us; the
+  two a call here, ~28 us a frame, are counted in the recorded runs' CPU: the cost is overstated by that):
+  the cost its own counters see (``direct_share``: their sum over the plain client);
 * ``writer_system_share``: the kernel's part of the writer's CPU in the window (10 ms ticks): its file
   writes (the segments are written with ``O_DIRECT``: hardly any; written buffered, where the file system
   refuses it, the page cache's pages allocated and the payloads copied into them);
@@ -91,7 +92,40 @@ WARMUP = 5
 ALONE_REPEATS = 7
 
 
-class _Captured(RunRecorder):
+class _Timed(RunRecorder):
+    """A recorder whose calls on the run's threads count their CPU time (``hook_cpu_ns``): ``hook_cpu_ms``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hook_cpu_ns = 0
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        t0 = time.thread_time_ns()
+        super().sample(sample, arrival_ns)
+        self.hook_cpu_ns += time.thread_time_ns() - t0
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        t0 = time.thread_time_ns()
+        super().ego(pose, arrival_ns)
+        self.hook_cpu_ns += time.thread_time_ns() - t0
+
+    def result(self, result: FrameResult) -> None:
+        t0 = time.thread_time_ns()
+        super().result(result)
+        self.hook_cpu_ns += time.thread_time_ns() - t0
+
+    def fused(self, *args: Any) -> None:  # the tracker state's copy included
+        t0 = time.thread_time_ns()
+        super().fused(*args)
+        self.hook_cpu_ns += time.thread_time_ns() - t0
+
+    def predicted(self, *args: Any) -> None:
+        t0 = time.thread_time_ns()
+        super().predicted(*args)
+        self.hook_cpu_ns += time.thread_time_ns() - t0
+
+
+class _Captured(_Timed):
     """A recorder whose writer is never started: what the run hands over is kept, in order (``items``)."""
 
     def __init__(self, path: Path, poses: tuple[EgoPose, ...]) -> None:
@@ -103,7 +137,7 @@ class _Captured(RunRecorder):
         return True
 
 
-class _DecisionsOnly(RunRecorder):
+class _DecisionsOnly(_Timed):
     """A recorder of everything but the samples (``decisions_only``, module docs): its calls on the run's
     threads do what they do in a full recording (the images and sweeps remembered, the clouds traced), but a
     sample is neither queued nor written; the frames' records, results and arrivals are. What recording the
@@ -145,7 +179,7 @@ class _Window(RunObserver):
     thread), its minor page faults and (``writer``: the recorder's is running) the writer thread's CPU at the
     :data:`WARMUP`-th result and at the last one."""
 
-    def __init__(self, recorder: RunRecorder | None, *, writer: bool = True) -> None:
+    def __init__(self, recorder: _Timed | None, *, writer: bool = True) -> None:
         self.recorder = recorder
         self.writer = writer and recorder is not None
         self.results = 0
@@ -171,7 +205,7 @@ class _Window(RunObserver):
             self.recorder.result(result)
         self.results += 1
         if self.results >= WARMUP:  # the window's start, then its end so far
-            hooks = self.recorder.hook_ns / 1e6 if self.recorder is not None else 0.0
+            hooks = self.recorder.hook_cpu_ns / 1e6 if self.recorder is not None else 0.0
             self.marks[self.results > WARMUP :] = [(*_mark(self.writer), hooks)]
 
 
@@ -189,7 +223,7 @@ def _mark(recording: bool) -> tuple[float, int, float, float]:
     return 1e3 * (usage.ru_utime + usage.ru_stime), usage.ru_minflt, writer, system
 
 
-def _run(recorder: RunRecorder | None) -> dict[str, float]:
+def _run(recorder: _Timed | None) -> dict[str, float]:
     config = load_config(PROFILE)
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
     window = _Window(recorder)
@@ -210,7 +244,7 @@ def _run(recorder: RunRecorder | None) -> dict[str, float]:
         "writer_window_system_ms": (system1 - system0) / n,
         # the writer's and the calls' CPU in the window (the writer's after it included, as in client_cpu_ms)
         "writer_steady_cpu_ms": (writer1 - writer0 + after) / n,
-        "hook_steady_ms": (hooks1 - hooks0) / n,
+        "hook_steady_cpu_ms": (hooks1 - hooks0) / n,
     }
 
 
@@ -240,7 +274,7 @@ def _components(plain: dict[str, float], rec: dict[str, Any], fault_us: float) -
     """A recording's cost per frame from its parts, each measured with little noise: the writer's and the calls'
     CPU in the window, and the minor faults it adds to the plain run's (the pair's) at ``fault_us`` each."""
     faults = max(0.0, rec["minor_faults"] - plain["minor_faults"])
-    return float(rec["writer_steady_cpu_ms"] + rec["hook_steady_ms"] + faults * fault_us / 1e3)
+    return float(rec["writer_steady_cpu_ms"] + rec["hook_steady_cpu_ms"] + faults * fault_us / 1e3)
 
 
 def main() -> None:
@@ -256,13 +290,13 @@ def main() -> None:
     recorded: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
 
-    def recording(rec: RunRecorder) -> dict[str, Any]:
+    def recording(rec: _Timed) -> dict[str, Any]:
         with rec:
             row: dict[str, Any] = _run(rec)
         frames = max(1, row["frames"])
         row.update(
             writer_cpu_ms=rec.cpu_ns / 1e6 / frames,
-            hook_ms=rec.hook_ns / 1e6 / frames,
+            hook_cpu_ms=rec.hook_cpu_ns / 1e6 / frames,
             bytes=rec.bytes,
             bytes_per_s=rec.bytes / duration_s,
             gaps={k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")},
@@ -276,17 +310,17 @@ def main() -> None:
         for i in range(args.repeats):
             plain.append(_run(None))
             decisions.append(recording(_DecisionsOnly(Path(tmp) / f"decisions{i}.mcap", options, ego_poses=poses)))
-            recorded.append(recording(RunRecorder(Path(tmp) / f"run{i}.mcap", options, ego_poses=poses)))
+            recorded.append(recording(_Timed(Path(tmp) / f"run{i}.mcap", options, ego_poses=poses)))
             log.warning("repeat %d: plain %s, decisions %s, recorded %s", i, plain[-1], decisions[-1], recorded[-1])
         alone = _writer_alone(Path(tmp), poses)
     costs = [r["client_cpu_ms"] - p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
     shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
     writer = float(np.median([r["writer_cpu_ms"] for r in recorded]))
-    hook = float(np.median([r["hook_ms"] for r in recorded]))
+    hook = float(np.median([r["hook_cpu_ms"] for r in recorded]))
     floor_costs = [d["client_cpu_ms"] - p["client_cpu_ms"] for p, d in zip(plain, decisions, strict=True)]
     floor_writer = float(np.median([d["writer_cpu_ms"] for d in decisions]))
-    floor_hook = float(np.median([d["hook_ms"] for d in decisions]))
+    floor_hook = float(np.median([d["hook_cpu_ms"] for d in decisions]))
     parts = [_components(p, r, fault_us) for p, r in zip(plain, recorded, strict=True)]
     floor_parts = [_components(p, d, fault_us) for p, d in zip(plain, decisions, strict=True)]
     result = {
@@ -312,7 +346,7 @@ def main() -> None:
             round(min(r["writer_cpu_ms"] for r in recorded), 3),
             round(max(r["writer_cpu_ms"] for r in recorded), 3),
         ],
-        "hook_ms_per_frame": round(hook, 3),
+        "hook_cpu_ms_per_frame": round(hook, 3),
         "writer_system_share": round(
             float(np.median([r["writer_window_system_ms"] / max(1e-9, r["writer_window_cpu_ms"]) for r in recorded])), 2
         ),
@@ -330,7 +364,7 @@ def main() -> None:
             "components_ms_per_frame": round(float(np.median(floor_parts)), 3),
             "components_share_of_client": round(float(np.median(floor_parts)) / client, 4),
             "writer_cpu_ms_per_frame": round(floor_writer, 3),
-            "hook_ms_per_frame": round(floor_hook, 3),
+            "hook_cpu_ms_per_frame": round(floor_hook, 3),
             "direct_share": round((floor_writer + floor_hook) / client, 4),
             "minor_faults_per_frame": round(float(np.median([d["minor_faults"] for d in decisions]))),
             "bytes_per_s": round(float(np.median([d["bytes_per_s"] for d in decisions]))),

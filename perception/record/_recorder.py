@@ -125,16 +125,12 @@ class _RecordingFusion:
         self, frame: Frame, results: Mapping[str, SensorResult]
     ) -> tuple[tuple[Detection3D, ...], Mapping[str, int]]:
         detections, stages = self._inner(frame, results)
-        t0 = time.perf_counter_ns()
         seq = self._recorder.next_seq()
         try:
-            # the state after this frame (copies: the next frame changes the tracker's own), recorded by the writer
-            state = self._state() if self._state is not None else None
-            self._recorder.fused(seq, frame, dict(results), detections, state)
+            self._recorder.fused(seq, frame, dict(results), detections, self._state)
         except Exception:  # never into the run
             self._recorder.stats["failed"] += 1
             log.exception("recording frame %d failed", frame.frame_id)
-        self._recorder.hook_ns += time.perf_counter_ns() - t0
         return detections, stages
 
 
@@ -149,13 +145,11 @@ class _RecordingTracker(_RecordingFusion):
 
     def predict(self, frame: Frame) -> tuple[Detection3D, ...]:
         detections = self._tracker.predict(frame)
-        t0 = time.perf_counter_ns()
         try:
             self._recorder.predicted(self._recorder.next_seq(), frame, detections)
         except Exception:  # never into the run
             self._recorder.stats["failed"] += 1
             log.exception("recording frame %d's prediction failed", frame.frame_id)
-        self._recorder.hook_ns += time.perf_counter_ns() - t0
         return detections
 
     def tracker_state(self) -> Mapping[str, Any]:
@@ -199,13 +193,10 @@ class RunRecorder:
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
         #: ``failed``, ``segments``, ``wakes`` (the writer's).
         self.stats: Counter[str] = Counter()
-        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments), the run
-        #: threads' time in the recorder's calls (ns, wall: the fusion hook's copy of the tracker state, handing
-        #: samples, poses, frames and results over; their CPU would cost more to read than most calls take: a
-        #: thread's CPU clock is a system call, ~1.7 us, against ~0.1 us for the monotonic clock), and the bytes
-        #: of the finished segments.
+        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments) and the bytes of
+        #: the finished segments. (The calls on the run's threads do not time themselves: a thread's CPU clock is
+        #: a system call, ~1.7 us, two a call cost ~28 us a frame; bench/bench_record.py times them.)
         self.cpu_ns = 0
-        self.hook_ns = 0
         self.bytes = 0
         self._writer: DriveWriter | None = None
         self._segment = -1
@@ -312,7 +303,6 @@ class RunRecorder:
         return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
-        t0 = time.perf_counter_ns()
         if isinstance(sample, ImageSample):
             data = sample.data
             with self._lock:
@@ -333,20 +323,15 @@ class RunRecorder:
                     self._sweeps.setdefault(name, deque(maxlen=_RECENT_PER_SENSOR)).append(sample)
         else:
             self._put("sample", (sample, arrival_ns))
-        self.hook_ns += time.perf_counter_ns() - t0
 
     def ego(self, pose: EgoPose, arrival_ns: int) -> None:
-        t0 = time.perf_counter_ns()
         self._put("ego", (pose, arrival_ns))
-        self.hook_ns += time.perf_counter_ns() - t0
 
     def result(self, result: FrameResult) -> None:
-        t0 = time.perf_counter_ns()
         with self._lock:
             index, self._frames = self._frames, self._frames + 1
             seq = self._seq_of.pop(result.frame_id, None)
         self._put("result", (index, seq, result))
-        self.hook_ns += time.perf_counter_ns() - t0
 
     # -- from fusion's thread ---------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -357,13 +342,15 @@ class RunRecorder:
 
     def fused(
         self, seq: int, frame: Frame, results: Mapping[str, SensorResult], detections: tuple[Detection3D, ...],
-        tracker: Mapping[str, npt.NDArray[Any]] | None,
+        tracker_state: Callable[[], Mapping[str, npt.NDArray[Any]]] | None,
     ) -> None:  # fmt: skip
-        """A frame fused in its turn ``seq``; ``tracker``: the tracker's state after it (copies), None without
-        one. Each accumulated cloud is traced here to the received sweeps it is made of (:func:`_traced`: a
-        few rows compared), so that the queue holds those sweeps (held anyway) instead of the cloud (~0.9 MB a
-        frame on the bundled drive, ~32 frames long: freed in bursts, its memory faulted in again and again);
-        a cloud not traced so is handed over as it is, for the writer's thorough search."""
+        """A frame fused in its turn ``seq``; ``tracker_state``: the tracker's state after it (copies: the next
+        frame changes the tracker's own), None without one, taken here and written by the writer. Each
+        accumulated cloud is traced here to the received sweeps it is made of (:func:`_traced`: a few rows
+        compared), so that the queue holds those sweeps (held anyway) instead of the cloud (~0.9 MB a frame on
+        the bundled drive, ~32 frames long: freed in bursts, its memory faulted in again and again); a cloud
+        not traced so is handed over as it is, for the writer's thorough search."""
+        tracker = tracker_state() if tracker_state is not None else None
         samples: dict[str, Sample | _Traced | None] = dict(frame.samples)
         with self._lock:
             self._seq_of[frame.frame_id] = seq
