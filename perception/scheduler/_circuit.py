@@ -80,8 +80,8 @@ class CircuitBreaker:
         self._probe_out = False
         self.opened_count = 0
         self._service: deque[int] = deque(maxlen=SERVICE_WINDOW)
-        self._late_streak = 0  # late answers in a row judged load, given the model's time
-        self._lates_in_a_row = 0  # late answers in a row judged load, whatever time they were given
+        #: Late answers in a row judged load: those given the model's measured time (measured: every one).
+        self._late_streak = 0
         #: Its owner runs measuring requests (module docs): the patience asks for one instead of opening.
         self.can_measure = False
         self._measure_wanted = False
@@ -125,7 +125,6 @@ class CircuitBreaker:
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._late_streak = 0
-        self._lates_in_a_row = 0
         self._measure_wanted = False  # answered: no measure needed (one out still reports)
         self._probe_out = False
 
@@ -204,42 +203,36 @@ class CircuitBreaker:
         if service is None or verdict is not LateVerdict.LOAD:
             self.record_failure(now_ns)
             return verdict
-        self._lates_in_a_row += 1
-        if self.can_measure:  # (module docs) a measuring request tells load from a fault
-            if self._state is CircuitState.HALF_OPEN:
-                self._probe_out = False
-            elif (
-                self._lates_in_a_row >= LOAD_PATIENCE * self._threshold
-                and self._state is CircuitState.CLOSED
-                and not self.measuring
-            ):
-                log.info(
-                    "model %s: late %d times in a row, unanswered: one request is given %.0fx its measured %.0f ms "
-                    "to tell load from a fault",
-                    self.model,
-                    self._lates_in_a_row,
-                    HANG_FACTOR,
-                    service / 1e6,
-                )
-                self._measure_wanted = True
-                self._lates_in_a_row = 0
-            return verdict
-        if waited_ns < service:  # not given the time the model takes: no sign of a hang (module docs)
+        # A request not given the time the model takes says nothing of a hang (module docs); where the model can
+        # be measured, every late counts toward the measuring request.
+        if waited_ns < service and not self.can_measure:
             if self._state is CircuitState.HALF_OPEN:
                 self._probe_out = False
             return verdict
         self._late_streak += 1
         if self._late_streak >= LOAD_PATIENCE * self._threshold and self._state is CircuitState.CLOSED:
-            log.warning(
-                "model %s: late %d times in a row within %.0fx its measured %.0f ms: load or a fault cannot be "
-                "told apart; opening the circuit",
-                self.model,
-                self._late_streak,
-                HANG_FACTOR,
-                service / 1e6,
-            )
-            self._open(now_ns)
-            self._late_streak = 0
+            if not self.can_measure:
+                log.warning(
+                    "model %s: late %d times in a row within %.0fx its measured %.0f ms: load or a fault cannot be "
+                    "told apart; opening the circuit",
+                    self.model,
+                    self._late_streak,
+                    HANG_FACTOR,
+                    service / 1e6,
+                )
+                self._open(now_ns)
+                self._late_streak = 0
+            elif not self.measuring:  # a measuring request tells load from a fault (module docs)
+                log.info(
+                    "model %s: late %d times in a row, unanswered: one request is given %.0fx its measured %.0f ms "
+                    "to tell load from a fault",
+                    self.model,
+                    self._late_streak,
+                    HANG_FACTOR,
+                    service / 1e6,
+                )
+                self._measure_wanted = True
+                self._late_streak = 0
         elif self._state is CircuitState.HALF_OPEN:
             self._probe_out = False
         return verdict
