@@ -28,7 +28,10 @@ older ones are shed (under sustained overload: the freshest starts), each record
 runtime's: the tracker's prediction at its time) in its turn, before any request of theirs is sent; a
 frame the queue overflows is shed the same way (the queue holds at least the freshest). A frame its
 source shed before building it (:class:`~perception.scheduler._shedding.Superseded`) takes its turn and
-is recorded the same way (without the policy: ``dropped``), never started.
+is recorded the same way (without the policy: ``dropped``), never started. A frame shed while older ones
+wait in the queue (one superseded, or the newest one the queue overflows under ``drop-newest``) is shed
+once they have left it: its prediction takes its fusion turn after theirs, in the order the source handed
+them in, and so covers them.
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ class OrderedPipeline:
         self.overload = OverloadPolicy(deadline_ns) if deadline_ns is not None and sheds(config) else None
         self._shed = shed
         self._shedding: dict[int, Frame] = {}
+        #: Frames shed while older frames wait (a waiting frame's seq -> those shed after it, in order): each
+        #: is recorded once that frame has left the queue (started, shed or dropped), so that its prediction
+        #: takes its fusion turn after the older frames' (see :meth:`_shed_in_turn`).
+        self._after: dict[int, list[tuple[int, Frame, str]]] = {}
 
     @property
     def in_flight(self) -> int:
@@ -278,9 +285,10 @@ class OrderedPipeline:
                 self.dropped_count += 1
                 if self.overload is not None:  # a shed frame like the others: its record has the prediction
                     self.overload.queue_overflow += 1
-                    self._shed_frame(tg, victim_seq, victim, f"{OVERLOAD} ({reason})")
+                    self._shed_in_turn(tg, victim_seq, victim, f"{OVERLOAD} ({reason})")
                 else:
                     self._done[victim_seq] = self._dropped(victim, reason)
+                self._left_queue(tg, victim_seq)
 
     def _supersede(self, tg: TaskGroup, superseded: Superseded) -> None:
         """A frame its source shed before building it: its record in its turn, shed (the overload policy's
@@ -289,7 +297,7 @@ class OrderedPipeline:
         self._next_seq += 1
         if self.overload is not None:
             self.overload.superseded += 1
-            self._shed_frame(tg, seq, superseded.frame, superseded.reason)
+            self._shed_in_turn(tg, seq, superseded.frame, superseded.reason)
         else:
             self.dropped_count += 1
             self._done[seq] = self._dropped(superseded.frame, superseded.reason)
@@ -310,6 +318,7 @@ class OrderedPipeline:
                 for i, reason in verdict.shed:  # the older first: their records take their turns first
                     if i != verdict.start:
                         self._shed_frame(tg, *waiting[i], reason)
+                        self._left_queue(tg, waiting[i][0])
                 if verdict.start is None:
                     self.admission.release(None)  # nothing to start: the slot goes back
                     return
@@ -319,6 +328,7 @@ class OrderedPipeline:
                 seq, frame = self._pending.popleft()
             self._in_flight[seq] = frame
             tg.start_soon(self._work, seq, frame, tg, name=f"frame-{frame.frame_id}")
+            self._left_queue(tg, seq)
         if slot:  # not used (cannot happen: the frame that took it is waiting): give it back
             self.admission.release(None)
 
@@ -331,6 +341,22 @@ class OrderedPipeline:
                     self._cond.notify_all()  # a source waiting under ``block`` takes it
                     if not self._intake.cancel_called:
                         self._start_ready(tg)
+
+    def _shed_in_turn(self, tg: TaskGroup, seq: int, frame: Frame, reason: str) -> None:
+        """Shed ``frame`` (:meth:`_shed_frame`) once every older frame waiting in the queue has left it: its
+        prediction takes its turn into fusion (the runtime's, taken as ``process`` or ``shed`` starts) after
+        theirs, as the source handed them in -- not before frames it is newer than (a frame the source
+        superseded, or the newest one the queue overflows under ``drop-newest``, while older ones wait)."""
+        if self._pending:  # (older than ``seq``, the newest frame handed in: the queue is in hand-in order)
+            self._after.setdefault(self._pending[-1][0], []).append((seq, frame, reason))
+        else:
+            self._shed_frame(tg, seq, frame, reason)
+
+    def _left_queue(self, tg: TaskGroup, seq: int) -> None:
+        """The waiting frame ``seq`` left the queue (its turn taken, or recorded without one): the frames shed
+        after it (:meth:`_shed_in_turn`) are shed now, in order."""
+        for after_seq, frame, reason in self._after.pop(seq, ()):
+            self._shed_frame(tg, after_seq, frame, reason)
 
     def _shed_frame(self, tg: TaskGroup, seq: int, frame: Frame, reason: str) -> None:
         """Record ``frame`` as shed under overload (by ``shed`` in a task of its own: in its turn)."""
@@ -432,6 +458,11 @@ class OrderedPipeline:
             self._done[seq] = self._dropped(frame, "shutdown: never started")
             self.dropped_count += 1
         self._pending.clear()
+        for after in self._after.values():  # shed after a frame that never started: shed, without a prediction
+            for seq, frame, reason in after:
+                self.shed_count += 1
+                self._done[seq] = self._dropped(frame, f"{reason}; shutdown before its record")
+        self._after.clear()
         for seq, frame in list(self._in_flight.items()):
             self._done.setdefault(seq, self._dropped(frame, "shutdown: in flight"))
         self._in_flight.clear()

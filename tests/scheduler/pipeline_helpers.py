@@ -7,11 +7,11 @@ from collections.abc import AsyncIterable
 import anyio
 import anyio.lowlevel
 
-from perception.scheduler import OrderedPipeline
+from perception.scheduler import OrderedPipeline, Superseded
 from perception.types import Frame, FrameResult
 
 
-async def collect(pipeline: OrderedPipeline, source: AsyncIterable[Frame]) -> list[FrameResult]:
+async def collect(pipeline: OrderedPipeline, source: AsyncIterable[Frame | Superseded]) -> list[FrameResult]:
     """Run ``pipeline`` over ``source`` and return every result it sent, in order."""
     send, recv = anyio.create_memory_object_stream[FrameResult](100)
     out: list[FrameResult] = []

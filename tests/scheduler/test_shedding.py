@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Literal
 
 import anyio
 import anyio.lowlevel
@@ -370,3 +371,78 @@ async def test_a_frame_the_source_superseded_is_shed_in_its_turn_and_never_proce
         out = await collect(q, source())
     assert [(r.frame_id, r.reason) for r in out if r.status is FrameStatus.DROPPED] == [(0, why), (1, why), (3, why)]
     assert q.dropped_count == 3 and len(shed_calls) == 3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("overflow", ["drop-oldest", "drop-newest"])
+async def test_a_frame_shed_while_older_frames_wait_takes_its_turn_after_theirs(
+    overflow: Literal["drop-oldest", "drop-newest"],
+) -> None:
+    # Frames 1 and 2 wait for the one slot (frame 0 holds it) when the source hands frame 3 in unbuilt
+    # (Superseded). Its prediction must come after frames 1 and 2 are fused (a prediction at frame 3's time
+    # from the tracker as frame 0 left it would miss them): each frame takes its turn into fusion (the runtime's
+    # HandInOrder ticket, taken as process or shed is called) in the order the source handed them in.
+    # With drop-newest, a newest frame the queue overflows is shed after the older waiting ones too.
+    turns: list[int] = []
+    gate = anyio.Event()
+
+    async def process(f: Frame) -> FrameResult:
+        turns.append(f.frame_id)  # (the ticket: taken before the first await, as Runtime.process does)
+        if f.frame_id == 0:
+            await gate.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        turns.append(f.frame_id)
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    why = f"{OVERLOAD} (superseded before assembly)"
+    last = 5 if overflow == "drop-newest" else 4  # drop-newest: frame 5 overflows the queue (3 waiting)
+
+    async def source() -> AsyncIterator[Frame | Superseded]:
+        for i in range(last + 1):
+            yield Superseded(frame(i), why) if i == 3 else frame(i)
+            await anyio.lowlevel.checkpoint()
+        gate.set()
+
+    config = PipelineConfig(max_in_flight=1, queue_size=3 if overflow == "drop-newest" else 4, overflow=overflow)
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=30_000 * MS, shed=shed)
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == list(range(last + 1))
+    assert turns == list(range(last + 1))
+    assert [r.predicted for r in out][3] is True
+    if overflow == "drop-newest":
+        assert out[5].predicted and p.overload is not None and p.overload.queue_overflow == 1
+
+
+@pytest.mark.anyio
+async def test_a_frame_shed_behind_waiting_frames_still_gets_its_record_when_the_pipeline_stops() -> None:
+    # Stopped while frames 1 and 2 wait behind a frame that never ends, and frame 3 (superseded) waits for
+    # them to take their turns: every frame has its record, frame 3's saying it was shed and why it has no
+    # prediction.
+    never = anyio.Event()
+
+    async def process(f: Frame) -> FrameResult:
+        await never.wait()
+        raise AssertionError("never reached")
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        raise AssertionError(f"frame {f.frame_id} shed with a prediction after the stop")
+
+    why = f"{OVERLOAD} (superseded before assembly)"
+    config = PipelineConfig(max_in_flight=1, queue_size=4, drain_timeout_s=0.1)
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=30_000 * MS, shed=shed)
+
+    async def source() -> AsyncIterator[Frame | Superseded]:
+        for i in range(4):
+            yield Superseded(frame(i), why) if i == 3 else frame(i)
+            await anyio.lowlevel.checkpoint()
+        p.stop()
+
+    with anyio.fail_after(10):
+        out = await collect(p, source())
+    assert [r.frame_id for r in out] == [0, 1, 2, 3]
+    assert all(r.status is FrameStatus.DROPPED and not r.predicted for r in out)
+    assert [r.reason for r in out][1:] == ["shutdown: never started"] * 2 + [f"{why}; shutdown before its record"]
+    assert p.shed_count == 1
