@@ -347,8 +347,9 @@ class OrderedPipeline:
         prediction takes its turn into fusion (the runtime's, taken as ``process`` or ``shed`` starts) after
         theirs, as the source handed them in -- not before frames it is newer than (a frame the source
         superseded, or the newest one the queue overflows under ``drop-newest``, while older ones wait)."""
-        if self._pending:  # (older than ``seq``, the newest frame handed in: the queue is in hand-in order)
-            self._after.setdefault(self._pending[-1][0], []).append((seq, frame, reason))
+        if self._pending and self._pending[0][0] < seq:  # (not the oldest the queue overflows: drop-oldest's)
+            anchor = max(s for s, _ in self._pending if s < seq)  # the newest older frame waiting
+            self._after.setdefault(anchor, []).append((seq, frame, reason))
         else:
             self._shed_frame(tg, seq, frame, reason)
 

@@ -381,8 +381,9 @@ async def test_a_frame_shed_while_older_frames_wait_takes_its_turn_after_theirs(
     # Frames 1 and 2 wait for the one slot (frame 0 holds it) when the source hands frame 3 in unbuilt
     # (Superseded). Its prediction must come after frames 1 and 2 are fused (a prediction at frame 3's time
     # from the tracker as frame 0 left it would miss them): each frame takes its turn into fusion (the runtime's
-    # HandInOrder ticket, taken as process or shed is called) in the order the source handed them in.
-    # With drop-newest, a newest frame the queue overflows is shed after the older waiting ones too.
+    # HandInOrder ticket, taken as process or shed is called) in the order the source handed them in. Frame 5
+    # overflows the queue of 3: drop-newest sheds it after the older waiting frames too; drop-oldest sheds
+    # frame 1, the oldest, at once.
     turns: list[int] = []
     gate = anyio.Event()
 
@@ -397,23 +398,22 @@ async def test_a_frame_shed_while_older_frames_wait_takes_its_turn_after_theirs(
         return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
 
     why = f"{OVERLOAD} (superseded before assembly)"
-    last = 5 if overflow == "drop-newest" else 4  # drop-newest: frame 5 overflows the queue (3 waiting)
 
     async def source() -> AsyncIterator[Frame | Superseded]:
-        for i in range(last + 1):
+        for i in range(6):
             yield Superseded(frame(i), why) if i == 3 else frame(i)
             await anyio.lowlevel.checkpoint()
         gate.set()
 
-    config = PipelineConfig(max_in_flight=1, queue_size=3 if overflow == "drop-newest" else 4, overflow=overflow)
+    config = PipelineConfig(max_in_flight=1, queue_size=3, overflow=overflow)
     p = OrderedPipeline(process, _dropped, config, deadline_ns=30_000 * MS, shed=shed)
     with anyio.fail_after(10):
         out = await collect(p, source())
-    assert [r.frame_id for r in out] == list(range(last + 1))
-    assert turns == list(range(last + 1))
-    assert [r.predicted for r in out][3] is True
-    if overflow == "drop-newest":
-        assert out[5].predicted and p.overload is not None and p.overload.queue_overflow == 1
+    assert [r.frame_id for r in out] == list(range(6))
+    assert turns == list(range(6))
+    predicted = [1, 3] if overflow == "drop-oldest" else [3, 5]
+    assert [r.frame_id for r in out if r.predicted] == predicted
+    assert p.overload is not None and p.overload.queue_overflow == 1
 
 
 @pytest.mark.anyio
