@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perception.config import CircuitConfig, PipelineConfig
-from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
+from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission, Superseded
 from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.types import Frame, FrameResult, FrameStatus
 
@@ -153,3 +153,74 @@ def test_ordered_lossless_bounded_and_one_probe_at_a_time(
     if overflow == "block" and stop_at is None:
         assert all(r.status is not FrameStatus.DROPPED or "ValueError" in (r.reason or "") for r in out)
     assert not run.probe_out  # every probe came back
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plan=st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=30),
+    k=st.integers(1, 3),
+    queue=st.integers(0, 3),
+    overflow=st.sampled_from(["drop-oldest", "drop-newest"]),
+    stop_at=st.none() | st.integers(0, 29),
+)
+def test_under_the_overload_policy_every_frame_takes_its_fusion_turn_in_hand_in_order(
+    plan: list[tuple[int, bool]], k: int, queue: int, overflow: str, stop_at: int | None
+) -> None:
+    # Frames processed (each after some checkpoints) and frames the source superseded (``True``: handed in
+    # unbuilt), through a pipeline that sheds (overload policy; a budget nothing outlasts, so only the queue's
+    # overflow and the source shed). Properties: one record per frame taken, in order, no gap; a superseded
+    # frame is never processed; and the frames take their turns into fusion -- process or shed called, where
+    # the runtime takes its HandInOrder ticket -- in the order they were handed in, whatever waits or overflows.
+    turns: list[int] = []
+    processed: list[int] = []
+    pipeline: OrderedPipeline
+
+    async def process(f: Frame) -> FrameResult:
+        turns.append(f.frame_id)
+        processed.append(f.frame_id)
+        if stop_at is not None and f.frame_id >= stop_at:
+            pipeline.stop()
+        for _ in range(plan[f.frame_id][0]):
+            await anyio.lowlevel.checkpoint()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def shed(f: Frame, reason: str) -> FrameResult:
+        turns.append(f.frame_id)
+        await anyio.lowlevel.checkpoint()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason, predicted=True)
+
+    def dropped(f: Frame, reason: str) -> FrameResult:
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.DROPPED, {}, reason=reason)
+
+    async def source() -> AsyncIterator[Frame | Superseded]:
+        for i, (_, superseded) in enumerate(plan):
+            yield Superseded(_frame(i), "overload (superseded)") if superseded else _frame(i)
+            await anyio.lowlevel.checkpoint()
+
+    config = PipelineConfig(max_in_flight=k, queue_size=queue, overflow=overflow)  # type: ignore[arg-type]
+
+    async def main() -> list[FrameResult]:
+        nonlocal pipeline
+        pipeline = OrderedPipeline(process, dropped, config, deadline_ns=10**12, shed=shed)
+        send, recv = anyio.create_memory_object_stream[FrameResult](len(plan) + 1)
+        out: list[FrameResult] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pipeline.run, source(), send)
+                async with recv:
+                    out.extend([r async for r in recv])
+        return out
+
+    out = anyio.run(main)
+    ids = [r.frame_id for r in out]
+    assert ids == list(range(len(ids))), ids  # one record per frame taken, in order, no gap
+    if stop_at is None:
+        assert len(out) == len(plan)
+    assert turns == sorted(turns) and len(set(turns)) == len(turns), turns  # hand-in order, each once
+    assert not {i for i in processed if plan[i][1]}, processed  # a superseded frame is never processed
+    for r in out:
+        if r.frame_id in processed:
+            assert r.status is FrameStatus.OK or (r.reason or "").startswith("shutdown"), r
+        else:
+            assert r.status is FrameStatus.DROPPED, r
+            assert r.predicted == (r.frame_id in turns), r  # shed in its turn, or at a stop without one
