@@ -41,9 +41,9 @@ Bounded whatever arrives: each sensor keeps at most ``MAX_BUFFERED`` samples and
 is measured on its capture stamps (median of recent gaps, at least ``MIN_PERIOD_NS``), never on arrival
 times a burst after a stall squeezes together; and one call opens at most ``MAX_CATCH_UP`` timer or rate
 frames: slots beyond are skipped (counted), not frames opened by the thousand. :meth:`LiveAssembler.due` and
-:meth:`LiveAssembler.close` make at most a ``limit`` of the frames they complete (the newest): the older
-ones keep their ids as stubs, to be recorded shed (``superseded_unassembled``) or dropped
-(``closed_unassembled``).
+:meth:`LiveAssembler.close` make at most a ``limit`` of the frames they complete (the newest; :meth:`due`'s
+may keep the oldest): the others keep their ids as stubs, to be recorded shed or dropped
+(``superseded_unassembled``, ``overflowed_unassembled``, ``closed_unassembled``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.errors import ConfigError, RuntimeClosedError
@@ -103,8 +103,11 @@ class LiveStats(AlignStats):
     buffer_evicted: int = 0  # samples dropped from a full sensor buffer before their time
     slots_skipped: int = 0  # trigger slots beyond MAX_CATCH_UP in one call: no frame opened
     closed_unassembled: int = 0  # pending frames close() did not make (its limit): dropped records
-    #: Due frames due() did not make (its limit: a backlog beyond what the pipeline holds): shed records.
+    #: Due frames due() did not make (its limit: a backlog beyond what the pipeline holds), the older ones:
+    #: shed records (dropped without the overload policy).
     superseded_unassembled: int = 0
+    #: Likewise the newer ones (``keep="oldest"``: the pipeline refuses the newest, ``drop-newest``).
+    overflowed_unassembled: int = 0
     invalid_by_sensor: dict[str, int] = field(default_factory=dict)
     #: The last reason each sensor's sample was refused for (bounded: one per sensor).
     invalid_reasons: dict[str, str] = field(default_factory=dict)
@@ -245,6 +248,7 @@ class LiveAssembler(Generic[T]):
         self._lost: list[LostFrame[T]] = []  # frames whose making raised, until take_lost()
         self._unassembled: list[LostFrame[T]] = []  # frames close() did not make, until take_unassembled()
         self._superseded: list[tuple[Frame, T | None]] = []  # due frames due() did not make, until taken
+        self._overflowed: list[tuple[Frame, T | None]] = []  # likewise, the newer ones (keep="oldest")
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
@@ -524,36 +528,57 @@ class LiveAssembler(Generic[T]):
             for p in self._pending
         )
 
-    def due(self, now: int, limit: int | None = None) -> list[tuple[Frame, T | None]]:
+    def due(
+        self, now: int, limit: int | None = None, *, keep: Literal["newest", "oldest"] = "newest"
+    ) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
         A frame's ``created_ns`` is the host time it opened (its trigger's arrival). A frame whose making
         raises is not among them and costs no other: it waits in :meth:`take_lost`.
 
-        ``limit``: at most that many are made, the newest (a backlog of due frames beyond what the pipeline
-        holds, after a flood of trigger samples or a stalled loop: the older ones could only run if the
-        fresher waited behind them, and the overload policy runs the freshest); making them all, tens of
-        milliseconds each, held the event loop for frames the runtime then shed. Each older one keeps its
-        id, in time order, and waits in :meth:`take_superseded` as a stub of its time, opening and ego pose
-        (what its shed record's prediction reads), counted in ``superseded_unassembled``."""
+        ``limit``: at most that many are made (a backlog of due frames beyond what the pipeline holds, after
+        a flood of trigger samples or a stalled loop: making them all, tens of milliseconds each, held the
+        event loop for frames the runtime then shed or dropped), those the pipeline would keep (``keep``):
+
+        * ``"newest"`` (the overload policy runs the freshest; ``drop-oldest`` drops the older): each older
+          one keeps its id, in time order, and waits in :meth:`take_superseded` as a stub of its time,
+          opening and ego pose (what its shed record's prediction reads), counted in
+          ``superseded_unassembled``;
+        * ``"oldest"`` (``drop-newest`` refuses the newer): each newer one, likewise, in
+          :meth:`take_overflowed`, counted in ``overflowed_unassembled``."""
         self._tick(now)
         out: list[tuple[Frame, T | None]] = []
         due = 0
         while due < len(self._pending) and self._pending[due].due_ns <= now:
             due += 1
-        for _ in range(due - limit if limit is not None and due > limit else 0):
-            p = self._pending.popleft()
-            self._superseded.append((self._stub(p, ego=True), p.token))
-            self.stats.superseded_unassembled += 1
-        while self._pending and self._pending[0].due_ns <= now:
-            self._emit(self._pending.popleft(), out)
+        excess = due - limit if limit is not None and due > limit else 0
+        if keep == "newest":
+            for _ in range(excess):
+                p = self._pending.popleft()
+                self._superseded.append((self._stub(p, ego=True), p.token))
+                self.stats.superseded_unassembled += 1
+            while self._pending and self._pending[0].due_ns <= now:
+                self._emit(self._pending.popleft(), out)
+        else:
+            for _ in range(due - excess):
+                self._emit(self._pending.popleft(), out)
+            for _ in range(excess):
+                p = self._pending.popleft()
+                self._overflowed.append((self._stub(p, ego=True), p.token))
+                self.stats.overflowed_unassembled += 1
         self._evict(now)
         return out
 
     def take_superseded(self) -> list[tuple[Frame, T | None]]:
-        """The due frames :meth:`due` did not make (its ``limit``), stubs with their tokens, in time order,
-        since the last call."""
+        """The due frames :meth:`due` did not make (its ``limit``), the older ones, stubs with their tokens, in
+        time order, since the last call."""
         superseded, self._superseded = self._superseded, []
         return superseded
+
+    def take_overflowed(self) -> list[tuple[Frame, T | None]]:
+        """The due frames :meth:`due` did not make (its ``limit``, ``keep="oldest"``), the newer ones, stubs with
+        their tokens, in time order, since the last call."""
+        overflowed, self._overflowed = self._overflowed, []
+        return overflowed
 
     def close(self, limit: int | None = None) -> list[tuple[Frame, T | None]]:
         """Complete the pending frames with what has arrived (the host is closing); as :meth:`due`.

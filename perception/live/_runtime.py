@@ -19,11 +19,14 @@ intake, completes the pending frames with what has arrived -- at most ``pipeline
 pipeline.queue_size`` of them, the newest: each older one is recorded dropped unassembled (a flood of
 trigger samples left hundreds pending, each tens of milliseconds to make) --, drains the frames in flight
 within ``pipeline.drain_timeout_s`` and releases the runtime (server, channels, shared memory, threads).
-While running, one assembly likewise makes at most that many of the frames due at once, the newest (under
-the overload policy: ``overload: shed``, ``overflow: drop-oldest``): each older one goes to the pipeline
-unmade (:class:`perception.scheduler.Superseded`, the stub of its id, time and ego pose) and is shed in its
-turn, with the tracker's prediction, counted in ``status()["intake"]["superseded_unassembled"]`` -- a
-flood made every due frame on the event loop first, to shed all but the newest.
+While running, one assembly likewise makes at most that many of the frames due at once, those the pipeline
+keeps of a backlog: the newest (``overflow: drop-oldest``, the default), each older one going to the pipeline
+unmade (:class:`perception.scheduler.Superseded`, the stub of its id, time and ego pose), counted in
+``status()["intake"]["superseded_unassembled"]``; or the oldest (``drop-newest``), each newer one unmade,
+counted in ``overflowed_unassembled``. An unmade frame is recorded in its turn: shed, with the tracker's
+prediction, under the overload policy (``overload: shed``), else dropped (``queue overflow ...``). A flood made
+every due frame on the event loop first, to shed or drop all but those. Under ``block`` every due frame is
+made (the source waits for the pipeline).
 
 One task owns all of it (:meth:`LiveRuntime._lifetime`: the runtime and the callback thread entered
 with ``async with`` and left by the same task on close), whether the host holds the runtime from
@@ -156,11 +159,14 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         #: Pending frames made at close at most (the newest): what the pipeline holds (in flight and queued);
         #: the older ones are recorded dropped unassembled (LiveAssembler.close), so close stays bounded.
         self._close_limit = config.pipeline.max_in_flight + config.pipeline.queue_size
-        #: Due frames made at once at most (the newest), while the pipeline sheds under overload and drops the
-        #: oldest of a backlog: the older ones go to it unmade, to be shed (LiveAssembler.due, Superseded).
-        #: Otherwise (``overload: queue``, ``overflow: block`` or ``drop-newest``) every due frame is made.
+        #: Due frames made at once at most: what the pipeline holds. The others go to it unmade (LiveAssembler.due,
+        #: Superseded), those it would not keep of a backlog (``_due_keep``): under ``drop-oldest`` the older ones,
+        #: under ``drop-newest`` the newer, each recorded in its turn (shed, with the tracker's prediction, under
+        #: the overload policy; else dropped). Under ``block`` every due frame is made (the source waits).
         pipe = config.pipeline
-        self._due_limit = self._close_limit if sheds(pipe) and pipe.overflow == "drop-oldest" else None
+        self._due_limit = None if pipe.overflow == "block" else self._close_limit
+        self._due_keep: Literal["newest", "oldest"] = "oldest" if pipe.overflow == "drop-newest" else "newest"
+        self._sheds = sheds(pipe)
         self._on_result = on_result
         self._lock = threading.Lock()
         self._intake: deque[_Item] = deque()
@@ -546,7 +552,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 now = time.monotonic_ns()
                 try:
                     ready: list[tuple[Frame | FrameResult | Superseded, ResultFuture | None]] = list(
-                        asm.close(self._close_limit) if closing else asm.due(now, self._due_limit)
+                        asm.close(self._close_limit) if closing else asm.due(now, self._due_limit, keep=self._due_keep)
                     )
                 except Exception as exc:
                     # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
@@ -558,15 +564,25 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         self._in_assembly.discard(fut)
                         lost = SampleDroppedError(f"frame assembly failed: {exc!r}", sensor="assembly")
                         refused.append((fut, lost))
-                superseded = asm.take_superseded()
-                if superseded:
-                    # A backlog of due frames beyond what the pipeline holds: the newest were made, the older
-                    # go to the pipeline unmade, each shed in its turn (the tracker's prediction).
-                    reason = (
-                        f"{OVERLOAD} (superseded before assembly: {len(superseded) + len(ready)} frames were due at "
-                        f"once, the pipeline holds {self._close_limit}: the newest were assembled)"
-                    )
-                    ready.extend((Superseded(stub, reason), token) for stub, token in superseded)
+                superseded, overflowed = asm.take_superseded(), asm.take_overflowed()
+                if superseded or overflowed:
+                    # A backlog of due frames beyond what the pipeline holds: those it keeps were made (the
+                    # newest; drop-newest: the oldest), the others go to it unmade, each recorded in its turn:
+                    # shed under the overload policy (the tracker's prediction), else dropped.
+                    due = f"{len(superseded) + len(overflowed) + len(ready)} frames were due at once"
+                    if superseded:
+                        held = f"the pipeline holds {self._close_limit}: the newest were assembled"
+                        reason = (
+                            f"{OVERLOAD} (superseded before assembly: {due}, {held})"
+                            if self._sheds
+                            else f"queue overflow (drop-oldest; not assembled: {due}, {held})"
+                        )
+                        ready.extend((Superseded(stub, reason), token) for stub, token in superseded)
+                    if overflowed:
+                        held = f"the pipeline holds {self._close_limit}: the oldest were assembled"
+                        reason = f"queue overflow (drop-newest; not assembled: {due}, {held})"
+                        reason = f"{OVERLOAD} ({reason})" if self._sheds else reason
+                        ready.extend((Superseded(stub, reason), token) for stub, token in overflowed)
                 unassembled = asm.take_unassembled()
                 if unassembled:
                     # Pending at close beyond what the pipeline holds: not made (bounded close), each

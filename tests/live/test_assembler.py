@@ -273,3 +273,33 @@ def test_a_backlog_of_due_frames_beyond_the_limit_makes_only_the_newest_and_stub
     asm.add(pc("lidar", 1100 * MS), 1101 * MS)
     [(frame, _)] = asm.due(1180 * MS, limit=3)
     assert frame.frame_id == 10 and made[0] == 4 and asm.take_superseded() == []
+
+
+def test_a_backlog_kept_oldest_makes_only_the_oldest_and_stubs_the_newer() -> None:
+    # drop-newest's backlog (keep="oldest"): the pipeline would refuse the newest frames, so the oldest `limit`
+    # are made and each newer one is a stub (id, time, opening, ego pose), in time order, counted apart from the
+    # superseded ones; ids follow time, none lost or made twice.
+    asm = make()
+    made = [0]
+    make_frame = asm._core.make_frame
+
+    def counted(t: int, **kwargs: int) -> Frame:
+        made[0] += 1
+        return make_frame(t, **kwargs)
+
+    asm._core.make_frame = counted  # type: ignore[method-assign]
+    asm.add_ego(EgoPose(995 * MS, Transform.identity(), (1.0, 0.0, 0.0)), 1000 * MS)
+    for k in range(10):  # a flood: ten sweeps 1 ms apart, taken at once
+        assert asm.add(pc("lidar", 1000 * MS + k * MS), 1020 * MS, token=f"f{k}") is None
+    frames = asm.due(1100 * MS, limit=3, keep="oldest")
+    stubs = asm.take_overflowed()
+    assert made[0] == 3 and [tok for _, tok in frames] == ["f0", "f1", "f2"]
+    assert [tok for _, tok in stubs] == [f"f{k}" for k in range(3, 10)] and asm.take_overflowed() == []
+    assert asm.take_superseded() == []
+    ids = [f.frame_id for f, _ in frames + stubs]
+    assert ids == list(range(10)) and [f.t_ns for f, _ in frames + stubs] == [1000 * MS + k * MS for k in range(10)]
+    for stub, _ in stubs:
+        assert stub.samples == {} and stub.created_ns == 1020 * MS and stub.ego is not None
+    stats = asm.stats
+    assert stats.frames == stats.frames_by_trigger == 10
+    assert stats.overflowed_unassembled == 7 and stats.superseded_unassembled == 0

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from test_live_lifetime import _check_clean, _config, _outcomes, _own_shm, _push_all, _threads
@@ -340,9 +340,9 @@ def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_t
         made[0] += 1  # once per frame made
         return apply(frame, buffers)
 
-    def counted_due(now: int, *args: Any) -> Any:
+    def counted_due(now: int, *args: Any, **kwargs: Any) -> Any:
         before = made[0]
-        frames = due(now, *args)
+        frames = due(now, *args, **kwargs)
         per_call.append(made[0] - before)
         return frames
 
@@ -375,6 +375,81 @@ def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_t
     assert len(unmade) == superseded and all(r.status is FrameStatus.DROPPED for r in unmade)
     assert all(r.predicted for r in unmade)  # each the tracker's prediction, as every shed frame's
     assert status["shed"] >= superseded
+    for future in futures:
+        assert future is not None
+        record = future.result(timeout=0)
+        assert got[record.frame_id] is record
+
+
+@pytest.mark.parametrize(
+    ("overload", "overflow"), [("queue", "drop-oldest"), ("queue", "drop-newest"), ("shed", "drop-newest")]
+)
+def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_keeps_under_every_dropping_policy(
+    triton: EmbeddedTriton, overload: Literal["queue", "shed"], overflow: Literal["drop-oldest", "drop-newest"]
+) -> None:
+    # Before: only under the default policies (shed, drop-oldest) was a flood's backlog bounded; with
+    # overload: queue or overflow: drop-newest every due frame was made on the event loop (100 in one call
+    # here), then dropped by the pipeline all but what it holds. Now one call makes at most max_in_flight +
+    # queue_size, those the pipeline keeps (drop-oldest: the newest; drop-newest: the oldest); each other one
+    # reaches it unmade and is recorded in its turn: dropped (queue overflow), or shed with the tracker's
+    # prediction under the overload policy. Every id once, in time order, each trigger's future answered.
+    cfg, rig, samples = _config(triton.grpc_url)
+    cfg = dataclasses.replace(
+        cfg,
+        live=dataclasses.replace(cfg.live, transit_ms=20.0),  # the stamps below lie past their horizon
+        pipeline=dataclasses.replace(cfg.pipeline, overload=overload, overflow=overflow),
+    )
+    limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    asm = live._assembler
+    made: list[int] = []  # the frames made, by time
+    per_call: list[int] = []  # frames made by each call of due()
+    apply, due = asm.accumulator.apply, asm.due
+
+    def counted_apply(frame: Frame, buffers: Any) -> Frame:
+        made.append(frame.t_ns)
+        return apply(frame, buffers)
+
+    def counted_due(now: int, *args: Any, **kwargs: Any) -> Any:
+        before = len(made)
+        frames = due(now, *args, **kwargs)
+        per_call.append(len(made) - before)
+        return frames
+
+    asm.accumulator.apply = counted_apply  # type: ignore[method-assign]
+    asm.due = counted_due  # type: ignore[method-assign]
+    lidar = next(s for s in samples if s.sensor == "lidar_top")
+    flood = 100
+    with live:
+        assert live._loop is not None
+        stall = threading.Event()
+        live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the flood waits in the intake
+        try:
+            t0 = time.monotonic_ns() - asm._horizon_ns - 10 * MS
+            futures = [live.push(dataclasses.replace(lidar, t_ns=t0 + k * 1000)) for k in range(flood)]
+        finally:
+            stall.set()
+        deadline = time.monotonic() + 60  # a watchdog only
+        while live.status()["intake"]["frames"] < flood:
+            assert time.monotonic() < deadline, live.status()["intake"]
+            time.sleep(0.005)
+    status = live.status()
+    frames = status["intake"]["frames"]
+    assert max(per_call) <= limit and len(made) < frames, (per_call, len(made), frames)  # before: [100]
+    unassembled = {k: status["intake"][f"{k}_unassembled"] for k in ("superseded", "overflowed")}
+    kept, other = ("overflowed", "superseded") if overflow == "drop-newest" else ("superseded", "overflowed")
+    assert unassembled[other] == 0 and unassembled[kept] >= flood - limit, unassembled
+    assert unassembled[kept] + len(made) == frames, (unassembled, len(made), frames)
+    # every frame made or not reached on_result once, in order, and its trigger's future has its record
+    assert _ids(got) == list(range(frames)) and status["frames"] == frames
+    assert [r.t_ns for r in got] == sorted(r.t_ns for r in got)
+    prefix = f"queue overflow ({overflow}; not assembled"
+    unmade = [r for r in got if r.reason and r.reason.startswith((prefix, f"overload ({prefix}"))]
+    assert len(unmade) == unassembled[kept] and all(r.status is FrameStatus.DROPPED for r in unmade)
+    assert all(r.predicted == (overload == "shed") for r in unmade)  # shed: the tracker's prediction
+    if overflow == "drop-newest":  # the oldest of the first backlog were made, the newest not
+        assert min(r.t_ns for r in unmade) > min(made)
     for future in futures:
         assert future is not None
         record = future.result(timeout=0)
