@@ -224,6 +224,13 @@ class OrderedPipeline:
                     if not cancelled:
                         await self._flush()
                     await self._flush(wait=False)
+                    if self._next_emit < self._next_seq:  # never silent: a frame taken without a record is a bug
+                        log.error(
+                            "pipeline: frame %d of this stream has no record (a bug): it and the %d after it "
+                            "were not delivered",
+                            self._next_emit,
+                            self._next_seq - self._next_emit - 1,
+                        )
 
     async def _admit(self, frame: Frame | Superseded, tg: TaskGroup) -> None:
         try:
