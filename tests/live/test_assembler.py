@@ -241,11 +241,9 @@ def test_a_two_second_silence_gives_one_timer_frame_per_missed_sweep_at_its_slot
     assert asm.stats.late == 0 and asm.stats.frames_by_trigger == len(frames) - 20
 
 
-def test_a_backlog_of_due_frames_beyond_the_limit_makes_only_the_newest_and_stubs_the_rest() -> None:
-    # Before: due() made every due frame of a flood (each tens of ms of selection and sweeps, on the event
-    # loop), though the runtime would shed all but what its pipeline holds. Now the newest `limit` are made;
-    # each older one is a stub of its id, time, opening and ego pose (what a shed frame's prediction reads),
-    # in time order, counted, and no frame is lost or made twice.
+def _flooded() -> tuple[LiveAssembler[str], list[int]]:
+    """An assembler given a flood: ten lidar sweeps 1 ms apart (tokens f0-f9), taken at once, after an ego pose;
+    and the count of the frames it makes (``made[0]``)."""
     asm = make()
     made = [0]
     make_frame = asm._core.make_frame
@@ -256,8 +254,17 @@ def test_a_backlog_of_due_frames_beyond_the_limit_makes_only_the_newest_and_stub
 
     asm._core.make_frame = counted  # type: ignore[method-assign]
     asm.add_ego(EgoPose(995 * MS, Transform.identity(), (1.0, 0.0, 0.0)), 1000 * MS)
-    for k in range(10):  # a flood: ten sweeps 1 ms apart, taken at once
+    for k in range(10):
         assert asm.add(pc("lidar", 1000 * MS + k * MS), 1020 * MS, token=f"f{k}") is None
+    return asm, made
+
+
+def test_a_backlog_of_due_frames_beyond_the_limit_makes_only_the_newest_and_stubs_the_rest() -> None:
+    # Before: due() made every due frame of a flood (each tens of ms of selection and sweeps, on the event
+    # loop), though the runtime would shed all but what its pipeline holds. Now the newest `limit` are made;
+    # each older one is a stub of its id, time, opening and ego pose (what a shed frame's prediction reads),
+    # in time order, counted, and no frame is lost or made twice.
+    asm, made = _flooded()
     frames = asm.due(1100 * MS, limit=3)  # all past their horizon (60 ms window + 20 ms transit), no timer yet
     stubs = asm.take_superseded()
     assert made[0] == 3 and [tok for _, tok in frames] == ["f7", "f8", "f9"]
@@ -279,18 +286,7 @@ def test_a_backlog_kept_oldest_makes_only_the_oldest_and_stubs_the_newer() -> No
     # drop-newest's backlog (keep="oldest"): the pipeline would refuse the newest frames, so the oldest `limit`
     # are made and each newer one is a stub (id, time, opening, ego pose), in time order, counted apart from the
     # superseded ones; ids follow time, none lost or made twice.
-    asm = make()
-    made = [0]
-    make_frame = asm._core.make_frame
-
-    def counted(t: int, **kwargs: int) -> Frame:
-        made[0] += 1
-        return make_frame(t, **kwargs)
-
-    asm._core.make_frame = counted  # type: ignore[method-assign]
-    asm.add_ego(EgoPose(995 * MS, Transform.identity(), (1.0, 0.0, 0.0)), 1000 * MS)
-    for k in range(10):  # a flood: ten sweeps 1 ms apart, taken at once
-        assert asm.add(pc("lidar", 1000 * MS + k * MS), 1020 * MS, token=f"f{k}") is None
+    asm, made = _flooded()
     frames = asm.due(1100 * MS, limit=3, keep="oldest")
     stubs = asm.take_overflowed()
     assert made[0] == 3 and [tok for _, tok in frames] == ["f0", "f1", "f2"]

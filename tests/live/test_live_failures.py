@@ -317,39 +317,42 @@ def test_a_close_under_a_flood_of_trigger_samples_makes_at_most_what_the_pipelin
     assert answered == frames and answered + refused == len(futures) == status["intake"]["frames_by_trigger"] + refused
 
 
-def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_the_rest(
-    triton: EmbeddedTriton,
-) -> None:
-    # Before: due() made every frame of a flood in one batch on the event loop (each tens of ms of samples
-    # and sweeps), though the pipeline then shed all but the newest: 100 frames made in one call here. Now
-    # one call makes at most max_in_flight + queue_size (the newest); the older ones reach the pipeline
-    # unmade and are shed in their turn (the tracker's prediction), each trigger's future answered with its
-    # record, every id once and in time order, counted (superseded_unassembled).
-    cfg, rig, samples = _config(triton.grpc_url)
-    # the stamps below lie past their horizon (so every frame is due at once) and within the stamp skew
+@dataclasses.dataclass
+class _Flood:
+    """A flood's outcome: the records, the frames made (their times), the frames each call of due() made, the
+    runtime's status and each pushed trigger's future."""
+
+    got: list[FrameResult]
+    made: list[int]
+    per_call: list[int]
+    status: dict[str, Any]
+    futures: list[concurrent.futures.Future[FrameResult] | None]
+
+
+def _flood(cfg: Any, rig: Any, samples: list[Any], flood: int = 100) -> _Flood:
+    """``flood`` lidar sweeps pushed while the event loop is stalled, their stamps past their horizon (every
+    frame due at once, within the stamp skew); the frames made and due()'s calls counted."""
     cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, transit_ms=20.0))
-    limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
     got: list[FrameResult] = []
     live = LiveRuntime(cfg, rig, on_result=got.append)
     asm = live._assembler
-    made = [0]
+    made: list[int] = []  # the frames made, by time
     per_call: list[int] = []  # frames made by each call of due()
     apply, due = asm.accumulator.apply, asm.due
 
     def counted_apply(frame: Frame, buffers: Any) -> Frame:
-        made[0] += 1  # once per frame made
+        made.append(frame.t_ns)  # once per frame made
         return apply(frame, buffers)
 
     def counted_due(now: int, *args: Any, **kwargs: Any) -> Any:
-        before = made[0]
+        before = len(made)
         frames = due(now, *args, **kwargs)
-        per_call.append(made[0] - before)
+        per_call.append(len(made) - before)
         return frames
 
     asm.accumulator.apply = counted_apply  # type: ignore[method-assign]
     asm.due = counted_due  # type: ignore[method-assign]
     lidar = next(s for s in samples if s.sensor == "lidar_top")
-    flood = 100
     with live:
         assert live._loop is not None
         stall = threading.Event()
@@ -363,22 +366,41 @@ def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_t
         while live.status()["intake"]["frames"] < flood:
             assert time.monotonic() < deadline, live.status()["intake"]
             time.sleep(0.005)
-    status = live.status()
-    frames = status["intake"]["frames"]
-    assert max(per_call) <= limit and made[0] < frames, (per_call, made, frames)  # before: [100]
-    superseded = status["intake"]["superseded_unassembled"]
-    assert superseded >= flood - limit and superseded + made[0] == frames, (superseded, made, frames)
-    # every frame made or not reached on_result once, in order, and its trigger's future has its record
-    assert _ids(got) == list(range(frames)) and status["frames"] == frames
+    return _Flood(got, made, per_call, live.status(), futures)
+
+
+def _check_flood_records(flood: _Flood) -> None:
+    """Every frame made or not reached on_result once, in order, and its trigger's future has its record."""
+    got, frames = flood.got, flood.status["intake"]["frames"]
+    assert _ids(got) == list(range(frames)) and flood.status["frames"] == frames
     assert [r.t_ns for r in got] == sorted(r.t_ns for r in got)
-    unmade = [r for r in got if (r.reason or "").startswith("overload (superseded before assembly")]
-    assert len(unmade) == superseded and all(r.status is FrameStatus.DROPPED for r in unmade)
-    assert all(r.predicted for r in unmade)  # each the tracker's prediction, as every shed frame's
-    assert status["shed"] >= superseded
-    for future in futures:
+    for future in flood.futures:
         assert future is not None
         record = future.result(timeout=0)
         assert got[record.frame_id] is record
+
+
+def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_holds_and_sheds_the_rest(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: due() made every frame of a flood in one batch on the event loop (each tens of ms of samples
+    # and sweeps), though the pipeline then shed all but the newest: 100 frames made in one call here. Now
+    # one call makes at most max_in_flight + queue_size (the newest); the older ones reach the pipeline
+    # unmade and are shed in their turn (the tracker's prediction), each trigger's future answered with its
+    # record, every id once and in time order, counted (superseded_unassembled).
+    cfg, rig, samples = _config(triton.grpc_url)
+    limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
+    out = _flood(cfg, rig, samples, flood := 100)
+    status, made = out.status, len(out.made)
+    frames = status["intake"]["frames"]
+    assert max(out.per_call) <= limit and made < frames, (out.per_call, made, frames)  # before: [100]
+    superseded = status["intake"]["superseded_unassembled"]
+    assert superseded >= flood - limit and superseded + made == frames, (superseded, made, frames)
+    _check_flood_records(out)
+    unmade = [r for r in out.got if (r.reason or "").startswith("overload (superseded before assembly")]
+    assert len(unmade) == superseded and all(r.status is FrameStatus.DROPPED for r in unmade)
+    assert all(r.predicted for r in unmade)  # each the tracker's prediction, as every shed frame's
+    assert status["shed"] >= superseded
 
 
 @pytest.mark.parametrize(
@@ -394,66 +416,23 @@ def test_a_flood_of_due_frames_makes_at_most_what_the_pipeline_keeps_under_every
     # reaches it unmade and is recorded in its turn: dropped (queue overflow), or shed with the tracker's
     # prediction under the overload policy. Every id once, in time order, each trigger's future answered.
     cfg, rig, samples = _config(triton.grpc_url)
-    cfg = dataclasses.replace(
-        cfg,
-        live=dataclasses.replace(cfg.live, transit_ms=20.0),  # the stamps below lie past their horizon
-        pipeline=dataclasses.replace(cfg.pipeline, overload=overload, overflow=overflow),
-    )
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, overload=overload, overflow=overflow))
     limit = cfg.pipeline.max_in_flight + cfg.pipeline.queue_size
-    got: list[FrameResult] = []
-    live = LiveRuntime(cfg, rig, on_result=got.append)
-    asm = live._assembler
-    made: list[int] = []  # the frames made, by time
-    per_call: list[int] = []  # frames made by each call of due()
-    apply, due = asm.accumulator.apply, asm.due
-
-    def counted_apply(frame: Frame, buffers: Any) -> Frame:
-        made.append(frame.t_ns)
-        return apply(frame, buffers)
-
-    def counted_due(now: int, *args: Any, **kwargs: Any) -> Any:
-        before = len(made)
-        frames = due(now, *args, **kwargs)
-        per_call.append(len(made) - before)
-        return frames
-
-    asm.accumulator.apply = counted_apply  # type: ignore[method-assign]
-    asm.due = counted_due  # type: ignore[method-assign]
-    lidar = next(s for s in samples if s.sensor == "lidar_top")
-    flood = 100
-    with live:
-        assert live._loop is not None
-        stall = threading.Event()
-        live._loop.call_soon_threadsafe(stall.wait, 60)  # the loop takes nothing: the flood waits in the intake
-        try:
-            t0 = time.monotonic_ns() - asm._horizon_ns - 10 * MS
-            futures = [live.push(dataclasses.replace(lidar, t_ns=t0 + k * 1000)) for k in range(flood)]
-        finally:
-            stall.set()
-        deadline = time.monotonic() + 60  # a watchdog only
-        while live.status()["intake"]["frames"] < flood:
-            assert time.monotonic() < deadline, live.status()["intake"]
-            time.sleep(0.005)
-    status = live.status()
+    out = _flood(cfg, rig, samples, flood := 100)
+    status, made = out.status, len(out.made)
     frames = status["intake"]["frames"]
-    assert max(per_call) <= limit and len(made) < frames, (per_call, len(made), frames)  # before: [100]
+    assert max(out.per_call) <= limit and made < frames, (out.per_call, made, frames)  # before: [100]
     unassembled = {k: status["intake"][f"{k}_unassembled"] for k in ("superseded", "overflowed")}
     kept, other = ("overflowed", "superseded") if overflow == "drop-newest" else ("superseded", "overflowed")
     assert unassembled[other] == 0 and unassembled[kept] >= flood - limit, unassembled
-    assert unassembled[kept] + len(made) == frames, (unassembled, len(made), frames)
-    # every frame made or not reached on_result once, in order, and its trigger's future has its record
-    assert _ids(got) == list(range(frames)) and status["frames"] == frames
-    assert [r.t_ns for r in got] == sorted(r.t_ns for r in got)
+    assert unassembled[kept] + made == frames, (unassembled, made, frames)
+    _check_flood_records(out)
     prefix = f"queue overflow ({overflow}; not assembled"
-    unmade = [r for r in got if r.reason and r.reason.startswith((prefix, f"overload ({prefix}"))]
+    unmade = [r for r in out.got if r.reason and r.reason.startswith((prefix, f"overload ({prefix}"))]
     assert len(unmade) == unassembled[kept] and all(r.status is FrameStatus.DROPPED for r in unmade)
     assert all(r.predicted == (overload == "shed") for r in unmade)  # shed: the tracker's prediction
     if overflow == "drop-newest":  # the oldest of the first backlog were made, the newest not
-        assert min(r.t_ns for r in unmade) > min(made)
-    for future in futures:
-        assert future is not None
-        record = future.result(timeout=0)
-        assert got[record.frame_id] is record
+        assert min(r.t_ns for r in unmade) > min(out.made)
 
 
 def test_a_fusion_that_hangs_holds_close_no_longer_than_its_drain_and_nothing_is_fused_beside_it(
