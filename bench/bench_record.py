@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,30 +100,26 @@ class _Timed(RunRecorder):
         super().__init__(*args, **kwargs)
         self.hook_cpu_ns = 0
 
-    def sample(self, sample: Sample, arrival_ns: int) -> None:
+    def _timed(self, call: Callable[..., None], *args: Any) -> None:
+        """``call(*args)``, its CPU time on this thread counted in ``hook_cpu_ns``."""
         t0 = time.thread_time_ns()
-        super().sample(sample, arrival_ns)
+        call(*args)
         self.hook_cpu_ns += time.thread_time_ns() - t0
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self._timed(super().sample, sample, arrival_ns)
 
     def ego(self, pose: EgoPose, arrival_ns: int) -> None:
-        t0 = time.thread_time_ns()
-        super().ego(pose, arrival_ns)
-        self.hook_cpu_ns += time.thread_time_ns() - t0
+        self._timed(super().ego, pose, arrival_ns)
 
     def result(self, result: FrameResult) -> None:
-        t0 = time.thread_time_ns()
-        super().result(result)
-        self.hook_cpu_ns += time.thread_time_ns() - t0
+        self._timed(super().result, result)
 
     def fused(self, *args: Any) -> None:  # the tracker state's copy included
-        t0 = time.thread_time_ns()
-        super().fused(*args)
-        self.hook_cpu_ns += time.thread_time_ns() - t0
+        self._timed(super().fused, *args)
 
     def predicted(self, *args: Any) -> None:
-        t0 = time.thread_time_ns()
-        super().predicted(*args)
-        self.hook_cpu_ns += time.thread_time_ns() - t0
+        self._timed(super().predicted, *args)
 
 
 class _Captured(_Timed):
