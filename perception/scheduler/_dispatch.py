@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import threading
 import time
@@ -94,6 +95,35 @@ class SensorOutcome:
     #: Its error is its own input's (an image that did not decode, of another size than its batch's), not
     #: the model's: no failure of the model's circuit breaker.
     input_fault: bool = False
+
+
+class _Verdict(enum.Enum):
+    """What one request to a model (the sensors it carried) says of the model, for its circuit breaker."""
+
+    #: A member's error that is not its own input's: the model failed.
+    FAILED = "failed"
+    #: A member had no answer (late, or not yet): a fault, or load (:mod:`._circuit`).
+    UNANSWERED = "unanswered"
+    #: Every member's own input was refused before the request: nothing reached the model.
+    REFUSED = "refused"
+    #: The model answered (the members not refused): the success's service time is the slowest answer's.
+    ANSWERED = "answered"
+
+
+def _verdict(results: Sequence[SensorOutcome]) -> tuple[_Verdict, int | None]:
+    """One request's verdict on its model, and (``ANSWERED``) its service time in ns -- the one reading of a
+    request's outcomes, used by every request: a frame's, judged at the join, and a measuring request, judged
+    when it ends. In this order: a model error outweighs everything (one member's error is the model's failure
+    even if another answered); then a missing answer; a sensor's own bad input is not the model's failure (a
+    camera sending undecodable images must not switch its model off for the other cameras sharing it)."""
+    if any(oc.status is SensorStatus.ERROR and not oc.input_fault for oc in results):
+        return _Verdict.FAILED, None
+    if any(oc.status is None or oc.status is SensorStatus.LATE for oc in results):
+        return _Verdict.UNANSWERED, None
+    answered = [oc.end_ns - oc.start_ns for oc in results if oc.status is SensorStatus.OK]
+    if not answered:
+        return _Verdict.REFUSED, None
+    return _Verdict.ANSWERED, max(answered)
 
 
 def _transport_flag(cfg: SensorConfig) -> bool | None:
@@ -275,18 +305,15 @@ class Dispatcher:
                 unsettled.discard(model)  # settled by the verdict below
                 if model in launched:  # its measuring request settles the breaker when it ends
                     continue
-                # A sensor's own bad input is not the model's failure: a camera sending undecodable
-                # images must not switch its model off for the other cameras sharing it.
-                faults = [outcomes[s.name] for s in members if outcomes[s.name].status is SensorStatus.ERROR]
-                if any(not oc.input_fault for oc in faults):
+                verdict, service_ns = _verdict([outcomes[s.name] for s in members])
+                if verdict is _Verdict.FAILED:
                     breaker.record_failure(frame.t_ns)
-                elif late:  # a fault, or load (_circuit: load is not a fault)
+                elif verdict is _Verdict.UNANSWERED:  # a fault, or load (_circuit: load is not a fault)
                     breaker.record_late(frame.t_ns, end - min(outcomes[s.name].start_ns or end for s in members))
-                elif all(outcomes[s.name].input_fault for s in members):  # nothing reached the model
+                elif verdict is _Verdict.REFUSED:
                     breaker.release_probe()
                 else:
-                    answered = [outcomes[s.name] for s in members if outcomes[s.name].status is SensorStatus.OK]
-                    breaker.record_success(max((oc.end_ns - oc.start_ns for oc in answered), default=None))
+                    breaker.record_success(service_ns)
         finally:
             for model in unsettled:  # synchronous: runs even under cancellation, no shield needed
                 self.breakers[model].release_probe()
@@ -319,17 +346,16 @@ class Dispatcher:
             try:
                 with anyio.move_on_after(budget_ns / 1e9):
                     await self._request(frame, model, members, own, start + budget_ns)
-                results = [own[s.name] for s in members]
-                answered = [oc for oc in results if oc.status is SensorStatus.OK]
-                if answered:
-                    breaker.measured(self._now, max(oc.end_ns - oc.start_ns for oc in answered), budget_ns)
-                elif any(oc.status is SensorStatus.ERROR and not oc.input_fault for oc in results):
+                verdict, service_ns = _verdict([own[s.name] for s in members])  # as any request's
+                if verdict is _Verdict.FAILED:
                     breaker.abandon_measurement()
-                    breaker.record_failure(self._now)  # an error: the model's failure, as any request's
-                elif all(oc.status is None for oc in results):
+                    breaker.record_failure(self._now)
+                elif verdict is _Verdict.UNANSWERED:
                     breaker.measured(self._now, None, budget_ns)  # no answer in all that time: a fault
+                elif verdict is _Verdict.REFUSED:
+                    breaker.abandon_measurement()
                 else:
-                    breaker.abandon_measurement()  # its sensors' own input refused: nothing reached the model
+                    breaker.measured(self._now, service_ns, budget_ns)
                 settled = True
             except Exception:  # never into the runtime's task group: the request is lost, said so
                 log.exception("measuring request to model %s failed", model)
@@ -340,11 +366,13 @@ class Dispatcher:
 
         self._measurements.start_soon(measure, name=f"measuring {model}")
         launched.add(model)
-        await done.wait()  # cut at the frame's deadline (the join's scope): the request goes on
-        for s in members:
-            mine = own[s.name]
-            if mine.status is not None:
-                outcomes[s.name] = dataclasses.replace(mine, start_ns=start)
+        try:
+            await done.wait()  # cut at the frame's deadline (the join's scope): the request goes on
+        finally:  # the frame takes what is settled by then, cut or not: a sensor's refused input is its error
+            for s in members:
+                mine = own[s.name]
+                if mine.status is not None:
+                    outcomes[s.name] = dataclasses.replace(mine, start_ns=start)
 
     # ------------------------------------------------------------------------------------------
     async def _request(

@@ -1,0 +1,65 @@
+"""The dispatcher's reading of one request's outcomes, for its model's circuit breaker: the same for a frame's
+request, judged at the join, and for a measuring request, judged when it ends."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+from perception._imageio import encode_jpeg
+from perception.config import PipelineConfig, SensorConfig
+from perception.scheduler._circuit import CircuitState
+from perception.scheduler._dispatch import Dispatcher
+from perception.triton import InferRequest
+from perception.types import Frame, ImageSample, SensorStatus
+
+MS = 1_000_000
+
+
+class _Hung:
+    """A model that takes requests and never answers."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def infer_request(self, req: InferRequest) -> object:
+        self.sent.append(req.request_id)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_measuring_request_unanswered_beside_a_refused_camera_is_a_fault_as_at_the_join() -> None:
+    """Two cameras batched to one model: one's image does not decode (its own input, refused before the
+    request), the other's is sent and never answered. At a frame's join that is a late answer of the model;
+    a measuring request given 3x the model's time and still unanswered is a fault (its circuit opens). It was
+    read as "nothing reached the model" (no verdict), which the join never says while a member was sent."""
+    sensors = [SensorConfig("cam_a", "camera", "cam"), SensorConfig("cam_b", "camera", "cam")]
+    small = encode_jpeg(np.full((32, 48, 3), 128, np.uint8))  # decoded on the event loop, before any await
+    samples = {
+        "cam_a": ImageSample("cam_a", 0, "cam_a", b"not a jpeg"),
+        "cam_b": ImageSample("cam_b", 0, "cam_b", small),
+    }
+    client = _Hung()
+    dispatcher = Dispatcher(client, sensors, PipelineConfig())  # type: ignore[arg-type]
+    breaker = dispatcher.breakers["cam"]
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as measurements:
+            dispatcher.measure_in(measurements)
+            breaker.observe(100 * MS)  # the model's measured time: a measuring request is given 300 ms
+            for t in range(1000):  # late, given its time: load or a fault? a measuring request will tell
+                breaker.record_late(t, 150 * MS)
+                if breaker.measuring:
+                    break
+            assert breaker.measuring
+            results = await dispatcher.dispatch(Frame(7, 0, samples), time.monotonic_ns() + 20 * MS)
+            a, b = results["cam_a"], results["cam_b"]
+            assert a.status is SensorStatus.ERROR and a.error is not None and "cam_a" in a.error
+            assert b.status is SensorStatus.LATE and "measuring the model" in (b.error or "")
+        # the measuring request has ended (its task group waited for it)
+    assert client.sent == ["7:cam_a,cam_b"]  # one request, sent: cam_b in it
+    assert breaker.measurements == {"answered": 0, "unanswered": 1, "abandoned": 0}
+    assert breaker.state is CircuitState.OPEN
