@@ -6,13 +6,14 @@ the data from the process's memory (~0.05 ms). It needs block-aligned buffers, l
 pieces written are copied into a page-aligned staging buffer (an anonymous ``mmap``), whole blocks of it
 are written at block-aligned offsets and the rest waits at its start for the next write. :meth:`close`
 writes the tail padded to a block and truncates the file to the bytes written: the file is byte for byte
-what a buffered write gives. Linux only (``os.O_DIRECT``); :meth:`DirectFile.open` answers ``None`` where
+what a buffered write gives. Linux only (``os.O_DIRECT``); :meth:`DirectFile.adopt` answers ``None`` where
 the platform or the file system refuses it, and the caller writes buffered.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -35,7 +36,7 @@ STAGING = 1 << 20
 class DirectFile:
     """A new file at ``path`` written with ``O_DIRECT`` through a staging buffer: ``write`` and ``writelines``
     as a binary stream's (what :class:`~perception.drives._mcap_out.McapOut` calls), nothing read back.
-    Open it with :meth:`open`; :meth:`close` finishes the file (idempotent). Not thread-safe."""
+    Made with :meth:`adopt`; :meth:`close` finishes the file (idempotent). Not thread-safe."""
 
     def __init__(self, fd: int, path: Path, staging: int = STAGING) -> None:
         if staging <= 0 or staging % BLOCK:
@@ -49,42 +50,41 @@ class DirectFile:
         self._failed = False  # a write raised: close() writes no tail
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], staging: int = STAGING) -> DirectFile | None:
-        """The file at ``path`` created (truncated) for direct writes, or ``None`` where ``O_DIRECT`` is
-        unavailable or refused (logged at debug): the open fails with ``EINVAL``, or a first block written
-        at once (and then truncated away) does. Other errors raise."""
+    def adopt(cls, fd: int, path: str | os.PathLike[str], staging: int = STAGING) -> DirectFile | None:
+        """The new, empty file open for writing at ``fd`` (``path``: its name, for messages) written directly:
+        ``O_DIRECT`` set on the descriptor, which the returned file owns from then on (:meth:`close` closes it).
+        ``None`` where ``O_DIRECT`` is unavailable or refused (logged at debug): setting it fails with
+        ``EINVAL``, or a first block written at once (and then truncated away) does; the descriptor is then the
+        caller's, as it was (empty, ``O_DIRECT`` cleared), to write buffered. Other errors raise, the descriptor
+        the caller's. The caller opens the file (created, truncated or exclusively: :class:`DriveWriter`)."""
         flag = getattr(os, "O_DIRECT", 0)
         if not flag:
             log.debug("%s: no O_DIRECT on this platform: written buffered", path)
             return None
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o666)
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags | flag)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             log.debug("%s: the file system refuses O_DIRECT (%s): written buffered", path, exc)
             return None
         try:
-            file = cls(fd, Path(path), staging)
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            with file._buf[:BLOCK] as block:  # released at once, even where a traceback keeps the call
-                os.pwrite(fd, block, 0)
+            map_ = mmap.mmap(-1, BLOCK)  # anonymous: page-aligned
+            try:
+                with memoryview(map_) as block:  # released at once, even where a traceback keeps the call
+                    os.pwrite(fd, block, 0)
+            finally:
+                map_.close()
             os.ftruncate(fd, 0)
         except OSError as exc:
-            file._failed = True
-            file.close()
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            os.ftruncate(fd, 0)
             if exc.errno != errno.EINVAL:
                 raise
             log.debug("%s: the file system refuses O_DIRECT writes (%s): written buffered", path, exc)
             return None
-        except BaseException:
-            file._failed = True
-            file.close()
-            raise
-        return file
+        return cls(fd, Path(path), staging)
 
     @property
     def closed(self) -> bool:

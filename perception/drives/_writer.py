@@ -111,6 +111,18 @@ def _check_time(t_ns: int, what: str, file: str, topic: str) -> int:
     return int(t_ns)
 
 
+def _create(path: Path, *, streaming: bool, exclusive: bool) -> tuple[IO[bytes] | DirectFile, bool]:
+    """The new file at ``path`` (truncated, or ``exclusive``: created, refused if there) to write a drive into,
+    and whether it is written directly (``streaming``: ``O_DIRECT`` where the file system takes it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC), 0o666)
+    try:
+        direct = DirectFile.adopt(fd, path) if streaming else None
+        return (direct, True) if direct is not None else (os.fdopen(fd, "wb"), False)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class DriveWriter:
     """Write a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
 
@@ -125,8 +137,10 @@ class DriveWriter:
     :meth:`close`); where the platform or the file system refuses ``O_DIRECT``, written buffered and what
     was written more than :data:`STREAMING_BEHIND` bytes ago is dropped from the page cache as it goes, so
     that a long recording neither fills the host's memory nor makes the kernel take fresh pages for every
-    write. A streaming file's last part block reaches the file at :meth:`close` only. If the ``with`` body
-    raises, the file is still finished (what was written stays readable) and the exception propagates.
+    write. A streaming file's last part block reaches the file at :meth:`close` only. ``exclusive``: the file
+    must be new (created with ``O_EXCL``): a file already at ``path`` is refused (:class:`DriveError` from a
+    :class:`FileExistsError`), never overwritten, however late it appeared. If the ``with`` body raises, the
+    file is still finished (what was written stays readable) and the exception propagates.
     """
 
     def __init__(
@@ -139,6 +153,7 @@ class DriveWriter:
         chunk_size: int = 4 * 1024 * 1024,
         crcs: bool = True,
         streaming: bool = False,
+        exclusive: bool = False,
     ) -> None:
         self.path = Path(path)
         file = str(self.path)
@@ -156,11 +171,10 @@ class DriveWriter:
         if chunk_size <= 0:
             raise DriveError(f"chunk_size must be positive, got {chunk_size}", file=file)
         try:
-            direct = DirectFile.open(self.path) if streaming else None
-            self._file: IO[bytes] | DirectFile = direct if direct is not None else open(self.path, "wb")  # noqa: SIM115
+            self._file, direct = _create(self.path, streaming=streaming, exclusive=exclusive)
         except OSError as exc:
             raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
-        drop_behind = STREAMING_BEHIND if streaming and direct is None else 0  # no page cache to drop from
+        drop_behind = STREAMING_BEHIND if streaming and not direct else 0  # no page cache to drop from
         self._state = Lifetime.OPENED
         self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
         self._counters: dict[str, int] = {}

@@ -13,7 +13,6 @@ reader derives them (``_format.fusion_digests``).
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
 import json
 import logging
@@ -599,23 +598,29 @@ class RunRecorder:
     def _open_segment(self) -> None:
         self._segment += 1
         path = fmt.segment_path(self.path, self._segment)
-        if path.exists() and not fmt.is_replaceable_segment(path):  # appeared since the run began: not overwritten
-            exists = FileExistsError(errno.EEXIST, "exists", str(path))  # (an I/O failure: it ends the recording)
-            raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exists
+        if path.exists() and fmt.is_replaceable_segment(path):  # a recording's (another run's): replaced
+            path.unlink(missing_ok=True)
         meta = {
             **self._metadata,
             fmt.META_SEGMENT: str(self._segment),
             fmt.META_PREDICTED_BEFORE: str(self.stats["predicted"]),  # (the writer's: those written before it)
         }
-        writer = DriveWriter(
-            path,
-            self._rig,
-            metadata=meta,
-            compression=self.options.compression,
-            chunk_size=min(_CHUNK_BYTES, self.options.segment_bytes // 2),
-            crcs=False,
-            streaming=True,
-        )
+        try:
+            # new: a file that appeared under its name since the run began is refused, never overwritten
+            writer = DriveWriter(
+                path,
+                self._rig,
+                metadata=meta,
+                compression=self.options.compression,
+                chunk_size=min(_CHUNK_BYTES, self.options.segment_bytes // 2),
+                crcs=False,
+                streaming=True,
+                exclusive=True,
+            )
+        except DriveError as exc:
+            if isinstance(exc.__cause__, FileExistsError):  # (an I/O failure: it ends the recording)
+                raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exc.__cause__
+            raise
         for topic, (name, schema) in fmt.SCHEMAS.items():
             writer.add_json_channel(topic, name, schema)
         writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)

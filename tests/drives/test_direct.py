@@ -4,6 +4,7 @@ file system refuses it, buffered; a failed write names the file and leaves no de
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import os
 from collections.abc import Callable, Iterator
@@ -25,11 +26,20 @@ from perception.errors import DriveError
 STAGING = 2 * BLOCK  # small: a piece of several blocks goes out in several writes
 
 
+def _direct_file(path: Path, staging: int = STAGING) -> DirectFile | None:
+    """A new file at ``path`` written directly, or None (the descriptor closed) where that is refused."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    file = DirectFile.adopt(fd, path, staging)
+    if file is None:
+        os.close(fd)
+    return file
+
+
 @pytest.fixture(scope="module")
 def direct_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory whose file system takes O_DIRECT writes (the tests that need one skip otherwise)."""
     path = tmp_path_factory.mktemp("direct")
-    probe = DirectFile.open(path / "probe")
+    probe = _direct_file(path / "probe")
     if probe is None:
         pytest.skip(f"{path}'s file system refuses O_DIRECT (or the platform has none)")
     probe.close()
@@ -58,7 +68,7 @@ def test_a_direct_file_holds_the_bytes_written(direct_dir: Path, sizes: list[int
     path = _fresh(direct_dir, "pieces.bin")
     rng = np.random.default_rng(len(sizes))
     pieces = [rng.integers(0, 255, n, dtype=np.uint8) for n in sizes]
-    file = DirectFile.open(path, staging=STAGING)
+    file = _direct_file(path, staging=STAGING)
     assert file is not None
     if lines:
         file.writelines(p.data for p in pieces)
@@ -81,7 +91,7 @@ def test_mcap_out_writes_the_same_bytes_into_a_direct_file(
     # the offsets in the indexes and the summary are the logical ones: the file is the stream's, byte for byte
     path = _fresh(direct_dir, "out.mcap")
     stream = io.BytesIO()
-    file = DirectFile.open(path, staging=STAGING)
+    file = _direct_file(path, staging=STAGING)
     assert file is not None
     rng = np.random.default_rng(len(messages))
     payloads = [rng.normal(size=size // 4).astype(np.float32) for _, _, size in messages]
@@ -117,13 +127,14 @@ def test_a_streaming_drive_is_the_buffered_one_and_reads_back(direct_dir: Path, 
 
 def test_a_streaming_writer_writes_direct(direct_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     flags: list[int] = []
-    real = os.open
+    real = fcntl.fcntl
 
-    def spy(path: Any, flag: int, *args: Any, **kwargs: Any) -> int:
-        flags.append(flag)
-        return real(path, flag, *args, **kwargs)
+    def spy(fd: int, cmd: int, arg: int = 0) -> Any:
+        if cmd == fcntl.F_SETFL:
+            flags.append(arg)
+        return real(fd, cmd, arg)
 
-    monkeypatch.setattr(os, "open", spy)
+    monkeypatch.setattr(fcntl, "fcntl", spy)
     advised: list[int] = []
     monkeypatch.setattr(os, "posix_fadvise", lambda *a: advised.append(a[2]), raising=False)
     with DriveWriter(direct_dir / "direct.mcap", [], streaming=True, chunk_size=1) as w:
@@ -136,21 +147,21 @@ def test_a_streaming_writer_writes_direct(direct_dir: Path, monkeypatch: pytest.
 
 @pytest.fixture
 def refusing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], list[str]]]:
-    """``refuse("open")`` / ``refuse("write")``: the file system refuses O_DIRECT at the open or at the first
-    (direct) write, with EINVAL; the list returned records each refusal."""
+    """``refuse("flag")`` / ``refuse("write")``: the file system refuses O_DIRECT when it is set on the file or at
+    the first (direct) write, with EINVAL; the list returned records each refusal."""
     refused: list[str] = []
 
     def refuse(where: str) -> list[str]:
-        if where == "open":
-            real_open = os.open
+        if where == "flag":
+            real = fcntl.fcntl
 
-            def open_(path: Any, flag: int, *args: Any, **kwargs: Any) -> int:
-                if flag & getattr(os, "O_DIRECT", 0):
-                    refused.append("open")
+            def fcntl_(fd: int, cmd: int, arg: int = 0) -> Any:
+                if cmd == fcntl.F_SETFL and arg & getattr(os, "O_DIRECT", 0):
+                    refused.append("flag")
                     raise OSError(errno.EINVAL, "Invalid argument")
-                return real_open(path, flag, *args, **kwargs)
+                return real(fd, cmd, arg)
 
-            monkeypatch.setattr(os, "open", open_)
+            monkeypatch.setattr(fcntl, "fcntl", fcntl_)
         else:
 
             def pwrite(fd: int, data: Any, offset: int) -> int:
@@ -163,7 +174,7 @@ def refusing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], list[s
     yield refuse
 
 
-@pytest.mark.parametrize("where", ["open", "write"])
+@pytest.mark.parametrize("where", ["flag", "write"])
 def test_a_file_system_refusing_o_direct_gets_the_same_bytes_buffered(
     tmp_path: Path, refusing: Callable[[str], list[str]], where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -250,3 +261,20 @@ def test_a_full_disk_while_the_drive_is_created_names_the_file_and_removes_it(
     assert str(path) in str(info.value)
     assert fds and all(_closed(fd) for fd in fds)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_exclusive_writer_refuses_a_file_already_there_and_leaves_it(tmp_path: Path, streaming: bool) -> None:
+    # a run recording's segment is created exclusively: a user's file that appeared under its name is not overwritten
+    path = tmp_path / "taken.mcap"
+    path.write_bytes(b"a user's notes\n")
+    with pytest.raises(DriveError, match=r"taken\.mcap.*cannot create drive") as info:
+        DriveWriter(path, [], streaming=streaming, exclusive=True)
+    assert isinstance(info.value.__cause__, FileExistsError)
+    assert path.read_bytes() == b"a user's notes\n"
+    path.unlink()
+    with DriveWriter(path, [], streaming=streaming, exclusive=True) as w:  # a new file: written as any drive
+        w.add_bytes_channel("/b", "raw")
+        w.write_bytes("/b", 0, b"x" * 5_000)
+    with DriveReader(path) as reader:
+        assert reader.start_ns == 0

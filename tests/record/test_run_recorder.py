@@ -1100,6 +1100,29 @@ def test_a_file_appearing_under_a_later_segments_name_is_not_overwritten_by_the_
     assert fmt.is_replaceable_segment(run) and fmt.segments(run) == [run, other]
 
 
+def test_a_file_appearing_just_before_a_segment_is_opened_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the rotation checked the name, then opened it: a file made between the two was overwritten. Here it is made
+    # at the last moment, just before the segment's writer opens the file.
+    from perception.record import _recorder
+
+    run = tmp_path / "run.mcap"
+    other = tmp_path / "run-0001.mcap"
+    real = _recorder.DriveWriter
+
+    def opening(path: Path, *args: Any, **kwargs: Any) -> Any:
+        if Path(path) == other:
+            other.write_text("a user's notes\n")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_recorder, "DriveWriter", opening)
+    with pytest.raises(PerceptionError, match=r"run-0001\.mcap: exists and is not a segment of a recording"):
+        _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))
+    assert other.read_text() == "a user's notes\n"
+    assert fmt.is_replaceable_segment(run)
+
+
 def test_a_segment_cut_short_before_its_metadata_is_replaced(tmp_path: Path) -> None:
     # a run that crashed leaves a segment empty or with the MCAP magic and nothing readable: recording again works
     run = tmp_path / "run.mcap"
