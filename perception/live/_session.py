@@ -43,7 +43,7 @@ _ACCEPT_POLL_S = 0.2
 class LiveOutcome:
     summary: dict[str, Any]
     records: list[FrameResult] = field(default_factory=list)
-    #: CPU time of the host thread that received and pushed the samples, per frame produced.
+    #: CPU time of the host thread that received the samples from the socket and pushed them, per frame produced.
     push_cpu_us_per_frame: float = 0.0
 
 
@@ -185,13 +185,13 @@ def live_session(
                 t0 = time.monotonic()
                 with conn:
                     try:
+                        c0 = time.thread_time_ns()  # the thread's CPU, receiving and pushing: two reads in all
                         for item in receive(conn, died.__setitem__):
-                            c0 = time.thread_time_ns()
                             if isinstance(item, EgoPose):
                                 live.push_ego(item)
                             else:
                                 live.push(item)
-                            push_cpu += time.thread_time_ns() - c0
+                        push_cpu = time.thread_time_ns() - c0
                     except BaseException:
                         # This side failed or was stopped: the publisher stops too, before its socket closes
                         # (it played on into the closed socket, a BrokenPipeError traceback per sensor).

@@ -39,6 +39,7 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
     assert "RuntimeWarning" not in err  # runpy's, when the publisher ran as a module its package had imported
     summary = json.loads((tmp_path / "out" / "live.json").read_text())
     assert summary["publisher_exit_code"] == 0
+    assert summary["push_cpu_us_per_frame"] > 0  # the host thread's CPU, receiving and pushing
     assert summary["time_base"] == "estimate"  # chosen because a clock jump is injected
     assert summary["expected_frames"] == 100
     # 2 s of silence at 10 Hz: the timer covers the ~20 missed sweeps, so frames stay ~ expected.
