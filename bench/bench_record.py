@@ -48,8 +48,11 @@ source's poses -- is not a per-frame cost and would inflate the client's CPU per
 The recording's chunks are uncompressed and carry no CRC (the recorder's defaults; why: bench/README.md).
 
     .venv/bin/python bench/bench_record.py [--repeats 6] [--compression none|lz4|zstd]
+        [--drive FILE] [--warmup N] [--out FILE]
 
-Writes ``bench/results/record.json``.
+Writes ``bench/results/record.json`` (another ``--drive``: ``record-STEM.json``). ``--drive`` measures the
+recording on another drive (a longer one: the recorder's steady state, past the frames its queue and heap
+take to fill; ``--warmup``: the frame results before the window opens).
 """
 
 from __future__ import annotations
@@ -144,13 +147,13 @@ class _DecisionsOnly(_Timed):
         return True if kind == "sample" else super()._put(kind, item)
 
 
-def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
+def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...], drive: Path) -> dict[str, float]:
     """The writer's CPU per frame and kind of item, on a recorded run's items written by this thread alone
     (``writer_alone_ms``, module docs)."""
     captured = _Captured(tmp / "captured.mcap", poses)
-    window = _Window(captured, writer=False)  # its writer never started: no writer thread to read
+    window = _Window(captured, WARMUP, writer=False)  # its writer never started: no writer thread to read
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
-    anyio.run(lambda: replay_drive(DRIVE, load_config(PROFILE), options, observer=window))
+    anyio.run(lambda: replay_drive(drive, load_config(PROFILE), options, observer=window))
     items = [item for item in captured._items if item is not None] + captured.items  # begin(), then the rest
     frames = max(1, window.results)
     rows: dict[str, list[float]] = {}
@@ -174,10 +177,11 @@ def _writer_alone(tmp: Path, poses: tuple[EgoPose, ...]) -> dict[str, float]:
 class _Window(RunObserver):
     """The run's observer (the recorder's, when recording): reads the process's CPU (user + system, every
     thread), its minor page faults and (``writer``: the recorder's is running) the writer thread's CPU at the
-    :data:`WARMUP`-th result and at the last one."""
+    ``warmup``-th result and at the last one."""
 
-    def __init__(self, recorder: _Timed | None, *, writer: bool = True) -> None:
+    def __init__(self, recorder: _Timed | None, warmup: int, *, writer: bool = True) -> None:
         self.recorder = recorder
+        self.warmup = warmup
         self.writer = writer and recorder is not None
         self.results = 0
         self.marks: list[tuple[float, int, float, float, float]] = []
@@ -201,9 +205,9 @@ class _Window(RunObserver):
         if self.recorder is not None:
             self.recorder.result(result)
         self.results += 1
-        if self.results >= WARMUP:  # the window's start, then its end so far
+        if self.results >= self.warmup:  # the window's start, then its end so far
             hooks = self.recorder.hook_cpu_ns / 1e6 if self.recorder is not None else 0.0
-            self.marks[self.results > WARMUP :] = [(*_mark(self.writer), hooks)]
+            self.marks[self.results > self.warmup :] = [(*_mark(self.writer), hooks)]
 
 
 def _mark(recording: bool) -> tuple[float, int, float, float]:
@@ -220,18 +224,18 @@ def _mark(recording: bool) -> tuple[float, int, float, float]:
     return 1e3 * (usage.ru_utime + usage.ru_stime), usage.ru_minflt, writer, system
 
 
-def _run(recorder: _Timed | None) -> dict[str, float]:
+def _run(recorder: _Timed | None, drive: Path = DRIVE, warmup: int = WARMUP) -> dict[str, float]:
     config = load_config(PROFILE)
     options = ReplayOptions(rate=1.0, progress=False, evaluate=False, server_split=False)
-    window = _Window(recorder)
-    outcome = anyio.run(lambda: replay_drive(DRIVE, config, options, observer=window))
+    window = _Window(recorder, warmup)
+    outcome = anyio.run(lambda: replay_drive(drive, config, options, observer=window))
     (cpu0, faults0, writer0, system0, hooks0), (cpu1, faults1, writer1, system1, hooks1) = window.marks
     after = 0.0
     if recorder is not None:
         recorder.close()  # the frames still queued at the last result, written now: counted in the window
         after = max(0.0, recorder.cpu_ns / 1e6 - writer1)
     frames = outcome.report.counters.frames
-    n = max(1, window.results - WARMUP)
+    n = max(1, window.results - warmup)
     return {
         "frames": frames,
         "window_frames": n,
@@ -278,9 +282,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--compression", default=RecordOptions().compression, choices=("lz4", "zstd", "none"))
+    parser.add_argument("--drive", type=Path, default=DRIVE, help="the drive replayed (default: the bundled one)")
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP, help=f"frame results before the window opens (default {WARMUP})"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="the results' file (default: record.json for the bundled drive, else record-STEM.json)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    with DriveReader(DRIVE) as reader:
+    drive: Path = args.drive
+    out: Path = args.out or (RESULTS if drive == DRIVE else RESULTS.with_name(f"record-{drive.stem}.json"))
+    with DriveReader(drive) as reader:
         duration_s = (reader.end_ns - reader.start_ns) / 1e9
         poses = tuple(reader.ego_poses())
     plain: list[dict[str, float]] = []
@@ -289,7 +302,7 @@ def main() -> None:
 
     def recording(rec: _Timed) -> dict[str, Any]:
         with rec:
-            row: dict[str, Any] = _run(rec)
+            row: dict[str, Any] = _run(rec, drive, args.warmup)
         frames = max(1, row["frames"])
         row.update(
             writer_cpu_ms=rec.cpu_ns / 1e6 / frames,
@@ -305,11 +318,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
         options = RecordOptions(compression=args.compression)
         for i in range(args.repeats):
-            plain.append(_run(None))
+            plain.append(_run(None, drive, args.warmup))
             decisions.append(recording(_DecisionsOnly(Path(tmp) / f"decisions{i}.mcap", options, ego_poses=poses)))
             recorded.append(recording(_Timed(Path(tmp) / f"run{i}.mcap", options, ego_poses=poses)))
             log.warning("repeat %d: plain %s, decisions %s, recorded %s", i, plain[-1], decisions[-1], recorded[-1])
-        alone = _writer_alone(Path(tmp), poses)
+        alone = _writer_alone(Path(tmp), poses, drive)
     costs = [r["client_cpu_ms"] - p["client_cpu_ms"] for p, r in zip(plain, recorded, strict=True)]
     shares = [c / p["client_cpu_ms"] for c, p in zip(costs, plain, strict=True)]
     client = float(np.median([r["client_cpu_ms"] for r in plain]))
@@ -321,12 +334,12 @@ def main() -> None:
     parts = [_components(p, r, fault_us) for p, r in zip(plain, recorded, strict=True)]
     floor_parts = [_components(p, d, fault_us) for p, d in zip(plain, decisions, strict=True)]
     result = {
-        "drive": str(DRIVE.relative_to(ROOT)),
+        "drive": str(drive.resolve().relative_to(ROOT)) if drive.resolve().is_relative_to(ROOT) else str(drive),
         "profile": str(PROFILE.relative_to(ROOT)),
         "rate": 1.0,
         "compression": args.compression,
         "duration_s": duration_s,
-        "steady_state_from_result": WARMUP,
+        "steady_state_from_result": args.warmup,
         "client_cpu_ms_per_frame": round(client, 2),
         "client_cpu_ms_per_frame_recording": round(float(np.median([r["client_cpu_ms"] for r in recorded])), 2),
         "cost_ms_per_frame": round(float(np.median(costs)), 3),
@@ -370,8 +383,8 @@ def main() -> None:
         "runs": {"plain": plain, "decisions_only": decisions, "recorded": recorded},
         "environment": environment(),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     sys.stdout.write(json.dumps({k: v for k, v in result.items() if k not in ("runs", "environment")}, indent=2) + "\n")
 
 
