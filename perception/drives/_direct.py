@@ -13,7 +13,6 @@ the platform or the file system refuses it, and the caller writes buffered.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import mmap
 import os
@@ -61,6 +60,8 @@ class DirectFile:
         if not flag:
             log.debug("%s: no O_DIRECT on this platform: written buffered", path)
             return None
+        import fcntl  # (where O_DIRECT is: not on every platform this package reads drives on)
+
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         try:
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | flag)
