@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import IO, Any, TypeVar
 
 from mcap.reader import SeekingReader
@@ -32,7 +32,7 @@ from mcap.records import Channel, ChunkIndex, Message
 from mcap.summary import Summary
 from mcap.well_known import MessageEncoding
 
-from perception._lifetime import Lifetime
+from perception._lifetime import Closable, Lifetime
 from perception.drives import _codec as codec
 from perception.drives._chunks import (
     MAGIC,
@@ -86,7 +86,7 @@ _FIXED_TOPICS = {
 }
 
 
-class DriveReader:
+class DriveReader(Closable):
     """Read a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
 
     ``sensors`` restricts the reader (validation, :attr:`rig`, :meth:`samples`) to those sensor names.
@@ -577,28 +577,9 @@ class DriveReader:
             damage=damage,
         )
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the reader is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING
-        try:
-            self._file.close()
-        finally:
-            self._state = Lifetime.CLOSED
-
-    def __enter__(self) -> DriveReader:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _close(self) -> None:
+        """Close the file (:meth:`close`: once)."""
+        self._file.close()
 
 
 def _names(sensors: Iterable[str] | str | None) -> list[str] | None:
@@ -668,5 +649,3 @@ def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
     fields = codec.kind_fields(spec.kind)
     points = codec.decode_point_cloud(msg, fields)
     return PointCloudSample(spec.name, raw.log_time, spec.frame_id, points, fields, raw.sequence)
-
-

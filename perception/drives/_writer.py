@@ -14,7 +14,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from mcap.well_known import MessageEncoding, SchemaEncoding
 from mcap_protobuf.schema import build_file_descriptor_set
 
 from perception import __version__
-from perception._lifetime import Lifetime
+from perception._lifetime import Closable, Lifetime
 from perception.drives import _codec as codec
 from perception.drives._direct import DirectFile
 from perception.drives._mcap_out import Buffer, McapOut
@@ -123,7 +122,7 @@ def _create(path: Path, *, streaming: bool, exclusive: bool) -> tuple[IO[bytes] 
         raise
 
 
-class DriveWriter:
+class DriveWriter(Closable):
     """Write a drive (see ``replay_data/README.md``). A sync context manager; not thread-safe.
 
     ``rig`` is the sensors (cameras need a calibration); ``metadata`` free-form str -> str pairs.
@@ -316,16 +315,9 @@ class DriveWriter:
         writer's count (the file's position without a ``tell``, a system call, per message written)."""
         return 0 if self._state is Lifetime.CLOSED else self._mcap.offset
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the writer is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        """Write the index and summary and close the file (idempotent)."""
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING  # the rig's static data may still be written
+    def _close(self) -> None:
+        """Write the index and summary and close the file (:meth:`close`: once; while ``CLOSING`` the rig's
+        static data may still be written)."""
         try:
             if self._next_static_ns is None:  # nothing written: still record the rig's static data
                 self._maybe_write_static(0)
@@ -334,16 +326,7 @@ class DriveWriter:
         except OSError as exc:
             raise DriveError(f"cannot finish drive: {exc.strerror or exc}", file=str(self.path)) from exc
         finally:
-            self._state = Lifetime.CLOSED
             self._file.close()  # closed whatever happened (again: nothing)
-
-    def __enter__(self) -> DriveWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- internals ---------------------------------------------------------------------------------
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
-from perception._lifetime import Lifetime
+from perception._lifetime import Closable, Lifetime
 from perception.errors import ConfigError
 from perception.viz._encode import ChannelDef
 
@@ -22,7 +21,7 @@ __all__ = ["LiveOutput", "LiveServer"]
 log = logging.getLogger(__name__)
 
 
-class LiveServer:
+class LiveServer(Closable):
     """A Foxglove WebSocket server on ``host:port`` (``port=0`` picks a free one); a sync context manager.
 
     Channels live in the server's own logging context, so several servers (or tests) do not see each
@@ -63,27 +62,9 @@ class LiveServer:
         """A recorder output whose channels are published by this server."""
         return LiveOutput(self._context, self._server)
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the server is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING
-        try:
-            self._server.stop()
-        finally:
-            self._state = Lifetime.CLOSED
-
-    def __enter__(self) -> LiveServer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _close(self) -> None:
+        """Stop the server (:meth:`close`: once)."""
+        self._server.stop()
 
 
 class LiveOutput:

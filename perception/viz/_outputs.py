@@ -19,7 +19,7 @@ from mcap.records import ChunkIndex
 from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
 
-from perception._lifetime import Lifetime
+from perception._lifetime import Closable, Lifetime
 from perception.drives import LIBRARY
 from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
@@ -51,7 +51,7 @@ class Output(Protocol):
         """Finish the output (idempotent)."""
 
 
-class McapOutput:
+class McapOutput(Closable):
     """A chunked, indexed, compressed MCAP file written incrementally.
 
     Complete chunks reach the file as they fill up, so a process killed mid-recording still leaves a
@@ -194,19 +194,11 @@ class McapOutput:
     def set_time(self, t_ns: int) -> None:
         return None
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the output is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING
+    def _close(self) -> None:
+        """Write the last chunk and the summary, and close the file (:meth:`close`: once)."""
         try:
             self._mcap.finish()  # type: ignore[no-untyped-call]
         except OSError as exc:
             raise self._err("finish recording", exc) from exc
         finally:
             self._file.close()
-            self._state = Lifetime.CLOSED

@@ -17,12 +17,11 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from foxglove_schemas_protobuf.ImageAnnotations_pb2 import ImageAnnotations
 from foxglove_schemas_protobuf.SceneUpdate_pb2 import SceneUpdate
 
-from perception._lifetime import Lifetime
+from perception._lifetime import Closable, Lifetime
 from perception.drives import DriveReader, read_chunk
 from perception.kinds import FusionRole, fusion_role
 from perception.types import FrameResult, FrameStatus, SensorSpec, SensorStatus
@@ -55,7 +54,7 @@ _MAX_U32 = 2**32 - 1
 _DEFAULT_PERIOD_NS = 100_000_000
 
 
-class VizRecorder:
+class VizRecorder(Closable):
     """Record a replay's frames into ``outputs`` (which it owns and closes).
 
     ``drive`` is the replayed drive file (its messages are copied through unless ``copy_drive`` is
@@ -223,22 +222,8 @@ class VizRecorder:
 
     add = write  # a replay sink's FrameSink
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        """Finish every output and close the drive (idempotent); the first output error is raised."""
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING
-        try:
-            self._finish()
-        finally:
-            self._state = Lifetime.CLOSED
-
-    def _finish(self) -> None:
+    def _close(self) -> None:
+        """Finish every output and close the drive (:meth:`close`: once); the first output error is raised."""
         error: BaseException | None = None
         if self._chunked and self._copy is not None and self._horizon is not None:
             try:  # the chunks the frames did not pass whole: their messages up to the last horizon
@@ -259,16 +244,9 @@ class VizRecorder:
         if error is not None:
             raise error
 
-    def __enter__(self) -> VizRecorder:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
-class BackgroundRecorder:
+class BackgroundRecorder(Closable):
     """A :class:`VizRecorder` on its own thread, so the caller (the replay's event loop) never waits for
     compression, copying or disk I/O and the runtime's latency is not disturbed by the recording.
 
@@ -300,34 +278,15 @@ class BackgroundRecorder:
 
     add = write  # a replay sink's FrameSink
 
-    @property
-    def state(self) -> Lifetime:
-        """Where the recorder is in its life (:class:`~perception._lifetime.Lifetime`)."""
-        return self._state
-
-    def close(self) -> None:
-        """Record what is queued, then finish the outputs (idempotent)."""
-        if self._state.done:
-            return
-        self._state = Lifetime.CLOSING
+    def _close(self) -> None:
+        """Record what is queued, then finish the outputs (:meth:`close`: once)."""
+        self._queue.put(None)
+        self._thread.join()
         try:
-            self._queue.put(None)
-            self._thread.join()
-            try:
-                self._recorder.close()
-            finally:
-                if self._error is not None:
-                    raise self._error
+            self._recorder.close()
         finally:
-            self._state = Lifetime.CLOSED
-
-    def __enter__(self) -> BackgroundRecorder:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+            if self._error is not None:
+                raise self._error
 
 
 def recorder_sink(
