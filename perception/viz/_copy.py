@@ -12,13 +12,13 @@ import logging
 import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from mcap.reader import SeekingReader
 from mcap.records import Channel, ChunkIndex, Message, Metadata, Schema
 from mcap.stream_reader import StreamReader
 
+from perception._lifetime import Closable, Lifetime
 from perception.drives import read_chunk
 from perception.errors import DriveError
 from perception.viz._encode import ChannelDef, SchemaDef
@@ -33,7 +33,7 @@ def _channel_def(channel: Channel, schema: Schema | None) -> ChannelDef:
     return ChannelDef(channel.topic, channel.message_encoding, sdef, dict(channel.metadata))
 
 
-class DriveCopy:
+class DriveCopy(Closable):
     """Raw messages of the drive at ``path`` with ``log_time >= start_ns`` (of ``topics``, default all),
     in log-time order.
 
@@ -66,6 +66,7 @@ class DriveCopy:
             raise
         self._pending: tuple[int, Message] | None = None
         self._done = False
+        self._state = Lifetime.OPENED
 
     def _open(self) -> Iterator[tuple[int, Message]]:
         try:
@@ -179,14 +180,7 @@ class DriveCopy:
             if t <= horizon_ns and msg.channel_id in self.channels:
                 yield self.channels[msg.channel_id], msg
 
-    def close(self) -> None:
+    def _close(self) -> None:
+        """Close the drive (:meth:`close`: once): nothing more is handed out."""
         self._done = True
         self._file.close()
-
-    def __enter__(self) -> DriveCopy:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
