@@ -110,13 +110,13 @@ def _check_time(t_ns: int, what: str, file: str, topic: str) -> int:
     return int(t_ns)
 
 
-def _create(path: Path, *, streaming: bool, exclusive: bool) -> tuple[IO[bytes] | DirectFile, bool]:
-    """The new file at ``path`` (truncated, or ``exclusive``: created, refused if there) to write a drive into,
-    and whether it is written directly (``streaming``: ``O_DIRECT`` where the file system takes it)."""
+def _create(path: Path, *, streaming: bool, exclusive: bool) -> IO[bytes] | DirectFile:
+    """The new file at ``path`` (truncated, or ``exclusive``: created, refused if there) to write a drive into:
+    a :class:`DirectFile` where it is ``streaming`` and the file system takes ``O_DIRECT``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC), 0o666)
     try:
         direct = DirectFile.adopt(fd, path) if streaming else None
-        return (direct, True) if direct is not None else (os.fdopen(fd, "wb"), False)
+        return direct if direct is not None else os.fdopen(fd, "wb")
     except BaseException:
         os.close(fd)
         raise
@@ -170,10 +170,11 @@ class DriveWriter(Closable):
         if chunk_size <= 0:
             raise DriveError(f"chunk_size must be positive, got {chunk_size}", file=file)
         try:
-            self._file, direct = _create(self.path, streaming=streaming, exclusive=exclusive)
+            self._file = _create(self.path, streaming=streaming, exclusive=exclusive)
         except OSError as exc:
             raise DriveError(f"cannot create drive: {exc.strerror or exc}", file=file) from exc
-        drop_behind = STREAMING_BEHIND if streaming and not direct else 0  # no page cache to drop from
+        direct = isinstance(self._file, DirectFile)  # no page cache to drop from
+        drop_behind = STREAMING_BEHIND if streaming and not direct else 0
         self._state = Lifetime.OPENED
         self._channels: dict[str, tuple[int, str]] = {}  # topic -> (channel id, schema name)
         self._counters: dict[str, int] = {}
