@@ -163,7 +163,6 @@ def live_session(
     faults.check_sensors(list(rig), drive)
     records: list[FrameResult] = []
     died: dict[str, str] = {}  # sensors whose publishing thread died mid-run, and why
-    push_cpu = 0
     with tempfile.TemporaryDirectory(prefix="perception-live-") as tmp:
         path = Path(tmp) / "samples.sock"
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
