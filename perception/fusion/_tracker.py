@@ -35,7 +35,13 @@ frame time (a still track where it stands, with zero velocity once it is no long
 track id, ``sources`` = the sensors of this frame's detection (``()`` when coasting), score = smoothed
 detection score times ``tentative_factor`` (unconfirmed) and ``track_coast_decay ** misses``. Frames
 older than the last one (out-of-order completion) are answered read-only: detections take the id of
-the track they associate with, the state is untouched.
+the track they associate with, the tracks are untouched; a detection associated with none takes a fresh id
+(the next id advances: no track ever has it).
+
+The world frame is the tracks', whatever a frame knows: once tracks are held in ``map``, a frame without an
+ego pose (odometry stopped, ``live.ego_max_age_ms``) takes the last pose stepped with (an unknown ego motion is
+none, as fusion's compensation takes it), never ``base_link`` read as ``map``; tracks held in ``base_link``
+(no pose yet) are dropped when the first pose comes (logged), never read as ``map`` ones.
 """
 
 from __future__ import annotations
@@ -166,6 +172,9 @@ class Tracker:
         """Forget every track and restart ids at 1 (a new drive)."""
         self._next_id = 1
         self._t_ns: int | None = None
+        #: ``map <- base_link`` of the last frame stepped with a pose: the tracks are held in ``map`` (None: in
+        #: ``base_link``, no pose stepped with yet).
+        self._world: F64 | None = None
         self.table: F64 = np.zeros((0, _tk.NCOL))
         self.p: F64 = np.zeros((0, 4, 4))
         self.sources: B = np.zeros((0, len(self.names.names)), bool)
@@ -174,22 +183,30 @@ class Tracker:
         return int(self.table.shape[0])
 
     def state(self) -> dict[str, npt.NDArray[np.generic]]:
-        """The whole state as arrays (copies): the track table, covariances, sources, the next id and the
-        last frame time (-1 before the first) -- what a digest of the tracker covers."""
+        """The whole state as arrays (copies): the track table, covariances, sources, the next id, the
+        last frame time (-1 before the first) and the pose the tracks are held against (``world``: ``[1,4,4]``,
+        or ``[0,4,4]`` while they are held in ``base_link``) -- what a digest of the tracker covers."""
         return {
             "table": self.table.copy(),
             "p": self.p.copy(),
             "sources": self.sources.copy(),
             "next_id": np.array([self._next_id], np.int64),
             "t_ns": np.array([-1 if self._t_ns is None else self._t_ns], np.int64),
+            "world": np.zeros((0, 4, 4)) if self._world is None else self._world[None].copy(),
         }
 
     def restore(self, state: Mapping[str, npt.NDArray[np.generic]]) -> None:
         """Set the whole state to ``state`` (copies), as :meth:`state` gave it: a recorded run replayed from a
         later segment starts from the state recorded after a frame (``perception.record``). A state of another
-        shape (another rig's sources, another table layout) is an :class:`InputError` naming the array."""
+        shape (another rig's sources, another table layout) is an :class:`InputError` naming the array. A state
+        without ``world`` (recorded before it was part of it: format 5 and older) takes its tracks as they were taken
+        then: held in the frame of the next pose, identity until one comes (the frame they are in is unknown)."""
         n = self.names.names
         want = {"table": (-1, _tk.NCOL), "p": (-1, 4, 4), "sources": (-1, len(n)), "next_id": (1,), "t_ns": (1,)}
+        world = state.get("world", np.eye(4)[None])  # before it was recorded: as then, the next pose's frame
+        if not isinstance(world, np.ndarray) or world.shape not in ((0, 4, 4), (1, 4, 4)):
+            shape = world.shape if isinstance(world, np.ndarray) else type(world).__name__
+            raise InputError(f"tracker state: 'world' is {shape}, expected [0 or 1, 4, 4]", tensor="world")
         rows: set[int] = set()
         for key, shape in want.items():
             a = state.get(key)
@@ -207,6 +224,7 @@ class Tracker:
         self._next_id = int(state["next_id"][0])
         t_ns = int(state["t_ns"][0])
         self._t_ns = None if t_ns < 0 else t_ns
+        self._world = np.array(world[0], np.float64) if len(world) else None
 
     @property
     def ids(self) -> I64:
@@ -214,6 +232,13 @@ class Tracker:
         return out
 
     # -- helpers ----------------------------------------------------------------------------------
+    def _world_now(self, world_from_ego: F64 | None) -> F64:
+        """``map <- base_link`` to step, predict or answer a frame with: its own pose; without one, the last
+        pose stepped with while the tracks are held in ``map`` (module docstring), else identity (``base_link``)."""
+        if world_from_ego is not None:
+            return c_array(world_from_ego)
+        return np.eye(4) if self._world is None else self._world
+
     def _keep(self, mask: B) -> None:
         idx = mask.nonzero()[0]
         self.table, self.p = self.table.take(idx, axis=0), self.p.take(idx, axis=0)
@@ -248,7 +273,7 @@ class Tracker:
     def step(self, t_ns: int, objs: Objects, world_from_ego: F64 | None) -> tuple[Detection3D, ...]:
         """Advance to ``t_ns`` with this frame's fused objects (``base_link``); returns the tracks' output."""
         prm, cfg = self.params, self.config
-        w = np.eye(4) if world_from_ego is None else c_array(world_from_ego)
+        w = self._world_now(world_from_ego)
         w2 = c_array(w[:2, :2])
         ego_yaw = math.atan2(w[1, 0], w[0, 0])
         objs = _contiguous(objs)
@@ -263,6 +288,11 @@ class Tracker:
         if dt > prm.track_max_gap_s and len(self):
             log.info("tracker: %.2f s gap between frames, dropping %d tracks", dt, len(self))
             self._keep(np.zeros(len(self), bool))
+        if world_from_ego is not None:
+            if self._world is None and len(self):  # held in base_link (no pose yet): not map coordinates
+                log.info("tracker: the ego pose is known from now on; dropping %d tracks held without it", len(self))
+                self._keep(np.zeros(len(self), bool))
+            self._world = w.copy()
         self._t_ns = t_ns
         if dt > 0 and len(self):
             _tk.predict(
@@ -310,7 +340,7 @@ class Tracker:
         dt = (t_ns - self._t_ns) * 1e-9
         if dt > prm.track_max_gap_s:
             return ()
-        w = np.eye(4) if world_from_ego is None else c_array(world_from_ego)
+        w = self._world_now(world_from_ego)
         table, p = self.table.copy(), self.p.copy()
         if dt > 0:
             _tk.predict(

@@ -68,6 +68,7 @@ __all__ = [
     "READABLE_VERSIONS",
     "SCHEMAS",
     "SOURCE_POSES_TOPIC",
+    "TRACKER_WORLD",
     "decode_array",
     "decode_detection",
     "decode_ego",
@@ -95,9 +96,13 @@ __all__ = [
 #: values the record holds bit for bit: :func:`fusion_digests`), the tracker state after each fused frame
 #: recorded instead; 1-3 (their digests recorded) still replay and compare as they did. 5: a replay's source
 #: poses in one binary message a segment (:data:`SOURCE_POSES_TOPIC`), not two protobuf messages a pose on
-#: ``/ego/odometry`` and ``/tf``; 1-4 (the poses there) still replay.
-FORMAT_VERSION = "5"
-READABLE_VERSIONS = ("1", "2", "3", "4", "5")
+#: ``/ego/odometry`` and ``/tf``; 1-4 (the poses there) still replay. 6: the tracker state holds the pose its
+#: tracks are held against (``world``: ``perception.fusion``'s tracker keeps it through frames without one); in
+#: 1-5 it is not compared (:data:`TRACKER_WORLD`).
+FORMAT_VERSION = "6"
+READABLE_VERSIONS = ("1", "2", "3", "4", "5", "6")
+#: The tracker state's array that formats 1-5 did not hold: a replay of one compares the state without it.
+TRACKER_WORLD = "world"
 ARRIVALS_TOPIC = "/record/arrivals"
 FUSION_TOPIC = "/record/fusion"
 FUSION_DATA_TOPIC = "/record/fusion_data"

@@ -23,7 +23,7 @@ from perception.fusion._testing import (
     scene_results,
     traffic_scene,
 )
-from perception.types import Detection3D, Frame, SensorResult
+from perception.types import Detection3D, EgoPose, Frame, SensorResult, Transform
 
 RIG = make_rig(cameras=0, radars=1)
 DT_NS = 100_000_000
@@ -327,3 +327,53 @@ def test_a_tracker_state_of_another_shape_is_refused_naming_the_array() -> None:
         fuser.restore_tracker_state({**state, "p": np.zeros((2, 4, 4))})
     with pytest.raises(InputError, match="tracking off"):
         Fuser(FusionConfig(tracking=False), RIG).restore_tracker_state(state)
+
+
+def _odometry_frame(k: int, ego_xy: tuple[float, float], age_ns: int = 0) -> Frame:
+    """Frame ``k`` whose own odometry puts the (standing) ego at ``ego_xy`` in ``map``, ``age_ns`` old."""
+    return Frame(k, k * DT_NS, {}, ego=EgoPose(k * DT_NS - age_ns, Transform((*ego_xy, 0.0))))
+
+
+def test_a_frame_without_odometry_keeps_tracks_held_in_map_where_they_are() -> None:
+    # a live host's odometry stops for a frame (older than live.ego_max_age_ms): the tracks, held in map, were
+    # output at their map coordinates as if base_link ones (a car 515 m away) and the frame's detection of the
+    # car began a second track; the last pose is kept instead (unknown ego motion is none, as fusion takes it)
+    car = [SimObject("car", (15.0, 2.0, 0.8))]
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG, ego_max_age_ns=100_000_000)
+    seen = []
+    for k in range(7):
+        frame = _odometry_frame(k, (500.0, -200.0), age_ns=300_000_000 if k in (4, 5) else 0)
+        dets, _ = fuser(frame, lidar_frame(k, car, noise=0.0))
+        assert len(dets) == 1, (k, dets)
+        seen.append(dets[0])
+    assert {d.id for d in seen} == {seen[0].id}
+    for d in seen:
+        assert math.hypot(d.center[0] - 15.0, d.center[1] - 2.0) < 0.2, d
+    assert fuser.tracker_state()["world"][0][:2, 3].tolist() == [500.0, -200.0]
+
+
+def test_tracks_held_without_a_pose_are_dropped_when_the_first_pose_comes() -> None:
+    # born in base_link (odometry not there yet): read as map coordinates they would be another place
+    car = [SimObject("car", (15.0, 2.0, 0.8))]
+    fuser = Fuser(FusionConfig(score_threshold=0.0), RIG, ego_max_age_ns=100_000_000)
+    before = [step(fuser, k, lidar_frame(k, car, noise=0.0)) for k in range(3)]
+    assert [len(d) for d in before] == [1, 1, 1] and len(fuser.tracker_state()["world"]) == 0
+    dets, _ = fuser(_odometry_frame(3, (500.0, -200.0)), lidar_frame(3, car, noise=0.0))
+    assert len(dets) == 1 and dets[0].id != before[-1][0].id
+    assert math.hypot(dets[0].center[0] - 15.0, dets[0].center[1] - 2.0) < 0.2
+    assert len(fuser.tracker_state()["table"]) == 1
+
+
+def test_a_tracker_state_recorded_without_its_pose_tracks_on_as_then() -> None:
+    # a recording of format 5 or older holds no 'world': its tracks are taken in the next pose's frame, as then
+    car = [SimObject("car", (15.0, 2.0, 0.8))]
+    first = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    for k in range(4):
+        first(_odometry_frame(k, (500.0, -200.0)), lidar_frame(k, car, noise=0.0))
+    old = {k: v for k, v in first.tracker_state().items() if k != "world"}
+    second = Fuser(FusionConfig(score_threshold=0.0), RIG)
+    second.restore_tracker_state(old)
+    frame = _odometry_frame(4, (500.0, -200.0))
+    assert second(frame, lidar_frame(4, car, noise=0.0))[0] == first(frame, lidar_frame(4, car, noise=0.0))[0]
+    with pytest.raises(InputError, match="'world' is"):
+        second.restore_tracker_state({**old, "world": np.zeros((2, 4, 4))})

@@ -102,7 +102,7 @@ def test_the_digests_derived_on_read_are_those_of_the_run_s_objects(
     # the run digested nothing but the one frame that delivered other detections than fusion gave it
     assert digested == Counter({1: 1})
     with DriveReader(run, strict=True) as reader:
-        assert reader.metadata[fmt.META_FORMAT] == "5"
+        assert reader.metadata[fmt.META_FORMAT] == "6"
         raw = [json.loads(d) for _, _, _, d in reader.messages([fmt.FUSION_TOPIC])]
         records = fusion_records(reader)
         frames = sorted((json.loads(d) for _, _, _, d in reader.messages([fmt.FRAMES_TOPIC])), key=lambda f: f["index"])
@@ -169,12 +169,15 @@ def test_a_corrupted_tracker_state_is_a_located_tracker_divergence(tmp_path: Pat
         data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
     rec = next(r for r in records if r.get("tracker") and len(r["tracker"]["table"]) >= 2)
     seq, table = rec["seq"], rec["tracker"]["table"]
-    assert sorted(rec["tracker"])[-1] == "table"  # the state's last array: its bytes end the message
+    # the state's arrays end the message, by name, each padded to 8 bytes: the table's bytes end before the rest's
+    after = sum(-(-a.nbytes // 8) * 8 for key, a in rec["tracker"].items() if key > "table")
     blob = bytearray(run.read_bytes())
     at = blob.find(data[seq])
     assert at >= 0 and blob.find(data[seq], at + 1) < 0
     row, column = 1, 2
-    blob[at + len(data[seq]) - table.nbytes + 8 * (row * table.shape[1] + column) + 7] ^= 0x40  # an exponent bit
+    end = at + len(data[seq]) - after
+    assert blob[end - table.nbytes : end] == table.tobytes()
+    blob[end - table.nbytes + 8 * (row * table.shape[1] + column) + 7] ^= 0x40  # an exponent bit
     run.write_bytes(bytes(blob))
     out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
     assert out.first is not None and out.first.seq == seq and out.first.cause == "fusion", out.first
@@ -207,6 +210,13 @@ def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None
     delivered frame's digest. ``wrong_tracker``: a seq whose recorded tracker digest is wrong."""
     with DriveReader(src, strict=True) as reader:
         records = {int(r["seq"]): r for r in fusion_records(reader)}
+    state_bytes = {
+        seq: sum(-(-a.nbytes // 8) * 8 for a in (r.get("tracker") or {}).values()) for seq, r in records.items()
+    }
+    # (a run of format 3 had no 'world' in its tracker state: format 6's)
+    for r in records.values():
+        if r.get("tracker"):
+            r["tracker"] = {k: v for k, v in r["tracker"].items() if k != fmt.TRACKER_WORLD}
     digests = {seq: fmt.fusion_digests(r, "4") for seq, r in records.items()}
     if wrong_tracker is not None:
         digests[wrong_tracker]["tracker"] = "0" * 64
@@ -224,8 +234,7 @@ def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None
                 rec["digest"] = digests[rec["seq"]]
                 payload = json.dumps(rec).encode()
             elif channel.topic == fmt.FUSION_DATA_TOPIC:
-                state = records[message.sequence].get("tracker") or {}
-                payload = payload[: len(payload) - sum(-(-a.nbytes // 8) * 8 for a in state.values())]
+                payload = payload[: len(payload) - state_bytes[message.sequence]]
             elif channel.topic == fmt.FRAMES_TOPIC:
                 rec = json.loads(payload)
                 if rec["digest"] is None and rec["fusion_seq"] is not None:
@@ -254,6 +263,49 @@ def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_p
     out = anyio.run(lambda: replay_as_recorded(wrong, config))
     assert out.first is not None and (out.first.seq, out.first.cause) == (3, "fusion")
     assert out.first.detail == "the same detections but another tracker state"
+
+
+def _as_format_5(src: Path, dst: Path) -> None:
+    """The format-6 recording ``src`` written as a run of format 5 wrote it: its tracker states without the pose
+    the tracks are held against (``world``: the state's last array, by name)."""
+    with DriveReader(src, strict=True) as reader:
+        records = {int(r["seq"]): r for r in fusion_records(reader)}
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader5 = make_reader(f)
+        writer = Writer(out, compression=CompressionType.NONE)
+        add = copy_into(
+            reader5, writer, lambda meta: {**meta, fmt.META_FORMAT: "5"} if fmt.META_FORMAT in meta else meta
+        )
+        for schema, channel, message in reader5.iter_messages(log_time_order=False):
+            payload = message.data
+            if channel.topic == fmt.FUSION_TOPIC:
+                rec = json.loads(payload)
+                if rec["tracker"] is not None:
+                    assert sorted(rec["tracker"])[-1] == fmt.TRACKER_WORLD
+                    del rec["tracker"][fmt.TRACKER_WORLD]
+                payload = json.dumps(rec).encode()
+            elif channel.topic == fmt.FUSION_DATA_TOPIC:
+                world = (records[message.sequence].get("tracker") or {}).get(fmt.TRACKER_WORLD)
+                payload = payload[: len(payload) - (0 if world is None else world.nbytes)]
+            add(schema, channel, message, payload)
+        writer.finish()
+
+
+def test_a_recording_of_format_5_replays_without_the_tracker_s_pose(tmp_path: Path) -> None:
+    # format 6 records the pose the tracker's tracks are held against; a recording made before is compared
+    # without it, its states restored as the tracker took them then
+    run = tmp_path / "run.mcap"
+    seen = _record_tracked(run, other=None)
+    with DriveReader(run, strict=True) as reader:
+        assert all(len(r["tracker"][fmt.TRACKER_WORLD]) == 1 for r in fusion_records(reader) if r.get("tracker"))
+    old = tmp_path / "old.mcap"
+    _as_format_5(run, old)
+    with DriveReader(old, strict=True) as reader:
+        assert reader.metadata[fmt.META_FORMAT] == "5"
+        assert not any(fmt.TRACKER_WORLD in (r.get("tracker") or {}) for r in fusion_records(reader))
+    out = anyio.run(lambda: replay_as_recorded(old, load_config(REPLAY_PROFILE)))
+    assert out.first is None, out.first
+    assert out.compared == out.equal == len(seen)
 
 
 def test_the_record_package_reads_drives_through_their_public_api() -> None:

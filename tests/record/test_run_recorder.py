@@ -750,9 +750,9 @@ def test_a_rotated_recording_of_a_format_without_tracker_state_is_refused(tmp_pa
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=2))
     for seg in sorted(tmp_path.iterdir()):  # as format 3 wrote it: no tracker state to start from
         with DriveReader(seg) as reader:
-            assert reader.metadata[fmt.META_FORMAT] == "5"
+            assert reader.metadata[fmt.META_FORMAT] == "6"
         data = seg.read_bytes()
-        seg.write_bytes(data.replace(b"record.format\x01\x00\x00\x005", b"record.format\x01\x00\x00\x003"))
+        seg.write_bytes(data.replace(b"record.format\x01\x00\x00\x006", b"record.format\x01\x00\x00\x003"))
     with pytest.raises(DriveError, match="holds no tracker state to start from"):
         anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
 
