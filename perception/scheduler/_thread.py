@@ -133,8 +133,12 @@ class ThreadedRuntime:
                     await self._idle.wait()
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
+        """Process ``frame`` (module docs). Its budget clock (``created_ns``, unless the host set it) starts now:
+        a wait for a slot is in its latency (``schedule_wait``) and its deadline, as a stream's."""
         if self._host.state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
+        if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake
+            frame = replace(frame, created_ns=time.monotonic_ns())
         future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
         if callback is not None:
             callbacks = self._callbacks
@@ -151,7 +155,7 @@ class ThreadedRuntime:
             if not self._waiting and admission.try_acquire():
                 slot = True
             else:
-                turn = _Waiter(frame.created_ns or time.monotonic_ns())
+                turn = _Waiter(frame.created_ns)
                 self._waiting.append(turn)
                 try:
                     await turn.event.wait()

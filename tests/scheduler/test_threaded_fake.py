@@ -1,0 +1,105 @@
+"""ThreadedRuntime over a fake inference client (no Triton): the frame's clock, its open and its inputs."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perception.config import RuntimeConfig, from_data
+from perception.kinds import kind_def
+from perception.scheduler import Runtime, ThreadedRuntime, _thread
+from perception.triton import InferRequest
+from perception.types import Frame, FrameResult, PointCloudSample, SensorResult
+
+MS = 1_000_000
+LIDAR = ("x", "y", "z", "intensity")
+WATCHDOG_S = 30.0
+
+
+class _Answers:
+    """A model that answers every request at once with empty outputs of its kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.outputs = {
+            spec.name: np.zeros(tuple(0 if d == -1 else d for d in spec.dims), dtype=spec.numpy_dtype)
+            for spec in kind_def(kind).contract.outputs
+        }
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        return type("Result", (), {"outputs": self.outputs})()
+
+
+class _GatedFusion:
+    """Fuses nothing; frame 0's call waits for ``gate`` (bounded: a watchdog), saying when it started."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def __call__(self, frame: Frame, results: Mapping[str, SensorResult]) -> tuple[tuple[()], dict[str, int]]:
+        if frame.frame_id == 0:
+            self.entered.set()
+            assert self.gate.wait(WATCHDOG_S)
+        return (), {}
+
+
+def _config(**extra: Any) -> RuntimeConfig:
+    data: dict[str, Any] = {
+        "server": {"url": "localhost:1"},
+        "sensors": [{"name": "lidar", "kind": "lidar", "model": "lid", "transport": "grpc"}],
+        "trigger": {"rate_hz": 10},
+        "fusion": {"enabled": False},
+        "budget": {"total_ms": 3000, "fusion_reserve_ms": 10},
+        **extra,
+    }
+    return from_data(RuntimeConfig, data)
+
+
+def _frame(i: int) -> Frame:
+    points = np.random.default_rng(i).normal(size=(100, 4)).astype(np.float32)
+    return Frame(
+        frame_id=i,
+        t_ns=i * 100 * MS,
+        samples={"lidar": PointCloudSample("lidar", i * 100 * MS, "lidar", points, LIDAR)},
+    )
+
+
+@pytest.fixture
+def faked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ThreadedRuntime's runtime talks to :class:`_Answers` (no server)."""
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=_Answers("lidar"), check_models=False))
+
+
+@pytest.mark.usefixtures("faked")
+def test_a_frame_waiting_for_its_slot_counts_the_wait_in_its_latency_and_deadline() -> None:
+    # Before: submit left the frame's clock unset, so it started when the frame got its slot: schedule_wait
+    # was 0 and the wait out of its total, its deadline and its join's deadline (a stream's counts it).
+    budget_ms = 200
+    cfg = _config(
+        budget={"total_ms": budget_ms, "fusion_reserve_ms": 10},
+        pipeline={"max_in_flight": 1, "admission": "fixed", "overload": "queue"},
+    )
+    fusion = _GatedFusion()
+    with ThreadedRuntime(cfg, fusion=fusion) as rt:
+        try:
+            first = rt.submit(_frame(0))
+            assert fusion.entered.wait(WATCHDOG_S)  # frame 0 holds the one slot until the gate opens
+            second = rt.submit(_frame(1))
+            submitted = time.monotonic_ns()
+            time.sleep(budget_ms / 1e3 * 1.25)  # frame 1 waits longer than its budget, at least
+            released = time.monotonic_ns()
+        finally:
+            fusion.gate.set()
+        r0: FrameResult = first.result(WATCHDOG_S)
+        r1: FrameResult = second.result(WATCHDOG_S)
+    assert r1.latency.start_ns <= submitted  # its clock started when it was handed in
+    assert r1.latency.stages["schedule_wait"] >= released - submitted  # it started after frame 0 ended
+    assert r1.latency.total_ns >= released - submitted
+    assert r1.deadline_missed
+    assert r0.deadline_missed  # held past its budget by its fusion (the same clock)
