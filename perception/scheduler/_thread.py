@@ -36,7 +36,7 @@ from typing import Literal
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.errors import RuntimeClosedError
+from perception.errors import ConfigError, RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._lifetime import Lifetime, ThreadHost
@@ -89,6 +89,8 @@ class ThreadedRuntime:
         fusion: FusionStage | Literal["profile"] | None = "profile",
         callback_queue: int = CALLBACK_QUEUE,
     ) -> None:
+        if callback_queue < 1:  # before anything is opened
+            raise ConfigError(f"must be >= 1, got {callback_queue}", key="callback_queue")
         self._runtime = Runtime(config, source=source, rig=rig, fusion=fusion)
         self._host = ThreadHost(self._serving, name="perception-loop")
         self._drain_s = self._runtime.config.pipeline.drain_timeout_s  # close's drain (close(timeout_s))
@@ -112,7 +114,11 @@ class ThreadedRuntime:
     def open(self) -> None:
         # Returns once the runtime is open; an error opening it is raised here (rolled back).
         self._host.open()
-        self._callbacks = CallbackQueue(self._callback_queue, name="perception-cb")
+        try:
+            self._callbacks = CallbackQueue(self._callback_queue, name="perception-cb")
+        except BaseException:
+            self._host.close(self._drain_s)  # nothing submitted yet: the runtime is only left
+            raise
 
     @contextlib.asynccontextmanager
     async def _serving(self) -> AsyncIterator[None]:

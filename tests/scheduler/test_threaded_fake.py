@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from perception.config import RuntimeConfig, from_data
+from perception.errors import ConfigError, RuntimeClosedError
 from perception.kinds import kind_def
-from perception.scheduler import Runtime, ThreadedRuntime, _thread
+from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, _thread
 from perception.triton import InferRequest
 from perception.types import Frame, FrameResult, PointCloudSample, SensorResult
 
@@ -103,3 +104,30 @@ def test_a_frame_waiting_for_its_slot_counts_the_wait_in_its_latency_and_deadlin
     assert r1.latency.total_ns >= released - submitted
     assert r1.deadline_missed
     assert r0.deadline_missed  # held past its budget by its fusion (the same clock)
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "perception-loop"]
+
+
+@pytest.mark.usefixtures("faked")
+def test_a_callback_queue_below_one_is_a_config_error_before_anything_opens() -> None:
+    # Before: a bare ValueError from open(), after the whole runtime had opened, which it left open.
+    with pytest.raises(ConfigError, match="callback_queue: must be >= 1, got 0"):
+        ThreadedRuntime(_config(), fusion=None, callback_queue=0)
+    assert not _loop_threads()
+
+
+@pytest.mark.usefixtures("faked")
+def test_an_open_that_fails_after_the_runtime_opened_closes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_thread(maxsize: int, *, name: str) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_thread, "CallbackQueue", no_thread)
+    rt = ThreadedRuntime(_config(), fusion=None)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        rt.open()
+    assert rt.runtime.state is Lifetime.CLOSED  # rolled back: was left open, its loop thread running
+    assert not _loop_threads()
+    with pytest.raises(RuntimeClosedError):
+        rt.submit(_frame(0))
