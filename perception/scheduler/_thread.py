@@ -36,7 +36,7 @@ from typing import Literal
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.errors import ConfigError, RuntimeClosedError
+from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._lifetime import Lifetime, ThreadHost
@@ -140,7 +140,10 @@ class ThreadedRuntime:
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
         """Process ``frame`` (module docs). Its budget clock (``created_ns``, unless the host set it) starts now:
-        a wait for a slot is in its latency (``schedule_wait``) and its deadline, as a stream's."""
+        a wait for a slot is in its latency (``schedule_wait``) and its deadline, as a stream's. What is not a
+        :class:`Frame` is an :class:`InputError` here."""
+        if not isinstance(frame, Frame):
+            raise InputError(f"submit takes a Frame, got {type(frame).__name__}")
         if self._host.state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
         if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perception.config import RuntimeConfig, from_data
-from perception.errors import ConfigError, RuntimeClosedError
+from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.kinds import kind_def
 from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, _thread
 from perception.triton import InferRequest
@@ -131,3 +131,15 @@ def test_an_open_that_fails_after_the_runtime_opened_closes_it(monkeypatch: pyte
     assert not _loop_threads()
     with pytest.raises(RuntimeClosedError):
         rt.submit(_frame(0))
+
+
+@pytest.mark.usefixtures("faked")
+def test_submitting_what_is_not_a_frame_is_an_input_error() -> None:
+    # Before: its future failed with an internal AttributeError, and its callback was never called (the
+    # dropped record read frame_id on the callback thread, which raised: a failed callback)
+    got: list[FrameResult] = []
+    with ThreadedRuntime(_config(), fusion=None) as rt:
+        with pytest.raises(InputError, match="submit takes a Frame, got dict"):
+            rt.submit({"lidar": None}, got.append)  # type: ignore[arg-type]
+        assert rt.submit(_frame(0)).result(WATCHDOG_S).frame_id == 0  # the runtime goes on
+    assert not got and rt.callbacks_failed == 0
