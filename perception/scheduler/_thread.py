@@ -77,7 +77,8 @@ class ThreadedRuntime:
     in flight (bounded by the pipeline's drain timeout) and leaves it, so the runtime is opened and
     closed by the same task, and released (server, channels, shared memory) even when something
     failed. Frames still running after the drain are cancelled (their futures say so; a circuit
-    breaker's probe they held is given back).
+    breaker's probe they held is given back), and have ended, before the runtime is left: none is using
+    its client or server as they close.
     """
 
     def __init__(
@@ -101,6 +102,9 @@ class ThreadedRuntime:
         self._overload: OverloadPolicy | None = None  # when frames are shed under overload (module docs)
         self._active = 0  # frames submitted and not finished (waiting or in flight)
         self._idle: anyio.Event | None = None  # set when the last active frame finishes
+        #: The futures of the frames submitted and not done (cancelled after the drain), under their lock.
+        self._futures: set[concurrent.futures.Future[FrameResult]] = set()
+        self._futures_lock = threading.Lock()
 
     def __enter__(self) -> ThreadedRuntime:
         self.open()
@@ -134,9 +138,19 @@ class ThreadedRuntime:
                 self._overload = OverloadPolicy(deadline_ns)
             yield
             with anyio.move_on_after(self._drain_s):
-                while self._active:  # nothing waiting or in flight
-                    self._idle = anyio.Event()
-                    await self._idle.wait()
+                await self._all_ended()
+            # the frames still running are cancelled, and end, before the runtime is left (class docs)
+            with self._futures_lock:
+                left = list(self._futures)
+            for future in left:
+                future.cancel()  # the portal cancels its task (on this thread: at once)
+            await self._all_ended()
+
+    async def _all_ended(self) -> None:
+        """Return once no frame is waiting or in flight."""
+        while self._active:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
         """Process ``frame`` (module docs). Its budget clock (``created_ns``, unless the host set it) starts now:
@@ -149,11 +163,18 @@ class ThreadedRuntime:
         if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake
             frame = replace(frame, created_ns=time.monotonic_ns())
         future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
+        with self._futures_lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
         if callback is not None:
             callbacks = self._callbacks
             assert callbacks is not None
             future.add_done_callback(lambda f: callbacks.submit(self._run_callback, callback, frame, f))
         return future
+
+    def _forget(self, future: concurrent.futures.Future[FrameResult]) -> None:
+        with self._futures_lock:
+            self._futures.discard(future)
 
     async def _process(self, frame: Frame) -> FrameResult:
         admission = self._admission

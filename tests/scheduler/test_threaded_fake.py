@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
@@ -143,3 +144,40 @@ def test_submitting_what_is_not_a_frame_is_an_input_error() -> None:
             rt.submit({"lidar": None}, got.append)  # type: ignore[arg-type]
         assert rt.submit(_frame(0)).result(WATCHDOG_S).frame_id == 0  # the runtime goes on
     assert not got and rt.callbacks_failed == 0
+
+
+class _Hangs:
+    """A model that never answers; notes that its request started, and the runtime's state when it is cancelled."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self.started = threading.Event()
+        self.state_when_cancelled: list[Lifetime] = []
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        self.started.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            assert self.runtime is not None
+            self.state_when_cancelled.append(self.runtime.state)
+            raise
+        raise AssertionError("unreachable")
+
+
+def test_frames_still_running_after_the_drain_are_cancelled_before_the_runtime_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: the runtime (its client, its server) was closed first, the frames still using it cancelled after
+    client = _Hangs()
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=client, check_models=False))
+    cfg = _config(budget={"total_ms": 60_000, "fusion_reserve_ms": 10})  # the request is not cut before the close
+    rt = ThreadedRuntime(cfg, fusion=None)
+    client.runtime = rt.runtime
+    with rt:
+        future = rt.submit(_frame(0))
+        assert client.started.wait(WATCHDOG_S)
+        rt.close(timeout_s=0.05)
+    assert future.cancelled()
+    assert client.state_when_cancelled == [Lifetime.OPENED]
+    assert rt.runtime.state is Lifetime.CLOSED
