@@ -227,42 +227,68 @@ def _messages(stream: BinaryIO, on_error: OnError) -> Iterator[Sample | EgoPose]
         head = _read_exact(stream, n)
         if head is None:
             raise DriveError("live stream: ended inside a message header", topic="live")
-        header = json.loads(head)
-        size = int(header.get("size", 0) or 0)
-        points = None
-        if "shape" in header:
-            points = _read_cloud(stream, header, size)
-            payload: bytes | None = b"" if points is not None else None
-        else:
-            payload = _read_exact(stream, size) if size else b""
-        if payload is None:
-            raise DriveError("live stream: ended inside a message payload", topic="live", sensor=header.get("sensor"))
+        header: dict[str, Any] | None = None
+        try:  # one guard: a header that is not JSON, a field missing or of the wrong type
+            parsed = json.loads(head)
+            if not isinstance(parsed, dict):
+                raise TypeError(f"a {type(parsed).__name__}")
+            header = parsed
+            item = _message(stream, header)
+        except (ValueError, TypeError, KeyError) as exc:
+            if header is None:
+                header, why = {}, f"its header is not a JSON object ({exc})"
+            else:
+                why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            kind, sensor = header.get("type"), header.get("sensor")
+            raise DriveError(
+                f"live stream: a malformed {f'{kind} ' if kind else ''}message: {why}",
+                topic="live",
+                sensor=None if sensor is None else str(sensor),
+            ) from None
         kind = header.get("type")
         if kind == "end":
             return
         if kind == "error":
             on_error(str(header.get("sensor")), str(header.get("error")))
             continue
-        if kind == "ego":
-            yield EgoPose(
-                t_ns=int(header["t_ns"]),
-                pose=Transform(tuple(header["translation"]), tuple(header["rotation"])),
-                linear_velocity=tuple(header["linear_velocity"]),
-                yaw_rate=float(header["yaw_rate"]),
-            )
-        elif points is not None:
-            yield PointCloudSample(
-                header["sensor"],
-                int(header["t_ns"]),
-                header["frame_id"],
-                points,
-                tuple(header["fields"]),
-                header["seq"],
-            )
-        else:
-            yield ImageSample(
-                header["sensor"], int(header["t_ns"]), header["frame_id"], payload, header["format"], header["seq"]
-            )
+        assert item is not None
+        yield item
+
+
+def _message(stream: BinaryIO, header: dict[str, Any]) -> Sample | EgoPose | None:
+    """The item of the message ``header`` heads, its payload read from ``stream`` (None: ``end``, ``error``);
+    its fields as the header has them (a missing or mistyped one raises: :func:`_messages` says so)."""
+    size = int(header.get("size", 0) or 0)
+    points = None
+    if "shape" in header:
+        points = _read_cloud(stream, header, size)
+        payload: bytes | None = b"" if points is not None else None
+    else:
+        payload = _read_exact(stream, size) if size else b""
+    if payload is None:
+        raise DriveError("live stream: ended inside a message payload", topic="live", sensor=header.get("sensor"))
+    kind = header.get("type")
+    if kind in ("end", "error"):
+        return None
+    if kind == "ego":
+        return EgoPose(
+            t_ns=int(header["t_ns"]),
+            pose=Transform(tuple(header["translation"]), tuple(header["rotation"])),
+            linear_velocity=tuple(header["linear_velocity"]),
+            yaw_rate=float(header["yaw_rate"]),
+        )
+    if points is not None:
+        return PointCloudSample(
+            header["sensor"],
+            int(header["t_ns"]),
+            header["frame_id"],
+            points,
+            tuple(header["fields"]),
+            header["seq"],
+        )
+    return ImageSample(
+        header["sensor"], int(header["t_ns"]), header["frame_id"], payload, header["format"], header["seq"]
+    )
 
 
 # -- publisher ------------------------------------------------------------------------------------

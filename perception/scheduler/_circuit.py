@@ -154,7 +154,11 @@ class CircuitBreaker:
 
     def measured(self, now_ns: int, latency_ns: int | None, budget_ns: int) -> None:
         """The measuring request's outcome: answered in ``latency_ns`` (load: a fresh measure, the model stays
-        on), or no answer within ``budget_ns`` (None: a fault, the circuit opens)."""
+        on), or no answer within ``budget_ns`` (None: a fault, the circuit opens). Ignored when no measuring
+        request is out (one measurement, one verdict)."""
+        if not self._measuring:
+            log.debug("model %s: a measuring request's verdict with none out: ignored", self.model)
+            return
         self._measuring = False
         if latency_ns is not None:
             self.measurements["answered"] += 1
@@ -177,7 +181,8 @@ class CircuitBreaker:
             self._open(now_ns)
 
     def abandon_measurement(self) -> None:
-        """The measuring request went nowhere (its runtime closed, its input was refused): no verdict."""
+        """The measuring request went nowhere (its runtime closed, its input was refused): no verdict.
+        Ignored when none is out."""
         if self._measuring:
             self._measuring = False
             self.measurements["abandoned"] += 1

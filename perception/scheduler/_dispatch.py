@@ -6,8 +6,9 @@ calls, without waiting for grpc to wind them down (:class:`perception.triton.Tri
 them) — and their sensors are marked ``late``. A request that fails is ``error`` with the translated
 message; a sensor without a usable sample is ``missing``; a sensor whose model's circuit is open is
 ``skipped``. Nothing here ever waits past the deadline. One request is not cancelled there: a circuit
-breaker's measuring request (:mod:`._circuit`: load or a fault), which runs on in the runtime's task group
-(:meth:`Dispatcher.measure_in`); its frame takes its answer only if it comes by the frame's deadline.
+breaker's measuring request (:mod:`._circuit`: load or a fault; its model's first request of the frame, the
+others plain), which runs on in the runtime's task group (:meth:`Dispatcher.measure_in`); its frame takes its
+answer only if it comes by the frame's deadline.
 
 The frame's latency is that of its slowest request, so that request is issued first: requests start
 in decreasing order of their model's recent latency (a running average), the others — which have
@@ -272,14 +273,19 @@ class Dispatcher:
                         measuring[model] = budget
             # Slowest first (a stable sort: configuration order among equals and before any history).
             runnable.sort(key=lambda group: -self.expected_ns.get(group[0], 0.0))
+            # A breaker asks for one measuring request: its model's first request is it. (A model shared by
+            # sensors that are not batched, several radars, gets one request per sensor: the others are plain.)
+            carriers: dict[str, list[SensorConfig]] = {}
+            for model, members in runnable:
+                if model in measuring:
+                    carriers.setdefault(model, members)
             remaining_s = max(0.0, (deadline_ns - self._clock()) / 1e9)
 
             def send(model: str, members: list[SensorConfig]) -> Coroutine[Any, Any, None]:
                 """The frame's request to ``model``: a plain one, or its breaker's measuring request."""
-                budget = measuring.get(model)
-                if budget is None:
+                if carriers.get(model) is not members:
                     return self._request(frame, model, members, outcomes, deadline_ns)
-                return self._measuring_request(frame, model, members, outcomes, budget, launched)
+                return self._measuring_request(frame, model, members, outcomes, measuring[model], launched)
 
             with anyio.move_on_after(remaining_s):
                 async with anyio.create_task_group() as tg:
@@ -289,6 +295,7 @@ class Dispatcher:
                         await send(*runnable[0])
             end = self._clock()
             for model, members in runnable:
+                measures = model in launched and carriers.get(model) is members  # the measuring request's sensors
                 late = [s for s in members if outcomes[s.name].status is None]
                 if late:  # it took at least this long
                     self._observe(model, end - min(outcomes[s.name].start_ns or end for s in members))
@@ -298,12 +305,12 @@ class Dispatcher:
                     oc.end_ns = end
                     oc.error = (
                         "no answer by the join deadline; the request goes on, measuring the model"
-                        if model in launched
+                        if measures
                         else "no answer by the join deadline; request cancelled"
                     )
                 breaker = self.breakers[model]
                 unsettled.discard(model)  # settled by the verdict below
-                if model in launched:  # its measuring request settles the breaker when it ends
+                if measures:  # the measuring request settles the breaker when it ends
                     continue
                 verdict, service_ns = _verdict([outcomes[s.name] for s in members])
                 if verdict is _Verdict.FAILED:

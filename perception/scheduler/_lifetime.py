@@ -167,7 +167,9 @@ async def hosted_in_task(cm: AbstractAsyncContextManager[T]) -> AsyncIterator[T]
     """``async with hosted_in_task(cm) as value:`` -- ``cm`` entered and left by a task of its own, held
     while the block runs: the async twin of :class:`ThreadHost`. A failure inside ``cm`` after it opened
     does not cancel the block (as long as ``cm`` does not raise it); leaving the block waits for ``cm``'s
-    exit, also when the block raised (a cancellation of the block cancels it)."""
+    exit, also when the block raised (a cancellation of the block cancels it). An error opening ``cm``, and
+    one of the block, is raised as it is, not wrapped in an exception group (as :class:`ThreadHost` raises
+    it: a host's ``except PerceptionError`` catches it either way)."""
     release = anyio.Event()
     released = anyio.Event()
 
@@ -181,13 +183,17 @@ async def hosted_in_task(cm: AbstractAsyncContextManager[T]) -> AsyncIterator[T]
 
     error: Exception | None = None
     async with anyio.create_task_group() as tg:
-        value: T = await tg.start(hold)
         try:
-            yield value
+            value: T = await tg.start(hold)
         except Exception as exc:
-            error = exc  # raised as it is once cm was left, not wrapped in the task group's group
-        finally:
-            release.set()
-            await released.wait()
+            error = exc  # cm did not open (start raises it; the task group is not given it): nothing to hold
+        else:
+            try:
+                yield value
+            except Exception as exc:
+                error = exc  # raised as it is once cm was left, not wrapped in the task group's group
+            finally:
+                release.set()
+                await released.wait()
     if error is not None:
         raise error

@@ -36,7 +36,7 @@ from typing import Literal
 import anyio
 
 from perception.config import RuntimeConfig
-from perception.errors import RuntimeClosedError
+from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.scheduler._admission import Admission
 from perception.scheduler._callbacks import CallbackQueue
 from perception.scheduler._lifetime import Lifetime, ThreadHost
@@ -77,7 +77,8 @@ class ThreadedRuntime:
     in flight (bounded by the pipeline's drain timeout) and leaves it, so the runtime is opened and
     closed by the same task, and released (server, channels, shared memory) even when something
     failed. Frames still running after the drain are cancelled (their futures say so; a circuit
-    breaker's probe they held is given back).
+    breaker's probe they held is given back), and have ended, before the runtime is left: none is using
+    its client or server as they close.
     """
 
     def __init__(
@@ -89,6 +90,8 @@ class ThreadedRuntime:
         fusion: FusionStage | Literal["profile"] | None = "profile",
         callback_queue: int = CALLBACK_QUEUE,
     ) -> None:
+        if callback_queue < 1:  # before anything is opened
+            raise ConfigError(f"must be >= 1, got {callback_queue}", key="callback_queue")
         self._runtime = Runtime(config, source=source, rig=rig, fusion=fusion)
         self._host = ThreadHost(self._serving, name="perception-loop")
         self._drain_s = self._runtime.config.pipeline.drain_timeout_s  # close's drain (close(timeout_s))
@@ -99,6 +102,9 @@ class ThreadedRuntime:
         self._overload: OverloadPolicy | None = None  # when frames are shed under overload (module docs)
         self._active = 0  # frames submitted and not finished (waiting or in flight)
         self._idle: anyio.Event | None = None  # set when the last active frame finishes
+        #: The futures of the frames submitted and not done (cancelled after the drain), under their lock.
+        self._futures: set[concurrent.futures.Future[FrameResult]] = set()
+        self._futures_lock = threading.Lock()
 
     def __enter__(self) -> ThreadedRuntime:
         self.open()
@@ -112,7 +118,11 @@ class ThreadedRuntime:
     def open(self) -> None:
         # Returns once the runtime is open; an error opening it is raised here (rolled back).
         self._host.open()
-        self._callbacks = CallbackQueue(self._callback_queue, name="perception-cb")
+        try:
+            self._callbacks = CallbackQueue(self._callback_queue, name="perception-cb")
+        except BaseException:
+            self._host.close(self._drain_s)  # nothing submitted yet: the runtime is only left
+            raise
 
     @contextlib.asynccontextmanager
     async def _serving(self) -> AsyncIterator[None]:
@@ -128,19 +138,43 @@ class ThreadedRuntime:
                 self._overload = OverloadPolicy(deadline_ns)
             yield
             with anyio.move_on_after(self._drain_s):
-                while self._active:  # nothing waiting or in flight
-                    self._idle = anyio.Event()
-                    await self._idle.wait()
+                await self._all_ended()
+            # the frames still running are cancelled, and end, before the runtime is left (class docs)
+            with self._futures_lock:
+                left = list(self._futures)
+            for future in left:
+                future.cancel()  # the portal cancels its task (on this thread: at once)
+            await self._all_ended()
+
+    async def _all_ended(self) -> None:
+        """Return once no frame is waiting or in flight."""
+        while self._active:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def submit(self, frame: Frame, callback: Callback | None = None) -> concurrent.futures.Future[FrameResult]:
+        """Process ``frame`` (module docs). Its budget clock (``created_ns``, unless the host set it) starts now:
+        a wait for a slot is in its latency (``schedule_wait``) and its deadline, as a stream's. What is not a
+        :class:`Frame` is an :class:`InputError` here."""
+        if not isinstance(frame, Frame):
+            raise InputError(f"submit takes a Frame, got {type(frame).__name__}")
         if self._host.state is not Lifetime.OPENED:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
+        if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake
+            frame = replace(frame, created_ns=time.monotonic_ns())
         future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
+        with self._futures_lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
         if callback is not None:
             callbacks = self._callbacks
             assert callbacks is not None
             future.add_done_callback(lambda f: callbacks.submit(self._run_callback, callback, frame, f))
         return future
+
+    def _forget(self, future: concurrent.futures.Future[FrameResult]) -> None:
+        with self._futures_lock:
+            self._futures.discard(future)
 
     async def _process(self, frame: Frame) -> FrameResult:
         admission = self._admission
@@ -151,7 +185,7 @@ class ThreadedRuntime:
             if not self._waiting and admission.try_acquire():
                 slot = True
             else:
-                turn = _Waiter(frame.created_ns or time.monotonic_ns())
+                turn = _Waiter(frame.created_ns)
                 self._waiting.append(turn)
                 try:
                     await turn.event.wait()

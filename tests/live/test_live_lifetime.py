@@ -13,13 +13,14 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 from test_live_runtime import MARGINS
 
-from perception.config import RuntimeConfig, load_config, resolve_sensors
+from perception.config import RuntimeConfig, from_data, load_config, resolve_sensors
 from perception.drives import DriveReader
-from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
+from perception.errors import ConfigError, InputError, RuntimeClosedError, SampleDroppedError
 from perception.live import LiveRuntime
 from perception.scheduler import Lifetime
 from perception.server import EmbeddedTriton
@@ -310,3 +311,29 @@ def test_the_observer_sees_no_item_pushed_before_open_or_after_close(triton: Emb
         with pytest.raises(RuntimeClosedError):
             live.push_ego(EgoPose(samples[0].t_ns, Transform()))
         assert observer.calls == {"sample": 0, "ego": 0, "result": 0}
+
+
+def test_an_error_opening_an_async_held_runtime_is_raised_as_it_is(tmp_path: Path) -> None:
+    # Before: ``async with`` raised it wrapped in an ExceptionGroup (its lifetime's task group), ``with`` as it is
+    missing = tmp_path / "no_models"
+    cfg = from_data(
+        RuntimeConfig,
+        {
+            "server": {"url": "embedded", "models": [str(missing)]},
+            "sensors": [{"name": "lidar", "kind": "lidar", "model": "lid"}],
+            "trigger": {"sensor": "lidar"},
+            "fusion": {"enabled": False},
+        },
+    )
+    rig = {"lidar": SensorSpec("lidar", "lidar", "lidar", Transform(), "/lidar")}
+
+    async def main() -> None:
+        with anyio.fail_after(60):  # watchdog
+            async with LiveRuntime(cfg, rig):
+                raise AssertionError("the block does not run")
+
+    with pytest.raises(ConfigError, match=r"server\.models") as caught:
+        anyio.run(main)
+    assert str(missing) in str(caught.value)
+    with pytest.raises(ConfigError, match=r"server\.models"), LiveRuntime(cfg, rig):
+        raise AssertionError("the block does not run")

@@ -116,3 +116,42 @@ def test_a_cloud_cut_inside_its_points_says_so() -> None:
     msg = _cloud_message([1000, 4], b"\0" * 16_000)
     with pytest.raises(DriveError, match="inside a message payload"):
         _received(msg[:-100])
+
+
+def _message(head: bytes, payload: bytes = b"") -> bytes:
+    return _LEN.pack(len(head)) + head + payload
+
+
+_IMAGE = {"type": "sample", "sensor": "cam_front", "t_ns": 1, "frame_id": "c", "seq": 0, "format": "jpeg", "size": 3}
+_EGO = {"type": "ego", "t_ns": 1, "translation": [0, 0, 0], "rotation": [0, 0, 0, 1], "linear_velocity": [0, 0, 0]}
+
+
+@pytest.mark.parametrize(
+    ("message", "what", "sensor"),
+    [
+        (_message(b"{not json"), r"malformed message: its header is not a JSON object", None),
+        (_message(b"\xff\xfe{"), r"malformed message: its header is not a JSON object", None),
+        (_message(b"[1, 2]"), r"malformed message: its header is not a JSON object \(a list\)", None),
+        (
+            _message(json.dumps({k: v for k, v in _IMAGE.items() if k != "t_ns"}).encode(), b"abc"),
+            "no 't_ns'",
+            "cam_front",
+        ),
+        (_message(json.dumps({**_IMAGE, "t_ns": "soon"}).encode(), b"abc"), "malformed sample message", "cam_front"),
+        (_message(json.dumps({**_IMAGE, "size": "3"}).encode(), b"abc"), None, None),  # a number as text: read
+        (_message(json.dumps({**_IMAGE, "size": [3]}).encode(), b"abc"), "malformed sample message", "cam_front"),
+        (_message(json.dumps(_EGO).encode()), "malformed ego message: no 'yaw_rate'", None),
+        (_message(json.dumps({**_EGO, "yaw_rate": 0.0, "rotation": 7}).encode()), "malformed ego message", None),
+    ],
+)
+def test_a_malformed_message_is_a_drive_error_saying_what_was_wrong(
+    message: bytes, what: str | None, sensor: str | None
+) -> None:
+    # Before: a header that is not JSON, or lacks a field, escaped as JSONDecodeError, KeyError or TypeError
+    if what is None:
+        (image,) = _received(message + _end())
+        assert isinstance(image, ImageSample) and image.data == b"abc"
+        return
+    with pytest.raises(DriveError, match=what) as err:
+        _received(message + _end())
+    assert err.value.topic == "live" and err.value.sensor == sensor

@@ -165,3 +165,20 @@ def test_a_measuring_request_never_sent_or_cut_by_the_close_gives_no_verdict() -
     assert b.measuring
     b.record_success(90 * MS)
     assert not b.measuring and b.take_measurement(150 * MS) is None
+
+
+def test_a_verdict_with_no_measuring_request_out_is_ignored() -> None:
+    # one measurement, one verdict: a second (or one never asked for) neither counts nor moves the circuit
+    b = measuring_breaker()
+    b.observe(100 * MS)
+    b.measured(0, None, 300 * MS)  # none out
+    b.abandon_measurement()
+    assert b.state is CircuitState.CLOSED and b.measurements == {"answered": 0, "unanswered": 0, "abandoned": 0}
+    for t in range(LOAD_PATIENCE * 2):
+        b.record_late(t, 150 * MS)
+    budget = b.take_measurement(150 * MS)
+    assert budget is not None
+    b.measured(0, 200 * MS, budget)  # answered: the model stays on
+    b.measured(0, None, budget)  # a second verdict for the same measurement
+    assert b.state is CircuitState.CLOSED and b.opened_count == 0
+    assert b.measurements == {"answered": 1, "unanswered": 0, "abandoned": 0}

@@ -14,7 +14,7 @@ from perception.config import PipelineConfig, SensorConfig
 from perception.scheduler._circuit import CircuitState
 from perception.scheduler._dispatch import Dispatcher
 from perception.triton import InferRequest
-from perception.types import Frame, ImageSample, SensorStatus
+from perception.types import Frame, ImageSample, PointCloudSample, SensorStatus
 
 MS = 1_000_000
 
@@ -64,3 +64,32 @@ async def test_a_measuring_request_unanswered_beside_a_refused_camera_is_a_fault
     assert client.sent == ["7:cam_a,cam_b"]  # one request, sent: cam_b in it
     assert breaker.measurements == {"answered": 0, "unanswered": 1, "abandoned": 0}
     assert breaker.state is CircuitState.OPEN
+
+
+@pytest.mark.anyio
+async def test_a_model_shared_by_sensors_not_batched_sends_one_measuring_request() -> None:
+    """Two radars on one model (one request each): the breaker asks for one measuring request. Each radar's
+    request was sent as one, and each reported a verdict: two "unanswered" for one measurement."""
+    sensors = [SensorConfig("radar_a", "radar", "rad"), SensorConfig("radar_b", "radar", "rad")]
+    points = np.zeros((10, 5), np.float32)
+    fields = ("x", "y", "z", "radial_velocity", "rcs")
+    samples = {n: PointCloudSample(n, 0, n, points, fields) for n in ("radar_a", "radar_b")}
+    client = _Hung()
+    dispatcher = Dispatcher(client, sensors, PipelineConfig())  # type: ignore[arg-type]
+    breaker = dispatcher.breakers["rad"]
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as measurements:
+            dispatcher.measure_in(measurements)
+            breaker.observe(100 * MS)  # a measuring request is given 300 ms
+            for t in range(1000):
+                breaker.record_late(t, 150 * MS)
+                if breaker.measuring:
+                    break
+            assert breaker.measuring
+            results = await dispatcher.dispatch(Frame(7, 0, samples), time.monotonic_ns() + 200 * MS)
+            measuring = [r for r in results.values() if "measuring the model" in (r.error or "")]
+            assert [r.sensor for r in measuring] == ["radar_a"]  # the model's first request (configuration order)
+            assert results["radar_b"].status is SensorStatus.LATE
+    assert sorted(client.sent) == ["7:radar_a", "7:radar_b"]
+    assert breaker.measurements == {"answered": 0, "unanswered": 1, "abandoned": 0}
+    assert breaker.state is CircuitState.OPEN and breaker.opened_count == 1

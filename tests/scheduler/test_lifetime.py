@@ -202,6 +202,18 @@ async def test_hosted_in_task_holds_in_its_own_task_and_a_failing_block_waits_fo
 
 
 @pytest.mark.anyio
+async def test_hosted_in_task_raises_an_error_opening_as_it_is() -> None:
+    # Before: wrapped in the task group's ExceptionGroup (a host's ``except PerceptionError`` missed it), while
+    # ThreadHost and an error of the block raise it as it is
+    res = _Resource(fail_open=True)
+    with anyio.fail_after(WATCHDOG_S):  # watchdog
+        with pytest.raises(ValueError, match="cannot open"):
+            async with hosted_in_task(res.hold()):
+                raise AssertionError("the block does not run")
+    assert res.released
+
+
+@pytest.mark.anyio
 async def test_a_runtime_is_opened_once_and_is_closed_after() -> None:
     class _Client:
         async def infer_request(self, req: object) -> object:
