@@ -505,7 +505,8 @@ class ModelQualityEvaluator:
         finite = np.isfinite(det_v[d]).all(axis=1)
         og_err = det_v[d[finite]] - boxes.velocity[g[finite]]
         claims = np.abs(radial) > s.radar_min_speed_mps
-        claims_matched = claims & (det_match >= 0) & moving[np.maximum(det_match, 0)]
+        claims_matched = np.zeros(det_xy.shape[0], dtype=bool)  # claims matched to a moving object
+        claims_matched[det_idx] = claims[det_idx] & moving[gt_idx]
         # what the Doppler gate changed: moving objects a position-only assignment would have matched
         by_position = np.zeros(len(boxes), dtype=bool)
         by_position[_assign(d2, in_gate)[0]] = True

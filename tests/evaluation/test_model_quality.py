@@ -245,6 +245,16 @@ def test_radar_rate_and_velocity_over_moving_objects_in_view_front_and_rear() ->
     assert s["radar_precision_moving"] == pytest.approx(1.0)  # all three moving claims are right
 
 
+def test_radar_detections_in_a_scene_without_objects_are_unmatched_claims() -> None:
+    spec = RIG["radar_front"]
+    ev = evaluator()
+    dets = [(20.0, 1.0, 4.0, math.nan, math.nan), (30.0, -2.0, 0.1, math.nan, math.nan)]
+    ev.add("radar_front", 0, radar_outputs(spec, dets), GroundTruth(0, ()), points=scan(spec, [(20.0, 1.0, 4.0)]))
+    s = ev.summary()
+    assert s["counts"]["radar_moving_claims"] == 1 and s["counts"]["radar_moving_claims_matched"] == 0
+    assert s["radar_precision_moving"] == 0.0 and s["counts"]["radar_moving_objects"] == 0
+
+
 def test_radar_gate_is_wide_across_the_line_of_sight_and_narrow_along_it() -> None:
     spec = RIG["radar_front"]
     v = (10.0, 0.0)
