@@ -275,7 +275,7 @@ def _scan(bag: _Bag, tmap: TopicMap, plans: list[_Plan]) -> tuple[TfTree, dict[s
     info_topics = {p.info_topic for p in plans if p.info_topic is not None}
     by_topic = {p.cfg.topic: p for p in plans}
     topics = [tmap.tf_static_topic, tmap.tf_topic, *sorted(info_topics), *by_topic]
-    read: Counter[str] = Counter()
+    read = Counter(dict.fromkeys((t for t in topics if t not in by_topic), 0))
     for topic, msgtype, t, raw in bag.raw(topics):
         plan = by_topic.get(topic)
         if plan is not None:
