@@ -608,20 +608,35 @@ def _write(
         try:
             sample = conv.convert(plan, msgtype, bag_t, msg)
         except (ValueError, PerceptionError) as exc:
-            message = exc.message if isinstance(exc, PerceptionError) else str(exc)
-            raise bag.err(f"sensor {plan.cfg.name!r}: {message}", topic=topic, t_ns=bag_t) from exc
+            raise _message_error(bag, plan, topic, bag_t, exc) from exc
         while next_ego < len(ego) and ego[next_ego].t_ns <= sample.t_ns:
-            out.write_ego_pose(ego[next_ego])
+            _write_ego(bag, out, ego[next_ego])
             next_ego += 1
-        out.write(sample)
+        try:
+            out.write(sample)  # the writer's checks (a negative stamp): named by the bag's message too
+        except DriveError as exc:
+            raise _message_error(bag, plan, topic, bag_t, exc) from exc
         if on_progress is not None:
             on_progress(done / total)
     for pose in ego[next_ego:]:
-        out.write_ego_pose(pose)
+        _write_ego(bag, out, pose)
     for topic in by_topic:
         _count_lost(bag, out, topic, read[topic])
     for name, n in sorted(conv.zero_stamps.items()):
         out.note(f"{name}: {n} messages had a zero header stamp; used the bag receive time")
+
+
+def _message_error(bag: _Bag, plan: _Plan, topic: str, bag_t: int, exc: ValueError | PerceptionError) -> DriveError:
+    message = exc.message if isinstance(exc, PerceptionError) else str(exc)
+    return bag.err(f"sensor {plan.cfg.name!r}: {message}", topic=topic, t_ns=bag_t)
+
+
+def _write_ego(bag: _Bag, out: DriveOutput, pose: EgoPose) -> None:
+    """``out.write_ego_pose``, its errors naming the bag (the pose comes from its TF)."""
+    try:
+        out.write_ego_pose(pose)
+    except DriveError as exc:
+        raise bag.err(f"ego pose at t={pose.t_ns} ns (from the TF): {exc.message}") from exc
 
 
 def _count_lost(bag: _Bag, out: DriveOutput, topic: str, read: int) -> None:

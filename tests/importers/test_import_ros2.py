@@ -250,6 +250,36 @@ def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, conte
     assert not (tmp_path / "out.mcap").exists()
 
 
+@pytest.mark.parametrize(
+    ("frame", "topic", "message"),
+    [
+        ("velodyne", "/velodyne_points", "sensor 'lidar_top': sample t_ns must be an integer in [0, 2^64), got -1"),
+        ("odom", None, "ego pose at t=-1000000000 ns (from the TF): ego pose t_ns must be an integer in [0, 2^64)"),
+    ],
+)
+def test_a_negative_header_stamp_names_the_bag_not_the_hidden_partial_drive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frame: str, topic: str | None, message: str
+) -> None:
+    # the writer's error named '.out.mcap.partial', a hidden file deleted as the import failed
+    import import_fixtures
+
+    plain, first = import_fixtures.header, [True]
+
+    def header(t_ns: int, frame_id: str) -> object:
+        if frame_id == frame and first[0]:
+            first[0] = False
+            return plain(-import_fixtures.S, frame_id)  # sec=-1 (int32 allows it)
+        return plain(t_ns, frame_id)
+
+    monkeypatch.setattr(import_fixtures, "header", header)
+    b = write_bag(tmp_path)
+    with pytest.raises(DriveError) as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.file == str(b.path) and exc.value.topic == topic
+    assert exc.value.message.startswith(message)
+    assert not list(tmp_path.glob("*out.mcap*"))
+
+
 def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
     b = write_bag(tmp_path, omit_topics=("/cam_front/camera_info",))
     with pytest.raises(DriveError, match="CameraInfo") as exc:
