@@ -204,8 +204,11 @@ class _Tables:
             if missing:
                 raise DriveError(f"record {i} has no {', '.join(map(repr, missing))}", file=str(path))
             for key in _KEYS[table]:
-                if (key in ("token", "prev", "next") or key.endswith("_token")) and not isinstance(rec[key], str):
+                text = key in ("token", "prev", "next", "filename") or key.endswith("_token")
+                if text and not isinstance(rec[key], str):
                     raise DriveError(f"record {i}: {key} must be a string, got {rec[key]!r}", file=str(path))
+                if key == "is_key_frame" and not isinstance(rec[key], bool):  # "false" would be true
+                    raise DriveError(f"record {i}: {key} must be true or false, got {rec[key]!r}", file=str(path))
             ts = rec.get("timestamp", 0)
             if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TIMESTAMP_US:
                 raise DriveError(
