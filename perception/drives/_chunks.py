@@ -9,7 +9,8 @@ library's ``iter_messages(log_time_order=True)`` yields them.
 
 Decompression is bounded: a chunk declaring more than :data:`MAX_CHUNK_BYTES` uncompressed, or whose
 zstd/lz4 frame declares or yields more than the chunk does, is unreadable (damage naming the chunk)
-before any large buffer is allocated; the library would allocate whatever the frame header claims.
+before any large buffer is allocated; the library would allocate whatever the frame header claims. An
+uncompressed chunk must hold what it declares too.
 """
 
 from __future__ import annotations
@@ -215,10 +216,12 @@ def _decompressed(head: ChunkHead, compressed: memoryview, buffer: ChunkBuffer) 
     """The chunk's data decompressed (into ``buffer`` for zstd), never past its declared size (bounded: see
     module docs)."""
     declared = head.uncompressed_size
-    if head.compression == "":
-        return compressed
     if declared > MAX_CHUNK_BYTES:
         raise ChunkUnreadable(f"declares {declared} bytes uncompressed, over the {MAX_CHUNK_BYTES} byte limit")
+    if head.compression == "":
+        if len(compressed) != declared:
+            raise ChunkUnreadable(f"uncompressed chunk holds {len(compressed)} bytes, declares {declared}")
+        return compressed
     if head.compression == "zstd":
         content = zstandard.frame_content_size(compressed)  # -1: not in the frame header
         if content > declared:

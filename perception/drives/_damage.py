@@ -87,8 +87,9 @@ class DriveDamage:
     """Everything wrong with a drive, in file order. Empty (falsy) for an intact drive.
 
     ``truncated``: the file ends before its data section does (what follows the cut is unknown).
-    ``summary``: the summary section (chunk indexes, statistics) was unreadable or failed its CRC;
-    the data was then found by scanning the file, so this alone loses no message.
+    ``summary``: the summary section (chunk indexes, statistics) was unreadable or failed its CRC, or
+    the file is cut short after its data (in the summary or the footer); the data was then found by
+    scanning the file, so this alone loses no message.
     """
 
     chunks: tuple[DamagedChunk, ...] = ()

@@ -47,7 +47,7 @@ from perception.drives._chunks import (
 )
 from perception.drives._damage import DamagedChunk, DriveDamage, LostMessages
 from perception.drives._drive_stats import DriveStats, TopicStats
-from perception.drives._scan import ChannelTimes, RawDamage, scan_file, times_from_index
+from perception.drives._scan import ChannelTimes, RawDamage, cut_short_in, scan_file, times_from_index
 from perception.errors import DriveDamagedError, DriveError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.types import (
@@ -163,6 +163,12 @@ class DriveReader(Closable):
             times = scan.times
             for raw in scan.damaged:
                 self._bad[raw.offset] = _from_raw(raw, summary.channels)
+            cut = cut_short_in(self._file)
+            if scan.data_complete and cut is not None and self._summary_problem is None:
+                # all its data is there, its end is not (cut in the summary or the footer): no message lost
+                self._summary_problem = f"cut short at byte {cut} (no footer)"
+                if not self._quiet:
+                    log.warning("%s: summary %s; scanning the file instead", self.path, self._summary_problem)
             if not scan.data_complete:
                 self._truncated_at = scan.stop_offset
                 at = f"truncated at byte {scan.stop_offset}"

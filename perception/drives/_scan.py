@@ -44,6 +44,7 @@ __all__ = [
     "RawDamage",
     "Scan",
     "cut_short_at",
+    "cut_short_in",
     "head_metadata",
     "scan_file",
     "times_from_index",
@@ -121,12 +122,18 @@ def cut_short_at(path: str | os.PathLike[str]) -> int | None:
     None when it ends as a whole MCAP file, does not begin as one, or cannot be read."""
     try:
         with open(path, "rb") as f:
-            head = f.read(len(MAGIC))
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(size - len(MAGIC), 0))
-            tail = f.read()
+            return cut_short_in(f)
     except OSError:
         return None
+
+
+def cut_short_in(stream: IO[bytes]) -> int | None:
+    """:func:`cut_short_at` of an open file (an ``OSError`` reading it is raised)."""
+    stream.seek(0)
+    head = stream.read(len(MAGIC))
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(max(size - len(MAGIC), 0))
+    tail = stream.read()
     if not MAGIC.startswith(head) or (size > len(MAGIC) and tail == MAGIC):
         return None
     return size

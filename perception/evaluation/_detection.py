@@ -8,7 +8,8 @@ Protocol (per frame, then accumulated over a drive):
 
 * **Frames.** ``add(frame_t_ns, detections, ground_truth)``: detections are in ``base_link`` at the
   frame time; ground truth in ``base_link`` at its own sample time. When the two times differ, ground
-  truth is moved to the frame time: objects by their velocity, and by the ego motion between the times
+  truth is moved to the frame time: objects by their velocity where it is known (ground truth may leave
+  it unknown, NaN: such an object is not moved by it), and by the ego motion between the times
   when ``ego_at`` is given (otherwise the ego is taken as static over that gap). A frame without ground
   truth is not evaluated (counted in ``frames_without_ground_truth``).
 * **Which ground truth counts.** Objects whose BEV centre is within ``max_range_m`` of ``base_link``'s
@@ -31,8 +32,9 @@ Protocol (per frame, then accumulated over a drive):
   ground truth has AP ``None`` (undefined) and is left out of the mean (its detections are false
   positives of nothing: they are not penalised). ``mAP`` is ``None`` when no class has ground truth.
 * **ATE / AVE** per class: mean BEV centre error / mean velocity error (``|v_det - v_gt|``, m/s) of the
-  true positives at the 2 m threshold; the headline values are the means over classes with true
-  positives (``None`` if there are none).
+  true positives at the 2 m threshold; AVE over those whose ground-truth velocity is known (as
+  nuScenes leaves unknown, NaN, velocities out), ``None`` when there are none. The headline values
+  are the means over the classes that have a value (``None`` if none has).
 * **ID switches** (CLEAR-MOT): for each ground-truth track, the detection id it is matched to (2 m
   matches) is remembered; a match to a different id than last time is one switch. Frames in which the
   object is unmatched do not reset its last id. Meaningful when detections carry track ids.
@@ -93,18 +95,17 @@ def move_ground_truth(
     gt_t_ns: int,
     frame_t_ns: int,
     ego_at: Callable[[int], EgoPose | None] | None,
-    *,
-    known_only: bool = False,
 ) -> tuple[F64, F64, float]:
     """Objects (centres ``[N,3]``, velocities ``[N,2]``, ``base_link`` at ``gt_t_ns``) -> ``base_link`` at
-    ``frame_t_ns``: moved by their velocity and by the ego motion between the times when ``ego_at`` gives
-    both poses (else the ego is taken as static). Also returns the yaw change of the frame (rad).
-    ``known_only``: an object with an unknown (NaN) velocity is not moved by it (else it becomes NaN)."""
+    ``frame_t_ns``: moved by their velocity where known (an unknown, NaN, velocity moves nothing: the
+    object stays where it was, its velocity stays unknown) and by the ego motion between the times when
+    ``ego_at`` gives both poses (else the ego is taken as static). Also returns the yaw change of the
+    frame (rad)."""
     dt = (frame_t_ns - gt_t_ns) * 1e-9
     if dt == 0.0:
         return xyz, vel, 0.0
     xyz = xyz.copy()
-    xyz[:, :2] += (np.nan_to_num(vel, nan=0.0) if known_only else vel) * dt
+    xyz[:, :2] += np.nan_to_num(vel, nan=0.0) * dt
     dyaw = 0.0
     if ego_at is not None:
         pose_f, pose_g = ego_at(frame_t_ns), ego_at(gt_t_ns)
@@ -280,7 +281,8 @@ class DetectionEvaluator:
                     hit = np.flatnonzero(match >= 0)
                     rec.trans_err.extend(dist[hit, match[hit]].tolist())
                     dv = d_vel[di[hit]] - g_vel[gi[match[hit]]]
-                    rec.vel_err.extend(np.hypot(dv[:, 0], dv[:, 1]).tolist())
+                    v_err = np.hypot(dv[:, 0], dv[:, 1])
+                    rec.vel_err.extend(v_err[~np.isnan(v_err)].tolist())  # a velocity unknown (NaN): no error
                     self._count_switches(g_track[gi[match[hit]]].tolist(), d_id[di[hit]].tolist())
             rec.scores.append(d_score[di])
             rec.tp.append(flags)

@@ -94,6 +94,7 @@ log = logging.getLogger(__name__)
 F64 = npt.NDArray[np.float64]
 Array = npt.NDArray[Any]
 
+
 #: The model serving each sensor kind by default (``models/``; the profile's ``sensor_defaults``).
 #: These scores are taken on simulated drives: the camera model is the simulator's.
 def scored_model(kind: str) -> str:
@@ -193,8 +194,7 @@ DEFINITIONS: Mapping[str, str] = {
     **{
         key: f"camera 2D AP (all-points, precision envelope) at IoU >= 0.5 for {name}s over every image of "
         "every camera; ground truth = 3D boxes projected into the image; objects < 50% visible or < 10 px "
-        "tall are don't-care (a detection on them counts neither way); null if no counted object; "
-        + _COMMON
+        "tall are don't-care (a detection on them counts neither way); null if no counted object; " + _COMMON
         for key, name in zip(_CAMERA_KEYS, LABELS, strict=True)
     },
     "lidar_bev_ap_car": "lidar BEV AP (all-points) for cars: boxes moved to base_link by the lidar extrinsic; "
@@ -208,8 +208,7 @@ DEFINITIONS: Mapping[str, str] = {
     "return) to the nearest point of the object's BEV box, split along/across the line of sight, "
     "(along/0.6 m)^2 + (across/hypot(0.5 m, range*2 deg))^2 <= 9.21. Matched: one-to-one assignment "
     "(Hungarian, cost = that distance + (Doppler residual / 1 m/s)^2) among pairs inside the position gate "
-    "whose detection's RADIAL_VELOCITY is within 3 m/s of v_gt . u (u: the detection's line of sight); "
-    + _COMMON,
+    "whose detection's RADIAL_VELOCITY is within 3 m/s of v_gt . u (u: the detection's line of sight); " + _COMMON,
     "radar_detection_rate_fov": "as radar_detection_rate but over all moving objects in the field of view and "
     "range, observed or not (occluded, too small or too far objects count as missed): the sensor's "
     "visibility times the model's recall",
@@ -407,9 +406,7 @@ class ModelQualityEvaluator:
 
     # -- per kind ----------------------------------------------------------------------------------
 
-    def _camera(
-        self, spec: SensorSpec, model: str, outputs: Mapping[str, Array], gt: GroundTruth
-    ) -> _CameraRecord:
+    def _camera(self, spec: SensorSpec, model: str, outputs: Mapping[str, Array], gt: GroundTruth) -> _CameraRecord:
         from perception.sim import project_ground_truth  # the simulator is heavy; only cameras need it
 
         if spec.calibration is None:
@@ -508,7 +505,8 @@ class ModelQualityEvaluator:
         finite = np.isfinite(det_v[d]).all(axis=1)
         og_err = det_v[d[finite]] - boxes.velocity[g[finite]]
         claims = np.abs(radial) > s.radar_min_speed_mps
-        claims_matched = claims & (det_match >= 0) & moving[np.maximum(det_match, 0)]
+        claims_matched = np.zeros(det_xy.shape[0], dtype=bool)  # claims matched to a moving object
+        claims_matched[det_idx] = claims[det_idx] & moving[gt_idx]
         # what the Doppler gate changed: moving objects a position-only assignment would have matched
         by_position = np.zeros(len(boxes), dtype=bool)
         by_position[_assign(d2, in_gate)[0]] = True
@@ -551,8 +549,9 @@ class ModelQualityEvaluator:
         """Which objects have a return of the scan inside their position gate with an agreeing Doppler."""
         pts = np.asarray(points, dtype=np.float64)
         if pts.ndim != 2 or pts.shape[1] < 4:
-            raise ConfigError(f"radar points must be [N, >=4] (x, y, z, vr, ...), got shape {list(pts.shape)}",
-                              key="points")
+            raise ConfigError(
+                f"radar points must be [N, >=4] (x, y, z, vr, ...), got shape {list(pts.shape)}", key="points"
+            )
         pts = pts[np.isfinite(pts[:, :4]).all(axis=1)]
         if len(boxes) == 0 or pts.shape[0] == 0:
             return np.zeros(len(boxes), dtype=bool)

@@ -703,7 +703,7 @@ class NuScenesEvaluator:
         if frame_t_ns is not None and frame_t_ns != ground_truth.t_ns:
             notes.max_offset_ns = max(notes.max_offset_ns, abs(frame_t_ns - ground_truth.t_ns))
             t0, t1, ego, t_eval = ground_truth.t_ns, frame_t_ns, self._ego_at, frame_t_ns
-            xyz, vel, dyaw = move_ground_truth(xyz, vel, t0, t1, ego, known_only=True)
+            xyz, vel, dyaw = move_ground_truth(xyz, vel, t0, t1, ego)
             r_xyz, _, _ = move_ground_truth(r_xyz, np.zeros((len(regions), 2)), t0, t1, ego)
             yaw, r_yaw = yaw + dyaw, r_yaw + dyaw
         pose = self._ego_at(t_eval) if self._ego_at is not None else None

@@ -139,6 +139,7 @@ _RADAR_FIELD = {"invalid_state": "invalid_state", "dynprop": "dyn_prop", "ambig_
 _MAX_VELOCITY_DT_S = 1.5
 
 _US = 1000  # us -> ns
+_MAX_TIMESTAMP_US = (2**64 - 1) // _US  # a drive's times are unsigned 64-bit ns
 _MODALITY = {"lidar": SensorKind.LIDAR, "radar": SensorKind.RADAR, "camera": SensorKind.CAMERA}
 _KIND_ORDER = {SensorKind.LIDAR: 0, SensorKind.RADAR: 1, SensorKind.CAMERA: 2}
 
@@ -203,11 +204,15 @@ class _Tables:
             if missing:
                 raise DriveError(f"record {i} has no {', '.join(map(repr, missing))}", file=str(path))
             for key in _KEYS[table]:
-                if (key in ("token", "prev", "next") or key.endswith("_token")) and not isinstance(rec[key], str):
+                text = key in ("token", "prev", "next", "filename") or key.endswith("_token")
+                if text and not isinstance(rec[key], str):
                     raise DriveError(f"record {i}: {key} must be a string, got {rec[key]!r}", file=str(path))
-            if "timestamp" in rec and (isinstance(rec["timestamp"], bool) or not isinstance(rec["timestamp"], int)):
+                if key == "is_key_frame" and not isinstance(rec[key], bool):  # "false" would be true
+                    raise DriveError(f"record {i}: {key} must be true or false, got {rec[key]!r}", file=str(path))
+            ts = rec.get("timestamp", 0)
+            if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TIMESTAMP_US:
                 raise DriveError(
-                    f"record {i}: timestamp must be integer microseconds, got {rec['timestamp']!r}", file=str(path)
+                    f"record {i}: timestamp must be integer microseconds in [0, 2^64 ns), got {ts!r}", file=str(path)
                 )
         return rows
 
@@ -481,7 +486,15 @@ def _ground_truth(
         r_ego = ego.rotation_matrix()
         objects = []
         regions = []
+        instances: dict[str, str] = {}  # instance token -> the sample's annotation of it
         for ann in sorted(by_sample.get(str(sample["token"]), []), key=lambda a: str(a["instance_token"])):
+            other = instances.setdefault(str(ann["instance_token"]), str(ann["token"]))
+            if other != ann["token"]:
+                raise DriveError(
+                    f"records {other!r} and {ann['token']!r}: two annotations of instance {ann['instance_token']!r} "
+                    f"in sample {sample['token']!r}",
+                    file=file,
+                )
             instance = tables.get("instance", str(ann["instance_token"]), f"sample_annotation {ann['token']!r}")
             category = str(
                 tables.get("category", str(instance["category_token"]), f"instance {instance['token']!r}")["name"]

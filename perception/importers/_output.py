@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
+from typing import NoReturn
 
 from perception.drives import DriveReader, DriveWriter
 from perception.errors import DriveError
@@ -89,7 +90,10 @@ class DriveOutput:
         if not self.path.parent.is_dir():
             raise DriveError("output directory does not exist", file=str(self.path))
         self._partial = self.path.with_name(f".{self.path.name}.partial")
-        self._writer = DriveWriter(self._partial, rig, metadata=metadata)
+        try:
+            self._writer = DriveWriter(self._partial, rig, metadata=metadata)
+        except DriveError as exc:
+            self._reraise(exc)
         self._skipped: Counter[str] = Counter()
         self._notes: list[str] = []
         self._summary: ImportSummary | None = None
@@ -97,13 +101,29 @@ class DriveOutput:
     # -- recording ---------------------------------------------------------------------------------
 
     def write(self, sample: PointCloudSample | ImageSample) -> None:
-        self._writer.write(sample)
+        try:
+            self._writer.write(sample)
+        except DriveError as exc:
+            self._reraise(exc)
 
     def write_ego_pose(self, pose: EgoPose) -> None:
-        self._writer.write_ego_pose(pose)
+        try:
+            self._writer.write_ego_pose(pose)
+        except DriveError as exc:
+            self._reraise(exc)
 
     def write_ground_truth(self, gt: GroundTruth) -> None:
-        self._writer.write_ground_truth(gt)
+        try:
+            self._writer.write_ground_truth(gt)
+        except DriveError as exc:
+            self._reraise(exc)
+
+    def _reraise(self, exc: DriveError) -> NoReturn:
+        """Raise the writer's error naming the output: the partial file it writes is hidden, and gone when
+        the import fails (an importer that knows the source it came from names that instead)."""
+        if exc.context.get("file") != str(self._partial):
+            raise exc
+        raise type(exc)(exc.message, **{**exc.context, "file": str(self.path)}) from exc
 
     def skip(self, reason: str, n: int = 1) -> None:
         if n > 0:
@@ -122,7 +142,10 @@ class DriveOutput:
         return self._summary
 
     def _commit(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()
+        except DriveError as exc:
+            self._reraise(exc)
         try:
             os.replace(self._partial, self.path)
         except OSError as exc:

@@ -13,6 +13,9 @@ embedded message definitions, the latest ROS 2 LTS typestore as a fallback):
 2. the sensor topics, converted message by message and written in bag order, with the ego poses
    interleaved by time.
 
+Messages the bag counts on a topic read (its statistics / metadata) but its reader does not return
+(a record it cannot place, e.g. a damaged channel id) are counted as skipped, per topic.
+
 Sample times are the messages' ``header.stamp`` (capture time). Drive sensor frames are the sensor
 names; the ROS frames are recorded in the drive metadata (``ros2.frame.<sensor>``).
 """
@@ -263,14 +266,16 @@ def _plan_sensors(bag: _Bag, tmap: TopicMap) -> list[_Plan]:
     return plans
 
 
-def _scan(bag: _Bag, tmap: TopicMap, plans: list[_Plan]) -> tuple[TfTree, dict[str, Any]]:
+def _scan(bag: _Bag, tmap: TopicMap, plans: list[_Plan]) -> tuple[TfTree, dict[str, Any], Counter[str]]:
     """Pass 1: the TF tree, the first CameraInfo per camera, and per sensor topic its time span and
-    (from its first message) its frame. Sensor messages are not deserialised beyond the first."""
+    (from its first message) its frame. Sensor messages are not deserialised beyond the first. Also
+    the messages of the TF and CameraInfo topics read (to compare with what the bag counts)."""
     tree = TfTree()
     infos: dict[str, Any] = {}
     info_topics = {p.info_topic for p in plans if p.info_topic is not None}
     by_topic = {p.cfg.topic: p for p in plans}
     topics = [tmap.tf_static_topic, tmap.tf_topic, *sorted(info_topics), *by_topic]
+    read = Counter(dict.fromkeys((t for t in topics if t not in by_topic), 0))
     for topic, msgtype, t, raw in bag.raw(topics):
         plan = by_topic.get(topic)
         if plan is not None:
@@ -284,6 +289,7 @@ def _scan(bag: _Bag, tmap: TopicMap, plans: list[_Plan]) -> tuple[TfTree, dict[s
                         )
             plan.last_ns = t
             continue
+        read[topic] += 1
         if topic in info_topics:
             if topic not in infos:
                 infos[topic] = bag.decode(topic, msgtype, t, raw)
@@ -310,7 +316,7 @@ def _scan(bag: _Bag, tmap: TopicMap, plans: list[_Plan]) -> tuple[TfTree, dict[s
                 f"sensor {plan.cfg.name!r}: topic has no messages, so its frame is unknown (set frame: in the map)",
                 topic=plan.cfg.topic,
             )
-    return tree, infos
+    return tree, infos, read
 
 
 def _calibration(bag: _Bag, plan: _Plan, msg: Any) -> CameraCalibration:
@@ -566,7 +572,7 @@ def import_ros2(
     src = _Bag(Path(bag))
     try:
         plans = _plan_sensors(src, tmap)
-        tree, infos = _scan(src, tmap, plans)
+        tree, infos, read = _scan(src, tmap, plans)
         notes = _build_rig(src, tmap, plans, tree, infos)
         world, ego = _ego(src, tmap, tree)
         metadata = {
@@ -580,6 +586,8 @@ def import_ros2(
         with DriveOutput(output, rig, source=f"rosbag2 {bag}", metadata=metadata, overwrite=overwrite) as out:
             for note in notes:
                 out.note(note)
+            for topic, n in sorted(read.items()):
+                _count_lost(src, out, topic, n)
             _write(src, plans, out, ego, jpeg_quality, on_progress)
         return out.summary
     finally:
@@ -593,20 +601,48 @@ def _write(
     total = max(sum(p.msgcount for p in plans), 1)
     conv = _Converter(out, ego, jpeg_quality)
     next_ego = 0
+    read: Counter[str] = Counter()
     for done, (topic, msgtype, bag_t, msg) in enumerate(bag.messages(list(by_topic)), start=1):
         plan = by_topic[topic]
+        read[topic] += 1
         try:
             sample = conv.convert(plan, msgtype, bag_t, msg)
         except (ValueError, PerceptionError) as exc:
-            message = exc.message if isinstance(exc, PerceptionError) else str(exc)
-            raise bag.err(f"sensor {plan.cfg.name!r}: {message}", topic=topic, t_ns=bag_t) from exc
+            raise _message_error(bag, plan, topic, bag_t, exc) from exc
         while next_ego < len(ego) and ego[next_ego].t_ns <= sample.t_ns:
-            out.write_ego_pose(ego[next_ego])
+            _write_ego(bag, out, ego[next_ego])
             next_ego += 1
-        out.write(sample)
+        try:
+            out.write(sample)  # the writer's checks (a negative stamp): named by the bag's message too
+        except DriveError as exc:
+            raise _message_error(bag, plan, topic, bag_t, exc) from exc
         if on_progress is not None:
             on_progress(done / total)
     for pose in ego[next_ego:]:
-        out.write_ego_pose(pose)
+        _write_ego(bag, out, pose)
+    for topic in by_topic:
+        _count_lost(bag, out, topic, read[topic])
     for name, n in sorted(conv.zero_stamps.items()):
         out.note(f"{name}: {n} messages had a zero header stamp; used the bag receive time")
+
+
+def _message_error(bag: _Bag, plan: _Plan, topic: str, bag_t: int, exc: ValueError | PerceptionError) -> DriveError:
+    message = exc.message if isinstance(exc, PerceptionError) else str(exc)
+    return bag.err(f"sensor {plan.cfg.name!r}: {message}", topic=topic, t_ns=bag_t)
+
+
+def _write_ego(bag: _Bag, out: DriveOutput, pose: EgoPose) -> None:
+    """``out.write_ego_pose``, its errors naming the bag (the pose comes from its TF)."""
+    try:
+        out.write_ego_pose(pose)
+    except DriveError as exc:
+        raise bag.err(f"ego pose at t={pose.t_ns} ns (from the TF): {exc.message}") from exc
+
+
+def _count_lost(bag: _Bag, out: DriveOutput, topic: str, read: int) -> None:
+    """Messages the bag counts on ``topic`` (its statistics / metadata) that its reader did not return:
+    rosbags passes over a record it cannot place (e.g. a damaged channel id) without a word."""
+    info = bag.topics.get(topic)
+    lost = (int(info.msgcount) if info is not None else 0) - read
+    if lost > 0:
+        out.skip(f"{topic}: messages the bag counts but its reader did not return (unreadable records)", lost)

@@ -57,8 +57,18 @@ class _Edge:
             raise TfError(f"non-finite values in transform {self.parent} -> {self.child}")
         if (np.linalg.norm(quats, axis=1) < 1e-9).any():
             raise TfError(f"zero quaternion in transform {self.parent} -> {self.child}")
-        self._r = Rotation.from_quat(quats)
-        self._slerp = Slerp(self._t.astype(np.float64), self._r) if len(self._t) > 1 else None
+        try:
+            self._r = Rotation.from_quat(quats)
+            self._slerp = Slerp(self._offsets(self._t), self._r) if len(self._t) > 1 else None
+        except ValueError as exc:  # scipy's own checks, should any still fail
+            raise TfError(f"transform {self.parent} -> {self.child}: {exc}") from exc
+
+    def _offsets(self, times: I64) -> F64:
+        """Integer ns -> ns after the edge's first stamp as float64: exact for 104 days (absolute epoch ns
+        are not: two stamps < 256 ns apart would be equal)."""
+        assert self._t is not None
+        out: F64 = (times - self._t[0]).astype(np.float64)
+        return out
 
     @property
     def first_time(self) -> int:
@@ -75,8 +85,8 @@ class _Edge:
         n = len(times)
         if self._slerp is None:
             return np.repeat(self._p[:1], n, axis=0), Rotation.from_quat(np.repeat(self._r.as_quat()[:1], n, axis=0))
-        tq = np.clip(times, self._t[0], self._t[-1]).astype(np.float64)
-        tf = self._t.astype(np.float64)
+        tq = self._offsets(np.clip(times, self._t[0], self._t[-1]))
+        tf = self._offsets(self._t)
         p = np.column_stack([np.interp(tq, tf, self._p[:, k]) for k in range(3)])
         return p, self._slerp(tq)
 

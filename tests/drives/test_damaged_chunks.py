@@ -248,6 +248,30 @@ def test_no_summary_and_a_zeroed_block_resynchronises(tmp_path: Path) -> None:
         DriveReader(path)  # strict: the scan found it, an error at open
 
 
+@pytest.mark.parametrize("where", ["summary", "before the footer", "in the footer", "in the magic"])
+def test_a_drive_cut_after_its_data_is_damaged_though_nothing_is_lost(
+    medium: Written, tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # cut inside its summary or the footer: every message is there, but the file is not whole (was: intact)
+    data = medium.path.read_bytes()
+    _, _, summary_start, _, _ = struct.unpack("<BQQQI", data[-(8 + 29) : -8])
+    size = {
+        "summary": summary_start + 50,
+        "before the footer": len(data) - 8 - 29,
+        "in the footer": len(data) - 8 - 10,
+        "in the magic": len(data) - 3,
+    }[where]
+    path = tmp_path / "cut.mcap"
+    path.write_bytes(data[:size])
+    with DriveReader(path, strict=False, quiet=True) as d:
+        got = [(s.sensor, s.t_ns) for s in d.samples()]
+        damage = d.verify()
+    assert got == sample_keys(medium, set())
+    assert damage and not damage.data_lost and damage.summary == f"cut short at byte {size} (no footer)"
+    assert main(["info", "--strict", str(path)]) == 3
+    assert f"cut short at byte {size}" in capsys.readouterr().err
+
+
 # -- truncation still works, and the info command ---------------------------------------------------------
 
 

@@ -73,6 +73,18 @@ def test_an_lz4_frame_holding_more_than_its_chunk_declares_is_refused() -> None:
         decode_chunk(_chunk_body(records, compression="lz4", data=sized, declared=len(records)), None)
 
 
+def test_an_uncompressed_chunk_must_hold_what_it_declares_within_the_limit() -> None:
+    # the size checks were skipped for compression "": a wrong or huge declared size was read as is
+    records = _records()
+    for declared in (len(records) + 1, len(records) - 1):
+        with pytest.raises(ChunkUnreadable, match=f"chunk holds {len(records)} bytes, declares {declared}"):
+            decode_chunk(_chunk_body(records, compression="", data=records, declared=declared), None)
+    with pytest.raises(ChunkUnreadable, match=f"over the {MAX_CHUNK_BYTES} byte limit"):
+        decode_chunk(_chunk_body(records, compression="", data=records, declared=MAX_CHUNK_BYTES + 1), None)
+    _, got = decode_chunk(_chunk_body(records, compression="", data=records, declared=len(records)), None)
+    assert [m.data for m in got if isinstance(m, Message)] == [b"x" * 100]
+
+
 def _write(path: Path, *, bad_pose: bool, bad_image: bool) -> None:
     rig = make_rig()
     huge_png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + (40_000).to_bytes(4, "big") * 2 + bytes(8)

@@ -144,6 +144,27 @@ def test_ground_truth_is_moved_to_the_frame_time() -> None:
     assert ego.summary()["ate"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_ground_truth_with_an_unknown_velocity_stays_and_is_left_out_of_ave() -> None:
+    # nuScenes (and KITTI without poses) ground truth may leave a velocity unknown (NaN)
+    objs = (gt_obj(1, "car", 10.0, 0.0, (5.0, 0.0)), gt_obj(2, "car", 20.0, 5.0, (math.nan, math.nan)))
+    same = DetectionEvaluator()
+    same.add(0, [det(1, "car", 10.0, 0.0, v=(5.0, 0.0)), det(2, "car", 20.0, 5.0, v=(3.0, 0.0))], GroundTruth(0, objs))
+    s = same.summary()
+    assert s["per_class_ave"]["car"] == pytest.approx(0.0) and s["ave"] == pytest.approx(0.0)  # the known one
+    # 50 ms after the ground truth: the unknown-velocity car stays where it was (not NaN, not dropped)
+    later = DetectionEvaluator()
+    dets = [det(1, "car", 10.25, 0.0, v=(5.0, 0.0)), det(2, "car", 20.0, 5.0, score=0.95)]
+    later.add(50_000_000, dets, GroundTruth(0, objs))
+    s = later.summary()
+    assert s["num_ground_truth"]["car"] == 2 and s["mAP"] == pytest.approx(1.0)
+    assert s["ate"] == pytest.approx(0.0, abs=1e-9) and s["ave"] == pytest.approx(0.0)
+    # only unknown velocities: AVE undefined, the class keeps its AP
+    unknown = DetectionEvaluator()
+    unknown.add(0, [det(2, "car", 20.0, 5.0)], GroundTruth(0, objs[1:]))
+    s = unknown.summary()
+    assert s["per_class_ave"]["car"] is None and s["ave"] is None and s["mAP"] == pytest.approx(1.0)
+
+
 def test_frames_without_ground_truth_and_empty_summary() -> None:
     ev = DetectionEvaluator()
     ev.add(0, perfect(), None)

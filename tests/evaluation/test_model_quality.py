@@ -162,8 +162,15 @@ def test_camera_labels_out_of_range_are_a_contract_error() -> None:
 
 def test_lidar_ap_in_base_link_with_range_and_distance_rules() -> None:
     spec = RIG["lidar_top"]
-    gt = GroundTruth(0, (obj(1, "car", 20.0, 3.0), obj(2, "car", -10.0, -4.0), obj(3, "car", 70.0, 0.0),
-                         obj(4, "pedestrian", 5.0, 5.0)))
+    gt = GroundTruth(
+        0,
+        (
+            obj(1, "car", 20.0, 3.0),
+            obj(2, "car", -10.0, -4.0),
+            obj(3, "car", 70.0, 0.0),
+            obj(4, "pedestrian", 5.0, 5.0),
+        ),
+    )
     ev = evaluator()
     # both counted cars found (one 1.5 m off), the 70 m car (not counted) found too: ignored, not a FP
     ev.add("lidar_top", 0, lidar_outputs(spec, [(20.0, 3.0, 0.9), (-11.5, -4.0, 0.8), (70.0, 0.0, 0.7)]), gt)
@@ -212,11 +219,19 @@ def test_radar_rate_and_velocity_over_moving_objects_in_view_front_and_rear() ->
         ),
     )
     ev = evaluator()
-    ev.add("radar_front", 0, radar_outputs(front, [
-        (30.5, 2.0, radial(front, 30.5, 2.0, v1) + 0.3, 8.3, 0.0),
-        (37.6, -3.0, radial(front, 37.6, -3.0, v2), math.nan, math.nan),  # 2.25 m before the centre
-        (20.0, 6.0, 0.0, 0.0, 0.0),
-    ]), gt)
+    ev.add(
+        "radar_front",
+        0,
+        radar_outputs(
+            front,
+            [
+                (30.5, 2.0, radial(front, 30.5, 2.0, v1) + 0.3, 8.3, 0.0),
+                (37.6, -3.0, radial(front, 37.6, -3.0, v2), math.nan, math.nan),  # 2.25 m before the centre
+                (20.0, 6.0, 0.0, 0.0, 0.0),
+            ],
+        ),
+        gt,
+    )
     ev.add("radar_rear", 0, radar_outputs(rear, [(-25.0, 1.5, radial(rear, -25.0, 1.5, v6), -5.0, 0.0)]), gt)
     s = ev.summary()
     # front: objects 1, 2, 4 count (2 matched); rear: object 6 (matched) - and 1, 2, 4 are behind it
@@ -230,16 +245,34 @@ def test_radar_rate_and_velocity_over_moving_objects_in_view_front_and_rear() ->
     assert s["radar_precision_moving"] == pytest.approx(1.0)  # all three moving claims are right
 
 
+def test_radar_detections_in_a_scene_without_objects_are_unmatched_claims() -> None:
+    spec = RIG["radar_front"]
+    ev = evaluator()
+    dets = [(20.0, 1.0, 4.0, math.nan, math.nan), (30.0, -2.0, 0.1, math.nan, math.nan)]
+    ev.add("radar_front", 0, radar_outputs(spec, dets), GroundTruth(0, ()), points=scan(spec, [(20.0, 1.0, 4.0)]))
+    s = ev.summary()
+    assert s["counts"]["radar_moving_claims"] == 1 and s["counts"]["radar_moving_claims_matched"] == 0
+    assert s["radar_precision_moving"] == 0.0 and s["counts"]["radar_moving_objects"] == 0
+
+
 def test_radar_gate_is_wide_across_the_line_of_sight_and_narrow_along_it() -> None:
     spec = RIG["radar_front"]
     v = (10.0, 0.0)
     gt = GroundTruth(0, (obj(1, "car", 60.0, 0.0, v), obj(2, "car", 20.0, 10.0, v)))
     ev = evaluator()
     # 3 m to the side of car 1 at 60 m (azimuth error ~3 deg): matched; 3 m beyond car 2's far end: not
-    ev.add("radar_front", 0, radar_outputs(spec, [
-        (57.8, 3.0 + CAR[1] / 2, radial(spec, 57.8, 3.9, v), math.nan, math.nan),
-        (20.0 + CAR[0] / 2 + 3.0, 10.0, radial(spec, 25.25, 10.0, v), math.nan, math.nan),
-    ]), gt)
+    ev.add(
+        "radar_front",
+        0,
+        radar_outputs(
+            spec,
+            [
+                (57.8, 3.0 + CAR[1] / 2, radial(spec, 57.8, 3.9, v), math.nan, math.nan),
+                (20.0 + CAR[0] / 2 + 3.0, 10.0, radial(spec, 25.25, 10.0, v), math.nan, math.nan),
+            ],
+        ),
+        gt,
+    )
     s = ev.summary()
     assert s["counts"]["radar_matched_moving"] == 1
     assert s["radar_precision_moving"] == pytest.approx(0.5)
@@ -258,8 +291,12 @@ def test_radar_doppler_decides_which_detection_is_whose_and_the_gate_is_counted(
     assert s["radar_velocity_rmse"] is None
     ev = evaluator()
     vr = radial(spec, 78.0, 3.0, v)
-    ev.add("radar_front", 0, radar_outputs(spec, [
-        (78.0, 4.5, 0.0, math.nan, math.nan), (78.0, 3.0, vr - 0.2, math.nan, math.nan)]), gt)
+    ev.add(
+        "radar_front",
+        0,
+        radar_outputs(spec, [(78.0, 4.5, 0.0, math.nan, math.nan), (78.0, 3.0, vr - 0.2, math.nan, math.nan)]),
+        gt,
+    )
     s = ev.summary()
     assert s["counts"]["radar_matched_moving"] == 1 and s["counts"]["radar_doppler_rejected"] == 0
     assert s["radar_velocity_rmse"] == pytest.approx(0.2, abs=1e-5)
@@ -268,16 +305,25 @@ def test_radar_doppler_decides_which_detection_is_whose_and_the_gate_is_counted(
 def test_radar_observed_rate_counts_only_objects_with_agreeing_returns() -> None:
     spec = RIG["radar_front"]
     v = (8.0, 0.0)
-    gt = GroundTruth(0, (
-        obj(1, "car", 30.0, 2.0, v),  # two returns on its rear
-        obj(2, "car", 60.0, 2.0, v),  # hidden behind car 1: no return
-        obj(3, "pedestrian", 20.0, -6.0, (1.5, 0.0)),  # only a static return beside it: not observed
-    ))
-    points = scan(spec, [
-        (27.8, 2.0, radial(spec, 27.8, 2.0, v)), (27.9, 2.5, radial(spec, 27.9, 2.5, v)), (20.0, -6.6, 0.0)])
+    gt = GroundTruth(
+        0,
+        (
+            obj(1, "car", 30.0, 2.0, v),  # two returns on its rear
+            obj(2, "car", 60.0, 2.0, v),  # hidden behind car 1: no return
+            obj(3, "pedestrian", 20.0, -6.0, (1.5, 0.0)),  # only a static return beside it: not observed
+        ),
+    )
+    points = scan(
+        spec, [(27.8, 2.0, radial(spec, 27.8, 2.0, v)), (27.9, 2.5, radial(spec, 27.9, 2.5, v)), (20.0, -6.6, 0.0)]
+    )
     ev = evaluator()
-    ev.add("radar_front", 0, radar_outputs(spec, [(28.0, 2.2, radial(spec, 28.0, 2.2, v), math.nan, math.nan)]),
-           gt, points=points)
+    ev.add(
+        "radar_front",
+        0,
+        radar_outputs(spec, [(28.0, 2.2, radial(spec, 28.0, 2.2, v), math.nan, math.nan)]),
+        gt,
+        points=points,
+    )
     s = ev.summary()
     assert s["counts"]["radar_observed_moving"] == 1
     assert s["radar_detection_rate"] == pytest.approx(1.0)
@@ -349,8 +395,22 @@ def test_targets_never_pass_on_undefined_values() -> None:
 
 def test_model_quality_command_on_a_short_drive(triton: EmbeddedTriton, capsys: pytest.CaptureFixture[str]) -> None:
     # the default output is one JSON object on stdout (issue #4); --table is the human-readable form
-    code = main(["-q", "model-quality", "--seed", "5", "--duration", "2", "--url", triton.grpc_url,
-                 "--workers", "1", "--concurrency", "3"])
+    code = main(
+        [
+            "-q",
+            "model-quality",
+            "--seed",
+            "5",
+            "--duration",
+            "2",
+            "--url",
+            triton.grpc_url,
+            "--workers",
+            "1",
+            "--concurrency",
+            "3",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert len(out.strip().splitlines()) == 1

@@ -197,6 +197,23 @@ def test_tf_interpolates_dynamic_edges_and_composes_static_ones() -> None:
         tree.add(0, "map", "base_link", (0, 0, 0), (0, 0, 0, 1), static=True)
 
 
+def test_tf_stamps_closer_than_float64_resolves_at_the_epoch_stay_distinct() -> None:
+    t0 = 1_700_000_000 * 10**9  # float64 spacing here is 256 ns
+    tree = TfTree()
+    for dt, x in ((0, 0.0), (100, 0.001), (20_000_000, 0.2)):
+        tree.add(t0 + dt, "odom", "base_link", (x, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0), static=False)
+    poses = tree.poses("odom", "base_link")
+    assert poses is not None
+    assert [int(t) - t0 for t in poses[0]] == [0, 100, 20_000_000]
+    assert [p.translation[0] for p in poses[1]] == pytest.approx([0.0, 0.001, 0.2])
+    # stamps float64 cannot tell apart even relative to the first (2^60 ns on): a TfError naming the edge
+    far = TfTree()
+    for t in (0, 2**60, 2**60 + 1):
+        far.add(t, "odom", "base_link", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0), static=False)
+    with pytest.raises(TfError, match="odom -> base_link"):
+        far.poses("odom", "base_link")
+
+
 # -- motion ------------------------------------------------------------------------------------------
 
 

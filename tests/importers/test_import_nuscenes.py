@@ -241,7 +241,36 @@ def test_bad_record_values_name_the_table(tmp_path: Path) -> None:
     assert exc.value.file == str(path)
 
 
-@pytest.mark.parametrize(("table", "key"), [("sample_data", "token"), ("sample_data", "calibrated_sensor_token")])
+@pytest.mark.parametrize(("table", "value"), [("sample_data", -5), ("ego_pose", 2**64 // 1000 + 1), ("sample", 1.5)])
+def test_a_timestamp_a_drive_cannot_hold_names_the_table_and_record(tmp_path: Path, table: str, value: object) -> None:
+    # a negative one was the writer's error, naming the hidden partial drive file, deleted as the import failed
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / f"{table}.json"
+    rows = json.loads(path.read_text())
+    rows[1]["timestamp"] = value
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DriveError, match=rf"record 1: timestamp must be integer microseconds .*got {value!r}$") as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path) and not list(tmp_path.glob("*x.mcap*"))
+
+
+def test_two_annotations_of_one_instance_in_a_sample_name_both_records(tmp_path: Path) -> None:
+    # the writer's 'duplicate track ids' named the hidden partial drive file, not the annotations
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / "sample_annotation.json"
+    rows = json.loads(path.read_text())
+    copy = {**rows[0], "token": "copy"}
+    path.write_text(json.dumps([*rows, copy]))
+    message = rf"records '{rows[0]['token']}' and 'copy': two annotations of instance '{rows[0]['instance_token']}'"
+    with pytest.raises(DriveError, match=message + rf" in sample '{rows[0]['sample_token']}'") as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path) and not list(tmp_path.glob("*x.mcap*"))
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [("sample_data", "token"), ("sample_data", "calibrated_sensor_token"), ("sample_data", "filename")],
+)
 def test_a_token_that_is_not_a_string_names_the_table(tmp_path: Path, table: str, key: str) -> None:
     # A list or object as a token was a TypeError traceback (unhashable type) while indexing the tables.
     ds = write_nuscenes(tmp_path / "ds")
@@ -250,6 +279,19 @@ def test_a_token_that_is_not_a_string_names_the_table(tmp_path: Path, table: str
     rows[1][key] = ["not", "a", "token"]
     path.write_text(json.dumps(rows))
     with pytest.raises(DriveError, match=rf"record 1: {key} must be a string, got \['not', 'a', 'token'\]") as exc:
+        import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
+    assert exc.value.file == str(path)
+
+
+@pytest.mark.parametrize("value", ["false", 0, None])
+def test_is_key_frame_must_be_a_boolean(tmp_path: Path, value: object) -> None:
+    # "false" was taken for true: every sweep a keyframe, ground truth placed with a sweep's ego pose
+    ds = write_nuscenes(tmp_path / "ds")
+    path = ds.root / ds.version / "sample_data.json"
+    rows = json.loads(path.read_text())
+    rows[2]["is_key_frame"] = value
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DriveError, match=rf"record 2: is_key_frame must be true or false, got {value!r}$") as exc:
         import_nuscenes(ds.root, ds.scene, tmp_path / "x.mcap")
     assert exc.value.file == str(path)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -160,6 +161,47 @@ def test_single_mcap_file_input(bag: Bag, tmp_path: Path) -> None:
     assert summary.messages["/sensors/lidar_top/points"] == 5
 
 
+def _damage_channel_ids(mcap: Path, out: Path, topics: dict[str, int]) -> None:
+    """``mcap`` with the channel id of the ``n``-th message record of each topic (``{topic: n}``) made
+    unknown (one damaged field: rosbags passes over such a record without a word)."""
+    from mcap.reader import make_reader
+
+    data = bytearray(mcap.read_bytes())
+    with mcap.open("rb") as f:
+        summary = make_reader(f).get_summary()
+    assert summary is not None
+    todo = {c.id: topics[c.topic] for c in summary.channels.values() if c.topic in topics}
+    seen = dict.fromkeys(todo, 0)
+    for ci in summary.chunk_indexes:
+        assert ci.compression == ""
+        pos = ci.chunk_start_offset + 9 + 8 + 8 + 8 + 4 + 4 + 8  # chunk record head, fixed fields, '' compression
+        while pos < ci.chunk_start_offset + ci.chunk_length:
+            op, length = struct.unpack_from("<BQ", data, pos)
+            (channel,) = struct.unpack_from("<H", data, pos + 9) if op == 0x05 else (-1,)
+            if channel in todo:
+                seen[channel] += 1
+                if seen[channel] == todo[channel]:
+                    struct.pack_into("<H", data, pos + 9, 0x7777)
+            pos += 9 + length
+    assert all(seen[c] >= n for c, n in todo.items())
+    out.write_bytes(bytes(data))
+
+
+def test_bag_messages_its_reader_passes_over_are_counted_as_skipped(bag: Bag, tmp_path: Path) -> None:
+    # rosbags skips a record whose channel is unknown: an image and an ego pose were lost without a word
+    (mcap,) = bag.path.glob("*.mcap")
+    damaged = tmp_path / "damaged.mcap"
+    _damage_channel_ids(mcap, damaged, {"/cam_front/image_raw": 2, "/tf": 10})
+    summary = import_ros2(damaged, bag.topic_map, tmp_path / "d.mcap")
+    assert summary.messages["/sensors/cam_front/image/compressed"] == 4
+    assert summary.messages["/ego/odometry"] == len(bag.ego_stamps) - 1
+    lost = "messages the bag counts but its reader did not return (unreadable records)"
+    assert {r: n for r, n in summary.skipped.items() if lost in r} == {
+        f"/cam_front/image_raw: {lost}": 1,
+        f"/tf: {lost}": 1,
+    }
+
+
 # -- errors ------------------------------------------------------------------------------------------
 
 
@@ -206,6 +248,36 @@ def test_directory_without_metadata_is_not_a_bag(bag: Bag, tmp_path: Path, conte
         f"{d}: not a rosbag2 directory: no metadata.yaml in it (a bag without one: pass its .mcap file)"
     )
     assert not (tmp_path / "out.mcap").exists()
+
+
+@pytest.mark.parametrize(
+    ("frame", "topic", "message"),
+    [
+        ("velodyne", "/velodyne_points", "sensor 'lidar_top': sample t_ns must be an integer in [0, 2^64), got -1"),
+        ("odom", None, "ego pose at t=-1000000000 ns (from the TF): ego pose t_ns must be an integer in [0, 2^64)"),
+    ],
+)
+def test_a_negative_header_stamp_names_the_bag_not_the_hidden_partial_drive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frame: str, topic: str | None, message: str
+) -> None:
+    # the writer's error named '.out.mcap.partial', a hidden file deleted as the import failed
+    import import_fixtures
+
+    plain, first = import_fixtures.header, [True]
+
+    def header(t_ns: int, frame_id: str) -> object:
+        if frame_id == frame and first[0]:
+            first[0] = False
+            return plain(-import_fixtures.S, frame_id)  # sec=-1 (int32 allows it)
+        return plain(t_ns, frame_id)
+
+    monkeypatch.setattr(import_fixtures, "header", header)
+    b = write_bag(tmp_path)
+    with pytest.raises(DriveError) as exc:
+        import_ros2(b.path, b.topic_map, tmp_path / "out.mcap")
+    assert exc.value.file == str(b.path) and exc.value.topic == topic
+    assert exc.value.message.startswith(message)
+    assert not list(tmp_path.glob("*out.mcap*"))
 
 
 def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
