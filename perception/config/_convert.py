@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from perception.errors import ConfigError
 
-__all__ = ["from_data", "reject_duplicates"]
+__all__ = ["first_duplicate", "from_data", "reject_duplicates"]
 
 T = TypeVar("T")
 
@@ -196,14 +196,23 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
         raise ctx.error(path, msg) from None
 
 
-def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
-    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
-    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+def first_duplicate(values: Sequence[str]) -> tuple[int, int] | None:
+    """``(i, j)``: ``values[i]`` is the first value seen before, at ``j``; ``None`` when all differ."""
     first: dict[str, int] = {}
     for i, value in enumerate(values):
         if value in first:
-            raise ValueError(f"{key}[{i}].{field}: duplicate {what} {value!r} (also {key}[{first[value]}])")
+            return i, first[value]
         first[value] = i
+    return None
+
+
+def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
+    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
+    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+    found = first_duplicate(values)
+    if found is not None:
+        i, j = found
+        raise ValueError(f"{key}[{i}].{field}: duplicate {what} {values[i]!r} (also {key}[{j}])")
 
 
 def from_data(cls: type[T], data: Any, *, file: str | Path | None = None, path: str = "") -> T:

@@ -95,7 +95,11 @@ def with_overrides(
             problem = url_problem(given) if given else "must be 'embedded' or host:port, got ''"
             if problem is not None:
                 raise ConfigError(problem, key="--url")
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
+        try:
+            server = dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas))
+        except ValueError as exc:  # ServerConfig's own checks: a URL given twice
+            raise ConfigError(str(exc), key="--url") from None
+        cfg = dataclasses.replace(cfg, server=server)
     if budget_ms is not None:
         if not budget_ms > 0:
             raise ConfigError(f"--budget-ms must be > 0, got {budget_ms}", key="--budget-ms")

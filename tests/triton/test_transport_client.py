@@ -659,7 +659,15 @@ def test_options_are_validated() -> None:
         ({"shm": "always"}, "triton.shm"),
         ({"shm_threshold_bytes": -1}, "triton.shm_threshold_bytes"),
         ({"control_timeout_s": 0}, "triton.control_timeout_s"),
-        ({"root_certificates": "ca.pem"}, "triton.ssl"),
+        ({"root_certificates": "ca.pem"}, "triton.root_certificates"),
+        # half a client certificate aborted the process inside gRPC (exit 134) when the client opened
+        ({"ssl": True, "private_key": "key.pem"}, "triton.private_key"),
+        ({"ssl": True, "certificate_chain": "chain.pem"}, "triton.certificate_chain"),
+        # gRPC refused such metadata in a traceback of its own at the first call
+        ({"headers": {"Authorization": "Bearer x"}}, "triton.headers.Authorization"),
+        ({"headers": {"x-api key": "a"}}, "triton.headers.x-api key"),
+        ({"headers": {"x-token-bin": "a"}}, "triton.headers.x-token-bin"),
+        ({"headers": {"x-token": "a\nb"}}, "triton.headers.x-token"),
     ]:
         with pytest.raises(ConfigError) as info:
             ClientOptions(**kwargs)  # type: ignore[arg-type]
