@@ -5,7 +5,8 @@ Driven by the dataclasses' own annotations: a config class is a frozen dataclass
 ``tuple[X, ...]``, a fixed-length ``tuple[X, Y, Z]``, ``Mapping[str, X]`` or another config dataclass.
 Range checks live in the dataclasses' ``__post_init__`` and raise ``ValueError``; the converter
 re-raises them as :class:`ConfigError` with the file and key path (``sensors[2].model``). A message
-``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass.
+``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass. A field with
+``metadata={"yaml": False}`` is not read from the data (an unknown key there): the code sets it.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
     if not isinstance(data, Mapping):
         raise ctx.error(path, f"expected a mapping, got {_describe(data)}")
     hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get("yaml", True)}  # type: ignore[arg-type]
     aliases = {name.replace("_", "-"): name for name in fields}
     kwargs: dict[str, Any] = {}
     for raw_key, value in data.items():

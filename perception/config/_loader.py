@@ -53,7 +53,7 @@ def load_config(path: str | Path) -> RuntimeConfig:
     data = load_yaml(p)
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping at the top level", file=str(p), key="<root>")
-    cfg = from_data(RuntimeConfig, {k: v for k, v in data.items() if k != "source"}, file=p)
+    cfg = from_data(RuntimeConfig, data, file=p)
     base = p.resolve().parent
     if base.name == "launch":
         base = base.parent

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,6 +37,7 @@ __all__ = [
     "TLSConfig",
     "TriggerConfig",
     "header_problem",
+    "reference_problem",
     "tls_problem",
     "url_problem",
 ]
@@ -661,15 +662,21 @@ class RuntimeConfig:
     live: LiveConfig = field(default_factory=LiveConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     ros: RosConfig = field(default_factory=RosConfig)
-    source: Path | None = None  # the YAML file this came from (for messages)
+    #: The YAML file this came from (for messages): set by the loader, not a key of the profile.
+    source: Path | None = field(default=None, metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         reject_duplicates([s.name for s in self.sensors], "sensors", "name", "sensor name")
+        reject_duplicates([f.model for f in self.faults], "faults", "model", "fault model")
         seen = {s.name for s in self.sensors}
         if self.sensors and self.trigger.sensor is not None and self.trigger.sensor not in seen:
             raise ValueError(
                 f"trigger: sensor {self.trigger.sensor!r} is not one of the sensors ({', '.join(sorted(seen))})"
             )
+        if self.sensors:
+            problem = reference_problem(self, self.sensors)
+            if problem is not None:
+                raise ValueError(": ".join(problem))
 
     @property
     def resolved(self) -> bool:
@@ -685,3 +692,21 @@ class RuntimeConfig:
     @property
     def active_sensors(self) -> tuple[SensorConfig, ...]:
         return tuple(s for s in self.sensors if s.enabled)
+
+
+def reference_problem(config: RuntimeConfig, sensors: Sequence[SensorConfig]) -> tuple[str, str] | None:
+    """``(key, message)`` of the first name in ``config`` that ``sensors`` do not know, or ``None``: a
+    ``pipeline.required_sensors`` entry that is none of them, a fault on a model none of them uses (it
+    never applied: the run it was to probe looked as if it had passed). Checked once the sensors are
+    known: a profile's own (:class:`RuntimeConfig`), or the drive's (:func:`perception.config.resolve_sensors`)."""
+    names = [s.name for s in sensors]
+    unknown = [name for name in config.pipeline.required_sensors if name not in names]
+    if unknown:
+        listed = ", ".join(map(repr, unknown))
+        return "pipeline.required_sensors", f"{listed} is not a configured sensor (configured: {', '.join(names)})"
+    models = {s.model for s in sensors}
+    for i, fault in enumerate(config.faults):
+        if fault.model not in models:
+            used = ", ".join(sorted(models))
+            return f"faults[{i}].model", f"no sensor uses model {fault.model!r} (the sensors' models: {used})"
+    return None
