@@ -6,7 +6,8 @@ Driven by the dataclasses' own annotations: a config class is a frozen dataclass
 Range checks live in the dataclasses' ``__post_init__`` and raise ``ValueError``; the converter
 re-raises them as :class:`ConfigError` with the file and key path (``sensors[2].model``). A message
 ``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass. A field with
-``metadata={"yaml": False}`` is not read from the data (an unknown key there): the code sets it.
+``metadata={"yaml": False}`` is not read from the data (an unknown key there): the code sets it. A class's
+``NOT_KEYS`` (key -> what to do instead) explains keys it does not have but a user may expect.
 """
 
 from __future__ import annotations
@@ -180,8 +181,11 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
         key = str(raw_key)
         name = key if key in fields else aliases.get(key)
         if name is None:
+            hint = getattr(cls, "NOT_KEYS", {}).get(key)
             known = ", ".join(sorted(fields))
-            raise ctx.error(_join(path, key), f"unknown key (expected one of: {known})")
+            raise ctx.error(
+                _join(path, key), f"unknown key: {hint}" if hint else f"unknown key (expected one of: {known})"
+            )
         kwargs[name] = _convert(value, hints[name], _join(path, key), ctx)
     for name, f in fields.items():
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

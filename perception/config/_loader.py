@@ -45,7 +45,7 @@ def load_yaml(path: str | Path) -> Any:
 def load_config(path: str | Path) -> RuntimeConfig:
     """Load and validate a launch profile.
 
-    Relative paths inside the file (model repositories, TLS files, output dir) are resolved against
+    Relative paths inside the file (model repositories, TLS files) are resolved against
     the file's directory's parent when the file lives in ``launch/`` — i.e. the repository root — and
     against the file's own directory otherwise.
     """

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import ClassVar, Literal
 
 from perception.config._convert import first_duplicate, reject_duplicates
 from perception.config._drive_source import is_simulated
@@ -27,7 +27,6 @@ __all__ = [
     "FusionConfig",
     "KindDefaults",
     "LiveConfig",
-    "OutputConfig",
     "PipelineConfig",
     "RosConfig",
     "RuntimeConfig",
@@ -637,12 +636,6 @@ class RosConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class OutputConfig:
-    dir: Path | None = None
-    write_fused_mcap: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The launch profile.
 
@@ -650,6 +643,15 @@ class RuntimeConfig:
     ``sensor_defaults`` for its kind (:func:`perception.config.resolve_sensors`). A listed sensor is
     used as listed, and then only the listed sensors run.
     """
+
+    #: Keys a profile does not have, with what to do instead (the converter's message for them).
+    NOT_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "output": "a run's outputs are given on the command line: --out DIR (perception replay writes "
+            "DIR/fused.mcap unless --no-fused-mcap)",
+            "source": "the profile's own file is its source; the drive is given on the command line",
+        }
+    )
 
     sensors: tuple[SensorConfig, ...] = ()
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
@@ -660,7 +662,6 @@ class RuntimeConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     faults: tuple[FaultConfig, ...] = ()
     live: LiveConfig = field(default_factory=LiveConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
     ros: RosConfig = field(default_factory=RosConfig)
     #: The YAML file this came from (for messages): set by the loader, not a key of the profile.
     source: Path | None = field(default=None, metadata={"yaml": False})

@@ -1,7 +1,8 @@
 """Names a profile gives that nothing knows are ConfigErrors at load, naming the file and key: a second
 fault on one model (the last one won, silently), a fault on a model no sensor uses (it never applied), a
 required sensor that is not configured (``perception config`` said ok; replay refused it), and
-``source`` (the profile's own file, set by the loader: a ``source:`` key was dropped without a word)."""
+``source`` (the profile's own file, set by the loader: a ``source:`` key was dropped without a word) and
+``output`` (accepted and never used)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def _write(tmp_path: Path, text: str) -> Path:
             "pipeline.required_sensors",
             "'zz' is not a configured sensor (configured: lidar_top)",
         ),
-        ("source: 5\nsensors: []\n", "source", "unknown key"),
+        ("source: 5\nsensors: []\n", "source", "unknown key: the profile's own file is its source"),
         ("source: other.yaml\n", "source", "unknown key"),
+        # accepted and never used: a run's outputs are the command line's
+        ("output: {dir: results, write_fused_mcap: false}\n", "output", "--out DIR"),
+        ("output: {}\n", "output", "--no-fused-mcap"),
     ],
 )
 def test_an_unknown_name_is_a_config_error_at_load(tmp_path: Path, text: str, key: str, fragment: str) -> None:
