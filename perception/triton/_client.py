@@ -507,6 +507,10 @@ class TritonClient:
     ) -> Any:
         """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
         self._check_open()
+        for name, value in (extra_headers or {}).items():  # as the options' (gRPC's own error: a traceback)
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise ConfigError(problem, key=f"headers.{name}")
         headers = {**(self._headers or {}), **extra_headers} if extra_headers else self._headers
         try:
             result = await self._rpc(

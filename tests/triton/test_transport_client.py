@@ -674,6 +674,14 @@ def test_options_are_validated() -> None:
         assert info.value.key == key
 
 
+async def test_bad_headers_of_one_call_are_a_config_error() -> None:
+    # load_model(headers=...) took them as they were: gRPC refused the call in a traceback of its own
+    async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
+        with pytest.raises(ConfigError) as info:
+            await client.load_model("echo", headers={"Perception-Control": "x"})
+    assert info.value.key == "headers.Perception-Control"
+
+
 def test_is_loopback() -> None:
     for url in ("127.0.0.1:8001", "127.3.2.1:1", "localhost:8001", "[::1]:8001", "unix:/tmp/triton.sock"):
         assert is_loopback(url), url
