@@ -61,7 +61,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("perception.server", "prepare_backend_dir"),
         ("perception.server", "wait_for_server"),
         ("perception.triton", "InferResult"),
-        ("perception.triton", "ModelContract"),
         ("perception.triton", "ParameterValue"),
         ("perception.triton", "SharedMemoryPool"),
         ("perception.triton", "ShmMode"),

@@ -23,8 +23,10 @@ def register(sub: Any) -> None:
 
 
 def _plain(obj: Any) -> Any:
+    """``obj`` as JSON data: the keys a profile has (not the file it came from, ``source``)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        fields = [f for f in dataclasses.fields(obj) if f.metadata.get("yaml", True)]
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields}
     if isinstance(obj, tuple | list):
         return [_plain(x) for x in obj]
     if hasattr(obj, "items"):

@@ -4,7 +4,8 @@ Each subcommand lives in its own ``perception/cli/_<name>.py`` module exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func=run`` where
 ``run(args) -> int``. Errors derived from :class:`perception.errors.PerceptionError` are printed as
 one line on stderr (no traceback): exit code 2 for configuration/usage errors, 3 for a damaged
-drive (:class:`perception.errors.DriveDamagedError`), 1 otherwise (codes in ``_exitcodes``).
+drive (:class:`perception.errors.DriveDamagedError`), 1 otherwise (codes in ``_exitcodes``). Output whose
+reader went away (``| head -1``) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ import importlib
 import importlib.util
 import logging
 import os
+import select
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from perception import __version__
-from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_DAMAGED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
+from perception.cli._exitcodes import (
+    EXIT_CODES_HELP,
+    EXIT_DAMAGED,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_CLOSED,
+    EXIT_USAGE,
+)
 from perception.errors import ConfigError, DriveDamagedError, PerceptionError
 
 __all__ = ["build_parser", "main"]
@@ -134,6 +143,23 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _stdout_gone() -> bool:
+    """True when the reader of standard output went away (a pipe whose reading end is closed); its fd is
+    then pointed at /dev/null, so that the interpreter's last flush does not fail on it in turn."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poll.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError):  # no fd (captured output): not a closed pipe
+        return False
+    return True
+
+
 def _command(argv: list[str]) -> int:
     try:
         parser = build_parser(argv)
@@ -157,6 +183,8 @@ def _command(argv: list[str]) -> int:
         sys.stderr.write(f"perception {args.command}: error: {exc}\n")
         return EXIT_ERROR
     except OSError as exc:  # the file system refused (a path, a permission, a full disk): said in one line
+        if isinstance(exc, BrokenPipeError) and _stdout_gone():
+            return EXIT_OUTPUT_CLOSED  # nobody reads on: nothing to say
         logging.getLogger(__name__).debug("perception %s failed", args.command, exc_info=True)  # -vv: the traceback
         where = f"{exc.filename}: " if exc.filename is not None else ""
         sys.stderr.write(f"perception {args.command}: error: {where}{exc.strerror or exc}\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perception.config._convert import from_data, reject_duplicates
+from perception.config._convert import first_duplicate, from_data, reject_duplicates
 from perception.config._drive_source import CAMERA_MODEL_SIMULATED, default_camera_model
 from perception.config._loader import load_config, load_yaml, with_overrides
 from perception.config._model import (
@@ -20,6 +20,8 @@ from perception.config._model import (
     SensorDefaults,
     ServerConfig,
     TriggerConfig,
+    header_problem,
+    tls_problem,
     url_problem,
 )
 from perception.config._resolve import auto_trigger, resolve_sensors
@@ -42,11 +44,14 @@ __all__ = [
     "TriggerConfig",
     "auto_trigger",
     "default_camera_model",
+    "first_duplicate",
     "from_data",
+    "header_problem",
     "load_config",
     "load_yaml",
     "reject_duplicates",
     "resolve_sensors",
+    "tls_problem",
     "url_problem",
     "with_overrides",
 ]

@@ -5,7 +5,9 @@ Driven by the dataclasses' own annotations: a config class is a frozen dataclass
 ``tuple[X, ...]``, a fixed-length ``tuple[X, Y, Z]``, ``Mapping[str, X]`` or another config dataclass.
 Range checks live in the dataclasses' ``__post_init__`` and raise ``ValueError``; the converter
 re-raises them as :class:`ConfigError` with the file and key path (``sensors[2].model``). A message
-``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass.
+``"field: ..."`` (or ``"field[1].sub: ..."``) points at that key below the dataclass. A field with
+``metadata={"yaml": False}`` is not read from the data (an unknown key there): the code sets it. A class's
+``NOT_KEYS`` (key -> what to do instead) explains keys it does not have but a user may expect.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from perception.errors import ConfigError
 
-__all__ = ["from_data", "reject_duplicates"]
+__all__ = ["first_duplicate", "from_data", "reject_duplicates"]
 
 T = TypeVar("T")
 
@@ -172,15 +174,18 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
     if not isinstance(data, Mapping):
         raise ctx.error(path, f"expected a mapping, got {_describe(data)}")
     hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get("yaml", True)}  # type: ignore[arg-type]
     aliases = {name.replace("_", "-"): name for name in fields}
     kwargs: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = str(raw_key)
         name = key if key in fields else aliases.get(key)
         if name is None:
+            hint = getattr(cls, "NOT_KEYS", {}).get(key)
             known = ", ".join(sorted(fields))
-            raise ctx.error(_join(path, key), f"unknown key (expected one of: {known})")
+            raise ctx.error(
+                _join(path, key), f"unknown key: {hint}" if hint else f"unknown key (expected one of: {known})"
+            )
         kwargs[name] = _convert(value, hints[name], _join(path, key), ctx)
     for name, f in fields.items():
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -196,14 +201,23 @@ def _build(cls: type[T], data: Any, path: str, ctx: _Ctx) -> T:
         raise ctx.error(path, msg) from None
 
 
-def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
-    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
-    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+def first_duplicate(values: Sequence[str]) -> tuple[int, int] | None:
+    """``(i, j)``: ``values[i]`` is the first value seen before, at ``j``; ``None`` when all differ."""
     first: dict[str, int] = {}
     for i, value in enumerate(values):
         if value in first:
-            raise ValueError(f"{key}[{i}].{field}: duplicate {what} {value!r} (also {key}[{first[value]}])")
+            return i, first[value]
         first[value] = i
+    return None
+
+
+def reject_duplicates(values: Sequence[str], key: str, field: str, what: str) -> None:
+    """For a ``__post_init__``: a ``ValueError`` pointing at ``key[i].field`` of the first value seen before
+    (``reject_duplicates(names, "sensors", "name", "sensor name")``)."""
+    found = first_duplicate(values)
+    if found is not None:
+        i, j = found
+        raise ValueError(f"{key}[{i}].{field}: duplicate {what} {values[i]!r} (also {key}[{j}])")
 
 
 def from_data(cls: type[T], data: Any, *, file: str | Path | None = None, path: str = "") -> T:

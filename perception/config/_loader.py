@@ -45,7 +45,7 @@ def load_yaml(path: str | Path) -> Any:
 def load_config(path: str | Path) -> RuntimeConfig:
     """Load and validate a launch profile.
 
-    Relative paths inside the file (model repositories, TLS files, output dir) are resolved against
+    Relative paths inside the file (model repositories, TLS files) are resolved against
     the file's directory's parent when the file lives in ``launch/`` — i.e. the repository root — and
     against the file's own directory otherwise.
     """
@@ -53,7 +53,7 @@ def load_config(path: str | Path) -> RuntimeConfig:
     data = load_yaml(p)
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping at the top level", file=str(p), key="<root>")
-    cfg = from_data(RuntimeConfig, {k: v for k, v in data.items() if k != "source"}, file=p)
+    cfg = from_data(RuntimeConfig, data, file=p)
     base = p.resolve().parent
     if base.name == "launch":
         base = base.parent
@@ -95,7 +95,11 @@ def with_overrides(
             problem = url_problem(given) if given else "must be 'embedded' or host:port, got ''"
             if problem is not None:
                 raise ConfigError(problem, key="--url")
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas)))
+        try:
+            server = dataclasses.replace(cfg.server, url=url, replicas=tuple(replicas))
+        except ValueError as exc:  # ServerConfig's own checks: a URL given twice
+            raise ConfigError(str(exc), key="--url") from None
+        cfg = dataclasses.replace(cfg, server=server)
     if budget_ms is not None:
         if not budget_ms > 0:
             raise ConfigError(f"--budget-ms must be > 0, got {budget_ms}", key="--budget-ms")

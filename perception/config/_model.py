@@ -7,13 +7,14 @@ milliseconds (``*_ms``) for readability and exposed as integer nanoseconds (``*_
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import ClassVar, Literal
 
-from perception.config._convert import reject_duplicates
+from perception.config._convert import first_duplicate, reject_duplicates
 from perception.config._drive_source import is_simulated
 from perception.kinds import accumulate_problem, kind_def, known_kinds
 
@@ -26,7 +27,6 @@ __all__ = [
     "FusionConfig",
     "KindDefaults",
     "LiveConfig",
-    "OutputConfig",
     "PipelineConfig",
     "RosConfig",
     "RuntimeConfig",
@@ -35,6 +35,9 @@ __all__ = [
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
+    "header_problem",
+    "reference_problem",
+    "tls_problem",
     "url_problem",
 ]
 
@@ -77,6 +80,40 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+_HEADER_NAME = re.compile(r"[0-9a-z_.-]+")
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """What is wrong with a header sent as gRPC metadata with every call, or ``None``: the one check of a
+    profile's ``server.headers`` and :class:`perception.triton.ClientOptions`' ``headers``. gRPC refused
+    such a call in a traceback of its own (``Metadata key 'Authorization' is invalid``). The value is never
+    quoted: it is often a secret."""
+    if not _HEADER_NAME.fullmatch(name):
+        return f"not a gRPC metadata key: lower-case letters, digits, '-', '_' and '.' only, got {name!r}"
+    if name.endswith("-bin"):
+        return "binary metadata (a key ending in '-bin') is not supported: header values are text"
+    if not all(" " <= c <= "~" for c in value):
+        return "the value must be printable ASCII (no line break, tab or non-ASCII character)"
+    return None
+
+
+def tls_problem(
+    enabled: bool, root_certificates: object, private_key: object, certificate_chain: object, *, switch: str
+) -> tuple[str, str] | None:
+    """``(field, message)`` of what is wrong with a TLS setting, or ``None``: the one check of a profile's
+    ``server.tls`` and :class:`perception.triton.ClientOptions`' (``switch``: the name of its on/off field).
+    A file given with TLS off was not used; a client key without its certificate chain (or the reverse)
+    aborted the process inside gRPC."""
+    files = {"root_certificates": root_certificates, "private_key": private_key, "certificate_chain": certificate_chain}
+    given = [name for name, path in files.items() if path]
+    if given and not enabled:
+        return given[0], f"given but TLS is off ({switch} is false)"
+    if bool(private_key) != bool(certificate_chain):
+        has, lacks = ("private_key", "certificate_chain") if private_key else ("certificate_chain", "private_key")
+        return has, f"given without {lacks}: a client certificate (mutual TLS) takes both"
+    return None
+
+
 def _positive(name: str, value: float) -> None:
     if value <= 0:
         raise ValueError(f"{name}: must be > 0, got {value}")
@@ -93,6 +130,13 @@ class TLSConfig:
     root_certificates: Path | None = None
     private_key: Path | None = None
     certificate_chain: Path | None = None
+
+    def __post_init__(self) -> None:
+        problem = tls_problem(
+            self.enabled, self.root_certificates, self.private_key, self.certificate_chain, switch="enabled"
+        )
+        if problem is not None:
+            raise ValueError(": ".join(problem))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +169,18 @@ class ServerConfig:
             problem = url_problem(replica)
             if problem is not None:
                 raise ValueError(f"replicas: {problem}")
+        # the embedded server's URL is known once it runs: replicas are checked among themselves
+        urls = self.replicas if self.embedded else (self.url, *self.replicas)
+        found = first_duplicate(urls)
+        if found is not None:
+            first = 0 if self.embedded else 1  # index of replicas[0] in urls
+            i, j = found
+            also = "url" if j < first else f"replicas[{j - first}]"
+            raise ValueError(f"replicas[{i - first}]: duplicate URL {urls[i]!r} (also {also})")
+        for name, value in self.headers.items():
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise ValueError(f"headers.{name}: {problem}")
         if not 0 <= self.restarts <= 1000:
             raise ValueError(f"restarts: must be within 0..1000, got {self.restarts}")
         if self.channels < 1 or self.channels > 64:
@@ -580,12 +636,6 @@ class RosConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class OutputConfig:
-    dir: Path | None = None
-    write_fused_mcap: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The launch profile.
 
@@ -593,6 +643,15 @@ class RuntimeConfig:
     ``sensor_defaults`` for its kind (:func:`perception.config.resolve_sensors`). A listed sensor is
     used as listed, and then only the listed sensors run.
     """
+
+    #: Keys a profile does not have, with what to do instead (the converter's message for them).
+    NOT_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "output": "a run's outputs are given on the command line: --out DIR (perception replay writes "
+            "DIR/fused.mcap unless --no-fused-mcap)",
+            "source": "the profile's own file is its source; the drive is given on the command line",
+        }
+    )
 
     sensors: tuple[SensorConfig, ...] = ()
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
@@ -603,17 +662,22 @@ class RuntimeConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     faults: tuple[FaultConfig, ...] = ()
     live: LiveConfig = field(default_factory=LiveConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
     ros: RosConfig = field(default_factory=RosConfig)
-    source: Path | None = None  # the YAML file this came from (for messages)
+    #: The YAML file this came from (for messages): set by the loader, not a key of the profile.
+    source: Path | None = field(default=None, metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         reject_duplicates([s.name for s in self.sensors], "sensors", "name", "sensor name")
+        reject_duplicates([f.model for f in self.faults], "faults", "model", "fault model")
         seen = {s.name for s in self.sensors}
         if self.sensors and self.trigger.sensor is not None and self.trigger.sensor not in seen:
             raise ValueError(
                 f"trigger: sensor {self.trigger.sensor!r} is not one of the sensors ({', '.join(sorted(seen))})"
             )
+        if self.sensors:
+            problem = reference_problem(self, self.sensors)
+            if problem is not None:
+                raise ValueError(": ".join(problem))
 
     @property
     def resolved(self) -> bool:
@@ -629,3 +693,21 @@ class RuntimeConfig:
     @property
     def active_sensors(self) -> tuple[SensorConfig, ...]:
         return tuple(s for s in self.sensors if s.enabled)
+
+
+def reference_problem(config: RuntimeConfig, sensors: Sequence[SensorConfig]) -> tuple[str, str] | None:
+    """``(key, message)`` of the first name in ``config`` that ``sensors`` do not know, or ``None``: a
+    ``pipeline.required_sensors`` entry that is none of them, a fault on a model none of them uses (it
+    never applied: the run it was to probe looked as if it had passed). Checked once the sensors are
+    known: a profile's own (:class:`RuntimeConfig`), or the drive's (:func:`perception.config.resolve_sensors`)."""
+    names = [s.name for s in sensors]
+    unknown = [name for name in config.pipeline.required_sensors if name not in names]
+    if unknown:
+        listed = ", ".join(map(repr, unknown))
+        return "pipeline.required_sensors", f"{listed} is not a configured sensor (configured: {', '.join(names)})"
+    models = {s.model for s in sensors}
+    for i, fault in enumerate(config.faults):
+        if fault.model not in models:
+            used = ", ".join(sorted(models))
+            return f"faults[{i}].model", f"no sensor uses model {fault.model!r} (the sensors' models: {used})"
+    return None

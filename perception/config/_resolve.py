@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from perception.config._drive_source import default_camera_model
-from perception.config._model import RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig
+from perception.config._model import RuntimeConfig, SensorConfig, SensorDefaults, TriggerConfig, reference_problem
 from perception.errors import ConfigError
 from perception.types import SensorKind, SensorSpec
 
@@ -53,6 +53,10 @@ def resolve_sensors(
     trigger = config.trigger
     if trigger.automatic:
         trigger = auto_trigger(sensors)
+    unknown = reference_problem(config, sensors)
+    if unknown is not None:
+        key, problem = unknown
+        raise ConfigError(f"{problem}; the sensors are those of {where}", file=file, key=key)
     try:
         return dataclasses.replace(config, sensors=sensors, trigger=trigger)
     except ValueError as exc:  # e.g. two drive sensors that are not valid sensor names

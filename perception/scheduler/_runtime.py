@@ -31,8 +31,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from perception._allocator import freed_memory_kept
 from perception._gc import startup_heap_frozen
-from perception.config import RuntimeConfig, ServerConfig
-from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
+from perception.config import RuntimeConfig, SensorConfig, ServerConfig
+from perception.errors import ConfigError, InputError, ModelContractError, PerceptionError, RuntimeClosedError
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
@@ -332,30 +332,41 @@ class Runtime(anyio.AsyncContextManagerMixin):
             await server.supervise(restarts)
 
     async def _verify_models(self) -> None:
-        from perception.triton import TritonClient, check_contract, check_encoded_input
+        from perception.triton import ModelContract, TritonClient, check_contract, check_encoded_input
 
         client = self._client
         if not isinstance(client, TritonClient):
             return
-        models: dict[str, str] = {}
-        required: dict[str, list[str]] = {}  # model -> its sensors set to send the encoded image
+        # every kind a model serves is checked: sensors of two kinds may share one model
+        uses: dict[tuple[str, str], list[SensorConfig]] = {}  # (model, kind) -> its sensors
         for s in self.config.active_sensors:
-            models.setdefault(s.model, s.kind)
-            if s.decode == "server":
-                required.setdefault(s.model, []).append(s.name)
+            uses.setdefault((s.model, s.kind), []).append(s)
+        models = sorted({model for model, _ in uses})
         server = self.config.server
         await client.wait_ready(
-            sorted(models),
+            models,
             timeout_s=server.startup_timeout_s,
             # the embedded server is already up; an external one that never answers is a wrong URL
             connect_timeout_s=None if server.embedded else server.connect_timeout_s,
         )
-        for model, kind in models.items():
+        contracts: dict[str, ModelContract] = {}
+        for model in models:
             self._stats_base[model] = await client.model_statistics(model)
-            contract = await client.model_contract(model)
-            check_contract(kind, contract)
-            if model in required:
-                check_encoded_input(kind, contract, required[model])
+            contracts[model] = contract = await client.model_contract(model)
+            self._instances[model] = contract.instances
+            if contract.input_size is not None:
+                self._input_sizes[model] = contract.input_size
+        for (model, kind), sensors in uses.items():
+            contract = contracts[model]
+            try:
+                check_contract(kind, contract)
+            except ModelContractError as exc:  # named by the sensors that use the model as this kind
+                raise ModelContractError(
+                    exc.message, **{**exc.context, "sensor": ", ".join(s.name for s in sensors)}
+                ) from None
+            required = [s.name for s in sensors if s.decode == "server"]  # to send the encoded image
+            if required:
+                check_encoded_input(kind, contract, required)
             expected = sensor_kind(kind).contract
             takes_encoded = expected.encoded is not None and contract.input(expected.encoded.name) is not None
             # checked by check_contract when served: one undecodable image is then its camera's error alone
@@ -363,22 +374,15 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 self._decode_errors.add(model)
             # auto: the model decodes when it takes the encoded image and answers a bad one on its own
             auto = takes_encoded and model in self._decode_errors
-            if model in required and model not in self._decode_errors and expected.decode_error is not None:
+            if required and model not in self._decode_errors and expected.decode_error is not None:
                 log.warning(
                     "decode: server for %s, but model %s does not declare %s: one image it cannot decode "
                     "fails the request of every camera batched with it",
-                    ", ".join(required[model]),
+                    ", ".join(required),
                     model,
                     expected.decode_error.name,
                 )
-            self._server_decode |= {
-                s.name
-                for s in self.config.active_sensors
-                if s.model == model and (s.decode == "server" or (s.decode == "auto" and auto))
-            }
-            self._instances[model] = contract.instances
-            if contract.input_size is not None:
-                self._input_sizes[model] = contract.input_size
+            self._server_decode |= {s.name for s in sensors if s.decode == "server" or (s.decode == "auto" and auto)}
 
     async def _warm_up(self) -> None:
         """Representative requests to every execution instance of every model before the first frame.
@@ -387,19 +391,20 @@ class Runtime(anyio.AsyncContextManagerMixin):
         backend) in *each* instance: ~140 ms for a python-backend instance here. Without a warm-up they
         would be late and trip the circuit breakers on the first frames — a model with two instances
         answers frame 0 from one and frame 1 from the other. So each model gets as many concurrent
-        requests as it has instances; Triton hands each to an idle instance. (A dynamic batcher may
-        merge them into one execution: such a model's other instances then start cold.)
+        requests as it has instances, for each kind of sensor it serves; Triton hands each to an idle
+        instance. (A dynamic batcher may merge them into one execution: such a model's other instances
+        then start cold.)
         Each warm-up is bounded by :data:`WARMUP_TIMEOUT_S`: a hanging model must not hold the start
         for minutes. It then starts cold (a warning); its circuit breaker handles it like any fault.
         """
         client = self._client
         assert client is not None
-        seen: dict[str, tuple[str, str]] = {}
-        decode: dict[str, str] = {}
+        seen: dict[tuple[str, str], str] = {}  # (model, kind) -> its first sensor
+        decode: dict[tuple[str, str], str] = {}
         for s in self.config.active_sensors:
-            seen.setdefault(s.model, (s.kind, s.name))
-            # the model is warmed up the way its first sensor sends
-            decode.setdefault(s.model, "server" if s.name in self._server_decode else "client")
+            seen.setdefault((s.model, s.kind), s.name)
+            # the model is warmed up the way its first sensor of the kind sends
+            decode.setdefault((s.model, s.kind), "server" if s.name in self._server_decode else "client")
         timeout_s = min(WARMUP_TIMEOUT_S, self.config.server.startup_timeout_s)
 
         async def request(model: str, inputs: dict[str, Any], kind: str, sensor: str, i: int) -> None:
@@ -423,10 +428,12 @@ class Runtime(anyio.AsyncContextManagerMixin):
                         # the decoder and the thread are warm too (without it, frame 0's camera request
                         # went out 10-25 ms later than the next frames', on a busy 2-core machine).
                         inputs = await anyio.to_thread.run_sync(
-                            functools.partial(prepare_inputs, kind, sample, input_size=input_size, decode=decode[model])
+                            functools.partial(
+                                prepare_inputs, kind, sample, input_size=input_size, decode=decode[model, kind]
+                            )
                         )
                     else:
-                        inputs = prepare_inputs(kind, sample, input_size=input_size, decode=decode[model])
+                        inputs = prepare_inputs(kind, sample, input_size=input_size, decode=decode[model, kind])
                     async with anyio.create_task_group() as tg:
                         for i in range(self._instances.get(model, 1)):
                             tg.start_soon(request, model, inputs, kind, sensor, i)
@@ -436,7 +443,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 log.warning("warm-up of model %s failed: %s", model, exc)
 
         async with anyio.create_task_group() as tg:
-            for model, (kind, sensor) in seen.items():
+            for (model, kind), sensor in seen.items():
                 tg.start_soon(one, model, kind, sensor)
 
     # -- processing -----------------------------------------------------------------------------

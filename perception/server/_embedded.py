@@ -484,6 +484,9 @@ class EmbeddedTriton:
                 close_fds=True,
             )
         except OSError as exc:
+            if self._user_log_path is None and self._log_path is not None:
+                self._log_path.unlink(missing_ok=True)  # empty: the error does not point to it
+                self._log_path = None
             raise ServerError(f"cannot start tritonserver: {exc}", file=args[0]) from exc
         finally:
             os.close(log_fd)
@@ -497,7 +500,13 @@ class EmbeddedTriton:
     ) -> None:
         args = self._args(install, backend_dir, repositories)
         log.debug("starting %s", " ".join(args))
-        self._proc = proc = self._spawn(args, env)
+        try:
+            self._proc = proc = self._spawn(args, env)
+        except ServerError:
+            if self._proc is None:  # no server ran (a restart's are its supervisor's): nothing of it stays
+                self._ports = None
+                self._remove_trace_dir()
+            raise
         log.info("tritonserver pid %d starting (log: %s)", proc.pid, self._log_path)
         try:
             failure = await self._wait_ready(proc)
@@ -630,15 +639,18 @@ class EmbeddedTriton:
             finally:
                 self._proc = None
                 self._ports = None
-                if self._trace_dir is not None:
-                    shutil.rmtree(self._trace_dir, ignore_errors=True)
-                    self._trace_dir = None
+                self._remove_trace_dir()
                 removed = remove_shm_prefix(self._shm_prefix)
                 if removed:
                     log.debug("removed shared memory left by the python backend: %s", removed)
                 if self._user_log_path is None and not keep_log and self._log_path is not None:
                     with contextlib.suppress(OSError):
                         self._log_path.unlink()
+
+    def _remove_trace_dir(self) -> None:
+        if self._trace_dir is not None:
+            shutil.rmtree(self._trace_dir, ignore_errors=True)
+            self._trace_dir = None
 
     async def _terminate(self, proc: subprocess.Popen[bytes], *, unload_first: bool) -> int | None:
         """Stop the server and every process of its group; its exit status."""

@@ -54,6 +54,7 @@ import tritonclient.grpc.aio as tgrpc_aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from perception._lifetime import Lifetime
+from perception.config import first_duplicate, header_problem, tls_problem
 from perception.errors import (
     ConfigError,
     ConnectError,
@@ -137,8 +138,9 @@ class ClientOptions:
             raise bad("urls", "must be a list of host:port strings, not a single string")
         if not self.urls or not all(isinstance(u, str) and u.strip() for u in self.urls):
             raise bad("urls", f"need at least one non-empty host:port, got {list(self.urls)!r}")
-        if len(set(self.urls)) != len(self.urls):
-            raise bad("urls", f"duplicate URLs in {list(self.urls)!r}")
+        duplicate = first_duplicate(self.urls)
+        if duplicate is not None:
+            raise bad("urls", f"duplicate URL {self.urls[duplicate[0]]!r} in {list(self.urls)!r}")
         if any(u.startswith(("http://", "https://")) for u in self.urls):
             raise bad("urls", "gRPC URLs are host:port (no http:// scheme)")
         if self.channels < 1:
@@ -152,8 +154,13 @@ class ClientOptions:
         for key in ("control_timeout_s", "load_timeout_s", "backoff_s", "backoff_max_s"):
             if not getattr(self, key) > 0:
                 raise bad(key, f"must be > 0, got {getattr(self, key)}")
-        if not self.ssl and any((self.root_certificates, self.private_key, self.certificate_chain)):
-            raise bad("ssl", "certificate options given but ssl is false")
+        tls = tls_problem(self.ssl, self.root_certificates, self.private_key, self.certificate_chain, switch="ssl")
+        if tls is not None:
+            raise bad(*tls)
+        for name, value in self.headers.items():
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise bad(f"headers.{name}", problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,6 +507,10 @@ class TritonClient:
     ) -> Any:
         """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
         self._check_open()
+        for name, value in (extra_headers or {}).items():  # as the options' (gRPC's own error: a traceback)
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise ConfigError(problem, key=f"headers.{name}")
         headers = {**(self._headers or {}), **extra_headers} if extra_headers else self._headers
         try:
             result = await self._rpc(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,39 @@ def test_the_installed_entry_point_runs_it() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith(f"{path}: ok (sensors from the drive)")
+
+
+def test_output_whose_reader_went_away_ends_quietly() -> None:
+    """``perception config FILE | head -1``: it said ``error: Broken pipe`` and exited 1. The reader here
+    is gone before anything is written: every write fails."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from perception.cli import main; sys.exit(main())",
+                "config",
+                "launch/replay.yaml",
+            ],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO_ROOT,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_the_printed_profile_loads_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # without the file it came from (``source``: not a key of a profile)
+    assert main(["config", str(REPO_ROOT / "launch" / "replay.yaml")]) == 0
+    doc, _ = _resolved(capsys.readouterr().out)
+    assert "source" not in doc
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(json.dumps(doc))
+    assert load_config(printed).pipeline == load_config(REPO_ROOT / "launch" / "replay.yaml").pipeline

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -322,6 +323,31 @@ async def test_restarts_are_limited_within_their_window_only(echo_repo: Path) ->
                     await anyio.sleep(0.05)
                 assert server.running and server.crashes == n
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.triton  # enters EmbeddedTriton (no server: the spawn fails)
+@pytest.mark.anyio
+async def test_a_start_that_cannot_spawn_leaves_no_trace_folder_log_or_ports(
+    echo_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Popen failing (fork's EAGAIN, ENOMEM) left the trace folder and the temporary log behind, and
+    # grpc_url answered the ports of a server that never ran. No server is started here.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def no_fork(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_fork)
+    server = EmbeddedTriton([echo_repo], trace=True)
+    with anyio.fail_after(60), pytest.raises(ServerError, match="cannot start tritonserver"):
+        async with server:
+            pass
+    assert sorted(temp.iterdir()) == [] and server.trace_dir is None
+    with pytest.raises(ServerError, match="not running"):
+        server.grpc_url  # noqa: B018
+    await server.stop()  # nothing to stop
 
 
 @pytest.mark.triton

@@ -659,11 +659,27 @@ def test_options_are_validated() -> None:
         ({"shm": "always"}, "triton.shm"),
         ({"shm_threshold_bytes": -1}, "triton.shm_threshold_bytes"),
         ({"control_timeout_s": 0}, "triton.control_timeout_s"),
-        ({"root_certificates": "ca.pem"}, "triton.ssl"),
+        ({"root_certificates": "ca.pem"}, "triton.root_certificates"),
+        # half a client certificate aborted the process inside gRPC (exit 134) when the client opened
+        ({"ssl": True, "private_key": "key.pem"}, "triton.private_key"),
+        ({"ssl": True, "certificate_chain": "chain.pem"}, "triton.certificate_chain"),
+        # gRPC refused such metadata in a traceback of its own at the first call
+        ({"headers": {"Authorization": "Bearer x"}}, "triton.headers.Authorization"),
+        ({"headers": {"x-api key": "a"}}, "triton.headers.x-api key"),
+        ({"headers": {"x-token-bin": "a"}}, "triton.headers.x-token-bin"),
+        ({"headers": {"x-token": "a\nb"}}, "triton.headers.x-token"),
     ]:
         with pytest.raises(ConfigError) as info:
             ClientOptions(**kwargs)  # type: ignore[arg-type]
         assert info.value.key == key
+
+
+async def test_bad_headers_of_one_call_are_a_config_error() -> None:
+    # load_model(headers=...) took them as they were: gRPC refused the call in a traceback of its own
+    async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
+        with pytest.raises(ConfigError) as info:
+            await client.load_model("echo", headers={"Perception-Control": "x"})
+    assert info.value.key == "headers.Perception-Control"
 
 
 def test_is_loopback() -> None:
