@@ -148,6 +148,8 @@ def _stdout_gone() -> bool:
     then pointed at /dev/null, so that the interpreter's last flush does not fail on it in turn."""
     try:
         fd = sys.stdout.fileno()
+        if not hasattr(select, "poll"):  # (not on every platform: there the error is said as any other)
+            return False
         poll = select.poll()
         poll.register(fd, select.POLLOUT)
         if not any(events & select.POLLERR for _, events in poll.poll(0)):
