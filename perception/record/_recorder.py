@@ -302,6 +302,8 @@ class RunRecorder:
         return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
+        if type(sample.t_ns) is not int:  # a numpy integer (the live intake takes them): a plain int from here on
+            sample = dataclasses.replace(sample, t_ns=int(sample.t_ns))  # (the same payload: traced by identity)
         if isinstance(sample, ImageSample):
             data = sample.data
             with self._lock:

@@ -1341,3 +1341,45 @@ def test_a_recording_of_which_no_segment_can_be_read_is_a_damaged_drive(
     assert main(argv) == 3
     assert "run.mcap: drive damaged: truncated at byte" in capsys.readouterr().err
     assert not (tmp_path / "as").exists()
+
+
+def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_recorded(tmp_path: Path) -> None:
+    # The live intake takes numpy stamps (the frames' are plain ints) and hands the recorder the sample as pushed:
+    # a received stamp (np.int64) in a fusion record's JSON ended the whole recording at the first fused frame;
+    # a frame's ego pose of numpy floats likewise. They are recorded as plain numbers, the replay reproduces it.
+    run = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(config, reader.source)
+        with RunRecorder(run, ego_poses=tuple(reader.ego_poses())) as rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assert fusion is not None
+            assembler = session.assembler()
+            n = 0
+            for sample in reader.samples():
+                rec.sample(dataclasses.replace(sample, t_ns=np.int64(sample.t_ns)), 1_000 + sample.t_ns)
+                _drained(rec)
+                for frame in assembler.push(sample):
+                    _fused_late(rec, fusion, frame)
+                    n += 1
+                if n >= 20:
+                    break
+    assert rec.error is None and not any(k.startswith("dropped_") for k in rec.stats), rec.stats
+    fused = _fusion_records_of(run)
+    raw = [e["raw_t_ns"] for r in fused for e in r["samples"].values() if e is not None]
+    assert len(fused) == n and raw and all(type(t) is int for t in raw)
+    out = anyio.run(lambda: replay_as_recorded(run, config))
+    assert out.first is None and out.compared == out.equal == n
+    # a pose of numpy scalars: its values exactly
+    ego = EgoPose(np.int64(5), Transform(tuple(np.float32([1.5, 2, 3])), tuple(np.float32([0, 0, 0.6, 0.8]))),
+                  tuple(np.float32([1, 0, 0])), np.float32(0.1))  # fmt: skip
+    with RunRecorder(tmp_path / "ego.mcap") as rec:
+        rec.begin(session)
+        rec.fused(0, Frame(7, 1_000_000, {}, ego=ego), {}, (), None)
+        rec.result(FrameResult(7, 1_000_000, FrameStatus.OK, {}, ()))
+    (record,) = _fusion_records_of(tmp_path / "ego.mcap")
+    assert fmt.decode_ego(record["ego"]) == EgoPose(
+        5, Transform((1.5, 2.0, 3.0), (0.0, 0.0, float(np.float32(0.6)), float(np.float32(0.8)))), (1.0, 0.0, 0.0),
+        float(np.float32(0.1)),
+    )  # fmt: skip
