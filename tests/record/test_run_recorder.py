@@ -1383,3 +1383,35 @@ def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_reco
         5, Transform((1.5, 2.0, 3.0), (0.0, 0.0, float(np.float32(0.6)), float(np.float32(0.8)))), (1.0, 0.0, 0.0),
         float(np.float32(0.1)),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (b'{"index":3,', b'{"index":3;', r"/record/frames: result #3 cannot be read: Expecting ',' delimiter"),
+        (b'"status":"degraded"', b'"status":"degradeX"', r"/record/frames: result #0 cannot be read: 'degradeX' is"),
+        (b'{"status":"late"', b'{"status":"lat3"', r"/record/fusion: fusion #0 cannot be read: 'lat3' is not a valid"),
+        (b'}},"sensors":{"', b'}},"sensorz":{"', r"/record/fusion: fusion #0 cannot be read: no 'sensors'$"),
+        (b'"m":[', b'"n":[', r"/record/fusion: fusion #\d+ cannot be read: no 'm'$"),  # a merged sweep's
+    ],
+)
+def test_a_record_changed_is_a_drive_error_naming_the_file_topic_and_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: bytes, new: bytes, said: str
+) -> None:
+    # A recording's chunks carry no CRC: a changed byte reaches the decoders, which raised a raw JSONDecodeError,
+    # ValueError or KeyError (a traceback from the CLI; a key missing was said as just 'sensors')
+    run = tmp_path / "run.mcap"
+    if old.startswith(b'"m"'):
+        _record_accumulated(run)
+    else:
+        _record(run, RecordOptions())
+    whole = run.read_bytes()
+    assert old in whole
+    run.write_bytes(whole.replace(old, new, 1))
+    with pytest.raises(DriveError, match=rf"^{run}: {said}") as caught:
+        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    assert caught.value.__cause__ is not None
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"perception replay: error: {run}: /record/")
