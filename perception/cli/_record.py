@@ -133,8 +133,14 @@ _NO_FILE = {
 def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
     """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
     if not rec.stats["segments"]:  # no file: stopped before the run began, or the file could not be created
-        kept = " (the earlier recording there is left as it was)" if rec.files() else ""
-        sys.stdout.write(f"nothing recorded at {rec.path}{kept}: {_NO_FILE.get(cut, cut)}\n")
+        earlier = (
+            f" (the earlier recording there was deleted: {rec.stats['replaced']} file(s))"
+            if rec.stats["replaced"]
+            else " (the earlier recording there is left as it was)"
+            if rec.files()
+            else ""
+        )
+        sys.stdout.write(f"nothing recorded at {rec.path}{earlier}: {_NO_FILE.get(cut, cut)}\n")
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
     sys.stdout.write(

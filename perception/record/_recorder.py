@@ -12,6 +12,7 @@ reader derives them (``_format.fusion_digests``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -190,7 +191,7 @@ class RunRecorder:
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
-        #: ``failed``, ``segments``, ``wakes`` (the writer's).
+        #: ``failed``, ``segments``, ``wakes`` (the writer's), ``replaced`` (the earlier recording's files deleted).
         self.stats: Counter[str] = Counter()
         #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments) and the bytes of
         #: the finished segments. (The calls on the run's threads do not time themselves: a thread's CPU clock is
@@ -265,6 +266,7 @@ class RunRecorder:
             except OSError as exc:
                 raise DriveError(f"cannot replace the earlier recording: {exc.strerror or exc}", file=str(old)) from exc
         if earlier:
+            self.stats["replaced"] = len(earlier)
             log.warning("recording %s replaces an earlier recording (%d file(s) deleted)", self.path, len(earlier))
 
     def close(self) -> None:
@@ -623,17 +625,23 @@ class RunRecorder:
             if isinstance(exc.__cause__, FileExistsError):  # (an I/O failure: it ends the recording)
                 raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exc.__cause__
             raise
-        for topic, (name, schema) in fmt.SCHEMAS.items():
-            writer.add_json_channel(topic, name, schema)
-        writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
-        writer.add_bytes_channel(fmt.SOURCE_POSES_TOPIC, fmt.POSES_ENCODING)
-        for spec in self._rig:
-            if not kind_def(spec.kind).is_image:
-                writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
-        if self._ego_poses:  # every segment holds them all: any kept one can start a replay (fmt's docs)
-            if self._poses_data is None:
-                self._poses_data = fmt.encode_poses(self._ego_poses)
-            writer.write_bytes(fmt.SOURCE_POSES_TOPIC, self._ego_poses[0].t_ns, self._poses_data)
+        try:
+            for topic, (name, schema) in fmt.SCHEMAS.items():
+                writer.add_json_channel(topic, name, schema)
+            writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
+            writer.add_bytes_channel(fmt.SOURCE_POSES_TOPIC, fmt.POSES_ENCODING)
+            for spec in self._rig:
+                if not kind_def(spec.kind).is_image:
+                    writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
+            if self._ego_poses:  # every segment holds them all: any kept one can start a replay (fmt's docs)
+                if self._poses_data is None:
+                    self._poses_data = fmt.encode_poses(self._ego_poses)
+                writer.write_bytes(fmt.SOURCE_POSES_TOPIC, self._ego_poses[0].t_ns, self._poses_data)
+        except BaseException:  # (a full disk): the segment not opened, its file closed and removed (as DriveWriter's)
+            with contextlib.suppress(Exception):
+                writer.close()
+            path.unlink(missing_ok=True)
+            raise
         self._writer = writer
         self.stats["segments"] += 1
         keep = self.options.max_segments

@@ -1415,3 +1415,51 @@ def test_a_record_changed_is_a_drive_error_naming_the_file_topic_and_record(
     assert main(argv) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"perception replay: error: {run}: /record/")
+
+
+def test_a_segment_whose_opening_fails_is_closed_and_removed_and_the_report_says_what_became_of_the_earlier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A write failing while a segment was opened (after its file was created: the source poses' message, ~17 MB an
+    # hour's drive) left the writer unclosed (its file open, without a summary), and the end-of-run line said the
+    # earlier recording was 'left as it was': it had been deleted
+    from perception.cli._record import report_recording
+    from perception.drives import _writer
+
+    run = tmp_path / "run.mcap"
+    _record(run, RecordOptions(), frames=3)  # an earlier recording there
+    real, opened = _writer.DriveWriter.write_bytes, [0, 0]  # segments opened, the one whose opening fails
+
+    def full(self: Any, topic: str, t_ns: int, data: Any, seq: int | None = None) -> None:
+        if topic == fmt.SOURCE_POSES_TOPIC:
+            opened[0] += 1
+            if opened[0] == opened[1]:
+                cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                raise DriveError(f"cannot write: {cause.strerror}", file=str(self.path)) from cause
+        real(self, topic, t_ns, data, seq)
+
+    monkeypatch.setattr(_writer.DriveWriter, "write_bytes", full)
+    fds = set(os.listdir("/proc/self/fd"))
+    config = load_config(REPLAY_PROFILE)
+    for fail_at in (1, 3):  # segment 0's opening; a rotation's (segment 2)
+        opened[:] = [0, fail_at]
+        with pytest.raises(PerceptionError, match="No space left"), DriveReader(DRIVE) as reader:
+            rec = RunRecorder(run, RecordOptions(segment_bytes=2**20, max_segments=0), ego_poses=reader.ego_poses())
+            with rec:
+                rec.begin(Session.assemble(config, reader.source))
+                for sample in reader.samples():
+                    rec.sample(sample, sample.t_ns)
+                    _drained(rec)
+        assert set(os.listdir("/proc/self/fd")) <= fds  # the failed segment's file closed
+        report_recording(rec, cut="the recording FAILED")
+        said = capsys.readouterr().out
+        if fail_at == 1:
+            assert fmt.segments(run) == []  # nothing half-written left
+            assert said == f"nothing recorded at {run} (the earlier recording there was deleted: 1 file(s)): the " \
+                "recording FAILED\n"  # fmt: skip
+        else:
+            assert [p.name for p in fmt.segments(run)] == ["run.mcap", "run-0001.mcap"] and rec.stats["segments"] == 2
+            for seg in fmt.segments(run):  # each finished, readable
+                with DriveReader(seg, strict=True) as reader:
+                    assert sum(1 for _ in reader.samples()) > 0
+            assert said.startswith(f"recorded {run}: ") and "2 segment(s)" in said
