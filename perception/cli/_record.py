@@ -284,6 +284,14 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         shed = f", {predicted} shed (predicted)" if predicted else ""
         n = len(outcome.results)
         sys.stdout.write(f"as recorded: {fused} frames fused{shed}, every digest equal ({n} results)\n")
+    if outcome.results_missing:
+        n = sum(count for _, count, _ in outcome.results_missing)
+        gaps = ", ".join(
+            f"#{first}" + (f"..#{first + count - 1}" if count > 1 else "") + f" ({why})"
+            for first, count, why in outcome.results_missing[:5]
+        )
+        more = f" and {len(outcome.results_missing) - 5} more gap(s)" if len(outcome.results_missing) > 5 else ""
+        sys.stdout.write(f"as recorded: {n} delivered result(s) missing from the recording: {gaps}{more}\n")
     for name, damage in outcome.damage.items():
         sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
     if outcome.drive_error is not None:

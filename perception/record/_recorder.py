@@ -3,11 +3,12 @@
 The recorder is a :class:`perception.scheduler.RunObserver`: the entry point calls it from its own
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
-the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
-recording with gaps says so), a sample the drive format refuses is counted too. The tracker's state is
-copied in fusion's thread (it changes with the next frame) and written, like the rest, by the writer. The
-run computes no digest (format 4): the recording holds every value a digest covers, bit for bit, and its
-reader derives them (``_format.fusion_digests``).
+the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, said by the
+end-of-run line), a sample the drive format refuses is counted too. A frame dropped so shows in the recording
+as a gap in the fusion order (``seq``) or in the delivered results' indexes, which its replay names. The
+tracker's state is copied in fusion's thread (it changes with the next frame) and written, like the rest, by
+the writer. The run computes no digest (format 4): the recording holds every value a digest covers, bit for
+bit, and its reader derives them (``_format.fusion_digests``).
 """
 
 from __future__ import annotations

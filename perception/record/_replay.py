@@ -118,6 +118,10 @@ class AsRecordedOutcome:
     damage: dict[str, DriveDamage] = field(default_factory=dict)
     #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
     drive_error: DriveDamagedError | None = None
+    #: The delivered frames' results missing from the recording (gaps in ``/record/frames``' indexes), each as
+    #: ``[first index missing, how many, why]`` (dropped by the recorder, a segment missing, damage): not
+    #: replayed, not a divergence.
+    results_missing: list[list[Any]] = field(default_factory=list)
     #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
     #: ``segment``, the first kept with a frame fused (else the first kept); ``run``, ``fusion_seq`` and
     #: ``frame_id`` of the first frame compared (None: none could be; ``fusion_seq``: the first turn kept),
@@ -154,6 +158,7 @@ class AsRecordedOutcome:
             "admission_limits": self.admission_limits(),
             "damage": {name: d.to_dict() for name, d in self.damage.items()},
             "drive_error": None if self.drive_error is None else str(self.drive_error),
+            "results_missing": self.results_missing,
             "start": self.start,
         }
 
@@ -520,6 +525,7 @@ async def _replay_segments(
     start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
+    next_index: int | None = None  # the next delivered frame's index (None: none read yet)
     unreadable: list[str] = []  # the segments that could not be read (damaged), by name
     for seg in segs:
         opened = _open_segment(seg)
@@ -554,6 +560,7 @@ async def _replay_segments(
             # the damage's doing
             dropped = f"lost to the damage of {seg.name}" if reader.damage.data_lost else "dropped by the recorder"
             gap = dropped if gap == "dropped by the recorder" else gap
+            results_gap = gap  # why results are missing at the segment's start (then: within it)
             version = reader.metadata.get(fmt.META_FORMAT, "")
             exact = version not in ("1", "2")  # the outputs digest: of their bytes
             derived = version not in ("1", "2", "3")  # format 4: the digests derived from the values recorded
@@ -628,6 +635,10 @@ async def _replay_segments(
                 else:
                     out.note(div, run)
             for frec in _frame_records(reader):
+                index = int(frec["index"])
+                if next_index is not None and index > next_index:  # (the recorder numbers every result it is given)
+                    out.results_missing.append([next_index, index - next_index, results_gap])
+                next_index, results_gap = max(index + 1, next_index or 0), dropped
                 if start is not None and start.not_replayed(frec):  # fused in a segment rotated away
                     continue
                 result = _result(frec, fused)

@@ -1463,3 +1463,45 @@ def test_a_segment_whose_opening_fails_is_closed_and_removed_and_the_report_says
                 with DriveReader(seg, strict=True) as reader:
                     assert sum(1 for _ in reader.samples()) > 0
             assert said.startswith(f"recorded {run}: ") and "2 segment(s)" in said
+
+
+def test_results_the_recorder_dropped_are_named_by_the_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A result dropped under a full queue was counted in the recorder's memory alone: the recording, and its replay
+    # as recorded, said nothing of it. Its index is missing from /record/frames: the replay names the gap.
+    real = RunRecorder._put
+
+    def full_at_4_and_5(rec: RunRecorder, kind: str, item: Any, size: int = 0) -> bool:
+        if kind == "result" and item[0] in (4, 5):  # the queue full when they were delivered
+            rec.stats[f"dropped_{kind}"] += 1
+            return False
+        return real(rec, kind, item, size)
+
+    monkeypatch.setattr(RunRecorder, "_put", full_at_4_and_5)
+    run = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    with DriveReader(DRIVE) as reader:
+        session = Session.assemble(config, reader.source)
+        with RunRecorder(run, ego_poses=tuple(reader.ego_poses())) as rec:
+            rec.begin(session)
+            fusion = rec.fusion(session.fusion())
+            assembler = session.assembler()
+            n = 0
+            for sample in reader.samples():
+                rec.sample(sample, sample.t_ns)
+                _drained(rec)
+                for frame in assembler.push(sample):
+                    _fused_late(rec, fusion, frame)
+                    n += 1
+                if n >= 12:
+                    break
+    assert rec.stats["dropped_result"] == 2
+    out = anyio.run(lambda: replay_as_recorded(run, config))
+    assert out.first is None and out.compared == out.equal == n and len(out.results) == n - 2
+    assert out.results_missing == [[4, 2, "dropped by the recorder"]]
+    assert out.report()["results_missing"] == [[4, 2, "dropped by the recorder"]]
+    argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
+    assert main(argv) == 0
+    said = "as recorded: 2 delivered result(s) missing from the recording: #4..#5 (dropped by the recorder)\n"
+    assert said in capsys.readouterr().out
