@@ -595,9 +595,10 @@ async def _replay_segments(
                     if taken is not None:
                         fused[seq] = taken
                         next_seq = seq + 1
+                        gap = dropped  # (a gap after it is this segment's: the one before it is behind)
                         continue
-                if seq != next_seq:
-                    out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
+                if seq != next_seq:  # the frame after the gap, fused on a tracker state the turns missing left
+                    out.note(Divergence(int(rec["frame_id"]), seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
                                         "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
