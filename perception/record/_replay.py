@@ -685,6 +685,8 @@ def _frame(
         elif raw is not None or extra is not None:
             # the received sweep, then the accumulated earlier sweeps: rebuilt as accumulation moved them, or
             # the rows written with the frame
+            if extra is None and s.get("points"):  # (rebuilt without them: the cloud fusion read is not this)
+                lost.append(f"{name}'s rows written with the frame ({fmt.points_topic(name)}) are not in the recording")
             parts = [p.points for p in (raw, extra) if isinstance(p, PointCloudSample)]
             for m in s.get("merged") or ():
                 earlier = received.get((name, int(m["raw_t_ns"])))

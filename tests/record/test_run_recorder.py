@@ -1537,3 +1537,23 @@ def test_a_gap_in_the_fusion_order_is_named_at_the_frame_after_it_with_its_own_c
         f"fusion #{start}..#{start} missing from the recording (dropped by the recorder): the tracker state after "
         "them is unknown",
     )  # fmt: skip
+
+
+def test_a_cloud_whose_rows_written_with_the_frame_are_missing_is_a_sample_lost() -> None:
+    # A record saying its cloud's later rows were written with it ("points": true) whose /record/fusion_points
+    # message is missing was rebuilt from the received sweep alone, silently: a divergence it makes was put on
+    # fusion (or the model), not on the sample the recording lacks
+    from perception.record import _replay
+
+    fields = ("x", "y", "z", "intensity")
+    sweep = PointCloudSample("lidar_top", 10, "lidar_top", np.ones((3, 4), np.float32), fields)
+    rows = PointCloudSample("lidar_top", 3, "lidar_top", np.zeros((2, 4), np.float32), fields, seq=3)
+    entry = {"t_ns": 10, "raw_t_ns": 10, "points": True}
+    rec = {"seq": 3, "frame_id": 1, "t_ns": 10, "ego": None, "samples": {"lidar_top": entry}, "sensors": {}}
+    received = {("lidar_top", 10): sweep}
+    frame, _, lost = _replay._frame(rec, {("lidar_top", 3): rows}, received, images=False)
+    cloud = frame.samples["lidar_top"]
+    assert not lost and isinstance(cloud, PointCloudSample) and cloud.points.shape == (5, 4)
+    _, _, lost = _replay._frame(rec, {}, received, images=False)
+    topic = fmt.points_topic("lidar_top")
+    assert lost == [f"lidar_top's rows written with the frame ({topic}) are not in the recording"]
