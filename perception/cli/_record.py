@@ -143,11 +143,14 @@ def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
         sys.stdout.write(f"nothing recorded at {rec.path}{earlier}: {_NO_FILE.get(cut, cut)}\n")
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
+    deleted = rec.stats["segments_deleted"]  # the oldest, by --record-max-segments: what is kept is said
+    written = f" kept ({rec.stats['segments']} written, {rec.bytes / 2**20:.1f} MiB: the oldest {deleted} deleted)"
     sys.stdout.write(
         f"recorded {rec.path}: {rec.stats['fused']} frames fused, "
         + (f"{rec.stats['predicted']} shed (predicted), " if rec.stats["predicted"] else "")
-        + f"{rec.stats['frames']} results, "
-        f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
+        + f"{rec.stats['frames']} results, {rec.stats['samples']} samples, "
+        f"{rec.stats['segments'] - deleted} segment(s), {(rec.bytes - rec.deleted_bytes) / 2**20:.1f} MiB"
+        + (written if deleted else "")
         + (f"; GAPS {gaps}" if gaps else "")
         + (f"; {cut}" if cut else "")
         + "\n"

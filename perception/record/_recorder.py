@@ -192,13 +192,17 @@ class RunRecorder:
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
-        #: ``failed``, ``segments``, ``wakes`` (the writer's), ``replaced`` (the earlier recording's files deleted).
+        #: ``failed``, ``segments`` (opened), ``segments_deleted`` (by ``max_segments``), ``wakes`` (the writer's),
+        #: ``replaced`` (the earlier recording's files deleted).
         self.stats: Counter[str] = Counter()
-        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments) and the bytes of
-        #: the finished segments. (The calls on the run's threads do not time themselves: a thread's CPU clock is
-        #: a system call, ~1.7 us, two a call cost ~28 us a frame; bench/bench_record.py times them.)
+        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments), the bytes of
+        #: the finished segments and of those of them deleted since (``max_segments``). (The calls on the run's
+        #: threads do not time themselves: a thread's CPU clock is a system call, ~1.7 us, two a call cost ~28 us
+        #: a frame; bench/bench_record.py times them.)
         self.cpu_ns = 0
         self.bytes = 0
+        self.deleted_bytes = 0
+        self._sizes: dict[int, int] = {}  # finished segment -> its bytes (the writer's: until it is deleted)
         self._writer: DriveWriter | None = None
         self._segment = -1
         self._rig: list[Any] = []
@@ -649,6 +653,8 @@ class RunRecorder:
         if keep and self._segment >= keep:
             old = fmt.segment_path(self.path, self._segment - keep)
             old.unlink(missing_ok=True)
+            self.stats["segments_deleted"] += 1
+            self.deleted_bytes += self._sizes.pop(self._segment - keep, 0)
             log.info("recording: segment %s deleted (max_segments %d)", old, keep)
 
     def _finish_segment(self) -> None:
@@ -659,7 +665,8 @@ class RunRecorder:
                     self._flush_arrivals(writer)
             finally:
                 writer.close()
-            self.bytes += writer.path.stat().st_size
+            size = self._sizes[self._segment] = writer.path.stat().st_size
+            self.bytes += size
 
 
 def _detections_json(detections: Sequence[Detection3D]) -> str:

@@ -1557,3 +1557,27 @@ def test_a_cloud_whose_rows_written_with_the_frame_are_missing_is_a_sample_lost(
     _, _, lost = _replay._frame(rec, {}, received, images=False)
     topic = fmt.points_topic("lidar_top")
     assert lost == [f"lidar_top's rows written with the frame ({topic}) are not in the recording"]
+
+
+def test_the_recorded_line_says_what_is_kept_of_a_bounded_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With max_segments the line counted every segment ever written and their bytes ('50 segment(s), 52.8 MiB'
+    # while the disk held 3): it says what is kept, and what was written and deleted
+    from perception.cli._record import report_recording
+
+    run = tmp_path / "run.mcap"
+    rec = RunRecorder(run, RecordOptions(segment_bytes=2**20, max_segments=3))
+    with DriveReader(DRIVE) as reader, rec:
+        rec.begin(Session.assemble(load_config(REPLAY_PROFILE), reader.source))
+        for sample in itertools.islice(reader.samples(), 300):
+            rec.sample(sample, sample.t_ns)
+            _drained(rec)
+    kept = fmt.segments(run)
+    written = rec.stats["segments"]
+    assert len(kept) == 3 and written > 5 and rec.stats["segments_deleted"] == written - 3
+    report_recording(rec)
+    mib = sum(p.stat().st_size for p in kept) / 2**20
+    assert f"samples, 3 segment(s), {mib:.1f} MiB kept ({written} written, {rec.bytes / 2**20:.1f} MiB: the oldest " \
+        f"{written - 3} deleted)\n" in capsys.readouterr().out  # fmt: skip
+    assert rec.bytes - rec.deleted_bytes == sum(p.stat().st_size for p in kept)
