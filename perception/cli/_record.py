@@ -133,15 +133,24 @@ _NO_FILE = {
 def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
     """What the recording holds, on stdout; ``cut``: why it ends before the run's end (said after it)."""
     if not rec.stats["segments"]:  # no file: stopped before the run began, or the file could not be created
-        kept = " (the earlier recording there is left as it was)" if rec.files() else ""
-        sys.stdout.write(f"nothing recorded at {rec.path}{kept}: {_NO_FILE.get(cut, cut)}\n")
+        earlier = (
+            f" (the earlier recording there was deleted: {rec.stats['replaced']} file(s))"
+            if rec.stats["replaced"]
+            else " (the earlier recording there is left as it was)"
+            if rec.files()
+            else ""
+        )
+        sys.stdout.write(f"nothing recorded at {rec.path}{earlier}: {_NO_FILE.get(cut, cut)}\n")
         return
     gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
+    deleted = rec.stats["segments_deleted"]  # the oldest, by --record-max-segments: what is kept is said
+    written = f" kept ({rec.stats['segments']} written, {rec.bytes / 2**20:.1f} MiB: the oldest {deleted} deleted)"
     sys.stdout.write(
         f"recorded {rec.path}: {rec.stats['fused']} frames fused, "
         + (f"{rec.stats['predicted']} shed (predicted), " if rec.stats["predicted"] else "")
-        + f"{rec.stats['frames']} results, "
-        f"{rec.stats['samples']} samples, {rec.stats['segments']} segment(s), {rec.bytes / 2**20:.1f} MiB"
+        + f"{rec.stats['frames']} results, {rec.stats['samples']} samples, "
+        f"{rec.stats['segments'] - deleted} segment(s), {(rec.bytes - rec.deleted_bytes) / 2**20:.1f} MiB"
+        + (written if deleted else "")
         + (f"; GAPS {gaps}" if gaps else "")
         + (f"; {cut}" if cut else "")
         + "\n"
@@ -278,6 +287,14 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         shed = f", {predicted} shed (predicted)" if predicted else ""
         n = len(outcome.results)
         sys.stdout.write(f"as recorded: {fused} frames fused{shed}, every digest equal ({n} results)\n")
+    if outcome.results_missing:
+        n = sum(count for _, count, _ in outcome.results_missing)
+        gaps = ", ".join(
+            f"#{first}" + (f"..#{first + count - 1}" if count > 1 else "") + f" ({why})"
+            for first, count, why in outcome.results_missing[:5]
+        )
+        more = f" and {len(outcome.results_missing) - 5} more gap(s)" if len(outcome.results_missing) > 5 else ""
+        sys.stdout.write(f"as recorded: {n} delivered result(s) missing from the recording: {gaps}{more}\n")
     for name, damage in outcome.damage.items():
         sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
     if outcome.drive_error is not None:

@@ -182,14 +182,16 @@ def decode_array(d: Mapping[str, Any]) -> npt.NDArray[Any]:
 
 
 def encode_ego(ego: EgoPose | None) -> dict[str, Any] | None:
+    """A frame's ego pose as its record holds it: plain ints and floats (a live host's pose may hold numpy
+    scalars: the JSON encoder refuses them; a float32's value is a float's exactly)."""
     if ego is None:
         return None
     return {
-        "t_ns": ego.t_ns,
-        "translation": list(ego.pose.translation),
-        "rotation": list(ego.pose.rotation),
-        "linear_velocity": list(ego.linear_velocity),
-        "yaw_rate": ego.yaw_rate,
+        "t_ns": int(ego.t_ns),
+        "translation": [float(x) for x in ego.pose.translation],
+        "rotation": [float(x) for x in ego.pose.rotation],
+        "linear_velocity": [float(x) for x in ego.linear_velocity],
+        "yaw_rate": float(ego.yaw_rate),
     }
 
 

@@ -3,15 +3,17 @@
 The recorder is a :class:`perception.scheduler.RunObserver`: the entry point calls it from its own
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
-the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, so a
-recording with gaps says so), a sample the drive format refuses is counted too. The tracker's state is
-copied in fusion's thread (it changes with the next frame) and written, like the rest, by the writer. The
-run computes no digest (format 4): the recording holds every value a digest covers, bit for bit, and its
-reader derives them (``_format.fusion_digests``).
+the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, said by the
+end-of-run line), a sample the drive format refuses is counted too. A frame dropped so shows in the recording
+as a gap in the fusion order (``seq``) or in the delivered results' indexes, which its replay names. The
+tracker's state is copied in fusion's thread (it changes with the next frame) and written, like the rest, by
+the writer. The run computes no digest (format 4): the recording holds every value a digest covers, bit for
+bit, and its reader derives them (``_format.fusion_digests``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -190,13 +192,17 @@ class RunRecorder:
         self._runs = 0  # begin() calls
         #: Counters: ``samples``, ``fused``, ``predicted`` (shed frames), ``frames`` written; ``dropped_<kind>``
         #: (the queue was full), ``refused`` (a sample the drive format refuses), ``unknown_sensor``,
-        #: ``failed``, ``segments``, ``wakes`` (the writer's).
+        #: ``failed``, ``segments`` (opened), ``segments_deleted`` (by ``max_segments``), ``wakes`` (the writer's),
+        #: ``replaced`` (the earlier recording's files deleted).
         self.stats: Counter[str] = Counter()
-        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments) and the bytes of
-        #: the finished segments. (The calls on the run's threads do not time themselves: a thread's CPU clock is
-        #: a system call, ~1.7 us, two a call cost ~28 us a frame; bench/bench_record.py times them.)
+        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments), the bytes of
+        #: the finished segments and of those of them deleted since (``max_segments``). (The calls on the run's
+        #: threads do not time themselves: a thread's CPU clock is a system call, ~1.7 us, two a call cost ~28 us
+        #: a frame; bench/bench_record.py times them.)
         self.cpu_ns = 0
         self.bytes = 0
+        self.deleted_bytes = 0
+        self._sizes: dict[int, int] = {}  # finished segment -> its bytes (the writer's: until it is deleted)
         self._writer: DriveWriter | None = None
         self._segment = -1
         self._rig: list[Any] = []
@@ -265,6 +271,7 @@ class RunRecorder:
             except OSError as exc:
                 raise DriveError(f"cannot replace the earlier recording: {exc.strerror or exc}", file=str(old)) from exc
         if earlier:
+            self.stats["replaced"] = len(earlier)
             log.warning("recording %s replaces an earlier recording (%d file(s) deleted)", self.path, len(earlier))
 
     def close(self) -> None:
@@ -302,6 +309,8 @@ class RunRecorder:
         return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
+        if type(sample.t_ns) is not int:  # a numpy integer (the live intake takes them): a plain int from here on
+            sample = dataclasses.replace(sample, t_ns=int(sample.t_ns))  # (the same payload: traced by identity)
         if isinstance(sample, ImageSample):
             data = sample.data
             with self._lock:
@@ -621,23 +630,31 @@ class RunRecorder:
             if isinstance(exc.__cause__, FileExistsError):  # (an I/O failure: it ends the recording)
                 raise DriveError(_NOT_A_SEGMENT, file=str(path)) from exc.__cause__
             raise
-        for topic, (name, schema) in fmt.SCHEMAS.items():
-            writer.add_json_channel(topic, name, schema)
-        writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
-        writer.add_bytes_channel(fmt.SOURCE_POSES_TOPIC, fmt.POSES_ENCODING)
-        for spec in self._rig:
-            if not kind_def(spec.kind).is_image:
-                writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
-        if self._ego_poses:  # every segment holds them all: any kept one can start a replay (fmt's docs)
-            if self._poses_data is None:
-                self._poses_data = fmt.encode_poses(self._ego_poses)
-            writer.write_bytes(fmt.SOURCE_POSES_TOPIC, self._ego_poses[0].t_ns, self._poses_data)
+        try:
+            for topic, (name, schema) in fmt.SCHEMAS.items():
+                writer.add_json_channel(topic, name, schema)
+            writer.add_bytes_channel(fmt.FUSION_DATA_TOPIC, fmt.DATA_ENCODING)
+            writer.add_bytes_channel(fmt.SOURCE_POSES_TOPIC, fmt.POSES_ENCODING)
+            for spec in self._rig:
+                if not kind_def(spec.kind).is_image:
+                    writer.add_points_channel(fmt.points_topic(spec.name), spec.kind)
+            if self._ego_poses:  # every segment holds them all: any kept one can start a replay (fmt's docs)
+                if self._poses_data is None:
+                    self._poses_data = fmt.encode_poses(self._ego_poses)
+                writer.write_bytes(fmt.SOURCE_POSES_TOPIC, self._ego_poses[0].t_ns, self._poses_data)
+        except BaseException:  # (a full disk): the segment not opened, its file closed and removed (as DriveWriter's)
+            with contextlib.suppress(Exception):
+                writer.close()
+            path.unlink(missing_ok=True)
+            raise
         self._writer = writer
         self.stats["segments"] += 1
         keep = self.options.max_segments
         if keep and self._segment >= keep:
             old = fmt.segment_path(self.path, self._segment - keep)
             old.unlink(missing_ok=True)
+            self.stats["segments_deleted"] += 1
+            self.deleted_bytes += self._sizes.pop(self._segment - keep, 0)
             log.info("recording: segment %s deleted (max_segments %d)", old, keep)
 
     def _finish_segment(self) -> None:
@@ -648,7 +665,8 @@ class RunRecorder:
                     self._flush_arrivals(writer)
             finally:
                 writer.close()
-            self.bytes += writer.path.stat().st_size
+            size = self._sizes[self._segment] = writer.path.stat().st_size
+            self.bytes += size
 
 
 def _detections_json(detections: Sequence[Detection3D]) -> str:

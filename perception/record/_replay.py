@@ -27,11 +27,12 @@ chunk) is damage: the replay starts from the first segment read.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+import numpy.typing as npt
 
 from perception.config import RuntimeConfig
 from perception.drives import DriveDamage, DriveReader, cut_short_at
@@ -116,6 +118,10 @@ class AsRecordedOutcome:
     damage: dict[str, DriveDamage] = field(default_factory=dict)
     #: The first damaged segment's one-line error (the file, the first problem, its byte offset), or None.
     drive_error: DriveDamagedError | None = None
+    #: The delivered frames' results missing from the recording (gaps in ``/record/frames``' indexes), each as
+    #: ``[first index missing, how many, why]`` (dropped by the recorder, a segment missing, damage): not
+    #: replayed, not a divergence.
+    results_missing: list[list[Any]] = field(default_factory=list)
     #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
     #: ``segment``, the first kept with a frame fused (else the first kept); ``run``, ``fusion_seq`` and
     #: ``frame_id`` of the first frame compared (None: none could be; ``fusion_seq``: the first turn kept),
@@ -152,6 +158,7 @@ class AsRecordedOutcome:
             "admission_limits": self.admission_limits(),
             "damage": {name: d.to_dict() for name, d in self.damage.items()},
             "drive_error": None if self.drive_error is None else str(self.drive_error),
+            "results_missing": self.results_missing,
             "start": self.start,
         }
 
@@ -180,28 +187,69 @@ class AsRecordedOutcome:
             self.first = div
 
 
-def _records(reader: DriveReader, topic: str, key: str) -> list[dict[str, Any]]:
-    out = [json.loads(data) for _, _, _, data in reader.messages([topic])]
-    return sorted(out, key=lambda r: int(r[key]))
+@contextlib.contextmanager
+def _decoding(reader: DriveReader, topic: str, what: str) -> Iterator[None]:
+    """A record of ``topic`` (``what``: which, by its message's sequence) decoded: what it cannot be read as (a
+    recording's chunks carry no CRC, so a changed byte reaches the decoders) is a :class:`DriveError` naming the
+    file, the topic and the record, never a traceback."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else str(exc) or type(exc).__name__
+        raise DriveError(f"{what} cannot be read: {why}", file=str(reader.path), topic=topic) from exc
+
+
+def _frame_records(reader: DriveReader) -> list[dict[str, Any]]:
+    """A recording segment's ``/record/frames`` records in delivery order (``index``), each decoded whole as the
+    replay reads it (:func:`_decoding`: a record that cannot be is a :class:`DriveError`)."""
+    out: list[dict[str, Any]] = []
+    for _, _, index, d in reader.messages([fmt.FRAMES_TOPIC]):
+        with _decoding(reader, fmt.FRAMES_TOPIC, f"result #{index}"):
+            record = json.loads(d)
+            int(record["index"])
+            if record.get("fusion_seq") is not None:
+                int(record["fusion_seq"])
+            _result(record, {})
+            out.append(record)
+    return sorted(out, key=lambda r: int(r["index"]))
 
 
 def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
     """A recording segment's fusion records in fusion order, each with its numbers (formats 3 and 4:
-    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`). In a
-    damaged segment (``reader.damage``: data lost) a record whose numbers are not there is left out: lost with the
-    damage (a cut between the two), as what follows it is; in an intact one it is an error."""
+    ``/record/fusion_data``) read back as formats 1 and 2 hold them (:func:`._format.decode_fusion`), and
+    decoded whole as the replay reads it (:func:`_decoding`: a record that cannot be is a :class:`DriveError`).
+    In a damaged segment (``reader.damage``: data lost) a record whose numbers are not there is left out: lost
+    with the damage (a cut between the two), as what follows it is; in an intact one it is an error."""
     data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
     out: list[dict[str, Any]] = []
     for _, _, seq, d in reader.messages([fmt.FUSION_TOPIC]):
-        try:
+        with _decoding(reader, fmt.FUSION_TOPIC, f"fusion #{seq}"):
             record = json.loads(d)
             if seq not in data and isinstance(record.get("detections"), Mapping) and reader.damage.data_lost:
                 log.info("%s: fusion #%s: its numbers lost with the damage: left out", reader.path, seq)
                 continue
-            out.append(fmt.decode_fusion(record, data.get(seq)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DriveError(f"a fusion record cannot be read: {exc}", file=str(reader.path)) from exc
+            record = fmt.decode_fusion(record, data.get(seq))
+            _check_fusion(record)
+            out.append(record)
     return sorted(out, key=lambda r: int(r["seq"]))
+
+
+def _check_fusion(rec: Mapping[str, Any]) -> None:
+    """Every value of a fusion record (read back: :func:`._format.decode_fusion`) the replay reads, decoded once
+    by the replay's own decoders: what one cannot read raises here, under the reading's guard."""
+    int(rec["seq"]), int(rec["frame_id"]), int(rec["t_ns"])
+    fmt.decode_ego(rec["ego"])
+    for name, d in rec["sensors"].items():
+        fmt.decode_result(name, d)
+    for d in rec["detections"]:
+        fmt.decode_detection(d)
+    for s in rec["samples"].values():
+        if s is not None:
+            int(s["t_ns"])
+            if s.get("raw_t_ns") is not None:
+                int(s["raw_t_ns"])
+            for m in s.get("merged") or ():
+                int(m["raw_t_ns"]), _moved_by(m)
 
 
 def _source(reader: DriveReader) -> SessionSource:
@@ -477,6 +525,7 @@ async def _replay_segments(
     start = _Resume(out, rt, answered) if resume else None
     expected = 0  # the next segment's number
     gap = "dropped by the recorder"  # why fusion turns are missing, where they are
+    next_index: int | None = None  # the next delivered frame's index (None: none read yet)
     unreadable: list[str] = []  # the segments that could not be read (damaged), by name
     for seg in segs:
         opened = _open_segment(seg)
@@ -511,6 +560,7 @@ async def _replay_segments(
             # the damage's doing
             dropped = f"lost to the damage of {seg.name}" if reader.damage.data_lost else "dropped by the recorder"
             gap = dropped if gap == "dropped by the recorder" else gap
+            results_gap = gap  # why results are missing at the segment's start (then: within it)
             version = reader.metadata.get(fmt.META_FORMAT, "")
             exact = version not in ("1", "2")  # the outputs digest: of their bytes
             derived = version not in ("1", "2", "3")  # format 4: the digests derived from the values recorded
@@ -545,14 +595,16 @@ async def _replay_segments(
                     if taken is not None:
                         fused[seq] = taken
                         next_seq = seq + 1
+                        gap = dropped  # (a gap after it is this segment's: the one before it is behind)
                         continue
-                if seq != next_seq:
-                    out.note(Divergence(int(rec["frame_id"]), next_seq, "decision",
+                if seq != next_seq:  # the frame after the gap, fused on a tracker state the turns missing left
+                    out.note(Divergence(int(rec["frame_id"]), seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
                                         "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
                 gap = dropped
-                digest = fmt.fusion_digests(rec, version)
+                with _decoding(reader, fmt.FUSION_TOPIC, f"fusion #{seq}"):
+                    digest = fmt.fusion_digests(rec, version)
                 fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
                     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), {}, ego=fmt.decode_ego(rec["ego"]))
@@ -583,7 +635,11 @@ async def _replay_segments(
                     out.equal += 1
                 else:
                     out.note(div, run)
-            for frec in _records(reader, fmt.FRAMES_TOPIC, "index"):
+            for frec in _frame_records(reader):
+                index = int(frec["index"])
+                if next_index is not None and index > next_index:  # (the recorder numbers every result it is given)
+                    out.results_missing.append([next_index, index - next_index, results_gap])
+                next_index, results_gap = max(index + 1, next_index or 0), dropped
                 if start is not None and start.not_replayed(frec):  # fused in a segment rotated away
                     continue
                 result = _result(frec, fused)
@@ -591,6 +647,7 @@ async def _replay_segments(
                 then = fmt.frame_digest(frec, version, fused_digests)
                 if (
                     then is not None
+                    and frec.get("fusion_seq") is not None
                     and int(frec["fusion_seq"]) in fused
                     and detections_digest(result.detections) != then
                 ):
@@ -628,13 +685,15 @@ def _frame(
         elif raw is not None or extra is not None:
             # the received sweep, then the accumulated earlier sweeps: rebuilt as accumulation moved them, or
             # the rows written with the frame
+            if extra is None and s.get("points"):  # (rebuilt without them: the cloud fusion read is not this)
+                lost.append(f"{name}'s rows written with the frame ({fmt.points_topic(name)}) are not in the recording")
             parts = [p.points for p in (raw, extra) if isinstance(p, PointCloudSample)]
             for m in s.get("merged") or ():
                 earlier = received.get((name, int(m["raw_t_ns"])))
                 if not isinstance(earlier, PointCloudSample):
                     lost.append(f"{name}'s sweep at {m['raw_t_ns']} (merged into the frame's) is not in the recording")
                     break
-                parts.append(SweepAccumulator.moved(earlier.points, np.asarray(m["m"], np.float64).reshape(4, 4)))
+                parts.append(SweepAccumulator.moved(earlier.points, _moved_by(m)))
             like = raw if isinstance(raw, PointCloudSample) else extra
             assert like is not None
             cloud = np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -646,6 +705,11 @@ def _frame(
     frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), samples, ego=fmt.decode_ego(rec["ego"]))
     results = {name: fmt.decode_result(name, d) for name, d in rec["sensors"].items()}
     return frame, results, lost
+
+
+def _moved_by(merged: Mapping[str, Any]) -> npt.NDArray[np.float64]:
+    """The transform an accumulated sweep was moved by (a ``merged`` entry of a frame's cloud)."""
+    return np.asarray(merged["m"], np.float64).reshape(4, 4)
 
 
 async def _rerun(

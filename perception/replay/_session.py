@@ -247,8 +247,9 @@ async def replay_drive(
     runtime then uses it instead of opening its own server and client from ``config.server``.
     ``admission_provider``: the runtime's admission (a fleet worker's: shared with the other workers of its
     server).
-    ``observer``: sees the session, every sample as it is read, every frame fusion consumes and every
-    result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
+    ``observer``: sees the session (once the runtime is up: a recorder replaces an earlier recording then, so
+    a replay that never starts leaves it), every sample as it is read, every frame fusion consumes and every
+    result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder; its fusion stage asked for first)."""
     opts = options or ReplayOptions()
     started: list[Runtime] = []
     if stop is None:
@@ -313,13 +314,10 @@ async def _replay(
         # caller's session when it assembled one, with the pacing's pipeline settings
         session = config if isinstance(config, Session) else Session.assemble(config, reader.source)
         session = dataclasses.replace(session, config=_effective(session.config, opts.rate))
-        source = DriveSource(
-            reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns, observer=observer
-        )
+        source = DriveSource(reader, session, rate=rate, start_ns=opts.start_ns, end_ns=opts.end_ns, observer=observer)
         cfg = session.config
         fusion = session.fusion() if opts.fusion else None
-        if observer is not None:
-            observer.begin(session)
+        if observer is not None:  # (begun once the runtime is up, as the sinks are opened)
             fusion = observer.fusion(fusion)  # the recorder sees every frame fusion consumes
         tally = _Tally(cfg.budget.total_ns)
         own, evaluation = _own_sinks(session, opts, fusion is not None)
@@ -335,9 +333,12 @@ async def _replay(
                 trace_requests=opts.server_split is not False,
                 admission=admission_provider,
             ) as rt:
-                # every sink opened once the runtime is up, before the first frame (a server that never
-                # came up, or a stop meanwhile, leaves an earlier run's outputs as they were); closed
-                # however the replay ends, in reverse order, after the runtime
+                # every sink opened, and the observer begun (a recorder replaces an earlier recording then),
+                # once the runtime is up, before the first frame (a server that never came up, or a stop
+                # meanwhile, leaves an earlier run's outputs as they were); closed however the replay ends, in
+                # reverse order, after the runtime
+                if observer is not None:
+                    observer.begin(session)
                 opened = [stack.enter_context(open_sink(reader, source.rig)) for open_sink in (*own, *sinks)]
                 opened.append(stack.enter_context(ProgressSink(opts.progress)(reader, source.rig)))
                 started.append(rt)

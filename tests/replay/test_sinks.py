@@ -13,7 +13,9 @@ from reliability_helpers import read_records, runtime_config, write_drive
 
 from perception.drives import DriveReader
 from perception.errors import ConnectError, ReplayStoppedError
+from perception.record import RunRecorder
 from perception.replay import ReplayOptions, ReplaySink, replay_drive
+from perception.scheduler import Session
 from perception.server import EmbeddedTriton
 from perception.types import FrameResult, SensorSpec
 
@@ -161,3 +163,21 @@ async def test_a_server_that_never_answers_leaves_the_earlier_outputs_as_they_we
         )
     assert log == []
     assert (tmp_path / "detections.jsonl").read_text() == '{"frame_id": 0}\n'
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_leaves_an_earlier_recording_as_it_was(drive: Path, tmp_path: Path) -> None:
+    # The observer was begun before the runtime: a recorder (replay --record) replaced the earlier recording at
+    # its path with an empty one although nothing was replayed. Now it is begun once the runtime is up, as the
+    # sinks are opened.
+    server = {"url": "127.0.0.1:1", "startup_timeout_s": 60, "connect_timeout_s": 0.5}
+    config = runtime_config("127.0.0.1:1", SLEEPY, server=server)
+    run = tmp_path / "run.mcap"
+    with DriveReader(drive) as reader, RunRecorder(run) as earlier:
+        earlier.begin(Session.assemble(config, reader.source))
+        for sample in reader.samples():
+            earlier.sample(sample, sample.t_ns)
+    before = run.read_bytes()
+    with RunRecorder(run) as rec, anyio.fail_after(120), pytest.raises(ConnectError, match=r"no answer for 0\.5 s"):
+        await replay_drive(drive, config, _opts(tmp_path / "out"), observer=rec)
+    assert rec.stats["segments"] == 0 and run.read_bytes() == before
