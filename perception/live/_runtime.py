@@ -137,8 +137,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
         raises is logged and counted in ``status()["callbacks_failed"]``.
-        ``observer``: sees the session, every sample and pose pushed (with its arrival), every frame fusion
-        consumes and every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder)."""
+        ``observer``: sees the session (once the runtime is up: a runtime that never came up leaves an earlier
+        recording as it was), every sample and pose pushed (with its arrival), every frame fusion consumes and
+        every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder; its fusion stage asked for
+        here)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -147,8 +149,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         rig = session.rig
         self.config = config = session.config
         self._observer = observer
-        if observer is not None:
-            observer.begin(session)
+        self._session = session
+        if observer is not None:  # (begun once the runtime is up: a recorder replaces an earlier recording then)
             fusion = observer.fusion(session.fusion() if fusion == "profile" else fusion)
         self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
@@ -381,6 +383,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         try:
             async with contextlib.AsyncExitStack() as stack:
                 await stack.enter_async_context(self._runtime)
+                if self._observer is not None:  # a runtime that never came up leaves an earlier recording
+                    self._observer.begin(self._session)
                 callbacks = CallbackQueue(self._callback_queue, name="live-cb")
                 self._callbacks = callbacks
                 stack.push_async_callback(self._close_callbacks, callbacks, pipeline.drain_timeout_s)

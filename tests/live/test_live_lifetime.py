@@ -337,3 +337,31 @@ def test_an_error_opening_an_async_held_runtime_is_raised_as_it_is(tmp_path: Pat
     assert str(missing) in str(caught.value)
     with pytest.raises(ConfigError, match=r"server\.models"), LiveRuntime(cfg, rig):
         raise AssertionError("the block does not run")
+
+
+def test_a_runtime_that_never_came_up_leaves_an_earlier_recording_as_it_was(tmp_path: Path) -> None:
+    # The observer was begun when the LiveRuntime was made, before its runtime was entered: a recorder (live
+    # --record, ros node --record) replaced the earlier recording at its path although nothing ran.
+    from recording_helpers import earlier_recording
+
+    from perception.record import RunRecorder
+
+    cfg = from_data(
+        RuntimeConfig,
+        {
+            "server": {"url": "embedded", "models": [str(tmp_path / "no_models")]},
+            "sensors": [{"name": "lidar", "kind": "lidar", "model": "lid"}],
+            "trigger": {"sensor": "lidar"},
+            "fusion": {"enabled": False},
+        },
+    )
+    rig = {"lidar": SensorSpec("lidar", "lidar", "lidar", Transform(), "/lidar")}
+    run = tmp_path / "run.mcap"
+    before = earlier_recording(run)
+    with (
+        RunRecorder(run) as rec,
+        pytest.raises(ConfigError, match=r"server\.models"),
+        LiveRuntime(cfg, rig, observer=rec),
+    ):
+        raise AssertionError("the block does not run")
+    assert rec.stats["segments"] == 0 and run.read_bytes() == before
