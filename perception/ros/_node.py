@@ -43,7 +43,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
 from visualization_msgs import msg as viz_msgs
 
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import LiveConfig, RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime, check_trigger
@@ -135,6 +135,18 @@ def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int
     if result.latency.total_ns <= 0:
         return None
     return result.latency.total_ns / 1e6
+
+
+def ros_time_base(live: LiveConfig, ros_minus_mono: int) -> tuple[LiveConfig, int]:
+    """``live`` for stamps on the node's ROS clock, and what a frame's host time plus gives its ROS
+    stamp. ``ros_minus_mono``: ROS now - monotonic now. With ``time_base: offset`` the live runtime adds
+    ``-ros_minus_mono`` to each stamp as ``offset_ms`` (a float of some 1e12 ms: its ``offset_ns`` can be
+    ~100 ns off): the value returned inverts exactly that, so a frame's published stamp is its trigger's."""
+    if live.time_base != "offset":
+        return live, ros_minus_mono
+    # host (monotonic) = stamp + (monotonic - ROS now)
+    live = dataclasses.replace(live, offset_ms=-ros_minus_mono / 1e6)
+    return live, -live.offset_ns
 
 
 def _intake_checked(sample: Sample, kind: SensorKindDef) -> Sample:
@@ -360,10 +372,8 @@ class FusionNode(LifecycleNode):
         cfg = self.config
         assert cfg is not None and self._diag is not None
         ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
-        self._ros_minus_mono = ros_now - mono_now
-        if cfg.live.time_base == "offset":
-            # ROS stamps are on the node's ROS clock: host (monotonic) = stamp + (monotonic - ROS now).
-            cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
+        live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+        cfg = dataclasses.replace(cfg, live=live_cfg)
         assert self.session is not None
         # the session's source, resolved as configure resolved it (the config already is)
         live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer)

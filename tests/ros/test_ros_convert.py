@@ -80,6 +80,31 @@ def test_stamps_round_trip_in_integer_nanoseconds() -> None:
     assert stamp_ns(to_stamp(Time, t)) == t
 
 
+def test_a_frame_s_published_stamp_is_its_trigger_s_to_the_nanosecond() -> None:
+    # The node passed ROS now - monotonic now to the live runtime as offset_ms (a float of some 1e12 ms,
+    # rounded back to ns there) and added the measured integer back when publishing: 9955 of 10000
+    # stamps came out up to 128 ns off their trigger's. A frame's host time is stamp + offset_ns (the
+    # live runtime's time base); its published stamp is that plus what ros_time_base returns.
+    import random
+
+    from perception.config import LiveConfig
+    from perception.live._assembler import TimeBase
+    from perception.ros._node import ros_time_base
+
+    rng = random.Random(1)
+    for _ in range(2000):
+        ros_now = 1_766_000_000_000_000_000 + rng.randrange(10**15)
+        ros_minus_mono = ros_now - rng.randrange(10**9, 10**15)
+        live, back = ros_time_base(LiveConfig(time_base="offset"), ros_minus_mono)
+        assert abs(back - ros_minus_mono) < 1_000  # the offset measured, to a rounding of offset_ms
+        stamp = ros_now - rng.randrange(10**8)
+        host_t, jump = TimeBase(live).to_host("lidar", stamp, stamp - ros_minus_mono)
+        assert not jump and host_t is not None
+        assert host_t + back == stamp
+    estimate = LiveConfig(time_base="estimate")
+    assert ros_time_base(estimate, 123_456_789) == (estimate, 123_456_789)  # its own offsets: published as measured
+
+
 def test_a_radar_cloud_is_read_by_field_name_whatever_the_layout_and_endianness() -> None:
     rows = np.array([[1.0, 2.0, 0.5, 3.25, 7.0], [4.0, -5.0, 0.0, -1.5, 12.0]])
     # Another driver's order and types, a renamed Doppler field and an extra field the kind ignores.
