@@ -219,9 +219,8 @@ class FusionNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._configure()
-        except PerceptionError as exc:
-            self.failure = exc
-            self.get_logger().error(f"configure failed: {exc}")
+        except Exception as exc:  # rclpy takes any other exception to ERROR, silently
+            self._failed("configure", exc)
             self._release_server()
             return TransitionCallbackReturn.FAILURE
         return TransitionCallbackReturn.SUCCESS
@@ -229,12 +228,22 @@ class FusionNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._activate()
-        except PerceptionError as exc:
-            self.failure = exc
-            self.get_logger().error(f"activate failed: {exc}")
+        except Exception as exc:  # as configure's
+            self._failed("activate", exc)
             self._deactivate()
             return TransitionCallbackReturn.FAILURE
         return TransitionCallbackReturn.SUCCESS
+
+    def _failed(self, transition: str, exc: Exception) -> None:
+        """``exc`` as :attr:`failure`, logged: a :class:`PerceptionError` as it is, another exception (a
+        fault of the node or of rclpy) as a :class:`PerceptionError` naming it, with its traceback."""
+        if isinstance(exc, PerceptionError):
+            self.failure = exc
+            self.get_logger().error(f"{transition} failed: {exc}")
+            return
+        self.failure = PerceptionError(f"{type(exc).__name__}: {exc}")
+        self.get_logger().error(f"{transition} failed: {self.failure}")
+        log.debug("%s failed", transition, exc_info=exc)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._deactivate()
@@ -294,22 +303,25 @@ class FusionNode(LifecycleNode):
         topics = sensor_topics(rig, cfg.ros, file=str(profile))
         active = {s.name for s in cfg.active_sensors}
         check_trigger([s.name for s in cfg.active_sensors], cfg.trigger)  # at configure, not only at activate
-        self.topics = {}
+        chosen_topics: dict[str, str] = {}
         for name, t in topics.items():
-            if name not in active:
-                continue
-            param = f"topics.{name}"
-            if not self.has_parameter(param):
-                self._declare(param, t.data)
-            chosen = self._param(param)
-            self.topics[name] = (
-                t
-                if chosen == t.data
-                else sensor_topics({name: rig[name]}, dataclasses.replace(cfg.ros, topics={name: chosen}))[name]
-            )
+            if name in active:
+                param = f"topics.{name}"
+                if not self.has_parameter(param):
+                    self._declare(param, t.data)
+                chosen_topics[name] = self._param(param)
         if not self.has_parameter("odometry_topic"):
             self._declare("odometry_topic", cfg.ros.odometry_topic)
-        self.odometry_topic = self._param("odometry_topic")
+        try:  # the parameters' topics, checked as the profile's are
+            ros = dataclasses.replace(
+                cfg.ros, topics={**cfg.ros.topics, **chosen_topics}, odometry_topic=self._param("odometry_topic")
+            )
+        except ValueError as exc:  # "topics.<sensor>: ..." or "odometry_topic: ...": the parameter's name
+            key, _, why = str(exc).partition(": ")
+            raise ConfigError(why, key=key) from None
+        cfg = dataclasses.replace(cfg, ros=ros)
+        self.topics = {name: t for name, t in sensor_topics(rig, ros).items() if name in chosen_topics}
+        self.odometry_topic = ros.odometry_topic
         self.rig = rig
         if cfg.server.embedded:
             cfg = with_overrides(cfg, url=self._start_server(cfg))

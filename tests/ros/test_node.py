@@ -723,3 +723,87 @@ def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "fragment"),
+    [
+        ("topics.lidar_top", "/a b", "must be a ROS 2 topic name"),
+        ("topics.lidar_top", "points", "must be an absolute topic name"),
+        ("odometry_topic", "/localization/kinematic state", "must be a ROS 2 topic name"),
+    ],
+)
+def test_a_topic_parameter_that_is_no_ros_2_topic_name_fails_configure_naming_it(
+    tmp_path: Path, param: str, value: str, fragment: str
+) -> None:
+    # Configure took it; activate's create_subscription raised rclpy's InvalidTopicNameException, which
+    # the lifecycle took to ERROR without a word (run_node: exit 1, node.failure empty); "points" raised
+    # RosConfig's ValueError out of configure, likewise.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import ConfigError
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1", param: value}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, ConfigError), node.failure
+        assert node.failure.key == param and fragment in str(node.failure), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_an_unexpected_exception_in_a_transition_fails_it_saying_what_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Only a PerceptionError was caught: any other exception was taken by rclpy's lifecycle to an ERROR
+    # transition that logged nothing, and run_node exited 1 with node.failure empty. No server: the
+    # models' check is left out and the live runtime raises on opening.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import PerceptionError
+    from perception.ros import _node
+    from perception.ros._node import FusionNode
+
+    class Broken:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("the live runtime is broken")
+
+    monkeypatch.setattr(FusionNode, "_check_models", lambda self, session: None)
+    monkeypatch.setattr(_node, "LiveRuntime", Broken)
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, PerceptionError)
+        assert str(node.failure) == "RuntimeError: the live runtime is broken"
+        assert "activate failed: RuntimeError: the live runtime is broken" in capfd.readouterr().err
+        # failed, not in error: still configured, it can be activated again
+        assert node._state_machine.current_state[1] == "inactive"
+
+        def broken_rig(*args: Any) -> None:
+            raise OSError("the rig is unreadable")
+
+        monkeypatch.setattr(_node, "rig_session", broken_rig)
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert str(node.failure) == "OSError: the rig is unreadable"
+        assert node._state_machine.current_state[1] == "unconfigured"
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()

@@ -214,6 +214,42 @@ def test_topics_default_from_the_sensor_names_and_the_profile_overrides_them() -
         sensor_topics(_rig(), RosConfig(topics={"sonar": "/s"}), file="p.yaml")
 
 
+def test_a_default_topic_that_is_no_ros_2_topic_name_says_which_key_to_set() -> None:
+    # A sensor named with a '-' made a default topic rclpy refuses: the player's create_publisher raised it.
+    rig = {"front-lidar": SensorSpec("front-lidar", "lidar", "front_lidar", Transform(), "/x")}
+    with pytest.raises(ConfigError, match=r"p.yaml: ros.topics.front-lidar: must be a ROS 2 topic name.*set the"):
+        sensor_topics(rig, RosConfig(), file="p.yaml")
+    taken = sensor_topics(rig, RosConfig(topics={"front-lidar": "/front_lidar/points"}))
+    assert taken["front-lidar"].data == "/front_lidar/points"
+
+
+def test_the_profile_s_topic_names_are_the_ones_rclpy_takes() -> None:
+    # One check of a topic name, in the config (which does not import rclpy): it takes what rclpy takes.
+    import random
+
+    from rclpy.exceptions import InvalidTopicNameException
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    rng = random.Random(5)
+    chars = "/a_Z09 -~{}.\u00e4"
+    names = ["/" + "a" * n for n in (246, 247, 248)]
+    names += [
+        ("/" if rng.random() < 0.7 else "") + "".join(rng.choices(chars, k=rng.randrange(9))) for _ in range(5000)
+    ]
+    for name in names:
+        try:
+            validate_full_topic_name(name)
+            rclpy_takes = True
+        except InvalidTopicNameException:
+            rclpy_takes = False
+        try:
+            RosConfig(odometry_topic=name)
+            taken = True
+        except ValueError:
+            taken = False
+        assert taken == rclpy_takes, name
+
+
 def _result(i: int, lidar: SensorStatus, *, missed: bool = False) -> FrameResult:
     sensors = {
         "lidar_top": SensorResult("lidar_top", lidar, error="no sample" if lidar is SensorStatus.MISSING else None),
