@@ -38,6 +38,7 @@ from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
 from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
@@ -172,8 +173,9 @@ class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
-    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``. ``defaults``: other defaults of the
-    first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
+    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``: the profile's of that configure,
+    unless set (``--ros-args -p``, ``parameter_overrides``, or set since, which is kept). ``defaults``: other
+    defaults of the first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
 
     def __init__(
         self,
@@ -190,6 +192,11 @@ class FusionNode(LifecycleNode):
             self._declare(name, given.pop(name, default))
         if given:
             raise ValueError(f"no such parameter: {', '.join(given)}")
+        #: The topic parameters this node declared with the profile's value (or an override), none set since:
+        #: each configure declares them again, from its profile.
+        self._from_profile: set[str] = set()
+        self._declaring = False
+        self.add_post_set_parameters_callback(self._parameters_set)
         self._on_published = on_published
         self.config: RuntimeConfig | None = None
         self.rig: dict[str, SensorSpec] = {}
@@ -279,10 +286,27 @@ class FusionNode(LifecycleNode):
     def _param(self, name: str) -> str:
         return str(self.get_parameter(name).value or "")
 
+    def _declare_from_profile(self, name: str, default: str) -> None:
+        """A topic parameter, the profile's ``default`` unless overridden (overrides apply at each declare)."""
+        self._declaring = True
+        try:
+            self._declare(name, default)
+        finally:
+            self._declaring = False
+        self._from_profile.add(name)
+
+    def _parameters_set(self, parameters: list[Parameter[Any]]) -> None:
+        """A topic parameter set from outside (``ros2 param set``, :meth:`set_parameters`) is the user's: kept."""
+        if not self._declaring:
+            self._from_profile.difference_update(p.name for p in parameters)
+
     def _configure(self) -> None:
         # Each configure checks each camera's first camera_info against the rig it loads (it was once per node:
         # a reconfigure with another camera or rig went unchecked).
         self._info_checked.clear()
+        for name in self._from_profile:  # a previous configure's profile's: this one's are declared below
+            self.undeclare_parameter(name)
+        self._from_profile.clear()
         if not self._param("profile"):
             raise ConfigError("parameter 'profile' is required: a launch profile (.yaml)", key="profile")
         profile = Path(self._param("profile"))
@@ -308,10 +332,10 @@ class FusionNode(LifecycleNode):
             if name in active:
                 param = f"topics.{name}"
                 if not self.has_parameter(param):
-                    self._declare(param, t.data)
+                    self._declare_from_profile(param, t.data)
                 chosen_topics[name] = self._param(param)
         if not self.has_parameter("odometry_topic"):
-            self._declare("odometry_topic", cfg.ros.odometry_topic)
+            self._declare_from_profile("odometry_topic", cfg.ros.odometry_topic)
         try:  # the parameters' topics, checked as the profile's are
             ros = dataclasses.replace(
                 cfg.ros, topics={**cfg.ros.topics, **chosen_topics}, odometry_topic=self._param("odometry_topic")

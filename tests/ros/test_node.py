@@ -807,3 +807,52 @@ def test_an_unexpected_exception_in_a_transition_fails_it_saying_what_it_was(
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_a_reconfigure_with_another_profile_takes_its_topics_and_keeps_those_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The topic parameters were declared at the first configure with its profile's topics as defaults, and
+    # read back at the next as if the user had set them: a reconfigure with another profile kept the
+    # first's topics. A topic set (an override, or set_parameters since) is the user's: kept. No server.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.ros._node import FusionNode
+
+    monkeypatch.setattr(FusionNode, "_check_models", lambda self, session: None)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("ros: {odometry_topic: /odom_a, topics: {lidar_top: /a/lidar}}\n")
+    b.write_text("ros: {odometry_topic: /odom_b, topics: {lidar_top: /b/lidar}}\n")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(a), "rig": str(DRIVE), "url": "127.0.0.1:1", "topics.radar_front": "/mine/radar"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    ok = TransitionCallbackReturn.SUCCESS
+
+    def topics() -> tuple[str, str, str]:
+        t = node.topics
+        assert node.get_parameter("topics.lidar_top").value == t["lidar_top"].data
+        assert node.get_parameter("odometry_topic").value == node.odometry_topic
+        return node.odometry_topic, t["lidar_top"].data, t["radar_front"].data
+
+    def reconfigure(profile: Path) -> None:
+        assert node.trigger_cleanup() == ok
+        node.set_parameters([Parameter("profile", value=str(profile))])
+        assert node.trigger_configure() == ok, node.failure
+
+    try:
+        assert node.trigger_configure() == ok, node.failure
+        assert topics() == ("/odom_a", "/a/lidar", "/mine/radar")
+        reconfigure(b)
+        assert topics() == ("/odom_b", "/b/lidar", "/mine/radar")
+        node.set_parameters([Parameter("odometry_topic", value="/mine/odom")])
+        reconfigure(a)
+        assert topics() == ("/mine/odom", "/a/lidar", "/mine/radar")
+        reconfigure(b)
+        assert topics() == ("/mine/odom", "/b/lidar", "/mine/radar")
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
