@@ -139,7 +139,7 @@ def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int
 
 
 def ros_time_base(live: LiveConfig, ros_minus_mono: int) -> tuple[LiveConfig, int]:
-    """``live`` for stamps on the node's ROS clock, and what a frame's host time plus gives its ROS
+    """``live`` for stamps on the node's ROS clock, and the offset that takes a frame's host time to its ROS
     stamp. ``ros_minus_mono``: ROS now - monotonic now. With ``time_base: offset`` the live runtime adds
     ``-ros_minus_mono`` to each stamp as ``offset_ms`` (a float of some 1e12 ms: its ``offset_ns`` can be
     ~100 ns off): the value returned inverts exactly that, so a frame's published stamp is its trigger's."""
@@ -243,7 +243,7 @@ class FusionNode(LifecycleNode):
 
     def _failed(self, transition: str, exc: Exception) -> None:
         """``exc`` as :attr:`failure`, logged: a :class:`PerceptionError` as it is, another exception (a
-        fault of the node or of rclpy) as a :class:`PerceptionError` naming it, with its traceback."""
+        fault of the node or of rclpy) as a :class:`PerceptionError` naming it (its traceback in the debug log)."""
         if isinstance(exc, PerceptionError):
             self.failure = exc
             self.get_logger().error(f"{transition} failed: {exc}")
