@@ -599,14 +599,33 @@ class LiveConfig:
         return _ns(self.ego_max_age_ms)
 
 
+def _check_topic(key: str, topic: str) -> None:
+    """A ``ValueError`` at ``key`` unless ``topic`` is a full ROS 2 topic name as rmw checks it (what
+    ``create_subscription`` raises on): ``/``, then ``/``-separated tokens of ASCII letters, digits and ``_``,
+    none empty or starting with a digit; at most 247 characters."""
+    problem = None
+    if not topic.startswith("/"):
+        problem = "must be an absolute topic name (/...)"
+    elif len(topic) > 247:  # rmw's RMW_TOPIC_MAX_NAME_LENGTH (255 less its DDS prefix)
+        problem = f"must be at most 247 characters long ({len(topic)})"
+    elif not all(
+        t and t.isascii() and (t[0].isalpha() or t[0] == "_") and t.replace("_", "a").isalnum()
+        for t in topic[1:].split("/")
+    ):
+        problem = "must be a ROS 2 topic name: /-separated tokens of letters, digits and _, none starting with a digit"
+    if problem is not None:
+        raise ValueError(f"{key}: {problem}, got {topic!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class RosConfig:
     """The ROS 2 node (``perception ros node``, :mod:`perception.ros`).
 
     ``topics``: a sensor's data topic (default ``/sensors/<name>/points`` for point clouds and
     ``/sensors/<name>/image/compressed`` for cameras); a camera topic not ending in ``/compressed`` is
-    subscribed as a raw ``sensor_msgs/Image``. ``field_map``: a ``PointCloud2`` field name -> the kind's
-    point field it carries (e.g. ``{doppler: radial_velocity}``); unmapped names are taken as they are.
+    subscribed as a raw ``sensor_msgs/Image``. These and ``odometry_topic`` are full ROS 2 topic names.
+    ``field_map``: a ``PointCloud2`` field name -> the kind's point field it carries (e.g.
+    ``{doppler: radial_velocity}``); unmapped names are taken as they are.
     Diagnostics: a sensor (or the frame budget) is WARN when at least ``warn_rate`` of the last
     ``diagnostics_window`` frames were not ok for it (deadline missed), ERROR from ``error_rate``.
     """
@@ -631,8 +650,8 @@ class RosConfig:
         if self.error_rate < self.warn_rate:
             raise ValueError(f"error_rate: must be >= warn_rate ({self.warn_rate}), got {self.error_rate}")
         for sensor, topic in self.topics.items():
-            if not topic.startswith("/"):
-                raise ValueError(f"topics.{sensor}: must be an absolute topic name (/...), got {topic!r}")
+            _check_topic(f"topics.{sensor}", topic)
+        _check_topic("odometry_topic", self.odometry_topic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@
   drive goes back in the queue.
 * **Tasks.** The driver hands the next drive to the next free worker. A worker that dies mid-drive
   (its process killed, its node lost) is restarted by Ray; its drive goes back in the queue for any
-  worker, up to ``retries`` more attempts, and the report lists the attempts. Outputs are staged and
+  worker (one left idle waits while drives are out, for that), up to ``retries`` more attempts, and the
+  report lists the attempts. Outputs are staged and
   renamed into place (:mod:`perception.fleet._outputs`), so a retry never leaves two copies.
 * **Stop.** ``stop`` set (Ctrl-C, SIGTERM): running drives are cancelled (by Ray's cancel, and by each
   worker itself, :meth:`DriveWorker.interrupt`: Ray's can miss a replay sent as the stop came) and
@@ -38,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -151,6 +152,8 @@ class _Fleet:
         self.results: dict[str, DriveSummary] = {}
         self.retried: dict[str, list[str]] = {}
         self.running: dict[str, Any] = {}  # drive name -> ObjectRef
+        self.out = 0  # drives taken from the queue and not yet done nor back in it
+        self._change: anyio.Event | None = None  # what idle workers wait on (_changed)
         self.workers: list[Any] = []
         self.servers: list[Any] = []
         self.server_of: dict[int, Any] = {}  # a worker (index in workers) -> its node's server, if embedded
@@ -240,50 +243,80 @@ class _Fleet:
 
     # -- tasks ------------------------------------------------------------------------------
     async def work(self, worker: Any) -> None:
+        """One worker's loop: the next drive from the queue, until the fleet is stopped, or the queue is
+        empty and no drive is out (one out may come back to it: its worker died; an idle worker waits for
+        that), or this worker died and did not come back."""
+        while not self.stopped:
+            if not self.queue:
+                if not self.out:
+                    return
+                await self._wait_change()
+                continue
+            drive, attempt = self.queue.popleft()
+            self.out += 1
+            try:
+                ended = await self._drive(worker, drive, attempt)
+            finally:
+                self.out -= 1
+                self._changed()
+            if ended == "stopped" or (ended == "died" and not await self._back(worker)):
+                return
+
+    def _changed(self) -> None:
+        """Wake the idle workers: a drive went back in the queue, or one is done, or the fleet stopped."""
+        change, self._change = self._change, None
+        if change is not None:
+            change.set()
+
+    async def _wait_change(self) -> None:
+        if self._change is None:
+            self._change = anyio.Event()
+        await self._change.wait()
+
+    async def _drive(self, worker: Any, drive: FleetDrive, attempt: int) -> Literal["done", "died", "stopped"]:
+        """``drive`` on ``worker``, to its summary (``done``: ok or failed), or back in the queue (or failed)
+        because the worker died, or cancelled (the fleet stopped)."""
         from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
 
-        while self.queue and not self.stopped:
-            drive, attempt = self.queue.popleft()
-            job = DriveJob(drive.name, str(drive.path), str(self.opts.out), attempt)
-            sent = time.monotonic()
-            if self.first_dispatch is None:
-                self.first_dispatch = sent
-            ref = worker.replay.remote(job)
-            self.running[drive.name] = ref
-            try:
-                summary: DriveSummary = await ref
-                self.last_done = time.monotonic()
-                # the task as the driver saw it; beyond the worker's own wall time it is Ray's overhead
-                # (argument and result transfer, actor dispatch), with the worker's wall time timed there
-                task_s = round(self.last_done - sent, 3)
-                overhead_s = round(task_s - (summary.wall_s or 0.0), 3)
-                summary = dataclasses.replace(summary, task_s=task_s, ray_overhead_s=overhead_s)
-            except TaskCancelledError:
-                return
-            except RayActorError as exc:
-                if self.stopped:
-                    return
-                reason = f"attempt {attempt}: worker died ({type(exc).__name__})"
-                self.retried.setdefault(drive.name, []).append(reason)
-                log.warning("drive %s: %s", drive.name, reason)
-                await self._forget(worker)
-                if attempt <= self.opts.retries:
-                    self.queue.append((drive, attempt + 1))
-                else:
-                    self._done(self._lost(drive, attempt, f"worker died in each of {attempt} attempts"))
-                if not await self._back(worker):
-                    return
-                continue
-            except RayTaskError as exc:
-                # the worker reports every error of ours as the drive's status; anything else raised
-                # there is a bug, and it fails this drive only, with its cause, while the others go on
-                cause = getattr(exc, "cause", None) or exc
-                log.error("drive %s: the worker raised %s", drive.name, type(cause).__name__, exc_info=exc)
-                self._done(self._lost(drive, attempt, f"worker error: {type(cause).__name__}: {cause}"))
-                continue
-            finally:
-                self.running.pop(drive.name, None)
-            self._done(summary)
+        job = DriveJob(drive.name, str(drive.path), str(self.opts.out), attempt)
+        sent = time.monotonic()
+        if self.first_dispatch is None:
+            self.first_dispatch = sent
+        ref = worker.replay.remote(job)
+        self.running[drive.name] = ref
+        try:
+            summary: DriveSummary = await ref
+            self.last_done = time.monotonic()
+            # the task as the driver saw it; beyond the worker's own wall time it is Ray's overhead
+            # (argument and result transfer, actor dispatch), with the worker's wall time timed there
+            task_s = round(self.last_done - sent, 3)
+            overhead_s = round(task_s - (summary.wall_s or 0.0), 3)
+            summary = dataclasses.replace(summary, task_s=task_s, ray_overhead_s=overhead_s)
+        except TaskCancelledError:
+            return "stopped"
+        except RayActorError as exc:
+            if self.stopped:
+                return "stopped"
+            reason = f"attempt {attempt}: worker died ({type(exc).__name__})"
+            self.retried.setdefault(drive.name, []).append(reason)
+            log.warning("drive %s: %s", drive.name, reason)
+            await self._forget(worker)
+            if attempt <= self.opts.retries:
+                self.queue.append((drive, attempt + 1))
+            else:
+                self._done(self._lost(drive, attempt, f"worker died in each of {attempt} attempts"))
+            return "died"
+        except RayTaskError as exc:
+            # the worker reports every error of ours as the drive's status; anything else raised
+            # there is a bug, and it fails this drive only, with its cause, while the others go on
+            cause = getattr(exc, "cause", None) or exc
+            log.error("drive %s: the worker raised %s", drive.name, type(cause).__name__, exc_info=exc)
+            self._done(self._lost(drive, attempt, f"worker error: {type(cause).__name__}: {cause}"))
+            return "done"
+        finally:
+            self.running.pop(drive.name, None)
+        self._done(summary)
+        return "done"
 
     async def _forget(self, worker: Any) -> None:
         """A worker died: what it held of its node's shared admission goes to the node's other workers."""
@@ -327,6 +360,7 @@ class _Fleet:
 
         await stop.wait()
         self.stopped = True  # no drive is started any more; the queued ones are reported as not run
+        self._changed()  # the idle workers end
         for ref in list(self.running.values()):
             ray.cancel(ref)
         # and each worker cancels its replay itself: Ray's cancel can miss one sent as the stop came

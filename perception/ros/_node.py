@@ -38,12 +38,13 @@ from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
 from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
 from visualization_msgs import msg as viz_msgs
 
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import LiveConfig, RuntimeConfig, load_config, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime, check_trigger
@@ -137,6 +138,18 @@ def frame_processing_ms(result: FrameResult, arrival_ns: int | None, now_ns: int
     return result.latency.total_ns / 1e6
 
 
+def ros_time_base(live: LiveConfig, ros_minus_mono: int) -> tuple[LiveConfig, int]:
+    """``live`` for stamps on the node's ROS clock, and the offset that takes a frame's host time to its ROS
+    stamp. ``ros_minus_mono``: ROS now - monotonic now. With ``time_base: offset`` the live runtime adds
+    ``-ros_minus_mono`` to each stamp as ``offset_ms`` (a float of some 1e12 ms: its ``offset_ns`` can be
+    ~100 ns off): the value returned inverts exactly that, so a frame's published stamp is its trigger's."""
+    if live.time_base != "offset":
+        return live, ros_minus_mono
+    # host (monotonic) = stamp + (monotonic - ROS now)
+    live = dataclasses.replace(live, offset_ms=-ros_minus_mono / 1e6)
+    return live, -live.offset_ns
+
+
 def _intake_checked(sample: Sample, kind: SensorKindDef) -> Sample:
     """``sample``, or an :class:`InputError` saying why the live runtime's intake check would refuse it
     (counted here, against the sensor, where the node sees it)."""
@@ -160,8 +173,9 @@ class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
-    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``. ``defaults``: other defaults of the
-    first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
+    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``: the profile's of that configure,
+    unless set (``--ros-args -p``, ``parameter_overrides``, or set since, which is kept). ``defaults``: other
+    defaults of the first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
 
     def __init__(
         self,
@@ -178,6 +192,11 @@ class FusionNode(LifecycleNode):
             self._declare(name, given.pop(name, default))
         if given:
             raise ValueError(f"no such parameter: {', '.join(given)}")
+        #: The topic parameters this node declared with the profile's value (or an override), none set since:
+        #: each configure declares them again, from its profile.
+        self._from_profile: set[str] = set()
+        self._declaring = False
+        self.add_post_set_parameters_callback(self._parameters_set)
         self._on_published = on_published
         self.config: RuntimeConfig | None = None
         self.rig: dict[str, SensorSpec] = {}
@@ -207,9 +226,8 @@ class FusionNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._configure()
-        except PerceptionError as exc:
-            self.failure = exc
-            self.get_logger().error(f"configure failed: {exc}")
+        except Exception as exc:  # rclpy takes any other exception to ERROR, silently
+            self._failed("configure", exc)
             self._release_server()
             return TransitionCallbackReturn.FAILURE
         return TransitionCallbackReturn.SUCCESS
@@ -217,12 +235,22 @@ class FusionNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._activate()
-        except PerceptionError as exc:
-            self.failure = exc
-            self.get_logger().error(f"activate failed: {exc}")
+        except Exception as exc:  # as configure's
+            self._failed("activate", exc)
             self._deactivate()
             return TransitionCallbackReturn.FAILURE
         return TransitionCallbackReturn.SUCCESS
+
+    def _failed(self, transition: str, exc: Exception) -> None:
+        """``exc`` as :attr:`failure`, logged: a :class:`PerceptionError` as it is, another exception (a
+        fault of the node or of rclpy) as a :class:`PerceptionError` naming it (its traceback in the debug log)."""
+        if isinstance(exc, PerceptionError):
+            self.failure = exc
+            self.get_logger().error(f"{transition} failed: {exc}")
+            return
+        self.failure = PerceptionError(f"{type(exc).__name__}: {exc}")
+        self.get_logger().error(f"{transition} failed: {self.failure}")
+        log.debug("%s failed", transition, exc_info=exc)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._deactivate()
@@ -258,10 +286,27 @@ class FusionNode(LifecycleNode):
     def _param(self, name: str) -> str:
         return str(self.get_parameter(name).value or "")
 
+    def _declare_from_profile(self, name: str, default: str) -> None:
+        """A topic parameter, the profile's ``default`` unless overridden (overrides apply at each declare)."""
+        self._declaring = True
+        try:
+            self._declare(name, default)
+        finally:
+            self._declaring = False
+        self._from_profile.add(name)
+
+    def _parameters_set(self, parameters: list[Parameter[Any]]) -> None:
+        """A topic parameter set from outside (``ros2 param set``, :meth:`set_parameters`) is the user's: kept."""
+        if not self._declaring:
+            self._from_profile.difference_update(p.name for p in parameters)
+
     def _configure(self) -> None:
         # Each configure checks each camera's first camera_info against the rig it loads (it was once per node:
         # a reconfigure with another camera or rig went unchecked).
         self._info_checked.clear()
+        for name in self._from_profile:  # a previous configure's profile's: this one's are declared below
+            self.undeclare_parameter(name)
+        self._from_profile.clear()
         if not self._param("profile"):
             raise ConfigError("parameter 'profile' is required: a launch profile (.yaml)", key="profile")
         profile = Path(self._param("profile"))
@@ -282,22 +327,25 @@ class FusionNode(LifecycleNode):
         topics = sensor_topics(rig, cfg.ros, file=str(profile))
         active = {s.name for s in cfg.active_sensors}
         check_trigger([s.name for s in cfg.active_sensors], cfg.trigger)  # at configure, not only at activate
-        self.topics = {}
+        chosen_topics: dict[str, str] = {}
         for name, t in topics.items():
-            if name not in active:
-                continue
-            param = f"topics.{name}"
-            if not self.has_parameter(param):
-                self._declare(param, t.data)
-            chosen = self._param(param)
-            self.topics[name] = (
-                t
-                if chosen == t.data
-                else sensor_topics({name: rig[name]}, dataclasses.replace(cfg.ros, topics={name: chosen}))[name]
-            )
+            if name in active:
+                param = f"topics.{name}"
+                if not self.has_parameter(param):
+                    self._declare_from_profile(param, t.data)
+                chosen_topics[name] = self._param(param)
         if not self.has_parameter("odometry_topic"):
-            self._declare("odometry_topic", cfg.ros.odometry_topic)
-        self.odometry_topic = self._param("odometry_topic")
+            self._declare_from_profile("odometry_topic", cfg.ros.odometry_topic)
+        try:  # the parameters' topics, checked as the profile's are
+            ros = dataclasses.replace(
+                cfg.ros, topics={**cfg.ros.topics, **chosen_topics}, odometry_topic=self._param("odometry_topic")
+            )
+        except ValueError as exc:  # "topics.<sensor>: ..." or "odometry_topic: ...": the parameter's name
+            key, _, why = str(exc).partition(": ")
+            raise ConfigError(why, key=key) from None
+        cfg = dataclasses.replace(cfg, ros=ros)
+        self.topics = {name: t for name, t in sensor_topics(rig, ros).items() if name in chosen_topics}
+        self.odometry_topic = ros.odometry_topic
         self.rig = rig
         if cfg.server.embedded:
             cfg = with_overrides(cfg, url=self._start_server(cfg))
@@ -360,10 +408,8 @@ class FusionNode(LifecycleNode):
         cfg = self.config
         assert cfg is not None and self._diag is not None
         ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
-        self._ros_minus_mono = ros_now - mono_now
-        if cfg.live.time_base == "offset":
-            # ROS stamps are on the node's ROS clock: host (monotonic) = stamp + (monotonic - ROS now).
-            cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, offset_ms=-self._ros_minus_mono / 1e6))
+        live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+        cfg = dataclasses.replace(cfg, live=live_cfg)
         assert self.session is not None
         # the session's source, resolved as configure resolved it (the config already is)
         live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer)

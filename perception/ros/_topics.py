@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -31,15 +32,22 @@ def _camera_info(topic: str) -> str:
 
 def sensor_topics(rig: Mapping[str, SensorSpec], ros: RosConfig, *, file: str | None = None) -> dict[str, SensorTopics]:
     """Each sensor's topics: ``ros.topics`` where it names the sensor, else ``/sensors/<name>/points``
-    or ``/sensors/<name>/image/compressed``; a name the rig lacks is a :class:`ConfigError`."""
+    or ``/sensors/<name>/image/compressed``; a name the rig lacks, or a default that is no ROS 2 topic name
+    (a sensor named so), is a :class:`ConfigError`."""
     unknown = sorted(set(ros.topics) - set(rig))
     if unknown:
         raise ConfigError(
             f"no such sensor in the rig: {', '.join(unknown)} (it has: {', '.join(rig)})", file=file, key="ros.topics"
         )
+    resolved = {name: ros.topics.get(name, topic_for(spec.kind, name)) for name, spec in rig.items()}
+    try:  # a default made of a sensor's name, checked as the profile's topics are
+        dataclasses.replace(ros, topics=resolved)
+    except ValueError as exc:
+        key, _, why = str(exc).partition(": ")
+        raise ConfigError(f"{why} (set the sensor's topic in ros.topics)", file=file, key=f"ros.{key}") from None
     out: dict[str, SensorTopics] = {}
     for name, spec in rig.items():
-        topic = ros.topics.get(name, topic_for(spec.kind, name))
+        topic = resolved[name]
         if kind_def(spec.kind).is_image:
             image: Literal["compressed", "raw"] = "compressed" if topic.endswith("/compressed") else "raw"
             out[name] = SensorTopics(name, spec.kind, topic, image, _camera_info(topic))

@@ -150,6 +150,11 @@ def test_the_bundled_drive_played_into_the_node_gives_one_marker_array_per_frame
     # One MarkerArray per frame the node published: each of them, none else.
     assert len(made) == len(markers), f"the node published {len(made)} of the drive's frames, {len(markers)} came"
     assert all(abs(p.t_ns + ros_minus_mono - _stamp(m)) < MS for p, m in zip(made, markers, strict=True))
+    # A frame its lidar sweep opened carries that sweep's stamp to the nanosecond (it was up to ~128 ns
+    # off: the node's ROS clock offset went through a float of milliseconds and back); one the timer opened
+    # (the lidar missing) is on the slot's time.
+    swept = {_stamp(m) for p, m in zip(made, markers, strict=True) if p.lidar != "missing"}
+    assert len(swept) >= 90 and swept <= set(lidar), sorted(swept - set(lidar))[:5]
     for m in markers:
         assert m.markers[0].action == 3  # DELETEALL: the previous frame's objects go
     with_objects = [m for m in markers if _texts(m)]
@@ -714,6 +719,139 @@ def test_sensors_leaving_out_the_trigger_fail_configure_naming_it(tmp_path: Path
         assert str(node.failure).startswith(
             "trigger.sensor: trigger sensor 'lidar_top' is not enabled (enabled: radar_rear)"
         ), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "fragment"),
+    [
+        ("topics.lidar_top", "/a b", "must be a ROS 2 topic name"),
+        ("topics.lidar_top", "points", "must be an absolute topic name"),
+        ("odometry_topic", "/localization/kinematic state", "must be a ROS 2 topic name"),
+    ],
+)
+def test_a_topic_parameter_that_is_no_ros_2_topic_name_fails_configure_naming_it(
+    tmp_path: Path, param: str, value: str, fragment: str
+) -> None:
+    # Configure took it; activate's create_subscription raised rclpy's InvalidTopicNameException, which
+    # the lifecycle took to ERROR without a word (run_node: exit 1, node.failure empty); "points" raised
+    # RosConfig's ValueError out of configure, likewise.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import ConfigError
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1", param: value}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, ConfigError), node.failure
+        assert node.failure.key == param and fragment in str(node.failure), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_an_unexpected_exception_in_a_transition_fails_it_saying_what_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Only a PerceptionError was caught: any other exception was taken by rclpy's lifecycle to an ERROR
+    # transition that logged nothing, and run_node exited 1 with node.failure empty. No server: the
+    # models' check is left out and the live runtime raises on opening.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.errors import PerceptionError
+    from perception.ros import _node
+    from perception.ros._node import FusionNode
+
+    class Broken:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("the live runtime is broken")
+
+    monkeypatch.setattr(FusionNode, "_check_models", lambda self, session: None)
+    monkeypatch.setattr(_node, "LiveRuntime", Broken)
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert isinstance(node.failure, PerceptionError)
+        assert str(node.failure) == "RuntimeError: the live runtime is broken"
+        assert "activate failed: RuntimeError: the live runtime is broken" in capfd.readouterr().err
+        # failed, not in error: still configured, it can be activated again
+        assert node._state_machine.current_state[1] == "inactive"
+
+        def broken_rig(*args: Any) -> None:
+            raise OSError("the rig is unreadable")
+
+        monkeypatch.setattr(_node, "rig_session", broken_rig)
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert str(node.failure) == "OSError: the rig is unreadable"
+        assert node._state_machine.current_state[1] == "unconfigured"
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_a_reconfigure_with_another_profile_takes_its_topics_and_keeps_those_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The topic parameters were declared at the first configure with its profile's topics as defaults, and
+    # read back at the next as if the user had set them: a reconfigure with another profile kept the
+    # first's topics. A topic set (an override, or set_parameters since) is the user's: kept. No server.
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.ros._node import FusionNode
+
+    monkeypatch.setattr(FusionNode, "_check_models", lambda self, session: None)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("ros: {odometry_topic: /odom_a, topics: {lidar_top: /a/lidar}}\n")
+    b.write_text("ros: {odometry_topic: /odom_b, topics: {lidar_top: /b/lidar}}\n")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(a), "rig": str(DRIVE), "url": "127.0.0.1:1", "topics.radar_front": "/mine/radar"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    ok = TransitionCallbackReturn.SUCCESS
+
+    def topics() -> tuple[str, str, str]:
+        t = node.topics
+        assert node.get_parameter("topics.lidar_top").value == t["lidar_top"].data
+        assert node.get_parameter("odometry_topic").value == node.odometry_topic
+        return node.odometry_topic, t["lidar_top"].data, t["radar_front"].data
+
+    def reconfigure(profile: Path) -> None:
+        assert node.trigger_cleanup() == ok
+        node.set_parameters([Parameter("profile", value=str(profile))])
+        assert node.trigger_configure() == ok, node.failure
+
+    try:
+        assert node.trigger_configure() == ok, node.failure
+        assert topics() == ("/odom_a", "/a/lidar", "/mine/radar")
+        reconfigure(b)
+        assert topics() == ("/odom_b", "/b/lidar", "/mine/radar")
+        node.set_parameters([Parameter("odometry_topic", value="/mine/odom")])
+        reconfigure(a)
+        assert topics() == ("/mine/odom", "/a/lidar", "/mine/radar")
+        reconfigure(b)
+        assert topics() == ("/mine/odom", "/b/lidar", "/mine/radar")
     finally:
         node.release()
         node.destroy_node()

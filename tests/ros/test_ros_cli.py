@@ -51,6 +51,18 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     assert "Traceback" not in err
 
 
+def test_a_profile_topic_that_is_no_ros_2_topic_name_is_a_usage_error_of_the_play(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The player's create_publisher raised rclpy's InvalidTopicNameException: a traceback.
+    profile = tmp_path / "p.yaml"
+    profile.write_text("ros: {odometry_topic: '/localization/kinematic state'}\n")
+    assert main(["ros", "play", str(DRIVE), "--to", "0.3", "--config", str(profile)]) == 2
+    _, err = capsys.readouterr()
+    assert f"{profile}: ros.odometry_topic: must be a ROS 2 topic name" in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
 def test_a_span_past_the_drive_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     # It played nothing and printed " messages published" with exit 0.
     assert main(["ros", "play", str(DRIVE), "--from", "20"]) == 2

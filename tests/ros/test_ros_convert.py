@@ -80,6 +80,31 @@ def test_stamps_round_trip_in_integer_nanoseconds() -> None:
     assert stamp_ns(to_stamp(Time, t)) == t
 
 
+def test_a_frame_s_published_stamp_is_its_trigger_s_to_the_nanosecond() -> None:
+    # The node passed ROS now - monotonic now to the live runtime as offset_ms (a float of some 1e12 ms,
+    # rounded back to ns there) and added the measured integer back when publishing: 9955 of 10000
+    # stamps came out up to 128 ns off their trigger's. A frame's host time is stamp + offset_ns (the
+    # live runtime's time base); its published stamp is that plus what ros_time_base returns.
+    import random
+
+    from perception.config import LiveConfig
+    from perception.live._assembler import TimeBase
+    from perception.ros._node import ros_time_base
+
+    rng = random.Random(1)
+    for _ in range(2000):
+        ros_now = 1_766_000_000_000_000_000 + rng.randrange(10**15)
+        ros_minus_mono = ros_now - rng.randrange(10**9, 10**15)
+        live, back = ros_time_base(LiveConfig(time_base="offset"), ros_minus_mono)
+        assert abs(back - ros_minus_mono) < 1_000  # the offset measured, to a rounding of offset_ms
+        stamp = ros_now - rng.randrange(10**8)
+        host_t, jump = TimeBase(live).to_host("lidar", stamp, stamp - ros_minus_mono)
+        assert not jump and host_t is not None
+        assert host_t + back == stamp
+    estimate = LiveConfig(time_base="estimate")
+    assert ros_time_base(estimate, 123_456_789) == (estimate, 123_456_789)  # its own offsets: published as measured
+
+
 def test_a_radar_cloud_is_read_by_field_name_whatever_the_layout_and_endianness() -> None:
     rows = np.array([[1.0, 2.0, 0.5, 3.25, 7.0], [4.0, -5.0, 0.0, -1.5, 12.0]])
     # Another driver's order and types, a renamed Doppler field and an extra field the kind ignores.
@@ -187,6 +212,42 @@ def test_topics_default_from_the_sensor_names_and_the_profile_overrides_them() -
     assert (raw.image, raw.camera_info) == ("raw", "/sensing/front/camera_info")
     with pytest.raises(ConfigError, match=r"p.yaml: ros.topics: no such sensor in the rig: sonar \(it has: lidar_top"):
         sensor_topics(_rig(), RosConfig(topics={"sonar": "/s"}), file="p.yaml")
+
+
+def test_a_default_topic_that_is_no_ros_2_topic_name_says_which_key_to_set() -> None:
+    # A sensor named with a '-' made a default topic rclpy refuses: the player's create_publisher raised it.
+    rig = {"front-lidar": SensorSpec("front-lidar", "lidar", "front_lidar", Transform(), "/x")}
+    with pytest.raises(ConfigError, match=r"p.yaml: ros.topics.front-lidar: must be a ROS 2 topic name.*set the"):
+        sensor_topics(rig, RosConfig(), file="p.yaml")
+    taken = sensor_topics(rig, RosConfig(topics={"front-lidar": "/front_lidar/points"}))
+    assert taken["front-lidar"].data == "/front_lidar/points"
+
+
+def test_the_profile_s_topic_names_are_the_ones_rclpy_takes() -> None:
+    # One check of a topic name, in the config (which does not import rclpy): it takes what rclpy takes.
+    import random
+
+    from rclpy.exceptions import InvalidTopicNameException
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    rng = random.Random(5)
+    chars = "/a_Z09 -~{}.\u00e4"
+    names = ["/" + "a" * n for n in (246, 247, 248)]
+    names += [
+        ("/" if rng.random() < 0.7 else "") + "".join(rng.choices(chars, k=rng.randrange(9))) for _ in range(5000)
+    ]
+    for name in names:
+        try:
+            validate_full_topic_name(name)
+            rclpy_takes = True
+        except InvalidTopicNameException:
+            rclpy_takes = False
+        try:
+            RosConfig(odometry_topic=name)
+            taken = True
+        except ValueError:
+            taken = False
+        assert taken == rclpy_takes, name
 
 
 def _result(i: int, lidar: SensorStatus, *, missed: bool = False) -> FrameResult:
