@@ -16,8 +16,31 @@ from perception.errors import ConfigError
 __all__ = ["load_config", "load_yaml", "with_overrides"]
 
 
+class _SafeLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a mapping that gives a key twice (PyYAML keeps the last: a second
+    ``ros:`` section silently replaced the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # '<<': merged keys may be overridden, as YAML says
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                again = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor says so itself
+                continue
+            if again:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"key {key!r} given twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file with ``yaml.safe_load``; every failure is a one-line :class:`ConfigError`."""
+    """Read a YAML file with PyYAML's safe loader, a key given twice in a mapping refused; every failure is a
+    one-line :class:`ConfigError`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -28,7 +51,11 @@ def load_yaml(path: str | Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(p)) from exc
     try:
-        return yaml.safe_load(text)
+        loader = _SafeLoader(text)  # (what yaml.safe_load does, with this loader)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

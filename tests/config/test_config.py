@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from perception.config import RuntimeConfig, load_config, with_overrides
+from perception.config import RuntimeConfig, load_config, load_yaml, with_overrides
 from perception.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +117,28 @@ def test_yaml_that_pyyaml_cannot_construct_is_one_line(tmp_path: Path, text: str
         load_config(path)
     msg = str(info.value)
     assert msg.startswith(f"{path}: invalid YAML: ") and words in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "key"),
+    [
+        ("ros:\n  odometry_topic: /a\nros:\n  odometry_topic: /b\n", "line 3, column 1", "'ros'"),
+        ("budget: {total_ms: 100, total_ms: 50}\n", "line 1, column 25", "'total_ms'"),
+        ("a: {1: x, 1.0: y}\n", "line 1, column 11", "1.0"),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_its_line(tmp_path: Path, text: str, where: str, key: str) -> None:
+    # PyYAML keeps the last of two equal keys: a second ros: section silently replaced the first
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: {where}: invalid YAML: key {key} given twice"
+
+
+def test_a_merged_key_may_be_given_again(tmp_path: Path) -> None:
+    # YAML's merge ('<<') gives keys that the mapping itself may override: not a key given twice
+    path = write(tmp_path, "base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  x: 3\n")
+    assert load_yaml(path) == {"base": {"x": 1, "y": 2}, "other": {"x": 3, "y": 2}}
 
 
 def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
