@@ -118,7 +118,7 @@ class DiagnosticsTracker:
             "frames": str(stats.get("frames", 0)),
             "fused": str(stats.get("fused", 0)),
             "samples": str(stats.get("samples", 0)),
-            "segments": str(stats.get("segments", 0)),
+            "segments": str(stats.get("segments", 0) - stats.get("segments_deleted", 0)),  # kept (max_segments)
             "dropped": str(dropped),
         }
         name = f"{self._node}: recording"

@@ -27,3 +27,10 @@ def test_the_samples_dropped_for_a_clock_jump_leave_out_the_re_anchored_ones() -
     intake = {"clock_jump": 3, "clock_jump_dropped": 3}  # a fixed time base: each one dropped
     budget = {s.name: s for s in diag.statuses({"frames": 12, "intake": intake})}["perception_fusion: frame budget"]
     assert budget.values["samples_clock_jump"] == "3", budget.values
+
+
+def test_the_recording_status_counts_the_segments_kept() -> None:
+    # under --record-max-segments the recorder deletes the oldest: the status said every segment ever written
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    stats = {"frames": 500, "segments": 50, "segments_deleted": 47}
+    assert diag.recording("run.mcap", stats, None).values["segments"] == "3"
