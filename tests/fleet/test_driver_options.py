@@ -28,7 +28,7 @@ def test_an_option_over_its_limit_is_one_line_naming_it_once(
 
 @pytest.mark.parametrize(
     ("urls", "message"),
-    [(["http://gpu:8001"], "gRPC URLs are host:port (no http:// scheme)"), (["a:1", "a:1"], "duplicate URLs")],
+    [(["http://gpu:8001"], "gRPC URLs are host:port (no http:// scheme)"), (["a:1", "a:1"], "duplicate URL 'a:1'")],
 )
 def test_a_malformed_url_is_refused_before_any_cluster(
     urls: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
