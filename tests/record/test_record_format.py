@@ -8,6 +8,7 @@ import json
 import math
 import struct
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,20 @@ def test_tracker_difference_names_the_array_and_element_that_differ_first() -> N
     assert tracker_difference(state, {"table": state["table"]}) == "'next_id' recorded, not in today's state"
 
 
+def _rewrite(src: Path, dst: Path, version: str, rewritten: Callable[[str, int, bytes], bytes]) -> None:
+    """``src`` copied to ``dst`` as a recording of format ``version``: each message's payload as
+    ``rewritten(topic, sequence, payload)`` gives it."""
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = make_reader(f)
+        writer = Writer(out, compression=CompressionType.NONE)
+        add = copy_into(
+            reader, writer, lambda meta: {**meta, fmt.META_FORMAT: version} if fmt.META_FORMAT in meta else meta
+        )
+        for schema, channel, message in reader.iter_messages(log_time_order=False):
+            add(schema, channel, message, rewritten(channel.topic, message.sequence, message.data))
+        writer.finish()
+
+
 def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None:
     """The format-4 recording ``src`` written as a run of format 3 wrote it: each fusion record with the digests
     that run computed (those format 4 derives: equal, see the test above) and no tracker state, each
@@ -220,28 +235,23 @@ def _as_format_3(src: Path, dst: Path, wrong_tracker: int | None = None) -> None
     digests = {seq: fmt.fusion_digests(r, "4") for seq, r in records.items()}
     if wrong_tracker is not None:
         digests[wrong_tracker]["tracker"] = "0" * 64
-    with src.open("rb") as f, dst.open("wb") as out:
-        reader3 = make_reader(f)
-        writer = Writer(out, compression=CompressionType.NONE)
-        add = copy_into(
-            reader3, writer, lambda meta: {**meta, fmt.META_FORMAT: "3"} if fmt.META_FORMAT in meta else meta
-        )
-        for schema, channel, message in reader3.iter_messages(log_time_order=False):
-            payload = message.data
-            if channel.topic == fmt.FUSION_TOPIC:
-                rec = json.loads(payload)
-                del rec["tracker"]
-                rec["digest"] = digests[rec["seq"]]
-                payload = json.dumps(rec).encode()
-            elif channel.topic == fmt.FUSION_DATA_TOPIC:
-                payload = payload[: len(payload) - state_bytes[message.sequence]]
-            elif channel.topic == fmt.FRAMES_TOPIC:
-                rec = json.loads(payload)
-                if rec["digest"] is None and rec["fusion_seq"] is not None:
-                    rec["digest"] = digests[rec["fusion_seq"]]["detections"]
-                payload = json.dumps(rec).encode()
-            add(schema, channel, message, payload)
-        writer.finish()
+
+    def rewritten(topic: str, seq: int, payload: bytes) -> bytes:
+        if topic == fmt.FUSION_TOPIC:
+            rec = json.loads(payload)
+            del rec["tracker"]
+            rec["digest"] = digests[rec["seq"]]
+            return json.dumps(rec).encode()
+        if topic == fmt.FUSION_DATA_TOPIC:
+            return payload[: len(payload) - state_bytes[seq]]
+        if topic == fmt.FRAMES_TOPIC:
+            rec = json.loads(payload)
+            if rec["digest"] is None and rec["fusion_seq"] is not None:
+                rec["digest"] = digests[rec["fusion_seq"]]["detections"]
+            return json.dumps(rec).encode()
+        return payload
+
+    _rewrite(src, dst, "3", rewritten)
 
 
 def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_path: Path) -> None:
@@ -270,25 +280,20 @@ def _as_format_5(src: Path, dst: Path) -> None:
     the tracks are held against (``world``: the state's last array, by name)."""
     with DriveReader(src, strict=True) as reader:
         records = {int(r["seq"]): r for r in fusion_records(reader)}
-    with src.open("rb") as f, dst.open("wb") as out:
-        reader5 = make_reader(f)
-        writer = Writer(out, compression=CompressionType.NONE)
-        add = copy_into(
-            reader5, writer, lambda meta: {**meta, fmt.META_FORMAT: "5"} if fmt.META_FORMAT in meta else meta
-        )
-        for schema, channel, message in reader5.iter_messages(log_time_order=False):
-            payload = message.data
-            if channel.topic == fmt.FUSION_TOPIC:
-                rec = json.loads(payload)
-                if rec["tracker"] is not None:
-                    assert sorted(rec["tracker"])[-1] == fmt.TRACKER_WORLD
-                    del rec["tracker"][fmt.TRACKER_WORLD]
-                payload = json.dumps(rec).encode()
-            elif channel.topic == fmt.FUSION_DATA_TOPIC:
-                world = (records[message.sequence].get("tracker") or {}).get(fmt.TRACKER_WORLD)
-                payload = payload[: len(payload) - (0 if world is None else world.nbytes)]
-            add(schema, channel, message, payload)
-        writer.finish()
+
+    def rewritten(topic: str, seq: int, payload: bytes) -> bytes:
+        if topic == fmt.FUSION_TOPIC:
+            rec = json.loads(payload)
+            if rec["tracker"] is not None:
+                assert sorted(rec["tracker"])[-1] == fmt.TRACKER_WORLD
+                del rec["tracker"][fmt.TRACKER_WORLD]
+            return json.dumps(rec).encode()
+        if topic == fmt.FUSION_DATA_TOPIC:
+            world = (records[seq].get("tracker") or {}).get(fmt.TRACKER_WORLD)
+            return payload[: len(payload) - (0 if world is None else world.nbytes)]
+        return payload
+
+    _rewrite(src, dst, "5", rewritten)
 
 
 def test_a_recording_of_format_5_replays_without_the_tracker_s_pose(tmp_path: Path) -> None:
