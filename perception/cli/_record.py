@@ -295,6 +295,9 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         )
         more = f" and {len(outcome.results_missing) - 5} more gap(s)" if len(outcome.results_missing) > 5 else ""
         sys.stdout.write(f"as recorded: {n} delivered result(s) missing from the recording: {gaps}{more}\n")
+    if outcome.recorder_lost:
+        lost = ", ".join(f"{k} {v}" for k, v in sorted(outcome.recorder_lost.items()))
+        sys.stdout.write(f"as recorded: the recorder lost items while it recorded (the recording has gaps): {lost}\n")
     for name, damage in outcome.damage.items():
         sys.stdout.write(f"recording damaged: {name}: {damage.first_problem()}: what follows it was not replayed\n")
     if outcome.drive_error is not None:

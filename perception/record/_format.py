@@ -59,6 +59,7 @@ __all__ = [
     "FRAMES_TOPIC",
     "FUSION_DATA_TOPIC",
     "FUSION_TOPIC",
+    "LOSSES_TOPIC",
     "META_EGO",
     "META_FORMAT",
     "META_PREDICTED_BEFORE",
@@ -98,9 +99,10 @@ __all__ = [
 #: poses in one binary message a segment (:data:`SOURCE_POSES_TOPIC`), not two protobuf messages a pose on
 #: ``/ego/odometry`` and ``/tf``; 1-4 (the poses there) still replay. 6: the tracker state holds the pose its
 #: tracks are held against (``world``: ``perception.fusion``'s tracker keeps it through frames without one); in
-#: 1-5 it is not compared (:data:`TRACKER_WORLD`).
-FORMAT_VERSION = "6"
-READABLE_VERSIONS = ("1", "2", "3", "4", "5", "6")
+#: 1-5 it is not compared (:data:`TRACKER_WORLD`). 7: each segment says what the recorder lost while it was
+#: written (:data:`LOSSES_TOPIC`); 1-6 (no such message) replay as before.
+FORMAT_VERSION = "7"
+READABLE_VERSIONS = ("1", "2", "3", "4", "5", "6", "7")
 #: The tracker state's array that formats 1-5 did not hold: a replay of one compares the state without it.
 TRACKER_WORLD = "world"
 ARRIVALS_TOPIC = "/record/arrivals"
@@ -110,6 +112,9 @@ FUSION_DATA_TOPIC = "/record/fusion_data"
 DATA_ENCODING = "perception.record.arrays"
 FRAMES_TOPIC = "/record/frames"
 SOURCE_POSES_TOPIC = "/record/source_poses"
+#: One message a segment, written as it is finished: what the recorder lost while it was written (its queue full,
+#: a sample the drive format refuses...), by counter (format 7; a segment cut short has none).
+LOSSES_TOPIC = "/record/losses"
 #: The message encoding of ``/record/source_poses`` (no schema): ``n`` poses as ``<i8`` stamps (``n``), then
 #: ``<f8`` rows of 11 (translation, rotation ``x y z w``, linear velocity, yaw rate): :func:`encode_poses`.
 POSES_ENCODING = "perception.record.ego_poses"
@@ -455,6 +460,21 @@ SCHEMAS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
                 "digest": {
                     "type": ["string", "null"],
                     "description": "of the detections delivered; null: those fusion gave the frame (fusion_seq)",
+                },
+            },
+        },
+    ),
+    LOSSES_TOPIC: (
+        "perception.record.Losses",
+        {
+            "type": "object",
+            "properties": {
+                "lost": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                    "description": "what the recorder lost while the segment was written, by counter: "
+                    "dropped_<item> (its queue full), refused (a sample the drive format refuses), unknown_sensor, "
+                    "before_begin_<item>",
                 },
             },
         },

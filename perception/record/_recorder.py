@@ -4,8 +4,9 @@ The recorder is a :class:`perception.scheduler.RunObserver`: the entry point cal
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
 the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, said by the
-end-of-run line), a sample the drive format refuses is counted too. A frame dropped so shows in the recording
-as a gap in the fusion order (``seq``) or in the delivered results' indexes, which its replay names. The
+end-of-run line), a sample the drive format refuses is counted too. Each segment says what was lost while it
+was written (``_format.LOSSES_TOPIC``, as it is finished), and a frame dropped so shows as a gap in the fusion
+order (``seq``) or in the delivered results' indexes: its replay names both. The
 tracker's state is copied in fusion's thread (it changes with the next frame) and written, like the rest, by
 the writer. The run computes no digest (format 4): the recording holds every value a digest covers, bit for
 bit, and its reader derives them (``_format.fusion_digests``).
@@ -83,6 +84,8 @@ _FUSED_REMEMBERED = 256  # frames fused whose results are not written yet (the w
 _WAKE_AT = 256  # items waiting that wake the writer whatever they are (samples of a run whose frames stall)
 _ARRIVALS_BATCH = 64  # arrivals per /record/arrivals message at most (one a frame otherwise)
 _SPOT_ROWS = 256  # of an accumulated cloud's rows, every 256th (and the last) is checked against the sweep's
+#: The counters (RunRecorder.stats) of what the recorder lost: written with each segment (_write_losses).
+_LOSSES = ("dropped_", "refused", "unknown_sensor", "before_begin_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,7 @@ class RunRecorder:
         self.bytes = 0
         self.deleted_bytes = 0
         self._sizes: dict[int, int] = {}  # finished segment -> its bytes (the writer's: until it is deleted)
+        self._lost: dict[str, int] = {}  # the loss counters as the last segment finished said them (_write_losses)
         self._writer: DriveWriter | None = None
         self._segment = -1
         self._rig: list[Any] = []
@@ -598,6 +602,14 @@ class RunRecorder:
         if len(self._arrivals) >= _ARRIVALS_BATCH:
             self._flush_arrivals(writer)
 
+    def _write_losses(self, writer: DriveWriter) -> None:
+        """What was lost while this segment was written (the counters' growth since the last segment's), on
+        :data:`._format.LOSSES_TOPIC`: the recording says its own gaps, which its replay reports."""
+        now = {k: v for k, v in list(self.stats.items()) if k.startswith(_LOSSES)}
+        lost = {k: v - self._lost.get(k, 0) for k, v in sorted(now.items()) if v > self._lost.get(k, 0)}
+        self._lost = now
+        writer.write_json(fmt.LOSSES_TOPIC, self._arrivals_t_ns, _ENCODER.encode({"lost": lost}).encode())
+
     def _flush_arrivals(self, writer: DriveWriter) -> None:
         if self._arrivals:
             data = ('{"arrivals":[' + ",".join(self._arrivals) + "]}").encode()
@@ -663,6 +675,7 @@ class RunRecorder:
             try:
                 if not self._failed:  # (after a failed write nothing more is written: the file is closed)
                     self._flush_arrivals(writer)
+                    self._write_losses(writer)
             finally:
                 writer.close()
             size = self._sizes[self._segment] = writer.path.stat().st_size

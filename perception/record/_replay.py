@@ -122,6 +122,10 @@ class AsRecordedOutcome:
     #: ``[first index missing, how many, why]`` (dropped by the recorder, a segment missing, damage): not
     #: replayed, not a divergence.
     results_missing: list[list[Any]] = field(default_factory=list)
+    #: What the recorder lost while the segments read were written (format 7: each segment says it), by counter:
+    #: ``dropped_<item>`` (its queue full), ``refused``, ``unknown_sensor``, ``before_begin_<item>``; empty: nothing
+    #: lost, or a recording that does not say (format 6 and older, a segment cut short).
+    recorder_lost: Counter[str] = field(default_factory=Counter)
     #: Where a replay of a recording whose segment 0 was rotated away started (None: from the run's start):
     #: ``segment``, the first kept with a frame fused (else the first kept); ``run``, ``fusion_seq`` and
     #: ``frame_id`` of the first frame compared (None: none could be; ``fusion_seq``: the first turn kept),
@@ -159,6 +163,7 @@ class AsRecordedOutcome:
             "damage": {name: d.to_dict() for name, d in self.damage.items()},
             "drive_error": None if self.drive_error is None else str(self.drive_error),
             "results_missing": self.results_missing,
+            "recorder_lost": dict(sorted(self.recorder_lost.items())),
             "start": self.start,
         }
 
@@ -653,6 +658,9 @@ async def _replay_segments(
                 ):
                     out.note(Divergence(result.frame_id, int(frec["fusion_seq"]), "fusion",
                                         "the frame delivered other detections than fusion gave it"), run)  # fmt: skip
+            for _, _, n, d in reader.messages([fmt.LOSSES_TOPIC]):  # format 7: what the recorder lost meanwhile
+                with _decoding(reader, fmt.LOSSES_TOPIC, f"the losses #{n}"):
+                    out.recorder_lost.update({str(k): int(v) for k, v in json.loads(d)["lost"].items()})
             damage = reader.damage  # what the reading of this segment met
             if damage:
                 out.damaged(seg, damage)

@@ -103,7 +103,7 @@ def test_the_digests_derived_on_read_are_those_of_the_run_s_objects(
     # the run digested nothing but the one frame that delivered other detections than fusion gave it
     assert digested == Counter({1: 1})
     with DriveReader(run, strict=True) as reader:
-        assert reader.metadata[fmt.META_FORMAT] == "6"
+        assert reader.metadata[fmt.META_FORMAT] == "7"
         raw = [json.loads(d) for _, _, _, d in reader.messages([fmt.FUSION_TOPIC])]
         records = fusion_records(reader)
         frames = sorted((json.loads(d) for _, _, _, d in reader.messages([fmt.FRAMES_TOPIC])), key=lambda f: f["index"])
