@@ -201,7 +201,7 @@ class Road:
         dash = np.nonzero(m == _DASH)[0]
         if dash.size:
             m[dash] = np.where(np.mod(s[dash], 12.0) < 4.0, Ground.WHITE, Ground.ASPHALT)
-        if self.crosswalks.size:
+        if self.crosswalks.size and s.size:  # (no point: a lidar seeing no ground, or all of it hidden)
             lo, hi = float(s.min()), float(s.max())
             for cw in self.crosswalks[(self.crosswalks > lo - 2.0) & (self.crosswalks < hi + 2.0)]:
                 zebra = np.nonzero(np.abs(s - cw) < 2.0)[0]

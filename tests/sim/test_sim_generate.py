@@ -180,3 +180,17 @@ def test_ground_truth_encoding_is_the_per_object_construction() -> None:
         assert codec.encode_ground_truth(gt).SerializeToString(deterministic=True) == plain.SerializeToString(
             deterministic=True
         )
+
+
+def test_a_lidar_that_sees_no_ground_on_a_road_with_crosswalks(tmp_path: Path) -> None:
+    # An upward-looking lidar (a valid rig) hit no ground point: the crosswalks' lookup took the minimum of no
+    # points and the generation ended in a traceback (urban and dense roads have crosswalks; highway none).
+    rig = tmp_path / "upward.yaml"
+    rig.write_text(
+        "name: upward\nsensors:\n  - name: lidar_top\n    kind: lidar\n    mount: {xyz: [1.0, 0.0, 1.9]}\n"
+        "    rate_hz: 10\n    lidar: {beams: 16, fov_up_deg: 15, fov_down_deg: 0}\n"
+    )
+    path = tmp_path / "up.mcap"
+    generate_drive(path, scenario="urban", seed=1, duration_s=0.3, rig=rig)
+    with DriveReader(path, strict=True) as reader:
+        assert [s.sensor for s in reader.samples()] == ["lidar_top"] * 3
