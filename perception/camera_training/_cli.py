@@ -14,8 +14,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from perception.sim import SCENARIOS
+
 from ._settings import TrainSettings
-from ._sources import EVAL_SEED, TRAIN_SCENARIOS, TRAIN_SEEDS
+from ._sources import EVAL_SEED, TRAIN_SCENARIOS, TRAIN_SEEDS, check_training_seeds
 
 __all__ = ["main"]
 
@@ -29,19 +31,20 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="training seed (weights init, shuffling, augmentation)")
     p.add_argument("--out", type=Path, required=True, help="where to write the .onnx")
-    p.add_argument("--epochs", type=int, default=TrainSettings().epochs)
-    p.add_argument("--batch-size", type=int, default=TrainSettings().batch_size)
+    p.add_argument("--epochs", type=_positive, default=TrainSettings().epochs)
+    p.add_argument("--batch-size", type=_positive, default=TrainSettings().batch_size)
     p.add_argument("--lr", type=float, default=TrainSettings().lr)
     p.add_argument(
-        "--threads", type=int, default=TrainSettings().threads, help="torch intra-op threads (part of the recipe)"
+        "--threads", type=_positive, default=TrainSettings().threads, help="torch intra-op threads (part of the recipe)"
     )
     p.add_argument("--time-budget", type=float, default=None, help="stop after the epoch exceeding this many s")
     p.add_argument(
         "--data-seeds",
-        default=f"{TRAIN_SEEDS.start}-{TRAIN_SEEDS.stop - 1}",
+        type=_training_seeds,
+        default=TRAIN_SEEDS,
         help="drive seeds to train on, 'A-B' inclusive (seeds < 100 and 1234 are reserved for evaluation)",
     )
-    p.add_argument("--scenarios", default=",".join(TRAIN_SCENARIOS), help="comma-separated scenarios")
+    p.add_argument("--scenarios", type=_scenarios, default=TRAIN_SCENARIOS, help="comma-separated scenarios")
     p.add_argument(
         "--cache",
         type=Path,
@@ -53,25 +56,55 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _seed_range(text: str) -> range:
+    """``A-B`` (inclusive) or ``A``: the seeds (argparse says what is wrong)."""
     a, _, b = text.partition("-")
-    lo = int(a)
-    hi = int(b) if b else lo
+    try:
+        lo = int(a)
+        hi = int(b) if b else lo
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'A-B' or 'A' (whole numbers), got {text!r}") from None
+    if hi < lo:
+        raise argparse.ArgumentTypeError(f"an empty range: {text!r} ends before it begins")
     return range(lo, hi + 1)
 
 
+def _training_seeds(text: str) -> range:
+    """:func:`_seed_range`, none of them reserved for evaluation."""
+    seeds = _seed_range(text)
+    try:
+        check_training_seeds(seeds)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return seeds
+
+
+def _scenarios(text: str) -> tuple[str, ...]:
+    names = tuple(s for s in text.split(",") if s)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown scenario(s) {unknown or [text]}; known: {', '.join(SCENARIOS)}")
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = _parse(argv)
     from ._evaluate import evaluate_onnx, format_results
-    from ._sources import check_training_seeds, training_dataset
+    from ._sources import training_dataset
 
-    seeds = _seed_range(args.data_seeds)
-    check_training_seeds(seeds)
     t0 = time.monotonic()
-    data = training_dataset(seeds, [s for s in args.scenarios.split(",") if s], args.cache)
+    data = training_dataset(args.data_seeds, list(args.scenarios), args.cache)
     t_data = time.monotonic() - t0
     log.info("training data ready: %d images, %d objects (%.0f s)", len(data), data.labels.size, t_data)
     from ._train import export_onnx, train

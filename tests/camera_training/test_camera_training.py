@@ -152,3 +152,25 @@ def test_network_outputs_have_the_documented_shapes() -> None:
     batch = {name: torch.from_numpy(np.stack([getattr(t, name)] * 2)) for name in names}
     out = losses((heat, size, offset), batch)
     assert out and all(bool(torch.isfinite(v)) for v in out.values())
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--data-seeds", "1-2"], "reserved for evaluation"),
+        (["--data-seeds", "300-200"], "an empty range: '300-200' ends before it begins"),
+        (["--data-seeds", "abc"], "expected 'A-B' or 'A' (whole numbers), got 'abc'"),
+        (["--scenarios", "nowhere"], "unknown scenario(s) ['nowhere']"),
+        (["--epochs", "0"], "must be >= 1, got 0"),
+    ],
+)
+def test_a_mistaken_option_is_a_usage_error_saying_what_is_wrong(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each ended in a traceback (a reserved or reversed seed range: only once the data was being made)
+    with pytest.raises(SystemExit) as info:
+        _cli._parse(["--out", "x.onnx", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and said in err and "Traceback" not in err, err
+    args = _cli._parse(["--out", "x.onnx", "--data-seeds", "100-101", "--scenarios", "urban,dense"])
+    assert list(args.data_seeds) == [100, 101] and args.scenarios == ("urban", "dense")
