@@ -13,6 +13,7 @@ image pixels) to PNG pixels, so callers (and tests) can find any object in the p
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perception.errors import InputError
 from perception.fusion import bev_corners, box_corners, invert_transform, project_points, transform_points
 from perception.kinds import FusionRole, fusion_role
 from perception.types import Detection3D, ImageSample, PointCloudSample, SensorSpec
@@ -40,6 +42,8 @@ from perception.viz._palette import (
 )
 
 __all__ = ["RenderedView", "render_bev", "render_camera", "render_frame"]
+
+log = logging.getLogger(__name__)
 
 F64 = npt.NDArray[np.float64]
 
@@ -407,11 +411,16 @@ def render_frame(
     frame: FrameView, out_dir: str | Path, *, range_m: float = 60.0, stem: str | None = None
 ) -> list[RenderedView]:
     """Write ``<stem>_bev.png`` and ``<stem>_<camera>.png`` for every camera with an image in the frame
-    (``stem`` defaults to ``frame_<id>``) into ``out_dir``; returns the views, BEV first."""
+    (``stem`` defaults to ``frame_<id>``) into ``out_dir``; returns the views, BEV first. A camera whose image
+    does not decode (the runtime records its frame all the same: the camera's status says so) is left out,
+    logged; the other views are drawn."""
     out = Path(out_dir)
     base = stem or f"frame_{frame.frame_id:06d}"
     views = [render_bev(frame, out / f"{base}_bev.png", range_m=range_m)]
     for name, spec in frame.specs.items():
         if spec.calibration is not None and isinstance(frame.samples.get(name), ImageSample):
-            views.append(render_camera(frame, name, out / f"{base}_{name}.png"))
+            try:
+                views.append(render_camera(frame, name, out / f"{base}_{name}.png"))
+            except InputError as exc:
+                log.warning("frame %d: camera %s not drawn: %s", frame.frame_id, name, exc)
     return views

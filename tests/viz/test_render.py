@@ -377,3 +377,19 @@ def test_render_with_a_drive_that_was_not_replayed_is_refused(
     assert err.startswith(f"perception render: error: {other}: has no ") and "not the drive that was replayed" in err
     assert err.count("\n") == 1, err
     assert not list((tmp_path / "png").glob("*.png"))
+
+
+def test_a_camera_image_that_does_not_decode_is_left_out_and_the_frame_drawn(
+    frame: FrameView, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The runtime records a frame whose camera image did not decode (the camera's status says so): rendering it
+    # raised, and report.md was never written (a half-filled frames/ folder left behind).
+    cams = [n for n, s in frame.samples.items() if isinstance(s, ImageSample)]
+    assert len(cams) >= 2
+    broken = dataclasses.replace(frame.samples[cams[0]], data=b"\xff\xd8\xff\xe0 a truncated jpeg")
+    views = render_frame(dataclasses.replace(frame, samples={**frame.samples, cams[0]: broken}), tmp_path)
+    assert [v.name for v in views] == [v.name for v in render_frame(frame, tmp_path / "whole") if v.name != cams[0]]
+    assert (
+        f"camera {cams[0]} not drawn" in caplog.text
+        and not (tmp_path / f"frame_{frame.frame_id:06d}_{cams[0]}.png").exists()
+    )
