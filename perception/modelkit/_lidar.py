@@ -726,7 +726,8 @@ def _cluster_boxes(members: F64 | F32, p: LidarParams, omega: float = 0.0) -> li
                 seg_lo, seg_hi = lo.copy(), hi.copy()
                 seg_lo[long_axis], seg_hi[long_axis] = a, b
                 score = car.weight * 0.6 * _density(members.shape[0] // n_cars, cluster.range, car, omega, p)
-                out.append((_box(seg_lo, seg_hi, theta, long_axis, ground, top, car), CAR, score))
+                if score >= p.min_score:  # (as a lone car's: a row's too sparse segments are not cars either)
+                    out.append((_box(seg_lo, seg_hi, theta, long_axis, ground, top, car), CAR, score))
             return out
     label, score, axis = _classify(cluster, p)
     if label < 0 or score < p.min_score:

@@ -308,3 +308,20 @@ def test_evidence_is_relative_to_the_lidar_resolution() -> None:
         assert i >= 0 and det.labels[i] == CAR
         scores.append(float(det.scores[i]))
     assert abs(scores[0] - scores[1]) < 0.15
+
+
+def test_a_row_of_cars_too_sparse_to_score_min_score_gives_no_boxes() -> None:
+    # A car-high cluster too long for one car is cut into a row of cars; each segment was kept whatever its
+    # score (0.056 here, under min_score 0.1), while the same returns cut to one car's length gave nothing.
+    from perception.modelkit._lidar import _cluster_boxes
+
+    p = LidarParams()
+    n = 12
+    xs, ys = np.linspace(8.0, 17.0, n), np.full(n, 12.0)
+    ys[::3] += 1.8
+    zs = np.where(np.arange(n) % 2 == 0, -0.3, -1.2)
+    members = np.column_stack([xs, ys, zs, np.full(n, -1.8)])
+    assert _cluster_boxes(members[members[:, 0] <= 12.5], p, omega=2.5e-5) == []  # one car's length: nothing
+    assert all(score >= p.min_score for _, _, score in _cluster_boxes(members, p, omega=2.5e-5))
+    dense = _cluster_boxes(members, p, omega=1e-3)  # the same returns from a coarser lidar: enough for cars
+    assert len(dense) >= 2 and all(label == LABELS.index("car") for _, label, _ in dense)

@@ -179,3 +179,26 @@ def test_measured_priors_keep_near_isolated_static_returns() -> None:
     r = math.hypot(12.0, 3.0)
     assert by_x[12] == pytest.approx(p.static_prior / (1 + math.exp((r - p.static_prior_range) / p.static_prior_width)))
     assert by_x[40] == pytest.approx(p.moving_prior)
+
+
+def test_a_large_moving_cluster_is_split_in_memory_linear_in_its_returns() -> None:
+    """An imaging radar's 1000 returns on one bus: every pair of returns was a hypothesis scored against every
+    return (an [n, n(n-1)/2] array: ~8 GB here); a bounded number of pairs gives the same one motion."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n = 1000
+    xy = np.column_stack([rng.uniform(14.0, 17.0, n), rng.uniform(-5.0, 5.0, n)])
+    u = xy / np.linalg.norm(xy, axis=1, keepdims=True)
+    vr = u @ np.array([0.0, 8.0]) + rng.normal(0.0, 0.1, n)
+    rows = np.column_stack([xy, np.zeros(n), vr, np.full(n, 5.0)])
+    tracemalloc.start()
+    try:
+        groups = split_by_motion(rows, np.arange(n))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, peak  # (n x 2048 pairs: ~16 MB an array)
+    assert max(map(len, groups)) > 0.9 * n  # one motion explains nearly all of them
+    best = max(groups, key=len)
+    assert np.allclose(fit_velocity(rows[best])[0], [0.0, 8.0], atol=0.1)
