@@ -38,8 +38,10 @@ Not regressions, but listed: drives only in the current run, and drives whose ba
 drive (from ``detections.jsonl``, as the per-drive reports count them), by
 :func:`perception.metrics.percentiles` -- percentiles of drives cannot be averaged. Quality totals are
 *ground-truth-weighted* means over the drives compared in both runs: a class's AP weighted by the
-drive's ground-truth objects of that class, mAP by the drive's ground-truth objects of all classes. (An
-exact pooled AP would need every detection's score and match, which the outputs do not keep.)
+drive's ground-truth objects of that class, mAP by the drive's ground-truth objects of all classes -- the
+baseline's counts, in both runs, so that the totals move only when a drive's values do (a drive with fewer
+frames evaluated moved a total that no drive's value had). (An exact pooled AP would need every detection's
+score and match, which the outputs do not keep.)
 """
 
 from __future__ import annotations
@@ -374,7 +376,7 @@ class BaselineComparison:
             "totals": {
                 "drives_compared": len(self._named("compared")),
                 "quality": None if self.quality is None else self.quality.as_dict(),
-                "quality_weighting": "ground-truth objects",
+                "quality_weighting": "the baseline's ground-truth objects, in both runs",
                 "latency": _latency_dict(self.latency),
                 "latency_pooling": "percentiles of every non-dropped frame of the compared drives",
                 "status": None if self.status is None else self.status.as_dict(),
@@ -751,7 +753,7 @@ def _total_quality(drives: Sequence[DriveComparison]) -> QualityDelta | None:
         ClassDelta(
             label,
             _weighted((c.baseline_ap, c.baseline_gt) for c in cs),
-            _weighted((c.current_ap, c.current_gt) for c in cs),
+            _weighted((c.current_ap, c.baseline_gt) for c in cs),  # the same weights (module docs)
             sum(c.baseline_gt for c in cs),
             sum(c.current_gt for c in cs),
             sum(c.baseline_detections for c in cs),
@@ -763,7 +765,7 @@ def _total_quality(drives: Sequence[DriveComparison]) -> QualityDelta | None:
     return QualityDelta(
         "+".join(protocols),
         _weighted((q.baseline_map, q.baseline_gt) for q in qs),
-        _weighted((q.current_map, q.current_gt) for q in qs),
+        _weighted((q.current_map, q.baseline_gt) for q in qs),
         sum(q.baseline_gt for q in qs),
         sum(q.current_gt for q in qs),
         classes,

@@ -332,7 +332,26 @@ def test_totals_are_gt_weighted_and_latency_is_pooled(tmp_path: Path) -> None:
     p99 = next(d for d in cmp.latency if d.kind == "total" and d.stat == "p99")
     assert p99.current_ms == percentiles(totals)["p99"] and p99.current_n == 2 * FRAMES
     data = _json_roundtrip(cmp)
-    assert data["totals"]["quality_weighting"] == "ground-truth objects"  # type: ignore[index]
+    assert data["totals"]["quality_weighting"] == "the baseline's ground-truth objects, in both runs"  # type: ignore[index]
+
+
+def test_totals_move_only_when_a_drive_s_values_do() -> None:
+    # Each run's total was weighted by its own ground-truth counts: a drive with half its frames evaluated in
+    # the current run (mAP 0.9 in both) moved "all drives" from 0.550 to 0.433 -- a regression no drive had
+    from perception.fleet._baseline import ClassDelta, DriveComparison, QualityDelta, _total_quality
+
+    def quality(b_map: float, c_map: float, b_gt: int, c_gt: int) -> QualityDelta:
+        return QualityDelta("native", b_map, c_map, b_gt, c_gt, (ClassDelta("car", b_map, c_map, b_gt, c_gt, 10, 10),))
+
+    drives = [
+        DriveComparison("A", "compared", quality(0.9, 0.9, 100, 50)),
+        DriveComparison("B", "compared", quality(0.2, 0.2, 100, 100)),
+    ]
+    total = _total_quality(drives)
+    assert total is not None and total.baseline_map == total.current_map == pytest.approx(0.55)
+    assert (total.baseline_gt, total.current_gt) == (200, 150)
+    (car,) = total.classes
+    assert car.baseline_ap == car.current_ap == pytest.approx(0.55)
 
 
 def test_quality_or_sensor_lost_in_the_current_run(tmp_path: Path) -> None:
