@@ -67,7 +67,8 @@ class DriveSummary:
     wall_s: float | None = None
     cpu_s: float | None = None
     frames_per_s: float | None = None
-    #: The drive's frame totals as a mergeable sketch (the fleet's pooled percentiles; not written out).
+    #: The drive's frame totals as a mergeable sketch (the fleet's pooled percentiles): in ``fleet_drive.json``
+    #: (``to_json(sketch=True)``: a drive read back from it is pooled too), not in ``fleet.json``.
     total_sketch: Mapping[str, Any] | None = field(default=None, repr=False)
     task_s: float | None = None
     ray_overhead_s: float | None = None
@@ -97,9 +98,10 @@ class DriveSummary:
             error, error_type = str(error), type(error).__name__
         return dataclasses.replace(self, status="failed", error=error, error_type=error_type)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, sketch: bool = False) -> dict[str, Any]:
         """The summary as ``fleet_drive.json`` and ``fleet.json``'s ``drives`` hold it (unset keys left out;
-        ``error`` always there once a replay ran or failed, ``modes`` whenever evaluated)."""
+        ``error`` always there once a replay ran or failed, ``modes`` whenever evaluated); ``sketch``: with
+        :attr:`total_sketch` (``fleet_drive.json``'s)."""
         out: dict[str, Any] = {"name": self.name, "drive": self.drive, "attempt": self.attempt}
         for key in ("pid", "host", "ground_truth"):
             if getattr(self, key) is not None:
@@ -124,6 +126,8 @@ class DriveSummary:
                 out[key] = getattr(self, key)
         if self.retries is not None:
             out["retries"] = list(self.retries)
+        if sketch and self.total_sketch is not None:
+            out["total_sketch"] = _plain(self.total_sketch)
         return out
 
     @classmethod
@@ -160,6 +164,7 @@ class DriveSummary:
             ray_overhead_s=data.get("ray_overhead_s"),
             attempts=data.get("attempts"),
             retries=tuple(data["retries"]) if "retries" in data else None,
+            total_sketch=data.get("total_sketch"),
         )
 
 

@@ -213,7 +213,7 @@ class DriveWorker:
             frames_per_s=round(summary.frames / max(wall_s, 1e-9), 2),
         )
         try:
-            (staging / SUMMARY_FILE).write_text(_json(summary.to_json()))
+            (staging / SUMMARY_FILE).write_text(_json(summary.to_json(sketch=True)))  # (read back: pooled too)
             publish(staging, out / job.name)
         except FleetError as exc:  # OUT/<name> is not ours to replace: this drive fails, named
             log.warning("drive %s failed: %s", job.name, exc)

@@ -69,3 +69,20 @@ def test_the_fleet_totals_are_one_typed_record_written_as_fleet_json_s_totals(tm
     assert write_report(tmp_path, drives, {"workers": 1})["totals"] == t.to_json()  # computed when not given
     with pytest.raises(AttributeError):
         t.frame  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_drive_read_back_from_its_published_summary_is_pooled_in_the_totals() -> None:
+    # A drive whose worker had published fleet_drive.json when a stop came is read back from it: its frames were
+    # counted in the totals, its latency left out of the pooled percentiles (the sketch was not written out).
+    fast, slow = LatencySketch(), LatencySketch()
+    for ms in range(1, 101):
+        fast.add(ms * 1_000_000)
+        slow.add(500_000_000)
+    a = _ran("a", 99.0, total_sketch=fast.to_dict())
+    b = DriveSummary.from_json(
+        json.loads(json.dumps(_ran("b", 500.0, total_sketch=slow.to_dict()).to_json(sketch=True)))
+    )
+    assert b.total_sketch is not None
+    totals = fleet_totals([a, b])
+    assert totals.latency_ms["n"] == 200 and totals.latency_ms["max"] == 500.0
+    assert "total_sketch" not in _ran("c", 1.0, total_sketch=fast.to_dict()).to_json()  # fleet.json's: without
