@@ -185,9 +185,7 @@ class OrderedPipeline:
         finally:
             del self._bounded[scope]
 
-    async def run(
-        self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]
-    ) -> None:
+    async def run(self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order (a frame the source
         shed, :class:`Superseded`: its shed record); then close it."""
         self._out = out
@@ -411,7 +409,9 @@ class OrderedPipeline:
                 async with self._cond:
                     self._finish(seq, self._dropped(frame, CANCELLED_IN_FLIGHT))
             raise
-        except InputError as exc:  # the host's frame is malformed: recorded as such, no traceback
+        except (InputError, RuntimeClosedError) as exc:
+            # the host's frame is malformed, or the runtime closed before the frame could start: recorded
+            # as such, no traceback
             if not released:
                 self.admission.release(None)
             log.warning("frame %d dropped: %s", frame.frame_id, exc)
