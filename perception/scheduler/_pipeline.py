@@ -187,18 +187,29 @@ class OrderedPipeline:
 
     async def run(self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order (a frame the source
-        shed, :class:`Superseded`: its shed record); then close it."""
+        shed, :class:`Superseded`: its shed record); then close it. An error of the source ends the intake
+        as its end would (the frames taken before it finish and are recorded) and is raised, as it is,
+        once their records were sent."""
         self._out = out
         cancelled = False
+        error: Exception | None = None
         async with out:
             try:
                 async with anyio.create_task_group() as tg:
                     grants = anyio.CancelScope()
                     tg.start_soon(self._grants, tg, grants)
                     with self._intake:
-                        async for frame in source:
+                        frames = aiter(source)
+                        while True:
+                            try:
+                                frame = await anext(frames)
+                            except StopAsyncIteration:
+                                break
+                            except Exception as exc:  # kept from the task group, which would cancel the frames taken
+                                error = exc
+                                break
                             await self._admit(frame, tg)
-                    # Source finished or stop(): let in-flight frames finish, bounded when stopping.
+                    # Source finished (or failed) or stop(): let in-flight frames finish, bounded when stopping.
                     with self._until_drained(sending=False) as drain:
                         async with self._cond:
                             while (
@@ -229,6 +240,8 @@ class OrderedPipeline:
                             self._next_emit,
                             self._next_seq - self._next_emit - 1,
                         )
+        if error is not None:
+            raise error
 
     async def _admit(self, frame: Frame | Superseded, tg: TaskGroup) -> None:
         try:

@@ -173,6 +173,38 @@ async def test_processing_bug_is_recorded_not_lost() -> None:
     assert "ValueError: boom" in (out[1].reason or "")
 
 
+async def test_an_error_of_the_source_lets_the_frames_taken_finish_then_is_raised_as_it_is() -> None:
+    # Before: the source's error, raised in the pipeline's task group, cancelled the frames taken (in flight:
+    # 'shutdown: cancelled while in flight', queued: 'shutdown: never started') and came out in an
+    # ExceptionGroup. Frames 0 and 1 are in flight and 2 and 3 queued when it raises; they end after it.
+    two_started, failed = anyio.Event(), anyio.Event()
+    started = 0
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal started
+        started += 1
+        if started == 2:
+            two_started.set()
+        await failed.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(4):
+            yield frame(i)
+        await two_started.wait()
+        failed.set()
+        raise ValueError("source broke")
+
+    cfg = PipelineConfig(max_in_flight=2, admission="fixed", queue_size=4, overflow="drop-oldest", overload="queue")
+    p = OrderedPipeline(process, _dropped, cfg, deadline_ns=600_000_000_000)
+    send, recv = anyio.create_memory_object_stream[FrameResult](10)
+    with anyio.fail_after(5), pytest.raises(ValueError, match="source broke"):
+        await p.run(source(), send)
+    with recv:
+        out = list(recv.receive_nowait() for _ in range(4))  # sent before the error was raised
+    assert [(r.frame_id, r.status) for r in out] == [(i, FrameStatus.OK) for i in range(4)]
+
+
 async def test_a_frame_with_a_late_sensor_is_reported_late_to_the_admission() -> None:
     # A sensor late at the join halves the adaptive admission's limit even when the frame kept its
     # deadline (the join cut it off): the pipeline must say so when it gives the slot back.

@@ -121,3 +121,35 @@ async def test_a_stream_still_starting_as_the_runtime_closes_is_stopped(caplog: 
     assert [r.frame_id for r in got] == taken  # every frame taken has its record
     assert all(r.status is FrameStatus.DROPPED and (r.reason or "").startswith("shutdown") for r in got)
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+class DriveReadError(Exception):
+    """A drive's reader failing mid-stream (the host's own error type)."""
+
+
+async def test_an_error_of_the_source_is_raised_as_it_is_after_the_frames_taken_finish() -> None:
+    # Before: the source's error cancelled the frames taken (in flight: 'shutdown: cancelled while in flight',
+    # queued: 'shutdown: never started'), and the consumer got an ExceptionGroup, which `except DriveReadError`
+    # missed.
+    gate = anyio.Event()
+    client = _Answers(gate)
+
+    async def failing() -> AsyncIterator[Frame]:
+        for i in range(3):
+            yield _frame(i)
+        await client.two_asked.wait()  # frames 0 and 1 in flight, frame 2 queued
+        gate.set()  # they are answered once the source has failed
+        raise DriveReadError("corrupt message at frame 3")
+
+    got: list[FrameResult] = []
+    with anyio.fail_after(WATCHDOG_S):
+        async with Runtime(
+            _config(max_in_flight=2, admission="fixed", overload="queue"),
+            client=client,
+            check_models=False,
+            fusion=None,
+        ) as rt:
+            with pytest.raises(DriveReadError, match="frame 3"):
+                async for r in rt.run(failing()):
+                    got.append(r)
+    assert [(r.frame_id, r.status) for r in got] == [(i, FrameStatus.OK) for i in range(3)]
