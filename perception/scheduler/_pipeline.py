@@ -107,8 +107,9 @@ class OrderedPipeline:
         admission: AdmissionControl | None = None,
         shed: Shed | None = None,
     ) -> None:
-        """``deadline_ns``: a frame's deadline after its admission, which the adaptive admission keeps
-        frames within (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
+        """``deadline_ns``: a frame's budget from its intake (its ``created_ns``), which the overload policy
+        sheds frames by and the adaptive admission keeps their service (admission to result) well within
+        (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
         to start frames in (a shared admission's); by default the pipeline's own :class:`Admission`.
         ``shed``: the record of a frame shed under overload (by default ``dropped``'s)."""
         self._process = process
@@ -408,13 +409,13 @@ class OrderedPipeline:
         limit = self.admission.limit  # in force as the frame starts (recorded with its result)
         try:
             result = replace(await self._process(frame), admission_limit=limit)
-            # admission to result: what the frame's deadline covers
-            end = time.monotonic_ns()
-            service = end - (frame.created_ns or end)
+            # admission to result: what the servers take (the wait for a slot before it is the frame's
+            # budget's, from its intake, not theirs), as the thread runtime measures it
+            service = time.monotonic_ns() - started
             released = True
             self.admission.release(service, late=ended_late(result))
             if self.overload is not None:
-                self.overload.observe(end - started, cut=ended_late(result))  # how long a frame takes once started
+                self.overload.observe(service, cut=ended_late(result))  # how long a frame takes once started
         except anyio.get_cancelled_exc_class():
             if not released:
                 self.admission.release(None)
