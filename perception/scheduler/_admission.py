@@ -274,7 +274,8 @@ class SharedAdmission:
         return self._next
 
     async def acquire(self, token: int) -> bool:
-        """A slot for ``token``'s next frame, once it is its turn (False: the stream was detached)."""
+        """A slot for ``token``'s next frame, once it is its turn (False: the stream was detached). Cancelled
+        while it waits, it leaves the line; a slot granted to it meanwhile goes back (to the next waiter)."""
         client = self._clients.get(token)
         if client is None or self._rule is None:
             return False
@@ -283,7 +284,14 @@ class SharedAdmission:
             return True
         waiter = _Waiter(token)
         self._waiters.append(waiter)
-        await waiter.event.wait()
+        try:
+            await waiter.event.wait()
+        except BaseException:  # cancelled: nobody takes the slot it waited for
+            if waiter.granted:
+                self.release(token, None)  # granted as it was cancelled: given back, unmeasured
+            elif not waiter.event.is_set():
+                self._waiters.remove(waiter)
+            raise
         return waiter.granted
 
     def release(self, token: int, service_ns: int | None, late: bool = False) -> None:
