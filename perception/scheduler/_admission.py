@@ -1,25 +1,29 @@
 """Admission: how many frames may be in flight, adapted to what the servers sustain.
 
-A frame admitted into flight starts its deadline clock. If more frames are admitted than the servers
-can work on, the extra ones wait in Triton's queue *inside* their deadlines: on CPU-bound models two
-frames in flight take about twice as long each, for no more frames per second, and the tail misses
-the deadline. So admission is a limit ``L`` between 1 and ``pipeline.max_in_flight``, adapted to the
-measured service time of frames (admission to result):
+A frame's deadline runs from its intake (its budget clock, ``created_ns``). If more frames are admitted
+than the servers can work on, the extra ones wait in Triton's queue *inside* their deadlines: on
+CPU-bound models two frames in flight take about twice as long each, for no more frames per second, and
+the tail misses the deadline. So admission is a limit ``L`` between 1 and ``pipeline.max_in_flight``,
+adapted to the measured service time of frames (admission to result: what the servers take, not the
+wait for a slot before it, which more frames in flight would shorten):
 
 * it starts at 1 (every frame alone: lockstep's conditions, at lockstep's throughput or better);
 * it probes ``L + 1`` only while frames are waiting for a slot and only if, even with full contention
-  (service growing in proportion to the frames in flight), the slowest recent frame would still end
-  within :data:`HEADROOM` of the deadline;
+  (service growing in proportion to the frames in flight), the slowest recent frame's service would
+  still take less than :data:`HEADROOM` of the deadline;
 * after :data:`HOLD` frames at the probed limit it keeps it only if throughput (``L / mean service``)
   rose by at least :data:`MIN_GAIN` — i.e. the servers really had capacity; otherwise the extra frame
   was only queueing, and the limit goes back;
-* a frame that ended past :data:`HEADROOM` of its deadline, or with a sensor late, halves the limit;
+* a frame whose service took more than :data:`HEADROOM` of the deadline, or that ended late (a sensor
+  late at the join, or its deadline missed), halves the limit;
 * after a step back, the next probe waits twice as long (up to :data:`MAX_BACKOFF` frames).
 
 ``pipeline.admission: fixed`` keeps ``L = max_in_flight`` (to measure a given depth: ``perception
 budget --in-flight K``, ``perception bench``). The limit only governs how many frames are *started*;
-frames beyond it wait outside the deadline (in the pipeline's queue under its overflow policy, or in
-the source under ``block``).
+frames beyond it wait for a slot (in the pipeline's queue under its overflow policy, or in the source
+under ``block``, whose frames' clocks start once the queue has room). A frame waiting in the queue spends
+its budget (the overload policy, :mod:`~perception.scheduler._shedding`, sheds it when what is left
+cannot cover a service), but its wait is not part of the admission's measure.
 
 A pipeline asks for a slot before it starts a frame and gives it back, with the frame's service time,
 when the frame ends (:class:`AdmissionControl`). By default its slots are its own (an :class:`Admission`).
@@ -28,7 +32,8 @@ follow the rule above as one replay's do: a :class:`SharedAdmission` next to the
 :class:`~perception.fleet` server actor) holds the one :class:`Admission` and hands its slots out in
 turn (first come, first served); each pipeline reaches it through a :class:`RemoteAdmission`
 (``Runtime(..., admission=RemoteAdmission(server))``). Asking for a slot costs a call to the server
-before the frame is admitted (outside its deadline); giving it back is sent without waiting.
+before the frame is admitted (a wait for a slot: outside the admission's measure); giving it back is
+sent without waiting.
 """
 
 from __future__ import annotations
@@ -269,7 +274,8 @@ class SharedAdmission:
         return self._next
 
     async def acquire(self, token: int) -> bool:
-        """A slot for ``token``'s next frame, once it is its turn (False: the stream was detached)."""
+        """A slot for ``token``'s next frame, once it is its turn (False: the stream was detached). Cancelled
+        while it waits, it leaves the line; a slot granted to it meanwhile goes back (to the next waiter)."""
         client = self._clients.get(token)
         if client is None or self._rule is None:
             return False
@@ -278,7 +284,14 @@ class SharedAdmission:
             return True
         waiter = _Waiter(token)
         self._waiters.append(waiter)
-        await waiter.event.wait()
+        try:
+            await waiter.event.wait()
+        except BaseException:  # cancelled: nobody takes the slot it waited for
+            if waiter.granted:
+                self.release(token, None)  # granted as it was cancelled: given back, unmeasured
+            elif not waiter.event.is_set():
+                self._waiters.remove(waiter)
+            raise
         return waiter.granted
 
     def release(self, token: int, service_ns: int | None, late: bool = False) -> None:
@@ -412,8 +425,9 @@ class _RemoteSlots:
 
     A frame that finds no slot in hand asks the server for one (:meth:`granted` makes the call, in the
     pipeline's task that waits for grants); the frame is admitted once it arrives, so the call's time is
-    never part of its deadline. Each grant's wait (the call, plus any turn behind other pipelines) is in
-    the report (``slot_wait_ms``).
+    never part of its service time (the admission's measure; a frame waiting in the queue meanwhile
+    spends its budget, as any wait for a slot does). Each grant's wait (the call, plus any turn behind
+    other pipelines) is in the report (``slot_wait_ms``).
     """
 
     def __init__(self, server: AdmissionServer, token: int, ceiling: int) -> None:

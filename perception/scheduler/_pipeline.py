@@ -107,8 +107,9 @@ class OrderedPipeline:
         admission: AdmissionControl | None = None,
         shed: Shed | None = None,
     ) -> None:
-        """``deadline_ns``: a frame's deadline after its admission, which the adaptive admission keeps
-        frames within (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
+        """``deadline_ns``: a frame's budget from its intake (its ``created_ns``), which the overload policy
+        sheds frames by and the adaptive admission keeps their service (admission to result) well within
+        (without one the admission is fixed at ``max_in_flight``). ``admission``: the slots
         to start frames in (a shared admission's); by default the pipeline's own :class:`Admission`.
         ``shed``: the record of a frame shed under overload (by default ``dropped``'s)."""
         self._process = process
@@ -185,22 +186,31 @@ class OrderedPipeline:
         finally:
             del self._bounded[scope]
 
-    async def run(
-        self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]
-    ) -> None:
+    async def run(self, source: AsyncIterable[Frame | Superseded], out: MemoryObjectSendStream[FrameResult]) -> None:
         """Consume ``source``, sending exactly one result per frame to ``out`` in order (a frame the source
-        shed, :class:`Superseded`: its shed record); then close it."""
+        shed, :class:`Superseded`: its shed record); then close it. An error of the source ends the intake
+        as its end would (the frames taken before it finish and are recorded) and is raised, as it is,
+        once their records were sent."""
         self._out = out
         cancelled = False
+        error: Exception | None = None
         async with out:
             try:
                 async with anyio.create_task_group() as tg:
                     grants = anyio.CancelScope()
                     tg.start_soon(self._grants, tg, grants)
                     with self._intake:
-                        async for frame in source:
+                        frames = aiter(source)
+                        while True:
+                            try:
+                                frame = await anext(frames)
+                            except StopAsyncIteration:
+                                break
+                            except Exception as exc:  # kept from the task group, which would cancel the frames taken
+                                error = exc
+                                break
                             await self._admit(frame, tg)
-                    # Source finished or stop(): let in-flight frames finish, bounded when stopping.
+                    # Source finished (or failed) or stop(): let in-flight frames finish, bounded when stopping.
                     with self._until_drained(sending=False) as drain:
                         async with self._cond:
                             while (
@@ -231,6 +241,8 @@ class OrderedPipeline:
                             self._next_emit,
                             self._next_seq - self._next_emit - 1,
                         )
+        if error is not None:
+            raise error
 
     async def _admit(self, frame: Frame | Superseded, tg: TaskGroup) -> None:
         try:
@@ -397,13 +409,13 @@ class OrderedPipeline:
         limit = self.admission.limit  # in force as the frame starts (recorded with its result)
         try:
             result = replace(await self._process(frame), admission_limit=limit)
-            # admission to result: what the frame's deadline covers
-            end = time.monotonic_ns()
-            service = end - (frame.created_ns or end)
+            # admission to result: what the servers take (the wait for a slot before it is the frame's
+            # budget's, from its intake, not theirs), as the thread runtime measures it
+            service = time.monotonic_ns() - started
             released = True
             self.admission.release(service, late=ended_late(result))
             if self.overload is not None:
-                self.overload.observe(end - started, cut=ended_late(result))  # how long a frame takes once started
+                self.overload.observe(service, cut=ended_late(result))  # how long a frame takes once started
         except anyio.get_cancelled_exc_class():
             if not released:
                 self.admission.release(None)
@@ -411,7 +423,9 @@ class OrderedPipeline:
                 async with self._cond:
                     self._finish(seq, self._dropped(frame, CANCELLED_IN_FLIGHT))
             raise
-        except InputError as exc:  # the host's frame is malformed: recorded as such, no traceback
+        except (InputError, RuntimeClosedError) as exc:
+            # the host's frame is malformed, or the runtime closed before the frame could start: recorded
+            # as such, no traceback
             if not released:
                 self.admission.release(None)
             log.warning("frame %d dropped: %s", frame.frame_id, exc)

@@ -286,8 +286,10 @@ class Runtime(anyio.AsyncContextManagerMixin):
                         finally:
                             self._state = Lifetime.CLOSING
                             supervisor.cancel()  # before the server stops: a stop is no crash
-                            for p in list(self._pipelines):
-                                p.stop()  # the stopped streams drain (bounded) as the task group is left
+                            # every stream stops, those still starting too (their pipelines not registered
+                            # yet: _run_stream stops them); the stopped streams drain (bounded) as the task
+                            # group is left
+                            self.stop()
                 finally:
                     measurements.cancel_scope.cancel()
             if error is not None:
@@ -722,8 +724,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
                     pipeline = OrderedPipeline(
                         self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
                     )
-                    if self._stopping:
-                        pipeline.stop()  # stopped before this stream started: it takes no frame
+                    if self._stopping or self._state is not Lifetime.OPENED:
+                        pipeline.stop()  # stopped (or closing) before this stream started: it takes no frame
                     self._pipelines.add(pipeline)
                     stack.callback(self._stream_ended, pipeline)
                     self.admission = pipeline.admission
@@ -747,14 +749,15 @@ class Runtime(anyio.AsyncContextManagerMixin):
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later
         take none. A stop that lands between opening the runtime and starting :meth:`run` (a signal
-        handler's usual timing) is therefore never lost."""
+        handler's usual timing) is therefore never lost. Closing the runtime stops it so (a stream still
+        starting as the host leaves takes no frame)."""
         self._stopping = True
         for p in list(self._pipelines):
             p.stop()
 
     @property
     def stopping(self) -> bool:
-        """True once :meth:`stop` was called."""
+        """True once :meth:`stop` was called (closing the runtime calls it)."""
         return self._stopping
 
 

@@ -173,6 +173,40 @@ def test_a_detached_or_dead_pipeline_s_slots_go_to_the_others() -> None:
     anyio.run(main)
 
 
+@pytest.mark.parametrize("granted", [False, True])
+def test_a_wait_for_a_shared_slot_cancelled_gives_up_its_turn_and_any_slot_granted(granted: bool) -> None:
+    # Before: the cancelled waiter stayed in line: the next release granted it the slot, which nobody took
+    # (in flight, counted in its stream's use) and the other pipelines lost until its stream detached.
+    # ``granted``: the slot is granted to it just after its wait was cancelled, before it resumes.
+    async def main() -> None:
+        shared = SharedAdmission()
+        a = shared.attach(1, DEADLINE, adaptive=False, owner="a")
+        b = shared.attach(1, DEADLINE, adaptive=False, owner="b")
+        assert await shared.acquire(a)  # a holds the only slot
+        scope = anyio.CancelScope()
+        got: list[bool] = []
+
+        async def wait_b() -> None:
+            with scope:
+                got.append(await shared.acquire(b))
+
+        with anyio.fail_after(10):  # watchdog
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_b)
+                await anyio.wait_all_tasks_blocked()  # b waits in line
+                scope.cancel()  # b's wait is cancelled ...
+                if granted:
+                    shared.release(a, None)  # ... and the slot goes to b before it resumes
+            if not granted:
+                shared.release(a, None)  # a's frame ends after b gave up: nobody in line
+            assert got == [] and scope.cancelled_caught
+            assert shared.in_flight == 0  # nobody holds a slot
+            assert await shared.acquire(a)  # a's next frame gets it at once
+            assert shared.in_flight == 1 and shared.report(b).get("frames_granted") == int(granted)
+
+    anyio.run(main)
+
+
 def test_two_pipelines_on_one_remote_admission_never_exceed_its_limit_together() -> None:
     """The pipelines themselves (not only the rule): two of ``max_in_flight`` 2 each, on one shared fixed
     admission of 2, process at most 2 frames at once between them, and do reach 2."""

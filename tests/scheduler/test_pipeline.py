@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 from collections.abc import AsyncIterator
 
 import anyio
@@ -12,10 +13,13 @@ import pytest
 from pipeline_helpers import collect
 
 from perception.config import PipelineConfig
-from perception.scheduler import OrderedPipeline
+from perception.scheduler import OrderedPipeline, _pipeline
+from perception.scheduler._admission import Admission
 from perception.types import Frame, FrameResult, FrameStatus, SensorResult, SensorStatus
 
 pytestmark = pytest.mark.anyio
+
+MS = 1_000_000
 
 
 def frame(i: int) -> Frame:
@@ -171,6 +175,84 @@ async def test_processing_bug_is_recorded_not_lost() -> None:
         out = await collect(p, paced(3, 0))
     assert [r.status for r in out] == [FrameStatus.OK, FrameStatus.DROPPED, FrameStatus.OK]
     assert "ValueError: boom" in (out[1].reason or "")
+
+
+async def test_an_error_of_the_source_lets_the_frames_taken_finish_then_is_raised_as_it_is() -> None:
+    # Before: the source's error, raised in the pipeline's task group, cancelled the frames taken (in flight:
+    # 'shutdown: cancelled while in flight', queued: 'shutdown: never started') and came out in an
+    # ExceptionGroup. Frames 0 and 1 are in flight and 2 and 3 queued when it raises; they end after it.
+    two_started, failed = anyio.Event(), anyio.Event()
+    started = 0
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal started
+        started += 1
+        if started == 2:
+            two_started.set()
+        await failed.wait()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(4):
+            yield frame(i)
+        await two_started.wait()
+        failed.set()
+        raise ValueError("source broke")
+
+    cfg = PipelineConfig(max_in_flight=2, admission="fixed", queue_size=4, overflow="drop-oldest", overload="queue")
+    p = OrderedPipeline(process, _dropped, cfg, deadline_ns=600_000_000_000)
+    send, recv = anyio.create_memory_object_stream[FrameResult](10)
+    with anyio.fail_after(5), pytest.raises(ValueError, match="source broke"):
+        await p.run(source(), send)
+    with recv:
+        out = list(recv.receive_nowait() for _ in range(4))  # sent before the error was raised
+    assert [(r.frame_id, r.status) for r in out] == [(i, FrameStatus.OK) for i in range(4)]
+
+
+class _MeasuredAdmission(Admission):
+    """A fixed admission that records the measure of each frame given back."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        super().__init__(max_in_flight, 0, adaptive=False)
+        self.measures: list[int | None] = []
+
+    def release(self, service_ns: int | None, *, late: bool = False) -> None:
+        self.measures.append(service_ns)
+        super().release(service_ns, late=late)
+
+
+async def test_the_admission_measures_a_frame_from_its_admission_not_its_intake(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: the pipeline gave the admission intake to result, the wait for a slot included: frames queued
+    # under overload inflated the measure, and the adaptive limit fell exactly when more frames in flight
+    # would help. The pipeline's clock is the test's: frame 1 waits 100 ms for frame 0's slot, then takes 10.
+    now = [1_000 * MS]
+    monkeypatch.setattr(_pipeline, "time", types.SimpleNamespace(monotonic_ns=lambda: now[0]))
+    started0, answer0 = anyio.Event(), anyio.Event()
+
+    async def process(f: Frame) -> FrameResult:
+        if f.frame_id == 0:
+            started0.set()
+            await answer0.wait()
+        else:
+            now[0] += 10 * MS
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    async def answer() -> None:
+        await started0.wait()  # frame 1 is queued by then (the source does not wait)
+        now[0] += 100 * MS
+        answer0.set()
+
+    admission = _MeasuredAdmission(1)
+    config = PipelineConfig(max_in_flight=1, admission="fixed", queue_size=4, overflow="drop-oldest", overload="queue")
+    p = OrderedPipeline(process, _dropped, config, deadline_ns=60_000 * MS, admission=admission)
+    with anyio.fail_after(5):  # watchdog
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer)
+            out = await collect(p, _frames(2))
+    assert [(r.frame_id, r.status) for r in out] == [(0, FrameStatus.OK), (1, FrameStatus.OK)]
+    assert admission.measures == [100 * MS, 10 * MS]  # frame 1's 100 ms in the queue is not its service
 
 
 async def test_a_frame_with_a_late_sensor_is_reported_late_to_the_admission() -> None:
