@@ -59,6 +59,7 @@ from perception.types import (
     FrameStatus,
     ImageSample,
     PointCloudSample,
+    Sample,
     SensorResult,
     SensorStatus,
     Transform,
@@ -1345,14 +1346,14 @@ def test_a_recording_of_which_no_segment_can_be_read_is_a_damaged_drive(
     assert not (tmp_path / "as").exists()
 
 
-def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_recorded(tmp_path: Path) -> None:
-    # The live intake takes numpy stamps (the frames' are plain ints) and hands the recorder the sample as pushed:
-    # a received stamp (np.int64) in a fusion record's JSON ended the whole recording at the first fused frame;
-    # a frame's ego pose of numpy floats likewise. They are recorded as plain numbers, the replay reproduces it.
-    run = tmp_path / "run.mcap"
-    config = load_config(REPLAY_PROFILE)
+def _recorded_late(
+    run: Path, frames: int, received: Callable[[Sample], Sample] = lambda s: s
+) -> tuple[RunRecorder, Session, int]:
+    """About ``frames`` frames of the bundled drive recorded at ``run``, each fused with every sensor late
+    (:func:`_fused_late`), each sample handed over as ``received`` gives it: the recorder (closed), the session
+    and the frames fused."""
     with DriveReader(DRIVE) as reader:
-        session = Session.assemble(config, reader.source)
+        session = Session.assemble(load_config(REPLAY_PROFILE), reader.source)
         with RunRecorder(run, ego_poses=tuple(reader.ego_poses())) as rec:
             rec.begin(session)
             fusion = rec.fusion(session.fusion())
@@ -1360,13 +1361,23 @@ def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_reco
             assembler = session.assembler()
             n = 0
             for sample in reader.samples():
-                rec.sample(dataclasses.replace(sample, t_ns=np.int64(sample.t_ns)), 1_000 + sample.t_ns)
+                rec.sample(received(sample), 1_000 + sample.t_ns)
                 _drained(rec)
                 for frame in assembler.push(sample):
                     _fused_late(rec, fusion, frame)
                     n += 1
-                if n >= 20:
+                if n >= frames:
                     break
+    return rec, session, n
+
+
+def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_recorded(tmp_path: Path) -> None:
+    # The live intake takes numpy stamps (the frames' are plain ints) and hands the recorder the sample as pushed:
+    # a received stamp (np.int64) in a fusion record's JSON ended the whole recording at the first fused frame;
+    # a frame's ego pose of numpy floats likewise. They are recorded as plain numbers, the replay reproduces it.
+    run = tmp_path / "run.mcap"
+    config = load_config(REPLAY_PROFILE)
+    rec, session, n = _recorded_late(run, 20, lambda s: dataclasses.replace(s, t_ns=np.int64(s.t_ns)))
     assert rec.error is None and not any(k.startswith("dropped_") for k in rec.stats), rec.stats
     fused = _fusion_records_of(run)
     raw = [e["raw_t_ns"] for r in fused for e in r["samples"].values() if e is not None]
@@ -1483,21 +1494,7 @@ def test_results_the_recorder_dropped_are_named_by_the_replay(
     monkeypatch.setattr(RunRecorder, "_put", full_at_4_and_5)
     run = tmp_path / "run.mcap"
     config = load_config(REPLAY_PROFILE)
-    with DriveReader(DRIVE) as reader:
-        session = Session.assemble(config, reader.source)
-        with RunRecorder(run, ego_poses=tuple(reader.ego_poses())) as rec:
-            rec.begin(session)
-            fusion = rec.fusion(session.fusion())
-            assembler = session.assembler()
-            n = 0
-            for sample in reader.samples():
-                rec.sample(sample, sample.t_ns)
-                _drained(rec)
-                for frame in assembler.push(sample):
-                    _fused_late(rec, fusion, frame)
-                    n += 1
-                if n >= 12:
-                    break
+    rec, _, n = _recorded_late(run, 12)
     assert rec.stats["dropped_result"] == 2
     out = anyio.run(lambda: replay_as_recorded(run, config))
     assert out.first is None and out.compared == out.equal == n and len(out.results) == n - 2
