@@ -151,8 +151,7 @@ class _Fleet:
         self.queue: deque[tuple[FleetDrive, int]] = deque((d, 1) for d in drives)
         self.results: dict[str, DriveSummary] = {}
         self.retried: dict[str, list[str]] = {}
-        self.running: dict[str, Any] = {}  # drive name -> ObjectRef
-        self.out = 0  # drives taken from the queue and not yet done nor back in it
+        self.running: dict[str, Any] = {}  # drive name -> ObjectRef: the drives out (taken, not done nor back)
         self._change: anyio.Event | None = None  # what idle workers wait on (_changed)
         self.workers: list[Any] = []
         self.servers: list[Any] = []
@@ -248,16 +247,14 @@ class _Fleet:
         that), or this worker died and did not come back."""
         while not self.stopped:
             if not self.queue:
-                if not self.out:
+                if not self.running:
                     return
                 await self._wait_change()
                 continue
             drive, attempt = self.queue.popleft()
-            self.out += 1
             try:
                 ended = await self._drive(worker, drive, attempt)
             finally:
-                self.out -= 1
                 self._changed()
             if ended == "stopped" or (ended == "died" and not await self._back(worker)):
                 return
