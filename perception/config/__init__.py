@@ -20,7 +20,7 @@ from perception.config._model import (
     SensorDefaults,
     ServerConfig,
     TriggerConfig,
-    header_problem,
+    headers_problem,
     tls_problem,
     url_problem,
 )
@@ -46,7 +46,7 @@ __all__ = [
     "default_camera_model",
     "first_duplicate",
     "from_data",
-    "header_problem",
+    "headers_problem",
     "load_config",
     "load_yaml",
     "reject_duplicates",

@@ -35,7 +35,7 @@ __all__ = [
     "ServerConfig",
     "TLSConfig",
     "TriggerConfig",
-    "header_problem",
+    "headers_problem",
     "reference_problem",
     "tls_problem",
     "url_problem",
@@ -83,17 +83,21 @@ def url_problem(url: str) -> str | None:
 _HEADER_NAME = re.compile(r"[0-9a-z_.-]+")
 
 
-def header_problem(name: str, value: str) -> str | None:
-    """What is wrong with a header sent as gRPC metadata with every call, or ``None``: the one check of a
-    profile's ``server.headers`` and :class:`perception.triton.ClientOptions`' ``headers``. gRPC refused
-    such a call in a traceback of its own (``Metadata key 'Authorization' is invalid``). The value is never
-    quoted: it is often a secret."""
-    if not _HEADER_NAME.fullmatch(name):
-        return f"not a gRPC metadata key: lower-case letters, digits, '-', '_' and '.' only, got {name!r}"
-    if name.endswith("-bin"):
-        return "binary metadata (a key ending in '-bin') is not supported: header values are text"
-    if not all(" " <= c <= "~" for c in value):
-        return "the value must be printable ASCII (no line break, tab or non-ASCII character)"
+def headers_problem(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(key, message)`` of the first header sent as gRPC metadata that gRPC would refuse (``headers.<name>``),
+    or ``None``: the one check of a profile's ``server.headers``, :class:`perception.triton.ClientOptions`'
+    ``headers`` and a call's own. gRPC refused such a call in a traceback of its own (``Metadata key
+    'Authorization' is invalid``). The value is never quoted: it is often a secret."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            why = f"not a gRPC metadata key: lower-case letters, digits, '-', '_' and '.' only, got {name!r}"
+        elif name.endswith("-bin"):
+            why = "binary metadata (a key ending in '-bin') is not supported: header values are text"
+        elif not all(" " <= c <= "~" for c in value):
+            why = "the value must be printable ASCII (no line break, tab or non-ASCII character)"
+        else:
+            continue
+        return f"headers.{name}", why
     return None
 
 
@@ -177,10 +181,9 @@ class ServerConfig:
             i, j = found
             also = "url" if j < first else f"replicas[{j - first}]"
             raise ValueError(f"replicas[{i - first}]: duplicate URL {urls[i]!r} (also {also})")
-        for name, value in self.headers.items():
-            problem = header_problem(name, value)
-            if problem is not None:
-                raise ValueError(f"headers.{name}: {problem}")
+        header = headers_problem(self.headers)
+        if header is not None:
+            raise ValueError(": ".join(header))
         if not 0 <= self.restarts <= 1000:
             raise ValueError(f"restarts: must be within 0..1000, got {self.restarts}")
         if self.channels < 1 or self.channels > 64:

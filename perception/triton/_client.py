@@ -54,7 +54,7 @@ import tritonclient.grpc.aio as tgrpc_aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from perception._lifetime import Lifetime
-from perception.config import first_duplicate, header_problem, tls_problem
+from perception.config import first_duplicate, headers_problem, tls_problem
 from perception.errors import (
     ConfigError,
     ConnectError,
@@ -157,10 +157,9 @@ class ClientOptions:
         tls = tls_problem(self.ssl, self.root_certificates, self.private_key, self.certificate_chain, switch="ssl")
         if tls is not None:
             raise bad(*tls)
-        for name, value in self.headers.items():
-            problem = header_problem(name, value)
-            if problem is not None:
-                raise bad(f"headers.{name}", problem)
+        header = headers_problem(self.headers)
+        if header is not None:
+            raise bad(*header)
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,10 +506,10 @@ class TritonClient:
     ) -> Any:
         """One control-plane RPC on ``ep`` with translated errors and health bookkeeping."""
         self._check_open()
-        for name, value in (extra_headers or {}).items():  # as the options' (gRPC's own error: a traceback)
-            problem = header_problem(name, value)
-            if problem is not None:
-                raise ConfigError(problem, key=f"headers.{name}")
+        header = headers_problem(extra_headers or {})  # as the options' (gRPC's own error: a traceback)
+        if header is not None:
+            key, problem = header
+            raise ConfigError(problem, key=key)
         headers = {**(self._headers or {}), **extra_headers} if extra_headers else self._headers
         try:
             result = await self._rpc(
