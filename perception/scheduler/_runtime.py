@@ -724,8 +724,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
                     pipeline = OrderedPipeline(
                         self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
                     )
-                    if self._stopping or self._state is not Lifetime.OPENED:
-                        pipeline.stop()  # stopped (or closing) before this stream started: it takes no frame
+                    if self._stopping:  # stopped (a close stops too) before this stream started: it takes no frame
+                        pipeline.stop()
                     self._pipelines.add(pipeline)
                     stack.callback(self._stream_ended, pipeline)
                     self.admission = pipeline.admission
