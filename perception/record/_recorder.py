@@ -198,13 +198,12 @@ class RunRecorder:
         #: ``failed``, ``segments`` (opened), ``segments_deleted`` (by ``max_segments``), ``wakes`` (the writer's),
         #: ``replaced`` (the earlier recording's files deleted).
         self.stats: Counter[str] = Counter()
-        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments), the bytes of
-        #: the finished segments and of those of them deleted since (``max_segments``). (The calls on the run's
-        #: threads do not time themselves: a thread's CPU clock is a system call, ~1.7 us, two a call cost ~28 us
-        #: a frame; bench/bench_record.py times them.)
+        #: The writer thread's whole CPU time (ns: waking, encoding, writing, finishing segments) and the bytes of
+        #: the finished segments (:attr:`deleted_bytes`: of those deleted since). (The calls on the run's threads do
+        #: not time themselves: a thread's CPU clock is a system call, ~1.7 us, two a call cost ~28 us a frame;
+        #: bench/bench_record.py times them.)
         self.cpu_ns = 0
         self.bytes = 0
-        self.deleted_bytes = 0
         self._sizes: dict[int, int] = {}  # finished segment -> its bytes (the writer's: until it is deleted)
         self._lost: dict[str, int] = {}  # the loss counters as the last segment finished said them (_write_losses)
         self._writer: DriveWriter | None = None
@@ -311,6 +310,11 @@ class RunRecorder:
         if stage is None:
             return None
         return _RecordingTracker(stage, self) if isinstance(stage, TrackingStage) else _RecordingFusion(stage, self)
+
+    @property
+    def deleted_bytes(self) -> int:
+        """The bytes of the finished segments deleted since (``max_segments``): :attr:`bytes` less those kept."""
+        return self.bytes - sum(self._sizes.values())
 
     def sample(self, sample: Sample, arrival_ns: int) -> None:
         if type(sample.t_ns) is not int:  # a numpy integer (the live intake takes them): a plain int from here on
@@ -666,7 +670,7 @@ class RunRecorder:
             old = fmt.segment_path(self.path, self._segment - keep)
             old.unlink(missing_ok=True)
             self.stats["segments_deleted"] += 1
-            self.deleted_bytes += self._sizes.pop(self._segment - keep, 0)
+            self._sizes.pop(self._segment - keep, None)
             log.info("recording: segment %s deleted (max_segments %d)", old, keep)
 
     def _finish_segment(self) -> None:
