@@ -244,15 +244,13 @@ def _messages(stream: BinaryIO, on_error: OnError) -> Iterator[Sample | EgoPose]
                 f"live stream: a malformed {f'{kind} ' if kind else ''}message: {why}",
                 topic="live",
                 sensor=None if sensor is None else str(sensor),
-            ) from None
-        kind = header.get("type")
-        if kind == "end":
+            ) from exc
+        if item is not None:
+            yield item
+        elif header.get("type") == "end":
             return
-        if kind == "error":
+        else:  # an error message (_message: the only other kind without an item)
             on_error(str(header.get("sensor")), str(header.get("error")))
-            continue
-        assert item is not None
-        yield item
 
 
 def _message(stream: BinaryIO, header: dict[str, Any]) -> Sample | EgoPose | None:
