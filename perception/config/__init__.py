@@ -21,6 +21,7 @@ from perception.config._model import (
     ServerConfig,
     TriggerConfig,
     headers_problem,
+    required_sensors_problem,
     tls_problem,
     url_problem,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "load_config",
     "load_yaml",
     "reject_duplicates",
+    "required_sensors_problem",
     "resolve_sensors",
     "tls_problem",
     "url_problem",

@@ -37,6 +37,7 @@ __all__ = [
     "TriggerConfig",
     "headers_problem",
     "reference_problem",
+    "required_sensors_problem",
     "tls_problem",
     "url_problem",
 ]
@@ -717,16 +718,23 @@ class RuntimeConfig:
         return tuple(s for s in self.sensors if s.enabled)
 
 
+def required_sensors_problem(required: Sequence[str], names: Sequence[str]) -> str | None:
+    """What is wrong with ``pipeline.required_sensors`` (``required``) given the sensors ``names``, or ``None``:
+    a name that is none of them."""
+    unknown = [name for name in required if name not in names]
+    if not unknown:
+        return None
+    return f"{', '.join(map(repr, unknown))} is not a configured sensor (configured: {', '.join(names)})"
+
+
 def reference_problem(config: RuntimeConfig, sensors: Sequence[SensorConfig]) -> tuple[str, str] | None:
     """``(key, message)`` of the first name in ``config`` that ``sensors`` do not know, or ``None``: a
     ``pipeline.required_sensors`` entry that is none of them, a fault on a model none of them uses (it
     never applied: the run it was to probe looked as if it had passed). Checked once the sensors are
     known: a profile's own (:class:`RuntimeConfig`), or the drive's (:func:`perception.config.resolve_sensors`)."""
-    names = [s.name for s in sensors]
-    unknown = [name for name in config.pipeline.required_sensors if name not in names]
-    if unknown:
-        listed = ", ".join(map(repr, unknown))
-        return "pipeline.required_sensors", f"{listed} is not a configured sensor (configured: {', '.join(names)})"
+    required = required_sensors_problem(config.pipeline.required_sensors, [s.name for s in sensors])
+    if required is not None:
+        return "pipeline.required_sensors", required
     models = {s.model for s in sensors}
     for i, fault in enumerate(config.faults):
         if fault.model not in models:

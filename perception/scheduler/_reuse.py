@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from perception.config import required_sensors_problem
 from perception.errors import ConfigError
 from perception.types import Frame, SensorResult, SensorStatus
 
@@ -53,13 +54,9 @@ class SensorReuse:
     ) -> SensorReuse:
         """From the profile: ``pipeline.required_sensors`` must name configured sensors (a
         :class:`ConfigError` naming the key otherwise)."""
-        unknown = [name for name in required if name not in sensors]
-        if unknown:
-            raise ConfigError(
-                f"{', '.join(map(repr, unknown))} is not a configured sensor (configured: {', '.join(sensors)})",
-                file=file,
-                key="pipeline.required_sensors",
-            )
+        problem = required_sensors_problem(required, sensors)  # (the profile's check, of the sensors that run)
+        if problem is not None:
+            raise ConfigError(problem, file=file, key="pipeline.required_sensors")
         # without a trigger sensor (frames at a fixed rate) no sensor is decimated unless named optional
         needed = frozenset(required) | ({trigger} if trigger else frozenset(sensors))
         return cls(needed, sensors, round(max_age_ms * 1e6))
