@@ -11,7 +11,7 @@ import pytest
 
 from perception._imageio import encode_jpeg
 from perception.config import PipelineConfig, SensorConfig
-from perception.scheduler._circuit import CircuitState
+from perception.scheduler._circuit import CircuitBreaker, CircuitState
 from perception.scheduler._dispatch import Dispatcher
 from perception.triton import InferRequest
 from perception.types import Frame, ImageSample, PointCloudSample, SensorStatus
@@ -29,6 +29,17 @@ class _Hung:
         self.sent.append(req.request_id)
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
+
+
+def _wanting_a_measurement(breaker: CircuitBreaker, service_ns: int) -> None:
+    """``breaker``'s model measured at ``service_ns``, then late (given 1.5x that) until a measuring request is
+    wanted: load or a fault? (:mod:`perception.scheduler._circuit`)."""
+    breaker.observe(service_ns)
+    for t in range(1000):
+        breaker.record_late(t, service_ns * 3 // 2)
+        if breaker.measuring:
+            break
+    assert breaker.measuring
 
 
 @pytest.mark.anyio
@@ -49,12 +60,7 @@ async def test_a_measuring_request_unanswered_beside_a_refused_camera_is_a_fault
     with anyio.fail_after(30):
         async with anyio.create_task_group() as measurements:
             dispatcher.measure_in(measurements)
-            breaker.observe(500 * MS)  # the model's measured time: a measuring request is given 1.5 s
-            for t in range(1000):  # late, given its time: load or a fault? a measuring request will tell
-                breaker.record_late(t, 750 * MS)
-                if breaker.measuring:
-                    break
-            assert breaker.measuring
+            _wanting_a_measurement(breaker, 500 * MS)  # a measuring request is given 1.5 s
             # the frame's deadline: ample for the request to be prepared and sent (on a busy host too), then cut
             results = await dispatcher.dispatch(Frame(7, 0, samples), time.monotonic_ns() + 300 * MS)
             a, b = results["cam_a"], results["cam_b"]
@@ -80,12 +86,7 @@ async def test_a_model_shared_by_sensors_not_batched_sends_one_measuring_request
     with anyio.fail_after(30):
         async with anyio.create_task_group() as measurements:
             dispatcher.measure_in(measurements)
-            breaker.observe(100 * MS)  # a measuring request is given 300 ms
-            for t in range(1000):
-                breaker.record_late(t, 150 * MS)
-                if breaker.measuring:
-                    break
-            assert breaker.measuring
+            _wanting_a_measurement(breaker, 100 * MS)  # a measuring request is given 300 ms
             results = await dispatcher.dispatch(Frame(7, 0, samples), time.monotonic_ns() + 200 * MS)
             measuring = [r for r in results.values() if "measuring the model" in (r.error or "")]
             assert [r.sensor for r in measuring] == ["radar_a"]  # the model's first request (configuration order)
