@@ -162,7 +162,13 @@ class ThreadedRuntime:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
         if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake
             frame = replace(frame, created_ns=time.monotonic_ns())
-        future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
+        portal = self._host.portal
+        try:
+            future: concurrent.futures.Future[FrameResult] = portal.start_task_soon(self._process, frame)
+        except RuntimeError:  # a close on another thread stopped the portal since it was read
+            if self._host.state is Lifetime.OPENED:
+                raise
+            raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id) from None
         with self._futures_lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)

@@ -15,7 +15,7 @@ import pytest
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.kinds import kind_def
-from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, _thread
+from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, ThreadHost, _thread
 from perception.triton import InferRequest
 from perception.types import Frame, FrameResult, PointCloudSample, SensorResult
 
@@ -180,4 +180,27 @@ def test_frames_still_running_after_the_drain_are_cancelled_before_the_runtime_c
         rt.close(timeout_s=0.05)
     assert future.cancelled()
     assert client.state_when_cancelled == [Lifetime.OPENED]
+    assert rt.runtime.state is Lifetime.CLOSED
+
+
+@pytest.mark.usefixtures("faked")
+def test_a_submit_racing_a_close_is_refused_as_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a close on another thread that stopped the portal between submit's check and its start of the
+    # frame's task raised anyio's bare RuntimeError ("This portal is not running") into the host
+    rt = ThreadedRuntime(_config(), fusion=None)
+    portal = ThreadHost.portal.fget
+    assert portal is not None
+
+    def closed_while_read(host: ThreadHost[None]) -> Any:
+        value = portal(host)
+        closer = threading.Thread(target=rt.close)  # the close lands right after the portal was read
+        closer.start()
+        closer.join(WATCHDOG_S)
+        assert not closer.is_alive()
+        return value
+
+    with rt:
+        monkeypatch.setattr(ThreadHost, "portal", property(closed_while_read))
+        with pytest.raises(RuntimeClosedError, match="the runtime is closed"):
+            rt.submit(_frame(0))
     assert rt.runtime.state is Lifetime.CLOSED
