@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from anyio.from_thread import BlockingPortal
 
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ConfigError, InputError, RuntimeClosedError
@@ -204,3 +205,30 @@ def test_a_submit_racing_a_close_is_refused_as_closed(monkeypatch: pytest.Monkey
         with pytest.raises(RuntimeClosedError, match="the runtime is closed"):
             rt.submit(_frame(0))
     assert rt.runtime.state is Lifetime.CLOSED
+
+
+@pytest.mark.usefixtures("faked")
+def test_the_callback_of_a_frame_submitted_as_the_runtime_closes_is_counted_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: a close on another thread that ended between the start of the frame's task and the registration of
+    # its callback left the callback to a closed queue, which refused it without a count: the host's callback
+    # was never called, and callbacks_dropped said 0
+    rt = ThreadedRuntime(_config(), fusion=None)
+    start = BlockingPortal.start_task_soon
+
+    def started_then_closed(portal: BlockingPortal, func: Any, *args: Any, **kwargs: Any) -> Any:
+        future = start(portal, func, *args, **kwargs)
+        if getattr(func, "__name__", "") == "_process":  # the frame's task (not the portal's own calls)
+            closer = threading.Thread(target=rt.close)
+            closer.start()
+            closer.join(WATCHDOG_S)
+            assert not closer.is_alive()
+        return future
+
+    got: list[FrameResult] = []
+    with rt:
+        monkeypatch.setattr(BlockingPortal, "start_task_soon", started_then_closed)
+        future = rt.submit(_frame(0), got.append)
+    assert future.done() and not got
+    assert rt.callbacks_dropped == 1
