@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 import time
@@ -16,7 +17,7 @@ from anyio.from_thread import BlockingPortal
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.kinds import kind_def
-from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, ThreadHost, _thread
+from perception.scheduler import CANCELLED_IN_FLIGHT, Lifetime, Runtime, ThreadedRuntime, ThreadHost, _thread
 from perception.triton import InferRequest
 from perception.types import Frame, FrameResult, PointCloudSample, SensorResult
 
@@ -232,3 +233,73 @@ def test_the_callback_of_a_frame_submitted_as_the_runtime_closes_is_counted_drop
         future = rt.submit(_frame(0), got.append)
     assert future.done() and not got
     assert rt.callbacks_dropped == 1
+
+
+def test_a_frame_submitted_from_a_future_s_done_callback_is_processed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a future's done callback runs on the event-loop thread, where the portal takes no task: submit
+    # raised anyio's bare RuntimeError ("This method cannot be called from the event loop thread"), which
+    # concurrent.futures logged and swallowed -- the host's next frame was never submitted
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=_Answers("lidar"), check_models=False))
+    fusion = _GatedFusion()
+    submitted = threading.Event()
+    chained: list[concurrent.futures.Future[FrameResult]] = []
+    errors: list[Exception] = []
+    threads: list[str] = []
+    with ThreadedRuntime(_config(), fusion=fusion) as rt:
+
+        def submit_next(future: object) -> None:
+            threads.append(threading.current_thread().name)
+            try:
+                chained.append(rt.submit(_frame(1)))
+            except Exception as exc:
+                errors.append(exc)
+            finally:
+                submitted.set()
+
+        try:
+            first = rt.submit(_frame(0))
+            assert fusion.entered.wait(WATCHDOG_S)  # frame 0 is in fusion: its future is answered on the loop
+            first.add_done_callback(submit_next)
+        finally:
+            fusion.gate.set()
+        assert submitted.wait(WATCHDOG_S)
+        assert threads == ["perception-loop"] and not errors
+        assert chained[0].result(WATCHDOG_S).frame_id == 1
+
+
+class _HangsOnFrame(_Answers):
+    """Answers every frame's request at once but ``frame``'s, which never ends (until cancelled)."""
+
+    def __init__(self, kind: str, frame: int) -> None:
+        super().__init__(kind)
+        self.frame = frame
+        self.started = threading.Event()
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        if req.frame == self.frame:
+            self.started.set()
+            await anyio.sleep_forever()
+        return await super().infer_request(req)
+
+
+def test_a_frame_submitted_from_a_done_callback_still_running_at_close_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the future submit returned on the event-loop thread follows the frame's task: the close's cancel reaches it
+    client = _HangsOnFrame("lidar", frame=1)
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=client, check_models=False))
+    fusion = _GatedFusion()
+    chained: list[concurrent.futures.Future[FrameResult]] = []
+    got: list[FrameResult] = []
+    rt = ThreadedRuntime(_config(budget={"total_ms": 60_000, "fusion_reserve_ms": 10}), fusion=fusion)
+    with rt:
+        try:
+            first = rt.submit(_frame(0))
+            assert fusion.entered.wait(WATCHDOG_S)
+            first.add_done_callback(lambda f: chained.append(rt.submit(_frame(1), got.append)))
+        finally:
+            fusion.gate.set()
+        assert client.started.wait(WATCHDOG_S)  # frame 1's request is out, never to be answered
+        rt.close(timeout_s=2.0)  # the drain's bound; also the callback thread's, to run the record queued at the end
+    assert chained[0].cancelled()
+    assert [(r.frame_id, r.reason) for r in got] == [(1, CANCELLED_IN_FLIGHT)]
