@@ -37,8 +37,10 @@ and dropped, the futures of the frames it took down are answered. Every frame th
 reaches its future, ``on_result`` and ``results()`` in order, a failed one as the record a stream makes
 of it (status ``dropped``, reason by :func:`perception.scheduler.failure_reason`): one whose making
 raised, one taken down with a stream that raised, one still unanswered past the drain timeout at close
-(``CANCELLED_IN_FLIGHT``). A loss without a frame (assembly itself raising) is counted in
-``status()["failed"]["assembly"]`` and logged once per kind. ``on_result`` callbacks wait in a
+(``CANCELLED_IN_FLIGHT``), one still to be assembled then (the assembler waiting for room in the pipeline:
+what it held, items pushed too, recorded unassembled, counted in ``status()["intake"]["closed_unassembled"]``).
+A loss without a frame (assembly itself raising) is counted in ``status()["failed"]["assembly"]`` and logged
+once per kind. ``on_result`` callbacks wait in a
 bounded queue (:class:`perception.scheduler.CallbackQueue`): a slow callback costs dropped calls
 (counted), not memory, and close does not wait for it past the drain timeout.
 """
@@ -111,6 +113,9 @@ LAZY_WAIT_NS = 250_000_000
 LAZY_MAX = 64
 #: ``_wake_by_ns`` while the loop will not wake before a push wakes it (no deadline).
 _NEVER = 2**63
+#: The reason recorded for a frame still pending in assembly when serving ended before the assembler's close
+#: (:meth:`LiveRuntime._abandon_assembly`).
+_ABANDONED_UNASSEMBLED = "shutdown: closed before the frame was assembled (serving ended first)"
 
 
 @dataclasses.dataclass
@@ -530,6 +535,57 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             self._logged.add(seen)
             log.warning("live: %s of %s failed and was dropped (counted; first of its kind): %r", what, key, exc)
 
+    def _add_items(self, items: list[_Item]) -> list[tuple[ResultFuture, BaseException]]:
+        """Hand ``items`` to the assembler; the futures of the trigger samples it refused, with why (answered
+        by the caller once the counts are published)."""
+        asm = self._assembler
+        refused: list[tuple[ResultFuture, BaseException]] = []
+        for item in items:
+            sensor = _sensor(item.sample)
+            try:
+                if isinstance(item.sample, EgoPose):
+                    asm.add_ego(item.sample, item.arrival_ns)
+                    continue
+                dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
+            except Exception as exc:  # an item that breaks assembly is dropped, not raised
+                self._fail(sensor, exc, "a sample")
+                dropped = f"rejected: {type(exc).__name__}: {exc}"
+            if item.future is not None:
+                if dropped is None:
+                    self._in_assembly.add(item.future)
+                else:
+                    refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
+        return refused
+
+    def _abandon_assembly(self) -> None:
+        """Serving ended before the assembler's close (abandoned past the drain timeout at close while the
+        assembler waited for room in the pipeline, or the runtime failed): intake stops, and what the assembler
+        never took or made -- the items pushed, the frames pending -- is recorded, each frame opened dropped
+        (``closed_unassembled``) in its turn, as the frames made and not answered are (:meth:`_abandon`). After
+        the assembler's own close there is nothing left: this does nothing."""
+        self._begin_close()
+        items, _ = self._take_intake()
+        refused = self._add_items(items)
+        asm = self._assembler
+        asm.close(0)  # nothing made: the frames pending are recorded unassembled
+        unassembled = asm.take_unassembled()
+        if unassembled:
+            log.warning(
+                "live runtime: serving ended before assembly closed: %d pending frame(s) recorded %r",
+                len(unassembled),
+                _ABANDONED_UNASSEMBLED,
+            )
+        for unmade in unassembled:
+            record = self._runtime.dropped(unmade.frame, _ABANDONED_UNASSEMBLED)
+            if unmade.token is not None:
+                self._in_assembly.discard(unmade.token)
+                self._futures[record.frame_id] = unmade.token
+            self._made[record.frame_id] = record
+        self._publish_intake()
+        for fut, why in refused:
+            if not fut.done():
+                fut.set_exception(why)
+
     async def _assemble(self, frames: MemoryObjectSendStream[Frame | FrameResult | Superseded]) -> None:
         asm = self._assembler
         async with frames:
@@ -537,22 +593,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 assert self._wake is not None
                 cpu0 = time.thread_time_ns()
                 items, closing = self._take_intake()
-                refused: list[tuple[ResultFuture, BaseException]] = []  # answered once the counts are published
-                for item in items:
-                    sensor = _sensor(item.sample)
-                    try:
-                        if isinstance(item.sample, EgoPose):
-                            asm.add_ego(item.sample, item.arrival_ns)
-                            continue
-                        dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
-                    except Exception as exc:  # an item that breaks assembly is dropped, not raised
-                        self._fail(sensor, exc, "a sample")
-                        dropped = f"rejected: {type(exc).__name__}: {exc}"
-                    if item.future is not None:
-                        if dropped is None:
-                            self._in_assembly.add(item.future)
-                        else:
-                            refused.append((item.future, SampleDroppedError(dropped, sensor=sensor)))
+                refused = self._add_items(items)  # answered once the counts are published
                 now = time.monotonic_ns()
                 try:
                     ready: list[tuple[Frame | FrameResult | Superseded, ResultFuture | None]] = list(
@@ -695,7 +736,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                             self._deliver(self._runtime.dropped(taken.pop(fid), failure_reason(exc)), results)
                         deliver_held()
             finally:
-                self._abandon(results)
+                try:
+                    self._abandon_assembly()
+                finally:
+                    self._abandon(results)
 
     def _abandon(self, results: MemoryObjectSendStream[FrameResult]) -> None:
         """The frames made and not answered when serving ended (abandoned after the drain timeout at

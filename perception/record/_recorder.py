@@ -175,6 +175,9 @@ class RunRecorder:
         self._ego_poses = tuple(ego_poses)
         self._poses_data: bytes | None = None  # their encoding (the writer's, made once: fmt.encode_poses)
         self._items: deque[tuple[str, Any] | None] = deque()  # for the writer (None: the end), see _put
+        #: Held to hand an item over (the run's threads, :meth:`_put`) and to end or empty the queue (close, the
+        #: writer failing): the queue's bound, its counts and the wake-up are read and changed together.
+        self._queue_lock = threading.Lock()
         self._wake = threading.Event()
         self._wake_at = max(1, min(_WAKE_AT, self.options.queue_items // 2))
         self._results_waiting = 0  # results handed over since the writer was last woken
@@ -283,7 +286,8 @@ class RunRecorder:
             return
         self._state = Lifetime.CLOSING
         try:
-            self._items.append(None)
+            with self._queue_lock:  # an item handed over from now on is dropped, counted (_put)
+                self._items.append(None)
             self._wake.set()
             self._thread.join()
         finally:
@@ -303,7 +307,8 @@ class RunRecorder:
         with self._lock:
             meta[fmt.META_RUN] = str(self._runs)
             self._runs += 1
-        self._items.append(("begin", (rig, meta)))  # never dropped: the recording cannot start without it
+        with self._queue_lock:
+            self._items.append(("begin", (rig, meta)))  # never dropped: the recording cannot start without it
         self._wake.set()
 
     def fusion(self, stage: FusionStage | None) -> FusionStage | None:
@@ -389,25 +394,30 @@ class RunRecorder:
         self._put("predicted", (seq, frame, detections))
 
     def _put(self, kind: str, item: Any, size: int = 0) -> bool:
-        """Hand ``item`` to the writer: appended to its queue (a deque: no lock, no system call), the writer
-        woken once :data:`_WAKE_BYTES` of samples (``size``: the item's payload bytes) or :data:`_WAKE_RESULTS`
-        frames' results were handed over, or :data:`_WAKE_AT` items wait (at most half the queue): a wake-up
-        per sample cost the run as much as writing it, and one a frame ~1.4x as much as one every several (the
-        writer's code and data cold each time). The items wait in memory meanwhile (their samples: ~0.54 MB a
-        frame on the bundled drive, ~30 frames); :meth:`close` writes them all. False: the item was dropped."""
-        if self._failed or len(self._items) >= self.options.queue_items:
-            self.stats[f"dropped_{kind}"] += 1
-            return False
-        self._items.append((kind, item))
-        if kind == "result":
-            self._results_waiting += 1
-        self._bytes_waiting += size
-        if (
-            self._bytes_waiting >= _WAKE_BYTES
-            or self._results_waiting >= _WAKE_RESULTS
-            or len(self._items) >= self._wake_at
-        ):
-            self._results_waiting = self._bytes_waiting = 0
+        """Hand ``item`` to the writer, from any of the run's threads: appended to its queue under its lock (held
+        for the append and the counts: threads dropping items at once lost counts), the writer woken once
+        :data:`_WAKE_BYTES` of samples (``size``: the item's payload bytes) or :data:`_WAKE_RESULTS` frames'
+        results were handed over, or :data:`_WAKE_AT` items wait (at most half the queue): a wake-up per sample
+        cost the run as much as writing it, and one a frame ~1.4x as much as one every several (the writer's code
+        and data cold each time). The items wait in memory meanwhile (their samples: ~0.54 MB a frame on the
+        bundled drive, ~30 frames); :meth:`close` writes them all. False: the item was dropped, counted (the
+        queue full, the recording failed, or closed: an item after its end was never written, nor counted)."""
+        with self._queue_lock:
+            if self._failed or self._state.done or len(self._items) >= self.options.queue_items:
+                self.stats[f"dropped_{kind}"] += 1
+                return False
+            self._items.append((kind, item))
+            if kind == "result":
+                self._results_waiting += 1
+            self._bytes_waiting += size
+            wake = (
+                self._bytes_waiting >= _WAKE_BYTES
+                or self._results_waiting >= _WAKE_RESULTS
+                or len(self._items) >= self._wake_at
+            )
+            if wake:
+                self._results_waiting = self._bytes_waiting = 0
+        if wake:
             self._wake.set()
         return True
 
@@ -436,8 +446,9 @@ class RunRecorder:
                 self.cpu_ns = time.thread_time_ns()
         except BaseException as exc:  # an I/O failure ends the recording, never the run
             self._error = exc
-            self._failed = True  # the callers' items are dropped (counted) from now on
-            items.clear()
+            with self._queue_lock:
+                self._failed = True  # the callers' items are dropped (counted) from now on
+                items.clear()
             if isinstance(exc, DriveError):  # the file could not be created or written: no traceback for that
                 log.error("recording %s failed; the run goes on unrecorded: %s", self.path, exc)
             else:

@@ -35,7 +35,8 @@ class CallbackQueue:
         self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._cond = threading.Condition()
         self._state = Lifetime.OPENED  # the thread runs from construction on
-        #: Calls dropped because ``maxsize`` were already waiting (the oldest waiting goes).
+        #: Calls dropped because ``maxsize`` were already waiting (the oldest waiting goes), or submitted once the
+        #: queue was closing (never run: a callback runs on this thread, before its close returns, or not at all).
         self.dropped = 0
         #: Calls that raised (the thread goes on), and how many of each exception type.
         self.failed = 0
@@ -52,6 +53,7 @@ class CallbackQueue:
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._cond:
             if self._state is not Lifetime.OPENED:
+                self.dropped += 1  # a host's frame ending as it closes: counted, not run after the close
                 return
             if len(self._calls) >= self._maxsize:
                 self._calls.popleft()

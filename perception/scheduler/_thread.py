@@ -4,10 +4,11 @@ The runtime runs on its own event-loop thread (an anyio blocking portal). ``subm
 :class:`concurrent.futures.Future`; ``submit(frame, callback)`` also calls ``callback(result)`` — for every
 frame: one whose future raised (a frame holding what is not a sample, a bug, a close that cancelled it) is
 passed as the record a stream of :meth:`Runtime.run` makes of it, status ``dropped`` with the reason
-(``invalid input: ...``, ``internal error: ...``, ``shutdown: ...``). Callbacks run on a separate callback
-thread, never on the I/O thread, in completion order, so a slow callback cannot stall the scheduler; at most
-:data:`CALLBACK_QUEUE` wait, beyond that the oldest waiting is dropped and counted
-(:attr:`ThreadedRuntime.callbacks_dropped`); a callback that raises is counted
+(``invalid input: ...``, ``internal error: ...``, ``shutdown: ...``). A future's own done callbacks run on the
+event-loop thread: a frame submitted from one is started by a thread of its own (the loop's portal takes no task
+from that thread). Callbacks run on a separate callback thread, never on the I/O thread, in completion order,
+so a slow callback cannot stall the scheduler; at most :data:`CALLBACK_QUEUE` wait, beyond that the oldest
+waiting is dropped and counted (:attr:`ThreadedRuntime.callbacks_dropped`); a callback that raises is counted
 (:attr:`ThreadedRuntime.callbacks_failed`) and logged once per exception type. Frames submitted concurrently
 are processed concurrently up to the admission's limit -- the same
 :class:`~perception.scheduler._admission.Admission` a stream of :meth:`Runtime.run` has: adaptive up to
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -162,7 +164,7 @@ class ThreadedRuntime:
             raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id)
         if not frame.created_ns:  # its budget clock starts when it is handed in, as a stream's at intake
             frame = replace(frame, created_ns=time.monotonic_ns())
-        future: concurrent.futures.Future[FrameResult] = self._host.portal.start_task_soon(self._process, frame)
+        future = self._start_from_loop(frame) if self._host.in_loop_thread() else self._start(frame)
         with self._futures_lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
@@ -171,6 +173,35 @@ class ThreadedRuntime:
             assert callbacks is not None
             future.add_done_callback(lambda f: callbacks.submit(self._run_callback, callback, frame, f))
         return future
+
+    def _start(self, frame: Frame) -> concurrent.futures.Future[FrameResult]:
+        """The frame's task, started in the portal (from any thread but the event loop's)."""
+        portal = self._host.portal
+        try:
+            return portal.start_task_soon(self._process, frame)
+        except RuntimeError:  # a close on another thread stopped the portal since it was read
+            if self._host.state is Lifetime.OPENED:
+                raise
+            raise RuntimeClosedError("the runtime is closed", frame=frame.frame_id) from None
+
+    def _start_from_loop(self, frame: Frame) -> concurrent.futures.Future[FrameResult]:
+        """On the event-loop thread (a future's done callback runs there), where the portal takes no task: a
+        thread of its own starts the frame's (as :meth:`close` is handed to one); the future returned follows
+        that task's, and cancelling it cancels the task."""
+        outer: concurrent.futures.Future[FrameResult] = concurrent.futures.Future()
+
+        def start() -> None:
+            try:
+                inner = self._start(frame)
+            except Exception as exc:  # closed meanwhile (RuntimeClosedError): its future says so
+                with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled meanwhile
+                    outer.set_exception(exc)
+                return
+            inner.add_done_callback(functools.partial(_follow, outer))
+            outer.add_done_callback(lambda f: inner.cancel() if f.cancelled() else None)
+
+        threading.Thread(target=start, name="perception-submit", daemon=True).start()
+        return outer
 
     def _forget(self, future: concurrent.futures.Future[FrameResult]) -> None:
         with self._futures_lock:
@@ -280,3 +311,14 @@ class ThreadedRuntime:
     @property
     def runtime(self) -> Runtime:
         return self._runtime
+
+
+def _follow(outer: concurrent.futures.Future[FrameResult], inner: concurrent.futures.Future[FrameResult]) -> None:
+    """``outer`` ends as ``inner`` did (unless it was cancelled first)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):  # outer cancelled meanwhile
+        if inner.cancelled():
+            outer.cancel()
+        elif (exc := inner.exception()) is not None:
+            outer.set_exception(exc)
+        else:
+            outer.set_result(inner.result())

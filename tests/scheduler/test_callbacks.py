@@ -22,8 +22,8 @@ def test_close_runs_what_is_queued_then_reports_closed() -> None:
     assert q.close(30.0)  # generous: a safety net, not a timing
     assert q.state is Lifetime.CLOSED and not q.alive and ran == [1, 2]
     assert q.close(30.0)  # idempotent
-    q.submit(ran.append, 3)  # refused quietly
-    assert q.state is Lifetime.CLOSED and ran == [1, 2] and len(q) == 0
+    q.submit(ran.append, 3)  # refused, counted (it was refused without a count: a host's callback lost unsaid)
+    assert q.state is Lifetime.CLOSED and ran == [1, 2] and len(q) == 0 and q.dropped == 1
 
 
 def test_a_stuck_callback_is_abandoned_and_the_queue_closed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 import time
@@ -11,11 +12,12 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from anyio.from_thread import BlockingPortal
 
 from perception.config import RuntimeConfig, from_data
 from perception.errors import ConfigError, InputError, RuntimeClosedError
 from perception.kinds import kind_def
-from perception.scheduler import Lifetime, Runtime, ThreadedRuntime, _thread
+from perception.scheduler import CANCELLED_IN_FLIGHT, Lifetime, Runtime, ThreadedRuntime, ThreadHost, _thread
 from perception.triton import InferRequest
 from perception.types import Frame, FrameResult, PointCloudSample, SensorResult
 
@@ -181,3 +183,123 @@ def test_frames_still_running_after_the_drain_are_cancelled_before_the_runtime_c
     assert future.cancelled()
     assert client.state_when_cancelled == [Lifetime.OPENED]
     assert rt.runtime.state is Lifetime.CLOSED
+
+
+@pytest.mark.usefixtures("faked")
+def test_a_submit_racing_a_close_is_refused_as_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a close on another thread that stopped the portal between submit's check and its start of the
+    # frame's task raised anyio's bare RuntimeError ("This portal is not running") into the host
+    rt = ThreadedRuntime(_config(), fusion=None)
+    portal = ThreadHost.portal.fget
+    assert portal is not None
+
+    def closed_while_read(host: ThreadHost[None]) -> Any:
+        value = portal(host)
+        closer = threading.Thread(target=rt.close)  # the close lands right after the portal was read
+        closer.start()
+        closer.join(WATCHDOG_S)
+        assert not closer.is_alive()
+        return value
+
+    with rt:
+        monkeypatch.setattr(ThreadHost, "portal", property(closed_while_read))
+        with pytest.raises(RuntimeClosedError, match="the runtime is closed"):
+            rt.submit(_frame(0))
+    assert rt.runtime.state is Lifetime.CLOSED
+
+
+@pytest.mark.usefixtures("faked")
+def test_the_callback_of_a_frame_submitted_as_the_runtime_closes_is_counted_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: a close on another thread that ended between the start of the frame's task and the registration of
+    # its callback left the callback to a closed queue, which refused it without a count: the host's callback
+    # was never called, and callbacks_dropped said 0
+    rt = ThreadedRuntime(_config(), fusion=None)
+    start = BlockingPortal.start_task_soon
+
+    def started_then_closed(portal: BlockingPortal, func: Any, *args: Any, **kwargs: Any) -> Any:
+        future = start(portal, func, *args, **kwargs)
+        if getattr(func, "__name__", "") == "_process":  # the frame's task (not the portal's own calls)
+            closer = threading.Thread(target=rt.close)
+            closer.start()
+            closer.join(WATCHDOG_S)
+            assert not closer.is_alive()
+        return future
+
+    got: list[FrameResult] = []
+    with rt:
+        monkeypatch.setattr(BlockingPortal, "start_task_soon", started_then_closed)
+        future = rt.submit(_frame(0), got.append)
+    assert future.done() and not got
+    assert rt.callbacks_dropped == 1
+
+
+def test_a_frame_submitted_from_a_future_s_done_callback_is_processed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a future's done callback runs on the event-loop thread, where the portal takes no task: submit
+    # raised anyio's bare RuntimeError ("This method cannot be called from the event loop thread"), which
+    # concurrent.futures logged and swallowed -- the host's next frame was never submitted
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=_Answers("lidar"), check_models=False))
+    fusion = _GatedFusion()
+    submitted = threading.Event()
+    chained: list[concurrent.futures.Future[FrameResult]] = []
+    errors: list[Exception] = []
+    threads: list[str] = []
+    with ThreadedRuntime(_config(), fusion=fusion) as rt:
+
+        def submit_next(future: object) -> None:
+            threads.append(threading.current_thread().name)
+            try:
+                chained.append(rt.submit(_frame(1)))
+            except Exception as exc:
+                errors.append(exc)
+            finally:
+                submitted.set()
+
+        try:
+            first = rt.submit(_frame(0))
+            assert fusion.entered.wait(WATCHDOG_S)  # frame 0 is in fusion: its future is answered on the loop
+            first.add_done_callback(submit_next)
+        finally:
+            fusion.gate.set()
+        assert submitted.wait(WATCHDOG_S)
+        assert threads == ["perception-loop"] and not errors
+        assert chained[0].result(WATCHDOG_S).frame_id == 1
+
+
+class _HangsOnFrame(_Answers):
+    """Answers every frame's request at once but ``frame``'s, which never ends (until cancelled)."""
+
+    def __init__(self, kind: str, frame: int) -> None:
+        super().__init__(kind)
+        self.frame = frame
+        self.started = threading.Event()
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        if req.frame == self.frame:
+            self.started.set()
+            await anyio.sleep_forever()
+        return await super().infer_request(req)
+
+
+def test_a_frame_submitted_from_a_done_callback_still_running_at_close_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the future submit returned on the event-loop thread follows the frame's task: the close's cancel reaches it
+    client = _HangsOnFrame("lidar", frame=1)
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=client, check_models=False))
+    fusion = _GatedFusion()
+    chained: list[concurrent.futures.Future[FrameResult]] = []
+    got: list[FrameResult] = []
+    rt = ThreadedRuntime(_config(budget={"total_ms": 60_000, "fusion_reserve_ms": 10}), fusion=fusion)
+    with rt:
+        try:
+            first = rt.submit(_frame(0))
+            assert fusion.entered.wait(WATCHDOG_S)
+            first.add_done_callback(lambda f: chained.append(rt.submit(_frame(1), got.append)))
+        finally:
+            fusion.gate.set()
+        assert client.started.wait(WATCHDOG_S)  # frame 1's request is out, never to be answered
+        rt.close(timeout_s=2.0)  # the drain's bound; also the callback thread's, to run the record queued at the end
+    assert chained[0].cancelled()
+    assert [(r.frame_id, r.reason) for r in got] == [(1, CANCELLED_IN_FLIGHT)]
