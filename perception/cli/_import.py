@@ -99,7 +99,8 @@ def register(sub: Any) -> None:
         f"unrelated frames at frame number x {OBJECT_FRAME_GAP_NS / 1e9:g} s), a tracking sequence "
         "(velodyne/<seq>/, image_02/, label_02/, oxts/; 10 Hz) "
         "or View-of-Delft's lidar/ and radar/ trees. Boxes go from the rectified camera frame into base_link "
-        "(the IMU frame, or the lidar's when the calib has no Tr_imu_to_velo); Car and Van -> car, Truck and "
+        "(the IMU frame moved down to the road, or the lidar's frame when the calib has no Tr_imu_to_velo); "
+        "Car and Van -> car, Truck and "
         "Tram -> truck, Pedestrian and Person_sitting -> pedestrian, Cyclist -> cyclist; other types skipped.",
     )
     kitti.add_argument(

@@ -205,10 +205,10 @@ class DetectionEvaluator:
         self.ground_truth_objects = 0
 
     # -- ground truth -----------------------------------------------------------------------------------
-    def _align(self, gt: GroundTruth, frame_t_ns: int, xyz: F64, vel: F64) -> tuple[F64, F64]:
-        """Ground truth at ``gt.t_ns`` -> ``base_link`` at the frame time."""
-        xyz, vel, _ = move_ground_truth(xyz, vel, gt.t_ns, frame_t_ns, self._ego_at)
-        return xyz, vel
+    def _align(self, gt: GroundTruth, frame_t_ns: int, xyz: F64, vel: F64, yaw: F64) -> tuple[F64, F64, F64]:
+        """Ground truth at ``gt.t_ns`` -> ``base_link`` at the frame time (centres, velocities, yaws)."""
+        xyz, vel, dyaw = move_ground_truth(xyz, vel, gt.t_ns, frame_t_ns, self._ego_at)
+        return xyz, vel, yaw + dyaw
 
     def visible(self, centers: F64, sizes: F64, yaws: F64) -> B:
         """Which objects (``base_link``) count: within range and, with a rig, in some sensor's view."""
@@ -246,7 +246,7 @@ class DetectionEvaluator:
         g_size = np.array([o.size for o in gts], dtype=np.float64).reshape(-1, 3)
         g_yaw = np.array([o.yaw for o in gts], dtype=np.float64)
         g_track = np.array([o.track_id for o in gts], dtype=np.int64)
-        g_xyz, g_vel = self._align(ground_truth, frame_t_ns, g_xyz, g_vel)
+        g_xyz, g_vel, g_yaw = self._align(ground_truth, frame_t_ns, g_xyz, g_vel, g_yaw)
         keep = self.visible(g_xyz, g_size, g_yaw)
         g_label, g_xy, g_vel, g_track = g_label[keep], g_xyz[keep, :2], g_vel[keep], g_track[keep]
 

@@ -23,8 +23,9 @@ velocity, RCS; points of earlier scans, ``time != 0``, are dropped and counted).
 
 Frames:
 
-* ``base_link`` is the GPS/IMU (OXTS) frame — x forward, y left, z up, the frame of the OXTS poses —
-  when every calib has ``Tr_imu_to_velo`` (all of KITTI); otherwise (View-of-Delft) the lidar frame.
+* ``base_link`` is the GPS/IMU (OXTS) frame moved down to the road under it (:data:`KITTI_IMU_HEIGHT_M`)
+  — x forward, y left, z up, on the ground plane ``z = 0`` fusion places camera objects on — when every
+  calib has ``Tr_imu_to_velo`` (all of KITTI); otherwise (View-of-Delft) the lidar frame.
 * Ground truth: the box's bottom-face centre, ``rotation_y`` about the camera's y axis, in the
   rectified camera frame (KITTI devkit) -> centre, size ``(l, w, h)`` and yaw in ``base_link``, by
   the frame's own calibration. View-of-Delft defines its ``rotation`` about the lidar's -z axis
@@ -41,9 +42,10 @@ track is dropped), so nothing of one frame is used with another. The camera, lid
 time (KITTI triggers the cameras from the lidar; View-of-Delft syncs and motion-compensates radar
 and camera to the lidar).
 
-Ego motion (tracking with ``oxts``): ``map`` is east-north-up with its origin at the first frame
-(the devkit's Mercator projection, scale from the first latitude), the pose ``R = Rz(yaw) Ry(pitch)
-Rx(roll)``; velocity ``(vf, vl, vu)`` and yaw rate ``wu`` as OXTS measures them. Ground-truth
+Ego motion (tracking with ``oxts``): ``map`` is east-north-up with its origin at the first frame's
+``base_link`` (the devkit's Mercator projection, scale from the first latitude), the IMU's pose ``R =
+Rz(yaw) Ry(pitch) Rx(roll)``; velocity ``(vf, vl, vu)`` and yaw rate ``wu`` as OXTS measures them (the
+IMU's velocity: ``base_link``'s differs by the roll and pitch rates times the IMU's height). Ground-truth
 velocity then comes from each track's map position in the neighbouring frames; without poses it is
 unknown (NaN).
 
@@ -87,6 +89,7 @@ from perception.types import (
 )
 
 __all__ = [
+    "KITTI_IMU_HEIGHT_M",
     "KITTI_LABELS",
     "OBJECT_FRAME_GAP_NS",
     "TRACKING_PERIOD_NS",
@@ -125,6 +128,14 @@ KITTI_LABELS: Mapping[str, str | None] = {
 #: 2 s), so nothing of one frame is used with another (at 1 s the tracker linked unrelated scenes).
 OBJECT_FRAME_GAP_NS = 10_000_000_000
 TRACKING_PERIOD_NS = 100_000_000
+#: Height of KITTI's GPS/IMU (OXTS RT 3003) above the road, m (the recording platform's sensor setup: Geiger
+#: et al., "Vision meets Robotics: The KITTI Dataset", IJRR 2013, Fig. 3; Velodyne 1.73 m, cameras 1.65 m).
+#: ``base_link`` is the IMU frame this far down, on the road: fusion takes ``z = 0`` in ``base_link`` for
+#: the ground (camera objects' ground-plane depth, the camera-guided step's ground), as on every other drive.
+KITTI_IMU_HEIGHT_M = 0.93
+_BASE_IMU: F64 = np.eye(4)
+_BASE_IMU[2, 3] = KITTI_IMU_HEIGHT_M  # base_link <- imu
+_BASE_IMU.setflags(write=False)
 _EARTH_RADIUS_M = 6378137.0  # the raw-data devkit's latlonToMercator
 #: Cameras: drive name -> (object-layout folder, tracking-layout folder, projection matrix).
 _CAMERAS: Mapping[str, tuple[str, str, str]] = {
@@ -400,7 +411,7 @@ def _geometry(
 ) -> _Geometry:
     cal = _calib(frame.calib, calibs)
     rect_velo = cal.rigid("R0_rect") @ cal.rigid("Tr_velo_to_cam")
-    base_velo = np.linalg.inv(cal.rigid("Tr_imu_to_velo")) if imu_base else np.eye(4)
+    base_velo: F64 = _BASE_IMU @ np.linalg.inv(cal.rigid("Tr_imu_to_velo")) if imu_base else np.eye(4)
     velo_rect = np.linalg.inv(rect_velo)
     specs = {
         _LIDAR: SensorSpec(
@@ -513,24 +524,25 @@ def _rotation(roll: float, pitch: float, yaw: float) -> F64:
 
 
 def oxts_poses(oxts: F64) -> list[F64]:
-    """``map <- imu`` 4x4 poses of OXTS rows (east-north-up, origin at the first row)."""
+    """``map <- base_link`` 4x4 poses of OXTS rows (east-north-up, origin at the first row's ``base_link``):
+    the IMU's pose, ``base_link`` :data:`KITTI_IMU_HEIGHT_M` below it."""
     scale = math.cos(math.radians(float(oxts[0, 0])))
+    imu_base = np.linalg.inv(_BASE_IMU)
     out: list[F64] = []
     origin: F64 | None = None
     for row in oxts:
         lat, lon, alt, roll, pitch, yaw = (float(v) for v in row[:6])
-        t = np.array(
-            [
-                scale * lon * math.pi * _EARTH_RADIUS_M / 180.0,
-                scale * _EARTH_RADIUS_M * math.log(math.tan((90.0 + lat) * math.pi / 360.0)),
-                alt,
-            ]
-        )
-        if origin is None:
-            origin = t
         m = np.eye(4)
         m[:3, :3] = _rotation(roll, pitch, yaw)
-        m[:3, 3] = t - origin
+        m[:3, 3] = (
+            scale * lon * math.pi * _EARTH_RADIUS_M / 180.0,
+            scale * _EARTH_RADIUS_M * math.log(math.tan((90.0 + lat) * math.pi / 360.0)),
+            alt,
+        )
+        m = m @ imu_base
+        if origin is None:
+            origin = m[:3, 3].copy()
+        m[:3, 3] -= origin
         out.append(m)
     return out
 
@@ -715,7 +727,7 @@ def import_kitti(
         "source": "kitti",
         "kitti.layout": layout.name,
         "kitti.split": split,
-        "kitti.base_link": "imu" if imu_base else "lidar",
+        "kitti.base_link": "imu_on_road" if imu_base else "lidar",
         "kitti.box_convention": convention,
         "kitti.frames": format_frames(f.number for f in plan.frames),
         "kitti.annotated_region": f"inside the image of {_CAMERA} (image_2)",

@@ -144,6 +144,26 @@ def test_ground_truth_is_moved_to_the_frame_time() -> None:
     assert ego.summary()["ate"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_ground_truth_moved_to_the_frame_time_is_turned_with_the_ego_for_the_cameras_view() -> None:
+    # The centre was moved into base_link at the frame time but the yaw kept base_link's at the ground
+    # truth's time: a long box reaching into the camera's view only as it lies now was judged as it lay
+    # before the ego turned, out of view, and left out of the ground truth.
+    rig = {"cam_front": make_rig(cameras=1, radars=0, lidar=False, hfov_deg=60.0)["cam_front"]}
+    size = (14.0, 0.6, 1.5)
+    now = DetectionEvaluator(max_range_m=50, rig=rig)
+    centre = np.array([[12.0, 12.0, 0.75]])
+    assert now.visible(centre, np.array([size]), np.array([-math.pi / 2])).tolist() == [True]
+    assert not now.visible(centre, np.array([size]), np.array([0.0])).any()  # the same box along x: out of view
+    # the object stands still; the ego turns 90 degrees left in place between the ground truth and the frame
+    turn = Transform((0.0, 0.0, 0.0), (0.0, 0.0, math.sin(math.pi / 4), math.cos(math.pi / 4)))
+    poses = {0: EgoPose(0, Transform()), 500_000_000: EgoPose(500_000_000, turn)}
+    ev = DetectionEvaluator(max_range_m=50, rig=rig, ego_at=poses.get)
+    obj = GroundTruthObject(1, "truck", (-12.0, 12.0, 0.75), size, 0.0, (0.0, 0.0))  # (12, 12) at -90 deg after it
+    ev.add(500_000_000, [det(1, "truck", 12.0, 12.0)], GroundTruth(0, (obj,)))
+    s = ev.summary()
+    assert s["num_ground_truth"]["truck"] == 1 and s["per_class_ap"]["truck"] == pytest.approx(1.0)
+
+
 def test_ground_truth_with_an_unknown_velocity_stays_and_is_left_out_of_ave() -> None:
     # nuScenes (and KITTI without poses) ground truth may leave a velocity unknown (NaN)
     objs = (gt_obj(1, "car", 10.0, 0.0, (5.0, 0.0)), gt_obj(2, "car", 20.0, 5.0, (math.nan, math.nan)))

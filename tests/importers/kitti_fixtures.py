@@ -35,6 +35,8 @@ CAM2_OFFSET = np.array([0.06, -0.001, 0.002])  # camera 2 in rectified camera 0 
 CAM3_OFFSET = np.array([-0.47, 0.002, -0.003])  # camera 3
 IMAGE_SIZE = (64, 24)
 EARTH = 6378137.0
+#: KITTI's GPS/IMU height above the road (its sensor setup): base_link is the IMU frame this far down.
+IMU_HEIGHT = 0.93
 
 
 def rz(a: float) -> F64:
@@ -86,7 +88,8 @@ class Calibration:
 
     @property
     def base_velo(self) -> F64:
-        out: F64 = np.linalg.inv(self.velo_imu)
+        """``base_link <- velodyne``: base_link is the IMU frame moved down to the road (IMU_HEIGHT)."""
+        out: F64 = rigid(np.eye(3), (0.0, 0.0, IMU_HEIGHT)) @ np.linalg.inv(self.velo_imu)
         return out
 
     @property

@@ -132,10 +132,22 @@ def test_object_rig_times_and_skips(object_tree: ObjectTree, object_drive: tuple
     assert summary.skipped[f"{differs}; import those frames separately (--frames)"] == 1
     assert summary.skipped["annotations of type DontCare (unlabelled regions, not objects)"] == 1
     assert summary.skipped["annotations of type Misc (not one of our labels)"] == 1
-    assert meta["source"] == "kitti" and meta["kitti.layout"] == "object" and meta["kitti.base_link"] == "imu"
+    assert meta["source"] == "kitti" and meta["kitti.layout"] == "object" and meta["kitti.base_link"] == "imu_on_road"
     assert meta["kitti.frames"] == "0-1,3"
     assert "cam_front: 2 different calibrations among the frames: frames 0-1; frames 3" in summary.notes
     assert all(isinstance(s, ImageSample) and s.format == "png" for s in images)
+
+
+def test_base_link_is_on_the_road_under_the_imu(object_drive: tuple[Path, ImportSummary]) -> None:
+    # base_link was the IMU frame itself, 0.93 m above the road, while fusion takes z = 0 in base_link for the
+    # ground (camera objects' ground-plane depth, the camera-guided step's ground): on the real KITTI frames a
+    # pedestrian's camera object landed 3.6 m short of it, a car 35.6 m away at 16.9 m.
+    path, _ = object_drive
+    with DriveReader(path) as d:
+        lidar, cam = d.rig["lidar_top"].extrinsic, d.rig["cam_front"].extrinsic
+    # Tr_imu_to_velo puts the Velodyne 0.80 m above the IMU: 1.73 m above the road (KITTI's setup)
+    assert lidar.translation[2] == pytest.approx(0.80 + 0.93, abs=0.01)
+    assert cam.translation[2] == pytest.approx(lidar.translation[2] - 0.07, abs=0.02)  # cameras at 1.65 m
 
 
 def test_object_lidar_points(object_tree: ObjectTree, object_drive: tuple[Path, ImportSummary]) -> None:
