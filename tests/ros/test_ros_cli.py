@@ -38,6 +38,22 @@ def test_bad_play_options_are_one_line_errors(
     assert message in err and "Traceback" not in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("bag", [False, True])
+def test_a_played_drive_that_is_a_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bag: bool
+) -> None:
+    # It was "cannot open drive: Is a directory", exit 1, also of a ROS 2 bag's directory (which is to be imported
+    # first): every other command that reads a drive says so, exit 2.
+    d = tmp_path / "bag"
+    d.mkdir()
+    if bag:
+        (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["ros", "play", str(d)]) == 2
+    _, err = capsys.readouterr()
+    said = "is a ROS 2 bag (rosbag2 directory), not a drive: import it first" if bag else "is a directory, expected"
+    assert err.startswith(f"perception ros: error: {d}: {said}") and err.count("\n") == 1, err
+
+
 def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
