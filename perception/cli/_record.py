@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
+from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, make_output_folders, sensors_option
 from perception.config import load_config
 from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.record import (
@@ -250,13 +250,13 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
+    make_output_folders(args)  # --out made now, as a replay's: one that cannot be made lost the replay's results
     outcome: AsRecordedOutcome = anyio.run(
         lambda: replay_as_recorded(
             args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict
         )
     )
     report = outcome.report()
-    args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, AS_RECORDED_FILE).write_text(json.dumps({"as_recorded": report}, indent=2) + "\n")
     with safe_output_path(args.out, AS_RECORDED_FRAMES).open("w") as f:
         for r in outcome.results:

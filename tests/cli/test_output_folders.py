@@ -39,3 +39,18 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_anything_runs(
     err = capsys.readouterr().err
     assert err.startswith(f"perception {command}: error: {option}: cannot create directory {UNMAKEABLE}: "), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
+@pytest.mark.parametrize("argv", [["replay", str(DRIVE), "--as-recorded"], ["bench", str(DRIVE), "--quick"]])
+def test_the_out_folder_of_a_replay_as_recorded_and_of_a_bench_is_made_before_anything_runs(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both made --out only to write into it at the end: a replay as recorded after the whole replay, a bench after
+    # every variant had run (exit 1, "/proc/x: No such file or directory", the results lost). Here the drive is no
+    # recording and nothing listens at --url: either would be said first, exit 1, were --out not refused at once.
+    url = f"127.0.0.1:{free_port()}"
+    assert main([*argv, "--url", url, "--out", str(UNMAKEABLE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perception {argv[0]}: error: --out: cannot create directory {UNMAKEABLE}: "), err
+    assert err.count("\n") == 1, err
