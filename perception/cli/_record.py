@@ -109,7 +109,7 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     drive = getattr(args, "drive", None)
     if drive is not None and any(_same_file(drive, f) for f in rec.files()):
         raise ConfigError(
-            f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="record"
+            f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="--record"
         )
     try:  # only an earlier recording's segments are replaced: never a drive or other file of their names
         rec.check_replaceable()
@@ -240,7 +240,7 @@ def run_as_recorded(args: argparse.Namespace) -> int:
     if given:
         raise ConfigError(
             f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",
-            key="as-recorded",
+            key="--as-recorded",
         )
     path = Path(args.drive)
     if path.is_dir():
