@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -33,6 +34,7 @@ __all__ = [
     "make_output_folders",
     "repo_root",
     "run_with_signals",
+    "same_file",
     "sensors_option",
 ]
 
@@ -108,6 +110,14 @@ def check_drive(path: Path) -> None:
                 file=str(path),
             )
         raise ConfigError("is a directory, expected a drive file (.mcap)", file=str(path))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (by another spelling, a link); False when one is not there."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or cannot be looked at): not the same file
+        return False
 
 
 def make_folder(folder: Path, option: str) -> None:

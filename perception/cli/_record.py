@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -16,7 +15,14 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, make_output_folders, sensors_option
+from perception.cli._common import (
+    DEFAULT_CONFIG,
+    check_drive,
+    make_folder,
+    make_output_folders,
+    same_file,
+    sensors_option,
+)
 from perception.config import load_config
 from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.record import (
@@ -107,7 +113,7 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)
-    if drive is not None and any(_same_file(drive, f) for f in rec.files()):
+    if drive is not None and any(same_file(drive, f) for f in rec.files()):
         raise ConfigError(
             f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="--record"
         )
@@ -182,13 +188,6 @@ def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
         report_recording(rec, cut=cut)
         raise
     report_recording(rec, cut=cut)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (or cannot be looked at): not the same file
-        return False
 
 
 #: ``replay`` options that a replay as recorded does not use: given with --as-recorded, they are refused.
