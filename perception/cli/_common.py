@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from perception.config import load_config
+from perception.config import load_config, sensor_names
 from perception.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -91,10 +91,7 @@ def sensors_option(args: argparse.Namespace) -> list[str] | None:
     sensor name is an identifier): ``--sensors "lidar_top, cam_front"`` said "unknown sensor(s):  cam_front"."""
     if getattr(args, "sensors", None) is None:
         return None
-    sensors = [s.strip() for s in args.sensors.split(",") if s.strip()]
-    if not sensors:
-        raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
-    return sensors
+    return sensor_names(args.sensors, key="--sensors")
 
 
 def check_drive(path: Path) -> None:

@@ -44,7 +44,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
 from visualization_msgs import msg as viz_msgs
 
-from perception.config import LiveConfig, RuntimeConfig, load_config, with_overrides
+from perception.config import LiveConfig, RuntimeConfig, load_config, sensor_names, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime, check_trigger
@@ -313,7 +313,8 @@ class FusionNode(LifecycleNode):
         rig_path = self._param("rig")
         if not rig_path:
             raise ConfigError("parameter 'rig' is required: a drive (.mcap) or a rig file (.yaml)", key="rig")
-        sensors = [s for s in self._param("sensors").split(",") if s] or None
+        given = self._param("sensors")  # empty: every sensor; spaces around a name are not part of it
+        sensors = sensor_names(given, key="sensors") if given.strip() else None
         session = rig_session(Path(rig_path), load_config(profile))
         session = session.with_overrides(url=self._param("url") or None, sensors=sensors)
         cfg, rig = session.config, dict(session.rig)

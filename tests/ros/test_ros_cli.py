@@ -67,6 +67,20 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     assert "Traceback" not in err
 
 
+def test_the_node_reads_its_sensors_as_every_command_reads_them(capfd: pytest.CaptureFixture[str]) -> None:
+    # "lidar_top, nosuch" said "unknown sensor(s):  cam_front,  nosuch" (the spaces kept in the names), and ","
+    # enabled every sensor; --sensors of every other command: tests/cli/test_args.py
+    from perception.server import free_port
+
+    url = ["--url", f"127.0.0.1:{free_port()}"]  # nothing listens: a configure that got past the sensors fails
+    assert main(["ros", "node", "--rig", str(DRIVE), *url, "--sensors", "lidar_top, cam_front, nosuch"]) == 2
+    assert main(["ros", "node", "--rig", str(DRIVE), *url, "--sensors", ","]) == 2
+    _, err = capfd.readouterr()
+    assert "configure failed: --sensors: unknown sensor(s): nosuch (the sensors: lidar_top," in err, err
+    assert "configure failed: sensors: names no sensor, got ','" in err, err
+    assert "Traceback" not in err
+
+
 def test_a_profile_topic_that_is_no_ros_2_topic_name_is_a_usage_error_of_the_play(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
