@@ -28,6 +28,8 @@ from perception.cli import main
         (["--from", "-1"], "--from: must be >= 0, got -1.0"),
         (["--from", "5", "--to", "2"], "--to: must be after --from (5 s), got 2"),  # played nothing, exit 0
         (["--wait-subscribers", "-1"], "--wait-subscribers: must be >= 0, got -1.0"),  # silently no wait
+        # faults count from the play's start: one after its end did nothing, exit 0
+        (["--to", "3", "--silence", "lidar_top:4:5"], "--silence: lidar_top: starts at 4 s, after the end of the play"),
     ],
 )
 def test_bad_play_options_are_one_line_errors(
