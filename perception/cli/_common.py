@@ -129,12 +129,17 @@ def make_folder(folder: Path, option: str) -> None:
 def make_output_folders(args: argparse.Namespace) -> None:
     """``--out`` and ``--trace-out``'s folders made before the run (``output_dir``/``output_file`` refused a
     file in their way while parsing), or a :class:`ConfigError` naming the option (exit 2): they are written
-    during or after the run, whose results a folder that cannot be made would lose."""
+    during or after the run, whose results a folder that cannot be made would lose. A ``--trace-out`` that is
+    the drive being read (``args.drive``) is refused too."""
     out = getattr(args, "out", None)
     if out is not None:
         make_folder(out, "--out")
     trace_out = getattr(args, "trace_out", None)
     if trace_out is not None:
+        drive = getattr(args, "drive", None)
+        if drive is not None and same_file(trace_out, drive):  # it was truncated as the run began: the drive lost
+            message = f"{trace_out} is the drive being read: write the trace to another file"
+            raise ConfigError(message, key="--trace-out")
         make_folder(trace_out.parent, "--trace-out")
 
 

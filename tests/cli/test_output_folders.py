@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,20 @@ def test_the_out_folder_of_a_replay_as_recorded_and_of_a_bench_is_made_before_an
     err = capsys.readouterr().err
     assert err.startswith(f"perception {argv[0]}: error: --out: cannot create directory {UNMAKEABLE}: "), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("command", ["replay", "budget", "live"])
+def test_a_trace_out_that_is_the_drive_being_read_is_refused(
+    command: str, urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The trace's file was opened, truncating the drive, as the run began: replay then read no frame of it
+    # ("drive damaged: ... chunk record cut short", exit 3) and the drive was lost.
+    drive = tmp_path / "drive.mcap"
+    shutil.copyfile(urban_drive, drive)
+    url = f"127.0.0.1:{free_port()}"
+    argv = [command, str(drive), "--url", url, *COMMANDS[command], "--out", str(tmp_path / "out")]
+    assert main([*argv, "--trace-out", str(drive)]) == 2
+    err = capsys.readouterr().err
+    said = f"--trace-out: {drive} is the drive being read: write the trace to another file"
+    assert err == f"perception {command}: error: {said}\n"
+    assert drive.read_bytes() == urban_drive.read_bytes()
