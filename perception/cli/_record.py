@@ -57,7 +57,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
-        "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
+        "the runtime's decisions, the raw model outputs fused and the tracker state: what a replay derives the "
+        "digests from); replay it with --as-recorded. An "
         "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
         "is, nor any other file of their names (FILE, FILE-0001.mcap...) that is not a recording's segment: "
         "refused before the run; FILE's "
