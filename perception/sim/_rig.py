@@ -291,7 +291,8 @@ class RigConfig:
     sensors: tuple[SimSensor, ...]
     ego_pose_rate_hz: float = 50.0
     ground_truth_rate_hz: float | None = None  # None: at the first lidar's capture times (10 Hz if none)
-    source: str = "<builtin>"  # the file it came from (set by :func:`parse_rig`, never a key of the file)
+    #: The file it came from (set by :func:`parse_rig`, never a key of the file).
+    source: str = dataclasses.field(default="<builtin>", metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -326,8 +327,6 @@ def parse_rig(raw: object, *, file: str = "<rig>") -> RigConfig:
     """Validate a rig document already loaded from YAML (``name`` defaults to the file's stem)."""
     data = {} if raw is None else raw
     if isinstance(data, Mapping):
-        if "source" in data:
-            raise ConfigError("unknown key", file=file, key="source")
         profile = [key for key in data if key in _PROFILE_SECTIONS]
         if profile:  # the one file given for the other: "server: unknown key (expected one of: ...)"
             raise ConfigError(

@@ -121,6 +121,15 @@ def test_the_bundled_profile_given_for_a_rig_is_said_to_be_a_profile() -> None:
     assert info.value.key == "server" and "this file is a profile (launch/replay.yaml: --config)" in str(info.value)
 
 
+def test_an_unknown_key_s_message_lists_only_keys_a_rig_may_have(tmp_path: Path) -> None:
+    # It listed 'source' among them, which is refused as a key ('the file it came from'): add it, be refused.
+    with pytest.raises(ConfigError) as info:
+        load_rig(_write(tmp_path, _GOOD + "extra: 1\n"))
+    assert str(info.value).endswith(
+        "extra: unknown key (expected one of: ego_pose_rate_hz, ground_truth_rate_hz, name, sensors)"
+    )
+
+
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"line \d+, column \d+: invalid YAML") as info:
         load_rig(_write(tmp_path, "sensors: [\n"))
