@@ -110,6 +110,13 @@ def rig_source(path: Path) -> SessionSource:
     come from the host (``/odom``), never from a file."""
     if not path.exists():
         raise ConfigError("rig not found (a drive .mcap or a rig .yaml)", file=str(path))
+    if path.is_dir():  # it said "is a directory, expected a YAML file" (a ROS 2 bag's too: its drive has the rig)
+        bag = (
+            " (a ROS 2 bag: import it, perception import ros2, and give the drive)"
+            if (path / "metadata.yaml").is_file()
+            else ""
+        )
+        raise ConfigError(f"is a directory, expected a drive (.mcap) or a rig file (.yaml){bag}", file=str(path))
     if path.suffix == ".mcap":
         from perception.drives import DriveReader
 

@@ -69,6 +69,21 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("bag", [False, True])
+def test_a_rig_that_is_a_directory_says_what_a_rig_is(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], bag: bool
+) -> None:
+    # It said "is a directory, expected a YAML file", where --rig takes a drive (.mcap) too (a bag's: imported)
+    d = tmp_path / "bag"
+    d.mkdir()
+    if bag:
+        (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["ros", "node", "--rig", str(d)]) == 2
+    _, err = capfd.readouterr()
+    assert f"configure failed: {d}: is a directory, expected a drive (.mcap) or a rig file (.yaml)" in err, err
+    assert ("a ROS 2 bag: import it, perception import ros2, and give the drive" in err) is bag, err
+
+
 def test_the_node_reads_its_sensors_as_every_command_reads_them(capfd: pytest.CaptureFixture[str]) -> None:
     # "lidar_top, nosuch" said "unknown sensor(s):  cam_front,  nosuch" (the spaces kept in the names), and ","
     # enabled every sensor; --sensors of every other command: tests/cli/test_args.py
