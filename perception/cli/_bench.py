@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from perception.cli._args import output_dir, positive_int
-from perception.cli._common import DEFAULT_CONFIG, check_drive, repo_root
+from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, repo_root
 from perception.config import load_config, with_overrides
 from perception.errors import ConfigError
 
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     settings = _settings(args)
+    make_folder(args.out, "--out")  # now: one that cannot be made lost the whole run's numbers at its end
     config = with_overrides(load_config(args.config or DEFAULT_CONFIG), url=args.url)
     with tempfile.TemporaryDirectory(prefix="perception-bench-drive-") as tmp:
         drive: Path | None = args.drive or find_drive(repo_root() / "replay_data")

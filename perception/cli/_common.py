@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from perception.config import load_config
+from perception.config import load_config, sensor_names
 from perception.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ __all__ = [
     "make_output_folders",
     "repo_root",
     "run_with_signals",
+    "same_file",
     "sensors_option",
 ]
 
@@ -89,10 +91,7 @@ def sensors_option(args: argparse.Namespace) -> list[str] | None:
     sensor name is an identifier): ``--sensors "lidar_top, cam_front"`` said "unknown sensor(s):  cam_front"."""
     if getattr(args, "sensors", None) is None:
         return None
-    sensors = [s.strip() for s in args.sensors.split(",") if s.strip()]
-    if not sensors:
-        raise ConfigError(f"names no sensor, got {args.sensors!r} (omit it to enable every sensor)", key="--sensors")
-    return sensors
+    return sensor_names(args.sensors, key="--sensors")
 
 
 def check_drive(path: Path) -> None:
@@ -110,6 +109,14 @@ def check_drive(path: Path) -> None:
         raise ConfigError("is a directory, expected a drive file (.mcap)", file=str(path))
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (by another spelling, a link); False when one is not there."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or cannot be looked at): not the same file
+        return False
+
+
 def make_folder(folder: Path, option: str) -> None:
     """An output's folder made before the run (``output_dir``/``output_file`` refused a file in its way while
     parsing), or a :class:`ConfigError` naming ``option``: what is written after the run would be lost."""
@@ -122,12 +129,17 @@ def make_folder(folder: Path, option: str) -> None:
 def make_output_folders(args: argparse.Namespace) -> None:
     """``--out`` and ``--trace-out``'s folders made before the run (``output_dir``/``output_file`` refused a
     file in their way while parsing), or a :class:`ConfigError` naming the option (exit 2): they are written
-    during or after the run, whose results a folder that cannot be made would lose."""
+    during or after the run, whose results a folder that cannot be made would lose. A ``--trace-out`` that is
+    the drive being read (``args.drive``) is refused too."""
     out = getattr(args, "out", None)
     if out is not None:
         make_folder(out, "--out")
     trace_out = getattr(args, "trace_out", None)
     if trace_out is not None:
+        drive = getattr(args, "drive", None)
+        if drive is not None and same_file(trace_out, drive):  # it was truncated as the run began: the drive lost
+            message = f"{trace_out} is the drive being read: write the trace to another file"
+            raise ConfigError(message, key="--trace-out")
         make_folder(trace_out.parent, "--trace-out")
 
 

@@ -66,11 +66,20 @@ def _protocol(modes: Mapping[str, Mapping[str, Any]]) -> str:
     return str(next(iter(modes.values()), {}).get("protocol", "native"))
 
 
+def _skipped(mode: str, m: Mapping[str, Any]) -> str | None:
+    """A mode not scored (none of its sensors enabled) as its line says it, or None: its '-' and 0 ID switches
+    read as a score."""
+    return f"{mode:<12} skipped: {m['skipped']}" if m.get("skipped") else None
+
+
 def _table(modes: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One line per mode (header first), plain text."""
     if _protocol(modes) == "nuscenes":
         lines = [f"{'mode':<12} {'mAP':>6} {'NDS':>6} {'ATE m':>6} {'ASE':>6} {'AOE rad':>7} {'AVE m/s':>7} {'AAE':>6}"]
         for mode, m in modes.items():
+            if skipped := _skipped(mode, m):
+                lines.append(skipped)
+                continue
             e = m.get("tp_errors", {})
             lines.append(
                 f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('NDS')):>6} {_fmt(e.get('ATE')):>6} "
@@ -79,6 +88,9 @@ def _table(modes: Mapping[str, Mapping[str, Any]]) -> list[str]:
         return lines
     lines = [f"{'mode':<12} {'mAP':>6} {'ATE m':>7} {'AVE m/s':>8} {'IDsw':>5}  sensors"]
     for mode, m in modes.items():
+        if skipped := _skipped(mode, m):
+            lines.append(skipped)
+            continue
         lines.append(
             f"{mode:<12} {_fmt(m.get('mAP')):>6} {_fmt(m.get('ate')):>7} {_fmt(m.get('ave')):>8} "
             f"{m.get('id_switches', 0):>5}  {','.join(m.get('sensors', []))}"
@@ -93,7 +105,9 @@ def _markdown(drive: Path, modes: Mapping[str, Mapping[str, Any]]) -> str:
     head = rows[0].split()
     head = [h for h in head if h not in ("m", "rad", "m/s")]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(r.split()) + " |" for r in rows[1:]]
+    for row, (mode, m) in zip(rows[1:], modes.items(), strict=True):
+        cells = [mode, f"skipped: {m['skipped']}", *["-"] * (len(head) - 2)] if m.get("skipped") else row.split()
+        out.append("| " + " | ".join(cells) + " |")
     fused = modes.get("fused")
     if fused and fused.get("interrupted"):
         out += ["", "**Interrupted**: scored on the frames replayed before the stop only."]

@@ -9,7 +9,8 @@
 Prints a summary (messages per topic, what was skipped and why) and the command that replays the
 drive. Errors are one line on stderr:
 exit 2 for an input that does not exist (the bag, dataroot or root; as every command that reads a drive
-says of a missing one) and a topic map that does not fit (file + key path), 1 for data that cannot be imported.
+says of a missing one), a topic map that does not fit (file + key path) and an output that is the input (a bag's
+own file: refused with ``--force`` too), 1 for data that cannot be imported.
 The output file only appears when the import succeeded; an existing one is kept unless ``--force``.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from perception._progress import Progress
 from perception.cli._args import int_within, output_file
-from perception.cli._common import make_folder
+from perception.cli._common import make_folder, same_file
 from perception.drives import GROUND_TRUTH_TOPIC
 from perception.errors import ConfigError
 from perception.importers import (
@@ -131,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     source: Path = getattr(args, dest)
     if not source.exists():  # a user error, as for every command that reads a drive (exit 2)
         raise ConfigError(f"{what} not found", file=str(source))
+    if _replaces_input(args.output, source):  # said whatever --force: "output exists (pass --force...)" misled
+        message = f"is the {what} being imported (or a file of it): write the drive elsewhere"
+        raise ConfigError(message, file=str(args.output), key="--output")
     make_folder(args.output.parent, "--output")
     with Progress(1.0, f"import {args.source}") as bar:
         if args.source == "ros2":
@@ -165,6 +169,16 @@ def run(args: argparse.Namespace) -> int:
             )
     _print(summary, args.output)
     return 0
+
+
+def _replaces_input(output: Path, source: Path) -> bool:
+    """Whether the drive written to ``output`` would replace the input it is made from: the input file itself
+    (a bag's ``.mcap``), or a file directly in the input directory that a bag's storage may be (a rosbag2
+    directory's ``bag_0.mcap``); a dataset root's own drives beside its folders are not its data."""
+    if same_file(output, source):
+        return True
+    bag_dir = source.is_dir() and (source / "metadata.yaml").is_file()
+    return bag_dir and output.exists() and same_file(output.parent, source)
 
 
 def _print(summary: ImportSummary, output: Path) -> None:

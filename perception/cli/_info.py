@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("drive", type=Path, help="drive file, e.g. replay_data/town.mcap")
+    p.add_argument("drive", type=Path, help="drive file, e.g. replay_data/urban_seed7_10s.mcap")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--strict", action="store_true", help="any damage is an error (exit 3, one line naming file and offset)"

@@ -85,6 +85,7 @@ def _run(args: argparse.Namespace, signals: StopSignals) -> int:
         # before --record replaces an earlier recording: a typo in a fault option deleted it
         cfg = session.config
         faults.check_sensors(list(reader.rig), reader.path, [s.name for s in cfg.active_sensors])
+        faults.check_times((reader.end_ns - reader.start_ns) / 1e9, reader.path)
         time_base = args.time_base or ("estimate" if faults.clock_jumps else cfg.live.time_base)
         cfg = dataclasses.replace(cfg, live=dataclasses.replace(cfg.live, time_base=time_base))
         # --record is checked (a file it would replace that is not a recording: refused) before --out is made,

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from perception.cli._args import non_negative_int, output_file, positive_float, positive_int
+from perception.cli._args import non_negative_int, output_file, positive_float, positive_int, within
 from perception.cli._common import make_folder
 from perception.config import GRPC_NAMES, url_problem
 from perception.errors import ConfigError, ConnectError
@@ -69,7 +69,7 @@ exit status: 0 (whatever the targets) unless --check: then 1 if a target fails; 
 
 
 def register(sub: Any) -> None:
-    from perception.sim import SCENARIOS
+    from perception.sim import MAX_DURATION_S, SCENARIOS
 
     p: argparse.ArgumentParser = sub.add_parser(
         "model-quality",
@@ -78,7 +78,13 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--seed", type=non_negative_int, required=True, help="drive seed (use one training never saw)")
-    p.add_argument("--duration", type=positive_float, default=20.0, metavar="S", help="seconds to drive (default: 20)")
+    p.add_argument(
+        "--duration",
+        type=within(0.0, MAX_DURATION_S),  # as sim's: a longer one was named "duration", not the option
+        default=20.0,
+        metavar="S",
+        help=f"seconds to drive, up to {MAX_DURATION_S:g} (default: 20)",
+    )
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="urban", help="traffic preset (default: urban)")
     p.add_argument("--url", default=None, metavar="HOST:PORT", help="Triton gRPC URL (default: embedded server)")
     p.add_argument(

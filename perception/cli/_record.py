@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -16,7 +15,14 @@ from typing import Any
 import anyio
 
 from perception.cli._args import non_negative_int, output_file, within
-from perception.cli._common import DEFAULT_CONFIG, check_drive, make_folder, sensors_option
+from perception.cli._common import (
+    DEFAULT_CONFIG,
+    check_drive,
+    make_folder,
+    make_output_folders,
+    same_file,
+    sensors_option,
+)
 from perception.config import load_config
 from perception.errors import ConfigError, DriveError, PerceptionError
 from perception.record import (
@@ -51,7 +57,8 @@ def add_record_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="record the run into FILE (.mcap: the samples as received with their arrival times, and per frame "
-        "the runtime's decisions, the raw model outputs fused and digests); replay it with --as-recorded. An "
+        "the runtime's decisions, the raw model outputs fused and the tracker state: what a replay derives the "
+        "digests from); replay it with --as-recorded. An "
         "earlier recording at FILE is replaced once the run begins, its segments too; the drive being read never "
         "is, nor any other file of their names (FILE, FILE-0001.mcap...) that is not a recording's segment: "
         "refused before the run; FILE's "
@@ -107,9 +114,9 @@ def recorder(args: argparse.Namespace, ego_poses: tuple[EgoPose, ...] = ()) -> R
     options = RecordOptions(segment_bytes=int(args.record_segment_mb * 2**20), max_segments=args.record_max_segments)
     rec = RunRecorder(args.record, options, ego_poses=ego_poses)
     drive = getattr(args, "drive", None)
-    if drive is not None and any(_same_file(drive, f) for f in rec.files()):
+    if drive is not None and any(same_file(drive, f) for f in rec.files()):
         raise ConfigError(
-            f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="record"
+            f"{args.record} would overwrite the drive being read ({drive}): record to another path", key="--record"
         )
     try:  # only an earlier recording's segments are replaced: never a drive or other file of their names
         rec.check_replaceable()
@@ -184,13 +191,6 @@ def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
     report_recording(rec, cut=cut)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (or cannot be looked at): not the same file
-        return False
-
-
 #: ``replay`` options that a replay as recorded does not use: given with --as-recorded, they are refused.
 _NOT_AS_RECORDED = {
     "record": "--record",
@@ -240,7 +240,7 @@ def run_as_recorded(args: argparse.Namespace) -> int:
     if given:
         raise ConfigError(
             f"{', '.join(given)}: not used by a replay as recorded (its decisions and timing are the recording's)",
-            key="as-recorded",
+            key="--as-recorded",
         )
     path = Path(args.drive)
     if path.is_dir():
@@ -250,13 +250,13 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
+    make_output_folders(args)  # --out made now, as a replay's: one that cannot be made lost the replay's results
     outcome: AsRecordedOutcome = anyio.run(
         lambda: replay_as_recorded(
             args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict
         )
     )
     report = outcome.report()
-    args.out.mkdir(parents=True, exist_ok=True)
     safe_output_path(args.out, AS_RECORDED_FILE).write_text(json.dumps({"as_recorded": report}, indent=2) + "\n")
     with safe_output_path(args.out, AS_RECORDED_FRAMES).open("w") as f:
         for r in outcome.results:

@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if args.as_recorded:
         return run_as_recorded(args)  # a recording, not a drive: it assembles its own session (segments)
     if args.rerun_models:
-        raise ConfigError("--rerun-models needs --as-recorded", key="rerun-models")
+        raise ConfigError("needs --as-recorded", key="--rerun-models")
     # the drive is opened once for the run, the session assembled once against it: both passed down
     with open_session(args) as (reader, session):
         return _run(args, reader, session)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perception.cli._args import speed
-from perception.cli._common import DEFAULT_CONFIG, add_fault_options, repo_root
+from perception.cli._common import DEFAULT_CONFIG, add_fault_options, check_drive, repo_root
 from perception.cli._exitcodes import EXIT_INTERRUPTED, EXIT_OK
 from perception.cli._record import add_record_options, recorder, recording
 from perception.config import load_config
@@ -118,8 +118,7 @@ def run_play_cmd(args: argparse.Namespace) -> int:
     from perception.ros import run_play
 
     _check_play_numbers(args)
-    if not args.drive.exists():
-        raise ConfigError("drive not found", file=str(args.drive))
+    check_drive(args.drive)  # as every command that reads a drive: a directory (a ROS 2 bag's) is named, exit 2
     faults = parse_faults(args.silence, args.burst, args.jitter_ms, args.clock_jump)
     cfg = load_config(args.config or DEFAULT_CONFIG)
     stop = threading.Event()  # set by Ctrl-C/SIGTERM: the play cut short

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perception.config._convert import first_duplicate, from_data, reject_duplicates
 from perception.config._drive_source import CAMERA_MODEL_SIMULATED, default_camera_model
-from perception.config._loader import load_config, load_yaml, with_overrides
+from perception.config._loader import load_config, load_yaml, sensor_names, with_overrides
 from perception.config._model import (
     GRPC_NAMES,
     CameraGuidedConfig,
@@ -53,6 +53,7 @@ __all__ = [
     "reject_duplicates",
     "required_sensors_problem",
     "resolve_sensors",
+    "sensor_names",
     "tls_problem",
     "url_problem",
     "with_overrides",

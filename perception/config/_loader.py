@@ -13,7 +13,7 @@ from perception.config._convert import from_data
 from perception.config._model import BudgetConfig, RuntimeConfig, url_problem
 from perception.errors import ConfigError
 
-__all__ = ["load_config", "load_yaml", "with_overrides"]
+__all__ = ["load_config", "load_yaml", "sensor_names", "with_overrides"]
 
 
 class _SafeLoader(yaml.SafeLoader):
@@ -104,6 +104,16 @@ def _resolve_paths(cfg: RuntimeConfig, base: Path) -> RuntimeConfig:
         ),
     )
     return dataclasses.replace(cfg, server=server)
+
+
+def sensor_names(text: str, *, key: str) -> list[str]:
+    """A comma-separated list of sensors (``--sensors a,b``, the ROS node's ``sensors``): the names, spaces around
+    them not part of them (a sensor name is an identifier); a list naming none (``,``) is a :class:`ConfigError`
+    naming ``key``, not every sensor."""
+    sensors = [s.strip() for s in text.split(",") if s.strip()]
+    if not sensors:
+        raise ConfigError(f"names no sensor, got {text!r} (omit it to enable every sensor)", key=key)
+    return sensors
 
 
 def with_overrides(

@@ -658,6 +658,13 @@ class RosConfig:
         _check_topic("odometry_topic", self.odometry_topic)
 
 
+#: What a key of a sensor rig's (launch/rigs/) says in a launch profile: the one file given for the other.
+_A_RIG = (
+    "a sensor rig's key: this file is a rig (launch/rigs/: perception sim --rig, perception ros node --rig), "
+    "not a launch profile (launch/replay.yaml: --config)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The launch profile.
@@ -673,6 +680,7 @@ class RuntimeConfig:
             "output": "a run's outputs are given on the command line: --out DIR (perception replay writes "
             "DIR/fused.mcap unless --no-fused-mcap)",
             "source": "the profile's own file is its source; the drive is given on the command line",
+            **dict.fromkeys(("name", "ego_pose_rate_hz", "ground_truth_rate_hz"), _A_RIG),
         }
     )
 

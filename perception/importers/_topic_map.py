@@ -107,7 +107,8 @@ class TopicMap:
     world_frame: str | None = None
     tf_topic: str = "/tf"
     tf_static_topic: str = "/tf_static"
-    source: Path | None = None  # the YAML file it came from (for error messages); not a YAML key
+    #: The YAML file it came from (for error messages); not a YAML key.
+    source: Path | None = dataclasses.field(default=None, metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         if not self.sensors:
@@ -146,8 +147,6 @@ def load_topic_map(path: str | Path) -> TopicMap:
     data = load_yaml(p)
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping at the top level", file=str(p), key="<root>")
-    if "source" in data:
-        raise ConfigError("unknown key", file=str(p), key="source")
     tmap = dataclasses.replace(from_data(TopicMap, data, file=p), source=p)
     check_unique(tmap)
     return tmap

@@ -58,15 +58,15 @@ class Faults:
     clock_jumps: tuple[tuple[str, float, float], ...] = ()  # sensor, at, offset (s) added to its stamps after
     seed: int = 0
 
+    def _by_option(self) -> tuple[tuple[str, tuple[tuple[str, float, float], ...]], ...]:
+        """Each fault option with the faults it gave."""
+        return (("--silence", self.silence), ("--burst", self.bursts), ("--clock-jump", self.clock_jumps))
+
     def check_sensors(self, sensors: Sequence[str], drive: Path, enabled: Sequence[str] | None = None) -> None:
         """A :class:`ConfigError` naming the option when a fault names a sensor that ``drive`` (with
         ``sensors``) lacks, or one it has that is not ``enabled`` (``--sensors``): a fault on a sensor that
         is not used would do nothing but swell the count of samples not used."""
-        for option, faults in (
-            ("--silence", self.silence),
-            ("--burst", self.bursts),
-            ("--clock-jump", self.clock_jumps),
-        ):
+        for option, faults in self._by_option():
             named = sorted({s for s, _, _ in faults})
             if unknown := [s for s in named if s not in sensors]:
                 raise ConfigError(
@@ -77,6 +77,18 @@ class Faults:
                     f"{', '.join(idle)} is not enabled (enabled: {', '.join(enabled)}): a fault on it would do nothing",
                     key=option,
                 )
+
+    def check_times(self, play_s: float, drive: Path) -> None:
+        """A :class:`ConfigError` naming the option when a fault starts after the end of the play (``play_s``
+        seconds long): it would do nothing, and the run would look as if it had come through it."""
+        for option, faults in self._by_option():
+            for sensor, start, _ in faults:
+                if start > play_s:
+                    raise ConfigError(
+                        f"{sensor}: starts at {start:g} s, after the end of the play of {drive} ({play_s:.3f} s): "
+                        "it would do nothing",
+                        key=option,
+                    )
 
 
 def parse_faults(silence: list[str], bursts: list[str], jitter_ms: float, clock_jumps: list[str]) -> Faults:

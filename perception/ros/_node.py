@@ -44,7 +44,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from std_msgs.msg import Float64, Header
 from visualization_msgs import msg as viz_msgs
 
-from perception.config import LiveConfig, RuntimeConfig, load_config, with_overrides
+from perception.config import LiveConfig, RuntimeConfig, load_config, sensor_names, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
 from perception.live import LiveRuntime, check_trigger
@@ -110,6 +110,13 @@ def rig_source(path: Path) -> SessionSource:
     come from the host (``/odom``), never from a file."""
     if not path.exists():
         raise ConfigError("rig not found (a drive .mcap or a rig .yaml)", file=str(path))
+    if path.is_dir():  # it said "is a directory, expected a YAML file" (a ROS 2 bag's too: its drive has the rig)
+        bag = (
+            " (a ROS 2 bag: import it, perception import ros2, and give the drive)"
+            if (path / "metadata.yaml").is_file()
+            else ""
+        )
+        raise ConfigError(f"is a directory, expected a drive (.mcap) or a rig file (.yaml){bag}", file=str(path))
     if path.suffix == ".mcap":
         from perception.drives import DriveReader
 
@@ -313,7 +320,8 @@ class FusionNode(LifecycleNode):
         rig_path = self._param("rig")
         if not rig_path:
             raise ConfigError("parameter 'rig' is required: a drive (.mcap) or a rig file (.yaml)", key="rig")
-        sensors = [s for s in self._param("sensors").split(",") if s] or None
+        given = self._param("sensors")  # empty: every sensor; spaces around a name are not part of it
+        sensors = sensor_names(given, key="sensors") if given.strip() else None
         session = rig_session(Path(rig_path), load_config(profile))
         session = session.with_overrides(url=self._param("url") or None, sensors=sensors)
         cfg, rig = session.config, dict(session.rig)

@@ -72,6 +72,8 @@ class Player:
                 )
         self._items = items
         faults.check_sensors(list(self.rig), drive)
+        if played := [v for k, v in items.items() if v and k != "ego"]:  # faults count from the play's start
+            faults.check_times((max(v[-1].t_ns for v in played) - min(v[0].t_ns for v in played)) / 1e9, drive)
         self._faults = faults
         self.topics: Mapping[str, SensorTopics] = sensor_topics(self.rig, ros)
         qos = qos_profile_sensor_data

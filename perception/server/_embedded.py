@@ -116,6 +116,12 @@ def check_model_repository(path: Path) -> Path:
         raise ConfigError("model repository does not exist", file=path)
     if not resolved.is_dir():
         raise ConfigError("model repository is not a directory", file=path)
+    if (resolved / "config.pbtxt").is_file():  # its version folders were served as models ('1': not ready)
+        raise ConfigError(
+            "is a model (it holds config.pbtxt), not a model repository: give the folder holding it, "
+            f"{resolved.parent}",
+            file=path,
+        )
     strays = sorted(
         p.name for p in resolved.iterdir() if p.is_dir() and (p.name.startswith(".") or p.name == "__pycache__")
     )

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from perception.config import from_data, load_yaml, reject_duplicates
+from perception.config import RuntimeConfig, from_data, load_yaml, reject_duplicates
 from perception.drives import topic_for
 from perception.errors import ConfigError
 from perception.kinds import kind_def
@@ -291,7 +291,8 @@ class RigConfig:
     sensors: tuple[SimSensor, ...]
     ego_pose_rate_hz: float = 50.0
     ground_truth_rate_hz: float | None = None  # None: at the first lidar's capture times (10 Hz if none)
-    source: str = "<builtin>"  # the file it came from (set by :func:`parse_rig`, never a key of the file)
+    #: The file it came from (set by :func:`parse_rig`, never a key of the file).
+    source: str = dataclasses.field(default="<builtin>", metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -318,12 +319,22 @@ class RigConfig:
 # ---------------------------------------------------------------------------------------------
 
 
+#: A launch profile's sections (not its sensors, which a rig has too).
+_PROFILE_SECTIONS = frozenset(f.name for f in fields(RuntimeConfig)) - {"sensors", "source"}
+
+
 def parse_rig(raw: object, *, file: str = "<rig>") -> RigConfig:
     """Validate a rig document already loaded from YAML (``name`` defaults to the file's stem)."""
     data = {} if raw is None else raw
     if isinstance(data, Mapping):
-        if "source" in data:
-            raise ConfigError("unknown key", file=file, key="source")
+        profile = [key for key in data if key in _PROFILE_SECTIONS]
+        if profile:  # the one file given for the other: "server: unknown key (expected one of: ...)"
+            raise ConfigError(
+                "unknown key: a launch profile's section: this file is a profile (launch/replay.yaml: --config), "
+                "not a sensor rig (launch/rigs/)",
+                file=file,
+                key=str(profile[0]),
+            )
         data = {"name": Path(file).stem, **data}
         if isinstance(data.get("sensors"), list):
             data["sensors"] = [_with_params(s, i, file) for i, s in enumerate(data["sensors"])]

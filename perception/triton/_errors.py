@@ -50,6 +50,8 @@ _REGION = re.compile(r"shared memory region: '([^']+)'")
 # Triton answers UNAVAILABLE when a queued request outlived its ``timeout`` parameter or the queue is full.
 _QUEUE_TIMEOUT = re.compile(r"request timeout expired", re.I)
 _OVERLOADED = re.compile(r"maximum queue size", re.I)
+#: What gRPC says of an HTTP/1 server at the address (Triton's HTTP port, 8000, given for its gRPC one).
+_HTTP1 = re.compile(r"Failed parsing HTTP/2|http1\.x server", re.I)
 
 
 def grpc_code(exc: BaseException) -> str | None:
@@ -115,6 +117,9 @@ def translate(
         return DeadlineError(f"deadline exceeded: {msg}", model=model, **context)
     if code == "UNAVAILABLE" and _OVERLOADED.search(msg):
         return ConnectError(f"server overloaded: {msg}", model=model, **context)
+    if code == "UNAVAILABLE" and _HTTP1.search(msg):
+        hint = "an HTTP server answered, not a gRPC one (Triton's HTTP port? its gRPC port is 8001 by default)"
+        return ConnectError(f"server unavailable: {hint}: {msg}", model=model, **context)
     if code == "UNAVAILABLE" and not _NOT_READY.search(msg):
         return ConnectError(f"server unavailable: {msg}", model=model, **context)
     if _SHM.search(msg):

@@ -78,8 +78,15 @@ class _Record:
 
 
 def _check_dir(out_dir: Path) -> None:
-    if not out_dir.is_dir():
+    """A replay output that is not a directory: not there, or a file (one of a replay's outputs, a drive: it
+    said "not found" of a file that is there)."""
+    if out_dir.is_dir():
+        return
+    if not out_dir.exists():
         raise ConfigError("replay output directory not found", file=str(out_dir))
+    ours = out_dir.name in (FUSED_MCAP_FILE, DETECTIONS_FILE, REPORT_FILE)
+    hint = f": pass the directory holding it, {out_dir.parent}" if ours else " (perception replay --out DIR)"
+    raise ConfigError(f"is a file, expected a replay output directory{hint}", file=str(out_dir))
 
 
 def frame_ids(out_dir: str | Path) -> list[int]:

@@ -46,6 +46,8 @@ CLI = Path(__file__).resolve().parents[2] / "perception" / "cli"
         (["render", "d", "--frame", "1", "--range", "-3"], "argument --range: must be within (0, 500]"),
         (["model-quality", "--seed", "1", "--concurrency", "0"], "argument --concurrency: must be >= 1"),
         (["model-quality", "--seed", "1", "--timeout", "0"], "argument --timeout: must be > 0"),
+        # it was "duration: duration must be in (0, 3600] s" once the repositories were checked, as sim's was
+        (["model-quality", "--seed", "1", "--duration", "5000"], "argument --duration: must be within (0, 3600]"),
         (["bench", "--frames", "x"], "argument --frames: not an integer: 'x'"),
         (["import", "ros2", "b", "--map", "m", "-o", "x.mcap", "--jpeg-quality", "0"], "must be within 1..100"),
     ],

@@ -178,3 +178,20 @@ def test_eval_stopped_mid_run_scores_what_it_replayed_and_says_so(
     assert json.loads((out / "eval.json").read_text()) == modes
     assert "**Interrupted**" in (out / "eval.md").read_text()
     assert "interrupted: the scores cover the " in err, err
+
+
+def test_a_mode_not_scored_is_printed_as_skipped() -> None:
+    # A drive without a radar (KITTI) printed 'radar_only  -  -  -  0' (0 ID switches, as if scored) where the help
+    # says such a mode is skipped; eval.md the same, a cell short.
+    from perception.cli._eval import _markdown, _table
+
+    modes = {
+        "fused": {"protocol": "native", "mAP": 0.5, "ate": 0.4, "id_switches": 2, "sensors": ["lidar_top"]},
+        "radar_only": {"protocol": "native", "mAP": None, "sensors": [], "skipped": "no enabled sensor"},
+    }
+    lines = _table(modes)
+    assert lines[1].split() == ["fused", "0.500", "0.400", "-", "2", "lidar_top"]
+    assert lines[2] == "radar_only   skipped: no enabled sensor"
+    assert "| radar_only | skipped: no enabled sensor | - | - | - | - |" in _markdown(Path("k.mcap"), modes)
+    nuscenes = {mode: {**m, "protocol": "nuscenes"} for mode, m in modes.items()}
+    assert _table(nuscenes)[2] == "radar_only   skipped: no enabled sensor"

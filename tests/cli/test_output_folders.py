@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,35 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_anything_runs(
     err = capsys.readouterr().err
     assert err.startswith(f"perception {command}: error: {option}: cannot create directory {UNMAKEABLE}: "), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
+@pytest.mark.parametrize("argv", [["replay", str(DRIVE), "--as-recorded"], ["bench", str(DRIVE), "--quick"]])
+def test_the_out_folder_of_a_replay_as_recorded_and_of_a_bench_is_made_before_anything_runs(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both made --out only to write into it at the end: a replay as recorded after the whole replay, a bench after
+    # every variant had run (exit 1, "/proc/x: No such file or directory", the results lost). Here the drive is no
+    # recording and nothing listens at --url: either would be said first, exit 1, were --out not refused at once.
+    url = f"127.0.0.1:{free_port()}"
+    assert main([*argv, "--url", url, "--out", str(UNMAKEABLE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perception {argv[0]}: error: --out: cannot create directory {UNMAKEABLE}: "), err
+    assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("command", ["replay", "budget", "live"])
+def test_a_trace_out_that_is_the_drive_being_read_is_refused(
+    command: str, urban_drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The trace's file was opened, truncating the drive, as the run began: replay then read no frame of it
+    # ("drive damaged: ... chunk record cut short", exit 3) and the drive was lost.
+    drive = tmp_path / "drive.mcap"
+    shutil.copyfile(urban_drive, drive)
+    url = f"127.0.0.1:{free_port()}"
+    argv = [command, str(drive), "--url", url, *COMMANDS[command], "--out", str(tmp_path / "out")]
+    assert main([*argv, "--trace-out", str(drive)]) == 2
+    err = capsys.readouterr().err
+    said = f"--trace-out: {drive} is the drive being read: write the trace to another file"
+    assert err == f"perception {command}: error: {said}\n"
+    assert drive.read_bytes() == urban_drive.read_bytes()

@@ -126,3 +126,17 @@ def test_a_replay_as_recorded_at_a_rate_is_refused(
     assert main([*argv, "--rate", value]) == 2
     err = capsys.readouterr().err
     assert "--rate: not used by a replay as recorded" in err and err.count("\n") == 1, err
+
+
+def test_the_options_of_a_recording_are_named_as_typed(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were named without their dashes, unlike every other option's error: "rerun-models: --rerun-models needs
+    # --as-recorded", "record: ... would overwrite the drive being read", "as-recorded: --rate: not used ...".
+    out = ["--out", str(tmp_path / "out")]
+    assert main(["replay", str(drive), "--rerun-models", *out]) == 2
+    assert capsys.readouterr().err == "perception replay: error: --rerun-models: needs --as-recorded\n"
+    assert main(["replay", str(drive), "--record", str(drive), *out]) == 2
+    assert capsys.readouterr().err.startswith(f"perception replay: error: --record: {drive} would overwrite the drive")
+    assert main(["replay", str(drive), "--as-recorded", "--rate", "max", *out]) == 2
+    assert capsys.readouterr().err.startswith("perception replay: error: --as-recorded: --rate: not used by a replay")

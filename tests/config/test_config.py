@@ -77,6 +77,15 @@ def test_bad_profile_names_file_and_key(tmp_path: Path, text: str, key: str, fra
     assert "\n" not in msg
 
 
+def test_a_sensor_rig_given_for_a_profile_is_said_to_be_one() -> None:
+    # Both live in launch/: the rig given to --config said "name: unknown key (expected one of: budget, ...)".
+    rig = ROOT / "launch" / "rigs" / "default.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(rig)
+    assert info.value.file == str(rig) and info.value.key == "name"
+    assert "unknown key: a sensor rig's key: this file is a rig (launch/rigs/: perception sim --rig" in str(info.value)
+
+
 def test_duplicate_sensor_names(tmp_path: Path) -> None:
     text = GOOD.replace("name: cam,", "name: lidar,")
     with pytest.raises(ConfigError, match="duplicate sensor name 'lidar'"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from import_fixtures import TOPIC_MAP, Bag, NuScenes
+from import_fixtures import TOPIC_MAP, Bag, NuScenes, write_bag
 
 from perception.cli import main
 from perception.drives import DriveReader
@@ -42,6 +42,24 @@ def test_import_nuscenes_cli(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.
     _, stderr = capsys.readouterr()
     assert stderr.strip().endswith("output exists (pass --force / overwrite=True to replace it)")
     assert main([*argv, "--force"]) == 0
+
+
+@pytest.mark.parametrize("given", ["directory", "storage"])
+def test_an_output_that_is_the_bag_being_imported_is_refused_even_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    # It said "output exists (pass --force / overwrite=True to replace it)"; with --force the drive replaced the
+    # bag's own .mcap: the recording imported was lost.
+    bag = write_bag(tmp_path)
+    (storage,) = bag.path.glob("*.mcap")
+    before = storage.read_bytes()
+    source = bag.path if given == "directory" else storage
+    assert main(["import", "ros2", str(source), "--map", str(bag.topic_map), "-o", str(storage), "--force"]) == 2
+    assert capsys.readouterr().err == (
+        f"perception import: error: {storage}: --output: is the bag being imported (or a file of it): "
+        "write the drive elsewhere\n"
+    )
+    assert storage.read_bytes() == before
 
 
 def test_the_output_s_folder_is_made(nuscenes: NuScenes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -379,6 +379,20 @@ def test_topic_map_validation(tmp_path: Path, text: str, key: str, message: str)
     assert exc.value.key == key
 
 
+@pytest.mark.parametrize("key", ["server", "source"])
+def test_an_unknown_key_s_message_lists_only_keys_a_topic_map_may_have(tmp_path: Path, key: str) -> None:
+    # It listed 'source' among them, which is refused as a key (the file the map came from): add it, be refused.
+    path = tmp_path / "topics.yaml"
+    path.write_text(f"sensors:\n  - {{name: l, kind: lidar, topic: /l}}\n{key}: x\n")
+    with pytest.raises(ConfigError) as exc:
+        load_topic_map(path)
+    assert exc.value.key == key
+    assert (
+        exc.value.message
+        == "unknown key (expected one of: base_frame, sensors, tf_static_topic, tf_topic, world_frame)"
+    )
+
+
 def test_existing_output_is_kept_unless_overwrite(bag: Bag, tmp_path: Path) -> None:
     out = tmp_path / "d.mcap"
     out.write_bytes(b"precious")

@@ -78,6 +78,10 @@ def test_live_cli_with_a_silent_lidar_and_a_clock_jump(
         ("--silence", "lidar_top:-1:2", "--silence: FROM must be >= 0 (seconds into the play), got 'lidar_top:-1:2'"),
         ("--burst", "lidar_top:-3:2", "--burst: FROM must be >= 0 (seconds into the play)"),
         ("--clock-jump", "lidar_top:-1:0.5", "--clock-jump: AT must be >= 0 (seconds into the play)"),
+        # after the end of the (10 s) play: the run went ahead, the fault did nothing, exit 0
+        ("--silence", "lidar_top:20:30", "--silence: lidar_top: starts at 20 s, after the end of the play of"),
+        ("--burst", "cam_front:12:14", "--burst: cam_front: starts at 12 s, after the end of the play of"),
+        ("--clock-jump", "radar_rear:11:3", "--clock-jump: radar_rear: starts at 11 s, after the end of the play"),
     ],
 )
 def test_bad_fault_options_are_one_line_errors(

@@ -28,6 +28,8 @@ from perception.cli import main
         (["--from", "-1"], "--from: must be >= 0, got -1.0"),
         (["--from", "5", "--to", "2"], "--to: must be after --from (5 s), got 2"),  # played nothing, exit 0
         (["--wait-subscribers", "-1"], "--wait-subscribers: must be >= 0, got -1.0"),  # silently no wait
+        # faults count from the play's start: one after its end did nothing, exit 0
+        (["--to", "3", "--silence", "lidar_top:4:5"], "--silence: lidar_top: starts at 4 s, after the end of the play"),
     ],
 )
 def test_bad_play_options_are_one_line_errors(
@@ -36,6 +38,22 @@ def test_bad_play_options_are_one_line_errors(
     assert main(["ros", "play", str(DRIVE), *argv]) == 2
     _, err = capsys.readouterr()
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("bag", [False, True])
+def test_a_played_drive_that_is_a_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bag: bool
+) -> None:
+    # It was "cannot open drive: Is a directory", exit 1, also of a ROS 2 bag's directory (which is to be imported
+    # first): every other command that reads a drive says so, exit 2.
+    d = tmp_path / "bag"
+    d.mkdir()
+    if bag:
+        (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["ros", "play", str(d)]) == 2
+    _, err = capsys.readouterr()
+    said = "is a ROS 2 bag (rosbag2 directory), not a drive: import it first" if bag else "is a directory, expected"
+    assert err.startswith(f"perception ros: error: {d}: {said}") and err.count("\n") == 1, err
 
 
 def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
@@ -48,6 +66,35 @@ def test_a_node_that_cannot_configure_says_why_and_exits_as_a_usage_error(
     _, err = capfd.readouterr()
     assert f"configure failed: {profile}: ros.topics: no such sensor in the rig: sonar (it has: lidar_top," in err
     assert f"configure failed: {tmp_path / 'none.mcap'}: rig not found" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("bag", [False, True])
+def test_a_rig_that_is_a_directory_says_what_a_rig_is(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], bag: bool
+) -> None:
+    # It said "is a directory, expected a YAML file", where --rig takes a drive (.mcap) too (a bag's: imported)
+    d = tmp_path / "bag"
+    d.mkdir()
+    if bag:
+        (d / "metadata.yaml").write_text("rosbag2_bagfile_information: {}\n")
+    assert main(["ros", "node", "--rig", str(d)]) == 2
+    _, err = capfd.readouterr()
+    assert f"configure failed: {d}: is a directory, expected a drive (.mcap) or a rig file (.yaml)" in err, err
+    assert ("a ROS 2 bag: import it, perception import ros2, and give the drive" in err) is bag, err
+
+
+def test_the_node_reads_its_sensors_as_every_command_reads_them(capfd: pytest.CaptureFixture[str]) -> None:
+    # "lidar_top, nosuch" said "unknown sensor(s):  cam_front,  nosuch" (the spaces kept in the names), and ","
+    # enabled every sensor; --sensors of every other command: tests/cli/test_args.py
+    from perception.server import free_port
+
+    url = ["--url", f"127.0.0.1:{free_port()}"]  # nothing listens: a configure that got past the sensors fails
+    assert main(["ros", "node", "--rig", str(DRIVE), *url, "--sensors", "lidar_top, cam_front, nosuch"]) == 2
+    assert main(["ros", "node", "--rig", str(DRIVE), *url, "--sensors", ","]) == 2
+    _, err = capfd.readouterr()
+    assert "configure failed: --sensors: unknown sensor(s): nosuch (the sensors: lidar_top," in err, err
+    assert "configure failed: sensors: names no sensor, got ','" in err, err
     assert "Traceback" not in err
 
 

@@ -64,6 +64,17 @@ def test_missing_repository_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     assert err == f"perception server: error: {missing}: model repository does not exist\n"
 
 
+def test_a_model_given_for_its_repository_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    # models/lidar_detector for models/: Triton served its version folder '1' as a model that never loads
+    # (exit 1 after the start, with --once; without it a server of nothing, until Ctrl-C).
+    model = Path(__file__).resolve().parents[2] / "models" / "lidar_detector"
+    assert main(["server", "--models", str(model), "--once"]) == 2
+    assert capsys.readouterr().err == (
+        f"perception server: error: {model}: is a model (it holds config.pbtxt), not a model repository: give the "
+        f"folder holding it, {model.parent}\n"
+    )
+
+
 @pytest.mark.triton  # the log is opened where the server is spawned (it fails before)
 def test_a_log_file_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Both were an exception-group traceback from inside the server's start.

@@ -78,16 +78,24 @@ sensors:
         ("- just\n- a list\n", "<root>", "mapping"),
         ("", "sensors", "missing"),
         (_GOOD + "source: x.yaml\n", "source", "unknown key"),
+        # a launch profile given for the rig said "server: unknown key (expected one of: ego_pose_rate_hz, ...)"
+        (_GOOD + "server: {url: embedded}\n", "server", "unknown key: a launch profile's section: this file is a"),
         (_GOOD.replace("name: lidar", "name: lidar top"), "sensors[0].name", "letters, digits"),
         (_GOOD.replace("rate_hz: 10", "rate_hz: 10\n    offset_ms: 150"), "sensors[0].offset_ms", "<= 100"),
         (_GOOD.replace("[0, 0, 2]", "[0, .nan, 2]"), "sensors[0].mount.xyz[1]", "finite"),
         (_GOOD.replace("[0, 0, 2]", "[0, 0, 2], roll: 1"), "sensors[0].mount.roll", "unknown key"),
         (_GOOD + "    radar: {fov_deg: 90}\n", "sensors[0].radar", "radar parameters on a lidar sensor"),
-        (_GOOD.replace("kind: lidar", "kind: radar") + "    radar: {min_range_m: 5, max_range_m: 2}\n",
-         "sensors[0].radar.min_range_m", "below"),
+        (
+            _GOOD.replace("kind: lidar", "kind: radar") + "    radar: {min_range_m: 5, max_range_m: 2}\n",
+            "sensors[0].radar.min_range_m",
+            "below",
+        ),
         (_GOOD + "    lidar: {dropout: 2}\n", "sensors[0].lidar.dropout", "<= 1"),
-        (_GOOD.replace("kind: lidar", "kind: camera") + "    camera: {jpeg_quality: 0}\n",
-         "sensors[0].camera.jpeg_quality", ">= 1"),
+        (
+            _GOOD.replace("kind: lidar", "kind: camera") + "    camera: {jpeg_quality: 0}\n",
+            "sensors[0].camera.jpeg_quality",
+            ">= 1",
+        ),
         (_GOOD + "ground_truth_rate_hz: 0\n", "ground_truth_rate_hz", ">= 0.1"),
         ("sensors: {lidar: 1}\n", "sensors", "list"),
         (_GOOD + "    params: {beams: 32}\n", "sensors[0].params", "key named after its kind"),
@@ -106,6 +114,22 @@ def test_rig_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words
     assert "\n" not in str(err)
 
 
+def test_the_bundled_profile_given_for_a_rig_is_said_to_be_a_profile() -> None:
+    profile = Path(__file__).resolve().parents[2] / "launch" / "replay.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_rig(profile)
+    assert info.value.key == "server" and "this file is a profile (launch/replay.yaml: --config)" in str(info.value)
+
+
+def test_an_unknown_key_s_message_lists_only_keys_a_rig_may_have(tmp_path: Path) -> None:
+    # It listed 'source' among them, which is refused as a key ('the file it came from'): add it, be refused.
+    with pytest.raises(ConfigError) as info:
+        load_rig(_write(tmp_path, _GOOD + "extra: 1\n"))
+    assert str(info.value).endswith(
+        "extra: unknown key (expected one of: ego_pose_rate_hz, ground_truth_rate_hz, name, sensors)"
+    )
+
+
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"line \d+, column \d+: invalid YAML") as info:
         load_rig(_write(tmp_path, "sensors: [\n"))
@@ -116,8 +140,10 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_defaults_and_file_name() -> None:
-    rig = parse_rig({"sensors": [{"name": "r", "kind": "radar", "mount": {"xyz": [1, 0, 0.5]}, "rate_hz": 13}]},
-                    file="launch/rigs/tiny.yaml")
+    rig = parse_rig(
+        {"sensors": [{"name": "r", "kind": "radar", "mount": {"xyz": [1, 0, 0.5]}, "rate_hz": 13}]},
+        file="launch/rigs/tiny.yaml",
+    )
     assert rig.name == "tiny" and rig.source == "launch/rigs/tiny.yaml" and rig.ego_pose_rate_hz == 50.0
     (radar,) = rig.sensors
     assert radar.kind == SensorKind.RADAR and radar.params == SimRadarParams()

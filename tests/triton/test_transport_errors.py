@@ -53,6 +53,26 @@ def test_inference_server_exception_categories(status: str | None, msg: str, cls
     assert err.retryable is (cls is ConnectError)
 
 
+@pytest.mark.parametrize(
+    "msg",
+    [
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8000: Failed parsing HTTP/2 "
+        "(Expected SETTINGS frame as the first frame, got frame type 79)",
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8000: Trying to connect an "
+        "http1.x server (HTTP status 400)",
+    ],
+)
+def test_an_http_server_at_the_url_is_said_to_be_one(msg: str) -> None:
+    # --url at Triton's HTTP port (8000, not its gRPC 8001) said only gRPC's "Failed parsing HTTP/2 (Expected
+    # SETTINGS frame ...)"
+    err = translate(_ise("StatusCode.UNAVAILABLE", msg), **CTX)
+    assert type(err) is ConnectError and err.retryable
+    assert str(err).startswith(
+        "lidar_pp: server unavailable: an HTTP server answered, not a gRPC one (Triton's HTTP port? its gRPC port is "
+        "8001 by default): failed to connect"
+    )
+
+
 def test_message_names_tensor_and_drops_request_id() -> None:
     exc = _ise(
         "StatusCode.INVALID_ARGUMENT",

@@ -244,13 +244,18 @@ def test_a_truncated_fused_mcap_is_said_damaged_naming_it(
         (["{missing}", "--frame", "1"], "replay output directory not found"),
         (["{dir}", "--frame", "99"], "no frame 99 in"),
         (["{empty}", "--frame", "0"], "no fused.mcap or detections.jsonl here"),
+        # a file given for the directory (its fused.mcap, the drive) was "replay output directory not found"
+        (["{fused}", "--frame", "1"], "fused.mcap: is a file, expected a replay output directory: pass the directory"),
+        (["{drive}", "--frame", "1"], "drive.mcap: is a file, expected a replay output directory (perception replay"),
     ],
 )
 def test_render_cli_user_errors(
     argv: list[str], message: str, replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "empty").mkdir()
+    (tmp_path / "drive.mcap").write_bytes(b"a file\n")
     paths = {"missing": str(tmp_path / "nope"), "dir": str(replay_dir), "empty": str(tmp_path / "empty")}
+    paths |= {"fused": str(replay_dir / "fused.mcap"), "drive": str(tmp_path / "drive.mcap")}
     code = main(["render", *(a.format(**paths) for a in argv)])
     err = capsys.readouterr().err
     assert code == 2
