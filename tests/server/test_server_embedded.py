@@ -414,19 +414,20 @@ async def test_wait_for_server_times_out_on_a_closed_port() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("problem", ["missing", "file", "hidden"])
 async def test_bad_repository_is_rejected_before_starting(tmp_path: Path, problem: str) -> None:
-    repo = tmp_path / "repo"
-    if problem == "file":
-        repo.write_text("not a directory")
-    elif problem == "hidden":
-        (repo / ".ipynb_checkpoints").mkdir(parents=True)
-    with pytest.raises(ConfigError) as info:
-        async with EmbeddedTriton([repo]):
-            pytest.fail("must not start")
-    message = str(info.value)
-    assert str(repo) in message
-    assert "\n" not in message
-    if problem == "hidden":
-        assert ".ipynb_checkpoints" in message
+    with anyio.fail_after(10):  # watchdog
+        repo = tmp_path / "repo"
+        if problem == "file":
+            repo.write_text("not a directory")
+        elif problem == "hidden":
+            (repo / ".ipynb_checkpoints").mkdir(parents=True)
+        with pytest.raises(ConfigError) as info:
+            async with EmbeddedTriton([repo]):
+                pytest.fail("must not start")
+        message = str(info.value)
+        assert str(repo) in message
+        assert "\n" not in message
+        if problem == "hidden":
+            assert ".ipynb_checkpoints" in message
 
 
 _CHILD = textwrap.dedent(

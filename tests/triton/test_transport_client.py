@@ -93,11 +93,12 @@ async def test_bad_dtype_and_bad_tensor_name_are_inference_errors(client: Triton
 
 
 async def test_malformed_inputs_are_rejected_before_sending(client: TritonClient) -> None:
-    with pytest.raises(InputError) as info:
-        await client.infer("echo", {"INPUT": [[1.0, 2.0]]}, sensor="cam_front")  # type: ignore[dict-item]
-    assert info.value.tensor == "INPUT" and info.value.sensor == "cam_front"
-    with pytest.raises(InputError, match="no input tensors"):
-        await client.infer("echo", {})
+    with anyio.fail_after(10):  # watchdog
+        with pytest.raises(InputError) as info:
+            await client.infer("echo", {"INPUT": [[1.0, 2.0]]}, sensor="cam_front")  # type: ignore[dict-item]
+        assert info.value.tensor == "INPUT" and info.value.sensor == "cam_front"
+        with pytest.raises(InputError, match="no input tensors"):
+            await client.infer("echo", {})
 
 
 async def test_refused_connection_fails_fast_and_marks_url_unhealthy() -> None:
@@ -618,11 +619,12 @@ async def test_headers_are_sent_and_closed_client_refuses(triton: EmbeddedTriton
 
 
 async def test_tls_with_missing_certificate_is_a_config_error(tmp_path: Path) -> None:
-    missing = tmp_path / "ca.pem"
-    client = TritonClient(ClientOptions(urls=("127.0.0.1:1",), ssl=True, root_certificates=str(missing)))
-    with pytest.raises(ConfigError) as info:
-        await client.open()
-    assert info.value.file == str(missing)
+    with anyio.fail_after(10):  # watchdog
+        missing = tmp_path / "ca.pem"
+        client = TritonClient(ClientOptions(urls=("127.0.0.1:1",), ssl=True, root_certificates=str(missing)))
+        with pytest.raises(ConfigError) as info:
+            await client.open()
+        assert info.value.file == str(missing)
 
 
 async def test_failed_open_closes_the_channels_already_made(
@@ -676,10 +678,11 @@ def test_options_are_validated() -> None:
 
 async def test_bad_headers_of_one_call_are_a_config_error() -> None:
     # load_model(headers=...) took them as they were: gRPC refused the call in a traceback of its own
-    async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
-        with pytest.raises(ConfigError) as info:
-            await client.load_model("echo", headers={"Perception-Control": "x"})
-    assert info.value.key == "headers.Perception-Control"
+    with anyio.fail_after(10):  # watchdog
+        async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
+            with pytest.raises(ConfigError) as info:
+                await client.load_model("echo", headers={"Perception-Control": "x"})
+        assert info.value.key == "headers.Perception-Control"
 
 
 def test_is_loopback() -> None:
