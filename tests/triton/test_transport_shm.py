@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
 
 import anyio
 import numpy as np
@@ -240,14 +242,29 @@ async def test_shm_modes(triton: EmbeddedTriton) -> None:
             assert (await client.infer("echo", {"INPUT": np.ones((2, 2), np.float32)})).used_shm
 
 
-async def test_close_unregisters_and_unlinks_everything(triton: EmbeddedTriton) -> None:
+async def _until_exists(path: Path) -> None:
+    """Until ``path`` exists (a sleeper's started marker): a poll, bounded by the caller's watchdog."""
+    while True:
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(0.005)
+
+
+async def test_close_unregisters_and_unlinks_everything(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    started = tmp_path / "started"
     with anyio.fail_after(20):
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
             await client.infer("echo", {"INPUT": POINTS})
             await client.infer("echo", {"INPUT": np.tile(POINTS, (4, 1))})
-            # A cancelled request may still hold a region on the server when we close.
-            with anyio.move_on_after(0.005):
-                await client.infer("sleeper_40", {"INPUT": POINTS.ravel()}, parameters={"delay_ms": 500})
+            # A cancelled request may still hold a region on the server when we close: cancelled once the
+            # server runs it (its started marker; a 5 ms timer once stood for that, which a loaded host
+            # could fire before the request was even sent, and the case went untested).
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    params = {"delay_ms": 500, "started": str(started)}
+                    tg.start_soon(partial(client.infer, "sleeper_40", {"INPUT": POINTS.ravel()}, parameters=params))
+                    await _until_exists(started)
+                    scope.cancel()
             pool = client.shm_pool
             assert pool is not None and len(_files(pool.prefix)) == 2  # 1 MiB (twice used) and 4 MiB
             prefix = pool.prefix
