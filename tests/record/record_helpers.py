@@ -11,12 +11,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 
-from perception.config import RuntimeConfig
 from perception.drives import DriveReader
-from perception.record import AsRecordedOutcome, replay_as_recorded
 from perception.record import _format as fmt
 from perception.record._replay import fusion_records
 from perception.types import Sample, SensorResult, SensorStatus
@@ -37,16 +34,6 @@ def fresh(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProces
         text=True,
         timeout=timeout_s,
     )
-
-
-def as_recorded(path: Path, config: RuntimeConfig, **kwargs: Any) -> AsRecordedOutcome:
-    """:func:`replay_as_recorded` of ``path`` run to its end, under a watchdog (a hang fails the test)."""
-
-    async def replay() -> AsRecordedOutcome:
-        with anyio.fail_after(600):  # watchdog: a replay of the bundled drive on a loaded host takes seconds
-            return await replay_as_recorded(path, config, **kwargs)
-
-    return anyio.run(replay)
 
 
 def records(path: Path, topic: str) -> list[dict[str, Any]]:

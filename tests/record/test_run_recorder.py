@@ -24,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
-from record_helpers import DRIVE, REPLAY_PROFILE, as_recorded, copy_into, lidar_result
+from record_helpers import DRIVE, REPLAY_PROFILE, copy_into, lidar_result
+from recording_helpers import as_recorded
 
 from perception._lifetime import Lifetime
 from perception.cli import main
