@@ -32,9 +32,12 @@ def test_a_planted_symlink_is_refused(tmp_path: Path) -> None:
 
 
 _PARTS = st.sampled_from(["a", "b.md", "..", ".", "", "frames"])
+#: No per-example deadline (hypothesis's default is 200 ms): these examples touch the file system, which a
+#: loaded host can stall past it (DeadlineExceeded, then Flaky: a failure that says nothing of the code).
+_FS = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(_FS, max_examples=300)
 @given(parts=st.lists(_PARTS, min_size=1, max_size=6), absolute=st.booleans())
 def test_any_name_is_inside_the_output_directory_or_refused(tmp_path: Path, parts: list[str], absolute: bool) -> None:
     """The lexical join (no symlinks here) decides: inside the directory -> that path; else ConfigError."""
@@ -48,7 +51,7 @@ def test_any_name_is_inside_the_output_directory_or_refused(tmp_path: Path, part
             safe_output_path(out, name)
 
 
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(_FS, max_examples=50)
 @given(inside=st.booleans(), depth=st.integers(0, 2))
 def test_a_symlink_is_followed_to_where_it_points(tmp_path: Path, inside: bool, depth: int) -> None:
     """A name through a planted symlink is judged by its target: refused when that is outside."""

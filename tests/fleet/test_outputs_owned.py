@@ -167,11 +167,11 @@ async def test_a_drive_named_like_a_foreign_directory_fails_alone_and_leaves_it_
     claim_output(tmp_path, force=True)
     settings = WorkerSettings(profile=str(profile), fused_mcap=False, report_md=False)
     worker = DriveWorker([triton.grpc_url], settings, str(profile))
-    try:
-        with anyio.fail_after(120):
+    with anyio.fail_after(150):  # watchdog (the worker's close too)
+        try:
             summary = await worker.replay(DriveJob("models", str(drive), str(tmp_path), 1))
-    finally:
-        await worker.close()
+        finally:
+            await worker.close()
     assert summary.status == "failed" and "is not a fleet drive output" in str(summary.error), summary
     assert str(models) in str(summary.error)
     assert _tree(models) == before

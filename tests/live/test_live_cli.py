@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from profile_helpers import sleepy_profile
-from recording_helpers import earlier_recording
+from recording_helpers import as_recorded, earlier_recording
 
 from perception.cli import main
 from perception.server import EmbeddedTriton
@@ -276,10 +276,8 @@ def test_ctrl_c_mid_recording_says_what_the_recording_holds_and_it_replays_as_re
 ) -> None:
     # Ctrl-C (or SIGTERM) of `perception live --record`: the recording was finished, but the command said only
     # 'interrupted', nothing of it: whether it was written, what it holds, that it was cut.
-    import anyio
 
     from perception.config import load_config
-    from perception.record import replay_as_recorded
 
     profile = tmp_path / "live.yaml"
     profile.write_text(
@@ -299,7 +297,7 @@ def test_ctrl_c_mid_recording_says_what_the_recording_holds_and_it_replays_as_re
     line = next((x for x in out.splitlines() if x.startswith(f"recorded {run}: ")), None)
     assert line is not None and "INTERRUPTED: the recording holds the run up to the stop" in line, out
     fused = int(line.split(": ")[1].split(" frames fused")[0])
-    outcome = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    outcome = as_recorded(run, load_config(profile))
     # every frame fused and every shed frame's prediction (a slow start of the host sheds some), equal
     report = outcome.report()
     assert outcome.first is None and outcome.drive_error is None, report

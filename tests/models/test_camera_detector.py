@@ -234,19 +234,19 @@ async def test_concurrent_requests_match_single_ones(
     images = [road_image, np.ascontiguousarray(road_image[::-1]), np.ascontiguousarray(road_image[:, ::-1])]
     expected = [detections(infer(client, image[None]), 0) for image in images]
     results: dict[int, CameraDetections | InferenceServerException] = {}
-    async with grpcaio.InferenceServerClient(triton.grpc_url) as aio:
+    with anyio.fail_after(90):  # watchdog (the client's open and close too)
+        async with grpcaio.InferenceServerClient(triton.grpc_url) as aio:
 
-        async def one(i: int, batch: np.ndarray) -> None:
-            inp = grpcaio.InferInput("IMAGE", list(batch.shape), "UINT8")
-            inp.set_data_from_numpy(batch)
-            try:
-                res = await aio.infer(MODEL, [inp], outputs=[grpcaio.InferRequestedOutput(o) for o in OUTPUTS])
-            except InferenceServerException as exc:
-                results[i] = exc
-                return
-            results[i] = detections({o: res.as_numpy(o) for o in OUTPUTS}, 0)
+            async def one(i: int, batch: np.ndarray) -> None:
+                inp = grpcaio.InferInput("IMAGE", list(batch.shape), "UINT8")
+                inp.set_data_from_numpy(batch)
+                try:
+                    res = await aio.infer(MODEL, [inp], outputs=[grpcaio.InferRequestedOutput(o) for o in OUTPUTS])
+                except InferenceServerException as exc:
+                    results[i] = exc
+                    return
+                results[i] = detections({o: res.as_numpy(o) for o in OUTPUTS}, 0)
 
-        with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 for i, image in enumerate(images * 2):
                     tg.start_soon(one, i, image[None])

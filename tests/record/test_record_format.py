@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,10 +19,11 @@ from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
 from record_helpers import DRIVE, REPLAY_PROFILE, copy_into, lidar_result
+from recording_helpers import as_recorded
 
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.record import RecordOptions, RunRecorder, _recorder, replay_as_recorded
+from perception.record import RecordOptions, RunRecorder, _recorder
 from perception.record import _format as fmt
 from perception.record._digest import (
     decisions_digest,
@@ -180,7 +180,7 @@ def test_a_corrupted_tracker_state_is_a_located_tracker_divergence(tmp_path: Pat
     assert blob[end - table.nbytes : end] == table.tobytes()
     blob[end - table.nbytes + 8 * (row * table.shape[1] + column) + 7] ^= 0x40  # an exponent bit
     run.write_bytes(bytes(blob))
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first is not None and out.first.seq == seq and out.first.cause == "fusion", out.first
     assert f"another tracker state: 'table' row {row}, column {column}: " in out.first.detail
     assert out.diverged == Counter({"fusion": 1}) and out.equal == out.compared - 1  # that frame only
@@ -264,13 +264,13 @@ def test_a_recording_of_format_3_replays_and_compares_its_recorded_digests(tmp_p
         (first, *_) = fusion_records(reader)
         assert "tracker" not in first and set(first["digest"]) == {"outputs", "decisions", "detections", "tracker"}
     config = load_config(REPLAY_PROFILE)
-    out = anyio.run(lambda: replay_as_recorded(old, config))
+    out = as_recorded(old, config)
     assert out.first is None, out.first
     assert out.compared == out.equal == len(seen)
     # its digests as recorded are what is compared (not derived: it holds no tracker state to derive one of)
     wrong = tmp_path / "wrong.mcap"
     _as_format_3(run, wrong, wrong_tracker=3)
-    out = anyio.run(lambda: replay_as_recorded(wrong, config))
+    out = as_recorded(wrong, config)
     assert out.first is not None and (out.first.seq, out.first.cause) == (3, "fusion")
     assert out.first.detail == "the same detections but another tracker state"
 
@@ -308,7 +308,7 @@ def test_a_recording_of_format_5_replays_without_the_tracker_s_pose(tmp_path: Pa
     with DriveReader(old, strict=True) as reader:
         assert reader.metadata[fmt.META_FORMAT] == "5"
         assert not any(fmt.TRACKER_WORLD in (r.get("tracker") or {}) for r in fusion_records(reader))
-    out = anyio.run(lambda: replay_as_recorded(old, load_config(REPLAY_PROFILE)))
+    out = as_recorded(old, load_config(REPLAY_PROFILE))
     assert out.first is None, out.first
     assert out.compared == out.equal == len(seen)
 

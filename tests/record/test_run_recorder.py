@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from mcap.reader import make_reader
 from mcap.writer import CompressionType, Writer
 from record_helpers import DRIVE, REPLAY_PROFILE, copy_into, lidar_result
+from recording_helpers import as_recorded
 
 from perception._lifetime import Lifetime
 from perception.cli import main
@@ -38,7 +39,6 @@ from perception.record import (
     RunRecorder,
     _digest,
     _recorder,
-    replay_as_recorded,
     source_poses,
 )
 from perception.record import _format as fmt
@@ -146,7 +146,7 @@ def test_a_rotated_recording_replays_across_its_segments(tmp_path: Path) -> None
     run = tmp_path / "run.mcap"
     segments = _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"]
     assert segments >= 3 and sorted(p.name for p in tmp_path.iterdir())[:2] == ["run-0001.mcap", "run-0002.mcap"]
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first is None, out.first
     assert out.segments == segments and out.compared == 27 and out.equal == 27
     shed = [r for r in out.results if r.status is FrameStatus.DROPPED]
@@ -425,7 +425,7 @@ def test_a_cloud_whose_stamps_the_time_base_mapped_is_traced_to_the_received_swe
     lidar_times = logged["/sensors/lidar_top/points"]
     for topic in ("/record/fusion", "/record/frames"):
         assert min(lidar_times) - 10**9 < min(logged[topic]) and max(logged[topic]) < max(lidar_times) + 10**9, topic
-    out = anyio.run(lambda: replay_as_recorded(tmp_path / "run.mcap", config))
+    out = as_recorded(tmp_path / "run.mcap", config)
     assert out.first is None and out.compared == frames, (out.first, out.compared)
 
 
@@ -466,7 +466,7 @@ def test_a_recording_whose_start_was_rotated_away_replays_from_the_first_kept_se
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000)  # every frame of the drive
     kept = sorted(tmp_path.iterdir())
     assert not run.exists() and len(kept) == 6  # bounded: the oldest deleted
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.start is not None and out.start["segment"] == kept[0].name and out.start["frame_id"] is not None
     assert out.first is None and out.compared > 0 and out.equal == out.compared
     assert out.report()["start"] == out.start
@@ -485,7 +485,7 @@ def test_a_rotated_recording_of_a_run_without_tracking_replays_from_its_first_ke
     run.parent.mkdir()
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=6), frames=1000, profile=profile)
     assert not run.exists()
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    out = as_recorded(run, load_config(profile))
     assert out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
 
@@ -535,7 +535,12 @@ def test_rerun_models_from_a_rotated_recording_answers_results_reused_from_frame
     assert isinstance(fusion, Fuser)
     out = AsRecordedOutcome(rerun_models=True)
     rt: Any = Today()
-    anyio.run(lambda: _replay_segments(segs, session, fusion, out, rt, recording=run, resume=True))
+
+    async def replay() -> None:
+        with anyio.fail_after(600):  # watchdog
+            await _replay_segments(segs, session, fusion, out, rt, recording=run, resume=True)
+
+    anyio.run(replay)
     reused = [r for r in out.results if r.sensors.get("cam_front") and r.sensors["cam_front"].reused_age_ns]
     assert reused and out.start is not None and out.start["frame_id"] is not None, out.start
     assert out.first is None and out.compared > 0 and out.equal == out.compared
@@ -561,7 +566,7 @@ def test_a_shed_frame_right_after_a_frame_taken_as_recorded_is_where_a_rotated_r
         kept.mkdir()
         for seg in segs[i : i + 4]:
             (kept / seg.name).write_bytes(seg.read_bytes())
-        out = anyio.run(replay_as_recorded, kept / run.name, load_config(REPLAY_PROFILE))
+        out = as_recorded(kept / run.name, load_config(REPLAY_PROFILE))
         assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
         assert out.start is not None and out.start["fusion_seq"] is not None
         first = next(r for seg in segs[i:] for r in _fusion_records(seg) if r["frame_id"] == out.start["frame_id"])
@@ -656,7 +661,7 @@ def test_a_replay_starting_in_a_later_run_of_a_rotated_recording_names_that_run(
     assert last_of_run_0 > 0 and _fusion_records(fmt.segment_path(path, last_of_run_0))
     for i in range(last_of_run_0):
         fmt.segment_path(path, i).unlink()
-    out = anyio.run(lambda: replay_as_recorded(path, config))
+    out = as_recorded(path, config)
     assert out.first is None and out.compared > 0 and out.equal == out.compared
     assert out.start is not None and out.start["taken_as_recorded"] == 1, out.start
     assert out.start["frame_id"] == 0 and out.start["run"] == "1", out.start
@@ -703,7 +708,7 @@ def test_a_frame_fused_late_after_the_start_its_samples_in_a_segment_gone_is_tak
                         held.remove((due, late))
                         _fuse_late(rec, fusion, late)
     segs = fmt.segments(path)
-    whole = anyio.run(lambda: replay_as_recorded(path, config))
+    whole = as_recorded(path, config)
     assert whole.first is None and whole.compared > 0 and whole.equal == whole.compared, whole.first
     later = 0  # replays in which a frame after the start was taken as recorded
     for i in range(1, min(len(segs), 16)):
@@ -711,7 +716,7 @@ def test_a_frame_fused_late_after_the_start_its_samples_in_a_segment_gone_is_tak
         kept.mkdir()
         for seg in segs[i:]:
             (kept / seg.name).write_bytes(seg.read_bytes())
-        out = anyio.run(replay_as_recorded, kept / "run.mcap", config)
+        out = as_recorded(kept / "run.mcap", config)
         assert out.first is None and out.compared > 0 and out.equal == out.compared, (segs[i].name, out.first)
         assert out.start is not None and out.start["frame_id"] is not None
         before = [r for r in _fusion_records(segs[i]) if int(r["seq"]) < out.start["fusion_seq"]]
@@ -735,7 +740,7 @@ def test_a_rotated_recording_whose_kept_segments_hold_no_frame_fused_says_so(
     kept = sorted(tmp_path.iterdir())
     assert not run.exists() and len(kept) == 2
     assert not [r for seg in kept for r in _fusion_records(seg)]
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.compared == 0 and out.results == [] and out.first is None
     assert out.start is not None and out.start["segment"] == kept[0].name, out.start
     assert out.start["fusion_seq"] is None and out.start["frame_id"] is None
@@ -756,7 +761,7 @@ def test_a_rotated_recording_of_a_format_without_tracker_state_is_refused(tmp_pa
         data = seg.read_bytes()
         seg.write_bytes(data.replace(b"record.format\x01\x00\x00\x007", b"record.format\x01\x00\x00\x003"))
     with pytest.raises(DriveError, match="holds no tracker state to start from"):
-        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        as_recorded(run, load_config(REPLAY_PROFILE))
 
 
 def test_a_recording_is_replayed_from_its_first_segment_and_a_missing_one_is_named(tmp_path: Path) -> None:
@@ -766,10 +771,10 @@ def test_a_recording_is_replayed_from_its_first_segment_and_a_missing_one_is_nam
     # a later segment given as the recording: refused, not replayed from an unknown tracker state
     later = fmt.segment_path(run, 2)
     with pytest.raises(DriveError, match="segment 2 of a recording, not its start"):
-        anyio.run(lambda: replay_as_recorded(later, load_config(REPLAY_PROFILE)))
+        as_recorded(later, load_config(REPLAY_PROFILE))
     # a segment in the middle not there (deleted, not copied): the fusion turns it held are named as its
     fmt.segment_path(run, 1).unlink()
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first is not None and out.first.cause == "decision"
     assert "in segment(s) run-0001.mcap, missing from the recording's folder" in out.first.detail
 
@@ -780,11 +785,11 @@ def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
     # a run stopped before its recorder closed the segment (a crash, power lost): the file ends mid-chunk
     whole, run = tmp_path / "whole.mcap", tmp_path / "run.mcap"
     _record(whole, RecordOptions())
-    complete = anyio.run(lambda: replay_as_recorded(whole, load_config(REPLAY_PROFILE)))
+    complete = as_recorded(whole, load_config(REPLAY_PROFILE))
     assert not complete.damage and complete.drive_error is None and complete.report()["damage"] == {}
     cut = int(whole.stat().st_size * 0.15)  # (the 30 frames' records are in its first ~30 %: the drive's 10 s)
     run.write_bytes(whole.read_bytes()[:cut])
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     # what is readable replays as recorded; what follows the cut is named, not passed over in silence
     assert out.first is None and 0 < out.compared < complete.compared
     assert list(out.damage) == ["run.mcap"] and out.damage["run.mcap"].truncated_at is not None
@@ -793,7 +798,7 @@ def test_a_recording_cut_short_replays_what_it_holds_and_names_the_damage(
     assert report["damage"]["run.mcap"]["truncated_at"] <= cut and report["drive_error"] == str(out.drive_error)
     # --strict: refused before a frame is fused
     with pytest.raises(DriveDamagedError, match="truncated"):
-        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE), strict=True))
+        as_recorded(run, load_config(REPLAY_PROFILE), strict=True)
     # the command: everything readable written and compared, the damage on stdout and one error line, exit 3
     argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE)]
     assert main([*argv, "--out", str(tmp_path / "as")]) == 3
@@ -819,7 +824,7 @@ def test_a_rotated_recording_whose_first_kept_segment_was_cut_short_starts_from_
     kept = fmt.segments(run)
     assert not run.exists() and len(kept) == 6
     kept[0].write_bytes(kept[0].read_bytes()[:cut])
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert list(out.damage) == [kept[0].name] and out.damage[kept[0].name].truncated is not None
     assert isinstance(out.drive_error, DriveDamagedError) and kept[0].name in str(out.drive_error)
     assert out.start is not None and out.start["segment"] == kept[1].name and out.start["frame_id"] is not None
@@ -848,12 +853,12 @@ def test_a_recording_whose_segment_0_or_last_segment_was_cut_short_before_its_fi
     run = tmp_path / "run.mcap"
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=1000)
     segs = fmt.segments(run)
-    whole = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    whole = as_recorded(run, load_config(REPLAY_PROFILE))
     assert whole.first is None and whole.start is None and not whole.damage
     for cut in (segs[0], segs[-1]):
         data = cut.read_bytes()
         cut.write_bytes(data[:5_000])
-        out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        out = as_recorded(run, load_config(REPLAY_PROFILE))
         assert list(out.damage) == [cut.name] and out.damage[cut.name].truncated_at is not None
         assert out.first is None and 0 < out.compared <= whole.compared and out.equal == out.compared
         if cut == segs[0]:
@@ -886,7 +891,7 @@ def test_a_segment_missing_or_unreadable_after_a_rotated_start_is_named_by_its_o
             (copy / seg.name).write_bytes(seg.read_bytes()[: 5_000 if seg == kept[2] else None])
         if damage == "deleted":
             (copy / kept[2].name).unlink()
-        out = anyio.run(replay_as_recorded, copy / run.name, load_config(REPLAY_PROFILE))
+        out = as_recorded(copy / run.name, load_config(REPLAY_PROFILE))
         assert out.first is not None and out.first.cause == "decision", out.first
         why = "missing from the recording's folder" if damage == "deleted" else "damaged: none of it readable"
         assert f"(in segment(s) {kept[2].name}, {why})" in out.first.detail, out.first.detail
@@ -900,7 +905,7 @@ def test_a_segment_file_holding_another_segment_is_named(tmp_path: Path, capsys:
     assert _record(run, RecordOptions(segment_bytes=2**20, max_segments=0))["segments"] >= 3
     fmt.segment_path(run, 2).write_bytes(fmt.segment_path(run, 1).read_bytes())
     with pytest.raises(DriveError, match=r"run-0002\.mcap: holds segment 1 of its recording \(its metadata\), not 2"):
-        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        as_recorded(run, load_config(REPLAY_PROFILE))
     argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -933,7 +938,7 @@ def test_a_fusion_record_whose_numbers_were_cut_off_is_missing_with_what_follows
     copy = tmp_path / "copy.mcap"
     kept = _cut_after_a_fusion_record(run, copy, last)
     copy.replace(run)
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert list(out.damage) == [run.name] and out.damage[run.name].truncated_at is not None
     assert out.first is not None and out.first.cause == "decision" and out.first.seq > last, out.first
     assert f"fusion #{last}..#{out.first.seq - 1} missing from the recording (lost to the damage of {run.name})" \
@@ -1047,7 +1052,7 @@ def test_an_earlier_recording_at_the_path_is_replaced_whole(tmp_path: Path, capl
         shorter = _record(run, RecordOptions(segment_bytes=8 * 2**20, max_segments=0))["segments"]
     assert shorter < longer and RunRecorder(run).files() == [fmt.segment_path(run, i) for i in range(shorter)]
     assert f"replaces an earlier recording ({longer} file(s) deleted)" in caplog.text
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first is None and out.segments == shorter and out.compared == out.equal == 27
 
 
@@ -1339,7 +1344,7 @@ def test_a_recording_of_which_no_segment_can_be_read_is_a_damaged_drive(
     _record(run, RecordOptions())
     run.write_bytes(run.read_bytes()[:5_000])
     with pytest.raises(DriveDamagedError, match=r"truncated at byte \d+ before any message; no segment of the"):
-        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        as_recorded(run, load_config(REPLAY_PROFILE))
     argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
     assert main(argv) == 3
     assert "run.mcap: drive damaged: truncated at byte" in capsys.readouterr().err
@@ -1382,7 +1387,7 @@ def test_samples_stamped_with_numpy_integers_and_a_pose_of_numpy_floats_are_reco
     fused = _fusion_records_of(run)
     raw = [e["raw_t_ns"] for r in fused for e in r["samples"].values() if e is not None]
     assert len(fused) == n and raw and all(type(t) is int for t in raw)
-    out = anyio.run(lambda: replay_as_recorded(run, config))
+    out = as_recorded(run, config)
     assert out.first is None and out.compared == out.equal == n
     # a pose of numpy scalars: its values exactly
     ego = EgoPose(np.int64(5), Transform(tuple(np.float32([1.5, 2, 3])), tuple(np.float32([0, 0, 0.6, 0.8]))),
@@ -1422,7 +1427,7 @@ def test_a_record_changed_is_a_drive_error_naming_the_file_topic_and_record(
     assert old in whole
     run.write_bytes(whole.replace(old, new, 1))
     with pytest.raises(DriveError, match=rf"^{run}: {said}") as caught:
-        anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+        as_recorded(run, load_config(REPLAY_PROFILE))
     assert caught.value.__cause__ is not None
     argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
     assert main(argv) == 1
@@ -1496,7 +1501,7 @@ def test_results_the_recorder_dropped_are_named_by_the_replay(
     config = load_config(REPLAY_PROFILE)
     rec, _, n = _recorded_late(run, 12)
     assert rec.stats["dropped_result"] == 2
-    out = anyio.run(lambda: replay_as_recorded(run, config))
+    out = as_recorded(run, config)
     assert out.first is None and out.compared == out.equal == n and len(out.results) == n - 2
     assert out.results_missing == [[4, 2, "dropped by the recorder"]]
     assert out.report()["results_missing"] == [[4, 2, "dropped by the recorder"]]
@@ -1513,7 +1518,7 @@ def test_a_gap_in_the_fusion_order_is_named_at_the_frame_after_it_with_its_own_c
     run = tmp_path / "run.mcap"
     _record(run, RecordOptions(segment_bytes=2**20, max_segments=0), frames=150, results_of=_lidar_answer)
     run.unlink()  # segment 0 rotated away: replayed from the first kept segment, its first frames taken
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first is None and out.start is not None and out.start["taken_as_recorded"] > 0, out.start
     start = int(out.start["fusion_seq"])  # the first frame compared: the recorder dropped it
     seg = next(s for s in fmt.segments(run) if any(int(r["seq"]) == start for r in _fusion_records(s)))
@@ -1529,7 +1534,7 @@ def test_a_gap_in_the_fusion_order_is_named_at_the_frame_after_it_with_its_own_c
                 add(schema, channel, message, message.data)
         writer.finish()
     copy.replace(seg)
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.first == Divergence(
         int(after["frame_id"]), start + 1, "decision",
         f"fusion #{start}..#{start} missing from the recording (dropped by the recorder): the tracker state after "
@@ -1607,7 +1612,7 @@ def test_what_the_recorder_lost_is_in_the_recording_segment_by_segment_and_its_r
             ((_, _, _, data),) = list(reader.messages([fmt.LOSSES_TOPIC]))
             per_segment.append(Counter(json.loads(data)["lost"]))
     assert sum(per_segment, Counter()) == lost and sum(1 for c in per_segment if c) >= 2  # spread over segments
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(REPLAY_PROFILE)))
+    out = as_recorded(run, load_config(REPLAY_PROFILE))
     assert out.recorder_lost == lost and out.report()["recorder_lost"] == dict(sorted(lost.items()))
     argv = ["replay", str(run), "--as-recorded", "--config", str(REPLAY_PROFILE), "--out", str(tmp_path / "as")]
     main(argv)

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from recording_helpers import as_recorded
 from ros_helpers import DRIVE, ROOT, Subscriber, wait_for, write_profile
 
 from perception.config import load_config
 from perception.drives import DriveReader
 from perception.live import Faults
-from perception.record import RunRecorder, replay_as_recorded
+from perception.record import RunRecorder
 from perception.ros import run_node, run_play
 from perception.server import EmbeddedTriton
 from perception.types import FrameResult
@@ -71,7 +71,7 @@ def test_the_node_s_run_recorded_replays_as_recorded(node_run: NodeRun) -> None:
         assert source_meta and all(reader.metadata.get(k) == str(v) for k, v in source_meta.items()), reader.metadata
         frames = [json.loads(d) for _, _, _, d in reader.messages(["/record/frames"])]
     assert len(frames) == stats["frames"] >= len(published)
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    out = as_recorded(run, load_config(profile))
     assert out.first is None, out.first
     assert out.compared == stats["fused"] and out.equal == out.compared
     replayed = {r.frame_id: r.detections for r in out.results}
@@ -82,9 +82,7 @@ def test_rerun_models_on_the_node_s_recording_answers_as_the_run(node_run: NodeR
     # The node's stamps are on the ROS clock, its frames' on the host's (time base offset). The replay asked the
     # models again of each camera image at its received stamp, so every camera's answer carried another
     # sample_t_ns than the run's: 'decision' at every frame with a camera image (31 of 84 frames of a 3 s run).
-    out = anyio.run(
-        lambda: replay_as_recorded(node_run.run, load_config(node_run.profile), rerun_models=True, url=triton.grpc_url)
-    )
+    out = as_recorded(node_run.run, load_config(node_run.profile), rerun_models=True, url=triton.grpc_url)
     assert out.first is None, out.first
     assert out.compared == node_run.stats["fused"] and out.equal == out.compared
 
@@ -168,7 +166,7 @@ def test_a_node_deactivated_and_activated_again_mid_recording_replays_run_by_run
         with DriveReader(segment) as reader:
             runs[reader.metadata["record.run"]] = len(list(reader.messages(["/record/fusion"])))
     assert len(runs) == 2 and all(runs.values()), runs  # each activation's frames in a run of its own
-    out = anyio.run(lambda: replay_as_recorded(run, load_config(profile)))
+    out = as_recorded(run, load_config(profile))
     assert out.first is None, out.first
     assert out.compared == rec.stats["fused"] == sum(runs.values()) and out.equal == out.compared
     # what the node published, frame by frame, in order (each run numbers its frames from 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import anyio
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -413,7 +414,8 @@ async def test_auto_sends_the_jpeg_only_to_a_model_that_answers_a_bad_one_on_its
         "fusion": {"enabled": False},
     }
     rt = Runtime(from_data(RuntimeConfig, data), client=_Served())
-    await rt._verify_models()
+    with anyio.fail_after(10):  # watchdog
+        await rt._verify_models()
     assert rt._server_decode == {"cam_a", "cam_d"}
     assert rt._decode_errors == {"flags"}
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -82,6 +82,18 @@ def test_thread_host_enters_and_leaves_in_one_task_and_close_is_idempotent() -> 
         host.open()
 
 
+class _WaitSeen(threading.Event):
+    """A threading.Event that notes that a thread waits on it (``waited``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited.set()
+        return super().wait(timeout)
+
+
 def test_a_close_while_another_thread_closes_returns_once_everything_is_released() -> None:
     # Before: the second close saw CLOSING and returned at once, with the resource still held: a host
     # whose result callback closed the runtime left its with-block (and its process) mid-release.
@@ -105,9 +117,15 @@ def test_a_close_while_another_thread_closes_returns_once_everything_is_released
         time.sleep(0.01)  # until the first close is under way (bounded poll)
     seen: list[bool] = []
     returned = threading.Event()
+    waiting = _WaitSeen()
+    host._closed = waiting  # the first close sets it once released; a second close waits on it
     second = threading.Thread(target=lambda: (host.close(WATCHDOG_S), seen.append(bool(released)), returned.set()))
     second.start()
-    returned.wait(0.5)  # (not a bound the test relies on: only gives a wrong early return its chance)
+    # Until the second close has returned (wrongly early) or waits for the first: its chance to return early
+    # is an event, not a 0.5 s wait (which a loaded host could let pass before the thread ever ran).
+    deadline = time.monotonic() + WATCHDOG_S
+    while not (returned.is_set() or waiting.waited.is_set()) and time.monotonic() < deadline:
+        time.sleep(0.001)
     release.set()
     first.join(WATCHDOG_S)
     second.join(WATCHDOG_S)

@@ -50,11 +50,36 @@ async def paced(n: int, period: float) -> AsyncIterator[Frame]:
 
 
 async def test_in_order_with_k_in_flight() -> None:
+    # Ordered by events, not by sleeps (frame 0's 50 ms sleep once stood for "still running when frame 2
+    # starts", which a loaded host need not keep): no frame ends until the source has offered all six (so
+    # every frame the pipeline starts meanwhile is in flight together: 3, not 2 or 4), then frames 0-2 end
+    # in the order 1, 2, 0.
     in_flight: list[int] = []
-    process, dropped = make({0: 0.05, 1: 0.01, 2: 0.03}, in_flight)
-    p = OrderedPipeline(process, dropped, PipelineConfig(max_in_flight=3, queue_size=10, overflow="block"))
-    with anyio.fail_after(5):
-        out = await collect(p, paced(6, 0))
+    active = 0
+    offered = anyio.Event()
+    ended = {i: anyio.Event() for i in range(6)}
+    ends_after = {0: 2, 2: 1}  # frame 0 ends once frame 2 has, frame 2 once frame 1 has
+
+    async def source() -> AsyncIterator[Frame]:
+        for i in range(6):
+            yield frame(i)
+            await anyio.lowlevel.checkpoint()
+        offered.set()
+
+    async def process(f: Frame) -> FrameResult:
+        nonlocal active
+        active += 1
+        in_flight.append(active)
+        await offered.wait()
+        if f.frame_id in ends_after:
+            await ended[ends_after[f.frame_id]].wait()
+        active -= 1
+        ended[f.frame_id].set()
+        return FrameResult(f.frame_id, f.t_ns, FrameStatus.OK, {})
+
+    p = OrderedPipeline(process, _dropped, PipelineConfig(max_in_flight=3, queue_size=10, overflow="block"))
+    with anyio.fail_after(5):  # watchdog
+        out = await collect(p, source())
     assert [r.frame_id for r in out] == list(range(6))
     assert all(r.status is FrameStatus.OK for r in out)
     assert max(in_flight) == 3

@@ -876,6 +876,20 @@ async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_w
                     return await fuse(*args)
 
                 rt._fuse = fuse_seen  # type: ignore[method-assign]
+                # Frame 1's fusion waits for frame 0's abandoned call (_fusion_idle): seen waiting there by
+                # events, where a 0.1 s sleep once gave a fusion that did not wait its chance to start (a loaded
+                # host could start it after the release, and the test passed).
+                idle_entered, idle_left = anyio.Event(), [False]
+                idle = rt._fusion_idle
+
+                async def idle_seen() -> None:
+                    idle_entered.set()
+                    try:
+                        await idle()
+                    finally:
+                        idle_left[0] = True
+
+                rt._fusion_idle = idle_seen  # type: ignore[method-assign]
 
                 async def process_second() -> None:
                     second.append(await rt.process(frame(1, ["lidar"])))
@@ -883,8 +897,9 @@ async def test_a_fusion_call_cancelled_while_it_runs_is_abandoned_and_the_next_w
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(process_second)
                     await at_fusion.wait()
-                    await anyio.sleep(0.1)  # room for a fusion that did not wait to start (overlap 2)
-                    assert fused == []
+                    await idle_entered.wait()
+                    await anyio.wait_all_tasks_blocked()
+                    assert not idle_left[0] and fused == []  # still waiting, while frame 0's call runs
                     release.set()
                 assert second[0].frame_id == 1
     finally:

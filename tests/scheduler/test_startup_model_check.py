@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from perception.config import RuntimeConfig, from_data
@@ -63,7 +64,7 @@ async def test_a_model_shared_by_two_kinds_is_checked_as_each_naming_the_sensors
             {"name": "cam_back", "kind": "camera", "model": "lidar_detector"},
         ],
     )
-    with pytest.raises(ModelContractError) as info:
+    with anyio.fail_after(10), pytest.raises(ModelContractError) as info:  # watchdog
         await rt._verify_models()
     assert info.value.model == "lidar_detector" and info.value.sensor == "cam_front, cam_back"
     assert "camera model" in info.value.message
@@ -80,5 +81,6 @@ async def test_a_model_serving_two_kinds_is_warmed_up_as_each() -> None:
             {"name": "radar_front", "kind": "radar", "model": "both"},
         ],
     )
-    await rt._warm_up()  # failed warm-ups are warnings
+    with anyio.fail_after(10):  # watchdog
+        await rt._warm_up()  # failed warm-ups are warnings
     assert sorted(client.requests) == [("both", "lidar_top"), ("both", "radar_front")]

@@ -347,7 +347,8 @@ async def test_a_start_that_cannot_spawn_leaves_no_trace_folder_log_or_ports(
     assert sorted(temp.iterdir()) == [] and server.trace_dir is None
     with pytest.raises(ServerError, match="not running"):
         server.grpc_url  # noqa: B018
-    await server.stop()  # nothing to stop
+    with anyio.fail_after(10):  # watchdog
+        await server.stop()  # nothing to stop
 
 
 @pytest.mark.triton
@@ -414,19 +415,20 @@ async def test_wait_for_server_times_out_on_a_closed_port() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("problem", ["missing", "file", "hidden"])
 async def test_bad_repository_is_rejected_before_starting(tmp_path: Path, problem: str) -> None:
-    repo = tmp_path / "repo"
-    if problem == "file":
-        repo.write_text("not a directory")
-    elif problem == "hidden":
-        (repo / ".ipynb_checkpoints").mkdir(parents=True)
-    with pytest.raises(ConfigError) as info:
-        async with EmbeddedTriton([repo]):
-            pytest.fail("must not start")
-    message = str(info.value)
-    assert str(repo) in message
-    assert "\n" not in message
-    if problem == "hidden":
-        assert ".ipynb_checkpoints" in message
+    with anyio.fail_after(10):  # watchdog
+        repo = tmp_path / "repo"
+        if problem == "file":
+            repo.write_text("not a directory")
+        elif problem == "hidden":
+            (repo / ".ipynb_checkpoints").mkdir(parents=True)
+        with pytest.raises(ConfigError) as info:
+            async with EmbeddedTriton([repo]):
+                pytest.fail("must not start")
+        message = str(info.value)
+        assert str(repo) in message
+        assert "\n" not in message
+        if problem == "hidden":
+            assert ".ipynb_checkpoints" in message
 
 
 _CHILD = textwrap.dedent(

@@ -30,11 +30,12 @@ async def test_model_control_needs_the_servers_own_header(triton: EmbeddedTriton
 
 @pytest.mark.anyio
 async def test_headers_in_plaintext_off_this_host_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="perception")
-    async with TritonClient(ClientOptions(urls=("192.0.2.1:8001",), headers={"authorization": "Bearer x"})):
-        pass
-    assert "plaintext to 192.0.2.1:8001" in caplog.text and "authorization" in caplog.text
-    caplog.clear()
-    async with TritonClient(ClientOptions(urls=("127.0.0.1:8001",), headers={"authorization": "Bearer x"})):
-        pass
-    assert "plaintext" not in caplog.text
+    with anyio.fail_after(10):  # watchdog
+        caplog.set_level(logging.WARNING, logger="perception")
+        async with TritonClient(ClientOptions(urls=("192.0.2.1:8001",), headers={"authorization": "Bearer x"})):
+            pass
+        assert "plaintext to 192.0.2.1:8001" in caplog.text and "authorization" in caplog.text
+        caplog.clear()
+        async with TritonClient(ClientOptions(urls=("127.0.0.1:8001",), headers={"authorization": "Bearer x"})):
+            pass
+        assert "plaintext" not in caplog.text

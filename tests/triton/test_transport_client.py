@@ -93,11 +93,12 @@ async def test_bad_dtype_and_bad_tensor_name_are_inference_errors(client: Triton
 
 
 async def test_malformed_inputs_are_rejected_before_sending(client: TritonClient) -> None:
-    with pytest.raises(InputError) as info:
-        await client.infer("echo", {"INPUT": [[1.0, 2.0]]}, sensor="cam_front")  # type: ignore[dict-item]
-    assert info.value.tensor == "INPUT" and info.value.sensor == "cam_front"
-    with pytest.raises(InputError, match="no input tensors"):
-        await client.infer("echo", {})
+    with anyio.fail_after(10):  # watchdog
+        with pytest.raises(InputError) as info:
+            await client.infer("echo", {"INPUT": [[1.0, 2.0]]}, sensor="cam_front")  # type: ignore[dict-item]
+        assert info.value.tensor == "INPUT" and info.value.sensor == "cam_front"
+        with pytest.raises(InputError, match="no input tensors"):
+            await client.infer("echo", {})
 
 
 async def test_refused_connection_fails_fast_and_marks_url_unhealthy() -> None:
@@ -240,8 +241,8 @@ async def test_a_model_the_server_does_not_have_is_said_at_once(triton: Embedded
     # model no repository of a ready server held: it never would be ready. (The embedded server shows its
     # repository index only to a client with its control header; a plain Triton shows it to any.)
     options = ClientOptions(urls=(triton.grpc_url,), headers=triton.control_headers)
-    async with TritonClient(options) as client:
-        with anyio.fail_after(20):  # safety net only: the answer does not wait for the timeout below
+    with anyio.fail_after(20):  # safety net only: the answer does not wait for the timeout below
+        async with TritonClient(options) as client:
             with pytest.raises(ModelNotReadyError) as info:
                 await client.wait_ready(["echo", "no_such_model"], timeout_s=3600)
     assert info.value.model == "no_such_model" and info.value.url == triton.grpc_url
@@ -266,7 +267,7 @@ async def test_model_statistics_count_inferences(client: TritonClient) -> None:
         alone = await client.model_statistics("sink")
     assert many["echo"]["success_count"] == after["success_count"]
     assert many["sink"]["success_count"] == alone["success_count"]
-    with pytest.raises(ModelNotReadyError, match="no_such_model"):
+    with anyio.fail_after(10), pytest.raises(ModelNotReadyError, match="no_such_model"):
         await client.models_statistics(["echo", "no_such_model"])
 
 
@@ -597,32 +598,33 @@ async def test_headers_are_sent_and_closed_client_refuses(triton: EmbeddedTriton
     server = grpc.aio.server()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(proxy, server)
     port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
     headers = {"authorization": "Bearer test-token", "x-fleet-vehicle": "v-042"}
-    try:
-        options = ClientOptions(urls=(f"127.0.0.1:{port}",), headers=headers)
-        with anyio.fail_after(10):
+    with anyio.fail_after(20):  # watchdog
+        await server.start()
+        try:
+            options = ClientOptions(urls=(f"127.0.0.1:{port}",), headers=headers)
             async with TritonClient(options) as client:
                 assert await client.server_ready()
                 res = await client.infer("echo", {"INPUT": SMALL})
                 np.testing.assert_array_equal(res.outputs["OUTPUT"], 2 * SMALL)  # through to the real server
-    finally:
-        await server.stop(None)
-    # Every call, control plane and inference, arrived with every configured header and its value.
-    assert [method for method, _ in proxy.seen] == ["ServerReady", "ModelInfer"]
-    for method, metadata in proxy.seen:
-        assert {k: metadata.get(k) for k in headers} == headers, (method, metadata)
-    with pytest.raises(RuntimeClosedError):
-        await client.infer("echo", {"INPUT": SMALL})
-    await client.close()  # idempotent
+        finally:
+            await server.stop(None)
+        # Every call, control plane and inference, arrived with every configured header and its value.
+        assert [method for method, _ in proxy.seen] == ["ServerReady", "ModelInfer"]
+        for method, metadata in proxy.seen:
+            assert {k: metadata.get(k) for k in headers} == headers, (method, metadata)
+        with pytest.raises(RuntimeClosedError):
+            await client.infer("echo", {"INPUT": SMALL})
+        await client.close()  # idempotent
 
 
 async def test_tls_with_missing_certificate_is_a_config_error(tmp_path: Path) -> None:
-    missing = tmp_path / "ca.pem"
-    client = TritonClient(ClientOptions(urls=("127.0.0.1:1",), ssl=True, root_certificates=str(missing)))
-    with pytest.raises(ConfigError) as info:
-        await client.open()
-    assert info.value.file == str(missing)
+    with anyio.fail_after(10):  # watchdog
+        missing = tmp_path / "ca.pem"
+        client = TritonClient(ClientOptions(urls=("127.0.0.1:1",), ssl=True, root_certificates=str(missing)))
+        with pytest.raises(ConfigError) as info:
+            await client.open()
+        assert info.value.file == str(missing)
 
 
 async def test_failed_open_closes_the_channels_already_made(
@@ -642,11 +644,12 @@ async def test_failed_open_closes_the_channels_already_made(
     with anyio.fail_after(10), pytest.raises(ConfigError):
         await client.open()
     assert len(made) == 3
-    for channel in made:  # closed: using it fails instead of connecting
-        with pytest.raises(Exception, match=r"(?i)closed"):
-            await channel.is_server_live()  # type: ignore[attr-defined]
-    with pytest.raises(RuntimeClosedError):
-        await client.infer("echo", {"INPUT": SMALL})
+    with anyio.fail_after(10):  # watchdog
+        for channel in made:  # closed: using it fails instead of connecting
+            with pytest.raises(Exception, match=r"(?i)closed"):
+                await channel.is_server_live()  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeClosedError):
+            await client.infer("echo", {"INPUT": SMALL})
 
 
 def test_options_are_validated() -> None:
@@ -676,10 +679,11 @@ def test_options_are_validated() -> None:
 
 async def test_bad_headers_of_one_call_are_a_config_error() -> None:
     # load_model(headers=...) took them as they were: gRPC refused the call in a traceback of its own
-    async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
-        with pytest.raises(ConfigError) as info:
-            await client.load_model("echo", headers={"Perception-Control": "x"})
-    assert info.value.key == "headers.Perception-Control"
+    with anyio.fail_after(10):  # watchdog
+        async with TritonClient(ClientOptions(urls=("127.0.0.1:1",))) as client:  # never reached
+            with pytest.raises(ConfigError) as info:
+                await client.load_model("echo", headers={"Perception-Control": "x"})
+        assert info.value.key == "headers.Perception-Control"
 
 
 def test_is_loopback() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
 
 import anyio
 import numpy as np
@@ -54,75 +56,82 @@ class _Recorder:
 
 
 async def test_pool_reuses_power_of_two_classes_and_cleans_up() -> None:
-    registrar = _Recorder()
-    async with SharedMemoryPool(min_region_bytes=4096) as pool:
-        assert pool.prefix.startswith(f"perception_{os.getpid()}_")
-        first = await pool.acquire(5000, registrar)
-        assert first is not None and first.byte_size == 8192
-        pool.release(first)
-        again = await pool.acquire(8000, registrar)
-        assert again is not None and again.name == first.name  # same class: reused
-        other = await pool.acquire(5000, registrar)  # first one is lent: a second region of the class
-        small = await pool.acquire(10, registrar)
-        assert other is not None and other.name != first.name
-        assert small is not None and small.byte_size == 4096
-        assert registrar.calls == [f"register {r.name}" for r in pool.regions()]  # each registered once
-        assert len(_files(pool.prefix)) == 3
-    assert _files(pool.prefix) == [] and registrar.registered == {}
+    with anyio.fail_after(10):  # watchdog
+        registrar = _Recorder()
+        async with SharedMemoryPool(min_region_bytes=4096) as pool:
+            assert pool.prefix.startswith(f"perception_{os.getpid()}_")
+            first = await pool.acquire(5000, registrar)
+            assert first is not None and first.byte_size == 8192
+            pool.release(first)
+            again = await pool.acquire(8000, registrar)
+            assert again is not None and again.name == first.name  # same class: reused
+            other = await pool.acquire(5000, registrar)  # first one is lent: a second region of the class
+            small = await pool.acquire(10, registrar)
+            assert other is not None and other.name != first.name
+            assert small is not None and small.byte_size == 4096
+            assert registrar.calls == [f"register {r.name}" for r in pool.regions()]  # each registered once
+            assert len(_files(pool.prefix)) == 3
+        assert _files(pool.prefix) == [] and registrar.registered == {}
 
 
 async def test_slot_write_packs_aligned_tensors() -> None:
-    a = np.arange(10, dtype=np.float32)
-    b = np.arange(6, dtype=np.int64).reshape(2, 3)
-    async with SharedMemoryPool() as pool:
-        slot = await pool.acquire(1000, _Recorder())
-        assert slot is not None
-        assert slot.write([a, b]) == [0, 64]
-        raw = (SHM_DIR / slot.name).read_bytes()
-        assert raw[:40] == a.tobytes() and raw[64 : 64 + 48] == b.tobytes()
-        with pytest.raises(SharedMemoryError, match="do not fit"):
-            slot.write([np.zeros(slot.byte_size, np.uint8), a])
+    with anyio.fail_after(10):  # watchdog
+        a = np.arange(10, dtype=np.float32)
+        b = np.arange(6, dtype=np.int64).reshape(2, 3)
+        async with SharedMemoryPool() as pool:
+            slot = await pool.acquire(1000, _Recorder())
+            assert slot is not None
+            assert slot.write([a, b]) == [0, 64]
+            raw = (SHM_DIR / slot.name).read_bytes()
+            assert raw[:40] == a.tobytes() and raw[64 : 64 + 48] == b.tobytes()
+            with pytest.raises(SharedMemoryError, match="do not fit"):
+                slot.write([np.zeros(slot.byte_size, np.uint8), a])
 
 
 @pytest.mark.anyio
 async def test_regions_are_owner_only() -> None:
     # sensor data: other local users must not read it (tritonclient creates them 0600; a guard)
-    async with SharedMemoryPool() as pool:
-        slot = await pool.acquire(1000, _Recorder())
-        assert slot is not None
-        mode = stat.S_IMODE((SHM_DIR / slot.name).stat().st_mode)
-        assert mode == 0o600, oct(mode)
+    with anyio.fail_after(10):  # watchdog
+        async with SharedMemoryPool() as pool:
+            slot = await pool.acquire(1000, _Recorder())
+            assert slot is not None
+            mode = stat.S_IMODE((SHM_DIR / slot.name).stat().st_mode)
+            assert mode == 0o600, oct(mode)
+
 
 async def test_pool_cap_evicts_idle_regions_then_gives_up() -> None:
-    registrar = _Recorder()
-    async with SharedMemoryPool(min_region_bytes=4096, max_total_bytes=16384) as pool:
-        small = await pool.acquire(4096, registrar)
-        assert small is not None
-        pool.release(small)
-        big = await pool.acquire(16384, registrar)  # evicts the idle small region to fit
-        assert big is not None and [r.byte_size for r in pool.regions()] == [16384]
-        assert f"unregister {small.name}" in registrar.calls
-        assert await pool.acquire(4096, registrar) is None  # everything lent: caller uses gRPC
-        assert await pool.acquire(1 << 20, registrar) is None  # larger than the whole pool
-        assert _files(pool.prefix) == [big.name]
+    with anyio.fail_after(10):  # watchdog
+        registrar = _Recorder()
+        async with SharedMemoryPool(min_region_bytes=4096, max_total_bytes=16384) as pool:
+            small = await pool.acquire(4096, registrar)
+            assert small is not None
+            pool.release(small)
+            big = await pool.acquire(16384, registrar)  # evicts the idle small region to fit
+            assert big is not None and [r.byte_size for r in pool.regions()] == [16384]
+            assert f"unregister {small.name}" in registrar.calls
+            assert await pool.acquire(4096, registrar) is None  # everything lent: caller uses gRPC
+            assert await pool.acquire(1 << 20, registrar) is None  # larger than the whole pool
+            assert _files(pool.prefix) == [big.name]
 
 
 async def test_registration_failure_is_raised_and_region_stays_usable() -> None:
-    registrar = _Recorder(fail_with="Unable to open shared memory region")
-    async with SharedMemoryPool() as pool:
-        with pytest.raises(SharedMemoryError):
-            await pool.acquire(100, registrar)
-        assert not any(r.in_use for r in pool.regions())
-        registrar.fail_with = "shared memory region 'x' already in manager"  # an earlier attempt went through
-        slot = await pool.acquire(100, registrar)
-        assert slot is not None and pool.regions()[0].registered_urls == {"test:1"}
+    with anyio.fail_after(10):  # watchdog
+        registrar = _Recorder(fail_with="Unable to open shared memory region")
+        async with SharedMemoryPool() as pool:
+            with pytest.raises(SharedMemoryError):
+                await pool.acquire(100, registrar)
+            assert not any(r.in_use for r in pool.regions())
+            registrar.fail_with = "shared memory region 'x' already in manager"  # an earlier attempt went through
+            slot = await pool.acquire(100, registrar)
+            assert slot is not None and pool.regions()[0].registered_urls == {"test:1"}
 
 
 async def test_closed_pool_lends_nothing() -> None:
-    pool = SharedMemoryPool()
-    await pool.close()
-    assert await pool.acquire(100, _Recorder()) is None
-    await pool.close()
+    with anyio.fail_after(10):  # watchdog
+        pool = SharedMemoryPool()
+        await pool.close()
+        assert await pool.acquire(100, _Recorder()) is None
+        await pool.close()
 
 
 # -- through the client, against the server -----------------------------------------------------------
@@ -233,14 +242,29 @@ async def test_shm_modes(triton: EmbeddedTriton) -> None:
             assert (await client.infer("echo", {"INPUT": np.ones((2, 2), np.float32)})).used_shm
 
 
-async def test_close_unregisters_and_unlinks_everything(triton: EmbeddedTriton) -> None:
+async def _until_exists(path: Path) -> None:
+    """Until ``path`` exists (a sleeper's started marker): a poll, bounded by the caller's watchdog."""
+    while True:
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(0.005)
+
+
+async def test_close_unregisters_and_unlinks_everything(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    started = tmp_path / "started"
     with anyio.fail_after(20):
         async with TritonClient(ClientOptions(urls=(triton.grpc_url,))) as client:
             await client.infer("echo", {"INPUT": POINTS})
             await client.infer("echo", {"INPUT": np.tile(POINTS, (4, 1))})
-            # A cancelled request may still hold a region on the server when we close.
-            with anyio.move_on_after(0.005):
-                await client.infer("sleeper_40", {"INPUT": POINTS.ravel()}, parameters={"delay_ms": 500})
+            # A cancelled request may still hold a region on the server when we close: cancelled once the
+            # server runs it (its started marker; a 5 ms timer once stood for that, which a loaded host
+            # could fire before the request was even sent, and the case went untested).
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    params = {"delay_ms": 500, "started": str(started)}
+                    tg.start_soon(partial(client.infer, "sleeper_40", {"INPUT": POINTS.ravel()}, parameters=params))
+                    await _until_exists(started)
+                    scope.cancel()
             pool = client.shm_pool
             assert pool is not None and len(_files(pool.prefix)) == 2  # 1 MiB (twice used) and 4 MiB
             prefix = pool.prefix
