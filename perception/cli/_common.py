@@ -144,6 +144,31 @@ def make_output_folders(args: argparse.Namespace) -> None:
 
 
 @contextlib.contextmanager
+def output_folders_made(args: argparse.Namespace) -> Iterator[None]:
+    """:func:`make_output_folders` before a run that writes them only at its end (a replay as recorded): a run
+    that fails before its end removes the folders it made, left empty (an unreadable recording writes nothing,
+    as a damaged drive refused up front writes nothing)."""
+    made = [p for p in _folders(args) if not p.exists()]
+    make_output_folders(args)
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # (the deepest first: a folder's made parents are after it)
+            with contextlib.suppress(OSError):  # not empty, or gone: left as it is
+                folder.rmdir()
+        raise
+
+
+def _folders(args: argparse.Namespace) -> list[Path]:
+    """The folders :func:`make_output_folders` makes for ``args`` and their parents, the deepest first."""
+    out: list[Path] = []
+    for folder in (getattr(args, "out", None), getattr(getattr(args, "trace_out", None), "parent", None)):
+        if folder is not None:
+            out += [folder, *Path(folder).parents]
+    return sorted(set(out), key=lambda p: len(p.parts), reverse=True)
+
+
+@contextlib.contextmanager
 def open_session(args: argparse.Namespace, *, strict: bool = False) -> Iterator[tuple[DriveReader, Session]]:
     """The run's drive (``args.drive``), opened once for the whole run, and its session: the profile
     (``--config`` or the default) assembled against the drive, then ``--url`` and ``--sensors`` applied.

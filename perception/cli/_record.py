@@ -19,7 +19,7 @@ from perception.cli._common import (
     DEFAULT_CONFIG,
     check_drive,
     make_folder,
-    make_output_folders,
+    output_folders_made,
     same_file,
     sensors_option,
 )
@@ -250,12 +250,12 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
-    make_output_folders(args)  # --out made now, as a replay's: one that cannot be made lost the replay's results
-    outcome: AsRecordedOutcome = anyio.run(
-        lambda: replay_as_recorded(
-            args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict
+    with output_folders_made(args):  # --out made now (one that cannot be made lost the results), unmade if it fails
+        outcome: AsRecordedOutcome = anyio.run(
+            lambda: replay_as_recorded(
+                args.drive, cfg, rerun_models=args.rerun_models, url=args.url, sensors=sensors, strict=args.strict
+            )
         )
-    )
     report = outcome.report()
     safe_output_path(args.out, AS_RECORDED_FILE).write_text(json.dumps({"as_recorded": report}, indent=2) + "\n")
     with safe_output_path(args.out, AS_RECORDED_FRAMES).open("w") as f:
