@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "FUSION_HANDOFF",
     "LABELS",
     "LIVE_METADATA",
     "SERVER_STAGES",
@@ -467,10 +468,18 @@ class Frame:
 #: the keys of :attr:`LatencyTree.server` and, prefixed ``server_``, of a sensor's stages.
 SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
+#: The frame stage of the time from the end of the join to the result that the fusion's own stages
+#: (``fusion``, ``tracking``: timed inside its call) do not hold: the call's handoff to its worker thread
+#: and back, and any wait for an abandoned fusion call; with it the frame's stages add up to its total.
+FUSION_HANDOFF = "fusion_handoff"
+
 
 @dataclass(frozen=True, slots=True)
 class LatencyTree:
-    """Where the milliseconds went, all in ns. ``sensors`` maps sensor -> stage -> ns.
+    """Where the milliseconds went, all in ns. ``stages`` are the frame's, disjoint and adding up to
+    ``total_ns``: ``schedule_wait``, ``dispatch`` (until the last answer), ``join_wait``, then
+    ``fusion_wait`` (its predecessor's fusion), ``fusion``, ``tracking`` and :data:`FUSION_HANDOFF` (a
+    shed frame: ``shed``). ``sensors`` maps sensor -> stage -> ns.
 
     A sensor's stages: ``preprocess`` (tensors from the sample), ``request`` (the client call, of which
     ``serialize`` is the client's serialisation or shared-memory copy) and, when Triton's time for the

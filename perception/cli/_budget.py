@@ -20,6 +20,7 @@ from perception.metrics import (
     ServerSplit,
     budget_rows,
     budget_violations,
+    incomplete_note,
     late_lines,
     render_table,
     server_rows,
@@ -137,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
 def verdict_line(budget_ms: float, percentile: float, violations: Sequence[str], counters: RunCounters) -> str:
     """The printed verdict. Latencies are of the frames processed: when frames were dropped (shed under
     overload at ``--rate R``) it says over how many, and why the others were not (a PASS over 39 of 100
-    frames read as a PASS of the run)."""
+    frames read as a PASS of the run); when sensors were not ok in some (late, failed, skipped, missing),
+    which and in how many (:func:`perception.metrics.incomplete_note`: a frame with a late sensor ends at
+    the join deadline, inside the budget)."""
     verdict = "PASS" if not violations else f"FAIL ({', '.join(violations)})"
     line = f"budget {budget_ms:g} ms at p{percentile:g}: {verdict}"
     if counters.dropped:
@@ -146,4 +149,5 @@ def verdict_line(budget_ms: float, percentile: float, violations: Sequence[str],
             f" over the {counters.frames - counters.dropped} frame(s) processed of {counters.frames}; "
             f"{counters.dropped} dropped" + (f" ({why})" if why else "")
         )
-    return line
+    note = incomplete_note(counters)
+    return line if note is None else f"{line}; {note}"

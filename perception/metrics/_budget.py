@@ -12,7 +12,7 @@ import numpy as np
 
 from perception._paths import safe_output_path
 from perception.metrics._latency import LatencyAccumulator, LatencySketch
-from perception.metrics._run_report import RunReport, ServerSplit
+from perception.metrics._run_report import RunCounters, RunReport, ServerSplit
 
 __all__ = [
     "NO_DATA",
@@ -20,6 +20,7 @@ __all__ = [
     "BudgetRow",
     "budget_rows",
     "budget_violations",
+    "incomplete_note",
     "markdown_table",
     "render_table",
     "server_rows",
@@ -86,6 +87,23 @@ def _row(stage: str, values: LatencySketch, budget_ms: float | None, percentile:
 def budget_violations(rows: Sequence[BudgetRow]) -> list[str]:
     """The stages whose budget is broken: measured above it, or never measured (not a pass)."""
     return [r.stage for r in rows if r.verdict in ("FAIL", NO_DATA)]
+
+
+def incomplete_note(counters: RunCounters) -> str | None:
+    """What a verdict holds of frames without every sensor's answer, per sensor and status (``cam_front late in
+    30 of 100``), or None when every sensor answered ok in every frame processed. A late sensor's time is cut
+    at the join deadline: its frames meet a budget the sensor did not, which the verdict alone would hide."""
+    parts = [
+        f"{sensor} {status} in {n} of {sum(counts.values())}"
+        for sensor, counts in counters.sensor_status.items()
+        for status in _STATUSES[1:]
+        if (n := counts.get(status, 0))
+    ]
+    if not parts:
+        return None
+    late = any(counts.get("late", 0) for counts in counters.sensor_status.values())
+    cut = " (a late sensor's time is counted only up to the join deadline)" if late else ""
+    return "without every sensor: " + ", ".join(parts) + cut
 
 
 def budget_rows(
@@ -265,6 +283,9 @@ def write_markdown(
         "",
         *markdown_table(rows),
     ]
+    note = incomplete_note(c)
+    if note is not None:
+        lines += ["", f"Frames {note}."]
     status = c.sensor_status
     if status and not section:
         lines += ["", "## Sensor status counts", "", *status_table(status)]

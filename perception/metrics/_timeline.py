@@ -5,9 +5,10 @@ The file is a JSON array of events, written as frames complete (constant memory 
 
 * one process per run (``process_name``: the command and drive);
 * a frame track: the frame as a complete (``X``) event with its stages nested in order, ``schedule_wait``,
-  ``dispatch``, ``join_wait``, ``fusion_wait`` (when the frame waited for its predecessor's fusion),
-  ``fusion``, ``tracking``; ``args`` carry its status and ``deadline_missed``; a frame over its deadline
-  is in category ``frame,deadline_missed`` and gets an instant event ``deadline missed`` at its end;
+  ``dispatch``, ``join_wait``, ``fusion_wait`` (for its predecessor's fusion),
+  ``fusion_handoff`` (the fusion call's handoff to its thread and back), ``fusion``, ``tracking``; ``args``
+  carry its status and ``deadline_missed``; a frame over its deadline is in category
+  ``frame,deadline_missed`` and gets an instant event ``deadline missed`` at its end;
 * one track per sensor: its request (``<sensor>``, the sensor's ``total``) with ``preprocess`` then
   ``request``, which holds ``serialize`` then ``in_flight``, which holds ``server`` (Triton's
   ``queue``, ``compute_input``, ``compute_infer``, ``compute_output`` in order) when the split is known;
@@ -31,12 +32,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from perception.types import SERVER_STAGES, FrameResult, FrameStatus
+from perception.types import FUSION_HANDOFF, SERVER_STAGES, FrameResult, FrameStatus
 
 __all__ = ["ChromeTrace", "timeline_sink"]
 
 #: The frame's stages in the order they happen (others, if any, follow in the tree's order).
-FRAME_STAGES = ("schedule_wait", "dispatch", "join_wait", "fusion_wait", "fusion", "tracking")
+FRAME_STAGES = ("schedule_wait", "dispatch", "join_wait", "fusion_wait", FUSION_HANDOFF, "fusion", "tracking")
 _PID = 1
 _LANE_TIDS = 100  # tid = lane * 100 + track (0: the frame, 1..: sensors)
 

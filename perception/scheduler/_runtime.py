@@ -46,6 +46,7 @@ from perception.scheduler._tensors import output_names, prepare_inputs, sensor_k
 from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
+    FUSION_HANDOFF,
     SERVER_STAGES,
     Detection3D,
     Frame,
@@ -515,9 +516,12 @@ class Runtime(anyio.AsyncContextManagerMixin):
             fusion_stages: dict[str, int] = {}
             if self._fusion is not None:
                 fusion = self._fusion
+                waited = joined
                 if not order.is_turn(turn):
                     await order.wait(turn)
-                    fusion_stages["fusion_wait"] = time.monotonic_ns() - joined
+                    waited = time.monotonic_ns()
+                # 0 when its turn had come: the frames that did not wait are in the stage's percentiles too
+                fusion_stages["fusion_wait"] = waited - joined
                 detections, stages = await self._fuse(fusion, frame, results)
                 fusion_stages.update(stages)
             end = time.monotonic_ns()
@@ -588,7 +592,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
         fusion_stages: Mapping[str, int],
     ) -> FrameResult:
         # Disjoint stages that add up to the total: waiting for a slot, requests until the last answer
-        # (ok or error), the join's wait after it (late requests being cut off), then fusion/tracking.
+        # (ok or error), the join's wait after it (late requests being cut off), then fusion/tracking and
+        # what the fusion's own clock does not see (FUSION_HANDOFF).
         answered = [r for r in results.values() if r.status in (SensorStatus.OK, SensorStatus.ERROR)]
         last_answer = min(joined, max((start + r.latency_ns for r in answered), default=start))
         stages = {
@@ -597,8 +602,11 @@ class Runtime(anyio.AsyncContextManagerMixin):
             "join_wait": joined - last_answer,
             **fusion_stages,
         }
-        if not fusion_stages:
-            stages["fusion"] = end - joined
+        rest = max(0, end - joined - sum(fusion_stages.values()))
+        if fusion_stages.keys() - {"fusion_wait"}:  # the fusion timed its own stages: the rest is its handoff
+            stages[FUSION_HANDOFF] = rest
+        else:  # no fusion, or one that times nothing of its own: the rest is its stage
+            stages["fusion"] = rest
         sensors = {name: {"total": r.latency_ns, **r.stages} for name, r in results.items() if r.latency_ns or r.stages}
         total = end - origin
         status = (

@@ -196,6 +196,32 @@ def test_the_verdict_says_over_how_many_frames_when_frames_were_dropped() -> Non
     assert verdict_line(200, 99, [], RunCounters(frames=4, ok=4)) == "budget 200 ms at p99: PASS"
 
 
+def test_a_pass_says_which_sensors_were_late_or_failed_in_how_many_frames(tmp_path: Path) -> None:
+    # A late sensor's time is cut at the join deadline (budget - fusion reserve): its frames end inside the
+    # budget, so 'perception budget' printed a bare 'PASS' with cam_front late in 30 of 100 frames, the late
+    # lines above it only when Triton's statistics were read. The verdict's line says so now (the verdict
+    # and the exit code are the latencies': a loaded CI host may see a late sensor).
+    from perception.cli._budget import verdict_line
+    from perception.metrics import RunCounters, RunReport, write_markdown
+    from perception.metrics._run_report import LatencySummary
+
+    status = {"cam_front": {"ok": 70, "late": 30}, "lidar_top": {"ok": 100}, "radar_front": {"ok": 98, "error": 2}}
+    counters = RunCounters(frames=100, ok=68, degraded=32, sensor_status=status)
+    assert verdict_line(200, 99, [], counters) == (
+        "budget 200 ms at p99: PASS; without every sensor: cam_front late in 30 of 100, radar_front error in 2 of "
+        "100 (a late sensor's time is counted only up to the join deadline)"
+    )
+    failed = RunCounters(frames=4, ok=3, degraded=1, sensor_status={"lidar_top": {"ok": 3, "skipped": 1}})
+    assert verdict_line(200, 99, ["total"], failed) == (
+        "budget 200 ms at p99: FAIL (total); without every sensor: lidar_top skipped in 1 of 4"
+    )
+    whole = RunCounters(frames=4, ok=4, sensor_status={"lidar_top": {"ok": 4}})
+    assert verdict_line(200, 99, [], whole) == "budget 200 ms at p99: PASS"
+    md = tmp_path / "report.md"
+    write_markdown(md, [], RunReport(counters, LatencySummary()), [], 99)
+    assert "Frames without every sensor: cam_front late in 30 of 100, radar_front error in 2 of 100" in md.read_text()
+
+
 def test_a_profile_whose_model_repository_is_not_there_names_it_and_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
