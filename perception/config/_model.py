@@ -119,6 +119,12 @@ def tls_problem(
     return None
 
 
+#: A sensor's ``sync_window_ms`` and ``max_staleness_ms`` when neither its entry in ``sensors:`` nor its
+#: kind's ``sensor_defaults`` (for the drive's sensors) sets them.
+SYNC_WINDOW_MS = 50.0
+MAX_STALENESS_MS = 150.0
+
+
 def _positive(name: str, value: float) -> None:
     if value <= 0:
         raise ValueError(f"{name}: must be > 0, got {value}")
@@ -204,8 +210,8 @@ class SensorConfig:
     model: str
     topic: str | None = None  # default: the drive's conventional topic for this sensor
     transport: Transport = "auto"
-    sync_window_ms: float = 50.0  # max |sample time - frame time| to be used
-    max_staleness_ms: float = 250.0  # a sample older than this (vs. frame time) is never used
+    sync_window_ms: float = SYNC_WINDOW_MS  # max |sample time - frame time| to be used
+    max_staleness_ms: float = MAX_STALENESS_MS  # a sample older than this (vs. frame time) is never used
     enabled: bool = True
     #: Point-cloud sensors: merge the sensor's earlier sweeps captured up to this long before the one a
     #: frame uses into it, moved by the ego motion (``perception.scheduler``, sweep accumulation); 0 sends
@@ -264,8 +270,8 @@ class KindDefaults:
 
     model: str
     transport: Transport = "auto"
-    sync_window_ms: float = 50.0
-    max_staleness_ms: float = 150.0
+    sync_window_ms: float = SYNC_WINDOW_MS
+    max_staleness_ms: float = MAX_STALENESS_MS
     accumulate_ms: float | None = None  # None: the kind's default (see SensorConfig.accumulate_ms)
     decode: Decode = "auto"  # image kinds (see SensorConfig.decode)
 

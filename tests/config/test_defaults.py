@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perception.config import RuntimeConfig, from_data, load_config, load_yaml, with_overrides
+from perception.config import (
+    RuntimeConfig,
+    SensorConfig,
+    SensorDefaults,
+    from_data,
+    load_config,
+    load_yaml,
+    with_overrides,
+)
 from perception.types import SIM_GENERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,3 +43,11 @@ def test_a_profile_without_a_budget_gets_the_2_core_host_s(tmp_path: Path) -> No
     assert given.recorded_total_ms is None and given.for_drive({"source": "kitti"}).total_ms == 300
     overridden = with_overrides(cfg, budget_ms=120).budget
     assert overridden.recorded_total_ms is None and overridden.for_drive({"source": "kitti"}).total_ms == 120
+
+
+def test_a_listed_sensor_gets_the_timing_a_sensor_of_the_drive_gets() -> None:
+    # max_staleness_ms was 250 for a sensor listed in `sensors:` and 150 for one taken from the drive
+    listed = SensorConfig("cam", "camera", "camera_detector")
+    of_drive = SensorDefaults().camera
+    assert (listed.sync_window_ms, listed.max_staleness_ms) == (of_drive.sync_window_ms, of_drive.max_staleness_ms)
+    assert listed.max_staleness_ms == 150
