@@ -171,8 +171,6 @@ class ServerConfig:
     restarts: int = 3
 
     def __post_init__(self) -> None:
-        if not self.url:
-            raise ValueError("url: must be 'embedded' or host:port")
         problem = None if self.embedded else url_problem(self.url)
         if problem is not None:
             raise ValueError(f"url: {problem}")
