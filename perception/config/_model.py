@@ -158,7 +158,9 @@ class ServerConfig:
     replicas: tuple[str, ...] = ()  # extra gRPC URLs serving the same models (round-robin)
     models: tuple[Path, ...] = (Path("models"),)  # repositories for the embedded server
     channels: int = 2
-    startup_timeout_s: float = 90.0  # server start-up and model loading, until every model is READY
+    #: Server start-up and model loading, until every model is READY; also ``perception server``'s and
+    #: ``perception model-quality``'s (the same server and models).
+    startup_timeout_s: float = 120.0
     connect_timeout_s: float = 10.0  # an external URL that does not answer at all for this long fails at once
     tls: TLSConfig = field(default_factory=TLSConfig)
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -9,6 +9,7 @@ from perception.config import (
     RuntimeConfig,
     SensorConfig,
     SensorDefaults,
+    ServerConfig,
     from_data,
     load_config,
     load_yaml,
@@ -51,3 +52,11 @@ def test_a_listed_sensor_gets_the_timing_a_sensor_of_the_drive_gets() -> None:
     of_drive = SensorDefaults().camera
     assert (listed.sync_window_ms, listed.max_staleness_ms) == (of_drive.sync_window_ms, of_drive.max_staleness_ms)
     assert listed.max_staleness_ms == 150
+
+
+def test_perception_server_waits_for_its_models_as_long_as_a_profile_does() -> None:
+    # `perception server --startup-timeout` (and model-quality) defaulted to 120 s, a profile's server to 90
+    from perception.cli._main import build_parser
+
+    args = build_parser(["server"]).parse_args(["server"])
+    assert args.startup_timeout == ServerConfig().startup_timeout_s == 120
