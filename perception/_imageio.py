@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,7 @@ __all__ = [
     "decode_image",
     "decode_image_scaled",
     "encode_jpeg",
+    "image_format",
     "image_size",
     "letterbox_size",
     "size_problem",
@@ -33,10 +35,7 @@ _FORMATS = ("JPEG", "PNG")
 def size_problem(width: int, height: int) -> str | None:
     """Why an image of ``width x height`` is refused (over :data:`MAX_PIXELS` or :data:`MAX_IMAGE_SIDE`), or None."""
     if width > MAX_IMAGE_SIDE or height > MAX_IMAGE_SIDE or width * height > MAX_PIXELS:
-        return (
-            f"image of {width}x{height} exceeds the limit of {MAX_IMAGE_SIDE} px per side "
-            f"and {MAX_PIXELS} pixels"
-        )
+        return f"image of {width}x{height} exceeds the limit of {MAX_IMAGE_SIDE} px per side and {MAX_PIXELS} pixels"
     return None
 
 
@@ -108,6 +107,7 @@ def encode_jpeg(image: npt.NDArray[np.uint8], quality: int = 85) -> bytes:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_JPEG_SIGNATURE = b"\xff\xd8\xff"  # start of image, then the next marker's 0xFF
 #: JPEG start-of-frame markers (SOF0-SOF15 but DHT, JPG and DAC, which share the range).
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: JPEG markers without a length field: TEM, RST0-RST7, SOI.
@@ -119,6 +119,16 @@ _JPEG_MAX_FILL = 65_536
 _NOT_FILL = re.compile(rb"[^\xff]")
 
 
+def image_format(data: bytes) -> Literal["jpeg", "png"] | None:
+    """``jpeg`` or ``png`` by the signature ``data`` begins with (its first 8 bytes suffice), else ``None``:
+    the one test of what encoded image bytes are (importers, the ROS node, :func:`image_size`)."""
+    if data.startswith(_JPEG_SIGNATURE):
+        return "jpeg"
+    if data.startswith(_PNG_SIGNATURE):
+        return "png"
+    return None
+
+
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` from a JPEG's start-of-frame or a PNG's IHDR header, without decoding (the
     order of every image size in the package: Pillow's, a calibration's, :func:`letterbox_size`'s);
@@ -126,11 +136,12 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     in Python, ~90 us: as long as decoding a small image.) Bounded work whatever the bytes: a run of
     fill bytes is skipped in one search (64 KiB at most), and at most 256 segments are walked; past
     either, the size is unknown (``None``)."""
-    if data.startswith(_PNG_SIGNATURE):
+    fmt = image_format(data)
+    if fmt == "png":
         if len(data) < 24 or data[12:16] != b"IHDR":
             return None
         return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if not data.startswith(b"\xff\xd8"):
+    if fmt != "jpeg":
         return None
     i, n = 2, len(data)
     for _ in range(_JPEG_MAX_SEGMENTS):

@@ -15,6 +15,7 @@ from perception.cli._common import add_runtime_options, make_output_folders, ope
 from perception.cli._exitcodes import EXIT_INTERRUPTED
 from perception.cli._replay import add_trace_out, replay_with_stop, trace_sinks
 from perception.metrics import (
+    BUDGET_PERCENTILE,
     BudgetVerdict,
     RunCounters,
     ServerSplit,
@@ -48,7 +49,10 @@ def register(sub: Any) -> None:
     add_runtime_options(p)
     p.add_argument("--budget-ms", type=positive_float, required=True, help="total per-frame budget in ms")
     p.add_argument(
-        "--percentile", type=percentile, default=99.0, help="percentile checked against budgets (default 99)"
+        "--percentile",
+        type=percentile,
+        default=BUDGET_PERCENTILE,
+        help="percentile checked against budgets (default %(default)g)",
     )
     p.add_argument(
         "--rate",

@@ -20,6 +20,7 @@ from perception.cli._common import DEFAULT_CONFIG, repo_root, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from perception.config import load_config
 from perception.errors import ConfigError
+from perception.metrics import BUDGET_PERCENTILE
 
 __all__ = ["register"]
 
@@ -78,7 +79,10 @@ def register(sub: Any) -> None:
         "capped at B/2; stage budgets kept). Exit 1 when any drive breaks it at --percentile",
     )
     p.add_argument(
-        "--percentile", type=percentile, default=99.0, help="percentile the budget is checked at (default 99)"
+        "--percentile",
+        type=percentile,
+        default=BUDGET_PERCENTILE,
+        help="percentile the budget is checked at (default %(default)g)",
     )
     p.add_argument("--eval", action="store_true", help="also score every sensor mode per drive (modes.json)")
     p.add_argument(

@@ -24,7 +24,7 @@ import anyio
 
 from perception.cli._args import non_negative_int, output_file, positive_float, positive_int, within
 from perception.cli._common import make_folder
-from perception.config import GRPC_NAMES, url_problem
+from perception.config import GRPC_NAMES, ServerConfig, url_problem
 from perception.errors import ConfigError, ConnectError
 from perception.sim import EVAL_SEED, FIRST_TRAINING_SEED, is_evaluation_seed
 
@@ -190,7 +190,7 @@ async def _evaluate(args: argparse.Namespace, drive_path: Path, sim: Any, total:
         return await score(args.url), args.url
     from perception.server import EmbeddedTriton
 
-    async with EmbeddedTriton(args.models, startup_timeout_s=120.0) as server:
+    async with EmbeddedTriton(args.models, startup_timeout_s=ServerConfig().startup_timeout_s) as server:
         log.info("embedded Triton ready at %s", server.grpc_url)
         return await score(server.grpc_url), "embedded"
 

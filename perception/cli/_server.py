@@ -53,9 +53,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--startup-timeout",
         type=positive_float,
-        default=120.0,
+        default=ServerConfig().startup_timeout_s,
         metavar="S",
-        help="seconds to wait for readiness (default: 120)",
+        help="seconds to wait for readiness (default: %(default)g, a profile's server.startup_timeout_s)",
     )
     p.add_argument(
         "--restarts",

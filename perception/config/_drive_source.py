@@ -9,8 +9,9 @@ nothing on real cameras). A drive written by ``perception sim`` says so in its m
 (``generator: perception sim``); everything else (``perception import`` of nuScenes, KITTI, ROS 2
 bags: ``source: ...``) is a recording of real cameras. A profile's ``sensors[].model`` always wins.
 
-The frame budget of a recorded drive is the profile's ``budget.recorded_total_ms`` when it sets one
-(:meth:`perception.config._model.BudgetConfig.for_drive`): real rigs carry more and larger sensors than the
+The frame budget of a recorded drive is the profile's ``budget.recorded_total_ms`` when it sets one, or
+when it has no ``budget:`` section (:data:`perception.config._model.RECORDED_TOTAL_MS`;
+:meth:`perception.config._model.BudgetConfig.for_drive`): real rigs carry more and larger sensors than the
 simulator's (the 12-sensor nuScenes rig, a 64-beam KITTI lidar).
 """
 

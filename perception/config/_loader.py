@@ -129,7 +129,7 @@ def with_overrides(
     ``budget_ms`` minus the fusion reserve, capped at half the budget; stage budgets are kept)."""
     if url is not None:
         for given in (url, *replicas) if url != "embedded" else replicas:
-            problem = url_problem(given) if given else "must be 'embedded' or host:port, got ''"
+            problem = url_problem(given)
             if problem is not None:
                 raise ConfigError(problem, key="--url")
         try:

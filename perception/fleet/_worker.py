@@ -33,7 +33,7 @@ from perception.drives import DriveReader
 from perception.errors import FleetError, PerceptionError
 from perception.fleet._outputs import ADMISSION_FILE, SUMMARY_FILE, publish, staging_dir
 from perception.fleet._summary import COUNTERS, BudgetResult, DriveSummary, Replayed
-from perception.metrics import LatencyStats, RunCounters, budget_rows, budget_violations
+from perception.metrics import BUDGET_PERCENTILE, LatencyStats, RunCounters, budget_rows, budget_violations
 from perception.replay import Rate, ReplayOptions, ReplayOutcome, each_frame, replay_drive, score_modes
 from perception.scheduler import RemoteAdmission, Session, SharedAdmission
 from perception.types import FrameResult, FrameStatus
@@ -51,7 +51,7 @@ class WorkerSettings:
 
     profile: str | None  # launch profile path; None: the default profile
     budget_ms: float | None = None
-    percentile: float = 99.0
+    percentile: float = BUDGET_PERCENTILE
     rate: Rate = "max"  # as parsed by perception.replay.parse_rate (the CLI's --rate)
     fused_mcap: bool = True
     report_md: bool = True  # OUT/<drive>/report.md with its rendered frames (about 2 s of CPU a drive)

@@ -71,7 +71,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from perception._imageio import image_size
+from perception._imageio import image_format, image_size
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._kitti_format import Calib, KittiLabel, parse_calib, parse_labels, parse_oxts, read_points
@@ -144,8 +144,6 @@ _CAMERAS: Mapping[str, tuple[str, str, str]] = {
 }
 _LABEL_DIRS = {False: "label_2", True: "label_02"}
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-_PNG = b"\x89PNG\r\n\x1a\n"
-_JPEG = b"\xff\xd8\xff"
 _LIDAR, _CAMERA, _RADAR = "lidar_top", "cam_front", "radar_front"
 _SENSORS = (_LIDAR, _RADAR, *_CAMERAS)  # rig order
 
@@ -657,11 +655,8 @@ def _camera(name: str, path: Path, t_ns: int, seq: int) -> ImageSample:
         data = path.read_bytes()
     except OSError as exc:
         raise DriveError(f"cannot read: {exc.strerror or exc}", file=str(path)) from exc
-    if data.startswith(_PNG):
-        fmt = "png"
-    elif data.startswith(_JPEG):
-        fmt = "jpeg"
-    else:
+    fmt = image_format(data)
+    if fmt is None:
         raise DriveError("not a PNG or JPEG file", file=str(path))
     return ImageSample(name, t_ns, name, data, fmt, seq)
 

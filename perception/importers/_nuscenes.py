@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from perception._imageio import image_size
+from perception._imageio import image_format, image_size
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._motion import ego_poses, quat_from_wxyz, radial_velocity
@@ -590,7 +590,7 @@ def _radar(d: _Data, seq: int, out: DriveOutput, filtered: bool) -> PointCloudSa
 
 def _camera(d: _Data, seq: int, size: tuple[int, int]) -> ImageSample:
     data = _read(d.path)
-    if not data.startswith(b"\xff\xd8\xff"):
+    if image_format(data) != "jpeg":
         raise DriveError("not a JPEG file", file=str(d.path))
     found = image_size(data)
     if found is None:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception._imageio import encode_jpeg, image_size
+from perception._imageio import encode_jpeg, image_format, image_size
 from perception.drives import LIBRARY, cut_short_at, kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
@@ -77,8 +77,6 @@ _ENCODINGS: dict[str, tuple[int, Callable[[npt.NDArray[np.uint8]], npt.NDArray[n
     "8uc1": (1, lambda px: np.repeat(px, 3, axis=2)),
 }
 
-_JPEG_MAGIC = b"\xff\xd8\xff"
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 Progress = Callable[[float], None]
 
@@ -443,10 +441,9 @@ def image_to_rgb(msg: Any) -> npt.NDArray[np.uint8]:
 
 def _compressed(msg: Any) -> tuple[bytes, str]:
     data = np.asarray(msg.data, dtype=np.uint8).tobytes()
-    if data.startswith(_JPEG_MAGIC):
-        return data, "jpeg"
-    if data.startswith(_PNG_MAGIC):
-        return data, "png"
+    fmt = image_format(data)
+    if fmt is not None:
+        return data, fmt
     raise ValueError(f"compressed image is neither JPEG nor PNG (format {msg.format!r})")
 
 

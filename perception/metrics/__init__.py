@@ -4,6 +4,7 @@ aggregation, budget verdicts and reports; a run's report (report.json) as one ty
 from __future__ import annotations
 
 from perception.metrics._budget import (
+    BUDGET_PERCENTILE,
     BudgetRow,
     budget_rows,
     budget_violations,
@@ -34,6 +35,7 @@ from perception.metrics._server_split import ServerSplitter, TraceSplitter, with
 from perception.metrics._timeline import ChromeTrace, timeline_sink
 
 __all__ = [
+    "BUDGET_PERCENTILE",
     "RELATIVE_ERROR",
     "BudgetRow",
     "BudgetVerdict",

@@ -15,6 +15,7 @@ from perception.metrics._latency import LatencyAccumulator, LatencySketch
 from perception.metrics._run_report import RunCounters, RunReport, ServerSplit
 
 __all__ = [
+    "BUDGET_PERCENTILE",
     "NO_DATA",
     "SENSOR_ROWS",
     "BudgetRow",
@@ -70,6 +71,9 @@ SENSOR_ROWS = (
     "overhead",
 )
 NO_DATA = "no data"
+#: The percentile a budget is checked at unless one is given (``--percentile`` of ``perception budget`` and
+#: ``perception fleet``); a replay's report.md checks its frame budget at it.
+BUDGET_PERCENTILE = 99.0
 
 
 def _row(stage: str, values: LatencySketch, budget_ms: float | None, percentile: float) -> BudgetRow:

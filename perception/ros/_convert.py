@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perception._imageio import encode_jpeg, size_problem
+from perception._imageio import encode_jpeg, image_format, size_problem
 from perception.errors import InputError
 from perception.importers import decode_point_cloud2, point_fields
 from perception.kinds import kind_def
@@ -100,16 +100,12 @@ def compressed_to_sample(msg: Any, sensor: str, t_ns: int, seq: int = 0) -> Imag
     return ImageSample(sensor, t_ns, msg.header.frame_id, bytes(msg.data), fmt, seq)
 
 
-_JPEG_SIGNATURE = b"\xff\xd8"
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
 def compressed_format(format_field: str, head: bytes) -> Literal["jpeg", "png"] | None:
     """``jpeg`` or ``png`` for a CompressedImage's ``format`` (its first bytes ``head`` when it is empty),
     None for anything else."""
     words = set(re.split(r"[\s;]+", format_field.strip().lower())) - {""}
     if not words:
-        return "jpeg" if head.startswith(_JPEG_SIGNATURE) else "png" if head.startswith(_PNG_SIGNATURE) else None
+        return image_format(head)
     if "compresseddepth" in words:  # a depth image (16-bit or float), not a camera's colour image
         return None
     if "png" in words:

@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from statistics import fmean
+from statistics import fmean, median
 from typing import Protocol
 
 import anyio
@@ -480,7 +480,8 @@ class _RemoteSlots:
         out: dict[str, object] = {"max_in_flight": self._ceiling, **self.state, "shared": True}
         if waits:
             out["slot_wait_ms"] = {
-                "p50": round(waits[len(waits) // 2] / 1e6, 3),
+                # the report's every p50 is the linear one (numpy.percentile's, metrics.percentiles)
+                "p50": round(median(waits) / 1e6, 3),
                 "min": round(waits[0] / 1e6, 3),
                 "max": round(waits[-1] / 1e6, 3),
             }

@@ -313,7 +313,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
             from perception.server import EmbeddedTriton, check_models_held
 
             _check_repositories(self.config)
-            # a model its repositories lack is said now, not after the start-up timeout (90 s) ran out
+            # a model its repositories lack is said now, not after server.startup_timeout_s ran out
             models: dict[str, str] = {}
             for sensor in self.config.active_sensors:
                 models.setdefault(sensor.model, sensor.name)

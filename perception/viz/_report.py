@@ -10,6 +10,7 @@ from typing import Any
 from perception._paths import REPORT_MD_FILE, safe_output_path
 from perception.errors import PerceptionError
 from perception.metrics import (
+    BUDGET_PERCENTILE,
     BudgetRow,
     LatencyAccumulator,
     LatencyStats,
@@ -113,15 +114,15 @@ def write_replay_report(
 ) -> Path:
     """Write ``out_dir/report.md`` for a replay whose outputs are in ``out_dir``; returns its path.
 
-    ``report`` is the replay's report (``report.json``). With ``latency`` (the replay's accumulator)
-    the total is checked against the frame deadline at p99 and the latency plots are added. ``frames``
-    (ids) are rendered under ``out_dir/frames/`` (default: ``n_frames`` spread over the replay); a frame
-    that cannot be rendered is noted in the report, not raised.
+    ``report`` is the replay's report (``report.json``). With ``latency`` (the replay's accumulator) the
+    total is checked against the frame deadline at :data:`perception.metrics.BUDGET_PERCENTILE` (p99) and the
+    latency plots are added. ``frames`` (ids) are rendered under ``out_dir/frames/`` (default: ``n_frames``
+    spread over the replay); a frame that cannot be rendered is noted in the report, not raised.
     """
     out = Path(out_dir)
     c = report.counters
     deadline = c.deadline_ms
-    rows = budget_rows(latency, deadline, {}, 99.0) if latency is not None else _rows_from_report(report)
+    rows = budget_rows(latency, deadline, {}, BUDGET_PERCENTILE) if latency is not None else _rows_from_report(report)
     lines = [
         "# Replay report",
         "",
@@ -135,7 +136,8 @@ def write_replay_report(
     if c.drop_reasons:
         reasons = ", ".join(f"{k} ({v})" for k, v in c.drop_reasons.items())
         lines += [f"Dropped frames: {reasons}.", ""]
-    lines += ["## Latency", "", "Milliseconds per frame; the total is checked at p99 against the frame budget.", ""]
+    checked = f"the total is checked at p{BUDGET_PERCENTILE:g} against the frame budget"
+    lines += ["## Latency", "", f"Milliseconds per frame; {checked}.", ""]
     lines += [*markdown_table(rows), ""]
     lines += server_section(report, latency)
     if c.sensor_status:

@@ -132,7 +132,7 @@ def test_eval_with_an_empty_url_is_a_usage_error(urban_drive: Path, capsys: pyte
     assert main(["eval", str(urban_drive), "--url", "", "--no-progress"]) == 2
     printed, err = capsys.readouterr()
     assert printed == ""
-    assert err == "perception eval: error: --url: must be 'embedded' or host:port, got ''\n"
+    assert err == "perception eval: error: --url: must be 'embedded' or host:port (port 1..65535), got ''\n"
 
 
 def test_eval_scores_only_the_sensors_enabled(

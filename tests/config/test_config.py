@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from perception.config import RuntimeConfig, load_config, load_yaml, with_overrides
+from perception.config import RuntimeConfig, load_config, load_yaml, url_problem, with_overrides
 from perception.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,7 +193,7 @@ def test_decode_is_a_sensor_setting_with_errors_naming_the_sensor(tmp_path: Path
         load_config(write(tmp_path, head + "sensor_defaults:\n  camera: {model: auto, decode: gpu}\n"))
 
 
-@pytest.mark.parametrize("url", ["host:99999", "host:0", "not a url", "host:", ":8001", "http://host:8001"])
+@pytest.mark.parametrize("url", ["host:99999", "host:0", "not a url", "host:", ":8001", "http://host:8001", ""])
 def test_a_url_of_the_wrong_form_is_refused_naming_the_option_or_key(tmp_path: Path, url: str) -> None:
     # --url host:99999 (or a profile's server.url) was taken: the run waited 10 s for a name that cannot
     # resolve, then "no answer for 10 s: server unavailable: errors resolving host:99999" (exit 1); an
@@ -206,6 +206,7 @@ def test_a_url_of_the_wrong_form_is_refused_naming_the_option_or_key(tmp_path: P
     with pytest.raises(ConfigError) as info:
         load_config(profile)
     assert str(info.value).startswith(f"{profile}: server.url: "), info.value
+    assert info.value.message == url_problem(url), info.value  # the one check's message, for "" too
     with pytest.raises(ConfigError, match=r"server\.replicas: "):
         load_config(write(tmp_path, GOOD + f"server: {{url: 'h:1', replicas: [{url!r}]}}\n", "replicas.yaml"))
 

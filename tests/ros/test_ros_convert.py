@@ -4,8 +4,10 @@ named in the error, images, odometry, topics, and the diagnostics' levels."""
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import numpy as np
+import PIL.Image
 import pytest
 from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
@@ -153,6 +155,21 @@ def test_images_compressed_and_raw() -> None:
     assert int(decoded[..., 2].max()) < 30  # red stayed red: bgr8 was swapped
     with pytest.raises(InputError, match="cam_front: unsupported Image encoding '16UC1'"):
         raw_to_sample(Image(header=_header(), height=1, width=1, encoding="16UC1", step=2), "cam_front", 0)
+
+
+def test_a_compressed_image_of_no_format_is_what_its_signature_says_as_everywhere() -> None:
+    # An empty format is read by the data's signature, the one the importers and image_size read
+    # (perception._imageio.image_format): 0xFF 0xD8 followed by no marker was a JPEG here alone, failing
+    # later in the model's decode as the camera's fault.
+    jpeg = encode_jpeg(np.zeros((4, 6, 3), np.uint8))
+    png = io.BytesIO()
+    PIL.Image.new("RGB", (6, 4)).save(png, format="PNG")
+    for data, fmt in ((jpeg, "jpeg"), (png.getvalue(), "png")):
+        msg = CompressedImage(header=_header(), format="", data=data)
+        assert compressed_to_sample(msg, "cam_front", 0).format == fmt
+    msg = CompressedImage(header=_header(), format="", data=b"\xff\xd8" + jpeg[3:])
+    with pytest.raises(InputError, match="cam_front: unsupported CompressedImage format ''"):
+        compressed_to_sample(msg, "cam_front", 0)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 
 from perception.config import PipelineConfig
 from perception.scheduler import OrderedPipeline, RemoteAdmission, SharedAdmission
-from perception.scheduler._admission import HEADROOM, HOLD, MAX_BACKOFF, Admission
+from perception.scheduler._admission import HEADROOM, HOLD, MAX_BACKOFF, Admission, _RemoteSlots
 from perception.types import Frame, FrameResult, FrameStatus
 
 MS = 1_000_000
@@ -309,3 +309,13 @@ def test_a_dead_owner_s_every_stream_is_dropped() -> None:
             assert not await shared.acquire(token)  # every stream of a detached
 
     anyio.run(main)
+
+
+def test_the_slot_wait_p50_is_the_report_s_p50() -> None:
+    # slot_wait_ms.p50 was the upper middle wait (3.0 here), every other p50 of report.json the linear one
+    async def main() -> dict[str, object]:
+        slots = _RemoteSlots(SharedAdmission().in_process(), token=0, ceiling=2)
+        slots.waits_ns = [3_000_000, 1_000_000]
+        return slots.report()
+
+    assert anyio.run(main)["slot_wait_ms"] == {"p50": 2.0, "min": 1.0, "max": 3.0}
