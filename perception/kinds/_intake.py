@@ -7,7 +7,9 @@ What is checked:
 
 * a stamp is integer nanoseconds (not a float, not NaN, not a bool) within ``0..MAX_STAMP_NS``;
 * a sample is of its kind's sample type; a point cloud is a 2-D float32 array with one column per field
-  and at least the kind's point fields, at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
+  and at least the kind's point fields, none of which it would misread (:func:`point_columns`: a cloud
+  naming them all is read by name, else by position unless a column's name says it holds another
+  field), at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
   empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it has one we read)
   is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``);
 * an ego pose has finite translation, velocity and yaw rate, and a finite quaternion of norm within
@@ -29,6 +31,7 @@ from perception import _imageio
 from perception.types import EgoPose, ImageSample, PointCloudSample
 
 from ._kind import SensorKindDef
+from ._points import point_columns
 
 __all__ = ["MAX_SAMPLE_BYTES", "MAX_STAMP_NS", "QUATERNION_NORM", "ego_problem", "sample_problem", "stamp_problem"]
 
@@ -76,7 +79,8 @@ def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None
         return f"a {kind.name} sample needs at least {need} fields {kind.point_fields}, got {fields}"
     if pts.nbytes > MAX_SAMPLE_BYTES:
         return f"points take {pts.nbytes} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
-    return None
+    columns = point_columns(fields, kind)
+    return columns if isinstance(columns, str) else None
 
 
 def _image_problem(sample: ImageSample) -> str | None:

@@ -31,10 +31,10 @@ the buffer caps.
 
 Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
 check :func:`perception.kinds.sample_problem`: a stamp that is not integer ns in range, a wrong sample
-type, too few point fields, over the size limits; counted per sensor), out of order (older than one
-already seen), duplicates, late (after every frame that could have used them was emitted), clock jumps
-(stamp too far from arrival) and unknown sensors. Ego poses pass :func:`perception.kinds.ego_problem`
-(the zero quaternion, non-finite values are refused).
+type, too few point fields or columns it would misread, over the size limits; counted per sensor), out of
+order (older than one already seen), duplicates, late (after every frame that could have used them was
+emitted), clock jumps (stamp too far from arrival) and unknown sensors. Ego poses pass
+:func:`perception.kinds.ego_problem` (the zero quaternion, non-finite values are refused).
 
 Bounded whatever arrives: each sensor keeps at most ``MAX_BUFFERED`` samples and ``MAX_BUFFER_BYTES``
 (oldest evicted, counted), also before any frame was made (a trigger dead at boot); the trigger's period

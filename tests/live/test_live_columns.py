@@ -1,0 +1,118 @@
+"""LiveRuntime over a fake inference client (no Triton): a host's cloud is read by its columns' names when it
+names them all, refused when a name says a column would be misread."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perception.config import RuntimeConfig, from_data
+from perception.errors import SampleDroppedError
+from perception.kinds import kind_def
+from perception.live import LiveRuntime, _runtime
+from perception.scheduler import FusionStage, Runtime, Session
+from perception.triton import InferRequest
+from perception.types import (
+    EgoPose,
+    FrameResult,
+    FrameStatus,
+    PointCloudSample,
+    Sample,
+    SensorSpec,
+    Transform,
+)
+
+WATCHDOG_S = 30.0
+MS = 1_000_000
+RIG = {"radar": SensorSpec("radar", "radar", "radar", Transform(), "/radar", rate_hz=10.0)}
+
+
+class _Radar:
+    """A radar model answering at once with no object; keeps the POINTS it was sent."""
+
+    def __init__(self) -> None:
+        self.points: list[np.ndarray] = []
+        self.lock = threading.Lock()
+        self.outputs = {
+            spec.name: np.zeros(tuple(0 if d == -1 else d for d in spec.dims), dtype=spec.numpy_dtype)
+            for spec in kind_def("radar").contract.outputs
+        }
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        with self.lock:
+            self.points.append(np.array(req.inputs["POINTS"]))
+        return type("Result", (), {"outputs": self.outputs})()
+
+
+class _Seen:
+    """An observer keeping the samples it is given (as a recorder records them)."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def begin(self, session: Session) -> None:
+        pass
+
+    def fusion(self, stage: FusionStage | None) -> FusionStage | None:
+        return stage
+
+    def sample(self, sample: Sample, arrival_ns: int) -> None:
+        self.samples.append(sample)
+
+    def ego(self, pose: EgoPose, arrival_ns: int) -> None:
+        pass
+
+    def result(self, result: FrameResult) -> None:
+        pass
+
+
+def _config() -> RuntimeConfig:
+    return from_data(
+        RuntimeConfig,
+        {
+            "server": {"url": "localhost:1"},
+            "sensors": [{"name": "radar", "kind": "radar", "model": "rad", "transport": "grpc"}],
+            "trigger": {"sensor": "radar"},
+            "fusion": {"enabled": False},
+            "live": {"trigger_tolerance_ms": 600_000, "max_stamp_skew_ms": 600_000},
+            "budget": {"total_ms": 60_000, "fusion_reserve_ms": 10},
+        },
+    )
+
+
+def test_radar_pushed_with_its_columns_in_another_order_is_read_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the push checked the number of fields, not their names: a radar cloud with its RCS before its
+    # radial velocity was sent by position, the RCS (12.5 dBsm) read as the Doppler, without a word.
+    client = _Radar()
+    monkeypatch.setattr(_runtime, "Runtime", functools.partial(Runtime, client=client, check_models=False))
+    t0 = time.monotonic_ns() - 10_000 * MS
+    fields = ("x", "y", "z", "rcs", "radial_velocity")
+    seen = _Seen()
+    with LiveRuntime(_config(), RIG, observer=seen) as live:
+        ok = live.push(PointCloudSample("radar", t0, "radar", np.array([[10, 1, 0.5, 12.5, -3.0]], np.float32), fields))
+        # rcs where the radial velocity is read, and no radial_velocity to read by name: refused
+        bad = live.push(
+            PointCloudSample(
+                "radar", t0 + 100 * MS, "radar", np.zeros((1, 5), np.float32), ("x", "y", "z", "rcs", "doppler")
+            )
+        )
+        assert ok is not None and bad is not None
+        result = ok.result(timeout=WATCHDOG_S)
+        with pytest.raises(SampleDroppedError, match=r"invalid: column 3 .* is 'rcs'") as dropped:
+            bad.result(timeout=WATCHDOG_S)
+        assert dropped.value.sensor == "radar"
+        status = live.status()
+    assert result.status is FrameStatus.OK
+    [sent] = client.points
+    np.testing.assert_array_equal(sent.reshape(-1, 5)[0], np.array([10, 1, 0.5, -3.0, 12.5], np.float32))
+    assert status["intake"]["invalid_by_sensor"] == {"radar": 1}
+    # the observer (a recorder) sees the cloud in its kind's order too: a drive holds a kind's fields in its
+    # order, and its writer refused the cloud as pushed (the recording lost the sweep)
+    assert seen.samples[0].fields == kind_def("radar").point_fields
+    np.testing.assert_array_equal(seen.samples[0].points, sent.reshape(-1, 5))
+    assert "'rcs'" in status["intake"]["invalid_reasons"]["radar"]
