@@ -1,5 +1,6 @@
 """LiveRuntime over a fake inference client (no Triton): a host's cloud is read by its columns' names when it
-names them all, refused when a name says a column would be misread."""
+names them all, refused when a name says a column would be misread; an image of another size than its camera's
+calibration is refused, never read wrong."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perception.config import RuntimeConfig, from_data
+from perception._imageio import encode_jpeg
+from perception.config import LiveConfig, RuntimeConfig, SensorConfig, TriggerConfig, from_data
 from perception.errors import SampleDroppedError
+from perception.fusion._testing import make_rig
 from perception.kinds import kind_def
 from perception.live import LiveRuntime, _runtime
+from perception.live._assembler import LiveAssembler
 from perception.scheduler import FusionStage, Runtime, Session
 from perception.triton import InferRequest
 from perception.types import (
     EgoPose,
     FrameResult,
     FrameStatus,
+    ImageSample,
     PointCloudSample,
     Sample,
     SensorSpec,
@@ -116,3 +121,22 @@ def test_radar_pushed_with_its_columns_in_another_order_is_read_by_name(monkeypa
     assert seen.samples[0].fields == kind_def("radar").point_fields
     np.testing.assert_array_equal(seen.samples[0].points, sent.reshape(-1, 5))
     assert "'rcs'" in status["intake"]["invalid_reasons"]["radar"]
+
+
+def test_an_image_of_another_size_than_its_calibration_is_refused() -> None:
+    # Before: the live intake took a camera's image of any size: fusion placed its boxes with the intrinsics
+    # of the calibration's size (a host downscaling its camera misplaced every camera object, without a word),
+    # while a replay at least counts such images (image_size_mismatch).
+    rig = make_rig(cameras=1, radars=0, lidar=False, width=640, height=360)
+    asm: LiveAssembler[None] = LiveAssembler(
+        (SensorConfig("cam_front", "camera", "m"),), TriggerConfig(sensor="cam_front"), LiveConfig(), rig=rig
+    )
+    t = 10**12
+    small = ImageSample("cam_front", t, "cam_front", encode_jpeg(np.zeros((180, 320, 3), np.uint8)))
+    assert asm.add(small, t) == (
+        "invalid: image is 320x180, its camera's calibration 640x360 "
+        "(its boxes would be placed with the calibration's intrinsics)"
+    )
+    assert asm.stats.invalid_by_sensor == {"cam_front": 1}
+    right = ImageSample("cam_front", t + 100 * MS, "cam_front", encode_jpeg(np.zeros((360, 640, 3), np.uint8)))
+    assert asm.add(right, t + 100 * MS) is None
