@@ -228,7 +228,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
         :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after).
         A point cloud naming its kind's fields in another order is taken in the kind's order
-        (:func:`perception.kinds.point_columns`; one it would misread is refused by the intake check)."""
+        (:func:`perception.kinds.point_columns`; one it would misread is refused by the intake check); an
+        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer)."""
         if not isinstance(sample, PointCloudSample | ImageSample):
             hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
             raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
@@ -237,6 +238,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._check_open()
         if isinstance(sample, PointCloudSample) and (kind := self._point_kinds.get(sample.sensor)) is not None:
             sample = in_kind_order(sample, kind)  # read by name (the observer records it so too)
+        elif isinstance(sample, ImageSample) and isinstance(sample.data, bytearray | memoryview):
+            # a copy, as a cloud's points are: the host may reuse its buffer (and a memoryview is no bytes)
+            sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion

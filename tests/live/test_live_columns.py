@@ -1,6 +1,6 @@
 """LiveRuntime over a fake inference client (no Triton): a host's cloud is read by its columns' names when it
 names them all, refused when a name says a column would be misread; an image of another size than its camera's
-calibration is refused, never read wrong."""
+calibration is refused, never read wrong; an image's bytes in the host's buffer are taken as bytes."""
 
 from __future__ import annotations
 
@@ -140,3 +140,44 @@ def test_an_image_of_another_size_than_its_calibration_is_refused() -> None:
     assert asm.stats.invalid_by_sensor == {"cam_front": 1}
     right = ImageSample("cam_front", t + 100 * MS, "cam_front", encode_jpeg(np.zeros((360, 640, 3), np.uint8)))
     assert asm.add(right, t + 100 * MS) is None
+
+
+class _Camera:
+    """A camera model answering at once with no object (a batch of one)."""
+
+    def __init__(self) -> None:
+        self.outputs = {
+            spec.name: np.zeros((1, *spec.dims), dtype=spec.numpy_dtype) for spec in kind_def("camera").contract.outputs
+        }
+
+    async def infer_request(self, req: InferRequest) -> Any:
+        return type("Result", (), {"outputs": self.outputs})()
+
+
+@pytest.mark.parametrize("view", [memoryview, bytearray])
+def test_image_bytes_in_the_host_s_buffer_are_taken_as_bytes(monkeypatch: pytest.MonkeyPatch, view: type) -> None:
+    # Before: the intake check took a memoryview or bytearray of JPEG bytes (a driver's receive buffer, handed
+    # over without a copy), and a memoryview's decode raised AttributeError in the frame's processing: the
+    # frame was dropped as an internal error, every frame; a bytearray the host reused changed under it.
+    monkeypatch.setattr(_runtime, "Runtime", functools.partial(Runtime, client=_Camera(), check_models=False))
+    cfg = from_data(
+        RuntimeConfig,
+        {
+            "server": {"url": "localhost:1"},
+            "sensors": [{"name": "cam", "kind": "camera", "model": "cam", "transport": "grpc"}],
+            "trigger": {"sensor": "cam"},
+            "fusion": {"enabled": False},
+            "live": {"trigger_tolerance_ms": 600_000, "max_stamp_skew_ms": 600_000},
+            "budget": {"total_ms": 60_000, "fusion_reserve_ms": 10},
+        },
+    )
+    rig = {"cam": SensorSpec("cam", "camera", "cam", Transform(), "/cam", rate_hz=10.0)}
+    buffer = bytearray(encode_jpeg(np.full((36, 64, 3), 200, np.uint8)))
+    seen = _Seen()
+    with LiveRuntime(cfg, rig, observer=seen) as live:
+        future = live.push(ImageSample("cam", time.monotonic_ns() - 10_000 * MS, "cam", view(buffer)))
+        assert future is not None
+        result = future.result(timeout=WATCHDOG_S)
+    assert result.status is FrameStatus.OK, (result.reason, result.sensors)
+    [sample] = seen.samples
+    assert isinstance(sample, ImageSample) and type(sample.data) is bytes and sample.data == bytes(buffer)
