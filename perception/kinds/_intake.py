@@ -34,7 +34,15 @@ from perception.types import CameraCalibration, EgoPose, ImageSample, PointCloud
 from ._kind import SensorKindDef
 from ._points import point_columns
 
-__all__ = ["MAX_SAMPLE_BYTES", "MAX_STAMP_NS", "QUATERNION_NORM", "ego_problem", "sample_problem", "stamp_problem"]
+__all__ = [
+    "MAX_SAMPLE_BYTES",
+    "MAX_STAMP_NS",
+    "QUATERNION_NORM",
+    "ego_problem",
+    "image_data_problem",
+    "sample_problem",
+    "stamp_problem",
+]
 
 #: Largest stamp taken (ns): 2**62 ns is 146 years, room enough for any clock while sums of stamps and
 #: windows stay far from int64's end.
@@ -87,10 +95,18 @@ def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None
     return columns if isinstance(columns, str) else None
 
 
+def image_data_problem(data: object) -> str | None:
+    """Why an image sample's ``data`` is not its encoded bytes (``bytes``, ``bytearray``, ``memoryview``), or None."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return None
+    hint = " (an array: pass the encoded JPEG or PNG bytes, e.g. an encoded buffer's tobytes())"
+    return f"image data must be bytes, got {type(data).__name__}" + (hint if isinstance(data, np.ndarray) else "")
+
+
 def _image_problem(sample: ImageSample, calibration: CameraCalibration | None) -> str | None:
     data: Any = sample.data
-    if not isinstance(data, bytes | bytearray | memoryview):
-        return f"image data must be bytes, got {type(data).__name__}"
+    if (problem := image_data_problem(data)) is not None:
+        return problem
     if not len(data):
         return "empty image data"
     if len(data) > MAX_SAMPLE_BYTES:
