@@ -318,11 +318,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     # -- results --------------------------------------------------------------------------------
     async def results(self) -> AsyncIterator[FrameResult]:
-        """Every frame's result in order (async hosts); ends when the runtime closes."""
+        """Every frame's result in order (async hosts); ends when the runtime closes (at once, asked after it
+        was closed: the results not read were released with it)."""
         if self._results_recv is None:
             raise RuntimeClosedError("the live runtime is not open")
-        async for r in self._results_recv:
-            yield r
+        with contextlib.suppress(anyio.ClosedResourceError):  # released at close: anyio's bare error reached the host
+            async for r in self._results_recv:
+                yield r
 
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets, latency from the trigger's arrival to the result, and the
