@@ -20,7 +20,7 @@ __all__ = ["in_kind_order", "point_columns", "points_tensor", "warmup_points"]
 def point_columns(fields: Any, kind: SensorKindDef) -> tuple[int, ...] | str:
     """The columns of a cloud of columns ``fields`` that hold ``kind``'s point fields, in the kind's order,
     then its other columns in theirs (``0, 1, ...``: the cloud is in the kind's order); or why the cloud
-    would be misread (the one rule of every reader of a cloud's columns).
+    would be misread (the one rule of the intake check, the live push and the models' POINTS tensors).
 
     A cloud naming every one of the kind's fields is read by name, whatever their order (a radar's ``rcs``
     before its ``radial_velocity``). Otherwise it is read by position (a lidar's ``x, y, z, i``), unless a
