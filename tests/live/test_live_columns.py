@@ -181,3 +181,31 @@ def test_image_bytes_in_the_host_s_buffer_are_taken_as_bytes(monkeypatch: pytest
     assert result.status is FrameStatus.OK, (result.reason, result.sensors)
     [sample] = seen.samples
     assert isinstance(sample, ImageSample) and type(sample.data) is bytes and sample.data == bytes(buffer)
+
+
+def test_a_sample_in_another_sensor_s_frame_or_the_vehicle_s_is_refused() -> None:
+    # Before: a sample's frame_id was never read: a host pushing its lidar cloud already moved to base_link (or a
+    # camera's frame) had it taken as in the lidar's own frame and moved by the lidar's extrinsic once more (every
+    # box 1.9 m up and 1 m forward), without a word; a recorder's drive writer refused each such sweep.
+    rig = make_rig(cameras=1, radars=0)
+    asm: LiveAssembler[None] = LiveAssembler(
+        (SensorConfig("lidar_top", "lidar", "m"),), TriggerConfig(sensor="lidar_top"), LiveConfig(), rig=rig
+    )
+    t = 10**12
+
+    def sweep(k: int, frame: str) -> PointCloudSample:
+        return PointCloudSample(
+            "lidar_top", t + k * 100 * MS, frame, np.zeros((1, 4), np.float32), ("x", "y", "z", "i")
+        )
+
+    assert asm.add(sweep(0, "base_link"), t) == (
+        "invalid: sample in frame 'base_link', the rig's lidar_top in 'lidar_top': a sensor's samples are taken in "
+        "its own frame (its extrinsic moves them to base_link)"
+    )
+    assert "in frame 'cam_front_optical'" in (asm.add(sweep(1, "cam_front_optical"), t + 100 * MS) or "")
+    assert "in frame 'map'" in (asm.add(sweep(2, "map"), t + 200 * MS) or "")
+    assert asm.stats.invalid_by_sensor == {"lidar_top": 3}
+    # its own frame, another name of it (a driver's), or none: taken
+    assert asm.add(sweep(3, "lidar_top"), t + 300 * MS) is None
+    assert asm.add(sweep(4, "velodyne"), t + 400 * MS) is None
+    assert asm.add(sweep(5, ""), t + 500 * MS) is None
