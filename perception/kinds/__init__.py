@@ -19,6 +19,7 @@ from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input, camera_input_
 from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
+from ._points import in_kind_order, point_columns
 from ._radar import RADAR
 from ._registry import fusion_role, kind_def, known_kinds, register_kind, unregister_kind
 from ._tensors import KindContract, TensorSpec
@@ -40,8 +41,10 @@ __all__ = [
     "ego_problem",
     "encoded_input",
     "fusion_role",
+    "in_kind_order",
     "kind_def",
     "known_kinds",
+    "point_columns",
     "register_kind",
     "sample_problem",
     "unregister_kind",

@@ -11,6 +11,7 @@ import numpy.typing as npt
 from perception.errors import ConfigError, InputError
 from perception.types import ImageSample, Sample, SensorSpec
 
+from ._intake import image_data_problem
 from ._kind import FusionRole, Prepared, SensorKindDef
 from ._tensors import KindContract, TensorSpec
 
@@ -116,7 +117,7 @@ def camera_input(
 
     if not isinstance(sample, ImageSample):
         raise InputError(f"expected an image for a camera, got {type(sample).__name__}", sensor=sample.sensor)
-    image, (width, height) = decode_image_scaled(sample.data, sensor=sample.sensor, fit=input_size)
+    image, (width, height) = decode_image_scaled(_image_bytes(sample, "IMAGE"), sensor=sample.sensor, fit=input_size)
     return image, (width / image.shape[1], height / image.shape[0])
 
 
@@ -126,11 +127,21 @@ def encoded_input(sample: Sample, tensor: TensorSpec) -> Prepared:
     original image's pixels, so the factors are 1."""
     if not isinstance(sample, ImageSample):
         raise InputError(f"expected an image, got {type(sample).__name__}", sensor=sample.sensor)
-    if not sample.data:
+    data = _image_bytes(sample, tensor.name)
+    if not data:
         raise InputError("empty image data", sensor=sample.sensor, tensor=tensor.name)
     row = np.empty(1, dtype=np.object_)
-    row[0] = sample.data
+    row[0] = data
     return {tensor.name: row}, (1.0, 1.0)
+
+
+def _image_bytes(sample: ImageSample, tensor: str) -> bytes:
+    """An image sample's encoded bytes; :class:`InputError` for data that is none (:func:`image_data_problem`:
+    a frame handed in whole holding an array of pixels failed its processing with numpy's ValueError)."""
+    data: Any = sample.data
+    if (problem := image_data_problem(data)) is not None:
+        raise InputError(problem, sensor=sample.sensor, tensor=tensor)
+    return data if isinstance(data, bytes) else bytes(data)
 
 
 def _prepare(sample: Sample, input_size: tuple[int, int] | None) -> Prepared:

@@ -7,9 +7,12 @@ What is checked:
 
 * a stamp is integer nanoseconds (not a float, not NaN, not a bool) within ``0..MAX_STAMP_NS``;
 * a sample is of its kind's sample type; a point cloud is a 2-D float32 array with one column per field
-  and at least the kind's point fields, at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
+  and at least the kind's point fields, none of which it would misread (:func:`point_columns`: a cloud
+  naming them all is read by name, else by position unless a column's name says it holds another
+  field), at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
   empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it has one we read)
-  is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``);
+  is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``) and, given the
+  camera's calibration (the live intake), is the calibration's;
 * an ego pose has finite translation, velocity and yaw rate, and a finite quaternion of norm within
   ``QUATERNION_NORM`` (protobuf's default, the zero quaternion, is refused).
 
@@ -26,11 +29,20 @@ from typing import Any
 import numpy as np
 
 from perception import _imageio
-from perception.types import EgoPose, ImageSample, PointCloudSample
+from perception.types import CameraCalibration, EgoPose, ImageSample, PointCloudSample
 
 from ._kind import SensorKindDef
+from ._points import point_columns
 
-__all__ = ["MAX_SAMPLE_BYTES", "MAX_STAMP_NS", "QUATERNION_NORM", "ego_problem", "sample_problem", "stamp_problem"]
+__all__ = [
+    "MAX_SAMPLE_BYTES",
+    "MAX_STAMP_NS",
+    "QUATERNION_NORM",
+    "ego_problem",
+    "image_data_problem",
+    "sample_problem",
+    "stamp_problem",
+]
 
 #: Largest stamp taken (ns): 2**62 ns is 146 years, room enough for any clock while sums of stamps and
 #: windows stay far from int64's end.
@@ -51,8 +63,11 @@ def stamp_problem(t_ns: object) -> str | None:
     return None
 
 
-def sample_problem(sample: object, kind: SensorKindDef) -> str | None:
-    """Why ``sample`` cannot be taken as a sample of a sensor of ``kind``, or None (see module docs)."""
+def sample_problem(sample: object, kind: SensorKindDef, *, calibration: CameraCalibration | None = None) -> str | None:
+    """Why ``sample`` cannot be taken as a sample of a sensor of ``kind``, or None (see module docs).
+    ``calibration``: the camera's, when the image must be of its size (the live intake: fusion places a
+    camera's boxes with its intrinsics, so those of an image of another size would be misplaced; a replay
+    counts such images instead, ``image_size_mismatch``)."""
     if not isinstance(sample, kind.sample):
         return f"a {type(sample).__name__} is not a sample of a {kind.name} sensor ({kind.sample.__name__})"
     if (problem := stamp_problem(sample.t_ns)) is not None:
@@ -60,7 +75,7 @@ def sample_problem(sample: object, kind: SensorKindDef) -> str | None:
     if isinstance(sample, PointCloudSample):
         return _points_problem(sample, kind)
     assert isinstance(sample, ImageSample)
-    return _image_problem(sample)
+    return _image_problem(sample, calibration)
 
 
 def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None:
@@ -76,13 +91,22 @@ def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None
         return f"a {kind.name} sample needs at least {need} fields {kind.point_fields}, got {fields}"
     if pts.nbytes > MAX_SAMPLE_BYTES:
         return f"points take {pts.nbytes} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
-    return None
+    columns = point_columns(fields, kind)
+    return columns if isinstance(columns, str) else None
 
 
-def _image_problem(sample: ImageSample) -> str | None:
+def image_data_problem(data: object) -> str | None:
+    """Why an image sample's ``data`` is not its encoded bytes (``bytes``, ``bytearray``, ``memoryview``), or None."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return None
+    hint = " (an array: pass the encoded JPEG or PNG bytes, e.g. an encoded buffer's tobytes())"
+    return f"image data must be bytes, got {type(data).__name__}" + (hint if isinstance(data, np.ndarray) else "")
+
+
+def _image_problem(sample: ImageSample, calibration: CameraCalibration | None) -> str | None:
     data: Any = sample.data
-    if not isinstance(data, bytes | bytearray | memoryview):
-        return f"image data must be bytes, got {type(data).__name__}"
+    if (problem := image_data_problem(data)) is not None:
+        return problem
     if not len(data):
         return "empty image data"
     if len(data) > MAX_SAMPLE_BYTES:
@@ -92,7 +116,13 @@ def _image_problem(sample: ImageSample) -> str | None:
         width, height = size
         if width == 0 or height == 0:
             return f"image has zero size {width}x{height}"
-        return _imageio.size_problem(width, height)
+        if (problem := _imageio.size_problem(width, height)) is not None:
+            return problem
+        if calibration is not None and (width, height) != (calibration.width, calibration.height):
+            return (
+                f"image is {width}x{height}, its camera's calibration {calibration.width}x{calibration.height} "
+                "(its boxes would be placed with the calibration's intrinsics)"
+            )
     return None  # not a header we read: the decode reports it as the sensor's error
 
 

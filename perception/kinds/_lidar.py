@@ -30,7 +30,7 @@ CONTRACT = KindContract(
 
 
 def _prepare(sample: Sample, input_size: tuple[int, int] | None) -> Prepared:
-    return {"POINTS": points_tensor(sample, "lidar", len(_FIELDS), keep_extra=False)}, (1.0, 1.0)
+    return {"POINTS": points_tensor(sample, LIDAR, keep_extra=False)}, (1.0, 1.0)
 
 
 def _warmup(sensor: str, spec: SensorSpec | None) -> Sample:

@@ -36,7 +36,7 @@ CONTRACT = KindContract(
 
 
 def _prepare(sample: Sample, input_size: tuple[int, int] | None) -> Prepared:
-    return {"POINTS": points_tensor(sample, "radar", RADAR_MIN_COLUMNS, keep_extra=True)}, (1.0, 1.0)
+    return {"POINTS": points_tensor(sample, RADAR, keep_extra=True)}, (1.0, 1.0)
 
 
 def _warmup(sensor: str, spec: SensorSpec | None) -> Sample:

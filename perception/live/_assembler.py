@@ -31,10 +31,11 @@ the buffer caps.
 
 Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
 check :func:`perception.kinds.sample_problem`: a stamp that is not integer ns in range, a wrong sample
-type, too few point fields, over the size limits; counted per sensor), out of order (older than one
-already seen), duplicates, late (after every frame that could have used them was emitted), clock jumps
-(stamp too far from arrival) and unknown sensors. Ego poses pass :func:`perception.kinds.ego_problem`
-(the zero quaternion, non-finite values are refused).
+type, too few point fields or columns it would misread, over the size limits, an image of another size than
+its camera's calibration; a sample in another sensor's frame, the vehicle's or the map's; counted per sensor),
+out of order (older than one already seen), duplicates, late (after every frame that could have used them
+was emitted), clock jumps (stamp too far from arrival) and unknown sensors. Ego poses pass
+:func:`perception.kinds.ego_problem` (the zero quaternion, non-finite values are refused).
 
 Bounded whatever arrives: each sensor keeps at most ``MAX_BUFFERED`` samples and ``MAX_BUFFER_BYTES``
 (oldest evicted, counted), also before any frame was made (a trigger dead at boot); the trigger's period
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
+from perception.drives import _codec as codec
 from perception.errors import ConfigError, RuntimeClosedError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
@@ -227,6 +229,14 @@ class LiveAssembler(Generic[T]):
         self.accumulator: SweepAccumulator = self._core.accumulator
         self._horizon_ns = self._core.horizon_ns + live.transit_ns
         self._kinds = {s.name: kind_def(s.kind) for s in sensors}
+        #: The cameras' calibrations: an image of another size is refused (``sample_problem``).
+        self._calibrations = {
+            n: spec.calibration for n, spec in (rig or {}).items() if n in self._sensors and spec.calibration
+        }
+        #: Each sensor's frame in the rig, and the frames its samples must not be in: another sensor's, the
+        #: vehicle's, the map (they would be taken as in its own frame, and moved by its extrinsic once more).
+        self._frames = {n: spec.frame_id for n, spec in (rig or {}).items() if n in self._sensors}
+        self._known_frames = {spec.frame_id for spec in (rig or {}).values()} | {codec.BASE_FRAME, codec.MAP_FRAME}
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
@@ -258,7 +268,14 @@ class LiveAssembler(Generic[T]):
         if not isinstance(name, str) or name not in self._sensors:
             self.stats.unknown_sensor += 1
             return "unknown sensor"
-        problem = sample_problem(sample, self._kinds[name])
+        problem = sample_problem(sample, self._kinds[name], calibration=self._calibrations.get(name))
+        own = self._frames.get(name)
+        # (another name of its own frame, a driver's, goes on: only a frame the rig names is known to be another)
+        if problem is None and own not in (None, sample.frame_id) and sample.frame_id in self._known_frames:
+            problem = (
+                f"sample in frame {sample.frame_id!r}, the rig's {name} in {own!r}: a sensor's samples are "
+                f"taken in its own frame (its extrinsic moves them to {codec.BASE_FRAME})"
+            )
         if problem is None and isinstance(sample, PointCloudSample):
             columns = self._columns.setdefault(name, sample.points.shape[1])
             if sample.points.shape[1] != columns:

@@ -65,6 +65,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from perception.config import RuntimeConfig
 from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
+from perception.kinds import in_kind_order, kind_def
 from perception.live._assembler import EGO, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
@@ -163,6 +164,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
         )
         self._trigger = config.trigger.sensor
+        #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's
+        #: order as it is pushed (``perception.kinds.point_columns``), before the observer sees it.
+        self._point_kinds = {s.name: kind for s in config.active_sensors if not (kind := kind_def(s.kind)).is_image}
         #: Pending frames made at close at most (the newest): what the pipeline holds (in flight and queued);
         #: the older ones are recorded dropped unassembled (LiveAssembler.close), so close stays bounded.
         self._close_limit = config.pipeline.max_in_flight + config.pipeline.queue_size
@@ -222,13 +226,21 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
     def push(self, sample: Sample) -> ResultFuture | None:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
-        :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after)."""
+        :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after).
+        A point cloud naming its kind's fields in another order is taken in the kind's order
+        (:func:`perception.kinds.point_columns`; one it would misread is refused by the intake check); an
+        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer)."""
         if not isinstance(sample, PointCloudSample | ImageSample):
             hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
             raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
         if not isinstance(sample.sensor, str):
             raise InputError(f"a sample's sensor is a sensor name (str), got {sample.sensor!r}")
         self._check_open()
+        if isinstance(sample, PointCloudSample) and (kind := self._point_kinds.get(sample.sensor)) is not None:
+            sample = in_kind_order(sample, kind)  # read by name (the observer records it so too)
+        elif isinstance(sample, ImageSample) and isinstance(sample.data, bytearray | memoryview):
+            # a copy, as a cloud's points are: the host may reuse its buffer (and a memoryview is no bytes)
+            sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = _Item(sample, time.monotonic_ns(), future)
         if self._observer is not None:  # before the frame it completes can reach fusion
@@ -306,11 +318,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
 
     # -- results --------------------------------------------------------------------------------
     async def results(self) -> AsyncIterator[FrameResult]:
-        """Every frame's result in order (async hosts); ends when the runtime closes."""
+        """Every frame's result in order (async hosts); ends when the runtime closes (at once, asked after it
+        was closed: the results not read were released with it)."""
         if self._results_recv is None:
             raise RuntimeClosedError("the live runtime is not open")
-        async for r in self._results_recv:
-            yield r
+        with contextlib.suppress(anyio.ClosedResourceError):  # released at close: anyio's bare error reached the host
+            async for r in self._results_recv:
+                yield r
 
     def status(self) -> dict[str, Any]:
         """Counters, current time-base offsets, latency from the trigger's arrival to the result, and the

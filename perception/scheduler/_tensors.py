@@ -95,8 +95,11 @@ def scale_camera_boxes(outputs: Mapping[str, npt.NDArray[Any]], scale: tuple[flo
 
 def decode_inline(sample: ImageSample) -> bool:
     """True when ``sample`` is small enough to decode on the event loop (see
-    :data:`INLINE_DECODE_PIXELS`), judged from its header. An unreadable header answers False: the
-    worker thread's decode then reports the problem."""
+    :data:`INLINE_DECODE_PIXELS`), judged from its header. An unreadable header, or data that is not
+    ``bytes`` (a ``memoryview``; not bytes at all), answers False: the worker thread's prepare takes it or
+    reports the problem."""
+    if not isinstance(sample.data, bytes | bytearray):
+        return False
     size = image_size(sample.data)
     return size is not None and size[0] * size[1] <= INLINE_DECODE_PIXELS
 

@@ -1,0 +1,79 @@
+"""A cloud's columns are read by name when it names all of its kind's point fields, else by position unless a
+column's name says it holds another field (perception.kinds.point_columns): refused or mapped, never misread."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perception.errors import InputError
+from perception.kinds import SensorKindDef, in_kind_order, kind_def, point_columns, sample_problem
+from perception.types import PointCloudSample
+
+LIDAR = kind_def("lidar")
+RADAR = kind_def("radar")
+#: One radar return: x, y, z, RCS 12.5 dBsm, radial velocity -3 m/s (in the kind's order).
+RETURN = (10.0, 1.0, 0.5, -3.0, 12.5)
+
+
+def _cloud(fields: tuple[str, ...], row: tuple[float, ...], sensor: str = "radar_front") -> PointCloudSample:
+    return PointCloudSample(sensor, 1, sensor, np.array([row], np.float32), fields)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "columns"),
+    [
+        (LIDAR, ("x", "y", "z", "intensity"), (0, 1, 2, 3)),
+        (LIDAR, ("x", "y", "z", "i"), (0, 1, 2, 3)),  # by position: an abbreviation says nothing else
+        (LIDAR, ("x", "y", "z", "intensity", "ring", "t"), (0, 1, 2, 3, 4, 5)),
+        (LIDAR, ("intensity", "x", "y", "z"), (1, 2, 3, 0)),  # all named: by name
+        (LIDAR, ("x", "y", "z", "ring", "intensity"), (0, 1, 2, 4, 3)),
+        (RADAR, ("x", "y", "z", "v", "r"), (0, 1, 2, 3, 4)),
+        (RADAR, ("x", "y", "z", "rcs", "radial_velocity"), (0, 1, 2, 4, 3)),
+        (RADAR, ("x", "y", "z", "rcs", "radial_velocity", "snr"), (0, 1, 2, 4, 3, 5)),
+    ],
+)
+def test_columns_read_by_name_or_position(
+    kind: SensorKindDef, fields: tuple[str, ...], columns: tuple[int, ...]
+) -> None:
+    assert point_columns(fields, kind) == columns
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "said"),
+    [
+        (RADAR, ("x", "y", "z", "rcs", "doppler"), "column 3 of ('x', 'y', 'z', 'rcs', 'doppler') is 'rcs'"),
+        (RADAR, ("x", "y", "z", "intensity", "rcs"), "would read as 'radial_velocity'"),  # lidar's field
+        (RADAR, ("x", "y", "z", "doppler", "power", "rcs"), "reads from column 4 ('power' here)"),
+        (LIDAR, ("y", "x", "z", "i"), "column 0"),
+        (LIDAR, ("x", "y", "z", "intensity", "intensity"), "names two columns"),
+    ],
+)
+def test_columns_that_would_be_misread_are_refused(kind: SensorKindDef, fields: tuple[str, ...], said: str) -> None:
+    problem = point_columns(fields, kind)
+    assert isinstance(problem, str) and said in problem
+    cloud = PointCloudSample("s", 1, "s", np.zeros((1, len(fields)), np.float32), fields)
+    assert sample_problem(cloud, kind) == problem
+    with pytest.raises(InputError, match=r"column|names two") as err:  # a frame handed in whole (submit)
+        kind.prepare(cloud, None)
+    assert err.value.sensor == "s"
+
+
+def test_radar_named_in_another_order_is_sent_by_name() -> None:
+    # Before: a radar pushed as x, y, z, rcs, radial_velocity passed the intake check (5 fields) and its
+    # columns were sent by position: the model took its RCS (12.5) for the Doppler (-3 m/s).
+    cloud = _cloud(("x", "y", "z", "rcs", "radial_velocity"), (10.0, 1.0, 0.5, 12.5, -3.0))
+    assert sample_problem(cloud, RADAR) is None
+    tensors, _ = RADAR.prepare(cloud, None)
+    np.testing.assert_array_equal(tensors["POINTS"], np.array([RETURN], np.float32))
+    ordered = in_kind_order(cloud, RADAR)
+    assert ordered.fields == RADAR.point_fields
+    np.testing.assert_array_equal(ordered.points, np.array([RETURN], np.float32))
+    same = _cloud(RADAR.point_fields, RETURN)
+    assert in_kind_order(same, RADAR) is same  # in order already: not copied
+
+
+def test_lidar_named_in_another_order_is_sent_by_name() -> None:
+    cloud = _cloud(("x", "y", "z", "ring", "intensity"), (1.0, 2.0, 3.0, 7.0, 0.25), sensor="lidar")
+    tensors, _ = LIDAR.prepare(cloud, None)
+    np.testing.assert_array_equal(tensors["POINTS"], np.array([[1.0, 2.0, 3.0, 0.25]], np.float32))
