@@ -204,8 +204,13 @@ def test_an_observer_that_raises_is_counted_and_frames_are_delivered(triton: Emb
         done, dropped = _outcomes(futures)  # each future answered while the runtime runs
     status = live.status()
     assert done == len(futures) > 0 and dropped == 0
-    assert status["frames"] == len(futures) == observer.calls["result"]
-    assert len(delivered) == len(futures)  # on_result got every frame (its thread is joined by close)
+    # every frame reached the observer and on_result: one per trigger sample (its future), and any the timer
+    # made for a trigger overdue (a loaded host's close can outlast the tolerance after the last sweep: 21 frames
+    # for 20 futures failed this test beside two busy loops)
+    intake = status["intake"]
+    assert intake["frames_by_trigger"] == len(futures)
+    assert status["frames"] == len(futures) + intake["frames_by_timer"] == observer.calls["result"], intake
+    assert len(delivered) == status["frames"]  # on_result got every frame (its thread is joined by close)
     assert status["failed"] == {"observer": sum(observer.calls.values())}, status["failed"]
     assert observer.calls["sample"] == len(samples) and observer.calls["ego"] > 0
     _check_clean(before, live)
@@ -225,7 +230,8 @@ def test_a_result_callback_that_raises_is_counted_in_status(triton: EmbeddedTrit
         futures = _push_all(live, samples[: len(samples) // 2], {})
         assert _outcomes(futures) == (len(futures), 0)
     status = live.status()
-    assert len(calls) == status["frames"] == len(futures) > 0  # close ran every queued call
+    # close ran every queued call: one a frame, a trigger's (its future) or the timer's (see above)
+    assert len(calls) == status["frames"] == len(futures) + status["intake"]["frames_by_timer"] > 0
     assert status["callbacks_failed"] == len(calls) and status["callbacks_dropped"] == 0
 
 
