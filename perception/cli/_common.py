@@ -117,30 +117,35 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def make_folder(folder: Path, option: str) -> None:
+def make_folder(folder: Path, option: str) -> list[Path]:
     """An output's folder made before the run (``output_dir``/``output_file`` refused a file in its way while
-    parsing), or a :class:`ConfigError` naming ``option``: what is written after the run would be lost."""
+    parsing), or a :class:`ConfigError` naming ``option``: what is written after the run would be lost.
+    Returns the folders it made (``folder`` and its parents that were not there), the deepest first."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create directory {folder}: {exc.strerror or exc}", key=option) from exc
+    return made
 
 
-def make_output_folders(args: argparse.Namespace) -> None:
+def make_output_folders(args: argparse.Namespace) -> list[Path]:
     """``--out`` and ``--trace-out``'s folders made before the run (``output_dir``/``output_file`` refused a
     file in their way while parsing), or a :class:`ConfigError` naming the option (exit 2): they are written
     during or after the run, whose results a folder that cannot be made would lose. A ``--trace-out`` that is
-    the drive being read (``args.drive``) is refused too."""
+    the drive being read (``args.drive``) is refused too. Returns the folders made (:func:`make_folder`)."""
+    made: list[Path] = []
     out = getattr(args, "out", None)
     if out is not None:
-        make_folder(out, "--out")
+        made += make_folder(out, "--out")
     trace_out = getattr(args, "trace_out", None)
     if trace_out is not None:
         drive = getattr(args, "drive", None)
         if drive is not None and same_file(trace_out, drive):  # it was truncated as the run began: the drive lost
             message = f"{trace_out} is the drive being read: write the trace to another file"
             raise ConfigError(message, key="--trace-out")
-        make_folder(trace_out.parent, "--trace-out")
+        made += make_folder(trace_out.parent, "--trace-out")
+    return made
 
 
 @contextlib.contextmanager
@@ -148,24 +153,14 @@ def output_folders_made(args: argparse.Namespace) -> Iterator[None]:
     """:func:`make_output_folders` before a run that writes them only at its end (a replay as recorded): a run
     that fails before its end removes the folders it made, left empty (an unreadable recording writes nothing,
     as a damaged drive refused up front writes nothing)."""
-    made = [p for p in _folders(args) if not p.exists()]
-    make_output_folders(args)
+    made = make_output_folders(args)
     try:
         yield
     except BaseException:
-        for folder in made:  # (the deepest first: a folder's made parents are after it)
+        for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):  # the deepest first
             with contextlib.suppress(OSError):  # not empty, or gone: left as it is
                 folder.rmdir()
         raise
-
-
-def _folders(args: argparse.Namespace) -> list[Path]:
-    """The folders :func:`make_output_folders` makes for ``args`` and their parents, the deepest first."""
-    out: list[Path] = []
-    for folder in (getattr(args, "out", None), getattr(getattr(args, "trace_out", None), "parent", None)):
-        if folder is not None:
-            out += [folder, *Path(folder).parents]
-    return sorted(set(out), key=lambda p: len(p.parts), reverse=True)
 
 
 @contextlib.contextmanager
