@@ -8,7 +8,7 @@ The format (topics, frames, schemas, units) is described in ``replay_data/README
 from __future__ import annotations
 
 from perception.drives._chunks import UNKNOWN_TOPICS, read_chunk
-from perception.drives._codec import GROUND_TRUTH_TOPIC, kind_fields, topic_for
+from perception.drives._codec import BASE_FRAME, GROUND_TRUTH_TOPIC, MAP_FRAME, kind_fields, topic_for
 from perception.drives._damage import DriveDamage
 from perception.drives._drive_stats import DriveStats
 from perception.drives._reader import GT_TOLERANCE_NS, DriveReader
@@ -16,9 +16,11 @@ from perception.drives._scan import cut_short_at, head_metadata
 from perception.drives._writer import LIBRARY, DriveWriter
 
 __all__ = [
+    "BASE_FRAME",  # the vehicle's frame and the world's, as drives name them (live: a sample in neither)
     "GROUND_TRUTH_TOPIC",
     "GT_TOLERANCE_NS",
     "LIBRARY",
+    "MAP_FRAME",
     "UNKNOWN_TOPICS",
     "DriveDamage",
     "DriveReader",

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
-from perception.drives import _codec as codec
+from perception.drives import BASE_FRAME, MAP_FRAME
 from perception.errors import ConfigError, RuntimeClosedError
 from perception.kinds import ego_problem, kind_def, sample_problem
 from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
@@ -236,7 +236,7 @@ class LiveAssembler(Generic[T]):
         #: Each sensor's frame in the rig, and the frames its samples must not be in: another sensor's, the
         #: vehicle's, the map (they would be taken as in its own frame, and moved by its extrinsic once more).
         self._frames = {n: spec.frame_id for n, spec in (rig or {}).items() if n in self._sensors}
-        self._known_frames = {spec.frame_id for spec in (rig or {}).values()} | {codec.BASE_FRAME, codec.MAP_FRAME}
+        self._known_frames = {spec.frame_id for spec in (rig or {}).values()} | {BASE_FRAME, MAP_FRAME}
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
@@ -274,7 +274,7 @@ class LiveAssembler(Generic[T]):
         if problem is None and own not in (None, sample.frame_id) and sample.frame_id in self._known_frames:
             problem = (
                 f"sample in frame {sample.frame_id!r}, the rig's {name} in {own!r}: a sensor's samples are "
-                f"taken in its own frame (its extrinsic moves them to {codec.BASE_FRAME})"
+                f"taken in its own frame (its extrinsic moves them to {BASE_FRAME})"
             )
         if problem is None and isinstance(sample, PointCloudSample):
             columns = self._columns.setdefault(name, sample.points.shape[1])
