@@ -76,13 +76,14 @@ class _Seen:
         pass
 
 
-def _config() -> RuntimeConfig:
+def _config(sensor: str = "radar", kind: str = "radar", model: str = "rad") -> RuntimeConfig:
+    """One sensor, its own trigger, no fusion, margins no test reaches."""
     return from_data(
         RuntimeConfig,
         {
             "server": {"url": "localhost:1"},
-            "sensors": [{"name": "radar", "kind": "radar", "model": "rad", "transport": "grpc"}],
-            "trigger": {"sensor": "radar"},
+            "sensors": [{"name": sensor, "kind": kind, "model": model, "transport": "grpc"}],
+            "trigger": {"sensor": sensor},
             "fusion": {"enabled": False},
             "live": {"trigger_tolerance_ms": 600_000, "max_stamp_skew_ms": 600_000},
             "budget": {"total_ms": 60_000, "fusion_reserve_ms": 10},
@@ -160,17 +161,7 @@ def test_image_bytes_in_the_host_s_buffer_are_taken_as_bytes(monkeypatch: pytest
     # over without a copy), and a memoryview's decode raised AttributeError in the frame's processing: the
     # frame was dropped as an internal error, every frame; a bytearray the host reused changed under it.
     monkeypatch.setattr(_runtime, "Runtime", functools.partial(Runtime, client=_Camera(), check_models=False))
-    cfg = from_data(
-        RuntimeConfig,
-        {
-            "server": {"url": "localhost:1"},
-            "sensors": [{"name": "cam", "kind": "camera", "model": "cam", "transport": "grpc"}],
-            "trigger": {"sensor": "cam"},
-            "fusion": {"enabled": False},
-            "live": {"trigger_tolerance_ms": 600_000, "max_stamp_skew_ms": 600_000},
-            "budget": {"total_ms": 60_000, "fusion_reserve_ms": 10},
-        },
-    )
+    cfg = _config("cam", "camera", "cam")
     rig = {"cam": SensorSpec("cam", "camera", "cam", Transform(), "/cam", rate_hz=10.0)}
     buffer = bytearray(encode_jpeg(np.full((36, 64, 3), 200, np.uint8)))
     seen = _Seen()
