@@ -123,8 +123,9 @@ _ENDS = {
     "jpeg": (b"\xff\xd9", "its end-of-image marker (FF D9)"),
     "png": (b"\x00\x00\x00\x00IEND\xaeB`\x82", "an IEND chunk"),
 }
-#: Zero bytes taken as padding after that end, at most (hardware encoders pad a frame to a block size).
-_MAX_PADDING = 65_536
+#: Bytes taken after that end, at most: hardware encoders pad a frame to a block size (zeros), some cameras and
+#: phones append a trailer (any bytes), and decoders ignore both.
+_MAX_TRAILER = 65_536
 
 
 def image_format(data: bytes) -> Literal["jpeg", "png"] | None:
@@ -139,18 +140,21 @@ def image_format(data: bytes) -> Literal["jpeg", "png"] | None:
 
 def truncation_problem(data: bytes) -> str | None:
     """Why the JPEG or PNG ``data`` is cut short (a partial download, a full disk), or None. Whole, it ends
-    with a JPEG's end-of-image marker or a PNG's IEND chunk, maybe followed by zero padding (64 KiB at
-    most, only then scanned): O(1), no decode, yet a cut body would only show when decoded, in every frame
-    using the image. ``None`` for data of neither format (:func:`image_format`: the caller's to refuse)."""
+    with a JPEG's end-of-image marker or a PNG's IEND chunk, maybe followed by padding or a trailer (64 KiB at
+    most, only then scanned; a JPEG's entropy-coded data never holds the marker, its bytes FF are stuffed, but a
+    thumbnail's in those bytes passes a cut small file, which then fails its decode as before):
+    O(1) for most images, no decode, yet a cut body would only show when decoded, in every frame using the
+    image. ``None`` for data of neither format (:func:`image_format`: the caller's to refuse)."""
     fmt = image_format(data)
     if fmt is None:
         return None
     end, what = _ENDS[fmt]
-    if data.endswith(end):
+    if data.endswith(end) or data.rfind(end, max(0, len(data) - _MAX_TRAILER - len(end))) >= 0:
         return None
-    if data.endswith(b"\x00") and data[-_MAX_PADDING - len(end) :].rstrip(b"\x00").endswith(end):
-        return None
-    return f"{fmt.upper()} image does not end with {what}: cut short (a partial download, a full disk?)"
+    return (
+        f"{fmt.upper()} image does not end with {what} (nor has it in its last {_MAX_TRAILER} bytes): cut short "
+        "(a partial download, a full disk?)"
+    )
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

@@ -42,13 +42,17 @@ def test_a_body_cut_short_is_said_so(fmt: str, keep: float) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["jpeg", "png"])
-def test_whole_images_and_zero_padding_pass(fmt: str) -> None:
+def test_whole_images_and_zero_padding_or_a_trailer_pass(fmt: str) -> None:
     whole = IMAGES[fmt]
     assert truncation_problem(whole) is None
     for pad in (1, 3, 4096, 65_536):  # cameras pad a frame with zeros (4-byte words, blocks)
         assert truncation_problem(whole + bytes(pad)) is None
         decode_image(whole + bytes(pad))
-    assert truncation_problem(whole + bytes(65_537)) is not None  # more zeros than that: not padding
+    # a trailer after the end (a camera's or a phone's metadata): the decoders ignore it, so must this check
+    trailer = b"\xff\xff\x00\x01SEFT trailer" * 100
+    assert truncation_problem(whole + trailer) is None
+    decode_image(whole + trailer)
+    assert truncation_problem(whole + bytes(65_537)) is not None  # more than that: no end near the end
     assert truncation_problem(whole[: len(whole) // 2] + bytes(16)) is not None  # a cut body, zero-filled
 
 
