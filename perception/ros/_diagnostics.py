@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perception.config import RosConfig
+from perception.record import RunRecorder
 from perception.types import FrameResult, SensorStatus
 
 __all__ = ["ERROR", "INPUT_ERROR_LOG_PERIOD_NS", "OK", "WARN", "DiagnosticsTracker", "Status"]
@@ -116,9 +117,10 @@ class DiagnosticsTracker:
 
     def recording(self, path: str, stats: Mapping[str, int], error: BaseException | None) -> Status:
         """The status of ``--record``'s recording (its recorder's ``stats`` and ``error``): ERROR once it failed
-        (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full: the
+        (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full, a
+        sample the drive format refuses, a frame whose recording raised: :meth:`RunRecorder.gaps`; the
         recording has gaps, its replay names them), else OK."""
-        dropped = sum(v for k, v in stats.items() if k.startswith("dropped_"))
+        dropped = sum(RunRecorder.gaps(stats).values())
         values = {
             "file": path,
             "frames": str(stats.get("frames", 0)),
@@ -132,9 +134,7 @@ class DiagnosticsTracker:
             return Status(name, ERROR, f"recording failed, the run goes on unrecorded: {error!s:.300}", values)
         new, self._recording_dropped = dropped - self._recording_dropped, dropped
         if new > 0:
-            return Status(
-                name, WARN, f"{new} item(s) dropped (the recorder fell behind): the recording has gaps", values
-            )
+            return Status(name, WARN, f"{new} item(s) not recorded: the recording has gaps", values)
         return Status(name, OK, "recording", values)
 
     def _level(self, bad: int, of: int) -> tuple[int, float]:

@@ -1,10 +1,11 @@
 """/diagnostics says what the live runtime counted and dropped after the node took a message: the samples its
-intake refused (their sensor's input errors), what raised in it and the results not published."""
+intake refused (their sensor's input errors), what raised in it and the results not published; and the
+recording's every gap."""
 
 from __future__ import annotations
 
 from perception.config import RosConfig
-from perception.ros._diagnostics import ERROR, OK, DiagnosticsTracker
+from perception.ros._diagnostics import ERROR, OK, WARN, DiagnosticsTracker
 
 CAMERA = "perception_fusion: sensor cam_front"
 BUDGET = "perception_fusion: frame budget"
@@ -40,3 +41,16 @@ def test_the_frame_budget_says_what_failed_and_the_results_not_published() -> No
     budget = {s.name: s for s in diag.statuses({**status, "callbacks_failed": 1})}[BUDGET]
     assert budget.values["failed"] == "assembly 1, lidar_top 2", budget.values
     assert budget.values["results_unpublished"] == "5", budget.values
+
+
+def test_the_recording_status_counts_every_gap_the_end_of_run_line_does() -> None:
+    # The status summed dropped_* only: a sample the drive format refused or a frame whose recording raised
+    # left it "recording" (OK, dropped 0), where `perception ros node --record`'s end-of-run line said GAPS.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    stats = {"frames": 10, "segments": 1, "refused": 2, "failed": 1}
+    status = diag.recording("run.mcap", stats, None)
+    assert status.level == WARN and status.values["dropped"] == "3", status
+    assert "3 item(s) not recorded" in status.message, status
+    status = diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None)
+    assert status.level == WARN and status.values["dropped"] == "7" and "4 item(s)" in status.message, status
+    assert diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None).level == OK
