@@ -62,8 +62,8 @@ class _SensorCounts:
     logged: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: odometry only: frames with odometry past ``live.ego_max_age_ms``, as of the last status
     stale_seen: int = 0
-    #: samples the live intake refused after the node took them (an image not of the calibration's size...),
-    #: as of the last status: input errors too
+    #: samples the live runtime's intake refused after the node took them (an image not of the calibration's
+    #: size...), as of the last status: counted in ``input_errors`` as they come
     refused_seen: int = 0
 
 
@@ -155,10 +155,12 @@ class DiagnosticsTracker:
             # what the live intake refused of what the node took (its own checks: the camera's calibration,
             # the sensor's frame and point columns): the sensor's input errors, as the node's are
             refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
-            if refused > c.refused_seen:
+            new = refused - c.refused_seen if refused >= c.refused_seen else refused  # a new runtime counts from 0
+            c.refused_seen = refused
+            if new > 0:
+                c.input_errors += new
                 c.recent_input_error = True
                 c.last_error = f"{name}: {intake.get('invalid_reasons', {}).get(name, 'refused by the intake')}"
-            c.refused_seen = max(c.refused_seen, refused)
             recent = list(c.recent)
             bad = [s for s in recent if s != "ok"]
             level, rate = self._level(len(bad), len(recent))
@@ -171,7 +173,7 @@ class DiagnosticsTracker:
                 message = f"{worst} in {rate:.0%} of the last {len(recent)} frames"
             c.recent_input_error = False
             values = {s: str(c.counts.get(s, 0)) for s in _STATUSES}
-            values.update(input_errors=str(c.input_errors + c.refused_seen), last_error=c.last_error)
+            values.update(input_errors=str(c.input_errors), last_error=c.last_error)
             out.append(Status(f"{self._node}: sensor {name}", level, message, values))
         odo = self._odometry
         level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")

@@ -29,6 +29,10 @@ def test_samples_the_live_intake_refuses_are_their_sensor_s_input_errors() -> No
     assert camera.level == ERROR and camera.values["input_errors"] == "6", camera
     camera = {s.name: s for s in diag.statuses({"frames": 14, "intake": intake})}[CAMERA]
     assert camera.level == OK and camera.values["input_errors"] == "6", camera
+    # the node activated again: a new live runtime counts from 0, its refusals are new ones
+    renewed = {**intake, "invalid_by_sensor": {"cam_front": 2}}
+    camera = {s.name: s for s in diag.statuses({"frames": 2, "intake": renewed})}[CAMERA]
+    assert camera.level == ERROR and camera.values["input_errors"] == "8", camera
 
 
 def test_the_frame_budget_says_what_failed_and_the_results_not_published() -> None:
