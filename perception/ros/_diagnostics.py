@@ -3,12 +3,14 @@ turns it into ``diagnostic_msgs/DiagnosticArray``).
 
 A sensor counts its frames by status (ok, late, error, missing, skipped) and the messages it could not
 take (a malformed PointCloud2, an undecodable image: any message whose conversion failed, whatever the
-exception); its level is WARN when at least ``warn_rate`` of its last ``diagnostics_window`` frames were
-not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry counts the messages it
-could not take the same way, and the frames whose odometry was older than ``live.ego_max_age_ms``
-(``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget counts deadline
-misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
-:meth:`perception.live.LiveRuntime.status`) and the samples its intake dropped before any frame
+exception; and the samples the live intake's check refused, ``invalid_by_sensor`` of
+:meth:`perception.live.LiveRuntime.status`, with its reason: an image of another size than the camera's
+calibration, a sample in another sensor's frame); its level is WARN when at least ``warn_rate`` of its
+last ``diagnostics_window`` frames were not ok, ERROR from ``error_rate`` (or when its input is failing).
+The odometry counts the messages it could not take the same way, and the frames whose odometry was older
+than ``live.ego_max_age_ms`` (``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget
+counts deadline misses the same way and reports the latency from the trigger message's arrival to the result
+(p50/p99, from :meth:`perception.live.LiveRuntime.status`) and the samples its intake dropped before any frame
 (``samples_late``, ``samples_clock_jump``, ``samples_out_of_order``, ``samples_duplicate``,
 ``samples_intake_overflow``, ``samples_buffer_evicted``). With ``--record``, the recording has a status of its
 own (:meth:`DiagnosticsTracker.recording`): ERROR once it failed (a full disk), WARN while it drops items.
@@ -58,6 +60,8 @@ class _SensorCounts:
     logged: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: odometry only: frames with odometry past ``live.ego_max_age_ms``, as of the last status
     stale_seen: int = 0
+    #: samples the live intake refused (``invalid_by_sensor``), as of the last status
+    refused_seen: int = 0
 
 
 class DiagnosticsTracker:
@@ -71,6 +75,11 @@ class DiagnosticsTracker:
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
         self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
+
+    def live_opened(self) -> None:
+        """A new live runtime (an activation): its counters start at 0."""
+        for c in (*self._sensors.values(), self._odometry):
+            c.stale_seen = c.refused_seen = 0
 
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
@@ -144,7 +153,15 @@ class DiagnosticsTracker:
     def statuses(self, live_status: Mapping[str, Any] | None) -> list[Status]:
         """One status per sensor, then the frame budget; ``live_status``: the live runtime's status()."""
         out = []
+        intake = live_status.get("intake", {}) if live_status is not None else {}
         for name, c in self._sensors.items():
+            # samples the live intake refused since the last status: input errors of the sensor, with its reason
+            refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
+            if refused > c.refused_seen:
+                c.input_errors += refused - c.refused_seen
+                c.recent_input_error = True
+                c.last_error = f"{name}: {intake.get('invalid_reasons', {}).get(name, 'refused by the intake check')}"
+            c.refused_seen = refused
             recent = list(c.recent)
             bad = [s for s in recent if s != "ok"]
             level, rate = self._level(len(bad), len(recent))

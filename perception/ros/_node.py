@@ -424,6 +424,7 @@ class FusionNode(LifecycleNode):
         live.__enter__()
         self.live = live
         self._arrivals.clear()
+        self._diag.live_opened()
         self._active = True
         for msg_type, topic, callback in self.inputs():
             self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))

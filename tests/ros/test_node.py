@@ -646,6 +646,63 @@ def test_messages_dropped_for_their_stamps_are_counted_in_diagnostics(triton: Em
         context.try_shutdown()
 
 
+def test_messages_the_live_intake_refuses_are_counted_against_their_sensor_with_why(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # An image of another size than its camera's calibration, a cloud in another sensor's frame: they convert
+    # fine, pass the node's own check and are refused by the live intake's (sample_problem with the calibration,
+    # the frame check), counted there per sensor with the reason -- and /diagnostics said nothing of it: the
+    # sensors "ok" (or "missing"), no input error, no reason.
+    import numpy as np
+    import rclpy
+    from builtin_interfaces.msg import Time
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import CompressedImage, PointCloud2, PointField
+    from std_msgs.msg import Header
+
+    from perception._imageio import encode_jpeg
+    from perception.kinds import kind_def
+    from perception.ros._convert import sample_to_cloud, to_stamp
+    from perception.ros._diagnostics import ERROR
+    from perception.ros._node import FusionNode
+    from perception.types import PointCloudSample
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top,cam_front"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    ok = TransitionCallbackReturn.SUCCESS
+    try:
+        assert node.trigger_configure() == ok and node.trigger_activate() == ok
+        live = node.live
+        assert live is not None and node._diag is not None
+        callbacks = {topic: cb for _, topic, cb in node.inputs()}
+        now = node.get_clock().now().nanoseconds
+        small = encode_jpeg(np.full((8, 12, 3), 90, np.uint8), 90)  # the rig's cam_front is 640x360
+        header = Header(stamp=to_stamp(Time, now), frame_id="cam_front_optical")
+        callbacks[node.topics["cam_front"].data](CompressedImage(header=header, format="jpeg", data=small))
+        fields = kind_def("lidar").point_fields
+        sample = PointCloudSample("lidar_top", 0, "lidar", np.zeros((8, len(fields)), np.float32), fields)
+        header = Header(stamp=to_stamp(Time, now), frame_id="cam_front_optical")  # the camera's frame
+        callbacks[node.topics["lidar_top"].data](sample_to_cloud(PointCloud2, PointField, sample, header))
+        wait_for(lambda: live.status()["intake"]["invalid"] == 2, 30, "the 2 samples refused by the intake")
+        statuses = {s.name: s for s in node._diag.statuses(live.status())}
+        camera, lidar = statuses["perception_fusion: sensor cam_front"], statuses["perception_fusion: sensor lidar_top"]
+        for status, why in ((camera, "image is 12x8, its camera's calibration 640x360"), (lidar, "sample in frame")):
+            assert status.level == ERROR and why in status.message, status
+            assert status.values["input_errors"] == "1" and why in status.values["last_error"], status.values
+        # counted once: the next status says the same counts, no new error
+        statuses = {s.name: s for s in node._diag.statuses(live.status())}
+        assert statuses["perception_fusion: sensor cam_front"].values["input_errors"] == "1"
+        assert statuses["perception_fusion: sensor cam_front"].level != ERROR
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
 def test_camera_info_is_checked_again_after_a_reconfigure(
     triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
