@@ -438,9 +438,19 @@ class FusionNode(LifecycleNode):
         self.config = None
 
     # -- activate -------------------------------------------------------------------------------------
+    def waiting_for_clock(self) -> bool:
+        """Whether the node is on simulated time (``use_sim_time``) and no ``/clock`` has come yet: its ROS
+        clock reads 0, and an offset to the host clock measured on it would place every stamp decades off."""
+        return bool(self.get_parameter("use_sim_time").value) and self.get_clock().now().nanoseconds == 0
+
     def _activate(self) -> None:
         cfg = self.config
         assert cfg is not None and self._diag is not None
+        if self.waiting_for_clock():  # every sample was dropped as a clock jump, /diagnostics "ok"
+            raise PerceptionError(
+                "use_sim_time is true and no /clock has been received: start the clock (ros2 bag play --clock), "
+                "then activate"
+            )
         ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
         live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
         cfg = dataclasses.replace(cfg, live=live_cfg)

@@ -959,3 +959,92 @@ def test_parameters_the_node_does_not_use_or_cannot_apply_now_are_named_in_a_war
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_on_sim_time_the_node_activates_once_the_clock_runs_and_its_frames_come_out(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # use_sim_time with a bag played --clock: autostart activated on a ROS clock still at 0 (no /clock taken
+    # yet: the executor had not spun), so the offset to the host clock was decades off and every sample was
+    # dropped as a clock jump -- no frame ever, /diagnostics "ok". Now it waits for /clock, then activates.
+    # Over loopback: a /clock and a lidar publisher of the test's own, at sim time.
+    import numpy as np
+    import rclpy
+    from builtin_interfaces.msg import Time
+    from rclpy.qos import qos_profile_sensor_data
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import PointCloud2, PointField
+    from std_msgs.msg import Header
+
+    from perception.kinds import kind_def
+    from perception.ros._convert import sample_to_cloud, to_stamp
+    from perception.types import PointCloudSample
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top"}
+    stop = threading.Event()
+    published: list[int] = []
+    codes: list[int] = []
+    thread = threading.Thread(
+        target=lambda: codes.append(
+            run_node(
+                params,
+                ros_args=["-p", "use_sim_time:=true"],
+                stop=stop,
+                on_published=lambda r: published.append(r.t_ns),
+            )
+        ),
+        daemon=True,
+    )
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    bag = rclpy.create_node("bag_player", context=context)
+    clock = bag.create_publisher(Clock, "/clock", 10)
+    lidar = bag.create_publisher(PointCloud2, "/sensors/lidar_top/points", qos_profile_sensor_data)
+    fields = kind_def("lidar").point_fields
+    sample = PointCloudSample("lidar_top", 0, "lidar_top", np.zeros((8, len(fields)), np.float32), fields)
+    thread.start()
+    try:
+        time.sleep(2.0)  # the node configured and waiting (or, before, active on a clock at 0)
+        t = 1_700_000_000 * S
+        deadline = time.monotonic() + 60
+        while len(published) < 3:
+            assert time.monotonic() < deadline, f"no frames on sim time within 60 s (codes {codes})"
+            assert thread.is_alive(), codes
+            clock.publish(Clock(clock=to_stamp(Time, t)))
+            lidar.publish(sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, t))))
+            time.sleep(0.1)
+            t += 100 * MS
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        bag.destroy_node()
+        context.try_shutdown()
+    assert codes == [0]
+
+
+def test_on_sim_time_activate_before_any_clock_fails_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lifecycle manager activating before /clock came: the node went active on a clock at 0 and dropped every
+    # sample as a clock jump. Now activate fails saying why; no server (the check comes first).
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.ros._node import FusionNode
+
+    monkeypatch.setattr(FusionNode, "_check_models", lambda self, session: None)
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = [
+        Parameter(k, value=v) for k, v in {"profile": str(profile), "rig": str(DRIVE), "url": "127.0.0.1:1"}.items()
+    ]
+    node = FusionNode(context=context, parameter_overrides=[*params, Parameter("use_sim_time", value=True)])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.failure
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert "use_sim_time is true and no /clock has been received" in str(node.failure), node.failure
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
