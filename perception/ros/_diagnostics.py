@@ -79,6 +79,11 @@ class DiagnosticsTracker:
         self.frames = 0
         self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
 
+    def live_opened(self) -> None:
+        """A new live runtime (an activation): its counters start at 0."""
+        for c in (*self._sensors.values(), self._odometry):
+            c.stale_seen = c.refused_seen = 0
+
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
         self.frames += 1
