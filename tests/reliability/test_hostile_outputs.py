@@ -89,9 +89,15 @@ async def test_answers_outside_the_contract_are_that_sensors_error(triton: Embed
 
 
 @pytest.mark.anyio
-async def test_a_model_answering_the_wrong_shape_opens_its_circuit(triton: EmbeddedTriton) -> None:
+@pytest.mark.parametrize(
+    "wrong",
+    [((1, 2, 3, 6, 0), RIGHT, RIGHT), ((1, 2, 3, 7, 0), (2, 1, 3, 0, 0), (1, 1, 2, 0, 0))],
+    ids=["6 box columns", "rows that disagree"],
+)
+async def test_a_model_answering_the_wrong_shape_opens_its_circuit(
+    triton: EmbeddedTriton, wrong: tuple[tuple[int, ...], ...]
+) -> None:
     cfg = runtime_config(triton.grpc_url, MODELS, pipeline={"circuit": {"failure_threshold": 2}})
-    wrong = ((1, 2, 3, 6, 0), RIGHT, RIGHT)
     with anyio.fail_after(120):
         async with Runtime(cfg) as rt:
             statuses = [(await rt.process(told_frame(i, wrong, (RIGHT,) * 4))).sensors["lidar_top"] for i in range(4)]
