@@ -2,7 +2,9 @@
 the kinds' contracts, :mod:`perception.kinds`).
 
 A malformed output raises :class:`~perception.errors.InputError` naming the sensor and tensor; the
-fuser logs it and treats that sensor as missing for the frame. Rows with non-finite geometry, labels
+fuser logs it and treats that sensor as missing for the frame. The runtime's own answers met their kind's
+contract already (the dispatcher's check); outputs from elsewhere did not (a recorded run re-fused, a
+caller's own results, the views' recorded camera outputs). Rows with non-finite geometry, labels
 outside :data:`~perception.types.LABELS` or scores below a floor are dropped silently (they are not
 detections).
 """

@@ -178,6 +178,11 @@ class KindContract:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool = False
+    #: The outputs holding one row per detection (their first dimension after the batch one): an answer
+    #: whose row counts disagree is outside the contract. ``None`` (the default): every output whose first
+    #: dim is ``-1`` (lidar's and radar's all; none of the camera's, whose rows are a fixed 100 each); ``()``
+    #: for a kind whose variable outputs are not of one length.
+    rows: tuple[str, ...] | None = None
     #: An image kind's other way in: the sample's bytes as recorded (JPEG/PNG), for a model that decodes
     #: them itself (``SensorConfig.decode: server``; a GPU server would with nvJPEG or DALI). A model
     #: taking it declares it, and its ``inputs``, ``optional`` (a request carries one or the other).
@@ -187,16 +192,35 @@ class KindContract:
     #: on its own -- that row with no detections and its reason here, the other rows as usual -- when the
     #: request asks for this output; without it one undecodable row fails the whole request.
     decode_error: TensorSpec | None = None
+    _row_outputs: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name = {t.name: t for t in self.outputs}
+        rows = tuple(t.name for t in self.outputs if t.dims[:1] == (-1,)) if self.rows is None else self.rows
+        for name in rows:
+            spec = by_name.get(name)
+            if spec is None or not spec.dims:
+                raise ValueError(f"rows: {name!r} is not an output with a row dimension")
+        fixed = {by_name[name].dims[0] for name in rows} - {-1}
+        if len(fixed) > 1:
+            raise ValueError(f"rows: {', '.join(rows)} have fixed row counts that differ ({sorted(fixed)})")
+        object.__setattr__(self, "_row_outputs", rows if len(rows) > 1 else ())
 
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
 
+    @property
+    def row_outputs(self) -> tuple[str, ...]:
+        """The outputs that must agree in their row count (:attr:`rows`; empty when fewer than two)."""
+        return self._row_outputs
+
     def outputs_problem(self, outputs: Mapping[str, Any], *, batch: int | None = None) -> str | None:
         """Why a model's ``outputs`` do not meet this contract, or None: every output present, a numpy
         array of its dtype, rank and fixed dims; with ``batch`` (a batched request) a leading batch
-        dimension of exactly that size. The one check on every answer (the dispatcher's), so a model
-        answering another shape is that sensor's error, never an exception further on."""
+        dimension of exactly that size; the :attr:`row_outputs` of one row count (per image of a batch).
+        The one check on every answer (the dispatcher's), so a model answering another shape is that
+        sensor's error, never an exception further on."""
         for spec in self.outputs:
             array = outputs.get(spec.name)
             if array is not None and not isinstance(array, np.ndarray):
@@ -206,6 +230,13 @@ class KindContract:
                 want.validate(array)
             except InputError as exc:
                 return f"{spec.name}: {exc.message}"
+        if self._row_outputs:  # shapes only: no copies
+            axis = 0 if batch is None else 1
+            first = self._row_outputs[0]
+            n = outputs[first].shape[axis]
+            for name in self._row_outputs:
+                if (m := outputs[name].shape[axis]) != n:
+                    return f"{name} has {m} row{'' if m == 1 else 's'}, {first} {n} (one row per detection)"
         return None
 
     def decode_errors(self, outputs: Mapping[str, Any], *, batch: int) -> dict[int, str]:

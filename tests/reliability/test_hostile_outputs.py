@@ -1,7 +1,7 @@
-"""Model answers outside the contract (issue 33): a wrong shape, dtype, rank or a missing output is that
-sensor's ``error`` (and a breaker failure), never an exception cancelling the frame's other sensors or
-reaching the host. Through the real server: ``told_lidar`` / ``told_camera`` answer what the sample
-tells them (perception.modelkit._testing.ToldModel)."""
+"""Model answers outside the contract (issue 33): a wrong shape, dtype, rank, a missing output or outputs
+whose rows disagree is that sensor's ``error`` naming model and tensor (and a breaker failure), never an
+exception cancelling the frame's other sensors or reaching the host. Through the real server: ``told_lidar`` /
+``told_camera`` answer what the sample tells them (perception.modelkit._testing.ToldModel)."""
 
 from __future__ import annotations
 
@@ -50,11 +50,13 @@ CASES = [
     ((RIGHT, (9, 0, 0, 0, 0), RIGHT), (RIGHT,) * 4, "LABELS", "ok"),  # an output left out
     (((1, 0, 0, 0, 0), RIGHT, RIGHT), (RIGHT,) * 4, "BOXES", "ok"),  # a scalar
     (((1, 3, 2, 3, 7), RIGHT, RIGHT), (RIGHT,) * 4, "BOXES", "ok"),  # rank 3
-    (((1, 2, 3, 7, 0), (2, 1, 5, 0, 0), (1, 1, 3, 0, 0)), (RIGHT,) * 4, "ok", "ok"),  # rows disagree: fusion's
+    # rows that disagree: 3 boxes, 5 labels
+    (((1, 2, 3, 7, 0), (2, 1, 5, 0, 0), (1, 1, 3, 0, 0)), (RIGHT,) * 4, "LABELS has 5 rows, BOXES 3", "ok"),
     ((RIGHT,) * 3, ((1, 2, 100, 4, 0), RIGHT, RIGHT, RIGHT), "ok", "BOXES"),  # no batch dimension
     ((RIGHT,) * 3, ((1, 3, 1, 100, 3), RIGHT, RIGHT, RIGHT), "ok", "BOXES"),  # 3 box columns
     ((RIGHT,) * 3, ((1, 3, 2, 100, 4), RIGHT, RIGHT, RIGHT), "ok", "BOXES"),  # a batch of 2 for 1 image
     ((RIGHT,) * 3, (RIGHT, RIGHT, RIGHT, (9, 0, 0, 0, 0)), "ok", "COUNT"),
+    ((RIGHT,) * 3, (RIGHT, RIGHT, (2, 2, 1, 99, 0), RIGHT), "ok", "LABELS"),  # 99 labels for 100 rows
 ]
 
 
@@ -64,7 +66,7 @@ def _check(result: object, sensor: str, want: str) -> None:
         assert res.status is SensorStatus.OK, (sensor, res.error)
     else:
         assert res.status is SensorStatus.ERROR, (sensor, want, res.status)
-        assert res.error is not None and want in res.error, res.error
+        assert res.error is not None and want in res.error and MODELS[sensor] in res.error, res.error
 
 
 @pytest.mark.anyio
@@ -87,9 +89,15 @@ async def test_answers_outside_the_contract_are_that_sensors_error(triton: Embed
 
 
 @pytest.mark.anyio
-async def test_a_model_answering_the_wrong_shape_opens_its_circuit(triton: EmbeddedTriton) -> None:
+@pytest.mark.parametrize(
+    "wrong",
+    [((1, 2, 3, 6, 0), RIGHT, RIGHT), ((1, 2, 3, 7, 0), (2, 1, 3, 0, 0), (1, 1, 2, 0, 0))],
+    ids=["6 box columns", "rows that disagree"],
+)
+async def test_a_model_answering_the_wrong_shape_opens_its_circuit(
+    triton: EmbeddedTriton, wrong: tuple[tuple[int, ...], ...]
+) -> None:
     cfg = runtime_config(triton.grpc_url, MODELS, pipeline={"circuit": {"failure_threshold": 2}})
-    wrong = ((1, 2, 3, 6, 0), RIGHT, RIGHT)
     with anyio.fail_after(120):
         async with Runtime(cfg) as rt:
             statuses = [(await rt.process(told_frame(i, wrong, (RIGHT,) * 4))).sensors["lidar_top"] for i in range(4)]
