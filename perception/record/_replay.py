@@ -728,13 +728,18 @@ def _moved_by(merged: Mapping[str, Any]) -> npt.NDArray[np.float64]:
     return np.asarray(merged["m"], np.float64).reshape(4, 4)
 
 
+#: Why a sensor ok in the run has no answer today (--rerun-models): the profile or --sensors leaves it out.
+_NOT_ENABLED = "not asked: not among the sensors enabled (the profile, --sensors)"
+
+
 async def _rerun(
     rt: Runtime,
     frame: Frame,
     recorded: Mapping[str, SensorResult],
     answered: dict[str, SensorResult],
 ) -> dict[str, SensorResult]:
-    """Today's models on the sensors that answered ok in the run; the others keep their recorded status.
+    """Today's models on the sensors that answered ok in the run (one not enabled today: missing, said so); the
+    others keep their recorded status.
     A result the run reused from an earlier frame (decimated under overload: ``reused_age_ns``) is not asked
     again of this frame's sample: it is today's answer to the sample it was made of, as the run reused it
     (``answered``: each sensor's latest answer today, kept across frames: the run reused its latest too)."""
@@ -745,8 +750,10 @@ async def _rerun(
         result = await rt.process(Frame(frame.frame_id, frame.t_ns, samples, ego=frame.ego))
         for n in ok:
             today = result.sensors.get(n)
-            if today is None or frame.samples.get(n) is None:
+            if frame.samples.get(n) is None:
                 out[n] = SensorResult(n, SensorStatus.MISSING, error="the sample is not in the recording")
+            elif today is None:  # (the runtime asks the sensors enabled alone)
+                out[n] = SensorResult(n, SensorStatus.MISSING, error=_NOT_ENABLED)
             else:
                 out[n] = answered[n] = today
     for n, r in recorded.items():

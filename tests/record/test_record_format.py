@@ -202,35 +202,58 @@ def test_a_changed_fusion_parameter_counts_each_frame_once(tmp_path: Path) -> No
     assert out.diverged == Counter({"fusion": out.compared - out.equal})
 
 
+class _Today:
+    """Today's models (no server), as :class:`perception.scheduler.Runtime` answers: the sensors enabled in its
+    session (``--sensors``) each with :func:`lidar_result`, the ok ones' scores times :attr:`scale`."""
+
+    scale = 1.0
+
+    def __init__(self, session: Session, **kwargs: Any) -> None:
+        self.enabled = {s.name for s in session.config.active_sensors}
+
+    async def __aenter__(self) -> _Today:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def process(self, frame: Frame) -> FrameResult:
+        results = {}
+        for name, sample in frame.samples.items():
+            if name in self.enabled:
+                r = lidar_result(name, sample, frame.t_ns)
+                if r.status is SensorStatus.OK:
+                    r = dataclasses.replace(r, outputs={**r.outputs, "SCORES": r.outputs["SCORES"] * self.scale})
+                results[name] = r
+        return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, results, ())
+
+
 def test_a_changed_model_answer_is_not_counted_as_fusion_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # --rerun-models with today's lidar answering lower scores: each frame it answered differs by its model's
     # answer, and by nothing else (its detections differ as the answer does: not fusion's doing).
-    class Today:  # today's models: the lidar's answer with its scores halved (no server)
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-        async def __aenter__(self) -> Today:
-            return self
-
-        async def __aexit__(self, *exc: object) -> None:
-            return None
-
-        async def process(self, frame: Frame) -> FrameResult:
-            results = {}
-            for name, sample in frame.samples.items():
-                r = lidar_result(name, sample, frame.t_ns)
-                if r.status is SensorStatus.OK:
-                    r = dataclasses.replace(r, outputs={**r.outputs, "SCORES": r.outputs["SCORES"] * 0.5})
-                results[name] = r
-            return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, results, ())
-
-    monkeypatch.setattr(_replay, "Runtime", Today)
+    monkeypatch.setattr(_Today, "scale", 0.5)
+    monkeypatch.setattr(_replay, "Runtime", _Today)
     run = tmp_path / "run.mcap"
     _record_tracked(run, frames=SHED, other=None)  # (fused frames only: a shed one's prediction has no model)
     out = as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True)
     assert out.first is not None and out.first.cause == "model", out.first
     assert out.equal < out.compared
     assert out.diverged == Counter({"model": out.compared - out.equal})
+
+
+def test_a_sensor_not_enabled_today_is_not_said_to_be_missing_from_the_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --rerun-models --sensors without the lidar: it was not asked, and the divergence said "lidar_top answered
+    # missing (the sample is not in the recording)" of a recording that holds every sample (KITTI, cam_front).
+    monkeypatch.setattr(_replay, "Runtime", _Today)
+    run = tmp_path / "run.mcap"
+    _record_tracked(run, frames=SHED, other=None)
+    out = as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True, sensors=["cam_front"])
+    assert out.first is not None and out.first.cause == "model", out.first
+    assert out.first.detail.startswith("lidar_top answered missing (not asked: not among the sensors enabled")
+    assert "not in the recording" not in out.first.detail
+    assert as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True).first is None  # every sensor: equal
 
 
 def test_tracker_difference_names_the_array_and_element_that_differ_first() -> None:
