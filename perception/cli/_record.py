@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -165,16 +165,22 @@ def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def recording(rec: RunRecorder) -> Iterator[RunRecorder]:
+def recording(rec: RunRecorder) -> Iterator[Callable[[], None]]:
     """``rec`` entered for a run, then closed and reported however the run ends: at its end; on Ctrl-C or
     SIGTERM (it said only 'interrupted', nothing of the recording: finished, and holding the run up to the
-    stop), the interrupt raised on after the report; on an error of the run. A recording that failed (a full
-    disk) is reported for what it holds, then its error raised."""
+    stop), the interrupt raised on after the report, or said by calling what it yields (a run that drains and
+    returns on it: a replay's); on an error of the run. A recording that failed (a full disk) is reported for
+    what it holds, then its error raised."""
     cut: str | None = None
+
+    def stopped() -> None:
+        nonlocal cut
+        cut = _INTERRUPTED
+
     try:
         with rec:
             try:
-                yield rec
+                yield stopped
             except KeyboardInterrupt:
                 cut = _INTERRUPTED
                 raise

@@ -25,7 +25,7 @@ from perception.cli._record import (
     add_as_recorded_options,
     add_record_options,
     recorder,
-    report_recording,
+    recording,
     run_as_recorded,
 )
 from perception.drives import DriveReader
@@ -224,8 +224,8 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
         if args.compare_modes:
             sinks.append(each_frame(results.append))
         sys.stdout.flush()
-        if rec is not None:
-            stack.enter_context(rec)
+        # closed and reported however the run ends (cut by a stop, its failure or the recording's)
+        stopped = stack.enter_context(recording(rec)) if rec is not None else None
         outcome = run_with_signals(
             lambda stop: replay_with_stop(
                 stop,
@@ -236,9 +236,8 @@ def _run(args: argparse.Namespace, reader: DriveReader, session: Session) -> int
                 observer=rec,
             )
         )
-        if rec is not None:
-            rec.close()
-            report_recording(rec)
+        if stopped is not None and outcome.interrupted:
+            stopped()
     r = outcome.report.counters
     total = outcome.report.latency.total or LatencyStats()
     sys.stdout.write(

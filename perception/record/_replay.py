@@ -108,7 +108,7 @@ class AsRecordedOutcome:
     compared: int = 0  # frames that reached fusion, compared digest by digest (shed frames' predictions too)
     predicted: int = 0  # of those compared, the shed frames' predictions (the others were fused)
     equal: int = 0
-    diverged: Counter[str] = field(default_factory=Counter)  # frames by cause
+    diverged: Counter[str] = field(default_factory=Counter)  # frames by cause (each by the first found)
     first: Divergence | None = None
     segments: int = 0
     rerun_models: bool = False
@@ -136,6 +136,8 @@ class AsRecordedOutcome:
     #: both None: unknown, the kept segments hold no frame fused; the latter alone None: a recording that does
     #: not say, made before :data:`._format.META_PREDICTED_BEFORE`, whose turns are all counted as fused).
     start: dict[str, Any] | None = None
+    #: The fusion turns counted in :attr:`diverged` (:meth:`note`).
+    _noted: set[int] = field(default_factory=set, repr=False)
 
     def report(self) -> dict[str, Any]:
         """The ``as_recorded`` section of a report (JSON)."""
@@ -184,7 +186,13 @@ class AsRecordedOutcome:
         log.info("%s: %s: what follows it is missing from the replay", seg, damage.first_problem())
 
     def note(self, div: Divergence, run: str = "0") -> None:
-        """Count ``div``, of the recording's run ``run`` (its metadata's), and keep it if it is the first."""
+        """Count ``div``, of the recording's run ``run`` (its metadata's), and keep it if it is the first. A
+        frame is counted once, by the first cause found: what follows from it (the frame it delivered, which is
+        what fusion gave it here) is not counted again."""
+        if div.seq is not None:
+            if div.seq in self._noted:
+                return
+            self._noted.add(div.seq)
         if run != "0":
             div = dataclasses.replace(div, run=int(run))
         self.diverged[div.cause] += 1
@@ -720,13 +728,18 @@ def _moved_by(merged: Mapping[str, Any]) -> npt.NDArray[np.float64]:
     return np.asarray(merged["m"], np.float64).reshape(4, 4)
 
 
+#: Why a sensor ok in the run has no answer today (--rerun-models): the profile or --sensors leaves it out.
+_NOT_ENABLED = "not asked: not among the sensors enabled (the profile, --sensors)"
+
+
 async def _rerun(
     rt: Runtime,
     frame: Frame,
     recorded: Mapping[str, SensorResult],
     answered: dict[str, SensorResult],
 ) -> dict[str, SensorResult]:
-    """Today's models on the sensors that answered ok in the run; the others keep their recorded status.
+    """Today's models on the sensors that answered ok in the run (one not enabled today: missing, said so); the
+    others keep their recorded status.
     A result the run reused from an earlier frame (decimated under overload: ``reused_age_ns``) is not asked
     again of this frame's sample: it is today's answer to the sample it was made of, as the run reused it
     (``answered``: each sensor's latest answer today, kept across frames: the run reused its latest too)."""
@@ -737,8 +750,10 @@ async def _rerun(
         result = await rt.process(Frame(frame.frame_id, frame.t_ns, samples, ego=frame.ego))
         for n in ok:
             today = result.sensors.get(n)
-            if today is None or frame.samples.get(n) is None:
+            if frame.samples.get(n) is None:
                 out[n] = SensorResult(n, SensorStatus.MISSING, error="the sample is not in the recording")
+            elif today is None:  # (the runtime asks the sensors enabled alone)
+                out[n] = SensorResult(n, SensorStatus.MISSING, error=_NOT_ENABLED)
             else:
                 out[n] = answered[n] = today
     for n, r in recorded.items():

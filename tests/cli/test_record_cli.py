@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from perception.cli import main
+from perception.errors import ReplayError
+from perception.metrics import LatencyAccumulator
+from perception.replay import ReplayOutcome
 
 DRIVE = Path(__file__).resolve().parents[2] / "replay_data" / "urban_seed7_10s.mcap"
 
@@ -140,3 +145,53 @@ def test_the_options_of_a_recording_are_named_as_typed(
     assert capsys.readouterr().err.startswith(f"perception replay: error: --record: {drive} would overwrite the drive")
     assert main(["replay", str(drive), "--as-recorded", "--rate", "max", *out]) == 2
     assert capsys.readouterr().err.startswith("perception replay: error: --as-recorded: --rate: not used by a replay")
+
+
+def _replay_recorded(
+    drive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ends: Callable[[], ReplayOutcome]
+) -> tuple[int, Path]:
+    """``perception replay DRIVE --record`` whose run begins (the recording with it) and ``ends`` (no server): its
+    exit code and the recording's path."""
+    from perception.cli import _replay
+
+    async def run(stop: Any, reader: Any, session: Any, options: Any, *, observer: Any, **kwargs: Any) -> Any:
+        observer.begin(session)
+        return ends()
+
+    monkeypatch.setattr(_replay, "replay_with_stop", run)
+    rec = tmp_path / "run.mcap"
+    code = main(["replay", str(drive), "--rate", "max", "--record", str(rec), "--out", str(tmp_path / "out")])
+    return code, rec
+
+
+def test_a_replay_stopped_by_ctrl_c_says_its_recording_is_cut(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C drains a replay and it returns: its 'recorded FILE: ...' line did not say INTERRUPTED, as live's
+    # does (nuScenes stopped at 22 s: 'recorded x.mcap: 33 frames fused, ... 51.6 MiB', then 'interrupted').
+    def stopped() -> ReplayOutcome:
+        acc = LatencyAccumulator(budget_ns=1)
+        return ReplayOutcome(acc.report(), acc, interrupted=True)
+
+    code, rec = _replay_recorded(drive, tmp_path, monkeypatch, stopped)
+    out = capsys.readouterr().out
+    assert code == 130, out
+    line = next((x for x in out.splitlines() if x.startswith(f"recorded {rec}: ")), None)
+    assert line is not None and line.endswith("; INTERRUPTED: the recording holds the run up to the stop (the frames "
+                                              "finished then included)"), out  # fmt: skip
+    assert out.index(line) < out.index("interrupted: records are complete")
+
+
+def test_a_replay_that_fails_says_what_its_recording_holds(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A replay's run that failed closed its recording without a word of it (live's says the run FAILED).
+    def failed() -> ReplayOutcome:
+        raise ReplayError("the server went away")
+
+    code, rec = _replay_recorded(drive, tmp_path, monkeypatch, failed)
+    captured = capsys.readouterr()
+    assert code == 1 and "the server went away" in captured.err and "Traceback" not in captured.err
+    line = next((x for x in captured.out.splitlines() if x.startswith(f"recorded {rec}: ")), None)
+    assert line is not None and line.endswith("; the run FAILED: the recording holds it up to its failure"), captured
+    assert rec.exists()

@@ -4,6 +4,7 @@ divergence is located; recordings of format 3 (their digests recorded by the run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
@@ -23,7 +24,7 @@ from recording_helpers import as_recorded
 
 from perception.config import load_config
 from perception.drives import DriveReader
-from perception.record import RecordOptions, RunRecorder, _recorder
+from perception.record import RecordOptions, RunRecorder, _recorder, _replay
 from perception.record import _format as fmt
 from perception.record._digest import (
     decisions_digest,
@@ -41,6 +42,7 @@ from perception.types import (
     FrameResult,
     FrameStatus,
     SensorResult,
+    SensorStatus,
     Transform,
 )
 
@@ -184,6 +186,74 @@ def test_a_corrupted_tracker_state_is_a_located_tracker_divergence(tmp_path: Pat
     assert out.first is not None and out.first.seq == seq and out.first.cause == "fusion", out.first
     assert f"another tracker state: 'table' row {row}, column {column}: " in out.first.detail
     assert out.diverged == Counter({"fusion": 1}) and out.equal == out.compared - 1  # that frame only
+
+
+def test_a_changed_fusion_parameter_counts_each_frame_once(tmp_path: Path) -> None:
+    # Every frame fused anew gives other detections: one divergence each, fusion's. The frame delivered (what
+    # fusion gave it here) differs from the one recorded too, but that is the same divergence: counted twice,
+    # 'diverged' said {'fusion': 2n} of n frames (nuScenes: 82 of 41).
+    run = tmp_path / "run.mcap"
+    _record_tracked(run, other=None)
+    cfg = load_config(REPLAY_PROFILE)
+    changed = dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, score_threshold=0.85))
+    out = as_recorded(run, changed)
+    assert out.first is not None and out.first.cause == "fusion", out.first
+    assert out.equal < out.compared
+    assert out.diverged == Counter({"fusion": out.compared - out.equal})
+
+
+class _Today:
+    """Today's models (no server), as :class:`perception.scheduler.Runtime` answers: the sensors enabled in its
+    session (``--sensors``) each with :func:`lidar_result`, the ok ones' scores times :attr:`scale`."""
+
+    scale = 1.0
+
+    def __init__(self, session: Session, **kwargs: Any) -> None:
+        self.enabled = {s.name for s in session.config.active_sensors}
+
+    async def __aenter__(self) -> _Today:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def process(self, frame: Frame) -> FrameResult:
+        results = {}
+        for name, sample in frame.samples.items():
+            if name in self.enabled:
+                r = lidar_result(name, sample, frame.t_ns)
+                if r.status is SensorStatus.OK:
+                    r = dataclasses.replace(r, outputs={**r.outputs, "SCORES": r.outputs["SCORES"] * self.scale})
+                results[name] = r
+        return FrameResult(frame.frame_id, frame.t_ns, FrameStatus.OK, results, ())
+
+
+def test_a_changed_model_answer_is_not_counted_as_fusion_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --rerun-models with today's lidar answering lower scores: each frame it answered differs by its model's
+    # answer, and by nothing else (its detections differ as the answer does: not fusion's doing).
+    monkeypatch.setattr(_Today, "scale", 0.5)
+    monkeypatch.setattr(_replay, "Runtime", _Today)
+    run = tmp_path / "run.mcap"
+    _record_tracked(run, frames=SHED, other=None)  # (fused frames only: a shed one's prediction has no model)
+    out = as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True)
+    assert out.first is not None and out.first.cause == "model", out.first
+    assert out.equal < out.compared
+    assert out.diverged == Counter({"model": out.compared - out.equal})
+
+
+def test_a_sensor_not_enabled_today_is_not_said_to_be_missing_from_the_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --rerun-models --sensors without the lidar: it was not asked, and the divergence said "lidar_top answered
+    # missing (the sample is not in the recording)" of a recording that holds every sample (KITTI, cam_front).
+    monkeypatch.setattr(_replay, "Runtime", _Today)
+    run = tmp_path / "run.mcap"
+    _record_tracked(run, frames=SHED, other=None)
+    out = as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True, sensors=["cam_front"])
+    assert out.first is not None and out.first.cause == "model", out.first
+    assert out.first.detail.startswith("lidar_top answered missing (not asked: not among the sensors enabled")
+    assert "not in the recording" not in out.first.detail
+    assert as_recorded(run, load_config(REPLAY_PROFILE), rerun_models=True).first is None  # every sensor: equal
 
 
 def test_tracker_difference_names_the_array_and_element_that_differ_first() -> None:
