@@ -223,7 +223,8 @@ class FusionNode(LifecycleNode):
         self._diag: DiagnosticsTracker | None = None
         self._active = False
         self._ros_minus_mono = 0
-        self._arrivals: dict[int, int] = {}
+        #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
+        self._arrivals: dict[int, tuple[int, int]] = {}
         self._seq: dict[str, int] = {}
         self._info_checked: set[str] = set()
         self._lock = threading.Lock()
@@ -451,12 +452,24 @@ class FusionNode(LifecycleNode):
                 "use_sim_time is true and no /clock has been received: start the clock (ros2 bag play --clock), "
                 "then activate"
             )
-        ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
-        live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+        clock: Callable[[], int] | None = None
+        if self.get_parameter("use_sim_time").value:
+            # Simulated time (a bag's /clock, at any rate, paused): the live assembly runs on the ROS clock
+            # itself, which the stamps are on. An offset to the monotonic clock measured once drifted past
+            # live.max_stamp_skew_ms at any rate but 1 (every sample after dropped as a clock jump).
+            ros_clock = self.get_clock()
+
+            def clock() -> int:
+                return int(ros_clock.now().nanoseconds)
+
+            live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, 0)
+        else:
+            ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
+            live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
         cfg = dataclasses.replace(cfg, live=live_cfg)
         assert self.session is not None
         # the session's source, resolved as configure resolved it (the config already is)
-        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer)
+        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer, clock=clock)
         live.__enter__()
         self.live = live
         self._arrivals.clear()
@@ -495,9 +508,9 @@ class FusionNode(LifecycleNode):
             return
         if future is not None:
 
-            def arrived(fut: Any, arrival: int = arrival_ns) -> None:
+            def arrived(fut: Any, arrival: int = arrival_ns, stamp: int = sample.t_ns) -> None:
                 if not fut.cancelled() and fut.exception() is None:
-                    self._arrivals[fut.result().frame_id] = arrival
+                    self._arrivals[fut.result().frame_id] = (arrival, stamp)
 
             future.add_done_callback(arrived)
 
@@ -606,19 +619,19 @@ class FusionNode(LifecycleNode):
         pubs = self._pubs
         if not self._active or cfg is None or pubs is None:
             return
-        stamp = result.t_ns + self._ros_minus_mono
+        # (answered before on_result is called: the frame's trigger message, if it had one)
+        trigger = self._arrivals.pop(result.frame_id, None)
+        arrival, stamp = trigger if trigger is not None else (None, result.t_ns + self._ros_minus_mono)
+        if len(self._arrivals) > _MAX_ARRIVALS:
+            self._arrivals.clear()
         header = Header(stamp=to_stamp(Time, stamp), frame_id=cfg.ros.frame_id)
         pubs.objects.publish(marker_array(_Markers, result, header, Duration(sec=0, nanosec=0)))
         if pubs.detections is not None:
             pubs.detections.publish(detections_array(self._vision, result, header))
-        now = time.monotonic_ns()
-        arrival = self._arrivals.pop(result.frame_id, None)
-        if len(self._arrivals) > _MAX_ARRIVALS:
-            self._arrivals.clear()
-        processing_ms = frame_processing_ms(result, arrival, now)
+        processing_ms = frame_processing_ms(result, arrival, time.monotonic_ns())
         if processing_ms is not None:
             pubs.processing.publish(Float64(data=processing_ms))
-        pubs.pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
+        pubs.pipeline.publish(Float64(data=(self.get_clock().now().nanoseconds - stamp) / 1e6))
         if self._diag is not None:
             self._diag.add(result)
         self.frames_published += 1
