@@ -1,7 +1,9 @@
-"""Live frame assembly on the host's monotonic clock (pure logic: the clock is passed in).
+"""Live frame assembly on a clock passed in (pure logic): the host's monotonic clock, or the clock the samples
+are stamped on when it is no real time (a ROS node on simulated time: a bag's ``/clock``, at whatever rate
+it is played, paused).
 
-Samples arrive as the host's middleware delivers them, each with its arrival time. Their stamps are
-converted to the host clock (:class:`TimeBase`), then:
+Samples arrive as the host's middleware delivers them, each with its arrival time on that clock (the
+"host clock" below). Their stamps are converted to it (:class:`TimeBase`), then:
 
 * **trigger** — a sample of the trigger sensor opens a frame at its capture time; with ``rate_hz``
   frames open on a fixed grid instead;
@@ -128,7 +130,7 @@ class _Offset:
 
 
 class TimeBase:
-    """Stamps -> host monotonic ns, per sensor: none, a fixed offset, or an estimated one."""
+    """Stamps -> the assembler's clock (ns), per sensor: none, a fixed offset, or an estimated one."""
 
     def __init__(self, live: LiveConfig) -> None:
         self._mode = live.time_base
@@ -183,7 +185,7 @@ class LostFrame(Generic[T]):
 @dataclass
 class _Pending(Generic[T]):
     t_ns: int
-    arrival_ns: int  # when the frame opened on the host clock (its latency origin)
+    created_ns: int  # when the frame opened on the host's monotonic clock (its latency origin)
     due_ns: int
     by: str  # trigger | timer | rate
     token: T | None = None  # what the caller attached to the trigger sample
@@ -204,6 +206,9 @@ def check_trigger(enabled: Sequence[str], trigger: TriggerConfig) -> None:
 
 class LiveAssembler(Generic[T]):
     """Assemble frames from live samples; :meth:`add` them, take :meth:`due` frames at host time ``now``.
+
+    Host time is the clock the caller passes in (arrivals, ``now``); the frames' ``created_ns`` (their latency
+    and budget origin) is the host's monotonic time of their opening, ``host_ns`` where that clock is another.
 
     ``rates`` gives each sensor's nominal rate (Hz, from the rig) for the trigger's silence timer; a
     trigger without one has its period measured from its arrivals.
@@ -262,9 +267,11 @@ class LiveAssembler(Generic[T]):
         self._overflowed: list[tuple[Frame, T | None]] = []  # likewise, the newer ones (keep="oldest")
 
     # -- intake ---------------------------------------------------------------------------------
-    def add(self, sample: Sample, arrival_ns: int, token: T | None = None) -> str | None:
+    def add(self, sample: Sample, arrival_ns: int, token: T | None = None, *, host_ns: int | None = None) -> str | None:
         """Take one sample that arrived at ``arrival_ns``: None when taken, else why it was dropped
-        (counted in :attr:`stats`). Frames come from :meth:`due`, a trigger sample's with its ``token``."""
+        (counted in :attr:`stats`). Frames come from :meth:`due`, a trigger sample's with its ``token``.
+        ``host_ns``: its arrival on the host's monotonic clock (default ``arrival_ns``), the ``created_ns``
+        of the frame it opens."""
         name = getattr(sample, "sensor", None)
         if not isinstance(name, str) or name not in self._sensors:
             self.stats.unknown_sensor += 1
@@ -322,7 +329,7 @@ class LiveAssembler(Generic[T]):
         self._core.take(sample, stamp)
         self.stats.buffer_evicted += self._core.cap(name, MAX_BUFFERED, MAX_BUFFER_BYTES)
         if name == self._trigger and not self._fixed_rate:
-            self._on_trigger(host_t, arrival_ns, token)
+            self._on_trigger(host_t, arrival_ns, token, arrival_ns if host_ns is None else host_ns)
         elif self._fixed_rate and self._next_rate_t is None:
             self._next_rate_t = host_t
         self._settle(arrival_ns)
@@ -381,14 +388,14 @@ class LiveAssembler(Generic[T]):
                 return i
         return None
 
-    def _on_trigger(self, t: int, arrival: int, token: T | None) -> None:
+    def _on_trigger(self, t: int, arrival: int, token: T | None, created: int) -> None:
         self._trigger_seen(t, arrival)
         period = self.trigger_period_ns()
         half = period // 2
         in_open_slot = self._slot_t is not None and t <= self._slot_t + half
         if in_open_slot and (i := self._pending_timer_frame(t, half)) is not None:
             # The timer opened this slot's frame and it is still pending: the real sample takes it over.
-            self._pending[i] = _Pending(t, arrival, t + self._horizon_ns, "trigger", token)
+            self._pending[i] = _Pending(t, created, t + self._horizon_ns, "trigger", token)
             return
         if period and self._slot_t is not None and self._slot_t + period < t - half:
             # Slots the trigger skipped before its timer ran out: their samples can no longer come
@@ -398,8 +405,8 @@ class LiveAssembler(Generic[T]):
             self._skip_slots(skipped)
             while self._slot_t + period < t - half:
                 self._slot_t += period
-                self._open(self._slot_t, arrival, "timer")
-        self._open(t, arrival, "trigger", token)
+                self._open(self._slot_t, created, "timer")
+        self._open(t, created, "trigger", token)
         self._slot_t = t
 
     def _covered(self, t: int) -> bool:
@@ -418,8 +425,8 @@ class LiveAssembler(Generic[T]):
             self._slot_t += (slots - MAX_CATCH_UP) * self.trigger_period_ns()
             self.stats.slots_skipped += slots - MAX_CATCH_UP
 
-    def _open(self, t: int, now: int, by: str, token: T | None = None) -> None:
-        self._pending.append(_Pending(t, now, t + self._horizon_ns, by, token))
+    def _open(self, t: int, created: int, by: str, token: T | None = None) -> None:
+        self._pending.append(_Pending(t, created, t + self._horizon_ns, by, token))
 
     # -- time -----------------------------------------------------------------------------------
     def trigger_period_ns(self) -> int:
@@ -431,8 +438,9 @@ class LiveAssembler(Generic[T]):
             return max(MIN_PERIOD_NS, sorted(self._trigger_gaps)[len(self._trigger_gaps) // 2])
         return 0
 
-    def _tick(self, now: int) -> None:
-        """Open the frames the host clock calls for: the fixed-rate grid, or the silence timer."""
+    def _tick(self, now: int, created: int) -> None:
+        """Open the frames the host clock calls for: the fixed-rate grid, or the silence timer (``created``:
+        their ``created_ns``)."""
         period = self.trigger_period_ns()
         if self._fixed_rate:
             if self._next_rate_t is None:
@@ -442,7 +450,7 @@ class LiveAssembler(Generic[T]):
                 self._next_rate_t += (behind - MAX_CATCH_UP) * period
                 self.stats.slots_skipped += behind - MAX_CATCH_UP
             while self._next_rate_t <= now:
-                self._open(self._next_rate_t, now, "rate")
+                self._open(self._next_rate_t, created, "rate")
                 self._next_rate_t += period
             return
         if (at := self._timer_at(period)) is not None and now >= at:
@@ -456,7 +464,7 @@ class LiveAssembler(Generic[T]):
                 self.stats.trigger_silences += 1
             assert self._slot_t is not None
             self._slot_t += period
-            self._open(self._slot_t, now, "timer")
+            self._open(self._slot_t, created, "timer")
 
     def _timer_at(self, period: int) -> int | None:
         """Host time at which the timer opens the next slot if the trigger's sample for it is missing:
@@ -547,10 +555,16 @@ class LiveAssembler(Generic[T]):
         )
 
     def due(
-        self, now: int, limit: int | None = None, *, keep: Literal["newest", "oldest"] = "newest"
+        self,
+        now: int,
+        limit: int | None = None,
+        *,
+        keep: Literal["newest", "oldest"] = "newest",
+        host_now: int | None = None,
     ) -> list[tuple[Frame, T | None]]:
         """Frames complete at host time ``now``, in time order, each with its trigger sample's token.
-        A frame's ``created_ns`` is the host time it opened (its trigger's arrival). A frame whose making
+        A frame's ``created_ns`` is the host monotonic time it opened (its trigger's arrival; a frame the
+        timer or the rate grid opens here: ``host_now``, default ``now``). A frame whose making
         raises is not among them and costs no other: it waits in :meth:`take_lost`.
 
         ``limit``: at most that many are made (a backlog of due frames beyond what the pipeline holds, after
@@ -563,7 +577,7 @@ class LiveAssembler(Generic[T]):
           ``superseded_unassembled``;
         * ``"oldest"`` (``drop-newest`` refuses the newer): each newer one, likewise, in
           :meth:`take_overflowed`, counted in ``overflowed_unassembled``."""
-        self._tick(now)
+        self._tick(now, now if host_now is None else host_now)
         out: list[tuple[Frame, T | None]] = []
         due = 0
         while due < len(self._pending) and self._pending[due].due_ns <= now:
@@ -646,7 +660,7 @@ class LiveAssembler(Generic[T]):
         try:
             out.append((self._make_frame(p), p.token))
         except Exception as exc:
-            stub = Frame(frame_id, p.t_ns, {}, created_ns=p.arrival_ns)
+            stub = Frame(frame_id, p.t_ns, {}, created_ns=p.created_ns)
             self._lost.append(LostFrame(stub, p.token, exc))
 
     def _stub(self, p: _Pending[T], *, ego: bool) -> Frame:
@@ -654,7 +668,7 @@ class LiveAssembler(Generic[T]):
         emitted as far as time order goes (a trigger sample for its slot is late, as for a made frame's)."""
         self._count_opening(p)
         self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
-        return self._core.stub(p.t_ns, created_ns=p.arrival_ns, ego=ego)
+        return self._core.stub(p.t_ns, created_ns=p.created_ns, ego=ego)
 
     def _count_opening(self, p: _Pending[T]) -> None:
         if p.by == "trigger":
@@ -667,7 +681,7 @@ class LiveAssembler(Generic[T]):
     def _make_frame(self, p: _Pending[T]) -> Frame:
         self._count_opening(p)
         self._last_frame_t = p.t_ns if self._last_frame_t is None else max(self._last_frame_t, p.t_ns)
-        return self._core.make_frame(p.t_ns, created_ns=p.arrival_ns)
+        return self._core.make_frame(p.t_ns, created_ns=p.created_ns)
 
     def _evict(self, now: int) -> None:
         """Drop samples no frame can use any more: older than the oldest pending (else the last) frame

@@ -1,7 +1,10 @@
 """Live ingestion: the host pushes samples from its own threads; fused results come back.
 
 ``LiveRuntime`` wraps a :class:`perception.scheduler.Runtime` (which builds its fusion stage from the
-profile) with a :class:`LiveAssembler` on the host's monotonic clock. Two ways to hold it:
+profile) with a :class:`LiveAssembler` on the host's monotonic clock, or on the ``clock`` it is given (the
+ROS clock of a node on simulated time: stamps are aligned to arrivals, and frames completed, on the clock the
+samples are stamped on, whatever the rate a bag is played at; the frames' budgets stay on the monotonic
+clock). Two ways to hold it:
 
 * from threads (no asyncio in the host): ``with LiveRuntime(config, rig, on_result=cb) as live:`` —
   an event loop runs in a background thread, callbacks run on a callback thread;
@@ -114,6 +117,10 @@ LAZY_WAIT_NS = 250_000_000
 LAZY_MAX = 64
 #: ``_wake_by_ns`` while the loop will not wake before a push wakes it (no deadline).
 _NEVER = 2**63
+#: The loop's longest sleep before the assembler's next deadline on a ``clock`` of its own (not the host's
+#: monotonic one): the wall time to a deadline on it is unknown (a bag played at another rate, paused), the
+#: loop looks again at least this often.
+CLOCK_POLL_S = 0.05
 #: The reason recorded for a frame still pending in assembly when serving ended before the assembler's close
 #: (:meth:`LiveRuntime._abandon_assembly`).
 _ABANDONED_UNASSEMBLED = "shutdown: closed before the frame was assembled (serving ended first)"
@@ -122,8 +129,9 @@ _ABANDONED_UNASSEMBLED = "shutdown: closed before the frame was assembled (servi
 @dataclasses.dataclass
 class _Item:
     sample: Sample | EgoPose
-    arrival_ns: int
+    arrival_ns: int  # on the assembler's clock
     future: ResultFuture | None
+    host_ns: int  # on the host's monotonic clock
 
 
 class LiveRuntime(anyio.AsyncContextManagerMixin):
@@ -139,6 +147,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         results_buffer: int = 256,
         callback_queue: int = 256,
         observer: RunObserver | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
@@ -146,7 +155,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         ``observer``: sees the session (once the runtime is up: a runtime that never came up leaves an earlier
         recording as it was), every sample and pose pushed (with its arrival), every frame fusion consumes and
         every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder; its fusion stage asked for
-        here)."""
+        here), each arrival on the host's monotonic clock.
+        ``clock``: now in ns on the clock the samples' stamps are aligned on (their arrivals) and frames are
+        completed by (the assembler's deadlines, its silence timer); default the host's monotonic clock. A ROS
+        node on simulated time gives its ROS clock, which a bag's ``/clock`` drives at whatever rate it is
+        played: aligned on the monotonic clock by an offset, stamps drifted past ``live.max_stamp_skew_ms`` and
+        were dropped as clock jumps. The frames' budgets and latencies (``created_ns``) stay on the monotonic
+        clock."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -179,6 +194,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._due_keep: Literal["newest", "oldest"] = "oldest" if pipe.overflow == "drop-newest" else "newest"
         self._sheds = sheds(pipe)
         self._on_result = on_result
+        self._clock = clock
         self._lock = threading.Lock()
         self._intake: deque[_Item] = deque()
         self._intake_max = config.live.intake_queue
@@ -242,9 +258,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             # a copy, as a cloud's points are: the host may reuse its buffer (and a memoryview is no bytes)
             sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
-        item = _Item(sample, time.monotonic_ns(), future)
+        item = self._item(sample, future)
         if self._observer is not None:  # before the frame it completes can reach fusion
-            self._observe(self._observer.sample, sample, item.arrival_ns)
+            self._observe(self._observer.sample, sample, item.host_ns)
         self._enqueue(item, sample.sensor)
         return future
 
@@ -254,10 +270,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         if not isinstance(pose, EgoPose):
             raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
         self._check_open()
-        item = _Item(pose, time.monotonic_ns(), None)
+        item = self._item(pose, None)
         if self._observer is not None:
-            self._observe(self._observer.ego, pose, item.arrival_ns)
+            self._observe(self._observer.ego, pose, item.host_ns)
         self._enqueue(item, EGO)
+
+    def _item(self, sample: Sample | EgoPose, future: ResultFuture | None) -> _Item:
+        """``sample`` arriving now, on the assembler's clock and on the monotonic one."""
+        host = time.monotonic_ns()
+        return _Item(sample, host if self._clock is None else self._clock(), future, host)
 
     def _check_open(self) -> None:
         """Refuse an item before the observer sees it, unless open (read without the lock: ``_enqueue``
@@ -560,7 +581,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 if isinstance(item.sample, EgoPose):
                     asm.add_ego(item.sample, item.arrival_ns)
                     continue
-                dropped = asm.add(item.sample, item.arrival_ns, token=item.future)
+                dropped = asm.add(item.sample, item.arrival_ns, token=item.future, host_ns=item.host_ns)
             except Exception as exc:  # an item that breaks assembly is dropped, not raised
                 self._fail(sensor, exc, "a sample")
                 dropped = f"rejected: {type(exc).__name__}: {exc}"
@@ -608,10 +629,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 cpu0 = time.thread_time_ns()
                 items, closing = self._take_intake()
                 refused = self._add_items(items)  # answered once the counts are published
-                now = time.monotonic_ns()
+                host_now = time.monotonic_ns()
+                now = host_now if self._clock is None else self._clock()
                 try:
                     ready: list[tuple[Frame | FrameResult | Superseded, ResultFuture | None]] = list(
-                        asm.close(self._close_limit) if closing else asm.due(now, self._due_limit, keep=self._due_keep)
+                        asm.close(self._close_limit)
+                        if closing
+                        else asm.due(now, self._due_limit, keep=self._due_keep, host_now=host_now)
                     )
                 except Exception as exc:
                     # Assembly itself broke (a frame that cannot be built costs no other: take_lost): what
@@ -676,7 +700,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 if closing:
                     return
                 deadline = asm.next_deadline()
-                wait_s = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+                if deadline is None:
+                    wait_s = None
+                elif self._clock is None:
+                    wait_s = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+                else:  # a clock of its own: at whatever rate it runs, looked at again soon
+                    wait_s = min(CLOCK_POLL_S, max(0.0, (deadline - self._clock()) / 1e9))
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
                 with self._lock:  # a push sees when the loop next looks, or the loop sees the push
                     more = bool(self._intake)

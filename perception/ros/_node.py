@@ -36,6 +36,8 @@ from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
 from nav_msgs.msg import Odometry
+from rclpy.clock import JumpThreshold
+from rclpy.duration import Duration as RosDuration
 from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
@@ -180,7 +182,8 @@ class FusionNode(LifecycleNode):
     """The lifecycle node (see module docs). Parameters: ``profile``, ``rig``, ``url`` (empty: the
     profile's server), ``sensors`` (comma-separated subset, empty: all), ``time_base`` (``auto``:
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
-    says so), and after configure ``topics.<sensor>`` and ``odometry_topic``: the profile's of that configure,
+    says so; on simulated time the live assembly runs on the ROS clock itself, reopened when it goes back),
+    and after configure ``topics.<sensor>`` and ``odometry_topic``: the profile's of that configure,
     unless set (``--ros-args -p``, ``parameter_overrides``, or set since, which is kept). ``defaults``: other
     defaults of the first five (``--ros-args -p`` and ``parameter_overrides`` override them). A parameter given
     that the node does not declare is named in a warning at configure; one of its own set while it is configured
@@ -223,7 +226,11 @@ class FusionNode(LifecycleNode):
         self._diag: DiagnosticsTracker | None = None
         self._active = False
         self._ros_minus_mono = 0
-        self._arrivals: dict[int, int] = {}
+        #: On simulated time: the ROS clock's jump callback, and whether it went back since the live runtime opened.
+        self._rewinds: Any = None
+        self._rewound = False
+        #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
+        self._arrivals: dict[int, tuple[int, int]] = {}
         self._seq: dict[str, int] = {}
         self._info_checked: set[str] = set()
         self._lock = threading.Lock()
@@ -451,23 +458,66 @@ class FusionNode(LifecycleNode):
                 "use_sim_time is true and no /clock has been received: start the clock (ros2 bag play --clock), "
                 "then activate"
             )
-        ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
-        live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
-        cfg = dataclasses.replace(cfg, live=live_cfg)
-        assert self.session is not None
-        # the session's source, resolved as configure resolved it (the config already is)
-        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer)
-        live.__enter__()
-        self.live = live
-        self._arrivals.clear()
-        self._diag.live_opened()
+        self._open_live(cfg)
+        if self.get_parameter("use_sim_time").value:  # a bag played --loop, or again: the clock goes back
+            threshold = JumpThreshold(min_forward=None, min_backward=RosDuration(nanoseconds=-1), on_clock_change=False)
+            self._rewinds = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_went_back)
         self._active = True
         for msg_type, topic, callback in self.inputs():
             self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))
         self._timer = self.create_timer(cfg.ros.diagnostics_period_ms / 1000.0, self._publish_diagnostics)
         self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
 
+    def _open_live(self, cfg: RuntimeConfig) -> None:
+        """A new live runtime on ``cfg``'s session: on simulated time (``use_sim_time``: a bag's ``/clock``, at any
+        rate, paused) its assembly runs on the ROS clock itself, which the stamps are on (an offset to the
+        monotonic clock measured once drifted past ``live.max_stamp_skew_ms`` at any rate but 1: every sample
+        after was dropped as a clock jump); else on the monotonic clock, the stamps mapped by the offset of
+        the ROS clock to it now (:func:`ros_time_base`)."""
+        assert self._diag is not None and self.session is not None
+        clock: Callable[[], int] | None = None
+        if self.get_parameter("use_sim_time").value:
+            ros_clock = self.get_clock()
+
+            def clock() -> int:
+                return int(ros_clock.now().nanoseconds)
+
+            live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, 0)
+        else:
+            ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
+            live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+        cfg = dataclasses.replace(cfg, live=live_cfg)
+        # the session's source, resolved as configure resolved it (the config already is)
+        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer, clock=clock)
+        live.__enter__()
+        self.live = live
+        self._rewound = False
+        self._arrivals.clear()
+        self._diag.live_opened()
+
+    def _clock_went_back(self, jump: Any) -> None:
+        """The ROS clock's jump callback (it must not block): the live runtime is replaced at the next input."""
+        self._rewound = True
+
+    def _rewind(self) -> None:
+        """Simulated time went back (a bag played ``--loop``, or again): the stamps that come now are behind
+        those taken, every sample would be dropped as out of order, and the frames pending would wait for
+        their deadlines until the clock came back to them. The live runtime is closed (its pending frames
+        completed and published) and a new one opened: a new drive, its tracker fresh. Opening it may raise (the
+        server gone): an input error of the message that found it so, and the next input tries again."""
+        cfg, live = self.config, self.live
+        if cfg is None or not self._active:
+            return
+        if live is not None:
+            self.get_logger().warning("the ROS clock went back (a bag looped or played again): live runtime reopened")
+            self.live = None
+            live.close()
+        self._open_live(cfg)
+
     def _deactivate(self) -> None:
+        if self._rewinds is not None:
+            self._rewinds.unregister()
+            self._rewinds = None
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
@@ -486,6 +536,8 @@ class FusionNode(LifecycleNode):
         return n
 
     def _push(self, sample: Sample, arrival_ns: int) -> None:
+        if self._rewound:
+            self._rewind()
         live = self.live
         if live is None:
             return
@@ -495,9 +547,9 @@ class FusionNode(LifecycleNode):
             return
         if future is not None:
 
-            def arrived(fut: Any, arrival: int = arrival_ns) -> None:
+            def arrived(fut: Any, arrival: int = arrival_ns, stamp: int = sample.t_ns) -> None:
                 if not fut.cancelled() and fut.exception() is None:
-                    self._arrivals[fut.result().frame_id] = arrival
+                    self._arrivals[fut.result().frame_id] = (arrival, stamp)
 
             future.add_done_callback(arrived)
 
@@ -591,6 +643,8 @@ class FusionNode(LifecycleNode):
         return on_info
 
     def _on_odometry(self, msg: Any) -> None:
+        if self._rewound:
+            self._rewind()
         live = self.live
         if live is None:
             return
@@ -606,19 +660,19 @@ class FusionNode(LifecycleNode):
         pubs = self._pubs
         if not self._active or cfg is None or pubs is None:
             return
-        stamp = result.t_ns + self._ros_minus_mono
+        # (answered before on_result is called: the frame's trigger message, if it had one)
+        trigger = self._arrivals.pop(result.frame_id, None)
+        arrival, stamp = trigger if trigger is not None else (None, result.t_ns + self._ros_minus_mono)
+        if len(self._arrivals) > _MAX_ARRIVALS:
+            self._arrivals.clear()
         header = Header(stamp=to_stamp(Time, stamp), frame_id=cfg.ros.frame_id)
         pubs.objects.publish(marker_array(_Markers, result, header, Duration(sec=0, nanosec=0)))
         if pubs.detections is not None:
             pubs.detections.publish(detections_array(self._vision, result, header))
-        now = time.monotonic_ns()
-        arrival = self._arrivals.pop(result.frame_id, None)
-        if len(self._arrivals) > _MAX_ARRIVALS:
-            self._arrivals.clear()
-        processing_ms = frame_processing_ms(result, arrival, now)
+        processing_ms = frame_processing_ms(result, arrival, time.monotonic_ns())
         if processing_ms is not None:
             pubs.processing.publish(Float64(data=processing_ms))
-        pubs.pipeline.publish(Float64(data=(now + self._ros_minus_mono - stamp) / 1e6))
+        pubs.pipeline.publish(Float64(data=(self.get_clock().now().nanoseconds - stamp) / 1e6))
         if self._diag is not None:
             self._diag.add(result)
         self.frames_published += 1
