@@ -6,19 +6,16 @@ order reaches the model and fusion in the kind's order."""
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Mapping
-from typing import Any
 
 import anyio
 import numpy as np
 import pytest
+from fake_answers import EmptyAnswers
 
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
-from perception.kinds import kind_def
 from perception.scheduler import Runtime, ThreadedRuntime, _thread
-from perception.triton import InferRequest
 from perception.types import (
     CameraCalibration,
     Detection3D,
@@ -40,26 +37,6 @@ RIG = {
     "cam": SensorSpec("cam", "camera", "cam_link", Transform(), "/c", CAL),
 }
 LIDAR = ("x", "y", "z", "intensity")
-
-
-class _Answers:
-    """Every model answers at once with no object, in its kind's shapes; the requests' inputs are kept."""
-
-    def __init__(self) -> None:
-        self.inputs: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    async def infer_request(self, req: InferRequest) -> Any:
-        with self._lock:
-            self.inputs.append(dict(req.inputs))
-        kind = "camera" if "IMAGE" in req.inputs else "lidar"
-        contract = kind_def(kind).contract
-        lead = (1,) if contract.batched else ()
-        outputs = {
-            spec.name: np.zeros((*lead, *(0 if d == -1 else d for d in spec.dims)), dtype=spec.numpy_dtype)
-            for spec in contract.outputs
-        }
-        return type("Result", (), {"outputs": outputs})()
 
 
 class _Fusion:
@@ -99,8 +76,8 @@ def _cloud(fields: tuple[str, ...] = LIDAR, frame_id: str = "lidar_link") -> Poi
     return PointCloudSample("lidar", 0, frame_id, pts, fields)
 
 
-def _submit(monkeypatch: pytest.MonkeyPatch, frame: Frame) -> tuple[FrameResult, _Answers, _Fusion]:
-    client, fusion = _Answers(), _Fusion()
+def _submit(monkeypatch: pytest.MonkeyPatch, frame: Frame) -> tuple[FrameResult, EmptyAnswers, _Fusion]:
+    client, fusion = EmptyAnswers(), _Fusion()
     monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=client, check_models=False))
     with ThreadedRuntime(_config(), rig=RIG, fusion=fusion) as rt:
         result = rt.submit(frame).result(WATCHDOG_S)
@@ -158,7 +135,7 @@ async def test_a_replay_runtime_takes_an_image_of_another_size_than_its_calibrat
     # (its rig pushed live) refuses them.
     fusion = _Fusion()
     runtime = Runtime(
-        _config(), source=SessionSource.simulated(RIG), fusion=fusion, client=_Answers(), check_models=False
+        _config(), source=SessionSource.simulated(RIG), fusion=fusion, client=EmptyAnswers(), check_models=False
     )
     with anyio.fail_after(WATCHDOG_S):
         async with runtime as rt:
