@@ -219,14 +219,15 @@ class Dispatcher:
         return self._sensors
 
     async def dispatch(
-        self, frame: Frame, deadline_ns: int, *, refused: Mapping[str, str] | None = None
+        self, frame: Frame, deadline_ns: int, *, refused: Mapping[str, tuple[str, int | None]] | None = None
     ) -> dict[str, SensorResult]:
         """Run every sensor request of ``frame``; return by the absolute monotonic ``deadline_ns``.
-        ``refused``: sensors whose samples the runtime refused (not in ``frame``), with why: their error, their
-        input's fault (:meth:`perception.scheduler.Runtime.process`)."""
+        ``refused``: sensors whose samples the runtime refused (not in ``frame``), with why and the sample's
+        stamp: their error, their input's fault (:meth:`perception.scheduler.Runtime.process`)."""
         outcomes = {s.name: SensorOutcome(s.name, s.model) for s in self._sensors}
-        for name, why in (refused or {}).items():
+        for name, (why, t_ns) in (refused or {}).items():
             if name in outcomes:
+                outcomes[name].sample_t_ns = t_ns
                 fault = InputError(why, sensor=name, frame=frame.frame_id)
                 self._fail([self._by_name[name]], outcomes, str(fault), input_fault=True)
         # Circuit breakers run on sensor time (the frame's capture time), not wall time: a replay at

@@ -33,6 +33,7 @@ from perception._allocator import freed_memory_kept
 from perception._gc import startup_heap_frozen
 from perception.config import RuntimeConfig, SensorConfig, ServerConfig
 from perception.errors import ConfigError, InputError, ModelContractError, PerceptionError, RuntimeClosedError
+from perception.kinds import stamp_problem
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
@@ -536,8 +537,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
             order.end(turn)  # fused, or never to be: the next frame's turn once the earlier ones ended
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
 
-    def _taken(self, frame: Frame) -> tuple[Frame, dict[str, str]]:
-        """``frame`` as the runtime takes it, and its configured sensors' samples refused, with why. A host may
+    def _taken(self, frame: Frame) -> tuple[Frame, dict[str, tuple[str, int | None]]]:
+        """``frame`` as the runtime takes it, and its configured sensors' samples refused: why, and the sample's
+        stamp (None when that is what is wrong). A host may
         hand frames in whole (:meth:`process`, ``ThreadedRuntime.submit``, its own stream to :meth:`run`), so
         every sample passes the rig's check (:class:`RigCheck`, the live intake's): one refused is its sensor's
         error, counted as its input's fault, and is seen by neither its model nor fusion; a point cloud naming
@@ -545,7 +547,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         What is not a sample at all is an :class:`InputError` for the frame. (The frames of a drive or a live
         assembly passed the check at intake: each sample is checked again, a few microseconds.)"""
         samples: dict[str, Sample | None] | None = None
-        refused: dict[str, str] = {}
+        refused: dict[str, tuple[str, int | None]] = {}
         check = self._rig_check
         for name, sample in frame.samples.items():
             if sample is None:
@@ -557,7 +559,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
             checked = check.taken(name, sample)
             taken: Sample | None = None if isinstance(checked, str) else checked
             if isinstance(checked, str):
-                refused[name] = checked
+                refused[name] = (checked, sample.t_ns if stamp_problem(sample.t_ns) is None else None)
                 if name not in self._refused_said:  # once a sensor: each frame's record says it
                     self._refused_said.add(name)
                     log.warning("frame %d: sensor %s: sample refused (its error): %s", frame.frame_id, name, checked)

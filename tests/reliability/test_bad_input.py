@@ -266,28 +266,30 @@ def test_an_image_over_the_limit_is_refused_from_its_header_without_a_warning(wi
 
 @pytest.mark.anyio
 async def test_zero_size_and_huge_images_are_that_cameras_error(triton: EmbeddedTriton) -> None:
+    # what each is refused with: the intake check's reason (the runtime checks a frame's samples first), or the
+    # camera's decode error (a header the check does not read)
     images = {
-        "empty": b"",
-        "zero width": _png_header(0, 48),
-        "over the pixel limit": _png_header(10_000, 10_000),
-        "decompression bomb": _png_header(40_000, 40_000),
-        "not an image": b"\xff\xd8\xff garbage",
+        "empty": (b"", "empty image data"),
+        "zero width": (_png_header(0, 48), "image has zero size 0x48"),
+        "over the pixel limit": (_png_header(10_000, 10_000), "image of 10000x10000 exceeds the limit"),
+        "decompression bomb": (_png_header(40_000, 40_000), "image of 40000x40000 exceeds the limit"),
+        "not an image": (b"\xff\xd8\xff garbage", "image: "),
     }
     cfg = runtime_config(
         triton.grpc_url,
         {"lidar_top": "sleepy_lidar", "cam_front": "sleepy_camera"},
         pipeline={"queue_size": 0, "overflow": "block", "circuit": {"failure_threshold": 100}},
     )
-    frames = [make_frame(i, ["lidar_top", "cam_front"], image=img) for i, img in enumerate(images.values())]
+    frames = [make_frame(i, ["lidar_top", "cam_front"], image=img) for i, (img, _) in enumerate(images.values())]
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
             results = [r async for r in rt.run(frames)]
     assert_one_record_per_frame(results, len(images))
     assert_bounded(results, cfg)
-    for what, r in zip(images, results, strict=True):
+    for (what, (_, said)), r in zip(images.items(), results, strict=True):
         cam = r.sensors["cam_front"]
         assert cam.status is SensorStatus.ERROR, what
-        assert cam.error is not None and cam.error.startswith("cam_front: image: "), (what, cam.error)
+        assert cam.error is not None and cam.error.startswith(f"cam_front: {said}"), (what, cam.error)
         assert r.status is FrameStatus.DEGRADED
         assert r.sensors["lidar_top"].status is SensorStatus.OK
 
