@@ -22,6 +22,7 @@ __all__ = [
     "image_size",
     "letterbox_size",
     "size_problem",
+    "truncation_problem",
 ]
 
 #: Images larger than this many pixels, or this many per side, are refused rather than decoded
@@ -117,6 +118,14 @@ _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})
 _JPEG_MAX_SEGMENTS = 256
 _JPEG_MAX_FILL = 65_536
 _NOT_FILL = re.compile(rb"[^\xff]")
+#: What a whole image ends with: a JPEG its end-of-image marker, a PNG its IEND chunk (length 0, type, CRC).
+_ENDS = {
+    "jpeg": (b"\xff\xd9", "its end-of-image marker (FF D9)"),
+    "png": (b"\x00\x00\x00\x00IEND\xaeB`\x82", "an IEND chunk"),
+}
+#: Bytes taken after that end, at most: hardware encoders pad a frame to a block size (zeros), some cameras and
+#: phones append a trailer (any bytes), and decoders ignore both.
+_MAX_TRAILER = 65_536
 
 
 def image_format(data: bytes) -> Literal["jpeg", "png"] | None:
@@ -127,6 +136,25 @@ def image_format(data: bytes) -> Literal["jpeg", "png"] | None:
     if data.startswith(_PNG_SIGNATURE):
         return "png"
     return None
+
+
+def truncation_problem(data: bytes) -> str | None:
+    """Why the JPEG or PNG ``data`` is cut short (a partial download, a full disk), or None. Whole, it ends
+    with a JPEG's end-of-image marker or a PNG's IEND chunk, maybe followed by padding or a trailer (64 KiB at
+    most, only then scanned; a JPEG's entropy-coded data never holds the marker, its bytes FF are stuffed, but a
+    thumbnail's in those bytes passes a cut small file, which then fails its decode as before):
+    O(1) for most images, no decode, yet a cut body would only show when decoded, in every frame using the
+    image. ``None`` for data of neither format (:func:`image_format`: the caller's to refuse)."""
+    fmt = image_format(data)
+    if fmt is None:
+        return None
+    end, what = _ENDS[fmt]
+    if data.endswith(end) or data.rfind(end, max(0, len(data) - _MAX_TRAILER - len(end))) >= 0:
+        return None
+    return (
+        f"{fmt.upper()} image does not end with {what} (nor has it in its last {_MAX_TRAILER} bytes): cut short "
+        "(a partial download, a full disk?)"
+    )
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def verdict_line(budget_ms: float, percentile: float, violations: Sequence[str], counters: RunCounters) -> str:
-    """The printed verdict. Latencies are of the frames processed: when frames were dropped (shed under
+    """The printed verdict (``violations``: the stages over budget; ``perception fleet``'s: the drives, over
+    every drive's frames pooled). Latencies are of the frames processed: when frames were dropped (shed under
     overload at ``--rate R``) it says over how many, and why the others were not (a PASS over 39 of 100
     frames read as a PASS of the run); when sensors were not ok in some (late, failed, skipped, missing),
     which and in how many (:func:`perception.metrics.incomplete_note`: a frame with a late sensor ends at

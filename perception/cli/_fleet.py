@@ -16,6 +16,7 @@ from perception.cli._args import (
     positive_int,
     rate,
 )
+from perception.cli._budget import verdict_line
 from perception.cli._common import DEFAULT_CONFIG, repo_root, run_with_signals
 from perception.cli._exitcodes import EXIT_CODES_HELP, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from perception.config import load_config
@@ -189,9 +190,8 @@ def run(args: argparse.Namespace) -> int:
         if d.status != "ok":
             sys.stdout.write(f"  {d.name}: {d.status}: {d.error}\n")
     broken = [d.name for d in outcome.drives if d.over_budget]
-    if args.budget_ms is not None:
-        verdict = "PASS" if not broken else f"FAIL ({', '.join(broken)})"
-        sys.stdout.write(f"budget {args.budget_ms:g} ms at p{args.percentile:g}: {verdict}\n")
+    if args.budget_ms is not None:  # `perception budget`'s line over every drive's frames, naming the drives
+        sys.stdout.write(verdict_line(args.budget_ms, args.percentile, broken, t.counters()) + "\n")
     sys.stdout.write(f"wrote {options.out / 'fleet.json'}, {options.out / 'fleet.md'}\n")
     regressed = outcome.baseline is not None and not outcome.baseline.ok
     if outcome.baseline is not None:

@@ -10,7 +10,7 @@ from typing import Any
 from perception.fleet._baseline import BaselineComparison
 from perception.fleet._outputs import FLEET_JSON
 from perception.fleet._summary import STATUSES, DriveSummary, FleetTotals
-from perception.metrics import RELATIVE_ERROR, LatencySketch
+from perception.metrics import RELATIVE_ERROR, LatencySketch, RunCounters, incomplete_note
 
 __all__ = ["FLEET_JSON", "FLEET_MD", "fleet_totals", "write_report"]
 
@@ -31,21 +31,21 @@ def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> FleetTota
     maps = [d.map for d in drives if d.map is not None]
     scored = [d.modes for d in drives if d.modes]
     modes = list(dict.fromkeys(m for ms in scored for m in ms))
-    replayed = [d.replayed for d in drives if d.replayed is not None]
-
-    def count(key: str) -> int:
-        return sum(int(getattr(r.counters, key)) for r in replayed)
-
+    # the replayed drives' counters added up, per sensor and status too (what the budget verdict states)
+    pooled = RunCounters.pooled(d.replayed.counters for d in drives if d.replayed is not None)
     return FleetTotals(
         drives=len(drives),
         by_status=by_status,
         budget_broken=sum(1 for d in drives if d.over_budget),
         retried=sum(1 for d in drives if d.retries),
-        frames=count("frames"),
-        ok=count("ok"),
-        degraded=count("degraded"),
-        dropped=count("dropped"),
-        deadline_misses=count("deadline_misses"),
+        frames=pooled.frames,
+        usable=pooled.usable,
+        ok=pooled.ok,
+        degraded=pooled.degraded,
+        dropped=pooled.dropped,
+        deadline_misses=pooled.deadline_misses,
+        sensor_status=pooled.sensor_status,
+        drop_reasons=pooled.drop_reasons,
         # every frame of every drive pooled (not a mean of the drives' percentiles): the drives'
         # latency sketches merged, exact in n/min/max/mean, percentiles within metrics.RELATIVE_ERROR
         latency_ms=total_ns.percentiles(),
@@ -108,11 +108,18 @@ def _total_text(d: Mapping[str, Any], key: str) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _note(counts: Mapping[str, Any]) -> str | None:
+    """:func:`perception.metrics.incomplete_note` of a drive or of the totals as ``fleet.json`` holds them."""
+    return incomplete_note(RunCounters(sensor_status=counts.get("sensor_status") or {}))
+
+
 def _verdict(d: Mapping[str, Any]) -> str:
     b = d.get("budget")
     if not b:
         return "-"
-    return "pass" if b.get("passed") else "FAIL (" + ", ".join(b.get("violations", [])) + ")"
+    verdict = "pass" if b.get("passed") else "FAIL (" + ", ".join(b.get("violations", [])) + ")"
+    note = _note(d)  # a late sensor's time is cut at the join deadline: a pass over its frames says so
+    return verdict if note is None else f"{verdict}; {note}"
 
 
 def markdown(report: Mapping[str, Any]) -> list[str]:
@@ -147,6 +154,7 @@ def markdown(report: Mapping[str, Any]) -> list[str]:
         f"over budget {t['budget_broken']}; retried {t['retried']}",
         f"- frames {t['frames']}: ok {t['ok']}, degraded {t['degraded']}, dropped {t['dropped']}; "
         f"deadline misses {t['deadline_misses']}",
+        *([f"- frames {note}"] if (note := _note(t)) is not None else []),
         f"- latency over every frame: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms (n {lat['n']})",
         f"- mean mAP over {t['drives_with_mAP']} drives with ground truth: "
         + ("-" if mean_map is None else f"{mean_map:.3f}")

@@ -27,8 +27,20 @@ class BudgetResult:
     violations: tuple[str, ...] = ()
 
 
-#: The report's counters a summary carries (per drive: the per-sensor counts stay in its report.json).
-COUNTERS = ("frames", "usable", "ok", "degraded", "dropped", "deadline_ms", "deadline_misses")
+#: The report's counters a summary carries: the frame counts, and the sensors' statuses and why frames were
+#: dropped, which a budget verdict over its frames states (:func:`perception.metrics.incomplete_note`; the
+#: first errors stay in its report.json).
+COUNTERS = (
+    "frames",
+    "usable",
+    "ok",
+    "degraded",
+    "dropped",
+    "deadline_ms",
+    "deadline_misses",
+    "sensor_status",
+    "drop_reasons",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +125,7 @@ class DriveSummary:
             out["error"] = self.error
         if self.replayed is not None:
             r = self.replayed
-            out.update({k: getattr(r.counters, k) for k in COUNTERS})
+            out.update({k: _plain(getattr(r.counters, k)) for k in COUNTERS})
             out.update(latency_ms=_plain(r.latency_ms), mAP=r.mAP, admission=_plain(r.admission))
         if self.budget is not None:
             out["budget"] = {**dataclasses.asdict(self.budget), "violations": list(self.budget.violations)}
@@ -177,19 +189,23 @@ def _plain(value: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class FleetTotals:
     """The fleet report's totals over its drives (``fleet.json``'s ``totals``, :meth:`to_json`): drives
-    by status, frame counts, every frame's latency pooled (``latency_ms``: the merged sketch's
-    percentiles, within ``latency_percentile_relative_error``), the mean mAP over the drives with
-    ground truth (each counting once) and per sensor mode (``--eval``), and where the time went."""
+    by status, frame counts (per sensor and status, and per drop reason too), every frame's latency pooled
+    (``latency_ms``: the merged sketch's percentiles, within ``latency_percentile_relative_error``), the mean
+    mAP over the drives with ground truth (each counting once) and per sensor mode (``--eval``), and where the
+    time went."""
 
     drives: int
     by_status: Mapping[str, int]
     budget_broken: int
     retried: int
     frames: int
+    usable: int
     ok: int
     degraded: int
     dropped: int
     deadline_misses: int
+    sensor_status: Mapping[str, Mapping[str, int]]
+    drop_reasons: Mapping[str, int]
     latency_ms: Mapping[str, float]
     latency_percentile_relative_error: float
     mean_drive_mAP: float | None
@@ -200,10 +216,25 @@ class FleetTotals:
     worker_cpu_s: float
     ray_overhead_s: float
 
+    def counters(self) -> RunCounters:
+        """The drives' frame counters pooled (no deadline: theirs may differ), as a budget verdict reads them."""
+        return RunCounters(
+            frames=self.frames,
+            usable=self.usable,
+            ok=self.ok,
+            degraded=self.degraded,
+            dropped=self.dropped,
+            deadline_misses=self.deadline_misses,
+            sensor_status=self.sensor_status,
+            drop_reasons=self.drop_reasons,
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out.update(
             by_status=dict(self.by_status),
+            sensor_status=_plain(self.sensor_status),
+            drop_reasons=dict(self.drop_reasons),
             latency_ms=dict(self.latency_ms),
             drives_without_ground_truth=list(self.drives_without_ground_truth),
             mean_mode_mAP=None if self.mean_mode_mAP is None else dict(self.mean_mode_mAP),

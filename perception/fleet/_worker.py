@@ -286,7 +286,7 @@ class DriveWorker:
         r = outcome.report.counters
         latency = outcome.report.latency
         replayed = Replayed(
-            RunCounters(**{k: getattr(r, k) for k in COUNTERS}),  # the per-sensor counts stay in report.json
+            RunCounters(**{k: getattr(r, k) for k in COUNTERS}),  # the first errors stay in report.json
             latency_ms={
                 "total": (latency.total or LatencyStats()).as_dict(),
                 "stages": {k: {"p50": v.p50, "p99": v.p99} for k, v in latency.stages.items()},

@@ -71,7 +71,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from perception._imageio import image_format, image_size
+from perception._imageio import image_format, image_size, truncation_problem
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._kitti_format import Calib, KittiLabel, parse_calib, parse_labels, parse_oxts, read_points
@@ -384,13 +384,17 @@ def _transform(m: F64) -> Transform:
 
 
 def _image_size(path: Path) -> tuple[int, int]:
-    """``(width, height)`` of an image file, from its header (:func:`perception._imageio.image_size`)."""
+    """``(width, height)`` of an image file, from its header (:func:`perception._imageio.image_size`); a file
+    cut short (:func:`perception._imageio.truncation_problem`) is refused here, before anything is written."""
     try:
-        size = image_size(path.read_bytes())
+        data = path.read_bytes()
     except OSError as exc:
         raise DriveError(f"not a readable PNG or JPEG image: {exc.strerror or exc}", file=str(path)) from exc
+    size = image_size(data)
     if size is None:
         raise DriveError("not a readable PNG or JPEG image: no PNG or JPEG header", file=str(path))
+    if (problem := truncation_problem(data)) is not None:
+        raise DriveError(problem, file=str(path))
     return size
 
 

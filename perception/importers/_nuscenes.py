@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from perception._imageio import image_format, image_size
+from perception._imageio import image_format, image_size, truncation_problem
 from perception.drives import topic_for
 from perception.errors import DriveError
 from perception.importers._motion import ego_poses, quat_from_wxyz, radial_velocity
@@ -600,6 +600,8 @@ def _camera(d: _Data, seq: int, size: tuple[int, int]) -> ImageSample:
             f"image is {found[0]}x{found[1]} but the camera's sample_data width x height is {size[0]}x{size[1]}",
             file=str(d.path),
         )
+    if (problem := truncation_problem(data)) is not None:  # a whole header, its body cut short
+        raise DriveError(problem, file=str(d.path))
     return ImageSample(d.sensor, d.t_ns, d.sensor, data, "jpeg", seq)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perception._imageio import encode_jpeg, image_format, image_size
+from perception._imageio import encode_jpeg, image_format, image_size, truncation_problem
 from perception.drives import LIBRARY, cut_short_at, kind_fields, topic_for
 from perception.errors import DriveError, PerceptionError
 from perception.importers._motion import compensate_radial_velocity, ego_poses, ego_velocity_at, radial_velocity
@@ -491,6 +491,8 @@ class _Converter:
         else:
             data, fmt = _compressed(msg)
             self._check_size(plan, _compressed_size(data), cal)  # every image, as a raw one's
+            if (problem := truncation_problem(data)) is not None:  # a whole header, its body cut short
+                raise ValueError(problem)
         return ImageSample(spec.name, t_ns, spec.frame_id, data, fmt, seq)
 
     def _check_size(self, plan: _Plan, size: tuple[int, int], cal: CameraCalibration) -> None:

@@ -12,7 +12,8 @@ What is checked:
   field), at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
   empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it has one we read)
   is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``) and, given the
-  camera's calibration (the live intake), is the calibration's;
+  camera's calibration (the live intake), is the calibration's; a JPEG or PNG is not cut short (it ends
+  with its end marker: ``perception._imageio.truncation_problem``);
 * an ego pose has finite translation, velocity and yaw rate, and a finite quaternion of norm within
   ``QUATERNION_NORM`` (protobuf's default, the zero quaternion, is refused).
 
@@ -111,7 +112,8 @@ def _image_problem(sample: ImageSample, calibration: CameraCalibration | None) -
         return "empty image data"
     if len(data) > MAX_SAMPLE_BYTES:
         return f"image of {len(data)} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
-    size = _imageio.image_size(data if isinstance(data, bytes) else bytes(data))
+    data = data if isinstance(data, bytes) else bytes(data)
+    size = _imageio.image_size(data)
     if size is not None:
         width, height = size
         if width == 0 or height == 0:
@@ -123,7 +125,8 @@ def _image_problem(sample: ImageSample, calibration: CameraCalibration | None) -
                 f"image is {width}x{height}, its camera's calibration {calibration.width}x{calibration.height} "
                 "(its boxes would be placed with the calibration's intrinsics)"
             )
-    return None  # not a header we read: the decode reports it as the sensor's error
+    # O(1) (its last bytes): a body cut short would fail the decode later, far from the sample
+    return _imageio.truncation_problem(data)  # None for data of neither format: the decode reports it
 
 
 def _finite(values: tuple[Any, ...]) -> bool:

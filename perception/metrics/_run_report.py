@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,38 @@ class RunCounters:
     drop_reasons: Mapping[str, int] = field(default_factory=dict)
     #: per sensor, the first error it reported
     first_errors: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def pooled(cls, runs: Iterable[RunCounters]) -> RunCounters:
+        """Several runs' counters as one (a fleet's drives): the counts add, per sensor and status and per drop
+        reason too; a sensor's first error is that of the first run with one; ``deadline_ms`` is the runs'
+        when they share one, else 0.0 (each run's misses were counted against its own)."""
+        runs = list(runs)
+        status: dict[str, dict[str, int]] = {}
+        drops: dict[str, int] = {}
+        errors: dict[str, str] = {}
+        for c in runs:
+            for sensor, counts in c.sensor_status.items():
+                mine = status.setdefault(sensor, {})
+                for s, n in counts.items():
+                    mine[s] = mine.get(s, 0) + n
+            for reason, n in c.drop_reasons.items():
+                drops[reason] = drops.get(reason, 0) + n
+            for sensor, error in c.first_errors.items():
+                errors.setdefault(sensor, error)
+        deadlines = {c.deadline_ms for c in runs}
+        return cls(
+            frames=sum(c.frames for c in runs),
+            usable=sum(c.usable for c in runs),
+            ok=sum(c.ok for c in runs),
+            degraded=sum(c.degraded for c in runs),
+            dropped=sum(c.dropped for c in runs),
+            deadline_ms=deadlines.pop() if len(deadlines) == 1 else 0.0,
+            deadline_misses=sum(c.deadline_misses for c in runs),
+            sensor_status=status,
+            drop_reasons=drops,
+            first_errors=errors,
+        )
 
     @classmethod
     def _read(cls, r: _Reader, d: _JSON) -> RunCounters:

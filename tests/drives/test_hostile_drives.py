@@ -14,6 +14,7 @@ from mcap.data_stream import RecordBuilder
 from mcap.records import Chunk, Message
 from test_damaged_chunks import chunks_of, damaged_copy
 
+from perception._imageio import encode_jpeg
 from perception.drives import DriveReader, DriveWriter
 from perception.drives._chunks import MAX_CHUNK_BYTES, ChunkUnreadable, decode_chunk
 from perception.errors import DriveDamagedError
@@ -112,6 +113,21 @@ def test_zero_quaternion_poses_and_oversized_images_in_a_drive_are_skipped_and_c
     assert len(poses) == 8 and invalid == {"ego": 2, "front": 1}
     assert between.pose.translation == pytest.approx((3.0, 0.0, 0.0)) and between.pose.rotation[3] == 1.0
     assert "zero quaternion" in caplog.text and "exceeds the limit" in caplog.text
+
+
+def test_an_image_cut_short_in_a_drive_is_skipped_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A drive imported before the importers checked an image's end: its cut image was served, for the
+    # camera's decode to fail in every frame using it; it is refused as it is read, naming why.
+    whole = encode_jpeg(np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8))
+    path = tmp_path / "cut.mcap"
+    with DriveWriter(path, make_rig()) as w:
+        for i, data in enumerate((whole, whole[: len(whole) * 6 // 10], whole + bytes(3))):
+            w.write(ImageSample("front", T0 + i * PERIOD, "cam_front", data, "jpeg", seq=i))
+    with DriveReader(path) as d:
+        served = [s.data for s in d.samples() if isinstance(s, ImageSample)]
+        invalid = dict(d.invalid)
+    assert served == [whole, whole + bytes(3)] and invalid == {"front": 1}  # zero padding: a camera's, whole
+    assert "JPEG image does not end with its end-of-image marker" in caplog.text
 
 
 def test_a_chunk_whose_declared_size_was_raised_is_damage_naming_file_and_offset(tmp_path: Path) -> None:

@@ -86,3 +86,52 @@ def test_a_drive_read_back_from_its_published_summary_is_pooled_in_the_totals() 
     totals = fleet_totals([a, b])
     assert totals.latency_ms["n"] == 200 and totals.latency_ms["max"] == 500.0
     assert "total_sketch" not in _ran("c", 1.0, total_sketch=fast.to_dict()).to_json()  # fleet.json's: without
+
+
+#: A drive of 100 frames whose camera was late in 30 (its time cut at the join deadline: the latencies pass).
+LATE_CAMERA = {"cam_front": {"ok": 70, "late": 30}, "lidar_top": {"ok": 100}}
+
+
+def _counted(name: str, status: dict[str, dict[str, int]], **kw: object) -> DriveSummary:
+    """A drive of 100 frames that met a 200 ms budget, with ``status`` per sensor."""
+    degraded = max((n for counts in status.values() for s, n in counts.items() if s != "ok"), default=0)
+    counters = RunCounters(100, 100, 100 - degraded, degraded, 0, 200.0, 0, sensor_status=status)
+    replayed = Replayed(counters, {"total": {"n": 100, "p50": 80.0, "p99": 150.0}})
+    return DriveSummary(name, f"{name}.mcap", replayed=replayed, budget=BudgetResult(200.0, 99.0, True), **kw)  # type: ignore[arg-type]
+
+
+def test_a_drive_s_summary_carries_its_sensors_statuses_and_drop_reasons() -> None:
+    # The worker's summary kept the frame counts only (the per-sensor counts stayed in the drive's
+    # report.json): the fleet could not say that a sensor was late in 30 % of a drive's frames.
+    counters = RunCounters(10, 10, 7, 1, 2, 200.0, 0, sensor_status=LATE_CAMERA, drop_reasons={"overload": 2})
+    s = DriveSummary("a", "a.mcap", replayed=Replayed(counters, LATENCY))
+    data = json.loads(json.dumps(s.to_json()))
+    assert data["sensor_status"] == LATE_CAMERA and data["drop_reasons"] == {"overload": 2}
+    assert DriveSummary.from_json(data) == s  # a drive read back from its fleet_drive.json too
+
+
+def test_the_totals_pool_every_drive_s_sensor_statuses_and_fleet_md_states_them(tmp_path: Path) -> None:
+    # Two drives (two workers' results) each passing 200 ms at p99 with the camera late in some frames, and
+    # one with every sensor ok: the totals add the sensors' statuses, and fleet.md says which sensors were
+    # not ok in how many frames (perception.metrics.incomplete_note, as perception budget's report.md).
+    drives = [
+        _counted("a", LATE_CAMERA),
+        _counted("b", {"cam_front": {"ok": 90, "late": 10}, "lidar_top": {"ok": 99, "error": 1}}),
+        _counted("c", {"cam_front": {"ok": 100}, "lidar_top": {"ok": 100}}),
+    ]
+    t = fleet_totals(drives)
+    pooled = {"cam_front": {"ok": 260, "late": 40}, "lidar_top": {"ok": 299, "error": 1}}
+    assert t.sensor_status == pooled and t.counters().sensor_status == pooled
+    assert (t.counters().frames, t.counters().usable) == (300, 300)
+    report = write_report(tmp_path, drives, {"workers": 2}, fleet=t)
+    assert report["totals"]["sensor_status"] == pooled
+    by_name = {d["name"]: d for d in json.loads((tmp_path / "fleet.json").read_text())["drives"]}
+    assert by_name["a"]["sensor_status"] == LATE_CAMERA
+    md = (tmp_path / "fleet.md").read_text()
+    note = "without every sensor: cam_front late in 40 of 300, lidar_top error in 1 of 300"
+    assert f"- frames {note} (a late sensor's time is counted only up to the join deadline)\n" in md
+    rows = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ")}
+    assert "| pass; without every sensor: cam_front late in 30 of 100 (a late sensor's time" in rows["| a"]
+    assert "| pass |" in rows["| c"]  # every sensor ok: a bare pass
+    whole = write_report(tmp_path, drives[2:], {"workers": 1})
+    assert "without every sensor" not in (tmp_path / "fleet.md").read_text() and whole["totals"]["sensor_status"]

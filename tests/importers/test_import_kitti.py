@@ -23,6 +23,8 @@ from kitti_fixtures import (
     ObjectTree,
     TrackingTree,
     VodTree,
+    jpeg,
+    png,
     write_object,
     write_tracking,
     write_vod,
@@ -437,6 +439,13 @@ def _broken(tmp_path: Path) -> Path:
             r"label_2/000001.txt: line 1: Car: 'a' is not a number",
         ),
         ("image_2/000001.png", b"not an image at all", r"image_2/000001.png: not a readable PNG or JPEG image"),
+        # its header whole (the size read from it), its body cut short: imported, every replay failed its decode
+        (
+            "image_2/000001.png",
+            png()[: len(png()) * 6 // 10],
+            r"image_2/000001.png: PNG image does not end with an IEND",
+        ),
+        ("image_2/000001.png", jpeg()[:-2], r"image_2/000001.png: JPEG image does not end with its end-of-image"),
     ],
 )
 def test_bad_file_names_file_and_line(tmp_path: Path, target: str, content: str | bytes, message: str) -> None:

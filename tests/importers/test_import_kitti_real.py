@@ -16,6 +16,7 @@ import pytest
 
 from perception.cli import main
 from perception.drives import DriveReader
+from perception.errors import DriveError
 from perception.importers import ImportSummary, import_kitti
 from perception.importers._kitti import OBJECT_FRAME_GAP_NS
 from perception.server import EmbeddedTriton
@@ -40,6 +41,24 @@ pytestmark = pytest.mark.skipif(
 def real_drive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ImportSummary]:
     out = tmp_path_factory.mktemp("kitti_real") / "kitti.mcap"
     return out, import_kitti(KITTI, out)
+
+
+def test_a_real_image_cut_short_is_refused_naming_it(tmp_path: Path) -> None:
+    # A real PNG's first 60 % (a partial download, a full disk): its header whole, imported, and each
+    # replay failed decoding it far from its cause.
+    root = tmp_path / "kitti"
+    for folder in sorted((KITTI / "training").iterdir()):
+        (root / "training" / folder.name).mkdir(parents=True)
+        for f in sorted(folder.iterdir()):
+            (root / "training" / folder.name / f.name).symlink_to(f)
+    image = root / "training" / "image_2" / "000001.png"
+    whole = image.resolve().read_bytes()
+    image.unlink()
+    image.write_bytes(whole[: len(whole) * 6 // 10])
+    out = tmp_path / "kitti.mcap"
+    with pytest.raises(DriveError, match="PNG image does not end with an IEND chunk: cut short") as exc:
+        import_kitti(root, out)
+    assert exc.value.file == str(image) and not out.exists()
 
 
 def _inside(points: npt.NDArray[np.float64], o: GroundTruthObject, grow: float = 0.0) -> int:

@@ -374,6 +374,25 @@ def test_camera_image_that_does_not_fit_its_calibration_names_it(tmp_path: Path,
     assert exc.value.file == str(jpeg) and not out.exists()
 
 
+def test_a_camera_image_cut_short_is_refused_naming_it(tmp_path: Path) -> None:
+    # Its header whole (the size read from it fits), its body cut short (the first 60 %: a partial
+    # download): imported, for every replay to fail decoding it.
+    ds = write_nuscenes(tmp_path / "ds")
+    jpeg = sorted((ds.root / "samples" / "CAM_FRONT").iterdir())[1]
+    whole = jpeg.read_bytes()
+    jpeg.write_bytes(whole[: len(whole) * 6 // 10])
+    out = tmp_path / "x.mcap"
+    with pytest.raises(
+        DriveError, match=r"JPEG image does not end with its end-of-image marker \(FF D9\): cut short"
+    ) as exc:
+        import_nuscenes(ds.root, ds.scene, out, version=ds.version)
+    assert exc.value.file == str(jpeg) and not out.exists()
+    jpeg.write_bytes(whole + bytes(3))  # zero padding after the end marker (a camera's, to a 4-byte word): whole
+    import_nuscenes(ds.root, ds.scene, out, version=ds.version)
+    with DriveReader(out) as d:
+        assert whole + bytes(3) in [s.data for s in d.samples(sensors="cam_front") if isinstance(s, ImageSample)]
+
+
 @pytest.mark.parametrize("filename", ["/etc/passwd", "../outside.bin", "samples/../../outside.bin", "C:\\secret"])
 def test_a_filename_outside_the_dataroot_is_refused_before_any_file_is_read(tmp_path: Path, filename: str) -> None:
     ds = write_nuscenes(tmp_path / "ds")

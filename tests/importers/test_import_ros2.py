@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from import_fixtures import (
     gradient_image,
     write_bag,
 )
+from PIL import Image as PILImage
 
 from perception._imageio import encode_jpeg
 from perception.drives import DriveReader
@@ -40,6 +42,17 @@ from perception.types import ImageSample, PointCloudSample, SensorKind, Transfor
 
 def _same_transform(a: Transform, b: Transform) -> bool:
     return bool(np.allclose(a.matrix(), b.matrix(), atol=1e-9))
+
+
+def _png(rgb: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    PILImage.fromarray(rgb).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _cut(data: bytes) -> bytes:
+    """The first 60 % of ``data`` (a partial download, a full disk)."""
+    return data[: len(data) * 6 // 10]
 
 
 def _samples(drive: Path, sensor: str) -> list[PointCloudSample | ImageSample]:
@@ -294,6 +307,9 @@ def test_missing_camera_info_names_the_topic(tmp_path: Path) -> None:
     [
         (lambda _: encode_jpeg(np.zeros((IMAGE_H * 2, IMAGE_W, 3), np.uint8)), rf"image is {IMAGE_W}x{IMAGE_H * 2} "),
         (lambda jpeg: jpeg[:6], "cannot read the compressed image's size from its header"),
+        # its header whole, its body cut short (the first 60 %): imported, for every replay to fail its decode
+        (_cut, r"JPEG image does not end with its end-of-image marker \(FF D9\)"),
+        (lambda _: _cut(_png(gradient_image(8))), r"PNG image does not end with an IEND chunk: cut short"),
     ],
 )
 def test_every_compressed_image_is_checked_naming_its_message(

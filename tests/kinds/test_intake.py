@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perception._imageio import encode_jpeg
 from perception.kinds import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, kind_def, sample_problem
 from perception.kinds._intake import stamp_problem
 from perception.types import EgoPose, ImageSample, PointCloudSample, Transform
@@ -23,6 +24,10 @@ def cloud(t: object = 1, cols: int = 4, n: int = 3, fill: float = 1.0) -> PointC
 
 def png_header(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes(8)
+
+
+IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # a PNG's last chunk: without it, the file was cut short
+JPEG = encode_jpeg(np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8))
 
 
 @pytest.mark.parametrize(
@@ -48,7 +53,9 @@ def test_good_samples_pass() -> None:
     assert sample_problem(cloud(cols=5), LIDAR) is None  # extra columns are the kind's to ignore
     assert sample_problem(cloud(fill=np.nan), LIDAR) is None  # missing returns: the models drop them
     assert sample_problem(cloud(n=0), LIDAR) is None
-    assert sample_problem(ImageSample("c", 1, "c", png_header(7680, 4320), "png"), CAMERA) is None
+    assert sample_problem(ImageSample("c", 1, "c", png_header(7680, 4320) + IEND, "png"), CAMERA) is None
+    assert sample_problem(ImageSample("c", 1, "c", JPEG), CAMERA) is None
+    assert sample_problem(ImageSample("c", 1, "c", JPEG + bytes(3)), CAMERA) is None  # a camera's zero padding
     assert sample_problem(ImageSample("c", 1, "c", b"not an image"), CAMERA) is None  # the decode says why
 
 
@@ -63,6 +70,10 @@ def test_good_samples_pass() -> None:
         (ImageSample("c", 1, "c", png_header(10_000, 10_000), "png"), CAMERA, "exceeds the limit"),
         (ImageSample("c", 1, "c", png_header(9000, 10), "png"), CAMERA, "exceeds the limit"),
         (ImageSample("c", 1, "c", png_header(0, 10), "png"), CAMERA, "zero size"),
+        # a header (within the limits) and no more; a JPEG's first 60 %: taken, each failed its decode later
+        (ImageSample("c", 1, "c", png_header(7680, 4320), "png"), CAMERA, "PNG image does not end with an IEND"),
+        (ImageSample("c", 1, "c", JPEG[: len(JPEG) * 6 // 10]), CAMERA, "JPEG image does not end with its end-of"),
+        (ImageSample("c", 1, "c", memoryview(JPEG)[:-2]), CAMERA, "cut short"),
         (ImageSample("c", 1, "c", bytes(MAX_SAMPLE_BYTES + 1)), CAMERA, "byte limit"),
         ("not a sample", LIDAR, "not a sample"),
     ],

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from perception._imageio import encode_jpeg
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.live._assembler import MAX_BUFFER_BYTES, MAX_BUFFERED, MAX_CATCH_UP, LiveAssembler
 from perception.types import CameraCalibration, EgoPose, ImageSample, PointCloudSample, SensorSpec, Transform
@@ -82,6 +83,18 @@ def test_samples_that_would_break_accumulation_or_fusion_are_refused() -> None:
     assert asm.add(lidar(1100 * MS), 1101 * MS) is None  # the sensor goes on
     frames = run(asm, 1300 * MS, start=1101 * MS)
     assert frames[:2] == [1000 * MS, 1100 * MS] and asm.stats.frames_by_trigger == 2
+
+
+def test_a_camera_image_cut_short_is_counted_and_dropped() -> None:
+    # Its header whole and of the calibration's size, its body cut short (a camera link dropping the frame's
+    # end): taken, for the camera's decode to fail later, far from its cause.
+    asm = make()
+    whole = encode_jpeg(np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8))
+    cut = asm.add(ImageSample("cam", 1000 * MS, "cam", bytearray(whole[: len(whole) * 6 // 10])), 1001 * MS)
+    assert (cut or "").startswith("invalid: JPEG image does not end with its end-of-image marker (FF D9): cut short")
+    assert asm.add(ImageSample("cam", 1010 * MS, "cam", whole), 1011 * MS) is None
+    assert asm.add(ImageSample("cam", 1020 * MS, "cam", whole + bytes(3)), 1021 * MS) is None  # a camera's padding
+    assert asm.stats.invalid_by_sensor == {"cam": 1} and len(asm.buffered("cam")) == 2
 
 
 def test_ego_poses_with_a_zero_quaternion_or_nan_are_refused_and_frames_go_on() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from perception.errors import ConfigError, ReportError
-from perception.metrics import BudgetVerdict, LatencyAccumulator, ModelServed, RunReport, ServerSplit
+from perception.metrics import BudgetVerdict, LatencyAccumulator, ModelServed, RunCounters, RunReport, ServerSplit
 from perception.metrics._run_report import REPORT_SCHEMA_VERSION
 from perception.types import FrameResult, FrameStatus, LatencyTree, SensorResult, SensorStatus
 
@@ -79,6 +79,25 @@ def test_the_accumulator_summary_is_the_report_s_json() -> None:
     acc = _accumulator()
     assert acc.summary() == acc.report().to_json()
     assert RunReport.from_json(acc.summary()) == acc.report()
+
+
+def test_runs_counters_pooled_are_those_of_their_frames_accumulated_together() -> None:
+    # A fleet's drives report their counters (not their accumulators): pooled, they are what one
+    # accumulator of every drive's frames counts, per sensor and status and per drop reason too.
+    first, second = _accumulator(), _accumulator()
+    error = SensorResult("radar_front", SensorStatus.ERROR, error="model failed")
+    late = SensorResult("lidar_top", SensorStatus.LATE)
+    second.add(FrameResult(6, 600 * MS, FrameStatus.DEGRADED, {"lidar_top": late, "radar_front": error}, ()))
+    merged = _accumulator()
+    merged.merge(second)
+    pooled = RunCounters.pooled([first.counters(), second.counters()])
+    assert pooled == merged.counters()
+    assert pooled.sensor_status == {"lidar_top": {"ok": 8, "late": 3}, "radar_front": {"error": 1}}
+    assert (pooled.frames, pooled.dropped, dict(pooled.drop_reasons)) == (13, 2, {"queue overflow": 2})
+    assert pooled.first_errors == {"radar_front": "model failed"} and pooled.deadline_ms == 100.0
+    other = RunCounters(frames=1, ok=1, deadline_ms=200.0)
+    assert RunCounters.pooled([first.counters(), other]).deadline_ms == 0.0  # no one deadline
+    assert RunCounters.pooled([]) == RunCounters()
 
 
 def test_a_report_without_schema_version_is_of_the_first() -> None:
