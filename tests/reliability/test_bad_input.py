@@ -273,7 +273,8 @@ async def test_zero_size_and_huge_images_are_that_cameras_error(triton: Embedded
         "zero width": (_png_header(0, 48), "image has zero size 0x48"),
         "over the pixel limit": (_png_header(10_000, 10_000), "image of 10000x10000 exceeds the limit"),
         "decompression bomb": (_png_header(40_000, 40_000), "image of 40000x40000 exceeds the limit"),
-        "not an image": (b"\xff\xd8\xff garbage", "image: "),
+        "cut short": (b"\xff\xd8\xff garbage", "JPEG image does not end with its end-of-image marker"),
+        "not an image": (b"\xff\xd8\xff garbage\xff\xd9", "image: "),
     }
     cfg = runtime_config(
         triton.grpc_url,
@@ -563,7 +564,9 @@ async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(
                 "cam_back": ImageSample("cam_back", t + i * 100 * MS, "cam_back", good),
             },
         )
-        for i, bad in enumerate((b"\xff\xd8\xff garbage", _png_header(0, 48)))
+        # images that pass the runtime's intake check (a JPEG with its end marker, a PNG whose header is within
+        # the limits) and that no decoder can read: the decode is the path under test
+        for i, bad in enumerate((b"\xff\xd8\xff garbage\xff\xd9", _png_header(64, 48)))
     ]
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
@@ -610,7 +613,8 @@ async def test_a_camera_sending_bad_images_does_not_switch_its_model_off(
         samples["cam_back"] = None if back is None else ImageSample("cam_back", t, "cam_back", back)
         return Frame(frame_id=i, t_ns=t, samples=samples)
 
-    frames = [frame(i, b"\xff\xd8\xff garbage", good) for i in range(6)]
+    # a JPEG with its end marker passes the runtime's intake check: the decode (the model's or the client's) fails
+    frames = [frame(i, b"\xff\xd8\xff garbage\xff\xd9", good) for i in range(6)]
     frames += [frame(6, b"not an image", None), frame(7, good, good), frame(8, good, good)]
     with anyio.fail_after(90):
         async with Runtime(cfg) as rt:
