@@ -151,10 +151,7 @@ def truncation_problem(data: bytes) -> str | None:
     end, what = _ENDS[fmt]
     if data.endswith(end) or data.rfind(end, max(0, len(data) - _MAX_TRAILER - len(end))) >= 0:
         return None
-    return (
-        f"{fmt.upper()} image does not end with {what} (nor has it in its last {_MAX_TRAILER} bytes): cut short "
-        "(a partial download, a full disk?)"
-    )
+    return f"{fmt.upper()} image does not end with {what}: cut short (a partial download, a full disk?)"
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

@@ -176,10 +176,17 @@ def _render(s: dict[str, Any]) -> str:
     intake = s["intake"]
     # every sample pushed and not used, by reason (the sensors not enabled and the invalid ones were left out);
     # of the clock jumps, those dropped: a re-anchored sample (time base estimate) was used, or counted where
-    # it was dropped later (it showed as 'not used' while in 'used')
+    # it was dropped later (it showed as 'not used' while in 'used'); of the samples taken, those a full
+    # buffer evicted (they showed as 'used')
     not_used = ("unknown_sensor", "invalid", "late", "out_of_order", "duplicate", "clock_jump", "intake_overflow")
-    counts = {**intake, "clock_jump": intake.get("clock_jump_dropped", intake["clock_jump"])}
-    drops = {k: counts[k] for k in not_used if counts[k]}
+    evicted = intake.get("buffer_evicted", 0)
+    counts = {**intake, "clock_jump": intake.get("clock_jump_dropped", intake["clock_jump"]), "buffer_evicted": evicted}
+    drops = {k: counts[k] for k in (*not_used, "buffer_evicted") if counts[k]}
+    # what raised, per sensor or stage (status()["failed"]: an item in assembly or processing, dropped; the
+    # recorder...), and the results not recorded (the callback queue full, or the callback raised): counted
+    # in the summary only, they are said here too
+    lost = {k: s[k] for k in ("callbacks_dropped", "callbacks_failed") if s.get(k)}
+    failed = s.get("failed") or {}
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),
@@ -187,9 +194,11 @@ def _render(s: dict[str, Any]) -> str:
         f"(trigger silent {intake['trigger_silences']}x), by rate {intake['frames_by_rate']}",
         f"latency trigger arrival -> result: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; "
         f"deadline misses {s['deadline_misses']}",
-        f"samples {intake['samples']} used; not used: {drops or 'none'}",
+        f"samples {intake['samples'] - evicted} used; not used: {drops or 'none'}",
         f"time base {s['time_base']}: offsets {json.dumps({k: round(v, 3) for k, v in s['offsets_ms'].items()})} ms",
     ]
+    if failed or lost:
+        lines.append(f"failed: {dict(failed) or 'none'}; results not recorded: {lost or 'none'}")
     if s.get("publisher_died"):
         died = s["publisher_died"]
         lines.append(f"publisher died mid-run for {len(died)} sensor(s): {', '.join(sorted(died))}")

@@ -149,7 +149,7 @@ def report_recording(rec: RunRecorder, *, cut: str | None = None) -> None:
         )
         sys.stdout.write(f"nothing recorded at {rec.path}{earlier}: {_NO_FILE.get(cut, cut)}\n")
         return
-    gaps = {k: v for k, v in rec.stats.items() if k.startswith("dropped_") or k in ("refused", "failed")}
+    gaps = RunRecorder.gaps(rec.stats)
     deleted = rec.stats["segments_deleted"]  # the oldest, by --record-max-segments: what is kept is said
     written = f" kept ({rec.stats['segments']} written, {rec.bytes / 2**20:.1f} MiB: the oldest {deleted} deleted)"
     sys.stdout.write(

@@ -13,7 +13,8 @@ lost (per topic: messages and time ranges); :meth:`DriveReader.verify` checks ev
 Every sample and ego pose that decodes passes the intake check a live host's samples pass
 (:func:`perception.kinds.sample_problem`, :func:`perception.kinds.ego_problem`: a zero quaternion, a
 non-finite pose, a sample over the size limits...): one that fails is skipped with a warning (once per
-sensor) and counted in :attr:`DriveReader.invalid`.
+sensor) and counted in :attr:`DriveReader.invalid` (a replay reports them: report.json's
+``alignment.invalid_by_sensor``).
 """
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ EGO = "ego"
 @dataclass
 class LiveStats(AlignStats):
     """Counters of the live intake (replay's :class:`~perception.scheduler.AlignStats` and live's own);
-    every sample pushed is in exactly one of the sample counters."""
+    every sample pushed is in exactly one of the sample counters (``buffer_evicted`` counts those of
+    ``samples`` a full buffer dropped)."""
 
     invalid: int = 0  # refused by the intake check (invalid_by_sensor says whose; "ego" for poses)
     late: int = 0

@@ -240,6 +240,12 @@ class RunRecorder:
         :meth:`close` raises it), None while it records."""
         return self._error
 
+    @staticmethod
+    def gaps(stats: Mapping[str, int]) -> dict[str, int]:
+        """A recorder's :attr:`stats` of what it did not record: ``dropped_<kind>`` (its queue was full),
+        ``refused`` (the drive format refused a sample), ``failed`` (recording a fused frame raised)."""
+        return {k: v for k, v in stats.items() if v and (k.startswith("dropped_") or k in ("refused", "failed"))}
+
     def __enter__(self) -> RunRecorder:
         self._state.check_unopened("run recorder")
         self.check_replaceable()

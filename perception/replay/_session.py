@@ -507,6 +507,7 @@ def _run_report(
     counters = acc.counters()
     models = {s.name: ModelServed(s.model, tuple(sorted(tally.versions.get(s.name, ())))) for s in cfg.active_sensors}
     damage = reader.damage
+    invalid = source.invalid
     return RunReport(
         counters,
         acc.latency_summary(),
@@ -514,7 +515,12 @@ def _run_report(
         rate=opts.rate,
         # the model that served each sensor, and the versions of it that answered
         models=models,
-        alignment=dataclasses.asdict(source.assembler.stats),
+        # with the samples and poses the reader skipped (live's intake counters of the same: invalid, by sensor)
+        alignment={
+            **dataclasses.asdict(source.assembler.stats),
+            "invalid": sum(invalid.values()),
+            "invalid_by_sensor": invalid,
+        },
         accumulation=source.assembler.accumulator.report() if source.assembler.accumulator else None,
         # Triton's own per-stage accounting (mean ms per request): queue, compute input/infer/output
         server_ms=watch.server_ms or None,

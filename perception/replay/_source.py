@@ -50,6 +50,21 @@ class DriveSource:
         self.rig = dict(self.session.rig)
         self.assembler = self.session.assembler()
         self.frames_emitted = 0
+        #: The reader's skipped samples before this source read any (a reader read before: not this run's).
+        self._invalid_before = dict(self.reader.invalid)
+
+    @property
+    def invalid(self) -> dict[str, int]:
+        """What the reader skipped of this run, the intake check refusing it (an empty image, a zero
+        quaternion...): samples per sensor (configured name), ego poses as ``"ego"`` (all of them: the
+        reader reads its poses once)."""
+        names = {src: name for name, src in self.session.source_names.items()}
+        out = {}
+        for sensor, total in self.reader.invalid.items():
+            n = total - (0 if sensor == "ego" else self._invalid_before.get(sensor, 0))
+            if n:
+                out[names.get(sensor, sensor)] = n
+        return out
 
     def iter_frames(self) -> Iterator[Frame]:
         """Synchronous frame iterator (no pacing)."""

@@ -8,10 +8,13 @@ not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry c
 could not take the same way, and the frames whose odometry was older than ``live.ego_max_age_ms``
 (``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget counts deadline
 misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
-:meth:`perception.live.LiveRuntime.status`) and the samples its intake dropped before any frame
+:meth:`perception.live.LiveRuntime.status`), the samples its intake dropped before any frame
 (``samples_late``, ``samples_clock_jump``, ``samples_out_of_order``, ``samples_duplicate``,
-``samples_intake_overflow``, ``samples_buffer_evicted``). With ``--record``, the recording has a status of its
-own (:meth:`DiagnosticsTracker.recording`): ERROR once it failed (a full disk), WARN while it drops items.
+``samples_intake_overflow``, ``samples_buffer_evicted``), what raised in the runtime (``failed``, per sensor
+or stage) and the results not published (``results_unpublished``). A sample the live intake refuses after
+the node took it (an image not of the calibration's size) is its sensor's input error too. With
+``--record``, the recording has a status of its own (:meth:`DiagnosticsTracker.recording`): ERROR once it
+failed (a full disk), WARN while it drops items.
 
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
 error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perception.config import RosConfig
+from perception.record import RunRecorder
 from perception.types import FrameResult, SensorStatus
 
 __all__ = ["ERROR", "INPUT_ERROR_LOG_PERIOD_NS", "OK", "WARN", "DiagnosticsTracker", "Status"]
@@ -58,6 +62,9 @@ class _SensorCounts:
     logged: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: odometry only: frames with odometry past ``live.ego_max_age_ms``, as of the last status
     stale_seen: int = 0
+    #: samples the live runtime's intake refused after the node took them (an image not of the calibration's
+    #: size...), as of the last status: counted in ``input_errors`` as they come
+    refused_seen: int = 0
 
 
 class DiagnosticsTracker:
@@ -71,6 +78,11 @@ class DiagnosticsTracker:
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
         self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
+
+    def live_opened(self) -> None:
+        """A new live runtime (an activation): its counters start at 0."""
+        for c in (*self._sensors.values(), self._odometry):
+            c.stale_seen = c.refused_seen = 0
 
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
@@ -110,9 +122,10 @@ class DiagnosticsTracker:
 
     def recording(self, path: str, stats: Mapping[str, int], error: BaseException | None) -> Status:
         """The status of ``--record``'s recording (its recorder's ``stats`` and ``error``): ERROR once it failed
-        (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full: the
+        (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full, a
+        sample the drive format refuses, a frame whose recording raised: :meth:`RunRecorder.gaps`; the
         recording has gaps, its replay names them), else OK."""
-        dropped = sum(v for k, v in stats.items() if k.startswith("dropped_"))
+        dropped = sum(RunRecorder.gaps(stats).values())
         values = {
             "file": path,
             "frames": str(stats.get("frames", 0)),
@@ -126,9 +139,7 @@ class DiagnosticsTracker:
             return Status(name, ERROR, f"recording failed, the run goes on unrecorded: {error!s:.300}", values)
         new, self._recording_dropped = dropped - self._recording_dropped, dropped
         if new > 0:
-            return Status(
-                name, WARN, f"{new} item(s) dropped (the recorder fell behind): the recording has gaps", values
-            )
+            return Status(name, WARN, f"{new} item(s) not recorded: the recording has gaps", values)
         return Status(name, OK, "recording", values)
 
     def _level(self, bad: int, of: int) -> tuple[int, float]:
@@ -144,7 +155,17 @@ class DiagnosticsTracker:
     def statuses(self, live_status: Mapping[str, Any] | None) -> list[Status]:
         """One status per sensor, then the frame budget; ``live_status``: the live runtime's status()."""
         out = []
+        intake = live_status.get("intake", {}) if live_status is not None else {}
         for name, c in self._sensors.items():
+            # what the live intake refused of what the node took (its own checks: the camera's calibration,
+            # the sensor's frame and point columns): the sensor's input errors, as the node's are
+            refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
+            new = refused - c.refused_seen if refused >= c.refused_seen else refused  # a new runtime counts from 0
+            c.refused_seen = refused
+            if new > 0:
+                c.input_errors += new
+                c.recent_input_error = True
+                c.last_error = f"{name}: {intake.get('invalid_reasons', {}).get(name, 'refused by the intake')}"
             recent = list(c.recent)
             bad = [s for s in recent if s != "ok"]
             level, rate = self._level(len(bad), len(recent))
@@ -187,10 +208,15 @@ class DiagnosticsTracker:
             )
             # samples the live intake took in and dropped before any frame (a stamp too old, jumping, out
             # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
-            intake = live_status.get("intake", {})
             values.update({f"samples_{key}": str(int(intake.get(key, 0))) for key in _INTAKE_DROPS})
             # of the clock jumps, the samples dropped for one: a re-anchored one (time base estimate) was used
             values["samples_clock_jump"] = str(int(intake.get("clock_jump_dropped", intake.get("clock_jump", 0))))
+            # what raised in the runtime, per sensor or stage (an item dropped, a recorder's call...), and the
+            # results not published (the callback queue full, or publishing raised): counted there, shown here
+            failed = live_status.get("failed", {})
+            values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) or "0"
+            unpublished = int(live_status.get("callbacks_dropped", 0)) + int(live_status.get("callbacks_failed", 0))
+            values["results_unpublished"] = str(unpublished)
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))
         return out

@@ -182,7 +182,9 @@ class FusionNode(LifecycleNode):
     the ROS clock mapped by its offset to the host's monotonic clock, or ``estimate`` when the profile
     says so), and after configure ``topics.<sensor>`` and ``odometry_topic``: the profile's of that configure,
     unless set (``--ros-args -p``, ``parameter_overrides``, or set since, which is kept). ``defaults``: other
-    defaults of the first five (``--ros-args -p`` and ``parameter_overrides`` override them)."""
+    defaults of the first five (``--ros-args -p`` and ``parameter_overrides`` override them). A parameter given
+    that the node does not declare is named in a warning at configure; one of its own set while it is configured
+    is taken at the next configure, with a warning."""
 
     def __init__(
         self,
@@ -303,9 +305,32 @@ class FusionNode(LifecycleNode):
         self._from_profile.add(name)
 
     def _parameters_set(self, parameters: list[Parameter[Any]]) -> None:
-        """A topic parameter set from outside (``ros2 param set``, :meth:`set_parameters`) is the user's: kept."""
-        if not self._declaring:
-            self._from_profile.difference_update(p.name for p in parameters)
+        """A topic parameter set from outside (``ros2 param set``, :meth:`set_parameters`) is the user's: kept.
+        One of the node's set while it is configured is taken at the next configure: a warning says so."""
+        if self._declaring:
+            return
+        self._from_profile.difference_update(p.name for p in parameters)
+        own = [p.name for p in parameters if p.name in self._own_parameters()]
+        if own and self.config is not None:
+            self.get_logger().warning(
+                f"parameter {', '.join(own)} set: it takes effect at the next configure (the node is configured: "
+                "deactivate and clean it up, then configure)"
+            )
+
+    def _own_parameters(self) -> list[str]:
+        """The parameters this node reads (declared so far), not rclpy's own (``use_sim_time``...)."""
+        topics = sorted(f"topics.{n}" for n in self.get_parameters_by_prefix("topics"))
+        fixed = ["profile", "rig", "url", "sensors", "time_base", *topics]
+        return fixed + (["odometry_topic"] if self.has_parameter("odometry_topic") else [])
+
+    def _warn_unused(self) -> None:
+        """Name the parameters given (``-p``, a parameters file, ``parameter_overrides``) that the node does not
+        declare: a misspelt name was dropped without a word."""
+        unused = sorted(n for n in self._parameter_overrides if not self.has_parameter(n))
+        if unused:
+            self.get_logger().warning(
+                f"parameters not used: {', '.join(unused)} (the node's: {', '.join(self._own_parameters())})"
+            )
 
     def _configure(self) -> None:
         # Each configure checks each camera's first camera_info against the rig it loads (it was once per node:
@@ -352,6 +377,7 @@ class FusionNode(LifecycleNode):
             key, _, why = str(exc).partition(": ")
             raise ConfigError(why, key=key) from None
         cfg = dataclasses.replace(cfg, ros=ros)
+        self._warn_unused()
         self.topics = {name: t for name, t in sensor_topics(rig, ros).items() if name in chosen_topics}
         self.odometry_topic = ros.odometry_topic
         self.rig = rig
@@ -412,9 +438,19 @@ class FusionNode(LifecycleNode):
         self.config = None
 
     # -- activate -------------------------------------------------------------------------------------
+    def waiting_for_clock(self) -> bool:
+        """Whether the node is on simulated time (``use_sim_time``) and no ``/clock`` has come yet: its ROS
+        clock reads 0, and an offset to the host clock measured on it would place every stamp decades off."""
+        return bool(self.get_parameter("use_sim_time").value) and self.get_clock().now().nanoseconds == 0
+
     def _activate(self) -> None:
         cfg = self.config
         assert cfg is not None and self._diag is not None
+        if self.waiting_for_clock():  # every sample was dropped as a clock jump, /diagnostics "ok"
+            raise PerceptionError(
+                "use_sim_time is true and no /clock has been received: start the clock (ros2 bag play --clock), "
+                "then activate"
+            )
         ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
         live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
         cfg = dataclasses.replace(cfg, live=live_cfg)
@@ -424,6 +460,7 @@ class FusionNode(LifecycleNode):
         live.__enter__()
         self.live = live
         self._arrivals.clear()
+        self._diag.live_opened()
         self._active = True
         for msg_type, topic, callback in self.inputs():
             self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))

@@ -130,6 +130,10 @@ def run_node(
         try:
             if autostart:
                 for step in (node.trigger_configure, node.trigger_activate):
+                    if step == node.trigger_activate and node.waiting_for_clock():
+                        node.get_logger().info("use_sim_time: waiting for /clock to activate")
+                        while node.waiting_for_clock() and not stop.is_set() and context.ok():
+                            executor.spin_once(timeout_sec=0.1)
                     if stop.is_set():
                         break
                     if step() != TransitionCallbackReturn.SUCCESS:

@@ -318,6 +318,45 @@ def test_the_report_counts_every_sample_not_used() -> None:
     assert "samples 100 used; not used: {'unknown_sensor': 530, 'invalid': 2}" in _render(summary)
 
 
+def test_the_report_counts_the_samples_a_full_buffer_evicted_as_not_used() -> None:
+    # A sensor flooding past its buffer cap: the evicted samples were in `samples` and in no 'not used'
+    # reason, so the line said "samples 300 used; not used: none" of 300 samples, 44 of them dropped.
+    import numpy as np
+
+    from perception.cli._live import _render
+    from perception.config import LiveConfig, SensorConfig, TriggerConfig
+    from perception.live._assembler import MAX_BUFFERED, LiveAssembler
+    from perception.types import PointCloudSample
+
+    sensors = [SensorConfig("lidar", "lidar", "m"), SensorConfig("radar", "radar", "m")]
+    asm: LiveAssembler[None] = LiveAssembler(sensors, TriggerConfig(sensor="lidar"), LiveConfig())
+    fields = ("x", "y", "z", "radial_velocity", "rcs")
+    for k in range(MAX_BUFFERED + 44):
+        t = 1_000_000_000 + k * 10_000
+        assert asm.add(PointCloudSample("radar", t, "radar", np.zeros((1, 5), np.float32), fields), t + 1) is None
+    assert (asm.stats.samples, asm.stats.buffer_evicted) == (MAX_BUFFERED + 44, 44)
+    summary = {"frames": 0, "expected_frames": 0, "ok": 0, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": vars(asm.stats), "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}}
+    assert f"samples {MAX_BUFFERED} used; not used: {{'buffer_evicted': 44}}" in _render(summary), _render(summary)
+
+
+def test_the_report_says_what_failed_and_the_results_not_recorded() -> None:
+    # status()'s failed (items that raised in assembly or processing: dropped) and callbacks_dropped (results
+    # the callback queue dropped: not in frames.jsonl) were in --json/live.json only, never in the printed lines.
+    from perception.cli._live import _render
+
+    intake = {"samples": 10, "frames_by_trigger": 10, "frames_by_timer": 0, "trigger_silences": 0}
+    intake |= {"frames_by_rate": 0, "late": 0, "out_of_order": 0, "duplicate": 0, "clock_jump": 0}
+    intake |= {"intake_overflow": 0, "unknown_sensor": 0, "invalid": 0}
+    summary = {"frames": 10, "expected_frames": 10, "ok": 10, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}, "results_overflow": 10, "callbacks_failed": 0}
+    assert "failed" not in _render({**summary, "failed": {}, "callbacks_dropped": 0})
+    text = _render({**summary, "failed": {"lidar_top": 2}, "callbacks_dropped": 3})
+    assert "failed: {'lidar_top': 2}; results not recorded: {'callbacks_dropped': 3}" in text, text
+
+
 def test_a_shed_frame_s_line_in_frames_jsonl_says_why_and_that_it_is_predicted() -> None:
     # DIR/frames.jsonl said only "dropped" of a frame shed under overload: not why (replay's records and
     # live.json's drop_reasons say "overload (...)"), nor that its detections were the tracker's prediction.

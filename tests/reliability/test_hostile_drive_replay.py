@@ -60,5 +60,7 @@ async def test_zero_quaternion_odometry_replays_to_the_end(triton: EmbeddedTrito
     assert_consecutive_records(records)
     report = json.loads((out / "report.json").read_text())
     assert report["frames"] == 12 and outcome.report.counters.frames == 12
+    # the poses skipped are counted in the report (they were only in a warning, once)
+    assert report["alignment"]["invalid"] == 3 and report["alignment"]["invalid_by_sensor"] == {"ego": 3}, report
     acc = report["accumulation"]
     assert acc["window_ms"] == {"lidar_top": 120.0} and acc["merged"] > 0 and acc["no_ego_motion"] == 0, acc

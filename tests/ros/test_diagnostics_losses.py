@@ -1,0 +1,60 @@
+"""/diagnostics says what the live runtime counted and dropped after the node took a message: the samples its
+intake refused (their sensor's input errors), what raised in it and the results not published; and the
+recording's every gap."""
+
+from __future__ import annotations
+
+from perception.config import RosConfig
+from perception.ros._diagnostics import ERROR, OK, WARN, DiagnosticsTracker
+
+CAMERA = "perception_fusion: sensor cam_front"
+BUDGET = "perception_fusion: frame budget"
+
+
+def test_samples_the_live_intake_refuses_are_their_sensor_s_input_errors() -> None:
+    # An image not of the rig's calibration size passes the node's check (it has no calibration) and is
+    # refused by the live intake: counted in status()["intake"]["invalid_by_sensor"], /diagnostics said only
+    # "missing" of the camera (input_errors 0, no reason).
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    reason = "image is 64x48, its camera's calibration 1600x900 (its boxes would be placed with ...)"
+    intake = {"invalid": 5, "invalid_by_sensor": {"cam_front": 5}, "invalid_reasons": {"cam_front": reason}}
+    statuses = {s.name: s for s in diag.statuses({"frames": 10, "intake": intake})}
+    camera = statuses[CAMERA]
+    assert camera.level == ERROR and reason in camera.message, camera
+    assert camera.values["input_errors"] == "5" and camera.values["last_error"] == f"cam_front: {reason}"
+    assert statuses["perception_fusion: sensor lidar_top"].values["input_errors"] == "0"
+    # none refused since: the count stays, the error level goes; the node's own errors add to it
+    diag.input_error("cam_front", "cam_front: empty image data", now_ns=0)
+    camera = {s.name: s for s in diag.statuses({"frames": 12, "intake": intake})}[CAMERA]
+    assert camera.level == ERROR and camera.values["input_errors"] == "6", camera
+    camera = {s.name: s for s in diag.statuses({"frames": 14, "intake": intake})}[CAMERA]
+    assert camera.level == OK and camera.values["input_errors"] == "6", camera
+    # the node activated again: a new live runtime counts from 0, its refusals are new ones
+    renewed = {**intake, "invalid_by_sensor": {"cam_front": 2}}
+    camera = {s.name: s for s in diag.statuses({"frames": 2, "intake": renewed})}[CAMERA]
+    assert camera.level == ERROR and camera.values["input_errors"] == "8", camera
+
+
+def test_the_frame_budget_says_what_failed_and_the_results_not_published() -> None:
+    # status()'s failed (items that raised in assembly or processing: dropped) and callbacks_dropped (results
+    # the callback queue dropped: never published) reached no /diagnostics value.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    budget = {s.name: s for s in diag.statuses({"frames": 3, "intake": {}})}[BUDGET]
+    assert budget.values["failed"] == "0" and budget.values["results_unpublished"] == "0", budget.values
+    status = {"frames": 9, "intake": {}, "failed": {"lidar_top": 2, "assembly": 1}, "callbacks_dropped": 4}
+    budget = {s.name: s for s in diag.statuses({**status, "callbacks_failed": 1})}[BUDGET]
+    assert budget.values["failed"] == "assembly 1, lidar_top 2", budget.values
+    assert budget.values["results_unpublished"] == "5", budget.values
+
+
+def test_the_recording_status_counts_every_gap_the_end_of_run_line_does() -> None:
+    # The status summed dropped_* only: a sample the drive format refused or a frame whose recording raised
+    # left it "recording" (OK, dropped 0), where `perception ros node --record`'s end-of-run line said GAPS.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    stats = {"frames": 10, "segments": 1, "refused": 2, "failed": 1}
+    status = diag.recording("run.mcap", stats, None)
+    assert status.level == WARN and status.values["dropped"] == "3", status
+    assert "3 item(s) not recorded" in status.message, status
+    status = diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None)
+    assert status.level == WARN and status.values["dropped"] == "7" and "4 item(s)" in status.message, status
+    assert diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None).level == OK
