@@ -39,6 +39,7 @@ def accumulate_problem(accumulate_ms: float, kind: str, *, image: bool) -> str |
         return f"only point-cloud sensors accumulate sweeps, not a {kind}"
     return None
 
+
 #: A sample's request tensors, without the batch dimension, and the factors ``(sx, sy)`` from the
 #: pixels of the image sent to those of the original image (``(1, 1)`` for anything else).
 Prepared = tuple[dict[str, npt.NDArray[Any]], tuple[float, float]]

@@ -32,9 +32,10 @@ Selection, de-duplication, the ego pose, sweep accumulation, eviction and the ke
 the buffer caps.
 
 Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
-check :func:`perception.kinds.sample_problem`: a stamp that is not integer ns in range, a wrong sample
-type, too few point fields or columns it would misread, over the size limits, an image of another size than
-its camera's calibration; a sample in another sensor's frame, the vehicle's or the map's; counted per sensor),
+check against the rig, :class:`perception.scheduler.RigCheck`: a stamp that is not integer ns in range, a
+wrong sample type, too few point fields or columns it would misread, over the size limits, an image of
+another size than its camera's calibration; a sample in another sensor's frame, the vehicle's or the map's;
+counted per sensor),
 out of order (older than one already seen), duplicates, late (after every frame that could have used them
 was emitted), clock jumps (stamp too far from arrival) and unknown sensors. Ego poses pass
 :func:`perception.kinds.ego_problem` (the zero quaternion, non-finite values are refused).
@@ -59,10 +60,9 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
-from perception.drives import BASE_FRAME, MAP_FRAME
 from perception.errors import ConfigError, RuntimeClosedError
-from perception.kinds import ego_problem, kind_def, sample_problem
-from perception.scheduler import AlignCore, AlignStats, SweepAccumulator
+from perception.kinds import ego_problem
+from perception.scheduler import AlignCore, AlignStats, RigCheck, SweepAccumulator
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
 
 log = logging.getLogger(__name__)
@@ -234,15 +234,10 @@ class LiveAssembler(Generic[T]):
         #: moved by the ego poses the host pushed (interpolated), else by the frame's ego twist.
         self.accumulator: SweepAccumulator = self._core.accumulator
         self._horizon_ns = self._core.horizon_ns + live.transit_ns
-        self._kinds = {s.name: kind_def(s.kind) for s in sensors}
-        #: The cameras' calibrations: an image of another size is refused (``sample_problem``).
-        self._calibrations = {
-            n: spec.calibration for n, spec in (rig or {}).items() if n in self._sensors and spec.calibration
-        }
-        #: Each sensor's frame in the rig, and the frames its samples must not be in: another sensor's, the
-        #: vehicle's, the map (they would be taken as in its own frame, and moved by its extrinsic once more).
-        self._frames = {n: spec.frame_id for n, spec in (rig or {}).items() if n in self._sensors}
-        self._known_frames = {spec.frame_id for spec in (rig or {}).values()} | {BASE_FRAME, MAP_FRAME}
+        #: The intake check against the rig (:class:`perception.scheduler.RigCheck`): an image of another size
+        #: than its camera's calibration, a sample in another sensor's frame, the vehicle's or the map's are
+        #: refused.
+        self._check = RigCheck(sensors, rig, image_sizes=True)
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
@@ -276,14 +271,7 @@ class LiveAssembler(Generic[T]):
         if not isinstance(name, str) or name not in self._sensors:
             self.stats.unknown_sensor += 1
             return "unknown sensor"
-        problem = sample_problem(sample, self._kinds[name], calibration=self._calibrations.get(name))
-        own = self._frames.get(name)
-        # (another name of its own frame, a driver's, goes on: only a frame the rig names is known to be another)
-        if problem is None and own not in (None, sample.frame_id) and sample.frame_id in self._known_frames:
-            problem = (
-                f"sample in frame {sample.frame_id!r}, the rig's {name} in {own!r}: a sensor's samples are "
-                f"taken in its own frame (its extrinsic moves them to {BASE_FRAME})"
-            )
+        problem = self._check.problem(name, sample)
         if problem is None and isinstance(sample, PointCloudSample):
             columns = self._columns.setdefault(name, sample.points.shape[1])
             if sample.points.shape[1] != columns:

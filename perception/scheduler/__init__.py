@@ -10,6 +10,7 @@ from perception.scheduler._dispatch import InferClient
 from perception.scheduler._lifetime import Lifetime, ThreadHost, hosted_in_task
 from perception.scheduler._observer import RunObserver
 from perception.scheduler._pipeline import CANCELLED_IN_FLIGHT, OrderedPipeline, failure_reason
+from perception.scheduler._rig_check import RigCheck
 from perception.scheduler._runtime import Runtime, abandoned_fusion_running, client_options, server_time_breakdown
 from perception.scheduler._session import FusionStage, Session, TrackingStage
 from perception.scheduler._shedding import OVERLOAD, Superseded, sheds
@@ -29,6 +30,7 @@ __all__ = [
     "Lifetime",
     "OrderedPipeline",
     "RemoteAdmission",
+    "RigCheck",
     "RunObserver",
     "Runtime",
     "Session",

@@ -156,6 +156,7 @@ class Dispatcher:
         self._decode = {s.name: "server" if s.name in server_decode else "client" for s in sensors}
         self._decode_errors = frozenset(decode_errors)
         self._sensors = [s for s in sensors if s.enabled]
+        self._by_name = {s.name: s for s in self._sensors}
         #: Sensors of a batching kind (camera): one request per model for all of them.
         self._batched = {s.name: sensor_kind(s.kind, s.name).contract.batched for s in self._sensors}
         self._pipeline = pipeline
@@ -217,9 +218,18 @@ class Dispatcher:
     def sensors(self) -> Sequence[SensorConfig]:
         return self._sensors
 
-    async def dispatch(self, frame: Frame, deadline_ns: int) -> dict[str, SensorResult]:
-        """Run every sensor request of ``frame``; return by the absolute monotonic ``deadline_ns``."""
+    async def dispatch(
+        self, frame: Frame, deadline_ns: int, *, refused: Mapping[str, tuple[str, int | None]] | None = None
+    ) -> dict[str, SensorResult]:
+        """Run every sensor request of ``frame``; return by the absolute monotonic ``deadline_ns``.
+        ``refused``: sensors whose samples the runtime refused (not in ``frame``), with why and the sample's
+        stamp: their error, their input's fault (:meth:`perception.scheduler.Runtime.process`)."""
         outcomes = {s.name: SensorOutcome(s.name, s.model) for s in self._sensors}
+        for name, (why, t_ns) in (refused or {}).items():
+            if name in outcomes:
+                outcomes[name].sample_t_ns = t_ns
+                fault = InputError(why, sensor=name, frame=frame.frame_id)
+                self._fail([self._by_name[name]], outcomes, str(fault), input_fault=True)
         # Circuit breakers run on sensor time (the frame's capture time), not wall time: a replay at
         # any rate then opens and re-probes circuits at the same frames as the live run would.
         now = frame.t_ns
@@ -230,7 +240,8 @@ class Dispatcher:
             sample = frame.samples.get(s.name)
             oc = outcomes[s.name]
             if sample is None:
-                oc.status = SensorStatus.MISSING
+                if oc.status is None:  # (not refused)
+                    oc.status = SensorStatus.MISSING
                 continue
             oc.sample_t_ns = sample.t_ns
             if self._batched[s.name] and self._pipeline.camera_requests == "batched":

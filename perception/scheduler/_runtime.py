@@ -33,6 +33,7 @@ from perception._allocator import freed_memory_kept
 from perception._gc import startup_heap_frozen
 from perception.config import RuntimeConfig, SensorConfig, ServerConfig
 from perception.errors import ConfigError, InputError, ModelContractError, PerceptionError, RuntimeClosedError
+from perception.kinds import stamp_problem
 from perception.scheduler._admission import AdmissionControl, AdmissionProvider
 from perception.scheduler._dispatch import Dispatcher, InferClient
 from perception.scheduler._faults import FaultInjectingClient
@@ -40,6 +41,7 @@ from perception.scheduler._lifetime import Lifetime
 from perception.scheduler._order import HandInOrder
 from perception.scheduler._pipeline import OrderedPipeline, admission_adapts
 from perception.scheduler._reuse import SensorReuse
+from perception.scheduler._rig_check import RigCheck
 from perception.scheduler._session import FusionStage, Session, TrackingStage
 from perception.scheduler._shedding import OverloadPolicy, Superseded
 from perception.scheduler._tensors import output_names, prepare_inputs, sensor_kind
@@ -47,6 +49,7 @@ from perception.scheduler._threads import client_thread_limits
 from perception.triton import ClientOptions, InferRequest
 from perception.types import (
     FUSION_HANDOFF,
+    LIVE_METADATA,
     SERVER_STAGES,
     Detection3D,
     Frame,
@@ -55,6 +58,7 @@ from perception.types import (
     ImageSample,
     LatencyTree,
     PointCloudSample,
+    Sample,
     SensorResult,
     SensorSpec,
     SensorStatus,
@@ -208,6 +212,12 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self.admission: AdmissionControl | None = None
         #: The turns of the frames handed to :meth:`process`: they are fused in that order.
         self._fusion_order = HandInOrder()
+        #: The check of the samples of a frame handed in whole (:meth:`_taken`): an image must be of its camera's
+        #: calibrated size when the runtime serves a vehicle (its rig); a replay counts such images instead.
+        self._rig_check = RigCheck(
+            config.active_sensors, self.rig, image_sizes=session.source.metadata == LIVE_METADATA
+        )
+        self._refused_said: set[str] = set()  # sensors whose refused samples were logged
         #: The frame whose fusion call runs in a worker thread (None: none), under its lock (held only to
         #: read or set it). A call whose frame is cancelled while it runs (a close past its drain timeout)
         #: is abandoned, still running: until it returns no fusion or prediction starts (:meth:`_fuse`).
@@ -501,16 +511,14 @@ class Runtime(anyio.AsyncContextManagerMixin):
         predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree), or for it to
         end unfused (an error, a cancellation) -- never does a frame pass one handed in before it."""
         dispatcher = self.dispatcher
-        for name, sample in frame.samples.items():  # the host's frame: a clear error, not one deep inside
-            if sample is not None and not isinstance(sample, PointCloudSample | ImageSample):
-                raise InputError(f"not a sample: a {type(sample).__name__}", sensor=name, frame=frame.frame_id)
+        frame, refused = self._taken(frame)
         start = time.monotonic_ns()
         origin = frame.created_ns or start
         order = self._fusion_order
         turn = order.take()
         try:
             sent, reused = self.reuse.plan(frame)  # while frames are shed, sensors not required are decimated
-            results = self.reuse.merge(await dispatcher.dispatch(sent, origin + self._join_ns), reused)
+            results = self.reuse.merge(await dispatcher.dispatch(sent, origin + self._join_ns, refused=refused), reused)
             joined = time.monotonic_ns()
             detections: tuple[Detection3D, ...] = ()
             fusion_stages: dict[str, int] = {}
@@ -528,6 +536,38 @@ class Runtime(anyio.AsyncContextManagerMixin):
         finally:
             order.end(turn)  # fused, or never to be: the next frame's turn once the earlier ones ended
         return self._record(frame, results, origin, start, joined, end, detections, fusion_stages)
+
+    def _taken(self, frame: Frame) -> tuple[Frame, dict[str, tuple[str, int | None]]]:
+        """``frame`` as the runtime takes it, and its configured sensors' samples refused: why, and the sample's
+        stamp (None when that is what is wrong). A host may
+        hand frames in whole (:meth:`process`, ``ThreadedRuntime.submit``, its own stream to :meth:`run`), so
+        every sample passes the rig's check (:class:`RigCheck`, the live intake's): one refused is its sensor's
+        error, counted as its input's fault, and is seen by neither its model nor fusion; a point cloud naming
+        its kind's fields in another order is reordered (fusion and accumulation read x, y, z by position).
+        What is not a sample at all is an :class:`InputError` for the frame. (The frames of a drive or a live
+        assembly passed the check at intake: each sample is checked again, a few microseconds.)"""
+        samples: dict[str, Sample | None] | None = None
+        refused: dict[str, tuple[str, int | None]] = {}
+        check = self._rig_check
+        for name, sample in frame.samples.items():
+            if sample is None:
+                continue
+            if not isinstance(sample, PointCloudSample | ImageSample):  # a clear error, not one deep inside
+                raise InputError(f"not a sample: a {type(sample).__name__}", sensor=name, frame=frame.frame_id)
+            if name not in check.kinds:
+                continue  # not a configured sensor's: never sent
+            checked = check.taken(name, sample)
+            taken: Sample | None = None if isinstance(checked, str) else checked
+            if isinstance(checked, str):
+                refused[name] = (checked, sample.t_ns if stamp_problem(sample.t_ns) is None else None)
+                if name not in self._refused_said:  # once a sensor: each frame's record says it
+                    self._refused_said.add(name)
+                    log.warning("frame %d: sensor %s: sample refused (its error): %s", frame.frame_id, name, checked)
+            if taken is not sample:
+                if samples is None:
+                    samples = dict(frame.samples)
+                samples[name] = taken
+        return (frame if samples is None else dataclasses.replace(frame, samples=samples)), refused
 
     async def _fuse(
         self, fusion: FusionStage, frame: Frame, results: Mapping[str, SensorResult]

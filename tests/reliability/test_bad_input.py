@@ -266,28 +266,31 @@ def test_an_image_over_the_limit_is_refused_from_its_header_without_a_warning(wi
 
 @pytest.mark.anyio
 async def test_zero_size_and_huge_images_are_that_cameras_error(triton: EmbeddedTriton) -> None:
+    # what each is refused with: the intake check's reason (the runtime checks a frame's samples first), or the
+    # camera's decode error (a header the check does not read)
     images = {
-        "empty": b"",
-        "zero width": _png_header(0, 48),
-        "over the pixel limit": _png_header(10_000, 10_000),
-        "decompression bomb": _png_header(40_000, 40_000),
-        "not an image": b"\xff\xd8\xff garbage",
+        "empty": (b"", "empty image data"),
+        "zero width": (_png_header(0, 48), "image has zero size 0x48"),
+        "over the pixel limit": (_png_header(10_000, 10_000), "image of 10000x10000 exceeds the limit"),
+        "decompression bomb": (_png_header(40_000, 40_000), "image of 40000x40000 exceeds the limit"),
+        "cut short": (b"\xff\xd8\xff garbage", "JPEG image does not end with its end-of-image marker"),
+        "not an image": (b"\xff\xd8\xff garbage\xff\xd9", "image: "),
     }
     cfg = runtime_config(
         triton.grpc_url,
         {"lidar_top": "sleepy_lidar", "cam_front": "sleepy_camera"},
         pipeline={"queue_size": 0, "overflow": "block", "circuit": {"failure_threshold": 100}},
     )
-    frames = [make_frame(i, ["lidar_top", "cam_front"], image=img) for i, img in enumerate(images.values())]
+    frames = [make_frame(i, ["lidar_top", "cam_front"], image=img) for i, (img, _) in enumerate(images.values())]
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
             results = [r async for r in rt.run(frames)]
     assert_one_record_per_frame(results, len(images))
     assert_bounded(results, cfg)
-    for what, r in zip(images, results, strict=True):
+    for (what, (_, said)), r in zip(images.items(), results, strict=True):
         cam = r.sensors["cam_front"]
         assert cam.status is SensorStatus.ERROR, what
-        assert cam.error is not None and cam.error.startswith("cam_front: image: "), (what, cam.error)
+        assert cam.error is not None and cam.error.startswith(f"cam_front: {said}"), (what, cam.error)
         assert r.status is FrameStatus.DEGRADED
         assert r.sensors["lidar_top"].status is SensorStatus.OK
 
@@ -561,7 +564,9 @@ async def test_a_corrupt_image_is_its_own_cameras_error_not_its_batchs(
                 "cam_back": ImageSample("cam_back", t + i * 100 * MS, "cam_back", good),
             },
         )
-        for i, bad in enumerate((b"\xff\xd8\xff garbage", _png_header(0, 48)))
+        # images that pass the runtime's intake check (a JPEG with its end marker, a PNG whose header is within
+        # the limits) and that no decoder can read: the decode is the path under test
+        for i, bad in enumerate((b"\xff\xd8\xff garbage\xff\xd9", _png_header(64, 48)))
     ]
     with anyio.fail_after(60):
         async with Runtime(cfg) as rt:
@@ -608,7 +613,8 @@ async def test_a_camera_sending_bad_images_does_not_switch_its_model_off(
         samples["cam_back"] = None if back is None else ImageSample("cam_back", t, "cam_back", back)
         return Frame(frame_id=i, t_ns=t, samples=samples)
 
-    frames = [frame(i, b"\xff\xd8\xff garbage", good) for i in range(6)]
+    # a JPEG with its end marker passes the runtime's intake check: the decode (the model's or the client's) fails
+    frames = [frame(i, b"\xff\xd8\xff garbage\xff\xd9", good) for i in range(6)]
     frames += [frame(6, b"not an image", None), frame(7, good, good), frame(8, good, good)]
     with anyio.fail_after(90):
         async with Runtime(cfg) as rt:

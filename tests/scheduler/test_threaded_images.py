@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fake_answers import EmptyAnswers
 
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
@@ -15,26 +16,11 @@ from perception.errors import InputError
 from perception.kinds import kind_def
 from perception.scheduler import Runtime, ThreadedRuntime, _thread
 from perception.scheduler._tensors import prepare_sample
-from perception.triton import InferRequest
 from perception.types import Frame, FrameResult, FrameStatus, ImageSample, PointCloudSample
 
 MS = 1_000_000
 WATCHDOG_S = 30.0
 JPEG = encode_jpeg(np.full((36, 64, 3), 200, np.uint8))
-
-
-class _Answers:
-    """Every model answers at once with no object, in its kind's shapes (a camera's as a batch of one)."""
-
-    async def infer_request(self, req: InferRequest) -> Any:
-        kind = "camera" if "IMAGE" in req.inputs else "lidar"
-        contract = kind_def(kind).contract
-        lead = (1,) if contract.batched else ()
-        outputs = {
-            spec.name: np.zeros((*lead, *(0 if d == -1 else d for d in spec.dims)), dtype=spec.numpy_dtype)
-            for spec in contract.outputs
-        }
-        return type("Result", (), {"outputs": outputs})()
 
 
 @pytest.mark.parametrize("decode", ["client", "server"])
@@ -63,7 +49,7 @@ def test_image_bytes_in_a_buffer_are_decoded(view: type) -> None:
 def test_a_frame_holding_pixels_for_an_image_answers_its_other_sensors(monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: the frame's processing raised numpy's ValueError: the frame was dropped ('internal error:
     # ExceptionGroup ...'), the lidar's answer lost with it, and no sensor named.
-    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=_Answers(), check_models=False))
+    monkeypatch.setattr(_thread, "Runtime", functools.partial(Runtime, client=EmptyAnswers(), check_models=False))
     cfg = from_data(
         RuntimeConfig,
         {
