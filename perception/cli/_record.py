@@ -239,7 +239,8 @@ def _start_line(start: Mapping[str, Any], unreadable: str | None = None) -> str:
 
 def run_as_recorded(args: argparse.Namespace) -> int:
     """``perception replay RECORDING --as-recorded``: the profile (``--config`` or the default) with the
-    CLI's ``--url`` and ``--sensors``, resolved against the recording's own source."""
+    CLI's ``--url`` and ``--sensors`` (with ``--rerun-models`` only: else no model is asked, and they are a
+    usage error), resolved against the recording's own source."""
     given = [flag for key, flag in _NOT_AS_RECORDED.items() if getattr(args, key, None) not in (None, False)]
     if getattr(args, "rate", 1.0) != 1.0:  # (the recorded speed, the default, is what a replay as recorded keeps)
         given.append("--rate")
@@ -256,6 +257,14 @@ def run_as_recorded(args: argparse.Namespace) -> int:
         raise ConfigError(f"recording not found (nor a segment of it, {name})", file=str(path))
     cfg = load_config(args.config or DEFAULT_CONFIG)
     sensors = sensors_option(args)
+    if not args.rerun_models:  # the recorded answers of the recorded sensors are re-fused: no model is asked
+        unused = [flag for flag, value in (("--sensors", sensors), ("--url", args.url)) if value is not None]
+        if unused:
+            raise ConfigError(
+                f"{', '.join(unused)}: used with --rerun-models only (today's models on the recorded samples); a "
+                "replay as recorded re-fuses the recorded sensors' recorded answers",
+                key="--as-recorded",
+            )
     with output_folders_made(args):  # --out made now (one that cannot be made lost the results), unmade if it fails
         outcome: AsRecordedOutcome = anyio.run(
             lambda: replay_as_recorded(

@@ -107,6 +107,21 @@ def test_a_replay_as_recorded_naming_no_sensor_is_a_usage_error(
     assert "--sensors: names no sensor, got ','" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "given", [["--sensors", "lidar_top"], ["--url", "localhost:8001"], ["--sensors", "lidar_top", "--url", "h:1"]]
+)
+def test_model_options_of_a_replay_as_recorded_without_rerun_models_are_a_usage_error(
+    drive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    # they did nothing (the recorded answers of every recorded sensor re-fused, every digest equal): as if obeyed
+    out = tmp_path / "out"
+    assert main(["replay", str(drive), "--as-recorded", *given, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    flags = ", ".join(flag for flag in given if flag.startswith("--"))
+    assert f"{flags}: used with --rerun-models only" in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("what", ["missing", "directory"])
 def test_a_replay_as_recorded_of_no_recording_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
