@@ -10,6 +10,7 @@ and the docs all read these.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,6 +168,13 @@ class TensorSpec:
         return array
 
 
+@functools.lru_cache(maxsize=256)
+def _batched(spec: TensorSpec, batch: int) -> TensorSpec:
+    """``spec`` of a batched answer of ``batch`` rows (made once per spec and batch size: every camera answer is
+    checked against it: a new spec per output and answer made the check of a 6-camera batch 12 us, not 5)."""
+    return TensorSpec(spec.name, spec.dtype, (batch, *spec.dims))
+
+
 @dataclass(frozen=True, slots=True)
 class KindContract:
     """What the runtime sends to (``inputs``) and expects from (``outputs``) the model of a sensor kind.
@@ -225,7 +233,7 @@ class KindContract:
             array = outputs.get(spec.name)
             if array is not None and not isinstance(array, np.ndarray):
                 return f"{spec.name}: expected a numpy array, got {type(array).__name__}"
-            want = spec if batch is None else TensorSpec(spec.name, spec.dtype, (batch, *spec.dims))
+            want = spec if batch is None else _batched(spec, batch)
             try:
                 want.validate(array)
             except InputError as exc:
@@ -251,7 +259,7 @@ class KindContract:
         array = outputs[spec.name]
         if not isinstance(array, np.ndarray):
             raise InputError(f"expected a numpy array, got {type(array).__name__}", tensor=spec.name)
-        rows = TensorSpec(spec.name, spec.dtype, (batch, *spec.dims)).validate(array)
+        rows = _batched(spec, batch).validate(array)
         out: dict[int, str] = {}
         for i in range(batch):
             reason = rows[i, 0]
