@@ -232,7 +232,9 @@ def test_pushes_without_pause_do_not_hold_the_event_loop(triton: EmbeddedTriton)
     spinning = threading.Event()
     scheduled = threading.Event()
 
-    def add_while_the_host_pushes_another(sample: Any, arrival_ns: int, token: Any = None) -> str | None:
+    def add_while_the_host_pushes_another(
+        sample: Any, arrival_ns: int, token: Any = None, *, host_ns: int | None = None
+    ) -> str | None:
         if flooding.is_set():  # the host's next push lands before the assembler looks again
             live.push(dataclasses.replace(radar, t_ns=time.monotonic_ns()))
             adds[0] += 1
@@ -240,7 +242,7 @@ def test_pushes_without_pause_do_not_hold_the_event_loop(triton: EmbeddedTriton)
                 spinning.set()
             if scheduled.is_set() and not other_task_ran.is_set():
                 after[0] += 1
-        return add(sample, arrival_ns, token)
+        return add(sample, arrival_ns, token, host_ns=host_ns)
 
     live._assembler.add = add_while_the_host_pushes_another  # type: ignore[method-assign]
     other_task_ran = threading.Event()
