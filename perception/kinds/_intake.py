@@ -9,8 +9,9 @@ What is checked:
 * a sample is of its kind's sample type; a point cloud is a 2-D float32 array with one column per field
   and at least the kind's point fields, none of which it would misread (:func:`point_columns`: a cloud
   naming them all is read by name, else by position unless a column's name says it holds another
-  field), at most :data:`MAX_SAMPLE_BYTES`; an image's bytes are not
-  empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it has one we read)
+  field), at most :data:`MAX_SAMPLE_BYTES` (an accumulated cloud, ``merged_from``: that per sweep it holds);
+  an image's bytes are not empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it
+  has one we read)
   is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``) and, given the
   camera's calibration (the live intake), is the calibration's; a JPEG or PNG is not cut short (it ends
   with its end marker: ``perception._imageio.truncation_problem``);
@@ -90,8 +91,10 @@ def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None
     need = len(kind.point_fields)
     if len(fields) < need:
         return f"a {kind.name} sample needs at least {need} fields {kind.point_fields}, got {fields}"
-    if pts.nbytes > MAX_SAMPLE_BYTES:
-        return f"points take {pts.nbytes} bytes, over the {MAX_SAMPLE_BYTES} byte limit"
+    # an accumulated cloud (the runtime's own: each sweep in it passed this check) holds its sweeps, each within it
+    limit = MAX_SAMPLE_BYTES * (1 + len(sample.merged_from))
+    if pts.nbytes > limit:
+        return f"points take {pts.nbytes} bytes, over the {limit} byte limit"
     columns = point_columns(fields, kind)
     return columns if isinstance(columns, str) else None
 

@@ -704,16 +704,20 @@ def _frame(
             if extra is None and s.get("points"):  # (rebuilt without them: the cloud fusion read is not this)
                 lost.append(f"{name}'s rows written with the frame ({fmt.points_topic(name)}) are not in the recording")
             parts = [p.points for p in (raw, extra) if isinstance(p, PointCloudSample)]
+            merged: list[tuple[int, int, tuple[float, ...]]] = []  # as the accumulator said it (merged_from)
             for m in s.get("merged") or ():
                 earlier = received.get((name, int(m["raw_t_ns"])))
                 if not isinstance(earlier, PointCloudSample):
                     lost.append(f"{name}'s sweep at {m['raw_t_ns']} (merged into the frame's) is not in the recording")
                     break
-                parts.append(SweepAccumulator.moved(earlier.points, _moved_by(m)))
+                parts.append(SweepAccumulator.moved(earlier.points, moved := _moved_by(m)))
+                merged.append((int(m["t_ns"]), earlier.points.shape[0], tuple(float(v) for v in moved.ravel())))
             like = raw if isinstance(raw, PointCloudSample) else extra
             assert like is not None
             cloud = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            samples[name] = PointCloudSample(name, int(s["t_ns"]), like.frame_id, cloud, like.fields)
+            samples[name] = PointCloudSample(
+                name, int(s["t_ns"]), like.frame_id, cloud, like.fields, merged_from=tuple(merged)
+            )
         else:
             if s is not None and ("points" in s or images):  # a cloud fusion reads, or an image to rerun on
                 lost.append(f"{name}'s sample at {s.get('raw_t_ns')} is not in the recording")

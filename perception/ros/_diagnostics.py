@@ -84,6 +84,14 @@ class DiagnosticsTracker:
         for c in (*self._sensors.values(), self._odometry):
             c.stale_seen = c.refused_seen = 0
 
+    def live_closed(self, live_status: Mapping[str, Any]) -> None:
+        """A live runtime closed (deactivated, or reopened as the ROS clock went back), ``live_status`` its last
+        status(): what its intake refused since the last status counted, as :meth:`statuses` counts it (the next
+        runtime counts from 0: those refusals were said by no status)."""
+        intake = live_status.get("intake", {})
+        for name, c in self._sensors.items():
+            self._take_refused(name, c, intake)
+
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
         self.frames += 1
@@ -152,20 +160,24 @@ class DiagnosticsTracker:
             return WARN, rate
         return OK, rate
 
+    @staticmethod
+    def _take_refused(name: str, c: _SensorCounts, intake: Mapping[str, Any]) -> None:
+        """What the live intake refused of what the node took (its own checks: the camera's calibration, the
+        sensor's frame and point columns) since the last look: the sensor's input errors, as the node's are."""
+        refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
+        new = refused - c.refused_seen if refused >= c.refused_seen else refused  # a new runtime counts from 0
+        c.refused_seen = refused
+        if new > 0:
+            c.input_errors += new
+            c.recent_input_error = True
+            c.last_error = f"{name}: {intake.get('invalid_reasons', {}).get(name, 'refused by the intake')}"
+
     def statuses(self, live_status: Mapping[str, Any] | None) -> list[Status]:
         """One status per sensor, then the frame budget; ``live_status``: the live runtime's status()."""
         out = []
         intake = live_status.get("intake", {}) if live_status is not None else {}
         for name, c in self._sensors.items():
-            # what the live intake refused of what the node took (its own checks: the camera's calibration,
-            # the sensor's frame and point columns): the sensor's input errors, as the node's are
-            refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
-            new = refused - c.refused_seen if refused >= c.refused_seen else refused  # a new runtime counts from 0
-            c.refused_seen = refused
-            if new > 0:
-                c.input_errors += new
-                c.recent_input_error = True
-                c.last_error = f"{name}: {intake.get('invalid_reasons', {}).get(name, 'refused by the intake')}"
+            self._take_refused(name, c, intake)
             recent = list(c.recent)
             bad = [s for s in recent if s != "ok"]
             level, rate = self._level(len(bad), len(recent))

@@ -512,6 +512,8 @@ class FusionNode(LifecycleNode):
             self.get_logger().warning("the ROS clock went back (a bag looped or played again): live runtime reopened")
             self.live = None
             live.close()
+            if self._diag is not None:
+                self._diag.live_closed(live.status())
         self._open_live(cfg)
 
     def _deactivate(self) -> None:
@@ -527,6 +529,8 @@ class FusionNode(LifecycleNode):
         live, self.live = self.live, None
         if live is not None:
             live.close()  # its pending and in-flight frames completed: published (the publishers stay till cleanup)
+            if self._diag is not None:
+                self._diag.live_closed(live.status())
         self._active = False
 
     # -- inputs (executor thread: convert and push, never block) ----------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -131,3 +133,15 @@ def test_the_intake_check_answers_anything_and_never_raises(t: object, cols: int
         assert problem is None or isinstance(problem, str)
     pose = EgoPose(t, Transform((0.0, 0.0, 0.0), q))  # type: ignore[arg-type]
     assert ego_problem(pose) is None or isinstance(ego_problem(pose), str)
+
+
+def test_an_accumulated_cloud_is_held_to_the_byte_limit_per_sweep() -> None:
+    # The runtime checks the frames it takes (RigCheck), clouds its accumulator made of sweeps within the limit
+    # among them: one over the limit of a single sample was refused, the lidar an input error in every frame.
+    n = MAX_SAMPLE_BYTES // 16  # rows of one sweep at the limit
+    eye = tuple(np.eye(4).ravel())
+    pts = np.zeros((2 * n, 4), np.float32)
+    merged = PointCloudSample("l", 1, "l", pts, ("x", "y", "z", "intensity"), merged_from=((0, n, eye),))
+    assert sample_problem(merged, LIDAR) is None
+    more = dataclasses.replace(merged, points=np.zeros((2 * n + 1, 4), np.float32))
+    assert "byte limit" in (sample_problem(more, LIDAR) or "")

@@ -41,6 +41,7 @@ from perception.types import (
     Frame,
     FrameResult,
     FrameStatus,
+    PointCloudSample,
     SensorResult,
     SensorStatus,
     Transform,
@@ -395,3 +396,33 @@ def test_the_record_package_reads_drives_through_their_public_api() -> None:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perception.drives._")
     ]
     assert not private, private
+
+
+def test_a_rebuilt_accumulated_cloud_says_how_it_was_made_as_the_run_s_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The runtime holds an accumulated cloud (merged_from) to the byte limit per sweep (RigCheck): the cloud a
+    # replay rebuilds for --rerun-models is checked by today's runtime too, and without merged_from one the run
+    # took was refused: the sensor's error, a divergence no model made. (The limit made small here.)
+    from perception.kinds import _intake, kind_def, sample_problem
+
+    fields = ("x", "y", "z", "intensity")
+    sweep = PointCloudSample("lidar", 100, "lidar", np.arange(64, dtype=np.float32).reshape(16, 4), fields)
+    earlier = PointCloudSample("lidar", 50, "lidar", np.ones((16, 4), np.float32), fields)
+    m = np.eye(4)
+    m[0, 3] = 2.0
+    rec = {
+        "seq": 0,
+        "frame_id": 3,
+        "t_ns": 100,
+        "ego": None,
+        "samples": {
+            "lidar": {"t_ns": 100, "raw_t_ns": 100, "merged": [{"raw_t_ns": 50, "t_ns": 50, "m": list(m.ravel())}]}
+        },
+        "sensors": {},
+    }
+    received = {("lidar", 100): sweep, ("lidar", 50): earlier}
+    frame, _, lost = _replay._frame(rec, {}, received, images=False)
+    cloud = frame.samples["lidar"]
+    assert not lost and isinstance(cloud, PointCloudSample) and cloud.points.shape == (32, 4)
+    assert cloud.merged_from == ((50, 16, tuple(m.ravel())),)
+    monkeypatch.setattr(_intake, "MAX_SAMPLE_BYTES", sweep.points.nbytes)
+    assert sample_problem(cloud, kind_def("lidar")) is None

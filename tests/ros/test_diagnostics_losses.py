@@ -58,3 +58,21 @@ def test_the_recording_status_counts_every_gap_the_end_of_run_line_does() -> Non
     status = diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None)
     assert status.level == WARN and status.values["dropped"] == "7" and "4 item(s)" in status.message, status
     assert diag.recording("run.mcap", {**stats, "dropped_sample": 4}, None).level == OK
+
+
+def test_what_a_closed_live_runtime_refused_since_the_last_status_is_counted() -> None:
+    # A live runtime closed (the node deactivated, or reopened as the ROS clock went back): the next one counts
+    # from 0 (live_opened), so what the closed one refused after the last /diagnostics was said by no status.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    reason = "image is 64x48, its camera's calibration 1600x900"
+    intake = {"invalid_by_sensor": {"cam_front": 2}, "invalid_reasons": {"cam_front": reason}}
+    camera = {s.name: s for s in diag.statuses({"frames": 10, "intake": intake})}[CAMERA]
+    assert camera.values["input_errors"] == "2", camera
+    last = {"invalid_by_sensor": {"cam_front": 5}, "invalid_reasons": {"cam_front": reason}}
+    diag.live_closed({"frames": 12, "intake": last})  # 3 more since that status
+    diag.live_opened()
+    camera = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}[CAMERA]
+    assert camera.level == ERROR and reason in camera.message, camera
+    assert camera.values["input_errors"] == "5", camera.values
+    camera = {s.name: s for s in diag.statuses({"frames": 1, "intake": {}})}[CAMERA]
+    assert camera.level == OK and camera.values["input_errors"] == "5", camera

@@ -703,6 +703,50 @@ def test_messages_the_live_intake_refuses_are_counted_against_their_sensor_with_
         context.try_shutdown()
 
 
+def test_what_the_live_intake_refused_before_a_deactivate_is_counted_after_it(
+    triton: EmbeddedTriton, tmp_path: Path
+) -> None:
+    # A refusal counted by the live runtime after the last /diagnostics and before its close (deactivate; on
+    # simulated time also the reopen when the clock goes back) was never an input error: the next runtime
+    # counts from 0. The closed runtime's last counts are taken as it closes.
+    import numpy as np
+    import rclpy
+    from builtin_interfaces.msg import Time
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import CompressedImage
+    from std_msgs.msg import Header
+
+    from perception._imageio import encode_jpeg
+    from perception.ros._convert import to_stamp
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top,cam_front"}
+    node = FusionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    ok = TransitionCallbackReturn.SUCCESS
+    try:
+        assert node.trigger_configure() == ok and node.trigger_activate() == ok
+        live = node.live
+        assert live is not None and node._diag is not None
+        callbacks = {topic: cb for _, topic, cb in node.inputs()}
+        small = encode_jpeg(np.full((8, 12, 3), 90, np.uint8), 90)  # the rig's cam_front is 640x360
+        header = Header(stamp=to_stamp(Time, node.get_clock().now().nanoseconds), frame_id="cam_front_optical")
+        callbacks[node.topics["cam_front"].data](CompressedImage(header=header, format="jpeg", data=small))
+        wait_for(lambda: live.status()["intake"]["invalid"] == 1, 30, "the image refused by the intake")
+        assert node.trigger_deactivate() == ok and node.trigger_activate() == ok
+        assert node.live is not None and node.live is not live
+        camera = {s.name: s for s in node._diag.statuses(node.live.status())}["perception_fusion: sensor cam_front"]
+        assert camera.values["input_errors"] == "1", camera.values
+        assert "image is 12x8, its camera's calibration 640x360" in camera.values["last_error"], camera.values
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
 def test_camera_info_is_checked_again_after_a_reconfigure(
     triton: EmbeddedTriton, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

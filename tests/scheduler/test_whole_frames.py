@@ -141,3 +141,28 @@ async def test_a_replay_runtime_takes_an_image_of_another_size_than_its_calibrat
         async with runtime as rt:
             result = await rt.process(Frame(0, 0, {"lidar": _cloud(), "cam": _image(80, 36)}))
     assert result.sensors["cam"].status == "ok", result.sensors["cam"].error
+
+
+def test_an_accumulated_cloud_over_one_samples_byte_limit_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The byte limit bounds a sample as a host sends it. A cloud the accumulator made of sweeps each within it
+    # (accumulate_ms up to 2 s: 21 sweeps of a 10 Hz lidar of 5 MB, 105 MB) was refused whole by the runtime's
+    # check of the frames it takes, the live intake's and the replay's included: the lidar an input error in
+    # every frame, where before the check of whole frames it was sent. (The limit made small here: 64 rows.)
+    from perception.kinds import _intake
+
+    sweep = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    monkeypatch.setattr(_intake, "MAX_SAMPLE_BYTES", sweep.nbytes)  # (the test's image is within it)
+    rows = np.concatenate([sweep, sweep + 1.0])
+    merged = PointCloudSample(
+        "lidar", 0, "lidar_link", rows, LIDAR, merged_from=((-50_000_000, 64, tuple(np.eye(4).ravel())),)
+    )
+    result, client, fusion = _submit(monkeypatch, Frame(0, 0, {"lidar": merged, "cam": _image()}))
+    assert result.sensors["lidar"].status == "ok", result.sensors["lidar"].error
+    (points,) = [i["POINTS"] for i in client.inputs if "POINTS" in i]
+    assert points.shape == (128, 4)
+    (fused,) = fusion.frames
+    assert fused.samples["lidar"] is merged  # fusion sees it too
+    # a sweep as sent over the limit is still refused
+    big = PointCloudSample("lidar", 0, "lidar_link", rows, LIDAR)
+    result, _, _ = _submit(monkeypatch, Frame(0, 0, {"lidar": big, "cam": _image()}))
+    assert result.sensors["lidar"].status == "error" and "byte limit" in (result.sensors["lidar"].error or "")
