@@ -43,7 +43,11 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_anything_runs(
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (no folder can be made in it)")
-@pytest.mark.parametrize("argv", [["replay", str(DRIVE), "--as-recorded"], ["bench", str(DRIVE), "--quick"]])
+@pytest.mark.parametrize(
+    # (--rerun-models: a replay as recorded that would connect to --url; without it --url is a usage error of its own)
+    "argv",
+    [["replay", str(DRIVE), "--as-recorded", "--rerun-models"], ["bench", str(DRIVE), "--quick"]],
+)
 def test_the_out_folder_of_a_replay_as_recorded_and_of_a_bench_is_made_before_anything_runs(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
