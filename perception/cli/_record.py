@@ -93,7 +93,8 @@ def add_as_recorded_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rerun-models",
         action="store_true",
-        help="with --as-recorded: ask today's models again on the recorded samples, under the same decisions",
+        help="with --as-recorded: ask today's models again on the recorded samples, under the same decisions "
+        "(--sensors and --url: which and where; without --rerun-models they are a usage error)",
     )
 
 

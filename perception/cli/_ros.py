@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
         choices=("auto", "offset", "estimate"),
         default=None,
         help="how header stamps map to the host clock (auto: the ROS clock's offset, or the profile's estimate; "
-        "default auto)",
+        "default auto; on simulated time, use_sim_time, frames are assembled on the ROS clock itself)",
     )
     n.add_argument(
         "--no-autostart", action="store_true", help="stay unconfigured until a lifecycle manager configures it"

@@ -13,8 +13,8 @@ What is checked:
   an image's bytes are not empty, at most :data:`MAX_SAMPLE_BYTES`, and the size its header declares (when it
   has one we read)
   is within the image limits (``perception._imageio.MAX_PIXELS``, ``MAX_IMAGE_SIDE``) and, given the
-  camera's calibration (the live intake), is the calibration's; a JPEG or PNG is not cut short (it ends
-  with its end marker: ``perception._imageio.truncation_problem``);
+  camera's calibration (the live intake), is the calibration's; a JPEG or PNG is not cut short (its end
+  marker within its last 64 KiB, padding or a trailer after it: ``perception._imageio.truncation_problem``);
 * an ego pose has finite translation, velocity and yaw rate, and a finite quaternion of norm within
   ``QUATERNION_NORM`` (protobuf's default, the zero quaternion, is refused).
 

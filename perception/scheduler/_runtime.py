@@ -543,9 +543,10 @@ class Runtime(anyio.AsyncContextManagerMixin):
         hand frames in whole (:meth:`process`, ``ThreadedRuntime.submit``, its own stream to :meth:`run`), so
         every sample passes the rig's check (:class:`RigCheck`, the live intake's): one refused is its sensor's
         error, counted as its input's fault, and is seen by neither its model nor fusion; a point cloud naming
-        its kind's fields in another order is reordered (fusion and accumulation read x, y, z by position).
-        What is not a sample at all is an :class:`InputError` for the frame. (The frames of a drive or a live
-        assembly passed the check at intake: each sample is checked again, a few microseconds.)"""
+        its kind's fields in another order is reordered (fusion reads x, y, z by position).
+        What is not a sample at all is an :class:`InputError` for the frame. (The frames of a live assembly passed
+        this check at intake, a drive's :func:`perception.kinds.sample_problem`: each sample is checked again, a
+        few microseconds.)"""
         samples: dict[str, Sample | None] | None = None
         refused: dict[str, tuple[str, int | None]] = {}
         check = self._rig_check
