@@ -61,6 +61,21 @@ class RayHead:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def logs_tail(self, lines: int = 30) -> str:
+        """The end of its ``ray start`` output and of its GCS's and raylet's logs: what a failure message needs,
+        since the head's directory goes at the session's end (a fleet that could not reach the GCS, once in a
+        CI run, left nothing to read)."""
+        files = [self.log, *sorted(self.log.parent.glob("ray/session_*/logs/gcs_server.*"))]
+        files += sorted(self.log.parent.glob("ray/session_*/logs/raylet.*"))
+        out = []
+        for f in files:
+            try:
+                text = f.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as exc:
+                text = [f"(unreadable: {exc})"]
+            out.append(f"--- {f.name}:\n" + "\n".join(text))
+        return "\n".join(out)
+
     def stop(self) -> None:
         """Signal its ``ray start --block`` process, which stops the node's processes (not ``ray stop``:
         that stops every Ray process of the machine, other people's clusters too)."""

@@ -58,7 +58,7 @@ def drives(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def base(drives: list[str], triton: EmbeddedTriton, head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("baseline_run") / "base"
     done = _fleet([*drives, "--out", str(out)], triton.grpc_url, head)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr + head.logs_tail()
     for name in ("d1", "d2"):
         report = json.loads((out / name / "report.json").read_text())
         assert report["frames"] == report["ok"] == FRAMES, report  # nothing late: the runs compare exactly
@@ -119,7 +119,7 @@ def test_an_unchanged_rerun_passes_the_gate(
     out = tmp_path / "rerun"
     argv = [*drives, "--out", str(out), "--baseline", str(base)]
     done = _fleet([*argv, "--tolerance-latency-pct", "1000", "--tolerance-latency-ms", "1000"], triton.grpc_url, head)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr + head.logs_tail()
     assert f"baseline {base}: no regression" in done.stdout
     cmp = json.loads((out / FLEET_JSON).read_text())["baseline"]
     assert cmp["ok"] is True and cmp["regressions"] == []
