@@ -9,7 +9,7 @@ from typing import Any
 
 from perception.fleet._baseline import BaselineComparison
 from perception.fleet._outputs import FLEET_JSON
-from perception.fleet._summary import STATUSES, DriveSummary, FleetTotals
+from perception.fleet._summary import POOLED, STATUSES, DriveSummary, FleetTotals
 from perception.metrics import RELATIVE_ERROR, LatencySketch, RunCounters, incomplete_note
 
 __all__ = ["FLEET_JSON", "FLEET_MD", "fleet_totals", "write_report"]
@@ -38,14 +38,7 @@ def totals(drives: Sequence[DriveSummary], total_ns: LatencySketch) -> FleetTota
         by_status=by_status,
         budget_broken=sum(1 for d in drives if d.over_budget),
         retried=sum(1 for d in drives if d.retries),
-        frames=pooled.frames,
-        usable=pooled.usable,
-        ok=pooled.ok,
-        degraded=pooled.degraded,
-        dropped=pooled.dropped,
-        deadline_misses=pooled.deadline_misses,
-        sensor_status=pooled.sensor_status,
-        drop_reasons=pooled.drop_reasons,
+        **{k: getattr(pooled, k) for k in POOLED},
         # every frame of every drive pooled (not a mean of the drives' percentiles): the drives'
         # latency sketches merged, exact in n/min/max/mean, percentiles within metrics.RELATIVE_ERROR
         latency_ms=total_ns.percentiles(),

@@ -41,6 +41,9 @@ COUNTERS = (
     "sensor_status",
     "drop_reasons",
 )
+#: The counters the fleet's totals pool over its drives (:class:`FleetTotals`): all but the deadline, which
+#: each drive's misses were counted against.
+POOLED = tuple(k for k in COUNTERS if k != "deadline_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,16 +221,7 @@ class FleetTotals:
 
     def counters(self) -> RunCounters:
         """The drives' frame counters pooled (no deadline: theirs may differ), as a budget verdict reads them."""
-        return RunCounters(
-            frames=self.frames,
-            usable=self.usable,
-            ok=self.ok,
-            degraded=self.degraded,
-            dropped=self.dropped,
-            deadline_misses=self.deadline_misses,
-            sensor_status=self.sensor_status,
-            drop_reasons=self.drop_reasons,
-        )
+        return RunCounters(**{k: getattr(self, k) for k in POOLED})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
