@@ -539,14 +539,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
 
     def _taken(self, frame: Frame) -> tuple[Frame, dict[str, tuple[str, int | None]]]:
         """``frame`` as the runtime takes it, and its configured sensors' samples refused: why, and the sample's
-        stamp (None when that is what is wrong). A host may
-        hand frames in whole (:meth:`process`, ``ThreadedRuntime.submit``, its own stream to :meth:`run`), so
-        every sample passes the rig's check (:class:`RigCheck`, the live intake's): one refused is its sensor's
-        error, counted as its input's fault, and is seen by neither its model nor fusion; a point cloud naming
-        its kind's fields in another order is reordered (fusion reads x, y, z by position).
-        What is not a sample at all is an :class:`InputError` for the frame. (The frames of a live assembly passed
-        this check at intake, a drive's :func:`perception.kinds.sample_problem`: each sample is checked again, a
-        few microseconds.)"""
+        stamp (None when that is what is wrong). A host may hand frames in whole (:meth:`process`,
+        ``ThreadedRuntime.submit``, its own stream to :meth:`run`), so every sample passes the rig's check
+        (:class:`RigCheck`, the live intake's): one refused is its sensor's error, counted as its input's fault,
+        and is seen by neither its model nor fusion; a point cloud naming its kind's fields in another order is
+        reordered (fusion reads x, y, z by position). What is not a sample at all is an :class:`InputError` for
+        the frame. (The frames of a live assembly passed this check at intake, a drive's
+        :func:`perception.kinds.sample_problem`: each sample is checked again, a few microseconds.)"""
         samples: dict[str, Sample | None] | None = None
         refused: dict[str, tuple[str, int | None]] = {}
         check = self._rig_check
@@ -557,13 +556,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
                 raise InputError(f"not a sample: a {type(sample).__name__}", sensor=name, frame=frame.frame_id)
             if name not in check.kinds:
                 continue  # not a configured sensor's: never sent
-            checked = check.taken(name, sample)
-            taken: Sample | None = None if isinstance(checked, str) else checked
-            if isinstance(checked, str):
-                refused[name] = (checked, sample.t_ns if stamp_problem(sample.t_ns) is None else None)
+            taken: Sample | str | None = check.taken(name, sample)
+            if isinstance(taken, str):
+                refused[name] = (taken, sample.t_ns if stamp_problem(sample.t_ns) is None else None)
                 if name not in self._refused_said:  # once a sensor: each frame's record says it
                     self._refused_said.add(name)
-                    log.warning("frame %d: sensor %s: sample refused (its error): %s", frame.frame_id, name, checked)
+                    log.warning("frame %d: sensor %s: sample refused (its error): %s", frame.frame_id, name, taken)
+                taken = None
             if taken is not sample:
                 if samples is None:
                     samples = dict(frame.samples)
