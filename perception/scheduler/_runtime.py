@@ -797,13 +797,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
     def undelivered(self) -> int:
         """Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`;
         logged), the streams running counted too (a live host's status says them while it runs)."""
-        return self._undelivered + sum(p.undelivered for p in self._pipelines)
+        return self._undelivered + sum(p.undelivered for p in tuple(self._pipelines))  # (read from any thread)
 
     @property
     def intake_held(self) -> int:
         """Frames of :meth:`run`'s streams whose intake waited for a consumer far behind (logged once a
         stream), the streams running counted too."""
-        return self._intake_held + sum(p.intake_held for p in self._pipelines)
+        return self._intake_held + sum(p.intake_held for p in tuple(self._pipelines))
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later
