@@ -187,11 +187,17 @@ def _render(s: dict[str, Any]) -> str:
     # in the summary only, they are said here too
     lost = {k: s[k] for k in ("callbacks_dropped", "callbacks_failed") if s.get(k)}
     failed = s.get("failed") or {}
+    # the runtime's stream: frames whose intake waited for the results' consumer far behind, records it did not
+    # take (status()'s; logged as they happen)
+    behind = {k: s[k] for k in ("intake_held", "undelivered") if s.get(k)}
+    # trigger slots past the assembly's catch-up limit in one call: no frame opened for them
+    skipped = intake.get("slots_skipped", 0)
     lines = [
         f"frames {s['frames']} produced, {s['expected_frames']} expected; ok {s['ok']}, degraded {s['degraded']}, "
         f"dropped {s['dropped']} {s['drop_reasons'] or ''}".rstrip(),
         f"  by trigger {intake['frames_by_trigger']}, by timer {intake['frames_by_timer']} "
-        f"(trigger silent {intake['trigger_silences']}x), by rate {intake['frames_by_rate']}",
+        f"(trigger silent {intake['trigger_silences']}x), by rate {intake['frames_by_rate']}"
+        + (f"; trigger slots skipped (no frame opened): {skipped}" if skipped else ""),
         f"latency trigger arrival -> result: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; "
         f"deadline misses {s['deadline_misses']}",
         f"samples {intake['samples'] - evicted} used; not used: {drops or 'none'}",
@@ -199,6 +205,8 @@ def _render(s: dict[str, Any]) -> str:
     ]
     if failed or lost:
         lines.append(f"failed: {dict(failed) or 'none'}; results not recorded: {lost or 'none'}")
+    if behind:
+        lines.append(f"results' consumer behind: {behind}")
     if s.get("publisher_died"):
         died = s["publisher_died"]
         lines.append(f"publisher died mid-run for {len(died)} sensor(s): {', '.join(sorted(died))}")

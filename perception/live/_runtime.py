@@ -391,6 +391,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             "server_restarts": server.restarts if server is not None else 0,
             # each model's circuit: state, openings, late answers by verdict, measuring requests (load or fault)
             "circuits": self._runtime.circuits(),
+            # the runtime's stream: frames whose intake waited for the results' consumer far behind it, and the
+            # records that consumer did not take (each logged)
+            "intake_held": self._runtime.intake_held,
+            "undelivered": self._runtime.undelivered,
         }
 
     def _publish_intake(self) -> None:

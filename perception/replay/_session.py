@@ -347,11 +347,7 @@ async def _replay(
                 stopped = rt.stopping
                 # the circuits that did something: opened, or sent a measuring request (load or a fault)
                 circuits = {m: c for m, c in rt.circuits().items() if c["opened"] or any(c["measurements"].values())}
-                admission = rt.admission.report() if rt.admission is not None else None
-                if admission is not None and rt.overload is not None:
-                    # the frames shed under overload: superseded, or too late to finish (_shedding); the
-                    # sensors decimated meanwhile, their results reused (_reuse)
-                    admission = {**admission, "overload": {**rt.overload.report(), "reused": dict(rt.reuse.reused)}}
+                admission = _admission_section(rt)
                 await watch.end(rt)
         quality = evaluation.evaluator.summary() if evaluation is not None else None
         report = _run_report(
@@ -376,6 +372,21 @@ async def _replay(
         if opts.out_dir is not None:
             await _write_report(opts.out_dir, report, tally.acc, report_md=opts.report_md, stopped=stopped)
     return outcome
+
+
+def _admission_section(rt: Runtime) -> dict[str, Any] | None:
+    """report.json's ``admission``: the stream's admission (its in-flight limit and how it moved), the frames
+    whose intake waited for the records' consumer far behind it (``intake_held``) and the records it did not
+    take (``undelivered``: the runtime's counts, logged as they happen), and, when the stream sheds, what its
+    overload policy shed (``overload``)."""
+    if rt.admission is None:
+        return None
+    admission = {**rt.admission.report(), "intake_held": rt.intake_held, "undelivered": rt.undelivered}
+    if rt.overload is not None:
+        # the frames shed under overload: superseded, or too late to finish (_shedding); the sensors decimated
+        # meanwhile, their results reused (_reuse)
+        admission["overload"] = {**rt.overload.report(), "reused": dict(rt.reuse.reused)}
+    return admission
 
 
 class _Tally:

@@ -11,10 +11,12 @@ misses the same way and reports the latency from the trigger message's arrival t
 :meth:`perception.live.LiveRuntime.status`), the samples its intake dropped before any frame
 (``samples_late``, ``samples_clock_jump``, ``samples_out_of_order``, ``samples_duplicate``,
 ``samples_intake_overflow``, ``samples_buffer_evicted``), what raised in the runtime (``failed``, per sensor
-or stage) and the results not published (``results_unpublished``). A sample the live intake refuses after
-the node took it (an image not of the calibration's size) is its sensor's input error too. With
-``--record``, the recording has a status of its own (:meth:`DiagnosticsTracker.recording`): ERROR once it
-failed (a full disk), WARN while it drops items.
+or stage), the results not published (``results_unpublished``), the trigger slots its assembly skipped past
+its catch-up limit (``slots_skipped``: no frame opened) and, of the runtime's stream, the frames whose intake
+waited for the results' consumer and the records it did not take (``intake_held``, ``undelivered``). A
+sample the live intake refuses after the node took it (an image not of the calibration's size) is its
+sensor's input error too. With ``--record``, the recording has a status of its own
+(:meth:`DiagnosticsTracker.recording`): ERROR once it failed (a full disk), WARN while it drops items.
 
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
 error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
@@ -229,6 +231,10 @@ class DiagnosticsTracker:
             values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) or "0"
             unpublished = int(live_status.get("callbacks_dropped", 0)) + int(live_status.get("callbacks_failed", 0))
             values["results_unpublished"] = str(unpublished)
+            # trigger slots the live assembly skipped past its catch-up limit (no frame opened for them); the
+            # runtime's stream: frames whose intake waited for the results' consumer, records it did not take
+            values["slots_skipped"] = str(int(intake.get("slots_skipped", 0)))
+            values.update({key: str(int(live_status.get(key, 0))) for key in ("intake_held", "undelivered")})
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))
         return out

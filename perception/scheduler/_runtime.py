@@ -203,10 +203,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
         self.server: Any = None  # EmbeddedTriton when embedded
         self.url: str | None = None
         self._pipelines: set[OrderedPipeline] = set()
-        #: Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`).
-        self.undelivered = 0
-        #: Frames of :meth:`run`'s streams whose intake waited for a consumer far behind (logged).
-        self.intake_held = 0
+        #: :attr:`undelivered` and :attr:`intake_held` of the streams that ended.
+        self._undelivered = 0
+        self._intake_held = 0
         self._admission_provider = admission
         #: The admission of the latest stream (:meth:`run`): its in-flight limit and how it moved.
         self.admission: AdmissionControl | None = None
@@ -791,8 +790,20 @@ class Runtime(anyio.AsyncContextManagerMixin):
 
     def _stream_ended(self, pipeline: OrderedPipeline) -> None:
         self._pipelines.discard(pipeline)
-        self.undelivered += pipeline.undelivered
-        self.intake_held += pipeline.intake_held
+        self._undelivered += pipeline.undelivered
+        self._intake_held += pipeline.intake_held
+
+    @property
+    def undelivered(self) -> int:
+        """Records of :meth:`run`'s streams their consumers did not take once stopped (closing, :meth:`stop`;
+        logged), the streams running counted too (a live host's status says them while it runs)."""
+        return self._undelivered + sum(p.undelivered for p in tuple(self._pipelines))  # (read from any thread)
+
+    @property
+    def intake_held(self) -> int:
+        """Frames of :meth:`run`'s streams whose intake waited for a consumer far behind (logged once a
+        stream), the streams running counted too."""
+        return self._intake_held + sum(p.intake_held for p in tuple(self._pipelines))
 
     def stop(self) -> None:
         """Stop taking frames in every running stream (they drain and end); streams started later

@@ -357,6 +357,51 @@ def test_the_report_says_what_failed_and_the_results_not_recorded() -> None:
     assert "failed: {'lidar_top': 2}; results not recorded: {'callbacks_dropped': 3}" in text, text
 
 
+def test_the_report_says_the_trigger_slots_skipped_past_the_catch_up_limit() -> None:
+    # LiveStats.slots_skipped (a stall: slots beyond MAX_CATCH_UP in one call, no frame opened for them) was in
+    # --json/live.json only: the printed lines said frames by trigger, timer and rate, and nothing of them.
+    import numpy as np
+
+    from perception.cli._live import _render
+    from perception.config import LiveConfig, SensorConfig, TriggerConfig
+    from perception.live._assembler import LiveAssembler
+    from perception.types import PointCloudSample
+
+    ms = 1_000_000
+    sensors = [SensorConfig("lidar", "lidar", "m")]
+    asm: LiveAssembler[None] = LiveAssembler(
+        sensors, TriggerConfig(sensor="lidar"), LiveConfig(), rates={"lidar": 10.0}
+    )
+    sweep = PointCloudSample("lidar", 1000 * ms, "lidar", np.zeros((1, 4), np.float32), ("x", "y", "z", "intensity"))
+    asm.add(sweep, 1001 * ms)
+    assert len(asm.due(1100 * ms)) == 1
+    asm.due(1000 * ms + 3_600_000 * ms)  # the host did not tick for an hour: its timer's slots past the limit
+    skipped = asm.stats.slots_skipped
+    assert skipped > 0
+    summary = {"frames": 1, "expected_frames": 1, "ok": 1, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": vars(asm.stats), "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}}
+    text = _render(summary)
+    assert f"; trigger slots skipped (no frame opened): {skipped}\n" in text, text
+    assert "slots skipped" not in _render({**summary, "intake": {**vars(asm.stats), "slots_skipped": 0}})
+
+
+def test_the_report_says_the_records_consumer_fell_behind() -> None:
+    # status()'s intake_held and undelivered (the runtime's stream: the intake waited for the results' consumer,
+    # records it did not take) are said when not 0, as what failed is.
+    from perception.cli._live import _render
+
+    intake = {"samples": 10, "frames_by_trigger": 10, "frames_by_timer": 0, "trigger_silences": 0}
+    intake |= {"frames_by_rate": 0, "late": 0, "out_of_order": 0, "duplicate": 0, "clock_jump": 0}
+    intake |= {"intake_overflow": 0, "unknown_sensor": 0, "invalid": 0}
+    summary = {"frames": 10, "expected_frames": 10, "ok": 10, "degraded": 0, "dropped": 0, "drop_reasons": {}}
+    summary |= {"intake": intake, "latency_ms": {"p50": 1.0, "p99": 2.0}, "deadline_misses": 0}
+    summary |= {"time_base": "monotonic", "offsets_ms": {}, "intake_held": 0, "undelivered": 0}
+    assert "behind" not in _render(summary)
+    text = _render({**summary, "intake_held": 1, "undelivered": 3})
+    assert "results' consumer behind: {'intake_held': 1, 'undelivered': 3}" in text, text
+
+
 def test_a_shed_frame_s_line_in_frames_jsonl_says_why_and_that_it_is_predicted() -> None:
     # DIR/frames.jsonl said only "dropped" of a frame shed under overload: not why (replay's records and
     # live.json's drop_reasons say "overload (...)"), nor that its detections were the tracker's prediction.

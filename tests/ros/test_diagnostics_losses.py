@@ -76,3 +76,37 @@ def test_what_a_closed_live_runtime_refused_since_the_last_status_is_counted() -
     assert camera.values["input_errors"] == "5", camera.values
     camera = {s.name: s for s in diag.statuses({"frames": 1, "intake": {}})}[CAMERA]
     assert camera.level == OK and camera.values["input_errors"] == "5", camera
+
+
+def test_the_frame_budget_says_the_slots_skipped_and_the_records_consumer_behind() -> None:
+    # The live assembly's slots_skipped (a stall: trigger slots past its catch-up limit, no frame opened) and
+    # the runtime's stream's intake_held and undelivered were in status() and reached no /diagnostics value.
+    import numpy as np
+
+    from perception.config import LiveConfig, SensorConfig, TriggerConfig
+    from perception.live._assembler import LiveAssembler
+    from perception.types import PointCloudSample
+
+    ms = 1_000_000
+    asm: LiveAssembler[None] = LiveAssembler(
+        [SensorConfig("lidar_top", "lidar", "m")],
+        TriggerConfig(sensor="lidar_top"),
+        LiveConfig(),
+        rates={"lidar_top": 10.0},
+    )
+    sweep = PointCloudSample("lidar_top", 1000 * ms, "lidar_top", np.zeros((1, 4), np.float32), ("x", "y", "z", "i"))
+    asm.add(sweep, 1001 * ms)
+    assert len(asm.due(1100 * ms)) == 1
+    asm.due(1000 * ms + 3_600_000 * ms)  # the node's loop stalled for an hour: its timer's slots past the limit
+    assert asm.stats.slots_skipped > 0
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    budget = {s.name: s for s in diag.statuses({"frames": 1, "intake": {}})}[BUDGET]
+    assert (budget.values["slots_skipped"], budget.values["intake_held"], budget.values["undelivered"]) == (
+        "0",
+        "0",
+        "0",
+    ), budget.values
+    status = {"frames": 1, "intake": vars(asm.stats), "intake_held": 1, "undelivered": 3}
+    budget = {s.name: s for s in diag.statuses(status)}[BUDGET]
+    assert budget.values["slots_skipped"] == str(asm.stats.slots_skipped), budget.values
+    assert (budget.values["intake_held"], budget.values["undelivered"]) == ("1", "3"), budget.values

@@ -1,5 +1,6 @@
 """Runtime.run's streams over a fake inference client (no Triton): a stream still starting as the runtime
-closes, a source that fails. Each step waits for an event, not the clock."""
+closes, a source that fails, a consumer that falls behind and leaves. Each step waits for an event, not the
+clock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 import pytest
+from fake_answers import EmptyAnswers
+from held_stream import consumer_behind, held_stream_config
 
 from perception.config import RuntimeConfig, from_data
 from perception.kinds import kind_def
@@ -153,3 +156,17 @@ async def test_an_error_of_the_source_is_raised_as_it_is_after_the_frames_taken_
                 async for r in rt.run(failing()):
                     got.append(r)
     assert [(r.frame_id, r.status) for r in got] == [(i, FrameStatus.OK) for i in range(3)]
+
+
+async def test_the_runtime_counts_a_running_stream_s_held_intake_and_then_its_undelivered_records() -> None:
+    # The runtime summed its streams' intake_held and undelivered only once a stream ended: a live host's status
+    # (the ROS node's /diagnostics) read 0 of the stream that runs for its whole life.
+    with anyio.fail_after(WATCHDOG_S):
+        async with Runtime(held_stream_config(), client=EmptyAnswers(), check_models=False, fusion=None) as rt:
+            held = await consumer_behind(rt)  # returns once rt.intake_held counts the running stream's wait
+            assert rt.intake_held == 1 and rt.undelivered == 0  # counted once a wait, logged once
+        rest = [r async for r in held.stream]  # what the stream's buffer kept for the consumer that left
+    assert rt.intake_held == 1 and rt.undelivered > 0
+    delivered = [r.frame_id for r in held.got + rest]
+    assert delivered == list(range(len(delivered)))
+    assert len(delivered) + rt.undelivered == len(held.taken)  # every frame taken: delivered, or counted
