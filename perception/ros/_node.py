@@ -227,7 +227,7 @@ class FusionNode(LifecycleNode):
         self._active = False
         self._ros_minus_mono = 0
         #: On simulated time: the ROS clock's jump callback, and whether it went back since the live runtime opened.
-        self._rewinds: Any = None
+        self._jumps: Any = None
         self._rewound = False
         #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
         self._arrivals: dict[int, tuple[int, int]] = {}
@@ -459,9 +459,10 @@ class FusionNode(LifecycleNode):
                 "then activate"
             )
         self._open_live(cfg)
-        if self.get_parameter("use_sim_time").value:  # a bag played --loop, or again: the clock goes back
-            threshold = JumpThreshold(min_forward=None, min_backward=RosDuration(nanoseconds=-1), on_clock_change=False)
-            self._rewinds = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_went_back)
+        if self.get_parameter("use_sim_time").value:  # each /clock: forward, or back (a bag played --loop, or again)
+            one, back = RosDuration(nanoseconds=1), RosDuration(nanoseconds=-1)
+            threshold = JumpThreshold(min_forward=one, min_backward=back, on_clock_change=False)
+            self._jumps = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_jumped)
         self._active = True
         for msg_type, topic, callback in self.inputs():
             self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))
@@ -495,9 +496,13 @@ class FusionNode(LifecycleNode):
         self._arrivals.clear()
         self._diag.live_opened()
 
-    def _clock_went_back(self, jump: Any) -> None:
-        """The ROS clock's jump callback (it must not block): the live runtime is replaced at the next input."""
-        self._rewound = True
+    def _clock_jumped(self, jump: Any) -> None:
+        """The ROS clock's jump callback, at each ``/clock`` (it must not block): forward, the live runtime makes
+        the frames due by it now; back, it is replaced at the next input."""
+        if jump.delta.nanoseconds < 0:
+            self._rewound = True
+        elif (live := self.live) is not None:
+            live.clock_moved()
 
     def _rewind(self) -> None:
         """Simulated time went back (a bag played ``--loop``, or again): the stamps that come now are behind
@@ -517,9 +522,9 @@ class FusionNode(LifecycleNode):
         self._open_live(cfg)
 
     def _deactivate(self) -> None:
-        if self._rewinds is not None:
-            self._rewinds.unregister()
-            self._rewinds = None
+        if self._jumps is not None:
+            self._jumps.unregister()
+            self._jumps = None
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
