@@ -244,13 +244,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._publish_intake()
 
     # -- pushing (any thread) -------------------------------------------------------------------
-    def push(self, sample: Sample) -> ResultFuture | None:
+    def push(self, sample: Sample, arrived: tuple[int, int] | None = None) -> ResultFuture | None:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
         :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after).
         A point cloud naming its kind's fields in another order is taken in the kind's order
         (:func:`perception.kinds.point_columns`; one it would misread is refused by the intake check); an
-        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer)."""
+        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer). ``arrived``: when
+        the sample came (on the runtime's clock, on the host's monotonic clock), if the host held it since; default
+        now."""
         if not isinstance(sample, PointCloudSample | ImageSample):
             hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
             raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
@@ -263,19 +265,20 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             # a copy, as a cloud's points are: the host may reuse its buffer (and a memoryview is no bytes)
             sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
-        item = self._item(sample, future)
+        item = self._item(sample, future, arrived)
         if self._observer is not None:  # before the frame it completes can reach fusion
             self._observe(self._observer.sample, sample, item.host_ns)
         self._enqueue(item, sample.sensor)
         return future
 
-    def push_ego(self, pose: EgoPose) -> None:
+    def push_ego(self, pose: EgoPose, arrived: tuple[int, int] | None = None) -> None:
         """Hand over an ego pose (odometry); frames carry the nearest one for the tracker. Raises
-        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`)."""
+        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`). ``arrived``:
+        as :meth:`push`'s."""
         if not isinstance(pose, EgoPose):
             raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
         self._check_open()
-        item = self._item(pose, None)
+        item = self._item(pose, None, arrived)
         if self._observer is not None:
             self._observe(self._observer.ego, pose, item.host_ns)
         self._enqueue(item, EGO)
@@ -297,8 +300,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             with contextlib.suppress(RuntimeError):  # the loop is closing
                 loop.call_soon_threadsafe(self._set_wake)
 
-    def _item(self, sample: Sample | EgoPose, future: ResultFuture | None) -> _Item:
-        """``sample`` arriving now, on the assembler's clock and on the monotonic one."""
+    def _item(self, sample: Sample | EgoPose, future: ResultFuture | None, arrived: tuple[int, int] | None) -> _Item:
+        """``sample`` arriving now (or when ``arrived`` says), on the assembler's clock and on the monotonic one."""
+        if arrived is not None:
+            return _Item(sample, arrived[0], future, arrived[1])
         host = time.monotonic_ns()
         return _Item(sample, host if self._clock is None else self._clock(), future, host)
 

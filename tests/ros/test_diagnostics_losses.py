@@ -76,3 +76,21 @@ def test_what_a_closed_live_runtime_refused_since_the_last_status_is_counted() -
     assert camera.values["input_errors"] == "5", camera.values
     camera = {s.name: s for s in diag.statuses({"frames": 1, "intake": {}})}[CAMERA]
     assert camera.level == OK and camera.values["input_errors"] == "5", camera
+
+
+def test_messages_a_reopen_could_not_take_are_their_sensor_s_and_the_odometry_s() -> None:
+    # The live runtime reopening as the ROS clock went back: what came meanwhile past the node's hold was
+    # dropped by the subscriptions' queues, counted nowhere. Now counted per sensor (the odometry too), a WARN
+    # in the status after it, not an ERROR (the input is not at fault).
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    for sensor in ("cam_front", "cam_front", None):
+        diag.dropped_reopening(sensor)
+    statuses = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}
+    camera, odometry = statuses[CAMERA], statuses["perception_fusion: odometry"]
+    assert camera.level == WARN and camera.message.startswith("2 message(s) not taken while the live runtime reopened")
+    assert camera.values["dropped_reopening"] == "2" and camera.values["input_errors"] == "0"
+    assert odometry.level == WARN and odometry.values["dropped_reopening"] == "1", odometry
+    assert statuses["perception_fusion: sensor lidar_top"].level == OK
+    # said once: the count stays, the level goes
+    statuses = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}
+    assert statuses[CAMERA].level == OK and statuses[CAMERA].values["dropped_reopening"] == "2"

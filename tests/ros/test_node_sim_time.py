@@ -283,3 +283,63 @@ def test_a_frame_due_on_the_ros_clock_is_made_at_the_clock_that_makes_it_due_not
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_what_it_could_not_hold(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ROS clock going back reopened the live runtime in the subscription callback of the next message: the
+    # executor stood still for the open (a few hundred ms), and the subscriptions' queues (sensor data: keep
+    # the last 5) dropped what came meanwhile, counted nowhere. Now the reopen runs on a thread of its own; the
+    # messages that come meanwhile are held and given to the new runtime, those past the hold (live.intake_queue,
+    # 4 here) counted per sensor in /diagnostics. The reopen's open waits here until the test lets it go.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from perception.live import LiveRuntime
+    from perception.ros._diagnostics import WARN
+
+    gate = threading.Event()
+    waited: list[bool] = []  # per gated open: whether the test let it go (False: it gave up waiting)
+    opens = [0]
+    enter = LiveRuntime.__enter__
+
+    def gated_enter(self: LiveRuntime) -> LiveRuntime:
+        opens[0] += 1
+        if opens[0] > 1:  # the activation's open goes through
+            waited.append(gate.wait(timeout=10))
+        return enter(self)
+
+    monkeypatch.setattr(LiveRuntime, "__enter__", gated_enter)
+    node, context = _sim_node(triton, tmp_path, "lidar_top", "live: {intake_queue: 4}\n")
+    start = 1_700_000_000 * S
+    try:
+        _set_clock(node, start + 5 * S)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        first = node.live
+        assert first is not None
+        on_cloud, cloud = _lidar_cloud(node, start + 5 * S)
+        on_cloud(cloud)
+        wait_for(lambda: first.status()["intake"]["samples"] == 1, 30, "the first sample taken")
+        _set_clock(node, start)  # looped
+        for i in range(1, 7):  # each handed over as the executor would, one after the other
+            _set_clock(node, start + i * 100 * MS)
+            on_cloud, cloud = _lidar_cloud(node, start + i * 100 * MS)
+            on_cloud(cloud)
+        assert waited == [], "a message's callback waited for the reopen"
+        gate.set()
+        wait_for(lambda: node.live is not None and node.live is not first, 30, "the new live runtime")
+        again = node.live
+        taken = ("samples", "clock_jump_dropped", "late", "out_of_order", "duplicate")
+        wait_for(lambda: sum(again.status()["intake"][k] for k in taken) == 4, 30, "the 4 samples held")
+        intake = again.status()["intake"]
+        assert intake["samples"] == 4 and intake["clock_jump_dropped"] == 0, intake
+        assert waited == [True]
+        assert node._diag is not None
+        lidar = {s.name: s for s in node._diag.statuses(again.status())}["perception_fusion: sensor lidar_top"]
+        assert lidar.values["dropped_reopening"] == "2", lidar.values
+        assert lidar.level >= WARN and "2 message(s) not taken while the live runtime reopened" in lidar.message
+    finally:
+        gate.set()
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
