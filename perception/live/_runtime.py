@@ -149,6 +149,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         callback_queue: int = 256,
         observer: RunObserver | None = None,
         clock: Callable[[], int] | None = None,
+        clock_name: str = "the host's monotonic clock",
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
@@ -163,7 +164,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         played: aligned on the monotonic clock by an offset, stamps drifted past ``live.max_stamp_skew_ms`` and
         were dropped as clock jumps. The frames' budgets and latencies (``created_ns``) stay on the monotonic
         clock. The host calls :meth:`clock_moved` as its clock moves forward: a frame due by it is made then (the
-        loop otherwise looks at such a clock every :data:`CLOCK_POLL_S` only)."""
+        loop otherwise looks at such a clock every :data:`CLOCK_POLL_S` only). ``clock_name``: that clock as
+        warnings name it (stamps off it)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -178,7 +180,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
-            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
+            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig, clock_name=clock_name
         )
         self._trigger = config.trigger.sensor
         #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's

@@ -487,7 +487,9 @@ class FusionNode(LifecycleNode):
         the ROS clock to it now (:func:`ros_time_base`)."""
         assert self._diag is not None and self.session is not None
         clock: Callable[[], int] | None = None
+        clock_name = "the host's monotonic clock"
         if self.get_parameter("use_sim_time").value:
+            clock_name = "the node's ROS clock (use_sim_time: /clock)"
             ros_clock = self.get_clock()
 
             def clock() -> int:
@@ -505,6 +507,7 @@ class FusionNode(LifecycleNode):
             on_result=self._publish,
             observer=self._observer,
             clock=clock,
+            clock_name=clock_name,
         )
         live.__enter__()
         self._arrivals.clear()

@@ -343,3 +343,30 @@ def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
+    triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On simulated time the live assembly runs on the ROS clock, but a stamp dropped as a clock jump was said
+    # to be "off the host's monotonic clock". A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
+    import logging
+
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    node, context = _sim_node(triton, tmp_path, "lidar_top")
+    start = 1_700_000_000 * S
+    try:
+        _set_clock(node, start + 5 * S)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        live = node.live
+        assert live is not None
+        on_cloud, cloud = _lidar_cloud(node, start)
+        with caplog.at_level(logging.WARNING, logger="perception.live"):
+            on_cloud(cloud)
+            wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
+        assert "stamp 1700000000000000000 ns is 5.000 s off the node's ROS clock (use_sim_time: /clock)" in caplog.text
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
