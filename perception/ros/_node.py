@@ -557,13 +557,22 @@ class FusionNode(LifecycleNode):
             self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
             log.debug("reopen failed", exc_info=exc)
         with self._lock:
-            held, self._held = self._held or [], None
+            # what was held goes in before any message after it: the executor's next message waits in _hold for
+            # this lock, and reads the new runtime only once _held is None (not before it is set)
+            held = self._held or []
             if live is None:
                 self._rewound = True
             else:
+                for sample, ros_ns, arrival_ns in held:
+                    try:
+                        self._take(live, sample, arrival_ns, (ros_ns, arrival_ns))
+                    except Exception as exc:  # refused by the intake: counted as its subscription's callback does
+                        sensor = None if isinstance(sample, EgoPose) else sample.sensor
+                        t = self.topics.get(sensor) if sensor is not None else None
+                        topic = self.odometry_topic if t is None else t.data
+                        self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
                 self.live = live
-                for sample, ros_ns, arrival_ns in held:  # before any message after them: the executor waits
-                    self._take(live, sample, arrival_ns, (ros_ns, arrival_ns))
+            self._held = None
         if live is None:
             self._dropped_reopening(held)
         else:
