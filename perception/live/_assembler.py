@@ -211,7 +211,8 @@ class LiveAssembler(Generic[T]):
     and budget origin) is the host's monotonic time of their opening, ``host_ns`` where that clock is another.
 
     ``rates`` gives each sensor's nominal rate (Hz, from the rig) for the trigger's silence timer; a
-    trigger without one has its period measured from its arrivals.
+    trigger without one has its period measured from its arrivals. ``clock_name``: the host clock as the
+    warnings name it.
     """
 
     def __init__(
@@ -222,6 +223,7 @@ class LiveAssembler(Generic[T]):
         *,
         rates: Mapping[str, float] | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
+        clock_name: str = "the host's monotonic clock",
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         check_trigger(list(self._sensors), trigger)
@@ -240,6 +242,7 @@ class LiveAssembler(Generic[T]):
         self._check = RigCheck(sensors, rig, image_sizes=True)
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
+        self._clock_name = clock_name  # the host clock as the warnings name it
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
         self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
@@ -352,12 +355,13 @@ class LiveAssembler(Generic[T]):
         live = self._live
         off_s = (arrival_ns - stamp_ns - (live.offset_ns if live.time_base == "offset" else 0)) / 1e9
         log.warning(
-            "live: %s: stamp %d ns is %.3f s off the host's monotonic clock at its arrival (live.time_base: %s, "
+            "live: %s: stamp %d ns is %.3f s off %s at its arrival (live.time_base: %s, "
             "max_stamp_skew_ms: %g): dropped and counted as clock jumps; stamps on another clock need "
             "live.time_base: offset (with offset_ms) or estimate",
             name,
             stamp_ns,
             off_s,
+            self._clock_name,
             live.time_base,
             live.max_stamp_skew_ns / 1e6,
         )

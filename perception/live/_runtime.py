@@ -118,9 +118,10 @@ LAZY_MAX = 64
 #: ``_wake_by_ns`` while the loop will not wake before a push wakes it (no deadline).
 _NEVER = 2**63
 #: The loop's longest sleep before the assembler's next deadline on a ``clock`` of its own (not the host's
-#: monotonic one): the wall time to a deadline on it is unknown (a bag played at another rate, paused), the
-#: loop looks again at least this often.
-CLOCK_POLL_S = 0.05
+#: monotonic one): the wall time to a deadline on it is unknown (a bag played at another rate, paused). The host
+#: wakes the loop as its clock moves (:meth:`LiveRuntime.clock_moved`); this bounds the wait of a host that
+#: does not.
+CLOCK_POLL_S = 0.5
 #: The reason recorded for a frame still pending in assembly when serving ended before the assembler's close
 #: (:meth:`LiveRuntime._abandon_assembly`).
 _ABANDONED_UNASSEMBLED = "shutdown: closed before the frame was assembled (serving ended first)"
@@ -148,6 +149,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         callback_queue: int = 256,
         observer: RunObserver | None = None,
         clock: Callable[[], int] | None = None,
+        clock_name: str = "the host's monotonic clock",
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
@@ -161,7 +163,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         node on simulated time gives its ROS clock, which a bag's ``/clock`` drives at whatever rate it is
         played: aligned on the monotonic clock by an offset, stamps drifted past ``live.max_stamp_skew_ms`` and
         were dropped as clock jumps. The frames' budgets and latencies (``created_ns``) stay on the monotonic
-        clock."""
+        clock. The host calls :meth:`clock_moved` as its clock moves forward: a frame due by it is made then (the
+        loop otherwise looks at such a clock every :data:`CLOCK_POLL_S` only). ``clock_name``: that clock as
+        warnings name it (stamps off it)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -176,7 +180,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
-            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig
+            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig, clock_name=clock_name
         )
         self._trigger = config.trigger.sensor
         #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's
@@ -204,6 +208,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         #: sleep, and the sensors of the samples pushed since it last took the intake: what a push that
         #: need not wake the loop reads (LAZY_WAIT_NS).
         self._wake_by_ns = _NEVER
+        #: The ``clock`` reading of a :meth:`clock_moved` while the loop was awake (0: none): the loop, going to
+        #: sleep, takes it under the lock and looks again if a frame is due by it.
+        self._moved_ns = 0
         self._awaited: tuple[frozenset[str], ...] = ()
         self._queued: set[str] = set()
         self._lazy_max = min(LAZY_MAX, config.live.intake_queue // 2)
@@ -239,13 +246,15 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._publish_intake()
 
     # -- pushing (any thread) -------------------------------------------------------------------
-    def push(self, sample: Sample) -> ResultFuture | None:
+    def push(self, sample: Sample, arrived: tuple[int, int] | None = None) -> ResultFuture | None:
         """Hand one sample over; thread-safe and non-blocking. Returns a future of the frame a
         trigger sample opens, else None. Raises :class:`RuntimeClosedError` once closing, and
         :class:`InputError` for what is not a sample (the loop would fail on it, and every frame after).
         A point cloud naming its kind's fields in another order is taken in the kind's order
         (:func:`perception.kinds.point_columns`; one it would misread is refused by the intake check); an
-        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer)."""
+        image's bytearray or memoryview is taken as bytes (a copy: the host may reuse its buffer). ``arrived``: when
+        the sample came (on the runtime's clock, on the host's monotonic clock), if the host held it since; default
+        now."""
         if not isinstance(sample, PointCloudSample | ImageSample):
             hint = " (an ego pose goes to push_ego)" if isinstance(sample, EgoPose) else ""
             raise InputError(f"push takes a PointCloudSample or ImageSample, got {type(sample).__name__}{hint}")
@@ -258,25 +267,45 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             # a copy, as a cloud's points are: the host may reuse its buffer (and a memoryview is no bytes)
             sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
-        item = self._item(sample, future)
+        item = self._item(sample, future, arrived)
         if self._observer is not None:  # before the frame it completes can reach fusion
             self._observe(self._observer.sample, sample, item.host_ns)
         self._enqueue(item, sample.sensor)
         return future
 
-    def push_ego(self, pose: EgoPose) -> None:
+    def push_ego(self, pose: EgoPose, arrived: tuple[int, int] | None = None) -> None:
         """Hand over an ego pose (odometry); frames carry the nearest one for the tracker. Raises
-        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`)."""
+        :class:`InputError` for what is not an :class:`EgoPose` (a sample goes to :meth:`push`). ``arrived``:
+        as :meth:`push`'s."""
         if not isinstance(pose, EgoPose):
             raise InputError(f"push_ego takes an EgoPose, got {type(pose).__name__}", sensor=EGO)
         self._check_open()
-        item = self._item(pose, None)
+        item = self._item(pose, None, arrived)
         if self._observer is not None:
             self._observe(self._observer.ego, pose, item.host_ns)
         self._enqueue(item, EGO)
 
-    def _item(self, sample: Sample | EgoPose, future: ResultFuture | None) -> _Item:
-        """``sample`` arriving now, on the assembler's clock and on the monotonic one."""
+    def clock_moved(self) -> None:
+        """The ``clock`` given moved forward (a ROS node's ``/clock``): the loop is woken if a frame is due by it
+        now. Thread-safe and non-blocking; it does nothing on the host's monotonic clock (the loop's timers
+        are on it) nor when nothing is due."""
+        if self._clock is None:
+            return
+        now = self._clock()
+        with self._lock:
+            if self._wake_by_ns == 0:  # awake: it takes this before it sleeps
+                self._moved_ns = now
+            wake = not self._wake_pending and 0 < self._wake_by_ns <= now and self._state is Lifetime.OPENED
+            self._wake_pending |= wake
+            loop = self._loop
+        if wake and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(self._set_wake)
+
+    def _item(self, sample: Sample | EgoPose, future: ResultFuture | None, arrived: tuple[int, int] | None) -> _Item:
+        """``sample`` arriving now (or when ``arrived`` says), on the assembler's clock and on the monotonic one."""
+        if arrived is not None:
+            return _Item(sample, arrived[0], future, arrived[1])
         host = time.monotonic_ns()
         return _Item(sample, host if self._clock is None else self._clock(), future, host)
 
@@ -708,11 +737,12 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                     wait_s = None
                 elif self._clock is None:
                     wait_s = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
-                else:  # a clock of its own: at whatever rate it runs, looked at again soon
+                else:  # a clock of its own, at whatever rate it runs: clock_moved wakes the loop when it is due
                     wait_s = min(CLOCK_POLL_S, max(0.0, (deadline - self._clock()) / 1e9))
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
-                with self._lock:  # a push sees when the loop next looks, or the loop sees the push
-                    more = bool(self._intake)
+                with self._lock:  # a push (a clock_moved) sees when the loop next looks, or the loop sees it
+                    moved, self._moved_ns = self._moved_ns, 0
+                    more = bool(self._intake) or (deadline is not None and deadline <= moved)
                     if not more:
                         self._wake_by_ns = _NEVER if deadline is None else deadline
                         self._awaited = asm.awaited()

@@ -4,7 +4,8 @@ turns it into ``diagnostic_msgs/DiagnosticArray``).
 A sensor counts its frames by status (ok, late, error, missing, skipped) and the messages it could not
 take (a malformed PointCloud2, an undecodable image: any message whose conversion failed, whatever the
 exception); its level is WARN when at least ``warn_rate`` of its last ``diagnostics_window`` frames were
-not ok, ERROR from ``error_rate`` (or when its input is failing). The odometry counts the messages it
+not ok (or when messages that came while the live runtime reopened were not taken, ``dropped_reopening``),
+ERROR from ``error_rate`` (or when its input is failing). The odometry counts the messages it
 could not take the same way, and the frames whose odometry was older than ``live.ego_max_age_ms``
 (``ego_stale``: their ego motion unknown; WARN while new ones come). The frame budget counts deadline
 misses the same way and reports the latency from the trigger message's arrival to the result (p50/p99, from
@@ -67,6 +68,10 @@ class _SensorCounts:
     #: samples the live runtime's intake refused after the node took them (an image not of the calibration's
     #: size...), as of the last status: counted in ``input_errors`` as they come
     refused_seen: int = 0
+    #: messages that came while the live runtime reopened (the ROS clock went back) and were not taken (past
+    #: the hold, or the reopen failed), and how many of them the last status said
+    dropped_reopening: int = 0
+    reopening_seen: int = 0
 
 
 class DiagnosticsTracker:
@@ -93,6 +98,23 @@ class DiagnosticsTracker:
         intake = live_status.get("intake", {})
         for name, c in self._sensors.items():
             self._take_refused(name, c, intake)
+
+    def dropped_reopening(self, sensor: str | None) -> None:
+        """A message of ``sensor`` (None: the odometry) that came while the live runtime reopened and was not
+        taken (any thread)."""
+        c = self._odometry if sensor is None else self._sensors.get(sensor)
+        if c is not None:
+            c.dropped_reopening += 1
+
+    @staticmethod
+    def _reopening(c: _SensorCounts, level: int, message: str) -> tuple[int, str]:
+        """``level`` and ``message``, at least a WARN saying so if messages were dropped reopening since the last
+        status."""
+        new, c.reopening_seen = c.dropped_reopening - c.reopening_seen, c.dropped_reopening
+        if new <= 0:
+            return level, message
+        said = f"{new} message(s) not taken while the live runtime reopened (the ROS clock went back)"
+        return max(level, WARN), said if level == OK else f"{message}; {said}"
 
     def add(self, result: FrameResult) -> None:
         """Count one frame's result (any thread; the GIL keeps these updates whole)."""
@@ -191,13 +213,21 @@ class DiagnosticsTracker:
                 worst = max(set(bad), key=bad.count)
                 message = f"{worst} in {rate:.0%} of the last {len(recent)} frames"
             c.recent_input_error = False
+            level, message = self._reopening(c, level, message)
             values = {s: str(c.counts.get(s, 0)) for s in _STATUSES}
-            values.update(input_errors=str(c.input_errors), last_error=c.last_error)
+            values.update(
+                input_errors=str(c.input_errors), last_error=c.last_error, dropped_reopening=str(c.dropped_reopening)
+            )
             out.append(Status(f"{self._node}: sensor {name}", level, message, values))
         odo = self._odometry
         level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")
         odo.recent_input_error = False
-        values = {"input_errors": str(odo.input_errors), "last_error": odo.last_error}
+        level, message = self._reopening(odo, level, message)
+        values = {
+            "input_errors": str(odo.input_errors),
+            "last_error": odo.last_error,
+            "dropped_reopening": str(odo.dropped_reopening),
+        }
         if live_status is not None:
             # frames whose odometry was older than live.ego_max_age_ms: their ego motion unknown
             stale = int(live_status.get("intake", {}).get("ego_stale", 0))

@@ -64,7 +64,7 @@ from perception.ros._diagnostics import DiagnosticsTracker
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
 from perception.scheduler import RunObserver, Runtime, Session, ThreadHost
-from perception.types import FrameResult, Sample, SensorSpec, SessionSource
+from perception.types import EgoPose, FrameResult, Sample, SensorSpec, SessionSource
 
 if TYPE_CHECKING:
     from perception.server import EmbeddedTriton
@@ -227,8 +227,13 @@ class FusionNode(LifecycleNode):
         self._active = False
         self._ros_minus_mono = 0
         #: On simulated time: the ROS clock's jump callback, and whether it went back since the live runtime opened.
-        self._rewinds: Any = None
+        self._jumps: Any = None
         self._rewound = False
+        #: While a live runtime reopens (the clock went back): what came meanwhile (a sample or an ego pose, with
+        #: its arrival on the ROS clock and the monotonic one), pushed into the new one once open (at most
+        #: ``live.intake_queue``; the rest counted), and the thread reopening it.
+        self._held: list[tuple[Sample | EgoPose, int, int]] | None = None
+        self._reopening: threading.Thread | None = None
         #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
         self._arrivals: dict[int, tuple[int, int]] = {}
         self._seq: dict[str, int] = {}
@@ -459,9 +464,10 @@ class FusionNode(LifecycleNode):
                 "then activate"
             )
         self._open_live(cfg)
-        if self.get_parameter("use_sim_time").value:  # a bag played --loop, or again: the clock goes back
-            threshold = JumpThreshold(min_forward=None, min_backward=RosDuration(nanoseconds=-1), on_clock_change=False)
-            self._rewinds = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_went_back)
+        if self.get_parameter("use_sim_time").value:  # each /clock: forward, or back (a bag played --loop, or again)
+            one, back = RosDuration(nanoseconds=1), RosDuration(nanoseconds=-1)
+            threshold = JumpThreshold(min_forward=one, min_backward=back, on_clock_change=False)
+            self._jumps = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_jumped)
         self._active = True
         for msg_type, topic, callback in self.inputs():
             self._subs.append(self.create_subscription(msg_type, topic, callback, qos_profile_sensor_data))
@@ -469,14 +475,21 @@ class FusionNode(LifecycleNode):
         self.get_logger().info(f"active: {len(self.topics)} sensor topics, odometry on {self.odometry_topic}")
 
     def _open_live(self, cfg: RuntimeConfig) -> None:
-        """A new live runtime on ``cfg``'s session: on simulated time (``use_sim_time``: a bag's ``/clock``, at any
-        rate, paused) its assembly runs on the ROS clock itself, which the stamps are on (an offset to the
+        """A new live runtime (:meth:`_new_live`) as :attr:`live`."""
+        self.live = self._new_live(cfg)
+        self._rewound = False
+
+    def _new_live(self, cfg: RuntimeConfig) -> LiveRuntime:
+        """A new live runtime on ``cfg``'s session, open: on simulated time (``use_sim_time``: a bag's ``/clock``, at
+        any rate, paused) its assembly runs on the ROS clock itself, which the stamps are on (an offset to the
         monotonic clock measured once drifted past ``live.max_stamp_skew_ms`` at any rate but 1: every sample
         after was dropped as a clock jump); else on the monotonic clock, the stamps mapped by the offset of
         the ROS clock to it now (:func:`ros_time_base`)."""
         assert self._diag is not None and self.session is not None
         clock: Callable[[], int] | None = None
+        clock_name = "the host's monotonic clock"
         if self.get_parameter("use_sim_time").value:
+            clock_name = "the node's ROS clock (use_sim_time: /clock)"
             ros_clock = self.get_clock()
 
             def clock() -> int:
@@ -488,44 +501,121 @@ class FusionNode(LifecycleNode):
             live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
         cfg = dataclasses.replace(cfg, live=live_cfg)
         # the session's source, resolved as configure resolved it (the config already is)
-        live = LiveRuntime(cfg, self.session.source, on_result=self._publish, observer=self._observer, clock=clock)
+        live = LiveRuntime(
+            cfg,
+            self.session.source,
+            on_result=self._publish,
+            observer=self._observer,
+            clock=clock,
+            clock_name=clock_name,
+        )
         live.__enter__()
-        self.live = live
-        self._rewound = False
         self._arrivals.clear()
         self._diag.live_opened()
+        return live
 
-    def _clock_went_back(self, jump: Any) -> None:
-        """The ROS clock's jump callback (it must not block): the live runtime is replaced at the next input."""
-        self._rewound = True
+    def _clock_jumped(self, jump: Any) -> None:
+        """The ROS clock's jump callback, at each ``/clock`` (it must not block): forward, the live runtime makes
+        the frames due by it now; back, it is replaced (:meth:`_rewind`)."""
+        if jump.delta.nanoseconds < 0:
+            self._rewound = True
+            self._rewind()  # starts the reopen (it does not wait for it)
+        elif (live := self.live) is not None:
+            live.clock_moved()
 
     def _rewind(self) -> None:
         """Simulated time went back (a bag played ``--loop``, or again): the stamps that come now are behind
         those taken, every sample would be dropped as out of order, and the frames pending would wait for
         their deadlines until the clock came back to them. The live runtime is closed (its pending frames
-        completed and published) and a new one opened: a new drive, its tracker fresh. Opening it may raise (the
-        server gone): an input error of the message that found it so, and the next input tries again."""
-        cfg, live = self.config, self.live
-        if cfg is None or not self._active:
-            return
-        if live is not None:
-            self.get_logger().warning("the ROS clock went back (a bag looped or played again): live runtime reopened")
+        completed and published) and a new one opened: a new drive, its tracker fresh. That takes a few hundred
+        ms (the runtime's open), on a thread of its own: the executor goes on taking messages (blocked, the
+        subscriptions' queues of 5 dropped what came meanwhile, uncounted), held till the new runtime is open
+        (:meth:`_take`). Opening it may raise (the server gone): logged, what was held counted dropped, and the
+        next input tries again."""
+        with self._lock:
+            cfg, live = self.config, self.live
+            if cfg is None or not self._active or self._held is not None:
+                return
+            self._rewound = False
             self.live = None
-            live.close()
-            if self._diag is not None:
-                self._diag.live_closed(live.status())
-        self._open_live(cfg)
+            self._held = []
+            self._reopening = threading.Thread(target=self._reopen, args=(cfg, live), name="ros-reopen", daemon=True)
+        self.get_logger().warning("the ROS clock went back (a bag looped or played again): live runtime reopening")
+        self._reopening.start()
+
+    def _reopen(self, cfg: RuntimeConfig, old: LiveRuntime | None) -> None:
+        """The reopen thread: ``old`` closed, a new live runtime opened and given what was held meanwhile."""
+        t0 = time.monotonic()
+        live: LiveRuntime | None = None
+        try:
+            if old is not None:
+                old.close()
+                if self._diag is not None:
+                    self._diag.live_closed(old.status())
+            live = self._new_live(cfg)
+        except Exception as exc:
+            self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
+            log.debug("reopen failed", exc_info=exc)
+        with self._lock:
+            # what was held goes in before any message after it: the executor's next message waits in _hold for
+            # this lock, and reads the new runtime only once _held is None (not before it is set)
+            held = self._held or []
+            if live is None:
+                self._rewound = True
+            else:
+                for sample, ros_ns, arrival_ns in held:
+                    try:
+                        self._take(live, sample, arrival_ns, (ros_ns, arrival_ns))
+                    except Exception as exc:  # refused by the intake: counted as its subscription's callback does
+                        sensor = None if isinstance(sample, EgoPose) else sample.sensor
+                        t = self.topics.get(sensor) if sensor is not None else None
+                        topic = self.odometry_topic if t is None else t.data
+                        self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
+                self.live = live
+            self._held = None
+        if live is None:
+            self._dropped_reopening(held)
+        else:
+            self.get_logger().info(
+                f"live runtime reopened in {time.monotonic() - t0:.2f} s: {len(held)} message(s) held meanwhile taken"
+            )
+
+    def _hold(self, sample: Sample | EgoPose, arrival_ns: int) -> bool:
+        """``sample`` (an ego pose), arrived at ``arrival_ns`` (monotonic), held while the live runtime reopens
+        (False: none is reopening); one past ``live.intake_queue`` held is counted dropped."""
+        if self._held is None:
+            return False
+        item = (sample, self.get_clock().now().nanoseconds, arrival_ns)
+        with self._lock:
+            held = self._held
+            if held is None:
+                return False
+            if self.config is not None and len(held) < self.config.live.intake_queue:
+                held.append(item)
+                return True
+        self._dropped_reopening([item])
+        return True
+
+    def _dropped_reopening(self, items: list[tuple[Sample | EgoPose, int, int]]) -> None:
+        """``items``, not taken by a reopen (past its hold, or it failed): counted per sensor in ``/diagnostics``."""
+        if self._diag is None:
+            return
+        for sample, _, _ in items:
+            self._diag.dropped_reopening(None if isinstance(sample, EgoPose) else sample.sensor)
 
     def _deactivate(self) -> None:
-        if self._rewinds is not None:
-            self._rewinds.unregister()
-            self._rewinds = None
+        if self._jumps is not None:
+            self._jumps.unregister()
+            self._jumps = None
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
+        reopening, self._reopening = self._reopening, None
+        if reopening is not None:
+            reopening.join()  # bounded: a close's drain and an open's timeouts
         live, self.live = self.live, None
         if live is not None:
             live.close()  # its pending and in-flight frames completed: published (the publishers stay till cleanup)
@@ -542,11 +632,23 @@ class FusionNode(LifecycleNode):
     def _push(self, sample: Sample, arrival_ns: int) -> None:
         if self._rewound:
             self._rewind()
+        if self._hold(sample, arrival_ns):
+            return
         live = self.live
-        if live is None:
+        if live is not None:
+            self._take(live, sample, arrival_ns)
+
+    def _take(
+        self, live: LiveRuntime, sample: Sample | EgoPose, arrival_ns: int, held: tuple[int, int] | None = None
+    ) -> None:
+        """``sample`` (an ego pose), arrived at ``arrival_ns`` (monotonic), handed to ``live`` (``held``: when it came,
+        on its clock and the monotonic one, if held since; else now)."""
+        if isinstance(sample, EgoPose):
+            with contextlib.suppress(RuntimeClosedError):
+                live.push_ego(sample, held)
             return
         try:
-            future = live.push(sample)
+            future = live.push(sample, held)
         except RuntimeClosedError:
             return
         if future is not None:
@@ -649,14 +751,13 @@ class FusionNode(LifecycleNode):
     def _on_odometry(self, msg: Any) -> None:
         if self._rewound:
             self._rewind()
-        live = self.live
-        if live is None:
+        if self.live is None and self._held is None:
             return
         ego = odometry_to_ego(msg, stamp_ns(msg.header.stamp))
         if (problem := ego_problem(ego)) is not None:
             raise InputError(f"odometry: {problem}")
-        with contextlib.suppress(RuntimeClosedError):
-            live.push_ego(ego)
+        if not self._hold(ego, time.monotonic_ns()) and (live := self.live) is not None:
+            self._take(live, ego, 0)
 
     # -- outputs (the live runtime's callback thread) ---------------------------------------------------
     def _publish(self, result: FrameResult) -> None:

@@ -110,3 +110,21 @@ def test_the_frame_budget_says_the_slots_skipped_and_the_records_consumer_behind
     budget = {s.name: s for s in diag.statuses(status)}[BUDGET]
     assert budget.values["slots_skipped"] == str(asm.stats.slots_skipped), budget.values
     assert (budget.values["intake_held"], budget.values["undelivered"]) == ("1", "3"), budget.values
+
+
+def test_messages_a_reopen_could_not_take_are_their_sensor_s_and_the_odometry_s() -> None:
+    # The live runtime reopening as the ROS clock went back: what came meanwhile past the node's hold was
+    # dropped by the subscriptions' queues, counted nowhere. Now counted per sensor (the odometry too), a WARN
+    # in the status after it, not an ERROR (the input is not at fault).
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    for sensor in ("cam_front", "cam_front", None):
+        diag.dropped_reopening(sensor)
+    statuses = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}
+    camera, odometry = statuses[CAMERA], statuses["perception_fusion: odometry"]
+    assert camera.level == WARN and camera.message.startswith("2 message(s) not taken while the live runtime reopened")
+    assert camera.values["dropped_reopening"] == "2" and camera.values["input_errors"] == "0"
+    assert odometry.level == WARN and odometry.values["dropped_reopening"] == "1", odometry
+    assert statuses["perception_fusion: sensor lidar_top"].level == OK
+    # said once: the count stays, the level goes
+    statuses = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}
+    assert statuses[CAMERA].level == OK and statuses[CAMERA].values["dropped_reopening"] == "2"

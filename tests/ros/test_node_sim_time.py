@@ -189,3 +189,184 @@ def test_under_time_base_estimate_a_frame_is_stamped_with_its_trigger_s_header_s
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def _sim_node(triton: EmbeddedTriton, tmp_path: Path, sensors: str, extra: str = "") -> tuple[Any, Any]:
+    """A node on simulated time (its own context, configured, not spun), and the context: the test sets its ROS
+    clock as ``/clock`` would (rclpy's time source calls the same ``set_ros_time_override``) and hands messages
+    to its subscription callbacks itself."""
+    import rclpy
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from perception.ros._node import FusionNode
+
+    profile = write_profile(tmp_path / "ros.yaml", extra=extra)
+    params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": sensors}
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = FusionNode(
+        context=context,
+        parameter_overrides=[
+            *(Parameter(k, value=v) for k, v in params.items()),
+            Parameter("use_sim_time", value=True),
+        ],
+    )
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        failure = node.failure
+        node.destroy_node()
+        context.try_shutdown()
+        raise AssertionError(failure)
+    return node, context
+
+
+def _set_clock(node: Any, t: int) -> None:
+    """The node's ROS clock at ``t`` (ns), as a ``/clock`` message sets it: its jump callbacks run here."""
+    from rclpy.time import Time as RosTime
+
+    node.get_clock().set_ros_time_override(RosTime(nanoseconds=t))
+
+
+def _lidar_cloud(node: Any, t: int) -> Any:
+    """A lidar_top PointCloud2 stamped ``t``, and the node's callback of its topic."""
+    import numpy as np
+    from builtin_interfaces.msg import Time
+    from sensor_msgs.msg import PointCloud2, PointField
+    from std_msgs.msg import Header
+
+    from perception.kinds import kind_def
+    from perception.ros._convert import sample_to_cloud, to_stamp
+    from perception.types import PointCloudSample
+
+    fields = kind_def("lidar").point_fields
+    sample = PointCloudSample("lidar_top", 0, "lidar_top", np.zeros((8, len(fields)), np.float32), fields)
+    (on_cloud,) = [cb for _, topic, cb in node.inputs() if topic == node.topics["lidar_top"].data]
+    return on_cloud, sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, t)))
+
+
+def test_a_frame_due_on_the_ros_clock_is_made_at_the_clock_that_makes_it_due_not_at_a_poll(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the ROS clock the live loop slept min(50 ms, the deadline's distance on that clock) and looked again:
+    # a bag played faster than 1x had a frame made up to 50 ms of real time after its /clock made it due. Now
+    # each /clock forward wakes the loop when a frame is due by it. The frame waits for a silent radar, its
+    # deadline an hour of ROS time ahead (transit_ms; the silence timer as far): the clock jumps there, and the
+    # loop's own look, patched to an hour, would never come within the test.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    import perception.live._runtime as live_runtime
+
+    monkeypatch.setattr(live_runtime, "CLOCK_POLL_S", 3600.0)
+    hour = 3600 * S
+    extra = f"live: {{transit_ms: {hour // MS}, trigger_tolerance_ms: {hour // MS}}}\n"
+    node, context = _sim_node(triton, tmp_path, "lidar_top,radar_front", extra)
+    start = 1_700_000_000 * S
+    try:
+        _set_clock(node, start)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        live = node.live
+        assert live is not None and node._pubs is not None
+        pipeline_ms: list[float] = []
+        pipeline = node._pubs.pipeline
+        publish = pipeline.publish
+        pipeline.publish = lambda msg: (pipeline_ms.append(msg.data), publish(msg))
+        on_cloud, cloud = _lidar_cloud(node, start)
+        on_cloud(cloud)
+        wait_for(lambda: live.status()["intake"]["samples"] == 1, 30, "the lidar sample taken")
+        assert pipeline_ms == [] and live.status()["frames"] == 0  # pending: the radar's window is open
+        # past the frame's deadline (its time + the widest sync window, 60 ms, + transit), before the timer's
+        _set_clock(node, start + hour + 70 * MS)
+        wait_for(lambda: len(pipeline_ms) == 1, 30, "the frame due at the /clock")
+        # made on the clock that made it due: latency on the ROS clock, which stood still since
+        assert pipeline_ms == [(hour + 70 * MS) / 1e6]
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_what_it_could_not_hold(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ROS clock going back reopened the live runtime in the subscription callback of the next message: the
+    # executor stood still for the open (a few hundred ms), and the subscriptions' queues (sensor data: keep
+    # the last 5) dropped what came meanwhile, counted nowhere. Now the reopen runs on a thread of its own; the
+    # messages that come meanwhile are held and given to the new runtime, those past the hold (live.intake_queue,
+    # 4 here) counted per sensor in /diagnostics. The reopen's open waits here until the test lets it go.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from perception.live import LiveRuntime
+    from perception.ros._diagnostics import WARN
+
+    gate = threading.Event()
+    waited: list[bool] = []  # per gated open: whether the test let it go (False: it gave up waiting)
+    opens = [0]
+    enter = LiveRuntime.__enter__
+
+    def gated_enter(self: LiveRuntime) -> LiveRuntime:
+        opens[0] += 1
+        if opens[0] > 1:  # the activation's open goes through
+            waited.append(gate.wait(timeout=10))
+        return enter(self)
+
+    monkeypatch.setattr(LiveRuntime, "__enter__", gated_enter)
+    node, context = _sim_node(triton, tmp_path, "lidar_top", "live: {intake_queue: 4}\n")
+    start = 1_700_000_000 * S
+    try:
+        _set_clock(node, start + 5 * S)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        first = node.live
+        assert first is not None
+        on_cloud, cloud = _lidar_cloud(node, start + 5 * S)
+        on_cloud(cloud)
+        wait_for(lambda: first.status()["intake"]["samples"] == 1, 30, "the first sample taken")
+        _set_clock(node, start)  # looped
+        for i in range(1, 7):  # each handed over as the executor would, one after the other
+            _set_clock(node, start + i * 100 * MS)
+            on_cloud, cloud = _lidar_cloud(node, start + i * 100 * MS)
+            on_cloud(cloud)
+        assert waited == [], "a message's callback waited for the reopen"
+        gate.set()
+        wait_for(lambda: node.live is not None and node.live is not first, 30, "the new live runtime")
+        again = node.live
+        taken = ("samples", "clock_jump_dropped", "late", "out_of_order", "duplicate")
+        wait_for(lambda: sum(again.status()["intake"][k] for k in taken) == 4, 30, "the 4 samples held")
+        intake = again.status()["intake"]
+        assert intake["samples"] == 4 and intake["clock_jump_dropped"] == 0, intake
+        assert waited == [True]
+        assert node._diag is not None
+        lidar = {s.name: s for s in node._diag.statuses(again.status())}["perception_fusion: sensor lidar_top"]
+        assert lidar.values["dropped_reopening"] == "2", lidar.values
+        assert lidar.level >= WARN and "2 message(s) not taken while the live runtime reopened" in lidar.message
+    finally:
+        gate.set()
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
+
+
+def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
+    triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On simulated time the live assembly runs on the ROS clock, but a stamp dropped as a clock jump was said
+    # to be "off the host's monotonic clock". A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
+    import logging
+
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    node, context = _sim_node(triton, tmp_path, "lidar_top")
+    start = 1_700_000_000 * S
+    try:
+        _set_clock(node, start + 5 * S)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        live = node.live
+        assert live is not None
+        on_cloud, cloud = _lidar_cloud(node, start)
+        with caplog.at_level(logging.WARNING, logger="perception.live"):
+            on_cloud(cloud)
+            wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
+        assert "stamp 1700000000000000000 ns is 5.000 s off the node's ROS clock (use_sim_time: /clock)" in caplog.text
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
