@@ -8,8 +8,8 @@ the run took it, :data:`META_POINTS`; the ego poses pushed during the run on ``/
   any kept segment can start a replay (two protobuf messages a pose cost each segment of an hour's drive
   2-3 s of CPU and 27 MB; these 17 MB are encoded once);
 
-* every sample and pose as received: sensor, stamp, arrival on the host's monotonic clock, in
-  ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
+* every sample (of the sensors the run uses) and pose as received: sensor, stamp, arrival on the host's
+  monotonic clock, in ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
 * ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
   layout of the raw outputs of the sensors that were ok (``outputs``: key -> dtype, shape), the detections'

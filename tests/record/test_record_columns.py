@@ -177,3 +177,46 @@ def test_rerun_models_sends_a_radar_model_every_column_the_run_sent_it(
     assert [r.sensors["radar"].status.value for r in results] == ["ok"] * 5
     out = anyio.run(functools.partial(_replay.replay_as_recorded, run, cfg, rerun_models=True))
     assert out.first is None and out.compared > 0 and out.equal == out.compared, out.first
+
+
+def test_a_disabled_sensor_s_samples_are_not_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the live runtime handed the recorder every sample pushed, a disabled sensor's too: in no frame (the
+    # intake drops it, unknown sensor), never read by a replay as recorded, it took the recorder's queue and bytes
+    # from the run's own samples -- and, not put in its kind's order as an enabled one's is, a cloud naming its
+    # fields in another order was refused, a gap the recording did not have. A replay records the sensors it
+    # uses alone, and a ROS node subscribes to those alone.
+    runtime = functools.partial(Runtime, client=_Radar(), check_models=False)
+    monkeypatch.setattr(_runtime, "Runtime", runtime)
+    rig = {
+        "radar": SensorSpec("radar", "radar", "radar", Transform(), "/radar", rate_hz=10.0),
+        "lidar": SensorSpec("lidar", "lidar", "lidar", Transform(), "/lidar", rate_hz=10.0),
+    }
+    cfg = from_data(
+        RuntimeConfig,
+        {
+            "server": {"url": "localhost:1"},
+            "sensors": [
+                {"name": "radar", "kind": "radar", "model": "rad", "transport": "grpc"},
+                {"name": "lidar", "kind": "lidar", "model": "lid", "transport": "grpc", "enabled": False},
+            ],
+            "trigger": {"sensor": "radar"},
+            "live": {"trigger_tolerance_ms": 600_000, "max_stamp_skew_ms": 600_000},
+            "budget": {"total_ms": 60_000, "fusion_reserve_ms": 10},
+        },
+    )
+    run = tmp_path / "run.mcap"
+    t0 = time.monotonic_ns() - 10 * S
+    with RunRecorder(run) as rec, LiveRuntime(cfg, rig, observer=rec) as live:
+        futures = []
+        for k in range(3):
+            t = t0 + k * 100 * MS
+            lidar = np.ones((4, 4), np.float32)
+            live.push(PointCloudSample("lidar", t - MS, "lidar", lidar, ("intensity", "x", "y", "z")))
+            futures.append(live.push(PointCloudSample("radar", t, "radar", np.ones((3, 6), np.float32), RADAR)))
+        assert all(f is not None and f.result(timeout=60) for f in futures)
+        status = live.status()
+    assert status["intake"]["unknown_sensor"] == 3  # the runtime did not take them
+    assert RunRecorder.gaps(rec.stats) == {} and rec.stats["samples"] == 3, rec.stats
+    with DriveReader(run, strict=True) as reader:
+        assert {s.sensor for s in reader.samples()} == {"radar"}
+    assert {a["sensor"] for a in records(run, "/record/arrivals")} == {"radar"}
