@@ -55,6 +55,7 @@ __all__ = [
     "BASE_FRAME",
     "DRIVE_METADATA",
     "EGO_TOPIC",
+    "FLOAT32",
     "FORMAT",
     "GROUND_TRUTH_TOPIC",
     "MAP_FRAME",
@@ -125,7 +126,8 @@ SCHEMAS: Mapping[str, type[PbMessage]] = {
     )
 }
 
-_FLOAT32 = PackedElementField.FLOAT32
+#: A point field's numeric type as a drive writes every one (``PackedElementField.FLOAT32``).
+FLOAT32 = _FLOAT32 = PackedElementField.FLOAT32
 _NS = 1_000_000_000
 
 

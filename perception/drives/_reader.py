@@ -454,9 +454,12 @@ class DriveReader(Closable):
         return ch is not None and self._times.get(ch.id, ChannelTimes()).count > 0
 
     def samples(
-        self, start_ns: int | None = None, end_ns: int | None = None, sensors: Iterable[str] | str | None = None
-    ) -> Iterator[PointCloudSample | ImageSample]:
-        """Samples with ``start_ns <= t_ns < end_ns`` in ``t_ns`` order (ties: file order).
+        self, start_ns: int | None = None, end_ns: int | None = None, sensors: Iterable[str] | str | None = None,
+        *, extra_fields: bool = False,
+    ) -> Iterator[PointCloudSample | ImageSample]:  # fmt: skip
+        """Samples with ``start_ns <= t_ns < end_ns`` in ``t_ns`` order (ties: file order). A point cloud holds
+        its kind's fields; with ``extra_fields`` its other FLOAT32 fields too, after them in the cloud's order
+        (a run's recording: the columns the run's clouds carried, ``perception.record``).
 
         Raises :class:`DriveError` for a message that does not decode (naming topic and time) and,
         in strict mode, after the readable prefix of a truncated drive.
@@ -468,10 +471,10 @@ class DriveReader(Closable):
             raise self._err(f"no sensor {', '.join(map(repr, unknown))} in this reader (has {', '.join(self.rig)})")
         if start_ns is not None and end_ns is not None and start_ns > end_ns:
             raise self._err(f"start_ns {start_ns} is after end_ns {end_ns}")
-        return self._samples({self.rig[n].topic: self.rig[n] for n in names}, start_ns, end_ns)
+        return self._samples({self.rig[n].topic: self.rig[n] for n in names}, start_ns, end_ns, extra_fields)
 
     def _samples(
-        self, by_topic: dict[str, SensorSpec], start_ns: int | None, end_ns: int | None
+        self, by_topic: dict[str, SensorSpec], start_ns: int | None, end_ns: int | None, extra_fields: bool
     ) -> Iterator[PointCloudSample | ImageSample]:
         for ch, msg in self._raw(list(by_topic), start_ns, end_ns):
             spec = by_topic[ch.topic]
@@ -479,7 +482,7 @@ class DriveReader(Closable):
             if codec.is_image_kind(spec.kind):
                 sample = self._decode(ch, msg, _IMAGE, partial(_image, spec=spec))
             else:
-                sample = self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+                sample = self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec, extra=extra_fields))
             if self._valid(spec.name, sample_problem(sample, kind_def(spec.kind)), ch.topic, msg.log_time):
                 yield sample
         if self.truncated is not None and self._strict:
@@ -491,16 +494,17 @@ class DriveReader(Closable):
         for ch, msg in self._raw(list(topics)):
             yield ch.topic, msg.log_time, msg.sequence, msg.data
 
-    def points(self, topic: str, sensor: str) -> Iterator[PointCloudSample]:
+    def points(self, topic: str, sensor: str, *, extra_fields: bool = False) -> Iterator[PointCloudSample]:
         """The point clouds on ``topic`` (a channel of :meth:`DriveWriter.add_points_channel`) as samples of
-        the rig's point sensor ``sensor``, in log-time order; ``seq`` is the message's sequence number."""
+        the rig's point sensor ``sensor``, in log-time order; ``seq`` is the message's sequence number.
+        ``extra_fields``: as :meth:`samples`'."""
         spec = self.rig.get(sensor)
         if spec is None or codec.is_image_kind(spec.kind):
             raise self._err(f"no point sensor {sensor!r} in this reader", topic=topic)
         if topic not in self._channels:
             return
         for ch, msg in self._raw([topic]):
-            yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec))
+            yield self._decode(ch, msg, _POINT_CLOUD, partial(_cloud, spec=spec, extra=extra_fields))
 
     @property
     def source(self) -> SessionSource:
@@ -651,8 +655,10 @@ def _image(msg: Any, raw: Message, *, spec: SensorSpec) -> ImageSample:
     return ImageSample(spec.name, raw.log_time, spec.frame_id, bytes(msg.data), msg.format, raw.sequence)
 
 
-def _cloud(msg: Any, raw: Message, *, spec: SensorSpec) -> PointCloudSample:
+def _cloud(msg: Any, raw: Message, *, spec: SensorSpec, extra: bool = False) -> PointCloudSample:
     _check_frame(msg.frame_id, spec.frame_id)
     fields = codec.kind_fields(spec.kind)
+    if extra:  # (its other FLOAT32 fields, after the kind's)
+        fields += tuple(f.name for f in msg.fields if f.type == codec.FLOAT32 and f.name not in fields)
     points = codec.decode_point_cloud(msg, fields)
     return PointCloudSample(spec.name, raw.log_time, spec.frame_id, points, fields, raw.sequence)

@@ -102,6 +102,18 @@ def _check_rig(rig: Sequence[SensorSpec], file: str) -> dict[str, SensorSpec]:
     return by_name
 
 
+def _point_fields(kind: str, want: tuple[str, ...], given: Sequence[str]) -> tuple[str, ...] | str:
+    """A cloud's ``given`` fields as a drive holds them (``want``: its ``kind``'s, first, in their order; then
+    its other columns' names, each once), or why they are not."""
+    fields = tuple(given)
+    n = len(want)
+    if fields == want:
+        return fields
+    if fields[:n] == want and len(set(fields)) == len(fields) and all(isinstance(f, str) and f for f in fields):
+        return fields
+    return f"{kind} points must have fields {want} first, then other fields each named once, got {fields}"
+
+
 def _check_time(t_ns: int, what: str, file: str, topic: str) -> int:
     if type(t_ns) is int and 0 <= t_ns <= _MAX_U64:  # the usual case, in two checks (a bool is not an int's type)
         return t_ns
@@ -203,7 +215,9 @@ class DriveWriter(Closable):
         return dict(self._rig)
 
     def write(self, sample: PointCloudSample | ImageSample) -> None:
-        """Write a sensor sample on its sensor's topic at ``log_time = publish_time = sample.t_ns``."""
+        """Write a sensor sample on its sensor's topic at ``log_time = publish_time = sample.t_ns``. A point
+        cloud has its kind's fields first, in the kind's order, then any other columns, each named once (a
+        reader selects the kind's by name; :meth:`DriveReader.samples` ``extra_fields`` reads them all)."""
         plan = self._plans.get(sample.sensor)
         if plan is None:
             raise DriveError("sample from a sensor not in the rig", file=str(self.path), sensor=sample.sensor)
@@ -224,16 +238,11 @@ class DriveWriter(Closable):
             data = codec.encode_image_parts(t, spec.frame_id, sample.data, sample.format)
         else:
             if not isinstance(sample, PointCloudSample):
-                raise DriveError(
-                    f"{spec.kind} sensors take PointCloudSample", file=str(self.path), topic=spec.topic
-                )
-            if sample.fields != fields and tuple(sample.fields) != fields:
-                raise DriveError(
-                    f"{spec.kind} points must have fields {fields}, got {tuple(sample.fields)}",
-                    file=str(self.path),
-                    topic=spec.topic,
-                )
-            data = codec.encode_point_cloud_parts(t, spec.frame_id, sample.points, fields)
+                raise DriveError(f"{spec.kind} sensors take PointCloudSample", file=str(self.path), topic=spec.topic)
+            given = fields if sample.fields is fields else _point_fields(spec.kind, fields, sample.fields)
+            if isinstance(given, str):
+                raise DriveError(given, file=str(self.path), topic=spec.topic)
+            data = codec.encode_point_cloud_parts(t, spec.frame_id, sample.points, given)
         self._maybe_write_static(t)
         self._add_raw(spec.topic, t, data, sample.seq)
 
@@ -303,10 +312,10 @@ class DriveWriter(Closable):
     def write_points(self, topic: str, sample: PointCloudSample, seq: int | None = None) -> None:
         """Write ``sample`` on a channel of :meth:`add_points_channel` at ``log_time = sample.t_ns``."""
         self._extra(topic)
-        fields = codec.kind_fields(self._extra_kinds[topic])
-        if tuple(sample.fields) != fields:
-            raise DriveError(f"points must have fields {fields}, got {tuple(sample.fields)}",
-                             file=str(self.path), topic=topic)  # fmt: skip
+        kind = self._extra_kinds[topic]
+        fields = _point_fields(kind, codec.kind_fields(kind), sample.fields)
+        if isinstance(fields, str):
+            raise DriveError(fields, file=str(self.path), topic=topic)
         t = _check_time(sample.t_ns, "sample", str(self.path), topic)
         self._add_raw(topic, t, codec.encode_point_cloud_parts(t, sample.frame_id, sample.points, fields), seq)
 

@@ -63,15 +63,23 @@ def point_columns(fields: Any, kind: SensorKindDef) -> tuple[int, ...] | str:
     return tuple(range(len(names)))
 
 
-def in_kind_order(sample: PointCloudSample, kind: SensorKindDef) -> PointCloudSample:
+def in_kind_order(sample: PointCloudSample, kind: SensorKindDef, *, named: bool = False) -> PointCloudSample:
     """``sample`` with ``kind``'s point fields as its first columns, in the kind's order (:func:`point_columns`:
-    a cloud naming them all in another order); ``sample`` itself when it is in that order already or would be
-    misread (the intake check refuses it then)."""
+    a cloud naming them all in another order), its other columns after them; ``sample`` itself when it is in
+    that order already or would be misread (the intake check refuses it then). ``named``: those first columns
+    under the kind's names too (a cloud read by position names them otherwise: a lidar's ``x, y, z, i``), as a
+    drive holds them (a run's recording: ``perception.record``)."""
     columns = point_columns(sample.fields, kind)
-    if isinstance(columns, str) or columns == tuple(range(len(columns))):
-        return sample
     fields = tuple(sample.fields)
-    return dataclasses.replace(sample, points=sample.points[:, list(columns)], fields=tuple(fields[i] for i in columns))
+    n = len(kind.point_fields)
+    if isinstance(columns, str) or len(fields) < n:
+        return sample
+    out = tuple(fields[i] for i in columns)
+    if named:
+        out = kind.point_fields + out[n:]
+    if columns == tuple(range(len(columns))):
+        return sample if out == fields else dataclasses.replace(sample, fields=out)
+    return dataclasses.replace(sample, points=sample.points[:, list(columns)], fields=out)
 
 
 def points_tensor(sample: Sample, kind: SensorKindDef, *, keep_extra: bool) -> npt.NDArray[np.float32]:

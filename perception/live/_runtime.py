@@ -155,9 +155,9 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
         raises is logged and counted in ``status()["callbacks_failed"]``.
         ``observer``: sees the session (once the runtime is up: a runtime that never came up leaves an earlier
-        recording as it was), every sample and pose pushed (with its arrival), every frame fusion consumes and
-        every result (a :class:`perception.scheduler.RunObserver`, e.g. a recorder; its fusion stage asked for
-        here), each arrival on the host's monotonic clock.
+        recording as it was), every sample of the sensors enabled and every pose pushed (with its arrival),
+        every frame fusion consumes and every result (a :class:`perception.scheduler.RunObserver`, e.g. a
+        recorder; its fusion stage asked for here), each arrival on the host's monotonic clock.
         ``clock``: now in ns on the clock the samples' stamps are aligned on (their arrivals) and frames are
         completed by (the assembler's deadlines, its silence timer); default the host's monotonic clock. A ROS
         node on simulated time gives its ROS clock, which a bag's ``/clock`` drives at whatever rate it is
@@ -186,6 +186,10 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's
         #: order as it is pushed (``perception.kinds.point_columns``), before the observer sees it.
         self._point_kinds = {s.name: kind for s in config.active_sensors if not (kind := kind_def(s.kind)).is_image}
+        #: The sensors the run uses (enabled): the observer sees their samples alone, as a replay's does. Another
+        #: one's (a disabled sensor's) is in no frame: the intake drops it (unknown sensor); recorded, it took
+        #: the recorder's queue and bytes from the run's own.
+        self._used = frozenset(s.name for s in config.active_sensors)
         #: Pending frames made at close at most (the newest): what the pipeline holds (in flight and queued);
         #: the older ones are recorded dropped unassembled (LiveAssembler.close), so close stays bounded.
         self._close_limit = config.pipeline.max_in_flight + config.pipeline.queue_size
@@ -268,7 +272,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             sample = dataclasses.replace(sample, data=bytes(sample.data))
         future: ResultFuture | None = ResultFuture() if sample.sensor == self._trigger else None
         item = self._item(sample, future, arrived)
-        if self._observer is not None:  # before the frame it completes can reach fusion
+        if self._observer is not None and sample.sensor in self._used:  # before its frame can reach fusion
             self._observe(self._observer.sample, sample, item.host_ns)
         self._enqueue(item, sample.sensor)
         return future

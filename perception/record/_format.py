@@ -1,15 +1,15 @@
 """The recording's own channels (beside the drive's), their JSON schemas, and the codecs of their payloads.
 
-A recording is a drive (``perception.drives``: the samples as received on the rig's topics, the ego poses
-pushed during the run on ``/ego/odometry``) plus:
+A recording is a drive (``perception.drives``: the samples as received on the rig's topics, a point cloud as
+the run took it, :data:`META_POINTS`; the ego poses pushed during the run on ``/ego/odometry``) plus:
 
 * ``/record/source_poses``: a replay's source poses (what fusion's ``ego_at`` read, :data:`META_EGO` ``source``),
   all of them, in one binary message at each segment's start (:data:`POSES_ENCODING`, :func:`encode_poses`):
   any kept segment can start a replay (two protobuf messages a pose cost each segment of an hour's drive
   2-3 s of CPU and 27 MB; these 17 MB are encoded once);
 
-* every sample and pose as received: sensor, stamp, arrival on the host's monotonic clock, in
-  ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
+* every sample (of the sensors the run uses) and pose as received: sensor, stamp, arrival on the host's
+  monotonic clock, in ``/record/arrivals``'s batches (``log_time``: the first one's stamp);
 * ``/record/fusion``: every frame that reached fusion, in the order it did (``seq``): the samples that
   formed it (sensor -> stamp), the ego pose it carried, each sensor's status, model and version and the
   layout of the raw outputs of the sensors that were ok (``outputs``: key -> dtype, shape), the detections'
@@ -62,9 +62,11 @@ __all__ = [
     "LOSSES_TOPIC",
     "META_EGO",
     "META_FORMAT",
+    "META_POINTS",
     "META_PREDICTED_BEFORE",
     "META_RUN",
     "META_SEGMENT",
+    "POINTS_TAKEN",
     "POSES_ENCODING",
     "READABLE_VERSIONS",
     "SCHEMAS",
@@ -127,6 +129,15 @@ META_RUN = "record.run"
 #: ``source``: fusion read the source's ego poses (a replay's drive: on :data:`SOURCE_POSES_TOPIC`, formats
 #: 1-4 on ``/ego/odometry``); ``frame``: only each frame's own pose (live: the poses the host pushed).
 META_EGO = "record.fusion_ego"
+#: How the point clouds on the rig's topics are recorded: :data:`POINTS_TAKEN` (not in recordings made before
+#: it was added: a cloud whose fields were not its kind's alone, in their order, was refused, counted).
+META_POINTS = "record.points"
+#: A cloud as the run took it: its kind's point fields first, in the kind's order and under the kind's names
+#: (a cloud naming them in another order is reordered, one read by position renamed:
+#: :func:`perception.kinds.in_kind_order`), then its other columns under their own names (a lidar's ``ring``;
+#: what a radar's model is sent after its kind's five). A reader of the drive selects the kind's fields; a
+#: replay as recorded reads them all (``DriveReader.samples(extra_fields=True)``).
+POINTS_TAKEN = "as_taken"
 #: How many shed frames' predictions the recording's fusion order held before the segment (over every run; not
 #: in recordings made before it was added): with the segment's first turn (its ``seq``), a replay from a kept
 #: segment tells the frames fused in the segments rotated away from those predicted there.

@@ -4,12 +4,13 @@ The recorder is a :class:`perception.scheduler.RunObserver`: the entry point cal
 threads (intake, fusion's worker thread, result delivery) and each call only hands references to a
 bounded queue; one writer thread owns the file (encoding, compression, rotation). Nothing is raised into
 the run: a call that finds the queue full drops its item (counted in :attr:`RunRecorder.stats`, said by the
-end-of-run line), a sample the drive format refuses is counted too. Each segment says what was lost while it
-was written (``_format.LOSSES_TOPIC``, as it is finished), and a frame dropped so shows as a gap in the fusion
-order (``seq``) or in the delivered results' indexes: its replay names both. The
-tracker's state is copied in fusion's thread (it changes with the next frame) and written, like the rest, by
-the writer. The run computes no digest (format 4): the recording holds every value a digest covers, bit for
-bit, and its reader derives them (``_format.fusion_digests``).
+end-of-run line), a sample the drive format refuses is counted too (``refused``: one the runtime refuses as
+well, a cloud it would misread; a point cloud is written as the run takes it, :data:`._format.META_POINTS`).
+Each segment says what was lost while it was written (``_format.LOSSES_TOPIC``, as it is finished), and a
+frame dropped so shows as a gap in the fusion order (``seq``) or in the delivered results' indexes: its
+replay names both. The tracker's state is copied in fusion's thread (it changes with the next frame) and
+written, like the rest, by the writer. The run computes no digest (format 4): the recording holds every value a
+digest covers, bit for bit, and its reader derives them (``_format.fusion_digests``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy.typing as npt
 from perception._lifetime import Lifetime
 from perception.drives import DriveWriter
 from perception.errors import ConfigError, DriveError, PerceptionError
-from perception.kinds import kind_def
+from perception.kinds import SensorKindDef, in_kind_order, kind_def
 from perception.record import _format as fmt
 from perception.record._digest import Layout, detection_values, detections_digest, recorded_arrays, recorded_outputs
 from perception.scheduler import FusionStage, Session, TrackingStage
@@ -212,10 +213,12 @@ class RunRecorder:
         self._writer: DriveWriter | None = None
         self._segment = -1
         self._rig: list[Any] = []
+        self._kinds: dict[str, SensorKindDef] = {}  # recorded name -> its kind (the writer's, the run's rig)
         self._names: dict[str, str] = {}  # source sensor name -> recorded (configured) name
         self._metadata: dict[str, str] = {}
         self._error: BaseException | None = None
-        #: The latest point samples written per sensor (the writer thread's): what frames' clouds begin with.
+        #: The latest point samples written per sensor, as received (the writer thread's): what frames' clouds
+        #: begin with.
         self._recent: dict[str, deque[PointCloudSample]] = {}
         #: fusion seq -> the detections fused (the writer thread's), until the frame's result is written: a
         #: result delivering those very detections records no digest (the reader derives it from the fused).
@@ -310,6 +313,7 @@ class RunRecorder:
         meta = {k: str(v) for k, v in session.source.metadata.items() if not k.startswith("record.")}
         meta[fmt.META_FORMAT] = fmt.FORMAT_VERSION
         meta[fmt.META_EGO] = "source" if session.source.ego_at is not None else "frame"
+        meta[fmt.META_POINTS] = fmt.POINTS_TAKEN
         with self._lock:
             meta[fmt.META_RUN] = str(self._runs)
             self._runs += 1
@@ -475,6 +479,7 @@ class RunRecorder:
                 self._replace_earlier()
             self._finish_segment()  # a run begun again: its own segment
             self._rig, self._metadata = item
+            self._kinds = {spec.name: kind_def(spec.kind) for spec in self._rig}
             self._open_segment()
             return
         writer = self._writer
@@ -504,9 +509,11 @@ class RunRecorder:
             return
         if name != sample.sensor:
             sample = dataclasses.replace(sample, sensor=name)
-        writer.write(sample)
-        if isinstance(sample, PointCloudSample):
-            self._recent.setdefault(name, deque(maxlen=_RECENT_PER_SENSOR)).append(sample)
+        if isinstance(sample, PointCloudSample):  # as the run takes it (fmt.META_POINTS)
+            writer.write(in_kind_order(sample, self._kinds[name], named=True))
+            self._recent.setdefault(name, deque(maxlen=_RECENT_PER_SENSOR)).append(sample)  # (by identity)
+        else:
+            writer.write(sample)
         self.stats["samples"] += 1
         self._arrival(writer, name, sample.t_ns, arrival)
 
@@ -529,8 +536,9 @@ class RunRecorder:
                 n0 = 0 if base is None else base.points.shape[0]
                 merged = _merged(recent, s, base) if base is not None else None
                 extra = merged is None and s.points.shape[0] > n0
-                if extra:  # rows the recording cannot rebuild: written as they are
-                    writer.write_points(fmt.points_topic(name), s if n0 == 0 else _rows_from(s, n0), seq)
+                if extra:  # rows the recording cannot rebuild: written as they are (as the sweeps are)
+                    rows = in_kind_order(s if n0 == 0 else _rows_from(s, n0), self._kinds[name], named=True)
+                    writer.write_points(fmt.points_topic(name), rows, seq)
                 samples[name] = {"t_ns": s.t_ns, "raw_t_ns": None if base is None else base.t_ns, "points": extra}
                 if merged:
                     samples[name]["merged"] = [m for _, m in merged]

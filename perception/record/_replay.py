@@ -581,7 +581,7 @@ async def _replay_segments(
             points: dict[tuple[str, int], PointCloudSample] = {}
             for name, spec in reader.rig.items():
                 if not _is_image(spec.kind):
-                    for p in reader.points(fmt.points_topic(name), name):
+                    for p in reader.points(fmt.points_topic(name), name, extra_fields=True):
                         points[(name, p.seq)] = p
             # the samples as received that frames began with: the sweeps (and with rerun_models the images) of
             # this segment, the previous one and each sensor's latest before it (a frame may be fused after the
@@ -592,7 +592,9 @@ async def _replay_segments(
                 del kept[:-_CARRIED]
             previous = received
             wanted = [n for n, spec in reader.rig.items() if rt is not None or not _is_image(spec.kind)]
-            received = {(s.sensor, s.t_ns): s for s in (reader.samples(sensors=wanted) if wanted else ())}
+            # the clouds with every column the run's carried (fmt.META_POINTS: a radar's model was sent them all)
+            read = reader.samples(sensors=wanted, extra_fields=True) if wanted else ()
+            received = {(s.sensor, s.t_ns): s for s in read}
             both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
             if start is not None:
                 start.segment(seg, run, received, reader.metadata.get(fmt.META_PREDICTED_BEFORE))

@@ -3,8 +3,9 @@
 An observer is given, in this order: the fusion stage to wrap (:meth:`RunObserver.fusion`: the wrapper sees
 every frame fusion consumes, in the order fusion consumes them, with the results it fuses, raw model outputs
 included), the session once the runtime is up (:meth:`RunObserver.begin`: a run that never started leaves
-what the observer would replace, an earlier recording, as it was), then every sample and ego pose as it is
-received (:meth:`RunObserver.sample`, :meth:`RunObserver.ego`, from any thread),
+what the observer would replace, an earlier recording, as it was), then every sample of the sensors the run
+uses (those enabled; a replay's trigger too) and every ego pose as it is received (:meth:`RunObserver.sample`,
+:meth:`RunObserver.ego`, from any thread),
 and every frame's result as it is delivered (:meth:`RunObserver.result`: dropped and shed frames too).
 Entry points that take one (``LiveRuntime(observer=)``, ``replay_drive(observer=)``) call nothing
 else; none of the calls may raise into them (an observer counts its own failures; ``LiveRuntime`` counts

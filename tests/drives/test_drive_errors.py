@@ -297,6 +297,8 @@ def _cloud(
         (_cloud(sensor="ghost"), "not in the rig"),
         (_cloud(frame="base_link"), "frame_id 'base_link' differs"),
         (_cloud(fields=("x", "y", "z", "rcs")), "must have fields"),
+        (_cloud(fields=("x", "y", "z", "intensity", "t", "t")), r"must have fields .* each named once"),
+        (_cloud(fields=("intensity", "x", "y", "z")), "must have fields"),  # (the recorder puts them in order)
         (_cloud(t=-1), "t_ns must be an integer"),
         (ImageSample("top", T0, "lidar_top", b"jpeg"), "take PointCloudSample"),
         (_cloud(sensor="front", frame="cam_front"), "camera sensors take ImageSample"),

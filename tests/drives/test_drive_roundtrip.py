@@ -241,3 +241,19 @@ def test_bytes_written_is_the_file_s_size_as_chunks_are_written(tmp_path: Path) 
         final = w.bytes_written
     assert len(set(seen)) > 10 and seen == sorted(seen)  # chunks written one after another, each counted
     assert path.stat().st_size > final  # the summary and footer came at close
+
+
+def test_a_cloud_s_other_fields_after_its_kind_s_are_written_and_read_on_request(tmp_path: Path) -> None:
+    # A run's recording holds its clouds as the run took them: a lidar's ring after its x, y, z, intensity. Before,
+    # the writer refused every cloud whose fields were not its kind's alone.
+    rig = [s for s in make_rig() if s.name == "top"]
+    fields = ("x", "y", "z", "intensity", "ring")
+    points = np.arange(15, dtype=np.float32).reshape(3, 5)
+    with DriveWriter(tmp_path / "d.mcap", rig) as w:
+        w.write(PointCloudSample("top", T0, rig[0].frame_id, points, fields))
+    with DriveReader(tmp_path / "d.mcap", strict=True) as r:
+        [plain] = r.samples()
+        [every] = r.samples(extra_fields=True)
+    assert plain.fields == fields[:4] and every.fields == fields
+    np.testing.assert_array_equal(plain.points, points[:, :4])
+    np.testing.assert_array_equal(every.points, points)

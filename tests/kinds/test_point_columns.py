@@ -77,3 +77,15 @@ def test_lidar_named_in_another_order_is_sent_by_name() -> None:
     cloud = _cloud(("x", "y", "z", "ring", "intensity"), (1.0, 2.0, 3.0, 7.0, 0.25), sensor="lidar")
     tensors, _ = LIDAR.prepare(cloud, None)
     np.testing.assert_array_equal(tensors["POINTS"], np.array([[1.0, 2.0, 3.0, 0.25]], np.float32))
+
+
+def test_in_kind_order_named_puts_the_kind_s_names_on_a_cloud_read_by_position() -> None:
+    # As a drive holds a cloud (a run's recording: as the run took it): a lidar's x, y, z, i read by position is
+    # the kind's x, y, z, intensity; its other columns keep their names, after the kind's.
+    cloud = _cloud(("x", "y", "z", "i", "ring"), (1.0, 2.0, 3.0, 0.5, 7.0), sensor="lidar")
+    named = in_kind_order(cloud, LIDAR, named=True)
+    assert named.fields == ("x", "y", "z", "intensity", "ring") and named.points is cloud.points
+    assert in_kind_order(cloud, LIDAR) is cloud  # (the runtime's: read by position as it is)
+    moved = in_kind_order(_cloud(("ring", "intensity", "x", "y", "z"), (7.0, 0.5, 1.0, 2.0, 3.0)), LIDAR, named=True)
+    assert moved.fields == ("x", "y", "z", "intensity", "ring")
+    np.testing.assert_array_equal(moved.points, np.array([[1.0, 2.0, 3.0, 0.5, 7.0]], np.float32))
