@@ -63,11 +63,15 @@ def point_columns(fields: Any, kind: SensorKindDef) -> tuple[int, ...] | str:
     return tuple(range(len(names)))
 
 
-def in_kind_order(sample: PointCloudSample, kind: SensorKindDef) -> PointCloudSample:
+def in_kind_order(
+    sample: PointCloudSample, kind: SensorKindDef, columns: tuple[int, ...] | str | None = None
+) -> PointCloudSample:
     """``sample`` with ``kind``'s point fields as its first columns, in the kind's order (:func:`point_columns`:
     a cloud naming them all in another order); ``sample`` itself when it is in that order already or would be
-    misread (the intake check refuses it then)."""
-    columns = point_columns(sample.fields, kind)
+    misread (the intake check refuses it then). ``columns``: the cloud's, as :func:`point_columns` found them
+    (:func:`perception.kinds.sample_check`'s), not worked out again."""
+    if columns is None:
+        columns = point_columns(sample.fields, kind)
     if isinstance(columns, str) or columns == tuple(range(len(columns))):
         return sample
     fields = tuple(sample.fields)
