@@ -16,7 +16,7 @@ Bottom layer: imports only :mod:`perception.types`, :mod:`perception.errors` (an
 from __future__ import annotations
 
 from ._camera import CAMERA, CAMERA_INPUT_SIZE_KEYS, camera_input, camera_input_size, encoded_input
-from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_problem, stamp_problem
+from ._intake import MAX_SAMPLE_BYTES, MAX_STAMP_NS, ego_problem, sample_check, sample_problem, stamp_problem
 from ._kind import FusionRole, SensorKindDef, accumulate_problem
 from ._lidar import LIDAR
 from ._points import in_kind_order, point_columns
@@ -46,6 +46,7 @@ __all__ = [
     "known_kinds",
     "point_columns",
     "register_kind",
+    "sample_check",
     "sample_problem",
     "stamp_problem",
     "unregister_kind",

@@ -42,6 +42,7 @@ __all__ = [
     "QUATERNION_NORM",
     "ego_problem",
     "image_data_problem",
+    "sample_check",
     "sample_problem",
     "stamp_problem",
 ]
@@ -70,17 +71,27 @@ def sample_problem(sample: object, kind: SensorKindDef, *, calibration: CameraCa
     ``calibration``: the camera's, when the image must be of its size (the live intake: fusion places a
     camera's boxes with its intrinsics, so those of an image of another size would be misplaced; a replay
     counts such images instead, ``image_size_mismatch``)."""
+    checked = sample_check(sample, kind, calibration=calibration)
+    return checked if isinstance(checked, str) else None
+
+
+def sample_check(
+    sample: object, kind: SensorKindDef, *, calibration: CameraCalibration | None = None
+) -> str | tuple[int, ...] | None:
+    """:func:`sample_problem`'s check, with what it found: why ``sample`` cannot be taken, else a point cloud's
+    columns in its kind's order (:func:`point_columns`, for :func:`perception.kinds.in_kind_order`: not worked
+    out twice), else None (an image)."""
     if not isinstance(sample, kind.sample):
         return f"a {type(sample).__name__} is not a sample of a {kind.name} sensor ({kind.sample.__name__})"
     if (problem := stamp_problem(sample.t_ns)) is not None:
         return problem
     if isinstance(sample, PointCloudSample):
-        return _points_problem(sample, kind)
+        return _points_check(sample, kind)
     assert isinstance(sample, ImageSample)
     return _image_problem(sample, calibration)
 
 
-def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None:
+def _points_check(sample: PointCloudSample, kind: SensorKindDef) -> str | tuple[int, ...]:
     pts: Any = sample.points
     if not isinstance(pts, np.ndarray) or pts.dtype != np.float32 or pts.ndim != 2:
         what = f"{pts.dtype} array of rank {pts.ndim}" if isinstance(pts, np.ndarray) else type(pts).__name__
@@ -95,8 +106,7 @@ def _points_problem(sample: PointCloudSample, kind: SensorKindDef) -> str | None
     limit = MAX_SAMPLE_BYTES * (1 + len(sample.merged_from))
     if pts.nbytes > limit:
         return f"points take {pts.nbytes} bytes, over the {limit} byte limit"
-    columns = point_columns(fields, kind)
-    return columns if isinstance(columns, str) else None
+    return point_columns(fields, kind)
 
 
 def image_data_problem(data: object) -> str | None:

@@ -63,16 +63,26 @@ def point_columns(fields: Any, kind: SensorKindDef) -> tuple[int, ...] | str:
     return tuple(range(len(names)))
 
 
-def in_kind_order(sample: PointCloudSample, kind: SensorKindDef, *, named: bool = False) -> PointCloudSample:
+def in_kind_order(
+    sample: PointCloudSample,
+    kind: SensorKindDef,
+    columns: tuple[int, ...] | str | None = None,
+    *,
+    named: bool = False,
+) -> PointCloudSample:
     """``sample`` with ``kind``'s point fields as its first columns, in the kind's order (:func:`point_columns`:
     a cloud naming them all in another order), its other columns after them; ``sample`` itself when it is in
-    that order already or would be misread (the intake check refuses it then). ``named``: those first columns
-    under the kind's names too (a cloud read by position names them otherwise: a lidar's ``x, y, z, i``), as a
-    drive holds them (a run's recording: ``perception.record``)."""
-    columns = point_columns(sample.fields, kind)
+    that order already or would be misread (the intake check refuses it then). ``columns``: the cloud's, as
+    :func:`point_columns` found them (:func:`perception.kinds.sample_check`'s), not worked out again.
+    ``named``: those first columns under the kind's names too (a cloud read by position names them otherwise:
+    a lidar's ``x, y, z, i``), as a drive holds them (a run's recording: ``perception.record``)."""
+    if columns is None:
+        columns = point_columns(sample.fields, kind)
+    if isinstance(columns, str) or (not named and columns == tuple(range(len(columns)))):
+        return sample  # (the run's every cloud: in order already)
     fields = tuple(sample.fields)
     n = len(kind.point_fields)
-    if isinstance(columns, str) or len(fields) < n:
+    if len(fields) < n:
         return sample
     out = tuple(fields[i] for i in columns)
     if named:

@@ -32,10 +32,10 @@ Selection, de-duplication, the ego pose, sweep accumulation, eviction and the ke
 the buffer caps.
 
 Samples that can no longer be used are counted, never raised: invalid ones (refused by the intake
-check against the rig, :class:`perception.scheduler.RigCheck`: a stamp that is not integer ns in range, a
-wrong sample type, too few point fields or columns it would misread, over the size limits, an image of
-another size than its camera's calibration; a sample in another sensor's frame, the vehicle's or the map's;
-counted per sensor),
+check against the rig, :class:`perception.scheduler.RigCheck`: a stamp that is not integer ns in range (on the
+host clock too), a wrong sample type, too few point fields or columns it would misread, over the
+size limits, an image of another size than its camera's calibration; a sample in another sensor's frame, the
+vehicle's or the map's; counted per sensor),
 out of order (older than one already seen), duplicates, late (after every frame that could have used them
 was emitted), clock jumps (stamp too far from arrival) and unknown sensors. Ego poses pass
 :func:`perception.kinds.ego_problem` (the zero quaternion, non-finite values are refused).
@@ -61,7 +61,7 @@ from typing import Generic, Literal, TypeVar
 
 from perception.config import LiveConfig, SensorConfig, TriggerConfig
 from perception.errors import ConfigError, RuntimeClosedError
-from perception.kinds import ego_problem
+from perception.kinds import ego_problem, stamp_problem
 from perception.scheduler import AlignCore, AlignStats, RigCheck, SweepAccumulator
 from perception.types import EgoPose, Frame, PointCloudSample, Sample, SensorSpec
 
@@ -224,6 +224,7 @@ class LiveAssembler(Generic[T]):
         rates: Mapping[str, float] | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
         clock_name: str = "the host's monotonic clock",
+        check: RigCheck | None = None,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         check_trigger(list(self._sensors), trigger)
@@ -238,8 +239,9 @@ class LiveAssembler(Generic[T]):
         self._horizon_ns = self._core.horizon_ns + live.transit_ns
         #: The intake check against the rig (:class:`perception.scheduler.RigCheck`): an image of another size
         #: than its camera's calibration, a sample in another sensor's frame, the vehicle's or the map's are
-        #: refused.
-        self._check = RigCheck(sensors, rig, image_sizes=True)
+        #: refused. ``check``: the runtime's (``Runtime.intake_check``, of these sensors and rig), which then
+        #: does not check the frames' samples again.
+        self._check = check if check is not None else RigCheck(sensors, rig, image_sizes=True)
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._clock_name = clock_name  # the host clock as the warnings name it
@@ -295,6 +297,10 @@ class LiveAssembler(Generic[T]):
             self.stats.clock_jump_dropped += 1
             self._off_clock(name, stamp, arrival_ns)
             return "clock jump"
+        if (problem := stamp_problem(host_t)) is not None:  # the stamp the frames carry passes the check too
+            problem = f"on the host clock: {problem}"
+            self.stats.count_invalid(name, problem)
+            return f"invalid: {problem}"
         last_host = self._last_host.get(name)
         if last_host is not None and host_t <= last_host:
             # A re-anchored clock whose host time still lands behind what the sensor gave already.

@@ -179,8 +179,17 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             fusion = observer.fusion(session.fusion() if fusion == "profile" else fusion)
         self._runtime = Runtime(session, fusion=fusion)
         rates = {name: spec.rate_hz for name, spec in rig.items() if spec.rate_hz > 0}
+        #: The intake's check of each sample pushed, the runtime's own: the frames made of them are not checked
+        #: again (Runtime.run's ``checked``).
+        self._check = self._runtime.intake_check()
         self._assembler: LiveAssembler[ResultFuture] = LiveAssembler(
-            config.active_sensors, config.trigger, config.live, rates=rates, rig=rig, clock_name=clock_name
+            config.active_sensors,
+            config.trigger,
+            config.live,
+            rates=rates,
+            rig=rig,
+            clock_name=clock_name,
+            check=self._check,
         )
         self._trigger = config.trigger.sensor
         #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's
@@ -804,7 +813,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             try:
                 while True:
                     try:
-                        async for result in self._runtime.run(source()):
+                        async for result in self._runtime.run(source(), checked=self._check):
                             taken.pop(result.frame_id, None)
                             self._deliver(result, results)
                             deliver_held()

@@ -295,26 +295,38 @@ def _layout(layout: Mapping[str, Any]) -> list[tuple[str, np.dtype[Any], list[in
     return [(key, np.dtype(layout[key][0]), [int(x) for x in layout[key][1]]) for key in sorted(layout)]
 
 
-def fusion_digests(record: Mapping[str, Any], version: str) -> dict[str, str | None]:
+def fusion_digests(
+    record: Mapping[str, Any],
+    version: str,
+    *,
+    decoded: tuple[Mapping[str, SensorResult], EgoPose | None, Sequence[Detection3D]] | None = None,
+) -> dict[str, str | None]:
     """The digests of a fusion record read back (:func:`decode_fusion`) of a recording of format ``version``:
     ``outputs``, ``decisions``, ``detections``, ``tracker`` (None for a shed frame's prediction; "" when the
     run's fusion had no tracker). Formats 1-3: those the run computed, as recorded. Format 4 (no digest
     recorded): derived from what the record holds bit for bit -- the raw outputs' bytes, layout and models,
     the decisions (seq, frame, time, statuses, stamps, ego pose: JSON integers, strings and floats, which
     read back exactly), the detections' values, ids, labels and sources, the tracker state -- with the very
-    functions the run of format 3 digested them with: the digests that run would have recorded."""
+    functions the run of format 3 digested them with: the digests that run would have recorded. ``decoded``:
+    the record's results, ego pose and detections, decoded already (the replay's), not decoded again."""
     if version in ("1", "2", "3"):
         return dict(record["digest"])
     predicted = bool(record.get("predicted"))
-    results = {name: decode_result(name, d) for name, d in record["sensors"].items()}
+    if decoded is None:
+        decoded = (
+            {name: decode_result(name, d) for name, d in record["sensors"].items()},
+            decode_ego(record["ego"]),
+            [decode_detection(d) for d in record["detections"]],
+        )
+    results, ego, detections = decoded
     statuses = {n: r.status.value for n, r in results.items()}
     stamps = {n: r.sample_t_ns for n, r in results.items()}
     tracker = record.get("tracker")
     seq, frame_id, t_ns = int(record["seq"]), int(record["frame_id"]), int(record["t_ns"])
     return {
         "outputs": recorded_outputs_digest(results),
-        "decisions": decisions_digest(seq, frame_id, t_ns, statuses, stamps, decode_ego(record["ego"])),
-        "detections": detections_digest([decode_detection(d) for d in record["detections"]]),
+        "decisions": decisions_digest(seq, frame_id, t_ns, statuses, stamps, ego),
+        "detections": detections_digest(detections),
         "tracker": None if predicted else "" if tracker is None else tracker_digest(tracker),
     }
 

@@ -212,19 +212,19 @@ def _decoding(reader: DriveReader, topic: str, what: str) -> Iterator[None]:
         raise DriveError(f"{what} cannot be read: {why}", file=str(reader.path), topic=topic) from exc
 
 
-def _frame_records(reader: DriveReader) -> list[dict[str, Any]]:
-    """A recording segment's ``/record/frames`` records in delivery order (``index``), each decoded whole as the
-    replay reads it (:func:`_decoding`: a record that cannot be is a :class:`DriveError`)."""
-    out: list[dict[str, Any]] = []
+def _frame_records(reader: DriveReader) -> list[tuple[dict[str, Any], FrameResult]]:
+    """A recording segment's ``/record/frames`` records in delivery order (``index``), each with its result as
+    recorded (:func:`_delivered`: decoded once, under :func:`_decoding`: a record that cannot be is a
+    :class:`DriveError`)."""
+    out: list[tuple[dict[str, Any], FrameResult]] = []
     for _, _, index, d in reader.messages([fmt.FRAMES_TOPIC]):
         with _decoding(reader, fmt.FRAMES_TOPIC, f"result #{index}"):
             record = json.loads(d)
             int(record["index"])
             if record.get("fusion_seq") is not None:
                 int(record["fusion_seq"])
-            _result(record, {})
-            out.append(record)
-    return sorted(out, key=lambda r: int(r["index"]))
+            out.append((record, _delivered(record)))
+    return sorted(out, key=lambda r: int(r[0]["index"]))
 
 
 def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
@@ -233,29 +233,40 @@ def fusion_records(reader: DriveReader) -> list[dict[str, Any]]:
     decoded whole as the replay reads it (:func:`_decoding`: a record that cannot be is a :class:`DriveError`).
     In a damaged segment (``reader.damage``: data lost) a record whose numbers are not there is left out: lost
     with the damage (a cut between the two), as what follows it is; in an intact one it is an error."""
+    return [f.rec for f in _fused_records(reader)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fused:
+    """A fusion record read back (:func:`fusion_records`) and its values the replay reads, decoded once
+    (:func:`_decoded`)."""
+
+    rec: dict[str, Any]
+    seq: int
+    frame_id: int
+    t_ns: int
+    ego: EgoPose | None
+    sensors: Mapping[str, SensorResult]
+    detections: tuple[Detection3D, ...]
+
+
+def _fused_records(reader: DriveReader) -> list[_Fused]:
+    """:func:`fusion_records`, each record with its values decoded (:class:`_Fused`)."""
     data = {seq: d for _, _, seq, d in reader.messages([fmt.FUSION_DATA_TOPIC])}
-    out: list[dict[str, Any]] = []
+    out: list[_Fused] = []
     for _, _, seq, d in reader.messages([fmt.FUSION_TOPIC]):
         with _decoding(reader, fmt.FUSION_TOPIC, f"fusion #{seq}"):
             record = json.loads(d)
             if seq not in data and isinstance(record.get("detections"), Mapping) and reader.damage.data_lost:
                 log.info("%s: fusion #%s: its numbers lost with the damage: left out", reader.path, seq)
                 continue
-            record = fmt.decode_fusion(record, data.get(seq))
-            _check_fusion(record)
-            out.append(record)
-    return sorted(out, key=lambda r: int(r["seq"]))
+            out.append(_decoded(fmt.decode_fusion(record, data.get(seq))))
+    return sorted(out, key=lambda f: f.seq)
 
 
-def _check_fusion(rec: Mapping[str, Any]) -> None:
+def _decoded(rec: dict[str, Any]) -> _Fused:
     """Every value of a fusion record (read back: :func:`._format.decode_fusion`) the replay reads, decoded once
     by the replay's own decoders: what one cannot read raises here, under the reading's guard."""
-    int(rec["seq"]), int(rec["frame_id"]), int(rec["t_ns"])
-    fmt.decode_ego(rec["ego"])
-    for name, d in rec["sensors"].items():
-        fmt.decode_result(name, d)
-    for d in rec["detections"]:
-        fmt.decode_detection(d)
     for s in rec["samples"].values():
         if s is not None:
             int(s["t_ns"])
@@ -263,6 +274,15 @@ def _check_fusion(rec: Mapping[str, Any]) -> None:
                 int(s["raw_t_ns"])
             for m in s.get("merged") or ():
                 int(m["raw_t_ns"]), _moved_by(m)
+    return _Fused(
+        rec,
+        int(rec["seq"]),
+        int(rec["frame_id"]),
+        int(rec["t_ns"]),
+        fmt.decode_ego(rec["ego"]),
+        {name: fmt.decode_result(name, d) for name, d in rec["sensors"].items()},
+        tuple(fmt.decode_detection(d) for d in rec["detections"]),
+    )
 
 
 def _source(reader: DriveReader) -> SessionSource:
@@ -459,15 +479,15 @@ class _Resume:
             self.kept_from = min((t for _, t in received), default=None)
 
     async def turn(
-        self, rec: Mapping[str, Any], seg: Path, run: str, fusion: FusionStage,
+        self, fused: _Fused, seg: Path, run: str, fusion: FusionStage,
         rebuild: Callable[[], tuple[Frame, dict[str, SensorResult], list[str]]],
     ) -> tuple[tuple[tuple[Detection3D, ...], dict[str, SensorResult]] | None,
                tuple[Frame, dict[str, SensorResult], list[str]] | None]:  # fmt: skip
-        """The fusion record ``rec`` (of ``seg``, run ``run``, fused by ``fusion``): ``(taken, got)``. ``taken``:
+        """The fusion record ``fused`` (of ``seg``, run ``run``, fused by ``fusion``): ``(taken, got)``. ``taken``:
         the record taken as recorded (what was fused: its recorded detections and results; the tracker set to the
         state recorded after it), None when it is to be fused and compared. ``got``: the frame as ``rebuild``
         (:func:`_frame`) rebuilt it, when this decision needed it (None: not rebuilt), for the caller to fuse."""
-        seq = int(rec["seq"])
+        rec, seq = fused.rec, fused.seq
         start = self.start
         if self.first_kept is None:  # the first fusion turn kept (the turns are numbered over every run)
             before = self.predicted_before  # the shed frames' predictions among those turns
@@ -489,7 +509,7 @@ class _Resume:
         if compared:
             self.fusing = self.fusing or got is not None
             if start["frame_id"] is None:  # where it starts (a later run's, maybe)
-                start.update(frame_id=int(rec["frame_id"]), fusion_seq=seq, run=run)
+                start.update(frame_id=fused.frame_id, fusion_seq=seq, run=run)
             return None, got
         if got is not None and rt is not None:  # today's answers to its samples: a frame after
             await _rerun(rt, got[0], got[1], self.answered)  # it may reuse them (not compared)
@@ -501,9 +521,8 @@ class _Resume:
             self.restored = True
         elif not predicted:
             self.restored = False  # a frame without its state (format 4 always has it)
-        dets = tuple(fmt.decode_detection(d) for d in rec["detections"])
         start["taken_as_recorded"] += 1
-        return (dets, {n: fmt.decode_result(n, d) for n, d in rec["sensors"].items()}), got
+        return (fused.detections, dict(fused.sensors)), got
 
     def not_replayed(self, frec: Mapping[str, Any]) -> bool:
         """The delivered frame ``frec`` was fused in a segment gone: not replayed (counted)."""
@@ -568,7 +587,7 @@ async def _replay_segments(
                 run = reader.metadata.get(fmt.META_RUN, "0")
                 fusion = session.fusion() or fusion
             state = fusion.tracker_state if isinstance(fusion, TrackingStage) else None
-            records = fusion_records(reader)
+            records = _fused_records(reader)
             # turns missing in a segment whose reading lost data (or at the next one's start: lost at its end) are
             # the damage's doing
             dropped = f"lost to the damage of {seg.name}" if reader.damage.data_lost else "dropped by the recorder"
@@ -598,14 +617,14 @@ async def _replay_segments(
             both = {**{(s.sensor, s.t_ns): s for kept in older.values() for s in kept}, **previous, **received}
             if start is not None:
                 start.segment(seg, run, received, reader.metadata.get(fmt.META_PREDICTED_BEFORE))
-            for rec in records:
-                seq = int(rec["seq"])
+            for f in records:
+                rec, seq = f.rec, f.seq
                 got = None  # (resume) the frame as _frame rebuilt it, when the start's decision needed it
                 if start is not None:
                     if start.first_kept is None:  # the turns before the first kept are in the segments gone
                         next_seq = seq
                     taken, got = await start.turn(
-                        rec, seg, run, fusion, partial(_frame, rec, points, both, images=rt is not None)
+                        f, seg, run, fusion, partial(_frame, f, points, both, images=rt is not None)
                     )
                     if taken is not None:
                         fused[seq] = taken
@@ -613,16 +632,16 @@ async def _replay_segments(
                         gap = dropped  # (a gap after it is this segment's: the one before it is behind)
                         continue
                 if seq != next_seq:  # the frame after the gap, fused on a tracker state the turns missing left
-                    out.note(Divergence(int(rec["frame_id"]), seq, "decision",
+                    out.note(Divergence(f.frame_id, seq, "decision",
                                         f"fusion #{next_seq}..#{seq - 1} missing from the recording ({gap}): "
                                         "the tracker state after them is unknown"), run)  # fmt: skip
                 next_seq = seq + 1
                 gap = dropped
                 with _decoding(reader, fmt.FUSION_TOPIC, f"fusion #{seq}"):
-                    digest = fmt.fusion_digests(rec, version)
+                    digest = fmt.fusion_digests(rec, version, decoded=(f.sensors, f.ego, f.detections))
                 fused_digests[seq] = str(digest["detections"])
                 if rec.get("predicted"):  # a shed frame's prediction, in its turn (read-only)
-                    frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), {}, ego=fmt.decode_ego(rec["ego"]))
+                    frame = Frame(f.frame_id, f.t_ns, {}, ego=f.ego)
                     dets = fusion.predict(frame) if isinstance(fusion, TrackingStage) else ()
                     fused[seq] = (dets, {})
                     out.compared += 1
@@ -633,7 +652,7 @@ async def _replay_segments(
                     else:
                         out.note(div, run)
                     continue
-                frame, recorded, lost = got if got is not None else _frame(rec, points, both, images=rt is not None)
+                frame, recorded, lost = got if got is not None else _frame(f, points, both, images=rt is not None)
                 results = recorded
                 if rt is not None:
                     results = await _rerun(rt, frame, recorded, answered)
@@ -650,14 +669,14 @@ async def _replay_segments(
                     out.equal += 1
                 else:
                     out.note(div, run)
-            for frec in _frame_records(reader):
+            for frec, delivered in _frame_records(reader):
                 index = int(frec["index"])
                 if next_index is not None and index > next_index:  # (the recorder numbers every result it is given)
                     out.results_missing.append([next_index, index - next_index, results_gap])
                 next_index, results_gap = max(index + 1, next_index or 0), dropped
                 if start is not None and start.not_replayed(frec):  # fused in a segment rotated away
                     continue
-                result = _result(frec, fused)
+                result = _replayed(frec, delivered, fused)
                 out.results.append(result)
                 then = fmt.frame_digest(frec, version, fused_digests)
                 if (
@@ -683,14 +702,14 @@ def _is_image(kind: str) -> bool:
 
 
 def _frame(
-    rec: Mapping[str, Any],
+    fused: _Fused,
     points: Mapping[tuple[str, int], PointCloudSample],
     received: Mapping[tuple[str, int], Sample],
     images: bool,
 ) -> tuple[Frame, dict[str, SensorResult], list[str]]:
-    """The frame as fusion was given it (images only when they were read: to rerun the models), the
-    recorded results of its sensors, and what of its samples the recording lacks."""
-    seq = int(rec["seq"])
+    """The frame of fusion record ``fused`` as fusion was given it (images only when they were read: to rerun the
+    models), the recorded results of its sensors, and what of its samples the recording lacks."""
+    rec, seq = fused.rec, fused.seq
     samples: dict[str, Sample | None] = {}
     lost: list[str] = []
     for name, s in rec["samples"].items():
@@ -724,9 +743,7 @@ def _frame(
             if s is not None and ("points" in s or images):  # a cloud fusion reads, or an image to rerun on
                 lost.append(f"{name}'s sample at {s.get('raw_t_ns')} is not in the recording")
             samples[name] = None
-    frame = Frame(int(rec["frame_id"]), int(rec["t_ns"]), samples, ego=fmt.decode_ego(rec["ego"]))
-    results = {name: fmt.decode_result(name, d) for name, d in rec["sensors"].items()}
-    return frame, results, lost
+    return Frame(fused.frame_id, fused.t_ns, samples, ego=fused.ego), dict(fused.sensors), lost
 
 
 def _moved_by(merged: Mapping[str, Any]) -> npt.NDArray[np.float64]:
@@ -849,22 +866,30 @@ def _compare_prediction(
     return None
 
 
-def _result(
-    frec: Mapping[str, Any], fused: Mapping[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]]
+def _replayed(
+    frec: Mapping[str, Any],
+    delivered: FrameResult,
+    fused: Mapping[int, tuple[tuple[Detection3D, ...], Mapping[str, SensorResult]]],
 ) -> FrameResult:
-    """A delivered frame's result, replayed: the recorded decisions, the detections fused here."""
+    """A delivered frame's result (``frec``, decoded: ``delivered``), replayed: the recorded decisions, the
+    detections fused here."""
     seq = frec.get("fusion_seq")
-    sensors = {name: fmt.decode_result(name, d) for name, d in frec["sensors"].items()}
-    dets: tuple[Detection3D, ...] = ()
-    if seq is not None and int(seq) in fused:
-        dets, results = fused[int(seq)]
-        sensors = {**sensors, **{n: r for n, r in results.items() if n in sensors}}
+    if seq is None or int(seq) not in fused:
+        return delivered
+    dets, results = fused[int(seq)]
+    sensors = delivered.sensors
+    return dataclasses.replace(
+        delivered, sensors={**sensors, **{n: r for n, r in results.items() if n in sensors}}, detections=dets
+    )
+
+
+def _delivered(frec: Mapping[str, Any]) -> FrameResult:
+    """A delivered frame's result as recorded (``/record/frames``): its decisions, no detections."""
     return FrameResult(
         frame_id=int(frec["frame_id"]),
         t_ns=int(frec["t_ns"]),
         status=FrameStatus(frec["status"]),
-        sensors=sensors,
-        detections=dets,
+        sensors={name: fmt.decode_result(name, d) for name, d in frec["sensors"].items()},
         latency=LatencyTree(total_ns=int(frec.get("latency_ns") or 0)),
         reason=frec.get("reason"),
         deadline_missed=bool(frec.get("deadline_missed")),

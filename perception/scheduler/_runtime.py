@@ -217,6 +217,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
             config.active_sensors, self.rig, image_sizes=session.source.metadata == LIVE_METADATA
         )
         self._refused_said: set[str] = set()  # sensors whose refused samples were logged
+        #: The checks this runtime made for an intake that checks a host's samples as they arrive
+        #: (:meth:`intake_check`): a stream :meth:`run` is told its frames' samples passed one is not checked again.
+        self._intake_checks: set[RigCheck] = set()
         #: The frame whose fusion call runs in a worker thread (None: none), under its lock (held only to
         #: read or set it). A call whose frame is cancelled while it runs (a close past its drain timeout)
         #: is abandoned, still running: until it returns no fusion or prediction starts (:meth:`_fuse`).
@@ -509,8 +512,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
         them in time order, as a lockstep replay does): a frame whose requests end before its
         predecessor's waits for that one's fusion (``fusion_wait`` in its latency tree), or for it to
         end unfused (an error, a cancellation) -- never does a frame pass one handed in before it."""
+        return await self._process(frame)
+
+    async def _process(self, frame: Frame, *, checked: bool = False) -> FrameResult:
+        """:meth:`process`; ``checked``: each of the frame's samples passed one of this runtime's intake checks
+        as it arrived (a stream of :meth:`run` told so: :meth:`intake_check`), and is not checked again."""
         dispatcher = self.dispatcher
-        frame, refused = self._taken(frame)
+        frame, refused = (frame, {}) if checked else self._taken(frame)
         start = time.monotonic_ns()
         origin = frame.created_ns or start
         order = self._fusion_order
@@ -543,8 +551,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
         (:class:`RigCheck`, the live intake's): one refused is its sensor's error, counted as its input's fault,
         and is seen by neither its model nor fusion; a point cloud naming its kind's fields in another order is
         reordered (fusion reads x, y, z by position). What is not a sample at all is an :class:`InputError` for
-        the frame. (The frames of a live assembly passed this check at intake, a drive's
-        :func:`perception.kinds.sample_problem`: each sample is checked again, a few microseconds.)"""
+        the frame. (The frames of a live assembly passed this check at intake, :meth:`intake_check`'s, and are not
+        checked again (:meth:`run`'s ``checked``); a drive's passed :func:`perception.kinds.sample_problem` and
+        are: the rig's frames and an image's calibrated size aside, a few microseconds.)"""
         samples: dict[str, Sample | None] | None = None
         refused: dict[str, tuple[str, int | None]] = {}
         check = self._rig_check
@@ -703,12 +712,26 @@ class Runtime(anyio.AsyncContextManagerMixin):
             predicted=predict is not None,
         )
 
+    def intake_check(self) -> RigCheck:
+        """The check of an intake that takes a host's samples one by one (a live assembler's): this runtime's
+        sensors and rig, an image of its camera's calibrated size. A stream of frames made of samples it passed
+        (and of what the runtime's own assembly made of them: restamped, accumulated) is not checked again when
+        :meth:`run` is given it (``checked``)."""
+        check = RigCheck(self.config.active_sensors, self.rig, image_sizes=True)
+        self._intake_checks.add(check)
+        return check
+
     async def run(
-        self, frames: AsyncIterable[Frame | Superseded] | Iterable[Frame | Superseded]
+        self,
+        frames: AsyncIterable[Frame | Superseded] | Iterable[Frame | Superseded],
+        *,
+        checked: RigCheck | None = None,
     ) -> AsyncIterator[FrameResult]:
         """Process a stream of frames with pipelining; yields exactly one result per frame, in order (a
         frame the source shed before building it, :class:`~perception.scheduler._shedding.Superseded`: its
-        shed record, :meth:`shed`'s, in its turn).
+        shed record, :meth:`shed`'s, in its turn). ``checked``: every sample of the frames passed this check as
+        it arrived, one of this runtime's :meth:`intake_check` (another is a :class:`ValueError`): they are not
+        checked again (:meth:`_taken`); without it each is.
 
         The stream's work runs in a task of the runtime (opened with it), not in the consumer's task: no
         cancel scope is held across the ``yield``, so a consumer may be cancelled between two results,
@@ -725,6 +748,8 @@ class Runtime(anyio.AsyncContextManagerMixin):
         streams = self._streams
         self.dispatcher  # noqa: B018 - raises when closed
         assert streams is not None
+        if checked is not None and checked not in self._intake_checks:
+            raise ValueError("run(checked=): not an intake check of this runtime (Runtime.intake_check)")
         source = frames if isinstance(frames, AsyncIterable) else _aiter(frames)
         pipe = self.config.pipeline
         send, recv = anyio.create_memory_object_stream[FrameResult](
@@ -732,7 +757,7 @@ class Runtime(anyio.AsyncContextManagerMixin):
         )
         stream = _Stream()
         try:
-            await streams.start(self._run_stream, source, send, stream)
+            await streams.start(self._run_stream, source, send, stream, checked is not None)
         except BaseException:
             send.close()
             recv.close()
@@ -752,11 +777,13 @@ class Runtime(anyio.AsyncContextManagerMixin):
         source: AsyncIterable[Frame | Superseded],
         send: MemoryObjectSendStream[FrameResult],
         stream: _Stream,
+        checked: bool,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """One stream of :meth:`run`, in the runtime's task group: its admission and its pipeline.
-        Fails :meth:`run`'s start when the admission cannot open; a later error is the stream's."""
+        """One stream of :meth:`run`, in the runtime's task group: its admission and its pipeline (``checked``:
+        its frames' samples passed an intake check, :meth:`_process`). Fails :meth:`run`'s start when the
+        admission cannot open; a later error is the stream's."""
         pipe, deadline_ns = self.config.pipeline, self.config.budget.total_ns
         started = False
         try:
@@ -768,8 +795,9 @@ class Runtime(anyio.AsyncContextManagerMixin):
                             pipe.max_in_flight, deadline_ns, adaptive=admission_adapts(pipe, deadline_ns)
                         )
                         admission = await stack.enter_async_context(opened)
+                    process = functools.partial(self._process, checked=True) if checked else self.process
                     pipeline = OrderedPipeline(
-                        self.process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
+                        process, self.dropped, pipe, deadline_ns=deadline_ns, admission=admission, shed=self.shed
                     )
                     if self._stopping:  # stopped (a close stops too) before this stream started: it takes no frame
                         pipeline.stop()

@@ -108,12 +108,12 @@ def test_frames_taken_down_by_a_failing_stream_have_the_one_failure_reason(trito
     failure = RuntimeError("the stream broke")
     broke = [False]
 
-    async def run_failing_once(frames: Any) -> AsyncIterator[FrameResult]:
+    async def run_failing_once(frames: Any, **kwargs: Any) -> AsyncIterator[FrameResult]:
         if not broke[0]:
             broke[0] = True
             async for _ in frames:  # takes a frame and fails with it
                 raise failure
-        async for result in run(frames):
+        async for result in run(frames, **kwargs):  # (checked=: the intake checked the frames' samples)
             yield result
 
     live._runtime.run = run_failing_once  # type: ignore[method-assign]

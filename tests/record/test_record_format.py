@@ -418,9 +418,11 @@ def test_a_rebuilt_accumulated_cloud_says_how_it_was_made_as_the_run_s_did(monke
             "lidar": {"t_ns": 100, "raw_t_ns": 100, "merged": [{"raw_t_ns": 50, "t_ns": 50, "m": list(m.ravel())}]}
         },
         "sensors": {},
+        "detections": [],
     }
+    fused = _replay._decoded(rec)  # (as the replay reads it)
     received = {("lidar", 100): sweep, ("lidar", 50): earlier}
-    frame, _, lost = _replay._frame(rec, {}, received, images=False)
+    frame, _, lost = _replay._frame(fused, {}, received, images=False)
     cloud = frame.samples["lidar"]
     assert not lost and isinstance(cloud, PointCloudSample) and cloud.points.shape == (32, 4)
     assert cloud.merged_from == ((50, 16, tuple(m.ravel())),)

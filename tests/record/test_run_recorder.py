@@ -1553,11 +1553,12 @@ def test_a_cloud_whose_rows_written_with_the_frame_are_missing_is_a_sample_lost(
     rows = PointCloudSample("lidar_top", 3, "lidar_top", np.zeros((2, 4), np.float32), fields, seq=3)
     entry = {"t_ns": 10, "raw_t_ns": 10, "points": True}
     rec = {"seq": 3, "frame_id": 1, "t_ns": 10, "ego": None, "samples": {"lidar_top": entry}, "sensors": {}}
+    fused = _replay._decoded({**rec, "detections": []})  # (as the replay reads it)
     received = {("lidar_top", 10): sweep}
-    frame, _, lost = _replay._frame(rec, {("lidar_top", 3): rows}, received, images=False)
+    frame, _, lost = _replay._frame(fused, {("lidar_top", 3): rows}, received, images=False)
     cloud = frame.samples["lidar_top"]
     assert not lost and isinstance(cloud, PointCloudSample) and cloud.points.shape == (5, 4)
-    _, _, lost = _replay._frame(rec, {}, received, images=False)
+    _, _, lost = _replay._frame(fused, {}, received, images=False)
     topic = fmt.points_topic("lidar_top")
     assert lost == [f"lidar_top's rows written with the frame ({topic}) are not in the recording"]
 

@@ -15,7 +15,7 @@ from fake_answers import EmptyAnswers
 
 from perception._imageio import encode_jpeg
 from perception.config import RuntimeConfig, from_data
-from perception.scheduler import Runtime, ThreadedRuntime, _thread
+from perception.scheduler import RigCheck, Runtime, ThreadedRuntime, _thread
 from perception.types import (
     CameraCalibration,
     Detection3D,
@@ -166,3 +166,29 @@ def test_an_accumulated_cloud_over_one_samples_byte_limit_is_taken(monkeypatch: 
     big = PointCloudSample("lidar", 0, "lidar_link", rows, LIDAR)
     result, _, _ = _submit(monkeypatch, Frame(0, 0, {"lidar": big, "cam": _image()}))
     assert result.sensors["lidar"].status == "error" and "byte limit" in (result.sensors["lidar"].error or "")
+
+
+@pytest.mark.anyio
+async def test_a_frame_handed_in_is_checked_though_the_runtime_serves_an_intake_that_checked_its_own() -> None:
+    # A live runtime's own intake checks each sample as it arrives (Runtime.intake_check) and its frames are not
+    # checked again (run's checked=); a frame a host hands to process, or streams to run without it, still is.
+    fusion = _Fusion()
+    runtime = Runtime(
+        _config(), source=SessionSource.live(RIG), fusion=fusion, client=EmptyAnswers(), check_models=False
+    )
+    bad = _cloud(frame_id="base_link")
+    with anyio.fail_after(WATCHDOG_S):
+        async with runtime as rt:
+            check = rt.intake_check()
+            processed = await rt.process(Frame(0, 0, {"lidar": bad, "cam": _image()}))
+            streamed = [r async for r in rt.run([Frame(1, 0, {"lidar": bad, "cam": _image()})])]
+            taken = [r async for r in rt.run([Frame(2, 0, {"lidar": _cloud(), "cam": _image()})], checked=check)]
+            with pytest.raises(ValueError, match="not an intake check of this runtime"):
+                other = RigCheck(_config().active_sensors, RIG, image_sizes=True)
+                [r async for r in rt.run([Frame(3, 0, {"lidar": bad})], checked=other)]
+    for result in (processed, *streamed):
+        got = result.sensors["lidar"]
+        assert got.status == "error" and "sample in frame 'base_link'" in (got.error or ""), got.error
+    assert [f.frame_id for f in fusion.frames] == [0, 1, 2]
+    assert [f.samples["lidar"] for f in fusion.frames[:2]] == [None, None]
+    assert [r.status for r in taken] == [FrameStatus.OK]
