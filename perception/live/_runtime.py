@@ -800,6 +800,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             while held and (first is None or held[0].frame_id < first):
                 self._deliver(held.popleft(), results)
 
+        taken_since = [0]  # frames the stream took since it (re)started
+
         async def source() -> AsyncIterator[Frame | Superseded]:
             async for made in frames:
                 if isinstance(made, FrameResult):
@@ -807,6 +809,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                     deliver_held()
                     continue
                 taken[made.frame_id] = made.frame if isinstance(made, Superseded) else made
+                taken_since[0] += 1
                 yield made
 
         async with results, frames:
@@ -820,8 +823,13 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         return
                     except Exception as exc:
                         # A frame whose processing raised: it and the frames in flight with it are
-                        # recorded as dropped (their futures answered), and processing goes on.
+                        # recorded as dropped (their futures answered), and processing goes on. A stream that
+                        # failed before it took a frame would fail again at once, for ever: serving ends (the
+                        # frames made answered dropped, below), the error the runtime's.
                         self._fail("processing", exc, "a frame")
+                        if not taken_since[0]:
+                            raise
+                        taken_since[0] = 0
                         for fid in sorted(taken):
                             self._deliver(self._runtime.dropped(taken.pop(fid), failure_reason(exc)), results)
                         deliver_held()

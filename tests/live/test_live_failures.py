@@ -5,6 +5,7 @@ the record a stream makes of a failed frame (status dropped, the reason by ``fai
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -483,3 +484,37 @@ def test_a_fusion_that_hangs_holds_close_no_longer_than_its_drain_and_nothing_is
     for future in futures:  # each future has the very record on_result got
         record = future.result(timeout=0)  # type: ignore[attr-defined]
         assert got[record.frame_id] is record
+
+
+def test_a_stream_that_fails_before_taking_a_frame_ends_serving_instead_of_retrying_for_ever(
+    triton: EmbeddedTriton,
+) -> None:
+    # Before: the serving loop started the failed stream again at once, for ever (nothing awaited a frame
+    # between two attempts): the loop spun, close waited on it. Now serving ends with that error; every frame
+    # made is answered (dropped) and the failure is counted.
+    cfg, rig, samples = _config(triton.grpc_url)
+    got: list[FrameResult] = []
+    live = LiveRuntime(cfg, rig, on_result=got.append)
+    failure = RuntimeError("the stream cannot start")
+    attempts = [0]
+
+    async def run_failing_at_start(frames: Any, **kwargs: Any) -> AsyncIterator[FrameResult]:
+        attempts[0] += 1
+        raise failure
+        yield  # pragma: no cover - an async generator
+
+    live._runtime.run = run_failing_at_start  # type: ignore[method-assign]
+
+    def host() -> None:
+        with contextlib.suppress(RuntimeClosedError), live:  # the runtime failed: closed under the host
+            _outcomes(_push_all(live, samples[: len(samples) // 4], {}))
+
+    hosting = threading.Thread(target=host, daemon=True)
+    hosting.start()
+    hosting.join(120)  # a watchdog only (before: never)
+    assert not hosting.is_alive(), "the failed stream was started again and again"
+    status = live.status()
+    assert attempts[0] == 1, attempts
+    # the frame's failure, and the runtime's (logged: "live runtime failed; everything it held is released")
+    assert status["failed"] == {"processing": 1, "runtime": 1}, status["failed"]
+    assert all(r.status is FrameStatus.DROPPED for r in got) and _ids(got) == list(range(status["intake"]["frames"]))
