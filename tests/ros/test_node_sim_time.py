@@ -370,3 +370,51 @@ def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
         node.release()
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_diagnostics_counts_what_every_live_runtime_of_the_node_dropped(triton: EmbeddedTriton, tmp_path: Path) -> None:
+    # A live runtime's counts start at 0: after a reopen as the ROS clock went back, or a deactivate and
+    # activate, /diagnostics' frame budget said the new runtime's drops only, the earlier ones' gone. A message
+    # stamped 5 s off the ROS clock (max_stamp_skew_ms: 1 s) dropped by each of three runtimes.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    node, context = _sim_node(triton, tmp_path, "lidar_top")
+    start = 1_700_000_000 * S
+    ok = TransitionCallbackReturn.SUCCESS
+    try:
+        _set_clock(node, start + 5 * S)
+        assert node.trigger_activate() == ok, node.failure
+        assert node._pubs is not None
+        published: list[Any] = []
+        node._pubs.diagnostics.publish = published.append
+
+        def budget() -> dict[str, str]:
+            """The frame budget's values in the /diagnostics the node publishes now."""
+            node._publish_diagnostics()
+            (status,) = [s for s in published[-1].status if s.name == "perception_fusion: frame budget"]
+            return {v.key: v.value for v in status.values}
+
+        def dropped(now: int) -> None:
+            """A message stamped 5 s before ``now`` dropped by the node's live runtime."""
+            live = node.live
+            assert live is not None
+            on_cloud, cloud = _lidar_cloud(node, now - 5 * S)
+            on_cloud(cloud)
+            wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
+
+        dropped(start + 5 * S)
+        assert budget()["samples_clock_jump"] == "1"
+        first = node.live
+        _set_clock(node, start)  # looped: the live runtime reopens
+        wait_for(lambda: node.live is not None and node.live is not first, 30, "the reopened live runtime")
+        assert budget()["samples_clock_jump"] == "1"
+        dropped(start)
+        assert budget()["samples_clock_jump"] == "2"
+        assert node.trigger_deactivate() == ok and node.trigger_activate() == ok, node.failure
+        assert budget()["samples_clock_jump"] == "2"
+        dropped(start)
+        assert budget()["samples_clock_jump"] == "3"
+    finally:
+        node.release()
+        node.destroy_node()
+        context.try_shutdown()
