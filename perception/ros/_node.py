@@ -488,6 +488,8 @@ class FusionNode(LifecycleNode):
         assert self._diag is not None and self.session is not None
         clock: Callable[[], int] | None = None
         clock_name = "the host's monotonic clock"
+        # the node sets live.time_base (offset_ms too) from its parameter: what stamps on another clock need is that
+        remedy = "the node's parameter time_base: estimate (-p time_base:=estimate)"
         if self.get_parameter("use_sim_time").value:
             clock_name = "the node's ROS clock (use_sim_time: /clock)"
             ros_clock = self.get_clock()
@@ -499,6 +501,7 @@ class FusionNode(LifecycleNode):
         else:
             ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
             live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+            remedy += "; a bag's, its /clock (ros2 bag play --clock) and -p use_sim_time:=true"
         cfg = dataclasses.replace(cfg, live=live_cfg)
         # the session's source, resolved as configure resolved it (the config already is)
         live = LiveRuntime(
@@ -508,6 +511,7 @@ class FusionNode(LifecycleNode):
             observer=self._observer,
             clock=clock,
             clock_name=clock_name,
+            time_base_remedy=remedy,
         )
         live.__enter__()
         self._arrivals.clear()

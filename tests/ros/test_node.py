@@ -596,9 +596,14 @@ def test_the_frames_completed_at_deactivate_are_published(triton: EmbeddedTriton
         context.try_shutdown()
 
 
-def test_messages_dropped_for_their_stamps_are_counted_in_diagnostics(triton: EmbeddedTriton, tmp_path: Path) -> None:
+def test_messages_dropped_for_their_stamps_are_counted_in_diagnostics(
+    triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A PointCloud2 stamped 0, or ten minutes back, converts fine and is dropped by the live intake (late /
-    # clock jump): /diagnostics said nothing of it, the sensor just "missing" with no input error.
+    # clock jump): /diagnostics said nothing of it, the sensor just "missing" with no input error. The warning of
+    # a stamp off the clock told to set live.time_base and offset_ms (which the node sets): the node's parameter.
+    import logging
+
     import numpy as np
     import rclpy
     from builtin_interfaces.msg import Time
@@ -626,14 +631,20 @@ def test_messages_dropped_for_their_stamps_are_counted_in_diagnostics(triton: Em
         fields = kind_def("lidar").point_fields
         sample = PointCloudSample("lidar_top", 0, "lidar", np.zeros((8, len(fields)), np.float32), fields)
         now = node.get_clock().now().nanoseconds
-        for stamp in (0, 1, now - 600 * S, now - 599 * S):
-            on_cloud(sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, stamp))))
 
         def dropped() -> int:
             intake = live.status()["intake"]
             return sum(int(intake[k]) for k in ("late", "clock_jump", "out_of_order", "duplicate"))
 
-        wait_for(lambda: dropped() == 4, 30, "the 4 samples dropped by the intake")
+        with caplog.at_level(logging.WARNING, logger="perception.live"):
+            for stamp in (0, 1, now - 600 * S, now - 599 * S):
+                on_cloud(sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, stamp))))
+            wait_for(lambda: dropped() == 4, 30, "the 4 samples dropped by the intake")
+        remedy = (
+            "stamps on another clock need the node's parameter time_base: estimate (-p time_base:=estimate); "
+            "a bag's, its /clock (ros2 bag play --clock) and -p use_sim_time:=true\n"
+        )
+        assert remedy in caplog.text, caplog.text
         assert node._diag is not None
         budget = node._diag.statuses(live.status())[-1]
         shown = sum(

@@ -349,7 +349,8 @@ def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
     triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # On simulated time the live assembly runs on the ROS clock, but a stamp dropped as a clock jump was said
-    # to be "off the host's monotonic clock". A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
+    # to be "off the host's monotonic clock", and to need "live.time_base: offset (with offset_ms) or estimate",
+    # where the node sets offset_ms itself. A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
     import logging
 
     from rclpy.lifecycle import TransitionCallbackReturn
@@ -366,6 +367,10 @@ def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
             on_cloud(cloud)
             wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
         assert "stamp 1700000000000000000 ns is 5.000 s off the node's ROS clock (use_sim_time: /clock)" in caplog.text
+        # and what it needs is the node's own parameter (the profile's live.offset_ms the node sets itself)
+        assert "stamps on another clock need the node's parameter time_base: estimate (-p time_base:=estimate)\n" in (
+            caplog.text
+        )
     finally:
         node.release()
         node.destroy_node()
