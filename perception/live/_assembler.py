@@ -85,6 +85,9 @@ MAX_CATCH_UP = 64
 JITTER_ALLOWANCE = 0.1
 #: What :meth:`LiveAssembler.awaited` names the ego poses (odometry) by.
 EGO = "ego"
+#: How stamps on another clock are taken, as the warnings of stamps off the host clock say it (a host that sets
+#: the time base its own way, a ROS node's parameter, says its own).
+TIME_BASE_REMEDY = "live.time_base: offset (with offset_ms) or estimate"
 
 
 @dataclass
@@ -212,7 +215,7 @@ class LiveAssembler(Generic[T]):
 
     ``rates`` gives each sensor's nominal rate (Hz, from the rig) for the trigger's silence timer; a
     trigger without one has its period measured from its arrivals. ``clock_name``: the host clock as the
-    warnings name it.
+    warnings name it; ``time_base_remedy``: what they say stamps on another clock need.
     """
 
     def __init__(
@@ -225,6 +228,7 @@ class LiveAssembler(Generic[T]):
         rig: Mapping[str, SensorSpec] | None = None,
         clock_name: str = "the host's monotonic clock",
         check: RigCheck | None = None,
+        time_base_remedy: str = TIME_BASE_REMEDY,
     ) -> None:
         self._sensors = {s.name: s for s in sensors}
         check_trigger(list(self._sensors), trigger)
@@ -245,6 +249,7 @@ class LiveAssembler(Generic[T]):
         self._columns: dict[str, int] = {}  # a point sensor's column count, from its first sample
         self._off_clock_said: set[str] = set()  # sensors whose stamps off the host clock were explained
         self._clock_name = clock_name  # the host clock as the warnings name it
+        self._time_base_remedy = time_base_remedy  # and what they say stamps on another clock need
         self._last_host: dict[str, int] = {}  # the last stamp of each sensor on the host clock
         self._pending: deque[_Pending[T]] = deque()
         self._last_frame_t: int | None = None
@@ -362,14 +367,14 @@ class LiveAssembler(Generic[T]):
         off_s = (arrival_ns - stamp_ns - (live.offset_ns if live.time_base == "offset" else 0)) / 1e9
         log.warning(
             "live: %s: stamp %d ns is %.3f s off %s at its arrival (live.time_base: %s, "
-            "max_stamp_skew_ms: %g): dropped and counted as clock jumps; stamps on another clock need "
-            "live.time_base: offset (with offset_ms) or estimate",
+            "max_stamp_skew_ms: %g): dropped and counted as clock jumps; stamps on another clock need %s",
             name,
             stamp_ns,
             off_s,
             self._clock_name,
             live.time_base,
             live.max_stamp_skew_ns / 1e6,
+            self._time_base_remedy,
         )
 
     def _trigger_seen(self, t: int, arrival: int) -> None:

@@ -69,7 +69,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from perception.config import RuntimeConfig
 from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.kinds import in_kind_order, kind_def
-from perception.live._assembler import EGO, LiveAssembler, LiveStats
+from perception.live._assembler import EGO, TIME_BASE_REMEDY, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
     CANCELLED_IN_FLIGHT,
@@ -150,6 +150,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         observer: RunObserver | None = None,
         clock: Callable[[], int] | None = None,
         clock_name: str = "the host's monotonic clock",
+        time_base_remedy: str = TIME_BASE_REMEDY,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;
         beyond it the oldest waiting is dropped, counted in ``status()["callbacks_dropped"]``; a call that
@@ -165,7 +166,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         were dropped as clock jumps. The frames' budgets and latencies (``created_ns``) stay on the monotonic
         clock. The host calls :meth:`clock_moved` as its clock moves forward: a frame due by it is made then (the
         loop otherwise looks at such a clock every :data:`CLOCK_POLL_S` only). ``clock_name``: that clock as
-        warnings name it (stamps off it)."""
+        warnings name it (stamps off it), ``time_base_remedy``: what they say stamps on another clock need (default
+        the profile's ``live.time_base``; a host that sets it its own way names its own setting)."""
         # The vehicle's rig is a live source of real sensors; a drive's source (``perception live DRIVE``)
         # resolves as its replay does. Poses come from the host (push_ego), never from a file.
         source = rig if isinstance(rig, SessionSource) else SessionSource.live(rig)
@@ -190,6 +192,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             rig=rig,
             clock_name=clock_name,
             check=self._check,
+            time_base_remedy=time_base_remedy,
         )
         self._trigger = config.trigger.sensor
         #: The point sensors' kinds: a cloud naming its kind's fields in another order is put in the kind's

@@ -19,6 +19,11 @@ sample the live intake refuses after the node took it (an image not of the calib
 sensor's input error too. With ``--record``, the recording has a status of its own
 (:meth:`DiagnosticsTracker.recording`): ERROR once it failed (a full disk), WARN while it drops items.
 
+Every count is over the node's life (since configure): a live runtime's status counts from 0, and the node
+replaces its runtime (a deactivate and activate; on simulated time a reopen as the ROS clock goes back), so
+the counts said of the live runtime are the closed runtimes' (:meth:`DiagnosticsTracker.live_closed`) plus
+the current one's (:meth:`DiagnosticsTracker.live_counts`). The latency is the current runtime's.
+
 A failing input is logged at most once per :data:`INPUT_ERROR_LOG_PERIOD_NS` per sensor and kind of
 error (:meth:`DiagnosticsTracker.input_error` says when, and how many it held back): a publisher of
 malformed messages at 1 kHz is counted, not a flood of log lines.
@@ -27,7 +32,7 @@ malformed messages at 1 kHz is counted, not a flood of log lines.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +41,7 @@ from perception.config import RosConfig
 from perception.record import RunRecorder
 from perception.types import FrameResult, SensorStatus
 
-__all__ = ["ERROR", "INPUT_ERROR_LOG_PERIOD_NS", "OK", "WARN", "DiagnosticsTracker", "Status"]
+__all__ = ["ERROR", "INPUT_ERROR_LOG_PERIOD_NS", "OK", "WARN", "DiagnosticsTracker", "LiveCounts", "Status"]
 
 OK, WARN, ERROR = 0, 1, 2  # diagnostic_msgs/DiagnosticStatus levels
 #: A sensor's failing input of one kind is logged at most once in this period (the rest are counted).
@@ -44,6 +49,18 @@ INPUT_ERROR_LOG_PERIOD_NS = 10_000_000_000
 _STATUSES = tuple(s.value for s in SensorStatus)
 #: The live intake's counters of samples dropped before assembly (:class:`perception.live.LiveStats`).
 _INTAKE_DROPS = ("late", "clock_jump", "out_of_order", "duplicate", "intake_overflow", "buffer_evicted")
+#: The counts of a live runtime's status() that /diagnostics says: its own, and its intake's.
+_RUNTIME_COUNTS = (
+    "frames",
+    "deadline_misses",
+    "dropped",
+    "shed",
+    "callbacks_dropped",
+    "callbacks_failed",
+    "intake_held",
+    "undelivered",
+)
+_INTAKE_COUNTS = (*_INTAKE_DROPS, "slots_skipped", "ego_stale")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +69,38 @@ class Status:
     level: int
     message: str
     values: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class LiveCounts:
+    """The counts /diagnostics says of a live runtime's status() (:meth:`of`), or of several runtimes (their
+    sum, ``+``)."""
+
+    runtime: Counter[str] = field(default_factory=Counter)  # _RUNTIME_COUNTS
+    intake: Counter[str] = field(default_factory=Counter)  # _INTAKE_COUNTS (clock_jump: the samples dropped)
+    failed: Counter[str] = field(default_factory=Counter)  # what raised, per sensor or stage
+    refused: Counter[str] = field(default_factory=Counter)  # what the intake refused, per sensor
+
+    @classmethod
+    def of(cls, live_status: Mapping[str, Any]) -> LiveCounts:
+        intake = live_status.get("intake", {})
+        counts = {key: int(intake.get(key, 0)) for key in _INTAKE_COUNTS}
+        # of the clock jumps, the samples dropped for one: a re-anchored one (time base estimate) was used
+        counts["clock_jump"] = int(intake.get("clock_jump_dropped", intake.get("clock_jump", 0)))
+        return cls(
+            Counter({key: int(live_status.get(key, 0)) for key in _RUNTIME_COUNTS}),
+            Counter(counts),
+            Counter({k: int(v) for k, v in live_status.get("failed", {}).items()}),
+            Counter({k: int(v) for k, v in intake.get("invalid_by_sensor", {}).items()}),
+        )
+
+    def __add__(self, other: LiveCounts) -> LiveCounts:
+        return LiveCounts(
+            self.runtime + other.runtime,
+            self.intake + other.intake,
+            self.failed + other.failed,
+            self.refused + other.refused,
+        )
 
 
 @dataclass
@@ -63,9 +112,10 @@ class _SensorCounts:
     last_error: str = ""
     #: kind of input error -> (when it was last logged, how many since that line)
     logged: dict[str, tuple[int, int]] = field(default_factory=dict)
-    #: odometry only: frames with odometry past ``live.ego_max_age_ms``, as of the last status
+    #: odometry only: frames with odometry past ``live.ego_max_age_ms`` (over the node's runtimes), as of the
+    #: last status
     stale_seen: int = 0
-    #: samples the live runtime's intake refused after the node took them (an image not of the calibration's
+    #: samples the live runtimes' intake refused after the node took them (an image not of the calibration's
     #: size...), as of the last status: counted in ``input_errors`` as they come
     refused_seen: int = 0
     #: messages that came while the live runtime reopened (the ROS clock went back) and were not taken (past
@@ -85,19 +135,20 @@ class DiagnosticsTracker:
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
         self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
-
-    def live_opened(self) -> None:
-        """A new live runtime (an activation): its counters start at 0."""
-        for c in (*self._sensors.values(), self._odometry):
-            c.stale_seen = c.refused_seen = 0
+        self._closed = LiveCounts()  # the closed live runtimes' counts
 
     def live_closed(self, live_status: Mapping[str, Any]) -> None:
         """A live runtime closed (deactivated, or reopened as the ROS clock went back), ``live_status`` its last
-        status(): what its intake refused since the last status counted, as :meth:`statuses` counts it (the next
-        runtime counts from 0: those refusals were said by no status)."""
+        status(): its counts are kept (the next runtime counts from 0), and what its intake refused since the last
+        status is counted now, as :meth:`statuses` counts it (its reasons are this status's)."""
+        self._closed = self._closed + LiveCounts.of(live_status)
         intake = live_status.get("intake", {})
         for name, c in self._sensors.items():
-            self._take_refused(name, c, intake)
+            self._take_refused(name, c, self._closed.refused[name], intake)
+
+    def live_counts(self, live_status: Mapping[str, Any]) -> LiveCounts:
+        """The counts over the node's live runtimes: the closed ones' and the current one's (``live_status``)."""
+        return self._closed + LiveCounts.of(live_status)
 
     def dropped_reopening(self, sensor: str | None) -> None:
         """A message of ``sensor`` (None: the odometry) that came while the live runtime reopened and was not
@@ -185,11 +236,12 @@ class DiagnosticsTracker:
         return OK, rate
 
     @staticmethod
-    def _take_refused(name: str, c: _SensorCounts, intake: Mapping[str, Any]) -> None:
+    def _take_refused(name: str, c: _SensorCounts, refused: int, intake: Mapping[str, Any]) -> None:
         """What the live intake refused of what the node took (its own checks: the camera's calibration, the
-        sensor's frame and point columns) since the last look: the sensor's input errors, as the node's are."""
-        refused = int(intake.get("invalid_by_sensor", {}).get(name, 0))
-        new = refused - c.refused_seen if refused >= c.refused_seen else refused  # a new runtime counts from 0
+        sensor's frame and point columns) since the last look (``refused``: in all, over the node's runtimes):
+        the sensor's input errors, as the node's are; ``intake``: the runtime's that says why."""
+        # fewer: a runtime replaced with no live_closed, its successor's counts from 0
+        new = refused - c.refused_seen if refused >= c.refused_seen else refused
         c.refused_seen = refused
         if new > 0:
             c.input_errors += new
@@ -200,8 +252,9 @@ class DiagnosticsTracker:
         """One status per sensor, then the frame budget; ``live_status``: the live runtime's status()."""
         out = []
         intake = live_status.get("intake", {}) if live_status is not None else {}
+        total = self.live_counts(live_status) if live_status is not None else self._closed
         for name, c in self._sensors.items():
-            self._take_refused(name, c, intake)
+            self._take_refused(name, c, total.refused[name], intake)
             recent = list(c.recent)
             bad = [s for s in recent if s != "ok"]
             level, rate = self._level(len(bad), len(recent))
@@ -230,7 +283,7 @@ class DiagnosticsTracker:
         }
         if live_status is not None:
             # frames whose odometry was older than live.ego_max_age_ms: their ego motion unknown
-            stale = int(live_status.get("intake", {}).get("ego_stale", 0))
+            stale = total.intake["ego_stale"]
             values["ego_stale"] = str(stale)
             if stale > odo.stale_seen and level == OK:
                 level, message = WARN, f"odometry older than the age limit in {stale - odo.stale_seen} frame(s)"
@@ -241,30 +294,27 @@ class DiagnosticsTracker:
         values = {"frames": str(self.frames)}
         if live_status is not None:
             lat = live_status.get("latency_ms", {})
+            runtime = total.runtime
             values.update(
-                frames=str(live_status.get("frames", self.frames)),
-                deadline_misses=str(live_status.get("deadline_misses", 0)),
+                frames=str(runtime["frames"]),
+                deadline_misses=str(runtime["deadline_misses"]),
                 latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
                 latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
-                dropped=str(live_status.get("dropped", 0)),
+                dropped=str(runtime["dropped"]),
                 # frames shed under overload (among the dropped), each published as the tracker's prediction
-                shed_overload=str(live_status.get("shed", 0)),
+                shed_overload=str(runtime["shed"]),
             )
             # samples the live intake took in and dropped before any frame (a stamp too old, jumping, out
             # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
-            values.update({f"samples_{key}": str(int(intake.get(key, 0))) for key in _INTAKE_DROPS})
-            # of the clock jumps, the samples dropped for one: a re-anchored one (time base estimate) was used
-            values["samples_clock_jump"] = str(int(intake.get("clock_jump_dropped", intake.get("clock_jump", 0))))
+            values.update({f"samples_{key}": str(total.intake[key]) for key in _INTAKE_DROPS})
             # what raised in the runtime, per sensor or stage (an item dropped, a recorder's call...), and the
             # results not published (the callback queue full, or publishing raised): counted there, shown here
-            failed = live_status.get("failed", {})
-            values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) or "0"
-            unpublished = int(live_status.get("callbacks_dropped", 0)) + int(live_status.get("callbacks_failed", 0))
-            values["results_unpublished"] = str(unpublished)
+            values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(total.failed.items())) or "0"
+            values["results_unpublished"] = str(runtime["callbacks_dropped"] + runtime["callbacks_failed"])
             # trigger slots the live assembly skipped past its catch-up limit (no frame opened for them); the
             # runtime's stream: frames whose intake waited for the results' consumer, records it did not take
-            values["slots_skipped"] = str(int(intake.get("slots_skipped", 0)))
-            values.update({key: str(int(live_status.get(key, 0))) for key in ("intake_held", "undelivered")})
+            values["slots_skipped"] = str(total.intake["slots_skipped"])
+            values.update({key: str(runtime[key]) for key in ("intake_held", "undelivered")})
         message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
         out.append(Status(f"{self._node}: frame budget", level, message, values))
         return out

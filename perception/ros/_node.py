@@ -488,6 +488,8 @@ class FusionNode(LifecycleNode):
         assert self._diag is not None and self.session is not None
         clock: Callable[[], int] | None = None
         clock_name = "the host's monotonic clock"
+        # the node sets live.time_base (offset_ms too) from its parameter: what stamps on another clock need is that
+        remedy = "the node's parameter time_base: estimate (-p time_base:=estimate)"
         if self.get_parameter("use_sim_time").value:
             clock_name = "the node's ROS clock (use_sim_time: /clock)"
             ros_clock = self.get_clock()
@@ -499,6 +501,7 @@ class FusionNode(LifecycleNode):
         else:
             ros_now, mono_now = self.get_clock().now().nanoseconds, time.monotonic_ns()
             live_cfg, self._ros_minus_mono = ros_time_base(cfg.live, ros_now - mono_now)
+            remedy += "; a bag's, its /clock (ros2 bag play --clock) and -p use_sim_time:=true"
         cfg = dataclasses.replace(cfg, live=live_cfg)
         # the session's source, resolved as configure resolved it (the config already is)
         live = LiveRuntime(
@@ -508,11 +511,20 @@ class FusionNode(LifecycleNode):
             observer=self._observer,
             clock=clock,
             clock_name=clock_name,
+            time_base_remedy=remedy,
         )
         live.__enter__()
         self._arrivals.clear()
-        self._diag.live_opened()
         return live
+
+    def _close_live(self, live: LiveRuntime) -> None:
+        """``live`` closed (its pending frames completed and published), no longer the node's: its counts kept in
+        ``/diagnostics``' (the next runtime's count from 0), also when its close raised."""
+        try:
+            live.close()
+        finally:
+            if self._diag is not None:
+                self._diag.live_closed(live.status())
 
     def _clock_jumped(self, jump: Any) -> None:
         """The ROS clock's jump callback, at each ``/clock`` (it must not block): forward, the live runtime makes
@@ -549,9 +561,7 @@ class FusionNode(LifecycleNode):
         live: LiveRuntime | None = None
         try:
             if old is not None:
-                old.close()
-                if self._diag is not None:
-                    self._diag.live_closed(old.status())
+                self._close_live(old)
             live = self._new_live(cfg)
         except Exception as exc:
             self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
@@ -616,11 +626,10 @@ class FusionNode(LifecycleNode):
         reopening, self._reopening = self._reopening, None
         if reopening is not None:
             reopening.join()  # bounded: a close's drain and an open's timeouts
-        live, self.live = self.live, None
+        with self._lock:  # a /diagnostics being made reads it before, none after (_publish_diagnostics)
+            live, self.live = self.live, None
         if live is not None:
-            live.close()  # its pending and in-flight frames completed: published (the publishers stay till cleanup)
-            if self._diag is not None:
-                self._diag.live_closed(live.status())
+            self._close_live(live)  # its frames published (the publishers stay till cleanup)
         self._active = False
 
     # -- inputs (executor thread: convert and push, never block) ----------------------------------------
@@ -785,15 +794,20 @@ class FusionNode(LifecycleNode):
             self._on_published(result)
 
     def _publish_diagnostics(self) -> None:
-        pubs, live = self._pubs, self.live
-        if self._diag is None or pubs is None or live is None:
+        pubs, diag = self._pubs, self._diag
+        if diag is None or pubs is None:
             return
-        status = live.status()
+        # under the lock that replaces the runtime: one being closed (its counts kept, _close_live) is read by
+        # no status after that, and its last status before it is not counted twice
+        with self._lock:
+            live = self.live
+            if live is None:
+                return
+            statuses = diag.statuses(live.status())
         msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
-        statuses = self._diag.statuses(status)
         if isinstance(self._observer, RunRecorder):  # --record: whether it still records, and its gaps
             rec = self._observer
-            statuses.append(self._diag.recording(str(rec.path), rec.stats, rec.error))
+            statuses.append(diag.recording(str(rec.path), rec.stats, rec.error))
         for s in statuses:
             level = bytes([s.level])
             values = [KeyValue(key=k, value=v) for k, v in s.values.items()]

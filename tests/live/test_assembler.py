@@ -179,6 +179,23 @@ def test_stamps_off_the_host_clock_are_explained_once_per_sensor(caplog: pytest.
     assert asm.stats.clock_jump == 3
 
 
+def test_stamps_off_the_host_clock_are_told_the_host_s_own_remedy(caplog: pytest.LogCaptureFixture) -> None:
+    # A host that sets the time base its own way (a ROS node: its parameter, offset_ms overwritten) was told to
+    # set live.time_base and offset_ms all the same; it says its own remedy as it says its clock.
+    asm = LiveAssembler(
+        SENSORS,
+        TRIGGER,
+        LiveConfig(time_base="offset", max_stamp_skew_ms=500),
+        rates=RATES,
+        time_base_remedy="the node's parameter time_base: estimate",
+    )
+    with caplog.at_level(logging.WARNING, logger="perception.live"):
+        assert asm.add(pc("lidar", 0), 50_000 * MS) == "clock jump"
+    (said,) = [r.getMessage() for r in caplog.records if "off the host's monotonic clock" in r.getMessage()]
+    assert said.endswith("stamps on another clock need the node's parameter time_base: estimate"), said
+    assert "offset_ms" not in said, said
+
+
 def test_frames_carry_the_nearest_ego_pose() -> None:
     asm = make()
     for k in range(5):

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from ros_helpers import Subscriber
+from ros_helpers import OwnRos, Subscriber
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,3 +35,15 @@ def subscriber() -> Iterator[Subscriber]:
         yield sub
     finally:
         sub.close()
+
+
+@pytest.fixture
+def ros(monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnRos]:
+    """The test's node under test and what spins it (:class:`OwnRos`), taken down after the test. It asks for
+    ``monkeypatch`` to be set up first, so that it is taken down before the test's patches are undone (as the
+    tests' own ``finally`` was)."""
+    own = OwnRos()
+    try:
+        yield own
+    finally:
+        own.close()

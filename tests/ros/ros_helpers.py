@@ -1,10 +1,12 @@
-"""Helpers of the ROS 2 tests: a profile, a subscriber of the test's own, a bounded wait."""
+"""Helpers of the ROS 2 tests: a profile, a node under test with what spins it, a subscriber of the test's own,
+a bounded wait."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,92 @@ def write_profile(path: Path, *, camera: str = "sleepy_camera", extra: str = "")
         "ros: {diagnostics_period_ms: 200, diagnostics_window: 20, warn_rate: 0.1, error_rate: 0.9}\n" + extra
     )
     return path
+
+
+class OwnRos:
+    """What a test runs over real rclpy in this process, in a context of its own (the ``ros`` fixture): the node
+    under test (:meth:`node`: a ``FusionNode``, unconfigured), other nodes beside it (:meth:`other`: a bag player, a
+    camera driver), and an executor on some of them (:meth:`executor`: the test spins it, or a thread of its
+    own does). :meth:`close` takes it down in the order every test did by hand, each step done whatever an
+    earlier one raised: the node released (deactivated and cleaned up: its live runtime closed), the spinning
+    stopped (its thread joined, 10 s at most), the executor shut down, the other nodes and the node destroyed,
+    the context shut down."""
+
+    def __init__(self) -> None:
+        self._context: Any = None
+        self._node: Any = None  # the FusionNode
+        self._others: list[Any] = []
+        self._executor: Any = None
+        self._stop = threading.Event()
+        self._spinner: threading.Thread | None = None
+
+    @property
+    def context(self) -> Any:
+        """The context (initialised when first asked)."""
+        if self._context is None:
+            import rclpy
+
+            self._context = rclpy.Context()
+            rclpy.init(context=self._context)
+        return self._context
+
+    def node(self, params: Mapping[str, str], *, overrides: Sequence[Any] = (), **kwargs: Any) -> Any:
+        """The ``FusionNode`` under test: ``params`` (and ``overrides``: rclpy Parameters) its parameter
+        overrides, ``kwargs`` the rest of its constructor's."""
+        from rclpy.parameter import Parameter
+
+        from perception.ros._node import FusionNode
+
+        assert self._node is None, "one node under test"
+        parameters = [*(Parameter(k, value=v) for k, v in params.items()), *overrides]
+        self._node = FusionNode(context=self.context, parameter_overrides=parameters, **kwargs)
+        return self._node
+
+    def other(self, name: str) -> Any:
+        """A plain node ``name`` in the context."""
+        import rclpy
+
+        node = rclpy.create_node(name, context=self.context)
+        self._others.append(node)
+        return node
+
+    def executor(self, *nodes: Any, spin_s: float | None = None) -> Any:
+        """A ``SingleThreadedExecutor`` on ``nodes``; with ``spin_s``, spun (``spin_once(timeout_sec=spin_s)``) on a
+        thread of its own until :meth:`close`."""
+        from rclpy.executors import SingleThreadedExecutor
+
+        assert self._executor is None, "one executor"
+        self._executor = executor = SingleThreadedExecutor(context=self.context)
+        for node in nodes:
+            executor.add_node(node)
+        if spin_s is not None:
+
+            def spin() -> None:
+                while not self._stop.is_set():
+                    executor.spin_once(timeout_sec=spin_s)
+
+            self._spinner = threading.Thread(target=spin, name="test-spin", daemon=True)
+            self._spinner.start()
+        return executor
+
+    def _stop_spinning(self) -> None:
+        self._stop.set()
+        if self._spinner is not None:
+            self._spinner.join(timeout=10)
+
+    def close(self) -> None:
+        with contextlib.ExitStack() as down:  # callbacks run last-pushed first, each whatever the others raise
+            if self._context is not None:
+                down.callback(self._context.try_shutdown)
+            if self._node is not None:
+                down.callback(self._node.destroy_node)
+            for node in reversed(self._others):
+                down.callback(node.destroy_node)
+            if self._executor is not None:
+                down.callback(self._executor.shutdown)
+            down.callback(self._stop_spinning)
+            if self._node is not None:
+                down.callback(self._node.release)
 
 
 @dataclass

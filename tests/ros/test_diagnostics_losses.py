@@ -8,6 +8,7 @@ from perception.config import RosConfig
 from perception.ros._diagnostics import ERROR, OK, WARN, DiagnosticsTracker
 
 CAMERA = "perception_fusion: sensor cam_front"
+_DROPS = ("late", "clock_jump", "out_of_order", "duplicate", "intake_overflow", "buffer_evicted")
 BUDGET = "perception_fusion: frame budget"
 
 
@@ -62,7 +63,7 @@ def test_the_recording_status_counts_every_gap_the_end_of_run_line_does() -> Non
 
 def test_what_a_closed_live_runtime_refused_since_the_last_status_is_counted() -> None:
     # A live runtime closed (the node deactivated, or reopened as the ROS clock went back): the next one counts
-    # from 0 (live_opened), so what the closed one refused after the last /diagnostics was said by no status.
+    # from 0, so what the closed one refused after the last /diagnostics was said by no status.
     diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
     reason = "image is 64x48, its camera's calibration 1600x900"
     intake = {"invalid_by_sensor": {"cam_front": 2}, "invalid_reasons": {"cam_front": reason}}
@@ -70,7 +71,6 @@ def test_what_a_closed_live_runtime_refused_since_the_last_status_is_counted() -
     assert camera.values["input_errors"] == "2", camera
     last = {"invalid_by_sensor": {"cam_front": 5}, "invalid_reasons": {"cam_front": reason}}
     diag.live_closed({"frames": 12, "intake": last})  # 3 more since that status
-    diag.live_opened()
     camera = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}[CAMERA]
     assert camera.level == ERROR and reason in camera.message, camera
     assert camera.values["input_errors"] == "5", camera.values
@@ -128,3 +128,41 @@ def test_messages_a_reopen_could_not_take_are_their_sensor_s_and_the_odometry_s(
     # said once: the count stays, the level goes
     statuses = {s.name: s for s in diag.statuses({"frames": 0, "intake": {}})}
     assert statuses[CAMERA].level == OK and statuses[CAMERA].values["dropped_reopening"] == "2"
+
+
+def test_every_count_the_frame_budget_and_the_odometry_say_is_over_the_node_s_live_runtimes() -> None:
+    # Each live runtime's status() counts from 0: after a deactivate and activate (or a reopen as the ROS clock
+    # went back) the budget's counts said the new runtime's only, the closed one's gone from /diagnostics.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top"], RosConfig())
+    drops = ("late", "clock_jump_dropped", "out_of_order", "duplicate", "intake_overflow", "buffer_evicted")
+
+    def status(n: int) -> dict[str, object]:
+        """A runtime's status with every count /diagnostics says at ``n`` (a latency of ``n`` ms)."""
+        intake = {**dict.fromkeys(drops, n), "clock_jump": 2 * n, "slots_skipped": n, "ego_stale": n}
+        counts = ("frames", "deadline_misses", "dropped", "shed", "callbacks_dropped", "callbacks_failed")
+        return {
+            **dict.fromkeys((*counts, "intake_held", "undelivered"), n),
+            "latency_ms": {"p50": float(n), "p99": float(n)},
+            "failed": {"lidar_top": n},
+            "intake": intake,
+        }
+
+    def said(n: int) -> tuple[dict[str, str], dict[str, str]]:
+        statuses = {s.name: s.values for s in diag.statuses(status(n))}
+        return statuses[BUDGET], statuses["perception_fusion: odometry"]
+
+    budget, odometry = said(3)
+    assert budget["samples_late"] == "3" and odometry["ego_stale"] == "3", (budget, odometry)
+    diag.live_closed(status(5))  # its last status: 2 more of each since
+    budget, odometry = said(0)  # the next runtime, as it opens
+    counts = ("frames", "deadline_misses", "dropped", "shed_overload", "slots_skipped", "intake_held", "undelivered")
+    expected = {**dict.fromkeys(counts, "5"), **{f"samples_{k}": "5" for k in _DROPS}, "results_unpublished": "10"}
+    assert {k: budget[k] for k in expected} == expected, budget
+    assert budget["failed"] == "lidar_top 5" and odometry["ego_stale"] == "5", (budget, odometry)
+    budget, odometry = said(4)  # the closed one's and the current one's
+    expected = {**dict.fromkeys(counts, "9"), **{f"samples_{k}": "9" for k in _DROPS}, "results_unpublished": "18"}
+    assert {k: budget[k] for k in expected} == expected, budget
+    assert budget["failed"] == "lidar_top 9" and odometry["ego_stale"] == "9", (budget, odometry)
+    assert budget["latency_p50_ms"] == "4.0"  # a distribution: the current runtime's
+    diag.live_closed(status(6))
+    assert said(1)[0]["samples_late"] == "12"  # each closed one's kept

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from recording_helpers import as_recorded
-from ros_helpers import DRIVE, ROOT, Subscriber, wait_for, write_profile
+from ros_helpers import DRIVE, ROOT, OwnRos, Subscriber, wait_for, write_profile
 
 from perception.config import load_config
 from perception.drives import DriveReader
@@ -102,26 +102,21 @@ def test_the_node_s_accumulated_clouds_are_recorded_as_the_sweeps_they_are_made_
 
 
 def test_a_node_deactivated_and_activated_again_mid_recording_replays_run_by_run(
-    triton: EmbeddedTriton, tmp_path: Path
+    triton: EmbeddedTriton, tmp_path: Path, ros: OwnRos
 ) -> None:
     # A lifecycle manager deactivates the node mid-drive and activates it again (over the node's change_state
     # service, as `ros2 lifecycle set` does): each activation is a run of its own in the recording (a segment,
     # fusion and its tracker starting afresh), and the replay as recorded reproduces every frame of each.
-    import rclpy
     from lifecycle_msgs.msg import Transition
     from lifecycle_msgs.srv import ChangeState
-    from rclpy.executors import SingleThreadedExecutor
 
     profile = write_profile(tmp_path / "ros.yaml")
     run = tmp_path / "node.mcap"
     published: list[FrameResult] = []
     stop, played_stop = threading.Event(), threading.Event()
     codes: list[int] = []
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    manager = rclpy.create_node("perception_test_lifecycle_manager", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(manager)
+    manager = ros.other("perception_test_lifecycle_manager")
+    executor = ros.executor(manager)
     change = manager.create_client(ChangeState, "/perception_fusion/change_state")
 
     def transition(transition_id: int) -> None:
@@ -157,9 +152,6 @@ def test_a_node_deactivated_and_activated_again_mid_recording_replays_run_by_run
             player.join(timeout=60)
             stop.set()
             node.join(timeout=60)
-            executor.shutdown()
-            manager.destroy_node()
-            context.try_shutdown()
     assert codes == [0]
     runs = {}
     for segment in [run, *sorted(tmp_path.glob("node-*.mcap"))]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ros_helpers import DRIVE, wait_for, write_profile
+from ros_helpers import DRIVE, OwnRos, wait_for, write_profile
 
 from perception.server import EmbeddedTriton
 
@@ -20,7 +20,7 @@ MS = 1_000_000
 
 @pytest.mark.parametrize("time_base", ["auto", "estimate"])
 def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with_their_trigger_s_stamps(
-    triton: EmbeddedTriton, tmp_path: Path, time_base: str
+    triton: EmbeddedTriton, tmp_path: Path, time_base: str, ros: OwnRos
 ) -> None:
     # On sim time the offset of the ROS clock to the host's was fixed at activation: a bag played at --rate 2
     # drifted past max_stamp_skew_ms (1 s) within a second of wall time, and every sample after was dropped as
@@ -28,9 +28,7 @@ def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with
     # frame's host time plus that offset, not with their trigger's stamp (which every ROS consumer matches by).
     # Played --loop, the clock and the stamps go back to the bag's start: a new live runtime takes them.
     import numpy as np
-    import rclpy
     from builtin_interfaces.msg import Time
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
     from rclpy.qos import qos_profile_sensor_data
@@ -41,7 +39,6 @@ def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with
 
     from perception.kinds import kind_def
     from perception.ros._convert import sample_to_cloud, stamp_ns, to_stamp
-    from perception.ros._node import FusionNode
     from perception.types import PointCloudSample
 
     profile = write_profile(tmp_path / "ros.yaml")
@@ -52,16 +49,8 @@ def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with
         "sensors": "lidar_top",
         "time_base": time_base,
     }
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = FusionNode(
-        context=context,
-        parameter_overrides=[
-            *(Parameter(k, value=v) for k, v in params.items()),
-            Parameter("use_sim_time", value=True),
-        ],
-    )
-    bag = rclpy.create_node("bag_player", context=context)
+    node = ros.node(params, overrides=[Parameter("use_sim_time", value=True)])
+    bag = ros.other("bag_player")
     clock = bag.create_publisher(Clock, "/clock", 10)
     lidar = bag.create_publisher(PointCloud2, "/sensors/lidar_top/points", qos_profile_sensor_data)
     stamps: list[int] = []
@@ -72,17 +61,7 @@ def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with
             stamps.append(stamp_ns(msg.markers[0].header.stamp))
 
     objects = bag.create_subscription(MarkerArray, "/perception_fusion/objects", keep, 100)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    executor.add_node(bag)
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            executor.spin_once(timeout_sec=0.02)
-
-    spinner = threading.Thread(target=spin, daemon=True)
-    spinner.start()
+    ros.executor(node, bag, spin_s=0.02)
     fields = kind_def("lidar").point_fields
     sample = PointCloudSample("lidar_top", 0, "lidar_top", np.zeros((8, len(fields)), np.float32), fields)
     ok = TransitionCallbackReturn.SUCCESS
@@ -106,44 +85,34 @@ def test_a_bag_played_at_twice_its_rate_and_looped_gives_its_frames_stamped_with
         assert intake["clock_jump"] == 0 and intake["out_of_order"] == 0, intake
         wait_for(lambda: live.status()["intake"]["frames_by_trigger"] >= 25, 30, "the bag's frames")
 
-    try:
-        assert node.trigger_configure() == ok, node.failure
-        clock.publish(Clock(clock=to_stamp(Time, start)))
-        wait_for(lambda: not node.waiting_for_clock(), 30, "the node's clock")
-        assert node.trigger_activate() == ok, node.failure
-        first = node.live
-        assert first is not None
-        wait_for(lambda: objects.get_publisher_count() > 0, 30, "the node's objects")
-        play()
-        played(first)
-        clock.publish(Clock(clock=to_stamp(Time, start)))  # looped: back to the start
-        play()
-        again = node.live
-        assert again is not None and again is not first
-        played(again)
-        wait_for(lambda: len(stamps) >= 50, 30, "the frames' objects")
-        with lock:
-            got = list(stamps)
-        # every output carries its trigger's own stamp, to the ns
-        assert set(got) <= set(sent), sorted(set(got) - set(sent))[:5]
-    finally:
-        node.release()
-        stop.set()
-        spinner.join(timeout=10)
-        executor.shutdown()
-        bag.destroy_node()
-        node.destroy_node()
-        context.try_shutdown()
+    assert node.trigger_configure() == ok, node.failure
+    clock.publish(Clock(clock=to_stamp(Time, start)))
+    wait_for(lambda: not node.waiting_for_clock(), 30, "the node's clock")
+    assert node.trigger_activate() == ok, node.failure
+    first = node.live
+    assert first is not None
+    wait_for(lambda: objects.get_publisher_count() > 0, 30, "the node's objects")
+    play()
+    played(first)
+    clock.publish(Clock(clock=to_stamp(Time, start)))  # looped: back to the start
+    play()
+    again = node.live
+    assert again is not None and again is not first
+    played(again)
+    wait_for(lambda: len(stamps) >= 50, 30, "the frames' objects")
+    with lock:
+        got = list(stamps)
+    # every output carries its trigger's own stamp, to the ns
+    assert set(got) <= set(sent), sorted(set(got) - set(sent))[:5]
 
 
 def test_under_time_base_estimate_a_frame_is_stamped_with_its_trigger_s_header_stamp(
-    triton: EmbeddedTriton, tmp_path: Path
+    triton: EmbeddedTriton, tmp_path: Path, ros: OwnRos
 ) -> None:
     # On the system clock, time_base estimate: a frame was stamped with its host time (stamp + the sensor's
     # estimated offset: its delivery delay among it) plus the offset of the clocks at activation, not with
     # its trigger's stamp. Messages 30 ms old as they come (a driver's delay), handed to the node's callback.
     import numpy as np
-    import rclpy
     from builtin_interfaces.msg import Time
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
@@ -152,72 +121,43 @@ def test_under_time_base_estimate_a_frame_is_stamped_with_its_trigger_s_header_s
 
     from perception.kinds import kind_def
     from perception.ros._convert import sample_to_cloud, stamp_ns, to_stamp
-    from perception.ros._node import FusionNode
     from perception.types import PointCloudSample
 
     profile = write_profile(tmp_path / "ros.yaml")
     params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": "lidar_top"}
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = FusionNode(
-        context=context,
-        parameter_overrides=[
-            *(Parameter(k, value=v) for k, v in params.items()),
-            Parameter("time_base", value="estimate"),
-        ],
-    )
+    node = ros.node(params, overrides=[Parameter("time_base", value="estimate")])
     ok = TransitionCallbackReturn.SUCCESS
-    try:
-        assert node.trigger_configure() == ok and node.trigger_activate() == ok, node.failure
-        assert node._pubs is not None
-        stamps: list[int] = []
-        objects = node._pubs.objects
-        publish = objects.publish
-        objects.publish = lambda msg: (stamps.append(stamp_ns(msg.markers[0].header.stamp)), publish(msg))
-        (on_cloud,) = [cb for _, topic, cb in node.inputs() if topic == node.topics["lidar_top"].data]
-        fields = kind_def("lidar").point_fields
-        sample = PointCloudSample("lidar_top", 0, "lidar_top", np.zeros((8, len(fields)), np.float32), fields)
-        sent = []
-        for _ in range(5):
-            t = node.get_clock().now().nanoseconds - 30 * MS
-            on_cloud(sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, t))))
-            sent.append(t)
-            time.sleep(0.1)
-        wait_for(lambda: len(stamps) >= 4, 30, "the frames' objects")
-        assert set(stamps[:4]) <= set(sent), ([s - sent[0] for s in stamps], [s - sent[0] for s in sent])
-    finally:
-        node.release()
-        node.destroy_node()
-        context.try_shutdown()
+    assert node.trigger_configure() == ok and node.trigger_activate() == ok, node.failure
+    assert node._pubs is not None
+    stamps: list[int] = []
+    objects = node._pubs.objects
+    publish = objects.publish
+    objects.publish = lambda msg: (stamps.append(stamp_ns(msg.markers[0].header.stamp)), publish(msg))
+    (on_cloud,) = [cb for _, topic, cb in node.inputs() if topic == node.topics["lidar_top"].data]
+    fields = kind_def("lidar").point_fields
+    sample = PointCloudSample("lidar_top", 0, "lidar_top", np.zeros((8, len(fields)), np.float32), fields)
+    sent = []
+    for _ in range(5):
+        t = node.get_clock().now().nanoseconds - 30 * MS
+        on_cloud(sample_to_cloud(PointCloud2, PointField, sample, Header(stamp=to_stamp(Time, t))))
+        sent.append(t)
+        time.sleep(0.1)
+    wait_for(lambda: len(stamps) >= 4, 30, "the frames' objects")
+    assert set(stamps[:4]) <= set(sent), ([s - sent[0] for s in stamps], [s - sent[0] for s in sent])
 
 
-def _sim_node(triton: EmbeddedTriton, tmp_path: Path, sensors: str, extra: str = "") -> tuple[Any, Any]:
-    """A node on simulated time (its own context, configured, not spun), and the context: the test sets its ROS
-    clock as ``/clock`` would (rclpy's time source calls the same ``set_ros_time_override``) and hands messages
-    to its subscription callbacks itself."""
-    import rclpy
+def _sim_node(ros: OwnRos, triton: EmbeddedTriton, tmp_path: Path, sensors: str, extra: str = "") -> Any:
+    """The test's node on simulated time (configured, not spun): the test sets its ROS clock as ``/clock`` would
+    (rclpy's time source calls the same ``set_ros_time_override``) and hands messages to its subscription callbacks
+    itself."""
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
-    from perception.ros._node import FusionNode
-
     profile = write_profile(tmp_path / "ros.yaml", extra=extra)
     params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": sensors}
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = FusionNode(
-        context=context,
-        parameter_overrides=[
-            *(Parameter(k, value=v) for k, v in params.items()),
-            Parameter("use_sim_time", value=True),
-        ],
-    )
-    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-        failure = node.failure
-        node.destroy_node()
-        context.try_shutdown()
-        raise AssertionError(failure)
-    return node, context
+    node = ros.node(params, overrides=[Parameter("use_sim_time", value=True)])
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.failure
+    return node
 
 
 def _set_clock(node: Any, t: int) -> None:
@@ -245,7 +185,7 @@ def _lidar_cloud(node: Any, t: int) -> Any:
 
 
 def test_a_frame_due_on_the_ros_clock_is_made_at_the_clock_that_makes_it_due_not_at_a_poll(
-    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ros: OwnRos
 ) -> None:
     # On the ROS clock the live loop slept min(50 ms, the deadline's distance on that clock) and looked again:
     # a bag played faster than 1x had a frame made up to 50 ms of real time after its /clock made it due. Now
@@ -259,34 +199,29 @@ def test_a_frame_due_on_the_ros_clock_is_made_at_the_clock_that_makes_it_due_not
     monkeypatch.setattr(live_runtime, "CLOCK_POLL_S", 3600.0)
     hour = 3600 * S
     extra = f"live: {{transit_ms: {hour // MS}, trigger_tolerance_ms: {hour // MS}}}\n"
-    node, context = _sim_node(triton, tmp_path, "lidar_top,radar_front", extra)
+    node = _sim_node(ros, triton, tmp_path, "lidar_top,radar_front", extra)
     start = 1_700_000_000 * S
-    try:
-        _set_clock(node, start)
-        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
-        live = node.live
-        assert live is not None and node._pubs is not None
-        pipeline_ms: list[float] = []
-        pipeline = node._pubs.pipeline
-        publish = pipeline.publish
-        pipeline.publish = lambda msg: (pipeline_ms.append(msg.data), publish(msg))
-        on_cloud, cloud = _lidar_cloud(node, start)
-        on_cloud(cloud)
-        wait_for(lambda: live.status()["intake"]["samples"] == 1, 30, "the lidar sample taken")
-        assert pipeline_ms == [] and live.status()["frames"] == 0  # pending: the radar's window is open
-        # past the frame's deadline (its time + the widest sync window, 60 ms, + transit), before the timer's
-        _set_clock(node, start + hour + 70 * MS)
-        wait_for(lambda: len(pipeline_ms) == 1, 30, "the frame due at the /clock")
-        # made on the clock that made it due: latency on the ROS clock, which stood still since
-        assert pipeline_ms == [(hour + 70 * MS) / 1e6]
-    finally:
-        node.release()
-        node.destroy_node()
-        context.try_shutdown()
+    _set_clock(node, start)
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+    live = node.live
+    assert live is not None and node._pubs is not None
+    pipeline_ms: list[float] = []
+    pipeline = node._pubs.pipeline
+    publish = pipeline.publish
+    pipeline.publish = lambda msg: (pipeline_ms.append(msg.data), publish(msg))
+    on_cloud, cloud = _lidar_cloud(node, start)
+    on_cloud(cloud)
+    wait_for(lambda: live.status()["intake"]["samples"] == 1, 30, "the lidar sample taken")
+    assert pipeline_ms == [] and live.status()["frames"] == 0  # pending: the radar's window is open
+    # past the frame's deadline (its time + the widest sync window, 60 ms, + transit), before the timer's
+    _set_clock(node, start + hour + 70 * MS)
+    wait_for(lambda: len(pipeline_ms) == 1, 30, "the frame due at the /clock")
+    # made on the clock that made it due: latency on the ROS clock, which stood still since
+    assert pipeline_ms == [(hour + 70 * MS) / 1e6]
 
 
 def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_what_it_could_not_hold(
-    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ros: OwnRos
 ) -> None:
     # The ROS clock going back reopened the live runtime in the subscription callback of the next message: the
     # executor stood still for the open (a few hundred ms), and the subscriptions' queues (sensor data: keep
@@ -310,7 +245,7 @@ def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_
         return enter(self)
 
     monkeypatch.setattr(LiveRuntime, "__enter__", gated_enter)
-    node, context = _sim_node(triton, tmp_path, "lidar_top", "live: {intake_queue: 4}\n")
+    node = _sim_node(ros, triton, tmp_path, "lidar_top", "live: {intake_queue: 4}\n")
     start = 1_700_000_000 * S
     try:
         _set_clock(node, start + 5 * S)
@@ -340,33 +275,75 @@ def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_
         assert lidar.level >= WARN and "2 message(s) not taken while the live runtime reopened" in lidar.message
     finally:
         gate.set()
-        node.release()
-        node.destroy_node()
-        context.try_shutdown()
 
 
 def test_a_stamp_off_the_ros_clock_is_said_off_the_ros_clock(
-    triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    triton: EmbeddedTriton, tmp_path: Path, caplog: pytest.LogCaptureFixture, ros: OwnRos
 ) -> None:
     # On simulated time the live assembly runs on the ROS clock, but a stamp dropped as a clock jump was said
-    # to be "off the host's monotonic clock". A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
+    # to be "off the host's monotonic clock", and to need "live.time_base: offset (with offset_ms) or estimate",
+    # where the node sets offset_ms itself. A message stamped 5 s behind the ROS clock (max_stamp_skew_ms: 1 s).
     import logging
 
     from rclpy.lifecycle import TransitionCallbackReturn
 
-    node, context = _sim_node(triton, tmp_path, "lidar_top")
+    node = _sim_node(ros, triton, tmp_path, "lidar_top")
     start = 1_700_000_000 * S
-    try:
-        _set_clock(node, start + 5 * S)
-        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+    _set_clock(node, start + 5 * S)
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+    live = node.live
+    assert live is not None
+    on_cloud, cloud = _lidar_cloud(node, start)
+    with caplog.at_level(logging.WARNING, logger="perception.live"):
+        on_cloud(cloud)
+        wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
+    assert "stamp 1700000000000000000 ns is 5.000 s off the node's ROS clock (use_sim_time: /clock)" in caplog.text
+    # and what it needs is the node's own parameter (the profile's live.offset_ms the node sets itself)
+    assert "stamps on another clock need the node's parameter time_base: estimate (-p time_base:=estimate)\n" in (
+        caplog.text
+    )
+
+
+def test_diagnostics_counts_what_every_live_runtime_of_the_node_dropped(
+    triton: EmbeddedTriton, tmp_path: Path, ros: OwnRos
+) -> None:
+    # A live runtime's counts start at 0: after a reopen as the ROS clock went back, or a deactivate and
+    # activate, /diagnostics' frame budget said the new runtime's drops only, the earlier ones' gone. A message
+    # stamped 5 s off the ROS clock (max_stamp_skew_ms: 1 s) dropped by each of three runtimes.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    node = _sim_node(ros, triton, tmp_path, "lidar_top")
+    start = 1_700_000_000 * S
+    ok = TransitionCallbackReturn.SUCCESS
+    _set_clock(node, start + 5 * S)
+    assert node.trigger_activate() == ok, node.failure
+    assert node._pubs is not None
+    published: list[Any] = []
+    node._pubs.diagnostics.publish = published.append
+
+    def budget() -> dict[str, str]:
+        """The frame budget's values in the /diagnostics the node publishes now."""
+        node._publish_diagnostics()
+        (status,) = [s for s in published[-1].status if s.name == "perception_fusion: frame budget"]
+        return {v.key: v.value for v in status.values}
+
+    def dropped(now: int) -> None:
+        """A message stamped 5 s before ``now`` dropped by the node's live runtime."""
         live = node.live
         assert live is not None
-        on_cloud, cloud = _lidar_cloud(node, start)
-        with caplog.at_level(logging.WARNING, logger="perception.live"):
-            on_cloud(cloud)
-            wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
-        assert "stamp 1700000000000000000 ns is 5.000 s off the node's ROS clock (use_sim_time: /clock)" in caplog.text
-    finally:
-        node.release()
-        node.destroy_node()
-        context.try_shutdown()
+        on_cloud, cloud = _lidar_cloud(node, now - 5 * S)
+        on_cloud(cloud)
+        wait_for(lambda: live.status()["intake"]["clock_jump_dropped"] == 1, 30, "the sample dropped")
+
+    dropped(start + 5 * S)
+    assert budget()["samples_clock_jump"] == "1"
+    first = node.live
+    _set_clock(node, start)  # looped: the live runtime reopens
+    wait_for(lambda: node.live is not None and node.live is not first, 30, "the reopened live runtime")
+    assert budget()["samples_clock_jump"] == "1"
+    dropped(start)
+    assert budget()["samples_clock_jump"] == "2"
+    assert node.trigger_deactivate() == ok and node.trigger_activate() == ok, node.failure
+    assert budget()["samples_clock_jump"] == "2"
+    dropped(start)
+    assert budget()["samples_clock_jump"] == "3"
