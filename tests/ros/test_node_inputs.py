@@ -50,10 +50,10 @@ class Recorder:
 
     items: list[Any] = dataclasses.field(default_factory=list)
 
-    def push(self, sample: Any) -> None:
+    def push(self, sample: Any, arrived: tuple[int, int] | None = None) -> None:  # (LiveRuntime.push's)
         self.items.append(sample)
 
-    def push_ego(self, pose: EgoPose) -> None:
+    def push_ego(self, pose: EgoPose, arrived: tuple[int, int] | None = None) -> None:
         self.items.append(pose)
 
 
