@@ -58,7 +58,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
@@ -219,6 +219,8 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         self._intake: deque[_Item] = deque()
         self._intake_max = config.live.intake_queue
         self._wake_pending = False
+        #: Hosts inside :meth:`batch`: their pushes wait in the intake, untaken, till the last one leaves it.
+        self._batching = 0
         #: Host time by which the loop takes the intake without being woken (0: it is awake and looks at
         #: the intake again before it sleeps), the sensors each pending frame waited for when it went to
         #: sleep, and the sensors of the samples pushed since it last took the intake: what a push that
@@ -318,6 +320,26 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
             with contextlib.suppress(RuntimeError):  # the loop is closing
                 loop.call_soon_threadsafe(self._set_wake)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Pushes made inside are taken by the loop together, as the block ends (thread-safe): a host handing
+        over what it held (a ROS node's messages that came while it reopened its runtime) has the frames they
+        open made with all of them, not with the few the loop took first (their stamps are old: each frame is
+        due at once)."""
+        with self._lock:
+            self._batching += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batching -= 1
+                wake = not self._batching and bool(self._intake) and not self._wake_pending
+                self._wake_pending |= wake
+                loop = self._loop
+            if wake and loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is closing: close() takes what is left
+                    loop.call_soon_threadsafe(self._set_wake)
+
     def _item(self, sample: Sample | EgoPose, future: ResultFuture | None, arrived: tuple[int, int] | None) -> _Item:
         """``sample`` arriving now (or when ``arrived`` says), on the assembler's clock and on the monotonic one."""
         if arrived is not None:
@@ -355,7 +377,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 old = self._intake.popleft()
                 self._assembler.stats.intake_overflow += 1
             self._intake.append(item)
-            wake = not self._wake_pending and not self._may_wait(item, sensor)
+            wake = not self._wake_pending and not self._may_wait(item, sensor) and not self._batching
             self._wake_pending |= wake
             loop = self._loop
         if old is not None and old.future is not None:
@@ -603,12 +625,17 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         """The items pushed so far, and whether intake was closed when they were taken: read together
         under the lock, so a sample pushed before the close is always taken (push refuses after it)."""
         with self._lock:
+            closing = self._state in (Lifetime.CLOSING, Lifetime.CLOSED)
+            if self._batching and not closing:  # a host's batch, taken once whole: its end wakes the loop (batch)
+                self._wake_pending = False
+                self._wake_by_ns = 0
+                return [], False
             items = list(self._intake)
             self._intake.clear()
             self._wake_pending = False
             self._wake_by_ns = 0  # awake: the intake is looked at again before the loop sleeps
             self._queued.clear()
-            return items, self._state in (Lifetime.CLOSING, Lifetime.CLOSED)
+            return items, closing
 
     def _fail(self, key: str, exc: BaseException, what: str) -> None:
         """Count an item that raised against ``key`` (its sensor) and log it (once per key and type)."""
@@ -758,7 +785,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                 self._wake = anyio.Event() if self._wake.is_set() else self._wake
                 with self._lock:  # a push (a clock_moved) sees when the loop next looks, or the loop sees it
                     moved, self._moved_ns = self._moved_ns, 0
-                    more = bool(self._intake) or (deadline is not None and deadline <= moved)
+                    more = (bool(self._intake) and not self._batching) or (deadline is not None and deadline <= moved)
                     if not more:
                         self._wake_by_ns = _NEVER if deadline is None else deadline
                         self._awaited = asm.awaited()
@@ -828,11 +855,11 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
                         # A frame whose processing raised: it and the frames in flight with it are
                         # recorded as dropped (their futures answered), and processing goes on. A stream that
                         # failed before it took a frame would fail again at once, for ever: serving ends (the
-                        # frames made answered dropped, below), the error the runtime's.
-                        self._fail("processing", exc, "a frame")
+                        # frames made answered dropped, below), the error the runtime's (counted as such).
                         if not taken_since[0]:
                             raise
                         taken_since[0] = 0
+                        self._fail("processing", exc, "a frame")
                         for fid in sorted(taken):
                             self._deliver(self._runtime.dropped(taken.pop(fid), failure_reason(exc)), results)
                         deliver_held()
