@@ -31,6 +31,7 @@ malformed messages at 1 kHz is counted, not a flood of log lines.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
@@ -134,6 +135,9 @@ class DiagnosticsTracker:
         self._odometry = _SensorCounts()
         self._misses: deque[bool] = deque(maxlen=ros.diagnostics_window)
         self.frames = 0
+        #: Held by every method that counts or reads the counts: they are called from the executor, the live
+        #: runtime's result thread and a reopen's thread (``+=`` is no atomic update).
+        self._lock = threading.RLock()
         self._recording_dropped = 0  # items the recorder dropped, as of the last recording status
         self._closed = LiveCounts()  # the closed live runtimes' counts
 
@@ -141,10 +145,11 @@ class DiagnosticsTracker:
         """A live runtime closed (deactivated, or reopened as the ROS clock went back), ``live_status`` its last
         status(): its counts are kept (the next runtime counts from 0), and what its intake refused since the last
         status is counted now, as :meth:`statuses` counts it (its reasons are this status's)."""
-        self._closed = self._closed + LiveCounts.of(live_status)
-        intake = live_status.get("intake", {})
-        for name, c in self._sensors.items():
-            self._take_refused(name, c, self._closed.refused[name], intake)
+        with self._lock:
+            self._closed = self._closed + LiveCounts.of(live_status)
+            intake = live_status.get("intake", {})
+            for name, c in self._sensors.items():
+                self._take_refused(name, c, self._closed.refused[name], intake)
 
     def live_counts(self, live_status: Mapping[str, Any]) -> LiveCounts:
         """The counts over the node's live runtimes: the closed ones' and the current one's (``live_status``)."""
@@ -153,9 +158,10 @@ class DiagnosticsTracker:
     def dropped_reopening(self, sensor: str | None) -> None:
         """A message of ``sensor`` (None: the odometry) that came while the live runtime reopened and was not
         taken (any thread)."""
-        c = self._odometry if sensor is None else self._sensors.get(sensor)
-        if c is not None:
-            c.dropped_reopening += 1
+        with self._lock:
+            c = self._odometry if sensor is None else self._sensors.get(sensor)
+            if c is not None:
+                c.dropped_reopening += 1
 
     @staticmethod
     def _reopening(c: _SensorCounts, level: int, message: str) -> tuple[int, str]:
@@ -168,27 +174,30 @@ class DiagnosticsTracker:
         return max(level, WARN), said if level == OK else f"{message}; {said}"
 
     def add(self, result: FrameResult) -> None:
-        """Count one frame's result (any thread; the GIL keeps these updates whole)."""
-        self.frames += 1
-        self._misses.append(result.deadline_missed)
-        for name, sr in result.sensors.items():
-            c = self._sensors.get(name)
-            if c is None:
-                continue
-            c.counts[sr.status.value] = c.counts.get(sr.status.value, 0) + 1
-            c.recent.append(sr.status.value)
-            if sr.error:
-                c.last_error = sr.error
+        """Count one frame's result (any thread)."""
+        with self._lock:
+            self.frames += 1
+            self._misses.append(result.deadline_missed)
+            for name, sr in result.sensors.items():
+                c = self._sensors.get(name)
+                if c is None:
+                    continue
+                c.counts[sr.status.value] = c.counts.get(sr.status.value, 0) + 1
+                c.recent.append(sr.status.value)
+                if sr.error:
+                    c.last_error = sr.error
 
     def input_error(self, sensor: str, error: str, *, kind: str = "InputError", now_ns: int | None = None) -> int:
         """A message of ``sensor`` that could not be turned into a sample (``kind``: of error, e.g. the
         exception's type). Returns how many errors of this sensor and kind to log now, this one and those
         held back since the last line (0: none, one was logged less than the log period ago)."""
-        return self._count(self._sensors[sensor], error, kind, now_ns)
+        with self._lock:
+            return self._count(self._sensors[sensor], error, kind, now_ns)
 
     def odometry_error(self, error: str, *, kind: str = "InputError", now_ns: int | None = None) -> int:
         """An odometry message that could not be taken (as :meth:`input_error`)."""
-        return self._count(self._odometry, error, kind, now_ns)
+        with self._lock:
+            return self._count(self._odometry, error, kind, now_ns)
 
     @staticmethod
     def _count(c: _SensorCounts, error: str, kind: str, now_ns: int | None) -> int:
@@ -208,22 +217,23 @@ class DiagnosticsTracker:
         (the node runs on unrecorded: only a log line said so), WARN while it drops items (its queue full, a
         sample the drive format refuses, a frame whose recording raised: :meth:`RunRecorder.gaps`; the
         recording has gaps, its replay names them), else OK."""
-        dropped = sum(RunRecorder.gaps(stats).values())
-        values = {
-            "file": path,
-            "frames": str(stats.get("frames", 0)),
-            "fused": str(stats.get("fused", 0)),
-            "samples": str(stats.get("samples", 0)),
-            "segments": str(stats.get("segments", 0) - stats.get("segments_deleted", 0)),  # kept (max_segments)
-            "dropped": str(dropped),
-        }
-        name = f"{self._node}: recording"
-        if error is not None:
-            return Status(name, ERROR, f"recording failed, the run goes on unrecorded: {error!s:.300}", values)
-        new, self._recording_dropped = dropped - self._recording_dropped, dropped
-        if new > 0:
-            return Status(name, WARN, f"{new} item(s) not recorded: the recording has gaps", values)
-        return Status(name, OK, "recording", values)
+        with self._lock:
+            dropped = sum(RunRecorder.gaps(stats).values())
+            values = {
+                "file": path,
+                "frames": str(stats.get("frames", 0)),
+                "fused": str(stats.get("fused", 0)),
+                "samples": str(stats.get("samples", 0)),
+                "segments": str(stats.get("segments", 0) - stats.get("segments_deleted", 0)),  # kept (max_segments)
+                "dropped": str(dropped),
+            }
+            name = f"{self._node}: recording"
+            if error is not None:
+                return Status(name, ERROR, f"recording failed, the run goes on unrecorded: {error!s:.300}", values)
+            new, self._recording_dropped = dropped - self._recording_dropped, dropped
+            if new > 0:
+                return Status(name, WARN, f"{new} item(s) not recorded: the recording has gaps", values)
+            return Status(name, OK, "recording", values)
 
     def _level(self, bad: int, of: int) -> tuple[int, float]:
         if not of:
@@ -250,71 +260,74 @@ class DiagnosticsTracker:
 
     def statuses(self, live_status: Mapping[str, Any] | None) -> list[Status]:
         """One status per sensor, then the frame budget; ``live_status``: the live runtime's status()."""
-        out = []
-        intake = live_status.get("intake", {}) if live_status is not None else {}
-        total = self.live_counts(live_status) if live_status is not None else self._closed
-        for name, c in self._sensors.items():
-            self._take_refused(name, c, total.refused[name], intake)
-            recent = list(c.recent)
-            bad = [s for s in recent if s != "ok"]
-            level, rate = self._level(len(bad), len(recent))
-            if c.recent_input_error:
-                level, message = ERROR, f"input error: {c.last_error}"
-            elif level == OK:
-                message = "ok"
-            else:
-                worst = max(set(bad), key=bad.count)
-                message = f"{worst} in {rate:.0%} of the last {len(recent)} frames"
-            c.recent_input_error = False
-            level, message = self._reopening(c, level, message)
-            values = {s: str(c.counts.get(s, 0)) for s in _STATUSES}
-            values.update(
-                input_errors=str(c.input_errors), last_error=c.last_error, dropped_reopening=str(c.dropped_reopening)
-            )
-            out.append(Status(f"{self._node}: sensor {name}", level, message, values))
-        odo = self._odometry
-        level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")
-        odo.recent_input_error = False
-        level, message = self._reopening(odo, level, message)
-        values = {
-            "input_errors": str(odo.input_errors),
-            "last_error": odo.last_error,
-            "dropped_reopening": str(odo.dropped_reopening),
-        }
-        if live_status is not None:
-            # frames whose odometry was older than live.ego_max_age_ms: their ego motion unknown
-            stale = total.intake["ego_stale"]
-            values["ego_stale"] = str(stale)
-            if stale > odo.stale_seen and level == OK:
-                level, message = WARN, f"odometry older than the age limit in {stale - odo.stale_seen} frame(s)"
-            odo.stale_seen = stale
-        out.append(Status(f"{self._node}: odometry", level, message, values))
-        misses = list(self._misses)
-        level, rate = self._level(sum(misses), len(misses))
-        values = {"frames": str(self.frames)}
-        if live_status is not None:
-            lat = live_status.get("latency_ms", {})
-            runtime = total.runtime
-            values.update(
-                frames=str(runtime["frames"]),
-                deadline_misses=str(runtime["deadline_misses"]),
-                latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
-                latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
-                dropped=str(runtime["dropped"]),
-                # frames shed under overload (among the dropped), each published as the tracker's prediction
-                shed_overload=str(runtime["shed"]),
-            )
-            # samples the live intake took in and dropped before any frame (a stamp too old, jumping, out
-            # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
-            values.update({f"samples_{key}": str(total.intake[key]) for key in _INTAKE_DROPS})
-            # what raised in the runtime, per sensor or stage (an item dropped, a recorder's call...), and the
-            # results not published (the callback queue full, or publishing raised): counted there, shown here
-            values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(total.failed.items())) or "0"
-            values["results_unpublished"] = str(runtime["callbacks_dropped"] + runtime["callbacks_failed"])
-            # trigger slots the live assembly skipped past its catch-up limit (no frame opened for them); the
-            # runtime's stream: frames whose intake waited for the results' consumer, records it did not take
-            values["slots_skipped"] = str(total.intake["slots_skipped"])
-            values.update({key: str(runtime[key]) for key in ("intake_held", "undelivered")})
-        message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
-        out.append(Status(f"{self._node}: frame budget", level, message, values))
-        return out
+        with self._lock:
+            out = []
+            intake = live_status.get("intake", {}) if live_status is not None else {}
+            total = self.live_counts(live_status) if live_status is not None else self._closed
+            for name, c in self._sensors.items():
+                self._take_refused(name, c, total.refused[name], intake)
+                recent = list(c.recent)
+                bad = [s for s in recent if s != "ok"]
+                level, rate = self._level(len(bad), len(recent))
+                if c.recent_input_error:
+                    level, message = ERROR, f"input error: {c.last_error}"
+                elif level == OK:
+                    message = "ok"
+                else:
+                    worst = max(set(bad), key=bad.count)
+                    message = f"{worst} in {rate:.0%} of the last {len(recent)} frames"
+                c.recent_input_error = False
+                level, message = self._reopening(c, level, message)
+                values = {s: str(c.counts.get(s, 0)) for s in _STATUSES}
+                values.update(
+                    input_errors=str(c.input_errors),
+                    last_error=c.last_error,
+                    dropped_reopening=str(c.dropped_reopening),
+                )
+                out.append(Status(f"{self._node}: sensor {name}", level, message, values))
+            odo = self._odometry
+            level, message = (ERROR, f"input error: {odo.last_error}") if odo.recent_input_error else (OK, "ok")
+            odo.recent_input_error = False
+            level, message = self._reopening(odo, level, message)
+            values = {
+                "input_errors": str(odo.input_errors),
+                "last_error": odo.last_error,
+                "dropped_reopening": str(odo.dropped_reopening),
+            }
+            if live_status is not None:
+                # frames whose odometry was older than live.ego_max_age_ms: their ego motion unknown
+                stale = total.intake["ego_stale"]
+                values["ego_stale"] = str(stale)
+                if stale > odo.stale_seen and level == OK:
+                    level, message = WARN, f"odometry older than the age limit in {stale - odo.stale_seen} frame(s)"
+                odo.stale_seen = stale
+            out.append(Status(f"{self._node}: odometry", level, message, values))
+            misses = list(self._misses)
+            level, rate = self._level(sum(misses), len(misses))
+            values = {"frames": str(self.frames)}
+            if live_status is not None:
+                lat = live_status.get("latency_ms", {})
+                runtime = total.runtime
+                values.update(
+                    frames=str(runtime["frames"]),
+                    deadline_misses=str(runtime["deadline_misses"]),
+                    latency_p50_ms=f"{float(lat.get('p50', 0.0)):.1f}",
+                    latency_p99_ms=f"{float(lat.get('p99', 0.0)):.1f}",
+                    dropped=str(runtime["dropped"]),
+                    # frames shed under overload (among the dropped), each published as the tracker's prediction
+                    shed_overload=str(runtime["shed"]),
+                )
+                # samples the live intake took in and dropped before any frame (a stamp too old, jumping, out
+                # of order or repeated; a full queue or buffer): counted there, shown here, not silently lost
+                values.update({f"samples_{key}": str(total.intake[key]) for key in _INTAKE_DROPS})
+                # what raised in the runtime, per sensor or stage (an item dropped, a recorder's call...), and the
+                # results not published (the callback queue full, or publishing raised): counted there, shown here
+                values["failed"] = ", ".join(f"{k} {v}" for k, v in sorted(total.failed.items())) or "0"
+                values["results_unpublished"] = str(runtime["callbacks_dropped"] + runtime["callbacks_failed"])
+                # trigger slots the live assembly skipped past its catch-up limit (no frame opened for them); the
+                # runtime's stream: frames whose intake waited for the results' consumer, records it did not take
+                values["slots_skipped"] = str(total.intake["slots_skipped"])
+                values.update({key: str(runtime[key]) for key in ("intake_held", "undelivered")})
+            message = "ok" if level == OK else f"deadline missed in {rate:.0%} of the last {len(self._misses)} frames"
+            out.append(Status(f"{self._node}: frame budget", level, message, values))
+            return out
