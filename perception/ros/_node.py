@@ -8,12 +8,13 @@ Lifecycle (what each transition holds and releases):
   and tensor contract by opening the runtime once; creates the publishers;
 * **activate** — opens the :class:`LiveRuntime` on that server and subscribes (sensor-data QoS);
 * **deactivate** — unsubscribes and closes the live runtime (pending frames are completed and drained;
-  channels, shared memory and threads released);
+  channels, shared memory and threads released; a reopen under way given up);
 * **cleanup** — destroys the publishers and stops the embedded server. Shutdown from any state does
   whatever of this is still held.
 
 Callbacks only convert the message (a view of its buffer) and call :meth:`LiveRuntime.push`, which never
-blocks; results are published from the live runtime's callback thread. A message that cannot be taken,
+blocks (while a reopen hands its held messages over, a callback waits for it: :meth:`FusionNode._rewind`);
+results are published from the live runtime's callback thread. A message that cannot be taken,
 whatever the exception, is an input error of its sensor (:meth:`FusionNode.inputs`): counted in
 ``/diagnostics``, logged at a bounded rate, never raised into the executor.
 """
@@ -60,7 +61,7 @@ from perception.ros._convert import (
     stamp_ns,
     to_stamp,
 )
-from perception.ros._diagnostics import DiagnosticsTracker
+from perception.ros._diagnostics import ERROR, DiagnosticsTracker, Status
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
 from perception.scheduler import RunObserver, Runtime, Session, ThreadHost
@@ -234,6 +235,12 @@ class FusionNode(LifecycleNode):
         #: ``live.intake_queue``; the rest counted), and the thread reopening it.
         self._held: list[tuple[Sample | EgoPose, int, int]] | None = None
         self._reopening: threading.Thread | None = None
+        #: The live runtime a reopen is opening (a deactivate gives its open up: LiveRuntime.cancel_open), and
+        #: whether a deactivate is under way (a reopen opens none then).
+        self._opening: LiveRuntime | None = None
+        self._deactivating = False
+        #: The live runtime found stopped serving (a push refused, RuntimeClosedError): said once.
+        self._dead_said: LiveRuntime | None = None
         #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
         self._arrivals: dict[int, tuple[int, int]] = {}
         self._seq: dict[str, int] = {}
@@ -513,7 +520,11 @@ class FusionNode(LifecycleNode):
             clock_name=clock_name,
             time_base_remedy=remedy,
         )
-        live.__enter__()
+        self._opening = live
+        try:
+            live.__enter__()
+        finally:
+            self._opening = None
         self._arrivals.clear()
         return live
 
@@ -542,47 +553,63 @@ class FusionNode(LifecycleNode):
         completed and published) and a new one opened: a new drive, its tracker fresh. That takes a few hundred
         ms (the runtime's open), on a thread of its own: the executor goes on taking messages (blocked, the
         subscriptions' queues of 5 dropped what came meanwhile, uncounted), held till the new runtime is open
-        (:meth:`_take`). Opening it may raise (the server gone): logged, what was held counted dropped, and the
-        next input tries again."""
+        (:meth:`_hold`). Opening it may raise (the server gone): logged, what was held counted dropped, and the
+        next input tries again. The same replaces a live runtime found stopped serving (:meth:`_take`)."""
         with self._lock:
             cfg, live = self.config, self.live
-            if cfg is None or not self._active or self._held is not None:
+            if cfg is None or not self._active or self._deactivating or self._held is not None:
                 return
             self._rewound = False
             self.live = None
             self._held = []
-            self._reopening = threading.Thread(target=self._reopen, args=(cfg, live), name="ros-reopen", daemon=True)
-        self.get_logger().warning("the ROS clock went back (a bag looped or played again): live runtime reopening")
-        self._reopening.start()
+            reopening = self._reopening = threading.Thread(
+                target=self._reopen, args=(cfg, live), name="ros-reopen", daemon=True
+            )
+        self.get_logger().warning("live runtime reopening (the ROS clock went back, or the runtime stopped serving)")
+        try:
+            reopening.start()
+        except BaseException:  # no thread: as it was, the next input tries again
+            with self._lock:
+                self.live, self._held, self._reopening, self._rewound = live, None, None, True
+            raise
 
     def _reopen(self, cfg: RuntimeConfig, old: LiveRuntime | None) -> None:
         """The reopen thread: ``old`` closed, a new live runtime opened and given what was held meanwhile."""
         t0 = time.monotonic()
         live: LiveRuntime | None = None
+        held: list[tuple[Sample | EgoPose, int, int]] = []
         try:
             if old is not None:
                 self._close_live(old)
-            live = self._new_live(cfg)
+            if not self._deactivating:
+                live = self._new_live(cfg)
         except Exception as exc:
-            self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
+            if not self._deactivating:
+                self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
             log.debug("reopen failed", exc_info=exc)
-        with self._lock:
-            # what was held goes in before any message after it: the executor's next message waits in _hold for
-            # this lock, and reads the new runtime only once _held is None (not before it is set)
-            held = self._held or []
-            if live is None:
-                self._rewound = True
-            else:
-                for sample, ros_ns, arrival_ns in held:
-                    try:
-                        self._take(live, sample, arrival_ns, (ros_ns, arrival_ns))
-                    except Exception as exc:  # refused by the intake: counted as its subscription's callback does
-                        sensor = None if isinstance(sample, EgoPose) else sample.sensor
-                        t = self.topics.get(sensor) if sensor is not None else None
-                        topic = self.odometry_topic if t is None else t.data
-                        self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
-                self.live = live
-            self._held = None
+        finally:
+            with self._lock:
+                # what was held goes in before any message after it: the executor's next message waits in _hold
+                # for this lock, and reads the new runtime only once _held is None (not before it is set). In one
+                # batch: the frames the held messages open are due at once (their stamps are old), and are made
+                # with all of them; their budgets start now (held, they would be spent before they began), their
+                # arrivals on the ROS clock kept (the stamps are aligned on them)
+                held = self._held or []
+                if live is None:
+                    self._rewound = True
+                else:
+                    handed = time.monotonic_ns()
+                    with live.batch():
+                        for sample, ros_ns, arrival_ns in held:
+                            try:
+                                self._take(live, sample, arrival_ns, (ros_ns, handed))
+                            except Exception as exc:  # refused by the intake: counted as at its subscription
+                                sensor = None if isinstance(sample, EgoPose) else sample.sensor
+                                t = self.topics.get(sensor) if sensor is not None else None
+                                topic = self.odometry_topic if t is None else t.data
+                                self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
+                    self.live = live
+                self._held = None
         if live is None:
             self._dropped_reopening(held)
         else:
@@ -623,42 +650,56 @@ class FusionNode(LifecycleNode):
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
+        self._deactivating = True  # a reopen opens no runtime now, and one opening gives up
         reopening, self._reopening = self._reopening, None
         if reopening is not None:
-            reopening.join()  # bounded: a close's drain and an open's timeouts
+            if (opening := self._opening) is not None:
+                opening.cancel_open()
+            reopening.join()  # bounded: the old runtime's close (its drain)
         with self._lock:  # a /diagnostics being made reads it before, none after (_publish_diagnostics)
             live, self.live = self.live, None
         if live is not None:
             self._close_live(live)  # its frames published (the publishers stay till cleanup)
         self._active = False
+        self._deactivating = False
 
-    # -- inputs (executor thread: convert and push, never block) ----------------------------------------
+    # -- inputs (executor thread: convert and push; a reopen's hand-over aside, never block) -------------
     def _next_seq(self, sensor: str) -> int:
         n = self._seq.get(sensor, 0)
         self._seq[sensor] = n + 1
         return n
 
     def _push(self, sample: Sample, arrival_ns: int) -> None:
-        if self._rewound:
-            self._rewind()
-        if self._hold(sample, arrival_ns):
-            return
-        live = self.live
+        live = self._live_for(sample, arrival_ns)
         if live is not None:
             self._take(live, sample, arrival_ns)
+
+    def _live_for(self, sample: Sample | EgoPose, arrival_ns: int) -> LiveRuntime | None:
+        """The live runtime to take ``sample`` (None: held while one reopens, or none is active): one the clock
+        going back or a failed runtime asked for is reopened first (:meth:`_rewind`), also when a reopen
+        failed between the first look and the hold (the message would have found no runtime, uncounted)."""
+        for _ in range(2):
+            if self._rewound:
+                self._rewind()
+            if self._hold(sample, arrival_ns):
+                return None
+            live = self.live
+            if live is not None or not self._rewound:
+                return live
+        return None
 
     def _take(
         self, live: LiveRuntime, sample: Sample | EgoPose, arrival_ns: int, held: tuple[int, int] | None = None
     ) -> None:
         """``sample`` (an ego pose), arrived at ``arrival_ns`` (monotonic), handed to ``live`` (``held``: when it came,
         on its clock and the monotonic one, if held since; else now)."""
-        if isinstance(sample, EgoPose):
-            with contextlib.suppress(RuntimeClosedError):
-                live.push_ego(sample, held)
-            return
         try:
+            if isinstance(sample, EgoPose):
+                live.push_ego(sample, held)
+                return
             future = live.push(sample, held)
         except RuntimeClosedError:
+            self._stopped_serving(live, sample)
             return
         if future is not None:
 
@@ -667,6 +708,18 @@ class FusionNode(LifecycleNode):
                     self._arrivals[fut.result().frame_id] = (arrival, stamp)
 
             future.add_done_callback(arrived)
+
+    def _stopped_serving(self, live: LiveRuntime, sample: Sample | EgoPose) -> None:
+        """``live`` refused ``sample`` as closed. The node's own runtime (not one a deactivate or a reopen is
+        closing) stopped serving (it failed: ``status()["failed"]["runtime"]``): the message is counted
+        (``dropped_reopening``) and the next input reopens it; before, every message after was dropped uncounted."""
+        if live is not self.live or not self._active or self._deactivating:
+            return
+        if self._dead_said is not live:
+            self._dead_said = live
+            self.get_logger().error("the live runtime stopped serving (it failed; logged above): reopening it")
+        self._dropped_reopening([(sample, 0, 0)])
+        self._rewound = True
 
     def inputs(self) -> list[tuple[type, str, Callable[[Any], None]]]:
         """What activate subscribes to: ``(message type, topic, callback)`` for each sensor's data and
@@ -758,14 +811,12 @@ class FusionNode(LifecycleNode):
         return on_info
 
     def _on_odometry(self, msg: Any) -> None:
-        if self._rewound:
-            self._rewind()
-        if self.live is None and self._held is None:
+        if self.live is None and self._held is None and not self._rewound:
             return
         ego = odometry_to_ego(msg, stamp_ns(msg.header.stamp))
         if (problem := ego_problem(ego)) is not None:
             raise InputError(f"odometry: {problem}")
-        if not self._hold(ego, time.monotonic_ns()) and (live := self.live) is not None:
+        if (live := self._live_for(ego, time.monotonic_ns())) is not None:
             self._take(live, ego, 0)
 
     # -- outputs (the live runtime's callback thread) ---------------------------------------------------
@@ -801,9 +852,12 @@ class FusionNode(LifecycleNode):
         # no status after that, and its last status before it is not counted twice
         with self._lock:
             live = self.live
-            if live is None:
+            if live is None and not self._active:
                 return
-            statuses = diag.statuses(live.status())
+            statuses = diag.statuses(None if live is None else live.status())
+        if live is None:  # the clock went back, or the runtime failed: reopening, or the reopen failed
+            why = "reopening" if self._held is not None else "the reopen failed (logged); the next input tries again"
+            statuses.append(Status(f"{self.get_name()}: live runtime", ERROR, why, {}))
         msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
         if isinstance(self._observer, RunRecorder):  # --record: whether it still records, and its gaps
             rec = self._observer

@@ -261,6 +261,18 @@ def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_
             on_cloud, cloud = _lidar_cloud(node, start + i * 100 * MS)
             on_cloud(cloud)
         assert waited == [], "a message's callback waited for the reopen"
+        # /diagnostics goes on while the runtime reopens (it said nothing till a runtime was open again)
+        published: list[Any] = []
+        monkeypatch.setattr(node._pubs.diagnostics, "publish", published.append)
+        node._publish_diagnostics()
+        said = {st.name: st for st in published[0].status}
+        reopening = said["perception_fusion: live runtime"]
+        assert reopening.level == bytes([2]) and reopening.message == "reopening", reopening
+        assert "perception_fusion: frame budget" in said
+        lidar_said = said["perception_fusion: sensor lidar_top"]  # the 2 past the hold, said in this status
+        assert lidar_said.level >= bytes([WARN]) and "2 message(s) not taken while the live runtime reopened" in (
+            lidar_said.message
+        ), lidar_said
         gate.set()
         wait_for(lambda: node.live is not None and node.live is not first, 30, "the new live runtime")
         again = node.live
@@ -271,8 +283,7 @@ def test_a_reopen_as_the_clock_goes_back_does_not_block_the_executor_and_counts_
         assert waited == [True]
         assert node._diag is not None
         lidar = {s.name: s for s in node._diag.statuses(again.status())}["perception_fusion: sensor lidar_top"]
-        assert lidar.values["dropped_reopening"] == "2", lidar.values
-        assert lidar.level >= WARN and "2 message(s) not taken while the live runtime reopened" in lidar.message
+        assert lidar.values["dropped_reopening"] == "2", lidar.values  # (its WARN said above, once)
     finally:
         gate.set()
 
@@ -347,3 +358,31 @@ def test_diagnostics_counts_what_every_live_runtime_of_the_node_dropped(
     assert budget()["samples_clock_jump"] == "2"
     dropped(start)
     assert budget()["samples_clock_jump"] == "3"
+
+
+def test_a_live_runtime_that_stopped_serving_is_reopened_and_what_it_refused_is_counted(
+    triton: EmbeddedTriton, tmp_path: Path, ros: OwnRos
+) -> None:
+    # A live runtime that failed (serving ended: closed under the node) refused every message after it with
+    # RuntimeClosedError, which the node took as a close of its own and dropped, uncounted, for ever. Now the
+    # message is counted (dropped_reopening) and the next one reopens the runtime.
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    node = _sim_node(ros, triton, tmp_path, "lidar_top")
+    start = 1_700_000_000 * S
+    _set_clock(node, start + 5 * S)
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+    dead = node.live
+    assert dead is not None
+    dead.close()  # as a failed runtime's lifetime ends: the node was not asked
+    on_cloud, cloud = _lidar_cloud(node, start + 5 * S)
+    on_cloud(cloud)  # refused: the runtime is closed
+    assert node._diag is not None
+    lidar = {st.name: st for st in node._diag.statuses(None)}["perception_fusion: sensor lidar_top"]
+    assert lidar.values["dropped_reopening"] == "1", lidar.values
+    _set_clock(node, start + 5 * S + 100 * MS)
+    on_cloud, cloud = _lidar_cloud(node, start + 5 * S + 100 * MS)
+    on_cloud(cloud)  # held while the runtime reopens, then taken
+    wait_for(lambda: node.live is not None and node.live is not dead, 60, "a new live runtime")
+    again = node.live
+    wait_for(lambda: again.status()["intake"]["samples"] == 1, 30, "the held sample taken by the new runtime")
