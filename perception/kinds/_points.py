@@ -36,9 +36,9 @@ def point_columns(fields: Any, kind: SensorKindDef) -> tuple[int, ...] | str:
         return f"point field names must be strings, got {names!r:.80}"
     want = kind.point_fields
     n = len(want)
-    twice = [name for name in want if names.count(name) > 1]
-    if twice:
-        return f"point field {twice[0]!r} names two columns of {names}"
+    if len(set(names)) != len(names) or "" in names:  # (a run's recording holds its columns by name: DriveWriter)
+        twice = [name for name in names if names.count(name) > 1]
+        return f"point field {twice[0]!r} names two columns of {names}" if twice else f"a column of {names} has no name"
     if names[:n] == want:
         return tuple(range(len(names)))
     if all(name in names for name in want):

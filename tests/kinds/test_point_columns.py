@@ -89,3 +89,17 @@ def test_in_kind_order_named_puts_the_kind_s_names_on_a_cloud_read_by_position()
     moved = in_kind_order(_cloud(("ring", "intensity", "x", "y", "z"), (7.0, 0.5, 1.0, 2.0, 3.0)), LIDAR, named=True)
     assert moved.fields == ("x", "y", "z", "intensity", "ring")
     np.testing.assert_array_equal(moved.points, np.array([[1.0, 2.0, 3.0, 0.5, 7.0]], np.float32))
+
+
+def test_a_cloud_whose_columns_share_a_name_or_have_none_is_refused_as_the_drive_writer_refuses_it() -> None:
+    # The run took a cloud whose other columns shared a name (x y z intensity a a) or had none (x y z i ''),
+    # which a recording (DriveWriter: its columns each named once) then refused: a gap in the recording,
+    # --rerun-models finding the sensor's sample missing. One rule now: the intake refuses it, naming it.
+    from perception.kinds import kind_def, point_columns
+
+    lidar = kind_def("lidar")
+    assert point_columns(("x", "y", "z", "intensity", "a", "a"), lidar) == (
+        "point field 'a' names two columns of ('x', 'y', 'z', 'intensity', 'a', 'a')"
+    )
+    assert point_columns(("x", "y", "z", "i", ""), lidar) == "a column of ('x', 'y', 'z', 'i', '') has no name"
+    assert point_columns(("x", "y", "z", "intensity", "ring", "t"), lidar) == (0, 1, 2, 3, 4, 5)
