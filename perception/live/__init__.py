@@ -4,12 +4,13 @@ back by callback, future or async iterator."""
 
 from __future__ import annotations
 
-from perception.live._assembler import check_trigger
+from perception.live._assembler import HOST_CLOCK, check_trigger
 from perception.live._publisher import Faults, drive_items, parse_faults, play_schedule
 from perception.live._runtime import LiveRuntime
 from perception.live._session import StopOnSignal, StopSignals, live_session
 
 __all__ = [
+    "HOST_CLOCK",
     "Faults",
     "LiveRuntime",
     "StopOnSignal",

@@ -88,6 +88,8 @@ EGO = "ego"
 #: How stamps on another clock are taken, as the warnings of stamps off the host clock say it (a host that sets
 #: the time base its own way, a ROS node's parameter, says its own).
 TIME_BASE_REMEDY = "live.time_base: offset (with offset_ms) or estimate"
+#: The clock the live assembly runs on by default, as its warnings name it (a host on another clock names its own).
+HOST_CLOCK = "the host's monotonic clock"
 
 
 @dataclass
@@ -226,7 +228,7 @@ class LiveAssembler(Generic[T]):
         *,
         rates: Mapping[str, float] | None = None,
         rig: Mapping[str, SensorSpec] | None = None,
-        clock_name: str = "the host's monotonic clock",
+        clock_name: str = HOST_CLOCK,
         check: RigCheck | None = None,
         time_base_remedy: str = TIME_BASE_REMEDY,
     ) -> None:

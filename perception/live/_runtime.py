@@ -69,7 +69,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from perception.config import RuntimeConfig
 from perception.errors import InputError, RuntimeClosedError, SampleDroppedError
 from perception.kinds import in_kind_order, kind_def
-from perception.live._assembler import EGO, TIME_BASE_REMEDY, LiveAssembler, LiveStats
+from perception.live._assembler import EGO, HOST_CLOCK, TIME_BASE_REMEDY, LiveAssembler, LiveStats
 from perception.metrics import LatencyAccumulator, LatencyStats
 from perception.scheduler import (
     CANCELLED_IN_FLIGHT,
@@ -149,7 +149,7 @@ class LiveRuntime(anyio.AsyncContextManagerMixin):
         callback_queue: int = 256,
         observer: RunObserver | None = None,
         clock: Callable[[], int] | None = None,
-        clock_name: str = "the host's monotonic clock",
+        clock_name: str = HOST_CLOCK,
         time_base_remedy: str = TIME_BASE_REMEDY,
     ) -> None:
         """``callback_queue``: results whose ``on_result`` call may wait while the callback is busy;

@@ -50,7 +50,7 @@ from visualization_msgs import msg as viz_msgs
 from perception.config import LiveConfig, RuntimeConfig, load_config, sensor_names, with_overrides
 from perception.errors import ConfigError, InputError, PerceptionError, RuntimeClosedError
 from perception.kinds import SensorKindDef, ego_problem, kind_def, sample_problem
-from perception.live import LiveRuntime, check_trigger
+from perception.live import HOST_CLOCK, LiveRuntime, check_trigger
 from perception.record import RunRecorder
 from perception.ros._convert import (
     calibration_mismatch,
@@ -494,7 +494,7 @@ class FusionNode(LifecycleNode):
         the ROS clock to it now (:func:`ros_time_base`)."""
         assert self._diag is not None and self.session is not None
         clock: Callable[[], int] | None = None
-        clock_name = "the host's monotonic clock"
+        clock_name = HOST_CLOCK
         # the node sets live.time_base (offset_ms too) from its parameter: what stamps on another clock need is that
         remedy = "the node's parameter time_base: estimate (-p time_base:=estimate)"
         if self.get_parameter("use_sim_time").value:
