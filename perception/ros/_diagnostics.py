@@ -265,7 +265,8 @@ class DiagnosticsTracker:
             intake = live_status.get("intake", {}) if live_status is not None else {}
             total = self.live_counts(live_status) if live_status is not None else self._closed
             for name, c in self._sensors.items():
-                self._take_refused(name, c, total.refused[name], intake)
+                if live_status is not None:  # (none open: a closing one's are counted by live_closed, once)
+                    self._take_refused(name, c, total.refused[name], intake)
                 recent = list(c.recent)
                 bad = [s for s in recent if s != "ok"]
                 level, rate = self._level(len(bad), len(recent))

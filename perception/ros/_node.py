@@ -65,7 +65,7 @@ from perception.ros._diagnostics import ERROR, DiagnosticsTracker, Status
 from perception.ros._markers import detections_array, marker_array
 from perception.ros._topics import SensorTopics, sensor_topics
 from perception.scheduler import RunObserver, Runtime, Session, ThreadHost
-from perception.types import EgoPose, FrameResult, Sample, SensorSpec, SessionSource
+from perception.types import EgoPose, FrameResult, FrameStatus, Sample, SensorSpec, SessionSource
 
 if TYPE_CHECKING:
     from perception.server import EmbeddedTriton
@@ -241,6 +241,12 @@ class FusionNode(LifecycleNode):
         self._deactivating = False
         #: The live runtime found stopped serving (a push refused, RuntimeClosedError): said once.
         self._dead_said: LiveRuntime | None = None
+        #: Reopens after a failure back off (:meth:`_backoff`): none before this (monotonic s), the next wait.
+        self._reopen_after = 0.0
+        self._reopen_delay = 0.0
+        #: Whether the live runtimes run on the ROS clock (use_sim_time, at activate): what a held message's
+        #: arrival is read on (:meth:`_hold`).
+        self._sim_time = False
         #: Per frame a trigger message opened (by id, till published): its arrival (monotonic) and header stamp.
         self._arrivals: dict[int, tuple[int, int]] = {}
         self._seq: dict[str, int] = {}
@@ -470,8 +476,11 @@ class FusionNode(LifecycleNode):
                 "use_sim_time is true and no /clock has been received: start the clock (ros2 bag play --clock), "
                 "then activate"
             )
+        self._deactivating = False
+        self._reopen_after = self._reopen_delay = 0.0
+        self._sim_time = bool(self.get_parameter("use_sim_time").value)
         self._open_live(cfg)
-        if self.get_parameter("use_sim_time").value:  # each /clock: forward, or back (a bag played --loop, or again)
+        if self._sim_time:  # each /clock: forward, or back (a bag played --loop, or again)
             one, back = RosDuration(nanoseconds=1), RosDuration(nanoseconds=-1)
             threshold = JumpThreshold(min_forward=one, min_backward=back, on_clock_change=False)
             self._jumps = self.get_clock().create_jump_callback(threshold, post_callback=self._clock_jumped)
@@ -521,6 +530,8 @@ class FusionNode(LifecycleNode):
             time_base_remedy=remedy,
         )
         self._opening = live
+        if self._deactivating:  # a deactivate that looked before _opening was set: it gives up here
+            live.cancel_open()
         try:
             live.__enter__()
         finally:
@@ -542,7 +553,10 @@ class FusionNode(LifecycleNode):
         the frames due by it now; back, it is replaced (:meth:`_rewind`)."""
         if jump.delta.nanoseconds < 0:
             self._rewound = True
-            self._rewind()  # starts the reopen (it does not wait for it)
+            try:
+                self._rewind()  # starts the reopen (it does not wait for it)
+            except Exception as exc:  # (no thread for it): the next input tries again, the executor goes on
+                self.get_logger().error(f"the live runtime could not be reopened: {exc}")
         elif (live := self.live) is not None:
             live.clock_moved()
 
@@ -558,6 +572,8 @@ class FusionNode(LifecycleNode):
         with self._lock:
             cfg, live = self.config, self.live
             if cfg is None or not self._active or self._deactivating or self._held is not None:
+                return
+            if time.monotonic() < self._reopen_after:  # backing off after a failure (_backoff)
                 return
             self._rewound = False
             self.live = None
@@ -585,7 +601,8 @@ class FusionNode(LifecycleNode):
                 live = self._new_live(cfg)
         except Exception as exc:
             if not self._deactivating:
-                self.get_logger().error(f"the live runtime could not be reopened (the next input tries again): {exc}")
+                delay = self._backoff()
+                self.get_logger().error(f"the live runtime could not be reopened (tried again in {delay:g} s): {exc}")
             log.debug("reopen failed", exc_info=exc)
         finally:
             with self._lock:
@@ -593,23 +610,26 @@ class FusionNode(LifecycleNode):
                 # for this lock, and reads the new runtime only once _held is None (not before it is set). In one
                 # batch: the frames the held messages open are due at once (their stamps are old), and are made
                 # with all of them; their budgets start now (held, they would be spent before they began), their
-                # arrivals on the ROS clock kept (the stamps are aligned on them)
+                # arrivals on the runtime's clock kept (the stamps are aligned on them). The node's runtime first:
+                # one that refuses them as closed (it failed at once) is found stopped serving (_stopped_serving)
                 held = self._held or []
-                if live is None:
-                    self._rewound = True
-                else:
-                    handed = time.monotonic_ns()
-                    with live.batch():
-                        for sample, ros_ns, arrival_ns in held:
-                            try:
-                                self._take(live, sample, arrival_ns, (ros_ns, handed))
-                            except Exception as exc:  # refused by the intake: counted as at its subscription
-                                sensor = None if isinstance(sample, EgoPose) else sample.sensor
-                                t = self.topics.get(sensor) if sensor is not None else None
-                                topic = self.odometry_topic if t is None else t.data
-                                self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
-                    self.live = live
-                self._held = None
+                try:
+                    if live is None:
+                        self._rewound = True
+                    else:
+                        self.live = live
+                        handed = time.monotonic_ns()
+                        with live.batch():
+                            for sample, runtime_ns, arrival_ns in held:
+                                try:
+                                    self._take(live, sample, arrival_ns, (runtime_ns, handed))
+                                except Exception as exc:  # refused by the intake: counted as at its subscription
+                                    sensor = None if isinstance(sample, EgoPose) else sample.sensor
+                                    t = self.topics.get(sensor) if sensor is not None else None
+                                    topic = self.odometry_topic if t is None else t.data
+                                    self._input_error(sensor, topic, f"held {type(sample).__name__}", exc)
+                finally:
+                    self._held = None
         if live is None:
             self._dropped_reopening(held)
         else:
@@ -617,12 +637,21 @@ class FusionNode(LifecycleNode):
                 f"live runtime reopened in {time.monotonic() - t0:.2f} s: {len(held)} message(s) held meanwhile taken"
             )
 
+    def _backoff(self) -> float:
+        """A reopen failed, or the runtime it opened stopped serving: the next waits 0.5 s, then twice as long
+        each time, at most 30 s (reset once a frame is published); the messages meanwhile are counted
+        (``dropped_reopening``). Returns the wait."""
+        self._reopen_delay = min(30.0, max(0.5, 2 * self._reopen_delay))
+        self._reopen_after = time.monotonic() + self._reopen_delay
+        return self._reopen_delay
+
     def _hold(self, sample: Sample | EgoPose, arrival_ns: int) -> bool:
         """``sample`` (an ego pose), arrived at ``arrival_ns`` (monotonic), held while the live runtime reopens
-        (False: none is reopening); one past ``live.intake_queue`` held is counted dropped."""
+        (False: none is reopening), its arrival read on the runtime's clock too (the ROS clock on simulated time,
+        else the monotonic one); one past ``live.intake_queue`` held is counted dropped."""
         if self._held is None:
             return False
-        item = (sample, self.get_clock().now().nanoseconds, arrival_ns)
+        item = (sample, self.get_clock().now().nanoseconds if self._sim_time else arrival_ns, arrival_ns)
         with self._lock:
             held = self._held
             if held is None:
@@ -651,17 +680,19 @@ class FusionNode(LifecycleNode):
             self.destroy_timer(self._timer)
             self._timer = None
         self._deactivating = True  # a reopen opens no runtime now, and one opening gives up
-        reopening, self._reopening = self._reopening, None
-        if reopening is not None:
-            if (opening := self._opening) is not None:
-                opening.cancel_open()
-            reopening.join()  # bounded: the old runtime's close (its drain)
-        with self._lock:  # a /diagnostics being made reads it before, none after (_publish_diagnostics)
-            live, self.live = self.live, None
-        if live is not None:
-            self._close_live(live)  # its frames published (the publishers stay till cleanup)
-        self._active = False
-        self._deactivating = False
+        try:
+            reopening, self._reopening = self._reopening, None
+            if reopening is not None:
+                if (opening := self._opening) is not None:
+                    opening.cancel_open()
+                reopening.join()  # bounded: the old runtime's close (its drain)
+            with self._lock:  # a /diagnostics being made reads it before, none after (_publish_diagnostics)
+                live, self.live = self.live, None
+            if live is not None:
+                self._close_live(live)  # its frames published (the publishers stay till cleanup)
+        finally:
+            self._active = False
+            self._deactivating = False
 
     # -- inputs (executor thread: convert and push; a reopen's hand-over aside, never block) -------------
     def _next_seq(self, sensor: str) -> int:
@@ -686,6 +717,8 @@ class FusionNode(LifecycleNode):
             live = self.live
             if live is not None or not self._rewound:
                 return live
+        if self._active and not self._deactivating:  # none open: its reopen failed, or waits (_backoff)
+            self._dropped_reopening([(sample, 0, 0)])
         return None
 
     def _take(
@@ -717,7 +750,8 @@ class FusionNode(LifecycleNode):
             return
         if self._dead_said is not live:
             self._dead_said = live
-            self.get_logger().error("the live runtime stopped serving (it failed; logged above): reopening it")
+            delay = self._backoff()
+            self.get_logger().error(f"the live runtime stopped serving (it failed, logged): reopens in {delay:g} s")
         self._dropped_reopening([(sample, 0, 0)])
         self._rewound = True
 
@@ -825,6 +859,8 @@ class FusionNode(LifecycleNode):
         pubs = self._pubs
         if not self._active or cfg is None or pubs is None:
             return
+        if result.status is not FrameStatus.DROPPED:
+            self._reopen_delay = 0.0  # a runtime that serves: a failure after it backs off from 0.5 s again
         # (answered before on_result is called: the frame's trigger message, if it had one)
         trigger = self._arrivals.pop(result.frame_id, None)
         arrival, stamp = trigger if trigger is not None else (None, result.t_ns + self._ros_minus_mono)
@@ -855,8 +891,9 @@ class FusionNode(LifecycleNode):
             if live is None and not self._active:
                 return
             statuses = diag.statuses(None if live is None else live.status())
+            reopening = self._held is not None
         if live is None:  # the clock went back, or the runtime failed: reopening, or the reopen failed
-            why = "reopening" if self._held is not None else "the reopen failed (logged); the next input tries again"
+            why = "reopening" if reopening else "the reopen failed (logged); the next input tries again"
             statuses.append(Status(f"{self.get_name()}: live runtime", ERROR, why, {}))
         msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()))
         if isinstance(self._observer, RunRecorder):  # --record: whether it still records, and its gaps

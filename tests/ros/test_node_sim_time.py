@@ -146,16 +146,18 @@ def test_under_time_base_estimate_a_frame_is_stamped_with_its_trigger_s_header_s
     assert set(stamps[:4]) <= set(sent), ([s - sent[0] for s in stamps], [s - sent[0] for s in sent])
 
 
-def _sim_node(ros: OwnRos, triton: EmbeddedTriton, tmp_path: Path, sensors: str, extra: str = "") -> Any:
+def _sim_node(
+    ros: OwnRos, triton: EmbeddedTriton, tmp_path: Path, sensors: str, extra: str = "", *, sim: bool = True
+) -> Any:
     """The test's node on simulated time (configured, not spun): the test sets its ROS clock as ``/clock`` would
     (rclpy's time source calls the same ``set_ros_time_override``) and hands messages to its subscription callbacks
-    itself."""
+    itself. ``sim`` False: on the system clock."""
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
     profile = write_profile(tmp_path / "ros.yaml", extra=extra)
     params = {"profile": str(profile), "rig": str(DRIVE), "url": triton.grpc_url, "sensors": sensors}
-    node = ros.node(params, overrides=[Parameter("use_sim_time", value=True)])
+    node = ros.node(params, overrides=[Parameter("use_sim_time", value=sim)])
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.failure
     return node
 
@@ -380,9 +382,61 @@ def test_a_live_runtime_that_stopped_serving_is_reopened_and_what_it_refused_is_
     assert node._diag is not None
     lidar = {st.name: st for st in node._diag.statuses(None)}["perception_fusion: sensor lidar_top"]
     assert lidar.values["dropped_reopening"] == "1", lidar.values
+    on_cloud(cloud)  # the reopen backs off (0.5 s after a failure): counted too
+    lidar = {st.name: st for st in node._diag.statuses(None)}["perception_fusion: sensor lidar_top"]
+    assert lidar.values["dropped_reopening"] == "2", lidar.values
+    while time.monotonic() < node._reopen_after:  # the back-off's end (not a synchronisation)
+        time.sleep(0.05)
     _set_clock(node, start + 5 * S + 100 * MS)
     on_cloud, cloud = _lidar_cloud(node, start + 5 * S + 100 * MS)
     on_cloud(cloud)  # held while the runtime reopens, then taken
     wait_for(lambda: node.live is not None and node.live is not dead, 60, "a new live runtime")
     again = node.live
     wait_for(lambda: again.status()["intake"]["samples"] == 1, 30, "the held sample taken by the new runtime")
+
+
+def test_messages_held_while_a_runtime_on_the_system_clock_reopens_arrive_on_its_clock(
+    triton: EmbeddedTriton, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ros: OwnRos
+) -> None:
+    # A reopen on the system clock (the runtime stopped serving): the messages held meanwhile were handed over
+    # with their arrival read on the ROS clock (epoch ns), where the runtime assembles on the monotonic clock:
+    # each dropped as a clock jump (time_base offset; under estimate, every sample after it out of order).
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from perception.live import LiveRuntime
+
+    gate = threading.Event()
+    opens = [0]
+    enter = LiveRuntime.__enter__
+
+    def gated_enter(self: LiveRuntime) -> LiveRuntime:
+        opens[0] += 1
+        if opens[0] > 1:  # the activation's open goes through; the reopen's waits for the test
+            gate.wait(timeout=10)
+        return enter(self)
+
+    monkeypatch.setattr(LiveRuntime, "__enter__", gated_enter)
+    node = _sim_node(ros, triton, tmp_path, "lidar_top", sim=False)
+    try:
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS, node.failure
+        dead = node.live
+        assert dead is not None
+        dead.close()  # failed: closed under the node
+        now = node.get_clock().now().nanoseconds
+        on_cloud, cloud = _lidar_cloud(node, now)
+        on_cloud(cloud)  # refused, counted: the runtime reopens after its back-off
+        while time.monotonic() < node._reopen_after:  # the back-off's end (not a synchronisation)
+            time.sleep(0.05)
+        for _ in range(2):  # the first starts the reopen and is held, the second is held
+            on_cloud, cloud = _lidar_cloud(node, node.get_clock().now().nanoseconds)
+            on_cloud(cloud)
+        assert node._held is not None and len(node._held) == 2, node._held
+        gate.set()
+        wait_for(lambda: node.live is not None and node.live is not dead, 30, "the new live runtime")
+        again = node.live
+        taken = ("samples", "clock_jump_dropped", "late", "out_of_order", "duplicate")
+        wait_for(lambda: sum(again.status()["intake"][k] for k in taken) >= 2, 30, "the 2 held samples")
+        intake = again.status()["intake"]
+        assert intake["samples"] == 2 and intake["clock_jump_dropped"] == 0, intake
+    finally:
+        gate.set()
