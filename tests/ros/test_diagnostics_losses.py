@@ -166,3 +166,18 @@ def test_every_count_the_frame_budget_and_the_odometry_say_is_over_the_node_s_li
     assert budget["latency_p50_ms"] == "4.0"  # a distribution: the current runtime's
     diag.live_closed(status(6))
     assert said(1)[0]["samples_late"] == "12"  # each closed one's kept
+
+
+def test_a_status_while_no_live_runtime_is_open_counts_no_refusal_twice() -> None:
+    # While a reopen closed the old runtime (its status not yet kept: live_closed), /diagnostics -- now made
+    # with no runtime open -- took the closed runtimes' refusals (none) for a new runtime's, and live_closed then
+    # counted the old one's 5 a second time: 10 input errors for 5 refused samples, the camera an ERROR.
+    diag = DiagnosticsTracker("perception_fusion", ["lidar_top", "cam_front"], RosConfig())
+    status = {"frames": 3, "intake": {"invalid_by_sensor": {"cam_front": 5}, "invalid_reasons": {}}}
+    camera = {s.name: s for s in diag.statuses(status)}[CAMERA]
+    assert camera.values["input_errors"] == "5", camera.values
+    camera = {s.name: s for s in diag.statuses(None)}[CAMERA]  # reopening: none open
+    assert camera.values["input_errors"] == "5", camera.values
+    diag.live_closed(status)  # the old runtime's last status, kept
+    camera = {s.name: s for s in diag.statuses(None)}[CAMERA]
+    assert camera.values["input_errors"] == "5", camera.values
